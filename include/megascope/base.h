@@ -1,0 +1,71 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope base: error codes, the log callback, the engine clock.
+ *
+ * Errors: int functions return 0 or a negative errno; project-specific codes sit
+ * above the errno range (MS_E_*) and ms_strerror() names both. Library code never
+ * prints: it writes through the log callback the caller installs. */
+#ifndef MEGASCOPE_BASE_H
+#define MEGASCOPE_BASE_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ms_err {
+  MS_E_FIRST = 4096,
+  MS_E_FORMAT = 4097,  /* malformed input (file, message, text) */
+  MS_E_VERIFY = 4098,  /* a program was rejected by the verifier */
+  MS_E_STALL = 4099,   /* the engine made no progress */
+  MS_E_LIMIT = 4100,   /* a fixed capacity was exceeded */
+  MS_E_STATE = 4101,   /* the call is not valid in the object's state */
+  MS_E_UNSUPP = 4102,  /* a valid request this build does not support */
+  MS_E_COUNT
+};
+
+/* Names an error code, negative or positive, errno or MS_E_*. */
+const char *ms_strerror(int err);
+
+enum ms_log_level {
+  MS_LOG_ERROR = 0,
+  MS_LOG_WARN = 1,
+  MS_LOG_INFO = 2,
+  MS_LOG_DEBUG = 3,
+  MS_LOG_LEVEL_COUNT
+};
+
+/* The process-wide log sink. Without one, messages at WARN or worse go to stderr
+ * (a library default a CLI replaces). The callback may be called from any thread. */
+typedef void (*ms_log_fn)(void *user, enum ms_log_level level, const char *msg);
+void ms_log_set(ms_log_fn fn, void *user, enum ms_log_level max_level);
+void ms_logf(enum ms_log_level level, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* A caller-given text buffer for diagnostics that point (verifier and loader
+ * logs). Appends are truncated at size, never overflow; `truncated` says so. */
+struct ms_textbuf {
+  char *buf;
+  size_t size;
+  size_t len;
+  int truncated;
+};
+void ms_textbuf_printf(struct ms_textbuf *tb, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* The engine clock: CLOCK_MONOTONIC in nanoseconds. */
+uint64_t ms_now_ns(void);
+
+/* Always-on check for state corruption: reports file and line, then aborts. */
+#define MS_ASSERT(cond)                                                  \
+  do {                                                                   \
+    if (__builtin_expect(!(cond), 0)) ms_assert_fail(#cond, __FILE__, __LINE__); \
+  } while (0)
+_Noreturn void ms_assert_fail(const char *what, const char *file, int line);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

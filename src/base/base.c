@@ -1,0 +1,76 @@
+/* SPDX-License-Identifier: MIT */
+/* Error names, the log sink, the text buffer and the engine clock. */
+#include "megascope/base.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *const ms_err_names[] = {
+    [MS_E_FORMAT - MS_E_FIRST] = "malformed input",
+    [MS_E_VERIFY - MS_E_FIRST] = "program rejected by the verifier",
+    [MS_E_STALL - MS_E_FIRST] = "engine stalled",
+    [MS_E_LIMIT - MS_E_FIRST] = "capacity exceeded",
+    [MS_E_STATE - MS_E_FIRST] = "invalid in the current state",
+    [MS_E_UNSUPP - MS_E_FIRST] = "not supported",
+};
+
+const char *ms_strerror(int err) {
+  if (err < 0) err = -err;
+  if (err > MS_E_FIRST && err < MS_E_COUNT) return ms_err_names[err - MS_E_FIRST];
+  return strerror(err);
+}
+
+static ms_log_fn log_fn;
+static void *log_user;
+static enum ms_log_level log_max = MS_LOG_WARN;
+
+void ms_log_set(ms_log_fn fn, void *user, enum ms_log_level max_level) {
+  log_fn = fn;
+  log_user = user;
+  log_max = max_level;
+}
+
+void ms_logf(enum ms_log_level level, const char *fmt, ...) {
+  if (level > log_max) return;
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  if (log_fn)
+    log_fn(log_user, level, msg);
+  else
+    fprintf(stderr, "megascope: %s\n", msg);
+}
+
+void ms_textbuf_printf(struct ms_textbuf *tb, const char *fmt, ...) {
+  if (!tb || !tb->buf || tb->size == 0) return;
+  if (tb->len >= tb->size - 1) {
+    tb->truncated = 1;
+    return;
+  }
+  va_list ap;
+  va_start(ap, fmt);
+  int n = vsnprintf(tb->buf + tb->len, tb->size - tb->len, fmt, ap);
+  va_end(ap);
+  if (n < 0) return;
+  if ((size_t)n >= tb->size - tb->len) {
+    tb->len = tb->size - 1;
+    tb->truncated = 1;
+  } else {
+    tb->len += (size_t)n;
+  }
+}
+
+uint64_t ms_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void ms_assert_fail(const char *what, const char *file, int line) {
+  fprintf(stderr, "megascope: assertion failed: %s at %s:%d\n", what, file, line);
+  abort();
+}

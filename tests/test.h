@@ -1,0 +1,38 @@
+/* SPDX-License-Identifier: MIT */
+/* A tiny test harness: CHECK records a failure with file and line and goes on;
+ * TEST_MAIN_END prints the closing line "N passed, M failed" that ctest logs. */
+#ifndef MS_TEST_H
+#define MS_TEST_H
+#include <stdio.h>
+
+static int ms_test_passed, ms_test_failed;
+
+#define CHECK(cond)                                                          \
+  do {                                                                       \
+    if (cond) {                                                              \
+      ms_test_passed++;                                                      \
+    } else {                                                                 \
+      ms_test_failed++;                                                      \
+      fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+    }                                                                        \
+  } while (0)
+
+#define CHECKF(cond, ...)                                                    \
+  do {                                                                       \
+    if (cond) {                                                              \
+      ms_test_passed++;                                                      \
+    } else {                                                                 \
+      ms_test_failed++;                                                      \
+      fprintf(stderr, "%s:%d: check failed: %s: ", __FILE__, __LINE__, #cond); \
+      fprintf(stderr, __VA_ARGS__);                                          \
+      fputc('\n', stderr);                                                   \
+    }                                                                        \
+  } while (0)
+
+#define TEST_MAIN_END()                                                      \
+  do {                                                                       \
+    printf("%d passed, %d failed\n", ms_test_passed, ms_test_failed);        \
+    return ms_test_failed ? 1 : 0;                                           \
+  } while (0)
+
+#endif

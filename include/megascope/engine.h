@@ -1,0 +1,129 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine: a persistent runtime that runs compiled plans step after step.
+ *
+ * Worker threads play the SMs. They are created once and run decode steps until
+ * the engine is freed; plans are compiled once per batch bucket. Requests enter
+ * through a lock-free mailbox and join or leave the batch between steps
+ * (continuous batching); their tokens come back through the request object. */
+#ifndef MEGASCOPE_ENGINE_H
+#define MEGASCOPE_ENGINE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "megascope/base.h"
+#include "megascope/model.h"
+#include "megascope/plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ms_mode {
+  MS_MODE_MEGAKERNEL = 0,  /* event-driven: tasks start when their event fires */
+  MS_MODE_PER_OP = 1,      /* the same tasks, a barrier after every operator */
+  MS_MODE_COUNT
+};
+
+const char *ms_mode_name(enum ms_mode m);
+int ms_mode_parse(const char *s, enum ms_mode *out);
+
+struct ms_plan;
+
+struct ms_engine_opts {
+  size_t sz;               /* sizeof(struct ms_engine_opts) */
+  int n_workers;           /* 0: one per online core */
+  enum ms_mode mode;
+  int max_batch;           /* rows; buckets 1, 2, 4, ... up to it; 0: 16 */
+  int max_ctx;             /* positions per request; 0: 512 */
+  int page_size;           /* KV-cache page, in positions; 0: 16 */
+  int tile_bytes;          /* see ms_compile_opts; 0: default */
+  int shuffle;             /* random delays before tasks, random AOT placement */
+  uint64_t seed;           /* for shuffle */
+  int shuffle_max_us;      /* longest random delay; 0: 50 */
+  int watchdog_ms;         /* report a stall after this long without progress; 0: off */
+  /* Called for each plan after compiling, before the runtime lays out its queues
+   * (tests use it to break a plan on purpose). */
+  void (*plan_hook)(struct ms_plan *plan, void *user);
+  void *plan_hook_user;
+};
+
+struct ms_engine;
+struct ms_request;
+
+struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine_opts *o,
+                                struct ms_textbuf *log);
+/* Stops the workers after the step in flight; requests not finished are cancelled. */
+void ms_engine_free(struct ms_engine *e);
+
+int ms_engine_n_workers(const struct ms_engine *e);
+enum ms_mode ms_engine_mode(const struct ms_engine *e);
+/* The plan of the bucket holding `rows` rows. */
+const struct ms_plan *ms_engine_plan(const struct ms_engine *e, int rows);
+
+struct ms_request_opts {
+  size_t sz;
+  const int32_t *prompt;   /* copied */
+  int n_prompt;            /* >= 1 */
+  int max_new_tokens;      /* >= 1 */
+  int stop_at_eos;         /* finish early on the model's eos token */
+  int record_logits;       /* keep the logits of every position (for checks) */
+};
+
+enum ms_request_state {
+  MS_REQ_QUEUED = 0,
+  MS_REQ_ACTIVE = 1,
+  MS_REQ_DONE = 2,
+  MS_REQ_CANCELLED = 3,
+  MS_REQ_STATE_COUNT
+};
+
+struct ms_request_info {
+  enum ms_request_state state;
+  int slot;                /* batch slot while active, else -1 */
+  uint32_t generation;     /* the slot's generation when admitted */
+  int n_prompt;
+  int n_tokens;            /* generated so far */
+  const int32_t *tokens;   /* [n_tokens] */
+  int n_logits;            /* positions with recorded logits */
+  const float *logits;     /* (n_logits, vocab): logits after feeding position i */
+  uint64_t t_submit, t_admit, t_first, t_done;  /* ms_now_ns(); 0: not yet */
+};
+
+/* Submits a request; NULL + errno (EINVAL, E2BIG when it cannot fit max_ctx). */
+struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request_opts *o);
+/* Waits until the request is done or cancelled: 0, or -ETIMEDOUT (timeout_ms < 0: forever). */
+int ms_request_wait(struct ms_request *r, int timeout_ms);
+void ms_request_get_info(const struct ms_request *r, struct ms_request_info *out);
+/* Frees a finished request (one still running is freed when it finishes). */
+void ms_request_free(struct ms_request *r);
+
+struct ms_engine_stats {
+  uint64_t steps;
+  uint64_t tokens;         /* generated tokens (prompt positions excluded) */
+  uint64_t positions;      /* rows processed, prompt positions included */
+  uint64_t tasks;          /* tasks executed */
+  uint64_t stalls;         /* watchdog reports */
+  int n_workers;
+};
+void ms_engine_get_stats(const struct ms_engine *e, struct ms_engine_stats *out);
+
+struct ms_step_record {
+  uint64_t step;
+  int rows, bucket;
+  int admitted, retired;
+  uint64_t t_begin, t_end;
+};
+/* Copies up to `max` of the most recent step records, oldest first; returns the count. */
+int ms_engine_step_log(const struct ms_engine *e, struct ms_step_record *out, int max);
+
+/* Injected delay before a task of the plan for `rows` (fault injection, tests). */
+int ms_engine_set_task_delay(struct ms_engine *e, int rows, int task, uint64_t ns);
+
+/* The last watchdog report ("" when none); returns the stall count. */
+uint64_t ms_engine_last_stall(const struct ms_engine *e, char *buf, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

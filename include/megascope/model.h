@@ -1,0 +1,121 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope models: configuration, weights, synthetic presets.
+ *
+ * A model is a Llama-family decoder: Llama-style blocks, or Qwen3-style blocks
+ * (per-head RMSNorm on q and k), with a dense SwiGLU FFN or a routed top-k MoE FFN.
+ * Weight matrices are row-major (rows = outputs, cols = inputs), so a GEMV tile is
+ * a contiguous range of rows. Norm weights are always f32. */
+#ifndef MEGASCOPE_MODEL_H
+#define MEGASCOPE_MODEL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+enum ms_dtype {
+  MS_DTYPE_F32 = 0,
+  MS_DTYPE_BF16 = 1,
+  MS_DTYPE_COUNT
+};
+
+enum ms_arch {
+  MS_ARCH_LLAMA = 0,
+  MS_ARCH_QWEN3 = 1,
+  MS_ARCH_COUNT
+};
+
+/* RoPE pairing: NORM rotates adjacent pairs (2i, 2i+1), as llama.cpp does for
+ * `llama` GGUF files; NEOX rotates (i, i + head_dim/2), as for `qwen3`. */
+enum ms_rope_style {
+  MS_ROPE_NORM = 0,
+  MS_ROPE_NEOX = 1,
+  MS_ROPE_COUNT
+};
+
+struct ms_model_config {
+  char name[64];
+  enum ms_arch arch;
+  enum ms_rope_style rope_style;
+  enum ms_dtype dtype;     /* of the matrices */
+  int n_layers;
+  int dim;                 /* hidden size */
+  int ffn_dim;             /* dense FFN size */
+  int n_heads, n_kv_heads, head_dim;
+  int vocab;
+  int n_experts;           /* 0: dense FFN */
+  int top_k;
+  int expert_ffn_dim;
+  int tied_embeddings;     /* lm_head is the token embedding */
+  float rope_base;
+  float norm_eps;
+  int bos, eos;            /* -1 when none */
+};
+
+struct ms_weight {
+  enum ms_dtype dtype;
+  int rows, cols;
+  const void *data;        /* (rows, cols) row-major */
+};
+
+struct ms_layer_weights {
+  struct ms_weight attn_norm;          /* (1, dim) f32 */
+  struct ms_weight wq, wk, wv;         /* (n_heads*hd, dim), (n_kv*hd, dim) x2 */
+  struct ms_weight q_norm, k_norm;     /* (1, head_dim) f32, qwen3 only */
+  struct ms_weight wo;                 /* (dim, n_heads*hd) */
+  struct ms_weight ffn_norm;           /* (1, dim) f32 */
+  struct ms_weight w_gate, w_up;       /* (ffn, dim) */
+  struct ms_weight w_down;             /* (dim, ffn) */
+  struct ms_weight router;             /* (n_experts, dim) f32, MoE only */
+  struct ms_weight *exp_gate, *exp_up; /* [n_experts] of (expert_ffn, dim) */
+  struct ms_weight *exp_down;          /* [n_experts] of (dim, expert_ffn) */
+};
+
+struct ms_model {
+  struct ms_model_config cfg;
+  struct ms_weight tok_embd;           /* (vocab, dim) */
+  struct ms_weight out_norm;           /* (1, dim) f32 */
+  struct ms_weight lm_head;            /* (vocab, dim); == tok_embd when tied */
+  struct ms_layer_weights *layers;     /* [n_layers] */
+  void *storage;                       /* owned weight memory */
+  size_t storage_bytes;
+};
+
+/* Names of the built-in presets, NULL-terminated. */
+extern const char *const ms_preset_names[];
+
+/* Fills cfg for a preset; -ENOENT for an unknown name. */
+int ms_preset_config(const char *name, enum ms_dtype dtype, struct ms_model_config *cfg);
+
+/* A synthetic model with deterministic weights drawn from `seed`. NULL + errno. */
+struct ms_model *ms_model_synth(const struct ms_model_config *cfg, uint64_t seed);
+void ms_model_free(struct ms_model *m);
+
+/* Bytes of weights one decode step reads (all matrices and norms, the embedding
+ * rows it gathers excluded unless tied, where lm_head reads them all). */
+size_t ms_model_weight_bytes(const struct ms_model *m);
+
+const char *ms_dtype_name(enum ms_dtype t);
+int ms_dtype_parse(const char *s, enum ms_dtype *out);
+size_t ms_dtype_size(enum ms_dtype t);
+
+/* bf16 <-> f32: round to nearest even, NaN kept quiet. */
+static inline float ms_bf16_to_f32(uint16_t h) {
+  union { uint32_t u; float f; } v = {.u = (uint32_t)h << 16};
+  return v.f;
+}
+static inline uint16_t ms_f32_to_bf16(float f) {
+  union { float f; uint32_t u; } v = {.f = f};
+  if ((v.u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((v.u >> 16) | 0x40);
+  return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
+}
+
+/* Element r,c of a weight as f32 (slow path for references and tests). */
+float ms_weight_get(const struct ms_weight *w, int r, int c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/* The plan: one decode step of a model, compiled into an SM-level task graph.
+ *
+ * Each operator's output is tiled into tasks sized for one worker; dependencies
+ * come from intersecting the regions tasks write with the regions they read;
+ * consumers with equal predecessor sets share one event (so producers releasing
+ * equal successor sets trigger the same event); empty tasks are inserted so that
+ * every task waits on at most one event and triggers at most one; tasks are then
+ * ordered so that each event releases one contiguous range. One plan per batch
+ * bucket. The schema (task classes, event classes) is written as versioned JSON. */
+#ifndef MEGASCOPE_PLAN_H
+#define MEGASCOPE_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "megascope/base.h"
+#include "megascope/model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define MS_SCHEMA_VERSION 1
+
+struct ms_plan;
+
+struct ms_compile_opts {
+  size_t sz;              /* sizeof(struct ms_compile_opts) */
+  int batch;              /* rows of the bucket */
+  int tile_bytes;         /* target weight bytes per GEMV task; 0: 64 KiB */
+};
+
+struct ms_plan_stats {
+  int tasks;
+  int events;
+  int task_classes;
+  int event_classes;
+  int aot_tasks, jit_tasks, empty_tasks;
+  int64_t pairwise_edges;  /* producer->consumer pairs from region intersection */
+  int64_t reduced_edges;   /* after removing transitively implied pairs */
+  int64_t fused_edges;     /* sum over events of triggers + successors */
+  int max_event_triggers, max_event_successors;
+  size_t metadata_bytes;   /* tasks + events + classes as the runtime holds them */
+  double compile_ms;
+};
+
+/* Compiles one decode step of `m` for a batch bucket. NULL + errno on failure,
+ * with the reason in `log` when given. */
+struct ms_plan *ms_plan_compile(const struct ms_model *m, const struct ms_compile_opts *o,
+                                struct ms_textbuf *log);
+void ms_plan_free(struct ms_plan *p);
+
+void ms_plan_get_stats(const struct ms_plan *p, struct ms_plan_stats *out);
+int ms_plan_batch(const struct ms_plan *p);
+
+/* "blk.3.qkv[tile 2]"-style name of task `t`. */
+void ms_plan_task_name(const struct ms_plan *p, int t, char *buf, size_t n);
+
+/* Checks the plan's structural promises (one wait, one trigger, contiguous
+ * successor ranges, producers before consumers). 0 or -MS_E_FORMAT with the first
+ * violation in log. */
+int ms_plan_validate(const struct ms_plan *p, struct ms_textbuf *log);
+
+/* Writes the task schema as JSON (schema_version MS_SCHEMA_VERSION). */
+int ms_plan_write_schema(const struct ms_plan *p, FILE *f, int pretty);
+
+/* The smallest bucket (1, 2, 4, ...) that holds n rows. */
+int ms_bucket_for(int n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,329 @@
+/* SPDX-License-Identifier: MIT */
+/* Builds the tiled tensor program of one decode step for a batch bucket.
+ *
+ * Every activation is a fresh buffer per layer (x.3, xn.3, qkv.3, ...), so within
+ * a step each element is written once and the only hazards are read-after-write:
+ * that is what lets the compiler derive all dependencies from region overlaps.
+ * Hazards across steps are excluded by the step boundary (the next step starts
+ * only when every task of this one has finished). */
+#include "graph/graph.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int grow(void **p, int *cap, int need, size_t elt) {
+  if (need <= *cap) return 0;
+  int n = *cap ? *cap * 2 : 64;
+  while (n < need) n *= 2;
+  void *q = realloc(*p, (size_t)n * elt);
+  if (!q) return -ENOMEM;
+  memset((char *)q + (size_t)*cap * elt, 0, (size_t)(n - *cap) * elt);
+  *p = q;
+  *cap = n;
+  return 0;
+}
+
+struct builder {
+  struct ms_graph *g;
+  const struct ms_model *m;
+  int B;           /* rows of the bucket */
+  int tile_bytes;
+  int err;
+};
+
+static int add_buf(struct builder *b, const char *name, int layer, int cols, int planes, int logical) {
+  struct ms_graph *g = b->g;
+  if (grow((void **)&g->bufs, &g->cap_bufs, g->n_bufs + 1, sizeof *g->bufs)) {
+    b->err = -ENOMEM;
+    return 0;
+  }
+  struct ms_buf_desc *d = &g->bufs[g->n_bufs];
+  if (layer >= 0)
+    snprintf(d->name, sizeof d->name, "%s.%d", name, layer);
+  else
+    snprintf(d->name, sizeof d->name, "%s", name);
+  d->cols = cols;
+  d->planes = planes;
+  d->logical = (uint8_t)logical;
+  return g->n_bufs++;
+}
+
+static int add_class(struct builder *b, const char *op, int layer, int kernel, int launch,
+                     const char *region_class, const char *dep_class) {
+  struct ms_graph *g = b->g;
+  if (grow((void **)&g->classes, &g->cap_classes, g->n_classes + 1, sizeof *g->classes)) {
+    b->err = -ENOMEM;
+    return 0;
+  }
+  struct ms_task_class *c = &g->classes[g->n_classes];
+  if (layer >= 0)
+    snprintf(c->name, sizeof c->name, "blk.%d.%s", layer, op);
+  else
+    snprintf(c->name, sizeof c->name, "%s", op);
+  snprintf(c->op, sizeof c->op, "%s", op);
+  c->kernel = (uint8_t)kernel;
+  c->launch = (uint8_t)launch;
+  c->layer = (int16_t)layer;
+  c->region_class = region_class;
+  c->dep_class = dep_class;
+  c->in = c->in2 = c->aux = c->out = c->out2 = -1;
+  return g->n_classes++;
+}
+
+static struct ms_proto_task *add_task(struct builder *b, int cls, int x, int y, int z) {
+  struct ms_graph *g = b->g;
+  if (b->err || grow((void **)&g->tasks, &g->cap_tasks, g->n_tasks + 1, sizeof *g->tasks)) {
+    b->err = -ENOMEM;
+    return NULL;
+  }
+  struct ms_proto_task *t = &g->tasks[g->n_tasks++];
+  t->cls = (uint16_t)cls;
+  t->tile[0] = (int16_t)x;
+  t->tile[1] = (int16_t)y;
+  t->tile[2] = (int16_t)z;
+  g->classes[cls].n_tasks++;
+  return t;
+}
+
+static void rd(struct ms_proto_task *t, int buf, int r0, int r1, int c0, int c1, int p0, int p1) {
+  if (!t) return;
+  MS_ASSERT(t->n_reads < MS_MAX_READS);
+  t->reads[t->n_reads++] = (struct ms_region){(int16_t)buf, r0, r1, c0, c1, p0, p1};
+}
+
+static void wr(struct ms_proto_task *t, int buf, int r0, int r1, int c0, int c1, int p0, int p1) {
+  if (!t) return;
+  MS_ASSERT(t->n_writes < MS_MAX_WRITES);
+  t->writes[t->n_writes++] = (struct ms_region){(int16_t)buf, r0, r1, c0, c1, p0, p1};
+}
+
+/* Output rows per GEMV task: the target weight bytes, but at least eight tasks per
+ * operator so that small models still exercise the scheduler; a multiple of
+ * `align` (a head for q/k/v, so a tile never splits a head). */
+static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align) {
+  size_t row_bytes = (size_t)cols * ms_dtype_size(b->m->cfg.dtype) * (size_t)mats;
+  int t = (int)((size_t)b->tile_bytes / row_bytes);
+  int spread = (rows + 7) / 8;
+  if (t > spread) t = spread;
+  t = t / align * align;
+  if (t < align) t = align;
+  return t > rows ? rows : t;
+}
+
+/* One whole-row operator: a task per batch row. */
+static int row_op(struct builder *b, const char *op, int layer, int kernel, int in, int out) {
+  struct ms_graph *g = b->g;
+  int c = add_class(b, op, layer, kernel, MS_LAUNCH_AOT, "row", "row");
+  g->classes[c].in = (int16_t)in;
+  g->classes[c].out = (int16_t)out;
+  g->classes[c].tile = g->bufs[out].cols;
+  g->classes[c].n_out = g->bufs[out].cols;
+  for (int r = 0; r < b->B; r++) {
+    struct ms_proto_task *t = add_task(b, c, 0, r, -1);
+    rd(t, in, r, r + 1, 0, g->bufs[in].cols, 0, 1);
+    wr(t, out, r, r + 1, 0, g->bufs[out].cols, 0, 1);
+  }
+  return c;
+}
+
+/* A GEMV operator tiled over output columns; every task reads all rows of `in`
+ * (the weight tile is read once for the whole batch), and optionally the matching
+ * columns of a residual `res`. */
+static int gemv_op(struct builder *b, const char *op, int layer, int kernel, int in, int res,
+                   int out, int n_out, int tile) {
+  struct ms_graph *g = b->g;
+  int c = add_class(b, op, layer, kernel, MS_LAUNCH_AOT, "cols", res >= 0 ? "all_rows+residual" : "all_rows");
+  g->classes[c].in = (int16_t)in;
+  g->classes[c].in2 = (int16_t)res;
+  g->classes[c].out = (int16_t)out;
+  g->classes[c].tile = tile;
+  g->classes[c].n_out = n_out;
+  for (int j = 0, c0 = 0; c0 < n_out; j++, c0 += tile) {
+    int c1 = c0 + tile < n_out ? c0 + tile : n_out;
+    struct ms_proto_task *t = add_task(b, c, j, -1, -1);
+    rd(t, in, 0, b->B, 0, g->bufs[in].cols, 0, 1);
+    if (res >= 0) rd(t, res, 0, b->B, c0, c1, 0, 1);
+    wr(t, out, 0, b->B, c0, c1, 0, 1);
+  }
+  return c;
+}
+
+static void attention_block(struct builder *b, int l, int x, int *x_out) {
+  const struct ms_model_config *cf = &b->m->cfg;
+  struct ms_graph *g = b->g;
+  int B = b->B, hd = cf->head_dim, group = cf->n_heads / cf->n_kv_heads;
+  int nq = cf->n_heads * hd, nkv = cf->n_kv_heads * hd;
+  int xn = add_buf(b, "xn", l, cf->dim, 1, 0);
+  int qkv = add_buf(b, "qkv", l, nq + 2 * nkv, 1, 0);
+  int qr = add_buf(b, "q_rot", l, nq, 1, 0);
+  int kv = add_buf(b, "kv_cache", l, cf->n_kv_heads, 1, 1);
+  int att = add_buf(b, "attn_out", l, nq, 1, 0);
+  int xo = add_buf(b, "x_mid", l, cf->dim, 1, 0);
+
+  row_op(b, "attn_norm", l, MS_K_RMSNORM, x, xn);
+  gemv_op(b, "qkv", l, MS_K_QKV, xn, -1, qkv, nq + 2 * nkv, gemv_tile(b, nq + 2 * nkv, cf->dim, 1, hd));
+
+  int c = add_class(b, "rope", l, MS_K_ROPE, MS_LAUNCH_AOT, "row_head", "head_slice");
+  g->classes[c].in = (int16_t)qkv;
+  g->classes[c].out = (int16_t)qr;
+  g->classes[c].out2 = (int16_t)kv;
+  g->classes[c].tile = group * hd;
+  g->classes[c].n_out = nq;
+  for (int r = 0; r < B; r++)
+    for (int h = 0; h < cf->n_kv_heads; h++) {
+      struct ms_proto_task *t = add_task(b, c, 0, r, h);
+      rd(t, qkv, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
+      rd(t, qkv, r, r + 1, nq + h * hd, nq + (h + 1) * hd, 0, 1);
+      rd(t, qkv, r, r + 1, nq + nkv + h * hd, nq + nkv + (h + 1) * hd, 0, 1);
+      rd(t, g->meta_buf, 0, 1, 0, 1, 0, 1);
+      wr(t, qr, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
+      wr(t, kv, r, r + 1, h, h + 1, 0, 1);
+    }
+
+  c = add_class(b, "attn", l, MS_K_ATTN, MS_LAUNCH_JIT, "row_head", "head_slice+kv");
+  g->classes[c].in = (int16_t)qr;
+  g->classes[c].out = (int16_t)att;
+  g->classes[c].tile = group * hd;
+  g->classes[c].n_out = nq;
+  for (int r = 0; r < B; r++)
+    for (int h = 0; h < cf->n_kv_heads; h++) {
+      struct ms_proto_task *t = add_task(b, c, 0, r, h);
+      rd(t, qr, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
+      rd(t, kv, r, r + 1, h, h + 1, 0, 1);
+      rd(t, g->meta_buf, 0, 1, 0, 1, 0, 1);
+      wr(t, att, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
+    }
+  gemv_op(b, "wo", l, MS_K_WO, att, x, xo, cf->dim, gemv_tile(b, cf->dim, nq, 1, 8));
+  *x_out = xo;
+}
+
+static void dense_ffn(struct builder *b, int l, int xn, int x, int xo) {
+  const struct ms_model_config *cf = &b->m->cfg;
+  int h = add_buf(b, "ffn_h", l, cf->ffn_dim, 1, 0);
+  gemv_op(b, "gate_up", l, MS_K_SWIGLU, xn, -1, h, cf->ffn_dim, gemv_tile(b, cf->ffn_dim, cf->dim, 2, 8));
+  gemv_op(b, "down", l, MS_K_DOWN, h, x, xo, cf->dim, gemv_tile(b, cf->dim, cf->ffn_dim, 1, 8));
+}
+
+static void moe_ffn(struct builder *b, int l, int xn, int x, int xo) {
+  const struct ms_model_config *cf = &b->m->cfg;
+  struct ms_graph *g = b->g;
+  int B = b->B, E = cf->n_experts, F = cf->expert_ffn_dim;
+  int route = add_buf(b, "route", l, 2 * cf->top_k, 1, 0);
+  int eh = add_buf(b, "expert_h", l, F, E, 0);
+  int ey = add_buf(b, "expert_y", l, cf->dim, E, 0);
+  row_op(b, "router", l, MS_K_ROUTER, xn, route);
+
+  int tu = gemv_tile(b, F, cf->dim, 2, 8), td = gemv_tile(b, cf->dim, F, 1, 8);
+  int c = add_class(b, "expert_up", l, MS_K_EXPERT_UP, MS_LAUNCH_JIT, "expert_cols", "routed_rows");
+  g->classes[c].in = (int16_t)xn;
+  g->classes[c].in2 = (int16_t)route;
+  g->classes[c].out = (int16_t)eh;
+  g->classes[c].tile = tu;
+  g->classes[c].n_out = F;
+  for (int e = 0; e < E; e++)
+    for (int j = 0, c0 = 0; c0 < F; j++, c0 += tu) {
+      struct ms_proto_task *t = add_task(b, c, j, -1, e);
+      rd(t, xn, 0, B, 0, cf->dim, 0, 1);
+      rd(t, route, 0, B, 0, 2 * cf->top_k, 0, 1);
+      wr(t, eh, 0, B, c0, c0 + tu < F ? c0 + tu : F, e, e + 1);
+    }
+  c = add_class(b, "expert_down", l, MS_K_EXPERT_DOWN, MS_LAUNCH_JIT, "expert_cols", "routed_rows");
+  g->classes[c].in = (int16_t)eh;
+  g->classes[c].in2 = (int16_t)route;
+  g->classes[c].out = (int16_t)ey;
+  g->classes[c].tile = td;
+  g->classes[c].n_out = cf->dim;
+  for (int e = 0; e < E; e++)
+    for (int j = 0, c0 = 0; c0 < cf->dim; j++, c0 += td) {
+      struct ms_proto_task *t = add_task(b, c, j, -1, e);
+      rd(t, eh, 0, B, 0, F, e, e + 1);
+      rd(t, route, 0, B, 0, 2 * cf->top_k, 0, 1);
+      wr(t, ey, 0, B, c0, c0 + td < cf->dim ? c0 + td : cf->dim, e, e + 1);
+    }
+  c = add_class(b, "moe_combine", l, MS_K_MOE_COMBINE, MS_LAUNCH_AOT, "cols", "all_experts+residual");
+  g->classes[c].in = (int16_t)ey;
+  g->classes[c].in2 = (int16_t)x;
+  g->classes[c].out = (int16_t)xo;
+  g->classes[c].aux = (int16_t)route;
+  g->classes[c].tile = td;
+  g->classes[c].n_out = cf->dim;
+  for (int j = 0, c0 = 0; c0 < cf->dim; j++, c0 += td) {
+    int c1 = c0 + td < cf->dim ? c0 + td : cf->dim;
+    struct ms_proto_task *t = add_task(b, c, j, -1, -1);
+    rd(t, ey, 0, B, c0, c1, 0, E);
+    rd(t, route, 0, B, 0, 2 * cf->top_k, 0, 1);
+    rd(t, x, 0, B, c0, c1, 0, 1);
+    wr(t, xo, 0, B, c0, c1, 0, 1);
+  }
+}
+
+int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, struct ms_graph *g,
+                   struct ms_textbuf *log) {
+  memset(g, 0, sizeof *g);
+  if (batch < 1 || batch > 4096) {
+    ms_textbuf_printf(log, "batch %d out of range 1..4096\n", batch);
+    return -EINVAL;
+  }
+  const struct ms_model_config *cf = &m->cfg;
+  struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tile_bytes > 0 ? tile_bytes : 64 * 1024};
+  struct ms_graph *G = g;
+
+  G->meta_buf = add_buf(&b, "batch_meta", -1, 1, 1, 1);
+  int c = add_class(&b, "step_start", -1, MS_K_STEP_START, MS_LAUNCH_AOT, "meta", "none");
+  G->classes[c].out = (int16_t)G->meta_buf;
+  struct ms_proto_task *t = add_task(&b, c, 0, -1, -1);
+  wr(t, G->meta_buf, 0, 1, 0, 1, 0, 1);
+
+  int x = add_buf(&b, "x", 0, cf->dim, 1, 0);
+  c = add_class(&b, "embed", -1, MS_K_EMBED, MS_LAUNCH_AOT, "row", "meta");
+  G->classes[c].out = (int16_t)x;
+  G->classes[c].tile = G->classes[c].n_out = cf->dim;
+  for (int r = 0; r < batch; r++) {
+    t = add_task(&b, c, 0, r, -1);
+    rd(t, G->meta_buf, 0, 1, 0, 1, 0, 1);
+    wr(t, x, r, r + 1, 0, cf->dim, 0, 1);
+  }
+
+  for (int l = 0; l < cf->n_layers && !b.err; l++) {
+    int xm, xn2, xo;
+    attention_block(&b, l, x, &xm);
+    xn2 = add_buf(&b, "xn_ffn", l, cf->dim, 1, 0);
+    row_op(&b, "ffn_norm", l, MS_K_RMSNORM, xm, xn2);
+    xo = add_buf(&b, "x", l + 1, cf->dim, 1, 0);
+    if (cf->n_experts)
+      moe_ffn(&b, l, xn2, xm, xo);
+    else
+      dense_ffn(&b, l, xn2, xm, xo);
+    x = xo;
+  }
+
+  int xf = add_buf(&b, "x_final", -1, cf->dim, 1, 0);
+  int logits = add_buf(&b, "logits", -1, cf->vocab, 1, 0);
+  int tokens = add_buf(&b, "tokens", -1, 1, 1, 1);
+  row_op(&b, "out_norm", -1, MS_K_RMSNORM, x, xf);
+  gemv_op(&b, "lm_head", -1, MS_K_LM_HEAD, xf, -1, logits, cf->vocab, gemv_tile(&b, cf->vocab, cf->dim, 1, 8));
+  c = add_class(&b, "sample", -1, MS_K_SAMPLE, MS_LAUNCH_AOT, "row", "row+meta");
+  G->classes[c].in = (int16_t)logits;
+  G->classes[c].out = (int16_t)tokens;
+  G->classes[c].tile = G->classes[c].n_out = 1;
+  for (int r = 0; r < batch; r++) {
+    t = add_task(&b, c, 0, r, -1);
+    rd(t, logits, r, r + 1, 0, cf->vocab, 0, 1);
+    rd(t, G->meta_buf, 0, 1, 0, 1, 0, 1);
+    wr(t, tokens, r, r + 1, 0, 1, 0, 1);
+  }
+  if (b.err) {
+    ms_textbuf_printf(log, "graph: out of memory\n");
+    ms_graph_free(g);
+    return b.err;
+  }
+  return 0;
+}
+
+void ms_graph_free(struct ms_graph *g) {
+  free(g->classes);
+  free(g->bufs);
+  free(g->tasks);
+  memset(g, 0, sizeof *g);
+}

@@ -1,0 +1,46 @@
+/* SPDX-License-Identifier: MIT */
+/* The tensor program of one decode step, tiled: operators become task classes,
+ * tiles become proto-tasks that name the regions they read and write. The compiler
+ * turns this into a plan; nothing here knows about events. */
+#ifndef MS_GRAPH_GRAPH_H
+#define MS_GRAPH_GRAPH_H
+
+#include "compile/plan_impl.h"
+
+#define MS_MAX_READS 4
+#define MS_MAX_WRITES 2
+
+/* A box over a buffer: rows (batch), columns, planes (experts). Half-open. */
+struct ms_region {
+  int16_t buf;
+  int32_t r0, r1, c0, c1, p0, p1;
+};
+
+struct ms_proto_task {
+  uint16_t cls;
+  int16_t tile[3];
+  uint8_t n_reads, n_writes;
+  struct ms_region reads[MS_MAX_READS];
+  struct ms_region writes[MS_MAX_WRITES];
+};
+
+struct ms_graph {
+  struct ms_task_class *classes;
+  int n_classes, cap_classes;
+  struct ms_buf_desc *bufs;
+  int n_bufs, cap_bufs;
+  struct ms_proto_task *tasks;  /* in operator order: a topological order */
+  int n_tasks, cap_tasks;
+  int meta_buf;
+};
+
+int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, struct ms_graph *g,
+                   struct ms_textbuf *log);
+void ms_graph_free(struct ms_graph *g);
+
+static inline int ms_region_overlap(const struct ms_region *a, const struct ms_region *b) {
+  return a->buf == b->buf && a->r0 < b->r1 && b->r0 < a->r1 && a->c0 < b->c1 && b->c0 < a->c1 &&
+         a->p0 < b->p1 && b->p0 < a->p1;
+}
+
+#endif

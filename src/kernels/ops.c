@@ -1,0 +1,287 @@
+/* SPDX-License-Identifier: MIT */
+/* CPU task bodies. Each output element is computed by exactly one task, in an
+ * order that depends only on the plan, so results are bit-identical whatever the
+ * worker count, placement or interleaving. */
+#include "kernels/ops.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "kernels/vec.h"
+
+void ms_ops_bind_weights(const struct ms_plan *p, const struct ms_model *m,
+                         const struct ms_weight *(*out)[3]) {
+  for (int c = 0; c < p->n_classes; c++) {
+    const struct ms_task_class *k = &p->classes[c];
+    const struct ms_layer_weights *L = k->layer >= 0 ? &m->layers[k->layer] : NULL;
+    const struct ms_weight **w = out[c];
+    w[0] = w[1] = w[2] = NULL;
+    switch (k->kernel) {
+    case MS_K_EMBED: w[0] = &m->tok_embd; break;
+    case MS_K_RMSNORM:
+      w[0] = !L ? &m->out_norm : !strcmp(k->op, "attn_norm") ? &L->attn_norm : &L->ffn_norm;
+      break;
+    case MS_K_QKV: w[0] = &L->wq; w[1] = &L->wk; w[2] = &L->wv; break;
+    case MS_K_ROPE: w[0] = &L->q_norm; w[1] = &L->k_norm; break;
+    case MS_K_WO: w[0] = &L->wo; break;
+    case MS_K_SWIGLU: w[0] = &L->w_gate; w[1] = &L->w_up; break;
+    case MS_K_DOWN: w[0] = &L->w_down; break;
+    case MS_K_ROUTER: w[0] = &L->router; break;
+    case MS_K_LM_HEAD: w[0] = &m->lm_head; break;
+    default: break;
+    }
+  }
+}
+
+static int row_valid(const struct ms_exec_ctx *x, int r) {
+  return r < x->meta.n_rows && x->meta.row_slot[r] >= 0;
+}
+
+static void embed(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t) {
+  int r = t->tile[1], dim = x->m->cfg.dim;
+  float *out = ms_buf_row(x, k->out, 0, r);
+  if (!row_valid(x, r)) {
+    memset(out, 0, sizeof(float) * (size_t)dim);
+    return;
+  }
+  const struct ms_weight *e = &x->m->tok_embd;
+  int tok = x->meta.row_token[r];
+  for (int i = 0; i < dim; i++) out[i] = ms_weight_get(e, tok, i);
+}
+
+static void rmsnorm_row(const struct ms_exec_ctx *x, const struct ms_task_class *k,
+                        const struct ms_task *t, const struct ms_weight *w) {
+  int r = t->tile[1];
+  ms_vec_rmsnorm(ms_buf_row(x, k->out, 0, r), ms_buf_row(x, k->in, 0, r), w->data,
+                 x->plan->bufs[k->out].cols, x->m->cfg.norm_eps);
+}
+
+/* Output columns [c0, c1) of the concatenated (q | k | v) projection. */
+static void qkv(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                const struct ms_weight *const *w) {
+  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
+  int ld = x->plan->bufs[k->out].cols, B = x->plan->batch, base = 0;
+  const float *in = ms_buf_row(x, k->in, 0, 0);
+  float *out = ms_buf_row(x, k->out, 0, 0);
+  for (int m = 0; m < 3; m++) {
+    int lo = c0 > base ? c0 : base, hi = c1 < base + w[m]->rows ? c1 : base + w[m]->rows;
+    if (lo < hi)
+      ms_vec_gemv(w[m], lo - base, hi - base, in, x->plan->bufs[k->in].cols, B, out + lo, ld);
+    base += w[m]->rows;
+  }
+}
+
+static void rope_vec(float *v, int hd, int pos, float base, enum ms_rope_style style) {
+  for (int i = 0; i < hd / 2; i++) {
+    float theta = (float)pos * powf(base, -2.0f * (float)i / (float)hd);
+    float c = cosf(theta), s = sinf(theta);
+    int a = style == MS_ROPE_NEOX ? i : 2 * i, b = style == MS_ROPE_NEOX ? i + hd / 2 : 2 * i + 1;
+    float va = v[a], vb = v[b];
+    v[a] = va * c - vb * s;
+    v[b] = va * s + vb * c;
+  }
+}
+
+static float *kv_at(const struct ms_exec_ctx *x, float *pool, int layer, int row, int pos) {
+  const struct ms_model_config *c = &x->m->cfg;
+  int page = x->meta.row_pages[row][pos / x->page_size];
+  size_t kvdim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+  return pool + (((size_t)layer * (size_t)x->pool_pages + (size_t)page) * (size_t)x->page_size +
+                 (size_t)(pos % x->page_size)) * kvdim;
+}
+
+/* q/k norm (qwen3), RoPE on the group's q heads and its k head, KV append. */
+static void rope(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                 const struct ms_weight *const *w) {
+  const struct ms_model_config *c = &x->m->cfg;
+  int r = t->tile[1], kh = t->tile[2], hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+  int nq = c->n_heads * hd, nkv = c->n_kv_heads * hd;
+  const float *in = ms_buf_row(x, k->in, 0, r);
+  float *qo = ms_buf_row(x, k->out, 0, r);
+  if (!row_valid(x, r)) {
+    memset(qo + kh * group * hd, 0, sizeof(float) * (size_t)(group * hd));
+    return;
+  }
+  int pos = x->meta.row_pos[r], qwen = c->arch == MS_ARCH_QWEN3;
+  for (int h = kh * group; h < (kh + 1) * group; h++) {
+    if (qwen)
+      ms_vec_rmsnorm(qo + h * hd, in + h * hd, w[0]->data, hd, c->norm_eps);
+    else
+      memcpy(qo + h * hd, in + h * hd, sizeof(float) * (size_t)hd);
+    rope_vec(qo + h * hd, hd, pos, c->rope_base, c->rope_style);
+  }
+  float *kd = kv_at(x, x->k_pool, k->layer, r, pos) + kh * hd;
+  float *vd = kv_at(x, x->v_pool, k->layer, r, pos) + kh * hd;
+  if (qwen)
+    ms_vec_rmsnorm(kd, in + nq + kh * hd, w[1]->data, hd, c->norm_eps);
+  else
+    memcpy(kd, in + nq + kh * hd, sizeof(float) * (size_t)hd);
+  rope_vec(kd, hd, pos, c->rope_base, c->rope_style);
+  memcpy(vd, in + nq + nkv + kh * hd, sizeof(float) * (size_t)hd);
+}
+
+/* Paged attention of one row for the q heads sharing kv head `kh`. */
+static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                 int worker) {
+  const struct ms_model_config *c = &x->m->cfg;
+  int r = t->tile[1], kh = t->tile[2], hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+  float *out = ms_buf_row(x, k->out, 0, r) + kh * group * hd;
+  if (!row_valid(x, r)) {
+    memset(out, 0, sizeof(float) * (size_t)(group * hd));
+    return;
+  }
+  const float *q = ms_buf_row(x, k->in, 0, r) + kh * group * hd;
+  int n = x->meta.row_pos[r] + 1;
+  float *s = x->scratch[worker], scale = 1.0f / sqrtf((float)hd);
+  for (int g = 0; g < group; g++) {
+    float mx = -INFINITY, sum = 0.0f;
+    for (int p = 0; p < n; p++) {
+      s[p] = ms_vec_dot(q + g * hd, kv_at(x, x->k_pool, k->layer, r, p) + kh * hd, hd) * scale;
+      if (s[p] > mx) mx = s[p];
+    }
+    for (int p = 0; p < n; p++) sum += (s[p] = expf(s[p] - mx));
+    float *o = out + g * hd;
+    memset(o, 0, sizeof(float) * (size_t)hd);
+    for (int p = 0; p < n; p++) ms_vec_axpy(o, s[p] / sum, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, hd);
+  }
+}
+
+/* out[:, c0:c1] = residual[:, c0:c1] + W[c0:c1] . in */
+static void gemv_residual(const struct ms_exec_ctx *x, const struct ms_task_class *k,
+                          const struct ms_task *t, const struct ms_weight *w) {
+  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
+  int ld = x->plan->bufs[k->out].cols, B = x->plan->batch;
+  float *out = ms_buf_row(x, k->out, 0, 0);
+  ms_vec_gemv(w, c0, c1, ms_buf_row(x, k->in, 0, 0), x->plan->bufs[k->in].cols, B, out + c0, ld);
+  if (k->in2 < 0) return;
+  for (int b = 0; b < B; b++) {
+    const float *res = ms_buf_row(x, k->in2, 0, b);
+    for (int i = c0; i < c1; i++) out[(size_t)b * ld + i] += res[i];
+  }
+}
+
+static float silu(float v) { return v / (1.0f + expf(-v)); }
+
+/* h[rows, c0:c1] = silu(Wg x) * (Wu x) for the given rows (all, or routed ones). */
+static void swiglu_rows(const struct ms_weight *wg, const struct ms_weight *wu, int c0, int c1,
+                        const float *in, int ldin, float *out, int ldout, const int *rows, int nr) {
+  for (int i = c0; i < c1; i++)
+    for (int j = 0; j < nr; j++) {
+      float g, u;
+      const float *xr = in + (size_t)rows[j] * ldin;
+      ms_vec_gemv(wg, i, i + 1, xr, ldin, 1, &g, 1);
+      ms_vec_gemv(wu, i, i + 1, xr, ldin, 1, &u, 1);
+      out[(size_t)rows[j] * ldout + i] = silu(g) * u;
+    }
+}
+
+static void swiglu(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                   const struct ms_weight *const *w) {
+  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
+  int B = x->plan->batch, ld = x->plan->bufs[k->out].cols, ldin = x->plan->bufs[k->in].cols;
+  float g[64], u[64];
+  const float *in = ms_buf_row(x, k->in, 0, 0);
+  float *out = ms_buf_row(x, k->out, 0, 0);
+  /* The whole batch per weight row: each row of Wg and Wu is read once. */
+  for (int i = c0; i < c1; i++)
+    for (int b0 = 0; b0 < B; b0 += 64) {
+      int nb = B - b0 < 64 ? B - b0 : 64;
+      ms_vec_gemv(w[0], i, i + 1, in + (size_t)b0 * ldin, ldin, nb, g, 1);
+      ms_vec_gemv(w[1], i, i + 1, in + (size_t)b0 * ldin, ldin, nb, u, 1);
+      for (int b = 0; b < nb; b++) out[(size_t)(b0 + b) * ld + i] = silu(g[b]) * u[b];
+    }
+}
+
+/* Router: top-k experts by logit (lowest index on ties), weights softmax-normalised
+ * over the chosen. route row = [k expert ids as int32 | k weights]. */
+static void router(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                   const struct ms_weight *w) {
+  const struct ms_model_config *c = &x->m->cfg;
+  int r = t->tile[1], E = c->n_experts, K = c->top_k;
+  float logit[256];
+  float *route = ms_buf_row(x, k->out, 0, r);
+  int32_t *ids = (int32_t *)route;
+  ms_vec_gemv(w, 0, E, ms_buf_row(x, k->in, 0, r), c->dim, 1, logit, 1);
+  for (int j = 0; j < K; j++) {
+    int best = -1;
+    for (int e = 0; e < E; e++) {
+      int used = 0;
+      for (int i = 0; i < j; i++) used |= ids[i] == e;
+      if (!used && (best < 0 || logit[e] > logit[best])) best = e;
+    }
+    ids[j] = best;
+  }
+  float sum = 0.0f;
+  for (int j = 0; j < K; j++) sum += (route[K + j] = expf(logit[ids[j]] - logit[ids[0]]));
+  for (int j = 0; j < K; j++) route[K + j] /= sum;
+}
+
+/* Rows of the batch routed to expert e (valid rows only). */
+static int routed_rows(const struct ms_exec_ctx *x, int route_buf, int e, int *rows) {
+  int n = 0, K = x->m->cfg.top_k;
+  for (int r = 0; r < x->meta.n_rows; r++) {
+    if (x->meta.row_slot[r] < 0) continue;
+    const int32_t *ids = (const int32_t *)ms_buf_row(x, route_buf, 0, r);
+    for (int j = 0; j < K; j++)
+      if (ids[j] == e) {
+        rows[n++] = r;
+        break;
+      }
+  }
+  return n;
+}
+
+static void expert_up(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t) {
+  const struct ms_layer_weights *L = &x->m->layers[k->layer];
+  int e = t->tile[2], rows[4096];
+  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
+  int nr = routed_rows(x, k->in2, e, rows);
+  swiglu_rows(&L->exp_gate[e], &L->exp_up[e], c0, c1, ms_buf_row(x, k->in, 0, 0),
+              x->plan->bufs[k->in].cols, ms_buf_row(x, k->out, e, 0), x->plan->bufs[k->out].cols, rows, nr);
+}
+
+static void expert_down(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t) {
+  const struct ms_layer_weights *L = &x->m->layers[k->layer];
+  int e = t->tile[2], rows[4096];
+  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
+  int nr = routed_rows(x, k->in2, e, rows), ld = x->plan->bufs[k->out].cols;
+  for (int j = 0; j < nr; j++)
+    ms_vec_gemv(&L->exp_down[e], c0, c1, ms_buf_row(x, k->in, e, rows[j]), x->plan->bufs[k->in].cols, 1,
+                ms_buf_row(x, k->out, e, rows[j]) + c0, ld);
+}
+
+static void moe_combine(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t) {
+  int K = x->m->cfg.top_k, B = x->plan->batch;
+  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
+  for (int r = 0; r < B; r++) {
+    float *out = ms_buf_row(x, k->out, 0, r);
+    const float *res = ms_buf_row(x, k->in2, 0, r);
+    for (int i = c0; i < c1; i++) out[i] = res[i];
+    if (!row_valid(x, r)) continue;
+    const float *route = ms_buf_row(x, k->aux, 0, r);
+    const int32_t *ids = (const int32_t *)route;
+    for (int j = 0; j < K; j++) ms_vec_axpy(out + c0, route[K + j], ms_buf_row(x, k->in, ids[j], r) + c0, c1 - c0);
+  }
+}
+
+void ms_ops_run(const struct ms_exec_ctx *x, int ti, int worker) {
+  const struct ms_task *t = &x->plan->tasks[ti];
+  const struct ms_task_class *k = &x->plan->classes[t->cls];
+  const struct ms_weight *const *w = x->cls_w[t->cls];
+  switch (t->kernel) {
+  case MS_K_EMBED: embed(x, k, t); break;
+  case MS_K_RMSNORM: rmsnorm_row(x, k, t, w[0]); break;
+  case MS_K_QKV: qkv(x, k, t, w); break;
+  case MS_K_ROPE: rope(x, k, t, w); break;
+  case MS_K_ATTN: attn(x, k, t, worker); break;
+  case MS_K_WO:
+  case MS_K_DOWN:
+  case MS_K_LM_HEAD: gemv_residual(x, k, t, w[0]); break;
+  case MS_K_SWIGLU: swiglu(x, k, t, w); break;
+  case MS_K_ROUTER: router(x, k, t, w[0]); break;
+  case MS_K_EXPERT_UP: expert_up(x, k, t); break;
+  case MS_K_EXPERT_DOWN: expert_down(x, k, t); break;
+  case MS_K_MOE_COMBINE: moe_combine(x, k, t); break;
+  default: break;  /* step start, sampling: the runtime's; empty: nothing */
+  }
+}

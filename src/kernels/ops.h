@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* Task bodies of the CPU backend: one call computes one task (one tile of one
+ * operator) of a plan. They read the batch metadata the step start wrote and the
+ * paged KV cache; they know nothing of threads, events or queues. */
+#ifndef MS_KERNELS_OPS_H
+#define MS_KERNELS_OPS_H
+
+#include "compile/plan_impl.h"
+
+/* The batch of one step, written by the step-start task. Rows at or past n_rows
+ * are padding up to the bucket: they compute on zeros and touch no cache. */
+struct ms_batch_meta {
+  int n_rows;
+  int *row_slot;        /* [max_rows] request slot of each row, -1: padding */
+  int *row_pos;         /* [max_rows] position of the token fed this step */
+  int *row_token;       /* [max_rows] the token fed this step */
+  int32_t **row_pages;  /* [max_rows] the slot's page table */
+};
+
+struct ms_exec_ctx {
+  const struct ms_model *m;
+  const struct ms_plan *plan;
+  float *const *buf;               /* [n_bufs] activation storage, NULL when logical */
+  int max_rows;                    /* rows allocated per buffer plane */
+  const struct ms_weight *const (*cls_w)[3];  /* weights each task class reads */
+  struct ms_batch_meta meta;
+  float *k_pool, *v_pool;          /* (n_layers, pool_pages, page_size, n_kv*hd) */
+  int page_size, pool_pages;
+  float *const *scratch;           /* [worker] max_ctx floats each */
+};
+
+/* Resolves, for each class of `p`, the weight matrices its kernel reads. */
+void ms_ops_bind_weights(const struct ms_plan *p, const struct ms_model *m,
+                         const struct ms_weight *(*out)[3]);
+
+/* Runs task `t` (math kernels; the step start and sampling belong to the runtime). */
+void ms_ops_run(const struct ms_exec_ctx *x, int t, int worker);
+
+static inline float *ms_buf_row(const struct ms_exec_ctx *x, int buf, int plane, int row) {
+  const struct ms_buf_desc *d = &x->plan->bufs[buf];
+  return x->buf[buf] + ((size_t)plane * (size_t)x->max_rows + (size_t)row) * (size_t)d->cols;
+}
+
+#endif

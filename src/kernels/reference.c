@@ -1,0 +1,196 @@
+/* SPDX-License-Identifier: MIT */
+/* The reference forward: the model's maths written as plainly as possible, one
+ * sequence at a time, in double precision. See reference.h. */
+#include "megascope/reference.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ms_ref {
+  const struct ms_model *m;
+  int max_ctx, pos;
+  double *x, *xn, *q, *k, *v, *att, *o, *h, *g, *u, *tmp, *moe; /* scratch */
+  double *kcache, *vcache;  /* (n_layers, max_ctx, n_kv*hd) */
+};
+
+static double wget(const struct ms_weight *w, int r, int c) { return ms_weight_get(w, r, c); }
+
+static void matvec(const struct ms_weight *w, const double *x, double *y) {
+  for (int r = 0; r < w->rows; r++) {
+    double s = 0;
+    for (int c = 0; c < w->cols; c++) s += wget(w, r, c) * x[c];
+    y[r] = s;
+  }
+}
+
+static void rmsnorm(double *out, const double *x, const struct ms_weight *w, int n, double eps) {
+  double ss = 0;
+  for (int i = 0; i < n; i++) ss += x[i] * x[i];
+  double inv = 1.0 / sqrt(ss / n + eps);
+  for (int i = 0; i < n; i++) out[i] = x[i] * inv * wget(w, 0, i);
+}
+
+static void rope(double *v, int hd, int pos, double base, enum ms_rope_style style) {
+  for (int i = 0; i < hd / 2; i++) {
+    double theta = pos * pow(base, -2.0 * i / hd);
+    double c = cos(theta), s = sin(theta);
+    int a = style == MS_ROPE_NEOX ? i : 2 * i;
+    int b = style == MS_ROPE_NEOX ? i + hd / 2 : 2 * i + 1;
+    double va = v[a], vb = v[b];
+    v[a] = va * c - vb * s;
+    v[b] = va * s + vb * c;
+  }
+}
+
+static double silu(double x) { return x / (1.0 + exp(-x)); }
+
+struct ms_ref *ms_ref_new(const struct ms_model *m, int max_ctx) {
+  const struct ms_model_config *c = &m->cfg;
+  struct ms_ref *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->m = m;
+  r->max_ctx = max_ctx;
+  int q = c->n_heads * c->head_dim, kv = c->n_kv_heads * c->head_dim;
+  int f = c->ffn_dim > c->expert_ffn_dim ? c->ffn_dim : c->expert_ffn_dim;
+  int big = c->dim > q ? c->dim : q;
+  double **bufs[] = {&r->x, &r->xn, &r->o, &r->tmp, &r->moe};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) *bufs[i] = calloc((size_t)big, sizeof(double));
+  r->q = calloc((size_t)q, sizeof(double));
+  r->k = calloc((size_t)kv, sizeof(double));
+  r->v = calloc((size_t)kv, sizeof(double));
+  r->att = calloc((size_t)max_ctx + (size_t)c->n_experts, sizeof(double));
+  r->h = calloc((size_t)f, sizeof(double));
+  r->g = calloc((size_t)f, sizeof(double));
+  r->u = calloc((size_t)f, sizeof(double));
+  size_t cache = (size_t)c->n_layers * (size_t)max_ctx * (size_t)kv;
+  r->kcache = calloc(cache, sizeof(double));
+  r->vcache = calloc(cache, sizeof(double));
+  if (!r->x || !r->xn || !r->o || !r->tmp || !r->moe || !r->q || !r->k || !r->v || !r->att ||
+      !r->h || !r->g || !r->u || !r->kcache || !r->vcache) {
+    ms_ref_free(r);
+    errno = ENOMEM;
+    return NULL;
+  }
+  return r;
+}
+
+void ms_ref_free(struct ms_ref *r) {
+  if (!r) return;
+  double *bufs[] = {r->x, r->xn, r->q, r->k, r->v, r->att, r->o, r->h, r->g, r->u, r->tmp, r->moe, r->kcache, r->vcache};
+  for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+  free(r);
+}
+
+static void attention(struct ms_ref *r, int l) {
+  const struct ms_model_config *c = &r->m->cfg;
+  int hd = c->head_dim, kv = c->n_kv_heads * hd, group = c->n_heads / c->n_kv_heads;
+  const double *kc = r->kcache + (size_t)l * r->max_ctx * kv;
+  const double *vc = r->vcache + (size_t)l * r->max_ctx * kv;
+  for (int h = 0; h < c->n_heads; h++) {
+    int kh = h / group;
+    double mx = -INFINITY, sum = 0;
+    for (int t = 0; t <= r->pos; t++) {
+      double s = 0;
+      for (int i = 0; i < hd; i++) s += r->q[h * hd + i] * kc[(size_t)t * kv + kh * hd + i];
+      r->att[t] = s / sqrt((double)hd);
+      if (r->att[t] > mx) mx = r->att[t];
+    }
+    for (int t = 0; t <= r->pos; t++) sum += (r->att[t] = exp(r->att[t] - mx));
+    for (int i = 0; i < hd; i++) {
+      double s = 0;
+      for (int t = 0; t <= r->pos; t++) s += r->att[t] * vc[(size_t)t * kv + kh * hd + i];
+      r->o[h * hd + i] = s / sum;
+    }
+  }
+}
+
+static void dense_ffn(struct ms_ref *r, const struct ms_weight *wg, const struct ms_weight *wu,
+                      const struct ms_weight *wd, double *out) {
+  matvec(wg, r->xn, r->g);
+  matvec(wu, r->xn, r->u);
+  for (int i = 0; i < wg->rows; i++) r->h[i] = silu(r->g[i]) * r->u[i];
+  matvec(wd, r->h, out);
+}
+
+static void moe_ffn(struct ms_ref *r, const struct ms_layer_weights *L) {
+  const struct ms_model_config *c = &r->m->cfg;
+  double *logit = r->att;  /* reuse: n_experts entries */
+  matvec(&L->router, r->xn, logit);
+  int chosen[64];
+  double wsum = 0, w[64];
+  for (int k = 0; k < c->top_k; k++) {
+    int best = -1;
+    for (int e = 0; e < c->n_experts; e++) {
+      int used = 0;
+      for (int j = 0; j < k; j++) used |= chosen[j] == e;
+      if (!used && (best < 0 || logit[e] > logit[best])) best = e;
+    }
+    chosen[k] = best;
+  }
+  for (int k = 0; k < c->top_k; k++) wsum += (w[k] = exp(logit[chosen[k]] - logit[chosen[0]]));
+  for (int k = 0; k < c->top_k; k++) {
+    int e = chosen[k];
+    dense_ffn(r, &L->exp_gate[e], &L->exp_up[e], &L->exp_down[e], r->moe);
+    for (int i = 0; i < c->dim; i++) r->x[i] += w[k] / wsum * r->moe[i];
+  }
+}
+
+int ms_ref_step(struct ms_ref *r, int token, float *logits) {
+  const struct ms_model *m = r->m;
+  const struct ms_model_config *c = &m->cfg;
+  if (token < 0 || token >= c->vocab) return -EINVAL;
+  if (r->pos >= r->max_ctx) return -ENOSPC;
+  int hd = c->head_dim, kv = c->n_kv_heads * hd;
+  for (int i = 0; i < c->dim; i++) r->x[i] = wget(&m->tok_embd, token, i);
+  for (int l = 0; l < c->n_layers; l++) {
+    const struct ms_layer_weights *L = &m->layers[l];
+    rmsnorm(r->xn, r->x, &L->attn_norm, c->dim, c->norm_eps);
+    matvec(&L->wq, r->xn, r->q);
+    matvec(&L->wk, r->xn, r->k);
+    matvec(&L->wv, r->xn, r->v);
+    for (int h = 0; h < c->n_heads; h++) {
+      if (c->arch == MS_ARCH_QWEN3) {
+        rmsnorm(r->tmp, r->q + h * hd, &L->q_norm, hd, c->norm_eps);
+        memcpy(r->q + h * hd, r->tmp, sizeof(double) * (size_t)hd);
+      }
+      rope(r->q + h * hd, hd, r->pos, c->rope_base, c->rope_style);
+    }
+    for (int h = 0; h < c->n_kv_heads; h++) {
+      if (c->arch == MS_ARCH_QWEN3) {
+        rmsnorm(r->tmp, r->k + h * hd, &L->k_norm, hd, c->norm_eps);
+        memcpy(r->k + h * hd, r->tmp, sizeof(double) * (size_t)hd);
+      }
+      rope(r->k + h * hd, hd, r->pos, c->rope_base, c->rope_style);
+    }
+    size_t at = ((size_t)l * r->max_ctx + (size_t)r->pos) * kv;
+    memcpy(r->kcache + at, r->k, sizeof(double) * (size_t)kv);
+    memcpy(r->vcache + at, r->v, sizeof(double) * (size_t)kv);
+    attention(r, l);
+    matvec(&L->wo, r->o, r->tmp);
+    for (int i = 0; i < c->dim; i++) r->x[i] += r->tmp[i];
+    rmsnorm(r->xn, r->x, &L->ffn_norm, c->dim, c->norm_eps);
+    if (c->n_experts) {
+      moe_ffn(r, L);
+    } else {
+      dense_ffn(r, &L->w_gate, &L->w_up, &L->w_down, r->tmp);
+      for (int i = 0; i < c->dim; i++) r->x[i] += r->tmp[i];
+    }
+  }
+  rmsnorm(r->xn, r->x, &m->out_norm, c->dim, c->norm_eps);
+  for (int v = 0; v < c->vocab; v++) {
+    double s = 0;
+    for (int i = 0; i < c->dim; i++) s += wget(&m->lm_head, v, i) * r->xn[i];
+    logits[v] = (float)s;
+  }
+  r->pos++;
+  return 0;
+}
+
+int ms_argmax(const float *v, int n) {
+  int best = 0;
+  for (int i = 1; i < n; i++)
+    if (v[i] > v[best]) best = i;
+  return best;
+}

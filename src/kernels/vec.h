@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/* Vector kernels: GEMV tiles over a small batch, dot products, and the helpers the
+ * task bodies share. AVX2/FMA where the CPU has them (chosen once at start-up),
+ * a portable loop elsewhere; the results of one path are the same for any tiling
+ * and any thread, so a plan's tokens do not depend on the schedule. */
+#ifndef MS_KERNELS_VEC_H
+#define MS_KERNELS_VEC_H
+
+#include "megascope/model.h"
+
+/* y[b*ldy + (r - r0)] = W[r,:] . x[b*ldx + :]  for r in [r0, r1), b in [0, nb). */
+void ms_vec_gemv(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb,
+                 float *y, int ldy);
+
+float ms_vec_dot(const float *a, const float *b, int n);
+
+/* y += a * x */
+void ms_vec_axpy(float *y, float a, const float *x, int n);
+
+/* out = x * w / rms(x) */
+void ms_vec_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
+
+/* 1 when the AVX2/FMA path is in use. */
+int ms_vec_simd(void);
+
+/* Forces the portable path (tests compare both). */
+void ms_vec_force_portable(int on);
+
+#endif

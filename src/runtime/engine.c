@@ -1,0 +1,779 @@
+/* SPDX-License-Identifier: MIT */
+/* The persistent CPU runtime.
+ *
+ * DESIGN
+ * Who runs what. n worker threads play the SMs; they are created by
+ * ms_engine_new and live until ms_engine_free. Worker 0 also runs the step start:
+ * it retires finished requests, admits queued ones (continuous batching), lays
+ * out the batch rows, allocates KV pages, picks the bucket's plan and publishes
+ * the step (cur, cur_gen, then step_seq with release). Every worker then walks its
+ * AOT queue for that plan: for each task it waits until the task's event has
+ * fired for this generation (counter >= needed * (gen + 1): counters are never
+ * reset), runs it and triggers its event. The worker whose trigger fires an event
+ * pushes the event's JIT successors onto the plan's MPMC queue; waiting workers
+ * run JIT tasks while they wait. The step ends when the end-of-step event (fed by
+ * every sink task) fires; worker 0 then starts the next step.
+ * Per-op mode runs the same tasks by stage (operator), a barrier after each.
+ *
+ * Ordering. A task's writes are published by the acq_rel fetch_add of its
+ * trigger; a consumer's acquire load of the counter (or its acquire pop of a JIT
+ * task pushed after the firing fetch_add) makes them visible. The step's
+ * metadata is published by the release store of step_seq. Hazards across steps
+ * cannot occur: the next step starts only after the end-of-step event.
+ *
+ * Sleeping. Waiters spin, then yield, then sleep on `progress`, a futex word
+ * bumped after every event fire; `sleepers` is raised before the waiter reads
+ * `progress` and re-checks its condition (seq_cst on both sides), so a fire
+ * either is seen by the re-check or finds a sleeper to wake. An idle engine
+ * (no requests) sleeps in worker 0 on mail_seq and in the others on step_seq.
+ *
+ * Shutdown. ms_engine_free raises stop_req and wakes worker 0; it finishes the
+ * step in flight, cancels what is left and publishes a stop step; workers exit
+ * and are joined. */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "runtime/engine_impl.h"
+
+const char *ms_mode_name(enum ms_mode m) { return m == MS_MODE_PER_OP ? "per-op" : "megakernel"; }
+
+int ms_mode_parse(const char *s, enum ms_mode *out) {
+  if (!strcmp(s, "megakernel") || !strcmp(s, "mk"))
+    *out = MS_MODE_MEGAKERNEL;
+  else if (!strcmp(s, "per-op") || !strcmp(s, "perop"))
+    *out = MS_MODE_PER_OP;
+  else
+    return -EINVAL;
+  return 0;
+}
+
+static uint64_t rng_next(uint64_t *s) {
+  uint64_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *s = x;
+}
+
+/* ---- wake-ups ---- */
+
+static void notify(struct ms_engine *e) {
+  atomic_fetch_add_explicit(&e->progress, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&e->sleepers, memory_order_seq_cst)) ms_futex_wake_all(&e->progress);
+}
+
+/* ---- running one task ---- */
+
+static void shuffle_delay(struct worker *w) {
+  struct ms_engine *e = w->e;
+  uint64_t r = rng_next(&w->rng);
+  if (r & 1) return;
+  uint64_t ns = (r >> 8) % ((uint64_t)e->o.shuffle_max_us * 1000 + 1);
+  uint64_t until = ms_now_ns() + ns;
+  if ((r >> 4) & 1) sched_yield();
+  while (ms_now_ns() < until) ms_cpu_relax();
+}
+
+static void sleep_ns(uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+  while (nanosleep(&ts, &ts) && errno == EINTR) {
+  }
+}
+
+static void sample_row(struct ms_engine *e, const struct ms_exec_ctx *x,
+                       const struct ms_task_class *k, int row);
+
+static void trigger(struct ms_engine *e, struct plan_rt *rt, int ev, uint64_t gen) {
+  const struct ms_event *E = &rt->plan->events[ev];
+  uint64_t target = (uint64_t)E->needed * (gen + 1);
+  uint64_t old = atomic_fetch_add_explicit(&rt->counters[ev], 1, memory_order_acq_rel);
+  if (old + 1 != target) return;
+  if (e->o.mode == MS_MODE_MEGAKERNEL)
+    for (int t = E->first; t <= E->last; t++)
+      if (rt->plan->tasks[t].launch == MS_LAUNCH_JIT) MS_ASSERT(ms_mpmc_push(&rt->jit, t) == 0);
+  notify(e);
+}
+
+static void run_task(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) {
+  struct ms_engine *e = w->e;
+  const struct ms_task *k = &rt->plan->tasks[t];
+  if (e->o.shuffle) shuffle_delay(w);
+  atomic_store_explicit(&w->since, ms_now_ns(), memory_order_relaxed);
+  atomic_store_explicit(&w->running, t, memory_order_relaxed);
+  if (rt->delay_ns && rt->delay_ns[t]) sleep_ns(rt->delay_ns[t]);
+  if (k->kernel == MS_K_SAMPLE)
+    sample_row(e, &rt->x, &rt->plan->classes[k->cls], k->tile[1]);
+  else if (k->kernel != MS_K_STEP_START)  /* its body ran before publication */
+    ms_ops_run(&rt->x, t, w->id);
+  atomic_store_explicit(&w->running, -1, memory_order_relaxed);
+  atomic_store_explicit(&rt->done_gen[t], gen + 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&w->tasks_done, 1, memory_order_relaxed);
+  trigger(e, rt, k->trigger, gen);
+}
+
+/* Waits until event `ev` reached `target`, running JIT tasks meanwhile. */
+static void wait_event(struct worker *w, struct plan_rt *rt, int ev, uint64_t target, uint64_t gen,
+                       int task) {
+  struct ms_engine *e = w->e;
+  int announced = 0;
+  for (int spins = 0;;) {
+    if (atomic_load_explicit(&rt->counters[ev], memory_order_acquire) >= target) break;
+    int64_t j;
+    if (e->o.mode == MS_MODE_MEGAKERNEL && ms_mpmc_pop(&rt->jit, &j) == 0) {
+      run_task(w, rt, (int)j, gen);
+      spins = 0;
+      announced = 0;
+      continue;
+    }
+    if (!announced) {
+      atomic_store_explicit(&w->since, ms_now_ns(), memory_order_relaxed);
+      atomic_store_explicit(&w->waiting, task, memory_order_relaxed);
+      announced = 1;
+    }
+    if (++spins < 1000) {
+      ms_cpu_relax();
+    } else if (spins < 1100) {
+      sched_yield();
+    } else {
+      atomic_fetch_add_explicit(&e->sleepers, 1, memory_order_seq_cst);
+      uint32_t seq = atomic_load_explicit(&e->progress, memory_order_seq_cst);
+      if (atomic_load_explicit(&rt->counters[ev], memory_order_acquire) < target &&
+          atomic_load_explicit(&rt->jit.tail, memory_order_acquire) ==
+              atomic_load_explicit(&rt->jit.head, memory_order_acquire))
+        ms_futex_wait(&e->progress, seq, 100);
+      atomic_fetch_sub_explicit(&e->sleepers, 1, memory_order_seq_cst);
+    }
+  }
+  atomic_store_explicit(&w->waiting, -1, memory_order_relaxed);
+}
+
+/* ---- requests and the step start ---- */
+
+static void request_release(struct ms_request *r) {
+  if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
+  free(r->prompt);
+  free(r->tokens);
+  free(r->logits);
+  free(r);
+}
+
+static void request_finish(struct ms_request *r, enum ms_request_state st) {
+  r->t_done = ms_now_ns();
+  r->slot = -1;
+  atomic_store_explicit(&r->state, st, memory_order_release);
+  ms_futex_wake_all(&r->state);
+  request_release(r);
+}
+
+static int retire(struct ms_engine *e, int cancel_all) {
+  int n = 0;
+  for (int s = 0; s < e->max_rows; s++) {
+    struct slot *sl = &e->slots[s];
+    if (!sl->req || (!sl->finishing && !cancel_all)) continue;
+    for (int p = 0; p < sl->n_pages; p++) e->free_pages[e->n_free++] = sl->pages[p];
+    sl->n_pages = 0;
+    request_finish(sl->req, sl->finishing ? MS_REQ_DONE : MS_REQ_CANCELLED);
+    sl->req = NULL;
+    sl->finishing = 0;
+    n++;
+  }
+  return n;
+}
+
+static int admit(struct ms_engine *e) {
+  int n = 0;
+  for (int s = 0; s < e->max_rows; s++) {
+    if (e->slots[s].req) continue;
+    int64_t v;
+    if (ms_mpmc_pop(&e->mail, &v)) break;
+    struct ms_request *r = (struct ms_request *)(intptr_t)v;
+    struct slot *sl = &e->slots[s];
+    sl->req = r;
+    sl->pos = 0;
+    sl->next_token = r->prompt[0];
+    sl->finishing = 0;
+    sl->gen++;
+    r->slot = s;
+    r->generation = sl->gen;
+    r->t_admit = ms_now_ns();
+    atomic_store_explicit(&r->state, MS_REQ_ACTIVE, memory_order_release);
+    n++;
+  }
+  return n;
+}
+
+static int active_rows(struct ms_engine *e) {
+  int n = 0;
+  for (int s = 0; s < e->max_rows; s++)
+    if (e->slots[s].req) n++;
+  return n;
+}
+
+static void cancel_mailbox(struct ms_engine *e) {
+  int64_t v;
+  while (!ms_mpmc_pop(&e->mail, &v)) {
+    struct ms_request *r = (struct ms_request *)(intptr_t)v;
+    request_finish(r, MS_REQ_CANCELLED);
+  }
+}
+
+static int bucket_index(int rows) {
+  int i = 0;
+  while ((1 << i) < rows) i++;
+  return i;
+}
+
+/* Lays out the rows of the step: active slots in slot order, padding to the
+ * bucket, a KV page for each row's position. */
+static int layout_rows(struct ms_engine *e, int bucket) {
+  int n = 0;
+  for (int s = 0; s < e->max_rows; s++) {
+    struct slot *sl = &e->slots[s];
+    if (!sl->req) continue;
+    int need = sl->pos / e->o.page_size;
+    if (need >= sl->n_pages) {
+      MS_ASSERT(e->n_free > 0 && sl->n_pages < e->max_pages);
+      sl->pages[sl->n_pages++] = e->free_pages[--e->n_free];
+    }
+    e->row_slot[n] = s;
+    e->row_pos[n] = sl->pos;
+    e->row_token[n] = sl->next_token;
+    e->row_pages[n] = sl->pages;
+    n++;
+  }
+  for (int r = n; r < bucket; r++) {
+    e->row_slot[r] = -1;
+    e->row_pos[r] = 0;
+    e->row_token[r] = 0;
+    e->row_pages[r] = NULL;
+  }
+  return n;
+}
+
+static void log_step_end(struct ms_engine *e) {
+  pthread_mutex_lock(&e->log_mu);
+  if (e->step_log_n) e->step_log[(e->step_log_n - 1) % MS_STEP_LOG].t_end = ms_now_ns();
+  pthread_mutex_unlock(&e->log_mu);
+}
+
+/* The step-start task's body, on worker 0. Returns 0 when a stop was published. */
+static int step_begin(struct ms_engine *e) {
+  uint64_t t0 = ms_now_ns();
+  int retired = retire(e, 0), admitted = 0;
+  for (;;) {
+    admitted += admit(e);
+    if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) {
+      retired += retire(e, 1);
+      cancel_mailbox(e);
+      e->cur_stop = 1;
+      atomic_fetch_add_explicit(&e->step_seq, 1, memory_order_release);
+      ms_futex_wake_all(&e->step_seq);
+      return 0;
+    }
+    if (active_rows(e)) break;
+    uint32_t seq = atomic_load_explicit(&e->mail_seq, memory_order_acquire);
+    if (atomic_load_explicit(&e->mail.tail, memory_order_acquire) ==
+            atomic_load_explicit(&e->mail.head, memory_order_acquire) &&
+        !atomic_load_explicit(&e->stop_req, memory_order_acquire))
+      ms_futex_wait(&e->mail_seq, seq, 200);
+    t0 = ms_now_ns();  /* idle time is not step time */
+  }
+  int bucket = ms_bucket_for(active_rows(e));
+  struct plan_rt *rt = &e->rt[bucket_index(bucket)];
+  int n = layout_rows(e, bucket);
+  rt->x.meta.n_rows = n;
+  pthread_mutex_lock(&e->log_mu);
+  struct ms_step_record *rec = &e->step_log[e->step_log_n++ % MS_STEP_LOG];
+  *rec = (struct ms_step_record){.step = e->next_step, .rows = n, .bucket = bucket,
+                                 .admitted = admitted, .retired = retired, .t_begin = t0};
+  pthread_mutex_unlock(&e->log_mu);
+  e->cur_step = e->next_step++;
+  atomic_store_explicit(&e->cur_gen, rt->gen++, memory_order_relaxed);
+  atomic_store_explicit(&e->cur, rt, memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->positions, (uint64_t)n, memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->step_seq, 1, memory_order_release);
+  ms_futex_wake_all(&e->step_seq);
+  return 1;
+}
+
+/* Sampling (greedy) for one row, and the request's bookkeeping: prompt positions
+ * feed the next prompt token, later ones emit a token. Only this row's task
+ * touches this slot during the step. */
+static void sample_row(struct ms_engine *e, const struct ms_exec_ctx *x,
+                       const struct ms_task_class *k, int row) {
+  int s = x->meta.row_slot[row];
+  if (row >= x->meta.n_rows || s < 0) return;
+  struct slot *sl = &e->slots[s];
+  struct ms_request *r = sl->req;
+  int vocab = e->m->cfg.vocab;
+  const float *lg = ms_buf_row(x, k->in, 0, row);
+  int tok = ms_argmax(lg, vocab);
+  if (r->record) {
+    memcpy(r->logits + (size_t)sl->pos * (size_t)vocab, lg, sizeof(float) * (size_t)vocab);
+    atomic_store_explicit(&r->n_logits, sl->pos + 1, memory_order_release);
+  }
+  sl->pos++;
+  if (sl->pos < r->n_prompt) {
+    sl->next_token = r->prompt[sl->pos];
+    return;
+  }
+  int n = atomic_load_explicit(&r->n_tokens, memory_order_relaxed);
+  r->tokens[n] = tok;
+  if (n == 0) r->t_first = ms_now_ns();
+  atomic_store_explicit(&r->n_tokens, n + 1, memory_order_release);
+  atomic_fetch_add_explicit(&e->tokens, 1, memory_order_relaxed);
+  sl->next_token = tok;
+  if (n + 1 >= r->max_new || (r->stop_eos && tok == e->m->cfg.eos)) sl->finishing = 1;
+}
+
+/* ---- worker loops ---- */
+
+static uint32_t wait_step(struct ms_engine *e, uint32_t seen) {
+  for (int i = 0;; i++) {
+    uint32_t s = atomic_load_explicit(&e->step_seq, memory_order_acquire);
+    if (s != seen) return s;
+    if (i < 1000)
+      ms_cpu_relax();
+    else if (i < 1100)
+      sched_yield();
+    else
+      ms_futex_wait(&e->step_seq, seen, 200);
+  }
+}
+
+static void run_megakernel_step(struct worker *w, struct plan_rt *rt, uint64_t gen) {
+  const struct ms_plan *p = rt->plan;
+  for (int i = 0; i < rt->aot_n[w->id]; i++) {
+    int t = rt->aot_q[w->id][i];
+    int ev = p->tasks[t].wait;
+    if (ev >= 0) wait_event(w, rt, ev, (uint64_t)p->events[ev].needed * (gen + 1), gen, t);
+    run_task(w, rt, t, gen);
+  }
+  int end = p->end_event;
+  wait_event(w, rt, end, (uint64_t)p->events[end].needed * (gen + 1), gen, -1);
+}
+
+static void run_per_op_step(struct worker *w, struct plan_rt *rt, uint64_t gen) {
+  int i = 0;
+  for (int s = 0; s < rt->n_stages; s++) {
+    for (; i < rt->op_end[w->id][s]; i++) run_task(w, rt, rt->op_q[w->id][i], gen);
+    ms_barrier_wait(&w->e->bar);
+  }
+}
+
+static void *worker_main(void *arg) {
+  struct worker *w = arg;
+  struct ms_engine *e = w->e;
+  uint32_t seen = 0;
+  for (;;) {
+    if (w->id == 0) {
+      if (e->step_log_n) log_step_end(e);
+      if (e->step_log_n) atomic_fetch_add_explicit(&e->steps, 1, memory_order_relaxed);
+      step_begin(e);
+    }
+    seen = wait_step(e, seen);
+    if (e->cur_stop) break;
+    struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
+    uint64_t gen = atomic_load_explicit(&e->cur_gen, memory_order_relaxed);
+    if (e->o.mode == MS_MODE_PER_OP)
+      run_per_op_step(w, rt, gen);
+    else
+      run_megakernel_step(w, rt, gen);
+  }
+  return NULL;
+}
+
+/* ---- building the runtime's view of a plan ---- */
+
+static int stage_of(const struct ms_plan *p, int t) {
+  const struct ms_task *k = &p->tasks[t];
+  if (k->kernel != MS_K_EMPTY) return k->cls;
+  /* an empty task runs with the operator of the producer it stands behind */
+  return p->tasks[p->trig[p->trig_off[k->wait]]].cls;
+}
+
+static int place(struct ms_engine *e, uint64_t *rng, int *rr) {
+  if (e->o.shuffle) return (int)(rng_next(rng) % (uint64_t)e->n_workers);
+  int w = *rr;
+  *rr = (w + 1) % e->n_workers;
+  return w;
+}
+
+static int rt_queues(struct ms_engine *e, struct plan_rt *rt, uint64_t seed) {
+  const struct ms_plan *p = rt->plan;
+  int W = e->n_workers, rr = 0;
+  uint64_t rng = seed | 1;
+  int *owner = malloc((size_t)p->n_tasks * sizeof *owner);
+  rt->aot_q = calloc((size_t)W, sizeof *rt->aot_q);
+  rt->aot_n = calloc((size_t)W, sizeof *rt->aot_n);
+  rt->op_q = calloc((size_t)W, sizeof *rt->op_q);
+  rt->op_n = calloc((size_t)W, sizeof *rt->op_n);
+  rt->op_end = calloc((size_t)W, sizeof *rt->op_end);
+  rt->n_stages = p->n_classes;
+  if (!owner || !rt->aot_q || !rt->aot_n || !rt->op_q || !rt->op_n || !rt->op_end) goto fail;
+  for (int w = 0; w < W; w++) {
+    rt->aot_q[w] = malloc(((size_t)p->n_tasks + 1) * sizeof(int32_t));
+    rt->op_q[w] = malloc(((size_t)p->n_tasks + 1) * sizeof(int32_t));
+    rt->op_end[w] = calloc((size_t)rt->n_stages, sizeof(int32_t));
+    if (!rt->aot_q[w] || !rt->op_q[w] || !rt->op_end[w]) goto fail;
+  }
+  /* AOT: round-robin (or random) in plan order, so every queue is in topological
+   * order; the step start always on worker 0, which ran its body. */
+  for (int t = 0; t < p->n_tasks; t++) {
+    if (p->tasks[t].launch != MS_LAUNCH_AOT) continue;
+    int w = t == 0 ? 0 : place(e, &rng, &rr);
+    rt->aot_q[w][rt->aot_n[w]++] = t;
+  }
+  /* per-op: every task (JIT included) placed by stage. */
+  for (int t = 0; t < p->n_tasks; t++) owner[t] = t == 0 ? 0 : place(e, &rng, &rr);
+  for (int s = 0; s < rt->n_stages; s++)
+    for (int w = 0; w < W; w++) rt->op_end[w][s] = rt->op_n[w];
+  for (int s = 0; s < rt->n_stages; s++) {
+    for (int t = 0; t < p->n_tasks; t++)
+      if (stage_of(p, t) == s) rt->op_q[owner[t]][rt->op_n[owner[t]]++] = t;
+    for (int w = 0; w < W; w++) rt->op_end[w][s] = rt->op_n[w];
+  }
+  free(owner);
+  return 0;
+fail:
+  free(owner);
+  return -ENOMEM;
+}
+
+static void rt_free(struct ms_engine *e, struct plan_rt *rt) {
+  for (int w = 0; w < e->n_workers; w++) {
+    if (rt->aot_q) free(rt->aot_q[w]);
+    if (rt->op_q) free(rt->op_q[w]);
+    if (rt->op_end) free(rt->op_end[w]);
+  }
+  free(rt->aot_q);
+  free(rt->aot_n);
+  free(rt->op_q);
+  free(rt->op_n);
+  free(rt->op_end);
+  free((void *)rt->counters);
+  free((void *)rt->done_gen);
+  free(rt->delay_ns);
+  free(rt->cls_w);
+  ms_mpmc_destroy(&rt->jit);
+  ms_plan_free(rt->plan);
+}
+
+static int rt_init(struct ms_engine *e, struct plan_rt *rt, int batch, struct ms_textbuf *log) {
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes};
+  rt->plan = ms_plan_compile(e->m, &co, log);
+  if (!rt->plan) return -errno;
+  if (e->o.plan_hook) e->o.plan_hook(rt->plan, e->o.plan_hook_user);
+  const struct ms_plan *p = rt->plan;
+  rt->counters = calloc((size_t)p->n_events, sizeof *rt->counters);
+  rt->done_gen = calloc((size_t)p->n_tasks, sizeof *rt->done_gen);
+  rt->cls_w = calloc((size_t)p->n_classes, sizeof *rt->cls_w);
+  if (!rt->counters || !rt->done_gen || !rt->cls_w) return -ENOMEM;
+  if (ms_mpmc_init(&rt->jit, (uint64_t)p->stats.jit_tasks + 2)) return -ENOMEM;
+  ms_ops_bind_weights(p, e->m, rt->cls_w);
+  int rc = rt_queues(e, rt, e->o.seed * 0x9e3779b97f4a7c15ull + (uint64_t)batch);
+  if (rc) return rc;
+  rt->x = (struct ms_exec_ctx){
+      .m = e->m, .plan = p, .buf = e->buf, .max_rows = e->max_rows,
+      .cls_w = (const struct ms_weight *const (*)[3])rt->cls_w,
+      .meta = {.row_slot = e->row_slot, .row_pos = e->row_pos, .row_token = e->row_token,
+               .row_pages = e->row_pages},
+      .k_pool = e->k_pool, .v_pool = e->v_pool, .page_size = e->o.page_size,
+      .pool_pages = e->pool_pages, .scratch = e->scratch};
+  return 0;
+}
+
+/* Activation buffers, KV pool, slots, rows: sized for max_rows, shared by plans. */
+static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
+  const struct ms_model_config *c = &e->m->cfg;
+  e->n_bufs = p->n_bufs;
+  e->buf = calloc((size_t)p->n_bufs, sizeof *e->buf);
+  if (!e->buf) return -ENOMEM;
+  for (int b = 0; b < p->n_bufs; b++) {
+    if (p->bufs[b].logical) continue;
+    e->buf[b] = calloc((size_t)p->bufs[b].planes * (size_t)e->max_rows * (size_t)p->bufs[b].cols, sizeof(float));
+    if (!e->buf[b]) return -ENOMEM;
+  }
+  e->max_pages = (e->o.max_ctx + e->o.page_size - 1) / e->o.page_size;
+  e->pool_pages = e->max_pages * e->max_rows;
+  size_t kv = (size_t)c->n_layers * (size_t)e->pool_pages * (size_t)e->o.page_size *
+              (size_t)c->n_kv_heads * (size_t)c->head_dim;
+  e->k_pool = calloc(kv, sizeof(float));
+  e->v_pool = calloc(kv, sizeof(float));
+  e->free_pages = malloc((size_t)e->pool_pages * sizeof *e->free_pages);
+  e->slots = calloc((size_t)e->max_rows, sizeof *e->slots);
+  e->row_slot = calloc((size_t)e->max_rows, sizeof(int));
+  e->row_pos = calloc((size_t)e->max_rows, sizeof(int));
+  e->row_token = calloc((size_t)e->max_rows, sizeof(int));
+  e->row_pages = calloc((size_t)e->max_rows, sizeof(int32_t *));
+  e->scratch = calloc((size_t)e->n_workers, sizeof *e->scratch);
+  if (!e->k_pool || !e->v_pool || !e->free_pages || !e->slots || !e->row_slot || !e->row_pos ||
+      !e->row_token || !e->row_pages || !e->scratch)
+    return -ENOMEM;
+  /* pages are handed out lowest first */
+  for (int i = 0; i < e->pool_pages; i++) e->free_pages[i] = e->pool_pages - 1 - i;
+  e->n_free = e->pool_pages;
+  for (int s = 0; s < e->max_rows; s++)
+    if (!(e->slots[s].pages = calloc((size_t)e->max_pages, sizeof(int32_t)))) return -ENOMEM;
+  for (int w = 0; w < e->n_workers; w++)
+    if (!(e->scratch[w] = calloc((size_t)e->o.max_ctx, sizeof(float)))) return -ENOMEM;
+  return 0;
+}
+
+static void set_defaults(struct ms_engine_opts *o) {
+  if (o->n_workers <= 0) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    o->n_workers = n > 0 ? (int)n : 1;
+  }
+  if (o->max_batch <= 0) o->max_batch = 16;
+  if (o->max_ctx <= 0) o->max_ctx = 512;
+  if (o->page_size <= 0) o->page_size = 16;
+  if (o->shuffle_max_us <= 0) o->shuffle_max_us = 50;
+}
+
+struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine_opts *o,
+                                struct ms_textbuf *log) {
+  struct ms_engine *e = calloc(1, sizeof *e);
+  int rc = -ENOMEM;
+  if (!e) return NULL;
+  memcpy(&e->o, o, o->sz < sizeof e->o ? o->sz : sizeof e->o);
+  e->o.sz = sizeof e->o;
+  set_defaults(&e->o);
+  e->m = m;
+  e->n_workers = e->o.n_workers;
+  if (e->o.max_batch > 4096 || e->n_workers > 1024) {
+    ms_textbuf_printf(log, "engine: max_batch %d (at most 4096) or workers %d (at most 1024) out of range\n",
+                      e->o.max_batch, e->n_workers);
+    rc = -EINVAL;
+    goto fail;
+  }
+  e->max_rows = ms_bucket_for(e->o.max_batch);
+  e->n_buckets = bucket_index(e->max_rows) + 1;
+  pthread_mutex_init(&e->log_mu, NULL);
+  ms_barrier_init(&e->bar, e->n_workers);
+  if (ms_mpmc_init(&e->mail, 1024)) goto fail;
+  for (int i = 0; i < e->n_buckets; i++) {
+    if (i == 0) {
+      /* storage first: the plans' runtime contexts point into it */
+      struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = e->o.tile_bytes};
+      struct ms_plan *p0 = ms_plan_compile(m, &co, log);
+      if (!p0) {
+        rc = -errno;
+        goto fail;
+      }
+      rc = alloc_storage(e, p0);
+      ms_plan_free(p0);
+      if (rc) goto fail;
+    }
+    if ((rc = rt_init(e, &e->rt[i], 1 << i, log))) goto fail;
+  }
+  e->workers = calloc((size_t)e->n_workers, sizeof *e->workers);
+  if (!e->workers) goto fail;
+  for (int w = 0; w < e->n_workers; w++) {
+    struct worker *wk = &e->workers[w];
+    wk->e = e;
+    wk->id = w;
+    wk->rng = (e->o.seed + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)(w + 1) * 0xbf58476d1ce4e5b9ull;
+    if (!wk->rng) wk->rng = 1;
+    atomic_init(&wk->running, -1);
+    atomic_init(&wk->waiting, -1);
+  }
+  for (int w = 0; w < e->n_workers; w++)
+    if (pthread_create(&e->workers[w].th, NULL, worker_main, &e->workers[w])) {
+      /* Worker 0, when it started, publishes the stop and the others exit on it. */
+      atomic_store(&e->stop_req, 1);
+      atomic_fetch_add(&e->mail_seq, 1);
+      ms_futex_wake_all(&e->mail_seq);
+      for (int j = 0; j < w; j++) pthread_join(e->workers[j].th, NULL);
+      rc = -EAGAIN;
+      goto fail;
+    }
+  if (e->o.watchdog_ms > 0) {
+    e->watchdog_on = !pthread_create(&e->watchdog, NULL, ms_watchdog_main, e);
+  }
+  return e;
+fail:
+  ms_textbuf_printf(log, "engine: %s\n", ms_strerror(rc));
+  free(e->workers);
+  e->workers = NULL;
+  for (int i = 0; i < e->n_buckets; i++) rt_free(e, &e->rt[i]);
+  e->n_buckets = 0;
+  ms_engine_free(e);
+  errno = -rc;
+  return NULL;
+}
+
+void ms_engine_free(struct ms_engine *e) {
+  if (!e) return;
+  if (e->workers) {
+    atomic_store_explicit(&e->stop_req, 1, memory_order_release);
+    atomic_fetch_add_explicit(&e->mail_seq, 1, memory_order_release);
+    ms_futex_wake_all(&e->mail_seq);
+    for (int w = 0; w < e->n_workers; w++) pthread_join(e->workers[w].th, NULL);
+  }
+  if (e->watchdog_on) {
+    atomic_store(&e->wd_stop, 1);
+    ms_futex_wake_all(&e->wd_stop);
+    pthread_join(e->watchdog, NULL);
+  }
+  free(e->workers);
+  for (int i = 0; i < e->n_buckets; i++) rt_free(e, &e->rt[i]);
+  if (e->buf)
+    for (int b = 0; b < e->n_bufs; b++) free(e->buf[b]);
+  free(e->buf);
+  free(e->k_pool);
+  free(e->v_pool);
+  free(e->free_pages);
+  if (e->slots)
+    for (int s = 0; s < e->max_rows; s++) free(e->slots[s].pages);
+  free(e->slots);
+  free(e->row_slot);
+  free(e->row_pos);
+  free(e->row_token);
+  free(e->row_pages);
+  if (e->scratch)
+    for (int w = 0; w < e->o.n_workers; w++) free(e->scratch[w]);
+  free(e->scratch);
+  ms_mpmc_destroy(&e->mail);
+  pthread_mutex_destroy(&e->log_mu);
+  free(e);
+}
+
+int ms_engine_n_workers(const struct ms_engine *e) { return e->n_workers; }
+enum ms_mode ms_engine_mode(const struct ms_engine *e) { return e->o.mode; }
+
+const struct ms_plan *ms_engine_plan(const struct ms_engine *e, int rows) {
+  int i = bucket_index(rows < 1 ? 1 : rows);
+  return i < e->n_buckets ? e->rt[i].plan : NULL;
+}
+
+/* ---- the request API ---- */
+
+struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request_opts *o) {
+  if (!o->prompt || o->n_prompt < 1 || o->max_new_tokens < 1) {
+    errno = EINVAL;
+    return NULL;
+  }
+  for (int i = 0; i < o->n_prompt; i++)
+    if (o->prompt[i] < 0 || o->prompt[i] >= e->m->cfg.vocab) {
+      errno = EINVAL;
+      return NULL;
+    }
+  int positions = o->n_prompt + o->max_new_tokens - 1;
+  if (positions > e->o.max_ctx) {
+    errno = E2BIG;
+    return NULL;
+  }
+  struct ms_request *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->e = e;
+  r->n_prompt = o->n_prompt;
+  r->max_new = o->max_new_tokens;
+  r->stop_eos = o->stop_at_eos && e->m->cfg.eos >= 0;
+  r->record = o->record_logits;
+  r->slot = -1;
+  r->prompt = malloc((size_t)o->n_prompt * sizeof *r->prompt);
+  r->tokens = malloc((size_t)o->max_new_tokens * sizeof *r->tokens);
+  if (r->record) r->logits = malloc((size_t)positions * (size_t)e->m->cfg.vocab * sizeof(float));
+  if (!r->prompt || !r->tokens || (r->record && !r->logits)) {
+    free(r->prompt);
+    free(r->tokens);
+    free(r->logits);
+    free(r);
+    errno = ENOMEM;
+    return NULL;
+  }
+  memcpy(r->prompt, o->prompt, (size_t)o->n_prompt * sizeof *r->prompt);
+  atomic_init(&r->refs, 2);
+  atomic_init(&r->state, MS_REQ_QUEUED);
+  r->t_submit = ms_now_ns();
+  if (atomic_load(&e->stop_req) || ms_mpmc_push(&e->mail, (int64_t)(intptr_t)r)) {
+    free(r->prompt);
+    free(r->tokens);
+    free(r->logits);
+    free(r);
+    errno = EAGAIN;
+    return NULL;
+  }
+  atomic_fetch_add_explicit(&e->mail_seq, 1, memory_order_release);
+  ms_futex_wake_all(&e->mail_seq);
+  return r;
+}
+
+int ms_request_wait(struct ms_request *r, int timeout_ms) {
+  uint64_t until = timeout_ms >= 0 ? ms_now_ns() + (uint64_t)timeout_ms * 1000000ull : UINT64_MAX;
+  for (;;) {
+    uint32_t s = atomic_load_explicit(&r->state, memory_order_acquire);
+    if (s == MS_REQ_DONE || s == MS_REQ_CANCELLED) return 0;
+    uint64_t now = ms_now_ns();
+    if (now >= until) return -ETIMEDOUT;
+    uint64_t left_ms = (until - now) / 1000000ull + 1;
+    ms_futex_wait(&r->state, s, left_ms > 100 ? 100 : (int)left_ms);
+  }
+}
+
+void ms_request_get_info(const struct ms_request *r, struct ms_request_info *out) {
+  struct ms_request *w = (struct ms_request *)r;
+  out->state = atomic_load_explicit(&w->state, memory_order_acquire);
+  out->slot = r->slot;
+  out->generation = r->generation;
+  out->n_prompt = r->n_prompt;
+  out->n_tokens = atomic_load_explicit(&w->n_tokens, memory_order_acquire);
+  out->tokens = r->tokens;
+  out->n_logits = atomic_load_explicit(&w->n_logits, memory_order_acquire);
+  out->logits = r->logits;
+  out->t_submit = r->t_submit;
+  out->t_admit = r->t_admit;
+  out->t_first = r->t_first;
+  out->t_done = r->t_done;
+}
+
+void ms_request_free(struct ms_request *r) {
+  if (r) request_release(r);
+}
+
+/* ---- read-outs and faults ---- */
+
+void ms_engine_get_stats(const struct ms_engine *e, struct ms_engine_stats *out) {
+  struct ms_engine *m = (struct ms_engine *)e;
+  memset(out, 0, sizeof *out);
+  out->steps = atomic_load(&m->steps);
+  out->tokens = atomic_load(&m->tokens);
+  out->positions = atomic_load(&m->positions);
+  out->stalls = atomic_load(&m->stalls);
+  out->n_workers = e->n_workers;
+  for (int w = 0; w < e->n_workers; w++) out->tasks += atomic_load(&m->workers[w].tasks_done);
+}
+
+int ms_engine_step_log(const struct ms_engine *e, struct ms_step_record *out, int max) {
+  struct ms_engine *m = (struct ms_engine *)e;
+  pthread_mutex_lock(&m->log_mu);
+  uint64_t n = m->step_log_n, have = n < MS_STEP_LOG ? n : MS_STEP_LOG;
+  if ((uint64_t)max > have) max = (int)have;
+  for (int i = 0; i < max; i++) out[i] = m->step_log[(n - (uint64_t)max + (uint64_t)i) % MS_STEP_LOG];
+  pthread_mutex_unlock(&m->log_mu);
+  return max;
+}
+
+int ms_engine_set_task_delay(struct ms_engine *e, int rows, int task, uint64_t ns) {
+  int i = bucket_index(rows < 1 ? 1 : rows);
+  if (i >= e->n_buckets) return -EINVAL;
+  struct plan_rt *rt = &e->rt[i];
+  if (task < 0 || task >= rt->plan->n_tasks) return -EINVAL;
+  /* Set before the plan runs (the array is read by workers without locks). */
+  if (!rt->delay_ns && !(rt->delay_ns = calloc((size_t)rt->plan->n_tasks, sizeof(uint64_t)))) return -ENOMEM;
+  rt->delay_ns[task] = ns;
+  return 0;
+}
+
+uint64_t ms_engine_last_stall(const struct ms_engine *e, char *buf, size_t n) {
+  struct ms_engine *m = (struct ms_engine *)e;
+  pthread_mutex_lock(&m->log_mu);
+  snprintf(buf, n, "%s", m->stall_report);
+  pthread_mutex_unlock(&m->log_mu);
+  return atomic_load(&m->stalls);
+}

@@ -1,0 +1,16 @@
+/* SPDX-License-Identifier: MIT */
+/* The megascope CLI: one file per subcommand, each an entry `int cmd_X(argc, argv)`
+ * where argv[0] is the subcommand's name. The CLI alone owns stderr and exit codes:
+ * 0 success, 1 the work failed (a check, a rejection), 2 a usage error. */
+#ifndef MS_TOOLS_CLI_H
+#define MS_TOOLS_CLI_H
+
+int cmd_compile(int argc, char **argv);
+int cmd_run(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+int cmd_bpf(int argc, char **argv);
+
+/* Installs a log sink that prints "megascope: LEVEL: msg" on stderr. */
+void cli_log_init(int verbose);
+
+#endif

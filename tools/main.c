@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope: the command-line front end. Dispatches to one subcommand. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli.h"
+#include "megascope/base.h"
+
+struct cli_cmd {
+  const char *name;
+  const char *summary;
+  int (*fn)(int argc, char **argv);
+};
+
+static const struct cli_cmd cmds[] = {
+    {"compile", "compile a model's decode step into a task graph (plan)", cmd_compile},
+    {"run", "run decode steps in the persistent megakernel runtime", cmd_run},
+    {"bench", "benchmarks (decode: megakernel vs per-op vs bandwidth bound)", cmd_bench},
+    {"bpf", "eBPF tools (conformance suite, assembler, disassembler)", cmd_bpf},
+};
+
+static void usage(FILE *f) {
+  fprintf(f, "usage: megascope <command> [options]\n\ncommands:\n");
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    fprintf(f, "  %-10s %s\n", cmds[i].name, cmds[i].summary);
+  fprintf(f, "\n'megascope <command> --help' describes a command.\n");
+}
+
+static void log_to_stderr(void *user, enum ms_log_level level, const char *msg) {
+  static const char *names[] = {"error", "warning", "info", "debug"};
+  fprintf(stderr, "megascope: %s: %s\n", names[level], msg);
+}
+
+void cli_log_init(int verbose) {
+  ms_log_set(log_to_stderr, NULL, verbose ? MS_LOG_DEBUG : MS_LOG_INFO);
+}
+
+int main(int argc, char **argv) {
+  cli_log_init(0);
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+    usage(stdout);
+    return 0;
+  }
+  for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+    if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "megascope: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

@@ -6,6 +6,10 @@
 #include "cli.h"
 #include "megascope/base.h"
 
+/* The eBPF subcommand lives in its own file; until it is linked in, the command
+ * reports itself unavailable. */
+int cmd_bpf(int argc, char **argv) __attribute__((weak));
+
 struct cli_cmd {
   const char *name;
   const char *summary;
@@ -46,7 +50,13 @@ int main(int argc, char **argv) {
     return 0;
   }
   for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-    if (!strcmp(argv[1], cmds[i].name)) return cmds[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], cmds[i].name)) {
+      if (!cmds[i].fn) {
+        fprintf(stderr, "megascope: '%s' is not available in this build\n", argv[1]);
+        return 2;
+      }
+      return cmds[i].fn(argc - 1, argv + 1);
+    }
   fprintf(stderr, "megascope: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

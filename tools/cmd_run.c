@@ -1,0 +1,265 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope run: decode a batch of requests in the persistent runtime, and
+ * optionally check every position's logits against the reference forward. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "megascope/engine.h"
+#include "megascope/json.h"
+#include "megascope/reference.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: megascope run --synthetic PRESET [options]\n\n"
+          "Decodes requests in the persistent megakernel runtime (continuous batching).\n\n" CLI_MODEL_HELP
+          "  --batch N            most rows decoded together (default 4)\n"
+          "  --requests N         requests to send (default: --batch); more than --batch\n"
+          "                       join as earlier ones finish\n"
+          "  --steps N            tokens each request generates (default 16)\n"
+          "  --prompt-len N       longest prompt; prompts vary from 1 to N (default 8)\n"
+          "  --mode M             megakernel (default) or per-op\n"
+          "  --workers N          worker threads (default: one per core)\n"
+          "  --shuffle            random delays before tasks and random AOT placement\n"
+          "  --seed S             seed of --shuffle (default 1)\n"
+          "  --max-ctx N          positions per request (default 512)\n"
+          "  --tile-kb K          target weight KiB per GEMV task (default 64)\n"
+          "  --watchdog-ms N      report a stall after N ms without progress (default 2000)\n"
+          "  --check              compare every position's logits with the reference forward\n"
+          "  --tolerance X        largest allowed |logit difference| with --check (default 1e-3)\n"
+          "  --json               print the result as JSON\n"
+          "  -h, --help           this text\n");
+}
+
+struct run_args {
+  struct cli_model cm;
+  long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, watchdog_ms;
+  int shuffle, check, as_json;
+  uint64_t seed;
+  double tolerance;
+  enum ms_mode mode;
+};
+
+static int parse(int argc, char **argv, struct run_args *a) {
+  static const struct option opts[] = {
+      {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
+      {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
+      {"requests", required_argument, 0, 0}, {"steps", required_argument, 0, 0},
+      {"prompt-len", required_argument, 0, 0}, {"mode", required_argument, 0, 0},
+      {"workers", required_argument, 0, 0},  {"shuffle", no_argument, 0, 0},
+      {"seed", required_argument, 0, 0},     {"max-ctx", required_argument, 0, 0},
+      {"tile-kb", required_argument, 0, 0},  {"watchdog-ms", required_argument, 0, 0},
+      {"check", no_argument, 0, 0},          {"tolerance", required_argument, 0, 0},
+      {"json", no_argument, 0, 0},           {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
+                         .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = 1e-3};
+  int c, idx;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    if (c == 'h') {
+      usage(stdout);
+      exit(0);
+    }
+    if (c != 0) return -1;
+    const char *n = opts[idx].name;
+    int r = cli_model_opt(&a->cm, n, optarg);
+    if (r < 0) return -1;
+    if (r) continue;
+    if (!strcmp(n, "batch")) r = cli_int("--batch", optarg, 1, 4096, &a->batch);
+    else if (!strcmp(n, "requests")) r = cli_int("--requests", optarg, 1, 1 << 20, &a->requests);
+    else if (!strcmp(n, "steps")) r = cli_int("--steps", optarg, 1, 1 << 20, &a->steps);
+    else if (!strcmp(n, "prompt-len")) r = cli_int("--prompt-len", optarg, 1, 1 << 20, &a->prompt_len);
+    else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &a->workers);
+    else if (!strcmp(n, "max-ctx")) r = cli_int("--max-ctx", optarg, 1, 1 << 20, &a->max_ctx);
+    else if (!strcmp(n, "tile-kb")) r = cli_int("--tile-kb", optarg, 1, 1 << 20, &a->tile_kb);
+    else if (!strcmp(n, "watchdog-ms")) r = cli_int("--watchdog-ms", optarg, 0, 1 << 30, &a->watchdog_ms);
+    else if (!strcmp(n, "seed")) r = cli_u64("--seed", optarg, &a->seed);
+    else if (!strcmp(n, "shuffle")) a->shuffle = 1;
+    else if (!strcmp(n, "check")) a->check = 1;
+    else if (!strcmp(n, "json")) a->as_json = 1;
+    else if (!strcmp(n, "mode")) {
+      if (ms_mode_parse(optarg, &a->mode)) {
+        fprintf(stderr, "megascope run: --mode '%s': expected megakernel or per-op\n", optarg);
+        return -1;
+      }
+    } else if (!strcmp(n, "tolerance")) {
+      char *end;
+      a->tolerance = strtod(optarg, &end);
+      if (*end || !(a->tolerance >= 0)) {
+        fprintf(stderr, "megascope run: --tolerance '%s': expected a non-negative number\n", optarg);
+        return -1;
+      }
+    }
+    if (r) return -1;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "megascope run: unexpected argument '%s'\n", argv[optind]);
+    return -1;
+  }
+  if (a->requests < 0) a->requests = a->batch;
+  return 0;
+}
+
+/* Prompt i: length 1 + (7i mod prompt_len), tokens from a fixed hash of (i, j), so
+ * every run of the same arguments feeds the same text. */
+static int make_prompt(long i, long prompt_len, int vocab, int32_t *out) {
+  int n = 1 + (int)((7 * i) % prompt_len);
+  for (int j = 0; j < n; j++) {
+    uint64_t h = (uint64_t)(i + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)(j + 1) * 0xc2b2ae3d27d4eb4full;
+    h ^= h >> 29;
+    out[j] = (int32_t)(h % (uint64_t)vocab);
+  }
+  return n;
+}
+
+/* Teacher-forces the reference on the request's prompt and tokens and returns
+ * the largest |logit difference| over every recorded position. */
+static double check_request(const struct ms_model *m, const struct ms_request_info *info,
+                            const int32_t *prompt, long max_ctx, int *argmax_mismatch) {
+  struct ms_ref *ref = ms_ref_new(m, (int)max_ctx);
+  float *lg = malloc(sizeof(float) * (size_t)m->cfg.vocab);
+  double worst = INFINITY;
+  if (!ref || !lg) goto out;
+  worst = 0;
+  for (int pos = 0; pos < info->n_logits; pos++) {
+    int tok = pos < info->n_prompt ? prompt[pos] : info->tokens[pos - info->n_prompt];
+    if (ms_ref_step(ref, tok, lg)) {
+      worst = INFINITY;
+      break;
+    }
+    const float *got = info->logits + (size_t)pos * (size_t)m->cfg.vocab;
+    for (int v = 0; v < m->cfg.vocab; v++) {
+      double d = fabs((double)got[v] - (double)lg[v]);
+      if (!(d <= worst)) worst = d;  /* NaN propagates as the worst */
+    }
+    if (pos >= info->n_prompt - 1 && ms_argmax(lg, m->cfg.vocab) != info->tokens[pos - info->n_prompt + 1])
+      (*argmax_mismatch)++;
+  }
+out:
+  free(lg);
+  ms_ref_free(ref);
+  return worst;
+}
+
+int cmd_run(int argc, char **argv) {
+  struct run_args a;
+  if (parse(argc, argv, &a)) {
+    usage(stderr);
+    return 2;
+  }
+  struct ms_model *m = cli_model_load(&a.cm);
+  if (!m) return 2;
+  int rc = 1;
+  struct ms_engine *e = NULL;
+  struct ms_request **reqs = calloc((size_t)a.requests, sizeof *reqs);
+  int32_t *prompts = malloc((size_t)a.requests * (size_t)a.prompt_len * sizeof *prompts);
+  if (!reqs || !prompts) goto out;
+
+  char logbuf[2048] = "";
+  struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
+  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .mode = a.mode,
+                              .max_batch = (int)a.batch, .max_ctx = (int)a.max_ctx,
+                              .tile_bytes = (int)a.tile_kb * 1024, .shuffle = a.shuffle,
+                              .seed = a.seed, .watchdog_ms = (int)a.watchdog_ms};
+  e = ms_engine_new(m, &eo, &log);
+  if (!e) {
+    fprintf(stderr, "megascope run: %s", logbuf);
+    goto out;
+  }
+  uint64_t t0 = ms_now_ns();
+  for (long i = 0; i < a.requests; i++) {
+    int32_t *pr = prompts + i * a.prompt_len;
+    int n = make_prompt(i, a.prompt_len, m->cfg.vocab, pr);
+    struct ms_request_opts ro = {.sz = sizeof ro, .prompt = pr, .n_prompt = n,
+                                 .max_new_tokens = (int)a.steps, .record_logits = a.check};
+    reqs[i] = ms_engine_submit(e, &ro);
+    if (!reqs[i]) {
+      fprintf(stderr, "megascope run: request %ld refused: %s%s\n", i, ms_strerror(errno),
+              errno == E2BIG ? " (prompt + steps exceed --max-ctx)" : "");
+      goto out;
+    }
+  }
+  for (long i = 0; i < a.requests; i++) ms_request_wait(reqs[i], -1);
+  uint64_t t1 = ms_now_ns();
+
+  struct ms_engine_stats st;
+  ms_engine_get_stats(e, &st);
+  double secs = (double)(t1 - t0) / 1e9, worst = 0;
+  int mismatches = 0, ok = 1;
+  if (a.check)
+    for (long i = 0; i < a.requests; i++) {
+      struct ms_request_info info;
+      ms_request_get_info(reqs[i], &info);
+      double d = check_request(m, &info, prompts + i * a.prompt_len, a.max_ctx, &mismatches);
+      if (!(d <= worst)) worst = d;
+    }
+  if (a.check && !(worst <= a.tolerance)) ok = 0;
+
+  if (a.as_json) {
+    struct ms_json j;
+    ms_json_init(&j, stdout, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "model", m->cfg.name);
+    ms_json_kstr(&j, "dtype", ms_dtype_name(m->cfg.dtype));
+    ms_json_kstr(&j, "mode", ms_mode_name(a.mode));
+    ms_json_kint(&j, "workers", ms_engine_n_workers(e));
+    ms_json_kint(&j, "batch", a.batch);
+    ms_json_kint(&j, "requests", a.requests);
+    ms_json_kbool(&j, "shuffle", a.shuffle);
+    ms_json_kuint(&j, "seed", a.seed);
+    ms_json_kuint(&j, "engine_steps", st.steps);
+    ms_json_kuint(&j, "positions", st.positions);
+    ms_json_kuint(&j, "tasks_executed", st.tasks);
+    ms_json_kuint(&j, "generated_tokens", st.tokens);
+    ms_json_knum(&j, "seconds", secs);
+    ms_json_knum(&j, "tokens_per_s", (double)st.tokens / secs);
+    if (a.check) {
+      ms_json_knum(&j, "max_abs_logit_diff", worst);
+      ms_json_knum(&j, "tolerance", a.tolerance);
+      ms_json_kint(&j, "reference_argmax_mismatches", mismatches);
+      ms_json_kbool(&j, "check_passed", ok);
+    }
+    ms_json_key(&j, "tokens");
+    ms_json_arr_begin(&j);
+    for (long i = 0; i < a.requests; i++) {
+      struct ms_request_info info;
+      ms_request_get_info(reqs[i], &info);
+      ms_json_arr_begin(&j);
+      for (int k = 0; k < info.n_tokens; k++) ms_json_int(&j, info.tokens[k]);
+      ms_json_arr_end(&j);
+    }
+    ms_json_arr_end(&j);
+    ms_json_obj_end(&j);
+    ms_json_end(&j);
+  } else {
+    printf("%s (%s) %s, %d workers: %ld requests, %llu tokens in %.3f s (%.1f tokens/s), %llu steps, %llu tasks\n",
+           m->cfg.name, ms_dtype_name(m->cfg.dtype), ms_mode_name(a.mode), ms_engine_n_workers(e), a.requests,
+           (unsigned long long)st.tokens, secs, (double)st.tokens / secs, (unsigned long long)st.steps,
+           (unsigned long long)st.tasks);
+    for (long i = 0; i < a.requests && i < 8; i++) {
+      struct ms_request_info info;
+      ms_request_get_info(reqs[i], &info);
+      printf("  request %ld (prompt %d): ", i, info.n_prompt);
+      for (int k = 0; k < info.n_tokens && k < 16; k++) printf("%d ", info.tokens[k]);
+      printf("%s\n", info.n_tokens > 16 ? "..." : "");
+    }
+    if (a.check)
+      printf("check: max |logit diff| vs reference %.3g (tolerance %.3g): %s\n", worst, a.tolerance,
+             ok ? "passed" : "FAILED");
+  }
+  rc = ok ? 0 : 1;
+out:
+  if (reqs)
+    for (long i = 0; i < a.requests; i++) ms_request_free(reqs[i]);
+  ms_engine_free(e);
+  free(reqs);
+  free(prompts);
+  ms_model_free(m);
+  return rc;
+}

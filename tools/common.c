@@ -1,0 +1,64 @@
+/* SPDX-License-Identifier: MIT */
+/* Shared CLI helpers. */
+#include "common.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "megascope/base.h"
+
+int cli_model_opt(struct cli_model *cm, const char *name, const char *arg) {
+  if (!strcmp(name, "synthetic")) cm->preset = arg;
+  else if (!strcmp(name, "dtype")) cm->dtype = arg;
+  else if (!strcmp(name, "model-seed")) return cli_u64("--model-seed", arg, &cm->seed) ? -1 : 1;
+  else return 0;
+  return 1;
+}
+
+struct ms_model *cli_model_load(const struct cli_model *cm) {
+  if (!cm->preset) {
+    fprintf(stderr, "megascope: no model: give --synthetic PRESET\n");
+    return NULL;
+  }
+  enum ms_dtype dt = MS_DTYPE_F32;
+  if (cm->dtype && ms_dtype_parse(cm->dtype, &dt)) {
+    fprintf(stderr, "megascope: --dtype '%s': expected f32 or bf16\n", cm->dtype);
+    return NULL;
+  }
+  struct ms_model_config cfg;
+  if (ms_preset_config(cm->preset, dt, &cfg)) {
+    fprintf(stderr, "megascope: unknown preset '%s'; presets:", cm->preset);
+    for (int i = 0; ms_preset_names[i]; i++) fprintf(stderr, " %s", ms_preset_names[i]);
+    fprintf(stderr, "\n");
+    return NULL;
+  }
+  struct ms_model *m = ms_model_synth(&cfg, cm->seed ? cm->seed : 1);
+  if (!m) fprintf(stderr, "megascope: cannot build model '%s': %s\n", cm->preset, ms_strerror(errno));
+  return m;
+}
+
+int cli_int(const char *opt, const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) {
+    fprintf(stderr, "megascope: %s '%s': expected an integer in %ld..%ld\n", opt, s, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+int cli_u64(const char *opt, const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  unsigned long long v = strtoull(s, &end, 0);
+  if (errno || end == s || *end || s[0] == '-') {
+    fprintf(stderr, "megascope: %s '%s': expected a non-negative integer\n", opt, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}

@@ -15,6 +15,7 @@ static void usage(FILE *f) {
           "Compiles one decode step into an SM-level task graph and reports it.\n\n" CLI_MODEL_HELP
           "  --batch N|all        batch bucket (default 1); 'all': every bucket 1..16\n"
           "  --tile-kb K          target weight KiB per GEMV task (default 64)\n"
+          "  --tile-rows N        fixed output rows per GEMV task (overrides --tile-kb)\n"
           "  --stats              print the plan statistics (the default output)\n"
           "  --json               print them as JSON\n"
           "  --schema-out FILE    write the task schema (versioned JSON) to FILE\n"
@@ -60,10 +61,11 @@ int cmd_compile(int argc, char **argv) {
       {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
       {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
       {"tile-kb", required_argument, 0, 0},   {"stats", no_argument, 0, 0},
+      {"tile-rows", required_argument, 0, 0},
       {"json", no_argument, 0, 0},            {"schema-out", required_argument, 0, 0},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct cli_model cm = {0};
-  long batch = 1, tile_kb = 64;
+  long batch = 1, tile_kb = 64, tile_rows = 0;
   int all = 0, as_json = 0;
   const char *schema_out = NULL;
   int c, idx;
@@ -86,6 +88,8 @@ int cmd_compile(int argc, char **argv) {
       else if (cli_int("--batch", optarg, 1, 4096, &batch)) return 2;
     } else if (!strcmp(n, "tile-kb")) {
       if (cli_int("--tile-kb", optarg, 1, 1 << 20, &tile_kb)) return 2;
+    } else if (!strcmp(n, "tile-rows")) {
+      if (cli_int("--tile-rows", optarg, 1, 1 << 20, &tile_rows)) return 2;
     } else if (!strcmp(n, "json")) {
       as_json = 1;
     } else if (!strcmp(n, "schema-out")) {
@@ -110,7 +114,8 @@ int cmd_compile(int argc, char **argv) {
   for (int b = all ? 1 : (int)batch; b <= (all ? 16 : (int)batch); b *= 2) {
     char logbuf[1024] = "";
     struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
-    struct ms_compile_opts co = {.sz = sizeof co, .batch = b, .tile_bytes = (int)tile_kb * 1024};
+    struct ms_compile_opts co = {.sz = sizeof co, .batch = b, .tile_bytes = (int)tile_kb * 1024,
+                                 .tile_rows = (int)tile_rows};
     struct ms_plan *p = ms_plan_compile(m, &co, &log);
     if (!p) {
       fprintf(stderr, "megascope compile: %s", logbuf[0] ? logbuf : "failed\n");

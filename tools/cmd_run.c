@@ -29,6 +29,7 @@ static void usage(FILE *f) {
           "  --seed S             seed of --shuffle (default 1)\n"
           "  --max-ctx N          positions per request (default 512)\n"
           "  --tile-kb K          target weight KiB per GEMV task (default 64)\n"
+          "  --tile-rows N        fixed output rows per GEMV task (overrides --tile-kb)\n"
           "  --watchdog-ms N      report a stall after N ms without progress (default 2000)\n"
           "  --check              compare every position's logits with the reference forward\n"
           "  --tolerance X        largest allowed |logit difference| with --check (default 1e-3)\n"
@@ -38,7 +39,7 @@ static void usage(FILE *f) {
 
 struct run_args {
   struct cli_model cm;
-  long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, watchdog_ms;
+  long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, tile_rows, watchdog_ms;
   int shuffle, check, as_json;
   uint64_t seed;
   double tolerance;
@@ -54,6 +55,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {"workers", required_argument, 0, 0},  {"shuffle", no_argument, 0, 0},
       {"seed", required_argument, 0, 0},     {"max-ctx", required_argument, 0, 0},
       {"tile-kb", required_argument, 0, 0},  {"watchdog-ms", required_argument, 0, 0},
+      {"tile-rows", required_argument, 0, 0},
       {"check", no_argument, 0, 0},          {"tolerance", required_argument, 0, 0},
       {"json", no_argument, 0, 0},           {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
@@ -78,6 +80,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &a->workers);
     else if (!strcmp(n, "max-ctx")) r = cli_int("--max-ctx", optarg, 1, 1 << 20, &a->max_ctx);
     else if (!strcmp(n, "tile-kb")) r = cli_int("--tile-kb", optarg, 1, 1 << 20, &a->tile_kb);
+    else if (!strcmp(n, "tile-rows")) r = cli_int("--tile-rows", optarg, 1, 1 << 20, &a->tile_rows);
     else if (!strcmp(n, "watchdog-ms")) r = cli_int("--watchdog-ms", optarg, 0, 1 << 30, &a->watchdog_ms);
     else if (!strcmp(n, "seed")) r = cli_u64("--seed", optarg, &a->seed);
     else if (!strcmp(n, "shuffle")) a->shuffle = 1;
@@ -165,7 +168,8 @@ int cmd_run(int argc, char **argv) {
   struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .mode = a.mode,
                               .max_batch = (int)a.batch, .max_ctx = (int)a.max_ctx,
-                              .tile_bytes = (int)a.tile_kb * 1024, .shuffle = a.shuffle,
+                              .tile_bytes = (int)a.tile_kb * 1024, .tile_rows = (int)a.tile_rows,
+                              .shuffle = a.shuffle,
                               .seed = a.seed, .watchdog_ms = (int)a.watchdog_ms};
   e = ms_engine_new(m, &eo, &log);
   if (!e) {

@@ -38,6 +38,7 @@ struct ms_engine_opts {
   int max_ctx;             /* positions per request; 0: 512 */
   int page_size;           /* KV-cache page, in positions; 0: 16 */
   int tile_bytes;          /* see ms_compile_opts; 0: default */
+  int tile_rows;           /* see ms_compile_opts; 0: default */
   int shuffle;             /* random delays before tasks, random AOT placement */
   uint64_t seed;           /* for shuffle */
   int shuffle_max_us;      /* longest random delay; 0: 50 */

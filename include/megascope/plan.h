@@ -30,6 +30,8 @@ struct ms_compile_opts {
   size_t sz;              /* sizeof(struct ms_compile_opts) */
   int batch;              /* rows of the bucket */
   int tile_bytes;         /* target weight bytes per GEMV task; 0: 64 KiB */
+  int tile_rows;          /* fixed output rows per GEMV task (rounded to a head for
+                             q/k/v); 0: derived from tile_bytes */
 };
 
 struct ms_plan_stats {

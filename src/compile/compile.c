@@ -16,6 +16,7 @@
  *     are one contiguous range [first, last]; the blocks are ordered by their
  *     earliest task, which keeps producers before consumers. */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -296,9 +297,10 @@ static int layout(struct compiler *c, int end, struct ms_plan *p) {
   p->n_tasks = total;
   p->n_events = c->n_ev;
   p->tasks = calloc((size_t)total, sizeof *p->tasks);
+  p->graph_index = malloc((size_t)total * sizeof *p->graph_index);
   p->events = calloc((size_t)c->n_ev, sizeof *p->events);
   p->trig_off = calloc((size_t)c->n_ev + 1, sizeof *p->trig_off);
-  if (!p->tasks || !p->events || !p->trig_off) goto out;
+  if (!p->tasks || !p->events || !p->trig_off || !p->graph_index) goto out;
 
   int next = 0;
   newidx[0] = next++;  /* the step start waits on nothing and comes first */
@@ -312,6 +314,7 @@ static int layout(struct compiler *c, int end, struct ms_plan *p) {
   int empty_cls = p->n_classes - 1;
   for (int t = 0; t < total; t++) {
     struct ms_task *nt = &p->tasks[newidx[t]];
+    p->graph_index[newidx[t]] = t < c->n ? t : -1;
     if (t < c->n) {
       const struct ms_proto_task *pt = &c->g->tasks[t];
       nt->cls = pt->cls;
@@ -336,7 +339,7 @@ static int layout(struct compiler *c, int end, struct ms_plan *p) {
     fused += e->trig.n + e->succ.n;
     if (e->trig.n > p->stats.max_event_triggers) p->stats.max_event_triggers = e->trig.n;
     if (e->succ.n > p->stats.max_event_successors) p->stats.max_event_successors = e->succ.n;
-    char name[48];
+    char name[64];
     snprintf(name, sizeof name, "%s->%s", task_op(c, e->trig.v[0]),
              e->succ.n ? task_op(c, e->succ.v[0]) : "step_end");
     int ec = intern_ev_class(p, name);
@@ -388,7 +391,8 @@ struct ms_plan *ms_plan_compile(const struct ms_model *m, const struct ms_compil
   struct ms_plan *p = calloc(1, sizeof *p);
   int rc = -ENOMEM, end = -1;
   if (!p) goto out_nograph;
-  rc = ms_graph_build(m, o->batch, o->tile_bytes, &g, log);
+  rc = ms_graph_build(m, o->batch, o->tile_bytes,
+                      o->sz >= offsetof(struct ms_compile_opts, tile_rows) + sizeof(int) ? o->tile_rows : 0, &g, log);
   if (rc) goto out_nograph;
   p->model = m;
   p->batch = o->batch;
@@ -455,6 +459,7 @@ void ms_plan_free(struct ms_plan *p) {
   free(p->classes);
   free(p->ev_classes);
   free(p->tasks);
+  free(p->graph_index);
   free(p->events);
   free(p->trig_off);
   free(p->trig);

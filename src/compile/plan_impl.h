@@ -81,10 +81,11 @@ struct ms_plan {
   int batch;
   struct ms_task_class *classes;
   int n_classes;
-  char (*ev_classes)[48];
+  char (*ev_classes)[64];
   int n_ev_classes;
   struct ms_task *tasks;
   int n_tasks;
+  int32_t *graph_index;      /* [n_tasks] the task's index in the graph, -1: empty task */
   struct ms_event *events;
   int n_events;
   int end_event;             /* triggered by every sink; releases the next step */

@@ -29,6 +29,7 @@ struct builder {
   const struct ms_model *m;
   int B;           /* rows of the bucket */
   int tile_bytes;
+  int tile_rows;
   int err;
 };
 
@@ -106,6 +107,7 @@ static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align)
   int t = (int)((size_t)b->tile_bytes / row_bytes);
   int spread = (rows + 7) / 8;
   if (t > spread) t = spread;
+  if (b->tile_rows > 0) t = b->tile_rows;
   t = t / align * align;
   if (t < align) t = align;
   return t > rows ? rows : t;
@@ -258,7 +260,7 @@ static void moe_ffn(struct builder *b, int l, int xn, int x, int xo) {
   }
 }
 
-int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, struct ms_graph *g,
+int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, struct ms_graph *g,
                    struct ms_textbuf *log) {
   memset(g, 0, sizeof *g);
   if (batch < 1 || batch > 4096) {
@@ -266,7 +268,8 @@ int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, struct m
     return -EINVAL;
   }
   const struct ms_model_config *cf = &m->cfg;
-  struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tile_bytes > 0 ? tile_bytes : 64 * 1024};
+  struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tile_bytes > 0 ? tile_bytes : 64 * 1024,
+                     .tile_rows = tile_rows};
   struct ms_graph *G = g;
 
   G->meta_buf = add_buf(&b, "batch_meta", -1, 1, 1, 1);

@@ -37,6 +37,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "megascope/reference.h"
 #include "runtime/engine_impl.h"
 
 const char *ms_mode_name(enum ms_mode m) { return m == MS_MODE_PER_OP ? "per-op" : "megakernel"; }
@@ -464,7 +465,8 @@ static void rt_free(struct ms_engine *e, struct plan_rt *rt) {
 }
 
 static int rt_init(struct ms_engine *e, struct plan_rt *rt, int batch, struct ms_textbuf *log) {
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes};
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
+                               .tile_rows = e->o.tile_rows};
   rt->plan = ms_plan_compile(e->m, &co, log);
   if (!rt->plan) return -errno;
   if (e->o.plan_hook) e->o.plan_hook(rt->plan, e->o.plan_hook_user);
@@ -559,7 +561,8 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
   for (int i = 0; i < e->n_buckets; i++) {
     if (i == 0) {
       /* storage first: the plans' runtime contexts point into it */
-      struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = e->o.tile_bytes};
+      struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = e->o.tile_bytes,
+                                   .tile_rows = e->o.tile_rows};
       struct ms_plan *p0 = ms_plan_compile(m, &co, log);
       if (!p0) {
         rc = -errno;

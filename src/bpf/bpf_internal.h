@@ -1,0 +1,88 @@
+/* SPDX-License-Identifier: MIT */
+/* Private to src/bpf: the layouts behind the opaque handles of megascope/bpf.h
+ * that more than one file of the folder needs — the program, the helper table,
+ * the running program (struct ms_bpf_exec) and what the interpreter asks of a
+ * map (its value region, direct value addresses, ring buffer records). */
+#ifndef MS_BPF_INTERNAL_H
+#define MS_BPF_INTERNAL_H
+
+#include <stdint.h>
+
+#include "megascope/bpf.h"
+
+struct ms_bpf_prog {
+  struct ms_bpf_insn *insns;
+  size_t n;
+  char *name;
+  char *section;
+  struct ms_bpf_map_def *maps;
+  size_t n_maps;
+};
+
+struct ms_bpf_helper_slot {
+  struct ms_bpf_helper_proto proto;
+  ms_bpf_helper_fn fn;
+};
+
+struct ms_bpf_helpers {
+  struct ms_bpf_helper_slot linux_ids[MS_BPF_HELPER_LINUX_MAX];
+  struct ms_bpf_helper_slot own_ids[MS_BPF_HELPER_OWN_MAX];
+};
+
+/* The slot of id, or NULL when id is outside both ranges. */
+static inline const struct ms_bpf_helper_slot *ms_bpf_helpers_slot(const struct ms_bpf_helpers *h,
+                                                                   uint32_t id) {
+  if (id < MS_BPF_HELPER_LINUX_MAX) return &h->linux_ids[id];
+  if (id - MS_BPF_HELPER_OWN_BASE < MS_BPF_HELPER_OWN_MAX)
+    return &h->own_ids[id - MS_BPF_HELPER_OWN_BASE];
+  return NULL;
+}
+
+/* A memory region a run allows. */
+struct ms_bpf_region {
+  uintptr_t base;
+  uint64_t len;
+  int writable;
+};
+
+/* Ring buffer records a run reserved and has not yet released: at exit any left
+ * are discarded so that a faulty program cannot wedge the consumer. */
+#define MS_BPF_EXEC_MAX_RECORDS 32
+struct ms_bpf_exec_record {
+  struct ms_bpf_map *map;
+  void *rec;
+};
+
+struct ms_bpf_exec {
+  const struct ms_bpf_prog *prog;
+  const struct ms_bpf_run_opts *opts;
+  const struct ms_bpf_env *env;
+  struct ms_bpf_region regions[3 + MS_BPF_MAX_MAPS];
+  size_t n_regions;
+  struct ms_bpf_exec_record records[MS_BPF_EXEC_MAX_RECORDS];
+  size_t n_records;
+  int abort_err; /* set by ms_bpf_exec_abort: the run stops after the helper */
+  char abort_msg[192];
+};
+
+/* Ring buffer records of a run (interp.c). */
+int ms_bpf_exec_record_add(struct ms_bpf_exec *x, struct ms_bpf_map *map, void *rec);
+/* Removes rec from the run's records and returns its map, or NULL if rec is
+ * not a record this run holds. */
+struct ms_bpf_map *ms_bpf_exec_record_take(struct ms_bpf_exec *x, void *rec);
+
+/* Mnemonic stems by operation (op >> 4), shared by the assembler and the
+ * disassembler (disasm.c): "add".."arsh", "end"; "ja".."jsle". */
+extern const char *const ms_bpf_alu_names[16];
+extern const char *const ms_bpf_jmp_names[16];
+
+/* Assembles one line with no labels (disasm.c checks its output with it). */
+int ms_bpf_asm_line(const char *line, struct ms_bpf_insn out[2], size_t *n_out);
+
+/* What the interpreter asks of a map (maps.c). */
+/* The bytes a program may touch through pointers the map hands out. */
+void ms_bpf_map_region(const struct ms_bpf_map *m, struct ms_bpf_region *r);
+/* Address of byte off of element 0 (array maps, the lddw MAP_VALUE form). */
+void *ms_bpf_map_direct_value(struct ms_bpf_map *m, uint32_t off);
+
+#endif

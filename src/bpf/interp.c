@@ -1,0 +1,488 @@
+/* SPDX-License-Identifier: MIT */
+/* The reference eBPF interpreter (RFC 9669).
+ *
+ * A run gets a list of memory regions it may touch — its stack (all frames),
+ * the context (read-only), the caller's mem buffer and the value areas of the
+ * maps bound to it — and every load, store and atomic is checked against that
+ * list before it happens, so even an unverified program cannot reach memory
+ * outside them. Instruction encodings were checked when the program was built
+ * (ms_bpf_insns_check), so registers, jump targets and lddw pairs are trusted
+ * here; falling off the end, the call depth and the instruction budget are
+ * checked as the program runs. Any violation stops the run with a message
+ * naming the instruction.
+ *
+ * Semantics follow RFC 9669: 32-bit ALU results are zero-extended, shift
+ * counts are masked, division by zero gives 0, modulo by zero leaves dst (the
+ * ALU form zero-extends it), INT_MIN / -1 gives INT_MIN and INT_MIN % -1 gives
+ * 0 (no host trap). Local calls save r6-r9 and get a fresh 512-byte frame. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "bpf/bpf_internal.h"
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the interpreter assumes a little-endian host (to_le is a truncation)"
+#endif
+
+struct frame {
+  uint64_t saved[4]; /* r6..r9 of the caller */
+  uint64_t r10;
+  size_t ret_pc;
+};
+
+/* A run's mutable state, kept on the C stack. */
+struct vm {
+  struct ms_bpf_exec x;
+  uint64_t reg[MS_BPF_REG_COUNT];
+  struct frame frames[MS_BPF_MAX_CALL_DEPTH];
+  unsigned depth;
+  uint64_t count;
+  uint64_t budget;
+  size_t pc; /* index of the instruction being executed */
+  int64_t err_insn;
+  _Alignas(16) uint8_t stack[MS_BPF_MAX_CALL_DEPTH * MS_BPF_STACK_SIZE];
+};
+
+static const unsigned size_bytes[4] = {4, 2, 1, 8}; /* by MS_BPF_SIZE >> 3 */
+
+/* ---- regions ------------------------------------------------------------ */
+
+void *ms_bpf_exec_mem(struct ms_bpf_exec *x, uint64_t addr, uint64_t size, int write) {
+  for (size_t i = 0; i < x->n_regions; i++) {
+    const struct ms_bpf_region *r = &x->regions[i];
+    uint64_t d = addr - (uint64_t)r->base; /* wraps for addr below base */
+    if (d < r->len && size <= r->len - d) return (write && !r->writable) ? NULL : (void *)(uintptr_t)addr;
+  }
+  return NULL;
+}
+
+struct ms_bpf_map *ms_bpf_exec_map(struct ms_bpf_exec *x, uint64_t handle) {
+  for (size_t i = 0; i < x->opts->n_maps; i++)
+    if (x->opts->maps[i] && (uint64_t)(uintptr_t)x->opts->maps[i] == handle) return x->opts->maps[i];
+  return NULL;
+}
+
+const struct ms_bpf_env *ms_bpf_exec_env(const struct ms_bpf_exec *x) { return x->env; }
+
+void ms_bpf_exec_abort(struct ms_bpf_exec *x, int err, const char *fmt, ...) {
+  if (x->abort_err) return; /* the first reason wins */
+  x->abort_err = err ? err : -EINVAL;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(x->abort_msg, sizeof x->abort_msg, fmt, ap);
+  va_end(ap);
+}
+
+int ms_bpf_exec_record_add(struct ms_bpf_exec *x, struct ms_bpf_map *map, void *rec) {
+  if (x->n_records == MS_BPF_EXEC_MAX_RECORDS) return -MS_E_LIMIT;
+  x->records[x->n_records++] = (struct ms_bpf_exec_record){map, rec};
+  return 0;
+}
+
+struct ms_bpf_map *ms_bpf_exec_record_take(struct ms_bpf_exec *x, void *rec) {
+  for (size_t i = 0; i < x->n_records; i++) {
+    if (x->records[i].rec != rec) continue;
+    struct ms_bpf_map *m = x->records[i].map;
+    x->records[i] = x->records[--x->n_records];
+    return m;
+  }
+  return NULL;
+}
+
+static void add_region(struct ms_bpf_exec *x, const void *base, uint64_t len, int writable) {
+  if (!base || !len) return;
+  x->regions[x->n_regions++] = (struct ms_bpf_region){(uintptr_t)base, len, writable};
+}
+
+/* ---- errors ------------------------------------------------------------- */
+
+__attribute__((format(printf, 3, 4))) static int stop(struct vm *vm, int err, const char *fmt, ...) {
+  char msg[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  vm->err_insn = (int64_t)vm->pc;
+  ms_textbuf_printf(vm->x.opts->log, "insn %zu: %s\n", vm->pc, msg);
+  return err;
+}
+
+static int bad_access(struct vm *vm, const char *what, uint64_t addr, unsigned size) {
+  return stop(vm, -EFAULT, "invalid %s of %u bytes at 0x%llx: outside the stack, context, "
+              "mem and map values", what, size, (unsigned long long)addr);
+}
+
+/* ---- ALU ---------------------------------------------------------------- */
+
+static uint64_t alu64(unsigned op, int16_t off, int32_t imm, uint64_t d, uint64_t s) {
+  switch (op) {
+  case MS_BPF_ADD: return d + s;
+  case MS_BPF_SUB: return d - s;
+  case MS_BPF_MUL: return d * s;
+  case MS_BPF_DIV:
+    if (!s) return 0;
+    if (off == 1) return (int64_t)s == -1 ? -d : (uint64_t)((int64_t)d / (int64_t)s);
+    return d / s;
+  case MS_BPF_OR: return d | s;
+  case MS_BPF_AND: return d & s;
+  case MS_BPF_LSH: return d << (s & 63);
+  case MS_BPF_RSH: return d >> (s & 63);
+  case MS_BPF_NEG: return -d;
+  case MS_BPF_MOD:
+    if (!s) return d;
+    if (off == 1) return (int64_t)s == -1 ? 0 : (uint64_t)((int64_t)d % (int64_t)s);
+    return d % s;
+  case MS_BPF_XOR: return d ^ s;
+  case MS_BPF_MOV:
+    if (off == 8) return (uint64_t)(int64_t)(int8_t)s;
+    if (off == 16) return (uint64_t)(int64_t)(int16_t)s;
+    if (off == 32) return (uint64_t)(int64_t)(int32_t)s;
+    return s;
+  case MS_BPF_ARSH: return (uint64_t)((int64_t)d >> (s & 63));
+  default: /* END in ALU64: unconditional byte swap */
+    if (imm == 16) return __builtin_bswap16((uint16_t)d);
+    if (imm == 32) return __builtin_bswap32((uint32_t)d);
+    return __builtin_bswap64(d);
+  }
+}
+
+static uint64_t alu32(unsigned op, int16_t off, int32_t imm, int to_be, uint64_t d64, uint64_t s64) {
+  uint32_t d = (uint32_t)d64, s = (uint32_t)s64;
+  switch (op) {
+  case MS_BPF_ADD: return (uint32_t)(d + s);
+  case MS_BPF_SUB: return (uint32_t)(d - s);
+  case MS_BPF_MUL: return (uint32_t)(d * s);
+  case MS_BPF_DIV:
+    if (!s) return 0;
+    if (off == 1) return (int32_t)s == -1 ? (uint32_t)-d : (uint32_t)((int32_t)d / (int32_t)s);
+    return d / s;
+  case MS_BPF_OR: return d | s;
+  case MS_BPF_AND: return d & s;
+  case MS_BPF_LSH: return (uint32_t)(d << (s & 31));
+  case MS_BPF_RSH: return d >> (s & 31);
+  case MS_BPF_NEG: return (uint32_t)-d;
+  case MS_BPF_MOD:
+    if (!s) return d;
+    if (off == 1) return (int32_t)s == -1 ? 0 : (uint32_t)((int32_t)d % (int32_t)s);
+    return d % s;
+  case MS_BPF_XOR: return d ^ s;
+  case MS_BPF_MOV:
+    if (off == 8) return (uint32_t)(int32_t)(int8_t)s;
+    if (off == 16) return (uint32_t)(int32_t)(int16_t)s;
+    return s;
+  case MS_BPF_ARSH: return (uint32_t)((int32_t)d >> (s & 31));
+  default: /* END: to little-endian truncates on this host, to big-endian swaps */
+    if (imm == 16) return to_be ? __builtin_bswap16((uint16_t)d64) : (uint16_t)d64;
+    if (imm == 32) return to_be ? __builtin_bswap32((uint32_t)d64) : (uint32_t)d64;
+    return to_be ? __builtin_bswap64(d64) : d64;
+  }
+}
+
+static void do_alu(struct vm *vm, const struct ms_bpf_insn *in) {
+  uint64_t *reg = vm->reg;
+  int x = MS_BPF_SRC(in->code) == MS_BPF_X;
+  unsigned op = MS_BPF_OP(in->code);
+  if (MS_BPF_CLASS(in->code) == MS_BPF_ALU64) {
+    uint64_t s = x && op != MS_BPF_END ? reg[in->src_reg] : (uint64_t)(int64_t)in->imm;
+    reg[in->dst_reg] = alu64(op, in->off, in->imm, reg[in->dst_reg], s);
+  } else {
+    uint64_t s = x && op != MS_BPF_END ? reg[in->src_reg] : (uint64_t)(uint32_t)in->imm;
+    reg[in->dst_reg] = alu32(op, in->off, in->imm, x, reg[in->dst_reg], s);
+  }
+}
+
+/* ---- jumps -------------------------------------------------------------- */
+
+static int cond64(unsigned op, uint64_t a, uint64_t b) {
+  switch (op) {
+  case MS_BPF_JEQ: return a == b;
+  case MS_BPF_JGT: return a > b;
+  case MS_BPF_JGE: return a >= b;
+  case MS_BPF_JSET: return (a & b) != 0;
+  case MS_BPF_JNE: return a != b;
+  case MS_BPF_JSGT: return (int64_t)a > (int64_t)b;
+  case MS_BPF_JSGE: return (int64_t)a >= (int64_t)b;
+  case MS_BPF_JLT: return a < b;
+  case MS_BPF_JLE: return a <= b;
+  case MS_BPF_JSLT: return (int64_t)a < (int64_t)b;
+  default: return (int64_t)a <= (int64_t)b; /* JSLE */
+  }
+}
+
+static int cond32(unsigned op, uint32_t a, uint32_t b) {
+  switch (op) {
+  case MS_BPF_JSGT: return (int32_t)a > (int32_t)b;
+  case MS_BPF_JSGE: return (int32_t)a >= (int32_t)b;
+  case MS_BPF_JSLT: return (int32_t)a < (int32_t)b;
+  case MS_BPF_JSLE: return (int32_t)a <= (int32_t)b;
+  default: return cond64(op, a, b); /* unsigned compares of zero-extended values */
+  }
+}
+
+/* ---- memory ------------------------------------------------------------- */
+
+static uint64_t load_n(const void *p, unsigned size) {
+  uint8_t b; uint16_t h; uint32_t w; uint64_t d;
+  switch (size) {
+  case 1: memcpy(&b, p, 1); return b;
+  case 2: memcpy(&h, p, 2); return h;
+  case 4: memcpy(&w, p, 4); return w;
+  default: memcpy(&d, p, 8); return d;
+  }
+}
+
+static void store_n(void *p, unsigned size, uint64_t v) {
+  uint8_t b = (uint8_t)v; uint16_t h = (uint16_t)v; uint32_t w = (uint32_t)v;
+  switch (size) {
+  case 1: memcpy(p, &b, 1); break;
+  case 2: memcpy(p, &h, 2); break;
+  case 4: memcpy(p, &w, 4); break;
+  default: memcpy(p, &v, 8); break;
+  }
+}
+
+static int do_ldx(struct vm *vm, const struct ms_bpf_insn *in) {
+  unsigned size = size_bytes[MS_BPF_SIZE(in->code) >> 3];
+  uint64_t addr = vm->reg[in->src_reg] + (uint64_t)(int64_t)in->off;
+  const void *p = ms_bpf_exec_mem(&vm->x, addr, size, 0);
+  if (!p) return bad_access(vm, "read", addr, size);
+  uint64_t v = load_n(p, size);
+  if (MS_BPF_MODE(in->code) == MS_BPF_MEMSX)
+    v = size == 1 ? (uint64_t)(int64_t)(int8_t)v
+        : size == 2 ? (uint64_t)(int64_t)(int16_t)v : (uint64_t)(int64_t)(int32_t)v;
+  vm->reg[in->dst_reg] = v;
+  return 0;
+}
+
+static int do_st(struct vm *vm, const struct ms_bpf_insn *in, uint64_t v) {
+  unsigned size = size_bytes[MS_BPF_SIZE(in->code) >> 3];
+  uint64_t addr = vm->reg[in->dst_reg] + (uint64_t)(int64_t)in->off;
+  void *p = ms_bpf_exec_mem(&vm->x, addr, size, 1);
+  if (!p) return bad_access(vm, "write", addr, size);
+  store_n(p, size, v);
+  return 0;
+}
+
+/* Linux's atomics are fully ordered for the fetch forms; seq_cst for all keeps
+ * one rule and costs nothing that matters in an interpreter. */
+static int do_atomic(struct vm *vm, const struct ms_bpf_insn *in) {
+  unsigned size = MS_BPF_SIZE(in->code) == MS_BPF_DW ? 8 : 4;
+  uint64_t addr = vm->reg[in->dst_reg] + (uint64_t)(int64_t)in->off;
+  void *p = ms_bpf_exec_mem(&vm->x, addr, size, 1);
+  if (!p) return bad_access(vm, "atomic access", addr, size);
+  if (addr % size) return stop(vm, -EFAULT, "misaligned %u-byte atomic at 0x%llx", size,
+                               (unsigned long long)addr);
+  uint64_t *src = &vm->reg[in->src_reg], old;
+  int op = in->imm & ~MS_BPF_FETCH;
+  if (size == 8) {
+    uint64_t *q = p, s = *src;
+    switch (in->imm) {
+    case MS_BPF_XCHG: old = __atomic_exchange_n(q, s, __ATOMIC_SEQ_CST); break;
+    case MS_BPF_CMPXCHG:
+      old = vm->reg[0];
+      __atomic_compare_exchange_n(q, &old, s, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+      vm->reg[0] = old;
+      return 0;
+    default:
+      old = op == MS_BPF_ADD ? __atomic_fetch_add(q, s, __ATOMIC_SEQ_CST)
+            : op == MS_BPF_OR ? __atomic_fetch_or(q, s, __ATOMIC_SEQ_CST)
+            : op == MS_BPF_AND ? __atomic_fetch_and(q, s, __ATOMIC_SEQ_CST)
+            : __atomic_fetch_xor(q, s, __ATOMIC_SEQ_CST);
+    }
+  } else {
+    uint32_t *q = p, s = (uint32_t)*src, o32;
+    switch (in->imm) {
+    case MS_BPF_XCHG: o32 = __atomic_exchange_n(q, s, __ATOMIC_SEQ_CST); break;
+    case MS_BPF_CMPXCHG:
+      o32 = (uint32_t)vm->reg[0];
+      __atomic_compare_exchange_n(q, &o32, s, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+      vm->reg[0] = o32;
+      return 0;
+    default:
+      o32 = op == MS_BPF_ADD ? __atomic_fetch_add(q, s, __ATOMIC_SEQ_CST)
+            : op == MS_BPF_OR ? __atomic_fetch_or(q, s, __ATOMIC_SEQ_CST)
+            : op == MS_BPF_AND ? __atomic_fetch_and(q, s, __ATOMIC_SEQ_CST)
+            : __atomic_fetch_xor(q, s, __ATOMIC_SEQ_CST);
+    }
+    old = o32;
+  }
+  if (in->imm & MS_BPF_FETCH) *src = old;
+  return 0;
+}
+
+/* ---- lddw, calls, exit -------------------------------------------------- */
+
+static int do_lddw(struct vm *vm, const struct ms_bpf_insn *in) {
+  const struct ms_bpf_run_opts *o = vm->x.opts;
+  uint64_t v = (uint64_t)(uint32_t)in[0].imm | (uint64_t)(uint32_t)in[1].imm << 32;
+  if (in->src_reg) {
+    size_t idx = (size_t)in->imm; /* checked against the program's map count */
+    struct ms_bpf_map *m = idx < o->n_maps ? o->maps[idx] : NULL;
+    if (!m) return stop(vm, -EINVAL, "map %zu is not bound to this run", idx);
+    v = (uint64_t)(uintptr_t)m;
+    if (in->src_reg == MS_BPF_PSEUDO_MAP_VALUE || in->src_reg == MS_BPF_PSEUDO_MAP_IDX_VALUE) {
+      void *p = ms_bpf_map_direct_value(m, (uint32_t)in[1].imm);
+      if (!p) return stop(vm, -EINVAL, "map %zu has no value at offset %u (array maps only)", idx,
+                          (uint32_t)in[1].imm);
+      v = (uint64_t)(uintptr_t)p;
+    }
+  }
+  vm->reg[in->dst_reg] = v;
+  return 0;
+}
+
+static int do_helper(struct vm *vm, uint32_t id) {
+  const struct ms_bpf_helpers *h = vm->x.opts->helpers;
+  const struct ms_bpf_helper_slot *s = h ? ms_bpf_helpers_slot(h, id) : NULL;
+  if (!s || !s->fn) return stop(vm, -ENOENT, "call to unknown helper %u", id);
+  uint64_t *r = vm->reg;
+  r[0] = s->fn(&vm->x, r[1], r[2], r[3], r[4], r[5]);
+  if (vm->x.abort_err) return stop(vm, vm->x.abort_err, "helper %u: %s", id, vm->x.abort_msg);
+  vm->pc++;
+  return 0;
+}
+
+static uint8_t *frame_top(struct vm *vm, unsigned depth) {
+  return vm->stack + sizeof vm->stack - (size_t)depth * MS_BPF_STACK_SIZE;
+}
+
+static int do_local_call(struct vm *vm, int32_t imm) {
+  if (vm->depth + 1 >= MS_BPF_MAX_CALL_DEPTH)
+    return stop(vm, -MS_E_LIMIT, "call depth exceeds %d frames", MS_BPF_MAX_CALL_DEPTH);
+  struct frame *f = &vm->frames[vm->depth++];
+  memcpy(f->saved, &vm->reg[6], sizeof f->saved);
+  f->r10 = vm->reg[10];
+  f->ret_pc = vm->pc + 1;
+  uint8_t *top = frame_top(vm, vm->depth);
+  memset(top - MS_BPF_STACK_SIZE, 0, MS_BPF_STACK_SIZE);
+  vm->reg[10] = (uint64_t)(uintptr_t)top;
+  vm->pc = (size_t)((int64_t)vm->pc + 1 + imm);
+  return 0;
+}
+
+/* Returns 1 when the entry program exited. */
+static int do_exit(struct vm *vm) {
+  if (vm->depth == 0) return 1;
+  struct frame *f = &vm->frames[--vm->depth];
+  memcpy(&vm->reg[6], f->saved, sizeof f->saved);
+  vm->reg[10] = f->r10;
+  vm->pc = f->ret_pc;
+  return 0;
+}
+
+/* ---- the loop ----------------------------------------------------------- */
+
+static int do_jmp(struct vm *vm, const struct ms_bpf_insn *in, int *exited) {
+  unsigned op = MS_BPF_OP(in->code);
+  int is32 = MS_BPF_CLASS(in->code) == MS_BPF_JMP32;
+  switch (op) {
+  case MS_BPF_JA: vm->pc += 1 + (is32 ? (int64_t)in->imm : (int64_t)in->off); return 0;
+  case MS_BPF_CALL:
+    if (in->src_reg == MS_BPF_PSEUDO_CALL) return do_local_call(vm, in->imm);
+    return do_helper(vm, (uint32_t)in->imm);
+  case MS_BPF_EXIT:
+    *exited = do_exit(vm);
+    return 0;
+  default: {
+    uint64_t a = vm->reg[in->dst_reg];
+    uint64_t b = MS_BPF_SRC(in->code) == MS_BPF_X ? vm->reg[in->src_reg] : (uint64_t)(int64_t)in->imm;
+    int taken = is32 ? cond32(op, (uint32_t)a, (uint32_t)b) : cond64(op, a, b);
+    vm->pc += 1 + (taken ? (int64_t)in->off : 0);
+    return 0;
+  }
+  }
+}
+
+static int step(struct vm *vm, const struct ms_bpf_insn *in, int *exited) {
+  int err = 0;
+  switch (MS_BPF_CLASS(in->code)) {
+  case MS_BPF_ALU: case MS_BPF_ALU64: do_alu(vm, in); break;
+  case MS_BPF_LD:
+    err = do_lddw(vm, in);
+    vm->pc++; /* the second slot */
+    break;
+  case MS_BPF_LDX: err = do_ldx(vm, in); break;
+  case MS_BPF_ST: err = do_st(vm, in, (uint64_t)(int64_t)in->imm); break;
+  case MS_BPF_STX:
+    err = MS_BPF_MODE(in->code) == MS_BPF_ATOMIC ? do_atomic(vm, in) : do_st(vm, in, vm->reg[in->src_reg]);
+    break;
+  default: return do_jmp(vm, in, exited);
+  }
+  if (err) return err;
+  vm->pc++;
+  return 0;
+}
+
+static int run_loop(struct vm *vm) {
+  const struct ms_bpf_insn *insns = vm->x.prog->insns;
+  size_t n = vm->x.prog->n;
+  for (;;) {
+    if (vm->pc >= n) return stop(vm, -EFAULT, "fell off the end of the program");
+    if (vm->count >= vm->budget)
+      return stop(vm, -MS_E_LIMIT, "instruction budget of %llu exhausted",
+                  (unsigned long long)vm->budget);
+    vm->count++;
+    int exited = 0, err = step(vm, &insns[vm->pc], &exited);
+    if (err || exited) return err;
+  }
+}
+
+/* Records a run left reserved are discarded; leaving one is the program's fault. */
+static int release_records(struct vm *vm, int err) {
+  size_t left = vm->x.n_records;
+  while (vm->x.n_records) {
+    struct ms_bpf_exec_record *r = &vm->x.records[--vm->x.n_records];
+    ms_bpf_ringbuf_discard(r->map, r->rec);
+  }
+  if (left && !err)
+    return stop(vm, -EINVAL, "exit with %zu ring buffer record(s) neither submitted nor discarded",
+                left);
+  return err;
+}
+
+int ms_bpf_run(const struct ms_bpf_prog *prog, const struct ms_bpf_run_opts *opts,
+               struct ms_bpf_run_result *res) {
+  static const struct ms_bpf_env default_env = {0};
+  struct ms_bpf_run_opts o = {0};
+  if (!prog || !res) return -EINVAL;
+  if (opts) memcpy(&o, opts, opts->sz < sizeof o ? opts->sz : sizeof o);
+  res->r0 = 0;
+  res->insns = 0;
+  res->err_insn = -1;
+  if (o.n_maps > MS_BPF_MAX_MAPS || (o.n_maps && !o.maps)) return -EINVAL;
+
+  struct vm vm;
+  vm.x.prog = prog;
+  vm.x.opts = &o;
+  vm.x.env = o.env ? o.env : &default_env;
+  vm.x.n_regions = 0;
+  vm.x.n_records = 0;
+  vm.x.abort_err = 0;
+  vm.depth = 0;
+  vm.count = 0;
+  vm.budget = o.insn_budget ? o.insn_budget : MS_BPF_DEFAULT_BUDGET;
+  vm.pc = 0;
+  vm.err_insn = -1;
+  add_region(&vm.x, vm.stack, sizeof vm.stack, 1);
+  add_region(&vm.x, o.ctx, o.ctx_size, 0);
+  add_region(&vm.x, o.mem, o.mem_size, 1);
+  for (size_t i = 0; i < o.n_maps; i++) {
+    if (!o.maps[i]) continue;
+    struct ms_bpf_region r;
+    ms_bpf_map_region(o.maps[i], &r);
+    add_region(&vm.x, (const void *)r.base, r.len, r.writable);
+  }
+  memset(vm.reg, 0, sizeof vm.reg);
+  memset(frame_top(&vm, 0) - MS_BPF_STACK_SIZE, 0, MS_BPF_STACK_SIZE);
+  vm.reg[1] = (uint64_t)(uintptr_t)(o.ctx ? o.ctx : o.mem);
+  vm.reg[2] = o.ctx ? 0 : o.mem_size;
+  vm.reg[10] = (uint64_t)(uintptr_t)frame_top(&vm, 0);
+
+  int err = release_records(&vm, run_loop(&vm));
+  res->r0 = vm.reg[0];
+  res->insns = vm.count;
+  res->err_insn = vm.err_insn;
+  return err;
+}

@@ -1,0 +1,702 @@
+/* SPDX-License-Identifier: MIT */
+/* eBPF maps in shared memory: array, per-worker array, hash, per-worker hash
+ * (the ring buffer's record logic is in ringbuf.c), and the read-only reader
+ * another process uses on a map's fd.
+ *
+ * Storage. Each map is one memfd (memfd_create + ftruncate + mmap MAP_SHARED,
+ * sealed against resizing) that starts with struct ms_bpf_map_shm: magic,
+ * version, type, sizes, worker count and the offsets of the areas. A reader
+ * recomputes the layout from those fields and refuses a header that does not
+ * match it, so it never trusts an offset it did not derive.
+ *
+ * DESIGN (hash maps; who runs what, and the ordering).
+ * Writers are engine worker threads calling the helpers (any number at once);
+ * readers are the same threads (lookup) and other processes (iteration, with
+ * a read-only mapping). There is no lock. Buckets are open-addressed (linear
+ * probing over a power-of-two slot count of at least twice max_entries); each
+ * has a u32 state word:
+ *
+ *   EMPTY --CAS--> CLAIMING --(key, value written; store-release)--> LIVE
+ *   LIVE  --CAS (delete)--> KEYED
+ *   KEYED --CAS (insert again)--> WRITING --(value; store-release)--> LIVE
+ *
+ * A bucket leaves EMPTY once and its key never changes afterwards, so a key
+ * owns at most one bucket for the map's life: two threads inserting the same
+ * key race on the same CAS (the loser waits while the bucket is CLAIMING, then
+ * sees the key), and a delete leaves no tombstone to skip or reuse wrongly —
+ * the bucket simply turns KEYED and a later insert of that key revives it.
+ * Probe chains never break because no bucket returns to EMPTY (only
+ * ms_bpf_map_clear, with the map idle, resets them). The price: distinct keys
+ * ever inserted are bounded by the slot count; when no EMPTY bucket is left an
+ * insert of a new key fails with -E2BIG, as it does when max_entries live
+ * entries exist (the live count is a separate atomic, reserved before a bucket
+ * becomes LIVE).
+ *
+ * Ordering: every key/value write happens before the release store (or the
+ * acq_rel CAS) that makes the state LIVE; every reader loads the state with
+ * acquire before reading key or value. A LIVE entry's value is updated in
+ * place (as Linux does for per-cpu and array maps): readers may see a value
+ * mid-update, but 8-byte words are moved with relaxed atomics so a counter is
+ * never torn. Per-worker maps write only the caller's worker slot; a new key
+ * starts with every other slot zero. Lookups that find a bucket CLAIMING wait
+ * (a key write is a memcpy); the cross-process reader waits a bounded time
+ * and then treats the bucket as not matching. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "bpf/bpf_internal.h"
+#include "bpf/map_view.h"
+
+#define MAX_KEY_SIZE 512
+#define MAX_VALUE_SIZE 65536
+#define MAX_WORKERS 4096
+#define MAX_MAP_BYTES (1ull << 32) /* one map's shared memory */
+
+struct ms_bpf_map {
+  struct ms_bpf_map_def def;
+  uint32_t n_workers;
+  int fd;
+  uint8_t *base;
+  size_t map_len;
+  struct map_view v;
+};
+
+struct ms_bpf_map_reader {
+  int consume;
+  uint8_t *base;
+  size_t map_len;
+  uint8_t *cons_page; /* writable consumer position, MS_BPF_READER_CONSUME */
+  size_t page;
+  struct map_view v;
+};
+
+static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+static uint32_t next_pow2(uint64_t x) {
+  uint32_t p = 8;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+static int is_hash(uint32_t type) { return type == MS_BPF_MAP_HASH || type == MS_BPF_MAP_PERCPU_HASH; }
+static int is_percpu(uint32_t type) {
+  return type == MS_BPF_MAP_PERCPU_HASH || type == MS_BPF_MAP_PERCPU_ARRAY;
+}
+
+/* ---- layout ------------------------------------------------------------- */
+
+static int check_def(const struct ms_bpf_map_def *d, uint32_t n_workers, struct ms_textbuf *log) {
+  const char *name = d->name[0] ? d->name : "(unnamed)";
+  if (n_workers < 1 || n_workers > MAX_WORKERS) {
+    ms_textbuf_printf(log, "map %s: %u workers (1..%d)\n", name, n_workers, MAX_WORKERS);
+    return -EINVAL;
+  }
+  switch (d->type) {
+  case MS_BPF_MAP_RINGBUF:
+    if (d->key_size || d->value_size || d->max_entries < 4096 || d->max_entries & (d->max_entries - 1)) {
+      ms_textbuf_printf(log, "map %s: a ring buffer has key and value size 0 and max_entries a "
+                        "power of two of at least 4096 (got %u/%u/%u)\n", name, d->key_size,
+                        d->value_size, d->max_entries);
+      return -EINVAL;
+    }
+    return 0;
+  case MS_BPF_MAP_ARRAY: case MS_BPF_MAP_PERCPU_ARRAY:
+    if (d->key_size != 4) {
+      ms_textbuf_printf(log, "map %s: array keys are 4 bytes (got %u)\n", name, d->key_size);
+      return -EINVAL;
+    }
+    break;
+  case MS_BPF_MAP_HASH: case MS_BPF_MAP_PERCPU_HASH:
+    if (d->key_size < 1 || d->key_size > MAX_KEY_SIZE) {
+      ms_textbuf_printf(log, "map %s: key size %u (1..%d)\n", name, d->key_size, MAX_KEY_SIZE);
+      return -EINVAL;
+    }
+    break;
+  default:
+    ms_textbuf_printf(log, "map %s: unsupported map type %u\n", name, d->type);
+    return -MS_E_UNSUPP;
+  }
+  if (d->value_size < 1 || d->value_size > MAX_VALUE_SIZE || d->max_entries < 1) {
+    ms_textbuf_printf(log, "map %s: value size %u (1..%d), max_entries %u (>= 1)\n", name,
+                      d->value_size, MAX_VALUE_SIZE, d->max_entries);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+int map_layout(const struct ms_bpf_map_def *def, uint32_t n_workers, uint64_t page,
+               struct ms_bpf_map_shm *h, struct ms_textbuf *log) {
+  int err = check_def(def, n_workers, log);
+  if (err) return err;
+  memset(h, 0, sizeof *h);
+  h->magic = MS_BPF_MAP_SHM_MAGIC;
+  h->version = MS_BPF_MAP_SHM_VERSION;
+  h->header_size = sizeof *h;
+  h->type = def->type;
+  h->key_size = def->key_size;
+  h->value_size = def->value_size;
+  h->max_entries = def->max_entries;
+  h->n_workers = is_percpu(def->type) ? n_workers : 1;
+  h->flags = def->flags;
+  memcpy(h->name, def->name, sizeof h->name);
+  h->name[sizeof h->name - 1] = 0;
+  uint64_t off = round_up(sizeof *h, 64);
+  if (def->type == MS_BPF_MAP_RINGBUF) {
+    h->ring_cons_off = round_up(off, page);
+    h->ring_prod_off = h->ring_cons_off + page;
+    h->ring_data_off = h->ring_prod_off + page;
+    h->ring_size = def->max_entries;
+    h->total_size = h->ring_data_off + h->ring_size;
+  } else {
+    h->key_stride = (uint32_t)round_up(def->key_size, 8);
+    h->value_stride = (uint32_t)round_up(def->value_size, 8);
+    h->n_slots = is_hash(def->type) ? next_pow2(2ull * def->max_entries) : def->max_entries;
+    if (is_hash(def->type)) {
+      h->state_off = off;
+      h->key_off = round_up(off + 4ull * h->n_slots, 64);
+      off = h->key_off + (uint64_t)h->key_stride * h->n_slots;
+    }
+    h->value_off = round_up(off, 64);
+    h->total_size = round_up(h->value_off + (uint64_t)h->value_stride * h->n_slots * h->n_workers, page);
+  }
+  if (h->total_size > MAX_MAP_BYTES) {
+    ms_textbuf_printf(log, "map %s: %llu bytes of shared memory, the limit is %llu\n", h->name,
+                      (unsigned long long)h->total_size, (unsigned long long)MAX_MAP_BYTES);
+    return -E2BIG;
+  }
+  return 0;
+}
+
+void map_view_init(struct map_view *v, const struct ms_bpf_map_shm *h, uint8_t *base) {
+  memset(v, 0, sizeof *v);
+  v->hdr = (struct ms_bpf_map_shm *)base;
+  v->base = base;
+  v->type = h->type;
+  v->key_size = h->key_size;
+  v->value_size = h->value_size;
+  v->max_entries = h->max_entries;
+  v->n_workers = h->n_workers;
+  v->key_stride = h->key_stride;
+  v->value_stride = h->value_stride;
+  v->n_slots = h->n_slots;
+  if (h->type == MS_BPF_MAP_RINGBUF) {
+    v->cons_pos = (uint64_t *)(base + h->ring_cons_off);
+    v->prod_pos = (uint64_t *)(base + h->ring_prod_off);
+    v->prod_lock = (uint32_t *)(base + h->ring_prod_off + 8);
+    v->data = base + h->ring_data_off;
+    v->ring_size = h->ring_size;
+    return;
+  }
+  if (is_hash(h->type)) {
+    v->state = (uint32_t *)(base + h->state_off);
+    v->keys = base + h->key_off;
+  }
+  v->values = base + h->value_off;
+}
+
+/* ---- copies ------------------------------------------------------------- */
+
+void map_copy_in(void *dst, const void *src, size_t n) {
+  uint8_t *d = dst;
+  const uint8_t *s = src;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w;
+    memcpy(&w, s + i, 8);
+    __atomic_store_n((uint64_t *)(d + i), w, __ATOMIC_RELAXED);
+  }
+  for (; i < n; i++) __atomic_store_n(d + i, s[i], __ATOMIC_RELAXED);
+}
+
+void map_copy_out(void *dst, const void *src, size_t n) {
+  uint8_t *d = dst;
+  const uint8_t *s = src;
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    uint64_t w = __atomic_load_n((const uint64_t *)(s + i), __ATOMIC_RELAXED);
+    memcpy(d + i, &w, 8);
+  }
+  for (; i < n; i++) d[i] = __atomic_load_n(s + i, __ATOMIC_RELAXED);
+}
+
+static void zero_words(void *dst, size_t n) {
+  static const uint8_t zeros[64];
+  for (size_t i = 0; i < n; i += sizeof zeros)
+    map_copy_in((uint8_t *)dst + i, zeros, n - i < sizeof zeros ? n - i : sizeof zeros);
+}
+
+/* ---- hash --------------------------------------------------------------- */
+
+/* FNV-1a 64 with a final avalanche; readers in other languages use the same. */
+static uint64_t key_hash(const void *key, uint32_t size) {
+  const uint8_t *p = key;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint32_t i = 0; i < size; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
+static uint32_t state_load(const uint32_t *s) { return __atomic_load_n(s, __ATOMIC_ACQUIRE); }
+
+static void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Waits while slot b is CLAIMING (its key is being written). Returns the new
+ * state, or CLAIMING when bounded and it gave up. */
+static uint32_t wait_claimed(const uint32_t *st, int bounded) {
+  uint32_t s;
+  for (uint64_t spins = 0; (s = state_load(st)) == MS_BPF_SLOT_CLAIMING; spins++) {
+    if (bounded && spins > (1u << 22)) break;
+    cpu_relax();
+    if (spins > 1024) sched_yield();
+  }
+  return s;
+}
+
+static int key_at_equals(const struct map_view *v, uint32_t b, const void *key) {
+  return memcmp(v->keys + (uint64_t)b * v->key_stride, key, v->key_size) == 0;
+}
+
+int64_t map_hash_find(const struct map_view *v, const void *key, int bounded) {
+  uint64_t h = key_hash(key, v->key_size);
+  uint32_t mask = v->n_slots - 1;
+  for (uint32_t i = 0; i < v->n_slots; i++) {
+    uint32_t b = (uint32_t)(h + i) & mask;
+    uint32_t s = state_load(&v->state[b]);
+    if (s == MS_BPF_SLOT_EMPTY) return -1;
+    if (s == MS_BPF_SLOT_CLAIMING && wait_claimed(&v->state[b], bounded) == MS_BPF_SLOT_CLAIMING)
+      continue;
+    if (key_at_equals(v, b, key)) return b;
+  }
+  return -1;
+}
+
+/* Finds key's slot or claims an empty one for it (*claimed = 1, state left
+ * CLAIMING with the key written). -1 when every slot holds another key. */
+static int64_t hash_find_or_claim(struct map_view *v, const void *key, int *claimed) {
+  uint64_t h = key_hash(key, v->key_size);
+  uint32_t mask = v->n_slots - 1;
+  *claimed = 0;
+  for (uint32_t i = 0; i < v->n_slots; i++) {
+    uint32_t b = (uint32_t)(h + i) & mask;
+    uint32_t s = state_load(&v->state[b]);
+    if (s == MS_BPF_SLOT_EMPTY) {
+      /* acq_rel: on success our key writes follow the claim; on failure we
+       * must see the winner's state (and, after it leaves CLAIMING, its key). */
+      if (__atomic_compare_exchange_n(&v->state[b], &s, MS_BPF_SLOT_CLAIMING, 0,
+                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
+        map_copy_in(v->keys + (uint64_t)b * v->key_stride, key, v->key_size);
+        *claimed = 1;
+        return b;
+      }
+    }
+    if (s == MS_BPF_SLOT_CLAIMING) wait_claimed(&v->state[b], 0);
+    if (key_at_equals(v, b, key)) return b;
+  }
+  return -1;
+}
+
+/* Reserves one of max_entries live entries; relaxed: the count bounds, it
+ * orders nothing. */
+static int count_reserve(struct map_view *v) {
+  if (__atomic_fetch_add(&v->hdr->count, 1, __ATOMIC_RELAXED) < v->max_entries) return 0;
+  __atomic_fetch_sub(&v->hdr->count, 1, __ATOMIC_RELAXED);
+  return -E2BIG;
+}
+
+/* Writes the value of a bucket that is not yet LIVE, then publishes it. */
+static void hash_publish(struct map_view *v, uint32_t b, const void *value, uint32_t worker) {
+  for (uint32_t w = 0; w < v->n_workers; w++)
+    if (w != worker) zero_words(map_value_at(v, b, w), v->value_stride);
+  map_copy_in(map_value_at(v, b, worker), value, v->value_size);
+  __atomic_store_n(&v->state[b], MS_BPF_SLOT_LIVE, __ATOMIC_RELEASE);
+}
+
+static int hash_update(struct map_view *v, const void *key, const void *value, uint64_t flags,
+                       uint32_t worker) {
+  int claimed = 0;
+  int64_t b = flags == MS_BPF_EXIST ? map_hash_find(v, key, 0) : hash_find_or_claim(v, key, &claimed);
+  if (b < 0) return flags == MS_BPF_EXIST ? -ENOENT : -E2BIG;
+  uint32_t *st = &v->state[b];
+  if (flags != MS_BPF_EXIST && claimed) {
+    if (count_reserve(v)) {
+      __atomic_store_n(st, MS_BPF_SLOT_KEYED, __ATOMIC_RELEASE); /* the key keeps its bucket */
+      return -E2BIG;
+    }
+    hash_publish(v, (uint32_t)b, value, worker);
+    return 0;
+  }
+  for (;;) {
+    uint32_t s = state_load(st);
+    if (s == MS_BPF_SLOT_LIVE) {
+      if (flags == MS_BPF_NOEXIST) return -EEXIST;
+      map_copy_in(map_value_at(v, (uint32_t)b, worker), value, v->value_size);
+      return 0;
+    }
+    if (s == MS_BPF_SLOT_KEYED) {
+      if (flags == MS_BPF_EXIST) return -ENOENT;
+      if (!__atomic_compare_exchange_n(st, &s, MS_BPF_SLOT_WRITING, 0, __ATOMIC_ACQ_REL,
+                                       __ATOMIC_ACQUIRE))
+        continue;
+      if (count_reserve(v)) {
+        __atomic_store_n(st, MS_BPF_SLOT_KEYED, __ATOMIC_RELEASE);
+        return -E2BIG;
+      }
+      hash_publish(v, (uint32_t)b, value, worker);
+      return 0;
+    }
+    cpu_relax(); /* WRITING: another insert of this key is publishing it */
+  }
+}
+
+static int hash_delete(struct map_view *v, const void *key) {
+  int64_t b = map_hash_find(v, key, 0);
+  if (b < 0) return -ENOENT;
+  for (;;) {
+    uint32_t s = state_load(&v->state[b]);
+    if (s == MS_BPF_SLOT_KEYED) return -ENOENT;
+    if (s == MS_BPF_SLOT_LIVE) {
+      if (__atomic_compare_exchange_n(&v->state[b], &s, MS_BPF_SLOT_KEYED, 0, __ATOMIC_ACQ_REL,
+                                      __ATOMIC_ACQUIRE)) {
+        __atomic_fetch_sub(&v->hdr->count, 1, __ATOMIC_RELAXED);
+        return 0;
+      }
+      continue;
+    }
+    cpu_relax();
+  }
+}
+
+/* ---- array -------------------------------------------------------------- */
+
+static int array_index(const struct map_view *v, const void *key, uint32_t *idx) {
+  memcpy(idx, key, 4);
+  return *idx < v->max_entries ? 0 : -E2BIG;
+}
+
+/* ---- the engine's side -------------------------------------------------- */
+
+void ms_bpf_map_free(struct ms_bpf_map *m) {
+  if (!m) return;
+  if (m->base) munmap(m->base, m->map_len);
+  if (m->fd >= 0) close(m->fd);
+  free(m);
+}
+
+/* Maps [0, total) of fd at a fresh address; a ring buffer's data is mapped a
+ * second time right after itself so records that wrap read contiguously. */
+static uint8_t *map_fd(int fd, const struct ms_bpf_map_shm *h, int prot, size_t *len) {
+  int ring = h->type == MS_BPF_MAP_RINGBUF;
+  *len = h->total_size + (ring ? h->ring_size : 0);
+  uint8_t *base = mmap(NULL, *len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) return NULL;
+  if (mmap(base, h->total_size, prot, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED ||
+      (ring && mmap(base + h->total_size, h->ring_size, prot, MAP_SHARED | MAP_FIXED, fd,
+                    (off_t)h->ring_data_off) == MAP_FAILED)) {
+    int e = errno;
+    munmap(base, *len);
+    errno = e;
+    return NULL;
+  }
+  return base;
+}
+
+struct ms_bpf_map *ms_bpf_map_new(const struct ms_bpf_map_def *def, uint32_t n_workers,
+                                  struct ms_textbuf *log) {
+  struct ms_bpf_map_shm h;
+  int err = def ? map_layout(def, n_workers, (uint64_t)sysconf(_SC_PAGESIZE), &h, log) : -EINVAL;
+  if (err) {
+    errno = -err;
+    return NULL;
+  }
+  struct ms_bpf_map *m = calloc(1, sizeof *m);
+  if (!m) return NULL;
+  m->fd = -1;
+  m->def = *def;
+  m->def.name[sizeof m->def.name - 1] = 0;
+  m->n_workers = n_workers;
+  char name[80] = "ms-map-";
+  strncat(name, h.name, sizeof name - 8);
+  m->fd = memfd_create(name, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (m->fd < 0 || ftruncate(m->fd, (off_t)h.total_size) < 0) goto fail;
+  /* A reader can then trust the size it sees: the file never shrinks under it. */
+  if (fcntl(m->fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) < 0) goto fail;
+  m->base = map_fd(m->fd, &h, PROT_READ | PROT_WRITE, &m->map_len);
+  if (!m->base) goto fail;
+  memcpy(m->base, &h, sizeof h);
+  map_view_init(&m->v, &h, m->base);
+  return m;
+fail:
+  err = errno;
+  ms_textbuf_printf(log, "map %s: shared memory: %s\n", h.name, ms_strerror(err));
+  ms_bpf_map_free(m);
+  errno = err;
+  return NULL;
+}
+
+const struct ms_bpf_map_def *ms_bpf_map_info(const struct ms_bpf_map *m) { return &m->def; }
+uint32_t ms_bpf_map_workers(const struct ms_bpf_map *m) { return m->n_workers; }
+int ms_bpf_map_fd(const struct ms_bpf_map *m) { return m->fd; }
+
+static int slot_worker(const struct ms_bpf_map *m, uint32_t worker, uint32_t *w) {
+  *w = is_percpu(m->def.type) ? worker : 0;
+  return *w < m->v.n_workers ? 0 : -EINVAL;
+}
+
+void *ms_bpf_map_lookup(struct ms_bpf_map *m, const void *key, uint32_t worker) {
+  uint32_t w, idx;
+  if (!m || !key || slot_worker(m, worker, &w)) return NULL;
+  struct map_view *v = &m->v;
+  if (is_hash(v->type)) {
+    int64_t b = map_hash_find(v, key, 0);
+    if (b < 0 || state_load(&v->state[b]) != MS_BPF_SLOT_LIVE) return NULL;
+    return map_value_at(v, (uint32_t)b, w);
+  }
+  if (v->type == MS_BPF_MAP_RINGBUF || array_index(v, key, &idx)) return NULL;
+  return map_value_at(v, idx, w);
+}
+
+int ms_bpf_map_update(struct ms_bpf_map *m, const void *key, const void *value, uint64_t flags,
+                      uint32_t worker) {
+  uint32_t w, idx;
+  if (!m || !key || !value || flags > MS_BPF_EXIST || slot_worker(m, worker, &w)) return -EINVAL;
+  struct map_view *v = &m->v;
+  if (is_hash(v->type)) return hash_update(v, key, value, flags, w);
+  if (v->type == MS_BPF_MAP_RINGBUF) return -EINVAL;
+  if (array_index(v, key, &idx)) return -E2BIG;
+  if (flags == MS_BPF_NOEXIST) return -EEXIST; /* array elements always exist */
+  map_copy_in(map_value_at(v, idx, w), value, v->value_size);
+  return 0;
+}
+
+int ms_bpf_map_delete(struct ms_bpf_map *m, const void *key) {
+  if (!m || !key || !is_hash(m->def.type)) return -EINVAL;
+  return hash_delete(&m->v, key);
+}
+
+uint32_t ms_bpf_map_count(const struct ms_bpf_map *m) {
+  if (is_hash(m->def.type)) return (uint32_t)__atomic_load_n(&m->v.hdr->count, __ATOMIC_RELAXED);
+  return m->def.type == MS_BPF_MAP_RINGBUF ? 0 : m->def.max_entries;
+}
+
+void ms_bpf_map_clear(struct ms_bpf_map *m) {
+  struct map_view *v = &m->v;
+  if (v->type == MS_BPF_MAP_RINGBUF) {
+    *v->cons_pos = *v->prod_pos = 0;
+    return;
+  }
+  memset(v->values, 0, (uint64_t)v->value_stride * v->n_slots * v->n_workers);
+  if (is_hash(v->type)) {
+    memset(v->state, 0, 4ull * v->n_slots);
+    memset(v->keys, 0, (uint64_t)v->key_stride * v->n_slots);
+    v->hdr->count = 0;
+  }
+}
+
+int ms_bpf_map_foreach(const struct ms_bpf_map *m, ms_bpf_map_entry_fn fn, void *user) {
+  return map_view_foreach(&m->v, fn, user);
+}
+
+void ms_bpf_map_region(const struct ms_bpf_map *m, struct ms_bpf_region *r) {
+  const struct map_view *v = &m->v;
+  if (v->type == MS_BPF_MAP_RINGBUF) {
+    *r = (struct ms_bpf_region){(uintptr_t)v->data, 2 * v->ring_size, 1};
+    return;
+  }
+  *r = (struct ms_bpf_region){(uintptr_t)v->values,
+                              (uint64_t)v->value_stride * v->n_slots * v->n_workers,
+                              !(m->def.flags & MS_BPF_MAP_F_RDONLY_PROG)};
+}
+
+void *ms_bpf_map_direct_value(struct ms_bpf_map *m, uint32_t off) {
+  if (m->def.type != MS_BPF_MAP_ARRAY || off >= m->def.value_size) return NULL;
+  return m->v.values + off;
+}
+
+/* ---- iteration, shared with readers ------------------------------------- */
+
+static int visit(const struct map_view *v, const void *key, uint32_t slot, uint8_t *buf,
+                 ms_bpf_map_entry_fn fn, void *user) {
+  for (uint32_t w = 0; w < v->n_workers; w++)
+    map_copy_out(buf + (uint64_t)w * v->value_size, map_value_at(v, slot, w), v->value_size);
+  return fn(user, key, buf);
+}
+
+int map_view_foreach(const struct map_view *v, ms_bpf_map_entry_fn fn, void *user) {
+  if (v->type == MS_BPF_MAP_RINGBUF) return -EINVAL;
+  uint8_t *buf = malloc((uint64_t)v->value_size * v->n_workers + v->key_stride);
+  if (!buf) return -ENOMEM;
+  uint8_t *key = buf + (uint64_t)v->value_size * v->n_workers;
+  int ret = 0;
+  for (uint32_t i = 0; i < v->n_slots && !ret; i++) {
+    if (!is_hash(v->type)) {
+      ret = visit(v, &i, i, buf, fn, user);
+      continue;
+    }
+    if (state_load(&v->state[i]) != MS_BPF_SLOT_LIVE) continue;
+    map_copy_out(key, v->keys + (uint64_t)i * v->key_stride, v->key_size);
+    ret = visit(v, key, i, buf, fn, user);
+  }
+  free(buf);
+  return ret;
+}
+
+int map_view_lookup_copy(const struct map_view *v, const void *key, void *out) {
+  uint32_t slot;
+  if (is_hash(v->type)) {
+    int64_t b = map_hash_find(v, key, 1);
+    if (b < 0 || state_load(&v->state[b]) != MS_BPF_SLOT_LIVE) return -ENOENT;
+    slot = (uint32_t)b;
+  } else if (v->type == MS_BPF_MAP_RINGBUF || array_index(v, key, &slot)) {
+    return -ENOENT;
+  }
+  for (uint32_t w = 0; w < v->n_workers; w++)
+    map_copy_out((uint8_t *)out + (uint64_t)w * v->value_size, map_value_at(v, slot, w), v->value_size);
+  return 0;
+}
+
+/* ---- the reader in another process -------------------------------------- */
+
+/* The header must be exactly what map_layout derives from its own fields. */
+static int reader_check(const struct ms_bpf_map_shm *h, uint64_t file_size, uint64_t page,
+                        struct ms_textbuf *log) {
+  if (h->magic != MS_BPF_MAP_SHM_MAGIC || h->version != MS_BPF_MAP_SHM_VERSION ||
+      h->header_size < sizeof *h) {
+    ms_textbuf_printf(log, "not a megascope map (magic 0x%llx, version %u)\n",
+                      (unsigned long long)h->magic, h->version);
+    return -MS_E_FORMAT;
+  }
+  struct ms_bpf_map_def def = {.type = h->type, .key_size = h->key_size, .value_size = h->value_size,
+                               .max_entries = h->max_entries, .flags = h->flags};
+  memcpy(def.name, h->name, sizeof def.name);
+  def.name[sizeof def.name - 1] = 0;
+  struct ms_bpf_map_shm want;
+  int err = map_layout(&def, h->n_workers, page, &want, log);
+  if (err) return -MS_E_FORMAT;
+  if (want.n_workers != h->n_workers || want.total_size != h->total_size ||
+      want.n_slots != h->n_slots || want.value_off != h->value_off || want.key_off != h->key_off ||
+      want.state_off != h->state_off || want.ring_data_off != h->ring_data_off ||
+      want.key_stride != h->key_stride || want.value_stride != h->value_stride ||
+      want.ring_size != h->ring_size || want.ring_cons_off != h->ring_cons_off ||
+      want.ring_prod_off != h->ring_prod_off) {
+    ms_textbuf_printf(log, "map %s: header layout does not match its own sizes\n", def.name);
+    return -MS_E_FORMAT;
+  }
+  if (h->total_size > file_size) {
+    ms_textbuf_printf(log, "map %s: header says %llu bytes, the file has %llu\n", def.name,
+                      (unsigned long long)h->total_size, (unsigned long long)file_size);
+    return -MS_E_FORMAT;
+  }
+  return 0;
+}
+
+void ms_bpf_map_reader_free(struct ms_bpf_map_reader *r) {
+  if (!r) return;
+  if (r->base) munmap(r->base, r->map_len);
+  if (r->cons_page) munmap(r->cons_page, r->page);
+  free(r);
+}
+
+struct ms_bpf_map_reader *ms_bpf_map_reader_new(int fd, unsigned flags, struct ms_textbuf *log) {
+  struct stat st;
+  struct ms_bpf_map_shm h;
+  uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
+  int err = -EINVAL;
+  if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < sizeof h) {
+    ms_textbuf_printf(log, "map fd %d: too small or unreadable\n", fd);
+    errno = EINVAL;
+    return NULL;
+  }
+  if (pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
+    ms_textbuf_printf(log, "map fd %d: cannot read the header\n", fd);
+    errno = EIO;
+    return NULL;
+  }
+  err = reader_check(&h, (uint64_t)st.st_size, page, log);
+  if (err) {
+    errno = -err;
+    return NULL;
+  }
+  struct ms_bpf_map_reader *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->page = page;
+  r->base = map_fd(fd, &h, PROT_READ, &r->map_len);
+  if (!r->base) goto fail;
+  /* Decode from the checked copy: the shared header could change under us. */
+  map_view_init(&r->v, &h, r->base);
+  if (flags & MS_BPF_READER_CONSUME) {
+    if (h.type != MS_BPF_MAP_RINGBUF) {
+      errno = EINVAL;
+      goto fail;
+    }
+    r->cons_page = mmap(NULL, page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)h.ring_cons_off);
+    if (r->cons_page == MAP_FAILED) {
+      r->cons_page = NULL;
+      goto fail;
+    }
+    r->v.cons_pos = (uint64_t *)r->cons_page;
+    r->consume = 1;
+  }
+  return r;
+fail:
+  err = errno;
+  ms_textbuf_printf(log, "map %s: mapping fd %d: %s\n", h.name, fd, ms_strerror(err));
+  ms_bpf_map_reader_free(r);
+  errno = err;
+  return NULL;
+}
+
+const struct ms_bpf_map_shm *ms_bpf_map_reader_header(const struct ms_bpf_map_reader *r) {
+  return r->v.hdr;
+}
+
+int ms_bpf_map_reader_foreach(const struct ms_bpf_map_reader *r, ms_bpf_map_entry_fn fn, void *user) {
+  return map_view_foreach(&r->v, fn, user);
+}
+
+int ms_bpf_map_reader_lookup(const struct ms_bpf_map_reader *r, const void *key, void *out) {
+  return map_view_lookup_copy(&r->v, key, out);
+}
+
+int ms_bpf_map_reader_consume(struct ms_bpf_map_reader *r, ms_bpf_ringbuf_fn fn, void *user) {
+  if (!r->consume) return -EPERM;
+  return ringbuf_consume(&r->v, fn, user);
+}
+
+/* ---- ring buffer entry points on the engine's side ---------------------- */
+
+void *ms_bpf_ringbuf_reserve(struct ms_bpf_map *m, uint64_t size) {
+  return m->def.type == MS_BPF_MAP_RINGBUF ? ringbuf_reserve(&m->v, size) : NULL;
+}
+
+void ms_bpf_ringbuf_submit(struct ms_bpf_map *m, void *rec) { ringbuf_release(rec, 0); }
+void ms_bpf_ringbuf_discard(struct ms_bpf_map *m, void *rec) { ringbuf_release(rec, 1); }
+
+int ms_bpf_ringbuf_output(struct ms_bpf_map *m, const void *data, uint64_t size) {
+  if (m->def.type != MS_BPF_MAP_RINGBUF) return -EINVAL;
+  void *rec = ringbuf_reserve(&m->v, size);
+  if (!rec) return -EAGAIN;
+  memcpy(rec, data, size);
+  ringbuf_release(rec, 0);
+  return 0;
+}
+
+uint64_t ms_bpf_ringbuf_lost(const struct ms_bpf_map *m) {
+  return __atomic_load_n(&m->v.hdr->lost, __ATOMIC_RELAXED);
+}
+
+int ms_bpf_ringbuf_consume(struct ms_bpf_map *m, ms_bpf_ringbuf_fn fn, void *user) {
+  if (m->def.type != MS_BPF_MAP_RINGBUF) return -EINVAL;
+  return ringbuf_consume(&m->v, fn, user);
+}

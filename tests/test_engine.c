@@ -232,8 +232,11 @@ static void test_missing_edge_caught(void) {
 }
 
 static char logged[16384];
+static pthread_mutex_t logged_mu = PTHREAD_MUTEX_INITIALIZER;
 static void capture(void *user, enum ms_log_level level, const char *msg) {
+  pthread_mutex_lock(&logged_mu);
   if (level == MS_LOG_WARN) snprintf(logged + strlen(logged), sizeof logged - strlen(logged), "%s", msg);
+  pthread_mutex_unlock(&logged_mu);
 }
 
 static void test_watchdog(void) {
@@ -260,7 +263,9 @@ static void test_watchdog(void) {
   CHECKF(strstr(report, "waits to run blk.1.wo") != NULL || strstr(report, "waits for the end") != NULL,
          "report: %s", report);
   CHECKF(strstr(report, "not yet triggered: blk.1.attn") != NULL, "report: %s", report);
+  pthread_mutex_lock(&logged_mu);
   CHECK(strstr(logged, "stall") != NULL);
+  pthread_mutex_unlock(&logged_mu);
   struct ms_request_info info;
   ms_request_get_info(r, &info);
   CHECK(info.state == MS_REQ_DONE && info.n_tokens == 1);

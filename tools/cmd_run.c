@@ -33,6 +33,7 @@ static void usage(FILE *f) {
           "  --watchdog-ms N      report a stall after N ms without progress (default 2000)\n"
           "  --check              compare every position's logits with the reference forward\n"
           "  --tolerance X        largest allowed |logit difference| with --check (default 1e-3)\n"
+          "  --show-steps         print every decode step (rows, bucket, admitted, retired, time)\n"
           "  --json               print the result as JSON\n"
           "  -h, --help           this text\n");
 }
@@ -40,7 +41,7 @@ static void usage(FILE *f) {
 struct run_args {
   struct cli_model cm;
   long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, tile_rows, watchdog_ms;
-  int shuffle, check, as_json;
+  int shuffle, check, as_json, show_steps;
   uint64_t seed;
   double tolerance;
   enum ms_mode mode;
@@ -58,6 +59,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {"tile-rows", required_argument, 0, 0},
       {"check", no_argument, 0, 0},          {"tolerance", required_argument, 0, 0},
       {"json", no_argument, 0, 0},           {"help", no_argument, 0, 'h'},
+      {"show-steps", no_argument, 0, 0},
       {0, 0, 0, 0}};
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
                          .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = 1e-3};
@@ -86,6 +88,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(n, "shuffle")) a->shuffle = 1;
     else if (!strcmp(n, "check")) a->check = 1;
     else if (!strcmp(n, "json")) a->as_json = 1;
+    else if (!strcmp(n, "show-steps")) a->show_steps = 1;
     else if (!strcmp(n, "mode")) {
       if (ms_mode_parse(optarg, &a->mode)) {
         fprintf(stderr, "megascope run: --mode '%s': expected megakernel or per-op\n", optarg);
@@ -148,6 +151,18 @@ out:
   free(lg);
   ms_ref_free(ref);
   return worst;
+}
+
+static void print_steps(const struct ms_engine *e) {
+  struct ms_step_record *log = malloc(sizeof *log * 1024);
+  int n = log ? ms_engine_step_log(e, log, 1024) : 0;
+  printf("%6s %5s %7s %9s %8s %9s %10s\n", "step", "rows", "bucket", "admitted", "retired", "ms", "tokens/s");
+  for (int i = 0; i < n; i++) {
+    double ms = (double)(log[i].t_end - log[i].t_begin) / 1e6;
+    printf("%6llu %5d %7d %9d %8d %9.2f %10.1f\n", (unsigned long long)log[i].step, log[i].rows, log[i].bucket,
+           log[i].admitted, log[i].retired, ms, ms > 0 ? log[i].rows / ms * 1e3 : 0.0);
+  }
+  free(log);
 }
 
 int cmd_run(int argc, char **argv) {
@@ -229,6 +244,24 @@ int cmd_run(int argc, char **argv) {
       ms_json_kint(&j, "reference_argmax_mismatches", mismatches);
       ms_json_kbool(&j, "check_passed", ok);
     }
+    if (a.show_steps) {
+      struct ms_step_record *log = malloc(sizeof *log * 1024);
+      int n = log ? ms_engine_step_log(e, log, 1024) : 0;
+      ms_json_key(&j, "steps");
+      ms_json_arr_begin(&j);
+      for (int i = 0; i < n; i++) {
+        ms_json_obj_begin(&j);
+        ms_json_kuint(&j, "step", log[i].step);
+        ms_json_kint(&j, "rows", log[i].rows);
+        ms_json_kint(&j, "bucket", log[i].bucket);
+        ms_json_kint(&j, "admitted", log[i].admitted);
+        ms_json_kint(&j, "retired", log[i].retired);
+        ms_json_knum(&j, "ms", (double)(log[i].t_end - log[i].t_begin) / 1e6);
+        ms_json_obj_end(&j);
+      }
+      ms_json_arr_end(&j);
+      free(log);
+    }
     ms_json_key(&j, "tokens");
     ms_json_arr_begin(&j);
     for (long i = 0; i < a.requests; i++) {
@@ -242,6 +275,7 @@ int cmd_run(int argc, char **argv) {
     ms_json_obj_end(&j);
     ms_json_end(&j);
   } else {
+    if (a.show_steps) print_steps(e);
     printf("%s (%s) %s, %d workers: %ld requests, %llu tokens in %.3f s (%.1f tokens/s), %llu steps, %llu tasks\n",
            m->cfg.name, ms_dtype_name(m->cfg.dtype), ms_mode_name(a.mode), ms_engine_n_workers(e), a.requests,
            (unsigned long long)st.tokens, secs, (double)st.tokens / secs, (unsigned long long)st.steps,

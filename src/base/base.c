@@ -2,6 +2,7 @@
 /* Error names, the log sink, the text buffer and the engine clock. */
 #include "megascope/base.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,25 +23,28 @@ const char *ms_strerror(int err) {
   return strerror(err);
 }
 
-static ms_log_fn log_fn;
-static void *log_user;
-static enum ms_log_level log_max = MS_LOG_WARN;
+/* The sink can be changed while engine threads log: each part is an atomic, read
+ * relaxed (a message racing with a change may reach either sink). */
+static _Atomic(ms_log_fn) log_fn;
+static _Atomic(void *) log_user;
+static _Atomic int log_max = MS_LOG_WARN;
 
 void ms_log_set(ms_log_fn fn, void *user, enum ms_log_level max_level) {
-  log_fn = fn;
-  log_user = user;
-  log_max = max_level;
+  atomic_store_explicit(&log_user, user, memory_order_relaxed);
+  atomic_store_explicit(&log_fn, fn, memory_order_release);
+  atomic_store_explicit(&log_max, (int)max_level, memory_order_relaxed);
 }
 
 void ms_logf(enum ms_log_level level, const char *fmt, ...) {
-  if (level > log_max) return;
+  if ((int)level > atomic_load_explicit(&log_max, memory_order_relaxed)) return;
   char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
-  if (log_fn)
-    log_fn(log_user, level, msg);
+  ms_log_fn fn = atomic_load_explicit(&log_fn, memory_order_acquire);
+  if (fn)
+    fn(atomic_load_explicit(&log_user, memory_order_relaxed), level, msg);
   else
     fprintf(stderr, "megascope: %s\n", msg);
 }

@@ -17,12 +17,22 @@ struct ms_ref {
 
 static double wget(const struct ms_weight *w, int r, int c) { return ms_weight_get(w, r, c); }
 
-static void matvec(const struct ms_weight *w, const double *x, double *y) {
-  for (int r = 0; r < w->rows; r++) {
-    double s = 0;
-    for (int c = 0; c < w->cols; c++) s += wget(w, r, c) * x[c];
-    y[r] = s;
+/* Row by row, in double; the element type is switched on once per row. */
+static double dot_row(const struct ms_weight *w, int r, const double *x) {
+  double s = 0;
+  size_t base = (size_t)r * (size_t)w->cols;
+  if (w->dtype == MS_DTYPE_BF16) {
+    const uint16_t *p = (const uint16_t *)w->data + base;
+    for (int c = 0; c < w->cols; c++) s += (double)ms_bf16_to_f32(p[c]) * x[c];
+  } else {
+    const float *p = (const float *)w->data + base;
+    for (int c = 0; c < w->cols; c++) s += (double)p[c] * x[c];
   }
+  return s;
+}
+
+static void matvec(const struct ms_weight *w, const double *x, double *y) {
+  for (int r = 0; r < w->rows; r++) y[r] = dot_row(w, r, x);
 }
 
 static void rmsnorm(double *out, const double *x, const struct ms_weight *w, int n, double eps) {
@@ -179,11 +189,7 @@ int ms_ref_step(struct ms_ref *r, int token, float *logits) {
     }
   }
   rmsnorm(r->xn, r->x, &m->out_norm, c->dim, c->norm_eps);
-  for (int v = 0; v < c->vocab; v++) {
-    double s = 0;
-    for (int i = 0; i < c->dim; i++) s += wget(&m->lm_head, v, i) * r->xn[i];
-    logits[v] = (float)s;
-  }
+  for (int v = 0; v < c->vocab; v++) logits[v] = (float)dot_row(&m->lm_head, v, r->xn);
   r->pos++;
   return 0;
 }

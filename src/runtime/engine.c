@@ -270,7 +270,7 @@ static int step_begin(struct ms_engine *e) {
     if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) {
       retired += retire(e, 1);
       cancel_mailbox(e);
-      e->cur_stop = 1;
+      atomic_store_explicit(&e->cur_stop, 1, memory_order_relaxed);
       atomic_fetch_add_explicit(&e->step_seq, 1, memory_order_release);
       ms_futex_wake_all(&e->step_seq);
       return 0;
@@ -292,7 +292,7 @@ static int step_begin(struct ms_engine *e) {
   *rec = (struct ms_step_record){.step = e->next_step, .rows = n, .bucket = bucket,
                                  .admitted = admitted, .retired = retired, .t_begin = t0};
   pthread_mutex_unlock(&e->log_mu);
-  e->cur_step = e->next_step++;
+  atomic_store_explicit(&e->cur_step, e->next_step++, memory_order_relaxed);
   atomic_store_explicit(&e->cur_gen, rt->gen++, memory_order_relaxed);
   atomic_store_explicit(&e->cur, rt, memory_order_relaxed);
   atomic_fetch_add_explicit(&e->positions, (uint64_t)n, memory_order_relaxed);
@@ -377,7 +377,7 @@ static void *worker_main(void *arg) {
       step_begin(e);
     }
     seen = wait_step(e, seen);
-    if (e->cur_stop) break;
+    if (atomic_load_explicit(&e->cur_stop, memory_order_relaxed)) break;
     struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
     uint64_t gen = atomic_load_explicit(&e->cur_gen, memory_order_relaxed);
     if (e->o.mode == MS_MODE_PER_OP)

@@ -89,8 +89,8 @@ struct ms_engine {
   _Alignas(64) _Atomic uint32_t step_seq;
   _Atomic(struct plan_rt *) cur;
   _Atomic uint64_t cur_gen;
-  uint64_t cur_step;
-  int cur_stop;
+  _Atomic uint64_t cur_step;     /* atomics only for the watchdog's reads */
+  _Atomic int cur_stop;
   uint64_t next_step;            /* worker 0 only */
 
   /* wake-ups: bumped on every event fire; sleepers counted to skip the syscall */

@@ -17,7 +17,7 @@ static uint64_t tasks_done(struct ms_engine *e) {
 
 static int step_in_flight(struct ms_engine *e, struct plan_rt **rt_out, uint64_t *gen_out) {
   struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_acquire);
-  if (!rt || e->cur_stop) return 0;
+  if (!rt || atomic_load_explicit(&e->cur_stop, memory_order_relaxed)) return 0;
   uint64_t gen = atomic_load_explicit(&e->cur_gen, memory_order_relaxed);
   const struct ms_event *end = &rt->plan->events[rt->plan->end_event];
   uint64_t c = atomic_load_explicit(&rt->counters[rt->plan->end_event], memory_order_relaxed);
@@ -84,7 +84,7 @@ void ms_watchdog_report(struct ms_engine *e, uint64_t idle_ms, char *buf, size_t
   uint64_t gen, now = ms_now_ns();
   if (!step_in_flight(e, &rt, &gen)) return;
   put(&o, "stall: no task finished for %" PRIu64 " ms in step %" PRIu64 " (plan for batch %d, generation %" PRIu64 ")\n",
-      idle_ms, e->cur_step, rt->plan->batch, gen);
+      idle_ms, atomic_load_explicit(&e->cur_step, memory_order_relaxed), rt->plan->batch, gen);
   char name[96];
   for (int w = 0; w < e->n_workers; w++) {
     struct worker *wk = &e->workers[w];

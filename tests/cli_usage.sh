@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Every subcommand answers --help with exit 0, and bad usage with exit 2 and a
+# message that names the problem.
+set -uo pipefail
+MS=$1
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+
+for cmd in "" "compile" "run" "bench" "bench decode"; do
+  # shellcheck disable=SC2086
+  if "$MS" $cmd --help | grep -q "usage: megascope"; then ok; else bad "$cmd --help"; fi
+done
+expect2() {  # expect exit 2 and a message containing $1
+  local want=$1; shift
+  local out rc
+  out=$("$MS" "$@" 2>&1); rc=$?
+  if [ $rc -eq 2 ] && grep -q -- "$want" <<<"$out"; then ok; else bad "$* -> rc $rc: $out"; fi
+}
+expect2 "unknown command" frobnicate
+expect2 "unknown preset" compile --synthetic nosuch
+expect2 "no model" run --steps 3
+expect2 "--batch" run --synthetic tiny --batch zero
+expect2 "--mode" run --synthetic tiny --mode sideways
+expect2 "--dtype" compile --synthetic tiny --dtype f8
+expect2 "unknown benchmark" bench nosuch
+expect2 "unexpected argument" compile --synthetic tiny extra
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

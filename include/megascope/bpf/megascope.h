@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope semantic hook ABI, version 1: the header monitor authors include.
+ *
+ * A monitor is C compiled with stock clang (`clang -O2 -g -target bpf -c m.bpf.c`)
+ * with libbpf's <bpf/bpf_helpers.h> and this header. Its programs sit in sections
+ * that name the program type and the hook:
+ *
+ *     SEC("megascope/observe/task_end")      int on_end(struct ms_hook_ctx *ctx)
+ *     SEC("megascope/sched_hint/task_ready") int prio(struct ms_hook_ctx *ctx)
+ *
+ * observe programs read the context and update their own maps and ring buffers;
+ * they change nothing in the scheduler (their return value is ignored). sched_hint
+ * programs exist only on task_ready and return a priority 0-7, nothing else.
+ * No program writes the context.
+ *
+ * The context is one flat struct. Fields are only appended, never moved; each hook
+ * defines a subset of them (MS_HOOK_FIELDS_* below, and docs/hooks.md), and the
+ * verifier rejects a read of a field the hook does not define. A program records
+ * the ABI version it was built for (MS_HOOK_ABI_DECLARE) and an engine refuses a
+ * program newer than itself.
+ *
+ * Stable IDs: task_class indexes the plan's schema (megascope compile
+ * --schema-out), task_gen = (step << 32) | task_index, req_gen grows each time a
+ * request slot is reused, event_class names layer-free event kinds ("attn->wo"). */
+#ifndef MEGASCOPE_BPF_MEGASCOPE_H
+#define MEGASCOPE_BPF_MEGASCOPE_H
+
+#include <linux/types.h>
+
+#define MS_HOOK_ABI_VERSION 1
+
+/* Hook ids. Append-only. */
+enum ms_hook_id {
+  MS_HOOK_TASK_READY = 0,     /* a task's event fired: it can run */
+  MS_HOOK_TASK_ASSIGN = 1,    /* a task was placed on a worker (JIT dispatch; AOT at step start) */
+  MS_HOOK_TASK_BEGIN = 2,     /* a worker starts a task */
+  MS_HOOK_TASK_END = 3,       /* a worker finished a task */
+  MS_HOOK_DEP_WAIT = 4,       /* a worker reached a task whose event has not fired and waits */
+  MS_HOOK_DEP_RELEASE = 5,    /* an event reached its count and released its successors */
+  MS_HOOK_COMM = 6,           /* a communication task issues / completes a transfer (reserved) */
+  MS_HOOK_STEP = 7,           /* a decode step begins / ends */
+  MS_HOOK_REQUEST = 8,        /* a request is admitted / emits its first token / a token / finishes */
+  MS_HOOK_QUEUE_PRESSURE = 9, /* a queue's depth crossed its declared threshold */
+  MS_HOOK_COUNT = 10
+};
+
+/* Program types. */
+enum ms_prog_type {
+  MS_PROG_OBSERVE = 0,
+  MS_PROG_SCHED_HINT = 1,
+  MS_PROG_TYPE_COUNT = 2
+};
+
+/* ms_hook_ctx.phase for the step, request and comm hooks. */
+enum ms_step_phase { MS_STEP_BEGIN = 0, MS_STEP_END = 1 };
+enum ms_request_phase {
+  MS_REQ_ADMITTED = 0,
+  MS_REQ_FIRST_TOKEN = 1,
+  MS_REQ_TOKEN = 2,
+  MS_REQ_FINISHED = 3
+};
+enum ms_comm_phase { MS_COMM_ISSUE = 0, MS_COMM_COMPLETE = 1 };
+
+/* ms_hook_ctx.wait_reason for dep_wait. */
+enum ms_wait_reason {
+  MS_WAIT_DEPENDENCY = 0,     /* the task's event has not fired */
+  MS_WAIT_STEP_END = 1,       /* the worker's queue is done; it waits for the step to end */
+  MS_WAIT_REASON_COUNT
+};
+
+/* ms_hook_ctx.launch_mode */
+enum ms_launch_mode { MS_LAUNCH_MODE_AOT = 0, MS_LAUNCH_MODE_JIT = 1 };
+
+/* ms_hook_ctx.queue_kind for queue_pressure */
+enum ms_queue_kind { MS_QUEUE_JIT = 0, MS_QUEUE_MAILBOX = 1 };
+
+#define MS_HOOK_NONE32 0xffffffffu   /* a field with no value for this firing (e.g. no row) */
+
+struct ms_hook_ctx {
+  /* every hook */
+  __u32 abi_version;   /* 0: MS_HOOK_ABI_VERSION of the engine */
+  __u32 hook;          /* 4: enum ms_hook_id */
+  __u64 now_ns;        /* 8: engine clock (simulated time on the sim backend) */
+  __u32 worker;        /* 16: worker (SM) index */
+  __u32 device;        /* 20: device index */
+  __u64 step;          /* 24: global decode step */
+  __u32 batch_size;    /* 32: rows in the step */
+  __u32 bucket;        /* 36: rows of the step's plan */
+  /* tasks */
+  __u32 task_class;    /* 40: schema class id */
+  __u32 op;            /* 44: kernel id */
+  __u32 task_index;    /* 48: index in the plan */
+  __u32 launch_mode;   /* 52: enum ms_launch_mode */
+  __u64 task_gen;      /* 56: (step << 32) | task_index */
+  __s32 tile_x;        /* 64: output column tile */
+  __s32 tile_y;        /* 68: batch row, -1: all rows */
+  __s32 tile_z;        /* 72: kv head or expert, -1: none */
+  __u32 req_slot;      /* 76: request slot of the task's row (or the request), MS_HOOK_NONE32 */
+  __u32 req_gen;       /* 80: that slot's generation, MS_HOOK_NONE32 */
+  __u32 ctx_len;       /* 84: positions of the row's request (attention context) */
+  __u64 t_ready;       /* 88: when the task's event fired (step start for the first tasks) */
+  __u64 t_begin;       /* 96: when the task began */
+  __u64 t_end;         /* 104: when the task ended */
+  /* events */
+  __u32 event_id;      /* 112: event index in the plan */
+  __u32 event_class;   /* 116: layer-free event class */
+  __u32 event_needed;  /* 120: triggers the event needs per step */
+  __u32 wait_reason;   /* 124: enum ms_wait_reason */
+  __u64 event_count;   /* 128: triggers so far this step */
+  /* queues */
+  __u32 queue_depth;   /* 136: depth of the queue involved */
+  __u32 queue_threshold; /* 140: queue_pressure: the declared threshold */
+  /* communication (reserved for backends that communicate) */
+  __u32 peer;          /* 144 */
+  __u32 comm_phase;    /* 148: enum ms_comm_phase */
+  __u64 comm_gen;      /* 152 */
+  /* step and request progress */
+  __u32 phase;         /* 160: enum ms_step_phase / ms_request_phase */
+  __u32 token;         /* 164: request: the token emitted */
+  __u64 wait_ns;       /* 168: task_begin/task_end: time this worker waited for the task's event */
+  __u32 queue_kind;    /* 176: queue_pressure: enum ms_queue_kind */
+  __u32 reserved0;     /* 180 */
+};                     /* 184 bytes in version 1 */
+
+/* Fields, as bits of a hook's field mask (bit i: field i in declaration order). */
+enum ms_hook_field {
+  MS_F_ABI_VERSION, MS_F_HOOK, MS_F_NOW_NS, MS_F_WORKER, MS_F_DEVICE, MS_F_STEP, MS_F_BATCH_SIZE,
+  MS_F_BUCKET, MS_F_TASK_CLASS, MS_F_OP, MS_F_TASK_INDEX, MS_F_LAUNCH_MODE, MS_F_TASK_GEN,
+  MS_F_TILE_X, MS_F_TILE_Y, MS_F_TILE_Z, MS_F_REQ_SLOT, MS_F_REQ_GEN, MS_F_CTX_LEN, MS_F_T_READY,
+  MS_F_T_BEGIN, MS_F_T_END, MS_F_EVENT_ID, MS_F_EVENT_CLASS, MS_F_EVENT_NEEDED, MS_F_WAIT_REASON,
+  MS_F_EVENT_COUNT, MS_F_QUEUE_DEPTH, MS_F_QUEUE_THRESHOLD, MS_F_PEER, MS_F_COMM_PHASE,
+  MS_F_COMM_GEN, MS_F_PHASE, MS_F_TOKEN, MS_F_WAIT_NS, MS_F_QUEUE_KIND, MS_F_RESERVED0,
+  MS_F_COUNT
+};
+
+#define MS_FB(f) (1ull << (f))
+#define MS_HOOK_FIELDS_COMMON                                                          \
+  (MS_FB(MS_F_ABI_VERSION) | MS_FB(MS_F_HOOK) | MS_FB(MS_F_NOW_NS) | MS_FB(MS_F_WORKER) | \
+   MS_FB(MS_F_DEVICE) | MS_FB(MS_F_STEP) | MS_FB(MS_F_BATCH_SIZE) | MS_FB(MS_F_BUCKET))
+#define MS_HOOK_FIELDS_TASK                                                                 \
+  (MS_FB(MS_F_TASK_CLASS) | MS_FB(MS_F_OP) | MS_FB(MS_F_TASK_INDEX) | MS_FB(MS_F_LAUNCH_MODE) | \
+   MS_FB(MS_F_TASK_GEN) | MS_FB(MS_F_TILE_X) | MS_FB(MS_F_TILE_Y) | MS_FB(MS_F_TILE_Z) |        \
+   MS_FB(MS_F_REQ_SLOT) | MS_FB(MS_F_REQ_GEN) | MS_FB(MS_F_CTX_LEN))
+#define MS_HOOK_FIELDS_EVENT \
+  (MS_FB(MS_F_EVENT_ID) | MS_FB(MS_F_EVENT_CLASS) | MS_FB(MS_F_EVENT_NEEDED) | MS_FB(MS_F_EVENT_COUNT))
+
+#define MS_HOOK_FIELDS_TASK_READY \
+  (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_HOOK_FIELDS_EVENT | MS_FB(MS_F_T_READY))
+#define MS_HOOK_FIELDS_TASK_ASSIGN \
+  (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_FB(MS_F_T_READY) | MS_FB(MS_F_QUEUE_DEPTH))
+#define MS_HOOK_FIELDS_TASK_BEGIN                                                       \
+  (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_HOOK_FIELDS_EVENT | MS_FB(MS_F_T_READY) | \
+   MS_FB(MS_F_T_BEGIN) | MS_FB(MS_F_WAIT_NS))
+#define MS_HOOK_FIELDS_TASK_END (MS_HOOK_FIELDS_TASK_BEGIN | MS_FB(MS_F_T_END))
+#define MS_HOOK_FIELDS_DEP_WAIT \
+  (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_HOOK_FIELDS_EVENT | MS_FB(MS_F_WAIT_REASON))
+#define MS_HOOK_FIELDS_DEP_RELEASE (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_HOOK_FIELDS_EVENT)
+#define MS_HOOK_FIELDS_COMM                                                              \
+  (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_FB(MS_F_PEER) | MS_FB(MS_F_COMM_PHASE) | \
+   MS_FB(MS_F_COMM_GEN))
+#define MS_HOOK_FIELDS_STEP (MS_HOOK_FIELDS_COMMON | MS_FB(MS_F_PHASE))
+#define MS_HOOK_FIELDS_REQUEST                                                       \
+  (MS_HOOK_FIELDS_COMMON | MS_FB(MS_F_REQ_SLOT) | MS_FB(MS_F_REQ_GEN) | MS_FB(MS_F_CTX_LEN) | \
+   MS_FB(MS_F_PHASE) | MS_FB(MS_F_TOKEN))
+#define MS_HOOK_FIELDS_QUEUE_PRESSURE                                                      \
+  (MS_HOOK_FIELDS_COMMON | MS_FB(MS_F_QUEUE_DEPTH) | MS_FB(MS_F_QUEUE_THRESHOLD) |          \
+   MS_FB(MS_F_QUEUE_KIND))
+
+/* megascope's own helpers (Linux's helpers 1, 2, 3, 5, 8, 130-133 keep their ids
+ * and meaning; see <bpf/bpf_helpers.h>). Ids from 0x10000 up are megascope's. */
+#define MS_HELPER_BASE 0x10000
+#define MS_HELPER_LOG2 (MS_HELPER_BASE + 0)     /* u64 ms_log2(u64 v): floor(log2 v), 0 for 0 */
+
+/* Declares the ABI version a program was built for (a read-only global the
+ * loader finds in the object). */
+#define MS_HOOK_ABI_DECLARE() \
+  const volatile __u32 megascope_abi_version __attribute__((section("megascope_abi"), used)) = MS_HOOK_ABI_VERSION
+
+#ifdef __bpf__
+/* Helper stubs of megascope's own helpers, in the style of bpf_helper_defs.h. */
+static __u64 (*ms_log2)(__u64 v) = (void *)MS_HELPER_LOG2;
+#endif
+
+#endif

@@ -1,0 +1,103 @@
+/* SPDX-License-Identifier: MIT */
+/* Hook and field tables of the semantic hook ABI (version MS_HOOK_ABI_VERSION). */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "megascope/hook.h"
+
+#define F(e, member) [e] = {#member, offsetof(struct ms_hook_ctx, member), sizeof(((struct ms_hook_ctx *)0)->member)}
+
+const struct ms_hook_field_desc ms_hook_fields[MS_F_COUNT] = {
+    F(MS_F_ABI_VERSION, abi_version), F(MS_F_HOOK, hook), F(MS_F_NOW_NS, now_ns),
+    F(MS_F_WORKER, worker), F(MS_F_DEVICE, device), F(MS_F_STEP, step),
+    F(MS_F_BATCH_SIZE, batch_size), F(MS_F_BUCKET, bucket), F(MS_F_TASK_CLASS, task_class),
+    F(MS_F_OP, op), F(MS_F_TASK_INDEX, task_index), F(MS_F_LAUNCH_MODE, launch_mode),
+    F(MS_F_TASK_GEN, task_gen), F(MS_F_TILE_X, tile_x), F(MS_F_TILE_Y, tile_y),
+    F(MS_F_TILE_Z, tile_z), F(MS_F_REQ_SLOT, req_slot), F(MS_F_REQ_GEN, req_gen),
+    F(MS_F_CTX_LEN, ctx_len), F(MS_F_T_READY, t_ready), F(MS_F_T_BEGIN, t_begin),
+    F(MS_F_T_END, t_end), F(MS_F_EVENT_ID, event_id), F(MS_F_EVENT_CLASS, event_class),
+    F(MS_F_EVENT_NEEDED, event_needed), F(MS_F_WAIT_REASON, wait_reason),
+    F(MS_F_EVENT_COUNT, event_count), F(MS_F_QUEUE_DEPTH, queue_depth),
+    F(MS_F_QUEUE_THRESHOLD, queue_threshold), F(MS_F_PEER, peer), F(MS_F_COMM_PHASE, comm_phase),
+    F(MS_F_COMM_GEN, comm_gen), F(MS_F_PHASE, phase), F(MS_F_TOKEN, token),
+    F(MS_F_WAIT_NS, wait_ns), F(MS_F_QUEUE_KIND, queue_kind), F(MS_F_RESERVED0, reserved0),
+};
+
+/* The ABI is append-only: these pin version 1's layout. */
+_Static_assert(offsetof(struct ms_hook_ctx, task_gen) == 56, "hook ABI v1 layout");
+_Static_assert(offsetof(struct ms_hook_ctx, event_count) == 128, "hook ABI v1 layout");
+_Static_assert(offsetof(struct ms_hook_ctx, wait_ns) == 168, "hook ABI v1 layout");
+_Static_assert(sizeof(struct ms_hook_ctx) == 184, "hook ABI v1 size");
+_Static_assert(MS_F_COUNT <= 64, "field masks are 64-bit");
+
+const uint64_t ms_hook_field_mask[MS_HOOK_COUNT] = {
+    [MS_HOOK_TASK_READY] = MS_HOOK_FIELDS_TASK_READY,
+    [MS_HOOK_TASK_ASSIGN] = MS_HOOK_FIELDS_TASK_ASSIGN,
+    [MS_HOOK_TASK_BEGIN] = MS_HOOK_FIELDS_TASK_BEGIN,
+    [MS_HOOK_TASK_END] = MS_HOOK_FIELDS_TASK_END,
+    [MS_HOOK_DEP_WAIT] = MS_HOOK_FIELDS_DEP_WAIT,
+    [MS_HOOK_DEP_RELEASE] = MS_HOOK_FIELDS_DEP_RELEASE,
+    [MS_HOOK_COMM] = MS_HOOK_FIELDS_COMM,
+    [MS_HOOK_STEP] = MS_HOOK_FIELDS_STEP,
+    [MS_HOOK_REQUEST] = MS_HOOK_FIELDS_REQUEST,
+    [MS_HOOK_QUEUE_PRESSURE] = MS_HOOK_FIELDS_QUEUE_PRESSURE,
+};
+
+static const char *const hook_names[MS_HOOK_COUNT] = {
+    "task_ready", "task_assign", "task_begin", "task_end", "dep_wait",
+    "dep_release", "comm", "step", "request", "queue_pressure",
+};
+
+const char *ms_hook_name(int hook) { return hook >= 0 && hook < MS_HOOK_COUNT ? hook_names[hook] : "?"; }
+
+int ms_hook_parse(const char *name) {
+  for (int h = 0; h < MS_HOOK_COUNT; h++)
+    if (!strcmp(name, hook_names[h])) return h;
+  return -1;
+}
+
+const char *ms_prog_type_name(int type) {
+  return type == MS_PROG_OBSERVE ? "observe" : type == MS_PROG_SCHED_HINT ? "sched_hint" : "?";
+}
+
+int ms_hook_field_at(uint32_t off, uint32_t size) {
+  for (int f = 0; f < MS_F_COUNT; f++) {
+    const struct ms_hook_field_desc *d = &ms_hook_fields[f];
+    if (off >= d->offset && (uint64_t)off + size <= (uint64_t)d->offset + d->size) return f;
+  }
+  return -1;
+}
+
+int ms_hook_parse_section(const char *section, int *type, int *hook, char *why, size_t why_size) {
+  const char *prefix = "megascope/";
+  if (!section || strncmp(section, prefix, strlen(prefix))) {
+    snprintf(why, why_size, "section '%s' is not megascope/<observe|sched_hint>/<hook>", section ? section : "");
+    return -EINVAL;
+  }
+  const char *t = section + strlen(prefix), *slash = strchr(t, '/');
+  if (!slash) {
+    snprintf(why, why_size, "section '%s' names no hook", section);
+    return -EINVAL;
+  }
+  size_t tl = (size_t)(slash - t);
+  if (tl == 7 && !strncmp(t, "observe", 7))
+    *type = MS_PROG_OBSERVE;
+  else if (tl == 10 && !strncmp(t, "sched_hint", 10))
+    *type = MS_PROG_SCHED_HINT;
+  else {
+    snprintf(why, why_size, "section '%s': unknown program type '%.*s' (observe or sched_hint)", section, (int)tl, t);
+    return -EINVAL;
+  }
+  *hook = ms_hook_parse(slash + 1);
+  if (*hook < 0) {
+    snprintf(why, why_size, "section '%s': unknown hook '%s'", section, slash + 1);
+    return -EINVAL;
+  }
+  if (*type == MS_PROG_SCHED_HINT && *hook != MS_HOOK_TASK_READY) {
+    snprintf(why, why_size, "section '%s': sched_hint programs attach only to task_ready", section);
+    return -EINVAL;
+  }
+  return 0;
+}

@@ -79,6 +79,9 @@ extern const char *const ms_bpf_jmp_names[16];
 /* Assembles one line with no labels (disasm.c checks its output with it). */
 int ms_bpf_asm_line(const char *line, struct ms_bpf_insn out[2], size_t *n_out);
 
+/* Checks an object's .BTF section before libbpf reads it (btf_check.c). */
+int ms_bpf_btf_check(const uint8_t *data, size_t size, struct ms_textbuf *log);
+
 /* What the interpreter asks of a map (maps.c). */
 /* The bytes a program may touch through pointers the map hands out. */
 void ms_bpf_map_region(const struct ms_bpf_map *m, struct ms_bpf_region *r);

@@ -7,7 +7,9 @@
  *    reads it (class, machine, byte order, every section inside the file,
  *    symbol and relocation tables well-formed, every relocation inside its
  *    section and naming an existing symbol), so that neither libbpf nor the
- *    code below ever follows an offset that points outside the buffer.
+ *    code below ever follows an offset that points outside the buffer; and
+ *    btf_check.c on .BTF, whose type references libbpf 1.1 trusts (bit-flipped
+ *    BTF crashed it in our fuzzing before that check existed).
  *  - libbpf (bpf_object__open_mem, nothing loaded): BTF-defined map
  *    definitions (type, key/value size, max_entries, flags), the global-data
  *    maps (.rodata/.data/.bss with initial values) and the list of entry
@@ -101,7 +103,7 @@ static _Thread_local struct ms_textbuf *libbpf_log;
 static pthread_once_t libbpf_once = PTHREAD_ONCE_INIT;
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list ap) {
-  if (level == LIBBPF_DEBUG || !libbpf_log) return 0;
+  if (level != LIBBPF_WARN || !libbpf_log) return 0; /* its info lines are chatter */
   char msg[300];
   vsnprintf(msg, sizeof msg, fmt, ap);
   ms_textbuf_printf(libbpf_log, "%s", msg);
@@ -250,6 +252,9 @@ static int check_elf(struct load *l) {
   if (!err) err = read_sections(l);
   if (!err) err = read_symbols(l);
   for (size_t i = 1; !err && i < l->o->n_secs; i++) err = read_relocs(l, i);
+  size_t btf_size;
+  const void *btf = err ? NULL : ms_bpf_object_section(l->o, ".BTF", &btf_size);
+  if (btf) err = ms_bpf_btf_check(btf, btf_size, l->log);
   return err;
 }
 
@@ -580,7 +585,11 @@ static int open_libbpf(struct load *l, const char *name) {
   libbpf_log = l->log;
   struct bpf_object *bo = bpf_object__open_mem(copy, l->o->image_size, &opts);
   int err = bo ? 0 : -errno;
-  if (!bo) refuse(l, "libbpf cannot open the object: %s", ms_strerror(err));
+  if (!bo) {
+    char why[128];
+    libbpf_strerror(err, why, sizeof why); /* knows libbpf's own codes too */
+    refuse(l, "libbpf cannot open the object: %s", why);
+  }
   if (!err) err = take_maps(l, bo);
   if (!err) err = take_progs(l, bo);
   bpf_object__close(bo);

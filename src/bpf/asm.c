@@ -170,7 +170,7 @@ static int parse_target(struct assembler *a, const char *s, int wide, int32_t *v
   *val = 0;
   if (s[0] == '+' || s[0] == '-') {
     if (!wide) {
-      int16_t off;
+      int16_t off = 0;
       if (parse_off16(a, s, &off)) return -MS_E_FORMAT;
       *val = off;
       return 0;
@@ -220,7 +220,7 @@ static int asm_alu(struct assembler *a, const struct line *l, int *handled) {
   struct ms_bpf_insn in = {0};
   in.code = is32 ? MS_BPF_ALU : MS_BPF_ALU64;
   if (!strncmp(op, "movsx", 5) && op[5]) {
-    int16_t off;
+    int16_t off = 0;
     if (parse_off16(a, op + 5, &off)) return -MS_E_FORMAT;
     in.off = off;
     op = "mov";
@@ -333,7 +333,7 @@ static int asm_lddw(struct assembler *a, const struct line *l) {
       if (end[1] != '+' || parse_imm32(a, end + 2, &in[1].imm)) return fail(a, "bad map value reference '%s'", s);
     }
   } else {
-    uint64_t v;
+    uint64_t v = 0;
     if (parse_imm64(a, s, &v)) return -MS_E_FORMAT;
     in[0].imm = (int32_t)(uint32_t)v;
     in[1].imm = (int32_t)(uint32_t)(v >> 32);

@@ -91,9 +91,10 @@ struct ms_bpf_map *ms_bpf_exec_record_take(struct ms_bpf_exec *x, void *rec) {
   return NULL;
 }
 
-static void add_region(struct ms_bpf_exec *x, const void *base, uint64_t len, int writable) {
+/* base as an integer: a region is an address range, never read here */
+static void add_region(struct ms_bpf_exec *x, uintptr_t base, uint64_t len, int writable) {
   if (!base || !len) return;
-  x->regions[x->n_regions++] = (struct ms_bpf_region){(uintptr_t)base, len, writable};
+  x->regions[x->n_regions++] = (struct ms_bpf_region){base, len, writable};
 }
 
 /* ---- errors ------------------------------------------------------------- */
@@ -465,14 +466,14 @@ int ms_bpf_run(const struct ms_bpf_prog *prog, const struct ms_bpf_run_opts *opt
   vm.budget = o.insn_budget ? o.insn_budget : MS_BPF_DEFAULT_BUDGET;
   vm.pc = 0;
   vm.err_insn = -1;
-  add_region(&vm.x, vm.stack, sizeof vm.stack, 1);
-  add_region(&vm.x, o.ctx, o.ctx_size, 0);
-  add_region(&vm.x, o.mem, o.mem_size, 1);
+  add_region(&vm.x, (uintptr_t)vm.stack, sizeof vm.stack, 1);
+  add_region(&vm.x, (uintptr_t)o.ctx, o.ctx_size, 0);
+  add_region(&vm.x, (uintptr_t)o.mem, o.mem_size, 1);
   for (size_t i = 0; i < o.n_maps; i++) {
     if (!o.maps[i]) continue;
     struct ms_bpf_region r;
     ms_bpf_map_region(o.maps[i], &r);
-    add_region(&vm.x, (const void *)r.base, r.len, r.writable);
+    add_region(&vm.x, r.base, r.len, r.writable);
   }
   memset(vm.reg, 0, sizeof vm.reg);
   memset(frame_top(&vm, 0) - MS_BPF_STACK_SIZE, 0, MS_BPF_STACK_SIZE);

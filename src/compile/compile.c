@@ -276,6 +276,31 @@ static const char *task_op(const struct compiler *c, int t) {
   return t < c->n ? c->g->classes[c->g->tasks[t].cls].op : "fanout";
 }
 
+static int cmp_name(const void *a, const void *b, void *ctx) {
+  char (*names)[64] = ctx;
+  return strcmp(names[*(const int *)a], names[*(const int *)b]);
+}
+
+/* Event-class ids in name order: the same for every bucket's plan, so a monitor's
+ * per-class aggregates mean the same whatever batch size ran. */
+static void canonical_ev_classes(struct ms_plan *p) {
+  int n = p->n_ev_classes, order[256], rank[256];
+  char (*sorted)[64] = malloc((size_t)n * sizeof *sorted);
+  if (!sorted || n > 256) {
+    free(sorted);
+    return;
+  }
+  for (int i = 0; i < n; i++) order[i] = i;
+  qsort_r(order, (size_t)n, sizeof *order, cmp_name, p->ev_classes);
+  for (int i = 0; i < n; i++) {
+    rank[order[i]] = i;
+    memcpy(sorted[i], p->ev_classes[order[i]], sizeof sorted[0]);
+  }
+  memcpy(p->ev_classes, sorted, (size_t)n * sizeof *sorted);
+  for (int e = 0; e < p->n_events; e++) p->events[e].cls = (uint16_t)rank[p->events[e].cls];
+  free(sorted);
+}
+
 /* 5. linearisation and the plan's arrays. */
 static int layout(struct compiler *c, int end, struct ms_plan *p) {
   int total = c->n + c->n_empty;
@@ -355,6 +380,7 @@ static int layout(struct compiler *c, int end, struct ms_plan *p) {
   }
   p->end_event = c->ev[end].new_id;
   p->stats.fused_edges = fused;
+  canonical_ev_classes(p);
   rc = 0;
 out:
   free(order);

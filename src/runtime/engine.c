@@ -39,6 +39,7 @@
 
 #include "megascope/reference.h"
 #include "runtime/engine_impl.h"
+#include "runtime/hooksite.h"
 
 const char *ms_mode_name(enum ms_mode m) { return m == MS_MODE_PER_OP ? "per-op" : "megakernel"; }
 
@@ -85,17 +86,61 @@ static void sleep_ns(uint64_t ns) {
   }
 }
 
-static void sample_row(struct ms_engine *e, const struct ms_exec_ctx *x,
-                       const struct ms_task_class *k, int row);
+static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_task_class *k, int row);
 
-static void trigger(struct ms_engine *e, struct plan_rt *rt, int ev, uint64_t gen) {
+static uint32_t jit_depth(const struct ms_mpmc *q) {
+  return (uint32_t)(atomic_load_explicit(&q->tail, memory_order_relaxed) -
+                    atomic_load_explicit(&q->head, memory_order_relaxed));
+}
+
+static int jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
+  if (e->hooks_on && atomic_load_explicit(&e->hooks->hinted, memory_order_relaxed)) {
+    for (int p = MS_PRIO_LEVELS - 1; p > 0; p--)
+      if (!ms_mpmc_pop(&rt->jit[p], t)) return 0;
+  }
+  return ms_mpmc_pop(&rt->jit[0], t);
+}
+
+static int jit_empty(struct plan_rt *rt) {
+  for (int p = 0; p < MS_PRIO_LEVELS; p++)
+    if (atomic_load_explicit(&rt->jit[p].tail, memory_order_acquire) !=
+        atomic_load_explicit(&rt->jit[p].head, memory_order_acquire))
+      return 0;
+  return 1;
+}
+
+/* Releases the successors of a fired event: task_ready for each (a sched_hint
+ * program may give a JIT task a priority), JIT tasks onto the queue. */
+static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) {
+  struct ms_engine *e = w->e;
+  const struct ms_event *E = &rt->plan->events[ev];
+  int ready = HOOK_ARMED(e, MS_HOOK_TASK_READY), assign = HOOK_ARMED(e, MS_HOOK_TASK_ASSIGN);
+  for (int t = E->first; t <= E->last; t++) {
+    int prio = ready ? fire_task_hook(w, MS_HOOK_TASK_READY, rt, t, gen, ev, 0) : -1;
+    if (e->o.mode != MS_MODE_MEGAKERNEL || rt->plan->tasks[t].launch != MS_LAUNCH_JIT) continue;
+    struct ms_mpmc *q = &rt->jit[prio > 0 ? prio : 0];
+    MS_ASSERT(ms_mpmc_push(q, t) == 0);
+    if (!e->hooks_on) continue;
+    uint32_t depth = jit_depth(q);
+    if (assign) fire_task_hook(w, MS_HOOK_TASK_ASSIGN, rt, t, gen, -1, depth);
+    if (depth == MS_QUEUE_THRESHOLD && HOOK_ARMED(e, MS_HOOK_QUEUE_PRESSURE))
+      fire_queue_hook(e, w->id, rt, MS_QUEUE_JIT, depth);
+  }
+}
+
+static void trigger(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
+  struct ms_engine *e = w->e;
   const struct ms_event *E = &rt->plan->events[ev];
   uint64_t target = (uint64_t)E->needed * (gen + 1);
   uint64_t old = atomic_fetch_add_explicit(&rt->counters[ev], 1, memory_order_acq_rel);
   if (old + 1 != target) return;
-  if (e->o.mode == MS_MODE_MEGAKERNEL)
-    for (int t = E->first; t <= E->last; t++)
-      if (rt->plan->tasks[t].launch == MS_LAUNCH_JIT) MS_ASSERT(ms_mpmc_push(&rt->jit, t) == 0);
+  if (e->hooks_on) {
+    /* published before the JIT pushes, so a JIT task always finds its t_ready */
+    atomic_store_explicit(&rt->fire_ns[ev], ms_now_ns(), memory_order_relaxed);
+    atomic_store_explicit(&rt->fire_gen[ev], gen + 1, memory_order_release);
+    if (HOOK_ARMED(e, MS_HOOK_DEP_RELEASE)) fire_task_hook(w, MS_HOOK_DEP_RELEASE, rt, producer, gen, ev, 0);
+  }
+  release(w, rt, ev, gen);
   notify(e);
 }
 
@@ -103,28 +148,34 @@ static void run_task(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) 
   struct ms_engine *e = w->e;
   const struct ms_task *k = &rt->plan->tasks[t];
   if (e->o.shuffle) shuffle_delay(w);
-  atomic_store_explicit(&w->since, ms_now_ns(), memory_order_relaxed);
+  uint64_t t0 = ms_now_ns();
+  atomic_store_explicit(&w->since, t0, memory_order_relaxed);
   atomic_store_explicit(&w->running, t, memory_order_relaxed);
+  if (HOOK_ARMED(e, MS_HOOK_TASK_BEGIN)) fire_task_hook(w, MS_HOOK_TASK_BEGIN, rt, t, gen, k->wait, t0);
   if (rt->delay_ns && rt->delay_ns[t]) sleep_ns(rt->delay_ns[t]);
   if (k->kernel == MS_K_SAMPLE)
-    sample_row(e, &rt->x, &rt->plan->classes[k->cls], k->tile[1]);
+    sample_row(w, rt, &rt->plan->classes[k->cls], k->tile[1]);
   else if (k->kernel != MS_K_STEP_START)  /* its body ran before publication */
     ms_ops_run(&rt->x, t, w->id);
+  if (HOOK_ARMED(e, MS_HOOK_TASK_END)) fire_task_hook(w, MS_HOOK_TASK_END, rt, t, gen, k->wait, t0);
   atomic_store_explicit(&w->running, -1, memory_order_relaxed);
   atomic_store_explicit(&rt->done_gen[t], gen + 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&w->tasks_done, 1, memory_order_relaxed);
-  trigger(e, rt, k->trigger, gen);
+  w->wait_ns = 0;
+  trigger(w, rt, k->trigger, gen, t);
 }
 
 /* Waits until event `ev` reached `target`, running JIT tasks meanwhile. */
 static void wait_event(struct worker *w, struct plan_rt *rt, int ev, uint64_t target, uint64_t gen,
                        int task) {
   struct ms_engine *e = w->e;
-  int announced = 0;
+  int announced = 0, hooked = 0;
+  uint64_t waited = 0;
   for (int spins = 0;;) {
     if (atomic_load_explicit(&rt->counters[ev], memory_order_acquire) >= target) break;
     int64_t j;
-    if (e->o.mode == MS_MODE_MEGAKERNEL && ms_mpmc_pop(&rt->jit, &j) == 0) {
+    if (e->o.mode == MS_MODE_MEGAKERNEL && jit_pop(e, rt, &j) == 0) {
+      if (announced) waited += ms_now_ns() - atomic_load_explicit(&w->since, memory_order_relaxed);
       run_task(w, rt, (int)j, gen);
       spins = 0;
       announced = 0;
@@ -134,6 +185,8 @@ static void wait_event(struct worker *w, struct plan_rt *rt, int ev, uint64_t ta
       atomic_store_explicit(&w->since, ms_now_ns(), memory_order_relaxed);
       atomic_store_explicit(&w->waiting, task, memory_order_relaxed);
       announced = 1;
+      if (!hooked && HOOK_ARMED(e, MS_HOOK_DEP_WAIT)) fire_task_hook(w, MS_HOOK_DEP_WAIT, rt, task, gen, ev, 0);
+      hooked = 1;
     }
     if (++spins < 1000) {
       ms_cpu_relax();
@@ -142,13 +195,13 @@ static void wait_event(struct worker *w, struct plan_rt *rt, int ev, uint64_t ta
     } else {
       atomic_fetch_add_explicit(&e->sleepers, 1, memory_order_seq_cst);
       uint32_t seq = atomic_load_explicit(&e->progress, memory_order_seq_cst);
-      if (atomic_load_explicit(&rt->counters[ev], memory_order_acquire) < target &&
-          atomic_load_explicit(&rt->jit.tail, memory_order_acquire) ==
-              atomic_load_explicit(&rt->jit.head, memory_order_acquire))
+      if (atomic_load_explicit(&rt->counters[ev], memory_order_acquire) < target && jit_empty(rt))
         ms_futex_wait(&e->progress, seq, 100);
       atomic_fetch_sub_explicit(&e->sleepers, 1, memory_order_seq_cst);
     }
   }
+  if (announced) waited += ms_now_ns() - atomic_load_explicit(&w->since, memory_order_relaxed);
+  w->wait_ns = waited;
   atomic_store_explicit(&w->waiting, -1, memory_order_relaxed);
 }
 
@@ -175,6 +228,9 @@ static int retire(struct ms_engine *e, int cancel_all) {
   for (int s = 0; s < e->max_rows; s++) {
     struct slot *sl = &e->slots[s];
     if (!sl->req || (!sl->finishing && !cancel_all)) continue;
+    if (HOOK_ARMED(e, MS_HOOK_REQUEST))
+      fire_request_hook(e, 0, atomic_load_explicit(&e->cur, memory_order_relaxed), s, MS_REQ_FINISHED,
+                        sl->next_token);
     for (int p = 0; p < sl->n_pages; p++) e->free_pages[e->n_free++] = sl->pages[p];
     sl->n_pages = 0;
     request_finish(sl->req, sl->finishing ? MS_REQ_DONE : MS_REQ_CANCELLED);
@@ -185,7 +241,7 @@ static int retire(struct ms_engine *e, int cancel_all) {
   return n;
 }
 
-static int admit(struct ms_engine *e) {
+static int admit(struct ms_engine *e, int *slots) {
   int n = 0;
   for (int s = 0; s < e->max_rows; s++) {
     if (e->slots[s].req) continue;
@@ -202,7 +258,7 @@ static int admit(struct ms_engine *e) {
     r->generation = sl->gen;
     r->t_admit = ms_now_ns();
     atomic_store_explicit(&r->state, MS_REQ_ACTIVE, memory_order_release);
-    n++;
+    slots[n++] = s;
   }
   return n;
 }
@@ -261,12 +317,22 @@ static void log_step_end(struct ms_engine *e) {
   pthread_mutex_unlock(&e->log_mu);
 }
 
+/* The hooks of a step's start, fired by worker 0 after it published the step. */
+static void step_hooks(struct ms_engine *e, struct plan_rt *rt, const int *admitted, int n_admitted) {
+  if (HOOK_ARMED(e, MS_HOOK_STEP)) fire_step_hook(e, rt, MS_STEP_BEGIN);
+  if (HOOK_ARMED(e, MS_HOOK_REQUEST))
+    for (int i = 0; i < n_admitted; i++) fire_request_hook(e, 0, rt, admitted[i], MS_REQ_ADMITTED, 0);
+  uint32_t depth = (uint32_t)(atomic_load(&e->mail.tail) - atomic_load(&e->mail.head));
+  if (depth >= MS_QUEUE_THRESHOLD && HOOK_ARMED(e, MS_HOOK_QUEUE_PRESSURE))
+    fire_queue_hook(e, 0, rt, MS_QUEUE_MAILBOX, depth);
+}
+
 /* The step-start task's body, on worker 0. Returns 0 when a stop was published. */
 static int step_begin(struct ms_engine *e) {
   uint64_t t0 = ms_now_ns();
   int retired = retire(e, 0), admitted = 0;
   for (;;) {
-    admitted += admit(e);
+    admitted += admit(e, e->admit_slots + admitted);
     if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) {
       retired += retire(e, 1);
       cancel_mailbox(e);
@@ -296,16 +362,19 @@ static int step_begin(struct ms_engine *e) {
   atomic_store_explicit(&e->cur_gen, rt->gen++, memory_order_relaxed);
   atomic_store_explicit(&e->cur, rt, memory_order_relaxed);
   atomic_fetch_add_explicit(&e->positions, (uint64_t)n, memory_order_relaxed);
+  e->step_t0 = t0;
   atomic_fetch_add_explicit(&e->step_seq, 1, memory_order_release);
   ms_futex_wake_all(&e->step_seq);
+  if (e->hooks_on) step_hooks(e, rt, e->admit_slots, admitted);
   return 1;
 }
 
 /* Sampling (greedy) for one row, and the request's bookkeeping: prompt positions
  * feed the next prompt token, later ones emit a token. Only this row's task
  * touches this slot during the step. */
-static void sample_row(struct ms_engine *e, const struct ms_exec_ctx *x,
-                       const struct ms_task_class *k, int row) {
+static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_task_class *k, int row) {
+  struct ms_engine *e = w->e;
+  const struct ms_exec_ctx *x = &rt->x;
   int s = x->meta.row_slot[row];
   if (row >= x->meta.n_rows || s < 0) return;
   struct slot *sl = &e->slots[s];
@@ -329,6 +398,8 @@ static void sample_row(struct ms_engine *e, const struct ms_exec_ctx *x,
   atomic_fetch_add_explicit(&e->tokens, 1, memory_order_relaxed);
   sl->next_token = tok;
   if (n + 1 >= r->max_new || (r->stop_eos && tok == e->m->cfg.eos)) sl->finishing = 1;
+  if (HOOK_ARMED(e, MS_HOOK_REQUEST))
+    fire_request_hook(e, w->id, rt, s, n == 0 ? MS_REQ_FIRST_TOKEN : MS_REQ_TOKEN, tok);
 }
 
 /* ---- worker loops ---- */
@@ -348,6 +419,10 @@ static uint32_t wait_step(struct ms_engine *e, uint32_t seen) {
 
 static void run_megakernel_step(struct worker *w, struct plan_rt *rt, uint64_t gen) {
   const struct ms_plan *p = rt->plan;
+  if (HOOK_ARMED(w->e, MS_HOOK_TASK_ASSIGN))
+    for (int i = 0; i < rt->aot_n[w->id]; i++)
+      fire_task_hook(w, MS_HOOK_TASK_ASSIGN, rt, rt->aot_q[w->id][i], gen, -1,
+                     (uint64_t)(rt->aot_n[w->id] - i));
   for (int i = 0; i < rt->aot_n[w->id]; i++) {
     int t = rt->aot_q[w->id][i];
     int ev = p->tasks[t].wait;
@@ -372,6 +447,8 @@ static void *worker_main(void *arg) {
   uint32_t seen = 0;
   for (;;) {
     if (w->id == 0) {
+      if (e->step_log_n && HOOK_ARMED(e, MS_HOOK_STEP))
+        fire_step_hook(e, atomic_load_explicit(&e->cur, memory_order_relaxed), MS_STEP_END);
       if (e->step_log_n) log_step_end(e);
       if (e->step_log_n) atomic_fetch_add_explicit(&e->steps, 1, memory_order_relaxed);
       step_begin(e);
@@ -460,7 +537,9 @@ static void rt_free(struct ms_engine *e, struct plan_rt *rt) {
   free((void *)rt->done_gen);
   free(rt->delay_ns);
   free(rt->cls_w);
-  ms_mpmc_destroy(&rt->jit);
+  for (int p = 0; p < MS_PRIO_LEVELS; p++) ms_mpmc_destroy(&rt->jit[p]);
+  free((void *)rt->fire_ns);
+  free((void *)rt->fire_gen);
   ms_plan_free(rt->plan);
 }
 
@@ -475,7 +554,11 @@ static int rt_init(struct ms_engine *e, struct plan_rt *rt, int batch, struct ms
   rt->done_gen = calloc((size_t)p->n_tasks, sizeof *rt->done_gen);
   rt->cls_w = calloc((size_t)p->n_classes, sizeof *rt->cls_w);
   if (!rt->counters || !rt->done_gen || !rt->cls_w) return -ENOMEM;
-  if (ms_mpmc_init(&rt->jit, (uint64_t)p->stats.jit_tasks + 2)) return -ENOMEM;
+  for (int q = 0; q < MS_PRIO_LEVELS; q++)
+    if (ms_mpmc_init(&rt->jit[q], (uint64_t)p->stats.jit_tasks + 2)) return -ENOMEM;
+  rt->fire_ns = calloc((size_t)p->n_events, sizeof *rt->fire_ns);
+  rt->fire_gen = calloc((size_t)p->n_events, sizeof *rt->fire_gen);
+  if (!rt->fire_ns || !rt->fire_gen) return -ENOMEM;
   ms_ops_bind_weights(p, e->m, rt->cls_w);
   int rc = rt_queues(e, rt, e->o.seed * 0x9e3779b97f4a7c15ull + (uint64_t)batch);
   if (rc) return rc;
@@ -511,9 +594,10 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
   e->row_slot = calloc((size_t)e->max_rows, sizeof(int));
   e->row_pos = calloc((size_t)e->max_rows, sizeof(int));
   e->row_token = calloc((size_t)e->max_rows, sizeof(int));
+  e->admit_slots = calloc((size_t)e->max_rows, sizeof(int));
   e->row_pages = calloc((size_t)e->max_rows, sizeof(int32_t *));
   e->scratch = calloc((size_t)e->n_workers, sizeof *e->scratch);
-  if (!e->k_pool || !e->v_pool || !e->free_pages || !e->slots || !e->row_slot || !e->row_pos ||
+  if (!e->k_pool || !e->v_pool || !e->free_pages || !e->slots || !e->row_slot || !e->row_pos || !e->admit_slots ||
       !e->row_token || !e->row_pages || !e->scratch)
     return -ENOMEM;
   /* pages are handed out lowest first */
@@ -574,8 +658,10 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     }
     if ((rc = rt_init(e, &e->rt[i], 1 << i, log))) goto fail;
   }
+  e->hooks = ms_hook_table_new(e->n_workers);
+  e->hooks_on = 1;
   e->workers = calloc((size_t)e->n_workers, sizeof *e->workers);
-  if (!e->workers) goto fail;
+  if (!e->hooks || !e->workers) goto fail;
   for (int w = 0; w < e->n_workers; w++) {
     struct worker *wk = &e->workers[w];
     wk->e = e;
@@ -625,6 +711,7 @@ void ms_engine_free(struct ms_engine *e) {
   }
   free(e->workers);
   for (int i = 0; i < e->n_buckets; i++) rt_free(e, &e->rt[i]);
+  ms_hook_table_free(e->hooks);
   if (e->buf)
     for (int b = 0; b < e->n_bufs; b++) free(e->buf[b]);
   free(e->buf);
@@ -637,6 +724,7 @@ void ms_engine_free(struct ms_engine *e) {
   free(e->row_slot);
   free(e->row_pos);
   free(e->row_token);
+  free(e->admit_slots);
   free(e->row_pages);
   if (e->scratch)
     for (int w = 0; w < e->o.n_workers; w++) free(e->scratch[w]);

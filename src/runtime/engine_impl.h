@@ -7,12 +7,15 @@
 #include <stdatomic.h>
 
 #include "compile/plan_impl.h"
+#include "hook/hook_impl.h"
 #include "kernels/ops.h"
 #include "megascope/engine.h"
 #include "runtime/sync.h"
 
 #define MS_MAX_BUCKETS 13   /* 1 .. 4096 rows */
 #define MS_STEP_LOG 1024
+#define MS_PRIO_LEVELS 8    /* sched_hint priorities 0..7 */
+#define MS_QUEUE_THRESHOLD 64 /* queue_pressure: JIT and mailbox depth declared high */
 
 /* One plan as the runtime holds it: counters, queues and per-task state. */
 struct plan_rt {
@@ -26,7 +29,9 @@ struct plan_rt {
   int32_t **op_end;             /* [worker][stage] end of the stage in op_q */
   int n_stages;
   uint64_t *delay_ns;           /* [n_tasks] injected delays, NULL when none */
-  struct ms_mpmc jit;           /* JIT tasks whose event fired */
+  struct ms_mpmc jit[MS_PRIO_LEVELS];  /* JIT tasks whose event fired, by priority */
+  _Atomic uint64_t *fire_ns;    /* [n_events] when the event last fired (hooks on) */
+  _Atomic uint64_t *fire_gen;   /* [n_events] generation + 1 of that firing */
   uint64_t gen;                 /* runs of this plan so far (worker 0) */
 };
 
@@ -49,6 +54,7 @@ struct worker {
   _Atomic int32_t waiting;      /* task waiting on its event, -1: none */
   _Atomic uint64_t since;       /* when it started running or waiting */
   _Atomic uint64_t tasks_done;
+  uint64_t wait_ns;             /* how long it waited for the task it runs next */
   char pad[64];
 };
 
@@ -82,6 +88,7 @@ struct ms_engine {
   int n_free;
   struct slot *slots;            /* [max_rows] */
   int *row_slot, *row_pos, *row_token;
+  int *admit_slots;              /* slots admitted by the step start in flight */
   int32_t **row_pages;
   float **scratch;
 
@@ -109,6 +116,11 @@ struct ms_engine {
   struct ms_step_record step_log[MS_STEP_LOG];
   uint64_t step_log_n;
   char stall_report[8192];
+
+  /* hooks */
+  struct ms_hook_table *hooks;
+  int hooks_on;                  /* 0: no hook checks at all (bench baseline) */
+  uint64_t step_t0;              /* when the step in flight was published */
 
   struct worker *workers;
   pthread_t watchdog;

@@ -171,6 +171,17 @@ enum ms_hook_field {
 #define MS_HELPER_BASE 0x10000
 #define MS_HELPER_LOG2 (MS_HELPER_BASE + 0)     /* u64 ms_log2(u64 v): floor(log2 v), 0 for 0 */
 
+/* Map conventions: how `megascope run --attach`, `maps` and the exporters decode
+ * a monitor's maps (per-worker maps are summed over workers):
+ *   hist_*        u64 counts, key = row * MS_HIST_BUCKETS + log2 bucket: a
+ *                 histogram per row; rows are task classes when the name contains
+ *                 "class" but not "evclass", event classes when it contains
+ *                 "evclass", plain numbers otherwise;
+ *   *class* keys  (hash or array) a u32 task class; *evclass* keys an event class;
+ *   *req* keys    a u64 (req_slot << 32 | req_gen);
+ *   other maps    key -> the value's u64 words. */
+#define MS_HIST_BUCKETS 64
+
 /* Declares the ABI version a program was built for (a read-only global the
  * loader finds in the object). */
 #define MS_HOOK_ABI_DECLARE() \

@@ -1,0 +1,93 @@
+/* SPDX-License-Identifier: MIT */
+/* Monitors: verified eBPF objects attached to a running engine's hooks.
+ *
+ * A monitor is one ELF object (clang -target bpf) whose programs each name a hook
+ * in their section; all of its programs share its maps. Attaching instantiates
+ * the maps in shared memory (memfd) and publishes the programs at their hooks
+ * while the engine runs; replacing swaps in a new object atomically (every hook
+ * firing is seen by exactly one generation); detaching waits until no worker is
+ * still inside the old programs. Every attachment counts, per worker, the hook
+ * firings it was eligible for, executed, throttled (budget or sampling) and lost
+ * (ring buffer full or over budget): a result always carries its coverage. */
+#ifndef MEGASCOPE_MONITOR_H
+#define MEGASCOPE_MONITOR_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "megascope/base.h"
+#include "megascope/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ms_monitor;
+
+/* Loads an object and verifies every program against the hook its section
+ * names. NULL + errno (EINVAL malformed, MS_E_VERIFY rejected) with the reason,
+ * in the verifier log's shape, in log. */
+struct ms_monitor *ms_monitor_open(const char *path, struct ms_textbuf *log);
+struct ms_monitor *ms_monitor_open_mem(const void *buf, size_t size, const char *name,
+                                       struct ms_textbuf *log);
+void ms_monitor_free(struct ms_monitor *m);
+const char *ms_monitor_name(const struct ms_monitor *m);
+int ms_monitor_prog_count(const struct ms_monitor *m);
+/* Hook and program type of program i. */
+int ms_monitor_prog_hook(const struct ms_monitor *m, int i, int *type);
+
+struct ms_attach_opts {
+  size_t sz;                /* sizeof(struct ms_attach_opts) */
+  uint32_t max_per_step;    /* executions per step per worker; 0: no limit */
+  uint32_t sample_every;    /* run 1 firing in N, chosen by a hash of the task generation; 0, 1: all */
+  uint64_t ringbuf_bytes;   /* ring-buffer bytes per epoch; 0: no limit */
+};
+
+struct ms_coverage {
+  uint64_t eligible;        /* hook firings while attached */
+  uint64_t executed;        /* programs run */
+  uint64_t throttled;       /* skipped by the budget or the sampling */
+  uint64_t lost;            /* ring-buffer records dropped (full or over budget) */
+  uint64_t failed;          /* runs stopped by an error (counted in executed too) */
+  uint32_t generation;      /* program generation: grows on replace */
+  uint64_t first_step, last_step;  /* the epoch: steps seen */
+  uint64_t t_start, t_end;         /* the epoch: engine clock; t_end 0 while open */
+};
+
+/* Attaches `m` (the engine takes it over on success). Returns the attachment id
+ * (> 0) or a negative error. */
+int ms_engine_attach(struct ms_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,
+                     struct ms_textbuf *log);
+/* Replaces the programs and maps of attachment `id` by `m` (taken over on success). */
+int ms_engine_replace(struct ms_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log);
+/* Detaches; the attachment's final maps and coverage stay readable until the
+ * engine is freed. -ENOENT for an unknown or already detached id. */
+int ms_engine_detach(struct ms_engine *e, int id);
+
+struct ms_attach_info {
+  int id;
+  int attached;             /* 0 once detached */
+  char name[64];            /* the object's name */
+  uint32_t hooks;           /* bit per hook its programs attach to */
+  struct ms_coverage cov;   /* of the current (or last) generation */
+  struct ms_attach_opts opts;
+};
+/* Copies up to max attachments (attached and detached); returns the count. */
+int ms_engine_attach_list(struct ms_engine *e, struct ms_attach_info *out, int max);
+/* Coverage of one generation of attachment id (generation 0: the current). */
+int ms_engine_attach_coverage(struct ms_engine *e, int id, uint32_t generation, struct ms_coverage *out);
+
+/* Writes attachment id: coverage of every generation and every map of the
+ * current one, decoded (histograms as histograms, with task- and event-class
+ * names from the engine's plans), as JSON (pretty or not) or as text. */
+int ms_engine_attach_write(struct ms_engine *e, int id, FILE *f, int as_json);
+
+/* Hook sites: hooks_off turns the hook checks off entirely (the baseline of
+ * `bench hooks`); otherwise a site with nothing attached costs one relaxed load
+ * and a branch. Set before requests are submitted. */
+void ms_engine_set_hooks_enabled(struct ms_engine *e, int on);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

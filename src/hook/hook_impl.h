@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine side of hooks (private): monitors, attachments with their
+ * generations and per-worker coverage, and the hook table the runtime fires.
+ *
+ * DESIGN
+ * Who runs what. Workers fire hooks (ms_hook_fire) from the scheduler's
+ * transitions; a control thread (the CLI, the socket server) attaches, replaces
+ * and detaches under the table's mutex. Workers never take the mutex.
+ * Publication. Each hook has an immutable set of (generation, program) entries,
+ * published with a release store of its pointer; a firing loads it with acquire
+ * inside the worker's hook epoch.
+ * Reclamation (QSBR). A worker's epoch is odd while it is inside a hook; a control
+ * operation swaps the set pointers (seq_cst), then waits until every worker's
+ * epoch is even or has moved on (seq_cst loads), so no worker can still hold an
+ * old set; only then is the old set freed. An older generation's programs and
+ * maps are kept, read-only, for its final read-out until the table is freed.
+ * Coverage. Each generation has per-worker counters written only by that worker
+ * (relaxed stores) and summed by readers; a firing is counted by the generation
+ * whose set it loaded, so old + new add up to what was eligible. */
+#ifndef MS_HOOK_HOOK_IMPL_H
+#define MS_HOOK_HOOK_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+
+#include "megascope/bpf.h"
+#include "megascope/hook.h"
+#include "megascope/monitor.h"
+
+struct ms_monitor {
+  struct ms_bpf_object *obj;
+  char name[64];
+  int n_progs;
+  const struct ms_bpf_prog **progs;
+  int *hook, *type;
+};
+
+struct cov_slot {
+  _Atomic uint64_t eligible, executed, throttled, lost, failed;
+  _Atomic uint64_t first_step, last_step;
+  uint64_t step_key, step_execs;   /* the per-step budget, this worker's only */
+  char pad[8];
+};
+
+struct ms_gen {
+  struct attachment *att;
+  struct ms_monitor *mon;
+  struct ms_bpf_map **maps;
+  int n_maps;
+  uint32_t generation;
+  struct cov_slot *cov;            /* [n_workers] */
+  _Atomic uint64_t ring_bytes;     /* this epoch, against opts.ringbuf_bytes */
+  uint64_t t_start;
+  _Atomic uint64_t t_end;
+  struct ms_gen *prev;             /* the generation it replaced */
+};
+
+struct attachment {
+  int id;
+  int attached;
+  struct ms_attach_opts opts;
+  struct ms_gen *cur;
+};
+
+struct hook_entry {
+  struct ms_gen *gen;
+  const struct ms_bpf_prog *prog;
+  int type;
+};
+
+struct hook_set {
+  int n;
+  struct hook_entry e[];
+};
+
+struct epoch_slot {
+  _Atomic uint64_t v;
+  char pad[56];
+};
+
+struct ms_hook_table {
+  _Atomic(struct hook_set *) set[MS_HOOK_COUNT];
+  int n_workers;
+  struct epoch_slot *epoch;        /* [n_workers] */
+  pthread_mutex_t mu;
+  struct attachment **atts;
+  int n_atts, cap_atts;
+  _Atomic int hinted;              /* a sched_hint program was ever attached */
+};
+
+struct ms_hook_table *ms_hook_table_new(int n_workers);
+void ms_hook_table_free(struct ms_hook_table *t);
+
+int ms_hook_attach(struct ms_hook_table *t, struct ms_monitor *m, const struct ms_attach_opts *o,
+                   struct ms_textbuf *log);
+int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, struct ms_textbuf *log);
+int ms_hook_detach(struct ms_hook_table *t, int id);
+struct attachment *ms_hook_find(struct ms_hook_table *t, int id);  /* under t->mu */
+void ms_gen_coverage(const struct ms_gen *g, int n_workers, struct ms_coverage *out);
+
+/* Runs the programs attached to ctx->hook for ctx->worker. sample_key chooses
+ * sampled firings (the task generation for task hooks). Returns the largest
+ * sched_hint priority returned (0-7), or -1 when none ran. */
+int ms_hook_fire(struct ms_hook_table *t, struct ms_hook_ctx *ctx, uint64_t sample_key);
+
+/* Writes attachment id's coverage and decoded maps (names from plan p). */
+struct ms_plan;
+int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE *f, int as_json);
+
+/* The helper table monitors are verified against and run with. */
+const struct ms_bpf_helpers *ms_hook_helpers(void);
+
+static inline int ms_hook_armed(struct ms_hook_table *t, int hook) {
+  /* the one relaxed load and branch a hook site costs with nothing attached */
+  return __builtin_expect(atomic_load_explicit(&t->set[hook], memory_order_relaxed) != NULL, 0);
+}
+
+#endif

@@ -1,0 +1,105 @@
+/* SPDX-License-Identifier: MIT */
+/* Monitors: an eBPF object whose every program has been verified against the
+ * hook its section names, with the helpers it will run with. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hook/hook_impl.h"
+#include "megascope/verifier.h"
+
+static int check_abi(const struct ms_bpf_object *obj, struct ms_textbuf *log) {
+  size_t n = 0;
+  const void *p = ms_bpf_object_section(obj, "megascope_abi", &n);
+  if (!p) return 0;  /* undeclared: built for the first version */
+  uint32_t v = 0;
+  if (n < sizeof v) {
+    ms_textbuf_printf(log, "section megascope_abi: %zu bytes, expected a u32 ABI version\n", n);
+    return -EINVAL;
+  }
+  memcpy(&v, p, sizeof v);
+  if (v > MS_HOOK_ABI_VERSION) {
+    ms_textbuf_printf(log, "the object was built for hook ABI version %u; this engine implements version %d\n",
+                      v, MS_HOOK_ABI_VERSION);
+    return -EINVAL;
+  }
+  return 0;
+}
+
+static int verify_prog(struct ms_monitor *m, int i, struct ms_textbuf *log) {
+  const struct ms_bpf_prog *p = m->progs[i];
+  const char *sec = ms_bpf_prog_section(p);
+  char why[256];
+  if (ms_hook_parse_section(sec, &m->type[i], &m->hook[i], why, sizeof why)) {
+    ms_textbuf_printf(log, "program '%s': %s\n", ms_bpf_prog_name(p), why);
+    return -EINVAL;
+  }
+  struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = m->type[i],
+                              .hook = m->hook[i], .helpers = ms_hook_helpers()};
+  struct ms_verify_stats st;
+  ms_textbuf_printf(log, "program '%s' (section %s):\n", ms_bpf_prog_name(p), sec);
+  int rc = ms_bpf_verify(p, &vo, log, &st);
+  return rc ? -MS_E_VERIFY : 0;
+}
+
+static struct ms_monitor *from_object(struct ms_bpf_object *obj, const char *name, struct ms_textbuf *log) {
+  struct ms_monitor *m = calloc(1, sizeof *m);
+  int rc = -ENOMEM;
+  if (!m) goto fail;
+  m->obj = obj;
+  const char *base = strrchr(name, '/');
+  snprintf(m->name, sizeof m->name, "%s", base ? base + 1 : name);
+  m->n_progs = (int)ms_bpf_object_prog_count(obj);
+  m->progs = calloc((size_t)m->n_progs + 1, sizeof *m->progs);
+  m->hook = calloc((size_t)m->n_progs + 1, sizeof *m->hook);
+  m->type = calloc((size_t)m->n_progs + 1, sizeof *m->type);
+  if (!m->progs || !m->hook || !m->type) goto fail;
+  if ((rc = check_abi(obj, log))) goto fail;
+  if (m->n_progs == 0) {
+    ms_textbuf_printf(log, "%s: no programs in megascope/<type>/<hook> sections\n", m->name);
+    rc = -EINVAL;
+    goto fail;
+  }
+  for (int i = 0; i < m->n_progs; i++) {
+    m->progs[i] = ms_bpf_object_prog(obj, (size_t)i);
+    if ((rc = verify_prog(m, i, log))) goto fail;
+  }
+  return m;
+fail:
+  if (m) m->obj = NULL;
+  ms_monitor_free(m);
+  ms_bpf_object_free(obj);
+  errno = rc == -MS_E_VERIFY ? MS_E_VERIFY : -rc;
+  return NULL;
+}
+
+struct ms_monitor *ms_monitor_open(const char *path, struct ms_textbuf *log) {
+  struct ms_bpf_object *obj = ms_bpf_object_open_file(path, log);
+  if (!obj) return NULL;
+  return from_object(obj, path, log);
+}
+
+struct ms_monitor *ms_monitor_open_mem(const void *buf, size_t size, const char *name,
+                                       struct ms_textbuf *log) {
+  struct ms_bpf_object *obj = ms_bpf_object_open_mem(buf, size, name, log);
+  if (!obj) return NULL;
+  return from_object(obj, name ? name : "monitor", log);
+}
+
+void ms_monitor_free(struct ms_monitor *m) {
+  if (!m) return;
+  ms_bpf_object_free(m->obj);
+  free(m->progs);
+  free(m->hook);
+  free(m->type);
+  free(m);
+}
+
+const char *ms_monitor_name(const struct ms_monitor *m) { return m->name; }
+int ms_monitor_prog_count(const struct ms_monitor *m) { return m->n_progs; }
+
+int ms_monitor_prog_hook(const struct ms_monitor *m, int i, int *type) {
+  if (i < 0 || i >= m->n_progs) return -1;
+  if (type) *type = m->type[i];
+  return m->hook[i];
+}

@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/* The hook table's control plane: attach, replace, detach, with generations,
+ * map instantiation and quiescence-based reclamation (see hook_impl.h). */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "hook/hook_impl.h"
+
+struct ms_hook_table *ms_hook_table_new(int n_workers) {
+  struct ms_hook_table *t = calloc(1, sizeof *t);
+  if (!t) return NULL;
+  t->n_workers = n_workers;
+  t->epoch = calloc((size_t)n_workers, sizeof *t->epoch);
+  if (!t->epoch || !ms_hook_helpers()) {
+    free(t->epoch);
+    free(t);
+    errno = ENOMEM;
+    return NULL;
+  }
+  pthread_mutex_init(&t->mu, NULL);
+  return t;
+}
+
+static void gen_free(struct ms_gen *g) {
+  while (g) {
+    struct ms_gen *prev = g->prev;
+    for (int i = 0; i < g->n_maps; i++) ms_bpf_map_free(g->maps[i]);
+    free(g->maps);
+    free(g->cov);
+    ms_monitor_free(g->mon);
+    free(g);
+    g = prev;
+  }
+}
+
+void ms_hook_table_free(struct ms_hook_table *t) {
+  if (!t) return;
+  for (int h = 0; h < MS_HOOK_COUNT; h++) free(atomic_load(&t->set[h]));
+  for (int i = 0; i < t->n_atts; i++) {
+    gen_free(t->atts[i]->cur);
+    free(t->atts[i]);
+  }
+  free(t->atts);
+  free(t->epoch);
+  pthread_mutex_destroy(&t->mu);
+  free(t);
+}
+
+/* Waits until no worker can still be inside a set published before this call. */
+static void quiesce(struct ms_hook_table *t) {
+  for (int w = 0; w < t->n_workers; w++) {
+    uint64_t v = atomic_load_explicit(&t->epoch[w].v, memory_order_seq_cst);
+    if (!(v & 1)) continue;
+    while (atomic_load_explicit(&t->epoch[w].v, memory_order_seq_cst) == v) sched_yield();
+  }
+}
+
+/* Instantiates a generation's maps (memfd shared memory) with global data. */
+static struct ms_gen *gen_new(struct ms_hook_table *t, struct ms_monitor *m, struct ms_textbuf *log) {
+  struct ms_gen *g = calloc(1, sizeof *g);
+  if (!g) return NULL;
+  g->n_maps = (int)ms_bpf_object_map_count(m->obj);
+  g->maps = calloc((size_t)g->n_maps + 1, sizeof *g->maps);
+  g->cov = calloc((size_t)t->n_workers, sizeof *g->cov);
+  if (!g->maps || !g->cov) goto fail;
+  for (int w = 0; w < t->n_workers; w++) atomic_init(&g->cov[w].first_step, UINT64_MAX);
+  for (int i = 0; i < g->n_maps; i++) {
+    g->maps[i] = ms_bpf_map_new(ms_bpf_object_map(m->obj, (size_t)i), (uint32_t)t->n_workers, log);
+    if (!g->maps[i]) goto fail;
+    size_t n;
+    const void *init = ms_bpf_object_map_init(m->obj, (size_t)i, &n);
+    if (init && n) {
+      uint32_t key = 0;
+      for (int w = 0; w < t->n_workers; w++)
+        if (ms_bpf_map_update(g->maps[i], &key, init, MS_BPF_ANY, (uint32_t)w)) goto fail;
+    }
+  }
+  g->mon = m;
+  g->t_start = ms_now_ns();
+  return g;
+fail:
+  if (g->maps)
+    for (int i = 0; i < g->n_maps; i++) ms_bpf_map_free(g->maps[i]);
+  free(g->maps);
+  free(g->cov);
+  free(g);
+  return NULL;
+}
+
+/* Builds hook h's next set: the current one without `drop`'s entries, plus
+ * `add`'s programs on h. NULL (no set) when it would be empty; *err on failure. */
+static struct hook_set *set_build(struct ms_hook_table *t, int h, const struct ms_gen *drop,
+                                  struct ms_gen *add, int *err) {
+  struct hook_set *cur = atomic_load(&t->set[h]);
+  int n = cur ? cur->n : 0;
+  if (add) n += add->mon->n_progs;
+  struct hook_set *s = malloc(sizeof *s + (size_t)n * sizeof s->e[0]);
+  if (!s) {
+    *err = -ENOMEM;
+    return NULL;
+  }
+  s->n = 0;
+  for (int i = 0; cur && i < cur->n; i++)
+    if (cur->e[i].gen != drop) s->e[s->n++] = cur->e[i];
+  if (add)
+    for (int i = 0; i < add->mon->n_progs; i++)
+      if (add->mon->hook[i] == h) s->e[s->n++] = (struct hook_entry){add, add->mon->progs[i], add->mon->type[i]};
+  if (!s->n) {
+    free(s);
+    return NULL;
+  }
+  return s;
+}
+
+/* Swaps every hook's set from the generation `drop` to `add` (either may be
+ * NULL), then waits for quiescence and frees the old sets. */
+static int publish(struct ms_hook_table *t, const struct ms_gen *drop, struct ms_gen *add) {
+  struct hook_set *next[MS_HOOK_COUNT], *old[MS_HOOK_COUNT];
+  int err = 0;
+  for (int h = 0; h < MS_HOOK_COUNT; h++) {
+    next[h] = set_build(t, h, drop, add, &err);
+    if (err) {
+      for (int j = 0; j <= h; j++) free(next[j]);
+      return err;
+    }
+  }
+  for (int h = 0; h < MS_HOOK_COUNT; h++)
+    old[h] = atomic_exchange_explicit(&t->set[h], next[h], memory_order_seq_cst);
+  quiesce(t);
+  for (int h = 0; h < MS_HOOK_COUNT; h++) free(old[h]);
+  return 0;
+}
+
+static void mark_hinted(struct ms_hook_table *t, const struct ms_monitor *m) {
+  for (int i = 0; i < m->n_progs; i++)
+    if (m->type[i] == MS_PROG_SCHED_HINT) atomic_store(&t->hinted, 1);
+}
+
+int ms_hook_attach(struct ms_hook_table *t, struct ms_monitor *m, const struct ms_attach_opts *o,
+                   struct ms_textbuf *log) {
+  struct attachment *a = calloc(1, sizeof *a);
+  if (!a) return -ENOMEM;
+  if (o) memcpy(&a->opts, o, o->sz < sizeof a->opts ? o->sz : sizeof a->opts);
+  a->opts.sz = sizeof a->opts;
+  pthread_mutex_lock(&t->mu);
+  int rc = -ENOMEM;
+  if (t->n_atts == t->cap_atts) {
+    int cap = t->cap_atts ? t->cap_atts * 2 : 8;
+    struct attachment **n = realloc(t->atts, (size_t)cap * sizeof *n);
+    if (!n) goto fail;
+    t->atts = n;
+    t->cap_atts = cap;
+  }
+  struct ms_gen *g = gen_new(t, m, log);
+  if (!g) goto fail;
+  g->att = a;
+  g->generation = 1;
+  a->cur = g;
+  a->id = t->n_atts + 1;
+  a->attached = 1;
+  mark_hinted(t, m);
+  if ((rc = publish(t, NULL, g))) {
+    g->mon = NULL;  /* the caller keeps m on failure */
+    gen_free(g);
+    goto fail;
+  }
+  t->atts[t->n_atts++] = a;
+  pthread_mutex_unlock(&t->mu);
+  return a->id;
+fail:
+  pthread_mutex_unlock(&t->mu);
+  free(a);
+  return rc;
+}
+
+struct attachment *ms_hook_find(struct ms_hook_table *t, int id) {
+  return id >= 1 && id <= t->n_atts ? t->atts[id - 1] : NULL;
+}
+
+int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, struct ms_textbuf *log) {
+  pthread_mutex_lock(&t->mu);
+  struct attachment *a = ms_hook_find(t, id);
+  int rc = -ENOENT;
+  if (!a || !a->attached) goto out;
+  rc = -ENOMEM;
+  struct ms_gen *g = gen_new(t, m, log);
+  if (!g) goto out;
+  g->att = a;
+  g->generation = a->cur->generation + 1;
+  mark_hinted(t, m);
+  if ((rc = publish(t, a->cur, g))) {
+    g->mon = NULL;
+    gen_free(g);
+    goto out;
+  }
+  atomic_store(&a->cur->t_end, ms_now_ns());
+  g->prev = a->cur;
+  a->cur = g;
+  rc = 0;
+out:
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+int ms_hook_detach(struct ms_hook_table *t, int id) {
+  pthread_mutex_lock(&t->mu);
+  struct attachment *a = ms_hook_find(t, id);
+  int rc = -ENOENT;
+  if (a && a->attached && !(rc = publish(t, a->cur, NULL))) {
+    a->attached = 0;
+    atomic_store(&a->cur->t_end, ms_now_ns());
+  }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+void ms_gen_coverage(const struct ms_gen *g, int n_workers, struct ms_coverage *out) {
+  memset(out, 0, sizeof *out);
+  out->generation = g->generation;
+  out->first_step = UINT64_MAX;
+  for (int w = 0; w < n_workers; w++) {
+    struct cov_slot *c = &g->cov[w];
+    out->eligible += atomic_load_explicit(&c->eligible, memory_order_relaxed);
+    out->executed += atomic_load_explicit(&c->executed, memory_order_relaxed);
+    out->throttled += atomic_load_explicit(&c->throttled, memory_order_relaxed);
+    out->lost += atomic_load_explicit(&c->lost, memory_order_relaxed);
+    out->failed += atomic_load_explicit(&c->failed, memory_order_relaxed);
+    uint64_t f = atomic_load_explicit(&c->first_step, memory_order_relaxed);
+    uint64_t l = atomic_load_explicit(&c->last_step, memory_order_relaxed);
+    if (f < out->first_step) out->first_step = f;
+    if (f != UINT64_MAX && l > out->last_step) out->last_step = l;
+  }
+  if (out->first_step == UINT64_MAX) out->first_step = 0;
+  out->t_start = g->t_start;
+  out->t_end = atomic_load(&((struct ms_gen *)g)->t_end);
+}

@@ -1,0 +1,119 @@
+/* SPDX-License-Identifier: MIT */
+/* Hook sites of the CPU runtime: filling the context of each hook from the
+ * plan, the batch metadata and the worker. Included by engine.c only. A site
+ * first checks ms_hook_armed (one relaxed load and a branch); everything here
+ * runs only when something is attached. */
+#ifndef MS_RUNTIME_HOOKSITE_H
+#define MS_RUNTIME_HOOKSITE_H
+
+#include <string.h>
+
+#include "runtime/engine_impl.h"
+
+#define HOOK_ARMED(e, h) ((e)->hooks_on && ms_hook_armed((e)->hooks, (h)))
+
+static void ctx_common(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int worker,
+                       const struct plan_rt *rt) {
+  memset(c, 0, sizeof *c);
+  c->abi_version = MS_HOOK_ABI_VERSION;
+  c->hook = (uint32_t)hook;
+  c->now_ns = ms_now_ns();
+  c->worker = (uint32_t)worker;
+  c->step = atomic_load_explicit(&e->cur_step, memory_order_relaxed);
+  if (rt) {
+    c->batch_size = (uint32_t)rt->x.meta.n_rows;
+    c->bucket = (uint32_t)rt->plan->batch;
+  }
+  c->req_slot = c->req_gen = MS_HOOK_NONE32;
+}
+
+static void ctx_event(struct ms_hook_ctx *c, const struct plan_rt *rt, int ev, uint64_t gen) {
+  const struct ms_event *E = &rt->plan->events[ev];
+  uint64_t cnt = atomic_load_explicit(&rt->counters[ev], memory_order_relaxed);
+  uint64_t base = (uint64_t)E->needed * gen;
+  c->event_id = (uint32_t)ev;
+  c->event_class = E->cls;
+  c->event_needed = (uint32_t)E->needed;
+  c->event_count = cnt > base ? cnt - base : 0;
+}
+
+/* When task t became ready: its event's firing, if the firing worker published
+ * it for this generation; the step start for tasks that wait on nothing. */
+static uint64_t task_ready_ns(struct ms_engine *e, const struct plan_rt *rt, int t, uint64_t gen,
+                              uint64_t now) {
+  int ev = rt->plan->tasks[t].wait;
+  if (ev < 0) return e->step_t0;
+  if (atomic_load_explicit(&rt->fire_gen[ev], memory_order_acquire) == gen + 1)
+    return atomic_load_explicit(&rt->fire_ns[ev], memory_order_relaxed);
+  return now;
+}
+
+static void ctx_task(struct ms_engine *e, struct ms_hook_ctx *c, const struct plan_rt *rt, int t,
+                     uint64_t gen) {
+  const struct ms_task *k = &rt->plan->tasks[t];
+  c->task_class = k->cls;
+  c->op = k->kernel;
+  c->task_index = (uint32_t)t;
+  c->launch_mode = k->launch;
+  c->task_gen = c->step << 32 | (uint32_t)t;
+  c->tile_x = k->tile[0];
+  c->tile_y = k->tile[1];
+  c->tile_z = k->tile[2];
+  int row = k->tile[1];
+  if (row >= 0 && row < rt->x.meta.n_rows && rt->x.meta.row_slot[row] >= 0) {
+    int s = rt->x.meta.row_slot[row];
+    c->req_slot = (uint32_t)s;
+    c->req_gen = e->slots[s].gen;
+    c->ctx_len = (uint32_t)rt->x.meta.row_pos[row] + 1;
+  }
+  c->t_ready = task_ready_ns(e, rt, t, gen, c->now_ns);
+}
+
+/* Fires a task hook (t < 0: the end-of-step wait, no task); returns the
+ * sched_hint priority, or -1. */
+static int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint64_t gen, int ev,
+                          uint64_t t_begin) {
+  struct ms_engine *e = w->e;
+  struct ms_hook_ctx c;
+  ctx_common(e, &c, hook, w->id, rt);
+  if (t >= 0) ctx_task(e, &c, rt, t, gen);
+  if (ev >= 0) ctx_event(&c, rt, ev, gen);
+  if (hook == MS_HOOK_TASK_BEGIN || hook == MS_HOOK_TASK_END) {
+    c.t_begin = t_begin;
+    c.wait_ns = w->wait_ns;
+    if (hook == MS_HOOK_TASK_END) c.t_end = c.now_ns;
+  }
+  if (hook == MS_HOOK_DEP_WAIT) c.wait_reason = t >= 0 ? MS_WAIT_DEPENDENCY : MS_WAIT_STEP_END;
+  return ms_hook_fire(e->hooks, &c, c.task_gen);
+}
+
+static void fire_step_hook(struct ms_engine *e, const struct plan_rt *rt, int phase) {
+  struct ms_hook_ctx c;
+  ctx_common(e, &c, MS_HOOK_STEP, 0, rt);
+  c.phase = (uint32_t)phase;
+  ms_hook_fire(e->hooks, &c, c.step << 1 | (uint64_t)phase);
+}
+
+static void fire_request_hook(struct ms_engine *e, int worker, const struct plan_rt *rt, int slot,
+                              int phase, int token) {
+  struct ms_hook_ctx c;
+  ctx_common(e, &c, MS_HOOK_REQUEST, worker, rt);
+  c.req_slot = (uint32_t)slot;
+  c.req_gen = e->slots[slot].gen;
+  c.ctx_len = (uint32_t)e->slots[slot].pos;
+  c.phase = (uint32_t)phase;
+  c.token = (uint32_t)token;
+  ms_hook_fire(e->hooks, &c, (uint64_t)slot << 40 ^ (uint64_t)c.req_gen << 8 ^ (uint64_t)phase ^ c.step << 44);
+}
+
+static void fire_queue_hook(struct ms_engine *e, int worker, const struct plan_rt *rt, int kind,
+                            uint32_t depth) {
+  struct ms_hook_ctx c;
+  ctx_common(e, &c, MS_HOOK_QUEUE_PRESSURE, worker, rt);
+  c.queue_kind = (uint32_t)kind;
+  c.queue_depth = depth;
+  c.queue_threshold = MS_QUEUE_THRESHOLD;
+  ms_hook_fire(e->hooks, &c, c.step << 8 | (uint64_t)kind);
+}
+
+#endif

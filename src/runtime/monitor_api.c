@@ -1,0 +1,60 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine's monitor API: attach, replace, detach and read-outs, over the
+ * hook table (src/hook/). */
+#include <errno.h>
+#include <string.h>
+
+#include "runtime/engine_impl.h"
+
+int ms_engine_attach(struct ms_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,
+                     struct ms_textbuf *log) {
+  if (!m) return -EINVAL;
+  return ms_hook_attach(e->hooks, m, o, log);
+}
+
+int ms_engine_replace(struct ms_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log) {
+  if (!m) return -EINVAL;
+  return ms_hook_replace(e->hooks, id, m, log);
+}
+
+int ms_engine_detach(struct ms_engine *e, int id) { return ms_hook_detach(e->hooks, id); }
+
+void ms_engine_set_hooks_enabled(struct ms_engine *e, int on) { e->hooks_on = on; }
+
+static void info_of(struct ms_engine *e, const struct attachment *a, struct ms_attach_info *out) {
+  memset(out, 0, sizeof *out);
+  out->id = a->id;
+  out->attached = a->attached;
+  snprintf(out->name, sizeof out->name, "%s", a->cur->mon->name);
+  for (int i = 0; i < a->cur->mon->n_progs; i++) out->hooks |= 1u << a->cur->mon->hook[i];
+  ms_gen_coverage(a->cur, e->hooks->n_workers, &out->cov);
+  out->opts = a->opts;
+}
+
+int ms_engine_attach_list(struct ms_engine *e, struct ms_attach_info *out, int max) {
+  struct ms_hook_table *t = e->hooks;
+  pthread_mutex_lock(&t->mu);
+  int n = t->n_atts < max ? t->n_atts : max;
+  for (int i = 0; i < n; i++) info_of(e, t->atts[i], &out[i]);
+  pthread_mutex_unlock(&t->mu);
+  return n;
+}
+
+int ms_engine_attach_coverage(struct ms_engine *e, int id, uint32_t generation, struct ms_coverage *out) {
+  struct ms_hook_table *t = e->hooks;
+  pthread_mutex_lock(&t->mu);
+  struct attachment *a = ms_hook_find(t, id);
+  int rc = -ENOENT;
+  for (struct ms_gen *g = a ? a->cur : NULL; g; g = g->prev)
+    if (!generation || g->generation == generation) {
+      ms_gen_coverage(g, t->n_workers, out);
+      rc = 0;
+      break;
+    }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+int ms_engine_attach_write(struct ms_engine *e, int id, FILE *f, int as_json) {
+  return ms_hook_write(e->hooks, id, e->rt[0].plan, f, as_json);
+}

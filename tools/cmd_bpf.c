@@ -235,8 +235,12 @@ static int load_insns(const char *sub, const char *path, int allow_raw, struct m
   if (is_data_text(text)) {
     struct ms_bpf_testfile *t = ms_bpf_testfile_parse(text, len, &log);
     err = t ? 0 : -errno;
-    if (t && ms_bpf_testfile_asm(t)) err = ms_bpf_asm(ms_bpf_testfile_asm(t), insns, n, &log);
-    else if (t) err = -EINVAL, snprintf(logbuf, sizeof logbuf, "the file has no -- asm section\n");
+    if (t && ms_bpf_testfile_asm(t)) {
+      err = ms_bpf_asm(ms_bpf_testfile_asm(t), insns, n, &log);
+    } else if (t) {
+      err = -EINVAL;
+      ms_textbuf_printf(&log, "the file has no -- asm section\n");
+    }
     ms_bpf_testfile_free(t);
   } else if (allow_raw && (len % 8 || memchr(text, 0, len) || len == 0)) {
     if (len % 8 || len == 0) {

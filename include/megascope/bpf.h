@@ -209,7 +209,9 @@ int ms_bpf_ringbuf_consume(struct ms_bpf_map *m, ms_bpf_ringbuf_fn fn, void *use
  * readers in other processes. Fields are only appended (header_size says how
  * many); counters are updated with atomics and read with atomic loads.
  * Hash layout: u32 state[n_slots] at state_off, keys (key_stride each) at
- * key_off, values [n_workers][n_slots] (value_stride each) at value_off.
+ * key_off, values [n_workers][n_slots] (value_stride each) at value_off; a key
+ * is probed linearly from h & (n_slots - 1), h = FNV-1a 64 of its bytes then
+ * h ^= h >> 33; h *= 0xff51afd7ed558ccd; h ^= h >> 33 (stop at an EMPTY slot).
  * Arrays: values [n_workers][max_entries] at value_off. Ring buffer: consumer
  * position (u64) at ring_cons_off, producer position (u64) at ring_prod_off,
  * ring_size data bytes at ring_data_off (map that twice, back to back, to read

@@ -213,17 +213,19 @@ static int has_callx(const struct ms_bpf_insn *insns, size_t n) {
   return 0;
 }
 
-/* The file expects an error and got one (what) at a stage: that is a pass. */
+/* An error (what) at a stage: a pass when the file expects one. Returns 1,
+ * "the outcome is decided". */
 static int outcome_error(struct ms_bpf_test_report *rep, const char *stage, const char *what) {
   snprintf(rep->why, sizeof rep->why, "%s: %s", stage, what);
   for (char *c = rep->why; *c; c++)
     if (*c == '\n') *c = *(c + 1) ? ' ' : 0;
   rep->status = rep->expect_error ? MS_BPF_TEST_PASS : MS_BPF_TEST_FAIL;
-  return 0;
+  return 1;
 }
 
-/* The instructions to run: -- raw (checked against -- asm when both exist)
- * or the assembled -- asm. *owned tells whether *insns must be freed. */
+/* The instructions to run (malloc'ed): -- raw, checked against -- asm when
+ * both exist, or the assembled -- asm. 0, 1 when the outcome is already
+ * decided (rep filled), or -ENOMEM. */
 static int test_insns(const struct ms_bpf_testfile *t, struct ms_bpf_test_report *rep,
                       struct ms_bpf_insn **insns, size_t *n) {
   char logbuf[256] = "";
@@ -233,7 +235,7 @@ static int test_insns(const struct ms_bpf_testfile *t, struct ms_bpf_test_report
   if (t->has_asm) {
     int err = ms_bpf_asm(t->asm_text, insns, n, &log);
     if (err == -ENOMEM) return err;
-    if (err) return outcome_error(rep, "assembly", logbuf), 1;
+    if (err) return outcome_error(rep, "assembly", logbuf);
   }
   if (!t->has_raw) return 0;
   if (*insns && (*n != t->n_raw || memcmp(*insns, t->raw, *n * sizeof **insns))) {
@@ -257,7 +259,11 @@ static int test_run(const struct ms_bpf_testfile *t, const struct ms_bpf_insn *i
   struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
   struct ms_bpf_prog_opts po = {.sz = sizeof po, .name = "test", .log = &log};
   struct ms_bpf_prog *prog = ms_bpf_prog_new(insns, n, &po);
-  if (!prog) return errno == ENOMEM ? -ENOMEM : outcome_error(rep, "rejected", logbuf);
+  if (!prog) {
+    if (errno == ENOMEM) return -ENOMEM;
+    outcome_error(rep, "rejected", logbuf);
+    return 0;
+  }
   static const struct ms_bpf_helper_proto identity = {5, "identity", MS_BPF_RET_INTEGER, {MS_BPF_ARG_ANYTHING}, 0};
   struct ms_bpf_helpers *h = ms_bpf_helpers_new();
   uint8_t *mem = t->mem_size ? malloc(t->mem_size) : NULL;

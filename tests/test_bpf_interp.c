@@ -4,6 +4,7 @@
  * all, that a hostile program stops with an error naming the instruction
  * instead of touching memory outside its regions. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -236,6 +237,126 @@ static void test_map_binding(void) {
   ms_bpf_map_free(m);
 }
 
+/* ---- random well-formed programs ---------------------------------------- */
+
+static uint64_t rng = 0x853c49e6748fea9bull;
+static uint32_t rnd(uint32_t n) {
+  rng ^= rng << 13;
+  rng ^= rng >> 7;
+  rng ^= rng << 17;
+  return (uint32_t)(rng % n);
+}
+
+/* One instruction (two for lddw) that passes the encoding check, except that
+ * jumps may land inside an lddw (the check refuses those programs). */
+static size_t random_insn(struct ms_bpf_insn *in, size_t i, size_t n, size_t n_maps) {
+  static const int32_t helpers[] = {1, 2, 3, 5, 8, 130, 131, 132, 133, 4};
+  static const int32_t atomics[] = {0x00, 0x01, 0x40, 0x41, 0x50, 0x51, 0xa0, 0xa1, 0xe1, 0xf1};
+  static const uint8_t sizes[] = {MS_BPF_W, MS_BPF_H, MS_BPF_B, MS_BPF_DW};
+  static const uint8_t conds[] = {1, 2, 3, 4, 5, 6, 7, 10, 11, 12, 13}; /* JEQ..JSGE, JLT..JSLE */
+  memset(in, 0, sizeof *in);
+  uint8_t dst = (uint8_t)rnd(10), src = (uint8_t)(rnd(3) ? rnd(11) : 10);
+  int16_t off = (int16_t)(rnd(4) ? (int)rnd(600) - 536 : (int)rnd(70000) - 35000);
+  switch (rnd(9)) {
+  case 0: case 1: { /* ALU */
+    uint8_t cls = rnd(2) ? MS_BPF_ALU64 : MS_BPF_ALU, op = (uint8_t)(rnd(14) << 4), x = rnd(2) ? MS_BPF_X : MS_BPF_K;
+    if (op == MS_BPF_NEG) x = MS_BPF_K;
+    if (op == MS_BPF_END && cls == MS_BPF_ALU64) x = MS_BPF_K;
+    *in = (struct ms_bpf_insn){.code = (uint8_t)(cls | op | x), .dst_reg = dst};
+    if (op == MS_BPF_END) in->imm = 16 << rnd(3);
+    else if (op != MS_BPF_NEG && x == MS_BPF_X) in->src_reg = src;
+    else if (op != MS_BPF_NEG) in->imm = (int32_t)(rnd(3) ? rnd(64) - 8 : (uint32_t)rng);
+    if ((op == MS_BPF_DIV || op == MS_BPF_MOD) && rnd(2)) in->off = 1;
+    if (op == MS_BPF_MOV && x == MS_BPF_X && rnd(3) == 0) in->off = (int16_t)(8 << rnd(cls == MS_BPF_ALU64 ? 3 : 2));
+    return 1;
+  }
+  case 2: /* load */
+    *in = (struct ms_bpf_insn){.code = (uint8_t)(MS_BPF_LDX | MS_BPF_MEM | sizes[rnd(4)]), .dst_reg = dst, .src_reg = src, .off = off};
+    if (rnd(4) == 0 && MS_BPF_SIZE(in->code) != MS_BPF_DW) in->code = (uint8_t)(MS_BPF_LDX | MS_BPF_MEMSX | MS_BPF_SIZE(in->code));
+    return 1;
+  case 3: /* store */
+    if (rnd(4) == 0) {
+      *in = (struct ms_bpf_insn){.code = (uint8_t)(MS_BPF_STX | MS_BPF_ATOMIC | (rnd(2) ? MS_BPF_W : MS_BPF_DW)),
+                                 .dst_reg = (uint8_t)rnd(11), .src_reg = src, .off = off, .imm = atomics[rnd(10)]};
+    } else if (rnd(2)) {
+      *in = (struct ms_bpf_insn){.code = (uint8_t)(MS_BPF_STX | MS_BPF_MEM | sizes[rnd(4)]), .dst_reg = (uint8_t)rnd(11), .src_reg = src, .off = off};
+    } else {
+      *in = (struct ms_bpf_insn){.code = (uint8_t)(MS_BPF_ST | MS_BPF_MEM | sizes[rnd(4)]), .dst_reg = (uint8_t)rnd(11), .off = off, .imm = (int32_t)rnd(1000)};
+    }
+    return 1;
+  case 4: /* conditional jump */
+    *in = (struct ms_bpf_insn){.code = (uint8_t)((rnd(2) ? MS_BPF_JMP : MS_BPF_JMP32) | conds[rnd(11)] << 4),
+                               .dst_reg = (uint8_t)rnd(11), .off = (int16_t)((int)rnd((uint32_t)n) - (int)i - 1)};
+    if (rnd(2)) in->code |= MS_BPF_X, in->src_reg = src;
+    else in->imm = (int32_t)rnd(64);
+    return 1;
+  case 5: /* ja, ja32, local call */
+    if (rnd(3) == 0) *in = (struct ms_bpf_insn){.code = MS_BPF_JMP32 | MS_BPF_JA, .imm = (int32_t)rnd((uint32_t)n) - (int32_t)i - 1};
+    else if (rnd(2)) *in = (struct ms_bpf_insn){.code = MS_BPF_JMP | MS_BPF_JA, .off = (int16_t)((int)rnd((uint32_t)n) - (int)i - 1)};
+    else *in = (struct ms_bpf_insn){.code = MS_BPF_JMP | MS_BPF_CALL, .src_reg = MS_BPF_PSEUDO_CALL, .imm = (int32_t)rnd((uint32_t)n) - (int32_t)i - 1};
+    return 1;
+  case 6: /* helper call */
+    *in = (struct ms_bpf_insn){.code = MS_BPF_JMP | MS_BPF_CALL, .imm = helpers[rnd(10)]};
+    return 1;
+  case 7: /* lddw: a constant, a map or a map value */
+    if (i + 1 >= n) break;
+    in[0] = (struct ms_bpf_insn){.code = MS_BPF_LD | MS_BPF_IMM | MS_BPF_DW, .dst_reg = dst};
+    in[1] = (struct ms_bpf_insn){0};
+    if (rnd(2)) {
+      in[0].src_reg = rnd(3) ? MS_BPF_PSEUDO_MAP_FD : MS_BPF_PSEUDO_MAP_VALUE;
+      in[0].imm = (int32_t)rnd((uint32_t)n_maps);
+      if (in[0].src_reg == MS_BPF_PSEUDO_MAP_VALUE) in[1].imm = (int32_t)rnd(40);
+    } else {
+      in[0].imm = (int32_t)(uint32_t)rng;
+      in[1].imm = (int32_t)rnd(3);
+    }
+    return 2;
+  default: break;
+  }
+  *in = (struct ms_bpf_insn){.code = MS_BPF_JMP | MS_BPF_EXIT};
+  return 1;
+}
+
+/* Unverified but well-formed programs, with maps and helpers bound, stop or
+ * finish; whatever they do, the process survives (ASan builds watch too). */
+static void test_random_programs(void) {
+  struct ms_bpf_map_def defs[3] = {
+      {.name = "a", .type = MS_BPF_MAP_ARRAY, .key_size = 4, .value_size = 16, .max_entries = 4},
+      {.name = "h", .type = MS_BPF_MAP_HASH, .key_size = 4, .value_size = 8, .max_entries = 8},
+      {.name = "r", .type = MS_BPF_MAP_RINGBUF, .max_entries = 4096}};
+  struct ms_bpf_map *maps[3];
+  for (int i = 0; i < 3; i++) maps[i] = ms_bpf_map_new(&defs[i], 2, NULL);
+  struct ms_bpf_helpers *h = ms_bpf_helpers_new();
+  ms_bpf_helpers_add_std(h);
+  uint8_t mem[64];
+  struct ms_bpf_env env = {.worker = 1};
+  struct ms_bpf_run_opts o = {.sz = sizeof o, .helpers = h, .maps = maps, .n_maps = 3, .mem = mem,
+                              .mem_size = sizeof mem, .insn_budget = 5000, .env = &env};
+  struct ms_bpf_prog_opts po = {.sz = sizeof po, .maps = defs, .n_maps = 3};
+  int accepted = 0, finished = 0, odd = 0;
+  for (int iter = 0; iter < 20000; iter++) {
+    struct ms_bpf_insn insns[48];
+    size_t n = 4 + rnd(44);
+    for (size_t i = 0; i < n;) i += random_insn(&insns[i], i, n, 3);
+    insns[n - 1] = (struct ms_bpf_insn){.code = MS_BPF_JMP | MS_BPF_EXIT};
+    if (insns[n - 2].code == (MS_BPF_LD | MS_BPF_IMM | MS_BPF_DW)) insns[n - 2] = insns[n - 1];
+    struct ms_bpf_prog *p = ms_bpf_prog_new(insns, n, &po);
+    if (!p) continue;
+    accepted++;
+    memset(mem, 0x5a, sizeof mem);
+    struct ms_bpf_run_result res;
+    int err = ms_bpf_run(p, &o, &res);
+    finished += err == 0;
+    odd += err && err != -EFAULT && err != -MS_E_LIMIT && err != -ENOENT && err != -EINVAL;
+    odd += (err == 0) != (res.err_insn < 0) || res.insns > 5000;
+    ms_bpf_prog_free(p);
+  }
+  CHECKF(accepted > 5000 && finished > 500 && odd == 0, "%d accepted, %d finished, %d odd", accepted, finished, odd);
+  fprintf(stderr, "random programs: %d of 20000 well-formed, %d ran to exit, the rest stopped\n", accepted, finished);
+  for (int i = 0; i < 3; i++) ms_bpf_map_free(maps[i]);
+  ms_bpf_helpers_free(h);
+}
+
 int main(void) {
   test_check_refuses();
   test_memory_safety();
@@ -243,5 +364,6 @@ int main(void) {
   test_local_calls();
   test_helpers();
   test_map_binding();
+  test_random_programs();
   TEST_MAIN_END();
 }

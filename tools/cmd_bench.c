@@ -17,7 +17,8 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: megascope bench <benchmark> [options]\n\n"
           "benchmarks:\n"
-          "  decode   decode tokens/s: megakernel vs per-op vs the memory-bandwidth bound\n\n"
+          "  decode   decode tokens/s: megakernel vs per-op vs the memory-bandwidth bound\n"
+          "  hooks    what hooks cost: off vs armed vs a monitor attached; interpreter ns/insn\n\n"
           "'megascope bench <benchmark> --help' describes one.\n");
 }
 
@@ -193,6 +194,7 @@ int cmd_bench(int argc, char **argv) {
     return 0;
   }
   if (!strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "hooks")) return bench_hooks(argc - 1, argv + 1);
   fprintf(stderr, "megascope bench: unknown benchmark '%s'\n", argv[1]);
   usage(stderr);
   return 2;

@@ -7,11 +7,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "common.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
+#include "megascope/monitor.h"
 #include "megascope/reference.h"
 
 static void usage(FILE *f) {
@@ -34,6 +36,14 @@ static void usage(FILE *f) {
           "  --check              compare every position's logits with the reference forward\n"
           "  --tolerance X        largest allowed |logit difference| with --check (default 1e-3)\n"
           "  --show-steps         print every decode step (rows, bucket, admitted, retired, time)\n"
+          "  --attach PROG.o      attach a monitor while the engine runs (repeatable)\n"
+          "  --attach-at-step N   attach once N steps have completed (default 0)\n"
+          "  --replace-with P.o   replace the first attachment by another monitor ...\n"
+          "  --replace-at-step N  ... once N steps have completed\n"
+          "  --detach-at-step N   detach every attachment once N steps have completed\n"
+          "  --max-per-step N     budget: program runs per step per worker (default: no limit)\n"
+          "  --sample N           run 1 hook firing in N, by task generation (default 1)\n"
+          "  --ringbuf-bytes N    budget: ring-buffer bytes per epoch (default: no limit)\n"
           "  --json               print the result as JSON\n"
           "  -h, --help           this text\n");
 }
@@ -42,6 +52,11 @@ struct run_args {
   struct cli_model cm;
   long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, tile_rows, watchdog_ms;
   int shuffle, check, as_json, show_steps;
+  const char *attach[8];
+  int n_attach;
+  const char *replace_with;
+  long attach_at, replace_at, detach_at, max_per_step, sample;
+  uint64_t ringbuf_bytes;
   uint64_t seed;
   double tolerance;
   enum ms_mode mode;
@@ -59,10 +74,15 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {"tile-rows", required_argument, 0, 0},
       {"check", no_argument, 0, 0},          {"tolerance", required_argument, 0, 0},
       {"json", no_argument, 0, 0},           {"help", no_argument, 0, 'h'},
-      {"show-steps", no_argument, 0, 0},
+      {"show-steps", no_argument, 0, 0},      {"attach", required_argument, 0, 0},
+      {"attach-at-step", required_argument, 0, 0}, {"replace-with", required_argument, 0, 0},
+      {"replace-at-step", required_argument, 0, 0}, {"detach-at-step", required_argument, 0, 0},
+      {"max-per-step", required_argument, 0, 0}, {"sample", required_argument, 0, 0},
+      {"ringbuf-bytes", required_argument, 0, 0},
       {0, 0, 0, 0}};
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
-                         .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = 1e-3};
+                         .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = 1e-3,
+                         .replace_at = -1, .detach_at = -1};
   int c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
@@ -89,6 +109,19 @@ static int parse(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(n, "check")) a->check = 1;
     else if (!strcmp(n, "json")) a->as_json = 1;
     else if (!strcmp(n, "show-steps")) a->show_steps = 1;
+    else if (!strcmp(n, "attach")) {
+      if (a->n_attach == 8) {
+        fprintf(stderr, "megascope run: at most 8 --attach\n");
+        return -1;
+      }
+      a->attach[a->n_attach++] = optarg;
+    } else if (!strcmp(n, "attach-at-step")) r = cli_int("--attach-at-step", optarg, 0, 1L << 40, &a->attach_at);
+    else if (!strcmp(n, "replace-with")) a->replace_with = optarg;
+    else if (!strcmp(n, "replace-at-step")) r = cli_int("--replace-at-step", optarg, 0, 1L << 40, &a->replace_at);
+    else if (!strcmp(n, "detach-at-step")) r = cli_int("--detach-at-step", optarg, 0, 1L << 40, &a->detach_at);
+    else if (!strcmp(n, "max-per-step")) r = cli_int("--max-per-step", optarg, 0, 1L << 31, &a->max_per_step);
+    else if (!strcmp(n, "sample")) r = cli_int("--sample", optarg, 1, 1L << 31, &a->sample);
+    else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
     else if (!strcmp(n, "mode")) {
       if (ms_mode_parse(optarg, &a->mode)) {
         fprintf(stderr, "megascope run: --mode '%s': expected megakernel or per-op\n", optarg);
@@ -109,6 +142,81 @@ static int parse(int argc, char **argv, struct run_args *a) {
     return -1;
   }
   if (a->requests < 0) a->requests = a->batch;
+  if (a->replace_with && (!a->n_attach || a->replace_at < 0)) {
+    fprintf(stderr, "megascope run: --replace-with needs --attach and --replace-at-step\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* Monitors are loaded and verified before the engine starts, so a rejected one
+ * fails the command at once, with the verifier's log. */
+static struct ms_monitor *load_monitor(const char *path) {
+  char buf[16384] = "";
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+  struct ms_monitor *m = ms_monitor_open(path, &log);
+  if (!m) fprintf(stderr, "megascope run: %s: %s\n%s", path, ms_strerror(errno), buf);
+  return m;
+}
+
+struct schedule {
+  struct ms_monitor *mon[8], *replacement;
+  int ids[8], attached, replaced, detached;
+};
+
+/* Performs the attach / replace / detach whose step has come; the engine keeps
+ * running throughout. Returns -1 on a failed operation. */
+static int control_step(struct ms_engine *e, const struct run_args *a, struct schedule *s, uint64_t steps) {
+  char buf[4096] = "";
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+  struct ms_attach_opts ao = {.sz = sizeof ao, .max_per_step = (uint32_t)a->max_per_step,
+                              .sample_every = (uint32_t)a->sample, .ringbuf_bytes = a->ringbuf_bytes};
+  if (!s->attached && steps >= (uint64_t)a->attach_at) {
+    for (int i = 0; i < a->n_attach; i++) {
+      s->ids[i] = ms_engine_attach(e, s->mon[i], &ao, &log);
+      if (s->ids[i] < 0) {
+        fprintf(stderr, "megascope run: attach %s: %s\n%s", a->attach[i], ms_strerror(s->ids[i]), buf);
+        return -1;
+      }
+      s->mon[i] = NULL;  /* the engine owns it */
+    }
+    s->attached = 1;
+  }
+  if (s->attached && s->replacement && !s->replaced && steps >= (uint64_t)a->replace_at) {
+    int rc = ms_engine_replace(e, s->ids[0], s->replacement, &log);
+    if (rc) {
+      fprintf(stderr, "megascope run: replace with %s: %s\n%s", a->replace_with, ms_strerror(rc), buf);
+      return -1;
+    }
+    s->replacement = NULL;
+    s->replaced = 1;
+  }
+  if (s->attached && !s->detached && a->detach_at >= 0 && steps >= (uint64_t)a->detach_at) {
+    for (int i = 0; i < a->n_attach; i++) ms_engine_detach(e, s->ids[i]);
+    s->detached = 1;
+  }
+  return 0;
+}
+
+/* Waits for the requests while running the attach schedule. */
+static int wait_all(struct ms_engine *e, const struct run_args *a, struct schedule *s, struct ms_request **reqs) {
+  for (long i = 0; i < a->requests; i++) {
+    while (ms_request_wait(reqs[i], 0) == -ETIMEDOUT) {
+      struct ms_engine_stats st;
+      ms_engine_get_stats(e, &st);
+      if (a->n_attach && control_step(e, a, s, st.steps)) return -1;
+      struct timespec ts = {0, 200000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  if (a->n_attach && !s->attached) {
+    fprintf(stderr, "megascope run: the run ended before step %ld: nothing was attached\n", a->attach_at);
+    return -1;
+  }
+  if (s->replacement && !s->replaced) {
+    fprintf(stderr, "megascope run: the run ended before step %ld: nothing was replaced\n", a->replace_at);
+    return -1;
+  }
   return 0;
 }
 
@@ -174,6 +282,7 @@ int cmd_run(int argc, char **argv) {
   struct ms_model *m = cli_model_load(&a.cm);
   if (!m) return 2;
   int rc = 1;
+  struct schedule sch = {0};
   struct ms_engine *e = NULL;
   struct ms_request **reqs = calloc((size_t)a.requests, sizeof *reqs);
   int32_t *prompts = malloc((size_t)a.requests * (size_t)a.prompt_len * sizeof *prompts);
@@ -186,11 +295,15 @@ int cmd_run(int argc, char **argv) {
                               .tile_bytes = (int)a.tile_kb * 1024, .tile_rows = (int)a.tile_rows,
                               .shuffle = a.shuffle,
                               .seed = a.seed, .watchdog_ms = (int)a.watchdog_ms};
+  for (int i = 0; i < a.n_attach; i++)
+    if (!(sch.mon[i] = load_monitor(a.attach[i]))) goto out;
+  if (a.replace_with && !(sch.replacement = load_monitor(a.replace_with))) goto out;
   e = ms_engine_new(m, &eo, &log);
   if (!e) {
     fprintf(stderr, "megascope run: %s", logbuf);
     goto out;
   }
+  if (a.n_attach && a.attach_at == 0 && control_step(e, &a, &sch, 0)) goto out;
   uint64_t t0 = ms_now_ns();
   for (long i = 0; i < a.requests; i++) {
     int32_t *pr = prompts + i * a.prompt_len;
@@ -204,7 +317,7 @@ int cmd_run(int argc, char **argv) {
       goto out;
     }
   }
-  for (long i = 0; i < a.requests; i++) ms_request_wait(reqs[i], -1);
+  if (wait_all(e, &a, &sch, reqs)) goto out;
   uint64_t t1 = ms_now_ns();
 
   struct ms_engine_stats st;
@@ -262,6 +375,12 @@ int cmd_run(int argc, char **argv) {
       ms_json_arr_end(&j);
       free(log);
     }
+    if (a.n_attach) {
+      ms_json_key(&j, "attachments");
+      ms_json_arr_begin(&j);
+      for (int i = 0; i < a.n_attach; i++) ms_engine_attach_write_json(e, sch.ids[i], &j);
+      ms_json_arr_end(&j);
+    }
     ms_json_key(&j, "tokens");
     ms_json_arr_begin(&j);
     for (long i = 0; i < a.requests; i++) {
@@ -290,9 +409,12 @@ int cmd_run(int argc, char **argv) {
     if (a.check)
       printf("check: max |logit diff| vs reference %.3g (tolerance %.3g): %s\n", worst, a.tolerance,
              ok ? "passed" : "FAILED");
+    for (int i = 0; i < a.n_attach; i++) ms_engine_attach_write(e, sch.ids[i], stdout, 0);
   }
   rc = ok ? 0 : 1;
 out:
+  for (int i = 0; i < 8; i++) ms_monitor_free(sch.mon[i]);
+  ms_monitor_free(sch.replacement);
   if (reqs)
     for (long i = 0; i < a.requests; i++) ms_request_free(reqs[i]);
   ms_engine_free(e);

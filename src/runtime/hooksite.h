@@ -76,7 +76,10 @@ static int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t,
   struct ms_engine *e = w->e;
   struct ms_hook_ctx c;
   ctx_common(e, &c, hook, w->id, rt);
-  if (t >= 0) ctx_task(e, &c, rt, t, gen);
+  if (t >= 0)
+    ctx_task(e, &c, rt, t, gen);
+  else
+    c.task_class = c.op = c.task_index = MS_HOOK_NONE32;
   if (ev >= 0) ctx_event(&c, rt, ev, gen);
   if (hook == MS_HOOK_TASK_BEGIN || hook == MS_HOOK_TASK_END) {
     c.t_begin = t_begin;

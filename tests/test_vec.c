@@ -1,0 +1,86 @@
+/* SPDX-License-Identifier: MIT */
+/* Vector kernels: the AVX2/FMA path against the portable one, f32 and bf16,
+ * with batch sizes and widths that leave tails; bf16 rounding. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/vec.h"
+#include "test.h"
+
+static float frand(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return (float)((*s >> 40) & 0xffffff) / (float)0x800000 - 1.0f;
+}
+
+static void test_gemv(enum ms_dtype dt) {
+  uint64_t s = 42;
+  const int widths[] = {7, 8, 16, 61, 64, 576, 1000};
+  for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+    int cols = widths[wi], rows = 19, nb = 9;
+    size_t esz = ms_dtype_size(dt);
+    void *data = malloc((size_t)rows * cols * esz);
+    float *x = malloc(sizeof(float) * (size_t)nb * cols);
+    float *y1 = malloc(sizeof(float) * (size_t)nb * rows), *y2 = malloc(sizeof(float) * (size_t)nb * rows);
+    for (int i = 0; i < rows * cols; i++) {
+      float v = frand(&s);
+      if (dt == MS_DTYPE_BF16)
+        ((uint16_t *)data)[i] = ms_f32_to_bf16(v);
+      else
+        ((float *)data)[i] = v;
+    }
+    for (int i = 0; i < nb * cols; i++) x[i] = frand(&s);
+    struct ms_weight w = {dt, rows, cols, data};
+    ms_vec_force_portable(1);
+    ms_vec_gemv(&w, 2, rows, x, cols, nb, y1, rows);
+    ms_vec_force_portable(0);
+    ms_vec_gemv(&w, 2, rows, x, cols, nb, y2, rows);
+    double worst = 0;
+    for (int b = 0; b < nb; b++)
+      for (int r = 0; r < rows - 2; r++) {
+        double ref = 0;
+        for (int c = 0; c < cols; c++) ref += (double)ms_weight_get(&w, r + 2, c) * x[b * cols + c];
+        double d1 = fabs(y1[b * rows + r] - ref), d2 = fabs(y2[b * rows + r] - ref);
+        if (d1 > worst) worst = d1;
+        if (d2 > worst) worst = d2;
+      }
+    CHECKF(worst < 1e-4 * sqrt((double)cols), "%s cols %d: worst %g", ms_dtype_name(dt), cols, worst);
+    free(data);
+    free(x);
+    free(y1);
+    free(y2);
+  }
+}
+
+static void test_dot_and_norm(void) {
+  uint64_t s = 7;
+  float a[131], b[131], out[131], w[131];
+  for (int i = 0; i < 131; i++) a[i] = frand(&s), b[i] = frand(&s), w[i] = 1.0f + 0.1f * frand(&s);
+  double ref = 0;
+  for (int i = 0; i < 131; i++) ref += (double)a[i] * b[i];
+  CHECK(fabs(ms_vec_dot(a, b, 131) - ref) < 1e-4);
+  ms_vec_rmsnorm(out, a, w, 131, 1e-5f);
+  double ss = 0;
+  for (int i = 0; i < 131; i++) ss += (double)a[i] * a[i];
+  double inv = 1.0 / sqrt(ss / 131 + 1e-5);
+  for (int i = 0; i < 131; i++) CHECK(fabs(out[i] - a[i] * inv * w[i]) < 1e-5);
+}
+
+static void test_bf16(void) {
+  CHECK(ms_f32_to_bf16(1.0f) == 0x3f80);
+  CHECK(ms_bf16_to_f32(0x3f80) == 1.0f);
+  /* round to nearest even: 1 + 2^-8 is a tie between 1 and 1 + 2^-7 */
+  CHECK(ms_f32_to_bf16(1.00390625f) == 0x3f80);
+  CHECK(ms_f32_to_bf16(1.01171875f) == 0x3f82);
+  CHECK(isnan(ms_bf16_to_f32(ms_f32_to_bf16(NAN))));
+  CHECK(ms_bf16_to_f32(ms_f32_to_bf16(-INFINITY)) == -INFINITY);
+}
+
+int main(void) {
+  printf("simd path: %s\n", ms_vec_simd() ? "avx2+fma" : "portable only");
+  test_gemv(MS_DTYPE_F32);
+  test_gemv(MS_DTYPE_BF16);
+  test_dot_and_norm();
+  test_bf16();
+  TEST_MAIN_END();
+}

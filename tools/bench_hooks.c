@@ -47,7 +47,7 @@ static void default_monitor(char *buf, size_t n) {
   exe[k] = 0;
   char *slash = strrchr(exe, '/');
   if (slash) *slash = 0;
-  snprintf(buf, n, "%s/monitors/class_time.bpf.o", exe);
+  snprintf(buf, n, "%.*s/monitors/class_time.bpf.o", (int)(n > 64 ? n - 64 : 0), exe);
 }
 
 static double tokens_per_s(struct ms_engine *e, const struct ms_model *m, int batch, int steps) {

@@ -120,6 +120,7 @@ static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) 
     if (e->o.mode != MS_MODE_MEGAKERNEL || rt->plan->tasks[t].launch != MS_LAUNCH_JIT) continue;
     struct ms_mpmc *q = &rt->jit[prio > 0 ? prio : 0];
     MS_ASSERT(ms_mpmc_push(q, t) == 0);
+    if (atomic_load_explicit(&e->trace_on, memory_order_relaxed)) ms_tel_qdepth(w, jit_depth(q));
     if (!e->hooks_on) continue;
     uint32_t depth = jit_depth(q);
     if (assign) fire_task_hook(w, MS_HOOK_TASK_ASSIGN, rt, t, gen, -1, depth);
@@ -128,20 +129,20 @@ static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) 
   }
 }
 
-static void trigger(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
+/* Counts one trigger of event ev; returns 1 when it completed the event. */
+static int trigger(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
   struct ms_engine *e = w->e;
   const struct ms_event *E = &rt->plan->events[ev];
   uint64_t target = (uint64_t)E->needed * (gen + 1);
   uint64_t old = atomic_fetch_add_explicit(&rt->counters[ev], 1, memory_order_acq_rel);
-  if (old + 1 != target) return;
-  if (e->hooks_on) {
-    /* published before the JIT pushes, so a JIT task always finds its t_ready */
-    atomic_store_explicit(&rt->fire_ns[ev], ms_now_ns(), memory_order_relaxed);
-    atomic_store_explicit(&rt->fire_gen[ev], gen + 1, memory_order_release);
-    if (HOOK_ARMED(e, MS_HOOK_DEP_RELEASE)) fire_task_hook(w, MS_HOOK_DEP_RELEASE, rt, producer, gen, ev, 0);
-  }
+  if (old + 1 != target) return 0;
+  /* published before the JIT pushes, so a JIT task always finds its t_ready */
+  atomic_store_explicit(&rt->fire_ns[ev], ms_now_ns(), memory_order_relaxed);
+  atomic_store_explicit(&rt->fire_gen[ev], gen + 1, memory_order_release);
+  if (HOOK_ARMED(e, MS_HOOK_DEP_RELEASE)) fire_task_hook(w, MS_HOOK_DEP_RELEASE, rt, producer, gen, ev, 0);
   release(w, rt, ev, gen);
   notify(e);
+  return 1;
 }
 
 static void run_task(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) {
@@ -157,12 +158,21 @@ static void run_task(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) 
     sample_row(w, rt, &rt->plan->classes[k->cls], k->tile[1]);
   else if (k->kernel != MS_K_STEP_START)  /* its body ran before publication */
     ms_ops_run(&rt->x, t, w->id);
+  uint64_t t1 = ms_now_ns();
   if (HOOK_ARMED(e, MS_HOOK_TASK_END)) fire_task_hook(w, MS_HOOK_TASK_END, rt, t, gen, k->wait, t0);
+  struct trace_rec *rec = NULL;
+  ms_tel_task(w, rt, t, t0, t1, &rec);
   atomic_store_explicit(&w->running, -1, memory_order_relaxed);
   atomic_store_explicit(&rt->done_gen[t], gen + 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&w->tasks_done, 1, memory_order_relaxed);
   w->wait_ns = 0;
-  trigger(w, rt, k->trigger, gen, t);
+  int fired = trigger(w, rt, k->trigger, gen, t);
+  if (rec) {
+    /* the record is published only now, with the event its trigger completed */
+    rec->fired_ev = fired ? (uint32_t)k->trigger : MS_HOOK_NONE32;
+    atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
+                          memory_order_release);
+  }
 }
 
 /* Waits until event `ev` reached `target`, running JIT tasks meanwhile. */
@@ -217,6 +227,7 @@ static void request_release(struct ms_request *r) {
 
 static void request_finish(struct ms_request *r, enum ms_request_state st) {
   r->t_done = ms_now_ns();
+  ms_tel_request_done(r->e, r, st == MS_REQ_CANCELLED);
   r->slot = -1;
   atomic_store_explicit(&r->state, st, memory_order_release);
   ms_futex_wake_all(&r->state);
@@ -393,7 +404,8 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
   }
   int n = atomic_load_explicit(&r->n_tokens, memory_order_relaxed);
   r->tokens[n] = tok;
-  if (n == 0) r->t_first = ms_now_ns();
+  r->t_last = ms_now_ns();
+  if (n == 0) r->t_first = r->t_last;
   atomic_store_explicit(&r->n_tokens, n + 1, memory_order_release);
   atomic_fetch_add_explicit(&e->tokens, 1, memory_order_relaxed);
   sl->next_token = tok;
@@ -662,6 +674,8 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
   e->hooks_on = 1;
   e->workers = calloc((size_t)e->n_workers, sizeof *e->workers);
   if (!e->hooks || !e->workers) goto fail;
+  for (int w = 0; w < e->n_workers; w++) e->workers[w].e = e;
+  if ((rc = ms_tel_init(e))) goto fail;
   for (int w = 0; w < e->n_workers; w++) {
     struct worker *wk = &e->workers[w];
     wk->e = e;
@@ -687,6 +701,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
   return e;
 fail:
   ms_textbuf_printf(log, "engine: %s\n", ms_strerror(rc));
+  ms_tel_free(e);
   free(e->workers);
   e->workers = NULL;
   for (int i = 0; i < e->n_buckets; i++) rt_free(e, &e->rt[i]);
@@ -709,6 +724,7 @@ void ms_engine_free(struct ms_engine *e) {
     ms_futex_wake_all(&e->wd_stop);
     pthread_join(e->watchdog, NULL);
   }
+  ms_tel_free(e);
   free(e->workers);
   for (int i = 0; i < e->n_buckets; i++) rt_free(e, &e->rt[i]);
   ms_hook_table_free(e->hooks);

@@ -10,6 +10,7 @@
 #include "hook/hook_impl.h"
 #include "kernels/ops.h"
 #include "megascope/engine.h"
+#include "megascope/telemetry.h"
 #include "runtime/sync.h"
 
 #define MS_MAX_BUCKETS 13   /* 1 .. 4096 rows */
@@ -45,6 +46,21 @@ struct slot {
   int n_pages;
 };
 
+/* The always-on aggregate, per worker and class (one writer: the worker). */
+struct cls_acc {
+  _Atomic uint64_t tasks, task_ns, queue_ns, wait_ns;
+};
+
+enum { TR_TASK = 0, TR_QDEPTH = 1 };
+/* One trace record (see telemetry.c). */
+struct trace_rec {
+  uint64_t t_begin, t_end, t_ready, step;
+  uint32_t task, cls, wait_ev, fired_ev, depth;
+  int32_t row, slot;
+  uint32_t req_gen, wait_ns_us;
+  uint8_t kind, launch, bucket_log2, waited;
+};
+
 struct worker {
   struct ms_engine *e;
   int id;
@@ -55,6 +71,12 @@ struct worker {
   _Atomic uint64_t since;       /* when it started running or waiting */
   _Atomic uint64_t tasks_done;
   uint64_t wait_ns;             /* how long it waited for the task it runs next */
+  struct cls_acc *acc;          /* [n_classes] */
+  struct cls_acc *ev_acc;       /* [n_ev_classes] */
+  struct trace_rec *trace;      /* [trace_cap] while a trace is recorded */
+  _Atomic uint32_t trace_n;     /* records published (release) */
+  _Atomic uint64_t trace_dropped;
+  uint64_t trace_session;       /* the session trace_n counts for */
   char pad[64];
 };
 
@@ -69,7 +91,7 @@ struct ms_request {
   _Atomic int refs;   /* the caller's and the engine's */
   int slot;
   uint32_t generation;
-  uint64_t t_submit, t_admit, t_first, t_done;
+  uint64_t t_submit, t_admit, t_first, t_last, t_done;
 };
 
 struct ms_engine {
@@ -122,11 +144,28 @@ struct ms_engine {
   int hooks_on;                  /* 0: no hook checks at all (bench baseline) */
   uint64_t step_t0;              /* when the step in flight was published */
 
+  /* telemetry (telemetry.c) */
+  int n_classes, n_ev_classes;
+  const struct ms_plan *names;   /* the plan whose class names read-outs use */
+  struct ms_histogram ttft, tpot; /* under log_mu */
+  uint64_t req_done, req_cancelled;
+  _Atomic int trace_on;
+  _Atomic uint64_t trace_session;
+  uint32_t trace_cap;
+  uint64_t trace_t0;
+
   struct worker *workers;
   pthread_t watchdog;
   int watchdog_on;
   _Atomic uint32_t wd_stop;
 };
+
+/* telemetry.c */
+int ms_tel_init(struct ms_engine *e);
+void ms_tel_free(struct ms_engine *e);
+void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint64_t t1, struct trace_rec **rec);
+void ms_tel_qdepth(struct worker *w, uint32_t depth);
+void ms_tel_request_done(struct ms_engine *e, const struct ms_request *r, int cancelled);
 
 /* watchdog.c */
 void *ms_watchdog_main(void *arg);

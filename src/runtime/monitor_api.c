@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "megascope/json.h"
 #include "runtime/engine_impl.h"
 
 int ms_engine_attach(struct ms_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,
@@ -56,5 +57,14 @@ int ms_engine_attach_coverage(struct ms_engine *e, int id, uint32_t generation, 
 }
 
 int ms_engine_attach_write(struct ms_engine *e, int id, FILE *f, int as_json) {
-  return ms_hook_write(e->hooks, id, e->rt[0].plan, f, as_json);
+  if (!as_json) return ms_hook_write(e->hooks, id, e->rt[0].plan, f, NULL);
+  struct ms_json j;
+  ms_json_init(&j, f, 1);
+  int rc = ms_hook_write(e->hooks, id, e->rt[0].plan, f, &j);
+  ms_json_end(&j);
+  return rc;
+}
+
+int ms_engine_attach_write_json(struct ms_engine *e, int id, struct ms_json *j) {
+  return ms_hook_write(e->hooks, id, e->rt[0].plan, j->f, j);
 }

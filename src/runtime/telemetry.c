@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: MIT */
+/* Built-in telemetry: request latency histograms, the always-on per-class
+ * aggregate, and the task trace written as Chrome JSON for Perfetto.
+ *
+ * DESIGN
+ * Who writes what. Each worker owns its aggregate rows and its trace buffer and
+ * is their only writer (relaxed stores; the trace count is published with a
+ * release store after a record is complete). Readers (exporters, the control
+ * thread) sum the rows and read records below the published count. Latency
+ * histograms are written by worker 0 when it retires a request, under log_mu.
+ * Sessions. A trace start bumps trace_session; a worker resets its own count when
+ * it first sees the new session, so nobody else ever writes a worker's count. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "megascope/json.h"
+#include "runtime/engine_impl.h"
+
+const double ms_latency_bounds[MS_LAT_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                                  0.5,   1,      2.5,   5,    10,    25,   50,  100};
+
+static void observe(struct ms_histogram *h, double s) {
+  int i = 0;
+  while (i < MS_LAT_BUCKETS && s > ms_latency_bounds[i]) i++;
+  h->counts[i]++;
+  h->count++;
+  h->sum += s;
+}
+
+double ms_histogram_quantile(const struct ms_histogram *h, double q) {
+  if (!h->count) return 0;
+  double want = q * (double)h->count, seen = 0;
+  for (int i = 0; i <= MS_LAT_BUCKETS; i++) {
+    if (seen + (double)h->counts[i] >= want && h->counts[i]) {
+      double lo = i ? ms_latency_bounds[i - 1] : 0;
+      double hi = i < MS_LAT_BUCKETS ? ms_latency_bounds[i] : ms_latency_bounds[MS_LAT_BUCKETS - 1];
+      return lo + (hi - lo) * (want - seen) / (double)h->counts[i];
+    }
+    seen += (double)h->counts[i];
+  }
+  return ms_latency_bounds[MS_LAT_BUCKETS - 1];
+}
+
+int ms_tel_init(struct ms_engine *e) {
+  e->names = e->rt[e->n_buckets - 1].plan;
+  e->n_classes = e->names->n_classes;
+  e->n_ev_classes = e->names->n_ev_classes;
+  for (int i = 0; i < e->n_buckets; i++)
+    if (e->rt[i].plan->n_classes != e->n_classes || e->rt[i].plan->n_ev_classes > e->n_ev_classes) {
+      /* class ids must mean the same in every bucket's plan */
+      ms_logf(MS_LOG_ERROR, "telemetry: bucket plans disagree on their classes");
+      return -MS_E_STATE;
+    }
+  for (int w = 0; w < e->n_workers; w++) {
+    struct worker *wk = &e->workers[w];
+    wk->acc = calloc((size_t)e->n_classes, sizeof *wk->acc);
+    wk->ev_acc = calloc((size_t)e->n_ev_classes + 1, sizeof *wk->ev_acc);
+    if (!wk->acc || !wk->ev_acc) return -ENOMEM;
+  }
+  return 0;
+}
+
+void ms_tel_free(struct ms_engine *e) {
+  if (!e->workers) return;
+  for (int w = 0; w < e->n_workers; w++) {
+    free(e->workers[w].acc);
+    free(e->workers[w].ev_acc);
+    free(e->workers[w].trace);
+    e->workers[w].acc = e->workers[w].ev_acc = NULL;
+    e->workers[w].trace = NULL;
+  }
+}
+
+static void add(_Atomic uint64_t *c, uint64_t v) {
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + v, memory_order_relaxed);
+}
+
+/* When task t became ready (the firing of its event, or the step start). */
+static uint64_t ready_ns(struct ms_engine *e, const struct plan_rt *rt, int t, uint64_t t0) {
+  int ev = rt->plan->tasks[t].wait;
+  if (ev < 0) return e->step_t0;
+  uint64_t gen = atomic_load_explicit(&e->cur_gen, memory_order_relaxed);
+  if (atomic_load_explicit(&rt->fire_gen[ev], memory_order_acquire) == gen + 1) {
+    uint64_t f = atomic_load_explicit(&rt->fire_ns[ev], memory_order_relaxed);
+    return f < t0 ? f : t0;
+  }
+  return t0;
+}
+
+static struct trace_rec *trace_slot(struct worker *w) {
+  struct ms_engine *e = w->e;
+  uint64_t s = atomic_load_explicit(&e->trace_session, memory_order_acquire);
+  if (w->trace_session != s) {
+    w->trace_session = s;
+    atomic_store_explicit(&w->trace_n, 0, memory_order_relaxed);
+  }
+  uint32_t n = atomic_load_explicit(&w->trace_n, memory_order_relaxed);
+  if (!w->trace || n >= e->trace_cap) {
+    add(&w->trace_dropped, 1);
+    return NULL;
+  }
+  return &w->trace[n];
+}
+
+void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint64_t t1, struct trace_rec **rec) {
+  struct ms_engine *e = w->e;
+  const struct ms_task *k = &rt->plan->tasks[t];
+  uint64_t ready = ready_ns(e, rt, t, t0);
+  struct cls_acc *a = &w->acc[k->cls];
+  add(&a->tasks, 1);
+  add(&a->task_ns, t1 - t0);
+  add(&a->queue_ns, t0 - ready);
+  add(&a->wait_ns, w->wait_ns);
+  if (k->wait >= 0) {
+    struct cls_acc *b = &w->ev_acc[rt->plan->events[k->wait].cls];
+    add(&b->tasks, 1);
+    add(&b->wait_ns, w->wait_ns);
+  }
+  *rec = NULL;
+  if (!atomic_load_explicit(&e->trace_on, memory_order_relaxed)) return;
+  struct trace_rec *r = trace_slot(w);
+  if (!r) return;
+  int row = k->tile[1];
+  *r = (struct trace_rec){.kind = TR_TASK, .t_begin = t0, .t_end = t1, .t_ready = ready,
+                          .step = atomic_load_explicit(&e->cur_step, memory_order_relaxed), .task = (uint32_t)t,
+                          .cls = k->cls, .wait_ev = k->wait >= 0 ? (uint32_t)k->wait : MS_HOOK_NONE32,
+                          .fired_ev = MS_HOOK_NONE32, .row = row, .slot = -1, .launch = k->launch,
+                          .waited = w->wait_ns > 0, .wait_ns_us = (uint32_t)(w->wait_ns / 1000)};
+  for (int b = rt->plan->batch; b > 1; b >>= 1) r->bucket_log2++;
+  if (row >= 0 && row < rt->x.meta.n_rows && rt->x.meta.row_slot[row] >= 0) {
+    r->slot = rt->x.meta.row_slot[row];
+    r->req_gen = e->slots[r->slot].gen;
+  }
+  *rec = r;
+}
+
+void ms_tel_qdepth(struct worker *w, uint32_t depth) {
+  struct trace_rec *r = trace_slot(w);
+  if (!r) return;
+  *r = (struct trace_rec){.kind = TR_QDEPTH, .t_begin = ms_now_ns(), .depth = depth};
+  atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
+                        memory_order_release);
+}
+
+void ms_tel_request_done(struct ms_engine *e, const struct ms_request *r, int cancelled) {
+  pthread_mutex_lock(&e->log_mu);
+  if (cancelled) {
+    e->req_cancelled++;
+  } else {
+    e->req_done++;
+    int n = atomic_load_explicit(&((struct ms_request *)r)->n_tokens, memory_order_relaxed);
+    if (n >= 1 && r->t_first) observe(&e->ttft, (double)(r->t_first - r->t_submit) / 1e9);
+    if (n >= 2) observe(&e->tpot, (double)(r->t_last - r->t_first) / 1e9 / (double)(n - 1));
+  }
+  pthread_mutex_unlock(&e->log_mu);
+}
+
+void ms_engine_latency(const struct ms_engine *e, struct ms_latency_stats *out) {
+  struct ms_engine *m = (struct ms_engine *)e;
+  pthread_mutex_lock(&m->log_mu);
+  out->ttft = m->ttft;
+  out->tpot = m->tpot;
+  out->requests_finished = m->req_done;
+  out->requests_cancelled = m->req_cancelled;
+  pthread_mutex_unlock(&m->log_mu);
+}
+
+static int class_stats(const struct ms_engine *e, int ev, struct ms_class_stat *out, int max) {
+  int n = ev ? e->n_ev_classes : e->n_classes;
+  for (int c = 0; c < n && c < max; c++) {
+    struct ms_class_stat *s = &out[c];
+    memset(s, 0, sizeof *s);
+    s->name = ev ? e->names->ev_classes[c] : e->names->classes[c].name;
+    for (int w = 0; w < e->n_workers; w++) {
+      struct cls_acc *a = ev ? &e->workers[w].ev_acc[c] : &e->workers[w].acc[c];
+      s->tasks += atomic_load_explicit(&a->tasks, memory_order_relaxed);
+      s->task_ns += atomic_load_explicit(&a->task_ns, memory_order_relaxed);
+      s->queue_ns += atomic_load_explicit(&a->queue_ns, memory_order_relaxed);
+      s->wait_ns += atomic_load_explicit(&a->wait_ns, memory_order_relaxed);
+    }
+  }
+  return n;
+}
+
+int ms_engine_class_stats(const struct ms_engine *e, struct ms_class_stat *out, int max) {
+  return class_stats(e, 0, out, max);
+}
+
+int ms_engine_event_class_stats(const struct ms_engine *e, struct ms_class_stat *out, int max) {
+  return class_stats(e, 1, out, max);
+}
+
+/* ---- the trace ---- */
+
+int ms_engine_trace_start(struct ms_engine *e, uint32_t records_per_worker) {
+  if (atomic_load(&e->trace_on)) return -EBUSY;
+  if (!records_per_worker) records_per_worker = 1u << 18;
+  if (records_per_worker != e->trace_cap) {
+    for (int w = 0; w < e->n_workers; w++) {
+      /* no worker writes while the trace is off: buffers can be swapped */
+      free(e->workers[w].trace);
+      e->workers[w].trace = NULL;
+    }
+    e->trace_cap = 0;
+    for (int w = 0; w < e->n_workers; w++)
+      if (!(e->workers[w].trace = malloc(sizeof(struct trace_rec) * records_per_worker))) return -ENOMEM;
+    e->trace_cap = records_per_worker;
+  }
+  for (int w = 0; w < e->n_workers; w++) atomic_store(&e->workers[w].trace_dropped, 0);
+  e->trace_t0 = ms_now_ns();
+  atomic_fetch_add_explicit(&e->trace_session, 1, memory_order_release);
+  atomic_store_explicit(&e->trace_on, 1, memory_order_release);
+  return 0;
+}
+
+int ms_engine_trace_stop(struct ms_engine *e) {
+  if (!atomic_exchange(&e->trace_on, 0)) return -EINVAL;
+  return 0;
+}
+
+/* Records of worker w in the current session (0 when it has not seen it). */
+static uint32_t published(const struct ms_engine *e, int w) {
+  const struct worker *wk = &e->workers[w];
+  if (wk->trace_session != atomic_load(&((struct ms_engine *)e)->trace_session)) return 0;
+  return atomic_load_explicit(&((struct worker *)wk)->trace_n, memory_order_acquire);
+}
+
+void ms_engine_trace_stats(const struct ms_engine *e, struct ms_trace_stats *out) {
+  memset(out, 0, sizeof *out);
+  out->active = atomic_load(&((struct ms_engine *)e)->trace_on);
+  for (int w = 0; w < e->n_workers; w++) {
+    out->records += published(e, w);
+    out->dropped += atomic_load(&((struct worker *)&e->workers[w])->trace_dropped);
+  }
+}
+
+/* A consumer's flow arrow starts at the producer whose trigger fired its event in
+ * the same step: index producers by (step, event). */
+struct fire_key {
+  uint64_t step;
+  uint32_t ev;
+  uint32_t worker;
+  const struct trace_rec *rec;
+};
+
+static int cmp_fire(const void *a, const void *b) {
+  const struct fire_key *x = a, *y = b;
+  if (x->step != y->step) return x->step < y->step ? -1 : 1;
+  return (x->ev > y->ev) - (x->ev < y->ev);
+}
+
+static double us(const struct ms_engine *e, uint64_t t) { return t > e->trace_t0 ? (double)(t - e->trace_t0) / 1e3 : 0; }
+
+static void write_task(const struct ms_engine *e, struct ms_json *j, int w, const struct trace_rec *r) {
+  const struct ms_plan *p = e->names;
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "ph", "X");
+  ms_json_kstr(j, "cat", "task");
+  ms_json_kstr(j, "name", p->classes[r->cls].name);
+  ms_json_kint(j, "pid", 1);
+  ms_json_kint(j, "tid", w);
+  ms_json_knum(j, "ts", us(e, r->t_begin));
+  ms_json_knum(j, "dur", (double)(r->t_end - r->t_begin) / 1e3);
+  ms_json_key(j, "args");
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "class", p->classes[r->cls].name);
+  ms_json_kuint(j, "task", r->task);
+  ms_json_kuint(j, "task_gen", r->step << 32 | r->task);
+  ms_json_kuint(j, "step", r->step);
+  ms_json_kint(j, "bucket", 1 << r->bucket_log2);
+  ms_json_kint(j, "row", r->row);
+  if (r->slot >= 0) {
+    char req[48];
+    snprintf(req, sizeof req, "slot %d gen %u", r->slot, r->req_gen);
+    ms_json_kstr(j, "request", req);
+  } else {
+    ms_json_key(j, "request");
+    ms_json_null(j);
+  }
+  ms_json_kstr(j, "launch", r->launch == MS_LAUNCH_JIT ? "jit" : "aot");
+  ms_json_kstr(j, "wait_reason", r->waited ? "dependency" : "none");
+  ms_json_kuint(j, "wait_us", r->wait_ns_us);
+  ms_json_knum(j, "queued_us", (double)(r->t_begin - r->t_ready) / 1e3);
+  if (r->wait_ev != MS_HOOK_NONE32 && r->wait_ev < (uint32_t)p->n_events)
+    ms_json_kstr(j, "event_class", p->ev_classes[p->events[r->wait_ev].cls]);
+  ms_json_obj_end(j);
+  ms_json_obj_end(j);
+}
+
+static void write_flow(const struct ms_engine *e, struct ms_json *j, const struct fire_key *from, int to_w,
+                       const struct trace_rec *to, uint64_t id) {
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "ph", "s");
+  ms_json_kstr(j, "cat", "release");
+  ms_json_kstr(j, "name", "release");
+  ms_json_kuint(j, "id", id);
+  ms_json_kint(j, "pid", 1);
+  ms_json_kint(j, "tid", (int)from->worker);
+  ms_json_knum(j, "ts", us(e, from->rec->t_end) - 0.001);
+  ms_json_obj_end(j);
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "ph", "f");
+  ms_json_kstr(j, "bp", "e");
+  ms_json_kstr(j, "cat", "release");
+  ms_json_kstr(j, "name", "release");
+  ms_json_kuint(j, "id", id);
+  ms_json_kint(j, "pid", 1);
+  ms_json_kint(j, "tid", to_w);
+  ms_json_knum(j, "ts", us(e, to->t_begin));
+  ms_json_obj_end(j);
+}
+
+int ms_engine_trace_write(const struct ms_engine *e, FILE *f) {
+  if (atomic_load(&((struct ms_engine *)e)->trace_on)) return -EBUSY;
+  size_t nf = 0, cap = 0;
+  struct fire_key *fires = NULL;
+  for (int w = 0; w < e->n_workers; w++) {
+    uint32_t n = published(e, w);
+    for (uint32_t i = 0; i < n; i++) {
+      const struct trace_rec *r = &e->workers[w].trace[i];
+      if (r->kind != TR_TASK || r->fired_ev == MS_HOOK_NONE32) continue;
+      if (nf == cap) {
+        cap = cap ? cap * 2 : 1024;
+        struct fire_key *nfk = realloc(fires, cap * sizeof *nfk);
+        if (!nfk) {
+          free(fires);
+          return -ENOMEM;
+        }
+        fires = nfk;
+      }
+      fires[nf++] = (struct fire_key){r->step, r->fired_ev, (uint32_t)w, r};
+    }
+  }
+  qsort(fires, nf, sizeof *fires, cmp_fire);
+  struct ms_json j;
+  ms_json_init(&j, f, 0);
+  ms_json_obj_begin(&j);
+  ms_json_kstr(&j, "displayTimeUnit", "ns");
+  ms_json_key(&j, "traceEvents");
+  ms_json_arr_begin(&j);
+  ms_json_obj_begin(&j);
+  ms_json_kstr(&j, "ph", "M");
+  ms_json_kstr(&j, "name", "process_name");
+  ms_json_kint(&j, "pid", 1);
+  ms_json_key(&j, "args");
+  ms_json_obj_begin(&j);
+  ms_json_kstr(&j, "name", "megascope engine");
+  ms_json_obj_end(&j);
+  ms_json_obj_end(&j);
+  uint64_t flow_id = 1;
+  for (int w = 0; w < e->n_workers; w++) {
+    char name[32];
+    snprintf(name, sizeof name, "worker %d", w);
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "ph", "M");
+    ms_json_kstr(&j, "name", "thread_name");
+    ms_json_kint(&j, "pid", 1);
+    ms_json_kint(&j, "tid", w);
+    ms_json_key(&j, "args");
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "name", name);
+    ms_json_obj_end(&j);
+    ms_json_obj_end(&j);
+    uint32_t n = published(e, w);
+    for (uint32_t i = 0; i < n; i++) {
+      const struct trace_rec *r = &e->workers[w].trace[i];
+      if (r->kind == TR_QDEPTH) {
+        ms_json_obj_begin(&j);
+        ms_json_kstr(&j, "ph", "C");
+        ms_json_kstr(&j, "name", "jit_queue_depth");
+        ms_json_kint(&j, "pid", 1);
+        ms_json_knum(&j, "ts", us(e, r->t_begin));
+        ms_json_key(&j, "args");
+        ms_json_obj_begin(&j);
+        ms_json_kuint(&j, "depth", r->depth);
+        ms_json_obj_end(&j);
+        ms_json_obj_end(&j);
+        continue;
+      }
+      write_task(e, &j, w, r);
+      if (r->wait_ev == MS_HOOK_NONE32) continue;
+      struct fire_key key = {r->step, r->wait_ev, 0, NULL};
+      struct fire_key *from = bsearch(&key, fires, nf, sizeof *fires, cmp_fire);
+      if (from) write_flow(e, &j, from, w, r, flow_id++);
+    }
+  }
+  ms_json_arr_end(&j);
+  struct ms_trace_stats ts;
+  ms_engine_trace_stats(e, &ts);
+  ms_json_key(&j, "metadata");
+  ms_json_obj_begin(&j);
+  ms_json_kuint(&j, "records", ts.records);
+  ms_json_kuint(&j, "dropped", ts.dropped);
+  ms_json_kint(&j, "workers", e->n_workers);
+  ms_json_obj_end(&j);
+  ms_json_obj_end(&j);
+  ms_json_end(&j);
+  free(fires);
+  return ferror(f) ? -EIO : 0;
+}

@@ -1,0 +1,113 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope eBPF verifier: proves, before a monitor program runs, that it stays
+ * inside what its hook allows.
+ *
+ * It is a path-sensitive abstract interpreter in the style of the Linux
+ * verifier. Every register carries a type (scalar, context, stack, map,
+ * map value, ring buffer record, ...) and, for scalars and pointer offsets, a
+ * value range (unsigned and signed bounds plus known bits); the stack carries
+ * per-byte initialisation and spilled registers. Both sides of every
+ * conditional jump are explored with the condition applied; a state reached
+ * again at an instruction is pruned when it is included in one already fully
+ * explored there. What it proves:
+ *   - every load lies inside one context field the hook defines (the context
+ *     is read-only), the stack [r10-512, r10) (reads only of bytes written
+ *     before on that path), a map value, a ring buffer record or the RAW_MEM
+ *     buffer; map lookups are NULL-checked before use;
+ *   - no pointer leaves the program: none is stored into a map value, a ring
+ *     buffer record, a map key or helper data, none is returned in r0, none is
+ *     truncated or mixed with non-constant arithmetic it cannot bound;
+ *   - helper arguments have the kinds and sizes of the helper's prototype
+ *     (from the caller's helper table); unknown helpers are refused;
+ *   - ring buffer reservations are submitted or discarded on every path and
+ *     not used after;
+ *   - no uninitialised register is read, r10 is never written;
+ *   - a sched_hint program sits on task_ready and returns a scalar in 0..7;
+ *   - exploration ends within the complexity cap (default 1,000,000
+ *     instructions processed), which bounds every loop the program has.
+ * bpf-to-bpf calls (call src=1) are verified with a new frame per call site:
+ * the callee gets the caller's r1-r5, its own 512-byte stack, and may read
+ * the caller's stack through pointers passed to it.
+ *
+ * The log is the Linux verifier's shape: with verbose, one line per processed
+ * instruction `N: (<opcode>) <disassembly>` and the register state where a
+ * path starts; a rejection ends with `insn N: <disassembly> ; <reason>`; the
+ * last line is always the stats line
+ *   processed N insns (limit L) max_states_per_insn M total_states T peak_states P time_us U
+ * The verbose trace is cut (with a note) before it could crowd out those
+ * last lines when the caller's buffer is small. */
+#ifndef MEGASCOPE_VERIFIER_H
+#define MEGASCOPE_VERIFIER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "megascope/base.h"
+#include "megascope/bpf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What r1 (and r2) hold at entry. */
+enum ms_verify_kind {
+  MS_VERIFY_HOOK = 0,    /* r1 = struct ms_hook_ctx * (read-only), for prog_type on hook */
+  MS_VERIFY_RAW_MEM = 1, /* r1 = a read-write buffer of mem_size bytes, r2 = mem_size */
+  MS_VERIFY_KIND_COUNT
+};
+
+#define MS_VERIFY_INSN_LIMIT 1000000u  /* default complexity cap: instructions processed */
+#define MS_VERIFY_STATES_PER_INSN 64u  /* default cap on states kept per instruction */
+
+struct ms_verify_opts {
+  size_t sz;                            /* sizeof(struct ms_verify_opts) */
+  int kind;                             /* enum ms_verify_kind */
+  int prog_type;                        /* enum ms_prog_type (HOOK) */
+  int hook;                             /* enum ms_hook_id (HOOK) */
+  uint32_t mem_size;                    /* RAW_MEM: bytes at r1 (0: r1 is NULL) */
+  const struct ms_bpf_helpers *helpers; /* prototypes of callable helpers; NULL: none */
+  int verbose;                          /* trace every processed instruction */
+  uint64_t insn_limit;                  /* 0: MS_VERIFY_INSN_LIMIT */
+  uint32_t max_states_per_insn;         /* 0: MS_VERIFY_STATES_PER_INSN */
+  uint32_t abi_version;                 /* the object's megascope_abi_version; 0: not declared */
+};
+
+struct ms_verify_stats {
+  uint64_t processed;           /* instructions processed over all paths */
+  uint64_t insn_limit;          /* the cap that applied */
+  uint64_t total_states;        /* states kept for pruning */
+  uint64_t peak_states;         /* most states held at once (kept + pending branches) */
+  uint64_t max_states_per_insn; /* most states kept at one instruction */
+  uint64_t pruned;              /* paths cut by a state already explored */
+  uint64_t time_us;
+  int64_t err_insn;             /* the rejected instruction, -1 if none (or not one) */
+};
+
+/* Verifies prog. 0 when it is proven safe; -MS_E_VERIFY when rejected (the
+ * reason is the log's last lines before the stats line); -EINVAL for bad
+ * options; -ENOMEM. log and st may be NULL. */
+int ms_bpf_verify(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o,
+                  struct ms_textbuf *log, struct ms_verify_stats *st);
+
+/* The conformance-suite form: r1 = mem_size read-write bytes (NULL when 0),
+ * r2 = mem_size, any helper of the table callable. */
+int ms_bpf_verify_raw(const struct ms_bpf_prog *prog, uint32_t mem_size,
+                      const struct ms_bpf_helpers *helpers, struct ms_textbuf *log);
+
+/* The hook form, with the program type and hook read from its section name
+ * (megascope/<type>/<hook>); a section that names none is rejected with the
+ * reason. abi_version as in ms_verify_opts. */
+int ms_bpf_verify_section(const struct ms_bpf_prog *prog, const struct ms_bpf_helpers *helpers,
+                          uint32_t abi_version, int verbose, struct ms_textbuf *log,
+                          struct ms_verify_stats *st);
+
+/* The ABI version an object declares (its `megascope_abi_version` global in
+ * section "megascope_abi", MS_HOOK_ABI_DECLARE): 0 with *version = 0 when it
+ * declares none, -MS_E_FORMAT when the section is not one 32-bit word. */
+int ms_bpf_object_abi_version(const struct ms_bpf_object *obj, uint32_t *version,
+                              struct ms_textbuf *log);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

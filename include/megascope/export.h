@@ -1,0 +1,89 @@
+/* SPDX-License-Identifier: MIT */
+/* Exports of a running engine for standard tools: the Prometheus text format
+ * (0.0.4) for /metrics, and OTLP/HTTP JSON request spans for OpenTelemetry
+ * collectors. (The task trace for Perfetto is megascope/telemetry.h's; monitors'
+ * maps are megascope/monitor.h's.) */
+#ifndef MEGASCOPE_EXPORT_H
+#define MEGASCOPE_EXPORT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "megascope/base.h"
+#include "megascope/engine.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Prometheus text format 0.0.4 ---- */
+
+#define MS_PROMETHEUS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
+
+/* Writes the engine's families: TTFT and TPOT histograms, step, token, task and
+ * request counters, per-class task time, queueing and dependency wait from the
+ * always-on aggregate (label class), per-event-class dependency wait (label
+ * event_class), and every attachment's coverage counters (labels id, monitor),
+ * summed over its generations so that they only grow. Names start "megascope_". */
+int ms_prometheus_write_engine(struct ms_engine *e, FILE *f);
+/* For other writers of the same page: a family's HELP and TYPE lines (help is
+ * escaped), and a label value escaped (\\, \", \n) between quotes. */
+void ms_prometheus_family(FILE *f, const char *name, const char *type, const char *help);
+void ms_prometheus_label_value(FILE *f, const char *v);
+
+/* ---- OTLP/HTTP JSON request spans ---- */
+
+/* One finished (or failed) request, in the engine clock (ms_now_ns). */
+struct ms_request_span {
+  char request_id[48];       /* "cmpl-..." */
+  const char *route;         /* "/v1/completions"; static storage */
+  int n_prompt, n_tokens, max_tokens;
+  int slot;
+  uint32_t generation;       /* the slot's request generation */
+  const char *finish_reason; /* "length", "stop", "cancelled"; static storage */
+  int error;                 /* the request failed */
+  uint64_t t_submit, t_admit, t_first, t_done;   /* 0: did not happen */
+  uint8_t trace_id[16], span_id[8];              /* zero: chosen at random */
+};
+
+struct ms_otlp_opts {
+  size_t sz;                 /* sizeof(struct ms_otlp_opts) */
+  const char *url;           /* http://host:port/v1/traces */
+  const char *service_name;  /* resource service.name; NULL: "megascope" */
+  const char *model_name;    /* resource attribute; may be NULL */
+  int flush_ms;              /* export at least this often while spans wait; 0: 1000 */
+  int max_batch;             /* requests per POST; 0: 256 */
+  int max_queue;             /* requests waiting; more are dropped and counted; 0: 8192 */
+  int timeout_ms;            /* per POST; 0: 2000 */
+};
+
+struct ms_otlp;
+
+/* Starts the exporter thread. Nothing is sent until spans arrive; a collector
+ * that is down costs dropped batches (counted), never a blocked caller. */
+struct ms_otlp *ms_otlp_new(const struct ms_otlp_opts *o, struct ms_textbuf *log);
+/* Sends what is queued (one last try, bounded by timeout_ms), then stops. */
+void ms_otlp_free(struct ms_otlp *x);
+/* Queues a request's spans; never blocks on the network. -ENOSPC when the
+ * queue is full (the span is counted as dropped). */
+int ms_otlp_add(struct ms_otlp *x, const struct ms_request_span *s);
+
+struct ms_otlp_stats {
+  uint64_t queued, exported, dropped;   /* requests */
+  uint64_t posts, failed_posts;
+  long last_status;                     /* HTTP status of the last POST; 0: none or no answer */
+};
+void ms_otlp_get_stats(const struct ms_otlp *x, struct ms_otlp_stats *out);
+
+/* Writes an ExportTraceServiceRequest for n requests: per request a SERVER span
+ * "POST /v1/completions" from submit to done with events "admitted",
+ * "first_token" and "finished", and child spans "queued" (submit -> admit),
+ * "prefill" (admit -> first token) and "decode" (first token -> done).
+ * unix_offset_ns converts the engine clock to Unix time. */
+int ms_otlp_write_json(FILE *f, const char *service_name, const char *model_name, const struct ms_request_span *s,
+                       int n, int64_t unix_offset_ns);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

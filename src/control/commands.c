@@ -1,0 +1,649 @@
+/* SPDX-License-Identifier: MIT */
+/* The control socket's commands: each request is parsed with jansson (it is
+ * untrusted input: every field is checked for presence, type and range, and
+ * unknown fields are refused so that a typo is an error, not a silent default),
+ * run against the engine's monitor and telemetry APIs, and answered with JSON
+ * written by the project's streaming writer. Runs on the server thread. */
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "control/control_impl.h"
+#include "megascope/hook.h"
+#include "megascope/json.h"
+#include "megascope/monitor.h"
+#include "megascope/plan.h"
+#include "megascope/telemetry.h"
+
+#define MAX_ATTACHMENTS 256
+#define VERIFIER_LOG_BYTES (256u << 10)
+
+const char *ms_control_code_name(int code) {
+  if (code < 0) code = -code;
+  switch (code) {
+  case EINVAL: return "EINVAL";
+  case ENOENT: return "ENOENT";
+  case E2BIG: return "E2BIG";
+  case EBUSY: return "EBUSY";
+  case EPERM: return "EPERM";
+  case EACCES: return "EACCES";
+  case ENOMEM: return "ENOMEM";
+  case EMSGSIZE: return "EMSGSIZE";
+  case ETIMEDOUT: return "ETIMEDOUT";
+  case ENOSYS: return "ENOSYS";
+  case EEXIST: return "EEXIST";
+  case EAGAIN: return "EAGAIN";
+  case MS_E_FORMAT: return "EFORMAT";
+  case MS_E_VERIFY: return "EVERIFY";
+  case MS_E_LIMIT: return "ELIMIT";
+  case MS_E_STATE: return "ESTATE";
+  case MS_E_UNSUPP: return "EUNSUPP";
+  default: return "EIO";
+  }
+}
+
+/* A reply is written into a memory stream; on failure to allocate it, the
+ * reply is a fixed error the client still understands. */
+static FILE *reply_open(struct creply *r) {
+  free(r->buf);
+  r->buf = NULL;
+  r->len = 0;
+  return open_memstream(&r->buf, &r->len);
+}
+
+static void reply_close(struct creply *r, FILE *f) {
+  if (f && !fclose(f) && r->buf) return;
+  free(r->buf);
+  static const char oom[] = "{\"ok\":false,\"code\":\"ENOMEM\",\"error\":\"out of memory writing the reply\"}";
+  r->buf = strdup(oom);
+  r->len = r->buf ? sizeof oom - 1 : 0;
+  r->is_error = 1;
+}
+
+void ms_control_reply_error(struct creply *r, int code, const char *log, const char *fmt, ...) {
+  char msg[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  for (int i = 0; i < r->n_fds; i++) close(r->fds[i]);
+  r->n_fds = 0;
+  r->is_error = 1;
+  r->deferred = 0;
+  FILE *f = reply_open(r);
+  if (f) {
+    struct ms_json j;
+    ms_json_init(&j, f, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "ok", 0);
+    ms_json_kstr(&j, "code", ms_control_code_name(code));
+    ms_json_kstr(&j, "error", msg);
+    if (log && log[0]) ms_json_kstr(&j, "log", log);
+    ms_json_obj_end(&j);
+  }
+  reply_close(r, f);
+  r->is_error = 1;
+}
+
+/* ---- argument checks ---- */
+
+/* Refuses fields the command does not know. allowed: NULL-terminated. */
+static int check_fields(json_t *req, const char *cmd, const char *const *allowed, struct creply *r) {
+  const char *key;
+  json_t *v;
+  json_object_foreach(req, key, v) {
+    if (!strcmp(key, "cmd")) continue;
+    int ok = 0;
+    for (int i = 0; allowed[i] && !ok; i++) ok = !strcmp(key, allowed[i]);
+    if (!ok) {
+      ms_control_reply_error(r, -EINVAL, NULL, "unknown field \"%.64s\" for command \"%s\"", key, cmd);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* An integer field in [lo, hi]; absent: *out = def (required: error). */
+static int get_int(json_t *req, const char *key, int required, long long lo, long long hi, long long def,
+                   long long *out, struct creply *r) {
+  json_t *v = json_object_get(req, key);
+  if (!v) {
+    if (required) {
+      ms_control_reply_error(r, -EINVAL, NULL, "missing field \"%s\"", key);
+      return -1;
+    }
+    *out = def;
+    return 0;
+  }
+  if (!json_is_integer(v) || json_integer_value(v) < lo || json_integer_value(v) > hi) {
+    ms_control_reply_error(r, -EINVAL, NULL, "field \"%s\" must be an integer in %lld..%lld", key, lo, hi);
+    return -1;
+  }
+  *out = json_integer_value(v);
+  return 0;
+}
+
+static int get_bool(json_t *req, const char *key, int *out, struct creply *r) {
+  json_t *v = json_object_get(req, key);
+  *out = 0;
+  if (!v) return 0;
+  if (!json_is_boolean(v)) {
+    ms_control_reply_error(r, -EINVAL, NULL, "field \"%s\" must be true or false", key);
+    return -1;
+  }
+  *out = json_is_true(v);
+  return 0;
+}
+
+/* A monitor name: printable ASCII, at most 63 bytes; default "monitor". */
+static int get_name(json_t *req, char *out, size_t size, struct creply *r) {
+  json_t *v = json_object_get(req, "name");
+  snprintf(out, size, "monitor");
+  if (!v) return 0;
+  const char *s = json_string_value(v);
+  size_t n = s ? strlen(s) : 0;
+  int ok = s && n > 0 && n < size;
+  for (size_t i = 0; ok && i < n; i++) ok = s[i] > 0x20 && s[i] < 0x7f;
+  if (!ok) {
+    ms_control_reply_error(r, -EINVAL, NULL, "field \"name\" must be 1 to %zu printable characters", size - 1);
+    return -1;
+  }
+  snprintf(out, size, "%s", s);
+  return 0;
+}
+
+/* Decodes "object" and loads (and verifies) the monitor; NULL with the reply
+ * filled on failure. */
+static struct ms_monitor *load_object(json_t *req, const char *name, struct creply *r) {
+  json_t *v = json_object_get(req, "object");
+  const char *s = json_string_value(v);
+  if (!s) {
+    ms_control_reply_error(r, -EINVAL, NULL, "missing field \"object\" (the object file's bytes, base64)");
+    return NULL;
+  }
+  size_t n = json_string_length(v);
+  uint8_t *buf = malloc(n / 4 * 3 + 3);
+  char *log = malloc(VERIFIER_LOG_BYTES);
+  struct ms_monitor *m = NULL;
+  if (!buf || !log) {
+    ms_control_reply_error(r, -ENOMEM, NULL, "out of memory decoding the object");
+    goto out;
+  }
+  long size = ms_base64_decode(s, n, buf, n / 4 * 3 + 3);
+  if (size <= 0) {
+    ms_control_reply_error(r, -EINVAL, NULL, "field \"object\" is not base64 of a non-empty object file");
+    goto out;
+  }
+  log[0] = '\0';
+  struct ms_textbuf tb = {log, VERIFIER_LOG_BYTES, 0, 0};
+  m = ms_monitor_open_mem(buf, (size_t)size, name, &tb);
+  if (!m) {
+    int err = errno ? errno : EINVAL;
+    if (err == MS_E_VERIFY)
+      ms_control_reply_error(r, -err, log, "%s: the verifier rejected the program (its log follows)", name);
+    else {
+      char first[256];
+      size_t k = strcspn(log, "\n");
+      snprintf(first, sizeof first, "%.*s", (int)(k < sizeof first ? k : sizeof first - 1), log);
+      ms_control_reply_error(r, -err, log, "%s: cannot load the object: %s", name,
+                             first[0] ? first : ms_strerror(-err));
+    }
+  }
+out:
+  free(buf);
+  free(log);
+  return m;
+}
+
+static void write_hooks(struct ms_json *j, uint32_t hooks) {
+  ms_json_key(j, "hooks");
+  ms_json_arr_begin(j);
+  for (int h = 0; h < MS_HOOK_COUNT; h++)
+    if (hooks & (1u << h)) ms_json_str(j, ms_hook_name(h));
+  ms_json_arr_end(j);
+}
+
+static void write_coverage(struct ms_json *j, const struct ms_coverage *c) {
+  ms_json_key(j, "coverage");
+  ms_json_obj_begin(j);
+  ms_json_kuint(j, "eligible", c->eligible);
+  ms_json_kuint(j, "executed", c->executed);
+  ms_json_kuint(j, "throttled", c->throttled);
+  ms_json_kuint(j, "lost", c->lost);
+  ms_json_kuint(j, "failed", c->failed);
+  ms_json_kuint(j, "generation", c->generation);
+  ms_json_kuint(j, "first_step", c->first_step);
+  ms_json_kuint(j, "last_step", c->last_step);
+  ms_json_obj_end(j);
+}
+
+/* ---- commands ---- */
+
+static void cmd_info(struct ms_control *c, json_t *req, struct creply *r) {
+  static const char *const allowed[] = {NULL};
+  if (check_fields(req, "info", allowed, r)) return;
+  FILE *f = reply_open(r);
+  if (f) {
+    struct ms_json j;
+    ms_json_init(&j, f, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "ok", 1);
+    ms_json_kint(&j, "protocol", MS_CONTROL_PROTOCOL);
+    ms_json_kint(&j, "pid", (int64_t)getpid());
+    ms_json_kstr(&j, "model", c->model);
+    ms_json_kint(&j, "workers", ms_engine_n_workers(c->e));
+    ms_json_kstr(&j, "mode", ms_mode_name(ms_engine_mode(c->e)));
+    ms_json_knum(&j, "uptime_s", (double)(ms_now_ns() - c->t_start) / 1e9);
+    ms_json_key(&j, "commands");
+    ms_json_arr_begin(&j);
+    static const char *const cmds[] = {"info", "attach", "replace", "detach", "list",
+                                       "maps", "schema", "stats",   "trace"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) ms_json_str(&j, cmds[i]);
+    ms_json_arr_end(&j);
+    ms_json_obj_end(&j);
+  }
+  reply_close(r, f);
+}
+
+static uint32_t monitor_hooks(const struct ms_monitor *m) {
+  uint32_t hooks = 0;
+  for (int i = 0; i < ms_monitor_prog_count(m); i++) {
+    int h = ms_monitor_prog_hook(m, i, NULL);
+    if (h >= 0 && h < 32) hooks |= 1u << h;
+  }
+  return hooks;
+}
+
+static void cmd_attach(struct ms_control *c, json_t *req, struct creply *r) {
+  static const char *const allowed[] = {"object", "name", "max_per_step", "sample", "ringbuf_bytes", NULL};
+  long long mps, sample, rb;
+  char name[64];
+  if (check_fields(req, "attach", allowed, r) || get_name(req, name, sizeof name, r) ||
+      get_int(req, "max_per_step", 0, 0, UINT32_MAX, 0, &mps, r) ||
+      get_int(req, "sample", 0, 0, UINT32_MAX, 0, &sample, r) ||
+      get_int(req, "ringbuf_bytes", 0, 0, INT64_MAX, 0, &rb, r))
+    return;
+  struct ms_monitor *m = load_object(req, name, r);
+  if (!m) return;
+  uint32_t hooks = monitor_hooks(m);
+  char log[4096] = "";
+  struct ms_textbuf tb = {log, sizeof log, 0, 0};
+  struct ms_attach_opts ao = {.sz = sizeof ao, .max_per_step = (uint32_t)mps, .sample_every = (uint32_t)sample,
+                              .ringbuf_bytes = (uint64_t)rb};
+  int id = ms_engine_attach(c->e, m, &ao, &tb);
+  if (id < 0) {
+    ms_monitor_free(m);
+    ms_control_reply_error(r, id, log, "%s: attach failed: %s", name, ms_strerror(id));
+    return;
+  }
+  ms_logf(MS_LOG_INFO, "control: attached %s as %d", name, id);
+  FILE *f = reply_open(r);
+  if (f) {
+    struct ms_json j;
+    ms_json_init(&j, f, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "ok", 1);
+    ms_json_kint(&j, "id", id);
+    ms_json_kstr(&j, "name", name);
+    write_hooks(&j, hooks);
+    ms_json_kuint(&j, "generation", 1);
+    ms_json_obj_end(&j);
+  }
+  reply_close(r, f);
+}
+
+static void cmd_replace(struct ms_control *c, json_t *req, struct creply *r) {
+  static const char *const allowed[] = {"id", "object", "name", NULL};
+  long long id;
+  char name[64];
+  if (check_fields(req, "replace", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
+      get_name(req, name, sizeof name, r))
+    return;
+  struct ms_coverage cov;
+  struct ms_attach_info info[MAX_ATTACHMENTS];
+  int n = ms_engine_attach_list(c->e, info, MAX_ATTACHMENTS), live = 0;
+  for (int i = 0; i < n; i++) live |= info[i].id == id && info[i].attached;
+  if (!live) {
+    ms_control_reply_error(r, -ENOENT, NULL, "no attachment %lld is attached (unknown id, or detached)", id);
+    return;
+  }
+  struct ms_monitor *m = load_object(req, name, r);
+  if (!m) return;
+  uint32_t hooks = monitor_hooks(m);
+  char log[4096] = "";
+  struct ms_textbuf tb = {log, sizeof log, 0, 0};
+  int rc = ms_engine_replace(c->e, (int)id, m, &tb);
+  if (rc < 0) {
+    ms_monitor_free(m);
+    ms_control_reply_error(r, rc, log, "replace %lld with %s failed: %s", id, name, ms_strerror(rc));
+    return;
+  }
+  ms_logf(MS_LOG_INFO, "control: replaced attachment %lld with %s", id, name);
+  memset(&cov, 0, sizeof cov);
+  ms_engine_attach_coverage(c->e, (int)id, 0, &cov);
+  FILE *f = reply_open(r);
+  if (f) {
+    struct ms_json j;
+    ms_json_init(&j, f, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "ok", 1);
+    ms_json_kint(&j, "id", id);
+    ms_json_kstr(&j, "name", name);
+    write_hooks(&j, hooks);
+    ms_json_kuint(&j, "generation", cov.generation);
+    ms_json_obj_end(&j);
+  }
+  reply_close(r, f);
+}
+
+static void cmd_detach(struct ms_control *c, json_t *req, struct creply *r) {
+  static const char *const allowed[] = {"id", NULL};
+  long long id;
+  if (check_fields(req, "detach", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r)) return;
+  int rc = ms_engine_detach(c->e, (int)id);
+  if (rc == -ENOENT) {
+    ms_control_reply_error(r, rc, NULL, "no attachment %lld is attached (unknown id, or detached already)", id);
+    return;
+  }
+  if (rc) {
+    ms_control_reply_error(r, rc, NULL, "detach %lld failed: %s", id, ms_strerror(rc));
+    return;
+  }
+  ms_logf(MS_LOG_INFO, "control: detached %lld", id);
+  FILE *f = reply_open(r);
+  if (f) fprintf(f, "{\"ok\":true,\"id\":%lld}", id);
+  reply_close(r, f);
+}
+
+static void cmd_list(struct ms_control *c, json_t *req, struct creply *r) {
+  static const char *const allowed[] = {NULL};
+  if (check_fields(req, "list", allowed, r)) return;
+  struct ms_attach_info *info = malloc(sizeof *info * MAX_ATTACHMENTS);
+  if (!info) {
+    ms_control_reply_error(r, -ENOMEM, NULL, "out of memory");
+    return;
+  }
+  int n = ms_engine_attach_list(c->e, info, MAX_ATTACHMENTS);
+  FILE *f = reply_open(r);
+  if (f) {
+    struct ms_json j;
+    ms_json_init(&j, f, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "ok", 1);
+    ms_json_key(&j, "attachments");
+    ms_json_arr_begin(&j);
+    for (int i = 0; i < n; i++) {
+      ms_json_obj_begin(&j);
+      ms_json_kint(&j, "id", info[i].id);
+      ms_json_kstr(&j, "name", info[i].name);
+      ms_json_kbool(&j, "attached", info[i].attached);
+      write_hooks(&j, info[i].hooks);
+      ms_json_kuint(&j, "generation", info[i].cov.generation);
+      write_coverage(&j, &info[i].cov);
+      ms_json_key(&j, "budget");
+      ms_json_obj_begin(&j);
+      ms_json_kuint(&j, "max_per_step", info[i].opts.max_per_step);
+      ms_json_kuint(&j, "sample", info[i].opts.sample_every ? info[i].opts.sample_every : 1);
+      ms_json_kuint(&j, "ringbuf_bytes", info[i].opts.ringbuf_bytes);
+      ms_json_obj_end(&j);
+      ms_json_obj_end(&j);
+    }
+    ms_json_arr_end(&j);
+    ms_json_obj_end(&j);
+  }
+  reply_close(r, f);
+  free(info);
+}
+
+static void cmd_maps(struct ms_control *c, json_t *req, struct creply *r) {
+  static const char *const allowed[] = {"id", "fds", NULL};
+  long long id;
+  int want_fds;
+  if (check_fields(req, "maps", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
+      get_bool(req, "fds", &want_fds, r))
+    return;
+  struct ms_coverage cov;
+  if (ms_engine_attach_coverage(c->e, (int)id, 0, &cov)) {
+    ms_control_reply_error(r, -ENOENT, NULL, "no attachment %lld", id);
+    return;
+  }
+  int fds[MS_CONTROL_MAX_FDS], n_fds = 0;
+  char names[MS_CONTROL_MAX_FDS][64];
+  if (want_fds && (n_fds = ms_control_map_fds(c->e, (int)id, fds, names, MS_CONTROL_MAX_FDS)) < 0) {
+    ms_control_reply_error(r, n_fds, NULL, "cannot hand over the maps of %lld: %s", id, ms_strerror(n_fds));
+    return;
+  }
+  char *text = NULL;
+  size_t text_len = 0;
+  FILE *tf = open_memstream(&text, &text_len);
+  if (tf) {
+    ms_engine_attach_write(c->e, (int)id, tf, 0);
+    fclose(tf);
+  }
+  FILE *f = reply_open(r);
+  if (f) {
+    struct ms_json j;
+    ms_json_init(&j, f, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "ok", 1);
+    ms_json_kint(&j, "id", id);
+    ms_json_key(&j, "attachment");
+    int rc = ms_engine_attach_write_json(c->e, (int)id, &j);
+    if (rc) ms_json_null(&j);
+    ms_json_kstr(&j, "text", text ? text : "");
+    if (n_fds > 0) {
+      ms_json_key(&j, "fds");
+      ms_json_arr_begin(&j);
+      for (int i = 0; i < n_fds; i++) ms_json_str(&j, names[i]);
+      ms_json_arr_end(&j);
+    }
+    ms_json_obj_end(&j);
+  }
+  reply_close(r, f);
+  free(text);
+  if (r->is_error)
+    while (n_fds > 0) close(fds[--n_fds]);
+  for (int i = 0; i < n_fds; i++) r->fds[i] = fds[i];
+  r->n_fds = n_fds > 0 ? n_fds : 0;
+}
+
+static void cmd_schema(struct ms_control *c, json_t *req, struct creply *r) {
+  static const char *const allowed[] = {"rows", NULL};
+  long long rows;
+  if (check_fields(req, "schema", allowed, r) || get_int(req, "rows", 0, 1, 1 << 20, 1, &rows, r)) return;
+  const struct ms_plan *p = ms_engine_plan(c->e, (int)rows);
+  if (!p) {
+    ms_control_reply_error(r, -EINVAL, NULL, "no plan holds %lld rows (more than the engine's batch)", rows);
+    return;
+  }
+  FILE *f = reply_open(r);
+  if (f) {
+    fprintf(f, "{\"ok\":true,\"rows\":%lld,\"bucket\":%d,\"schema\":", rows, ms_plan_batch(p));
+    int rc = ms_plan_write_schema(p, f, 0);
+    fputs("}", f);
+    if (rc) {
+      fclose(f);
+      ms_control_reply_error(r, rc, NULL, "cannot write the schema: %s", ms_strerror(rc));
+      return;
+    }
+  }
+  reply_close(r, f);
+}
+
+static void write_hist(struct ms_json *j, const char *key, const struct ms_histogram *h) {
+  ms_json_key(j, key);
+  ms_json_obj_begin(j);
+  ms_json_kuint(j, "count", h->count);
+  ms_json_knum(j, "sum_s", h->sum);
+  ms_json_knum(j, "mean_s", h->count ? h->sum / (double)h->count : 0);
+  ms_json_knum(j, "p50_s", h->count ? ms_histogram_quantile(h, 0.5) : 0);
+  ms_json_knum(j, "p90_s", h->count ? ms_histogram_quantile(h, 0.9) : 0);
+  ms_json_knum(j, "p99_s", h->count ? ms_histogram_quantile(h, 0.99) : 0);
+  ms_json_obj_end(j);
+}
+
+static void cmd_stats(struct ms_control *c, json_t *req, struct creply *r) {
+  static const char *const allowed[] = {NULL};
+  if (check_fields(req, "stats", allowed, r)) return;
+  struct ms_engine_stats st;
+  struct ms_latency_stats lat;
+  struct ms_control_stats cs;
+  ms_engine_get_stats(c->e, &st);
+  ms_engine_latency(c->e, &lat);
+  ms_control_get_stats(c, &cs);
+  FILE *f = reply_open(r);
+  if (f) {
+    struct ms_json j;
+    ms_json_init(&j, f, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "ok", 1);
+    ms_json_kstr(&j, "model", c->model);
+    ms_json_kint(&j, "workers", st.n_workers);
+    ms_json_knum(&j, "uptime_s", (double)(ms_now_ns() - c->t_start) / 1e9);
+    ms_json_kuint(&j, "steps", st.steps);
+    ms_json_kuint(&j, "tokens", st.tokens);
+    ms_json_kuint(&j, "positions", st.positions);
+    ms_json_kuint(&j, "tasks", st.tasks);
+    ms_json_kuint(&j, "stalls", st.stalls);
+    ms_json_kuint(&j, "requests_finished", lat.requests_finished);
+    ms_json_kuint(&j, "requests_cancelled", lat.requests_cancelled);
+    write_hist(&j, "ttft", &lat.ttft);
+    write_hist(&j, "tpot", &lat.tpot);
+    ms_json_key(&j, "control");
+    ms_json_obj_begin(&j);
+    ms_json_kuint(&j, "accepted", cs.accepted);
+    ms_json_kuint(&j, "refused", cs.refused);
+    ms_json_kuint(&j, "requests", cs.requests);
+    ms_json_kuint(&j, "errors", cs.errors);
+    ms_json_kuint(&j, "dropped", cs.dropped);
+    ms_json_obj_end(&j);
+    ms_json_obj_end(&j);
+  }
+  reply_close(r, f);
+}
+
+static void cmd_trace(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
+  static const char *const allowed[] = {"seconds", "records_per_worker", NULL};
+  if (check_fields(req, "trace", allowed, r)) return;
+  json_t *v = json_object_get(req, "seconds");
+  double secs = v && json_is_number(v) ? json_number_value(v) : -1;
+  if (!(secs > 0 && secs <= 3600)) {
+    ms_control_reply_error(r, -EINVAL, NULL, "field \"seconds\" must be a number in (0, 3600]");
+    return;
+  }
+  long long rpw;
+  if (get_int(req, "records_per_worker", 0, 1, 1 << 26, 0, &rpw, r)) return;
+  if (c->trace_on) {
+    ms_control_reply_error(r, -EBUSY, NULL, "a trace is already being recorded; try again when it ends");
+    return;
+  }
+  int rc = ms_engine_trace_start(c->e, (uint32_t)rpw);
+  if (rc) {
+    ms_control_reply_error(r, rc, NULL, "cannot start the trace: %s", ms_strerror(rc));
+    return;
+  }
+  c->trace_on = 1;
+  c->trace_client = cl;
+  c->trace_deadline = ms_now_ns() + (uint64_t)(secs * 1e9);
+  r->deferred = 1;
+}
+
+void ms_control_trace_finish(struct ms_control *c, struct creply *r) {
+  ms_engine_trace_stop(c->e);
+  c->trace_on = 0;
+  struct ms_trace_stats ts;
+  ms_engine_trace_stats(c->e, &ts);
+  int fd = memfd_create("megascope-trace", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd < 0) {
+    ms_control_reply_error(r, -errno, NULL, "cannot create the trace's memfd: %s", strerror(errno));
+    return;
+  }
+  int dfd = dup(fd);
+  FILE *tf = dfd >= 0 ? fdopen(dfd, "w") : NULL;
+  int rc = tf ? ms_engine_trace_write(c->e, tf) : -errno;
+  if (tf && fclose(tf) && !rc) rc = -EIO;
+  if (!tf && dfd >= 0) close(dfd);
+  struct stat st;
+  if (!rc && fstat(fd, &st)) rc = -errno;
+  if (rc) {
+    close(fd);
+    ms_control_reply_error(r, rc, NULL, "cannot write the trace: %s", ms_strerror(rc));
+    return;
+  }
+  /* the reader gets a file nobody can change any more */
+  fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL);
+  FILE *f = reply_open(r);
+  if (f) {
+    struct ms_json j;
+    ms_json_init(&j, f, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "ok", 1);
+    ms_json_kuint(&j, "records", ts.records);
+    ms_json_kuint(&j, "dropped", ts.dropped);
+    ms_json_kuint(&j, "bytes", (uint64_t)st.st_size);
+    ms_json_key(&j, "fds");
+    ms_json_arr_begin(&j);
+    ms_json_str(&j, "trace");
+    ms_json_arr_end(&j);
+    ms_json_obj_end(&j);
+  }
+  reply_close(r, f);
+  if (r->is_error) {
+    close(fd);
+    return;
+  }
+  r->fds[0] = fd;
+  r->n_fds = 1;
+}
+
+void ms_control_dispatch(struct ms_control *c, struct cclient *cl, const char *msg, size_t len, struct creply *r) {
+  json_error_t err;
+  memset(r, 0, sizeof *r);
+  if (len == 0) {
+    ms_control_reply_error(r, -EINVAL, NULL, "empty message: expected a JSON object with \"cmd\"");
+    return;
+  }
+  json_t *req = json_loadb(msg, len, JSON_REJECT_DUPLICATES, &err);
+  if (!req) {
+    ms_control_reply_error(r, -MS_E_FORMAT, NULL, "malformed JSON at line %d column %d: %s", err.line, err.column,
+                           err.text);
+    return;
+  }
+  const char *cmd = json_string_value(json_object_get(req, "cmd"));
+  if (!json_is_object(req)) {
+    ms_control_reply_error(r, -EINVAL, NULL, "a request must be a JSON object with \"cmd\"");
+  } else if (!cmd) {
+    ms_control_reply_error(r, -EINVAL, NULL, "the request has no \"cmd\" string");
+  } else if (!strcmp(cmd, "info")) {
+    cmd_info(c, req, r);
+  } else if (!strcmp(cmd, "attach")) {
+    cmd_attach(c, req, r);
+  } else if (!strcmp(cmd, "replace")) {
+    cmd_replace(c, req, r);
+  } else if (!strcmp(cmd, "detach")) {
+    cmd_detach(c, req, r);
+  } else if (!strcmp(cmd, "list")) {
+    cmd_list(c, req, r);
+  } else if (!strcmp(cmd, "maps")) {
+    cmd_maps(c, req, r);
+  } else if (!strcmp(cmd, "schema")) {
+    cmd_schema(c, req, r);
+  } else if (!strcmp(cmd, "stats")) {
+    cmd_stats(c, req, r);
+  } else if (!strcmp(cmd, "trace")) {
+    cmd_trace(c, cl, req, r);
+  } else {
+    ms_control_reply_error(r, -ENOSYS, NULL,
+                           "unknown command \"%.64s\" (commands: info attach replace detach list maps schema stats "
+                           "trace)",
+                           cmd);
+  }
+  json_decref(req);
+}

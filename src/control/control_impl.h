@@ -1,0 +1,82 @@
+/* SPDX-License-Identifier: MIT */
+/* The control server's private parts: client state, replies, and the command
+ * table the server thread dispatches to (commands.c). */
+#ifndef MS_CONTROL_CONTROL_IMPL_H
+#define MS_CONTROL_CONTROL_IMPL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "megascope/control.h"
+
+void ms_control_put_u32le(uint8_t *p, uint32_t v);
+uint32_t ms_control_get_u32le(const uint8_t *p);
+
+/* A reply being built: JSON bytes and the descriptors that go with them. */
+struct creply {
+  char *buf;
+  size_t len;
+  int fds[MS_CONTROL_MAX_FDS];
+  int n_fds;
+  int is_error;
+  int deferred;       /* no reply yet: the command finishes later (trace) */
+};
+
+/* One connected client, owned by the server thread. */
+struct cclient {
+  int fd;
+  uid_t uid;
+  pid_t pid;
+  uint8_t hdr[4];
+  uint32_t hdr_got;
+  char *body;
+  uint32_t body_len, body_got;
+  uint64_t msg_t0;    /* engine clock when the frame in progress began; 0: none */
+  char *out;          /* frame being sent (header included) */
+  size_t out_len, out_off;
+  uint64_t out_t0;    /* when out was queued: a peer that never reads is closed */
+  int out_fds[MS_CONTROL_MAX_FDS];
+  int n_out_fds;      /* still to attach to the next byte sent */
+  int close_after;    /* close once out is sent */
+  int waiting;        /* a deferred command (trace) owes it a reply */
+};
+
+struct ms_control {
+  struct ms_engine *e;
+  char path[108];
+  char model[64];
+  int lfd, wake_fd;
+  pthread_t thread;
+  int started;
+  _Atomic int stop;                 /* set by ms_control_free; the thread polls it after a wake */
+  uint32_t max_message;
+  int max_clients, message_timeout_ms;
+  uid_t uid;
+  uint64_t t_start;
+  struct cclient **cl;              /* [max_clients] server thread only */
+  int n_cl;
+  /* the one trace in progress (server thread only) */
+  struct cclient *trace_client;     /* NULL: the client left, or none */
+  int trace_on;
+  uint64_t trace_deadline;
+  /* statistics: written by the server thread, read by anyone */
+  _Atomic uint64_t accepted, refused, requests, errors, dropped;
+};
+
+/* Runs one request (msg is NUL-terminated JSON of len bytes) from client cl and
+ * fills r (server thread). */
+void ms_control_dispatch(struct ms_control *c, struct cclient *cl, const char *msg, size_t len, struct creply *r);
+/* Ends the trace in progress and fills the reply owed for it. */
+void ms_control_trace_finish(struct ms_control *c, struct creply *r);
+/* An error reply: "error" is the formatted sentence, code the negative errno. */
+void ms_control_reply_error(struct creply *r, int code, const char *log, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* Read-only descriptors of attachment id's current maps (mapfds.c): the count
+ * (at most max), names filled; or a negative error. */
+int ms_control_map_fds(struct ms_engine *e, int id, int *fds, char (*names)[64], int max);
+/* "EINVAL", "ENOENT", "EVERIFY", ... for a negative or positive error code. */
+const char *ms_control_code_name(int code);
+
+#endif

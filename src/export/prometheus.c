@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/* The engine's metrics in the Prometheus text exposition format 0.0.4: one
+ * uninterrupted group per family, HELP and TYPE before its samples, histograms
+ * with cumulative le buckets ending at +Inf (= _count), _sum and _count, label
+ * values escaped. Counters come from counters that never go down (coverage is
+ * summed over an attachment's generations, so a replace does not reset it). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "megascope/export.h"
+#include "megascope/monitor.h"
+#include "megascope/telemetry.h"
+
+#define MAX_ATTACHMENTS 256
+
+void ms_prometheus_family(FILE *f, const char *name, const char *type, const char *help) {
+  fprintf(f, "# HELP %s ", name);
+  for (const char *p = help; *p; p++) {
+    if (*p == '\\')
+      fputs("\\\\", f);
+    else if (*p == '\n')
+      fputs("\\n", f);
+    else
+      fputc(*p, f);
+  }
+  fprintf(f, "\n# TYPE %s %s\n", name, type);
+}
+
+void ms_prometheus_label_value(FILE *f, const char *v) {
+  fputc('"', f);
+  for (const char *p = v; *p; p++) {
+    if (*p == '\\')
+      fputs("\\\\", f);
+    else if (*p == '"')
+      fputs("\\\"", f);
+    else if (*p == '\n')
+      fputs("\\n", f);
+    else
+      fputc(*p, f);
+  }
+  fputc('"', f);
+}
+
+static void counter(FILE *f, const char *name, const char *help, uint64_t v) {
+  ms_prometheus_family(f, name, "counter", help);
+  fprintf(f, "%s %llu\n", name, (unsigned long long)v);
+}
+
+static void histogram(FILE *f, const char *name, const char *help, const struct ms_histogram *h) {
+  ms_prometheus_family(f, name, "histogram", help);
+  uint64_t cum = 0;
+  for (int i = 0; i < MS_LAT_BUCKETS; i++) {
+    cum += h->counts[i];
+    fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, ms_latency_bounds[i], (unsigned long long)cum);
+  }
+  cum += h->counts[MS_LAT_BUCKETS];
+  /* +Inf must equal _count: derive both from the buckets of one snapshot */
+  fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
+  fprintf(f, "%s_sum %.9g\n", name, h->sum);
+  fprintf(f, "%s_count %llu\n", name, (unsigned long long)cum);
+}
+
+/* One family over the per-class aggregate: field 0 tasks, 1 task_ns, 2 queue_ns, 3 wait_ns. */
+static void class_family(FILE *f, const char *name, const char *help, const char *label,
+                         const struct ms_class_stat *s, int n, int field) {
+  ms_prometheus_family(f, name, "counter", help);
+  for (int i = 0; i < n; i++) {
+    fprintf(f, "%s{%s=", name, label);
+    ms_prometheus_label_value(f, s[i].name ? s[i].name : "?");
+    if (field == 0)
+      fprintf(f, "} %llu\n", (unsigned long long)s[i].tasks);
+    else {
+      uint64_t ns = field == 1 ? s[i].task_ns : field == 2 ? s[i].queue_ns : s[i].wait_ns;
+      fprintf(f, "} %.9g\n", (double)ns / 1e9);
+    }
+  }
+}
+
+static int write_classes(struct ms_engine *e, FILE *f) {
+  int n = ms_engine_class_stats(e, NULL, 0), ne = ms_engine_event_class_stats(e, NULL, 0);
+  struct ms_class_stat *s = calloc((size_t)(n > ne ? n : ne) + 1, sizeof *s);
+  if (!s) return -ENOMEM;
+  n = ms_engine_class_stats(e, s, n);
+  class_family(f, "megascope_class_tasks_total", "Tasks run, per task class (always-on aggregate).", "class", s, n, 0);
+  class_family(f, "megascope_class_task_seconds_total", "Task time (begin to end), per task class.", "class", s, n,
+               1);
+  class_family(f, "megascope_class_queue_seconds_total", "Queueing time (ready to begin), per task class.", "class",
+               s, n, 2);
+  class_family(f, "megascope_class_dep_wait_seconds_total",
+               "Time workers waited for the events of this class's tasks (dependency wait).", "class", s, n, 3);
+  ne = ms_engine_event_class_stats(e, s, ne);
+  class_family(f, "megascope_event_class_tasks_total", "Tasks that waited on an event of this event class.",
+               "event_class", s, ne, 0);
+  class_family(f, "megascope_event_class_dep_wait_seconds_total",
+               "Time workers waited on events of this event class.", "event_class", s, ne, 3);
+  free(s);
+  return 0;
+}
+
+/* Coverage of attachment a summed over all its generations. */
+static void coverage_sum(struct ms_engine *e, const struct ms_attach_info *a, struct ms_coverage *sum) {
+  memset(sum, 0, sizeof *sum);
+  for (uint32_t g = 1; g <= a->cov.generation; g++) {
+    struct ms_coverage c;
+    if (ms_engine_attach_coverage(e, a->id, g, &c)) continue;
+    sum->eligible += c.eligible;
+    sum->executed += c.executed;
+    sum->throttled += c.throttled;
+    sum->lost += c.lost;
+    sum->failed += c.failed;
+  }
+  sum->generation = a->cov.generation;
+}
+
+static void att_labels(FILE *f, const char *name, const struct ms_attach_info *a) {
+  fprintf(f, "%s{id=\"%d\",monitor=", name, a->id);
+  ms_prometheus_label_value(f, a->name);
+  fputs("} ", f);
+}
+
+static int write_attachments(struct ms_engine *e, FILE *f) {
+  struct ms_attach_info *a = malloc(sizeof *a * MAX_ATTACHMENTS);
+  struct ms_coverage *sum = malloc(sizeof *sum * MAX_ATTACHMENTS);
+  if (!a || !sum) {
+    free(a);
+    free(sum);
+    return -ENOMEM;
+  }
+  int n = ms_engine_attach_list(e, a, MAX_ATTACHMENTS);
+  for (int i = 0; i < n; i++) coverage_sum(e, &a[i], &sum[i]);
+  static const struct {
+    const char *name, *help;
+  } fam[] = {
+      {"megascope_attachment_eligible_total", "Hook firings while attached (coverage denominator)."},
+      {"megascope_attachment_executed_total", "Monitor program runs."},
+      {"megascope_attachment_throttled_total", "Firings skipped by the budget or the sampling."},
+      {"megascope_attachment_lost_total", "Ring-buffer records dropped (full or over budget)."},
+      {"megascope_attachment_failed_total", "Program runs stopped by an error."},
+  };
+  for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
+    ms_prometheus_family(f, fam[k].name, "counter", fam[k].help);
+    for (int i = 0; i < n; i++) {
+      uint64_t v = k == 0 ? sum[i].eligible : k == 1 ? sum[i].executed : k == 2 ? sum[i].throttled
+                 : k == 3 ? sum[i].lost : sum[i].failed;
+      att_labels(f, fam[k].name, &a[i]);
+      fprintf(f, "%llu\n", (unsigned long long)v);
+    }
+  }
+  ms_prometheus_family(f, "megascope_attachment_generation", "gauge", "Program generation (grows on replace).");
+  for (int i = 0; i < n; i++) {
+    att_labels(f, "megascope_attachment_generation", &a[i]);
+    fprintf(f, "%u\n", a[i].cov.generation);
+  }
+  ms_prometheus_family(f, "megascope_attachment_attached", "gauge", "1 while attached, 0 once detached.");
+  for (int i = 0; i < n; i++) {
+    att_labels(f, "megascope_attachment_attached", &a[i]);
+    fprintf(f, "%d\n", a[i].attached ? 1 : 0);
+  }
+  free(a);
+  free(sum);
+  return 0;
+}
+
+int ms_prometheus_write_engine(struct ms_engine *e, FILE *f) {
+  struct ms_engine_stats st;
+  struct ms_latency_stats lat;
+  ms_engine_get_stats(e, &st);
+  ms_engine_latency(e, &lat);
+  histogram(f, "megascope_ttft_seconds", "Time to first token (submit to first generated token).", &lat.ttft);
+  histogram(f, "megascope_tpot_seconds", "Time per output token after the first, per request.", &lat.tpot);
+  counter(f, "megascope_requests_finished_total", "Requests finished.", lat.requests_finished);
+  counter(f, "megascope_requests_cancelled_total", "Requests cancelled.", lat.requests_cancelled);
+  counter(f, "megascope_steps_total", "Decode steps run.", st.steps);
+  counter(f, "megascope_tokens_generated_total", "Tokens generated (prompt positions excluded).", st.tokens);
+  counter(f, "megascope_positions_total", "Rows processed, prompt positions included.", st.positions);
+  counter(f, "megascope_tasks_total", "Tasks executed.", st.tasks);
+  counter(f, "megascope_stalls_total", "Stalls reported by the watchdog.", st.stalls);
+  ms_prometheus_family(f, "megascope_workers", "gauge", "Worker threads (the engine's SMs).");
+  fprintf(f, "megascope_workers %d\n", st.n_workers);
+  int rc = write_classes(e, f);
+  if (!rc) rc = write_attachments(e, f);
+  return rc ? rc : ferror(f) ? -EIO : 0;
+}

@@ -9,6 +9,7 @@ int cmd_compile(int argc, char **argv);
 int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bpf(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
 int bench_hooks(int argc, char **argv);
 
 /* Installs a log sink that prints "megascope: LEVEL: msg" on stderr. */

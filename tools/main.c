@@ -21,6 +21,7 @@ static const struct cli_cmd cmds[] = {
     {"run", "run decode steps in the persistent megakernel runtime", cmd_run},
     {"bench", "benchmarks (decode: megakernel vs per-op vs bandwidth bound)", cmd_bench},
     {"bpf", "eBPF tools (conformance suite, assembler, disassembler)", cmd_bpf},
+    {"verify", "verify an eBPF monitor object against the hook ABI", cmd_verify},
 };
 
 static void usage(FILE *f) {

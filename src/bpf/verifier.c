@@ -49,6 +49,7 @@ struct explore {
   uint64_t limit;
   uint32_t states_cap;
   uint64_t n_kept_all;
+  struct ms_bpf_idmap *idmap;     /* scratch for state comparisons */
 };
 
 /* ---- the log ------------------------------------------------------------ */
@@ -336,8 +337,8 @@ static int visit(struct explore *x) {
   live_masks(x, env->cur, env->pc, &lv);
   for (struct ms_bpf_vstate *s = x->kept[env->pc]; s; s = s->next) {
     if (!s->branches) {
-      if (ms_bpf_vs_within(s, env->cur, &lv, 0)) return 1;
-    } else if (ms_bpf_vs_within(s, env->cur, &lv, 1)) {
+      if (ms_bpf_vs_within(s, env->cur, &lv, 0, x->idmap)) return 1;
+    } else if (ms_bpf_vs_within(s, env->cur, &lv, 1, x->idmap)) {
       return ms_bpf_vreject(env, "infinite loop detected: the path came back to this instruction in the same "
                             "state, so it would never end");
     }
@@ -873,7 +874,8 @@ static int alloc_shape(struct explore *x) {
   x->kept = calloc(n, sizeof *x->kept);
   x->n_kept = calloc(n, sizeof *x->n_kept);
   x->pending = calloc(MAX_PENDING, sizeof *x->pending);
-  return x->func && x->func_end && x->prune && x->live && x->kept && x->n_kept && x->pending ? 0 : -ENOMEM;
+  x->idmap = ms_bpf_idmap_new();
+  return x->idmap && x->func && x->func_end && x->prune && x->live && x->kept && x->n_kept && x->pending ? 0 : -ENOMEM;
 }
 
 static void free_explore(struct explore *x) {
@@ -892,6 +894,7 @@ static void free_explore(struct explore *x) {
   free(x->kept);
   free(x->n_kept);
   free(x->pending);
+  free(x->idmap);
 }
 
 /* The program type, hook and ABI version the caller asked for, checked. */

@@ -144,9 +144,12 @@ struct ms_bpf_vframe *ms_bpf_vs_frame_new(int32_t callsite);
 struct ms_bpf_vlive {
   uint16_t mask[MS_BPF_MAX_CALL_DEPTH];
 };
+/* Scratch space for matching ids between two states (free() it). */
+struct ms_bpf_idmap;
+struct ms_bpf_idmap *ms_bpf_idmap_new(void);
 /* cur is included in old (exact: equal), given the registers that are live. */
 int ms_bpf_vs_within(const struct ms_bpf_vstate *old, const struct ms_bpf_vstate *cur,
-                     const struct ms_bpf_vlive *live, int exact);
+                     const struct ms_bpf_vlive *live, int exact, struct ms_bpf_idmap *m);
 
 const char *ms_bpf_vtype_name(int type);
 /* "R1=ctx(off=0) R10=fp0 ..." for the registers that are initialised. */

@@ -34,37 +34,42 @@ enum access { ACC_READ, ACC_WRITE, ACC_ATOMIC };
 static const char *const access_name[] = {"read", "write", "atomic access"};
 
 /* The range of offsets [lo, hi) an access of size bytes at reg + off may
- * touch, from the pointer's fixed and variable parts. -1 when unbounded. */
-static int access_range(const struct ms_bpf_vreg *r, int32_t off, unsigned size, int64_t *lo, int64_t *hi) {
-  if (r->s.smin < -MAX_VAR_OFF || r->s.smax > MAX_VAR_OFF) return -1;
-  *lo = (int64_t)r->off + off + r->s.smin;
-  *hi = (int64_t)r->off + off + r->s.smax + size;
-  return 0;
+ * touch, from the pointer's fixed and variable parts (exact: 128-bit). */
+typedef __int128 wide_t;
+static void access_range(const struct ms_bpf_vreg *r, int32_t off, uint64_t size, wide_t *lo, wide_t *hi) {
+  *lo = (wide_t)r->off + off + r->s.smin;
+  *hi = (wide_t)r->off + off + r->s.smax + (wide_t)size;
 }
+
+static int unbounded(const struct ms_bpf_vreg *r) { return r->s.smin < -MAX_VAR_OFF && r->s.smax > MAX_VAR_OFF; }
 
 static int is_fixed(const struct ms_bpf_vreg *r) { return ms_bpf_sc_is_const(&r->s); }
 
-static void describe_range(char *buf, size_t size, const char *base, int64_t lo, int64_t hi, unsigned n) {
-  if (hi - lo == n) snprintf(buf, size, "[%s%+lld] size %u", base, (long long)lo, n);
-  else snprintf(buf, size, "[%s%+lld, %s%+lld) (variable offset, size %u)", base, (long long)lo, base,
-                (long long)hi, n);
+static long long clamp64(wide_t v) {
+  return v > INT64_MAX ? INT64_MAX : v < INT64_MIN ? INT64_MIN : (long long)v;
+}
+
+static void describe_range(char *buf, size_t size, const char *base, wide_t lo, wide_t hi, uint64_t n) {
+  if (hi - lo == (wide_t)n) snprintf(buf, size, "[%s%+lld] size %llu", base, clamp64(lo), (unsigned long long)n);
+  else snprintf(buf, size, "[%s%+lld, %s%+lld) (variable offset, size %llu)", base, clamp64(lo), base, clamp64(hi),
+                (unsigned long long)n);
 }
 
 /* An access [lo, hi) must lie in a region of size bytes. */
 static int check_bounds(struct ms_bpf_venv *env, unsigned regno, const struct ms_bpf_vreg *r, int32_t off,
-                        unsigned n, uint64_t region, const char *what, const char *name) {
-  int64_t lo, hi;
-  char where[128], var[128];
-  if (access_range(r, off, n, &lo, &hi)) {
-    ms_bpf_sc_print(&r->s, var, sizeof var);
+                        uint64_t n, uint64_t region, const char *what, const char *name) {
+  wide_t lo, hi;
+  char where[160], var[128];
+  access_range(r, off, n, &lo, &hi);
+  if (lo >= 0 && hi <= (wide_t)region) return 0;
+  ms_bpf_sc_print(&r->s, var, sizeof var);
+  if (unbounded(r))
     return ms_bpf_vreject(env, "R%u invalid access to %s%s: variable offset %s is unbounded; bound it with a "
                           "check first", regno, what, name, var);
-  }
-  if (lo >= 0 && (uint64_t)hi <= region) return 0;
   describe_range(where, sizeof where, "off", lo, hi, n);
   if (lo < 0 && !is_fixed(r))
-    return ms_bpf_vreject(env, "R%u invalid access to %s%s: %s may be negative (min offset %lld); use an "
-                          "unsigned index or check index >= 0", regno, what, name, where, (long long)lo);
+    return ms_bpf_vreject(env, "R%u invalid access to %s%s: %s may be negative (variable offset %s); use an "
+                          "unsigned index or check index >= 0", regno, what, name, where, var);
   return ms_bpf_vreject(env, "R%u invalid access to %s%s: %s is outside its %llu bytes", regno, what, name,
                         where, (unsigned long long)region);
 }
@@ -236,11 +241,10 @@ static int stack_access(struct ms_bpf_venv *env, unsigned regno, const struct ms
                         unsigned n, enum access acc, const struct ms_bpf_vreg *val, unsigned valno, int sx,
                         struct ms_bpf_vreg *dst) {
   struct ms_bpf_vframe *f = stack_frame(env, r);
-  int64_t lo, hi;
-  char where[128];
+  wide_t lo, hi;
+  char where[160];
   if (!f) return ms_bpf_vreject(env, "R%u points into frame %u, which no longer exists", regno, r->frame);
-  if (access_range(r, off, n, &lo, &hi))
-    return ms_bpf_vreject(env, "R%u invalid access to stack: variable offset is unbounded", regno);
+  access_range(r, off, n, &lo, &hi);
   if (lo < -MS_BPF_STACK_SIZE || hi > 0) {
     describe_range(where, sizeof where, "r10", lo, hi, n);
     return ms_bpf_vreject(env, "R%u invalid access to stack: %s %s is outside [r10-%d, r10)", regno,
@@ -382,13 +386,7 @@ int ms_bpf_vmem_atomic(struct ms_bpf_venv *env, const struct ms_bpf_insn *in) {
 int ms_bpf_vmem_stack_readable(struct ms_bpf_venv *env, unsigned regno, const struct ms_bpf_vreg *r,
                                int64_t lo, int64_t hi, const char *what) {
   struct ms_bpf_vframe *f = stack_frame(env, r);
-  char where[128];
   if (!f) return ms_bpf_vreject(env, "R%u points into frame %u, which no longer exists", regno, r->frame);
-  if (lo < -MS_BPF_STACK_SIZE || hi > 0) {
-    describe_range(where, sizeof where, "r10", lo, hi, (unsigned)(hi - lo));
-    return ms_bpf_vreject(env, "R%u invalid access to stack: %s %s is outside [r10-%d, r10)", regno, what,
-                          where, MS_BPF_STACK_SIZE);
-  }
   return stack_bytes_ok(env, regno, f, (unsigned)(lo + MS_BPF_STACK_SIZE), (unsigned)(hi + MS_BPF_STACK_SIZE),
                         what);
 }
@@ -398,18 +396,24 @@ int ms_bpf_vmem_stack_readable(struct ms_bpf_venv *env, unsigned regno, const st
 static int helper_mem(struct ms_bpf_venv *env, unsigned regno, uint64_t max, const char *what) {
   const struct ms_bpf_vreg *r = &ms_bpf_vregs(env)[regno];
   const struct ms_bpf_map_def *d;
-  int64_t lo, hi;
+  wide_t lo, hi;
+  char where[160];
+  if (!max) return ms_bpf_vreject(env, "R%u %s of 0 bytes", regno, what);
   switch (r->type) {
   case MS_VT_STACK:
-    if (access_range(r, 0, (unsigned)max, &lo, &hi))
-      return ms_bpf_vreject(env, "R%u %s: variable stack offset is unbounded", regno, what);
-    return ms_bpf_vmem_stack_readable(env, regno, r, lo, hi, what);
+    access_range(r, 0, max, &lo, &hi);
+    if (lo < -MS_BPF_STACK_SIZE || hi > 0) {
+      describe_range(where, sizeof where, "r10", lo, hi, max);
+      return ms_bpf_vreject(env, "R%u invalid access to stack: %s %s is outside [r10-%d, r10)", regno, what,
+                            where, MS_BPF_STACK_SIZE);
+    }
+    return ms_bpf_vmem_stack_readable(env, regno, r, (int64_t)lo, (int64_t)hi, what);
   case MS_VT_MAP_VALUE:
     d = reg_map(env, r);
     if (!d) return ms_bpf_vreject(env, "R%u names map %u, which the program does not have", regno, r->map);
-    return check_bounds(env, regno, r, 0, (unsigned)max, d->value_size, "map value of ", d->name);
-  case MS_VT_MEM: return check_bounds(env, regno, r, 0, (unsigned)max, r->size, "mem", "");
-  case MS_VT_REC: return check_bounds(env, regno, r, 0, (unsigned)max, r->size, "ring buffer record", "");
+    return check_bounds(env, regno, r, 0, max, d->value_size, "map value of ", d->name);
+  case MS_VT_MEM: return check_bounds(env, regno, r, 0, max, r->size, "mem", "");
+  case MS_VT_REC: return check_bounds(env, regno, r, 0, max, r->size, "ring buffer record", "");
   case MS_VT_MAP_VALUE_OR_NULL:
   case MS_VT_REC_OR_NULL: return null_deref(env, regno, r);
   case MS_VT_CTX:

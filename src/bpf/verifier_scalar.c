@@ -507,6 +507,10 @@ void ms_bpf_sc_print(const sc_t *s, char *buf, size_t size) {
     return;
   }
   int n;
+  if (s->umin == 0 && s->umax == UINT64_MAX && s->smin == INT64_MIN && s->smax == INT64_MAX && s->t.m == ~0ull) {
+    snprintf(buf, size, "scalar()");
+    return;
+  }
   if ((int64_t)s->umax >= 0)
     n = snprintf(buf, size, "scalar(%llu..%llu", (unsigned long long)s->umin, (unsigned long long)s->umax);
   else

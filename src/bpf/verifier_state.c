@@ -92,13 +92,13 @@ void ms_bpf_vs_foreach_reg(struct ms_bpf_vstate *s, ms_bpf_vreg_fn fn, void *use
 
 /* A one-to-one correspondence between the ids of the old and current state. */
 #define IDMAP_MAX 1024
-struct idmap {
+struct ms_bpf_idmap {
   uint32_t old[IDMAP_MAX], cur[IDMAP_MAX];
   unsigned n;
   uint32_t fresh; /* stands for "no id" on the current side: matches one old id only */
 };
 
-static int ids_match(struct idmap *m, uint32_t old_id, uint32_t cur_id) {
+static int ids_match(struct ms_bpf_idmap *m, uint32_t old_id, uint32_t cur_id) {
   if (!old_id) return 1; /* the old state relied on no link */
   if (!cur_id) cur_id = --m->fresh;
   for (unsigned i = 0; i < m->n; i++) {
@@ -111,7 +111,7 @@ static int ids_match(struct idmap *m, uint32_t old_id, uint32_t cur_id) {
   return 1;
 }
 
-static int reg_equal(const struct ms_bpf_vreg *o, const struct ms_bpf_vreg *c, struct idmap *m) {
+static int reg_equal(const struct ms_bpf_vreg *o, const struct ms_bpf_vreg *c, struct ms_bpf_idmap *m) {
   if (o->type != c->type) return 0;
   if (o->type == MS_VT_NOT_INIT) return 1;
   return o->frame == c->frame && o->off == c->off && o->map == c->map && o->size == c->size &&
@@ -125,7 +125,7 @@ static int same_region(const struct ms_bpf_vreg *o, const struct ms_bpf_vreg *c)
 }
 
 /* cur's register can stand where old's was proven safe. */
-static int reg_within(const struct ms_bpf_vreg *o, const struct ms_bpf_vreg *c, struct idmap *m) {
+static int reg_within(const struct ms_bpf_vreg *o, const struct ms_bpf_vreg *c, struct ms_bpf_idmap *m) {
   switch (o->type) {
   case MS_VT_NOT_INIT:
   case MS_VT_RELEASED: /* any use was an error: the old path made none */
@@ -143,7 +143,7 @@ static int reg_within(const struct ms_bpf_vreg *o, const struct ms_bpf_vreg *c, 
   }
 }
 
-static int regs_ok(const struct ms_bpf_vreg *o, const struct ms_bpf_vreg *c, struct idmap *m, int exact) {
+static int regs_ok(const struct ms_bpf_vreg *o, const struct ms_bpf_vreg *c, struct ms_bpf_idmap *m, int exact) {
   return exact ? reg_equal(o, c, m) : reg_within(o, c, m);
 }
 
@@ -162,7 +162,7 @@ static int byte_is_scalar(const struct ms_bpf_vframe *f, unsigned b) {
 }
 
 static int slot_within(const struct ms_bpf_vframe *o, const struct ms_bpf_vframe *c, unsigned k,
-                       struct idmap *m, int exact) {
+                       struct ms_bpf_idmap *m, int exact) {
   if (exact) {
     if (memcmp(&o->st[8 * k], &c->st[8 * k], 8) || o->spill_len[k] != c->spill_len[k]) return 0;
     return !o->spill_len[k] || (o->spill_at[k] == c->spill_at[k] && reg_equal(&o->spill[k], &c->spill[k], m));
@@ -182,7 +182,7 @@ static int slot_within(const struct ms_bpf_vframe *o, const struct ms_bpf_vframe
 }
 
 static int frame_within(const struct ms_bpf_vframe *o, const struct ms_bpf_vframe *c, uint16_t live,
-                        struct idmap *m, int exact) {
+                        struct ms_bpf_idmap *m, int exact) {
   if (o->callsite != c->callsite) return 0;
   for (unsigned r = 0; r < MS_BPF_REG_COUNT - 1; r++)
     if ((live >> r & 1) && !regs_ok(&o->regs[r], &c->regs[r], m, exact)) return 0;
@@ -192,18 +192,17 @@ static int frame_within(const struct ms_bpf_vframe *o, const struct ms_bpf_vfram
   return 1;
 }
 
+struct ms_bpf_idmap *ms_bpf_idmap_new(void) { return malloc(sizeof(struct ms_bpf_idmap)); }
+
 int ms_bpf_vs_within(const struct ms_bpf_vstate *old, const struct ms_bpf_vstate *cur,
-                     const struct ms_bpf_vlive *live, int exact) {
+                     const struct ms_bpf_vlive *live, int exact, struct ms_bpf_idmap *m) {
   if (old->curframe != cur->curframe || old->n_refs != cur->n_refs) return 0;
-  struct idmap *m = malloc(sizeof *m);
-  if (!m) return 0; /* not proven included: explore on */
   m->n = 0;
   m->fresh = 0;
   int ok = 1;
   for (unsigned i = 0; ok && i < old->n_refs; i++) ok = ids_match(m, old->refs[i].id, cur->refs[i].id);
   for (unsigned i = 0; ok && i <= old->curframe; i++)
     ok = frame_within(old->frames[i], cur->frames[i], live->mask[i], m, exact);
-  free(m);
   return ok;
 }
 

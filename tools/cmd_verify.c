@@ -1,0 +1,232 @@
+/* SPDX-License-Identifier: MIT */
+/* `megascope verify PROG.o [-v] [--json] [--section S]`: verifies every program
+ * of a clang -target bpf object (or the one in section S) against the hook
+ * its section names, with the standard helpers and megascope's own (log2),
+ * and prints the verifier's log: the stats line always, the instruction trace
+ * with -v, the rejected instruction and why. The object's declared hook ABI
+ * version must not be newer than this build's.
+ * Exit codes: 0 every program verified, 1 one was rejected, 2 usage errors
+ * and objects that cannot be read. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "megascope/bpf.h"
+#include "megascope/hook.h"
+#include "megascope/json.h"
+#include "megascope/verifier.h"
+
+#define LOG_SMALL (64u << 10)
+#define LOG_VERBOSE (16u << 20)
+
+static const char verify_usage[] =
+    "usage: megascope verify PROG.o [-v] [--json] [--section S]\n"
+    "Verifies each program of a clang -target bpf object against the hook its section\n"
+    "names (megascope/<observe|sched_hint>/<hook>): context reads only of fields the hook\n"
+    "defines, stack and map value accesses in bounds and initialised, NULL checks after\n"
+    "lookups, no pointer leaving the program, helper arguments of the right kinds, ring\n"
+    "buffer reservations released, bounded loops, sched_hint returning 0..7.\n"
+    "  -v, --verbose  the full instruction trace\n"
+    "  --json         one JSON object per program, in an array\n"
+    "  --section S    only the program in section S\n"
+    "Exit: 0 all verified, 1 a program was rejected, 2 usage or an unreadable object.\n";
+
+struct verify_args {
+  const char *path, *section;
+  int verbose, json;
+};
+
+static int usage_error(const char *fmt, const char *arg) {
+  fprintf(stderr, "megascope verify: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n(try 'megascope verify --help')\n");
+  return 2;
+}
+
+/* 0, 1 (--help printed) or 2 (usage error printed). */
+static int parse_args(int argc, char **argv, struct verify_args *a) {
+  for (int i = 1; i < argc; i++) {
+    const char *s = argv[i];
+    if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
+      fputs(verify_usage, stdout);
+      return 1;
+    } else if (!strcmp(s, "-v") || !strcmp(s, "--verbose")) {
+      a->verbose = 1;
+    } else if (!strcmp(s, "--json")) {
+      a->json = 1;
+    } else if (!strcmp(s, "--section")) {
+      if (++i == argc) return usage_error("%s needs a section name", s);
+      a->section = argv[i];
+    } else if (s[0] == '-') {
+      return usage_error("unknown option '%s'", s);
+    } else if (a->path) {
+      return usage_error("one object only (extra '%s')", s);
+    } else {
+      a->path = s;
+    }
+  }
+  return a->path ? 0 : usage_error("%s", "missing PROG.o");
+}
+
+/* megascope's log2 helper as the verifier needs it: a prototype in the table.
+ * The engine registers its own implementation; this one runs the same way. */
+static uint64_t log2_fn(struct ms_bpf_exec *x, uint64_t v, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5) {
+  return v ? 63 - (uint64_t)__builtin_clzll(v) : 0;
+}
+
+static struct ms_bpf_helpers *helpers_new(void) {
+  static const struct ms_bpf_helper_proto log2_proto = {
+      MS_HELPER_LOG2, "ms_log2", MS_BPF_RET_INTEGER, {MS_BPF_ARG_ANYTHING}, 0};
+  struct ms_bpf_helpers *h = ms_bpf_helpers_new();
+  if (h && (ms_bpf_helpers_add_std(h) || ms_bpf_helpers_set(h, &log2_proto, log2_fn))) {
+    ms_bpf_helpers_free(h);
+    h = NULL;
+  }
+  return h;
+}
+
+/* The reason of a rejection: the log's line before the stats line. */
+static void last_reason(const char *log, char *out, size_t size) {
+  const char *end = log + strlen(log), *lines[3] = {end, end, end};
+  for (const char *p = log; p < end;) {
+    const char *nl = strchr(p, '\n');
+    lines[0] = lines[1];
+    lines[1] = lines[2];
+    lines[2] = p;
+    p = nl ? nl + 1 : end;
+  }
+  const char *r = lines[1], *nl = strchr(r, '\n');
+  size_t n = nl ? (size_t)(nl - r) : strlen(r);
+  snprintf(out, size, "%.*s", (int)(n < size ? n : size - 1), r);
+}
+
+struct result {
+  const struct ms_bpf_prog *prog;
+  int type, hook, rc;
+  struct ms_verify_stats st;
+  char *log;
+  char reason[512];
+};
+
+static void verify_one(const struct ms_bpf_prog *p, const struct ms_bpf_helpers *h, uint32_t abi,
+                       const struct verify_args *a, struct result *r) {
+  size_t size = a->verbose ? LOG_VERBOSE : LOG_SMALL;
+  char why[256];
+  r->prog = p;
+  r->log = calloc(1, size);
+  r->type = r->hook = -1;
+  if (!r->log) {
+    r->rc = -ENOMEM;
+    snprintf(r->reason, sizeof r->reason, "out of memory");
+    return;
+  }
+  struct ms_textbuf tb = {r->log, size, 0, 0};
+  ms_hook_parse_section(ms_bpf_prog_section(p), &r->type, &r->hook, why, sizeof why);
+  r->rc = ms_bpf_verify_section(p, h, abi, a->verbose, &tb, &r->st);
+  if (r->rc) last_reason(r->log, r->reason, sizeof r->reason);
+}
+
+static void print_text(const struct result *r, size_t n, const char *path) {
+  for (size_t i = 0; i < n; i++) {
+    printf("%s: program %s (section %s): %s\n", path, ms_bpf_prog_name(r[i].prog), ms_bpf_prog_section(r[i].prog),
+           r[i].rc ? "REJECTED" : "verified");
+    fputs(r[i].log ? r[i].log : "", stdout);
+    if (r[i].rc)
+      fprintf(stderr, "megascope verify: %s: program %s rejected: %s\n", path, ms_bpf_prog_name(r[i].prog),
+              r[i].reason);
+  }
+}
+
+static void print_json(const struct result *r, size_t n, const char *path, int with_log) {
+  struct ms_json j;
+  ms_json_init(&j, stdout, 1);
+  ms_json_obj_begin(&j);
+  ms_json_kstr(&j, "object", path);
+  ms_json_key(&j, "programs");
+  ms_json_arr_begin(&j);
+  for (size_t i = 0; i < n; i++) {
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "name", ms_bpf_prog_name(r[i].prog));
+    ms_json_kstr(&j, "section", ms_bpf_prog_section(r[i].prog));
+    ms_json_kstr(&j, "hook", r[i].hook >= 0 ? ms_hook_name(r[i].hook) : "");
+    ms_json_kstr(&j, "type", r[i].type >= 0 ? ms_prog_type_name(r[i].type) : "");
+    ms_json_kbool(&j, "verified", r[i].rc == 0);
+    ms_json_key(&j, "error");
+    if (r[i].rc) ms_json_str(&j, r[i].reason);
+    else ms_json_null(&j);
+    ms_json_kint(&j, "err_insn", r[i].st.err_insn);
+    ms_json_kuint(&j, "processed", r[i].st.processed);
+    ms_json_kuint(&j, "insn_limit", r[i].st.insn_limit);
+    ms_json_kuint(&j, "max_states_per_insn", r[i].st.max_states_per_insn);
+    ms_json_kuint(&j, "total_states", r[i].st.total_states);
+    ms_json_kuint(&j, "peak_states", r[i].st.peak_states);
+    ms_json_kuint(&j, "time_us", r[i].st.time_us);
+    if (with_log) ms_json_kstr(&j, "log", r[i].log ? r[i].log : "");
+    ms_json_obj_end(&j);
+  }
+  ms_json_arr_end(&j);
+  ms_json_obj_end(&j);
+  ms_json_end(&j);
+}
+
+/* Opens the object and picks its programs; 0 or an exit code. */
+static int open_object(const struct verify_args *a, struct ms_bpf_object **obj, uint32_t *abi) {
+  char logbuf[2048] = "";
+  struct ms_textbuf tb = {logbuf, sizeof logbuf, 0, 0};
+  *obj = ms_bpf_object_open_file(a->path, &tb);
+  if (!*obj) {
+    fprintf(stderr, "megascope verify: %s: cannot load the object: %s%s", a->path,
+            logbuf[0] ? logbuf : strerror(errno), logbuf[0] ? "" : "\n");
+    return 2;
+  }
+  if (ms_bpf_object_abi_version(*obj, abi, &tb)) {
+    fprintf(stderr, "megascope verify: %s: %s", a->path, logbuf);
+    return 2;
+  }
+  if (a->section && !ms_bpf_object_find_prog(*obj, a->section)) {
+    fprintf(stderr, "megascope verify: %s: no program in section '%s'\n", a->path, a->section);
+    return 2;
+  }
+  if (!ms_bpf_object_prog_count(*obj)) {
+    fprintf(stderr, "megascope verify: %s: the object has no programs\n", a->path);
+    return 2;
+  }
+  return 0;
+}
+
+int cmd_verify(int argc, char **argv) {
+  struct verify_args a = {0};
+  int rc = parse_args(argc, argv, &a);
+  if (rc) return rc == 1 ? 0 : rc;
+  struct ms_bpf_object *obj;
+  uint32_t abi = 0;
+  if ((rc = open_object(&a, &obj, &abi))) {
+    ms_bpf_object_free(obj);
+    return rc;
+  }
+  struct ms_bpf_helpers *h = helpers_new();
+  size_t n = ms_bpf_object_prog_count(obj), k = 0;
+  struct result *res = calloc(n, sizeof *res);
+  if (!h || !res) {
+    fprintf(stderr, "megascope verify: out of memory\n");
+    rc = 2;
+    goto out;
+  }
+  for (size_t i = 0; i < n; i++) {
+    const struct ms_bpf_prog *p = ms_bpf_object_prog(obj, i);
+    if (a.section && strcmp(ms_bpf_prog_section(p), a.section)) continue;
+    verify_one(p, h, abi, &a, &res[k]);
+    if (res[k].rc) rc = 1;
+    k++;
+  }
+  if (a.json) print_json(res, k, a.path, a.verbose);
+  else print_text(res, k, a.path);
+out:
+  for (size_t i = 0; res && i < k; i++) free(res[i].log);
+  free(res);
+  ms_bpf_helpers_free(h);
+  ms_bpf_object_free(obj);
+  return rc;
+}

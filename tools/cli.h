@@ -10,7 +10,17 @@ int cmd_run(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bpf(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+int cmd_attach(int argc, char **argv);
+int cmd_replace(int argc, char **argv);
+int cmd_detach(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_maps(int argc, char **argv);
+int cmd_schema(int argc, char **argv);
+int cmd_stats(int argc, char **argv);
+int cmd_trace(int argc, char **argv);
 int bench_hooks(int argc, char **argv);
+int bench_attach(int argc, char **argv);
 
 /* Installs a log sink that prints "megascope: LEVEL: msg" on stderr. */
 void cli_log_init(int verbose);

@@ -22,6 +22,15 @@ static const struct cli_cmd cmds[] = {
     {"bench", "benchmarks (decode: megakernel vs per-op vs bandwidth bound)", cmd_bench},
     {"bpf", "eBPF tools (conformance suite, assembler, disassembler)", cmd_bpf},
     {"verify", "verify an eBPF monitor object against the hook ABI", cmd_verify},
+    {"serve", "run the engine as a server: HTTP completions, /metrics, control socket, OTLP", cmd_serve},
+    {"attach", "attach a monitor to a running engine (control socket)", cmd_attach},
+    {"replace", "replace an attachment's monitor in a running engine", cmd_replace},
+    {"detach", "detach a monitor from a running engine", cmd_detach},
+    {"ls", "list a running engine's attachments with their coverage", cmd_ls},
+    {"maps", "print an attachment's maps, decoded, with coverage", cmd_maps},
+    {"schema", "print a running engine's task schema", cmd_schema},
+    {"stats", "print a running engine's steps, tokens, TTFT and TPOT", cmd_stats},
+    {"trace", "record a running engine's task trace (Chrome JSON for Perfetto)", cmd_trace},
 };
 
 static void usage(FILE *f) {

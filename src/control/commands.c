@@ -192,7 +192,8 @@ static struct ms_monitor *load_object(json_t *req, const char *name, struct crep
       char first[256];
       size_t k = strcspn(log, "\n");
       snprintf(first, sizeof first, "%.*s", (int)(k < sizeof first ? k : sizeof first - 1), log);
-      ms_control_reply_error(r, -err, log, "%s: cannot load the object: %s", name,
+      /* a one-line log is the message itself; a longer one goes along */
+      ms_control_reply_error(r, -err, log[k] && log[k + 1] ? log : NULL, "%s: cannot load the object: %s", name,
                              first[0] ? first : ms_strerror(-err));
     }
   }

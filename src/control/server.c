@@ -267,13 +267,13 @@ static void check_deadlines(struct ms_control *c, uint64_t now) {
   uint64_t limit = (uint64_t)c->message_timeout_ms * 1000000ull;
   for (int i = 0; i < c->n_cl; i++) {
     struct cclient *cl = c->cl[i];
-    if (cl->out && now - cl->out_t0 > 6 * limit) {
+    if (cl->out && now > cl->out_t0 && now - cl->out_t0 > 6 * limit) {
       ms_logf(MS_LOG_INFO, "control: client pid %ld does not read its reply; closed", (long)cl->pid);
       atomic_fetch_add_explicit(&c->dropped, 1, memory_order_relaxed);
       client_close(c, i--);
       continue;
     }
-    if (!cl->msg_t0 || cl->out || now - cl->msg_t0 < limit) continue;
+    if (!cl->msg_t0 || cl->out || now < cl->msg_t0 + limit) continue;
     struct creply r = {0};
     uint32_t got = cl->hdr_got < 4 ? cl->hdr_got : cl->body_got + 4;
     ms_control_reply_error(&r, -ETIMEDOUT, NULL,

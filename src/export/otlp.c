@@ -186,7 +186,7 @@ int ms_otlp_write_json(FILE *f, const char *service_name, const char *model_name
 static size_t discard(char *p, size_t size, size_t n, void *user) { return size * n; }
 
 /* POSTs body; returns the HTTP status, or 0 when there was no answer. */
-static long post(struct ms_otlp *x, CURL *curl, const char *body, size_t len) {
+static long post(struct ms_otlp *x, CURL *curl, const char *body, size_t len, int *cerr) {
   struct curl_slist *h = curl_slist_append(NULL, "Content-Type: application/json");
   curl_easy_reset(curl);
   curl_easy_setopt(curl, CURLOPT_URL, x->url);
@@ -199,7 +199,9 @@ static long post(struct ms_otlp *x, CURL *curl, const char *body, size_t len) {
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard);
   curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "http,https");
   long status = 0;
-  if (curl_easy_perform(curl) == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  CURLcode cc = curl_easy_perform(curl);
+  *cerr = (int)cc;
+  if (cc == CURLE_OK) curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
   curl_slist_free_all(h);
   return status;
 }
@@ -227,10 +229,11 @@ static void *exporter_main(void *arg) {
     char *body = NULL;
     size_t len = 0;
     long status = 0;
+    int cerr = 0;
     FILE *f = batch && curl ? open_memstream(&body, &len) : NULL;
     if (f) {
       int rc = ms_otlp_write_json(f, x->service, x->model, batch, n, x->unix_offset_ns);
-      if (!fclose(f) && !rc) status = post(x, curl, body, len);
+      if (!fclose(f) && !rc) status = post(x, curl, body, len, &cerr);
     }
     free(body);
     pthread_mutex_lock(&x->mu);
@@ -242,8 +245,9 @@ static void *exporter_main(void *arg) {
       x->st.failed_posts++;
       x->st.dropped += (uint64_t)n;
       if (x->st.failed_posts == 1 || x->st.failed_posts % 100 == 0)
-        ms_logf(MS_LOG_WARN, "otlp: POST %s %s%ld; %d request spans dropped (%llu failed posts so far)", x->url,
-                status ? "answered " : "failed", status, n, (unsigned long long)x->st.failed_posts);
+        ms_logf(MS_LOG_WARN, "otlp: POST %s: %s %ld; %d requests' spans dropped (%llu failed posts so far)",
+                x->url, status ? "HTTP status" : "no answer, curl error", status ? status : (long)cerr, n,
+                (unsigned long long)x->st.failed_posts);
     }
   }
   pthread_mutex_unlock(&x->mu);

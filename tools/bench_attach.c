@@ -1,0 +1,446 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope bench attach: what it costs to ask a running engine a new question.
+ *
+ * One process runs an engine under a steady load (a load thread keeps --batch
+ * requests in flight) and its control server on a private socket; the bench
+ * talks to it through that socket exactly as `megascope attach` does. For each
+ * round it measures
+ *   attach latency:  the attach command sent -> the first executed event, seen
+ *                    by polling the attachment's coverage (`executed`) over the
+ *                    socket;
+ *   replace latency: the replace command sent -> the new generation's first
+ *                    executed event;
+ * and, from a sampler thread that reads the engine's token counter every
+ * millisecond, the decode throughput in the window right after each command
+ * against the window before it (the dip). All figures come from this one run.
+ *
+ * Threads: the load thread submits and reaps requests; the sampler thread
+ * records (time, tokens); the main thread drives the rounds. They share only
+ * `stop` (atomic) and the sample array (written by the sampler, read after it
+ * is joined). */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common.h"
+#include "megascope/control.h"
+#include "megascope/engine.h"
+#include "megascope/json.h"
+
+#define MAX_SAMPLES (1 << 20)
+#define MAX_ROUNDS 100
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: megascope bench attach [options]\n\n"
+          "Attach latency (command sent -> first executed event, from the monitor's coverage\n"
+          "polled over the control socket), replace latency (-> the new generation's first\n"
+          "event) and the decode throughput dip around each, under a steady load, in one run.\n\n" CLI_MODEL_HELP
+          "                       (default: tiny)\n"
+          "  --batch N            requests kept in flight (default 4)\n"
+          "  --workers N          worker threads (default: one per core)\n"
+          "  --rounds N           attach / replace / detach rounds (default 5)\n"
+          "  --monitor P.o        monitor to attach (default: monitors/class_time.bpf.o next to\n"
+          "                       this executable)\n"
+          "  --replace-with P.o   monitor to replace it with (default: monitors/queueing.bpf.o)\n"
+          "  --window-ms N        throughput window before and after each command (default 200)\n"
+          "  --json               print the result as JSON\n"
+          "  -h, --help           this text\n");
+}
+
+/* <dir of this executable>/monitors/<name> */
+static void shipped(const char *name, char *buf, size_t n) {
+  char exe[PATH_MAX];
+  ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (k <= 0) {
+    snprintf(buf, n, "monitors/%s", name);
+    return;
+  }
+  exe[k] = 0;
+  char *slash = strrchr(exe, '/');
+  if (slash) *slash = 0;
+  snprintf(buf, n, "%.*s/monitors/%s", (int)(n > 128 ? n - 128 : 0), exe, name);
+}
+
+static void sleep_ms(double ms) {
+  struct timespec ts = {(time_t)(ms / 1000), (long)((ms - (double)(time_t)(ms / 1000) * 1000) * 1e6)};
+  while (nanosleep(&ts, &ts) && errno == EINTR) {
+  }
+}
+
+/* ---- load and sampling ---- */
+
+struct bench {
+  struct ms_engine *e;
+  int batch, vocab;
+  _Atomic int stop;
+  uint64_t *t, *tok;   /* samples */
+  int n;
+  uint64_t failed;     /* requests refused or cancelled */
+};
+
+static void *load_main(void *arg) {
+  struct bench *b = arg;
+  struct ms_request **r = calloc((size_t)b->batch, sizeof *r);
+  uint64_t seq = 0;
+  while (r && !atomic_load(&b->stop)) {
+    for (int i = 0; i < b->batch; i++) {
+      if (r[i] && ms_request_wait(r[i], 0) == 0) {
+        struct ms_request_info info;
+        ms_request_get_info(r[i], &info);
+        if (info.state != MS_REQ_DONE) b->failed++;
+        ms_request_free(r[i]);
+        r[i] = NULL;
+      }
+      if (!r[i]) {
+        int32_t tok = (int32_t)(1 + seq++ % (uint64_t)(b->vocab - 1));
+        struct ms_request_opts ro = {.sz = sizeof ro, .prompt = &tok, .n_prompt = 1, .max_new_tokens = 48};
+        if (!(r[i] = ms_engine_submit(b->e, &ro))) b->failed++;
+      }
+    }
+    sleep_ms(0.5);
+  }
+  for (int i = 0; r && i < b->batch; i++)
+    if (r[i]) {
+      ms_request_wait(r[i], -1);
+      ms_request_free(r[i]);
+    }
+  free(r);
+  return NULL;
+}
+
+static void *sampler_main(void *arg) {
+  struct bench *b = arg;
+  while (!atomic_load(&b->stop) && b->n < MAX_SAMPLES) {
+    struct ms_engine_stats st;
+    ms_engine_get_stats(b->e, &st);
+    b->t[b->n] = ms_now_ns();
+    b->tok[b->n] = st.tokens;
+    b->n++;
+    sleep_ms(1);
+  }
+  return NULL;
+}
+
+/* Tokens per second between t0 and t1, interpolated from the samples. */
+static double rate(const struct bench *b, uint64_t t0, uint64_t t1) {
+  int i0 = -1, i1 = -1;
+  for (int i = 0; i < b->n; i++) {
+    if (b->t[i] <= t0) i0 = i;
+    if (b->t[i] <= t1) i1 = i;
+  }
+  if (i0 < 0 || i1 <= i0) return 0;
+  return (double)(b->tok[i1] - b->tok[i0]) / ((double)(b->t[i1] - b->t[i0]) / 1e9);
+}
+
+/* ---- the socket side ---- */
+
+/* One request over a fresh connection, as the CLI makes it; the parsed reply
+ * when ok, else NULL with the error printed. */
+static json_t *request(const char *path, const char *req) {
+  char lb[256] = "";
+  struct ms_textbuf log = {lb, sizeof lb, 0, 0};
+  struct ms_control_client *cl = ms_control_connect(path, &log);
+  if (!cl) {
+    fprintf(stderr, "megascope bench attach: %s", lb);
+    return NULL;
+  }
+  char *reply = NULL;
+  size_t len = 0;
+  int rc = ms_control_call(cl, req, strlen(req), &reply, &len, NULL, NULL, 0, 30000);
+  ms_control_client_free(cl);
+  json_t *j = rc ? NULL : json_loadb(reply, len, 0, NULL);
+  if (!j || !json_is_true(json_object_get(j, "ok"))) {
+    const char *err = j ? json_string_value(json_object_get(j, "error")) : NULL;
+    fprintf(stderr, "megascope bench attach: %s\n", err ? err : rc ? ms_strerror(rc) : "malformed reply");
+    json_decref(j);
+    j = NULL;
+  }
+  free(reply);
+  return j;
+}
+
+/* The executed count of attachment id's current generation (-1 on error). */
+static long long executed(const char *path, int id, unsigned *generation) {
+  json_t *j = request(path, "{\"cmd\":\"list\"}");
+  long long ex = -1;
+  size_t i;
+  json_t *a;
+  json_array_foreach(json_object_get(j, "attachments"), i, a) {
+    if (json_integer_value(json_object_get(a, "id")) != id) continue;
+    json_t *cov = json_object_get(a, "coverage");
+    ex = json_integer_value(json_object_get(cov, "executed"));
+    *generation = (unsigned)json_integer_value(json_object_get(a, "generation"));
+  }
+  json_decref(j);
+  return ex;
+}
+
+/* Polls until generation gen of id has executed, within 10 s; returns when (or 0). */
+static uint64_t first_executed(const char *path, int id, unsigned gen) {
+  uint64_t give_up = ms_now_ns() + 10000000000ull;
+  for (int polls = 0; polls < 1000000 && ms_now_ns() < give_up; polls++) {
+    unsigned g = 0;
+    long long ex = executed(path, id, &g);
+    if (ex < 0) return 0;
+    if (g == gen && ex > 0) return ms_now_ns();
+  }
+  return 0;
+}
+
+static char *attach_request(const char *cmd, int id, const char *path, const char *name) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "megascope bench attach: cannot open %s: %s\n", path, strerror(errno));
+    return NULL;
+  }
+  uint8_t *obj = malloc(12u << 20);
+  size_t n = obj ? fread(obj, 1, 12u << 20, f) : 0;
+  fclose(f);
+  char *b64 = n ? malloc(ms_base64_encoded_len(n) + 1) : NULL;
+  char *req = NULL;
+  size_t len = 0;
+  FILE *m = b64 ? open_memstream(&req, &len) : NULL;
+  if (m) {
+    ms_base64_encode(obj, n, b64);
+    struct ms_json j;
+    ms_json_init(&j, m, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "cmd", cmd);
+    if (id) ms_json_kint(&j, "id", id);
+    ms_json_kstr(&j, "name", name);
+    ms_json_kstr(&j, "object", b64);
+    ms_json_obj_end(&j);
+    fclose(m);
+  }
+  free(obj);
+  free(b64);
+  return req;
+}
+
+struct round {
+  double attach_reply_ms, attach_ms, replace_reply_ms, replace_ms;
+  double before_attach, after_attach, before_replace, after_replace;  /* tokens/s */
+  uint64_t t_attach, t_replace;
+};
+
+static double median(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int k = i; k > 0 && v[k] < v[k - 1]; k--) {
+      double t = v[k];
+      v[k] = v[k - 1];
+      v[k - 1] = t;
+    }
+  return n ? (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) : 0;
+}
+
+static void summary(struct ms_json *j, const char *key, double *v, int n) {
+  double mx = 0;
+  for (int i = 0; i < n; i++) mx = v[i] > mx ? v[i] : mx;
+  ms_json_key(j, key);
+  ms_json_obj_begin(j);
+  ms_json_knum(j, "median", median(v, n));
+  ms_json_knum(j, "max", mx);
+  ms_json_obj_end(j);
+}
+
+int bench_attach(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
+      {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
+      {"workers", required_argument, 0, 0},   {"rounds", required_argument, 0, 0},
+      {"monitor", required_argument, 0, 0},   {"replace-with", required_argument, 0, 0},
+      {"window-ms", required_argument, 0, 0}, {"json", no_argument, 0, 0},
+      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+  struct cli_model cm = {0};
+  long batch = 4, workers = 0, rounds = 5, window_ms = 200;
+  int as_json = 0, c, idx;
+  char mon[PATH_MAX], rep[PATH_MAX];
+  shipped("class_time.bpf.o", mon, sizeof mon);
+  shipped("queueing.bpf.o", rep, sizeof rep);
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    if (c == 'h') {
+      usage(stdout);
+      return 0;
+    }
+    if (c != 0) {
+      usage(stderr);
+      return 2;
+    }
+    const char *n = opts[idx].name;
+    int r = cli_model_opt(&cm, n, optarg);
+    if (r < 0) return 2;
+    if (r) continue;
+    if (!strcmp(n, "batch")) r = cli_int("--batch", optarg, 1, 256, &batch);
+    else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
+    else if (!strcmp(n, "rounds")) r = cli_int("--rounds", optarg, 1, MAX_ROUNDS, &rounds);
+    else if (!strcmp(n, "window-ms")) r = cli_int("--window-ms", optarg, 10, 10000, &window_ms);
+    else if (!strcmp(n, "monitor")) snprintf(mon, sizeof mon, "%s", optarg);
+    else if (!strcmp(n, "replace-with")) snprintf(rep, sizeof rep, "%s", optarg);
+    else if (!strcmp(n, "json")) as_json = 1;
+    if (r) return 2;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "megascope bench attach: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  if (!cm.preset) cm.preset = "tiny";
+  struct ms_model *m = cli_model_load(&cm);
+  if (!m) return 2;
+  int rc = 1;
+  char dir[] = "/tmp/megascope-bench-XXXXXX", path[PATH_MAX];
+  struct bench b = {.batch = (int)batch, .vocab = m->cfg.vocab};
+  struct ms_control *ctl = NULL;
+  pthread_t load, sampler;
+  int threads = 0;
+  struct round R[MAX_ROUNDS];
+  char *att_req = attach_request("attach", 0, mon, "attach_monitor"), *rep_req = NULL;
+  char lb[2048] = "";
+  struct ms_textbuf log = {lb, sizeof lb, 0, 0};
+  b.t = malloc(sizeof *b.t * MAX_SAMPLES);
+  b.tok = malloc(sizeof *b.tok * MAX_SAMPLES);
+  if (!att_req || !b.t || !b.tok || !mkdtemp(dir)) goto out;
+  snprintf(path, sizeof path, "%s/engine.sock", dir);
+  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)workers, .max_batch = (int)batch, .max_ctx = 64};
+  if (!(b.e = ms_engine_new(m, &eo, &log))) {
+    fprintf(stderr, "megascope bench attach: %s", lb);
+    goto out;
+  }
+  struct ms_control_opts co = {.sz = sizeof co, .path = path, .model_name = m->cfg.name};
+  if (!(ctl = ms_control_new(b.e, &co, &log))) {
+    fprintf(stderr, "megascope bench attach: %s", lb);
+    goto out;
+  }
+  pthread_create(&load, NULL, load_main, &b);
+  pthread_create(&sampler, NULL, sampler_main, &b);
+  threads = 1;
+  sleep_ms(3.0 * (double)window_ms);  /* warm up: the batch fills, plans are hot */
+  int done = 0;
+  for (; done < rounds; done++) {
+    struct round *r = &R[done];
+    r->t_attach = ms_now_ns();
+    json_t *j = request(path, att_req);
+    if (!j) goto stop;
+    int id = (int)json_integer_value(json_object_get(j, "id"));
+    json_decref(j);
+    uint64_t t_reply = ms_now_ns(), t_exec = first_executed(path, id, 1);
+    if (!t_exec) goto stop;
+    r->attach_reply_ms = (double)(t_reply - r->t_attach) / 1e6;
+    r->attach_ms = (double)(t_exec - r->t_attach) / 1e6;
+    sleep_ms((double)window_ms * 1.5);
+    free(rep_req);
+    if (!(rep_req = attach_request("replace", id, rep, "replace_monitor"))) goto stop;
+    r->t_replace = ms_now_ns();
+    if (!(j = request(path, rep_req))) goto stop;
+    json_decref(j);
+    t_reply = ms_now_ns();
+    if (!(t_exec = first_executed(path, id, 2))) goto stop;
+    r->replace_reply_ms = (double)(t_reply - r->t_replace) / 1e6;
+    r->replace_ms = (double)(t_exec - r->t_replace) / 1e6;
+    sleep_ms((double)window_ms * 1.5);
+    char det[64];
+    snprintf(det, sizeof det, "{\"cmd\":\"detach\",\"id\":%d}", id);
+    if (!(j = request(path, det))) goto stop;
+    json_decref(j);
+    sleep_ms((double)window_ms * 1.5);
+  }
+  rc = 0;
+stop:
+  atomic_store(&b.stop, 1);
+  pthread_join(load, NULL);
+  pthread_join(sampler, NULL);
+  threads = 0;
+  if (rc) {
+    fprintf(stderr, "megascope bench attach: round %d failed\n", done + 1);
+    goto out;
+  }
+  uint64_t w = (uint64_t)window_ms * 1000000ull;
+  double v[8][MAX_ROUNDS];
+  for (int i = 0; i < done; i++) {
+    struct round *r = &R[i];
+    r->before_attach = rate(&b, r->t_attach - w, r->t_attach);
+    r->after_attach = rate(&b, r->t_attach, r->t_attach + w);
+    r->before_replace = rate(&b, r->t_replace - w, r->t_replace);
+    r->after_replace = rate(&b, r->t_replace, r->t_replace + w);
+    v[0][i] = r->attach_ms;
+    v[1][i] = r->attach_reply_ms;
+    v[2][i] = r->replace_ms;
+    v[3][i] = r->replace_reply_ms;
+    v[4][i] = r->before_attach > 0 ? 1 - r->after_attach / r->before_attach : 0;
+    v[5][i] = r->before_replace > 0 ? 1 - r->after_replace / r->before_replace : 0;
+    v[6][i] = r->before_attach;
+  }
+  double base = median(v[6], done);
+  if (as_json) {
+    struct ms_json j;
+    ms_json_init(&j, stdout, 1);
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "model", m->cfg.name);
+    ms_json_kstr(&j, "dtype", ms_dtype_name(m->cfg.dtype));
+    ms_json_kint(&j, "workers", ms_engine_n_workers(b.e));
+    ms_json_kint(&j, "batch", batch);
+    ms_json_kint(&j, "rounds", done);
+    ms_json_kstr(&j, "monitor", mon);
+    ms_json_kstr(&j, "replace_with", rep);
+    ms_json_kint(&j, "window_ms", window_ms);
+    ms_json_knum(&j, "baseline_tokens_per_s", base);
+    summary(&j, "attach_latency_ms", v[0], done);
+    summary(&j, "attach_reply_ms", v[1], done);
+    summary(&j, "replace_latency_ms", v[2], done);
+    summary(&j, "replace_reply_ms", v[3], done);
+    summary(&j, "attach_throughput_dip", v[4], done);
+    summary(&j, "replace_throughput_dip", v[5], done);
+    ms_json_kuint(&j, "requests_failed", b.failed);
+    ms_json_key(&j, "per_round");
+    ms_json_arr_begin(&j);
+    for (int i = 0; i < done; i++) {
+      ms_json_obj_begin(&j);
+      ms_json_knum(&j, "attach_latency_ms", R[i].attach_ms);
+      ms_json_knum(&j, "replace_latency_ms", R[i].replace_ms);
+      ms_json_knum(&j, "tokens_per_s_before_attach", R[i].before_attach);
+      ms_json_knum(&j, "tokens_per_s_after_attach", R[i].after_attach);
+      ms_json_knum(&j, "tokens_per_s_before_replace", R[i].before_replace);
+      ms_json_knum(&j, "tokens_per_s_after_replace", R[i].after_replace);
+      ms_json_obj_end(&j);
+    }
+    ms_json_arr_end(&j);
+    ms_json_obj_end(&j);
+    ms_json_end(&j);
+  } else {
+    printf("%s (%s), %d workers, batch %ld, %d rounds, windows of %ld ms\n", m->cfg.name,
+           ms_dtype_name(m->cfg.dtype), ms_engine_n_workers(b.e), batch, done, window_ms);
+    printf("  attach:  first executed event %.3f ms after the command (median; reply %.3f ms)\n",
+           median(v[0], done), median(v[1], done));
+    printf("  replace: new generation's first event %.3f ms after the command (median; reply %.3f ms)\n",
+           median(v[2], done), median(v[3], done));
+    printf("  throughput %.1f tokens/s before; dip %.1f%% after attach, %.1f%% after replace (medians)\n", base,
+           100 * median(v[4], done), 100 * median(v[5], done));
+    printf("  requests failed: %llu\n", (unsigned long long)b.failed);
+  }
+  rc = b.failed ? 1 : 0;
+out:
+  if (threads) {
+    atomic_store(&b.stop, 1);
+    pthread_join(load, NULL);
+    pthread_join(sampler, NULL);
+  }
+  ms_control_free(ctl);
+  ms_engine_free(b.e);
+  rmdir(dir);
+  free(att_req);
+  free(rep_req);
+  free(b.t);
+  free(b.tok);
+  ms_model_free(m);
+  return rc;
+}

@@ -1,0 +1,543 @@
+/* SPDX-License-Identifier: MIT */
+/* The commands that operate a running engine through its control socket:
+ *   attach  --socket S PROG.o [--max-per-step N --sample N --ringbuf-bytes N] [--json]
+ *   replace --socket S ID PROG.o [--json]
+ *   detach  --socket S ID
+ *   ls      --socket S [--json]
+ *   maps    --socket S ID [--json] [--fds]
+ *   schema  --socket S [--rows N]
+ *   stats   --socket S [--json]
+ *   trace   --socket S --seconds N --out FILE [--records-per-worker N]
+ * Without --socket: $MEGASCOPE_SOCKET, else the one engine socket in the default
+ * directory. Exit codes: 0 done, 1 the engine refused or could not be reached,
+ * 2 usage. */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common.h"
+#include "megascope/bpf.h"
+#include "megascope/control.h"
+#include "megascope/json.h"
+
+#define OBJECT_MAX (12u << 20)  /* base64 of it fits a 16 MiB message */
+
+/* ---- one subcommand's description ---- */
+
+struct ctl_cmd {
+  const char *name;
+  const char *args;      /* positional arguments in the usage line */
+  const char *summary;
+  const char *options;   /* extra option lines */
+  int n_pos;             /* positional arguments required */
+};
+
+static const struct ctl_cmd ctl_cmds[] = {
+    {"attach", "PROG.o", "Loads a monitor object (clang -target bpf), has the engine verify it and attach it\n"
+                         "while it runs, and prints the attachment id.",
+     "  --max-per-step N     budget: program runs per step per worker (default: no limit)\n"
+     "  --sample N           run 1 hook firing in N, chosen by task generation (default 1)\n"
+     "  --ringbuf-bytes N    budget: ring-buffer bytes per epoch (default: no limit)\n"
+     "  --name NAME          the monitor's name (default: the file name without .bpf.o)\n"
+     "  --json               print the engine's reply as JSON\n",
+     1},
+    {"replace", "ID PROG.o", "Replaces attachment ID's programs and maps by another monitor, atomically: every\n"
+                             "hook firing is seen by exactly one generation.",
+     "  --name NAME          the monitor's name (default: the file name without .bpf.o)\n"
+     "  --json               print the engine's reply as JSON\n",
+     2},
+    {"detach", "ID", "Detaches attachment ID; its final maps and coverage stay readable.", "", 1},
+    {"ls", "", "Lists attachments: monitor, hooks, generation and coverage (eligible, executed,\n"
+               "throttled, lost).",
+     "  --json               print as JSON\n", 0},
+    {"maps", "ID", "Prints every map of attachment ID decoded (histograms as histograms, hashes as\n"
+                   "key -> value) with the coverage of every generation.",
+     "  --json               print as JSON\n"
+     "  --fds                also receive the maps' shared memory (read-only memfds) and\n"
+     "                       read their headers from this process\n",
+     1},
+    {"schema", "", "Prints the task schema (versioned JSON) of the engine's plan.",
+     "  --rows N             the plan of the bucket holding N rows (default 1)\n", 0},
+    {"stats", "", "Prints steps, tokens, requests and TTFT / TPOT quantiles.",
+     "  --json               print as JSON\n", 0},
+    {"trace", "", "Records a task trace for N seconds and writes it as Chrome JSON (open it in\n"
+                  "ui.perfetto.dev): a track per worker, a slice per task, flow arrows from an\n"
+                  "event's release to its successors, queue-depth counters.",
+     "  --seconds N          how long to record (required; may be fractional)\n"
+     "  --out FILE           where to write the trace (required)\n"
+     "  --records-per-worker N  trace buffer per worker (default 262144)\n",
+     0},
+};
+
+static const struct ctl_cmd *find_cmd(const char *name) {
+  for (size_t i = 0; i < sizeof ctl_cmds / sizeof ctl_cmds[0]; i++)
+    if (!strcmp(ctl_cmds[i].name, name)) return &ctl_cmds[i];
+  return NULL;
+}
+
+static void usage(const struct ctl_cmd *c, FILE *f) {
+  fprintf(f, "usage: megascope %s --socket S%s%s [options]\n\n%s\n\n", c->name, c->args[0] ? " " : "", c->args,
+          c->summary);
+  fprintf(f,
+          "  --socket S           the engine's control socket (default: $MEGASCOPE_SOCKET, else\n"
+          "                       the only engine-*.sock in the default directory)\n"
+          "%s"
+          "  -h, --help           this text\n",
+          c->options);
+}
+
+struct ctl_args {
+  const struct ctl_cmd *cmd;
+  const char *socket, *out, *name;
+  const char *pos[2];
+  int n_pos, as_json, fds;
+  long max_per_step, sample, rows, records;
+  uint64_t ringbuf_bytes;
+  double seconds;
+};
+
+static int parse(int argc, char **argv, struct ctl_args *a) {
+  static const struct option opts[] = {
+      {"socket", required_argument, 0, 0},       {"json", no_argument, 0, 0},
+      {"max-per-step", required_argument, 0, 0}, {"sample", required_argument, 0, 0},
+      {"ringbuf-bytes", required_argument, 0, 0}, {"name", required_argument, 0, 0},
+      {"fds", no_argument, 0, 0},                {"rows", required_argument, 0, 0},
+      {"seconds", required_argument, 0, 0},      {"out", required_argument, 0, 0},
+      {"records-per-worker", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  const char *me = a->cmd->name;
+  int c, idx;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    if (c == 'h') {
+      usage(a->cmd, stdout);
+      exit(0);
+    }
+    if (c != 0) return -1;
+    const char *n = opts[idx].name;
+    int r = 0;
+    /* each option is accepted only by the commands whose usage names it */
+    char key[40];
+    snprintf(key, sizeof key, "--%s ", n);
+    if (strcmp(n, "socket") && !strstr(a->cmd->options, key)) {
+      fprintf(stderr, "megascope %s: --%s does not apply to this command\n", me, n);
+      return -1;
+    }
+    if (!strcmp(n, "socket")) a->socket = optarg;
+    else if (!strcmp(n, "json")) a->as_json = 1;
+    else if (!strcmp(n, "fds")) a->fds = 1;
+    else if (!strcmp(n, "name")) a->name = optarg;
+    else if (!strcmp(n, "out")) a->out = optarg;
+    else if (!strcmp(n, "max-per-step")) r = cli_int("--max-per-step", optarg, 0, 0xffffffffL, &a->max_per_step);
+    else if (!strcmp(n, "sample")) r = cli_int("--sample", optarg, 1, 0xffffffffL, &a->sample);
+    else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
+    else if (!strcmp(n, "rows")) r = cli_int("--rows", optarg, 1, 1 << 20, &a->rows);
+    else if (!strcmp(n, "records-per-worker")) r = cli_int("--records-per-worker", optarg, 1, 1 << 26, &a->records);
+    else if (!strcmp(n, "seconds")) {
+      char *end;
+      a->seconds = strtod(optarg, &end);
+      if (*end || end == optarg || !(a->seconds > 0 && a->seconds <= 3600)) {
+        fprintf(stderr, "megascope %s: --seconds '%s': expected a number of seconds in (0, 3600]\n", me, optarg);
+        return -1;
+      }
+    }
+    if (r) return -1;
+  }
+  for (; optind < argc; optind++) {
+    if (a->n_pos == a->cmd->n_pos) {
+      fprintf(stderr, "megascope %s: unexpected argument '%s'\n", me, argv[optind]);
+      return -1;
+    }
+    a->pos[a->n_pos++] = argv[optind];
+  }
+  if (a->n_pos < a->cmd->n_pos) {
+    fprintf(stderr, "megascope %s: expected %s\n", me, a->cmd->args);
+    return -1;
+  }
+  if (!strcmp(me, "trace") && (!(a->seconds > 0) || !a->out)) {
+    fprintf(stderr, "megascope trace: --seconds and --out are required\n");
+    return -1;
+  }
+  return 0;
+}
+
+/* ---- talking to the engine ---- */
+
+/* The socket: --socket, $MEGASCOPE_SOCKET, or the one in the default directory. */
+static int find_socket(const char *me, const char *given, char *buf, size_t size) {
+  if (given) {
+    snprintf(buf, size, "%s", given);
+    return 0;
+  }
+  const char *env = getenv("MEGASCOPE_SOCKET");
+  if (env && env[0]) {
+    snprintf(buf, size, "%s", env);
+    return 0;
+  }
+  char probe[512];
+  if (ms_control_default_path(probe, sizeof probe, 0)) return -1;
+  char *dir = dirname(probe);
+  DIR *d = opendir(dir);
+  int found = 0;
+  for (struct dirent *de; d && (de = readdir(d));) {
+    size_t n = strlen(de->d_name);
+    if (strncmp(de->d_name, "engine-", 7) || n < 5 || strcmp(de->d_name + n - 5, ".sock")) continue;
+    if (!found++) snprintf(buf, size, "%s/%s", dir, de->d_name);
+  }
+  if (d) closedir(d);
+  if (found == 1) return 0;
+  fprintf(stderr, "megascope %s: no --socket given and %s engine sockets in %s\n", me, found ? "several" : "no",
+          dir);
+  return -1;
+}
+
+/* Sends req and returns the parsed reply when it says ok; prints the engine's
+ * error (and log) and returns NULL otherwise. raw: the reply text. */
+static json_t *call(const char *me, const char *path, const char *req, size_t len, int timeout_ms, char **raw,
+                    int *fds, int *n_fds) {
+  char lb[512] = "";
+  struct ms_textbuf log = {lb, sizeof lb, 0, 0};
+  struct ms_control_client *cl = ms_control_connect(path, &log);
+  if (!cl) {
+    fprintf(stderr, "megascope %s: %s", me, lb);
+    return NULL;
+  }
+  char *reply = NULL;
+  size_t rlen = 0;
+  int rc = ms_control_call(cl, req, len, &reply, &rlen, fds, n_fds, fds ? MS_CONTROL_MAX_FDS : 0, timeout_ms);
+  ms_control_client_free(cl);
+  if (rc) {
+    fprintf(stderr, "megascope %s: no reply from %s: %s\n", me, path,
+            rc == -ECONNRESET ? "the engine closed the connection" : ms_strerror(rc));
+    return NULL;
+  }
+  json_error_t err;
+  json_t *j = json_loadb(reply, rlen, 0, &err);
+  if (!j || !json_is_object(j)) {
+    fprintf(stderr, "megascope %s: the engine's reply is not a JSON object: %s\n", me, j ? "" : err.text);
+    json_decref(j);
+    free(reply);
+    return NULL;
+  }
+  if (!json_is_true(json_object_get(j, "ok"))) {
+    const char *e = json_string_value(json_object_get(j, "error"));
+    const char *lg = json_string_value(json_object_get(j, "log"));
+    fprintf(stderr, "megascope %s: %s\n", me, e ? e : "the engine refused the request");
+    if (lg && lg[0]) fprintf(stderr, "%s%s", lg, lg[strlen(lg) - 1] == '\n' ? "" : "\n");
+    json_decref(j);
+    free(reply);
+    if (fds && n_fds)
+      while (*n_fds) close(fds[--*n_fds]);
+    return NULL;
+  }
+  if (raw)
+    *raw = reply;
+  else
+    free(reply);
+  return j;
+}
+
+/* Writes a parsed JSON value with the project's writer (pretty). */
+static void emit(struct ms_json *j, json_t *v) {
+  const char *k;
+  json_t *x;
+  size_t i;
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    ms_json_obj_begin(j);
+    json_object_foreach(v, k, x) {
+      ms_json_key(j, k);
+      emit(j, x);
+    }
+    ms_json_obj_end(j);
+    break;
+  case JSON_ARRAY:
+    ms_json_arr_begin(j);
+    json_array_foreach(v, i, x) emit(j, x);
+    ms_json_arr_end(j);
+    break;
+  case JSON_STRING: ms_json_str(j, json_string_value(v)); break;
+  case JSON_INTEGER: ms_json_int(j, json_integer_value(v)); break;
+  case JSON_REAL: ms_json_num(j, json_real_value(v)); break;
+  case JSON_TRUE: ms_json_bool(j, 1); break;
+  case JSON_FALSE: ms_json_bool(j, 0); break;
+  default: ms_json_null(j); break;
+  }
+}
+
+static void print_json(json_t *v) {
+  struct ms_json j;
+  ms_json_init(&j, stdout, 1);
+  emit(&j, v);
+  ms_json_end(&j);
+}
+
+/* A request built with the project's writer into memory. */
+struct req {
+  char *buf;
+  size_t len;
+  FILE *f;
+  struct ms_json j;
+};
+
+static int req_begin(struct req *r, const char *cmd) {
+  memset(r, 0, sizeof *r);
+  if (!(r->f = open_memstream(&r->buf, &r->len))) return -1;
+  ms_json_init(&r->j, r->f, 0);
+  ms_json_obj_begin(&r->j);
+  ms_json_kstr(&r->j, "cmd", cmd);
+  return 0;
+}
+
+static int req_end(struct req *r) {
+  ms_json_obj_end(&r->j);
+  int rc = fclose(r->f) ? -1 : 0;
+  r->f = NULL;
+  return rc;
+}
+
+/* Reads an object file and adds "object" (base64) and "name". */
+static int req_object(const char *me, struct req *r, const char *path, const char *name) {
+  FILE *f = fopen(path, "rb");
+  if (!f) {
+    fprintf(stderr, "megascope %s: cannot open %s: %s\n", me, path, strerror(errno));
+    return -1;
+  }
+  uint8_t *buf = malloc(OBJECT_MAX + 1);
+  size_t n = buf ? fread(buf, 1, OBJECT_MAX + 1, f) : 0;
+  fclose(f);
+  if (!buf || n == 0 || n > OBJECT_MAX) {
+    fprintf(stderr, "megascope %s: %s: %s\n", me, path,
+            !buf ? "out of memory" : n ? "larger than 12 MiB" : "empty or unreadable");
+    free(buf);
+    return -1;
+  }
+  char *b64 = malloc(ms_base64_encoded_len(n) + 1);
+  if (!b64) {
+    free(buf);
+    return -1;
+  }
+  ms_base64_encode(buf, n, b64);
+  free(buf);
+  char nm[64];
+  if (name) {
+    snprintf(nm, sizeof nm, "%s", name);
+  } else {
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    snprintf(nm, sizeof nm, "%s", base);
+    char *dot = strstr(nm, ".bpf.o");
+    if (!dot) dot = strrchr(nm, '.');
+    if (dot && dot != nm) *dot = '\0';
+  }
+  ms_json_kstr(&r->j, "name", nm);
+  ms_json_kstr(&r->j, "object", b64);
+  free(b64);
+  return 0;
+}
+
+static int parse_id(const char *me, const char *s, long *id) {
+  char opt[32];
+  snprintf(opt, sizeof opt, "ID");
+  (void)me;
+  return cli_int(opt, s, 1, 0x7fffffffL, id);
+}
+
+static const char *hooks_str(json_t *hooks, char *buf, size_t n) {
+  size_t i, k = 0;
+  json_t *h;
+  buf[0] = '\0';
+  json_array_foreach(hooks, i, h) {
+    int w = snprintf(buf + k, n - k, "%s%s", i ? "," : "", json_string_value(h) ? json_string_value(h) : "?");
+    if (w < 0 || (size_t)w >= n - k) break;
+    k += (size_t)w;
+  }
+  return buf;
+}
+
+static unsigned long long jnum(json_t *o, const char *k) {
+  json_t *v = json_object_get(o, k);
+  return json_is_integer(v) ? (unsigned long long)json_integer_value(v) : 0;
+}
+
+/* ---- the subcommands ---- */
+
+static int run_ctl(const struct ctl_args *a) {
+  const char *me = a->cmd->name;
+  char path[512];
+  if (find_socket(me, a->socket, path, sizeof path)) return 1;
+  struct req r;
+  if (req_begin(&r, !strcmp(me, "ls") ? "list" : me)) return 1;
+  long id = 0;
+  int rc = 1, timeout_ms = 60000;
+  if (!strcmp(me, "attach")) {
+    if (a->max_per_step) ms_json_kint(&r.j, "max_per_step", a->max_per_step);
+    if (a->sample > 1) ms_json_kint(&r.j, "sample", a->sample);
+    if (a->ringbuf_bytes) ms_json_kuint(&r.j, "ringbuf_bytes", a->ringbuf_bytes);
+    if (req_object(me, &r, a->pos[0], a->name)) goto usage_fail;
+  } else if (!strcmp(me, "replace")) {
+    if (parse_id(me, a->pos[0], &id)) goto usage;
+    ms_json_kint(&r.j, "id", id);
+    if (req_object(me, &r, a->pos[1], a->name)) goto usage_fail;
+  } else if (!strcmp(me, "detach") || !strcmp(me, "maps")) {
+    if (parse_id(me, a->pos[0], &id)) goto usage;
+    ms_json_kint(&r.j, "id", id);
+    if (a->fds) ms_json_kbool(&r.j, "fds", 1);
+  } else if (!strcmp(me, "schema")) {
+    if (a->rows) ms_json_kint(&r.j, "rows", a->rows);
+  } else if (!strcmp(me, "trace")) {
+    ms_json_knum(&r.j, "seconds", a->seconds);
+    if (a->records) ms_json_kint(&r.j, "records_per_worker", a->records);
+    timeout_ms = (int)(a->seconds * 1000) + 120000;
+  }
+  if (req_end(&r)) goto usage_fail;
+  int fds[MS_CONTROL_MAX_FDS], n_fds = 0;
+  int want_fds = a->fds || !strcmp(me, "trace");
+  json_t *rep = call(me, path, r.buf, r.len, timeout_ms, NULL, want_fds ? fds : NULL, want_fds ? &n_fds : NULL);
+  free(r.buf);
+  r.buf = NULL;
+  if (!rep) return 1;
+  rc = 0;
+  if (!strcmp(me, "attach") || !strcmp(me, "replace")) {
+    char hb[256];
+    if (a->as_json)
+      print_json(rep);
+    else if (!strcmp(me, "attach"))
+      printf("%lld\n", (long long)jnum(rep, "id"));
+    else
+      printf("attachment %ld is now %s, generation %llu (hooks %s)\n", id,
+             json_string_value(json_object_get(rep, "name")), jnum(rep, "generation"),
+             hooks_str(json_object_get(rep, "hooks"), hb, sizeof hb));
+  } else if (!strcmp(me, "detach")) {
+    printf("detached %ld\n", id);
+  } else if (!strcmp(me, "ls")) {
+    if (a->as_json) {
+      print_json(rep);
+    } else {
+      json_t *arr = json_object_get(rep, "attachments"), *x;
+      size_t i;
+      printf("%-4s %-16s %-9s %4s %-24s %12s %12s %10s %8s\n", "ID", "MONITOR", "STATE", "GEN", "HOOKS", "ELIGIBLE",
+             "EXECUTED", "THROTTLED", "LOST");
+      json_array_foreach(arr, i, x) {
+        char hb[256];
+        json_t *cv = json_object_get(x, "coverage");
+        printf("%-4lld %-16s %-9s %4llu %-24s %12llu %12llu %10llu %8llu\n", (long long)jnum(x, "id"),
+               json_string_value(json_object_get(x, "name")),
+               json_is_true(json_object_get(x, "attached")) ? "attached" : "detached", jnum(x, "generation"),
+               hooks_str(json_object_get(x, "hooks"), hb, sizeof hb), jnum(cv, "eligible"), jnum(cv, "executed"),
+               jnum(cv, "throttled"), jnum(cv, "lost"));
+      }
+      if (!json_array_size(arr)) printf("(no attachments)\n");
+    }
+  } else if (!strcmp(me, "maps")) {
+    if (a->as_json) {
+      print_json(rep);
+    } else {
+      const char *t = json_string_value(json_object_get(rep, "text"));
+      fputs(t ? t : "", stdout);
+    }
+    json_t *names = json_object_get(rep, "fds");
+    for (int i = 0; i < n_fds; i++) {
+      char lb[256] = "";
+      struct ms_textbuf log = {lb, sizeof lb, 0, 0};
+      struct ms_bpf_map_reader *rd = ms_bpf_map_reader_new(fds[i], 0, &log);
+      const char *nm = json_string_value(json_array_get(names, (size_t)i));
+      if (!rd) {
+        fprintf(stderr, "megascope maps: cannot read map %s through its descriptor: %s", nm ? nm : "?", lb);
+        rc = 1;
+      } else {
+        const struct ms_bpf_map_shm *h = ms_bpf_map_reader_header(rd);
+        fprintf(a->as_json ? stderr : stdout,
+                "memfd %d (read-only): map %s, type %u, key %u B, value %u B, %u entries max, %u workers\n", i,
+                h->name, h->type, h->key_size, h->value_size, h->max_entries, h->n_workers);
+        ms_bpf_map_reader_free(rd);
+      }
+      close(fds[i]);
+    }
+  } else if (!strcmp(me, "schema")) {
+    print_json(json_object_get(rep, "schema"));
+  } else if (!strcmp(me, "stats")) {
+    if (a->as_json) {
+      print_json(rep);
+    } else {
+      json_t *tt = json_object_get(rep, "ttft"), *tp = json_object_get(rep, "tpot");
+      json_t *up = json_object_get(rep, "uptime_s");
+      printf("%s, %lld workers, up %.1f s\n", json_string_value(json_object_get(rep, "model")),
+             (long long)jnum(rep, "workers"), json_number_value(up));
+      printf("steps %llu, tokens %llu, positions %llu, tasks %llu, stalls %llu\n", jnum(rep, "steps"),
+             jnum(rep, "tokens"), jnum(rep, "positions"), jnum(rep, "tasks"), jnum(rep, "stalls"));
+      printf("requests: %llu finished, %llu cancelled\n", jnum(rep, "requests_finished"),
+             jnum(rep, "requests_cancelled"));
+      for (int k = 0; k < 2; k++) {
+        json_t *h = k ? tp : tt;
+        printf("%s  n=%llu  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms\n", k ? "TPOT" : "TTFT",
+               jnum(h, "count"), 1e3 * json_number_value(json_object_get(h, "p50_s")),
+               1e3 * json_number_value(json_object_get(h, "p90_s")),
+               1e3 * json_number_value(json_object_get(h, "p99_s")),
+               1e3 * json_number_value(json_object_get(h, "mean_s")));
+      }
+    }
+  } else if (!strcmp(me, "trace")) {
+    rc = 1;
+    if (n_fds < 1) {
+      fprintf(stderr, "megascope trace: the engine's reply carried no trace\n");
+    } else {
+      FILE *out = fopen(a->out, "wb");
+      if (!out) {
+        fprintf(stderr, "megascope trace: cannot write %s: %s\n", a->out, strerror(errno));
+      } else {
+        char buf[1 << 16];
+        off_t off = 0;
+        ssize_t k;
+        while ((k = pread(fds[0], buf, sizeof buf, off)) > 0) {
+          fwrite(buf, 1, (size_t)k, out);
+          off += k;
+        }
+        if (!fclose(out) && k == 0) rc = 0;
+        if (rc) fprintf(stderr, "megascope trace: writing %s failed\n", a->out);
+        else
+          printf("wrote %s: %llu task records (%llu dropped), %lld bytes, over %.3g s\n", a->out,
+                 jnum(rep, "records"), jnum(rep, "dropped"), (long long)off, a->seconds);
+      }
+    }
+    for (int i = 0; i < n_fds; i++) close(fds[i]);
+  }
+  json_decref(rep);
+  return rc;
+usage:
+  if (r.f) fclose(r.f);
+  free(r.buf);
+  usage(a->cmd, stderr);
+  return 2;
+usage_fail:
+  if (r.f) fclose(r.f);
+  free(r.buf);
+  return 1;
+}
+
+/* Shared entry: argv[0] names the subcommand. */
+static int ctl_main(int argc, char **argv) {
+  struct ctl_args a = {.cmd = find_cmd(argv[0])};
+  if (!a.cmd) return 2;
+  if (parse(argc, argv, &a)) {
+    usage(a.cmd, stderr);
+    return 2;
+  }
+  return run_ctl(&a);
+}
+
+int cmd_attach(int argc, char **argv) { return ctl_main(argc, argv); }
+int cmd_replace(int argc, char **argv) { return ctl_main(argc, argv); }
+int cmd_detach(int argc, char **argv) { return ctl_main(argc, argv); }
+int cmd_ls(int argc, char **argv) { return ctl_main(argc, argv); }
+int cmd_maps(int argc, char **argv) { return ctl_main(argc, argv); }
+int cmd_schema(int argc, char **argv) { return ctl_main(argc, argv); }
+int cmd_stats(int argc, char **argv) { return ctl_main(argc, argv); }
+int cmd_trace(int argc, char **argv) { return ctl_main(argc, argv); }

@@ -1,0 +1,203 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope serve: the engine as a long-lived process. It takes completions
+ * over HTTP (continuous batching), serves /metrics, listens on its control
+ * socket for monitors, traces and statistics, and exports request spans over
+ * OTLP. It runs until SIGINT or SIGTERM, then stops cleanly: HTTP first
+ * (waiting requests get 503), then the control socket (unlinked), then the
+ * OTLP exporter (flushes what is queued), then the engine.
+ *
+ * Signals are blocked in every thread (the mask is set before any thread
+ * starts and inherited) and taken by the main thread alone with sigwait. */
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common.h"
+#include "megascope/control.h"
+#include "megascope/engine.h"
+#include "megascope/export.h"
+#include "megascope/tokenizer.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: megascope serve --synthetic PRESET [options]\n\n"
+          "Runs the engine until SIGINT or SIGTERM: completions over HTTP (POST /v1/completions,\n"
+          "OpenAI-style, continuous batching), Prometheus metrics (GET /metrics), a control socket\n"
+          "for monitors, traces and statistics (megascope attach / ls / maps / trace ...), and\n"
+          "optionally OTLP/HTTP request spans.\n\n" CLI_MODEL_HELP
+          "  --batch N            most requests decoded together (default 8)\n"
+          "  --workers N          worker threads (default: one per core)\n"
+          "  --max-ctx N          positions per request, prompt included (default 512)\n"
+          "  --http ADDR:PORT     where to serve HTTP (default 127.0.0.1:8080; port 0: any free\n"
+          "                       port; 'off': no HTTP)\n"
+          "  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/megascope/engine-PID.sock,\n"
+          "                       or /run/megascope/engine-PID.sock)\n"
+          "  --otlp URL           export request spans to an OTLP/HTTP JSON endpoint\n"
+          "                       (e.g. http://127.0.0.1:4318/v1/traces)\n"
+          "  --otlp-flush-ms N    export spans at least this often (default 1000)\n"
+          "  --max-tokens N       max_tokens when a request omits it (default 16)\n"
+          "  --watchdog-ms N      report a stall after N ms without progress (default 5000; 0 off)\n"
+          "  -v, --verbose        log connections and protocol details\n"
+          "  -h, --help           this text\n");
+}
+
+struct serve_args {
+  struct cli_model cm;
+  long batch, workers, max_ctx, max_tokens, watchdog_ms, flush_ms;
+  const char *http, *socket, *otlp;
+  int verbose;
+};
+
+static int parse(int argc, char **argv, struct serve_args *a) {
+  static const struct option opts[] = {
+      {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
+      {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
+      {"workers", required_argument, 0, 0},   {"max-ctx", required_argument, 0, 0},
+      {"http", required_argument, 0, 0},      {"socket", required_argument, 0, 0},
+      {"otlp", required_argument, 0, 0},      {"otlp-flush-ms", required_argument, 0, 0},
+      {"max-tokens", required_argument, 0, 0}, {"watchdog-ms", required_argument, 0, 0},
+      {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  *a = (struct serve_args){.batch = 8, .max_ctx = 512, .max_tokens = 16, .watchdog_ms = 5000,
+                           .flush_ms = 1000, .http = "127.0.0.1:8080"};
+  int c, idx;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {
+    if (c == 'h') {
+      usage(stdout);
+      exit(0);
+    }
+    if (c == 'v') {
+      a->verbose = 1;
+      continue;
+    }
+    if (c != 0) return -1;
+    const char *n = opts[idx].name;
+    int r = cli_model_opt(&a->cm, n, optarg);
+    if (r < 0) return -1;
+    if (r) continue;
+    if (!strcmp(n, "batch")) r = cli_int("--batch", optarg, 1, 4096, &a->batch);
+    else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &a->workers);
+    else if (!strcmp(n, "max-ctx")) r = cli_int("--max-ctx", optarg, 2, 1 << 20, &a->max_ctx);
+    else if (!strcmp(n, "max-tokens")) r = cli_int("--max-tokens", optarg, 1, 1 << 20, &a->max_tokens);
+    else if (!strcmp(n, "watchdog-ms")) r = cli_int("--watchdog-ms", optarg, 0, 1 << 30, &a->watchdog_ms);
+    else if (!strcmp(n, "otlp-flush-ms")) r = cli_int("--otlp-flush-ms", optarg, 1, 3600000, &a->flush_ms);
+    else if (!strcmp(n, "http")) a->http = optarg;
+    else if (!strcmp(n, "socket")) a->socket = optarg;
+    else if (!strcmp(n, "otlp")) a->otlp = optarg;
+    if (r) return -1;
+  }
+  if (optind < argc) {
+    fprintf(stderr, "megascope serve: unexpected argument '%s'\n", argv[optind]);
+    return -1;
+  }
+  return 0;
+}
+
+/* "ADDR:PORT" -> addr (in buf), port. */
+static int parse_http(const char *s, char *addr, size_t n, int *port) {
+  const char *colon = strrchr(s, ':');
+  long p;
+  if (!colon || colon == s || (size_t)(colon - s) >= n) {
+    fprintf(stderr, "megascope serve: --http '%s': expected ADDR:PORT (e.g. 127.0.0.1:8080) or 'off'\n", s);
+    return -1;
+  }
+  if (cli_int("--http port", colon + 1, 0, 65535, &p)) return -1;
+  snprintf(addr, n, "%.*s", (int)(colon - s), s);
+  *port = (int)p;
+  return 0;
+}
+
+int cmd_serve(int argc, char **argv) {
+  struct serve_args a;
+  if (parse(argc, argv, &a)) {
+    usage(stderr);
+    return 2;
+  }
+  char addr[64] = "";
+  int port = 0, use_http = strcmp(a.http, "off") != 0;
+  if (use_http && parse_http(a.http, addr, sizeof addr, &port)) return 2;
+  cli_log_init(a.verbose);
+  struct ms_model *m = cli_model_load(&a.cm);
+  if (!m) return 2;
+
+  /* every thread started from here on inherits the blocked signals */
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGINT);
+  sigaddset(&sigs, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+  signal(SIGPIPE, SIG_IGN);
+
+  int rc = 1;
+  struct ms_engine *e = NULL;
+  struct ms_control *ctl = NULL;
+  struct ms_http *http = NULL;
+  struct ms_otlp *otlp = NULL;
+  struct ms_tokenizer *tok = ms_tokenizer_bytes_new(m->cfg.vocab);
+  char lb[4096] = "";
+  struct ms_textbuf log = {lb, sizeof lb, 0, 0};
+  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .max_batch = (int)a.batch,
+                              .max_ctx = (int)a.max_ctx, .watchdog_ms = (int)a.watchdog_ms};
+  if (!(e = ms_engine_new(m, &eo, &log))) {
+    fprintf(stderr, "megascope serve: cannot start the engine: %s", lb);
+    goto out;
+  }
+  struct ms_control_opts co = {.sz = sizeof co, .path = a.socket, .model_name = m->cfg.name};
+  if (!(ctl = ms_control_new(e, &co, &log))) {
+    fprintf(stderr, "megascope serve: %s", lb[0] ? lb : "cannot create the control socket\n");
+    goto out;
+  }
+  if (a.otlp) {
+    struct ms_otlp_opts oo = {.sz = sizeof oo, .url = a.otlp, .model_name = m->cfg.name,
+                              .flush_ms = (int)a.flush_ms};
+    if (!(otlp = ms_otlp_new(&oo, &log))) {
+      fprintf(stderr, "megascope serve: %s", lb[0] ? lb : "cannot start the OTLP exporter\n");
+      goto out;
+    }
+  }
+  if (use_http) {
+    struct ms_http_opts ho = {.sz = sizeof ho, .addr = addr, .port = port, .model_name = m->cfg.name,
+                              .tok = tok, .otlp = otlp, .control = ctl, .max_tokens_default = (int)a.max_tokens};
+    if (!(http = ms_http_new(e, &ho, &log))) {
+      fprintf(stderr, "megascope serve: %s", lb[0] ? lb : "cannot start the HTTP server\n");
+      goto out;
+    }
+  }
+  printf("megascope serve: %s (%s), %d workers, batch %ld, context %ld, pid %ld\n", m->cfg.name,
+         ms_dtype_name(m->cfg.dtype), ms_engine_n_workers(e), a.batch, a.max_ctx, (long)getpid());
+  if (http) printf("  http:   http://%s:%d  (POST /v1/completions, GET /metrics)\n", addr, ms_http_port(http));
+  printf("  socket: %s\n", ms_control_path(ctl));
+  if (otlp) printf("  otlp:   %s\n", a.otlp);
+  if (!tok) printf("  note:   vocabulary of %d ids < 256: prompts must be arrays of token ids\n", m->cfg.vocab);
+  printf("ready; stop with SIGINT or SIGTERM\n");
+  fflush(stdout);
+
+  int sig = 0;
+  while (sigwait(&sigs, &sig)) {
+  }
+  printf("megascope serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
+  fflush(stdout);
+  rc = 0;
+out:
+  ms_http_free(http);
+  ms_control_free(ctl);
+  ms_otlp_free(otlp);
+  if (e) {
+    struct ms_engine_stats st;
+    ms_engine_get_stats(e, &st);
+    if (!rc)
+      printf("megascope serve: stopped after %llu steps, %llu tokens\n", (unsigned long long)st.steps,
+             (unsigned long long)st.tokens);
+  }
+  ms_engine_free(e);
+  ms_tokenizer_free(tok);
+  ms_model_free(m);
+  return rc;
+}

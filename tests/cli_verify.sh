@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# `megascope verify`: --help, usage errors and unreadable objects (exit 2 with
+# a message naming the problem), monitors clang builds from tests/data/verifier
+# that verify (exit 0, the stats line, the -v trace, --json), ones that must be
+# rejected (exit 1, the reason on stderr and in the log), --section, and an
+# object built for a newer hook ABI. Skipped (77) without clang.
+set -uo pipefail
+MS=$1
+SRC=${MS_SRC:-$(dirname "$0")/..}
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# expect RC TEXT ARGS...: exit code RC and TEXT in stdout+stderr
+expect() {
+  local rc_want=$1 want=$2; shift 2
+  local out rc
+  out=$("$MS" "$@" 2>&1); rc=$?
+  if [ "$rc" -eq "$rc_want" ] && grep -q -- "$want" <<<"$out"; then ok; else bad "$* -> rc $rc (want $rc_want, '$want'): $out"; fi
+}
+
+expect 0 "usage: megascope verify" verify --help
+expect 2 "missing PROG.o" verify
+expect 2 "unknown option '--fast'" verify x.o --fast
+expect 2 "one object only" verify a.o b.o
+expect 2 "needs a section name" verify a.o --section
+expect 2 "$tmp/none.o: cannot load the object" verify "$tmp/none.o"
+head -c 4096 /dev/urandom >"$tmp/junk.o"
+expect 2 "$tmp/junk.o: cannot load the object" verify "$tmp/junk.o"
+
+if ! command -v clang >/dev/null 2>&1; then
+  echo "clang not found: skipped"
+  exit 77
+fi
+build() {  # build NAME SRC: $tmp/NAME.o
+  clang -O2 -g -target bpf -I"$SRC/include" -I"/usr/include/$(uname -m)-linux-gnu" -c "$2" -o "$tmp/$1.o" ||
+    { bad "clang could not build $2"; return 1; }
+}
+
+for m in hist_class wait_by_event request_rb loop16 hint_tile; do
+  build "$m" "$SRC/tests/data/verifier/$m.bpf.c" || continue
+  expect 0 "verified" verify "$tmp/$m.o"
+  expect 0 "^processed [0-9]* insns (limit 1000000) max_states_per_insn [0-9]* total_states [0-9]* peak_states [0-9]* time_us [0-9]*$" \
+    verify "$tmp/$m.o"
+done
+expect 0 "^0: (61) r[0-9] = \*(u32 \*)(r1 +40)" verify "$tmp/hist_class.o" -v
+expect 0 "R0 at exit\|safe\|from [0-9]* to [0-9]*:" verify "$tmp/loop16.o" -v
+expect 0 '"verified": true' verify "$tmp/request_rb.o" --json
+if command -v python3 >/dev/null 2>&1; then
+  if "$MS" verify "$tmp/request_rb.o" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["programs"]) == 2 and all(p["verified"] and p["processed"] > 0 for p in d["programs"])'; then ok; else bad "--json is not the expected JSON"; fi
+fi
+expect 0 "section megascope/observe/step" verify "$tmp/request_rb.o" --section megascope/observe/step
+expect 2 "no program in section 'megascope/observe/comm'" verify "$tmp/request_rb.o" --section megascope/observe/comm
+
+if build bad "$SRC/tests/data/verifier/bad_monitors.bpf.c"; then
+  expect 1 "program end_on_begin rejected: insn 1: .*hook task_begin does not define field t_end" verify "$tmp/bad.o"
+  expect 1 "insn [0-9]*: exit ; R0 at exit may be 15 (R0=scalar(0..15)): sched_hint must return 0..7" \
+    verify "$tmp/bad.o" --section megascope/sched_hint/task_ready
+  out=$("$MS" verify "$tmp/bad.o" --json 2>/dev/null); rc=$?
+  if [ $rc -eq 1 ] && grep -q '"verified": false' <<<"$out" && grep -q '"error": "insn' <<<"$out"; then ok; else bad "--json of rejections: rc $rc $out"; fi
+  # the last line of every program's log is the stats line, the one before it the reason
+  "$MS" verify "$tmp/bad.o" --section megascope/observe/request >"$tmp/log" 2>/dev/null
+  if tail -1 "$tmp/log" | grep -q "^processed " && tail -2 "$tmp/log" | head -1 | grep -q "^insn [0-9]*: .* ; unreleased ringbuf reservation from insn"; then ok; else bad "log shape: $(cat "$tmp/log")"; fi
+fi
+
+cat >"$tmp/newer.bpf.c" <<'C'
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <megascope/bpf/megascope.h>
+const volatile __u32 megascope_abi_version __attribute__((section("megascope_abi"), used)) = MS_HOOK_ABI_VERSION + 1;
+SEC("megascope/observe/step") int f(struct ms_hook_ctx *ctx) { return 0; }
+char LICENSE[] SEC("license") = "MIT";
+C
+if build newer "$tmp/newer.bpf.c"; then
+  expect 1 "built for hook ABI version 2, newer than this engine's version 1" verify "$tmp/newer.o"
+fi
+
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -36,7 +36,7 @@ static void ancestors(const struct ms_plan *p, int t, int *stamp, int *stack) {
 static int edges_enforced(const struct ms_plan *p, const struct ms_model *m, int batch, int tile_rows,
                           long *n_edges) {
   struct ms_graph g;
-  if (ms_graph_build(m, batch, 0, tile_rows, &g, NULL)) return 0;
+  if (ms_graph_build(m, batch, 0, tile_rows, 0, &g, NULL)) return 0;
   int *to_plan = malloc(sizeof(int) * (size_t)g.n_tasks);
   int *stamp = malloc(sizeof(int) * (size_t)p->n_tasks);
   int *stack = malloc(sizeof(int) * (size_t)p->n_tasks * 4);

@@ -7,6 +7,7 @@
 
 int cmd_compile(int argc, char **argv);
 int cmd_run(int argc, char **argv);
+int cmd_model(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_bpf(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
@@ -21,6 +22,7 @@ int cmd_stats(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int bench_hooks(int argc, char **argv);
 int bench_attach(int argc, char **argv);
+int bench_sim(int argc, char **argv);
 
 /* Installs a log sink that prints "megascope: LEVEL: msg" on stderr. */
 void cli_log_init(int verbose);

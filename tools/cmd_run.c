@@ -15,17 +15,22 @@
 #include "megascope/json.h"
 #include "megascope/monitor.h"
 #include "megascope/reference.h"
+#include "megascope/tokenizer.h"
+#include "run_text.h"
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: megascope run --synthetic PRESET [options]\n\n"
+          "usage: megascope run (--synthetic PRESET | --model F.gguf) [options]\n\n"
           "Decodes requests in the persistent megakernel runtime (continuous batching).\n\n" CLI_MODEL_HELP
           "  --batch N            most rows decoded together (default 4)\n"
           "  --requests N         requests to send (default: --batch); more than --batch\n"
           "                       join as earlier ones finish\n"
           "  --steps N            tokens each request generates (default 16)\n"
-          "  --prompt-len N       longest prompt; prompts vary from 1 to N (default 8)\n"
+          "  --prompt-len N       longest prompt; prompts vary from 1 to N (default 8)\n" RUN_TEXT_HELP
           "  --mode M             megakernel (default) or per-op\n"
+          "  --backend B          cpu (default) or sim (the deterministic virtual GPU)\n"
+          "  --gpu G              sim: a100, h100 (default), h200, b200\n"
+          "  --compute            sim: run the kernels too (default: shapes only, no --check)\n"
           "  --workers N          worker threads (default: one per core)\n"
           "  --shuffle            random delays before tasks and random AOT placement\n"
           "  --seed S             seed of --shuffle (default 1)\n"
@@ -51,7 +56,9 @@ static void usage(FILE *f) {
 struct run_args {
   struct cli_model cm;
   long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, tile_rows, watchdog_ms;
-  int shuffle, check, as_json, show_steps;
+  int shuffle, check, as_json, show_steps, compute;
+  enum ms_backend backend;
+  const char *gpu;
   const char *attach[8];
   int n_attach;
   const char *replace_with;
@@ -60,6 +67,7 @@ struct run_args {
   uint64_t seed;
   double tolerance;
   enum ms_mode mode;
+  struct run_text text;  /* --prompt, --chat, sampling */
 };
 
 static int parse(int argc, char **argv, struct run_args *a) {
@@ -74,11 +82,13 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {"tile-rows", required_argument, 0, 0},
       {"check", no_argument, 0, 0},          {"tolerance", required_argument, 0, 0},
       {"json", no_argument, 0, 0},           {"help", no_argument, 0, 'h'},
-      {"show-steps", no_argument, 0, 0},      {"attach", required_argument, 0, 0},
+      {"show-steps", no_argument, 0, 0},      {"backend", required_argument, 0, 0},
+      {"gpu", required_argument, 0, 0},       {"compute", no_argument, 0, 0},      {"attach", required_argument, 0, 0},
       {"attach-at-step", required_argument, 0, 0}, {"replace-with", required_argument, 0, 0},
       {"replace-at-step", required_argument, 0, 0}, {"detach-at-step", required_argument, 0, 0},
       {"max-per-step", required_argument, 0, 0}, {"sample", required_argument, 0, 0},
       {"ringbuf-bytes", required_argument, 0, 0},
+      {"model", required_argument, 0, 0}, RUN_TEXT_OPTIONS,
       {0, 0, 0, 0}};
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
                          .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = 1e-3,
@@ -95,6 +105,8 @@ static int parse(int argc, char **argv, struct run_args *a) {
     int r = cli_model_opt(&a->cm, n, optarg);
     if (r < 0) return -1;
     if (r) continue;
+    if ((r = run_text_opt(&a->text, n, optarg)) < 0) return -1;
+    if (r) continue;
     if (!strcmp(n, "batch")) r = cli_int("--batch", optarg, 1, 4096, &a->batch);
     else if (!strcmp(n, "requests")) r = cli_int("--requests", optarg, 1, 1 << 20, &a->requests);
     else if (!strcmp(n, "steps")) r = cli_int("--steps", optarg, 1, 1 << 20, &a->steps);
@@ -109,6 +121,16 @@ static int parse(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(n, "check")) a->check = 1;
     else if (!strcmp(n, "json")) a->as_json = 1;
     else if (!strcmp(n, "show-steps")) a->show_steps = 1;
+    else if (!strcmp(n, "compute")) a->compute = 1;
+    else if (!strcmp(n, "gpu")) a->gpu = optarg;
+    else if (!strcmp(n, "backend")) {
+      if (!strcmp(optarg, "cpu")) a->backend = MS_BACKEND_CPU;
+      else if (!strcmp(optarg, "sim")) a->backend = MS_BACKEND_SIM;
+      else {
+        fprintf(stderr, "megascope run: --backend '%s': expected cpu or sim\n", optarg);
+        return -1;
+      }
+    }
     else if (!strcmp(n, "attach")) {
       if (a->n_attach == 8) {
         fprintf(stderr, "megascope run: at most 8 --attach\n");
@@ -142,6 +164,15 @@ static int parse(int argc, char **argv, struct run_args *a) {
     return -1;
   }
   if (a->requests < 0) a->requests = a->batch;
+  if (a->backend == MS_BACKEND_SIM && a->check && !a->compute) {
+    fprintf(stderr, "megascope run: --check on the simulator needs --compute\n");
+    return -1;
+  }
+  if ((a->gpu || a->compute) && a->backend != MS_BACKEND_SIM) {
+    fprintf(stderr, "megascope run: --gpu and --compute are for --backend sim\n");
+    return -1;
+  }
+  a->cm.shape_only = a->backend == MS_BACKEND_SIM && !a->compute;
   if (a->replace_with && (!a->n_attach || a->replace_at < 0)) {
     fprintf(stderr, "megascope run: --replace-with needs --attach and --replace-at-step\n");
     return -1;
@@ -279,8 +310,17 @@ int cmd_run(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  struct ms_model *m = cli_model_load(&a.cm);
+  struct ms_tokenizer *tok = NULL;
+  int32_t *text_ids = NULL;  /* --prompt, tokenized */
+  int n_text = 0;
+  struct ms_model *m = cli_model_load_tok(&a.cm, &tok);
   if (!m) return 2;
+  if (a.text.prompt && run_text_encode(&a.text, tok, m->cfg.vocab, &text_ids, &n_text)) {
+    ms_tokenizer_free(tok);
+    ms_model_free(m);
+    return 2;
+  }
+  if (a.text.prompt) a.prompt_len = n_text;
   int rc = 1;
   struct schedule sch = {0};
   struct ms_engine *e = NULL;
@@ -294,7 +334,14 @@ int cmd_run(int argc, char **argv) {
                               .max_batch = (int)a.batch, .max_ctx = (int)a.max_ctx,
                               .tile_bytes = (int)a.tile_kb * 1024, .tile_rows = (int)a.tile_rows,
                               .shuffle = a.shuffle,
-                              .seed = a.seed, .watchdog_ms = (int)a.watchdog_ms};
+                              .seed = a.seed, .watchdog_ms = (int)a.watchdog_ms, .backend = a.backend};
+  if (a.backend == MS_BACKEND_SIM) {
+    if (ms_sim_preset(a.gpu ? a.gpu : "h100", &eo.sim)) {
+      fprintf(stderr, "megascope run: --gpu '%s': expected a100, h100, h200 or b200\n", a.gpu);
+      goto out;
+    }
+    eo.sim.compute = a.compute;
+  }
   for (int i = 0; i < a.n_attach; i++)
     if (!(sch.mon[i] = load_monitor(a.attach[i]))) goto out;
   if (a.replace_with && !(sch.replacement = load_monitor(a.replace_with))) goto out;
@@ -307,9 +354,11 @@ int cmd_run(int argc, char **argv) {
   uint64_t t0 = ms_now_ns();
   for (long i = 0; i < a.requests; i++) {
     int32_t *pr = prompts + i * a.prompt_len;
-    int n = make_prompt(i, a.prompt_len, m->cfg.vocab, pr);
+    int n = a.text.prompt ? n_text : make_prompt(i, a.prompt_len, m->cfg.vocab, pr);
+    if (a.text.prompt) memcpy(pr, text_ids, sizeof *pr * (size_t)n_text);
     struct ms_request_opts ro = {.sz = sizeof ro, .prompt = pr, .n_prompt = n,
                                  .max_new_tokens = (int)a.steps, .record_logits = a.check};
+    run_text_request(&a.text, i, &ro);
     reqs[i] = ms_engine_submit(e, &ro);
     if (!reqs[i]) {
       fprintf(stderr, "megascope run: request %ld refused: %s%s\n", i, ms_strerror(errno),
@@ -351,6 +400,14 @@ int cmd_run(int argc, char **argv) {
     ms_json_kuint(&j, "generated_tokens", st.tokens);
     ms_json_knum(&j, "seconds", secs);
     ms_json_knum(&j, "tokens_per_s", (double)st.tokens / secs);
+    if (a.backend == MS_BACKEND_SIM) {
+      double sim_s = (double)ms_engine_sim_now(e) / 1e9;
+      ms_json_kstr(&j, "backend", "sim");
+      ms_json_kstr(&j, "gpu", a.gpu ? a.gpu : "h100");
+      ms_json_knum(&j, "sim_seconds", sim_s);
+      ms_json_knum(&j, "sim_tokens_per_s", (double)st.tokens / sim_s);
+      ms_json_knum(&j, "sim_ms_per_step", sim_s * 1e3 / (double)(st.steps ? st.steps : 1));
+    }
     if (a.check) {
       ms_json_knum(&j, "max_abs_logit_diff", worst);
       ms_json_knum(&j, "tolerance", a.tolerance);
@@ -381,6 +438,7 @@ int cmd_run(int argc, char **argv) {
       for (int i = 0; i < a.n_attach; i++) ms_engine_attach_write_json(e, sch.ids[i], &j);
       ms_json_arr_end(&j);
     }
+    if (a.text.prompt) run_text_json(&j, &a.text, tok, reqs, a.requests);
     ms_json_key(&j, "tokens");
     ms_json_arr_begin(&j);
     for (long i = 0; i < a.requests; i++) {
@@ -402,6 +460,10 @@ int cmd_run(int argc, char **argv) {
     for (long i = 0; i < a.requests && i < 8; i++) {
       struct ms_request_info info;
       ms_request_get_info(reqs[i], &info);
+      if (a.text.prompt) {
+        run_text_print(tok, i, &info, prompts + i * a.prompt_len);
+        continue;
+      }
       printf("  request %ld (prompt %d): ", i, info.n_prompt);
       for (int k = 0; k < info.n_tokens && k < 16; k++) printf("%d ", info.tokens[k]);
       printf("%s\n", info.n_tokens > 16 ? "..." : "");
@@ -420,6 +482,8 @@ out:
   ms_engine_free(e);
   free(reqs);
   free(prompts);
+  free(text_ids);
+  ms_tokenizer_free(tok);
   ms_model_free(m);
   return rc;
 }

@@ -8,23 +8,49 @@
 #include <string.h>
 
 #include "megascope/base.h"
+#include "megascope/gguf.h"
+#include "megascope/tokenizer.h"
 
 int cli_model_opt(struct cli_model *cm, const char *name, const char *arg) {
   if (!strcmp(name, "synthetic")) cm->preset = arg;
   else if (!strcmp(name, "dtype")) cm->dtype = arg;
   else if (!strcmp(name, "model-seed")) return cli_u64("--model-seed", arg, &cm->seed) ? -1 : 1;
+  else if (!strcmp(name, "model")) cm->path = arg;
   else return 0;
   return 1;
 }
 
+/* --model F.gguf: the file's model (and tokenizer). */
+static struct ms_model *load_gguf(const struct cli_model *cm, struct ms_tokenizer **tok) {
+  char buf[2048] = "";
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+  struct ms_model *m = NULL;
+  if (cm->preset) {
+    fprintf(stderr, "megascope: give either --model or --synthetic, not both\n");
+    return NULL;
+  }
+  int rc = ms_gguf_load(cm->path, &m, tok, &log);
+  if (rc) fprintf(stderr, "megascope: cannot load %s: %s\n%s", cm->path, ms_strerror(rc), buf);
+  return m;
+}
+
+struct ms_model *cli_model_load_tok(const struct cli_model *cm, struct ms_tokenizer **tok) {
+  *tok = NULL;
+  if (cm->path) return load_gguf(cm, tok);
+  struct ms_model *m = cli_model_load(cm);
+  if (m && m->cfg.vocab >= 256) *tok = ms_tokenizer_bytes_new(m->cfg.vocab);
+  return m;
+}
+
 struct ms_model *cli_model_load(const struct cli_model *cm) {
+  if (cm->path) return load_gguf(cm, NULL);
   if (!cm->preset) {
-    fprintf(stderr, "megascope: no model: give --synthetic PRESET\n");
+    fprintf(stderr, "megascope: no model: give --synthetic PRESET or --model F.gguf\n");
     return NULL;
   }
   enum ms_dtype dt = MS_DTYPE_F32;
-  if (cm->dtype && ms_dtype_parse(cm->dtype, &dt)) {
-    fprintf(stderr, "megascope: --dtype '%s': expected f32 or bf16\n", cm->dtype);
+  if (cm->dtype && (ms_dtype_parse(cm->dtype, &dt) || (dt != MS_DTYPE_F32 && dt != MS_DTYPE_BF16))) {
+    fprintf(stderr, "megascope: --dtype '%s': expected f32 or bf16 (the other types come from GGUF files)\n", cm->dtype);
     return NULL;
   }
   struct ms_model_config cfg;
@@ -34,7 +60,7 @@ struct ms_model *cli_model_load(const struct cli_model *cm) {
     fprintf(stderr, "\n");
     return NULL;
   }
-  struct ms_model *m = ms_model_synth(&cfg, cm->seed ? cm->seed : 1);
+  struct ms_model *m = cm->shape_only ? ms_model_shape(&cfg) : ms_model_synth(&cfg, cm->seed ? cm->seed : 1);
   if (!m) fprintf(stderr, "megascope: cannot build model '%s': %s\n", cm->preset, ms_strerror(errno));
   return m;
 }

@@ -11,17 +11,26 @@ struct cli_model {
   const char *preset;   /* --synthetic */
   const char *dtype;    /* --dtype */
   uint64_t seed;        /* --model-seed */
+  int shape_only;       /* set by the caller: shapes without weights (the simulator) */
+  const char *path;     /* --model F.gguf */
 };
 
 #define CLI_MODEL_HELP                                                              \
   "  --synthetic PRESET   synthetic model: tiny, tiny-qwen3, tiny-moe, smollm2-135m\n" \
   "  --dtype T            weight type: f32 (default) or bf16\n"                      \
-  "  --model-seed N       seed of the synthetic weights (default 1)\n"
+  "  --model-seed N       seed of the synthetic weights (default 1)\n"                \
+  "  --model F.gguf       a GGUF model file (llama or qwen3; f32, f16, bf16, q8_0,\n"  \
+  "                       q4_0, q4_1 weights) instead of --synthetic\n"
 
 /* Returns 1 when the option was a model option (consuming optarg). */
 int cli_model_opt(struct cli_model *cm, const char *name, const char *arg);
 /* Loads the model; prints the reason and returns NULL on failure. */
 struct ms_model *cli_model_load(const struct cli_model *cm);
+struct ms_tokenizer;
+/* Loads the model and its tokenizer: the file's own with --model, the
+ * byte-level one for a synthetic model (*tok is NULL when its vocabulary is
+ * under 256 ids). Prints the reason and returns NULL on failure. */
+struct ms_model *cli_model_load_tok(const struct cli_model *cm, struct ms_tokenizer **tok);
 
 /* Strict integer parsing for option values: prints an error naming the option. */
 int cli_int(const char *opt, const char *s, long lo, long hi, long *out);

@@ -25,6 +25,30 @@ enum ms_mode {
   MS_MODE_COUNT
 };
 
+enum ms_backend {
+  MS_BACKEND_CPU = 0,   /* worker threads play the SMs, in real time */
+  MS_BACKEND_SIM = 1,   /* a deterministic virtual GPU: N SMs, a virtual clock, a cost model */
+  MS_BACKEND_COUNT
+};
+
+/* The simulator's cost model (docs/design.md, "The simulator"). A task on one SM
+ * takes task_fixed_ns + max(bytes / (hbm_gbps / n_sms), flops / (tflops / n_sms)). */
+struct ms_sim_params {
+  int n_sms;
+  double hbm_gbps;         /* memory bandwidth, GB/s, shared evenly by the SMs */
+  double tflops;           /* dense bf16 throughput */
+  double task_fixed_ns;    /* every task: fetch, decode, prologue, trigger */
+  double dispatch_ns;      /* an idle SM picking up a ready task (scheduler latency) */
+  double notify_ns;        /* an event firing until a waiting SM sees it */
+  double jit_ns;           /* extra dispatch for a JIT task (scheduler warp) */
+  double step_ns;          /* the step start: admission, batch metadata */
+  double launch_ns;        /* per-op mode: the gap between one kernel and the next */
+  int compute;             /* 1: run the kernels (checked against the reference); 0: shapes only */
+};
+/* Presets: "a100" (108 SMs), "h100" and "h200" (132), "b200" (148). -ENOENT otherwise. */
+int ms_sim_preset(const char *name, struct ms_sim_params *out);
+extern const char *const ms_sim_preset_names[];
+
 const char *ms_mode_name(enum ms_mode m);
 int ms_mode_parse(const char *s, enum ms_mode *out);
 
@@ -47,6 +71,9 @@ struct ms_engine_opts {
    * (tests use it to break a plan on purpose). */
   void (*plan_hook)(struct ms_plan *plan, void *user);
   void *plan_hook_user;
+  enum ms_backend backend;
+  struct ms_sim_params sim; /* MS_BACKEND_SIM: n_workers becomes sim.n_sms */
+  int tiles_per_op;        /* see ms_compile_opts; 0: default (the sim uses n_sms) */
 };
 
 struct ms_engine;
@@ -69,6 +96,12 @@ struct ms_request_opts {
   int max_new_tokens;      /* >= 1 */
   int stop_at_eos;         /* finish early on the model's eos token */
   int record_logits;       /* keep the logits of every position (for checks) */
+  /* Sampling (megascope/sample.h); all zero is greedy. Draw i of the request
+   * depends only on (sample_seed, i), so its text does not depend on scheduling. */
+  float temperature;       /* <= 0: greedy */
+  int top_k;               /* <= 0: off */
+  float top_p;             /* <= 0 or >= 1: off */
+  uint64_t sample_seed;
 };
 
 enum ms_request_state {
@@ -120,6 +153,9 @@ int ms_engine_step_log(const struct ms_engine *e, struct ms_step_record *out, in
 
 /* Injected delay before a task of the plan for `rows` (fault injection, tests). */
 int ms_engine_set_task_delay(struct ms_engine *e, int rows, int task, uint64_t ns);
+
+/* The simulated clock of a sim engine (ns since it started); 0 for the CPU backend. */
+uint64_t ms_engine_sim_now(const struct ms_engine *e);
 
 /* The last watchdog report ("" when none); returns the stall count. */
 uint64_t ms_engine_last_stall(const struct ms_engine *e, char *buf, size_t n);

@@ -15,9 +15,17 @@
 extern "C" {
 #endif
 
+/* Element types of weight matrices. F32, BF16 and F16 are plain arrays; the
+ * others are ggml's block formats (32 elements a block, row-major blocks along a
+ * row), stored exactly as GGUF files hold them so the kernels read them in place:
+ * Q8_0 {f16 d; int8 q[32]}, Q4_0 {f16 d; uint8 qs[16]}, Q4_1 {f16 d, m; uint8 qs[16]}. */
 enum ms_dtype {
   MS_DTYPE_F32 = 0,
   MS_DTYPE_BF16 = 1,
+  MS_DTYPE_F16 = 2,
+  MS_DTYPE_Q8_0 = 3,
+  MS_DTYPE_Q4_0 = 4,
+  MS_DTYPE_Q4_1 = 5,
   MS_DTYPE_COUNT
 };
 
@@ -81,6 +89,10 @@ struct ms_model {
   struct ms_layer_weights *layers;     /* [n_layers] */
   void *storage;                       /* owned weight memory */
   size_t storage_bytes;
+  /* Called by ms_model_free when set: releases what the weights point into
+   * (the mapping of a GGUF file). */
+  void (*release)(void *arg);
+  void *release_arg;
 };
 
 /* Names of the built-in presets, NULL-terminated. */
@@ -91,6 +103,9 @@ int ms_preset_config(const char *name, enum ms_dtype dtype, struct ms_model_conf
 
 /* A synthetic model with deterministic weights drawn from `seed`. NULL + errno. */
 struct ms_model *ms_model_synth(const struct ms_model_config *cfg, uint64_t seed);
+/* A model of shapes only (every weight's data is NULL): for compiling and
+ * simulating models too large to hold. */
+struct ms_model *ms_model_shape(const struct ms_model_config *cfg);
 void ms_model_free(struct ms_model *m);
 
 /* Bytes of weights one decode step reads (all matrices and norms, the embedding
@@ -99,7 +114,14 @@ size_t ms_model_weight_bytes(const struct ms_model *m);
 
 const char *ms_dtype_name(enum ms_dtype t);
 int ms_dtype_parse(const char *s, enum ms_dtype *out);
+/* Bytes of one element (f32, bf16, f16) or of one block (the block types). */
 size_t ms_dtype_size(enum ms_dtype t);
+/* Elements per block: 1 for the plain types, 32 for Q8_0, Q4_0, Q4_1. */
+int ms_dtype_block(enum ms_dtype t);
+/* Bytes of a row of `cols` elements (a weight's cols are a multiple of the
+ * block; a partial block counts whole). Every row stride is computed with this
+ * (or ms_weight_row_bytes), never cols * size. */
+size_t ms_dtype_row_bytes(enum ms_dtype t, int cols);
 
 /* bf16 <-> f32: round to nearest even, NaN kept quiet. */
 static inline float ms_bf16_to_f32(uint16_t h) {
@@ -112,8 +134,17 @@ static inline uint16_t ms_f32_to_bf16(float f) {
   return (uint16_t)((v.u + 0x7fffu + ((v.u >> 16) & 1u)) >> 16);
 }
 
+/* IEEE half <-> f32 (round to nearest even; subnormals, inf and NaN kept). */
+float ms_f16_to_f32(uint16_t h);
+uint16_t ms_f32_to_f16(float f);
+
+/* Bytes between the starts of two rows of w. */
+size_t ms_weight_row_bytes(const struct ms_weight *w);
+
 /* Element r,c of a weight as f32 (slow path for references and tests). */
 float ms_weight_get(const struct ms_weight *w, int r, int c);
+/* Row r of a weight as f32 (a plain scalar decode: the reference's path). */
+void ms_weight_row_f32(const struct ms_weight *w, int r, float *out);
 
 #ifdef __cplusplus
 }

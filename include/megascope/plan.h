@@ -32,6 +32,8 @@ struct ms_compile_opts {
   int tile_bytes;         /* target weight bytes per GEMV task; 0: 64 KiB */
   int tile_rows;          /* fixed output rows per GEMV task (rounded to a head for
                              q/k/v); 0: derived from tile_bytes */
+  int tiles_per_op;       /* about this many tasks per GEMV operator (e.g. one per SM);
+                             overrides tile_bytes; 0: not used */
 };
 
 struct ms_plan_stats {

@@ -30,6 +30,7 @@ struct builder {
   int B;           /* rows of the bucket */
   int tile_bytes;
   int tile_rows;
+  int tiles_per_op;
   int err;
 };
 
@@ -103,11 +104,12 @@ static void wr(struct ms_proto_task *t, int buf, int r0, int r1, int c0, int c1,
  * operator so that small models still exercise the scheduler; a multiple of
  * `align` (a head for q/k/v, so a tile never splits a head). */
 static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align) {
-  size_t row_bytes = (size_t)cols * ms_dtype_size(b->m->cfg.dtype) * (size_t)mats;
+  size_t row_bytes = ms_dtype_row_bytes(b->m->cfg.dtype, cols) * (size_t)mats;
   int t = (int)((size_t)b->tile_bytes / row_bytes);
   int spread = (rows + 7) / 8;
   if (t > spread) t = spread;
   if (b->tile_rows > 0) t = b->tile_rows;
+  if (b->tiles_per_op > 0) t = (rows + b->tiles_per_op - 1) / b->tiles_per_op + align - 1;
   t = t / align * align;
   if (t < align) t = align;
   return t > rows ? rows : t;
@@ -260,7 +262,8 @@ static void moe_ffn(struct builder *b, int l, int xn, int x, int xo) {
   }
 }
 
-int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, struct ms_graph *g,
+int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
+                   struct ms_graph *g,
                    struct ms_textbuf *log) {
   memset(g, 0, sizeof *g);
   if (batch < 1 || batch > 4096) {
@@ -269,7 +272,7 @@ int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile
   }
   const struct ms_model_config *cf = &m->cfg;
   struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tile_bytes > 0 ? tile_bytes : 64 * 1024,
-                     .tile_rows = tile_rows};
+                     .tile_rows = tile_rows, .tiles_per_op = tiles_per_op};
   struct ms_graph *G = g;
 
   G->meta_buf = add_buf(&b, "batch_meta", -1, 1, 1, 1);

@@ -34,7 +34,8 @@ struct ms_graph {
   int meta_buf;
 };
 
-int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, struct ms_graph *g,
+int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
+                   struct ms_graph *g,
                    struct ms_textbuf *log);
 void ms_graph_free(struct ms_graph *g);
 

@@ -16,7 +16,8 @@
 
 #include "megascope/base.h"
 
-const char *const ms_preset_names[] = {"tiny", "tiny-qwen3", "tiny-moe", "smollm2-135m", NULL};
+const char *const ms_preset_names[] = {"tiny", "tiny-qwen3", "tiny-moe", "smollm2-135m",
+                                       "llama-3.2-1b", "qwen3-8b", NULL};
 
 static void cfg_tiny(struct ms_model_config *c) {
   c->arch = MS_ARCH_LLAMA;
@@ -64,6 +65,37 @@ int ms_preset_config(const char *name, enum ms_dtype dtype, struct ms_model_conf
     c->norm_eps = 1e-5f;
     c->bos = 1;
     c->eos = 2;
+  } else if (!strcmp(name, "llama-3.2-1b")) {
+    /* shapes of Llama-3.2-1B (for the simulator; too large to synthesise in tests) */
+    c->arch = MS_ARCH_LLAMA;
+    c->rope_style = MS_ROPE_NORM;
+    c->n_layers = 16;
+    c->dim = 2048;
+    c->ffn_dim = 8192;
+    c->n_heads = 32;
+    c->n_kv_heads = 8;
+    c->head_dim = 64;
+    c->vocab = 128256;
+    c->tied_embeddings = 1;
+    c->rope_base = 500000.0f;
+    c->norm_eps = 1e-5f;
+    c->bos = 128000;
+    c->eos = 128001;
+  } else if (!strcmp(name, "qwen3-8b")) {
+    /* shapes of Qwen3-8B */
+    c->arch = MS_ARCH_QWEN3;
+    c->rope_style = MS_ROPE_NEOX;
+    c->n_layers = 36;
+    c->dim = 4096;
+    c->ffn_dim = 12288;
+    c->n_heads = 32;
+    c->n_kv_heads = 8;
+    c->head_dim = 128;
+    c->vocab = 151936;
+    c->rope_base = 1000000.0f;
+    c->norm_eps = 1e-6f;
+    c->bos = -1;
+    c->eos = 151645;
   } else {
     return -ENOENT;
   }
@@ -72,27 +104,124 @@ int ms_preset_config(const char *name, enum ms_dtype dtype, struct ms_model_conf
   return 0;
 }
 
+static const struct {
+  const char *name;
+  size_t size;  /* bytes per element or per block */
+  int block;    /* elements per block */
+} dtypes[MS_DTYPE_COUNT] = {
+    [MS_DTYPE_F32] = {"f32", 4, 1},    [MS_DTYPE_BF16] = {"bf16", 2, 1},
+    [MS_DTYPE_F16] = {"f16", 2, 1},    [MS_DTYPE_Q8_0] = {"q8_0", 34, 32},
+    [MS_DTYPE_Q4_0] = {"q4_0", 18, 32}, [MS_DTYPE_Q4_1] = {"q4_1", 20, 32},
+};
+
 const char *ms_dtype_name(enum ms_dtype t) {
-  switch (t) {
-  case MS_DTYPE_F32: return "f32";
-  case MS_DTYPE_BF16: return "bf16";
-  default: return "?";
-  }
+  return (unsigned)t < MS_DTYPE_COUNT ? dtypes[t].name : "?";
 }
 
 int ms_dtype_parse(const char *s, enum ms_dtype *out) {
-  if (!strcmp(s, "f32")) *out = MS_DTYPE_F32;
-  else if (!strcmp(s, "bf16")) *out = MS_DTYPE_BF16;
-  else return -EINVAL;
-  return 0;
+  for (int t = 0; t < MS_DTYPE_COUNT; t++)
+    if (!strcmp(s, dtypes[t].name)) {
+      *out = (enum ms_dtype)t;
+      return 0;
+    }
+  return -EINVAL;
 }
 
-size_t ms_dtype_size(enum ms_dtype t) { return t == MS_DTYPE_BF16 ? 2 : 4; }
+size_t ms_dtype_size(enum ms_dtype t) { return (unsigned)t < MS_DTYPE_COUNT ? dtypes[t].size : 0; }
+
+int ms_dtype_block(enum ms_dtype t) { return (unsigned)t < MS_DTYPE_COUNT ? dtypes[t].block : 0; }
+
+size_t ms_dtype_row_bytes(enum ms_dtype t, int cols) {
+  if ((unsigned)t >= MS_DTYPE_COUNT) return 0;
+  size_t blk = (size_t)dtypes[t].block;
+  return ((size_t)cols + blk - 1) / blk * dtypes[t].size;  /* a partial block counts whole */
+}
+
+size_t ms_weight_row_bytes(const struct ms_weight *w) { return ms_dtype_row_bytes(w->dtype, w->cols); }
+
+float ms_f16_to_f32(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000u) << 16, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu, u;
+  if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (man << 13);            /* inf, NaN */
+  } else if (exp) {
+    u = sign | ((exp + 112) << 23) | (man << 13);    /* normal: rebias 15 -> 127 */
+  } else if (man) {
+    int e = -1;                                       /* subnormal: normalise */
+    do {
+      e++;
+      man <<= 1;
+    } while (!(man & 0x400u));
+    u = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3ffu) << 13);
+  } else {
+    u = sign;
+  }
+  union { uint32_t u; float f; } v = {.u = u};
+  return v.f;
+}
+
+uint16_t ms_f32_to_f16(float f) {
+  union { float f; uint32_t u; } v = {.f = f};
+  uint32_t sign = (v.u >> 16) & 0x8000u, a = v.u & 0x7fffffffu;
+  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u);  /* NaN */
+  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);  /* rounds past 65504: inf */
+  if (a >= 0x38800000u) {                                   /* normal half */
+    uint32_t r = a + 0xfffu + ((a >> 13) & 1u);             /* round to nearest even */
+    return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
+  }
+  if (a < 0x33000000u) return (uint16_t)sign;               /* below half the least subnormal */
+  /* subnormal half: value = man * 2^-24; shift the implicit-one mantissa into place */
+  uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, shift = 126 - e;  /* 14..24 */
+  uint32_t q = m >> shift, rem = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (q & 1u))) q++;
+  return (uint16_t)(sign | q);
+}
+
+/* One element of a block-format row: block b = c / 32, index j = c % 32. */
+static float block_get(enum ms_dtype t, const uint8_t *row, int c) {
+  const uint8_t *b = row + (size_t)(c / 32) * dtypes[t].size;
+  int j = c % 32;
+  float d = ms_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
+  switch (t) {
+  case MS_DTYPE_Q8_0: return d * (float)(int8_t)b[2 + j];
+  case MS_DTYPE_Q4_0: return d * (float)((j < 16 ? b[2 + j] & 0xf : b[2 + j - 16] >> 4) - 8);
+  case MS_DTYPE_Q4_1: {
+    float m = ms_f16_to_f32((uint16_t)(b[2] | b[3] << 8));
+    return d * (float)(j < 16 ? b[4 + j] & 0xf : b[4 + j - 16] >> 4) + m;
+  }
+  default: return 0.0f;
+  }
+}
 
 float ms_weight_get(const struct ms_weight *w, int r, int c) {
-  size_t i = (size_t)r * (size_t)w->cols + (size_t)c;
-  if (w->dtype == MS_DTYPE_BF16) return ms_bf16_to_f32(((const uint16_t *)w->data)[i]);
-  return ((const float *)w->data)[i];
+  const uint8_t *row = (const uint8_t *)w->data + (size_t)r * ms_weight_row_bytes(w);
+  switch (w->dtype) {
+  case MS_DTYPE_F32: return ((const float *)row)[c];
+  case MS_DTYPE_BF16: return ms_bf16_to_f32(((const uint16_t *)row)[c]);
+  case MS_DTYPE_F16: return ms_f16_to_f32(((const uint16_t *)row)[c]);
+  default: return block_get(w->dtype, row, c);
+  }
+}
+
+void ms_weight_row_f32(const struct ms_weight *w, int r, float *out) {
+  int blk = ms_dtype_block(w->dtype);
+  if (blk == 1) {
+    for (int c = 0; c < w->cols; c++) out[c] = ms_weight_get(w, r, c);
+    return;
+  }
+  const uint8_t *b = (const uint8_t *)w->data + (size_t)r * ms_weight_row_bytes(w);
+  for (int c0 = 0; c0 < w->cols; c0 += blk, b += dtypes[w->dtype].size) {
+    float d = ms_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
+    float m = w->dtype == MS_DTYPE_Q4_1 ? ms_f16_to_f32((uint16_t)(b[2] | b[3] << 8)) : 0.0f;
+    const uint8_t *qs = b + (w->dtype == MS_DTYPE_Q4_1 ? 4 : 2);
+    for (int j = 0; j < blk; j++) {
+      if (w->dtype == MS_DTYPE_Q8_0) {
+        out[c0 + j] = d * (float)(int8_t)qs[j];
+        continue;
+      }
+      int q = j < blk / 2 ? qs[j] & 0xf : qs[j - blk / 2] >> 4;
+      out[c0 + j] = w->dtype == MS_DTYPE_Q4_0 ? d * (float)(q - 8) : d * (float)q + m;
+    }
+  }
 }
 
 /* ---- synthetic weights ---- */
@@ -107,7 +236,7 @@ static uint64_t splitmix64(uint64_t *s) {
 struct synth {
   uint64_t seed;
   unsigned tensor;  /* tensors are numbered in creation order */
-  char *cursor;     /* next free byte in storage */
+  char *cursor;     /* next free byte in storage; NULL: shapes only */
 };
 
 static float uniform(uint64_t *s) {  /* in [-1, 1) */
@@ -122,6 +251,7 @@ static void synth_matrix(struct synth *sy, struct ms_weight *w, enum ms_dtype dt
   w->rows = rows;
   w->cols = cols;
   w->data = sy->cursor;
+  if (!sy->cursor) return;
   if (dt == MS_DTYPE_BF16) {
     uint16_t *p = (uint16_t *)sy->cursor;
     for (size_t i = 0; i < n; i++) p[i] = ms_f32_to_bf16(bias + scale * uniform(&s));
@@ -129,7 +259,7 @@ static void synth_matrix(struct synth *sy, struct ms_weight *w, enum ms_dtype dt
     float *p = (float *)sy->cursor;
     for (size_t i = 0; i < n; i++) p[i] = bias + scale * uniform(&s);
   }
-  sy->cursor += (n * ms_dtype_size(dt) + 63) & ~(size_t)63;
+  sy->cursor += (n * ms_dtype_size(dt) + 63) & ~(size_t)63;  /* (not reached for shapes only) */
 }
 
 static void synth_norm(struct synth *sy, struct ms_weight *w, int n) {
@@ -174,7 +304,7 @@ static int cfg_valid(const struct ms_model_config *c) {
   return c->dtype == MS_DTYPE_F32 || c->dtype == MS_DTYPE_BF16;
 }
 
-struct ms_model *ms_model_synth(const struct ms_model_config *cfg, uint64_t seed) {
+static struct ms_model *build(const struct ms_model_config *cfg, uint64_t seed, int shape_only) {
   if (!cfg_valid(cfg)) {
     errno = EINVAL;
     return NULL;
@@ -182,10 +312,10 @@ struct ms_model *ms_model_synth(const struct ms_model_config *cfg, uint64_t seed
   struct ms_model *m = calloc(1, sizeof *m);
   if (!m) return NULL;
   m->cfg = *cfg;
-  m->storage_bytes = synth_bytes(cfg);
+  m->storage_bytes = shape_only ? 0 : synth_bytes(cfg);
   m->layers = calloc((size_t)cfg->n_layers, sizeof *m->layers);
-  if (posix_memalign(&m->storage, 64, m->storage_bytes)) m->storage = NULL;
-  if (!m->layers || !m->storage) goto fail;
+  if (!shape_only && posix_memalign(&m->storage, 64, m->storage_bytes)) m->storage = NULL;
+  if (!m->layers || (!shape_only && !m->storage)) goto fail;
 
   const struct ms_model_config *c = cfg;
   enum ms_dtype dt = c->dtype;
@@ -225,13 +355,19 @@ struct ms_model *ms_model_synth(const struct ms_model_config *cfg, uint64_t seed
     m->lm_head = m->tok_embd;
   else
     synth_proj(&sy, &m->lm_head, dt, c->vocab, c->dim);
-  MS_ASSERT((size_t)(sy.cursor - (char *)m->storage) <= m->storage_bytes);
+  MS_ASSERT(shape_only || (size_t)(sy.cursor - (char *)m->storage) <= m->storage_bytes);
   return m;
 fail:
   ms_model_free(m);
   errno = ENOMEM;
   return NULL;
 }
+
+struct ms_model *ms_model_synth(const struct ms_model_config *cfg, uint64_t seed) {
+  return build(cfg, seed, 0);
+}
+
+struct ms_model *ms_model_shape(const struct ms_model_config *cfg) { return build(cfg, 0, 1); }
 
 void ms_model_free(struct ms_model *m) {
   if (!m) return;
@@ -243,11 +379,12 @@ void ms_model_free(struct ms_model *m) {
     }
   free(m->layers);
   free(m->storage);
+  if (m->release) m->release(m->release_arg);
   free(m);
 }
 
 static size_t wbytes(const struct ms_weight *w) {
-  return w->data ? (size_t)w->rows * (size_t)w->cols * ms_dtype_size(w->dtype) : 0;
+  return w->rows > 0 ? (size_t)w->rows * ms_weight_row_bytes(w) : 0;  /* shapes-only models count too */
 }
 
 size_t ms_model_weight_bytes(const struct ms_model *m) {

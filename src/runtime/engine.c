@@ -93,7 +93,7 @@ static uint32_t jit_depth(const struct ms_mpmc *q) {
                     atomic_load_explicit(&q->head, memory_order_relaxed));
 }
 
-static int jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
+int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
   if (e->hooks_on && atomic_load_explicit(&e->hooks->hinted, memory_order_relaxed)) {
     for (int p = MS_PRIO_LEVELS - 1; p > 0; p--)
       if (!ms_mpmc_pop(&rt->jit[p], t)) return 0;
@@ -137,28 +137,58 @@ static int trigger(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, i
   uint64_t old = atomic_fetch_add_explicit(&rt->counters[ev], 1, memory_order_acq_rel);
   if (old + 1 != target) return 0;
   /* published before the JIT pushes, so a JIT task always finds its t_ready */
-  atomic_store_explicit(&rt->fire_ns[ev], ms_now_ns(), memory_order_relaxed);
+  atomic_store_explicit(&rt->fire_ns[ev], ms_eng_now(e), memory_order_relaxed);
   atomic_store_explicit(&rt->fire_gen[ev], gen + 1, memory_order_release);
   if (HOOK_ARMED(e, MS_HOOK_DEP_RELEASE)) fire_task_hook(w, MS_HOOK_DEP_RELEASE, rt, producer, gen, ev, 0);
   release(w, rt, ev, gen);
-  notify(e);
+  if (e->sim)
+    ms_sim_fired(e, rt, ev);
+  else
+    notify(e);
   return 1;
+}
+
+/* A task's life in three parts, shared by the CPU backend (one after the other,
+ * on a worker thread) and the simulator (start and body at the task's simulated
+ * begin, finish at its simulated end). */
+uint64_t ms_rt_task_start(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) {
+  struct ms_engine *e = w->e;
+  const struct ms_task *k = &rt->plan->tasks[t];
+  uint64_t t0 = ms_eng_now(e);
+  atomic_store_explicit(&w->since, t0, memory_order_relaxed);
+  atomic_store_explicit(&w->running, t, memory_order_relaxed);
+  if (HOOK_ARMED(e, MS_HOOK_TASK_BEGIN)) fire_task_hook(w, MS_HOOK_TASK_BEGIN, rt, t, gen, k->wait, t0);
+  return t0;
+}
+
+void ms_rt_task_body(struct worker *w, struct plan_rt *rt, int t) {
+  const struct ms_task *k = &rt->plan->tasks[t];
+  if (k->kernel == MS_K_SAMPLE)
+    sample_row(w, rt, &rt->plan->classes[k->cls], k->tile[1]);
+  else if (k->kernel != MS_K_STEP_START && !w->e->shape_only)  /* the step start's body ran before publication */
+    ms_ops_run(&rt->x, t, w->id);
+}
+
+/* A worker starts waiting for task t's event (t < 0: for the step's end). */
+void ms_rt_dep_wait(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int ev) {
+  atomic_store_explicit(&w->since, ms_eng_now(w->e), memory_order_relaxed);
+  atomic_store_explicit(&w->waiting, t, memory_order_relaxed);
+  if (HOOK_ARMED(w->e, MS_HOOK_DEP_WAIT)) fire_task_hook(w, MS_HOOK_DEP_WAIT, rt, t, gen, ev, 0);
 }
 
 static void run_task(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) {
   struct ms_engine *e = w->e;
-  const struct ms_task *k = &rt->plan->tasks[t];
   if (e->o.shuffle) shuffle_delay(w);
-  uint64_t t0 = ms_now_ns();
-  atomic_store_explicit(&w->since, t0, memory_order_relaxed);
-  atomic_store_explicit(&w->running, t, memory_order_relaxed);
-  if (HOOK_ARMED(e, MS_HOOK_TASK_BEGIN)) fire_task_hook(w, MS_HOOK_TASK_BEGIN, rt, t, gen, k->wait, t0);
+  uint64_t t0 = ms_rt_task_start(w, rt, t, gen);
   if (rt->delay_ns && rt->delay_ns[t]) sleep_ns(rt->delay_ns[t]);
-  if (k->kernel == MS_K_SAMPLE)
-    sample_row(w, rt, &rt->plan->classes[k->cls], k->tile[1]);
-  else if (k->kernel != MS_K_STEP_START)  /* its body ran before publication */
-    ms_ops_run(&rt->x, t, w->id);
-  uint64_t t1 = ms_now_ns();
+  ms_rt_task_body(w, rt, t);
+  ms_rt_task_finish(w, rt, t, gen, t0);
+}
+
+void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, uint64_t t0) {
+  struct ms_engine *e = w->e;
+  const struct ms_task *k = &rt->plan->tasks[t];
+  uint64_t t1 = ms_eng_now(e);
   if (HOOK_ARMED(e, MS_HOOK_TASK_END)) fire_task_hook(w, MS_HOOK_TASK_END, rt, t, gen, k->wait, t0);
   struct trace_rec *rec = NULL;
   ms_tel_task(w, rt, t, t0, t1, &rec);
@@ -184,7 +214,7 @@ static void wait_event(struct worker *w, struct plan_rt *rt, int ev, uint64_t ta
   for (int spins = 0;;) {
     if (atomic_load_explicit(&rt->counters[ev], memory_order_acquire) >= target) break;
     int64_t j;
-    if (e->o.mode == MS_MODE_MEGAKERNEL && jit_pop(e, rt, &j) == 0) {
+    if (e->o.mode == MS_MODE_MEGAKERNEL && ms_rt_jit_pop(e, rt, &j) == 0) {
       if (announced) waited += ms_now_ns() - atomic_load_explicit(&w->since, memory_order_relaxed);
       run_task(w, rt, (int)j, gen);
       spins = 0;
@@ -192,10 +222,13 @@ static void wait_event(struct worker *w, struct plan_rt *rt, int ev, uint64_t ta
       continue;
     }
     if (!announced) {
-      atomic_store_explicit(&w->since, ms_now_ns(), memory_order_relaxed);
-      atomic_store_explicit(&w->waiting, task, memory_order_relaxed);
+      if (!hooked) {
+        ms_rt_dep_wait(w, rt, task, gen, ev);
+      } else {
+        atomic_store_explicit(&w->since, ms_now_ns(), memory_order_relaxed);
+        atomic_store_explicit(&w->waiting, task, memory_order_relaxed);
+      }
       announced = 1;
-      if (!hooked && HOOK_ARMED(e, MS_HOOK_DEP_WAIT)) fire_task_hook(w, MS_HOOK_DEP_WAIT, rt, task, gen, ev, 0);
       hooked = 1;
     }
     if (++spins < 1000) {
@@ -226,7 +259,7 @@ static void request_release(struct ms_request *r) {
 }
 
 static void request_finish(struct ms_request *r, enum ms_request_state st) {
-  r->t_done = ms_now_ns();
+  r->t_done = ms_eng_now(r->e);
   ms_tel_request_done(r->e, r, st == MS_REQ_CANCELLED);
   r->slot = -1;
   atomic_store_explicit(&r->state, st, memory_order_release);
@@ -267,7 +300,8 @@ static int admit(struct ms_engine *e, int *slots) {
     sl->gen++;
     r->slot = s;
     r->generation = sl->gen;
-    r->t_admit = ms_now_ns();
+    r->t_admit = ms_eng_now(e);
+    if (e->sim) r->t_submit = r->t_admit;  /* simulated time starts at admission */
     atomic_store_explicit(&r->state, MS_REQ_ACTIVE, memory_order_release);
     slots[n++] = s;
   }
@@ -324,7 +358,7 @@ static int layout_rows(struct ms_engine *e, int bucket) {
 
 static void log_step_end(struct ms_engine *e) {
   pthread_mutex_lock(&e->log_mu);
-  if (e->step_log_n) e->step_log[(e->step_log_n - 1) % MS_STEP_LOG].t_end = ms_now_ns();
+  if (e->step_log_n) e->step_log[(e->step_log_n - 1) % MS_STEP_LOG].t_end = ms_eng_now(e);
   pthread_mutex_unlock(&e->log_mu);
 }
 
@@ -339,8 +373,8 @@ static void step_hooks(struct ms_engine *e, struct plan_rt *rt, const int *admit
 }
 
 /* The step-start task's body, on worker 0. Returns 0 when a stop was published. */
-static int step_begin(struct ms_engine *e) {
-  uint64_t t0 = ms_now_ns();
+int ms_rt_step_begin(struct ms_engine *e) {
+  uint64_t t0 = ms_eng_now(e);
   int retired = retire(e, 0), admitted = 0;
   for (;;) {
     admitted += admit(e, e->admit_slots + admitted);
@@ -358,7 +392,7 @@ static int step_begin(struct ms_engine *e) {
             atomic_load_explicit(&e->mail.head, memory_order_acquire) &&
         !atomic_load_explicit(&e->stop_req, memory_order_acquire))
       ms_futex_wait(&e->mail_seq, seq, 200);
-    t0 = ms_now_ns();  /* idle time is not step time */
+    t0 = ms_eng_now(e);  /* idle time is not step time */
   }
   int bucket = ms_bucket_for(active_rows(e));
   struct plan_rt *rt = &e->rt[bucket_index(bucket)];
@@ -403,8 +437,12 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
     return;
   }
   int n = atomic_load_explicit(&r->n_tokens, memory_order_relaxed);
+  if (!ms_sample_is_greedy(&r->sample)) {  /* draw n of this request: seeded, schedule-independent */
+    int drawn = ms_sample(lg, vocab, &r->sample, (uint64_t)n);
+    if (drawn >= 0) tok = drawn;
+  }
   r->tokens[n] = tok;
-  r->t_last = ms_now_ns();
+  r->t_last = ms_eng_now(e);
   if (n == 0) r->t_first = r->t_last;
   atomic_store_explicit(&r->n_tokens, n + 1, memory_order_release);
   atomic_fetch_add_explicit(&e->tokens, 1, memory_order_relaxed);
@@ -453,17 +491,21 @@ static void run_per_op_step(struct worker *w, struct plan_rt *rt, uint64_t gen) 
   }
 }
 
+void ms_rt_step_end(struct ms_engine *e) {
+  if (!e->step_log_n) return;  /* no step yet */
+  if (HOOK_ARMED(e, MS_HOOK_STEP)) fire_step_hook(e, atomic_load_explicit(&e->cur, memory_order_relaxed), MS_STEP_END);
+  log_step_end(e);
+  atomic_fetch_add_explicit(&e->steps, 1, memory_order_relaxed);
+}
+
 static void *worker_main(void *arg) {
   struct worker *w = arg;
   struct ms_engine *e = w->e;
   uint32_t seen = 0;
   for (;;) {
     if (w->id == 0) {
-      if (e->step_log_n && HOOK_ARMED(e, MS_HOOK_STEP))
-        fire_step_hook(e, atomic_load_explicit(&e->cur, memory_order_relaxed), MS_STEP_END);
-      if (e->step_log_n) log_step_end(e);
-      if (e->step_log_n) atomic_fetch_add_explicit(&e->steps, 1, memory_order_relaxed);
-      step_begin(e);
+      ms_rt_step_end(e);
+      ms_rt_step_begin(e);
     }
     seen = wait_step(e, seen);
     if (atomic_load_explicit(&e->cur_stop, memory_order_relaxed)) break;
@@ -557,7 +599,7 @@ static void rt_free(struct ms_engine *e, struct plan_rt *rt) {
 
 static int rt_init(struct ms_engine *e, struct plan_rt *rt, int batch, struct ms_textbuf *log) {
   struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
-                               .tile_rows = e->o.tile_rows};
+                               .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op};
   rt->plan = ms_plan_compile(e->m, &co, log);
   if (!rt->plan) return -errno;
   if (e->o.plan_hook) e->o.plan_hook(rt->plan, e->o.plan_hook_user);
@@ -599,8 +641,11 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
   e->pool_pages = e->max_pages * e->max_rows;
   size_t kv = (size_t)c->n_layers * (size_t)e->pool_pages * (size_t)e->o.page_size *
               (size_t)c->n_kv_heads * (size_t)c->head_dim;
-  e->k_pool = calloc(kv, sizeof(float));
-  e->v_pool = calloc(kv, sizeof(float));
+  if (!e->shape_only) {  /* shapes only: no kernel reads or writes the cache */
+    e->k_pool = calloc(kv, sizeof(float));
+    e->v_pool = calloc(kv, sizeof(float));
+    if (!e->k_pool || !e->v_pool) return -ENOMEM;
+  }
   e->free_pages = malloc((size_t)e->pool_pages * sizeof *e->free_pages);
   e->slots = calloc((size_t)e->max_rows, sizeof *e->slots);
   e->row_slot = calloc((size_t)e->max_rows, sizeof(int));
@@ -609,7 +654,7 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
   e->admit_slots = calloc((size_t)e->max_rows, sizeof(int));
   e->row_pages = calloc((size_t)e->max_rows, sizeof(int32_t *));
   e->scratch = calloc((size_t)e->n_workers, sizeof *e->scratch);
-  if (!e->k_pool || !e->v_pool || !e->free_pages || !e->slots || !e->row_slot || !e->row_pos || !e->admit_slots ||
+  if (!e->free_pages || !e->slots || !e->row_slot || !e->row_pos || !e->admit_slots ||
       !e->row_token || !e->row_pages || !e->scratch)
     return -ENOMEM;
   /* pages are handed out lowest first */
@@ -623,6 +668,12 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
 }
 
 static void set_defaults(struct ms_engine_opts *o) {
+  if (o->backend == MS_BACKEND_SIM) {
+    if (o->sim.n_sms <= 0) ms_sim_preset("h100", &o->sim);
+    o->n_workers = o->sim.n_sms;
+    if (!o->tiles_per_op && !o->tile_rows) o->tiles_per_op = o->sim.n_sms;
+    o->watchdog_ms = 0;  /* virtual time: nothing stalls in real time */
+  }
   if (o->n_workers <= 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_workers = n > 0 ? (int)n : 1;
@@ -643,6 +694,13 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
   set_defaults(&e->o);
   e->m = m;
   e->n_workers = e->o.n_workers;
+  e->shape_only = e->o.backend == MS_BACKEND_SIM && !e->o.sim.compute;
+  if (!e->shape_only && !m->tok_embd.data) {
+    ms_textbuf_printf(log, "engine: model '%s' has shapes only: it can run only on the simulator without --compute\n",
+                      m->cfg.name);
+    rc = -EINVAL;
+    goto fail;
+  }
   if (e->o.max_batch > 4096 || e->n_workers > 1024) {
     ms_textbuf_printf(log, "engine: max_batch %d (at most 4096) or workers %d (at most 1024) out of range\n",
                       e->o.max_batch, e->n_workers);
@@ -658,7 +716,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     if (i == 0) {
       /* storage first: the plans' runtime contexts point into it */
       struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = e->o.tile_bytes,
-                                   .tile_rows = e->o.tile_rows};
+                                   .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op};
       struct ms_plan *p0 = ms_plan_compile(m, &co, log);
       if (!p0) {
         rc = -errno;
@@ -685,6 +743,10 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     atomic_init(&wk->running, -1);
     atomic_init(&wk->waiting, -1);
   }
+  if (e->o.backend == MS_BACKEND_SIM) {
+    if ((rc = ms_sim_start(e))) goto fail;
+    return e;
+  }
   for (int w = 0; w < e->n_workers; w++)
     if (pthread_create(&e->workers[w].th, NULL, worker_main, &e->workers[w])) {
       /* Worker 0, when it started, publishes the stop and the others exit on it. */
@@ -695,6 +757,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
       rc = -EAGAIN;
       goto fail;
     }
+  e->threads = e->n_workers;
   if (e->o.watchdog_ms > 0) {
     e->watchdog_on = !pthread_create(&e->watchdog, NULL, ms_watchdog_main, e);
   }
@@ -713,12 +776,11 @@ fail:
 
 void ms_engine_free(struct ms_engine *e) {
   if (!e) return;
-  if (e->workers) {
-    atomic_store_explicit(&e->stop_req, 1, memory_order_release);
-    atomic_fetch_add_explicit(&e->mail_seq, 1, memory_order_release);
-    ms_futex_wake_all(&e->mail_seq);
-    for (int w = 0; w < e->n_workers; w++) pthread_join(e->workers[w].th, NULL);
-  }
+  atomic_store_explicit(&e->stop_req, 1, memory_order_release);
+  atomic_fetch_add_explicit(&e->mail_seq, 1, memory_order_release);
+  ms_futex_wake_all(&e->mail_seq);
+  for (int w = 0; w < e->threads; w++) pthread_join(e->workers[w].th, NULL);
+  if (e->sim) ms_sim_stop(e);
   if (e->watchdog_on) {
     atomic_store(&e->wd_stop, 1);
     ms_futex_wake_all(&e->wd_stop);
@@ -782,6 +844,8 @@ struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request
   r->max_new = o->max_new_tokens;
   r->stop_eos = o->stop_at_eos && e->m->cfg.eos >= 0;
   r->record = o->record_logits;
+  if (o->sz >= offsetof(struct ms_request_opts, sample_seed) + sizeof o->sample_seed)
+    r->sample = (struct ms_sample_params){o->temperature, o->top_k, o->top_p, o->sample_seed};
   r->slot = -1;
   r->prompt = malloc((size_t)o->n_prompt * sizeof *r->prompt);
   r->tokens = malloc((size_t)o->max_new_tokens * sizeof *r->tokens);
@@ -875,6 +939,10 @@ int ms_engine_set_task_delay(struct ms_engine *e, int rows, int task, uint64_t n
   if (!rt->delay_ns && !(rt->delay_ns = calloc((size_t)rt->plan->n_tasks, sizeof(uint64_t)))) return -ENOMEM;
   rt->delay_ns[task] = ns;
   return 0;
+}
+
+uint64_t ms_engine_sim_now(const struct ms_engine *e) {
+  return e->sim ? atomic_load(&((struct ms_engine *)e)->sim_now) : 0;
 }
 
 uint64_t ms_engine_last_stall(const struct ms_engine *e, char *buf, size_t n) {

@@ -10,6 +10,7 @@
 #include "hook/hook_impl.h"
 #include "kernels/ops.h"
 #include "megascope/engine.h"
+#include "megascope/sample.h"
 #include "megascope/telemetry.h"
 #include "runtime/sync.h"
 
@@ -92,6 +93,7 @@ struct ms_request {
   int slot;
   uint32_t generation;
   uint64_t t_submit, t_admit, t_first, t_last, t_done;
+  struct ms_sample_params sample;  /* from the request options; zero: greedy */
 };
 
 struct ms_engine {
@@ -154,11 +156,37 @@ struct ms_engine {
   uint32_t trace_cap;
   uint64_t trace_t0;
 
+  /* the simulator backend (sim.c): one thread drives every virtual SM */
+  struct ms_sim *sim;
+  _Atomic uint64_t sim_now;      /* the virtual clock, ns */
+  int shape_only;                /* no kernels, no KV cache: timing only */
+
   struct worker *workers;
+  int threads;                   /* worker threads started (joined at free) */
   pthread_t watchdog;
   int watchdog_on;
   _Atomic uint32_t wd_stop;
 };
+
+/* The engine clock: real time, or the simulator's virtual time. */
+static inline uint64_t ms_eng_now(const struct ms_engine *e) {
+  return e->sim ? atomic_load_explicit(&((struct ms_engine *)e)->sim_now, memory_order_relaxed) : ms_now_ns();
+}
+
+/* engine.c: the parts of the runtime both backends run */
+uint64_t ms_rt_task_start(struct worker *w, struct plan_rt *rt, int t, uint64_t gen);
+void ms_rt_task_body(struct worker *w, struct plan_rt *rt, int t);
+void ms_rt_dep_wait(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int ev);
+void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, uint64_t t0);
+int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t);
+int ms_rt_step_begin(struct ms_engine *e);   /* 0 when a stop was published */
+void ms_rt_step_end(struct ms_engine *e);    /* the bookkeeping after a step's end event */
+
+/* sim.c */
+struct ms_sim;
+int ms_sim_start(struct ms_engine *e);
+void ms_sim_stop(struct ms_engine *e);       /* joins the thread, frees the simulator */
+void ms_sim_fired(struct ms_engine *e, struct plan_rt *rt, int ev);
 
 /* telemetry.c */
 int ms_tel_init(struct ms_engine *e);

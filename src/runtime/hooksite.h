@@ -17,7 +17,7 @@ static void ctx_common(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int
   memset(c, 0, sizeof *c);
   c->abi_version = MS_HOOK_ABI_VERSION;
   c->hook = (uint32_t)hook;
-  c->now_ns = ms_now_ns();
+  c->now_ns = ms_eng_now(e);
   c->worker = (uint32_t)worker;
   c->step = atomic_load_explicit(&e->cur_step, memory_order_relaxed);
   if (rt) {

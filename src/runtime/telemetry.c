@@ -140,7 +140,7 @@ void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint6
 void ms_tel_qdepth(struct worker *w, uint32_t depth) {
   struct trace_rec *r = trace_slot(w);
   if (!r) return;
-  *r = (struct trace_rec){.kind = TR_QDEPTH, .t_begin = ms_now_ns(), .depth = depth};
+  *r = (struct trace_rec){.kind = TR_QDEPTH, .t_begin = ms_eng_now(w->e), .depth = depth};
   atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
                         memory_order_release);
 }
@@ -210,7 +210,7 @@ int ms_engine_trace_start(struct ms_engine *e, uint32_t records_per_worker) {
     e->trace_cap = records_per_worker;
   }
   for (int w = 0; w < e->n_workers; w++) atomic_store(&e->workers[w].trace_dropped, 0);
-  e->trace_t0 = ms_now_ns();
+  e->trace_t0 = ms_eng_now(e);
   atomic_fetch_add_explicit(&e->trace_session, 1, memory_order_release);
   atomic_store_explicit(&e->trace_on, 1, memory_order_release);
   return 0;

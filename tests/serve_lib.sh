@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: MIT
+# Helpers the serve tests source: start `megascope serve` on loopback with a
+# free HTTP port and a private control socket, wait until it is ready (bounded),
+# and stop it with SIGTERM, checking that it exits 0 and removes its socket.
+# Expects MS (the binary) and tmp (a scratch directory) to be set.
+
+# start_serve NAME [serve options...]: sets SERVE_PID, SOCK, URL (http://127.0.0.1:PORT).
+start_serve() {
+  local name=$1
+  shift
+  SOCK="$tmp/$name/engine.sock"
+  mkdir -p "$tmp/$name"
+  chmod 700 "$tmp/$name"
+  "$MS" serve --http 127.0.0.1:0 --socket "$SOCK" "$@" >"$tmp/$name/serve.out" 2>"$tmp/$name/serve.err" &
+  SERVE_PID=$!
+  URL=""
+  for _ in $(seq 1 600); do  # at most 60 s (synthesising the model's weights)
+    if grep -q '^ready' "$tmp/$name/serve.out" 2>/dev/null; then
+      URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$tmp/$name/serve.out" | head -1)
+      break
+    fi
+    if ! kill -0 "$SERVE_PID" 2>/dev/null; then break; fi
+    sleep 0.1
+  done
+  if [ -z "$URL" ] || [ ! -S "$SOCK" ]; then
+    echo "serve did not become ready"
+    cat "$tmp/$name/serve.out" "$tmp/$name/serve.err"
+    kill "$SERVE_PID" 2>/dev/null || true
+    return 1
+  fi
+}
+
+# stop_serve NAME: SIGTERM, wait (bounded), exit status 0, socket removed.
+stop_serve() {
+  local name=$1 rc=0
+  kill -TERM "$SERVE_PID"
+  for _ in $(seq 1 300); do
+    kill -0 "$SERVE_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if kill -0 "$SERVE_PID" 2>/dev/null; then
+    echo "serve did not stop within 30 s of SIGTERM"
+    kill -KILL "$SERVE_PID"
+    return 1
+  fi
+  wait "$SERVE_PID" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "serve exited $rc"
+    cat "$tmp/$name/serve.err"
+    return 1
+  fi
+  grep -q 'stopped after' "$tmp/$name/serve.out" || { echo "no clean-stop line"; return 1; }
+  if [ -e "$SOCK" ]; then echo "the control socket was left behind"; return 1; fi
+}
+
+# completion PROMPT MAX_TOKENS OUT: POST /v1/completions, body to OUT, prints the status.
+completion() {
+  curl -s -o "$3" -w '%{http_code}' --max-time 120 -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"$1\", \"max_tokens\": $2}" "$URL/v1/completions"
+}
+
+# check_completion FILE MAX_TOKENS: the OpenAI shape with max_tokens tokens or an early stop.
+check_completion() {
+  python3 - "$1" "$2" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+want = int(sys.argv[2])
+assert d["object"] == "text_completion", d
+assert d["id"].startswith("cmpl-") and isinstance(d["created"], int) and d["model"]
+c = d["choices"][0]
+assert c["index"] == 0 and isinstance(c["text"], str)
+assert c["finish_reason"] in ("length", "stop")
+u = d["usage"]
+assert u["total_tokens"] == u["prompt_tokens"] + u["completion_tokens"]
+assert u["completion_tokens"] == want or (c["finish_reason"] == "stop" and u["completion_tokens"] < want), u
+PY
+}

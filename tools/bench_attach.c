@@ -52,7 +52,7 @@ static void usage(FILE *f) {
           "  --monitor P.o        monitor to attach (default: monitors/class_time.bpf.o next to\n"
           "                       this executable)\n"
           "  --replace-with P.o   monitor to replace it with (default: monitors/queueing.bpf.o)\n"
-          "  --window-ms N        throughput window before and after each command (default 200)\n"
+          "  --window-ms N        throughput window before and after each command (default 300)\n"
           "  --json               print the result as JSON\n"
           "  -h, --help           this text\n");
 }
@@ -230,7 +230,8 @@ static char *attach_request(const char *cmd, int id, const char *path, const cha
 struct round {
   double attach_reply_ms, attach_ms, replace_reply_ms, replace_ms;
   double before_attach, after_attach, before_replace, after_replace;  /* tokens/s */
-  uint64_t t_attach, t_replace;
+  double before_quiet, after_quiet;  /* two windows with no command: the noise floor */
+  uint64_t t_attach, t_replace, t_quiet;
 };
 
 static double median(double *v, int n) {
@@ -253,6 +254,11 @@ static void summary(struct ms_json *j, const char *key, double *v, int n) {
   ms_json_obj_end(j);
 }
 
+/* The control server logs each attach at INFO; the bench shows warnings only. */
+static void quiet_log(void *user, enum ms_log_level level, const char *msg) {
+  if (level <= MS_LOG_WARN) fprintf(stderr, "megascope: %s\n", msg);
+}
+
 int bench_attach(int argc, char **argv) {
   static const struct option opts[] = {
       {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
@@ -262,7 +268,7 @@ int bench_attach(int argc, char **argv) {
       {"window-ms", required_argument, 0, 0}, {"json", no_argument, 0, 0},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct cli_model cm = {0};
-  long batch = 4, workers = 0, rounds = 5, window_ms = 200;
+  long batch = 4, workers = 0, rounds = 5, window_ms = 300;
   int as_json = 0, c, idx;
   char mon[PATH_MAX], rep[PATH_MAX];
   shipped("class_time.bpf.o", mon, sizeof mon);
@@ -295,6 +301,7 @@ int bench_attach(int argc, char **argv) {
     return 2;
   }
   if (!cm.preset) cm.preset = "tiny";
+  ms_log_set(quiet_log, NULL, MS_LOG_WARN);
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;
   int rc = 1;
@@ -352,7 +359,8 @@ int bench_attach(int argc, char **argv) {
     snprintf(det, sizeof det, "{\"cmd\":\"detach\",\"id\":%d}", id);
     if (!(j = request(path, det))) goto stop;
     json_decref(j);
-    sleep_ms((double)window_ms * 1.5);
+    r->t_quiet = ms_now_ns() + (uint64_t)window_ms * 1250000ull;
+    sleep_ms((double)window_ms * 2.5);
   }
   rc = 0;
 stop:
@@ -379,6 +387,9 @@ stop:
     v[4][i] = r->before_attach > 0 ? 1 - r->after_attach / r->before_attach : 0;
     v[5][i] = r->before_replace > 0 ? 1 - r->after_replace / r->before_replace : 0;
     v[6][i] = r->before_attach;
+    r->before_quiet = rate(&b, r->t_quiet - w, r->t_quiet);
+    r->after_quiet = rate(&b, r->t_quiet, r->t_quiet + w);
+    v[7][i] = r->before_quiet > 0 ? 1 - r->after_quiet / r->before_quiet : 0;
   }
   double base = median(v[6], done);
   if (as_json) {
@@ -400,6 +411,7 @@ stop:
     summary(&j, "replace_reply_ms", v[3], done);
     summary(&j, "attach_throughput_dip", v[4], done);
     summary(&j, "replace_throughput_dip", v[5], done);
+    summary(&j, "no_command_throughput_change", v[7], done);
     ms_json_kuint(&j, "requests_failed", b.failed);
     ms_json_key(&j, "per_round");
     ms_json_arr_begin(&j);
@@ -423,8 +435,9 @@ stop:
            median(v[0], done), median(v[1], done));
     printf("  replace: new generation's first event %.3f ms after the command (median; reply %.3f ms)\n",
            median(v[2], done), median(v[3], done));
-    printf("  throughput %.1f tokens/s before; dip %.1f%% after attach, %.1f%% after replace (medians)\n", base,
-           100 * median(v[4], done), 100 * median(v[5], done));
+    printf("  throughput %.1f tokens/s before; dip %.1f%% after attach, %.1f%% after replace (medians;\n"
+           "  between two windows without a command it changes by %.1f%%: the noise floor)\n",
+           base, 100 * median(v[4], done), 100 * median(v[5], done), 100 * median(v[7], done));
     printf("  requests failed: %llu\n", (unsigned long long)b.failed);
   }
   rc = b.failed ? 1 : 0;

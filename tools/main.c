@@ -19,6 +19,7 @@ struct cli_cmd {
 static const struct cli_cmd cmds[] = {
     {"compile", "compile a model's decode step into a task graph (plan)", cmd_compile},
     {"run", "run decode steps in the persistent megakernel runtime", cmd_run},
+    {"model", "model files: write synthetic GGUF, inspect, tokenize, logits", cmd_model},
     {"bench", "benchmarks (decode: megakernel vs per-op vs bandwidth bound)", cmd_bench},
     {"bpf", "eBPF tools (conformance suite, assembler, disassembler)", cmd_bpf},
     {"verify", "verify an eBPF monitor object against the hook ABI", cmd_verify},

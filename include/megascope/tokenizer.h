@@ -24,7 +24,7 @@ struct ms_tokenizer;
  * vocab < 256 (the bytes would not all be ids). */
 struct ms_tokenizer *ms_tokenizer_bytes_new(int vocab);
 void ms_tokenizer_free(struct ms_tokenizer *t);
-/* "bytes" */
+/* "bytes", or "gpt2/<pre>" for a file's BPE */
 const char *ms_tokenizer_name(const struct ms_tokenizer *t);
 
 /* Encodes len bytes of text into at most max ids. Returns the number of ids the
@@ -34,6 +34,24 @@ int ms_tokenizer_encode(const struct ms_tokenizer *t, const char *text, size_t l
  * Returns the number of bytes the whole text needs, NUL excluded (snprintf's
  * contract), or a negative errno (-EINVAL for a negative id). */
 long ms_tokenizer_decode(const struct ms_tokenizer *t, const int32_t *ids, int n, char *out, size_t size);
+
+/* ---- vocabularies from model files (src/model/tokenizer_bpe.c) ----
+ * A GGUF file's tokenizer (tokenizer.ggml.model = gpt2: GPT-2 byte-level BPE
+ * with the file's merges and pre-tokenizer: gpt2, smollm, llama-bpe, qwen2)
+ * behind the same encode/decode calls; its name is "gpt2/<pre>". Encoding keeps
+ * special tokens whole ("<|im_start|>" is one id) and adds no BOS by itself;
+ * decoding renders control tokens as their text. */
+struct ms_gguf;
+struct ms_textbuf;
+/* NULL + errno, with the reason naming the key in log. */
+struct ms_tokenizer *ms_tokenizer_gguf_new(const struct ms_gguf *g, struct ms_textbuf *log);
+int ms_tokenizer_vocab(const struct ms_tokenizer *t);
+/* The id of the token spelled exactly `text` ("<|im_end|>"), or -ENOENT. */
+int ms_tokenizer_find(const struct ms_tokenizer *t, const char *text);
+/* The id to put before an encoded prompt (tokenizer.ggml.add_bos_token), or -1. */
+int ms_tokenizer_add_bos(const struct ms_tokenizer *t);
+/* 1 when id is a control token (never produced from plain text but by its name). */
+int ms_tokenizer_is_control(const struct ms_tokenizer *t, int32_t id);
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "megascope/base.h"
+
 struct ms_ref {
   const struct ms_model *m;
   int max_ctx, pos;
@@ -17,16 +19,23 @@ struct ms_ref {
 
 static double wget(const struct ms_weight *w, int r, int c) { return ms_weight_get(w, r, c); }
 
-/* Row by row, in double; the element type is switched on once per row. */
+/* Row by row, in double; the element type is switched on once per row. The
+ * block formats and f16 are decoded by model.c's plain scalar decoder into a
+ * row of floats first (never by the kernels under test). */
 static double dot_row(const struct ms_weight *w, int r, const double *x) {
   double s = 0;
-  size_t base = (size_t)r * (size_t)w->cols;
   if (w->dtype == MS_DTYPE_BF16) {
-    const uint16_t *p = (const uint16_t *)w->data + base;
+    const uint16_t *p = (const uint16_t *)((const char *)w->data + (size_t)r * ms_weight_row_bytes(w));
     for (int c = 0; c < w->cols; c++) s += (double)ms_bf16_to_f32(p[c]) * x[c];
-  } else {
-    const float *p = (const float *)w->data + base;
+  } else if (w->dtype == MS_DTYPE_F32) {
+    const float *p = (const float *)((const char *)w->data + (size_t)r * ms_weight_row_bytes(w));
     for (int c = 0; c < w->cols; c++) s += (double)p[c] * x[c];
+  } else {
+    float stack[8192], *row = w->cols <= 8192 ? stack : malloc(sizeof(float) * (size_t)w->cols);
+    MS_ASSERT(row);
+    ms_weight_row_f32(w, r, row);
+    for (int c = 0; c < w->cols; c++) s += (double)row[c] * x[c];
+    if (row != stack) free(row);
   }
   return s;
 }

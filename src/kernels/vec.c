@@ -4,6 +4,8 @@
 
 #include <math.h>
 
+#include "kernels/quant.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define MS_X86 1
@@ -38,7 +40,7 @@ static float row_get(const struct ms_weight *w, const void *row, int c) {
 
 static void gemv_portable(const struct ms_weight *w, int r0, int r1, const float *x, int ldx,
                           int nb, float *y, int ldy) {
-  size_t rb = (size_t)w->cols * ms_dtype_size(w->dtype);
+  size_t rb = ms_weight_row_bytes(w);
   for (int r = r0; r < r1; r++) {
     const void *row = (const char *)w->data + (size_t)r * rb;
     for (int b = 0; b < nb; b++) {
@@ -92,7 +94,7 @@ __attribute__((target("avx2,fma"))) static void row_x4(const struct ms_weight *w
 __attribute__((target("avx2,fma"))) static void gemv_avx2(const struct ms_weight *w, int r0, int r1,
                                                           const float *x, int ldx, int nb, float *y,
                                                           int ldy) {
-  size_t rb = (size_t)w->cols * ms_dtype_size(w->dtype);
+  size_t rb = ms_weight_row_bytes(w);
   for (int r = r0; r < r1; r++) {
     const void *row = (const char *)w->data + (size_t)r * rb;
     for (int b0 = 0; b0 < nb; b0 += 4) {
@@ -116,6 +118,10 @@ __attribute__((target("avx2,fma"))) static float dot_avx2(const float *a, const 
 
 void ms_vec_gemv(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb,
                  float *y, int ldy) {
+  if (ms_quant_handles(w->dtype)) {  /* f16 and the block formats: kernels/quant.c */
+    ms_quant_gemv(w, r0, r1, x, ldx, nb, y, ldy, use_simd);
+    return;
+  }
 #ifdef MS_X86
   if (use_simd) {
     gemv_avx2(w, r0, r1, x, ldx, nb, y, ldy);

@@ -8,10 +8,7 @@
 #include <string.h>
 
 #include "megascope/tokenizer.h"
-
-struct ms_tokenizer {
-  int vocab;
-};
+#include "model/tokenizer_impl.h"  /* the handle; a file's BPE hangs off it */
 
 struct ms_tokenizer *ms_tokenizer_bytes_new(int vocab) {
   if (vocab < 256) {
@@ -24,19 +21,24 @@ struct ms_tokenizer *ms_tokenizer_bytes_new(int vocab) {
   return t;
 }
 
-void ms_tokenizer_free(struct ms_tokenizer *t) { free(t); }
+void ms_tokenizer_free(struct ms_tokenizer *t) {
+  if (t) ms_bpe_free(t->bpe);
+  free(t);
+}
 
-const char *ms_tokenizer_name(const struct ms_tokenizer *t) { return "bytes"; }
+const char *ms_tokenizer_name(const struct ms_tokenizer *t) { return t->bpe ? ms_bpe_name(t->bpe) : "bytes"; }
 
 int ms_tokenizer_encode(const struct ms_tokenizer *t, const char *text, size_t len, int32_t *out, int max) {
   if (!t || (!text && len) || max < 0) return -EINVAL;
   if (len > (size_t)INT32_MAX) return -E2BIG;
+  if (t->bpe) return ms_bpe_encode(t->bpe, text, len, out, max);
   for (size_t i = 0; i < len && i < (size_t)max; i++) out[i] = (int32_t)(unsigned char)text[i];
   return (int)len;
 }
 
 long ms_tokenizer_decode(const struct ms_tokenizer *t, const int32_t *ids, int n, char *out, size_t size) {
   if (!t || n < 0 || (n && !ids) || (size && !out)) return -EINVAL;
+  if (t->bpe) return ms_bpe_decode(t->bpe, ids, n, out, size);
   size_t len = 0;
   for (int i = 0; i < n; i++) {
     char piece[16];

@@ -1,0 +1,460 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope model: model files.
+ *   synth:    write a synthetic preset as GGUF, its matrices in any weight type
+ *   info:     what a GGUF file holds: metadata, tensors, the model megascope sees
+ *   tokenize: text to ids (or --decode ids to text) with a model's tokenizer
+ *   logits:   teacher-forced logits of a token sequence (megakernel or reference),
+ *             written as raw f32 for comparisons with other implementations */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "common.h"
+#include "megascope/engine.h"
+#include "megascope/gguf.h"
+#include "megascope/json.h"
+#include "megascope/reference.h"
+#include "megascope/tokenizer.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: megascope model <command> [options]\n\n"
+          "commands:\n"
+          "  synth     --preset P --type T --out F.gguf   write a synthetic preset as GGUF\n"
+          "  info      F.gguf                             metadata, tensors and model of a file\n"
+          "  tokenize  --model F.gguf --text TEXT         text -> ids (--decode IDS: ids -> text)\n"
+          "  logits    --model F.gguf --tokens IDS        teacher-forced logits (raw f32 with --out)\n\n"
+          "'megascope model <command> --help' describes one.\n");
+}
+
+/* ---- synth ---- */
+
+static int synth_usage(FILE *f, int rc) {
+  fprintf(f,
+          "usage: megascope model synth --preset P --type T --out F.gguf [options]\n\n"
+          "Writes a synthetic preset (tiny, tiny-qwen3, smollm2-135m) as a GGUF file: its\n"
+          "deterministic f32 weights quantized to T (f32, f16, bf16, q8_0, q4_0, q4_1; norms\n"
+          "stay f32), llama.cpp's tensor and key names, and the byte-level vocabulary as a\n"
+          "gpt2 tokenizer without merges (token b is byte b).\n\n"
+          "  --model-seed N       seed of the synthetic weights (default 1)\n"
+          "  -h, --help           this text\n");
+  return rc;
+}
+
+static int cmd_synth(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"preset", required_argument, 0, 0}, {"type", required_argument, 0, 0},
+      {"out", required_argument, 0, 0},    {"model-seed", required_argument, 0, 0},
+      {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
+  const char *preset = NULL, *type = "f32", *out = NULL;
+  uint64_t seed = 1;
+  int c, idx;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    if (c == 'h') return synth_usage(stdout, 0);
+    if (c) return synth_usage(stderr, 2);
+    const char *n = opts[idx].name;
+    if (!strcmp(n, "preset")) preset = optarg;
+    else if (!strcmp(n, "type")) type = optarg;
+    else if (!strcmp(n, "out")) out = optarg;
+    else if (!strcmp(n, "model-seed") && cli_u64("--model-seed", optarg, &seed)) return 2;
+  }
+  if (!preset || !out || optind < argc) return synth_usage(stderr, 2);
+  enum ms_dtype dt;
+  if (ms_dtype_parse(type, &dt)) {
+    fprintf(stderr, "megascope model synth: --type '%s': expected f32, f16, bf16, q8_0, q4_0 or q4_1\n", type);
+    return 2;
+  }
+  struct ms_model_config cfg;
+  if (ms_preset_config(preset, MS_DTYPE_F32, &cfg)) {
+    fprintf(stderr, "megascope model synth: unknown preset '%s'\n", preset);
+    return 2;
+  }
+  struct ms_model *m = ms_model_synth(&cfg, seed);
+  if (!m) {
+    fprintf(stderr, "megascope model synth: cannot build '%s': %s\n", preset, ms_strerror(errno));
+    return 1;
+  }
+  char buf[1024] = "";
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+  int rc = ms_gguf_write_model(m, dt, out, &log);
+  if (rc) fprintf(stderr, "megascope model synth: %s%s", buf[0] ? "" : ms_strerror(rc), buf[0] ? buf : "\n");
+  else
+    printf("wrote %s: %s, %s, %d layers, dim %d, vocab %d, seed %" PRIu64 "\n", out, preset, type, cfg.n_layers,
+           cfg.dim, cfg.vocab, seed);
+  ms_model_free(m);
+  return rc ? 1 : 0;
+}
+
+/* ---- info ---- */
+
+static void info_text(const struct ms_gguf *g, const struct ms_model *m, const struct ms_tokenizer *tok,
+                      const char *why, int all_tensors) {
+  char v[160];
+  printf("GGUF v%u, %zu bytes, alignment %zu, data at %zu, %d keys, %d tensors\n", ms_gguf_version(g),
+         ms_gguf_file_size(g), ms_gguf_alignment(g), ms_gguf_data_offset(g), ms_gguf_n_kv(g), ms_gguf_n_tensors(g));
+  for (int i = 0; i < ms_gguf_n_kv(g); i++) {
+    ms_gguf_kv_format(g, i, v, sizeof v);
+    printf("  %-44s %s\n", ms_gguf_kv_key(g, i), v);
+  }
+  int n = ms_gguf_n_tensors(g), shown = all_tensors || n <= 24 ? n : 16;
+  for (int i = 0; i < shown; i++) {
+    const struct ms_gguf_tensor *t = ms_gguf_tensor(g, i);
+    printf("  %-32s %-5s [", t->name, ms_gguf_type_name(t->type));
+    for (int d = 0; d < t->n_dims; d++) printf("%s%" PRId64, d ? ", " : "", t->ne[d]);
+    printf("] at %" PRIu64 ", %zu bytes\n", t->offset, t->bytes);
+  }
+  if (shown < n) printf("  ... %d more tensors (--tensors lists all)\n", n - shown);
+  if (!m) {
+    printf("model: not loadable: %s", why);
+    return;
+  }
+  const struct ms_model_config *c = &m->cfg;
+  printf("model: %s, %s blocks, %d layers, dim %d, ffn %d, heads %d/%d x %d, vocab %d, %s, rope %s base %g, "
+         "eps %g, bos %d, eos %d, weights %s (%zu bytes read per step)\n",
+         c->name, c->arch == MS_ARCH_QWEN3 ? "qwen3" : "llama", c->n_layers, c->dim, c->ffn_dim, c->n_heads,
+         c->n_kv_heads, c->head_dim, c->vocab, c->tied_embeddings ? "tied embeddings" : "separate lm_head",
+         c->rope_style == MS_ROPE_NEOX ? "neox" : "norm", c->rope_base, c->norm_eps, c->bos, c->eos,
+         ms_dtype_name(c->dtype), ms_model_weight_bytes(m));
+  printf("tokenizer: %s\n", tok ? ms_tokenizer_name(tok) : "none");
+}
+
+static void info_json(const struct ms_gguf *g, const struct ms_model *m, const struct ms_tokenizer *tok,
+                      const char *why) {
+  struct ms_json j;
+  char v[160];
+  ms_json_init(&j, stdout, 1);
+  ms_json_obj_begin(&j);
+  ms_json_kuint(&j, "version", ms_gguf_version(g));
+  ms_json_kuint(&j, "file_bytes", ms_gguf_file_size(g));
+  ms_json_kuint(&j, "alignment", ms_gguf_alignment(g));
+  ms_json_kuint(&j, "data_offset", ms_gguf_data_offset(g));
+  ms_json_key(&j, "metadata");
+  ms_json_obj_begin(&j);
+  for (int i = 0; i < ms_gguf_n_kv(g); i++) {
+    ms_gguf_kv_format(g, i, v, sizeof v);
+    ms_json_kstr(&j, ms_gguf_kv_key(g, i), v);
+  }
+  ms_json_obj_end(&j);
+  ms_json_key(&j, "tensors");
+  ms_json_arr_begin(&j);
+  for (int i = 0; i < ms_gguf_n_tensors(g); i++) {
+    const struct ms_gguf_tensor *t = ms_gguf_tensor(g, i);
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "name", t->name);
+    ms_json_kstr(&j, "type", ms_gguf_type_name(t->type));
+    ms_json_key(&j, "shape");
+    ms_json_arr_begin(&j);
+    for (int d = 0; d < t->n_dims; d++) ms_json_int(&j, t->ne[d]);
+    ms_json_arr_end(&j);
+    ms_json_kuint(&j, "offset", t->offset);
+    ms_json_kuint(&j, "bytes", t->bytes);
+    ms_json_obj_end(&j);
+  }
+  ms_json_arr_end(&j);
+  if (m) {
+    const struct ms_model_config *c = &m->cfg;
+    ms_json_key(&j, "model");
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "name", c->name);
+    ms_json_kstr(&j, "arch", c->arch == MS_ARCH_QWEN3 ? "qwen3" : "llama");
+    ms_json_kint(&j, "layers", c->n_layers);
+    ms_json_kint(&j, "dim", c->dim);
+    ms_json_kint(&j, "ffn_dim", c->ffn_dim);
+    ms_json_kint(&j, "heads", c->n_heads);
+    ms_json_kint(&j, "kv_heads", c->n_kv_heads);
+    ms_json_kint(&j, "head_dim", c->head_dim);
+    ms_json_kint(&j, "vocab", c->vocab);
+    ms_json_kbool(&j, "tied_embeddings", c->tied_embeddings);
+    ms_json_knum(&j, "rope_base", c->rope_base);
+    ms_json_knum(&j, "norm_eps", c->norm_eps);
+    ms_json_kint(&j, "bos", c->bos);
+    ms_json_kint(&j, "eos", c->eos);
+    ms_json_kstr(&j, "dtype", ms_dtype_name(c->dtype));
+    ms_json_kuint(&j, "weight_bytes_per_step", ms_model_weight_bytes(m));
+    ms_json_kstr(&j, "tokenizer", tok ? ms_tokenizer_name(tok) : "none");
+    ms_json_obj_end(&j);
+  } else {
+    ms_json_kstr(&j, "model_error", why);
+  }
+  ms_json_obj_end(&j);
+  ms_json_end(&j);
+}
+
+static int cmd_info(int argc, char **argv) {
+  static const struct option opts[] = {{"json", no_argument, 0, 0}, {"tensors", no_argument, 0, 0},
+                                       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  int as_json = 0, all = 0, c, idx;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    if (c == 'h' || c) {
+      fprintf(c == 'h' ? stdout : stderr,
+              "usage: megascope model info F.gguf [--json] [--tensors]\n\n"
+              "Checks the whole file and prints its metadata, its tensors and the model\n"
+              "megascope builds from it (or why it cannot).\n");
+      return c == 'h' ? 0 : 2;
+    }
+    if (!strcmp(opts[idx].name, "json")) as_json = 1;
+    else all = 1;
+  }
+  if (optind != argc - 1) {
+    fprintf(stderr, "usage: megascope model info F.gguf [--json] [--tensors]\n");
+    return 2;
+  }
+  char buf[2048] = "", mbuf[1024] = "";
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0}, mlog = {mbuf, sizeof mbuf, 0, 0};
+  struct ms_gguf *g = ms_gguf_open(argv[optind], &log);
+  if (!g) {
+    fprintf(stderr, "megascope model info: %s: %s\n%s", argv[optind], ms_strerror(errno), buf);
+    return 1;
+  }
+  struct ms_model *m = ms_gguf_model_new(g, &mlog);
+  struct ms_tokenizer *tok = m ? ms_tokenizer_gguf_new(g, &mlog) : NULL;
+  if (as_json) info_json(g, m, tok, mbuf);
+  else info_text(g, m, tok, mbuf, all);
+  ms_tokenizer_free(tok);
+  ms_model_free(m);
+  ms_gguf_free(g);
+  return 0;
+}
+
+/* ---- tokenize ---- */
+
+/* "1,2,3" into a malloc'd array. */
+static int parse_ids(const char *s, int32_t **ids, int *n) {
+  int cap = 16;
+  *n = 0;
+  *ids = malloc(sizeof **ids * (size_t)cap);
+  while (*ids && *s) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || v < 0 || v > INT32_MAX || (*end && *end != ',')) break;
+    if (*n == cap) {
+      int32_t *p = realloc(*ids, sizeof *p * (size_t)(cap *= 2));
+      if (!p) break;
+      *ids = p;
+    }
+    (*ids)[(*n)++] = (int32_t)v;
+    s = *end ? end + 1 : end;
+  }
+  if (!*ids || *s || !*n) {
+    fprintf(stderr, "megascope model: expected token ids like 1,2,3\n");
+    free(*ids);
+    *ids = NULL;
+    return -1;
+  }
+  return 0;
+}
+
+static int cmd_tokenize(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 0}, {"synthetic", required_argument, 0, 0},
+      {"text", required_argument, 0, 0},  {"decode", required_argument, 0, 0},
+      {"json", no_argument, 0, 0},        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+  struct cli_model cm = {0};
+  const char *text = NULL, *dec = NULL;
+  int as_json = 0, c, idx;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    if (c == 'h' || c) {
+      fprintf(c == 'h' ? stdout : stderr,
+              "usage: megascope model tokenize (--model F.gguf | --synthetic P) (--text TEXT | --decode IDS) [--json]\n\n"
+              "Encodes TEXT with the model's tokenizer (special tokens kept whole), or decodes\n"
+              "comma-separated ids. Prints the ids (or the text), or JSON with both.\n");
+      return c == 'h' ? 0 : 2;
+    }
+    const char *n = opts[idx].name;
+    if (cli_model_opt(&cm, n, optarg) > 0) continue;
+    if (!strcmp(n, "text")) text = optarg;
+    else if (!strcmp(n, "decode")) dec = optarg;
+    else if (!strcmp(n, "json")) as_json = 1;
+  }
+  if (!text == !dec) {
+    fprintf(stderr, "megascope model tokenize: give --text or --decode\n");
+    return 2;
+  }
+  struct ms_tokenizer *tok = NULL;
+  struct ms_model *m = cli_model_load_tok(&cm, &tok);
+  if (!m) return 2;
+  int rc = 1, n = 0;
+  int32_t *ids = NULL;
+  char *out = NULL;
+  if (!tok) {
+    fprintf(stderr, "megascope model tokenize: the model has no tokenizer\n");
+    goto done;
+  }
+  if (text) {
+    n = ms_tokenizer_encode(tok, text, strlen(text), NULL, 0);
+    ids = n >= 0 ? malloc(sizeof *ids * (size_t)(n + 1)) : NULL;
+    if (!ids || ms_tokenizer_encode(tok, text, strlen(text), ids, n) != n) goto done;
+  } else if (parse_ids(dec, &ids, &n)) {
+    goto done;
+  }
+  long len = ms_tokenizer_decode(tok, ids, n, NULL, 0);
+  if (len < 0 || !(out = malloc((size_t)len + 1))) {
+    fprintf(stderr, "megascope model tokenize: cannot decode: %s\n", ms_strerror((int)len));
+    goto done;
+  }
+  ms_tokenizer_decode(tok, ids, n, out, (size_t)len + 1);
+  if (as_json) {
+    struct ms_json j;
+    ms_json_init(&j, stdout, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "tokenizer", ms_tokenizer_name(tok));
+    ms_json_key(&j, "ids");
+    ms_json_arr_begin(&j);
+    for (int i = 0; i < n; i++) ms_json_int(&j, ids[i]);
+    ms_json_arr_end(&j);
+    ms_json_kstr(&j, "text", out);
+    ms_json_obj_end(&j);
+    ms_json_end(&j);
+  } else if (text) {
+    for (int i = 0; i < n; i++) printf("%s%d", i ? "," : "", ids[i]);
+    printf("\n");
+  } else {
+    fwrite(out, 1, (size_t)len, stdout);
+    printf("\n");
+  }
+  rc = 0;
+done:
+  free(ids);
+  free(out);
+  ms_tokenizer_free(tok);
+  ms_model_free(m);
+  return rc;
+}
+
+/* ---- logits ---- */
+
+/* Teacher-forced logits of every position through the engine (one request
+ * whose prompt is the whole sequence), into lg (n, vocab). */
+static int engine_logits(const struct ms_model *m, const int32_t *ids, int n, long workers, float *lg) {
+  char buf[1024] = "";
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)workers, .max_batch = 1, .max_ctx = n + 1};
+  struct ms_engine *e = ms_engine_new(m, &eo, &log);
+  if (!e) {
+    fprintf(stderr, "megascope model logits: %s", buf);
+    return -1;
+  }
+  struct ms_request_opts ro = {.sz = sizeof ro, .prompt = ids, .n_prompt = n, .max_new_tokens = 1,
+                               .record_logits = 1};
+  struct ms_request *r = ms_engine_submit(e, &ro);
+  int rc = -1;
+  if (r && !ms_request_wait(r, -1)) {
+    struct ms_request_info info;
+    ms_request_get_info(r, &info);
+    if (info.n_logits >= n) {
+      memcpy(lg, info.logits, sizeof(float) * (size_t)n * (size_t)m->cfg.vocab);
+      rc = 0;
+    }
+  }
+  if (rc) fprintf(stderr, "megascope model logits: the request failed\n");
+  ms_request_free(r);
+  ms_engine_free(e);
+  return rc;
+}
+
+static int reference_logits(const struct ms_model *m, const int32_t *ids, int n, float *lg) {
+  struct ms_ref *ref = ms_ref_new(m, n);
+  int rc = ref ? 0 : -1;
+  for (int i = 0; i < n && !rc; i++) rc = ms_ref_step(ref, ids[i], lg + (size_t)i * (size_t)m->cfg.vocab);
+  ms_ref_free(ref);
+  if (rc) fprintf(stderr, "megascope model logits: the reference forward failed\n");
+  return rc;
+}
+
+static int cmd_logits(int argc, char **argv) {
+  static const struct option opts[] = {
+      {"model", required_argument, 0, 0},   {"synthetic", required_argument, 0, 0},
+      {"dtype", required_argument, 0, 0},   {"model-seed", required_argument, 0, 0},
+      {"tokens", required_argument, 0, 0},  {"out", required_argument, 0, 0},
+      {"reference", no_argument, 0, 0},     {"workers", required_argument, 0, 0},
+      {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
+  struct cli_model cm = {0};
+  const char *tokens = NULL, *out = NULL;
+  long workers = 0;
+  int use_ref = 0, c, idx;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    if (c == 'h' || c) {
+      fprintf(c == 'h' ? stdout : stderr,
+              "usage: megascope model logits (--model F.gguf | --synthetic P) --tokens IDS [options]\n\n"
+              "Feeds the comma-separated ids one position at a time (teacher forcing) and\n"
+              "prints each position's top token; --out writes all logits as raw little-endian\n"
+              "f32, (positions, vocab) row-major.\n\n"
+              "  --reference          the double-precision reference forward, not the engine\n"
+              "  --workers N          engine worker threads (default: one per core)\n"
+              "  --out F              write the logits to F\n");
+      return c == 'h' ? 0 : 2;
+    }
+    const char *n = opts[idx].name;
+    int r = cli_model_opt(&cm, n, optarg);
+    if (r < 0) return 2;
+    if (r) continue;
+    if (!strcmp(n, "tokens")) tokens = optarg;
+    else if (!strcmp(n, "out")) out = optarg;
+    else if (!strcmp(n, "reference")) use_ref = 1;
+    else if (!strcmp(n, "workers") && cli_int("--workers", optarg, 1, 1024, &workers)) return 2;
+  }
+  int32_t *ids = NULL;
+  int n = 0;
+  if (!tokens || parse_ids(tokens, &ids, &n)) return 2;
+  struct ms_model *m = cli_model_load(&cm);
+  if (!m) {
+    free(ids);
+    return 2;
+  }
+  int rc = 1, V = m->cfg.vocab;
+  float *lg = malloc(sizeof *lg * (size_t)n * (size_t)V);
+  for (int i = 0; i < n; i++)
+    if (ids[i] >= V) {
+      fprintf(stderr, "megascope model logits: token %d is outside the vocabulary (%d)\n", ids[i], V);
+      goto done;
+    }
+  if (!lg || (use_ref ? reference_logits(m, ids, n, lg) : engine_logits(m, ids, n, workers, lg))) goto done;
+  for (int i = 0; i < n; i++) {
+    const float *row = lg + (size_t)i * (size_t)V;
+    int best = ms_argmax(row, V);
+    printf("%d%s", best, i + 1 < n ? "," : "\n");
+    (void)row;
+  }
+  if (out) {
+    FILE *f = fopen(out, "wb");
+    if (!f || fwrite(lg, sizeof *lg, (size_t)n * (size_t)V, f) != (size_t)n * (size_t)V) {
+      fprintf(stderr, "megascope model logits: cannot write %s\n", out);
+      if (f) fclose(f);
+      goto done;
+    }
+    if (fclose(f)) goto done;
+  }
+  rc = 0;
+done:
+  free(lg);
+  free(ids);
+  ms_model_free(m);
+  return rc;
+}
+
+int cmd_model(int argc, char **argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return 2;
+  }
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(stdout);
+    return 0;
+  }
+  if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 1, argv + 1);
+  fprintf(stderr, "megascope model: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

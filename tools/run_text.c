@@ -1,0 +1,157 @@
+/* SPDX-License-Identifier: MIT */
+/* Text in, text out for `megascope run`. See run_text.h. */
+#include "run_text.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+
+static int parse_float(const char *opt, const char *s, float lo, float hi, float *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !(v >= lo && v <= hi)) {
+    fprintf(stderr, "megascope run: %s '%s': expected a number in [%g, %g]\n", opt, s, lo, hi);
+    return -1;
+  }
+  *out = (float)v;
+  return 0;
+}
+
+int run_text_opt(struct run_text *rt, const char *name, const char *arg) {
+  long v;
+  if (!strcmp(name, "prompt")) rt->prompt = arg;
+  else if (!strcmp(name, "chat")) rt->chat = 1;
+  else if (!strcmp(name, "temperature")) return parse_float("--temperature", arg, 0, 100, &rt->sp.temperature) ? -1 : 1;
+  else if (!strcmp(name, "top-p")) return parse_float("--top-p", arg, 0, 1, &rt->sp.top_p) ? -1 : 1;
+  else if (!strcmp(name, "top-k")) {
+    if (cli_int("--top-k", arg, 0, 1 << 30, &v)) return -1;
+    rt->sp.top_k = (int)v;
+  } else if (!strcmp(name, "sample-seed")) return cli_u64("--sample-seed", arg, &rt->sp.seed) ? -1 : 1;
+  else return 0;
+  return 1;
+}
+
+/* Appends the ids of `s` (special tokens kept whole) to ids[*n..max). */
+static int encode_part(const struct ms_tokenizer *tok, const char *s, int32_t *ids, int *n, int max) {
+  int k = ms_tokenizer_encode(tok, s, strlen(s), ids + *n, max - *n);
+  if (k < 0 || k > max - *n) return -1;
+  *n += k;
+  return 0;
+}
+
+int run_text_encode(const struct run_text *rt, const struct ms_tokenizer *tok, int vocab, int32_t **ids, int *n) {
+  if (!tok) {
+    fprintf(stderr, "megascope run: --prompt: this model has no tokenizer (vocabulary under 256 ids)\n");
+    return -1;
+  }
+  if (rt->chat && (ms_tokenizer_find(tok, "<|im_start|>") < 0 || ms_tokenizer_find(tok, "<|im_end|>") < 0)) {
+    fprintf(stderr, "megascope run: --chat: the vocabulary has no <|im_start|> and <|im_end|> tokens\n");
+    return -1;
+  }
+  int max = (int)strlen(rt->prompt) + 64;
+  *ids = malloc(sizeof **ids * (size_t)max);
+  *n = 0;
+  if (!*ids) return -1;
+  int bos = ms_tokenizer_add_bos(tok), rc = 0;
+  if (bos >= 0) (*ids)[(*n)++] = bos;
+  if (rt->chat) rc = encode_part(tok, "<|im_start|>user\n", *ids, n, max);
+  if (!rc) rc = encode_part(tok, rt->prompt, *ids, n, max);
+  if (!rc && rt->chat) rc = encode_part(tok, "<|im_end|>\n<|im_start|>assistant\n", *ids, n, max);
+  for (int i = 0; !rc && i < *n; i++)
+    if ((*ids)[i] >= vocab) rc = -1;
+  if (!rc && *n == 0) {
+    fprintf(stderr, "megascope run: --prompt: the prompt is empty\n");
+    rc = -1;
+  } else if (rc) {
+    fprintf(stderr, "megascope run: --prompt: cannot tokenize the prompt for this model\n");
+  }
+  if (rc) {
+    free(*ids);
+    *ids = NULL;
+  }
+  return rc;
+}
+
+void run_text_request(const struct run_text *rt, long i, struct ms_request_opts *ro) {
+  ro->temperature = rt->sp.temperature;
+  ro->top_k = rt->sp.top_k;
+  ro->top_p = rt->sp.top_p;
+  ro->sample_seed = rt->sp.seed + (uint64_t)i;
+  if (rt->prompt) ro->stop_at_eos = 1;
+}
+
+/* Decodes ids into a malloc'd string, made valid UTF-8 (U+FFFD for bad bytes and NULs). */
+static char *decode_text(const struct ms_tokenizer *tok, const int32_t *ids, int n) {
+  long need = tok ? ms_tokenizer_decode(tok, ids, n, NULL, 0) : -1;
+  char *raw = need >= 0 ? malloc((size_t)need + 1) : NULL, *out = raw ? malloc(3 * (size_t)need + 1) : NULL;
+  size_t o = 0;
+  if (!out) {
+    free(raw);
+    return NULL;
+  }
+  ms_tokenizer_decode(tok, ids, n, raw, (size_t)need + 1);
+  for (long i = 0; i < need;) {
+    unsigned char c = (unsigned char)raw[i];
+    int k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    int ok = c != 0 && k > 0 && i + k <= need;
+    for (int j = 1; ok && j < k; j++) ok = ((unsigned char)raw[i + j] & 0xc0) == 0x80;
+    if (ok) {
+      memcpy(out + o, raw + i, (size_t)k);
+      o += (size_t)k;
+      i += k;
+    } else {
+      memcpy(out + o, "\xef\xbf\xbd", 3);
+      o += 3;
+      i++;
+    }
+  }
+  out[o] = '\0';
+  free(raw);
+  return out;
+}
+
+void run_text_print(const struct ms_tokenizer *tok, long i, const struct ms_request_info *info,
+                    const int32_t *prompt) {
+  char *p = decode_text(tok, prompt, info->n_prompt), *g = decode_text(tok, info->tokens, info->n_tokens);
+  double ttft = info->t_first ? (double)(info->t_first - info->t_submit) / 1e9 : 0;
+  double tpot = info->n_tokens > 1 ? (double)(info->t_done - info->t_first) / 1e9 / (info->n_tokens - 1) : 0;
+  printf("--- request %ld: %d prompt tokens, %d generated, ttft %.3f s, tpot %.4f s\n", i, info->n_prompt,
+         info->n_tokens, ttft, tpot);
+  printf("%s%s\n", p ? p : "", g ? g : "");
+  free(p);
+  free(g);
+}
+
+void run_text_json(struct ms_json *j, const struct run_text *rt, const struct ms_tokenizer *tok,
+                   struct ms_request *const *reqs, long n) {
+  ms_json_kstr(j, "tokenizer", tok ? ms_tokenizer_name(tok) : "none");
+  ms_json_knum(j, "temperature", rt->sp.temperature);
+  ms_json_kint(j, "top_k", rt->sp.top_k);
+  ms_json_knum(j, "top_p", rt->sp.top_p);
+  ms_json_kuint(j, "sample_seed", rt->sp.seed);
+  const char *keys[] = {"texts", "prompt_tokens", "ttft_s", "tpot_s"};
+  for (int k = 0; k < 4; k++) {
+    ms_json_key(j, keys[k]);
+    ms_json_arr_begin(j);
+    for (long i = 0; i < n; i++) {
+      struct ms_request_info info;
+      ms_request_get_info(reqs[i], &info);
+      if (k == 0) {
+        char *t = decode_text(tok, info.tokens, info.n_tokens);
+        ms_json_str(j, t);
+        free(t);
+      } else if (k == 1) {
+        ms_json_int(j, info.n_prompt);
+      } else if (k == 2) {
+        ms_json_num(j, info.t_first ? (double)(info.t_first - info.t_submit) / 1e9 : 0);
+      } else {
+        ms_json_num(j, info.n_tokens > 1 ? (double)(info.t_done - info.t_first) / 1e9 / (info.n_tokens - 1) : 0);
+      }
+    }
+    ms_json_arr_end(j);
+  }
+}

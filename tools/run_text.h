@@ -1,0 +1,55 @@
+/* SPDX-License-Identifier: MIT */
+/* Text in, text out for `megascope run`: the --prompt, --chat and sampling
+ * options, turning the prompt into token ids with the model's tokenizer, and
+ * printing what the requests generated as text (with TTFT and TPOT). */
+#ifndef MS_TOOLS_RUN_TEXT_H
+#define MS_TOOLS_RUN_TEXT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "megascope/engine.h"
+#include "megascope/json.h"
+#include "megascope/sample.h"
+#include "megascope/tokenizer.h"
+
+struct run_text {
+  const char *prompt;          /* --prompt */
+  int chat;                    /* --chat: wrap the prompt in the ChatML turn */
+  struct ms_sample_params sp;  /* --temperature --top-k --top-p --sample-seed */
+};
+
+#define RUN_TEXT_HELP                                                                  \
+  "  --prompt TEXT        every request starts from TEXT (tokenized with the model's\n" \
+  "                       tokenizer); prints the generated text; stops at eos\n"       \
+  "  --chat               wrap --prompt as a ChatML user turn (<|im_start|>user ...)\n" \
+  "  --temperature X      sample at temperature X (default 0: greedy)\n"              \
+  "  --top-k K            sample among the K most probable tokens (default: all)\n"    \
+  "  --top-p P            sample from the nucleus of mass P (default: 1, off)\n"       \
+  "  --sample-seed S      seed of the draws; request i uses S + i (default 1)\n"
+
+#define RUN_TEXT_OPTIONS                                                                  \
+  {"prompt", required_argument, 0, 0}, {"chat", no_argument, 0, 0},                      \
+      {"temperature", required_argument, 0, 0}, {"top-k", required_argument, 0, 0},       \
+      {"top-p", required_argument, 0, 0}, {"sample-seed", required_argument, 0, 0}
+
+/* 1 when `name` was one of these options, 0 when not, -1 on a bad value (printed). */
+int run_text_opt(struct run_text *rt, const char *name, const char *arg);
+
+/* The prompt's ids (BOS first when the tokenizer asks for it); malloc'd into
+ * *ids. Prints the reason and returns -1 on failure. */
+int run_text_encode(const struct run_text *rt, const struct ms_tokenizer *tok, int vocab, int32_t **ids, int *n);
+
+/* Sampling and stopping for request i. */
+void run_text_request(const struct run_text *rt, long i, struct ms_request_opts *ro);
+
+/* Prints request i's prompt and generated text. */
+void run_text_print(const struct ms_tokenizer *tok, long i, const struct ms_request_info *info,
+                    const int32_t *prompt);
+
+/* Adds "texts", "ttft_s", "tpot_s" (per request) and the sampling settings to
+ * an open JSON object. */
+void run_text_json(struct ms_json *j, const struct run_text *rt, const struct ms_tokenizer *tok,
+                   struct ms_request *const *reqs, long n);
+
+#endif

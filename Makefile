@@ -24,5 +24,9 @@ test: all
 bench: all
 	bash scripts/bench.sh $(BUILD)
 
+# libFuzzer over the eBPF loader, verifier and interpreter, for FUZZ_SECONDS (60).
+fuzz: deps
+	bash scripts/fuzz.sh
+
 clean:
 	rm -rf $(BUILD)

@@ -1,13 +1,95 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
 # make demo: the default synthetic model (SmolLM2-135M shapes, bf16 weights) in the
-# megakernel: the plan's statistics, then requests of different prompt lengths
-# decoded with continuous batching, step by step.
+# megakernel. First the plan's statistics; then the engine as a server: a batch of
+# completions over HTTP decoded with continuous batching while a shipped monitor is
+# attached through the control socket, read, replaced by another, read again (each
+# result with its coverage), a task trace is written, and the server stops cleanly.
 set -euo pipefail
 B=${1:-build}
 MS="$B/megascope"
+MON="$B/monitors"
 MODEL=(--synthetic smollm2-135m --dtype bf16)
 echo "== the plan for a batch of 4 (megascope compile ${MODEL[*]} --batch 4 --stats)"
 "$MS" compile "${MODEL[@]}" --batch 4 --stats
 echo
-echo "== 8 requests, prompts of 1 to 10 tokens, 12 tokens each, at most 4 at a time"
-"$MS" run "${MODEL[@]}" --batch 4 --requests 8 --steps 12 --prompt-len 10 --show-steps
+
+tmp=$(mktemp -d)
+chmod 700 "$tmp"
+SERVE_PID=""
+cleanup() {
+  if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then kill -TERM "$SERVE_PID"; fi
+  wait 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+SOCK="$tmp/engine.sock"
+
+echo "== megascope serve ${MODEL[*]} --batch 4 --http 127.0.0.1:0 --socket $SOCK"
+"$MS" serve "${MODEL[@]}" --batch 4 --http 127.0.0.1:0 --socket "$SOCK" >"$tmp/serve.out" 2>"$tmp/serve.err" &
+SERVE_PID=$!
+for _ in $(seq 1 600); do
+  grep -q '^ready' "$tmp/serve.out" 2>/dev/null && break
+  kill -0 "$SERVE_PID" 2>/dev/null || { cat "$tmp/serve.err"; exit 1; }
+  sleep 0.1
+done
+cat "$tmp/serve.out"
+URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$tmp/serve.out" | head -1)
+[ -n "$URL" ] || { echo "the server did not start"; exit 1; }
+echo
+
+echo "== 8 completions at once (4 decode together; the others join as rows free up)"
+prompts=("The megakernel" "Once upon a time" "Hello" "Semantic hooks let us" "A" "Tasks and events"
+         "Continuous batching" "eBPF")
+pids=()
+for i in "${!prompts[@]}"; do
+  curl -s --max-time 600 -o "$tmp/c$i.json" -w '%{http_code}\n' -H 'Content-Type: application/json' \
+    -d "{\"prompt\": \"${prompts[$i]}\", \"max_tokens\": 24}" "$URL/v1/completions" >"$tmp/c$i.status" &
+  pids+=($!)
+done
+sleep 1
+
+echo "== mid-run: megascope attach --socket \$S $MON/class_time.bpf.o"
+id=$("$MS" attach --socket "$SOCK" "$MON/class_time.bpf.o")
+echo "attachment $id"
+sleep 2
+"$MS" ls --socket "$SOCK"
+echo
+echo "== megascope maps --socket \$S $id   (class_time: task time per class, with its coverage)"
+"$MS" maps --socket "$SOCK" "$id" >"$tmp/maps1.txt"
+head -16 "$tmp/maps1.txt"
+echo "  ... ($(wc -l <"$tmp/maps1.txt") lines)"
+echo
+echo "== megascope replace --socket \$S $id $MON/queueing.bpf.o"
+"$MS" replace --socket "$SOCK" "$id" "$MON/queueing.bpf.o"
+echo "== megascope trace --socket \$S --seconds 1 --out $tmp/trace.json"
+"$MS" trace --socket "$SOCK" --seconds 1 --out "$tmp/trace.json"
+echo
+echo "== megascope maps --socket \$S $id   (queueing: ready -> begin per class; both generations' coverage)"
+"$MS" maps --socket "$SOCK" "$id" >"$tmp/maps2.txt"
+head -16 "$tmp/maps2.txt"
+echo "  ... ($(wc -l <"$tmp/maps2.txt") lines)"
+echo
+
+for p in "${pids[@]}"; do wait "$p"; done
+ok=0
+for i in "${!prompts[@]}"; do [ "$(cat "$tmp/c$i.status")" = 200 ] && ok=$((ok + 1)); done
+echo "== $ok of ${#prompts[@]} completions answered 200; the first:"
+cat "$tmp/c0.json"
+echo
+"$MS" detach --socket "$SOCK" "$id"
+echo "== megascope stats --socket \$S"
+"$MS" stats --socket "$SOCK"
+echo
+echo "== /metrics (excerpt)"
+curl -s --max-time 30 "$URL/metrics" | grep -E '^megascope_(ttft_seconds_count|tokens_generated_total|steps_total|attachment_executed_total)' || true
+echo
+echo "== stopping (SIGTERM)"
+kill -TERM "$SERVE_PID"
+wait "$SERVE_PID"
+SERVE_PID=""
+tail -1 "$tmp/serve.out"
+mkdir -p "$B/demo"
+cp "$tmp/trace.json" "$B/demo/trace.json"
+echo "the trace is in $B/demo/trace.json: open it in https://ui.perfetto.dev"
+[ "$ok" -eq "${#prompts[@]}" ]

@@ -81,11 +81,23 @@ int ms_engine_attach_coverage(struct ms_engine *e, int id, uint32_t generation, 
  * current one, decoded (histograms as histograms, with task- and event-class
  * names from the engine's plans), as JSON (pretty or not) or as text. */
 int ms_engine_attach_write(struct ms_engine *e, int id, FILE *f, int as_json);
+/* The same, as one JSON value inside a document being written. */
+struct ms_json;
+int ms_engine_attach_write_json(struct ms_engine *e, int id, struct ms_json *j);
 
 /* Hook sites: hooks_off turns the hook checks off entirely (the baseline of
  * `bench hooks`); otherwise a site with nothing attached costs one relaxed load
  * and a branch. Set before requests are submitted. */
 void ms_engine_set_hooks_enabled(struct ms_engine *e, int on);
+
+/* The helpers monitors run with (Linux's standard ones and megascope's own),
+ * for tools that verify or run a monitor's programs outside an engine. */
+struct ms_bpf_helpers;
+const struct ms_bpf_helpers *ms_monitor_helpers(void);
+
+/* A monitor's parts, for such tools: its object, and its maps' definitions. */
+struct ms_bpf_object;
+const struct ms_bpf_object *ms_monitor_object(const struct ms_monitor *m);
 
 #ifdef __cplusplus
 }

@@ -216,17 +216,15 @@ static void write_cov(const struct ms_coverage *cv, struct ms_json *j, FILE *f) 
   }
 }
 
-int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE *f, int as_json) {
+int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE *f, struct ms_json *j) {
   pthread_mutex_lock(&t->mu);
   struct attachment *a = ms_hook_find(t, id);
   if (!a) {
     pthread_mutex_unlock(&t->mu);
     return -ENOENT;
   }
-  struct ms_json jj, *j = as_json ? &jj : NULL;
   struct ms_gen *g = a->cur;
   if (j) {
-    ms_json_init(j, f, 1);
     ms_json_obj_begin(j);
     ms_json_kint(j, "id", a->id);
     ms_json_kstr(j, "monitor", g->mon->name);
@@ -269,7 +267,6 @@ int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE
   if (j) {
     ms_json_arr_end(j);
     ms_json_obj_end(j);
-    ms_json_end(j);
   }
   pthread_mutex_unlock(&t->mu);
   return rc;

@@ -106,7 +106,9 @@ int ms_hook_fire(struct ms_hook_table *t, struct ms_hook_ctx *ctx, uint64_t samp
 
 /* Writes attachment id's coverage and decoded maps (names from plan p). */
 struct ms_plan;
-int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE *f, int as_json);
+struct ms_json;
+/* j: write a JSON value into j; NULL: text to f. */
+int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE *f, struct ms_json *j);
 
 /* The helper table monitors are verified against and run with. */
 const struct ms_bpf_helpers *ms_hook_helpers(void);

@@ -103,3 +103,6 @@ int ms_monitor_prog_hook(const struct ms_monitor *m, int i, int *type) {
   if (type) *type = m->type[i];
   return m->hook[i];
 }
+
+const struct ms_bpf_helpers *ms_monitor_helpers(void) { return ms_hook_helpers(); }
+const struct ms_bpf_object *ms_monitor_object(const struct ms_monitor *m) { return m->obj; }

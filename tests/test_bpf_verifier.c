@@ -728,7 +728,7 @@ static uint8_t *mem_of(const char *text, size_t *n) {
 }
 
 struct conf_count {
-  int files, verified, rejected, skipped;
+  int files, verified, rejected, skipped, exact;
 };
 
 static void conformance_file(const char *dir, const char *name, struct ms_bpf_helpers *h, struct conf_count *c) {
@@ -751,7 +751,9 @@ static void conformance_file(const char *dir, const char *name, struct ms_bpf_he
   uint8_t *mem = mem_of(text, &mem_size);
   c->files++;
   log_reset();
-  int rc = p ? ms_bpf_verify_raw(p, (uint32_t)mem_size, h, &tlog) : -1;
+  struct ms_verify_opts o = {.sz = sizeof o, .kind = MS_VERIFY_RAW_MEM, .mem_size = (uint32_t)mem_size, .helpers = h};
+  struct ms_verify_stats st;
+  int rc = p ? ms_bpf_verify(p, &o, &tlog, &st) : -1;
   CHECKF(rc == 0 || rc == -MS_E_VERIFY || !p, "%s: verifier returned %d", name, rc);
   CHECKF(!strncmp(nth_last_line(0), "processed ", 10), "%s: log ends with: %s", name, nth_last_line(0));
   if (rc == 0) {
@@ -765,6 +767,12 @@ static void conformance_file(const char *dir, const char *name, struct ms_bpf_he
     CHECKF(run == 0, "%s: verified but the run failed (%d): %s", name, run, rlog);
     CHECKF(run || res.r0 == rep.expected, "%s: r0 0x%llx, expected 0x%llx", name, (unsigned long long)res.r0,
            (unsigned long long)rep.expected);
+    uint64_t e = rep.expected;
+    CHECKF(e >= st.r0_umin && e <= st.r0_umax && (int64_t)e >= st.r0_smin && (int64_t)e <= st.r0_smax,
+           "%s: expected r0 0x%llx outside the verifier's R0 range u[%llu, %llu] s[%lld, %lld]", name,
+           (unsigned long long)e, (unsigned long long)st.r0_umin, (unsigned long long)st.r0_umax,
+           (long long)st.r0_smin, (long long)st.r0_smax);
+    if (st.r0_umin == st.r0_umax) c->exact++;
   } else if (p) {
     c->rejected++;
     if (getenv("MS_VERBOSE")) fprintf(stderr, "rejected %s: %s", name, nth_last_line(1));
@@ -802,8 +810,8 @@ static void test_conformance(void) {
   }
   free(names);
   ms_bpf_helpers_free(h);
-  printf("conformance through the verifier: %d verified of %d (%d rejected, %d files not run)\n", c.verified,
-         c.files, c.rejected, c.skipped);
+  printf("conformance through the verifier: %d verified of %d (%d rejected, %d files not run); "
+         "r0 proven exactly for %d\n", c.verified, c.files, c.rejected, c.skipped, c.exact);
   CHECK(c.files > 250 && c.verified > c.files / 2);
 }
 

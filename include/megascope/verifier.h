@@ -81,6 +81,10 @@ struct ms_verify_stats {
   uint64_t pruned;              /* paths cut by a state already explored */
   uint64_t time_us;
   int64_t err_insn;             /* the rejected instruction, -1 if none (or not one) */
+  /* What the program may return: the union of R0's ranges over every exit
+   * (valid when it verified). A run's r0 lies in both. */
+  uint64_t r0_umin, r0_umax;
+  int64_t r0_smin, r0_smax;
 };
 
 /* Verifies prog. 0 when it is proven safe; -MS_E_VERIFY when rejected (the

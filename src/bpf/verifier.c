@@ -50,6 +50,7 @@ struct explore {
   uint32_t states_cap;
   uint64_t n_kept_all;
   struct ms_bpf_idmap *idmap;     /* scratch for state comparisons */
+  uint64_t exits;                 /* exits of the entry function reached */
 };
 
 /* ---- the log ------------------------------------------------------------ */
@@ -633,8 +634,9 @@ static int ptr_cond(struct explore *x, const struct ms_bpf_insn *in, const struc
     return ms_bpf_vreject(env, "comparison of pointers to different regions (%s, %s) prohibited",
                           ms_bpf_vtype_name(a->type), ms_bpf_vtype_name(b->type));
   if (ms_bpf_sc_is_const(&a->s) && ms_bpf_sc_is_const(&b->s)) { /* addresses in one region: offsets decide */
-    struct ms_bpf_scalar ea = ms_bpf_sc_const((uint64_t)((int64_t)a->off + (int64_t)a->s.t.v) ^ (1ull << 63));
-    struct ms_bpf_scalar eb = ms_bpf_sc_const((uint64_t)((int64_t)b->off + (int64_t)b->s.t.v) ^ (1ull << 63));
+    /* signed order of the offsets, as unsigned order of values with the sign bit flipped */
+    struct ms_bpf_scalar ea = ms_bpf_sc_const(((uint64_t)(int64_t)a->off + a->s.t.v) ^ (1ull << 63));
+    struct ms_bpf_scalar eb = ms_bpf_sc_const(((uint64_t)(int64_t)b->off + b->s.t.v) ^ (1ull << 63));
     struct ms_bpf_scalar ta = ea, tb2 = eb;
     unsigned uop = op == MS_BPF_JSGT ? MS_BPF_JGT : op == MS_BPF_JSGE ? MS_BPF_JGE
                  : op == MS_BPF_JSLT ? MS_BPF_JLT : op == MS_BPF_JSLE ? MS_BPF_JLE : op;
@@ -692,6 +694,19 @@ static int do_local_call(struct explore *x, const struct ms_bpf_insn *in) {
   return 0;
 }
 
+/* Widens the stats' R0 range to take in r. */
+static void note_r0(struct explore *x, const struct ms_bpf_scalar *r) {
+  struct ms_verify_stats *st = &x->st;
+  if (!x->exits++) {
+    st->r0_umin = r->umin, st->r0_umax = r->umax, st->r0_smin = r->smin, st->r0_smax = r->smax;
+    return;
+  }
+  if (r->umin < st->r0_umin) st->r0_umin = r->umin;
+  if (r->umax > st->r0_umax) st->r0_umax = r->umax;
+  if (r->smin < st->r0_smin) st->r0_smin = r->smin;
+  if (r->smax > st->r0_smax) st->r0_smax = r->smax;
+}
+
 static int exit_main(struct explore *x) {
   struct ms_bpf_venv *env = &x->env;
   const struct ms_bpf_vreg *r0 = &ms_bpf_vregs(env)[0];
@@ -711,6 +726,7 @@ static int exit_main(struct explore *x) {
     return ms_bpf_vreject(env, "R0 at exit may be %llu%s: sched_hint must return 0..7",
                           (unsigned long long)(r0->s.umin > 7 ? r0->s.umin : r0->s.umax), v);
   }
+  note_r0(x, &r0->s);
   return 0;
 }
 

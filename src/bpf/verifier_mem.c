@@ -425,6 +425,8 @@ static int helper_mem(struct ms_bpf_venv *env, unsigned regno, uint64_t max, con
   }
 }
 
+static const char *hname(const struct ms_bpf_helper_proto *p) { return p->name ? p->name : "helper"; }
+
 struct call {
   const struct ms_bpf_helper_proto *proto;
   const struct ms_bpf_map_def *map; /* the MAP argument's */
@@ -444,16 +446,16 @@ static int arg_map(struct ms_bpf_venv *env, unsigned regno, struct call *c) {
   const struct ms_bpf_vreg *r = &ms_bpf_vregs(env)[regno];
   if (r->type != MS_VT_MAP_PTR)
     return ms_bpf_vreject(env, "R%u type=%s expected=map_ptr: argument %u of %s must be a map (&map)", regno,
-                          ms_bpf_vtype_name(r->type), regno, c->proto->name);
+                          ms_bpf_vtype_name(r->type), regno, hname(c->proto));
   const struct ms_bpf_map_def *d = ms_bpf_prog_map(env->prog, r->map);
   if (!d) return ms_bpf_vreject(env, "R%u names map %u, which the program does not have", regno, r->map);
   uint32_t types = c->proto->map_types;
   if (types && (d->type >= 32 || !(types >> d->type & 1)))
     return ms_bpf_vreject(env, "R%u map %s of type %u is not accepted by %s", regno, d->name, d->type,
-                          c->proto->name);
+                          hname(c->proto));
   uint32_t id = c->proto->id;
   if ((id == MS_BPF_FN_MAP_UPDATE_ELEM || id == MS_BPF_FN_MAP_DELETE_ELEM) && (d->flags & MS_BPF_MAP_F_RDONLY_PROG))
-    return ms_bpf_vreject(env, "R%u map %s is read-only to programs (%s)", regno, d->name, c->proto->name);
+    return ms_bpf_vreject(env, "R%u map %s is read-only to programs (%s)", regno, d->name, hname(c->proto));
   c->map = d;
   c->map_idx = r->map;
   return 0;
@@ -499,12 +501,12 @@ static int check_arg(struct ms_bpf_venv *env, struct call *c, unsigned i, int *s
   case MS_BPF_ARG_MAP_KEY:
   case MS_BPF_ARG_MAP_VALUE:
     if (!c->map)
-      return ms_bpf_vreject(env, "helper %s: argument %u needs a map argument before it", c->proto->name, regno);
+      return ms_bpf_vreject(env, "helper %s: argument %u needs a map argument before it", hname(c->proto), regno);
     return helper_mem(env, regno, k == MS_BPF_ARG_MAP_KEY ? c->map->key_size : c->map->value_size,
                       k == MS_BPF_ARG_MAP_KEY ? "map key" : "map value");
   case MS_BPF_ARG_MEM:
     if (i + 1 >= 5 || c->proto->args[i + 1] != MS_BPF_ARG_SIZE)
-      return ms_bpf_vreject(env, "helper %s: a memory argument must be followed by its size", c->proto->name);
+      return ms_bpf_vreject(env, "helper %s: a memory argument must be followed by its size", hname(c->proto));
     if (ms_bpf_vcheck_read(env, regno + 1) || arg_size(env, regno + 1, &max)) return -MS_E_VERIFY;
     *skip = 1;
     return helper_mem(env, regno, max, "helper data");
@@ -517,7 +519,7 @@ static int check_arg(struct ms_bpf_venv *env, struct call *c, unsigned i, int *s
   case MS_BPF_ARG_RINGBUF_REC: return arg_rec(env, regno, c);
   default:
     return ms_bpf_vreject(env, "helper %s: argument %u has a kind (%d) the verifier does not know",
-                          c->proto->name, regno, (int)k);
+                          hname(c->proto), regno, (int)k);
   }
 }
 
@@ -552,14 +554,14 @@ static int set_result(struct ms_bpf_venv *env, struct call *c) {
   case MS_BPF_RET_INTEGER: ms_bpf_vreg_unknown(r0); return 0;
   case MS_BPF_RET_VOID: ms_bpf_vreg_not_init(r0); return 0;
   case MS_BPF_RET_MAP_VALUE_OR_NULL:
-    if (!c->map) return ms_bpf_vreject(env, "helper %s returns a map value but takes no map", c->proto->name);
+    if (!c->map) return ms_bpf_vreject(env, "helper %s returns a map value but takes no map", hname(c->proto));
     ms_bpf_vreg_const(r0, 0);
     r0->type = MS_VT_MAP_VALUE_OR_NULL;
     r0->map = c->map_idx;
     r0->id = ms_bpf_vnew_id(env);
     return 0;
   case MS_BPF_RET_RINGBUF_REC_OR_NULL:
-    if (!c->const_size) return ms_bpf_vreject(env, "helper %s returns a record but takes no size", c->proto->name);
+    if (!c->const_size) return ms_bpf_vreject(env, "helper %s returns a record but takes no size", hname(c->proto));
     if (s->n_refs == MS_VT_MAX_REFS)
       return ms_bpf_vreject(env, "more than %d ring buffer reservations held at once", MS_VT_MAX_REFS);
     ms_bpf_vreg_const(r0, 0);
@@ -570,7 +572,7 @@ static int set_result(struct ms_bpf_venv *env, struct call *c) {
     s->refs[s->n_refs++] = (struct ms_bpf_vref){r0->ref, env->pc};
     return 0;
   default:
-    return ms_bpf_vreject(env, "helper %s has a return kind (%d) the verifier does not know", c->proto->name,
+    return ms_bpf_vreject(env, "helper %s has a return kind (%d) the verifier does not know", hname(c->proto),
                           (int)c->proto->ret);
   }
 }
@@ -584,7 +586,7 @@ int ms_bpf_vmem_helper(struct ms_bpf_venv *env, const struct ms_bpf_insn *in) {
   for (unsigned i = 0; i < 5 && c.proto->args[i] != MS_BPF_ARG_NONE; i++) {
     int skip = 0;
     if (c.proto->args[i] == MS_BPF_ARG_SIZE)
-      return ms_bpf_vreject(env, "helper %s: a size argument must follow a memory argument", c.proto->name);
+      return ms_bpf_vreject(env, "helper %s: a size argument must follow a memory argument", hname(c.proto));
     if (check_arg(env, &c, i, &skip)) return -MS_E_VERIFY;
     i += (unsigned)skip;
   }

@@ -7,7 +7,9 @@
  *  (b) as raw instructions (size / 8 of them; the bytes left over choose the
  *      hook, the program type and the RAW_MEM size), given five maps of every
  *      kind, verified as an observe (or sched_hint) program on a hook and as
- *      a RAW_MEM program.
+ *      a RAW_MEM program;
+ *  (c) as a recipe for a well-formed program (see try_generated), verified
+ *      and run the same two ways.
  * Whatever verifies is run by the interpreter — on a context of fuzz bytes,
  * or on a buffer — with its maps bound. The interpreter checks every access
  * at run time; a verified program that faults, overruns its budget, calls an
@@ -38,7 +40,9 @@
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct ms_bpf_helpers *fuzz_helpers;
+static unsigned long fuzz_runs; /* verified programs run (for drivers that report it) */
 static char fuzz_vlog[FUZZ_LOG], fuzz_rlog[4096];
+static struct ms_verify_stats fuzz_st; /* of the last verification */
 
 static uint64_t fuzz_log2(struct ms_bpf_exec *x, uint64_t v, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5) {
   return v ? 63 - (uint64_t)__builtin_clzll(v) : 0;
@@ -56,13 +60,15 @@ static const struct ms_bpf_helpers *fuzz_helpers_get(void) {
   return fuzz_helpers;
 }
 
-/* The maps raw programs may name with lddw map[i]. */
+/* The maps raw programs may name with lddw map[i]. One entry each (and one
+ * worker when bound), so that the interpreter's run-time region of a map is
+ * exactly one value: an access the verifier wrongly allowed then faults. */
 static const struct ms_bpf_map_def fuzz_maps[] = {
-    {"hash8", MS_BPF_MAP_HASH, 4, 8, 16, 0},
-    {"array8", MS_BPF_MAP_ARRAY, 4, 8, 4, 0},
+    {"hash8", MS_BPF_MAP_HASH, 4, 8, 1, 0},
+    {"array8", MS_BPF_MAP_ARRAY, 4, 8, 1, 0},
     {"rb", MS_BPF_MAP_RINGBUF, 0, 0, 4096, 0},
     {".rodata", MS_BPF_MAP_ARRAY, 4, 16, 1, MS_BPF_MAP_F_RDONLY_PROG},
-    {"pcpu64", MS_BPF_MAP_PERCPU_ARRAY, 4, 64, 4, 0},
+    {"pcpu64", MS_BPF_MAP_PERCPU_ARRAY, 4, 64, 1, 0},
 };
 #define FUZZ_N_MAPS (sizeof fuzz_maps / sizeof fuzz_maps[0])
 
@@ -78,7 +84,7 @@ static int bind_maps(const struct ms_bpf_prog *p, struct ms_bpf_map **maps) {
   memset(maps, 0, MS_BPF_MAX_MAPS * sizeof *maps);
   for (size_t i = 0; i < n; i++) {
     const struct ms_bpf_map_def *d = ms_bpf_prog_map(p, i);
-    if (map_bytes(d) > FUZZ_MAX_MAP_BYTES || !(maps[i] = ms_bpf_map_new(d, 2, NULL))) return 0;
+    if (map_bytes(d) > FUZZ_MAX_MAP_BYTES || !(maps[i] = ms_bpf_map_new(d, 1, NULL))) return 0;
   }
   return 1;
 }
@@ -112,7 +118,15 @@ static void run_verified(const struct ms_bpf_prog *p, const uint8_t *data, size_
     else ro.ctx = ctx, ro.ctx_size = sizeof ctx;
     struct ms_bpf_run_result res;
     int rc = ms_bpf_run(p, &ro, &res);
+    fuzz_runs++;
     if (rc) soundness_bug(what, rc);
+    if (res.r0 < fuzz_st.r0_umin || res.r0 > fuzz_st.r0_umax || (int64_t)res.r0 < fuzz_st.r0_smin ||
+        (int64_t)res.r0 > fuzz_st.r0_smax) {
+      snprintf(fuzz_rlog, sizeof fuzz_rlog, "r0 = 0x%llx, outside the verifier's R0 range u[%llu, %llu] s[%lld, %lld]",
+               (unsigned long long)res.r0, (unsigned long long)fuzz_st.r0_umin, (unsigned long long)fuzz_st.r0_umax,
+               (long long)fuzz_st.r0_smin, (long long)fuzz_st.r0_smax);
+      soundness_bug(what, 0);
+    }
   }
   unbind_maps(maps);
 }
@@ -121,9 +135,8 @@ static int verify(const struct ms_bpf_prog *p, int kind, int type, int hook, uin
   struct ms_textbuf log = {fuzz_vlog, sizeof fuzz_vlog, 0, 0};
   struct ms_verify_opts o = {.sz = sizeof o, .kind = kind, .prog_type = type, .hook = hook, .mem_size = mem_size,
                              .helpers = fuzz_helpers_get(), .insn_limit = FUZZ_INSN_LIMIT};
-  struct ms_verify_stats st;
   fuzz_vlog[0] = 0;
-  int rc = ms_bpf_verify(p, &o, &log, &st);
+  int rc = ms_bpf_verify(p, &o, &log, &fuzz_st);
   if (rc != 0 && rc != -MS_E_VERIFY && rc != -ENOMEM) {
     fprintf(stderr, "fuzz_bpf: the verifier returned %d\n%s\n", rc, fuzz_vlog);
     abort();
@@ -175,8 +188,180 @@ static void try_raw(const uint8_t *data, size_t size) {
   ms_bpf_prog_free(p);
 }
 
+/* ---- generated programs ------------------------------------------------- */
+
+/* Random bytes rarely encode a valid program, so (c) reads the input as a
+ * recipe instead: each 4 bytes pick one instruction from the encodings the
+ * checker accepts (or a short idiom: a map lookup, a ring buffer reservation,
+ * a NULL check, a release, a spill), with registers, offsets and immediates
+ * drawn from values that matter (bounds, signs, sizes). Jumps land inside the
+ * program; it ends with exit. This reaches the verifier's deep states. */
+struct gen {
+  struct ms_bpf_insn *out;
+  size_t n, cap;
+};
+
+static void emit(struct gen *g, uint8_t code, unsigned dst, unsigned src, int16_t off, int32_t imm) {
+  if (g->n < g->cap) g->out[g->n++] = (struct ms_bpf_insn){code, (uint8_t)dst, (uint8_t)src, off, imm};
+}
+
+static int32_t gen_imm(uint8_t b) {
+  static const int32_t vals[16] = {0, 1, -1, 2, 7, 8, 15, 16, 63, 64, 255, 4096, -8, 0x7fffffff, INT32_MIN, 32};
+  return b < 128 ? vals[b & 15] : (int8_t)b;
+}
+
+static int16_t gen_off(uint8_t b) {
+  return b < 128 ? (int16_t)(-8 * (int)(b & 63)) : (int16_t)(int8_t)b;
+}
+
+static void gen_lddw(struct gen *g, unsigned dst, unsigned src_kind, int32_t imm, int32_t next) {
+  emit(g, MS_BPF_LD | MS_BPF_IMM | MS_BPF_DW, dst, src_kind, 0, imm);
+  emit(g, 0, 0, 0, 0, next);
+}
+
+static void gen_idiom(struct gen *g, uint8_t which, uint8_t a, uint8_t b) {
+  switch (which % 6) {
+  case 0: /* map lookup of a key on the stack */
+    emit(g, MS_BPF_ST | MS_BPF_MEM | MS_BPF_DW, 10, 0, -8, gen_imm(a));
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 2, 10, 0, 0);
+    emit(g, MS_BPF_ALU64 | MS_BPF_ADD | MS_BPF_K, 2, 0, 0, -8);
+    gen_lddw(g, 1, MS_BPF_PSEUDO_MAP_FD, (int32_t)(b % FUZZ_N_MAPS), 0);
+    emit(g, MS_BPF_JMP | MS_BPF_CALL, 0, 0, 0, b & 0x80 ? MS_BPF_FN_MAP_UPDATE_ELEM : MS_BPF_FN_MAP_LOOKUP_ELEM);
+    break;
+  case 1: /* ring buffer reservation */
+    gen_lddw(g, 1, MS_BPF_PSEUDO_MAP_FD, 2, 0);
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_K, 2, 0, 0, 8 << (a & 3));
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_K, 3, 0, 0, 0);
+    emit(g, MS_BPF_JMP | MS_BPF_CALL, 0, 0, 0, MS_BPF_FN_RINGBUF_RESERVE);
+    break;
+  case 2: /* NULL check of r0 */
+    emit(g, MS_BPF_JMP | MS_BPF_JNE | MS_BPF_K, 0, 0, 2, 0);
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_K, 0, 0, 0, a & 7);
+    emit(g, MS_BPF_JMP | MS_BPF_EXIT, 0, 0, 0, 0);
+    break;
+  case 3: /* release a record (or whatever the register holds) */
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 1, a % 10, 0, 0);
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_K, 2, 0, 0, 0);
+    emit(g, MS_BPF_JMP | MS_BPF_CALL, 0, 0, 0, b & 1 ? MS_BPF_FN_RINGBUF_DISCARD : MS_BPF_FN_RINGBUF_SUBMIT);
+    break;
+  case 4: /* global data */
+    gen_lddw(g, a % 10, MS_BPF_PSEUDO_MAP_VALUE, b & 1 ? 1 : 3, (b >> 1) & 15);
+    break;
+  default: /* a helper with data: ringbuf_output of stack bytes */
+    gen_lddw(g, 1, MS_BPF_PSEUDO_MAP_FD, 2, 0);
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 2, 10, 0, 0);
+    emit(g, MS_BPF_ALU64 | MS_BPF_ADD | MS_BPF_K, 2, 0, 0, -8 * (1 + (a & 7)));
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_K, 3, 0, 0, 1 + (b & 31));
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_K, 4, 0, 0, 0);
+    emit(g, MS_BPF_JMP | MS_BPF_CALL, 0, 0, 0, MS_BPF_FN_RINGBUF_OUTPUT);
+    break;
+  }
+}
+
+static void gen_one(struct gen *g, const uint8_t *b) {
+  static const uint8_t sizes[4] = {MS_BPF_W, MS_BPF_H, MS_BPF_B, MS_BPF_DW};
+  static const int32_t atomics[10] = {MS_BPF_ADD, MS_BPF_OR, MS_BPF_AND, MS_BPF_XOR, MS_BPF_ADD | MS_BPF_FETCH,
+                                      MS_BPF_OR | MS_BPF_FETCH, MS_BPF_AND | MS_BPF_FETCH,
+                                      MS_BPF_XOR | MS_BPF_FETCH, MS_BPF_XCHG, MS_BPF_CMPXCHG};
+  static const int32_t helpers[6] = {1, 2, 5, 8, 130, MS_HELPER_LOG2};
+  unsigned dst = (b[1] & 15) % 10, src = (b[1] >> 4) % 11, kind = b[0] % 16;
+  uint8_t x = b[0] & 0x10 ? MS_BPF_X : MS_BPF_K;
+  unsigned op = (b[0] >> 5) % 14;
+  switch (kind) {
+  case 0: case 1: case 2: case 3: { /* ALU, ALU64 */
+    uint8_t cls = kind & 1 ? MS_BPF_ALU64 : MS_BPF_ALU;
+    int16_t off = 0;
+    if (op << 4 == MS_BPF_NEG) x = MS_BPF_K, src = 0;
+    if (op << 4 == MS_BPF_END) {
+      src = 0;
+      if (cls == MS_BPF_ALU64) x = 0;
+      emit(g, (uint8_t)(cls | MS_BPF_END | x), dst, 0, 0, 16 << (b[3] % 3));
+      return;
+    }
+    if ((op << 4 == MS_BPF_DIV || op << 4 == MS_BPF_MOD) && b[2] & 1) off = 1;
+    if (op << 4 == MS_BPF_MOV && x && b[2] & 1) off = (int16_t)(8 << (b[2] >> 1) % (cls == MS_BPF_ALU64 ? 3 : 2));
+    emit(g, (uint8_t)(cls | op << 4 | x), dst, x ? src : 0, off, x || op << 4 == MS_BPF_NEG ? 0 : gen_imm(b[3]));
+    return;
+  }
+  case 4: case 5: { /* conditional jumps, forward or back by a little */
+    static const uint8_t conds[11] = {MS_BPF_JEQ, MS_BPF_JGT, MS_BPF_JGE, MS_BPF_JSET, MS_BPF_JNE, MS_BPF_JSGT,
+                                      MS_BPF_JSGE, MS_BPF_JLT, MS_BPF_JLE, MS_BPF_JSLT, MS_BPF_JSLE};
+    uint8_t cls = kind == 5 ? MS_BPF_JMP32 : MS_BPF_JMP;
+    unsigned c = ((b[0] >> 5) | (b[1] & 0x80 ? 8u : 0u)) % 11;
+    emit(g, (uint8_t)(cls | conds[c] | x), dst, x ? src : 0, (int16_t)((int8_t)b[2] % 12), x ? 0 : gen_imm(b[3]));
+    return;
+  }
+  case 6: emit(g, (uint8_t)(MS_BPF_LDX | MS_BPF_MEM | sizes[b[3] & 3]), dst, src, gen_off(b[2]), 0); return;
+  case 7: emit(g, (uint8_t)(MS_BPF_ST | MS_BPF_MEM | sizes[b[3] & 3]), (b[1] & 1 ? 10 : dst), 0, gen_off(b[2]),
+               gen_imm(b[3] >> 2));
+    return;
+  case 8: emit(g, (uint8_t)(MS_BPF_STX | MS_BPF_MEM | sizes[b[3] & 3]), (b[1] & 1 ? 10 : dst), src % 11,
+               gen_off(b[2]), 0);
+    return;
+  case 9: emit(g, (uint8_t)(MS_BPF_STX | MS_BPF_ATOMIC | (b[3] & 1 ? MS_BPF_DW : MS_BPF_W)), dst, src % 10,
+               gen_off(b[2]), atomics[(b[3] >> 1) % 10]);
+    return;
+  case 10: emit(g, MS_BPF_JMP | MS_BPF_CALL, 0, 0, 0, helpers[b[3] % 6]); return;
+  case 11: emit(g, MS_BPF_JMP | MS_BPF_EXIT, 0, 0, 0, 0); return;
+  case 12: emit(g, MS_BPF_JMP | MS_BPF_JA, 0, 0, (int16_t)(int8_t)b[2] % 8, 0); return;
+  case 13: gen_lddw(g, dst, 0, gen_imm(b[2]), gen_imm(b[3])); return;
+  case 14: emit(g, (uint8_t)(MS_BPF_LDX | MS_BPF_MEMSX | sizes[b[3] % 3]), dst, src, gen_off(b[2]), 0); return;
+  default: gen_idiom(g, b[2], b[3], b[1]); return;
+  }
+}
+
+/* Jumps that would leave the program or land inside an lddw go to the next
+ * instruction instead. */
+static void gen_fix_jumps(struct gen *g) {
+  uint8_t *second = calloc(g->n + 1, 1);
+  if (!second) return;
+  for (size_t i = 0; i + 1 < g->n; i++)
+    if (g->out[i].code == (MS_BPF_LD | MS_BPF_IMM | MS_BPF_DW)) second[++i] = 1;
+  for (size_t i = 0; i < g->n; i++) {
+    struct ms_bpf_insn *in = &g->out[i];
+    unsigned cls = MS_BPF_CLASS(in->code), op = MS_BPF_OP(in->code);
+    if ((cls != MS_BPF_JMP && cls != MS_BPF_JMP32) || op == MS_BPF_CALL || op == MS_BPF_EXIT || second[i]) continue;
+    int64_t t = (int64_t)i + 1 + in->off;
+    if (t < 0 || t >= (int64_t)g->n || second[t]) in->off = 0;
+  }
+  free(second);
+}
+
+static void try_generated(const uint8_t *data, size_t size) {
+  if (size < 5) return;
+  size_t steps = (size - 1) / 4;
+  struct gen g = {NULL, 0, steps * 8 + 12};
+  if (steps > FUZZ_MAX_INSNS / 8 || !(g.out = calloc(g.cap, sizeof *g.out))) return;
+  /* every register starts initialised: r6 keeps r1, r7 the frame pointer */
+  emit(&g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 6, 1, 0, 0);
+  emit(&g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 7, 10, 0, 0);
+  for (unsigned r = 0; r < 10; r++)
+    if (r != 1 && r != 6 && r != 7) emit(&g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_K, r, 0, 0, gen_imm((uint8_t)(data[0] + r)));
+  for (size_t i = 0; i < steps; i++) gen_one(&g, data + 1 + 4 * i);
+  emit(&g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_K, 0, 0, 0, 0);
+  emit(&g, MS_BPF_JMP | MS_BPF_EXIT, 0, 0, 0, 0);
+  gen_fix_jumps(&g);
+  struct ms_bpf_prog_opts po = {.sz = sizeof po, .name = "gen", .maps = fuzz_maps, .n_maps = FUZZ_N_MAPS};
+  struct ms_bpf_prog *p = ms_bpf_prog_new(g.out, g.n, &po);
+  free(g.out);
+  if (!p) return;
+  int hook = data[0] % MS_HOOK_COUNT;
+  if (verify(p, MS_VERIFY_HOOK, MS_PROG_OBSERVE, hook, 0) == 0)
+    run_verified(p, data, size, 0, NULL, 0, "generated observe program");
+  if (verify(p, MS_VERIFY_HOOK, MS_PROG_SCHED_HINT, MS_HOOK_TASK_READY, 0) == 0)
+    run_verified(p, data, size, 0, NULL, 0, "generated sched_hint program");
+  uint32_t mem_size = 8u * (data[0] & 15);
+  if (verify(p, MS_VERIFY_RAW_MEM, 0, 0, mem_size) == 0) {
+    uint64_t *mem = calloc(1, mem_size + 8);
+    if (mem) run_verified(p, data, size, 1, mem_size ? mem : NULL, mem_size, "generated mem program");
+    free(mem);
+  }
+  ms_bpf_prog_free(p);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   try_object(data, size);
   try_raw(data, size);
+  try_generated(data, size);
   return 0;
 }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The benchmarks run and report the keys the README and the issues name (small
+# sizes: figures are not asserted, only their presence and sanity).
+set -euo pipefail
+MS=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --json > "$tmp/decode.json"
+"$MS" bench hooks --synthetic tiny --dtype f32 --steps 4 --rounds 1 \
+    --monitor "${MS_MONITORS:-$(dirname "$MS")/monitors}/class_time.bpf.o" --json > "$tmp/hooks.json"
+"$MS" bench sim --steps 2 --json > "$tmp/sim.json"
+python3 - "$tmp" <<'PY'
+import json, sys
+d = sys.argv[1]
+dec = json.load(open(d + "/decode.json"))
+for k in ("megakernel_tokens_per_s", "per_op_tokens_per_s", "ratio", "bandwidth_bound_tokens_per_s", "fraction_of_bound"):
+    assert dec[k] > 0, k
+hk = json.load(open(d + "/hooks.json"))
+for k in ("armed_ratio", "attached_ratio", "interp_ns_per_insn"):
+    assert hk[k] > 0, k
+assert hk["attached_program_runs"] == hk["attached_eligible"] > 0
+sim = json.load(open(d + "/sim.json"))
+cases = {(c["model"], c["gpu"]): c for c in sim["cases"]}
+q = cases[("qwen3-8b", "a100")]
+assert q["megakernel_ms_per_token"] > q["bandwidth_bound_ms"] > 0
+assert 0 < q["fraction_of_bandwidth"] <= 1
+PY
+echo "3 passed, 0 failed"

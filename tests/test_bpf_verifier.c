@@ -224,6 +224,14 @@ static const struct neg negatives[] = {
     {"loop on an unknown bound", OBS, MS_HOOK_TASK_END,
      "ldxdw %r2, [%r1+24]\nmov %r0, 0\nloop:\nadd %r0, 1\njlt %r0, %r2, loop\nmov %r0, 0\nexit",
      "program too complex"},
+    {"pointers of two lookups compared", OBS, MS_HOOK_TASK_END,
+     LOOKUP(1) "jeq %r0, 0, out\nmov %r6, %r0\n" LOOKUP(1) "jeq %r0, 0, out\njeq %r6, %r0, out\n"
+     "ldxdw %r1, [%r10-200]\nout:\nmov %r0, 0\nexit",
+     "invalid read of uninitialised stack at [r10-200]"},
+    {"distance of two lookups used as an offset", OBS, MS_HOOK_TASK_END,
+     LOOKUP(1) "jeq %r0, 0, out\nmov %r6, %r0\n" LOOKUP(1) "jeq %r0, 0, out\nsub %r6, %r0\nmov %r1, %r10\n"
+     "add %r1, %r6\nstdw [%r1-8], 0\nout:\nmov %r0, 0\nexit",
+     "R1 invalid access to stack: variable offset scalar() is unbounded"},
     {"returning a pointer", OBS, MS_HOOK_TASK_END, "mov %r0, %r10\nexit",
      "R0 at exit is a pointer (fp): a program returns a scalar, never a pointer"},
     {"returning the context", HINT, MS_HOOK_TASK_READY, "mov %r0, %r1\nexit", "R0 at exit is a pointer (ctx)"},
@@ -304,6 +312,9 @@ static void test_r10(void) {
 }
 
 static const char *const positives[] = {
+    /* one lookup's pointers: their distance and order are known */
+    LOOKUP(4) "jeq %r0, 0, out\nmov %r6, %r0\nadd %r6, 16\nmov %r7, %r6\nsub %r7, %r0\njgt %r0, %r6, bad\n"
+    "add %r0, %r7\nldxdw %r0, [%r0+0]\nout:\nmov %r0, 0\nexit\nbad:\nldxdw %r0, [%r10-300]\nexit",
     /* spill and fill a pointer and a bounded scalar */
     "stxdw [%r10-8], %r1\nldxw %r2, [%r1+40]\nand %r2, 7\nstxdw [%r10-16], %r2\nldxdw %r1, [%r10-8]\n"
     "ldxdw %r3, [%r10-16]\nldxw %r0, [%r1+40]\nmov %r0, %r3\nexit",
@@ -345,7 +356,7 @@ static void test_positives(void) {
   /* a log too small for the trace still ends with the stats line */
   char small[1100];
   struct ms_textbuf tb = {small, sizeof small, 0, 0};
-  struct ms_bpf_prog *q = assemble(positives[5]);
+  struct ms_bpf_prog *q = assemble(positives[6]);
   CHECK(q && ms_bpf_verify(q, &o, &tb, NULL) == 0);
   CHECKF(strstr(small, "verbose trace cut") && strstr(small, "processed "), "%s", small);
   ms_bpf_prog_free(q);

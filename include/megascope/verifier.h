@@ -57,6 +57,7 @@ enum ms_verify_kind {
 };
 
 #define MS_VERIFY_INSN_LIMIT 1000000u  /* default complexity cap: instructions processed */
+#define MS_VERIFY_INSN_LIMIT_MAX (1u << 28) /* the largest cap accepted (larger ones are lowered) */
 #define MS_VERIFY_STATES_PER_INSN 64u  /* default cap on states kept per instruction */
 
 struct ms_verify_opts {
@@ -67,7 +68,7 @@ struct ms_verify_opts {
   uint32_t mem_size;                    /* RAW_MEM: bytes at r1 (0: r1 is NULL) */
   const struct ms_bpf_helpers *helpers; /* prototypes of callable helpers; NULL: none */
   int verbose;                          /* trace every processed instruction */
-  uint64_t insn_limit;                  /* 0: MS_VERIFY_INSN_LIMIT */
+  uint64_t insn_limit;                  /* 0: MS_VERIFY_INSN_LIMIT; at most MS_VERIFY_INSN_LIMIT_MAX */
   uint32_t max_states_per_insn;         /* 0: MS_VERIFY_STATES_PER_INSN */
   uint32_t abi_version;                 /* the object's megascope_abi_version; 0: not declared */
 };

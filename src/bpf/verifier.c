@@ -428,10 +428,18 @@ static int ptr_offset(struct ms_bpf_venv *env, unsigned regno, unsigned op, stru
   return 0;
 }
 
+/* Two pointers into the same kind of memory (a map's values, a frame's stack). */
 static int same_region(const struct ms_bpf_vreg *a, const struct ms_bpf_vreg *b) {
   return a->type == b->type && a->frame == b->frame && a->map == b->map && a->size == b->size &&
          a->ref == b->ref && a->type != MS_VT_MAP_VALUE_OR_NULL && a->type != MS_VT_REC_OR_NULL &&
          a->type != MS_VT_MAP_PTR;
+}
+
+/* ... and from the same base address: the same lookup (id) of a map, the same
+ * global data, the same record, frame, context or buffer. Only then do their
+ * offsets tell their distance and order. */
+static int same_base(const struct ms_bpf_vreg *a, const struct ms_bpf_vreg *b) {
+  return same_region(a, b) && a->id == b->id;
 }
 
 static int ptr_alu(struct ms_bpf_venv *env, const struct ms_bpf_insn *in, struct ms_bpf_vreg *dst,
@@ -450,6 +458,10 @@ static int ptr_alu(struct ms_bpf_venv *env, const struct ms_bpf_insn *in, struct
     if (!same_region(dst, src))
       return ms_bpf_vreject(env, "R%u subtraction of pointers to different regions (%s, %s) prohibited", d,
                             ms_bpf_vtype_name(dst->type), ms_bpf_vtype_name(src->type));
+    if (!same_base(dst, src)) { /* two values of one map: their distance is not known */
+      ms_bpf_vreg_unknown(dst);
+      return 0;
+    }
     struct ms_bpf_insn add = {.code = MS_BPF_ALU64 | MS_BPF_ADD | MS_BPF_X};
     struct ms_bpf_insn sub = {.code = MS_BPF_ALU64 | MS_BPF_SUB | MS_BPF_X};
     struct ms_bpf_scalar a = ms_bpf_sc_const((uint64_t)(int64_t)dst->off), b = ms_bpf_sc_const((uint64_t)(int64_t)src->off);
@@ -538,6 +550,7 @@ static int do_lddw(struct explore *x, const struct ms_bpf_insn *in) {
                             d->value_size);
     r->type = MS_VT_MAP_VALUE;
     r->off = (int32_t)next;
+    r->id = MS_VT_GLOBAL_ID | r->map; /* one base per map: its value of key 0 */
     return 0;
   default:
     return ms_bpf_vreject(env, "lddw kind %u not supported", in->src_reg);
@@ -633,7 +646,7 @@ static int ptr_cond(struct explore *x, const struct ms_bpf_insn *in, const struc
   if (!same_region(a, b) || op == MS_BPF_JSET)
     return ms_bpf_vreject(env, "comparison of pointers to different regions (%s, %s) prohibited",
                           ms_bpf_vtype_name(a->type), ms_bpf_vtype_name(b->type));
-  if (ms_bpf_sc_is_const(&a->s) && ms_bpf_sc_is_const(&b->s)) { /* addresses in one region: offsets decide */
+  if (same_base(a, b) && ms_bpf_sc_is_const(&a->s) && ms_bpf_sc_is_const(&b->s)) { /* offsets decide */
     /* signed order of the offsets, as unsigned order of values with the sign bit flipped */
     struct ms_bpf_scalar ea = ms_bpf_sc_const(((uint64_t)(int64_t)a->off + a->s.t.v) ^ (1ull << 63));
     struct ms_bpf_scalar eb = ms_bpf_sc_const(((uint64_t)(int64_t)b->off + b->s.t.v) ^ (1ull << 63));
@@ -965,6 +978,7 @@ int ms_bpf_verify(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o
   x->env.log_reserve = LOG_RESERVE;
   x->env.err_insn = -1;
   x->limit = x->env.o.insn_limit ? x->env.o.insn_limit : MS_VERIFY_INSN_LIMIT;
+  if (x->limit > MS_VERIFY_INSN_LIMIT_MAX) x->limit = MS_VERIFY_INSN_LIMIT_MAX; /* ids stay below MS_VT_GLOBAL_ID */
   x->states_cap = x->env.o.max_states_per_insn ? x->env.o.max_states_per_insn : MS_VERIFY_STATES_PER_INSN;
   if (!prog || !opts) {
     ms_textbuf_printf(log, "no program or no options\n");

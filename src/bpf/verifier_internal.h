@@ -82,13 +82,18 @@ enum ms_bpf_vtype {
   MS_VT_COUNT
 };
 
+/* The id of pointers into a global-data map's value (lddw MAP_VALUE): one per
+ * map, above the ids the verifier hands out. */
+#define MS_VT_GLOBAL_ID 0x80000000u
+
 struct ms_bpf_vreg {
   struct ms_bpf_scalar s; /* the value of a scalar; the variable offset of a pointer */
   uint8_t type;           /* enum ms_bpf_vtype */
   uint8_t frame;          /* STACK: the frame */
   uint16_t pad;
   int32_t off;            /* pointers: the fixed offset */
-  uint32_t id;            /* scalar: copies of one value; *_OR_NULL: copies of one result */
+  uint32_t id;            /* scalar: copies of one value; MAP_VALUE*, REC*: one lookup or
+                           * reservation (its NULL check, its base address) */
   uint32_t ref;           /* REC, REC_OR_NULL, RELEASED: the reservation */
   uint32_t map;           /* MAP_PTR, MAP_VALUE*: map index */
   uint32_t size;          /* MEM, REC*: bytes; RELEASED: where it was released */

@@ -246,6 +246,10 @@ static int stack_access(struct ms_bpf_venv *env, unsigned regno, const struct ms
   if (!f) return ms_bpf_vreject(env, "R%u points into frame %u, which no longer exists", regno, r->frame);
   access_range(r, off, n, &lo, &hi);
   if (lo < -MS_BPF_STACK_SIZE || hi > 0) {
+    if (unbounded(r)) {
+      ms_bpf_sc_print(&r->s, where, sizeof where);
+      return ms_bpf_vreject(env, "R%u invalid access to stack: variable offset %s is unbounded", regno, where);
+    }
     describe_range(where, sizeof where, "r10", lo, hi, n);
     return ms_bpf_vreject(env, "R%u invalid access to stack: %s %s is outside [r10-%d, r10)", regno,
                           access_name[acc], where, MS_BPF_STACK_SIZE);

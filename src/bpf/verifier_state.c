@@ -134,12 +134,9 @@ static int reg_within(const struct ms_bpf_vreg *o, const struct ms_bpf_vreg *c, 
     return c->type == MS_VT_SCALAR && ms_bpf_sc_within(&o->s, &c->s) && ids_match(m, o->id, c->id);
   case MS_VT_MAP_PTR:
     return c->type == MS_VT_MAP_PTR && c->map == o->map;
-  case MS_VT_MAP_VALUE_OR_NULL:
-  case MS_VT_REC_OR_NULL:
-    if (!ids_match(m, o->id, c->id)) return 0;
-    /* fallthrough */
   default:
-    return same_region(o, c) && ms_bpf_sc_within(&o->s, &c->s) && ids_match(m, o->ref, c->ref);
+    return same_region(o, c) && ms_bpf_sc_within(&o->s, &c->s) && ids_match(m, o->ref, c->ref) &&
+           ids_match(m, o->id, c->id);
   }
 }
 

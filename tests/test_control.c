@@ -333,6 +333,69 @@ static void test_bad_input(const char *path, struct ms_control *ctl) {
   CHECK(after.errors > before.errors);
 }
 
+/* Deterministic random messages: mutated valid requests, random bytes, random
+ * framing. Every one gets a reply or a close; none stops the server. */
+static uint64_t rnd(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return *s;
+}
+
+static void test_random_messages(const char *path, struct ms_control *ctl) {
+  static const char *const valid[] = {
+      "{\"cmd\":\"info\"}", "{\"cmd\":\"list\"}", "{\"cmd\":\"detach\",\"id\":77}",
+      "{\"cmd\":\"maps\",\"id\":1,\"fds\":false}", "{\"cmd\":\"schema\",\"rows\":2}",
+      "{\"cmd\":\"stats\"}", "{\"cmd\":\"attach\",\"name\":\"x\",\"object\":\"f0VMRgIBAQAAAAAAAAAAAA==\"}",
+      "{\"cmd\":\"replace\",\"id\":3,\"object\":\"AAAA\"}", "{\"cmd\":\"trace\",\"seconds\":1e-9}"};
+  uint64_t seed = 0x9e3779b97f4a7c15ull;
+  int replies = 0, closes = 0;
+  for (int i = 0; i < 400; i++) {
+    char msg[512];
+    size_t n;
+    uint64_t kind = rnd(&seed) % 3;
+    if (kind == 0) {  /* a valid request with a few bytes changed, inserted or cut */
+      const char *v = valid[rnd(&seed) % (sizeof valid / sizeof valid[0])];
+      n = strlen(v);
+      memcpy(msg, v, n);
+      for (int k = (int)(rnd(&seed) % 4); k >= 0; k--) {
+        size_t at = rnd(&seed) % n;
+        uint64_t op = rnd(&seed) % 3;
+        if (op == 0) msg[at] = (char)rnd(&seed);
+        else if (op == 1 && n < sizeof msg - 1) { memmove(msg + at + 1, msg + at, n - at); msg[at] = "{}[]\",:0-e"[rnd(&seed) % 11]; n++; }
+        else n = at ? at : n;
+      }
+    } else {  /* random bytes */
+      n = rnd(&seed) % 64;
+      for (size_t k = 0; k < n; k++) msg[k] = (char)rnd(&seed);
+    }
+    int fd = raw_connect(path);
+    if (fd < 0) continue;
+    if (kind == 2) {  /* random framing: a header that may not match, then leave */
+      send_header(fd, (uint32_t)(rnd(&seed) % 2 ? n + rnd(&seed) % 8 : rnd(&seed)));
+      send_raw(fd, msg, n);
+      close(fd);
+      continue;
+    }
+    if (ms_control_frame_send(fd, msg, n, NULL, 0) == 0) {
+      json_t *j = recv_json(fd, NULL, NULL);
+      if (j && json_object_get(j, "ok")) replies++;
+      else closes++;
+      json_decref(j);
+    }
+    close(fd);
+  }
+  CHECKF(replies > 100, "%d replies, %d closes", replies, closes);
+  json_t *j = call(path, "{\"cmd\":\"info\"}");
+  CHECK(is_ok(j));
+  json_decref(j);
+  /* nothing was left attached by a lucky mutation that matters to later checks */
+  j = call(path, "{\"cmd\":\"list\"}");
+  CHECK(is_ok(j));
+  json_decref(j);
+  (void)ctl;
+}
+
 static void test_monitors(const char *path, const char *mons) {
   char f1[512], f2[512];
   snprintf(f1, sizeof f1, "%s/class_time.bpf.o", mons);
@@ -593,6 +656,7 @@ int main(void) {
   pthread_create(&th, NULL, load_main, &ld);
   const char *mons = getenv("MS_MONITORS") ? getenv("MS_MONITORS") : "build/monitors";
   test_bad_input(path, ctl);
+  test_random_messages(path, ctl);
   test_monitors(path, mons);
   test_reads(path);
   test_bad_input(path, ctl);  /* and again, after all that */

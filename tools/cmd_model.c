@@ -4,7 +4,8 @@
  *   info:     what a GGUF file holds: metadata, tensors, the model megascope sees
  *   tokenize: text to ids (or --decode ids to text) with a model's tokenizer
  *   logits:   teacher-forced logits of a token sequence (megakernel or reference),
- *             written as raw f32 for comparisons with other implementations */
+ *             written as raw f32 for comparisons with other implementations
+ *   dump:     one tensor of a file, dequantized to raw f32 (cross-checks) */
 #include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -27,7 +28,8 @@ static void usage(FILE *f) {
           "  synth     --preset P --type T --out F.gguf   write a synthetic preset as GGUF\n"
           "  info      F.gguf                             metadata, tensors and model of a file\n"
           "  tokenize  --model F.gguf --text TEXT         text -> ids (--decode IDS: ids -> text)\n"
-          "  logits    --model F.gguf --tokens IDS        teacher-forced logits (raw f32 with --out)\n\n"
+          "  logits    --model F.gguf --tokens IDS        teacher-forced logits (raw f32 with --out)\n"
+          "  dump      F.gguf TENSOR --out F.bin          one tensor dequantized to raw f32\n\n"
           "'megascope model <command> --help' describes one.\n");
 }
 
@@ -120,7 +122,7 @@ static void info_text(const struct ms_gguf *g, const struct ms_model *m, const s
          c->n_kv_heads, c->head_dim, c->vocab, c->tied_embeddings ? "tied embeddings" : "separate lm_head",
          c->rope_style == MS_ROPE_NEOX ? "neox" : "norm", c->rope_base, c->norm_eps, c->bos, c->eos,
          ms_dtype_name(c->dtype), ms_model_weight_bytes(m));
-  printf("tokenizer: %s\n", tok ? ms_tokenizer_name(tok) : "none");
+  printf("tokenizer: %s\n%s", tok ? ms_tokenizer_name(tok) : "none: ", tok ? "" : why);
 }
 
 static void info_json(const struct ms_gguf *g, const struct ms_model *m, const struct ms_tokenizer *tok,
@@ -441,6 +443,49 @@ done:
   return rc;
 }
 
+/* ---- dump ---- */
+
+static int cmd_dump(int argc, char **argv) {
+  if (argc != 5 || strcmp(argv[3], "--out")) {
+    fprintf(argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) ? stdout : stderr,
+            "usage: megascope model dump F.gguf TENSOR --out F.bin\n\n"
+            "Writes the tensor's values, dequantized by megascope's decoder, as raw\n"
+            "little-endian f32 in file order (ne[0] fastest).\n");
+    return argc == 2 ? 0 : 2;
+  }
+  char buf[2048] = "";
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+  struct ms_gguf *g = ms_gguf_open(argv[1], &log);
+  if (!g) {
+    fprintf(stderr, "megascope model dump: %s: %s\n%s", argv[1], ms_strerror(errno), buf);
+    return 1;
+  }
+  const struct ms_gguf_tensor *t = ms_gguf_find_tensor(g, argv[2]);
+  enum ms_dtype dt;
+  int rc = 1;
+  if (!t) {
+    fprintf(stderr, "megascope model dump: no tensor '%s'\n", argv[2]);
+  } else if (ms_gguf_type_dtype(t->type, &dt)) {
+    fprintf(stderr, "megascope model dump: tensor '%s': type %s is not supported\n", t->name, ms_gguf_type_name(t->type));
+  } else {
+    int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
+    struct ms_weight w = {.dtype = dt, .rows = (int)rows, .cols = (int)t->ne[0], .data = t->data};
+    float *row = malloc(sizeof *row * (size_t)t->ne[0]);
+    FILE *f = fopen(argv[4], "wb");
+    rc = row && f ? 0 : 1;
+    for (int r = 0; r < w.rows && !rc; r++) {
+      ms_weight_row_f32(&w, r, row);
+      if (fwrite(row, sizeof *row, (size_t)w.cols, f) != (size_t)w.cols) rc = 1;
+    }
+    if (f && fclose(f)) rc = 1;
+    free(row);
+    if (rc) fprintf(stderr, "megascope model dump: cannot write %s\n", argv[4]);
+    else printf("%s: %s, %lld x %d values\n", t->name, ms_gguf_type_name(t->type), (long long)rows, w.cols);
+  }
+  ms_gguf_free(g);
+  return rc;
+}
+
 int cmd_model(int argc, char **argv) {
   if (argc < 2) {
     usage(stderr);
@@ -454,6 +499,7 @@ int cmd_model(int argc, char **argv) {
   if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
   if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
   if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "dump")) return cmd_dump(argc - 1, argv + 1);
   fprintf(stderr, "megascope model: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

@@ -123,11 +123,13 @@ static size_t vtype_size(enum ms_gguf_vtype t) {
 
 static int parse_value(struct cur *c, struct gguf_kv *kv) {
   size_t at = c->off;
+  char what[GGUF_MAX_NAME + 80];
+  snprintf(what, sizeof what, "key '%.*s'", GGUF_MAX_NAME + 64, kv->key);
   kv->off = at;
   if (kv->type == MS_GGUF_STR) {
     size_t s = 0;
     uint64_t n = 0;
-    return take_str(c, &s, &n, kv->key);
+    return take_str(c, &s, &n, what);
   }
   if (kv->type != MS_GGUF_ARR) {
     size_t n = vtype_size(kv->type);
@@ -140,7 +142,7 @@ static int parse_value(struct cur *c, struct gguf_kv *kv) {
   uint32_t et = 0;
   uint64_t n = 0;
   int rc;
-  if ((rc = take_u32(c, &et, kv->key)) || (rc = take_u64(c, &n, kv->key))) return rc;
+  if ((rc = take_u32(c, &et, what)) || (rc = take_u64(c, &n, what))) return rc;
   if (et >= MS_GGUF_VTYPE_COUNT) return fail(c, at, "key '%s': array element type %u unknown", kv->key, et);
   if (et == MS_GGUF_ARR) return fail(c, at, "key '%s': arrays of arrays are not supported", kv->key);
   kv->arr_type = (enum ms_gguf_vtype)et;
@@ -163,7 +165,7 @@ static int parse_value(struct cur *c, struct gguf_kv *kv) {
     size_t s = 0;
     uint64_t len = 0;
     kv->str_off[i] = c->off;
-    if ((rc = take_str(c, &s, &len, kv->key))) return rc;
+    if ((rc = take_str(c, &s, &len, what))) return rc;
   }
   return 0;
 }
@@ -185,7 +187,7 @@ static int parse_kvs(struct ms_gguf *g, struct cur *c, uint64_t n) {
     g->n_kv = (int)i + 1;
     for (uint64_t j = 0; j < i; j++)
       if (!strcmp(g->kvs[j].key, kv->key)) return fail(c, at, "key '%s' appears twice", kv->key);
-    if ((rc = take_u32(c, &t, kv->key))) return rc;
+    if ((rc = take_u32(c, &t, "value type"))) return fail(c, c->off, "key '%s': its value type is cut off", kv->key);
     if (t >= MS_GGUF_VTYPE_COUNT) return fail(c, c->off - 4, "key '%s': value type %u unknown", kv->key, t);
     kv->type = (enum ms_gguf_vtype)t;
     if ((rc = parse_value(c, kv))) return rc;

@@ -6,8 +6,10 @@
  * tokens, longest match first), which become their ids whole. Each remaining
  * fragment is split by the file's pre-tokenizer (tokenizer_split.c); each piece
  * starts as one symbol per byte (GPT-2 spells byte b as one code point,
- * byte_unicode below) and adjacent symbols are merged, lowest merge rank first
- * and leftmost among equals, until no ranked pair is left. Decoding maps each
+ * byte_map below) and adjacent symbols are merged, lowest merge rank first
+ * and leftmost among equals, until no ranked pair is left. A byte the
+ * vocabulary has no token for (SmolLM2 lacks 21, all rare controls or bytes
+ * that valid UTF-8 never holds) is dropped, as llama.cpp drops it. Decoding maps each
  * token's code points back to bytes; control tokens decode to their text.
  * Strings are copied out of the file, so the tokenizer outlives it. */
 #include <errno.h>
@@ -230,8 +232,7 @@ static int index_tokens(struct build *B, struct ms_bpe *b) {
   for (int c = 0; c < 256; c++) {
     char s[4];
     size_t n = utf8_put(s, to_cp[c]);
-    if ((b->byte_tok[c] = tok_find(b, s, n)) < 0)
-      return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.tokens': no token for byte 0x%02x (a byte-level BPE has all 256)", c);
+    b->byte_tok[c] = tok_find(b, s, n);  /* -1: a byte the vocabulary cannot spell (0xff in SmolLM2) */
   }
   return 0;
 }
@@ -476,7 +477,8 @@ static int bpe_piece(void *user, size_t start, size_t end) {
     push_pair(e, &nh, e->prev[p.left]);
     push_pair(e, &nh, p.left);
   }
-  for (int32_t i = 0; i >= 0 && i < n; i = e->next[i]) emit(e, e->id[i]);
+  for (int32_t i = 0; i >= 0 && i < n; i = e->next[i])
+    if (e->id[i] >= 0) emit(e, e->id[i]);  /* bytes without a token are dropped, as llama.cpp drops them */
   return 0;
 }
 

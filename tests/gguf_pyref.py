@@ -1,0 +1,196 @@
+# SPDX-License-Identifier: MIT
+# Cross-checks megascope's GGUF reader and writer against the `gguf` Python
+# package (llama.cpp's own reader and writer, an independent implementation).
+#   write  MS DIR        megascope writes, gguf-py reads: metadata, tensor table
+#                        and every tensor's dequantized values must agree exactly
+#   read   MS DIR        gguf-py writes a small llama model (its quantizers), megascope
+#                        loads it, dumps every tensor, and runs it against its reference
+#   file   MS F.gguf DIR both read an existing file (the real model): metadata, the
+#                        tensor table, and a sample of tensors' values
+import json
+import subprocess
+import sys
+
+import numpy as np
+import gguf
+from gguf import GGMLQuantizationType as QT
+from gguf import quants
+
+TYPES = {"f32": QT.F32, "f16": QT.F16, "bf16": QT.BF16, "q8_0": QT.Q8_0, "q4_0": QT.Q4_0, "q4_1": QT.Q4_1}
+
+
+def ms(*args, **kw):
+    return subprocess.run([MS, *args], check=True, capture_output=True, text=True, **kw).stdout
+
+
+def field_value(f):
+    v = f.contents()
+    if isinstance(v, list):
+        return ("arr", len(v))
+    return v
+
+
+def ours_value(s):
+    """megascope model info --json formats values as text."""
+    if s.startswith("["):
+        return ("arr", int(s[1:].split(" x ")[0]))
+    if s.startswith("'"):
+        return s[1:-1]
+    if s in ("true", "false"):
+        return s == "true"
+    try:
+        return int(s)
+    except ValueError:
+        return float(s)
+
+
+def dequant(t):
+    return quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(-1)
+
+
+def compare_file(path, tmp, names=None):
+    info = json.loads(ms("model", "info", path, "--json"))
+    r = gguf.GGUFReader(path)
+    assert info["alignment"] == r.alignment, (info["alignment"], r.alignment)
+    assert info["data_offset"] == r.data_offset, (info["data_offset"], r.data_offset)
+    ours = info["metadata"]
+    theirs = {k: f for k, f in r.fields.items() if not k.startswith("GGUF.")}
+    assert set(ours) == set(theirs), set(ours) ^ set(theirs)
+    for k, f in theirs.items():
+        a, b = ours_value(ours[k]), field_value(f)
+        if isinstance(b, float):
+            assert abs(a - b) <= 1e-6 * max(1.0, abs(b)), (k, a, b)
+        elif isinstance(b, str) and len(b) > 60:
+            assert b.startswith(a[:-3]) or a == b, (k, a[:40], b[:40])
+        else:
+            assert a == b, (k, a, b)
+    assert len(info["tensors"]) == len(r.tensors)
+    by_name = {t.name: t for t in r.tensors}
+    for t in info["tensors"]:
+        rt = by_name[t["name"]]
+        assert t["shape"] == [int(x) for x in rt.shape], (t["name"], t["shape"], rt.shape)
+        assert t["type"] == rt.tensor_type.name.lower(), (t["name"], t["type"], rt.tensor_type.name)
+        assert t["offset"] + info["data_offset"] == rt.data_offset, t["name"]
+        assert t["bytes"] == rt.n_bytes, t["name"]
+    checked = 0
+    for name in names if names is not None else by_name:
+        out = f"{tmp}/t.bin"
+        ms("model", "dump", path, name, "--out", out)
+        a = np.fromfile(out, dtype=np.float32)
+        b = dequant(by_name[name])
+        assert a.shape == b.shape, (name, a.shape, b.shape)
+        diff = float(np.max(np.abs(a - b))) if a.size else 0.0
+        assert diff == 0.0, (name, diff)
+        checked += 1
+    return len(theirs), len(r.tensors), checked
+
+
+def cmd_write(tmp):
+    for preset in ("tiny", "tiny-qwen3"):
+        ref = None
+        for ty in TYPES:
+            path = f"{tmp}/{preset}-{ty}.gguf"
+            ms("model", "synth", "--preset", preset, "--type", ty, "--out", path)
+            keys, tensors, checked = compare_file(path, tmp)
+            if ty == "f32":
+                ref = {t.name: np.array(t.data) for t in gguf.GGUFReader(path).tensors}
+            same = 0
+            for t in gguf.GGUFReader(path).tensors:  # our quantizer against gguf-py's, from the same f32 values
+                q = quants.quantize(ref[t.name], t.tensor_type)
+                assert q.tobytes() == np.array(t.data).tobytes(), (preset, ty, t.name)
+                same += 1
+            print(f"write {preset} {ty}: {keys} keys, {tensors} tensors, {checked} tensors' values identical, "
+                  f"{same} tensors' bytes identical to gguf-py's quantizer")
+
+
+def bytes_vocab():
+    printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF]
+    cps, n = {}, 0
+    for b in range(256):
+        if b in printable:
+            cps[b] = b
+        else:
+            cps[b] = 256 + n
+            n += 1
+    return [chr(cps[b]) for b in range(256)]
+
+
+def cmd_read(tmp):
+    rng = np.random.default_rng(7)
+    dim, ffn, nh, nkv, hd, layers, vocab = 64, 96, 4, 2, 16, 2, 256
+    for ty in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
+        path = f"{tmp}/py-{ty}.gguf"
+        w = gguf.GGUFWriter(path, "llama")
+        w.add_name("py-tiny")
+        w.add_context_length(256)
+        w.add_embedding_length(dim)
+        w.add_block_count(layers)
+        w.add_feed_forward_length(ffn)
+        w.add_head_count(nh)
+        w.add_head_count_kv(nkv)
+        w.add_rope_dimension_count(hd)
+        w.add_rope_freq_base(10000.0)
+        w.add_layer_norm_rms_eps(1e-5)
+        w.add_tokenizer_model("gpt2")
+        w.add_tokenizer_pre("gpt2")
+        w.add_token_list(bytes_vocab())
+        w.add_token_types([1] * vocab)
+        w.add_token_merges([])
+        w.add_bos_token_id(1)
+
+        def mat(name, rows, cols):
+            a = (rng.standard_normal((rows, cols)) * (1.0 / np.sqrt(cols))).astype(np.float32)
+            if ty == "f32":
+                w.add_tensor(name, a)
+            elif ty == "f16":
+                w.add_tensor(name, a.astype(np.float16))
+            else:
+                q = quants.quantize(a, TYPES[ty])
+                w.add_tensor(name, q, raw_shape=q.shape, raw_dtype=TYPES[ty])
+
+        def norm(name, n):
+            w.add_tensor(name, (1.0 + 0.1 * rng.standard_normal(n)).astype(np.float32))
+
+        mat("token_embd.weight", vocab, dim)
+        for l in range(layers):
+            norm(f"blk.{l}.attn_norm.weight", dim)
+            mat(f"blk.{l}.attn_q.weight", nh * hd, dim)
+            mat(f"blk.{l}.attn_k.weight", nkv * hd, dim)
+            mat(f"blk.{l}.attn_v.weight", nkv * hd, dim)
+            mat(f"blk.{l}.attn_output.weight", dim, nh * hd)
+            norm(f"blk.{l}.ffn_norm.weight", dim)
+            mat(f"blk.{l}.ffn_gate.weight", ffn, dim)
+            mat(f"blk.{l}.ffn_up.weight", ffn, dim)
+            mat(f"blk.{l}.ffn_down.weight", dim, ffn)
+        norm("output_norm.weight", dim)
+        mat("output.weight", vocab, dim)
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        keys, tensors, checked = compare_file(path, tmp)
+        info = json.loads(ms("model", "info", path, "--json"))
+        assert "model" in info, info.get("model_error")
+        m = info["model"]
+        assert (m["layers"], m["dim"], m["ffn_dim"], m["heads"], m["kv_heads"], m["vocab"]) == (layers, dim, ffn, nh, nkv, vocab), m
+        run = json.loads(ms("run", "--model", path, "--batch", "2", "--steps", "8", "--check", "--json"))
+        assert run["check_passed"], run["max_abs_logit_diff"]
+        print(f"read gguf-py {ty}: {keys} keys, {tensors} tensors, {checked} values identical; "
+              f"run --check max |logit diff| {run['max_abs_logit_diff']:.3g}")
+
+
+def cmd_file(path, tmp):
+    r = gguf.GGUFReader(path)
+    names = [t.name for t in r.tensors if t.name.startswith("blk.0.") or "norm" in t.name or t.name == "token_embd.weight"]
+    keys, tensors, checked = compare_file(path, tmp, names)
+    print(f"file {path}: {keys} keys, {tensors} tensors agree; {checked} tensors' values identical")
+
+
+if __name__ == "__main__":
+    MS = sys.argv[2]
+    if sys.argv[1] == "write":
+        cmd_write(sys.argv[3])
+    elif sys.argv[1] == "read":
+        cmd_read(sys.argv[3])
+    else:
+        cmd_file(sys.argv[3], sys.argv[4])

@@ -1,0 +1,184 @@
+/* SPDX-License-Identifier: MIT */
+/* Quantized weights: the half-precision conversions (all 65536 halves), the
+ * block decoders on hand-made blocks, the quantizers' error bounds, and the
+ * GEMV kernels (AVX2 and portable, every batch size and row range) against a
+ * double-precision dot product over the dequantized rows. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "kernels/vec.h"
+#include "megascope/model.h"
+#include "test.h"
+
+static uint64_t rng = 0x243f6a8885a308d3ull;
+
+static float frand(void) {  /* in [-1, 1) */
+  rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+  return (float)((double)(rng >> 11) / 4503599627370496.0 - 1.0);
+}
+
+static void test_f16(void) {
+  int bad = 0;
+  for (uint32_t h = 0; h < 65536; h++) {
+    float f = ms_f16_to_f32((uint16_t)h);
+    uint16_t back = ms_f32_to_f16(f);
+    int nan = ((h >> 10) & 0x1f) == 0x1f && (h & 0x3ff);
+    if (nan ? !isnan(f) || (back & 0x7e00) != 0x7e00 : back != h) bad++;
+  }
+  CHECKF(bad == 0, "%d halves do not survive f16 -> f32 -> f16", bad);
+  CHECK(ms_f16_to_f32(0x3c00) == 1.0f && ms_f16_to_f32(0xc000) == -2.0f);
+  CHECK(ms_f16_to_f32(0x0001) == ldexpf(1.0f, -24));  /* least subnormal */
+  CHECK(ms_f16_to_f32(0x7bff) == 65504.0f);
+  CHECK(ms_f32_to_f16(65520.0f) == 0x7c00);             /* rounds to inf */
+  CHECK(ms_f32_to_f16(65519.0f) == 0x7bff);
+  CHECK(ms_f32_to_f16(1.0f + ldexpf(1.0f, -11)) == 0x3c00);  /* tie to even */
+  CHECK(ms_f32_to_f16(1.0f + 3 * ldexpf(1.0f, -11)) == 0x3c02);
+  CHECK(ms_f32_to_f16(ldexpf(1.0f, -25)) == 0x0000);    /* half the least subnormal: to even (0) */
+  CHECK(ms_f32_to_f16(ldexpf(1.5f, -25)) == 0x0001);
+  /* round to nearest: every float between two halves goes to the nearer */
+  int worse = 0;
+  for (int i = 0; i < 200000; i++) {
+    float f = frand() * 70000.0f * (i % 2 ? 1e-4f : 1.0f);
+    uint16_t h = ms_f32_to_f16(f);
+    float g = ms_f16_to_f32(h);
+    if (isinf(g)) continue;
+    float up = ms_f16_to_f32((uint16_t)(h + 1)), dn = ms_f16_to_f32((uint16_t)(h - 1));
+    if ((h & 0x7fff) && (fabsf(up - f) < fabsf(g - f) || fabsf(dn - f) < fabsf(g - f))) worse++;
+  }
+  CHECKF(worse == 0, "%d floats not rounded to the nearest half", worse);
+}
+
+/* Hand-made blocks, decoded through ms_weight_get. */
+static void test_blocks(void) {
+  uint8_t q8[34], q40[18], q41[20];
+  q8[0] = 0x00, q8[1] = 0x38;  /* d = 0.5 */
+  for (int j = 0; j < 32; j++) q8[2 + j] = (uint8_t)(int8_t)(j - 16);
+  struct ms_weight w8 = {MS_DTYPE_Q8_0, 1, 32, q8};
+  int ok = 1;
+  for (int j = 0; j < 32; j++) ok &= ms_weight_get(&w8, 0, j) == 0.5f * (float)(j - 16);
+  CHECK(ok);
+  q40[0] = 0x00, q40[1] = 0x40;  /* d = 2 */
+  for (int j = 0; j < 16; j++) q40[2 + j] = (uint8_t)(j | (15 - j) << 4);
+  struct ms_weight w40 = {MS_DTYPE_Q4_0, 1, 32, q40};
+  ok = 1;
+  for (int j = 0; j < 16; j++) {
+    ok &= ms_weight_get(&w40, 0, j) == 2.0f * (float)(j - 8);         /* low nibbles: elements 0..15 */
+    ok &= ms_weight_get(&w40, 0, j + 16) == 2.0f * (float)(7 - j);    /* high nibbles: 16..31 */
+  }
+  CHECK(ok);
+  q41[0] = 0x00, q41[1] = 0x34;  /* d = 0.25 */
+  q41[2] = 0x00, q41[3] = 0xbc;  /* m = -1 */
+  for (int j = 0; j < 16; j++) q41[4 + j] = (uint8_t)(j | 3 << 4);
+  struct ms_weight w41 = {MS_DTYPE_Q4_1, 1, 32, q41};
+  ok = 1;
+  for (int j = 0; j < 16; j++) {
+    ok &= ms_weight_get(&w41, 0, j) == 0.25f * (float)j - 1.0f;
+    ok &= ms_weight_get(&w41, 0, j + 16) == 0.25f * 3.0f - 1.0f;
+  }
+  CHECK(ok);
+  float row[32];
+  ms_weight_row_f32(&w41, 0, row);
+  ok = 1;
+  for (int j = 0; j < 32; j++) ok &= row[j] == ms_weight_get(&w41, 0, j);
+  CHECK(ok);
+  CHECK(ms_dtype_row_bytes(MS_DTYPE_Q4_1, 576) == 18 * 20 && ms_dtype_row_bytes(MS_DTYPE_Q8_0, 64) == 68);
+  CHECK(ms_dtype_block(MS_DTYPE_Q4_0) == 32 && ms_dtype_block(MS_DTYPE_F16) == 1);
+  CHECK(ms_quant_row(MS_DTYPE_Q8_0, row, 31, q8) == -EINVAL);
+}
+
+/* Quantization error per block stays within the format's step. */
+static void test_quantizers(void) {
+  enum ms_dtype types[] = {MS_DTYPE_F16, MS_DTYPE_BF16, MS_DTYPE_Q8_0, MS_DTYPE_Q4_0, MS_DTYPE_Q4_1};
+  int n = 256;
+  float x[256], y[256];
+  uint8_t buf[1024];
+  for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
+    double worst = 0;
+    for (int rep = 0; rep < 50; rep++) {
+      float scale = rep % 5 == 0 ? 1e-3f : rep % 5 == 1 ? 30.0f : 1.0f;
+      for (int i = 0; i < n; i++) x[i] = frand() * scale + (rep % 7 == 0 ? scale : 0);
+      if (rep == 3) memset(x, 0, sizeof x);
+      CHECK(ms_quant_row(types[t], x, n, buf) == 0);
+      struct ms_weight w = {types[t], 1, n, buf};
+      ms_weight_row_f32(&w, 0, y);
+      for (int b = 0; b < n; b += 32) {
+        float lo = x[b], hi = x[b], amax = 0;
+        for (int j = b; j < b + 32; j++) {
+          lo = fminf(lo, x[j]), hi = fmaxf(hi, x[j]), amax = fmaxf(amax, fabsf(x[j]));
+        }
+        /* half a step (a whole one for Q4_0, whose largest value clamps), plus the
+         * f16 rounding of the scale (relative 2^-11, absolute 2^-25 when subnormal)
+         * times the largest quant, plus that of Q4_1's minimum */
+        double h = ldexp(1.0, -11), sub = ldexp(1.0, -25), bound;
+        if (types[t] == MS_DTYPE_Q8_0) bound = amax / 127.0 * (0.5 + 127 * h) + 127 * sub;
+        else if (types[t] == MS_DTYPE_Q4_0) bound = amax / 8.0 * (1 + 8 * h) + 8 * sub;
+        else if (types[t] == MS_DTYPE_Q4_1) bound = (hi - lo) / 15.0 * (0.5 + 15 * h) + 16 * sub + fabsf(lo) * h;
+        else if (types[t] == MS_DTYPE_F16) bound = amax * h + sub;
+        else bound = amax * ldexp(1.0, -8);
+        for (int j = b; j < b + 32; j++) {
+          double e = fabs((double)y[j] - x[j]);
+          if (e > bound + 1e-30) worst = fmax(worst, e / (bound + 1e-30));
+        }
+      }
+    }
+    CHECKF(worst == 0, "%s: error %.3g x its bound", ms_dtype_name(types[t]), worst);
+  }
+}
+
+/* GEMV of every batch size and a row range against double dots of the dequantized rows. */
+static void check_gemv(enum ms_dtype t, int rows, int cols, int portable) {
+  size_t rb = ms_dtype_row_bytes(t, cols);
+  uint8_t *data = malloc(rb * (size_t)rows);
+  float *src = malloc(sizeof(float) * (size_t)cols), *deq = malloc(sizeof(float) * (size_t)cols);
+  int ldx = cols + 3, maxb = 9;
+  float *x = malloc(sizeof(float) * (size_t)ldx * (size_t)maxb), *y = malloc(sizeof(float) * (size_t)rows * (size_t)maxb);
+  for (int r = 0; r < rows; r++) {
+    for (int c = 0; c < cols; c++) src[c] = frand() * (1.0f + (float)(r % 3));
+    ms_quant_row(t, src, cols, data + (size_t)r * rb);
+  }
+  for (int i = 0; i < ldx * maxb; i++) x[i] = frand();
+  struct ms_weight w = {t, rows, cols, data};
+  ms_vec_force_portable(portable);
+  double worst = 0;
+  for (int nb = 1; nb <= maxb; nb++) {
+    int r0 = nb % 3, r1 = rows - (nb % 2);
+    int ldy = r1 - r0 + 1;
+    ms_vec_gemv(&w, r0, r1, x, ldx, nb, y, ldy);
+    for (int r = r0; r < r1; r++) {
+      ms_weight_row_f32(&w, r, deq);
+      for (int b = 0; b < nb; b++) {
+        double ref = 0, mag = 0;
+        for (int c = 0; c < cols; c++) {
+          ref += (double)deq[c] * x[(size_t)b * ldx + c];
+          mag += fabs((double)deq[c] * x[(size_t)b * ldx + c]);
+        }
+        double e = fabs(y[(size_t)b * ldy + (r - r0)] - ref) / (mag * 1e-6 + 1e-6);
+        worst = fmax(worst, e);
+      }
+    }
+  }
+  ms_vec_force_portable(0);
+  CHECKF(worst <= 1.0, "%s %dx%d %s: error %.3g x (1e-6 of the absolute sum)", ms_dtype_name(t), rows, cols,
+         portable ? "portable" : "simd", worst);
+  free(data), free(src), free(deq), free(x), free(y);
+}
+
+int main(void) {
+  test_f16();
+  test_blocks();
+  test_quantizers();
+  enum ms_dtype types[] = {MS_DTYPE_F16, MS_DTYPE_Q8_0, MS_DTYPE_Q4_0, MS_DTYPE_Q4_1};
+  for (size_t t = 0; t < sizeof types / sizeof types[0]; t++)
+    for (int portable = 0; portable < 2; portable++) {
+      check_gemv(types[t], 37, 64, portable);
+      check_gemv(types[t], 11, 576, portable);
+      check_gemv(types[t], 5, 1536, portable);
+    }
+  check_gemv(MS_DTYPE_F16, 7, 45, 0);  /* f16 rows need not be whole blocks */
+  check_gemv(MS_DTYPE_F16, 7, 45, 1);
+  printf("simd path: %s\n", ms_vec_simd() ? "avx2" : "portable only");
+  TEST_MAIN_END();
+}

@@ -265,6 +265,23 @@ static const struct neg negatives[] = {
     {"callee reads the caller's uninitialised stack", OBS, MS_HOOK_TASK_END,
      "mov %r1, %r10\nadd %r1, -8\ncall local f\nexit\nf:\nldxdw %r0, [%r1+0]\nexit",
      "invalid read of uninitialised stack at [r10-8] size 8"},
+    {"callee stack pointer stored in the caller's stack", OBS, MS_HOOK_TASK_END,
+     "mov %r1, %r10\nadd %r1, -8\ncall local f\nmov %r0, 0\nexit\nf:\nmov %r2, %r10\nstxdw [%r1+0], %r2\nmov %r0, 0\nexit",
+     "cannot store a pointer to frame 1's stack into frame 0's stack"},
+    {"pointer bytes partly overwritten then read", OBS, MS_HOOK_TASK_END,
+     "stxdw [%r10-8], %r1\nstb [%r10-8], 0\nldxdw %r0, [%r10-8]\nexit",
+     "invalid read of uninitialised stack at [r10-8] size 8: fp-7 was never written"},
+    {"variable-offset stack read of unwritten bytes", OBS, MS_HOOK_TASK_END,
+     "stdw [%r10-8], 0\nldxw %r2, [%r1+16]\nand %r2, 8\nmov %r3, %r10\nsub %r3, %r2\nldxdw %r0, [%r3-8]\nexit",
+     "invalid variable-offset read: uninitialised stack at fp-16"},
+    {"variable-offset write over a spilled pointer", OBS, MS_HOOK_TASK_END,
+     "stxdw [%r10-16], %r1\nldxw %r2, [%r1+16]\nand %r2, 8\nmov %r3, %r10\nsub %r3, %r2\nstdw [%r3-8], 0\n"
+     "mov %r0, 0\nexit",
+     "variable-offset stack write may overwrite the pointer spilled at fp-16"},
+    {"refinement of a copy reaches the spilled original", OBS, MS_HOOK_TASK_END,
+     "ldxw %r6, [%r1+16]\nstxdw [%r10-16], %r6\nmov %r7, %r6\njgt %r7, 3, out\nldxdw %r2, [%r10-16]\n"
+     "mov %r3, %r10\nsub %r3, %r2\nldxdw %r0, [%r3-1]\nout:\nmov %r0, 0\nexit",
+     "R3 invalid access to stack: read [r10-4, r10+7) (variable offset, size 8) is outside [r10-512, r10)"},
     {"recursion", OBS, MS_HOOK_TASK_END, "f:\ncall local f\nmov %r0, 0\nexit", "call depth exceeds 8 frames"},
     {"jump into another function", OBS, MS_HOOK_TASK_END, "call local f\nja g\nexit\nf:\ng:\nmov %r0, 0\nexit",
      "leaves the function at insn 0"},
@@ -330,6 +347,12 @@ static const char *const positives[] = {
     "mov %r6, %r1\nlddw %r1, map[2]\nmov %r2, 16\nmov %r3, 0\ncall 131\njeq %r0, 0, +10\nldxdw %r1, [%r6+8]\n"
     "stxdw [%r0+0], %r1\nstdw [%r0+8], 0\nmov %r1, %r0\nmov %r2, 0\nldxw %r3, [%r6+16]\njeq %r3, 0, +2\n"
     "call 132\nja +1\ncall 133\nmov %r0, 0\nexit",
+    /* a variable-offset read of written bytes, an index refined through a copy and a spill */
+    "stdw [%r10-16], 1\nstdw [%r10-8], 2\nldxw %r6, [%r1+16]\nstxdw [%r10-24], %r6\nmov %r7, %r6\n"
+    "jgt %r7, 8, out\nldxdw %r2, [%r10-24]\nmov %r3, %r10\nsub %r3, %r2\nldxdw %r0, [%r3-8]\nexit\n"
+    "out:\nmov %r0, 0\nexit",
+    /* the callee writes the caller's stack; the caller reads it back */
+    "mov %r1, %r10\nadd %r1, -8\ncall local f\nldxdw %r0, [%r10-8]\nexit\nf:\nstdw [%r1+0], 7\nmov %r0, 0\nexit",
     /* global data: read .rodata, loop of 16 over a stack array */
     "lddw %r1, map[3]+8\nldxdw %r6, [%r1+0]\nmov %r2, 0\nloop:\nmov %r3, %r10\nadd %r3, -128\nmov %r4, %r2\nlsh %r4, 3\n"
     "add %r3, %r4\nstxdw [%r3+0], %r6\nadd %r2, 1\njlt %r2, 16, loop\nldxdw %r0, [%r10-8]\nexit",
@@ -356,7 +379,7 @@ static void test_positives(void) {
   /* a log too small for the trace still ends with the stats line */
   char small[1100];
   struct ms_textbuf tb = {small, sizeof small, 0, 0};
-  struct ms_bpf_prog *q = assemble(positives[6]);
+  struct ms_bpf_prog *q = assemble(positives[8]);
   CHECK(q && ms_bpf_verify(q, &o, &tb, NULL) == 0);
   CHECKF(strstr(small, "verbose trace cut") && strstr(small, "processed "), "%s", small);
   ms_bpf_prog_free(q);

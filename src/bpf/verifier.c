@@ -32,6 +32,8 @@
 #define LOG_RESERVE 1024          /* bytes of the log kept for the last lines */
 #define MAX_PENDING 8192          /* branches waiting to be explored */
 #define MAX_KEPT 32768            /* states kept for pruning, in all */
+#define MAX_KEPT_BYTES (256u << 20) /* ... and their memory */
+#define MAX_PENDING_BYTES (256u << 20)
 #define R6_TO_R9 0x3c0u           /* callee-saved registers */
 #define NO_FUNC UINT32_MAX
 
@@ -51,7 +53,12 @@ struct explore {
   uint64_t n_kept_all;
   struct ms_bpf_idmap *idmap;     /* scratch for state comparisons */
   uint64_t exits;                 /* exits of the entry function reached */
+  uint64_t kept_bytes, pending_bytes;
 };
+
+static uint64_t state_bytes(const struct ms_bpf_vstate *s) {
+  return sizeof *s + (uint64_t)(s->curframe + 1) * sizeof(struct ms_bpf_vframe);
+}
 
 /* ---- the log ------------------------------------------------------------ */
 
@@ -344,7 +351,8 @@ static int visit(struct explore *x) {
                             "state, so it would never end");
     }
   }
-  if (x->n_kept[env->pc] >= x->states_cap || x->n_kept_all >= MAX_KEPT) return 0;
+  if (x->n_kept[env->pc] >= x->states_cap || x->n_kept_all >= MAX_KEPT || x->kept_bytes >= MAX_KEPT_BYTES)
+    return 0; /* explore on without keeping: only pruning suffers */
   struct ms_bpf_vstate *k = calloc(1, sizeof *k);
   if (!k || ms_bpf_vs_copy(k, env->cur)) {
     ms_bpf_vs_free(k);
@@ -357,6 +365,7 @@ static int visit(struct explore *x) {
   x->kept[env->pc] = k;
   x->st.total_states++;
   x->n_kept_all++;
+  x->kept_bytes += state_bytes(k);
   if (++x->n_kept[env->pc] > x->st.max_states_per_insn) x->st.max_states_per_insn = x->n_kept[env->pc];
   count_peak(x);
   return 0;
@@ -366,8 +375,9 @@ static int visit(struct explore *x) {
  * copy, for the caller to apply the branch condition to. */
 static int push_branch(struct explore *x, uint32_t to, struct ms_bpf_vstate **out) {
   struct ms_bpf_venv *env = &x->env;
-  if (x->n_pending >= MAX_PENDING)
-    return ms_bpf_vreject(env, "program too complex: more than %d branches pending exploration", MAX_PENDING);
+  if (x->n_pending >= MAX_PENDING || x->pending_bytes >= MAX_PENDING_BYTES)
+    return ms_bpf_vreject(env, "program too complex: %zu branches pending exploration (limit %d, %u MiB)",
+                          x->n_pending, MAX_PENDING, MAX_PENDING_BYTES >> 20);
   struct ms_bpf_vstate *b = calloc(1, sizeof *b);
   if (!b || ms_bpf_vs_copy(b, env->cur)) {
     ms_bpf_vs_free(b);
@@ -378,6 +388,7 @@ static int push_branch(struct explore *x, uint32_t to, struct ms_bpf_vstate **ou
   b->insn = to;
   b->from = env->pc;
   x->pending[x->n_pending++] = b;
+  x->pending_bytes += state_bytes(b);
   count_peak(x);
   *out = b;
   return 0;
@@ -826,6 +837,7 @@ static int pop(struct explore *x) {
   env->cur = NULL;
   if (!x->n_pending) return 0;
   env->cur = x->pending[--x->n_pending];
+  x->pending_bytes -= state_bytes(env->cur);
   env->pc = env->cur->insn;
   if (env->o.verbose) {
     char prefix[64];

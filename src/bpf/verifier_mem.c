@@ -344,6 +344,8 @@ int ms_bpf_vmem_st(struct ms_bpf_venv *env, const struct ms_bpf_insn *in) {
     if (ms_bpf_vcheck_read(env, in->src_reg)) return -MS_E_VERIFY;
     val = &regs[in->src_reg];
     valno = in->src_reg;
+    if (val->type == MS_VT_SCALAR && !val->id && regs[in->dst_reg].type == MS_VT_STACK)
+      val->id = ms_bpf_vnew_id(env); /* the spill is a copy: what a check learns of one, the other knows */
   } else {
     ms_bpf_vreg_const(&imm, (uint64_t)(int64_t)in->imm);
   }

@@ -255,6 +255,17 @@ static void test_bad_input(const char *path, struct ms_control *ctl) {
   j = call_fd(fd, "{\"cmd\":\"list\",\"verbose\":true}");
   CHECKF(has_code(j, "EINVAL") && strstr(err_of(j), "unknown field \"verbose\""), "%s", err_of(j));
   json_decref(j);
+  /* a long non-ASCII name, clipped inside the message: the reply stays valid UTF-8 JSON */
+  char req[512] = "{\"cmd\":\"list\",\"x";
+  for (int i = 0; i < 60; i++) strcat(req, "\xc3\xa9");
+  strcat(req, "\":1}");
+  j = call_fd(fd, req);
+  CHECKF(has_code(j, "EINVAL") && strstr(err_of(j), "unknown field"), "%s", err_of(j));
+  json_decref(j);
+  snprintf(req, sizeof req, "{\"cmd\":\"%s\"}", "\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac\xe2\x82\xac");
+  j = call_fd(fd, req);
+  CHECKF(has_code(j, "ENOSYS"), "%s", err_of(j));
+  json_decref(j);
   j = call_fd(fd, "{\"cmd\":\"detach\",\"id\":\"one\"}");
   CHECKF(has_code(j, "EINVAL") && strstr(err_of(j), "\"id\""), "%s", err_of(j));
   json_decref(j);

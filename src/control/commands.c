@@ -59,7 +59,12 @@ static FILE *reply_open(struct creply *r) {
 }
 
 static void reply_close(struct creply *r, FILE *f) {
-  if (f && !fclose(f) && r->buf) return;
+  if (f && !fclose(f) && r->buf) {
+    /* map and section names come from object files as raw bytes: whatever is
+     * not UTF-8 becomes '?', so the reply stays valid JSON */
+    ms_control_utf8_clean(r->buf);
+    return;
+  }
   free(r->buf);
   static const char oom[] = "{\"ok\":false,\"code\":\"ENOMEM\",\"error\":\"out of memory writing the reply\"}";
   r->buf = strdup(oom);
@@ -73,6 +78,9 @@ void ms_control_reply_error(struct creply *r, int code, const char *log, const c
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
+  ms_control_utf8_clean(msg);  /* user text was clipped, object text is raw bytes */
+  char *clean_log = log && log[0] ? strdup(log) : NULL;
+  if (clean_log) ms_control_utf8_clean(clean_log);
   for (int i = 0; i < r->n_fds; i++) close(r->fds[i]);
   r->n_fds = 0;
   r->is_error = 1;
@@ -85,11 +93,12 @@ void ms_control_reply_error(struct creply *r, int code, const char *log, const c
     ms_json_kbool(&j, "ok", 0);
     ms_json_kstr(&j, "code", ms_control_code_name(code));
     ms_json_kstr(&j, "error", msg);
-    if (log && log[0]) ms_json_kstr(&j, "log", log);
+    if (clean_log) ms_json_kstr(&j, "log", clean_log);
     ms_json_obj_end(&j);
   }
   reply_close(r, f);
   r->is_error = 1;
+  free(clean_log);
 }
 
 /* ---- argument checks ---- */

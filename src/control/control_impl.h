@@ -12,6 +12,10 @@
 #include "megascope/control.h"
 
 void ms_control_put_u32le(uint8_t *p, uint32_t v);
+/* Replaces bytes that are not valid UTF-8 (in place, by '?') so that text from
+ * untrusted input (object section names, truncated strings) can go into JSON.
+ * Returns how many bytes it replaced. */
+size_t ms_control_utf8_clean(char *s);
 uint32_t ms_control_get_u32le(const uint8_t *p);
 
 /* A reply being built: JSON bytes and the descriptors that go with them. */

@@ -192,6 +192,34 @@ long ms_base64_decode(const char *in, size_t n, void *out, size_t out_size) {
   return (long)k;
 }
 
+/* ---- text that goes into JSON ---- */
+
+size_t ms_control_utf8_clean(char *s) {
+  unsigned char *p = (unsigned char *)s;
+  size_t fixed = 0;
+  while (*p) {
+    unsigned c = *p;
+    int k = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
+    int ok = k >= 0;
+    unsigned cp = k == 0 ? c : k == 1 ? c & 0x1f : k == 2 ? c & 0x0f : c & 0x07;
+    for (int i = 1; ok && i <= k; i++) {
+      ok = (p[i] & 0xc0) == 0x80;  /* stops at the NUL too */
+      cp = cp << 6 | (p[i] & 0x3f);
+    }
+    if (ok && k > 0) {
+      static const unsigned min[] = {0, 0x80, 0x800, 0x10000};
+      ok = cp >= min[k] && cp <= 0x10ffff && !(cp >= 0xd800 && cp <= 0xdfff);
+    }
+    if (!ok) {
+      *p++ = '?';
+      fixed++;
+      continue;
+    }
+    p += k + 1;
+  }
+  return fixed;
+}
+
 /* ---- paths ---- */
 
 int ms_control_default_path(char *buf, size_t size, long pid) {

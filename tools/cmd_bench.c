@@ -26,7 +26,7 @@ static void usage(FILE *f) {
 
 static void decode_usage(FILE *f) {
   fprintf(f,
-          "usage: megascope bench decode --synthetic PRESET [options]\n\n"
+          "usage: megascope bench decode (--synthetic PRESET | --model F.gguf) [options]\n\n"
           "Runs the same requests through the megakernel and through the per-op baseline\n"
           "in one process, measures memory bandwidth with a STREAM-like copy, and reports\n"
           "tokens/s, their ratio, and the fraction of the bandwidth bound reached.\n\n" CLI_MODEL_HELP
@@ -119,6 +119,7 @@ static int bench_decode(int argc, char **argv) {
       {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
       {"steps", required_argument, 0, 0},     {"warmup", required_argument, 0, 0},
       {"workers", required_argument, 0, 0},   {"json", no_argument, 0, 0},
+      {"model", required_argument, 0, 0},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct cli_model cm = {0};
   long batch = 1, steps = 16, warmup = 2, workers = 0;

@@ -134,26 +134,45 @@ TGT static inline void block_regs(enum ms_dtype t, const uint8_t *b, __m256 *w) 
   w[3] = _mm256_fmadd_ps(f3, d, m);
 }
 
-TGT static inline __m256 dot32(const __m256 *w, const float *x, __m256 acc) {
-  acc = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(x), acc);
-  acc = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), acc);
-  acc = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x + 16), acc);
-  return _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x + 24), acc);
+/* Each (weight row, batch row) pair accumulates in two registers, the even and
+ * the odd 8-lane groups of every block, added at the end: two dependency chains
+ * instead of one, and the same order whatever is computed alongside, so a
+ * row's result does not depend on the batch size or on the row grouping. */
+TGT static inline void dot32(const __m256 *w, const float *x, __m256 *e, __m256 *o) {
+  *e = _mm256_fmadd_ps(w[0], _mm256_loadu_ps(x), *e);
+  *o = _mm256_fmadd_ps(w[1], _mm256_loadu_ps(x + 8), *o);
+  *e = _mm256_fmadd_ps(w[2], _mm256_loadu_ps(x + 16), *e);
+  *o = _mm256_fmadd_ps(w[3], _mm256_loadu_ps(x + 24), *o);
 }
 
 /* One block-format row against up to four batch rows: each block is expanded
  * once and used from registers for every batch row. */
 TGT static void row_blocks_x4(enum ms_dtype t, const uint8_t *row, int n, size_t bs, const float *x,
                               int ldx, int nb, float *out) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, w[4];
+  __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0, w[4];
   for (int c = 0; c < n; c += QK, row += bs) {
     block_regs(t, row, w);
-    a0 = dot32(w, x + c, a0);
-    if (nb > 1) a1 = dot32(w, x + ldx + c, a1);
-    if (nb > 2) a2 = dot32(w, x + 2 * (size_t)ldx + c, a2);
-    if (nb > 3) a3 = dot32(w, x + 3 * (size_t)ldx + c, a3);
+    dot32(w, x + c, &e0, &o0);
+    if (nb > 1) dot32(w, x + ldx + c, &e1, &o1);
+    if (nb > 2) dot32(w, x + 2 * (size_t)ldx + c, &e2, &o2);
+    if (nb > 3) dot32(w, x + 3 * (size_t)ldx + c, &e3, &o3);
   }
-  out[0] = hsum(a0), out[1] = hsum(a1), out[2] = hsum(a2), out[3] = hsum(a3);
+  out[0] = hsum(_mm256_add_ps(e0, o0)), out[1] = hsum(_mm256_add_ps(e1, o1));
+  out[2] = hsum(_mm256_add_ps(e2, o2)), out[3] = hsum(_mm256_add_ps(e3, o3));
+}
+
+/* Batch 1: two weight rows at once, for four independent chains. */
+TGT static void rows2_blocks_x1(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, int n, size_t bs,
+                                const float *x, float *out_a, float *out_b) {
+  __m256 ea = _mm256_setzero_ps(), oa = ea, eb = ea, ob = ea, wa[4], wb[4];
+  for (int c = 0; c < n; c += QK, ra += bs, rb += bs) {
+    block_regs(t, ra, wa);
+    block_regs(t, rb, wb);
+    dot32(wa, x + c, &ea, &oa);
+    dot32(wb, x + c, &eb, &ob);
+  }
+  *out_a = hsum(_mm256_add_ps(ea, oa));
+  *out_b = hsum(_mm256_add_ps(eb, ob));
 }
 
 TGT static void row_f16_x4(const uint8_t *row, int n, const float *x, int ldx, int nb, float *out) {
@@ -176,7 +195,13 @@ TGT static void row_f16_x4(const uint8_t *row, int n, const float *x, int ldx, i
 TGT static void gemv_avx2(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb,
                           float *y, int ldy) {
   size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
-  for (int r = r0; r < r1; r++) {
+  int r = r0;
+  if (nb == 1 && w->dtype != MS_DTYPE_F16)
+    for (; r + 1 < r1; r += 2) {
+      const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+      rows2_blocks_x1(w->dtype, row, row + rb, w->cols, bs, x, &y[r - r0], &y[r + 1 - r0]);
+    }
+  for (; r < r1; r++) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
     for (int b0 = 0; b0 < nb; b0 += 4) {
       int n = nb - b0 < 4 ? nb - b0 : 4;

@@ -112,5 +112,6 @@ int main(void) {
   printf("%d inputs replayed through the fuzz target\n", replayed);
   CHECK(replayed > 0);
   ms_bpf_helpers_free(fuzz_helpers);
+  for (size_t i = 0; i < FUZZ_N_MAPS; i++) ms_bpf_map_free(fuzz_fixed[i]);
   TEST_MAIN_END();
 }

@@ -343,10 +343,11 @@ static int visit(struct explore *x) {
   struct ms_bpf_venv *env = &x->env;
   struct ms_bpf_vlive lv;
   live_masks(x, env->cur, env->pc, &lv);
+  uint64_t fp = ms_bpf_vs_fingerprint(env->cur, &lv);
   for (struct ms_bpf_vstate *s = x->kept[env->pc]; s; s = s->next) {
     if (!s->branches) {
       if (ms_bpf_vs_within(s, env->cur, &lv, 0, x->idmap)) return 1;
-    } else if (ms_bpf_vs_within(s, env->cur, &lv, 1, x->idmap)) {
+    } else if (s->fingerprint == fp && ms_bpf_vs_within(s, env->cur, &lv, 1, x->idmap)) {
       return ms_bpf_vreject(env, "infinite loop detected: the path came back to this instruction in the same "
                             "state, so it would never end");
     }
@@ -359,6 +360,7 @@ static int visit(struct explore *x) {
     return -ENOMEM;
   }
   k->branches = 1;
+  k->fingerprint = fp;
   k->parent = env->cur->parent;
   env->cur->parent = k;
   k->next = x->kept[env->pc];

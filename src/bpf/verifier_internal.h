@@ -134,6 +134,7 @@ struct ms_bpf_vstate {
   struct ms_bpf_vstate *parent; /* the nearest kept ancestor */
   struct ms_bpf_vstate *next;   /* kept: the next state at the same instruction */
   uint32_t branches;            /* kept: unfinished paths and kept children below it */
+  uint64_t fingerprint;         /* kept: ms_bpf_vs_fingerprint at its instruction */
   uint32_t insn;                /* pending: where it resumes */
   uint32_t from;                /* pending: the jump that made it */
 };
@@ -155,6 +156,10 @@ struct ms_bpf_idmap *ms_bpf_idmap_new(void);
 /* cur is included in old (exact: equal), given the registers that are live. */
 int ms_bpf_vs_within(const struct ms_bpf_vstate *old, const struct ms_bpf_vstate *cur,
                      const struct ms_bpf_vlive *live, int exact, struct ms_bpf_idmap *m);
+
+/* A hash of what exact equality compares first (frames, references, live
+ * registers without their ids): equal states have equal fingerprints. */
+uint64_t ms_bpf_vs_fingerprint(const struct ms_bpf_vstate *s, const struct ms_bpf_vlive *live);
 
 const char *ms_bpf_vtype_name(int type);
 /* "R1=ctx(off=0) R10=fp0 ..." for the registers that are initialised. */

@@ -203,6 +203,28 @@ int ms_bpf_vs_within(const struct ms_bpf_vstate *old, const struct ms_bpf_vstate
   return ok;
 }
 
+static uint64_t mix(uint64_t h, uint64_t v) {
+  h ^= v + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2);
+  return h * 0xff51afd7ed558ccdull;
+}
+
+uint64_t ms_bpf_vs_fingerprint(const struct ms_bpf_vstate *s, const struct ms_bpf_vlive *live) {
+  uint64_t h = mix(s->curframe, s->n_refs);
+  for (unsigned i = 0; i <= s->curframe; i++) {
+    const struct ms_bpf_vframe *f = s->frames[i];
+    h = mix(h, (uint64_t)(uint32_t)f->callsite);
+    for (unsigned r = 0; r < MS_BPF_REG_COUNT - 1; r++) {
+      if (!(live->mask[i] >> r & 1)) continue;
+      const struct ms_bpf_vreg *g = &f->regs[r];
+      h = mix(h, (uint64_t)g->type | (uint64_t)g->frame << 8 | (uint64_t)(uint32_t)g->off << 32);
+      if (g->type == MS_VT_NOT_INIT) continue;
+      h = mix(h, (uint64_t)g->map << 32 | g->size);
+      h = mix(mix(mix(h, g->s.umin), g->s.umax), mix(g->s.t.v, g->s.t.m));
+    }
+  }
+  return h;
+}
+
 /* ---- printing ----------------------------------------------------------- */
 
 const char *ms_bpf_vtype_name(int type) {

@@ -77,11 +77,30 @@ static uint64_t map_bytes(const struct ms_bpf_map_def *d) {
   return ((uint64_t)d->key_size + d->value_size + 16) * d->max_entries * 2 * 2;
 }
 
-/* Binds a fresh map to each of prog's map indices; 0 when one cannot be
- * made (too big, or refused): the program is then not run. */
+/* The maps of raw and generated programs, made once (memfd maps are costly
+ * to make) and emptied before each run. */
+static struct ms_bpf_map *fuzz_fixed[FUZZ_N_MAPS];
+
+static int uses_fixed_maps(const struct ms_bpf_prog *p) {
+  if (ms_bpf_prog_map_count(p) != FUZZ_N_MAPS) return 0;
+  for (size_t i = 0; i < FUZZ_N_MAPS; i++)
+    if (memcmp(ms_bpf_prog_map(p, i), &fuzz_maps[i], sizeof fuzz_maps[i])) return 0;
+  return 1;
+}
+
+/* Binds a map to each of prog's map indices; 0 when one cannot be made (too
+ * big, or refused): the program is then not run. */
 static int bind_maps(const struct ms_bpf_prog *p, struct ms_bpf_map **maps) {
   size_t n = ms_bpf_prog_map_count(p);
   memset(maps, 0, MS_BPF_MAX_MAPS * sizeof *maps);
+  if (uses_fixed_maps(p)) {
+    for (size_t i = 0; i < FUZZ_N_MAPS; i++) {
+      if (!fuzz_fixed[i] && !(fuzz_fixed[i] = ms_bpf_map_new(&fuzz_maps[i], 1, NULL))) return 0;
+      if (fuzz_maps[i].type != MS_BPF_MAP_RINGBUF) ms_bpf_map_clear(fuzz_fixed[i]);
+      maps[i] = fuzz_fixed[i];
+    }
+    return 1;
+  }
   for (size_t i = 0; i < n; i++) {
     const struct ms_bpf_map_def *d = ms_bpf_prog_map(p, i);
     if (map_bytes(d) > FUZZ_MAX_MAP_BYTES || !(maps[i] = ms_bpf_map_new(d, 1, NULL))) return 0;
@@ -90,7 +109,8 @@ static int bind_maps(const struct ms_bpf_prog *p, struct ms_bpf_map **maps) {
 }
 
 static void unbind_maps(struct ms_bpf_map **maps) {
-  for (size_t i = 0; i < MS_BPF_MAX_MAPS; i++) ms_bpf_map_free(maps[i]);
+  for (size_t i = 0; i < MS_BPF_MAX_MAPS; i++)
+    if (i >= FUZZ_N_MAPS || maps[i] != fuzz_fixed[i]) ms_bpf_map_free(maps[i]);
 }
 
 /* A verified program failed at run time: the verifier let through what it
@@ -331,7 +351,7 @@ static void try_generated(const uint8_t *data, size_t size) {
   if (size < 5) return;
   size_t steps = (size - 1) / 4;
   struct gen g = {NULL, 0, steps * 8 + 12};
-  if (steps > FUZZ_MAX_INSNS / 8 || !(g.out = calloc(g.cap, sizeof *g.out))) return;
+  if (steps > FUZZ_MAX_INSNS / 16 || !(g.out = calloc(g.cap, sizeof *g.out))) return;
   /* every register starts initialised: r6 keeps r1, r7 the frame pointer */
   emit(&g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 6, 1, 0, 0);
   emit(&g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 7, 10, 0, 0);

@@ -143,10 +143,17 @@ static void check_gemv(enum ms_dtype t, int rows, int cols, int portable) {
   struct ms_weight w = {t, rows, cols, data};
   ms_vec_force_portable(portable);
   double worst = 0;
+  int variant = 0;
+  float *one = malloc(sizeof(float) * (size_t)rows);
   for (int nb = 1; nb <= maxb; nb++) {
     int r0 = nb % 3, r1 = rows - (nb % 2);
     int ldy = r1 - r0 + 1;
     ms_vec_gemv(&w, r0, r1, x, ldx, nb, y, ldy);
+    /* batch invariance: each batch row alone (nb = 1, all rows) gives the same bits */
+    for (int b = 0; b < nb; b++) {
+      ms_vec_gemv(&w, 0, rows, x + (size_t)b * ldx, ldx, 1, one, rows);
+      for (int r = r0; r < r1; r++) variant += one[r] != y[(size_t)b * ldy + (r - r0)];
+    }
     for (int r = r0; r < r1; r++) {
       ms_weight_row_f32(&w, r, deq);
       for (int b = 0; b < nb; b++) {
@@ -161,6 +168,9 @@ static void check_gemv(enum ms_dtype t, int rows, int cols, int portable) {
     }
   }
   ms_vec_force_portable(0);
+  free(one);
+  CHECKF(variant == 0, "%s %dx%d %s: %d results depend on the batch size or row range", ms_dtype_name(t), rows, cols,
+         portable ? "portable" : "simd", variant);
   CHECKF(worst <= 1.0, "%s %dx%d %s: error %.3g x (1e-6 of the absolute sum)", ms_dtype_name(t), rows, cols,
          portable ? "portable" : "simd", worst);
   free(data), free(src), free(deq), free(x), free(y);

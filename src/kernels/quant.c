@@ -95,6 +95,7 @@ static void gemv_portable(const struct ms_weight *w, int r0, int r1, const float
 /* ---- AVX2 / FMA / F16C ---- */
 #ifdef MS_X86
 #define TGT __attribute__((target("avx2,fma,f16c")))
+#define STAGE_MAX 8192  /* longest row staged for batches over four (32 KiB) */
 
 TGT static inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -161,6 +162,30 @@ TGT static void row_blocks_x4(enum ms_dtype t, const uint8_t *row, int n, size_t
   out[2] = hsum(_mm256_add_ps(e2, o2)), out[3] = hsum(_mm256_add_ps(e3, o3));
 }
 
+/* Batches over four rows: the row is expanded once into `wrow` (in L1, never a
+ * copy of the matrix) and each group of four batch rows reads it from there,
+ * with the same two accumulators per pair, so the sums match row_blocks_x4. */
+TGT static void stage_row(enum ms_dtype t, const uint8_t *row, int n, size_t bs, float *wrow) {
+  __m256 w[4];
+  for (int c = 0; c < n; c += QK, row += bs) {
+    block_regs(t, row, w);
+    for (int k = 0; k < 4; k++) _mm256_store_ps(wrow + c + 8 * k, w[k]);
+  }
+}
+
+TGT static void staged_x4(const float *wrow, int n, const float *x, int ldx, int nb, float *out) {
+  __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0, w[4];
+  for (int c = 0; c < n; c += QK) {
+    for (int k = 0; k < 4; k++) w[k] = _mm256_load_ps(wrow + c + 8 * k);
+    dot32(w, x + c, &e0, &o0);
+    if (nb > 1) dot32(w, x + ldx + c, &e1, &o1);
+    if (nb > 2) dot32(w, x + 2 * (size_t)ldx + c, &e2, &o2);
+    if (nb > 3) dot32(w, x + 3 * (size_t)ldx + c, &e3, &o3);
+  }
+  out[0] = hsum(_mm256_add_ps(e0, o0)), out[1] = hsum(_mm256_add_ps(e1, o1));
+  out[2] = hsum(_mm256_add_ps(e2, o2)), out[3] = hsum(_mm256_add_ps(e3, o3));
+}
+
 /* Batch 1: two weight rows at once, for four independent chains. */
 TGT static void rows2_blocks_x1(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, int n, size_t bs,
                                 const float *x, float *out_a, float *out_b) {
@@ -196,6 +221,19 @@ TGT static void gemv_avx2(const struct ms_weight *w, int r0, int r1, const float
                           float *y, int ldy) {
   size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
   int r = r0;
+  if (nb > 4 && w->dtype != MS_DTYPE_F16 && w->cols <= STAGE_MAX) {
+    float wrow[STAGE_MAX] __attribute__((aligned(32)));
+    for (; r < r1; r++) {
+      stage_row(w->dtype, (const uint8_t *)w->data + (size_t)r * rb, w->cols, bs, wrow);
+      for (int b0 = 0; b0 < nb; b0 += 4) {
+        int n = nb - b0 < 4 ? nb - b0 : 4;
+        float out[4];
+        staged_x4(wrow, w->cols, x + (size_t)b0 * ldx, ldx, n, out);
+        for (int b = 0; b < n; b++) y[(size_t)(b0 + b) * ldy + (r - r0)] = out[b];
+      }
+    }
+    return;
+  }
   if (nb == 1 && w->dtype != MS_DTYPE_F16)
     for (; r + 1 < r1; r += 2) {
       const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;

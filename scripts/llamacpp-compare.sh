@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# megascope against llama.cpp on the same GGUF file, on the same machine, with
+# the same number of threads, in one run. llama.cpp is driven through the C API
+# that llama-cpp-python binds (scripts/llamacpp-compare.py).
+#
+#   scripts/llamacpp-compare.sh setup    build llama-cpp-python (it compiles llama.cpp:
+#                                        half an hour on 2 cores) into $MS_CACHE/llamacpp-venv
+#   scripts/llamacpp-compare.sh logits   the same token ids through both: tokenizer
+#                                        agreement, top-1 agreement, largest |logit difference|
+#   scripts/llamacpp-compare.sh speed    decode tokens/s of both at each batch size, and the ratio
+#   scripts/llamacpp-compare.sh all      logits, then speed (the default)
+#
+# What "speed" compares, exactly: B sequences each start from a 1-token prompt
+# and generate STEPS tokens greedily; tokens/s = B * STEPS / wall seconds of the
+# measured round (after an unmeasured warm-up), THREADS threads each.
+#   megascope: `megascope bench decode --model F --batch B --steps STEPS --workers THREADS`
+#              (the megakernel: B requests batched by the runtime, f32 activations,
+#              weights dequantized inside the GEMV loop)
+#   llama.cpp: one context with n_seq_max = B; each step is one llama_decode of B
+#              tokens, one per sequence (its CPU backend: activations quantized to
+#              8 bits for the q4_1/q8_0 dot products), then argmax of each row.
+# Each side runs REPS times, alternating, and the best run of each is reported,
+# because these machines are shared and noisy.
+#
+# Environment: MS (default build/megascope), MODEL (default: scripts/get-smollm2.sh),
+# THREADS (default: nproc), STEPS (default 32), BATCHES (default "1 8"), REPS (default 3),
+# LLAMA_PY (a python with llama_cpp and numpy; default $MS_CACHE/llamacpp-venv/bin/python,
+# else python3), MS_CACHE (default ~/.cache/megascope). Exit 77: llama_cpp is not installed.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cache=${MS_CACHE:-$HOME/.cache/megascope}
+venv=$cache/llamacpp-venv
+cmd=${1:-all}
+
+setup() {
+  if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import llama_cpp, numpy' 2>/dev/null; then
+    echo "$venv/bin/python"
+    return
+  fi
+  mkdir -p "$cache"
+  python3 -m venv "$venv" >&2
+  echo "llamacpp-compare: building llama-cpp-python (compiles llama.cpp; this takes a while)" >&2
+  CMAKE_ARGS="-DGGML_NATIVE=ON" "$venv/bin/pip" install --quiet --disable-pip-version-check \
+    "llama-cpp-python==0.3.36" numpy >&2
+  echo "$venv/bin/python"
+}
+
+if [ "$cmd" = setup ]; then
+  setup
+  exit 0
+fi
+
+MS=${MS:-$root/build/megascope}
+MODEL=${MODEL:-$(bash "$root/scripts/get-smollm2.sh")}
+THREADS=${THREADS:-$(nproc)}
+STEPS=${STEPS:-32}
+BATCHES=${BATCHES:-1 8}
+REPS=${REPS:-3}
+if [ -z "${LLAMA_PY:-}" ]; then
+  if [ -x "$venv/bin/python" ]; then LLAMA_PY=$venv/bin/python; else LLAMA_PY=python3; fi
+fi
+if ! "$LLAMA_PY" -c 'import llama_cpp, numpy' 2>/dev/null; then
+  echo "llamacpp-compare: $LLAMA_PY has no llama_cpp; run 'scripts/llamacpp-compare.sh setup' first" >&2
+  exit 77
+fi
+py="$LLAMA_PY $root/scripts/llamacpp-compare.py"
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+# A fixed paragraph of plain English, 53 tokens for SmolLM2.
+TEXT="The history of the printing press begins in the fifteenth century, when Johannes Gutenberg developed a system of movable metal type in Mainz. His invention made books cheaper and faster to produce, and within a few decades printing shops had spread across Europe. This change helped ideas travel"
+
+logits() {
+  local ids theirs
+  ids=$("$MS" model tokenize --model "$MODEL" --text "$TEXT")
+  theirs=$($py tokenize "$MODEL" "$TEXT" 2>"$tmp/llama.log")
+  "$MS" model logits --model "$MODEL" --tokens "$ids" --workers "$THREADS" --out "$tmp/ms.bin" >/dev/null
+  $py logits "$MODEL" "$ids" "$tmp/lc.bin" 2>>"$tmp/llama.log"
+  "$LLAMA_PY" - "$tmp/ms.bin" "$tmp/lc.bin" "$ids" "$theirs" "$MODEL" <<'PY'
+import json, sys
+import numpy as np
+ms, lc = np.fromfile(sys.argv[1], np.float32), np.fromfile(sys.argv[2], np.float32)
+ids, theirs = sys.argv[3].split(","), sys.argv[4].split(",")
+n = len(ids)
+ms, lc = ms.reshape(n, -1), lc.reshape(n, -1)
+d = np.abs(ms - lc)
+top = ms.argmax(1) == lc.argmax(1)
+r = {"model": sys.argv[5].rsplit("/", 1)[-1], "positions": n, "tokenizer_ids_identical": ids == theirs,
+     "top1_agreement": int(top.sum()), "top1_fraction": float(top.mean()),
+     "max_abs_logit_diff": float(d.max()), "mean_abs_logit_diff": float(d.mean()),
+     "logit_std": float(lc.std()), "worst_position": int(d.max(1).argmax())}
+print(f"logits, {n} teacher-forced positions of the same ids: tokenizer ids identical: {r['tokenizer_ids_identical']}; "
+      f"top-1 agreement {r['top1_agreement']}/{n}; largest |difference| {r['max_abs_logit_diff']:.3f}, "
+      f"mean {r['mean_abs_logit_diff']:.3f} (logits have std {r['logit_std']:.2f})")
+print("LOGITS_JSON " + json.dumps(r))
+PY
+}
+
+ms_tps() {  # batch -> megakernel tokens/s
+  "$MS" bench decode --model "$MODEL" --batch "$1" --steps "$STEPS" --workers "$THREADS" --json 2>/dev/null |
+    "$LLAMA_PY" -c 'import json,sys; print(json.load(sys.stdin)["megakernel_tokens_per_s"])'
+}
+
+lc_tps() {  # batch -> llama.cpp tokens/s
+  $py bench "$MODEL" "$THREADS" "$1" "$STEPS" 2>>"$tmp/llama.log" |
+    "$LLAMA_PY" -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])'
+}
+
+best() { printf '%s\n' "$@" | sort -g | tail -1; }
+
+speed() {
+  local rows=() b m l ms_all lc_all
+  echo "speed: $(basename "$MODEL"), $THREADS threads, $STEPS tokens per sequence, best of $REPS alternating runs"
+  printf '| batch | megascope tokens/s | llama.cpp tokens/s | megascope / llama.cpp |\n|---:|---:|---:|---:|\n'
+  for b in $BATCHES; do
+    ms_all=() lc_all=()
+    for _ in $(seq "$REPS"); do
+      ms_all+=("$(ms_tps "$b")")
+      lc_all+=("$(lc_tps "$b")")
+    done
+    m=$(best "${ms_all[@]}")
+    l=$(best "${lc_all[@]}")
+    printf '| %d | %.1f | %.1f | %.2f |\n' "$b" "$m" "$l" "$("$LLAMA_PY" -c "print($m / $l)")"
+    rows+=("{\"batch\": $b, \"megascope_tokens_per_s\": $m, \"llamacpp_tokens_per_s\": $l, \"megascope_runs\": [$(IFS=,; echo "${ms_all[*]}")], \"llamacpp_runs\": [$(IFS=,; echo "${lc_all[*]}")]}")
+  done
+  echo "SPEED_JSON {\"threads\": $THREADS, \"steps\": $STEPS, \"reps\": $REPS, \"rows\": [$(IFS=,; echo "${rows[*]}")]}"
+}
+
+case "$cmd" in
+  logits) logits ;;
+  speed) speed ;;
+  all) logits; speed ;;
+  *) sed -n '3,14p' "$0"; exit 2 ;;
+esac

@@ -44,15 +44,24 @@ struct ms_sim_params {
   double step_ns;          /* the step start: admission, batch metadata */
   double launch_ns;        /* per-op mode: the gap between one kernel and the next */
   int compute;             /* 1: run the kernels (checked against the reference); 0: shapes only */
+  double jitter;           /* each task's time varies by up to +-jitter (0.05: 5%), drawn from the seed */
+  double link_gbps;        /* tensor parallel: one device's link bandwidth, GB/s */
+  double link_latency_ns;  /* tensor parallel: a transfer's fixed latency */
 };
 /* Presets: "a100" (108 SMs), "h100" and "h200" (132), "b200" (148). -ENOENT otherwise. */
 int ms_sim_preset(const char *name, struct ms_sim_params *out);
 extern const char *const ms_sim_preset_names[];
+/* Sets one cost-model parameter by its field name ("hbm_gbps", "task_fixed_ns",
+ * ..., "n_sms"): 0, -ENOENT for an unknown name, -EINVAL for a bad value. */
+int ms_sim_param_set(struct ms_sim_params *p, const char *name, const char *value);
+/* The names ms_sim_param_set knows, NULL-terminated. */
+extern const char *const ms_sim_param_names[];
 
 const char *ms_mode_name(enum ms_mode m);
 int ms_mode_parse(const char *s, enum ms_mode *out);
 
 struct ms_plan;
+struct ms_fault;
 
 struct ms_engine_opts {
   size_t sz;               /* sizeof(struct ms_engine_opts) */
@@ -74,6 +83,12 @@ struct ms_engine_opts {
   enum ms_backend backend;
   struct ms_sim_params sim; /* MS_BACKEND_SIM: n_workers becomes sim.n_sms */
   int tiles_per_op;        /* see ms_compile_opts; 0: default (the sim uses n_sms) */
+  /* Fault injection (megascope/fault.h): applied to every plan; copied. */
+  const struct ms_fault *faults;
+  int n_faults;
+  int tp;                  /* tensor-parallel devices (>= 2: communication tasks); 0, 1: one.
+                              The sim gives each device sim.n_sms SMs. */
+  int start_paused;        /* 1: paused before the first step until ms_engine_resume */
 };
 
 struct ms_engine;
@@ -153,6 +168,16 @@ int ms_engine_step_log(const struct ms_engine *e, struct ms_step_record *out, in
 
 /* Injected delay before a task of the plan for `rows` (fault injection, tests). */
 int ms_engine_set_task_delay(struct ms_engine *e, int rows, int task, uint64_t ns);
+
+/* Pausing at a step boundary: the step start of global step `step` (0: the
+ * first) waits before it retires or admits anything until ms_engine_resume.
+ * Pause at 0 before submitting, then resume, and a batch of requests joins one
+ * step (on the simulator, a run is then a function of its seed); pause later to
+ * attach a monitor at a known step. */
+int ms_engine_pause_at(struct ms_engine *e, uint64_t step);
+/* Waits until the engine is paused: 0, or -ETIMEDOUT (timeout_ms < 0: forever). */
+int ms_engine_wait_paused(struct ms_engine *e, int timeout_ms);
+int ms_engine_resume(struct ms_engine *e);
 
 /* The simulated clock of a sim engine (ns since it started); 0 for the CPU backend. */
 uint64_t ms_engine_sim_now(const struct ms_engine *e);

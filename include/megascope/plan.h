@@ -34,6 +34,8 @@ struct ms_compile_opts {
                              q/k/v); 0: derived from tile_bytes */
   int tiles_per_op;       /* about this many tasks per GEMV operator (e.g. one per SM);
                              overrides tile_bytes; 0: not used */
+  int tp;                 /* tensor-parallel devices: >= 2 adds an all-gather of communication
+                             tasks after every wo and down (docs/benchmark.md); 0, 1: none */
 };
 
 struct ms_plan_stats {

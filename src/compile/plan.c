@@ -15,6 +15,7 @@ static const char *const kernel_names[MS_K_COUNT] = {
     [MS_K_EXPERT_UP] = "moe_expert_swiglu", [MS_K_EXPERT_DOWN] = "moe_expert_down",
     [MS_K_MOE_COMBINE] = "moe_combine", [MS_K_LM_HEAD] = "gemv",
     [MS_K_SAMPLE] = "sample",         [MS_K_EMPTY] = "empty",
+    [MS_K_COMM] = "comm_allgather",
 };
 
 const char *ms_kernel_name(int k) { return k >= 0 && k < MS_K_COUNT ? kernel_names[k] : "?"; }

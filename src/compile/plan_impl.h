@@ -27,6 +27,7 @@ enum ms_kernel {
   MS_K_LM_HEAD = 13,
   MS_K_SAMPLE = 14,
   MS_K_EMPTY = 15,      /* inserted by normalisation: waits, then triggers */
+  MS_K_COMM = 16,       /* tensor parallel: one device's share of an all-gather (fires the comm hook) */
   MS_K_COUNT
 };
 

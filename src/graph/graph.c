@@ -31,6 +31,8 @@ struct builder {
   int tile_bytes;
   int tile_rows;
   int tiles_per_op;
+  int tp;           /* tensor-parallel devices, 0 or 1: none */
+  int pending_comm; /* a communication buffer the next row operator must also read, -1: none */
   int err;
 };
 
@@ -126,9 +128,35 @@ static int row_op(struct builder *b, const char *op, int layer, int kernel, int 
   for (int r = 0; r < b->B; r++) {
     struct ms_proto_task *t = add_task(b, c, 0, r, -1);
     rd(t, in, r, r + 1, 0, g->bufs[in].cols, 0, 1);
+    if (b->pending_comm >= 0) rd(t, b->pending_comm, 0, 1, 0, b->tp, 0, 1);
     wr(t, out, r, r + 1, 0, g->bufs[out].cols, 0, 1);
   }
+  b->pending_comm = -1;
   return c;
+}
+
+/* Tensor parallel: each of tp devices computed a contiguous share of the
+ * columns of `in`; an all-gather makes every share visible to every device
+ * before the next row operator (a norm, which reads whole rows) runs. One
+ * communication task per device reads its share and writes its column of a
+ * logical buffer that the next row operator also reads, so that operator
+ * depends on all of them. (The devices share one address space here: the
+ * transfer's cost is the simulator's link model, its data is already there.) */
+static void comm_op(struct builder *b, const char *op, int layer, int in) {
+  struct ms_graph *g = b->g;
+  int D = b->tp, cols = g->bufs[in].cols;
+  int done = add_buf(b, op, layer, D, 1, 1);
+  int c = add_class(b, op, layer, MS_K_COMM, MS_LAUNCH_AOT, "device_cols", "device_cols");
+  g->classes[c].in = (int16_t)in;
+  g->classes[c].out = (int16_t)done;
+  g->classes[c].tile = (cols + D - 1) / D;
+  g->classes[c].n_out = cols;
+  for (int d = 0; d < D; d++) {
+    struct ms_proto_task *t = add_task(b, c, 0, -1, d);
+    rd(t, in, 0, b->B, d * cols / D, (d + 1) * cols / D, 0, 1);
+    wr(t, done, 0, 1, d, d + 1, 0, 1);
+  }
+  b->pending_comm = done;
 }
 
 /* A GEMV operator tiled over output columns; every task reads all rows of `in`
@@ -199,6 +227,7 @@ static void attention_block(struct builder *b, int l, int x, int *x_out) {
       wr(t, att, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
     }
   gemv_op(b, "wo", l, MS_K_WO, att, x, xo, cf->dim, gemv_tile(b, cf->dim, nq, 1, 8));
+  if (b->tp > 1) comm_op(b, "comm_attn", l, xo);
   *x_out = xo;
 }
 
@@ -265,14 +294,23 @@ static void moe_ffn(struct builder *b, int l, int xn, int x, int xo) {
 int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
                    struct ms_graph *g,
                    struct ms_textbuf *log) {
+  return ms_graph_build_tp(m, batch, tile_bytes, tile_rows, tiles_per_op, 0, g, log);
+}
+
+int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
+                      int tp, struct ms_graph *g, struct ms_textbuf *log) {
   memset(g, 0, sizeof *g);
   if (batch < 1 || batch > 4096) {
     ms_textbuf_printf(log, "batch %d out of range 1..4096\n", batch);
     return -EINVAL;
   }
   const struct ms_model_config *cf = &m->cfg;
+  if (tp > 64) {
+    ms_textbuf_printf(log, "tp %d out of range 1..64\n", tp);
+    return -EINVAL;
+  }
   struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tile_bytes > 0 ? tile_bytes : 64 * 1024,
-                     .tile_rows = tile_rows, .tiles_per_op = tiles_per_op};
+                     .tile_rows = tile_rows, .tiles_per_op = tiles_per_op, .tp = tp, .pending_comm = -1};
   struct ms_graph *G = g;
 
   G->meta_buf = add_buf(&b, "batch_meta", -1, 1, 1, 1);
@@ -301,6 +339,7 @@ int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile
       moe_ffn(&b, l, xn2, xm, xo);
     else
       dense_ffn(&b, l, xn2, xm, xo);
+    if (b.tp > 1) comm_op(&b, "comm_ffn", l, xo);
     x = xo;
   }
 

@@ -37,6 +37,10 @@ struct ms_graph {
 int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
                    struct ms_graph *g,
                    struct ms_textbuf *log);
+/* The same for a plan of tp >= 2 tensor-parallel devices: an all-gather of
+ * communication tasks (one per device) after every wo and down. */
+int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
+                      int tp, struct ms_graph *g, struct ms_textbuf *log);
 void ms_graph_free(struct ms_graph *g);
 
 static inline int ms_region_overlap(const struct ms_region *a, const struct ms_region *b) {

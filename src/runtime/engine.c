@@ -39,6 +39,7 @@
 
 #include "megascope/reference.h"
 #include "runtime/engine_impl.h"
+#include "runtime/fault.h"
 #include "runtime/hooksite.h"
 
 const char *ms_mode_name(enum ms_mode m) { return m == MS_MODE_PER_OP ? "per-op" : "megakernel"; }
@@ -93,12 +94,22 @@ static uint32_t jit_depth(const struct ms_mpmc *q) {
                     atomic_load_explicit(&q->head, memory_order_relaxed));
 }
 
-int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
+static int jit_pop_any(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
   if (e->hooks_on && atomic_load_explicit(&e->hooks->hinted, memory_order_relaxed)) {
     for (int p = MS_PRIO_LEVELS - 1; p > 0; p--)
       if (!ms_mpmc_pop(&rt->jit[p], t)) return 0;
   }
   return ms_mpmc_pop(&rt->jit[0], t);
+}
+
+int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
+  int rc = jit_pop_any(e, rt, t);
+  /* fault injection (starve_task): the starved task goes back behind the next one */
+  if (rc || !e->faults || !ms_fault_starved(e, rt, (int)*t)) return rc;
+  int64_t held = *t;
+  rc = jit_pop_any(e, rt, t);
+  MS_ASSERT(ms_mpmc_push(&rt->jit[0], held) == 0);
+  return rc;
 }
 
 static int jit_empty(struct plan_rt *rt) {
@@ -130,7 +141,7 @@ static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) 
 }
 
 /* Counts one trigger of event ev; returns 1 when it completed the event. */
-static int trigger(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
+int ms_rt_trigger_now(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
   struct ms_engine *e = w->e;
   const struct ms_event *E = &rt->plan->events[ev];
   uint64_t target = (uint64_t)E->needed * (gen + 1);
@@ -148,6 +159,15 @@ static int trigger(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, i
   return 1;
 }
 
+static int trigger(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
+  /* fault injection (delayed_release): the completing trigger may be held; a
+   * held one (simulator) completes the event later, so it counts as firing */
+  if (w->e->faults &&
+      ms_fault_hold(w, rt, ev, (uint64_t)rt->plan->events[ev].needed * (gen + 1), producer))
+    return 1;
+  return ms_rt_trigger_now(w, rt, ev, gen, producer);
+}
+
 /* A task's life in three parts, shared by the CPU backend (one after the other,
  * on a worker thread) and the simulator (start and body at the task's simulated
  * begin, finish at its simulated end). */
@@ -158,6 +178,7 @@ uint64_t ms_rt_task_start(struct worker *w, struct plan_rt *rt, int t, uint64_t 
   atomic_store_explicit(&w->since, t0, memory_order_relaxed);
   atomic_store_explicit(&w->running, t, memory_order_relaxed);
   if (HOOK_ARMED(e, MS_HOOK_TASK_BEGIN)) fire_task_hook(w, MS_HOOK_TASK_BEGIN, rt, t, gen, k->wait, t0);
+  if (k->kernel == MS_K_COMM && HOOK_ARMED(e, MS_HOOK_COMM)) fire_comm_hook(w, rt, t, gen, MS_COMM_ISSUE);
   return t0;
 }
 
@@ -167,6 +188,8 @@ void ms_rt_task_body(struct worker *w, struct plan_rt *rt, int t) {
     sample_row(w, rt, &rt->plan->classes[k->cls], k->tile[1]);
   else if (k->kernel != MS_K_STEP_START && !w->e->shape_only)  /* the step start's body ran before publication */
     ms_ops_run(&rt->x, t, w->id);
+  /* fault injection (routing_skew): the router's output, where kernels run */
+  if (k->kernel == MS_K_ROUTER && w->e->faults && !w->e->shape_only) ms_fault_route_row(w->e, rt, t);
 }
 
 /* A worker starts waiting for task t's event (t < 0: for the step's end). */
@@ -182,6 +205,11 @@ static void run_task(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) 
   uint64_t t0 = ms_rt_task_start(w, rt, t, gen);
   if (rt->delay_ns && rt->delay_ns[t]) sleep_ns(rt->delay_ns[t]);
   ms_rt_task_body(w, rt, t);
+  if (e->faults) {
+    /* fault injection (slow_class, slow_request, comm_delay): the worker stays busy */
+    uint64_t now = ms_now_ns(), until = now + ms_fault_extra_ns(e, rt, t, now - t0);
+    while (ms_now_ns() < until) ms_cpu_relax();
+  }
   ms_rt_task_finish(w, rt, t, gen, t0);
 }
 
@@ -189,6 +217,7 @@ void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen
   struct ms_engine *e = w->e;
   const struct ms_task *k = &rt->plan->tasks[t];
   uint64_t t1 = ms_eng_now(e);
+  if (k->kernel == MS_K_COMM && HOOK_ARMED(e, MS_HOOK_COMM)) fire_comm_hook(w, rt, t, gen, MS_COMM_COMPLETE);
   if (HOOK_ARMED(e, MS_HOOK_TASK_END)) fire_task_hook(w, MS_HOOK_TASK_END, rt, t, gen, k->wait, t0);
   struct trace_rec *rec = NULL;
   ms_tel_task(w, rt, t, t0, t1, &rec);
@@ -372,8 +401,26 @@ static void step_hooks(struct ms_engine *e, struct plan_rt *rt, const int *admit
     fire_queue_hook(e, 0, rt, MS_QUEUE_MAILBOX, depth);
 }
 
+/* A pause requested for this step: wait (worker 0) until resumed or stopped.
+ * pause_seq is read before pause_at is checked, so a resume in between wakes
+ * the futex wait at once. */
+static void maybe_pause(struct ms_engine *e) {
+  if (e->next_step < atomic_load_explicit(&e->pause_at, memory_order_acquire)) return;
+  atomic_store_explicit(&e->paused, 1, memory_order_release);
+  ms_futex_wake_all(&e->paused);
+  for (;;) {
+    uint32_t seq = atomic_load_explicit(&e->pause_seq, memory_order_acquire);
+    if (e->next_step < atomic_load_explicit(&e->pause_at, memory_order_acquire) ||
+        atomic_load_explicit(&e->stop_req, memory_order_acquire))
+      break;
+    ms_futex_wait(&e->pause_seq, seq, 200);
+  }
+  atomic_store_explicit(&e->paused, 0, memory_order_release);
+}
+
 /* The step-start task's body, on worker 0. Returns 0 when a stop was published. */
 int ms_rt_step_begin(struct ms_engine *e) {
+  maybe_pause(e);
   uint64_t t0 = ms_eng_now(e);
   int retired = retire(e, 0), admitted = 0;
   for (;;) {
@@ -387,6 +434,7 @@ int ms_rt_step_begin(struct ms_engine *e) {
       return 0;
     }
     if (active_rows(e)) break;
+    maybe_pause(e);  /* a pause asked for while idle: before admitting more */
     uint32_t seq = atomic_load_explicit(&e->mail_seq, memory_order_acquire);
     if (atomic_load_explicit(&e->mail.tail, memory_order_acquire) ==
             atomic_load_explicit(&e->mail.head, memory_order_acquire) &&
@@ -535,6 +583,19 @@ static int place(struct ms_engine *e, uint64_t *rng, int *rr) {
   return w;
 }
 
+int ms_rt_device(const struct ms_engine *e, int worker) {
+  int D = e->o.tp > 1 ? e->o.tp : 1;
+  return worker / ((e->n_workers + D - 1) / D);
+}
+
+/* Tensor parallel: a device's communication task runs on one of its own SMs
+ * (worker w is on device w / (workers / tp)), a different one for each layer. */
+static int comm_worker(const struct ms_engine *e, const struct ms_plan *p, int t) {
+  int D = e->o.tp > 1 ? e->o.tp : 1, per = e->n_workers / D;
+  int layer = p->classes[p->tasks[t].cls].layer;
+  return p->tasks[t].tile[2] * per + (layer >= 0 ? layer * 7 + 3 : 0) % per;
+}
+
 static int rt_queues(struct ms_engine *e, struct plan_rt *rt, uint64_t seed) {
   const struct ms_plan *p = rt->plan;
   int W = e->n_workers, rr = 0;
@@ -558,6 +619,7 @@ static int rt_queues(struct ms_engine *e, struct plan_rt *rt, uint64_t seed) {
   for (int t = 0; t < p->n_tasks; t++) {
     if (p->tasks[t].launch != MS_LAUNCH_AOT) continue;
     int w = t == 0 ? 0 : place(e, &rng, &rr);
+    if (p->tasks[t].kernel == MS_K_COMM) w = comm_worker(e, p, t);
     rt->aot_q[w][rt->aot_n[w]++] = t;
   }
   /* per-op: every task (JIT included) placed by stage. */
@@ -599,7 +661,8 @@ static void rt_free(struct ms_engine *e, struct plan_rt *rt) {
 
 static int rt_init(struct ms_engine *e, struct plan_rt *rt, int batch, struct ms_textbuf *log) {
   struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
-                               .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op};
+                               .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
+                               .tp = e->o.tp};
   rt->plan = ms_plan_compile(e->m, &co, log);
   if (!rt->plan) return -errno;
   if (e->o.plan_hook) e->o.plan_hook(rt->plan, e->o.plan_hook_user);
@@ -670,7 +733,7 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
 static void set_defaults(struct ms_engine_opts *o) {
   if (o->backend == MS_BACKEND_SIM) {
     if (o->sim.n_sms <= 0) ms_sim_preset("h100", &o->sim);
-    o->n_workers = o->sim.n_sms;
+    o->n_workers = o->sim.n_sms * (o->tp > 1 ? o->tp : 1);  /* each device its own SMs */
     if (!o->tiles_per_op && !o->tile_rows) o->tiles_per_op = o->sim.n_sms;
     o->watchdog_ms = 0;  /* virtual time: nothing stalls in real time */
   }
@@ -701,12 +764,13 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     rc = -EINVAL;
     goto fail;
   }
-  if (e->o.max_batch > 4096 || e->n_workers > 1024) {
-    ms_textbuf_printf(log, "engine: max_batch %d (at most 4096) or workers %d (at most 1024) out of range\n",
-                      e->o.max_batch, e->n_workers);
+  if (e->o.max_batch > 4096 || e->n_workers > 1024 || e->o.tp > 64 || e->n_workers < e->o.tp) {
+    ms_textbuf_printf(log, "engine: max_batch %d (at most 4096), workers %d (at most 1024, at least tp %d) out of range\n",
+                      e->o.max_batch, e->n_workers, e->o.tp);
     rc = -EINVAL;
     goto fail;
   }
+  atomic_init(&e->pause_at, e->o.start_paused ? 0 : UINT64_MAX);
   e->max_rows = ms_bucket_for(e->o.max_batch);
   e->n_buckets = bucket_index(e->max_rows) + 1;
   pthread_mutex_init(&e->log_mu, NULL);
@@ -716,7 +780,8 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     if (i == 0) {
       /* storage first: the plans' runtime contexts point into it */
       struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = e->o.tile_bytes,
-                                   .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op};
+                                   .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
+                                   .tp = e->o.tp};
       struct ms_plan *p0 = ms_plan_compile(m, &co, log);
       if (!p0) {
         rc = -errno;
@@ -734,6 +799,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
   if (!e->hooks || !e->workers) goto fail;
   for (int w = 0; w < e->n_workers; w++) e->workers[w].e = e;
   if ((rc = ms_tel_init(e))) goto fail;
+  if ((rc = ms_fault_init(e, log))) goto fail;
   for (int w = 0; w < e->n_workers; w++) {
     struct worker *wk = &e->workers[w];
     wk->e = e;
@@ -777,6 +843,8 @@ fail:
 void ms_engine_free(struct ms_engine *e) {
   if (!e) return;
   atomic_store_explicit(&e->stop_req, 1, memory_order_release);
+  atomic_fetch_add_explicit(&e->pause_seq, 1, memory_order_release);
+  ms_futex_wake_all(&e->pause_seq);
   atomic_fetch_add_explicit(&e->mail_seq, 1, memory_order_release);
   ms_futex_wake_all(&e->mail_seq);
   for (int w = 0; w < e->threads; w++) pthread_join(e->workers[w].th, NULL);
@@ -787,6 +855,7 @@ void ms_engine_free(struct ms_engine *e) {
     pthread_join(e->watchdog, NULL);
   }
   ms_tel_free(e);
+  ms_fault_free(e);
   free(e->workers);
   for (int i = 0; i < e->n_buckets; i++) rt_free(e, &e->rt[i]);
   ms_hook_table_free(e->hooks);
@@ -938,6 +1007,27 @@ int ms_engine_set_task_delay(struct ms_engine *e, int rows, int task, uint64_t n
   /* Set before the plan runs (the array is read by workers without locks). */
   if (!rt->delay_ns && !(rt->delay_ns = calloc((size_t)rt->plan->n_tasks, sizeof(uint64_t)))) return -ENOMEM;
   rt->delay_ns[task] = ns;
+  return 0;
+}
+
+int ms_engine_pause_at(struct ms_engine *e, uint64_t step) {
+  atomic_store_explicit(&e->pause_at, step, memory_order_release);
+  return 0;
+}
+
+int ms_engine_wait_paused(struct ms_engine *e, int timeout_ms) {
+  uint64_t until = timeout_ms >= 0 ? ms_now_ns() + (uint64_t)timeout_ms * 1000000ull : UINT64_MAX;
+  while (!atomic_load_explicit(&e->paused, memory_order_acquire)) {
+    if (ms_now_ns() >= until) return -ETIMEDOUT;
+    ms_futex_wait(&e->paused, 0, 50);
+  }
+  return 0;
+}
+
+int ms_engine_resume(struct ms_engine *e) {
+  atomic_store_explicit(&e->pause_at, UINT64_MAX, memory_order_release);
+  atomic_fetch_add_explicit(&e->pause_seq, 1, memory_order_release);
+  ms_futex_wake_all(&e->pause_seq);
   return 0;
 }
 

@@ -161,6 +161,14 @@ struct ms_engine {
   _Atomic uint64_t sim_now;      /* the virtual clock, ns */
   int shape_only;                /* no kernels, no KV cache: timing only */
 
+  /* pausing at a step boundary (ms_engine_pause_at): the step start of
+   * pause_at waits on pause_seq until resumed; paused says it is waiting */
+  _Atomic uint64_t pause_at;
+  _Atomic uint32_t paused, pause_seq;
+
+  /* fault injection (fault.c): NULL when healthy; read-only while running */
+  struct ms_faults *faults;
+
   struct worker *workers;
   int threads;                   /* worker threads started (joined at free) */
   pthread_t watchdog;
@@ -180,6 +188,10 @@ void ms_rt_dep_wait(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, i
 void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, uint64_t t0);
 int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t);
 int ms_rt_step_begin(struct ms_engine *e);   /* 0 when a stop was published */
+/* Counts one trigger of ev now (no fault hold); 1 when it completed the event. */
+int ms_rt_trigger_now(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer);
+/* The device (tensor parallel) worker w belongs to. */
+int ms_rt_device(const struct ms_engine *e, int worker);
 void ms_rt_step_end(struct ms_engine *e);    /* the bookkeeping after a step's end event */
 
 /* sim.c */
@@ -187,6 +199,10 @@ struct ms_sim;
 int ms_sim_start(struct ms_engine *e);
 void ms_sim_stop(struct ms_engine *e);       /* joins the thread, frees the simulator */
 void ms_sim_fired(struct ms_engine *e, struct plan_rt *rt, int ev);
+/* fault injection: producer's trigger counts at virtual time `at` (on SM sm);
+ * an idle SM looks for JIT work again at `at`. */
+void ms_sim_defer_trigger(struct ms_engine *e, int sm, int producer, uint64_t at);
+void ms_sim_poll_at(struct ms_engine *e, uint64_t at);
 
 /* telemetry.c */
 int ms_tel_init(struct ms_engine *e);

@@ -19,6 +19,7 @@ static void ctx_common(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int
   c->hook = (uint32_t)hook;
   c->now_ns = ms_eng_now(e);
   c->worker = (uint32_t)worker;
+  c->device = (uint32_t)ms_rt_device(e, worker);
   c->step = atomic_load_explicit(&e->cur_step, memory_order_relaxed);
   if (rt) {
     c->batch_size = (uint32_t)rt->x.meta.n_rows;
@@ -88,6 +89,24 @@ static int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t,
   }
   if (hook == MS_HOOK_DEP_WAIT) c.wait_reason = t >= 0 ? MS_WAIT_DEPENDENCY : MS_WAIT_STEP_END;
   return ms_hook_fire(e->hooks, &c, c.task_gen);
+}
+
+/* The comm hook of a communication task (tensor parallel): the device's share of
+ * an all-gather is issued (task start) or complete (task end). comm_gen names
+ * the collective (every device's share of it has the same): the step and the
+ * communication class. peer: the next device in the ring. */
+static void fire_comm_hook(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int phase) {
+  struct ms_engine *e = w->e;
+  const struct ms_task *k = &rt->plan->tasks[t];
+  int D = e->o.tp > 1 ? e->o.tp : 1;
+  struct ms_hook_ctx c;
+  ctx_common(e, &c, MS_HOOK_COMM, w->id, rt);
+  ctx_task(e, &c, rt, t, gen);
+  c.device = (uint32_t)k->tile[2];
+  c.peer = (uint32_t)((k->tile[2] + 1) % D);
+  c.comm_phase = (uint32_t)phase;
+  c.comm_gen = c.step << 16 | k->cls;
+  ms_hook_fire(e->hooks, &c, c.task_gen << 1 | (uint64_t)phase);
 }
 
 static void fire_step_hook(struct ms_engine *e, const struct plan_rt *rt, int phase) {

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "runtime/engine_impl.h"
+#include "runtime/fault.h"
 
 const char *const ms_sim_preset_names[] = {"a100", "h100", "h200", "b200", NULL};
 
@@ -31,31 +32,62 @@ int ms_sim_preset(const char *name, struct ms_sim_params *p) {
    * (queue fetch + descriptor load ~1 us), per event (a global-memory counter seen
    * by a spinning SM ~0.5 us), per JIT dispatch (a scheduler warp ~1 us). */
   *p = (struct ms_sim_params){.task_fixed_ns = 1000, .dispatch_ns = 300, .notify_ns = 500, .jit_ns = 1000,
-                              .step_ns = 5000, .launch_ns = 4000};
+                              .step_ns = 5000, .launch_ns = 4000, .link_latency_ns = 2000};
   if (!strcmp(name, "a100")) {
     p->n_sms = 108;
     p->hbm_gbps = 1555;  /* A100 40GB SXM */
     p->tflops = 312;
+    p->link_gbps = 300;  /* NVLink 3, per direction */
   } else if (!strcmp(name, "h100")) {
     p->n_sms = 132;
     p->hbm_gbps = 3350;  /* H100 SXM */
     p->tflops = 989;
+    p->link_gbps = 450;  /* NVLink 4, per direction */
   } else if (!strcmp(name, "h200")) {
     p->n_sms = 132;
     p->hbm_gbps = 4800;
     p->tflops = 989;
+    p->link_gbps = 450;
   } else if (!strcmp(name, "b200")) {
     p->n_sms = 148;
     p->hbm_gbps = 8000;
     p->tflops = 2250;
+    p->link_gbps = 900;  /* NVLink 5, per direction */
   } else {
     return -ENOENT;
   }
   return 0;
 }
 
+/* Every field of struct ms_sim_params by name, for ms_sim_param_set. */
+#define SIM_PARAMS(X)                                                                                  \
+  X(hbm_gbps) X(tflops) X(task_fixed_ns) X(dispatch_ns) X(notify_ns) X(jit_ns) X(step_ns) X(launch_ns) \
+  X(jitter) X(link_gbps) X(link_latency_ns)
+#define SIM_NAME(f) #f,
+const char *const ms_sim_param_names[] = {"n_sms", "compute", SIM_PARAMS(SIM_NAME) NULL};
+
+int ms_sim_param_set(struct ms_sim_params *p, const char *name, const char *value) {
+  char *end;
+  double v = strtod(value, &end);
+  if (end == value || *end || !(v >= 0) || v > 1e12) return -EINVAL;
+  if (!strcmp(name, "n_sms") || !strcmp(name, "compute")) {
+    if (v != (double)(int)v || (!strcmp(name, "n_sms") && (v < 1 || v > 1024))) return -EINVAL;
+    *(!strcmp(name, "n_sms") ? &p->n_sms : &p->compute) = (int)v;
+    return 0;
+  }
+#define SIM_SET(f)            \
+  if (!strcmp(name, #f)) {    \
+    p->f = v;                 \
+    return 0;                 \
+  }
+  SIM_PARAMS(SIM_SET)
+#undef SIM_SET
+  return -ENOENT;
+}
+
 enum { SM_IDLE = 0, SM_RUNNING = 1, SM_WAITING = 2 };
-enum { EV_WAKE = 0, EV_END = 1 };
+/* EV_TRIGGER, EV_POLL: fault injection (a held trigger counts; idle SMs look again) */
+enum { EV_WAKE = 0, EV_END = 1, EV_TRIGGER = 2, EV_POLL = 3 };
 
 struct sim_event {
   uint64_t t, seq;
@@ -146,15 +178,29 @@ static double weight_row_bytes(const struct ms_weight *w) {
 
 /* Rows of the batch routed to expert e: the router's output in compute mode; in
  * shapes only, a fixed spread (row r takes experts r..r+k-1 mod E). */
-static int routed(const struct ms_engine *e, const struct plan_rt *rt, int expert) {
+static int routed(const struct ms_engine *e, const struct plan_rt *rt, const struct ms_task_class *cl, int expert) {
   const struct ms_model_config *c = &e->m->cfg;
   int n = 0;
+  if (e->faults && e->shape_only) return ms_fault_routed(e, rt, expert);  /* fault injection (routing_skew) */
   for (int r = 0; r < rt->x.meta.n_rows; r++) {
     if (rt->x.meta.row_slot[r] < 0) continue;
+    const int32_t *ids = e->shape_only ? NULL : (const int32_t *)ms_buf_row(&rt->x, cl->in2, 0, r);
     for (int j = 0; j < c->top_k; j++)
-      if ((r + j) % c->n_experts == expert) n++;
+      if ((ids ? ids[j] : (r + j) % c->n_experts) == expert) n++;
   }
   return n;
+}
+
+/* A task's jitter: a factor in [1 - jitter, 1 + jitter] from the seed, the plan's
+ * generation and the task (splitmix64), the same on every run. */
+static double jitter(const struct ms_sim *s, uint64_t gen, int t) {
+  uint64_t x = s->e->o.seed * 0x9e3779b97f4a7c15ull ^ gen * 0xbf58476d1ce4e5b9ull ^ (uint64_t)t * 0x94d049bb133111ebull;
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return 1 + s->p.jitter * (2 * ((double)(x >> 11) / 9007199254740992.0) - 1);
 }
 
 /* Simulated duration of task t: fixed + max(bytes / per-SM bandwidth, flops / per-SM throughput). */
@@ -182,13 +228,23 @@ static uint64_t cost(struct ms_sim *s, const struct plan_rt *rt, int t) {
     break;
   case MS_K_EXPERT_UP:
   case MS_K_EXPERT_DOWN: {
-    int n = routed(e, rt, k->tile[2]);
+    int n = routed(e, rt, cl, k->tile[2]);
     if (n) {
       double cols = k->kernel == MS_K_EXPERT_UP ? c->dim : c->expert_ffn_dim;
-      bytes = rows * cols * elt * (k->kernel == MS_K_EXPERT_UP ? 2 : 1);
+      /* the weight tile once, and each routed row's activations in and out (as the dense GEMVs) */
+      bytes = rows * cols * elt * (k->kernel == MS_K_EXPERT_UP ? 2 : 1) + n * (cols + rows) * 4;
       flops = 2 * rows * cols * n * (k->kernel == MS_K_EXPERT_UP ? 2 : 1);
     }
     break;
+  }
+  case MS_K_COMM: {
+    /* one device's share of an all-gather: its columns of every row to each of
+     * the other devices over its link (f32 activations) */
+    int D = e->o.tp > 1 ? e->o.tp : 1;
+    double share = (double)cl->n_out / D * B * 4 * (D - 1);
+    double d = s->p.link_latency_ns + (s->p.link_gbps > 0 ? share / s->p.link_gbps : 0);
+    if (e->faults) d += (double)ms_fault_extra_ns(e, rt, t, (uint64_t)d);  /* fault injection (comm_delay) */
+    return (uint64_t)d;
   }
   case MS_K_ATTN: {
     int r = k->tile[1];
@@ -209,7 +265,8 @@ static uint64_t cost(struct ms_sim *s, const struct plan_rt *rt, int t) {
   double bw = s->p.hbm_gbps / s->p.n_sms;          /* bytes per ns per SM */
   double fl = s->p.tflops * 1e3 / s->p.n_sms;      /* flops per ns per SM */
   double tm = bytes / bw, tc = flops / fl;
-  uint64_t d = (uint64_t)(s->p.task_fixed_ns + (tm > tc ? tm : tc));
+  uint64_t d = (uint64_t)((s->p.task_fixed_ns + (tm > tc ? tm : tc)) * (s->p.jitter > 0 ? jitter(s, s->gen, t) : 1));
+  if (e->faults) d += ms_fault_extra_ns(e, rt, t, d);  /* fault injection (slow_class, slow_request) */
   if (rt->delay_ns && rt->delay_ns[t]) d += rt->delay_ns[t];
   return d;
 }
@@ -296,6 +353,12 @@ void ms_sim_fired(struct ms_engine *e, struct plan_rt *rt, int ev) {
   if (ev == rt->plan->end_event) s->step_done = 1;
 }
 
+void ms_sim_defer_trigger(struct ms_engine *e, int sm, int producer, uint64_t at) {
+  push(e->sim, at, EV_TRIGGER, sm, producer);
+}
+
+void ms_sim_poll_at(struct ms_engine *e, uint64_t at) { push(e->sim, at, EV_POLL, -1, -1); }
+
 static void run_step_mk(struct ms_sim *s) {
   struct ms_engine *e = s->e;
   uint64_t t = now(s);
@@ -308,6 +371,18 @@ static void run_step_mk(struct ms_sim *s) {
   while (s->n_heap) {
     struct sim_event x = pop(s);
     atomic_store_explicit(&e->sim_now, x.t, memory_order_relaxed);
+    if (x.kind == EV_TRIGGER) {  /* fault injection: a held trigger counts now */
+      ms_rt_trigger_now(&e->workers[x.sm], s->rt, s->rt->plan->tasks[x.task].trigger, s->gen, x.task);
+      continue;
+    }
+    if (x.kind == EV_POLL) {  /* fault injection: a starved task's time has come */
+      for (int sm = 0; sm < e->n_workers; sm++)
+        if (s->sm[sm].state == SM_WAITING && !s->sm[sm].wake_pending) {
+          wake(s, sm, x.t);
+          break;
+        }
+      continue;
+    }
     struct sim_sm *st = &s->sm[x.sm];
     if (x.kind == EV_WAKE) {
       st->wake_pending = 0;

@@ -1,0 +1,302 @@
+/* SPDX-License-Identifier: MIT */
+/* Scheduler fault injection (megascope/fault.h): the faults the counterexample
+ * benchmark diagnoses, applied by the runtime code both backends share.
+ *
+ * Where each fault acts (the call sites are marked "fault injection" in
+ * engine.c and sim.c):
+ *   slow_class, slow_request, comm_delay  a task takes longer: the simulator adds
+ *       ms_fault_extra_ns to its cost; a CPU worker spins it after the body;
+ *   routing_skew     the router's choice: the simulator's shape spread, or the
+ *                    router kernel's output (compute mode, CPU);
+ *   delayed_release  the trigger that completes an event of the class is held
+ *                    (simulator: deferred; CPU: the worker spins first);
+ *   queue_saturation the AOT queues are rebuilt once, at engine creation;
+ *   starve_task      the JIT pop puts the task back until its time has come.
+ * The fault list is copied at creation and never written again, so workers read
+ * it without synchronisation. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/engine_impl.h"
+#include "runtime/fault.h"
+
+struct ms_faults {
+  int n;
+  struct ms_fault f[MS_FAULT_MAX];
+  int starve[MS_FAULT_MAX][MS_MAX_BUCKETS];  /* starve_task: the task index in each bucket's plan */
+};
+
+static const char *const type_names[MS_FAULT_TYPE_COUNT] = {
+    [MS_FAULT_SLOW_CLASS] = "slow_class",       [MS_FAULT_ROUTING_SKEW] = "routing_skew",
+    [MS_FAULT_DELAYED_RELEASE] = "delayed_release", [MS_FAULT_QUEUE_SATURATION] = "queue_saturation",
+    [MS_FAULT_COMM_DELAY] = "comm_delay",       [MS_FAULT_STARVE_TASK] = "starve_task",
+    [MS_FAULT_SLOW_REQUEST] = "slow_request",
+};
+
+static const enum ms_culprit_kind culprit_of[MS_FAULT_TYPE_COUNT] = {
+    [MS_FAULT_SLOW_CLASS] = MS_CULPRIT_TASK_CLASS,      [MS_FAULT_ROUTING_SKEW] = MS_CULPRIT_EXPERT,
+    [MS_FAULT_DELAYED_RELEASE] = MS_CULPRIT_EVENT_CLASS, [MS_FAULT_QUEUE_SATURATION] = MS_CULPRIT_WORKER,
+    [MS_FAULT_COMM_DELAY] = MS_CULPRIT_DEVICE,          [MS_FAULT_STARVE_TASK] = MS_CULPRIT_TASK_CLASS,
+    [MS_FAULT_SLOW_REQUEST] = MS_CULPRIT_REQUEST,
+};
+
+static const char *const culprit_names[MS_CULPRIT_KIND_COUNT] = {
+    "none", "task_class", "event_class", "request", "worker", "device", "expert"};
+
+const char *ms_fault_type_name(enum ms_fault_type t) {
+  return (unsigned)t < MS_FAULT_TYPE_COUNT ? type_names[t] : "?";
+}
+
+int ms_fault_type_parse(const char *s, enum ms_fault_type *out) {
+  for (int i = 0; i < MS_FAULT_TYPE_COUNT; i++)
+    if (!strcmp(s, type_names[i])) {
+      *out = (enum ms_fault_type)i;
+      return 0;
+    }
+  return -EINVAL;
+}
+
+enum ms_culprit_kind ms_fault_culprit_kind(enum ms_fault_type t) {
+  return (unsigned)t < MS_FAULT_TYPE_COUNT ? culprit_of[t] : MS_CULPRIT_NONE;
+}
+
+const char *ms_culprit_kind_name(enum ms_culprit_kind k) {
+  return (unsigned)k < MS_CULPRIT_KIND_COUNT ? culprit_names[k] : "?";
+}
+
+int ms_fault_uses_factor(enum ms_fault_type t) {
+  return t == MS_FAULT_SLOW_CLASS || t == MS_FAULT_ROUTING_SKEW || t == MS_FAULT_QUEUE_SATURATION ||
+         t == MS_FAULT_SLOW_REQUEST;
+}
+
+/* ---- checking a fault against the engine's plans ---- */
+
+static int target_bound(const struct ms_engine *e, enum ms_fault_type t) {
+  const struct ms_plan *p = e->rt[0].plan;
+  switch (ms_fault_culprit_kind(t)) {
+  case MS_CULPRIT_TASK_CLASS: return p->n_classes;
+  case MS_CULPRIT_EVENT_CLASS: return p->n_ev_classes;
+  case MS_CULPRIT_REQUEST: return e->max_rows;
+  case MS_CULPRIT_WORKER: return e->n_workers;
+  case MS_CULPRIT_DEVICE: return e->o.tp > 1 ? e->o.tp : 0;
+  case MS_CULPRIT_EXPERT: return e->m->cfg.n_experts;
+  default: return 0;
+  }
+}
+
+static int check_one(const struct ms_engine *e, const struct ms_fault *f, struct ms_textbuf *log) {
+  const char *name = ms_fault_type_name(f->type);
+  if ((unsigned)f->type >= MS_FAULT_TYPE_COUNT) {
+    ms_textbuf_printf(log, "fault: unknown type %d\n", (int)f->type);
+    return -EINVAL;
+  }
+  int bound = target_bound(e, f->type);
+  if (f->target < 0 || f->target >= bound) {
+    ms_textbuf_printf(log, "fault %s: target %d out of range 0..%d%s\n", name, f->target, bound - 1,
+                      bound ? "" : " (this engine has none: a MoE model, tp >= 2?)");
+    return -EINVAL;
+  }
+  int factor_ok = 1;
+  if (f->type == MS_FAULT_SLOW_CLASS || f->type == MS_FAULT_SLOW_REQUEST) factor_ok = f->factor >= 1 && f->factor < 1e6;
+  if (f->type == MS_FAULT_ROUTING_SKEW || f->type == MS_FAULT_QUEUE_SATURATION) factor_ok = f->factor >= 0 && f->factor <= 1;
+  if (!factor_ok) {
+    ms_textbuf_printf(log, "fault %s: factor %g out of range\n", name, f->factor);
+    return -EINVAL;
+  }
+  if (f->type == MS_FAULT_STARVE_TASK) {
+    const struct ms_task_class *c = &e->rt[0].plan->classes[f->target];
+    if (c->launch != MS_LAUNCH_JIT) {
+      ms_textbuf_printf(log, "fault starve_task: class %s is not JIT (only the scheduler's dispatch starves)\n", c->name);
+      return -EINVAL;
+    }
+  }
+  return 0;
+}
+
+/* ---- queue saturation: one worker's AOT queue takes a share of the others' ---- */
+
+/* Deterministic share selection: task t moves when frac(t * golden) < share,
+ * which spreads the moved tasks evenly over the plan. */
+static int moved(int t, double share) {
+  double x = (double)t * 0.6180339887498949;
+  return x - floor(x) < share;
+}
+
+static int saturate(struct ms_engine *e, struct plan_rt *rt, int target, double share) {
+  const struct ms_plan *p = rt->plan;
+  int W = e->n_workers;
+  int *owner = malloc((size_t)p->n_tasks * sizeof *owner);
+  if (!owner) return -ENOMEM;
+  for (int t = 0; t < p->n_tasks; t++) owner[t] = -1;
+  for (int w = 0; w < W; w++)
+    for (int i = 0; i < rt->aot_n[w]; i++) owner[rt->aot_q[w][i]] = w;
+  /* the step start stays on worker 0, which ran its body; queues keep plan
+   * order, so they stay topological and the run cannot deadlock */
+  for (int t = 1; t < p->n_tasks; t++)
+    if (owner[t] >= 0 && owner[t] != target && moved(t, share)) owner[t] = target;
+  for (int w = 0; w < W; w++) rt->aot_n[w] = 0;
+  for (int t = 0; t < p->n_tasks; t++)
+    if (owner[t] >= 0) rt->aot_q[owner[t]][rt->aot_n[owner[t]]++] = t;
+  free(owner);
+  return 0;
+}
+
+/* starve_task: the tile-th task of the class in plan order, -1 for other faults. */
+static int starved_task(const struct ms_plan *p, const struct ms_fault *f) {
+  if (f->type != MS_FAULT_STARVE_TASK) return -1;
+  int want = f->tile % p->classes[f->target].n_tasks;
+  for (int t = 0; t < p->n_tasks; t++)
+    if (p->tasks[t].cls == f->target && want-- == 0) return t;
+  return -1;
+}
+
+int ms_fault_init(struct ms_engine *e, struct ms_textbuf *log) {
+  if (!e->o.faults || e->o.n_faults <= 0) return 0;
+  if (e->o.n_faults > MS_FAULT_MAX) {
+    ms_textbuf_printf(log, "fault: %d faults, at most %d\n", e->o.n_faults, MS_FAULT_MAX);
+    return -EINVAL;
+  }
+  struct ms_faults *fs = calloc(1, sizeof *fs);
+  if (!fs) return -ENOMEM;
+  for (int i = 0; i < e->o.n_faults; i++) {
+    int rc = check_one(e, &e->o.faults[i], log);
+    if (rc) {
+      free(fs);
+      return rc;
+    }
+    fs->f[fs->n++] = e->o.faults[i];
+  }
+  for (int i = 0; i < fs->n; i++)
+    for (int b = 0; b < e->n_buckets; b++) fs->starve[i][b] = starved_task(e->rt[b].plan, &fs->f[i]);
+  for (int i = 0; i < fs->n; i++) {
+    if (fs->f[i].type != MS_FAULT_QUEUE_SATURATION) continue;
+    for (int b = 0; b < e->n_buckets; b++) {
+      int rc = saturate(e, &e->rt[b], fs->f[i].target, fs->f[i].factor);
+      if (rc) {
+        free(fs);
+        return rc;
+      }
+    }
+  }
+  e->faults = fs;
+  return 0;
+}
+
+void ms_fault_free(struct ms_engine *e) {
+  free(e->faults);
+  e->faults = NULL;
+}
+
+/* ---- a task takes longer ---- */
+
+static int row_slot(const struct plan_rt *rt, int row) {
+  return row >= 0 && row < rt->x.meta.n_rows ? rt->x.meta.row_slot[row] : -1;
+}
+
+uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, int t, uint64_t base_ns) {
+  const struct ms_task *k = &rt->plan->tasks[t];
+  double extra = 0;
+  for (int i = 0; i < e->faults->n; i++) {
+    const struct ms_fault *f = &e->faults->f[i];
+    switch (f->type) {
+    case MS_FAULT_SLOW_CLASS:
+      if (k->cls == f->target) extra += (double)base_ns * (f->factor - 1);
+      break;
+    case MS_FAULT_SLOW_REQUEST:
+      if (k->kernel == MS_K_ATTN && row_slot(rt, k->tile[1]) == f->target) extra += (double)base_ns * (f->factor - 1);
+      break;
+    case MS_FAULT_COMM_DELAY:
+      if (k->kernel == MS_K_COMM && k->tile[2] == f->target) extra += (double)f->delay_ns;
+      break;
+    default:
+      break;
+    }
+  }
+  return (uint64_t)extra;
+}
+
+/* ---- a delayed dependency notification ---- */
+
+int ms_fault_hold(struct worker *w, struct plan_rt *rt, int ev, uint64_t target, int producer) {
+  struct ms_engine *e = w->e;
+  for (int i = 0; i < e->faults->n; i++) {
+    const struct ms_fault *f = &e->faults->f[i];
+    if (f->type != MS_FAULT_DELAYED_RELEASE || rt->plan->events[ev].cls != f->target) continue;
+    /* only the trigger that completes the event (on the CPU a racy guess: two
+     * producers finishing together may both pass, and then neither is held) */
+    if (atomic_load_explicit(&rt->counters[ev], memory_order_acquire) + 1 != target) return 0;
+    if (e->o.mode == MS_MODE_PER_OP) return 0;  /* barriers, not events, order per-op mode */
+    if (e->sim) {
+      ms_sim_defer_trigger(e, w->id, producer, ms_eng_now(e) + f->delay_ns);
+      return 1;
+    }
+    uint64_t until = ms_now_ns() + f->delay_ns;
+    while (ms_now_ns() < until) ms_cpu_relax();
+    return 0;
+  }
+  return 0;
+}
+
+/* ---- a starved task ---- */
+
+int ms_fault_starved(struct ms_engine *e, struct plan_rt *rt, int t) {
+  const struct ms_task *k = &rt->plan->tasks[t];
+  int b = (int)(rt - e->rt);
+  for (int i = 0; i < e->faults->n; i++) {
+    if (e->faults->starve[i][b] != t || k->wait < 0) continue;
+    const struct ms_fault *f = &e->faults->f[i];
+    uint64_t ready = atomic_load_explicit(&rt->fire_ns[k->wait], memory_order_relaxed);
+    uint64_t due = ready + f->delay_ns, now = ms_eng_now(e);
+    if (now >= due) return 0;
+    if (e->sim) ms_sim_poll_at(e, due);
+    return 1;
+  }
+  return 0;
+}
+
+/* ---- MoE routing skew ---- */
+
+int ms_fault_skewed_row(double share, int r) {
+  double x = (double)(r + 1) * 0.6180339887498949;
+  return x - floor(x) < share;
+}
+
+static const struct ms_fault *skew(const struct ms_engine *e) {
+  for (int i = 0; i < e->faults->n; i++)
+    if (e->faults->f[i].type == MS_FAULT_ROUTING_SKEW) return &e->faults->f[i];
+  return NULL;
+}
+
+/* The shape spread (row r takes experts r .. r+k-1 mod E), a skewed row
+ * trading its last choice for the hot expert when it lacks it. */
+int ms_fault_routed(const struct ms_engine *e, const struct plan_rt *rt, int expert) {
+  const struct ms_model_config *c = &e->m->cfg;
+  const struct ms_fault *f = skew(e);
+  int n = 0;
+  for (int r = 0; r < rt->x.meta.n_rows; r++) {
+    if (rt->x.meta.row_slot[r] < 0) continue;
+    int has_hot = 0, picks = 0;
+    for (int j = 0; j < c->top_k; j++) has_hot |= (r + j) % c->n_experts == f->target;
+    for (int j = 0; j < c->top_k; j++) {
+      int x = (r + j) % c->n_experts;
+      if (j == c->top_k - 1 && !has_hot && ms_fault_skewed_row(f->factor, r)) x = f->target;
+      picks |= x == expert;
+    }
+    n += picks;
+  }
+  return n;
+}
+
+void ms_fault_route_row(struct ms_engine *e, struct plan_rt *rt, int t) {
+  const struct ms_fault *f = skew(e);
+  const struct ms_task *k = &rt->plan->tasks[t];
+  const struct ms_task_class *cl = &rt->plan->classes[k->cls];
+  int r = k->tile[1], K = e->m->cfg.top_k;
+  if (!f || row_slot(rt, r) < 0 || !ms_fault_skewed_row(f->factor, r)) return;
+  int32_t *ids = (int32_t *)ms_buf_row(&rt->x, cl->out, 0, r);  /* [k ids | k weights] */
+  for (int j = 0; j < K; j++)
+    if (ids[j] == f->target) return;
+  ids[K - 1] = f->target;
+}

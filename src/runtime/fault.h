@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: MIT */
+/* Fault injection inside the runtime (private): what engine.c and sim.c call at
+ * their marked fault sites. Everything is decided from the engine's fault list,
+ * which is read-only once the engine runs, so workers need no locks. Every
+ * function is called only when e->faults is set: a healthy engine pays one
+ * predictable branch per site. */
+#ifndef MS_RUNTIME_FAULT_H
+#define MS_RUNTIME_FAULT_H
+
+#include <stdint.h>
+
+#include "megascope/base.h"
+#include "megascope/fault.h"
+
+struct ms_engine;
+struct plan_rt;
+struct worker;
+
+#define MS_FAULT_MAX 8
+
+/* Checks and copies o->faults (log names a bad one) and rebuilds the AOT queues
+ * a queue_saturation fault overloads. Called by ms_engine_new once the plans are
+ * built, before anything runs. */
+int ms_fault_init(struct ms_engine *e, struct ms_textbuf *log);
+void ms_fault_free(struct ms_engine *e);
+
+/* Extra time task t takes beyond `base_ns` (its healthy time): slow_class,
+ * slow_request (attention of the slow request's row), comm_delay. */
+uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, int t, uint64_t base_ns);
+
+/* delayed_release: called before a trigger of event ev counts. When this trigger
+ * completes an event of the delayed class, the CPU backend spins the delay and
+ * returns 0 (count it now); the simulator defers the trigger to now + delay and
+ * returns 1 (do not count it now). */
+int ms_fault_hold(struct worker *w, struct plan_rt *rt, int ev, uint64_t target, int producer);
+
+/* starve_task: 1 when JIT task t, just popped, must go back to its queue because
+ * its starvation has not run out (the simulator is asked to look again then). */
+int ms_fault_starved(struct ms_engine *e, struct plan_rt *rt, int t);
+
+/* routing_skew: rows of the step routed to `expert` under the simulator's shape
+ * spread with the skew applied; and, after a router task ran its kernel (compute
+ * mode, the CPU backend), rewrites that row's choice. */
+int ms_fault_routed(const struct ms_engine *e, const struct plan_rt *rt, int expert);
+void ms_fault_route_row(struct ms_engine *e, struct plan_rt *rt, int t);
+
+/* Whether row r of the batch takes the skewed route (deterministic). */
+int ms_fault_skewed_row(double share, int r);
+
+#endif

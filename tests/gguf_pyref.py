@@ -7,6 +7,8 @@
 #                        loads it, dumps every tensor, and runs it against its reference
 #   file   MS F.gguf DIR both read an existing file (the real model): metadata, the
 #                        tensor table, and a sample of tensors' values
+#   f32    IN OUT        rewrites a file with every tensor dequantized to f32 by gguf-py
+#                        (for comparisons that take quantization out of the picture)
 import json
 import subprocess
 import sys
@@ -186,7 +188,28 @@ def cmd_file(path, tmp):
     print(f"file {path}: {keys} keys, {tensors} tensors agree; {checked} tensors' values identical")
 
 
+def cmd_f32(src, dst):
+    r = gguf.GGUFReader(src)
+    w = gguf.GGUFWriter(dst, r.fields["general.architecture"].contents())
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        if f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1])
+        else:
+            w.add_key_value(k, f.contents(), f.types[0])
+    for t in r.tensors:
+        w.add_tensor(t.name, dequant(t).reshape([int(x) for x in reversed(t.shape)]))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 if __name__ == "__main__":
+    if sys.argv[1] == "f32":
+        cmd_f32(sys.argv[2], sys.argv[3])
+        sys.exit(0)
     MS = sys.argv[2]
     if sys.argv[1] == "write":
         cmd_write(sys.argv[3])

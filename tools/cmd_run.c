@@ -315,7 +315,7 @@ int cmd_run(int argc, char **argv) {
   int n_text = 0;
   struct ms_model *m = cli_model_load_tok(&a.cm, &tok);
   if (!m) return 2;
-  if (a.text.prompt && run_text_encode(&a.text, tok, m->cfg.vocab, &text_ids, &n_text)) {
+  if (a.text.prompt && run_text_encode(&a.text, tok, m, &text_ids, &n_text)) {
     ms_tokenizer_free(tok);
     ms_model_free(m);
     return 2;
@@ -461,7 +461,7 @@ int cmd_run(int argc, char **argv) {
       struct ms_request_info info;
       ms_request_get_info(reqs[i], &info);
       if (a.text.prompt) {
-        run_text_print(tok, i, &info, prompts + i * a.prompt_len);
+        run_text_print(&a.text, tok, i, &info, prompts + i * a.prompt_len);
         continue;
       }
       printf("  request %ld (prompt %d): ", i, info.n_prompt);

@@ -43,7 +43,10 @@ static int encode_part(const struct ms_tokenizer *tok, const char *s, int32_t *i
   return 0;
 }
 
-int run_text_encode(const struct run_text *rt, const struct ms_tokenizer *tok, int vocab, int32_t **ids, int *n) {
+int run_text_encode(struct run_text *rt, const struct ms_tokenizer *tok, const struct ms_model *m, int32_t **ids,
+                    int *n) {
+  int vocab = m->cfg.vocab;
+  rt->eos = m->cfg.eos;
   if (!tok) {
     fprintf(stderr, "megascope run: --prompt: this model has no tokenizer (vocabulary under 256 ids)\n");
     return -1;
@@ -114,9 +117,15 @@ static char *decode_text(const struct ms_tokenizer *tok, const int32_t *ids, int
   return out;
 }
 
-void run_text_print(const struct ms_tokenizer *tok, long i, const struct ms_request_info *info,
-                    const int32_t *prompt) {
-  char *p = decode_text(tok, prompt, info->n_prompt), *g = decode_text(tok, info->tokens, info->n_tokens);
+/* Generated tokens without a final end token. */
+static int text_len(const struct run_text *rt, const struct ms_request_info *info) {
+  int n = info->n_tokens;
+  return n > 0 && rt->eos >= 0 && info->tokens[n - 1] == rt->eos ? n - 1 : n;
+}
+
+void run_text_print(const struct run_text *rt, const struct ms_tokenizer *tok, long i,
+                    const struct ms_request_info *info, const int32_t *prompt) {
+  char *p = decode_text(tok, prompt, info->n_prompt), *g = decode_text(tok, info->tokens, text_len(rt, info));
   double ttft = info->t_first ? (double)(info->t_first - info->t_submit) / 1e9 : 0;
   double tpot = info->n_tokens > 1 ? (double)(info->t_done - info->t_first) / 1e9 / (info->n_tokens - 1) : 0;
   printf("--- request %ld: %d prompt tokens, %d generated, ttft %.3f s, tpot %.4f s\n", i, info->n_prompt,
@@ -141,7 +150,7 @@ void run_text_json(struct ms_json *j, const struct run_text *rt, const struct ms
       struct ms_request_info info;
       ms_request_get_info(reqs[i], &info);
       if (k == 0) {
-        char *t = decode_text(tok, info.tokens, info.n_tokens);
+        char *t = decode_text(tok, info.tokens, text_len(rt, &info));
         ms_json_str(j, t);
         free(t);
       } else if (k == 1) {

@@ -17,6 +17,7 @@ struct run_text {
   const char *prompt;          /* --prompt */
   int chat;                    /* --chat: wrap the prompt in the ChatML turn */
   struct ms_sample_params sp;  /* --temperature --top-k --top-p --sample-seed */
+  int eos;                     /* the model's end token (not part of the printed text); -1: none */
 };
 
 #define RUN_TEXT_HELP                                                                  \
@@ -38,14 +39,15 @@ int run_text_opt(struct run_text *rt, const char *name, const char *arg);
 
 /* The prompt's ids (BOS first when the tokenizer asks for it); malloc'd into
  * *ids. Prints the reason and returns -1 on failure. */
-int run_text_encode(const struct run_text *rt, const struct ms_tokenizer *tok, int vocab, int32_t **ids, int *n);
+int run_text_encode(struct run_text *rt, const struct ms_tokenizer *tok, const struct ms_model *m, int32_t **ids,
+                    int *n);
 
 /* Sampling and stopping for request i. */
 void run_text_request(const struct run_text *rt, long i, struct ms_request_opts *ro);
 
 /* Prints request i's prompt and generated text. */
-void run_text_print(const struct ms_tokenizer *tok, long i, const struct ms_request_info *info,
-                    const int32_t *prompt);
+void run_text_print(const struct run_text *rt, const struct ms_tokenizer *tok, long i,
+                    const struct ms_request_info *info, const int32_t *prompt);
 
 /* Adds "texts", "ttft_s", "tpot_s" (per request) and the sampling settings to
  * an open JSON object. */

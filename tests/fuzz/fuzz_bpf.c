@@ -213,7 +213,7 @@ static void try_raw(const uint8_t *data, size_t size) {
 /* Random bytes rarely encode a valid program, so (c) reads the input as a
  * recipe instead: each 4 bytes pick one instruction from the encodings the
  * checker accepts (or a short idiom: a map lookup, a ring buffer reservation,
- * a NULL check, a release, a spill), with registers, offsets and immediates
+ * a NULL check, a release, a call to a subprogram), with registers, offsets and immediates
  * drawn from values that matter (bounds, signs, sizes). Jumps land inside the
  * program; it ends with exit. This reaches the verifier's deep states. */
 struct gen {
@@ -239,8 +239,15 @@ static void gen_lddw(struct gen *g, unsigned dst, unsigned src_kind, int32_t imm
   emit(g, 0, 0, 0, 0, next);
 }
 
+#define GEN_CALL_MARK 0x7fff0000 /* a local call whose target is the subprogram, fixed at the end */
+
 static void gen_idiom(struct gen *g, uint8_t which, uint8_t a, uint8_t b) {
-  switch (which % 6) {
+  switch (which % 7) {
+  case 6: /* a bpf-to-bpf call, r1 = a stack slot, the context or a value */
+    if (a % 3 == 0) emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 1, 10, 0, 0), emit(g, MS_BPF_ALU64 | MS_BPF_ADD | MS_BPF_K, 1, 0, 0, -8 * (1 + (b & 3)));
+    else emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 1, a % 3 == 1 ? 6 : b % 10, 0, 0);
+    emit(g, MS_BPF_JMP | MS_BPF_CALL, 0, MS_BPF_PSEUDO_CALL, 0, GEN_CALL_MARK);
+    break;
   case 0: /* map lookup of a key on the stack */
     emit(g, MS_BPF_ST | MS_BPF_MEM | MS_BPF_DW, 10, 0, -8, gen_imm(a));
     emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 2, 10, 0, 0);
@@ -330,9 +337,26 @@ static void gen_one(struct gen *g, const uint8_t *b) {
   }
 }
 
-/* Jumps that would leave the program or land inside an lddw go to the next
- * instruction instead. */
-static void gen_fix_jumps(struct gen *g) {
+/* The subprogram local calls go to, appended after the entry function. */
+static void gen_subprog(struct gen *g, uint8_t kind) {
+  switch (kind & 3) {
+  case 0: emit(g, MS_BPF_LDX | MS_BPF_MEM | MS_BPF_DW, 0, 1, 0, 0); break;
+  case 1:
+    emit(g, MS_BPF_ST | MS_BPF_MEM | MS_BPF_DW, 1, 0, 0, 7);
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_K, 0, 0, 0, 0);
+    break;
+  case 2: emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 0, kind & 4 ? 10 : 1, 0, 0); break;
+  default:
+    emit(g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 0, 1, 0, 0);
+    emit(g, MS_BPF_ALU64 | MS_BPF_AND | MS_BPF_K, 0, 0, 0, 15);
+    break;
+  }
+  emit(g, MS_BPF_JMP | MS_BPF_EXIT, 0, 0, 0, 0);
+}
+
+/* Jumps that would leave the entry function or land inside an lddw go to the
+ * next instruction instead; local calls go to the subprogram at sub. */
+static void gen_fix_jumps(struct gen *g, size_t sub) {
   uint8_t *second = calloc(g->n + 1, 1);
   if (!second) return;
   for (size_t i = 0; i + 1 < g->n; i++)
@@ -340,9 +364,13 @@ static void gen_fix_jumps(struct gen *g) {
   for (size_t i = 0; i < g->n; i++) {
     struct ms_bpf_insn *in = &g->out[i];
     unsigned cls = MS_BPF_CLASS(in->code), op = MS_BPF_OP(in->code);
-    if ((cls != MS_BPF_JMP && cls != MS_BPF_JMP32) || op == MS_BPF_CALL || op == MS_BPF_EXIT || second[i]) continue;
+    if ((cls != MS_BPF_JMP && cls != MS_BPF_JMP32) || op == MS_BPF_EXIT || second[i] || i >= sub) continue;
+    if (op == MS_BPF_CALL) {
+      if (in->src_reg == MS_BPF_PSEUDO_CALL) in->imm = (int32_t)((int64_t)sub - (int64_t)i - 1);
+      continue;
+    }
     int64_t t = (int64_t)i + 1 + in->off;
-    if (t < 0 || t >= (int64_t)g->n || second[t]) in->off = 0;
+    if (t < 0 || t >= (int64_t)sub || second[t]) in->off = 0;
   }
   free(second);
 }
@@ -350,7 +378,7 @@ static void gen_fix_jumps(struct gen *g) {
 static void try_generated(const uint8_t *data, size_t size) {
   if (size < 5) return;
   size_t steps = (size - 1) / 4;
-  struct gen g = {NULL, 0, steps * 8 + 12};
+  struct gen g = {NULL, 0, steps * 8 + 16};
   if (steps > FUZZ_MAX_INSNS / 16 || !(g.out = calloc(g.cap, sizeof *g.out))) return;
   /* every register starts initialised: r6 keeps r1, r7 the frame pointer */
   emit(&g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_X, 6, 1, 0, 0);
@@ -360,7 +388,9 @@ static void try_generated(const uint8_t *data, size_t size) {
   for (size_t i = 0; i < steps; i++) gen_one(&g, data + 1 + 4 * i);
   emit(&g, MS_BPF_ALU64 | MS_BPF_MOV | MS_BPF_K, 0, 0, 0, 0);
   emit(&g, MS_BPF_JMP | MS_BPF_EXIT, 0, 0, 0, 0);
-  gen_fix_jumps(&g);
+  size_t sub = g.n;
+  gen_subprog(&g, data[0] >> 4);
+  gen_fix_jumps(&g, sub);
   struct ms_bpf_prog_opts po = {.sz = sizeof po, .name = "gen", .maps = fuzz_maps, .n_maps = FUZZ_N_MAPS};
   struct ms_bpf_prog *p = ms_bpf_prog_new(g.out, g.n, &po);
   free(g.out);

@@ -52,7 +52,8 @@ extern "C" {
 /* What r1 (and r2) hold at entry. */
 enum ms_verify_kind {
   MS_VERIFY_HOOK = 0,    /* r1 = struct ms_hook_ctx * (read-only), for prog_type on hook */
-  MS_VERIFY_RAW_MEM = 1, /* r1 = a read-write buffer of mem_size bytes, r2 = mem_size */
+  MS_VERIFY_RAW_MEM = 1, /* r1 = a read-write buffer of mem_size bytes (8-byte aligned,
+                          * as atomics need), r2 = mem_size */
   MS_VERIFY_KIND_COUNT
 };
 

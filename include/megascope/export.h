@@ -38,7 +38,7 @@ struct ms_request_span {
   char request_id[48];       /* "cmpl-..." */
   const char *route;         /* "/v1/completions"; static storage */
   int n_prompt, n_tokens, max_tokens;
-  int slot;
+  int slot;                  /* batch slot it was decoded in; -1: not known */
   uint32_t generation;       /* the slot's request generation */
   const char *finish_reason; /* "length", "stop", "cancelled"; static storage */
   int error;                 /* the request failed */

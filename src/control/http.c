@@ -311,15 +311,19 @@ static enum MHD_Result handle_completion(struct ms_http *h, struct MHD_Connectio
   snprintf(id, sizeof id, "cmpl-%lx-%llu", (long)getpid(),
            (unsigned long long)atomic_fetch_add_explicit(&h->next_id, 1, memory_order_relaxed));
   atomic_fetch_add_explicit(&h->in_flight, 1, memory_order_relaxed);
-  int stopped = 0;
-  while (ms_request_wait(r, 100) == -ETIMEDOUT)
+  int stopped = 0, slot = -1;
+  struct ms_request_info info;
+  while (ms_request_wait(r, 100) == -ETIMEDOUT) {
+    ms_request_get_info(r, &info);  /* the slot is known only while the request is active */
+    if (info.slot >= 0) slot = info.slot;
     if (atomic_load_explicit(&h->stopping, memory_order_acquire)) {
       stopped = 1;
       break;
     }
+  }
   atomic_fetch_sub_explicit(&h->in_flight, 1, memory_order_relaxed);
-  struct ms_request_info info;
   ms_request_get_info(r, &info);
+  if (info.slot < 0) info.slot = slot;
   enum MHD_Result rc;
   if (stopped || info.state != MS_REQ_DONE) {
     export_span(h, id, &info, c.max_tokens, "cancelled");

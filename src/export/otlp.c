@@ -110,8 +110,10 @@ static void write_request(struct ms_json *j, const struct ms_request_span *s, in
   attr_int(j, "gen_ai.usage.input_tokens", s->n_prompt);
   attr_int(j, "gen_ai.usage.output_tokens", s->n_tokens);
   attr_str(j, "gen_ai.response.finish_reason", s->finish_reason ? s->finish_reason : "");
-  attr_int(j, "megascope.slot", s->slot);
-  attr_int(j, "megascope.request_generation", s->generation);
+  if (s->slot >= 0) {  /* (slot, generation) names the request in monitors' maps and the trace */
+    attr_int(j, "megascope.slot", s->slot);
+    attr_int(j, "megascope.request_generation", s->generation);
+  }
   ms_json_arr_end(j);
   ms_json_key(j, "events");
   ms_json_arr_begin(j);

@@ -3,7 +3,8 @@
 # Runs as root on a fresh machine (CI); elsewhere it only reports what is missing.
 set -euo pipefail
 pkgs=(cmake ninja-build gcc make pkg-config clang llvm libbpf-dev libelf-dev zlib1g-dev
-      libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev prometheus curl python3)
+      libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev prometheus curl python3
+      gnuplot-nox)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -20,7 +20,8 @@ static void usage(FILE *f) {
           "  decode   decode tokens/s: megakernel vs per-op vs the memory-bandwidth bound\n"
           "  hooks    what hooks cost: off vs armed vs a monitor attached; interpreter ns/insn\n"
           "  attach   attach / replace latency over the control socket, throughput dip around them\n"
-          "  sim      the simulator against published megakernel figures\n\n"
+          "  sim      the simulator against published megakernel figures\n"
+          "  diagnose the counterexample benchmark: injected faults, five ways of observing\n\n"
           "'megascope bench <benchmark> --help' describes one.\n");
 }
 
@@ -200,6 +201,7 @@ int cmd_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "hooks")) return bench_hooks(argc - 1, argv + 1);
   if (!strcmp(argv[1], "attach")) return bench_attach(argc - 1, argv + 1);
   if (!strcmp(argv[1], "sim")) return bench_sim(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "diagnose")) return bench_diagnose_main(argc - 1, argv + 1);
   fprintf(stderr, "megascope bench: unknown benchmark '%s'\n", argv[1]);
   usage(stderr);
   return 2;

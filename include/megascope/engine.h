@@ -170,12 +170,14 @@ int ms_engine_step_log(const struct ms_engine *e, struct ms_step_record *out, in
 int ms_engine_set_task_delay(struct ms_engine *e, int rows, int task, uint64_t ns);
 
 /* Pausing at a step boundary: the step start of global step `step` (0: the
- * first) waits before it retires or admits anything until ms_engine_resume.
+ * first) waits before it retires or admits anything until ms_engine_resume (or
+ * a later ms_engine_pause_at, which lets a paused engine go on to that step).
  * Pause at 0 before submitting, then resume, and a batch of requests joins one
  * step (on the simulator, a run is then a function of its seed); pause later to
  * attach a monitor at a known step. */
 int ms_engine_pause_at(struct ms_engine *e, uint64_t step);
-/* Waits until the engine is paused: 0, or -ETIMEDOUT (timeout_ms < 0: forever). */
+/* Waits until the engine is paused at the requested step: 0, or -ETIMEDOUT
+ * (timeout_ms < 0: forever). */
 int ms_engine_wait_paused(struct ms_engine *e, int timeout_ms);
 int ms_engine_resume(struct ms_engine *e);
 

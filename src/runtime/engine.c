@@ -225,9 +225,14 @@ void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen
   atomic_store_explicit(&rt->done_gen[t], gen + 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&w->tasks_done, 1, memory_order_relaxed);
   w->wait_ns = 0;
+  /* the trigger may record JIT queue depths into the slot rec reserved: keep a
+   * copy and take the next free slot again afterwards */
+  struct trace_rec staged;
+  if (rec) staged = *rec;
   int fired = trigger(w, rt, k->trigger, gen, t);
-  if (rec) {
+  if (rec && (rec = ms_tel_slot(w))) {
     /* the record is published only now, with the event its trigger completed */
+    *rec = staged;
     rec->fired_ev = fired ? (uint32_t)k->trigger : MS_HOOK_NONE32;
     atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
                           memory_order_release);
@@ -406,7 +411,8 @@ static void step_hooks(struct ms_engine *e, struct plan_rt *rt, const int *admit
  * the futex wait at once. */
 static void maybe_pause(struct ms_engine *e) {
   if (e->next_step < atomic_load_explicit(&e->pause_at, memory_order_acquire)) return;
-  atomic_store_explicit(&e->paused, 1, memory_order_release);
+  /* paused holds the step it waits at, + 1 (0: running) */
+  atomic_store_explicit(&e->paused, (uint32_t)e->next_step + 1, memory_order_release);
   ms_futex_wake_all(&e->paused);
   for (;;) {
     uint32_t seq = atomic_load_explicit(&e->pause_seq, memory_order_acquire);
@@ -1012,16 +1018,21 @@ int ms_engine_set_task_delay(struct ms_engine *e, int rows, int task, uint64_t n
 
 int ms_engine_pause_at(struct ms_engine *e, uint64_t step) {
   atomic_store_explicit(&e->pause_at, step, memory_order_release);
+  /* an engine paused at an earlier step goes on to this one */
+  atomic_fetch_add_explicit(&e->pause_seq, 1, memory_order_release);
+  ms_futex_wake_all(&e->pause_seq);
   return 0;
 }
 
 int ms_engine_wait_paused(struct ms_engine *e, int timeout_ms) {
   uint64_t until = timeout_ms >= 0 ? ms_now_ns() + (uint64_t)timeout_ms * 1000000ull : UINT64_MAX;
-  while (!atomic_load_explicit(&e->paused, memory_order_acquire)) {
+  for (;;) {
+    uint32_t p = atomic_load_explicit(&e->paused, memory_order_acquire);
+    uint64_t at = atomic_load_explicit(&e->pause_at, memory_order_acquire);
+    if (p && p - 1 >= at) return 0;  /* paused at (or past) the requested step */
     if (ms_now_ns() >= until) return -ETIMEDOUT;
-    ms_futex_wait(&e->paused, 0, 50);
+    ms_futex_wait(&e->paused, p, 50);
   }
-  return 0;
 }
 
 int ms_engine_resume(struct ms_engine *e) {

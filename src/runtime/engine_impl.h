@@ -203,12 +203,18 @@ void ms_sim_fired(struct ms_engine *e, struct plan_rt *rt, int ev);
  * an idle SM looks for JIT work again at `at`. */
 void ms_sim_defer_trigger(struct ms_engine *e, int sm, int producer, uint64_t at);
 void ms_sim_poll_at(struct ms_engine *e, uint64_t at);
+/* The bench's PC-sampling analog: fn(user, sm, kernel) for every SM every
+ * period_ns of virtual time (kernel -1: waiting, -2: between tasks). Set while
+ * the engine is paused. */
+void ms_sim_sampler(struct ms_engine *e, uint64_t period_ns, void (*fn)(void *user, int sm, int kernel), void *user);
 
 /* telemetry.c */
 int ms_tel_init(struct ms_engine *e);
 void ms_tel_free(struct ms_engine *e);
 void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint64_t t1, struct trace_rec **rec);
 void ms_tel_qdepth(struct worker *w, uint32_t depth);
+/* The worker's next free trace record (NULL, counted as dropped, when full). */
+struct trace_rec *ms_tel_slot(struct worker *w);
 void ms_tel_request_done(struct ms_engine *e, const struct ms_request *r, int cancelled);
 
 /* watchdog.c */

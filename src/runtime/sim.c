@@ -120,6 +120,10 @@ struct ms_sim {
   int step_done;
   struct plan_rt *rt;
   uint64_t gen;
+  /* the PC-sampling analog (ms_sim_sampler): every SM every period */
+  void (*sample_fn)(void *user, int sm, int kernel);
+  void *sample_user;
+  uint64_t sample_period, sample_next;
 };
 
 /* ---- the event heap: (t, seq) order ---- */
@@ -353,6 +357,27 @@ void ms_sim_fired(struct ms_engine *e, struct plan_rt *rt, int ev) {
   if (ev == rt->plan->end_event) s->step_done = 1;
 }
 
+/* What every SM does at a sample time: the kernel of the task it runs, -1 in
+ * the scheduler's wait loop, -2 between tasks. No task identity, as a PC sample. */
+static void sample_sms(struct ms_sim *s, uint64_t upto) {
+  while (s->sample_next <= upto) {
+    for (int sm = 0; sm < s->e->n_workers; sm++) {
+      const struct sim_sm *st = &s->sm[sm];
+      int k = st->state == SM_RUNNING ? s->rt->plan->tasks[st->task].kernel : st->state == SM_WAITING ? -1 : -2;
+      s->sample_fn(s->sample_user, sm, k);
+    }
+    s->sample_next += s->sample_period;
+  }
+}
+
+void ms_sim_sampler(struct ms_engine *e, uint64_t period_ns, void (*fn)(void *user, int sm, int kernel), void *user) {
+  struct ms_sim *s = e->sim;
+  s->sample_fn = fn;
+  s->sample_user = user;
+  s->sample_period = period_ns ? period_ns : 1000;
+  s->sample_next = now(s) + s->sample_period;
+}
+
 void ms_sim_defer_trigger(struct ms_engine *e, int sm, int producer, uint64_t at) {
   push(e->sim, at, EV_TRIGGER, sm, producer);
 }
@@ -370,6 +395,7 @@ static void run_step_mk(struct ms_sim *s) {
   s->step_done = 0;
   while (s->n_heap) {
     struct sim_event x = pop(s);
+    if (s->sample_fn) sample_sms(s, x.t);  /* the states held until this event */
     atomic_store_explicit(&e->sim_now, x.t, memory_order_relaxed);
     if (x.kind == EV_TRIGGER) {  /* fault injection: a held trigger counts now */
       ms_rt_trigger_now(&e->workers[x.sm], s->rt, s->rt->plan->tasks[x.task].trigger, s->gen, x.task);

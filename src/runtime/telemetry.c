@@ -105,6 +105,8 @@ static struct trace_rec *trace_slot(struct worker *w) {
   return &w->trace[n];
 }
 
+struct trace_rec *ms_tel_slot(struct worker *w) { return trace_slot(w); }
+
 void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint64_t t1, struct trace_rec **rec) {
   struct ms_engine *e = w->e;
   const struct ms_task *k = &rt->plan->tasks[t];

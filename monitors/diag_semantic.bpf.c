@@ -1,0 +1,225 @@
+// SPDX-License-Identifier: MIT
+// The semantic monitor of the counterexample benchmark (docs/benchmark.md): it
+// aggregates in place, per question, the evidence that names a scheduler fault,
+// so a diagnosis reads a few hundred rows instead of a trace.
+//   class_stat, op_stat  per task class and per kernel: tasks, task ns, queue ns
+//                        (ready -> begin), the longest queue (a starved task);
+//   evclass_lag          per event class: the release lag, from the completing
+//                        producer's end to the event's release (a held notification);
+//   worker_queue/_top    per worker: queue ns, and the two workers queueing most
+//                        (a saturated queue);
+//   req_attn             per request: its attention tasks' time (a long context);
+//   expert_stat          per MoE expert: its tasks' time (routing skew);
+//   device_comm          per device: its communication time, from the comm hook.
+// scratch_* maps are the monitor's working memory and are never read out.
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <megascope/bpf/megascope.h>
+
+#define MAX_CLASSES 1024
+#define MAX_OPS 32
+#define MAX_EVCLASSES 128
+#define MAX_WORKERS 1024
+#define MAX_EXPERTS 256
+#define MAX_DEVICES 64
+#define MAX_TASKS 65536
+#define OP_ATTN 5
+#define OP_EXPERT_UP 10
+#define OP_EXPERT_DOWN 11
+
+/* per task class and kernel: tasks, their time (sum, sum of squares) and queueing */
+struct task_stat {
+  __u64 n, ns, ns_sq, queue_ns, queue_max;
+};
+
+/* a time per row: count, sum, sum of squares, largest */
+struct time_stat {
+  __u64 n, ns, ns_sq, max;
+};
+
+struct stat2 {
+  __u64 n, ns;
+};
+
+struct top {
+  __u64 worker, queue_ns;
+};
+
+struct ended {
+  __u64 task_gen, t_end;
+};
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MAX_CLASSES);
+  __type(key, __u32);
+  __type(value, struct task_stat);
+} class_stat SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MAX_OPS);
+  __type(key, __u32);
+  __type(value, struct task_stat);
+} op_stat SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MAX_EVCLASSES);
+  __type(key, __u32);
+  __type(value, struct time_stat);
+} evclass_lag SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MAX_WORKERS);
+  __type(key, __u32);
+  __type(value, struct stat2);
+} worker_queue SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 2);
+  __type(key, __u32);
+  __type(value, struct top);
+} worker_top SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_HASH);
+  __uint(max_entries, 256);
+  __type(key, __u64);
+  __type(value, struct time_stat);
+} req_attn SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MAX_EXPERTS);
+  __type(key, __u32);
+  __type(value, struct time_stat);
+} expert_stat SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MAX_DEVICES);
+  __type(key, __u32);
+  __type(value, struct time_stat);
+} device_comm SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MAX_TASKS);
+  __type(key, __u32);
+  __type(value, struct ended);
+} scratch_end SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MAX_DEVICES);
+  __type(key, __u32);
+  __type(value, __u64);
+} scratch_issue SEC(".maps");
+
+MS_HOOK_ABI_DECLARE();
+
+static __always_inline void add_task(struct task_stat *s, __u64 ns, __u64 q) {
+  __sync_fetch_and_add(&s->n, 1);
+  __sync_fetch_and_add(&s->ns, ns);
+  __sync_fetch_and_add(&s->ns_sq, ns * ns);
+  __sync_fetch_and_add(&s->queue_ns, q);
+  if (q > s->queue_max) s->queue_max = q;  /* racy max: a lost update only when workers race */
+}
+
+static __always_inline void add_time(struct time_stat *s, __u64 ns) {
+  __sync_fetch_and_add(&s->n, 1);
+  __sync_fetch_and_add(&s->ns, ns);
+  __sync_fetch_and_add(&s->ns_sq, ns * ns);
+  if (ns > s->max) s->max = ns;
+}
+
+/* Keeps the two workers with the most queueing (their running sums). */
+static __always_inline void top_update(__u32 w, __u64 sum) {
+  __u32 k0 = 0, k1 = 1;
+  struct top *a = bpf_map_lookup_elem(&worker_top, &k0);
+  struct top *b = bpf_map_lookup_elem(&worker_top, &k1);
+  if (!a || !b) return;
+  if (a->worker == w) {
+    a->queue_ns = sum;
+  } else if (sum > a->queue_ns) {
+    b->worker = a->worker;
+    b->queue_ns = a->queue_ns;
+    a->worker = w;
+    a->queue_ns = sum;
+  } else if (b->worker == w || sum > b->queue_ns) {
+    b->worker = w;
+    b->queue_ns = sum;
+  }
+}
+
+SEC("megascope/observe/task_end")
+int on_end(struct ms_hook_ctx *ctx) {
+  __u32 cls = ctx->task_class, op = ctx->op, w = ctx->worker, t = ctx->task_index;
+  __u64 ns = ctx->t_end - ctx->t_begin;
+  __u64 q = ctx->t_begin > ctx->t_ready ? ctx->t_begin - ctx->t_ready : 0;
+  struct task_stat *s = bpf_map_lookup_elem(&class_stat, &cls);
+  if (s) add_task(s, ns, q);
+  s = bpf_map_lookup_elem(&op_stat, &op);
+  if (s) add_task(s, ns, q);
+  struct stat2 *wq = bpf_map_lookup_elem(&worker_queue, &w);
+  if (wq) {
+    __sync_fetch_and_add(&wq->n, 1);
+    __sync_fetch_and_add(&wq->ns, q);
+    top_update(w, wq->ns);
+  }
+  if (op == OP_ATTN && ctx->req_slot != MS_HOOK_NONE32) {
+    __u64 key = (__u64)ctx->req_slot << 32 | ctx->req_gen;
+    struct time_stat *r = bpf_map_lookup_elem(&req_attn, &key);
+    if (r) {
+      add_time(r, ns);
+    } else {
+      struct time_stat first = {1, ns, ns * ns, ns};
+      bpf_map_update_elem(&req_attn, &key, &first, BPF_NOEXIST);
+    }
+  }
+  if ((op == OP_EXPERT_UP || op == OP_EXPERT_DOWN) && ctx->tile_z >= 0) {
+    __u32 x = (__u32)ctx->tile_z;
+    struct time_stat *e = bpf_map_lookup_elem(&expert_stat, &x);
+    if (e) add_time(e, ns);
+  }
+  struct ended *end = bpf_map_lookup_elem(&scratch_end, &t);
+  if (end) {
+    end->task_gen = ctx->task_gen;
+    end->t_end = ctx->t_end;
+  }
+  return 0;
+}
+
+/* The release lag: from the end of the producer whose trigger completed the
+ * event (its task_end came first) to the release. */
+SEC("megascope/observe/dep_release")
+int on_release(struct ms_hook_ctx *ctx) {
+  __u32 t = ctx->task_index, ec = ctx->event_class;
+  struct ended *end = bpf_map_lookup_elem(&scratch_end, &t);
+  if (!end || end->task_gen != ctx->task_gen || end->t_end > ctx->now_ns) return 0;
+  __u64 lag = ctx->now_ns - end->t_end;
+  struct time_stat *l = bpf_map_lookup_elem(&evclass_lag, &ec);
+  if (l) add_time(l, lag);
+  return 0;
+}
+
+/* Communication time per device: issue to completion of its share. */
+SEC("megascope/observe/comm")
+int on_comm(struct ms_hook_ctx *ctx) {
+  __u32 d = ctx->device;
+  __u64 *issued = bpf_map_lookup_elem(&scratch_issue, &d);
+  if (!issued) return 0;
+  if (ctx->comm_phase == MS_COMM_ISSUE) {
+    *issued = ctx->now_ns;
+    return 0;
+  }
+  struct time_stat *c = bpf_map_lookup_elem(&device_comm, &d);
+  if (!c || !*issued || *issued > ctx->now_ns) return 0;
+  add_time(c, ctx->now_ns - *issued);
+  return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual MIT/GPL";

@@ -1,0 +1,222 @@
+/* SPDX-License-Identifier: MIT */
+/* The counterexample benchmark (private to the core and the CLI): scenarios with
+ * an injected scheduler fault whose root cause is known, five ways of observing
+ * them under one telemetry byte budget each, an automatic diagnoser per way that
+ * sees only its own evidence, and the scores. docs/benchmark.md says how it is
+ * built and what it measured.
+ *
+ *   scenario.c  scenario files (JSON), the generator, drawing what a file left out
+ *   run.c       engines for a scenario: healthy and faulty runs, magnitude tuning
+ *   observe.c   the five observers and the evidence each ships (bytes counted)
+ *   diagnose.c  the diagnosers: evidence -> {cause, culprit, confidence}
+ *   score.c     per-method totals
+ *   report.c    the JSON report, the text table, the plot's data and script */
+#ifndef MS_BENCH_BENCH_H
+#define MS_BENCH_BENCH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "megascope/base.h"
+#include "megascope/engine.h"
+#include "megascope/fault.h"
+
+#define BENCH_MAX_FAULTS 4
+#define BENCH_MAX_BUDGETS 12
+#define BENCH_MAX_PARAMS 16
+#define BENCH_MAX_DEVICES 8
+
+enum bench_method {
+  BM_KERNEL_TIMING = 0,   /* (a) time per step */
+  BM_PC_SAMPLING = 1,     /* (b) periodic samples of each SM's kernel and stall state, per kernel */
+  BM_TASK_TRACE = 2,      /* (c) the engine's task trace, truncated at the budget */
+  BM_SAMPLED_EVENTS = 3,  /* (d) fixed-rate sampling of task events */
+  BM_SEMANTIC = 4,        /* (e) semantic eBPF monitors, read out within the budget */
+  BM_COUNT
+};
+const char *bench_method_name(int m);
+
+/* What a file gave for a fault (the rest is drawn from the scenario's seed). */
+enum { BF_TARGET = 1, BF_MAGNITUDE = 2, BF_TILE = 4 };
+
+struct bench_fault {
+  enum ms_fault_type type;
+  char target[64];       /* the culprit by name: "blk.3.wo", "rope->attn", or a number */
+  int target_id;         /* resolved against the plan */
+  int tile;              /* starve_task: which task of the class */
+  double magnitude;      /* factor, or a delay in ns (ms_fault_uses_factor) */
+  double severity;       /* the share of the target slowdown the tuning aims at */
+  unsigned given;        /* BF_*: what the file gave */
+  double slowdown;       /* measured: faulty run time / healthy run time - 1 */
+};
+
+struct bench_scenario {
+  char name[96];
+  char preset[32];       /* model preset */
+  char gpu[16];          /* simulator preset */
+  enum ms_backend backend;
+  int batch, steps, tp, workers;
+  uint64_t seed;
+  double jitter;         /* simulator: per-task time jitter (default 0.05) */
+  int n_layers, n_experts, top_k, expert_ffn_dim;  /* model overrides; 0: the preset's */
+  char params[BENCH_MAX_PARAMS][2][32];            /* simulator cost parameters by name */
+  int n_params;
+  double target;         /* faults are tuned to slow the run by at most this (0.05) */
+  int n_faults;
+  struct bench_fault faults[BENCH_MAX_FAULTS];
+  char drawn[512];       /* what was drawn from the seed, in words */
+};
+
+/* ---- scenario.c ---- */
+int bench_scenarios_read(const char *path, struct bench_scenario **out, int *n, struct ms_textbuf *log);
+int bench_scenarios_parse(const char *text, size_t len, struct bench_scenario **out, int *n,
+                          struct ms_textbuf *log);
+/* per_type scenarios of every fault type plus per_type / 2 healthy ones (at
+ * least 1), configurations and seeds drawn from seed; targets and magnitudes
+ * left out, to be drawn from each scenario's own seed. */
+int bench_scenarios_generate(int per_type, uint64_t seed, enum ms_backend backend, struct bench_scenario **out,
+                             int *n);
+int bench_scenarios_write(FILE *f, const struct bench_scenario *s, int n);
+/* The model of a scenario (shapes only on the simulator without compute). */
+struct ms_model *bench_model(const struct bench_scenario *s, struct ms_textbuf *log);
+/* Resolves names and draws what the file left out (targets, tiles, severities)
+ * from the scenario's seed against plan p; writes what was drawn into s->drawn. */
+int bench_scenario_draw(struct bench_scenario *s, const struct ms_plan *p, int n_workers,
+                        struct ms_textbuf *log);
+/* The name of culprit `id` of a kind, for reports. */
+void bench_culprit_name(const struct ms_plan *p, enum ms_culprit_kind k, int id, char *buf, size_t n);
+
+/* ---- run.c ---- */
+struct bench_opts {
+  int n_budgets;
+  uint64_t budgets[BENCH_MAX_BUDGETS];  /* telemetry bytes per scenario and method */
+  int headline;                         /* index of the budget the summary uses */
+  const char *monitors;                 /* directory of the compiled diag_*.bpf.o */
+  double exec_ns, record_ns, ring_ns;   /* the simulator's modelled observation costs */
+  void (*progress)(void *user, const char *msg);
+  void *progress_user;
+};
+
+struct bench_answer {
+  int cause;                 /* enum ms_fault_type, -1: none (healthy), -2: unknown */
+  enum ms_culprit_kind kind;
+  int id;                    /* -1: not named */
+  char name[80];
+  double confidence;         /* 0..1 */
+  uint64_t bytes;            /* telemetry the method shipped */
+  double coverage;           /* share of the run's task events its evidence covers, as it knows */
+  double perturbation;       /* observed run time / unobserved faulty run time - 1 (sim: modelled) */
+  char why[160];             /* the evidence the diagnoser went by */
+  int cause_ok, culprit_ok;
+};
+
+struct bench_case {
+  struct bench_scenario sc;
+  int truth_cause;           /* -1: healthy */
+  enum ms_culprit_kind truth_kind;
+  int truth_id;
+  char truth_name[80];
+  double healthy_ns, faulty_ns;        /* unobserved, paired (same seed) */
+  double healthy_ns_b, faulty_ns_b;    /* a second pair on the CPU backend (noise) */
+  int tune_runs;
+  struct bench_answer ans[BM_COUNT][BENCH_MAX_BUDGETS];
+  char error[256];           /* non-empty: the scenario could not run */
+};
+
+struct bench_report {
+  struct bench_opts o;
+  int n;
+  struct bench_case *cases;
+  double attach_ms[BM_COUNT];  /* time until a new question is answered (see docs) */
+  char attach_how[BM_COUNT][48];
+};
+
+int bench_run(const struct bench_opts *o, const struct bench_scenario *sc, int n, struct bench_report *out);
+void bench_report_free(struct bench_report *r);
+
+/* ---- observe.c: one observed run ---- */
+struct bench_features;
+struct bench_evidence {
+  int method;
+  uint64_t budget;
+  uint64_t run_ns;             /* the run's time: virtual (sim) or wall (CPU) */
+  uint64_t bytes;              /* shipped so far (the semantic read-out adds as it reads) */
+  double coverage;
+  uint64_t obs_execs, obs_records, obs_ring;  /* observation work, for the modelled cost */
+  uint64_t attach_ns;          /* semantic: open, verify and attach on the live engine */
+  /* (a) */
+  int n_steps;
+  double *step_ns;
+  /* (b) samples[device][kernel or wait/idle][0]: counts */
+  double pc[BENCH_MAX_DEVICES][20];
+  int pc_devices;
+  double pc_total;
+  /* (c) (d) (e) */
+  struct bench_features *feat;
+};
+
+struct bench_engine_cfg {
+  const struct ms_model *m;
+  const struct bench_scenario *sc;
+  const struct ms_fault *faults;
+  int n_faults;
+  uint64_t seed;
+};
+/* Builds the engine of a scenario, paused before its first step. */
+struct ms_engine *bench_engine_new(const struct bench_engine_cfg *c, struct ms_textbuf *log);
+/* Runs the scenario's requests to the end on a paused engine; the run's time. */
+uint64_t bench_engine_drive(struct ms_engine *e, const struct bench_scenario *sc);
+/* One run observed by method m within budget bytes; 0 or a negative errno. */
+int bench_observe(const struct bench_opts *o, const struct bench_engine_cfg *c, int m, uint64_t budget,
+                  struct bench_evidence *ev, struct ms_textbuf *log);
+void bench_evidence_free(struct bench_evidence *ev);
+
+/* ---- diagnose.c ---- */
+/* The diagnosis of method ev->method from its evidence, its healthy reference
+ * (the same method on a healthy run of the same configuration) and the plan's
+ * schema; the semantic method reads its monitor's rows within the budget here. */
+void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,
+                    const struct bench_scenario *sc, struct bench_answer *out);
+
+/* ---- features (observe.c): the tables the trace, sampling and semantic methods fill ---- */
+struct bench_stat {
+  double n, sum, sumsq, max;
+  double qsum, qmax;          /* queue (ready -> begin) for task rows */
+  uint8_t have;               /* the row was shipped (the semantic read-out charges on read) */
+};
+
+enum bench_section {
+  FS_CLASS = 0, FS_OP, FS_EVCLASS, FS_WORKER, FS_REQUEST, FS_EXPERT, FS_DEVICE, FS_WTOP, FS_COUNT
+};
+
+struct bench_features {
+  int n[FS_COUNT];
+  struct bench_stat *row[FS_COUNT];
+  int lazy;                   /* semantic: rows become `have` only when read (bench_feat_read) */
+  uint64_t budget, *bytes;    /* the read-out's budget and its running count */
+  double coverage;
+};
+struct bench_features *bench_feat_new(const struct ms_plan *p, int n_workers, int n_slots, int n_devices);
+void bench_feat_free(struct bench_features *f);
+/* Reads row i of a section (charging its bytes once); 1 when it is available. */
+int bench_feat_read(struct bench_features *f, int sec, int i);
+extern const unsigned bench_row_bytes[FS_COUNT];
+
+/* ---- score.c ---- */
+struct bench_totals {
+  int n;
+  double cause_accuracy, culprit_accuracy, false_confidence, telemetry_bytes, perturbation;
+};
+void bench_score(const struct bench_report *r, int method, int budget_idx, struct bench_totals *out);
+/* The same over the cases of one fault type (-1: healthy). */
+void bench_score_type(const struct bench_report *r, int method, int budget_idx, int type, struct bench_totals *out);
+
+/* ---- report.c ---- */
+int bench_report_json(const struct bench_report *r, FILE *f);
+int bench_report_text(const struct bench_report *r, FILE *f);
+/* The plot: accuracy against telemetry bytes, one line per method. Writes the
+ * data and a gnuplot script that draws png_path. */
+int bench_report_plot(const struct bench_report *r, const char *dat_path, const char *gp_path,
+                      const char *png_path);
+
+#endif

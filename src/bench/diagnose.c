@@ -1,0 +1,451 @@
+/* SPDX-License-Identifier: MIT */
+/* The diagnosers of the counterexample benchmark. Each sees only its own
+ * method's evidence, that method's evidence from a healthy reference run of the
+ * same configuration (another seed: "last week's profile"), and the plan's schema
+ * (class names, kernels, layers: what a compiler publishes). Each answers with a
+ * cause, a culprit and a confidence in 0..1.
+ *
+ * How they reason:
+ *   kernel timing  the mean step time against the reference: slower names no
+ *                  cause ("unknown"), the same says "none";
+ *   PC sampling    the per-kernel sample shares against the reference; the
+ *                  kernel that gained names the cause by the kernel's kind
+ *                  (communication, MoE experts, attention, other kernels, or only
+ *                  waiting) and a culprit only where the kernel or the device
+ *                  identifies one (a kernel that runs for one class only);
+ *   trace, sampled events, semantic monitors
+ *                  the same hypothesis test over their feature tables: for every
+ *                  (cause, culprit) a z-score of its feature against the
+ *                  reference (a class's or an expert's or a request's or a
+ *                  device's mean task time, an event class's release lag, a
+ *                  class's longest queue, a worker's mean queue); the largest
+ *                  wins if it clears z_min. The semantic read-out first reads the
+ *                  cheap rows (kernels, top workers, devices, event classes,
+ *                  experts, requests), then the class rows of the kernel the
+ *                  first answer points to, while its byte budget lasts.
+ * Confidence: the margin over the runner-up times the strength of the winner;
+ * an answer of "none" is only as confident as the share of the run the evidence
+ * covered, so a truncated trace that saw nothing does not claim health. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "compile/plan_impl.h"
+
+#define Z_MIN 6.0
+#define MAX_HYP 8192
+
+struct hyp {
+  int cause;
+  enum ms_culprit_kind kind;
+  int id;
+  double z;
+  char why[160];
+};
+
+static double clamp01(double x) { return x < 0 ? 0 : x > 1 ? 1 : x; }
+
+static void answer_none(struct bench_answer *a, double conf, const char *why) {
+  a->cause = -1;
+  a->kind = MS_CULPRIT_NONE;
+  a->id = -1;
+  snprintf(a->name, sizeof a->name, "-");
+  a->confidence = clamp01(conf);
+  snprintf(a->why, sizeof a->why, "%s", why);
+}
+
+static void answer_hyp(struct bench_answer *a, const struct hyp *h, double conf, const struct ms_plan *p) {
+  a->cause = h->cause;
+  a->kind = h->kind;
+  a->id = h->id;
+  bench_culprit_name(p, h->kind, h->id, a->name, sizeof a->name);
+  a->confidence = clamp01(conf);
+  snprintf(a->why, sizeof a->why, "%s", h->why);
+}
+
+/* ---- (a) kernel timing ---- */
+
+static void mean_sd(const double *v, int n, double *mean, double *sd) {
+  double s = 0, q = 0;
+  for (int i = 0; i < n; i++) s += v[i];
+  *mean = n ? s / n : 0;
+  for (int i = 0; i < n; i++) q += (v[i] - *mean) * (v[i] - *mean);
+  *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
+}
+
+static void diagnose_timing(const struct bench_evidence *ref, struct bench_evidence *ev, struct bench_answer *a) {
+  int n = ev->n_steps, keep = (int)(ev->budget / 8);
+  if (ev->budget && keep < n) n = keep;
+  a->bytes = (uint64_t)n * 8;
+  a->coverage = ev->n_steps ? (double)n / ev->n_steps : 0;
+  if (n < 1) {
+    answer_none(a, 0, "no step times within the budget");
+    return;
+  }
+  double mc, sc, mr, sr;
+  mean_sd(ev->step_ns, n, &mc, &sc);
+  mean_sd(ref->step_ns, ref->n_steps, &mr, &sr);
+  double sigma = sqrt(sc * sc / n + sr * sr / (ref->n_steps ? ref->n_steps : 1)) + 0.002 * mr;
+  double z = sigma > 0 ? (mc - mr) / sigma : 0;
+  if (z > 4) {
+    a->cause = -2;
+    a->kind = MS_CULPRIT_NONE;
+    a->id = -1;
+    snprintf(a->name, sizeof a->name, "-");
+    a->confidence = 0;
+    snprintf(a->why, sizeof a->why, "steps %.2f%% slower than the reference (z %.1f): nothing says why",
+             100 * (mc / mr - 1), z);
+    return;
+  }
+  char why[160];
+  snprintf(why, sizeof why, "step time within noise of the reference (%+.2f%%, z %.1f)", 100 * (mc / mr - 1), z);
+  answer_none(a, 0.8 * a->coverage * (1 - clamp01(z / 4)), why);
+}
+
+/* ---- (b) PC sampling ---- */
+
+static int kernel_classes(const struct ms_plan *p, int k, int *only) {
+  int n = 0;
+  for (int c = 0; c < p->n_classes; c++)
+    if (p->classes[c].kernel == k) {
+      *only = c;
+      n++;
+    }
+  return n;
+}
+
+static void diagnose_pc(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,
+                        struct bench_answer *a) {
+  /* the budget keeps the rows with the most samples */
+  int rows = 0, keep = ev->budget ? (int)(ev->budget / 16) : 1 << 30;
+  double cur[BENCH_MAX_DEVICES][20];
+  memcpy(cur, ev->pc, sizeof cur);
+  for (;;) {
+    int n = 0;
+    double least = 1e300;
+    int ld = -1, lk = -1;
+    for (int d = 0; d < BENCH_MAX_DEVICES; d++)
+      for (int k = 0; k < 20; k++)
+        if (cur[d][k] > 0) {
+          n++;
+          if (cur[d][k] < least) least = cur[d][k], ld = d, lk = k;
+        }
+    rows = n;
+    if (n <= keep || ld < 0) break;
+    cur[ld][lk] = 0;
+  }
+  a->bytes = (uint64_t)rows * 16;
+  a->coverage = 1;
+  double nc = 0, nr = ref->pc_total;
+  for (int d = 0; d < BENCH_MAX_DEVICES; d++)
+    for (int k = 0; k < 20; k++) nc += cur[d][k];
+  if (nc <= 0 || nr <= 0) {
+    answer_none(a, 0, "no samples within the budget");
+    return;
+  }
+  /* z of each (device, kernel or state) share against the reference */
+  double best = 0, second = 0;
+  int bd = -1, bk = -1;
+  double zk[20] = {0};
+  for (int d = 0; d < BENCH_MAX_DEVICES; d++)
+    for (int k = 0; k < 20; k++) {
+      double pc = cur[d][k] / nc, pr = ref->pc[d][k] / nr;
+      if (cur[d][k] <= 0 && ref->pc[d][k] <= 0) continue;
+      double sd = sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + 0.002 + 0.02 * pr;
+      double z = (pc - pr) / sd;
+      if (z > zk[k]) zk[k] = z;
+      if (z > best) {
+        second = best;
+        best = z, bd = d, bk = k;
+      } else if (z > second) {
+        second = z;
+      }
+    }
+  if (best < Z_MIN) {
+    char why[160];
+    snprintf(why, sizeof why, "no kernel or stall state gained samples (best z %.1f)", best);
+    answer_none(a, 0.8 * (1 - best / Z_MIN), why);
+    return;
+  }
+  /* the strongest kernel (not a wait state) names the cause */
+  int kb = -1;
+  double zb = 0;
+  for (int k = 2; k < 20; k++)
+    if (zk[k] > zb) zb = zk[k], kb = k;
+  struct hyp h = {.cause = -2, .kind = MS_CULPRIT_NONE, .id = -1, .z = best};
+  double conf = clamp01(1 - second / best) * clamp01(best / (2 * Z_MIN));
+  if (kb >= 0 && zb >= Z_MIN) {
+    int k = kb - 2, only = -1, n = kernel_classes(p, k, &only);
+    if (k == MS_K_COMM) {
+      int dev = 0;
+      double zd = 0;
+      for (int d = 0; d < BENCH_MAX_DEVICES; d++) {
+        double pc = cur[d][kb] / nc, pr = ref->pc[d][kb] / nr;
+        double z = (pc - pr) / (sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + 0.002 + 0.02 * pr);
+        if (z > zd) zd = z, dev = d;
+      }
+      h = (struct hyp){.cause = MS_FAULT_COMM_DELAY, .kind = MS_CULPRIT_DEVICE, .id = dev, .z = zd};
+    } else if (k == MS_K_EXPERT_UP || k == MS_K_EXPERT_DOWN) {
+      h = (struct hyp){.cause = MS_FAULT_ROUTING_SKEW, .kind = MS_CULPRIT_EXPERT, .id = -1, .z = zb};
+    } else if (k == MS_K_ATTN) {
+      h = (struct hyp){.cause = MS_FAULT_SLOW_REQUEST, .kind = MS_CULPRIT_REQUEST, .id = -1, .z = zb};
+    } else {
+      h = (struct hyp){.cause = MS_FAULT_SLOW_CLASS, .kind = MS_CULPRIT_TASK_CLASS, .id = n == 1 ? only : -1, .z = zb};
+    }
+    snprintf(h.why, sizeof h.why, "kernel %s gained samples (z %.1f)%s", ms_kernel_name(k), zb,
+             n > 1 && h.kind == MS_CULPRIT_TASK_CLASS ? ": it runs for several classes, which one is not sampled" : "");
+  } else {
+    /* only waiting grew: a held release, a starved task and a saturated queue look alike */
+    h = (struct hyp){.cause = MS_FAULT_DELAYED_RELEASE, .kind = MS_CULPRIT_EVENT_CLASS, .id = -1, .z = best};
+    snprintf(h.why, sizeof h.why, "only %s samples grew (z %.1f): the wait is visible, not what it waits for",
+             bk == 1 ? "scheduler-wait" : "idle", best);
+    conf = clamp01(conf) * 0.34;
+  }
+  (void)bd;
+  answer_hyp(a, &h, conf, p);
+}
+
+/* ---- the feature diagnoser: trace, sampled events, semantic monitors ---- */
+
+struct fctx {
+  const struct bench_features *ref;
+  struct bench_features *cur;
+  const struct ms_plan *p;
+  double floor_abs;     /* ns: below this, a difference is noise */
+  struct hyp *h;
+  int n;
+};
+
+static int have(struct fctx *c, int sec, int i) {
+  return i >= 0 && i < c->cur->n[sec] && c->cur->row[sec][i].have && c->cur->row[sec][i].n > 0 &&
+         c->ref->row[sec][i].n > 0;
+}
+
+/* z of a row's mean against the reference's. */
+static double z_mean(struct fctx *c, int sec, int i, double *ratio) {
+  const struct bench_stat *x = &c->cur->row[sec][i], *r = &c->ref->row[sec][i];
+  double mx = x->sum / x->n, mr = r->sum / r->n;
+  double vx = x->n > 1 ? fmax(0, x->sumsq / x->n - mx * mx) : mx * mx * 0.01;
+  double vr = r->n > 1 ? fmax(0, r->sumsq / r->n - mr * mr) : mr * mr * 0.01;
+  double sd = sqrt(vx / x->n + vr / r->n) + 0.01 * mr + c->floor_abs;
+  *ratio = mr > 0 ? mx / mr : 0;
+  return (mx - mr) / sd;
+}
+
+static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, double z, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, double z, const char *fmt, ...) {
+  if (c->n == MAX_HYP || !(z > 0)) return;
+  struct hyp *h = &c->h[c->n++];
+  *h = (struct hyp){.cause = cause, .kind = kind, .id = id, .z = z};
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(h->why, sizeof h->why, fmt, ap);
+  va_end(ap);
+}
+
+static void hyp_time(struct fctx *c, int sec, int cause, enum ms_culprit_kind kind, const char *what) {
+  for (int i = 0; i < c->cur->n[sec]; i++) {
+    if (!have(c, sec, i)) continue;
+    double ratio, z = z_mean(c, sec, i, &ratio);
+    char name[80];
+    bench_culprit_name(c->p, kind, i, name, sizeof name);
+    add(c, cause, kind, i, z, "%s %s: %.2fx the reference %s (z %.1f, %.0f samples)", what, name, ratio,
+        sec == FS_EVCLASS ? "release lag" : "task time", z, c->cur->row[sec][i].n);
+  }
+}
+
+/* Longest queue per class: one starved task. Many classes at once is a worker's
+ * queue, not a starved task: the z is divided by how many classes share it. */
+static void hyp_starve(struct fctx *c) {
+  double z[1024];
+  int n = c->cur->n[FS_CLASS] < 1024 ? c->cur->n[FS_CLASS] : 1024, broad = 0;
+  for (int i = 0; i < n; i++) {
+    z[i] = 0;
+    if (!have(c, FS_CLASS, i)) continue;
+    double qc = c->cur->row[FS_CLASS][i].qmax, qr = c->ref->row[FS_CLASS][i].qmax;
+    z[i] = (qc - qr) / (0.25 * qr + 4 * c->floor_abs + 200);
+    broad += z[i] > Z_MIN;
+  }
+  for (int i = 0; i < n; i++)
+    if (z[i] > 0 && c->p->classes[i].launch == MS_LAUNCH_JIT)
+      add(c, MS_FAULT_STARVE_TASK, MS_CULPRIT_TASK_CLASS, i, z[i] / (broad > 1 ? broad : 1),
+          "class %s: a task queued %.1f us (reference longest %.1f us; %d classes queue long)",
+          c->p->classes[i].name, c->cur->row[FS_CLASS][i].qmax / 1e3, c->ref->row[FS_CLASS][i].qmax / 1e3, broad);
+}
+
+/* Kernel-level hypotheses (the semantic read-out's first look, and what is left
+ * when the class rows do not fit the budget): culprit not named. */
+static void hyp_ops(struct fctx *c) {
+  for (int k = 0; k < c->cur->n[FS_OP]; k++) {
+    if (!have(c, FS_OP, k) || k == MS_K_COMM || k == MS_K_EMPTY || k == MS_K_STEP_START) continue;
+    double ratio, z = z_mean(c, FS_OP, k, &ratio);
+    int only = -1, n = kernel_classes(c->p, k, &only);
+    if (n == 1) continue;  /* the class row says the same, and names it */
+    add(c, MS_FAULT_SLOW_CLASS, MS_CULPRIT_TASK_CLASS, -1, z * 0.9, "kernel %s: %.2fx the reference task time (z %.1f)",
+        ms_kernel_name(k), ratio, z);
+    double qc = c->cur->row[FS_OP][k].qmax, qr = c->ref->row[FS_OP][k].qmax;
+    if (k == MS_K_ATTN || k == MS_K_EXPERT_UP || k == MS_K_EXPERT_DOWN)
+      add(c, MS_FAULT_STARVE_TASK, MS_CULPRIT_TASK_CLASS, -1, 0.9 * (qc - qr) / (0.25 * qr + 4 * c->floor_abs + 200),
+          "kernel %s: a task queued %.1f us (reference %.1f us)", ms_kernel_name(k), qc / 1e3, qr / 1e3);
+  }
+}
+
+/* The worker queueing most against the reference's spread of workers. */
+static void hyp_worker(struct fctx *c) {
+  int top = -1;
+  if (c->cur->lazy) {
+    if (c->cur->row[FS_WTOP][0].have) top = (int)c->cur->row[FS_WTOP][0].n;
+  } else {
+    double best = -1;
+    for (int w = 0; w < c->cur->n[FS_WORKER]; w++)
+      if (c->cur->row[FS_WORKER][w].have && c->cur->row[FS_WORKER][w].n > 0 &&
+          c->cur->row[FS_WORKER][w].sum / c->cur->row[FS_WORKER][w].n > best)
+        best = c->cur->row[FS_WORKER][w].sum / c->cur->row[FS_WORKER][w].n, top = w;
+  }
+  if (top < 0 || top >= c->cur->n[FS_WORKER] || !c->cur->row[FS_WORKER][top].have || c->cur->row[FS_WORKER][top].n <= 0)
+    return;
+  double s = 0, q = 0, m = 0;
+  int n = 0;
+  for (int w = 0; w < c->ref->n[FS_WORKER]; w++) {
+    const struct bench_stat *r = &c->ref->row[FS_WORKER][w];
+    if (r->n <= 0) continue;
+    s += r->sum / r->n;
+    q += (r->sum / r->n) * (r->sum / r->n);
+    if (r->sum / r->n > m) m = r->sum / r->n;
+    n++;
+  }
+  if (!n) return;
+  double mean = s / n, sd = sqrt(fmax(0, q / n - mean * mean));
+  double mine = c->cur->row[FS_WORKER][top].sum / c->cur->row[FS_WORKER][top].n;
+  double z = (mine - m) / (sd + 0.1 * mean + c->floor_abs);
+  add(c, MS_FAULT_QUEUE_SATURATION, MS_CULPRIT_WORKER, top, z,
+      "worker %d: its tasks queue %.1f us on average (reference: %.1f us, the worst worker %.1f us)", top, mine / 1e3,
+      mean / 1e3, m / 1e3);
+}
+
+static void collect(struct fctx *c) {
+  c->n = 0;
+  hyp_time(c, FS_CLASS, MS_FAULT_SLOW_CLASS, MS_CULPRIT_TASK_CLASS, "class");
+  hyp_time(c, FS_REQUEST, MS_FAULT_SLOW_REQUEST, MS_CULPRIT_REQUEST, "attention of");
+  hyp_time(c, FS_EXPERT, MS_FAULT_ROUTING_SKEW, MS_CULPRIT_EXPERT, "tasks of");
+  hyp_time(c, FS_DEVICE, MS_FAULT_COMM_DELAY, MS_CULPRIT_DEVICE, "communication of");
+  hyp_time(c, FS_EVCLASS, MS_FAULT_DELAYED_RELEASE, MS_CULPRIT_EVENT_CLASS, "event class");
+  hyp_starve(c);
+  hyp_worker(c);
+  hyp_ops(c);
+}
+
+static int by_z(const void *a, const void *b) {
+  const struct hyp *x = a, *y = b;
+  return (x->z < y->z) - (x->z > y->z);
+}
+
+/* The semantic read-out: the cheap rows first, in this order, while the budget lasts. */
+static void read_triage(struct bench_features *f, const struct ms_plan *p) {
+  int kernels[MS_K_COUNT] = {0};
+  for (int c = 0; c < p->n_classes; c++) kernels[p->classes[c].kernel] = 1;
+  bench_feat_read(f, FS_WTOP, 0);
+  bench_feat_read(f, FS_WTOP, 1);
+  if (f->row[FS_WTOP][0].have) bench_feat_read(f, FS_WORKER, (int)f->row[FS_WTOP][0].n);
+  for (int d = 0; d < f->n[FS_DEVICE] && f->n[FS_DEVICE] > 1; d++) bench_feat_read(f, FS_DEVICE, d);
+  for (int k = 0; k < MS_K_COUNT; k++)
+    if (kernels[k]) bench_feat_read(f, FS_OP, k);
+  for (int e = 0; e < p->n_ev_classes; e++) bench_feat_read(f, FS_EVCLASS, e);
+  for (int x = 0; x < f->n[FS_EXPERT]; x++) bench_feat_read(f, FS_EXPERT, x);
+  for (int r = 0; r < f->n[FS_REQUEST]; r++) bench_feat_read(f, FS_REQUEST, r);
+  /* singleton kernels' classes (embed, lm_head, ...) are named by their kernel row */
+  for (int c = 0; c < p->n_classes; c++) {
+    int only;
+    if (kernel_classes(p, p->classes[c].kernel, &only) == 1) bench_feat_read(f, FS_CLASS, c);
+  }
+}
+
+/* The second look: class rows, kernel by kernel in the order the first look
+ * ranks the kernels (the one the best hypothesis names first), while the budget
+ * lasts. */
+static void read_focus(struct bench_features *f, const struct ms_plan *p, const struct hyp *h, int n) {
+  int done[MS_K_COUNT] = {0};
+  for (int i = 0; i <= n; i++) {
+    for (int k = 0; k < MS_K_COUNT; k++) {
+      char tag[48];
+      snprintf(tag, sizeof tag, "kernel %s:", ms_kernel_name(k));
+      if (done[k] || (i < n && strncmp(h[i].why, tag, strlen(tag)))) continue;
+      done[k] = 1;  /* i == n: the kernels no hypothesis named, last */
+      for (int c = 0; c < p->n_classes; c++)
+        if (p->classes[c].kernel == k) bench_feat_read(f, FS_CLASS, c);
+    }
+  }
+}
+
+static void diagnose_features(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,
+                              const struct bench_scenario *sc, struct bench_answer *a) {
+  struct bench_features *f = ev->feat;
+  a->coverage = ev->coverage;
+  if (!f || !ref->feat) {
+    a->bytes = ev->bytes;
+    answer_none(a, 0, "no evidence within the budget");
+    return;
+  }
+  struct fctx c = {.ref = ref->feat, .cur = f, .p = p, .floor_abs = sc->backend == MS_BACKEND_SIM ? 50 : 3000,
+                   .h = calloc(MAX_HYP, sizeof *c.h)};
+  if (!c.h) {
+    answer_none(a, 0, "out of memory");
+    return;
+  }
+  double read_share = 1;
+  if (f->lazy) {
+    uint64_t bytes = ev->bytes;
+    for (int s = 0; s < FS_COUNT; s++)
+      for (int i = 0; i < f->n[s]; i++) f->row[s][i].have = 0;
+    f->budget = ev->budget ? ev->budget : UINT64_MAX;
+    f->bytes = &bytes;
+    read_triage(f, p);
+    collect(&c);
+    qsort(c.h, (size_t)c.n, sizeof *c.h, by_z);
+    read_focus(f, p, c.h, c.n);
+    a->bytes = bytes;
+    /* what it read of what a full read-out would have read */
+    int want = 0, got = 0;
+    for (int s = 0; s < FS_COUNT; s++)
+      for (int i = 0; i < f->n[s]; i++)
+        if (ref->feat->row[s][i].n > 0) {
+          want++;
+          got += f->row[s][i].have;
+        }
+    read_share = want ? (double)got / want : 0;
+  } else {
+    a->bytes = ev->bytes;
+  }
+  collect(&c);
+  qsort(c.h, (size_t)c.n, sizeof *c.h, by_z);
+  double z1 = c.n ? c.h[0].z : 0;
+  if (z1 < Z_MIN) {
+    char why[160];
+    snprintf(why, sizeof why, "nothing stands out (best: %.130s)", c.n ? c.h[0].why : "no comparable rows");
+    answer_none(a, ev->coverage * read_share * (1 - z1 / Z_MIN), why);
+  } else {
+    /* the runner-up: the best hypothesis that names something else */
+    double z2 = 0;
+    for (int i = 1; i < c.n; i++)
+      if (c.h[i].cause != c.h[0].cause || c.h[i].id != c.h[0].id) {
+        z2 = c.h[i].z;
+        break;
+      }
+    answer_hyp(a, &c.h[0], (1 - z2 / z1) * clamp01(z1 / (2 * Z_MIN)), p);
+  }
+  free(c.h);
+}
+
+void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,
+                    const struct bench_scenario *sc, struct bench_answer *out) {
+  memset(out, 0, sizeof *out);
+  switch (ev->method) {
+  case BM_KERNEL_TIMING: diagnose_timing(ref, ev, out); break;
+  case BM_PC_SAMPLING: diagnose_pc(ref, ev, p, out); break;
+  default: diagnose_features(ref, ev, p, sc, out); break;
+  }
+}

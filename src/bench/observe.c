@@ -1,0 +1,580 @@
+/* SPDX-License-Identifier: MIT */
+/* The five observers of the counterexample benchmark. Each runs the scenario's
+ * engine once and keeps only what its way of observing would ship, counting the
+ * bytes:
+ *   (a) kernel timing   the time of every step (8 bytes a step);
+ *   (b) PC sampling     every SM sampled periodically: the kernel it runs or that
+ *                       it waits, summed per (device, kernel, state) as CUPTI
+ *                       aggregates PC samples per function (16 bytes a row); no
+ *                       task identity;
+ *   (c) task trace      the engine's always-on trace (ms_engine_trace_*): each
+ *                       worker keeps its first budget / (32 x workers) records,
+ *                       32 bytes each, the rest counted as dropped;
+ *   (d) sampled events  the diag_sample monitor at a fixed 1-in-N rate that fits
+ *                       the budget, 32-byte records into a ring buffer;
+ *   (e) semantic        the diag_semantic monitor attached at step 1 of the live
+ *                       engine; its maps aggregate in place and the diagnoser reads
+ *                       rows (key + value bytes each) until the budget is spent.
+ * (c), (d) and (e) are turned into the same feature tables (bench_features), so
+ * their diagnoses differ only by the evidence, not by the reasoning. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "hook/hook_impl.h"
+#include "megascope/monitor.h"
+#include "megascope/telemetry.h"
+#include "runtime/engine_impl.h"
+
+#define REC_BYTES 32      /* a trace or sampled task record as shipped */
+#define PC_ROW_BYTES 16   /* (device, kernel, state) and a count */
+#define STEP_BYTES 8
+#define COVERAGE_BYTES 64 /* the semantic read-out's coverage record */
+#define PC_PERIOD_NS 2000 /* the simulator's sampling period per SM */
+
+const char *bench_method_name(int m) {
+  static const char *const names[BM_COUNT] = {"kernel_timing", "pc_sampling", "task_trace", "sampled_events",
+                                              "semantic_monitors"};
+  return m >= 0 && m < BM_COUNT ? names[m] : "?";
+}
+
+/* ---- feature tables ---- */
+
+/* Key + value bytes of one row of each section, as the semantic monitor's maps
+ * hold them (diag_semantic.bpf.c); what reading a row costs. */
+const unsigned bench_row_bytes[FS_COUNT] = {
+    [FS_CLASS] = 4 + 40, [FS_OP] = 4 + 40,     [FS_EVCLASS] = 4 + 32, [FS_WORKER] = 4 + 16,
+    [FS_REQUEST] = 8 + 32, [FS_EXPERT] = 4 + 32, [FS_DEVICE] = 4 + 32, [FS_WTOP] = 4 + 16,
+};
+
+struct bench_features *bench_feat_new(const struct ms_plan *p, int n_workers, int n_slots, int n_devices) {
+  struct bench_features *f = calloc(1, sizeof *f);
+  if (!f) return NULL;
+  f->n[FS_CLASS] = p->n_classes;
+  f->n[FS_OP] = MS_K_COUNT;
+  f->n[FS_EVCLASS] = p->n_ev_classes;
+  f->n[FS_WORKER] = n_workers;
+  f->n[FS_REQUEST] = n_slots;
+  f->n[FS_EXPERT] = p->model->cfg.n_experts;
+  f->n[FS_DEVICE] = n_devices;
+  f->n[FS_WTOP] = 2;
+  for (int s = 0; s < FS_COUNT; s++)
+    if (!(f->row[s] = calloc((size_t)f->n[s] + 1, sizeof **f->row))) {
+      bench_feat_free(f);
+      return NULL;
+    }
+  return f;
+}
+
+void bench_feat_free(struct bench_features *f) {
+  if (!f) return;
+  for (int s = 0; s < FS_COUNT; s++) free(f->row[s]);
+  free(f);
+}
+
+int bench_feat_read(struct bench_features *f, int sec, int i) {
+  if (i < 0 || i >= f->n[sec]) return 0;
+  struct bench_stat *r = &f->row[sec][i];
+  if (!f->lazy || r->have) return r->have;
+  if (*f->bytes + bench_row_bytes[sec] > f->budget) return 0;
+  *f->bytes += bench_row_bytes[sec];
+  r->have = 1;
+  return 1;
+}
+
+static void stat_add(struct bench_stat *s, double v, double q) {
+  s->n += 1;
+  s->sum += v;
+  s->sumsq += v * v;
+  if (v > s->max) s->max = v;
+  s->qsum += q;
+  if (q > s->qmax) s->qmax = q;
+  s->have = 1;
+}
+
+/* One task record into every section it informs. */
+static void feat_task(struct bench_features *f, const struct ms_plan *p, int t, int worker, int slot, double ns,
+                      double q) {
+  if (t < 0 || t >= p->n_tasks) return;
+  const struct ms_task *k = &p->tasks[t];
+  stat_add(&f->row[FS_CLASS][k->cls], ns, q);
+  stat_add(&f->row[FS_OP][k->kernel], ns, q);
+  if (worker >= 0 && worker < f->n[FS_WORKER]) stat_add(&f->row[FS_WORKER][worker], q, q);
+  if (k->kernel == MS_K_ATTN && slot >= 0 && slot < f->n[FS_REQUEST]) stat_add(&f->row[FS_REQUEST][slot], ns, q);
+  if ((k->kernel == MS_K_EXPERT_UP || k->kernel == MS_K_EXPERT_DOWN) && k->tile[2] >= 0 && k->tile[2] < f->n[FS_EXPERT])
+    stat_add(&f->row[FS_EXPERT][k->tile[2]], ns, q);
+  if (k->kernel == MS_K_COMM && k->tile[2] >= 0 && k->tile[2] < f->n[FS_DEVICE])
+    stat_add(&f->row[FS_DEVICE][k->tile[2]], ns, q);
+}
+
+/* ---- engines ---- */
+
+struct ms_engine *bench_engine_new(const struct bench_engine_cfg *c, struct ms_textbuf *log) {
+  const struct bench_scenario *s = c->sc;
+  struct ms_engine_opts o = {.sz = sizeof o, .max_batch = s->batch, .max_ctx = s->steps + 2, .backend = s->backend,
+                             .seed = c->seed, .faults = c->faults, .n_faults = c->n_faults, .tp = s->tp,
+                             .start_paused = 1, .n_workers = s->backend == MS_BACKEND_CPU ? (s->workers ? s->workers : 2) : 0};
+  if (s->backend == MS_BACKEND_SIM) {
+    ms_sim_preset(s->gpu, &o.sim);
+    o.sim.jitter = s->jitter;
+    for (int i = 0; i < s->n_params; i++)
+      if (ms_sim_param_set(&o.sim, s->params[i][0], s->params[i][1])) {
+        ms_textbuf_printf(log, "%s: bad cost parameter %s\n", s->name, s->params[i][0]);
+        errno = EINVAL;
+        return NULL;
+      }
+  }
+  return ms_engine_new(c->m, &o, log);
+}
+
+/* The requests: batch of them, one prompt token each, steps tokens each,
+ * submitted while the engine is paused so that all join the first step. */
+static int submit_all(struct ms_engine *e, const struct bench_scenario *s, struct ms_request **r) {
+  int n = s->batch < 64 ? s->batch : 64;
+  for (int i = 0; i < n; i++) {
+    int32_t tok = 1 + i;
+    struct ms_request_opts ro = {.sz = sizeof ro, .prompt = &tok, .n_prompt = 1, .max_new_tokens = s->steps};
+    r[i] = ms_engine_submit(e, &ro);
+  }
+  return n;
+}
+
+static void wait_all(struct ms_request **r, int n) {
+  for (int i = 0; i < n; i++) {
+    if (!r[i]) continue;
+    ms_request_wait(r[i], -1);
+    ms_request_free(r[i]);
+  }
+}
+
+/* The run's time: virtual on the simulator, wall on the CPU backend. */
+static uint64_t since(struct ms_engine *e, const struct bench_scenario *s, uint64_t t0, uint64_t sim0) {
+  return s->backend == MS_BACKEND_SIM ? ms_engine_sim_now(e) - sim0 : ms_now_ns() - t0;
+}
+
+uint64_t bench_engine_drive(struct ms_engine *e, const struct bench_scenario *s) {
+  struct ms_request *r[64];
+  int n = submit_all(e, s, r);
+  uint64_t t0 = ms_now_ns(), sim0 = ms_engine_sim_now(e);
+  ms_engine_resume(e);
+  wait_all(r, n);
+  return since(e, s, t0, sim0);
+}
+
+static const struct ms_plan *batch_plan(struct ms_engine *e, const struct bench_scenario *s) {
+  return ms_engine_plan(e, s->batch);
+}
+
+/* ---- (a) kernel timing ---- */
+
+static int observe_timing(struct ms_engine *e, const struct bench_scenario *s, struct bench_evidence *ev) {
+  ev->run_ns = bench_engine_drive(e, s);
+  struct ms_step_record *log = calloc((size_t)s->steps + 8, sizeof *log);
+  ev->step_ns = calloc((size_t)s->steps + 8, sizeof *ev->step_ns);
+  if (!log || !ev->step_ns) {
+    free(log);
+    return -ENOMEM;
+  }
+  ev->n_steps = ms_engine_step_log(e, log, s->steps + 8);
+  for (int i = 0; i < ev->n_steps; i++) ev->step_ns[i] = (double)(log[i].t_end - log[i].t_begin);
+  ev->bytes = (uint64_t)ev->n_steps * STEP_BYTES;
+  ev->coverage = 1;
+  free(log);
+  return 0;
+}
+
+/* ---- (b) PC sampling ---- */
+
+struct pc_ctx {
+  struct bench_evidence *ev;
+  int per_device;
+  struct ms_engine *e;
+  _Atomic int stop;
+};
+
+static void pc_count(struct pc_ctx *pc, int sm, int kernel) {
+  int d = sm / pc->per_device;
+  if (d >= BENCH_MAX_DEVICES) d = BENCH_MAX_DEVICES - 1;
+  pc->ev->pc[d][kernel + 2] += 1;
+  pc->ev->pc_total += 1;
+}
+
+static void pc_sim_sample(void *user, int sm, int kernel) { pc_count(user, sm, kernel); }
+
+/* The CPU backend's sampler: a thread reads what each worker publishes for the
+ * watchdog (the task it runs, the task it waits for), every 20 us. */
+static void *pc_thread(void *arg) {
+  struct pc_ctx *pc = arg;
+  struct ms_engine *e = pc->e;
+  while (!atomic_load_explicit(&pc->stop, memory_order_acquire)) {
+    struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
+    for (int w = 0; rt && w < e->n_workers; w++) {
+      int t = atomic_load_explicit(&e->workers[w].running, memory_order_relaxed);
+      int waiting = atomic_load_explicit(&e->workers[w].waiting, memory_order_relaxed);
+      int k = t >= 0 && t < rt->plan->n_tasks ? rt->plan->tasks[t].kernel : waiting != -1 ? -1 : -2;
+      pc_count(pc, w, k);
+    }
+    struct timespec ts = {0, 20000};
+    nanosleep(&ts, NULL);
+  }
+  return NULL;
+}
+
+static int observe_pc(struct ms_engine *e, const struct bench_scenario *s, struct bench_evidence *ev) {
+  struct pc_ctx pc = {.ev = ev, .e = e};
+  int D = s->tp > 1 ? s->tp : 1;
+  pc.per_device = (ms_engine_n_workers(e) + D - 1) / D;
+  ev->pc_devices = D;
+  pthread_t th;
+  int threaded = 0;
+  if (s->backend == MS_BACKEND_SIM)
+    ms_sim_sampler(e, PC_PERIOD_NS, pc_sim_sample, &pc);
+  else
+    threaded = !pthread_create(&th, NULL, pc_thread, &pc);
+  ev->run_ns = bench_engine_drive(e, s);
+  if (threaded) {
+    atomic_store_explicit(&pc.stop, 1, memory_order_release);
+    pthread_join(th, NULL);
+  }
+  int rows = 0;
+  for (int d = 0; d < BENCH_MAX_DEVICES; d++)
+    for (int k = 0; k < 20; k++) rows += ev->pc[d][k] > 0;
+  ev->bytes = (uint64_t)rows * PC_ROW_BYTES;
+  ev->coverage = 1;
+  return 0;
+}
+
+/* ---- (c) the task trace ---- */
+
+/* One record as (c) ships it; `fired`: its trigger completed its event. */
+struct trace_row {
+  int32_t worker, idx, task, bucket, slot, fired;
+  uint64_t step, t_begin, t_end, t_ready;
+};
+
+struct trace_rows {
+  struct trace_row *r;
+  int n;
+};
+
+static int trace_collect(struct ms_engine *e, struct bench_evidence *ev) {
+  uint64_t total = 0;
+  for (int w = 0; w < e->n_workers; w++) {
+    const struct worker *wk = &e->workers[w];
+    if (wk->trace_session == atomic_load(&e->trace_session)) total += atomic_load(&((struct worker *)wk)->trace_n);
+  }
+  struct trace_rows *tr = calloc(1, sizeof *tr);
+  if (!tr || !(tr->r = calloc(total + 1, sizeof *tr->r))) {
+    free(tr);
+    return -ENOMEM;
+  }
+  for (int w = 0; w < e->n_workers; w++) {
+    struct worker *wk = &e->workers[w];
+    if (wk->trace_session != atomic_load(&e->trace_session)) continue;
+    uint32_t n = atomic_load_explicit(&wk->trace_n, memory_order_acquire);
+    for (uint32_t i = 0, idx = 0; i < n; i++) {
+      const struct trace_rec *x = &wk->trace[i];
+      if (x->kind != TR_TASK) continue;
+      tr->r[tr->n++] = (struct trace_row){.worker = w, .idx = (int)idx++, .task = (int)x->task,
+                                          .bucket = 1 << x->bucket_log2, .slot = x->slot,
+                                          .fired = x->fired_ev != MS_HOOK_NONE32, .step = x->step,
+                                          .t_begin = x->t_begin, .t_end = x->t_end, .t_ready = x->t_ready};
+    }
+  }
+  struct ms_trace_stats ts;
+  ms_engine_trace_stats(e, &ts);
+  ev->coverage = ts.records + ts.dropped ? (double)ts.records / (double)(ts.records + ts.dropped) : 0;
+  ev->obs_records = ts.records;
+  ev->bytes = ts.records * REC_BYTES;  /* every record the buffer held (queue depths too) */
+  ev->feat = (struct bench_features *)tr;  /* raw rows; bench_trace_features makes the tables */
+  return 0;
+}
+
+struct fire_key {
+  uint64_t step;
+  int32_t ev;
+  double end;
+};
+
+static int cmp_fire(const void *a, const void *b) {
+  const struct fire_key *x = a, *y = b;
+  if (x->step != y->step) return x->step < y->step ? -1 : 1;
+  return (x->ev > y->ev) - (x->ev < y->ev);
+}
+
+/* Release lags from task records: for every (step, event) whose producer end is
+ * known (exact: the producer whose trigger completed it; approximate: the last
+ * end among the producers seen), the first consumer seen gives its ready time. */
+static void feat_lags(struct bench_features *f, struct ms_engine *e, struct fire_key *fk, size_t nf,
+                      const struct trace_row *rows, size_t n, int keep_per_worker) {
+  qsort(fk, nf, sizeof *fk, cmp_fire);
+  /* merge duplicates (approximate mode): the latest end per (step, event) */
+  size_t m = 0;
+  for (size_t i = 0; i < nf; i++) {
+    if (m && !cmp_fire(&fk[m - 1], &fk[i])) {
+      if (fk[i].end > fk[m - 1].end) fk[m - 1].end = fk[i].end;
+      continue;
+    }
+    fk[m++] = fk[i];
+  }
+  for (size_t i = 0; i < n; i++) {
+    const struct trace_row *r = &rows[i];
+    if (keep_per_worker >= 0 && r->idx >= keep_per_worker) continue;
+    const struct ms_plan *p = ms_engine_plan(e, r->bucket);
+    if (!p || r->task >= p->n_tasks || p->tasks[r->task].wait < 0) continue;
+    struct fire_key key = {r->step, p->tasks[r->task].wait, 0};
+    struct fire_key *hit = bsearch(&key, fk, m, sizeof *fk, cmp_fire);
+    if (!hit || hit->end < 0) continue;
+    double lag = (double)r->t_ready - hit->end;
+    stat_add(&f->row[FS_EVCLASS][p->events[key.ev].cls], lag > 0 ? lag : 0, 0);
+    hit->end = -1;  /* one lag per firing */
+  }
+}
+
+/* The tables of a trace as shipped under `budget` (every worker its first
+ * budget / (32 x workers) records; budget 0: all). */
+static struct bench_features *trace_features(struct ms_engine *e, const struct bench_scenario *s,
+                                             const struct trace_rows *tr, uint64_t *bytes) {
+  const struct ms_plan *p0 = batch_plan(e, s);
+  struct bench_features *f = bench_feat_new(p0, e->n_workers, e->max_rows, s->tp > 1 ? s->tp : 1);
+  if (!f) return NULL;
+  int keep = -1;  /* the engine kept what the budget allowed */
+  size_t nf = 0, kept = 0;
+  struct fire_key *fk = calloc((size_t)tr->n + 1, sizeof *fk);
+  for (int i = 0; i < tr->n; i++) {
+    const struct trace_row *r = &tr->r[i];
+    if (keep >= 0 && r->idx >= keep) continue;
+    const struct ms_plan *p = ms_engine_plan(e, r->bucket);
+    if (!p) continue;
+    kept++;
+    feat_task(f, p, r->task, r->worker, r->slot, (double)(r->t_end - r->t_begin),
+              r->t_begin > r->t_ready ? (double)(r->t_begin - r->t_ready) : 0);
+    if (r->fired && fk && r->task < p->n_tasks && p->tasks[r->task].trigger >= 0)
+      fk[nf++] = (struct fire_key){r->step, p->tasks[r->task].trigger, (double)r->t_end};
+  }
+  if (fk) feat_lags(f, e, fk, nf, tr->r, (size_t)tr->n, keep);
+  free(fk);
+  if (!*bytes) *bytes = kept * REC_BYTES;
+  return f;
+}
+
+static int observe_trace(struct ms_engine *e, const struct bench_scenario *s, uint64_t budget,
+                         struct bench_evidence *ev) {
+  uint64_t per = budget / ((uint64_t)REC_BYTES * (uint64_t)e->n_workers);
+  if (!budget) /* the reference: everything (twice a worker's even share, for the JIT tasks it picks up) */
+    per = (uint64_t)ms_engine_plan(e, s->batch)->n_tasks * (uint64_t)(s->steps + 1) * 2 / (uint64_t)e->n_workers + 256;
+  if (per > (1u << 24)) per = 1u << 24;
+  if (per && ms_engine_trace_start(e, (uint32_t)per)) return -ENOMEM;
+  ev->run_ns = bench_engine_drive(e, s);
+  if (per) ms_engine_trace_stop(e);
+  struct trace_rows empty = {0};
+  int rc = per ? trace_collect(e, ev) : 0;
+  if (rc) return rc;
+  struct trace_rows *tr = per ? (struct trace_rows *)ev->feat : &empty;
+  ev->feat = trace_features(e, s, tr, &ev->bytes);
+  if (!per) ev->coverage = 0;
+  if (tr != &empty) {
+    free(tr->r);
+    free(tr);
+  }
+  return ev->feat ? 0 : -ENOMEM;
+}
+
+/* ---- monitors ---- */
+
+static struct ms_monitor *open_monitor(const struct bench_opts *o, const char *name, struct ms_textbuf *log) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s.bpf.o", o->monitors ? o->monitors : "build/monitors", name);
+  return ms_monitor_open(path, log);
+}
+
+/* A map of attachment id by name (the attachment stays readable after detach). */
+static struct ms_bpf_map *att_map(struct ms_engine *e, int id, const char *name) {
+  struct ms_bpf_map *m = NULL;
+  pthread_mutex_lock(&e->hooks->mu);
+  struct attachment *a = ms_hook_find(e->hooks, id);
+  for (int i = 0; a && i < a->cur->n_maps; i++)
+    if (!strcmp(ms_bpf_map_info(a->cur->maps[i])->name, name)) m = a->cur->maps[i];
+  pthread_mutex_unlock(&e->hooks->mu);
+  return m;
+}
+
+/* ---- (d) sampled task events ---- */
+
+struct sample_rec {
+  uint64_t task_gen, t_end;
+  uint32_t ns, queue_ns;
+  uint16_t worker, req_slot, bucket, pad;
+};
+
+struct sample_ctx {
+  struct ms_engine *e;
+  struct bench_features *f;
+  struct fire_key *fk;
+  struct trace_row *rows;
+  size_t n, cap;
+};
+
+static int sample_one(void *user, const void *data, uint32_t size) {
+  struct sample_ctx *c = user;
+  const struct sample_rec *r = data;
+  if (size < sizeof *r || c->n == c->cap) return 0;
+  const struct ms_plan *p = ms_engine_plan(c->e, r->bucket);
+  int t = (int)(r->task_gen & 0xffffffffu);
+  if (!p || t >= p->n_tasks) return 0;
+  uint64_t t_begin = r->t_end - r->ns;
+  feat_task(c->f, p, t, r->worker, r->req_slot == 0xffff ? -1 : r->req_slot, r->ns, r->queue_ns);
+  /* release lags, approximately: the latest end among the sampled producers */
+  if (p->tasks[t].trigger >= 0) c->fk[c->n] = (struct fire_key){r->task_gen >> 32, p->tasks[t].trigger, (double)r->t_end};
+  else c->fk[c->n] = (struct fire_key){UINT64_MAX, -1, -1};
+  c->rows[c->n] = (struct trace_row){.worker = r->worker, .task = t, .bucket = r->bucket, .step = r->task_gen >> 32,
+                                     .t_begin = t_begin, .t_end = r->t_end, .t_ready = t_begin - r->queue_ns};
+  c->n++;
+  return 0;
+}
+
+static int observe_sampled(const struct bench_opts *o, struct ms_engine *e, const struct bench_scenario *s,
+                           uint64_t budget, struct bench_evidence *ev, struct ms_textbuf *log) {
+  const struct ms_plan *p = batch_plan(e, s);
+  double events = (double)p->n_tasks * s->steps;
+  uint32_t every = budget ? (uint32_t)(events * REC_BYTES / (double)budget) + 1 : 1;
+  struct ms_monitor *mon = open_monitor(o, "diag_sample", log);
+  if (!mon) return -errno;
+  struct ms_attach_opts ao = {.sz = sizeof ao, .sample_every = every, .ringbuf_bytes = budget};
+  int id = ms_engine_attach(e, mon, &ao, log);
+  if (id <= 0) {
+    ms_monitor_free(mon);
+    return id ? id : -EINVAL;
+  }
+  ev->run_ns = bench_engine_drive(e, s);
+  struct ms_coverage cov;
+  ms_engine_attach_coverage(e, id, 0, &cov);
+  ms_engine_detach(e, id);
+  struct bench_features *f = bench_feat_new(p, e->n_workers, e->max_rows, s->tp > 1 ? s->tp : 1);
+  size_t cap = (size_t)(budget ? budget / REC_BYTES : events) + 16;
+  struct sample_ctx c = {.e = e, .f = f, .fk = calloc(cap, sizeof *c.fk), .rows = calloc(cap, sizeof *c.rows), .cap = cap};
+  struct ms_bpf_map *ring = att_map(e, id, "task_samples");
+  if (f && c.fk && c.rows && ring) ms_bpf_ringbuf_consume(ring, sample_one, &c);
+  if (f && c.fk) feat_lags(f, e, c.fk, c.n, c.rows, c.n, -1);
+  free(c.fk);
+  free(c.rows);
+  ev->feat = f;
+  ev->bytes = c.n * REC_BYTES;
+  ev->coverage = cov.eligible ? (double)c.n / (double)cov.eligible : 0;
+  ev->obs_execs = cov.executed;
+  ev->obs_ring = c.n;
+  return f ? 0 : -ENOMEM;
+}
+
+/* ---- (e) semantic monitors ---- */
+
+struct map_copy {
+  struct bench_features *f;
+  int sec;
+  int kind;  /* 0: task_stat, 1: time_stat, 2: stat2 (worker queue), 3: top */
+};
+
+static void copy_row(struct map_copy *c, int i, const uint64_t *v) {
+  if (i < 0 || i >= c->f->n[c->sec]) return;
+  struct bench_stat *s = &c->f->row[c->sec][i];
+  if (c->kind == 0) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2],
+                                             .qsum = (double)v[3], .qmax = (double)v[4]};
+  if (c->kind == 1) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3]};
+  if (c->kind == 2) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .qsum = (double)v[1]};
+  if (c->kind == 3) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1]};  /* worker, queue ns */
+}
+
+static int copy_entry(void *user, const void *key, const void *values) {
+  struct map_copy *c = user;
+  const uint64_t *v = values;
+  if (c->kind != 3 && !v[0]) return 0;
+  if (c->sec == FS_REQUEST) {
+    uint64_t k = *(const uint64_t *)key;
+    copy_row(c, (int)(k >> 32), v);
+  } else {
+    copy_row(c, (int)*(const uint32_t *)key, v);
+  }
+  return 0;
+}
+
+static void copy_map(struct ms_engine *e, int id, const char *name, struct bench_features *f, int sec, int kind) {
+  struct ms_bpf_map *m = att_map(e, id, name);
+  struct map_copy c = {f, sec, kind};
+  if (m) ms_bpf_map_foreach(m, copy_entry, &c);
+}
+
+static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, const struct bench_scenario *s,
+                            struct bench_evidence *ev, struct ms_textbuf *log) {
+  const struct ms_plan *p = batch_plan(e, s);
+  /* late-bound: the engine runs step 0 unobserved; the question is attached to
+   * the live engine at the next step boundary */
+  struct ms_request *r[64];
+  int n = submit_all(e, s, r);
+  uint64_t t0 = ms_now_ns(), sim0 = ms_engine_sim_now(e);
+  ms_engine_pause_at(e, 1);
+  int id = -1;
+  if (s->steps > 1 && ms_engine_wait_paused(e, 60000) == 0) {
+    uint64_t a0 = ms_now_ns();
+    struct ms_monitor *mon = open_monitor(o, "diag_semantic", log);
+    struct ms_attach_opts ao = {.sz = sizeof ao};
+    id = mon ? ms_engine_attach(e, mon, &ao, log) : -1;
+    if (mon && id <= 0) ms_monitor_free(mon);
+    ev->attach_ns = ms_now_ns() - a0;
+  }
+  ms_engine_resume(e);
+  wait_all(r, n);
+  ev->run_ns = since(e, s, t0, sim0);
+  if (id <= 0) return -EINVAL;
+  struct ms_coverage cov;
+  ms_engine_attach_coverage(e, id, 0, &cov);
+  struct bench_features *f = bench_feat_new(p, e->n_workers, e->max_rows, s->tp > 1 ? s->tp : 1);
+  if (!f) return -ENOMEM;
+  copy_map(e, id, "class_stat", f, FS_CLASS, 0);
+  copy_map(e, id, "op_stat", f, FS_OP, 0);
+  copy_map(e, id, "evclass_lag", f, FS_EVCLASS, 1);
+  copy_map(e, id, "worker_queue", f, FS_WORKER, 2);
+  copy_map(e, id, "worker_top", f, FS_WTOP, 3);
+  copy_map(e, id, "req_attn", f, FS_REQUEST, 1);
+  copy_map(e, id, "expert_stat", f, FS_EXPERT, 1);
+  copy_map(e, id, "device_comm", f, FS_DEVICE, 1);
+  for (int sec = 0; sec < FS_COUNT; sec++)
+    for (int i = 0; i < f->n[sec]; i++) f->row[sec][i].have = 0;  /* shipped only when read */
+  f->lazy = 1;
+  ev->feat = f;
+  ev->coverage = cov.eligible ? (double)cov.executed / (double)cov.eligible : 0;
+  ev->bytes = COVERAGE_BYTES;
+  ev->obs_execs = cov.executed;
+  ms_engine_detach(e, id);
+  return 0;
+}
+
+/* ---- one observed run ---- */
+
+int bench_observe(const struct bench_opts *o, const struct bench_engine_cfg *c, int m, uint64_t budget,
+                  struct bench_evidence *ev, struct ms_textbuf *log) {
+  memset(ev, 0, sizeof *ev);
+  ev->method = m;
+  ev->budget = budget;
+  struct ms_engine *e = bench_engine_new(c, log);
+  if (!e) return -errno;
+  int rc;
+  switch (m) {
+  case BM_KERNEL_TIMING: rc = observe_timing(e, c->sc, ev); break;
+  case BM_PC_SAMPLING: rc = observe_pc(e, c->sc, ev); break;
+  case BM_TASK_TRACE: rc = observe_trace(e, c->sc, budget, ev); break;
+  case BM_SAMPLED_EVENTS: rc = observe_sampled(o, e, c->sc, budget, ev, log); break;
+  case BM_SEMANTIC: rc = observe_semantic(o, e, c->sc, ev, log); break;
+  default: rc = -EINVAL;
+  }
+  if (ev->feat) ev->feat->coverage = ev->coverage;
+  ms_engine_free(e);
+  return rc;
+}
+
+void bench_evidence_free(struct bench_evidence *ev) {
+  free(ev->step_ns);
+  bench_feat_free(ev->feat);
+  memset(ev, 0, sizeof *ev);
+}

@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: MIT */
+/* The counterexample benchmark's report: JSON (per scenario the ground truth,
+ * what was drawn, the paired run times and every method's answer at every
+ * budget; per method the totals), a text table, and the data and gnuplot script
+ * of the plot of accuracy against telemetry bytes. */
+#include <errno.h>
+#include <stdio.h>
+
+#include "bench/bench.h"
+#include "megascope/json.h"
+
+static const char *cause_name(int c) {
+  return c == -1 ? "none" : c == -2 ? "unknown" : ms_fault_type_name((enum ms_fault_type)c);
+}
+
+static void json_culprit(struct ms_json *j, enum ms_culprit_kind k, int id, const char *name) {
+  ms_json_key(j, "culprit");
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "kind", ms_culprit_kind_name(k));
+  ms_json_kint(j, "id", id);
+  ms_json_kstr(j, "name", name);
+  ms_json_obj_end(j);
+}
+
+static void json_totals(struct ms_json *j, const struct bench_totals *t) {
+  ms_json_kint(j, "scenarios", t->n);
+  ms_json_knum(j, "cause_accuracy", t->cause_accuracy);
+  ms_json_knum(j, "culprit_accuracy", t->culprit_accuracy);
+  ms_json_knum(j, "false_confidence", t->false_confidence);
+  ms_json_knum(j, "telemetry_bytes", t->telemetry_bytes);
+  ms_json_knum(j, "perturbation", t->perturbation);
+}
+
+static void json_truth(struct ms_json *j, const struct bench_case *c) {
+  const struct bench_scenario *s = &c->sc;
+  ms_json_key(j, "ground_truth");
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "cause", cause_name(c->truth_cause));
+  json_culprit(j, c->truth_kind, c->truth_id, c->truth_name);
+  if (s->n_faults) {
+    const struct bench_fault *f = &s->faults[0];
+    int factor = ms_fault_uses_factor(f->type);
+    ms_json_knum(j, factor ? "factor" : "delay_ns", f->magnitude);
+    if (f->type == MS_FAULT_STARVE_TASK) ms_json_kint(j, "tile", f->tile);
+    ms_json_kbool(j, "magnitude_tuned", !(f->given & BF_MAGNITUDE));
+    if (f->severity > 0) ms_json_knum(j, "severity", f->severity);
+  }
+  ms_json_kstr(j, "drawn", s->drawn);
+  ms_json_obj_end(j);
+}
+
+static void json_answer(struct ms_json *j, const struct bench_answer *a, uint64_t budget) {
+  ms_json_obj_begin(j);
+  ms_json_kuint(j, "budget", budget);
+  ms_json_kstr(j, "cause", cause_name(a->cause));
+  json_culprit(j, a->kind, a->id, a->name);
+  ms_json_knum(j, "confidence", a->confidence);
+  ms_json_kuint(j, "telemetry_bytes", a->bytes);
+  ms_json_knum(j, "coverage", a->coverage);
+  ms_json_knum(j, "perturbation", a->perturbation);
+  ms_json_kbool(j, "cause_ok", a->cause_ok);
+  ms_json_kbool(j, "culprit_ok", a->culprit_ok);
+  ms_json_kstr(j, "evidence", a->why);
+  ms_json_obj_end(j);
+}
+
+static void json_case(struct ms_json *j, const struct bench_report *r, const struct bench_case *c) {
+  const struct bench_scenario *s = &c->sc;
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "name", s->name);
+  ms_json_kstr(j, "preset", s->preset);
+  ms_json_kstr(j, "backend", s->backend == MS_BACKEND_SIM ? "sim" : "cpu");
+  if (s->backend == MS_BACKEND_SIM) ms_json_kstr(j, "gpu", s->gpu);
+  ms_json_kint(j, "batch", s->batch);
+  ms_json_kint(j, "steps", s->steps);
+  ms_json_kuint(j, "seed", s->seed);
+  ms_json_kint(j, "tp", s->tp);
+  if (s->n_layers) ms_json_kint(j, "n_layers", s->n_layers);
+  if (s->n_experts) ms_json_kint(j, "n_experts", s->n_experts);
+  if (c->error[0]) {
+    ms_json_kstr(j, "error", c->error);
+    ms_json_obj_end(j);
+    return;
+  }
+  json_truth(j, c);
+  ms_json_knum(j, "healthy_ns", c->healthy_ns);
+  ms_json_knum(j, "faulty_ns", c->faulty_ns);
+  ms_json_knum(j, "slowdown", c->healthy_ns > 0 ? c->faulty_ns / c->healthy_ns - 1 : 0);
+  if (s->backend == MS_BACKEND_CPU) {
+    ms_json_knum(j, "healthy_ns_repeat", c->healthy_ns_b);
+    ms_json_knum(j, "faulty_ns_repeat", c->faulty_ns_b);
+  }
+  ms_json_kint(j, "tuning_runs", c->tune_runs);
+  ms_json_key(j, "answers");
+  ms_json_obj_begin(j);
+  for (int m = 0; m < BM_COUNT; m++) {
+    ms_json_key(j, bench_method_name(m));
+    ms_json_arr_begin(j);
+    for (int b = 0; b < r->o.n_budgets; b++) json_answer(j, &c->ans[m][b], r->o.budgets[b]);
+    ms_json_arr_end(j);
+  }
+  ms_json_obj_end(j);
+  ms_json_obj_end(j);
+}
+
+static void json_method(struct ms_json *j, const struct bench_report *r, int m) {
+  struct bench_totals t;
+  ms_json_key(j, bench_method_name(m));
+  ms_json_obj_begin(j);
+  ms_json_kuint(j, "budget", r->o.budgets[r->o.headline]);
+  bench_score(r, m, r->o.headline, &t);
+  json_totals(j, &t);
+  ms_json_knum(j, "attach_ms", r->attach_ms[m]);
+  ms_json_kstr(j, "attach_how", r->attach_how[m]);
+  ms_json_key(j, "by_budget");
+  ms_json_arr_begin(j);
+  for (int b = 0; b < r->o.n_budgets; b++) {
+    ms_json_obj_begin(j);
+    ms_json_kuint(j, "budget", r->o.budgets[b]);
+    bench_score(r, m, b, &t);
+    json_totals(j, &t);
+    ms_json_obj_end(j);
+  }
+  ms_json_arr_end(j);
+  ms_json_key(j, "by_fault");
+  ms_json_obj_begin(j);
+  for (int f = -1; f < MS_FAULT_TYPE_COUNT; f++) {
+    bench_score_type(r, m, r->o.headline, f, &t);
+    if (!t.n) continue;
+    ms_json_key(j, f < 0 ? "healthy" : ms_fault_type_name((enum ms_fault_type)f));
+    ms_json_obj_begin(j);
+    json_totals(j, &t);
+    ms_json_obj_end(j);
+  }
+  ms_json_obj_end(j);
+  ms_json_obj_end(j);
+}
+
+int bench_report_json(const struct bench_report *r, FILE *f) {
+  struct ms_json j;
+  ms_json_init(&j, f, 1);
+  ms_json_obj_begin(&j);
+  ms_json_kstr(&j, "benchmark", "counterexample");
+  ms_json_kint(&j, "version", 1);
+  ms_json_key(&j, "budgets");
+  ms_json_arr_begin(&j);
+  for (int b = 0; b < r->o.n_budgets; b++) ms_json_uint(&j, r->o.budgets[b]);
+  ms_json_arr_end(&j);
+  ms_json_kuint(&j, "headline_budget", r->o.budgets[r->o.headline]);
+  ms_json_key(&j, "modelled_observation_ns");
+  ms_json_obj_begin(&j);
+  ms_json_knum(&j, "program_run", r->o.exec_ns);
+  ms_json_knum(&j, "trace_record", r->o.record_ns);
+  ms_json_knum(&j, "ring_record", r->o.ring_ns);
+  ms_json_obj_end(&j);
+  ms_json_key(&j, "scenarios");
+  ms_json_arr_begin(&j);
+  for (int i = 0; i < r->n; i++) json_case(&j, r, &r->cases[i]);
+  ms_json_arr_end(&j);
+  ms_json_key(&j, "methods");
+  ms_json_obj_begin(&j);
+  for (int m = 0; m < BM_COUNT; m++) json_method(&j, r, m);
+  ms_json_obj_end(&j);
+  ms_json_obj_end(&j);
+  ms_json_end(&j);
+  return ferror(f) ? -EIO : 0;
+}
+
+static void human_bytes(double b, char *buf, size_t n) {
+  if (b >= 1 << 20)
+    snprintf(buf, n, "%.1f MiB", b / (1 << 20));
+  else if (b >= 1024)
+    snprintf(buf, n, "%.1f KiB", b / 1024);
+  else
+    snprintf(buf, n, "%.0f B", b);
+}
+
+int bench_report_text(const struct bench_report *r, FILE *f) {
+  int ran = 0;
+  double hsum = 0, fsum = 0, worst = 0;
+  for (int i = 0; i < r->n; i++) {
+    const struct bench_case *c = &r->cases[i];
+    if (c->error[0]) continue;
+    ran++;
+    hsum += c->healthy_ns;
+    fsum += c->faulty_ns;
+    double d = c->healthy_ns > 0 ? c->faulty_ns / c->healthy_ns - 1 : 0;
+    if (d > worst) worst = d;
+  }
+  char bb[32];
+  human_bytes((double)r->o.budgets[r->o.headline], bb, sizeof bb);
+  fprintf(f, "%d scenarios ran of %d; the outer view: healthy %.3f ms, faulty %.3f ms on average (%+.2f%%, worst %+.2f%%)\n\n",
+          ran, r->n, ran ? hsum / ran / 1e6 : 0, ran ? fsum / ran / 1e6 : 0, hsum > 0 ? 100 * (fsum / hsum - 1) : 0,
+          100 * worst);
+  fprintf(f, "budget %s per scenario and method\n", bb);
+  fprintf(f, "%-18s %8s %8s %8s %11s %12s %10s\n", "method", "cause", "culprit", "falsely", "telemetry", "perturbation",
+          "attach");
+  fprintf(f, "%-18s %8s %8s %8s %11s %12s %10s\n", "", "accuracy", "accuracy", "confident", "bytes", "", "ms");
+  for (int m = 0; m < BM_COUNT; m++) {
+    struct bench_totals t;
+    bench_score(r, m, r->o.headline, &t);
+    human_bytes(t.telemetry_bytes, bb, sizeof bb);
+    fprintf(f, "%-18s %7.0f%% %7.0f%% %8.0f%% %11s %+11.3f%% %10.2f\n", bench_method_name(m), 100 * t.cause_accuracy,
+            100 * t.culprit_accuracy, 100 * t.false_confidence, bb, 100 * t.perturbation, r->attach_ms[m]);
+  }
+  fprintf(f, "\nculprit accuracy by budget\n%-18s", "method");
+  for (int b = 0; b < r->o.n_budgets; b++) {
+    human_bytes((double)r->o.budgets[b], bb, sizeof bb);
+    fprintf(f, " %9s", bb);
+  }
+  fprintf(f, "\n");
+  for (int m = 0; m < BM_COUNT; m++) {
+    fprintf(f, "%-18s", bench_method_name(m));
+    for (int b = 0; b < r->o.n_budgets; b++) {
+      struct bench_totals t;
+      bench_score(r, m, b, &t);
+      fprintf(f, " %8.0f%%", 100 * t.culprit_accuracy);
+    }
+    fprintf(f, "\n");
+  }
+  fprintf(f, "\ncause / culprit accuracy by fault at the headline budget\n%-18s", "fault");
+  for (int m = 0; m < BM_COUNT; m++) fprintf(f, " %17.17s", bench_method_name(m));
+  fprintf(f, "\n");
+  for (int t = -1; t < MS_FAULT_TYPE_COUNT; t++) {
+    struct bench_totals x;
+    bench_score_type(r, 0, r->o.headline, t, &x);
+    if (!x.n) continue;
+    fprintf(f, "%-14s (%2d)", t < 0 ? "healthy" : ms_fault_type_name((enum ms_fault_type)t), x.n);
+    for (int m = 0; m < BM_COUNT; m++) {
+      bench_score_type(r, m, r->o.headline, t, &x);
+      fprintf(f, "        %4.0f/%4.0f", 100 * x.cause_accuracy, 100 * x.culprit_accuracy);
+    }
+    fprintf(f, "\n");
+  }
+  return ferror(f) ? -EIO : 0;
+}
+
+int bench_report_plot(const struct bench_report *r, const char *dat_path, const char *gp_path, const char *png_path) {
+  FILE *d = fopen(dat_path, "w");
+  if (!d) return -errno;
+  fprintf(d, "# method budget telemetry_bytes cause_accuracy culprit_accuracy false_confidence\n");
+  for (int m = 0; m < BM_COUNT; m++) {
+    fprintf(d, "# %s\n", bench_method_name(m));
+    for (int b = 0; b < r->o.n_budgets; b++) {
+      struct bench_totals t;
+      bench_score(r, m, b, &t);
+      fprintf(d, "%d %llu %.1f %.4f %.4f %.4f\n", m, (unsigned long long)r->o.budgets[b],
+              t.telemetry_bytes > 1 ? t.telemetry_bytes : 1, t.cause_accuracy, t.culprit_accuracy, t.false_confidence);
+    }
+    fprintf(d, "\n\n");
+  }
+  int rc = fclose(d) ? -EIO : 0;
+  FILE *g = fopen(gp_path, "w");
+  if (!g) return -errno;
+  int ran = 0;
+  for (int i = 0; i < r->n; i++) ran += !r->cases[i].error[0];
+  fprintf(g,
+          "# gnuplot script written by megascope bench diagnose\n"
+          "set terminal png size 1000,620 font \",11\"\n"
+          "set output '%s'\n"
+          "set title 'Counterexample benchmark: %d scenarios, accuracy against telemetry bytes per scenario'\n"
+          "set logscale x 2\n"
+          "set xlabel 'telemetry bytes shipped per scenario (mean)'\n"
+          "set ylabel 'accuracy'\n"
+          "set yrange [-0.02:1.05]\n"
+          "set key outside right top\n"
+          "set grid\n"
+          "plot ",
+          png_path, ran);
+  for (int m = 0; m < BM_COUNT; m++)
+    fprintf(g, "'%s' index %d using 3:5 with linespoints lw 2 pt %d lc %d title '%s culprit', \\\n"
+               "     '%s' index %d using 3:4 with lines dt 2 lc %d title '%s cause'%s",
+            dat_path, m, 5 + m, m + 1, bench_method_name(m), dat_path, m, m + 1, bench_method_name(m),
+            m + 1 < BM_COUNT ? ", \\\n     " : "\n");
+  if (fclose(g)) rc = -EIO;
+  return rc;
+}

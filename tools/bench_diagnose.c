@@ -1,0 +1,253 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope bench diagnose: the counterexample benchmark. Injects scheduler
+ * faults with known root causes (scenario files), observes each run five ways
+ * under one telemetry byte budget each, lets each way's diagnoser name the
+ * cause and the culprit, and scores them (docs/benchmark.md). */
+#include <errno.h>
+#include <getopt.h>
+#include <libgen.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bench/bench.h"
+#include "cli.h"
+#include "common.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: megascope bench diagnose --scenarios FILE [options]\n"
+          "       megascope bench diagnose --generate N [--seed S] [--backend B] [--write-scenarios F] [--run]\n\n"
+          "Runs scenarios with an injected scheduler fault (slow_class, routing_skew,\n"
+          "delayed_release, queue_saturation, comm_delay, starve_task, slow_request; or none),\n"
+          "each tuned so the whole run stays within its target (5%%) of the healthy run, and\n"
+          "asks five ways of observing, each under one telemetry byte budget, to name the\n"
+          "cause and the culprit: kernel_timing, pc_sampling, task_trace, sampled_events,\n"
+          "semantic_monitors. Prints a table (stderr with --json) and scores per method.\n\n"
+          "  --scenarios FILE     the scenarios: a JSON array (docs/benchmark.md)\n"
+          "  --generate N         N scenarios of every fault type and N/2 healthy ones, with\n"
+          "                       configurations and seeds drawn from --seed; culprits and\n"
+          "                       magnitudes are left to each scenario's seed. Written to\n"
+          "                       --write-scenarios (default stdout) unless --run\n"
+          "  --seed S             the generator's seed (default 1)\n"
+          "  --backend B          generated scenarios' backend: sim (default) or cpu\n"
+          "  --write-scenarios F  write the scenarios to F\n"
+          "  --run                with --generate: run them too\n"
+          "  --budgets LIST       telemetry bytes per scenario and method, e.g. 1k,4k,16k\n"
+          "                       (default 1k,4k,16k,64k,256k,1m)\n"
+          "  --headline B         the budget the summary table uses (default 16k)\n"
+          "  --monitors DIR       the compiled diag_*.bpf.o (default: monitors/ beside the binary)\n"
+          "  --json               print the JSON report on stdout\n"
+          "  --out FILE           write the JSON report to FILE\n"
+          "  --plot PNG           plot accuracy against telemetry bytes with gnuplot (writes\n"
+          "                       PNG.dat and PNG.gp beside it)\n"
+          "  --quiet              no progress lines\n"
+          "  -h, --help           this text\n");
+}
+
+static void progress(void *user, const char *msg) {
+  (void)user;
+  fprintf(stderr, "bench diagnose: %s\n", msg);
+}
+
+static int parse_bytes(const char *s, uint64_t *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || v <= 0) return -1;
+  if (*end == 'k' || *end == 'K') v *= 1024, end++;
+  else if (*end == 'm' || *end == 'M') v *= 1 << 20, end++;
+  if (*end || v > (double)(1ull << 40)) return -1;
+  *out = (uint64_t)v;
+  return 0;
+}
+
+static int parse_budgets(const char *s, struct bench_opts *o) {
+  char buf[512];
+  snprintf(buf, sizeof buf, "%s", s);
+  o->n_budgets = 0;
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+    if (o->n_budgets == BENCH_MAX_BUDGETS || parse_bytes(t, &o->budgets[o->n_budgets])) return -1;
+    o->n_budgets++;
+  }
+  return o->n_budgets ? 0 : -1;
+}
+
+/* monitors/ beside the binary (build/megascope -> build/monitors), else $MS_MONITORS. */
+static void default_monitors(char *dir, size_t n) {
+  const char *env = getenv("MS_MONITORS");
+  char exe[PATH_MAX];
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (len > 0) {
+    exe[len] = 0;
+    snprintf(dir, n, "%s/monitors", dirname(exe));
+    char probe[PATH_MAX + 32];
+    snprintf(probe, sizeof probe, "%s/diag_semantic.bpf.o", dir);
+    if (!access(probe, R_OK)) return;
+  }
+  snprintf(dir, n, "%s", env ? env : "build/monitors");
+}
+
+static int plot(const struct bench_report *r, const char *png) {
+  char dat[PATH_MAX], gp[PATH_MAX], cmd[PATH_MAX + 32];
+  snprintf(dat, sizeof dat, "%s.dat", png);
+  snprintf(gp, sizeof gp, "%s.gp", png);
+  int rc = bench_report_plot(r, dat, gp, png);
+  if (rc) {
+    fprintf(stderr, "megascope bench diagnose: --plot %s: %s\n", png, ms_strerror(rc));
+    return 1;
+  }
+  snprintf(cmd, sizeof cmd, "gnuplot '%s'", gp);
+  if (system(cmd)) {
+    fprintf(stderr, "megascope bench diagnose: gnuplot failed or is missing (Debian: gnuplot-nox); data in %s, script in %s\n",
+            dat, gp);
+    return 1;
+  }
+  fprintf(stderr, "bench diagnose: plot %s\n", png);
+  return 0;
+}
+
+struct args {
+  const char *scenarios, *write, *out, *png, *monitors, *budgets, *headline;
+  long generate;
+  uint64_t seed;
+  enum ms_backend backend;
+  int run, as_json, quiet;
+};
+
+static int parse_args(int argc, char **argv, struct args *a) {
+  static const struct option opts[] = {
+      {"scenarios", required_argument, 0, 0}, {"generate", required_argument, 0, 0},
+      {"seed", required_argument, 0, 0},      {"backend", required_argument, 0, 0},
+      {"write-scenarios", required_argument, 0, 0}, {"run", no_argument, 0, 0},
+      {"budgets", required_argument, 0, 0},   {"headline", required_argument, 0, 0},
+      {"monitors", required_argument, 0, 0},  {"json", no_argument, 0, 0},
+      {"out", required_argument, 0, 0},       {"plot", required_argument, 0, 0},
+      {"quiet", no_argument, 0, 0},           {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
+  int c, idx;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    if (c == 'h') {
+      usage(stdout);
+      return 1;
+    }
+    if (c != 0) {
+      usage(stderr);
+      return 2;
+    }
+    const char *n = opts[idx].name;
+    int bad = 0;
+    if (!strcmp(n, "scenarios")) a->scenarios = optarg;
+    else if (!strcmp(n, "generate")) bad = cli_int("--generate", optarg, 1, 1000, &a->generate);
+    else if (!strcmp(n, "seed")) bad = cli_u64("--seed", optarg, &a->seed);
+    else if (!strcmp(n, "write-scenarios")) a->write = optarg;
+    else if (!strcmp(n, "run")) a->run = 1;
+    else if (!strcmp(n, "budgets")) a->budgets = optarg;
+    else if (!strcmp(n, "headline")) a->headline = optarg;
+    else if (!strcmp(n, "monitors")) a->monitors = optarg;
+    else if (!strcmp(n, "json")) a->as_json = 1;
+    else if (!strcmp(n, "out")) a->out = optarg;
+    else if (!strcmp(n, "plot")) a->png = optarg;
+    else if (!strcmp(n, "quiet")) a->quiet = 1;
+    else if (!strcmp(n, "backend")) {
+      if (!strcmp(optarg, "sim")) a->backend = MS_BACKEND_SIM;
+      else if (!strcmp(optarg, "cpu")) a->backend = MS_BACKEND_CPU;
+      else {
+        fprintf(stderr, "megascope bench diagnose: --backend '%s': expected sim or cpu\n", optarg);
+        bad = 1;
+      }
+    }
+    if (bad) return 2;
+  }
+  if (!!a->scenarios == !!a->generate) {
+    fprintf(stderr, "megascope bench diagnose: give --scenarios FILE or --generate N\n");
+    usage(stderr);
+    return 2;
+  }
+  return 0;
+}
+
+static int write_scenarios(const char *path, const struct bench_scenario *s, int n) {
+  FILE *f = path ? fopen(path, "w") : stdout;
+  if (!f) {
+    fprintf(stderr, "megascope bench diagnose: %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  int rc = bench_scenarios_write(f, s, n);
+  if (path && fclose(f)) rc = -EIO;
+  return rc ? 1 : 0;
+}
+
+int bench_diagnose_main(int argc, char **argv) {
+  struct args a = {.seed = 1, .backend = MS_BACKEND_SIM};
+  int rc = parse_args(argc, argv, &a);
+  if (rc) return rc == 1 ? 0 : rc;
+  struct bench_opts o = {.exec_ns = 200, .record_ns = 20, .ring_ns = 100};
+  char mondir[PATH_MAX];
+  if (parse_budgets(a.budgets ? a.budgets : "1k,4k,16k,64k,256k,1m", &o)) {
+    fprintf(stderr, "megascope bench diagnose: --budgets '%s': expected byte counts like 1k,4k,16k (at most %d)\n",
+            a.budgets, BENCH_MAX_BUDGETS);
+    return 2;
+  }
+  uint64_t head = 16 << 10;
+  if (a.headline && parse_bytes(a.headline, &head)) {
+    fprintf(stderr, "megascope bench diagnose: --headline '%s': expected a byte count\n", a.headline);
+    return 2;
+  }
+  for (int b = 0; b < o.n_budgets; b++)
+    if (o.budgets[b] <= head) o.headline = b;
+  if (a.monitors)
+    snprintf(mondir, sizeof mondir, "%s", a.monitors);
+  else
+    default_monitors(mondir, sizeof mondir);
+  o.monitors = mondir;
+  if (!a.quiet) o.progress = progress;
+
+  struct bench_scenario *sc = NULL;
+  int n = 0;
+  char buf[8192] = "";
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+  if (a.generate) {
+    if (bench_scenarios_generate((int)a.generate, a.seed, a.backend, &sc, &n)) return 1;
+    if (!a.run) {
+      rc = write_scenarios(a.write, sc, n);
+      free(sc);
+      return rc;
+    }
+  } else if (bench_scenarios_read(a.scenarios, &sc, &n, &log)) {
+    fprintf(stderr, "megascope bench diagnose: %s: %s", a.scenarios, buf);
+    return 2;
+  }
+  if (a.write && (rc = write_scenarios(a.write, sc, n))) {
+    free(sc);
+    return rc;
+  }
+  struct bench_report r;
+  rc = bench_run(&o, sc, n, &r);
+  free(sc);
+  if (rc) {
+    fprintf(stderr, "megascope bench diagnose: %s\n", ms_strerror(rc));
+    return 1;
+  }
+  bench_report_text(&r, a.as_json ? stderr : stdout);
+  if (a.as_json) bench_report_json(&r, stdout);
+  if (a.out) {
+    FILE *f = fopen(a.out, "w");
+    if (!f || bench_report_json(&r, f) || fclose(f)) {
+      fprintf(stderr, "megascope bench diagnose: --out %s: %s\n", a.out, strerror(errno));
+      rc = 1;
+    }
+  }
+  if (a.png && plot(&r, a.png)) rc = 1;
+  int failed = 0;
+  for (int i = 0; i < r.n; i++) failed += r.cases[i].error[0] != 0;
+  if (failed) {
+    fprintf(stderr, "megascope bench diagnose: %d of %d scenarios could not run\n", failed, r.n);
+    rc = 1;
+  }
+  bench_report_free(&r);
+  return rc;
+}

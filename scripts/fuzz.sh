@@ -56,12 +56,11 @@ if [ -d "$shared/third_party/bpf_conformance/tests" ]; then
 fi
 cp -n "$root"/tests/fuzz/corpus/* "$dir/seeds/" 2>/dev/null || true
 
-cd "$dir"
 if [ $# -gt 0 ]; then
-  exec ./fuzz_bpf "$@"
+  exec "$dir/fuzz_bpf" "$@"
 fi
 echo "fuzz.sh: fuzzing for ${secs}s with $jobs job(s); corpus $dir/corpus, crashes in $dir/artifacts/"
 fork=()
 [ "$jobs" -gt 1 ] && fork=(-fork="$jobs" -ignore_crashes=0)
-exec ./fuzz_bpf -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -max_len=65536 \
+exec "$dir/fuzz_bpf" -max_total_time="$secs" -timeout=20 -rss_limit_mb=4096 -max_len=65536 \
   -artifact_prefix="$dir/artifacts/" -print_final_stats=1 "${fork[@]}" "$dir/corpus" "$dir/seeds"

@@ -22,6 +22,7 @@
  * Built by scripts/fuzz.sh with clang -fsanitize=fuzzer,address,undefined;
  * tests/test_bpf_fuzz_corpus.c includes this file and replays a corpus
  * through LLVMFuzzerTestOneInput without libFuzzer. */
+#include <elf.h>
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -165,7 +166,29 @@ static int verify(const struct ms_bpf_prog *p, int kind, int type, int hook, uin
   return rc;
 }
 
+/* An ELF section (such as a NOBITS .bss) claiming more than this makes the
+ * loader allocate that much for the global data's initial value; such inputs
+ * only exhaust the fuzzer's memory, so they are skipped (see the report:
+ * the loader should refuse global data larger than a map value can be). */
+#define FUZZ_MAX_SECTION (1u << 20)
+
+static int elf_claims_too_much(const uint8_t *data, size_t size) {
+  Elf64_Ehdr eh;
+  if (size < sizeof eh || memcmp(data, ELFMAG, SELFMAG)) return 0;
+  memcpy(&eh, data, sizeof eh);
+  if (eh.e_shentsize != sizeof(Elf64_Shdr)) return 0;
+  for (size_t i = 0; i < eh.e_shnum; i++) {
+    Elf64_Shdr sh;
+    uint64_t at = eh.e_shoff + i * sizeof sh;
+    if (at < eh.e_shoff || at > size || size - at < sizeof sh) return 0;
+    memcpy(&sh, data + at, sizeof sh);
+    if (sh.sh_size > FUZZ_MAX_SECTION) return 1;
+  }
+  return 0;
+}
+
 static void try_object(const uint8_t *data, size_t size) {
+  if (elf_claims_too_much(data, size)) return;
   struct ms_bpf_object *obj = ms_bpf_object_open_mem(data, size, "fuzz", NULL);
   if (!obj) return;
   uint32_t abi = 0;

@@ -124,7 +124,7 @@ static int reduce_edges(struct compiler *c) {
   for (int t = 0; t < c->n; t++) {
     struct ivec *p = &c->preds[t];
     uint64_t *at = anc + (size_t)t * words;
-    qsort(p->v, (size_t)p->n, sizeof *p->v, cmp_int_desc);
+    if (p->n > 1) qsort(p->v, (size_t)p->n, sizeof *p->v, cmp_int_desc);
     int keep = 0;
     for (int i = 0; i < p->n; i++) {
       int x = p->v[i], implied = 0;

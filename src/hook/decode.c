@@ -179,7 +179,7 @@ static int write_map(struct ms_bpf_map *m, uint32_t n_workers, const struct ms_p
   struct collect c = {.def = d, .n_workers = n_workers};
   int rc = ms_bpf_map_foreach(m, collect_fn, &c);
   if (!rc) rc = c.err;
-  qsort(c.e, c.n, sizeof *c.e, cmp_entry);
+  if (c.n > 1) qsort(c.e, c.n, sizeof *c.e, cmp_entry);
   enum label l = label_of(d->name);
   if (j) ms_json_key(j, !strncmp(d->name, "hist_", 5) ? "rows" : "entries"), ms_json_arr_begin(j);
   if (!strncmp(d->name, "hist_", 5) && d->value_size == 8)

@@ -230,12 +230,15 @@ void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen
   struct trace_rec staged;
   if (rec) staged = *rec;
   int fired = trigger(w, rt, k->trigger, gen, t);
-  if (rec && (rec = ms_tel_slot(w))) {
-    /* the record is published only now, with the event its trigger completed */
-    *rec = staged;
-    rec->fired_ev = fired ? (uint32_t)k->trigger : MS_HOOK_NONE32;
-    atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
-                          memory_order_release);
+  if (rec) {
+    if ((rec = ms_tel_slot(w))) {
+      /* the record is published only now, with the event its trigger completed */
+      *rec = staged;
+      rec->fired_ev = fired ? (uint32_t)k->trigger : MS_HOOK_NONE32;
+      atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
+                            memory_order_release);
+    }
+    ms_tel_leave(w);  /* entered by ms_tel_task when it reserved the record */
   }
 }
 

@@ -78,6 +78,7 @@ struct worker {
   _Atomic uint32_t trace_n;     /* records published (release) */
   _Atomic uint64_t trace_dropped;
   uint64_t trace_session;       /* the session trace_n counts for */
+  _Atomic int trace_busy;       /* > 0 while it writes a record: buffers stay put */
   char pad[64];
 };
 
@@ -213,6 +214,20 @@ int ms_tel_init(struct ms_engine *e);
 void ms_tel_free(struct ms_engine *e);
 void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint64_t t1, struct trace_rec **rec);
 void ms_tel_qdepth(struct worker *w, uint32_t depth);
+/* Around a trace record's writing (the worker is the only writer of its count):
+ * trace_start frees buffers only when no worker is inside. */
+static inline int ms_tel_enter(struct worker *w) {
+  atomic_store_explicit(&w->trace_busy, atomic_load_explicit(&w->trace_busy, memory_order_relaxed) + 1,
+                        memory_order_seq_cst);
+  if (atomic_load_explicit(&w->e->trace_on, memory_order_seq_cst)) return 1;
+  atomic_store_explicit(&w->trace_busy, atomic_load_explicit(&w->trace_busy, memory_order_relaxed) - 1,
+                        memory_order_release);
+  return 0;
+}
+static inline void ms_tel_leave(struct worker *w) {
+  atomic_store_explicit(&w->trace_busy, atomic_load_explicit(&w->trace_busy, memory_order_relaxed) - 1,
+                        memory_order_release);
+}
 /* The worker's next free trace record (NULL, counted as dropped, when full). */
 struct trace_rec *ms_tel_slot(struct worker *w);
 void ms_tel_request_done(struct ms_engine *e, const struct ms_request *r, int cancelled);

@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -122,9 +123,12 @@ void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint6
     add(&b->wait_ns, w->wait_ns);
   }
   *rec = NULL;
-  if (!atomic_load_explicit(&e->trace_on, memory_order_relaxed)) return;
+  if (!atomic_load_explicit(&e->trace_on, memory_order_relaxed) || !ms_tel_enter(w)) return;
   struct trace_rec *r = trace_slot(w);
-  if (!r) return;
+  if (!r) {
+    ms_tel_leave(w);
+    return;
+  }
   int row = k->tile[1];
   *r = (struct trace_rec){.kind = TR_TASK, .t_begin = t0, .t_end = t1, .t_ready = ready,
                           .step = atomic_load_explicit(&e->cur_step, memory_order_relaxed), .task = (uint32_t)t,
@@ -140,11 +144,14 @@ void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint6
 }
 
 void ms_tel_qdepth(struct worker *w, uint32_t depth) {
+  if (!ms_tel_enter(w)) return;
   struct trace_rec *r = trace_slot(w);
-  if (!r) return;
-  *r = (struct trace_rec){.kind = TR_QDEPTH, .t_begin = ms_eng_now(w->e), .depth = depth};
-  atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
-                        memory_order_release);
+  if (r) {
+    *r = (struct trace_rec){.kind = TR_QDEPTH, .t_begin = ms_eng_now(w->e), .depth = depth};
+    atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
+                          memory_order_release);
+  }
+  ms_tel_leave(w);
 }
 
 void ms_tel_request_done(struct ms_engine *e, const struct ms_request *r, int cancelled) {
@@ -201,8 +208,11 @@ int ms_engine_trace_start(struct ms_engine *e, uint32_t records_per_worker) {
   if (atomic_load(&e->trace_on)) return -EBUSY;
   if (!records_per_worker) records_per_worker = 1u << 18;
   if (records_per_worker != e->trace_cap) {
+    /* the trace is off: once no worker is still inside a record it started
+     * before the stop, nobody touches the buffers and they can be swapped */
+    for (int w = 0; w < e->n_workers; w++)
+      while (atomic_load_explicit(&e->workers[w].trace_busy, memory_order_seq_cst)) sched_yield();
     for (int w = 0; w < e->n_workers; w++) {
-      /* no worker writes while the trace is off: buffers can be swapped */
       free(e->workers[w].trace);
       e->workers[w].trace = NULL;
     }
@@ -336,7 +346,7 @@ int ms_engine_trace_write(const struct ms_engine *e, FILE *f) {
       fires[nf++] = (struct fire_key){r->step, r->fired_ev, (uint32_t)w, r};
     }
   }
-  qsort(fires, nf, sizeof *fires, cmp_fire);
+  if (nf > 1) qsort(fires, nf, sizeof *fires, cmp_fire);
   struct ms_json j;
   ms_json_init(&j, f, 0);
   ms_json_obj_begin(&j);

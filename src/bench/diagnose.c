@@ -154,7 +154,8 @@ static void diagnose_pc(const struct bench_evidence *ref, struct bench_evidence 
     for (int k = 0; k < 20; k++) {
       double pc = cur[d][k] / nc, pr = ref->pc[d][k] / nr;
       if (cur[d][k] <= 0 && ref->pc[d][k] <= 0) continue;
-      double sd = sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + 0.002 + 0.02 * pr;
+      /* sampling noise, and a floor for what differs between two healthy runs */
+      double sd = sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + 2e-5 + 0.02 * pr;
       double z = (pc - pr) / sd;
       if (z > zk[k]) zk[k] = z;
       if (z > best) {
@@ -184,7 +185,7 @@ static void diagnose_pc(const struct bench_evidence *ref, struct bench_evidence 
       double zd = 0;
       for (int d = 0; d < BENCH_MAX_DEVICES; d++) {
         double pc = cur[d][kb] / nc, pr = ref->pc[d][kb] / nr;
-        double z = (pc - pr) / (sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + 0.002 + 0.02 * pr);
+        double z = (pc - pr) / (sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + 2e-5 + 0.02 * pr);
         if (z > zd) zd = z, dev = d;
       }
       h = (struct hyp){.cause = MS_FAULT_COMM_DELAY, .kind = MS_CULPRIT_DEVICE, .id = dev, .z = zd};
@@ -228,9 +229,11 @@ static int have(struct fctx *c, int sec, int i) {
 static double z_mean(struct fctx *c, int sec, int i, double *ratio) {
   const struct bench_stat *x = &c->cur->row[sec][i], *r = &c->ref->row[sec][i];
   double mx = x->sum / x->n, mr = r->sum / r->n;
-  double vx = x->n > 1 ? fmax(0, x->sumsq / x->n - mx * mx) : mx * mx * 0.01;
-  double vr = r->n > 1 ? fmax(0, r->sumsq / r->n - mr * mr) : mr * mr * 0.01;
-  double sd = sqrt(vx / x->n + vr / r->n) + 0.01 * mr + c->floor_abs;
+  /* one sample says nothing of the spread: assume it as large as the value */
+  double vx = x->n > 1 ? fmax(0, x->sumsq / x->n - mx * mx) : mx * mx;
+  double vr = r->n > 1 ? fmax(0, r->sumsq / r->n - mr * mr) : mr * mr;
+  /* few samples: a wider interval (about Student's t) */
+  double sd = sqrt(vx / x->n * (1 + 4 / x->n) + vr / r->n * (1 + 4 / r->n)) + 0.01 * mr + c->floor_abs;
   *ratio = mr > 0 ? mx / mr : 0;
   return (mx - mr) / sd;
 }
@@ -294,7 +297,9 @@ static void hyp_ops(struct fctx *c) {
   }
 }
 
-/* The worker queueing most against the reference's spread of workers. */
+/* The worker whose tasks queue longest in all (ready -> begin, summed): a
+ * saturated queue holds back everything placed on it. Against the reference's
+ * spread of workers, from its worst one. */
 static void hyp_worker(struct fctx *c) {
   int top = -1;
   if (c->cur->lazy) {
@@ -302,9 +307,8 @@ static void hyp_worker(struct fctx *c) {
   } else {
     double best = -1;
     for (int w = 0; w < c->cur->n[FS_WORKER]; w++)
-      if (c->cur->row[FS_WORKER][w].have && c->cur->row[FS_WORKER][w].n > 0 &&
-          c->cur->row[FS_WORKER][w].sum / c->cur->row[FS_WORKER][w].n > best)
-        best = c->cur->row[FS_WORKER][w].sum / c->cur->row[FS_WORKER][w].n, top = w;
+      if (c->cur->row[FS_WORKER][w].have && c->cur->row[FS_WORKER][w].sum > best)
+        best = c->cur->row[FS_WORKER][w].sum, top = w;
   }
   if (top < 0 || top >= c->cur->n[FS_WORKER] || !c->cur->row[FS_WORKER][top].have || c->cur->row[FS_WORKER][top].n <= 0)
     return;
@@ -313,18 +317,18 @@ static void hyp_worker(struct fctx *c) {
   for (int w = 0; w < c->ref->n[FS_WORKER]; w++) {
     const struct bench_stat *r = &c->ref->row[FS_WORKER][w];
     if (r->n <= 0) continue;
-    s += r->sum / r->n;
-    q += (r->sum / r->n) * (r->sum / r->n);
-    if (r->sum / r->n > m) m = r->sum / r->n;
+    s += r->sum;
+    q += r->sum * r->sum;
+    if (r->sum > m) m = r->sum;
     n++;
   }
   if (!n) return;
+  const struct bench_stat *me = &c->cur->row[FS_WORKER][top];
   double mean = s / n, sd = sqrt(fmax(0, q / n - mean * mean));
-  double mine = c->cur->row[FS_WORKER][top].sum / c->cur->row[FS_WORKER][top].n;
-  double z = (mine - m) / (sd + 0.1 * mean + c->floor_abs);
+  double z = (me->sum - m) / (sd + 0.1 * mean + 10 * c->floor_abs);
   add(c, MS_FAULT_QUEUE_SATURATION, MS_CULPRIT_WORKER, top, z,
-      "worker %d: its tasks queue %.1f us on average (reference: %.1f us, the worst worker %.1f us)", top, mine / 1e3,
-      mean / 1e3, m / 1e3);
+      "worker %d: its tasks queued %.1f us in all (reference workers: %.1f us on average, the worst %.1f us)", top,
+      me->sum / 1e3, mean / 1e3, m / 1e3);
 }
 
 static void collect(struct fctx *c) {
@@ -411,7 +415,7 @@ static void diagnose_features(const struct bench_evidence *ref, struct bench_evi
     /* what it read of what a full read-out would have read */
     int want = 0, got = 0;
     for (int s = 0; s < FS_COUNT; s++)
-      for (int i = 0; i < f->n[s]; i++)
+      for (int i = 0; i < f->n[s] && s != FS_WORKER; i++)  /* the top workers stand for them */
         if (ref->feat->row[s][i].n > 0) {
           want++;
           got += f->row[s][i].have;
@@ -428,10 +432,11 @@ static void diagnose_features(const struct bench_evidence *ref, struct bench_evi
     snprintf(why, sizeof why, "nothing stands out (best: %.130s)", c.n ? c.h[0].why : "no comparable rows");
     answer_none(a, ev->coverage * read_share * (1 - z1 / Z_MIN), why);
   } else {
-    /* the runner-up: the best hypothesis that names something else */
+    /* the runner-up: the best hypothesis that names something else (a kernel-level
+     * one of the same cause is the same finding, seen coarser) */
     double z2 = 0;
     for (int i = 1; i < c.n; i++)
-      if (c.h[i].cause != c.h[0].cause || c.h[i].id != c.h[0].id) {
+      if (c.h[i].cause != c.h[0].cause || (c.h[i].id != c.h[0].id && c.h[i].id >= 0)) {
         z2 = c.h[i].z;
         break;
       }

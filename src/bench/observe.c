@@ -32,7 +32,7 @@
 #define PC_ROW_BYTES 16   /* (device, kernel, state) and a count */
 #define STEP_BYTES 8
 #define COVERAGE_BYTES 64 /* the semantic read-out's coverage record */
-#define PC_PERIOD_NS 2000 /* the simulator's sampling period per SM */
+#define PC_PERIOD_NS 1000 /* the simulator's sampling period per SM (about 2^11 cycles) */
 
 const char *bench_method_name(int m) {
   static const char *const names[BM_COUNT] = {"kernel_timing", "pc_sampling", "task_trace", "sampled_events",

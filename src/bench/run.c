@@ -134,7 +134,8 @@ static void tune(struct runner *r, const struct ms_model *m, struct bench_case *
     if (fl->given & BF_MAGNITUDE) continue;
     double goal = fl->severity * s->target, st = initial_strength(fl->type, c->healthy_ns, s->steps, workers);
     double best_s = -1, best_d = 0, low_s = st, low_d = 1e9;
-    int iters = s->backend == MS_BACKEND_SIM ? 10 : 4;
+    double lo = -1, d_lo = 0, hi = -1, d_hi = 0;  /* strengths known to fall short of / pass the goal */
+    int iters = s->backend == MS_BACKEND_SIM ? 12 : 4;
     for (int it = 0; it < iters; it++) {
       fl->magnitude = magnitude_of(fl->type, st);
       double d = slowdown(r, m, s, &h, &f);
@@ -142,14 +143,23 @@ static void tune(struct runner *r, const struct ms_model *m, struct bench_case *
       if (d < low_d) low_d = d, low_s = st;
       if (d <= s->target && (best_s < 0 || fabs(d - goal) < fabs(best_d - goal))) best_s = st, best_d = d;
       if (d <= s->target && fabs(d - goal) <= 0.2 * goal) break;
-      double next = d < 1e-4 ? st * 8 : st * goal / d;
-      if (next > st * 10) next = st * 10;
-      if (next < st / 10) next = st / 10;
-      if (magnitude_of(fl->type, next) != magnitude_of(fl->type, st) || next < st) {
-        st = next;
+      if (d < goal)
+        lo = st, d_lo = d;
+      else
+        hi = st, d_hi = d;
+      double next;
+      if (lo >= 0 && hi >= 0) {
+        /* bracketed: interpolate, or halve (geometrically when the bracket is wide) */
+        next = lo + (hi - lo) * (goal - d_lo) / (d_hi - d_lo);
+        if (!(next > lo + 0.05 * (hi - lo) && next < hi - 0.05 * (hi - lo)))
+          next = hi > 4 * lo && lo > 0 ? sqrt(lo * hi) : (lo + hi) / 2;
+      } else if (hi < 0) {
+        next = d < 1e-4 ? st * 8 : fmin(st * goal / d, st * 10);
       } else {
-        break;  /* a share at 1: it cannot grow */
+        next = fmax(st * goal / d, st / 10);
       }
+      if (magnitude_of(fl->type, next) == magnitude_of(fl->type, st)) break;  /* a share at 1 cannot grow */
+      st = next;
     }
     fl->magnitude = magnitude_of(fl->type, best_s >= 0 ? best_s : low_s);
   }

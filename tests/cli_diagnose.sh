@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# megascope bench diagnose, as a user runs it: a small scenario file on the
+# simulator gives a report of the documented shape (per scenario the ground
+# truth, what was drawn and five methods' answers at every budget; per method
+# the totals), every answer is judged consistently with the ground truth, the
+# same file gives the same report twice (the simulator is deterministic), the
+# plot is drawn when gnuplot is there, the generator writes a file the reader
+# takes, and a bad file is refused with the key named.
+set -euo pipefail
+MS=$1
+SRC=${MS_SRC:-$(dirname "$0")/..}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mon=${MS_MONITORS:-$(dirname "$MS")/monitors}
+
+args=(bench diagnose --scenarios "$SRC/bench/scenarios/smoke.json" --budgets 2k,64k --headline 64k --monitors "$mon" --quiet)
+"$MS" "${args[@]}" --json > "$tmp/a.json" 2> "$tmp/table.txt"
+"$MS" "${args[@]}" --out "$tmp/b.json" > /dev/null 2>&1
+grep -q "semantic_monitors" "$tmp/table.txt"
+python3 - "$tmp/a.json" "$tmp/b.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))
+b = json.load(open(sys.argv[2]))
+methods = ["kernel_timing", "pc_sampling", "task_trace", "sampled_events", "semantic_monitors"]
+assert a["budgets"] == [2048, 65536] and a["headline_budget"] == 65536
+assert len(a["scenarios"]) == 5
+for s in a["scenarios"]:
+    assert "error" not in s, s
+    g = s["ground_truth"]
+    for k in ("cause", "culprit", "drawn"):
+        assert k in g, k
+    assert s["healthy_ns"] > 0 and s["faulty_ns"] > 0
+    if g["cause"] != "none":
+        # tuned or given, the outer view stays within the 5% target
+        assert s["faulty_ns"] <= s["healthy_ns"] * 1.05 + 1, (s["name"], s["slowdown"])
+    for m in methods:
+        ans = s["answers"][m]
+        assert [x["budget"] for x in ans] == a["budgets"]
+        for x in ans:
+            for k in ("cause", "culprit", "confidence", "telemetry_bytes", "coverage", "perturbation", "evidence"):
+                assert k in x, (m, k)
+            assert 0 <= x["confidence"] <= 1
+            assert x["cause_ok"] == (x["cause"] == g["cause"]), (s["name"], m, x)
+            culprit = x["culprit"]["kind"] == g["culprit"]["kind"] and x["culprit"]["id"] == g["culprit"]["id"]
+            assert x["culprit_ok"] == (x["cause_ok"] and (g["cause"] == "none" or culprit)), (s["name"], m, x)
+            if m in ("task_trace", "sampled_events") and x["budget"] == 2048:
+                assert x["telemetry_bytes"] <= 2048, (m, x["telemetry_bytes"])
+        assert s["answers"]["semantic_monitors"][1]["telemetry_bytes"] <= 65536
+# drawn from the seed and said so
+starved = [s for s in a["scenarios"] if s["name"] == "starved"][0]
+assert "target blk." in starved["ground_truth"]["drawn"] and "tile" in starved["ground_truth"]["drawn"]
+for m in methods:
+    t = a["methods"][m]
+    for k in ("cause_accuracy", "culprit_accuracy", "false_confidence", "telemetry_bytes", "perturbation", "attach_ms"):
+        assert k in t, (m, k)
+        assert t[k] >= 0
+    assert len(t["by_budget"]) == 2
+# the semantic monitors name every injected culprit of this file at 64 KiB
+assert a["methods"]["semantic_monitors"]["culprit_accuracy"] == 1.0, a["methods"]["semantic_monitors"]
+# deterministic: the same answers the second time
+strip = lambda d: [(s["name"], s["faulty_ns"], [(m, x["cause"], x["culprit"]["id"], x["telemetry_bytes"])
+                    for m in methods for x in s["answers"][m]]) for s in d["scenarios"]]
+assert strip(a) == strip(b)
+PY
+
+if command -v gnuplot > /dev/null; then
+  "$MS" "${args[@]}" --plot "$tmp/acc.png" > /dev/null 2>&1
+  test -s "$tmp/acc.png" && test -s "$tmp/acc.png.dat" && test -s "$tmp/acc.png.gp"
+  head -c 8 "$tmp/acc.png" | od -An -c | grep -q "P   N   G"
+fi
+
+"$MS" bench diagnose --generate 2 --seed 5 > "$tmp/gen.json"
+python3 - "$tmp/gen.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+types = [s["faults"][0]["type"] for s in d if s["faults"]]
+assert len(d) == 15 and len(types) == 14 and len(set(types)) == 7, (len(d), types)
+PY
+"$MS" bench diagnose --generate 2 --seed 5 --write-scenarios "$tmp/gen2.json"
+cmp "$tmp/gen.json" "$tmp/gen2.json"
+
+echo '[{"name": "x", "preset": "tiny", "backend": "sim", "batch": 2, "steps": 2, "seed": 1, "faults": [], "color": 1}]' > "$tmp/bad.json"
+if "$MS" bench diagnose --scenarios "$tmp/bad.json" 2> "$tmp/err.txt"; then echo "accepted a bad file"; exit 1; fi
+grep -q 'scenario 0 (x): unknown key "color"' "$tmp/err.txt"
+echo '[{"name": "y", "preset": "tiny", "backend": "sim", "batch": 2, "steps": 2, "seed": 1, "faults": [{"type": "slow_class", "delay_us": 3}]}]' > "$tmp/bad2.json"
+if "$MS" bench diagnose --scenarios "$tmp/bad2.json" 2> "$tmp/err2.txt"; then echo "accepted a bad fault"; exit 1; fi
+grep -q 'slow_class takes "factor", not "delay_us"' "$tmp/err2.txt"
+echo "cli_diagnose: ok"

@@ -1,0 +1,217 @@
+/* SPDX-License-Identifier: MIT */
+/* The counterexample benchmark's parts: scenario files are read strictly (each
+ * rejection names the scenario and the key), written back and read again to the
+ * same scenarios; the generator gives every fault type and healthy runs; what a
+ * file leaves out is drawn from the scenario's seed, the same every time, and
+ * said; each observer ships no more than its budget; the semantic read-out
+ * names a fault's culprit from its own evidence; the scores add up. Small
+ * simulated runs only (16 SMs, two layers). */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bench/bench.h"
+#include "compile/plan_impl.h"
+#include "test.h"
+
+static char mon_dir[4096];
+
+static int parse(const char *text, struct bench_scenario **s, int *n, char *err, size_t errn) {
+  struct ms_textbuf log = {err, errn, 0, 0};
+  err[0] = 0;
+  return bench_scenarios_parse(text, strlen(text), s, n, &log);
+}
+
+static void test_parse(void) {
+  char err[1024];
+  struct bench_scenario *s;
+  int n;
+  const char *good =
+      "[{\"name\": \"a\", \"preset\": \"llama-3.2-1b\", \"backend\": \"sim\", \"batch\": 4, \"steps\": 3, \"seed\": 9,"
+      "  \"gpu\": \"a100\", \"tp\": 2, \"model\": {\"n_layers\": 2}, \"sim\": {\"n_sms\": 16, \"jitter\": 0.02},"
+      "  \"faults\": [{\"type\": \"comm_delay\", \"target\": 1, \"delay_us\": 2.5}]},"
+      " {\"name\": \"b\", \"preset\": \"tiny\", \"backend\": \"cpu\", \"batch\": 2, \"steps\": 5, \"seed\": 1,"
+      "  \"faults\": [{\"type\": \"slow_class\", \"target\": \"blk.1.wo\", \"factor\": 2}]}]";
+  CHECKF(parse(good, &s, &n, err, sizeof err) == 0 && n == 2, "%s", err);
+  if (n == 2) {
+    CHECK(s[0].tp == 2 && s[0].n_layers == 2 && s[0].n_params == 2 && !strcmp(s[0].gpu, "a100"));
+    CHECK(s[0].faults[0].type == MS_FAULT_COMM_DELAY && s[0].faults[0].magnitude == 2500 &&
+          s[0].faults[0].given == (BF_TARGET | BF_MAGNITUDE));
+    CHECK(s[1].backend == MS_BACKEND_CPU && s[1].faults[0].magnitude == 2 && !strcmp(s[1].faults[0].target, "blk.1.wo"));
+    CHECK(s[0].target == 0.05 && s[0].jitter == 0.05);
+    /* written and read back: the same */
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&buf, &len);
+    CHECK(bench_scenarios_write(f, s, n) == 0);
+    fclose(f);
+    struct bench_scenario *t;
+    int m;
+    CHECKF(parse(buf, &t, &m, err, sizeof err) == 0 && m == 2, "%s\n%s", err, buf);
+    if (m == 2)
+      CHECK(t[0].tp == 2 && t[0].faults[0].magnitude == 2500 && t[1].faults[0].given == (BF_TARGET | BF_MAGNITUDE) &&
+            !strcmp(t[0].params[0][0], "n_sms") && t[1].seed == 1);
+    free(t);
+    free(buf);
+  }
+  free(s);
+  static const struct {
+    const char *text, *msg;
+  } bad[] = {
+      {"{}", "non-empty JSON array"},
+      {"[{\"name\": \"x\", \"preset\": \"tiny\", \"batch\": 1, \"steps\": 1, \"seed\": 1, \"faults\": [], \"colour\": 2}]",
+       "scenario 0 (x): unknown key \"colour\""},
+      {"[{\"name\": \"x\", \"preset\": \"tiny\", \"steps\": 1, \"seed\": 1, \"faults\": []}]", "\"batch\" is required"},
+      {"[{\"name\": \"x\", \"preset\": \"nope\", \"batch\": 1, \"steps\": 1, \"seed\": 1, \"faults\": []}]",
+       "must name a model preset"},
+      {"[{\"name\": \"x\", \"preset\": \"tiny\", \"batch\": 1, \"steps\": 1, \"seed\": 1, \"faults\": [{\"type\": \"boom\"}]}]",
+       "fault 0: unknown fault type \"boom\""},
+      {"[{\"name\": \"x\", \"preset\": \"tiny\", \"batch\": 1, \"steps\": 1, \"seed\": 1, \"faults\": "
+       "[{\"type\": \"starve_task\", \"factor\": 2}]}]",
+       "starve_task takes \"delay_us\", not \"factor\""},
+      {"[{\"name\": \"x\", \"preset\": \"tiny\", \"batch\": 1, \"steps\": 1, \"seed\": 1, \"faults\": [], "
+       "\"sim\": {\"warp\": 9}}]",
+       "bad cost parameter \"warp\""},
+      {"[{\"name\": \"x\", \"preset\": \"tiny\", \"batch\": 1, \"steps\": 1, \"seed\": 1, \"faults\": "
+       "[{\"type\": \"routing_skew\", \"factor\": 3}]}]",
+       "\"factor\" must be a number in 0..1"},
+  };
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    int rc = parse(bad[i].text, &s, &n, err, sizeof err);
+    CHECKF(rc == -EINVAL && strstr(err, bad[i].msg), "case %zu: %s", i, err);
+    if (!rc) free(s);
+  }
+}
+
+static void test_generate(void) {
+  struct bench_scenario *s;
+  int n, count[MS_FAULT_TYPE_COUNT] = {0}, healthy = 0;
+  CHECK(bench_scenarios_generate(8, 3, MS_BACKEND_SIM, &s, &n) == 0);
+  CHECK(n == 8 * MS_FAULT_TYPE_COUNT + 4);
+  for (int i = 0; i < n; i++) {
+    if (s[i].n_faults)
+      count[s[i].faults[0].type]++;
+    else
+      healthy++;
+    CHECK(s[i].faults[0].given == 0 || !s[i].n_faults);
+  }
+  for (int t = 0; t < MS_FAULT_TYPE_COUNT; t++) CHECK(count[t] == 8);
+  CHECK(healthy == 4);
+  struct bench_scenario *again;
+  int m;
+  CHECK(bench_scenarios_generate(8, 3, MS_BACKEND_SIM, &again, &m) == 0 && m == n);
+  CHECK(!memcmp(s, again, sizeof *s * (size_t)n));
+  free(again);
+  free(s);
+}
+
+/* Drawing: the same seed, the same culprit; said in `drawn`; names resolved. */
+static void test_draw(void) {
+  char err[1024];
+  struct bench_scenario *s;
+  int n;
+  const char *text =
+      "[{\"name\": \"d\", \"preset\": \"llama-3.2-1b\", \"batch\": 4, \"steps\": 2, \"seed\": 77, \"model\": {\"n_layers\": 3},"
+      "  \"faults\": [{\"type\": \"starve_task\"}]},"
+      " {\"name\": \"e\", \"preset\": \"llama-3.2-1b\", \"batch\": 4, \"steps\": 2, \"seed\": 77, \"model\": {\"n_layers\": 3},"
+      "  \"faults\": [{\"type\": \"delayed_release\", \"target\": \"rope->attn\", \"delay_us\": 1}]},"
+      " {\"name\": \"f\", \"preset\": \"llama-3.2-1b\", \"batch\": 4, \"steps\": 2, \"seed\": 77, \"model\": {\"n_layers\": 3},"
+      "  \"faults\": [{\"type\": \"slow_class\", \"target\": \"blk.9.wo\"}]}]";
+  CHECKF(parse(text, &s, &n, err, sizeof err) == 0 && n == 3, "%s", err);
+  struct ms_model *m = bench_model(&s[0], NULL);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4, .tiles_per_op = 16};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  struct ms_textbuf log = {err, sizeof err, 0, 0};
+  struct bench_scenario a = s[0], b = s[0];
+  CHECK(bench_scenario_draw(&a, p, 16, &log) == 0 && bench_scenario_draw(&b, p, 16, &log) == 0);
+  CHECK(a.faults[0].target_id == b.faults[0].target_id && a.faults[0].tile == b.faults[0].tile);
+  CHECK(p->classes[a.faults[0].target_id].launch == MS_LAUNCH_JIT);
+  CHECKF(strstr(a.drawn, "target blk.") && strstr(a.drawn, "tile") && strstr(a.drawn, "severity"), "%s", a.drawn);
+  CHECK(bench_scenario_draw(&s[1], p, 16, &log) == 0 && !strcmp(p->ev_classes[s[1].faults[0].target_id], "rope->attn"));
+  CHECK(s[1].drawn[0] == 0);  /* nothing left out, nothing drawn */
+  err[0] = 0;
+  log.len = 0;
+  CHECK(bench_scenario_draw(&s[2], p, 16, &log) == -EINVAL);
+  CHECKF(strstr(err, "target \"blk.9.wo\" names no task_class"), "%s", err);
+  ms_plan_free(p);
+  ms_model_free(m);
+  free(s);
+}
+
+/* Observers keep to their budgets; the semantic read-out finds a slow class. */
+static void test_observe_and_diagnose(void) {
+  char err[4096];
+  struct bench_scenario *s;
+  int n;
+  const char *text =
+      "[{\"name\": \"o\", \"preset\": \"llama-3.2-1b\", \"batch\": 4, \"steps\": 4, \"seed\": 5, \"model\": {\"n_layers\": 2},"
+      "  \"sim\": {\"n_sms\": 16}, \"faults\": [{\"type\": \"slow_class\", \"target\": \"blk.0.gate_up\", \"factor\": 2}]}]";
+  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
+  struct ms_textbuf log = {err, sizeof err, 0, 0};
+  struct ms_model *m = bench_model(&s[0], &log);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4, .tiles_per_op = 16};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  CHECK(bench_scenario_draw(&s[0], p, 16, &log) == 0);
+  struct ms_fault f = {.type = MS_FAULT_SLOW_CLASS, .target = s[0].faults[0].target_id, .factor = 2};
+  struct bench_opts o = {.n_budgets = 1, .budgets = {4096}, .monitors = mon_dir};
+  struct bench_engine_cfg healthy = {.m = m, .sc = &s[0], .seed = 99}, faulty = {.m = m, .sc = &s[0], .faults = &f,
+                                                                                 .n_faults = 1, .seed = 5};
+  for (int meth = 0; meth < BM_COUNT; meth++) {
+    struct bench_evidence ref, ev;
+    uint64_t budget = meth == BM_TASK_TRACE || meth == BM_SAMPLED_EVENTS ? 4096 : 0;
+    err[0] = 0;
+    log.len = 0;
+    int r1 = bench_observe(&o, &healthy, meth, budget, &ref, &log);
+    int r2 = bench_observe(&o, &faulty, meth, budget, &ev, &log);
+    CHECKF(r1 == 0 && r2 == 0, "%s: %s", bench_method_name(meth), err);
+    ev.budget = 4096;
+    struct bench_answer a;
+    bench_diagnose(&ref, &ev, p, &s[0], &a);
+    CHECKF(a.bytes <= 4096, "%s shipped %llu bytes", bench_method_name(meth), (unsigned long long)a.bytes);
+    CHECK(a.confidence >= 0 && a.confidence <= 1);
+    if (meth == BM_SEMANTIC) {
+      CHECKF(a.cause == MS_FAULT_SLOW_CLASS && a.kind == MS_CULPRIT_TASK_CLASS && a.id == f.target, "%s: %s",
+             a.name, a.why);
+      CHECK(ev.attach_ns > 0);  /* attached to the live engine at step 1 */
+    }
+    if (meth == BM_KERNEL_TIMING) CHECK(ev.n_steps == 4 && a.cause != MS_FAULT_SLOW_CLASS);
+    bench_evidence_free(&ref);
+    bench_evidence_free(&ev);
+  }
+  ms_plan_free(p);
+  ms_model_free(m);
+  free(s);
+}
+
+/* Scores: counted over the scenarios that ran, as documented. */
+static void test_score(void) {
+  struct bench_case cases[3];
+  memset(cases, 0, sizeof cases);
+  struct bench_report r = {.n = 3, .cases = cases, .o = {.n_budgets = 1, .budgets = {1024}}};
+  cases[0].truth_cause = MS_FAULT_SLOW_CLASS;
+  cases[0].truth_kind = MS_CULPRIT_TASK_CLASS;
+  cases[0].truth_id = 4;
+  cases[0].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = MS_FAULT_SLOW_CLASS, .kind = MS_CULPRIT_TASK_CLASS,
+                                                       .id = 5, .confidence = 0.9, .bytes = 100, .cause_ok = 1};
+  cases[1].truth_cause = -1;
+  cases[1].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = -1, .id = -1, .confidence = 0.9, .bytes = 300,
+                                                       .cause_ok = 1, .culprit_ok = 1};
+  snprintf(cases[2].error, sizeof cases[2].error, "did not run");
+  struct bench_totals t;
+  bench_score(&r, BM_SEMANTIC, 0, &t);
+  CHECK(t.n == 2 && t.cause_accuracy == 1 && t.culprit_accuracy == 0.5 && t.false_confidence == 0.5 &&
+        t.telemetry_bytes == 200);
+  bench_score_type(&r, BM_SEMANTIC, 0, -1, &t);
+  CHECK(t.n == 1 && t.culprit_accuracy == 1);
+}
+
+int main(void) {
+  const char *d = getenv("MS_MONITORS");
+  snprintf(mon_dir, sizeof mon_dir, "%s", d ? d : "build/monitors");
+  test_parse();
+  test_generate();
+  test_draw();
+  test_observe_and_diagnose();
+  test_score();
+  TEST_MAIN_END();
+}

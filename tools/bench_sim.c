@@ -21,6 +21,7 @@ static void usage(FILE *f) {
           "  llama-3.2-1b on h100, batch 1  (HazyResearch: under 1 ms, 78%% of bandwidth)\n"
           "  llama-3.2-1b on b200, batch 1\n\n"
           "  --steps N            tokens per run (default 8)\n"
+          "  --sim-param K=V      override a cost-model parameter of every preset (repeatable)\n"
           "  --json               print the result as JSON\n"
           "  -h, --help           this text\n");
 }
@@ -35,13 +36,32 @@ static const struct sim_case cases[] = {
     {"llama-3.2-1b", "b200", "HazyResearch: under 1 ms/token"},
 };
 
+static const char *overrides[16];
+static int n_overrides;
+
+/* A preset with the --sim-param overrides; -1 (printed) on a bad one. */
+static int preset(const char *gpu, struct ms_sim_params *p) {
+  ms_sim_preset(gpu, p);
+  for (int i = 0; i < n_overrides; i++) {
+    char k[64];
+    const char *eq = strchr(overrides[i], '=');
+    snprintf(k, sizeof k, "%.*s", eq ? (int)(eq - overrides[i]) : 0, overrides[i]);
+    if (!eq || ms_sim_param_set(p, k, eq + 1)) {
+      fprintf(stderr, "megascope bench sim: --sim-param '%s': expected NAME=VALUE with a cost-model parameter\n",
+              overrides[i]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
 /* Simulated ns per decode step for one request of `steps` tokens. */
 static double sim_step_ns(const struct ms_model *m, const char *gpu, enum ms_mode mode, int steps, int *tasks) {
   char buf[2048] = "";
   struct ms_textbuf log = {buf, sizeof buf, 0, 0};
   struct ms_engine_opts o = {.sz = sizeof o, .mode = mode, .max_batch = 1, .max_ctx = steps + 2,
                              .backend = MS_BACKEND_SIM};
-  ms_sim_preset(gpu, &o.sim);
+  if (preset(gpu, &o.sim)) return -1;
   struct ms_engine *e = ms_engine_new(m, &o, &log);
   if (!e) {
     fprintf(stderr, "megascope bench sim: %s", buf);
@@ -64,6 +84,7 @@ static double sim_step_ns(const struct ms_model *m, const char *gpu, enum ms_mod
 
 int bench_sim(int argc, char **argv) {
   static const struct option opts[] = {{"steps", required_argument, 0, 0}, {"json", no_argument, 0, 0},
+                                       {"sim-param", required_argument, 0, 0},
                                        {"help", no_argument, 0, 'h'},      {0, 0, 0, 0}};
   long steps = 8;
   int as_json = 0, c, idx;
@@ -79,6 +100,10 @@ int bench_sim(int argc, char **argv) {
     }
     if (!strcmp(opts[idx].name, "steps") && cli_int("--steps", optarg, 1, 4096, &steps)) return 2;
     if (!strcmp(opts[idx].name, "json")) as_json = 1;
+    if (!strcmp(opts[idx].name, "sim-param")) {
+      if (n_overrides == 16) return 2;
+      overrides[n_overrides++] = optarg;
+    }
   }
   struct ms_json j;
   ms_json_init(&j, stdout, 1);
@@ -92,7 +117,7 @@ int bench_sim(int argc, char **argv) {
     struct cli_model cm = {.preset = cases[i].model, .dtype = "bf16", .shape_only = 1};
     struct ms_model *m = cli_model_load(&cm);
     struct ms_sim_params sp;
-    ms_sim_preset(cases[i].gpu, &sp);
+    if (preset(cases[i].gpu, &sp)) return 2;
     if (!m) return 2;
     if (!as_json) fprintf(stderr, "bench sim: %s on %s...\n", cases[i].model, cases[i].gpu);
     int tasks = 0;

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench/bench.h"
 #include "cli.h"
 #include "common.h"
 #include "megascope/engine.h"
@@ -31,6 +32,13 @@ static void usage(FILE *f) {
           "  --backend B          cpu (default) or sim (the deterministic virtual GPU)\n"
           "  --gpu G              sim: a100, h100 (default), h200, b200\n"
           "  --compute            sim: run the kernels too (default: shapes only, no --check)\n"
+          "  --sim-param K=V      sim: set a cost-model parameter (hbm_gbps, tflops, n_sms,\n"
+          "                       task_fixed_ns, dispatch_ns, notify_ns, jit_ns, step_ns,\n"
+          "                       launch_ns, jitter, link_gbps, link_latency_ns); repeatable\n"
+          "  --tp N               tensor-parallel devices: all-gathers of communication tasks\n"
+          "  --fault T:TARGET:M   inject a scheduler fault (docs/benchmark.md), e.g.\n"
+          "                       slow_class:blk.1.wo:2, delayed_release:rope->attn:20us,\n"
+          "                       starve_task:blk.0.attn@3:50us, comm_delay:1:10us; repeatable\n"
           "  --workers N          worker threads (default: one per core)\n"
           "  --shuffle            random delays before tasks and random AOT placement\n"
           "  --seed S             seed of --shuffle (default 1)\n"
@@ -59,6 +67,9 @@ struct run_args {
   int shuffle, check, as_json, show_steps, compute;
   enum ms_backend backend;
   const char *gpu;
+  const char *sim_param[16], *fault[4];
+  int n_sim_param, n_fault;
+  long tp;
   const char *attach[8];
   int n_attach;
   const char *replace_with;
@@ -69,6 +80,27 @@ struct run_args {
   enum ms_mode mode;
   struct run_text text;  /* --prompt, --chat, sampling */
 };
+
+/* --fault: parsed, then resolved against the plan the run will use. */
+static int resolve_faults(const struct ms_model *m, const struct run_args *a, const struct ms_engine_opts *eo,
+                          struct ms_fault *out) {
+  char buf[1024] = "";
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+  int D = a->tp > 1 ? (int)a->tp : 1, workers = a->backend == MS_BACKEND_SIM ? eo->sim.n_sms * D : (int)a->workers;
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch), .tile_bytes = eo->tile_bytes,
+                               .tile_rows = eo->tile_rows, .tiles_per_op = a->backend == MS_BACKEND_SIM ? workers : 0,
+                               .tp = D};
+  struct ms_plan *p = ms_plan_compile(m, &co, &log);
+  int rc = p ? 0 : -1;
+  for (int i = 0; !rc && i < a->n_fault; i++) {
+    struct bench_fault f;
+    rc = bench_fault_spec(a->fault[i], &f, &log) ||
+         bench_fault_resolve(&f, p, workers > 0 ? workers : 1024, (int)a->batch, D, &out[i], &log);
+  }
+  ms_plan_free(p);
+  if (rc) fprintf(stderr, "megascope run: %s", buf);
+  return rc;
+}
 
 static int parse(int argc, char **argv, struct run_args *a) {
   static const struct option opts[] = {
@@ -88,7 +120,8 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {"replace-at-step", required_argument, 0, 0}, {"detach-at-step", required_argument, 0, 0},
       {"max-per-step", required_argument, 0, 0}, {"sample", required_argument, 0, 0},
       {"ringbuf-bytes", required_argument, 0, 0},
-      {"model", required_argument, 0, 0}, RUN_TEXT_OPTIONS,
+      {"model", required_argument, 0, 0}, {"sim-param", required_argument, 0, 0},
+      {"tp", required_argument, 0, 0},    {"fault", required_argument, 0, 0}, RUN_TEXT_OPTIONS,
       {0, 0, 0, 0}};
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
                          .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = 1e-3,
@@ -123,6 +156,13 @@ static int parse(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(n, "show-steps")) a->show_steps = 1;
     else if (!strcmp(n, "compute")) a->compute = 1;
     else if (!strcmp(n, "gpu")) a->gpu = optarg;
+    else if (!strcmp(n, "tp")) r = cli_int("--tp", optarg, 1, 64, &a->tp);
+    else if (!strcmp(n, "sim-param") && a->n_sim_param < 16) a->sim_param[a->n_sim_param++] = optarg;
+    else if (!strcmp(n, "fault") && a->n_fault < 4) a->fault[a->n_fault++] = optarg;
+    else if (!strcmp(n, "sim-param") || !strcmp(n, "fault")) {
+      fprintf(stderr, "megascope run: too many --%s\n", n);
+      return -1;
+    }
     else if (!strcmp(n, "backend")) {
       if (!strcmp(optarg, "cpu")) a->backend = MS_BACKEND_CPU;
       else if (!strcmp(optarg, "sim")) a->backend = MS_BACKEND_SIM;
@@ -168,8 +208,8 @@ static int parse(int argc, char **argv, struct run_args *a) {
     fprintf(stderr, "megascope run: --check on the simulator needs --compute\n");
     return -1;
   }
-  if ((a->gpu || a->compute) && a->backend != MS_BACKEND_SIM) {
-    fprintf(stderr, "megascope run: --gpu and --compute are for --backend sim\n");
+  if ((a->gpu || a->compute || a->n_sim_param) && a->backend != MS_BACKEND_SIM) {
+    fprintf(stderr, "megascope run: --gpu, --compute and --sim-param are for --backend sim\n");
     return -1;
   }
   a->cm.shape_only = a->backend == MS_BACKEND_SIM && !a->compute;
@@ -341,7 +381,22 @@ int cmd_run(int argc, char **argv) {
       goto out;
     }
     eo.sim.compute = a.compute;
+    for (int i = 0; i < a.n_sim_param; i++) {
+      char k[64];
+      const char *eq = strchr(a.sim_param[i], '=');
+      snprintf(k, sizeof k, "%.*s", eq ? (int)(eq - a.sim_param[i]) : 0, a.sim_param[i]);
+      if (!eq || ms_sim_param_set(&eo.sim, k, eq + 1)) {
+        fprintf(stderr, "megascope run: --sim-param '%s': expected NAME=VALUE with a cost-model parameter\n",
+                a.sim_param[i]);
+        goto out;
+      }
+    }
   }
+  eo.tp = (int)a.tp;
+  struct ms_fault faults[4];
+  eo.faults = faults;
+  eo.n_faults = a.n_fault;
+  if (a.n_fault && resolve_faults(m, &a, &eo, faults)) goto out;
   for (int i = 0; i < a.n_attach; i++)
     if (!(sch.mon[i] = load_monitor(a.attach[i]))) goto out;
   if (a.replace_with && !(sch.replacement = load_monitor(a.replace_with))) goto out;

@@ -83,6 +83,11 @@ struct ms_model *bench_model(const struct bench_scenario *s, struct ms_textbuf *
  * from the scenario's seed against plan p; writes what was drawn into s->drawn. */
 int bench_scenario_draw(struct bench_scenario *s, const struct ms_plan *p, int n_workers,
                         struct ms_textbuf *log);
+/* megascope run --fault TYPE:TARGET:MAGNITUDE (a starved task: CLASS@TILE; a
+ * delay with a unit: 20us), then resolved against a plan into an engine fault. */
+int bench_fault_spec(const char *spec, struct bench_fault *f, struct ms_textbuf *log);
+int bench_fault_resolve(struct bench_fault *f, const struct ms_plan *p, int n_workers, int batch, int tp,
+                        struct ms_fault *out, struct ms_textbuf *log);
 /* The name of culprit `id` of a kind, for reports. */
 void bench_culprit_name(const struct ms_plan *p, enum ms_culprit_kind k, int id, char *buf, size_t n);
 

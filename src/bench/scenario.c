@@ -572,3 +572,53 @@ int bench_scenario_draw(struct bench_scenario *s, const struct ms_plan *p, int n
   }
   return 0;
 }
+
+/* ---- megascope run --fault ---- */
+
+int bench_fault_spec(const char *spec, struct bench_fault *f, struct ms_textbuf *log) {
+  char buf[160], *save = NULL;
+  memset(f, 0, sizeof *f);
+  if (strlen(spec) >= sizeof buf) {
+    ms_textbuf_printf(log, "--fault '%.40s...': too long\n", spec);
+    return -EINVAL;
+  }
+  snprintf(buf, sizeof buf, "%s", spec);
+  char *type = strtok_r(buf, ":", &save), *target = strtok_r(NULL, ":", &save), *mag = strtok_r(NULL, ":", &save);
+  if (!type || !target || !mag || strtok_r(NULL, ":", &save) || ms_fault_type_parse(type, &f->type)) {
+    ms_textbuf_printf(log, "--fault '%s': expected TYPE:TARGET:MAGNITUDE, e.g. slow_class:blk.3.wo:2.5 or "
+                           "delayed_release:rope->attn:20us (types: slow_class, routing_skew, delayed_release, "
+                           "queue_saturation, comm_delay, starve_task, slow_request)\n", spec);
+    return -EINVAL;
+  }
+  char *at = strchr(target, '@');
+  if (at) {
+    *at = 0;
+    f->tile = atoi(at + 1);
+    f->given |= BF_TILE;
+  }
+  snprintf(f->target, sizeof f->target, "%s", target);
+  char *end;
+  double v = strtod(mag, &end);
+  double unit = !strcmp(end, "us") ? 1e3 : !strcmp(end, "ms") ? 1e6 : !strcmp(end, "ns") || !*end ? 1 : -1;
+  if (end == mag || unit < 0 || !(v >= 0) || (ms_fault_uses_factor(f->type) && *end)) {
+    ms_textbuf_printf(log, "--fault '%s': magnitude '%s': a factor for %s%s\n", spec, mag, type,
+                      ms_fault_uses_factor(f->type) ? "" : ", or a delay in ns, us or ms");
+    return -EINVAL;
+  }
+  f->magnitude = v * (ms_fault_uses_factor(f->type) ? 1 : unit);
+  f->given |= BF_TARGET | BF_MAGNITUDE;
+  return 0;
+}
+
+int bench_fault_resolve(struct bench_fault *f, const struct ms_plan *p, int n_workers, int batch, int tp,
+                        struct ms_fault *out, struct ms_textbuf *log) {
+  struct bench_scenario s = {.batch = batch, .tp = tp};
+  int bound = kind_bound(p, ms_fault_culprit_kind(f->type), &s, n_workers);
+  if (resolve(f, p, bound, log, "--fault")) return -EINVAL;
+  *out = (struct ms_fault){.type = f->type, .target = f->target_id, .tile = f->tile};
+  if (ms_fault_uses_factor(f->type))
+    out->factor = f->magnitude;
+  else
+    out->delay_ns = (uint64_t)f->magnitude;
+  return 0;
+}

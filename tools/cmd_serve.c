@@ -26,7 +26,7 @@
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: megascope serve --synthetic PRESET [options]\n\n"
+          "usage: megascope serve (--synthetic PRESET | --model F.gguf) [options]\n\n"
           "Runs the engine until SIGINT or SIGTERM: completions over HTTP (POST /v1/completions,\n"
           "OpenAI-style, continuous batching), Prometheus metrics (GET /metrics), a control socket\n"
           "for monitors, traces and statistics (megascope attach / ls / maps / trace ...), and\n"
@@ -57,6 +57,7 @@ struct serve_args {
 static int parse(int argc, char **argv, struct serve_args *a) {
   static const struct option opts[] = {
       {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
+      {"model", required_argument, 0, 0},
       {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
       {"workers", required_argument, 0, 0},   {"max-ctx", required_argument, 0, 0},
       {"http", required_argument, 0, 0},      {"socket", required_argument, 0, 0},
@@ -124,7 +125,9 @@ int cmd_serve(int argc, char **argv) {
   int port = 0, use_http = strcmp(a.http, "off") != 0;
   if (use_http && parse_http(a.http, addr, sizeof addr, &port)) return 2;
   cli_log_init(a.verbose);
-  struct ms_model *m = cli_model_load(&a.cm);
+  /* a GGUF brings its own tokenizer; synthetic models get the byte-level one */
+  struct ms_tokenizer *tok = NULL;
+  struct ms_model *m = cli_model_load_tok(&a.cm, &tok);
   if (!m) return 2;
 
   /* every thread started from here on inherits the blocked signals */
@@ -140,7 +143,6 @@ int cmd_serve(int argc, char **argv) {
   struct ms_control *ctl = NULL;
   struct ms_http *http = NULL;
   struct ms_otlp *otlp = NULL;
-  struct ms_tokenizer *tok = ms_tokenizer_bytes_new(m->cfg.vocab);
   char lb[4096] = "";
   struct ms_textbuf log = {lb, sizeof lb, 0, 0};
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .max_batch = (int)a.batch,

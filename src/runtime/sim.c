@@ -177,7 +177,7 @@ static void wake(struct ms_sim *s, int sm, uint64_t at) {
 /* ---- the cost model ---- */
 
 static double weight_row_bytes(const struct ms_weight *w) {
-  return w ? (double)w->cols * (double)ms_dtype_size(w->dtype) : 0;
+  return w ? (double)ms_weight_row_bytes(w) : 0;
 }
 
 /* Rows of the batch routed to expert e: the router's output in compute mode; in
@@ -216,7 +216,9 @@ static uint64_t cost(struct ms_sim *s, const struct plan_rt *rt, int t) {
   const struct ms_model_config *c = &e->m->cfg;
   double bytes = 0, flops = 0, B = p->batch;
   int c0 = k->tile[0] * cl->tile, c1 = c0 + cl->tile < cl->n_out ? c0 + cl->tile : cl->n_out;
-  double rows = c1 > c0 ? c1 - c0 : 0, elt = (double)ms_dtype_size(c->dtype);
+  double rows = c1 > c0 ? c1 - c0 : 0;
+  /* bytes per element, block types included (a row's bytes over its columns) */
+  double elt = (double)ms_dtype_row_bytes(c->dtype, 256) / 256.0;
   const struct ms_weight *const *w = rt->x.cls_w[k->cls];
   switch (k->kernel) {
   case MS_K_QKV:

@@ -98,6 +98,10 @@ static int bind_maps(const struct ms_bpf_prog *p, struct ms_bpf_map **maps) {
     for (size_t i = 0; i < FUZZ_N_MAPS; i++) {
       if (!fuzz_fixed[i] && !(fuzz_fixed[i] = ms_bpf_map_new(&fuzz_maps[i], 1, NULL))) return 0;
       if (fuzz_maps[i].type != MS_BPF_MAP_RINGBUF) ms_bpf_map_clear(fuzz_fixed[i]);
+      if (fuzz_maps[i].type == MS_BPF_MAP_HASH) { /* key 0 present, so lookups of it succeed */
+        uint64_t zero = 0;
+        ms_bpf_map_update(fuzz_fixed[i], &zero, &zero, MS_BPF_ANY, 0);
+      }
       maps[i] = fuzz_fixed[i];
     }
     return 1;
@@ -253,8 +257,20 @@ static int32_t gen_imm(uint8_t b) {
   return b < 128 ? vals[b & 15] : (int8_t)b;
 }
 
+/* Offsets near the edges that matter: of an 8-byte value, a 64-byte one, a
+ * record, the context (184 bytes), the stack (-512). */
 static int16_t gen_off(uint8_t b) {
-  return b < 128 ? (int16_t)(-8 * (int)(b & 63)) : (int16_t)(int8_t)b;
+  static const int16_t edges[16] = {0, 4, 8, 7, 16, 56, 60, 64, 176, 180, 184, -1, -8, -16, -512, -520};
+  if (b < 96) return (int16_t)(-8 * (int)(b & 63));
+  if (b < 192) return edges[b & 15];
+  return (int16_t)(int8_t)b;
+}
+
+/* The register an access goes through: mostly one that holds a pointer
+ * (r0 a lookup or reservation, r1/r6 the context or buffer, r7/r10 the stack). */
+static unsigned gen_base(uint8_t b) {
+  static const uint8_t regs[8] = {0, 0, 1, 6, 7, 10, 2, 3};
+  return b & 0x80 ? (b & 15) % 11 : regs[b & 7];
 }
 
 static void gen_lddw(struct gen *g, unsigned dst, unsigned src_kind, int32_t imm, int32_t next) {
@@ -341,14 +357,15 @@ static void gen_one(struct gen *g, const uint8_t *b) {
     emit(g, (uint8_t)(cls | conds[c] | x), dst, x ? src : 0, (int16_t)((int8_t)b[2] % 12), x ? 0 : gen_imm(b[3]));
     return;
   }
-  case 6: emit(g, (uint8_t)(MS_BPF_LDX | MS_BPF_MEM | sizes[b[3] & 3]), dst, src, gen_off(b[2]), 0); return;
-  case 7: emit(g, (uint8_t)(MS_BPF_ST | MS_BPF_MEM | sizes[b[3] & 3]), (b[1] & 1 ? 10 : dst), 0, gen_off(b[2]),
-               gen_imm(b[3] >> 2));
-    return;
-  case 8: emit(g, (uint8_t)(MS_BPF_STX | MS_BPF_MEM | sizes[b[3] & 3]), (b[1] & 1 ? 10 : dst), src % 11,
+  case 6: emit(g, (uint8_t)(MS_BPF_LDX | MS_BPF_MEM | sizes[b[3] & 3]), dst, gen_base(b[1] >> 4 | (b[3] & 0x80)),
                gen_off(b[2]), 0);
     return;
-  case 9: emit(g, (uint8_t)(MS_BPF_STX | MS_BPF_ATOMIC | (b[3] & 1 ? MS_BPF_DW : MS_BPF_W)), dst, src % 10,
+  case 7: emit(g, (uint8_t)(MS_BPF_ST | MS_BPF_MEM | sizes[b[3] & 3]), gen_base(b[1]), 0, gen_off(b[2]),
+               gen_imm(b[3] >> 2));
+    return;
+  case 8: emit(g, (uint8_t)(MS_BPF_STX | MS_BPF_MEM | sizes[b[3] & 3]), gen_base(b[1]), src % 11, gen_off(b[2]), 0);
+    return;
+  case 9: emit(g, (uint8_t)(MS_BPF_STX | MS_BPF_ATOMIC | (b[3] & 1 ? MS_BPF_DW : MS_BPF_W)), gen_base(b[1]), src % 10,
                gen_off(b[2]), atomics[(b[3] >> 1) % 10]);
     return;
   case 10: emit(g, MS_BPF_JMP | MS_BPF_CALL, 0, 0, 0, helpers[b[3] % 6]); return;

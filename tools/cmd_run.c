@@ -393,6 +393,9 @@ int cmd_run(int argc, char **argv) {
     }
   }
   eo.tp = (int)a.tp;
+  /* the simulator: every request waits in the mailbox before the first step, so
+   * the batches (and the run) follow from the seed, not from host timing */
+  eo.start_paused = a.backend == MS_BACKEND_SIM && a.requests <= 1000;
   struct ms_fault faults[4];
   eo.faults = faults;
   eo.n_faults = a.n_fault;
@@ -421,6 +424,7 @@ int cmd_run(int argc, char **argv) {
       goto out;
     }
   }
+  if (eo.start_paused) ms_engine_resume(e);
   if (wait_all(e, &a, &sch, reqs)) goto out;
   uint64_t t1 = ms_now_ns();
 

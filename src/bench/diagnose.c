@@ -118,7 +118,10 @@ static int kernel_classes(const struct ms_plan *p, int k, int *only) {
 }
 
 static void diagnose_pc(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,
-                        struct bench_answer *a) {
+                        const struct bench_scenario *sc, struct bench_answer *a) {
+  /* what differs between two healthy runs beyond sampling noise: little on the
+   * simulator, much on a shared CPU */
+  double rel = sc->backend == MS_BACKEND_SIM ? 0.02 : 0.15, abs_floor = sc->backend == MS_BACKEND_SIM ? 2e-5 : 2e-3;
   /* the budget keeps the rows with the most samples */
   int rows = 0, keep = ev->budget ? (int)(ev->budget / 16) : 1 << 30;
   double cur[BENCH_MAX_DEVICES][20];
@@ -155,7 +158,7 @@ static void diagnose_pc(const struct bench_evidence *ref, struct bench_evidence 
       double pc = cur[d][k] / nc, pr = ref->pc[d][k] / nr;
       if (cur[d][k] <= 0 && ref->pc[d][k] <= 0) continue;
       /* sampling noise, and a floor for what differs between two healthy runs */
-      double sd = sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + 2e-5 + 0.02 * pr;
+      double sd = sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + abs_floor + rel * pr;
       double z = (pc - pr) / sd;
       if (z > zk[k]) zk[k] = z;
       if (z > best) {
@@ -185,7 +188,7 @@ static void diagnose_pc(const struct bench_evidence *ref, struct bench_evidence 
       double zd = 0;
       for (int d = 0; d < BENCH_MAX_DEVICES; d++) {
         double pc = cur[d][kb] / nc, pr = ref->pc[d][kb] / nr;
-        double z = (pc - pr) / (sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + 2e-5 + 0.02 * pr);
+        double z = (pc - pr) / (sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + abs_floor + rel * pr);
         if (z > zd) zd = z, dev = d;
       }
       h = (struct hyp){.cause = MS_FAULT_COMM_DELAY, .kind = MS_CULPRIT_DEVICE, .id = dev, .z = zd};
@@ -216,6 +219,7 @@ struct fctx {
   struct bench_features *cur;
   const struct ms_plan *p;
   double floor_abs;     /* ns: below this, a difference is noise */
+  double drift;         /* how much slower every class ran than in the reference (the median) */
   struct hyp *h;
   int n;
 };
@@ -228,9 +232,11 @@ static int have(struct fctx *c, int sec, int i) {
 /* z of a row's mean against the reference's. */
 static double z_mean(struct fctx *c, int sec, int i, double *ratio) {
   const struct bench_stat *x = &c->cur->row[sec][i], *r = &c->ref->row[sec][i];
-  double mx = x->sum / x->n, mr = r->sum / r->n;
+  /* task times against the run's drift (a loaded machine slows every class) */
+  double d = sec == FS_EVCLASS ? 1 : c->drift;
+  double mx = x->sum / x->n / d, mr = r->sum / r->n;
   /* one sample says nothing of the spread: assume it as large as the value */
-  double vx = x->n > 1 ? fmax(0, x->sumsq / x->n - mx * mx) : mx * mx;
+  double vx = x->n > 1 ? fmax(0, x->sumsq / x->n / (d * d) - mx * mx) : mx * mx;
   double vr = r->n > 1 ? fmax(0, r->sumsq / r->n - mr * mr) : mr * mr;
   /* few samples: a wider interval (about Student's t) */
   double sd = sqrt(vx / x->n * (1 + 4 / x->n) + vr / r->n * (1 + 4 / r->n)) + 0.01 * mr + c->floor_abs;
@@ -298,8 +304,9 @@ static void hyp_ops(struct fctx *c) {
 }
 
 /* The worker whose tasks queue longest in all (ready -> begin, summed): a
- * saturated queue holds back everything placed on it. Against the reference's
- * spread of workers, from its worst one. */
+ * saturated queue holds back everything placed on it. Measured against its
+ * peers in the same run (a loaded machine delays every worker), and that ratio
+ * against the reference's worst worker's. */
 static void hyp_worker(struct fctx *c) {
   int top = -1;
   if (c->cur->lazy) {
@@ -312,27 +319,51 @@ static void hyp_worker(struct fctx *c) {
   }
   if (top < 0 || top >= c->cur->n[FS_WORKER] || !c->cur->row[FS_WORKER][top].have || c->cur->row[FS_WORKER][top].n <= 0)
     return;
-  double s = 0, q = 0, m = 0;
+  double s = 0, m = 0;
   int n = 0;
   for (int w = 0; w < c->ref->n[FS_WORKER]; w++) {
     const struct bench_stat *r = &c->ref->row[FS_WORKER][w];
     if (r->n <= 0) continue;
     s += r->sum;
-    q += r->sum * r->sum;
     if (r->sum > m) m = r->sum;
     n++;
   }
-  if (!n) return;
+  /* the run's queueing in all: its kernels' rows (every task is in one) */
+  double total = 0;
+  for (int k = 0; k < c->cur->n[FS_OP]; k++)
+    if (c->cur->row[FS_OP][k].have) total += c->cur->row[FS_OP][k].qsum;
   const struct bench_stat *me = &c->cur->row[FS_WORKER][top];
-  double mean = s / n, sd = sqrt(fmax(0, q / n - mean * mean));
-  double z = (me->sum - m) / (sd + 0.1 * mean + 10 * c->floor_abs);
+  int W = c->cur->n[FS_WORKER];
+  if (n < 2 || W < 2 || total <= me->sum) return;
+  double peers = (total - me->sum) / (W - 1), ref_peers = (s - m) / (n - 1);
+  double r_cur = me->sum / (peers + c->floor_abs), r_ref = m / (ref_peers + c->floor_abs);
+  double z = (r_cur - r_ref) / (0.15 * r_ref + 0.05);
   add(c, MS_FAULT_QUEUE_SATURATION, MS_CULPRIT_WORKER, top, z,
-      "worker %d: its tasks queued %.1f us in all (reference workers: %.1f us on average, the worst %.1f us)", top,
-      me->sum / 1e3, mean / 1e3, m / 1e3);
+      "worker %d: its tasks queued %.1fx as long as its peers' (%.1f us in all; reference: the worst worker %.1fx)",
+      top, r_cur, me->sum / 1e3, r_ref);
+}
+
+/* The median of cur / ref mean task time over the classes seen enough on both sides. */
+static double drift_of(const struct fctx *c) {
+  double r[1024];
+  int n = 0;
+  for (int i = 0; i < c->cur->n[FS_CLASS] && n < 1024; i++) {
+    const struct bench_stat *x = &c->cur->row[FS_CLASS][i], *y = &c->ref->row[FS_CLASS][i];
+    if (x->have && x->n >= 3 && y->n >= 3 && y->sum > 0) r[n++] = (x->sum / x->n) / (y->sum / y->n);
+  }
+  if (n < 5) return 1;
+  for (int i = 1; i < n; i++)  /* insertion sort: a few hundred values */
+    for (int j = i; j > 0 && r[j] < r[j - 1]; j--) {
+      double t = r[j];
+      r[j] = r[j - 1];
+      r[j - 1] = t;
+    }
+  return r[n / 2] > 0 ? r[n / 2] : 1;
 }
 
 static void collect(struct fctx *c) {
   c->n = 0;
+  c->drift = drift_of(c);
   hyp_time(c, FS_CLASS, MS_FAULT_SLOW_CLASS, MS_CULPRIT_TASK_CLASS, "class");
   hyp_time(c, FS_REQUEST, MS_FAULT_SLOW_REQUEST, MS_CULPRIT_REQUEST, "attention of");
   hyp_time(c, FS_EXPERT, MS_FAULT_ROUTING_SKEW, MS_CULPRIT_EXPERT, "tasks of");
@@ -450,7 +481,7 @@ void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev,
   memset(out, 0, sizeof *out);
   switch (ev->method) {
   case BM_KERNEL_TIMING: diagnose_timing(ref, ev, out); break;
-  case BM_PC_SAMPLING: diagnose_pc(ref, ev, p, out); break;
+  case BM_PC_SAMPLING: diagnose_pc(ref, ev, p, sc, out); break;
   default: diagnose_features(ref, ev, p, sc, out); break;
   }
 }

@@ -256,8 +256,9 @@ int bench_report_plot(const struct bench_report *r, const char *dat_path, const 
   for (int i = 0; i < r->n; i++) ran += !r->cases[i].error[0];
   fprintf(g,
           "# gnuplot script written by megascope bench diagnose\n"
-          "set terminal png size 1000,620 font \",11\"\n"
+          "set terminal png size 1000,620 font \",11\" noenhanced\n"
           "set output '%s'\n"
+          "set format x '%%.0b %%BB'\n"
           "set title 'Counterexample benchmark: %d scenarios, accuracy against telemetry bytes per scenario'\n"
           "set logscale x 2\n"
           "set xlabel 'telemetry bytes shipped per scenario (mean)'\n"
@@ -269,7 +270,7 @@ int bench_report_plot(const struct bench_report *r, const char *dat_path, const 
           png_path, ran);
   for (int m = 0; m < BM_COUNT; m++)
     fprintf(g, "'%s' index %d using 3:5 with linespoints lw 2 pt %d lc %d title '%s culprit', \\\n"
-               "     '%s' index %d using 3:4 with lines dt 2 lc %d title '%s cause'%s",
+               "     '%s' index %d using 3:4 with linespoints dt 2 pt 1 lc %d title '%s cause'%s",
             dat_path, m, 5 + m, m + 1, bench_method_name(m), dat_path, m, m + 1, bench_method_name(m),
             m + 1 < BM_COUNT ? ", \\\n     " : "\n");
   if (fclose(g)) rc = -EIO;

@@ -334,7 +334,11 @@ static void hyp_worker(struct fctx *c) {
     if (c->cur->row[FS_OP][k].have) total += c->cur->row[FS_OP][k].qsum;
   const struct bench_stat *me = &c->cur->row[FS_WORKER][top];
   int W = c->cur->n[FS_WORKER];
-  if (n < 2 || W < 2 || total <= me->sum) return;
+  double tasks = 0;
+  for (int k = 0; k < c->cur->n[FS_OP]; k++)
+    if (c->cur->row[FS_OP][k].have) tasks += c->cur->row[FS_OP][k].n;
+  /* a ratio of a few samples says nothing: enough tasks of the worker and of its peers */
+  if (n < 2 || W < 2 || total <= me->sum || me->n < 8 || tasks < 8.0 * W) return;
   double peers = (total - me->sum) / (W - 1), ref_peers = (s - m) / (n - 1);
   double r_cur = me->sum / (peers + c->floor_abs), r_ref = m / (ref_peers + c->floor_abs);
   double z = (r_cur - r_ref) / (0.15 * r_ref + 0.05);

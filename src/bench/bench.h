@@ -121,7 +121,8 @@ struct bench_case {
   enum ms_culprit_kind truth_kind;
   int truth_id;
   char truth_name[80];
-  double healthy_ns, faulty_ns;        /* unobserved, paired (same seed) */
+  double healthy_ns, faulty_ns;        /* unobserved, paired (same seed); the medians on the CPU */
+  double slowdown;                     /* faulty / healthy - 1 (the median of the pairs' ratios on the CPU) */
   double healthy_ns_b, faulty_ns_b;    /* a second pair on the CPU backend (noise) */
   int tune_runs;
   struct bench_answer ans[BM_COUNT][BENCH_MAX_BUDGETS];

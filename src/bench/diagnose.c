@@ -76,7 +76,8 @@ static void mean_sd(const double *v, int n, double *mean, double *sd) {
   *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
-static void diagnose_timing(const struct bench_evidence *ref, struct bench_evidence *ev, struct bench_answer *a) {
+static void diagnose_timing(const struct bench_evidence *ref, struct bench_evidence *ev,
+                            const struct bench_scenario *sc, struct bench_answer *a) {
   int n = ev->n_steps, keep = (int)(ev->budget / 8);
   if (ev->budget && keep < n) n = keep;
   a->bytes = (uint64_t)n * 8;
@@ -102,7 +103,8 @@ static void diagnose_timing(const struct bench_evidence *ref, struct bench_evide
   }
   char why[160];
   snprintf(why, sizeof why, "step time within noise of the reference (%+.2f%%, z %.1f)", 100 * (mc / mr - 1), z);
-  answer_none(a, 0.8 * a->coverage * (1 - clamp01(z / 4)), why);
+  /* "none" means "not slower by the target": only as sure as the noise is below it */
+  answer_none(a, 0.8 * a->coverage * (1 - clamp01(z / 4)) * clamp01(1 - 4 * sigma / mr / sc->target), why);
 }
 
 /* ---- (b) PC sampling ---- */
@@ -171,7 +173,7 @@ static void diagnose_pc(const struct bench_evidence *ref, struct bench_evidence 
   if (best < Z_MIN) {
     char why[160];
     snprintf(why, sizeof why, "no kernel or stall state gained samples (best z %.1f)", best);
-    answer_none(a, 0.8 * (1 - best / Z_MIN), why);
+    answer_none(a, 0.8 * (1 - best / Z_MIN) * clamp01(1 - rel / (2 * sc->target)), why);
     return;
   }
   /* the strongest kernel (not a wait state) names the cause */
@@ -220,6 +222,7 @@ struct fctx {
   const struct ms_plan *p;
   double floor_abs;     /* ns: below this, a difference is noise */
   double drift;         /* how much slower every class ran than in the reference (the median) */
+  double spread;        /* how much the classes' ratios scatter around it */
   struct hyp *h;
   int n;
 };
@@ -244,6 +247,15 @@ static double z_mean(struct fctx *c, int sec, int i, double *ratio) {
   return (mx - mr) / sd;
 }
 
+static void sort_d(double *r, int n) {
+  for (int i = 1; i < n; i++)  /* insertion sort: a few hundred values */
+    for (int j = i; j > 0 && r[j] < r[j - 1]; j--) {
+      double t = r[j];
+      r[j] = r[j - 1];
+      r[j - 1] = t;
+    }
+}
+
 static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, double z, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, double z, const char *fmt, ...) {
@@ -262,8 +274,13 @@ static void hyp_time(struct fctx *c, int sec, int cause, enum ms_culprit_kind ki
     double ratio, z = z_mean(c, sec, i, &ratio);
     char name[80];
     bench_culprit_name(c->p, kind, i, name, sizeof name);
-    add(c, cause, kind, i, z, "%s %s: %.2fx the reference %s (z %.1f, %.0f samples)", what, name, ratio,
-        sec == FS_EVCLASS ? "release lag" : "task time", z, c->cur->row[sec][i].n);
+    const struct bench_stat *x = &c->cur->row[sec][i], *r = &c->ref->row[sec][i];
+    if (sec == FS_EVCLASS)  /* a healthy lag is about 0: absolute times say more than a ratio */
+      add(c, cause, kind, i, z, "%s %s: release lag %.2f us, reference %.2f us (z %.1f, %.0f samples)", what, name,
+          x->sum / x->n / 1e3, r->sum / r->n / 1e3, z, x->n);
+    else
+      add(c, cause, kind, i, z, "%s %s: %.2fx the reference task time (z %.1f, %.0f samples)", what, name, ratio, z,
+          x->n);
   }
 }
 
@@ -347,27 +364,29 @@ static void hyp_worker(struct fctx *c) {
       top, r_cur, me->sum / 1e3, r_ref);
 }
 
-/* The median of cur / ref mean task time over the classes seen enough on both sides. */
-static double drift_of(const struct fctx *c) {
+/* The median of cur / ref mean task time over the classes seen enough on both
+ * sides, and (spread) the median distance of those ratios from it: how much a
+ * healthy-looking class disagrees with the reference, i.e. the evidence's noise. */
+static double drift_of(const struct fctx *c, double *spread) {
   double r[1024];
   int n = 0;
   for (int i = 0; i < c->cur->n[FS_CLASS] && n < 1024; i++) {
     const struct bench_stat *x = &c->cur->row[FS_CLASS][i], *y = &c->ref->row[FS_CLASS][i];
     if (x->have && x->n >= 3 && y->n >= 3 && y->sum > 0) r[n++] = (x->sum / x->n) / (y->sum / y->n);
   }
+  *spread = 1;  /* too few classes to know: as noisy as can be */
   if (n < 5) return 1;
-  for (int i = 1; i < n; i++)  /* insertion sort: a few hundred values */
-    for (int j = i; j > 0 && r[j] < r[j - 1]; j--) {
-      double t = r[j];
-      r[j] = r[j - 1];
-      r[j - 1] = t;
-    }
-  return r[n / 2] > 0 ? r[n / 2] : 1;
+  sort_d(r, n);
+  double med = r[n / 2] > 0 ? r[n / 2] : 1;
+  for (int i = 0; i < n; i++) r[i] = fabs(r[i] - med);
+  sort_d(r, n);
+  *spread = r[n / 2];
+  return med;
 }
 
 static void collect(struct fctx *c) {
   c->n = 0;
-  c->drift = drift_of(c);
+  c->drift = drift_of(c, &c->spread);
   hyp_time(c, FS_CLASS, MS_FAULT_SLOW_CLASS, MS_CULPRIT_TASK_CLASS, "class");
   hyp_time(c, FS_REQUEST, MS_FAULT_SLOW_REQUEST, MS_CULPRIT_REQUEST, "attention of");
   hyp_time(c, FS_EXPERT, MS_FAULT_ROUTING_SKEW, MS_CULPRIT_EXPERT, "tasks of");
@@ -465,7 +484,9 @@ static void diagnose_features(const struct bench_evidence *ref, struct bench_evi
   if (z1 < Z_MIN) {
     char why[160];
     snprintf(why, sizeof why, "nothing stands out (best: %.130s)", c.n ? c.h[0].why : "no comparable rows");
-    answer_none(a, ev->coverage * read_share * (1 - z1 / Z_MIN), why);
+    /* absence of evidence is only as strong as the evidence is quiet: a class
+     * ratio scattering by 20% hides a fault of a few per cent of the run */
+    answer_none(a, ev->coverage * read_share * (1 - z1 / Z_MIN) * clamp01(1 - 5 * c.spread), why);
   } else {
     /* the runner-up: the best hypothesis that names something else (a kernel-level
      * one of the same cause is the same finding, seen coarser) */
@@ -484,7 +505,7 @@ void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev,
                     const struct bench_scenario *sc, struct bench_answer *out) {
   memset(out, 0, sizeof *out);
   switch (ev->method) {
-  case BM_KERNEL_TIMING: diagnose_timing(ref, ev, out); break;
+  case BM_KERNEL_TIMING: diagnose_timing(ref, ev, sc, out); break;
   case BM_PC_SAMPLING: diagnose_pc(ref, ev, p, sc, out); break;
   default: diagnose_features(ref, ev, p, sc, out); break;
   }

@@ -85,7 +85,7 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
   json_truth(j, c);
   ms_json_knum(j, "healthy_ns", c->healthy_ns);
   ms_json_knum(j, "faulty_ns", c->faulty_ns);
-  ms_json_knum(j, "slowdown", c->healthy_ns > 0 ? c->faulty_ns / c->healthy_ns - 1 : 0);
+  ms_json_knum(j, "slowdown", c->slowdown);
   if (s->backend == MS_BACKEND_CPU) {
     ms_json_knum(j, "healthy_ns_repeat", c->healthy_ns_b);
     ms_json_knum(j, "faulty_ns_repeat", c->faulty_ns_b);
@@ -184,8 +184,7 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
     ran++;
     hsum += c->healthy_ns;
     fsum += c->faulty_ns;
-    double d = c->healthy_ns > 0 ? c->faulty_ns / c->healthy_ns - 1 : 0;
-    if (d > worst) worst = d;
+    if (c->slowdown > worst) worst = c->slowdown;
   }
   char bb[32];
   human_bytes((double)r->o.budgets[r->o.headline], bb, sizeof bb);

@@ -109,21 +109,25 @@ static int cmp_d(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Faulty / healthy - 1, paired on the seed: exact on the simulator, the median
- * of three pairs on the CPU. */
+/* Faulty / healthy - 1, paired on the seed: exact on the simulator; on the CPU
+ * the median of five back-to-back pairs' ratios (a shared machine's speed
+ * drifts between pairs more than within one), with the pair's times the
+ * medians. */
 static double slowdown(struct runner *r, const struct ms_model *m, const struct bench_scenario *s, double *healthy,
                        double *faulty) {
-  int reps = s->backend == MS_BACKEND_SIM ? 1 : 3;
-  double h[3], f[3];
+  int reps = s->backend == MS_BACKEND_SIM ? 1 : 5;
+  double h[5], f[5], q[5];
   for (int i = 0; i < reps; i++) {
     h[i] = run_once(r, m, s, 0, s->seed);
     f[i] = run_once(r, m, s, 1, s->seed);
+    q[i] = h[i] > 0 ? f[i] / h[i] : 1;
   }
   qsort(h, (size_t)reps, sizeof *h, cmp_d);
   qsort(f, (size_t)reps, sizeof *f, cmp_d);
+  qsort(q, (size_t)reps, sizeof *q, cmp_d);
   *healthy = h[reps / 2];
   *faulty = f[reps / 2];
-  return *healthy > 0 ? *faulty / *healthy - 1 : 0;
+  return q[reps / 2] - 1;
 }
 
 static void tune(struct runner *r, const struct ms_model *m, struct bench_case *c, int workers) {
@@ -165,6 +169,7 @@ static void tune(struct runner *r, const struct ms_model *m, struct bench_case *
   }
   c->healthy_ns = 0;
   double d = slowdown(r, m, s, &c->healthy_ns, &c->faulty_ns);
+  c->slowdown = d;
   for (int i = 0; i < s->n_faults; i++) s->faults[i].slowdown = d;
   if (s->backend == MS_BACKEND_CPU) slowdown(r, m, s, &c->healthy_ns_b, &c->faulty_ns_b);
 }
@@ -270,7 +275,7 @@ static int run_case(struct runner *r, struct bench_case *c) {
   tune(r, m, c, workers);
   say(r, "%s: %s %s, healthy %.3f ms, faulty %.3f ms (%+.2f%%)", s->name,
       s->n_faults ? ms_fault_type_name(s->faults[0].type) : "healthy", c->truth_name, c->healthy_ns / 1e6,
-      c->faulty_ns / 1e6, c->healthy_ns > 0 ? 100 * (c->faulty_ns / c->healthy_ns - 1) : 0);
+      c->faulty_ns / 1e6, 100 * c->slowdown);
   struct ms_fault fl[BENCH_MAX_FAULTS];
   to_faults(s, fl);
   struct bench_engine_cfg fc = {.m = m, .sc = s, .faults = fl, .n_faults = s->n_faults, .seed = s->seed};

@@ -77,7 +77,7 @@ static void mean_sd(const double *v, int n, double *mean, double *sd) {
 }
 
 static void diagnose_timing(const struct bench_evidence *ref, struct bench_evidence *ev,
-                            const struct bench_scenario *sc, struct bench_answer *a) {
+                            const struct bench_scenario *scn, struct bench_answer *a) {
   int n = ev->n_steps, keep = (int)(ev->budget / 8);
   if (ev->budget && keep < n) n = keep;
   a->bytes = (uint64_t)n * 8;
@@ -104,7 +104,7 @@ static void diagnose_timing(const struct bench_evidence *ref, struct bench_evide
   char why[160];
   snprintf(why, sizeof why, "step time within noise of the reference (%+.2f%%, z %.1f)", 100 * (mc / mr - 1), z);
   /* "none" means "not slower by the target": only as sure as the noise is below it */
-  answer_none(a, 0.8 * a->coverage * (1 - clamp01(z / 4)) * clamp01(1 - 4 * sigma / mr / sc->target), why);
+  answer_none(a, 0.8 * a->coverage * (1 - clamp01(z / 4)) * clamp01(1 - 4 * sigma / mr / scn->target), why);
 }
 
 /* ---- (b) PC sampling ---- */

@@ -172,8 +172,8 @@ static int verify(const struct ms_bpf_prog *p, int kind, int type, int hook, uin
 
 /* An ELF section (such as a NOBITS .bss) claiming more than this makes the
  * loader allocate that much for the global data's initial value; such inputs
- * only exhaust the fuzzer's memory, so they are skipped (see the report:
- * the loader should refuse global data larger than a map value can be). */
+ * only exhaust the fuzzer's memory, so they are skipped until the loader
+ * refuses global data larger than a map value can be (65536 bytes). */
 #define FUZZ_MAX_SECTION (1u << 20)
 
 static int elf_claims_too_much(const uint8_t *data, size_t size) {

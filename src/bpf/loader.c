@@ -302,6 +302,8 @@ static int take_maps(struct load *l, struct bpf_object *bo) {
       return refuse(l, "map '%s': type %u is not supported (hash 1, array 2, percpu hash 5, percpu array 6, ringbuf 27)",
                     d->name, d->type);
     if (bpf_map__is_internal(m)) {
+      if (d->value_size > 65536)  /* a monitor's global data is small: a larger claim is hostile */
+        return refuse(l, "map '%s': %u bytes of global data (at most 65536)", d->name, d->value_size);
       const char *sec = data_section_of(l, d->name);
       if (!sec) return refuse(l, "map '%s': global data whose section is unknown (externs and .kconfig are not supported)", d->name);
       l->map_secs[o->n_maps] = sec;

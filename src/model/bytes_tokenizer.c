@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The byte-level tokenizer (see megascope/tokenizer.h): byte b <-> token id b,
- * ids from 256 up rendered as "<|id|>". A placeholder until the model files
- * bring real vocabularies. */
+ * ids from 256 up rendered as "<|id|>". Synthetic models use it; GGUF files bring their own
+ * vocabulary (tokenizer_bpe.c), to which this file forwards. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>

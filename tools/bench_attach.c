@@ -57,20 +57,6 @@ static void usage(FILE *f) {
           "  -h, --help           this text\n");
 }
 
-/* <dir of this executable>/monitors/<name> */
-static void shipped(const char *name, char *buf, size_t n) {
-  char exe[PATH_MAX];
-  ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (k <= 0) {
-    snprintf(buf, n, "monitors/%s", name);
-    return;
-  }
-  exe[k] = 0;
-  char *slash = strrchr(exe, '/');
-  if (slash) *slash = 0;
-  snprintf(buf, n, "%.*s/monitors/%s", (int)(n > 128 ? n - 128 : 0), exe, name);
-}
-
 static void sleep_ms(double ms) {
   struct timespec ts = {(time_t)(ms / 1000), (long)((ms - (double)(time_t)(ms / 1000) * 1000) * 1e6)};
   while (nanosleep(&ts, &ts) && errno == EINTR) {
@@ -271,8 +257,8 @@ int bench_attach(int argc, char **argv) {
   long batch = 4, workers = 0, rounds = 5, window_ms = 300;
   int as_json = 0, c, idx;
   char mon[PATH_MAX], rep[PATH_MAX];
-  shipped("class_time.bpf.o", mon, sizeof mon);
-  shipped("queueing.bpf.o", rep, sizeof rep);
+  cli_shipped_monitor("class_time.bpf.o", mon, sizeof mon);
+  cli_shipped_monitor("queueing.bpf.o", rep, sizeof rep);
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
     if (c == 'h') {

@@ -36,35 +36,6 @@ static void usage(FILE *f) {
           "  -h, --help           this text\n");
 }
 
-/* The default monitor: <dir of this executable>/monitors/class_time.bpf.o */
-static void default_monitor(char *buf, size_t n) {
-  char exe[PATH_MAX];
-  ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (k <= 0) {
-    snprintf(buf, n, "monitors/class_time.bpf.o");
-    return;
-  }
-  exe[k] = 0;
-  char *slash = strrchr(exe, '/');
-  if (slash) *slash = 0;
-  snprintf(buf, n, "%.*s/monitors/class_time.bpf.o", (int)(n > 64 ? n - 64 : 0), exe);
-}
-
-static double tokens_per_s(struct ms_engine *e, const struct ms_model *m, int batch, int steps) {
-  struct ms_request *r[4096];
-  uint64_t t0 = ms_now_ns();
-  for (int i = 0; i < batch; i++) {
-    int32_t tok = (int32_t)(1 + i % (m->cfg.vocab - 1));
-    struct ms_request_opts ro = {.sz = sizeof ro, .prompt = &tok, .n_prompt = 1, .max_new_tokens = steps};
-    r[i] = ms_engine_submit(e, &ro);
-    if (!r[i]) return -1;
-  }
-  for (int i = 0; i < batch; i++) ms_request_wait(r[i], -1);
-  double s = (double)(ms_now_ns() - t0) / 1e9;
-  for (int i = 0; i < batch; i++) ms_request_free(r[i]);
-  return (double)batch * steps / s;
-}
-
 /* ns per instruction of the object's task_end program, over many runs on a
  * synthetic context, its maps instantiated here. */
 static double interp_ns_per_insn(const char *path, uint64_t *insns_per_run) {
@@ -111,7 +82,7 @@ int bench_hooks(int argc, char **argv) {
   long batch = 1, steps = 8, rounds = 3, workers = 0;
   int as_json = 0, c, idx;
   char mon_path[PATH_MAX];
-  default_monitor(mon_path, sizeof mon_path);
+  cli_shipped_monitor("class_time.bpf.o", mon_path, sizeof mon_path);
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
     if (c == 'h') {
@@ -148,7 +119,7 @@ int bench_hooks(int argc, char **argv) {
     goto out;
   }
   double best[3] = {0, 0, 0};
-  tokens_per_s(e, m, (int)batch, 2);  /* warm-up */
+  cli_decode_tps(e, m, (int)batch, 2);  /* warm-up */
   for (long r = 0; r < rounds; r++)
     for (int mode = 0; mode < 3; mode++) {
       if (!as_json) fprintf(stderr, "bench hooks: round %ld, %s\n", r + 1, mode == 0 ? "hooks off" : mode == 1 ? "armed" : "attached");
@@ -167,7 +138,7 @@ int bench_hooks(int argc, char **argv) {
         mon = ms_monitor_open(mon_path, &log);
         if (!mon) goto out;
       }
-      double tps = tokens_per_s(e, m, (int)batch, (int)steps);
+      double tps = cli_decode_tps(e, m, (int)batch, (int)steps);
       if (tps > best[mode]) best[mode] = tps;
     }
   struct ms_coverage cov = {0};

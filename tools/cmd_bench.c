@@ -97,18 +97,7 @@ static double decode_tps(const struct ms_model *m, enum ms_mode mode, int worker
   double tps = -1;
   for (int round = 0; round < 2; round++) {
     int n = round == 0 ? warmup : steps;
-    if (n <= 0) continue;
-    struct ms_request *r[4096];
-    uint64_t t0 = ms_now_ns();
-    for (int i = 0; i < batch; i++) {
-      int32_t tok = (int32_t)(1 + i % (m->cfg.vocab - 1));
-      struct ms_request_opts ro = {.sz = sizeof ro, .prompt = &tok, .n_prompt = 1, .max_new_tokens = n};
-      r[i] = ms_engine_submit(e, &ro);
-    }
-    for (int i = 0; i < batch; i++) ms_request_wait(r[i], -1);
-    double s = (double)(ms_now_ns() - t0) / 1e9;
-    for (int i = 0; i < batch; i++) ms_request_free(r[i]);
-    tps = (double)batch * n / s;
+    if (n > 0) tps = cli_decode_tps(e, m, batch, n);
   }
   ms_engine_free(e);
   return tps;

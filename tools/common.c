@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+
+#include "megascope/engine.h"
 
 #include "megascope/base.h"
 #include "megascope/gguf.h"
@@ -87,4 +90,36 @@ int cli_u64(const char *opt, const char *s, uint64_t *out) {
   }
   *out = v;
   return 0;
+}
+
+double cli_decode_tps(struct ms_engine *e, const struct ms_model *m, int batch, int steps) {
+  struct ms_request *r[4096];
+  int n = 0, ok = 1;
+  if (batch > 4096) batch = 4096;
+  uint64_t t0 = ms_now_ns();
+  for (; n < batch; n++) {
+    int32_t tok = (int32_t)(1 + n % (m->cfg.vocab - 1));
+    struct ms_request_opts ro = {.sz = sizeof ro, .prompt = &tok, .n_prompt = 1, .max_new_tokens = steps};
+    if (!(r[n] = ms_engine_submit(e, &ro))) {
+      ok = 0;
+      break;
+    }
+  }
+  for (int i = 0; i < n; i++) ms_request_wait(r[i], -1);
+  double s = (double)(ms_now_ns() - t0) / 1e9;
+  for (int i = 0; i < n; i++) ms_request_free(r[i]);
+  return ok ? (double)batch * steps / s : -1;
+}
+
+void cli_shipped_monitor(const char *name, char *buf, size_t n) {
+  char exe[4096];
+  ssize_t k = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (k <= 0) {
+    snprintf(buf, n, "monitors/%s", name);
+    return;
+  }
+  exe[k] = 0;
+  char *slash = strrchr(exe, '/');
+  if (slash) *slash = 0;
+  snprintf(buf, n, "%.*s/monitors/%s", (int)(n > 128 ? n - 128 : 0), exe, name);
 }

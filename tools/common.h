@@ -3,6 +3,7 @@
 #ifndef MS_TOOLS_COMMON_H
 #define MS_TOOLS_COMMON_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "megascope/model.h"
@@ -35,5 +36,14 @@ struct ms_model *cli_model_load_tok(const struct cli_model *cm, struct ms_tokeni
 /* Strict integer parsing for option values: prints an error naming the option. */
 int cli_int(const char *opt, const char *s, long lo, long hi, long *out);
 int cli_u64(const char *opt, const char *s, uint64_t *out);
+
+struct ms_engine;
+/* Generated tokens per second for `batch` one-token prompts of `steps` tokens
+ * each, timed from submission to the last completion; -1 when the engine
+ * refuses a request (the ones already submitted are waited for and freed). */
+double cli_decode_tps(struct ms_engine *e, const struct ms_model *m, int batch, int steps);
+
+/* The path of a shipped monitor object: <dir of this executable>/monitors/NAME. */
+void cli_shipped_monitor(const char *name, char *buf, size_t n);
 
 #endif

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: MIT */
+/* The CUDA backend: the plan run as one persistent kernel on a GPU, with the
+ * same monitors running on the device.
+ *
+ * Built when nvcc is found (the .cu files of src/cuda); otherwise every function here exists
+ * and reports -MS_E_UNSUPP ("built without CUDA"), so callers need no #ifdefs.
+ * This header is plain C: the core and the CLI never include CUDA headers.
+ *
+ * One engine holds one plan (the bucket of max_batch rows; rows without a request
+ * are padding) and runs it as a cooperative kernel of one CTA per SM: CTA 0 is the
+ * scheduler (step start, admission, JIT dispatch, sampling bookkeeping), the
+ * others are workers with per-worker queues in global memory. Requests are handed
+ * to the running kernel through host-mapped memory; tokens come back the same
+ * way. Weights are bf16 on the device (f32 and quantised models are converted
+ * when uploaded), accumulation is f32, the KV cache is f32. Sampling is greedy. */
+#ifndef MEGASCOPE_CUDA_H
+#define MEGASCOPE_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "megascope/base.h"
+#include "megascope/model.h"
+#include "megascope/monitor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* 1 when this build has the CUDA backend and a device is present; else 0 with
+ * the reason ("built without CUDA", "no CUDA device: ...") in why. */
+int ms_cuda_available(char *why, size_t n);
+/* "H200 (132 SMs, sm_90, 141 GiB)" or the reason there is none. */
+void ms_cuda_describe(char *buf, size_t n);
+
+enum ms_cuda_mode {
+  MS_CUDA_MEGAKERNEL = 0,   /* one persistent kernel for the whole decode loop */
+  MS_CUDA_PER_OP = 1,       /* one kernel per operator, a step captured as a CUDA Graph */
+};
+
+struct ms_cuda_opts {
+  size_t sz;                /* sizeof(struct ms_cuda_opts) */
+  enum ms_cuda_mode mode;
+  int max_batch;            /* rows of the plan; 0: 1 */
+  int max_ctx;              /* positions per request; 0: 512 */
+  int page_size;            /* KV-cache page, in positions; 0: 16 */
+  int n_sms;                /* CTAs of the persistent kernel; 0: every SM */
+  int tiles_per_op;         /* see ms_compile_opts; 0: about one task per worker */
+  int watchdog_ms;          /* report a stall after this long without a heartbeat; 0: off */
+  int hooks_off;            /* 1: the kernel has no hook sites at all (bench baseline) */
+};
+
+struct ms_cuda_engine;
+
+/* Uploads the model and the compiled plan. NULL + errno with the reason in log. */
+struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, const struct ms_cuda_opts *o,
+                                          struct ms_textbuf *log);
+void ms_cuda_engine_free(struct ms_cuda_engine *e);
+
+/* One request for ms_cuda_generate. tokens receives up to max_new tokens;
+ * logits, when set, receives (n_prompt + max_new - 1) rows of vocab floats: the
+ * logits of every position (for checks against the CPU). */
+struct ms_cuda_request {
+  const int32_t *prompt;
+  int n_prompt, max_new;
+  int32_t *tokens;          /* out: [max_new] */
+  int n_tokens;             /* out */
+  float *logits;            /* out, optional */
+  uint64_t t_submit, t_first, t_done;  /* out: host clock, ns */
+};
+
+struct ms_cuda_stats {
+  uint64_t steps, tokens, positions;
+  double kernel_ms;         /* wall time of the decode loop (launch to last token) */
+  double tokens_per_s;
+  uint64_t heartbeats;      /* sum of every SM's heartbeat counter */
+  uint64_t queue_full;      /* JIT dispatches that found a worker queue full and retried */
+  uint64_t attach_ns_last;  /* the last attach/replace: call to first device firing seen */
+};
+
+/* Runs requests to completion with continuous batching: all are queued at once,
+ * admitted as rows free up. 0 or a negative error (-MS_E_STALL with a report in
+ * log when the watchdog fired). */
+int ms_cuda_generate(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log);
+
+/* Starts the persistent kernel for requests submitted with ms_cuda_submit and
+ * returns at once; ms_cuda_wait waits for all submitted requests to finish and
+ * for the kernel to exit. Monitors can be attached, replaced and detached in
+ * between. */
+int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log);
+/* Requests finished so far (polling; host-mapped counters). */
+int ms_cuda_finished(struct ms_cuda_engine *e);
+int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log);
+
+void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out);
+
+/* Monitors on the device: the same verified programs and map layouts as the CPU
+ * engine; attach/replace/detach work while the kernel runs (see monitor.h). */
+int ms_cuda_attach(struct ms_cuda_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,
+                   struct ms_textbuf *log);
+int ms_cuda_replace(struct ms_cuda_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log);
+int ms_cuda_detach(struct ms_cuda_engine *e, int id);
+int ms_cuda_coverage(struct ms_cuda_engine *e, int id, struct ms_coverage *out);
+/* Copies the attachment's device maps into its host maps (on a copy stream, the
+ * kernel keeps running) and writes them decoded, as monitor.h's
+ * ms_engine_attach_write does. */
+int ms_cuda_attach_write(struct ms_cuda_engine *e, int id, FILE *f, int as_json);
+
+/* Each device task body against its CPU twin (src/kernels/ops.c) on the same
+ * inputs, one class at a time, for a model (bf16 weights) and batch. Writes a line
+ * per class to log; 0 when all agree within tolerance, -MS_E_VERIFY otherwise. */
+int ms_cuda_ops_check(const struct ms_model *m, int batch, struct ms_textbuf *log);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

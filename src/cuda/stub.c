@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: MIT */
+/* The CUDA backend when this build has none (no nvcc, or -DMS_CUDA=OFF): every
+ * call answers that, so callers need no #ifdefs and GPU tests skip. */
+#include <errno.h>
+#include <stdio.h>
+
+#include "megascope/cuda.h"
+
+static const char *const why_none = "built without CUDA (nvcc was not found when configuring)";
+
+int ms_cuda_available(char *why, size_t n) {
+  if (why && n) snprintf(why, n, "%s", why_none);
+  return 0;
+}
+
+void ms_cuda_describe(char *buf, size_t n) {
+  if (buf && n) snprintf(buf, n, "%s", why_none);
+}
+
+struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, const struct ms_cuda_opts *o,
+                                          struct ms_textbuf *log) {
+  ms_textbuf_printf(log, "cuda: %s\n", why_none);
+  errno = MS_E_UNSUPP;
+  return NULL;
+}
+
+void ms_cuda_engine_free(struct ms_cuda_engine *e) {}
+int ms_cuda_generate(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log) {
+  return -MS_E_UNSUPP;
+}
+int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log) {
+  return -MS_E_UNSUPP;
+}
+int ms_cuda_finished(struct ms_cuda_engine *e) { return -MS_E_UNSUPP; }
+int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log) { return -MS_E_UNSUPP; }
+void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out) {
+  *out = (struct ms_cuda_stats){0};
+}
+int ms_cuda_attach(struct ms_cuda_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,
+                   struct ms_textbuf *log) {
+  return -MS_E_UNSUPP;
+}
+int ms_cuda_replace(struct ms_cuda_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log) {
+  return -MS_E_UNSUPP;
+}
+int ms_cuda_detach(struct ms_cuda_engine *e, int id) { return -MS_E_UNSUPP; }
+int ms_cuda_coverage(struct ms_cuda_engine *e, int id, struct ms_coverage *out) { return -MS_E_UNSUPP; }
+int ms_cuda_attach_write(struct ms_cuda_engine *e, int id, FILE *f, int as_json) { return -MS_E_UNSUPP; }
+int ms_cuda_ops_check(const struct ms_model *m, int batch, struct ms_textbuf *log) {
+  ms_textbuf_printf(log, "cuda: %s\n", why_none);
+  return -MS_E_UNSUPP;
+}

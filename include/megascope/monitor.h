@@ -85,6 +85,14 @@ int ms_engine_attach_write(struct ms_engine *e, int id, FILE *f, int as_json);
 struct ms_json;
 int ms_engine_attach_write_json(struct ms_engine *e, int id, struct ms_json *j);
 
+/* For backends that hold their own maps (the CUDA engine): writes a coverage
+ * record and the maps decoded as ms_engine_attach_write does, with class names
+ * from plan p. */
+struct ms_bpf_map;
+struct ms_plan;
+int ms_monitor_write_maps(const char *name, struct ms_bpf_map *const *maps, int n, uint32_t n_workers,
+                          const struct ms_coverage *cov, const struct ms_plan *p, FILE *f, int as_json);
+
 /* Hook sites: hooks_off turns the hook checks off entirely (the baseline of
  * `bench hooks`); otherwise a site with nothing attached costs one relaxed load
  * and a branch. Set before requests are submitted. */

@@ -271,3 +271,32 @@ int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE
   pthread_mutex_unlock(&t->mu);
   return rc;
 }
+
+/* For backends that hold their own maps (the CUDA engine): one coverage record
+ * and the maps, decoded as above. */
+int ms_monitor_write_maps(const char *name, struct ms_bpf_map *const *maps, int n, uint32_t n_workers,
+                          const struct ms_coverage *cov, const struct ms_plan *p, FILE *f, int as_json) {
+  struct ms_json js, *j = NULL;
+  if (as_json) {
+    ms_json_init(&js, f, 1);
+    j = &js;
+    ms_json_obj_begin(j);
+    ms_json_kstr(j, "monitor", name);
+    ms_json_key(j, "coverage");
+  } else {
+    fprintf(f, "monitor %s\n", name);
+  }
+  write_cov(cov, j, f);
+  int rc = 0;
+  if (j) {
+    ms_json_key(j, "maps");
+    ms_json_arr_begin(j);
+  }
+  for (int i = 0; i < n && !rc; i++) rc = write_map(maps[i], n_workers, p, j, f);
+  if (j) {
+    ms_json_arr_end(j);
+    ms_json_obj_end(j);
+    ms_json_end(j);
+  }
+  return rc;
+}

@@ -1,0 +1,777 @@
+/* SPDX-License-Identifier: MIT */
+/* The CUDA backend's host side: device discovery, the engine (plan compiled for
+ * the bucket of max_batch rows, uploaded once), the persistent kernel's launch,
+ * request hand-over through host-mapped memory, the watchdog, the per-op
+ * baseline (a CUDA Graph of one kernel per operator level), and the monitors'
+ * entry points (src/cuda/monitors.cu does the work). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cuda_runtime.h>
+
+extern "C" {
+#include "megascope/cuda.h"
+#include "megascope/json.h"
+#include "compile/plan_impl.h"
+}
+
+#include "cuda/megakernel.cuh"
+#include "cuda/monitors.h"
+#include "cuda/upload.h"
+
+#define CK(call)                                                                             \
+  do {                                                                                       \
+    cudaError_t ck_ = (call);                                                                \
+    if (ck_ != cudaSuccess) {                                                                \
+      ms_textbuf_printf(log, "cuda: %s failed: %s (%s:%d)\n", #call, cudaGetErrorString(ck_), \
+                        __FILE__, __LINE__);                                                 \
+      rc = -MS_E_STATE;                                                                      \
+      goto out;                                                                              \
+    }                                                                                        \
+  } while (0)
+
+struct ms_cuda_engine {
+  const struct ms_model *m;
+  struct ms_cuda_opts o;
+  struct ms_plan *plan;
+  struct msd_dev dev;
+  cudaDeviceProp prop;
+  int n_ctas, n_workers;
+  /* the persistent kernel's state */
+  struct msd_rt rt;                /* by value: the kernel's argument */
+  uint64_t *counters;
+  int32_t *aot_q, *aot_off;
+  int32_t *jit_q;
+  uint32_t *jit_head, *jit_tail;
+  int32_t *fired;
+  uint32_t *fired_tail, *step_seq;
+  uint64_t *cur_step;
+  struct msd_sched *sched;
+  struct msd_host *host;           /* host-mapped */
+  struct msd_beat *beats;          /* host-mapped [n_ctas] */
+  /* requests of the run in flight */
+  struct msd_hreq *req;            /* host-mapped */
+  int32_t *prompt_pool, *out_pool; /* host-mapped */
+  float *logits_rec;               /* device */
+  struct ms_cuda_request *user;
+  int n_user;
+  int running;
+  uint64_t t_launch;
+  /* per-op mode */
+  int32_t *level_tasks;            /* device: tasks level by level */
+  int *level_off, n_levels;        /* host */
+  cudaGraphExec_t graph;
+  int have_graph;
+  cudaStream_t ks;                 /* the kernel's stream */
+  struct ms_cuda_mon *mon;
+  struct ms_cuda_stats st;
+  int broken;                      /* a stall was reported: the kernel may still hold the device */
+};
+
+static uint64_t host_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+extern "C" int ms_cuda_available(char *why, size_t n) {
+  int count = 0;
+  cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0) {
+    if (why && n)
+      snprintf(why, n, "no CUDA device: %s", err != cudaSuccess ? cudaGetErrorString(err) : "none found");
+    return 0;
+  }
+  return 1;
+}
+
+extern "C" void ms_cuda_describe(char *buf, size_t n) {
+  if (!ms_cuda_available(buf, n)) return;
+  cudaDeviceProp p;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+    snprintf(buf, n, "CUDA device %d (properties unavailable)", dev);
+    return;
+  }
+  snprintf(buf, n, "%s (%d SMs, sm_%d%d, %.0f GiB)", p.name, p.multiProcessorCount, p.major, p.minor,
+           (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
+}
+
+/* ---- creation ------------------------------------------------------------ */
+
+/* Per-op levels: a task's level is one past its producers' highest; every level
+ * becomes one kernel whose CTAs are its tasks (the step start, empty and comm
+ * tasks have no body and are left out). */
+static int build_levels(struct ms_cuda_engine *e, int32_t **host_tasks, struct ms_textbuf *log) {
+  const struct ms_plan *p = e->plan;
+  int *level = (int *)calloc((size_t)p->n_tasks, sizeof(int));
+  int32_t *order = (int32_t *)malloc((size_t)p->n_tasks * sizeof(int32_t));
+  if (!level || !order) {
+    free(level);
+    free(order);
+    return -ENOMEM;
+  }
+  int max_level = 0;
+  for (int t = 0; t < p->n_tasks; t++) {
+    int ev = p->tasks[t].wait, l = 0;
+    if (ev >= 0)
+      for (int i = p->trig_off[ev]; i < p->trig_off[ev + 1]; i++)
+        if (level[p->trig[i]] + 1 > l) l = level[p->trig[i]] + 1;
+    level[t] = l;
+    if (l > max_level) max_level = l;
+  }
+  e->level_off = (int *)calloc((size_t)max_level + 2, sizeof(int));
+  if (!e->level_off) {
+    free(level);
+    free(order);
+    return -ENOMEM;
+  }
+  int n = 0, nl = 0;
+  for (int l = 0; l <= max_level; l++) {
+    int start = n;
+    for (int t = 0; t < p->n_tasks; t++) {
+      int k = p->tasks[t].kernel;
+      if (level[t] == l && k != MS_K_STEP_START && k != MS_K_EMPTY && k != MS_K_COMM) order[n++] = t;
+    }
+    if (n > start) e->level_off[++nl] = n;
+  }
+  e->n_levels = nl;
+  free(level);
+  *host_tasks = order;
+  ms_textbuf_printf(log, "cuda: per-op mode: %d kernels a step\n", nl);
+  return 0;
+}
+
+static int widest_level(const struct ms_cuda_engine *e) {
+  int w = 0;
+  for (int l = 0; l < e->n_levels; l++)
+    if (e->level_off[l + 1] - e->level_off[l] > w) w = e->level_off[l + 1] - e->level_off[l];
+  return w;
+}
+
+static uint32_t pow2_at_least(uint64_t x) {
+  uint32_t p = 16;
+  while (p < x) p <<= 1;
+  return p;
+}
+
+static int alloc_runtime(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  int rc = 0;
+  const struct ms_plan *p = e->plan;
+  const int W = e->n_workers;
+  int32_t *aot = NULL, *off = NULL;
+  uint32_t jit_cap = pow2_at_least((uint64_t)p->stats.jit_tasks + 1);
+  uint32_t fired_cap = pow2_at_least(2ull * (uint64_t)p->n_events);
+  /* AOT: round-robin in plan order over the workers (topological per list); the
+   * step start is the scheduler's */
+  aot = (int32_t *)malloc(((size_t)p->n_tasks + 1) * sizeof(int32_t));
+  off = (int32_t *)calloc((size_t)W + 1, sizeof(int32_t));
+  int **lists = (int **)calloc((size_t)W, sizeof(int *));
+  int *len = (int *)calloc((size_t)W, sizeof(int));
+  if (!aot || !off || !lists || !len) {
+    rc = -ENOMEM;
+    goto out;
+  }
+  for (int w = 0; w < W; w++)
+    if (!(lists[w] = (int *)malloc(((size_t)p->n_tasks / (size_t)W + 2) * sizeof(int)))) {
+      rc = -ENOMEM;
+      goto out;
+    }
+  {
+    int rr = 0, n = 0;
+    for (int t = 0; t < p->n_tasks; t++) {
+      if (p->tasks[t].launch != MS_LAUNCH_AOT || t == 0) continue;
+      lists[rr][len[rr]++] = t;
+      rr = (rr + 1) % W;
+    }
+    for (int w = 0; w < W; w++) {
+      off[w] = n;
+      for (int i = 0; i < len[w]; i++) aot[n++] = lists[w][i];
+    }
+    off[W] = n;
+    CK(cudaMalloc(&e->aot_q, ((size_t)n + 1) * sizeof(int32_t)));
+    CK(cudaMemcpy(e->aot_q, aot, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&e->aot_off, ((size_t)W + 1) * sizeof(int32_t)));
+    CK(cudaMemcpy(e->aot_off, off, ((size_t)W + 1) * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  CK(cudaMalloc(&e->counters, (size_t)p->n_events * sizeof(uint64_t)));
+  CK(cudaMalloc(&e->jit_q, (size_t)W * jit_cap * sizeof(int32_t)));
+  CK(cudaMalloc(&e->jit_head, (size_t)W * sizeof(uint32_t)));
+  CK(cudaMalloc(&e->jit_tail, (size_t)W * sizeof(uint32_t)));
+  CK(cudaMalloc(&e->fired, (size_t)fired_cap * sizeof(int32_t)));
+  CK(cudaMalloc(&e->fired_tail, sizeof(uint32_t)));
+  CK(cudaMalloc(&e->step_seq, sizeof(uint32_t)));
+  CK(cudaMalloc(&e->cur_step, sizeof(uint64_t)));
+  CK(cudaMalloc(&e->sched, sizeof(struct msd_sched)));
+  CK(cudaHostAlloc(&e->host, sizeof(struct msd_host), cudaHostAllocMapped));
+  CK(cudaHostAlloc(&e->beats, (size_t)e->n_ctas * sizeof(struct msd_beat), cudaHostAllocMapped));
+  memset((void *)e->host, 0, sizeof(struct msd_host));
+  memset((void *)e->beats, 0, (size_t)e->n_ctas * sizeof(struct msd_beat));
+  {
+    struct msd_rt *r = &e->rt;
+    memset(r, 0, sizeof *r);
+    r->x = e->dev.d;
+    r->events = e->dev.events;
+    r->n_events = p->n_events;
+    r->end_event = p->end_event;
+    r->start_task = 0;
+    r->n_workers = W;
+    r->counters = e->counters;
+    r->aot_q = e->aot_q;
+    r->aot_off = e->aot_off;
+    r->jit_q = e->jit_q;
+    r->jit_head = e->jit_head;
+    r->jit_tail = e->jit_tail;
+    r->jit_cap = jit_cap;
+    r->fired = e->fired;
+    r->fired_tail = e->fired_tail;
+    r->fired_cap = fired_cap;
+    r->step_seq = e->step_seq;
+    r->cur_step = e->cur_step;
+    r->sched = e->sched;
+    r->slot_gen = e->sched->slot_gen;  /* device address arithmetic only */
+    CK(cudaHostGetDevicePointer((void **)&r->host, (void *)e->host, 0));
+    CK(cudaHostGetDevicePointer((void **)&r->beats, (void *)e->beats, 0));
+  }
+out:
+  if (lists)
+    for (int w = 0; w < W; w++) free(lists[w]);
+  free(lists);
+  free(len);
+  free(aot);
+  free(off);
+  return rc;
+}
+
+static void release_runtime(struct ms_cuda_engine *e) {
+  cudaFree(e->aot_q);
+  cudaFree(e->aot_off);
+  cudaFree(e->counters);
+  cudaFree(e->jit_q);
+  cudaFree(e->jit_head);
+  cudaFree(e->jit_tail);
+  cudaFree(e->fired);
+  cudaFree(e->fired_tail);
+  cudaFree(e->step_seq);
+  cudaFree(e->cur_step);
+  cudaFree(e->sched);
+  if (e->host) cudaFreeHost((void *)e->host);
+  if (e->beats) cudaFreeHost((void *)e->beats);
+}
+
+static void free_requests(struct ms_cuda_engine *e) {
+  if (e->req) cudaFreeHost(e->req);
+  if (e->prompt_pool) cudaFreeHost(e->prompt_pool);
+  if (e->out_pool) cudaFreeHost(e->out_pool);
+  cudaFree(e->logits_rec);
+  e->req = NULL;
+  e->prompt_pool = e->out_pool = NULL;
+  e->logits_rec = NULL;
+}
+
+extern "C" void ms_cuda_engine_free(struct ms_cuda_engine *e) {
+  if (!e) return;
+  if (e->running && !e->broken) ms_cuda_wait(e, NULL);
+  if (e->have_graph) cudaGraphExecDestroy(e->graph);
+  if (e->mon) ms_cuda_mon_free(e->mon);
+  free_requests(e);
+  release_runtime(e);
+  cudaFree(e->level_tasks);
+  free(e->level_off);
+  msd_release(&e->dev);
+  if (e->ks) cudaStreamDestroy(e->ks);
+  ms_plan_free(e->plan);
+  free(e);
+}
+
+extern "C" struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, const struct ms_cuda_opts *o,
+                                                     struct ms_textbuf *log) {
+  char why[256];
+  int rc = 0;
+  int32_t *levels = NULL;
+  if (!ms_cuda_available(why, sizeof why)) {
+    ms_textbuf_printf(log, "cuda: %s\n", why);
+    errno = MS_E_UNSUPP;
+    return NULL;
+  }
+  struct ms_cuda_engine *e = (struct ms_cuda_engine *)calloc(1, sizeof *e);
+  if (!e) {
+    errno = ENOMEM;
+    return NULL;
+  }
+  e->m = m;
+  memcpy(&e->o, o, o->sz < sizeof e->o ? o->sz : sizeof e->o);
+  if (e->o.max_batch <= 0) e->o.max_batch = 1;
+  if (e->o.max_ctx <= 0) e->o.max_ctx = 512;
+  if (e->o.page_size <= 0) e->o.page_size = 16;
+  if (e->o.max_batch > MSD_MAX_SLOTS) {
+    ms_textbuf_printf(log, "cuda: max_batch %d is over the %d rows this backend holds\n", e->o.max_batch,
+                      MSD_MAX_SLOTS);
+    free(e);
+    errno = MS_E_LIMIT;
+    return NULL;
+  }
+  {
+    int dev = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaGetDeviceProperties(&e->prop, dev));
+    e->n_ctas = e->o.n_sms > 0 && e->o.n_sms < e->prop.multiProcessorCount ? e->o.n_sms
+                                                                            : e->prop.multiProcessorCount;
+    if (e->n_ctas < 2) {
+      ms_textbuf_printf(log, "cuda: the megakernel needs 2 CTAs at least (a scheduler and a worker)\n");
+      rc = -EINVAL;
+      goto out;
+    }
+    e->n_workers = e->n_ctas - 1;
+    if (e->n_workers > 1023) e->n_workers = 1023, e->n_ctas = 1024;
+    int coop = 0, per_sm = 0;
+    CK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
+    CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, msd_megakernel, MSD_THREADS, 0));
+    if (!coop || per_sm < 1) {
+      ms_textbuf_printf(log, "cuda: the persistent kernel cannot be co-resident (cooperative launch %s, "
+                        "%d CTAs of %d threads per SM)\n", coop ? "supported" : "unsupported", per_sm,
+                        MSD_THREADS);
+      rc = -MS_E_UNSUPP;
+      goto out;
+    }
+    CK(cudaStreamCreateWithFlags(&e->ks, cudaStreamNonBlocking));
+  }
+  {
+    struct ms_compile_opts co;
+    memset(&co, 0, sizeof co);
+    co.sz = sizeof co;
+    co.batch = e->o.max_batch;
+    co.tiles_per_op = e->o.tiles_per_op > 0 ? e->o.tiles_per_op : e->n_workers;
+    if (!(e->plan = ms_plan_compile(m, &co, log))) {
+      rc = -errno;
+      goto out;
+    }
+    if ((rc = ms_plan_validate(e->plan, log))) goto out;
+    if (e->plan->tasks[0].kernel != MS_K_STEP_START) {
+      ms_textbuf_printf(log, "cuda: the plan's first task is not the step start\n");
+      rc = -MS_E_FORMAT;
+      goto out;
+    }
+  }
+  if ((rc = build_levels(e, &levels, log))) goto out;
+  {
+    struct msd_upload_opts uo;
+    memset(&uo, 0, sizeof uo);
+    int max_pages = (e->o.max_ctx + e->o.page_size - 1) / e->o.page_size;
+    int wide = widest_level(e);
+    uo.n_ctas = wide > e->n_ctas ? wide : e->n_ctas;  /* per-op kernels index scratch by CTA */
+    uo.n_slots = e->o.max_batch;
+    uo.max_ctx = e->o.max_ctx;
+    uo.page_size = e->o.page_size;
+    uo.pool_pages = max_pages * e->o.max_batch;
+    if ((rc = msd_upload(m, e->plan, &uo, &e->dev, log))) goto out;
+    /* pages: slot s owns [s * max_pages, (s + 1) * max_pages) of the pool; attention
+     * still goes through the page table, as on the CPU */
+    int32_t *pt = (int32_t *)malloc((size_t)uo.pool_pages * sizeof(int32_t));
+    if (!pt) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    for (int i = 0; i < uo.pool_pages; i++) pt[i] = i;
+    cudaError_t ce = cudaMemcpy(e->dev.h.page_table, pt, (size_t)uo.pool_pages * sizeof(int32_t),
+                                cudaMemcpyHostToDevice);
+    free(pt);
+    CK(ce);
+    int n = e->level_off[e->n_levels];
+    CK(cudaMalloc(&e->level_tasks, ((size_t)n + 1) * sizeof(int32_t)));
+    CK(cudaMemcpy(e->level_tasks, levels, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice));
+  }
+  if ((rc = alloc_runtime(e, log))) goto out;
+  if (!e->o.hooks_off) {
+    if (!(e->mon = ms_cuda_mon_new(e->n_ctas, log))) {
+      rc = -errno;
+      goto out;
+    }
+    e->rt.hooks = ms_cuda_mon_device(e->mon);
+  }
+out:
+  free(levels);
+  if (rc) {
+    ms_cuda_engine_free(e);
+    errno = rc < 0 ? -rc : rc;
+    return NULL;
+  }
+  return e;
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static int prepare_requests(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log) {
+  int rc = 0;
+  size_t np = 0, no = 0, nl = 0;
+  const size_t V = (size_t)e->m->cfg.vocab;
+  free_requests(e);
+  for (int i = 0; i < n; i++) {
+    if (r[i].n_prompt < 1 || r[i].max_new < 1 || r[i].n_prompt + r[i].max_new > e->o.max_ctx) {
+      ms_textbuf_printf(log, "cuda: request %d: %d prompt tokens + %d new do not fit max_ctx %d\n", i,
+                        r[i].n_prompt, r[i].max_new, e->o.max_ctx);
+      return -E2BIG;
+    }
+    for (int j = 0; j < r[i].n_prompt; j++)
+      if (r[i].prompt[j] < 0 || r[i].prompt[j] >= e->m->cfg.vocab) {
+        ms_textbuf_printf(log, "cuda: request %d: prompt token %d (%d) is outside the vocabulary of %d\n", i,
+                          j, r[i].prompt[j], e->m->cfg.vocab);
+        return -EINVAL;
+      }
+    np += (size_t)r[i].n_prompt;
+    no += (size_t)r[i].max_new;
+    if (r[i].logits) nl += (size_t)(r[i].n_prompt + r[i].max_new - 1) * V;
+  }
+  CK(cudaHostAlloc(&e->req, (size_t)(n ? n : 1) * sizeof(struct msd_hreq), cudaHostAllocMapped));
+  CK(cudaHostAlloc(&e->prompt_pool, (np + 1) * sizeof(int32_t), cudaHostAllocMapped));
+  CK(cudaHostAlloc(&e->out_pool, (no + 1) * sizeof(int32_t), cudaHostAllocMapped));
+  if (nl) CK(cudaMalloc(&e->logits_rec, nl * sizeof(float)));
+  {
+    size_t po = 0, oo = 0, lo = 0;
+    for (int i = 0; i < n; i++) {
+      struct msd_hreq *q = &e->req[i];
+      memset((void *)q, 0, sizeof *q);
+      q->n_prompt = r[i].n_prompt;
+      q->max_new = r[i].max_new;
+      q->prompt_off = (int32_t)po;
+      q->out_off = (int32_t)oo;
+      q->logits_off = r[i].logits ? (int64_t)lo : -1;
+      memcpy(e->prompt_pool + po, r[i].prompt, (size_t)r[i].n_prompt * sizeof(int32_t));
+      po += (size_t)r[i].n_prompt;
+      oo += (size_t)r[i].max_new;
+      if (r[i].logits) lo += (size_t)(r[i].n_prompt + r[i].max_new - 1) * V;
+      r[i].n_tokens = 0;
+      r[i].t_submit = host_ns();
+    }
+  }
+  e->user = r;
+  e->n_user = n;
+out:
+  return rc;
+}
+
+/* Copies what the device wrote back into the callers' requests. */
+static int collect(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  int rc = 0;
+  const size_t V = (size_t)e->m->cfg.vocab;
+  uint64_t g0 = e->host->t_start, h_end = host_ns();
+  /* device %globaltimer -> host clock: anchor the kernel's end at the host's */
+  uint64_t g_end = e->host->t_end ? e->host->t_end : g0;
+  for (int i = 0; i < e->n_user; i++) {
+    struct ms_cuda_request *u = &e->user[i];
+    const struct msd_hreq *q = &e->req[i];
+    u->n_tokens = q->n_tokens;
+    memcpy(u->tokens, e->out_pool + q->out_off, (size_t)u->n_tokens * sizeof(int32_t));
+    u->t_first = q->t_first ? h_end - (g_end - q->t_first) : 0;
+    u->t_done = q->t_done ? h_end - (g_end - q->t_done) : h_end;
+    if (u->logits && q->logits_off >= 0)
+      CK(cudaMemcpy(u->logits, e->logits_rec + q->logits_off,
+                    (size_t)(u->n_prompt + u->max_new - 1) * V * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+out:
+  return rc;
+}
+
+/* ---- the megakernel ------------------------------------------------------ */
+
+static int reset_state(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  int rc = 0;
+  const struct ms_plan *p = e->plan;
+  struct msd_sched s;
+  memset(&s, 0, sizeof s);
+  for (int i = 0; i < MSD_MAX_SLOTS; i++) s.slot_req[i] = -1;
+  CK(cudaMemsetAsync(e->counters, 0, (size_t)p->n_events * sizeof(uint64_t), e->ks));
+  CK(cudaMemsetAsync(e->jit_head, 0, (size_t)e->n_workers * sizeof(uint32_t), e->ks));
+  CK(cudaMemsetAsync(e->jit_tail, 0, (size_t)e->n_workers * sizeof(uint32_t), e->ks));
+  CK(cudaMemsetAsync(e->fired, 0, (size_t)e->rt.fired_cap * sizeof(int32_t), e->ks));
+  CK(cudaMemsetAsync(e->fired_tail, 0, sizeof(uint32_t), e->ks));
+  CK(cudaMemsetAsync(e->step_seq, 0, sizeof(uint32_t), e->ks));
+  CK(cudaMemcpyAsync(e->cur_step, &e->st.steps, sizeof(uint64_t), cudaMemcpyHostToDevice, e->ks));
+  CK(cudaMemcpyAsync(e->sched, &s, sizeof s, cudaMemcpyHostToDevice, e->ks));
+  CK(cudaStreamSynchronize(e->ks));
+  memset((void *)e->host, 0, sizeof(struct msd_host));
+  memset((void *)e->beats, 0, (size_t)e->n_ctas * sizeof(struct msd_beat));
+  for (int i = 0; i < e->n_ctas; i++) e->beats[i].running = e->beats[i].waiting = -1;
+out:
+  return rc;
+}
+
+extern "C" int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log) {
+  int rc = 0;
+  if (e->running || e->broken) {
+    ms_textbuf_printf(log, "cuda: %s\n", e->broken ? "the engine stalled earlier; make a new one"
+                                                     : "a run is in flight");
+    return -MS_E_STATE;
+  }
+  if (e->o.mode != MS_CUDA_MEGAKERNEL) {
+    ms_textbuf_printf(log, "cuda: ms_cuda_start runs the megakernel; use ms_cuda_generate in per-op mode\n");
+    return -EINVAL;
+  }
+  if ((rc = prepare_requests(e, r, n, log))) return rc;
+  if ((rc = reset_state(e, log))) return rc;
+  e->rt.req = NULL;
+  CK(cudaHostGetDevicePointer((void **)&e->rt.req, e->req, 0));
+  CK(cudaHostGetDevicePointer((void **)&e->rt.prompt_pool, e->prompt_pool, 0));
+  CK(cudaHostGetDevicePointer((void **)&e->rt.out_pool, e->out_pool, 0));
+  e->rt.logits_rec = e->logits_rec;
+  e->rt.n_req = n;
+  {
+    /* the sample task copies logits rows only when some request records them */
+    struct msd_ctx h = e->dev.h;
+    float *want = e->logits_rec ? e->dev.logits_out_buf : NULL;
+    if (h.logits_out != want) {
+      e->dev.h.logits_out = want;
+      CK(cudaMemcpy(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice));
+    }
+  }
+  /* the records, then the count: the kernel reads the count first */
+  __sync_synchronize();
+  e->host->n_submitted = (uint32_t)n;
+  e->host->exit_when_idle = 1;
+  __sync_synchronize();
+  {
+    void *args[] = {&e->rt};
+    e->t_launch = host_ns();
+    CK(cudaLaunchCooperativeKernel((const void *)msd_megakernel, dim3((unsigned)e->n_ctas), dim3(MSD_THREADS),
+                                   args, 0, e->ks));
+  }
+  e->running = 1;
+  if (e->mon) ms_cuda_mon_set_running(e->mon, 1);
+out:
+  return rc;
+}
+
+extern "C" int ms_cuda_finished(struct ms_cuda_engine *e) { return e->host ? (int)e->host->n_finished : 0; }
+
+/* The watchdog's report: what each CTA was doing at its last heartbeat. */
+static void stall_report(struct ms_cuda_engine *e, uint64_t idle_ms, struct ms_textbuf *log) {
+  ms_textbuf_printf(log, "cuda: no heartbeat for %llu ms (step %llu); per CTA:\n", (unsigned long long)idle_ms,
+                    (unsigned long long)e->beats[0].step);
+  int shown = 0;
+  for (int c = 0; c < e->n_ctas && shown < 16; c++) {
+    char name[96] = "";
+    const struct msd_beat *b = &e->beats[c];
+    int t = b->running >= 0 ? b->running : b->waiting;
+    if (t < 0) continue;
+    ms_plan_task_name(e->plan, t, name, sizeof name);
+    ms_textbuf_printf(log, "  %s %d: %s %s (beats %llu)\n", c ? "worker" : "scheduler", c ? c - 1 : 0,
+                      b->running >= 0 ? "running" : "waiting on", name, (unsigned long long)b->beats);
+    shown++;
+  }
+  if (!shown) ms_textbuf_printf(log, "  every CTA was idle at its last heartbeat\n");
+}
+
+extern "C" int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  int rc = 0;
+  if (!e->running) return e->o.mode == MS_CUDA_MEGAKERNEL ? 0 : -EINVAL;
+  uint64_t *last = (uint64_t *)calloc((size_t)e->n_ctas, sizeof(uint64_t));
+  uint64_t last_change = host_ns();
+  for (;;) {
+    cudaError_t q = cudaStreamQuery(e->ks);
+    if (q == cudaSuccess) break;
+    if (q != cudaErrorNotReady) CK(q);
+    int changed = 0;
+    for (int c = 0; c < e->n_ctas; c++)
+      if (e->beats[c].beats != (last ? last[c] : 0)) {
+        if (last) last[c] = e->beats[c].beats;
+        changed = 1;
+      }
+    uint64_t now = host_ns();
+    if (changed) last_change = now;
+    if (e->o.watchdog_ms > 0 && now - last_change > (uint64_t)e->o.watchdog_ms * 1000000ull) {
+      stall_report(e, (now - last_change) / 1000000ull, log);
+      e->broken = 1;
+      rc = -MS_E_STALL;
+      goto out;
+    }
+    struct timespec ts = {0, 200000};
+    nanosleep(&ts, NULL);
+  }
+  CK(cudaStreamSynchronize(e->ks));
+  {
+    uint64_t t1 = host_ns();
+    e->running = 0;
+    if (e->mon) ms_cuda_mon_set_running(e->mon, 0);
+    double ms = e->host->t_end > e->host->t_start ? (double)(e->host->t_end - e->host->t_start) / 1e6
+                                                   : (double)(t1 - e->t_launch) / 1e6;
+    e->st.steps += e->host->steps;
+    e->st.positions += e->host->positions;
+    e->st.tokens += e->host->tokens;
+    e->st.queue_full += e->host->queue_full;
+    e->st.kernel_ms = ms;
+    e->st.tokens_per_s = ms > 0 ? (double)e->host->tokens / (ms / 1e3) : 0;
+    for (int c = 0; c < e->n_ctas; c++) e->st.heartbeats += e->beats[c].beats;
+    rc = collect(e, log);
+  }
+out:
+  free(last);
+  return rc;
+}
+
+/* ---- the per-op baseline ------------------------------------------------- */
+
+static __global__ void __launch_bounds__(MSD_THREADS) msd_level_kernel(const struct msd_ctx *x,
+                                                                     const int32_t *tasks) {
+  msd_task_run(x, tasks[blockIdx.x], (int)blockIdx.x);
+}
+
+static int build_graph(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  int rc = 0;
+  cudaGraph_t g = NULL;
+  CK(cudaStreamBeginCapture(e->ks, cudaStreamCaptureModeThreadLocal));
+  for (int l = 0; l < e->n_levels; l++) {
+    int n = e->level_off[l + 1] - e->level_off[l];
+    msd_level_kernel<<<n, MSD_THREADS, 0, e->ks>>>(e->dev.d, e->level_tasks + e->level_off[l]);
+  }
+  CK(cudaStreamEndCapture(e->ks, &g));
+  CK(cudaGraphInstantiate(&e->graph, g, 0));
+  e->have_graph = 1;
+out:
+  if (g) cudaGraphDestroy(g);
+  return rc;
+}
+
+/* The same batching as the scheduler's, on the host: one graph launch a step. */
+static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log) {
+  int rc = 0;
+  const int B = e->o.max_batch, V = e->m->cfg.vocab;
+  int slot_req[MSD_MAX_SLOTS], slot_pos[MSD_MAX_SLOTS], slot_next[MSD_MAX_SLOTS];
+  int32_t row_slot[MSD_MAX_SLOTS], row_pos[MSD_MAX_SLOTS], row_tok[MSD_MAX_SLOTS], sampled[MSD_MAX_SLOTS];
+  int next = 0, done = 0;
+  float *row_logits = NULL;
+  uint64_t t0 = host_ns(), steps = 0, positions = 0, tokens = 0;
+  if (!e->have_graph && (rc = build_graph(e, log))) return rc;
+  for (int i = 0; i < n; i++) {
+    if (r[i].n_prompt < 1 || r[i].max_new < 1 || r[i].n_prompt + r[i].max_new > e->o.max_ctx) {
+      ms_textbuf_printf(log, "cuda: request %d does not fit max_ctx %d\n", i, e->o.max_ctx);
+      return -E2BIG;
+    }
+    r[i].n_tokens = 0;
+    r[i].t_submit = t0;
+  }
+  {
+    int want = 0;
+    for (int i = 0; i < n; i++) want |= r[i].logits != NULL;
+    float *lo = want ? e->dev.logits_out_buf : NULL;
+    if (e->dev.h.logits_out != lo) {
+      e->dev.h.logits_out = lo;
+      CK(cudaMemcpy(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice));
+    }
+    if (want && !(row_logits = (float *)malloc((size_t)B * V * sizeof(float)))) return -ENOMEM;
+  }
+  for (int s = 0; s < B; s++) slot_req[s] = -1;
+  while (done < n) {
+    int active = 0;
+    for (int s = 0; s < B; s++) {
+      if (slot_req[s] < 0 && next < n) {
+        slot_req[s] = next++;
+        slot_pos[s] = 0;
+      }
+      int q = slot_req[s];
+      row_slot[s] = q >= 0 ? s : -1;
+      row_pos[s] = q >= 0 ? slot_pos[s] : 0;
+      row_tok[s] = q < 0 ? 0 : slot_pos[s] < r[q].n_prompt ? r[q].prompt[slot_pos[s]] : slot_next[s];
+      active += q >= 0;
+    }
+    int32_t nrows = B;
+    CK(cudaMemcpyAsync(e->dev.h.row_slot, row_slot, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
+    CK(cudaMemcpyAsync(e->dev.h.row_pos, row_pos, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
+    CK(cudaMemcpyAsync(e->dev.h.row_token, row_tok, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
+    CK(cudaMemcpyAsync(e->dev.h.n_rows, &nrows, sizeof nrows, cudaMemcpyHostToDevice, e->ks));
+    CK(cudaGraphLaunch(e->graph, e->ks));
+    CK(cudaMemcpyAsync(sampled, e->dev.h.sampled, (size_t)B * sizeof(int32_t), cudaMemcpyDeviceToHost, e->ks));
+    if (row_logits)
+      CK(cudaMemcpyAsync(row_logits, e->dev.h.logits_out, (size_t)B * V * sizeof(float), cudaMemcpyDeviceToHost,
+                         e->ks));
+    CK(cudaStreamSynchronize(e->ks));
+    steps++;
+    positions += (uint64_t)active;
+    for (int s = 0; s < B; s++) {
+      int q = slot_req[s];
+      if (q < 0) continue;
+      struct ms_cuda_request *u = &r[q];
+      if (row_logits && u->logits)
+        memcpy(u->logits + (size_t)slot_pos[s] * V, row_logits + (size_t)s * V, (size_t)V * sizeof(float));
+      if (++slot_pos[s] < u->n_prompt) continue;
+      slot_next[s] = sampled[s];
+      u->tokens[u->n_tokens++] = sampled[s];
+      tokens++;
+      if (u->n_tokens == 1) u->t_first = host_ns();
+      if (u->n_tokens >= u->max_new) {
+        u->t_done = host_ns();
+        slot_req[s] = -1;
+        done++;
+      }
+    }
+  }
+  {
+    double ms = (double)(host_ns() - t0) / 1e6;
+    e->st.steps += steps;
+    e->st.positions += positions;
+    e->st.tokens += tokens;
+    e->st.kernel_ms = ms;
+    e->st.tokens_per_s = ms > 0 ? (double)tokens / (ms / 1e3) : 0;
+  }
+out:
+  free(row_logits);
+  return rc;
+}
+
+extern "C" int ms_cuda_generate(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log) {
+  if (e->o.mode == MS_CUDA_PER_OP) return run_per_op(e, r, n, log);
+  int rc = ms_cuda_start(e, r, n, log);
+  return rc ? rc : ms_cuda_wait(e, log);
+}
+
+extern "C" void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out) { *out = e->st; }
+
+/* ---- monitors ------------------------------------------------------------ */
+
+static int no_hooks(const struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  if (e->mon) return 0;
+  ms_textbuf_printf(log, "cuda: this engine was made with hooks_off: it has no hook sites\n");
+  return -MS_E_STATE;
+}
+
+extern "C" int ms_cuda_attach(struct ms_cuda_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,
+                              struct ms_textbuf *log) {
+  int rc = no_hooks(e, log);
+  if (rc) return rc;
+  uint64_t t0 = host_ns();
+  rc = ms_cuda_mon_attach(e->mon, m, o, log);
+  e->st.attach_ns_last = host_ns() - t0;
+  return rc;
+}
+
+extern "C" int ms_cuda_replace(struct ms_cuda_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log) {
+  int rc = no_hooks(e, log);
+  if (rc) return rc;
+  uint64_t t0 = host_ns();
+  rc = ms_cuda_mon_replace(e->mon, id, m, log);
+  e->st.attach_ns_last = host_ns() - t0;
+  return rc;
+}
+
+extern "C" int ms_cuda_detach(struct ms_cuda_engine *e, int id) {
+  return e->mon ? ms_cuda_mon_detach(e->mon, id) : -MS_E_STATE;
+}
+
+extern "C" int ms_cuda_coverage(struct ms_cuda_engine *e, int id, struct ms_coverage *out) {
+  return e->mon ? ms_cuda_mon_coverage(e->mon, id, out) : -MS_E_STATE;
+}
+
+extern "C" int ms_cuda_attach_write(struct ms_cuda_engine *e, int id, FILE *f, int as_json) {
+  if (!e->mon) return -MS_E_STATE;
+  int rc = ms_cuda_mon_sync_maps(e->mon, id);
+  if (rc) return rc;
+  struct ms_coverage cv;
+  if ((rc = ms_cuda_mon_coverage(e->mon, id, &cv))) return rc;
+  struct ms_bpf_map **maps = NULL;
+  int n = 0;
+  if ((rc = ms_cuda_mon_maps(e->mon, id, &maps, &n))) return rc;
+  return ms_monitor_write_maps(ms_cuda_mon_name(e->mon, id), maps, n, (uint32_t)e->n_ctas, &cv, e->plan, f, as_json);
+}

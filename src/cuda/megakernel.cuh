@@ -1,0 +1,637 @@
+/* SPDX-License-Identifier: MIT */
+/* The persistent kernel: the plan's decode loop as one cooperative launch of one
+ * CTA per SM (private to src/cuda; included by engine.cu only).
+ *
+ * DESIGN
+ * Roles. CTA 0 is the scheduler: at each step start it retires finished requests,
+ * admits new ones from host-mapped memory into free slots (a slot is a batch
+ * row), writes the batch metadata and publishes the step; it then dispatches JIT
+ * tasks as their events fire, and after the step's end event it does the
+ * per-row bookkeeping (prompt position or emitted token). CTAs 1..n are workers:
+ * worker w = CTA w + 1.
+ * Queues. AOT tasks are placed round-robin in plan order on per-worker lists at
+ * upload (so each list is in topological order); JIT tasks are pushed by the
+ * scheduler into per-worker rings in global memory (the least loaded worker
+ * first; a full ring is counted and skipped, and the push retried), in the order
+ * of their sched_hint priority when a hint program is attached.
+ * Events. counters[e] counts triggers since launch and is never reset: the step
+ * of generation g has fired e once counters[e] >= needed * (g + 1). A producer
+ * adds with acq_rel at GPU scope after a CTA barrier (every thread's output
+ * written before it); the last producer of an event with JIT successors puts the
+ * event on the scheduler's fired ring (release). Consumers spin with
+ * ld.acquire.gpu on thread 0, then fence and barrier before reading.
+ * Waiting. A worker whose next AOT task is not ready runs JIT work from its ring
+ * if any; otherwise it prefetches that task's weights into L2 once and spins.
+ * Heartbeat. Thread 0 of every CTA writes {beats, step, running, waiting, since}
+ * to host-mapped memory at most every MSD_BEAT_NS; the host's watchdog reads it.
+ * Hooks. Each site is "if (h && msd_hook_armed(h, hook))": with hooks_off the
+ * pointer is NULL and the sites cost a register test.
+ * Exit. When the host has set exit_when_idle and every submitted request is done,
+ * the scheduler publishes MSD_SEQ_EXIT and every CTA returns. */
+#ifndef MS_CUDA_MEGAKERNEL_CUH
+#define MS_CUDA_MEGAKERNEL_CUH
+
+#include <stdint.h>
+
+#include "cuda/bpf_dev.cuh"
+#include "cuda/dev.h"
+#include "cuda/ops.cuh"
+
+#define MSD_SEQ_EXIT 0xffffffffu
+#define MSD_BEAT_NS 50000ull          /* heartbeat period (host-mapped writes) */
+#define MSD_QUEUE_THRESHOLD 64        /* queue_pressure, as on the CPU */
+
+/* One request as the host hands it over (host-mapped; written before n_submitted). */
+struct msd_hreq {
+  int32_t n_prompt, max_new;
+  int32_t prompt_off, out_off;  /* into the prompt and token pools */
+  int64_t logits_off;           /* into the device logits record, -1: none */
+  volatile int32_t n_tokens;    /* device: tokens emitted so far */
+  volatile int32_t done;
+  volatile uint64_t t_admit, t_first, t_done;  /* device: %globaltimer */
+};
+
+/* Host-mapped control block. */
+struct msd_host {
+  volatile uint32_t n_submitted;     /* host: requests published (after their records) */
+  volatile uint32_t exit_when_idle;  /* host: return once every submitted request is done */
+  volatile uint32_t n_finished;      /* device */
+  volatile uint32_t exited;          /* device: the scheduler published the exit */
+  volatile uint64_t steps, positions, tokens, queue_full;
+  volatile uint64_t t_start, t_end;  /* %globaltimer at launch and exit */
+};
+
+/* Per-CTA heartbeat (host-mapped). */
+struct msd_beat {
+  volatile uint64_t beats, step, since;
+  volatile int32_t running, waiting;  /* task, -1: none */
+  uint64_t pad[3];
+};
+
+#define MSD_MAX_SLOTS 256
+
+/* The scheduler's state (device memory; CTA 0 thread 0 only). Counters are kept
+ * here and copied to the host-mapped block with plain stores. */
+struct msd_sched {
+  uint64_t queue_full, n_finished, tokens, steps, positions;
+  uint32_t next_req;
+  /* per slot (= batch row): the request, its position, its record cached */
+  int32_t slot_req[MSD_MAX_SLOTS], slot_pos[MSD_MAX_SLOTS], slot_fin[MSD_MAX_SLOTS];
+  int32_t slot_next[MSD_MAX_SLOTS];   /* the token the last step sampled */
+  int32_t slot_nprompt[MSD_MAX_SLOTS], slot_maxnew[MSD_MAX_SLOTS];
+  int32_t slot_poff[MSD_MAX_SLOTS], slot_ooff[MSD_MAX_SLOTS];
+  int64_t slot_loff[MSD_MAX_SLOTS];
+  uint32_t slot_gen[MSD_MAX_SLOTS];
+};
+
+/* The runtime's device state (device memory), built by the host. */
+struct msd_rt {
+  struct msd_ctx *x;                /* device copy */
+  const struct ms_event *events;
+  int32_t n_events, end_event, start_task;
+  int32_t n_workers;
+  uint64_t *counters;               /* [n_events] */
+  const int32_t *aot_q, *aot_off;   /* worker w's AOT tasks: aot_q[aot_off[w] .. aot_off[w+1]) */
+  int32_t *jit_q;                   /* [n_workers * jit_cap] */
+  uint32_t *jit_head, *jit_tail;    /* [n_workers] */
+  uint32_t jit_cap;                 /* power of two */
+  int32_t *fired;                   /* [fired_cap] event + 1, 0: empty */
+  uint32_t *fired_tail;
+  uint32_t fired_cap;               /* power of two */
+  uint32_t *step_seq;               /* generation + 1 of the published step, or MSD_SEQ_EXIT */
+  uint64_t *cur_step;
+  struct msd_sched *sched;          /* the scheduler's own state */
+  uint32_t *slot_gen;               /* [batch] = sched->slot_gen, for hook contexts */
+  /* requests */
+  struct msd_host *host;
+  struct msd_hreq *req;             /* [n_req] host-mapped */
+  const int32_t *prompt_pool;       /* host-mapped */
+  int32_t *out_pool;                /* host-mapped */
+  float *logits_rec;                /* device, or NULL */
+  int32_t n_req;
+  struct msd_beat *beats;           /* [n_ctas] host-mapped */
+  struct msd_hooks *hooks;          /* NULL: no hook sites */
+  int32_t device;                   /* device index for the hook context */
+};
+
+/* ---- GPU-scope atomics (PTX) --------------------------------------------- */
+
+static __device__ __forceinline__ uint64_t msd_ld_acquire64(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+static __device__ __forceinline__ uint32_t msd_ld_acquire32(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+static __device__ __forceinline__ void msd_st_release32(uint32_t *p, uint32_t v) {
+  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+static __device__ __forceinline__ uint64_t msd_add_acq_rel64(uint64_t *p, uint64_t v) {
+  uint64_t old;
+  asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  return old;
+}
+static __device__ __forceinline__ void msd_fence_acq_rel(void) {
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+static __device__ __forceinline__ uint64_t msd_now(void) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+
+/* ---- heartbeat and hooks ------------------------------------------------- */
+
+/* The heartbeat's local state: writes to host-mapped memory are write-only
+ * (a read would cross the bus). */
+struct msd_beat_state {
+  uint64_t last, n;
+};
+
+static __device__ void msd_beat(const struct msd_rt *rt, int cta, uint64_t step, int running, int waiting,
+                                struct msd_beat_state *bs) {
+  uint64_t now = msd_now();
+  if (now - bs->last < MSD_BEAT_NS / 8) return;  /* task churn: at most 8 writes a period */
+  if (now - bs->last < MSD_BEAT_NS && running < 0 && waiting < 0) return;
+  bs->last = now;
+  struct msd_beat *b = &rt->beats[cta];
+  b->step = step;
+  b->running = running;
+  b->waiting = waiting;
+  b->since = now;
+  b->beats = ++bs->n;
+}
+
+static __device__ void msd_ctx_base(const struct msd_rt *rt, struct ms_hook_ctx *c, int hook, int worker,
+                                    uint64_t step, int rows) {
+  memset(c, 0, sizeof *c);
+  c->abi_version = MS_HOOK_ABI_VERSION;
+  c->hook = (uint32_t)hook;
+  c->now_ns = msd_now();
+  c->worker = (uint32_t)worker;
+  c->device = (uint32_t)rt->device;
+  c->step = step;
+  c->batch_size = (uint32_t)rows;
+  c->bucket = (uint32_t)rt->x->batch;
+  c->req_slot = 0xffffffffu;
+  c->req_gen = 0xffffffffu;
+}
+
+static __device__ void msd_ctx_task(const struct msd_rt *rt, struct ms_hook_ctx *c, int t, uint64_t step) {
+  const struct ms_task *k = &rt->x->tasks[t];
+  c->task_class = k->cls;
+  c->op = k->kernel;
+  c->task_index = (uint32_t)t;
+  c->launch_mode = k->launch;
+  c->task_gen = (step << 32) | (uint32_t)t;
+  c->tile_x = k->tile[0];
+  c->tile_y = k->tile[1];
+  c->tile_z = k->tile[2];
+  int row = k->tile[1];
+  if (row >= 0 && row < rt->x->max_rows && rt->x->row_slot[row] >= 0) {
+    int s = rt->x->row_slot[row];
+    c->req_slot = (uint32_t)s;
+    c->req_gen = rt->slot_gen[s];
+    c->ctx_len = (uint32_t)rt->x->row_pos[row] + 1;
+  }
+  if (k->wait >= 0) {
+    c->event_id = (uint32_t)k->wait;
+    c->event_class = rt->events[k->wait].cls;
+    c->event_needed = (uint32_t)rt->events[k->wait].needed;
+  }
+}
+
+/* ---- workers ------------------------------------------------------------- */
+
+static __device__ __forceinline__ int msd_event_fired(const struct msd_rt *rt, int ev, uint64_t gen) {
+  return ev < 0 || msd_ld_acquire64(&rt->counters[ev]) >= (uint64_t)rt->events[ev].needed * (gen + 1);
+}
+
+/* Thread 0: counts one trigger of t's event; the last one puts an event with
+ * JIT successors on the fired ring. */
+static __device__ void msd_trigger(const struct msd_rt *rt, int t, uint64_t gen, uint64_t step, int worker,
+                                   int rows) {
+  int ev = rt->x->tasks[t].trigger;
+  if (ev < 0) return;
+  const struct ms_event *E = &rt->events[ev];
+  uint64_t target = (uint64_t)E->needed * (gen + 1);
+  __threadfence();
+  uint64_t old = msd_add_acq_rel64(&rt->counters[ev], 1);
+  if (old + 1 != target) return;
+  if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_DEP_RELEASE)) {
+    struct ms_hook_ctx c;
+    msd_ctx_base(rt, &c, MS_HOOK_DEP_RELEASE, worker, step, rows);
+    c.event_id = (uint32_t)ev;
+    c.event_class = E->cls;
+    c.event_needed = (uint32_t)E->needed;
+    c.event_count = (uint64_t)E->needed;
+    msd_hook_fire(rt->hooks, &c, worker);
+  }
+  int jit = 0;
+  for (int s = E->first; s <= E->last && !jit; s++) jit = rt->x->tasks[s].launch == MS_LAUNCH_JIT;
+  if (!jit) {
+    /* AOT successors are on their workers' lists already: task_ready here. Only
+     * events with JIT successors go on the ring: the scheduler must see those
+     * before the step can end, so nothing of a step is left on it after. */
+    if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_READY))
+      for (int s = E->first; s <= E->last; s++) {
+        struct ms_hook_ctx c;
+        msd_ctx_base(rt, &c, MS_HOOK_TASK_READY, worker, step, rows);
+        msd_ctx_task(rt, &c, s, step);
+        c.t_ready = c.now_ns;
+        msd_hook_fire(rt->hooks, &c, worker);
+      }
+    return;
+  }
+  uint32_t slot = atomicAdd(rt->fired_tail, 1u) & (rt->fired_cap - 1);
+  msd_st_release32((uint32_t *)&rt->fired[slot], (uint32_t)ev + 1);
+}
+
+static __device__ void msd_task_hook(const struct msd_rt *rt, int hook, int t, uint64_t step, int worker,
+                                     int rows, uint64_t t_begin, uint64_t t_end, uint64_t wait_ns) {
+  struct ms_hook_ctx c;
+  msd_ctx_base(rt, &c, hook, worker, step, rows);
+  msd_ctx_task(rt, &c, t, step);
+  c.t_begin = t_begin;
+  c.t_end = t_end;
+  c.wait_ns = wait_ns;
+  if (hook == MS_HOOK_DEP_WAIT) c.wait_reason = MS_WAIT_DEPENDENCY;
+  msd_hook_fire(rt->hooks, &c, worker);
+}
+
+/* The worker loop of CTA cta (worker cta - 1). */
+static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
+  __shared__ int s_task, s_exit;
+  __shared__ uint64_t s_gen, s_step;
+  const int w = cta - 1, tid = threadIdx.x;
+  uint32_t seen = 0;
+  struct msd_beat_state beat = {0, 0};
+  const uint32_t cap = rt->jit_cap;
+  int32_t *jq = rt->jit_q + (size_t)w * cap;
+  uint32_t head = 0;  /* this worker's ring: it alone consumes */
+  for (;;) {
+    if (tid == 0) {
+      uint32_t seq;
+      while ((seq = msd_ld_acquire32(rt->step_seq)) == seen) {
+        if (rt->hooks) msd_hooks_quiescent(rt->hooks, w);
+        msd_beat(rt, cta, s_step, -1, -1, &beat);
+        __nanosleep(200);
+      }
+      msd_fence_acq_rel();
+      s_exit = seq == MSD_SEQ_EXIT;
+      seen = seq;
+      s_gen = seq - 1u;
+      s_step = *(volatile uint64_t *)rt->cur_step;
+    }
+    __syncthreads();
+    if (s_exit) return;
+    const uint64_t gen = s_gen, step = s_step;
+    const int rows = *(volatile int32_t *)rt->x->n_rows;
+    int ai = rt->aot_off[w];
+    const int aend = rt->aot_off[w + 1];
+    int prefetched = -1, waited = -1;
+    uint64_t wait_t0 = 0;
+    for (;;) {
+      uint64_t wait_ns = 0;
+      if (tid == 0) {
+        int t = -1;
+        for (;;) {
+          uint32_t tail = msd_ld_acquire32(&rt->jit_tail[w]);
+          if (head != tail) {
+            t = jq[head & (cap - 1)];
+            head++;
+            *(volatile uint32_t *)&rt->jit_head[w] = head;
+            break;
+          }
+          if (ai < aend) {
+            int a = rt->aot_q[ai];
+            int ev = rt->x->tasks[a].wait;
+            if (msd_event_fired(rt, ev, gen)) {
+              t = a;
+              ai++;
+              if (waited == a) wait_ns = msd_now() - wait_t0;
+              break;
+            }
+            if (waited != a) {  /* the first look at a task that is not ready */
+              waited = a;
+              wait_t0 = msd_now();
+              if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_DEP_WAIT))
+                msd_task_hook(rt, MS_HOOK_DEP_WAIT, a, step, w, rows, 0, 0, 0);
+            }
+            if (prefetched != a) {  /* warm L2 with its weights, with the whole CTA */
+              prefetched = a;
+              t = -2 - a;
+              break;
+            }
+            msd_beat(rt, cta, step, -1, a, &beat);
+          } else if (msd_event_fired(rt, rt->end_event, gen)) {
+            t = -1;  /* the step is over */
+            break;
+          } else {
+            msd_beat(rt, cta, step, -1, -1, &beat);
+          }
+          if (rt->hooks) msd_hooks_quiescent(rt->hooks, w);
+          __nanosleep(64);
+        }
+        if (t >= 0) {
+          /* JIT tasks were dispatched ready; the acquire is what orders their reads */
+          int ev = rt->x->tasks[t].wait;
+          while (!msd_event_fired(rt, ev, gen)) __nanosleep(32);
+          msd_fence_acq_rel();
+        }
+        s_task = t;
+      }
+      __syncthreads();
+      int t = s_task;
+      if (t == -1) break;
+      if (t <= -2) {
+        msd_task_prefetch(rt->x, -2 - t, tid, MSD_THREADS);
+        __syncthreads();
+        continue;
+      }
+      uint64_t t0 = 0;
+      if (tid == 0) {
+        t0 = msd_now();
+        msd_beat(rt, cta, step, t, -1, &beat);
+        if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_BEGIN))
+          msd_task_hook(rt, MS_HOOK_TASK_BEGIN, t, step, w, rows, t0, 0, wait_ns);
+      }
+      msd_task_run(rt->x, t, cta);  /* ends with a barrier: every output is written */
+      if (tid == 0) {
+        msd_trigger(rt, t, gen, step, w, rows);
+        if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_END))
+          msd_task_hook(rt, MS_HOOK_TASK_END, t, step, w, rows, t0, msd_now(), wait_ns);
+        if (rt->hooks) msd_hooks_quiescent(rt->hooks, w);
+      }
+    }
+    if (tid == 0) {
+      msd_beat(rt, cta, step, -1, -1, &beat);
+      /* the step's last wait, for dep_wait's step-end reason */
+      if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_DEP_WAIT)) {
+        struct ms_hook_ctx c;
+        msd_ctx_base(rt, &c, MS_HOOK_DEP_WAIT, w, step, rows);
+        c.wait_reason = MS_WAIT_STEP_END;
+        c.event_id = (uint32_t)rt->end_event;
+        c.event_class = rt->events[rt->end_event].cls;
+        c.event_needed = (uint32_t)rt->events[rt->end_event].needed;
+        msd_hook_fire(rt->hooks, &c, w);
+      }
+    }
+  }
+}
+
+/* ---- the scheduler ------------------------------------------------------- */
+
+/* JIT dispatch of task t: the least loaded worker's ring, starting after the
+ * last one used; a full ring everywhere is counted and retried. */
+static __device__ void msd_dispatch(const struct msd_rt *rt, int t, uint64_t step, int rows, uint32_t *tails,
+                                    int *rr) {
+  const int W = rt->n_workers;
+  for (;;) {
+    int best = -1;
+    uint32_t depth = rt->jit_cap;
+    for (int i = 0; i < W; i++) {
+      int w = (*rr + i) % W;
+      uint32_t d = tails[w] - *(volatile uint32_t *)&rt->jit_head[w];
+      if (d < depth) {
+        depth = d;
+        best = w;
+        if (d == 0) break;
+      }
+    }
+    if (best < 0) {
+      rt->host->queue_full = ++rt->sched->queue_full;
+      __nanosleep(100);
+      continue;
+    }
+    *rr = (best + 1) % W;
+    rt->jit_q[(size_t)best * rt->jit_cap + (tails[best] & (rt->jit_cap - 1))] = t;
+    msd_st_release32(&rt->jit_tail[best], ++tails[best]);
+    if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_ASSIGN)) {
+      struct ms_hook_ctx c;
+      msd_ctx_base(rt, &c, MS_HOOK_TASK_ASSIGN, best, step, rows);
+      msd_ctx_task(rt, &c, t, step);
+      c.queue_depth = depth + 1;
+      msd_hook_fire(rt->hooks, &c, rt->n_workers);
+    }
+    if (depth + 1 == MSD_QUEUE_THRESHOLD && rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_QUEUE_PRESSURE)) {
+      struct ms_hook_ctx c;
+      msd_ctx_base(rt, &c, MS_HOOK_QUEUE_PRESSURE, best, step, rows);
+      c.queue_depth = depth + 1;
+      c.queue_threshold = MSD_QUEUE_THRESHOLD;
+      c.queue_kind = 0;
+      msd_hook_fire(rt->hooks, &c, rt->n_workers);
+    }
+    return;
+  }
+}
+
+/* The successors of fired event ev: task_ready for each (a sched_hint program
+ * may give a priority), JIT ones dispatched, higher priorities first. */
+static __device__ void msd_release(const struct msd_rt *rt, int ev, uint64_t step, int rows, uint32_t *tails,
+                                   int *rr) {
+  const struct ms_event *E = &rt->events[ev];
+  const int S = rt->n_workers;  /* the scheduler's hook "worker" index: after the workers */
+  int ready = rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_READY);
+  if (!ready) {
+    for (int t = E->first; t <= E->last; t++)
+      if (rt->x->tasks[t].launch == MS_LAUNCH_JIT) msd_dispatch(rt, t, step, rows, tails, rr);
+    return;
+  }
+  /* priorities 0..7 in 3 bits per task, up to 64 successors at a time */
+  for (int b = E->first; b <= E->last; b += 64) {
+    int n = E->last - b + 1 < 64 ? E->last - b + 1 : 64;
+    uint8_t prio[64];
+    for (int i = 0; i < n; i++) {
+      struct ms_hook_ctx c;
+      msd_ctx_base(rt, &c, MS_HOOK_TASK_READY, S, step, rows);
+      msd_ctx_task(rt, &c, b + i, step);
+      c.t_ready = c.now_ns;
+      int p = msd_hook_sched_hint(rt->hooks, &c, S);
+      msd_hook_fire(rt->hooks, &c, S);
+      prio[i] = (uint8_t)(p > 0 && p < 8 ? p : 0);
+    }
+    for (int p = 7; p >= 0; p--)
+      for (int i = 0; i < n; i++)
+        if (prio[i] == p && rt->x->tasks[b + i].launch == MS_LAUNCH_JIT) msd_dispatch(rt, b + i, step, rows, tails, rr);
+  }
+}
+
+static __device__ void msd_request_hook(const struct msd_rt *rt, int phase, int slot, int token, uint64_t step,
+                                        int rows) {
+  if (!rt->hooks || !msd_hook_armed(rt->hooks, MS_HOOK_REQUEST)) return;
+  struct ms_hook_ctx c;
+  msd_ctx_base(rt, &c, MS_HOOK_REQUEST, rt->n_workers, step, rows);
+  c.req_slot = (uint32_t)slot;
+  c.req_gen = rt->slot_gen[slot];
+  c.phase = (uint32_t)phase;
+  c.token = (uint32_t)token;
+  msd_hook_fire(rt->hooks, &c, rt->n_workers);
+}
+
+static __device__ void msd_step_hook(const struct msd_rt *rt, int phase, uint64_t step, int rows) {
+  if (!rt->hooks || !msd_hook_armed(rt->hooks, MS_HOOK_STEP)) return;
+  struct ms_hook_ctx c;
+  msd_ctx_base(rt, &c, MS_HOOK_STEP, rt->n_workers, step, rows);
+  c.phase = (uint32_t)phase;
+  msd_hook_fire(rt->hooks, &c, rt->n_workers);
+}
+
+/* Step start: retire, admit, lay out rows. Returns the rows in use (0: idle). */
+static __device__ int msd_step_start(const struct msd_rt *rt, uint64_t step) {
+  struct msd_ctx *x = rt->x;
+  struct msd_sched *S = rt->sched;
+  const int B = x->batch;
+  int active = 0;
+  uint32_t submitted = 0xffffffffu;  /* read from the host once, when a slot is free */
+  for (int s = 0; s < B; s++) {
+    int r = S->slot_req[s];
+    if (r >= 0 && S->slot_fin[s]) {
+      struct msd_hreq *q = &rt->req[r];
+      q->t_done = msd_now();
+      __threadfence_system();
+      q->done = 1;
+      rt->host->n_finished = (uint32_t)++S->n_finished;
+      msd_request_hook(rt, MS_REQ_FINISHED, s, 0, step, B);
+      S->slot_req[s] = r = -1;
+    }
+    if (r < 0) {
+      if (submitted == 0xffffffffu) {
+        submitted = rt->host->n_submitted;
+        __threadfence_system();  /* the records before the count */
+      }
+      if (S->next_req < submitted) {
+        r = (int)S->next_req++;
+        const struct msd_hreq *q = &rt->req[r];
+        S->slot_req[s] = r;
+        S->slot_pos[s] = 0;
+        S->slot_fin[s] = 0;
+        S->slot_nprompt[s] = q->n_prompt;
+        S->slot_maxnew[s] = q->max_new;
+        S->slot_poff[s] = q->prompt_off;
+        S->slot_ooff[s] = q->out_off;
+        S->slot_loff[s] = q->logits_off;
+        S->slot_gen[s]++;
+        rt->req[r].t_admit = msd_now();
+        msd_request_hook(rt, MS_REQ_ADMITTED, s, 0, step, B);
+      }
+    }
+    if (r >= 0) {
+      int pos = S->slot_pos[s];
+      x->row_slot[s] = s;
+      x->row_pos[s] = pos;
+      x->row_token[s] = pos < S->slot_nprompt[s] ? rt->prompt_pool[S->slot_poff[s] + pos] : S->slot_next[s];
+      active++;
+    } else {
+      x->row_slot[s] = -1;
+      x->row_pos[s] = 0;
+      x->row_token[s] = 0;
+    }
+  }
+  *x->n_rows = active ? B : 0;
+  return active;
+}
+
+/* Step end: per row, the sampled token feeds the next prompt position or is
+ * emitted. A request's last token marks it finishing (retired at the next start). */
+static __device__ void msd_step_end(const struct msd_rt *rt, uint64_t step) {
+  struct msd_ctx *x = rt->x;
+  struct msd_sched *S = rt->sched;
+  const int B = x->batch, V = x->cfg.vocab;
+  for (int s = 0; s < B; s++) {
+    int r = S->slot_req[s];
+    if (r < 0 || S->slot_fin[s]) continue;
+    struct msd_hreq *q = &rt->req[r];
+    int pos = S->slot_pos[s], tok = x->sampled[s];
+    if (rt->logits_rec && S->slot_loff[s] >= 0 && x->logits_out) {
+      const float *src = x->logits_out + (size_t)s * V;
+      float *dst = rt->logits_rec + S->slot_loff[s] + (int64_t)pos * V;
+      for (int i = 0; i < V; i++) dst[i] = src[i];
+    }
+    S->slot_pos[s] = ++pos;
+    if (pos < S->slot_nprompt[s]) continue;
+    int n = pos - S->slot_nprompt[s];  /* tokens before this one */
+    S->slot_next[s] = tok;
+    rt->out_pool[S->slot_ooff[s] + n] = tok;
+    if (n == 0) q->t_first = msd_now();
+    __threadfence_system();
+    q->n_tokens = n + 1;
+    rt->host->tokens = ++S->tokens;
+    msd_request_hook(rt, n == 0 ? MS_REQ_FIRST_TOKEN : MS_REQ_TOKEN, s, tok, step, B);
+    if (n + 1 >= S->slot_maxnew[s]) S->slot_fin[s] = 1;
+  }
+}
+
+/* The scheduler: CTA 0, thread 0. */
+static __device__ void msd_scheduler(const struct msd_rt *rt) {
+  if (threadIdx.x != 0) return;
+  struct msd_sched *S = rt->sched;
+  uint32_t fired_head = 0;
+  uint32_t tails[1024];  /* the rings' tails: the scheduler alone pushes */
+  for (int w = 0; w < rt->n_workers; w++) tails[w] = rt->jit_tail[w];
+  int rr = 0;
+  struct msd_beat_state beat = {0, 0};
+  uint64_t gen = 0, step = *rt->cur_step;
+  const struct ms_event *end = &rt->events[rt->end_event];
+  rt->host->t_start = msd_now();
+  for (;;) {
+    int active = msd_step_start(rt, step);
+    if (!active) {
+      if (rt->host->exit_when_idle && S->next_req >= rt->host->n_submitted) break;
+      msd_beat(rt, 0, step, -1, -1, &beat);
+      if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
+      __nanosleep(1000);
+      continue;
+    }
+    const int rows = rt->x->batch;
+    *(volatile uint64_t *)rt->cur_step = step;
+    __threadfence();
+    msd_st_release32(rt->step_seq, (uint32_t)gen + 1);
+    msd_step_hook(rt, MS_STEP_BEGIN, step, rows);
+    /* the step start task: its body ran above; trigger its event */
+    msd_trigger(rt, rt->start_task, gen, step, rt->n_workers, rows);
+    const uint64_t end_target = (uint64_t)end->needed * (gen + 1);
+    while (msd_ld_acquire64(&rt->counters[rt->end_event]) < end_target) {
+      uint32_t v = msd_ld_acquire32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);
+      if (!v) {
+        msd_beat(rt, 0, step, -1, -1, &beat);
+        __nanosleep(32);
+        continue;
+      }
+      rt->fired[fired_head & (rt->fired_cap - 1)] = 0;
+      fired_head++;
+      msd_release(rt, (int)v - 1, step, rows, tails, &rr);
+    }
+    /* events whose release is still on the ring belong to this step: drain */
+    for (;;) {
+      uint32_t v = msd_ld_acquire32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);
+      if (!v) break;
+      rt->fired[fired_head & (rt->fired_cap - 1)] = 0;
+      fired_head++;
+      msd_release(rt, (int)v - 1, step, rows, tails, &rr);
+    }
+    msd_fence_acq_rel();
+    msd_step_end(rt, step);
+    msd_step_hook(rt, MS_STEP_END, step, rows);
+    rt->host->steps = ++S->steps;
+    rt->host->positions = S->positions += (uint64_t)active;
+    step++;
+    gen++;
+  }
+  rt->host->t_end = msd_now();
+  __threadfence_system();
+  msd_st_release32(rt->step_seq, MSD_SEQ_EXIT);
+  rt->host->exited = 1;
+}
+
+static __global__ void __launch_bounds__(MSD_THREADS, 1) msd_megakernel(struct msd_rt rt) {
+  if (blockIdx.x == 0)
+    msd_scheduler(&rt);
+  else
+    msd_worker(&rt, (int)blockIdx.x);
+}
+
+#endif

@@ -1,0 +1,1068 @@
+/* SPDX-License-Identifier: MIT */
+/* The eBPF interpreter and map operations of the device, in one header that
+ * compiles both as C11 (the host test, tests/test_bpf_devcore.c, checks it
+ * against the reference) and as CUDA C++17 device code (bpf_dev.cuh).
+ *
+ * It is a second implementation of src/bpf/interp.c, helpers.c, maps.c and
+ * ringbuf.c with the same semantics and the same bytes in memory:
+ *   - RFC 9669 as interp.c runs it: zero-extended alu32, masked shifts, x/0 = 0,
+ *     x%0 = x, INT_MIN/-1 = INT_MIN, INT_MIN%-1 = 0, atomics (add/or/and/xor,
+ *     their fetch forms, xchg, cmpxchg), local calls that save r6-r9 with a
+ *     fresh 512-byte frame, lddw with the loader's map pseudo forms (imm = the
+ *     object's map index; MAP_VALUE: element 0 of an array + next imm), every
+ *     load, store and atomic checked against the run's regions (the stack,
+ *     the context read-only, the mem buffer, the value areas of bound maps),
+ *     an instruction budget, and the same error codes (-EFAULT, -MS_E_LIMIT,
+ *     -ENOENT, -EINVAL) with the index of the instruction that stopped.
+ *   - Helpers 1-3 (map lookup/update/delete), 5 (ktime_get_ns: the caller's
+ *     clock in C, %globaltimer on the device), 8 (the worker), 130-133 (ring
+ *     buffer, with fire.c's byte budget and lost count) and megascope's
+ *     ms_log2 (0x10000). Any other id stops the run with -ENOENT. On the device
+ *     there are no strings: a run reports its code, instruction and helper id.
+ *   - Maps on the shared-memory layout of struct ms_bpf_map_shm (maps.c): the
+ *     hash state machine EMPTY -> CLAIMING -> LIVE, LIVE -> KEYED (delete),
+ *     KEYED -> WRITING -> LIVE, the FNV-1a + avalanche hash, linear probing,
+ *     the live count reserved before a bucket turns LIVE, per-worker slots
+ *     (a new key starts with the other workers' slots zero), the ring buffer's
+ *     records (8-byte header, BUSY/DISCARD bits, producer spinlock, lost).
+ *
+ * A map here is a struct msd_map: the decoded offsets of one shared-memory
+ * image, which may be a host map's memfd mapping (the test) or a device mirror
+ * of it (monitors.cu). Only a ring buffer differs: the host maps its data
+ * twice back to back; a device buffer instead has ring_size spare bytes after
+ * the data, a record that wraps is written there contiguously and its wrapped
+ * part is copied to the start of the data before it is submitted (on a double
+ * mapping that copy is a no-op).
+ *
+ * Ordering (maps.c's DESIGN): a bucket's key and value are written before the
+ * release store (or the acq_rel CAS) that makes it LIVE; states are loaded with
+ * acquire; 8-byte value words move with relaxed atomic stores so a reader never
+ * sees a torn counter. On the device acquire/release are ld.acquire.gpu /
+ * st.release.gpu, read-modify-writes are atomicCAS/Add/Exch/Or/And/Xor between
+ * two __threadfence() (seq_cst as interp.c's atomics). A bpf atomic on the
+ * stack (local memory, private to the thread) is a plain read-modify-write:
+ * CUDA atomics do not operate on local memory.
+ *
+ * The caller guarantees the instructions passed ms_bpf_insns_check (registers,
+ * jump targets and lddw pairs are trusted, as in interp.c). No dynamic
+ * allocation, no recursion, no libc on the device path; a run's state is about
+ * 4.5 KiB of local memory (eight 512-byte frames). */
+#ifndef MS_CUDA_BPF_CORE_H
+#define MS_CUDA_BPF_CORE_H
+
+#include <errno.h>
+#include <stdint.h>
+
+#include "megascope/base.h"
+#include "megascope/bpf.h"
+#include "megascope/bpf/megascope.h"
+
+#ifdef __CUDACC__
+#define MSD_FN static __device__ __forceinline__
+#define MSD_BIG static __device__ __noinline__
+#define MSD_HD static __host__ __device__ inline
+#else
+#define MSD_FN static inline
+#define MSD_BIG static inline
+#define MSD_HD static inline
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "bpf_core assumes a little-endian host"
+#endif
+#endif
+
+/* ---- atomics: C builtins on the host, intrinsics and PTX on the device ---- */
+
+#ifdef __CUDACC__
+MSD_FN uint32_t msd_ld_acq32(const uint32_t *p) {
+  uint32_t v;
+  asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+MSD_FN void msd_st_rel32(uint32_t *p, uint32_t v) {
+  asm volatile("st.release.gpu.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+MSD_FN uint64_t msd_ld_acq64(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+MSD_FN void msd_st_rel64(uint64_t *p, uint64_t v) {
+  asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+MSD_FN uint64_t msd_ld_rlx64(const uint64_t *p) {
+  uint64_t v;
+  asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+}
+MSD_FN void msd_st_rlx64(uint64_t *p, uint64_t v) {
+  asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+MSD_FN void msd_st_rlx8(uint8_t *p, uint8_t v) { *(volatile uint8_t *)p = v; }
+/* CAS with acq_rel on success, acquire on failure; *expected gets the old value. */
+MSD_FN int msd_cas32(uint32_t *p, uint32_t *expected, uint32_t desired) {
+  __threadfence();
+  uint32_t old = atomicCAS((unsigned int *)p, *expected, desired);
+  __threadfence();
+  int ok = old == *expected;
+  *expected = old;
+  return ok;
+}
+MSD_FN uint64_t msd_fetch_add64(uint64_t *p, uint64_t v) {
+  return atomicAdd((unsigned long long *)p, (unsigned long long)v); /* relaxed: counts order nothing */
+}
+MSD_FN uint32_t msd_xchg32_acq(uint32_t *p, uint32_t v) {
+  uint32_t old = atomicExch((unsigned int *)p, v);
+  __threadfence(); /* acquire: the lock holder's writes before ours */
+  return old;
+}
+MSD_FN void msd_relax(void) { __nanosleep(32); }
+MSD_FN uint64_t msd_clock_now(void) {
+  uint64_t t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+MSD_FN int msd_clz64(uint64_t v) { return __clzll((long long)v); }
+#else
+MSD_FN uint32_t msd_ld_acq32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+MSD_FN void msd_st_rel32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+MSD_FN uint64_t msd_ld_acq64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+MSD_FN void msd_st_rel64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+MSD_FN uint64_t msd_ld_rlx64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+MSD_FN void msd_st_rlx64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+MSD_FN void msd_st_rlx8(uint8_t *p, uint8_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+MSD_FN int msd_cas32(uint32_t *p, uint32_t *expected, uint32_t desired) {
+  return __atomic_compare_exchange_n(p, expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+}
+MSD_FN uint64_t msd_fetch_add64(uint64_t *p, uint64_t v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); /* relaxed: counts order nothing */
+}
+MSD_FN uint32_t msd_xchg32_acq(uint32_t *p, uint32_t v) {
+  return __atomic_exchange_n(p, v, __ATOMIC_ACQUIRE);
+}
+MSD_FN void msd_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+MSD_FN int msd_clz64(uint64_t v) { return __builtin_clzll(v); }
+#endif
+
+/* ---- plain memory ------------------------------------------------------- */
+
+MSD_FN uint64_t msd_load(const void *p, unsigned size) {
+  const uint8_t *b = (const uint8_t *)p;
+  if (((uintptr_t)p & (size - 1)) == 0) {
+    switch (size) {
+    case 1: return *b;
+    case 2: return *(const uint16_t *)p;
+    case 4: return *(const uint32_t *)p;
+    default: return *(const uint64_t *)p;
+    }
+  }
+  uint64_t v = 0;
+  for (unsigned i = 0; i < size; i++) v |= (uint64_t)b[i] << (8 * i);
+  return v;
+}
+
+MSD_FN void msd_store(void *p, unsigned size, uint64_t v) {
+  uint8_t *b = (uint8_t *)p;
+  if (((uintptr_t)p & (size - 1)) == 0) {
+    switch (size) {
+    case 1: *b = (uint8_t)v; return;
+    case 2: *(uint16_t *)p = (uint16_t)v; return;
+    case 4: *(uint32_t *)p = (uint32_t)v; return;
+    default: *(uint64_t *)p = v; return;
+    }
+  }
+  for (unsigned i = 0; i < size; i++) b[i] = (uint8_t)(v >> (8 * i));
+}
+
+MSD_FN void msd_bytes_copy(void *dst, const void *src, uint64_t n) {
+  uint8_t *d = (uint8_t *)dst;
+  const uint8_t *s = (const uint8_t *)src;
+  for (uint64_t i = 0; i < n; i++) d[i] = s[i];
+}
+
+MSD_FN void msd_bytes_zero(void *dst, uint64_t n) {
+  uint8_t *d = (uint8_t *)dst;
+  for (uint64_t i = 0; i < n; i++) d[i] = 0;
+}
+
+/* maps.c's map_copy_in: 8-byte words with relaxed atomic stores (dst is a
+ * value or key slot, 8-aligned; src may be anywhere), then bytes. */
+MSD_FN void msd_copy_in(void *dst, const void *src, uint64_t n) {
+  uint8_t *d = (uint8_t *)dst;
+  const uint8_t *s = (const uint8_t *)src;
+  uint64_t i = 0;
+  for (; i + 8 <= n; i += 8) msd_st_rlx64((uint64_t *)(d + i), msd_load(s + i, 8));
+  for (; i < n; i++) msd_st_rlx8(d + i, s[i]);
+}
+
+MSD_FN uint16_t msd_bswap16(uint16_t x) { return (uint16_t)(x << 8 | x >> 8); }
+MSD_FN uint32_t msd_bswap32(uint32_t x) {
+  return x << 24 | (x & 0xff00u) << 8 | (x >> 8 & 0xff00u) | x >> 24;
+}
+MSD_FN uint64_t msd_bswap64(uint64_t x) {
+  return (uint64_t)msd_bswap32((uint32_t)x) << 32 | msd_bswap32((uint32_t)(x >> 32));
+}
+
+/* ---- maps --------------------------------------------------------------- */
+
+/* One map's image decoded (maps.c's struct map_view). Pointers are into the
+ * image: device addresses for a device mirror, host addresses in the test. */
+struct msd_map {
+  struct ms_bpf_map_shm *hdr;  /* the image's header: count and lost are updated in it */
+  uint8_t *base;
+  uint32_t type, key_size, value_size, max_entries, n_workers, flags;
+  uint32_t key_stride, value_stride, n_slots;
+  uint32_t *state;      /* hash: one per slot */
+  uint8_t *keys;        /* hash: key_stride per slot */
+  uint8_t *values;      /* [n_workers][n_slots] value_stride each */
+  uint64_t *cons_pos;   /* ring buffer */
+  uint64_t *prod_pos;
+  uint32_t *prod_lock;
+  uint8_t *data;        /* ring_size bytes, then ring_size spare (or the second mapping) */
+  uint64_t ring_size;
+  uint64_t region_len;  /* bytes at values (or data) a program may touch */
+  uint32_t writable;    /* 0 for MS_BPF_MAP_F_RDONLY_PROG maps */
+  uint32_t pad;
+};
+
+/* Bytes an image of h needs on the device: the memfd's, plus the ring buffer's
+ * spare copy of its data. */
+MSD_HD uint64_t msd_map_image_size(const struct ms_bpf_map_shm *h) {
+  return h->total_size + (h->type == MS_BPF_MAP_RINGBUF ? h->ring_size : 0);
+}
+
+/* Decodes m from h, a header already checked (it comes from ms_bpf_map_new),
+ * for the image at base (which need not be readable from the caller). */
+MSD_HD void msd_map_init(struct msd_map *m, const struct ms_bpf_map_shm *h, uint8_t *base) {
+  uint8_t *z = (uint8_t *)m;
+  for (uint64_t i = 0; i < sizeof *m; i++) z[i] = 0;
+  m->hdr = (struct ms_bpf_map_shm *)base;
+  m->base = base;
+  m->type = h->type;
+  m->key_size = h->key_size;
+  m->value_size = h->value_size;
+  m->max_entries = h->max_entries;
+  m->n_workers = h->n_workers;
+  m->flags = h->flags;
+  m->key_stride = h->key_stride;
+  m->value_stride = h->value_stride;
+  m->n_slots = h->n_slots;
+  m->writable = !(h->flags & MS_BPF_MAP_F_RDONLY_PROG);
+  if (h->type == MS_BPF_MAP_RINGBUF) {
+    m->cons_pos = (uint64_t *)(base + h->ring_cons_off);
+    m->prod_pos = (uint64_t *)(base + h->ring_prod_off);
+    m->prod_lock = (uint32_t *)(base + h->ring_prod_off + 8);
+    m->data = base + h->ring_data_off;
+    m->ring_size = h->ring_size;
+    m->region_len = 2 * h->ring_size;
+    m->writable = 1;
+    return;
+  }
+  if (h->type == MS_BPF_MAP_HASH || h->type == MS_BPF_MAP_PERCPU_HASH) {
+    m->state = (uint32_t *)(base + h->state_off);
+    m->keys = base + h->key_off;
+  }
+  m->values = base + h->value_off;
+  m->region_len = (uint64_t)h->value_stride * h->n_slots * h->n_workers;
+}
+
+MSD_FN int msd_is_hash(uint32_t t) { return t == MS_BPF_MAP_HASH || t == MS_BPF_MAP_PERCPU_HASH; }
+MSD_FN int msd_is_percpu(uint32_t t) {
+  return t == MS_BPF_MAP_PERCPU_HASH || t == MS_BPF_MAP_PERCPU_ARRAY;
+}
+
+MSD_FN uint8_t *msd_value_at(const struct msd_map *m, uint32_t slot, uint32_t worker) {
+  return m->values + ((uint64_t)worker * m->n_slots + slot) * m->value_stride;
+}
+
+MSD_FN uint64_t msd_key_hash(const void *key, uint32_t size) {
+  const uint8_t *p = (const uint8_t *)key;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint32_t i = 0; i < size; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
+MSD_FN uint32_t msd_wait_claimed(uint32_t *st) {
+  uint32_t s;
+  while ((s = msd_ld_acq32(st)) == MS_BPF_SLOT_CLAIMING) msd_relax();
+  return s;
+}
+
+MSD_FN int msd_key_equals(const struct msd_map *m, uint32_t b, const void *key) {
+  const uint8_t *k = m->keys + (uint64_t)b * m->key_stride, *q = (const uint8_t *)key;
+  for (uint32_t i = 0; i < m->key_size; i++)
+    if (k[i] != q[i]) return 0;
+  return 1;
+}
+
+/* map_hash_find (unbounded: writers wait for a bucket being claimed). */
+MSD_FN int64_t msd_hash_find(const struct msd_map *m, const void *key) {
+  uint64_t h = msd_key_hash(key, m->key_size);
+  uint32_t mask = m->n_slots - 1;
+  for (uint32_t i = 0; i < m->n_slots; i++) {
+    uint32_t b = (uint32_t)(h + i) & mask;
+    uint32_t s = msd_ld_acq32(&m->state[b]);
+    if (s == MS_BPF_SLOT_EMPTY) return -1;
+    if (s == MS_BPF_SLOT_CLAIMING) msd_wait_claimed(&m->state[b]);
+    if (msd_key_equals(m, b, key)) return b;
+  }
+  return -1;
+}
+
+MSD_FN int64_t msd_hash_find_or_claim(const struct msd_map *m, const void *key, int *claimed) {
+  uint64_t h = msd_key_hash(key, m->key_size);
+  uint32_t mask = m->n_slots - 1;
+  *claimed = 0;
+  for (uint32_t i = 0; i < m->n_slots; i++) {
+    uint32_t b = (uint32_t)(h + i) & mask;
+    uint32_t s = msd_ld_acq32(&m->state[b]);
+    if (s == MS_BPF_SLOT_EMPTY && msd_cas32(&m->state[b], &s, MS_BPF_SLOT_CLAIMING)) {
+      msd_copy_in(m->keys + (uint64_t)b * m->key_stride, key, m->key_size);
+      *claimed = 1;
+      return b;
+    }
+    if (s == MS_BPF_SLOT_CLAIMING) msd_wait_claimed(&m->state[b]);
+    if (msd_key_equals(m, b, key)) return b;
+  }
+  return -1;
+}
+
+MSD_FN int msd_count_reserve(const struct msd_map *m) {
+  if (msd_fetch_add64(&m->hdr->count, 1) < m->max_entries) return 0;
+  msd_fetch_add64(&m->hdr->count, (uint64_t)-1);
+  return -E2BIG;
+}
+
+MSD_FN void msd_hash_publish(const struct msd_map *m, uint32_t b, const void *value, uint32_t worker) {
+  for (uint32_t w = 0; w < m->n_workers; w++) {
+    if (w == worker) continue;
+    uint8_t *v = msd_value_at(m, b, w);
+    for (uint32_t i = 0; i < m->value_stride; i += 8) msd_st_rlx64((uint64_t *)(v + i), 0);
+  }
+  msd_copy_in(msd_value_at(m, b, worker), value, m->value_size);
+  msd_st_rel32(&m->state[b], MS_BPF_SLOT_LIVE);
+}
+
+MSD_FN int msd_hash_update(const struct msd_map *m, const void *key, const void *value, uint64_t flags,
+                           uint32_t worker) {
+  int claimed = 0;
+  int64_t b = flags == MS_BPF_EXIST ? msd_hash_find(m, key) : msd_hash_find_or_claim(m, key, &claimed);
+  if (b < 0) return flags == MS_BPF_EXIST ? -ENOENT : -E2BIG;
+  uint32_t *st = &m->state[b];
+  if (flags != MS_BPF_EXIST && claimed) {
+    if (msd_count_reserve(m)) {
+      msd_st_rel32(st, MS_BPF_SLOT_KEYED); /* the key keeps its bucket */
+      return -E2BIG;
+    }
+    msd_hash_publish(m, (uint32_t)b, value, worker);
+    return 0;
+  }
+  for (;;) {
+    uint32_t s = msd_ld_acq32(st);
+    if (s == MS_BPF_SLOT_LIVE) {
+      if (flags == MS_BPF_NOEXIST) return -EEXIST;
+      msd_copy_in(msd_value_at(m, (uint32_t)b, worker), value, m->value_size);
+      return 0;
+    }
+    if (s == MS_BPF_SLOT_KEYED) {
+      if (flags == MS_BPF_EXIST) return -ENOENT;
+      if (!msd_cas32(st, &s, MS_BPF_SLOT_WRITING)) continue;
+      if (msd_count_reserve(m)) {
+        msd_st_rel32(st, MS_BPF_SLOT_KEYED);
+        return -E2BIG;
+      }
+      msd_hash_publish(m, (uint32_t)b, value, worker);
+      return 0;
+    }
+    msd_relax(); /* WRITING: another insert of this key is publishing it */
+  }
+}
+
+MSD_FN int msd_hash_delete(const struct msd_map *m, const void *key) {
+  int64_t b = msd_hash_find(m, key);
+  if (b < 0) return -ENOENT;
+  for (;;) {
+    uint32_t s = msd_ld_acq32(&m->state[b]);
+    if (s == MS_BPF_SLOT_KEYED) return -ENOENT;
+    if (s == MS_BPF_SLOT_LIVE) {
+      if (msd_cas32(&m->state[b], &s, MS_BPF_SLOT_KEYED)) {
+        msd_fetch_add64(&m->hdr->count, (uint64_t)-1);
+        return 0;
+      }
+      continue;
+    }
+    msd_relax();
+  }
+}
+
+/* ms_bpf_map_lookup: the value of key for worker, or NULL. */
+MSD_FN void *msd_map_lookup(const struct msd_map *m, const void *key, uint32_t worker) {
+  uint32_t w = msd_is_percpu(m->type) ? worker : 0;
+  if (w >= m->n_workers) return 0;
+  if (msd_is_hash(m->type)) {
+    int64_t b = msd_hash_find(m, key);
+    if (b < 0 || msd_ld_acq32(&m->state[b]) != MS_BPF_SLOT_LIVE) return 0;
+    return msd_value_at(m, (uint32_t)b, w);
+  }
+  uint32_t idx = (uint32_t)msd_load(key, 4);
+  if (m->type == MS_BPF_MAP_RINGBUF || idx >= m->max_entries) return 0;
+  return msd_value_at(m, idx, w);
+}
+
+/* ms_bpf_map_update: Linux's flags and errors. */
+MSD_FN int msd_map_update(const struct msd_map *m, const void *key, const void *value, uint64_t flags,
+                          uint32_t worker) {
+  uint32_t w = msd_is_percpu(m->type) ? worker : 0;
+  if (flags > MS_BPF_EXIST || w >= m->n_workers) return -EINVAL;
+  if (msd_is_hash(m->type)) return msd_hash_update(m, key, value, flags, w);
+  if (m->type == MS_BPF_MAP_RINGBUF) return -EINVAL;
+  uint32_t idx = (uint32_t)msd_load(key, 4);
+  if (idx >= m->max_entries) return -E2BIG;
+  if (flags == MS_BPF_NOEXIST) return -EEXIST; /* array elements always exist */
+  msd_copy_in(msd_value_at(m, idx, w), value, m->value_size);
+  return 0;
+}
+
+MSD_FN int msd_map_delete(const struct msd_map *m, const void *key) {
+  if (!msd_is_hash(m->type)) return -EINVAL;
+  return msd_hash_delete(m, key);
+}
+
+/* ---- ring buffer (ringbuf.c) --------------------------------------------- */
+
+MSD_FN void msd_ring_lock(uint32_t *l) {
+  while (msd_xchg32_acq(l, 1)) msd_relax();
+}
+
+MSD_FN void msd_ring_unlock(uint32_t *l) { msd_st_rel32(l, 0); }
+
+MSD_FN void *msd_ringbuf_reserve(const struct msd_map *m, uint64_t size) {
+  if (m->type != MS_BPF_MAP_RINGBUF) return 0;
+  if (size == 0 || size > m->ring_size - MS_BPF_RINGBUF_HDR_SIZE || size >= MS_BPF_RINGBUF_DISCARD_BIT)
+    return 0;
+  uint64_t len = (size + MS_BPF_RINGBUF_HDR_SIZE + 7) & ~7ull;
+  msd_ring_lock(m->prod_lock);
+  uint64_t cons = msd_ld_acq64(m->cons_pos);
+  uint64_t prod = msd_ld_rlx64(m->prod_pos); /* only producers, under the lock */
+  if (prod + len - cons > m->ring_size) {
+    msd_ring_unlock(m->prod_lock);
+    msd_fetch_add64(&m->hdr->lost, 1);
+    return 0;
+  }
+  uint64_t at = prod & (m->ring_size - 1);
+  uint32_t *hdr = (uint32_t *)(m->data + at);
+  hdr[0] = (uint32_t)size | MS_BPF_RINGBUF_BUSY_BIT;
+  hdr[1] = (uint32_t)at;
+  msd_st_rel64(m->prod_pos, prod + len);
+  msd_ring_unlock(m->prod_lock);
+  return m->data + at + MS_BPF_RINGBUF_HDR_SIZE;
+}
+
+/* Submit or discard: a record that wrapped was written past the data's end;
+ * its wrapped part moves to the start before the header's release store. */
+MSD_FN void msd_ringbuf_release(const struct msd_map *m, void *rec, int discard) {
+  uint32_t *hdr = (uint32_t *)((uint8_t *)rec - MS_BPF_RINGBUF_HDR_SIZE);
+  uint32_t len = hdr[0] & ~(MS_BPF_RINGBUF_BUSY_BIT | MS_BPF_RINGBUF_DISCARD_BIT);
+  uint64_t at = hdr[1], end = at + MS_BPF_RINGBUF_HDR_SIZE + len;
+  if (!discard && end > m->ring_size)
+    msd_bytes_copy(m->data, m->data + m->ring_size, end - m->ring_size);
+  msd_st_rel32(hdr, len | (discard ? MS_BPF_RINGBUF_DISCARD_BIT : 0));
+}
+
+/* ---- the interpreter ---------------------------------------------------- */
+
+/* What a run gets. Plain data; fill every field (msd_run_init zeroes it). */
+#define MSD_RUN_CONFORMANCE 1u /* helper 5 returns r1 and is the only helper (the suite's runner) */
+struct msd_run {
+  const struct ms_bpf_insn *insns;
+  uint32_t n_insns;
+  uint32_t n_maps;
+  const struct msd_map *maps;   /* maps[i]: the program's map index i; handle = &maps[i] */
+  const void *ctx;              /* read-only; r1 = ctx when set */
+  uint64_t ctx_size;
+  void *mem;                    /* read-write; without ctx r1 = mem, r2 = mem_size */
+  uint64_t mem_size;
+  uint64_t budget;              /* 0: MS_BPF_DEFAULT_BUDGET */
+  uint32_t worker;              /* helper 8 and the per-worker slot */
+  uint32_t flags;               /* MSD_RUN_* */
+  uint64_t *ring_bytes;         /* the attachment's ring bytes this epoch (atomic), or NULL */
+  uint64_t ring_budget;         /* 0: no limit */
+#ifndef __CUDACC__
+  uint64_t (*clock)(void *user); /* helper 5; NULL: ms_now_ns */
+  void *clock_user;
+#endif
+};
+
+struct msd_result {
+  uint64_t r0;
+  uint64_t insns;      /* executed (lddw once) */
+  int64_t err_insn;    /* instruction that stopped the run, -1 if none */
+  uint32_t lost;       /* ring buffer records refused (full, over budget, bad size or flags) */
+  uint32_t helper;     /* the helper that failed the run, 0 if none */
+};
+
+MSD_FN void msd_run_init(struct msd_run *r) {
+  uint8_t *z = (uint8_t *)r;
+  for (uint64_t i = 0; i < sizeof *r; i++) z[i] = 0;
+}
+
+#define MSD_MAX_RECORDS 32
+
+struct msd_frame {
+  uint64_t saved[4]; /* r6..r9 of the caller */
+  uint64_t r10;
+  uint64_t ret_pc;
+};
+
+struct msd_vm {
+  const struct msd_run *in;
+  uint64_t reg[MS_BPF_REG_COUNT];
+  struct msd_frame frames[MS_BPF_MAX_CALL_DEPTH];
+  void *rec[MSD_MAX_RECORDS];
+  uint32_t rec_map[MSD_MAX_RECORDS];
+  uint32_t n_rec;
+  uint32_t depth;
+  uint64_t count, budget, pc;
+  uint32_t lost, helper;
+  uint64_t stack[MS_BPF_MAX_CALL_DEPTH * MS_BPF_STACK_SIZE / 8]; /* 8-aligned */
+};
+
+/* The host address of [addr, addr+size) if inside one allowed region, else 0. */
+MSD_FN void *msd_mem(const struct msd_vm *vm, uint64_t addr, uint64_t size, int write) {
+  const struct msd_run *in = vm->in;
+  uint64_t d = addr - (uint64_t)(uintptr_t)vm->stack; /* wraps for addr below base */
+  if (d < sizeof vm->stack && size <= sizeof vm->stack - d) return (void *)(uintptr_t)addr;
+  if (in->ctx && in->ctx_size) {
+    d = addr - (uint64_t)(uintptr_t)in->ctx;
+    if (d < in->ctx_size && size <= in->ctx_size - d) return write ? 0 : (void *)(uintptr_t)addr;
+  }
+  if (in->mem && in->mem_size) {
+    d = addr - (uint64_t)(uintptr_t)in->mem;
+    if (d < in->mem_size && size <= in->mem_size - d) return (void *)(uintptr_t)addr;
+  }
+  for (uint32_t i = 0; i < in->n_maps; i++) {
+    const struct msd_map *m = &in->maps[i];
+    uint64_t base = (uint64_t)(uintptr_t)(m->type == MS_BPF_MAP_RINGBUF ? m->data : m->values);
+    if (!base || !m->region_len) continue;
+    d = addr - base;
+    if (d < m->region_len && size <= m->region_len - d)
+      return (write && !m->writable) ? 0 : (void *)(uintptr_t)addr;
+  }
+  return 0;
+}
+
+MSD_FN uint64_t msd_alu64(unsigned op, int16_t off, int32_t imm, uint64_t d, uint64_t s) {
+  switch (op) {
+  case MS_BPF_ADD: return d + s;
+  case MS_BPF_SUB: return d - s;
+  case MS_BPF_MUL: return d * s;
+  case MS_BPF_DIV:
+    if (!s) return 0;
+    if (off == 1) return (int64_t)s == -1 ? (uint64_t)0 - d : (uint64_t)((int64_t)d / (int64_t)s);
+    return d / s;
+  case MS_BPF_OR: return d | s;
+  case MS_BPF_AND: return d & s;
+  case MS_BPF_LSH: return d << (s & 63);
+  case MS_BPF_RSH: return d >> (s & 63);
+  case MS_BPF_NEG: return (uint64_t)0 - d;
+  case MS_BPF_MOD:
+    if (!s) return d;
+    if (off == 1) return (int64_t)s == -1 ? 0 : (uint64_t)((int64_t)d % (int64_t)s);
+    return d % s;
+  case MS_BPF_XOR: return d ^ s;
+  case MS_BPF_MOV:
+    if (off == 8) return (uint64_t)(int64_t)(int8_t)s;
+    if (off == 16) return (uint64_t)(int64_t)(int16_t)s;
+    if (off == 32) return (uint64_t)(int64_t)(int32_t)s;
+    return s;
+  case MS_BPF_ARSH: return (uint64_t)((int64_t)d >> (s & 63));
+  default: /* END in ALU64: unconditional byte swap */
+    if (imm == 16) return msd_bswap16((uint16_t)d);
+    if (imm == 32) return msd_bswap32((uint32_t)d);
+    return msd_bswap64(d);
+  }
+}
+
+MSD_FN uint64_t msd_alu32(unsigned op, int16_t off, int32_t imm, int to_be, uint64_t d64, uint64_t s64) {
+  uint32_t d = (uint32_t)d64, s = (uint32_t)s64;
+  switch (op) {
+  case MS_BPF_ADD: return (uint32_t)(d + s);
+  case MS_BPF_SUB: return (uint32_t)(d - s);
+  case MS_BPF_MUL: return (uint32_t)(d * s);
+  case MS_BPF_DIV:
+    if (!s) return 0;
+    if (off == 1) return (int32_t)s == -1 ? (uint32_t)(0u - d) : (uint32_t)((int32_t)d / (int32_t)s);
+    return d / s;
+  case MS_BPF_OR: return d | s;
+  case MS_BPF_AND: return d & s;
+  case MS_BPF_LSH: return (uint32_t)(d << (s & 31));
+  case MS_BPF_RSH: return d >> (s & 31);
+  case MS_BPF_NEG: return (uint32_t)(0u - d);
+  case MS_BPF_MOD:
+    if (!s) return d;
+    if (off == 1) return (int32_t)s == -1 ? 0 : (uint32_t)((int32_t)d % (int32_t)s);
+    return d % s;
+  case MS_BPF_XOR: return d ^ s;
+  case MS_BPF_MOV:
+    if (off == 8) return (uint32_t)(int32_t)(int8_t)s;
+    if (off == 16) return (uint32_t)(int32_t)(int16_t)s;
+    return s;
+  case MS_BPF_ARSH: return (uint32_t)((int32_t)d >> (s & 31));
+  default: /* END: to little-endian truncates, to big-endian swaps */
+    if (imm == 16) return to_be ? msd_bswap16((uint16_t)d64) : (uint16_t)d64;
+    if (imm == 32) return to_be ? msd_bswap32((uint32_t)d64) : (uint32_t)d64;
+    return to_be ? msd_bswap64(d64) : d64;
+  }
+}
+
+MSD_FN void msd_do_alu(struct msd_vm *vm, const struct ms_bpf_insn *in) {
+  uint64_t *reg = vm->reg;
+  int x = MS_BPF_SRC(in->code) == MS_BPF_X;
+  unsigned op = MS_BPF_OP(in->code);
+  if (MS_BPF_CLASS(in->code) == MS_BPF_ALU64) {
+    uint64_t s = x && op != MS_BPF_END ? reg[in->src_reg] : (uint64_t)(int64_t)in->imm;
+    reg[in->dst_reg] = msd_alu64(op, in->off, in->imm, reg[in->dst_reg], s);
+  } else {
+    uint64_t s = x && op != MS_BPF_END ? reg[in->src_reg] : (uint64_t)(uint32_t)in->imm;
+    reg[in->dst_reg] = msd_alu32(op, in->off, in->imm, x, reg[in->dst_reg], s);
+  }
+}
+
+MSD_FN int msd_cond64(unsigned op, uint64_t a, uint64_t b) {
+  switch (op) {
+  case MS_BPF_JEQ: return a == b;
+  case MS_BPF_JGT: return a > b;
+  case MS_BPF_JGE: return a >= b;
+  case MS_BPF_JSET: return (a & b) != 0;
+  case MS_BPF_JNE: return a != b;
+  case MS_BPF_JSGT: return (int64_t)a > (int64_t)b;
+  case MS_BPF_JSGE: return (int64_t)a >= (int64_t)b;
+  case MS_BPF_JLT: return a < b;
+  case MS_BPF_JLE: return a <= b;
+  case MS_BPF_JSLT: return (int64_t)a < (int64_t)b;
+  default: return (int64_t)a <= (int64_t)b; /* JSLE */
+  }
+}
+
+MSD_FN int msd_cond32(unsigned op, uint32_t a, uint32_t b) {
+  switch (op) {
+  case MS_BPF_JSGT: return (int32_t)a > (int32_t)b;
+  case MS_BPF_JSGE: return (int32_t)a >= (int32_t)b;
+  case MS_BPF_JSLT: return (int32_t)a < (int32_t)b;
+  case MS_BPF_JSLE: return (int32_t)a <= (int32_t)b;
+  default: return msd_cond64(op, a, b);
+  }
+}
+
+MSD_FN unsigned msd_size_bytes(uint8_t code) {
+  switch (MS_BPF_SIZE(code)) {
+  case MS_BPF_W: return 4;
+  case MS_BPF_H: return 2;
+  case MS_BPF_B: return 1;
+  default: return 8;
+  }
+}
+
+MSD_FN int msd_do_ldx(struct msd_vm *vm, const struct ms_bpf_insn *in) {
+  unsigned size = msd_size_bytes(in->code);
+  uint64_t addr = vm->reg[in->src_reg] + (uint64_t)(int64_t)in->off;
+  const void *p = msd_mem(vm, addr, size, 0);
+  if (!p) return -EFAULT;
+  uint64_t v = msd_load(p, size);
+  if (MS_BPF_MODE(in->code) == MS_BPF_MEMSX)
+    v = size == 1 ? (uint64_t)(int64_t)(int8_t)v
+        : size == 2 ? (uint64_t)(int64_t)(int16_t)v : (uint64_t)(int64_t)(int32_t)v;
+  vm->reg[in->dst_reg] = v;
+  return 0;
+}
+
+MSD_FN int msd_do_st(struct msd_vm *vm, const struct ms_bpf_insn *in, uint64_t v) {
+  unsigned size = msd_size_bytes(in->code);
+  uint64_t addr = vm->reg[in->dst_reg] + (uint64_t)(int64_t)in->off;
+  void *p = msd_mem(vm, addr, size, 1);
+  if (!p) return -EFAULT;
+  msd_store(p, size, v);
+  return 0;
+}
+
+/* One bpf atomic on an aligned word; returns the old value. */
+MSD_FN uint64_t msd_atomic_rmw(void *p, unsigned size, int32_t imm, uint64_t s, uint64_t *r0) {
+  int op = imm & ~MS_BPF_FETCH;
+#ifdef __CUDACC__
+  if (!__isGlobal(p)) { /* the stack: local memory, this thread's alone */
+    uint64_t old = msd_load(p, size), nv;
+    if (imm == MS_BPF_CMPXCHG) {
+      uint64_t want = size == 8 ? *r0 : (uint32_t)*r0;
+      if (old == want) msd_store(p, size, s);
+      *r0 = old;
+      return old;
+    }
+    nv = imm == MS_BPF_XCHG ? s
+         : op == MS_BPF_ADD ? old + s : op == MS_BPF_OR ? old | s : op == MS_BPF_AND ? old & s : old ^ s;
+    msd_store(p, size, nv);
+    return old;
+  }
+  uint64_t old;
+  __threadfence();
+  if (size == 8) {
+    unsigned long long *q = (unsigned long long *)p, v = (unsigned long long)s;
+    if (imm == MS_BPF_CMPXCHG) old = atomicCAS(q, (unsigned long long)*r0, v);
+    else if (imm == MS_BPF_XCHG) old = atomicExch(q, v);
+    else if (op == MS_BPF_ADD) old = atomicAdd(q, v);
+    else if (op == MS_BPF_OR) old = atomicOr(q, v);
+    else if (op == MS_BPF_AND) old = atomicAnd(q, v);
+    else old = atomicXor(q, v);
+  } else {
+    unsigned int *q = (unsigned int *)p, v = (unsigned int)s;
+    if (imm == MS_BPF_CMPXCHG) old = atomicCAS(q, (unsigned int)*r0, v);
+    else if (imm == MS_BPF_XCHG) old = atomicExch(q, v);
+    else if (op == MS_BPF_ADD) old = atomicAdd(q, v);
+    else if (op == MS_BPF_OR) old = atomicOr(q, v);
+    else if (op == MS_BPF_AND) old = atomicAnd(q, v);
+    else old = atomicXor(q, v);
+  }
+  __threadfence();
+  if (imm == MS_BPF_CMPXCHG) *r0 = old;
+  return old;
+#else
+  if (size == 8) {
+    uint64_t *q = (uint64_t *)p, old;
+    switch (imm) {
+    case MS_BPF_XCHG: return __atomic_exchange_n(q, s, __ATOMIC_SEQ_CST);
+    case MS_BPF_CMPXCHG:
+      old = *r0;
+      __atomic_compare_exchange_n(q, &old, s, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+      *r0 = old;
+      return old;
+    default:
+      return op == MS_BPF_ADD ? __atomic_fetch_add(q, s, __ATOMIC_SEQ_CST)
+             : op == MS_BPF_OR ? __atomic_fetch_or(q, s, __ATOMIC_SEQ_CST)
+             : op == MS_BPF_AND ? __atomic_fetch_and(q, s, __ATOMIC_SEQ_CST)
+             : __atomic_fetch_xor(q, s, __ATOMIC_SEQ_CST);
+    }
+  }
+  uint32_t *q = (uint32_t *)p, v = (uint32_t)s, o32;
+  switch (imm) {
+  case MS_BPF_XCHG: return __atomic_exchange_n(q, v, __ATOMIC_SEQ_CST);
+  case MS_BPF_CMPXCHG:
+    o32 = (uint32_t)*r0;
+    __atomic_compare_exchange_n(q, &o32, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    *r0 = o32;
+    return o32;
+  default:
+    return op == MS_BPF_ADD ? __atomic_fetch_add(q, v, __ATOMIC_SEQ_CST)
+           : op == MS_BPF_OR ? __atomic_fetch_or(q, v, __ATOMIC_SEQ_CST)
+           : op == MS_BPF_AND ? __atomic_fetch_and(q, v, __ATOMIC_SEQ_CST)
+           : __atomic_fetch_xor(q, v, __ATOMIC_SEQ_CST);
+  }
+#endif
+}
+
+MSD_FN int msd_do_atomic(struct msd_vm *vm, const struct ms_bpf_insn *in) {
+  unsigned size = MS_BPF_SIZE(in->code) == MS_BPF_DW ? 8 : 4;
+  uint64_t addr = vm->reg[in->dst_reg] + (uint64_t)(int64_t)in->off;
+  void *p = msd_mem(vm, addr, size, 1);
+  if (!p || addr % size) return -EFAULT;
+  uint64_t *src = &vm->reg[in->src_reg];
+  uint64_t old = msd_atomic_rmw(p, size, in->imm, size == 8 ? *src : (uint32_t)*src, &vm->reg[0]);
+  if (in->imm == MS_BPF_CMPXCHG) return 0;
+  if (in->imm & MS_BPF_FETCH) *src = size == 8 ? old : (uint32_t)old;
+  return 0;
+}
+
+MSD_FN int msd_do_lddw(struct msd_vm *vm, const struct ms_bpf_insn *in) {
+  uint64_t v = (uint64_t)(uint32_t)in[0].imm | (uint64_t)(uint32_t)in[1].imm << 32;
+  if (in->src_reg) {
+    uint32_t idx = (uint32_t)in->imm;
+    if (idx >= vm->in->n_maps) return -EINVAL; /* not bound to this run */
+    const struct msd_map *m = &vm->in->maps[idx];
+    v = (uint64_t)(uintptr_t)m;
+    if (in->src_reg == MS_BPF_PSEUDO_MAP_VALUE || in->src_reg == MS_BPF_PSEUDO_MAP_IDX_VALUE) {
+      uint32_t off = (uint32_t)in[1].imm;
+      if (m->type != MS_BPF_MAP_ARRAY || off >= m->value_size) return -EINVAL; /* array maps only */
+      v = (uint64_t)(uintptr_t)(m->values + off);
+    }
+  }
+  vm->reg[in->dst_reg] = v;
+  return 0;
+}
+
+/* ---- helpers (helpers.c and fire.c) ------------------------------------- */
+
+#define MSD_KV_TYPES                                                             \
+  (1u << MS_BPF_MAP_HASH | 1u << MS_BPF_MAP_ARRAY | 1u << MS_BPF_MAP_PERCPU_HASH | \
+   1u << MS_BPF_MAP_PERCPU_ARRAY)
+#define MSD_HASH_TYPES (1u << MS_BPF_MAP_HASH | 1u << MS_BPF_MAP_PERCPU_HASH)
+#define MSD_RING_TYPES (1u << MS_BPF_MAP_RINGBUF)
+
+/* A helper's failure that stops the run (ms_bpf_exec_abort): *err gets the code. */
+MSD_FN const struct msd_map *msd_arg_map(struct msd_vm *vm, uint64_t handle, uint32_t types, int *err) {
+  const struct msd_run *in = vm->in;
+  uint64_t d = handle - (uint64_t)(uintptr_t)in->maps;
+  if (!in->maps || d % sizeof(struct msd_map) || d / sizeof(struct msd_map) >= in->n_maps) {
+    *err = -EINVAL; /* not a map bound to this run */
+    return 0;
+  }
+  const struct msd_map *m = &in->maps[d / sizeof(struct msd_map)];
+  if (m->type >= 32 || !(types & (1u << m->type))) {
+    *err = -EINVAL; /* a map of a type not accepted here */
+    return 0;
+  }
+  return m;
+}
+
+MSD_FN const void *msd_arg_mem(struct msd_vm *vm, uint64_t addr, uint64_t size, int *err) {
+  const void *p = msd_mem(vm, addr, size, 0);
+  if (!p) *err = -EFAULT;
+  return p;
+}
+
+MSD_FN uint64_t msd_now(const struct msd_run *in) {
+#ifdef __CUDACC__
+  return msd_clock_now();
+#else
+  return in->clock ? in->clock(in->clock_user) : ms_now_ns();
+#endif
+}
+
+/* fire.c's byte budget of the attachment's ring buffers, per epoch. */
+MSD_FN int msd_over_ring_budget(const struct msd_run *in, uint64_t size) {
+  if (!in->ring_budget || !in->ring_bytes) return 0;
+  return msd_fetch_add64(in->ring_bytes, size) + size > in->ring_budget;
+}
+
+/* fire.c's wrappers first (the byte budget, then the lost count of whatever
+ * the standard helper refuses), then helpers.c's argument checks. */
+MSD_FN uint64_t msd_h_ringbuf_output(struct msd_vm *vm, const uint64_t *r, int *err) {
+  if (msd_over_ring_budget(vm->in, r[3])) {
+    vm->lost++;
+    return (uint64_t)(int64_t)-EAGAIN;
+  }
+  const struct msd_map *m = msd_arg_map(vm, r[1], MSD_RING_TYPES, err);
+  if (!m) return 0;
+  if (r[4] & ~(uint64_t)(MS_BPF_RB_NO_WAKEUP | MS_BPF_RB_FORCE_WAKEUP)) {
+    vm->lost++;
+    return (uint64_t)(int64_t)-EINVAL;
+  }
+  const void *data = msd_arg_mem(vm, r[2], r[3], err);
+  if (!data) return 0;
+  void *rec = msd_ringbuf_reserve(m, r[3]);
+  if (!rec) {
+    vm->lost++;
+    return (uint64_t)(int64_t)-EAGAIN;
+  }
+  msd_bytes_copy(rec, data, r[3]);
+  msd_ringbuf_release(m, rec, 0);
+  return 0;
+}
+
+MSD_FN uint64_t msd_h_ringbuf_reserve(struct msd_vm *vm, const uint64_t *r, int *err) {
+  if (msd_over_ring_budget(vm->in, r[2])) {
+    vm->lost++;
+    return 0;
+  }
+  const struct msd_map *m = msd_arg_map(vm, r[1], MSD_RING_TYPES, err);
+  void *rec = m && !r[3] ? msd_ringbuf_reserve(m, r[2]) : 0; /* Linux: reserve takes no flags */
+  if (rec && vm->n_rec == MSD_MAX_RECORDS) {
+    msd_ringbuf_release(m, rec, 1); /* more records open than a run may hold */
+    rec = 0;
+  }
+  if (!rec) {
+    vm->lost++;
+    return 0;
+  }
+  vm->rec[vm->n_rec] = rec;
+  vm->rec_map[vm->n_rec++] = (uint32_t)(m - vm->in->maps);
+  return (uint64_t)(uintptr_t)rec;
+}
+
+MSD_FN uint64_t msd_h_ringbuf_release(struct msd_vm *vm, uint64_t rec, int discard, int *err) {
+  for (uint32_t i = 0; i < vm->n_rec; i++) {
+    if ((uint64_t)(uintptr_t)vm->rec[i] != rec) continue;
+    const struct msd_map *m = &vm->in->maps[vm->rec_map[i]];
+    vm->n_rec--;
+    vm->rec[i] = vm->rec[vm->n_rec];
+    vm->rec_map[i] = vm->rec_map[vm->n_rec];
+    msd_ringbuf_release(m, (void *)(uintptr_t)rec, discard);
+    return 0;
+  }
+  *err = -EINVAL; /* not a record this run reserved */
+  return 0;
+}
+
+MSD_FN uint64_t msd_h_map(struct msd_vm *vm, uint32_t id, const uint64_t *r, int *err) {
+  const struct msd_map *m =
+      msd_arg_map(vm, r[1], id == MS_BPF_FN_MAP_DELETE_ELEM ? MSD_HASH_TYPES : MSD_KV_TYPES, err);
+  const void *key = m ? msd_arg_mem(vm, r[2], m->key_size, err) : 0;
+  if (!key) return 0;
+  if (id == MS_BPF_FN_MAP_LOOKUP_ELEM)
+    return (uint64_t)(uintptr_t)msd_map_lookup(m, key, vm->in->worker);
+  if (id == MS_BPF_FN_MAP_DELETE_ELEM) return (uint64_t)(int64_t)msd_map_delete(m, key);
+  const void *value = msd_arg_mem(vm, r[3], m->value_size, err);
+  if (!value) return 0;
+  if (m->flags & MS_BPF_MAP_F_RDONLY_PROG) return (uint64_t)(int64_t)-EPERM;
+  return (uint64_t)(int64_t)msd_map_update(m, key, value, r[4], vm->in->worker);
+}
+
+/* Whether the device implements helper id (monitors.cu refuses others). */
+MSD_HD int msd_helper_supported(uint32_t id) {
+  switch (id) {
+  case MS_BPF_FN_MAP_LOOKUP_ELEM: case MS_BPF_FN_MAP_UPDATE_ELEM: case MS_BPF_FN_MAP_DELETE_ELEM:
+  case MS_BPF_FN_KTIME_GET_NS: case MS_BPF_FN_GET_SMP_PROCESSOR_ID:
+  case MS_BPF_FN_RINGBUF_OUTPUT: case MS_BPF_FN_RINGBUF_RESERVE: case MS_BPF_FN_RINGBUF_SUBMIT:
+  case MS_BPF_FN_RINGBUF_DISCARD: case MS_HELPER_LOG2:
+    return 1;
+  default: return 0;
+  }
+}
+
+MSD_FN int msd_do_helper(struct msd_vm *vm, uint32_t id) {
+  uint64_t *r = vm->reg;
+  int err = 0;
+  if (vm->in->flags & MSD_RUN_CONFORMANCE) {
+    if (id != MS_BPF_FN_KTIME_GET_NS) err = -ENOENT;
+    else r[0] = r[1];
+  } else {
+    switch (id) {
+    case MS_BPF_FN_MAP_LOOKUP_ELEM: case MS_BPF_FN_MAP_UPDATE_ELEM: case MS_BPF_FN_MAP_DELETE_ELEM:
+      r[0] = msd_h_map(vm, id, r, &err);
+      break;
+    case MS_BPF_FN_KTIME_GET_NS: r[0] = msd_now(vm->in); break;
+    case MS_BPF_FN_GET_SMP_PROCESSOR_ID: r[0] = vm->in->worker; break;
+    case MS_BPF_FN_RINGBUF_OUTPUT: r[0] = msd_h_ringbuf_output(vm, r, &err); break;
+    case MS_BPF_FN_RINGBUF_RESERVE: r[0] = msd_h_ringbuf_reserve(vm, r, &err); break;
+    case MS_BPF_FN_RINGBUF_SUBMIT: r[0] = msd_h_ringbuf_release(vm, r[1], 0, &err); break;
+    case MS_BPF_FN_RINGBUF_DISCARD: r[0] = msd_h_ringbuf_release(vm, r[1], 1, &err); break;
+    case MS_HELPER_LOG2: r[0] = r[1] ? (uint64_t)(63 - msd_clz64(r[1])) : 0; break;
+    default: err = -ENOENT; /* unknown helper */
+    }
+  }
+  if (err) {
+    vm->helper = id;
+    return err;
+  }
+  vm->pc++;
+  return 0;
+}
+
+MSD_FN uint8_t *msd_frame_top(struct msd_vm *vm, uint32_t depth) {
+  return (uint8_t *)vm->stack + sizeof vm->stack - (uint64_t)depth * MS_BPF_STACK_SIZE;
+}
+
+MSD_FN int msd_do_local_call(struct msd_vm *vm, int32_t imm) {
+  if (vm->depth + 1 >= MS_BPF_MAX_CALL_DEPTH) return -MS_E_LIMIT;
+  struct msd_frame *f = &vm->frames[vm->depth++];
+  for (int i = 0; i < 4; i++) f->saved[i] = vm->reg[6 + i];
+  f->r10 = vm->reg[10];
+  f->ret_pc = vm->pc + 1;
+  uint8_t *top = msd_frame_top(vm, vm->depth);
+  msd_bytes_zero(top - MS_BPF_STACK_SIZE, MS_BPF_STACK_SIZE);
+  vm->reg[10] = (uint64_t)(uintptr_t)top;
+  vm->pc = (uint64_t)((int64_t)vm->pc + 1 + imm);
+  return 0;
+}
+
+MSD_FN int msd_do_exit(struct msd_vm *vm) {
+  if (vm->depth == 0) return 1;
+  struct msd_frame *f = &vm->frames[--vm->depth];
+  for (int i = 0; i < 4; i++) vm->reg[6 + i] = f->saved[i];
+  vm->reg[10] = f->r10;
+  vm->pc = f->ret_pc;
+  return 0;
+}
+
+MSD_FN int msd_do_jmp(struct msd_vm *vm, const struct ms_bpf_insn *in, int *exited) {
+  unsigned op = MS_BPF_OP(in->code);
+  int is32 = MS_BPF_CLASS(in->code) == MS_BPF_JMP32;
+  switch (op) {
+  case MS_BPF_JA: vm->pc += 1 + (is32 ? (int64_t)in->imm : (int64_t)in->off); return 0;
+  case MS_BPF_CALL:
+    if (in->src_reg == MS_BPF_PSEUDO_CALL) return msd_do_local_call(vm, in->imm);
+    return msd_do_helper(vm, (uint32_t)in->imm);
+  case MS_BPF_EXIT: *exited = msd_do_exit(vm); return 0;
+  default: {
+    uint64_t a = vm->reg[in->dst_reg];
+    uint64_t b = MS_BPF_SRC(in->code) == MS_BPF_X ? vm->reg[in->src_reg] : (uint64_t)(int64_t)in->imm;
+    int taken = is32 ? msd_cond32(op, (uint32_t)a, (uint32_t)b) : msd_cond64(op, a, b);
+    vm->pc += 1 + (taken ? (int64_t)in->off : 0);
+    return 0;
+  }
+  }
+}
+
+MSD_FN int msd_step(struct msd_vm *vm, const struct ms_bpf_insn *in, int *exited) {
+  int err = 0;
+  switch (MS_BPF_CLASS(in->code)) {
+  case MS_BPF_ALU: case MS_BPF_ALU64: msd_do_alu(vm, in); break;
+  case MS_BPF_LD:
+    err = msd_do_lddw(vm, in);
+    if (!err) vm->pc++; /* the second slot */
+    break;
+  case MS_BPF_LDX: err = msd_do_ldx(vm, in); break;
+  case MS_BPF_ST: err = msd_do_st(vm, in, (uint64_t)(int64_t)in->imm); break;
+  case MS_BPF_STX:
+    err = MS_BPF_MODE(in->code) == MS_BPF_ATOMIC ? msd_do_atomic(vm, in)
+                                                 : msd_do_st(vm, in, vm->reg[in->src_reg]);
+    break;
+  default: return msd_do_jmp(vm, in, exited);
+  }
+  if (err) return err;
+  vm->pc++;
+  return 0;
+}
+
+/* Runs in->insns to its exit: 0 or interp.c's code for the same stop
+ * (-EFAULT, -MS_E_LIMIT, -ENOENT, -EINVAL); res says where. The result of
+ * ms_bpf_run on the same program and memory, without the message. */
+MSD_BIG int msd_bpf_run(const struct msd_run *in, struct msd_result *res) {
+  struct msd_vm vm;
+  vm.in = in;
+  vm.n_rec = 0;
+  vm.depth = 0;
+  vm.count = 0;
+  vm.budget = in->budget ? in->budget : MS_BPF_DEFAULT_BUDGET;
+  vm.pc = 0;
+  vm.lost = 0;
+  vm.helper = 0;
+  for (int i = 0; i < MS_BPF_REG_COUNT; i++) vm.reg[i] = 0;
+  msd_bytes_zero(msd_frame_top(&vm, 0) - MS_BPF_STACK_SIZE, MS_BPF_STACK_SIZE);
+  vm.reg[1] = (uint64_t)(uintptr_t)(in->ctx ? in->ctx : in->mem);
+  vm.reg[2] = in->ctx ? 0 : in->mem_size;
+  vm.reg[10] = (uint64_t)(uintptr_t)msd_frame_top(&vm, 0);
+  int err = 0, exited = 0;
+  while (!err && !exited) {
+    if (vm.pc >= in->n_insns) {
+      err = -EFAULT; /* fell off the end */
+      break;
+    }
+    if (vm.count >= vm.budget) {
+      err = -MS_E_LIMIT;
+      break;
+    }
+    vm.count++;
+    err = msd_step(&vm, &in->insns[vm.pc], &exited);
+  }
+  res->err_insn = err ? (int64_t)vm.pc : -1;
+  /* Records left reserved are discarded; leaving one is the program's fault. */
+  uint32_t left = vm.n_rec;
+  while (vm.n_rec) {
+    vm.n_rec--;
+    msd_ringbuf_release(&in->maps[vm.rec_map[vm.n_rec]], vm.rec[vm.n_rec], 1);
+  }
+  if (left && !err) {
+    err = -EINVAL;
+    res->err_insn = (int64_t)vm.pc;
+  }
+  res->r0 = vm.reg[0];
+  res->insns = vm.count;
+  res->lost = vm.lost;
+  res->helper = vm.helper;
+  return err;
+}
+
+#endif

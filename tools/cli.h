@@ -12,6 +12,7 @@ int cmd_bench(int argc, char **argv);
 int cmd_bpf(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_cuda(int argc, char **argv);
 int cmd_attach(int argc, char **argv);
 int cmd_replace(int argc, char **argv);
 int cmd_detach(int argc, char **argv);

@@ -34,6 +34,15 @@ int ms_cuda_available(char *why, size_t n);
 /* "H200 (132 SMs, sm_90, 141 GiB)" or the reason there is none. */
 void ms_cuda_describe(char *buf, size_t n);
 
+struct ms_cuda_device {
+  char name[128];
+  int sms, major, minor;
+  double mem_gib;
+  double peak_gbs;          /* HBM bandwidth: 2 x memory clock x bus width */
+};
+/* 0, or -MS_E_UNSUPP with the reason in why. */
+int ms_cuda_device_info(struct ms_cuda_device *out, char *why, size_t n);
+
 enum ms_cuda_mode {
   MS_CUDA_MEGAKERNEL = 0,   /* one persistent kernel for the whole decode loop */
   MS_CUDA_PER_OP = 1,       /* one kernel per operator, a step captured as a CUDA Graph */

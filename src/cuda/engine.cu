@@ -101,6 +101,26 @@ extern "C" void ms_cuda_describe(char *buf, size_t n) {
            (double)p.totalGlobalMem / (1024.0 * 1024 * 1024));
 }
 
+extern "C" int ms_cuda_device_info(struct ms_cuda_device *out, char *why, size_t n) {
+  memset(out, 0, sizeof *out);
+  if (!ms_cuda_available(why, n)) return -MS_E_UNSUPP;
+  int dev = 0, clock_khz = 0, bus_bits = 0;
+  cudaDeviceProp p;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) {
+    snprintf(why, n, "CUDA device %d: properties unavailable", dev);
+    return -MS_E_UNSUPP;
+  }
+  snprintf(out->name, sizeof out->name, "%s", p.name);
+  out->sms = p.multiProcessorCount;
+  out->major = p.major;
+  out->minor = p.minor;
+  out->mem_gib = (double)p.totalGlobalMem / (1024.0 * 1024 * 1024);
+  if (cudaDeviceGetAttribute(&clock_khz, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+      cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess)
+    out->peak_gbs = 2.0 * (double)clock_khz * 1e3 * (double)bus_bits / 8.0 / 1e9;
+  return 0;
+}
+
 /* ---- creation ------------------------------------------------------------ */
 
 /* Per-op levels: a task's level is one past its producers' highest; every level

@@ -3,14 +3,21 @@
  * call answers that, so callers need no #ifdefs and GPU tests skip. */
 #include <errno.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "megascope/cuda.h"
 
-static const char *const why_none = "built without CUDA (nvcc was not found when configuring)";
+static const char *const why_none = "built without CUDA (no nvcc when configured, or -DMS_CUDA=OFF)";
 
 int ms_cuda_available(char *why, size_t n) {
   if (why && n) snprintf(why, n, "%s", why_none);
   return 0;
+}
+
+int ms_cuda_device_info(struct ms_cuda_device *out, char *why, size_t n) {
+  memset(out, 0, sizeof *out);
+  if (why && n) snprintf(why, n, "%s", why_none);
+  return -MS_E_UNSUPP;
 }
 
 void ms_cuda_describe(char *buf, size_t n) {

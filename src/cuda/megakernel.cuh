@@ -599,6 +599,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       uint32_t v = msd_ld_acquire32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);
       if (!v) {
         msd_beat(rt, 0, step, -1, -1, &beat);
+        if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
         __nanosleep(32);
         continue;
       }
@@ -617,6 +618,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
     msd_fence_acq_rel();
     msd_step_end(rt, step);
     msd_step_hook(rt, MS_STEP_END, step, rows);
+    if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
     rt->host->steps = ++S->steps;
     rt->host->positions = S->positions += (uint64_t)active;
     step++;

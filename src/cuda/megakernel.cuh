@@ -33,9 +33,16 @@
 
 #include <stdint.h>
 
+#ifdef MSD_HOST_EMU
+/* compiled for the CPU by a test (cuda/host_emu.h): the includer supplies the
+ * task bodies and the hook functions */
+#include <time.h>
+#include "cuda/dev.h"
+#else
 #include "cuda/bpf_dev.cuh"
 #include "cuda/dev.h"
 #include "cuda/ops.cuh"
+#endif
 
 #define MSD_SEQ_EXIT 0xffffffffu
 #define MSD_BEAT_NS 50000ull          /* heartbeat period (host-mapped writes) */
@@ -116,6 +123,21 @@ struct msd_rt {
 
 /* ---- GPU-scope atomics (PTX) --------------------------------------------- */
 
+#ifdef MSD_HOST_EMU
+/* the same orders as C11 atomics (cuda/host_emu.h) */
+static inline uint64_t msd_ld_acquire64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline uint32_t msd_ld_acquire32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+static inline void msd_st_release32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+static inline uint64_t msd_add_acq_rel64(uint64_t *p, uint64_t v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
+}
+static inline void msd_fence_acq_rel(void) { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
+static inline uint64_t msd_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+#else
 static __device__ __forceinline__ uint64_t msd_ld_acquire64(const uint64_t *p) {
   uint64_t v;
   asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -142,6 +164,7 @@ static __device__ __forceinline__ uint64_t msd_now(void) {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
+#endif
 
 /* ---- heartbeat and hooks ------------------------------------------------- */
 
@@ -242,6 +265,7 @@ static __device__ void msd_trigger(const struct msd_rt *rt, int t, uint64_t gen,
         msd_ctx_base(rt, &c, MS_HOOK_TASK_READY, worker, step, rows);
         msd_ctx_task(rt, &c, s, step);
         c.t_ready = c.now_ns;
+        msd_hook_sched_hint(rt->hooks, &c, worker);  /* seen by hint programs too; AOT order is fixed */
         msd_hook_fire(rt->hooks, &c, worker);
       }
     return;

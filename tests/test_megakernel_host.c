@@ -12,7 +12,8 @@
  *     consistent contexts; a sched_hint program's priorities are honoured
  *     (dispatch order within a release);
  *   - a plan with one dependency removed gives different results under delays
- *     (the harness can see a wrong order). */
+ *     (the harness can see a wrong order);
+ *   - every CTA's heartbeat moves, and names the task a stuck CTA is running. */
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -71,7 +72,12 @@ static void msd_task_prefetch(const struct msd_ctx *x, int t, int tid, int n) {
   (void)x, (void)t, (void)tid, (void)n;
 }
 
+static _Atomic int g_stuck_task = -1;   /* this task blocks until g_release */
+static _Atomic int g_release;
+
 static void msd_task_run(const struct msd_ctx *x, int t, int cta) {
+  if (t == atomic_load(&g_stuck_task))
+    while (!atomic_load(&g_release)) usleep(1000);
   if (g_delay_us) {
     g_rng = g_rng * 6364136223846793005ull + 1442695040888963407ull;
     if ((g_rng >> 33) % 3 == 0) usleep((useconds_t)((g_rng >> 40) % (uint64_t)g_delay_us));
@@ -327,6 +333,7 @@ static void check_preset(const char *preset) {
       CHECK(k->phase[MS_REQ_FIRST_TOKEN] == NREQ && k->phase[MS_REQ_TOKEN] == NREQ * (NEW - 1));
       CHECK(k->fired[MS_HOOK_TASK_ASSIGN] == steps * (uint64_t)p->stats.jit_tasks);
       CHECK(k->bad == 0);
+      for (int c = 0; c < ctas[ci]; c++) CHECKF(h->beats[c].beats > 0, "CTA %d never beat", c);
       if (delay) CHECK(k->hinted == steps * (uint64_t)body_tasks(p));
       printf("%s, %d CTAs, delays %s: %llu steps, tokens %s\n", preset, ctas[ci], delay ? "on" : "off",
              (unsigned long long)steps, same ? "equal" : "DIFFER");
@@ -372,7 +379,55 @@ static void check_negative(void) {
   ms_model_free(m);
 }
 
+/* A task that never ends: the heartbeat names it while the run is stuck (what
+ * the host's watchdog reports), and the run finishes once it is let go. */
+struct stuck_run {
+  struct harness *h;
+  int n_ctas;
+};
+
+static void *stuck_main(void *arg) {
+  struct stuck_run *r = arg;
+  launch(r->h, r->n_ctas);
+  return NULL;
+}
+
+static void check_heartbeat(void) {
+  struct ms_model_config cfg;
+  ms_preset_config("tiny", MS_DTYPE_BF16, &cfg);
+  struct ms_model *m = ms_model_synth(&cfg, 1);
+  struct harness *h = calloc(1, sizeof *h);
+  CHECK(setup(h, m, 3, NULL) == 0);
+  int t = -1;
+  for (int i = 0; i < h->plan->n_tasks && t < 0; i++)
+    if (h->plan->tasks[i].kernel == MS_K_DOWN) t = i;
+  atomic_store(&g_release, 0);
+  atomic_store(&g_stuck_task, t);
+  struct stuck_run r = {h, 3};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, stuck_main, &r) == 0);
+  int seen = -1;
+  for (int ms = 0; ms < 10000 && seen < 0; ms++) {
+    usleep(1000);
+    for (int c = 1; c < 3; c++)
+      if (h->beats[c].running == t) seen = c;
+  }
+  char name[96];
+  ms_plan_task_name(h->plan, t, name, sizeof name);
+  CHECKF(seen > 0, "no CTA's heartbeat names the stuck task %s", name);
+  CHECK(h->host.n_finished == 0);
+  printf("heartbeat: CTA %d reports running %s while it is stuck\n", seen, name);
+  atomic_store(&g_release, 1);
+  pthread_join(th, NULL);
+  atomic_store(&g_stuck_task, -1);
+  CHECK(h->host.exited && h->host.n_finished == NREQ);
+  teardown(h);
+  free(h);
+  ms_model_free(m);
+}
+
 int main(void) {
+  check_heartbeat();
   check_preset("tiny");
   check_preset("tiny-moe");
   check_preset("tiny-qwen3");

@@ -169,21 +169,23 @@ static __device__ __forceinline__ uint64_t msd_now(void) {
 /* ---- heartbeat and hooks ------------------------------------------------- */
 
 /* The heartbeat's local state: writes to host-mapped memory are write-only
- * (a read would cross the bus). */
+ * (a read would cross the bus). What the CTA runs or waits on is written when it
+ * changes, so a CTA stuck in a task is reported in it; the beat counter and
+ * its time at most every MSD_BEAT_NS. */
 struct msd_beat_state {
   uint64_t last, n;
+  int32_t running, waiting;
 };
 
 static __device__ void msd_beat(const struct msd_rt *rt, int cta, uint64_t step, int running, int waiting,
                                 struct msd_beat_state *bs) {
-  uint64_t now = msd_now();
-  if (now - bs->last < MSD_BEAT_NS / 8) return;  /* task churn: at most 8 writes a period */
-  if (now - bs->last < MSD_BEAT_NS && running < 0 && waiting < 0) return;
-  bs->last = now;
   struct msd_beat *b = &rt->beats[cta];
+  if (running != bs->running) b->running = bs->running = running;
+  if (waiting != bs->waiting) b->waiting = bs->waiting = waiting;
+  uint64_t now = msd_now();
+  if (now - bs->last < MSD_BEAT_NS) return;
+  bs->last = now;
   b->step = step;
-  b->running = running;
-  b->waiting = waiting;
   b->since = now;
   b->beats = ++bs->n;
 }
@@ -292,7 +294,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
   __shared__ uint64_t s_gen, s_step;
   const int w = cta - 1, tid = threadIdx.x;
   uint32_t seen = 0;
-  struct msd_beat_state beat = {0, 0};
+  struct msd_beat_state beat = {0, 0, -1, -1};
   const uint32_t cap = rt->jit_cap;
   int32_t *jq = rt->jit_q + (size_t)w * cap;
   uint32_t head = 0;  /* this worker's ring: it alone consumes */
@@ -326,6 +328,16 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
         for (;;) {
           uint32_t tail = msd_ld_acquire32(&rt->jit_tail[w]);
           if (head != tail) {
+            /* Every task of a step precedes its end event, so once that event
+             * fired for gen an entry can only be the next step's: the scheduler
+             * dispatches it as soon as it has published that step, possibly
+             * before this worker saw the end. Run with gen it would wait on and
+             * count against the wrong generation (a last trigger would miss
+             * the fired ring: deadlock). Leave it for the next step's pass. */
+            if (msd_event_fired(rt, rt->end_event, gen)) {
+              t = -1;
+              break;
+            }
             t = jq[head & (cap - 1)];
             head++;
             *(volatile uint32_t *)&rt->jit_head[w] = head;
@@ -386,9 +398,12 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
       }
       msd_task_run(rt->x, t, cta);  /* ends with a barrier: every output is written */
       if (tid == 0) {
-        msd_trigger(rt, t, gen, step, w, rows);
+        /* task_end before the trigger, as on the CPU (ms_rt_task_finish): once
+         * the trigger is counted the step may end and the scheduler rewrite the
+         * row metadata and slot generations this hook's context reads */
         if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_END))
           msd_task_hook(rt, MS_HOOK_TASK_END, t, step, w, rows, t0, msd_now(), wait_ns);
+        msd_trigger(rt, t, gen, step, w, rows);
         if (rt->hooks) msd_hooks_quiescent(rt->hooks, w);
       }
     }
@@ -598,7 +613,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
   uint32_t tails[1024];  /* the rings' tails: the scheduler alone pushes */
   for (int w = 0; w < rt->n_workers; w++) tails[w] = rt->jit_tail[w];
   int rr = 0;
-  struct msd_beat_state beat = {0, 0};
+  struct msd_beat_state beat = {0, 0, -1, -1};
   uint64_t gen = 0, step = *rt->cur_step;
   const struct ms_event *end = &rt->events[rt->end_event];
   rt->host->t_start = msd_now();

@@ -822,7 +822,8 @@ MSD_FN const void *msd_arg_mem(struct msd_vm *vm, uint64_t addr, uint64_t size, 
   return p;
 }
 
-MSD_FN uint64_t msd_now(const struct msd_run *in) {
+/* helper 5's clock (megakernel.cuh has its own msd_now) */
+MSD_FN uint64_t msd_run_now(const struct msd_run *in) {
 #ifdef __CUDACC__
   return msd_clock_now();
 #else
@@ -932,7 +933,7 @@ MSD_FN int msd_do_helper(struct msd_vm *vm, uint32_t id) {
     case MS_BPF_FN_MAP_LOOKUP_ELEM: case MS_BPF_FN_MAP_UPDATE_ELEM: case MS_BPF_FN_MAP_DELETE_ELEM:
       r[0] = msd_h_map(vm, id, r, &err);
       break;
-    case MS_BPF_FN_KTIME_GET_NS: r[0] = msd_now(vm->in); break;
+    case MS_BPF_FN_KTIME_GET_NS: r[0] = msd_run_now(vm->in); break;
     case MS_BPF_FN_GET_SMP_PROCESSOR_ID: r[0] = vm->in->worker; break;
     case MS_BPF_FN_RINGBUF_OUTPUT: r[0] = msd_h_ringbuf_output(vm, r, &err); break;
     case MS_BPF_FN_RINGBUF_RESERVE: r[0] = msd_h_ringbuf_reserve(vm, r, &err); break;

@@ -90,12 +90,16 @@ struct msd_hooks {
 
 static __device__ __forceinline__ const struct msd_set *msd_set_load(const struct msd_hooks *h, int hook,
                                                                      int acquire) {
+#ifdef MSD_HOST_EMU /* the CPU run (cuda/host_emu.h): the same orders as C11 atomics */
+  return __atomic_load_n(&h->set[hook], acquire ? __ATOMIC_ACQUIRE : __ATOMIC_RELAXED);
+#else
   uint64_t v;
   if (acquire)
     asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(&h->set[hook]) : "memory");
   else
     asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(&h->set[hook]) : "memory");
   return (const struct msd_set *)(uintptr_t)v;
+#endif
 }
 
 /* One load and a branch: whether anything is attached at hook. */
@@ -105,10 +109,15 @@ static __device__ __forceinline__ int msd_hook_armed(const struct msd_hooks *h, 
 
 /* Between tasks and while idle: this SM holds no set older than the current flip. */
 static __device__ __forceinline__ void msd_hooks_quiescent(struct msd_hooks *h, int sm) {
+#ifdef MSD_HOST_EMU
+  uint64_t f = __atomic_load_n(&h->flip, __ATOMIC_ACQUIRE);
+  if ((unsigned)sm < h->n_sms) __atomic_store_n(&h->qs[sm].v, f, __ATOMIC_RELAXED);
+#else
   uint64_t f;
   asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(f) : "l"(&h->flip) : "memory");
   if ((unsigned)sm < h->n_sms)
     asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(&h->qs[sm].v), "l"(f) : "memory");
+#endif
 }
 
 /* The key that chooses sampled firings: hooksite.h's sample_key per hook. */
@@ -132,7 +141,11 @@ static __device__ __forceinline__ uint64_t msd_mix(uint64_t x) {
 }
 
 static __device__ __forceinline__ void msd_count(uint64_t *c, uint64_t n) {
+#ifdef MSD_HOST_EMU /* relaxed: the host's copy reads whole words */
+  __atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+#else
   *(volatile uint64_t *)c = *(volatile uint64_t *)c + n; /* one writer: this SM's firing thread */
+#endif
 }
 
 /* fire.c's run_entry: coverage, sampling, the per-step budget, the run.

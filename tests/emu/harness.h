@@ -92,7 +92,7 @@ static inline int32_t harness_prompt(const struct ms_model *m, int i, int k) {
   return (5 + 37 * i + 11 * k) % m->cfg.vocab;
 }
 
-static uint32_t harness_pow2(uint64_t x) {
+static inline uint32_t harness_pow2(uint64_t x) {
   uint32_t p = 16;
   while (p < x) p <<= 1;
   return p;
@@ -100,7 +100,7 @@ static uint32_t harness_pow2(uint64_t x) {
 
 /* n_ctas CTAs (the scheduler and n_ctas - 1 workers); hooks: the kernel's
  * table or NULL; cut edits the plan before anything is built from it. */
-static int harness_setup(struct harness *h, const struct ms_model *m, int n_ctas, int n_req, int n_new,
+static inline int harness_setup(struct harness *h, const struct ms_model *m, int n_ctas, int n_req, int n_new,
                          struct msd_hooks *hooks, void (*cut)(struct ms_plan *)) {
   memset(h, 0, sizeof *h);
   struct ms_compile_opts co = {.sz = sizeof co, .batch = HARNESS_B, .tiles_per_op = n_ctas - 1};
@@ -206,7 +206,7 @@ static int harness_setup(struct harness *h, const struct ms_model *m, int n_ctas
   return 0;
 }
 
-static void harness_teardown(struct harness *h) {
+static inline void harness_teardown(struct harness *h) {
   for (int b = 0; h->plan && b < h->plan->n_bufs; b++) free(h->buf[b]);
   for (int i = 0; h->scratch && h->scratch[i]; i++) free(h->scratch[i]);
   free(h->buf), free(h->k_pool), free(h->v_pool), free(h->scratch), free(h->cls_w), free(h->pages);
@@ -220,7 +220,7 @@ struct harness_cta {
   unsigned cta;
 };
 
-static void *harness_cta_main(void *arg) {
+static inline void *harness_cta_main(void *arg) {
   struct harness_cta *a = arg;
   blockIdx.x = a->cta;
   g_rng = 0x9e3779b97f4a7c15ull * (a->cta + 1);
@@ -229,7 +229,7 @@ static void *harness_cta_main(void *arg) {
 }
 
 /* Runs the kernel: one thread per CTA; 0 when every CTA returned. */
-static int harness_launch(struct harness *h, int n_ctas) {
+static inline int harness_launch(struct harness *h, int n_ctas) {
   pthread_t th[HARNESS_MAX_CTAS];
   struct harness_cta args[HARNESS_MAX_CTAS];
   int n = 0, rc = 0;
@@ -251,26 +251,26 @@ struct harness_bg {
   pthread_t th;
 };
 
-static void *harness_bg_main(void *arg) {
+static inline void *harness_bg_main(void *arg) {
   struct harness_bg *b = arg;
   b->rc = harness_launch(b->h, b->n_ctas);
   return NULL;
 }
 
-static int harness_start(struct harness_bg *b, struct harness *h, int n_ctas) {
+static inline int harness_start(struct harness_bg *b, struct harness *h, int n_ctas) {
   b->h = h;
   b->n_ctas = n_ctas;
   b->rc = -1;
   return pthread_create(&b->th, NULL, harness_bg_main, b) ? -1 : 0;
 }
 
-static int harness_join(struct harness_bg *b) {
+static inline int harness_join(struct harness_bg *b) {
   pthread_join(b->th, NULL);
   return b->rc;
 }
 
 /* The CPU engine's tokens for the same prompts: out[n_req * n_new]. */
-static void harness_cpu_tokens(const struct ms_model *m, int n_req, int n_new, int32_t *out) {
+static inline void harness_cpu_tokens(const struct ms_model *m, int n_req, int n_new, int32_t *out) {
   struct ms_engine_opts eo = {.sz = sizeof eo, .max_batch = HARNESS_B, .max_ctx = HARNESS_PROMPT + n_new + 1,
                               .n_workers = 2};
   struct ms_engine *e = ms_engine_new(m, &eo, NULL);
@@ -290,10 +290,10 @@ static void harness_cpu_tokens(const struct ms_model *m, int n_req, int n_new, i
 }
 
 /* Tasks a step runs on workers: all but the step start. */
-static int harness_body_tasks(const struct ms_plan *p) { return p->n_tasks - 1; }
+static inline int harness_body_tasks(const struct ms_plan *p) { return p->n_tasks - 1; }
 
 /* Events with a trigger: dep_release fires once per step for each. */
-static int harness_trigger_events(const struct ms_plan *p) {
+static inline int harness_trigger_events(const struct ms_plan *p) {
   int n = 0;
   for (int e = 0; e < p->n_events; e++) n += p->trig_off[e + 1] > p->trig_off[e];
   return n;

@@ -1,0 +1,338 @@
+/* SPDX-License-Identifier: MIT */
+/* Monitors on the device, run on the CPU: the persistent kernel
+ * (src/cuda/megakernel.cuh) on CPU threads as in test_megakernel_host
+ * (tests/emu/harness.h), with the REAL device hook code (src/cuda/bpf_dev.cuh:
+ * attach table, interpreter, maps, coverage, QSBR) and the REAL host side
+ * (src/cuda/monitors.cu, compiled by g++ through tests/emu/monitors_emu.cc on
+ * a CUDA runtime over host memory, tests/emu/cuda_runtime.h). Runs on every
+ * machine, GPU or not. Checks, on tiny (bf16), 3 CTAs, requests fed while
+ * the kernel runs:
+ *   - a monitor attached before the launch sees every task: class_time's
+ *     histogram and began counts sum to steps x tasks, its coverage says so;
+ *   - while the kernel runs: attach class_time, see it execute, replace it by
+ *     queueing (generation 2), see that execute, detach; a detached id is
+ *     refused (-ENOENT) by detach and replace; a final generation's maps
+ *     agree exactly with its coverage (nothing ran after quiescence);
+ *   - budgets: max_per_step and sample_every throttle; a sched_hint monitor
+ *     (attn_priority) runs on task_ready;
+ *   - a program calling a helper the device lacks is refused with a message
+ *     naming program, instruction and helper; a failed device allocation
+ *     during an attach leaves nothing behind;
+ *   - coverage adds up (eligible = executed + throttled once quiet, failed 0),
+ *     maps come back as JSON (ms_monitor_write_maps), tokens equal the CPU
+ *     engine's, and every device allocation is freed with the table. */
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/host_emu.h"
+#include "cuda/bpf_dev.cuh"
+#include "cuda/monitors.h"
+#include "emu/cuda_runtime.h"
+#include "megascope/monitor.h"
+#include "test.h"
+
+__thread struct msd_emu_dim blockIdx;
+
+#include "emu/harness.h"
+
+#define NCTA 3
+#define NREQ 30
+#define NEW 40
+#define WAIT_MS 20000
+
+static char logbuf[4096];
+static struct ms_textbuf tb = {logbuf, sizeof logbuf, 0, 0};
+
+static void log_reset(void) {
+  tb.len = 0;
+  logbuf[0] = 0;
+}
+
+static struct ms_monitor *open_monitor(const char *name) {
+  const char *dir = getenv("MS_MONITORS");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/%s.bpf.o", dir ? dir : "build/monitors", name);
+  log_reset();
+  struct ms_monitor *m = ms_monitor_open(path, &tb);
+  CHECKF(m != NULL, "open %s: %s", path, logbuf);
+  return m;
+}
+
+static struct ms_coverage cov_of(struct ms_cuda_mon *mon, int id) {
+  struct ms_coverage c;
+  memset(&c, 0, sizeof c);
+  int rc = ms_cuda_mon_coverage(mon, id, &c);
+  CHECKF(rc == 0, "coverage %d: %d", id, rc);
+  return c;
+}
+
+/* Requests go to the kernel as it needs them: a few at the start, more each
+ * time it has finished what it was given, so it runs through every stage. */
+static void feed(struct harness *h, int n) {
+  uint32_t s = h->host.n_submitted;
+  s = s + (uint32_t)n > NREQ ? NREQ : s + (uint32_t)n;
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  h->host.n_submitted = s;
+}
+
+/* Waits until attachment id's coverage has generation gen and executed > 0. */
+static int wait_executed(struct harness *h, struct ms_cuda_mon *mon, int id, uint32_t gen) {
+  for (int ms = 0; ms < WAIT_MS; ms++) {
+    struct ms_coverage c = cov_of(mon, id);
+    if (c.generation == gen && c.executed > 0) return 1;
+    if (h->host.n_finished == h->host.n_submitted) {
+      if (h->host.n_submitted == NREQ) break;
+      feed(h, 2);
+    }
+    usleep(1000);
+  }
+  return 0;
+}
+
+static struct ms_bpf_map *map_named(struct ms_cuda_mon *mon, int id, const char *name) {
+  struct ms_bpf_map **maps = NULL;
+  int n = 0;
+  CHECK(ms_cuda_mon_sync_maps(mon, id) == 0);
+  CHECK(ms_cuda_mon_maps(mon, id, &maps, &n) == 0);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(ms_bpf_map_info(maps[i])->name, name)) return maps[i];
+  CHECKF(0, "attachment %d has no map %s", id, name);
+  return NULL;
+}
+
+struct sum {
+  uint32_t n_workers;
+  uint64_t total;
+};
+
+static int add_values(void *user, const void *key, const void *values) {
+  struct sum *s = user;
+  const uint64_t *v = values;
+  for (uint32_t w = 0; w < s->n_workers; w++) s->total += v[w];
+  return 0;
+}
+
+/* The sum of a per-worker u64 map's values over keys and workers. */
+static uint64_t map_sum(struct ms_bpf_map *m) {
+  struct sum s = {ms_bpf_map_workers(m), 0};
+  if (m) ms_bpf_map_foreach(m, add_values, &s);
+  return s.total;
+}
+
+static void check_quiet_cov(const char *what, const struct ms_coverage *c, uint32_t gen) {
+  CHECKF(c->generation == gen, "%s: generation %u, want %u", what, c->generation, gen);
+  CHECKF(c->eligible == c->executed + c->throttled, "%s: eligible %llu, executed %llu + throttled %llu", what,
+         (unsigned long long)c->eligible, (unsigned long long)c->executed, (unsigned long long)c->throttled);
+  CHECKF(c->failed == 0, "%s: %llu failed runs", what, (unsigned long long)c->failed);
+  CHECKF(c->t_start > 0 && (!c->t_end || c->t_end >= c->t_start), "%s: epoch %llu..%llu", what,
+         (unsigned long long)c->t_start, (unsigned long long)c->t_end);
+}
+
+/* A program calling helper 7 (get_prandom_u32: the CPU lacks it too, so the
+ * verifier would refuse such an object; the helper set of a verified program
+ * is patched instead, as a CPU-only helper would look to the device). */
+static void check_unsupported(struct ms_cuda_mon *mon) {
+  struct ms_monitor *m = open_monitor("class_time");
+  if (!m) return;
+  const struct ms_bpf_object *obj = ms_monitor_object(m);
+  int patched = -1;
+  for (int p = 0; p < ms_monitor_prog_count(m) && patched < 0; p++) {
+    size_t n;
+    struct ms_bpf_insn *in = (struct ms_bpf_insn *)ms_bpf_prog_insns(ms_bpf_object_prog(obj, (size_t)p), &n);
+    for (size_t i = 0; i < n && patched < 0; i++)
+      if (in[i].code == (MS_BPF_JMP | MS_BPF_CALL) && in[i].src_reg == 0 && in[i].imm == MS_HELPER_LOG2) {
+        in[i].imm = 7;
+        patched = (int)i;
+      }
+  }
+  CHECKF(patched >= 0, "class_time calls no ms_log2");
+  log_reset();
+  int rc = ms_cuda_mon_attach(mon, m, NULL, &tb);
+  char want[96];
+  snprintf(want, sizeof want, "program 'on_end' of class_time.bpf.o: insn %d: helper 7 is not supported on the device",
+           patched);
+  CHECKF(rc == -MS_E_UNSUPP && strstr(logbuf, want), "unsupported helper: rc %d, log: %s", rc, logbuf);
+  ms_monitor_free(m);  /* the caller keeps it on failure */
+}
+
+/* A device allocation fails halfway through an attach: -ENOMEM, a message, and
+ * what was built is gone. */
+static void check_alloc_failure(struct ms_cuda_mon *mon) {
+  struct ms_monitor *m = open_monitor("queueing");
+  if (!m) return;
+  uint64_t live = ms_emu_cuda_live;
+  ms_emu_cuda_fail_alloc = 3;
+  log_reset();
+  int rc = ms_cuda_mon_attach(mon, m, NULL, &tb);
+  ms_emu_cuda_fail_alloc = 0;
+  CHECKF(rc == -ENOMEM && strstr(logbuf, "out of memory"), "failed allocation: rc %d, log: %s", rc, logbuf);
+  CHECKF(ms_emu_cuda_live == live, "a failed attach left %lld device allocations",
+         (long long)(ms_emu_cuda_live - live));
+  ms_monitor_free(m);
+}
+
+static void check_json(struct ms_cuda_mon *mon, int id, const struct ms_plan *p, const char *map) {
+  struct ms_bpf_map **maps = NULL;
+  int n = 0;
+  struct ms_coverage c = cov_of(mon, id);
+  CHECK(ms_cuda_mon_sync_maps(mon, id) == 0);
+  CHECK(ms_cuda_mon_maps(mon, id, &maps, &n) == 0);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  int rc = ms_monitor_write_maps(ms_cuda_mon_name(mon, id), maps, n, NCTA, &c, p, f, 1);
+  fclose(f);
+  CHECKF(rc == 0 && buf && strstr(buf, map) && strstr(buf, "\"executed\""), "write_maps %d: %.300s", rc,
+         buf ? buf : "");
+  free(buf);
+}
+
+static void check_live(void) {
+  struct ms_model_config cfg;
+  CHECK(ms_preset_config("tiny", MS_DTYPE_BF16, &cfg) == 0);
+  struct ms_model *m = ms_model_synth(&cfg, 1);
+  int32_t *ref = calloc((size_t)NREQ * NEW, sizeof *ref);
+  harness_cpu_tokens(m, NREQ, NEW, ref);
+
+  log_reset();
+  struct ms_cuda_mon *mon = ms_cuda_mon_new(NCTA, &tb);
+  CHECKF(mon != NULL, "ms_cuda_mon_new: %s", logbuf);
+  if (!mon) return;
+  struct harness *h = calloc(1, sizeof *h);
+  CHECK(harness_setup(h, m, NCTA, NREQ, NEW, ms_cuda_mon_device(mon), NULL) == 0);
+  const struct ms_plan *p = h->plan;
+  h->host.n_submitted = 4;
+  h->host.exit_when_idle = 0;  /* the host says when: after the last stage */
+
+  /* before the launch: sees every task of every step */
+  int all = ms_cuda_mon_attach(mon, open_monitor("class_time"), NULL, &tb);
+  CHECKF(all > 0, "attach class_time before the launch: %d %s", all, logbuf);
+
+  struct harness_bg bg;
+  CHECK(harness_start(&bg, h, NCTA) == 0);
+  ms_cuda_mon_set_running(mon, 1);
+
+  /* while it runs */
+  log_reset();
+  int id = ms_cuda_mon_attach(mon, open_monitor("class_time"), NULL, &tb);
+  CHECKF(id > 0, "attach class_time: %d %s", id, logbuf);
+  struct ms_attach_opts per_step = {.sz = sizeof per_step, .max_per_step = 1};
+  int budget = ms_cuda_mon_attach(mon, open_monitor("class_time"), &per_step, &tb);
+  struct ms_attach_opts sampled = {.sz = sizeof sampled, .sample_every = 4};
+  int sample = ms_cuda_mon_attach(mon, open_monitor("queueing"), &sampled, &tb);
+  int hint = ms_cuda_mon_attach(mon, open_monitor("attn_priority"), NULL, &tb);
+  CHECKF(budget > 0 && sample > 0 && hint > 0, "attach: %d %d %d %s", budget, sample, hint, logbuf);
+  check_unsupported(mon);
+  check_alloc_failure(mon);
+
+  CHECKF(wait_executed(h, mon, id, 1), "class_time never executed while the kernel ran");
+  struct ms_coverage c1 = cov_of(mon, id);
+  CHECK(c1.generation == 1 && c1.t_end == 0 && c1.failed == 0);
+  CHECK(!strcmp(ms_cuda_mon_name(mon, id), "class_time.bpf.o"));
+
+  log_reset();
+  struct ms_monitor *q = open_monitor("queueing");
+  int rc = ms_cuda_mon_replace(mon, id, q, &tb);
+  CHECKF(rc == 0, "replace: %d %s", rc, logbuf);
+  if (rc) ms_monitor_free(q);
+  CHECKF(wait_executed(h, mon, id, 2), "queueing (generation 2) never executed while the kernel ran");
+  CHECK(!strcmp(ms_cuda_mon_name(mon, id), "queueing.bpf.o"));
+  CHECK(ms_cuda_mon_detach(mon, id) == 0);
+  uint64_t steps_at_detach = h->host.steps;
+  CHECKF(!h->host.exited, "the kernel exited before the detach: the test did not run it live");
+
+  /* detached: refused, its final generation readable */
+  CHECK(ms_cuda_mon_detach(mon, id) == -ENOENT);
+  struct ms_monitor *again = open_monitor("class_time");
+  CHECK(ms_cuda_mon_replace(mon, id, again, &tb) == -ENOENT);
+  ms_monitor_free(again);
+  CHECK(ms_cuda_mon_detach(mon, 999) == -ENOENT && ms_cuda_mon_name(mon, 999) == NULL);
+  struct ms_coverage c2 = cov_of(mon, id);
+  check_quiet_cov("queueing after detach", &c2, 2);
+  CHECK(c2.executed > 0 && c2.throttled == 0 && c2.t_end > 0);
+  /* nothing ran after quiescence: the retired maps hold exactly what coverage counts */
+  uint64_t queued = map_sum(map_named(mon, id, "hist_class_queue_ns"));
+  CHECKF(queued == c2.executed, "queueing's histogram holds %llu, coverage says %llu runs",
+         (unsigned long long)queued, (unsigned long long)c2.executed);
+
+  /* the rest of the requests, then the exit */
+  h->host.n_submitted = NREQ;
+  h->host.exit_when_idle = 1;
+  CHECK(harness_join(&bg) == 0);
+  ms_cuda_mon_set_running(mon, 0);
+  uint64_t steps = h->host.steps;
+  CHECKF(steps > steps_at_detach, "no step after the detach (%llu)", (unsigned long long)steps);
+
+  int same = 1;
+  for (int i = 0; i < NREQ * NEW; i++) same &= ref[i] == h->out[i];
+  CHECKF(same, "tokens differ from the CPU engine's with monitors attached");
+  CHECK(h->host.exited && h->host.n_finished == NREQ && h->host.tokens == (uint64_t)NREQ * NEW);
+  CHECK(cov_of(mon, id).executed == c2.executed);  /* final since the detach */
+
+  /* attached before the launch: every task of every step, begin and end */
+  uint64_t tasks = steps * (uint64_t)harness_body_tasks(p);
+  struct ms_coverage ca = cov_of(mon, all);
+  check_quiet_cov("class_time from the start", &ca, 1);
+  CHECKF(ca.executed == 2 * tasks && ca.throttled == 0, "class_time executed %llu, want 2 x %llu",
+         (unsigned long long)ca.executed, (unsigned long long)tasks);
+  uint64_t ended = map_sum(map_named(mon, all, "hist_class_task_ns"));
+  uint64_t began = map_sum(map_named(mon, all, "began_by_class"));
+  CHECKF(ended == tasks && began == tasks, "class_time's maps: %llu ended, %llu began, want %llu each",
+         (unsigned long long)ended, (unsigned long long)began, (unsigned long long)tasks);
+  CHECK(ca.first_step == 0 && ca.last_step == steps - 1);
+  check_json(mon, all, p, "hist_class_task_ns");
+
+  /* budgets */
+  struct ms_coverage cb = cov_of(mon, budget), cs = cov_of(mon, sample), ch = cov_of(mon, hint);
+  check_quiet_cov("max_per_step 1", &cb, 1);
+  check_quiet_cov("sample_every 4", &cs, 1);
+  check_quiet_cov("attn_priority", &ch, 1);
+  CHECKF(cb.throttled > 0 && cb.executed > 0, "max_per_step: executed %llu throttled %llu",
+         (unsigned long long)cb.executed, (unsigned long long)cb.throttled);
+  /* one run per step per SM at most, begin and end together: only the workers run tasks */
+  CHECKF(cb.executed <= (NCTA - 1) * (cb.last_step - cb.first_step + 1), "max_per_step 1 ran %llu times in steps %llu..%llu",
+         (unsigned long long)cb.executed, (unsigned long long)cb.first_step, (unsigned long long)cb.last_step);
+  CHECKF(cs.throttled > 0 && cs.executed > 0 && cs.executed < cs.eligible / 2,
+         "sample_every 4: executed %llu of %llu", (unsigned long long)cs.executed, (unsigned long long)cs.eligible);
+  CHECK(map_sum(map_named(mon, sample, "hist_class_queue_ns")) == cs.executed);
+  CHECKF(ch.executed > 0 && ch.throttled == 0, "attn_priority (sched_hint) executed %llu",
+         (unsigned long long)ch.executed);
+  check_json(mon, id, p, "hist_class_queue_ns");
+
+  /* detached with the kernel stopped: the same numbers */
+  CHECK(ms_cuda_mon_detach(mon, all) == 0);
+  struct ms_coverage cd = cov_of(mon, all);
+  CHECK(cd.executed == ca.executed && cd.t_end > 0);
+  CHECK(map_sum(map_named(mon, all, "hist_class_task_ns")) == tasks);
+
+  printf("%llu steps; class_time from the start: %llu runs; live class_time -> queueing: %llu + %llu runs "
+         "(generation %u); max_per_step 1: %llu run, %llu throttled; sample_every 4: %llu of %llu; "
+         "attn_priority: %llu; tokens %s\n",
+         (unsigned long long)steps, (unsigned long long)ca.executed, (unsigned long long)c1.executed,
+         (unsigned long long)c2.executed, c2.generation, (unsigned long long)cb.executed,
+         (unsigned long long)cb.throttled, (unsigned long long)cs.executed, (unsigned long long)cs.eligible,
+         (unsigned long long)ch.executed, same ? "equal" : "DIFFER");
+
+  ms_cuda_mon_free(mon);
+  CHECKF(ms_emu_cuda_live == 0, "%llu device allocations outlive the table", (unsigned long long)ms_emu_cuda_live);
+  ms_emu_cuda_drain();
+  harness_teardown(h);
+  free(h);
+  free(ref);
+  ms_model_free(m);
+}
+
+int main(void) {
+  const char *dir = getenv("MS_MONITORS");
+  char path[1024];
+  snprintf(path, sizeof path, "%s/class_time.bpf.o", dir ? dir : "build/monitors");
+  if (access(path, R_OK)) {
+    printf("skipped: no %s (set MS_MONITORS to the built monitors)\n", path);
+    return 77;
+  }
+  check_live();
+  TEST_MAIN_END();
+}

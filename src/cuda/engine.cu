@@ -296,6 +296,15 @@ static void free_requests(struct ms_cuda_engine *e) {
 
 extern "C" void ms_cuda_engine_free(struct ms_cuda_engine *e) {
   if (!e) return;
+  if (e->running && e->broken) {
+    /* the stalled kernel may still run: cudaFree / cudaFreeHost would block on
+     * it (they synchronise the device) or pull memory from under it. Leak the
+     * device side and the host-mapped blocks; free plain host memory only. */
+    free(e->level_off);
+    ms_plan_free(e->plan);
+    free(e);
+    return;
+  }
   if (e->running && !e->broken) ms_cuda_wait(e, NULL);
   if (e->have_graph) cudaGraphExecDestroy(e->graph);
   if (e->mon) ms_cuda_mon_free(e->mon);
@@ -412,6 +421,11 @@ extern "C" struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, c
     CK(cudaMemcpy(e->level_tasks, levels, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice));
   }
   if ((rc = alloc_runtime(e, log))) goto out;
+  /* the uploads above went through the legacy stream (pageable cudaMemcpy may
+   * return before its DMA lands); the kernels run on the non-blocking e->ks,
+   * which is not ordered after it: let everything land now (the legacy stream
+   * only: a device-wide sync would wait for another engine's running kernel) */
+  CK(cudaStreamSynchronize(cudaStreamLegacy));
   if (!e->o.hooks_off) {
     if (!(e->mon = ms_cuda_mon_new(e->n_ctas, log))) {
       rc = -errno;
@@ -551,7 +565,9 @@ extern "C" int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r
     float *want = e->logits_rec ? e->logits_buf : NULL;
     if (h.logits_out != want) {
       e->dev.h.logits_out = want;
-      CK(cudaMemcpy(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice));
+      /* on the kernel's stream: a pageable cudaMemcpy may return before its DMA
+       * lands, and the non-blocking stream is not ordered after the legacy one */
+      CK(cudaMemcpyAsync(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice, e->ks));
     }
   }
   /* the records, then the count: the kernel reads the count first */
@@ -685,7 +701,8 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
     float *lo = want ? e->logits_buf : NULL;
     if (e->dev.h.logits_out != lo) {
       e->dev.h.logits_out = lo;
-      CK(cudaMemcpy(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice));
+      /* on the graph's stream (see ms_cuda_start) */
+      CK(cudaMemcpyAsync(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice, e->ks));
     }
     if (want && !(row_logits = (float *)malloc((size_t)B * V * sizeof(float)))) return -ENOMEM;
   }

@@ -14,7 +14,8 @@
  *     refused (-ENOENT) by detach and replace; a final generation's maps
  *     agree exactly with its coverage (nothing ran after quiescence);
  *   - budgets: max_per_step and sample_every throttle; a sched_hint monitor
- *     (attn_priority) runs on task_ready;
+ *     (attn_priority) runs on task_ready; a ring buffer (step_trace) fills
+ *     and then counts lost records;
  *   - a program calling a helper the device lacks is refused with a message
  *     naming program, instruction and helper; a failed device allocation
  *     during an attach leaves nothing behind;
@@ -224,7 +225,9 @@ static void check_live(void) {
   struct ms_attach_opts sampled = {.sz = sizeof sampled, .sample_every = 4};
   int sample = ms_cuda_mon_attach(mon, open_monitor("queueing"), &sampled, &tb);
   int hint = ms_cuda_mon_attach(mon, open_monitor("attn_priority"), NULL, &tb);
-  CHECKF(budget > 0 && sample > 0 && hint > 0, "attach: %d %d %d %s", budget, sample, hint, logbuf);
+  int ring = ms_cuda_mon_attach(mon, open_monitor("step_trace"), NULL, &tb);  /* 4 KiB ring, never consumed */
+  CHECKF(budget > 0 && sample > 0 && hint > 0 && ring > 0, "attach: %d %d %d %d %s", budget, sample, hint, ring,
+         logbuf);
   check_unsupported(mon);
   check_alloc_failure(mon);
 
@@ -301,6 +304,12 @@ static void check_live(void) {
   CHECKF(ch.executed > 0 && ch.throttled == 0, "attn_priority (sched_hint) executed %llu",
          (unsigned long long)ch.executed);
   check_json(mon, id, p, "hist_class_queue_ns");
+  /* a ring buffer nobody consumes: records until it is full, then lost ones */
+  struct ms_coverage cr = cov_of(mon, ring);
+  check_quiet_cov("step_trace", &cr, 1);
+  CHECKF(cr.executed > 0 && cr.lost > 0 && cr.lost < cr.executed, "step_trace: executed %llu lost %llu",
+         (unsigned long long)cr.executed, (unsigned long long)cr.lost);
+  check_json(mon, ring, p, "step_events");
 
   /* detached with the kernel stopped: the same numbers */
   CHECK(ms_cuda_mon_detach(mon, all) == 0);

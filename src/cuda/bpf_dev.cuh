@@ -18,8 +18,9 @@
  * load of set[hook] and a branch when nothing is attached; a firing loads the
  * pointer with acquire and uses that one set to its end.
  * Reclamation (QSBR). msd_hooks_quiescent stores, in the SM's own word, the
- * `flip` it loads (acquire): an SM that stored F holds no set older than flip
- * F. The host frees an unpublished set, its programs and maps only when every
+ * `flip` it loads (acquire), with release when it changed: an SM that stored F
+ * holds no set older than flip F, and its accesses to older ones came first.
+ * The host frees an unpublished set, its programs and maps only when every
  * SM's word has reached the flip that unpublished them (or the kernel is not
  * running).
  * Coverage. Each generation has per-SM counters written only by that SM's
@@ -107,16 +108,22 @@ static __device__ __forceinline__ int msd_hook_armed(const struct msd_hooks *h, 
   return __builtin_expect(msd_set_load(h, hook, 0) != 0, 0);
 }
 
-/* Between tasks and while idle: this SM holds no set older than the current flip. */
+/* Between tasks and while idle: this SM holds no set older than the current flip.
+ * The store of a new flip is a release: this SM's reads of the sets it no longer
+ * holds and its writes to their coverage and maps come before it, so the host,
+ * once it sees the flip, reads final numbers and frees memory nobody touches.
+ * The SM alone writes its word: unchanged, it is not stored again. */
 static __device__ __forceinline__ void msd_hooks_quiescent(struct msd_hooks *h, int sm) {
 #ifdef MSD_HOST_EMU
   uint64_t f = __atomic_load_n(&h->flip, __ATOMIC_ACQUIRE);
-  if ((unsigned)sm < h->n_sms) __atomic_store_n(&h->qs[sm].v, f, __ATOMIC_RELAXED);
+  if ((unsigned)sm < h->n_sms && __atomic_load_n(&h->qs[sm].v, __ATOMIC_RELAXED) != f)
+    __atomic_store_n(&h->qs[sm].v, f, __ATOMIC_RELEASE);
 #else
-  uint64_t f;
+  uint64_t f, old;
   asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(f) : "l"(&h->flip) : "memory");
-  if ((unsigned)sm < h->n_sms)
-    asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(&h->qs[sm].v), "l"(f) : "memory");
+  if ((unsigned)sm >= h->n_sms) return;
+  asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(old) : "l"(&h->qs[sm].v) : "memory");
+  if (old != f) asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(&h->qs[sm].v), "l"(f) : "memory");
 #endif
 }
 

@@ -7,10 +7,11 @@
  *
  * "Device memory" is host memory shared with those threads. What the
  * emulation keeps of the device's guarantees, and what it adds:
- *   - copies move aligned 8-byte words with relaxed atomic loads and stores
- *     (what the device sees of a copy: no torn pointer or counter), between a
- *     release and an acquire fence; a stream synchronisation is a full fence.
- *     Streams are dummies: every call completes before it returns.
+ *   - copies move aligned 8-byte words with acquire loads and release stores
+ *     (what the device sees of a copy: no torn pointer or counter, and a
+ *     pointer published after the copy of what it points to), as ThreadSanitizer
+ *     understands them (no fences). Streams are dummies: every call completes
+ *     before it returns.
  *   - freed memory is poisoned (0xdb) and kept in quarantine, so a set, a
  *     program or a map freed while a kernel thread still holds it reads as
  *     garbage (a crash or a failed run) instead of going unnoticed;
@@ -100,8 +101,7 @@ static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  (void)s;
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  (void)s;  /* every call completed already; copies order themselves (word by word) */
   return cudaSuccess;
 }
 
@@ -135,22 +135,19 @@ static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
 static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
                                           cudaStream_t s) {
   (void)k, (void)s;
-  __atomic_thread_fence(__ATOMIC_RELEASE);
   if (((uintptr_t)dst | (uintptr_t)src | n) % 8 == 0) {
     uint64_t *d = (uint64_t *)dst;
     const uint64_t *r = (const uint64_t *)src;
-    for (size_t i = 0; i < n / 8; i++) __atomic_store_n(&d[i], __atomic_load_n(&r[i], __ATOMIC_RELAXED), __ATOMIC_RELAXED);
+    for (size_t i = 0; i < n / 8; i++) __atomic_store_n(&d[i], __atomic_load_n(&r[i], __ATOMIC_ACQUIRE), __ATOMIC_RELEASE);
   } else {
     memcpy(dst, src, n);
   }
-  __atomic_thread_fence(__ATOMIC_ACQUIRE);
   return cudaSuccess;
 }
 
 static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   (void)s;
-  memset(p, v, n);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
+  memset(p, v, n);  /* only on fresh allocations, before anything publishes them */
   return cudaSuccess;
 }
 

@@ -7,7 +7,9 @@
  * become C11 atomics of the same order, %globaltimer the monotonic clock. The
  * includer supplies the task bodies (msd_task_run, msd_task_prefetch) and the
  * hook functions (msd_hook_armed, msd_hook_fire, msd_hook_sched_hint,
- * msd_hooks_quiescent). This runs the scheduler, the queues, the event
+ * msd_hooks_quiescent): fakes, or the real ones of cuda/bpf_dev.cuh, which
+ * also compiles here (tests/test_monitors_host.c, with monitors.cu on
+ * tests/emu's host-memory CUDA runtime). This runs the scheduler, the queues, the event
  * protocol, admission and the step loop exactly as written for the device,
  * which is what tests/test_megakernel_host.c checks against the CPU engine;
  * it says nothing about the warp-level task bodies (test_cuda_ops does). */

@@ -75,7 +75,7 @@ static struct ms_coverage cov_of(struct ms_cuda_mon *mon, int id) {
 static void feed(struct harness *h, int n) {
   uint32_t s = h->host.n_submitted;
   s = s + (uint32_t)n > NREQ ? NREQ : s + (uint32_t)n;
-  __atomic_thread_fence(__ATOMIC_RELEASE);
+  MSD_EMU_FENCE(__ATOMIC_RELEASE);
   h->host.n_submitted = s;
 }
 

@@ -41,8 +41,16 @@ static inline void __nanosleep(unsigned ns) {
   (void)ns;
   sched_yield();  /* more CTAs than cores: let the producers run */
 }
-static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline void __threadfence_system(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+/* A fence. ThreadSanitizer does not model stand-alone fences (gcc warns, and
+ * -Werror stops the build), so there a seq_cst read-modify-write stands in. */
+#if defined(__SANITIZE_THREAD__)
+static int msd_emu_fence_word;
+#define MSD_EMU_FENCE(order) ((void)__atomic_fetch_add(&msd_emu_fence_word, 0, __ATOMIC_SEQ_CST))
+#else
+#define MSD_EMU_FENCE(order) __atomic_thread_fence(order)
+#endif
+static inline void __threadfence(void) { MSD_EMU_FENCE(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_system(void) { MSD_EMU_FENCE(__ATOMIC_SEQ_CST); }
 static inline uint32_t atomicAdd(uint32_t *p, uint32_t v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 
 #endif

@@ -131,7 +131,7 @@ static inline void msd_st_release32(uint32_t *p, uint32_t v) { __atomic_store_n(
 static inline uint64_t msd_add_acq_rel64(uint64_t *p, uint64_t v) {
   return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
 }
-static inline void msd_fence_acq_rel(void) { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
+static inline void msd_fence_acq_rel(void) { MSD_EMU_FENCE(__ATOMIC_ACQ_REL); }
 static inline uint64_t msd_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

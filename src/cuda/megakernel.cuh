@@ -425,41 +425,44 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
 
 /* ---- the scheduler ------------------------------------------------------- */
 
-/* JIT dispatch of task t: the least loaded worker's ring, starting after the
- * last one used; a full ring everywhere is counted and retried. */
-static __device__ void msd_dispatch(const struct msd_rt *rt, int t, uint64_t step, int rows, uint32_t *tails,
-                                    int *rr) {
+/* The scheduler's view of the JIT rings: it alone pushes, so it owns the tails;
+ * heads are cached and re-read only when a ring looks full or deep (an L2 round
+ * trip per worker per dispatch would cost more than the tasks it places). */
+struct msd_rings {
+  uint32_t tail[1024], head[1024];
+  int rr;
+};
+
+/* JIT dispatch of task t: round-robin over the workers, skipping a ring that is
+ * full (counted in queue_full; retried until one has room). */
+static __device__ void msd_dispatch(const struct msd_rt *rt, int t, uint64_t step, int rows, struct msd_rings *q) {
   const int W = rt->n_workers;
-  for (;;) {
-    int best = -1;
-    uint32_t depth = rt->jit_cap;
-    for (int i = 0; i < W; i++) {
-      int w = (*rr + i) % W;
-      uint32_t d = tails[w] - *(volatile uint32_t *)&rt->jit_head[w];
-      if (d < depth) {
-        depth = d;
-        best = w;
-        if (d == 0) break;
-      }
+  const uint32_t cap = rt->jit_cap;
+  for (int tries = 0;; tries++) {
+    int w = q->rr;
+    q->rr = (w + 1) % W;
+    uint32_t depth = q->tail[w] - q->head[w];
+    if (depth + 1 >= MSD_QUEUE_THRESHOLD || depth >= cap) {  /* refresh: the worker may have drained it */
+      q->head[w] = *(volatile uint32_t *)&rt->jit_head[w];
+      depth = q->tail[w] - q->head[w];
     }
-    if (best < 0) {
+    if (depth >= cap) {
       rt->host->queue_full = ++rt->sched->queue_full;
-      __nanosleep(100);
+      if (tries >= W) __nanosleep(100);
       continue;
     }
-    *rr = (best + 1) % W;
-    rt->jit_q[(size_t)best * rt->jit_cap + (tails[best] & (rt->jit_cap - 1))] = t;
-    msd_st_release32(&rt->jit_tail[best], ++tails[best]);
+    rt->jit_q[(size_t)w * cap + (q->tail[w] & (cap - 1))] = t;
+    msd_st_release32(&rt->jit_tail[w], ++q->tail[w]);
     if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_ASSIGN)) {
       struct ms_hook_ctx c;
-      msd_ctx_base(rt, &c, MS_HOOK_TASK_ASSIGN, best, step, rows);
+      msd_ctx_base(rt, &c, MS_HOOK_TASK_ASSIGN, w, step, rows);
       msd_ctx_task(rt, &c, t, step);
       c.queue_depth = depth + 1;
       msd_hook_fire(rt->hooks, &c, rt->n_workers);
     }
     if (depth + 1 == MSD_QUEUE_THRESHOLD && rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_QUEUE_PRESSURE)) {
       struct ms_hook_ctx c;
-      msd_ctx_base(rt, &c, MS_HOOK_QUEUE_PRESSURE, best, step, rows);
+      msd_ctx_base(rt, &c, MS_HOOK_QUEUE_PRESSURE, w, step, rows);
       c.queue_depth = depth + 1;
       c.queue_threshold = MSD_QUEUE_THRESHOLD;
       c.queue_kind = 0;
@@ -471,14 +474,14 @@ static __device__ void msd_dispatch(const struct msd_rt *rt, int t, uint64_t ste
 
 /* The successors of fired event ev: task_ready for each (a sched_hint program
  * may give a priority), JIT ones dispatched, higher priorities first. */
-static __device__ void msd_release_succ(const struct msd_rt *rt, int ev, uint64_t step, int rows, uint32_t *tails,
-                                   int *rr) {
+static __device__ void msd_release_succ(const struct msd_rt *rt, int ev, uint64_t step, int rows,
+                                        struct msd_rings *q) {
   const struct ms_event *E = &rt->events[ev];
   const int S = rt->n_workers;  /* the scheduler's hook "worker" index: after the workers */
   int ready = rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_READY);
   if (!ready) {
     for (int t = E->first; t <= E->last; t++)
-      if (rt->x->tasks[t].launch == MS_LAUNCH_JIT) msd_dispatch(rt, t, step, rows, tails, rr);
+      if (rt->x->tasks[t].launch == MS_LAUNCH_JIT) msd_dispatch(rt, t, step, rows, q);
     return;
   }
   /* priorities 0..7 in 3 bits per task, up to 64 successors at a time */
@@ -496,7 +499,7 @@ static __device__ void msd_release_succ(const struct msd_rt *rt, int ev, uint64_
     }
     for (int p = 7; p >= 0; p--)
       for (int i = 0; i < n; i++)
-        if (prio[i] == p && rt->x->tasks[b + i].launch == MS_LAUNCH_JIT) msd_dispatch(rt, b + i, step, rows, tails, rr);
+        if (prio[i] == p && rt->x->tasks[b + i].launch == MS_LAUNCH_JIT) msd_dispatch(rt, b + i, step, rows, q);
   }
 }
 
@@ -610,9 +613,9 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
   if (threadIdx.x != 0) return;
   struct msd_sched *S = rt->sched;
   uint32_t fired_head = 0;
-  uint32_t tails[1024];  /* the rings' tails: the scheduler alone pushes */
-  for (int w = 0; w < rt->n_workers; w++) tails[w] = rt->jit_tail[w];
-  int rr = 0;
+  struct msd_rings rings;  /* local memory: 8 KiB, the scheduler thread's alone */
+  for (int w = 0; w < rt->n_workers; w++) rings.tail[w] = rings.head[w] = rt->jit_tail[w];
+  rings.rr = 0;
   struct msd_beat_state beat = {0, 0, -1, -1};
   uint64_t gen = 0, step = *rt->cur_step;
   const struct ms_event *end = &rt->events[rt->end_event];
@@ -644,7 +647,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       }
       rt->fired[fired_head & (rt->fired_cap - 1)] = 0;
       fired_head++;
-      msd_release_succ(rt, (int)v - 1, step, rows, tails, &rr);
+      msd_release_succ(rt, (int)v - 1, step, rows, &rings);
     }
     /* events whose release is still on the ring belong to this step: drain */
     for (;;) {
@@ -652,7 +655,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       if (!v) break;
       rt->fired[fired_head & (rt->fired_cap - 1)] = 0;
       fired_head++;
-      msd_release_succ(rt, (int)v - 1, step, rows, tails, &rr);
+      msd_release_succ(rt, (int)v - 1, step, rows, &rings);
     }
     msd_fence_acq_rel();
     msd_step_end(rt, step);

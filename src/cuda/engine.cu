@@ -682,15 +682,24 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
   int rc = 0;
   const int B = e->o.max_batch, V = e->m->cfg.vocab;
   int slot_req[MSD_MAX_SLOTS], slot_pos[MSD_MAX_SLOTS], slot_next[MSD_MAX_SLOTS];
-  int32_t row_slot[MSD_MAX_SLOTS], row_pos[MSD_MAX_SLOTS], row_tok[MSD_MAX_SLOTS], sampled[MSD_MAX_SLOTS];
+  /* the batch metadata and the sampled tokens go through pinned memory, so the
+   * copies around each graph launch are real asynchronous DMA */
+  int32_t *stage = NULL, *row_slot, *row_pos, *row_tok, *nrows, *sampled;
   int next = 0, done = 0;
   float *row_logits = NULL;
   uint64_t t0 = host_ns(), steps = 0, positions = 0, tokens = 0;
   if (!e->have_graph && (rc = build_graph(e, log))) return rc;
+  CK(cudaHostAlloc(&stage, (4 * (size_t)B + 1) * sizeof(int32_t), cudaHostAllocDefault));
+  row_slot = stage;
+  row_pos = stage + B;
+  row_tok = stage + 2 * B;
+  nrows = stage + 3 * B;
+  sampled = stage + 3 * B + 1;
   for (int i = 0; i < n; i++) {
     if (r[i].n_prompt < 1 || r[i].max_new < 1 || r[i].n_prompt + r[i].max_new > e->o.max_ctx) {
       ms_textbuf_printf(log, "cuda: request %d does not fit max_ctx %d\n", i, e->o.max_ctx);
-      return -E2BIG;
+      rc = -E2BIG;
+      goto out;
     }
     r[i].n_tokens = 0;
     r[i].t_submit = t0;
@@ -704,7 +713,10 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
       /* on the graph's stream (see ms_cuda_start) */
       CK(cudaMemcpyAsync(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice, e->ks));
     }
-    if (want && !(row_logits = (float *)malloc((size_t)B * V * sizeof(float)))) return -ENOMEM;
+    if (want && !(row_logits = (float *)malloc((size_t)B * V * sizeof(float)))) {
+      rc = -ENOMEM;
+      goto out;
+    }
   }
   for (int s = 0; s < B; s++) slot_req[s] = -1;
   while (done < n) {
@@ -720,11 +732,11 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
       row_tok[s] = q < 0 ? 0 : slot_pos[s] < r[q].n_prompt ? r[q].prompt[slot_pos[s]] : slot_next[s];
       active += q >= 0;
     }
-    int32_t nrows = B;
+    *nrows = B;
     CK(cudaMemcpyAsync(e->dev.h.row_slot, row_slot, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
     CK(cudaMemcpyAsync(e->dev.h.row_pos, row_pos, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
     CK(cudaMemcpyAsync(e->dev.h.row_token, row_tok, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
-    CK(cudaMemcpyAsync(e->dev.h.n_rows, &nrows, sizeof nrows, cudaMemcpyHostToDevice, e->ks));
+    CK(cudaMemcpyAsync(e->dev.h.n_rows, nrows, sizeof *nrows, cudaMemcpyHostToDevice, e->ks));
     CK(cudaGraphLaunch(e->graph, e->ks));
     CK(cudaMemcpyAsync(sampled, e->dev.h.sampled, (size_t)B * sizeof(int32_t), cudaMemcpyDeviceToHost, e->ks));
     if (row_logits)
@@ -761,6 +773,7 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
   }
 out:
   free(row_logits);
+  if (stage) cudaFreeHost(stage);
   return rc;
 }
 

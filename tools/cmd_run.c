@@ -29,7 +29,8 @@ static void usage(FILE *f) {
           "  --steps N            tokens each request generates (default 16)\n"
           "  --prompt-len N       longest prompt; prompts vary from 1 to N (default 8)\n" RUN_TEXT_HELP
           "  --mode M             megakernel (default) or per-op\n"
-          "  --backend B          cpu (default) or sim (the deterministic virtual GPU)\n"
+          "  --backend B          cpu (default) or sim (the deterministic virtual GPU);\n"
+          "                       the CUDA megakernel is `megascope cuda run`\n"
           "  --gpu G              sim: a100, h100 (default), h200, b200\n"
           "  --compute            sim: run the kernels too (default: shapes only, no --check)\n"
           "  --sim-param K=V      sim: set a cost-model parameter (hbm_gbps, tflops, n_sms,\n"
@@ -166,8 +167,11 @@ static int parse(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(n, "backend")) {
       if (!strcmp(optarg, "cpu")) a->backend = MS_BACKEND_CPU;
       else if (!strcmp(optarg, "sim")) a->backend = MS_BACKEND_SIM;
-      else {
-        fprintf(stderr, "megascope run: --backend '%s': expected cpu or sim\n", optarg);
+      else if (!strcmp(optarg, "cuda")) {
+        fprintf(stderr, "megascope run: the CUDA backend has its own command: megascope cuda run --help\n");
+        return -1;
+      } else {
+        fprintf(stderr, "megascope run: --backend '%s': expected cpu or sim (CUDA: megascope cuda run)\n", optarg);
         return -1;
       }
     }

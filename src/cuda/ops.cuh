@@ -706,7 +706,10 @@ static __device__ void msd_task_run(const struct msd_ctx *x, int t, int cta) {
 static __device__ __forceinline__ void msd_prefetch_range(const void *p, int64_t bytes, int tid, int nthreads) {
   if (!p || bytes <= 0) return;
   uint64_t a = (uint64_t)__cvta_generic_to_global(p);
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if defined(MSD_HOST_EMU)  /* on the CPU (tests/emu/cta_emu.h): no cache to warm; the test checks the range */
+  (void)tid, (void)nthreads;
+  msd_emu_prefetch((uintptr_t)a, bytes);
+#elif defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   uint64_t lo = a & ~(uint64_t)15, hi = (a + (uint64_t)bytes + 15) & ~(uint64_t)15;
   for (uint64_t c = lo + (uint64_t)tid * 16384; c < hi; c += (uint64_t)nthreads * 16384) {
     uint32_t n = (uint32_t)(hi - c < 16384 ? hi - c : 16384);

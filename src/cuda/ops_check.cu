@@ -277,7 +277,15 @@ static int check_class(struct chk *c, int ki) {
   if (bytes) memcpy(c->before, c->hb[out], bytes);
   /* device */
   if ((rc = push(c, c->dtasks, tasks, sizeof(int) * (size_t)n, "cudaMemcpy(tasks)"))) return rc;
+#ifdef MSD_HOST_EMU  /* the CTAs on the CPU (tests/emu/cta_emu.h, tests/test_ops_host.c) */
+  const char *why = NULL;
+  if (msd_emu_launch(n, [&] { msd_check_kernel(c->dev.d, c->dtasks); }, &why)) {
+    ms_textbuf_printf(c->log, "class %s (%s): %s\n", k->name, k->op, why);
+    return -EIO;
+  }
+#else
   msd_check_kernel<<<n, MSD_THREADS>>>(c->dev.d, c->dtasks);
+#endif
   if ((rc = ck(c, cudaGetLastError(), "launch")) || (rc = ck(c, cudaDeviceSynchronize(), k->name))) return rc;
   /* CPU */
   for (int i = 0; i < n; i++)
@@ -377,6 +385,20 @@ extern "C" int ms_cuda_ops_check(const struct ms_model *m, int batch, struct ms_
   ms_textbuf_printf(log, "ops check: %s (%s), batch %d (%d valid rows), %.1f MiB on the device%s\n", cf->name,
                     ms_dtype_name(cf->dtype), batch, c.n_rows, (double)c.dev.total_bytes / (1 << 20),
                     cf->dtype == MS_DTYPE_BF16 ? "" : "; weights rounded to bf16 on the device: loose tolerance");
+#ifdef MSD_HOST_EMU  /* every task's prefetch stays inside the weight arena (its padding included) */
+  msd_emu_prefetch_lo = (uintptr_t)c.dev.warena;
+  msd_emu_prefetch_hi = msd_emu_prefetch_lo + c.dev.weight_bytes;
+  msd_emu.err[0] = 0;
+  for (int t = 0; t < p->n_tasks && !msd_emu.err[0]; t++) {
+    msd_task_prefetch(c.dev.d, t, 0, 1);
+    if (msd_emu.err[0]) ms_textbuf_printf(log, "task %d (%s): %s\n", t, p->classes[p->tasks[t].cls].name, msd_emu.err);
+  }
+  msd_emu_prefetch_lo = msd_emu_prefetch_hi = 0;
+  if (msd_emu.err[0]) {
+    rc = -MS_E_VERIFY;
+    goto out;
+  }
+#endif
   for (int k = 0; k < p->n_classes; k++) {
     int kern = p->classes[k].kernel;
     if (kern == MS_K_STEP_START || kern == MS_K_EMPTY || kern == MS_K_COMM) continue;

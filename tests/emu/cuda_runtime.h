@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* A CUDA runtime on host memory, for tests only: the few calls
- * src/cuda/monitors.cu makes, so that it compiles with g++ (through
- * tests/emu/monitors_emu.cc) and drives the device-monitor code
+ * src/cuda/monitors.cu, upload.cu and ops_check.cu make, so that they compile
+ * with g++ (through tests/emu/monitors_emu.cc and tests/emu/ops_emu.cc) and
+ * drive the device-monitor code
  * (src/cuda/bpf_dev.cuh) that the persistent kernel runs on CPU threads
  * (src/cuda/host_emu.h, tests/test_monitors_host.c).
  *
@@ -88,6 +89,23 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
   }
 }
 
+static inline const char *cudaGetErrorName(cudaError_t e) {
+  switch (e) {
+  case cudaSuccess: return "cudaSuccess";
+  case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+  case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+  default: return "cudaErrorUnknown";
+  }
+}
+
+/* one "device", always there; launches (tests/emu/cta_emu.h) complete before they return */
+static inline cudaError_t cudaGetDeviceCount(int *n) {
+  *n = 1;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
   *s = (cudaStream_t)calloc(1, sizeof **s);
   if (!*s) return cudaErrorMemoryAllocation;
@@ -145,6 +163,18 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, 
   return cudaSuccess;
 }
 
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s);
+
+/* the synchronous calls: the default stream */
+#ifdef MS_EMU_CUDA_IMPL
+static inline cudaError_t cudaMalloc(void **p, size_t n) { return cudaMallocAsync(p, n, NULL); }
+static inline cudaError_t cudaFree(void *p) { return cudaFreeAsync(p, NULL); }
+#endif
+static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k) {
+  return cudaMemcpyAsync(dst, src, n, k, NULL);
+}
+static inline cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, NULL); }
+
 static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   (void)s;
   memset(p, v, n);  /* only on fresh allocations, before anything publishes them */
@@ -153,5 +183,11 @@ static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t
 
 #ifdef __cplusplus
 }
+#if defined(MS_EMU_CUDA_IMPL)
+template <class T>
+static inline cudaError_t cudaMalloc(T **p, size_t n) {  /* the real header's typed overload */
+  return cudaMalloc((void **)p, n);
+}
+#endif
 #endif
 #endif

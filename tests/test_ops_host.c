@@ -8,6 +8,7 @@
  * few tasks each (first, quartiles, last); a deadlock, a divergent barrier or
  * a partial-mask warp operation fails the class that did it. */
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -15,7 +16,11 @@
 #include "megascope/model.h"
 #include "test.h"
 
-int ms_emu_ops_check(const struct ms_model *m, int batch, struct ms_textbuf *log);  /* ops_emu.cc */
+/* tests/emu/ops_emu.cc */
+int ms_emu_ops_check(const struct ms_model *m, int batch, struct ms_textbuf *log);
+void ms_emu_ops_set_ctx(int n);
+unsigned long long ms_emu_ops_switches(void);
+int ms_emu_cta_selftest(char *msg, size_t n);
 void ms_emu_cuda_drain(void);
 
 static double now(void) {
@@ -24,31 +29,67 @@ static double now(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static void check_preset(const char *preset, int batch) {
-  struct ms_model_config cfg;
-  struct ms_model *m = NULL;
-  CHECK(ms_preset_config(preset, MS_DTYPE_BF16, &cfg) == 0);
-  if (!(m = ms_model_synth(&cfg, 11))) {
-    CHECKF(0, "%s: ms_model_synth failed", preset);
+/* One check of cfg at batch, ctx positions per request. */
+static void check_cfg(const struct ms_model_config *cfg, int batch, int ctx) {
+  struct ms_model *m = ms_model_synth(cfg, 11);
+  if (!m) {
+    CHECKF(0, "%s: ms_model_synth failed", cfg->name);
     return;
   }
   size_t n = 1 << 20;
   char *buf = calloc(n, 1);
   struct ms_textbuf log = {buf, n, 0, 0};
   double t0 = now();
+  unsigned long long s0 = ms_emu_ops_switches();
+  ms_emu_ops_set_ctx(ctx);
   int rc = ms_emu_ops_check(m, batch, &log);
-  printf("== %s, batch %d: %d (%.1f s)\n%s", preset, batch, rc, now() - t0, buf ? buf : "");
-  CHECKF(rc == 0, "%s batch %d: ms_emu_ops_check returned %d", preset, batch, rc);
+  printf("== %s, batch %d, context %d: %d (%.1f s, %.1fM fiber resumes)\n%s", cfg->name, batch, ctx, rc,
+         now() - t0, (double)(ms_emu_ops_switches() - s0) / 1e6, buf ? buf : "");
+  CHECKF(rc == 0, "%s batch %d context %d: ms_emu_ops_check returned %d", cfg->name, batch, ctx, rc);
   free(buf);
   ms_model_free(m);
   ms_emu_cuda_drain();
 }
 
+static void check_preset(const char *preset, int batch, int ctx) {
+  struct ms_model_config cfg;
+  CHECK(ms_preset_config(preset, MS_DTYPE_BF16, &cfg) == 0);
+  check_cfg(&cfg, batch, ctx);
+}
+
 int main(void) {
+  char msg[1024];
+  int fails = ms_emu_cta_selftest(msg, sizeof msg);
+  printf("%s", msg);
+  CHECKF(fails == 0, "the CTA emulation failed %d of its own checks", fails);
+  /* test_cuda_ops' presets and batches */
   static const char *const presets[] = {"tiny", "tiny-moe", "tiny-qwen3", "smollm2-135m"};
   for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
-    check_preset(presets[i], 1);
-    check_preset(presets[i], 4);
+    check_preset(presets[i], 1, 64);
+    check_preset(presets[i], 4, 64);
   }
+  /* paths those miss: more rows than a GEMV pass takes (MSD_MAXB), an expert
+   * with more routed rows than a chunk; a context whose scores overflow shared
+   * memory (attention from the per-CTA scratch, row 2 at position 4095) */
+  check_preset("tiny", 16, 64);
+  check_preset("tiny-moe", 16, 64);
+  check_preset("tiny", 4, 4096);
+  check_preset("tiny-qwen3", 4, 4096);
+  /* rows that are not 16-byte aligned and lengths not a multiple of 8: the
+   * scalar GEMV path; an odd expert count */
+  struct ms_model_config odd;
+  CHECK(ms_preset_config("tiny-moe", MS_DTYPE_BF16, &odd) == 0);
+  snprintf(odd.name, sizeof odd.name, "tiny-moe-odd");
+  odd.dim = 60, odd.ffn_dim = 100, odd.expert_ffn_dim = 90, odd.n_experts = 5, odd.vocab = 250;
+  check_cfg(&odd, 4, 64);
+  odd.n_experts = 0, odd.top_k = 0, odd.expert_ffn_dim = 0;
+  snprintf(odd.name, sizeof odd.name, "tiny-odd");
+  check_cfg(&odd, 3, 64);
+  /* an input row too long to stage in shared memory (down: 8200 columns) */
+  struct ms_model_config wide;
+  CHECK(ms_preset_config("tiny", MS_DTYPE_BF16, &wide) == 0);
+  snprintf(wide.name, sizeof wide.name, "tiny-wide");
+  wide.ffn_dim = 8200;
+  check_cfg(&wide, 4, 64);
   TEST_MAIN_END();
 }

@@ -27,7 +27,9 @@ extern "C" {
 #include "cuda/upload.h"
 
 #define CHK_TASKS 5    /* tasks per class at most (and CTAs of the scratch) */
+#ifndef CHK_CTX        /* tests/emu/ops_emu.cc makes it a variable (long contexts) */
 #define CHK_CTX 64     /* positions per request */
+#endif
 #define CHK_PAGE 16
 
 static __global__ void __launch_bounds__(MSD_THREADS) msd_check_kernel(const struct msd_ctx *x, const int *tasks) {
@@ -103,7 +105,7 @@ static int setup(struct chk *c) {
   int B = c->B, rc;
   c->n_rows = B > 1 ? B - 1 : 1;
   for (int r = 0; r < B; r++) {
-    static const int first[3] = {37, 0, CHK_CTX - 1};
+    const int first[3] = {37, 0, CHK_CTX - 1};
     c->slot[r] = r < c->n_rows ? B - 1 - r : -1;
     c->pos[r] = r < 3 ? first[r] : (5 + 11 * r) % CHK_CTX;
     c->tok[r] = (31 * r + 7) % cf->vocab;

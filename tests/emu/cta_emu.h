@@ -15,10 +15,13 @@
  * exact about deadlock (no fiber runnable while some are unfinished: a barrier
  * that some threads never reach, a warp op with lanes missing; the report names
  * the launch and where each thread waits), and it is cheap on 2 cores (a
- * switch is a few nanoseconds, not a futex wake). The order in which runnable
- * fibers are resumed is a fresh pseudo-random permutation on every sweep, so a
- * missing barrier (a thread reading shared memory another thread writes in the
- * same phase) changes results instead of being hidden by a fixed order.
+ * switch is a few nanoseconds, not a futex wake). The scheduler picks a warp
+ * at random among those with a runnable lane and runs it until none of its
+ * lanes can run (all at __syncthreads() or finished), resuming its lanes in a
+ * fresh random order on every sweep; so warps run whole phases ahead of each
+ * other in random orders, and a missing barrier (a thread reading memory
+ * another thread writes in the same phase, in its warp or another) changes
+ * results instead of being hidden by a fixed order.
  * `static __shared__` is plain `static`: CTAs run one after another, so the
  * 256 fibers of the running CTA share it exactly as on the GPU. What this does
  * not model: concurrent CTAs (a grid's CTAs run in sequence: a legal schedule
@@ -304,16 +307,17 @@ inline int msd_emu_run_cta(void) {
   msd_emu.n_done = msd_emu.cta_arrived = 0;
   memset(msd_emu.warp_arrived, 0, sizeof msd_emu.warp_arrived);
   while (msd_emu.n_done < MSD_EMU_THREADS && !msd_emu.err[0]) {
-    /* one sweep in a random order: start anywhere, an odd stride */
-    unsigned start = msd_emu_rand() % MSD_EMU_THREADS, stride = (msd_emu_rand() % MSD_EMU_THREADS) | 1u;
-    int ran = 0;
-    for (unsigned j = 0; j < MSD_EMU_THREADS && !msd_emu.err[0]; j++) {
-      int i = (int)((start + j * stride) % MSD_EMU_THREADS);
-      if (msd_emu.f[i].state != MSD_EMU_RUN) continue;
-      msd_emu_resume(i);
-      ran++;
-    }
-    if (!ran && !msd_emu.err[0]) {  /* nobody can run and somebody has not finished */
+    /* a random warp among those with a runnable lane runs until none of its
+     * lanes can: sweeps over its lanes, each from a random lane with a random
+     * odd stride */
+    int ready[MSD_EMU_THREADS / 32], n_ready = 0;
+    for (int w = 0; w < MSD_EMU_THREADS / 32; w++)
+      for (int l = 0; l < 32; l++)
+        if (msd_emu.f[w * 32 + l].state == MSD_EMU_RUN) {
+          ready[n_ready++] = w;
+          break;
+        }
+    if (!n_ready) {  /* nobody can run and somebody has not finished */
       int at_cta = 0, at_warp = 0, cl = 0, wl = 0, wt = -1;
       for (int i = 0; i < MSD_EMU_THREADS; i++) {
         const msd_emu_fiber *f = &msd_emu.f[i];
@@ -323,6 +327,18 @@ inline int msd_emu_run_cta(void) {
       msd_emu_fail("deadlock: %d threads finished, %d wait at __syncthreads() (line %d), %d at a warp operation "
                    "(thread %d, line %d)",
                    msd_emu.n_done, at_cta, cl, at_warp, wt, wl);
+      break;
+    }
+    int w = ready[msd_emu_rand() % (unsigned)n_ready];
+    for (int ran = 1; ran && !msd_emu.err[0];) {
+      unsigned start = msd_emu_rand() % 32, stride = (msd_emu_rand() % 32) | 1u;
+      ran = 0;
+      for (unsigned j = 0; j < 32 && !msd_emu.err[0]; j++) {
+        int i = w * 32 + (int)((start + j * stride) % 32);
+        if (msd_emu.f[i].state != MSD_EMU_RUN) continue;
+        msd_emu_resume(i);
+        ran = 1;
+      }
     }
   }
   return msd_emu.err[0] ? -1 : 0;

@@ -4,9 +4,11 @@
  * tests/emu/ops_emu.cc, on tests/emu's host-memory CUDA runtime, every launch's
  * CTAs run as 256 fibers with CTA and warp barriers (tests/emu/cta_emu.h).
  * The same check as test_cuda_ops, on every machine: no nvcc, no GPU. bf16
- * synthetic models of the small presets, batch 1 and 4; every task class, a
- * few tasks each (first, quartiles, last); a deadlock, a divergent barrier or
- * a partial-mask warp operation fails the class that did it. */
+ * synthetic models of the small presets, batch 1 and 4, then shapes that take
+ * the bodies' other paths (batch 16, context 4096, odd and wide dims, 16 q
+ * heads per kv head); every task class, a few tasks each (first, quartiles,
+ * last); a deadlock, a divergent barrier or a partial-mask warp operation fails
+ * the class that did it. Opens with the emulation's own self-test. */
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -91,5 +93,11 @@ int main(void) {
   snprintf(wide.name, sizeof wide.name, "tiny-wide");
   wide.ffn_dim = 8200;
   check_cfg(&wide, 4, 64);
+  /* one kv head for 16 q heads: rope's warps rotate several vectors each */
+  struct ms_model_config mqa;
+  CHECK(ms_preset_config("tiny-qwen3", MS_DTYPE_BF16, &mqa) == 0);
+  snprintf(mqa.name, sizeof mqa.name, "tiny-qwen3-mqa");
+  mqa.n_heads = 16, mqa.n_kv_heads = 1;
+  check_cfg(&mqa, 4, 64);
   TEST_MAIN_END();
 }

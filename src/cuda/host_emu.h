@@ -12,7 +12,9 @@
  * tests/emu's host-memory CUDA runtime). This runs the scheduler, the queues, the event
  * protocol, admission and the step loop exactly as written for the device,
  * which is what tests/test_megakernel_host.c checks against the CPU engine;
- * it says nothing about the warp-level task bodies (test_cuda_ops does). */
+ * it says nothing about the warp-level task bodies (test_cuda_ops does on a
+ * GPU; test_ops_host on the CPU, through tests/emu/cta_emu.h, a C++ emulation
+ * of a whole 256-thread CTA). */
 #ifndef MS_CUDA_HOST_EMU_H
 #define MS_CUDA_HOST_EMU_H
 

@@ -8,30 +8,47 @@
 # latency on the device).
 #
 #   scripts/device-check.sh [REPORT.json]     (default: $OUT/device-report.json,
-#                                              or build-gpu/device-report.json)
-# Environment: BUILD (default build-gpu; reused when it holds a configured
-# build), CUDA_ARCH (default 90), MODEL (bench preset, default smollm2-135m).
+#                                              or the build folder's)
+# Two ways to get the binaries:
+#  - device-bundle/ (scripts/device-bundle.sh, made where the Debian packages
+#    are): used as it is, with its bundled libraries; for a bare CUDA image such
+#    as the device tool's (carry ["device-bundle"]);
+#  - otherwise a build: BUILD (default build-gpu; reused when configured),
+#    CUDA_ARCH (default 90); needs the packages scripts/deps.sh installs.
+# MODEL: the bench preset (default smollm2-135m).
 set -uo pipefail
 cd "$(dirname "$0")/.."
+BUNDLE=${BUNDLE:-device-bundle}
 BUILD=${BUILD:-build-gpu}
 CUDA_ARCH=${CUDA_ARCH:-90}
 MODEL=${MODEL:-smollm2-135m}
-REPORT=${1:-${OUT:-$BUILD}/device-report.json}
+if [ -x "$BUNDLE/bin/megascope" ]; then OUTBASE=$BUNDLE; else OUTBASE=$BUILD; fi
+REPORT=${1:-${OUT:-$OUTBASE}/device-report.json}
 LOGDIR=$(dirname "$REPORT")/device-logs
 mkdir -p "$LOGDIR"
 t0=$(date +%s)
 say() { echo "device-check [$(( $(date +%s) - t0 ))s]: $*" >&2; }
 
 export PATH=$PATH:/usr/local/cuda/bin
-if [ ! -f "$BUILD/build.ninja" ] && [ ! -f "$BUILD/Makefile" ]; then
-  gen=; command -v ninja >/dev/null && gen="-G Ninja"
-  say "configuring $BUILD for sm_$CUDA_ARCH"
-  cmake -S . -B "$BUILD" $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
-    >"$LOGDIR/configure.log" 2>&1 || { say "configure failed (see $LOGDIR/configure.log)"; tail -20 "$LOGDIR/configure.log"; exit 1; }
+if [ -x "$BUNDLE/bin/megascope" ]; then
+  say "using $BUNDLE (commit $(cat "$BUNDLE/COMMIT" 2>/dev/null), sm_$(cat "$BUNDLE/ARCH" 2>/dev/null))"
+  BIN=$BUNDLE/bin
+  export MS_MONITORS=$PWD/$BUNDLE/monitors
+  export LD_LIBRARY_PATH=$PWD/$BUNDLE/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  if [ ! -f "$BUILD/build.ninja" ] && [ ! -f "$BUILD/Makefile" ]; then
+    gen=; command -v ninja >/dev/null && gen="-G Ninja"
+    say "configuring $BUILD for sm_$CUDA_ARCH"
+    cmake -S . -B "$BUILD" $gen -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" \
+      >"$LOGDIR/configure.log" 2>&1 || { say "configure failed (see $LOGDIR/configure.log)"; tail -20 "$LOGDIR/configure.log"; exit 1; }
+  fi
+  say "building"
+  cmake --build "$BUILD" -j "$(nproc)" --target megascope test_cuda_engine test_cuda_ops monitors \
+    >"$LOGDIR/build.log" 2>&1 || { say "build failed"; tail -30 "$LOGDIR/build.log"; exit 1; }
+  BIN=$BUILD
+  export MS_MONITORS=$PWD/$BUILD/monitors
 fi
-say "building"
-cmake --build "$BUILD" -j "$(nproc)" >"$LOGDIR/build.log" 2>&1 || { say "build failed"; tail -30 "$LOGDIR/build.log"; exit 1; }
-MS="$BUILD/megascope"
+MS="$BIN/megascope"
 "$MS" cuda info --json >"$LOGDIR/info.json" || true
 cat "$LOGDIR/info.json" >&2
 
@@ -45,7 +62,9 @@ run() {  # name, timeout seconds, command...: output in $LOGDIR/name.log, rc in 
   [ $rc -eq 0 ] || { status=1; say "$name failed ($rc)"; tail -15 "$LOGDIR/$name.log" >&2; }
 }
 
-run gpu_tests 240 ctest --test-dir "$BUILD" -L gpu --output-on-failure
+run test_cuda_engine 180 "$BIN/test_cuda_engine"
+run test_cuda_ops 120 "$BIN/test_cuda_ops"
+run cli_cuda 120 bash tests/cli_cuda.sh "$MS"
 for p in tiny tiny-moe tiny-qwen3 smollm2-135m; do
   run "ops_$p" 60 "$MS" cuda ops --synthetic "$p" --dtype bf16 --batch 4
   run "check_$p" 90 "$MS" cuda run --synthetic "$p" --dtype bf16 --batch 4 --requests 8 --new 12 --check --json
@@ -83,7 +102,8 @@ rep["bench_batch1"] = rep["steps"].get("bench", {}).get("result")
 rep["bench_batch8"] = rep["steps"].get("bench_b8", {}).get("result")
 rep["bench_llama1b"] = rep["steps"].get("bench_llama1b", {}).get("result")
 json.dump(rep, open(out, "w"), indent=2)
-print(json.dumps({"ok": rep["ok"], "bench_batch1": rep["bench_batch1"], "bench_batch8": rep["bench_batch8"]}, indent=2))
+print(json.dumps({"ok": rep["ok"], "bench_batch1": rep["bench_batch1"], "bench_batch8": rep["bench_batch8"],
+                  "bench_llama1b": rep["bench_llama1b"]}, indent=2))
 EOF
 say "report: $REPORT"
 exit $status

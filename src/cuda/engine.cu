@@ -18,6 +18,7 @@ extern "C" {
 #include "compile/plan_impl.h"
 }
 
+#include "cuda/layout.h"
 #include "cuda/megakernel.cuh"
 #include "cuda/monitors.h"
 #include "cuda/upload.h"
@@ -174,46 +175,21 @@ static int widest_level(const struct ms_cuda_engine *e) {
   return w;
 }
 
-static uint32_t pow2_at_least(uint64_t x) {
-  uint32_t p = 16;
-  while (p < x) p <<= 1;
-  return p;
-}
 
 static int alloc_runtime(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   int rc = 0;
   const struct ms_plan *p = e->plan;
   const int W = e->n_workers;
   int32_t *aot = NULL, *off = NULL;
-  uint32_t jit_cap = pow2_at_least((uint64_t)p->stats.jit_tasks + 1);
-  uint32_t fired_cap = pow2_at_least(2ull * (uint64_t)p->n_events);
-  /* AOT: round-robin in plan order over the workers (topological per list); the
-   * step start is the scheduler's */
+  uint32_t jit_cap = msd_jit_cap(p), fired_cap = msd_fired_cap(p);
   aot = (int32_t *)malloc(((size_t)p->n_tasks + 1) * sizeof(int32_t));
   off = (int32_t *)calloc((size_t)W + 1, sizeof(int32_t));
-  int **lists = (int **)calloc((size_t)W, sizeof(int *));
-  int *len = (int *)calloc((size_t)W, sizeof(int));
-  if (!aot || !off || !lists || !len) {
+  if (!aot || !off) {
     rc = -ENOMEM;
     goto out;
   }
-  for (int w = 0; w < W; w++)
-    if (!(lists[w] = (int *)malloc(((size_t)p->n_tasks / (size_t)W + 2) * sizeof(int)))) {
-      rc = -ENOMEM;
-      goto out;
-    }
   {
-    int rr = 0, n = 0;
-    for (int t = 0; t < p->n_tasks; t++) {
-      if (p->tasks[t].launch != MS_LAUNCH_AOT || t == 0) continue;
-      lists[rr][len[rr]++] = t;
-      rr = (rr + 1) % W;
-    }
-    for (int w = 0; w < W; w++) {
-      off[w] = n;
-      for (int i = 0; i < len[w]; i++) aot[n++] = lists[w][i];
-    }
-    off[W] = n;
+    int n = msd_place_aot(p, W, aot, off);
     CK(cudaMalloc(&e->aot_q, ((size_t)n + 1) * sizeof(int32_t)));
     CK(cudaMemcpy(e->aot_q, aot, (size_t)n * sizeof(int32_t), cudaMemcpyHostToDevice));
     CK(cudaMalloc(&e->aot_off, ((size_t)W + 1) * sizeof(int32_t)));
@@ -259,10 +235,6 @@ static int alloc_runtime(struct ms_cuda_engine *e, struct ms_textbuf *log) {
     CK(cudaHostGetDevicePointer((void **)&r->beats, (void *)e->beats, 0));
   }
 out:
-  if (lists)
-    for (int w = 0; w < W; w++) free(lists[w]);
-  free(lists);
-  free(len);
   free(aot);
   free(off);
   return rc;

@@ -22,6 +22,7 @@
 
 #include "compile/plan_impl.h"
 #include "cuda/dev.h"
+#include "cuda/layout.h"
 #include "kernels/ops.h"
 #include "megascope/engine.h"
 #include "megascope/reference.h"
@@ -92,11 +93,6 @@ static inline int32_t harness_prompt(const struct ms_model *m, int i, int k) {
   return (5 + 37 * i + 11 * k) % m->cfg.vocab;
 }
 
-static inline uint32_t harness_pow2(uint64_t x) {
-  uint32_t p = 16;
-  while (p < x) p <<= 1;
-  return p;
-}
 
 /* n_ctas CTAs (the scheduler and n_ctas - 1 workers); hooks: the kernel's
  * table or NULL; cut edits the plan before anything is built from it. */
@@ -143,21 +139,11 @@ static inline int harness_setup(struct harness *h, const struct ms_model *m, int
   h->dx.row_pos = h->row_pos;
   h->dx.row_token = h->row_token;
   h->dx.sampled = h->sampled;
-  /* AOT lists round-robin in plan order, the step start is the scheduler's (as engine.cu) */
+  /* the queues laid out by engine.cu's code (cuda/layout.h) */
   h->aot = calloc((size_t)p->n_tasks + 1, sizeof(int32_t));
   h->aot_off = calloc((size_t)W + 1, sizeof(int32_t));
-  int n = 0;
-  for (int w = 0; w < W; w++) {
-    h->aot_off[w] = n;
-    int rr = 0;
-    for (int t = 1; t < p->n_tasks; t++) {
-      if (p->tasks[t].launch != MS_LAUNCH_AOT) continue;
-      if (rr++ % W == w) h->aot[n++] = t;
-    }
-  }
-  h->aot_off[W] = n;
-  uint32_t jit_cap = harness_pow2((uint64_t)p->stats.jit_tasks + 1);
-  uint32_t fired_cap = harness_pow2(2ull * (uint64_t)p->n_events);
+  msd_place_aot(p, W, h->aot, h->aot_off);
+  uint32_t jit_cap = msd_jit_cap(p), fired_cap = msd_fired_cap(p);
   h->counters = calloc((size_t)p->n_events, sizeof(uint64_t));
   h->jit_q = calloc((size_t)W * jit_cap, sizeof(int32_t));
   h->jit_head = calloc((size_t)W, sizeof(uint32_t));

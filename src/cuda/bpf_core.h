@@ -70,6 +70,10 @@
 #endif
 #endif
 
+/* the ALU and the jump conditions: the reference interpreter's own */
+#define MS_BPF_ALU_FN MSD_FN
+#include "bpf/alu.h"
+
 /* ---- atomics: C builtins on the host, intrinsics and PTX on the device ---- */
 
 #ifdef __CUDACC__
@@ -196,14 +200,6 @@ MSD_FN void msd_copy_in(void *dst, const void *src, uint64_t n) {
   uint64_t i = 0;
   for (; i + 8 <= n; i += 8) msd_st_rlx64((uint64_t *)(d + i), msd_load(s + i, 8));
   for (; i < n; i++) msd_st_rlx8(d + i, s[i]);
-}
-
-MSD_FN uint16_t msd_bswap16(uint16_t x) { return (uint16_t)(x << 8 | x >> 8); }
-MSD_FN uint32_t msd_bswap32(uint32_t x) {
-  return x << 24 | (x & 0xff00u) << 8 | (x >> 8 & 0xff00u) | x >> 24;
-}
-MSD_FN uint64_t msd_bswap64(uint64_t x) {
-  return (uint64_t)msd_bswap32((uint32_t)x) << 32 | msd_bswap32((uint32_t)(x >> 32));
 }
 
 /* ---- maps --------------------------------------------------------------- */
@@ -556,108 +552,19 @@ MSD_FN void *msd_mem(const struct msd_vm *vm, uint64_t addr, uint64_t size, int 
   return 0;
 }
 
-MSD_FN uint64_t msd_alu64(unsigned op, int16_t off, int32_t imm, uint64_t d, uint64_t s) {
-  switch (op) {
-  case MS_BPF_ADD: return d + s;
-  case MS_BPF_SUB: return d - s;
-  case MS_BPF_MUL: return d * s;
-  case MS_BPF_DIV:
-    if (!s) return 0;
-    if (off == 1) return (int64_t)s == -1 ? (uint64_t)0 - d : (uint64_t)((int64_t)d / (int64_t)s);
-    return d / s;
-  case MS_BPF_OR: return d | s;
-  case MS_BPF_AND: return d & s;
-  case MS_BPF_LSH: return d << (s & 63);
-  case MS_BPF_RSH: return d >> (s & 63);
-  case MS_BPF_NEG: return (uint64_t)0 - d;
-  case MS_BPF_MOD:
-    if (!s) return d;
-    if (off == 1) return (int64_t)s == -1 ? 0 : (uint64_t)((int64_t)d % (int64_t)s);
-    return d % s;
-  case MS_BPF_XOR: return d ^ s;
-  case MS_BPF_MOV:
-    if (off == 8) return (uint64_t)(int64_t)(int8_t)s;
-    if (off == 16) return (uint64_t)(int64_t)(int16_t)s;
-    if (off == 32) return (uint64_t)(int64_t)(int32_t)s;
-    return s;
-  case MS_BPF_ARSH: return (uint64_t)((int64_t)d >> (s & 63));
-  default: /* END in ALU64: unconditional byte swap */
-    if (imm == 16) return msd_bswap16((uint16_t)d);
-    if (imm == 32) return msd_bswap32((uint32_t)d);
-    return msd_bswap64(d);
-  }
-}
-
-MSD_FN uint64_t msd_alu32(unsigned op, int16_t off, int32_t imm, int to_be, uint64_t d64, uint64_t s64) {
-  uint32_t d = (uint32_t)d64, s = (uint32_t)s64;
-  switch (op) {
-  case MS_BPF_ADD: return (uint32_t)(d + s);
-  case MS_BPF_SUB: return (uint32_t)(d - s);
-  case MS_BPF_MUL: return (uint32_t)(d * s);
-  case MS_BPF_DIV:
-    if (!s) return 0;
-    if (off == 1) return (int32_t)s == -1 ? (uint32_t)(0u - d) : (uint32_t)((int32_t)d / (int32_t)s);
-    return d / s;
-  case MS_BPF_OR: return d | s;
-  case MS_BPF_AND: return d & s;
-  case MS_BPF_LSH: return (uint32_t)(d << (s & 31));
-  case MS_BPF_RSH: return d >> (s & 31);
-  case MS_BPF_NEG: return (uint32_t)(0u - d);
-  case MS_BPF_MOD:
-    if (!s) return d;
-    if (off == 1) return (int32_t)s == -1 ? 0 : (uint32_t)((int32_t)d % (int32_t)s);
-    return d % s;
-  case MS_BPF_XOR: return d ^ s;
-  case MS_BPF_MOV:
-    if (off == 8) return (uint32_t)(int32_t)(int8_t)s;
-    if (off == 16) return (uint32_t)(int32_t)(int16_t)s;
-    return s;
-  case MS_BPF_ARSH: return (uint32_t)((int32_t)d >> (s & 31));
-  default: /* END: to little-endian truncates, to big-endian swaps */
-    if (imm == 16) return to_be ? msd_bswap16((uint16_t)d64) : (uint16_t)d64;
-    if (imm == 32) return to_be ? msd_bswap32((uint32_t)d64) : (uint32_t)d64;
-    return to_be ? msd_bswap64(d64) : d64;
-  }
-}
-
 MSD_FN void msd_do_alu(struct msd_vm *vm, const struct ms_bpf_insn *in) {
   uint64_t *reg = vm->reg;
   int x = MS_BPF_SRC(in->code) == MS_BPF_X;
   unsigned op = MS_BPF_OP(in->code);
   if (MS_BPF_CLASS(in->code) == MS_BPF_ALU64) {
     uint64_t s = x && op != MS_BPF_END ? reg[in->src_reg] : (uint64_t)(int64_t)in->imm;
-    reg[in->dst_reg] = msd_alu64(op, in->off, in->imm, reg[in->dst_reg], s);
+    reg[in->dst_reg] = ms_bpf_alu64(op, in->off, in->imm, reg[in->dst_reg], s);
   } else {
     uint64_t s = x && op != MS_BPF_END ? reg[in->src_reg] : (uint64_t)(uint32_t)in->imm;
-    reg[in->dst_reg] = msd_alu32(op, in->off, in->imm, x, reg[in->dst_reg], s);
+    reg[in->dst_reg] = ms_bpf_alu32(op, in->off, in->imm, x, reg[in->dst_reg], s);
   }
 }
 
-MSD_FN int msd_cond64(unsigned op, uint64_t a, uint64_t b) {
-  switch (op) {
-  case MS_BPF_JEQ: return a == b;
-  case MS_BPF_JGT: return a > b;
-  case MS_BPF_JGE: return a >= b;
-  case MS_BPF_JSET: return (a & b) != 0;
-  case MS_BPF_JNE: return a != b;
-  case MS_BPF_JSGT: return (int64_t)a > (int64_t)b;
-  case MS_BPF_JSGE: return (int64_t)a >= (int64_t)b;
-  case MS_BPF_JLT: return a < b;
-  case MS_BPF_JLE: return a <= b;
-  case MS_BPF_JSLT: return (int64_t)a < (int64_t)b;
-  default: return (int64_t)a <= (int64_t)b; /* JSLE */
-  }
-}
-
-MSD_FN int msd_cond32(unsigned op, uint32_t a, uint32_t b) {
-  switch (op) {
-  case MS_BPF_JSGT: return (int32_t)a > (int32_t)b;
-  case MS_BPF_JSGE: return (int32_t)a >= (int32_t)b;
-  case MS_BPF_JSLT: return (int32_t)a < (int32_t)b;
-  case MS_BPF_JSLE: return (int32_t)a <= (int32_t)b;
-  default: return msd_cond64(op, a, b);
-  }
-}
 
 MSD_FN unsigned msd_size_bytes(uint8_t code) {
   switch (MS_BPF_SIZE(code)) {
@@ -989,7 +896,7 @@ MSD_FN int msd_do_jmp(struct msd_vm *vm, const struct ms_bpf_insn *in, int *exit
   default: {
     uint64_t a = vm->reg[in->dst_reg];
     uint64_t b = MS_BPF_SRC(in->code) == MS_BPF_X ? vm->reg[in->src_reg] : (uint64_t)(int64_t)in->imm;
-    int taken = is32 ? msd_cond32(op, (uint32_t)a, (uint32_t)b) : msd_cond64(op, a, b);
+    int taken = is32 ? ms_bpf_cond32(op, (uint32_t)a, (uint32_t)b) : ms_bpf_cond64(op, a, b);
     vm->pc += 1 + (taken ? (int64_t)in->off : 0);
     return 0;
   }

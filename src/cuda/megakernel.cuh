@@ -10,10 +10,13 @@
  * per-row bookkeeping (prompt position or emitted token). CTAs 1..n are workers:
  * worker w = CTA w + 1.
  * Queues. AOT tasks are placed round-robin in plan order on per-worker lists at
- * upload (so each list is in topological order); JIT tasks are pushed by the
- * scheduler into per-worker rings in global memory (the least loaded worker
- * first; a full ring is counted and skipped, and the push retried), in the order
- * of their sched_hint priority when a hint program is attached.
+ * upload (cuda/layout.h; so each list is in topological order); JIT tasks are
+ * pushed by the scheduler into per-worker rings in global memory, round-robin
+ * (a full ring is counted and skipped, and the push retried; ring heads are
+ * cached and re-read only when a ring looks deep), in the order of their
+ * sched_hint priority when a hint program is attached. A worker takes JIT work
+ * before its next AOT task, but never a ring entry once its step's end event
+ * has fired: that entry is the next step's.
  * Events. counters[e] counts triggers since launch and is never reset: the step
  * of generation g has fired e once counters[e] >= needed * (g + 1). A producer
  * adds with acq_rel at GPU scope after a CTA barrier (every thread's output

@@ -13,7 +13,8 @@
  *     (dispatch order within a release);
  *   - a plan with one dependency removed gives different results under delays
  *     (the harness can see a wrong order);
- *   - every CTA's heartbeat moves, and names the task a stuck CTA is running. */
+ *   - every CTA's heartbeat moves, and names the task a stuck CTA is running;
+ *   - the per-op baseline's kernels (levels) run every task after its producers. */
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 
 #include "cuda/host_emu.h"
 #include "cuda/dev.h"
+#include "cuda/layout.h"
 #include "megascope/bpf/megascope.h"
 #include "test.h"
 
@@ -185,7 +187,47 @@ static void check_heartbeat(void) {
   ms_model_free(m);
 }
 
+/* The per-op baseline's levels (cuda/layout.h, what engine.cu launches): every
+ * task with a body appears once, after every producer it waits on; bodiless
+ * tasks are left out. */
+static void check_levels(const char *preset, int batch) {
+  struct ms_model_config cfg;
+  ms_preset_config(preset, MS_DTYPE_BF16, &cfg);
+  struct ms_model *m = ms_model_shape(&cfg);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tiles_per_op = 8};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  int32_t *order = calloc((size_t)p->n_tasks, sizeof *order), *off = calloc((size_t)p->n_tasks + 1, sizeof *off);
+  int *lev = malloc((size_t)p->n_tasks * sizeof *lev), nl = msd_levels(p, order, off), bad = 0, bodies = 0;
+  for (int t = 0; t < p->n_tasks; t++) {
+    int k = p->tasks[t].kernel;
+    lev[t] = -1;
+    bodies += k != MS_K_STEP_START && k != MS_K_EMPTY && k != MS_K_COMM;
+  }
+  for (int l = 0; l < nl; l++)
+    for (int i = off[l]; i < off[l + 1]; i++) bad += lev[order[i]] != -1, lev[order[i]] = l;
+  CHECKF(off[nl] == bodies && !bad, "%s: %d tasks in levels, %d with bodies, %d twice", preset, off[nl], bodies, bad);
+  /* a producer's level: its own, or (bodiless) the highest of its producers' */
+  for (int t = 0; t < p->n_tasks; t++) {
+    if (lev[t] >= 0 || p->tasks[t].wait < 0) continue;
+    int e = p->tasks[t].wait;
+    for (int i = p->trig_off[e]; i < p->trig_off[e + 1]; i++)
+      if (lev[p->trig[i]] > lev[t]) lev[t] = lev[p->trig[i]];
+  }
+  for (int t = 0; t < p->n_tasks; t++) {
+    int k = p->tasks[t].kernel, e = p->tasks[t].wait;
+    if (k == MS_K_STEP_START || k == MS_K_EMPTY || k == MS_K_COMM || e < 0) continue;
+    for (int i = p->trig_off[e]; i < p->trig_off[e + 1]; i++) bad += lev[p->trig[i]] >= lev[t];
+  }
+  CHECKF(!bad, "%s: %d producers not in an earlier level", preset, bad);
+  printf("%s batch %d: %d tasks in %d per-op kernels\n", preset, batch, off[nl], nl);
+  free(order), free(off), free(lev);
+  ms_plan_free(p);
+  ms_model_free(m);
+}
+
 int main(void) {
+  check_levels("tiny-moe", 4);
+  check_levels("smollm2-135m", 1);
   check_heartbeat();
   check_preset("tiny");
   check_preset("tiny-moe");

@@ -125,44 +125,17 @@ extern "C" int ms_cuda_device_info(struct ms_cuda_device *out, char *why, size_t
 
 /* ---- creation ------------------------------------------------------------ */
 
-/* Per-op levels: a task's level is one past its producers' highest; every level
- * becomes one kernel whose CTAs are its tasks (the step start, empty and comm
- * tasks have no body and are left out). */
+/* The per-op baseline's kernels (cuda/layout.h). */
 static int build_levels(struct ms_cuda_engine *e, int32_t **host_tasks, struct ms_textbuf *log) {
   const struct ms_plan *p = e->plan;
-  int *level = (int *)calloc((size_t)p->n_tasks, sizeof(int));
   int32_t *order = (int32_t *)malloc((size_t)p->n_tasks * sizeof(int32_t));
-  if (!level || !order) {
-    free(level);
+  e->level_off = (int *)calloc((size_t)p->n_tasks + 1, sizeof(int));
+  int nl = order && e->level_off ? msd_levels(p, order, e->level_off) : -1;
+  if (nl < 0) {
     free(order);
     return -ENOMEM;
-  }
-  int max_level = 0;
-  for (int t = 0; t < p->n_tasks; t++) {
-    int ev = p->tasks[t].wait, l = 0;
-    if (ev >= 0)
-      for (int i = p->trig_off[ev]; i < p->trig_off[ev + 1]; i++)
-        if (level[p->trig[i]] + 1 > l) l = level[p->trig[i]] + 1;
-    level[t] = l;
-    if (l > max_level) max_level = l;
-  }
-  e->level_off = (int *)calloc((size_t)max_level + 2, sizeof(int));
-  if (!e->level_off) {
-    free(level);
-    free(order);
-    return -ENOMEM;
-  }
-  int n = 0, nl = 0;
-  for (int l = 0; l <= max_level; l++) {
-    int start = n;
-    for (int t = 0; t < p->n_tasks; t++) {
-      int k = p->tasks[t].kernel;
-      if (level[t] == l && k != MS_K_STEP_START && k != MS_K_EMPTY && k != MS_K_COMM) order[n++] = t;
-    }
-    if (n > start) e->level_off[++nl] = n;
   }
   e->n_levels = nl;
-  free(level);
   *host_tasks = order;
   ms_textbuf_printf(log, "cuda: per-op mode: %d kernels a step\n", nl);
   return 0;

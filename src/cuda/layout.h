@@ -7,6 +7,7 @@
 #define MS_CUDA_LAYOUT_H
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "compile/plan_impl.h"
 
@@ -43,6 +44,38 @@ static inline int msd_place_aot(const struct ms_plan *p, int W, int32_t *aot, in
   }
   off[W] = n;
   return n;
+}
+
+/* The per-op baseline's kernels: a task's level is one past its producers'
+ * highest (the producers of the event it waits on), so every task's transitive
+ * predecessors are in earlier levels; each level becomes one kernel whose CTAs
+ * are its tasks, the step start, empty and comm tasks (no body) left out. Level
+ * l's tasks are order[level_off[l] .. level_off[l + 1]); order and level_off
+ * hold n_tasks and n_tasks + 1 entries. Returns the levels, -1 out of memory. */
+static inline int msd_levels(const struct ms_plan *p, int32_t *order, int32_t *level_off) {
+  int *level = (int *)calloc((size_t)p->n_tasks, sizeof(int));
+  if (!level) return -1;
+  int max_level = 0;
+  for (int t = 0; t < p->n_tasks; t++) {  /* plan order is topological */
+    int ev = p->tasks[t].wait, l = 0;
+    if (ev >= 0)
+      for (int i = p->trig_off[ev]; i < p->trig_off[ev + 1]; i++)
+        if (level[p->trig[i]] + 1 > l) l = level[p->trig[i]] + 1;
+    level[t] = l;
+    if (l > max_level) max_level = l;
+  }
+  int n = 0, nl = 0;
+  level_off[0] = 0;
+  for (int l = 0; l <= max_level; l++) {
+    int start = n;
+    for (int t = 0; t < p->n_tasks; t++) {
+      int k = p->tasks[t].kernel;
+      if (level[t] == l && k != MS_K_STEP_START && k != MS_K_EMPTY && k != MS_K_COMM) order[n++] = t;
+    }
+    if (n > start) level_off[++nl] = n;
+  }
+  free(level);
+  return nl;
 }
 
 #endif

@@ -225,7 +225,37 @@ static void check_levels(const char *preset, int batch) {
   ms_model_free(m);
 }
 
+/* Requests that stop at the model's eos: the eos is made a token the first
+ * request emits mid-way, so it finishes early there, exactly as on the CPU. */
+static void check_eos(void) {
+  struct ms_model_config cfg;
+  ms_preset_config("tiny", MS_DTYPE_BF16, &cfg);
+  struct ms_model *m = ms_model_synth(&cfg, 1);
+  int32_t ref[NREQ][NEW];
+  harness_cpu_tokens(m, NREQ, NEW, &ref[0][0]);
+  m->cfg.eos = ref[0][NEW / 2];
+  harness_stop_eos = 1;
+  harness_cpu_tokens(m, NREQ, NEW, &ref[0][0]);
+  struct harness *h = calloc(1, sizeof *h);
+  CHECK(harness_setup(h, m, 3, NREQ, NEW, NULL, NULL) == 0);
+  CHECK(harness_launch(h, 3) == 0);
+  int same = 1, early = 0;
+  for (int i = 0; i < NREQ; i++) {
+    same &= !memcmp(ref[i], h->out + i * NEW, sizeof(int32_t) * NEW);
+    early += h->req[i].n_tokens < NEW;
+  }
+  CHECKF(same, "eos stop: tokens differ from the CPU engine's");
+  CHECKF(early > 0 && h->host.n_finished == NREQ, "eos stop: %d requests stopped early, %u finished", early,
+         h->host.n_finished);
+  printf("eos %d: %d of %d requests stopped early, tokens equal\n", m->cfg.eos, early, NREQ);
+  harness_stop_eos = 0;
+  harness_teardown(h);
+  free(h);
+  ms_model_free(m);
+}
+
 int main(void) {
+  check_eos();
   check_levels("tiny-moe", 4);
   check_levels("smollm2-135m", 1);
   check_heartbeat();

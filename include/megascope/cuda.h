@@ -73,6 +73,7 @@ void ms_cuda_engine_free(struct ms_cuda_engine *e);
 struct ms_cuda_request {
   const int32_t *prompt;
   int n_prompt, max_new;
+  int stop_at_eos;          /* finish early on the model's eos token (the eos is emitted) */
   int32_t *tokens;          /* out: [max_new] */
   int n_tokens;             /* out */
   float *logits;            /* out, optional */

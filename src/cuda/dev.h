@@ -41,6 +41,7 @@ struct msd_cfg {
   int32_t n_layers, dim, ffn_dim, n_heads, n_kv_heads, head_dim, vocab;
   int32_t n_experts, top_k, expert_ffn_dim;
   float rope_base, norm_eps;
+  int32_t eos;              /* -1: none */
 };
 
 /* What every task body reads: the plan's tables, activations, the batch of the

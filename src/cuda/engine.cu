@@ -425,6 +425,7 @@ static int prepare_requests(struct ms_cuda_engine *e, struct ms_cuda_request *r,
       q->prompt_off = (int32_t)po;
       q->out_off = (int32_t)oo;
       q->logits_off = r[i].logits ? (int64_t)lo : -1;
+      q->stop_eos = r[i].stop_at_eos && e->m->cfg.eos >= 0;
       memcpy(e->prompt_pool + po, r[i].prompt, (size_t)r[i].n_prompt * sizeof(int32_t));
       po += (size_t)r[i].n_prompt;
       oo += (size_t)r[i].max_new;
@@ -701,7 +702,7 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
       u->tokens[u->n_tokens++] = sampled[s];
       tokens++;
       if (u->n_tokens == 1) u->t_first = host_ns();
-      if (u->n_tokens >= u->max_new) {
+      if (u->n_tokens >= u->max_new || (u->stop_at_eos && e->m->cfg.eos >= 0 && sampled[s] == e->m->cfg.eos)) {
         u->t_done = host_ns();
         slot_req[s] = -1;
         done++;

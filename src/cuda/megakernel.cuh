@@ -56,6 +56,7 @@ struct msd_hreq {
   int32_t n_prompt, max_new;
   int32_t prompt_off, out_off;  /* into the prompt and token pools */
   int64_t logits_off;           /* into the device logits record, -1: none */
+  int32_t stop_eos;             /* finish on the model's eos token */
   volatile int32_t n_tokens;    /* device: tokens emitted so far */
   volatile int32_t done;
   volatile uint64_t t_admit, t_first, t_done;  /* device: %globaltimer */
@@ -91,6 +92,7 @@ struct msd_sched {
   int32_t slot_nprompt[MSD_MAX_SLOTS], slot_maxnew[MSD_MAX_SLOTS];
   int32_t slot_poff[MSD_MAX_SLOTS], slot_ooff[MSD_MAX_SLOTS];
   int64_t slot_loff[MSD_MAX_SLOTS];
+  int32_t slot_stop[MSD_MAX_SLOTS];   /* stop at eos */
   uint32_t slot_gen[MSD_MAX_SLOTS];
 };
 
@@ -560,6 +562,7 @@ static __device__ int msd_step_start(const struct msd_rt *rt, uint64_t step) {
         S->slot_poff[s] = q->prompt_off;
         S->slot_ooff[s] = q->out_off;
         S->slot_loff[s] = q->logits_off;
+        S->slot_stop[s] = q->stop_eos;
         S->slot_gen[s]++;
         rt->req[r].t_admit = msd_now();
         msd_request_hook(rt, MS_REQ_ADMITTED, s, 0, step, B);
@@ -607,7 +610,7 @@ static __device__ void msd_step_end(const struct msd_rt *rt, uint64_t step) {
     q->n_tokens = n + 1;
     rt->host->tokens = ++S->tokens;
     msd_request_hook(rt, n == 0 ? MS_REQ_FIRST_TOKEN : MS_REQ_TOKEN, s, tok, step, B);
-    if (n + 1 >= S->slot_maxnew[s]) S->slot_fin[s] = 1;
+    if (n + 1 >= S->slot_maxnew[s] || (S->slot_stop[s] && tok == x->cfg.eos)) S->slot_fin[s] = 1;
   }
 }
 

@@ -264,7 +264,7 @@ int msd_upload(const struct ms_model *m, const struct ms_plan *p, const struct m
     struct msd_ctx *h = &out->h;
     h->cfg = (struct msd_cfg){c->arch, c->rope_style, c->n_layers, c->dim, c->ffn_dim, c->n_heads,
                               c->n_kv_heads, c->head_dim, c->vocab, c->n_experts, c->top_k,
-                              c->expert_ffn_dim, c->rope_base, c->norm_eps};
+                              c->expert_ffn_dim, c->rope_base, c->norm_eps, c->eos};
     h->tasks = (const struct ms_task *)(sa + L.tasks);
     h->n_tasks = p->n_tasks;
     h->classes = (const struct msd_class *)(sa + L.classes);

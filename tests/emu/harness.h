@@ -31,6 +31,7 @@
 
 static const struct ms_exec_ctx *g_x;   /* the CPU context over the same buffers */
 static int g_delay_us;                  /* random delay before each task, 0: none */
+static int harness_stop_eos;            /* requests finish on the model's eos */
 static __thread uint64_t g_rng;
 static _Atomic int g_stuck_task = -1;   /* this task blocks until g_release */
 static _Atomic int g_release;
@@ -133,6 +134,7 @@ static inline int harness_setup(struct harness *h, const struct ms_model *m, int
   h->dx.tasks = p->tasks;
   h->dx.n_tasks = p->n_tasks;
   h->dx.cfg.vocab = c->vocab;
+  h->dx.cfg.eos = c->eos;
   h->dx.max_rows = h->dx.batch = B;
   h->dx.n_rows = &h->n_rows;
   h->dx.row_slot = h->row_slot;
@@ -183,7 +185,8 @@ static inline int harness_setup(struct harness *h, const struct ms_model *m, int
   r->hooks = hooks;
   for (int i = 0; i < n_req; i++) {
     h->req[i] = (struct msd_hreq){.n_prompt = HARNESS_PROMPT, .max_new = n_new, .prompt_off = i * HARNESS_PROMPT,
-                                  .out_off = i * n_new, .logits_off = -1};
+                                  .out_off = i * n_new, .logits_off = -1,
+                                  .stop_eos = harness_stop_eos};
     for (int k = 0; k < HARNESS_PROMPT; k++) h->prompt[i * HARNESS_PROMPT + k] = harness_prompt(m, i, k);
   }
   h->host.n_submitted = (uint32_t)n_req;
@@ -264,12 +267,13 @@ static inline void harness_cpu_tokens(const struct ms_model *m, int n_req, int n
     int32_t prompt[HARNESS_PROMPT];
     for (int k = 0; k < HARNESS_PROMPT; k++) prompt[k] = harness_prompt(m, i, k);
     struct ms_request_opts ro = {.sz = sizeof ro, .prompt = prompt, .n_prompt = HARNESS_PROMPT,
-                                 .max_new_tokens = n_new};
+                                 .max_new_tokens = n_new, .stop_at_eos = harness_stop_eos};
     struct ms_request *q = ms_engine_submit(e, &ro);
     ms_request_wait(q, -1);
     struct ms_request_info info;
     ms_request_get_info(q, &info);
-    memcpy(out + (size_t)i * n_new, info.tokens, sizeof(int32_t) * (size_t)n_new);
+    memset(out + (size_t)i * n_new, 0, sizeof(int32_t) * (size_t)n_new);  /* past an eos stop: 0, as on the device */
+    memcpy(out + (size_t)i * n_new, info.tokens, sizeof(int32_t) * (size_t)info.n_tokens);
     ms_request_free(q);
   }
   ms_engine_free(e);

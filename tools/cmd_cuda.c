@@ -46,6 +46,7 @@ static void usage(FILE *f) {
           "  --sms N              CTAs of the persistent kernel (default: every SM)\n"
           "  --per-op             run: the per-op baseline instead of the megakernel\n"
           "  --check              run: compare tokens and logits with the CPU engine\n"
+          "  --stop-eos           run: a request finishes early on the model's eos token\n"
           "  --attach P.o         run: attach a monitor while the kernel runs; print its maps\n"
           "  --watchdog-ms N      report a stall after N ms without a heartbeat (default 5000)\n"
           "  --json               machine-readable output\n"
@@ -54,7 +55,7 @@ static void usage(FILE *f) {
 
 struct opts {
   struct cli_model cm;
-  int batch, requests, prompt_len, new_tokens, sms, per_op, check, json, watchdog_ms;
+  int batch, requests, prompt_len, new_tokens, sms, per_op, check, json, watchdog_ms, stop_eos;
   const char *attach;
 };
 
@@ -69,7 +70,8 @@ static int parse(int argc, char **argv, struct opts *o) {
       {"synthetic", 1, 0, 1}, {"dtype", 1, 0, 2},      {"model-seed", 1, 0, 3}, {"model", 1, 0, 4},
       {"batch", 1, 0, 'b'},   {"requests", 1, 0, 'r'}, {"prompt-len", 1, 0, 'p'}, {"new", 1, 0, 'n'},
       {"sms", 1, 0, 's'},     {"per-op", 0, 0, 'o'},   {"check", 0, 0, 'c'},    {"attach", 1, 0, 'a'},
-      {"json", 0, 0, 'j'},    {"watchdog-ms", 1, 0, 'w'}, {"help", 0, 0, 'h'},  {0, 0, 0, 0}};
+      {"json", 0, 0, 'j'},    {"watchdog-ms", 1, 0, 'w'}, {"help", 0, 0, 'h'},
+      {"stop-eos", 0, 0, 'e'},  {0, 0, 0, 0}};
   static const char *names[] = {"", "synthetic", "dtype", "model-seed", "model"};
   long v;
   int c;
@@ -89,6 +91,7 @@ static int parse(int argc, char **argv, struct opts *o) {
     case 'c': o->check = 1; break;
     case 'a': o->attach = optarg; break;
     case 'j': o->json = 1; break;
+    case 'e': o->stop_eos = 1; break;
     case 'h': usage(stdout); return -1;
     default: usage(stderr); return 2;
     }
@@ -142,6 +145,7 @@ static struct ms_cuda_request *make_requests(const struct opts *o, int vocab, in
     r[i].prompt = p;
     r[i].n_prompt = o->prompt_len;
     r[i].max_new = o->new_tokens;
+    r[i].stop_at_eos = o->stop_eos;
     if (with_logits)
       r[i].logits = malloc((size_t)(o->prompt_len + o->new_tokens - 1) * (size_t)vocab * sizeof(float));
   }
@@ -173,7 +177,8 @@ static int check_cpu(const struct opts *o, const struct ms_model *m, const struc
   }
   for (int i = 0; i < o->requests; i++) {
     struct ms_request_opts ro = {.sz = sizeof ro, .prompt = r[i].prompt, .n_prompt = r[i].n_prompt,
-                                 .max_new_tokens = r[i].max_new, .record_logits = r[i].logits != NULL};
+                                 .max_new_tokens = r[i].max_new, .record_logits = r[i].logits != NULL,
+                                 .stop_at_eos = r[i].stop_at_eos};
     struct ms_request *q = ms_engine_submit(e, &ro);
     if (!q) {
       bad++;

@@ -81,6 +81,14 @@ struct msd_beat {
 
 #define MSD_MAX_SLOTS 256
 
+/* The scheduler's view of the JIT rings: it alone pushes, so it owns the tails;
+ * heads are cached and re-read only when a ring looks full or deep (an L2 round
+ * trip per worker per dispatch would cost more than the tasks it places). */
+struct msd_rings {
+  uint32_t tail[1024], head[1024];
+  int rr;
+};
+
 /* The scheduler's state (device memory; CTA 0 thread 0 only). Counters are kept
  * here and copied to the host-mapped block with plain stores. */
 struct msd_sched {
@@ -94,6 +102,7 @@ struct msd_sched {
   int64_t slot_loff[MSD_MAX_SLOTS];
   int32_t slot_stop[MSD_MAX_SLOTS];   /* stop at eos */
   uint32_t slot_gen[MSD_MAX_SLOTS];
+  struct msd_rings rings;             /* in global memory, not the kernel's stack frame */
 };
 
 /* The runtime's device state (device memory), built by the host. */
@@ -430,13 +439,6 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
 
 /* ---- the scheduler ------------------------------------------------------- */
 
-/* The scheduler's view of the JIT rings: it alone pushes, so it owns the tails;
- * heads are cached and re-read only when a ring looks full or deep (an L2 round
- * trip per worker per dispatch would cost more than the tasks it places). */
-struct msd_rings {
-  uint32_t tail[1024], head[1024];
-  int rr;
-};
 
 /* JIT dispatch of task t: round-robin over the workers, skipping a ring that is
  * full (counted in queue_full; retried until one has room). */
@@ -619,9 +621,9 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
   if (threadIdx.x != 0) return;
   struct msd_sched *S = rt->sched;
   uint32_t fired_head = 0;
-  struct msd_rings rings;  /* local memory: 8 KiB, the scheduler thread's alone */
-  for (int w = 0; w < rt->n_workers; w++) rings.tail[w] = rings.head[w] = rt->jit_tail[w];
-  rings.rr = 0;
+  struct msd_rings *rings = &S->rings;
+  for (int w = 0; w < rt->n_workers; w++) rings->tail[w] = rings->head[w] = rt->jit_tail[w];
+  rings->rr = 0;
   struct msd_beat_state beat = {0, 0, -1, -1};
   uint64_t gen = 0, step = *rt->cur_step;
   const struct ms_event *end = &rt->events[rt->end_event];
@@ -653,7 +655,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       }
       rt->fired[fired_head & (rt->fired_cap - 1)] = 0;
       fired_head++;
-      msd_release_succ(rt, (int)v - 1, step, rows, &rings);
+      msd_release_succ(rt, (int)v - 1, step, rows, rings);
     }
     /* events whose release is still on the ring belong to this step: drain */
     for (;;) {
@@ -661,7 +663,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       if (!v) break;
       rt->fired[fired_head & (rt->fired_cap - 1)] = 0;
       fired_head++;
-      msd_release_succ(rt, (int)v - 1, step, rows, &rings);
+      msd_release_succ(rt, (int)v - 1, step, rows, rings);
     }
     msd_fence_acq_rel();
     msd_step_end(rt, step);

@@ -2,7 +2,7 @@
 # Installs the Debian packages megascope builds and tests with, when any is missing.
 # Runs as root on a fresh machine (CI); elsewhere it only reports what is missing.
 set -euo pipefail
-pkgs=(cmake ninja-build gcc make pkg-config clang llvm libbpf-dev libelf-dev zlib1g-dev
+pkgs=(cmake ninja-build gcc g++ make pkg-config clang llvm libbpf-dev libelf-dev zlib1g-dev
       libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev prometheus curl python3
       gnuplot-nox)
 missing=()

@@ -171,7 +171,7 @@ static void check_heartbeat(void) {
   for (int ms = 0; ms < 10000 && seen < 0; ms++) {
     usleep(1000);
     for (int c = 1; c < 3; c++)
-      if (h->beats[c].running == t) seen = c;
+      if ((int32_t)__atomic_load_n((const int32_t *)&h->beats[c].running, __ATOMIC_RELAXED) == t) seen = c;
   }
   char name[96];
   ms_plan_task_name(h->plan, t, name, sizeof name);

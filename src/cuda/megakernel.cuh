@@ -103,6 +103,12 @@ struct msd_sched {
   int32_t slot_stop[MSD_MAX_SLOTS];   /* stop at eos */
   uint32_t slot_gen[MSD_MAX_SLOTS];
   struct msd_rings rings;             /* in global memory, not the kernel's stack frame */
+  /* A seqlock over the batch layout (row_slot, row_pos, slot_gen): odd while the
+   * step start writes it. A task_ready hook runs after its event's trigger and
+   * can overlap the next step start; it keeps the row fields only when it read
+   * them inside one even layout of its own step. */
+  uint32_t layout_seq;
+  uint64_t layout_step;
 };
 
 /* The runtime's device state (device memory), built by the host. */
@@ -146,6 +152,10 @@ static inline uint64_t msd_add_acq_rel64(uint64_t *p, uint64_t v) {
   return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
 }
 static inline void msd_fence_acq_rel(void) { MSD_EMU_FENCE(__ATOMIC_ACQ_REL); }
+static inline uint32_t msd_vld32(const void *p) { return __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED); }
+static inline void msd_vst32(void *p, uint32_t v) { __atomic_store_n((uint32_t *)p, v, __ATOMIC_RELAXED); }
+static inline uint64_t msd_vld64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
+static inline void msd_vst64(void *p, uint64_t v) { __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELAXED); }
 static inline uint64_t msd_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -173,6 +183,12 @@ static __device__ __forceinline__ uint64_t msd_add_acq_rel64(uint64_t *p, uint64
 static __device__ __forceinline__ void msd_fence_acq_rel(void) {
   asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
+/* words another CTA may read or write at the same time (no ordering: see the
+ * fences around them) */
+static __device__ __forceinline__ uint32_t msd_vld32(const void *p) { return *(const volatile uint32_t *)p; }
+static __device__ __forceinline__ void msd_vst32(void *p, uint32_t v) { *(volatile uint32_t *)p = v; }
+static __device__ __forceinline__ uint64_t msd_vld64(const void *p) { return *(const volatile uint64_t *)p; }
+static __device__ __forceinline__ void msd_vst64(void *p, uint64_t v) { *(volatile uint64_t *)p = v; }
 static __device__ __forceinline__ uint64_t msd_now(void) {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -194,14 +210,14 @@ struct msd_beat_state {
 static __device__ void msd_beat(const struct msd_rt *rt, int cta, uint64_t step, int running, int waiting,
                                 struct msd_beat_state *bs) {
   struct msd_beat *b = &rt->beats[cta];
-  if (running != bs->running) b->running = bs->running = running;
-  if (waiting != bs->waiting) b->waiting = bs->waiting = waiting;
+  if (running != bs->running) msd_vst32((void *)&b->running, (uint32_t)(bs->running = running));
+  if (waiting != bs->waiting) msd_vst32((void *)&b->waiting, (uint32_t)(bs->waiting = waiting));
   uint64_t now = msd_now();
   if (now - bs->last < MSD_BEAT_NS) return;
   bs->last = now;
-  b->step = step;
-  b->since = now;
-  b->beats = ++bs->n;
+  msd_vst64((void *)&b->step, step);
+  msd_vst64((void *)&b->since, now);
+  msd_vst64((void *)&b->beats, ++bs->n);
 }
 
 static __device__ void msd_ctx_base(const struct msd_rt *rt, struct ms_hook_ctx *c, int hook, int worker,
@@ -230,11 +246,20 @@ static __device__ void msd_ctx_task(const struct msd_rt *rt, struct ms_hook_ctx 
   c->tile_y = k->tile[1];
   c->tile_z = k->tile[2];
   int row = k->tile[1];
-  if (row >= 0 && row < rt->x->max_rows && rt->x->row_slot[row] >= 0) {
-    int s = rt->x->row_slot[row];
-    c->req_slot = (uint32_t)s;
-    c->req_gen = rt->slot_gen[s];
-    c->ctx_len = (uint32_t)rt->x->row_pos[row] + 1;
+  if (row >= 0 && row < rt->x->max_rows) {
+    const struct msd_sched *S = rt->sched;
+    uint32_t v1 = msd_vld32(&S->layout_seq);
+    msd_fence_acq_rel();
+    int s = (int)msd_vld32(&rt->x->row_slot[row]);
+    uint32_t gen = s >= 0 && s < MSD_MAX_SLOTS ? msd_vld32(&rt->slot_gen[s]) : 0;
+    uint32_t pos = msd_vld32(&rt->x->row_pos[row]);
+    uint64_t lstep = msd_vld64(&S->layout_step);
+    msd_fence_acq_rel();
+    if (s >= 0 && !(v1 & 1) && msd_vld32(&S->layout_seq) == v1 && lstep == step) {
+      c->req_slot = (uint32_t)s;
+      c->req_gen = gen;
+      c->ctx_len = pos + 1;
+    }
   }
   if (k->wait >= 0) {
     c->event_id = (uint32_t)k->wait;
@@ -354,7 +379,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
             }
             t = jq[head & (cap - 1)];
             head++;
-            *(volatile uint32_t *)&rt->jit_head[w] = head;
+            msd_vst32(&rt->jit_head[w], head);
             break;
           }
           if (ai < aend) {
@@ -450,7 +475,7 @@ static __device__ void msd_dispatch(const struct msd_rt *rt, int t, uint64_t ste
     q->rr = (w + 1) % W;
     uint32_t depth = q->tail[w] - q->head[w];
     if (depth + 1 >= MSD_QUEUE_THRESHOLD || depth >= cap) {  /* refresh: the worker may have drained it */
-      q->head[w] = *(volatile uint32_t *)&rt->jit_head[w];
+      q->head[w] = msd_vld32(&rt->jit_head[w]);
       depth = q->tail[w] - q->head[w];
     }
     if (depth >= cap) {
@@ -537,6 +562,9 @@ static __device__ int msd_step_start(const struct msd_rt *rt, uint64_t step) {
   const int B = x->batch;
   int active = 0;
   uint32_t submitted = 0xffffffffu;  /* read from the host once, when a slot is free */
+  const uint32_t seq = S->layout_seq;
+  msd_vst32(&S->layout_seq, seq + 1);  /* the layout is being written (see msd_sched) */
+  msd_fence_acq_rel();
   for (int s = 0; s < B; s++) {
     int r = S->slot_req[s];
     if (r >= 0 && S->slot_fin[s]) {
@@ -565,24 +593,27 @@ static __device__ int msd_step_start(const struct msd_rt *rt, uint64_t step) {
         S->slot_ooff[s] = q->out_off;
         S->slot_loff[s] = q->logits_off;
         S->slot_stop[s] = q->stop_eos;
-        S->slot_gen[s]++;
+        msd_vst32(&S->slot_gen[s], S->slot_gen[s] + 1);
         rt->req[r].t_admit = msd_now();
         msd_request_hook(rt, MS_REQ_ADMITTED, s, 0, step, B);
       }
     }
     if (r >= 0) {
       int pos = S->slot_pos[s];
-      x->row_slot[s] = s;
-      x->row_pos[s] = pos;
+      msd_vst32(&x->row_slot[s], (uint32_t)s);
+      msd_vst32(&x->row_pos[s], (uint32_t)pos);
       x->row_token[s] = pos < S->slot_nprompt[s] ? rt->prompt_pool[S->slot_poff[s] + pos] : S->slot_next[s];
       active++;
     } else {
-      x->row_slot[s] = -1;
-      x->row_pos[s] = 0;
+      msd_vst32(&x->row_slot[s], 0xffffffffu);
+      msd_vst32(&x->row_pos[s], 0);
       x->row_token[s] = 0;
     }
   }
   *x->n_rows = active ? B : 0;
+  msd_vst64(&S->layout_step, step);
+  msd_fence_acq_rel();
+  msd_vst32(&S->layout_seq, seq + 2);
   return active;
 }
 

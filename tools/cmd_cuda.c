@@ -38,7 +38,9 @@ static void usage(FILE *f) {
           "  bench                decode tokens/s of the megakernel and of per-op kernels in a\n"
           "                       CUDA Graph, fraction of the HBM bound, hook cost detached and\n"
           "                       attached, attach latency on the device\n\n" CLI_MODEL_HELP
-          "                       (default: tiny; the device holds weights as bf16)\n"
+          "                       (default: tiny; --dtype defaults to bf16 here, the type the\n"
+          "                       device holds: other types are converted, and --check then\n"
+          "                       differs by the rounding)\n"
           "  --batch N            rows of the plan (default 4)\n"
           "  --requests N         requests (default 8; more than --batch: continuous batching)\n"
           "  --prompt-len N       prompt tokens each (default 4)\n"
@@ -101,6 +103,9 @@ static int parse(int argc, char **argv, struct opts *o) {
     return 2;
   }
   if (!o->cm.preset && !o->cm.path) o->cm.preset = "tiny";
+  /* the device holds bf16 weights: a synthetic model in bf16 makes the CPU side of
+   * --check and of `ops` read the very same weights */
+  if (o->cm.preset && !o->cm.dtype) o->cm.dtype = "bf16";
   return 0;
 }
 

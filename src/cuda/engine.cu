@@ -613,7 +613,15 @@ static int build_graph(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   CK(cudaStreamBeginCapture(e->ks, cudaStreamCaptureModeThreadLocal));
   for (int l = 0; l < e->n_levels; l++) {
     int n = e->level_off[l + 1] - e->level_off[l];
+#ifdef MSD_HOST_EMU  /* the CPU run (tests/emu/engine_emu.cc): no <<<>>> in g++; the same launch, captured */
+    {
+      const struct msd_ctx *x = e->dev.d;
+      const int32_t *tk = e->level_tasks + e->level_off[l];
+      CK(ms_emu_launch(e->ks, n, [=] { msd_level_kernel(x, tk); }));
+    }
+#else
     msd_level_kernel<<<n, MSD_THREADS, 0, e->ks>>>(e->dev.d, e->level_tasks + e->level_off[l]);
+#endif
   }
   CK(cudaStreamEndCapture(e->ks, &g));
   CK(cudaGraphInstantiate(&e->graph, g, 0));

@@ -22,11 +22,16 @@
  * other in random orders, and a missing barrier (a thread reading memory
  * another thread writes in the same phase, in its warp or another) changes
  * results instead of being hidden by a fixed order.
- * `static __shared__` is plain `static`: CTAs run one after another, so the
- * 256 fibers of the running CTA share it exactly as on the GPU. What this does
- * not model: concurrent CTAs (a grid's CTAs run in sequence: a legal schedule
- * too), memory ordering between threads (fibers never run at the same time),
- * and timing.
+ * `__shared__` is `static thread_local`, and so is the scheduler's state: the
+ * 256 fibers of a CTA run on one OS thread, so they share it exactly as a
+ * CTA's threads do. msd_emu_launch runs a grid's CTAs one after another (a
+ * legal schedule); a persistent kernel whose CTAs wait on each other runs each
+ * CTA on an OS thread of its own (msd_emu_launch_cta, tests/emu/engine_emu.cc),
+ * concurrently. A fiber runs until it blocks: one that spins (thread 0 waiting
+ * on another CTA while the others wait at a barrier, the persistent kernel's
+ * pattern) keeps its OS thread, and __nanosleep yields that thread to the
+ * other CTAs. What this does not model: memory ordering between the fibers of
+ * a CTA (they never run at the same time), and timing.
  *
  * Also checked (an error of the launch, as a deadlock is): a warp operation
  * with a mask other than 0xffffffff, lanes of one warp meeting in different
@@ -45,6 +50,7 @@
 #endif
 
 #include <math.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -65,7 +71,7 @@
 #define __forceinline__ inline
 #define __noinline__
 #define __launch_bounds__(...)
-#define __shared__ static
+#define __shared__ static thread_local
 #define __align__(n) __attribute__((aligned(n)))
 
 #define MSD_EMU_THREADS 256
@@ -82,7 +88,7 @@ struct float4 {
 };
 
 /* The running fiber's coordinates (set by the scheduler before each resume). */
-inline msd_emu_dim threadIdx, blockIdx, blockDim, gridDim;
+inline thread_local msd_emu_dim threadIdx, blockIdx, blockDim, gridDim;
 
 enum { MSD_EMU_RUN, MSD_EMU_AT_CTA, MSD_EMU_AT_WARP, MSD_EMU_DONE };
 enum { MSD_EMU_SYNCWARP = 1, MSD_EMU_SHFL, MSD_EMU_BALLOT };
@@ -112,7 +118,7 @@ struct msd_emu_cta {
   uint64_t switches; /* statistics: resumes */
 };
 
-inline msd_emu_cta msd_emu;
+inline thread_local msd_emu_cta msd_emu;
 
 #if defined(__x86_64__)
 /* msd_emu_switch(save, to): saves the callee-saved registers on the current
@@ -279,7 +285,7 @@ inline T __ldg(const T *p) {
   return *p;
 }
 inline uintptr_t __cvta_generic_to_global(const void *p) { return (uintptr_t)p; }
-inline void __nanosleep(unsigned) {}
+inline void __nanosleep(unsigned) { sched_yield(); } /* other CTAs may be other OS threads */
 
 /* A prefetch (ops.cuh's msd_prefetch_range on the CPU): [lo, hi) widened as on
  * sm_90. A test may set msd_emu_prefetch_lo/hi to an arena; a range outside it
@@ -362,6 +368,30 @@ inline int msd_emu_launch(int grid, F kernel, const char **why) {
   }
   *why = msd_emu.err;
   return rc;
+}
+
+/* Runs CTA `block` of a grid of `grid` CTAs of kernel() on the calling OS
+ * thread (the persistent kernel: one OS thread per CTA). As msd_emu_launch. */
+template <class F>
+inline int msd_emu_launch_cta(int block, int grid, F kernel, const char **why) {
+  msd_emu.err[0] = 0;
+  if (!msd_emu.rng) msd_emu.rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)block * 0x100000001b3ull);
+  msd_emu.fn = [](void *a) { (*(F *)a)(); };
+  msd_emu.arg = &kernel;
+  blockDim = msd_emu_dim{MSD_EMU_THREADS, 1, 1};
+  gridDim = msd_emu_dim{(unsigned)grid, 1, 1};
+  blockIdx = msd_emu_dim{(unsigned)block, 0, 0};
+  int rc = msd_emu_run_cta();
+  *why = msd_emu.err;
+  return rc;
+}
+
+/* Frees the calling OS thread's fiber stacks (before that thread ends). */
+inline void msd_emu_release(void) {
+  for (int i = 0; i < MSD_EMU_THREADS; i++) {
+    free(msd_emu.f[i].stack);
+    msd_emu.f[i].stack = NULL;
+  }
 }
 
 #endif

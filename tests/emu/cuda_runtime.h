@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* A CUDA runtime on host memory, for tests only: the few calls
- * src/cuda/monitors.cu, upload.cu and ops_check.cu make, so that they compile
- * with g++ (through tests/emu/monitors_emu.cc and tests/emu/ops_emu.cc) and
- * drive the device-monitor code
+ * src/cuda/monitors.cu, upload.cu, ops_check.cu and engine.cu make, so that
+ * they compile with g++ (through tests/emu/monitors_emu.cc, ops_emu.cc and
+ * engine_emu.cc) and drive the device-monitor code
  * (src/cuda/bpf_dev.cuh) that the persistent kernel runs on CPU threads
  * (src/cuda/host_emu.h, tests/test_monitors_host.c).
  *
@@ -11,8 +11,11 @@
  *   - copies move aligned 8-byte words with acquire loads and release stores
  *     (what the device sees of a copy: no torn pointer or counter, and a
  *     pointer published after the copy of what it points to), as ThreadSanitizer
- *     understands them (no fences). Streams are dummies: every call completes
- *     before it returns.
+ *     understands them (no fences). Every call completes before it returns,
+ *     except a cooperative launch (tests/emu/engine_emu.cc: the persistent
+ *     kernel's CTAs on OS threads), which its stream tracks: cudaStreamQuery
+ *     says not ready while it runs, cudaStreamSynchronize joins it. A capture
+ *     records launches into a graph that cudaGraphLaunch replays in order.
  *   - freed memory is poisoned (0xdb) and kept in quarantine, so a set, a
  *     program or a map freed while a kernel thread still holds it reads as
  *     garbage (a crash or a failed run) instead of going unnoticed;
@@ -38,6 +41,8 @@ typedef enum cudaError {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
+  cudaErrorLaunchFailure = 719,
+  cudaErrorNotReady = 600,
 } cudaError_t;
 
 enum cudaMemcpyKind {
@@ -48,11 +53,26 @@ enum cudaMemcpyKind {
 };
 
 #define cudaStreamNonBlocking 0x01
+#define cudaHostAllocDefault 0x00
+#define cudaHostAllocMapped 0x02
 
+/* A stream. Calls on it complete before they return, except the kernels that
+ * tests/emu/engine_emu.cc launches on OS threads (the persistent kernel): the
+ * stream counts them in `live` (cudaStreamQuery: not ready while any runs) and
+ * cudaStreamSynchronize joins them (through `join`). Between
+ * cudaStreamBeginCapture and cudaStreamEndCapture, a launch through
+ * ms_emu_stream_enqueue (C++, below) is recorded instead of run. */
 struct ms_emu_stream {
   int flags;
+  int live;                                  /* kernel threads still running (atomic) */
+  cudaError_t err;                           /* a launch's error, returned by the next synchronisation */
+  void *capture;                             /* C++: the graph being recorded, or NULL */
+  cudaError_t (*join)(struct ms_emu_stream *); /* waits for the kernel threads, or NULL */
+  void *join_arg;
 };
 typedef struct ms_emu_stream *cudaStream_t;
+/* the legacy default stream: its calls complete before they return */
+#define cudaStreamLegacy ((cudaStream_t)0x1)
 
 /* the test's knobs (defined in tests/emu/monitors_emu.cc) */
 extern int ms_emu_cuda_fail_alloc;      /* fail the N-th allocation from now; 0: none */
@@ -85,6 +105,8 @@ static inline const char *cudaGetErrorString(cudaError_t e) {
   case cudaSuccess: return "no error";
   case cudaErrorInvalidValue: return "invalid argument";
   case cudaErrorMemoryAllocation: return "out of memory";
+  case cudaErrorLaunchFailure: return "unspecified launch failure";
+  case cudaErrorNotReady: return "device not ready";
   default: return "unknown error";
   }
 }
@@ -94,6 +116,8 @@ static inline const char *cudaGetErrorName(cudaError_t e) {
   case cudaSuccess: return "cudaSuccess";
   case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
   case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+  case cudaErrorLaunchFailure: return "cudaErrorLaunchFailure";
+  case cudaErrorNotReady: return "cudaErrorNotReady";
   default: return "cudaErrorUnknown";
   }
 }
@@ -119,7 +143,48 @@ static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
 }
 
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-  (void)s;  /* every call completed already; copies order themselves (word by word) */
+  /* every call completed already (copies order themselves, word by word),
+   * except the kernel threads of an emulated cooperative launch: join them */
+  if (!s || s == cudaStreamLegacy) return cudaSuccess;
+  cudaError_t e = s->join ? s->join(s) : cudaSuccess;
+  if (e == cudaSuccess) e = s->err;
+  s->err = cudaSuccess;
+  return e;
+}
+
+static inline cudaError_t cudaStreamQuery(cudaStream_t s) {
+  if (!s || s == cudaStreamLegacy) return cudaSuccess;
+  return __atomic_load_n(&s->live, __ATOMIC_ACQUIRE) ? cudaErrorNotReady : cudaSuccess;
+}
+
+/* the device: one, with a few SMs (each CTA of a cooperative launch is an OS thread) */
+typedef struct cudaDeviceProp {
+  char name[256];
+  size_t totalGlobalMem;
+  int multiProcessorCount, major, minor;
+} cudaDeviceProp;
+enum cudaDeviceAttr {
+  cudaDevAttrCooperativeLaunch = 95,
+  cudaDevAttrMemoryClockRate = 36,
+  cudaDevAttrGlobalMemoryBusWidth = 37,
+};
+#define MS_EMU_CUDA_SMS 4
+static inline cudaError_t cudaGetDevice(int *d) {
+  *d = 0;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp *p, int d) {
+  if (d != 0) return cudaErrorInvalidValue;
+  memset(p, 0, sizeof *p);
+  strcpy(p->name, "emulated");
+  p->totalGlobalMem = (size_t)1 << 30;
+  p->multiProcessorCount = MS_EMU_CUDA_SMS;
+  p->major = 9;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, int d) {
+  (void)d;
+  *v = a == cudaDevAttrCooperativeLaunch ? 1 : a == cudaDevAttrMemoryClockRate ? 1000000 : 1024;
   return cudaSuccess;
 }
 
@@ -177,7 +242,21 @@ static inline cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMems
 
 static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
   (void)s;
-  memset(p, v, n);  /* only on fresh allocations, before anything publishes them */
+  memset(p, v, n);  /* only on fresh allocations or memory no kernel runs on */
+  return cudaSuccess;
+}
+
+#ifdef MS_EMU_CUDA_IMPL
+/* host-mapped memory: the device pointer is the host pointer */
+static inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
+  (void)flags;
+  return cudaMallocAsync(p, n, NULL);
+}
+static inline cudaError_t cudaFreeHost(void *p) { return cudaFreeAsync(p, NULL); }
+#endif
+static inline cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned flags) {
+  (void)flags;
+  *d = h;
   return cudaSuccess;
 }
 
@@ -188,6 +267,82 @@ template <class T>
 static inline cudaError_t cudaMalloc(T **p, size_t n) {  /* the real header's typed overload */
   return cudaMalloc((void **)p, n);
 }
+template <class T>
+static inline cudaError_t cudaHostAlloc(T **p, size_t n, unsigned flags) {
+  return cudaHostAlloc((void **)p, n, flags);
+}
 #endif
+
+#include <functional>
+#include <vector>
+
+struct dim3 {
+  unsigned x, y, z;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+
+template <class F>
+static inline cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int *n, F fn, int threads, size_t smem) {
+  (void)fn, (void)threads, (void)smem;
+  *n = 1;
+  return cudaSuccess;
+}
+
+/* CUDA Graphs: a graph is the launches recorded by a capture, replayed in order
+ * (each completes before the next starts, as the stream's order asks). */
+struct ms_emu_graph {
+  std::vector<std::function<cudaError_t()>> launches;
+};
+typedef struct ms_emu_graph *cudaGraph_t;
+typedef struct ms_emu_graph *cudaGraphExec_t;
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal = 0, cudaStreamCaptureModeThreadLocal = 1 };
+
+/* A kernel launch on s (the emulation's launch function, closed over its
+ * arguments): recorded while s captures, else run now (errors stick to s). */
+static inline cudaError_t ms_emu_stream_enqueue(cudaStream_t s, std::function<cudaError_t()> launch) {
+  if (s && s != cudaStreamLegacy && s->capture) {
+    ((ms_emu_graph *)s->capture)->launches.push_back(std::move(launch));
+    return cudaSuccess;
+  }
+  cudaError_t e = launch();
+  if (e != cudaSuccess && s && s != cudaStreamLegacy && s->err == cudaSuccess) s->err = e;
+  return e;
+}
+
+static inline cudaError_t cudaStreamBeginCapture(cudaStream_t s, enum cudaStreamCaptureMode mode) {
+  (void)mode;
+  if (!s || s == cudaStreamLegacy || s->capture) return cudaErrorInvalidValue;
+  s->capture = new ms_emu_graph;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaStreamEndCapture(cudaStream_t s, cudaGraph_t *g) {
+  if (!s || s == cudaStreamLegacy || !s->capture) return cudaErrorInvalidValue;
+  *g = (ms_emu_graph *)s->capture;
+  s->capture = NULL;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t *x, cudaGraph_t g, unsigned long long flags) {
+  (void)flags;
+  *x = new ms_emu_graph(*g);
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t x) {
+  delete x;
+  return cudaSuccess;
+}
+static inline cudaError_t cudaGraphLaunch(cudaGraphExec_t x, cudaStream_t s) {
+  for (auto &l : x->launches) {
+    cudaError_t e = l();
+    if (e != cudaSuccess) {
+      if (s && s != cudaStreamLegacy && s->err == cudaSuccess) s->err = e;
+      break;
+    }
+  }
+  return cudaSuccess;  /* as on the device: a kernel's failure shows at the next synchronisation */
+}
 #endif
 #endif

@@ -45,6 +45,10 @@ static void test_defs(void) {
   CHECK(!map_of(MS_BPF_MAP_HASH, 0, 8, 4, 1));
   CHECK(!map_of(MS_BPF_MAP_PERCPU_ARRAY, 4, 8, 4, 0) && strstr(logbuf, "workers"));
   CHECK(!map_of(MS_BPF_MAP_ARRAY, 4, 65536, 1u << 20, 1) && errno == E2BIG);
+  /* a hash map's slots are a power of two over twice max_entries: a huge
+   * max_entries (a bit flip in an object) is refused, not looped on */
+  CHECK(!map_of(MS_BPF_MAP_HASH, 4, 8, 0x80000001u, 1) && errno == E2BIG && strstr(logbuf, "a hash map holds"));
+  CHECK(!map_of(MS_BPF_MAP_PERCPU_HASH, 4, 8, 0xffffffffu, 2) && errno == E2BIG);
 }
 
 static void test_array(void) {

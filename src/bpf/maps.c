@@ -58,6 +58,7 @@
 #define MAX_VALUE_SIZE 65536
 #define MAX_WORKERS 4096
 #define MAX_MAP_BYTES (1ull << 32) /* one map's shared memory */
+#define MAX_HASH_ENTRIES (1u << 30)  /* twice that in slots still fits a u32 */
 
 struct ms_bpf_map {
   struct ms_bpf_map_def def;
@@ -79,9 +80,10 @@ struct ms_bpf_map_reader {
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+/* x <= 2^31 (check_def bounds max_entries), so the result fits and the loop ends */
 static uint32_t next_pow2(uint64_t x) {
   uint32_t p = 8;
-  while (p < x) p <<= 1;
+  while (p < x && p < (1u << 31)) p <<= 1;
   return p;
 }
 
@@ -122,6 +124,11 @@ static int check_def(const struct ms_bpf_map_def *d, uint32_t n_workers, struct 
   default:
     ms_textbuf_printf(log, "map %s: unsupported map type %u\n", name, d->type);
     return -MS_E_UNSUPP;
+  }
+  if (is_hash(d->type) && d->max_entries > MAX_HASH_ENTRIES) {
+    ms_textbuf_printf(log, "map %s: max_entries %u is over the %u entries a hash map holds\n", name,
+                      d->max_entries, MAX_HASH_ENTRIES);
+    return -E2BIG;
   }
   if (d->value_size < 1 || d->value_size > MAX_VALUE_SIZE || d->max_entries < 1) {
     ms_textbuf_printf(log, "map %s: value size %u (1..%d), max_entries %u (>= 1)\n", name,

@@ -69,11 +69,11 @@ for p in tiny tiny-moe tiny-qwen3 smollm2-135m; do
   run "ops_$p" 60 "$MS" cuda ops --synthetic "$p" --dtype bf16 --batch 4
   run "check_$p" 90 "$MS" cuda run --synthetic "$p" --dtype bf16 --batch 4 --requests 8 --new 12 --check --json
 done
-run bench 240 "$MS" cuda bench --synthetic "$MODEL" --dtype bf16 --batch 1 --requests 4 --new 128
-run bench_b8 120 "$MS" cuda bench --synthetic "$MODEL" --dtype bf16 --batch 8 --requests 16 --new 64
+run bench 240 "$MS" cuda bench --synthetic "$MODEL" --dtype bf16 --batch 1 --requests 4 --new 128 --json
+run bench_b8 120 "$MS" cuda bench --synthetic "$MODEL" --dtype bf16 --batch 8 --requests 16 --new 64 --json
 # Llama-3.2-1B shapes (synthetic weights), the published megakernels' model, when time allows
 if [ $(( $(date +%s) - t0 )) -lt 300 ]; then
-  run bench_llama1b 150 "$MS" cuda bench --synthetic llama-3.2-1b --dtype bf16 --batch 1 --requests 2 --new 64
+  run bench_llama1b 150 "$MS" cuda bench --synthetic llama-3.2-1b --dtype bf16 --batch 1 --requests 2 --new 64 --json
 else
   say "skipping the Llama-3.2-1B bench (over 300 s already)"
 fi

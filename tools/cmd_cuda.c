@@ -349,6 +349,18 @@ static int cmd_bench_cuda(const struct opts *o, const struct ms_model *m) {
   double bytes = (double)ms_model_weight_bytes(m);
   if (m->cfg.dtype == MS_DTYPE_F32) bytes /= 2;  /* held as bf16 on the device */
   double frac = d.peak_gbs > 0 ? bytes * steps_per_s / (d.peak_gbs * 1e9) : 0;
+  int ok = mk > 0 && po > 0 && off > 0 && att > 0;
+  if (!o->json) {
+    printf("%s (%d SMs, HBM %.0f GB/s), %s, batch %d, %d requests x %d tokens\n", d.name, d.sms, d.peak_gbs,
+           m->cfg.name, o->batch, o->requests, o->new_tokens);
+    printf("  megakernel          %10.1f tokens/s  (%.1f steps/s, %.2f of the HBM bound)\n", mk, steps_per_s, frac);
+    printf("  per-op, CUDA Graph  %10.1f tokens/s  (megakernel / per-op %.3f)\n", po, po > 0 ? mk / po : 0);
+    printf("  hooks compiled out  %10.1f tokens/s\n", off);
+    printf("  hooks, detached     %10.1f tokens/s  (cost %.3f)\n", mk, off > 0 && mk > 0 ? 1 - mk / off : 0);
+    printf("  monitor attached    %10.1f tokens/s  (cost %.3f; attach -> first firing %.0f us)\n", att,
+           off > 0 && att > 0 ? 1 - att / off : 0, attach_us);
+    return ok ? 0 : 1;
+  }
   struct ms_json j;
   ms_json_init(&j, stdout, 1);
   ms_json_obj_begin(&j);
@@ -373,7 +385,7 @@ static int cmd_bench_cuda(const struct opts *o, const struct ms_model *m) {
   ms_json_knum(&j, "attach_latency_us", attach_us);
   ms_json_obj_end(&j);
   ms_json_end(&j);
-  return mk > 0 && po > 0 && off > 0 && att > 0 ? 0 : 1;
+  return ok ? 0 : 1;
 }
 
 int cmd_cuda(int argc, char **argv) {

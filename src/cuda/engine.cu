@@ -186,9 +186,7 @@ static int alloc_runtime(struct ms_cuda_engine *e, struct ms_textbuf *log) {
     memset(r, 0, sizeof *r);
     r->x = e->dev.d;
     r->events = e->dev.events;
-    r->n_events = p->n_events;
     r->end_event = p->end_event;
-    r->start_task = 0;
     r->n_workers = W;
     r->counters = e->counters;
     r->aot_q = e->aot_q;
@@ -203,7 +201,6 @@ static int alloc_runtime(struct ms_cuda_engine *e, struct ms_textbuf *log) {
     r->step_seq = e->step_seq;
     r->cur_step = e->cur_step;
     r->sched = e->sched;
-    r->slot_gen = e->sched->slot_gen;  /* device address arithmetic only */
     CK(cudaHostGetDevicePointer((void **)&r->host, (void *)e->host, 0));
     CK(cudaHostGetDevicePointer((void **)&r->beats, (void *)e->beats, 0));
   }
@@ -504,7 +501,6 @@ extern "C" int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r
   CK(cudaHostGetDevicePointer((void **)&e->rt.prompt_pool, e->prompt_pool, 0));
   CK(cudaHostGetDevicePointer((void **)&e->rt.out_pool, e->out_pool, 0));
   e->rt.logits_rec = e->logits_rec;
-  e->rt.n_req = n;
   {
     /* the sample task copies logits rows only when some request records them */
     struct msd_ctx h = e->dev.h;

@@ -115,9 +115,9 @@ struct msd_sched {
 struct msd_rt {
   struct msd_ctx *x;                /* device copy */
   const struct ms_event *events;
-  int32_t n_events, end_event, start_task;
+  int32_t end_event;                /* the step start is task 0 (checked at upload) */
   int32_t n_workers;
-  uint64_t *counters;               /* [n_events] */
+  uint64_t *counters;               /* [the plan's events] */
   const int32_t *aot_q, *aot_off;   /* worker w's AOT tasks: aot_q[aot_off[w] .. aot_off[w+1]) */
   int32_t *jit_q;                   /* [n_workers * jit_cap] */
   uint32_t *jit_head, *jit_tail;    /* [n_workers] */
@@ -128,14 +128,12 @@ struct msd_rt {
   uint32_t *step_seq;               /* generation + 1 of the published step, or MSD_SEQ_EXIT */
   uint64_t *cur_step;
   struct msd_sched *sched;          /* the scheduler's own state */
-  uint32_t *slot_gen;               /* [batch] = sched->slot_gen, for hook contexts */
   /* requests */
   struct msd_host *host;
-  struct msd_hreq *req;             /* [n_req] host-mapped */
+  struct msd_hreq *req;             /* [requests] host-mapped */
   const int32_t *prompt_pool;       /* host-mapped */
   int32_t *out_pool;                /* host-mapped */
   float *logits_rec;                /* device, or NULL */
-  int32_t n_req;
   struct msd_beat *beats;           /* [n_ctas] host-mapped */
   struct msd_hooks *hooks;          /* NULL: no hook sites */
   int32_t device;                   /* device index for the hook context */
@@ -251,7 +249,7 @@ static __device__ void msd_ctx_task(const struct msd_rt *rt, struct ms_hook_ctx 
     uint32_t v1 = msd_vld32(&S->layout_seq);
     msd_fence_acq_rel();
     int s = (int)msd_vld32(&rt->x->row_slot[row]);
-    uint32_t gen = s >= 0 && s < MSD_MAX_SLOTS ? msd_vld32(&rt->slot_gen[s]) : 0;
+    uint32_t gen = s >= 0 && s < MSD_MAX_SLOTS ? msd_vld32(&rt->sched->slot_gen[s]) : 0;
     uint32_t pos = msd_vld32(&rt->x->row_pos[row]);
     uint64_t lstep = msd_vld64(&S->layout_step);
     msd_fence_acq_rel();
@@ -541,7 +539,7 @@ static __device__ void msd_request_hook(const struct msd_rt *rt, int phase, int 
   struct ms_hook_ctx c;
   msd_ctx_base(rt, &c, MS_HOOK_REQUEST, rt->n_workers, step, rows);
   c.req_slot = (uint32_t)slot;
-  c.req_gen = rt->slot_gen[slot];
+  c.req_gen = rt->sched->slot_gen[slot];
   c.phase = (uint32_t)phase;
   c.token = (uint32_t)token;
   msd_hook_fire(rt->hooks, &c, rt->n_workers);
@@ -674,7 +672,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
     msd_st_release32(rt->step_seq, (uint32_t)gen + 1);
     msd_step_hook(rt, MS_STEP_BEGIN, step, rows);
     /* the step start task: its body ran above; trigger its event */
-    msd_trigger(rt, rt->start_task, gen, step, rt->n_workers, rows);
+    msd_trigger(rt, 0, gen, step, rt->n_workers, rows);
     const uint64_t end_target = (uint64_t)end->needed * (gen + 1);
     while (msd_ld_acquire64(&rt->counters[rt->end_event]) < end_target) {
       uint32_t v = msd_ld_acquire32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);

@@ -159,7 +159,6 @@ static inline int harness_setup(struct harness *h, const struct ms_model *m, int
   struct msd_rt *r = &h->rt;
   r->x = &h->dx;
   r->events = p->events;
-  r->n_events = p->n_events;
   r->end_event = p->end_event;
   r->n_workers = W;
   r->counters = h->counters;
@@ -175,12 +174,10 @@ static inline int harness_setup(struct harness *h, const struct ms_model *m, int
   r->step_seq = &h->step_seq;
   r->cur_step = &h->cur_step;
   r->sched = &h->sched;
-  r->slot_gen = h->sched.slot_gen;
   r->host = &h->host;
   r->req = h->req;
   r->prompt_pool = h->prompt;
   r->out_pool = h->out;
-  r->n_req = n_req;
   r->beats = h->beats;
   r->hooks = hooks;
   for (int i = 0; i < n_req; i++) {

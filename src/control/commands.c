@@ -236,7 +236,7 @@ static void write_coverage(struct ms_json *j, const struct ms_coverage *c) {
 
 /* ---- commands ---- */
 
-static void cmd_info(struct ms_control *c, json_t *req, struct creply *r) {
+static void cmd_info(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   static const char *const allowed[] = {NULL};
   if (check_fields(req, "info", allowed, r)) return;
   FILE *f = reply_open(r);
@@ -271,7 +271,7 @@ static uint32_t monitor_hooks(const struct ms_monitor *m) {
   return hooks;
 }
 
-static void cmd_attach(struct ms_control *c, json_t *req, struct creply *r) {
+static void cmd_attach(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   static const char *const allowed[] = {"object", "name", "max_per_step", "sample", "ringbuf_bytes", NULL};
   long long mps, sample, rb;
   char name[64];
@@ -309,7 +309,7 @@ static void cmd_attach(struct ms_control *c, json_t *req, struct creply *r) {
   reply_close(r, f);
 }
 
-static void cmd_replace(struct ms_control *c, json_t *req, struct creply *r) {
+static void cmd_replace(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   static const char *const allowed[] = {"id", "object", "name", NULL};
   long long id;
   char name[64];
@@ -353,7 +353,7 @@ static void cmd_replace(struct ms_control *c, json_t *req, struct creply *r) {
   reply_close(r, f);
 }
 
-static void cmd_detach(struct ms_control *c, json_t *req, struct creply *r) {
+static void cmd_detach(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   static const char *const allowed[] = {"id", NULL};
   long long id;
   if (check_fields(req, "detach", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r)) return;
@@ -372,7 +372,7 @@ static void cmd_detach(struct ms_control *c, json_t *req, struct creply *r) {
   reply_close(r, f);
 }
 
-static void cmd_list(struct ms_control *c, json_t *req, struct creply *r) {
+static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   static const char *const allowed[] = {NULL};
   if (check_fields(req, "list", allowed, r)) return;
   struct ms_attach_info *info = malloc(sizeof *info * MAX_ATTACHMENTS);
@@ -412,7 +412,7 @@ static void cmd_list(struct ms_control *c, json_t *req, struct creply *r) {
   free(info);
 }
 
-static void cmd_maps(struct ms_control *c, json_t *req, struct creply *r) {
+static void cmd_maps(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   static const char *const allowed[] = {"id", "fds", NULL};
   long long id;
   int want_fds;
@@ -464,7 +464,7 @@ static void cmd_maps(struct ms_control *c, json_t *req, struct creply *r) {
   r->n_fds = n_fds > 0 ? n_fds : 0;
 }
 
-static void cmd_schema(struct ms_control *c, json_t *req, struct creply *r) {
+static void cmd_schema(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   static const char *const allowed[] = {"rows", NULL};
   long long rows;
   if (check_fields(req, "schema", allowed, r) || get_int(req, "rows", 0, 1, 1 << 20, 1, &rows, r)) return;
@@ -499,7 +499,7 @@ static void write_hist(struct ms_json *j, const char *key, const struct ms_histo
   ms_json_obj_end(j);
 }
 
-static void cmd_stats(struct ms_control *c, json_t *req, struct creply *r) {
+static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   static const char *const allowed[] = {NULL};
   if (check_fields(req, "stats", allowed, r)) return;
   struct ms_engine_stats st;
@@ -613,6 +613,15 @@ void ms_control_trace_finish(struct ms_control *c, struct creply *r) {
   r->n_fds = 1;
 }
 
+/* The commands, in the order `unknown command` lists them. */
+static const struct {
+  const char *name;
+  void (*fn)(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r);
+} commands[] = {{"info", cmd_info},     {"attach", cmd_attach}, {"replace", cmd_replace},
+                {"detach", cmd_detach}, {"list", cmd_list},     {"maps", cmd_maps},
+                {"schema", cmd_schema}, {"stats", cmd_stats},   {"trace", cmd_trace}};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
 void ms_control_dispatch(struct ms_control *c, struct cclient *cl, const char *msg, size_t len, struct creply *r) {
   json_error_t err;
   memset(r, 0, sizeof *r);
@@ -631,29 +640,17 @@ void ms_control_dispatch(struct ms_control *c, struct cclient *cl, const char *m
     ms_control_reply_error(r, -EINVAL, NULL, "a request must be a JSON object with \"cmd\"");
   } else if (!cmd) {
     ms_control_reply_error(r, -EINVAL, NULL, "the request has no \"cmd\" string");
-  } else if (!strcmp(cmd, "info")) {
-    cmd_info(c, req, r);
-  } else if (!strcmp(cmd, "attach")) {
-    cmd_attach(c, req, r);
-  } else if (!strcmp(cmd, "replace")) {
-    cmd_replace(c, req, r);
-  } else if (!strcmp(cmd, "detach")) {
-    cmd_detach(c, req, r);
-  } else if (!strcmp(cmd, "list")) {
-    cmd_list(c, req, r);
-  } else if (!strcmp(cmd, "maps")) {
-    cmd_maps(c, req, r);
-  } else if (!strcmp(cmd, "schema")) {
-    cmd_schema(c, req, r);
-  } else if (!strcmp(cmd, "stats")) {
-    cmd_stats(c, req, r);
-  } else if (!strcmp(cmd, "trace")) {
-    cmd_trace(c, cl, req, r);
   } else {
-    ms_control_reply_error(r, -ENOSYS, NULL,
-                           "unknown command \"%.64s\" (commands: info attach replace detach list maps schema stats "
-                           "trace)",
-                           cmd);
+    size_t i = 0;
+    while (i < N_COMMANDS && strcmp(cmd, commands[i].name)) i++;
+    if (i < N_COMMANDS) {
+      commands[i].fn(c, cl, req, r);
+    } else {
+      char names[128] = "";
+      for (size_t k = 0; k < N_COMMANDS; k++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? " " : "", commands[k].name);
+      ms_control_reply_error(r, -ENOSYS, NULL, "unknown command \"%.64s\" (commands: %s)", cmd, names);
+    }
   }
   json_decref(req);
 }

@@ -696,14 +696,14 @@ static void test_can_fail(void) {
 
 int main(void) {
   struct conf_counts c = {0};
-  int rc = test_conformance(&c);
-  if (rc == 77) {
-    printf("skipped: no conformance suite under $MS_SHARED\n");
-    return 77;
+  /* without the conformance suite the rest still runs: it needs nothing outside the repo */
+  if (test_conformance(&c) == 77) {
+    printf("conformance: skipped, no suite under $MS_SHARED\n");
+  } else {
+    printf("conformance: %d files, %d compared, %d skipped, %d decided before running\n", c.files, c.compared,
+           c.skipped, c.decided_early);
+    CHECKF(c.compared >= c.files - 3, "only %d of %d files compared", c.compared, c.files);
   }
-  printf("conformance: %d files, %d compared, %d skipped, %d decided before running\n", c.files, c.compared,
-         c.skipped, c.decided_early);
-  CHECKF(c.compared >= c.files - 3, "only %d of %d files compared", c.compared, c.files);
   test_errors();
   test_map_ops(MS_BPF_MAP_HASH, 8, 16, 40);
   test_map_ops(MS_BPF_MAP_PERCPU_HASH, 5, 12, 40);

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* `megascope bpf ...`: the eBPF tools.
- *   conformance DIR [--verbose] [--json]  run every .data file of the suite
+ *   conformance DIR [--jit] [--verbose] [--json]  run every .data file of the suite
  *   asm FILE                               assemble (a .data file's -- asm, or plain text) to hex words
  *   disasm FILE [--linux]                  disassemble a .data file or raw instruction bytes
  *   objdump FILE.o                         maps and programs of a clang -target bpf object
@@ -75,12 +75,15 @@ static void json_string(FILE *f, const char *s) {
 /* ---- conformance -------------------------------------------------------- */
 
 static const char conformance_usage[] =
-    "usage: megascope bpf conformance DIR [--verbose] [--json]\n"
+    "usage: megascope bpf conformance DIR [--jit] [--verbose] [--json]\n"
     "Runs every .data file in DIR (sorted by name) through the assembler and the\n"
     "interpreter: r1 = a copy of -- mem, r2 = its length, helper 5 returns its first\n"
     "argument; r0 must equal -- result, or the file's -- error must happen. Files\n"
     "with call-by-register (the non-standard callx group) are skipped.\n"
     "Ends with 'N passed, M failed' (and ', K skipped (...)'). Exit 0 when none failed.\n"
+    "  --jit      run the x86-64 JIT instead: each program is verified first (r1 =\n"
+    "             the -- mem buffer) and one the verifier rejects is skipped as\n"
+    "             'unverified', since the JIT runs only verified programs\n"
     "  --verbose  one line per file     --json  a JSON report instead of text\n";
 
 struct outcome {
@@ -94,7 +97,7 @@ static int data_file(const struct dirent *d) {
   return n > 5 && !strcmp(d->d_name + n - 5, ".data");
 }
 
-static void check_file(const char *dir, const char *name, struct outcome *o) {
+static void check_file(const char *dir, const char *name, int mode, struct outcome *o) {
   char path[4096], logbuf[256] = "";
   struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
   size_t len;
@@ -107,7 +110,7 @@ static void check_file(const char *dir, const char *name, struct outcome *o) {
     snprintf(o->rep.why, sizeof o->rep.why, "%s", text ? logbuf : strerror(errno));
     char *nl = strchr(o->rep.why, '\n');
     if (nl) *nl = 0;
-  } else if (ms_bpf_testfile_check(t, &o->rep) < 0) {
+  } else if (ms_bpf_testfile_check_mode(t, mode, &o->rep) < 0) {
     o->rep.status = MS_BPF_TEST_FAIL;
     snprintf(o->rep.why, sizeof o->rep.why, "out of memory");
   }
@@ -164,11 +167,13 @@ static void print_json(const char *dir, const struct outcome *o, int n, const in
 
 static int cmd_conformance(int argc, char **argv) {
   const char *dir = NULL;
-  int verbose = 0, json = 0;
+  int verbose = 0, json = 0, mode = MS_BPF_EXEC_INTERP;
   for (int i = 1; i < argc; i++) {
     if (is_help(argv[i])) {
       fputs(conformance_usage, stdout);
       return 0;
+    } else if (!strcmp(argv[i], "--jit")) {
+      mode = MS_BPF_EXEC_JIT;
     } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
       verbose = 1;
     } else if (!strcmp(argv[i], "--json")) {
@@ -192,7 +197,7 @@ static int cmd_conformance(int argc, char **argv) {
   int count[3] = {0, 0, 0};
   for (int i = 0; i < n && o; i++) {
     o[i].name = names[i]->d_name;
-    check_file(dir, o[i].name, &o[i]);
+    check_file(dir, o[i].name, mode, &o[i]);
     count[o[i].rep.status]++;
   }
   if (o && json) print_json(dir, o, n, count);

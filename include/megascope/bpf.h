@@ -428,6 +428,13 @@ struct ms_bpf_test_report {
  * of -- mem, r2 its length and helper 5 returning its first argument, and
  * compares r0. Programs with call-by-register are skipped as group "callx". */
 int ms_bpf_testfile_check(const struct ms_bpf_testfile *t, struct ms_bpf_test_report *rep);
+/* How a test runs: the reference interpreter, or the x86-64 JIT
+ * (megascope/bpf_jit.h). The JIT runs only what the verifier proves safe, so
+ * in that mode a program the verifier rejects is skipped as group
+ * "unverified" (the interpreter mode still runs it); a host without a JIT
+ * skips every test as group "nojit". */
+enum ms_bpf_exec_mode { MS_BPF_EXEC_INTERP = 0, MS_BPF_EXEC_JIT = 1, MS_BPF_EXEC_MODE_COUNT };
+int ms_bpf_testfile_check_mode(const struct ms_bpf_testfile *t, int mode, struct ms_bpf_test_report *rep);
 
 /* ---------------------------------------------------------------------------
  * ELF objects from `clang -O2 -g -target bpf -c x.bpf.c` with libbpf's

@@ -65,6 +65,15 @@ struct ms_bpf_exec {
   char abort_msg[192];
 };
 
+/* A run's exec state over opts (kept by the caller for the run's life): its
+ * regions (stack, context, mem, bound maps' values), no records, and the entry
+ * frame at the top of stack zeroed. Shared by the interpreter and the JIT so
+ * that helpers see the same run under both. */
+void ms_bpf_exec_setup(struct ms_bpf_exec *x, const struct ms_bpf_prog *prog,
+                       const struct ms_bpf_run_opts *o, uint8_t *stack, size_t stack_size);
+/* Discards the ring buffer records a run left reserved; returns how many. */
+size_t ms_bpf_exec_release(struct ms_bpf_exec *x);
+
 /* Ring buffer records of a run (interp.c). */
 int ms_bpf_exec_record_add(struct ms_bpf_exec *x, struct ms_bpf_map *map, void *rec);
 /* Removes rec from the run's records and returns its map, or NULL if rec is

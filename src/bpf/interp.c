@@ -98,6 +98,37 @@ static void add_region(struct ms_bpf_exec *x, uintptr_t base, uint64_t len, int 
   x->regions[x->n_regions++] = (struct ms_bpf_region){base, len, writable};
 }
 
+void ms_bpf_exec_setup(struct ms_bpf_exec *x, const struct ms_bpf_prog *prog,
+                       const struct ms_bpf_run_opts *o, uint8_t *stack, size_t stack_size) {
+  static const struct ms_bpf_env default_env = {0};
+  x->prog = prog;
+  x->opts = o;
+  x->env = o->env ? o->env : &default_env;
+  x->n_regions = 0;
+  x->n_records = 0;
+  x->abort_err = 0;
+  add_region(x, (uintptr_t)stack, stack_size, 1);
+  add_region(x, (uintptr_t)o->ctx, o->ctx_size, 0);
+  add_region(x, (uintptr_t)o->mem, o->mem_size, 1);
+  for (size_t i = 0; i < o->n_maps; i++) {
+    if (!o->maps[i]) continue;
+    struct ms_bpf_region r;
+    ms_bpf_map_region(o->maps[i], &r);
+    add_region(x, r.base, r.len, r.writable);
+  }
+  /* the entry frame starts zeroed: what a program reads there it wrote */
+  memset(stack + stack_size - MS_BPF_STACK_SIZE, 0, MS_BPF_STACK_SIZE);
+}
+
+size_t ms_bpf_exec_release(struct ms_bpf_exec *x) {
+  size_t left = x->n_records;
+  while (x->n_records) {
+    struct ms_bpf_exec_record *r = &x->records[--x->n_records];
+    ms_bpf_ringbuf_discard(r->map, r->rec);
+  }
+  return left;
+}
+
 /* ---- errors ------------------------------------------------------------- */
 
 __attribute__((format(printf, 3, 4))) static int stop(struct vm *vm, int err, const char *fmt, ...) {
@@ -344,11 +375,7 @@ static int run_loop(struct vm *vm) {
 
 /* Records a run left reserved are discarded; leaving one is the program's fault. */
 static int release_records(struct vm *vm, int err) {
-  size_t left = vm->x.n_records;
-  while (vm->x.n_records) {
-    struct ms_bpf_exec_record *r = &vm->x.records[--vm->x.n_records];
-    ms_bpf_ringbuf_discard(r->map, r->rec);
-  }
+  size_t left = ms_bpf_exec_release(&vm->x);
   if (left && !err)
     return stop(vm, -EINVAL, "exit with %zu ring buffer record(s) neither submitted nor discarded",
                 left);
@@ -357,7 +384,6 @@ static int release_records(struct vm *vm, int err) {
 
 int ms_bpf_run(const struct ms_bpf_prog *prog, const struct ms_bpf_run_opts *opts,
                struct ms_bpf_run_result *res) {
-  static const struct ms_bpf_env default_env = {0};
   struct ms_bpf_run_opts o = {0};
   if (!prog || !res) return -EINVAL;
   if (opts) memcpy(&o, opts, opts->sz < sizeof o ? opts->sz : sizeof o);
@@ -367,28 +393,13 @@ int ms_bpf_run(const struct ms_bpf_prog *prog, const struct ms_bpf_run_opts *opt
   if (o.n_maps > MS_BPF_MAX_MAPS || (o.n_maps && !o.maps)) return -EINVAL;
 
   struct vm vm;
-  vm.x.prog = prog;
-  vm.x.opts = &o;
-  vm.x.env = o.env ? o.env : &default_env;
-  vm.x.n_regions = 0;
-  vm.x.n_records = 0;
-  vm.x.abort_err = 0;
+  ms_bpf_exec_setup(&vm.x, prog, &o, vm.stack, sizeof vm.stack);
   vm.depth = 0;
   vm.count = 0;
   vm.budget = o.insn_budget ? o.insn_budget : MS_BPF_DEFAULT_BUDGET;
   vm.pc = 0;
   vm.err_insn = -1;
-  add_region(&vm.x, (uintptr_t)vm.stack, sizeof vm.stack, 1);
-  add_region(&vm.x, (uintptr_t)o.ctx, o.ctx_size, 0);
-  add_region(&vm.x, (uintptr_t)o.mem, o.mem_size, 1);
-  for (size_t i = 0; i < o.n_maps; i++) {
-    if (!o.maps[i]) continue;
-    struct ms_bpf_region r;
-    ms_bpf_map_region(o.maps[i], &r);
-    add_region(&vm.x, r.base, r.len, r.writable);
-  }
   memset(vm.reg, 0, sizeof vm.reg);
-  memset(frame_top(&vm, 0) - MS_BPF_STACK_SIZE, 0, MS_BPF_STACK_SIZE);
   vm.reg[1] = (uint64_t)(uintptr_t)(o.ctx ? o.ctx : o.mem);
   vm.reg[2] = o.ctx ? 0 : o.mem_size;
   vm.reg[10] = (uint64_t)(uintptr_t)frame_top(&vm, 0);

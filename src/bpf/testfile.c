@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "bpf/bpf_internal.h"
+#include "megascope/bpf_jit.h"
 
 #define TEST_BUDGET (1u << 24)
 
@@ -253,7 +254,37 @@ static int test_insns(const struct ms_bpf_testfile *t, struct ms_bpf_test_report
   return 0;
 }
 
-static int test_run(const struct ms_bpf_testfile *t, const struct ms_bpf_insn *insns, size_t n,
+/* Runs prog under mode; 1 when the JIT mode skipped it (the report says why). */
+static int run_mode(const struct ms_bpf_prog *prog, int mode, const struct ms_bpf_run_opts *ro,
+                    struct ms_bpf_run_result *res, int *rc, struct ms_bpf_test_report *rep) {
+  if (mode == MS_BPF_EXEC_INTERP) {
+    *rc = ms_bpf_run(prog, ro, res);
+    return 0;
+  }
+  if (!ms_bpf_jit_supported()) {
+    rep->status = MS_BPF_TEST_SKIP;
+    rep->group = "nojit";
+    snprintf(rep->why, sizeof rep->why, "no JIT for this host");
+    return 1;
+  }
+  struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_RAW_MEM,
+                              .mem_size = (uint32_t)ro->mem_size, .helpers = ro->helpers};
+  struct ms_bpf_jit_opts jo = {.sz = sizeof jo, .verify = &vo, .helpers = ro->helpers};
+  struct ms_bpf_jit *j = ms_bpf_jit_new(prog, &jo);
+  if (!j) {
+    if (errno == ENOMEM) return -ENOMEM;
+    rep->status = MS_BPF_TEST_SKIP;
+    rep->group = "unverified";
+    snprintf(rep->why, sizeof rep->why, "%s: the JIT runs only verified programs",
+             errno == MS_E_VERIFY ? "rejected by the verifier" : ms_strerror(errno));
+    return 1;
+  }
+  *rc = ms_bpf_jit_run(j, ro, res);
+  ms_bpf_jit_free(j);
+  return 0;
+}
+
+static int test_run(const struct ms_bpf_testfile *t, const struct ms_bpf_insn *insns, size_t n, int mode,
                     struct ms_bpf_test_report *rep) {
   char logbuf[256] = "";
   struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
@@ -273,19 +304,22 @@ static int test_run(const struct ms_bpf_testfile *t, const struct ms_bpf_insn *i
     struct ms_bpf_run_opts ro = {.sz = sizeof ro, .helpers = h, .mem = mem, .mem_size = t->mem_size,
                                  .insn_budget = TEST_BUDGET, .log = &log};
     struct ms_bpf_run_result res;
-    int rc = ms_bpf_run(prog, &ro, &res);
-    rep->r0 = res.r0;
-    rep->insns = res.insns;
-    if (rc) {
-      outcome_error(rep, "run", logbuf);
-    } else if (rep->expect_error) {
-      rep->status = MS_BPF_TEST_FAIL;
-      snprintf(rep->why, sizeof rep->why, "expected an error, got r0 = 0x%" PRIx64, res.r0);
-    } else if (res.r0 != t->result) {
-      rep->status = MS_BPF_TEST_FAIL;
-      snprintf(rep->why, sizeof rep->why, "r0 = 0x%" PRIx64 ", expected 0x%" PRIx64, res.r0, t->result);
-    } else {
-      rep->status = MS_BPF_TEST_PASS;
+    int rc = 0, skipped = run_mode(prog, mode, &ro, &res, &rc, rep);
+    if (skipped < 0) err = skipped;
+    if (!skipped) {
+      rep->r0 = res.r0;
+      rep->insns = res.insns;
+      if (rc) {
+        outcome_error(rep, "run", logbuf);
+      } else if (rep->expect_error) {
+        rep->status = MS_BPF_TEST_FAIL;
+        snprintf(rep->why, sizeof rep->why, "expected an error, got r0 = 0x%" PRIx64, res.r0);
+      } else if (res.r0 != t->result) {
+        rep->status = MS_BPF_TEST_FAIL;
+        snprintf(rep->why, sizeof rep->why, "r0 = 0x%" PRIx64 ", expected 0x%" PRIx64, res.r0, t->result);
+      } else {
+        rep->status = MS_BPF_TEST_PASS;
+      }
     }
   }
   free(mem);
@@ -294,8 +328,9 @@ static int test_run(const struct ms_bpf_testfile *t, const struct ms_bpf_insn *i
   return err;
 }
 
-int ms_bpf_testfile_check(const struct ms_bpf_testfile *t, struct ms_bpf_test_report *rep) {
+int ms_bpf_testfile_check_mode(const struct ms_bpf_testfile *t, int mode, struct ms_bpf_test_report *rep) {
   memset(rep, 0, sizeof *rep);
+  if (mode < 0 || mode >= MS_BPF_EXEC_MODE_COUNT) return -EINVAL;
   rep->expect_error = t->has_error;
   rep->expected = t->result;
   struct ms_bpf_insn *insns;
@@ -307,8 +342,12 @@ int ms_bpf_testfile_check(const struct ms_bpf_testfile *t, struct ms_bpf_test_re
     rep->group = "callx";
     snprintf(rep->why, sizeof rep->why, "call by register (non-standard group callx)");
   } else {
-    err = test_run(t, insns, n, rep);
+    err = test_run(t, insns, n, mode, rep);
   }
   free(insns);
   return err;
+}
+
+int ms_bpf_testfile_check(const struct ms_bpf_testfile *t, struct ms_bpf_test_report *rep) {
+  return ms_bpf_testfile_check_mode(t, MS_BPF_EXEC_INTERP, rep);
 }

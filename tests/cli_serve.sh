@@ -116,7 +116,22 @@ for k in ("eligible", "executed", "throttled", "lost"):
 assert c["executed"] > 0 and c["eligible"] >= c["executed"]
 PY
 ok
-out_has_re "^$id +class_time +attached +1 +task_begin,task_end" "$MS" ls --socket "$SOCK" || fail "ls table"
+out_has_re "^$id +class_time +attached +1 +task_begin,task_end +jit " "$MS" ls --socket "$SOCK" || fail "ls table"
+ok
+# the same monitor again, interpreted: ls says how each runs
+iid=$("$MS" attach --socket "$SOCK" --interp --name class_interp "$MON/class_time.bpf.o")
+[[ "$iid" =~ ^[0-9]+$ ]] || fail "attach --interp printed '$iid'"
+out_has_re "^$iid +class_interp +attached +1 +task_begin,task_end +interp " "$MS" ls --socket "$SOCK" ||
+  fail "ls table: interpreted attachment"
+"$MS" ls --socket "$SOCK" --json >"$tmp/ls2.json"
+python3 - "$tmp/ls2.json" "$id" "$iid" <<'PY' || fail "ls --json: programs and jitted"
+import json, sys
+d = {x["id"]: x for x in json.load(open(sys.argv[1]))["attachments"]}
+j, i = d[int(sys.argv[2])], d[int(sys.argv[3])]
+assert (j["programs"], j["jitted"]) == (2, 2), j
+assert (i["programs"], i["jitted"]) == (2, 0), i
+PY
+out_has "detached $iid" "$MS" detach --socket "$SOCK" "$iid" || fail "detach the interpreted one"
 ok
 
 expect_fail 1 "possible NULL dereference" "$MS" attach --socket "$SOCK" "$tmp/unsafe_null_deref.bpf.o"

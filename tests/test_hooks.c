@@ -109,6 +109,49 @@ static void test_counts_agree(void) {
   ms_model_free(m);
 }
 
+/* The same monitor attached twice, natively (the JIT) and interpreted, sees
+ * the same firings: its counting map must agree entry by entry, worker by
+ * worker, and the attachments must say how they run. */
+static uint64_t map_entry(struct ms_gen *g, const char *name, uint32_t k, int w) {
+  for (int i = 0; i < g->n_maps; i++)
+    if (!strcmp(ms_bpf_map_info(g->maps[i])->name, name)) {
+      uint64_t *v = ms_bpf_map_lookup(g->maps[i], &k, (uint32_t)w);
+      return v ? *v : UINT64_MAX;
+    }
+  return UINT64_MAX;
+}
+
+static void test_jit_and_interp_agree(void) {
+  if (!ms_bpf_jit_supported()) return;
+  struct ms_model *m = tiny();
+  struct ms_engine *e = engine(m, 3);
+  struct ms_attach_opts interp = {.sz = sizeof interp, .interpret = 1};
+  int jid = ms_engine_attach(e, open_mon("class_time"), NULL, NULL);
+  int iid = ms_engine_attach(e, open_mon("class_time"), &interp, NULL);
+  CHECK(jid > 0 && iid > 0);
+  CHECK(decode(e, 4, 20) == 80);
+  struct ms_attach_info info[2];
+  CHECK(ms_engine_attach_list(e, info, 2) == 2);
+  CHECKF(info[0].n_progs == 2 && info[0].n_jitted == 2, "jit: %u of %u", info[0].n_jitted, info[0].n_progs);
+  CHECKF(info[1].n_progs == 2 && info[1].n_jitted == 0, "interp: %u of %u", info[1].n_jitted, info[1].n_progs);
+  struct ms_gen *gj = ms_hook_find(e->hooks, jid)->cur, *gi = ms_hook_find(e->hooks, iid)->cur;
+  int differ = 0;
+  uint32_t n = 0;
+  for (int i = 0; i < gj->n_maps; i++)
+    if (!strcmp(ms_bpf_map_info(gj->maps[i])->name, "began_by_class")) n = ms_bpf_map_info(gj->maps[i])->max_entries;
+  CHECK(n > 0);
+  for (uint32_t k = 0; k < n; k++)
+    for (int w = 0; w < 3; w++)
+      differ += map_entry(gj, "began_by_class", k, w) != map_entry(gi, "began_by_class", k, w);
+  CHECKF(differ == 0, "%d entries differ", differ);
+  CHECK(map_sum(gj, "hist_class_task_ns", 3) == map_sum(gi, "hist_class_task_ns", 3));
+  struct ms_coverage cj, ci;
+  CHECK(ms_engine_attach_coverage(e, jid, 0, &cj) == 0 && ms_engine_attach_coverage(e, iid, 0, &ci) == 0);
+  CHECK(cj.eligible == ci.eligible && cj.executed == ci.executed && cj.failed == 0 && ci.failed == 0);
+  ms_engine_free(e);
+  ms_model_free(m);
+}
+
 struct bg {
   struct ms_engine *e;
   int made;
@@ -260,6 +303,7 @@ int main(void) {
     return 77;
   }
   test_counts_agree();
+  test_jit_and_interp_agree();
   test_replace_while_running();
   test_budgets();
   test_ringbuf_lost();

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The commands that operate a running engine through its control socket:
- *   attach  --socket S PROG.o [--max-per-step N --sample N --ringbuf-bytes N] [--json]
+ *   attach  --socket S PROG.o [--max-per-step N --sample N --ringbuf-bytes N --interp] [--json]
  *   replace --socket S ID PROG.o [--json]
  *   detach  --socket S ID
  *   ls      --socket S [--json]
@@ -46,6 +46,7 @@ static const struct ctl_cmd ctl_cmds[] = {
      "  --max-per-step N     budget: program runs per step per worker (default: no limit)\n"
      "  --sample N           run 1 hook firing in N, chosen by task generation (default 1)\n"
      "  --ringbuf-bytes N    budget: ring-buffer bytes per epoch (default: no limit)\n"
+     "  --interp             run the programs with the reference interpreter, not the JIT\n"
      "  --name NAME          the monitor's name (default: the file name without .bpf.o)\n"
      "  --json               print the engine's reply as JSON\n",
      1},
@@ -98,7 +99,7 @@ struct ctl_args {
   const struct ctl_cmd *cmd;
   const char *socket, *out, *name;
   const char *pos[2];
-  int n_pos, as_json, fds;
+  int n_pos, as_json, fds, interp;
   long max_per_step, sample, rows, records;
   uint64_t ringbuf_bytes;
   double seconds;
@@ -110,6 +111,7 @@ static int parse(int argc, char **argv, struct ctl_args *a) {
       {"max-per-step", required_argument, 0, 0}, {"sample", required_argument, 0, 0},
       {"ringbuf-bytes", required_argument, 0, 0}, {"name", required_argument, 0, 0},
       {"fds", no_argument, 0, 0},                {"rows", required_argument, 0, 0},
+      {"interp", no_argument, 0, 0},
       {"seconds", required_argument, 0, 0},      {"out", required_argument, 0, 0},
       {"records-per-worker", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
@@ -134,6 +136,7 @@ static int parse(int argc, char **argv, struct ctl_args *a) {
     if (!strcmp(n, "socket")) a->socket = optarg;
     else if (!strcmp(n, "json")) a->as_json = 1;
     else if (!strcmp(n, "fds")) a->fds = 1;
+    else if (!strcmp(n, "interp")) a->interp = 1;
     else if (!strcmp(n, "name")) a->name = optarg;
     else if (!strcmp(n, "out")) a->out = optarg;
     else if (!strcmp(n, "max-per-step")) r = cli_int("--max-per-step", optarg, 0, 0xffffffffL, &a->max_per_step);
@@ -381,6 +384,7 @@ static int run_ctl(const struct ctl_args *a) {
     if (a->max_per_step) ms_json_kint(&r.j, "max_per_step", a->max_per_step);
     if (a->sample > 1) ms_json_kint(&r.j, "sample", a->sample);
     if (a->ringbuf_bytes) ms_json_kuint(&r.j, "ringbuf_bytes", a->ringbuf_bytes);
+    if (a->interp) ms_json_kbool(&r.j, "interpret", 1);
     if (req_object(me, &r, a->pos[0], a->name)) goto usage_fail;
   } else if (!strcmp(me, "replace")) {
     if (parse_id(me, a->pos[0], &id)) goto usage;
@@ -423,16 +427,18 @@ static int run_ctl(const struct ctl_args *a) {
     } else {
       json_t *arr = json_object_get(rep, "attachments"), *x;
       size_t i;
-      printf("%-4s %-16s %-9s %4s %-24s %12s %12s %10s %8s\n", "ID", "MONITOR", "STATE", "GEN", "HOOKS", "ELIGIBLE",
-             "EXECUTED", "THROTTLED", "LOST");
+      printf("%-4s %-16s %-9s %4s %-24s %-6s %12s %12s %10s %8s\n", "ID", "MONITOR", "STATE", "GEN", "HOOKS",
+             "EXEC", "ELIGIBLE", "EXECUTED", "THROTTLED", "LOST");
       json_array_foreach(arr, i, x) {
         char hb[256];
         json_t *cv = json_object_get(x, "coverage");
-        printf("%-4lld %-16s %-9s %4llu %-24s %12llu %12llu %10llu %8llu\n", (long long)jnum(x, "id"),
+        unsigned long long np = jnum(x, "programs"), nj = jnum(x, "jitted");
+        const char *exec = nj == 0 ? "interp" : nj == np ? "jit" : "mixed";
+        printf("%-4lld %-16s %-9s %4llu %-24s %-6s %12llu %12llu %10llu %8llu\n", (long long)jnum(x, "id"),
                json_string_value(json_object_get(x, "name")),
                json_is_true(json_object_get(x, "attached")) ? "attached" : "detached", jnum(x, "generation"),
-               hooks_str(json_object_get(x, "hooks"), hb, sizeof hb), jnum(cv, "eligible"), jnum(cv, "executed"),
-               jnum(cv, "throttled"), jnum(cv, "lost"));
+               hooks_str(json_object_get(x, "hooks"), hb, sizeof hb), exec, jnum(cv, "eligible"),
+               jnum(cv, "executed"), jnum(cv, "throttled"), jnum(cv, "lost"));
       }
       if (!json_array_size(arr)) printf("(no attachments)\n");
     }

@@ -58,6 +58,7 @@ static void usage(FILE *f) {
           "  --max-per-step N     budget: program runs per step per worker (default: no limit)\n"
           "  --sample N           run 1 hook firing in N, by task generation (default 1)\n"
           "  --ringbuf-bytes N    budget: ring-buffer bytes per epoch (default: no limit)\n"
+          "  --interp             run monitors with the reference interpreter, not the JIT\n"
           "  --json               print the result as JSON\n"
           "  -h, --help           this text\n");
 }
@@ -65,7 +66,7 @@ static void usage(FILE *f) {
 struct run_args {
   struct cli_model cm;
   long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, tile_rows, watchdog_ms;
-  int shuffle, check, as_json, show_steps, compute;
+  int shuffle, check, as_json, show_steps, compute, interp;
   enum ms_backend backend;
   const char *gpu;
   const char *sim_param[16], *fault[4];
@@ -120,7 +121,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {"attach-at-step", required_argument, 0, 0}, {"replace-with", required_argument, 0, 0},
       {"replace-at-step", required_argument, 0, 0}, {"detach-at-step", required_argument, 0, 0},
       {"max-per-step", required_argument, 0, 0}, {"sample", required_argument, 0, 0},
-      {"ringbuf-bytes", required_argument, 0, 0},
+      {"ringbuf-bytes", required_argument, 0, 0}, {"interp", no_argument, 0, 0},
       {"model", required_argument, 0, 0}, {"sim-param", required_argument, 0, 0},
       {"tp", required_argument, 0, 0},    {"fault", required_argument, 0, 0}, RUN_TEXT_OPTIONS,
       {0, 0, 0, 0}};
@@ -188,6 +189,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(n, "max-per-step")) r = cli_int("--max-per-step", optarg, 0, 1L << 31, &a->max_per_step);
     else if (!strcmp(n, "sample")) r = cli_int("--sample", optarg, 1, 1L << 31, &a->sample);
     else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
+    else if (!strcmp(n, "interp")) a->interp = 1;
     else if (!strcmp(n, "mode")) {
       if (ms_mode_parse(optarg, &a->mode)) {
         fprintf(stderr, "megascope run: --mode '%s': expected megakernel or per-op\n", optarg);
@@ -245,7 +247,8 @@ static int control_step(struct ms_engine *e, const struct run_args *a, struct sc
   char buf[4096] = "";
   struct ms_textbuf log = {buf, sizeof buf, 0, 0};
   struct ms_attach_opts ao = {.sz = sizeof ao, .max_per_step = (uint32_t)a->max_per_step,
-                              .sample_every = (uint32_t)a->sample, .ringbuf_bytes = a->ringbuf_bytes};
+                              .sample_every = (uint32_t)a->sample, .ringbuf_bytes = a->ringbuf_bytes,
+                              .interpret = (uint32_t)a->interp};
   if (!s->attached && steps >= (uint64_t)a->attach_at) {
     for (int i = 0; i < a->n_attach; i++) {
       s->ids[i] = ms_engine_attach(e, s->mon[i], &ao, &log);

@@ -41,6 +41,8 @@ struct ms_attach_opts {
   uint32_t max_per_step;    /* executions per step per worker; 0: no limit */
   uint32_t sample_every;    /* run 1 firing in N, chosen by a hash of the task generation; 0, 1: all */
   uint64_t ringbuf_bytes;   /* ring-buffer bytes per epoch; 0: no limit */
+  uint32_t interpret;       /* 1: run with the reference interpreter; 0: the x86-64 JIT
+                             * where this host has one (megascope/bpf_jit.h) */
 };
 
 struct ms_coverage {
@@ -71,6 +73,8 @@ struct ms_attach_info {
   uint32_t hooks;           /* bit per hook its programs attach to */
   struct ms_coverage cov;   /* of the current (or last) generation */
   struct ms_attach_opts opts;
+  uint32_t n_progs;         /* programs of the current generation */
+  uint32_t n_jitted;        /* of those, running as native code (the rest interpreted) */
 };
 /* Copies up to max attachments (attached and detached); returns the count. */
 int ms_engine_attach_list(struct ms_engine *e, struct ms_attach_info *out, int max);

@@ -272,13 +272,15 @@ static uint32_t monitor_hooks(const struct ms_monitor *m) {
 }
 
 static void cmd_attach(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"object", "name", "max_per_step", "sample", "ringbuf_bytes", NULL};
+  static const char *const allowed[] = {"object", "name", "max_per_step", "sample", "ringbuf_bytes", "interpret",
+                                        NULL};
   long long mps, sample, rb;
+  int interpret = 0;
   char name[64];
   if (check_fields(req, "attach", allowed, r) || get_name(req, name, sizeof name, r) ||
       get_int(req, "max_per_step", 0, 0, UINT32_MAX, 0, &mps, r) ||
       get_int(req, "sample", 0, 0, UINT32_MAX, 0, &sample, r) ||
-      get_int(req, "ringbuf_bytes", 0, 0, INT64_MAX, 0, &rb, r))
+      get_int(req, "ringbuf_bytes", 0, 0, INT64_MAX, 0, &rb, r) || get_bool(req, "interpret", &interpret, r))
     return;
   struct ms_monitor *m = load_object(req, name, r);
   if (!m) return;
@@ -286,7 +288,7 @@ static void cmd_attach(struct ms_control *c, struct cclient *cl, json_t *req, st
   char log[4096] = "";
   struct ms_textbuf tb = {log, sizeof log, 0, 0};
   struct ms_attach_opts ao = {.sz = sizeof ao, .max_per_step = (uint32_t)mps, .sample_every = (uint32_t)sample,
-                              .ringbuf_bytes = (uint64_t)rb};
+                              .ringbuf_bytes = (uint64_t)rb, .interpret = (uint32_t)interpret};
   int id = ms_engine_attach(c->e, m, &ao, &tb);
   if (id < 0) {
     ms_monitor_free(m);
@@ -403,6 +405,9 @@ static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, stru
       ms_json_kuint(&j, "sample", info[i].opts.sample_every ? info[i].opts.sample_every : 1);
       ms_json_kuint(&j, "ringbuf_bytes", info[i].opts.ringbuf_bytes);
       ms_json_obj_end(&j);
+      /* how the current generation runs: native code (the JIT) or interpreted */
+      ms_json_kuint(&j, "programs", info[i].n_progs);
+      ms_json_kuint(&j, "jitted", info[i].n_jitted);
       ms_json_obj_end(&j);
     }
     ms_json_arr_end(&j);

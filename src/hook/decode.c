@@ -236,11 +236,14 @@ int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE
       ms_json_kstr(j, "name", ms_bpf_prog_name(g->mon->progs[i]));
       ms_json_kstr(j, "hook", ms_hook_name(g->mon->hook[i]));
       ms_json_kstr(j, "type", ms_prog_type_name(g->mon->type[i]));
+      ms_json_kstr(j, "exec", g->jits && g->jits[i] ? "jit" : "interp");
+      if (g->jits && g->jits[i]) ms_json_kuint(j, "code_bytes", ms_bpf_jit_code_size(g->jits[i]));
       ms_json_obj_end(j);
     }
     ms_json_arr_end(j);
   } else {
-    fprintf(f, "attachment %d: %s (%s)\n", a->id, g->mon->name, a->attached ? "attached" : "detached");
+    fprintf(f, "attachment %d: %s (%s, %d of %d programs JIT-compiled)\n", a->id, g->mon->name,
+            a->attached ? "attached" : "detached", g->n_jitted, g->mon->n_progs);
   }
   struct ms_coverage cv;
   ms_gen_coverage(g, t->n_workers, &cv);

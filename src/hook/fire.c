@@ -118,7 +118,7 @@ static int run_entry(const struct hook_entry *he, struct ms_hook_ctx *ctx, uint6
                                .n_maps = (size_t)g->n_maps, .ctx = ctx, .ctx_size = sizeof *ctx,
                                .insn_budget = 100000, .env = &env};
   struct ms_bpf_run_result res;
-  int rc = ms_bpf_run(he->prog, &ro, &res);
+  int rc = he->jit ? ms_bpf_jit_run(he->jit, &ro, &res) : ms_bpf_run(he->prog, &ro, &res);
   count(&c->executed);
   if (rc) {
     count(&c->failed);

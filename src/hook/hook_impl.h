@@ -25,6 +25,7 @@
 #include <stdio.h>
 
 #include "megascope/bpf.h"
+#include "megascope/bpf_jit.h"
 #include "megascope/hook.h"
 #include "megascope/monitor.h"
 
@@ -48,6 +49,8 @@ struct ms_gen {
   struct ms_monitor *mon;
   struct ms_bpf_map **maps;
   int n_maps;
+  struct ms_bpf_jit **jits;        /* [mon->n_progs]: native code, NULL where interpreted */
+  int n_jitted;
   uint32_t generation;
   struct cov_slot *cov;            /* [n_workers] */
   _Atomic uint64_t ring_bytes;     /* this epoch, against opts.ringbuf_bytes */
@@ -66,6 +69,7 @@ struct attachment {
 struct hook_entry {
   struct ms_gen *gen;
   const struct ms_bpf_prog *prog;
+  const struct ms_bpf_jit *jit;    /* NULL: run prog with the interpreter */
   int type;
 };
 

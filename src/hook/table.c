@@ -27,6 +27,8 @@ static void gen_free(struct ms_gen *g) {
   while (g) {
     struct ms_gen *prev = g->prev;
     for (int i = 0; i < g->n_maps; i++) ms_bpf_map_free(g->maps[i]);
+    for (int i = 0; g->jits && i < g->mon->n_progs; i++) ms_bpf_jit_free(g->jits[i]);
+    free(g->jits);
     free(g->maps);
     free(g->cov);
     ms_monitor_free(g->mon);
@@ -57,8 +59,37 @@ static void quiesce(struct ms_hook_table *t) {
   }
 }
 
-/* Instantiates a generation's maps (memfd shared memory) with global data. */
-static struct ms_gen *gen_new(struct ms_hook_table *t, struct ms_monitor *m, struct ms_textbuf *log) {
+/* Compiles a generation's programs to native code, bound to its maps. The JIT
+ * verifies again with the same options the monitor was verified with (it
+ * compiles nothing unproven); a program it cannot compile runs interpreted,
+ * which the attachment's info reports (n_jitted). */
+static int gen_jit(struct ms_gen *g, struct ms_monitor *m, struct ms_textbuf *log) {
+  g->jits = calloc((size_t)m->n_progs + 1, sizeof *g->jits);
+  if (!g->jits) return -ENOMEM;
+  for (int i = 0; i < m->n_progs; i++) {
+    struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = m->type[i],
+                                .hook = m->hook[i], .helpers = ms_hook_helpers()};
+    char why[512] = "";
+    struct ms_textbuf jlog = {why, sizeof why, 0, 0};
+    struct ms_bpf_jit_opts jo = {.sz = sizeof jo, .verify = &vo, .helpers = ms_hook_helpers(),
+                                 .maps = g->maps, .n_maps = (size_t)g->n_maps, .log = &jlog};
+    g->jits[i] = ms_bpf_jit_new(m->progs[i], &jo);
+    if (g->jits[i]) {
+      g->n_jitted++;
+    } else if (errno == ENOMEM) {
+      return -ENOMEM;
+    } else {
+      ms_textbuf_printf(log, "program '%s': not compiled (%s), it runs interpreted\n",
+                        ms_bpf_prog_name(m->progs[i]), ms_strerror(errno));
+    }
+  }
+  return 0;
+}
+
+/* Instantiates a generation's maps (memfd shared memory) with global data,
+ * and its native code unless the attachment asks for the interpreter. */
+static struct ms_gen *gen_new(struct ms_hook_table *t, struct ms_monitor *m, const struct ms_attach_opts *o,
+                              struct ms_textbuf *log) {
   struct ms_gen *g = calloc(1, sizeof *g);
   if (!g) return NULL;
   g->n_maps = (int)ms_bpf_object_map_count(m->obj);
@@ -77,12 +108,15 @@ static struct ms_gen *gen_new(struct ms_hook_table *t, struct ms_monitor *m, str
         if (ms_bpf_map_update(g->maps[i], &key, init, MS_BPF_ANY, (uint32_t)w)) goto fail;
     }
   }
+  if (!o->interpret && ms_bpf_jit_supported() && gen_jit(g, m, log)) goto fail;
   g->mon = m;
   g->t_start = ms_now_ns();
   return g;
 fail:
   if (g->maps)
     for (int i = 0; i < g->n_maps; i++) ms_bpf_map_free(g->maps[i]);
+  for (int i = 0; g->jits && i < m->n_progs; i++) ms_bpf_jit_free(g->jits[i]);
+  free(g->jits);
   free(g->maps);
   free(g->cov);
   free(g);
@@ -106,7 +140,9 @@ static struct hook_set *set_build(struct ms_hook_table *t, int h, const struct m
     if (cur->e[i].gen != drop) s->e[s->n++] = cur->e[i];
   if (add)
     for (int i = 0; i < add->mon->n_progs; i++)
-      if (add->mon->hook[i] == h) s->e[s->n++] = (struct hook_entry){add, add->mon->progs[i], add->mon->type[i]};
+      if (add->mon->hook[i] == h)
+        s->e[s->n++] = (struct hook_entry){add, add->mon->progs[i], add->jits ? add->jits[i] : NULL,
+                                           add->mon->type[i]};
   if (!s->n) {
     free(s);
     return NULL;
@@ -153,7 +189,7 @@ int ms_hook_attach(struct ms_hook_table *t, struct ms_monitor *m, const struct m
     t->atts = n;
     t->cap_atts = cap;
   }
-  struct ms_gen *g = gen_new(t, m, log);
+  struct ms_gen *g = gen_new(t, m, &a->opts, log);
   if (!g) goto fail;
   g->att = a;
   g->generation = 1;
@@ -185,7 +221,7 @@ int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, struc
   int rc = -ENOENT;
   if (!a || !a->attached) goto out;
   rc = -ENOMEM;
-  struct ms_gen *g = gen_new(t, m, log);
+  struct ms_gen *g = gen_new(t, m, &a->opts, log);
   if (!g) goto out;
   g->att = a;
   g->generation = a->cur->generation + 1;

@@ -30,6 +30,8 @@ static void info_of(struct ms_engine *e, const struct attachment *a, struct ms_a
   for (int i = 0; i < a->cur->mon->n_progs; i++) out->hooks |= 1u << a->cur->mon->hook[i];
   ms_gen_coverage(a->cur, e->hooks->n_workers, &out->cov);
   out->opts = a->opts;
+  out->n_progs = (uint32_t)a->cur->mon->n_progs;
+  out->n_jitted = (uint32_t)a->cur->n_jitted;
 }
 
 int ms_engine_attach_list(struct ms_engine *e, struct ms_attach_info *out, int max) {

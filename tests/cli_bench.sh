@@ -16,8 +16,10 @@ dec = json.load(open(d + "/decode.json"))
 for k in ("megakernel_tokens_per_s", "per_op_tokens_per_s", "ratio", "bandwidth_bound_tokens_per_s", "fraction_of_bound"):
     assert dec[k] > 0, k
 hk = json.load(open(d + "/hooks.json"))
-for k in ("armed_ratio", "attached_ratio", "interp_ns_per_insn"):
+for k in ("armed_ratio", "attached_ratio", "attached_interp_ratio", "interp_ns_per_insn", "interp_ns_per_run",
+          "jit_ns_per_run", "jit_speedup"):
     assert hk[k] > 0, k
+assert hk["interp_insns_per_run"] > 0
 assert hk["attached_program_runs"] == hk["attached_eligible"] > 0
 sim = json.load(open(d + "/sim.json"))
 cases = {(c["model"], c["gpu"]): c for c in sim["cases"]}

@@ -4,8 +4,9 @@
  * programs as raw instructions, the monitors of tests/data and monitors/
  * compiled by clang (when it exists) with deterministic truncations and bit
  * flips of each, and the inputs kept in tests/fuzz/corpus/ (what fuzzing
- * found). A verified program that fails at run time aborts the target, and
- * so this test. */
+ * found). A verified program that fails at run time, or that the JIT runs
+ * to another result than the interpreter, aborts the target, and so this
+ * test. */
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -109,9 +110,14 @@ int main(void) {
   }
   snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus", src_root());
   replay_kept(dir);
-  printf("%d inputs replayed through the fuzz target\n", replayed);
+  printf("%d inputs replayed through the fuzz target: %lu verified programs run, %lu of them also by the JIT "
+         "and compared\n", replayed, fuzz_runs, fuzz_jit_runs);
   CHECK(replayed > 0);
+  CHECK(fuzz_runs > 0);
+  /* the JIT compiles what verifies; a few constructs may be left to the interpreter */
+  if (ms_bpf_jit_supported()) CHECKF(fuzz_jit_runs * 10 >= fuzz_runs * 9, "%lu of %lu", fuzz_jit_runs, fuzz_runs);
   ms_bpf_helpers_free(fuzz_helpers);
-  for (size_t i = 0; i < FUZZ_N_MAPS; i++) ms_bpf_map_free(fuzz_fixed[i]);
+  for (int s = 0; s < 2; s++)
+    for (size_t i = 0; i < FUZZ_N_MAPS; i++) ms_bpf_map_free(fuzz_fixed_sets[s][i]);
   TEST_MAIN_END();
 }

@@ -11,7 +11,10 @@
  *  (c) as a recipe for a well-formed program (see try_generated), verified
  *      and run the same two ways.
  * Whatever verifies is run by the interpreter — on a context of fuzz bytes,
- * or on a buffer — with its maps bound. The interpreter checks every access
+ * or on a buffer — with its maps bound; where the host has the x86-64 JIT,
+ * it is also compiled and run natively from the same starting state (a twin
+ * set of maps, a fresh copy of the buffer), and the two runs must agree on
+ * the return code, r0 and every byte of the buffer. The interpreter checks every access
  * at run time; a verified program that faults, overruns its budget, calls an
  * unknown helper or hands a helper a bad map or record is a verifier
  * soundness bug, and the target abort()s with the verifier's and the run's
@@ -30,6 +33,7 @@
 #include <string.h>
 
 #include "megascope/bpf.h"
+#include "megascope/bpf_jit.h"
 #include "megascope/hook.h"
 #include "megascope/verifier.h"
 
@@ -42,11 +46,18 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
 static struct ms_bpf_helpers *fuzz_helpers;
 static unsigned long fuzz_runs; /* verified programs run (for drivers that report it) */
+static unsigned long fuzz_jit_runs; /* of those, also run by the JIT and compared */
 static char fuzz_vlog[FUZZ_LOG], fuzz_rlog[4096];
 static struct ms_verify_stats fuzz_st; /* of the last verification */
 
 static uint64_t fuzz_log2(struct ms_bpf_exec *x, uint64_t v, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5) {
   return v ? 63 - (uint64_t)__builtin_clzll(v) : 0;
+}
+
+/* A clock that reads the same in every run, so the JIT's run and the
+ * interpreter's can be compared exactly. */
+static uint64_t fuzz_ktime(struct ms_bpf_exec *x, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5) {
+  return 1000003;
 }
 
 static const struct ms_bpf_helpers *fuzz_helpers_get(void) {
@@ -55,7 +66,8 @@ static const struct ms_bpf_helpers *fuzz_helpers_get(void) {
   if (!fuzz_helpers) {
     fuzz_helpers = ms_bpf_helpers_new();
     if (!fuzz_helpers || ms_bpf_helpers_add_std(fuzz_helpers) ||
-        ms_bpf_helpers_set(fuzz_helpers, &log2_proto, fuzz_log2))
+        ms_bpf_helpers_set(fuzz_helpers, &log2_proto, fuzz_log2) ||
+        ms_bpf_helpers_set(fuzz_helpers, ms_bpf_helper_proto_std(MS_BPF_FN_KTIME_GET_NS), fuzz_ktime))
       abort();
   }
   return fuzz_helpers;
@@ -79,8 +91,10 @@ static uint64_t map_bytes(const struct ms_bpf_map_def *d) {
 }
 
 /* The maps of raw and generated programs, made once (memfd maps are costly
- * to make) and emptied before each run. */
-static struct ms_bpf_map *fuzz_fixed[FUZZ_N_MAPS];
+ * to make) and emptied before each run: set 0 for the interpreter, set 1 for
+ * the JIT. Both see the same operations, so their ring buffers fill alike. */
+static struct ms_bpf_map *fuzz_fixed_sets[2][FUZZ_N_MAPS];
+#define fuzz_fixed fuzz_fixed_sets[0]
 
 static int uses_fixed_maps(const struct ms_bpf_prog *p) {
   if (ms_bpf_prog_map_count(p) != FUZZ_N_MAPS) return 0;
@@ -91,18 +105,19 @@ static int uses_fixed_maps(const struct ms_bpf_prog *p) {
 
 /* Binds a map to each of prog's map indices; 0 when one cannot be made (too
  * big, or refused): the program is then not run. */
-static int bind_maps(const struct ms_bpf_prog *p, struct ms_bpf_map **maps) {
+static int bind_maps(const struct ms_bpf_prog *p, struct ms_bpf_map **maps, int set) {
   size_t n = ms_bpf_prog_map_count(p);
+  struct ms_bpf_map **fixed = fuzz_fixed_sets[set];
   memset(maps, 0, MS_BPF_MAX_MAPS * sizeof *maps);
   if (uses_fixed_maps(p)) {
     for (size_t i = 0; i < FUZZ_N_MAPS; i++) {
-      if (!fuzz_fixed[i] && !(fuzz_fixed[i] = ms_bpf_map_new(&fuzz_maps[i], 1, NULL))) return 0;
-      if (fuzz_maps[i].type != MS_BPF_MAP_RINGBUF) ms_bpf_map_clear(fuzz_fixed[i]);
+      if (!fixed[i] && !(fixed[i] = ms_bpf_map_new(&fuzz_maps[i], 1, NULL))) return 0;
+      if (fuzz_maps[i].type != MS_BPF_MAP_RINGBUF) ms_bpf_map_clear(fixed[i]);
       if (fuzz_maps[i].type == MS_BPF_MAP_HASH) { /* key 0 present, so lookups of it succeed */
         uint64_t zero = 0;
-        ms_bpf_map_update(fuzz_fixed[i], &zero, &zero, MS_BPF_ANY, 0);
+        ms_bpf_map_update(fixed[i], &zero, &zero, MS_BPF_ANY, 0);
       }
-      maps[i] = fuzz_fixed[i];
+      maps[i] = fixed[i];
     }
     return 1;
   }
@@ -113,9 +128,9 @@ static int bind_maps(const struct ms_bpf_prog *p, struct ms_bpf_map **maps) {
   return 1;
 }
 
-static void unbind_maps(struct ms_bpf_map **maps) {
+static void unbind_maps(struct ms_bpf_map **maps, int set) {
   for (size_t i = 0; i < MS_BPF_MAX_MAPS; i++)
-    if (i >= FUZZ_N_MAPS || maps[i] != fuzz_fixed[i]) ms_bpf_map_free(maps[i]);
+    if (i >= FUZZ_N_MAPS || maps[i] != fuzz_fixed_sets[set][i]) ms_bpf_map_free(maps[i]);
 }
 
 /* A verified program failed at run time: the verifier let through what it
@@ -126,12 +141,53 @@ static void soundness_bug(const char *what, int rc) {
   abort();
 }
 
+/* The options of the last verification, for the JIT to verify with. */
+static struct ms_verify_opts fuzz_vo;
+
+/* Runs a verified program natively, from the state the interpreter started
+ * in (maps of set 1, mem0 copied), and requires the interpreter's outcome. */
+static void run_jit(const struct ms_bpf_prog *p, const struct ms_bpf_run_opts *iro, const void *mem0,
+                    uint32_t mem_size, uint64_t r0, const void *mem_after, const char *what) {
+  struct ms_bpf_map *maps[MS_BPF_MAX_MAPS];
+  uint64_t *mem = NULL;
+  struct ms_bpf_jit *j = NULL;
+  if (!bind_maps(p, maps, 1)) goto out;
+  struct ms_bpf_jit_opts jo = {.sz = sizeof jo, .verify = &fuzz_vo, .helpers = fuzz_helpers_get(), .maps = maps,
+                               .n_maps = ms_bpf_prog_map_count(p)};
+  if (!(j = ms_bpf_jit_new(p, &jo))) goto out; /* a construct the JIT leaves to the interpreter */
+  struct ms_bpf_run_opts ro = *iro;
+  ro.maps = maps;
+  if (iro->mem) {
+    if (!(mem = malloc(mem_size + 8))) goto out;
+    memcpy(mem, mem0, mem_size);
+    ro.mem = mem;
+  }
+  struct ms_textbuf rlog = {fuzz_rlog, sizeof fuzz_rlog, 0, 0};
+  ro.log = &rlog;
+  struct ms_bpf_run_result res;
+  int rc = ms_bpf_jit_run(j, &ro, &res);
+  fuzz_jit_runs++;
+  if (rc || res.r0 != r0 || (mem && memcmp(mem, mem_after, mem_size))) {
+    fprintf(stderr, "fuzz_bpf: %s: the JIT disagrees with the interpreter: rc %d, r0 0x%llx (interpreter 0x%llx)%s\n"
+            "--- run log:\n%s\n", what, rc, (unsigned long long)res.r0, (unsigned long long)r0,
+            mem && memcmp(mem, mem_after, mem_size) ? ", the buffer differs" : "", fuzz_rlog);
+    abort();
+  }
+out:
+  ms_bpf_jit_free(j);
+  free(mem);
+  unbind_maps(maps, 1);
+}
+
 /* Runs a verified program: on a context of fuzz bytes (hook programs) or
- * with r1 = mem, r2 = mem_size (raw programs; mem NULL when mem_size is 0). */
+ * with r1 = mem, r2 = mem_size (raw programs; mem NULL when mem_size is 0);
+ * then the same through the JIT. */
 static void run_verified(const struct ms_bpf_prog *p, const uint8_t *data, size_t size, int raw, void *mem,
                          uint32_t mem_size, const char *what) {
   struct ms_bpf_map *maps[MS_BPF_MAX_MAPS];
-  if (bind_maps(p, maps)) {
+  void *mem0 = mem ? malloc(mem_size + 8) : NULL;
+  if (mem0) memcpy(mem0, mem, mem_size);
+  if ((!mem || mem0) && bind_maps(p, maps, 0)) {
     uint64_t ctx[sizeof(struct ms_hook_ctx) / 8] = {0};
     memcpy(ctx, data, size < sizeof ctx ? size : sizeof ctx);
     struct ms_textbuf rlog = {fuzz_rlog, sizeof fuzz_rlog, 0, 0};
@@ -152,14 +208,17 @@ static void run_verified(const struct ms_bpf_prog *p, const uint8_t *data, size_
                (long long)fuzz_st.r0_smin, (long long)fuzz_st.r0_smax);
       soundness_bug(what, 0);
     }
+    unbind_maps(maps, 0);
+    if (ms_bpf_jit_supported()) run_jit(p, &ro, mem0, mem_size, res.r0, mem, what);
   }
-  unbind_maps(maps);
+  free(mem0);
 }
 
 static int verify(const struct ms_bpf_prog *p, int kind, int type, int hook, uint32_t mem_size) {
   struct ms_textbuf log = {fuzz_vlog, sizeof fuzz_vlog, 0, 0};
   struct ms_verify_opts o = {.sz = sizeof o, .kind = kind, .prog_type = type, .hook = hook, .mem_size = mem_size,
                              .helpers = fuzz_helpers_get(), .insn_limit = FUZZ_INSN_LIMIT};
+  fuzz_vo = o;
   fuzz_vlog[0] = 0;
   int rc = ms_bpf_verify(p, &o, &log, &fuzz_st);
   if (rc != 0 && rc != -MS_E_VERIFY && rc != -ENOMEM) {

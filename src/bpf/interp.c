@@ -99,7 +99,8 @@ static void add_region(struct ms_bpf_exec *x, uintptr_t base, uint64_t len, int 
 }
 
 void ms_bpf_exec_setup(struct ms_bpf_exec *x, const struct ms_bpf_prog *prog,
-                       const struct ms_bpf_run_opts *o, uint8_t *stack, size_t stack_size) {
+                       const struct ms_bpf_run_opts *o, uint8_t *stack, size_t stack_size,
+                       const struct ms_bpf_region *map_regions, size_t n_map_regions) {
   static const struct ms_bpf_env default_env = {0};
   x->prog = prog;
   x->opts = o;
@@ -110,7 +111,11 @@ void ms_bpf_exec_setup(struct ms_bpf_exec *x, const struct ms_bpf_prog *prog,
   add_region(x, (uintptr_t)stack, stack_size, 1);
   add_region(x, (uintptr_t)o->ctx, o->ctx_size, 0);
   add_region(x, (uintptr_t)o->mem, o->mem_size, 1);
-  for (size_t i = 0; i < o->n_maps; i++) {
+  if (map_regions) {
+    memcpy(&x->regions[x->n_regions], map_regions, n_map_regions * sizeof *map_regions);
+    x->n_regions += n_map_regions;
+  }
+  for (size_t i = 0; !map_regions && i < o->n_maps; i++) {
     if (!o->maps[i]) continue;
     struct ms_bpf_region r;
     ms_bpf_map_region(o->maps[i], &r);
@@ -393,7 +398,7 @@ int ms_bpf_run(const struct ms_bpf_prog *prog, const struct ms_bpf_run_opts *opt
   if (o.n_maps > MS_BPF_MAX_MAPS || (o.n_maps && !o.maps)) return -EINVAL;
 
   struct vm vm;
-  ms_bpf_exec_setup(&vm.x, prog, &o, vm.stack, sizeof vm.stack);
+  ms_bpf_exec_setup(&vm.x, prog, &o, vm.stack, sizeof vm.stack, NULL, 0);
   vm.depth = 0;
   vm.count = 0;
   vm.budget = o.insn_budget ? o.insn_budget : MS_BPF_DEFAULT_BUDGET;

@@ -63,6 +63,8 @@ struct ms_bpf_jit {
   const struct ms_bpf_helpers *helpers;
   struct ms_bpf_map *maps[MS_BPF_MAX_MAPS];
   size_t n_maps;
+  struct ms_bpf_region regions[MS_BPF_MAX_MAPS]; /* the maps' value regions, for helpers' checks */
+  size_t n_regions;
   int kind;          /* enum ms_verify_kind */
   uint32_t mem_size; /* RAW_MEM: the verified buffer size */
   void *code;
@@ -704,7 +706,12 @@ struct ms_bpf_jit *ms_bpf_jit_new(const struct ms_bpf_prog *prog, const struct m
   j->prog = prog;
   j->helpers = o.helpers;
   j->n_maps = o.n_maps;
-  for (size_t i = 0; i < o.n_maps; i++) j->maps[i] = o.maps[i];
+  for (size_t i = 0; i < o.n_maps; i++) {
+    j->maps[i] = o.maps[i];
+    struct ms_bpf_region r = {0};
+    if (o.maps[i]) ms_bpf_map_region(o.maps[i], &r);
+    if (r.base && r.len) j->regions[j->n_regions++] = r;
+  }
   j->kind = vo.kind;
   j->mem_size = vo.mem_size;
   if ((rc = compile(j, o.log))) {
@@ -744,7 +751,7 @@ int ms_bpf_jit_run(const struct ms_bpf_jit *j, const struct ms_bpf_run_opts *opt
   }
   _Alignas(16) uint8_t stack[MS_BPF_MAX_CALL_DEPTH * MS_BPF_STACK_SIZE];
   struct jit_state st;
-  ms_bpf_exec_setup(&st.x, j->prog, &o, stack, sizeof stack);
+  ms_bpf_exec_setup(&st.x, j->prog, &o, stack, sizeof stack, j->regions, j->n_regions);
   st.budget = o.insn_budget ? o.insn_budget : MS_BPF_DEFAULT_BUDGET;
   st.err = 0;
   st.insn = -1;

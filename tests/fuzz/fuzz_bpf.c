@@ -184,9 +184,11 @@ out:
  * then the same through the JIT. */
 static void run_verified(const struct ms_bpf_prog *p, const uint8_t *data, size_t size, int raw, void *mem,
                          uint32_t mem_size, const char *what) {
-  struct ms_bpf_map *maps[MS_BPF_MAX_MAPS];
+  struct ms_bpf_map *maps[MS_BPF_MAX_MAPS] = {0};
   void *mem0 = mem ? malloc(mem_size + 8) : NULL;
   if (mem0) memcpy(mem0, mem, mem_size);
+  int ran = 0;
+  uint64_t r0 = 0;
   if ((!mem || mem0) && bind_maps(p, maps, 0)) {
     uint64_t ctx[sizeof(struct ms_hook_ctx) / 8] = {0};
     memcpy(ctx, data, size < sizeof ctx ? size : sizeof ctx);
@@ -208,8 +210,18 @@ static void run_verified(const struct ms_bpf_prog *p, const uint8_t *data, size_
                (long long)fuzz_st.r0_smin, (long long)fuzz_st.r0_smax);
       soundness_bug(what, 0);
     }
-    unbind_maps(maps, 0);
-    if (ms_bpf_jit_supported()) run_jit(p, &ro, mem0, mem_size, res.r0, mem, what);
+    ran = 1;
+    r0 = res.r0;
+  }
+  unbind_maps(maps, 0); /* also what a failed bind made */
+  if (ran && ms_bpf_jit_supported()) {
+    struct ms_bpf_run_opts ro = {.sz = sizeof ro, .helpers = fuzz_helpers_get(), .n_maps = ms_bpf_prog_map_count(p),
+                                 .insn_budget = 2 * FUZZ_INSN_LIMIT + 16};
+    uint64_t ctx[sizeof(struct ms_hook_ctx) / 8] = {0};
+    memcpy(ctx, data, size < sizeof ctx ? size : sizeof ctx);
+    if (raw) ro.mem = mem, ro.mem_size = mem ? mem_size : 0;
+    else ro.ctx = ctx, ro.ctx_size = sizeof ctx;
+    run_jit(p, &ro, mem0, mem_size, r0, mem, what);
   }
   free(mem0);
 }

@@ -9,7 +9,7 @@
  * verifier cannot know stays checked at run time, as in the interpreter:
  * division by zero and INT_MIN / -1 give the RFC 9669 results, a helper that
  * aborts stops the run, ring buffer records left reserved are discarded, and
- * a budget bounds taken backward jumps and calls (defence in depth; the
+ * a budget bounds backward jumps (taken or not) and calls (defence in depth; the
  * verifier already bounds every loop).
  *
  * Helpers and maps are bound when the program is compiled: helper addresses
@@ -59,8 +59,10 @@ void ms_bpf_jit_free(struct ms_bpf_jit *j);
 
 /* Runs the compiled program. opts as for ms_bpf_run, with helpers and maps the
  * same as at compile time (else -EINVAL); a RAW_MEM program needs mem_size at
- * least the verified size, a hook program a context of at least the hook
- * context's size. insn_budget bounds taken backward jumps and calls.
+ * least the verified size, a hook program a context (the hook context).
+ * insn_budget bounds backward jumps (each one executed, taken or not) and
+ * local calls; each is an executed instruction, so a budget the interpreter
+ * does not exhaust is not exhausted here either.
  * 0, or: -MS_E_LIMIT budget exhausted, -EINVAL a helper's refusal or a
  * program that exited holding ring buffer records, or what a helper aborted
  * with. res->insns is 0: the JIT does not count instructions. */

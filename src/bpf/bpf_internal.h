@@ -77,6 +77,12 @@ void ms_bpf_exec_setup(struct ms_bpf_exec *x, const struct ms_bpf_prog *prog,
 /* Discards the ring buffer records a run left reserved; returns how many. */
 size_t ms_bpf_exec_release(struct ms_bpf_exec *x);
 
+/* The atomic read-modify-write of STX|ATOMIC imm on the 4- or 8-byte word at
+ * p (seq_cst): returns the old value (32-bit forms zero-extended); cmpxchg
+ * compares with *r0 and leaves the old value there. (interp.c, for the
+ * interpreter and the JIT) */
+uint64_t ms_bpf_atomic_rmw(void *p, int is64, int32_t imm, uint64_t src, uint64_t *r0);
+
 /* Ring buffer records of a run (interp.c). */
 int ms_bpf_exec_record_add(struct ms_bpf_exec *x, struct ms_bpf_map *map, void *rec);
 /* Removes rec from the run's records and returns its map, or NULL if rec is

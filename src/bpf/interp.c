@@ -215,7 +215,33 @@ static int do_st(struct vm *vm, const struct ms_bpf_insn *in, uint64_t v) {
 }
 
 /* Linux's atomics are fully ordered for the fetch forms; seq_cst for all keeps
- * one rule and costs nothing that matters in an interpreter. */
+ * one rule and costs nothing that matters here. */
+uint64_t ms_bpf_atomic_rmw(void *p, int is64, int32_t imm, uint64_t src, uint64_t *r0) {
+  int op = imm & ~MS_BPF_FETCH;
+  if (is64) {
+    uint64_t *q = p, old = *r0;
+    if (imm == MS_BPF_CMPXCHG) {
+      __atomic_compare_exchange_n(q, &old, src, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+      return *r0 = old;
+    }
+    return imm == MS_BPF_XCHG ? __atomic_exchange_n(q, src, __ATOMIC_SEQ_CST)
+           : op == MS_BPF_ADD ? __atomic_fetch_add(q, src, __ATOMIC_SEQ_CST)
+           : op == MS_BPF_OR  ? __atomic_fetch_or(q, src, __ATOMIC_SEQ_CST)
+           : op == MS_BPF_AND ? __atomic_fetch_and(q, src, __ATOMIC_SEQ_CST)
+                              : __atomic_fetch_xor(q, src, __ATOMIC_SEQ_CST);
+  }
+  uint32_t *q = p, s = (uint32_t)src, old = (uint32_t)*r0;
+  if (imm == MS_BPF_CMPXCHG) {
+    __atomic_compare_exchange_n(q, &old, s, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    return *r0 = old;
+  }
+  return imm == MS_BPF_XCHG ? __atomic_exchange_n(q, s, __ATOMIC_SEQ_CST)
+         : op == MS_BPF_ADD ? __atomic_fetch_add(q, s, __ATOMIC_SEQ_CST)
+         : op == MS_BPF_OR  ? __atomic_fetch_or(q, s, __ATOMIC_SEQ_CST)
+         : op == MS_BPF_AND ? __atomic_fetch_and(q, s, __ATOMIC_SEQ_CST)
+                            : __atomic_fetch_xor(q, s, __ATOMIC_SEQ_CST);
+}
+
 static int do_atomic(struct vm *vm, const struct ms_bpf_insn *in) {
   unsigned size = MS_BPF_SIZE(in->code) == MS_BPF_DW ? 8 : 4;
   uint64_t addr = vm->reg[in->dst_reg] + (uint64_t)(int64_t)in->off;
@@ -223,41 +249,8 @@ static int do_atomic(struct vm *vm, const struct ms_bpf_insn *in) {
   if (!p) return bad_access(vm, "atomic access", addr, size);
   if (addr % size) return stop(vm, -EFAULT, "misaligned %u-byte atomic at 0x%llx", size,
                                (unsigned long long)addr);
-  uint64_t *src = &vm->reg[in->src_reg], old;
-  int op = in->imm & ~MS_BPF_FETCH;
-  if (size == 8) {
-    uint64_t *q = p, s = *src;
-    switch (in->imm) {
-    case MS_BPF_XCHG: old = __atomic_exchange_n(q, s, __ATOMIC_SEQ_CST); break;
-    case MS_BPF_CMPXCHG:
-      old = vm->reg[0];
-      __atomic_compare_exchange_n(q, &old, s, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-      vm->reg[0] = old;
-      return 0;
-    default:
-      old = op == MS_BPF_ADD ? __atomic_fetch_add(q, s, __ATOMIC_SEQ_CST)
-            : op == MS_BPF_OR ? __atomic_fetch_or(q, s, __ATOMIC_SEQ_CST)
-            : op == MS_BPF_AND ? __atomic_fetch_and(q, s, __ATOMIC_SEQ_CST)
-            : __atomic_fetch_xor(q, s, __ATOMIC_SEQ_CST);
-    }
-  } else {
-    uint32_t *q = p, s = (uint32_t)*src, o32;
-    switch (in->imm) {
-    case MS_BPF_XCHG: o32 = __atomic_exchange_n(q, s, __ATOMIC_SEQ_CST); break;
-    case MS_BPF_CMPXCHG:
-      o32 = (uint32_t)vm->reg[0];
-      __atomic_compare_exchange_n(q, &o32, s, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-      vm->reg[0] = o32;
-      return 0;
-    default:
-      o32 = op == MS_BPF_ADD ? __atomic_fetch_add(q, s, __ATOMIC_SEQ_CST)
-            : op == MS_BPF_OR ? __atomic_fetch_or(q, s, __ATOMIC_SEQ_CST)
-            : op == MS_BPF_AND ? __atomic_fetch_and(q, s, __ATOMIC_SEQ_CST)
-            : __atomic_fetch_xor(q, s, __ATOMIC_SEQ_CST);
-    }
-    old = o32;
-  }
-  if (in->imm & MS_BPF_FETCH) *src = old;
+  uint64_t old = ms_bpf_atomic_rmw(p, size == 8, in->imm, vm->reg[in->src_reg], &vm->reg[0]);
+  if (in->imm != MS_BPF_CMPXCHG && (in->imm & MS_BPF_FETCH)) vm->reg[in->src_reg] = old;
   return 0;
 }
 

@@ -246,36 +246,14 @@ static uint64_t slow_alu(uint64_t d, uint64_t s, uint64_t word) {
   return ms_bpf_alu32(op, in.off, in.imm, MS_BPF_SRC(in.code) == MS_BPF_X, d, s);
 }
 
-/* The atomics the code does not inline. Returns the register's new value:
- * r0 for cmpxchg, src for the fetch forms (ignored for the others). */
+/* The atomics the code does not inline, through the interpreter's own. Returns
+ * the register's new value: r0 for cmpxchg, src for the fetch forms (ignored
+ * for the others). */
 static uint64_t slow_atomic(uint64_t addr, uint64_t src, uint64_t word, uint64_t r0) {
   struct ms_bpf_insn in;
   memcpy(&in, &word, sizeof in);
-  int op = in.imm & ~MS_BPF_FETCH;
-  if (MS_BPF_SIZE(in.code) == MS_BPF_DW) {
-    uint64_t *q = (uint64_t *)(uintptr_t)addr, old;
-    if (in.imm == MS_BPF_CMPXCHG) {
-      __atomic_compare_exchange_n(q, &r0, src, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-      return r0;
-    }
-    old = in.imm == MS_BPF_XCHG ? __atomic_exchange_n(q, src, __ATOMIC_SEQ_CST)
-          : op == MS_BPF_ADD ? __atomic_fetch_add(q, src, __ATOMIC_SEQ_CST)
-          : op == MS_BPF_OR ? __atomic_fetch_or(q, src, __ATOMIC_SEQ_CST)
-          : op == MS_BPF_AND ? __atomic_fetch_and(q, src, __ATOMIC_SEQ_CST)
-          : __atomic_fetch_xor(q, src, __ATOMIC_SEQ_CST);
-    return old;
-  }
-  uint32_t *q = (uint32_t *)(uintptr_t)addr, s = (uint32_t)src, o = (uint32_t)r0;
-  if (in.imm == MS_BPF_CMPXCHG) {
-    __atomic_compare_exchange_n(q, &o, s, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return o;
-  }
-  o = in.imm == MS_BPF_XCHG ? __atomic_exchange_n(q, s, __ATOMIC_SEQ_CST)
-      : op == MS_BPF_ADD ? __atomic_fetch_add(q, s, __ATOMIC_SEQ_CST)
-      : op == MS_BPF_OR ? __atomic_fetch_or(q, s, __ATOMIC_SEQ_CST)
-      : op == MS_BPF_AND ? __atomic_fetch_and(q, s, __ATOMIC_SEQ_CST)
-      : __atomic_fetch_xor(q, s, __ATOMIC_SEQ_CST);
-  return o;
+  uint64_t old = ms_bpf_atomic_rmw((void *)(uintptr_t)addr, MS_BPF_SIZE(in.code) == MS_BPF_DW, in.imm, src, &r0);
+  return in.imm == MS_BPF_CMPXCHG ? r0 : old;
 }
 
 /* The caller-saved registers that hold BPF registers (r0-r5). Six pushes keep

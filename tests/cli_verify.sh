@@ -54,6 +54,22 @@ if command -v python3 >/dev/null 2>&1; then
 fi
 expect 0 "section megascope/observe/step" verify "$tmp/request_rb.o" --section megascope/observe/step
 expect 2 "no program in section 'megascope/observe/comm'" verify "$tmp/request_rb.o" --section megascope/observe/comm
+expect 2 "needs a directory" verify "$tmp/request_rb.o" --jit-dump
+
+# --jit-dump: each verified program's x86-64 code, in a file objdump reads
+if [ "$(uname -m)" = x86_64 ]; then
+  mkdir "$tmp/jit"
+  expect 0 "^jit: [0-9]* bytes of x86-64 code in $tmp/jit/" verify "$tmp/hist_class.o" --jit-dump "$tmp/jit"
+  n=$(find "$tmp/jit" -name '*.bin' -size +0 | wc -l)
+  if [ "$n" -ge 1 ]; then ok; else bad "--jit-dump wrote no code"; fi
+  if command -v objdump >/dev/null 2>&1; then
+    f=$(find "$tmp/jit" -name '*.bin' | head -1)
+    # the entry saves the callee-saved registers it uses, and the code returns
+    if objdump -D -b binary -m i386:x86-64 "$f" | grep -q "push   %rbp" &&
+       objdump -D -b binary -m i386:x86-64 "$f" | grep -q "ret"; then ok; else bad "objdump of $f"; fi
+  fi
+  expect 1 "no such file\|No such file" verify "$tmp/hist_class.o" --jit-dump "$tmp/none/deeper"
+fi
 
 if build bad "$SRC/tests/data/verifier/bad_monitors.bpf.c"; then
   expect 1 "program end_on_begin rejected: insn 1: .*hook task_begin does not define field t_end" verify "$tmp/bad.o"

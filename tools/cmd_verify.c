@@ -1,10 +1,12 @@
 /* SPDX-License-Identifier: MIT */
-/* `megascope verify PROG.o [-v] [--json] [--section S]`: verifies every program
+/* `megascope verify PROG.o [-v] [--json] [--section S] [--jit-dump DIR]`: verifies every program
  * of a clang -target bpf object (or the one in section S) against the hook
  * its section names, with the standard helpers and megascope's own (log2),
  * and prints the verifier's log: the stats line always, the instruction trace
  * with -v, the rejected instruction and why. The object's declared hook ABI
- * version must not be newer than this build's.
+ * version must not be newer than this build's. With --jit-dump, each verified
+ * program is also compiled by the x86-64 JIT (against maps made from the
+ * object's definitions) and its native code written to DIR/<program>.bin.
  * Exit codes: 0 every program verified, 1 one was rejected, 2 usage errors
  * and objects that cannot be read. */
 #include <errno.h>
@@ -14,6 +16,7 @@
 
 #include "cli.h"
 #include "megascope/bpf.h"
+#include "megascope/bpf_jit.h"
 #include "megascope/hook.h"
 #include "megascope/json.h"
 #include "megascope/verifier.h"
@@ -22,7 +25,7 @@
 #define LOG_VERBOSE (16u << 20)
 
 static const char verify_usage[] =
-    "usage: megascope verify PROG.o [-v] [--json] [--section S]\n"
+    "usage: megascope verify PROG.o [-v] [--json] [--section S] [--jit-dump DIR]\n"
     "Verifies each program of a clang -target bpf object against the hook its section\n"
     "names (megascope/<observe|sched_hint>/<hook>): context reads only of fields the hook\n"
     "defines, stack and map value accesses in bounds and initialised, NULL checks after\n"
@@ -31,10 +34,13 @@ static const char verify_usage[] =
     "  -v, --verbose  the full instruction trace\n"
     "  --json         one JSON object per program, in an array\n"
     "  --section S    only the program in section S\n"
+    "  --jit-dump DIR also compile each verified program with the x86-64 JIT and write\n"
+    "                 its native code to DIR/<program>.bin (for objdump -D -b binary\n"
+    "                 -m i386:x86-64); the code's map addresses are of maps made here\n"
     "Exit: 0 all verified, 1 a program was rejected, 2 usage or an unreadable object.\n";
 
 struct verify_args {
-  const char *path, *section;
+  const char *path, *section, *jit_dir;
   int verbose, json;
 };
 
@@ -56,6 +62,9 @@ static int parse_args(int argc, char **argv, struct verify_args *a) {
       a->verbose = 1;
     } else if (!strcmp(s, "--json")) {
       a->json = 1;
+    } else if (!strcmp(s, "--jit-dump")) {
+      if (++i == argc) return usage_error("%s needs a directory", s);
+      a->jit_dir = argv[i];
     } else if (!strcmp(s, "--section")) {
       if (++i == argc) return usage_error("%s needs a section name", s);
       a->section = argv[i];
@@ -105,6 +114,8 @@ static void last_reason(const char *log, char *out, size_t size) {
 struct result {
   const struct ms_bpf_prog *prog;
   int type, hook, rc;
+  size_t jit_bytes; /* --jit-dump: native code written (0: none) */
+  char jit_path[4096];
   struct ms_verify_stats st;
   char *log;
   char reason[512];
@@ -136,6 +147,7 @@ static void print_text(const struct result *r, size_t n, const char *path) {
     if (r[i].rc)
       fprintf(stderr, "megascope verify: %s: program %s rejected: %s\n", path, ms_bpf_prog_name(r[i].prog),
               r[i].reason);
+    if (r[i].jit_bytes) printf("jit: %zu bytes of x86-64 code in %s\n", r[i].jit_bytes, r[i].jit_path);
   }
 }
 
@@ -163,12 +175,57 @@ static void print_json(const struct result *r, size_t n, const char *path, int w
     ms_json_kuint(&j, "total_states", r[i].st.total_states);
     ms_json_kuint(&j, "peak_states", r[i].st.peak_states);
     ms_json_kuint(&j, "time_us", r[i].st.time_us);
+    if (r[i].jit_bytes) {
+      ms_json_kuint(&j, "jit_bytes", r[i].jit_bytes);
+      ms_json_kstr(&j, "jit_file", r[i].jit_path);
+    }
     if (with_log) ms_json_kstr(&j, "log", r[i].log ? r[i].log : "");
     ms_json_obj_end(&j);
   }
   ms_json_arr_end(&j);
   ms_json_obj_end(&j);
   ms_json_end(&j);
+}
+
+/* Compiles a verified program with the JIT, bound to maps made from the
+ * object's definitions, and writes its code to dir/<name>.bin. 0, or 1 with
+ * the reason on stderr. */
+static int jit_dump(const struct ms_bpf_object *obj, const struct ms_bpf_helpers *h, uint32_t abi,
+                    const char *dir, struct result *r) {
+  char logbuf[4400] = "";
+  struct ms_textbuf tb = {logbuf, sizeof logbuf, 0, 0};
+  struct ms_bpf_map *maps[MS_BPF_MAX_MAPS] = {0};
+  size_t nm = ms_bpf_object_map_count(obj);
+  struct ms_bpf_jit *j = NULL;
+  int rc = 1;
+  for (size_t i = 0; i < nm && i < MS_BPF_MAX_MAPS; i++)
+    if (!(maps[i] = ms_bpf_map_new(ms_bpf_object_map(obj, i), 1, &tb))) goto out;
+  struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = r->type, .hook = r->hook,
+                              .helpers = h, .abi_version = abi};
+  struct ms_bpf_jit_opts jo = {.sz = sizeof jo, .verify = &vo, .helpers = h, .maps = maps, .n_maps = nm,
+                               .log = &tb};
+  if (!(j = ms_bpf_jit_new(r->prog, &jo))) {
+    snprintf(logbuf, sizeof logbuf, "%s", ms_strerror(errno));
+    goto out;
+  }
+  snprintf(r->jit_path, sizeof r->jit_path, "%s/%s.bin", dir, ms_bpf_prog_name(r->prog));
+  FILE *f = fopen(r->jit_path, "wb");
+  size_t n = ms_bpf_jit_code_size(j);
+  if (!f || fwrite(ms_bpf_jit_code(j), 1, n, f) != n) {
+    snprintf(logbuf, sizeof logbuf, "%s: %s", r->jit_path, strerror(errno));
+    if (f) fclose(f);
+    goto out;
+  }
+  if (fclose(f)) goto out;
+  r->jit_bytes = n;
+  rc = 0;
+out:
+  if (rc)
+    fprintf(stderr, "megascope verify: program %s: the JIT did not compile it: %s\n", ms_bpf_prog_name(r->prog),
+            logbuf);
+  ms_bpf_jit_free(j);
+  for (size_t i = 0; i < nm && i < MS_BPF_MAX_MAPS; i++) ms_bpf_map_free(maps[i]);
+  return rc;
 }
 
 /* Opens the object and picks its programs; 0 or an exit code. */
@@ -219,6 +276,7 @@ int cmd_verify(int argc, char **argv) {
     if (a.section && strcmp(ms_bpf_prog_section(p), a.section)) continue;
     verify_one(p, h, abi, &a, &res[k]);
     if (res[k].rc) rc = 1;
+    else if (a.jit_dir && jit_dump(obj, h, abi, a.jit_dir, &res[k])) rc = 1;
     k++;
   }
   if (a.json) print_json(res, k, a.path, a.verbose);

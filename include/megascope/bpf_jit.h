@@ -71,6 +71,9 @@ int ms_bpf_jit_run(const struct ms_bpf_jit *j, const struct ms_bpf_run_opts *opt
 
 /* Bytes of native code, and the program it came from. */
 size_t ms_bpf_jit_code_size(const struct ms_bpf_jit *j);
+/* The native code itself (read-only), for inspection: `objdump -D -b binary
+ * -m i386:x86-64` disassembles it. */
+const void *ms_bpf_jit_code(const struct ms_bpf_jit *j);
 const struct ms_bpf_prog *ms_bpf_jit_prog(const struct ms_bpf_jit *j);
 
 #ifdef __cplusplus

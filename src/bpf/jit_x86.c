@@ -701,6 +701,7 @@ struct ms_bpf_jit *ms_bpf_jit_new(const struct ms_bpf_prog *prog, const struct m
 }
 
 size_t ms_bpf_jit_code_size(const struct ms_bpf_jit *j) { return j ? j->code_size : 0; }
+const void *ms_bpf_jit_code(const struct ms_bpf_jit *j) { return j ? j->code : NULL; }
 const struct ms_bpf_prog *ms_bpf_jit_prog(const struct ms_bpf_jit *j) { return j ? j->prog : NULL; }
 
 /* The run must hand the code what it was compiled and verified for. */

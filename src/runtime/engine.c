@@ -19,7 +19,12 @@
  * trigger; a consumer's acquire load of the counter (or its acquire pop of a JIT
  * task pushed after the firing fetch_add) makes them visible. The step's
  * metadata is published by the release store of step_seq. Hazards across steps
- * cannot occur: the next step starts only after the end-of-step event.
+ * cannot occur: the next step starts only after the end-of-step event. Hooks
+ * are the exception: task_ready, task_assign and dep_release fire after the
+ * trigger that released their task, so they can overlap the next step's start.
+ * They report the step their worker runs (worker.step, not cur_step) and read a
+ * row's request from copies of the layout under a seqlock (hook_rows, written by
+ * publish_hook_rows, read by ctx_row in hooksite.h).
  *
  * Sleeping. Waiters spin, then yield, then sleep on `progress`, a futex word
  * bumped after every event fire; `sleepers` is raised before the waiter reads
@@ -136,7 +141,7 @@ static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) 
     uint32_t depth = jit_depth(q);
     if (assign) fire_task_hook(w, MS_HOOK_TASK_ASSIGN, rt, t, gen, -1, depth);
     if (depth == MS_QUEUE_THRESHOLD && HOOK_ARMED(e, MS_HOOK_QUEUE_PRESSURE))
-      fire_queue_hook(e, w->id, rt, MS_QUEUE_JIT, depth);
+      fire_queue_hook(e, w, rt, MS_QUEUE_JIT, depth);
   }
 }
 
@@ -393,6 +398,25 @@ static int layout_rows(struct ms_engine *e, int bucket) {
   return n;
 }
 
+/* Copies the rows' request fields for hooks, a seqlock write (see hook_rows in
+ * engine_impl.h; the device does the same in msd_step_start). */
+static void publish_hook_rows(struct ms_engine *e, int bucket, uint64_t step) {
+  uint32_t seq = atomic_load_explicit(&e->layout_seq, memory_order_relaxed);  /* worker 0 only writes it */
+  atomic_store_explicit(&e->layout_seq, seq + 1, memory_order_relaxed);
+  /* odd before any row changes: a reader that sees a new row sees the odd count on its re-check */
+  atomic_thread_fence(memory_order_release);
+  for (int r = 0; r < bucket; r++) {
+    int s = e->row_slot[r];
+    struct hook_row *h = &e->hook_rows[r];
+    atomic_store_explicit(&h->slot, s >= 0 ? (uint32_t)s : MS_HOOK_NONE32, memory_order_relaxed);
+    atomic_store_explicit(&h->gen, s >= 0 ? e->slots[s].gen : MS_HOOK_NONE32, memory_order_relaxed);
+    atomic_store_explicit(&h->pos, (uint32_t)e->row_pos[r], memory_order_relaxed);
+  }
+  atomic_store_explicit(&e->layout_step, step, memory_order_relaxed);
+  /* even again: a reader that loads this with acquire sees every row above */
+  atomic_store_explicit(&e->layout_seq, seq + 2, memory_order_release);
+}
+
 static void log_step_end(struct ms_engine *e) {
   pthread_mutex_lock(&e->log_mu);
   if (e->step_log_n) e->step_log[(e->step_log_n - 1) % MS_STEP_LOG].t_end = ms_eng_now(e);
@@ -406,7 +430,7 @@ static void step_hooks(struct ms_engine *e, struct plan_rt *rt, const int *admit
     for (int i = 0; i < n_admitted; i++) fire_request_hook(e, 0, rt, admitted[i], MS_REQ_ADMITTED, 0);
   uint32_t depth = (uint32_t)(atomic_load(&e->mail.tail) - atomic_load(&e->mail.head));
   if (depth >= MS_QUEUE_THRESHOLD && HOOK_ARMED(e, MS_HOOK_QUEUE_PRESSURE))
-    fire_queue_hook(e, 0, rt, MS_QUEUE_MAILBOX, depth);
+    fire_queue_hook(e, NULL, rt, MS_QUEUE_MAILBOX, depth);
 }
 
 /* A pause requested for this step: wait (worker 0) until resumed or stopped.
@@ -455,6 +479,7 @@ int ms_rt_step_begin(struct ms_engine *e) {
   struct plan_rt *rt = &e->rt[bucket_index(bucket)];
   int n = layout_rows(e, bucket);
   rt->x.meta.n_rows = n;
+  publish_hook_rows(e, bucket, e->next_step);
   pthread_mutex_lock(&e->log_mu);
   struct ms_step_record *rec = &e->step_log[e->step_log_n++ % MS_STEP_LOG];
   *rec = (struct ms_step_record){.step = e->next_step, .rows = n, .bucket = bucket,
@@ -568,6 +593,8 @@ static void *worker_main(void *arg) {
     if (atomic_load_explicit(&e->cur_stop, memory_order_relaxed)) break;
     struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
     uint64_t gen = atomic_load_explicit(&e->cur_gen, memory_order_relaxed);
+    w->step = atomic_load_explicit(&e->cur_step, memory_order_relaxed);
+    w->rows = rt->x.meta.n_rows;
     if (e->o.mode == MS_MODE_PER_OP)
       run_per_op_step(w, rt, gen);
     else
@@ -725,9 +752,10 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
   e->row_token = calloc((size_t)e->max_rows, sizeof(int));
   e->admit_slots = calloc((size_t)e->max_rows, sizeof(int));
   e->row_pages = calloc((size_t)e->max_rows, sizeof(int32_t *));
+  e->hook_rows = calloc((size_t)e->max_rows, sizeof *e->hook_rows);
   e->scratch = calloc((size_t)e->n_workers, sizeof *e->scratch);
   if (!e->free_pages || !e->slots || !e->row_slot || !e->row_pos || !e->admit_slots ||
-      !e->row_token || !e->row_pages || !e->scratch)
+      !e->row_token || !e->row_pages || !e->hook_rows || !e->scratch)
     return -ENOMEM;
   /* pages are handed out lowest first */
   for (int i = 0; i < e->pool_pages; i++) e->free_pages[i] = e->pool_pages - 1 - i;
@@ -882,6 +910,7 @@ void ms_engine_free(struct ms_engine *e) {
   free(e->row_token);
   free(e->admit_slots);
   free(e->row_pages);
+  free(e->hook_rows);
   if (e->scratch)
     for (int w = 0; w < e->o.n_workers; w++) free(e->scratch[w]);
   free(e->scratch);

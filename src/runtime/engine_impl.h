@@ -37,6 +37,13 @@ struct plan_rt {
   uint64_t gen;                 /* runs of this plan so far (worker 0) */
 };
 
+/* A batch row as hooks read it (hooksite.h ctx_row): copies of the step's
+ * layout, atomics so that a late reader races with no plain write. slot is
+ * MS_HOOK_NONE32 for a padding row. */
+struct hook_row {
+  _Atomic uint32_t slot, gen, pos;
+};
+
 struct slot {
   struct ms_request *req;
   int pos;            /* positions fed so far: the next token goes at pos */
@@ -72,6 +79,11 @@ struct worker {
   _Atomic uint64_t since;       /* when it started running or waiting */
   _Atomic uint64_t tasks_done;
   uint64_t wait_ns;             /* how long it waited for the task it runs next */
+  /* The step it runs and that step's rows, written by the thread that runs the
+   * worker as it starts the step: what its task hooks report, even those that
+   * fire after worker 0 published the next step (cur_step has moved on). */
+  uint64_t step;
+  int rows;
   struct cls_acc *acc;          /* [n_classes] */
   struct cls_acc *ev_acc;       /* [n_ev_classes] */
   struct trace_rec *trace;      /* [trace_cap] while a trace is recorded */
@@ -116,6 +128,14 @@ struct ms_engine {
   int *admit_slots;              /* slots admitted by the step start in flight */
   int32_t **row_pages;
   float **scratch;
+
+  /* The layout as hooks read it, under a seqlock (as on the device): worker 0
+   * makes layout_seq odd while it rewrites hook_rows for a new step, even when
+   * hook_rows and layout_step describe that step. A hook fired after its task's
+   * trigger can read them while the next step is being laid out. */
+  _Atomic uint32_t layout_seq;
+  _Atomic uint64_t layout_step;
+  struct hook_row *hook_rows;    /* [max_rows] */
 
   /* step publication: worker 0 writes cur_* then bumps step_seq (release) */
   _Alignas(64) _Atomic uint32_t step_seq;

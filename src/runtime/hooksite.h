@@ -12,20 +12,37 @@
 
 #define HOOK_ARMED(e, h) ((e)->hooks_on && ms_hook_armed((e)->hooks, (h)))
 
-static void ctx_common(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int worker,
-                       const struct plan_rt *rt) {
+/* The fields every hook has; step and rows: the step the firing belongs to. */
+static void ctx_base(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int worker,
+                     const struct plan_rt *rt, uint64_t step, int rows) {
   memset(c, 0, sizeof *c);
   c->abi_version = MS_HOOK_ABI_VERSION;
   c->hook = (uint32_t)hook;
   c->now_ns = ms_eng_now(e);
   c->worker = (uint32_t)worker;
   c->device = (uint32_t)ms_rt_device(e, worker);
-  c->step = atomic_load_explicit(&e->cur_step, memory_order_relaxed);
+  c->step = step;
   if (rt) {
-    c->batch_size = (uint32_t)rt->x.meta.n_rows;
+    c->batch_size = (uint32_t)rows;
     c->bucket = (uint32_t)rt->plan->batch;
   }
   c->req_slot = c->req_gen = MS_HOOK_NONE32;
+}
+
+/* Hooks of the step in flight: fired by worker 0 at a step's start or end, or
+ * from a task's body (its step cannot end before the task does). */
+static void ctx_common(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int worker,
+                       const struct plan_rt *rt) {
+  ctx_base(e, c, hook, worker, rt, atomic_load_explicit(&e->cur_step, memory_order_relaxed),
+           rt ? rt->x.meta.n_rows : 0);
+}
+
+/* Hooks of a worker's tasks: the step the worker runs, not cur_step. task_ready,
+ * task_assign, dep_release and the JIT queue's queue_pressure fire after a
+ * trigger, and once the step's last trigger is counted worker 0 may publish the
+ * next step before they are done. */
+static void ctx_worker(const struct worker *w, struct ms_hook_ctx *c, int hook, const struct plan_rt *rt) {
+  ctx_base(w->e, c, hook, w->id, rt, w->step, w->rows);
 }
 
 static void ctx_event(struct ms_hook_ctx *c, const struct plan_rt *rt, int ev, uint64_t gen) {
@@ -36,6 +53,8 @@ static void ctx_event(struct ms_hook_ctx *c, const struct plan_rt *rt, int ev, u
   c->event_class = E->cls;
   c->event_needed = (uint32_t)E->needed;
   c->event_count = cnt > base ? cnt - base : 0;
+  /* a late hook can see the next run of this plan count already: this step's count stops at needed */
+  if (c->event_count > (uint64_t)E->needed) c->event_count = (uint64_t)E->needed;
 }
 
 /* When task t became ready: its event's firing, if the firing worker published
@@ -49,6 +68,28 @@ static uint64_t task_ready_ns(struct ms_engine *e, const struct plan_rt *rt, int
   return now;
 }
 
+/* The request fields of batch row `row` in the layout of c->step. A hook fired
+ * after its task's trigger can read the rows while worker 0 lays out the next
+ * step: it keeps them only when it read them inside one unchanged layout of its
+ * own step (the seqlock publish_hook_rows writes, as msd_ctx_task reads on the
+ * device); otherwise req_slot and req_gen stay MS_HOOK_NONE32 and ctx_len 0. */
+static void ctx_row(struct ms_engine *e, struct ms_hook_ctx *c, int row) {
+  const struct hook_row *h = &e->hook_rows[row];
+  uint32_t seq = atomic_load_explicit(&e->layout_seq, memory_order_acquire);
+  uint32_t slot = atomic_load_explicit(&h->slot, memory_order_relaxed);
+  uint32_t gen = atomic_load_explicit(&h->gen, memory_order_relaxed);
+  uint32_t pos = atomic_load_explicit(&h->pos, memory_order_relaxed);
+  uint64_t step = atomic_load_explicit(&e->layout_step, memory_order_relaxed);
+  /* the reads above happen before the re-check: a row rewritten meanwhile shows as a changed count */
+  atomic_thread_fence(memory_order_acquire);
+  if ((seq & 1) || atomic_load_explicit(&e->layout_seq, memory_order_relaxed) != seq || step != c->step ||
+      slot == MS_HOOK_NONE32)
+    return;
+  c->req_slot = slot;
+  c->req_gen = gen;
+  c->ctx_len = pos + 1;
+}
+
 static void ctx_task(struct ms_engine *e, struct ms_hook_ctx *c, const struct plan_rt *rt, int t,
                      uint64_t gen) {
   const struct ms_task *k = &rt->plan->tasks[t];
@@ -60,13 +101,7 @@ static void ctx_task(struct ms_engine *e, struct ms_hook_ctx *c, const struct pl
   c->tile_x = k->tile[0];
   c->tile_y = k->tile[1];
   c->tile_z = k->tile[2];
-  int row = k->tile[1];
-  if (row >= 0 && row < rt->x.meta.n_rows && rt->x.meta.row_slot[row] >= 0) {
-    int s = rt->x.meta.row_slot[row];
-    c->req_slot = (uint32_t)s;
-    c->req_gen = e->slots[s].gen;
-    c->ctx_len = (uint32_t)rt->x.meta.row_pos[row] + 1;
-  }
+  if (k->tile[1] >= 0) ctx_row(e, c, k->tile[1]);
   c->t_ready = task_ready_ns(e, rt, t, gen, c->now_ns);
 }
 
@@ -76,7 +111,7 @@ static int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t,
                           uint64_t t_begin) {
   struct ms_engine *e = w->e;
   struct ms_hook_ctx c;
-  ctx_common(e, &c, hook, w->id, rt);
+  ctx_worker(w, &c, hook, rt);
   if (t >= 0)
     ctx_task(e, &c, rt, t, gen);
   else
@@ -100,7 +135,7 @@ static void fire_comm_hook(struct worker *w, struct plan_rt *rt, int t, uint64_t
   const struct ms_task *k = &rt->plan->tasks[t];
   int D = e->o.tp > 1 ? e->o.tp : 1;
   struct ms_hook_ctx c;
-  ctx_common(e, &c, MS_HOOK_COMM, w->id, rt);
+  ctx_worker(w, &c, MS_HOOK_COMM, rt);
   ctx_task(e, &c, rt, t, gen);
   c.device = (uint32_t)k->tile[2];
   c.peer = (uint32_t)((k->tile[2] + 1) % D);
@@ -128,10 +163,15 @@ static void fire_request_hook(struct ms_engine *e, int worker, const struct plan
   ms_hook_fire(e->hooks, &c, (uint64_t)slot << 40 ^ (uint64_t)c.req_gen << 8 ^ (uint64_t)phase ^ c.step << 44);
 }
 
-static void fire_queue_hook(struct ms_engine *e, int worker, const struct plan_rt *rt, int kind,
+/* w: the worker whose JIT push crossed the threshold; NULL: worker 0 at the
+ * step start (the mailbox). */
+static void fire_queue_hook(struct ms_engine *e, const struct worker *w, const struct plan_rt *rt, int kind,
                             uint32_t depth) {
   struct ms_hook_ctx c;
-  ctx_common(e, &c, MS_HOOK_QUEUE_PRESSURE, worker, rt);
+  if (w)
+    ctx_worker(w, &c, MS_HOOK_QUEUE_PRESSURE, rt);
+  else
+    ctx_common(e, &c, MS_HOOK_QUEUE_PRESSURE, 0, rt);
   c.queue_kind = (uint32_t)kind;
   c.queue_depth = depth;
   c.queue_threshold = MS_QUEUE_THRESHOLD;

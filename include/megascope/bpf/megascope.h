@@ -21,7 +21,15 @@
  *
  * Stable IDs: task_class indexes the plan's schema (megascope compile
  * --schema-out), task_gen = (step << 32) | task_index, req_gen grows each time a
- * request slot is reused, event_class names layer-free event kinds ("attn->wo"). */
+ * request slot is reused, event_class names layer-free event kinds ("attn->wo").
+ *
+ * Late task hooks: task_ready, task_assign and dep_release (and queue_pressure
+ * of a JIT push) fire after the trigger that released their task, so they can
+ * run after the task's step ended and the batch was laid out for the next one.
+ * Their step, task_gen and batch_size still name the task's step. req_slot,
+ * req_gen and ctx_len are the row's request in that step, or MS_HOOK_NONE32,
+ * MS_HOOK_NONE32 and 0 when the rows were laid out again while the hook read
+ * them: never another step's request. Every backend reports them this way. */
 #ifndef MEGASCOPE_BPF_MEGASCOPE_H
 #define MEGASCOPE_BPF_MEGASCOPE_H
 

@@ -248,6 +248,29 @@ void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen
 }
 
 /* Waits until event `ev` reached `target`, running JIT tasks meanwhile. */
+/* Runs a JIT task popped while waiting in generation gen. Between a waiter's
+ * counter check and its pop, its step can end and the next step (same plan)
+ * release JIT tasks, so the task may belong to the next generation: its own is
+ * the one its event last fired for (published before the push, and it cannot
+ * fire again before the task runs). Such a task runs as the next step's, with
+ * that step's number and rows for its hooks, instead of under gen, whose
+ * trigger target it would miss (a possible hang) and whose hooks would misname it. */
+static void run_jit_task(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) {
+  const struct ms_task *k = &rt->plan->tasks[t];
+  uint64_t own = atomic_load_explicit(&rt->fire_gen[k->wait], memory_order_acquire) - 1;
+  if (own == gen) {
+    run_task(w, rt, t, gen);
+    return;
+  }
+  uint64_t step = w->step;
+  int rows = w->rows;
+  w->step = atomic_load_explicit(&w->e->cur_step, memory_order_relaxed);  /* the next step has begun */
+  w->rows = rt->x.meta.n_rows;
+  run_task(w, rt, t, own);
+  w->step = step;
+  w->rows = rows;
+}
+
 static void wait_event(struct worker *w, struct plan_rt *rt, int ev, uint64_t target, uint64_t gen,
                        int task) {
   struct ms_engine *e = w->e;
@@ -258,7 +281,7 @@ static void wait_event(struct worker *w, struct plan_rt *rt, int ev, uint64_t ta
     int64_t j;
     if (e->o.mode == MS_MODE_MEGAKERNEL && ms_rt_jit_pop(e, rt, &j) == 0) {
       if (announced) waited += ms_now_ns() - atomic_load_explicit(&w->since, memory_order_relaxed);
-      run_task(w, rt, (int)j, gen);
+      run_jit_task(w, rt, (int)j, gen);
       spins = 0;
       announced = 0;
       continue;

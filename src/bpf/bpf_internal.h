@@ -66,11 +66,12 @@ struct ms_bpf_exec {
 };
 
 /* A run's exec state over opts (kept by the caller for the run's life): its
- * regions (stack, context, mem, bound maps' values), no records, and the entry
- * frame at the top of stack zeroed. Shared by the interpreter and the JIT so
- * that helpers see the same run under both. map_regions: the bound maps'
- * regions computed once by a caller whose maps are fixed (the JIT), or NULL
- * to compute them from o->maps. */
+ * regions (stack, context, mem, bound maps' values) and no records. Shared by
+ * the interpreter and the JIT so that helpers see the same run under both.
+ * map_regions: the bound maps' regions computed once by the JIT (its maps are
+ * fixed at compile time; its programs are verified, so the entry frame is not
+ * zeroed), or NULL: computed from o->maps, and the entry frame at the top of
+ * stack zeroed (the interpreter). */
 void ms_bpf_exec_setup(struct ms_bpf_exec *x, const struct ms_bpf_prog *prog,
                        const struct ms_bpf_run_opts *o, uint8_t *stack, size_t stack_size,
                        const struct ms_bpf_region *map_regions, size_t n_map_regions);

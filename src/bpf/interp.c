@@ -121,8 +121,10 @@ void ms_bpf_exec_setup(struct ms_bpf_exec *x, const struct ms_bpf_prog *prog,
     ms_bpf_map_region(o->maps[i], &r);
     add_region(x, r.base, r.len, r.writable);
   }
-  /* the entry frame starts zeroed: what a program reads there it wrote */
-  memset(stack + stack_size - MS_BPF_STACK_SIZE, 0, MS_BPF_STACK_SIZE);
+  /* The interpreter's entry frame starts zeroed, so even an unverified program
+   * reads no stale bytes there. The JIT runs only verified programs, which
+   * read (or hand helpers) no stack byte they did not write: it skips this. */
+  if (!map_regions) memset(stack + stack_size - MS_BPF_STACK_SIZE, 0, MS_BPF_STACK_SIZE);
 }
 
 size_t ms_bpf_exec_release(struct ms_bpf_exec *x) {

@@ -18,7 +18,7 @@ static void usage(FILE *f) {
           "usage: megascope bench <benchmark> [options]\n\n"
           "benchmarks:\n"
           "  decode   decode tokens/s: megakernel vs per-op vs the memory-bandwidth bound\n"
-          "  hooks    what hooks cost: off vs armed vs a monitor attached; interpreter ns/insn\n"
+          "  hooks    what hooks cost: off vs armed vs a monitor attached (JIT, interpreted); JIT vs interpreter\n"
           "  attach   attach / replace latency over the control socket, throughput dip around them\n"
           "  sim      the simulator against published megakernel figures\n"
           "  diagnose the counterexample benchmark: injected faults, five ways of observing\n\n"

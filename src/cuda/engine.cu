@@ -238,6 +238,10 @@ static void free_requests(struct ms_cuda_engine *e) {
 
 extern "C" void ms_cuda_engine_free(struct ms_cuda_engine *e) {
   if (!e) return;
+  /* a run still in flight is waited for first; that wait's own watchdog may find
+   * it stalled (broken), so the test below comes after it, not before: freeing
+   * under a kernel that never ends would block in cudaFree for ever */
+  if (e->running && !e->broken) ms_cuda_wait(e, NULL);
   if (e->running && e->broken) {
     /* the stalled kernel may still run: cudaFree / cudaFreeHost would block on
      * it (they synchronise the device) or pull memory from under it. Leak the
@@ -247,7 +251,6 @@ extern "C" void ms_cuda_engine_free(struct ms_cuda_engine *e) {
     free(e);
     return;
   }
-  if (e->running && !e->broken) ms_cuda_wait(e, NULL);
   if (e->have_graph) cudaGraphExecDestroy(e->graph);
   if (e->mon) ms_cuda_mon_free(e->mon);
   free_requests(e);

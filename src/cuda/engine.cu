@@ -607,9 +607,10 @@ static __global__ void __launch_bounds__(MSD_THREADS) msd_level_kernel(const str
 }
 
 static int build_graph(struct ms_cuda_engine *e, struct ms_textbuf *log) {
-  int rc = 0;
+  int rc = 0, capturing = 0;
   cudaGraph_t g = NULL;
   CK(cudaStreamBeginCapture(e->ks, cudaStreamCaptureModeThreadLocal));
+  capturing = 1;
   for (int l = 0; l < e->n_levels; l++) {
     int n = e->level_off[l + 1] - e->level_off[l];
 #ifdef MSD_HOST_EMU  /* the CPU run (tests/emu/engine_emu.cc): no <<<>>> in g++; the same launch, captured */
@@ -620,12 +621,21 @@ static int build_graph(struct ms_cuda_engine *e, struct ms_textbuf *log) {
     }
 #else
     msd_level_kernel<<<n, MSD_THREADS, 0, e->ks>>>(e->dev.d, e->level_tasks + e->level_off[l]);
+    /* <<<>>> returns nothing: a refused launch (resources, configuration) would
+     * only show as an invalidated capture, and stay the thread's last error for
+     * whichever call reads it next */
+    CK(cudaGetLastError());
 #endif
   }
+  capturing = 0;
   CK(cudaStreamEndCapture(e->ks, &g));
   CK(cudaGraphInstantiate(&e->graph, g, 0));
   e->have_graph = 1;
 out:
+  if (capturing) {  /* a failed launch: leave capture mode, or the stream refuses all later work */
+    cudaStreamEndCapture(e->ks, &g);
+    (void)cudaGetLastError();  /* that capture's error is reported above */
+  }
   if (g) cudaGraphDestroy(g);
   return rc;
 }

@@ -377,6 +377,7 @@ extern "C" struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, c
       goto out;
     }
     e->rt.hooks = ms_cuda_mon_device(e->mon);
+    ms_cuda_mon_set_stream(e->mon, e->ks);
   }
 out:
   free(levels);

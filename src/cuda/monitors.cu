@@ -54,6 +54,7 @@ struct ms_cuda_mon {
   struct msd_set *dset[MS_HOOK_COUNT]; /* device sets published, NULL for none */
   uint64_t flip;
   int running;
+  cudaStream_t ks;                   /* the persistent kernel's stream, or NULL */
   struct att **atts;
   int n_atts, cap_atts;
   void **kept;                       /* device memory that never became quiescent */
@@ -140,6 +141,12 @@ extern "C" struct msd_hooks *ms_cuda_mon_device(struct ms_cuda_mon *mon) { retur
 extern "C" void ms_cuda_mon_set_running(struct ms_cuda_mon *mon, int running) {
   pthread_mutex_lock(&mon->mu);
   mon->running = running;
+  pthread_mutex_unlock(&mon->mu);
+}
+
+extern "C" void ms_cuda_mon_set_stream(struct ms_cuda_mon *mon, void *kernel_stream) {
+  pthread_mutex_lock(&mon->mu);
+  mon->ks = (cudaStream_t)kernel_stream;
   pthread_mutex_unlock(&mon->mu);
 }
 
@@ -343,7 +350,10 @@ static int quiesce(struct ms_cuda_mon *mon, uint64_t f) {
     }
     int s = 0;
     while (s < mon->n_sms && qs[s].v >= f) s++;
-    if (s == mon->n_sms) {
+    /* The kernel's CTAs return when it exits without passing another quiescent
+     * point: until the host's wait notices (set_running 0), their words stay
+     * behind f for good. A completed stream means no SM holds anything. */
+    if (s == mon->n_sms || (mon->ks && cudaStreamQuery(mon->ks) == cudaSuccess)) {
       rc = 0;
       break;
     }

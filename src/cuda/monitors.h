@@ -39,6 +39,10 @@ struct msd_hooks *ms_cuda_mon_device(struct ms_cuda_mon *mon);
  * quiescent word only while it does. Call with 1 right after the launch and
  * with 0 once its stream has completed. */
 void ms_cuda_mon_set_running(struct ms_cuda_mon *mon, int running);
+/* The persistent kernel's stream (a cudaStream_t; NULL: none). While running,
+ * replace and detach also stop waiting once that stream has completed: CTAs
+ * that returned hold nothing, though they did not pass a quiescent point. */
+void ms_cuda_mon_set_stream(struct ms_cuda_mon *mon, void *kernel_stream);
 
 /* Attaches m (taken over on success; the caller keeps it on failure). Returns
  * the id (> 0). Refuses, naming the program and what, a program that calls a

@@ -86,7 +86,8 @@ struct ms_cuda_stats {
   double tokens_per_s;
   uint64_t heartbeats;      /* sum of every SM's heartbeat counter */
   uint64_t queue_full;      /* JIT dispatches that found a worker queue full and retried */
-  uint64_t attach_ns_last;  /* the last attach/replace: call to first device firing seen */
+  uint64_t attach_ns_last;  /* the last attach/replace call: upload, publication in the attach
+                             * table, and every SM having seen it (or the kernel having ended) */
 };
 
 /* Runs requests to completion with continuous batching: all are queued at once,
@@ -94,8 +95,8 @@ struct ms_cuda_stats {
  * log when the watchdog fired). */
 int ms_cuda_generate(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log);
 
-/* Starts the persistent kernel for requests submitted with ms_cuda_submit and
- * returns at once; ms_cuda_wait waits for all submitted requests to finish and
+/* Starts the persistent kernel for the n requests r (all handed over before
+ * the launch) and returns at once; ms_cuda_wait waits for them to finish and
  * for the kernel to exit. Monitors can be attached, replaced and detached in
  * between. */
 int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log);

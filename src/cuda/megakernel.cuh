@@ -377,7 +377,9 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
             }
             t = jq[head & (cap - 1)];
             head++;
-            msd_vst32(&rt->jit_head[w], head);
+            /* release: the entry's load completes before the scheduler may
+             * reuse its slot (a plain store would let it be overwritten first) */
+            msd_st_release32((uint32_t *)&rt->jit_head[w], head);
             break;
           }
           if (ai < aend) {
@@ -473,7 +475,7 @@ static __device__ void msd_dispatch(const struct msd_rt *rt, int t, uint64_t ste
     q->rr = (w + 1) % W;
     uint32_t depth = q->tail[w] - q->head[w];
     if (depth + 1 >= MSD_QUEUE_THRESHOLD || depth >= cap) {  /* refresh: the worker may have drained it */
-      q->head[w] = msd_vld32(&rt->jit_head[w]);
+      q->head[w] = msd_ld_acquire32(&rt->jit_head[w]);  /* pairs with the worker's release: its load is done */
       depth = q->tail[w] - q->head[w];
     }
     if (depth >= cap) {

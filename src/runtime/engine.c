@@ -42,6 +42,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kernels/quant.h"
 #include "megascope/reference.h"
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"
@@ -426,16 +427,17 @@ static int layout_rows(struct ms_engine *e, int bucket) {
 static void publish_hook_rows(struct ms_engine *e, int bucket, uint64_t step) {
   uint32_t seq = atomic_load_explicit(&e->layout_seq, memory_order_relaxed);  /* worker 0 only writes it */
   atomic_store_explicit(&e->layout_seq, seq + 1, memory_order_relaxed);
-  /* odd before any row changes: a reader that sees a new row sees the odd count on its re-check */
-  atomic_thread_fence(memory_order_release);
+  /* Odd before any row changes. Each row store is a release (not relaxed
+   * stores after a fence, which ThreadSanitizer does not model): a reader whose
+   * acquire load sees a new value also sees the odd count on its re-check. */
   for (int r = 0; r < bucket; r++) {
     int s = e->row_slot[r];
     struct hook_row *h = &e->hook_rows[r];
-    atomic_store_explicit(&h->slot, s >= 0 ? (uint32_t)s : MS_HOOK_NONE32, memory_order_relaxed);
-    atomic_store_explicit(&h->gen, s >= 0 ? e->slots[s].gen : MS_HOOK_NONE32, memory_order_relaxed);
-    atomic_store_explicit(&h->pos, (uint32_t)e->row_pos[r], memory_order_relaxed);
+    atomic_store_explicit(&h->slot, s >= 0 ? (uint32_t)s : MS_HOOK_NONE32, memory_order_release);
+    atomic_store_explicit(&h->gen, s >= 0 ? e->slots[s].gen : MS_HOOK_NONE32, memory_order_release);
+    atomic_store_explicit(&h->pos, (uint32_t)e->row_pos[r], memory_order_release);
   }
-  atomic_store_explicit(&e->layout_step, step, memory_order_relaxed);
+  atomic_store_explicit(&e->layout_step, step, memory_order_release);
   /* even again: a reader that loads this with acquire sees every row above */
   atomic_store_explicit(&e->layout_seq, seq + 2, memory_order_release);
 }
@@ -744,7 +746,25 @@ static int rt_init(struct ms_engine *e, struct plan_rt *rt, int batch, struct ms
       .meta = {.row_slot = e->row_slot, .row_pos = e->row_pos, .row_token = e->row_token,
                .row_pages = e->row_pages},
       .k_pool = e->k_pool, .v_pool = e->v_pool, .page_size = e->o.page_size,
-      .pool_pages = e->pool_pages, .scratch = e->scratch};
+      .pool_pages = e->pool_pages, .scratch = e->scratch,
+      .q8 = e->q8, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols};
+  return 0;
+}
+
+/* 8-bit activations: a buffer per worker for up to 64 input rows of the widest
+ * GEMV input (dim, the attention output, an FFN hidden row). */
+static int alloc_q8(struct ms_engine *e) {
+  const struct ms_model_config *c = &e->m->cfg;
+  int n = c->dim;
+  if (c->n_heads * c->head_dim > n) n = c->n_heads * c->head_dim;
+  if (c->ffn_dim > n) n = c->ffn_dim;
+  if (c->expert_ffn_dim > n) n = c->expert_ffn_dim;
+  e->q8_cols = (n + 31) / 32 * 32;
+  e->q8_rows = e->max_rows < 64 ? e->max_rows : 64;
+  size_t bytes = (ms_q8_act_bytes(e->q8_cols, e->q8_rows) + 63) / 64 * 64;
+  if (!(e->q8 = calloc((size_t)e->n_workers, sizeof *e->q8))) return -ENOMEM;
+  for (int w = 0; w < e->n_workers; w++)
+    if (!(e->q8[w] = aligned_alloc(64, bytes))) return -ENOMEM;
   return 0;
 }
 
@@ -787,7 +807,7 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
     if (!(e->slots[s].pages = calloc((size_t)e->max_pages, sizeof(int32_t)))) return -ENOMEM;
   for (int w = 0; w < e->n_workers; w++)
     if (!(e->scratch[w] = calloc((size_t)e->o.max_ctx, sizeof(float)))) return -ENOMEM;
-  return 0;
+  return e->o.q8_activations && !e->shape_only ? alloc_q8(e) : 0;
 }
 
 static void set_defaults(struct ms_engine_opts *o) {
@@ -937,6 +957,9 @@ void ms_engine_free(struct ms_engine *e) {
   if (e->scratch)
     for (int w = 0; w < e->o.n_workers; w++) free(e->scratch[w]);
   free(e->scratch);
+  if (e->q8)
+    for (int w = 0; w < e->o.n_workers; w++) free(e->q8[w]);
+  free(e->q8);
   ms_mpmc_destroy(&e->mail);
   pthread_mutex_destroy(&e->log_mu);
   free(e);

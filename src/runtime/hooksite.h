@@ -75,13 +75,14 @@ static uint64_t task_ready_ns(struct ms_engine *e, const struct plan_rt *rt, int
  * device); otherwise req_slot and req_gen stay MS_HOOK_NONE32 and ctx_len 0. */
 static void ctx_row(struct ms_engine *e, struct ms_hook_ctx *c, int row) {
   const struct hook_row *h = &e->hook_rows[row];
+  /* Acquire loads rather than relaxed ones and a fence (which ThreadSanitizer
+   * does not model): each keeps the re-check below after it, and one that sees
+   * a rewritten row also sees the odd count stored before that row (release). */
   uint32_t seq = atomic_load_explicit(&e->layout_seq, memory_order_acquire);
-  uint32_t slot = atomic_load_explicit(&h->slot, memory_order_relaxed);
-  uint32_t gen = atomic_load_explicit(&h->gen, memory_order_relaxed);
-  uint32_t pos = atomic_load_explicit(&h->pos, memory_order_relaxed);
-  uint64_t step = atomic_load_explicit(&e->layout_step, memory_order_relaxed);
-  /* the reads above happen before the re-check: a row rewritten meanwhile shows as a changed count */
-  atomic_thread_fence(memory_order_acquire);
+  uint32_t slot = atomic_load_explicit(&h->slot, memory_order_acquire);
+  uint32_t gen = atomic_load_explicit(&h->gen, memory_order_acquire);
+  uint32_t pos = atomic_load_explicit(&h->pos, memory_order_acquire);
+  uint64_t step = atomic_load_explicit(&e->layout_step, memory_order_acquire);
   if ((seq & 1) || atomic_load_explicit(&e->layout_seq, memory_order_relaxed) != seq || step != c->step ||
       slot == MS_HOOK_NONE32)
     return;

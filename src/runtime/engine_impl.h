@@ -89,7 +89,7 @@ struct worker {
   struct trace_rec *trace;      /* [trace_cap] while a trace is recorded */
   _Atomic uint32_t trace_n;     /* records published (release) */
   _Atomic uint64_t trace_dropped;
-  uint64_t trace_session;       /* the session trace_n counts for */
+  _Atomic uint64_t trace_session; /* the session trace_n counts for (readers: ms_engine_trace_stats) */
   _Atomic int trace_busy;       /* > 0 while it writes a record: buffers stay put */
   char pad[64];
 };
@@ -128,6 +128,8 @@ struct ms_engine {
   int *admit_slots;              /* slots admitted by the step start in flight */
   int32_t **row_pages;
   float **scratch;
+  void **q8;                     /* [worker] 8-bit activation rows; NULL: off */
+  int q8_rows, q8_cols;
 
   /* The layout as hooks read it, under a seqlock (as on the device): worker 0
    * makes layout_seq odd while it rewrites hook_rows for a new step, even when

@@ -94,9 +94,10 @@ static uint64_t ready_ns(struct ms_engine *e, const struct plan_rt *rt, int t, u
 static struct trace_rec *trace_slot(struct worker *w) {
   struct ms_engine *e = w->e;
   uint64_t s = atomic_load_explicit(&e->trace_session, memory_order_acquire);
-  if (w->trace_session != s) {
-    w->trace_session = s;
+  if (atomic_load_explicit(&w->trace_session, memory_order_relaxed) != s) {  /* only this worker writes it */
     atomic_store_explicit(&w->trace_n, 0, memory_order_relaxed);
+    /* release: a reader that sees the new session sees the count reset */
+    atomic_store_explicit(&w->trace_session, s, memory_order_release);
   }
   uint32_t n = atomic_load_explicit(&w->trace_n, memory_order_relaxed);
   if (!w->trace || n >= e->trace_cap) {
@@ -236,7 +237,9 @@ int ms_engine_trace_stop(struct ms_engine *e) {
 /* Records of worker w in the current session (0 when it has not seen it). */
 static uint32_t published(const struct ms_engine *e, int w) {
   const struct worker *wk = &e->workers[w];
-  if (wk->trace_session != atomic_load(&((struct ms_engine *)e)->trace_session)) return 0;
+  if (atomic_load_explicit(&((struct worker *)wk)->trace_session, memory_order_acquire) !=
+      atomic_load(&((struct ms_engine *)e)->trace_session))
+    return 0;
   return atomic_load_explicit(&((struct worker *)wk)->trace_n, memory_order_acquire);
 }
 

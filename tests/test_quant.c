@@ -2,7 +2,9 @@
 /* Quantized weights: the half-precision conversions (all 65536 halves), the
  * block decoders on hand-made blocks, the quantizers' error bounds, and the
  * GEMV kernels (AVX2 and portable, every batch size and row range) against a
- * double-precision dot product over the dequantized rows. */
+ * double-precision dot product over the dequantized rows. The 8-bit-activation
+ * GEMV: its quantizer, its dot against the exact one, its distance from the f32
+ * path within a derived bound, and bit-identical results across paths and tilings. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -176,6 +178,150 @@ static void check_gemv(enum ms_dtype t, int rows, int cols, int portable) {
   free(data), free(src), free(deq), free(x), free(y);
 }
 
+/* ---- 8-bit activations ---- */
+
+#define U24 5.9604644775390625e-08 /* 2^-24: f32 unit roundoff */
+
+static void *q8_buf(int n, int nb) {  /* aligned_alloc wants a multiple of the alignment */
+  return aligned_alloc(32, (ms_q8_act_bytes(n, nb) + 31) / 32 * 32);
+}
+
+/* Rows of test activations: a different scale per block, some blocks zero, and
+ * in row 1 values that land on ties (x * 127 / amax = k + 0.5). */
+static void q8_inputs(float *x, int ldx, int nb, int cols) {
+  for (int b = 0; b < nb; b++)
+    for (int c = 0; c < cols; c += 32) {
+      float scale = (c / 32 + b) % 5 == 0 ? 1e-3f : (c / 32 + b) % 5 == 1 ? 20.0f : 1.0f;
+      int zero = (c / 32 + 2 * b) % 11 == 3;
+      for (int j = 0; j < 32; j++) x[(size_t)b * ldx + c + j] = zero ? 0.0f : frand() * scale;
+      if (b == 1 && !zero) {
+        x[(size_t)b * ldx + c] = 127.0f;  /* amax 127: the scale is 1, x itself is rounded */
+        for (int j = 1; j < 32; j++) x[(size_t)b * ldx + c + j] = (float)(j - 16) + (j % 3 ? 0.5f : 0.25f);
+      }
+    }
+}
+
+/* The quantizer: |x - d q| <= d/2 (plus the rounding of the product), ties to
+ * even, s = d * sum(q), zero blocks, and the AVX2 path equal to the portable one. */
+static void test_q8_quantize(void) {
+  int n = 160, nb = 3, ldx = n + 5, bad = 0, ties = 0;
+  float *x = malloc(sizeof(float) * (size_t)ldx * (size_t)nb);
+  void *b1 = q8_buf(n, nb), *b2 = q8_buf(n, nb);
+  q8_inputs(x, ldx, nb, n);
+  struct ms_q8_act a, p;
+  ms_q8_quantize(&a, b1, x, ldx, nb, n, 1);
+  ms_q8_quantize(&p, b2, x, ldx, nb, n, 0);
+  CHECK(!memcmp(b1, b2, ms_q8_act_bytes(n, nb)));  /* q, d and s: the same bytes */
+  CHECK(a.n == n && a.nb == nb && ((uintptr_t)a.q & 31) == 0);
+  for (int b = 0; b < nb; b++)
+    for (int i = 0; i < n / 32; i++) {
+      float d = a.d[b * (n / 32) + i], amax = 0;
+      int sum = 0;
+      for (int j = 0; j < 32; j++) {
+        float v = x[(size_t)b * ldx + 32 * i + j];
+        int q = a.q[(size_t)b * n + 32 * i + j];
+        amax = fmaxf(amax, fabsf(v));
+        sum += q;
+        bad += q < -127 || q > 127 || fabs(v - (double)d * q) > d * 0.5 + 3 * U24 * fabsf(v) + 1e-30;
+        if (b == 1 && fabsf(v - truncf(v)) == 0.5f) {  /* scale 1: a tie goes to the even neighbour */
+          ties++;
+          bad += q != (int)rintf(v) || q % 2 != 0;
+        }
+      }
+      bad += d != amax / 127.0f || a.s[b * (n / 32) + i] != d * (float)sum;
+      if (amax == 0) bad += d != 0 || sum != 0;
+    }
+  CHECKF(bad == 0, "%d quantized values off", bad);
+  CHECKF(ties > 20, "only %d ties tested", ties);
+  free(x), free(b1), free(b2);
+}
+
+/* The 8-bit GEMV on rows x cols: against a double dot of the dequantized weights
+ * and the quantized activations (near-exact: only the f32 accumulation rounds);
+ * against the f32 path within the activations' rounding; AVX2 and portable
+ * equal; the same bits for every row range, batch size and chunk of input rows. */
+static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
+  size_t rb = ms_dtype_row_bytes(t, cols);
+  int ldx = cols + 3, maxb = 9, nblk = cols / 32;
+  uint8_t *data = malloc(rb * (size_t)rows);
+  float *src = malloc(sizeof(float) * (size_t)cols), *deq = malloc(sizeof(float) * (size_t)cols);
+  float *x = malloc(sizeof(float) * (size_t)ldx * (size_t)maxb);
+  float *y = malloc(sizeof(float) * (size_t)rows * (size_t)maxb), *yp = malloc(sizeof(float) * (size_t)rows * (size_t)maxb);
+  float *yf = malloc(sizeof(float) * (size_t)rows * (size_t)maxb), *one = malloc(sizeof(float) * (size_t)rows);
+  void *buf = q8_buf(cols, maxb), *buf1 = q8_buf(cols, maxb);
+  for (int r = 0; r < rows; r++) {
+    for (int c = 0; c < cols; c++) src[c] = frand() * (1.0f + (float)(r % 3)) + (r % 4 == 1 ? 0.7f : 0.0f);
+    ms_quant_row(t, src, cols, data + (size_t)r * rb);
+  }
+  q8_inputs(x, ldx, maxb, cols);
+  struct ms_weight w = {t, rows, cols, data};
+  double worst_exact = 0, worst_f32 = 0, typical = 0;
+  int variant = 0, simd_diff = 0, count = 0;
+  for (int nb = 1; nb <= maxb; nb++) {
+    struct ms_q8_act a, a1;
+    ms_q8_quantize(&a, buf, x, ldx, nb, cols, 1);
+    int r0 = nb % 3, r1 = rows - (nb % 2), ldy = r1 - r0 + 1;
+    ms_q8_gemv(&w, r0, r1, &a, y, ldy, 1);
+    ms_q8_gemv(&w, r0, r1, &a, yp, ldy, 0);
+    ms_vec_gemv(&w, r0, r1, x, ldx, nb, yf, ldy);
+    for (int b = 0; b < nb; b++)
+      for (int r = r0; r < r1; r++) simd_diff += memcmp(&y[(size_t)b * ldy + r - r0], &yp[(size_t)b * ldy + r - r0], 4) != 0;
+    /* tilings: each input row quantized alone, all weight rows at once (batch 1's
+     * row pairs), and the weight rows split in two at every third row */
+    for (int b = 0; b < nb; b++) {
+      ms_q8_quantize(&a1, buf1, x + (size_t)b * ldx, ldx, 1, cols, 1);
+      ms_q8_gemv(&w, 0, rows, &a1, one, rows, 1);
+      for (int r = r0; r < r1; r++) variant += memcmp(&one[r], &y[(size_t)b * ldy + r - r0], 4) != 0;
+    }
+    for (int k = r0 + 1; k < r1; k += 3) {
+      ms_q8_gemv(&w, r0, k, &a, yp, ldy, 1);
+      ms_q8_gemv(&w, k, r1, &a, yp + (k - r0), ldy, 1);
+      for (int b = 0; b < nb; b++)
+        for (int r = r0; r < r1; r++) variant += memcmp(&yp[(size_t)b * ldy + r - r0], &y[(size_t)b * ldy + r - r0], 4) != 0;
+    }
+    for (int r = r0; r < r1; r++) {
+      ms_weight_row_f32(&w, r, deq);
+      const uint8_t *row = data + (size_t)r * rb;
+      for (int b = 0; b < nb; b++) {
+        const float *xb = x + (size_t)b * ldx;
+        double ref_q = 0, mag_q = 0, ref_f = 0, mag_f = 0, round_q = 0;
+        for (int c = 0; c < cols; c++) {
+          size_t ib = (size_t)b * nblk + c / 32;
+          double xq = (double)a.d[ib] * a.q[(size_t)b * cols + c];
+          const uint8_t *blk = row + (size_t)(c / 32) * ms_dtype_size(t);  /* Q4_1: {d, m, qs} */
+          float mb = t == MS_DTYPE_Q4_1 ? ms_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8)) : 0.0f;
+          ref_q += (double)deq[c] * xq;
+          /* what the accumulators hold: |d_w q_w d_x q_x| and Q4_1's |m d_x q_x| */
+          mag_q += fabs(((double)deq[c] - mb) * xq) + fabs((double)mb * xq);
+          ref_f += (double)deq[c] * xb[c];
+          mag_f += fabs((double)deq[c] * xb[c]);
+          round_q += fabs((double)deq[c]) * (a.d[ib] * 0.5 + 3 * U24 * fabsf(xb[c]));
+        }
+        double got = y[(size_t)b * ldy + (r - r0)], got_f = yf[(size_t)b * ldy + (r - r0)];
+        /* the f32 accumulation: a rounding per block per lane, three adds, the
+         * scale products and Q4_1's s (gamma_(nblk+8) of the magnitudes) */
+        double acc_q = (nblk + 8) * U24 * mag_q + 1e-30, acc_f = (cols + 8) * U24 * mag_f;
+        worst_exact = fmax(worst_exact, fabs(got - ref_q) / acc_q);
+        /* against the f32 path: the activations' rounding (half a step per
+         * value, times |w|) plus both accumulations */
+        double tol = round_q + acc_q + acc_f + 1e-30;
+        worst_f32 = fmax(worst_f32, fabs(got - got_f) / tol);
+        typical += fabs(got - got_f) / tol;
+        count++;
+      }
+    }
+  }
+  const char *tn = ms_dtype_name(t);
+  CHECKF(simd_diff == 0, "q8 %s %dx%d: %d results differ between AVX2 and portable", tn, rows, cols, simd_diff);
+  CHECKF(variant == 0, "q8 %s %dx%d: %d results depend on the row range or batch", tn, rows, cols, variant);
+  CHECKF(worst_exact <= 1.0, "q8 %s %dx%d: %.3g x the accumulation bound off the exact dot", tn, rows, cols, worst_exact);
+  CHECKF(worst_f32 <= 1.0, "q8 %s %dx%d: %.3g x the rounding bound off the f32 path", tn, rows, cols, worst_f32);
+  if (getenv("MS_Q8_VERBOSE"))
+    printf("q8 %s %dx%d: exact-dot error %.3g of its bound; vs f32 worst %.3g, mean %.3g of the bound\n", tn, rows,
+           cols, worst_exact, worst_f32, typical / count);
+  free(data), free(src), free(deq), free(x), free(y), free(yp), free(yf), free(one), free(buf), free(buf1);
+}
+
 int main(void) {
   test_f16();
   test_blocks();
@@ -187,6 +333,11 @@ int main(void) {
       check_gemv(types[t], 11, 576, portable);
       check_gemv(types[t], 5, 1536, portable);
     }
+  test_q8_quantize();
+  enum ms_dtype q8types[] = {MS_DTYPE_Q8_0, MS_DTYPE_Q4_0, MS_DTYPE_Q4_1};
+  int q8shapes[][2] = {{37, 32}, {11, 96}, {8, 160}, {13, 576}, {5, 1536}};  /* not all multiples of 64 or 256 */
+  for (size_t t = 0; t < 3; t++)
+    for (size_t k = 0; k < sizeof q8shapes / sizeof q8shapes[0]; k++) check_q8_gemv(q8types[t], q8shapes[k][0], q8shapes[k][1]);
   check_gemv(MS_DTYPE_F16, 7, 45, 0);  /* f16 rows need not be whole blocks */
   check_gemv(MS_DTYPE_F16, 7, 45, 1);
   printf("simd path: %s\n", ms_vec_simd() ? "avx2" : "portable only");

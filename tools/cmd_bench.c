@@ -35,6 +35,8 @@ static void decode_usage(FILE *f) {
           "  --steps N            tokens per request (default 16)\n"
           "  --warmup N           tokens per request in an unmeasured first run (default 2)\n"
           "  --workers N          worker threads (default: one per core)\n"
+          "  --q8-activations     quantize GEMV inputs to 8 bits, integer dot products with\n"
+          "                       q8_0/q4_0/q4_1 weights (both runs)\n"
           "  --json               print the result as JSON\n"
           "  -h, --help           this text\n");
 }
@@ -83,11 +85,11 @@ out:
 
 /* Generated tokens per second for `batch` requests of `steps` tokens each. */
 static double decode_tps(const struct ms_model *m, enum ms_mode mode, int workers, int batch, int steps,
-                         int warmup, int *workers_out) {
+                         int warmup, int q8, int *workers_out) {
   char logbuf[1024] = "";
   struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = workers, .mode = mode, .max_batch = batch,
-                              .max_ctx = steps + warmup + 2};
+                              .max_ctx = steps + warmup + 2, .q8_activations = q8};
   struct ms_engine *e = ms_engine_new(m, &eo, &log);
   if (!e) {
     fprintf(stderr, "megascope bench: %s", logbuf);
@@ -109,11 +111,11 @@ static int bench_decode(int argc, char **argv) {
       {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
       {"steps", required_argument, 0, 0},     {"warmup", required_argument, 0, 0},
       {"workers", required_argument, 0, 0},   {"json", no_argument, 0, 0},
-      {"model", required_argument, 0, 0},
+      {"model", required_argument, 0, 0},    {"q8-activations", no_argument, 0, 0},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct cli_model cm = {0};
   long batch = 1, steps = 16, warmup = 2, workers = 0;
-  int as_json = 0, c, idx;
+  int as_json = 0, q8 = 0, c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
     if (c == 'h') {
@@ -133,15 +135,16 @@ static int bench_decode(int argc, char **argv) {
     else if (!strcmp(n, "warmup")) r = cli_int("--warmup", optarg, 0, 1 << 20, &warmup);
     else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
     else if (!strcmp(n, "json")) as_json = 1;
+    else if (!strcmp(n, "q8-activations")) q8 = 1;
     if (r) return 2;
   }
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;
   int W = 0;
   if (!as_json) fprintf(stderr, "bench decode: megakernel...\n");
-  double mk = decode_tps(m, MS_MODE_MEGAKERNEL, (int)workers, (int)batch, (int)steps, (int)warmup, &W);
+  double mk = decode_tps(m, MS_MODE_MEGAKERNEL, (int)workers, (int)batch, (int)steps, (int)warmup, q8, &W);
   if (!as_json) fprintf(stderr, "bench decode: per-op...\n");
-  double po = decode_tps(m, MS_MODE_PER_OP, (int)workers, (int)batch, (int)steps, (int)warmup, &W);
+  double po = decode_tps(m, MS_MODE_PER_OP, (int)workers, (int)batch, (int)steps, (int)warmup, q8, &W);
   if (!as_json) fprintf(stderr, "bench decode: memory bandwidth...\n");
   double gbps = stream_copy_gbps(W);
   size_t wbytes = ms_model_weight_bytes(m);
@@ -156,6 +159,7 @@ static int bench_decode(int argc, char **argv) {
     ms_json_kint(&j, "batch", batch);
     ms_json_kint(&j, "steps", steps);
     ms_json_kint(&j, "workers", W);
+    ms_json_kbool(&j, "q8_activations", q8);
     ms_json_knum(&j, "megakernel_tokens_per_s", mk);
     ms_json_knum(&j, "per_op_tokens_per_s", po);
     ms_json_knum(&j, "ratio", mk / po);
@@ -166,7 +170,8 @@ static int bench_decode(int argc, char **argv) {
     ms_json_obj_end(&j);
     ms_json_end(&j);
   } else {
-    printf("%s (%s), batch %ld, %d workers\n", m->cfg.name, ms_dtype_name(m->cfg.dtype), batch, W);
+    printf("%s (%s%s), batch %ld, %d workers\n", m->cfg.name, ms_dtype_name(m->cfg.dtype),
+           q8 ? ", 8-bit activations" : "", batch, W);
     printf("  megakernel  %10.2f tokens/s\n", mk);
     printf("  per-op      %10.2f tokens/s   (megakernel / per-op = %.3f)\n", po, mk / po);
     printf("  bound       %10.2f tokens/s   (%zu weight bytes per step at %.2f GB/s copy bandwidth)\n", bound,

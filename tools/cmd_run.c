@@ -46,6 +46,9 @@ static void usage(FILE *f) {
           "  --max-ctx N          positions per request (default 512)\n"
           "  --tile-kb K          target weight KiB per GEMV task (default 64)\n"
           "  --tile-rows N        fixed output rows per GEMV task (overrides --tile-kb)\n"
+          "  --q8-activations     quantize GEMV inputs to 8 bits and take integer dot products\n"
+          "                       with q8_0/q4_0/q4_1 weights (faster; logits move by about the\n"
+          "                       activations' rounding: --check needs a larger --tolerance)\n"
           "  --watchdog-ms N      report a stall after N ms without progress (default 2000)\n"
           "  --check              compare every position's logits with the reference forward\n"
           "  --tolerance X        largest allowed |logit difference| with --check (default 1e-3)\n"
@@ -66,7 +69,7 @@ static void usage(FILE *f) {
 struct run_args {
   struct cli_model cm;
   long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, tile_rows, watchdog_ms;
-  int shuffle, check, as_json, show_steps, compute, interp;
+  int shuffle, check, as_json, show_steps, compute, interp, q8;
   enum ms_backend backend;
   const char *gpu;
   const char *sim_param[16], *fault[4];
@@ -124,6 +127,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {"ringbuf-bytes", required_argument, 0, 0}, {"interp", no_argument, 0, 0},
       {"model", required_argument, 0, 0}, {"sim-param", required_argument, 0, 0},
       {"tp", required_argument, 0, 0},    {"fault", required_argument, 0, 0}, RUN_TEXT_OPTIONS,
+      {"q8-activations", no_argument, 0, 0},
       {0, 0, 0, 0}};
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
                          .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = 1e-3,
@@ -190,6 +194,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(n, "sample")) r = cli_int("--sample", optarg, 1, 1L << 31, &a->sample);
     else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
     else if (!strcmp(n, "interp")) a->interp = 1;
+    else if (!strcmp(n, "q8-activations")) a->q8 = 1;
     else if (!strcmp(n, "mode")) {
       if (ms_mode_parse(optarg, &a->mode)) {
         fprintf(stderr, "megascope run: --mode '%s': expected megakernel or per-op\n", optarg);
@@ -381,7 +386,8 @@ int cmd_run(int argc, char **argv) {
                               .max_batch = (int)a.batch, .max_ctx = (int)a.max_ctx,
                               .tile_bytes = (int)a.tile_kb * 1024, .tile_rows = (int)a.tile_rows,
                               .shuffle = a.shuffle,
-                              .seed = a.seed, .watchdog_ms = (int)a.watchdog_ms, .backend = a.backend};
+                              .seed = a.seed, .watchdog_ms = (int)a.watchdog_ms, .backend = a.backend,
+                              .q8_activations = a.q8};
   if (a.backend == MS_BACKEND_SIM) {
     if (ms_sim_preset(a.gpu ? a.gpu : "h100", &eo.sim)) {
       fprintf(stderr, "megascope run: --gpu '%s': expected a100, h100, h200 or b200\n", a.gpu);
@@ -459,6 +465,7 @@ int cmd_run(int argc, char **argv) {
     ms_json_kint(&j, "batch", a.batch);
     ms_json_kint(&j, "requests", a.requests);
     ms_json_kbool(&j, "shuffle", a.shuffle);
+    ms_json_kbool(&j, "q8_activations", a.q8);
     ms_json_kuint(&j, "seed", a.seed);
     ms_json_kuint(&j, "engine_steps", st.steps);
     ms_json_kuint(&j, "positions", st.positions);
@@ -519,8 +526,9 @@ int cmd_run(int argc, char **argv) {
     ms_json_end(&j);
   } else {
     if (a.show_steps) print_steps(e);
-    printf("%s (%s) %s, %d workers: %ld requests, %llu tokens in %.3f s (%.1f tokens/s), %llu steps, %llu tasks\n",
-           m->cfg.name, ms_dtype_name(m->cfg.dtype), ms_mode_name(a.mode), ms_engine_n_workers(e), a.requests,
+    printf("%s (%s%s) %s, %d workers: %ld requests, %llu tokens in %.3f s (%.1f tokens/s), %llu steps, %llu tasks\n",
+           m->cfg.name, ms_dtype_name(m->cfg.dtype), a.q8 ? ", 8-bit activations" : "", ms_mode_name(a.mode),
+           ms_engine_n_workers(e), a.requests,
            (unsigned long long)st.tokens, secs, (double)st.tokens / secs, (unsigned long long)st.steps,
            (unsigned long long)st.tasks);
     for (long i = 0; i < a.requests && i < 8; i++) {

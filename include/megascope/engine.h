@@ -89,6 +89,11 @@ struct ms_engine_opts {
   int tp;                  /* tensor-parallel devices (>= 2: communication tasks); 0, 1: one.
                               The sim gives each device sim.n_sms SMs. */
   int start_paused;        /* 1: paused before the first step until ms_engine_resume */
+  /* CPU kernels: quantize each GEMV's input rows to 8-bit blocks (a scale per 32
+   * values) and take integer dot products with Q8_0, Q4_0 and Q4_1 weights
+   * (other types keep f32). Faster; logits move off the f32 reference by about
+   * the activations' rounding (kernels/quant.h). Deterministic like the f32 path. */
+  int q8_activations;
 };
 
 struct ms_engine;

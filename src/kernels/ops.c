@@ -37,6 +37,44 @@ static int row_valid(const struct ms_exec_ctx *x, int r) {
   return r < x->meta.n_rows && x->meta.row_slot[r] >= 0;
 }
 
+/* ---- 8-bit activations (x->q8 set; see ops.h) ---- */
+
+static int q8_on(const struct ms_exec_ctx *x, const struct ms_weight *w) {
+  return x->q8 && ms_q8_handles(w->dtype);
+}
+
+/* Input rows [0, nb) of `in` (nb <= q8_rows) quantized into the worker's buffer. */
+static void q8_load(const struct ms_exec_ctx *x, int worker, const float *in, int ldin, int nb, int n,
+                    struct ms_q8_act *a) {
+  MS_ASSERT(nb <= x->q8_rows && n <= x->q8_cols);
+  ms_vec_q8_quantize(a, x->q8[worker], in, ldin, nb, n);
+}
+
+/* One chunk of input rows: the integer GEMV when the weight takes 8-bit
+ * activations and `a` holds them, else the f32 one over `in`. */
+static void gemv_chunk(const struct ms_exec_ctx *x, const struct ms_weight *w, int r0, int r1,
+                       const struct ms_q8_act *a, const float *in, int ldin, int nb, float *y, int ldy) {
+  if (a && q8_on(x, w))
+    ms_vec_q8_gemv(w, r0, r1, a, y, ldy);
+  else
+    ms_vec_gemv(w, r0, r1, in, ldin, nb, y, ldy);
+}
+
+/* ms_vec_gemv, or, for a weight that takes 8-bit activations, the input
+ * quantized q8_rows rows at a time and the integer GEMV. */
+static void gemv(const struct ms_exec_ctx *x, int worker, const struct ms_weight *w, int r0, int r1,
+                 const float *in, int ldin, int nb, float *y, int ldy) {
+  if (!q8_on(x, w)) {
+    ms_vec_gemv(w, r0, r1, in, ldin, nb, y, ldy);
+    return;
+  }
+  for (int b0 = 0; b0 < nb; b0 += x->q8_rows) {
+    struct ms_q8_act a;
+    q8_load(x, worker, in + (size_t)b0 * ldin, ldin, nb - b0 < x->q8_rows ? nb - b0 : x->q8_rows, w->cols, &a);
+    ms_vec_q8_gemv(w, r0, r1, &a, y + (size_t)b0 * ldy, ldy);
+  }
+}
+
 static void embed(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t) {
   int r = t->tile[1], dim = x->m->cfg.dim;
   float *out = ms_buf_row(x, k->out, 0, r);
@@ -57,8 +95,15 @@ static void rmsnorm_row(const struct ms_exec_ctx *x, const struct ms_task_class 
 }
 
 /* Output columns [c0, c1) of the concatenated (q | k | v) projection. */
+static void qkv_q8(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                   const struct ms_weight *const *w, int worker);
+
 static void qkv(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
-                const struct ms_weight *const *w) {
+                const struct ms_weight *const *w, int worker) {
+  if (x->q8) {
+    qkv_q8(x, k, t, w, worker);
+    return;
+  }
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
   int ld = x->plan->bufs[k->out].cols, B = x->plan->batch, base = 0;
   const float *in = ms_buf_row(x, k->in, 0, 0);
@@ -68,6 +113,26 @@ static void qkv(const struct ms_exec_ctx *x, const struct ms_task_class *k, cons
     if (lo < hi)
       ms_vec_gemv(w[m], lo - base, hi - base, in, x->plan->bufs[k->in].cols, B, out + lo, ld);
     base += w[m]->rows;
+  }
+}
+
+/* qkv with 8-bit activations: the input quantized once per chunk of rows for all three matrices. */
+static void qkv_q8(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                   const struct ms_weight *const *w, int worker) {
+  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
+  int ld = x->plan->bufs[k->out].cols, ldin = x->plan->bufs[k->in].cols, B = x->plan->batch;
+  int any = q8_on(x, w[0]) || q8_on(x, w[1]) || q8_on(x, w[2]);
+  for (int b0 = 0; b0 < B; b0 += x->q8_rows) {
+    int nb = B - b0 < x->q8_rows ? B - b0 : x->q8_rows, base = 0;
+    const float *in = ms_buf_row(x, k->in, 0, b0);
+    float *out = ms_buf_row(x, k->out, 0, b0);
+    struct ms_q8_act a;
+    if (any) q8_load(x, worker, in, ldin, nb, w[0]->cols, &a);
+    for (int m = 0; m < 3; m++) {
+      int lo = c0 > base ? c0 : base, hi = c1 < base + w[m]->rows ? c1 : base + w[m]->rows;
+      if (lo < hi) gemv_chunk(x, w[m], lo - base, hi - base, any ? &a : NULL, in, ldin, nb, out + lo, ld);
+      base += w[m]->rows;
+    }
   }
 }
 
@@ -148,11 +213,11 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
 
 /* out[:, c0:c1] = residual[:, c0:c1] + W[c0:c1] . in */
 static void gemv_residual(const struct ms_exec_ctx *x, const struct ms_task_class *k,
-                          const struct ms_task *t, const struct ms_weight *w) {
+                          const struct ms_task *t, const struct ms_weight *w, int worker) {
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
   int ld = x->plan->bufs[k->out].cols, B = x->plan->batch;
   float *out = ms_buf_row(x, k->out, 0, 0);
-  ms_vec_gemv(w, c0, c1, ms_buf_row(x, k->in, 0, 0), x->plan->bufs[k->in].cols, B, out + c0, ld);
+  gemv(x, worker, w, c0, c1, ms_buf_row(x, k->in, 0, 0), x->plan->bufs[k->in].cols, B, out + c0, ld);
   if (k->in2 < 0) return;
   for (int b = 0; b < B; b++) {
     const float *res = ms_buf_row(x, k->in2, 0, b);
@@ -175,8 +240,52 @@ static void swiglu_rows(const struct ms_weight *wg, const struct ms_weight *wu, 
     }
 }
 
+/* h[rows, c0:c1] with 8-bit activations: each input row quantized once, then
+ * the gate and up rows in runs (g, u hold 256 results). */
+static void swiglu_q8(const struct ms_exec_ctx *x, const struct ms_weight *wg, const struct ms_weight *wu,
+                      int c0, int c1, const float *in, int ldin, float *out, int ldout, const int *rows, int nr,
+                      int worker) {
+  float g[256], u[256];
+  for (int j = 0; j < nr; j++) {
+    const float *xr = in + (size_t)rows[j] * ldin;
+    struct ms_q8_act a;
+    q8_load(x, worker, xr, ldin, 1, wg->cols, &a);
+    for (int i0 = c0; i0 < c1; i0 += 256) {
+      int i1 = c1 - i0 < 256 ? c1 : i0 + 256;
+      gemv_chunk(x, wg, i0, i1, &a, xr, ldin, 1, g, 256);
+      gemv_chunk(x, wu, i0, i1, &a, xr, ldin, 1, u, 256);
+      for (int i = i0; i < i1; i++) out[(size_t)rows[j] * ldout + i] = silu(g[i - i0]) * u[i - i0];
+    }
+  }
+}
+
+static void swiglu_batch_q8(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                            const struct ms_weight *const *w, int worker) {
+  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
+  int B = x->plan->batch, ld = x->plan->bufs[k->out].cols, ldin = x->plan->bufs[k->in].cols;
+  float g[256], u[256];
+  for (int b0 = 0; b0 < B; b0 += x->q8_rows) {
+    int nb = B - b0 < x->q8_rows ? B - b0 : x->q8_rows, R = 256 / nb;  /* weight rows per run */
+    const float *in = ms_buf_row(x, k->in, 0, b0);
+    float *out = ms_buf_row(x, k->out, 0, b0);
+    struct ms_q8_act a;
+    q8_load(x, worker, in, ldin, nb, w[0]->cols, &a);
+    for (int i0 = c0; i0 < c1; i0 += R) {
+      int i1 = c1 - i0 < R ? c1 : i0 + R;
+      gemv_chunk(x, w[0], i0, i1, &a, in, ldin, nb, g, R);
+      gemv_chunk(x, w[1], i0, i1, &a, in, ldin, nb, u, R);
+      for (int b = 0; b < nb; b++)
+        for (int i = i0; i < i1; i++) out[(size_t)b * ld + i] = silu(g[b * R + i - i0]) * u[b * R + i - i0];
+    }
+  }
+}
+
 static void swiglu(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
-                   const struct ms_weight *const *w) {
+                   const struct ms_weight *const *w, int worker) {
+  if (x->q8) {
+    swiglu_batch_q8(x, k, t, w, worker);
+    return;
+  }
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
   int B = x->plan->batch, ld = x->plan->bufs[k->out].cols, ldin = x->plan->bufs[k->in].cols;
   float g[64], u[64];
@@ -195,13 +304,13 @@ static void swiglu(const struct ms_exec_ctx *x, const struct ms_task_class *k, c
 /* Router: top-k experts by logit (lowest index on ties), weights softmax-normalised
  * over the chosen. route row = [k expert ids as int32 | k weights]. */
 static void router(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
-                   const struct ms_weight *w) {
+                   const struct ms_weight *w, int worker) {
   const struct ms_model_config *c = &x->m->cfg;
   int r = t->tile[1], E = c->n_experts, K = c->top_k;
   float logit[256];
   float *route = ms_buf_row(x, k->out, 0, r);
   int32_t *ids = (int32_t *)route;
-  ms_vec_gemv(w, 0, E, ms_buf_row(x, k->in, 0, r), c->dim, 1, logit, 1);
+  gemv(x, worker, w, 0, E, ms_buf_row(x, k->in, 0, r), c->dim, 1, logit, 1);
   for (int j = 0; j < K; j++) {
     int best = -1;
     for (int e = 0; e < E; e++) {
@@ -231,23 +340,30 @@ static int routed_rows(const struct ms_exec_ctx *x, int route_buf, int e, int *r
   return n;
 }
 
-static void expert_up(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t) {
+static void expert_up(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                      int worker) {
   const struct ms_layer_weights *L = &x->m->layers[k->layer];
   int e = t->tile[2], rows[4096];
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
   int nr = routed_rows(x, k->in2, e, rows);
+  if (x->q8) {
+    swiglu_q8(x, &L->exp_gate[e], &L->exp_up[e], c0, c1, ms_buf_row(x, k->in, 0, 0), x->plan->bufs[k->in].cols,
+              ms_buf_row(x, k->out, e, 0), x->plan->bufs[k->out].cols, rows, nr, worker);
+    return;
+  }
   swiglu_rows(&L->exp_gate[e], &L->exp_up[e], c0, c1, ms_buf_row(x, k->in, 0, 0),
               x->plan->bufs[k->in].cols, ms_buf_row(x, k->out, e, 0), x->plan->bufs[k->out].cols, rows, nr);
 }
 
-static void expert_down(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t) {
+static void expert_down(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                        int worker) {
   const struct ms_layer_weights *L = &x->m->layers[k->layer];
   int e = t->tile[2], rows[4096];
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
   int nr = routed_rows(x, k->in2, e, rows), ld = x->plan->bufs[k->out].cols;
   for (int j = 0; j < nr; j++)
-    ms_vec_gemv(&L->exp_down[e], c0, c1, ms_buf_row(x, k->in, e, rows[j]), x->plan->bufs[k->in].cols, 1,
-                ms_buf_row(x, k->out, e, rows[j]) + c0, ld);
+    gemv(x, worker, &L->exp_down[e], c0, c1, ms_buf_row(x, k->in, e, rows[j]), x->plan->bufs[k->in].cols, 1,
+         ms_buf_row(x, k->out, e, rows[j]) + c0, ld);
 }
 
 static void moe_combine(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t) {
@@ -271,16 +387,16 @@ void ms_ops_run(const struct ms_exec_ctx *x, int ti, int worker) {
   switch (t->kernel) {
   case MS_K_EMBED: embed(x, k, t); break;
   case MS_K_RMSNORM: rmsnorm_row(x, k, t, w[0]); break;
-  case MS_K_QKV: qkv(x, k, t, w); break;
+  case MS_K_QKV: qkv(x, k, t, w, worker); break;
   case MS_K_ROPE: rope(x, k, t, w); break;
   case MS_K_ATTN: attn(x, k, t, worker); break;
   case MS_K_WO:
   case MS_K_DOWN:
-  case MS_K_LM_HEAD: gemv_residual(x, k, t, w[0]); break;
-  case MS_K_SWIGLU: swiglu(x, k, t, w); break;
-  case MS_K_ROUTER: router(x, k, t, w[0]); break;
-  case MS_K_EXPERT_UP: expert_up(x, k, t); break;
-  case MS_K_EXPERT_DOWN: expert_down(x, k, t); break;
+  case MS_K_LM_HEAD: gemv_residual(x, k, t, w[0], worker); break;
+  case MS_K_SWIGLU: swiglu(x, k, t, w, worker); break;
+  case MS_K_ROUTER: router(x, k, t, w[0], worker); break;
+  case MS_K_EXPERT_UP: expert_up(x, k, t, worker); break;
+  case MS_K_EXPERT_DOWN: expert_down(x, k, t, worker); break;
   case MS_K_MOE_COMBINE: moe_combine(x, k, t); break;
   default: break;  /* step start, sampling: the runtime's; empty: nothing */
   }

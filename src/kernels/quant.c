@@ -13,6 +13,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "megascope/base.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #define MS_X86 1
@@ -264,6 +266,281 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
   }
 #endif
   gemv_portable(w, r0, r1, x, ldx, nb, y, ldy);
+}
+
+/* ---- 8-bit activations ----
+ *
+ * A block's integer dot is kept as eight int32 lanes, lane k holding elements
+ * 4k..4k+3: what _mm256_madd_epi16(_mm256_maddubs_epi16(w, q), 1) leaves. Each
+ * (weight row, input row) pair keeps eight f32 accumulators,
+ *   acc[k] = fma(d_w * d_x, (float)lane[k], acc[k])   block after block,
+ * summed at the end as hsum() does: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
+ * A lane is at most 4 * 128 * 127 in magnitude, so its conversion is exact, and
+ * the portable path does the same roundings with fmaf: the two give the same
+ * bits. Q4_1's minimum adds fma(m, s_x, mins) per block into a scalar, added
+ * after the lanes. Q4_0 and Q8_0 weights are signed: the AVX2 path multiplies
+ * |w| by q carrying w's sign (_mm256_sign_epi8), which leaves the same products. */
+
+size_t ms_q8_act_bytes(int n, int nb) {
+  return (size_t)nb * ((size_t)n + 2 * sizeof(float) * (size_t)(n / QK));
+}
+
+int ms_q8_handles(enum ms_dtype t) {
+  return t == MS_DTYPE_Q8_0 || t == MS_DTYPE_Q4_0 || t == MS_DTYPE_Q4_1;
+}
+
+/* Inverse scale of a block whose largest magnitude is amax, and its scale in *d;
+ * 0 and 0 for a block of zeros or one too small to scale (amax < 127 / FLT_MAX). */
+static inline float q8_inv(float amax, float *d) {
+  float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+  if (!(id <= FLT_MAX)) id = 0.0f;
+  *d = id != 0.0f ? amax / 127.0f : 0.0f;
+  return id;
+}
+
+static void q8_row_portable(const float *x, int n, int8_t *q, float *d, float *s) {
+  for (int i = 0; i < n / QK; i++, x += QK, q += QK) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    float id = q8_inv(amax, &d[i]);
+    int sum = 0;
+    for (int j = 0; j < QK; j++) {
+      float v = rintf(x[j] * id);  /* the default rounding: to nearest, ties to even */
+      int qi = fabsf(v) <= 127.0f ? (int)v : 0;
+      q[j] = (int8_t)qi;
+      sum += qi;
+    }
+    s[i] = d[i] * (float)sum;
+  }
+}
+
+/* Block b of a weight row as 32 signed integers (Q4_0's offset applied); its
+ * scale is returned and Q4_1's minimum stored in *m. */
+static float q8_wblock(enum ms_dtype t, const uint8_t *b, int8_t *w, float *m) {
+  switch (t) {
+  case MS_DTYPE_Q8_0:
+    memcpy(w, b + 2, QK);
+    break;
+  case MS_DTYPE_Q4_0:
+  case MS_DTYPE_Q4_1: {
+    int q41 = t == MS_DTYPE_Q4_1, off = q41 ? 0 : 8;
+    const uint8_t *qs = b + (q41 ? 4 : 2);
+    for (int j = 0; j < QK / 2; j++) {
+      w[j] = (int8_t)((qs[j] & 0xf) - off);
+      w[j + QK / 2] = (int8_t)((qs[j] >> 4) - off);
+    }
+    *m = q41 ? ms_f16_to_f32(rd16(b + 2)) : 0.0f;
+    break;
+  }
+  default:
+    break;
+  }
+  return ms_f16_to_f32(rd16(b));
+}
+
+static inline float hsum8(const float *a) {
+  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+}
+
+static void q8_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
+                             int ldy) {
+  size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
+  int nblk = w->cols / QK, q41 = w->dtype == MS_DTYPE_Q4_1;
+  for (int r = r0; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    for (int b = 0; b < a->nb; b++) {
+      const int8_t *q = a->q + (size_t)b * (size_t)a->n;
+      const float *dx = a->d + (size_t)b * (size_t)nblk, *sx = a->s + (size_t)b * (size_t)nblk;
+      float acc[8] = {0}, mins = 0.0f, m = 0.0f;
+      for (int i = 0; i < nblk; i++, q += QK) {
+        int8_t wq[QK];
+        float sc = q8_wblock(w->dtype, row + (size_t)i * bs, wq, &m) * dx[i];
+        for (int k = 0; k < 8; k++) {
+          int lane = 0;
+          for (int j = 4 * k; j < 4 * k + 4; j++) lane += wq[j] * q[j];
+          acc[k] = fmaf(sc, (float)lane, acc[k]);
+        }
+        if (q41) mins = fmaf(m, sx[i], mins);
+      }
+      y[(size_t)b * ldy + (r - r0)] = q41 ? hsum8(acc) + mins : hsum8(acc);
+    }
+  }
+}
+
+#ifdef MS_X86
+#define TGT_INL TGT static inline __attribute__((always_inline))
+
+TGT static inline int hsum_i32(__m256i v) {
+  __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0x4e));
+  x = _mm_add_epi32(x, _mm_shuffle_epi32(x, 0xb1));
+  return _mm_cvtsi128_si32(x);
+}
+
+/* The same roundings as q8_row_portable: the largest magnitude is exact in any
+ * order, the product and the rounding to nearest even are IEEE operations. */
+TGT static void q8_row_avx2(const float *x, int n, int8_t *q, float *d, float *s) {
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int i = 0; i < n / QK; i++, x += QK, q += QK) {
+    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
+    __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
+                              _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
+    h = _mm_max_ps(h, _mm_movehl_ps(h, h));
+    h = _mm_max_ss(h, _mm_movehdup_ps(h));
+    __m256 id = _mm256_set1_ps(q8_inv(_mm_cvtss_f32(h), &d[i]));
+#define Q8_RN(v) _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
+    __m256i i0 = Q8_RN(v0), i1 = Q8_RN(v1), i2 = Q8_RN(v2), i3 = Q8_RN(v3);
+#undef Q8_RN
+    /* packs interleave the 128-bit lanes; the permutation puts the bytes back in order */
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    _mm256_store_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, perm));
+    s[i] = d[i] * (float)hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+  }
+}
+
+/* Block b of a weight row as 32 bytes in element order: signed for Q8_0 and
+ * Q4_0 (offset applied), unsigned nibbles for Q4_1. */
+TGT_INL __m256i q8_wregs(enum ms_dtype t, const uint8_t *b) {
+  if (t == MS_DTYPE_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
+  /* the 16 bytes in both halves, the upper half shifted by a nibble, then masked */
+  __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b + (t == MS_DTYPE_Q4_1 ? 4 : 2))));
+  __m256i v = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
+  return t == MS_DTYPE_Q4_0 ? _mm256_sub_epi8(v, _mm256_set1_epi8(8)) : v;
+}
+
+/* A block's scale, and (Q4_1) its minimum in *m: both halves converted at once. */
+TGT_INL float q8_wscale(enum ms_dtype t, const uint8_t *b, float *m) {
+  if (t != MS_DTYPE_Q4_1) return h2f(b);
+  uint32_t dm;
+  memcpy(&dm, b, 4);
+  __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
+  *m = _mm_cvtss_f32(_mm_movehdup_ps(v));
+  return _mm_cvtss_f32(v);
+}
+
+/* acc + sc * (the eight lanes of w . q); wa: |w| for the signed types, w for Q4_1. */
+TGT_INL __m256 q8_step(enum ms_dtype t, __m256i w, __m256i wa, const int8_t *q, float sc, __m256 acc) {
+  __m256i qv = _mm256_load_si256((const __m256i *)q);
+  __m256i p = t == MS_DTYPE_Q4_1 ? _mm256_maddubs_epi16(wa, qv) : _mm256_maddubs_epi16(wa, _mm256_sign_epi8(qv, w));
+  __m256i l = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+  return _mm256_fmadd_ps(_mm256_set1_ps(sc), _mm256_cvtepi32_ps(l), acc);
+}
+
+/* One weight row against input rows b0 .. b0+nb-1 (nb <= 4): each block is
+ * unpacked once for all of them. */
+TGT_INL void q8_row_x4(enum ms_dtype t, const uint8_t *row, size_t bs, const struct ms_q8_act *a, int b0,
+                       int nb, float *out) {
+  int n = a->n, nblk = n / QK, q41 = t == MS_DTYPE_Q4_1;
+  const int8_t *q = a->q + (size_t)b0 * (size_t)n;
+  const float *d = a->d + (size_t)b0 * (size_t)nblk, *s = a->s + (size_t)b0 * (size_t)nblk;
+  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+  float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
+  for (int i = 0; i < nblk; i++, row += bs) {
+    float mw = 0.0f, dw = q8_wscale(t, row, &mw);
+    __m256i w = q8_wregs(t, row), wa = q41 ? w : _mm256_sign_epi8(w, w);
+    const int8_t *qi = q + (size_t)i * QK;
+    c0 = q8_step(t, w, wa, qi, dw * d[i], c0);
+    if (q41) m0 = fmaf(mw, s[i], m0);
+    if (nb > 1) {
+      c1 = q8_step(t, w, wa, qi + n, dw * d[nblk + i], c1);
+      if (q41) m1 = fmaf(mw, s[nblk + i], m1);
+    }
+    if (nb > 2) {
+      c2 = q8_step(t, w, wa, qi + 2 * (size_t)n, dw * d[2 * nblk + i], c2);
+      if (q41) m2 = fmaf(mw, s[2 * nblk + i], m2);
+    }
+    if (nb > 3) {
+      c3 = q8_step(t, w, wa, qi + 3 * (size_t)n, dw * d[3 * nblk + i], c3);
+      if (q41) m3 = fmaf(mw, s[3 * nblk + i], m3);
+    }
+  }
+  out[0] = q41 ? hsum(c0) + m0 : hsum(c0), out[1] = q41 ? hsum(c1) + m1 : hsum(c1);
+  out[2] = q41 ? hsum(c2) + m2 : hsum(c2), out[3] = q41 ? hsum(c3) + m3 : hsum(c3);
+}
+
+/* Batch 1: two weight rows share each activation block. */
+TGT_INL void q8_rows2_x1(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, size_t bs,
+                         const struct ms_q8_act *a, float *ya, float *yb) {
+  int nblk = a->n / QK, q41 = t == MS_DTYPE_Q4_1;
+  __m256 ca = _mm256_setzero_ps(), cb = ca;
+  float ma = 0.0f, mb = 0.0f;
+  for (int i = 0; i < nblk; i++, ra += bs, rb += bs) {
+    __m256i wa = q8_wregs(t, ra), wb = q8_wregs(t, rb);
+    float mwa = 0.0f, mwb = 0.0f, dwa = q8_wscale(t, ra, &mwa), dwb = q8_wscale(t, rb, &mwb);
+    ca = q8_step(t, wa, q41 ? wa : _mm256_sign_epi8(wa, wa), a->q + (size_t)i * QK, dwa * a->d[i], ca);
+    cb = q8_step(t, wb, q41 ? wb : _mm256_sign_epi8(wb, wb), a->q + (size_t)i * QK, dwb * a->d[i], cb);
+    if (q41) {
+      ma = fmaf(mwa, a->s[i], ma);
+      mb = fmaf(mwb, a->s[i], mb);
+    }
+  }
+  *ya = q41 ? hsum(ca) + ma : hsum(ca);
+  *yb = q41 ? hsum(cb) + mb : hsum(cb);
+}
+
+TGT_INL void q8_gemv_avx2_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
+                            const struct ms_q8_act *a, float *y, int ldy) {
+  size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(t);
+  int r = r0;
+  if (a->nb == 1)
+    for (; r + 1 < r1; r += 2) {
+      const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+      q8_rows2_x1(t, row, row + rb, bs, a, &y[r - r0], &y[r + 1 - r0]);
+    }
+  for (; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    for (int b0 = 0; b0 < a->nb; b0 += 4) {
+      int n = a->nb - b0 < 4 ? a->nb - b0 : 4;
+      float out[4];
+      q8_row_x4(t, row, bs, a, b0, n, out);
+      for (int b = 0; b < n; b++) y[(size_t)(b0 + b) * ldy + (r - r0)] = out[b];
+    }
+  }
+}
+
+TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
+                             int ldy) {
+  switch (w->dtype) {
+  case MS_DTYPE_Q8_0: q8_gemv_avx2_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); break;
+  case MS_DTYPE_Q4_0: q8_gemv_avx2_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); break;
+  case MS_DTYPE_Q4_1: q8_gemv_avx2_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); break;
+  default: break;
+  }
+}
+#endif
+
+void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int simd) {
+  size_t nblk = (size_t)(n / QK);
+  *a = (struct ms_q8_act){.n = n, .nb = nb, .q = buf};
+  a->d = (float *)(a->q + (size_t)nb * (size_t)n);
+  a->s = a->d + (size_t)nb * nblk;
+  for (int b = 0; b < nb; b++) {
+    const float *xb = x + (size_t)b * (size_t)ldx;
+    int8_t *q = a->q + (size_t)b * (size_t)n;
+    float *d = a->d + (size_t)b * nblk, *s = a->s + (size_t)b * nblk;
+#ifdef MS_X86
+    if (simd && have_f16c) {
+      q8_row_avx2(xb, n, q, d, s);
+      continue;
+    }
+#endif
+    q8_row_portable(xb, n, q, d, s);
+  }
+}
+
+void ms_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy,
+                int simd) {
+  MS_ASSERT(ms_q8_handles(w->dtype) && a->n == w->cols);
+#ifdef MS_X86
+  if (simd && have_f16c) {
+    q8_gemv_avx2(w, r0, r1, a, y, ldy);
+    return;
+  }
+#endif
+  q8_gemv_portable(w, r0, r1, a, y, ldy);
 }
 
 /* ---- quantizers (ggml's reference rounding) ---- */

@@ -28,4 +28,36 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
  * is not a multiple of the block. */
 int ms_quant_row(enum ms_dtype t, const float *x, int n, void *out);
 
+/* ---- 8-bit activations (the engine's q8_activations mode) ----
+ *
+ * The input rows of a GEMV are quantized once per call to blocks of 32:
+ * x[j] ~ d * q[j], d = max|x| / 127 over the block (f32), q in [-127, 127]
+ * rounded to nearest, ties to even; s = d * sum(q) for Q4_1's minimum term.
+ * Q8_0, Q4_0 and Q4_1 weights then take integer dot products with q (exact),
+ * and each block adds (d_w * d) * idot in f32 - through the same float
+ * operations in the same order on the AVX2 path and the portable one, so the
+ * two give the same bits, and every (weight row, input row) result is
+ * independent of the row range, the batch size and the thread. NaN inputs give
+ * unspecified (but defined) results. */
+struct ms_q8_act {
+  int n, nb;        /* nb rows of n values, n a multiple of 32 */
+  int8_t *q;        /* (nb, n), each row 32-byte aligned */
+  float *d, *s;     /* (nb, n / 32) */
+};
+
+/* Bytes of a buffer holding nb rows of n values in 8 bits (n a multiple of 32). */
+size_t ms_q8_act_bytes(int n, int nb);
+
+/* Quantizes x[b*ldx + 0..n) for b in [0, nb) into `buf` (ms_q8_act_bytes(n, nb)
+ * bytes, 32-byte aligned) and points `a` at it. */
+void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int simd);
+
+/* 1 for the weight types with an 8-bit-activation GEMV: Q8_0, Q4_0, Q4_1. */
+int ms_q8_handles(enum ms_dtype t);
+
+/* y[b*ldy + (r - r0)] = W[r,:] . (row b of a) for r in [r0, r1), b in [0, a->nb);
+ * a->n == w->cols. */
+void ms_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy,
+                int simd);
+
 #endif

@@ -131,6 +131,14 @@ void ms_vec_gemv(const struct ms_weight *w, int r0, int r1, const float *x, int 
   gemv_portable(w, r0, r1, x, ldx, nb, y, ldy);
 }
 
+void ms_vec_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n) {
+  ms_q8_quantize(a, buf, x, ldx, nb, n, use_simd);
+}
+
+void ms_vec_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy) {
+  ms_q8_gemv(w, r0, r1, a, y, ldy, use_simd);
+}
+
 float ms_vec_dot(const float *a, const float *b, int n) {
 #ifdef MS_X86
   if (use_simd) return dot_avx2(a, b, n);

@@ -6,11 +6,18 @@
 #ifndef MS_KERNELS_VEC_H
 #define MS_KERNELS_VEC_H
 
+#include "kernels/quant.h"
 #include "megascope/model.h"
 
 /* y[b*ldy + (r - r0)] = W[r,:] . x[b*ldx + :]  for r in [r0, r1), b in [0, nb). */
 void ms_vec_gemv(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb,
                  float *y, int ldy);
+
+/* The 8-bit-activation GEMV (kernels/quant.h) on the path ms_vec_gemv uses:
+ * the rows of x quantized into buf, then W[r0:r1] . x for a weight type that
+ * ms_q8_handles. */
+void ms_vec_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n);
+void ms_vec_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy);
 
 float ms_vec_dot(const float *a, const float *b, int n);
 

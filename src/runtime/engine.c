@@ -101,7 +101,7 @@ static uint32_t jit_depth(const struct ms_mpmc *q) {
 }
 
 static int jit_pop_any(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
-  if (e->hooks_on && atomic_load_explicit(&e->hooks->hinted, memory_order_relaxed)) {
+  if (HOOKS_ON(e) && atomic_load_explicit(&e->hooks->hinted, memory_order_relaxed)) {
     for (int p = MS_PRIO_LEVELS - 1; p > 0; p--)
       if (!ms_mpmc_pop(&rt->jit[p], t)) return 0;
   }
@@ -138,7 +138,7 @@ static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) 
     struct ms_mpmc *q = &rt->jit[prio > 0 ? prio : 0];
     MS_ASSERT(ms_mpmc_push(q, t) == 0);
     if (atomic_load_explicit(&e->trace_on, memory_order_relaxed)) ms_tel_qdepth(w, jit_depth(q));
-    if (!e->hooks_on) continue;
+    if (!HOOKS_ON(e)) continue;
     uint32_t depth = jit_depth(q);
     if (assign) fire_task_hook(w, MS_HOOK_TASK_ASSIGN, rt, t, gen, -1, depth);
     if (depth == MS_QUEUE_THRESHOLD && HOOK_ARMED(e, MS_HOOK_QUEUE_PRESSURE))
@@ -517,7 +517,7 @@ int ms_rt_step_begin(struct ms_engine *e) {
   e->step_t0 = t0;
   atomic_fetch_add_explicit(&e->step_seq, 1, memory_order_release);
   ms_futex_wake_all(&e->step_seq);
-  if (e->hooks_on) step_hooks(e, rt, e->admit_slots, admitted);
+  if (HOOKS_ON(e)) step_hooks(e, rt, e->admit_slots, admitted);
   return 1;
 }
 
@@ -549,8 +549,9 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
     if (drawn >= 0) tok = drawn;
   }
   r->tokens[n] = tok;
-  r->t_last = ms_eng_now(e);
-  if (n == 0) r->t_first = r->t_last;
+  uint64_t now = ms_eng_now(e);
+  atomic_store_explicit(&r->t_last, now, memory_order_relaxed);
+  if (n == 0) r->t_first = now;
   atomic_store_explicit(&r->n_tokens, n + 1, memory_order_release);
   atomic_fetch_add_explicit(&e->tokens, 1, memory_order_relaxed);
   sl->next_token = tok;
@@ -874,7 +875,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     if ((rc = rt_init(e, &e->rt[i], 1 << i, log))) goto fail;
   }
   e->hooks = ms_hook_table_new(e->n_workers);
-  e->hooks_on = 1;
+  atomic_init(&e->hooks_on, 1);
   e->workers = calloc((size_t)e->n_workers, sizeof *e->workers);
   if (!e->hooks || !e->workers) goto fail;
   for (int w = 0; w < e->n_workers; w++) e->workers[w].e = e;

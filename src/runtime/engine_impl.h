@@ -103,9 +103,12 @@ struct ms_request {
   _Atomic int n_tokens, n_logits;
   _Atomic uint32_t state;
   _Atomic int refs;   /* the caller's and the engine's */
-  int slot;
-  uint32_t generation;
-  uint64_t t_submit, t_admit, t_first, t_last, t_done;
+  /* Written by workers while the request runs and read by ms_request_get_info
+   * from any thread (a server polls it): atomics, plain accesses being
+   * seq_cst, except the per-token t_last (relaxed, explicit). */
+  _Atomic int slot;
+  _Atomic uint32_t generation;
+  _Atomic uint64_t t_submit, t_admit, t_first, t_last, t_done;
   struct ms_sample_params sample;  /* from the request options; zero: greedy */
 };
 
@@ -166,7 +169,7 @@ struct ms_engine {
 
   /* hooks */
   struct ms_hook_table *hooks;
-  int hooks_on;                  /* 0: no hook checks at all (bench baseline) */
+  _Atomic int hooks_on;          /* 0: no hook checks at all (bench baseline); relaxed */
   uint64_t step_t0;              /* when the step in flight was published */
 
   /* telemetry (telemetry.c) */
@@ -257,5 +260,8 @@ void ms_tel_request_done(struct ms_engine *e, const struct ms_request *r, int ca
 /* watchdog.c */
 void *ms_watchdog_main(void *arg);
 void ms_watchdog_report(struct ms_engine *e, uint64_t idle_ms, char *buf, size_t n);
+
+/* Whether hook sites are checked at all (a relaxed load: the switch needs no ordering). */
+#define HOOKS_ON(e) atomic_load_explicit(&(e)->hooks_on, memory_order_relaxed)
 
 #endif

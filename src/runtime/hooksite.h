@@ -10,7 +10,7 @@
 
 #include "runtime/engine_impl.h"
 
-#define HOOK_ARMED(e, h) ((e)->hooks_on && ms_hook_armed((e)->hooks, (h)))
+#define HOOK_ARMED(e, h) (HOOKS_ON(e) && ms_hook_armed((e)->hooks, (h)))
 
 /* The fields every hook has; step and rows: the step the firing belongs to. */
 static void ctx_base(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int worker,

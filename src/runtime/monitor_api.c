@@ -20,7 +20,9 @@ int ms_engine_replace(struct ms_engine *e, int id, struct ms_monitor *m, struct 
 
 int ms_engine_detach(struct ms_engine *e, int id) { return ms_hook_detach(e->hooks, id); }
 
-void ms_engine_set_hooks_enabled(struct ms_engine *e, int on) { e->hooks_on = on; }
+void ms_engine_set_hooks_enabled(struct ms_engine *e, int on) {
+  atomic_store_explicit(&e->hooks_on, on, memory_order_relaxed);
+}
 
 static void info_of(struct ms_engine *e, const struct attachment *a, struct ms_attach_info *out) {
   memset(out, 0, sizeof *out);

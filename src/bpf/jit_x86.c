@@ -24,11 +24,11 @@
  * disagree with it; the hot ones (moves, add/sub/logic/shifts/mul, loads,
  * stores, atomic add, jumps, calls, lddw) are native.
  *
- * Runs stop early for three reasons, each through one exit stub that restores
- * the entry's stack pointer: a helper called ms_bpf_exec_abort, the budget
- * ran out (checked at taken-or-not backward jumps and at local calls), or
- * nothing else — memory safety is the verifier's proof (ms_bpf_jit_new runs
- * it). */
+ * A run stops early for two reasons only, through one exit stub that restores
+ * the entry's stack pointer: a helper called ms_bpf_exec_abort, or the budget
+ * ran out (checked at backward jumps, taken or not, and at local calls). No
+ * memory access is checked: that is the verifier's proof, and
+ * ms_bpf_jit_new runs the verifier itself. */
 #include "megascope/bpf_jit.h"
 
 #include <errno.h>
@@ -599,14 +599,13 @@ static int emit_insn(struct emit *e, const struct ms_bpf_jit *j, const struct la
   }
 }
 
-static int patch(struct emit *e) {
+static void patch(struct emit *e) {
   for (size_t k = 0; k < e->n_fix; k++) {
     const struct fixup *f = &e->fix[k];
     uint32_t to = f->to < 0 ? e->label[-f->to - 1] : f->to_entry ? e->entry_at[f->to] : e->insn_at[f->to];
     int32_t rel = (int32_t)((int64_t)to - (int64_t)(f->at + 4));
     memcpy(e->b + f->at, &rel, 4);
   }
-  return 0;
 }
 
 static int compile(struct ms_bpf_jit *j, struct ms_textbuf *log) {
@@ -630,7 +629,8 @@ static int compile(struct ms_bpf_jit *j, struct ms_textbuf *log) {
   }
   emit_tails(&e);
   err = -ENOMEM;
-  if (e.oom || patch(&e)) goto out;
+  if (e.oom) goto out;
+  patch(&e);
   size_t page = 4096, size = (e.n + page - 1) / page * page;
   void *code = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (code == MAP_FAILED) goto out;

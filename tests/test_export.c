@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "megascope/bpf_jit.h"
 #include "megascope/engine.h"
 #include "megascope/export.h"
 #include "megascope/monitor.h"
@@ -150,6 +151,10 @@ static void test_prometheus(const char *mons) {
     CHECKF(sample(page, series) > before, "%g after the replace, %g before", sample(page, series), before);
     snprintf(series, sizeof series, "megascope_attachment_generation{id=\"%d\",monitor=\"queueing.bpf.o\"}", id);
     CHECK(sample(page, series) == 2);
+    /* queueing has one program, JIT-compiled where this host has the JIT */
+    snprintf(series, sizeof series, "megascope_attachment_jitted_programs{id=\"%d\",monitor=\"queueing.bpf.o\"}",
+             id);
+    CHECKF(sample(page, series) == (ms_bpf_jit_supported() ? 1 : 0), "%g", sample(page, series));
   } else {
     printf("skipping the coverage metrics: no shipped monitors in %s\n", mons);
     ms_monitor_free(a);

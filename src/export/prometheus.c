@@ -157,6 +157,12 @@ static int write_attachments(struct ms_engine *e, FILE *f) {
     att_labels(f, "megascope_attachment_attached", &a[i]);
     fprintf(f, "%d\n", a[i].attached ? 1 : 0);
   }
+  ms_prometheus_family(f, "megascope_attachment_jitted_programs", "gauge",
+                       "Programs of the current generation running as JIT-compiled native code (the rest interpreted).");
+  for (int i = 0; i < n; i++) {
+    att_labels(f, "megascope_attachment_jitted_programs", &a[i]);
+    fprintf(f, "%u\n", a[i].n_jitted);
+  }
   free(a);
   free(sum);
   return 0;

@@ -1353,6 +1353,82 @@ static void test_maps(void) {
   tally_print(&t);
 }
 
+/* ---- inlined array lookups ------------------------------------------------------- */
+
+/* The JIT inlines map_lookup_elem on array maps when the straight line before
+ * the call loads the map into r1. This program looks up keys 0, 7, 8 (one past
+ * the end) and 0xffffffff in arr and keys 0, 1, 2 in pcpu (two entries), and
+ * once through a map chosen on two paths (not inlined: the helper), and folds
+ * which lookups found an entry and what they read into r0. Run for worker 3
+ * and for worker 4, outside the per-worker map's four workers, where every
+ * pcpu lookup must come back NULL, as the helper says. */
+static void lookup_text(char *buf, size_t size) {
+  struct ms_textbuf b = {buf, size, 0, 0};
+  static const struct { int map; int64_t key; } q[] = {{0, 0}, {0, 7}, {0, 8}, {0, 0xffffffff}, {3, 0}, {3, 1}, {3, 2}};
+  ms_textbuf_printf(&b, "mov %%r9, 0\n");
+  for (size_t i = 0; i < sizeof q / sizeof q[0]; i++)
+    ms_textbuf_printf(&b,
+                      "lddw %%r7, %lld\nstxw [%%r10-4], %%r7\nlddw %%r1, map[%d]\nmov %%r2, %%r10\nadd %%r2, -4\n"
+                      "call 1\nlsh %%r9, 1\njeq %%r0, 0, miss%zu\nor %%r9, 1\nldxdw %%r7, [%%r0+0]\nadd %%r9, %%r7\n"
+                      "miss%zu:\n",
+                      (long long)q[i].key, q[i].map, i, i);
+  /* r1 from two paths: arr when mem[0] is odd, else pcpu */
+  ms_textbuf_printf(&b,
+                    "stw [%%r10-4], 1\nldxb %%r7, [%%r6+0]\nlddw %%r1, map[3]\njset %%r7, 1, odd\nja both\n"
+                    "odd:\nlddw %%r1, map[0]\nboth:\nmov %%r2, %%r10\nadd %%r2, -4\ncall 1\nlsh %%r9, 1\n"
+                    "jeq %%r0, 0, last\nor %%r9, 1\nldxdw %%r7, [%%r0+0]\nadd %%r9, %%r7\nlast:\nmov %%r0, %%r9\nexit");
+  MS_ASSERT(!b.truncated);
+}
+
+static void test_inline_lookup(void) {
+  struct tally t = {.section = "inlined lookups"};
+  struct ms_bpf_map *m[N_MAP_DEFS] = {0};
+  static char text[16384];
+  static _Alignas(16) uint8_t mem[64];
+  int made = 1;
+  for (size_t i = 0; i < N_MAP_DEFS; i++) made &= (m[i] = ms_bpf_map_new(&map_defs[i], MAP_WORKERS, NULL)) != NULL;
+  CHECK(made && !maps_fill(m));
+  snprintf(text, sizeof text, "mov %%r6, %%r1\n");
+  lookup_text(text + strlen(text), sizeof text - strlen(text));
+  struct ms_bpf_prog *p = made ? prog_of(text, map_defs, N_MAP_DEFS) : NULL;
+  struct ms_bpf_jit *j = p ? jit_of(p, sizeof mem, m, N_MAP_DEFS) : NULL;
+  CHECKF(j != NULL, "not compiled: %s", log_text());
+  for (uint32_t worker = 3; j && worker <= MAP_WORKERS; worker++)
+    for (int odd = 0; odd < 2; odd++) {
+      struct ms_bpf_env env = {.worker = worker};
+      memset(mem, 0, sizeof mem);
+      mem[0] = (uint8_t)odd;
+      struct ms_bpf_run_opts ro = {.sz = sizeof ro, .helpers = helpers, .maps = m, .n_maps = N_MAP_DEFS,
+                                   .mem = mem, .mem_size = sizeof mem, .env = &env};
+      struct ms_bpf_run_result ri, rj;
+      int rci = ms_bpf_run(p, &ro, &ri), rcj = ms_bpf_jit_run(j, &ro, &rj);
+      t.programs += worker == 3 && !odd;
+      t.runs++;
+      /* worker 3: arr keys 0 and 7 and pcpu 0 and 1 found (bits 6,5,2,1), plus the two-path lookup */
+      uint64_t found_i = ri.r0;
+      if ((rci != rcj || rci || ri.r0 != rj.r0) && tally_report(&t))
+        fprintf(stderr, "inlined lookups: worker %u, mem[0] %d: interpreter rc %d r0 0x%" PRIx64
+                ", JIT rc %d r0 0x%" PRIx64 "\n", worker, odd, rci, ri.r0, rcj, rj.r0);
+      (void)found_i;
+    }
+  /* the per-worker lookups must really have missed for worker 4: the results differ from worker 3's */
+  if (j) {
+    struct ms_bpf_env e3 = {.worker = 3}, e4 = {.worker = MAP_WORKERS};
+    struct ms_bpf_run_opts ro = {.sz = sizeof ro, .helpers = helpers, .maps = m, .n_maps = N_MAP_DEFS,
+                                 .mem = mem, .mem_size = sizeof mem, .env = &e3};
+    struct ms_bpf_run_result r3, r4;
+    memset(mem, 0, sizeof mem);
+    CHECK(ms_bpf_jit_run(j, &ro, &r3) == 0);
+    ro.env = &e4;
+    CHECK(ms_bpf_jit_run(j, &ro, &r4) == 0);
+    CHECKF(r3.r0 != r4.r0, "worker 3 and worker %d read the same: 0x%" PRIx64, MAP_WORKERS, r3.r0);
+  }
+  ms_bpf_jit_free(j);
+  ms_bpf_prog_free(p);
+  for (size_t i = 0; i < N_MAP_DEFS; i++) ms_bpf_map_free(m[i]);
+  tally_print(&t);
+}
+
 /* ---- the hook form ------------------------------------------------------------ */
 
 /* A monitor on task_end: reads context fields (the context is read-only and
@@ -1537,6 +1613,7 @@ int main(void) {
   test_budget();
   test_random();
   test_maps();
+  test_inline_lookup();
   test_hook_form();
   test_misuse();
   test_threads();

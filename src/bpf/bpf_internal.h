@@ -104,6 +104,20 @@ int ms_bpf_btf_check(const uint8_t *data, size_t size, struct ms_textbuf *log);
 /* What the interpreter asks of a map (maps.c). */
 /* The bytes a program may touch through pointers the map hands out. */
 void ms_bpf_map_region(const struct ms_bpf_map *m, struct ms_bpf_region *r);
+/* Where an array map's values live, for code that indexes them itself (the
+ * JIT inlines lookups): element k of worker w is at values + (w * n_slots + k)
+ * * stride. 0 for ARRAY and PERCPU_ARRAY maps (per_worker says which), -1 for
+ * other types. */
+struct ms_bpf_array_layout {
+  uint8_t *values;
+  uint32_t max_entries, n_slots, n_workers, stride;
+  int per_worker;
+};
+int ms_bpf_map_array_layout(const struct ms_bpf_map *m, struct ms_bpf_array_layout *out);
+/* Whether fn is the standard map_lookup_elem (helper 1) of ms_bpf_helpers_add_std:
+ * only then may a lookup be inlined, since a table may carry another. */
+int ms_bpf_helper_is_std_lookup(ms_bpf_helper_fn fn);
+
 /* Address of byte off of element 0 (array maps, the lddw MAP_VALUE form). */
 void *ms_bpf_map_direct_value(struct ms_bpf_map *m, uint32_t off);
 

@@ -107,6 +107,8 @@ static uint64_t h_map_lookup(struct ms_bpf_exec *x, uint64_t a1, uint64_t a2, ui
   return (uint64_t)(uintptr_t)ms_bpf_map_lookup(m, key, ms_bpf_exec_env(x)->worker);
 }
 
+int ms_bpf_helper_is_std_lookup(ms_bpf_helper_fn fn) { return fn == h_map_lookup; }
+
 static uint64_t h_map_update(struct ms_bpf_exec *x, uint64_t a1, uint64_t a2, uint64_t a3,
                              uint64_t a4, uint64_t a5) {
   struct ms_bpf_map *m = arg_map(x, a1, MAP_KV_TYPES);

@@ -487,6 +487,9 @@ static void emit_tails(struct emit *e) {
 struct layout {
   uint8_t *fn_start; /* 1 at the first instruction of each function */
   uint32_t *fn_of;   /* function (its first instruction) of each instruction */
+  uint8_t *entered;  /* 1 where control can arrive other than from the previous
+                      * instruction: a jump target or a function's start */
+  uint8_t *second;   /* 1 at the second slot of an lddw */
 };
 
 static int target_of(const struct ms_bpf_insn *in, size_t i) {
@@ -520,10 +523,16 @@ static int find_functions(const struct ms_bpf_prog *p, struct layout *L, struct 
   for (size_t i = 0; i < p->n; i++) {
     if (L->fn_start[i]) f = (uint32_t)i;
     L->fn_of[i] = f;
+    L->entered[i] |= L->fn_start[i];
+    if (MS_BPF_CLASS(p->insns[i].code) == MS_BPF_LD && i + 1 < p->n) { /* its second slot (code 0) is no lddw */
+      L->second[i + 1] = 1;
+      L->fn_of[++i] = f;
+    }
   }
   for (size_t i = 0; i < p->n; i++) {
     if (!is_jump(&p->insns[i])) continue;
     int t = target_of(&p->insns[i], i);
+    L->entered[t] = 1;
     if (L->fn_of[t] != L->fn_of[i] || (L->fn_start[t] && t != (int)L->fn_of[i])) {
       ms_textbuf_printf(log, "insn %zu: jump to insn %d leaves its function: not compiled\n", i, t);
       return -ENOTSUP;
@@ -556,8 +565,88 @@ static int emit_lddw(struct emit *e, const struct ms_bpf_jit *j, const struct ms
   return 0;
 }
 
-static int emit_call(struct emit *e, const struct ms_bpf_jit *j, const struct ms_bpf_insn *in, size_t i,
-                     struct ms_textbuf *log) {
+/* Whether in may change r1 (or leave the straight line before a call). */
+static int touches_r1(const struct ms_bpf_insn *in) {
+  switch (MS_BPF_CLASS(in->code)) {
+  case MS_BPF_ALU: case MS_BPF_ALU64: case MS_BPF_LDX: case MS_BPF_LD: return in->dst_reg == 1;
+  case MS_BPF_ST: return 0;
+  case MS_BPF_STX:
+    return MS_BPF_MODE(in->code) == MS_BPF_ATOMIC && (in->imm & MS_BPF_FETCH) && in->imm != MS_BPF_CMPXCHG &&
+           in->src_reg == 1;
+  default: /* calls clobber r1; after exit or ja the call is reached only by a jump */
+    return MS_BPF_OP(in->code) == MS_BPF_CALL || MS_BPF_OP(in->code) == MS_BPF_EXIT ||
+           MS_BPF_OP(in->code) == MS_BPF_JA;
+  }
+}
+
+/* The map r1 holds at the call at i, when the straight line before it loads
+ * it with lddw and nothing between changes r1 or can be jumped into; else NULL. */
+static struct ms_bpf_map *map_in_r1(const struct ms_bpf_jit *j, const struct layout *L, size_t i) {
+  const struct ms_bpf_insn *p = j->prog->insns;
+  for (size_t x = i; x > L->fn_of[i]; x--) {
+    if (L->entered[x]) return NULL; /* another path reaches the call */
+    size_t k = L->second[x - 1] ? x - 2 : x - 1;
+    const struct ms_bpf_insn *in = &p[k];
+    if (MS_BPF_CLASS(in->code) == MS_BPF_LD && in->dst_reg == 1) {
+      if (in->src_reg != MS_BPF_PSEUDO_MAP_FD && in->src_reg != MS_BPF_PSEUDO_MAP_IDX) return NULL;
+      return (size_t)in->imm < j->n_maps ? j->maps[in->imm] : NULL;
+    }
+    if (touches_r1(in)) return NULL;
+    x = k + 1;
+  }
+  return NULL;
+}
+
+/* A forward jump inside the emitted code, patched by land(). */
+static size_t jcc_local(struct emit *e, uint8_t cc) {
+  u8(e, 0x0f), u8(e, cc), u32(e, 0);
+  return e->n - 4;
+}
+static size_t jmp_local(struct emit *e) {
+  u8(e, 0xe9), u32(e, 0);
+  return e->n - 4;
+}
+static void land(struct emit *e, size_t at) {
+  if (e->oom) return;
+  int32_t rel = (int32_t)(e->n - (at + 4));
+  memcpy(e->b + at, &rel, 4);
+}
+
+/* map_lookup_elem on an array map whose address is known, without the helper
+ * (as Linux's JIT inlines it): r0 = &values[(worker * n_slots + key) * stride],
+ * or NULL when the key (or, per worker, the worker) is out of range. The key
+ * pointer in r2 (rsi) is the verifier's proof; the helper's checks of it and
+ * of the map handle are what this saves. r1-r5 are left as they are (a call
+ * leaves them undefined). 0 when emitted, -1 when the layout does not fit. */
+static int emit_array_lookup(struct emit *e, const struct ms_bpf_map *m) {
+  struct ms_bpf_array_layout a;
+  if (ms_bpf_map_array_layout(m, &a) || a.n_slots > INT32_MAX || a.stride > INT32_MAX) return -1;
+  rex(e, 0, RAX, RSI, 0), u8(e, 0x8b), modrm_mem(e, RAX, RSI, 0); /* mov eax, [rsi]: the u32 key */
+  op_ri(e, 0, 7, RAX, (int32_t)a.max_entries);                      /* cmp eax, max_entries */
+  size_t null1 = jcc_local(e, 0x83), null2 = 0;                      /* jae null */
+  if (a.per_worker) {
+    /* r11 = exec.env->worker, checked against the map's workers */
+    rex(e, 1, R11, R12, 0), u8(e, 0x8b);
+    modrm_mem(e, R11, R12, (int32_t)(offsetof(struct jit_state, x) + offsetof(struct ms_bpf_exec, env)));
+    rex(e, 0, R11, R11, 0), u8(e, 0x8b), modrm_mem(e, R11, R11, (int32_t)offsetof(struct ms_bpf_env, worker));
+    op_ri(e, 0, 7, R11, (int32_t)a.n_workers);
+    null2 = jcc_local(e, 0x83);
+    rex(e, 1, R11, R11, 0), u8(e, 0x69), modrm_rr(e, R11, R11), u32(e, a.n_slots); /* imul r11, n_slots */
+    op_rr(e, 1, 0x01, R11, RAX);                                                    /* add rax, r11 */
+  }
+  rex(e, 1, RAX, RAX, 0), u8(e, 0x69), modrm_rr(e, RAX, RAX), u32(e, a.stride); /* imul rax, stride */
+  mov_ri64(e, R11, (uint64_t)(uintptr_t)a.values);
+  op_rr(e, 1, 0x01, R11, RAX); /* add rax, r11 */
+  size_t done = jmp_local(e);
+  land(e, null1);
+  if (a.per_worker) land(e, null2);
+  op_rr(e, 0, 0x31, RAX, RAX); /* r0 = NULL */
+  land(e, done);
+  return 0;
+}
+
+static int emit_call(struct emit *e, const struct ms_bpf_jit *j, const struct layout *L,
+                     const struct ms_bpf_insn *in, size_t i, struct ms_textbuf *log) {
   if (in->src_reg == MS_BPF_PSEUDO_CALL) {
     emit_budget(e, i);
     u8(e, 0xe8), fixup(e, (int32_t)((int64_t)i + 1 + in->imm), 1);
@@ -567,6 +656,10 @@ static int emit_call(struct emit *e, const struct ms_bpf_jit *j, const struct ms
   if (!s || !s->fn) {
     ms_textbuf_printf(log, "insn %zu: call to unknown helper %d\n", i, in->imm);
     return -ENOENT;
+  }
+  if (in->imm == MS_BPF_FN_MAP_LOOKUP_ELEM && ms_bpf_helper_is_std_lookup(s->fn)) {
+    const struct ms_bpf_map *m = map_in_r1(j, L, i);
+    if (m && !emit_array_lookup(e, m)) return 0;
   }
   emit_helper_call(e, (uint64_t)(uintptr_t)s->fn, i);
   return 0;
@@ -588,7 +681,7 @@ static int emit_insn(struct emit *e, const struct ms_bpf_jit *j, const struct la
     else store_r(e, size, reg_of[in->dst_reg], in->off, reg_of[in->src_reg]);
     return 0;
   default:
-    if (MS_BPF_OP(in->code) == MS_BPF_CALL) return emit_call(e, j, in, i, log);
+    if (MS_BPF_OP(in->code) == MS_BPF_CALL) return emit_call(e, j, L, in, i, log);
     if (MS_BPF_OP(in->code) == MS_BPF_EXIT) {
       if (L->fn_of[i] == 0) jmp_to(e, L_EXIT);
       else emit_sub_epilogue(e);
@@ -611,11 +704,12 @@ static void patch(struct emit *e) {
 static int compile(struct ms_bpf_jit *j, struct ms_textbuf *log) {
   const struct ms_bpf_prog *p = j->prog;
   struct emit e = {0};
-  struct layout L = {calloc(p->n + 1, 1), calloc(p->n + 1, sizeof *L.fn_of)};
+  struct layout L = {calloc(p->n + 1, 1), calloc(p->n + 1, sizeof *L.fn_of), calloc(p->n + 1, 1),
+                     calloc(p->n + 1, 1)};
   e.insn_at = calloc(p->n + 1, sizeof *e.insn_at);
   e.entry_at = calloc(p->n + 1, sizeof *e.entry_at);
   int err = -ENOMEM;
-  if (!L.fn_start || !L.fn_of || !e.insn_at || !e.entry_at) goto out;
+  if (!L.fn_start || !L.fn_of || !L.entered || !L.second || !e.insn_at || !e.entry_at) goto out;
   if ((err = find_functions(p, &L, log))) goto out;
   emit_entry_prologue(&e);
   for (size_t i = 0; i < p->n; i++) {
@@ -643,6 +737,7 @@ static int compile(struct ms_bpf_jit *j, struct ms_textbuf *log) {
   err = 0;
 out:
   free(e.b), free(e.fix), free(e.insn_at), free(e.entry_at), free(L.fn_start), free(L.fn_of);
+  free(L.entered), free(L.second);
   return err;
 }
 

@@ -526,6 +526,14 @@ void ms_bpf_map_region(const struct ms_bpf_map *m, struct ms_bpf_region *r) {
                               !(m->def.flags & MS_BPF_MAP_F_RDONLY_PROG)};
 }
 
+int ms_bpf_map_array_layout(const struct ms_bpf_map *m, struct ms_bpf_array_layout *out) {
+  const struct map_view *v = &m->v;
+  if (v->type != MS_BPF_MAP_ARRAY && v->type != MS_BPF_MAP_PERCPU_ARRAY) return -1;
+  *out = (struct ms_bpf_array_layout){v->values, v->max_entries, v->n_slots, v->n_workers, v->value_stride,
+                                      is_percpu(v->type)};
+  return 0;
+}
+
 void *ms_bpf_map_direct_value(struct ms_bpf_map *m, uint32_t off) {
   if (m->def.type != MS_BPF_MAP_ARRAY || off >= m->def.value_size) return NULL;
   return m->v.values + off;

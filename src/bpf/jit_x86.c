@@ -24,9 +24,10 @@
  * disagree with it; the hot ones (moves, add/sub/logic/shifts/mul, loads,
  * stores, atomic add, jumps, calls, lddw) are native.
  *
- * A run stops early for two reasons only, through one exit stub that restores
- * the entry's stack pointer: a helper called ms_bpf_exec_abort, or the budget
- * ran out (checked at backward jumps, taken or not, and at local calls). No
+ * A run stops early for two reasons only: a helper called ms_bpf_exec_abort,
+ * or the budget ran out (checked at backward jumps, taken or not, and at local
+ * calls). Both jump to the shared tail code (emit_tails), which restores the
+ * entry's stack pointer and so unwinds any local-call frames. No
  * memory access is checked: that is the verifier's proof, and
  * ms_bpf_jit_new runs the verifier itself. */
 #include "megascope/bpf_jit.h"
@@ -826,7 +827,8 @@ int ms_bpf_jit_run(const struct ms_bpf_jit *j, const struct ms_bpf_run_opts *opt
   _Alignas(16) uint8_t stack[MS_BPF_MAX_CALL_DEPTH * MS_BPF_STACK_SIZE];
   struct jit_state st;
   ms_bpf_exec_setup(&st.x, j->prog, &o, stack, sizeof stack, j->regions, j->n_regions);
-  st.budget = o.insn_budget ? o.insn_budget : MS_BPF_DEFAULT_BUDGET;
+  const uint64_t budget = o.insn_budget ? o.insn_budget : MS_BPF_DEFAULT_BUDGET;
+  st.budget = budget;
   st.err = 0;
   st.insn = -1;
   uint64_t r1 = (uint64_t)(uintptr_t)(o.ctx ? o.ctx : o.mem), r2 = o.ctx ? 0 : o.mem_size;
@@ -840,7 +842,7 @@ int ms_bpf_jit_run(const struct ms_bpf_jit *j, const struct ms_bpf_run_opts *opt
   } else if (st.err) {
     err = st.err;
     ms_textbuf_printf(o.log, "insn %d: budget of %llu backward jumps and calls exhausted\n", st.insn,
-                      (unsigned long long)(o.insn_budget ? o.insn_budget : MS_BPF_DEFAULT_BUDGET));
+                      (unsigned long long)budget);
   }
   if (err) res->err_insn = st.insn;
   size_t left = ms_bpf_exec_release(&st.x);

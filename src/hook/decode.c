@@ -236,8 +236,9 @@ int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE
       ms_json_kstr(j, "name", ms_bpf_prog_name(g->mon->progs[i]));
       ms_json_kstr(j, "hook", ms_hook_name(g->mon->hook[i]));
       ms_json_kstr(j, "type", ms_prog_type_name(g->mon->type[i]));
-      ms_json_kstr(j, "exec", g->jits && g->jits[i] ? "jit" : "interp");
-      if (g->jits && g->jits[i]) ms_json_kuint(j, "code_bytes", ms_bpf_jit_code_size(g->jits[i]));
+      const struct ms_bpf_jit *jit = g->jits ? g->jits[i] : NULL;
+      ms_json_kstr(j, "exec", jit ? "jit" : "interp");
+      if (jit) ms_json_kuint(j, "code_bytes", ms_bpf_jit_code_size(jit));
       ms_json_obj_end(j);
     }
     ms_json_arr_end(j);

@@ -23,16 +23,24 @@ struct ms_hook_table *ms_hook_table_new(int n_workers) {
   return t;
 }
 
+/* Frees one generation's maps, native code (of n_progs programs) and
+ * coverage, and g itself; not its monitor, which the caller keeps when an
+ * attach or replace fails. */
+static void gen_release(struct ms_gen *g, int n_progs) {
+  for (int i = 0; g->maps && i < g->n_maps; i++) ms_bpf_map_free(g->maps[i]);
+  for (int i = 0; g->jits && i < n_progs; i++) ms_bpf_jit_free(g->jits[i]);
+  free(g->jits);
+  free(g->maps);
+  free(g->cov);
+  free(g);
+}
+
 static void gen_free(struct ms_gen *g) {
   while (g) {
     struct ms_gen *prev = g->prev;
-    for (int i = 0; i < g->n_maps; i++) ms_bpf_map_free(g->maps[i]);
-    for (int i = 0; g->jits && i < g->mon->n_progs; i++) ms_bpf_jit_free(g->jits[i]);
-    free(g->jits);
-    free(g->maps);
-    free(g->cov);
-    ms_monitor_free(g->mon);
-    free(g);
+    struct ms_monitor *mon = g->mon;
+    gen_release(g, mon->n_progs);
+    ms_monitor_free(mon);
     g = prev;
   }
 }
@@ -113,13 +121,7 @@ static struct ms_gen *gen_new(struct ms_hook_table *t, struct ms_monitor *m, con
   g->t_start = ms_now_ns();
   return g;
 fail:
-  if (g->maps)
-    for (int i = 0; i < g->n_maps; i++) ms_bpf_map_free(g->maps[i]);
-  for (int i = 0; g->jits && i < m->n_progs; i++) ms_bpf_jit_free(g->jits[i]);
-  free(g->jits);
-  free(g->maps);
-  free(g->cov);
-  free(g);
+  gen_release(g, m->n_progs);
   return NULL;
 }
 
@@ -198,8 +200,7 @@ int ms_hook_attach(struct ms_hook_table *t, struct ms_monitor *m, const struct m
   a->attached = 1;
   mark_hinted(t, m);
   if ((rc = publish(t, NULL, g))) {
-    g->mon = NULL;  /* the caller keeps m on failure */
-    gen_free(g);
+    gen_release(g, m->n_progs);  /* the caller keeps m on failure */
     goto fail;
   }
   t->atts[t->n_atts++] = a;
@@ -227,8 +228,7 @@ int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, struc
   g->generation = a->cur->generation + 1;
   mark_hinted(t, m);
   if ((rc = publish(t, a->cur, g))) {
-    g->mon = NULL;
-    gen_free(g);
+    gen_release(g, m->n_progs);
     goto out;
   }
   atomic_store(&a->cur->t_end, ms_now_ns());

@@ -50,11 +50,11 @@ static void q8_load(const struct ms_exec_ctx *x, int worker, const float *in, in
   ms_vec_q8_quantize(a, x->q8[worker], in, ldin, nb, n);
 }
 
-/* One chunk of input rows: the integer GEMV when the weight takes 8-bit
- * activations and `a` holds them, else the f32 one over `in`. */
+/* One chunk of input rows: the integer GEMV over `a` when the weight takes
+ * 8-bit activations, else the f32 one over `in`. */
 static void gemv_chunk(const struct ms_exec_ctx *x, const struct ms_weight *w, int r0, int r1,
                        const struct ms_q8_act *a, const float *in, int ldin, int nb, float *y, int ldy) {
-  if (a && q8_on(x, w))
+  if (q8_on(x, w))
     ms_vec_q8_gemv(w, r0, r1, a, y, ldy);
   else
     ms_vec_gemv(w, r0, r1, in, ldin, nb, y, ldy);
@@ -94,13 +94,29 @@ static void rmsnorm_row(const struct ms_exec_ctx *x, const struct ms_task_class 
                  x->plan->bufs[k->out].cols, x->m->cfg.norm_eps);
 }
 
-/* Output columns [c0, c1) of the concatenated (q | k | v) projection. */
+/* qkv with 8-bit activations: the input quantized once per chunk of rows for all three matrices. */
 static void qkv_q8(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
-                   const struct ms_weight *const *w, int worker);
+                   const struct ms_weight *const *w, int worker) {
+  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
+  int ld = x->plan->bufs[k->out].cols, ldin = x->plan->bufs[k->in].cols, B = x->plan->batch;
+  for (int b0 = 0; b0 < B; b0 += x->q8_rows) {
+    int nb = B - b0 < x->q8_rows ? B - b0 : x->q8_rows, base = 0;
+    const float *in = ms_buf_row(x, k->in, 0, b0);
+    float *out = ms_buf_row(x, k->out, 0, b0);
+    struct ms_q8_act a;
+    q8_load(x, worker, in, ldin, nb, w[0]->cols, &a);
+    for (int m = 0; m < 3; m++) {
+      int lo = c0 > base ? c0 : base, hi = c1 < base + w[m]->rows ? c1 : base + w[m]->rows;
+      if (lo < hi) gemv_chunk(x, w[m], lo - base, hi - base, &a, in, ldin, nb, out + lo, ld);
+      base += w[m]->rows;
+    }
+  }
+}
 
+/* Output columns [c0, c1) of the concatenated (q | k | v) projection. */
 static void qkv(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                 const struct ms_weight *const *w, int worker) {
-  if (x->q8) {
+  if (q8_on(x, w[0]) || q8_on(x, w[1]) || q8_on(x, w[2])) {
     qkv_q8(x, k, t, w, worker);
     return;
   }
@@ -113,26 +129,6 @@ static void qkv(const struct ms_exec_ctx *x, const struct ms_task_class *k, cons
     if (lo < hi)
       ms_vec_gemv(w[m], lo - base, hi - base, in, x->plan->bufs[k->in].cols, B, out + lo, ld);
     base += w[m]->rows;
-  }
-}
-
-/* qkv with 8-bit activations: the input quantized once per chunk of rows for all three matrices. */
-static void qkv_q8(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
-                   const struct ms_weight *const *w, int worker) {
-  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
-  int ld = x->plan->bufs[k->out].cols, ldin = x->plan->bufs[k->in].cols, B = x->plan->batch;
-  int any = q8_on(x, w[0]) || q8_on(x, w[1]) || q8_on(x, w[2]);
-  for (int b0 = 0; b0 < B; b0 += x->q8_rows) {
-    int nb = B - b0 < x->q8_rows ? B - b0 : x->q8_rows, base = 0;
-    const float *in = ms_buf_row(x, k->in, 0, b0);
-    float *out = ms_buf_row(x, k->out, 0, b0);
-    struct ms_q8_act a;
-    if (any) q8_load(x, worker, in, ldin, nb, w[0]->cols, &a);
-    for (int m = 0; m < 3; m++) {
-      int lo = c0 > base ? c0 : base, hi = c1 < base + w[m]->rows ? c1 : base + w[m]->rows;
-      if (lo < hi) gemv_chunk(x, w[m], lo - base, hi - base, any ? &a : NULL, in, ldin, nb, out + lo, ld);
-      base += w[m]->rows;
-    }
   }
 }
 
@@ -282,7 +278,7 @@ static void swiglu_batch_q8(const struct ms_exec_ctx *x, const struct ms_task_cl
 
 static void swiglu(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                    const struct ms_weight *const *w, int worker) {
-  if (x->q8) {
+  if (q8_on(x, w[0]) || q8_on(x, w[1])) {
     swiglu_batch_q8(x, k, t, w, worker);
     return;
   }
@@ -346,7 +342,7 @@ static void expert_up(const struct ms_exec_ctx *x, const struct ms_task_class *k
   int e = t->tile[2], rows[4096];
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
   int nr = routed_rows(x, k->in2, e, rows);
-  if (x->q8) {
+  if (q8_on(x, &L->exp_gate[e]) || q8_on(x, &L->exp_up[e])) {
     swiglu_q8(x, &L->exp_gate[e], &L->exp_up[e], c0, c1, ms_buf_row(x, k->in, 0, 0), x->plan->bufs[k->in].cols,
               ms_buf_row(x, k->out, e, 0), x->plan->bufs[k->out].cols, rows, nr, worker);
     return;

@@ -248,7 +248,6 @@ void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen
   }
 }
 
-/* Waits until event `ev` reached `target`, running JIT tasks meanwhile. */
 /* Runs a JIT task popped while waiting in generation gen. Between a waiter's
  * counter check and its pop, its step can end and the next step (same plan)
  * release JIT tasks, so the task may belong to the next generation: its own is
@@ -272,6 +271,7 @@ static void run_jit_task(struct worker *w, struct plan_rt *rt, int t, uint64_t g
   w->rows = rows;
 }
 
+/* Waits until event `ev` reached `target`, running JIT tasks meanwhile. */
 static void wait_event(struct worker *w, struct plan_rt *rt, int ev, uint64_t target, uint64_t gen,
                        int task) {
   struct ms_engine *e = w->e;

@@ -474,8 +474,9 @@ static void *sim_main(void *arg) {
     if (!ms_rt_step_begin(e)) break;
     s->rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
     s->gen = atomic_load_explicit(&e->cur_gen, memory_order_relaxed);
+    uint64_t step = atomic_load_explicit(&e->cur_step, memory_order_relaxed);
     for (int i = 0; i < e->n_workers; i++) {  /* what each SM's task hooks report */
-      e->workers[i].step = atomic_load_explicit(&e->cur_step, memory_order_relaxed);
+      e->workers[i].step = step;
       e->workers[i].rows = s->rt->x.meta.n_rows;
     }
     if (e->o.mode == MS_MODE_PER_OP)

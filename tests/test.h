@@ -4,6 +4,7 @@
 #ifndef MS_TEST_H
 #define MS_TEST_H
 #include <stdio.h>
+#include <stdlib.h>
 
 static int ms_test_passed, ms_test_failed;
 
@@ -34,5 +35,26 @@ static int ms_test_passed, ms_test_failed;
     printf("%d passed, %d failed\n", ms_test_passed, ms_test_failed);        \
     return ms_test_failed ? 1 : 0;                                           \
   } while (0)
+
+/* The whole file at path, NUL-terminated (malloc'ed), its length in *len;
+ * NULL (and *len 0) when it cannot be read. */
+static inline char *ms_test_slurp(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  *len = 0;
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
+  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+    free(buf);
+    buf = NULL;
+  }
+  fclose(f);
+  if (!buf) return NULL;
+  buf[n] = 0;
+  *len = (size_t)n;
+  return buf;
+}
 
 #endif

@@ -48,19 +48,6 @@ static int round_trips(const struct ms_bpf_insn *insns, size_t n, int *fallbacks
   return ok;
 }
 
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  *len = fread(buf, 1, (size_t)n, f);
-  buf[*len] = 0;
-  fclose(f);
-  return buf;
-}
-
 static void test_suite(void) {
   const char *shared = getenv("MS_SHARED");
   char dir[1024];
@@ -77,7 +64,7 @@ static void test_suite(void) {
     char path[2048];
     size_t len;
     snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    char *text = slurp(path, &len);
+    char *text = ms_test_slurp(path, &len);
     log_reset();
     struct ms_bpf_testfile *t = text ? ms_bpf_testfile_parse(text, len, &tlog) : NULL;
     CHECKF(t != NULL, "%s: %s", e->d_name, logbuf);

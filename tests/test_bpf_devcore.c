@@ -190,20 +190,6 @@ static int compare_conformance(const char *name, const struct ms_bpf_insn *insns
   return p ? ok : -1;
 }
 
-static char *read_file(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *s = malloc((size_t)n + 1);
-  if (fread(s, 1, (size_t)n, f) != (size_t)n) n = 0;
-  s[n] = 0;
-  fclose(f);
-  *len = (size_t)n;
-  return s;
-}
-
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 static int test_conformance(struct conf_counts *c) {
@@ -224,7 +210,7 @@ static int test_conformance(struct conf_counts *c) {
     char path[1400];
     size_t len;
     snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-    char *text = read_file(path, &len);
+    char *text = ms_test_slurp(path, &len);
     c->files++;
     log_reset();
     struct ms_bpf_testfile *t = text ? ms_bpf_testfile_parse(text, len, &tlog) : NULL;

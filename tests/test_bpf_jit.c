@@ -348,23 +348,6 @@ static int parse_raw(const char *words, struct ms_bpf_insn **insns, size_t *n) {
   return err;
 }
 
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = n >= 0 ? malloc((size_t)n + 1) : NULL;
-  if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
-    free(buf);
-    buf = NULL;
-  }
-  fclose(f);
-  if (buf) buf[n] = 0;
-  *len = buf ? (size_t)n : 0;
-  return buf;
-}
-
 struct conf_count {
   int files, compiled, verify_rejected, unsupported, skipped;
   struct tally t;
@@ -389,7 +372,7 @@ static void conf_file(const char *dir, const char *name, struct conf_count *c) {
   char path[4400];
   size_t len;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  char *text = slurp(path, &len);
+  char *text = ms_test_slurp(path, &len);
   log_reset();
   struct ms_bpf_testfile *tf = text ? ms_bpf_testfile_parse(text, len, &tlog) : NULL;
   struct ms_bpf_test_report rep = {0};

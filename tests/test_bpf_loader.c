@@ -31,18 +31,6 @@ static void log_reset(void) {
   tlog = (struct ms_textbuf){logbuf, sizeof logbuf, 0, 0};
 }
 
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  *len = fread(buf, 1, (size_t)n, f);
-  fclose(f);
-  return buf;
-}
-
 /* Compiles tests/data/bpf/<name>.bpf.c; returns the object's bytes. */
 static uint8_t *compile(const char *name, size_t *len) {
   char src[1024], obj[1024], cmd[3072];
@@ -54,7 +42,7 @@ static uint8_t *compile(const char *name, size_t *len) {
     fprintf(stderr, "failed: %s\n", cmd);
     return NULL;
   }
-  return (uint8_t *)slurp(obj, len);
+  return (uint8_t *)ms_test_slurp(obj, len);
 }
 
 static struct ms_bpf_object *open_buf(const void *buf, size_t len) {

@@ -388,19 +388,6 @@ static void test_positives(void) {
 
 /* ---- compiled monitors -------------------------------------------------- */
 
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  char *buf = malloc((size_t)n + 1);
-  *len = buf ? fread(buf, 1, (size_t)n, f) : 0;
-  if (buf) buf[*len] = 0;
-  fclose(f);
-  return buf;
-}
-
 static const char *src_root(void) {
   static char root[1024];
   const char *here = __FILE__, *slash = strrchr(here, '/');
@@ -769,7 +756,7 @@ static void conformance_file(const char *dir, const char *name, struct ms_bpf_he
   char path[4400];
   size_t len, mem_size;
   snprintf(path, sizeof path, "%s/%s", dir, name);
-  char *text = slurp(path, &len);
+  char *text = ms_test_slurp(path, &len);
   log_reset();
   struct ms_bpf_testfile *t = text ? ms_bpf_testfile_parse(text, len, &tlog) : NULL;
   struct ms_bpf_test_report rep;

@@ -17,6 +17,7 @@
 #include "kernels/quant.h"
 #include "megascope/engine.h"
 #include "megascope/reference.h"
+#include "ref_check.h"
 #include "test.h"
 
 #define NREQ 4
@@ -86,23 +87,6 @@ static int prompt_of(int i, int vocab, int32_t *out) {
   return n;
 }
 
-static double ref_diff(const struct ms_model *m, const struct ms_request_info *in, const int32_t *prompt) {
-  struct ms_ref *r = ms_ref_new(m, 64);
-  float *lg = malloc(sizeof(float) * (size_t)m->cfg.vocab);
-  double worst = 0;
-  for (int pos = 0; pos < in->n_logits; pos++) {
-    int tok = pos < in->n_prompt ? prompt[pos] : in->tokens[pos - in->n_prompt];
-    ms_ref_step(r, tok, lg);
-    for (int v = 0; v < m->cfg.vocab; v++) {
-      double d = fabs((double)lg[v] - (double)in->logits[(size_t)pos * (size_t)m->cfg.vocab + (size_t)v]);
-      if (!(d <= worst)) worst = d;
-    }
-  }
-  free(lg);
-  ms_ref_free(r);
-  return worst;
-}
-
 static int run(const struct ms_model *m, struct ms_engine_opts o, int check, struct result *res) {
   int vocab = m->cfg.vocab, per = 8 + STEPS;
   o.sz = sizeof o;
@@ -129,7 +113,7 @@ static int run(const struct ms_model *m, struct ms_engine_opts o, int check, str
     memcpy(res->logits + (size_t)i * (size_t)per * (size_t)vocab, info.logits,
            sizeof(float) * (size_t)info.n_logits * (size_t)vocab);
     if (check) {
-      double d = ref_diff(m, &info, prompts[i]);
+      double d = test_ref_diff(m, &info, prompts[i]);
       if (!(d <= res->max_diff)) res->max_diff = d;
     }
     ms_request_free(r[i]);

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
-#include <time.h>
 
 #include "megascope/base.h"
 #include "megascope/model.h"
@@ -25,12 +24,6 @@ unsigned long long ms_emu_ops_switches(void);
 int ms_emu_cta_selftest(char *msg, size_t n);
 void ms_emu_cuda_drain(void);
 
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 /* One check of cfg at batch, ctx positions per request. */
 static void check_cfg(const struct ms_model_config *cfg, int batch, int ctx) {
   struct ms_model *m = ms_model_synth(cfg, 11);
@@ -41,12 +34,12 @@ static void check_cfg(const struct ms_model_config *cfg, int batch, int ctx) {
   size_t n = 1 << 20;
   char *buf = calloc(n, 1);
   struct ms_textbuf log = {buf, n, 0, 0};
-  double t0 = now();
+  uint64_t t0 = ms_now_ns();
   unsigned long long s0 = ms_emu_ops_switches();
   ms_emu_ops_set_ctx(ctx);
   int rc = ms_emu_ops_check(m, batch, &log);
   printf("== %s, batch %d, context %d: %d (%.1f s, %.1fM fiber resumes)\n%s", cfg->name, batch, ctx, rc,
-         now() - t0, (double)(ms_emu_ops_switches() - s0) / 1e6, buf ? buf : "");
+         (double)(ms_now_ns() - t0) / 1e9, (double)(ms_emu_ops_switches() - s0) / 1e6, buf ? buf : "");
   CHECKF(rc == 0, "%s batch %d context %d: ms_emu_ops_check returned %d", cfg->name, batch, ctx, rc);
   free(buf);
   ms_model_free(m);

@@ -8,7 +8,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 #include "common.h"
@@ -60,12 +59,6 @@ struct opts {
   int batch, requests, prompt_len, new_tokens, sms, per_op, check, json, watchdog_ms, stop_eos;
   const char *attach;
 };
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 static int parse(int argc, char **argv, struct opts *o) {
   static const struct option lo[] = {
@@ -306,12 +299,12 @@ static double timed_run(const struct opts *o, const struct ms_model *m, int per_
     if (!rc && monitor) {
       /* attach latency: the call -> the first firing the device counted */
       struct ms_monitor *mon = ms_monitor_open(monitor, &log);
-      uint64_t t0 = now_ns();
+      uint64_t t0 = ms_now_ns();
       int id = mon ? ms_cuda_attach(e, mon, NULL, &log) : -1;
       struct ms_coverage cv = {0};
       while (id > 0 && !ms_cuda_coverage(e, id, &cv) && !cv.eligible && ms_cuda_finished(e) < o->requests) {
       }
-      if (attach_us) *attach_us = id > 0 && cv.eligible ? (double)(now_ns() - t0) / 1e3 : -1;
+      if (attach_us) *attach_us = id > 0 && cv.eligible ? (double)(ms_now_ns() - t0) / 1e3 : -1;
     }
     if (!rc) rc = ms_cuda_wait(e, &log);
   }

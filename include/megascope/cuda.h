@@ -77,7 +77,7 @@ struct ms_cuda_request {
   int32_t *tokens;          /* out: [max_new] */
   int n_tokens;             /* out */
   float *logits;            /* out, optional */
-  uint64_t t_submit, t_first, t_done;  /* out: host clock, ns */
+  uint64_t t_submit, t_first, t_done;  /* out: ms_now_ns() */
 };
 
 struct ms_cuda_stats {

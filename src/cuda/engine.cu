@@ -73,12 +73,6 @@ struct ms_cuda_engine {
   int broken;                      /* a stall was reported: the kernel may still hold the device */
 };
 
-static uint64_t host_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 extern "C" int ms_cuda_available(char *why, size_t n) {
   int count = 0;
   cudaError_t err = cudaGetDeviceCount(&count);
@@ -432,7 +426,7 @@ static int prepare_requests(struct ms_cuda_engine *e, struct ms_cuda_request *r,
       oo += (size_t)r[i].max_new;
       if (r[i].logits) lo += (size_t)(r[i].n_prompt + r[i].max_new - 1) * V;
       r[i].n_tokens = 0;
-      r[i].t_submit = host_ns();
+      r[i].t_submit = ms_now_ns();
     }
   }
   e->user = r;
@@ -445,7 +439,7 @@ out:
 static int collect(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   int rc = 0;
   const size_t V = (size_t)e->m->cfg.vocab;
-  uint64_t g0 = e->host->t_start, h_end = host_ns();
+  uint64_t g0 = e->host->t_start, h_end = ms_now_ns();
   /* device %globaltimer -> host clock: anchor the kernel's end at the host's */
   uint64_t g_end = e->host->t_end ? e->host->t_end : g0;
   for (int i = 0; i < e->n_user; i++) {
@@ -523,7 +517,7 @@ extern "C" int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r
   __sync_synchronize();
   {
     void *args[] = {&e->rt};
-    e->t_launch = host_ns();
+    e->t_launch = ms_now_ns();
     CK(cudaLaunchCooperativeKernel((const void *)msd_megakernel, dim3((unsigned)e->n_ctas), dim3(MSD_THREADS),
                                    args, 0, e->ks));
   }
@@ -557,7 +551,7 @@ extern "C" int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   int rc = 0;
   if (!e->running) return e->o.mode == MS_CUDA_MEGAKERNEL ? 0 : -EINVAL;
   uint64_t *last = (uint64_t *)calloc((size_t)e->n_ctas, sizeof(uint64_t));
-  uint64_t last_change = host_ns();
+  uint64_t last_change = ms_now_ns();
   for (;;) {
     cudaError_t q = cudaStreamQuery(e->ks);
     if (q == cudaSuccess) break;
@@ -568,7 +562,7 @@ extern "C" int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log) {
         if (last) last[c] = e->beats[c].beats;
         changed = 1;
       }
-    uint64_t now = host_ns();
+    uint64_t now = ms_now_ns();
     if (changed) last_change = now;
     if (e->o.watchdog_ms > 0 && now - last_change > (uint64_t)e->o.watchdog_ms * 1000000ull) {
       stall_report(e, (now - last_change) / 1000000ull, log);
@@ -581,7 +575,7 @@ extern "C" int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   }
   CK(cudaStreamSynchronize(e->ks));
   {
-    uint64_t t1 = host_ns();
+    uint64_t t1 = ms_now_ns();
     e->running = 0;
     if (e->mon) ms_cuda_mon_set_running(e->mon, 0);
     double ms = e->host->t_end > e->host->t_start ? (double)(e->host->t_end - e->host->t_start) / 1e6
@@ -651,7 +645,7 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
   int32_t *stage = NULL, *row_slot, *row_pos, *row_tok, *nrows, *sampled;
   int next = 0, done = 0;
   float *row_logits = NULL;
-  uint64_t t0 = host_ns(), steps = 0, positions = 0, tokens = 0;
+  uint64_t t0 = ms_now_ns(), steps = 0, positions = 0, tokens = 0;
   if (!e->have_graph && (rc = build_graph(e, log))) return rc;
   CK(cudaHostAlloc(&stage, (4 * (size_t)B + 1) * sizeof(int32_t), cudaHostAllocDefault));
   row_slot = stage;
@@ -719,16 +713,16 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
       slot_next[s] = sampled[s];
       u->tokens[u->n_tokens++] = sampled[s];
       tokens++;
-      if (u->n_tokens == 1) u->t_first = host_ns();
+      if (u->n_tokens == 1) u->t_first = ms_now_ns();
       if (u->n_tokens >= u->max_new || (u->stop_at_eos && e->m->cfg.eos >= 0 && sampled[s] == e->m->cfg.eos)) {
-        u->t_done = host_ns();
+        u->t_done = ms_now_ns();
         slot_req[s] = -1;
         done++;
       }
     }
   }
   {
-    double ms = (double)(host_ns() - t0) / 1e6;
+    double ms = (double)(ms_now_ns() - t0) / 1e6;
     e->st.steps += steps;
     e->st.positions += positions;
     e->st.tokens += tokens;
@@ -761,18 +755,18 @@ extern "C" int ms_cuda_attach(struct ms_cuda_engine *e, struct ms_monitor *m, co
                               struct ms_textbuf *log) {
   int rc = no_hooks(e, log);
   if (rc) return rc;
-  uint64_t t0 = host_ns();
+  uint64_t t0 = ms_now_ns();
   rc = ms_cuda_mon_attach(e->mon, m, o, log);
-  e->st.attach_ns_last = host_ns() - t0;
+  e->st.attach_ns_last = ms_now_ns() - t0;
   return rc;
 }
 
 extern "C" int ms_cuda_replace(struct ms_cuda_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log) {
   int rc = no_hooks(e, log);
   if (rc) return rc;
-  uint64_t t0 = host_ns();
+  uint64_t t0 = ms_now_ns();
   rc = ms_cuda_mon_replace(e->mon, id, m, log);
-  e->st.attach_ns_last = host_ns() - t0;
+  e->st.attach_ns_last = ms_now_ns() - t0;
   return rc;
 }
 

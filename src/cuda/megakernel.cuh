@@ -39,8 +39,8 @@
 #ifdef MSD_HOST_EMU
 /* compiled for the CPU by a test (cuda/host_emu.h): the includer supplies the
  * task bodies and the hook functions */
-#include <time.h>
 #include "cuda/dev.h"
+#include "megascope/base.h"
 #else
 #include "cuda/bpf_dev.cuh"
 #include "cuda/dev.h"
@@ -154,11 +154,7 @@ static inline uint32_t msd_vld32(const void *p) { return __atomic_load_n((const 
 static inline void msd_vst32(void *p, uint32_t v) { __atomic_store_n((uint32_t *)p, v, __ATOMIC_RELAXED); }
 static inline uint64_t msd_vld64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
 static inline void msd_vst64(void *p, uint64_t v) { __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELAXED); }
-static inline uint64_t msd_now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
+static inline uint64_t msd_now(void) { return ms_now_ns(); }
 #else
 static __device__ __forceinline__ uint64_t msd_ld_acquire64(const uint64_t *p) {
   uint64_t v;

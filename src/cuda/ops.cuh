@@ -93,6 +93,12 @@ static __device__ float msd_block_max(float v) {
   return s;
 }
 
+/* Rows of this step, at most max_rows. */
+static __device__ __forceinline__ int msd_n_rows(const struct msd_ctx *x) {
+  int n = *x->n_rows;
+  return n < x->max_rows ? n : x->max_rows;
+}
+
 static __device__ __forceinline__ int msd_row_valid(const struct msd_ctx *x, int r) {
   return r < *x->n_rows && x->row_slot[r] >= 0;
 }
@@ -256,7 +262,7 @@ static __device__ __forceinline__ void msd_gemv_batch(const struct msd_ctx *x, c
 static __device__ int msd_routed_next(const struct msd_ctx *x, int route_buf, int e, int *cursor) {
   struct msd_smem *sm = msd_smem();
   int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, K = x->cfg.top_k;
-  int n_rows = *x->n_rows < x->max_rows ? *x->n_rows : x->max_rows;
+  int n_rows = msd_n_rows(x);
   int r = *cursor + tid, flag = 0;
   if (r < n_rows && x->row_slot[r] >= 0) {
     const int32_t *ids = (const int32_t *)msd_buf_row(x, route_buf, 0, r);
@@ -571,7 +577,7 @@ static __device__ void msd_expert_up(const struct msd_ctx *x, const struct msd_c
   int c0, c1, e = t->tile[2], cursor = 0;
   msd_cols(k, t, &c0, &c1);
   const struct msd_weight *wg = &k->w[0], *wu = &k->w[1];
-  int n_rows = *x->n_rows < x->max_rows ? *x->n_rows : x->max_rows, *rows = msd_smem()->ival;
+  int n_rows = msd_n_rows(x), *rows = msd_smem()->ival;
   while (cursor < n_rows) {
     int nb = msd_routed_next(x, k->in2, e, &cursor);
     if (!nb) continue;
@@ -596,7 +602,7 @@ static __device__ void msd_expert_down(const struct msd_ctx *x, const struct msd
   msd_cols(k, t, &c0, &c1);
   int n = c1 - c0;
   const struct msd_weight *w = &k->w[0];
-  int n_rows = *x->n_rows < x->max_rows ? *x->n_rows : x->max_rows, *rows = msd_smem()->ival;
+  int n_rows = msd_n_rows(x), *rows = msd_smem()->ival;
   while (cursor < n_rows) {
     int nb = msd_routed_next(x, k->in2, e, &cursor);
     if (!nb) continue;

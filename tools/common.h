@@ -43,6 +43,16 @@ struct ms_engine;
  * refuses a request (the ones already submitted are waited for and freed). */
 double cli_decode_tps(struct ms_engine *e, const struct ms_model *m, int batch, int steps);
 
+/* The control socket as attach, maps and the rest find it (--socket, then
+ * $MEGASCOPE_SOCKET, then the one engine socket in the default directory), and
+ * one request to it: the parsed reply when it says ok, else NULL with the
+ * engine's error and log printed (cmd_ctl.c). fds: up to MS_CONTROL_MAX_FDS
+ * descriptors handed over, or NULL. */
+typedef struct json_t json_t;
+int cli_ctl_socket(const char *me, const char *given, char *buf, size_t size);
+json_t *cli_ctl_call(const char *me, const char *path, const char *req, size_t len, int timeout_ms, int *fds,
+                     int *n_fds);
+
 /* The path of a shipped monitor object: <dir of this executable>/monitors/NAME. */
 void cli_shipped_monitor(const char *name, char *buf, size_t n);
 

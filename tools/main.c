@@ -33,6 +33,7 @@ static const struct cli_cmd cmds[] = {
     {"schema", "print a running engine's task schema", cmd_schema},
     {"stats", "print a running engine's steps, tokens, TTFT and TPOT", cmd_stats},
     {"trace", "record a running engine's task trace (Chrome JSON for Perfetto)", cmd_trace},
+    {"query", "ask a running engine a question in one line (compiled to a verified monitor)", cmd_query},
 };
 
 static void usage(FILE *f) {

@@ -458,6 +458,25 @@ const struct ms_bpf_prog *ms_bpf_object_find_prog(const struct ms_bpf_object *o,
 /* The bytes of a section by name (e.g. ".rodata", "megascope_abi"), or NULL. */
 const void *ms_bpf_object_section(const struct ms_bpf_object *o, const char *name, size_t *size);
 
+/* ---------------------------------------------------------------------------
+ * Program bundles: maps and programs as another compiler (megascope's query
+ * language, src/query) hands them over, in a flat little-endian format that
+ * ms_bpf_object_open_mem and _open_file recognise by its magic and read as they
+ * read an ELF: every count and name checked, the ABI version kept as the
+ * object's "megascope_abi" section. Nothing to relocate: lddw MAP_FD imm is
+ * already the map index. */
+#define MS_BPF_BUNDLE_MAGIC "MSBPFBN1"
+#define MS_BPF_BUNDLE_FORMAT 1
+struct ms_bpf_bundle_prog {
+  const char *name;    /* 1-63 printable bytes */
+  const char *section; /* megascope/<type>/<hook> */
+  const struct ms_bpf_insn *insns;
+  size_t n;
+};
+/* Writes the bundle into *out (malloc'ed; free it), its size in *len. */
+int ms_bpf_bundle_write(const struct ms_bpf_map_def *maps, size_t n_maps, const struct ms_bpf_bundle_prog *progs,
+                        size_t n_progs, uint32_t abi_version, void **out, size_t *len);
+
 #ifdef __cplusplus
 }
 #endif

@@ -600,6 +600,149 @@ static int open_libbpf(struct load *l, const char *name) {
   return err == -ENOMEM ? err : err ? -MS_E_FORMAT : 0;
 }
 
+/* ---- program bundles ---------------------------------------------------- */
+
+/* A bundle is what a compiler that is not clang hands the loader: map
+ * definitions and programs, nothing to relocate. Little-endian throughout:
+ *   "MSBPFBN1", u32 format (1), u32 abi_version, u32 n_maps, u32 n_progs,
+ *   n_maps x { char name[64], u32 type, key_size, value_size, max_entries, flags },
+ *   n_progs x { char name[64], char section[64], u32 n_insns, n_insns x 8 bytes }.
+ * Names are NUL-padded. Every count is checked against the bytes left before
+ * anything is allocated for it; the instructions get the same syntactic check
+ * as an ELF's (ms_bpf_prog_new) and, as always, the verifier proves the rest. */
+#define BUNDLE_HEAD 24
+#define BUNDLE_MAP 84
+#define BUNDLE_PROG_HEAD 132
+
+static uint32_t rd32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static void wr32(uint8_t *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* A NUL-padded name of 64 bytes: printable ASCII, terminated inside the field. */
+static int bundle_name(struct load *l, const uint8_t *p, char *out, const char *what, size_t at) {
+  size_t n = strnlen((const char *)p, 64);
+  if (n == 64 || n == 0) return refuse(l, "bundle: %s at byte %zu: name empty or not terminated within 64 bytes", what, at);
+  for (size_t i = 0; i < n; i++)
+    if (p[i] < 0x20 || p[i] > 0x7e) return refuse(l, "bundle: %s at byte %zu: name has byte 0x%02x", what, at, p[i]);
+  memcpy(out, p, n + 1);
+  return 0;
+}
+
+static int bundle_maps(struct load *l, const uint8_t *p, size_t size, size_t *at, uint32_t n_maps) {
+  if (n_maps > MS_BPF_MAX_MAPS) return refuse(l, "bundle: %u maps, at most %d", n_maps, MS_BPF_MAX_MAPS);
+  if ((size - *at) / BUNDLE_MAP < n_maps) return refuse(l, "bundle: %u maps do not fit in %zu bytes", n_maps, size);
+  struct ms_bpf_object *o = l->o;
+  o->maps = calloc(n_maps ? n_maps : 1, sizeof *o->maps);
+  o->map_init = calloc(n_maps ? n_maps : 1, sizeof *o->map_init);
+  o->map_init_size = calloc(n_maps ? n_maps : 1, sizeof *o->map_init_size);
+  if (!o->maps || !o->map_init || !o->map_init_size) return -ENOMEM;
+  for (uint32_t i = 0; i < n_maps; i++, *at += BUNDLE_MAP) {
+    struct ms_bpf_map_def *d = &o->maps[i];
+    const uint8_t *m = p + *at;
+    int err = bundle_name(l, m, d->name, "map", *at);
+    if (err) return err;
+    d->type = rd32(m + 64);
+    d->key_size = rd32(m + 68);
+    d->value_size = rd32(m + 72);
+    d->max_entries = rd32(m + 76);
+    d->flags = rd32(m + 80);
+    o->n_maps = i + 1;
+  }
+  return 0;
+}
+
+static int bundle_progs(struct load *l, const uint8_t *p, size_t size, size_t *at, uint32_t n_progs) {
+  struct ms_bpf_object *o = l->o;
+  if (n_progs == 0 || (size - *at) / BUNDLE_PROG_HEAD < n_progs)
+    return refuse(l, "bundle: %u programs do not fit in %zu bytes", n_progs, size);
+  o->progs = calloc(n_progs, sizeof *o->progs);
+  if (!o->progs) return -ENOMEM;
+  for (uint32_t i = 0; i < n_progs; i++) {
+    char name[64], section[64];
+    size_t start = *at;
+    if (size - *at < BUNDLE_PROG_HEAD) return refuse(l, "bundle: program %u at byte %zu: truncated", i, start);
+    int err = bundle_name(l, p + *at, name, "program", start);
+    if (!err) err = bundle_name(l, p + *at + 64, section, "program section", start + 64);
+    if (err) return err;
+    uint32_t n = rd32(p + *at + 128);
+    *at += BUNDLE_PROG_HEAD;
+    if (n == 0 || n > MS_BPF_MAX_INSNS || (size - *at) / sizeof(struct ms_bpf_insn) < n)
+      return refuse(l, "bundle: program '%s' at byte %zu: %u instructions do not fit", name, start, n);
+    struct ms_bpf_insn *insns = malloc(n * sizeof *insns);
+    if (!insns) return -ENOMEM;
+    memcpy(insns, p + *at, n * sizeof *insns); /* the host is little-endian, as the format */
+    *at += n * sizeof *insns;
+    char plog_buf[512] = "";
+    struct ms_textbuf plog = {.buf = plog_buf, .size = sizeof plog_buf};
+    struct ms_bpf_prog_opts po = {.sz = sizeof po, .name = name, .section = section,
+                                  .maps = o->maps, .n_maps = o->n_maps, .log = &plog};
+    o->progs[i] = ms_bpf_prog_new(insns, n, &po);
+    free(insns);
+    if (!o->progs[i]) return errno == ENOMEM ? -ENOMEM : refuse(l, "bundle: program '%s': %s", name, plog_buf);
+    o->n_progs = i + 1;
+  }
+  return 0;
+}
+
+/* The ABI version becomes a "megascope_abi" section, as clang's objects carry it. */
+static int bundle_sections(struct load *l, size_t abi_off) {
+  struct ms_bpf_object *o = l->o;
+  o->secs = calloc(2, sizeof *o->secs);
+  if (!o->secs || !(o->secs[1].name = strdup("megascope_abi"))) return -ENOMEM;
+  o->secs[1].data = o->image + abi_off;
+  o->secs[1].size = 4;
+  o->n_secs = 2;
+  o->license = strdup("");
+  return o->license ? 0 : -ENOMEM;
+}
+
+static int open_bundle(struct load *l) {
+  const uint8_t *p = l->o->image;
+  size_t size = l->o->image_size, at = BUNDLE_HEAD;
+  if (size < BUNDLE_HEAD) return refuse(l, "bundle: %zu bytes, shorter than its header", size);
+  if (rd32(p + 8) != MS_BPF_BUNDLE_FORMAT)
+    return refuse(l, "bundle: format %u; this loader reads format %d", rd32(p + 8), MS_BPF_BUNDLE_FORMAT);
+  int err = bundle_maps(l, p, size, &at, rd32(p + 16));
+  if (!err) err = bundle_progs(l, p, size, &at, rd32(p + 20));
+  if (!err && at != size) err = refuse(l, "bundle: %zu bytes after the last program", size - at);
+  if (!err) err = bundle_sections(l, 12);
+  return err;
+}
+
+int ms_bpf_bundle_write(const struct ms_bpf_map_def *maps, size_t n_maps, const struct ms_bpf_bundle_prog *progs,
+                        size_t n_progs, uint32_t abi_version, void **out, size_t *len) {
+  size_t size = BUNDLE_HEAD + n_maps * BUNDLE_MAP;
+  for (size_t i = 0; i < n_progs; i++) size += BUNDLE_PROG_HEAD + progs[i].n * sizeof(struct ms_bpf_insn);
+  uint8_t *b = calloc(1, size);
+  if (!b) return -ENOMEM;
+  memcpy(b, MS_BPF_BUNDLE_MAGIC, 8);
+  wr32(b + 8, MS_BPF_BUNDLE_FORMAT);
+  wr32(b + 12, abi_version);
+  wr32(b + 16, (uint32_t)n_maps);
+  wr32(b + 20, (uint32_t)n_progs);
+  uint8_t *q = b + BUNDLE_HEAD;
+  for (size_t i = 0; i < n_maps; i++, q += BUNDLE_MAP) {
+    snprintf((char *)q, 64, "%s", maps[i].name);
+    wr32(q + 64, maps[i].type);
+    wr32(q + 68, maps[i].key_size);
+    wr32(q + 72, maps[i].value_size);
+    wr32(q + 76, maps[i].max_entries);
+    wr32(q + 80, maps[i].flags);
+  }
+  for (size_t i = 0; i < n_progs; i++) {
+    snprintf((char *)q, 64, "%s", progs[i].name);
+    snprintf((char *)q + 64, 64, "%s", progs[i].section);
+    wr32(q + 128, (uint32_t)progs[i].n);
+    q += BUNDLE_PROG_HEAD;
+    memcpy(q, progs[i].insns, progs[i].n * sizeof(struct ms_bpf_insn));
+    q += progs[i].n * sizeof(struct ms_bpf_insn);
+  }
+  *out = b;
+  *len = size;
+  return 0;
+}
+
 struct ms_bpf_object *ms_bpf_object_open_mem(const void *buf, size_t size, const char *name,
                                              struct ms_textbuf *log) {
   pthread_once(&libbpf_once, libbpf_setup);
@@ -611,6 +754,10 @@ struct ms_bpf_object *ms_bpf_object_open_mem(const void *buf, size_t size, const
   if (!l.o->image) goto out;
   memcpy(l.o->image, buf, size);
   l.o->image_size = size;
+  if (size >= 8 && !memcmp(buf, MS_BPF_BUNDLE_MAGIC, 8)) {
+    err = open_bundle(&l);
+    goto out;
+  }
   l.elf = elf_memory((char *)l.o->image, size);
   err = l.elf ? check_elf(&l) : refuse(&l, "not an ELF file: %s", elf_errmsg(-1));
   if (!err) err = open_libbpf(&l, name ? name : "obj");

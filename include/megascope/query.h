@@ -1,0 +1,104 @@
+/* SPDX-License-Identifier: MIT */
+/* Queries: one-line questions to a running engine, compiled to verified eBPF
+ * monitors in the process, without clang (docs/query.md is the reference).
+ *
+ *     task_end /op == attn && req_gen == 1842/ { @us[tile_z] = hist((t_end - t_begin) / 1000) }
+ *
+ * The language has bpftrace's shape: probes (a hook, or several separated by
+ * commas), an optional predicate between slashes, and a block of aggregations
+ * into maps named with '@'. Names are resolved through the engine's schema
+ * (task classes, event classes, ops) and the hook ABI's enums (phases, wait
+ * reasons, launch modes), so nobody types an id; a field the hook does not
+ * define is refused at compile time, naming the field and the hook.
+ *
+ * The compiler emits one program per probe and hook, over per-worker maps (one
+ * per @name), as a program bundle (megascope/bpf.h) that ms_monitor_open_mem
+ * and the control socket's attach take as they take a clang object: the same
+ * verifier, the same JIT, the same coverage. Reading back is the caller's
+ * business (map readers over the socket's memfds, or the engine's own maps);
+ * ms_query_write decodes what it reads: values merged over workers, keys named
+ * through the schema, histograms and quantiles as such. */
+#ifndef MEGASCOPE_QUERY_H
+#define MEGASCOPE_QUERY_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "megascope/base.h"
+#include "megascope/bpf.h"
+#include "megascope/monitor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- names --------------------------------------------------------------- */
+
+/* The names a query resolves: the task schema's JSON (ms_plan_write_schema, the
+ * control socket's "schema" reply). NULL + errno with the reason in log. */
+struct ms_query_schema;
+struct ms_query_schema *ms_query_schema_parse(const char *json, size_t len, struct ms_textbuf *log);
+void ms_query_schema_free(struct ms_query_schema *s);
+
+/* ---- compiling ------------------------------------------------------------ */
+
+struct ms_query_opts {
+  size_t sz;            /* sizeof(struct ms_query_opts) */
+  uint32_t max_keys;    /* keys per map; 0: by aggregation (4096, histograms 1024, quantiles 256) */
+};
+
+struct ms_query;
+/* Compiles src against schema s. NULL + errno (EINVAL) with "column N: ..."
+ * lines in log for syntax, name and type errors. */
+struct ms_query *ms_query_compile(const char *src, const struct ms_query_schema *s, const struct ms_query_opts *o,
+                                  struct ms_textbuf *log);
+void ms_query_free(struct ms_query *q);
+const char *ms_query_source(const struct ms_query *q);
+
+/* The monitor: a program bundle (free *out). */
+int ms_query_bundle(const struct ms_query *q, void **out, size_t *len);
+
+/* Its parts, for dumps and size figures. */
+size_t ms_query_prog_count(const struct ms_query *q);
+const struct ms_bpf_insn *ms_query_prog(const struct ms_query *q, size_t i, size_t *n, const char **section);
+size_t ms_query_map_count(const struct ms_query *q);
+const struct ms_bpf_map_def *ms_query_map(const struct ms_query *q, size_t i);
+
+/* ---- reading ---------------------------------------------------------------- */
+
+/* How the writer reads map i of the query (in ms_query_map order): its entries
+ * as ms_bpf_map_foreach gives them (values of every worker, worker-major) and
+ * how many workers it has. ms_bpf_map and ms_bpf_map_reader both fit. */
+struct ms_query_maps {
+  int (*foreach)(void *user, size_t map, ms_bpf_map_entry_fn fn, void *fn_user);
+  uint32_t (*n_workers)(void *user, size_t map);
+  void *user;
+};
+
+struct ms_query_print {
+  size_t sz;            /* sizeof(struct ms_query_print) */
+  uint32_t top;         /* keys printed per map, largest first; 0: all */
+  int as_json;          /* one JSON object per call (one line unless pretty) */
+  int pretty;
+  int final;            /* the last read-out (JSON "final") */
+  double elapsed_s;     /* since the attach, printed with the results */
+  int id;               /* the attachment, printed */
+};
+
+/* Writes the query's maps, decoded, with the coverage cov. */
+int ms_query_write(const struct ms_query *q, const struct ms_query_maps *maps, const struct ms_coverage *cov,
+                   const struct ms_query_print *po, FILE *f);
+
+/* Map sources over in-process maps (maps[i] for map i) and over readers. */
+int ms_query_maps_of_engine(struct ms_query_maps *out, struct ms_bpf_map **maps);
+int ms_query_maps_of_readers(struct ms_query_maps *out, struct ms_bpf_map_reader **readers);
+
+/* Durations as queries and their CLIs spell them: "250ms", "2s", "20us",
+ * "100ns", "1m"; a bare number is seconds for CLIs. ns in *out; -EINVAL. */
+int ms_query_parse_duration(const char *s, uint64_t *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

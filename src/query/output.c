@@ -1,0 +1,464 @@
+/* SPDX-License-Identifier: MIT */
+/* A query's read-out: each map's entries merged over workers (sums add,
+ * histograms and sketches add bucket by bucket, min and max take the extreme
+ * of the workers that saw a value), sorted largest first, keys named through
+ * the schema; printed as bpftrace prints its maps, or as one JSON object. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "megascope/json.h"
+#include "query/query_impl.h"
+
+struct entry {
+  uint64_t key[Q_MAX_KEYS];
+  uint64_t *v;      /* merged value words */
+  double sort;
+};
+
+struct collect {
+  const struct q_map *m;
+  uint32_t n_workers;
+  struct entry *e;
+  size_t n, cap;
+  int err;
+};
+
+static void merge(const struct q_map *m, uint64_t *out, const uint64_t *w) {
+  size_t words = m->value_size / 8;
+  if (m->agg == Q_AGG_MIN || m->agg == Q_AGG_MAX) {
+    if (!w[0]) return;
+    int take = !out[0];
+    if (!take) {
+      int less = m->arg_signed ? (int64_t)w[1] < (int64_t)out[1] : w[1] < out[1];
+      take = m->agg == Q_AGG_MIN ? less : !less && w[1] != out[1];
+    }
+    if (take) out[1] = w[1];
+    out[0] += w[0];
+    return;
+  }
+  for (size_t i = 0; i < words; i++) out[i] += w[i];
+}
+
+static double total(const struct q_map *m, const uint64_t *v) {
+  size_t words = m->value_size / 8;
+  double t = 0;
+  for (size_t i = 0; i < words; i++) t += (double)v[i];
+  return t;
+}
+
+static double sort_key(const struct q_map *m, const uint64_t *v) {
+  switch (m->agg) {
+  case Q_AGG_COUNT: case Q_AGG_SUM: return (double)v[0];
+  case Q_AGG_AVG: return v[0] ? (double)v[1] / (double)v[0] : 0;
+  case Q_AGG_MIN: case Q_AGG_MAX: return m->arg_signed ? (double)(int64_t)v[1] : (double)v[1];
+  default: return total(m, v);
+  }
+}
+
+static int collect_one(void *user, const void *key, const void *values) {
+  struct collect *c = user;
+  const struct q_map *m = c->m;
+  if (c->n == c->cap) {
+    size_t cap = c->cap ? 2 * c->cap : 64;
+    struct entry *e = realloc(c->e, cap * sizeof *e);
+    if (!e) return c->err = -ENOMEM;
+    c->e = e;
+    c->cap = cap;
+  }
+  struct entry *e = &c->e[c->n];
+  memset(e->key, 0, sizeof e->key);
+  if (m->n_keys) memcpy(e->key, key, 8 * (size_t)m->n_keys);
+  if (!(e->v = calloc(1, m->value_size))) return c->err = -ENOMEM;
+  for (uint32_t w = 0; w < c->n_workers; w++) {
+    uint64_t tmp[1024]; /* the largest value: lhist's 1002 words */
+    memcpy(tmp, (const uint8_t *)values + (size_t)w * m->value_size, m->value_size);
+    merge(m, e->v, tmp);
+  }
+  if (!m->n_keys && total(m, e->v) == 0) { /* a keyless map's one entry, never written */
+    free(e->v);
+    return 0;
+  }
+  e->sort = sort_key(m, e->v);
+  c->n++;
+  return 0;
+}
+
+static int by_sort(const void *a, const void *b) {
+  const struct entry *x = a, *y = b;
+  if (x->sort != y->sort) return x->sort < y->sort ? 1 : -1;
+  for (int i = 0; i < Q_MAX_KEYS; i++)
+    if (x->key[i] != y->key[i]) return x->key[i] < y->key[i] ? -1 : 1;
+  return 0;
+}
+
+/* ---- names ---- */
+
+static void key_name(const struct ms_query *q, const struct q_map *m, int k, uint64_t v, char *out, size_t size) {
+  const struct ms_query_schema *s = q->names;
+  switch (m->key_kind[k]) {
+  case Q_KEY_CLASS:
+    for (size_t i = 0; i < s->n_classes; i++)
+      if (s->classes[i].id == v) {
+        snprintf(out, size, "%s", s->classes[i].name);
+        return;
+      }
+    snprintf(out, size, "class#%llu", (unsigned long long)v);
+    return;
+  case Q_KEY_EVCLASS:
+    if (v < s->n_evclasses && s->evclasses[v]) snprintf(out, size, "%s", s->evclasses[v]);
+    else snprintf(out, size, "evclass#%llu", (unsigned long long)v);
+    return;
+  case Q_KEY_OP: {
+    size_t len = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < s->n_classes; i++) {
+      if (s->classes[i].kernel_id != v) continue;
+      int seen = 0;
+      for (size_t j = 0; j < i; j++) seen |= s->classes[j].kernel_id == v && !strcmp(s->classes[j].op, s->classes[i].op);
+      if (!seen && len + 1 < size) len += (size_t)snprintf(out + len, size - len, "%s%s", len ? "|" : "", s->classes[i].op);
+    }
+    if (!len) snprintf(out, size, "op#%llu", (unsigned long long)v);
+    return;
+  }
+  case Q_KEY_HOOK: case Q_KEY_ENUM: {
+    const char *n = ms_query_enum_name(m->key_field[k], m->hook, v);
+    if (n) snprintf(out, size, "%s", n);
+    else snprintf(out, size, "%llu", (unsigned long long)v);
+    return;
+  }
+  case Q_KEY_SIGNED: snprintf(out, size, "%lld", (long long)(int64_t)v); return;
+  default: snprintf(out, size, "%llu", (unsigned long long)v); return;
+  }
+}
+
+static int key_is_text(const struct q_map *m, int k) {
+  return m->key_kind[k] == Q_KEY_CLASS || m->key_kind[k] == Q_KEY_EVCLASS || m->key_kind[k] == Q_KEY_OP ||
+         m->key_kind[k] == Q_KEY_HOOK || m->key_kind[k] == Q_KEY_ENUM;
+}
+
+/* ---- buckets ---- */
+
+/* Bucket b of a sketch: [lo, lo + width). */
+static void sketch_bucket(int b, uint64_t *lo, uint64_t *width) {
+  if (b < 16) {
+    *lo = (uint64_t)b, *width = 1;
+    return;
+  }
+  int e = (b - 16) / Q_SKETCH_SUB + 4, m = (b - 16) % Q_SKETCH_SUB;
+  *width = 1ull << (e - 4);
+  *lo = (1ull << e) + (uint64_t)m * *width;
+}
+
+static double quantile_of(const uint64_t *v, double q) {
+  double n = 0;
+  for (int b = 0; b < Q_SKETCH_BUCKETS; b++) n += (double)v[b];
+  if (n == 0) return NAN;
+  double rank = ceil(q * n);
+  if (rank < 1) rank = 1;
+  double seen = 0;
+  for (int b = 0; b < Q_SKETCH_BUCKETS; b++) {
+    seen += (double)v[b];
+    if (seen >= rank) {
+      uint64_t lo, w;
+      sketch_bucket(b, &lo, &w);
+      return (double)lo + (double)(w - 1) / 2.0;
+    }
+  }
+  return NAN;
+}
+
+/* [lo, hi) of histogram bucket b; *open_lo / *open_hi for lhist's ends. */
+static void hist_bucket(const struct q_map *m, int b, int64_t *lo, int64_t *hi, int *open_lo, int *open_hi) {
+  *open_lo = *open_hi = 0;
+  if (m->agg == Q_AGG_HIST) {
+    *lo = b == 0 ? 0 : (int64_t)(1ull << (b - 1));
+    *hi = b == 0 ? 1 : b == 64 ? INT64_MAX : (int64_t)(1ull << b);
+    if (b == 64) *open_hi = 1;
+    return;
+  }
+  int64_t nb = (int64_t)(m->value_size / 8) - 2;
+  if (b == 0) {
+    *open_lo = 1, *lo = 0, *hi = m->lo;
+  } else if (b == nb + 1) {
+    *open_hi = 1, *lo = m->hi, *hi = 0;
+  } else {
+    *lo = m->lo + (b - 1) * m->step;
+    *hi = *lo + m->step;
+    if (*hi > m->hi) *hi = m->hi;
+  }
+}
+
+/* ---- text ---- */
+
+static void text_num(char *out, size_t size, int64_t v, int u) {
+  if (u && (uint64_t)v >= (1ull << 63)) snprintf(out, size, "%llu", (unsigned long long)v);
+  else snprintf(out, size, "%lld", (long long)v);
+}
+
+static void text_buckets(const struct q_map *m, const uint64_t *v, FILE *f) {
+  int nb = (int)(m->value_size / 8), first = -1, last = -1;
+  uint64_t peak = 0;
+  for (int b = 0; b < nb; b++)
+    if (v[b]) {
+      if (first < 0) first = b;
+      last = b;
+      if (v[b] > peak) peak = v[b];
+    }
+  for (int b = first; b >= 0 && b <= last; b++) {
+    int64_t lo, hi;
+    int ol, oh;
+    hist_bucket(m, b, &lo, &hi, &ol, &oh);
+    char range[64], a[24], z[24];
+    text_num(a, sizeof a, lo, 1);
+    text_num(z, sizeof z, hi, 1);
+    if (m->agg == Q_AGG_HIST && b == 0) snprintf(range, sizeof range, "[0]");
+    else if (ol) snprintf(range, sizeof range, "(..., %s)", z);
+    else if (oh) snprintf(range, sizeof range, "[%s, ...)", a);
+    else snprintf(range, sizeof range, "[%s, %s)", a, z);
+    int bar = peak ? (int)((v[b] * 50 + peak - 1) / peak) : 0;
+    fprintf(f, "%-22s %10llu |%-50.*s|\n", range, (unsigned long long)v[b], bar,
+            "@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@@");
+  }
+}
+
+static void text_entry(const struct ms_query *q, const struct q_map *m, const struct entry *e, FILE *f) {
+  fprintf(f, "%s", m->name);
+  if (m->n_keys) {
+    fputc('[', f);
+    for (int k = 0; k < m->n_keys; k++) {
+      char name[256];
+      key_name(q, m, k, e->key[k], name, sizeof name);
+      fprintf(f, "%s%s", k ? ", " : "", name);
+    }
+    fputc(']', f);
+  }
+  const uint64_t *v = e->v;
+  switch (m->agg) {
+  case Q_AGG_COUNT: case Q_AGG_SUM: fprintf(f, ": %llu\n", (unsigned long long)v[0]); break;
+  case Q_AGG_AVG: fprintf(f, ": %.6g (n %llu)\n", v[0] ? (double)v[1] / (double)v[0] : 0, (unsigned long long)v[0]); break;
+  case Q_AGG_MIN: case Q_AGG_MAX:
+    if (m->arg_signed) fprintf(f, ": %lld (n %llu)\n", (long long)(int64_t)v[1], (unsigned long long)v[0]);
+    else fprintf(f, ": %llu (n %llu)\n", (unsigned long long)v[1], (unsigned long long)v[0]);
+    break;
+  case Q_AGG_QUANTILE:
+    fputc(':', f);
+    for (int i = 0; i < m->n_q; i++) fprintf(f, " p%g %.6g", m->q[i] * 100, quantile_of(v, m->q[i]));
+    fprintf(f, " (n %.0f, within 3.2%%)\n", total(m, v));
+    break;
+  default:
+    fprintf(f, ":\n");
+    text_buckets(m, v, f);
+    break;
+  }
+}
+
+static void text_coverage(const struct ms_coverage *c, uint64_t dropped, const struct ms_query_print *po, FILE *f) {
+  fprintf(f, "coverage: eligible %llu, executed %llu, throttled %llu, lost %llu, failed %llu, generation %u, "
+             "steps %llu-%llu; dropped keys %llu; %.3f s\n",
+          (unsigned long long)c->eligible, (unsigned long long)c->executed, (unsigned long long)c->throttled,
+          (unsigned long long)c->lost, (unsigned long long)c->failed, c->generation,
+          (unsigned long long)c->first_step, (unsigned long long)c->last_step, (unsigned long long)dropped,
+          po->elapsed_s);
+}
+
+/* ---- JSON ---- */
+
+static const char *const agg_json[Q_AGG_COUNT_KINDS] = {"count", "sum", "min", "max", "avg", "hist", "lhist", "quantile"};
+
+static void json_entry(const struct ms_query *q, const struct q_map *m, const struct entry *e, struct ms_json *j) {
+  ms_json_obj_begin(j);
+  ms_json_key(j, "key");
+  ms_json_arr_begin(j);
+  for (int k = 0; k < m->n_keys; k++) {
+    char name[256];
+    key_name(q, m, k, e->key[k], name, sizeof name);
+    if (key_is_text(m, k)) ms_json_str(j, name);
+    else if (m->key_kind[k] == Q_KEY_SIGNED) ms_json_int(j, (int64_t)e->key[k]);
+    else ms_json_uint(j, e->key[k]);
+  }
+  ms_json_arr_end(j);
+  const uint64_t *v = e->v;
+  switch (m->agg) {
+  case Q_AGG_COUNT: case Q_AGG_SUM: ms_json_kuint(j, "value", v[0]); break;
+  case Q_AGG_AVG:
+    ms_json_kuint(j, "count", v[0]);
+    ms_json_kuint(j, "sum", v[1]);
+    ms_json_knum(j, "value", v[0] ? (double)v[1] / (double)v[0] : 0);
+    break;
+  case Q_AGG_MIN: case Q_AGG_MAX:
+    ms_json_kuint(j, "count", v[0]);
+    if (m->arg_signed) ms_json_kint(j, "value", (int64_t)v[1]);
+    else ms_json_kuint(j, "value", v[1]);
+    break;
+  case Q_AGG_QUANTILE:
+    ms_json_knum(j, "count", total(m, v));
+    ms_json_knum(j, "relative_error", 1.0 / (2 * Q_SKETCH_SUB));
+    ms_json_key(j, "quantiles");
+    ms_json_arr_begin(j);
+    for (int i = 0; i < m->n_q; i++) {
+      ms_json_obj_begin(j);
+      ms_json_knum(j, "q", m->q[i]);
+      ms_json_knum(j, "value", quantile_of(v, m->q[i]));
+      ms_json_obj_end(j);
+    }
+    ms_json_arr_end(j);
+    break;
+  default:
+    ms_json_knum(j, "count", total(m, v));
+    ms_json_key(j, "buckets");
+    ms_json_arr_begin(j);
+    for (int b = 0; b < (int)(m->value_size / 8); b++) {
+      if (!v[b]) continue;
+      int64_t lo, hi;
+      int ol, oh;
+      hist_bucket(m, b, &lo, &hi, &ol, &oh);
+      ms_json_obj_begin(j);
+      ms_json_key(j, "lo");
+      if (ol) ms_json_null(j);
+      else ms_json_int(j, lo);
+      ms_json_key(j, "hi");
+      if (oh) ms_json_null(j);
+      else ms_json_int(j, hi);
+      ms_json_kuint(j, "count", v[b]);
+      ms_json_obj_end(j);
+    }
+    ms_json_arr_end(j);
+    break;
+  }
+  ms_json_obj_end(j);
+}
+
+static void json_coverage(const struct ms_coverage *c, struct ms_json *j) {
+  ms_json_key(j, "coverage");
+  ms_json_obj_begin(j);
+  ms_json_kuint(j, "eligible", c->eligible);
+  ms_json_kuint(j, "executed", c->executed);
+  ms_json_kuint(j, "throttled", c->throttled);
+  ms_json_kuint(j, "lost", c->lost);
+  ms_json_kuint(j, "failed", c->failed);
+  ms_json_kuint(j, "generation", c->generation);
+  ms_json_kuint(j, "first_step", c->first_step);
+  ms_json_kuint(j, "last_step", c->last_step);
+  ms_json_obj_end(j);
+}
+
+/* ---- the read-out ---- */
+
+static int read_map(const struct ms_query *q, const struct ms_query_maps *src, int i, struct collect *c) {
+  memset(c, 0, sizeof *c);
+  c->m = &q->maps[i];
+  c->n_workers = src->n_workers(src->user, (size_t)i);
+  if (c->n_workers == 0) c->n_workers = 1;
+  int rc = src->foreach(src->user, (size_t)i, collect_one, c);
+  if (c->err) rc = c->err;
+  if (!rc) qsort(c->e, c->n, sizeof *c->e, by_sort);
+  return rc < 0 ? rc : 0;
+}
+
+static void collect_free(struct collect *c) {
+  for (size_t i = 0; i < c->n; i++) free(c->e[i].v);
+  free(c->e);
+}
+
+static int sum_dropped(void *user, const void *key, const void *values) {
+  uint64_t *out = ((uint64_t **)user)[0];
+  uint32_t n = (uint32_t)(uintptr_t)((uint64_t **)user)[1];
+  for (uint32_t w = 0; w < n; w++) {
+    uint64_t v;
+    memcpy(&v, (const uint8_t *)values + 8 * w, 8);
+    *out += v;
+  }
+  return 0;
+}
+
+static uint64_t dropped(const struct ms_query *q, const struct ms_query_maps *src) {
+  uint64_t n = 0;
+  size_t idx = (size_t)q->n_maps + 1;
+  void *u[2] = {&n, (void *)(uintptr_t)src->n_workers(src->user, idx)};
+  src->foreach(src->user, idx, sum_dropped, u);
+  return n;
+}
+
+int ms_query_write(const struct ms_query *q, const struct ms_query_maps *maps, const struct ms_coverage *cov,
+                   const struct ms_query_print *po_in, FILE *f) {
+  struct ms_query_print po = {0};
+  if (po_in) memcpy(&po, po_in, po_in->sz < sizeof po ? po_in->sz : sizeof po);
+  struct ms_coverage none = {0};
+  if (!cov) cov = &none;
+  uint64_t drops = dropped(q, maps);
+  struct ms_json j;
+  if (po.as_json) {
+    ms_json_init(&j, f, po.pretty);
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "query", q->src);
+    if (po.id) ms_json_kint(&j, "id", po.id);
+    ms_json_kbool(&j, "final", po.final);
+    ms_json_knum(&j, "elapsed_s", po.elapsed_s);
+    json_coverage(cov, &j);
+    ms_json_kuint(&j, "dropped", drops);
+    ms_json_key(&j, "maps");
+    ms_json_arr_begin(&j);
+  }
+  int rc = 0;
+  for (int i = 0; i < q->n_maps && !rc; i++) {
+    struct collect c;
+    if ((rc = read_map(q, maps, i, &c))) break;
+    const struct q_map *m = &q->maps[i];
+    size_t shown = po.top && po.top < c.n ? po.top : c.n;
+    if (po.as_json) {
+      ms_json_obj_begin(&j);
+      ms_json_kstr(&j, "name", m->name);
+      ms_json_kstr(&j, "agg", agg_json[m->agg]);
+      if (m->arg_text[0]) ms_json_kstr(&j, "of", m->arg_text);
+      ms_json_key(&j, "keys");
+      ms_json_arr_begin(&j);
+      for (int k = 0; k < m->n_keys; k++) ms_json_str(&j, m->key_text[k]);
+      ms_json_arr_end(&j);
+      ms_json_kuint(&j, "total_keys", c.n);
+      ms_json_key(&j, "entries");
+      ms_json_arr_begin(&j);
+      for (size_t e = 0; e < shown; e++) json_entry(q, m, &c.e[e], &j);
+      ms_json_arr_end(&j);
+      ms_json_obj_end(&j);
+    } else {
+      if (!c.n) fprintf(f, "%s: (empty)\n", m->name);
+      for (size_t e = 0; e < shown; e++) text_entry(q, m, &c.e[e], f);
+      if (shown < c.n) fprintf(f, "%s: ... %zu more keys\n", m->name, c.n - shown);
+    }
+    collect_free(&c);
+  }
+  if (po.as_json) {
+    ms_json_arr_end(&j);
+    ms_json_obj_end(&j);
+    ms_json_end(&j);
+  } else {
+    text_coverage(cov, drops, &po, f);
+  }
+  fflush(f);
+  return rc;
+}
+
+/* ---- map sources ---- */
+
+static int engine_foreach(void *user, size_t i, ms_bpf_map_entry_fn fn, void *fn_user) {
+  return ms_bpf_map_foreach(((struct ms_bpf_map **)user)[i], fn, fn_user);
+}
+static uint32_t engine_workers(void *user, size_t i) { return ms_bpf_map_workers(((struct ms_bpf_map **)user)[i]); }
+static int reader_foreach(void *user, size_t i, ms_bpf_map_entry_fn fn, void *fn_user) {
+  return ms_bpf_map_reader_foreach(((struct ms_bpf_map_reader **)user)[i], fn, fn_user);
+}
+static uint32_t reader_workers(void *user, size_t i) {
+  return ms_bpf_map_reader_header(((struct ms_bpf_map_reader **)user)[i])->n_workers;
+}
+
+int ms_query_maps_of_engine(struct ms_query_maps *out, struct ms_bpf_map **maps) {
+  *out = (struct ms_query_maps){engine_foreach, engine_workers, maps};
+  return 0;
+}
+
+int ms_query_maps_of_readers(struct ms_query_maps *out, struct ms_bpf_map_reader **readers) {
+  *out = (struct ms_query_maps){reader_foreach, reader_workers, readers};
+  return 0;
+}

@@ -1,0 +1,211 @@
+/* SPDX-License-Identifier: MIT */
+/* Queries: the schema's names (read with jansson from the task schema JSON),
+ * compilation (parse.c, then codegen.c), the program bundle and durations. */
+#include <ctype.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "query/query_impl.h"
+
+/* ---- schema ---- */
+
+void ms_query_schema_free(struct ms_query_schema *s) {
+  if (!s) return;
+  for (size_t i = 0; i < s->n_classes; i++) {
+    free(s->classes[i].name);
+    free(s->classes[i].op);
+    free(s->classes[i].kernel);
+  }
+  for (size_t i = 0; i < s->n_evclasses; i++) free(s->evclasses[i]);
+  free(s->classes);
+  free(s->evclasses);
+  free(s);
+}
+
+static char *jstr(json_t *o, const char *key) {
+  const char *v = json_string_value(json_object_get(o, key));
+  return strdup(v ? v : "");
+}
+
+static int read_classes(struct ms_query_schema *s, json_t *arr, struct ms_textbuf *log) {
+  size_t n = json_array_size(arr);
+  s->classes = calloc(n ? n : 1, sizeof *s->classes);
+  if (!s->classes) return -ENOMEM;
+  for (size_t i = 0; i < n; i++) {
+    json_t *c = json_array_get(arr, i);
+    json_t *id = json_object_get(c, "id"), *kid = json_object_get(c, "kernel_id");
+    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) > UINT32_MAX) {
+      ms_textbuf_printf(log, "schema: task_classes[%zu] has no integer \"id\"\n", i);
+      return -EINVAL;
+    }
+    struct q_class *q = &s->classes[s->n_classes++];
+    q->id = (uint32_t)json_integer_value(id);
+    q->kernel_id = json_is_integer(kid) ? (uint32_t)json_integer_value(kid) : UINT32_MAX;
+    q->name = jstr(c, "name");
+    q->op = jstr(c, "op");
+    q->kernel = jstr(c, "kernel");
+    if (!q->name || !q->op || !q->kernel) return -ENOMEM;
+  }
+  return 0;
+}
+
+static int read_evclasses(struct ms_query_schema *s, json_t *arr, struct ms_textbuf *log) {
+  size_t n = json_array_size(arr), max = 0;
+  for (size_t i = 0; i < n; i++) {
+    json_t *id = json_object_get(json_array_get(arr, i), "id");
+    if (!json_is_integer(id) || json_integer_value(id) < 0 || json_integer_value(id) >= 1 << 20) {
+      ms_textbuf_printf(log, "schema: event_classes[%zu] has no integer \"id\" below 2^20\n", i);
+      return -EINVAL;
+    }
+    if ((size_t)json_integer_value(id) + 1 > max) max = (size_t)json_integer_value(id) + 1;
+  }
+  s->evclasses = calloc(max ? max : 1, sizeof *s->evclasses);
+  if (!s->evclasses) return -ENOMEM;
+  s->n_evclasses = max;
+  for (size_t i = 0; i < n; i++) {
+    json_t *e = json_array_get(arr, i);
+    size_t id = (size_t)json_integer_value(json_object_get(e, "id"));
+    free(s->evclasses[id]);
+    if (!(s->evclasses[id] = jstr(e, "name"))) return -ENOMEM;
+  }
+  return 0;
+}
+
+struct ms_query_schema *ms_query_schema_parse(const char *json, size_t len, struct ms_textbuf *log) {
+  json_error_t je;
+  json_t *root = json_loadb(json, len, 0, &je);
+  struct ms_query_schema *s = calloc(1, sizeof *s);
+  int rc = -ENOMEM;
+  if (!s) goto out;
+  rc = -EINVAL;
+  if (!root) {
+    ms_textbuf_printf(log, "schema: line %d column %d: %s\n", je.line, je.column, je.text);
+    goto out;
+  }
+  json_t *tc = json_object_get(root, "task_classes"), *ec = json_object_get(root, "event_classes");
+  if (!json_is_array(tc) || !json_is_array(ec)) {
+    ms_textbuf_printf(log, "schema: no \"task_classes\" and \"event_classes\" arrays\n");
+    goto out;
+  }
+  if ((rc = read_classes(s, tc, log)) || (rc = read_evclasses(s, ec, log))) goto out;
+out:
+  json_decref(root);
+  if (rc) {
+    ms_query_schema_free(s);
+    errno = -rc;
+    return NULL;
+  }
+  return s;
+}
+
+struct ms_query_schema *ms_query_schema_copy(const struct ms_query_schema *s) {
+  struct ms_query_schema *c = calloc(1, sizeof *c);
+  if (!c) return NULL;
+  c->classes = calloc(s->n_classes ? s->n_classes : 1, sizeof *c->classes);
+  c->evclasses = calloc(s->n_evclasses ? s->n_evclasses : 1, sizeof *c->evclasses);
+  if (!c->classes || !c->evclasses) goto fail;
+  for (size_t i = 0; i < s->n_classes; i++, c->n_classes++) {
+    c->classes[i] = s->classes[i];
+    c->classes[i].name = strdup(s->classes[i].name);
+    c->classes[i].op = strdup(s->classes[i].op);
+    c->classes[i].kernel = strdup(s->classes[i].kernel);
+    if (!c->classes[i].name || !c->classes[i].op || !c->classes[i].kernel) {
+      c->n_classes++;
+      goto fail;
+    }
+  }
+  for (size_t i = 0; i < s->n_evclasses; i++, c->n_evclasses++)
+    if (s->evclasses[i] && !(c->evclasses[i] = strdup(s->evclasses[i]))) goto fail;
+  return c;
+fail:
+  ms_query_schema_free(c);
+  return NULL;
+}
+
+/* ---- compiling ---- */
+
+void ms_query_free(struct ms_query *q) {
+  if (!q) return;
+  for (int i = 0; i < q->n_probes; i++) {
+    ms_query_node_free(q->probes[i].pred);
+    for (int j = 0; j < q->probes[i].n_stmts; j++) {
+      ms_query_node_free(q->probes[i].stmts[j].arg);
+      for (int k = 0; k < q->probes[i].stmts[j].n_keys; k++) ms_query_node_free(q->probes[i].stmts[j].keys[k]);
+    }
+  }
+  for (int i = 0; i < q->n_progs; i++) free(q->progs[i].insns);
+  ms_query_schema_free(q->names);
+  free(q->src);
+  free(q);
+}
+
+struct ms_query *ms_query_compile(const char *src, const struct ms_query_schema *s, const struct ms_query_opts *o,
+                                  struct ms_textbuf *log) {
+  struct ms_query_opts opts = {0};
+  if (o) memcpy(&opts, o, o->sz < sizeof opts ? o->sz : sizeof opts);
+  struct ms_query *q = calloc(1, sizeof *q);
+  int rc = -ENOMEM;
+  if (!q || !(q->src = strdup(src ? src : ""))) goto out;
+  q->schema = s;
+  q->max_keys = opts.max_keys;
+  if ((rc = ms_query_parse(q, log)) || (rc = ms_query_codegen(q, log))) goto out;
+  rc = -ENOMEM;
+  if (!(q->names = ms_query_schema_copy(s))) goto out;
+  q->schema = NULL;
+  rc = 0;
+out:
+  if (rc) {
+    ms_query_free(q);
+    errno = -rc;
+    return NULL;
+  }
+  return q;
+}
+
+const char *ms_query_source(const struct ms_query *q) { return q->src; }
+
+int ms_query_bundle(const struct ms_query *q, void **out, size_t *len) {
+  struct ms_bpf_bundle_prog progs[Q_MAX_PROBES * MS_HOOK_COUNT];
+  for (int i = 0; i < q->n_progs; i++)
+    progs[i] = (struct ms_bpf_bundle_prog){q->progs[i].name, q->progs[i].section, q->progs[i].insns, q->progs[i].n};
+  return ms_bpf_bundle_write(q->defs, (size_t)q->n_defs, progs, (size_t)q->n_progs, MS_HOOK_ABI_VERSION, out, len);
+}
+
+size_t ms_query_prog_count(const struct ms_query *q) { return (size_t)q->n_progs; }
+
+const struct ms_bpf_insn *ms_query_prog(const struct ms_query *q, size_t i, size_t *n, const char **section) {
+  if (i >= (size_t)q->n_progs) return NULL;
+  if (n) *n = q->progs[i].n;
+  if (section) *section = q->progs[i].section;
+  return q->progs[i].insns;
+}
+
+size_t ms_query_map_count(const struct ms_query *q) { return (size_t)q->n_defs; }
+const struct ms_bpf_map_def *ms_query_map(const struct ms_query *q, size_t i) {
+  return i < (size_t)q->n_defs ? &q->defs[i] : NULL;
+}
+
+/* ---- durations ---- */
+
+int ms_query_parse_duration(const char *s, uint64_t *out) {
+  if (!s || !isdigit((unsigned char)*s)) return -EINVAL;
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || v < 0) return -EINVAL;
+  static const struct {
+    const char *unit;
+    double ns;
+  } units[] = {{"", 1e9}, {"s", 1e9}, {"ms", 1e6}, {"us", 1e3}, {"ns", 1}, {"m", 60e9}, {"h", 3600e9}};
+  for (size_t i = 0; i < sizeof units / sizeof *units; i++)
+    if (!strcmp(end, units[i].unit)) {
+      double ns = v * units[i].ns;
+      if (ns > 1.8e19) return -EINVAL;
+      *out = (uint64_t)ns;
+      return 0;
+    }
+  return -EINVAL;
+}

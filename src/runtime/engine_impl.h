@@ -180,7 +180,7 @@ struct ms_engine {
   _Atomic int trace_on;
   _Atomic uint64_t trace_session;
   uint32_t trace_cap;
-  uint64_t trace_t0;
+  uint64_t trace_t0, trace_t1;    /* the recording window: start, stop (set by trace_start, trace_stop) */
 
   /* the simulator backend (sim.c): one thread drives every virtual SM */
   struct ms_sim *sim;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Built-in telemetry: request latency histograms, the always-on per-class
- * aggregate, and the task trace written as Chrome JSON for Perfetto.
+ * aggregate, and the recording of the task trace (trace_view.c writes it).
  *
  * DESIGN
  * Who writes what. Each worker owns its aggregate rows and its trace buffer and
@@ -19,6 +19,7 @@
 
 #include "megascope/json.h"
 #include "runtime/engine_impl.h"
+#include "runtime/trace_view.h"
 
 const double ms_latency_bounds[MS_LAT_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                   0.5,   1,      2.5,   5,    10,    25,   50,  100};
@@ -231,11 +232,13 @@ int ms_engine_trace_start(struct ms_engine *e, uint32_t records_per_worker) {
 
 int ms_engine_trace_stop(struct ms_engine *e) {
   if (!atomic_exchange(&e->trace_on, 0)) return -EINVAL;
+  /* a record begun before the stop may still end after this: writers clip it */
+  e->trace_t1 = ms_eng_now(e);
   return 0;
 }
 
 /* Records of worker w in the current session (0 when it has not seen it). */
-static uint32_t published(const struct ms_engine *e, int w) {
+uint32_t ms_tel_published(const struct ms_engine *e, int w) {
   const struct worker *wk = &e->workers[w];
   if (atomic_load_explicit(&((struct worker *)wk)->trace_session, memory_order_acquire) !=
       atomic_load(&((struct ms_engine *)e)->trace_session))
@@ -247,172 +250,7 @@ void ms_engine_trace_stats(const struct ms_engine *e, struct ms_trace_stats *out
   memset(out, 0, sizeof *out);
   out->active = atomic_load(&((struct ms_engine *)e)->trace_on);
   for (int w = 0; w < e->n_workers; w++) {
-    out->records += published(e, w);
+    out->records += ms_tel_published(e, w);
     out->dropped += atomic_load(&((struct worker *)&e->workers[w])->trace_dropped);
   }
-}
-
-/* A consumer's flow arrow starts at the producer whose trigger fired its event in
- * the same step: index producers by (step, event). */
-struct fire_key {
-  uint64_t step;
-  uint32_t ev;
-  uint32_t worker;
-  const struct trace_rec *rec;
-};
-
-static int cmp_fire(const void *a, const void *b) {
-  const struct fire_key *x = a, *y = b;
-  if (x->step != y->step) return x->step < y->step ? -1 : 1;
-  return (x->ev > y->ev) - (x->ev < y->ev);
-}
-
-static double us(const struct ms_engine *e, uint64_t t) { return t > e->trace_t0 ? (double)(t - e->trace_t0) / 1e3 : 0; }
-
-static void write_task(const struct ms_engine *e, struct ms_json *j, int w, const struct trace_rec *r) {
-  const struct ms_plan *p = e->names;
-  ms_json_obj_begin(j);
-  ms_json_kstr(j, "ph", "X");
-  ms_json_kstr(j, "cat", "task");
-  ms_json_kstr(j, "name", p->classes[r->cls].name);
-  ms_json_kint(j, "pid", 1);
-  ms_json_kint(j, "tid", w);
-  ms_json_knum(j, "ts", us(e, r->t_begin));
-  ms_json_knum(j, "dur", (double)(r->t_end - r->t_begin) / 1e3);
-  ms_json_key(j, "args");
-  ms_json_obj_begin(j);
-  ms_json_kstr(j, "class", p->classes[r->cls].name);
-  ms_json_kuint(j, "task", r->task);
-  ms_json_kuint(j, "task_gen", r->step << 32 | r->task);
-  ms_json_kuint(j, "step", r->step);
-  ms_json_kint(j, "bucket", 1 << r->bucket_log2);
-  ms_json_kint(j, "row", r->row);
-  if (r->slot >= 0) {
-    char req[48];
-    snprintf(req, sizeof req, "slot %d gen %u", r->slot, r->req_gen);
-    ms_json_kstr(j, "request", req);
-  } else {
-    ms_json_key(j, "request");
-    ms_json_null(j);
-  }
-  ms_json_kstr(j, "launch", r->launch == MS_LAUNCH_JIT ? "jit" : "aot");
-  ms_json_kstr(j, "wait_reason", r->waited ? "dependency" : "none");
-  ms_json_kuint(j, "wait_us", r->wait_ns_us);
-  ms_json_knum(j, "queued_us", (double)(r->t_begin - r->t_ready) / 1e3);
-  if (r->wait_ev != MS_HOOK_NONE32 && r->wait_ev < (uint32_t)p->n_events)
-    ms_json_kstr(j, "event_class", p->ev_classes[p->events[r->wait_ev].cls]);
-  ms_json_obj_end(j);
-  ms_json_obj_end(j);
-}
-
-static void write_flow(const struct ms_engine *e, struct ms_json *j, const struct fire_key *from, int to_w,
-                       const struct trace_rec *to, uint64_t id) {
-  ms_json_obj_begin(j);
-  ms_json_kstr(j, "ph", "s");
-  ms_json_kstr(j, "cat", "release");
-  ms_json_kstr(j, "name", "release");
-  ms_json_kuint(j, "id", id);
-  ms_json_kint(j, "pid", 1);
-  ms_json_kint(j, "tid", (int)from->worker);
-  ms_json_knum(j, "ts", us(e, from->rec->t_end) - 0.001);
-  ms_json_obj_end(j);
-  ms_json_obj_begin(j);
-  ms_json_kstr(j, "ph", "f");
-  ms_json_kstr(j, "bp", "e");
-  ms_json_kstr(j, "cat", "release");
-  ms_json_kstr(j, "name", "release");
-  ms_json_kuint(j, "id", id);
-  ms_json_kint(j, "pid", 1);
-  ms_json_kint(j, "tid", to_w);
-  ms_json_knum(j, "ts", us(e, to->t_begin));
-  ms_json_obj_end(j);
-}
-
-int ms_engine_trace_write(const struct ms_engine *e, FILE *f) {
-  if (atomic_load(&((struct ms_engine *)e)->trace_on)) return -EBUSY;
-  size_t nf = 0, cap = 0;
-  struct fire_key *fires = NULL;
-  for (int w = 0; w < e->n_workers; w++) {
-    uint32_t n = published(e, w);
-    for (uint32_t i = 0; i < n; i++) {
-      const struct trace_rec *r = &e->workers[w].trace[i];
-      if (r->kind != TR_TASK || r->fired_ev == MS_HOOK_NONE32) continue;
-      if (nf == cap) {
-        cap = cap ? cap * 2 : 1024;
-        struct fire_key *nfk = realloc(fires, cap * sizeof *nfk);
-        if (!nfk) {
-          free(fires);
-          return -ENOMEM;
-        }
-        fires = nfk;
-      }
-      fires[nf++] = (struct fire_key){r->step, r->fired_ev, (uint32_t)w, r};
-    }
-  }
-  if (nf > 1) qsort(fires, nf, sizeof *fires, cmp_fire);
-  struct ms_json j;
-  ms_json_init(&j, f, 0);
-  ms_json_obj_begin(&j);
-  ms_json_kstr(&j, "displayTimeUnit", "ns");
-  ms_json_key(&j, "traceEvents");
-  ms_json_arr_begin(&j);
-  ms_json_obj_begin(&j);
-  ms_json_kstr(&j, "ph", "M");
-  ms_json_kstr(&j, "name", "process_name");
-  ms_json_kint(&j, "pid", 1);
-  ms_json_key(&j, "args");
-  ms_json_obj_begin(&j);
-  ms_json_kstr(&j, "name", "megascope engine");
-  ms_json_obj_end(&j);
-  ms_json_obj_end(&j);
-  uint64_t flow_id = 1;
-  for (int w = 0; w < e->n_workers; w++) {
-    char name[32];
-    snprintf(name, sizeof name, "worker %d", w);
-    ms_json_obj_begin(&j);
-    ms_json_kstr(&j, "ph", "M");
-    ms_json_kstr(&j, "name", "thread_name");
-    ms_json_kint(&j, "pid", 1);
-    ms_json_kint(&j, "tid", w);
-    ms_json_key(&j, "args");
-    ms_json_obj_begin(&j);
-    ms_json_kstr(&j, "name", name);
-    ms_json_obj_end(&j);
-    ms_json_obj_end(&j);
-    uint32_t n = published(e, w);
-    for (uint32_t i = 0; i < n; i++) {
-      const struct trace_rec *r = &e->workers[w].trace[i];
-      if (r->kind == TR_QDEPTH) {
-        ms_json_obj_begin(&j);
-        ms_json_kstr(&j, "ph", "C");
-        ms_json_kstr(&j, "name", "jit_queue_depth");
-        ms_json_kint(&j, "pid", 1);
-        ms_json_knum(&j, "ts", us(e, r->t_begin));
-        ms_json_key(&j, "args");
-        ms_json_obj_begin(&j);
-        ms_json_kuint(&j, "depth", r->depth);
-        ms_json_obj_end(&j);
-        ms_json_obj_end(&j);
-        continue;
-      }
-      write_task(e, &j, w, r);
-      if (r->wait_ev == MS_HOOK_NONE32) continue;
-      struct fire_key key = {r->step, r->wait_ev, 0, NULL};
-      struct fire_key *from = bsearch(&key, fires, nf, sizeof *fires, cmp_fire);
-      if (from) write_flow(e, &j, from, w, r, flow_id++);
-    }
-  }
-  ms_json_arr_end(&j);
-  struct ms_trace_stats ts;
-  ms_engine_trace_stats(e, &ts);
-  ms_json_key(&j, "metadata");
-  ms_json_obj_begin(&j);
-  ms_json_kuint(&j, "records", ts.records);
-  ms_json_kuint(&j, "dropped", ts.dropped);
-  ms_json_kint(&j, "workers", e->n_workers);
-  ms_json_obj_end(&j);
-  ms_json_obj_end(&j);
-  ms_json_end(&j);
-  free(fires);
-  return ferror(f) ? -EIO : 0;
 }

@@ -545,7 +545,7 @@ static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, str
 }
 
 static void cmd_trace(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"seconds", "records_per_worker", NULL};
+  static const char *const allowed[] = {"seconds", "records_per_worker", "format", "max_events", "max_bytes", NULL};
   if (check_fields(req, "trace", allowed, r)) return;
   json_t *v = json_object_get(req, "seconds");
   double secs = v && json_is_number(v) ? json_number_value(v) : -1;
@@ -553,8 +553,21 @@ static void cmd_trace(struct ms_control *c, struct cclient *cl, json_t *req, str
     ms_control_reply_error(r, -EINVAL, NULL, "field \"seconds\" must be a number in (0, 3600]");
     return;
   }
-  long long rpw;
+  long long rpw, max_events, max_bytes;
   if (get_int(req, "records_per_worker", 0, 1, 1 << 26, 0, &rpw, r)) return;
+  if (get_int(req, "max_events", 0, 0, 1LL << 40, 0, &max_events, r)) return;
+  if (get_int(req, "max_bytes", 0, 0, 1LL << 40, 0, &max_bytes, r)) return;
+  if (max_bytes && max_bytes < 4096) {
+    ms_control_reply_error(r, -EINVAL, NULL, "field \"max_bytes\" must be 0 (no limit) or at least 4096");
+    return;
+  }
+  struct ms_trace_write_opts wo = {.sz = sizeof wo, .max_events = (uint64_t)max_events,
+                                   .max_bytes = (uint64_t)max_bytes};
+  v = json_object_get(req, "format");
+  if (v && (!json_is_string(v) || ms_trace_format_parse(json_string_value(v), &wo.format))) {
+    ms_control_reply_error(r, -EINVAL, NULL, "field \"format\" must be \"json\" or \"perfetto\"");
+    return;
+  }
   if (c->trace_on) {
     ms_control_reply_error(r, -EBUSY, NULL, "a trace is already being recorded; try again when it ends");
     return;
@@ -565,6 +578,7 @@ static void cmd_trace(struct ms_control *c, struct cclient *cl, json_t *req, str
     return;
   }
   c->trace_on = 1;
+  c->trace_opts = wo;
   c->trace_client = cl;
   c->trace_deadline = ms_now_ns() + (uint64_t)(secs * 1e9);
   r->deferred = 1;
@@ -582,7 +596,8 @@ void ms_control_trace_finish(struct ms_control *c, struct creply *r) {
   }
   int dfd = dup(fd);
   FILE *tf = dfd >= 0 ? fdopen(dfd, "w") : NULL;
-  int rc = tf ? ms_engine_trace_write(c->e, tf) : -errno;
+  struct ms_trace_written tw = {0};
+  int rc = tf ? ms_engine_trace_save(c->e, tf, &c->trace_opts, &tw) : -errno;
   if (tf && fclose(tf) && !rc) rc = -EIO;
   if (!tf && dfd >= 0) close(dfd);
   struct stat st;
@@ -603,6 +618,14 @@ void ms_control_trace_finish(struct ms_control *c, struct creply *r) {
     ms_json_kuint(&j, "records", ts.records);
     ms_json_kuint(&j, "dropped", ts.dropped);
     ms_json_kuint(&j, "bytes", (uint64_t)st.st_size);
+    ms_json_kstr(&j, "format", ms_trace_format_name(c->trace_opts.format));
+    ms_json_kuint(&j, "slices", tw.slices);
+    ms_json_kuint(&j, "counters", tw.counters);
+    ms_json_kuint(&j, "flows", tw.flows);
+    ms_json_kuint(&j, "budget_dropped", tw.budget_dropped);
+    ms_json_kuint(&j, "outside_window", tw.outside);
+    ms_json_kuint(&j, "window_ns", tw.window_ns);
+    ms_json_kuint(&j, "kept_ns", tw.kept_ns);
     ms_json_key(&j, "fds");
     ms_json_arr_begin(&j);
     ms_json_str(&j, "trace");

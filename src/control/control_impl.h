@@ -10,6 +10,7 @@
 #include <sys/types.h>
 
 #include "megascope/control.h"
+#include "megascope/telemetry.h"
 
 void ms_control_put_u32le(uint8_t *p, uint32_t v);
 /* Replaces bytes that are not valid UTF-8 (in place, by '?') so that text from
@@ -65,6 +66,7 @@ struct ms_control {
   struct cclient *trace_client;     /* NULL: the client left, or none */
   int trace_on;
   uint64_t trace_deadline;
+  struct ms_trace_write_opts trace_opts;  /* its format and budget */
   /* statistics: written by the server thread, read by anyone */
   _Atomic uint64_t accepted, refused, requests, errors, dropped;
 };

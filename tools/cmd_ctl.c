@@ -7,7 +7,8 @@
  *   maps    --socket S ID [--json] [--fds]
  *   schema  --socket S [--rows N]
  *   stats   --socket S [--json]
- *   trace   --socket S --seconds N --out FILE [--records-per-worker N]
+ *   trace   --socket S --seconds N --out FILE [--format perfetto|json] [--max-events N]
+ *           [--max-bytes N] [--records-per-worker N]
  * Without --socket: $MEGASCOPE_SOCKET, else the one engine socket in the default
  * directory. Exit codes: 0 done, 1 the engine refused or could not be reached,
  * 2 usage. */
@@ -26,6 +27,7 @@
 #include "common.h"
 #include "megascope/bpf.h"
 #include "megascope/control.h"
+#include "megascope/telemetry.h"
 #include "megascope/json.h"
 
 #define OBJECT_MAX (12u << 20)  /* base64 of it fits a 16 MiB message */
@@ -69,11 +71,16 @@ static const struct ctl_cmd ctl_cmds[] = {
      "  --rows N             the plan of the bucket holding N rows (default 1)\n", 0},
     {"stats", "", "Prints steps, tokens, requests and TTFT / TPOT quantiles.",
      "  --json               print as JSON\n", 0},
-    {"trace", "", "Records a task trace for N seconds and writes it as Chrome JSON (open it in\n"
-                  "ui.perfetto.dev): a track per worker, a slice per task, flow arrows from an\n"
-                  "event's release to its successors, queue-depth counters.",
+    {"trace", "", "Records a task trace for N seconds and writes it as Chrome JSON or Perfetto's\n"
+                  "protobuf (open either in ui.perfetto.dev): a track per worker, a slice per\n"
+                  "task, flow arrows from an event's release to its successors, queue-depth\n"
+                  "counters; times are exact integer nanoseconds from the recording's start.",
      "  --seconds N          how long to record (required; may be fractional)\n"
      "  --out FILE           where to write the trace (required)\n"
+     "  --format F           json (default) or perfetto (several times smaller)\n"
+     "  --max-events N       write at most the first N events (slices and counter samples)\n"
+     "  --max-bytes N        keep the file within N bytes (at least 4096); what a budget\n"
+     "                       leaves out is the end of the window, counted as dropped\n"
      "  --records-per-worker N  trace buffer per worker (default 262144)\n",
      0},
 };
@@ -103,6 +110,8 @@ struct ctl_args {
   long max_per_step, sample, rows, records;
   uint64_t ringbuf_bytes;
   double seconds;
+  const char *format;
+  uint64_t max_events, max_bytes;
 };
 
 static int parse(int argc, char **argv, struct ctl_args *a) {
@@ -114,6 +123,8 @@ static int parse(int argc, char **argv, struct ctl_args *a) {
       {"interp", no_argument, 0, 0},
       {"seconds", required_argument, 0, 0},      {"out", required_argument, 0, 0},
       {"records-per-worker", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
+      {"format", required_argument, 0, 0},       {"max-events", required_argument, 0, 0},
+      {"max-bytes", required_argument, 0, 0},
       {0, 0, 0, 0}};
   const char *me = a->cmd->name;
   int c, idx;
@@ -139,6 +150,16 @@ static int parse(int argc, char **argv, struct ctl_args *a) {
     else if (!strcmp(n, "interp")) a->interp = 1;
     else if (!strcmp(n, "name")) a->name = optarg;
     else if (!strcmp(n, "out")) a->out = optarg;
+    else if (!strcmp(n, "max-events")) r = cli_u64("--max-events", optarg, &a->max_events);
+    else if (!strcmp(n, "max-bytes")) r = cli_u64("--max-bytes", optarg, &a->max_bytes);
+    else if (!strcmp(n, "format")) {
+      enum ms_trace_format fmt;
+      if (ms_trace_format_parse(optarg, &fmt)) {
+        fprintf(stderr, "megascope %s: --format '%s': expected perfetto or json\n", me, optarg);
+        return -1;
+      }
+      a->format = optarg;
+    }
     else if (!strcmp(n, "max-per-step")) r = cli_int("--max-per-step", optarg, 0, 0xffffffffL, &a->max_per_step);
     else if (!strcmp(n, "sample")) r = cli_int("--sample", optarg, 1, 0xffffffffL, &a->sample);
     else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
@@ -399,6 +420,9 @@ static int run_ctl(const struct ctl_args *a) {
   } else if (!strcmp(me, "trace")) {
     ms_json_knum(&r.j, "seconds", a->seconds);
     if (a->records) ms_json_kint(&r.j, "records_per_worker", a->records);
+    if (a->format) ms_json_kstr(&r.j, "format", a->format);
+    if (a->max_events) ms_json_kuint(&r.j, "max_events", a->max_events);
+    if (a->max_bytes) ms_json_kuint(&r.j, "max_bytes", a->max_bytes);
     timeout_ms = (int)(a->seconds * 1000) + 120000;
   }
   if (req_end(&r)) goto usage_fail;
@@ -509,8 +533,13 @@ static int run_ctl(const struct ctl_args *a) {
         if (!fclose(out) && k == 0) rc = 0;
         if (rc) fprintf(stderr, "megascope trace: writing %s failed\n", a->out);
         else
-          printf("wrote %s: %llu task records (%llu dropped), %lld bytes, over %.3g s\n", a->out,
-                 jnum(rep, "records"), jnum(rep, "dropped"), (long long)off, a->seconds);
+          printf("wrote %s (%s): %llu task records (%llu dropped: buffers full), %llu slices, %llu flows,\n"
+                 "  %llu counter samples, %llu events over the budget dropped (the file covers %.6f s of\n"
+                 "  %.6f s), %llu records outside the window, %lld bytes\n",
+                 a->out, json_string_value(json_object_get(rep, "format")), jnum(rep, "records"),
+                 jnum(rep, "dropped"), jnum(rep, "slices"), jnum(rep, "flows"), jnum(rep, "counters"),
+                 jnum(rep, "budget_dropped"), (double)jnum(rep, "kept_ns") / 1e9,
+                 (double)jnum(rep, "window_ns") / 1e9, jnum(rep, "outside_window"), (long long)off);
       }
     }
     for (int i = 0; i < n_fds; i++) close(fds[i]);

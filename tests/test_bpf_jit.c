@@ -179,6 +179,7 @@ static const char *log_text(void) { return logbuf[0] ? logbuf : "(empty log)\n";
 struct pair {
   int rc_i, rc_j;
   uint64_t r0_i, r0_j;
+  uint64_t insns_i, insns_j; /* instructions executed, as each engine reports them */
   long mem_diff; /* first byte that differs after both succeeded, -1 if none */
 };
 static _Alignas(16) uint8_t mem_i[MEM_MAX], mem_j[MEM_MAX];
@@ -189,10 +190,10 @@ struct maps2 { /* the interpreter's maps and the JIT's, same definitions */
 };
 
 /* Runs p in the interpreter and j, each on a fresh copy of mem. Returns 1
- * when they agree: the same return code and, when both succeeded, the same r0
- * and final mem bytes. A failed run's r0 and mem are not compared: where a
- * budget stops differs by design (the interpreter counts instructions, the
- * JIT backward jumps and calls). */
+ * when they agree: the same return code and, when both succeeded, the same
+ * r0, the same count of instructions executed and the same final mem bytes.
+ * A failed run's r0 and mem are not compared: the interpreter stops inside
+ * the block where the budget runs out, the JIT as it enters that block. */
 static int pair_run(const struct ms_bpf_prog *p, const struct ms_bpf_jit *j, const uint8_t *mem, size_t mem_size,
                     const struct maps2 *m, uint64_t budget, struct pair *out) {
   char rlog[256] = "";
@@ -212,19 +213,22 @@ static int pair_run(const struct ms_bpf_prog *p, const struct ms_bpf_jit *j, con
   out->rc_j = ms_bpf_jit_run(j, &ro, &rj);
   out->r0_i = ri.r0;
   out->r0_j = rj.r0;
+  out->insns_i = ri.insns;
+  out->insns_j = rj.insns;
   out->mem_diff = -1;
   for (size_t i = 0; i < mem_size && !out->rc_i && !out->rc_j; i++)
     if (mem_i[i] != mem_j[i]) {
       out->mem_diff = (long)i;
       break;
     }
-  return out->rc_i == out->rc_j && (out->rc_i || (out->r0_i == out->r0_j && out->mem_diff < 0));
+  return out->rc_i == out->rc_j &&
+         (out->rc_i || (out->r0_i == out->r0_j && out->insns_i == out->insns_j && out->mem_diff < 0));
 }
 
 static void pair_print(const struct pair *r) {
-  fprintf(stderr, "  interpreter: rc %d (%s) r0 0x%" PRIx64 "\n  JIT:         rc %d (%s) r0 0x%" PRIx64 "\n",
-          r->rc_i, r->rc_i ? ms_strerror(r->rc_i) : "ok", r->r0_i, r->rc_j, r->rc_j ? ms_strerror(r->rc_j) : "ok",
-          r->r0_j);
+  fprintf(stderr, "  interpreter: rc %d (%s) r0 0x%" PRIx64 " insns %" PRIu64 "\n  JIT:         rc %d (%s) r0 0x%"
+          PRIx64 " insns %" PRIu64 "\n", r->rc_i, r->rc_i ? ms_strerror(r->rc_i) : "ok", r->r0_i, r->insns_i,
+          r->rc_j, r->rc_j ? ms_strerror(r->rc_j) : "ok", r->r0_j, r->insns_j);
   if (r->mem_diff >= 0)
     fprintf(stderr, "  mem differs first at byte %ld: interpreter 0x%02x, JIT 0x%02x\n", r->mem_diff,
             mem_i[r->mem_diff], mem_j[r->mem_diff]);

@@ -9,8 +9,9 @@
  * verifier cannot know stays checked at run time, as in the interpreter:
  * division by zero and INT_MIN / -1 give the RFC 9669 results, a helper that
  * aborts stops the run, ring buffer records left reserved are discarded, and
- * a budget bounds backward jumps (taken or not) and calls (defence in depth; the
- * verifier already bounds every loop).
+ * the instruction budget is counted as the interpreter counts it (every
+ * instruction executed, lddw once; the verifier already proved the program's
+ * longest run within the budget it was verified for).
  *
  * Helpers and maps are bound when the program is compiled: helper addresses
  * and map addresses are constants in the code, so a run must pass the same
@@ -60,12 +61,14 @@ void ms_bpf_jit_free(struct ms_bpf_jit *j);
 /* Runs the compiled program. opts as for ms_bpf_run, with helpers and maps the
  * same as at compile time (else -EINVAL); a RAW_MEM program needs mem_size at
  * least the verified size, a hook program a context (the hook context).
- * insn_budget bounds backward jumps (each one executed, taken or not) and
- * local calls; each is an executed instruction, so a budget the interpreter
- * does not exhaust is not exhausted here either.
+ * insn_budget counts executed instructions exactly as ms_bpf_run does (each
+ * basic block takes its length as it is entered), so a run exhausts it
+ * exactly when the interpreter's would.
  * 0, or: -MS_E_LIMIT budget exhausted, -EINVAL a helper's refusal or a
  * program that exited holding ring buffer records, or what a helper aborted
- * with. res->insns is 0: the JIT does not count instructions. */
+ * with. res->insns: the instructions executed, as the interpreter reports them
+ * (the budget when it ran out; after a helper's abort, up to the end of the
+ * aborting block). */
 int ms_bpf_jit_run(const struct ms_bpf_jit *j, const struct ms_bpf_run_opts *opts,
                    struct ms_bpf_run_result *res);
 

@@ -25,9 +25,17 @@
  * stores, atomic add, jumps, calls, lddw) are native.
  *
  * A run stops early for two reasons only: a helper called ms_bpf_exec_abort,
- * or the budget ran out (checked at backward jumps, taken or not, and at local
- * calls). Both jump to the shared tail code (emit_tails), which restores the
- * entry's stack pointer and so unwinds any local-call frames. No
+ * or the budget ran out. The budget counts what the interpreters count, every
+ * instruction executed (lddw once): each basic block (from a jump target, a
+ * function's start or the instruction after a conditional jump or a local
+ * call, to the next jump, exit, local call or block start) takes its length
+ * from the budget as it is entered, and stops the run when less was left. A
+ * block, once entered, runs to its end unless a helper aborts, so a run that
+ * ends normally was charged exactly its instructions (res->insns, as the
+ * interpreter reports), and a run stops for budget exactly when the
+ * interpreter's would. Both stops jump to the shared tail code (emit_tails),
+ * which restores the entry's stack pointer and so unwinds any local-call
+ * frames. No
  * memory access is checked: that is the verifier's proof, and
  * ms_bpf_jit_new runs the verifier itself. */
 #include "megascope/bpf_jit.h"
@@ -51,7 +59,7 @@
  * address, which is r12 itself. */
 struct jit_state {
   struct ms_bpf_exec x;
-  uint64_t budget;    /* backward jumps and local calls left */
+  uint64_t budget;    /* instructions left (blocks take theirs as they are entered) */
   uint64_t saved_rsp; /* the entry's rsp after its prologue, for early exits */
   int32_t err;        /* why the code stopped early (0: it did not) */
   int32_t insn;       /* the instruction that stopped it, or the last helper call */
@@ -388,12 +396,19 @@ static void emit_atomic(struct emit *e, const struct ms_bpf_insn *in) {
   else if (in->imm & MS_BPF_FETCH) mov_rr(e, w, src, R10); /* 32-bit: zero-extended */
 }
 
-/* Names the instruction, then takes one from the budget; stops when none was left. */
-static void emit_budget(struct emit *e, size_t idx) {
+static size_t jcc_local(struct emit *e, uint8_t cc);
+static void land(struct emit *e, size_t at);
+
+/* A block of n instructions starting at idx is entered: sub qword
+ * [r12+budget], n; on a borrow (fewer than n were left) name idx and stop. */
+static void emit_charge(struct emit *e, size_t idx, uint32_t n) {
+  rex(e, 1, 0, R12, 0), u8(e, n <= 127 ? 0x83 : 0x81), modrm_mem(e, 5, R12, offsetof(struct jit_state, budget));
+  if (n <= 127) u8(e, (uint8_t)n);
+  else u32(e, n);
+  size_t ok = jcc_local(e, 0x83); /* jae: enough was left */
   state_store32(e, offsetof(struct jit_state, insn), (int32_t)idx);
-  /* sub qword [r12+budget], 1 ; jb (borrow: it was 0) */
-  rex(e, 1, 0, R12, 0), u8(e, 0x83), modrm_mem(e, 5, R12, offsetof(struct jit_state, budget)), u8(e, 1);
-  jcc_to(e, 0x82, L_LIMIT);
+  jmp_to(e, L_LIMIT);
+  land(e, ok);
 }
 
 static void emit_jmp(struct emit *e, const struct ms_bpf_insn *in, size_t idx) {
@@ -401,7 +416,6 @@ static void emit_jmp(struct emit *e, const struct ms_bpf_insn *in, size_t idx) {
   int w = MS_BPF_CLASS(in->code) == MS_BPF_JMP;
   int64_t rel = op == MS_BPF_JA && !w ? in->imm : in->off;
   int32_t to = (int32_t)((int64_t)idx + 1 + rel);
-  if (rel < 0) emit_budget(e, idx);
   if (op == MS_BPF_JA) {
     jmp_to(e, to);
     return;
@@ -491,6 +505,7 @@ struct layout {
   uint8_t *entered;  /* 1 where control can arrive other than from the previous
                       * instruction: a jump target or a function's start */
   uint8_t *second;   /* 1 at the second slot of an lddw */
+  uint32_t *block;   /* at a block's first instruction: its length in instructions; else 0 */
 };
 
 static int target_of(const struct ms_bpf_insn *in, size_t i) {
@@ -540,6 +555,33 @@ static int find_functions(const struct ms_bpf_prog *p, struct layout *L, struct 
     }
   }
   return 0;
+}
+
+static int ends_block(const struct ms_bpf_insn *in) {
+  unsigned c = MS_BPF_CLASS(in->code), op = MS_BPF_OP(in->code);
+  if (c != MS_BPF_JMP && c != MS_BPF_JMP32) return 0;
+  return op != MS_BPF_CALL || in->src_reg == MS_BPF_PSEUDO_CALL;
+}
+
+/* Basic blocks: one starts where control arrives other than from the
+ * previous instruction (L->entered) and after every jump, exit and local
+ * call; it ends before the next start. Its length counts an lddw once. */
+static void find_blocks(const struct ms_bpf_prog *p, struct layout *L) {
+  uint32_t start = 0, len = 0;
+  for (size_t i = 0; i < p->n; i++) {
+    if (L->second[i]) continue;
+    if (i == 0 || L->entered[i] || L->fn_start[i]) {
+      if (len) L->block[start] = len;
+      start = (uint32_t)i, len = 0;
+    }
+    len++;
+    if (ends_block(&p->insns[i])) {
+      L->block[start] = len;
+      len = 0;
+      start = (uint32_t)i + 1;
+    }
+  }
+  if (len) L->block[start] = len;
 }
 
 static int emit_lddw(struct emit *e, const struct ms_bpf_jit *j, const struct ms_bpf_insn *in, size_t i,
@@ -649,7 +691,6 @@ static int emit_array_lookup(struct emit *e, const struct ms_bpf_map *m) {
 static int emit_call(struct emit *e, const struct ms_bpf_jit *j, const struct layout *L,
                      const struct ms_bpf_insn *in, size_t i, struct ms_textbuf *log) {
   if (in->src_reg == MS_BPF_PSEUDO_CALL) {
-    emit_budget(e, i);
     u8(e, 0xe8), fixup(e, (int32_t)((int64_t)i + 1 + in->imm), 1);
     return 0;
   }
@@ -706,12 +747,13 @@ static int compile(struct ms_bpf_jit *j, struct ms_textbuf *log) {
   const struct ms_bpf_prog *p = j->prog;
   struct emit e = {0};
   struct layout L = {calloc(p->n + 1, 1), calloc(p->n + 1, sizeof *L.fn_of), calloc(p->n + 1, 1),
-                     calloc(p->n + 1, 1)};
+                     calloc(p->n + 1, 1), calloc(p->n + 1, sizeof *L.block)};
   e.insn_at = calloc(p->n + 1, sizeof *e.insn_at);
   e.entry_at = calloc(p->n + 1, sizeof *e.entry_at);
   int err = -ENOMEM;
-  if (!L.fn_start || !L.fn_of || !L.entered || !L.second || !e.insn_at || !e.entry_at) goto out;
+  if (!L.fn_start || !L.fn_of || !L.entered || !L.second || !L.block || !e.insn_at || !e.entry_at) goto out;
   if ((err = find_functions(p, &L, log))) goto out;
+  find_blocks(p, &L);
   emit_entry_prologue(&e);
   for (size_t i = 0; i < p->n; i++) {
     if (L.fn_start[i] && i) {
@@ -719,6 +761,7 @@ static int compile(struct ms_bpf_jit *j, struct ms_textbuf *log) {
       emit_sub_prologue(&e);
     }
     e.insn_at[i] = (uint32_t)e.n;
+    if (L.block[i]) emit_charge(&e, i, L.block[i]);
     if ((err = emit_insn(&e, j, &L, i, log))) goto out;
     if (MS_BPF_CLASS(p->insns[i].code) == MS_BPF_LD) e.insn_at[++i] = (uint32_t)e.n; /* lddw's 2nd slot */
   }
@@ -738,7 +781,7 @@ static int compile(struct ms_bpf_jit *j, struct ms_textbuf *log) {
   err = 0;
 out:
   free(e.b), free(e.fix), free(e.insn_at), free(e.entry_at), free(L.fn_start), free(L.fn_of);
-  free(L.entered), free(L.second);
+  free(L.entered), free(L.second), free(L.block);
   return err;
 }
 
@@ -841,9 +884,10 @@ int ms_bpf_jit_run(const struct ms_bpf_jit *j, const struct ms_bpf_run_opts *opt
                       st.insn >= 0 ? j->prog->insns[st.insn].imm : -1, st.x.abort_msg);
   } else if (st.err) {
     err = st.err;
-    ms_textbuf_printf(o.log, "insn %d: budget of %llu backward jumps and calls exhausted\n", st.insn,
+    ms_textbuf_printf(o.log, "insn %d: instruction budget of %llu exhausted\n", st.insn,
                       (unsigned long long)budget);
   }
+  res->insns = err == -MS_E_LIMIT ? budget : budget - st.budget;
   if (err) res->err_insn = st.insn;
   size_t left = ms_bpf_exec_release(&st.x);
   if (left && !err) {

@@ -43,7 +43,7 @@ build() {  # build NAME SRC: $tmp/NAME.o
 for m in hist_class wait_by_event request_rb loop16 hint_tile; do
   build "$m" "$SRC/tests/data/verifier/$m.bpf.c" || continue
   expect 0 "verified" verify "$tmp/$m.o"
-  expect 0 "^processed [0-9]* insns (limit 1000000) max_states_per_insn [0-9]* total_states [0-9]* peak_states [0-9]* time_us [0-9]*$" \
+  expect 0 "^processed [0-9]* insns (limit 1000000) max_states_per_insn [0-9]* total_states [0-9]* peak_states [0-9]* time_us [0-9]* max_run_insns [1-9][0-9]* work [0-9]*$" \
     verify "$tmp/$m.o"
 done
 expect 0 "^0: (61) r[0-9] = \*(u32 \*)(r1 +40)" verify "$tmp/hist_class.o" -v

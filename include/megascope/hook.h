@@ -28,6 +28,18 @@ const char *ms_hook_name(int hook);           /* "task_end"; "?" when unknown */
 int ms_hook_parse(const char *name);          /* hook id or -1 */
 const char *ms_prog_type_name(int type);      /* "observe" / "sched_hint" */
 
+/* The instructions one hook run may execute, counted alike by every engine
+ * (the interpreter, the JIT, the device interpreter): each instruction
+ * executed, lddw once. The verifier refuses a hook program that could execute
+ * more, so a verified program never stops for budget. */
+#define MS_HOOK_RUN_BUDGET 100000u
+
+/* The ABI's helper sets: 1 when a program of this type may call helper id.
+ * observe: every helper of the table; sched_hint: map_lookup_elem,
+ * ktime_get_ns, get_smp_processor_id and ms_log2 (no map updates, no ring
+ * buffer output: it returns a priority and nothing else). */
+int ms_prog_type_helper_allowed(int type, uint32_t helper);
+
 /* The field covering [off, off + size) of the context, if the access lies inside
  * one field: returns its index, or -1 (straddles fields, or outside the struct). */
 int ms_hook_field_at(uint32_t off, uint32_t size);

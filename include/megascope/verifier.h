@@ -22,9 +22,21 @@
  *   - ring buffer reservations are submitted or discarded on every path and
  *     not used after;
  *   - no uninitialised register is read, r10 is never written;
- *   - a sched_hint program sits on task_ready and returns a scalar in 0..7;
- *   - exploration ends within the complexity cap (default 1,000,000
- *     instructions processed), which bounds every loop the program has.
+ *   - a sched_hint program sits on task_ready, returns a scalar in 0..7,
+ *     calls only its program type's helpers (no map updates, no ring buffer
+ *     output: ms_prog_type_helper_allowed) and writes no map value;
+ *   - no run executes more than the run budget (run_budget; for hooks
+ *     MS_HOOK_RUN_BUDGET, what the engines give every run), counted as the
+ *     interpreters and the JIT count: every instruction executed, lddw once.
+ *     The bound is the longest path the exploration finds: a path that ends
+ *     adds its length, a pruned one its length so far plus the longest
+ *     continuation of the state that pruned it (stats: max_run_insns). So a
+ *     verified program never stops for budget in any engine;
+ *   - exploration ends within the work cap: instructions processed (default
+ *     1,000,000) and, since comparing and copying states is what costs time,
+ *     verifier work (instructions processed + state frames compared + state
+ *     frames copied, default MS_VERIFY_WORK_LIMIT). Either refusal names the
+ *     figures; both bound every loop the program has.
  * bpf-to-bpf calls (call src=1) are verified with a new frame per call site:
  * the callee gets the caller's r1-r5, its own 512-byte stack, and may read
  * the caller's stack through pointers passed to it.
@@ -34,6 +46,8 @@
  * path starts; a rejection ends with `insn N: <disassembly> ; <reason>`; the
  * last line is always the stats line
  *   processed N insns (limit L) max_states_per_insn M total_states T peak_states P time_us U
+ *   max_run_insns R work W
+ * (one line; R is 0 when the program was rejected).
  * The verbose trace is cut (with a note) before it could crowd out those
  * last lines when the caller's buffer is small. */
 #ifndef MEGASCOPE_VERIFIER_H
@@ -60,6 +74,7 @@ enum ms_verify_kind {
 #define MS_VERIFY_INSN_LIMIT 1000000u  /* default complexity cap: instructions processed */
 #define MS_VERIFY_INSN_LIMIT_MAX (1u << 28) /* the largest cap accepted (larger ones are lowered) */
 #define MS_VERIFY_STATES_PER_INSN 64u  /* default cap on states kept per instruction */
+#define MS_VERIFY_WORK_LIMIT 8000000u  /* default cap on verifier work (see above) */
 
 struct ms_verify_opts {
   size_t sz;                            /* sizeof(struct ms_verify_opts) */
@@ -72,6 +87,9 @@ struct ms_verify_opts {
   uint64_t insn_limit;                  /* 0: MS_VERIFY_INSN_LIMIT; at most MS_VERIFY_INSN_LIMIT_MAX */
   uint32_t max_states_per_insn;         /* 0: MS_VERIFY_STATES_PER_INSN */
   uint32_t abi_version;                 /* the object's megascope_abi_version; 0: not declared */
+  uint64_t run_budget;                  /* the most instructions one run may execute; 0: MS_HOOK_RUN_BUDGET
+                                         * (HOOK), MS_BPF_DEFAULT_BUDGET (RAW_MEM) */
+  uint64_t work_limit;                  /* 0: MS_VERIFY_WORK_LIMIT; raised to insn_limit if below it */
 };
 
 struct ms_verify_stats {
@@ -87,6 +105,11 @@ struct ms_verify_stats {
    * (valid when it verified). A run's r0 lies in both. */
   uint64_t r0_umin, r0_umax;
   int64_t r0_smin, r0_smax;
+  uint64_t max_run_insns; /* the most instructions one run executes (verified programs) */
+  uint64_t run_budget;    /* the budget it was held to */
+  uint64_t work;          /* processed + state frames compared + state frames copied */
+  uint64_t work_limit;
+  uint64_t compared;      /* state comparisons made (after the fingerprint filter) */
 };
 
 /* Verifies prog. 0 when it is proven safe; -MS_E_VERIFY when rejected (the

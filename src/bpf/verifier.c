@@ -16,10 +16,30 @@
  * means the path is safe and ends; equal (on live registers) to one still
  * being explored — necessarily an ancestor on this path, as exploration is
  * last-in first-out — means a loop that makes no progress, rejected. Else the
- * state is kept (up to a cap per instruction). Kept states count their
- * unfinished descendants (`branches`) so that "finished" is known exactly.
- * Every instruction processed counts against the complexity cap; exceeding
- * it rejects the program, which bounds every loop it may contain. */
+ * state is kept (up to a cap per instruction) when the point is a function
+ * entry or a loop head (a backward jump's target), or the path has run
+ * KEEP_EVERY instructions since it last kept one: as in Linux, fewer kept
+ * states cost less to copy and compare and lose little pruning, since the
+ * next point is near. Kept states count their unfinished descendants
+ * (`branches`) so that "finished" is known exactly.
+ *
+ * The fingerprint, a hash of everything exact equality compares but ids, is
+ * what the loop check compares first: a loop that counts in a stack slot
+ * brings a state whose registers equal its ancestors' at every iteration,
+ * and only the stack tells them apart.
+ *
+ * The longest run. Each path counts the instructions it executes (`depth`);
+ * a path that ends passes depth + what follows (nothing at an exit, the
+ * pruning state's longest continuation when pruned) to its kept ancestors,
+ * each keeping the largest (`max_end`), final once it is finished. The
+ * program's largest is the most instructions any run executes, counted as
+ * every engine counts; over the run budget, the program is refused — as soon
+ * as one path is longer, which also ends a long loop's exploration early.
+ *
+ * Work. Every instruction processed counts against the complexity cap, and
+ * it plus every state frame compared or copied against the work cap;
+ * exceeding either rejects the program, so time is bounded as well as
+ * instructions. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -35,6 +55,9 @@
 #define MAX_KEPT_BYTES (256u << 20) /* ... and their memory */
 #define MAX_PENDING_BYTES (256u << 20)
 #define R6_TO_R9 0x3c0u           /* callee-saved registers */
+#define KEEP_EVERY 8              /* instructions between kept states off loop heads */
+#define PRUNE_POINT 1             /* prune[i]: paths may meet at i */
+#define KEEP_POINT 2              /* ... and a state is always kept there (entries, loop heads) */
 #define NO_FUNC UINT32_MAX
 
 struct explore {
@@ -54,6 +77,11 @@ struct explore {
   struct ms_bpf_idmap *idmap;     /* scratch for state comparisons */
   uint64_t exits;                 /* exits of the entry function reached */
   uint64_t kept_bytes, pending_bytes;
+  uint64_t run_budget;            /* the most instructions one run may execute */
+  uint64_t max_run;               /* the longest path found so far */
+  uint64_t tail;                  /* visit() pruned: the pruning state's longest continuation */
+  uint64_t work_limit;
+  uint64_t copied;                /* state frames copied */
 };
 
 static uint64_t state_bytes(const struct ms_bpf_vstate *s) {
@@ -198,11 +226,11 @@ static void mark_prune_points(struct explore *x) {
   for (size_t i = 0; i < x->env.n; i++) {
     const struct ms_bpf_insn *in = &x->env.insns[i];
     int64_t t;
-    if (x->func[i] == i) x->prune[i] = 1;
+    if (x->func[i] == i) x->prune[i] = KEEP_POINT;
     if (jump_target(in, i, &t)) {
-      x->prune[t] = 1;
+      x->prune[t] |= (size_t)t <= i ? KEEP_POINT | PRUNE_POINT : PRUNE_POINT; /* a loop head */
       unsigned op = MS_BPF_OP(in->code);
-      if (op != MS_BPF_JA && i + 1 < x->env.n) x->prune[i + 1] = 1; /* fall-through, return point */
+      if (op != MS_BPF_JA && i + 1 < x->env.n) x->prune[i + 1] |= PRUNE_POINT; /* fall-through, return point */
     }
     if (is_lddw(in)) i++;
   }
@@ -332,11 +360,39 @@ static void live_masks(const struct explore *x, const struct ms_bpf_vstate *s, u
   }
 }
 
-/* The current path ends: kept ancestors with nothing left below them are finished. */
-static void finish_path(struct explore *x) {
-  for (struct ms_bpf_vstate *s = x->env.cur->parent; s; s = s->parent)
-    if (--s->branches) break;
+/* Work done so far: over the cap, the program is refused. */
+static uint64_t work(const struct explore *x) { return x->st.processed + x->st.compared + x->copied; }
+
+static int check_work(struct explore *x) {
+  if (work(x) <= x->work_limit) return 0;
+  return ms_bpf_vreject(&x->env, "program too complex: verifier work %llu exceeds the limit %llu (%llu insns "
+                        "processed, %llu state frames compared, %llu copied)", (unsigned long long)work(x),
+                        (unsigned long long)x->work_limit, (unsigned long long)x->st.processed,
+                        (unsigned long long)x->st.compared, (unsigned long long)x->copied);
 }
+
+static int over_budget(struct explore *x, uint64_t n, const char *how) {
+  return ms_bpf_vreject(&x->env, "program too long for one run: %s %llu instructions, more than the run "
+                        "budget of %llu (every engine stops a run there)", how, (unsigned long long)n,
+                        (unsigned long long)x->run_budget);
+}
+
+/* The current path ends after `end` instructions in all (its own and, when
+ * pruned, the longest continuation of the state that pruned it): each kept
+ * ancestor takes it in; those with nothing left below them are finished and
+ * pass their own longest path up. */
+static int finish_path(struct explore *x, uint64_t end) {
+  if (end > x->run_budget) return over_budget(x, end, "a path through here may run");
+  if (end > x->max_run) x->max_run = end;
+  for (struct ms_bpf_vstate *s = x->env.cur->parent; s; s = s->parent) {
+    if (end > s->max_end) s->max_end = end;
+    if (--s->branches) break;
+    end = s->max_end;
+  }
+  return 0;
+}
+
+static uint64_t frames_of(const struct ms_bpf_vstate *s) { return s->curframe + 1; }
 
 /* 1: the path is pruned; 0: go on; < 0: rejected. */
 static int visit(struct explore *x) {
@@ -344,14 +400,24 @@ static int visit(struct explore *x) {
   struct ms_bpf_vlive lv;
   live_masks(x, env->cur, env->pc, &lv);
   uint64_t fp = ms_bpf_vs_fingerprint(env->cur, &lv);
+  x->st.compared += frames_of(env->cur); /* the fingerprint reads every frame */
   for (struct ms_bpf_vstate *s = x->kept[env->pc]; s; s = s->next) {
+    if (s->curframe != env->cur->curframe || s->n_refs != env->cur->n_refs) continue;
     if (!s->branches) {
-      if (ms_bpf_vs_within(s, env->cur, &lv, 0, x->idmap)) return 1;
-    } else if (s->fingerprint == fp && ms_bpf_vs_within(s, env->cur, &lv, 1, x->idmap)) {
-      return ms_bpf_vreject(env, "infinite loop detected: the path came back to this instruction in the same "
-                            "state, so it would never end");
+      x->st.compared += frames_of(s);
+      if (ms_bpf_vs_within(s, env->cur, &lv, 0, x->idmap)) {
+        x->tail = s->max_end - s->depth;
+        return 1;
+      }
+    } else if (s->fingerprint == fp) {
+      x->st.compared += frames_of(s);
+      if (ms_bpf_vs_within(s, env->cur, &lv, 1, x->idmap))
+        return ms_bpf_vreject(env, "infinite loop detected: the path came back to this instruction in the same "
+                              "state, so it would never end");
     }
   }
+  if (check_work(x)) return -MS_E_VERIFY;
+  if (!(x->prune[env->pc] & KEEP_POINT) && env->cur->since_kept < KEEP_EVERY) return 0;
   if (x->n_kept[env->pc] >= x->states_cap || x->n_kept_all >= MAX_KEPT || x->kept_bytes >= MAX_KEPT_BYTES)
     return 0; /* explore on without keeping: only pruning suffers */
   struct ms_bpf_vstate *k = calloc(1, sizeof *k);
@@ -359,8 +425,12 @@ static int visit(struct explore *x) {
     ms_bpf_vs_free(k);
     return -ENOMEM;
   }
+  x->copied += frames_of(k);
   k->branches = 1;
   k->fingerprint = fp;
+  k->depth = env->cur->depth;
+  k->max_end = env->cur->depth;
+  env->cur->since_kept = 0;
   k->parent = env->cur->parent;
   env->cur->parent = k;
   k->next = x->kept[env->pc];
@@ -385,6 +455,9 @@ static int push_branch(struct explore *x, uint32_t to, struct ms_bpf_vstate **ou
     ms_bpf_vs_free(b);
     return -ENOMEM;
   }
+  x->copied += frames_of(b);
+  b->depth = env->cur->depth;
+  b->since_kept = env->cur->since_kept;
   b->parent = env->cur->parent;
   if (b->parent) b->parent->branches++;
   b->insn = to;
@@ -854,7 +927,8 @@ static int explore_paths(struct explore *x) {
   char text[128];
   for (int done = 0;;) {
     if (done) {
-      finish_path(x);
+      if (finish_path(x, env->cur->depth + x->tail)) return -MS_E_VERIFY;
+      x->tail = 0;
       if (!pop(x)) return 0;
       done = 0;
     }
@@ -871,6 +945,9 @@ static int explore_paths(struct explore *x) {
     if (++x->st.processed > x->limit)
       return ms_bpf_vreject(env, "program too complex: processed %llu insns (limit %llu)",
                             (unsigned long long)x->st.processed, (unsigned long long)x->limit);
+    env->cur->since_kept++;
+    if (++env->cur->depth > x->run_budget) return over_budget(x, env->cur->depth, "a path runs");
+    if ((x->st.processed & 1023) == 0 && check_work(x)) return -MS_E_VERIFY;
     if (env->o.verbose) {
       insn_text(env, env->pc, text, sizeof text);
       vtrace(env, "%u: (%02x) %s\n", env->pc, env->insns[env->pc].code, text);
@@ -994,6 +1071,11 @@ int ms_bpf_verify(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o
   x->limit = x->env.o.insn_limit ? x->env.o.insn_limit : MS_VERIFY_INSN_LIMIT;
   if (x->limit > MS_VERIFY_INSN_LIMIT_MAX) x->limit = MS_VERIFY_INSN_LIMIT_MAX; /* ids stay below MS_VT_GLOBAL_ID */
   x->states_cap = x->env.o.max_states_per_insn ? x->env.o.max_states_per_insn : MS_VERIFY_STATES_PER_INSN;
+  x->run_budget = x->env.o.run_budget                 ? x->env.o.run_budget
+                  : x->env.o.kind == MS_VERIFY_RAW_MEM ? MS_BPF_DEFAULT_BUDGET
+                                                       : MS_HOOK_RUN_BUDGET;
+  x->work_limit = x->env.o.work_limit ? x->env.o.work_limit : MS_VERIFY_WORK_LIMIT;
+  if (x->work_limit < x->limit) x->work_limit = x->limit;
   if (!prog || !opts) {
     ms_textbuf_printf(log, "no program or no options\n");
     err = -EINVAL;
@@ -1005,12 +1087,17 @@ int ms_bpf_verify(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o
   x->st.insn_limit = x->limit;
   x->st.err_insn = x->env.err_insn;
   x->st.time_us = (ms_now_ns() - t0) / 1000;
+  x->st.max_run_insns = err ? 0 : x->max_run;
+  x->st.run_budget = x->run_budget;
+  x->st.work = work(x);
+  x->st.work_limit = x->work_limit;
   if (err == -ENOMEM) ms_textbuf_printf(log, "out of memory\n");
   ms_textbuf_printf(log, "processed %llu insns (limit %llu) max_states_per_insn %llu total_states %llu "
-                    "peak_states %llu time_us %llu\n", (unsigned long long)x->st.processed,
-                    (unsigned long long)x->limit, (unsigned long long)x->st.max_states_per_insn,
-                    (unsigned long long)x->st.total_states, (unsigned long long)x->st.peak_states,
-                    (unsigned long long)x->st.time_us);
+                    "peak_states %llu time_us %llu max_run_insns %llu work %llu\n",
+                    (unsigned long long)x->st.processed, (unsigned long long)x->limit,
+                    (unsigned long long)x->st.max_states_per_insn, (unsigned long long)x->st.total_states,
+                    (unsigned long long)x->st.peak_states, (unsigned long long)x->st.time_us,
+                    (unsigned long long)x->st.max_run_insns, (unsigned long long)x->st.work);
   if (st) *st = x->st;
   free_explore(x);
   free(x);
@@ -1034,8 +1121,10 @@ int ms_bpf_verify_section(const struct ms_bpf_prog *prog, const struct ms_bpf_he
   if (ms_hook_parse_section(ms_bpf_prog_section(prog), &o.prog_type, &o.hook, why, sizeof why)) {
     ms_textbuf_printf(log, "%s\n", why);
     ms_textbuf_printf(log, "processed 0 insns (limit %u) max_states_per_insn 0 total_states 0 peak_states 0 "
-                      "time_us 0\n", MS_VERIFY_INSN_LIMIT);
-    if (st) *st = (struct ms_verify_stats){.insn_limit = MS_VERIFY_INSN_LIMIT, .err_insn = -1};
+                      "time_us 0 max_run_insns 0 work 0\n", MS_VERIFY_INSN_LIMIT);
+    if (st)
+      *st = (struct ms_verify_stats){.insn_limit = MS_VERIFY_INSN_LIMIT, .err_insn = -1,
+                                     .run_budget = MS_HOOK_RUN_BUDGET, .work_limit = MS_VERIFY_WORK_LIMIT};
     return -MS_E_VERIFY;
   }
   return ms_bpf_verify(prog, &o, log, st);

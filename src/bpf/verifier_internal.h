@@ -137,6 +137,10 @@ struct ms_bpf_vstate {
   uint64_t fingerprint;         /* kept: ms_bpf_vs_fingerprint at its instruction */
   uint32_t insn;                /* pending: where it resumes */
   uint32_t from;                /* pending: the jump that made it */
+  uint64_t depth;               /* instructions this path has executed since the entry */
+  uint64_t since_kept;          /* ... since it last kept a state */
+  uint64_t max_end;             /* kept: the longest path through it, in instructions from the
+                                 * entry (final once branches is 0) */
 };
 
 struct ms_bpf_vstate *ms_bpf_vs_new(void);
@@ -157,8 +161,10 @@ struct ms_bpf_idmap *ms_bpf_idmap_new(void);
 int ms_bpf_vs_within(const struct ms_bpf_vstate *old, const struct ms_bpf_vstate *cur,
                      const struct ms_bpf_vlive *live, int exact, struct ms_bpf_idmap *m);
 
-/* A hash of what exact equality compares first (frames, references, live
- * registers without their ids): equal states have equal fingerprints. */
+/* A hash of everything exact equality compares except ids (frames and their
+ * call sites, references, live registers, every written stack slot and its
+ * spill): equal states have equal fingerprints, and states that differ only in
+ * a stack slot (a loop counter kept there) differ in fingerprint. */
 uint64_t ms_bpf_vs_fingerprint(const struct ms_bpf_vstate *s, const struct ms_bpf_vlive *live);
 
 const char *ms_bpf_vtype_name(int type);

@@ -305,6 +305,9 @@ static int check_access(struct ms_bpf_venv *env, unsigned regno, const struct ms
     if (acc != ACC_READ && (d->flags & MS_BPF_MAP_F_RDONLY_PROG))
       return ms_bpf_vreject(env, "R%u invalid %s of map %s: it is read-only to programs", regno,
                             access_name[acc], d->name);
+    if (acc != ACC_READ && env->o.kind == MS_VERIFY_HOOK && env->o.prog_type == MS_PROG_SCHED_HINT)
+      return ms_bpf_vreject(env, "R%u invalid %s of map %s: sched_hint programs do not update maps", regno,
+                            access_name[acc], d->name);
     if (check_bounds(env, regno, r, off, n, d->value_size, "map value of ", d->name)) return -MS_E_VERIFY;
     break;
   case MS_VT_MEM:
@@ -589,6 +592,13 @@ int ms_bpf_vmem_helper(struct ms_bpf_venv *env, const struct ms_bpf_insn *in) {
   c.proto = env->o.helpers ? ms_bpf_helpers_proto(env->o.helpers, id) : NULL;
   if (!c.proto)
     return ms_bpf_vreject(env, "call to unknown helper %u (not in the helper table of this program type)", id);
+  if (env->o.kind == MS_VERIFY_HOOK && !ms_prog_type_helper_allowed(env->o.prog_type, id))
+    return ms_bpf_vreject(env, "helper %s (%u) is not allowed in %s programs%s", hname(c.proto), id,
+                          ms_prog_type_name(env->o.prog_type),
+                          env->o.prog_type == MS_PROG_SCHED_HINT
+                              ? ": a sched_hint program returns a priority and nothing else (no map updates, no "
+                                "ring buffer output)"
+                              : "");
   for (unsigned i = 0; i < 5 && c.proto->args[i] != MS_BPF_ARG_NONE; i++) {
     int skip = 0;
     if (c.proto->args[i] == MS_BPF_ARG_SIZE)

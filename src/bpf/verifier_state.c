@@ -208,19 +208,36 @@ static uint64_t mix(uint64_t h, uint64_t v) {
   return h * 0xff51afd7ed558ccdull;
 }
 
+/* What reg_equal compares of a register, but its ids. */
+static uint64_t reg_hash(uint64_t h, const struct ms_bpf_vreg *g) {
+  h = mix(h, (uint64_t)g->type | (uint64_t)g->frame << 8 | (uint64_t)(uint32_t)g->off << 32);
+  if (g->type == MS_VT_NOT_INIT) return h;
+  h = mix(h, (uint64_t)g->map << 32 | g->size);
+  return mix(mix(mix(h, g->s.umin), g->s.umax), mix(g->s.t.v, g->s.t.m));
+}
+
+/* What slot_within(exact) compares: the slot's byte states and its spill.
+ * A slot never written (all INVALID, no spill) adds nothing, so the frame's
+ * lowest written byte (lo) need not be hashed. */
+static uint64_t stack_hash(uint64_t h, const struct ms_bpf_vframe *f) {
+  for (unsigned k = f->lo / 8; k < MS_VT_SLOTS; k++) {
+    uint64_t bytes;
+    memcpy(&bytes, &f->st[8 * k], 8);
+    if (!bytes && !f->spill_len[k]) continue;
+    h = mix(mix(h, k), bytes);
+    if (f->spill_len[k]) h = reg_hash(mix(h, (uint64_t)f->spill_len[k] << 8 | f->spill_at[k]), &f->spill[k]);
+  }
+  return h;
+}
+
 uint64_t ms_bpf_vs_fingerprint(const struct ms_bpf_vstate *s, const struct ms_bpf_vlive *live) {
   uint64_t h = mix(s->curframe, s->n_refs);
   for (unsigned i = 0; i <= s->curframe; i++) {
     const struct ms_bpf_vframe *f = s->frames[i];
     h = mix(h, (uint64_t)(uint32_t)f->callsite);
-    for (unsigned r = 0; r < MS_BPF_REG_COUNT - 1; r++) {
-      if (!(live->mask[i] >> r & 1)) continue;
-      const struct ms_bpf_vreg *g = &f->regs[r];
-      h = mix(h, (uint64_t)g->type | (uint64_t)g->frame << 8 | (uint64_t)(uint32_t)g->off << 32);
-      if (g->type == MS_VT_NOT_INIT) continue;
-      h = mix(h, (uint64_t)g->map << 32 | g->size);
-      h = mix(mix(mix(h, g->s.umin), g->s.umax), mix(g->s.t.v, g->s.t.m));
-    }
+    for (unsigned r = 0; r < MS_BPF_REG_COUNT - 1; r++)
+      if (live->mask[i] >> r & 1) h = reg_hash(h, &f->regs[r]);
+    h = stack_hash(h, f);
   }
   return h;
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "megascope/bpf.h"
 #include "megascope/hook.h"
 
 #define F(e, member) [e] = {#member, offsetof(struct ms_hook_ctx, member), sizeof(((struct ms_hook_ctx *)0)->member)}
@@ -60,6 +61,16 @@ int ms_hook_parse(const char *name) {
 
 const char *ms_prog_type_name(int type) {
   return type == MS_PROG_OBSERVE ? "observe" : type == MS_PROG_SCHED_HINT ? "sched_hint" : "?";
+}
+
+int ms_prog_type_helper_allowed(int type, uint32_t helper) {
+  static const uint32_t sched_hint[] = {MS_BPF_FN_MAP_LOOKUP_ELEM, MS_BPF_FN_KTIME_GET_NS,
+                                        MS_BPF_FN_GET_SMP_PROCESSOR_ID, MS_HELPER_LOG2};
+  if (type == MS_PROG_OBSERVE) return 1;
+  if (type != MS_PROG_SCHED_HINT) return 0;
+  for (size_t i = 0; i < sizeof sched_hint / sizeof sched_hint[0]; i++)
+    if (sched_hint[i] == helper) return 1;
+  return 0;
 }
 
 int ms_hook_field_at(uint32_t off, uint32_t size) {

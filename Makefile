@@ -9,7 +9,7 @@ ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
 export PATH := $(PATH):/usr/local/cuda/bin
 endif
 
-.PHONY: all deps configure demo test test-gpu device-check test-real llamacpp bench-real bench clean fuzz
+.PHONY: all deps configure demo test test-gpu device-check test-real llamacpp bench-real bench clean fuzz soak
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -51,6 +51,16 @@ llamacpp:
 # megascope against llama.cpp on SmolLM2: logits, then tokens/s at batch 1 and 8.
 bench-real: all
 	MS=$(BUILD)/megascope bash scripts/llamacpp-compare.sh all
+
+# The long soak (tests/soak.py): SOAK_CYCLES (1000) attach / replace / detach
+# cycles with read-outs, traces and scrapes while completions stream, bounded by
+# SOAK_SECONDS (300). Not in the default ctest run (tests/cli_soak.sh is its
+# short version). Figures in README.md.
+SOAK_CYCLES ?= 1000
+SOAK_SECONDS ?= 300
+soak: all
+	python3 tests/soak.py --ms $(BUILD)/megascope --monitors $(BUILD)/monitors --cycles $(SOAK_CYCLES) \
+	  --warmup 50 --retention 2 --max-seconds $(SOAK_SECONDS) --json $(BUILD)/soak.json
 
 # libFuzzer over the eBPF loader, verifier and interpreter, for FUZZ_SECONDS (60).
 fuzz: deps

@@ -125,7 +125,8 @@ static void test_prometheus(const char *mons) {
   CHECK(strstr(page, "# TYPE megascope_tpot_seconds histogram\n") != NULL);
   CHECK(strstr(page, "megascope_event_class_dep_wait_seconds_total{event_class=\"") != NULL);
 
-  /* coverage counters carry the attachment's id and monitor, and survive a replace */
+  /* coverage counters carry the attachment's id, generation and monitor: a
+   * replace starts the new generation's series and leaves the old one's */
   char f1[512], f2[512];
   snprintf(f1, sizeof f1, "%s/class_time.bpf.o", mons);
   snprintf(f2, sizeof f2, "%s/queueing.bpf.o", mons);
@@ -138,22 +139,32 @@ static void test_prometheus(const char *mons) {
     free(page);
     page = metrics(e);
     check_format(page);
-    char series[128];
-    snprintf(series, sizeof series, "megascope_attachment_eligible_total{id=\"%d\",monitor=\"class_time.bpf.o\"}", id);
-    double before = sample(page, series);
+    char series[160], old1[160];
+    snprintf(old1, sizeof old1,
+             "megascope_attachment_eligible_total{id=\"%d\",generation=\"1\",monitor=\"class_time.bpf.o\"}", id);
+    double before = sample(page, old1);
     CHECK(before > 0);
     CHECK(ms_engine_replace(e, id, b, NULL) == 0);
     b = NULL;
     decode(e, 2, 6);
     free(page);
     page = metrics(e);
-    snprintf(series, sizeof series, "megascope_attachment_eligible_total{id=\"%d\",monitor=\"queueing.bpf.o\"}", id);
-    CHECKF(sample(page, series) > before, "%g after the replace, %g before", sample(page, series), before);
-    snprintf(series, sizeof series, "megascope_attachment_generation{id=\"%d\",monitor=\"queueing.bpf.o\"}", id);
+    check_format(page);
+    snprintf(series, sizeof series,
+             "megascope_attachment_eligible_total{id=\"%d\",generation=\"2\",monitor=\"queueing.bpf.o\"}", id);
+    double fresh = sample(page, series), old = sample(page, old1);
+    CHECKF(fresh > 0, "%g for generation 2", fresh);
+    CHECKF(old >= before, "generation 1: %g after the replace, %g before", old, before);
+    /* generation 2's counts are not under generation 1's labels */
+    snprintf(series, sizeof series, "megascope_attachment_eligible_total{id=\"%d\",generation=\"1\",monitor=\"queueing",
+             id);
+    CHECK(strstr(page, series) == NULL);
+    snprintf(series, sizeof series,
+             "megascope_attachment_generation{id=\"%d\",generation=\"2\",monitor=\"queueing.bpf.o\"}", id);
     CHECK(sample(page, series) == 2);
     /* queueing has one program, JIT-compiled where this host has the JIT */
-    snprintf(series, sizeof series, "megascope_attachment_jitted_programs{id=\"%d\",monitor=\"queueing.bpf.o\"}",
-             id);
+    snprintf(series, sizeof series,
+             "megascope_attachment_jitted_programs{id=\"%d\",generation=\"2\",monitor=\"queueing.bpf.o\"}", id);
     CHECKF(sample(page, series) == (ms_bpf_jit_supported() ? 1 : 0), "%g", sample(page, series));
   } else {
     printf("skipping the coverage metrics: no shipped monitors in %s\n", mons);

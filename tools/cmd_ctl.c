@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /* The commands that operate a running engine through its control socket:
  *   attach  --socket S PROG.o [--max-per-step N --sample N --ringbuf-bytes N --interp] [--json]
- *   replace --socket S ID PROG.o [--json]
+ *   replace --socket S ID PROG.o [--max-per-step N --sample N --ringbuf-bytes N --interp] [--json]
  *   detach  --socket S ID
  *   ls      --socket S [--json]
- *   maps    --socket S ID [--json] [--fds]
+ *   maps    --socket S ID [--json] [--fds] [--release]
  *   schema  --socket S [--rows N]
  *   stats   --socket S [--json]
  *   trace   --socket S --seconds N --out FILE [--format perfetto|json] [--max-events N]
@@ -53,11 +53,17 @@ static const struct ctl_cmd ctl_cmds[] = {
      "  --json               print the engine's reply as JSON\n",
      1},
     {"replace", "ID PROG.o", "Replaces attachment ID's programs and maps by another monitor, atomically: every\n"
-                             "hook firing is seen by exactly one generation.",
+                             "hook firing is seen by exactly one generation. Budget options set the new\n"
+                             "generation's budget; those not given keep the current values.",
+     "  --max-per-step N     budget: program runs per step per worker (0: no limit)\n"
+     "  --sample N           run 1 hook firing in N, chosen by task generation\n"
+     "  --ringbuf-bytes N    budget: ring-buffer bytes per epoch (0: no limit)\n"
+     "  --interp             run the programs with the reference interpreter, not the JIT\n"
      "  --name NAME          the monitor's name (default: the file name without .bpf.o)\n"
      "  --json               print the engine's reply as JSON\n",
      2},
-    {"detach", "ID", "Detaches attachment ID; its final maps and coverage stay readable.", "", 1},
+    {"detach", "ID", "Detaches attachment ID; its final maps and coverage stay readable for the\n"
+                     "engine's retention (serve --detached-retention), or until `maps ID --release`.", "", 1},
     {"ls", "", "Lists attachments: monitor, hooks, generation and coverage (eligible, executed,\n"
                "throttled, lost).",
      "  --json               print as JSON\n", 0},
@@ -65,7 +71,9 @@ static const struct ctl_cmd ctl_cmds[] = {
                    "key -> value) with the coverage of every generation.",
      "  --json               print as JSON\n"
      "  --fds                also receive the maps' shared memory (read-only memfds) and\n"
-     "                       read their headers from this process\n",
+     "                       read their headers from this process\n"
+     "  --release            this is the last read-out of a detached attachment: the engine\n"
+     "                       frees its programs, maps and memfds once it has answered\n",
      1},
     {"schema", "", "Prints the task schema (versioned JSON) of the engine's plan.",
      "  --rows N             the plan of the bucket holding N rows (default 1)\n", 0},
@@ -106,7 +114,8 @@ struct ctl_args {
   const struct ctl_cmd *cmd;
   const char *socket, *out, *name;
   const char *pos[2];
-  int n_pos, as_json, fds, interp;
+  int n_pos, as_json, fds, interp, release;
+  int has_max_per_step, has_sample, has_ringbuf_bytes;
   long max_per_step, sample, rows, records;
   uint64_t ringbuf_bytes;
   double seconds;
@@ -120,7 +129,7 @@ static int parse(int argc, char **argv, struct ctl_args *a) {
       {"max-per-step", required_argument, 0, 0}, {"sample", required_argument, 0, 0},
       {"ringbuf-bytes", required_argument, 0, 0}, {"name", required_argument, 0, 0},
       {"fds", no_argument, 0, 0},                {"rows", required_argument, 0, 0},
-      {"interp", no_argument, 0, 0},
+      {"interp", no_argument, 0, 0},             {"release", no_argument, 0, 0},
       {"seconds", required_argument, 0, 0},      {"out", required_argument, 0, 0},
       {"records-per-worker", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
       {"format", required_argument, 0, 0},       {"max-events", required_argument, 0, 0},
@@ -148,6 +157,7 @@ static int parse(int argc, char **argv, struct ctl_args *a) {
     else if (!strcmp(n, "json")) a->as_json = 1;
     else if (!strcmp(n, "fds")) a->fds = 1;
     else if (!strcmp(n, "interp")) a->interp = 1;
+    else if (!strcmp(n, "release")) a->release = 1;
     else if (!strcmp(n, "name")) a->name = optarg;
     else if (!strcmp(n, "out")) a->out = optarg;
     else if (!strcmp(n, "max-events")) r = cli_u64("--max-events", optarg, &a->max_events);
@@ -160,9 +170,16 @@ static int parse(int argc, char **argv, struct ctl_args *a) {
       }
       a->format = optarg;
     }
-    else if (!strcmp(n, "max-per-step")) r = cli_int("--max-per-step", optarg, 0, 0xffffffffL, &a->max_per_step);
-    else if (!strcmp(n, "sample")) r = cli_int("--sample", optarg, 1, 0xffffffffL, &a->sample);
-    else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
+    else if (!strcmp(n, "max-per-step")) {
+      r = cli_int("--max-per-step", optarg, 0, 0xffffffffL, &a->max_per_step);
+      a->has_max_per_step = 1;
+    } else if (!strcmp(n, "sample")) {
+      r = cli_int("--sample", optarg, 1, 0xffffffffL, &a->sample);
+      a->has_sample = 1;
+    } else if (!strcmp(n, "ringbuf-bytes")) {
+      r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
+      a->has_ringbuf_bytes = 1;
+    }
     else if (!strcmp(n, "rows")) r = cli_int("--rows", optarg, 1, 1 << 20, &a->rows);
     else if (!strcmp(n, "records-per-worker")) r = cli_int("--records-per-worker", optarg, 1, 1 << 26, &a->records);
     else if (!strcmp(n, "seconds")) {
@@ -401,20 +418,23 @@ static int run_ctl(const struct ctl_args *a) {
   if (req_begin(&r, !strcmp(me, "ls") ? "list" : me)) return 1;
   long id = 0;
   int rc = 1, timeout_ms = 60000;
-  if (!strcmp(me, "attach")) {
-    if (a->max_per_step) ms_json_kint(&r.j, "max_per_step", a->max_per_step);
-    if (a->sample > 1) ms_json_kint(&r.j, "sample", a->sample);
-    if (a->ringbuf_bytes) ms_json_kuint(&r.j, "ringbuf_bytes", a->ringbuf_bytes);
+  if (!strcmp(me, "attach") || !strcmp(me, "replace")) {
+    int is_replace = !strcmp(me, "replace");
+    if (is_replace) {
+      if (parse_id(me, a->pos[0], &id)) goto usage;
+      ms_json_kint(&r.j, "id", id);
+    }
+    /* the budget options given, and only those: replace keeps the others */
+    if (a->has_max_per_step) ms_json_kint(&r.j, "max_per_step", a->max_per_step);
+    if (a->has_sample) ms_json_kint(&r.j, "sample", a->sample);
+    if (a->has_ringbuf_bytes) ms_json_kuint(&r.j, "ringbuf_bytes", a->ringbuf_bytes);
     if (a->interp) ms_json_kbool(&r.j, "interpret", 1);
-    if (req_object(me, &r, a->pos[0], a->name)) goto usage_fail;
-  } else if (!strcmp(me, "replace")) {
-    if (parse_id(me, a->pos[0], &id)) goto usage;
-    ms_json_kint(&r.j, "id", id);
-    if (req_object(me, &r, a->pos[1], a->name)) goto usage_fail;
+    if (req_object(me, &r, a->pos[is_replace], a->name)) goto usage_fail;
   } else if (!strcmp(me, "detach") || !strcmp(me, "maps")) {
     if (parse_id(me, a->pos[0], &id)) goto usage;
     ms_json_kint(&r.j, "id", id);
     if (a->fds) ms_json_kbool(&r.j, "fds", 1);
+    if (a->release) ms_json_kbool(&r.j, "release", 1);
   } else if (!strcmp(me, "schema")) {
     if (a->rows) ms_json_kint(&r.j, "rows", a->rows);
   } else if (!strcmp(me, "trace")) {

@@ -22,6 +22,7 @@
 #include "megascope/control.h"
 #include "megascope/engine.h"
 #include "megascope/export.h"
+#include "megascope/monitor.h"
 #include "megascope/tokenizer.h"
 
 static void usage(FILE *f) {
@@ -43,13 +44,17 @@ static void usage(FILE *f) {
           "  --otlp-flush-ms N    export spans at least this often (default 1000)\n"
           "  --max-tokens N       max_tokens when a request omits it (default 16)\n"
           "  --watchdog-ms N      report a stall after N ms without progress (default 5000; 0 off)\n"
+          "  --detached-retention S  a detached attachment (and a replaced generation) stays\n"
+          "                       readable S seconds, then its programs, maps and memfds are\n"
+          "                       freed; `maps ID --release` frees it at once (default 60)\n"
+          "  --control-idle S     close control clients idle for S seconds (default 60; 0: never)\n"
           "  -v, --verbose        log connections and protocol details\n"
           "  -h, --help           this text\n");
 }
 
 struct serve_args {
   struct cli_model cm;
-  long batch, workers, max_ctx, max_tokens, watchdog_ms, flush_ms;
+  long batch, workers, max_ctx, max_tokens, watchdog_ms, flush_ms, retention_s, idle_s;
   const char *http, *socket, *otlp;
   int verbose;
 };
@@ -63,10 +68,11 @@ static int parse(int argc, char **argv, struct serve_args *a) {
       {"http", required_argument, 0, 0},      {"socket", required_argument, 0, 0},
       {"otlp", required_argument, 0, 0},      {"otlp-flush-ms", required_argument, 0, 0},
       {"max-tokens", required_argument, 0, 0}, {"watchdog-ms", required_argument, 0, 0},
+      {"detached-retention", required_argument, 0, 0}, {"control-idle", required_argument, 0, 0},
       {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *a = (struct serve_args){.batch = 8, .max_ctx = 512, .max_tokens = 16, .watchdog_ms = 5000,
-                           .flush_ms = 1000, .http = "127.0.0.1:8080"};
+                           .flush_ms = 1000, .retention_s = 60, .idle_s = 60, .http = "127.0.0.1:8080"};
   int c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {
@@ -88,6 +94,9 @@ static int parse(int argc, char **argv, struct serve_args *a) {
     else if (!strcmp(n, "max-ctx")) r = cli_int("--max-ctx", optarg, 2, 1 << 20, &a->max_ctx);
     else if (!strcmp(n, "max-tokens")) r = cli_int("--max-tokens", optarg, 1, 1 << 20, &a->max_tokens);
     else if (!strcmp(n, "watchdog-ms")) r = cli_int("--watchdog-ms", optarg, 0, 1 << 30, &a->watchdog_ms);
+    else if (!strcmp(n, "detached-retention"))
+      r = cli_int("--detached-retention", optarg, 0, 365L * 86400, &a->retention_s);
+    else if (!strcmp(n, "control-idle")) r = cli_int("--control-idle", optarg, 0, 365L * 86400, &a->idle_s);
     else if (!strcmp(n, "otlp-flush-ms")) r = cli_int("--otlp-flush-ms", optarg, 1, 3600000, &a->flush_ms);
     else if (!strcmp(n, "http")) a->http = optarg;
     else if (!strcmp(n, "socket")) a->socket = optarg;
@@ -151,7 +160,9 @@ int cmd_serve(int argc, char **argv) {
     fprintf(stderr, "megascope serve: cannot start the engine: %s", lb);
     goto out;
   }
-  struct ms_control_opts co = {.sz = sizeof co, .path = a.socket, .model_name = m->cfg.name};
+  ms_engine_set_detached_retention(e, (uint64_t)a.retention_s * 1000000000ull);
+  struct ms_control_opts co = {.sz = sizeof co, .path = a.socket, .model_name = m->cfg.name,
+                               .idle_timeout_ms = a.idle_s ? (int)(a.idle_s > 2000000 ? 2000000000 : a.idle_s * 1000) : -1};
   if (!(ctl = ms_control_new(e, &co, &log))) {
     fprintf(stderr, "megascope serve: %s", lb[0] ? lb : "cannot create the control socket\n");
     goto out;

@@ -19,10 +19,13 @@
  *
  *   info                                   protocol, pid, model, workers
  *   attach  object, name, max_per_step, sample, ringbuf_bytes      -> id
- *   replace id, object, name                                       -> generation
+ *   replace id, object, name [, the budget fields of attach]       -> generation
  *   detach  id
  *   list                                   attachments with hooks and coverage
- *   maps    id [, fds: true]               coverage + every map decoded (+ text)
+ *   maps    id [, fds: true] [, release: true]
+ *                                          coverage + every map decoded (+ text);
+ *                                          release: free the detached attachment
+ *                                          once answered (its last read-out)
  *   schema  [rows]                         the plan's versioned task schema
  *   stats                                  steps, tokens, TTFT and TPOT quantiles
  *   trace   seconds [, records_per_worker] the Chrome JSON trace, as a memfd
@@ -32,7 +35,9 @@
  * served; anyone else gets an error frame and is closed. Messages larger than the
  * limit, malformed JSON, unknown commands and bad arguments get error replies;
  * a message begun and not finished within the message timeout, or a client that
- * vanishes mid-message, is closed. None of these disturbs the engine. */
+ * vanishes mid-message, is closed; so is a client idle for the idle timeout, and
+ * a full server makes room for a new client by closing its longest-idle one.
+ * None of these disturbs the engine. */
 #ifndef MEGASCOPE_CONTROL_H
 #define MEGASCOPE_CONTROL_H
 
@@ -83,6 +88,10 @@ struct ms_control_opts {
   int message_timeout_ms;     /* a frame begun must complete within it; 0: 10000 */
   unsigned socket_mode;       /* 0: 0600. Tests widen it to reach the uid check. */
   const char *model_name;     /* reported by "info" */
+  int idle_timeout_ms;        /* a client with no request in progress for this long is
+                               * closed; 0: 60000; < 0: never. At max_clients, a new
+                               * client closes the longest-idle one (idle at least
+                               * min(1 s, idle timeout)) instead of being refused. */
 };
 
 struct ms_control;
@@ -101,6 +110,7 @@ struct ms_control_stats {
   uint64_t requests;          /* frames answered */
   uint64_t errors;            /* error replies sent */
   uint64_t dropped;           /* clients closed mid-message (vanished, timed out, oversized) */
+  uint64_t idle_closed;       /* clients closed for idleness (timeout, or room for a new one) */
 };
 void ms_control_get_stats(const struct ms_control *c, struct ms_control_stats *out);
 

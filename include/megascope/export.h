@@ -23,8 +23,10 @@ extern "C" {
 /* Writes the engine's families: TTFT and TPOT histograms, step, token, task and
  * request counters, per-class task time, queueing and dependency wait from the
  * always-on aggregate (label class), per-event-class dependency wait (label
- * event_class), and every attachment's coverage counters (labels id, monitor),
- * summed over its generations so that they only grow. Names start "megascope_". */
+ * event_class), and every attachment's coverage counters, one series per
+ * generation it still holds (labels id, generation, monitor), so that each only
+ * grows and a replace never shows new counts under old labels. Names start
+ * "megascope_". */
 int ms_prometheus_write_engine(struct ms_engine *e, FILE *f);
 /* For other writers of the same page: a family's HELP and TYPE lines (help is
  * escaped), and a label value escaped (\\, \", \n) between quotes. */

@@ -62,9 +62,25 @@ int ms_engine_attach(struct ms_engine *e, struct ms_monitor *m, const struct ms_
                      struct ms_textbuf *log);
 /* Replaces the programs and maps of attachment `id` by `m` (taken over on success). */
 int ms_engine_replace(struct ms_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log);
+/* The same with a new budget for the new generation (o NULL: keep the current one). */
+int ms_engine_replace_opts(struct ms_engine *e, int id, struct ms_monitor *m, const struct ms_attach_opts *o,
+                           struct ms_textbuf *log);
 /* Detaches; the attachment's final maps and coverage stay readable until the
- * engine is freed. -ENOENT for an unknown or already detached id. */
+ * retention has passed and ms_engine_attach_reap runs, or until
+ * ms_engine_attach_release (or the engine is freed). -ENOENT for an unknown or
+ * already detached id. */
 int ms_engine_detach(struct ms_engine *e, int id);
+
+/* Closed generations (a detached attachment, a replaced generation) stay
+ * readable for the retention (default 60 s; 0: until the next reap), then
+ * ms_engine_attach_reap frees their programs, maps and memfds. Nothing is freed
+ * without a reap: a process that operates the engine calls it now and then (the
+ * control server does, at least once a second). Returns the generations freed. */
+void ms_engine_set_detached_retention(struct ms_engine *e, uint64_t ns);
+int ms_engine_attach_reap(struct ms_engine *e);
+/* Frees detached attachment id at once (its last read-out is done). -ENOENT when
+ * unknown (or freed already), -MS_E_STATE while attached. */
+int ms_engine_attach_release(struct ms_engine *e, int id);
 
 struct ms_attach_info {
   int id;
@@ -75,11 +91,26 @@ struct ms_attach_info {
   struct ms_attach_opts opts;
   uint32_t n_progs;         /* programs of the current generation */
   uint32_t n_jitted;        /* of those, running as native code (the rest interpreted) */
+  uint32_t first_generation; /* the oldest generation still held (older ones were freed) */
 };
-/* Copies up to max attachments (attached and detached); returns the count. */
+/* Copies up to max attachments (attached, and detached ones not yet freed), in
+ * id order; returns the count copied. Ids are never reused and not capped. */
 int ms_engine_attach_list(struct ms_engine *e, struct ms_attach_info *out, int max);
+/* Attachments held now (for sizing the array ms_engine_attach_list fills). */
+int ms_engine_attach_count(struct ms_engine *e);
+/* Every attachment held, in one snapshot: a malloc'd array of *n (free it);
+ * NULL + errno ENOMEM. */
+struct ms_attach_info *ms_engine_attach_list_all(struct ms_engine *e, int *n);
 /* Coverage of one generation of attachment id (generation 0: the current). */
 int ms_engine_attach_coverage(struct ms_engine *e, int id, uint32_t generation, struct ms_coverage *out);
+/* The maps of attachment id's current generation, in its object's map order
+ * (up to max; returns the count, or -ENOENT). They stay valid while the
+ * attachment's maps are kept (see ms_engine_detach). */
+struct ms_bpf_map;
+int ms_engine_attach_maps(struct ms_engine *e, int id, struct ms_bpf_map **out, int max);
+/* The same with the generation's own monitor name (name_size bytes, NUL-terminated). */
+int ms_engine_attach_generation(struct ms_engine *e, int id, uint32_t generation, char *name, size_t name_size,
+                                struct ms_coverage *out);
 
 /* Writes attachment id: coverage of every generation and every map of the
  * current one, decoded (histograms as histograms, with task- and event-class

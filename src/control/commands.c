@@ -22,7 +22,6 @@
 #include "megascope/plan.h"
 #include "megascope/telemetry.h"
 
-#define MAX_ATTACHMENTS 256
 #define VERIFIER_LOG_BYTES (256u << 10)
 
 const char *ms_control_code_name(int code) {
@@ -271,24 +270,50 @@ static uint32_t monitor_hooks(const struct ms_monitor *m) {
   return hooks;
 }
 
+/* The budget fields of attach and replace over *o: a field given sets its
+ * value, one absent keeps what *o holds. */
+static int get_budget(json_t *req, struct ms_attach_opts *o, struct creply *r) {
+  long long mps, sample, rb;
+  int interpret = 0;
+  if (get_int(req, "max_per_step", 0, 0, UINT32_MAX, o->max_per_step, &mps, r) ||
+      get_int(req, "sample", 0, 0, UINT32_MAX, o->sample_every, &sample, r) ||
+      get_int(req, "ringbuf_bytes", 0, 0, INT64_MAX, (long long)o->ringbuf_bytes, &rb, r) ||
+      get_bool(req, "interpret", &interpret, r))
+    return -1;
+  o->sz = sizeof *o;
+  o->max_per_step = (uint32_t)mps;
+  o->sample_every = (uint32_t)sample;
+  o->ringbuf_bytes = (uint64_t)rb;
+  if (json_object_get(req, "interpret")) o->interpret = (uint32_t)interpret;
+  return 0;
+}
+
+/* The current options of attachment id when it is attached; -ENOENT otherwise. */
+static int live_opts(struct ms_engine *e, long long id, struct ms_attach_opts *o) {
+  int n, rc = -ENOENT;
+  struct ms_attach_info *info = ms_engine_attach_list_all(e, &n);
+  if (!info) return -ENOMEM;
+  for (int i = 0; i < n; i++)
+    if (info[i].id == id && info[i].attached) {
+      *o = info[i].opts;
+      rc = 0;
+    }
+  free(info);
+  return rc;
+}
+
 static void cmd_attach(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   static const char *const allowed[] = {"object", "name", "max_per_step", "sample", "ringbuf_bytes", "interpret",
                                         NULL};
-  long long mps, sample, rb;
-  int interpret = 0;
   char name[64];
-  if (check_fields(req, "attach", allowed, r) || get_name(req, name, sizeof name, r) ||
-      get_int(req, "max_per_step", 0, 0, UINT32_MAX, 0, &mps, r) ||
-      get_int(req, "sample", 0, 0, UINT32_MAX, 0, &sample, r) ||
-      get_int(req, "ringbuf_bytes", 0, 0, INT64_MAX, 0, &rb, r) || get_bool(req, "interpret", &interpret, r))
+  struct ms_attach_opts ao = {.sz = sizeof ao};
+  if (check_fields(req, "attach", allowed, r) || get_name(req, name, sizeof name, r) || get_budget(req, &ao, r))
     return;
   struct ms_monitor *m = load_object(req, name, r);
   if (!m) return;
   uint32_t hooks = monitor_hooks(m);
   char log[4096] = "";
   struct ms_textbuf tb = {log, sizeof log, 0, 0};
-  struct ms_attach_opts ao = {.sz = sizeof ao, .max_per_step = (uint32_t)mps, .sample_every = (uint32_t)sample,
-                              .ringbuf_bytes = (uint64_t)rb, .interpret = (uint32_t)interpret};
   int id = ms_engine_attach(c->e, m, &ao, &tb);
   if (id < 0) {
     ms_monitor_free(m);
@@ -312,26 +337,27 @@ static void cmd_attach(struct ms_control *c, struct cclient *cl, json_t *req, st
 }
 
 static void cmd_replace(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"id", "object", "name", NULL};
+  static const char *const allowed[] = {"id",     "object",        "name",      "max_per_step",
+                                        "sample", "ringbuf_bytes", "interpret", NULL};
   long long id;
   char name[64];
   if (check_fields(req, "replace", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
       get_name(req, name, sizeof name, r))
     return;
   struct ms_coverage cov;
-  struct ms_attach_info info[MAX_ATTACHMENTS];
-  int n = ms_engine_attach_list(c->e, info, MAX_ATTACHMENTS), live = 0;
-  for (int i = 0; i < n; i++) live |= info[i].id == id && info[i].attached;
-  if (!live) {
-    ms_control_reply_error(r, -ENOENT, NULL, "no attachment %lld is attached (unknown id, or detached)", id);
+  struct ms_attach_opts ao;
+  int live = live_opts(c->e, id, &ao);
+  if (live) {
+    ms_control_reply_error(r, live, NULL, "no attachment %lld is attached (unknown id, or detached)", id);
     return;
   }
+  if (get_budget(req, &ao, r)) return;
   struct ms_monitor *m = load_object(req, name, r);
   if (!m) return;
   uint32_t hooks = monitor_hooks(m);
   char log[4096] = "";
   struct ms_textbuf tb = {log, sizeof log, 0, 0};
-  int rc = ms_engine_replace(c->e, (int)id, m, &tb);
+  int rc = ms_engine_replace_opts(c->e, (int)id, m, &ao, &tb);
   if (rc < 0) {
     ms_monitor_free(m);
     ms_control_reply_error(r, rc, log, "replace %lld with %s failed: %s", id, name, ms_strerror(rc));
@@ -377,12 +403,12 @@ static void cmd_detach(struct ms_control *c, struct cclient *cl, json_t *req, st
 static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   static const char *const allowed[] = {NULL};
   if (check_fields(req, "list", allowed, r)) return;
-  struct ms_attach_info *info = malloc(sizeof *info * MAX_ATTACHMENTS);
+  int n;
+  struct ms_attach_info *info = ms_engine_attach_list_all(c->e, &n);
   if (!info) {
     ms_control_reply_error(r, -ENOMEM, NULL, "out of memory");
     return;
   }
-  int n = ms_engine_attach_list(c->e, info, MAX_ATTACHMENTS);
   FILE *f = reply_open(r);
   if (f) {
     struct ms_json j;
@@ -398,6 +424,7 @@ static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, stru
       ms_json_kbool(&j, "attached", info[i].attached);
       write_hooks(&j, info[i].hooks);
       ms_json_kuint(&j, "generation", info[i].cov.generation);
+      ms_json_kuint(&j, "first_generation", info[i].first_generation);
       write_coverage(&j, &info[i].cov);
       ms_json_key(&j, "budget");
       ms_json_obj_begin(&j);
@@ -418,15 +445,21 @@ static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, stru
 }
 
 static void cmd_maps(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"id", "fds", NULL};
+  static const char *const allowed[] = {"id", "fds", "release", NULL};
   long long id;
-  int want_fds;
+  int want_fds, release;
   if (check_fields(req, "maps", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
-      get_bool(req, "fds", &want_fds, r))
+      get_bool(req, "fds", &want_fds, r) || get_bool(req, "release", &release, r))
     return;
   struct ms_coverage cov;
   if (ms_engine_attach_coverage(c->e, (int)id, 0, &cov)) {
-    ms_control_reply_error(r, -ENOENT, NULL, "no attachment %lld", id);
+    ms_control_reply_error(r, -ENOENT, NULL, "no attachment %lld (unknown id, or freed after its retention)", id);
+    return;
+  }
+  if (release && !cov.t_end) {
+    ms_control_reply_error(r, -MS_E_STATE, NULL,
+                           "attachment %lld is attached: \"release\" frees a detached one after its last read-out",
+                           id);
     return;
   }
   int fds[MS_CONTROL_MAX_FDS], n_fds = 0;
@@ -467,6 +500,10 @@ static void cmd_maps(struct ms_control *c, struct cclient *cl, json_t *req, stru
     while (n_fds > 0) close(fds[--n_fds]);
   for (int i = 0; i < n_fds; i++) r->fds[i] = fds[i];
   r->n_fds = n_fds > 0 ? n_fds : 0;
+  /* the last read-out is written: free the attachment now (descriptors
+   * handed over keep their memory alive in the reader) */
+  if (release && !r->is_error && !ms_engine_attach_release(c->e, (int)id))
+    ms_logf(MS_LOG_INFO, "control: released attachment %lld after its last read-out", id);
 }
 
 static void cmd_schema(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
@@ -538,6 +575,7 @@ static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, str
     ms_json_kuint(&j, "requests", cs.requests);
     ms_json_kuint(&j, "errors", cs.errors);
     ms_json_kuint(&j, "dropped", cs.dropped);
+    ms_json_kuint(&j, "idle_closed", cs.idle_closed);
     ms_json_obj_end(&j);
     ms_json_obj_end(&j);
   }

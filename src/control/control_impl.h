@@ -46,6 +46,7 @@ struct cclient {
   int n_out_fds;      /* still to attach to the next byte sent */
   int close_after;    /* close once out is sent */
   int waiting;        /* a deferred command (trace) owes it a reply */
+  uint64_t last_t;    /* engine clock of its last activity (accept, frame, reply sent) */
 };
 
 struct ms_control {
@@ -58,6 +59,7 @@ struct ms_control {
   _Atomic int stop;                 /* set by ms_control_free; the thread polls it after a wake */
   uint32_t max_message;
   int max_clients, message_timeout_ms;
+  int64_t idle_timeout_ns;          /* < 0: never */
   uid_t uid;
   uint64_t t_start;
   struct cclient **cl;              /* [max_clients] server thread only */
@@ -68,7 +70,8 @@ struct ms_control {
   uint64_t trace_deadline;
   struct ms_trace_write_opts trace_opts;  /* its format and budget */
   /* statistics: written by the server thread, read by anyone */
-  _Atomic uint64_t accepted, refused, requests, errors, dropped;
+  _Atomic uint64_t accepted, refused, requests, errors, dropped, idle_closed;
+  uint64_t next_reap;               /* engine clock of the next reap of closed attachments */
 };
 
 /* Runs one request (msg is NUL-terminated JSON of len bytes) from client cl and

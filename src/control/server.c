@@ -19,7 +19,14 @@
  * longer than max_message gets an error reply and the client is closed (the
  * stream cannot be resynchronised without reading what the peer claims to
  * send); a frame begun and not finished within message_timeout_ms likewise; a
- * client that vanishes mid-frame is closed and counted. Malformed JSON, unknown
+ * client that vanishes mid-frame is closed and counted.
+ * Idle clients. A client with no frame in progress, no reply pending and no
+ * trace owed is idle; after idle_timeout it is closed. When max_clients are
+ * connected, a new client closes the longest-idle one (idle at least a second,
+ * or the idle timeout when shorter) instead of being refused, so idle
+ * connections never lock an operator out for longer than that.
+ * Retention. Once a second the thread reaps detached attachments and replaced
+ * generations whose retention has passed (ms_engine_attach_reap). Malformed JSON, unknown
  * commands and bad arguments get error replies and the connection stays usable.
  * Shutdown. ms_control_free sets stop and writes the eventfd; the thread stops
  * a trace in progress, closes every client and returns; it is joined, then the
@@ -39,6 +46,7 @@
 #include <unistd.h>
 
 #include "control/control_impl.h"
+#include "megascope/monitor.h"
 #include "megascope/telemetry.h"
 
 /* ---- replies ---- */
@@ -101,6 +109,7 @@ static int client_flush(struct cclient *cl) {
   if (cl->out) {
     free(cl->out);
     cl->out = NULL;
+    cl->last_t = ms_now_ns();
     if (cl->close_after) return -1;
   }
   return 0;
@@ -141,7 +150,7 @@ static int client_read(struct ms_control *c, struct cclient *cl) {
       }
       return -1;
     }
-    if (!cl->msg_t0) cl->msg_t0 = ms_now_ns();
+    if (!cl->msg_t0) cl->msg_t0 = cl->last_t = ms_now_ns();
     if (cl->hdr_got < 4) {
       cl->hdr_got += (uint32_t)k;
       if (cl->hdr_got < 4) continue;
@@ -191,6 +200,31 @@ static void send_refusal(int fd, const char *code, const char *msg) {
   (void)k;
 }
 
+static int client_idle(const struct cclient *cl) { return !cl->msg_t0 && !cl->out && !cl->waiting; }
+
+/* At the limit: closes the client idle longest, if one has been idle long
+ * enough to give way; 0 when it made room. */
+static int make_room(struct ms_control *c, uint64_t now) {
+  uint64_t least = 1000000000ull;
+  if (c->idle_timeout_ns >= 0 && (uint64_t)c->idle_timeout_ns < least) least = (uint64_t)c->idle_timeout_ns;
+  int victim = -1;
+  uint64_t longest = 0;
+  for (int i = 0; i < c->n_cl; i++) {
+    struct cclient *cl = c->cl[i];
+    uint64_t idle = now > cl->last_t ? now - cl->last_t : 0;
+    if (client_idle(cl) && idle >= least && idle >= longest) {
+      victim = i;
+      longest = idle;
+    }
+  }
+  if (victim < 0) return -1;
+  ms_logf(MS_LOG_INFO, "control: closed client pid %ld, idle %.1f s, to make room for a new one",
+          (long)c->cl[victim]->pid, (double)longest / 1e9);
+  atomic_fetch_add_explicit(&c->idle_closed, 1, memory_order_relaxed);
+  client_close(c, victim);
+  return 0;
+}
+
 static void accept_clients(struct ms_control *c) {
   for (int round = 0; round < 64; round++) {
     int fd = accept4(c->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -212,9 +246,9 @@ static void accept_clients(struct ms_control *c) {
       ms_logf(MS_LOG_INFO, "control: refused pid %ld (uid %u)", (long)cred.pid, (unsigned)cred.uid);
       continue;
     }
-    if (c->n_cl == c->max_clients) {
-      char msg[96];
-      snprintf(msg, sizeof msg, "too many clients (%d connected); try again later", c->n_cl);
+    if (c->n_cl == c->max_clients && make_room(c, ms_now_ns())) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "too many clients (%d connected, none idle for long); try again later", c->n_cl);
       send_refusal(fd, "EBUSY", msg);
       close(fd);
       atomic_fetch_add_explicit(&c->refused, 1, memory_order_relaxed);
@@ -228,6 +262,7 @@ static void accept_clients(struct ms_control *c) {
     cl->fd = fd;
     cl->uid = cred.uid;
     cl->pid = cred.pid;
+    cl->last_t = ms_now_ns();
     c->cl[c->n_cl++] = cl;
     atomic_fetch_add_explicit(&c->accepted, 1, memory_order_relaxed);
   }
@@ -273,6 +308,14 @@ static void check_deadlines(struct ms_control *c, uint64_t now) {
       client_close(c, i--);
       continue;
     }
+    if (client_idle(cl) && c->idle_timeout_ns >= 0 && now > cl->last_t &&
+        now - cl->last_t >= (uint64_t)c->idle_timeout_ns) {
+      ms_logf(MS_LOG_INFO, "control: client pid %ld idle for %.1f s; closed", (long)cl->pid,
+              (double)(now - cl->last_t) / 1e9);
+      atomic_fetch_add_explicit(&c->idle_closed, 1, memory_order_relaxed);
+      client_close(c, i--);
+      continue;
+    }
     if (!cl->msg_t0 || cl->out || now < cl->msg_t0 + limit) continue;
     struct creply r = {0};
     uint32_t got = cl->hdr_got < 4 ? cl->hdr_got : cl->body_got + 4;
@@ -294,6 +337,8 @@ static int poll_timeout(struct ms_control *c, uint64_t now) {
   for (int i = 0; i < c->n_cl; i++) {
     if (c->cl[i]->msg_t0 && c->cl[i]->msg_t0 + limit < next) next = c->cl[i]->msg_t0 + limit;
     if (c->cl[i]->out && c->cl[i]->out_t0 + 6 * limit < next) next = c->cl[i]->out_t0 + 6 * limit;
+    if (client_idle(c->cl[i]) && c->idle_timeout_ns >= 0 && c->cl[i]->last_t + (uint64_t)c->idle_timeout_ns < next)
+      next = c->cl[i]->last_t + (uint64_t)c->idle_timeout_ns;
   }
   return next <= now ? 0 : (int)((next - now) / 1000000ull + 1);
 }
@@ -324,8 +369,7 @@ static void *server_main(void *arg) {
       ms_logf(MS_LOG_ERROR, "control: poll: %s", strerror(errno));
       break;
     }
-    if (pr > 0 && (pf[1].revents & POLLIN)) accept_clients(c);
-    /* clients polled this round, by identity (accepts appended, none closed yet) */
+    /* clients polled this round, by identity (none closed yet) */
     for (int k = 0; pr > 0 && k < n_polled; k++) {
       struct cclient *cl = polled[k];
       short rev = pf[2 + k].revents;
@@ -343,7 +387,15 @@ static void *server_main(void *arg) {
           }
       }
     }
-    check_deadlines(c, ms_now_ns());
+    /* accepts come after: making room closes a client polled above */
+    if (pr > 0 && (pf[1].revents & POLLIN)) accept_clients(c);
+    uint64_t now = ms_now_ns();
+    check_deadlines(c, now);
+    if (now >= c->next_reap) {
+      int freed = ms_engine_attach_reap(c->e);
+      if (freed) ms_logf(MS_LOG_DEBUG, "control: freed %d closed generation(s) after their retention", freed);
+      c->next_reap = now + 1000000000ull;
+    }
     /* replies queued by deadlines go out now if the socket takes them */
     for (int i = 0; i < c->n_cl; i++)
       if (c->cl[i]->out && client_flush(c->cl[i]) < 0) client_close(c, i--);
@@ -442,6 +494,7 @@ struct ms_control *ms_control_new(struct ms_engine *e, const struct ms_control_o
   c->max_message = o->max_message ? o->max_message : MS_CONTROL_MAX_MESSAGE;
   c->max_clients = o->max_clients > 0 ? o->max_clients : 32;
   c->message_timeout_ms = o->message_timeout_ms > 0 ? o->message_timeout_ms : 10000;
+  c->idle_timeout_ns = o->idle_timeout_ms < 0 ? -1 : (int64_t)(o->idle_timeout_ms ? o->idle_timeout_ms : 60000) * 1000000;
   snprintf(c->model, sizeof c->model, "%s", o->model_name ? o->model_name : "");
   int rc;
   if (o->path) {
@@ -507,4 +560,5 @@ void ms_control_get_stats(const struct ms_control *c, struct ms_control_stats *o
   out->requests = atomic_load_explicit(&m->requests, memory_order_relaxed);
   out->errors = atomic_load_explicit(&m->errors, memory_order_relaxed);
   out->dropped = atomic_load_explicit(&m->dropped, memory_order_relaxed);
+  out->idle_closed = atomic_load_explicit(&m->idle_closed, memory_order_relaxed);
 }

@@ -3,7 +3,8 @@
  * uninterrupted group per family, HELP and TYPE before its samples, histograms
  * with cumulative le buckets ending at +Inf (= _count), _sum and _count, label
  * values escaped. Counters come from counters that never go down (coverage is
- * summed over an attachment's generations, so a replace does not reset it). */
+ * one series per generation, so a replace starts new series instead of
+ * changing what an old one counted). */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +12,6 @@
 #include "megascope/export.h"
 #include "megascope/monitor.h"
 #include "megascope/telemetry.h"
-
-#define MAX_ATTACHMENTS 256
 
 void ms_prometheus_family(FILE *f, const char *name, const char *type, const char *help) {
   fprintf(f, "# HELP %s ", name);
@@ -98,73 +97,80 @@ static int write_classes(struct ms_engine *e, FILE *f) {
   return 0;
 }
 
-/* Coverage of attachment a summed over all its generations. */
-static void coverage_sum(struct ms_engine *e, const struct ms_attach_info *a, struct ms_coverage *sum) {
-  memset(sum, 0, sizeof *sum);
-  for (uint32_t g = 1; g <= a->cov.generation; g++) {
-    struct ms_coverage c;
-    if (ms_engine_attach_coverage(e, a->id, g, &c)) continue;
-    sum->eligible += c.eligible;
-    sum->executed += c.executed;
-    sum->throttled += c.throttled;
-    sum->lost += c.lost;
-    sum->failed += c.failed;
-  }
-  sum->generation = a->cov.generation;
-}
+/* One series per generation an attachment still holds: a replace starts new
+ * series (labels id, generation, monitor: the generation's own monitor), so a
+ * new generation's counts never appear under an old generation's labels and
+ * each series only grows. A generation freed after its retention ends its
+ * series. */
+struct gen_row {
+  int id;
+  uint32_t generation;
+  char name[64];
+  struct ms_coverage cov;
+};
 
-static void att_labels(FILE *f, const char *name, const struct ms_attach_info *a) {
-  fprintf(f, "%s{id=\"%d\",monitor=", name, a->id);
-  ms_prometheus_label_value(f, a->name);
+static void gen_labels(FILE *f, const char *family, int id, uint32_t generation, const char *monitor) {
+  fprintf(f, "%s{id=\"%d\",generation=\"%u\",monitor=", family, id, generation);
+  ms_prometheus_label_value(f, monitor);
   fputs("} ", f);
 }
 
 static int write_attachments(struct ms_engine *e, FILE *f) {
-  struct ms_attach_info *a = malloc(sizeof *a * MAX_ATTACHMENTS);
-  struct ms_coverage *sum = malloc(sizeof *sum * MAX_ATTACHMENTS);
-  if (!a || !sum) {
+  int n, n_rows = 0, cap = 0;
+  struct ms_attach_info *a = ms_engine_attach_list_all(e, &n);
+  if (!a) return -ENOMEM;
+  for (int i = 0; i < n; i++) cap += (int)(a[i].cov.generation - a[i].first_generation + 1);
+  struct gen_row *rows = calloc((size_t)cap + 1, sizeof *rows);
+  if (!rows) {
     free(a);
-    free(sum);
     return -ENOMEM;
   }
-  int n = ms_engine_attach_list(e, a, MAX_ATTACHMENTS);
-  for (int i = 0; i < n; i++) coverage_sum(e, &a[i], &sum[i]);
+  for (int i = 0; i < n; i++)
+    for (uint32_t g = a[i].first_generation; g <= a[i].cov.generation; g++) {
+      struct gen_row *row = &rows[n_rows];
+      if (ms_engine_attach_generation(e, a[i].id, g, row->name, sizeof row->name, &row->cov)) continue;
+      row->id = a[i].id;
+      row->generation = g;
+      n_rows++;
+    }
   static const struct {
     const char *name, *help;
   } fam[] = {
-      {"megascope_attachment_eligible_total", "Hook firings while attached (coverage denominator)."},
-      {"megascope_attachment_executed_total", "Monitor program runs."},
-      {"megascope_attachment_throttled_total", "Firings skipped by the budget or the sampling."},
-      {"megascope_attachment_lost_total", "Ring-buffer records dropped (full or over budget)."},
-      {"megascope_attachment_failed_total", "Program runs stopped by an error."},
+      {"megascope_attachment_eligible_total", "Hook firings while attached (coverage denominator), per generation."},
+      {"megascope_attachment_executed_total", "Monitor program runs, per generation."},
+      {"megascope_attachment_throttled_total", "Firings skipped by the budget or the sampling, per generation."},
+      {"megascope_attachment_lost_total", "Ring-buffer records dropped (full or over budget), per generation."},
+      {"megascope_attachment_failed_total", "Program runs stopped by an error, per generation."},
   };
   for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
     ms_prometheus_family(f, fam[k].name, "counter", fam[k].help);
-    for (int i = 0; i < n; i++) {
-      uint64_t v = k == 0 ? sum[i].eligible : k == 1 ? sum[i].executed : k == 2 ? sum[i].throttled
-                 : k == 3 ? sum[i].lost : sum[i].failed;
-      att_labels(f, fam[k].name, &a[i]);
+    for (int i = 0; i < n_rows; i++) {
+      const struct ms_coverage *c = &rows[i].cov;
+      uint64_t v = k == 0 ? c->eligible : k == 1 ? c->executed : k == 2 ? c->throttled : k == 3 ? c->lost : c->failed;
+      gen_labels(f, fam[k].name, rows[i].id, rows[i].generation, rows[i].name);
       fprintf(f, "%llu\n", (unsigned long long)v);
     }
   }
-  ms_prometheus_family(f, "megascope_attachment_generation", "gauge", "Program generation (grows on replace).");
+  /* gauges of the current generation */
+  ms_prometheus_family(f, "megascope_attachment_generation", "gauge", "Current program generation (grows on replace).");
   for (int i = 0; i < n; i++) {
-    att_labels(f, "megascope_attachment_generation", &a[i]);
+    gen_labels(f, "megascope_attachment_generation", a[i].id, a[i].cov.generation, a[i].name);
     fprintf(f, "%u\n", a[i].cov.generation);
   }
-  ms_prometheus_family(f, "megascope_attachment_attached", "gauge", "1 while attached, 0 once detached.");
+  ms_prometheus_family(f, "megascope_attachment_attached", "gauge",
+                       "1 while attached, 0 once detached (until freed after its retention).");
   for (int i = 0; i < n; i++) {
-    att_labels(f, "megascope_attachment_attached", &a[i]);
+    gen_labels(f, "megascope_attachment_attached", a[i].id, a[i].cov.generation, a[i].name);
     fprintf(f, "%d\n", a[i].attached ? 1 : 0);
   }
   ms_prometheus_family(f, "megascope_attachment_jitted_programs", "gauge",
                        "Programs of the current generation running as JIT-compiled native code (the rest interpreted).");
   for (int i = 0; i < n; i++) {
-    att_labels(f, "megascope_attachment_jitted_programs", &a[i]);
+    gen_labels(f, "megascope_attachment_jitted_programs", a[i].id, a[i].cov.generation, a[i].name);
     fprintf(f, "%u\n", a[i].n_jitted);
   }
+  free(rows);
   free(a);
-  free(sum);
   return 0;
 }
 

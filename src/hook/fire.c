@@ -24,7 +24,7 @@ static void count(_Atomic uint64_t *c) {
 }
 
 static int over_ring_budget(struct run_user *u, uint64_t size) {
-  uint64_t budget = u->gen->att->opts.ringbuf_bytes;
+  uint64_t budget = u->gen->opts.ringbuf_bytes;
   if (!budget) return 0;
   uint64_t before = atomic_fetch_add_explicit(&u->gen->ring_bytes, size, memory_order_relaxed);
   return before + size > budget;
@@ -87,7 +87,7 @@ static uint64_t mix(uint64_t x) {
 /* Budget and sampling: whether this firing runs. Deterministic: sampling keys on
  * the task generation, so the same firings run in every run of the same plan. */
 static int admitted(struct ms_gen *g, struct cov_slot *c, const struct ms_hook_ctx *ctx, uint64_t key) {
-  const struct ms_attach_opts *o = &g->att->opts;
+  const struct ms_attach_opts *o = &g->opts;
   if (o->sample_every > 1 && mix(key ^ (uint64_t)g->att->id * 0x9e3779b97f4a7c15ull) % o->sample_every)
     return 0;
   if (o->max_per_step) {
@@ -116,7 +116,7 @@ static int run_entry(const struct hook_entry *he, struct ms_hook_ctx *ctx, uint6
   struct ms_bpf_env env = {.worker = ctx->worker, .user = &u};
   struct ms_bpf_run_opts ro = {.sz = sizeof ro, .helpers = ms_hook_helpers(), .maps = g->maps,
                                .n_maps = (size_t)g->n_maps, .ctx = ctx, .ctx_size = sizeof *ctx,
-                               .insn_budget = 100000, .env = &env};
+                               .insn_budget = MS_HOOK_RUN_BUDGET, .env = &env};
   struct ms_bpf_run_result res;
   int rc = he->jit ? ms_bpf_jit_run(he->jit, &ro, &res) : ms_bpf_run(he->prog, &ro, &res);
   count(&c->executed);

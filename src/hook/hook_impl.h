@@ -13,7 +13,12 @@
  * operation swaps the set pointers (seq_cst), then waits until every worker's
  * epoch is even or has moved on (seq_cst loads), so no worker can still hold an
  * old set; only then is the old set freed. An older generation's programs and
- * maps are kept, read-only, for its final read-out until the table is freed.
+ * maps are kept, read-only, for its final read-out: a detached attachment and a
+ * replaced generation are freed by ms_hook_reap once they have been closed for
+ * the table's retention, or at once by ms_hook_release (the last read-out);
+ * both run under the mutex, after the quiescence that closed them, so no
+ * worker and no reader can still hold them. Ids grow from 1 and are never
+ * reused; the attachment array holds the live and retained ones, in id order.
  * Coverage. Each generation has per-worker counters written only by that worker
  * (relaxed stores) and summed by readers; a firing is counted by the generation
  * whose set it loaded, so old + new add up to what was eligible. */
@@ -52,6 +57,7 @@ struct ms_gen {
   struct ms_bpf_jit **jits;        /* [mon->n_progs]: native code, NULL where interpreted */
   int n_jitted;
   uint32_t generation;
+  struct ms_attach_opts opts;      /* its budget (replace may set a new one); read by workers */
   struct cov_slot *cov;            /* [n_workers] */
   _Atomic uint64_t ring_bytes;     /* this epoch, against opts.ringbuf_bytes */
   uint64_t t_start;
@@ -88,8 +94,11 @@ struct ms_hook_table {
   int n_workers;
   struct epoch_slot *epoch;        /* [n_workers] */
   pthread_mutex_t mu;
-  struct attachment **atts;
+  struct attachment **atts;        /* live and retained, ascending id */
   int n_atts, cap_atts;
+  int next_id;                     /* ids are never reused */
+  uint64_t retention_ns;           /* closed generations stay readable this long */
+  uint64_t n_freed;                /* generations freed by reap or release (statistics) */
   _Atomic int hinted;              /* a sched_hint program was ever attached */
 };
 
@@ -98,9 +107,21 @@ void ms_hook_table_free(struct ms_hook_table *t);
 
 int ms_hook_attach(struct ms_hook_table *t, struct ms_monitor *m, const struct ms_attach_opts *o,
                    struct ms_textbuf *log);
-int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, struct ms_textbuf *log);
+/* o: the new generation's budget; NULL keeps the current one. */
+int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, const struct ms_attach_opts *o,
+                    struct ms_textbuf *log);
 int ms_hook_detach(struct ms_hook_table *t, int id);
 struct attachment *ms_hook_find(struct ms_hook_table *t, int id);  /* under t->mu */
+/* Frees what has been closed for longer than t->retention_ns at engine clock
+ * `now`: detached attachments (whole) and replaced generations. Returns how
+ * many generations it freed. */
+int ms_hook_reap(struct ms_hook_table *t, uint64_t now);
+/* Frees detached attachment id now (its last read-out is done); -ENOENT when
+ * unknown, -MS_E_STATE while it is still attached. */
+int ms_hook_release(struct ms_hook_table *t, int id);
+/* Attachments held (live and retained). */
+int ms_hook_count(struct ms_hook_table *t);
+#define MS_HOOK_RETENTION_DEFAULT_NS (60ull * 1000000000ull)
 void ms_gen_coverage(const struct ms_gen *g, int n_workers, struct ms_coverage *out);
 
 /* Runs the programs attached to ctx->hook for ctx->worker. sample_key chooses

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The hook table's control plane: attach, replace, detach, with generations,
- * map instantiation and quiescence-based reclamation (see hook_impl.h). */
+ * map instantiation, quiescence-based reclamation, and the freeing of closed
+ * generations after their retention (see hook_impl.h). */
 #include <errno.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -20,6 +21,8 @@ struct ms_hook_table *ms_hook_table_new(int n_workers) {
     return NULL;
   }
   pthread_mutex_init(&t->mu, NULL);
+  t->next_id = 1;
+  t->retention_ns = MS_HOOK_RETENTION_DEFAULT_NS;
   return t;
 }
 
@@ -117,6 +120,7 @@ static struct ms_gen *gen_new(struct ms_hook_table *t, struct ms_monitor *m, con
     }
   }
   if (!o->interpret && ms_bpf_jit_supported() && gen_jit(g, m, log)) goto fail;
+  g->opts = *o;
   g->mon = m;
   g->t_start = ms_now_ns();
   return g;
@@ -196,7 +200,12 @@ int ms_hook_attach(struct ms_hook_table *t, struct ms_monitor *m, const struct m
   g->att = a;
   g->generation = 1;
   a->cur = g;
-  a->id = t->n_atts + 1;
+  if (t->next_id == INT32_MAX) {
+    rc = -MS_E_LIMIT;  /* 2^31 - 1 attachments over the engine's life */
+    gen_release(g, m->n_progs);
+    goto fail;
+  }
+  a->id = t->next_id++;
   a->attached = 1;
   mark_hinted(t, m);
   if ((rc = publish(t, NULL, g))) {
@@ -212,17 +221,101 @@ fail:
   return rc;
 }
 
-struct attachment *ms_hook_find(struct ms_hook_table *t, int id) {
-  return id >= 1 && id <= t->n_atts ? t->atts[id - 1] : NULL;
+/* Index of attachment id in t->atts (ascending ids: binary search), or -1. */
+static int find_index(const struct ms_hook_table *t, int id) {
+  int lo = 0, hi = t->n_atts - 1;
+  while (lo <= hi) {
+    int mid = lo + (hi - lo) / 2, v = t->atts[mid]->id;
+    if (v == id) return mid;
+    if (v < id)
+      lo = mid + 1;
+    else
+      hi = mid - 1;
+  }
+  return -1;
 }
 
-int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, struct ms_textbuf *log) {
+struct attachment *ms_hook_find(struct ms_hook_table *t, int id) {
+  int i = find_index(t, id);
+  return i < 0 ? NULL : t->atts[i];
+}
+
+int ms_hook_count(struct ms_hook_table *t) {
+  pthread_mutex_lock(&t->mu);
+  int n = t->n_atts;
+  pthread_mutex_unlock(&t->mu);
+  return n;
+}
+
+static int gen_count(const struct ms_gen *g) {
+  int n = 0;
+  for (; g; g = g->prev) n++;
+  return n;
+}
+
+/* Removes the attachment at index i and frees it with every generation. */
+static int remove_at(struct ms_hook_table *t, int i) {
+  struct attachment *a = t->atts[i];
+  int n = gen_count(a->cur);
+  memmove(&t->atts[i], &t->atts[i + 1], (size_t)(t->n_atts - i - 1) * sizeof *t->atts);
+  t->n_atts--;
+  gen_free(a->cur);
+  free(a);
+  t->n_freed += (uint64_t)n;
+  return n;
+}
+
+static int expired(const struct ms_hook_table *t, const struct ms_gen *g, uint64_t now) {
+  uint64_t end = atomic_load(&((struct ms_gen *)g)->t_end);
+  return end && now >= end && now - end >= t->retention_ns;
+}
+
+int ms_hook_reap(struct ms_hook_table *t, uint64_t now) {
+  int freed = 0;
+  pthread_mutex_lock(&t->mu);
+  for (int i = 0; i < t->n_atts; i++) {
+    struct attachment *a = t->atts[i];
+    if (!a->attached && expired(t, a->cur, now)) {
+      freed += remove_at(t, i--);
+      continue;
+    }
+    /* generations close newest first: once one has expired, all older have */
+    for (struct ms_gen *g = a->cur; g->prev; g = g->prev)
+      if (expired(t, g->prev, now)) {
+        int n = gen_count(g->prev);
+        gen_free(g->prev);
+        g->prev = NULL;
+        t->n_freed += (uint64_t)n;
+        freed += n;
+        break;
+      }
+  }
+  pthread_mutex_unlock(&t->mu);
+  return freed;
+}
+
+int ms_hook_release(struct ms_hook_table *t, int id) {
+  pthread_mutex_lock(&t->mu);
+  int i = find_index(t, id), rc = -ENOENT;
+  if (i >= 0) rc = t->atts[i]->attached ? -MS_E_STATE : (remove_at(t, i), 0);
+  pthread_mutex_unlock(&t->mu);
+  return rc;
+}
+
+int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, const struct ms_attach_opts *o,
+                    struct ms_textbuf *log) {
   pthread_mutex_lock(&t->mu);
   struct attachment *a = ms_hook_find(t, id);
   int rc = -ENOENT;
   if (!a || !a->attached) goto out;
+  struct ms_attach_opts opts = a->opts;
+  if (o) {
+    memset(&opts, 0, sizeof opts);
+    memcpy(&opts, o, o->sz < sizeof opts ? o->sz : sizeof opts);
+    opts.sz = sizeof opts;
+  }
   rc = -ENOMEM;
-  struct ms_gen *g = gen_new(t, m, &a->opts, log);
+  struct ms_gen *g = gen_new(t, m, &opts, log);
   if (!g) goto out;
   g->att = a;
   g->generation = a->cur->generation + 1;
@@ -234,6 +327,7 @@ int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, struc
   atomic_store(&a->cur->t_end, ms_now_ns());
   g->prev = a->cur;
   a->cur = g;
+  a->opts = opts;
   rc = 0;
 out:
   pthread_mutex_unlock(&t->mu);

@@ -2,6 +2,8 @@
 /* The engine's monitor API: attach, replace, detach and read-outs, over the
  * hook table (src/hook/). */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "megascope/json.h"
@@ -15,7 +17,13 @@ int ms_engine_attach(struct ms_engine *e, struct ms_monitor *m, const struct ms_
 
 int ms_engine_replace(struct ms_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log) {
   if (!m) return -EINVAL;
-  return ms_hook_replace(e->hooks, id, m, log);
+  return ms_hook_replace(e->hooks, id, m, NULL, log);
+}
+
+int ms_engine_replace_opts(struct ms_engine *e, int id, struct ms_monitor *m, const struct ms_attach_opts *o,
+                           struct ms_textbuf *log) {
+  if (!m) return -EINVAL;
+  return ms_hook_replace(e->hooks, id, m, o, log);
 }
 
 int ms_engine_detach(struct ms_engine *e, int id) { return ms_hook_detach(e->hooks, id); }
@@ -34,6 +42,9 @@ static void info_of(struct ms_engine *e, const struct attachment *a, struct ms_a
   out->opts = a->opts;
   out->n_progs = (uint32_t)a->cur->mon->n_progs;
   out->n_jitted = (uint32_t)a->cur->n_jitted;
+  const struct ms_gen *g = a->cur;
+  while (g->prev) g = g->prev;
+  out->first_generation = g->generation;
 }
 
 int ms_engine_attach_list(struct ms_engine *e, struct ms_attach_info *out, int max) {
@@ -43,6 +54,47 @@ int ms_engine_attach_list(struct ms_engine *e, struct ms_attach_info *out, int m
   for (int i = 0; i < n; i++) info_of(e, t->atts[i], &out[i]);
   pthread_mutex_unlock(&t->mu);
   return n;
+}
+
+int ms_engine_attach_count(struct ms_engine *e) { return ms_hook_count(e->hooks); }
+
+struct ms_attach_info *ms_engine_attach_list_all(struct ms_engine *e, int *n) {
+  struct ms_hook_table *t = e->hooks;
+  pthread_mutex_lock(&t->mu);
+  struct ms_attach_info *out = malloc(sizeof *out * (size_t)(t->n_atts + 1));
+  if (out)
+    for (int i = 0; i < t->n_atts; i++) info_of(e, t->atts[i], &out[i]);
+  *n = out ? t->n_atts : 0;
+  pthread_mutex_unlock(&t->mu);
+  if (!out) errno = ENOMEM;
+  return out;
+}
+
+void ms_engine_set_detached_retention(struct ms_engine *e, uint64_t ns) {
+  pthread_mutex_lock(&e->hooks->mu);
+  e->hooks->retention_ns = ns;
+  pthread_mutex_unlock(&e->hooks->mu);
+}
+
+int ms_engine_attach_reap(struct ms_engine *e) { return ms_hook_reap(e->hooks, ms_now_ns()); }
+
+int ms_engine_attach_release(struct ms_engine *e, int id) { return ms_hook_release(e->hooks, id); }
+
+int ms_engine_attach_generation(struct ms_engine *e, int id, uint32_t generation, char *name, size_t name_size,
+                                struct ms_coverage *out) {
+  struct ms_hook_table *t = e->hooks;
+  pthread_mutex_lock(&t->mu);
+  struct attachment *a = ms_hook_find(t, id);
+  int rc = -ENOENT;
+  for (struct ms_gen *g = a ? a->cur : NULL; g; g = g->prev)
+    if (!generation || g->generation == generation) {
+      if (out) ms_gen_coverage(g, t->n_workers, out);
+      if (name && name_size) snprintf(name, name_size, "%s", g->mon->name);
+      rc = 0;
+      break;
+    }
+  pthread_mutex_unlock(&t->mu);
+  return rc;
 }
 
 int ms_engine_attach_coverage(struct ms_engine *e, int id, uint32_t generation, struct ms_coverage *out) {

@@ -12,9 +12,11 @@
 #include "bench/bench.h"
 #include "cli.h"
 #include "common.h"
+#include "megascope/bpf.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
 #include "megascope/monitor.h"
+#include "megascope/query.h"
 #include "megascope/reference.h"
 #include "megascope/tokenizer.h"
 #include "run_text.h"
@@ -58,6 +60,8 @@ static void usage(FILE *f) {
           "  --replace-with P.o   replace the first attachment by another monitor ...\n"
           "  --replace-at-step N  ... once N steps have completed\n"
           "  --detach-at-step N   detach every attachment once N steps have completed\n"
+          "  --query PROGRAM      attach a query (docs/query.md) as one more monitor and print\n"
+          "                       its answer with its coverage\n"
           "  --max-per-step N     budget: program runs per step per worker (default: no limit)\n"
           "  --sample N           run 1 hook firing in N, by task generation (default 1)\n"
           "  --ringbuf-bytes N    budget: ring-buffer bytes per epoch (default: no limit)\n"
@@ -78,6 +82,8 @@ struct run_args {
   const char *attach[8];
   int n_attach;
   const char *replace_with;
+  const char *query;     /* --query: attached as attach[query_i] */
+  int query_i;
   long attach_at, replace_at, detach_at, max_per_step, sample;
   uint64_t ringbuf_bytes;
   uint64_t seed;
@@ -120,7 +126,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {"check", no_argument, 0, 0},          {"tolerance", required_argument, 0, 0},
       {"json", no_argument, 0, 0},           {"help", no_argument, 0, 'h'},
       {"show-steps", no_argument, 0, 0},      {"backend", required_argument, 0, 0},
-      {"gpu", required_argument, 0, 0},       {"compute", no_argument, 0, 0},      {"attach", required_argument, 0, 0},
+      {"gpu", required_argument, 0, 0},       {"compute", no_argument, 0, 0},      {"attach", required_argument, 0, 0}, {"query", required_argument, 0, 0},
       {"attach-at-step", required_argument, 0, 0}, {"replace-with", required_argument, 0, 0},
       {"replace-at-step", required_argument, 0, 0}, {"detach-at-step", required_argument, 0, 0},
       {"max-per-step", required_argument, 0, 0}, {"sample", required_argument, 0, 0},
@@ -186,7 +192,8 @@ static int parse(int argc, char **argv, struct run_args *a) {
         return -1;
       }
       a->attach[a->n_attach++] = optarg;
-    } else if (!strcmp(n, "attach-at-step")) r = cli_int("--attach-at-step", optarg, 0, 1L << 40, &a->attach_at);
+    } else if (!strcmp(n, "query")) a->query = optarg;
+    else if (!strcmp(n, "attach-at-step")) r = cli_int("--attach-at-step", optarg, 0, 1L << 40, &a->attach_at);
     else if (!strcmp(n, "replace-with")) a->replace_with = optarg;
     else if (!strcmp(n, "replace-at-step")) r = cli_int("--replace-at-step", optarg, 0, 1L << 40, &a->replace_at);
     else if (!strcmp(n, "detach-at-step")) r = cli_int("--detach-at-step", optarg, 0, 1L << 40, &a->detach_at);
@@ -279,6 +286,51 @@ static int control_step(struct ms_engine *e, const struct run_args *a, struct sc
     s->detached = 1;
   }
   return 0;
+}
+
+/* --query: compiled against the engine's own plan, verified as a monitor and
+ * added to the attach schedule as its last attachment. */
+static struct ms_query *run_query_compile(struct ms_engine *e, struct run_args *a, struct schedule *s) {
+  if (a->n_attach == 8) {
+    fprintf(stderr, "megascope run: at most 8 --attach, --query counted\n");
+    return NULL;
+  }
+  char buf[8192] = "";
+  struct ms_textbuf log = {.buf = buf, .size = sizeof buf};
+  struct ms_query_schema *sc = ms_query_schema_of_plan(ms_engine_plan(e, 1), &log);
+  struct ms_query *q = sc ? ms_query_compile(a->query, sc, NULL, &log) : NULL;
+  ms_query_schema_free(sc);
+  void *bundle = NULL;
+  size_t len = 0;
+  struct ms_monitor *mon = NULL;
+  if (q && !ms_query_bundle(q, &bundle, &len)) mon = ms_monitor_open_mem(bundle, len, "query", &log);
+  free(bundle);
+  if (!mon) {
+    fprintf(stderr, "megascope run: --query: %s", buf);
+    ms_query_free(q);
+    return NULL;
+  }
+  a->query_i = a->n_attach;
+  a->attach[a->n_attach++] = "query";
+  s->mon[a->query_i] = mon;
+  return q;
+}
+
+/* The query's answer, read from the engine's maps: text to f, or JSON into j. */
+static void run_query_write(struct ms_engine *e, const struct ms_query *q, int id, FILE *f, struct ms_json *j) {
+  struct ms_bpf_map *maps[MS_BPF_MAX_MAPS];
+  struct ms_coverage cov;
+  struct ms_query_maps src;
+  if (ms_engine_attach_maps(e, id, maps, MS_BPF_MAX_MAPS) != (int)ms_query_map_count(q) ||
+      ms_engine_attach_coverage(e, id, 0, &cov)) {
+    fprintf(stderr, "megascope run: the query's maps are gone\n");
+    return;
+  }
+  ms_query_maps_of_engine(&src, maps);
+  struct ms_query_print po = {.sz = sizeof po, .final = 1, .id = id,
+                              .elapsed_s = (double)((cov.t_end ? cov.t_end : ms_now_ns()) - cov.t_start) / 1e9};
+  if (j) ms_query_write_json(q, &src, &cov, &po, j);
+  else ms_query_write(q, &src, &cov, &po, f);
 }
 
 /* Waits for the requests while running the attach schedule. */
@@ -376,6 +428,7 @@ int cmd_run(int argc, char **argv) {
   int rc = 1;
   struct schedule sch = {0};
   struct ms_engine *e = NULL;
+  struct ms_query *q = NULL;
   struct ms_request **reqs = calloc((size_t)a.requests, sizeof *reqs);
   int32_t *prompts = malloc((size_t)a.requests * (size_t)a.prompt_len * sizeof *prompts);
   if (!reqs || !prompts) goto out;
@@ -421,6 +474,7 @@ int cmd_run(int argc, char **argv) {
     fprintf(stderr, "megascope run: %s", logbuf);
     goto out;
   }
+  if (a.query && !(q = run_query_compile(e, &a, &sch))) goto out;
   if (a.n_attach && a.attach_at == 0 && control_step(e, &a, &sch, 0)) goto out;
   uint64_t t0 = ms_now_ns();
   for (long i = 0; i < a.requests; i++) {
@@ -508,8 +562,13 @@ int cmd_run(int argc, char **argv) {
     if (a.n_attach) {
       ms_json_key(&j, "attachments");
       ms_json_arr_begin(&j);
-      for (int i = 0; i < a.n_attach; i++) ms_engine_attach_write_json(e, sch.ids[i], &j);
+      for (int i = 0; i < a.n_attach; i++)
+        if (!a.query || i != a.query_i) ms_engine_attach_write_json(e, sch.ids[i], &j);
       ms_json_arr_end(&j);
+    }
+    if (q) {
+      ms_json_key(&j, "query");
+      run_query_write(e, q, sch.ids[a.query_i], NULL, &j);
     }
     if (a.text.prompt) run_text_json(&j, &a.text, tok, reqs, a.requests);
     ms_json_key(&j, "tokens");
@@ -545,12 +604,15 @@ int cmd_run(int argc, char **argv) {
     if (a.check)
       printf("check: max |logit diff| vs reference %.3g (tolerance %.3g): %s\n", worst, a.tolerance,
              ok ? "passed" : "FAILED");
-    for (int i = 0; i < a.n_attach; i++) ms_engine_attach_write(e, sch.ids[i], stdout, 0);
+    for (int i = 0; i < a.n_attach; i++)
+      if (q && i == a.query_i) run_query_write(e, q, sch.ids[i], stdout, NULL);
+      else ms_engine_attach_write(e, sch.ids[i], stdout, 0);
   }
   rc = ok ? 0 : 1;
 out:
   for (int i = 0; i < 8; i++) ms_monitor_free(sch.mon[i]);
   ms_monitor_free(sch.replacement);
+  ms_query_free(q);
   if (reqs)
     for (long i = 0; i < a.requests; i++) ms_request_free(reqs[i]);
   ms_engine_free(e);

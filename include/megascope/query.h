@@ -40,6 +40,9 @@ extern "C" {
 struct ms_query_schema;
 struct ms_query_schema *ms_query_schema_parse(const char *json, size_t len, struct ms_textbuf *log);
 void ms_query_schema_free(struct ms_query_schema *s);
+/* The same names from a compiled plan (an engine's ms_engine_plan). */
+struct ms_plan;
+struct ms_query_schema *ms_query_schema_of_plan(const struct ms_plan *p, struct ms_textbuf *log);
 
 /* ---- compiling ------------------------------------------------------------ */
 
@@ -89,6 +92,11 @@ struct ms_query_print {
 /* Writes the query's maps, decoded, with the coverage cov. */
 int ms_query_write(const struct ms_query *q, const struct ms_query_maps *maps, const struct ms_coverage *cov,
                    const struct ms_query_print *po, FILE *f);
+
+/* The same as one JSON value inside a document being written. */
+struct ms_json;
+int ms_query_write_json(const struct ms_query *q, const struct ms_query_maps *maps, const struct ms_coverage *cov,
+                        const struct ms_query_print *po, struct ms_json *j);
 
 /* Map sources over in-process maps (maps[i] for map i) and over readers. */
 int ms_query_maps_of_engine(struct ms_query_maps *out, struct ms_bpf_map **maps);

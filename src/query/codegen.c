@@ -372,8 +372,14 @@ static int gen_name_cmp(struct gen *g, const struct q_node *field, const char *n
                        : f == MS_F_EVENT_CLASS ? "event class"
                        : f == MS_F_OP          ? "op or kernel"
                                                : ms_query_field_name(f);
-    fail(g, col, "%s '%s' %s (%ss: %s)", glob ? "pattern" : "name", name,
-         glob ? "matches no name" : "is not known", what, all);
+    const char *whats = f == MS_F_TASK_CLASS    ? "task classes"
+                        : f == MS_F_EVENT_CLASS ? "event classes"
+                        : f == MS_F_OP          ? "ops"
+                                                : NULL;
+    char plural[64];
+    if (!whats) snprintf(plural, sizeof plural, "%ss", what), whats = plural;
+    if (glob) fail(g, col, "pattern '%s' matches no %s (%s: %s)", name, what, whats, all);
+    else fail(g, col, "'%s' is not a %s (%s: %s)", name, what, whats, all);
   }
   if (!rc) {
     int src = via_class ? MS_F_TASK_CLASS : f;
@@ -625,6 +631,12 @@ static int key_kind(const struct q_node *k, enum q_key_kind *kind, int *field) {
   return 0;
 }
 
+/* The key as written in this statement: the map keeps its first use's text. */
+static const char *st_key_text(const struct q_stmt *st, int k, struct gen *g) {
+  const struct q_node *n = st->keys[k];
+  return n->kind == Q_FIELD ? ms_query_field_name(n->field) : n->text ? n->text : "an expression";
+}
+
 static int gen_stmt(struct gen *g, const struct q_stmt *st) {
   struct ms_query *q = g->q;
   struct q_map *m = &q->maps[st->map];
@@ -637,9 +649,11 @@ static int gen_stmt(struct gen *g, const struct q_stmt *st) {
     int field;
     key_kind(st->keys[k], &kind, &field);
     if (f & V_SIGNED && kind == Q_KEY_NUM) kind = Q_KEY_SIGNED;
+    if (m->hook >= 0 && (m->key_kind[k] != kind || (kind == Q_KEY_ENUM && m->key_field[k] != field)))
+      return fail(g, st->keys[k]->col, "%s's key %d is '%s' elsewhere; here '%s' (keys of one map mean one thing)",
+                  m->name, k + 1, m->key_text[k], st_key_text(st, k, g));
     m->key_kind[k] = kind;
     m->key_field[k] = field;
-    if (m->hook < 0) m->hook = g->as_written; /* whose enum names its keys print with */
   }
   if (st->arg) {
     int f = gen_expr(g, st->arg, 0);
@@ -647,6 +661,7 @@ static int gen_stmt(struct gen *g, const struct q_stmt *st) {
     m->arg_signed |= f & V_SIGNED;
     stx(g, 10, FP_VAL, 0);
   }
+  if (m->hook < 0) m->hook = g->as_written; /* whose enum names its keys print with */
   gen_find(g, m, st->map, q->n_maps, drop);
   switch (m->agg) {
   case Q_AGG_COUNT: mov_imm(g, 1, 1); atomic_add(g, 7, 0, 1); break;

@@ -381,25 +381,42 @@ static uint64_t dropped(const struct ms_query *q, const struct ms_query_maps *sr
   return n;
 }
 
-int ms_query_write(const struct ms_query *q, const struct ms_query_maps *maps, const struct ms_coverage *cov,
-                   const struct ms_query_print *po_in, FILE *f) {
+static void json_map(const struct ms_query *q, const struct q_map *m, const struct collect *c, size_t shown,
+                     struct ms_json *j) {
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "name", m->name);
+  ms_json_kstr(j, "agg", agg_json[m->agg]);
+  if (m->arg_text[0]) ms_json_kstr(j, "of", m->arg_text);
+  ms_json_key(j, "keys");
+  ms_json_arr_begin(j);
+  for (int k = 0; k < m->n_keys; k++) ms_json_str(j, m->key_text[k]);
+  ms_json_arr_end(j);
+  ms_json_kuint(j, "total_keys", c->n);
+  ms_json_key(j, "entries");
+  ms_json_arr_begin(j);
+  for (size_t e = 0; e < shown; e++) json_entry(q, m, &c->e[e], j);
+  ms_json_arr_end(j);
+  ms_json_obj_end(j);
+}
+
+/* Both forms: j set writes JSON into it, else text to f. */
+static int write_any(const struct ms_query *q, const struct ms_query_maps *maps, const struct ms_coverage *cov,
+                     const struct ms_query_print *po_in, FILE *f, struct ms_json *j) {
   struct ms_query_print po = {0};
   if (po_in) memcpy(&po, po_in, po_in->sz < sizeof po ? po_in->sz : sizeof po);
   struct ms_coverage none = {0};
   if (!cov) cov = &none;
   uint64_t drops = dropped(q, maps);
-  struct ms_json j;
-  if (po.as_json) {
-    ms_json_init(&j, f, po.pretty);
-    ms_json_obj_begin(&j);
-    ms_json_kstr(&j, "query", q->src);
-    if (po.id) ms_json_kint(&j, "id", po.id);
-    ms_json_kbool(&j, "final", po.final);
-    ms_json_knum(&j, "elapsed_s", po.elapsed_s);
-    json_coverage(cov, &j);
-    ms_json_kuint(&j, "dropped", drops);
-    ms_json_key(&j, "maps");
-    ms_json_arr_begin(&j);
+  if (j) {
+    ms_json_obj_begin(j);
+    ms_json_kstr(j, "query", q->src);
+    if (po.id) ms_json_kint(j, "id", po.id);
+    ms_json_kbool(j, "final", po.final);
+    ms_json_knum(j, "elapsed_s", po.elapsed_s);
+    json_coverage(cov, j);
+    ms_json_kuint(j, "dropped", drops);
+    ms_json_key(j, "maps");
+    ms_json_arr_begin(j);
   }
   int rc = 0;
   for (int i = 0; i < q->n_maps && !rc; i++) {
@@ -407,21 +424,8 @@ int ms_query_write(const struct ms_query *q, const struct ms_query_maps *maps, c
     if ((rc = read_map(q, maps, i, &c))) break;
     const struct q_map *m = &q->maps[i];
     size_t shown = po.top && po.top < c.n ? po.top : c.n;
-    if (po.as_json) {
-      ms_json_obj_begin(&j);
-      ms_json_kstr(&j, "name", m->name);
-      ms_json_kstr(&j, "agg", agg_json[m->agg]);
-      if (m->arg_text[0]) ms_json_kstr(&j, "of", m->arg_text);
-      ms_json_key(&j, "keys");
-      ms_json_arr_begin(&j);
-      for (int k = 0; k < m->n_keys; k++) ms_json_str(&j, m->key_text[k]);
-      ms_json_arr_end(&j);
-      ms_json_kuint(&j, "total_keys", c.n);
-      ms_json_key(&j, "entries");
-      ms_json_arr_begin(&j);
-      for (size_t e = 0; e < shown; e++) json_entry(q, m, &c.e[e], &j);
-      ms_json_arr_end(&j);
-      ms_json_obj_end(&j);
+    if (j) {
+      json_map(q, m, &c, shown, j);
     } else {
       if (!c.n) fprintf(f, "%s: (empty)\n", m->name);
       for (size_t e = 0; e < shown; e++) text_entry(q, m, &c.e[e], f);
@@ -429,15 +433,33 @@ int ms_query_write(const struct ms_query *q, const struct ms_query_maps *maps, c
     }
     collect_free(&c);
   }
-  if (po.as_json) {
-    ms_json_arr_end(&j);
-    ms_json_obj_end(&j);
-    ms_json_end(&j);
+  if (j) {
+    ms_json_arr_end(j);
+    ms_json_obj_end(j);
   } else {
     text_coverage(cov, drops, &po, f);
   }
+  return rc;
+}
+
+int ms_query_write(const struct ms_query *q, const struct ms_query_maps *maps, const struct ms_coverage *cov,
+                   const struct ms_query_print *po, FILE *f) {
+  int rc;
+  if (po && po->as_json) {
+    struct ms_json j;
+    ms_json_init(&j, f, po->pretty);
+    rc = write_any(q, maps, cov, po, f, &j);
+    ms_json_end(&j);
+  } else {
+    rc = write_any(q, maps, cov, po, f, NULL);
+  }
   fflush(f);
   return rc;
+}
+
+int ms_query_write_json(const struct ms_query *q, const struct ms_query_maps *maps, const struct ms_coverage *cov,
+                        const struct ms_query_print *po, struct ms_json *j) {
+  return write_any(q, maps, cov, po, NULL, j);
 }
 
 /* ---- map sources ---- */

@@ -454,7 +454,8 @@ static int statement(struct parser *p, struct q_probe *pr) {
   if (mi < 0) return mi;
   st->map = mi;
   struct q_map *m = &p->q->maps[mi];
-  for (int k = 0; k < st->n_keys; k++) memcpy(m->key_text[k], key_text[k], sizeof m->key_text[k]);
+  for (int k = 0; k < st->n_keys; k++) /* the first use names the keys */
+    if (!m->key_text[k][0]) memcpy(m->key_text[k], key_text[k], sizeof m->key_text[k]);
   return agg_args(p, st, (enum q_agg)agg, m, fcol);
 }
 
@@ -492,6 +493,7 @@ static int probe(struct parser *p) {
     if (p->t.kind == T_END) return fail(p, p->t.col, "block not closed with '}'");
     if (statement(p, pr)) return p->err;
     if (is(p, ";")) next(p);
+    else if (p->t.kind == T_END) return fail(p, p->t.col, "block not closed with '}'");
     else if (!is(p, "}")) return fail(p, p->t.col, "expected ';' or '}' after a statement");
   }
   if (!pr->n_stmts) return fail(p, p->t.col, "an empty block: nothing to aggregate");

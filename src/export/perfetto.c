@@ -14,10 +14,18 @@
  * Sequences. Each worker's events form one packet sequence (its
  * trusted_packet_sequence_id is the worker + 1), whose first packet clears the
  * incremental state and sets the defaults (the worker's track), so an END
- * packet is only a timestamp, the sequence and the type. A name is interned on
- * its sequence the first time that sequence uses it. Timestamps are the view's
- * nanoseconds from the window's start (the default clock), in time order
- * within each sequence. */
+ * packet is only a timestamp, the sequence and the type; the counter samples
+ * have a sequence of their own after the workers'. A name is interned on its
+ * sequence the first time that sequence uses it.
+ * Time. The view's nanoseconds from the window's start are BOOTTIME
+ * nanoseconds here (the default trace clock); each sequence defines its own
+ * incremental clock (id 64, as Perfetto's SDK does), so a packet's timestamp
+ * is the delta from the sequence's previous one, a byte or two. A packet that
+ * would go back in time (never on the CPU backend, whose worker runs one task
+ * at a time) gives its absolute BOOTTIME timestamp instead.
+ * Args are the Chrome JSON's, less two the others give: "class" (the slice's
+ * name) and "task_gen" (step << 32 | task); "queued_ns" is JSON's queued_us in
+ * integer nanoseconds, and a task with no row or no request has no such arg. */
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -116,11 +124,14 @@ static void pb_close(struct pb *b) {
 enum {
   TRACE_PACKET = 1,
   /* TracePacket */
-  TP_TIMESTAMP = 8, TP_SEQUENCE_ID = 10, TP_TRACK_EVENT = 11, TP_INTERNED_DATA = 12, TP_SEQUENCE_FLAGS = 13,
-  TP_DEFAULTS = 59, TP_TRACK_DESCRIPTOR = 60, TP_FIRST_ON_SEQUENCE = 87,
+  TP_CLOCK_SNAPSHOT = 6, TP_TIMESTAMP = 8, TP_SEQUENCE_ID = 10, TP_TRACK_EVENT = 11, TP_INTERNED_DATA = 12, TP_SEQUENCE_FLAGS = 13,
+  TP_TIMESTAMP_CLOCK_ID = 58, TP_DEFAULTS = 59, TP_TRACK_DESCRIPTOR = 60, TP_FIRST_ON_SEQUENCE = 87,
+  /* ClockSnapshot, ClockSnapshot.Clock */
+  CS_CLOCKS = 1, CLK_ID = 1, CLK_TIMESTAMP = 2, CLK_INCREMENTAL = 3,
+  CLOCK_BOOTTIME = 6, CLOCK_SEQUENCE = 64,
   SEQ_INCREMENTAL_STATE_CLEARED = 1, SEQ_NEEDS_INCREMENTAL_STATE = 2,
   /* TracePacketDefaults, TrackEventDefaults */
-  TPD_TRACK_EVENT_DEFAULTS = 11, TED_TRACK_UUID = 11,
+  TPD_TIMESTAMP_CLOCK_ID = 58, TPD_TRACK_EVENT_DEFAULTS = 11, TED_TRACK_UUID = 11,
   /* TrackEvent */
   TE_CATEGORY_IIDS = 3, TE_DEBUG_ANNOTATIONS = 4, TE_TYPE = 9, TE_NAME_IID = 10, TE_TRACK_UUID = 11, TE_NAME = 23,
   TE_COUNTER_VALUE = 30, TE_FLOW_IDS = 47, TE_TERMINATING_FLOW_IDS = 48,
@@ -138,10 +149,10 @@ enum { UUID_PROCESS = 1, UUID_QUEUE = 2, UUID_WORKER = 16 };
 enum { PID = 1 };
 
 /* Debug annotation names, interned on every sequence at its start. */
-enum { AN_TASK = 1, AN_TASK_GEN, AN_STEP, AN_BUCKET, AN_ROW, AN_REQUEST, AN_LAUNCH, AN_WAIT_REASON, AN_WAIT_US,
+enum { AN_TASK = 1, AN_STEP, AN_BUCKET, AN_ROW, AN_REQUEST, AN_LAUNCH, AN_WAIT_REASON, AN_WAIT_US,
        AN_QUEUED_NS, AN_EVENT_CLASS, AN_COUNT };
 static const char *const annotation_names[AN_COUNT] = {
-    [AN_TASK] = "task",         [AN_TASK_GEN] = "task_gen", [AN_STEP] = "step",
+    [AN_TASK] = "task",         [AN_STEP] = "step",
     [AN_BUCKET] = "bucket",     [AN_ROW] = "row",           [AN_REQUEST] = "request",
     [AN_LAUNCH] = "launch",     [AN_WAIT_REASON] = "wait_reason", [AN_WAIT_US] = "wait_us",
     [AN_QUEUED_NS] = "queued_ns", [AN_EVENT_CLASS] = "event_class"};
@@ -160,6 +171,7 @@ struct seq {
   uint32_t *req_iid;
   size_t req_cap, req_n;
   uint32_t next_iid;
+  uint64_t last_ts;    /* the incremental clock: the last timestamp written on it */
 };
 
 static uint32_t req_find(struct seq *s, uint64_t key, int *fresh) {
@@ -203,23 +215,44 @@ static void interned_entry(struct pb *b, uint32_t field, uint64_t iid, const cha
   pb_close(b);
 }
 
-static void packet_begin(struct pb *b, uint64_t ts, int worker, uint32_t flags) {
+/* A packet on sequence seq (0-based) at ts; *clock is the sequence's
+ * incremental clock, advanced when the packet can use it. */
+static void packet_begin(struct pb *b, uint64_t ts, int seq, uint64_t *clock, uint32_t flags) {
   pb_open(b, TRACE_PACKET);
-  pb_uint(b, TP_TIMESTAMP, ts);
-  pb_uint(b, TP_SEQUENCE_ID, (uint64_t)worker + 1);
+  if (clock && ts >= *clock) {
+    pb_uint(b, TP_TIMESTAMP, ts - *clock);
+    *clock = ts;
+  } else {
+    pb_uint(b, TP_TIMESTAMP, ts);
+    pb_uint(b, TP_TIMESTAMP_CLOCK_ID, CLOCK_BOOTTIME);
+  }
+  pb_uint(b, TP_SEQUENCE_ID, (uint64_t)seq + 1);
   if (flags) pb_uint(b, TP_SEQUENCE_FLAGS, flags);
 }
 
-/* The first packet of worker w's sequence: state cleared, the worker's track as
- * the default, its descriptor, the names every sequence uses. */
-static void sequence_start(struct pb *b, int w) {
-  char name[32];
-  snprintf(name, sizeof name, "worker %d", w);
-  packet_begin(b, 0, w, SEQ_INCREMENTAL_STATE_CLEARED);
+static void snapshot_clock(struct pb *b, uint32_t id, int incremental) {
+  pb_open(b, CS_CLOCKS);
+  pb_uint(b, CLK_ID, id);
+  pb_uint(b, CLK_TIMESTAMP, 0);
+  if (incremental) pb_uint(b, CLK_INCREMENTAL, 1);
+  pb_close(b);
+}
+
+/* The first packet of sequence seq: state cleared, its incremental clock at 0
+ * (BOOTTIME 0, the window's start), its default track, the names every
+ * sequence uses. (A track descriptor needs a packet of its own: it and the
+ * clock snapshot are members of one oneof.) */
+static void sequence_open(struct pb *b, int seq, uint64_t track) {
+  packet_begin(b, 0, seq, NULL, SEQ_INCREMENTAL_STATE_CLEARED);
   pb_uint(b, TP_FIRST_ON_SEQUENCE, 1);
+  pb_open(b, TP_CLOCK_SNAPSHOT);
+  snapshot_clock(b, CLOCK_BOOTTIME, 0);
+  snapshot_clock(b, CLOCK_SEQUENCE, 1);
+  pb_close(b);
   pb_open(b, TP_DEFAULTS);
+  pb_uint(b, TPD_TIMESTAMP_CLOCK_ID, CLOCK_SEQUENCE);
   pb_open(b, TPD_TRACK_EVENT_DEFAULTS);
-  pb_uint(b, TED_TRACK_UUID, UUID_WORKER + (uint64_t)w);
+  pb_uint(b, TED_TRACK_UUID, track);
   pb_close(b);
   pb_close(b);
   pb_open(b, TP_INTERNED_DATA);
@@ -227,6 +260,16 @@ static void sequence_start(struct pb *b, int w) {
   for (int a = 1; a < AN_COUNT; a++) interned_entry(b, ID_ANNOTATION_NAMES, (uint64_t)a, annotation_names[a]);
   for (int v = SV_JIT; v <= SV_NONE; v++) interned_entry(b, ID_STRING_VALUES, (uint64_t)v, const_values[v]);
   pb_close(b);
+  pb_close(b);
+}
+
+/* The start of worker w's sequence, and the worker's thread track (the
+ * sequence's default). */
+static void worker_start(struct pb *b, int w) {
+  char name[32];
+  snprintf(name, sizeof name, "worker %d", w);
+  sequence_open(b, w, UUID_WORKER + (uint64_t)w);
+  packet_begin(b, 0, w, NULL, 0);
   pb_open(b, TP_TRACK_DESCRIPTOR);
   pb_uint(b, TD_UUID, UUID_WORKER + (uint64_t)w);
   pb_uint(b, TD_PARENT_UUID, UUID_PROCESS);
@@ -239,10 +282,11 @@ static void sequence_start(struct pb *b, int w) {
   pb_close(b);
 }
 
-/* The engine as a process track and the queue-depth counter under it (on
- * worker 0's sequence, after its start). */
-static void process_tracks(struct pb *b) {
-  packet_begin(b, 0, 0, 0);
+/* The start of the counter samples' sequence (seq), the engine as a process
+ * track and the queue-depth counter under it. */
+static void process_tracks(struct pb *b, int seq) {
+  sequence_open(b, seq, UUID_QUEUE);
+  packet_begin(b, 0, seq, NULL, 0);
   pb_open(b, TP_TRACK_DESCRIPTOR);
   pb_uint(b, TD_UUID, UUID_PROCESS);
   pb_open(b, TD_PROCESS);
@@ -251,7 +295,7 @@ static void process_tracks(struct pb *b) {
   pb_close(b);
   pb_close(b);
   pb_close(b);
-  packet_begin(b, 0, 0, 0);
+  packet_begin(b, 0, seq, NULL, 0);
   pb_open(b, TP_TRACK_DESCRIPTOR);
   pb_uint(b, TD_UUID, UUID_QUEUE);
   pb_uint(b, TD_PARENT_UUID, UUID_PROCESS);
@@ -277,9 +321,8 @@ static void annotation_iid(struct pb *b, uint32_t name, uint64_t iid) {
 }
 
 /* A task: its BEGIN packet (interning what this sequence has not seen, its
- * args, the flows it starts and the one it ends) and its END packet. A task
- * with no row or no request has no such arg. */
-static void slice(const struct tv *v, size_t i, struct seq *s, struct pb *b) {
+ * args, the flows it starts and the one it ends) and its END packet. */
+static void slice(const struct tv *v, size_t i, struct seq *s, uint64_t *clk, struct pb *b) {
   const struct tv_event *x = &v->ev[i];
   int fresh_cls = !s->cls_seen[x->cls], fresh_evc = x->ev_class && !s->evc_seen[x->ev_class - 1], fresh_req = 0;
   uint32_t req = 0;
@@ -288,7 +331,7 @@ static void slice(const struct tv *v, size_t i, struct seq *s, struct pb *b) {
     req = req_find(s, ((uint64_t)x->slot + 1) << 32 | x->req_gen, &fresh_req);
     snprintf(rq, sizeof rq, "slot %d gen %" PRIu32, x->slot, x->req_gen);
   }
-  packet_begin(b, x->ts, x->worker, SEQ_NEEDS_INCREMENTAL_STATE);
+  packet_begin(b, x->ts, x->worker, clk, SEQ_NEEDS_INCREMENTAL_STATE);
   if (fresh_cls || fresh_evc || fresh_req) {
     pb_open(b, TP_INTERNED_DATA);
     if (fresh_cls) interned_entry(b, ID_EVENT_NAMES, (uint64_t)x->cls + 1, v->classes[x->cls]);
@@ -303,7 +346,6 @@ static void slice(const struct tv *v, size_t i, struct seq *s, struct pb *b) {
   pb_uint(b, TE_NAME_IID, (uint64_t)x->cls + 1);
   pb_uint(b, TE_CATEGORY_IIDS, CAT_TASK);
   annotation_uint(b, AN_TASK, x->task);
-  annotation_uint(b, AN_TASK_GEN, x->step << 32 | x->task);
   annotation_uint(b, AN_STEP, x->step);
   annotation_uint(b, AN_BUCKET, 1u << x->bucket_log2);
   if (x->row >= 0) annotation_uint(b, AN_ROW, (uint64_t)x->row);
@@ -318,18 +360,17 @@ static void slice(const struct tv *v, size_t i, struct seq *s, struct pb *b) {
   if (x->flow_from != TV_NONE) pb_fixed64(b, TE_TERMINATING_FLOW_IDS, (uint64_t)i + 1);
   pb_close(b);
   pb_close(b);
-  packet_begin(b, x->ts + x->dur, x->worker, SEQ_NEEDS_INCREMENTAL_STATE);
+  packet_begin(b, x->ts + x->dur, x->worker, clk, SEQ_NEEDS_INCREMENTAL_STATE);
   pb_open(b, TP_TRACK_EVENT);
   pb_uint(b, TE_TYPE, TYPE_SLICE_END);
   pb_close(b);
   pb_close(b);
 }
 
-static void counter(const struct tv_event *x, struct pb *b) {
-  packet_begin(b, x->ts, x->worker, SEQ_NEEDS_INCREMENTAL_STATE);
+static void counter(const struct tv_event *x, int seq, uint64_t *clk, struct pb *b) {
+  packet_begin(b, x->ts, seq, clk, SEQ_NEEDS_INCREMENTAL_STATE);
   pb_open(b, TP_TRACK_EVENT);
-  pb_uint(b, TE_TYPE, TYPE_COUNTER);
-  pb_uint(b, TE_TRACK_UUID, UUID_QUEUE);
+  pb_uint(b, TE_TYPE, TYPE_COUNTER);  /* on the sequence's default track, the queue's */
   pb_uint(b, TE_COUNTER_VALUE, x->task);
   pb_close(b);
   pb_close(b);
@@ -344,8 +385,8 @@ static void annotation_named(struct pb *b, const char *name, uint64_t v) {
 
 /* The closing packet: an instant on the process track at the window's end
  * saying what the file holds and what it lacks. */
-static void summary(const struct tv *v, const struct ms_trace_written *w, struct pb *b) {
-  packet_begin(b, v->window_ns, 0, SEQ_NEEDS_INCREMENTAL_STATE);
+static void summary(const struct tv *v, const struct ms_trace_written *w, int seq, uint64_t *clk, struct pb *b) {
+  packet_begin(b, v->window_ns, seq, clk, SEQ_NEEDS_INCREMENTAL_STATE);
   pb_open(b, TP_TRACK_EVENT);
   pb_uint(b, TE_TYPE, TYPE_INSTANT);
   pb_uint(b, TE_TRACK_UUID, UUID_PROCESS);
@@ -371,32 +412,32 @@ static void seqs_free(struct seq *s, int n) {
 }
 
 int tv_write_perfetto(const struct tv *v, struct tv_out *o, struct ms_trace_written *w) {
-  int n_cls = 0, rc = -ENOMEM;
+  int n_cls = 0, n_seq = v->n_workers + 1, cseq = v->n_workers, rc = -ENOMEM;  /* cseq: the counters' */
   for (size_t i = 0; i < v->n; i++)
     if (v->ev[i].cls + 1 > n_cls) n_cls = v->ev[i].cls + 1;
-  struct seq *s = calloc((size_t)v->n_workers, sizeof *s);
+  struct seq *s = calloc((size_t)n_seq, sizeof *s);
   struct pb b = {0};
   if (!s) goto out;
-  for (int k = 0; k < v->n_workers; k++) {
+  for (int k = 0; k < n_seq; k++) {
     s[k].cls_seen = calloc((size_t)n_cls + 1, 1);
     s[k].evc_seen = calloc((size_t)v->n_ev_classes + 1, 1);
-    s[k].next_iid = 1u << 20;  /* above the constants and event classes */
+    s[k].next_iid = SV_EV_CLASS0 + (uint32_t)v->n_ev_classes;  /* after the constants and event classes */
     if (!s[k].cls_seen || !s[k].evc_seen) goto out;
   }
-  for (int k = 0; k < v->n_workers; k++) {
-    sequence_start(&b, k);
-    if (!k) process_tracks(&b);
-  }
+  process_tracks(&b, cseq);
+  for (int k = 0; k < v->n_workers; k++) worker_start(&b, k);
   rc = b.err ? -ENOMEM : tv_put(o, b.p, b.n) ? -ENOSPC : 0;
   if (rc) goto out;
   size_t i = 0;
   for (; i < v->n; i++) {
     const struct tv_event *x = &v->ev[i];
+    int q = x->kind == TV_COUNTER ? cseq : x->worker;
+    uint64_t clk = s[q].last_ts;  /* advanced only if the event is written */
     b.n = 0;
     if (x->kind == TV_COUNTER)
-      counter(x, &b);
+      counter(x, q, &clk, &b);
     else
-      slice(v, i, &s[x->worker], &b);
+      slice(v, i, &s[q], &clk, &b);
     if (b.err) {
       rc = -ENOMEM;
       goto out;
@@ -404,6 +445,7 @@ int tv_write_perfetto(const struct tv *v, struct tv_out *o, struct ms_trace_writ
     /* a refused slice may have interned names its sequence never got: nothing
      * more is written on any sequence after it, so nothing uses them */
     if (tv_put(o, b.p, b.n)) break;
+    s[q].last_ts = clk;
     if (x->kind == TV_COUNTER)
       w->counters++;
     else
@@ -412,7 +454,7 @@ int tv_write_perfetto(const struct tv *v, struct tv_out *o, struct ms_trace_writ
   w->budget_dropped = v->budget_dropped + (v->n - i);
   w->kept_ns = i < v->n ? v->ev[i].ts : v->cut_ns;
   b.n = 0;
-  summary(v, w, &b);
+  summary(v, w, cseq, &s[cseq].last_ts, &b);
   if (b.err) {
     rc = -ENOMEM;
     goto out;
@@ -420,6 +462,6 @@ int tv_write_perfetto(const struct tv *v, struct tv_out *o, struct ms_trace_writ
   tv_put_final(o, b.p, b.n);
 out:
   free(b.p);
-  seqs_free(s, v->n_workers);
+  seqs_free(s, n_seq);
   return rc;
 }

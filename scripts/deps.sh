@@ -28,3 +28,14 @@ if ! python3 -c 'import gguf, numpy' 2>/dev/null; then
     python3 -m pip install --quiet --disable-pip-version-check --user --break-system-packages gguf numpy >&2 ||
     echo "deps: could not install gguf with pip; its cross-check test will be skipped" >&2
 fi
+# perfetto (Perfetto's own generated protobuf definitions, perfetto_trace_pb2)
+# and protobuf (6.31.1 or newer, which those definitions require), for decoding
+# the Perfetto trace output (tests/trace_check.py). Not fatal: without them the
+# decode reports itself skipped.
+if ! python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+  echo "deps: installing the Python packages perfetto and protobuf (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check perfetto 'protobuf>=6.31.1' >&2 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --user --break-system-packages perfetto \
+      'protobuf>=6.31.1' >&2 ||
+    echo "deps: could not install perfetto with pip; the Perfetto trace decode will be skipped" >&2
+fi

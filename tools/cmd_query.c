@@ -55,6 +55,7 @@ static void usage(FILE *f) {
           "                       take) to FILE; attach nothing\n"
           "  --schema FILE        resolve names with this schema (megascope compile\n"
           "                       --schema-out) instead of the engine's\n"
+          "  --list               print the hooks with their fields and the names fields take\n"
           "  -h, --help           this text\n");
 }
 
@@ -103,6 +104,7 @@ static int parse(int argc, char **argv, struct qargs *a) {
       {"max-keys", required_argument, 0, 0}, {"max-per-step", required_argument, 0, 0},
       {"sample", required_argument, 0, 0}, {"interp", no_argument, 0, 0},       {"dump", no_argument, 0, 0},
       {"emit", required_argument, 0, 0},   {"schema", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
+      {"list", no_argument, 0, 0},
       {0, 0, 0, 0}};
   int c, idx;
   optind = 1;
@@ -130,6 +132,7 @@ static int parse(int argc, char **argv, struct qargs *a) {
     else if (!strcmp(n, "dump")) a->dump = 1;
     else if (!strcmp(n, "emit")) a->emit = optarg;
     else if (!strcmp(n, "schema")) a->schema = optarg;
+    else if (!strcmp(n, "list")) exit(ms_query_write_reference(stdout) ? 1 : 0);
     if (r) return -1;
   }
   if (a->file && optind < argc) {

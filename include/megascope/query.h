@@ -102,6 +102,10 @@ int ms_query_write_json(const struct ms_query *q, const struct ms_query_maps *ma
 int ms_query_maps_of_engine(struct ms_query_maps *out, struct ms_bpf_map **maps);
 int ms_query_maps_of_readers(struct ms_query_maps *out, struct ms_bpf_map_reader **readers);
 
+/* The reference tables (hooks and their fields, the names fields compare
+ * with) as Markdown: `megascope query --list`, and docs/query.md holds them. */
+int ms_query_write_reference(FILE *f);
+
 /* Durations as queries and their CLIs spell them: "250ms", "2s", "20us",
  * "100ns", "1m"; a bare number is seconds for CLIs. ns in *out; -EINVAL. */
 int ms_query_parse_duration(const char *s, uint64_t *out);

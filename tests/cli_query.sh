@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# megascope query against a live `megascope serve`: the worked one-liners of
+# docs/query.md, each with the answer the schema determines (requests sent one
+# at a time, so every step is bucket 1); a compile error exits 2 with its
+# column and attaches nothing; --every prints while it runs; --emit writes a
+# bundle that verify and attach take; --list equals the doc's table; run
+# --query on the simulator gives the same answer under the JIT and the
+# interpreter. Every request made meanwhile succeeds.
+set -euo pipefail
+MS=$1
+SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+for t in curl python3; do
+  command -v "$t" >/dev/null || { echo "skipped: no $t"; exit 77; }
+done
+tmp=$(mktemp -d)
+SERVE_PID=""
+cleanup() {
+  if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then kill -KILL "$SERVE_PID"; fi
+  wait 2>/dev/null || true
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+# shellcheck source=tests/serve_lib.sh
+source "$SRC/tests/serve_lib.sh"
+fail() { echo "FAILED: $*"; exit 1; }
+DOC="$SRC/docs/query.md"
+
+# the doc's reference table is the compiler's
+"$MS" query --list >"$tmp/list.md"
+python3 - "$DOC" "$tmp/list.md" <<'EOF' || fail "docs/query.md's tables differ from megascope query --list"
+import sys
+doc = open(sys.argv[1]).read()
+table = doc.split("<!-- query --list -->\n", 1)[1].split("<!-- end -->", 1)[0]
+sys.exit(0 if table == open(sys.argv[2]).read() else 1)
+EOF
+
+start_serve q --synthetic tiny --workers 2
+"$MS" schema --socket "$SOCK" --rows 1 >"$tmp/schema.json"
+
+# waits until the query's attachment is listed (the query process is in the background)
+wait_attached() {
+  for _ in $(seq 1 200); do
+    if "$MS" ls --socket "$SOCK" --json 2>/dev/null | grep -q '"attached": true'; then return 0; fi
+    sleep 0.05
+  done
+  fail "the query did not attach"
+}
+# requests one at a time; each must succeed
+requests() {
+  for i in $(seq 1 "$1"); do
+    code=$(completion "hello $i" 6 "$tmp/c$i.json")
+    [ "$code" = 200 ] || fail "completion $i: HTTP $code"
+  done
+}
+# one_liner NAME PROGRAM: runs it as the doc writes it, with 3 requests inside its window
+one_liner() {
+  grep -qF -- "megascope query --for 3s --json '$2'" "$DOC" || fail "one-liner $1 is not in docs/query.md"
+  "$MS" query --socket "$SOCK" --for 3s --json "$2" >"$tmp/$1.json" 2>"$tmp/$1.err" &
+  local qp=$!
+  wait_attached
+  requests 3
+  wait $qp || { cat "$tmp/$1.err"; fail "query $1 failed"; }
+  # detached at the end
+  "$MS" ls --socket "$SOCK" --json | grep -q '"attached": true' && fail "query $1 left its attachment"
+  return 0
+}
+
+one_liner classes 'task_end { @[class] = count() } step /phase == end/ { @steps = count() }'
+python3 - "$tmp/classes.json" "$tmp/schema.json" <<'EOF' || fail "tasks per class"
+import json, sys
+r = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))
+assert r["final"] and r["coverage"]["throttled"] == 0 and r["dropped"] == 0, r["coverage"]
+maps = {m["name"]: m for m in r["maps"]}
+steps = maps["@steps"]["entries"][0]["value"]
+assert steps >= 3 * 6, steps  # three requests of six tokens, one at a time
+got = {e["key"][0]: e["value"] for e in maps["@"]["entries"]}
+for c in s["task_classes"]:
+    want = c["tasks"] * steps
+    assert got.get(c["name"], 0) == want, (c["name"], got.get(c["name"]), want)
+assert r["coverage"]["executed"] == sum(got.values()) + 2 * steps, r["coverage"]  # steps begin and end
+EOF
+
+one_liner attn 'task_end /op == attn/ { @[step] = count() }'
+python3 - "$tmp/attn.json" "$tmp/schema.json" <<'EOF' || fail "attention tasks per step"
+import json, sys
+r = json.load(open(sys.argv[1])); s = json.load(open(sys.argv[2]))
+per_step = sum(c["tasks"] for c in s["task_classes"] if c["op"] == "attn")
+assert per_step == 4, per_step
+vals = [e["value"] for e in r["maps"][0]["entries"]]
+assert len(vals) >= 18 and all(v == per_step for v in vals), vals
+EOF
+
+one_liner finished 'request /phase == finished/ { @ = count() }'
+python3 -c "
+import json,sys; r=json.load(open('$tmp/finished.json'))
+assert r['maps'][0]['entries'][0]['value'] == 3, r" || fail "requests finished"
+
+one_liner wo 'task_end /class =~ "blk.*.wo"/ { @[worker] = count() }'
+python3 - "$tmp/wo.json" "$tmp/classes.json" <<'EOF' || fail "wo tasks by worker"
+import json, sys
+r = json.load(open(sys.argv[1]))
+total = sum(e["value"] for e in r["maps"][0]["entries"])
+assert {e["key"][0] for e in r["maps"][0]["entries"]} <= {0, 1}
+assert total > 0 and total % (2 * 8) == 0, total  # two layers of eight wo tasks per step
+EOF
+
+# a compile error: exit 2, the column and a caret, nothing attached
+set +e
+"$MS" query --socket "$SOCK" 'step { @[class] = count() }' >"$tmp/err.out" 2>"$tmp/err.txt"
+rc=$?
+set -e
+[ "$rc" = 2 ] || fail "a compile error exited $rc"
+grep -q "column 10: field 'class' is not defined for hook 'step'" "$tmp/err.txt" || { cat "$tmp/err.txt"; fail "message"; }
+grep -qF "           ^" "$tmp/err.txt" || fail "no caret under column 10"
+"$MS" ls --socket "$SOCK" --json | grep -q '"attached": true' && fail "a refused query attached"
+set +e
+"$MS" query --socket "$SOCK" 'task_end /class == blk.7.wo/ { @ = count() }' 2>"$tmp/err2.txt"
+rc=$?
+"$MS" query --socket "$SOCK" --for 2x 'step { @ = count() }' 2>"$tmp/err3.txt"
+rc3=$?
+set -e
+[ "$rc" = 2 ] && grep -q "'blk.7.wo' is not a task class (task classes: step_start" "$tmp/err2.txt" ||
+  fail "an unknown class: $(cat "$tmp/err2.txt")"
+[ "$rc3" = 2 ] && grep -q "expected a duration" "$tmp/err3.txt" || fail "a bad --for"
+
+# --every prints while the query runs, then the final read-out
+"$MS" query --socket "$SOCK" --for 1500ms --every 500ms --json 'step { @[phase] = count() }' >"$tmp/every.json" &
+qp=$!
+wait_attached
+requests 2
+wait $qp
+python3 - "$tmp/every.json" <<'EOF' || fail "--every"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert len(lines) >= 3 and lines[-1]["final"] and not lines[0]["final"], len(lines)
+ends = {e["key"][0]: e["value"] for e in lines[-1]["maps"][0]["entries"]}
+assert ends.get("begin") == ends.get("end") and ends["end"] >= 12, ends
+EOF
+
+# --emit: a bundle that verify and attach take as they take a clang object
+"$MS" query --socket "$SOCK" --emit "$tmp/q.msbpf" 'task_end /op == attn/ { @us = hist((t_end - t_begin) / 1000) }'
+"$MS" verify "$tmp/q.msbpf" >"$tmp/verify.out" || { cat "$tmp/verify.out"; fail "verify of an emitted bundle"; }
+id=$("$MS" attach --socket "$SOCK" "$tmp/q.msbpf")
+requests 1
+"$MS" maps --socket "$SOCK" "$id" --json | grep -q '"q.us"' || fail "maps of an attached bundle"
+"$MS" detach --socket "$SOCK" "$id"
+"$MS" query --dump --schema "$tmp/schema.json" 'step { @[batch_size] = count() }' | grep -q "call 1" ||
+  fail "--dump"
+
+stop_serve q
+
+# offline: run --query on the simulator, the JIT and the interpreter agree exactly
+for mode in jit interp; do
+  extra=""
+  [ $mode = interp ] && extra=--interp
+  "$MS" run --synthetic tiny --backend sim --gpu h100 --batch 4 --requests 4 --steps 8 --json $extra \
+    --query 'task_end { @[class] = quantile(t_end - t_begin, 0.5, 0.99) } dep_wait /wait_ns > 0/ { @w[event_class] = sum(wait_ns) }' \
+    >"$tmp/sim_$mode.json"
+done
+python3 - "$tmp/sim_jit.json" "$tmp/sim_interp.json" <<'EOF' || fail "sim: JIT and interpreter differ"
+import json, sys
+a, b = (json.load(open(p))["query"] for p in sys.argv[1:3])
+assert a["maps"] == b["maps"] and a["coverage"] == b["coverage"], "differ"
+assert a["coverage"]["executed"] > 0 and a["maps"][0]["total_keys"] > 10
+EOF
+echo "1 passed, 0 failed"

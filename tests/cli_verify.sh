@@ -79,7 +79,37 @@ if build bad "$SRC/tests/data/verifier/bad_monitors.bpf.c"; then
   if [ $rc -eq 1 ] && grep -q '"verified": false' <<<"$out" && grep -q '"error": "insn' <<<"$out"; then ok; else bad "--json of rejections: rc $rc $out"; fi
   # the last line of every program's log is the stats line, the one before it the reason
   "$MS" verify "$tmp/bad.o" --section megascope/observe/request >"$tmp/log" 2>/dev/null
-  if tail -1 "$tmp/log" | grep -q "^processed " && tail -2 "$tmp/log" | head -1 | grep -q "^insn [0-9]*: .* ; unreleased ringbuf reservation from insn"; then ok; else bad "log shape: $(cat "$tmp/log")"; fi
+  # (and the summary after the log)
+  if tail -1 "$tmp/log" | grep -q "^rejected in " && tail -2 "$tmp/log" | head -1 | grep -q "^processed " &&
+     tail -3 "$tmp/log" | head -1 | grep -q "^insn [0-9]*: .* ; unreleased ringbuf reservation from insn"; then ok; else bad "log shape: $(cat "$tmp/log")"; fi
+fi
+
+# every program's summary: time, instructions processed and work against their caps, the longest run
+expect 0 "^verified in [0-9.]* ms: [0-9]* insns processed (limit 1000000), work [0-9]* (limit 4000000), longest run [0-9]* insns (run budget 100000)$" \
+  verify "$tmp/hist_class.o"
+if command -v python3 >/dev/null 2>&1; then
+  if "$MS" verify "$tmp/loop16.o" --json | python3 -c 'import json,sys; p=json.load(sys.stdin)["programs"][0]; assert 0 < p["max_run_insns"] <= p["run_budget"] == 100000 and p["processed"] <= p["work"] <= p["work_limit"]'; then ok; else bad "--json bounds of loop16"; fi
+fi
+
+# the adversarial monitor: eight frames, full stacks, a loop counted in a stack slot, longer than a run
+if build deep "$SRC/tests/data/verifier/bad_deep_loop.bpf.c"; then
+  expect 1 "program too long for one run: a path runs 100001 instructions, more than the run budget of 100000" \
+    verify "$tmp/deep.o"
+  expect 1 "^rejected in [0-9.]* ms: 100001 insns processed (limit 1000000)" verify "$tmp/deep.o"
+fi
+if clang -O2 -g -target bpf -DLOOP_N=1000 -I"$SRC/include" -I"/usr/include/$(uname -m)-linux-gnu" \
+     -c "$SRC/tests/data/verifier/bad_deep_loop.bpf.c" -o "$tmp/deep1000.o"; then
+  expect 0 "longest run [0-9]* insns (run budget 100000)" verify "$tmp/deep1000.o"
+else
+  bad "clang could not build bad_deep_loop.bpf.c with -DLOOP_N=1000"
+fi
+
+# sched_hint programs: no map updates, no ring buffer output, named with the program type
+if [ -f "$tmp/bad.o" ]; then
+  expect 1 "program hint_updates rejected: .*helper map_update_elem (2) is not allowed in sched_hint programs" \
+    verify "$tmp/bad.o"
+  expect 1 "program hint_output rejected: .*helper ringbuf_output (130) is not allowed in sched_hint programs" \
+    verify "$tmp/bad.o"
 fi
 
 cat >"$tmp/newer.bpf.c" <<'C'

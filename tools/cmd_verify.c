@@ -3,7 +3,9 @@
  * of a clang -target bpf object (or the one in section S) against the hook
  * its section names, with the standard helpers and megascope's own (log2),
  * and prints the verifier's log: the stats line always, the instruction trace
- * with -v, the rejected instruction and why. The object's declared hook ABI
+ * with -v, the rejected instruction and why; then a summary line: the time it
+ * took, instructions processed and verifier work against their caps, and the
+ * longest run it proved against the hook run budget. The object's declared hook ABI
  * version must not be newer than this build's. With --jit-dump, each verified
  * program is also compiled by the x86-64 JIT (against maps made from the
  * object's definitions) and its native code written to DIR/<program>.bin.
@@ -139,11 +141,24 @@ static void verify_one(const struct ms_bpf_prog *p, const struct ms_bpf_helpers 
   if (r->rc) last_reason(r->log, r->reason, sizeof r->reason);
 }
 
+/* "verified in 0.21 ms: 13 insns processed, work 29 (limit 4000000), longest run 12 of 100000". */
+static void print_summary(const struct result *r) {
+  const struct ms_verify_stats *st = &r->st;
+  printf("%s in %.2f ms: %llu insns processed (limit %llu), work %llu (limit %llu)", r->rc ? "rejected" : "verified",
+         (double)st->time_us / 1000.0, (unsigned long long)st->processed, (unsigned long long)st->insn_limit,
+         (unsigned long long)st->work, (unsigned long long)st->work_limit);
+  if (!r->rc)
+    printf(", longest run %llu insns (run budget %llu)", (unsigned long long)st->max_run_insns,
+           (unsigned long long)st->run_budget);
+  printf("\n");
+}
+
 static void print_text(const struct result *r, size_t n, const char *path) {
   for (size_t i = 0; i < n; i++) {
     printf("%s: program %s (section %s): %s\n", path, ms_bpf_prog_name(r[i].prog), ms_bpf_prog_section(r[i].prog),
            r[i].rc ? "REJECTED" : "verified");
     fputs(r[i].log ? r[i].log : "", stdout);
+    print_summary(&r[i]);
     if (r[i].rc)
       fprintf(stderr, "megascope verify: %s: program %s rejected: %s\n", path, ms_bpf_prog_name(r[i].prog),
               r[i].reason);
@@ -175,6 +190,10 @@ static void print_json(const struct result *r, size_t n, const char *path, int w
     ms_json_kuint(&j, "total_states", r[i].st.total_states);
     ms_json_kuint(&j, "peak_states", r[i].st.peak_states);
     ms_json_kuint(&j, "time_us", r[i].st.time_us);
+    ms_json_kuint(&j, "max_run_insns", r[i].st.max_run_insns);
+    ms_json_kuint(&j, "run_budget", r[i].st.run_budget);
+    ms_json_kuint(&j, "work", r[i].st.work);
+    ms_json_kuint(&j, "work_limit", r[i].st.work_limit);
     if (r[i].jit_bytes) {
       ms_json_kuint(&j, "jit_bytes", r[i].jit_bytes);
       ms_json_kstr(&j, "jit_file", r[i].jit_path);

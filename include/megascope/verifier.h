@@ -74,7 +74,7 @@ enum ms_verify_kind {
 #define MS_VERIFY_INSN_LIMIT 1000000u  /* default complexity cap: instructions processed */
 #define MS_VERIFY_INSN_LIMIT_MAX (1u << 28) /* the largest cap accepted (larger ones are lowered) */
 #define MS_VERIFY_STATES_PER_INSN 64u  /* default cap on states kept per instruction */
-#define MS_VERIFY_WORK_LIMIT 8000000u  /* default cap on verifier work (see above) */
+#define MS_VERIFY_WORK_LIMIT 4000000u  /* default cap on verifier work (see above) */
 
 struct ms_verify_opts {
   size_t sz;                            /* sizeof(struct ms_verify_opts) */
@@ -89,7 +89,7 @@ struct ms_verify_opts {
   uint32_t abi_version;                 /* the object's megascope_abi_version; 0: not declared */
   uint64_t run_budget;                  /* the most instructions one run may execute; 0: MS_HOOK_RUN_BUDGET
                                          * (HOOK), MS_BPF_DEFAULT_BUDGET (RAW_MEM) */
-  uint64_t work_limit;                  /* 0: MS_VERIFY_WORK_LIMIT; raised to insn_limit if below it */
+  uint64_t work_limit;                  /* 0: MS_VERIFY_WORK_LIMIT */
 };
 
 struct ms_verify_stats {
@@ -109,7 +109,8 @@ struct ms_verify_stats {
   uint64_t run_budget;    /* the budget it was held to */
   uint64_t work;          /* processed + state frames compared + state frames copied */
   uint64_t work_limit;
-  uint64_t compared;      /* state comparisons made (after the fingerprint filter) */
+  uint64_t compared;      /* state frames compared (after the fingerprint filter) */
+  uint64_t evicted;       /* kept states dropped for pruning nothing */
 };
 
 /* Verifies prog. 0 when it is proven safe; -MS_E_VERIFY when rejected (the

@@ -56,6 +56,8 @@
 #define MAX_PENDING_BYTES (256u << 20)
 #define R6_TO_R9 0x3c0u           /* callee-saved registers */
 #define KEEP_EVERY 8              /* instructions between kept states off loop heads */
+#define EVICT_MISSES 8            /* a finished state compared this many times per prune it made
+                                   * (plus one) without pruning is dropped, as Linux does */
 #define PRUNE_POINT 1             /* prune[i]: paths may meet at i */
 #define KEEP_POINT 2              /* ... and a state is always kept there (entries, loop heads) */
 #define NO_FUNC UINT32_MAX
@@ -394,6 +396,16 @@ static int finish_path(struct explore *x, uint64_t end) {
 
 static uint64_t frames_of(const struct ms_bpf_vstate *s) { return s->curframe + 1; }
 
+/* A finished state no longer compared: nothing refers to it (only unfinished
+ * states are parents of paths still to end), so it is freed. */
+static void evict(struct explore *x, struct ms_bpf_vstate *s) {
+  x->n_kept[s->insn]--;
+  x->n_kept_all--;
+  x->kept_bytes -= state_bytes(s);
+  x->st.evicted++;
+  ms_bpf_vs_free(s);
+}
+
 /* 1: the path is pruned; 0: go on; < 0: rejected. */
 static int visit(struct explore *x) {
   struct ms_bpf_venv *env = &x->env;
@@ -401,20 +413,27 @@ static int visit(struct explore *x) {
   live_masks(x, env->cur, env->pc, &lv);
   uint64_t fp = ms_bpf_vs_fingerprint(env->cur, &lv);
   x->st.compared += frames_of(env->cur); /* the fingerprint reads every frame */
-  for (struct ms_bpf_vstate *s = x->kept[env->pc]; s; s = s->next) {
-    if (s->curframe != env->cur->curframe || s->n_refs != env->cur->n_refs) continue;
-    if (!s->branches) {
+  struct ms_bpf_vstate **link = &x->kept[env->pc], *s;
+  while ((s = *link)) {
+    if (s->curframe == env->cur->curframe && s->n_refs == env->cur->n_refs && !s->branches) {
       x->st.compared += frames_of(s);
       if (ms_bpf_vs_within(s, env->cur, &lv, 0, x->idmap)) {
+        s->hits++;
         x->tail = s->max_end - s->depth;
         return 1;
       }
-    } else if (s->fingerprint == fp) {
+      if (++s->misses > EVICT_MISSES * (s->hits + 1)) { /* it prunes nothing: compare no more */
+        *link = s->next;
+        evict(x, s);
+        continue;
+      }
+    } else if (s->curframe == env->cur->curframe && s->n_refs == env->cur->n_refs && s->fingerprint == fp) {
       x->st.compared += frames_of(s);
       if (ms_bpf_vs_within(s, env->cur, &lv, 1, x->idmap))
         return ms_bpf_vreject(env, "infinite loop detected: the path came back to this instruction in the same "
                               "state, so it would never end");
     }
+    link = &s->next;
   }
   if (check_work(x)) return -MS_E_VERIFY;
   if (!(x->prune[env->pc] & KEEP_POINT) && env->cur->since_kept < KEEP_EVERY) return 0;
@@ -426,6 +445,7 @@ static int visit(struct explore *x) {
     return -ENOMEM;
   }
   x->copied += frames_of(k);
+  k->insn = env->pc;
   k->branches = 1;
   k->fingerprint = fp;
   k->depth = env->cur->depth;
@@ -1075,7 +1095,6 @@ int ms_bpf_verify(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o
                   : x->env.o.kind == MS_VERIFY_RAW_MEM ? MS_BPF_DEFAULT_BUDGET
                                                        : MS_HOOK_RUN_BUDGET;
   x->work_limit = x->env.o.work_limit ? x->env.o.work_limit : MS_VERIFY_WORK_LIMIT;
-  if (x->work_limit < x->limit) x->work_limit = x->limit;
   if (!prog || !opts) {
     ms_textbuf_printf(log, "no program or no options\n");
     err = -EINVAL;

@@ -135,12 +135,13 @@ struct ms_bpf_vstate {
   struct ms_bpf_vstate *next;   /* kept: the next state at the same instruction */
   uint32_t branches;            /* kept: unfinished paths and kept children below it */
   uint64_t fingerprint;         /* kept: ms_bpf_vs_fingerprint at its instruction */
-  uint32_t insn;                /* pending: where it resumes */
+  uint32_t insn;                /* pending: where it resumes; kept: where it is kept */
   uint32_t from;                /* pending: the jump that made it */
   uint64_t depth;               /* instructions this path has executed since the entry */
   uint64_t since_kept;          /* ... since it last kept a state */
   uint64_t max_end;             /* kept: the longest path through it, in instructions from the
                                  * entry (final once branches is 0) */
+  uint32_t hits, misses;        /* kept, finished: paths it pruned, comparisons that did not */
 };
 
 struct ms_bpf_vstate *ms_bpf_vs_new(void);

@@ -495,6 +495,9 @@ static void test_bad_monitors(void) {
       {"leaks_record", "unreleased ringbuf reservation from insn"},
       {"prio_too_big", "R0 at exit may be 15"},
       {"stores_pointer", "pointer stored into map value (type=ctx)"},
+      {"hint_updates", "helper map_update_elem (2) is not allowed in sched_hint programs"},
+      {"hint_output", "helper ringbuf_output (130) is not allowed in sched_hint programs"},
+      {"hint_writes", "invalid write of map vals: sched_hint programs do not update maps"},
   };
   char path[2048];
   snprintf(path, sizeof path, "%s/tests/data/verifier/bad_monitors.bpf.c", src_root());

@@ -33,9 +33,10 @@
 #include <stdint.h>
 
 #include "cuda/bpf_core.h"
+#include "megascope/hook.h"
 
 #define MSD_SET_MAX 64          /* programs attached at one hook, all attachments together */
-#define MSD_RUN_BUDGET 100000   /* instructions per run, as the CPU engine's fire.c */
+#define MSD_RUN_BUDGET MS_HOOK_RUN_BUDGET /* instructions per run, counted as the CPU engines count */
 
 /* One SM's counters for one generation: 128 bytes so SMs never share a line. */
 struct msd_cov {

@@ -74,4 +74,31 @@ int stores_pointer(struct ms_hook_ctx *ctx) {
   return 0;
 }
 
+/* A sched_hint program returns a priority and nothing else: no map updates... */
+SEC("megascope/sched_hint/task_ready")
+int hint_updates(struct ms_hook_ctx *ctx) {
+  __u32 k = 0;
+  struct pair v = {{ctx->task_index}};
+  bpf_map_update_elem(&vals, &k, &v, BPF_ANY);
+  return 1;
+}
+
+/* ... no ring buffer output ... */
+SEC("megascope/sched_hint/task_ready")
+int hint_output(struct ms_hook_ctx *ctx) {
+  __u64 t = ctx->task_index;
+  bpf_ringbuf_output(&rb, &t, sizeof t, 0);
+  return 1;
+}
+
+/* ... and no writes into a map value it looked up. */
+SEC("megascope/sched_hint/task_ready")
+int hint_writes(struct ms_hook_ctx *ctx) {
+  __u32 k = 0;
+  struct pair *p = bpf_map_lookup_elem(&vals, &k);
+  if (!p) return 0;
+  p->v[0]++;
+  return p->v[1] & 7;
+}
+
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

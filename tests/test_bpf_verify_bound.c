@@ -235,6 +235,40 @@ static void test_loops(void) {
   free(t.s);
 }
 
+/* ---- 5. verdicts remembered --------------------------------------------- */
+
+/* The same question again is answered without exploring; any difference in
+ * the options, the program or the helpers' prototypes is a new question. */
+static void test_cache(void) {
+  struct text t = {0};
+  deep_loop(&t, 4, 8, 500);
+  add(&t, "f9:\ncall 1\nexit\n"); /* never reached, but it names helper 1 */
+  struct outcome a = verify(&t, 0, 0), b = verify(&t, 0, 0);
+  CHECKF(a.rc == 0 && b.rc == 0 && !a.st.cached && b.st.cached, "cache: rc %d/%d cached %u/%u", a.rc, b.rc,
+         a.st.cached, b.st.cached);
+  CHECKF(a.st.processed == b.st.processed && a.st.max_run_insns == b.st.max_run_insns,
+         "cache: the remembered figures differ");
+  struct outcome c = verify(&t, 0, MS_VERIFY_WORK_LIMIT - 1);
+  CHECKF(c.rc == 0 && !c.st.cached, "cache: another work limit was answered from the cache");
+  /* the helper table's contents are part of the question, not its address */
+  static const struct ms_bpf_helper_proto other = {MS_BPF_FN_MAP_LOOKUP_ELEM, "map_lookup_elem",
+                                                   MS_BPF_RET_INTEGER, {MS_BPF_ARG_ANYTHING}, 0};
+  struct ms_bpf_helpers *saved = helpers;
+  helpers = ms_bpf_helpers_new();
+  CHECK(helpers && !ms_bpf_helpers_add_std(helpers) &&
+        !ms_bpf_helpers_set(helpers, &other, ms_bpf_helpers_fn(saved, MS_BPF_FN_MAP_LOOKUP_ELEM)));
+  struct outcome d = verify(&t, 0, 0);
+  CHECKF(d.rc == 0 && !d.st.cached, "cache: another prototype of helper 1 was answered from the cache");
+  ms_bpf_helpers_free(helpers);
+  helpers = saved;
+  /* a rejection is never remembered */
+  t.len = 0;
+  deep_loop(&t, 2, 4, 300000);
+  a = verify(&t, 0, 0), b = verify(&t, 0, 0);
+  CHECKF(a.rc && b.rc && !b.st.cached && a.st.processed == b.st.processed, "cache: a rejection was remembered");
+  free(t.s);
+}
+
 int main(void) {
   helpers = ms_bpf_helpers_new();
   CHECK(helpers && !ms_bpf_helpers_add_std(helpers));
@@ -242,6 +276,7 @@ int main(void) {
   test_branches();
   test_frames();
   test_loops();
+  test_cache();
   ms_bpf_helpers_free(helpers);
   TEST_MAIN_END();
 }

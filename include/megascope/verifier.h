@@ -44,7 +44,13 @@
  * The log is the Linux verifier's shape: with verbose, one line per processed
  * instruction `N: (<opcode>) <disassembly>` and the register state where a
  * path starts; a rejection ends with `insn N: <disassembly> ; <reason>`; the
- * last line is always the stats line
+ * An acceptance is remembered (the program, its map definitions, the
+ * prototypes of the helpers it calls and the options, compared exactly):
+ * verifying the same again without verbose returns it without exploring
+ * (stats.cached), so a monitor verified at load is not explored again when
+ * the JIT compiles it.
+ *
+ * The last line is always the stats line
  *   processed N insns (limit L) max_states_per_insn M total_states T peak_states P time_us U
  *   max_run_insns R work W
  * (one line; R is 0 when the program was rejected).
@@ -111,6 +117,8 @@ struct ms_verify_stats {
   uint64_t work_limit;
   uint64_t compared;      /* state frames compared (after the fingerprint filter) */
   uint64_t evicted;       /* kept states dropped for pruning nothing */
+  uint32_t cached;        /* 1: the verdict of an identical earlier verification in this
+                           * process (these figures are its; time_us is the lookup's) */
 };
 
 /* Verifies prog. 0 when it is proven safe; -MS_E_VERIFY when rejected (the

@@ -1101,15 +1101,21 @@ int ms_bpf_verify(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o
   } else {
     x->env.prog = prog;
     x->env.insns = ms_bpf_prog_insns(prog, &x->env.n);
-    err = verify(x);
+    x->env.o.insn_limit = x->limit, x->env.o.max_states_per_insn = x->states_cap; /* the key: as applied */
+    x->env.o.run_budget = x->run_budget, x->env.o.work_limit = x->work_limit;
+    if (!x->env.o.verbose && ms_bpf_vcache_lookup(prog, &x->env.o, &x->st)) x->st.cached = 1;
+    else err = verify(x);
   }
-  x->st.insn_limit = x->limit;
-  x->st.err_insn = x->env.err_insn;
+  if (!x->st.cached) {
+    x->st.insn_limit = x->limit;
+    x->st.err_insn = x->env.err_insn;
+    x->st.max_run_insns = err ? 0 : x->max_run;
+    x->st.run_budget = x->run_budget;
+    x->st.work = work(x);
+    x->st.work_limit = x->work_limit;
+    if (!err && !x->env.o.verbose) ms_bpf_vcache_store(prog, &x->env.o, &x->st);
+  }
   x->st.time_us = (ms_now_ns() - t0) / 1000;
-  x->st.max_run_insns = err ? 0 : x->max_run;
-  x->st.run_budget = x->run_budget;
-  x->st.work = work(x);
-  x->st.work_limit = x->work_limit;
   if (err == -ENOMEM) ms_textbuf_printf(log, "out of memory\n");
   ms_textbuf_printf(log, "processed %llu insns (limit %llu) max_states_per_insn %llu total_states %llu "
                     "peak_states %llu time_us %llu max_run_insns %llu work %llu\n",

@@ -210,6 +210,14 @@ uint32_t ms_bpf_vnew_id(struct ms_bpf_venv *env);
 typedef void (*ms_bpf_vreg_fn)(struct ms_bpf_vreg *r, void *user);
 void ms_bpf_vs_foreach_reg(struct ms_bpf_vstate *s, ms_bpf_vreg_fn fn, void *user);
 
+/* verifier_cache.c: acceptances remembered. Lookup fills *st (1) for the very
+ * same program, map definitions, helper prototypes and options (opts as
+ * ms_bpf_verify normalised them); store keeps an acceptance. Thread-safe. */
+int ms_bpf_vcache_lookup(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o,
+                         struct ms_verify_stats *st);
+void ms_bpf_vcache_store(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o,
+                         const struct ms_verify_stats *st);
+
 /* verifier_mem.c */
 int ms_bpf_vmem_ldx(struct ms_bpf_venv *env, const struct ms_bpf_insn *in);
 int ms_bpf_vmem_st(struct ms_bpf_venv *env, const struct ms_bpf_insn *in);

@@ -14,6 +14,7 @@
 #include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +28,7 @@
 #include "megascope/control.h"
 #include "megascope/json.h"
 #include "megascope/query.h"
+#include "query_client.h"
 
 #define ME "query"
 #define SRC_MAX (64u << 10)
@@ -50,6 +52,10 @@ static void usage(FILE *f) {
           "  --max-per-step N     budget: program runs per step per worker (default: no limit)\n"
           "  --sample N           run 1 hook firing in N, chosen by task generation (default 1)\n"
           "  --interp             run with the reference interpreter, not the JIT\n"
+          "  --slo tpot=DURATION  while the TPOT of the requests finished since the last check\n"
+          "                       (every --every, else 500ms) is above DURATION, run the query a\n"
+          "                       second time at --slo-sample beside the sampled one\n"
+          "  --slo-sample N       the rate in danger: 1 in N (default 1, every firing)\n"
           "  --dump               print the generated programs and maps; attach nothing\n"
           "  --emit FILE          write the monitor (a program bundle that attach and verify\n"
           "                       take) to FILE; attach nothing\n"
@@ -62,7 +68,8 @@ static void usage(FILE *f) {
 struct qargs {
   const char *socket, *file, *emit, *schema;
   char *src;
-  uint64_t for_ns, every_ns;
+  uint64_t for_ns, every_ns, slo_ns;
+  long slo_sample;
   int as_json, dump, interp, have_for;
   long top, max_keys, max_per_step, sample;
 };
@@ -73,23 +80,26 @@ static void on_signal(int sig) {
   stop_flag = 1;
 }
 
-static char *read_text(const char *path) {
+static char *read_text_max(const char *path, size_t max) {
   FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
   if (!f) {
     fprintf(stderr, "megascope query: cannot open %s: %s\n", path, strerror(errno));
     return NULL;
   }
-  char *buf = malloc(SRC_MAX + 1);
-  size_t n = buf ? fread(buf, 1, SRC_MAX + 1, f) : 0;
+  char *buf = malloc(max + 1);
+  size_t n = buf ? fread(buf, 1, max + 1, f) : 0;
   if (f != stdin) fclose(f);
-  if (!buf || n > SRC_MAX) {
-    fprintf(stderr, "megascope query: %s: %s\n", path, buf ? "longer than 64 KiB" : "out of memory");
+  if (!buf || n > max) {
+    fprintf(stderr, "megascope query: %s: %s (at most %zu KiB)\n", path, buf ? "too long" : "out of memory",
+            max >> 10);
     free(buf);
     return NULL;
   }
   buf[n] = 0;
   return buf;
 }
+
+static char *read_text(const char *path) { return read_text_max(path, SRC_MAX); }
 
 static int parse_dur(const char *opt, const char *s, uint64_t *out) {
   if (ms_query_parse_duration(s, out) == 0) return 0;
@@ -104,7 +114,7 @@ static int parse(int argc, char **argv, struct qargs *a) {
       {"max-keys", required_argument, 0, 0}, {"max-per-step", required_argument, 0, 0},
       {"sample", required_argument, 0, 0}, {"interp", no_argument, 0, 0},       {"dump", no_argument, 0, 0},
       {"emit", required_argument, 0, 0},   {"schema", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
-      {"list", no_argument, 0, 0},
+      {"list", no_argument, 0, 0}, {"slo", required_argument, 0, 0}, {"slo-sample", required_argument, 0, 0},
       {0, 0, 0, 0}};
   int c, idx;
   optind = 1;
@@ -133,6 +143,13 @@ static int parse(int argc, char **argv, struct qargs *a) {
     else if (!strcmp(n, "emit")) a->emit = optarg;
     else if (!strcmp(n, "schema")) a->schema = optarg;
     else if (!strcmp(n, "list")) exit(ms_query_write_reference(stdout) ? 1 : 0);
+    else if (!strcmp(n, "slo-sample")) r = cli_int("--slo-sample", optarg, 1, 0xffffffffL, &a->slo_sample);
+    else if (!strcmp(n, "slo")) {
+      if (strncmp(optarg, "tpot=", 5) || ms_query_parse_duration(optarg + 5, &a->slo_ns) || !a->slo_ns) {
+        fprintf(stderr, "megascope query: --slo '%s': expected tpot=DURATION (tpot=50ms)\n", optarg);
+        r = -1;
+      }
+    }
     if (r) return -1;
   }
   if (a->file && optind < argc) {
@@ -168,29 +185,8 @@ static void show_error(const char *src, const char *log) {
 
 /* ---- the engine ---- */
 
-static char *json_req(const char *cmd, int id, const char *extra) {
-  char *buf;
-  if (asprintf(&buf, "{\"cmd\":\"%s\"%s%.0d%s}", cmd, id ? ",\"id\":" : "", id, extra ? extra : "") < 0) return NULL;
-  return buf;
-}
-
-static struct ms_query_schema *engine_schema(const char *sock) {
-  char *req = json_req("schema", 0, NULL);
-  json_t *rep = req ? cli_ctl_call(ME, sock, req, strlen(req), 10000, NULL, NULL) : NULL;
-  free(req);
-  if (!rep) return NULL;
-  char *text = json_dumps(json_object_get(rep, "schema"), JSON_COMPACT);
-  char lb[1024] = "";
-  struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
-  struct ms_query_schema *s = text ? ms_query_schema_parse(text, strlen(text), &log) : NULL;
-  if (!s) fprintf(stderr, "megascope query: the engine's schema: %s", lb);
-  free(text);
-  json_decref(rep);
-  return s;
-}
-
 static struct ms_query_schema *file_schema(const char *path) {
-  char *text = read_text(path);
+  char *text = read_text_max(path, 64u << 20);
   if (!text) return NULL;
   char lb[1024] = "";
   struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
@@ -198,80 +194,6 @@ static struct ms_query_schema *file_schema(const char *path) {
   if (!s) fprintf(stderr, "megascope query: %s: %s", path, lb);
   free(text);
   return s;
-}
-
-static int attach(const struct qargs *a, const char *sock, const void *bundle, size_t len) {
-  char *b64 = malloc(ms_base64_encoded_len(len) + 1);
-  if (!b64) return -1;
-  ms_base64_encode(bundle, len, b64);
-  char extra[160];
-  snprintf(extra, sizeof extra, ",\"name\":\"query\",\"max_per_step\":%ld,\"sample\":%ld,\"interpret\":%s,\"object\":\"",
-           a->max_per_step, a->sample, a->interp ? "true" : "false");
-  char *req;
-  int n = asprintf(&req, "{\"cmd\":\"attach\"%s%s\"}", extra, b64);
-  free(b64);
-  if (n < 0) return -1;
-  json_t *rep = cli_ctl_call(ME, sock, req, strlen(req), 30000, NULL, NULL);
-  free(req);
-  if (!rep) return -1;
-  int id = (int)json_integer_value(json_object_get(rep, "id"));
-  json_decref(rep);
-  return id > 0 ? id : -1;
-}
-
-static void detach(const char *sock, int id) {
-  char *req = json_req("detach", id, NULL);
-  json_t *rep = req ? cli_ctl_call(ME, sock, req, strlen(req), 10000, NULL, NULL) : NULL;
-  free(req);
-  json_decref(rep);
-}
-
-/* Readers over the attachment's maps, in the query's map order. */
-static int open_maps(const struct ms_query *q, const char *sock, int id, struct ms_bpf_map_reader **readers) {
-  int fds[MS_CONTROL_MAX_FDS], n_fds = 0;
-  char *req = json_req("maps", id, ",\"fds\":true");
-  json_t *rep = req ? cli_ctl_call(ME, sock, req, strlen(req), 10000, fds, &n_fds) : NULL;
-  free(req);
-  if (!rep) return -1;
-  json_t *names = json_object_get(rep, "fds");
-  int rc = 0;
-  for (size_t i = 0; i < ms_query_map_count(q) && !rc; i++) {
-    const char *want = ms_query_map(q, i)->name;
-    int fd = -1;
-    for (int k = 0; k < n_fds; k++)
-      if (!strcmp(json_string_value(json_array_get(names, (size_t)k)) ?: "", want)) fd = fds[k];
-    char lb[256] = "";
-    struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
-    if (fd < 0 || !(readers[i] = ms_bpf_map_reader_new(fd, 0, &log))) {
-      fprintf(stderr, "megascope query: map %s of attachment %d: %s\n", want, id, fd < 0 ? "not handed over" : lb);
-      rc = -1;
-    }
-  }
-  for (int k = 0; k < n_fds; k++) close(fds[k]); /* the readers keep their mappings */
-  json_decref(rep);
-  return rc;
-}
-
-static int coverage(const char *sock, int id, struct ms_coverage *out) {
-  char *req = json_req("list", 0, NULL);
-  json_t *rep = req ? cli_ctl_call(ME, sock, req, strlen(req), 10000, NULL, NULL) : NULL;
-  free(req);
-  if (!rep) return -1;
-  json_t *arr = json_object_get(rep, "attachments"), *att;
-  size_t i;
-  int found = -1;
-  json_array_foreach(arr, i, att) {
-    if (json_integer_value(json_object_get(att, "id")) != id) continue;
-    json_t *c = json_object_get(att, "coverage");
-#define U(k) (uint64_t) json_integer_value(json_object_get(c, k))
-    *out = (struct ms_coverage){.eligible = U("eligible"), .executed = U("executed"), .throttled = U("throttled"),
-                                .lost = U("lost"), .failed = U("failed"), .generation = (uint32_t)U("generation"),
-                                .first_step = U("first_step"), .last_step = U("last_step")};
-#undef U
-    found = 0;
-  }
-  json_decref(rep);
-  return found;
 }
 
 static void sleep_ns(uint64_t ns) {
@@ -311,45 +233,181 @@ static int write_file(const char *path, const void *buf, size_t len) {
 
 /* ---- the run ---- */
 
-static int watch(const struct qargs *a, const char *sock, const struct ms_query *q, int id, uint64_t t_enter) {
-  size_t nm = ms_query_map_count(q);
-  struct ms_bpf_map_reader **readers = calloc(nm, sizeof *readers);
-  int rc = readers ? open_maps(q, sock, id, readers) : -1;
-  struct ms_query_maps src;
-  ms_query_maps_of_readers(&src, readers);
-  uint64_t t0 = ms_now_ns(), next = a->every_ns ? t0 + a->every_ns : UINT64_MAX;
-  uint64_t end = a->have_for ? t0 + a->for_ns : UINT64_MAX;
-  double first_ms = -1;
+/* One query's attachments: the summary; the capture part once its trigger
+ * fired (bounded, then detached); the same summary at a higher rate while the
+ * SLO is in danger. */
+struct session {
+  const struct qargs *a;
+  const char *sock;
+  struct ms_query *q, *cap;
+  struct live sum, capl, boost;
+  int cap_done;
+  uint32_t cap_records;
+  uint64_t t0;
+  double slo_sum;         /* the last stats' TPOT sum (s) and count */
+  uint64_t slo_count;
+  int slo_seen;
+};
+
+static void print(struct session *s, struct live *l, const char *part, int final) {
   struct ms_coverage cov = {0};
-  while (!rc && !stop_flag) {
+  if (live_coverage(l, ME, s->sock, &cov)) return;
+  struct ms_query_print po = {.sz = sizeof po, .top = (uint32_t)s->a->top, .as_json = s->a->as_json, .final = final,
+                              .id = l->id, .part = part, .elapsed_s = (double)(ms_now_ns() - s->t0) / 1e9};
+  if (!s->a->as_json && strcmp(part, "summary")) printf("--- %s (attachment %d), %.1f s\n", part, l->id, po.elapsed_s);
+  ms_query_write(l->q, &l->src, &cov, &po, stdout);
+}
+
+static void event(struct session *s, const char *what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void event(struct session *s, const char *what, const char *fmt, ...) {
+  char msg[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof msg, fmt, ap);
+  va_end(ap);
+  double t = (double)(ms_now_ns() - s->t0) / 1e9;
+  if (!s->a->as_json) {
+    fprintf(stderr, "megascope query: %.2f s: %s\n", t, msg);
+    return;
+  }
+  struct ms_json j;
+  ms_json_init(&j, stdout, 0);
+  ms_json_obj_begin(&j);
+  ms_json_kstr(&j, "event", what);
+  ms_json_knum(&j, "elapsed_s", t);
+  ms_json_kstr(&j, "what", msg);
+  ms_json_obj_end(&j);
+  ms_json_end(&j);
+  fflush(stdout);
+}
+
+static uint32_t pow2_at_least(uint64_t v) {
+  uint32_t p = 4096;
+  while (p < v && p < (1u << 26)) p <<= 1;
+  return p;
+}
+
+/* The trigger: checked on the summary; when it fires, the capture part is
+ * compiled for the worst entry and attached with a ring-buffer budget of
+ * `capture` records, so the engine itself stops it there. */
+static void check_trigger(struct session *s) {
+  struct ms_query_trigger t;
+  ms_query_get_trigger(s->q, &t);
+  if (!t.has || s->cap || s->cap_done) return;
+  uint64_t value = 0;
+  char top[2][128];
+  if (ms_query_trigger_check(s->q, &s->sum.src, &value, top) != 1) return;
+  char lb[4096] = "";
+  struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+  struct ms_query_opts qo = {.sz = sizeof qo, .max_keys = (uint32_t)s->a->max_keys};
+  char shown[2][128];
+  memcpy(shown, top, sizeof shown);
+  /* the ring holds the whole capture; the budget stops the records there */
+  struct ms_query *probe = ms_query_compile_capture(s->q, top, &qo, &log);
+  uint32_t rec = probe ? ms_query_record_bytes(probe) : 0;
+  ms_query_free(probe);
+  memcpy(top, shown, sizeof shown);
+  if (rec && t.capture) qo.ring_bytes = pow2_at_least((uint64_t)rec * t.capture);
+  log.len = 0;
+  if (!(s->cap = ms_query_compile_capture(s->q, top, &qo, &log))) {
+    fprintf(stderr, "megascope query: the capture part: %s", lb);
+    s->cap_done = 1;
+    return;
+  }
+  s->cap_records = t.capture;
+  struct live_budget b = {.ringbuf_bytes = (uint64_t)rec * t.capture, .interp = s->a->interp};
+  event(s, "trigger", "%s = %llu %s %llu: capture%s%s%s%s (%u records)", t.map, (unsigned long long)value, t.op,
+        (unsigned long long)t.threshold, shown[0][0] ? " for $top=" : "", shown[0], shown[1][0] ? ", $top2=" : "",
+        shown[1], t.capture);
+  if (live_attach(&s->capl, ME, s->sock, s->cap, "query-capture", &b)) {
+    ms_query_free(s->cap);
+    s->cap = NULL;
+    s->cap_done = 1;
+  }
+}
+
+static void finish_capture(struct session *s, int at_end) {
+  if (!s->cap || s->cap_done) return;
+  if (!at_end && !(s->cap_records && live_records(&s->capl) >= s->cap_records)) return;
+  print(s, &s->capl, "capture", 1);
+  live_detach(&s->capl, ME, s->sock);
+  event(s, "capture_done", "capture detached%s", at_end ? " at the end" : " after its records");
+  s->cap_done = 1;
+}
+
+/* The SLO: TPOT over the requests that finished since the last check (from the
+ * engine's stats); above the SLO the same query runs at --slo-sample beside
+ * the summary, and detaches when TPOT is back under it. */
+static void check_slo(struct session *s) {
+  if (!s->a->slo_ns) return;
+  json_t *rep = live_call(ME, s->sock, "{\"cmd\":\"stats\"}");
+  if (!rep) return;
+  json_t *tp = json_object_get(rep, "tpot");
+  double sum = json_number_value(json_object_get(tp, "sum_s"));
+  uint64_t count = (uint64_t)json_integer_value(json_object_get(tp, "count"));
+  json_decref(rep);
+  double window = count > s->slo_count ? (sum - s->slo_sum) / (double)(count - s->slo_count) : -1;
+  int first = !s->slo_seen;
+  s->slo_sum = sum, s->slo_count = count, s->slo_seen = 1;
+  if (first) return; /* the window starts here */
+  int danger = window * 1e9 > (double)s->a->slo_ns;
+  if (danger && !s->boost.id) {
+    struct live_budget b = {.max_per_step = s->a->max_per_step, .sample = s->a->slo_sample, .interp = s->a->interp};
+    if (!live_attach(&s->boost, ME, s->sock, s->q, "query-danger", &b))
+      event(s, "danger", "TPOT %.3f ms over the SLO %.3f ms: sampling 1 in %ld (attachment %d)", window * 1e3,
+            (double)s->a->slo_ns / 1e6, s->a->slo_sample ? s->a->slo_sample : 1, s->boost.id);
+  } else if (!danger && s->boost.id) {
+    print(s, &s->boost, "danger", 1);
+    live_detach(&s->boost, ME, s->sock);
+    if (window >= 0)
+      event(s, "safe", "TPOT %.3f ms under the SLO: back to 1 in %ld", window * 1e3, s->a->sample ? s->a->sample : 1);
+    else
+      event(s, "safe", "no request finished in the window: back to 1 in %ld", s->a->sample ? s->a->sample : 1);
+  }
+}
+
+static int watch(struct session *s, uint64_t t_enter) {
+  const struct qargs *a = s->a;
+  struct ms_query_trigger t;
+  ms_query_get_trigger(s->q, &t);
+  uint64_t check_ns = a->every_ns ? a->every_ns : (t.has || a->slo_ns) ? 500000000ull : 0;
+  s->t0 = ms_now_ns();
+  uint64_t next_print = a->every_ns ? s->t0 + a->every_ns : UINT64_MAX;
+  uint64_t next_check = check_ns ? s->t0 + check_ns : UINT64_MAX;
+  uint64_t end = a->have_for ? s->t0 + a->for_ns : UINT64_MAX;
+  double first_ms = -1;
+  struct ms_coverage cov;
+  check_slo(s); /* the baseline of the TPOT window */
+  while (!stop_flag) {
     uint64_t now = ms_now_ns();
-    if (first_ms < 0 && !coverage(sock, id, &cov) && cov.executed > 0) first_ms = (double)(ms_now_ns() - t_enter) / 1e6;
+    if (first_ms < 0 && !live_coverage(&s->sum, ME, s->sock, &cov) && cov.executed > 0)
+      first_ms = (double)(ms_now_ns() - t_enter) / 1e6;
     if (now >= end) break;
-    if (now >= next) {
-      if (coverage(sock, id, &cov)) {
-        rc = -1;
-        break;
-      }
-      struct ms_query_print po = {.sz = sizeof po, .top = (uint32_t)a->top, .as_json = a->as_json, .id = id,
-                                  .elapsed_s = (double)(now - t0) / 1e9};
-      if (!a->as_json) printf("--- %.1f s\n", po.elapsed_s);
-      ms_query_write(q, &src, &cov, &po, stdout);
-      next += a->every_ns;
+    if (now >= next_check) {
+      check_trigger(s);
+      check_slo(s);
+      next_check += check_ns;
     }
-    uint64_t wake = next < end ? next : end, nap = first_ms < 0 ? 1000000ull : 50000000ull;
+    finish_capture(s, 0);
+    if (now >= next_print) {
+      if (!a->as_json) printf("--- %.1f s\n", (double)(now - s->t0) / 1e9);
+      print(s, &s->sum, "summary", 0);
+      next_print += a->every_ns;
+    }
+    uint64_t wake = next_print < end ? next_print : end, nap = first_ms < 0 ? 1000000ull : 20000000ull;
+    if (next_check < wake) wake = next_check;
     if (wake > now && wake - now < nap) nap = wake - now;
     sleep_ns(nap);
   }
-  if (!rc && !coverage(sock, id, &cov)) {
-    struct ms_query_print po = {.sz = sizeof po, .top = (uint32_t)a->top, .as_json = a->as_json, .final = 1,
-                                .id = id, .elapsed_s = (double)(ms_now_ns() - t0) / 1e9};
-    if (!a->as_json && a->every_ns) printf("--- end, %.1f s\n", po.elapsed_s);
-    ms_query_write(q, &src, &cov, &po, stdout);
-    if (first_ms >= 0) fprintf(stderr, "megascope query: first event %.2f ms after the start\n", first_ms);
+  if (!a->as_json && a->every_ns) printf("--- end, %.1f s\n", (double)(ms_now_ns() - s->t0) / 1e9);
+  print(s, &s->sum, "summary", 1);
+  finish_capture(s, 1);
+  if (s->boost.id) {
+    print(s, &s->boost, "danger", 1);
+    live_detach(&s->boost, ME, s->sock);
   }
-  for (size_t i = 0; readers && i < nm; i++) ms_bpf_map_reader_free(readers[i]);
-  free(readers);
-  return rc;
+  if (first_ms >= 0) fprintf(stderr, "megascope query: first event %.2f ms after the start\n", first_ms);
+  return 0;
 }
 
 int cmd_query(int argc, char **argv) {
@@ -360,45 +418,49 @@ int cmd_query(int argc, char **argv) {
     free(a.src);
     return 2;
   }
-  int rc = 1, id = -1;
+  int rc = 1;
   char sock[512] = "";
-  struct ms_query_schema *s = NULL;
-  struct ms_query *q = NULL;
+  struct ms_query_schema *sc = NULL;
+  struct session s = {.a = &a, .sock = sock};
   void *bundle = NULL;
   size_t blen = 0;
   int offline = a.dump || a.emit;
   if (!a.schema || !offline) {
     if (cli_ctl_socket(ME, a.socket, sock, sizeof sock)) goto out;
   }
-  if (!(s = a.schema ? file_schema(a.schema) : engine_schema(sock))) goto out;
+  if (!(sc = a.schema ? file_schema(a.schema) : live_schema(ME, sock))) goto out;
   char lb[4096] = "";
   struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
   struct ms_query_opts qo = {.sz = sizeof qo, .max_keys = (uint32_t)a.max_keys};
-  if (!(q = ms_query_compile(a.src, s, &qo, &log))) {
+  if (!(s.q = ms_query_compile(a.src, sc, &qo, &log))) {
     show_error(a.src, lb);
     rc = 2;
     goto out;
   }
-  if (ms_query_bundle(q, &bundle, &blen)) goto out;
-  if (a.dump) dump(q);
+  if (ms_query_bundle(s.q, &bundle, &blen)) goto out;
+  if (a.dump) dump(s.q);
   if (a.emit && write_file(a.emit, bundle, blen)) goto out;
   if (offline) {
     rc = 0;
     goto out;
   }
-  if ((id = attach(&a, sock, bundle, blen)) < 0) goto out;
+  struct live_budget b = {.max_per_step = a.max_per_step, .sample = a.sample, .interp = a.interp};
+  if (live_attach(&s.sum, ME, sock, s.q, "query", &b)) goto out;
   if (!a.as_json)
-    fprintf(stderr, "megascope query: attached as %d (%zu programs); %s\n", id, ms_query_prog_count(q),
+    fprintf(stderr, "megascope query: attached as %d (%zu programs); %s\n", s.sum.id, ms_query_prog_count(s.q),
             a.have_for ? "printing at the end" : "Ctrl-C to stop");
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
-  rc = watch(&a, sock, q, id, t_enter) ? 1 : 0;
-  detach(sock, id);
+  rc = watch(&s, t_enter) ? 1 : 0;
+  live_detach(&s.sum, ME, sock);
 out:
+  live_detach(&s.capl, ME, sock);
+  live_detach(&s.boost, ME, sock);
   free(bundle);
-  ms_query_free(q);
-  ms_query_schema_free(s);
+  ms_query_free(s.cap);
+  ms_query_free(s.q);
+  ms_query_schema_free(sc);
   free(a.src);
   return rc;
 }

@@ -49,6 +49,7 @@ struct ms_query_schema *ms_query_schema_of_plan(const struct ms_plan *p, struct 
 struct ms_query_opts {
   size_t sz;            /* sizeof(struct ms_query_opts) */
   uint32_t max_keys;    /* keys per map; 0: by aggregation (4096, histograms 1024, quantiles 256) */
+  uint32_t ring_bytes;  /* record() ring buffers: bytes (a power of two >= 4096); 0: 256 KiB */
 };
 
 struct ms_query;
@@ -68,6 +69,36 @@ const struct ms_bpf_insn *ms_query_prog(const struct ms_query *q, size_t i, size
 size_t ms_query_map_count(const struct ms_query *q);
 const struct ms_bpf_map_def *ms_query_map(const struct ms_query *q, size_t i);
 
+/* ---- escalation ------------------------------------------------------------- */
+
+/* A query's trigger, `when @map > 2ms capture 200: <capture part>`: when the
+ * largest entry of @map crosses the threshold, the capture part is compiled
+ * with $top (and $top2) bound to that entry's keys and attached beside the
+ * summary, to write at most `capture` records. */
+struct ms_query_trigger {
+  int has;
+  char map[48];
+  const char *op;       /* ">", ">=", "<", "<=", "==", "!=" */
+  uint64_t threshold;
+  uint32_t capture;     /* 0: no bound but the query's end */
+  const char *capture_src;
+};
+void ms_query_get_trigger(const struct ms_query *q, struct ms_query_trigger *out);
+
+struct ms_query_maps;
+/* Checks the trigger against the maps read now: 1 when it fires (the worst
+ * entry's value in *value, its keys as the capture part reads them in top[0],
+ * top[1]: a quoted name or a number), 0 when not, < 0 on a read error. */
+int ms_query_trigger_check(const struct ms_query *q, const struct ms_query_maps *maps, uint64_t *value,
+                           char top[2][128]);
+/* Bytes one record() record takes in a ring buffer, its header included
+ * (the largest, when there are several); 0 without record(). */
+uint32_t ms_query_record_bytes(const struct ms_query *q);
+/* The capture part compiled with $top bound (NULL + errno, columns in log
+ * counted in the whole query's text). */
+struct ms_query *ms_query_compile_capture(const struct ms_query *q, char top[2][128], const struct ms_query_opts *o,
+                                          struct ms_textbuf *log);
+
 /* ---- reading ---------------------------------------------------------------- */
 
 /* How the writer reads map i of the query (in ms_query_map order): its entries
@@ -76,6 +107,8 @@ const struct ms_bpf_map_def *ms_query_map(const struct ms_query *q, size_t i);
 struct ms_query_maps {
   int (*foreach)(void *user, size_t map, ms_bpf_map_entry_fn fn, void *fn_user);
   uint32_t (*n_workers)(void *user, size_t map);
+  /* a ring buffer's records, oldest first (readers leave them in place) */
+  int (*ring)(void *user, size_t map, ms_bpf_ringbuf_fn fn, void *fn_user);
   void *user;
 };
 
@@ -87,6 +120,7 @@ struct ms_query_print {
   int final;            /* the last read-out (JSON "final") */
   double elapsed_s;     /* since the attach, printed with the results */
   int id;               /* the attachment, printed */
+  const char *part;     /* "summary", "capture", "danger": which attachment of a query; NULL: none */
 };
 
 /* Writes the query's maps, decoded, with the coverage cov. */

@@ -16,8 +16,11 @@
  * counted in a drop counter that the read-out prints: nothing is lost without
  * being counted.
  *
+ * record() writes its values (u64 each) as one ring-buffer record; a full
+ * ring drops the record, and the engine counts it in the coverage's `lost`.
+ *
  * Stack: keys at fp-32..fp-1 (8 bytes each), the value at fp-40, a zero u64
- * (the array key 0) at fp-48. */
+ * (the array key 0) at fp-48, record() values from fp-144 up. */
 #include <errno.h>
 #include <fnmatch.h>
 #include <stdarg.h>
@@ -30,6 +33,7 @@
 #define FP_KEYS (-32)
 #define FP_VAL (-40)
 #define FP_ZERO (-48)
+#define FP_REC (-48 - 8 * Q_MAX_FIELDS) /* record() values, upward */
 #define R_CTX 6
 #define N_POOL 9
 static const int pool[N_POOL] = {0, 1, 2, 3, 4, 5, 7, 8, 9};
@@ -637,9 +641,25 @@ static const char *st_key_text(const struct q_stmt *st, int k, struct gen *g) {
   return n->kind == Q_FIELD ? ms_query_field_name(n->field) : n->text ? n->text : "an expression";
 }
 
+static int gen_record(struct gen *g, const struct q_stmt *st) {
+  for (int k = 0; k < st->n_fields; k++) {
+    if (gen_expr(g, st->fields[k], 0) < 0) return g->err;
+    stx(g, 10, (int16_t)(FP_REC + 8 * k), 0);
+  }
+  if (g->q->maps[st->map].hook < 0) g->q->maps[st->map].hook = g->as_written;
+  ld_map(g, 1, st->map);
+  mov_reg(g, 2, 10);
+  alu_imm(g, MS_BPF_ADD, 2, FP_REC);
+  mov_imm(g, 3, 8 * st->n_fields);
+  mov_imm(g, 4, 0);
+  call(g, MS_BPF_FN_RINGBUF_OUTPUT);
+  return g->err;
+}
+
 static int gen_stmt(struct gen *g, const struct q_stmt *st) {
   struct ms_query *q = g->q;
   struct q_map *m = &q->maps[st->map];
+  if (m->agg == Q_AGG_RECORD) return gen_record(g, st);
   int next = label(g), drop = label(g);
   for (int k = 0; k < st->n_keys; k++) {
     int f = gen_expr(g, st->keys[k], 0);
@@ -689,13 +709,19 @@ static int reads_field(const struct q_node *n, int f) {
   return n && ((n->kind == Q_FIELD && n->field == f) || reads_field(n->a, f) || reads_field(n->b, f));
 }
 
+static int stmt_reads(const struct q_stmt *st, int f) {
+  if (reads_field(st->arg, f)) return 1;
+  for (int k = 0; k < st->n_keys; k++)
+    if (reads_field(st->keys[k], f)) return 1;
+  for (int k = 0; k < st->n_fields; k++)
+    if (reads_field(st->fields[k], f)) return 1;
+  return 0;
+}
+
 static int probe_reads(const struct q_probe *pr, int f) {
   if (reads_field(pr->pred, f)) return 1;
-  for (int i = 0; i < pr->n_stmts; i++) {
-    if (reads_field(pr->stmts[i].arg, f)) return 1;
-    for (int k = 0; k < pr->stmts[i].n_keys; k++)
-      if (reads_field(pr->stmts[i].keys[k], f)) return 1;
-  }
+  for (int i = 0; i < pr->n_stmts; i++)
+    if (stmt_reads(&pr->stmts[i], f)) return 1;
   return 0;
 }
 
@@ -741,6 +767,7 @@ static void map_sizes(struct q_map *m, uint32_t max_keys) {
   case Q_AGG_MIN: case Q_AGG_MAX: case Q_AGG_AVG: m->value_size = 16; break;
   case Q_AGG_HIST: m->value_size = 8 * Q_HIST_BUCKETS; break;
   case Q_AGG_LHIST: m->value_size = (uint32_t)(8 * ((m->hi - m->lo + m->step - 1) / m->step + 2)); break;
+  case Q_AGG_RECORD: m->value_size = (uint32_t)(8 * m->n_fields); break;
   default: m->value_size = 8 * Q_SKETCH_BUCKETS; break;
   }
   uint32_t def = m->agg == Q_AGG_QUANTILE ? 256 : m->value_size > 16 ? 1024 : 4096;
@@ -754,6 +781,12 @@ static void map_defs(struct ms_query *q, uint32_t max_keys) {
     map_sizes(m, max_keys);
     struct ms_bpf_map_def *d = &q->defs[i];
     snprintf(d->name, sizeof d->name, "q.%s", m->name[1] ? m->name + 1 : "_");
+    if (m->agg == Q_AGG_RECORD) {
+      d->type = MS_BPF_MAP_RINGBUF;
+      d->key_size = d->value_size = 0;
+      d->max_entries = m->max_entries = q->ring_bytes ? q->ring_bytes : 256u << 10;
+      continue;
+    }
     d->type = m->n_keys ? MS_BPF_MAP_PERCPU_HASH : MS_BPF_MAP_PERCPU_ARRAY;
     d->key_size = m->n_keys ? (uint32_t)(8 * m->n_keys) : 4;
     d->value_size = m->value_size;

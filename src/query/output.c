@@ -265,7 +265,8 @@ static void text_coverage(const struct ms_coverage *c, uint64_t dropped, const s
 
 /* ---- JSON ---- */
 
-static const char *const agg_json[Q_AGG_COUNT_KINDS] = {"count", "sum", "min", "max", "avg", "hist", "lhist", "quantile"};
+static const char *const agg_json[Q_AGG_COUNT_KINDS] = {"count", "sum", "min", "max", "avg",
+                                                         "hist", "lhist", "quantile", "record"};
 
 static void json_entry(const struct ms_query *q, const struct q_map *m, const struct entry *e, struct ms_json *j) {
   ms_json_obj_begin(j);
@@ -344,6 +345,91 @@ static void json_coverage(const struct ms_coverage *c, struct ms_json *j) {
   ms_json_obj_end(j);
 }
 
+/* ---- records ---- */
+
+struct records {
+  const struct q_map *m;
+  uint64_t *rows; /* n_fields words each */
+  size_t n, cap, bytes;
+  int err;
+};
+
+static int take_record(void *user, const void *data, uint32_t size) {
+  struct records *r = user;
+  size_t words = (size_t)r->m->n_fields;
+  r->bytes += size + MS_BPF_RINGBUF_HDR_SIZE;
+  if (size != 8 * words) return 0; /* not this query's record */
+  if (r->n == r->cap) {
+    size_t cap = r->cap ? 2 * r->cap : 256;
+    uint64_t *v = realloc(r->rows, cap * words * 8);
+    if (!v) return r->err = -ENOMEM;
+    r->rows = v;
+    r->cap = cap;
+  }
+  memcpy(r->rows + r->n * words, data, size);
+  r->n++;
+  return 0;
+}
+
+static void record_cell(const struct ms_query *q, const struct q_map *m, const uint64_t *row, int k, char *out,
+                        size_t size) {
+  (void)q;
+  (void)m;
+  snprintf(out, size, "%llu", (unsigned long long)row[k]);
+}
+
+static void text_records(const struct ms_query *q, const struct q_map *m, const struct records *r, size_t shown,
+                         FILE *f) {
+  fprintf(f, "%s: %zu records, %zu bytes\n", m->name, r->n, r->bytes);
+  if (!r->n) return;
+  for (int k = 0; k < m->n_fields; k++) fprintf(f, "%s%16s", k ? " " : "  ", m->field_text[k]);
+  fputc('\n', f);
+  for (size_t i = 0; i < shown; i++) {
+    for (int k = 0; k < m->n_fields; k++) {
+      char cell[32];
+      record_cell(q, m, r->rows + i * (size_t)m->n_fields, k, cell, sizeof cell);
+      fprintf(f, "%s%16s", k ? " " : "  ", cell);
+    }
+    fputc('\n', f);
+  }
+  if (shown < r->n) fprintf(f, "  ... %zu more records\n", r->n - shown);
+}
+
+static void json_records(const struct q_map *m, const struct records *r, size_t shown, struct ms_json *j) {
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "name", m->name);
+  ms_json_kstr(j, "agg", "record");
+  ms_json_key(j, "fields");
+  ms_json_arr_begin(j);
+  for (int k = 0; k < m->n_fields; k++) ms_json_str(j, m->field_text[k]);
+  ms_json_arr_end(j);
+  ms_json_kuint(j, "total_records", r->n);
+  ms_json_kuint(j, "bytes", r->bytes);
+  ms_json_key(j, "records");
+  ms_json_arr_begin(j);
+  for (size_t i = 0; i < shown; i++) {
+    ms_json_arr_begin(j);
+    for (int k = 0; k < m->n_fields; k++) ms_json_uint(j, r->rows[i * (size_t)m->n_fields + (size_t)k]);
+    ms_json_arr_end(j);
+  }
+  ms_json_arr_end(j);
+  ms_json_obj_end(j);
+}
+
+static int write_records(const struct ms_query *q, const struct ms_query_maps *maps, int i, uint32_t top, FILE *f,
+                         struct ms_json *j) {
+  struct records r = {.m = &q->maps[i]};
+  int rc = maps->ring ? maps->ring(maps->user, (size_t)i, take_record, &r) : -ENOTSUP;
+  if (r.err) rc = r.err;
+  if (rc >= 0) {
+    size_t shown = top && top < r.n ? top : r.n;
+    if (j) json_records(r.m, &r, shown, j);
+    else text_records(q, r.m, &r, shown, f);
+  }
+  free(r.rows);
+  return rc < 0 ? rc : 0;
+}
+
 /* ---- the read-out ---- */
 
 static int read_map(const struct ms_query *q, const struct ms_query_maps *src, int i, struct collect *c) {
@@ -410,6 +496,7 @@ static int write_any(const struct ms_query *q, const struct ms_query_maps *maps,
   if (j) {
     ms_json_obj_begin(j);
     ms_json_kstr(j, "query", q->src);
+    if (po.part) ms_json_kstr(j, "part", po.part);
     if (po.id) ms_json_kint(j, "id", po.id);
     ms_json_kbool(j, "final", po.final);
     ms_json_knum(j, "elapsed_s", po.elapsed_s);
@@ -421,6 +508,10 @@ static int write_any(const struct ms_query *q, const struct ms_query_maps *maps,
   int rc = 0;
   for (int i = 0; i < q->n_maps && !rc; i++) {
     struct collect c;
+    if (q->maps[i].agg == Q_AGG_RECORD) {
+      rc = write_records(q, maps, i, po.top ? po.top : j ? 0 : 20, f, j);
+      continue;
+    }
     if ((rc = read_map(q, maps, i, &c))) break;
     const struct q_map *m = &q->maps[i];
     size_t shown = po.top && po.top < c.n ? po.top : c.n;
@@ -462,6 +553,52 @@ int ms_query_write_json(const struct ms_query *q, const struct ms_query_maps *ma
   return write_any(q, maps, cov, po, NULL, j);
 }
 
+/* ---- the trigger ---- */
+
+static double trigger_value(const struct q_map *m, const struct entry *e) {
+  if (m->agg == Q_AGG_QUANTILE) return quantile_of(e->v, m->q[0]);
+  if (m->agg == Q_AGG_HIST || m->agg == Q_AGG_LHIST) return total(m, e->v);
+  return e->sort;
+}
+
+int ms_query_trigger_check(const struct ms_query *q, const struct ms_query_maps *maps, uint64_t *value,
+                           char top[2][128]) {
+  const struct q_trigger *t = &q->trigger;
+  int mi = -1;
+  for (int i = 0; i < q->n_maps; i++)
+    if (!strcmp(q->maps[i].name, t->map)) mi = i;
+  if (!t->has || mi < 0) return 0;
+  struct collect c;
+  int rc = read_map(q, maps, mi, &c);
+  if (rc) return rc;
+  const struct q_map *m = &q->maps[mi];
+  int fired = 0;
+  size_t worst = 0;
+  double best = 0;
+  /* the entry furthest past the threshold: the largest for > and >=, the smallest for < and <= */
+  for (size_t i = 0; i < c.n; i++) {
+    double v = trigger_value(m, &c.e[i]), th = (double)t->threshold;
+    int hit = t->op == Q_OP_GT ? v > th : t->op == Q_OP_GE ? v >= th : t->op == Q_OP_LT ? v < th
+            : t->op == Q_OP_LE ? v <= th : t->op == Q_OP_EQ ? v == th : v != th;
+    int further = !fired || (t->op == Q_OP_LT || t->op == Q_OP_LE ? v < best : v > best);
+    if (hit && further) fired = 1, worst = i, best = v;
+  }
+  if (fired) {
+    *value = best < 0 ? 0 : (uint64_t)best;
+    for (int k = 0; k < 2; k++) {
+      top[k][0] = 0;
+      if (k >= m->n_keys) continue;
+      char name[120];
+      key_name(q, m, k, c.e[worst].key[k], name, sizeof name);
+      int text = m->key_kind[k] == Q_KEY_CLASS || m->key_kind[k] == Q_KEY_EVCLASS || m->key_kind[k] == Q_KEY_OP;
+      if (text) snprintf(top[k], 128, "\"%s\"", name);
+      else snprintf(top[k], 128, "%llu", (unsigned long long)c.e[worst].key[k]);
+    }
+  }
+  collect_free(&c);
+  return fired;
+}
+
 /* ---- map sources ---- */
 
 static int engine_foreach(void *user, size_t i, ms_bpf_map_entry_fn fn, void *fn_user) {
@@ -475,12 +612,44 @@ static uint32_t reader_workers(void *user, size_t i) {
   return ms_bpf_map_reader_header(((struct ms_bpf_map_reader **)user)[i])->n_workers;
 }
 
+/* In process the records are consumed (a read-out is the last one). */
+static int engine_ring(void *user, size_t i, ms_bpf_ringbuf_fn fn, void *fn_user) {
+  return ms_bpf_ringbuf_consume(((struct ms_bpf_map **)user)[i], fn, fn_user);
+}
+
+/* Through a read-only mapping the records stay where they are: walked from the
+ * consumer position, which nobody advances, to the producer's. A capture's ring
+ * is never consumed, so it fills once and then drops (counted as lost): that is
+ * its bound, and no record wraps the end of the data. */
+static int reader_ring(void *user, size_t i, ms_bpf_ringbuf_fn fn, void *fn_user) {
+  const struct ms_bpf_map_shm *h = ms_bpf_map_reader_header(((struct ms_bpf_map_reader **)user)[i]);
+  const uint8_t *base = (const uint8_t *)h, *data = base + h->ring_data_off;
+  uint64_t cons = __atomic_load_n((const uint64_t *)(base + h->ring_cons_off), __ATOMIC_ACQUIRE);
+  uint64_t prod = __atomic_load_n((const uint64_t *)(base + h->ring_prod_off), __ATOMIC_ACQUIRE);
+  uint64_t mask = h->ring_size - 1;
+  int n = 0;
+  for (uint64_t pos = cons; pos < prod;) {
+    uint32_t len = __atomic_load_n((const uint32_t *)(data + (pos & mask)), __ATOMIC_ACQUIRE);
+    if (len & MS_BPF_RINGBUF_BUSY_BIT) break;
+    uint32_t size = len & ~(MS_BPF_RINGBUF_BUSY_BIT | MS_BPF_RINGBUF_DISCARD_BIT);
+    uint64_t start = (pos + MS_BPF_RINGBUF_HDR_SIZE) & mask;
+    if (start + size > h->ring_size) break; /* would wrap: not a capture's ring */
+    if (!(len & MS_BPF_RINGBUF_DISCARD_BIT)) {
+      int rc = fn(fn_user, data + start, size);
+      if (rc < 0) return rc;
+      n++;
+    }
+    pos += (MS_BPF_RINGBUF_HDR_SIZE + size + 7) & ~7ull;
+  }
+  return n;
+}
+
 int ms_query_maps_of_engine(struct ms_query_maps *out, struct ms_bpf_map **maps) {
-  *out = (struct ms_query_maps){engine_foreach, engine_workers, maps};
+  *out = (struct ms_query_maps){engine_foreach, engine_workers, engine_ring, maps};
   return 0;
 }
 
 int ms_query_maps_of_readers(struct ms_query_maps *out, struct ms_bpf_map_reader **readers) {
-  *out = (struct ms_query_maps){reader_foreach, reader_workers, readers};
+  *out = (struct ms_query_maps){reader_foreach, reader_workers, reader_ring, readers};
   return 0;
 }

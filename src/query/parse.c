@@ -137,6 +137,25 @@ static int lex_string(struct parser *p, int col) {
   return 0;
 }
 
+/* $top, $top2: the worst entry's keys, bound while a capture part compiles. */
+static int lex_bind(struct parser *p, int col) {
+  size_t start = ++p->pos;
+  while (isalnum((unsigned char)p->s[p->pos])) p->pos++;
+  size_t n = p->pos - start;
+  int which = n == 3 && !strncmp(p->s + start, "top", 3) ? 0 : n == 4 && !strncmp(p->s + start, "top2", 4) ? 1 : -1;
+  if (which < 0) return fail(p, col, "unknown variable '$%.*s' (a capture part knows $top and $top2)", (int)n, p->s + start);
+  const char *v = p->q->binds[which];
+  if (!v) return fail(p, col, "$%s is bound only in a capture part (after 'when ...:')", which ? "top2" : "top");
+  if (p->q->bind_is_num[which]) {
+    p->t.kind = T_NUM;
+    p->t.u = strtoull(v, NULL, 10);
+  } else {
+    p->t.kind = T_STR;
+    snprintf(p->t.text, sizeof p->t.text, "%s", v);
+  }
+  return 0;
+}
+
 static int next(struct parser *p) {
   const char *s = p->s;
   for (;;) {
@@ -152,6 +171,7 @@ static int next(struct parser *p) {
   char c = s[p->pos];
   if (!c) return p->t.kind = T_END, 0;
   if (isdigit((unsigned char)c)) return lex_number(p, col);
+  if (c == '$') return lex_bind(p, col);
   if (c == '"') return lex_string(p, col);
   if (isalpha((unsigned char)c) || c == '_' || c == '@') {
     size_t n = 0, start = p->pos + (c == '@');
@@ -176,7 +196,7 @@ static int next(struct parser *p) {
       p->pos += 2;
       return p->t.kind = T_PUNCT, 0;
     }
-  if (strchr("/{}[](),;=<>!+-*%&|^~", c)) {
+  if (strchr("/{}[](),;=<>!+-*%&|^~:", c)) {
     p->t.text[0] = c;
     p->pos++;
     return p->t.kind = T_PUNCT, 0;
@@ -347,7 +367,8 @@ static void source_text(struct parser *p, int from, size_t to, char *out, size_t
 
 /* ---- statements ---- */
 
-static const char *const agg_names[Q_AGG_COUNT_KINDS] = {"count", "sum", "min", "max", "avg", "hist", "lhist", "quantile"};
+static const char *const agg_names[Q_AGG_COUNT_KINDS] = {"count", "sum", "min", "max", "avg",
+                                                          "hist", "lhist", "quantile", "record"};
 
 static int find_or_add_map(struct parser *p, const char *name, enum q_agg agg, int n_keys, int col) {
   struct ms_query *q = p->q;
@@ -383,8 +404,30 @@ static int const_arg(struct parser *p, int64_t *out, const char *what) {
   return next(p);
 }
 
+/* record(v, ...): up to Q_MAX_FIELDS values, each named by its text. */
+static int record_args(struct parser *p, struct q_stmt *st, struct q_map *m, int col) {
+  if (st->n_keys) return fail(p, st->col, "record() takes no keys: put them among its values");
+  for (;;) {
+    if (st->n_fields == Q_MAX_FIELDS) return fail(p, p->t.col, "at most %d values in one record()", Q_MAX_FIELDS);
+    int from = p->t.col;
+    struct q_node *v = expr(p);
+    if (!v) return p->err ? p->err : fail(p, from, "expected a value to record");
+    char text[48];
+    source_text(p, from, (size_t)p->t.col - 1, text, sizeof text);
+    if (m->n_fields == 0 || st->n_fields >= m->n_fields) memcpy(m->field_text[st->n_fields], text, sizeof text);
+    st->fields[st->n_fields++] = v;
+    if (!is(p, ",")) break;
+    next(p);
+  }
+  if (m->n_fields && m->n_fields != st->n_fields)
+    return fail(p, col, "%s records %d values (column %d), here %d", m->name, m->n_fields, m->col, st->n_fields);
+  m->n_fields = st->n_fields;
+  return expect(p, ")", "to close record()");
+}
+
 static int agg_args(struct parser *p, struct q_stmt *st, enum q_agg agg, struct q_map *m, int col) {
   if (agg == Q_AGG_COUNT) return expect(p, ")", "count() takes no argument");
+  if (agg == Q_AGG_RECORD) return record_args(p, st, m, col);
   int from = p->t.col;
   if (!(st->arg = expr(p))) return p->err ? p->err : fail(p, from, "expected an expression");
   source_text(p, from, (size_t)p->t.col - 1, m->arg_text, sizeof m->arg_text);
@@ -446,7 +489,7 @@ static int statement(struct parser *p, struct q_probe *pr) {
   for (int i = 0; p->t.kind == T_IDENT && i < Q_AGG_COUNT_KINDS; i++)
     if (!strcmp(p->t.text, agg_names[i])) agg = i;
   if (agg < 0)
-    return fail(p, fcol, "'%s' is not an aggregation (count, sum, min, max, avg, hist, lhist, quantile)",
+    return fail(p, fcol, "'%s' is not an aggregation (count, sum, min, max, avg, hist, lhist, quantile, record)",
                 p->t.kind == T_END ? "the end" : p->t.text);
   next(p);
   if (expect(p, "(", "after the aggregation's name")) return p->err;
@@ -500,10 +543,56 @@ static int probe(struct parser *p) {
   return next(p);
 }
 
+/* when @map OP value [capture N]: -- the rest of the text is the capture part,
+ * compiled only when the trigger fires (ms_query_compile_capture). */
+static int trigger(struct parser *p) {
+  struct ms_query *q = p->q;
+  struct q_trigger *t = &q->trigger;
+  t->col = p->t.col;
+  if (q->src_offset) return fail(p, p->t.col, "a capture part cannot hold another 'when'");
+  if (!q->n_probes) return fail(p, p->t.col, "'when' follows the probes whose map it watches");
+  next(p);
+  if (p->t.kind != T_MAP) return fail(p, p->t.col, "expected the map to watch ('when @p99 > 2ms capture 100: ...')");
+  t->map[0] = '@';
+  memcpy(t->map + 1, p->t.text, strnlen(p->t.text, 46) + 1); /* the lexer keeps names below 48 */
+  t->map[47] = 0;
+  int found = 0;
+  for (int i = 0; i < q->n_maps; i++) found |= !strcmp(q->maps[i].name, t->map) && q->maps[i].agg != Q_AGG_RECORD;
+  if (!found) return fail(p, p->t.col, "'when' watches %s, which no probe before it aggregates", t->map);
+  next(p);
+  static const char *const ops[] = {">", ">=", "<", "<=", "==", "!="};
+  static const int codes[] = {Q_OP_GT, Q_OP_GE, Q_OP_LT, Q_OP_LE, Q_OP_EQ, Q_OP_NE};
+  t->op = 0;
+  for (int i = 0; i < 6; i++)
+    if (is(p, ops[i])) t->op = codes[i];
+  if (!t->op) return fail(p, p->t.col, "expected a comparison after %s (>, >=, <, <=, ==, !=)", t->map);
+  next(p);
+  if (p->t.kind != T_NUM) return fail(p, p->t.col, "expected the threshold, a number (2ms, 100)");
+  t->threshold = p->t.u;
+  next(p);
+  if (p->t.kind == T_IDENT && !strcmp(p->t.text, "capture")) {
+    next(p);
+    if (p->t.kind != T_NUM || p->t.u == 0 || p->t.u > 1000000)
+      return fail(p, p->t.col, "capture takes how many records, 1 to 1000000");
+    t->capture = (uint32_t)p->t.u;
+    next(p);
+  }
+  if (!is(p, ":")) return fail(p, p->t.col, "expected ':' and the capture part's probes");
+  t->capture_at = p->pos;
+  t->has = 1;
+  return 0;
+}
+
 int ms_query_parse(struct ms_query *q, struct ms_textbuf *log) {
-  struct parser p = {.q = q, .s = q->src, .log = log};
+  struct parser p = {.q = q, .s = q->src, .pos = q->src_offset, .log = log};
   if (next(&p)) return p.err;
-  if (p.t.kind == T_END) return fail(&p, 1, "an empty query");
-  while (p.t.kind != T_END && !p.err) probe(&p);
+  if (p.t.kind == T_END) return fail(&p, p.t.col, q->src_offset ? "an empty capture part" : "an empty query");
+  while (p.t.kind != T_END && !p.err) {
+    if (p.t.kind == T_IDENT && !strcmp(p.t.text, "when")) {
+      if (!trigger(&p)) break; /* the rest is the capture part */
+    } else {
+      probe(&p);
+    }
+  }
   return p.err;
 }

@@ -162,6 +162,8 @@ void ms_query_free(struct ms_query *q) {
   free(q);
 }
 
+static int check_capture(struct ms_query *q, struct ms_textbuf *log);
+
 struct ms_query *ms_query_compile(const char *src, const struct ms_query_schema *s, const struct ms_query_opts *o,
                                   struct ms_textbuf *log) {
   struct ms_query_opts opts = {0};
@@ -171,7 +173,15 @@ struct ms_query *ms_query_compile(const char *src, const struct ms_query_schema 
   if (!q || !(q->src = strdup(src ? src : ""))) goto out;
   q->schema = s;
   q->max_keys = opts.max_keys;
+  q->ring_bytes = opts.ring_bytes;
+  rc = -EINVAL;
+  if (q->ring_bytes && (q->ring_bytes < 4096 || (q->ring_bytes & (q->ring_bytes - 1)))) {
+    ms_textbuf_printf(log, "column 1: a ring buffer's bytes must be a power of two of at least 4096, not %u\n",
+                      q->ring_bytes);
+    goto out;
+  }
   if ((rc = ms_query_parse(q, log)) || (rc = ms_query_codegen(q, log))) goto out;
+  if (q->trigger.has && (rc = check_capture(q, log))) goto out;
   rc = -ENOMEM;
   if (!(q->names = ms_query_schema_copy(s))) goto out;
   q->schema = NULL;
@@ -186,6 +196,91 @@ out:
 }
 
 const char *ms_query_source(const struct ms_query *q) { return q->src; }
+
+/* ---- escalation ---- */
+
+uint32_t ms_query_record_bytes(const struct ms_query *q) {
+  uint32_t most = 0;
+  for (int i = 0; i < q->n_maps; i++)
+    if (q->maps[i].agg == Q_AGG_RECORD && 8u * (uint32_t)q->maps[i].n_fields + MS_BPF_RINGBUF_HDR_SIZE > most)
+      most = 8u * (uint32_t)q->maps[i].n_fields + MS_BPF_RINGBUF_HDR_SIZE;
+  return most;
+}
+
+void ms_query_get_trigger(const struct ms_query *q, struct ms_query_trigger *out) {
+  static const char *const ops[] = {[Q_OP_GT] = ">", [Q_OP_GE] = ">=", [Q_OP_LT] = "<",
+                                    [Q_OP_LE] = "<=", [Q_OP_EQ] = "==", [Q_OP_NE] = "!="};
+  const struct q_trigger *t = &q->trigger;
+  memset(out, 0, sizeof *out);
+  if (!t->has) return;
+  out->has = 1;
+  snprintf(out->map, sizeof out->map, "%s", t->map);
+  out->op = ops[t->op];
+  out->threshold = t->threshold;
+  out->capture = t->capture;
+  out->capture_src = q->src + t->capture_at;
+}
+
+struct ms_query *ms_query_compile_capture(const struct ms_query *q, char top[2][128], const struct ms_query_opts *o,
+                                          struct ms_textbuf *log) {
+  if (!q->trigger.has) {
+    errno = EINVAL;
+    return NULL;
+  }
+  struct ms_query_opts opts = {0};
+  if (o) memcpy(&opts, o, o->sz < sizeof opts ? o->sz : sizeof opts);
+  struct ms_query *c = calloc(1, sizeof *c);
+  int rc = -ENOMEM;
+  if (!c || !(c->src = strdup(q->src))) goto out;
+  c->schema = q->names ? q->names : q->schema;
+  c->max_keys = opts.max_keys;
+  c->ring_bytes = opts.ring_bytes;
+  c->src_offset = q->trigger.capture_at;
+  for (int i = 0; i < 2; i++) {
+    c->binds[i] = top[i][0] ? top[i] : NULL;
+    c->bind_is_num[i] = top[i][0] && top[i][0] != '"';
+    if (top[i][0] == '"') { /* a quoted name: the lexer takes it without its quotes */
+      size_t n = strlen(top[i]);
+      memmove(top[i], top[i] + 1, n);
+      if (n >= 2) top[i][n - 2] = 0;
+    }
+  }
+  if ((rc = ms_query_parse(c, log)) || (rc = ms_query_codegen(c, log))) goto out;
+  rc = -ENOMEM;
+  if (!(c->names = ms_query_schema_copy(c->schema))) goto out;
+  c->schema = NULL;
+  rc = 0;
+out:
+  if (rc) {
+    ms_query_free(c);
+    errno = -rc;
+    return NULL;
+  }
+  return c;
+}
+
+/* The capture part compiles with $top bound to a value of the watched map's
+ * key kind, so its errors come at compile time, before anything runs. */
+static int check_capture(struct ms_query *q, struct ms_textbuf *log) {
+  const struct q_map *m = NULL;
+  for (int i = 0; i < q->n_maps; i++)
+    if (!strcmp(q->maps[i].name, q->trigger.map)) m = &q->maps[i];
+  char top[2][128] = {"0", "0"};
+  for (int k = 0; m && k < 2 && k < m->n_keys; k++) {
+    const struct ms_query_schema *s = q->schema;
+    if (m->key_kind[k] == Q_KEY_CLASS && s->n_classes) snprintf(top[k], sizeof top[k], "\"%s\"", s->classes[0].name);
+    if (m->key_kind[k] == Q_KEY_EVCLASS && s->n_evclasses && s->evclasses[0])
+      snprintf(top[k], sizeof top[k], "\"%s\"", s->evclasses[0]);
+    if (m->key_kind[k] == Q_KEY_OP && s->n_classes) snprintf(top[k], sizeof top[k], "\"%s\"", s->classes[0].kernel);
+  }
+  struct ms_query_schema *keep = q->names;
+  q->names = NULL; /* compile_capture resolves with q->schema during compilation */
+  struct ms_query *c = ms_query_compile_capture(q, top, NULL, log);
+  q->names = keep;
+  if (!c) return -EINVAL;
+  ms_query_free(c);
+  return 0;
+}
 
 int ms_query_bundle(const struct ms_query *q, void **out, size_t *len) {
   struct ms_bpf_bundle_prog progs[Q_MAX_PROBES * MS_HOOK_COUNT];

@@ -46,6 +46,7 @@ struct q_node {
 
 enum q_agg {
   Q_AGG_COUNT, Q_AGG_SUM, Q_AGG_MIN, Q_AGG_MAX, Q_AGG_AVG, Q_AGG_HIST, Q_AGG_LHIST, Q_AGG_QUANTILE,
+  Q_AGG_RECORD, /* raw records into a ring buffer */
   Q_AGG_COUNT_KINDS
 };
 
@@ -54,6 +55,7 @@ enum q_agg {
 #define Q_MAX_MAPS 16
 #define Q_MAX_PROBES 16
 #define Q_MAX_STMTS 16
+#define Q_MAX_FIELDS 12 /* values in one record() */
 
 /* How a map's keys print: a field whose values have names, or a number. */
 enum q_key_kind { Q_KEY_NUM, Q_KEY_SIGNED, Q_KEY_CLASS, Q_KEY_EVCLASS, Q_KEY_OP, Q_KEY_HOOK, Q_KEY_ENUM };
@@ -71,6 +73,8 @@ struct q_map {
   int n_q;
   double q[Q_MAX_QUANTILES];
   uint32_t value_size, max_entries;
+  int n_fields;         /* record(): its values, and what each was, as written */
+  char field_text[Q_MAX_FIELDS][48];
   int col;              /* of its first use */
   int hook;             /* the hook of its first use (phase names), -1 before */
 };
@@ -80,6 +84,19 @@ struct q_stmt {
   struct q_node *keys[Q_MAX_KEYS];
   int n_keys;
   struct q_node *arg;   /* NULL for count() */
+  struct q_node *fields[Q_MAX_FIELDS]; /* record() */
+  int n_fields;
+  int col;
+};
+
+/* when @map OP value [capture N]: <the capture part> */
+struct q_trigger {
+  int has;
+  char map[48];
+  int op;               /* Q_OP_GT, _GE, _LT, _LE, _EQ, _NE */
+  uint64_t threshold;
+  uint32_t capture;     /* records the capture part may write; 0: until the query ends */
+  size_t capture_at;    /* byte offset of the capture part in src */
   int col;
 };
 
@@ -111,6 +128,11 @@ struct ms_query {
   struct q_prog progs[Q_MAX_PROBES * MS_HOOK_COUNT];
   int n_progs;
   uint32_t max_keys;    /* ms_query_opts.max_keys */
+  uint32_t ring_bytes;  /* ms_query_opts.ring_bytes */
+  struct q_trigger trigger;
+  const char *binds[2]; /* $top, $top2: names or numbers bound while compiling a capture part */
+  int bind_is_num[2];
+  size_t src_offset;    /* columns count from here (a capture part) */
   /* names the writer needs, copied from the schema */
   struct ms_query_schema *names;
 };

@@ -1,0 +1,148 @@
+/* SPDX-License-Identifier: MIT */
+/* See query_client.h. */
+#include <errno.h>
+#include <jansson.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common.h"
+#include "megascope/control.h"
+#include "query_client.h"
+
+json_t *live_call(const char *me, const char *sock, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  char *req = NULL;
+  int n = vasprintf(&req, fmt, ap);
+  va_end(ap);
+  if (n < 0) return NULL;
+  json_t *rep = cli_ctl_call(me, sock, req, (size_t)n, 30000, NULL, NULL);
+  free(req);
+  return rep;
+}
+
+struct ms_query_schema *live_schema(const char *me, const char *sock) {
+  json_t *rep = live_call(me, sock, "{\"cmd\":\"schema\"}");
+  if (!rep) return NULL;
+  char *text = json_dumps(json_object_get(rep, "schema"), JSON_COMPACT);
+  char lb[1024] = "";
+  struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+  struct ms_query_schema *s = text ? ms_query_schema_parse(text, strlen(text), &log) : NULL;
+  if (!s) fprintf(stderr, "megascope %s: the engine's schema: %s", me, lb);
+  free(text);
+  json_decref(rep);
+  return s;
+}
+
+static int attach_bundle(const char *me, const char *sock, const struct ms_query *q, const char *name,
+                         const struct live_budget *b) {
+  void *bundle = NULL;
+  size_t len = 0;
+  if (ms_query_bundle(q, &bundle, &len)) return -1;
+  char *b64 = malloc(ms_base64_encoded_len(len) + 1);
+  if (b64) ms_base64_encode(bundle, len, b64);
+  free(bundle);
+  if (!b64) return -1;
+  json_t *rep = live_call(me, sock,
+                          "{\"cmd\":\"attach\",\"name\":\"%s\",\"max_per_step\":%ld,\"sample\":%ld,"
+                          "\"ringbuf_bytes\":%llu,\"interpret\":%s,\"object\":\"%s\"}",
+                          name, b->max_per_step, b->sample, (unsigned long long)b->ringbuf_bytes,
+                          b->interp ? "true" : "false", b64);
+  free(b64);
+  if (!rep) return -1;
+  int id = (int)json_integer_value(json_object_get(rep, "id"));
+  json_decref(rep);
+  return id > 0 ? id : -1;
+}
+
+/* Readers over the attachment's maps, in the query's map order. */
+static int open_maps(struct live *l, const char *me, const char *sock) {
+  int fds[MS_CONTROL_MAX_FDS], n_fds = 0;
+  char req[96];
+  int n = snprintf(req, sizeof req, "{\"cmd\":\"maps\",\"id\":%d,\"fds\":true}", l->id);
+  json_t *rep = cli_ctl_call(me, sock, req, (size_t)n, 30000, fds, &n_fds);
+  if (!rep) return -1;
+  json_t *names = json_object_get(rep, "fds");
+  int rc = 0;
+  l->n_readers = ms_query_map_count(l->q);
+  l->readers = calloc(l->n_readers, sizeof *l->readers);
+  if (!l->readers) rc = -1;
+  for (size_t i = 0; !rc && i < l->n_readers; i++) {
+    const char *want = ms_query_map(l->q, i)->name;
+    int fd = -1;
+    for (int k = 0; k < n_fds; k++) {
+      const char *got = json_string_value(json_array_get(names, (size_t)k));
+      if (got && !strcmp(got, want)) fd = fds[k];
+    }
+    char lb[256] = "";
+    struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+    if (fd < 0 || !(l->readers[i] = ms_bpf_map_reader_new(fd, 0, &log))) {
+      fprintf(stderr, "megascope %s: map %s of attachment %d: %s\n", me, want, l->id, fd < 0 ? "not handed over" : lb);
+      rc = -1;
+    }
+  }
+  for (int k = 0; k < n_fds; k++) close(fds[k]); /* the readers keep their mappings */
+  json_decref(rep);
+  ms_query_maps_of_readers(&l->src, l->readers);
+  return rc;
+}
+
+int live_attach(struct live *l, const char *me, const char *sock, const struct ms_query *q, const char *name,
+                const struct live_budget *b) {
+  memset(l, 0, sizeof *l);
+  l->q = q;
+  if ((l->id = attach_bundle(me, sock, q, name, b)) < 0) {
+    l->id = 0;
+    return -1;
+  }
+  if (open_maps(l, me, sock)) {
+    live_detach(l, me, sock);
+    return -1;
+  }
+  return 0;
+}
+
+int live_coverage(const struct live *l, const char *me, const char *sock, struct ms_coverage *out) {
+  json_t *rep = live_call(me, sock, "{\"cmd\":\"list\"}");
+  if (!rep) return -1;
+  json_t *arr = json_object_get(rep, "attachments"), *att;
+  size_t i;
+  int found = -1;
+  json_array_foreach(arr, i, att) {
+    if (json_integer_value(json_object_get(att, "id")) != l->id) continue;
+    json_t *c = json_object_get(att, "coverage");
+#define U(k) (uint64_t) json_integer_value(json_object_get(c, k))
+    *out = (struct ms_coverage){.eligible = U("eligible"), .executed = U("executed"), .throttled = U("throttled"),
+                                .lost = U("lost"), .failed = U("failed"), .generation = (uint32_t)U("generation"),
+                                .first_step = U("first_step"), .last_step = U("last_step")};
+#undef U
+    found = 0;
+  }
+  json_decref(rep);
+  return found;
+}
+
+static int count_one(void *user, const void *data, uint32_t size) {
+  (void)data;
+  (void)size;
+  ++*(size_t *)user;
+  return 0;
+}
+
+size_t live_records(const struct live *l) {
+  size_t n = 0;
+  for (size_t i = 0; i < l->n_readers; i++)
+    if (ms_query_map(l->q, i)->type == MS_BPF_MAP_RINGBUF) l->src.ring(l->src.user, i, count_one, &n);
+  return n;
+}
+
+void live_detach(struct live *l, const char *me, const char *sock) {
+  if (l->id > 0) json_decref(live_call(me, sock, "{\"cmd\":\"detach\",\"id\":%d}", l->id));
+  for (size_t i = 0; l->readers && i < l->n_readers; i++) ms_bpf_map_reader_free(l->readers[i]);
+  free(l->readers);
+  l->readers = NULL;
+  l->n_readers = 0;
+  l->id = 0;
+}

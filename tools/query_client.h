@@ -1,0 +1,44 @@
+/* SPDX-License-Identifier: MIT */
+/* A compiled query attached to a running engine through its control socket,
+ * as megascope query and megascope explain drive it: the attach (the bundle
+ * through `attach`, with a budget), read-only readers over its maps (`maps`
+ * with `fds`), its coverage (`list`), its read-out, the detach. */
+#ifndef MS_TOOLS_QUERY_CLIENT_H
+#define MS_TOOLS_QUERY_CLIENT_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "megascope/monitor.h"
+#include "megascope/query.h"
+
+struct live_budget {
+  long max_per_step, sample;  /* 0: none, all */
+  uint64_t ringbuf_bytes;     /* 0: no limit */
+  int interp;
+};
+
+struct live {
+  int id;                     /* > 0 while attached */
+  const struct ms_query *q;
+  struct ms_bpf_map_reader **readers;
+  size_t n_readers;
+  struct ms_query_maps src;
+};
+
+/* The engine's schema, for compiling (prints why and returns NULL). */
+struct ms_query_schema *live_schema(const char *me, const char *sock);
+/* Attaches q and opens its maps; 0, or -1 with the reason printed. */
+int live_attach(struct live *l, const char *me, const char *sock, const struct ms_query *q, const char *name,
+                const struct live_budget *b);
+int live_coverage(const struct live *l, const char *me, const char *sock, struct ms_coverage *out);
+/* Records in l's ring buffers now (record() maps). */
+size_t live_records(const struct live *l);
+/* Detaches and closes the readers; nothing when l is not attached. */
+void live_detach(struct live *l, const char *me, const char *sock);
+
+/* One request/reply as JSON text built by the caller (cli_ctl_call, parsed). */
+typedef struct json_t json_t;
+json_t *live_call(const char *me, const char *sock, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#endif

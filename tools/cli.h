@@ -22,6 +22,7 @@ int cmd_schema(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
 int cmd_query(int argc, char **argv);
+int cmd_explain(int argc, char **argv);
 int bench_hooks(int argc, char **argv);
 int bench_attach(int argc, char **argv);
 int bench_sim(int argc, char **argv);

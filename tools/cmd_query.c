@@ -315,7 +315,9 @@ static void check_trigger(struct session *s) {
     return;
   }
   s->cap_records = t.capture;
-  struct live_budget b = {.ringbuf_bytes = (uint64_t)rec * t.capture, .interp = s->a->interp};
+  /* the engine's ring budget counts record data, not the 8-byte headers */
+  uint64_t data = rec > MS_BPF_RINGBUF_HDR_SIZE ? rec - MS_BPF_RINGBUF_HDR_SIZE : 0;
+  struct live_budget b = {.ringbuf_bytes = data * t.capture, .interp = s->a->interp};
   event(s, "trigger", "%s = %llu %s %llu: capture%s%s%s%s (%u records)", t.map, (unsigned long long)value, t.op,
         (unsigned long long)t.threshold, shown[0][0] ? " for $top=" : "", shown[0], shown[1][0] ? ", $top2=" : "",
         shown[1], t.capture);

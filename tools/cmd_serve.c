@@ -17,12 +17,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "bench/bench.h"
 #include "cli.h"
 #include "common.h"
 #include "megascope/control.h"
 #include "megascope/engine.h"
 #include "megascope/export.h"
 #include "megascope/monitor.h"
+#include "megascope/plan.h"
 #include "megascope/tokenizer.h"
 
 static void usage(FILE *f) {
@@ -48,6 +50,9 @@ static void usage(FILE *f) {
           "                       readable S seconds, then its programs, maps and memfds are\n"
           "                       freed; `maps ID --release` frees it at once (default 60)\n"
           "  --control-idle S     close control clients idle for S seconds (default 60; 0: never)\n"
+          "  --fault SPEC         inject a fault whose cause is known, as `run --fault` takes it\n"
+          "                       (slow_class:blk.1.wo:2, delayed_release:rope->attn:20us, ...;\n"
+          "                       repeatable, 4 at most): for trying diagnoses on a live server\n"
           "  -v, --verbose        log connections and protocol details\n"
           "  -h, --help           this text\n");
 }
@@ -56,6 +61,8 @@ struct serve_args {
   struct cli_model cm;
   long batch, workers, max_ctx, max_tokens, watchdog_ms, flush_ms, retention_s, idle_s;
   const char *http, *socket, *otlp;
+  const char *fault[4];
+  int n_fault;
   int verbose;
 };
 
@@ -69,6 +76,7 @@ static int parse(int argc, char **argv, struct serve_args *a) {
       {"otlp", required_argument, 0, 0},      {"otlp-flush-ms", required_argument, 0, 0},
       {"max-tokens", required_argument, 0, 0}, {"watchdog-ms", required_argument, 0, 0},
       {"detached-retention", required_argument, 0, 0}, {"control-idle", required_argument, 0, 0},
+      {"fault", required_argument, 0, 0},
       {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *a = (struct serve_args){.batch = 8, .max_ctx = 512, .max_tokens = 16, .watchdog_ms = 5000,
@@ -101,6 +109,13 @@ static int parse(int argc, char **argv, struct serve_args *a) {
     else if (!strcmp(n, "http")) a->http = optarg;
     else if (!strcmp(n, "socket")) a->socket = optarg;
     else if (!strcmp(n, "otlp")) a->otlp = optarg;
+    else if (!strcmp(n, "fault")) {
+      if (a->n_fault == 4) {
+        fprintf(stderr, "megascope serve: at most 4 --fault\n");
+        return -1;
+      }
+      a->fault[a->n_fault++] = optarg;
+    }
     if (r) return -1;
   }
   if (optind < argc) {
@@ -111,6 +126,25 @@ static int parse(int argc, char **argv, struct serve_args *a) {
 }
 
 /* "ADDR:PORT" -> addr (in buf), port. */
+/* --fault: named against the plan of the largest bucket (class and event
+ * class names are the same in every bucket's plan). */
+static int resolve_faults(const struct ms_model *m, const struct serve_args *a, struct ms_fault *out) {
+  char buf[1024] = "";
+  struct ms_textbuf log = {.buf = buf, .size = sizeof buf};
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch)};
+  struct ms_plan *p = ms_plan_compile(m, &co, &log);
+  int workers = a->workers ? (int)a->workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
+  int rc = p ? 0 : -1;
+  for (int i = 0; !rc && i < a->n_fault; i++) {
+    struct bench_fault f;
+    rc = bench_fault_spec(a->fault[i], &f, &log) ||
+         bench_fault_resolve(&f, p, workers > 0 ? workers : 1, (int)a->batch, 1, &out[i], &log);
+  }
+  ms_plan_free(p);
+  if (rc) fprintf(stderr, "megascope serve: --fault: %s", buf);
+  return rc;
+}
+
 static int parse_http(const char *s, char *addr, size_t n, int *port) {
   const char *colon = strrchr(s, ':');
   long p;
@@ -156,6 +190,10 @@ int cmd_serve(int argc, char **argv) {
   struct ms_textbuf log = {lb, sizeof lb, 0, 0};
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .max_batch = (int)a.batch,
                               .max_ctx = (int)a.max_ctx, .watchdog_ms = (int)a.watchdog_ms};
+  struct ms_fault faults[4];
+  eo.faults = faults;
+  eo.n_faults = a.n_fault;
+  if (a.n_fault && resolve_faults(m, &a, faults)) goto out;
   if (!(e = ms_engine_new(m, &eo, &log))) {
     fprintf(stderr, "megascope serve: cannot start the engine: %s", lb);
     goto out;

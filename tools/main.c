@@ -34,6 +34,7 @@ static const struct cli_cmd cmds[] = {
     {"stats", "print a running engine's steps, tokens, TTFT and TPOT", cmd_stats},
     {"trace", "record a running engine's task trace (Chrome JSON for Perfetto)", cmd_trace},
     {"query", "ask a running engine a question in one line (compiled to a verified monitor)", cmd_query},
+    {"explain", "which task class explains the step time, with raw evidence for it alone", cmd_explain},
 };
 
 static void usage(FILE *f) {

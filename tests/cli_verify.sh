@@ -65,8 +65,9 @@ if [ "$(uname -m)" = x86_64 ]; then
   if command -v objdump >/dev/null 2>&1; then
     f=$(find "$tmp/jit" -name '*.bin' | head -1)
     # the entry saves the callee-saved registers it uses, and the code returns
-    if objdump -D -b binary -m i386:x86-64 "$f" | grep -q "push   %rbp" &&
-       objdump -D -b binary -m i386:x86-64 "$f" | grep -q "ret"; then ok; else bad "objdump of $f"; fi
+    # (into a variable first: grep -q leaving early would SIGPIPE objdump, which pipefail reports)
+    dis=$(objdump -D -b binary -m i386:x86-64 "$f")
+    if grep -q "push   %rbp" <<<"$dis" && grep -q "ret" <<<"$dis"; then ok; else bad "objdump of $f"; fi
   fi
   expect 1 "no such file\|No such file" verify "$tmp/hist_class.o" --jit-dump "$tmp/none/deeper"
 fi

@@ -80,9 +80,10 @@ static struct outcome verify(const struct text *t, uint64_t run_budget, uint64_t
 }
 
 static void report(const char *name, const struct outcome *o) {
-  printf("%-44s %5zu insns: %-8s processed %7llu  work %8llu  longest run %llu\n", name, o->n_insns,
-         o->rc ? "refused" : "verified", (unsigned long long)o->st.processed, (unsigned long long)o->st.work,
-         (unsigned long long)o->st.max_run_insns);
+  printf("%-44s %5zu insns: %-8s processed %7llu  work %8llu  longest run %6llu  (%llu us, for the record)\n",
+         name, o->n_insns, o->rc ? "refused" : "verified", (unsigned long long)o->st.processed,
+         (unsigned long long)o->st.work, (unsigned long long)o->st.max_run_insns,
+         (unsigned long long)o->st.time_us);
 }
 
 /* The last line before the stats line: the reason. */

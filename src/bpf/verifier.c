@@ -406,13 +406,19 @@ static void evict(struct explore *x, struct ms_bpf_vstate *s) {
   ms_bpf_vs_free(s);
 }
 
+static uint64_t fingerprint(struct explore *x, const struct ms_bpf_vlive *lv, int *have) {
+  x->st.compared += frames_of(x->env.cur); /* it reads every frame */
+  *have = 1;
+  return ms_bpf_vs_fingerprint(x->env.cur, lv);
+}
+
 /* 1: the path is pruned; 0: go on; < 0: rejected. */
 static int visit(struct explore *x) {
   struct ms_bpf_venv *env = &x->env;
   struct ms_bpf_vlive lv;
   live_masks(x, env->cur, env->pc, &lv);
-  uint64_t fp = ms_bpf_vs_fingerprint(env->cur, &lv);
-  x->st.compared += frames_of(env->cur); /* the fingerprint reads every frame */
+  uint64_t fp = 0;
+  int have_fp = 0; /* computed when first needed: it reads every frame */
   struct ms_bpf_vstate **link = &x->kept[env->pc], *s;
   while ((s = *link)) {
     if (s->curframe == env->cur->curframe && s->n_refs == env->cur->n_refs && !s->branches) {
@@ -427,7 +433,8 @@ static int visit(struct explore *x) {
         evict(x, s);
         continue;
       }
-    } else if (s->curframe == env->cur->curframe && s->n_refs == env->cur->n_refs && s->fingerprint == fp) {
+    } else if (s->curframe == env->cur->curframe && s->n_refs == env->cur->n_refs &&
+               (have_fp || (fp = fingerprint(x, &lv, &have_fp))) == s->fingerprint) {
       x->st.compared += frames_of(s);
       if (ms_bpf_vs_within(s, env->cur, &lv, 1, x->idmap))
         return ms_bpf_vreject(env, "infinite loop detected: the path came back to this instruction in the same "
@@ -447,7 +454,7 @@ static int visit(struct explore *x) {
   x->copied += frames_of(k);
   k->insn = env->pc;
   k->branches = 1;
-  k->fingerprint = fp;
+  k->fingerprint = have_fp ? fp : fingerprint(x, &lv, &have_fp);
   k->depth = env->cur->depth;
   k->max_end = env->cur->depth;
   env->cur->since_kept = 0;

@@ -208,12 +208,18 @@ static uint64_t mix(uint64_t h, uint64_t v) {
   return h * 0xff51afd7ed558ccdull;
 }
 
-/* What reg_equal compares of a register, but its ids. */
+static uint64_t rotl(uint64_t v, unsigned k) { return v << k | v >> (64 - k); }
+
+/* What reg_equal compares of a register, but its ids, folded into one word
+ * (rotations keep equal values in different fields from cancelling), then
+ * mixed in once: the fingerprint is computed at every prune point of a loop,
+ * over every slot of every frame, so it must cost little per slot. */
 static uint64_t reg_hash(uint64_t h, const struct ms_bpf_vreg *g) {
-  h = mix(h, (uint64_t)g->type | (uint64_t)g->frame << 8 | (uint64_t)(uint32_t)g->off << 32);
-  if (g->type == MS_VT_NOT_INIT) return h;
-  h = mix(h, (uint64_t)g->map << 32 | g->size);
-  return mix(mix(mix(h, g->s.umin), g->s.umax), mix(g->s.t.v, g->s.t.m));
+  uint64_t v = (uint64_t)g->type | (uint64_t)g->frame << 8 | (uint64_t)(uint32_t)g->off << 32;
+  if (g->type != MS_VT_NOT_INIT)
+    v ^= rotl((uint64_t)g->map << 32 | g->size, 7) ^ rotl(g->s.umin, 17) ^ rotl(g->s.umax, 29) ^
+         rotl(g->s.t.v, 41) ^ rotl(g->s.t.m, 53);
+  return mix(h, v);
 }
 
 /* What slot_within(exact) compares: the slot's byte states and its spill.
@@ -224,8 +230,8 @@ static uint64_t stack_hash(uint64_t h, const struct ms_bpf_vframe *f) {
     uint64_t bytes;
     memcpy(&bytes, &f->st[8 * k], 8);
     if (!bytes && !f->spill_len[k]) continue;
-    h = mix(mix(h, k), bytes);
-    if (f->spill_len[k]) h = reg_hash(mix(h, (uint64_t)f->spill_len[k] << 8 | f->spill_at[k]), &f->spill[k]);
+    h = mix(h, bytes ^ rotl((uint64_t)k << 16 | (uint64_t)f->spill_len[k] << 8 | f->spill_at[k], 48));
+    if (f->spill_len[k]) h = reg_hash(h, &f->spill[k]);
   }
   return h;
 }

@@ -138,6 +138,59 @@ ends = {e["key"][0]: e["value"] for e in lines[-1]["maps"][0]["entries"]}
 assert ends.get("begin") == ends.get("end") and ends["end"] >= 12, ends
 EOF
 
+# load in the background, bounded: sequential completions until a stop file (at most 200)
+bg_load() {
+  rm -f "$tmp/stop"
+  ( for i in $(seq 1 200); do
+      [ -e "$tmp/stop" ] && break
+      code=$(completion "bg $i" 8 "$tmp/bg.json")
+      [ "$code" = 200 ] || { echo "background completion $i: HTTP $code" >"$tmp/bg.fail"; break; }
+    done ) &
+  BG=$!
+}
+bg_stop() { touch "$tmp/stop"; wait "$BG"; [ ! -e "$tmp/bg.fail" ] || fail "$(cat "$tmp/bg.fail")"; }
+
+# escalation: the summary crosses its threshold, the capture part runs for the
+# worst class alone, writes exactly its 30 records, and is detached
+bg_load
+"$MS" query --socket "$SOCK" --for 3s --json 'task_end { @p99[class] = quantile(t_end - t_begin, 0.99) }
+  when @p99 > 1us capture 30: task_end /class == $top/ { @ev = record(class, task_index, t_end - t_begin) }' \
+  >"$tmp/esc.json" 2>"$tmp/esc.err" || { cat "$tmp/esc.err"; fail "escalation query"; }
+bg_stop
+python3 - "$tmp/esc.json" "$tmp/schema.json" <<'EOF2' || fail "escalation"
+import json, re, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+ids = {c["name"]: c["id"] for c in json.load(open(sys.argv[2]))["task_classes"]}
+trig = [l for l in lines if l.get("event") == "trigger"]
+assert len(trig) == 1, lines
+top = re.search(r'\$top="([^"]+)"', trig[0]["what"]).group(1)
+cap = [l for l in lines if l.get("part") == "capture"]
+assert len(cap) == 1 and [l for l in lines if l.get("event") == "capture_done"], lines
+ev = cap[0]["maps"][0]
+assert ev["agg"] == "record" and ev["total_records"] == 30, ev["total_records"]
+assert all(r[0] == ids[top] for r in ev["records"]), (top, ev["records"][:3])
+assert lines[-1]["part"] == "summary" and lines[-1]["final"]
+EOF2
+
+# sampling that rises while the SLO is in danger and falls back after
+bg_load
+"$MS" query --socket "$SOCK" --for 4s --every 300ms --sample 16 --slo tpot=1us --json \
+  'task_end { @[class] = count() }' >"$tmp/slo.json" 2>"$tmp/slo.err" &
+qp=$!
+sleep 2
+bg_stop
+wait $qp || { cat "$tmp/slo.err"; fail "slo query"; }
+python3 - "$tmp/slo.json" <<'EOF2' || fail "--slo"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+ev = [l["event"] for l in lines if "event" in l]
+assert "danger" in ev and "safe" in ev and ev.index("danger") < ev.index("safe"), ev
+danger = [l for l in lines if l.get("part") == "danger"]
+assert danger and danger[0]["coverage"]["executed"] > 0 and danger[0]["coverage"]["throttled"] == 0, danger
+summary = [l for l in lines if l.get("part") == "summary"][-1]["coverage"]
+assert summary["throttled"] > 0 and summary["executed"] < summary["eligible"], summary  # 1 in 16
+EOF2
+
 # --emit: a bundle that verify and attach take as they take a clang object
 "$MS" query --socket "$SOCK" --emit "$tmp/q.msbpf" 'task_end /op == attn/ { @us = hist((t_end - t_begin) / 1000) }'
 "$MS" verify "$tmp/q.msbpf" >"$tmp/verify.out" || { cat "$tmp/verify.out"; fail "verify of an emitted bundle"; }

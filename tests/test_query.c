@@ -11,12 +11,14 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "megascope/bpf_jit.h"
 #include "megascope/engine.h"
 #include "megascope/hook.h"
 #include "megascope/model.h"
 #include "megascope/monitor.h"
 #include "megascope/plan.h"
 #include "megascope/query.h"
+#include "megascope/verifier.h"
 #include "test.h"
 
 static struct ms_model *preset(const char *name) {
@@ -114,7 +116,7 @@ static void test_errors(void) {
       {"task_end { }", "an empty block"},
       {"", "an empty query"},
       {"task_end { @[class] = count() } task_begin { @[worker] = count() }", "keys of one map mean one thing"},
-      {"task_end { @x = sum(t_end $ 2) }", "unexpected character '$'"},
+      {"task_end { @x = sum(t_end ` 2) }", "column 27: unexpected character '`'"},
   };
   struct ms_model *m = preset("tiny");
   struct ms_query_schema *s = schema_of(m);
@@ -381,6 +383,8 @@ static void test_bundle_refusals(void) {
   ms_model_free(m);
 }
 
+static int interp_jit_agree(const struct ms_query *q, unsigned seed);
+
 /* ---- random programs ---- */
 
 static unsigned rng_state = 12345;
@@ -462,12 +466,244 @@ static void test_random_programs(void) {
     struct ms_monitor *mon = ms_monitor_open_mem(b, n, "q", &tb);
     CHECKF(mon != NULL, "compiled but not verified: %s\n%s", src, log);
     compiled += mon != NULL;
+    if (mon && ms_bpf_jit_supported()) CHECKF(interp_jit_agree(q, (unsigned)it), "interpreter and JIT differ: %s", src);
     ms_monitor_free(mon);
     free(b);
     ms_query_free(q);
   }
   printf("random programs: %d compiled and verified, %d refused with a message\n", compiled, refused);
   CHECK(compiled > 100 && refused > 100);
+  ms_query_schema_free(s);
+  ms_model_free(m);
+}
+
+/* ---- the interpreter and the JIT agree on generated code ---- */
+
+struct dump {
+  char *buf;
+  size_t len;
+  FILE *f;
+};
+
+static int dump_entry(void *user, const void *key, const void *values) {
+  struct dump *d = user;
+  (void)key;
+  fwrite(values, 1, 8, d->f); /* the first word of each entry's first slot suffices to differ */
+  return 0;
+}
+
+static int dump_record(void *user, const void *data, uint32_t size) {
+  fwrite(data, 1, size, ((struct dump *)user)->f);
+  return 0;
+}
+
+/* Every map's contents as bytes (entries in the order the map keeps them). */
+static char *maps_bytes(struct ms_bpf_map **maps, size_t n, size_t *len) {
+  struct dump d = {0};
+  d.f = open_memstream(&d.buf, &d.len);
+  for (size_t i = 0; i < n; i++) {
+    const struct ms_bpf_map_def *def = ms_bpf_map_info(maps[i]);
+    if (def->type == MS_BPF_MAP_RINGBUF) ms_bpf_ringbuf_consume(maps[i], dump_record, &d);
+    else ms_bpf_map_foreach(maps[i], dump_entry, &d);
+    fputc('|', d.f);
+  }
+  fclose(d.f);
+  *len = d.len;
+  return d.buf;
+}
+
+static void random_ctx(struct ms_hook_ctx *c, int hook, unsigned *seed) {
+  memset(c, 0, sizeof *c);
+  c->abi_version = MS_HOOK_ABI_VERSION;
+  c->hook = (uint32_t)hook;
+  c->worker = 0;
+  c->step = (uint64_t)(rand_r(seed) % 64);
+  c->batch_size = 1 + (uint32_t)(rand_r(seed) % 8);
+  c->task_class = (uint32_t)(rand_r(seed) % 24);
+  c->op = (uint32_t)(rand_r(seed) % 16);
+  c->tile_y = rand_r(seed) % 5 - 1;
+  c->tile_z = rand_r(seed) % 4 - 1;
+  c->req_slot = (uint32_t)(rand_r(seed) % 8);
+  c->t_ready = 1000 + (uint64_t)(rand_r(seed) % 100000);
+  c->t_begin = c->t_ready + (uint64_t)(rand_r(seed) % 50000);
+  c->t_end = c->t_begin + (uint64_t)(rand_r(seed) % (rand_r(seed) % 3 ? 20000 : 5000000));
+  c->wait_ns = rand_r(seed) % 2 ? (uint64_t)(rand_r(seed) % 30000) : 0;
+  c->event_class = (uint32_t)(rand_r(seed) % 14);
+  c->phase = (uint32_t)(rand_r(seed) % 4);
+  c->queue_depth = (uint32_t)(rand_r(seed) % 100);
+  c->event_count = (uint64_t)(rand_r(seed) % 10);
+}
+
+/* Runs every program of q on the same random contexts with the interpreter
+ * and with the JIT, each over maps of its own: same r0, same maps. */
+static int interp_jit_agree(const struct ms_query *q, unsigned seed) {
+  size_t nm = ms_query_map_count(q);
+  struct ms_bpf_map *a[MS_BPF_MAX_MAPS], *b[MS_BPF_MAX_MAPS];
+  for (size_t i = 0; i < nm; i++) {
+    a[i] = ms_bpf_map_new(ms_query_map(q, i), 1, NULL);
+    b[i] = ms_bpf_map_new(ms_query_map(q, i), 1, NULL);
+  }
+  int ok = 1;
+  for (size_t p = 0; p < ms_query_prog_count(q) && ok; p++) {
+    size_t n;
+    const char *sec;
+    const struct ms_bpf_insn *in = ms_query_prog(q, p, &n, &sec);
+    int hook = ms_hook_parse(strrchr(sec, '/') + 1);
+    struct ms_bpf_prog_opts po = {.sz = sizeof po, .section = sec, .maps = ms_query_map(q, 0), .n_maps = nm};
+    struct ms_bpf_map_def defs[MS_BPF_MAX_MAPS];
+    for (size_t i = 0; i < nm; i++) defs[i] = *ms_query_map(q, i);
+    po.maps = defs;
+    struct ms_bpf_prog *prog = ms_bpf_prog_new(in, n, &po);
+    struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = MS_PROG_OBSERVE,
+                                .hook = hook, .helpers = ms_monitor_helpers()};
+    struct ms_bpf_jit_opts jo = {.sz = sizeof jo, .verify = &vo, .helpers = ms_monitor_helpers(), .maps = b,
+                                 .n_maps = nm};
+    struct ms_bpf_jit *j = prog ? ms_bpf_jit_new(prog, &jo) : NULL;
+    if (!j) ok = 0;
+    for (int r = 0; ok && r < 300; r++) {
+      struct ms_hook_ctx ctx;
+      random_ctx(&ctx, hook, &seed);
+      struct ms_bpf_run_opts ra = {.sz = sizeof ra, .helpers = ms_monitor_helpers(), .maps = a, .n_maps = nm,
+                                   .ctx = &ctx, .ctx_size = sizeof ctx};
+      struct ms_bpf_run_opts rb = ra;
+      rb.maps = b;
+      struct ms_bpf_run_result x, y;
+      int ex = ms_bpf_run(prog, &ra, &x), ey = ms_bpf_jit_run(j, &rb, &y);
+      if (ex != ey || x.r0 != y.r0 || x.insns != y.insns) ok = 0;
+    }
+    ms_bpf_jit_free(j);
+    ms_bpf_prog_free(prog);
+  }
+  size_t la, lb;
+  char *da = maps_bytes(a, nm, &la), *db = maps_bytes(b, nm, &lb);
+  if (la != lb || memcmp(da, db, la)) ok = 0;
+  free(da);
+  free(db);
+  for (size_t i = 0; i < nm; i++) {
+    ms_bpf_map_free(a[i]);
+    ms_bpf_map_free(b[i]);
+  }
+  return ok;
+}
+
+static void test_interp_jit(void) {
+  if (!ms_bpf_jit_supported()) {
+    printf("no JIT on this host: interpreter/JIT agreement not checked\n");
+    return;
+  }
+  struct ms_model *m = preset("tiny");
+  struct ms_query_schema *s = schema_of(m);
+  static const char *const more[] = {
+      "task_end { @ev = record(class, t_end - t_begin, tile_y, -tile_z, wait_ns % 7) }",
+      "task_end { @m[tile_y] = min(tile_y * 3 - 1); @x[tile_y] = max(-(t_end - t_begin)) }",
+      "task_end /(t_end - t_begin) > 4us || tile_y < 0/ { @l = lhist(tile_y, -1, 3, 1); @h = hist(wait_ns) }",
+  };
+  for (size_t i = 0; s && i < sizeof examples / sizeof *examples + 3; i++) {
+    const char *src = i < sizeof examples / sizeof *examples ? examples[i] : more[i - sizeof examples / sizeof *examples];
+    struct ms_query *q = ms_query_compile(src, s, NULL, NULL);
+    CHECKF(q && interp_jit_agree(q, 17 + (unsigned)i), "interpreter and JIT differ on %s", src);
+    ms_query_free(q);
+  }
+  ms_query_schema_free(s);
+  ms_model_free(m);
+}
+
+/* ---- the trigger ---- */
+
+static void test_trigger(void) {
+  struct ms_model *m = preset("tiny");
+  struct ms_query_schema *s = schema_of(m);
+  char log[4096];
+  struct ms_textbuf tb = {.buf = log, .size = sizeof log};
+  const char *src = "task_end { @n[class] = count() } when @n >= 3 capture 5:\n"
+                    "  task_end /class == $top/ { @ev = record(class, task_index) }";
+  struct ms_query *q = ms_query_compile(src, s, NULL, &tb);
+  CHECKF(q != NULL, "%s", log);
+  struct ms_query_trigger t;
+  if (q) ms_query_get_trigger(q, &t);
+  CHECK(q && t.has && !strcmp(t.map, "@n") && !strcmp(t.op, ">=") && t.threshold == 3 && t.capture == 5);
+  CHECK(q && ms_query_prog_count(q) == 1); /* the capture part is not in the summary */
+  /* the summary's maps filled by hand: class 9 has 4, class 3 has 2 */
+  size_t nm = q ? ms_query_map_count(q) : 0;
+  struct ms_bpf_map *maps[MS_BPF_MAX_MAPS];
+  for (size_t i = 0; i < nm; i++) maps[i] = ms_bpf_map_new(ms_query_map(q, i), 2, NULL);
+  struct ms_query_maps src_maps;
+  ms_query_maps_of_engine(&src_maps, maps);
+  uint64_t value = 0;
+  char top[2][128];
+  if (q) {
+    uint64_t k = 3, v = 2;
+    ms_bpf_map_update(maps[0], &k, &v, MS_BPF_ANY, 0);
+    CHECK(ms_query_trigger_check(q, &src_maps, &value, top) == 0); /* 2 < 3 */
+    k = 9, v = 3;
+    ms_bpf_map_update(maps[0], &k, &v, MS_BPF_ANY, 1);
+    v = 1;
+    ms_bpf_map_update(maps[0], &k, &v, MS_BPF_ANY, 0); /* the workers add up to 4 */
+    CHECK(ms_query_trigger_check(q, &src_maps, &value, top) == 1 && value == 4);
+    CHECKF(!strcmp(top[0], "\"blk.0.down\"") && top[1][0] == 0, "top %s", top[0]);
+    tb.len = 0;
+    struct ms_query *c = ms_query_compile_capture(q, top, NULL, &tb);
+    CHECKF(c != NULL, "%s", log);
+    CHECK(c && ms_query_record_bytes(c) == 2 * 8 + 8);
+    /* the capture part tests class == 9 */
+    if (c) {
+      struct ms_bpf_map *cm[MS_BPF_MAX_MAPS];
+      size_t cn = ms_query_map_count(c);
+      for (size_t i = 0; i < cn; i++) cm[i] = ms_bpf_map_new(ms_query_map(c, i), 1, NULL);
+      size_t n;
+      const struct ms_bpf_insn *in = ms_query_prog(c, 0, &n, NULL);
+      struct ms_bpf_map_def defs[MS_BPF_MAX_MAPS];
+      for (size_t i = 0; i < cn; i++) defs[i] = *ms_query_map(c, i);
+      struct ms_bpf_prog_opts po = {.sz = sizeof po, .maps = defs, .n_maps = cn};
+      struct ms_bpf_prog *p = ms_bpf_prog_new(in, n, &po);
+      for (uint32_t cls = 0; p && cls < 20; cls++) {
+        struct ms_hook_ctx ctx = {.hook = MS_HOOK_TASK_END, .task_class = cls, .task_index = 100 + cls};
+        struct ms_bpf_run_opts ro = {.sz = sizeof ro, .helpers = ms_monitor_helpers(), .maps = cm, .n_maps = cn,
+                                     .ctx = &ctx, .ctx_size = sizeof ctx};
+        struct ms_bpf_run_result res;
+        CHECK(ms_bpf_run(p, &ro, &res) == 0);
+      }
+      struct ms_query_maps cs;
+      ms_query_maps_of_engine(&cs, cm);
+      char *text = NULL;
+      size_t len = 0;
+      FILE *f = open_memstream(&text, &len);
+      struct ms_query_print pr = {.sz = sizeof pr, .as_json = 1};
+      ms_query_write(c, &cs, NULL, &pr, f);
+      fclose(f);
+      CHECKF(text && strstr(text, "\"total_records\": 1") == NULL && strstr(text, "\"records\":[[9,109]]"),
+             "%s", text);
+      free(text);
+      ms_bpf_prog_free(p);
+      for (size_t i = 0; i < cn; i++) ms_bpf_map_free(cm[i]);
+    }
+    ms_query_free(c);
+  }
+  for (size_t i = 0; i < nm; i++) ms_bpf_map_free(maps[i]);
+  ms_query_free(q);
+  /* refusals: the capture part is compiled (with a stand-in $top) before anything runs */
+  static const struct {
+    const char *src, *want;
+  } bad[] = {
+      {"task_end { @n[class] = count() } when @m > 3: task_end { @ = count() }", "column 39: 'when' watches @m"},
+      {"when @n > 3: task_end { @ = count() }", "column 1: 'when' follows the probes"},
+      {"task_end { @n[class] = count() } when @n > 3 capture 5: step { @[class] = count() }",
+       "column 66: field 'class' is not defined for hook 'step'"},
+      {"task_end /class == $top/ { @ = count() }", "column 20: $top is bound only in a capture part"},
+      {"task_end { @n[class] = count() } when @n > 3: task_end /class == $bottom/ { @ = count() }",
+       "unknown variable '$bottom'"},
+      {"task_end { @n[class] = count() } when @n 3: task_end { @ = count() }", "expected a comparison after @n"},
+      {"task_end { @n[class] = count() } when @n > 3 task_end { @ = count() }", "expected ':'"},
+      {"task_end { @n[class] = count() } when @n > 3:", "an empty capture part"},
+      {"task_end { @e[class] = record(t_end) }", "record() takes no keys"},
+      {"task_end { @e = record(t_end); @e = record(t_end, t_begin) }", "@e records 1 values"},
+  };
+  for (size_t i = 0; s && i < sizeof bad / sizeof *bad; i++) {
+    log[0] = 0, tb.len = 0;
+    struct ms_query *x = ms_query_compile(bad[i].src, s, NULL, &tb);
+    CHECKF(x == NULL && strstr(log, bad[i].want), "%s\n  want: %s\n  got:  %s", bad[i].src, bad[i].want, log);
+    ms_query_free(x);
+  }
   ms_query_schema_free(s);
   ms_model_free(m);
 }
@@ -489,6 +725,8 @@ int main(void) {
   test_known_answers();
   test_bundle_refusals();
   test_random_programs();
+  test_interp_jit();
+  test_trigger();
   test_durations();
   TEST_MAIN_END();
 }

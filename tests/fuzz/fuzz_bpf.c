@@ -14,11 +14,12 @@
  * or on a buffer — with its maps bound; where the host has the x86-64 JIT,
  * it is also compiled and run natively from the same starting state (a twin
  * set of maps, a fresh copy of the buffer), and the two runs must agree on
- * the return code, r0 and every byte of the buffer. The interpreter checks every access
- * at run time; a verified program that faults, overruns its budget, calls an
- * unknown helper or hands a helper a bad map or record is a verifier
- * soundness bug, and the target abort()s with the verifier's and the run's
- * logs. Budgets keep each input cheap: a verification cap of FUZZ_INSN_LIMIT
+ * the return code, r0, the instructions executed and every byte of the
+ * buffer. The interpreter checks every access at run time; a verified program
+ * that faults, overruns its budget, runs more instructions than the verifier's
+ * bound (max_run_insns), calls an unknown helper or hands a helper a bad map
+ * or record is a verifier soundness bug, and the target abort()s with the
+ * verifier's and the run's logs. Budgets keep each input cheap: a verification cap of FUZZ_INSN_LIMIT
  * instructions processed, runs of at most twice that (a verified program's
  * longest path is bounded by what the verifier processed).
  *
@@ -147,7 +148,7 @@ static struct ms_verify_opts fuzz_vo;
 /* Runs a verified program natively, from the state the interpreter started
  * in (maps of set 1, mem0 copied), and requires the interpreter's outcome. */
 static void run_jit(const struct ms_bpf_prog *p, const struct ms_bpf_run_opts *iro, const void *mem0,
-                    uint32_t mem_size, uint64_t r0, const void *mem_after, const char *what) {
+                    uint32_t mem_size, uint64_t r0, uint64_t insns, const void *mem_after, const char *what) {
   struct ms_bpf_map *maps[MS_BPF_MAX_MAPS];
   uint64_t *mem = NULL;
   struct ms_bpf_jit *j = NULL;
@@ -167,9 +168,10 @@ static void run_jit(const struct ms_bpf_prog *p, const struct ms_bpf_run_opts *i
   struct ms_bpf_run_result res;
   int rc = ms_bpf_jit_run(j, &ro, &res);
   fuzz_jit_runs++;
-  if (rc || res.r0 != r0 || (mem && memcmp(mem, mem_after, mem_size))) {
-    fprintf(stderr, "fuzz_bpf: %s: the JIT disagrees with the interpreter: rc %d, r0 0x%llx (interpreter 0x%llx)%s\n"
-            "--- run log:\n%s\n", what, rc, (unsigned long long)res.r0, (unsigned long long)r0,
+  if (rc || res.r0 != r0 || res.insns != insns || (mem && memcmp(mem, mem_after, mem_size))) {
+    fprintf(stderr, "fuzz_bpf: %s: the JIT disagrees with the interpreter: rc %d, r0 0x%llx (interpreter 0x%llx), "
+            "%llu instructions (interpreter %llu)%s\n--- run log:\n%s\n", what, rc, (unsigned long long)res.r0,
+            (unsigned long long)r0, (unsigned long long)res.insns, (unsigned long long)insns,
             mem && memcmp(mem, mem_after, mem_size) ? ", the buffer differs" : "", fuzz_rlog);
     abort();
   }
@@ -188,7 +190,7 @@ static void run_verified(const struct ms_bpf_prog *p, const uint8_t *data, size_
   void *mem0 = mem ? malloc(mem_size + 8) : NULL;
   if (mem0) memcpy(mem0, mem, mem_size);
   int ran = 0;
-  uint64_t r0 = 0;
+  uint64_t r0 = 0, insns = 0;
   if ((!mem || mem0) && bind_maps(p, maps, 0)) {
     uint64_t ctx[sizeof(struct ms_hook_ctx) / 8] = {0};
     memcpy(ctx, data, size < sizeof ctx ? size : sizeof ctx);
@@ -210,8 +212,14 @@ static void run_verified(const struct ms_bpf_prog *p, const uint8_t *data, size_
                (long long)fuzz_st.r0_smin, (long long)fuzz_st.r0_smax);
       soundness_bug(what, 0);
     }
+    if (res.insns > fuzz_st.max_run_insns) {
+      snprintf(fuzz_rlog, sizeof fuzz_rlog, "ran %llu instructions, more than the verifier's bound of %llu",
+               (unsigned long long)res.insns, (unsigned long long)fuzz_st.max_run_insns);
+      soundness_bug(what, 0);
+    }
     ran = 1;
     r0 = res.r0;
+    insns = res.insns;
   }
   unbind_maps(maps, 0); /* also what a failed bind made */
   if (ran && ms_bpf_jit_supported()) {
@@ -221,7 +229,7 @@ static void run_verified(const struct ms_bpf_prog *p, const uint8_t *data, size_
     memcpy(ctx, data, size < sizeof ctx ? size : sizeof ctx);
     if (raw) ro.mem = mem, ro.mem_size = mem ? mem_size : 0;
     else ro.ctx = ctx, ro.ctx_size = sizeof ctx;
-    run_jit(p, &ro, mem0, mem_size, r0, mem, what);
+    run_jit(p, &ro, mem0, mem_size, r0, insns, mem, what);
   }
   free(mem0);
 }

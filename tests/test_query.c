@@ -6,6 +6,7 @@
  * interpreter give the same maps, full maps count what they drop; program
  * bundles refuse malformed bytes; random programs compile to something the
  * verifier accepts or are refused with a message, never a crash. */
+#include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
 #include <stdlib.h>
@@ -708,6 +709,37 @@ static void test_trigger(void) {
   ms_model_free(m);
 }
 
+/* The fuzzer's corpus (the .q files of tests/fuzz/query: the documented examples and any
+ * reproducer kept after a fix), replayed against the schema it fuzzes with. */
+static void test_fuzz_corpus(void) {
+  const char *root = getenv("MS_SRC");
+  char dir[4096], path[4400];
+  snprintf(dir, sizeof dir, "%s/tests/fuzz/query", root ? root : ".");
+  snprintf(path, sizeof path, "%s/schema.json", dir);
+  size_t len = 0;
+  char *text = ms_test_slurp(path, &len);
+  struct ms_query_schema *s = text ? ms_query_schema_parse(text, len, NULL) : NULL;
+  free(text);
+  CHECKF(s != NULL, "%s", path);
+  DIR *d = s ? opendir(dir) : NULL;
+  int n = 0;
+  for (struct dirent *de; d && (de = readdir(d));) {
+    size_t nl = strlen(de->d_name);
+    if (nl < 3 || strcmp(de->d_name + nl - 2, ".q")) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+    char *src = ms_test_slurp(path, &len);
+    char log[8192] = "";
+    struct ms_monitor *mon = src ? compile_verify(src, s, NULL, log, sizeof log) : NULL;
+    CHECKF(mon || !strncmp(log, "column ", 7), "%s: %s", de->d_name, log);
+    ms_monitor_free(mon);
+    free(src);
+    n++;
+  }
+  if (d) closedir(d);
+  CHECK(n >= 16);
+  ms_query_schema_free(s);
+}
+
 static void test_durations(void) {
   uint64_t v = 0;
   CHECK(ms_query_parse_duration("2s", &v) == 0 && v == 2000000000ull);
@@ -727,6 +759,7 @@ int main(void) {
   test_random_programs();
   test_interp_jit();
   test_trigger();
+  test_fuzz_corpus();
   test_durations();
   TEST_MAIN_END();
 }

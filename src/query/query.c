@@ -7,9 +7,6 @@
 #include <string.h>
 
 #include <jansson.h>
-#include <stdio.h>
-
-#include "megascope/plan.h"
 
 #include "query/query_impl.h"
 
@@ -101,23 +98,6 @@ out:
     errno = -rc;
     return NULL;
   }
-  return s;
-}
-
-struct ms_query_schema *ms_query_schema_of_plan(const struct ms_plan *p, struct ms_textbuf *log) {
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  if (!f) return NULL;
-  int rc = ms_plan_write_schema(p, f, 0);
-  if (fclose(f) || rc) {
-    ms_textbuf_printf(log, "cannot write the plan's schema\n");
-    free(text);
-    errno = EIO;
-    return NULL;
-  }
-  struct ms_query_schema *s = ms_query_schema_parse(text, len, log);
-  free(text);
   return s;
 }
 

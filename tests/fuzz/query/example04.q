@@ -1,0 +1,1 @@
+request /phase == finished/ { @[req_slot] = count() }

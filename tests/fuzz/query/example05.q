@@ -1,0 +1,1 @@
+step { @[batch_size] = count() }

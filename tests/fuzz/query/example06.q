@@ -1,0 +1,1 @@
+task_begin, task_end /launch_mode == jit/ { @[hook, class] = count() }

@@ -1,0 +1,1 @@
+dep_wait /wait_reason == step_end/ { @[worker] = count() }

@@ -1,0 +1,1 @@
+task_ready { @q[event_class] = max(event_count) }

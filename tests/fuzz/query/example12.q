@@ -1,0 +1,1 @@
+request /phase == token/ { @tok[req_slot, req_gen] = count() }

@@ -1,0 +1,1 @@
+task_end /event_class == "attn->wo"/ { @n = count() }

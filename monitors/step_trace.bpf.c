@@ -19,6 +19,11 @@ struct {
   __uint(max_entries, 4096);
 } step_events SEC(".maps");
 
+/* The record type, named for the map (struct step_event for step_events), is
+ * made part of the object's BTF by this global in a section nothing loads:
+ * `megascope records` decodes the ring's records by it. */
+const volatile struct step_event step_events_record SEC("megascope_types");
+
 MS_HOOK_ABI_DECLARE();
 
 SEC("megascope/observe/step")

@@ -21,6 +21,8 @@ int cmd_maps(int argc, char **argv);
 int cmd_schema(int argc, char **argv);
 int cmd_stats(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_records(int argc, char **argv);
+int cmd_cflags(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
 int bench_hooks(int argc, char **argv);

@@ -75,7 +75,8 @@ static const struct ctl_cmd ctl_cmds[] = {
      "  --release            this is the last read-out of a detached attachment: the engine\n"
      "                       frees its programs, maps and memfds once it has answered\n",
      1},
-    {"schema", "", "Prints the task schema (versioned JSON) of the engine's plan.",
+    {"schema", "", "Prints the task schema (versioned JSON) of the engine's plan, with every batch\n"
+                   "bucket the engine runs (\"buckets\": rows, tasks and events of each plan).",
      "  --rows N             the plan of the bucket holding N rows (default 1)\n", 0},
     {"stats", "", "Prints steps, tokens, requests and TTFT / TPOT quantiles.",
      "  --json               print as JSON\n", 0},
@@ -512,7 +513,10 @@ static int run_ctl(const struct ctl_args *a) {
       close(fds[i]);
     }
   } else if (!strcmp(me, "schema")) {
-    print_json(json_object_get(rep, "schema"));
+    /* the plan's schema, with every bucket the engine runs beside it */
+    json_t *sc = json_object_get(rep, "schema"), *bk = json_object_get(rep, "buckets");
+    if (json_is_object(sc) && bk) json_object_set(sc, "buckets", bk);
+    print_json(sc);
   } else if (!strcmp(me, "stats")) {
     if (a->as_json) {
       print_json(rep);

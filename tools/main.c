@@ -33,6 +33,7 @@ static const struct cli_cmd cmds[] = {
     {"schema", "print a running engine's task schema", cmd_schema},
     {"stats", "print a running engine's steps, tokens, TTFT and TPOT", cmd_stats},
     {"trace", "record a running engine's task trace (Chrome JSON for Perfetto)", cmd_trace},
+    {"records", "stream an attachment's ring-buffer records, decoded", cmd_records}, {"cflags", "clang flags for compiling a monitor", cmd_cflags},
     {"query", "ask a running engine a question in one line (compiled to a verified monitor)", cmd_query},
     {"explain", "which task class explains the step time, with raw evidence for it alone", cmd_explain},
 };

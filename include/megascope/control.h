@@ -29,6 +29,9 @@
  *   schema  [rows]                         the plan's versioned task schema
  *   stats                                  steps, tokens, TTFT and TPOT quantiles
  *   trace   seconds [, records_per_worker] the Chrome JSON trace, as a memfd
+ *   records id                             the attachment's ring buffers as read-write
+ *                                          memfds for one consumer (until it closes
+ *                                          its connection), with record layouts from BTF
  *
  * The socket lives in a directory of mode 0700 with mode 0600 itself, and the
  * server checks each peer's uid (SO_PEERCRED): only the engine's user or root is

@@ -253,7 +253,7 @@ static void cmd_info(struct ms_control *c, struct cclient *cl, json_t *req, stru
     ms_json_key(&j, "commands");
     ms_json_arr_begin(&j);
     static const char *const cmds[] = {"info", "attach", "replace", "detach", "list",
-                                       "maps", "schema", "stats",   "trace"};
+                                       "maps", "schema", "stats",   "trace",  "records"};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) ms_json_str(&j, cmds[i]);
     ms_json_arr_end(&j);
     ms_json_obj_end(&j);
@@ -517,7 +517,18 @@ static void cmd_schema(struct ms_control *c, struct cclient *cl, json_t *req, st
   }
   FILE *f = reply_open(r);
   if (f) {
-    fprintf(f, "{\"ok\":true,\"rows\":%lld,\"bucket\":%d,\"schema\":", rows, ms_plan_batch(p));
+    fprintf(f, "{\"ok\":true,\"rows\":%lld,\"bucket\":%d,\"buckets\":[", rows, ms_plan_batch(p));
+    /* every bucket the engine runs, with the size of its plan: class ids and
+     * names are the same in every bucket, task counts are not */
+    int k = 0;
+    for (const struct ms_plan *b = ms_engine_plan(c->e, 1); b; b = ms_engine_plan(c->e, ms_plan_batch(b) + 1)) {
+      struct ms_plan_stats st;
+      ms_plan_get_stats(b, &st);
+      fprintf(f, "%s{\"bucket\":%d,\"tasks\":%d,\"events\":%d,\"task_classes\":%d,\"event_classes\":%d}",
+              k++ ? "," : "", ms_plan_batch(b), st.tasks, st.events, st.task_classes, st.event_classes);
+      if (ms_engine_plan(c->e, ms_plan_batch(b) + 1) == b) break;
+    }
+    fputs("],\"schema\":", f);
     int rc = ms_plan_write_schema(p, f, 0);
     fputs("}", f);
     if (rc) {
@@ -679,13 +690,69 @@ void ms_control_trace_finish(struct ms_control *c, struct creply *r) {
   r->n_fds = 1;
 }
 
+/* Hands over the ring buffers of attachment id to one consumer (the client
+ * that asked, until it disconnects), with their record layouts. */
+static void cmd_records(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
+  static const char *const allowed[] = {"id", NULL};
+  long long id;
+  if (check_fields(req, "records", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r)) return;
+  for (int i = 0; i < c->n_cl; i++)
+    if (c->cl[i] != cl && c->cl[i]->reader_id == id) {
+      ms_control_reply_error(r, -EBUSY, NULL,
+                             "attachment %lld's ring buffers already have a reader (pid %ld); a ring buffer has one "
+                             "consumer",
+                             id, (long)c->cl[i]->pid);
+      return;
+    }
+  struct ms_coverage cov;
+  if (ms_engine_attach_coverage(c->e, (int)id, 0, &cov)) {
+    ms_control_reply_error(r, -ENOENT, NULL, "no attachment %lld (unknown id, or freed after its retention)", id);
+    return;
+  }
+  int fds[MS_CONTROL_MAX_FDS], n = 0;
+  char names[MS_CONTROL_MAX_FDS][64];
+  uint32_t gen = 0;
+  FILE *f = reply_open(r);
+  if (f) {
+    struct ms_json j;
+    ms_json_init(&j, f, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "ok", 1);
+    ms_json_kint(&j, "id", id);
+    ms_json_kbool(&j, "attached", cov.t_end == 0);
+    n = ms_control_ring_fds(c->e, (int)id, &j, fds, names, MS_CONTROL_MAX_FDS, &gen);
+    ms_json_kuint(&j, "generation", gen);
+    ms_json_kuint(&j, "lost", cov.lost);
+    ms_json_key(&j, "fds");
+    ms_json_arr_begin(&j);
+    for (int i = 0; i < n; i++) ms_json_str(&j, names[i]);
+    ms_json_arr_end(&j);
+    ms_json_obj_end(&j);
+  }
+  reply_close(r, f);
+  if (n < 0 || (n == 0 && !r->is_error) || r->is_error) {
+    for (int i = 0; i < n; i++) close(fds[i]);
+    if (n < 0)
+      ms_control_reply_error(r, n, NULL, "cannot hand over the ring buffers of %lld: %s", id, ms_strerror(n));
+    else if (!r->is_error)
+      ms_control_reply_error(r, -EINVAL, NULL, "attachment %lld has no ring-buffer map", id);
+    return;
+  }
+  for (int i = 0; i < n; i++) r->fds[i] = fds[i];
+  r->n_fds = n;
+  cl->reader_id = (int)id;
+  ms_logf(MS_LOG_INFO, "control: pid %ld reads the ring buffers of attachment %lld (generation %u)", (long)cl->pid,
+          id, gen);
+}
+
 /* The commands, in the order `unknown command` lists them. */
 static const struct {
   const char *name;
   void (*fn)(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r);
 } commands[] = {{"info", cmd_info},     {"attach", cmd_attach}, {"replace", cmd_replace},
                 {"detach", cmd_detach}, {"list", cmd_list},     {"maps", cmd_maps},
-                {"schema", cmd_schema}, {"stats", cmd_stats},   {"trace", cmd_trace}};
+                {"schema", cmd_schema}, {"stats", cmd_stats},   {"trace", cmd_trace},
+                {"records", cmd_records}};
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 
 void ms_control_dispatch(struct ms_control *c, struct cclient *cl, const char *msg, size_t len, struct creply *r) {

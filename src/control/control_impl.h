@@ -47,6 +47,7 @@ struct cclient {
   int close_after;    /* close once out is sent */
   int waiting;        /* a deferred command (trace) owes it a reply */
   uint64_t last_t;    /* engine clock of its last activity (accept, frame, reply sent) */
+  int reader_id;      /* the attachment whose ring buffers it consumes ("records"); 0: none */
 };
 
 struct ms_control {
@@ -85,6 +86,13 @@ void ms_control_reply_error(struct creply *r, int code, const char *log, const c
 /* Read-only descriptors of attachment id's current maps (mapfds.c): the count
  * (at most max), names filled; or a negative error. */
 int ms_control_map_fds(struct ms_engine *e, int id, int *fds, char (*names)[64], int max);
+/* Read-write descriptors of attachment id's current ring-buffer maps, for a
+ * consumer (records.c), with "maps": [{name, ring_bytes, decoded, record,
+ * size, fields}] written into j (inside an object); the count (at most max),
+ * names and *generation filled; or a negative error. */
+struct ms_json;
+int ms_control_ring_fds(struct ms_engine *e, int id, struct ms_json *j, int *fds, char (*names)[64], int max,
+                        uint32_t *generation);
 /* "EINVAL", "ENOENT", "EVERIFY", ... for a negative or positive error code. */
 const char *ms_control_code_name(int code);
 

@@ -200,4 +200,28 @@ enum ms_hook_field {
 static __u64 (*ms_log2)(__u64 v) = (void *)MS_HELPER_LOG2;
 #endif
 
+/* Kernel ids: ctx->op of task hooks, and "kernel_id" of a class in
+ * `megascope schema`. Stable (append-only): the engine's own list of task
+ * bodies has the same numbers (checked where the engine is built). */
+enum ms_op {
+  MS_OP_STEP_START = 0,   /* the step's first task: retire, admit, lay out rows */
+  MS_OP_EMBED = 1,
+  MS_OP_RMSNORM = 2,      /* attn_norm, ffn_norm, out_norm */
+  MS_OP_QKV = 3,
+  MS_OP_ROPE = 4,         /* q/k norm (qwen3), RoPE, KV-cache append */
+  MS_OP_ATTN = 5,         /* paged attention for one (row, kv head) */
+  MS_OP_WO = 6,           /* output projection + residual */
+  MS_OP_SWIGLU = 7,       /* gate and up projections (gate_up) */
+  MS_OP_DOWN = 8,         /* down projection + residual */
+  MS_OP_ROUTER = 9,       /* MoE router */
+  MS_OP_EXPERT_UP = 10,
+  MS_OP_EXPERT_DOWN = 11,
+  MS_OP_MOE_COMBINE = 12,
+  MS_OP_LM_HEAD = 13,
+  MS_OP_SAMPLE = 14,
+  MS_OP_EMPTY = 15,       /* inserted by normalisation: waits, then triggers */
+  MS_OP_COMM = 16,        /* tensor parallel: a share of an all-gather */
+  MS_OP_COUNT
+};
+
 #endif

@@ -1,0 +1,432 @@
+/* SPDX-License-Identifier: MIT */
+/* megascope records: the reader of an attachment's ring buffers. It asks the
+ * engine for the ring-buffer maps of attachment ID ("records": read-write
+ * memfds, one consumer per attachment, and each map's record layout from the
+ * object's BTF), maps them, and consumes records while the engine runs,
+ * printing each one decoded (fields by name; a map without a record struct in
+ * its BTF as the record's u64 words). Over the same connection it asks for the
+ * attachment's state four times a second: losses (records dropped because the
+ * ring was full, and the coverage's lost count, which includes budget drops)
+ * are shown as they happen and at the end; after a replace it drains the old
+ * generation's rings and continues with the new ones; once the attachment is
+ * detached it drains and stops.
+ *
+ *   megascope records --socket S ID [--json] [--seconds N] [--max-records N] [--interval-us N]
+ *
+ * Exit codes: 0 done, 1 the engine refused or could not be reached, 2 usage. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "common.h"
+#include "megascope/bpf.h"
+#include "megascope/control.h"
+#include "megascope/json.h"
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: megascope records --socket S ID [options]\n\n"
+          "Streams the ring-buffer records of attachment ID while the engine runs, decoded by\n"
+          "the record struct in the monitor's BTF (a struct named after the map, or after it\n"
+          "without its final 's': step_events -> struct step_event), else as u64 words. Losses\n"
+          "(ring full, or over the --ringbuf-bytes budget) are counted and shown. One reader per\n"
+          "attachment at a time. Stops after --seconds, --max-records, SIGINT, or when the\n"
+          "attachment is detached (after draining what it wrote).\n\n"
+          "  --socket S           the engine's control socket (default: $MEGASCOPE_SOCKET, else\n"
+          "                       the only engine-*.sock in the default directory)\n"
+          "  --json               one JSON object per record (JSON Lines), then a summary object\n"
+          "  --seconds N          stop after N seconds (default: until detached or SIGINT)\n"
+          "  --max-records N      stop after N records\n"
+          "  --interval-us N      how often the rings are polled (default 200)\n"
+          "  -h, --help           this text\n");
+}
+
+struct field {
+  char name[64], type[16];
+  uint32_t offset, size;
+};
+
+struct ring {
+  char name[64];
+  struct ms_bpf_map_reader *rd;
+  int fd;
+  struct field *fields;  /* NULL: u64 words */
+  int n_fields;
+  uint32_t rec_size;
+  uint64_t seen_lost;   /* ring-full drops already reported */
+};
+
+struct rec_state {
+  int as_json;
+  uint32_t generation;
+  uint64_t records, max_records;
+  const struct ring *ring;
+};
+
+static volatile sig_atomic_t stopping;
+static void on_signal(int sig) { stopping = 1; }
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void rings_free(struct ring *r, int n) {
+  for (int i = 0; i < n; i++) {
+    ms_bpf_map_reader_free(r[i].rd);
+    if (r[i].fd >= 0) close(r[i].fd);
+    free(r[i].fields);
+    memset(&r[i], 0, sizeof r[i]);
+    r[i].fd = -1;
+  }
+}
+
+static uint64_t field_uint(const uint8_t *p, uint32_t size) {
+  uint64_t v = 0;
+  memcpy(&v, p, size);
+  return v;
+}
+
+static int64_t field_int(const uint8_t *p, uint32_t size) {
+  uint64_t v = field_uint(p, size);
+  int sh = 64 - 8 * (int)size;
+  return sh ? (int64_t)(v << sh) >> sh : (int64_t)v;
+}
+
+/* One record: fields by the BTF layout, or the u64 words (a short tail as bytes). */
+static int print_record(void *user, const void *data, uint32_t size) {
+  struct rec_state *st = user;
+  const struct ring *rg = st->ring;
+  const uint8_t *p = data;
+  if (st->max_records && st->records >= st->max_records) return -ECANCELED;
+  st->records++;
+  struct ms_json j;
+  if (st->as_json) {
+    ms_json_init(&j, stdout, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kstr(&j, "map", rg->name);
+    ms_json_kuint(&j, "generation", st->generation);
+  } else {
+    printf("%s", rg->name);
+  }
+  if (rg->fields) {
+    for (int i = 0; i < rg->n_fields; i++) {
+      const struct field *f = &rg->fields[i];
+      if ((uint64_t)f->offset + f->size > size) continue;
+      const uint8_t *v = p + f->offset;
+      int is_uint = f->type[0] == 'u' && f->type[1] >= '1' && f->type[1] <= '9' && f->size <= 8;
+      int is_int = f->type[0] == 's' && f->type[1] >= '1' && f->type[1] <= '9' && f->size <= 8;
+      int is_char = !strncmp(f->type, "char[", 5);
+      if (st->as_json) ms_json_key(&j, f->name);
+      if (is_uint || is_int) {
+        if (st->as_json) {
+          if (is_uint)
+            ms_json_uint(&j, field_uint(v, f->size));
+          else
+            ms_json_int(&j, field_int(v, f->size));
+        } else if (is_uint) {
+          printf(" %s=%" PRIu64, f->name, field_uint(v, f->size));
+        } else {
+          printf(" %s=%" PRId64, f->name, field_int(v, f->size));
+        }
+      } else if (is_char) {
+        char s[256];
+        size_t n = strnlen((const char *)v, f->size < sizeof s - 1 ? f->size : sizeof s - 1);
+        memcpy(s, v, n);
+        s[n] = 0;
+        for (size_t k = 0; k < n; k++)
+          if ((unsigned char)s[k] < 0x20 || (unsigned char)s[k] > 0x7e) s[k] = '?';
+        if (st->as_json)
+          ms_json_str(&j, s);
+        else
+          printf(" %s=\"%s\"", f->name, s);
+      } else {
+        char hex[2 * 64 + 1];
+        uint32_t n = f->size < 64 ? f->size : 64;
+        for (uint32_t k = 0; k < n; k++) snprintf(hex + 2 * k, 3, "%02x", v[k]);
+        if (st->as_json)
+          ms_json_str(&j, hex);
+        else
+          printf(" %s=0x%s", f->name, hex);
+      }
+    }
+  } else {
+    if (st->as_json) {
+      ms_json_key(&j, "words");
+      ms_json_arr_begin(&j);
+    }
+    for (uint32_t off = 0; off + 8 <= size; off += 8) {
+      if (st->as_json)
+        ms_json_uint(&j, field_uint(p + off, 8));
+      else
+        printf(" %" PRIu64, field_uint(p + off, 8));
+    }
+    if (st->as_json) ms_json_arr_end(&j);
+  }
+  if (st->as_json) {
+    ms_json_kuint(&j, "size", size);
+    ms_json_obj_end(&j);
+    ms_json_end(&j);
+  } else {
+    putchar('\n');
+  }
+  return 0;
+}
+
+/* The "records" reply: maps the rings it hands over. Returns the count or -1. */
+static int rings_open(json_t *rep, const int *fds, int n_fds, struct ring *out, int max, int as_json) {
+  json_t *maps = json_object_get(rep, "maps"), *m;
+  size_t i;
+  int n = 0;
+  json_array_foreach(maps, i, m) {
+    if ((int)i >= n_fds || n >= max) break;
+    struct ring *r = &out[n];
+    memset(r, 0, sizeof *r);
+    r->fd = fds[i];
+    snprintf(r->name, sizeof r->name, "%s", json_string_value(json_object_get(m, "name")) ?: "?");
+    char lb[256] = "";
+    struct ms_textbuf log = {lb, sizeof lb, 0, 0};
+    r->rd = ms_bpf_map_reader_new(r->fd, MS_BPF_READER_CONSUME, &log);
+    if (!r->rd) {
+      fprintf(stderr, "megascope records: cannot consume ring %s: %s", r->name, lb);
+      return -1;
+    }
+    r->seen_lost = __atomic_load_n(&ms_bpf_map_reader_header(r->rd)->lost, __ATOMIC_RELAXED);
+    json_t *fl = json_object_get(m, "fields"), *x;
+    size_t k;
+    if (json_is_array(fl) && json_array_size(fl)) {
+      r->fields = calloc(json_array_size(fl), sizeof *r->fields);
+      if (!r->fields) return -1;
+      json_array_foreach(fl, k, x) {
+        struct field *f = &r->fields[r->n_fields++];
+        snprintf(f->name, sizeof f->name, "%s", json_string_value(json_object_get(x, "name")) ?: "?");
+        snprintf(f->type, sizeof f->type, "%s", json_string_value(json_object_get(x, "type")) ?: "bytes");
+        f->offset = (uint32_t)json_integer_value(json_object_get(x, "offset"));
+        f->size = (uint32_t)json_integer_value(json_object_get(x, "size"));
+      }
+      r->rec_size = (uint32_t)json_integer_value(json_object_get(m, "size"));
+    }
+    const char *rec = json_string_value(json_object_get(m, "record"));
+    fprintf(stderr, "megascope records: ring %s (%lld bytes): %s\n", r->name,
+              (long long)json_integer_value(json_object_get(m, "ring_bytes")),
+              rec ? "records decoded by the BTF of struct" : "no record struct in the BTF: records as u64 words");
+    if (rec) fprintf(stderr, "  struct %s, %u bytes\n", rec, r->rec_size);
+    n++;
+  }
+  return n;
+}
+
+/* One request on the open connection; the parsed reply when it says ok. */
+static json_t *ask(struct ms_control_client *cl, const char *req, int *fds, int *n_fds) {
+  char *reply = NULL;
+  size_t len = 0;
+  int nf = 0;
+  int rc = ms_control_call(cl, req, strlen(req), &reply, &len, fds, fds ? &nf : NULL, fds ? MS_CONTROL_MAX_FDS : 0,
+                           30000);
+  if (n_fds) *n_fds = nf;
+  if (rc) {
+    fprintf(stderr, "megascope records: no reply: %s\n", ms_strerror(rc));
+    return NULL;
+  }
+  json_error_t err;
+  json_t *j = json_loadb(reply, len, 0, &err);
+  free(reply);
+  if (!j || !json_is_true(json_object_get(j, "ok"))) {
+    const char *e = j ? json_string_value(json_object_get(j, "error")) : err.text;
+    fprintf(stderr, "megascope records: %s\n", e ? e : "the engine refused the request");
+    json_decref(j);
+    for (int i = 0; fds && i < nf; i++) close(fds[i]);
+    return NULL;
+  }
+  return j;
+}
+
+/* The attachment's row in "list": attached, generation, coverage lost. */
+static int state_of(json_t *list, long id, int *attached, uint32_t *gen, uint64_t *lost) {
+  json_t *arr = json_object_get(list, "attachments"), *x;
+  size_t i;
+  json_array_foreach(arr, i, x) {
+    if (json_integer_value(json_object_get(x, "id")) != id) continue;
+    *attached = json_is_true(json_object_get(x, "attached"));
+    *gen = (uint32_t)json_integer_value(json_object_get(x, "generation"));
+    *lost = (uint64_t)json_integer_value(json_object_get(json_object_get(x, "coverage"), "lost"));
+    return 0;
+  }
+  return -1;
+}
+
+static int drain(struct ring *rings, int n, struct rec_state *st) {
+  int got = 0;
+  for (int i = 0; i < n; i++) {
+    st->ring = &rings[i];
+    int k = ms_bpf_map_reader_consume(rings[i].rd, print_record, st);
+    if (k == -ECANCELED) return -1;
+    if (k > 0) got += k;
+  }
+  return got;
+}
+
+int cmd_records(int argc, char **argv) {
+  static const struct option opts[] = {{"socket", required_argument, 0, 0},      {"json", no_argument, 0, 0},
+                                       {"seconds", required_argument, 0, 0},     {"max-records", required_argument, 0, 0},
+                                       {"interval-us", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  const char *socket_arg = NULL;
+  long max_records = 0, interval_us = 200, id = 0;
+  double seconds = 0;
+  int as_json = 0, c, idx;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
+    if (c == 'h') {
+      usage(stdout);
+      return 0;
+    }
+    if (c != 0) {
+      usage(stderr);
+      return 2;
+    }
+    const char *n = opts[idx].name;
+    int r = 0;
+    if (!strcmp(n, "socket")) socket_arg = optarg;
+    else if (!strcmp(n, "json")) as_json = 1;
+    else if (!strcmp(n, "max-records")) r = cli_int("--max-records", optarg, 1, 0x7fffffffL, &max_records);
+    else if (!strcmp(n, "interval-us")) r = cli_int("--interval-us", optarg, 10, 1000000, &interval_us);
+    else if (!strcmp(n, "seconds")) {
+      char *end;
+      seconds = strtod(optarg, &end);
+      if (*end || end == optarg || !(seconds > 0 && seconds <= 1e7)) {
+        fprintf(stderr, "megascope records: --seconds '%s': expected a positive number of seconds\n", optarg);
+        r = -1;
+      }
+    }
+    if (r) {
+      usage(stderr);
+      return 2;
+    }
+  }
+  if (optind != argc - 1 || cli_int("ID", argv[optind], 1, 0x7fffffffL, &id)) {
+    if (optind != argc - 1) fprintf(stderr, "megascope records: expected ID\n");
+    usage(stderr);
+    return 2;
+  }
+  char path[512];
+  if (cli_ctl_socket("records", socket_arg, path, sizeof path)) return 1;
+  char lb[512] = "";
+  struct ms_textbuf log = {lb, sizeof lb, 0, 0};
+  struct ms_control_client *cl = ms_control_connect(path, &log);
+  if (!cl) {
+    fprintf(stderr, "megascope records: %s", lb);
+    return 1;
+  }
+  signal(SIGINT, on_signal);
+  signal(SIGTERM, on_signal);
+  signal(SIGPIPE, on_signal);
+  char req[96];
+  snprintf(req, sizeof req, "{\"cmd\":\"records\",\"id\":%ld}", id);
+  int fds[MS_CONTROL_MAX_FDS], n_fds = 0, rc = 1;
+  struct ring rings[MS_CONTROL_MAX_FDS];
+  int n_rings = 0;
+  for (int i = 0; i < MS_CONTROL_MAX_FDS; i++) rings[i].fd = -1;
+  struct rec_state st = {.as_json = as_json, .max_records = (uint64_t)max_records};
+  json_t *rep = ask(cl, req, fds, &n_fds);
+  if (!rep) goto out;
+  st.generation = (uint32_t)json_integer_value(json_object_get(rep, "generation"));
+  n_rings = rings_open(rep, fds, n_fds, rings, MS_CONTROL_MAX_FDS, as_json);
+  for (int i = n_rings < 0 ? 0 : n_rings; i < n_fds; i++) close(fds[i]);
+  json_decref(rep);
+  if (n_rings <= 0) goto out;
+  uint64_t t0 = now_ns(), next_state = t0, lost_ring = 0, lost_cov0 = UINT64_MAX, lost_cov = 0;
+  int attached = 1, gens = 1;
+  rc = 0;
+  while (!stopping) {
+    if (drain(rings, n_rings, &st) < 0) break;
+    for (int i = 0; i < n_rings; i++) {
+      uint64_t l = __atomic_load_n(&ms_bpf_map_reader_header(rings[i].rd)->lost, __ATOMIC_RELAXED);
+      if (l != rings[i].seen_lost) {
+        if (!as_json)
+          fprintf(stderr, "megascope records: ring %s: %" PRIu64 " records lost (ring full)\n", rings[i].name,
+                  l - rings[i].seen_lost);
+        lost_ring += l - rings[i].seen_lost;
+        rings[i].seen_lost = l;
+      }
+    }
+    uint64_t now = now_ns();
+    if (seconds > 0 && now - t0 >= (uint64_t)(seconds * 1e9)) break;
+    if (!attached) break;  /* detached: drained once more above */
+    if (now >= next_state) {
+      next_state = now + 100000000ull;
+      json_t *ls = ask(cl, "{\"cmd\":\"list\"}", NULL, NULL);
+      uint32_t gen = 0;
+      uint64_t lost = 0;
+      if (!ls || state_of(ls, id, &attached, &gen, &lost)) {
+        json_decref(ls);
+        if (ls) fprintf(stderr, "megascope records: attachment %ld is gone\n", id);
+        rc = ls ? 0 : 1;
+        break;
+      }
+      json_decref(ls);
+      if (lost_cov0 == UINT64_MAX) lost_cov0 = lost;
+      lost_cov = lost;
+      if (attached && gen != st.generation) {
+        /* replaced: finish the old generation's rings, then read the new ones */
+        if (drain(rings, n_rings, &st) < 0) break;
+        rings_free(rings, n_rings);
+        json_t *r2 = ask(cl, req, fds, &n_fds);
+        if (!r2) {
+          rc = 1;
+          break;
+        }
+        st.generation = (uint32_t)json_integer_value(json_object_get(r2, "generation"));
+        n_rings = rings_open(r2, fds, n_fds, rings, MS_CONTROL_MAX_FDS, as_json);
+        for (int i = n_rings < 0 ? 0 : n_rings; i < n_fds; i++) close(fds[i]);
+        json_decref(r2);
+        if (n_rings <= 0) {
+          rc = 1;
+          break;
+        }
+        lost_cov0 = UINT64_MAX;
+        gens++;
+      }
+    }
+    struct timespec ts = {0, interval_us * 1000};
+    nanosleep(&ts, NULL);
+  }
+  drain(rings, n_rings, &st);
+  fflush(stdout);
+  double secs = (double)(now_ns() - t0) / 1e9;
+  uint64_t lost_during = lost_cov0 == UINT64_MAX ? 0 : lost_cov - lost_cov0;
+  if (as_json) {
+    struct ms_json j;
+    ms_json_init(&j, stdout, 0);
+    ms_json_obj_begin(&j);
+    ms_json_key(&j, "summary");
+    ms_json_obj_begin(&j);
+    ms_json_kint(&j, "id", id);
+    ms_json_kuint(&j, "records", st.records);
+    ms_json_kuint(&j, "lost_ring_full", lost_ring);
+    ms_json_kuint(&j, "lost_coverage", lost_during);
+    ms_json_kuint(&j, "generations", (uint64_t)gens);
+    ms_json_knum(&j, "seconds", secs);
+    ms_json_obj_end(&j);
+    ms_json_obj_end(&j);
+    ms_json_end(&j);
+  } else {
+    fprintf(stderr,
+            "megascope records: %" PRIu64 " records in %.2f s from attachment %ld (%d generation%s); lost while "
+            "reading: %" PRIu64 " (ring full), %" PRIu64 " (coverage, budget drops included)\n",
+            st.records, secs, id, gens, gens == 1 ? "" : "s", lost_ring, lost_during);
+  }
+out:
+  rings_free(rings, n_rings > 0 ? n_rings : 0);
+  ms_control_client_free(cl);
+  return rc;
+}

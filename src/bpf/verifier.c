@@ -406,10 +406,13 @@ static void evict(struct explore *x, struct ms_bpf_vstate *s) {
   ms_bpf_vs_free(s);
 }
 
-static uint64_t fingerprint(struct explore *x, const struct ms_bpf_vlive *lv, int *have) {
-  x->st.compared += frames_of(x->env.cur); /* it reads every frame */
+/* The current state's fingerprint, computed once per visit (*have) and only
+ * when needed: it reads every frame. */
+static uint64_t fingerprint(struct explore *x, const struct ms_bpf_vlive *lv, uint64_t *fp, int *have) {
+  if (*have) return *fp;
+  x->st.compared += frames_of(x->env.cur);
   *have = 1;
-  return ms_bpf_vs_fingerprint(x->env.cur, lv);
+  return *fp = ms_bpf_vs_fingerprint(x->env.cur, lv);
 }
 
 /* 1: the path is pruned; 0: go on; < 0: rejected. */
@@ -418,7 +421,7 @@ static int visit(struct explore *x) {
   struct ms_bpf_vlive lv;
   live_masks(x, env->cur, env->pc, &lv);
   uint64_t fp = 0;
-  int have_fp = 0; /* computed when first needed: it reads every frame */
+  int have_fp = 0;
   struct ms_bpf_vstate **link = &x->kept[env->pc], *s;
   while ((s = *link)) {
     if (s->curframe == env->cur->curframe && s->n_refs == env->cur->n_refs && !s->branches) {
@@ -434,7 +437,7 @@ static int visit(struct explore *x) {
         continue;
       }
     } else if (s->curframe == env->cur->curframe && s->n_refs == env->cur->n_refs &&
-               (have_fp || (fp = fingerprint(x, &lv, &have_fp))) == s->fingerprint) {
+               fingerprint(x, &lv, &fp, &have_fp) == s->fingerprint) {
       x->st.compared += frames_of(s);
       if (ms_bpf_vs_within(s, env->cur, &lv, 1, x->idmap))
         return ms_bpf_vreject(env, "infinite loop detected: the path came back to this instruction in the same "
@@ -454,7 +457,7 @@ static int visit(struct explore *x) {
   x->copied += frames_of(k);
   k->insn = env->pc;
   k->branches = 1;
-  k->fingerprint = have_fp ? fp : fingerprint(x, &lv, &have_fp);
+  k->fingerprint = fingerprint(x, &lv, &fp, &have_fp);
   k->depth = env->cur->depth;
   k->max_end = env->cur->depth;
   env->cur->since_kept = 0;

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: MIT
 """A soak of `megascope serve`: attach / replace / detach cycles, read-outs,
-traces, listings, schema and /metrics scrapes over the control socket while
+ring buffers read by `megascope records` (nothing lost, every record of every
+run), traces, listings, schema and /metrics scrapes over the control socket while
 completions are streamed over HTTP, and idle control connections that must not
 lock an operator out. Throughout, it checks that no request fails and that every
 closed generation's coverage adds up (eligible == executed + throttled, failed
@@ -220,7 +221,7 @@ def main():
         comp = Completions(url, a.clients)
         comp.start()
         counts = {"cycles": 0, "attach": 0, "replace": 0, "detach": 0, "readouts": 0, "released": 0,
-                  "traces": 0, "scrapes": 0, "lists": 0, "idle_evictions": 0}
+                  "traces": 0, "scrapes": 0, "lists": 0, "ring_reads": 0, "ring_records": 0, "idle_evictions": 0}
         fd_series, rss_series = [], []
         baseline = None
         budgets = [{}, {"max_per_step": 3}, {"sample": 2}, {"ringbuf_bytes": 4096}]
@@ -282,6 +283,8 @@ def main():
                 for fd in fds:
                     os.close(fd)
                 counts["traces"] += 1
+            if i % 10 == 7:
+                read_ring(a.ms, sock, objs["step_trace"], tmp, counts, i)
             if i % 5 == 2:
                 with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
                     page = r.read().decode()
@@ -376,6 +379,37 @@ def main():
             serve.kill()
             print("FAILED: serve did not stop within 60 s of SIGTERM")
             sys.exit(1)
+
+
+def read_ring(ms, sock, obj, tmp, counts, cycle):
+    """step_trace read by `megascope records` while completions run: every
+    program run's record arrives and none is lost."""
+    sid = ok(call(sock, {"cmd": "attach", "name": "step_trace", "object": obj})[0], "attach step_trace")["id"]
+    errf = os.path.join(tmp, "records.err")
+    with open(os.path.join(tmp, "records.out"), "w") as out, open(errf, "w") as err:
+        rec = subprocess.Popen([ms, "records", "--socket", sock, str(sid), "--json"], stdout=out, stderr=err)
+        for _ in range(400):
+            if "ring step_events" in open(errf).read() or rec.poll() is not None:
+                break
+            time.sleep(0.01)
+        time.sleep(0.15)
+        ok(call(sock, {"cmd": "detach", "id": sid})[0], "detach step_trace")
+        try:
+            rc = rec.wait(30)
+        except subprocess.TimeoutExpired:
+            rec.kill()
+            raise Fail(f"cycle {cycle}: records did not stop after the detach")
+    if rc != 0:
+        raise Fail(f"cycle {cycle}: records exited {rc}: {open(errf).read()}")
+    lines = open(os.path.join(tmp, "records.out")).read().splitlines()
+    summary = json.loads(lines[-1])["summary"]
+    final = ok(call(sock, {"cmd": "maps", "id": sid, "release": True})[0], "final read-out step_trace")
+    check_closed_generations(final["attachment"], f"cycle {cycle}: step_trace")
+    g = final["attachment"]["generations"][0]
+    if g["lost"] or summary["lost_ring_full"] or summary["records"] != g["executed"] or len(lines) - 1 != g["executed"]:
+        raise Fail(f"cycle {cycle}: step_trace read by records: {summary}, coverage {g}")
+    counts["ring_reads"] += 1
+    counts["ring_records"] += summary["records"]
 
 
 def wait_retained(sock, keep_id, retention):

@@ -129,7 +129,13 @@ static void key_name(const struct ms_query *q, const struct q_map *m, int k, uin
     return;
   }
   case Q_KEY_SIGNED: snprintf(out, size, "%lld", (long long)(int64_t)v); return;
-  default: snprintf(out, size, "%llu", (unsigned long long)v); return;
+  default:
+    /* MS_HOOK_NONE32 in a request field: the row has no request */
+    if (v == MS_HOOK_NONE32 && (m->key_field[k] == MS_F_REQ_SLOT || m->key_field[k] == MS_F_REQ_GEN))
+      snprintf(out, size, "none");
+    else
+      snprintf(out, size, "%llu", (unsigned long long)v);
+    return;
   }
 }
 

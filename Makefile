@@ -52,11 +52,11 @@ llamacpp:
 bench-real: all
 	MS=$(BUILD)/megascope bash scripts/llamacpp-compare.sh all
 
-# The long soak (tests/soak.py): SOAK_CYCLES (1000) attach / replace / detach
+# The long soak (tests/soak.py): SOAK_CYCLES (3000) attach / replace / detach
 # cycles with read-outs, traces and scrapes while completions stream, bounded by
 # SOAK_SECONDS (300). Not in the default ctest run (tests/cli_soak.sh is its
 # short version). Figures in README.md.
-SOAK_CYCLES ?= 1000
+SOAK_CYCLES ?= 3000
 SOAK_SECONDS ?= 300
 soak: all
 	python3 tests/soak.py --ms $(BUILD)/megascope --monitors $(BUILD)/monitors --cycles $(SOAK_CYCLES) \

@@ -284,7 +284,7 @@ def main():
                     os.close(fd)
                 counts["traces"] += 1
             if i % 10 == 7:
-                read_ring(a.ms, sock, objs["step_trace"], tmp, counts, i)
+                read_ring(a.ms, sock, objs["step_trace"], tmp, counts, i, comp)
             if i % 5 == 2:
                 with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
                     page = r.read().decode()
@@ -381,9 +381,12 @@ def main():
             sys.exit(1)
 
 
-def read_ring(ms, sock, obj, tmp, counts, cycle):
+def read_ring(ms, sock, obj, tmp, counts, cycle, comp):
     """step_trace read by `megascope records` while completions run: every
-    program run's record arrives and none is lost."""
+    program run's record arrives and none is lost. The completions pause while
+    the reader starts (a ring of 4 KiB fills in milliseconds, faster than a
+    process starts), then run while it reads."""
+    comp.pause()
     sid = ok(call(sock, {"cmd": "attach", "name": "step_trace", "object": obj})[0], "attach step_trace")["id"]
     errf = os.path.join(tmp, "records.err")
     with open(os.path.join(tmp, "records.out"), "w") as out, open(errf, "w") as err:
@@ -392,6 +395,7 @@ def read_ring(ms, sock, obj, tmp, counts, cycle):
             if "ring step_events" in open(errf).read() or rec.poll() is not None:
                 break
             time.sleep(0.01)
+        comp.resume()
         time.sleep(0.15)
         ok(call(sock, {"cmd": "detach", "id": sid})[0], "detach step_trace")
         try:

@@ -344,7 +344,9 @@ int cmd_records(int argc, char **argv) {
   for (int i = n_rings < 0 ? 0 : n_rings; i < n_fds; i++) close(fds[i]);
   json_decref(rep);
   if (n_rings <= 0) goto out;
-  uint64_t t0 = now_ns(), next_state = t0, lost_ring = 0, lost_cov0 = UINT64_MAX, lost_cov = 0;
+  uint64_t t0 = now_ns(), next_state = t0, lost_ring = 0, lost_cov0 = UINT64_MAX, lost_cov = 0, lost_before = 0;
+  /* what the rings dropped before this reader took them */
+  for (int i = 0; i < n_rings; i++) lost_before += rings[i].seen_lost;
   int attached = 1, gens = 1;
   rc = 0;
   while (!stopping) {
@@ -414,6 +416,7 @@ int cmd_records(int argc, char **argv) {
     ms_json_kuint(&j, "records", st.records);
     ms_json_kuint(&j, "lost_ring_full", lost_ring);
     ms_json_kuint(&j, "lost_coverage", lost_during);
+    ms_json_kuint(&j, "lost_before_reader", lost_before);
     ms_json_kuint(&j, "generations", (uint64_t)gens);
     ms_json_knum(&j, "seconds", secs);
     ms_json_obj_end(&j);
@@ -422,8 +425,9 @@ int cmd_records(int argc, char **argv) {
   } else {
     fprintf(stderr,
             "megascope records: %" PRIu64 " records in %.2f s from attachment %ld (%d generation%s); lost while "
-            "reading: %" PRIu64 " (ring full), %" PRIu64 " (coverage, budget drops included)\n",
-            st.records, secs, id, gens, gens == 1 ? "" : "s", lost_ring, lost_during);
+            "reading: %" PRIu64 " (ring full), %" PRIu64 " (coverage, budget drops included); before the reader "
+            "took the rings: %" PRIu64 "\n",
+            st.records, secs, id, gens, gens == 1 ? "" : "s", lost_ring, lost_during, lost_before);
   }
 out:
   rings_free(rings, n_rings > 0 ? n_rings : 0);

@@ -44,18 +44,18 @@
  * The log is the Linux verifier's shape: with verbose, one line per processed
  * instruction `N: (<opcode>) <disassembly>` and the register state where a
  * path starts; a rejection ends with `insn N: <disassembly> ; <reason>`; the
- * An acceptance is remembered (the program, its map definitions, the
- * prototypes of the helpers it calls and the options, compared exactly):
- * verifying the same again without verbose returns it without exploring
- * (stats.cached), so a monitor verified at load is not explored again when
- * the JIT compiles it.
- *
- * The last line is always the stats line
+ * last line is always the stats line
  *   processed N insns (limit L) max_states_per_insn M total_states T peak_states P time_us U
  *   max_run_insns R work W
  * (one line; R is 0 when the program was rejected).
  * The verbose trace is cut (with a note) before it could crowd out those
- * last lines when the caller's buffer is small. */
+ * last lines when the caller's buffer is small.
+ *
+ * An acceptance is remembered (the program, its map definitions, the
+ * prototypes of the helpers it calls and the options, compared exactly):
+ * verifying the same again without verbose returns it without exploring
+ * (stats.cached), so a monitor verified at load is not explored again when
+ * the JIT compiles it. */
 #ifndef MEGASCOPE_VERIFIER_H
 #define MEGASCOPE_VERIFIER_H
 

@@ -28,6 +28,9 @@ struct pressure_event {
   __u32 depth;
 };
 
+/* in the BTF for `megascope records` (see step_trace.bpf.c) */
+const volatile struct pressure_event pressure_events_record SEC("megascope_types");
+
 MS_HOOK_ABI_DECLARE();
 
 SEC("megascope/observe/queue_pressure")

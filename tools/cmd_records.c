@@ -216,10 +216,13 @@ static int rings_open(json_t *rep, const int *fds, int n_fds, struct ring *out, 
       r->rec_size = (uint32_t)json_integer_value(json_object_get(m, "size"));
     }
     const char *rec = json_string_value(json_object_get(m, "record"));
-    fprintf(stderr, "megascope records: ring %s (%lld bytes): %s\n", r->name,
-              (long long)json_integer_value(json_object_get(m, "ring_bytes")),
-              rec ? "records decoded by the BTF of struct" : "no record struct in the BTF: records as u64 words");
-    if (rec) fprintf(stderr, "  struct %s, %u bytes\n", rec, r->rec_size);
+    long long ring_bytes = (long long)json_integer_value(json_object_get(m, "ring_bytes"));
+    if (rec)
+      fprintf(stderr, "megascope records: ring %s (%lld bytes): records decoded by the BTF as struct %s (%u bytes)\n",
+              r->name, ring_bytes, rec, r->rec_size);
+    else
+      fprintf(stderr, "megascope records: ring %s (%lld bytes): no record struct in the BTF: records as u64 words\n",
+              r->name, ring_bytes);
     n++;
   }
   return n;

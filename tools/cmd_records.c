@@ -369,7 +369,9 @@ int cmd_records(int argc, char **argv) {
     if (!attached) break;  /* detached: drained once more above */
     if (now >= next_state) {
       next_state = now + 100000000ull;
-      json_t *ls = ask(cl, "{\"cmd\":\"list\"}", NULL, NULL);
+      char lreq[64];
+      snprintf(lreq, sizeof lreq, "{\"cmd\":\"list\",\"id\":%ld}", id);
+      json_t *ls = ask(cl, lreq, NULL, NULL);
       uint32_t gen = 0;
       uint64_t lost = 0;
       if (!ls || state_of(ls, id, &attached, &gen, &lost)) {

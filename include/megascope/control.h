@@ -21,7 +21,7 @@
  *   attach  object, name, max_per_step, sample, ringbuf_bytes      -> id
  *   replace id, object, name [, the budget fields of attach]       -> generation
  *   detach  id
- *   list                                   attachments with hooks and coverage
+ *   list    [id]                           attachments with hooks and coverage (or one)
  *   maps    id [, fds: true] [, release: true]
  *                                          coverage + every map decoded (+ text);
  *                                          release: free the detached attachment

@@ -401,13 +401,20 @@ static void cmd_detach(struct ms_control *c, struct cclient *cl, json_t *req, st
 }
 
 static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {NULL};
-  if (check_fields(req, "list", allowed, r)) return;
+  static const char *const allowed[] = {"id", NULL};
+  long long only;
+  if (check_fields(req, "list", allowed, r) || get_int(req, "id", 0, 1, INT32_MAX, 0, &only, r)) return;
   int n;
   struct ms_attach_info *info = ms_engine_attach_list_all(c->e, &n);
   if (!info) {
     ms_control_reply_error(r, -ENOMEM, NULL, "out of memory");
     return;
+  }
+  if (only) {  /* one attachment (a reader's state poll): the array holds it or nothing */
+    int k = 0;
+    for (int i = 0; i < n; i++)
+      if (info[i].id == only) info[k++] = info[i];
+    n = k;
   }
   FILE *f = reply_open(r);
   if (f) {

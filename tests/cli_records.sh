@@ -6,7 +6,8 @@
 # decoded by the BTF struct (step, phase, rows, bucket; phases alternate, steps
 # never go back); it follows a replace to the new generation and stops by
 # itself once the attachment is detached. A ring buffer whose record struct is
-# not in the BTF is shown as u64 words. A second reader is refused. The monitor
+# not in the BTF is shown as u64 words; signed, narrow and char fields decode by
+# their BTF types. A second reader is refused. The monitor
 # is also compiled from another directory with `megascope cflags`.
 set -euo pipefail
 MS=$1
@@ -40,6 +41,34 @@ pass=$((pass + 1))
 # the same ring buffer without its record struct in the BTF
 grep -v 'step_events_record SEC' "$SRC/monitors/step_trace.bpf.c" >"$tmp/plain_ring.bpf.c"
 (cd "$tmp" && clang $("$MS" cflags) -c plain_ring.bpf.c -o plain_ring.bpf.o) || fail "compile plain_ring"
+
+# a record with signed, narrow and char fields
+cat >"$tmp/typed_ring.bpf.c" <<'C'
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <megascope/bpf/megascope.h>
+struct typed_rec {
+  __s32 neg;
+  char tag[6];
+  __u16 small;
+  __u32 pad;  /* every byte written: the verifier refuses uninitialised stack */
+  __u64 step;
+};
+struct {
+  __uint(type, BPF_MAP_TYPE_RINGBUF);
+  __uint(max_entries, 4096);
+} typed SEC(".maps");
+const volatile struct typed_rec typed_record SEC("megascope_types");
+MS_HOOK_ABI_DECLARE();
+SEC("megascope/observe/step")
+int on_step(struct ms_hook_ctx *ctx) {
+  struct typed_rec r = {.neg = -5, .tag = "hi", .small = 7, .pad = 0, .step = ctx->step};
+  bpf_ringbuf_output(&typed, &r, sizeof r, 0);
+  return 0;
+}
+char LICENSE[] SEC("license") = "Dual MIT/GPL";
+C
+(cd "$tmp" && clang $("$MS" cflags) -c typed_ring.bpf.c -o typed_ring.bpf.o) || fail "compile typed_ring"
 
 start_serve rec --synthetic tiny --workers 2 --batch 4
 ID=$("$MS" attach --socket "$SOCK" "$tmp/step_trace.bpf.o")
@@ -116,6 +145,22 @@ REC_PID=""
 grep -q 'records as u64 words' "$tmp/plain.err" || fail "no 'u64 words' notice: $(cat "$tmp/plain.err")"
 [ "$(wc -l <"$tmp/plain.txt")" -eq 4 ] || fail "expected 4 records: $(cat "$tmp/plain.txt")"
 grep -Eq '^step_events [0-9]+ [0-9]+ [0-9]+ [0-9]+$' "$tmp/plain.txt" || fail "words: $(cat "$tmp/plain.txt")"
+pass=$((pass + 1))
+# signed, narrow and char fields by their BTF types (struct typed_rec, found as <map>_rec)
+ID3=$("$MS" attach --socket "$SOCK" "$tmp/typed_ring.bpf.o")
+"$MS" records --socket "$SOCK" "$ID3" --json --max-records 2 >"$tmp/typed.jsonl" 2>"$tmp/typed.err" &
+REC_PID=$!
+code=$(completion "typed" 8 "$tmp/t.json")
+[ "$code" = 200 ] || fail "request: $code"
+for _ in $(seq 1 100); do kill -0 "$REC_PID" 2>/dev/null || break; sleep 0.1; done
+wait "$REC_PID" || fail "records (typed) exited $?"
+REC_PID=""
+grep -q 'struct typed_rec (24 bytes)' "$tmp/typed.err" || fail "typed: $(cat "$tmp/typed.err")"
+python3 - "$tmp/typed.jsonl" <<'PY' || fail "typed fields"
+import json, sys
+r = json.loads(open(sys.argv[1]).readline())
+assert r["neg"] == -5 and r["tag"] == "hi" and r["small"] == 7 and r["size"] == 24, r
+PY
 pass=$((pass + 1))
 stop_serve rec
 echo "$pass passed, 0 failed"

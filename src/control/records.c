@@ -48,7 +48,9 @@ static void field_type(const struct btf *btf, uint32_t id, int64_t size, char *o
   } else if (btf_is_array(t)) {
     uint32_t elem = btf_array(t)->type;
     const struct btf_type *e = resolve(btf, &elem);
-    if (e && btf_is_int(e) && e->size == 1 && (btf_int_encoding(e) & BTF_INT_CHAR))
+    const char *en = e ? btf__name_by_offset(btf, e->name_off) : NULL;
+    /* clang encodes char as a signed 1-byte int named "char" (BTF_INT_CHAR is rarely set) */
+    if (e && btf_is_int(e) && e->size == 1 && ((btf_int_encoding(e) & BTF_INT_CHAR) || (en && strstr(en, "char"))))
       snprintf(out, n, "char[%u]", btf_array(t)->nelems);
   }
 }

@@ -133,6 +133,14 @@ static void test_deep_loop(void) {
   CHECKF(o.rc == -MS_E_VERIFY && reason_has("verifier work") && reason_has("exceeds the limit 150000"),
          "deep loop, work cap: rc %d: %s", o.rc, logbuf);
   CHECKF(o.st.work <= 150000 + 2048, "deep loop, work cap: work %llu", (unsigned long long)o.st.work);
+  /* a cancelled verification stops at its next check, refused */
+  int cancel = 1;
+  ms_bpf_verify_set_cancel(&cancel);
+  o = verify(&t, 1ull << 40, 0);
+  ms_bpf_verify_set_cancel(NULL);
+  report("... cancelled", &o);
+  CHECKF(o.rc == -MS_E_VERIFY && reason_has("verification cancelled") && o.st.processed <= 1024,
+         "deep loop, cancelled: rc %d processed %llu: %s", o.rc, (unsigned long long)o.st.processed, logbuf);
   /* a short one verifies: its bound is its one path */
   t.len = 0;
   deep_loop(&t, 8, 32, 1000);

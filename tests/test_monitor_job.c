@@ -2,8 +2,8 @@
 /* A monitor loaded and verified off the caller's thread: an adversarial
  * object (tests/data/verifier/bad_deep_loop.bpf.c, refused) and a good one
  * (hist_class) verified at once on their own threads while this thread polls
- * their descriptors; each result taken once, with its log; a job freed
- * without being taken; and the good monitor's programs proven again with the
+ * their descriptors; each result taken once, with its log; jobs freed
+ * without being taken (the adversarial one cancelled); and the good monitor's programs proven again with the
  * options the JIT uses at attach are answered by the verifier's memory
  * (stats.cached), not explored a second time. Skipped (77) without clang. */
 #include <errno.h>
@@ -90,9 +90,13 @@ static void test_jobs(void) {
   ms_monitor_free(m);
   ms_monitor_job_free(jb);
   ms_monitor_job_free(jg);
-  /* a job freed untaken, while it may still run: waited for and freed */
+  /* jobs freed untaken, while they may still run: cancelled, waited for, freed */
   good = build("hist_class", &n_good);
   struct ms_monitor_job *j = good ? ms_monitor_job_start(good, n_good, "untaken", 4096) : NULL;
+  CHECK(j);
+  ms_monitor_job_free(j);
+  bad = build("bad_deep_loop", &n_bad);
+  j = bad ? ms_monitor_job_start(bad, n_bad, "cancelled", 4096) : NULL;
   CHECK(j);
   ms_monitor_job_free(j);
 out:

@@ -40,9 +40,9 @@ int ms_monitor_job_done(const struct ms_monitor_job *j);
  * A second call returns NULL with *err -EALREADY. */
 struct ms_monitor *ms_monitor_job_take(struct ms_monitor_job *j, int *err, const char **log);
 
-/* Waits for the job if it still runs (a verification cannot be interrupted;
- * the verifier's work cap bounds the wait), frees a monitor not taken, the
- * log and the descriptor. NULL: nothing. */
+/* Cancels the job if it still runs (its verification is refused at the
+ * verifier's next check, so the wait is short) and waits for its thread;
+ * frees a monitor not taken, the log and the descriptor. NULL: nothing. */
 void ms_monitor_job_free(struct ms_monitor_job *j);
 
 #ifdef __cplusplus

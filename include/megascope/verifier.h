@@ -127,6 +127,13 @@ struct ms_verify_stats {
 int ms_bpf_verify(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o,
                   struct ms_textbuf *log, struct ms_verify_stats *st);
 
+/* Verifications on the calling thread from now on stop, refused with
+ * "verification cancelled", soon after *flag becomes non-zero (read with a
+ * relaxed atomic load; NULL: never). For a thread that verifies on another's
+ * behalf (ms_monitor_job), so that its owner need not wait for a verification
+ * nobody wants any more. */
+void ms_bpf_verify_set_cancel(const int *flag);
+
 /* The conformance-suite form: r1 = mem_size read-write bytes (NULL when 0),
  * r2 = mem_size, any helper of the table callable. */
 int ms_bpf_verify_raw(const struct ms_bpf_prog *prog, uint32_t mem_size,

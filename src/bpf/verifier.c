@@ -365,7 +365,13 @@ static void live_masks(const struct explore *x, const struct ms_bpf_vstate *s, u
 /* Work done so far: over the cap, the program is refused. */
 static uint64_t work(const struct explore *x) { return x->st.processed + x->st.compared + x->copied; }
 
+static _Thread_local const int *cancel_flag; /* ms_bpf_verify_set_cancel, per thread */
+
+void ms_bpf_verify_set_cancel(const int *flag) { cancel_flag = flag; }
+
 static int check_work(struct explore *x) {
+  if (cancel_flag && __atomic_load_n(cancel_flag, __ATOMIC_RELAXED)) /* relaxed: a request, it orders nothing */
+    return ms_bpf_vreject(&x->env, "verification cancelled");
   if (work(x) <= x->work_limit) return 0;
   return ms_bpf_vreject(&x->env, "program too complex: verifier work %llu exceeds the limit %llu (%llu insns "
                         "processed, %llu state frames compared, %llu copied)", (unsigned long long)work(x),

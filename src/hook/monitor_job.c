@@ -11,9 +11,10 @@
  * release store of `done`; the owner reads them only after an acquire load
  * that saw done set, or after joining the thread. The eventfd is a wake-up
  * only, never the synchronisation.
- * Shutdown. ms_monitor_job_free joins the thread, so it waits for a
- * verification under way (bounded by the verifier's work cap: a verification
- * cannot be interrupted), then frees what was not taken. */
+ * Shutdown. ms_monitor_job_free sets `cancel` (the verifier, told so by
+ * ms_bpf_verify_set_cancel on the job's thread, refuses soon after: at its
+ * next prune point or within 1024 instructions), joins the thread and frees
+ * what was not taken. ms_monitor_job_take does not cancel: it waits. */
 #include "megascope/monitor_job.h"
 
 #include <errno.h>
@@ -26,10 +27,13 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "megascope/verifier.h"
+
 struct ms_monitor_job {
   pthread_t thread;
   int joined, efd;
   _Atomic int done;           /* release by the thread after the result is written */
+  int cancel;                 /* set by ms_monitor_job_free (__atomic, relaxed) */
   void *obj;
   size_t size;
   char name[64];
@@ -43,7 +47,9 @@ struct ms_monitor_job {
 static void *job_main(void *arg) {
   struct ms_monitor_job *j = arg;
   struct ms_textbuf tb = {j->log, j->log_size, 0, 0};
+  ms_bpf_verify_set_cancel(&j->cancel);
   j->mon = ms_monitor_open_mem(j->obj, j->size, j->name, &tb);
+  ms_bpf_verify_set_cancel(NULL);
   j->err = j->mon ? 0 : -(errno ? errno : EINVAL);
   free(j->obj);
   j->obj = NULL;
@@ -114,6 +120,7 @@ struct ms_monitor *ms_monitor_job_take(struct ms_monitor_job *j, int *err, const
 
 void ms_monitor_job_free(struct ms_monitor_job *j) {
   if (!j) return;
+  __atomic_store_n(&j->cancel, 1, __ATOMIC_RELAXED); /* relaxed: the join below is the synchronisation */
   join(j);
   ms_monitor_free(j->mon);
   if (j->efd >= 0) close(j->efd);

@@ -39,7 +39,9 @@ load() {
   done
 }
 load 1 &
+l1=$!
 load 2 &
+l2=$!
 sleep 0.5
 : >"$tmp/first"
 for i in $(seq 1 "$N"); do
@@ -48,7 +50,7 @@ for i in $(seq 1 "$N"); do
   grep -o 'first event [0-9.]* ms' "$tmp/q.err" | awk '{print $3}' >>"$tmp/first" || true
 done
 touch "$tmp/stop"
-wait %1 %2 2>/dev/null || true
+wait "$l1" "$l2" || true
 python3 - "$tmp/first" "$tmp/codes" "$N" <<'EOF'
 import statistics, sys
 v = [float(x) for x in open(sys.argv[1]) if x.strip()]
@@ -65,7 +67,7 @@ SERVE_PID=""
 
 echo "== 2. decode throughput, query attached vs detached (bench hooks, one process)"
 "$MS" compile --synthetic smollm2-135m --batch 1 --schema-out "$tmp/schema.json" >/dev/null
-Q='task_begin, task_end { @[class] = hist(t_end - t_begin) }'
+Q='task_begin { @began[class] = count() } task_end { @ns[class] = hist(t_end - t_begin) }'
 echo "query: $Q"
 "$MS" query --schema "$tmp/schema.json" --emit "$tmp/q.msbpf" "$Q"
 "$MS" bench hooks --monitor "$tmp/q.msbpf" --rounds 3
@@ -77,7 +79,8 @@ for pair in "class_count:task_end { @[class] = count() }" "class_hist:task_end {
   q=${pair#*:}
   clang -O2 -g -target bpf -I"$SRC/include" -I"/usr/include/$ARCH-linux-gnu" \
     -c "$SRC/bench/query_equiv/$name.bpf.c" -o "$tmp/$name.o"
-  c_insns=$("$MS" verify "$tmp/$name.o" -v 2>&1 | grep -o '[0-9]* instructions' | head -1 | awk '{print $1}')
-  q_insns=$("$MS" query --schema "$tmp/schema.json" --dump "$q" | grep -o '): [0-9]* instructions' | awk '{print $2}')
-  echo "$q: query $q_insns instructions, C (clang -O2) ${c_insns:-?} instructions"
+  c_insns=$("$MS" bpf objdump "$tmp/$name.o" | grep -o ', [0-9]* insns' | awk '{print $2}')
+  "$MS" query --schema "$tmp/schema.json" --emit "$tmp/$name.msbpf" "$q"
+  q_insns=$("$MS" bpf objdump "$tmp/$name.msbpf" | grep -o ', [0-9]* insns' | awk '{print $2}')
+  echo "$q: query $q_insns instruction slots, the same in C with clang -O2 $c_insns"
 done

@@ -507,9 +507,19 @@ static void gen_drop(struct gen *g, int drops_map) {
 }
 
 /* r7 = the value of the key on the stack, inserted zero when absent; jumps to
- * drop when the map is full. */
+ * drop when the map is full. An array map is indexed by the key's low 32 bits
+ * (an index past its end finds nothing: dropped and counted). */
 static void gen_find(struct gen *g, const struct q_map *m, int map, int zero_map, int drop) {
   int have = label(g);
+  if (m->array_size) {
+    ld_map(g, 1, map);
+    mov_reg(g, 2, 10);
+    alu_imm(g, MS_BPF_ADD, 2, FP_KEYS);
+    call(g, MS_BPF_FN_MAP_LOOKUP_ELEM);
+    jump(g, MS_BPF_JEQ, 0, 0, 0, drop);
+    mov_reg(g, 7, 0);
+    return;
+  }
   int key_off = m->n_keys ? FP_KEYS : FP_ZERO;
   ld_map(g, 1, map);
   mov_reg(g, 2, 10);
@@ -635,6 +645,31 @@ static int key_kind(const struct q_node *k, enum q_key_kind *kind, int *field) {
   return 0;
 }
 
+/* A map of one key whose values the schema bounds (a class, an event class,
+ * an op, a hook, an enum) is an array indexed by it: a lookup the JIT inlines
+ * and no insertion. Not for sum(), whose written-but-zero entries an array
+ * could not tell from entries never written. */
+static uint32_t array_size(const struct gen *g, const struct q_map *m) {
+  if (m->n_keys != 1 || m->agg == Q_AGG_SUM || g->q->max_keys) return 0;
+  const struct ms_query_schema *s = g->s;
+  uint32_t n = 0;
+  switch (m->key_kind[0]) {
+  case Q_KEY_CLASS:
+    for (size_t i = 0; i < s->n_classes; i++)
+      if (s->classes[i].id + 1 > n) n = s->classes[i].id + 1;
+    break;
+  case Q_KEY_OP:
+    for (size_t i = 0; i < s->n_classes; i++)
+      if (s->classes[i].kernel_id != UINT32_MAX && s->classes[i].kernel_id + 1 > n) n = s->classes[i].kernel_id + 1;
+    break;
+  case Q_KEY_EVCLASS: n = (uint32_t)s->n_evclasses; break;
+  case Q_KEY_HOOK: n = MS_HOOK_COUNT; break;
+  case Q_KEY_ENUM: n = 16; break;
+  default: return 0;
+  }
+  return n <= 65536 ? n : 0;
+}
+
 /* The key as written in this statement: the map keeps its first use's text. */
 static const char *st_key_text(const struct q_stmt *st, int k, struct gen *g) {
   const struct q_node *n = st->keys[k];
@@ -681,7 +716,10 @@ static int gen_stmt(struct gen *g, const struct q_stmt *st) {
     m->arg_signed |= f & V_SIGNED;
     stx(g, 10, FP_VAL, 0);
   }
-  if (m->hook < 0) m->hook = g->as_written; /* whose enum names its keys print with */
+  if (m->hook < 0) { /* the first use: whose enum names its keys print with, and its storage */
+    m->hook = g->as_written;
+    m->array_size = array_size(g, m);
+  }
   gen_find(g, m, st->map, q->n_maps, drop);
   switch (m->agg) {
   case Q_AGG_COUNT: mov_imm(g, 1, 1); atomic_add(g, 7, 0, 1); break;
@@ -787,9 +825,10 @@ static void map_defs(struct ms_query *q, uint32_t max_keys) {
       d->max_entries = m->max_entries = q->ring_bytes ? q->ring_bytes : 256u << 10;
       continue;
     }
-    d->type = m->n_keys ? MS_BPF_MAP_PERCPU_HASH : MS_BPF_MAP_PERCPU_ARRAY;
-    d->key_size = m->n_keys ? (uint32_t)(8 * m->n_keys) : 4;
+    d->type = m->n_keys && !m->array_size ? MS_BPF_MAP_PERCPU_HASH : MS_BPF_MAP_PERCPU_ARRAY;
+    d->key_size = m->n_keys && !m->array_size ? (uint32_t)(8 * m->n_keys) : 4;
     d->value_size = m->value_size;
+    if (m->array_size) m->max_entries = m->array_size ? m->array_size : 1;
     d->max_entries = m->max_entries;
     if (m->value_size > zero_size) zero_size = m->value_size;
   }

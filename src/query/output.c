@@ -69,14 +69,20 @@ static int collect_one(void *user, const void *key, const void *values) {
   }
   struct entry *e = &c->e[c->n];
   memset(e->key, 0, sizeof e->key);
-  if (m->n_keys) memcpy(e->key, key, 8 * (size_t)m->n_keys);
+  if (m->array_size) {
+    uint32_t idx;
+    memcpy(&idx, key, sizeof idx);
+    e->key[0] = idx;
+  } else if (m->n_keys) {
+    memcpy(e->key, key, 8 * (size_t)m->n_keys);
+  }
   if (!(e->v = calloc(1, m->value_size))) return c->err = -ENOMEM;
   for (uint32_t w = 0; w < c->n_workers; w++) {
     uint64_t tmp[1024]; /* the largest value: lhist's 1002 words */
     memcpy(tmp, (const uint8_t *)values + (size_t)w * m->value_size, m->value_size);
     merge(m, e->v, tmp);
   }
-  if (!m->n_keys && total(m, e->v) == 0) { /* a keyless map's one entry, never written */
+  if ((!m->n_keys || m->array_size) && total(m, e->v) == 0) { /* an array's entry, never written */
     free(e->v);
     return 0;
   }

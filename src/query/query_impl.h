@@ -77,6 +77,8 @@ struct q_map {
   char field_text[Q_MAX_FIELDS][48];
   int col;              /* of its first use */
   int hook;             /* the hook of its first use (phase names), -1 before */
+  uint32_t array_size;  /* one key whose values the schema bounds: a per-worker array of this
+                         * many entries, indexed by the key; 0: a per-worker hash */
 };
 
 struct q_stmt {

@@ -9,6 +9,8 @@
  * the kernel runs:
  *   - a monitor attached before the launch sees every task: class_time's
  *     histogram and began counts sum to steps x tasks, its coverage says so;
+ *     so does a query (src/query) compiled to a bundle, read back through
+ *     the query's own writer with class names;
  *   - while the kernel runs: attach class_time, see it execute, replace it by
  *     queueing (generation 2), see that execute, detach; a detached id is
  *     refused (-ENOENT) by detach and replace; a final generation's maps
@@ -33,6 +35,7 @@
 #include "cuda/monitors.h"
 #include "emu/cuda_runtime.h"
 #include "megascope/monitor.h"
+#include "megascope/query.h"
 #include "test.h"
 
 __thread struct msd_emu_dim blockIdx;
@@ -60,6 +63,40 @@ static struct ms_monitor *open_monitor(const char *name) {
   struct ms_monitor *m = ms_monitor_open(path, &tb);
   CHECKF(m != NULL, "open %s: %s", path, logbuf);
   return m;
+}
+
+/* A query compiled against the plan, as a monitor: the same bundle the
+ * control socket's attach takes. */
+static struct ms_monitor *open_query(const char *src, const struct ms_plan *p, struct ms_query **q) {
+  log_reset();
+  struct ms_query_schema *s = ms_query_schema_of_plan(p, &tb);
+  *q = s ? ms_query_compile(src, s, NULL, &tb) : NULL;
+  ms_query_schema_free(s);
+  void *b = NULL;
+  size_t n = 0;
+  struct ms_monitor *m = *q && !ms_query_bundle(*q, &b, &n) ? ms_monitor_open_mem(b, n, "query", &tb) : NULL;
+  free(b);
+  CHECKF(m != NULL, "query %s: %s", src, logbuf);
+  return m;
+}
+
+/* The query's read-out of the device maps: the sum of map 0's values, and
+ * the class names it printed. */
+static double query_total(struct ms_cuda_mon *mon, int id, const struct ms_query *q, char **json) {
+  struct ms_bpf_map **maps = NULL;
+  int n = 0;
+  CHECK(ms_cuda_mon_sync_maps(mon, id) == 0);
+  CHECK(ms_cuda_mon_maps(mon, id, &maps, &n) == 0);
+  struct ms_query_maps src;
+  ms_query_maps_of_engine(&src, maps);
+  size_t len = 0;
+  FILE *f = open_memstream(json, &len);
+  struct ms_query_print po = {.sz = sizeof po, .as_json = 1};
+  ms_query_write(q, &src, NULL, &po, f);
+  fclose(f);
+  double t = 0;
+  for (const char *v = *json; (v = strstr(v, "\"value\":")); v += 8) t += strtod(v + 8, NULL);
+  return t;
 }
 
 static struct ms_coverage cov_of(struct ms_cuda_mon *mon, int id) {
@@ -211,6 +248,10 @@ static void check_live(void) {
   /* before the launch: sees every task of every step */
   int all = ms_cuda_mon_attach(mon, open_monitor("class_time"), NULL, &tb);
   CHECKF(all > 0, "attach class_time before the launch: %d %s", all, logbuf);
+  struct ms_query *query = NULL;
+  struct ms_monitor *qm = open_query("task_end { @[class] = count() }", p, &query);
+  int qid = qm ? ms_cuda_mon_attach(mon, qm, NULL, &tb) : -1;
+  CHECKF(qid > 0, "attach a query before the launch: %d %s", qid, logbuf);
 
   struct harness_bg bg;
   CHECK(harness_start(&bg, h, NCTA) == 0);
@@ -287,6 +328,15 @@ static void check_live(void) {
          (unsigned long long)ended, (unsigned long long)began, (unsigned long long)tasks);
   CHECK(ca.first_step == 0 && ca.last_step == steps - 1);
   check_json(mon, all, p, "hist_class_task_ns");
+  /* the query on the device: every task by class, read back and named as on the CPU */
+  if (qid > 0) {
+    char *json = NULL;
+    double total = query_total(mon, qid, query, &json);
+    CHECKF(total == (double)tasks && strstr(json, "\"blk.1.attn\""), "the query on the device: %.0f of %llu tasks: %.300s",
+           total, (unsigned long long)tasks, json ? json : "");
+    free(json);
+  }
+  ms_query_free(query);
 
   /* budgets */
   struct ms_coverage cb = cov_of(mon, budget), cs = cov_of(mon, sample), ch = cov_of(mon, hint);

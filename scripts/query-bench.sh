@@ -71,6 +71,8 @@ Q='task_begin { @began[class] = count() } task_end { @ns[class] = hist(t_end - t
 echo "query: $Q"
 "$MS" query --schema "$tmp/schema.json" --emit "$tmp/q.msbpf" "$Q"
 "$MS" bench hooks --monitor "$tmp/q.msbpf" --rounds 3
+echo "the same question in the shipped hand-written monitor (class_time.bpf.o), for comparison:"
+"$MS" bench hooks --rounds 3
 
 echo "== 3. code size: the query's programs against the same question in C (clang -O2)"
 ARCH=$(uname -m)

@@ -7,9 +7,11 @@ pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
-for cmd in "" "compile" "run" "bench" "bench decode"; do
+for cmd in "" "compile" "run" "bench" "bench decode" "query" "explain"; do
+  # the whole output first: grep -q leaving early would kill the writer with SIGPIPE under pipefail
   # shellcheck disable=SC2086
-  if "$MS" $cmd --help | grep -q "usage: megascope"; then ok; else bad "$cmd --help"; fi
+  out=$("$MS" $cmd --help); rc=$?
+  if [ $rc -eq 0 ] && grep -q "usage: megascope" <<<"$out"; then ok; else bad "$cmd --help -> rc $rc"; fi
 done
 expect2() {  # expect exit 2 and a message containing $1
   local want=$1; shift
@@ -25,5 +27,10 @@ expect2 "--mode" run --synthetic tiny --mode sideways
 expect2 "--dtype" compile --synthetic tiny --dtype f8
 expect2 "unknown benchmark" bench nosuch
 expect2 "unexpected argument" compile --synthetic tiny extra
+expect2 "expected one PROGRAM" query
+expect2 "--for '5 parsecs': expected a duration" query --for "5 parsecs" 'step { @ = count() }'
+expect2 "--slo 'tpot': expected tpot=DURATION" query --slo tpot 'step { @ = count() }'
+expect2 "slo tpot=DURATION is required" explain
+expect2 "--window '1ms': expected a duration of at least 100ms" explain --slo tpot=1s --window 1ms
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -3,8 +3,9 @@
 # make demo: the default synthetic model (SmolLM2-135M shapes, bf16 weights) in the
 # megakernel. First the plan's statistics; then the engine as a server: a batch of
 # completions over HTTP decoded with continuous batching while a shipped monitor is
-# attached through the control socket, read, replaced by another, read again (each
-# result with its coverage), a task trace is written, and the server stops cleanly.
+# attached through the control socket, a one-line query asked while it runs, the
+# monitor read, replaced by another, read again (each result with its coverage), a
+# task trace is written, and the server stops cleanly.
 set -euo pipefail
 B=${1:-build}
 MS="$B/megascope"
@@ -52,7 +53,10 @@ sleep 1
 echo "== mid-run: megascope attach --socket \$S $MON/class_time.bpf.o"
 id=$("$MS" attach --socket "$SOCK" "$MON/class_time.bpf.o")
 echo "attachment $id"
-sleep 2
+Q='task_end /op == attn/ { @us[class] = hist((t_end - t_begin) / 1000) } step /phase == end/ { @rows[batch_size] = count() }'
+echo "== meanwhile, a question in one line, compiled here without clang: megascope query --socket \$S --for 2s --top 2 '$Q'"
+"$MS" query --socket "$SOCK" --for 2s --top 2 "$Q"
+echo
 "$MS" ls --socket "$SOCK"
 echo
 echo "== megascope maps --socket \$S $id   (class_time: task time per class, with its coverage)"

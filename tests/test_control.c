@@ -9,6 +9,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <jansson.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -173,6 +175,46 @@ static long long coverage_executed(const char *path, int id, long long *gen) {
 }
 
 /* ---- the checks ---- */
+
+/* A heavy attach (tests/data/verifier/bad_deep_loop.bpf.c: eight frames and a
+ * loop the verifier follows to the run budget, a tenth of a second or more)
+ * is verified off the server thread: another client is answered while it
+ * runs, and the attach's refusal comes after. Ordering, not time: the other
+ * client's reply must be in before the attach's. */
+static void test_heavy_attach(const char *path, const char *dir) {
+  struct utsname u;
+  uname(&u);
+  const char *src = getenv("MS_SRC") ? getenv("MS_SRC") : ".";
+  char obj[512], cmd[2048];
+  snprintf(obj, sizeof obj, "%s/deep.o", dir);
+  snprintf(cmd, sizeof cmd, "clang -O2 -g -target bpf -I'%s/include' -I/usr/include/%s-linux-gnu -c "
+           "'%s/tests/data/verifier/bad_deep_loop.bpf.c' -o '%s' 2>/dev/null", src, u.machine, src, obj);
+  if (system(cmd) != 0) {
+    printf("skipped the heavy attach: clang could not build bad_deep_loop.bpf.c\n");
+    return;
+  }
+  char *req = object_request("attach", 0, obj);
+  int a = raw_connect(path);
+  CHECK(req && a >= 0);
+  if (!req || a < 0) goto out;
+  uint32_t n = (uint32_t)strlen(req);
+  send_header(a, n);
+  send_raw(a, req, n);
+  json_t *other = call(path, "{\"cmd\":\"list\"}");
+  struct pollfd pa = {a, POLLIN, 0};
+  int attach_answered = poll(&pa, 1, 0);
+  CHECKF(is_ok(other), "another client while an attach verifies: %s", err_of(other));
+  CHECKF(attach_answered == 0, "the attach was answered before the other client: verified on the server thread?");
+  json_decref(other);
+  json_t *ra = recv_json(a, NULL, NULL);
+  CHECKF(has_code(ra, "EVERIFY") && strstr(json_string_value(json_object_get(ra, "log")) ?: "", "run budget"),
+         "the heavy attach: %s", err_of(ra));
+  json_decref(ra);
+out:
+  if (a >= 0) close(a);
+  free(req);
+  unlink(obj);
+}
 
 static void test_codec(void) {
   const char *in = "megascope\x00\xff";
@@ -670,6 +712,7 @@ int main(void) {
   test_random_messages(path, ctl);
   test_monitors(path, mons);
   test_reads(path);
+  test_heavy_attach(path, dir);
   test_bad_input(path, ctl);  /* and again, after all that */
   test_limits(e, dir);
   test_other_uid(e, dir);

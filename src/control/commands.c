@@ -169,46 +169,51 @@ static int get_name(json_t *req, char *out, size_t size, struct creply *r) {
 
 /* Decodes "object" and loads (and verifies) the monitor; NULL with the reply
  * filled on failure. */
-static struct ms_monitor *load_object(json_t *req, const char *name, struct creply *r) {
+/* The reply for an object the loader or the verifier refused. */
+static void load_refused(struct creply *r, const char *name, int err, const char *log) {
+  if (err == MS_E_VERIFY) {
+    ms_control_reply_error(r, -err, log, "%s: the verifier rejected the program (its log follows)", name);
+    return;
+  }
+  char first[256];
+  size_t k = strcspn(log, "\n");
+  snprintf(first, sizeof first, "%.*s", (int)(k < sizeof first ? k : sizeof first - 1), log);
+  /* a one-line log is the message itself; a longer one goes along */
+  ms_control_reply_error(r, -err, log[k] && log[k + 1] ? log : NULL, "%s: cannot load the object: %s", name,
+                         first[0] ? first : ms_strerror(-err));
+}
+
+/* Decodes "object" and starts loading and verifying it on a thread of its
+ * own (megascope/monitor_job.h): the server thread goes on answering others
+ * and polls the job. 0, or an error reply in r. */
+static int start_load(struct cclient *cl, json_t *req, const char *name, struct creply *r) {
   json_t *v = json_object_get(req, "object");
   const char *s = json_string_value(v);
   if (!s) {
     ms_control_reply_error(r, -EINVAL, NULL, "missing field \"object\" (the object file's bytes, base64)");
-    return NULL;
+    return -1;
   }
   size_t n = json_string_length(v);
   uint8_t *buf = malloc(n / 4 * 3 + 3);
-  char *log = malloc(VERIFIER_LOG_BYTES);
-  struct ms_monitor *m = NULL;
-  if (!buf || !log) {
+  if (!buf) {
     ms_control_reply_error(r, -ENOMEM, NULL, "out of memory decoding the object");
-    goto out;
+    return -1;
   }
   long size = ms_base64_decode(s, n, buf, n / 4 * 3 + 3);
   if (size <= 0) {
+    free(buf);
     ms_control_reply_error(r, -EINVAL, NULL, "field \"object\" is not base64 of a non-empty object file");
-    goto out;
+    return -1;
   }
-  log[0] = '\0';
-  struct ms_textbuf tb = {log, VERIFIER_LOG_BYTES, 0, 0};
-  m = ms_monitor_open_mem(buf, (size_t)size, name, &tb);
-  if (!m) {
-    int err = errno ? errno : EINVAL;
-    if (err == MS_E_VERIFY)
-      ms_control_reply_error(r, -err, log, "%s: the verifier rejected the program (its log follows)", name);
-    else {
-      char first[256];
-      size_t k = strcspn(log, "\n");
-      snprintf(first, sizeof first, "%.*s", (int)(k < sizeof first ? k : sizeof first - 1), log);
-      /* a one-line log is the message itself; a longer one goes along */
-      ms_control_reply_error(r, -err, log[k] && log[k + 1] ? log : NULL, "%s: cannot load the object: %s", name,
-                             first[0] ? first : ms_strerror(-err));
-    }
-  }
-out:
+  cl->job = ms_monitor_job_start(buf, (size_t)size, name, VERIFIER_LOG_BYTES);
   free(buf);
-  free(log);
-  return m;
+  if (!cl->job) {
+    ms_control_reply_error(r, -errno, NULL, "cannot start verifying the object: %s", ms_strerror(-errno));
+    return -1;
+  }
+  snprintf(cl->load.name, sizeof cl->load.name, "%s", name);
+  r->deferred = 1;
+  return 0;
 }
 
 static void write_hooks(struct ms_json *j, uint32_t hooks) {
@@ -309,8 +314,14 @@ static void cmd_attach(struct ms_control *c, struct cclient *cl, json_t *req, st
   struct ms_attach_opts ao = {.sz = sizeof ao};
   if (check_fields(req, "attach", allowed, r) || get_name(req, name, sizeof name, r) || get_budget(req, &ao, r))
     return;
-  struct ms_monitor *m = load_object(req, name, r);
-  if (!m) return;
+  if (start_load(cl, req, name, r)) return;
+  cl->load.replace = 0;
+  cl->load.ao = ao;
+}
+
+/* The attach, once its monitor is verified. */
+static void finish_attach(struct ms_control *c, struct ms_monitor *m, const char *name, struct ms_attach_opts ao,
+                          struct creply *r) {
   uint32_t hooks = monitor_hooks(m);
   char log[4096] = "";
   struct ms_textbuf tb = {log, sizeof log, 0, 0};
@@ -344,7 +355,6 @@ static void cmd_replace(struct ms_control *c, struct cclient *cl, json_t *req, s
   if (check_fields(req, "replace", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
       get_name(req, name, sizeof name, r))
     return;
-  struct ms_coverage cov;
   struct ms_attach_opts ao;
   int live = live_opts(c->e, id, &ao);
   if (live) {
@@ -352,8 +362,17 @@ static void cmd_replace(struct ms_control *c, struct cclient *cl, json_t *req, s
     return;
   }
   if (get_budget(req, &ao, r)) return;
-  struct ms_monitor *m = load_object(req, name, r);
-  if (!m) return;
+  if (start_load(cl, req, name, r)) return;
+  cl->load.replace = 1;
+  cl->load.id = id;
+  cl->load.ao = ao;
+}
+
+/* The replace, once its monitor is verified (the attachment may have been
+ * detached meanwhile: the engine refuses then). */
+static void finish_replace(struct ms_control *c, struct ms_monitor *m, const char *name, long long id,
+                           struct ms_attach_opts ao, struct creply *r) {
+  struct ms_coverage cov;
   uint32_t hooks = monitor_hooks(m);
   char log[4096] = "";
   struct ms_textbuf tb = {log, sizeof log, 0, 0};
@@ -638,6 +657,17 @@ static void cmd_trace(struct ms_control *c, struct cclient *cl, json_t *req, str
   c->trace_client = cl;
   c->trace_deadline = ms_now_ns() + (uint64_t)(secs * 1e9);
   r->deferred = 1;
+}
+
+void ms_control_load_finish(struct ms_control *c, struct cclient *cl, struct creply *r) {
+  int err = 0;
+  const char *log = "";
+  struct ms_monitor *m = ms_monitor_job_take(cl->job, &err, &log);
+  if (!m) load_refused(r, cl->load.name, -err, log ? log : "");
+  else if (cl->load.replace) finish_replace(c, m, cl->load.name, cl->load.id, cl->load.ao, r);
+  else finish_attach(c, m, cl->load.name, cl->load.ao, r);
+  ms_monitor_job_free(cl->job);
+  cl->job = NULL;
 }
 
 void ms_control_trace_finish(struct ms_control *c, struct creply *r) {

@@ -10,6 +10,8 @@
 #include <sys/types.h>
 
 #include "megascope/control.h"
+#include "megascope/monitor.h"
+#include "megascope/monitor_job.h"
 #include "megascope/telemetry.h"
 
 void ms_control_put_u32le(uint8_t *p, uint32_t v);
@@ -48,6 +50,14 @@ struct cclient {
   int waiting;        /* a deferred command (trace) owes it a reply */
   uint64_t last_t;    /* engine clock of its last activity (accept, frame, reply sent) */
   int reader_id;      /* the attachment whose ring buffers it consumes ("records"); 0: none */
+  /* an attach or replace whose object is being verified off this thread */
+  struct ms_monitor_job *job;
+  struct cload {
+    int replace;        /* 0: attach; 1: replace attachment id */
+    long long id;
+    char name[64];
+    struct ms_attach_opts ao;
+  } load;
 };
 
 struct ms_control {
@@ -78,6 +88,9 @@ struct ms_control {
 /* Runs one request (msg is NUL-terminated JSON of len bytes) from client cl and
  * fills r (server thread). */
 void ms_control_dispatch(struct ms_control *c, struct cclient *cl, const char *msg, size_t len, struct creply *r);
+/* Finishes the attach or replace whose verification (cl->job) is done and
+ * fills the reply owed for it; frees the job. */
+void ms_control_load_finish(struct ms_control *c, struct cclient *cl, struct creply *r);
 /* Ends the trace in progress and fills the reply owed for it. */
 void ms_control_trace_finish(struct ms_control *c, struct creply *r);
 /* An error reply: "error" is the formatted sentence, code the negative errno. */

@@ -14,7 +14,11 @@
  * Ordering. A client's requests are answered in order, one at a time: its next
  * frame is read only once the previous reply has been sent. A trace request is
  * answered later (when its seconds are up) while the thread serves the others;
- * there is at most one trace at a time.
+ * there is at most one trace at a time. An attach or replace is answered later
+ * too: its object is loaded and verified on a thread of its own
+ * (megascope/monitor_job.h), whose descriptor this thread polls with the
+ * clients, so one heavy program (up to the verifier's work cap) never holds
+ * up the other clients; the attach itself then runs here.
  * Untrusted input. Each peer's uid is checked at accept (SO_PEERCRED). A frame
  * longer than max_message gets an error reply and the client is closed (the
  * stream cannot be resynchronised without reading what the peer claims to
@@ -276,6 +280,7 @@ static void client_close(struct ms_control *c, int i) {
     if (c->trace_on) ms_engine_trace_stop(c->e);
     c->trace_on = 0;
   }
+  ms_monitor_job_free(cl->job); /* a verification under way is cancelled */
   for (int k = 0; k < cl->n_out_fds; k++) close(cl->out_fds[k]);
   close(cl->fd);
   free(cl->body);
@@ -345,7 +350,8 @@ static int poll_timeout(struct ms_control *c, uint64_t now) {
 
 static void *server_main(void *arg) {
   struct ms_control *c = arg;
-  struct pollfd *pf = calloc((size_t)c->max_clients + 2, sizeof *pf);
+  /* the wake-up, the listener, every client, and each client's verification job */
+  struct pollfd *pf = calloc(2 * (size_t)c->max_clients + 2, sizeof *pf);
   struct cclient **polled = calloc((size_t)c->max_clients, sizeof *polled);
   if (!pf || !polled) {
     ms_logf(MS_LOG_ERROR, "control: out of memory; the server thread stops");
@@ -364,6 +370,10 @@ static void *server_main(void *arg) {
       pf[n++] = (struct pollfd){cl->fd, ev, 0};
     }
     int n_polled = c->n_cl;
+    for (int i = 0; i < n_polled; i++) {
+      struct cclient *cl = polled[i];
+      pf[n++] = (struct pollfd){cl->job ? ms_monitor_job_fd(cl->job) : -1, POLLIN, 0};
+    }
     int pr = poll(pf, (nfds_t)n, poll_timeout(c, ms_now_ns()));
     if (pr < 0 && errno != EINTR) {
       ms_logf(MS_LOG_ERROR, "control: poll: %s", strerror(errno));
@@ -373,6 +383,14 @@ static void *server_main(void *arg) {
     for (int k = 0; pr > 0 && k < n_polled; k++) {
       struct cclient *cl = polled[k];
       short rev = pf[2 + k].revents;
+      if (cl->job && (pf[2 + n_polled + k].revents & POLLIN)) { /* its verification is done */
+        struct creply r = {0};
+        ms_control_load_finish(c, cl, &r);
+        cl->waiting = 0;
+        cl->last_t = ms_now_ns();
+        client_queue(c, cl, &r);
+        rev |= POLLOUT;
+      }
       if (!rev) continue;
       int gone = 0;
       if (rev & POLLOUT) gone = client_flush(cl) < 0;

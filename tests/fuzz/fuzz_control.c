@@ -13,6 +13,7 @@
  * (tests/fuzz/control/ and attach requests made from the shipped monitors,
  * damaged) through LLVMFuzzerTestOneInput without libFuzzer. */
 #include <jansson.h>
+#include <poll.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,7 +65,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct creply r;
   ms_control_dispatch(c, &cl, msg, size, &r);
   free(msg);
-  if (r.deferred) {
+  if (r.deferred && cl.job) { /* an attach or replace verifying off the thread: wait for it, as poll would */
+    struct pollfd pw = {ms_monitor_job_fd(cl.job), POLLIN, 0};
+    while (poll(&pw, 1, -1) < 0) {
+    }
+    r.deferred = 0;
+    ms_control_load_finish(c, &cl, &r);
+  } else if (r.deferred) {
     if (!c->trace_on || c->trace_client != &cl) fail("a deferred reply without a trace in progress", &r);
     c->trace_client = NULL;
     ms_control_trace_finish(c, &r);

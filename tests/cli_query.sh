@@ -201,7 +201,17 @@ requests 1
 "$MS" query --dump --schema "$tmp/schema.json" 'step { @[batch_size] = count() }' | grep -q "call 1" ||
   fail "--dump"
 
+# the engine stops under a running query: it says so and exits 1
+"$MS" query --socket "$SOCK" 'step { @ = count() }' >/dev/null 2>"$tmp/gone.err" &
+qp=$!
+wait_attached
 stop_serve q
+set +e
+wait $qp
+rc=$?
+set -e
+[ "$rc" = 1 ] && grep -q "is gone (the engine stopped, or it was detached)" "$tmp/gone.err" ||
+  fail "a query whose engine stopped: rc $rc: $(cat "$tmp/gone.err")"
 
 # offline: run --query on the simulator, the JIT and the interpreter agree exactly
 for mode in jit interp; do

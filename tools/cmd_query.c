@@ -379,11 +379,22 @@ static int watch(struct session *s, uint64_t t_enter) {
   uint64_t end = a->have_for ? s->t0 + a->for_ns : UINT64_MAX;
   double first_ms = -1;
   struct ms_coverage cov;
+  uint64_t next_alive = 0;
   check_slo(s); /* the baseline of the TPOT window */
   while (!stop_flag) {
     uint64_t now = ms_now_ns();
-    if (first_ms < 0 && !live_coverage(&s->sum, ME, s->sock, &cov) && cov.executed > 0)
-      first_ms = (double)(ms_now_ns() - t_enter) / 1e6;
+    /* the attachment is asked for until its first event, then once a second:
+     * gone (the engine stopped, or another client detached it) ends the query */
+    if (first_ms < 0 || now >= next_alive) {
+      if (live_coverage(&s->sum, ME, s->sock, &cov)) {
+        fprintf(stderr, "megascope query: attachment %d is gone (the engine stopped, or it was detached)\n",
+                s->sum.id);
+        s->sum.id = s->capl.id = s->boost.id = 0; /* nothing left to detach */
+        return -1;
+      }
+      if (first_ms < 0 && cov.executed > 0) first_ms = (double)(ms_now_ns() - t_enter) / 1e6;
+      next_alive = now + 1000000000ull;
+    }
     if (now >= end) break;
     if (now >= next_check) {
       check_trigger(s);

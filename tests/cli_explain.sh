@@ -40,13 +40,25 @@ explain_case() {
     done ) &
   local bg=$!
   sleep 0.3
-  "$MS" explain --socket "$SOCK" --slo tpot=1s --window 1s --evidence 50 --json >"$tmp/$1.json" 2>"$tmp/$1.err" ||
-    { cat "$tmp/$1.err"; fail "explain $1"; }
+  # a timing diagnosis on a shared machine: a second measurement when the first
+  # missed (another test's load can land on one class's tasks), said so
+  local try
+  for try in 1 2; do
+    "$MS" explain --socket "$SOCK" --slo tpot=1s --window 1s --evidence 50 --json >"$tmp/$1.json" 2>"$tmp/$1.err" ||
+      { cat "$tmp/$1.err"; fail "explain $1"; }
+    check_report "$tmp/$1.json" "$3" && break
+    [ "$try" = 1 ] && echo "explain $1: the first window missed; measuring once more" && cat "$tmp/$1.json"
+    [ "$try" = 2 ] && { cat "$tmp/$1.json"; fail "explain $1"; }
+  done
   touch "$tmp/stop"
   wait "$bg"
   [ ! -e "$tmp/load.fail" ] || fail "a completion failed: $(cat "$tmp/load.fail")"
   "$MS" ls --socket "$SOCK" --json | grep -q '"attached": true' && fail "explain left an attachment"
-  python3 - "$tmp/$1.json" "$3" <<'PY' || { cat "$tmp/$1.json"; fail "explain $1"; }
+  stop_serve "$1"
+  SERVE_PID=""
+}
+check_report() {
+  python3 - "$1" "$2" <<'PY'
 import json, sys
 r, want = json.load(open(sys.argv[1])), sys.argv[2]
 assert r["culprit"] == want, (r["culprit"], want)
@@ -56,8 +68,6 @@ assert ev["records"] == 50 and ev["bytes"] == 50 * 56, ev
 c = {x["class"]: x for x in r["classes"]}[want]
 assert c["mean_ns"] >= 1.5 * c["peers_median_ns"], c
 PY
-  stop_serve "$1"
-  SERVE_PID=""
 }
 explain_case wo slow_class:blk.1.wo:8 blk.1.wo
 explain_case gate slow_class:blk.0.gate_up:6 blk.0.gate_up

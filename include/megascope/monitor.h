@@ -103,6 +103,11 @@ int ms_engine_attach_count(struct ms_engine *e);
 struct ms_attach_info *ms_engine_attach_list_all(struct ms_engine *e, int *n);
 /* Coverage of one generation of attachment id (generation 0: the current). */
 int ms_engine_attach_coverage(struct ms_engine *e, int id, uint32_t generation, struct ms_coverage *out);
+/* A coverage record as one JSON object inside a document being written: the
+ * counts, the generation, the steps, and "seconds" of its epoch when t_start
+ * is known. Every read-out (maps, list, queries) writes coverage this way. */
+struct ms_json;
+void ms_coverage_write_json(struct ms_json *j, const struct ms_coverage *c);
 /* The maps of attachment id's current generation, in its object's map order
  * (up to max; returns the count, or -ENOENT). They stay valid while the
  * attachment's maps are kept (see ms_engine_detach). */

@@ -226,16 +226,7 @@ static void write_hooks(struct ms_json *j, uint32_t hooks) {
 
 static void write_coverage(struct ms_json *j, const struct ms_coverage *c) {
   ms_json_key(j, "coverage");
-  ms_json_obj_begin(j);
-  ms_json_kuint(j, "eligible", c->eligible);
-  ms_json_kuint(j, "executed", c->executed);
-  ms_json_kuint(j, "throttled", c->throttled);
-  ms_json_kuint(j, "lost", c->lost);
-  ms_json_kuint(j, "failed", c->failed);
-  ms_json_kuint(j, "generation", c->generation);
-  ms_json_kuint(j, "first_step", c->first_step);
-  ms_json_kuint(j, "last_step", c->last_step);
-  ms_json_obj_end(j);
+  ms_coverage_write_json(j, c);
 }
 
 /* ---- commands ---- */

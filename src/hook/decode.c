@@ -195,19 +195,23 @@ static int write_map(struct ms_bpf_map *m, uint32_t n_workers, const struct ms_p
   return rc;
 }
 
+void ms_coverage_write_json(struct ms_json *j, const struct ms_coverage *cv) {
+  ms_json_obj_begin(j);
+  ms_json_kuint(j, "generation", cv->generation);
+  ms_json_kuint(j, "eligible", cv->eligible);
+  ms_json_kuint(j, "executed", cv->executed);
+  ms_json_kuint(j, "throttled", cv->throttled);
+  ms_json_kuint(j, "lost", cv->lost);
+  ms_json_kuint(j, "failed", cv->failed);
+  ms_json_kuint(j, "first_step", cv->first_step);
+  ms_json_kuint(j, "last_step", cv->last_step);
+  if (cv->t_start) ms_json_knum(j, "seconds", ((cv->t_end ? cv->t_end : ms_now_ns()) - cv->t_start) / 1e9);
+  ms_json_obj_end(j);
+}
+
 static void write_cov(const struct ms_coverage *cv, struct ms_json *j, FILE *f) {
   if (j) {
-    ms_json_obj_begin(j);
-    ms_json_kuint(j, "generation", cv->generation);
-    ms_json_kuint(j, "eligible", cv->eligible);
-    ms_json_kuint(j, "executed", cv->executed);
-    ms_json_kuint(j, "throttled", cv->throttled);
-    ms_json_kuint(j, "lost", cv->lost);
-    ms_json_kuint(j, "failed", cv->failed);
-    ms_json_kuint(j, "first_step", cv->first_step);
-    ms_json_kuint(j, "last_step", cv->last_step);
-    ms_json_knum(j, "seconds", ((cv->t_end ? cv->t_end : ms_now_ns()) - cv->t_start) / 1e9);
-    ms_json_obj_end(j);
+    ms_coverage_write_json(j, cv);
   } else {
     fprintf(f, "  generation %u: eligible %" PRIu64 ", executed %" PRIu64 ", throttled %" PRIu64 ", lost %" PRIu64
                ", failed %" PRIu64 " (steps %" PRIu64 "..%" PRIu64 ")\n",

@@ -345,16 +345,7 @@ static void json_entry(const struct ms_query *q, const struct q_map *m, const st
 
 static void json_coverage(const struct ms_coverage *c, struct ms_json *j) {
   ms_json_key(j, "coverage");
-  ms_json_obj_begin(j);
-  ms_json_kuint(j, "eligible", c->eligible);
-  ms_json_kuint(j, "executed", c->executed);
-  ms_json_kuint(j, "throttled", c->throttled);
-  ms_json_kuint(j, "lost", c->lost);
-  ms_json_kuint(j, "failed", c->failed);
-  ms_json_kuint(j, "generation", c->generation);
-  ms_json_kuint(j, "first_step", c->first_step);
-  ms_json_kuint(j, "last_step", c->last_step);
-  ms_json_obj_end(j);
+  ms_coverage_write_json(j, c);
 }
 
 /* ---- records ---- */

@@ -3,8 +3,9 @@
 # The GGUF reader and writer cross-checked against the `gguf` Python package,
 # llama.cpp's own implementation (tests/gguf_pyref.py): files megascope writes
 # read back identically there (metadata, tensor table, every value, and the
-# quantized bytes equal to gguf-py's quantizers), and files gguf-py writes load
-# and run here. Skipped (77) when python3 lacks gguf and numpy (scripts/deps.sh
+# quantized bytes equal to gguf-py's quantizers where it has them), files gguf-py
+# writes load and run here, and random blocks of every block type decode to the
+# same bits as gguf.quants.dequantize. Skipped (77) when python3 lacks gguf and numpy (scripts/deps.sh
 # installs them).
 set -euo pipefail
 MS=$1
@@ -13,3 +14,4 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 python3 "${MS_SRC:-$(dirname "$0")/..}/tests/gguf_pyref.py" write "$MS" "$tmp"
 python3 "${MS_SRC:-$(dirname "$0")/..}/tests/gguf_pyref.py" read "$MS" "$tmp"
+python3 "${MS_SRC:-$(dirname "$0")/..}/tests/gguf_pyref.py" blocks "$MS" "$tmp"

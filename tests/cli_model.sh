@@ -75,7 +75,9 @@ expect() {  # exit code, needle, command...
   [ "$rc" = "$code" ] || fail "$* exited $rc, expected $code: $(cat "$tmp/err")"
   grep -qF -- "$needle" "$tmp/err" || fail "$*: '$needle' not in: $(cat "$tmp/err")"
 }
-expect 2 "expected f32, f16, bf16, q8_0, q4_0 or q4_1" "$MS" model synth --preset tiny --type q5_k --out "$tmp/x.gguf"
+expect 2 "expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or q8_k" \
+  "$MS" model synth --preset tiny --type iq2_xxs --out "$tmp/x.gguf"
+expect 1 "are not multiples of the q5_k block (256)" "$MS" model synth --preset tiny --type q5_k --out "$tmp/x.gguf"
 expect 1 "mixture-of-experts" "$MS" model synth --preset tiny-moe --type q8_0 --out "$tmp/x.gguf"
 expect 1 "No such file" "$MS" model info "$tmp/none.gguf"
 head -c 3000 "$f" > "$tmp/cut.gguf"

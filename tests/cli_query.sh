@@ -191,6 +191,24 @@ summary = [l for l in lines if l.get("part") == "summary"][-1]["coverage"]
 assert summary["throttled"] > 0 and summary["executed"] < summary["eligible"], summary  # 1 in 16
 EOF2
 
+# --delta: each interval prints what changed in it; the last print is the whole run
+"$MS" query --socket "$SOCK" --for 1500ms --every 400ms --delta --json 'step { @[phase] = count() }' \
+  >"$tmp/delta.json" &
+qp=$!
+wait_attached
+requests 3
+wait $qp
+python3 - "$tmp/delta.json" <<'EOF2' || fail "--delta"
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+iv, final = [l for l in lines if l["interval"]], lines[-1]
+assert final["final"] and not final["interval"] and len(iv) >= 2, [l["interval"] for l in lines]
+ends = lambda l: {e["key"][0]: e["value"] for e in l["maps"][0]["entries"]}.get("end", 0)
+total = sum(ends(l) for l in iv)
+assert 0 < total <= ends(final), (total, ends(final))
+assert any(ends(l) == 0 for l in iv) or len(iv) >= 2  # idle intervals print nothing changed
+EOF2
+
 # --emit: a bundle that verify and attach take as they take a clang object
 "$MS" query --socket "$SOCK" --emit "$tmp/q.msbpf" 'task_end /op == attn/ { @us = hist((t_end - t_begin) / 1000) }'
 "$MS" verify "$tmp/q.msbpf" >"$tmp/verify.out" || { cat "$tmp/verify.out"; fail "verify of an emitted bundle"; }

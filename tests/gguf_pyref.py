@@ -7,6 +7,9 @@
 #                        loads it, dumps every tensor, and runs it against its reference
 #   file   MS F.gguf DIR both read an existing file (the real model): metadata, the
 #                        tensor table, and a sample of tensors' values
+#   blocks MS DIR        random blocks of every block type (their scale fields finite
+#                        halves) in a file gguf-py writes: megascope's decoding must give
+#                        the same bits as gguf.quants.dequantize
 #   f32    IN OUT        rewrites a file with every tensor dequantized to f32 by gguf-py
 #                        (for comparisons that take quantization out of the picture)
 import json
@@ -18,7 +21,18 @@ import gguf
 from gguf import GGMLQuantizationType as QT
 from gguf import quants
 
-TYPES = {"f32": QT.F32, "f16": QT.F16, "bf16": QT.BF16, "q8_0": QT.Q8_0, "q4_0": QT.Q4_0, "q4_1": QT.Q4_1}
+TYPES = {"f32": QT.F32, "f16": QT.F16, "bf16": QT.BF16, "q8_0": QT.Q8_0, "q4_0": QT.Q4_0, "q4_1": QT.Q4_1,
+         "q5_0": QT.Q5_0, "q5_1": QT.Q5_1}
+# the types megascope writes that need matrix widths of 256 (the tiny-256 preset);
+# gguf-py cannot quantize them, so only their values are compared
+K_TYPES = {"iq4_nl": QT.IQ4_NL, "q2_k": QT.Q2_K, "q3_k": QT.Q3_K, "q4_k": QT.Q4_K, "q5_k": QT.Q5_K,
+           "q6_k": QT.Q6_K, "q8_k": QT.Q8_K}
+# byte ranges of each block type's scale fields (f16, or f32 for q8_K), after ggml-common.h
+SCALES = {QT.Q8_0: [(0, 2, "f16")], QT.Q4_0: [(0, 2, "f16")], QT.Q4_1: [(0, 2, "f16"), (2, 4, "f16")],
+          QT.Q5_0: [(0, 2, "f16")], QT.Q5_1: [(0, 2, "f16"), (2, 4, "f16")], QT.IQ4_NL: [(0, 2, "f16")],
+          QT.Q2_K: [(80, 82, "f16"), (82, 84, "f16")], QT.Q3_K: [(108, 110, "f16")],
+          QT.Q4_K: [(0, 2, "f16"), (2, 4, "f16")], QT.Q5_K: [(0, 2, "f16"), (2, 4, "f16")],
+          QT.Q6_K: [(208, 210, "f16")], QT.Q8_K: [(0, 4, "f32")]}
 
 
 def ms(*args, **kw):
@@ -47,6 +61,9 @@ def ours_value(s):
 
 
 def dequant(t):
+    if t.tensor_type == QT.Q8_K:  # gguf-py has no Q8_K: {f32 d; int8 qs[256]; int16 bsums[16]}, x = d * q
+        b = np.array(t.data, dtype=np.uint8).reshape(-1, 292)
+        return (b[:, :4].copy().view(np.float32) * b[:, 4:260].view(np.int8).astype(np.float32)).reshape(-1)
     return quants.dequantize(t.data, t.tensor_type).astype(np.float32).reshape(-1)
 
 
@@ -71,7 +88,7 @@ def compare_file(path, tmp, names=None):
     for t in info["tensors"]:
         rt = by_name[t["name"]]
         assert t["shape"] == [int(x) for x in rt.shape], (t["name"], t["shape"], rt.shape)
-        assert t["type"] == rt.tensor_type.name.lower(), (t["name"], t["type"], rt.tensor_type.name)
+        assert t["type"].lower() == rt.tensor_type.name.lower(), (t["name"], t["type"], rt.tensor_type.name)
         assert t["offset"] + info["data_offset"] == rt.data_offset, t["name"]
         assert t["bytes"] == rt.n_bytes, t["name"]
     checked = 0
@@ -88,21 +105,53 @@ def compare_file(path, tmp, names=None):
 
 
 def cmd_write(tmp):
-    for preset in ("tiny", "tiny-qwen3"):
+    for preset in ("tiny", "tiny-qwen3", "tiny-256"):
         ref = None
-        for ty in TYPES:
+        for ty in [*TYPES, *K_TYPES] if preset == "tiny-256" else TYPES:
             path = f"{tmp}/{preset}-{ty}.gguf"
             ms("model", "synth", "--preset", preset, "--type", ty, "--out", path)
             keys, tensors, checked = compare_file(path, tmp)
             if ty == "f32":
                 ref = {t.name: np.array(t.data) for t in gguf.GGUFReader(path).tensors}
             same = 0
-            for t in gguf.GGUFReader(path).tensors:  # our quantizer against gguf-py's, from the same f32 values
+            for t in gguf.GGUFReader(path).tensors if ty in TYPES else []:  # our quantizer against gguf-py's
                 q = quants.quantize(ref[t.name], t.tensor_type)
                 assert q.tobytes() == np.array(t.data).tobytes(), (preset, ty, t.name)
                 same += 1
-            print(f"write {preset} {ty}: {keys} keys, {tensors} tensors, {checked} tensors' values identical, "
-                  f"{same} tensors' bytes identical to gguf-py's quantizer")
+            bytes_note = (f"{same} tensors' bytes identical to gguf-py's quantizer" if ty in TYPES
+                          else "(gguf-py has no quantizer for it)")
+            print(f"write {preset} {ty}: {keys} keys, {tensors} tensors, {checked} tensors' values identical, {bytes_note}")
+
+
+def cmd_blocks(tmp):
+    rng = np.random.default_rng(11)
+    path = f"{tmp}/blocks.gguf"
+    w = gguf.GGUFWriter(path, "blocks")
+    rows = 6
+    for qt, fields in SCALES.items():
+        blck, size = gguf.GGML_QUANT_SIZES[qt]
+        nblk = 2 if blck == 256 else 8
+        raw = rng.integers(0, 256, (rows, nblk, size), dtype=np.uint8)
+        for lo, hi, kind in fields:  # finite scales of varied magnitude and sign
+            v = rng.standard_normal((rows, nblk)) * np.exp2(rng.integers(-12, 4, (rows, nblk)))
+            dt = np.float16 if kind == "f16" else np.float32
+            raw[:, :, lo:hi] = v.astype(dt).view(np.uint8).reshape(rows, nblk, hi - lo)
+        w.add_tensor(qt.name.lower(), raw.reshape(rows, nblk * size), raw_shape=(rows, nblk * size), raw_dtype=qt)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = gguf.GGUFReader(path)
+    for t in r.tensors:
+        out = f"{tmp}/t.bin"
+        ms("model", "dump", path, t.name, "--out", out)
+        a = np.fromfile(out, dtype=np.float32)
+        b = dequant(t)
+        assert a.shape == b.shape, (t.name, a.shape, b.shape)
+        same = a.view(np.uint32) == b.view(np.uint32)
+        assert same.all(), (t.name, int((~same).sum()), a[~same][:4], b[~same][:4])
+        ref = "a numpy d * q (gguf-py has no q8_K)" if t.tensor_type == QT.Q8_K else "gguf.quants.dequantize"
+        print(f"blocks {t.name}: {a.size} values, the same bits as {ref}")
 
 
 def bytes_vocab():
@@ -120,7 +169,7 @@ def bytes_vocab():
 def cmd_read(tmp):
     rng = np.random.default_rng(7)
     dim, ffn, nh, nkv, hd, layers, vocab = 64, 96, 4, 2, 16, 2, 256
-    for ty in ("f32", "f16", "q8_0", "q4_0", "q4_1"):
+    for ty in ("f32", "f16", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1"):
         path = f"{tmp}/py-{ty}.gguf"
         w = gguf.GGUFWriter(path, "llama")
         w.add_name("py-tiny")
@@ -213,6 +262,8 @@ if __name__ == "__main__":
     MS = sys.argv[2]
     if sys.argv[1] == "write":
         cmd_write(sys.argv[3])
+    elif sys.argv[1] == "blocks":
+        cmd_blocks(sys.argv[3])
     elif sys.argv[1] == "read":
         cmd_read(sys.argv[3])
     else:

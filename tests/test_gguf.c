@@ -183,7 +183,8 @@ static void test_preset(const char *preset, int tied, enum ms_dtype type) {
          "%s: configuration differs", name);
   CHECK(tied ? m->lm_head.data == m->tok_embd.data : m->lm_head.data != m->tok_embd.data);
   double tol = type == MS_DTYPE_F32 ? 0 : type == MS_DTYPE_F16 ? 1e-3 : type == MS_DTYPE_BF16 ? 8e-3
-               : type == MS_DTYPE_Q8_0 ? 1.2e-2 : 0.15;
+               : type == MS_DTYPE_Q8_0 || type == MS_DTYPE_Q8_K ? 1.2e-2 : type == MS_DTYPE_Q3_K ? 0.3
+               : type == MS_DTYPE_Q2_K ? 0.6 : 0.15;
   double we = fmax(weight_err(&m->layers[1].wq, &orig->layers[1].wq), weight_err(&m->tok_embd, &orig->tok_embd));
   we = fmax(we, weight_err(&m->layers[0].w_down, &orig->layers[0].w_down));
   CHECKF(we <= tol, "%s: weights differ from the original by %.3g (allowed %.3g)", name, we, tol);
@@ -359,12 +360,12 @@ static int patch_file(const char *src, const char *dst, const char *from, const 
   return hits;
 }
 
-#define PATCH(from, to, needle) expect_model_error(from, to, sizeof(from) - 1, needle)
+#define PATCH(from, to, needle) expect_model_error("tiny-0-q8_0.gguf", from, to, sizeof(from) - 1, needle)
 
-static void expect_model_error(const char *from, const char *to, size_t k, const char *needle) {
+static void expect_model_error(const char *file, const char *from, const char *to, size_t k, const char *needle) {
   char buf[1024] = "";
   struct ms_textbuf log = {buf, sizeof buf, 0, 0};
-  CHECKF(patch_file(tmp_path("tiny-0-q8_0.gguf"), tmp_path("bad.gguf"), from, to, k) > 0, "%s not found", from);
+  CHECKF(patch_file(tmp_path(file), tmp_path("bad.gguf"), from, to, k) > 0, "%s not found", from);
   struct ms_gguf *g = ms_gguf_open(tmp_path("bad.gguf"), &log);
   struct ms_model *m = g ? ms_gguf_model_new(g, &log) : NULL;
   CHECKF(g && !m && strstr(buf, needle), "%s -> %s: '%s'", from, to, buf);
@@ -381,7 +382,13 @@ static void test_model_errors(void) {
         "tensor 'blk.0.attn_q.weight': shape [32, 64, 1, 1], expected [64, 64]");
   PATCH("blk.0.attn_q.weight\x02\0\0\0\x40\0\0\0\0\0\0\0\x40\0\0\0\0\0\0\0\x08",
         "blk.0.attn_q.weight\x02\0\0\0\x40\0\0\0\0\0\0\0\x40\0\0\0\0\0\0\0\x18",
-        "tensor 'blk.0.attn_q.weight': type i8 is not supported");
+        "tensor 'blk.0.attn_q.weight': type i8 is not supported (" MS_GGUF_SUPPORTED_TYPES ")");
+  /* q3_K (11) -> iq3_s (21), the same 110 bytes a block of 256: parsed, then refused with the list */
+  static const char q3k[] = "blk.0.attn_q.weight\x02\0\0\0\0\x01\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\x0b";
+  static const char iq3s[] = "blk.0.attn_q.weight\x02\0\0\0\0\x01\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\x15";
+  expect_model_error("tiny-256-0-q3_k.gguf", q3k, iq3s, sizeof q3k - 1,
+                     "tensor 'blk.0.attn_q.weight': type iq3_s is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, "
+                     "q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K)");
   PATCH("blk.0.attn_norm.weight\x01\0\0\0\x40\0\0\0\0\0\0\0\0", "blk.0.attn_norm.weight\x01\0\0\0\x40\0\0\0\0\0\0\0\x1e",
         "tensor 'blk.0.attn_norm.weight': a norm weight of type bf16");
   PATCH("llama.rope.dimension_count\x04\0\0\0\x10", "llama.rope.dimension_count\x04\0\0\0\x08",
@@ -398,6 +405,11 @@ int main(void) {
     test_preset("tiny-qwen3", 0, types[t]);
   }
   test_preset("tiny", 1, MS_DTYPE_Q4_1);
+  /* the other block types; the K-quants on widths of 256 */
+  for (int t = MS_DTYPE_Q5_0; t < MS_DTYPE_COUNT; t++) {
+    if (ms_dtype_block((enum ms_dtype)t) == 32) test_preset("tiny", 0, (enum ms_dtype)t);
+    test_preset("tiny-256", 0, (enum ms_dtype)t);
+  }
   test_malformed();
   test_model_errors();
   char cmd[600];

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "kernels/quant_k.h"
 #include "kernels/vec.h"
 #include "megascope/model.h"
 #include "test.h"
@@ -127,6 +128,44 @@ static void test_quantizers(void) {
       }
     }
     CHECKF(worst == 0, "%s: error %.3g x its bound", ms_dtype_name(types[t]), worst);
+  }
+}
+
+/* quant_k.c's quantizers: the largest error of a group of 32 stays within a
+ * fraction of the group's largest magnitude (these are per-group max/min
+ * roundings, not ggml's searches), and the quantizer keeps zeros zero. */
+static void test_k_quantizers(void) {
+  /* the fractions: half a step (range / 2 nmax: q5_1 1/31, q4_k 1/15, q5_k
+   * 1/31, q2_k 1/3 of the range, twice amax), a whole one where the largest
+   * value clamps (q5_0 1/16, q3_k 1/4, q6_k 1/32 of amax), iq4_nl's widest
+   * gap (23/2 of 127), each widened by its scale's rounding to f16 and to the
+   * 4-, 6- or 8-bit sub-scales */
+  static const struct { enum ms_dtype t; double frac; } bounds[] = {
+      {MS_DTYPE_Q5_0, 0.07}, {MS_DTYPE_Q5_1, 0.04}, {MS_DTYPE_IQ4_NL, 0.12}, {MS_DTYPE_Q2_K, 0.4},
+      {MS_DTYPE_Q3_K, 0.3},  {MS_DTYPE_Q4_K, 0.08}, {MS_DTYPE_Q5_K, 0.04},   {MS_DTYPE_Q6_K, 0.05},
+      {MS_DTYPE_Q8_K, 0.005}};
+  float x[512], y[512];
+  uint8_t buf[2048];
+  for (size_t i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+    enum ms_dtype t = bounds[i].t;
+    double worst = 0;
+    for (int rep = 0; rep < 40; rep++) {
+      float scale = rep % 5 == 0 ? 1e-3f : rep % 5 == 1 ? 30.0f : 1.0f;
+      for (int j = 0; j < 512; j++) x[j] = frand() * scale + (rep % 7 == 0 ? scale : 0);
+      if (rep == 3) memset(x, 0, sizeof x);
+      CHECK(ms_quant_row(t, x, 512, buf) == 0);
+      struct ms_weight w = {t, 1, 512, buf};
+      ms_weight_row_f32(&w, 0, y);
+      for (int b = 0; b < 512; b += 32) {
+        float amax = 0;
+        for (int j = b; j < b + 32; j++) amax = fmaxf(amax, fabsf(x[j]));
+        for (int j = b; j < b + 32; j++) worst = fmax(worst, fabs((double)y[j] - x[j]) / (amax + 1e-30));
+        if (rep == 3) CHECK(y[b] == 0.0f);
+      }
+    }
+    if (getenv("MS_Q8_VERBOSE")) printf("%s: largest error %.3g of the group's largest magnitude\n", ms_dtype_name(t), worst);
+    CHECKF(worst <= bounds[i].frac, "%s: error %.3g of the group's largest magnitude (allowed %.3g)", ms_dtype_name(t),
+           worst, bounds[i].frac);
   }
 }
 
@@ -288,11 +327,19 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
         for (int c = 0; c < cols; c++) {
           size_t ib = (size_t)b * nblk + c / 32;
           double xq = (double)a.d[ib] * a.q[(size_t)b * cols + c];
-          const uint8_t *blk = row + (size_t)(c / 32) * ms_dtype_size(t);  /* Q4_1: {d, m, qs} */
-          float mb = t == MS_DTYPE_Q4_1 ? ms_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8)) : 0.0f;
           ref_q += (double)deq[c] * xq;
-          /* what the accumulators hold: |d_w q_w d_x q_x| and Q4_1's |m d_x q_x| */
-          mag_q += fabs(((double)deq[c] - mb) * xq) + fabs((double)mb * xq);
+          if (ms_quant_k_handles(t)) {  /* |d sc q_w d_x q_x|, |dmin mn d_x q_x|, |m d_x q_x| */
+            struct ms_qk_piece pc;
+            ms_quant_k_piece(t, row, c / 32, &pc);
+            int j = c % 32;
+            mag_q += fabs((double)pc.d * pc.sc[j / 16] * pc.q[j] * xq) + fabs((double)pc.dmin * pc.mn[j / 16] * xq) +
+                     fabs((double)pc.m * xq);
+          } else {
+            const uint8_t *blk = row + (size_t)(c / 32) * ms_dtype_size(t);  /* Q4_1: {d, m, qs} */
+            float mb = t == MS_DTYPE_Q4_1 ? ms_f16_to_f32((uint16_t)(blk[2] | blk[3] << 8)) : 0.0f;
+            /* what the accumulators hold: |d_w q_w d_x q_x| and Q4_1's |m d_x q_x| */
+            mag_q += fabs(((double)deq[c] - mb) * xq) + fabs((double)mb * xq);
+          }
           ref_f += (double)deq[c] * xb[c];
           mag_f += fabs((double)deq[c] * xb[c]);
           round_q += fabs((double)deq[c]) * (a.d[ib] * 0.5 + 3 * U24 * fabsf(xb[c]));
@@ -333,11 +380,26 @@ int main(void) {
       check_gemv(types[t], 11, 576, portable);
       check_gemv(types[t], 5, 1536, portable);
     }
+  /* quant_k.c's formats: blocks of 32, and the K-quants' super-blocks of 256 */
+  for (int t = MS_DTYPE_Q5_0; t < MS_DTYPE_COUNT; t++)
+    for (int portable = 0; portable < 2; portable++) {
+      int k = ms_dtype_block((enum ms_dtype)t) == 256;
+      check_gemv((enum ms_dtype)t, 37, k ? 256 : 64, portable);
+      check_gemv((enum ms_dtype)t, 11, k ? 768 : 576, portable);
+      check_gemv((enum ms_dtype)t, 5, 1536, portable);
+    }
+  test_k_quantizers();
   test_q8_quantize();
   enum ms_dtype q8types[] = {MS_DTYPE_Q8_0, MS_DTYPE_Q4_0, MS_DTYPE_Q4_1};
   int q8shapes[][2] = {{37, 32}, {11, 96}, {8, 160}, {13, 576}, {5, 1536}};  /* not all multiples of 64 or 256 */
   for (size_t t = 0; t < 3; t++)
     for (size_t k = 0; k < sizeof q8shapes / sizeof q8shapes[0]; k++) check_q8_gemv(q8types[t], q8shapes[k][0], q8shapes[k][1]);
+  int kshapes[][2] = {{37, 256}, {11, 512}, {5, 1536}};
+  for (int t = MS_DTYPE_Q5_0; t < MS_DTYPE_COUNT; t++) {
+    int k = ms_dtype_block((enum ms_dtype)t) == 256;
+    for (size_t i = 0; i < 3; i++) check_q8_gemv((enum ms_dtype)t, kshapes[i][0], kshapes[i][1]);
+    if (!k) check_q8_gemv((enum ms_dtype)t, 13, 96);
+  }
   check_gemv(MS_DTYPE_F16, 7, 45, 0);  /* f16 rows need not be whole blocks */
   check_gemv(MS_DTYPE_F16, 7, 45, 1);
   printf("simd path: %s\n", ms_vec_simd() ? "avx2" : "portable only");

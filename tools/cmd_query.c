@@ -46,11 +46,14 @@ static void usage(FILE *f) {
           "  -f, --file FILE      read the program from FILE ('-': standard input)\n"
           "  --for DURATION       stop after DURATION (2s, 500ms, 1m; default: at Ctrl-C)\n"
           "  --every DURATION     also print every DURATION (cumulative since the attach)\n"
+          "  --delta              with --every: print what changed in each interval (the last\n"
+          "                       print is still the whole run's)\n"
           "  --json               print each read-out as one JSON object per line\n"
           "  --top K              print the K largest keys of each map (default: all)\n"
           "  --max-keys N         keys per map (default 4096; histograms 1024, quantiles 256)\n"
           "  --max-per-step N     budget: program runs per step per worker (default: no limit)\n"
           "  --sample N           run 1 hook firing in N, chosen by task generation (default 1)\n"
+          "  --ringbuf-bytes N    budget: record() bytes per epoch (default: no limit)\n"
           "  --interp             run with the reference interpreter, not the JIT\n"
           "  --slo tpot=DURATION  while the TPOT of the requests finished since the last check\n"
           "                       (every --every, else 500ms) is above DURATION, run the query a\n"
@@ -68,9 +71,9 @@ static void usage(FILE *f) {
 struct qargs {
   const char *socket, *file, *emit, *schema;
   char *src;
-  uint64_t for_ns, every_ns, slo_ns;
+  uint64_t for_ns, every_ns, slo_ns, ringbuf_bytes;
   long slo_sample;
-  int as_json, dump, interp, have_for;
+  int as_json, dump, interp, have_for, delta;
   long top, max_keys, max_per_step, sample;
 };
 
@@ -114,7 +117,7 @@ static int parse(int argc, char **argv, struct qargs *a) {
       {"max-keys", required_argument, 0, 0}, {"max-per-step", required_argument, 0, 0},
       {"sample", required_argument, 0, 0}, {"interp", no_argument, 0, 0},       {"dump", no_argument, 0, 0},
       {"emit", required_argument, 0, 0},   {"schema", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
-      {"list", no_argument, 0, 0}, {"slo", required_argument, 0, 0}, {"slo-sample", required_argument, 0, 0},
+      {"list", no_argument, 0, 0}, {"ringbuf-bytes", required_argument, 0, 0}, {"delta", no_argument, 0, 0}, {"slo", required_argument, 0, 0}, {"slo-sample", required_argument, 0, 0},
       {0, 0, 0, 0}};
   int c, idx;
   optind = 1;
@@ -139,6 +142,8 @@ static int parse(int argc, char **argv, struct qargs *a) {
     else if (!strcmp(n, "max-per-step")) r = cli_int("--max-per-step", optarg, 0, 0xffffffffL, &a->max_per_step);
     else if (!strcmp(n, "sample")) r = cli_int("--sample", optarg, 1, 0xffffffffL, &a->sample);
     else if (!strcmp(n, "interp")) a->interp = 1;
+    else if (!strcmp(n, "delta")) a->delta = 1;
+    else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
     else if (!strcmp(n, "dump")) a->dump = 1;
     else if (!strcmp(n, "emit")) a->emit = optarg;
     else if (!strcmp(n, "schema")) a->schema = optarg;
@@ -158,6 +163,10 @@ static int parse(int argc, char **argv, struct qargs *a) {
   }
   if (!a->file && optind != argc - 1) {
     fprintf(stderr, "megascope query: expected one PROGRAM (quote it) or -f FILE\n");
+    return -1;
+  }
+  if (a->delta && !a->every_ns) {
+    fprintf(stderr, "megascope query: --delta needs --every\n");
     return -1;
   }
   if (a->every_ns && a->every_ns < 10000000ull) {
@@ -247,6 +256,8 @@ struct session {
   double slo_sum;         /* the last stats' TPOT sum (s) and count */
   uint64_t slo_count;
   int slo_seen;
+  struct ms_query_snapshot *last;   /* --delta: the previous print's maps and coverage */
+  struct ms_coverage last_cov;
 };
 
 static void print(struct session *s, struct live *l, const char *part, int final) {
@@ -254,8 +265,20 @@ static void print(struct session *s, struct live *l, const char *part, int final
   if (live_coverage(l, ME, s->sock, &cov)) return;
   struct ms_query_print po = {.sz = sizeof po, .top = (uint32_t)s->a->top, .as_json = s->a->as_json, .final = final,
                               .id = l->id, .part = part, .elapsed_s = (double)(ms_now_ns() - s->t0) / 1e9};
+  int interval = s->a->delta && !final && l == &s->sum;
+  struct ms_query_snapshot *now = NULL;
+  if (interval) po.take = &now;
+  if (interval && s->last) {
+    po.since = s->last;
+    po.since_cov = &s->last_cov;
+  }
   if (!s->a->as_json && strcmp(part, "summary")) printf("--- %s (attachment %d), %.1f s\n", part, l->id, po.elapsed_s);
   ms_query_write(l->q, &l->src, &cov, &po, stdout);
+  if (interval) { /* the next interval starts at what this one read */
+    ms_query_snapshot_free(s->last);
+    s->last = now;
+    s->last_cov = cov;
+  }
 }
 
 static void event(struct session *s, const char *what, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -457,11 +480,13 @@ int cmd_query(int argc, char **argv) {
     rc = 0;
     goto out;
   }
-  struct live_budget b = {.max_per_step = a.max_per_step, .sample = a.sample, .interp = a.interp};
+  struct live_budget b = {.max_per_step = a.max_per_step, .sample = a.sample, .ringbuf_bytes = a.ringbuf_bytes,
+                          .interp = a.interp};
   if (live_attach(&s.sum, ME, sock, s.q, "query", &b)) goto out;
   if (!a.as_json)
-    fprintf(stderr, "megascope query: attached as %d (%zu programs); %s\n", s.sum.id, ms_query_prog_count(s.q),
-            a.have_for ? "printing at the end" : "Ctrl-C to stop");
+    fprintf(stderr, "megascope query: attached as %d (%zu programs); %s%s\n", s.sum.id, ms_query_prog_count(s.q),
+            a.every_ns ? (a.delta ? "printing each interval's change, " : "printing every interval, ") : "",
+            a.have_for ? "and at the end" : "Ctrl-C to stop");
   struct sigaction sa = {.sa_handler = on_signal};
   sigaction(SIGINT, &sa, NULL);
   sigaction(SIGTERM, &sa, NULL);
@@ -471,6 +496,7 @@ out:
   live_detach(&s.capl, ME, sock);
   live_detach(&s.boost, ME, sock);
   free(bundle);
+  ms_query_snapshot_free(s.last);
   ms_query_free(s.cap);
   ms_query_free(s.q);
   ms_query_schema_free(sc);

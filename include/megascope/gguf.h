@@ -50,7 +50,16 @@ enum {
   MS_GGML_F16 = 1,
   MS_GGML_Q4_0 = 2,
   MS_GGML_Q4_1 = 3,
+  MS_GGML_Q5_0 = 6,
+  MS_GGML_Q5_1 = 7,
   MS_GGML_Q8_0 = 8,
+  MS_GGML_Q2_K = 10,
+  MS_GGML_Q3_K = 11,
+  MS_GGML_Q4_K = 12,
+  MS_GGML_Q5_K = 13,
+  MS_GGML_Q6_K = 14,
+  MS_GGML_Q8_K = 15,
+  MS_GGML_IQ4_NL = 20,
   MS_GGML_BF16 = 30,
 };
 
@@ -105,6 +114,8 @@ const struct ms_gguf_tensor *ms_gguf_find_tensor(const struct ms_gguf *g, const 
 /* ggml's name of a tensor type ("q4_1"), "?" when unknown. */
 const char *ms_gguf_type_name(uint32_t ggml_type);
 /* The ms_dtype of a ggml type: 0, or -MS_E_UNSUPP for a type megascope does not compute with. */
+#define MS_GGUF_SUPPORTED_TYPES "f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K"
+
 int ms_gguf_type_dtype(uint32_t ggml_type, enum ms_dtype *out);
 uint32_t ms_gguf_dtype_type(enum ms_dtype t);
 

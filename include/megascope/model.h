@@ -16,9 +16,10 @@ extern "C" {
 #endif
 
 /* Element types of weight matrices. F32, BF16 and F16 are plain arrays; the
- * others are ggml's block formats (32 elements a block, row-major blocks along a
- * row), stored exactly as GGUF files hold them so the kernels read them in place:
- * Q8_0 {f16 d; int8 q[32]}, Q4_0 {f16 d; uint8 qs[16]}, Q4_1 {f16 d, m; uint8 qs[16]}. */
+ * others are ggml's block formats (32 elements a block, 256 for the K-quants,
+ * row-major blocks along a row), stored exactly as GGUF files hold them so the
+ * kernels read them in place: Q8_0 {f16 d; int8 q[32]}, Q4_0 {f16 d; uint8
+ * qs[16]}, Q4_1 {f16 d, m; uint8 qs[16]}; Q5_0 .. Q8_K as in kernels/quant_k.h. */
 enum ms_dtype {
   MS_DTYPE_F32 = 0,
   MS_DTYPE_BF16 = 1,
@@ -26,6 +27,15 @@ enum ms_dtype {
   MS_DTYPE_Q8_0 = 3,
   MS_DTYPE_Q4_0 = 4,
   MS_DTYPE_Q4_1 = 5,
+  MS_DTYPE_Q5_0 = 6,   /* the types below: kernels/quant_k.h has their layouts */
+  MS_DTYPE_Q5_1 = 7,
+  MS_DTYPE_IQ4_NL = 8,
+  MS_DTYPE_Q2_K = 9,   /* K-quants: super-blocks of 256 */
+  MS_DTYPE_Q3_K = 10,
+  MS_DTYPE_Q4_K = 11,
+  MS_DTYPE_Q5_K = 12,
+  MS_DTYPE_Q6_K = 13,
+  MS_DTYPE_Q8_K = 14,
   MS_DTYPE_COUNT
 };
 
@@ -116,7 +126,7 @@ const char *ms_dtype_name(enum ms_dtype t);
 int ms_dtype_parse(const char *s, enum ms_dtype *out);
 /* Bytes of one element (f32, bf16, f16) or of one block (the block types). */
 size_t ms_dtype_size(enum ms_dtype t);
-/* Elements per block: 1 for the plain types, 32 for Q8_0, Q4_0, Q4_1. */
+/* Elements per block: 1 for the plain types, 32 for Q8_0 .. IQ4_NL, 256 for the K-quants. */
 int ms_dtype_block(enum ms_dtype t);
 /* Bytes of a row of `cols` elements (a weight's cols are a multiple of the
  * block; a partial block counts whole). Every row stride is computed with this

@@ -121,7 +121,18 @@ struct ms_query_print {
   double elapsed_s;     /* since the attach, printed with the results */
   int id;               /* the attachment, printed */
   const char *part;     /* "summary", "capture", "danger": which attachment of a query; NULL: none */
+  const struct ms_query_snapshot *since; /* print what changed since this read-out; NULL: all */
+  const struct ms_coverage *since_cov;   /* and the coverage since then (with since) */
+  struct ms_query_snapshot **take;       /* set: *take receives the maps as this read-out read
+                                          * them (before any subtraction), the next one's since */
 };
+
+/* Every map's merged values at one read-out (ms_query_print.take), for
+ * printing intervals: a read-out with `since` set shows each entry's change (counts, sums, means,
+ * histograms and sketches subtract; min and max cannot, and print their value
+ * since the attach), entries that did not change left out. */
+struct ms_query_snapshot;
+void ms_query_snapshot_free(struct ms_query_snapshot *s);
 
 /* Writes the query's maps, decoded, with the coverage cov. */
 int ms_query_write(const struct ms_query *q, const struct ms_query_maps *maps, const struct ms_coverage *cov,

@@ -7,6 +7,7 @@
  * running sum per batch row in a fixed order, so results do not depend on how
  * the rows are tiled or which thread runs them. */
 #include "kernels/quant.h"
+#include "kernels/quant_k.h"
 
 #include <errno.h>
 #include <float.h>
@@ -33,7 +34,8 @@ __attribute__((constructor)) static void quant_detect(void) {
 #endif
 
 int ms_quant_handles(enum ms_dtype t) {
-  return t == MS_DTYPE_F16 || t == MS_DTYPE_Q8_0 || t == MS_DTYPE_Q4_0 || t == MS_DTYPE_Q4_1;
+  return t == MS_DTYPE_F16 || t == MS_DTYPE_Q8_0 || t == MS_DTYPE_Q4_0 || t == MS_DTYPE_Q4_1 ||
+         ms_quant_k_handles(t);
 }
 
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
@@ -71,8 +73,33 @@ static void block_decode(enum ms_dtype t, const uint8_t *b, float *out) {
   }
 }
 
+/* The formats of quant_k.c: each block (32 or 256 elements) decoded by the
+ * reference decoder into floats, then the dot in element order. */
+static void gemv_k_portable(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb,
+                            float *y, int ldy) {
+  size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
+  int n = w->cols, blk = ms_dtype_block(w->dtype);
+  float f[256];
+  for (int r = r0; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    for (int b = 0; b < nb; b++) {
+      const float *xb = x + (size_t)b * ldx;
+      float s = 0.0f;
+      for (int c = 0; c < n; c += blk) {
+        ms_quant_k_block_f32(w->dtype, row + (size_t)(c / blk) * bs, f);
+        for (int j = 0; j < blk; j++) s += f[j] * xb[c + j];
+      }
+      y[(size_t)b * ldy + (r - r0)] = s;
+    }
+  }
+}
+
 static void gemv_portable(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb,
                           float *y, int ldy) {
+  if (ms_quant_k_handles(w->dtype)) {
+    gemv_k_portable(w, r0, r1, x, ldx, nb, y, ldy);
+    return;
+  }
   size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
   int n = w->cols;
   for (int r = r0; r < r1; r++) {
@@ -219,8 +246,43 @@ TGT static void row_f16_x4(const uint8_t *row, int n, const float *x, int ldx, i
   }
 }
 
+/* The formats of quant_k.c: a block decoded (scalar) into L1 once per group of
+ * four batch rows, then the same even/odd accumulators as row_blocks_x4, so
+ * every pair's sum is the same whatever the batch or the row range. */
+TGT static void gemv_k_avx2(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb,
+                            float *y, int ldy) {
+  size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
+  int blk = ms_dtype_block(w->dtype);
+  float f[256] __attribute__((aligned(32)));
+  for (int r = r0; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    for (int b0 = 0; b0 < nb; b0 += 4) {
+      int n = nb - b0 < 4 ? nb - b0 : 4;
+      const float *xb = x + (size_t)b0 * ldx;
+      __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0, v[4];
+      for (int c = 0; c < w->cols; c += blk) {
+        ms_quant_k_block_f32(w->dtype, row + (size_t)(c / blk) * bs, f);
+        for (int j = 0; j < blk; j += QK) {
+          for (int k = 0; k < 4; k++) v[k] = _mm256_load_ps(f + j + 8 * k);
+          dot32(v, xb + c + j, &e0, &o0);
+          if (n > 1) dot32(v, xb + ldx + c + j, &e1, &o1);
+          if (n > 2) dot32(v, xb + 2 * (size_t)ldx + c + j, &e2, &o2);
+          if (n > 3) dot32(v, xb + 3 * (size_t)ldx + c + j, &e3, &o3);
+        }
+      }
+      float out[4] = {hsum(_mm256_add_ps(e0, o0)), hsum(_mm256_add_ps(e1, o1)), hsum(_mm256_add_ps(e2, o2)),
+                      hsum(_mm256_add_ps(e3, o3))};
+      for (int b = 0; b < n; b++) y[(size_t)(b0 + b) * ldy + (r - r0)] = out[b];
+    }
+  }
+}
+
 TGT static void gemv_avx2(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb,
                           float *y, int ldy) {
+  if (ms_quant_k_handles(w->dtype)) {
+    gemv_k_avx2(w, r0, r1, x, ldx, nb, y, ldy);
+    return;
+  }
   size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
   int r = r0;
   if (nb > 4 && w->dtype != MS_DTYPE_F16 && w->cols <= STAGE_MAX) {
@@ -286,7 +348,7 @@ size_t ms_q8_act_bytes(int n, int nb) {
 }
 
 int ms_q8_handles(enum ms_dtype t) {
-  return t == MS_DTYPE_Q8_0 || t == MS_DTYPE_Q4_0 || t == MS_DTYPE_Q4_1;
+  return t == MS_DTYPE_Q8_0 || t == MS_DTYPE_Q4_0 || t == MS_DTYPE_Q4_1 || ms_quant_k_handles(t);
 }
 
 /* Inverse scale of a block whose largest magnitude is amax, and its scale in *d;
@@ -342,8 +404,53 @@ static inline float hsum8(const float *a) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
+/* The formats of quant_k.c. A 32-element piece of the weight row is unpacked
+ * to integers q with one integer scale per 16 (ms_qk_piece), so a lane (four
+ * elements) is sc * sum(q_w q_x), exact, and the K minimums a second set of
+ * lanes, mn * sum(q_x):
+ *   acc[k]  = fma(d_w * d_x, (float)lane[k], acc[k])
+ *   macc[k] = fma(dmin_w * d_x, (float)mlane[k], macc[k])     (Q2_K, Q4_K, Q5_K)
+ *   fm      = fma(m_w, s_x, fm)                                (Q5_1)
+ *   y = hsum8(acc) - hsum8(macc) + fm.
+ * |lane| <= 4 * 128 * 127 * 128 < 2^24, so its conversion is exact. */
+static int k_has_mins(enum ms_dtype t) { return t == MS_DTYPE_Q2_K || t == MS_DTYPE_Q4_K || t == MS_DTYPE_Q5_K; }
+
+static void q8_k_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
+                               int ldy) {
+  size_t rb = ms_weight_row_bytes(w);
+  int nblk = w->cols / QK, kmin = k_has_mins(w->dtype), fmin = w->dtype == MS_DTYPE_Q5_1;
+  struct ms_qk_piece p;
+  for (int r = r0; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    for (int b = 0; b < a->nb; b++) {
+      const int8_t *q = a->q + (size_t)b * (size_t)a->n;
+      const float *dx = a->d + (size_t)b * (size_t)nblk, *sx = a->s + (size_t)b * (size_t)nblk;
+      float acc[8] = {0}, macc[8] = {0}, fm = 0.0f;
+      for (int i = 0; i < nblk; i++, q += QK) {
+        ms_quant_k_piece(w->dtype, row, i, &p);
+        float sc = p.d * dx[i], msc = p.dmin * dx[i];
+        for (int k = 0; k < 8; k++) {
+          int lane = 0, mlane = 0;
+          for (int j = 4 * k; j < 4 * k + 4; j++) lane += p.q[j] * q[j], mlane += q[j];
+          acc[k] = fmaf(sc, (float)(lane * p.sc[k / 4]), acc[k]);
+          if (kmin) macc[k] = fmaf(msc, (float)(mlane * p.mn[k / 4]), macc[k]);
+        }
+        if (fmin) fm = fmaf(p.m, sx[i], fm);
+      }
+      float v = hsum8(acc);
+      if (kmin) v -= hsum8(macc);
+      if (fmin) v += fm;
+      y[(size_t)b * ldy + (r - r0)] = v;
+    }
+  }
+}
+
 static void q8_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                              int ldy) {
+  if (ms_quant_k_handles(w->dtype)) {
+    q8_k_gemv_portable(w, r0, r1, a, y, ldy);
+    return;
+  }
   size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
   int nblk = w->cols / QK, q41 = w->dtype == MS_DTYPE_Q4_1;
   for (int r = r0; r < r1; r++) {
@@ -501,8 +608,60 @@ TGT_INL void q8_gemv_avx2_t(enum ms_dtype t, const struct ms_weight *w, int r0, 
   }
 }
 
+/* q8_k_gemv_portable's sums with vectors: the piece unpacked once per group of
+ * four input rows; _mm256_maddubs_epi16(|w|, q_x signed as w) then
+ * _mm256_madd_epi16 by the per-16 scales leave lane k = sc * sum(w q_x) over
+ * elements 4k..4k+3 (pairs at most 2 * 128 * 127: no saturation), and the
+ * minimum lanes take maddubs(1, q_x) by the per-16 minimums. */
+TGT_INL __m256i k_pair16(int16_t lo, int16_t hi) {
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(lo)), _mm_set1_epi16(hi), 1);
+}
+
+TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
+                               int ldy) {
+  size_t rb = ms_weight_row_bytes(w);
+  int n = a->n, nblk = n / QK, kmin = k_has_mins(w->dtype), fmin = w->dtype == MS_DTYPE_Q5_1;
+  const __m256i ones = _mm256_set1_epi8(1);
+  struct ms_qk_piece p;
+  for (int r = r0; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    for (int b0 = 0; b0 < a->nb; b0 += 4) {
+      int nb = a->nb - b0 < 4 ? a->nb - b0 : 4;
+      __m256 acc[4], macc[4];
+      float fm[4] = {0};
+      for (int b = 0; b < 4; b++) acc[b] = macc[b] = _mm256_setzero_ps();
+      for (int i = 0; i < nblk; i++) {
+        ms_quant_k_piece(w->dtype, row, i, &p);
+        __m256i wv = _mm256_loadu_si256((const __m256i *)p.q), wa = _mm256_sign_epi8(wv, wv);
+        __m256i sc = k_pair16(p.sc[0], p.sc[1]), mn = k_pair16(p.mn[0], p.mn[1]);
+        for (int b = 0; b < nb; b++) {
+          size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
+          __m256i qv = _mm256_load_si256((const __m256i *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
+          __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(qv, wv)), sc);
+          acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(p.d * a->d[ib]), _mm256_cvtepi32_ps(l), acc[b]);
+          if (kmin) {
+            __m256i ml = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, qv), mn);
+            macc[b] = _mm256_fmadd_ps(_mm256_set1_ps(p.dmin * a->d[ib]), _mm256_cvtepi32_ps(ml), macc[b]);
+          }
+          if (fmin) fm[b] = fmaf(p.m, a->s[ib], fm[b]);
+        }
+      }
+      for (int b = 0; b < nb; b++) {
+        float v = hsum(acc[b]);
+        if (kmin) v -= hsum(macc[b]);
+        if (fmin) v += fm[b];
+        y[(size_t)(b0 + b) * ldy + (r - r0)] = v;
+      }
+    }
+  }
+}
+
 TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                              int ldy) {
+  if (ms_quant_k_handles(w->dtype)) {
+    q8_k_gemv_avx2(w, r0, r1, a, y, ldy);
+    return;
+  }
   switch (w->dtype) {
   case MS_DTYPE_Q8_0: q8_gemv_avx2_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); break;
   case MS_DTYPE_Q4_0: q8_gemv_avx2_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); break;
@@ -597,7 +756,10 @@ int ms_quant_row(enum ms_dtype t, const float *x, int n, void *out) {
     case MS_DTYPE_Q8_0: quant_q8_0(x, o); break;
     case MS_DTYPE_Q4_0: quant_q4_0(x, o); break;
     case MS_DTYPE_Q4_1: quant_q4_1(x, o); break;
-    default: return -EINVAL;
+    default:
+      if (!ms_quant_k_handles(t)) return -EINVAL;
+      ms_quant_k_block(t, x, o);
+      break;
     }
   }
   return 0;

@@ -8,13 +8,14 @@
  *   Q8_0 {f16 d; int8 q[32]}          x[j] = d * q[j]
  *   Q4_0 {f16 d; uint8 qs[16]}        x[j] = d * ((qs[j] & 15) - 8), x[j+16] = d * ((qs[j] >> 4) - 8)
  *   Q4_1 {f16 d; f16 m; uint8 qs[16]} x[j] = d * (qs[j] & 15) + m,   x[j+16] = d * (qs[j] >> 4) + m
- * F16 is a plain array of IEEE halves. */
+ * F16 is a plain array of IEEE halves; Q5_0, Q5_1, IQ4_NL and the K-quants are
+ * in quant_k.h (their decoders there, their GEMV loops here). */
 #ifndef MS_KERNELS_QUANT_H
 #define MS_KERNELS_QUANT_H
 
 #include "megascope/model.h"
 
-/* 1 for the types these kernels handle (F16, Q8_0, Q4_0, Q4_1). */
+/* 1 for the types these kernels handle (F16 and every block type). */
 int ms_quant_handles(enum ms_dtype t);
 
 /* ms_vec_gemv for the types above: y[b*ldy + (r - r0)] = W[r,:] . x[b*ldx + :].
@@ -33,7 +34,7 @@ int ms_quant_row(enum ms_dtype t, const float *x, int n, void *out);
  * The input rows of a GEMV are quantized once per call to blocks of 32:
  * x[j] ~ d * q[j], d = max|x| / 127 over the block (f32), q in [-127, 127]
  * rounded to nearest, ties to even; s = d * sum(q) for Q4_1's minimum term.
- * Q8_0, Q4_0 and Q4_1 weights then take integer dot products with q (exact),
+ * Q8_0, Q4_0 and Q4_1 weights (and quant_k.h's, see quant.c) then take integer dot products with q (exact),
  * and each block adds (d_w * d) * idot in f32 - through the same float
  * operations in the same order on the AVX2 path and the portable one, so the
  * two give the same bits, and every (weight row, input row) result is
@@ -52,7 +53,7 @@ size_t ms_q8_act_bytes(int n, int nb);
  * bytes, 32-byte aligned) and points `a` at it. */
 void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int simd);
 
-/* 1 for the weight types with an 8-bit-activation GEMV: Q8_0, Q4_0, Q4_1. */
+/* 1 for the weight types with an 8-bit-activation GEMV: every block type. */
 int ms_q8_handles(enum ms_dtype t);
 
 /* y[b*ldy + (r - r0)] = W[r,:] . (row b of a) for r in [r0, r1), b in [0, a->nb);

@@ -59,6 +59,15 @@ int ms_gguf_type_dtype(uint32_t t, enum ms_dtype *out) {
   case MS_GGML_Q8_0: *out = MS_DTYPE_Q8_0; return 0;
   case MS_GGML_Q4_0: *out = MS_DTYPE_Q4_0; return 0;
   case MS_GGML_Q4_1: *out = MS_DTYPE_Q4_1; return 0;
+  case MS_GGML_Q5_0: *out = MS_DTYPE_Q5_0; return 0;
+  case MS_GGML_Q5_1: *out = MS_DTYPE_Q5_1; return 0;
+  case MS_GGML_IQ4_NL: *out = MS_DTYPE_IQ4_NL; return 0;
+  case MS_GGML_Q2_K: *out = MS_DTYPE_Q2_K; return 0;
+  case MS_GGML_Q3_K: *out = MS_DTYPE_Q3_K; return 0;
+  case MS_GGML_Q4_K: *out = MS_DTYPE_Q4_K; return 0;
+  case MS_GGML_Q5_K: *out = MS_DTYPE_Q5_K; return 0;
+  case MS_GGML_Q6_K: *out = MS_DTYPE_Q6_K; return 0;
+  case MS_GGML_Q8_K: *out = MS_DTYPE_Q8_K; return 0;
   default: return -MS_E_UNSUPP;
   }
 }
@@ -66,7 +75,10 @@ int ms_gguf_type_dtype(uint32_t t, enum ms_dtype *out) {
 uint32_t ms_gguf_dtype_type(enum ms_dtype t) {
   static const uint32_t ids[MS_DTYPE_COUNT] = {
       [MS_DTYPE_F32] = MS_GGML_F32,   [MS_DTYPE_BF16] = MS_GGML_BF16, [MS_DTYPE_F16] = MS_GGML_F16,
-      [MS_DTYPE_Q8_0] = MS_GGML_Q8_0, [MS_DTYPE_Q4_0] = MS_GGML_Q4_0, [MS_DTYPE_Q4_1] = MS_GGML_Q4_1};
+      [MS_DTYPE_Q8_0] = MS_GGML_Q8_0, [MS_DTYPE_Q4_0] = MS_GGML_Q4_0, [MS_DTYPE_Q4_1] = MS_GGML_Q4_1,
+      [MS_DTYPE_Q5_0] = MS_GGML_Q5_0, [MS_DTYPE_Q5_1] = MS_GGML_Q5_1, [MS_DTYPE_IQ4_NL] = MS_GGML_IQ4_NL,
+      [MS_DTYPE_Q2_K] = MS_GGML_Q2_K, [MS_DTYPE_Q3_K] = MS_GGML_Q3_K, [MS_DTYPE_Q4_K] = MS_GGML_Q4_K,
+      [MS_DTYPE_Q5_K] = MS_GGML_Q5_K, [MS_DTYPE_Q6_K] = MS_GGML_Q6_K, [MS_DTYPE_Q8_K] = MS_GGML_Q8_K};
   return (unsigned)t < MS_DTYPE_COUNT ? ids[t] : UINT32_MAX;
 }
 

@@ -155,7 +155,7 @@ static int bind(struct loader *L, struct ms_weight *w, const char *name, int row
                  (long long)want1);
   enum ms_dtype dt;
   if (ms_gguf_type_dtype(t->type, &dt))
-    return lfail(L, -MS_E_UNSUPP, "tensor '%s': type %s is not supported (f32, f16, bf16, q8_0, q4_0, q4_1)", name,
+    return lfail(L, -MS_E_UNSUPP, "tensor '%s': type %s is not supported (" MS_GGUF_SUPPORTED_TYPES ")", name,
                  ms_gguf_type_name(t->type));
   if (vec && dt != MS_DTYPE_F32)
     return lfail(L, -MS_E_UNSUPP, "tensor '%s': a norm weight of type %s (only f32)", name, ms_gguf_type_name(t->type));

@@ -272,7 +272,9 @@ static int write_config(struct ms_gguf_writer *w, const struct ms_model_config *
   char k[96];
   static const uint32_t file_type[MS_DTYPE_COUNT] = {
       [MS_DTYPE_F32] = 0, [MS_DTYPE_F16] = 1, [MS_DTYPE_Q4_0] = 2, [MS_DTYPE_Q4_1] = 3,
-      [MS_DTYPE_Q8_0] = 7, [MS_DTYPE_BF16] = 32};
+      [MS_DTYPE_Q8_0] = 7, [MS_DTYPE_BF16] = 32, [MS_DTYPE_Q5_0] = 8, [MS_DTYPE_Q5_1] = 9,
+      [MS_DTYPE_Q2_K] = 10, [MS_DTYPE_Q3_K] = 11, [MS_DTYPE_Q4_K] = 14, [MS_DTYPE_Q5_K] = 16,
+      [MS_DTYPE_Q6_K] = 18, [MS_DTYPE_IQ4_NL] = 25, [MS_DTYPE_Q8_K] = 7};
   ms_gguf_writer_add_str(w, "general.architecture", a);
   ms_gguf_writer_add_str(w, "general.name", c->name);
   ms_gguf_writer_add_u32(w, "general.file_type", file_type[type]);

@@ -13,10 +13,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
+#include "kernels/quant_k.h"
 #include "megascope/base.h"
 
-const char *const ms_preset_names[] = {"tiny", "tiny-qwen3", "tiny-moe", "smollm2-135m",
+const char *const ms_preset_names[] = {"tiny", "tiny-qwen3", "tiny-256", "tiny-moe", "smollm2-135m",
                                        "llama-3.2-1b", "qwen3-8b", NULL};
 
 static void cfg_tiny(struct ms_model_config *c) {
@@ -45,6 +47,12 @@ int ms_preset_config(const char *name, enum ms_dtype dtype, struct ms_model_conf
     c->rope_style = MS_ROPE_NEOX;
     c->rope_base = 1000000.0f;
     c->norm_eps = 1e-6f;
+  } else if (!strcmp(name, "tiny-256")) {
+    /* tiny with every matrix width a multiple of 256, for the K-quants */
+    cfg_tiny(c);
+    c->dim = 256;
+    c->ffn_dim = 512;
+    c->head_dim = 64;
   } else if (!strcmp(name, "tiny-moe")) {
     cfg_tiny(c);
     c->n_experts = 4;
@@ -112,6 +120,11 @@ static const struct {
     [MS_DTYPE_F32] = {"f32", 4, 1},    [MS_DTYPE_BF16] = {"bf16", 2, 1},
     [MS_DTYPE_F16] = {"f16", 2, 1},    [MS_DTYPE_Q8_0] = {"q8_0", 34, 32},
     [MS_DTYPE_Q4_0] = {"q4_0", 18, 32}, [MS_DTYPE_Q4_1] = {"q4_1", 20, 32},
+    [MS_DTYPE_Q5_0] = {"q5_0", 22, 32}, [MS_DTYPE_Q5_1] = {"q5_1", 24, 32},
+    [MS_DTYPE_IQ4_NL] = {"iq4_nl", 18, 32}, [MS_DTYPE_Q2_K] = {"q2_k", 84, 256},
+    [MS_DTYPE_Q3_K] = {"q3_k", 110, 256}, [MS_DTYPE_Q4_K] = {"q4_k", 144, 256},
+    [MS_DTYPE_Q5_K] = {"q5_k", 176, 256}, [MS_DTYPE_Q6_K] = {"q6_k", 210, 256},
+    [MS_DTYPE_Q8_K] = {"q8_k", 292, 256},
 };
 
 const char *ms_dtype_name(enum ms_dtype t) {
@@ -120,7 +133,7 @@ const char *ms_dtype_name(enum ms_dtype t) {
 
 int ms_dtype_parse(const char *s, enum ms_dtype *out) {
   for (int t = 0; t < MS_DTYPE_COUNT; t++)
-    if (!strcmp(s, dtypes[t].name)) {
+    if (!strcasecmp(s, dtypes[t].name)) {  /* ggml writes "q4_K" */
       *out = (enum ms_dtype)t;
       return 0;
     }
@@ -194,6 +207,12 @@ static float block_get(enum ms_dtype t, const uint8_t *row, int c) {
 
 float ms_weight_get(const struct ms_weight *w, int r, int c) {
   const uint8_t *row = (const uint8_t *)w->data + (size_t)r * ms_weight_row_bytes(w);
+  if (ms_quant_k_handles(w->dtype)) {
+    float blk[256];
+    int n = dtypes[w->dtype].block;
+    ms_quant_k_block_f32(w->dtype, row + (size_t)(c / n) * dtypes[w->dtype].size, blk);
+    return blk[c % n];
+  }
   switch (w->dtype) {
   case MS_DTYPE_F32: return ((const float *)row)[c];
   case MS_DTYPE_BF16: return ms_bf16_to_f32(((const uint16_t *)row)[c]);
@@ -209,6 +228,10 @@ void ms_weight_row_f32(const struct ms_weight *w, int r, float *out) {
     return;
   }
   const uint8_t *b = (const uint8_t *)w->data + (size_t)r * ms_weight_row_bytes(w);
+  if (ms_quant_k_handles(w->dtype)) {
+    for (int c0 = 0; c0 < w->cols; c0 += blk, b += dtypes[w->dtype].size) ms_quant_k_block_f32(w->dtype, b, out + c0);
+    return;
+  }
   for (int c0 = 0; c0 < w->cols; c0 += blk, b += dtypes[w->dtype].size) {
     float d = ms_f16_to_f32((uint16_t)(b[0] | b[1] << 8));
     float m = w->dtype == MS_DTYPE_Q4_1 ? ms_f16_to_f32((uint16_t)(b[2] | b[3] << 8)) : 0.0f;

@@ -451,6 +451,67 @@ static void collect_free(struct collect *c) {
   free(c->e);
 }
 
+/* ---- intervals ---- */
+
+struct ms_query_snapshot {
+  struct collect maps[Q_MAX_MAPS]; /* entries sorted by key */
+  int n;
+};
+
+static int by_key(const void *a, const void *b) {
+  const struct entry *x = a, *y = b;
+  for (int i = 0; i < Q_MAX_KEYS; i++)
+    if (x->key[i] != y->key[i]) return x->key[i] < y->key[i] ? -1 : 1;
+  return 0;
+}
+
+void ms_query_snapshot_free(struct ms_query_snapshot *s) {
+  if (!s) return;
+  for (int i = 0; i < s->n; i++) collect_free(&s->maps[i]);
+  free(s);
+}
+
+/* A copy of c, sorted by key, into the snapshot's map i. */
+static int keep(struct ms_query_snapshot *s, int i, const struct collect *c) {
+  struct collect *k = &s->maps[i];
+  *k = (struct collect){.m = c->m, .n_workers = c->n_workers};
+  if (!c->n) return 0;
+  if (!(k->e = malloc(c->n * sizeof *k->e))) return -ENOMEM;
+  for (size_t x = 0; x < c->n; x++, k->n++) {
+    k->e[x] = c->e[x];
+    if (!(k->e[x].v = malloc(c->m->value_size))) return -ENOMEM;
+    memcpy(k->e[x].v, c->e[x].v, c->m->value_size);
+  }
+  qsort(k->e, k->n, sizeof *k->e, by_key);
+  return 0;
+}
+
+/* c becomes what changed since the snapshot's map: values subtracted (min and
+ * max kept: they do not subtract), unchanged entries dropped, re-sorted. */
+static void subtract(struct collect *c, const struct collect *old) {
+  const struct q_map *m = c->m;
+  size_t words = m->value_size / 8, kept = 0;
+  int extreme = m->agg == Q_AGG_MIN || m->agg == Q_AGG_MAX;
+  for (size_t i = 0; i < c->n; i++) {
+    struct entry *e = &c->e[i];
+    const struct entry *o = old->n ? bsearch(e, old->e, old->n, sizeof *old->e, by_key) : NULL;
+    int changed = !o;
+    if (o && extreme) changed = e->v[0] != o->v[0];
+    for (size_t w = 0; o && !extreme && w < words; w++) {
+      changed |= e->v[w] != o->v[w];
+      e->v[w] -= o->v[w];
+    }
+    if (!changed) {
+      free(e->v);
+      continue;
+    }
+    e->sort = sort_key(m, e->v);
+    c->e[kept++] = *e;
+  }
+  c->n = kept;
+  qsort(c->e, c->n, sizeof *c->e, by_sort);
+}
+
 static int sum_dropped(void *user, const void *key, const void *values) {
   uint64_t *out = ((uint64_t **)user)[0];
   uint32_t n = (uint32_t)(uintptr_t)((uint64_t **)user)[1];
@@ -493,8 +554,15 @@ static int write_any(const struct ms_query *q, const struct ms_query_maps *maps,
                      const struct ms_query_print *po_in, FILE *f, struct ms_json *j) {
   struct ms_query_print po = {0};
   if (po_in) memcpy(&po, po_in, po_in->sz < sizeof po ? po_in->sz : sizeof po);
-  struct ms_coverage none = {0};
+  struct ms_coverage none = {0}, diff;
   if (!cov) cov = &none;
+  if (po.since && po.since_cov) { /* the interval's coverage */
+    diff = *cov;
+    diff.eligible -= po.since_cov->eligible, diff.executed -= po.since_cov->executed;
+    diff.throttled -= po.since_cov->throttled, diff.lost -= po.since_cov->lost, diff.failed -= po.since_cov->failed;
+    diff.first_step = po.since_cov->last_step;
+    cov = &diff;
+  }
   uint64_t drops = dropped(q, maps);
   if (j) {
     ms_json_obj_begin(j);
@@ -502,6 +570,7 @@ static int write_any(const struct ms_query *q, const struct ms_query_maps *maps,
     if (po.part) ms_json_kstr(j, "part", po.part);
     if (po.id) ms_json_kint(j, "id", po.id);
     ms_json_kbool(j, "final", po.final);
+    ms_json_kbool(j, "interval", po.since || po.take); /* the first interval starts at the attach */
     ms_json_knum(j, "elapsed_s", po.elapsed_s);
     json_coverage(cov, j);
     ms_json_kuint(j, "dropped", drops);
@@ -509,19 +578,27 @@ static int write_any(const struct ms_query *q, const struct ms_query_maps *maps,
     ms_json_arr_begin(j);
   }
   int rc = 0;
+  struct ms_query_snapshot *taken = po.take ? calloc(1, sizeof *taken) : NULL;
+  if (po.take && !taken) rc = -ENOMEM;
   for (int i = 0; i < q->n_maps && !rc; i++) {
     struct collect c;
+    if (taken) taken->n = i + 1;
     if (q->maps[i].agg == Q_AGG_RECORD) {
       rc = write_records(q, maps, i, po.top ? po.top : j ? 0 : 20, f, j);
       continue;
     }
     if ((rc = read_map(q, maps, i, &c))) break;
+    if (taken && (rc = keep(taken, i, &c))) {
+      collect_free(&c);
+      break;
+    }
+    if (po.since && i < po.since->n) subtract(&c, &po.since->maps[i]);
     const struct q_map *m = &q->maps[i];
     size_t shown = po.top && po.top < c.n ? po.top : c.n;
     if (j) {
       json_map(q, m, &c, shown, j);
     } else {
-      if (!c.n) fprintf(f, "%s: (empty)\n", m->name);
+      if (!c.n) fprintf(f, "%s: %s\n", m->name, po.since ? "(no change)" : "(empty)");
       for (size_t e = 0; e < shown; e++) text_entry(q, m, &c.e[e], f);
       if (shown < c.n) fprintf(f, "%s: ... %zu more keys\n", m->name, c.n - shown);
     }
@@ -532,6 +609,10 @@ static int write_any(const struct ms_query *q, const struct ms_query_maps *maps,
     ms_json_obj_end(j);
   } else {
     text_coverage(cov, drops, &po, f);
+  }
+  if (po.take) {
+    if (rc) ms_query_snapshot_free(taken), taken = NULL;
+    *po.take = taken;
   }
   return rc;
 }

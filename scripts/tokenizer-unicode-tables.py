@@ -2,10 +2,21 @@
 # SPDX-License-Identifier: MIT
 # Writes src/model/tokenizer_unicode.c: the code-point ranges of the Unicode
 # general categories L (letters) and N (numbers) that the BPE pre-tokenizers'
-# \p{L} and \p{N} match, from Python's unicodedata (its Unicode version is
-# recorded in the file). Run: python3 scripts/tokenizer-unicode-tables.py > src/model/tokenizer_unicode.c
+# \p{L}, \p{N} and \p{P} match, from the unicodedata2 package when it is
+# installed (it follows the Unicode releases: `pip install unicodedata2==16.0.0`
+# for Unicode 16), else Python's own unicodedata (Python 3.11 has Unicode 14);
+# the version is recorded in the file, and --require VERSION refuses any other.
+# Run: python3 scripts/tokenizer-unicode-tables.py --require 16.0.0 > src/model/tokenizer_unicode.c
 import sys
-import unicodedata
+
+try:
+    import unicodedata2 as unicodedata
+except ImportError:
+    import unicodedata
+
+if len(sys.argv) == 3 and sys.argv[1] == "--require" and unicodedata.unidata_version != sys.argv[2]:
+    sys.exit("tokenizer-unicode-tables: Unicode %s here, %s required (pip install unicodedata2==%s)"
+             % (unicodedata.unidata_version, sys.argv[2], sys.argv[2]))
 
 
 def ranges(prefix):
@@ -36,10 +47,11 @@ def table(name, rs):
     return "\n".join(lines)
 
 
-L, N = ranges("L"), ranges("N")
+L, N, P = ranges("L"), ranges("N"), ranges("P")
 sys.stdout.write("""/* SPDX-License-Identifier: MIT */
 /* Unicode categories for the BPE pre-tokenizers: \\p{L} (letters: Lu Ll Lt Lm
- * Lo), \\p{N} (numbers: Nd Nl No) and \\s (the White_Space property), as sorted
+ * Lo), \\p{N} (numbers: Nd Nl No), \\p{P} (punctuation: Pc Pd Ps Pe Pi Pf Po)
+ * and \\s (the White_Space property), as sorted
  * code-point ranges searched by bisection. Generated from Unicode %s by
  * scripts/tokenizer-unicode-tables.py; do not edit by hand. */
 #include "model/tokenizer_impl.h"
@@ -47,6 +59,8 @@ sys.stdout.write("""/* SPDX-License-Identifier: MIT */
 struct cp_range {
   uint32_t lo, hi;
 };
+
+%s
 
 %s
 
@@ -73,9 +87,11 @@ int ms_uni_is_number(uint32_t cp) {
   return in_ranges(numbers, (int)(sizeof numbers / sizeof numbers[0]), cp);
 }
 
+int ms_uni_is_punct(uint32_t cp) { return in_ranges(punct, (int)(sizeof punct / sizeof punct[0]), cp); }
+
 int ms_uni_is_space(uint32_t cp) {
   return (cp >= 0x9 && cp <= 0xd) || cp == 0x20 || cp == 0x85 || cp == 0xa0 || cp == 0x1680 ||
          (cp >= 0x2000 && cp <= 0x200a) || cp == 0x2028 || cp == 0x2029 || cp == 0x202f || cp == 0x205f ||
          cp == 0x3000;
 }
-""" % (unicodedata.unidata_version, table("letters", L), table("numbers", N)))
+""" % (unicodedata.unidata_version, table("letters", L), table("numbers", N), table("punct", P)))

@@ -82,6 +82,20 @@ static const struct {
     {MS_PRETOK_GPT2, "\xf0\x9f\x98\x80\xf0\x9f\x98\x80 ok", "\xf0\x9f\x98\x80\xf0\x9f\x98\x80| ok"},
     {MS_PRETOK_GPT2, "a\xc2\xa0\xc2\xa0" "b", "a|\xc2\xa0|\xc2\xa0|b"},  /* no-break spaces are \s, not ' ' */
     {MS_PRETOK_GPT2, "\xff\xfe abc", "\xff\xfe| abc"},  /* invalid bytes stay, as symbols */
+    /* llama.cpp's default and falcon: stages of expressions (Python's re, the same
+     * std::regex split semantics, \p{P} written out for ASCII) */
+    {MS_PRETOK_DEFAULT, "Hello, world! 12345 x+y=z", "Hello|,| world|!| |123|45| x|+|y|=|z"},
+    {MS_PRETOK_FALCON, "Hello, world! 12345 x+y=z", "Hello|,| world|!| |123|45| x|+|y|=|z"},
+    {MS_PRETOK_DEFAULT, "a `b` ~c~ 1234567 $5.00", "a| `|b|`| |~|c|~| |123|456|7| |$|5|.|00"},
+    {MS_PRETOK_FALCON, "a `b` ~c~ 1234567 $5.00", "a| |`|b|`| |~|c|~| |123|456|7| |$|5|.|00"},
+    {MS_PRETOK_DEFAULT, "don't 'em  42\n\n x", "don|'|t| |'|em| | |42|\n\n| x"},
+    {MS_PRETOK_FALCON, "don't 'em  42\n\n x", "don|'|t| |'|em| | 42|\n\n| x"},
+    {MS_PRETOK_DEFAULT, "(a+b)*c >= d; e_f", "(|a|+|b|)*|c| |>=| d|;| e|_|f"},
+    {MS_PRETOK_FALCON, "(a+b)*c >= d; e_f", "(|a|+|b|)*|c| |>=| d|;| e|_|f"},
+    {MS_PRETOK_DEFAULT, "x\xc2\xbfy\xe3\x80\x82z", "x|\xc2\xbf|y|\xe3\x80\x82|z"},  /* inverted question mark, ideographic full stop: \p{P} */
+    /* Unicode 16: CJK extension I (U+2EBF0) is a letter, Garay digits (U+10D40) numbers */
+    {MS_PRETOK_GPT2, "a \xf0\xae\xaf\xb0\xf0\xae\xaf\xb1 b", "a| \xf0\xae\xaf\xb0\xf0\xae\xaf\xb1| b"},
+    {MS_PRETOK_SMOLLM, "x\xf0\x90\xb5\x80\xf0\x90\xb5\x81", "x|\xf0\x90\xb5\x80|\xf0\x90\xb5\x81"},
 };
 
 static void test_splits(void) {
@@ -171,14 +185,21 @@ static int encode_is(struct ms_tokenizer *t, const char *text, const int32_t *wa
     CHECK(encode_is(t, text, want_, sizeof want_ / sizeof want_[0])); \
   } while (0)
 
+/* Decoding gives back the text, or, for invalid UTF-8, the text as llama.cpp
+ * reads it (U+FFFD for each invalid byte). */
 static int round_trip(struct ms_tokenizer *t, const char *text, size_t n) {
-  int32_t *ids = malloc(sizeof *ids * (n + 1));
-  char *back = malloc(n + 1);
-  int k = ms_tokenizer_encode(t, text, n, ids, (int)n + 1);
-  long m = k >= 0 ? ms_tokenizer_decode(t, ids, k, back, n + 1) : -1;
-  int ok = m == (long)n && !memcmp(back, text, n);
+  char *fixed;
+  size_t fn;
+  if (ms_utf8_repair(text, n, &fixed, &fn)) return 0;
+  const char *want = fixed ? fixed : text;
+  int32_t *ids = malloc(sizeof *ids * (fn + 1));
+  char *back = malloc(fn + 1);
+  int k = ms_tokenizer_encode(t, text, n, ids, (int)fn + 1);
+  long m = k >= 0 ? ms_tokenizer_decode(t, ids, k, back, fn + 1) : -1;
+  int ok = m == (long)fn && !memcmp(back, want, fn);
   free(ids);
   free(back);
+  free(fixed);
   return ok;
 }
 
@@ -229,10 +250,11 @@ static void test_bpe(void) {
   ms_tokenizer_free(t);
 
   /* a byte the vocabulary cannot spell is dropped, as llama.cpp drops it */
-  t = open_vocab(write_vocab("v2.gguf", "gpt2", "gpt2", 0xfe, 0), buf, sizeof buf);
+  t = open_vocab(write_vocab("v2.gguf", "gpt2", "gpt2", 0x01, 0), buf, sizeof buf);
   CHECKF(t != NULL, "%s", buf);
   if (t) {
-    ENC(t, "a\xfe" "b", 'a', 'b');
+    ENC(t, "a\x01" "b", 'a', 'b');
+    ENC(t, "a\xff", 'a', 0xff);  /* megascope's own "gpt2" keeps invalid bytes, as the byte-level tokenizer does */
     CHECK(ms_tokenizer_add_bos(t) == -1 && !strcmp(ms_tokenizer_name(t), "gpt2/gpt2"));
     ms_tokenizer_free(t);
   }
@@ -243,6 +265,96 @@ static void test_bpe(void) {
   buf[0] = 0;
   CHECK(!open_vocab(write_vocab("v4.gguf", "gpt2", "tekken", -1, 0), buf, sizeof buf) &&
         strstr(buf, "key 'tokenizer.ggml.pre': pre-tokenizer 'tekken' is not supported"));
+}
+
+/* llama.cpp's conventions: its pre-tokenizer spellings, the warning for a file
+ * without one, invalid UTF-8 read as U+FFFD, merges and pieces of any length. */
+static char warned[1024];
+
+static void capture(void *user, enum ms_log_level level, const char *msg) {
+  (void)user;
+  if (level == MS_LOG_WARN) snprintf(warned, sizeof warned, "%s", msg);
+}
+
+static void test_llamacpp_conventions(void) {
+  char buf[2048] = "";
+  static const char *const ok[][2] = {{"gpt-2", "gpt2/gpt-2"},       {"llama-bpe", "gpt2/llama-bpe"},
+                                      {"qwen2", "gpt2/qwen2"},       {"smollm", "gpt2/smollm"},
+                                      {"mpt", "gpt2/mpt"},           {"falcon", "gpt2/falcon"},
+                                      {"default", "gpt2/default"},   {"starcoder", "gpt2/starcoder"}};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    struct ms_tokenizer *t = open_vocab(write_vocab("p.gguf", "gpt2", ok[i][0], -1, 0), buf, sizeof buf);
+    CHECKF(t && !strcmp(ms_tokenizer_name(t), ok[i][1]), "pre '%s': %s", ok[i][0], t ? ms_tokenizer_name(t) : buf);
+    ms_tokenizer_free(t);
+  }
+  /* refused by name, with the list of the supported ones */
+  static const char *const refused[] = {"deepseek-llm", "deepseek-coder", "tekken", "chatglm-bpe", "bloom"};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    char want[80];
+    buf[0] = 0;
+    snprintf(want, sizeof want, "pre-tokenizer '%s' is not supported (supported: gpt-2, ", refused[i]);
+    CHECKF(!open_vocab(write_vocab("p.gguf", "gpt2", refused[i], -1, 0), buf, sizeof buf) && strstr(buf, want) &&
+               strstr(buf, "llama-bpe") && strstr(buf, "qwen2") && strstr(buf, "falcon"),
+           "'%s': %s", refused[i], buf);
+  }
+  /* no pre-tokenizer: llama.cpp's default, with a warning through the log sink */
+  warned[0] = 0;
+  ms_log_set(capture, NULL, MS_LOG_WARN);
+  struct ms_tokenizer *t = open_vocab(write_vocab("p.gguf", "gpt2", NULL, -1, 0), buf, sizeof buf);
+  ms_log_set(NULL, NULL, MS_LOG_WARN);
+  CHECKF(t && !strcmp(ms_tokenizer_name(t), "gpt2/default"), "%s", t ? ms_tokenizer_name(t) : buf);
+  CHECKF(strstr(warned, "no key 'tokenizer.ggml.pre'") && strstr(warned, "'default'"), "warning: '%s'", warned);
+  if (t) ENC(t, "hello, world", T_HELLO, ',', T_GWO, 'r', 'l', 'd');
+  ms_tokenizer_free(t);
+
+  /* invalid UTF-8 reads as U+FFFD (EF BF BD), overlong forms as their value */
+  t = open_vocab(write_vocab("p.gguf", "gpt2", "gpt-2", -1, 0), buf, sizeof buf);
+  if (t) {
+    ENC(t, "a\xff" "b", 'a', 0xef, 0xbf, 0xbd, 'b');
+    ENC(t, "\xe2\x82" "x", 0xef, 0xbf, 0xbd, 0xef, 0xbf, 0xbd, 'x');  /* a cut sequence: each byte */
+    ENC(t, "\xc1\x81", 'A');
+    ENC(t, "<|im_start|>\xff", T_IM, 0xef, 0xbf, 0xbd);  /* special tokens are found first, as bytes */
+    ms_tokenizer_free(t);
+  }
+
+  /* merges and tokens of any length: a doubling chain up to 2,048 bytes */
+  enum { CHAIN = 11 };
+  const char *tok[256 + CHAIN], *mrg[CHAIN];
+  char bytes[256][4], *chain[CHAIN + 1], *mbuf[CHAIN];
+  for (int b = 0; b < 256; b++) byte_str(b, bytes[b]), tok[b] = bytes[b];
+  for (int k = 0; k <= CHAIN; k++) {
+    size_t n = (size_t)1 << k;
+    chain[k] = malloc(n + 1);
+    memset(chain[k], 'a', n);
+    chain[k][n] = 0;
+    if (k) tok[255 + k] = chain[k];
+  }
+  for (int k = 0; k < CHAIN; k++) {
+    size_t n = (size_t)1 << k;
+    mbuf[k] = malloc(2 * n + 2);
+    snprintf(mbuf[k], 2 * n + 2, "%s %s", chain[k], chain[k]);
+    mrg[k] = mbuf[k];
+  }
+  char path[256];
+  snprintf(path, sizeof path, "%s/long.gguf", tmpdir);
+  for (int pass = 0; pass < 2; pass++) {
+    struct ms_gguf_writer *w = ms_gguf_writer_new();
+    ms_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+    ms_gguf_writer_add_str(w, "tokenizer.ggml.pre", pass ? "llama-bpe" : "gpt-2");
+    ms_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tok, 256 + CHAIN);
+    ms_gguf_writer_add_arr_str(w, "tokenizer.ggml.merges", mrg, pass ? CHAIN - 1 : CHAIN);
+    CHECK(ms_gguf_writer_write(w, path, NULL) == 0);
+    ms_gguf_writer_free(w);
+    buf[0] = 0;
+    t = open_vocab(path, buf, sizeof buf);
+    CHECKF(t != NULL, "a 2,049-byte merge: %s", buf);
+    int32_t id = -1;
+    /* gpt-2: the chain of merges; llama-bpe without the last merge: the piece is a whole token */
+    CHECK(t && ms_tokenizer_encode(t, chain[CHAIN], (size_t)1 << CHAIN, &id, 1) == 1 && id == 255 + CHAIN);
+    ms_tokenizer_free(t);
+  }
+  for (int k = 0; k <= CHAIN; k++) free(chain[k]);
+  for (int k = 0; k < CHAIN; k++) free(mbuf[k]);
 }
 
 /* The synthetic models' vocabulary (bytes, no merges) tokenizes like the byte-level tokenizer. */
@@ -338,6 +450,7 @@ int main(void) {
   if (!mkdtemp(tmpdir)) return 1;
   test_splits();
   test_bpe();
+  test_llamacpp_conventions();
   test_synthetic();
   test_smollm2();
   /* the byte-level tokenizer keeps its contract */

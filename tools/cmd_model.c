@@ -38,12 +38,10 @@ static void usage(FILE *f) {
 static int synth_usage(FILE *f, int rc) {
   fprintf(f,
           "usage: megascope model synth --preset P --type T --out F.gguf [options]\n\n"
-          "Writes a synthetic preset (tiny, tiny-qwen3, tiny-256, smollm2-135m) as a GGUF file:\n"
-          "deterministic f32 weights quantized to T (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
-          "q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q8_k; norms stay f32; the K-quants\n"
-          "need matrix widths that are multiples of 256, as tiny-256 has), llama.cpp's\n"
-          "tensor and key names, and the byte-level vocabulary as a gpt2 tokenizer without\n"
-          "merges (token b is byte b).\n\n"
+          "Writes a synthetic preset (tiny, tiny-qwen3, smollm2-135m) as a GGUF file: its\n"
+          "deterministic f32 weights quantized to T (f32, f16, bf16, q8_0, q4_0, q4_1; norms\n"
+          "stay f32), llama.cpp's tensor and key names, and the byte-level vocabulary as a\n"
+          "gpt2 tokenizer without merges (token b is byte b).\n\n"
           "  --model-seed N       seed of the synthetic weights (default 1)\n"
           "  -h, --help           this text\n");
   return rc;
@@ -70,8 +68,7 @@ static int cmd_synth(int argc, char **argv) {
   if (!preset || !out || optind < argc) return synth_usage(stderr, 2);
   enum ms_dtype dt;
   if (ms_dtype_parse(type, &dt)) {
-    fprintf(stderr, "megascope model synth: --type '%s': expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
-            "iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or q8_k\n", type);
+    fprintf(stderr, "megascope model synth: --type '%s': expected f32, f16, bf16, q8_0, q4_0 or q4_1\n", type);
     return 2;
   }
   struct ms_model_config cfg;
@@ -260,32 +257,51 @@ static int cmd_tokenize(int argc, char **argv) {
   static const struct option opts[] = {
       {"model", required_argument, 0, 0}, {"synthetic", required_argument, 0, 0},
       {"text", required_argument, 0, 0},  {"decode", required_argument, 0, 0},
-      {"json", no_argument, 0, 0},        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+      {"vocab", required_argument, 0, 0}, {"json", no_argument, 0, 0},
+      {"help", no_argument, 0, 'h'},      {0, 0, 0, 0}};
   struct cli_model cm = {0};
-  const char *text = NULL, *dec = NULL;
+  const char *text = NULL, *dec = NULL, *vocab = NULL;
   int as_json = 0, c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
     if (c == 'h' || c) {
       fprintf(c == 'h' ? stdout : stderr,
-              "usage: megascope model tokenize (--model F.gguf | --synthetic P) (--text TEXT | --decode IDS) [--json]\n\n"
+              "usage: megascope model tokenize (--model F.gguf | --vocab F.gguf | --synthetic P)\n"
+              "                                (--text TEXT | --decode IDS) [--json]\n\n"
               "Encodes TEXT with the model's tokenizer (special tokens kept whole), or decodes\n"
-              "comma-separated ids. Prints the ids (or the text), or JSON with both.\n");
+              "comma-separated ids. Prints the ids (or the text), or JSON with both. --vocab\n"
+              "reads only the tokenizer of a GGUF file, which need hold no tensors (llama.cpp's\n"
+              "vocabulary files).\n");
       return c == 'h' ? 0 : 2;
     }
     const char *n = opts[idx].name;
     if (cli_model_opt(&cm, n, optarg) > 0) continue;
     if (!strcmp(n, "text")) text = optarg;
     else if (!strcmp(n, "decode")) dec = optarg;
+    else if (!strcmp(n, "vocab")) vocab = optarg;
     else if (!strcmp(n, "json")) as_json = 1;
   }
   if (!text == !dec) {
     fprintf(stderr, "megascope model tokenize: give --text or --decode\n");
     return 2;
   }
+  if (vocab && (cm.path || cm.preset)) {
+    fprintf(stderr, "megascope model tokenize: give --vocab or a model, not both\n");
+    return 2;
+  }
   struct ms_tokenizer *tok = NULL;
-  struct ms_model *m = cli_model_load_tok(&cm, &tok);
-  if (!m) return 2;
+  struct ms_model *m = NULL;
+  if (vocab) {
+    char buf[2048] = "";
+    struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+    struct ms_gguf *g = ms_gguf_open(vocab, &log);
+    tok = g ? ms_tokenizer_gguf_new(g, &log) : NULL;
+    if (!tok) fprintf(stderr, "megascope model tokenize: %s: %s\n%s", vocab, ms_strerror(errno), buf);
+    ms_gguf_free(g);
+    if (!tok) return 1;
+  } else if (!(m = cli_model_load_tok(&cm, &tok))) {
+    return 2;
+  }
   int rc = 1, n = 0;
   int32_t *ids = NULL;
   char *out = NULL;
@@ -469,8 +485,7 @@ static int cmd_dump(int argc, char **argv) {
   if (!t) {
     fprintf(stderr, "megascope model dump: no tensor '%s'\n", argv[2]);
   } else if (ms_gguf_type_dtype(t->type, &dt)) {
-    fprintf(stderr, "megascope model dump: tensor '%s': type %s is not supported (" MS_GGUF_SUPPORTED_TYPES ")\n",
-            t->name, ms_gguf_type_name(t->type));
+    fprintf(stderr, "megascope model dump: tensor '%s': type %s is not supported\n", t->name, ms_gguf_type_name(t->type));
   } else {
     int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
     struct ms_weight w = {.dtype = dt, .rows = (int)rows, .cols = (int)t->ne[0], .data = t->data};

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "megascope/base.h"
 #include "megascope/gguf.h"
 #include "model/tokenizer_impl.h"
 
@@ -44,8 +45,9 @@ struct ms_bpe {
   int special_at[257];    /* special[special_at[b] .. special_at[b+1]) start with byte b */
   enum ms_pretok pre;
   int ignore_merges;      /* llama-3: a piece that is a whole token is taken as is */
+  int raw_bytes;          /* invalid UTF-8 kept as bytes (megascope's "gpt2"), not read as U+FFFD */
   int add_bos;            /* bos id to prepend, or -1 */
-  char name[32];
+  char name[64];
 };
 
 /* ---- GPT-2's byte <-> code point map ---- */
@@ -112,7 +114,7 @@ struct build {
 };
 
 __attribute__((format(printf, 3, 4))) static int bfail(struct build *B, int err, const char *fmt, ...) {
-  char msg[400];
+  char msg[1024];
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
@@ -121,29 +123,69 @@ __attribute__((format(printf, 3, 4))) static int bfail(struct build *B, int err,
   return err;
 }
 
+/* The pre-tokenizer spellings llama.cpp writes (convert_hf_to_gguf.py) and
+ * reads (llama-vocab.cpp), each with the expression llama.cpp splits it by;
+ * "gpt2" is megascope's own spelling (synthetic models, whose vocabulary keeps
+ * invalid UTF-8 as bytes, as the byte-level tokenizer does). Others are refused by
+ * name: their expressions (deepseek's, tekken's, ...) are not written here. */
+static const struct pre_name {
+  const char *name;
+  enum ms_pretok kind;
+  int ignore_merges;
+} pres[] = {
+    {"gpt-2", MS_PRETOK_GPT2, 0},        {"gpt2", MS_PRETOK_GPT2, 0},        {"phi-2", MS_PRETOK_GPT2, 0},
+    {"mpt", MS_PRETOK_GPT2, 0},          {"olmo", MS_PRETOK_GPT2, 0},        {"jais", MS_PRETOK_GPT2, 0},
+    {"trillion", MS_PRETOK_GPT2, 0},     {"gigachat", MS_PRETOK_GPT2, 0},    {"jina-es", MS_PRETOK_GPT2, 0},
+    {"jina-de", MS_PRETOK_GPT2, 0},      {"jina-v2-es", MS_PRETOK_GPT2, 0},  {"jina-v2-de", MS_PRETOK_GPT2, 0},
+    {"smollm", MS_PRETOK_SMOLLM, 0},     {"starcoder", MS_PRETOK_SMOLLM, 0}, {"refact", MS_PRETOK_SMOLLM, 0},
+    {"command-r", MS_PRETOK_SMOLLM, 0},  {"codeshell", MS_PRETOK_SMOLLM, 0}, {"exaone", MS_PRETOK_SMOLLM, 0},
+    {"minerva-7b", MS_PRETOK_SMOLLM, 0}, {"llama-bpe", MS_PRETOK_LLAMA3, 1}, {"llama3", MS_PRETOK_LLAMA3, 1},
+    {"llama-v3", MS_PRETOK_LLAMA3, 1},   {"falcon3", MS_PRETOK_LLAMA3, 1},   {"dbrx", MS_PRETOK_LLAMA3, 0},
+    {"smaug-bpe", MS_PRETOK_LLAMA3, 0},  {"qwen2", MS_PRETOK_QWEN2, 0},      {"deepseek-r1-qwen", MS_PRETOK_QWEN2, 0},
+    {"stablelm2", MS_PRETOK_QWEN2, 0},   {"default", MS_PRETOK_DEFAULT, 0},  {"falcon", MS_PRETOK_FALCON, 0},
+};
+
+/* "gpt-2, gpt2, phi-2, ..." into buf. */
+static const char *pre_list(char *buf, size_t size) {
+  size_t at = 0;
+  buf[0] = '\0';
+  for (size_t i = 0; i < sizeof pres / sizeof pres[0] && at < size; i++)
+    at += (size_t)snprintf(buf + at, size - at, "%s%s", i ? ", " : "", pres[i].name);
+  return buf;
+}
+
+static void set_pre(struct ms_bpe *b, const struct pre_name *p) {
+  b->pre = p->kind;
+  b->ignore_merges = p->ignore_merges;
+  /* the synthetic models' vocabulary is the byte-level tokenizer in a file:
+   * every byte stays its own token there */
+  b->raw_bytes = !strcmp(p->name, "gpt2");
+  snprintf(b->name, sizeof b->name, "gpt2/%s", p->name);
+}
+
 static int read_pre(struct build *B, struct ms_bpe *b) {
-  static const struct { const char *name; enum ms_pretok kind; int ignore_merges; } pres[] = {
-      {"gpt2", MS_PRETOK_GPT2, 0},        {"default", MS_PRETOK_GPT2, 0},     {"mpt", MS_PRETOK_GPT2, 0},
-      {"olmo", MS_PRETOK_GPT2, 0},        {"jais", MS_PRETOK_GPT2, 0},        {"smollm", MS_PRETOK_SMOLLM, 0},
-      {"starcoder", MS_PRETOK_SMOLLM, 0}, {"refact", MS_PRETOK_SMOLLM, 0},    {"command-r", MS_PRETOK_SMOLLM, 0},
-      {"codeshell", MS_PRETOK_SMOLLM, 0}, {"exaone", MS_PRETOK_SMOLLM, 0},    {"minerva-7b", MS_PRETOK_SMOLLM, 0},
-      {"llama-bpe", MS_PRETOK_LLAMA3, 1}, {"llama3", MS_PRETOK_LLAMA3, 1},    {"qwen2", MS_PRETOK_QWEN2, 0},
-      {"deepseek-r1-qwen", MS_PRETOK_QWEN2, 0},
-  };
-  const char *s = "default";
-  size_t n = 7;
+  const char *s;
+  size_t n;
+  char list[600];
   int rc = ms_gguf_get_str(B->g, "tokenizer.ggml.pre", &s, &n);
-  if (rc && rc != -ENOENT) return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.pre': not a string");
+  if (rc == -ENOENT || (!rc && n == 0)) {
+    /* llama.cpp's choice, and its warning: the split is a guess */
+    for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++)
+      if (pres[i].kind == MS_PRETOK_DEFAULT) set_pre(b, &pres[i]);
+    ms_logf(MS_LOG_WARN, "tokenizer: the file has no key 'tokenizer.ggml.pre' (an old conversion): splitting text "
+                         "with llama.cpp's 'default' pre-tokenizer, which is likely not the one the model was "
+                         "trained with, so its tokens (and the model's answers) may be wrong; convert the model "
+                         "again with a current llama.cpp");
+    return 0;
+  }
+  if (rc) return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.pre': not a string");
   for (size_t i = 0; i < sizeof pres / sizeof pres[0]; i++)
     if (strlen(pres[i].name) == n && !memcmp(pres[i].name, s, n)) {
-      b->pre = pres[i].kind;
-      b->ignore_merges = pres[i].ignore_merges;
-      snprintf(b->name, sizeof b->name, "gpt2/%s", pres[i].name);
+      set_pre(b, &pres[i]);
       return 0;
     }
-  return bfail(B, -MS_E_UNSUPP,
-               "key 'tokenizer.ggml.pre': pre-tokenizer '%.*s' is not supported (gpt2, smollm and its kin, "
-               "llama-bpe, qwen2)", (int)(n < 40 ? n : 40), s);
+  return bfail(B, -MS_E_UNSUPP, "key 'tokenizer.ggml.pre': pre-tokenizer '%.*s' is not supported (supported: %s)",
+               (int)(n < 40 ? n : 40), s, pre_list(list, sizeof list));
 }
 
 /* Copies the token strings; decodes each into bytes. */
@@ -247,13 +289,24 @@ static int read_merges(struct build *B, struct ms_bpe *b) {
   b->merge_mask = size - 1;
   if (!(b->merges = malloc(sizeof *b->merges * size))) return -ENOMEM;
   for (size_t i = 0; i < size; i++) b->merges[i] = (struct merge){0, -1, -1};
-  char buf[1024];
+  char *buf = NULL;  /* left and right joined; as long as the longest merge */
+  size_t cap = 0;
   for (uint64_t r = 0; r < n; r++) {
     const char *s, *sp;
     size_t len;
     ms_gguf_arr_str(B->g, "tokenizer.ggml.merges", r, &s, &len);
-    if (len < 3 || len >= sizeof buf || !(sp = memchr(s + 1, ' ', len - 1)))
+    if (len < 3 || !(sp = memchr(s + 1, ' ', len - 1))) {
+      free(buf);
       return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.merges': merge %llu is not 'left right'", (unsigned long long)r);
+    }
+    if (len > cap) {
+      char *nb = realloc(buf, cap = len);
+      if (!nb) {
+        free(buf);
+        return -ENOMEM;
+      }
+      buf = nb;
+    }
     size_t ln = (size_t)(sp - s), rn = len - ln - 1;
     memcpy(buf, s, ln);
     memcpy(buf + ln, sp + 1, rn);
@@ -264,6 +317,7 @@ static int read_merges(struct build *B, struct ms_bpe *b) {
     while (b->merges[i].rank >= 0 && b->merges[i].pair != key) i = (i + 1) & b->merge_mask;
     if (b->merges[i].rank < 0) b->merges[i] = (struct merge){key, (int32_t)r, id};  /* first rank wins */
   }
+  free(buf);
   return 0;
 }
 
@@ -386,6 +440,8 @@ struct enc {
   int32_t *id, *next, *prev;  /* symbols of the piece being merged */
   struct pair *heap;
   size_t cap;                 /* symbols the arrays hold */
+  char *spell;                /* a piece spelled with GPT-2's byte map (2 bytes a byte at most) */
+  size_t spell_cap;
 };
 
 static void emit(struct enc *e, int32_t id) {
@@ -443,13 +499,17 @@ static int grow(struct enc *e, size_t n) {
 
 /* The llama-3 rule: a piece that is itself a token is taken whole. */
 static int whole_piece(struct enc *e, const unsigned char *s, size_t n) {
-  char buf[512];
   uint32_t to_cp[256];
   size_t k = 0;
-  if (n > sizeof buf / 2) return 0;
+  if (2 * n > e->spell_cap) {
+    char *p = realloc(e->spell, 2 * n);
+    if (!p) return -ENOMEM;
+    e->spell = p;
+    e->spell_cap = 2 * n;
+  }
   byte_map(to_cp);
-  for (size_t i = 0; i < n; i++) k += utf8_put(buf + k, to_cp[s[i]]);
-  int32_t id = tok_find(e->b, buf, k);
+  for (size_t i = 0; i < n; i++) k += utf8_put(e->spell + k, to_cp[s[i]]);
+  int32_t id = tok_find(e->b, e->spell, k);
   if (id < 0) return 0;
   emit(e, id);
   return 1;
@@ -459,7 +519,8 @@ static int bpe_piece(void *user, size_t start, size_t end) {
   struct enc *e = user;
   const unsigned char *s = (const unsigned char *)e->text + start;
   int32_t n = (int32_t)(end - start), nh = 0;
-  if (e->b->ignore_merges && whole_piece(e, s, (size_t)n)) return 0;
+  int whole = e->b->ignore_merges ? whole_piece(e, s, (size_t)n) : 0;
+  if (whole) return whole < 0 ? whole : 0;
   if (grow(e, (size_t)n)) return -ENOMEM;
   for (int32_t i = 0; i < n; i++) {
     e->id[i] = e->b->byte_tok[s[i]];
@@ -500,8 +561,17 @@ int ms_bpe_encode(const struct ms_bpe *b, const char *text, size_t len, int32_t 
   for (size_t i = 0; i <= len && !rc; i++) {
     int32_t sp = i < len ? special_at(b, text, i, len) : -1;
     if (sp < 0 && i < len) continue;
-    e.text = text + frag;  /* piece offsets are relative to the fragment */
-    if (i > frag) rc = ms_pretok_split(b->pre, text + frag, i - frag, bpe_piece, &e);
+    if (i > frag) {
+      /* invalid UTF-8 reads as U+FFFD, as llama.cpp reads it; piece offsets
+       * are relative to the fragment */
+      char *fixed;
+      size_t n;
+      if (b->raw_bytes) fixed = NULL, n = i - frag;
+      else if ((rc = ms_utf8_repair(text + frag, i - frag, &fixed, &n))) break;
+      e.text = fixed ? fixed : text + frag;
+      rc = ms_pretok_split(b->pre, e.text, n, bpe_piece, &e);
+      free(fixed);
+    }
     if (sp >= 0) {
       emit(&e, sp);
       i += strlen(tok_text(b, sp)) - 1;
@@ -512,6 +582,7 @@ int ms_bpe_encode(const struct ms_bpe *b, const char *text, size_t len, int32_t 
   free(e.next);
   free(e.prev);
   free(e.heap);
+  free(e.spell);
   if (rc) return rc;
   return e.n > INT32_MAX ? -E2BIG : (int)e.n;
 }

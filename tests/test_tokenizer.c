@@ -260,8 +260,8 @@ static void test_bpe(void) {
   }
   /* rejections name the key */
   buf[0] = 0;
-  CHECK(!open_vocab(write_vocab("v3.gguf", "llama", "smollm", -1, 0), buf, sizeof buf) &&
-        strstr(buf, "key 'tokenizer.ggml.model': 'llama' is not supported"));
+  CHECK(!open_vocab(write_vocab("v3.gguf", "bert", "smollm", -1, 0), buf, sizeof buf) &&
+        strstr(buf, "key 'tokenizer.ggml.model': 'bert' is not supported (supported: gpt2, llama)"));
   buf[0] = 0;
   CHECK(!open_vocab(write_vocab("v4.gguf", "gpt2", "tekken", -1, 0), buf, sizeof buf) &&
         strstr(buf, "key 'tokenizer.ggml.pre': pre-tokenizer 'tekken' is not supported"));
@@ -355,6 +355,76 @@ static void test_llamacpp_conventions(void) {
   }
   for (int k = 0; k <= CHAIN; k++) free(chain[k]);
   for (int k = 0; k < CHAIN; k++) free(mbuf[k]);
+}
+
+/* ---- SentencePiece on a hand-made vocabulary ---- */
+
+#define SP "\xe2\x96\x81" /* U+2581, SentencePiece's space */
+
+static const struct {
+  const char *text;
+  float score;
+} spm_pieces[] = {
+    {SP, -10},    {"h", -10},       {"e", -10},     {"l", -10},       {"o", -10},      {"w", -10},
+    {"r", -10},   {"d", -10},       {"a", -10},     {"b", -10},       {"c", -10},      {"i", -10},
+    {"he", -1},   {"ll", -2},       {"hell", -3},   {"hello", -4},    {SP "hello", -5}, {SP "w", -6},
+    {"or", -7},   {SP "wor", -8},   {"ab", -1},     {"bc", -0.5f},    {SP "a", -20},   {"hi", -3},
+    {SP "world", -9}, {"ld", -7.5f},
+};
+enum { S_BYTE0 = 3, S_SP = 259, S_HELLO_ = 275, S_A_ = 281, S_BC = 280, S_HI = 282, S_WORLD_ = 283 };
+
+static struct ms_tokenizer *spm_vocab(int space_prefix, char *buf, size_t size) {
+  enum { N = 259 + sizeof spm_pieces / sizeof spm_pieces[0] };
+  const char *tok[N];
+  static char bytes[256][8];
+  float score[N];
+  int32_t type[N];
+  tok[0] = "<unk>", tok[1] = "<s>", tok[2] = "</s>";
+  type[0] = 2, type[1] = type[2] = 3;
+  score[0] = score[1] = score[2] = 0;
+  for (int b = 0; b < 256; b++) {
+    snprintf(bytes[b], sizeof bytes[b], "<0x%02X>", b);
+    tok[S_BYTE0 + b] = bytes[b], type[S_BYTE0 + b] = 6, score[S_BYTE0 + b] = 0;
+  }
+  for (size_t i = 0; i < sizeof spm_pieces / sizeof spm_pieces[0]; i++)
+    tok[259 + i] = spm_pieces[i].text, type[259 + i] = 1, score[259 + i] = spm_pieces[i].score;
+  char path[256];
+  snprintf(path, sizeof path, "%s/spm.gguf", tmpdir);
+  struct ms_gguf_writer *w = ms_gguf_writer_new();
+  ms_gguf_writer_add_str(w, "tokenizer.ggml.model", "llama");
+  ms_gguf_writer_add_arr_str(w, "tokenizer.ggml.tokens", tok, N);
+  ms_gguf_writer_add_arr_f32(w, "tokenizer.ggml.scores", score, N);
+  ms_gguf_writer_add_arr_i32(w, "tokenizer.ggml.token_type", type, N);
+  ms_gguf_writer_add_u32(w, "tokenizer.ggml.bos_token_id", 1);
+  ms_gguf_writer_add_u32(w, "tokenizer.ggml.unknown_token_id", 0);
+  if (!space_prefix) ms_gguf_writer_add_bool(w, "tokenizer.ggml.add_space_prefix", 0);
+  int rc = ms_gguf_writer_write(w, path, NULL);
+  ms_gguf_writer_free(w);
+  return rc ? NULL : open_vocab(path, buf, size);
+}
+
+static void test_spm(void) {
+  char buf[1024] = "";
+  struct ms_tokenizer *t = spm_vocab(1, buf, sizeof buf);
+  CHECKF(t != NULL, "%s", buf);
+  if (!t) return;
+  CHECK(!strcmp(ms_tokenizer_name(t), "llama/spm") && ms_tokenizer_add_bos(t) == 1);
+  ENC(t, "hello world", S_HELLO_, S_WORLD_);          /* the chain of merges, by score */
+  ENC(t, "abc", S_A_, S_BC);                          /* "bc" scores above "ab" */
+  ENC(t, "hello \xc3\xa9", S_HELLO_, S_SP, S_BYTE0 + 0xc3, S_BYTE0 + 0xa9);  /* byte fallback */
+  ENC(t, "<s>hi", 1, S_SP, S_HI);                     /* a space after a special token */
+  ENC(t, "hi<s>hi", S_SP, S_HI, 1, S_SP, S_HI);
+  ENC(t, "hi  hi", S_SP, S_HI, S_SP, S_SP, S_HI);
+  ENC(t, "a\xff", S_A_, S_BYTE0 + 0xff);               /* invalid UTF-8 stays bytes, as in llama.cpp */
+  char out[64];
+  long n = ms_tokenizer_decode(t, (int32_t[]){1, S_HELLO_, S_WORLD_, S_BYTE0 + 0xc3, S_BYTE0 + 0xa9}, 5, out, sizeof out);
+  CHECKF(n == 17 && !strcmp(out, "<s> hello world\xc3\xa9"), "decoded %ld '%s'", n, out);
+  CHECK(round_trip(t, "hello world", 11) == 0);  /* the leading space is the tokenizer's */
+  ms_tokenizer_free(t);
+  t = spm_vocab(0, buf, sizeof buf);
+  CHECKF(t != NULL, "%s", buf);
+  if (t) ENC(t, "hi hi", S_HI, S_SP, S_HI);       /* add_space_prefix false */
+  ms_tokenizer_free(t);
 }
 
 /* The synthetic models' vocabulary (bytes, no merges) tokenizes like the byte-level tokenizer. */
@@ -451,6 +521,7 @@ int main(void) {
   test_splits();
   test_bpe();
   test_llamacpp_conventions();
+  test_spm();
   test_synthetic();
   test_smollm2();
   /* the byte-level tokenizer keeps its contract */

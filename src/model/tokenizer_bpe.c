@@ -46,6 +46,11 @@ struct ms_bpe {
   enum ms_pretok pre;
   int ignore_merges;      /* llama-3: a piece that is a whole token is taken as is */
   int raw_bytes;          /* invalid UTF-8 kept as bytes (megascope's "gpt2"), not read as U+FFFD */
+  int spm;                /* tokenizer.ggml.model = llama: SentencePiece (below), not byte-level BPE */
+  float *score;           /* [n] SentencePiece scores: the higher merges first */
+  int32_t spm_byte[256];  /* <0xXX> of each byte (byte fallback), or -1 */
+  int32_t unk;            /* the unknown token, or -1 */
+  int add_space_prefix;   /* SentencePiece: a space before text that starts the input or follows a special token */
   int add_bos;            /* bos id to prepend, or -1 */
   char name[64];
 };
@@ -221,6 +226,27 @@ static int read_tokens(struct build *B, struct ms_bpe *b, uint64_t n) {
   return 0;
 }
 
+/* A SentencePiece token's bytes into out: a byte token <0xXX> is its byte,
+ * U+2581 is a space in normal and user-defined tokens, control and unknown
+ * tokens are their text. Never longer than the spelling. */
+static size_t spm_token_bytes(const struct ms_bpe *b, int id, char *out) {
+  const char *s = tok_text(b, id);
+  size_t n = strlen(s), k = 0;
+  unsigned v;
+  char tail;
+  if (b->type[id] == TT_BYTE && n == 6 && sscanf(s, "<0x%2x%c", &v, &tail) == 2 && tail == '>') return out[0] = (char)v, 1;
+  if (b->type[id] == TT_CONTROL || b->type[id] == TT_UNKNOWN) return memcpy(out, s, n), n;
+  for (size_t i = 0; i < n; i++) {
+    if (i + 3 <= n && !memcmp(s + i, "\xe2\x96\x81", 3)) {
+      out[k++] = ' ';
+      i += 2;
+    } else {
+      out[k++] = s[i];
+    }
+  }
+  return k;
+}
+
 /* Each token's bytes: control tokens as spelled; others through the inverse
  * byte map, code points outside it (user-defined text) kept as UTF-8. */
 static void decode_tokens(struct ms_bpe *b) {
@@ -233,6 +259,10 @@ static void decode_tokens(struct ms_bpe *b) {
   for (int id = 0; id < b->n; id++) {
     const unsigned char *s = (const unsigned char *)tok_text(b, id);
     b->bytes_off[id] = at;
+    if (b->spm) {
+      at += spm_token_bytes(b, id, b->bytes + at);
+      continue;
+    }
     if (b->type[id] == TT_CONTROL) {
       size_t n = strlen((const char *)s);
       memcpy(b->bytes + at, s, n);
@@ -321,6 +351,35 @@ static int read_merges(struct build *B, struct ms_bpe *b) {
   return 0;
 }
 
+/* SentencePiece: scores, the byte tokens, the unknown token, the space prefix. */
+static int read_scores(struct build *B, struct ms_bpe *b) {
+  enum ms_gguf_vtype et;
+  uint64_t n = 0;
+  int rc = ms_gguf_get_arr(B->g, "tokenizer.ggml.scores", &et, &n);
+  if (rc && rc != -ENOENT) return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.scores': not an array");
+  if (!rc && n != (uint64_t)b->n)
+    return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.scores': %llu scores for %d tokens", (unsigned long long)n, b->n);
+  if (!(b->score = calloc((size_t)b->n, sizeof *b->score))) return -ENOMEM;
+  for (uint64_t i = 0; i < n; i++) {
+    double v;
+    if (ms_gguf_arr_float(B->g, "tokenizer.ggml.scores", i, &v))
+      return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.scores': element %llu is not a number", (unsigned long long)i);
+    b->score[i] = (float)v;
+  }
+  for (int c = 0; c < 256; c++) {
+    char hex[8];
+    snprintf(hex, sizeof hex, "<0x%02X>", c);
+    b->spm_byte[c] = tok_find(b, hex, 6);
+    if (b->spm_byte[c] < 0 && c) b->spm_byte[c] = tok_find(b, (char[]){(char)c}, 1);  /* llama.cpp's second try */
+  }
+  int64_t unk = -1;
+  ms_gguf_get_int(B->g, "tokenizer.ggml.unknown_token_id", &unk);
+  b->unk = unk >= 0 && unk < b->n ? (int32_t)unk : -1;
+  b->add_space_prefix = 1;
+  ms_gguf_get_bool(B->g, "tokenizer.ggml.add_space_prefix", &b->add_space_prefix);
+  return 0;
+}
+
 static int len_desc(const void *x, const void *y, void *ctx) {
   const struct ms_bpe *b = ctx;
   int32_t p = *(const int32_t *)x, q = *(const int32_t *)y;
@@ -356,6 +415,7 @@ void ms_bpe_free(struct ms_bpe *b) {
   free(b->tok_hash);
   free(b->merges);
   free(b->special);
+  free(b->score);
   free(b);
 }
 
@@ -364,23 +424,32 @@ static int build(struct build *B, struct ms_bpe *b) {
   size_t n;
   int rc = ms_gguf_get_str(B->g, "tokenizer.ggml.model", &s, &n);
   if (rc) return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.model': %s", rc == -ENOENT ? "missing" : "not a string");
-  if (n != 4 || memcmp(s, "gpt2", 4))
-    return bfail(B, -MS_E_UNSUPP, "key 'tokenizer.ggml.model': '%.*s' is not supported (gpt2)", (int)(n < 40 ? n : 40), s);
+  b->spm = n == 5 && !memcmp(s, "llama", 5);
+  if (!b->spm && (n != 4 || memcmp(s, "gpt2", 4)))
+    return bfail(B, -MS_E_UNSUPP, "key 'tokenizer.ggml.model': '%.*s' is not supported (supported: gpt2, llama)",
+                 (int)(n < 40 ? n : 40), s);
   enum ms_gguf_vtype et;
-  uint64_t count;
+  uint64_t count, min = b->spm ? 1 : 256;
   if (ms_gguf_get_arr(B->g, "tokenizer.ggml.tokens", &et, &count) || et != MS_GGUF_STR)
     return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.tokens': missing or not an array of strings");
-  if (count < 256 || count > (1u << 24))
-    return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.tokens': %llu tokens (256 to 2^24)", (unsigned long long)count);
+  if (count < min || count > (1u << 24))
+    return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.tokens': %llu tokens (%llu to 2^24)", (unsigned long long)count,
+                 (unsigned long long)min);
   b->n = (int)count;
   int64_t bos = -1;
-  int add = 0;
+  int add = b->spm;  /* llama.cpp's default: SentencePiece vocabularies add BOS */
   ms_gguf_get_int(B->g, "tokenizer.ggml.bos_token_id", &bos);
   ms_gguf_get_bool(B->g, "tokenizer.ggml.add_bos_token", &add);
   b->add_bos = add && bos >= 0 && bos < b->n ? (int)bos : -1;
-  if ((rc = read_pre(B, b)) || (rc = read_tokens(B, b, count)) || (rc = index_tokens(B, b)) ||
-      (rc = read_merges(B, b)) || (rc = index_special(b)))
+  if (b->spm) {
+    snprintf(b->name, sizeof b->name, "llama/spm");
+    if ((rc = read_tokens(B, b, count)) || (rc = index_tokens(B, b)) || (rc = read_scores(B, b)) ||
+        (rc = index_special(b)))
+      return rc;
+  } else if ((rc = read_pre(B, b)) || (rc = read_tokens(B, b, count)) || (rc = index_tokens(B, b)) ||
+             (rc = read_merges(B, b)) || (rc = index_special(b))) {
     return rc;
+  }
   decode_tokens(b);
   return 0;
 }
@@ -554,14 +623,135 @@ static int32_t special_at(const struct ms_bpe *b, const char *text, size_t i, si
   return -1;
 }
 
+/* ---- SentencePiece (llama.cpp's llm_tokenizer_spm) ----
+ * A fragment becomes one symbol per UTF-8 character (its length read from the
+ * lead byte, as llama.cpp reads it: invalid UTF-8 is not replaced here); the
+ * adjacent pair whose joined text is a token with the highest score merges
+ * first, leftmost among equals, until no pair is a token. A symbol left that is
+ * no token falls back to its bytes' <0xXX> tokens (the unknown token where the
+ * vocabulary has none). */
+
+struct spair {
+  float score;
+  int32_t left, right;
+  size_t size;  /* bytes of the joined text when pushed: stale entries are skipped */
+};
+
+static int spair_before(const struct spair *a, const struct spair *b) {
+  return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static void spair_push(struct spair *h, int *n, struct spair p) {
+  int i = (*n)++;
+  for (; i > 0 && spair_before(&p, &h[(i - 1) / 2]); i = (i - 1) / 2) h[i] = h[(i - 1) / 2];
+  h[i] = p;
+}
+
+static struct spair spair_pop(struct spair *h, int *n) {
+  struct spair top = h[0], last = h[--*n];
+  int i = 0;
+  for (;;) {
+    int c = 2 * i + 1;
+    if (c >= *n) break;
+    if (c + 1 < *n && spair_before(&h[c + 1], &h[c])) c++;
+    if (!spair_before(&h[c], &last)) break;
+    h[i] = h[c];
+    i = c;
+  }
+  if (*n) h[i] = last;
+  return top;
+}
+
+struct spm_sym {
+  size_t at, n;         /* bytes of the text; n 0: merged away */
+  int32_t prev, next;
+};
+
+static void spm_try(const struct ms_bpe *b, const char *s, struct spm_sym *sym, struct spair *h, int *nh,
+                    int32_t l, int32_t r) {
+  if (l < 0 || r < 0) return;
+  int32_t id = tok_find(b, s + sym[l].at, sym[l].n + sym[r].n);
+  if (id >= 0) spair_push(h, nh, (struct spair){b->score[id], l, r, sym[l].n + sym[r].n});
+}
+
+/* Tokenizes n bytes at s (spaces already escaped to U+2581). */
+static int spm_fragment(struct enc *e, const char *s, size_t n) {
+  const struct ms_bpe *b = e->b;
+  struct spm_sym *sym = malloc(sizeof *sym * (n ? n : 1));
+  struct spair *h = malloc(sizeof *h * 3 * (n ? n : 1));  /* n - 1 pairs first, then two per merge */
+  int32_t k = 0;
+  int nh = 0;
+  if (!sym || !h) {
+    free(sym);
+    free(h);
+    return -ENOMEM;
+  }
+  static const unsigned char len8[16] = {1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 3, 4};
+  for (size_t at = 0; at < n; k++) {
+    size_t c = len8[(unsigned char)s[at] >> 4];
+    if (c > n - at) c = n - at;
+    sym[k] = (struct spm_sym){at, c, k - 1, at + c < n ? k + 1 : -1};
+    at += c;
+  }
+  for (int32_t i = 0; i + 1 < k; i++) spm_try(b, s, sym, h, &nh, i, i + 1);
+  while (nh) {
+    struct spair p = spair_pop(h, &nh);
+    struct spm_sym *l = &sym[p.left], *r = &sym[p.right];
+    if (!l->n || !r->n || l->n + r->n != p.size) continue;
+    l->n += r->n;
+    r->n = 0;
+    l->next = r->next;
+    if (r->next >= 0) sym[r->next].prev = p.left;
+    spm_try(b, s, sym, h, &nh, l->prev, p.left);
+    spm_try(b, s, sym, h, &nh, p.left, l->next);
+  }
+  for (int32_t i = k ? 0 : -1; i >= 0; i = sym[i].next) {
+    int32_t id = tok_find(b, s + sym[i].at, sym[i].n);
+    if (id >= 0) {
+      emit(e, id);
+      continue;
+    }
+    for (size_t j = 0; j < sym[i].n; j++) {
+      int32_t t = b->spm_byte[(unsigned char)s[sym[i].at + j]];
+      if (t < 0) t = b->unk;
+      if (t >= 0) emit(e, t);
+    }
+  }
+  free(sym);
+  free(h);
+  return 0;
+}
+
+/* Text between special tokens: a space first when it starts the input or
+ * follows a special token (add_space_prefix), every space as U+2581. */
+static int spm_text(struct enc *e, const char *text, size_t len, int prefix) {
+  size_t spaces = prefix;
+  for (size_t i = 0; i < len; i++) spaces += text[i] == ' ';
+  char *s = malloc(len + 2 * spaces + 1);
+  if (!s) return -ENOMEM;
+  size_t n = 0;
+  for (size_t i = 0; i < len + (size_t)prefix; i++) {
+    char c = i < (size_t)prefix ? ' ' : text[i - (size_t)prefix];
+    if (c == ' ') memcpy(s + n, "\xe2\x96\x81", 3), n += 3;
+    else s[n++] = c;
+  }
+  int rc = spm_fragment(e, s, n);
+  free(s);
+  return rc;
+}
+
 int ms_bpe_encode(const struct ms_bpe *b, const char *text, size_t len, int32_t *out, int max) {
   struct enc e = {.b = b, .text = text, .out = out, .max = max};
+  int prev_special = 1;  /* SentencePiece: the input starts as after a special token */
   int rc = 0;
   size_t frag = 0;
   for (size_t i = 0; i <= len && !rc; i++) {
     int32_t sp = i < len ? special_at(b, text, i, len) : -1;
     if (sp < 0 && i < len) continue;
-    if (i > frag) {
+    if (i > frag && b->spm) {
+      rc = spm_text(&e, text + frag, i - frag, b->add_space_prefix && prev_special);
+      prev_special = 0;
+    } else if (i > frag) {
       /* invalid UTF-8 reads as U+FFFD, as llama.cpp reads it; piece offsets
        * are relative to the fragment */
       char *fixed;
@@ -574,6 +764,7 @@ int ms_bpe_encode(const struct ms_bpe *b, const char *text, size_t len, int32_t 
     }
     if (sp >= 0) {
       emit(&e, sp);
+      prev_special = 1;
       i += strlen(tok_text(b, sp)) - 1;
     }
     frag = i + 1;

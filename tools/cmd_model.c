@@ -38,10 +38,12 @@ static void usage(FILE *f) {
 static int synth_usage(FILE *f, int rc) {
   fprintf(f,
           "usage: megascope model synth --preset P --type T --out F.gguf [options]\n\n"
-          "Writes a synthetic preset (tiny, tiny-qwen3, smollm2-135m) as a GGUF file: its\n"
-          "deterministic f32 weights quantized to T (f32, f16, bf16, q8_0, q4_0, q4_1; norms\n"
-          "stay f32), llama.cpp's tensor and key names, and the byte-level vocabulary as a\n"
-          "gpt2 tokenizer without merges (token b is byte b).\n\n"
+          "Writes a synthetic preset (tiny, tiny-qwen3, tiny-256, smollm2-135m) as a GGUF file:\n"
+          "deterministic f32 weights quantized to T (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
+          "q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q8_k; norms stay f32; the K-quants\n"
+          "need matrix widths that are multiples of 256, as tiny-256 has), llama.cpp's\n"
+          "tensor and key names, and the byte-level vocabulary as a gpt2 tokenizer without\n"
+          "merges (token b is byte b).\n\n"
           "  --model-seed N       seed of the synthetic weights (default 1)\n"
           "  -h, --help           this text\n");
   return rc;
@@ -68,7 +70,8 @@ static int cmd_synth(int argc, char **argv) {
   if (!preset || !out || optind < argc) return synth_usage(stderr, 2);
   enum ms_dtype dt;
   if (ms_dtype_parse(type, &dt)) {
-    fprintf(stderr, "megascope model synth: --type '%s': expected f32, f16, bf16, q8_0, q4_0 or q4_1\n", type);
+    fprintf(stderr, "megascope model synth: --type '%s': expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
+            "iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k or q8_k\n", type);
     return 2;
   }
   struct ms_model_config cfg;
@@ -485,7 +488,8 @@ static int cmd_dump(int argc, char **argv) {
   if (!t) {
     fprintf(stderr, "megascope model dump: no tensor '%s'\n", argv[2]);
   } else if (ms_gguf_type_dtype(t->type, &dt)) {
-    fprintf(stderr, "megascope model dump: tensor '%s': type %s is not supported\n", t->name, ms_gguf_type_name(t->type));
+    fprintf(stderr, "megascope model dump: tensor '%s': type %s is not supported (" MS_GGUF_SUPPORTED_TYPES ")\n",
+            t->name, ms_gguf_type_name(t->type));
   } else {
     int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
     struct ms_weight w = {.dtype = dt, .rows = (int)rows, .cols = (int)t->ne[0], .data = t->data};

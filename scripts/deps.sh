@@ -39,3 +39,14 @@ if ! python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/de
       'protobuf>=6.31.1' >&2 ||
     echo "deps: could not install perfetto with pip; the Perfetto trace decode will be skipped" >&2
 fi
+# tokenizers (Hugging Face) and sentencepiece, the references the tokenizers are
+# compared with (tests/cli_tokenizer_ref.sh), and unicodedata2 16.0.0, the Unicode
+# 16 data scripts/tokenizer-unicode-tables.py generates the tables from. Not
+# fatal: without them that test reports itself skipped.
+if ! python3 -c 'import tokenizers, sentencepiece, unicodedata2' 2>/dev/null; then
+  echo "deps: installing the Python packages tokenizers, sentencepiece and unicodedata2 (pip)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check tokenizers sentencepiece 'unicodedata2==16.0.0' >&2 2>/dev/null ||
+    python3 -m pip install --quiet --disable-pip-version-check --user --break-system-packages tokenizers sentencepiece \
+      'unicodedata2==16.0.0' >&2 ||
+    echo "deps: could not install tokenizers/sentencepiece with pip; the tokenizer cross-check will be skipped" >&2
+fi

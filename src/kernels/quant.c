@@ -136,9 +136,52 @@ TGT static inline float hsum(__m256 v) {
 
 TGT static inline float h2f(const uint8_t *p) { return _cvtsh_ss(rd16(p)); }
 
+/* Q5_0 / Q5_1's quants as 32 bytes in element order, 0..31: the nibbles as
+ * for Q4 (low ones elements 0-15), the fifth bits of qh spread to one a byte
+ * (ggml's bytes_from_bits_32: byte j of the word broadcast to bytes 8j..8j+7,
+ * every bit but one set, compared with all ones). */
+TGT static inline __m256i q5_bytes(const uint8_t *qh, const uint8_t *qs) {
+  uint32_t h;
+  memcpy(&h, qh, 4);
+  const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  __m256i bits = _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)h), spread),
+                                 _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  __m256i hi = _mm256_and_si256(_mm256_cmpeq_epi8(bits, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+  __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+  q = _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
+  return _mm256_or_si256(q, hi);
+}
+
+/* IQ4_NL's 32 values (signed bytes) in element order: the nibbles looked up in the table. */
+TGT static inline __m256i iq4nl_bytes(const uint8_t *qs) {
+  const __m256i kv = _mm256_setr_epi8(-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
+                                      -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113);
+  __m256i q = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)qs));
+  q = _mm256_and_si256(_mm256_srlv_epi64(q, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
+  return _mm256_shuffle_epi8(kv, q);
+}
+
+/* The 32-element types of quant_k.c as signed bytes (Q5_0's offset applied). */
+TGT static inline __m256i q5nl_bytes(enum ms_dtype t, const uint8_t *b) {
+  if (t == MS_DTYPE_IQ4_NL) return iq4nl_bytes(b + 2);
+  if (t == MS_DTYPE_Q5_1) return q5_bytes(b + 4, b + 8);
+  return _mm256_sub_epi8(q5_bytes(b + 2, b + 6), _mm256_set1_epi8(16));
+}
+
 /* Block b of the row into w[0..3] (elements 0-7, 8-15, 16-23, 24-31). */
 TGT static inline void block_regs(enum ms_dtype t, const uint8_t *b, __m256 *w) {
   __m256 d = _mm256_set1_ps(h2f(b));
+  if (t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1 || t == MS_DTYPE_IQ4_NL) {
+    __m256i q = q5nl_bytes(t, b);
+    __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+    __m256 f[4] = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)),
+                   _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))),
+                   _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)),
+                   _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))};
+    __m256 m = _mm256_set1_ps(t == MS_DTYPE_Q5_1 ? h2f(b + 2) : 0.0f);  /* d q exact: fma rounds as d q + m */
+    for (int k = 0; k < 4; k++) w[k] = _mm256_fmadd_ps(f[k], d, m);
+    return;
+  }
   if (t == MS_DTYPE_Q8_0) {
     __m256i q = _mm256_loadu_si256((const __m256i *)(b + 2));
     __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
@@ -246,29 +289,66 @@ TGT static void row_f16_x4(const uint8_t *row, int n, const float *x, int ldx, i
   }
 }
 
-/* The formats of quant_k.c: a block decoded (scalar) into L1 once per group of
- * four batch rows, then the same even/odd accumulators as row_blocks_x4, so
+/* Group s (32 elements) of a K-quant super-block as 32 bytes in element
+ * order: the formulas of quant_k.c with 16-bit shifts (the masks keep only
+ * bits of the byte itself); signed for Q3_K, Q6_K and Q8_K. */
+TGT static inline __m256i kq_bytes(enum ms_dtype t, const uint8_t *b, int s) {
+#define LD(p) _mm256_loadu_si256((const __m256i *)(p))
+#define SRL(v, k, mask) _mm256_and_si256(_mm256_srl_epi16(v, _mm_cvtsi32_si128(k)), _mm256_set1_epi8(mask))
+  switch (t) {
+  case MS_DTYPE_Q2_K: return SRL(LD(b + 16 + 32 * (s / 4)), 2 * (s % 4), 3);
+  case MS_DTYPE_Q3_K: {
+    __m256i q = SRL(LD(b + 32 + 32 * (s / 4)), 2 * (s % 4), 3), hb = SRL(LD(b), s, 1);
+    return _mm256_sub_epi8(q, _mm256_and_si256(_mm256_cmpeq_epi8(hb, _mm256_setzero_si256()), _mm256_set1_epi8(4)));
+  }
+  case MS_DTYPE_Q4_K: return SRL(LD(b + 16 + 32 * (s / 2)), 4 * (s & 1), 15);
+  case MS_DTYPE_Q5_K: {
+    __m256i q = SRL(LD(b + 48 + 32 * (s / 2)), 4 * (s & 1), 15), hb = SRL(LD(b + 16), s, 1);
+    return _mm256_or_si256(q, _mm256_slli_epi16(hb, 4));
+  }
+  case MS_DTYPE_Q6_K: {
+    int h = s / 4, g = s % 4;
+    __m256i lo = SRL(LD(b + 64 * h + 32 * (g & 1)), 4 * (g >> 1), 15), hi = SRL(LD(b + 128 + 32 * h), 2 * g, 3);
+    return _mm256_sub_epi8(_mm256_or_si256(lo, _mm256_slli_epi16(hi, 4)), _mm256_set1_epi8(32));
+  }
+  default: return LD(b + 4 + 32 * s);  /* Q8_K */
+  }
+#undef LD
+#undef SRL
+}
+
+/* The K-quants: each group of 32 expanded into four registers (the scales
+ * and minimums as ms_quant_k_piece_scales gives them; d sc q is exact, so
+ * fmsub rounds as the reference's d sc q - dmin m) and used from there for
+ * up to four batch rows, with the even/odd accumulators of row_blocks_x4, so
  * every pair's sum is the same whatever the batch or the row range. */
 TGT static void gemv_k_avx2(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb,
                             float *y, int ldy) {
   size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
-  int blk = ms_dtype_block(w->dtype);
-  float f[256] __attribute__((aligned(32)));
+  enum ms_dtype t = w->dtype;
+  struct ms_qk_piece p;
   for (int r = r0; r < r1; r++) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
     for (int b0 = 0; b0 < nb; b0 += 4) {
       int n = nb - b0 < 4 ? nb - b0 : 4;
       const float *xb = x + (size_t)b0 * ldx;
       __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0, v[4];
-      for (int c = 0; c < w->cols; c += blk) {
-        ms_quant_k_block_f32(w->dtype, row + (size_t)(c / blk) * bs, f);
-        for (int j = 0; j < blk; j += QK) {
-          for (int k = 0; k < 4; k++) v[k] = _mm256_load_ps(f + j + 8 * k);
-          dot32(v, xb + c + j, &e0, &o0);
-          if (n > 1) dot32(v, xb + ldx + c + j, &e1, &o1);
-          if (n > 2) dot32(v, xb + 2 * (size_t)ldx + c + j, &e2, &o2);
-          if (n > 3) dot32(v, xb + 3 * (size_t)ldx + c + j, &e3, &o3);
+      for (int i = 0, c = 0; c < w->cols; i++, c += QK) {
+        ms_quant_k_piece_scales(t, row, i, &p);
+        __m256i q = kq_bytes(t, row + (size_t)(i / 8) * bs, i % 8);
+        __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
+        __m256 f[4] = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)),
+                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))),
+                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)),
+                       _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))};
+        for (int k = 0; k < 4; k++) {
+          __m256 dl = _mm256_set1_ps(p.d * (float)p.sc[k / 2]), ml = _mm256_set1_ps(p.dmin * (float)p.mn[k / 2]);
+          v[k] = _mm256_fmsub_ps(f[k], dl, ml);
         }
+        dot32(v, xb + c, &e0, &o0);
+        if (n > 1) dot32(v, xb + ldx + c, &e1, &o1);
+        if (n > 2) dot32(v, xb + 2 * (size_t)ldx + c, &e2, &o2);
+        if (n > 3) dot32(v, xb + 3 * (size_t)ldx + c, &e3, &o3);
       }
       float out[4] = {hsum(_mm256_add_ps(e0, o0)), hsum(_mm256_add_ps(e1, o1)), hsum(_mm256_add_ps(e2, o2)),
                       hsum(_mm256_add_ps(e3, o3))};
@@ -279,7 +359,7 @@ TGT static void gemv_k_avx2(const struct ms_weight *w, int r0, int r1, const flo
 
 TGT static void gemv_avx2(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb,
                           float *y, int ldy) {
-  if (ms_quant_k_handles(w->dtype)) {
+  if (ms_quant_k_handles(w->dtype) && ms_dtype_block(w->dtype) != QK) {
     gemv_k_avx2(w, r0, r1, x, ldx, nb, y, ldy);
     return;
   }
@@ -476,6 +556,9 @@ static void q8_gemv_portable(const struct ms_weight *w, int r0, int r1, const st
 
 #ifdef MS_X86
 #define TGT_INL TGT static inline __attribute__((always_inline))
+/* The 32-element types with a float minimum (Q4_1, Q5_1): unsigned quants, m * s_x per block.
+ * Q5_0, Q5_1 and IQ4_NL take these loops too; their sums are q8_k_gemv_portable's with unit scales. */
+#define Q8_HAS_M(t) ((t) == MS_DTYPE_Q4_1 || (t) == MS_DTYPE_Q5_1)
 
 TGT static inline int hsum_i32(__m256i v) {
   __m128i x = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
@@ -512,6 +595,7 @@ TGT static void q8_row_avx2(const float *x, int n, int8_t *q, float *d, float *s
  * Q4_0 (offset applied), unsigned nibbles for Q4_1. */
 TGT_INL __m256i q8_wregs(enum ms_dtype t, const uint8_t *b) {
   if (t == MS_DTYPE_Q8_0) return _mm256_loadu_si256((const __m256i *)(b + 2));
+  if (t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1 || t == MS_DTYPE_IQ4_NL) return q5nl_bytes(t, b);
   /* the 16 bytes in both halves, the upper half shifted by a nibble, then masked */
   __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b + (t == MS_DTYPE_Q4_1 ? 4 : 2))));
   __m256i v = _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
@@ -520,7 +604,7 @@ TGT_INL __m256i q8_wregs(enum ms_dtype t, const uint8_t *b) {
 
 /* A block's scale, and (Q4_1) its minimum in *m: both halves converted at once. */
 TGT_INL float q8_wscale(enum ms_dtype t, const uint8_t *b, float *m) {
-  if (t != MS_DTYPE_Q4_1) return h2f(b);
+  if (!Q8_HAS_M(t)) return h2f(b);
   uint32_t dm;
   memcpy(&dm, b, 4);
   __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
@@ -531,7 +615,7 @@ TGT_INL float q8_wscale(enum ms_dtype t, const uint8_t *b, float *m) {
 /* acc + sc * (the eight lanes of w . q); wa: |w| for the signed types, w for Q4_1. */
 TGT_INL __m256 q8_step(enum ms_dtype t, __m256i w, __m256i wa, const int8_t *q, float sc, __m256 acc) {
   __m256i qv = _mm256_load_si256((const __m256i *)q);
-  __m256i p = t == MS_DTYPE_Q4_1 ? _mm256_maddubs_epi16(wa, qv) : _mm256_maddubs_epi16(wa, _mm256_sign_epi8(qv, w));
+  __m256i p = Q8_HAS_M(t) ? _mm256_maddubs_epi16(wa, qv) : _mm256_maddubs_epi16(wa, _mm256_sign_epi8(qv, w));
   __m256i l = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
   return _mm256_fmadd_ps(_mm256_set1_ps(sc), _mm256_cvtepi32_ps(l), acc);
 }
@@ -540,7 +624,7 @@ TGT_INL __m256 q8_step(enum ms_dtype t, __m256i w, __m256i wa, const int8_t *q, 
  * unpacked once for all of them. */
 TGT_INL void q8_row_x4(enum ms_dtype t, const uint8_t *row, size_t bs, const struct ms_q8_act *a, int b0,
                        int nb, float *out) {
-  int n = a->n, nblk = n / QK, q41 = t == MS_DTYPE_Q4_1;
+  int n = a->n, nblk = n / QK, q41 = Q8_HAS_M(t);
   const int8_t *q = a->q + (size_t)b0 * (size_t)n;
   const float *d = a->d + (size_t)b0 * (size_t)nblk, *s = a->s + (size_t)b0 * (size_t)nblk;
   __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
@@ -571,7 +655,7 @@ TGT_INL void q8_row_x4(enum ms_dtype t, const uint8_t *row, size_t bs, const str
 /* Batch 1: two weight rows share each activation block. */
 TGT_INL void q8_rows2_x1(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, size_t bs,
                          const struct ms_q8_act *a, float *ya, float *yb) {
-  int nblk = a->n / QK, q41 = t == MS_DTYPE_Q4_1;
+  int nblk = a->n / QK, q41 = Q8_HAS_M(t);
   __m256 ca = _mm256_setzero_ps(), cb = ca;
   float ma = 0.0f, mb = 0.0f;
   for (int i = 0; i < nblk; i++, ra += bs, rb += bs) {
@@ -631,8 +715,9 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
       float fm[4] = {0};
       for (int b = 0; b < 4; b++) acc[b] = macc[b] = _mm256_setzero_ps();
       for (int i = 0; i < nblk; i++) {
-        ms_quant_k_piece(w->dtype, row, i, &p);
-        __m256i wv = _mm256_loadu_si256((const __m256i *)p.q), wa = _mm256_sign_epi8(wv, wv);
+        ms_quant_k_piece_scales(w->dtype, row, i, &p);
+        __m256i wv = kq_bytes(w->dtype, row + (size_t)(i / 8) * ms_dtype_size(w->dtype), i % 8);
+        __m256i wa = _mm256_sign_epi8(wv, wv);
         __m256i sc = k_pair16(p.sc[0], p.sc[1]), mn = k_pair16(p.mn[0], p.mn[1]);
         for (int b = 0; b < nb; b++) {
           size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
@@ -658,6 +743,12 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
 
 TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                              int ldy) {
+  switch (w->dtype) {
+  case MS_DTYPE_Q5_0: q8_gemv_avx2_t(MS_DTYPE_Q5_0, w, r0, r1, a, y, ldy); return;
+  case MS_DTYPE_Q5_1: q8_gemv_avx2_t(MS_DTYPE_Q5_1, w, r0, r1, a, y, ldy); return;
+  case MS_DTYPE_IQ4_NL: q8_gemv_avx2_t(MS_DTYPE_IQ4_NL, w, r0, r1, a, y, ldy); return;
+  default: break;
+  }
   if (ms_quant_k_handles(w->dtype)) {
     q8_k_gemv_avx2(w, r0, r1, a, y, ldy);
     return;

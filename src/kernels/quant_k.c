@@ -49,41 +49,57 @@ static int scale_q3k(const uint8_t *b, int i) {
   return (lo | ((b[8 + i % 4] >> (2 * (i / 4))) & 3) << 4) - 32;
 }
 
-/* The quant of element e of a super-block, as the formulas above. */
-static inline int q2k_q(const uint8_t *qs, int e) { return qs[32 * (e / 128) + e % 32] >> (2 * (e % 128 / 32)) & 3; }
-
-static inline int q3k_q(const uint8_t *b, int e) {
-  int h = e / 128, g = e % 128 / 32, l = e % 32;
-  return (b[32 + 32 * h + l] >> (2 * g) & 3) - (b[l] >> (4 * h + g) & 1 ? 0 : 4);
-}
-
-static inline int q6k_q(const uint8_t *b, int e) {
-  int h = e / 128, g = e % 128 / 32, l = e % 32;
-  int lo = b[64 * h + l + 32 * (g & 1)] >> (4 * (g >> 1)) & 15, hi = b[128 + 32 * h + l] >> (2 * g) & 3;
-  return (lo | hi << 4) - 32;
-}
-
-static inline int q45k_q(const uint8_t *qs, const uint8_t *qh, int e) {
-  int s = e / 32, l = e % 32, q = qs[32 * (s / 2) + l] >> (4 * (s & 1)) & 15;
-  return qh ? q | (qh[l] >> s & 1) << 4 : q;
-}
-
-static inline int q5_q(const uint8_t *qh, const uint8_t *qs, int j) {
+/* Q5_0 and Q5_1's 5-bit quants, 32 of them. */
+static inline void q5_unpack(const uint8_t *qh, const uint8_t *qs, int *q) {
   uint32_t h = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
-  int lo = j < 16 ? qs[j] & 15 : qs[j - 16] >> 4;
-  return lo | (int)(h >> j & 1) << 4;
+  for (int j = 0; j < 16; j++) {
+    q[j] = (qs[j] & 15) | (int)(h >> j & 1) << 4;
+    q[j + 16] = (qs[j] >> 4) | (int)(h >> (j + 16) & 1) << 4;
+  }
+}
+
+/* 32 quants [32 s, 32 s + 32) of a K-quant super-block (s = 0..7), as the
+ * formulas above, the group's loop-invariant parts taken out. */
+static inline void q2k_unpack(const uint8_t *qs, int s, int *q) {
+  const uint8_t *p = qs + 32 * (s / 4);
+  int sh = 2 * (s % 4);
+  for (int l = 0; l < 32; l++) q[l] = p[l] >> sh & 3;
+}
+
+static inline void q3k_unpack(const uint8_t *b, int s, int *q) {
+  const uint8_t *p = b + 32 + 32 * (s / 4);
+  int sh = 2 * (s % 4), hb = s;  /* bit 4h + g of hmask is bit s */
+  for (int l = 0; l < 32; l++) q[l] = (p[l] >> sh & 3) - (b[l] >> hb & 1 ? 0 : 4);
+}
+
+static inline void q6k_unpack(const uint8_t *b, int s, int *q) {
+  int h = s / 4, g = s % 4;
+  const uint8_t *ql = b + 64 * h + 32 * (g & 1), *qh = b + 128 + 32 * h;
+  int lsh = 4 * (g >> 1), hsh = 2 * g;
+  for (int l = 0; l < 32; l++) q[l] = ((ql[l] >> lsh & 15) | (qh[l] >> hsh & 3) << 4) - 32;
+}
+
+static inline void q45k_unpack(const uint8_t *qs, const uint8_t *qh, int s, int *q) {
+  const uint8_t *p = qs + 32 * (s / 2);
+  int sh = 4 * (s & 1);
+  for (int l = 0; l < 32; l++) q[l] = p[l] >> sh & 15;
+  if (qh)
+    for (int l = 0; l < 32; l++) q[l] |= (qh[l] >> s & 1) << 4;
 }
 
 void ms_quant_k_block_f32(enum ms_dtype t, const uint8_t *b, float *out) {
+  int q[32];
   switch (t) {
   case MS_DTYPE_Q5_0: {
     float d = h2f(b);
-    for (int j = 0; j < 32; j++) out[j] = d * (float)(q5_q(b + 2, b + 6, j) - 16);
+    q5_unpack(b + 2, b + 6, q);
+    for (int j = 0; j < 32; j++) out[j] = d * (float)(q[j] - 16);
     break;
   }
   case MS_DTYPE_Q5_1: {
     float d = h2f(b), m = h2f(b + 2);
-    for (int j = 0; j < 32; j++) out[j] = d * (float)q5_q(b + 4, b + 8, j) + m;
+    q5_unpack(b + 4, b + 8, q);
+    for (int j = 0; j < 32; j++) out[j] = d * (float)q[j] + m;
     break;
   }
   case MS_DTYPE_IQ4_NL: {
@@ -96,32 +112,49 @@ void ms_quant_k_block_f32(enum ms_dtype t, const uint8_t *b, float *out) {
   }
   case MS_DTYPE_Q2_K: {
     float d = h2f(b + 80), dmin = h2f(b + 82);
-    for (int e = 0; e < QK_K; e++) {
-      float dl = d * (float)(b[e / 16] & 15), ml = dmin * (float)(b[e / 16] >> 4);
-      out[e] = dl * (float)q2k_q(b + 16, e) - ml;
+    for (int s = 0; s < 8; s++, out += 32) {
+      q2k_unpack(b + 16, s, q);
+      for (int k = 0; k < 2; k++) {
+        int sc = b[2 * s + k];
+        float dl = d * (float)(sc & 15), ml = dmin * (float)(sc >> 4);
+        for (int l = 16 * k; l < 16 * k + 16; l++) out[l] = dl * (float)q[l] - ml;
+      }
     }
     break;
   }
   case MS_DTYPE_Q3_K: {
     float d = h2f(b + 108);
-    for (int e = 0; e < QK_K; e++) out[e] = d * (float)scale_q3k(b + 96, e / 16) * (float)q3k_q(b, e);
+    for (int s = 0; s < 8; s++, out += 32) {
+      q3k_unpack(b, s, q);
+      for (int k = 0; k < 2; k++) {
+        float dl = d * (float)scale_q3k(b + 96, 2 * s + k);
+        for (int l = 16 * k; l < 16 * k + 16; l++) out[l] = dl * (float)q[l];
+      }
+    }
     break;
   }
   case MS_DTYPE_Q4_K:
   case MS_DTYPE_Q5_K: {
     float d = h2f(b), dmin = h2f(b + 2);
     const uint8_t *qh = t == MS_DTYPE_Q5_K ? b + 16 : NULL, *qs = b + (qh ? 48 : 16);
-    for (int s = 0; s < 8; s++) {
+    for (int s = 0; s < 8; s++, out += 32) {
       int sc, m;
       scale_min_k4(b + 4, s, &sc, &m);
       float d1 = d * (float)sc, m1 = dmin * (float)m;
-      for (int l = 0; l < 32; l++) out[32 * s + l] = d1 * (float)q45k_q(qs, qh, 32 * s + l) - m1;
+      q45k_unpack(qs, qh, s, q);
+      for (int l = 0; l < 32; l++) out[l] = d1 * (float)q[l] - m1;
     }
     break;
   }
   case MS_DTYPE_Q6_K: {
     float d = h2f(b + 208);
-    for (int e = 0; e < QK_K; e++) out[e] = d * (float)(int8_t)b[192 + e / 16] * (float)q6k_q(b, e);
+    for (int s = 0; s < 8; s++, out += 32) {
+      q6k_unpack(b, s, q);
+      for (int k = 0; k < 2; k++) {
+        float dl = d * (float)(int8_t)b[192 + 2 * s + k];
+        for (int l = 16 * k; l < 16 * k + 16; l++) out[l] = dl * (float)q[l];
+      }
+    }
     break;
   }
   case MS_DTYPE_Q8_K: {
@@ -137,65 +170,74 @@ void ms_quant_k_block_f32(enum ms_dtype t, const uint8_t *b, float *out) {
 
 /* ---- the 8-bit unpacking ---- */
 
-void ms_quant_k_piece(enum ms_dtype t, const uint8_t *row, int i, struct ms_qk_piece *p) {
+void ms_quant_k_piece_scales(enum ms_dtype t, const uint8_t *row, int i, struct ms_qk_piece *p) {
   p->sc[0] = p->sc[1] = 1;
   p->mn[0] = p->mn[1] = 0;
   p->dmin = p->m = 0.0f;
-  int blk = ms_dtype_block(t);
-  const uint8_t *b = row + (size_t)(i * 32 / blk) * ms_dtype_size(t);
-  int e0 = i * 32 % blk;  /* first element of the piece within its block */
+  const uint8_t *b = row + (size_t)(i * 32 / ms_dtype_block(t)) * ms_dtype_size(t);
+  int s = i % 8;  /* the piece's group of 32 within a super-block */
   switch (t) {
   case MS_DTYPE_Q5_0:
-    p->d = h2f(b);
-    for (int j = 0; j < 32; j++) p->q[j] = (int8_t)(q5_q(b + 2, b + 6, j) - 16);
-    break;
-  case MS_DTYPE_Q5_1:
-    p->d = h2f(b), p->m = h2f(b + 2);
-    for (int j = 0; j < 32; j++) p->q[j] = (int8_t)q5_q(b + 4, b + 8, j);
-    break;
-  case MS_DTYPE_IQ4_NL:
-    p->d = h2f(b);
-    for (int j = 0; j < 16; j++) {
-      p->q[j] = kvalues_iq4nl[b[2 + j] & 15];
-      p->q[j + 16] = kvalues_iq4nl[b[2 + j] >> 4];
-    }
-    break;
+  case MS_DTYPE_IQ4_NL: p->d = h2f(b); break;
+  case MS_DTYPE_Q5_1: p->d = h2f(b), p->m = h2f(b + 2); break;
   case MS_DTYPE_Q2_K:
     p->d = h2f(b + 80), p->dmin = h2f(b + 82);
     for (int k = 0; k < 2; k++) {
-      p->sc[k] = b[e0 / 16 + k] & 15;
-      p->mn[k] = b[e0 / 16 + k] >> 4;
+      p->sc[k] = b[2 * s + k] & 15;
+      p->mn[k] = b[2 * s + k] >> 4;
     }
-    for (int j = 0; j < 32; j++) p->q[j] = (int8_t)q2k_q(b + 16, e0 + j);
     break;
   case MS_DTYPE_Q3_K:
     p->d = h2f(b + 108);
-    for (int k = 0; k < 2; k++) p->sc[k] = (int16_t)scale_q3k(b + 96, e0 / 16 + k);
-    for (int j = 0; j < 32; j++) p->q[j] = (int8_t)q3k_q(b, e0 + j);
+    for (int k = 0; k < 2; k++) p->sc[k] = (int16_t)scale_q3k(b + 96, 2 * s + k);
     break;
   case MS_DTYPE_Q4_K:
   case MS_DTYPE_Q5_K: {
-    const uint8_t *qh = t == MS_DTYPE_Q5_K ? b + 16 : NULL, *qs = b + (qh ? 48 : 16);
     int sc, m;
-    scale_min_k4(b + 4, e0 / 32, &sc, &m);
+    scale_min_k4(b + 4, s, &sc, &m);
     p->d = h2f(b), p->dmin = h2f(b + 2);
     p->sc[0] = p->sc[1] = (int16_t)sc;
     p->mn[0] = p->mn[1] = (int16_t)m;
-    for (int j = 0; j < 32; j++) p->q[j] = (int8_t)q45k_q(qs, qh, e0 + j);
     break;
   }
   case MS_DTYPE_Q6_K:
     p->d = h2f(b + 208);
-    for (int k = 0; k < 2; k++) p->sc[k] = (int8_t)b[192 + e0 / 16 + k];
-    for (int j = 0; j < 32; j++) p->q[j] = (int8_t)q6k_q(b, e0 + j);
+    for (int k = 0; k < 2; k++) p->sc[k] = (int8_t)b[192 + 2 * s + k];
     break;
-  case MS_DTYPE_Q8_K:
-    memcpy(&p->d, b, 4);
-    memcpy(p->q, b + 4 + e0, 32);
-    break;
-  default:
+  case MS_DTYPE_Q8_K: memcpy(&p->d, b, 4); break;
+  default: break;
+  }
+}
+
+void ms_quant_k_piece(enum ms_dtype t, const uint8_t *row, int i, struct ms_qk_piece *p) {
+  ms_quant_k_piece_scales(t, row, i, p);
+  const uint8_t *b = row + (size_t)(i * 32 / ms_dtype_block(t)) * ms_dtype_size(t);
+  int s = i % 8, q[32];
+  switch (t) {
+  case MS_DTYPE_Q5_0:
+  case MS_DTYPE_Q5_1: {
+    int q51 = t == MS_DTYPE_Q5_1;
+    q5_unpack(b + (q51 ? 4 : 2), b + (q51 ? 8 : 6), q);
+    for (int j = 0; j < 32; j++) q[j] -= q51 ? 0 : 16;
     break;
   }
+  case MS_DTYPE_IQ4_NL:
+    for (int j = 0; j < 16; j++) {
+      q[j] = kvalues_iq4nl[b[2 + j] & 15];
+      q[j + 16] = kvalues_iq4nl[b[2 + j] >> 4];
+    }
+    break;
+  case MS_DTYPE_Q2_K: q2k_unpack(b + 16, s, q); break;
+  case MS_DTYPE_Q3_K: q3k_unpack(b, s, q); break;
+  case MS_DTYPE_Q4_K:
+  case MS_DTYPE_Q5_K: q45k_unpack(b + (t == MS_DTYPE_Q5_K ? 48 : 16), t == MS_DTYPE_Q5_K ? b + 16 : NULL, s, q); break;
+  case MS_DTYPE_Q6_K: q6k_unpack(b, s, q); break;
+  case MS_DTYPE_Q8_K:
+    for (int j = 0; j < 32; j++) q[j] = (int8_t)b[4 + 32 * s + j];
+    break;
+  default: memset(q, 0, sizeof q); break;
+  }
+  for (int j = 0; j < 32; j++) p->q[j] = (int8_t)q[j];
 }
 
 /* ---- quantizers ---- */

@@ -50,5 +50,7 @@ struct ms_qk_piece {
   float d, dmin, m;
 };
 void ms_quant_k_piece(enum ms_dtype t, const uint8_t *row, int i, struct ms_qk_piece *p);
+/* The same without q (the AVX2 paths unpack q themselves). */
+void ms_quant_k_piece_scales(enum ms_dtype t, const uint8_t *row, int i, struct ms_qk_piece *p);
 
 #endif

@@ -9,9 +9,13 @@
 #     from the same vocabulary and merges with that family's pre-tokenizer;
 #   * SentencePiece: a BPE model trained with `sentencepiece` (byte fallback,
 #     identity normalisation) written as a `llama` vocabulary, against
-#     SentencePieceProcessor.encode.
+#     SentencePieceProcessor.encode;
+#   * with SmolLM2 in the cache (scripts/get-smollm2.sh; MS_SMOLLM2 names another
+#     path), its real vocabulary against a `tokenizers` Tokenizer built from the
+#     file's tokens and merges with SmolLM2's pre-tokenizer.
 # Usage: tokenizer_ref.py MEGASCOPE TMPDIR
 import json
+import os
 import random
 import subprocess
 import sys
@@ -185,4 +189,20 @@ bad += compare("sentencepiece bpe", path, lambda t: sp.encode(t))
 fallback = sum(1 for t in corpus for i in sp.encode(t) if sp.is_byte(i))
 print("sentencepiece: %d byte-fallback tokens in the corpus" % fallback)
 bad += fallback == 0
+
+# ---- SmolLM2's own vocabulary, when cached ----
+smol = os.environ.get("MS_SMOLLM2") or os.path.expanduser("~/.cache/megascope/SmolLM2-135M-Instruct.Q4_1.gguf")
+if os.path.exists(smol):
+    r = gguf.GGUFReader(smol)
+    def arr(key):
+        return list(r.fields[key].contents())
+    stoks, stypes, smerges = arr("tokenizer.ggml.tokens"), arr("tokenizer.ggml.token_type"), arr("tokenizer.ggml.merges")
+    ref = Tokenizer(models.BPE(vocab={t: i for i, t in reversed(list(enumerate(stoks)))},
+                               merges=[tuple(m.split(" ", 1)) for m in smerges]))
+    ref.pre_tokenizer = families["smollm"][0]
+    ref.add_special_tokens([t for t, ty in zip(stoks, stypes) if ty in (3, 4)])
+    bad += compare("SmolLM2 (%s)" % os.path.basename(smol), smol,
+                   lambda t: ref.encode(t, add_special_tokens=False).ids)
+else:
+    print("SmolLM2 not cached (%s): its vocabulary is not compared" % smol)
 sys.exit(1 if bad else 0)

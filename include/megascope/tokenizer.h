@@ -36,11 +36,17 @@ int ms_tokenizer_encode(const struct ms_tokenizer *t, const char *text, size_t l
 long ms_tokenizer_decode(const struct ms_tokenizer *t, const int32_t *ids, int n, char *out, size_t size);
 
 /* ---- vocabularies from model files (src/model/tokenizer_bpe.c) ----
- * A GGUF file's tokenizer (tokenizer.ggml.model = gpt2: GPT-2 byte-level BPE
- * with the file's merges and pre-tokenizer: gpt2, smollm, llama-bpe, qwen2)
- * behind the same encode/decode calls; its name is "gpt2/<pre>". Encoding keeps
- * special tokens whole ("<|im_start|>" is one id) and adds no BOS by itself;
- * decoding renders control tokens as their text. */
+ * A GGUF file's tokenizer behind the same encode/decode calls, as llama.cpp
+ * reads it: tokenizer.ggml.model = gpt2 is GPT-2 byte-level BPE with the file's
+ * merges and pre-tokenizer (llama.cpp's spellings: gpt-2, llama-bpe, qwen2,
+ * smollm, falcon, default and their kin; name "gpt2/<pre>"; a file without one
+ * splits as llama.cpp's 'default' and warns through the log sink); llama is
+ * SentencePiece (scores, <0xXX> byte fallback, the U+2581 space prefix; name
+ * "llama/spm"). Encoding keeps special tokens whole ("<|im_start|>" is one id)
+ * and adds no BOS by itself; BPE reads invalid UTF-8 as U+FFFD, as llama.cpp
+ * does (megascope's own "gpt2" spelling, the synthetic models' byte
+ * vocabulary, keeps the bytes). Decoding renders control tokens as their text
+ * and SentencePiece's U+2581 as a space. The file may hold no tensors. */
 struct ms_gguf;
 struct ms_textbuf;
 /* NULL + errno, with the reason naming the key in log. */

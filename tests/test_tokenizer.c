@@ -415,6 +415,7 @@ static void test_spm(void) {
   ENC(t, "<s>hi", 1, S_SP, S_HI);                     /* a space after a special token */
   ENC(t, "hi<s>hi", S_SP, S_HI, 1, S_SP, S_HI);
   ENC(t, "hi  hi", S_SP, S_HI, S_SP, S_SP, S_HI);
+  ENC(t, "a<unk>b", S_A_, 0, S_SP, 268);              /* the unknown token is found whole, as in llama.cpp */
   ENC(t, "a\xff", S_A_, S_BYTE0 + 0xff);               /* invalid UTF-8 stays bytes, as in llama.cpp */
   char out[64];
   long n = ms_tokenizer_decode(t, (int32_t[]){1, S_HELLO_, S_WORLD_, S_BYTE0 + 0xc3, S_BYTE0 + 0xa9}, 5, out, sizeof out);

@@ -2,8 +2,8 @@
 /* GPT-2 byte-level BPE from a GGUF file's vocabulary (tokenizer.ggml.model =
  * gpt2): tokens, their types and the ranked merges.
  *
- * Encoding: the text is first cut at special tokens (control and user-defined
- * tokens, longest match first), which become their ids whole. Each remaining
+ * Encoding: the text is first cut at special tokens (control, user-defined and
+ * unknown tokens, longest match first), which become their ids whole. Each remaining
  * fragment is split by the file's pre-tokenizer (tokenizer_split.c); each piece
  * starts as one symbol per byte (GPT-2 spells byte b as one code point,
  * byte_map below) and adjacent symbols are merged, lowest merge rank first
@@ -389,14 +389,19 @@ static int len_desc(const void *x, const void *y, void *ctx) {
   return m != n ? (m > n ? -1 : 1) : (p > q) - (p < q);
 }
 
+/* Control, user-defined and unknown tokens are found whole in text, as
+ * llama.cpp's cache_special_tokens has them ("<unk>" is the unknown id). */
+static int is_special(const struct ms_bpe *b, int id) {
+  return (b->type[id] == TT_CONTROL || b->type[id] == TT_USER || b->type[id] == TT_UNKNOWN) && tok_text(b, id)[0];
+}
+
 static int index_special(struct ms_bpe *b) {
   int n = 0;
-  for (int id = 0; id < b->n; id++)
-    if ((b->type[id] == TT_CONTROL || b->type[id] == TT_USER) && tok_text(b, id)[0]) n++;
+  for (int id = 0; id < b->n; id++) n += is_special(b, id);
   if (!(b->special = malloc(sizeof *b->special * (size_t)(n ? n : 1)))) return -ENOMEM;
   n = 0;
   for (int id = 0; id < b->n; id++)
-    if ((b->type[id] == TT_CONTROL || b->type[id] == TT_USER) && tok_text(b, id)[0]) b->special[n++] = id;
+    if (is_special(b, id)) b->special[n++] = id;
   qsort_r(b->special, (size_t)n, sizeof *b->special, len_desc, b);
   for (int c = 0, i = 0; c <= 256; c++) {
     while (i < n && (unsigned char)tok_text(b, b->special[i])[0] < c) i++;

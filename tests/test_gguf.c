@@ -302,6 +302,10 @@ static void test_malformed(void) {
   r_head(r, 3, 1, 0);
   r_tensor(r, "w", 2, ne_bad, MS_GGML_Q4_1, 0);
   expect_reject(r, "partial block", "tensor 'w': q4_1 rows of 48 elements", NULL);
+  uint64_t ne_k[2] = {288, 2};  /* whole 32-blocks, not whole K-quant super-blocks of 256 */
+  r_head(r, 3, 1, 0);
+  r_tensor(r, "w", 2, ne_k, MS_GGML_Q4_K, 0);
+  expect_reject(r, "partial super-block", "tensor 'w': q4_K rows of 288 elements", NULL);
   r_head(r, 3, 1, 0);
   r_tensor(r, "w", 2, ne, MS_GGML_F32, 8);
   r_pad(r, 32);

@@ -5,7 +5,8 @@
 # read back identically there (metadata, tensor table, every value, and the
 # quantized bytes equal to gguf-py's quantizers where it has them), files gguf-py
 # writes load and run here, and random blocks of every block type decode to the
-# same bits as gguf.quants.dequantize. Skipped (77) when python3 lacks gguf and numpy (scripts/deps.sh
+# same bits as gguf.quants.dequantize, and a Q4_K_M-style mix gguf-py assembles
+# from megascope's q4_K, q6_K and q8_0 files reads the same and runs. Skipped (77) when python3 lacks gguf and numpy (scripts/deps.sh
 # installs them).
 set -euo pipefail
 MS=$1
@@ -15,3 +16,4 @@ trap 'rm -rf "$tmp"' EXIT
 python3 "${MS_SRC:-$(dirname "$0")/..}/tests/gguf_pyref.py" write "$MS" "$tmp"
 python3 "${MS_SRC:-$(dirname "$0")/..}/tests/gguf_pyref.py" read "$MS" "$tmp"
 python3 "${MS_SRC:-$(dirname "$0")/..}/tests/gguf_pyref.py" blocks "$MS" "$tmp"
+python3 "${MS_SRC:-$(dirname "$0")/..}/tests/gguf_pyref.py" mix "$MS" "$tmp"

@@ -10,6 +10,9 @@
 #   blocks MS DIR        random blocks of every block type (their scale fields finite
 #                        halves) in a file gguf-py writes: megascope's decoding must give
 #                        the same bits as gguf.quants.dequantize
+#   mix    MS DIR        a Q4_K_M-style mix assembled with gguf-py from megascope's own
+#                        q4_K, q6_K and q8_0 files (q6_K attn_v, ffn_down and output, a
+#                        q8_0 embedding, q4_K elsewhere): values agree, and it runs --check
 #   f32    IN OUT        rewrites a file with every tensor dequantized to f32 by gguf-py
 #                        (for comparisons that take quantization out of the picture)
 import json
@@ -154,6 +157,48 @@ def cmd_blocks(tmp):
         print(f"blocks {t.name}: {a.size} values, the same bits as {ref}")
 
 
+def copy_fields(r, w):
+    for k, f in r.fields.items():
+        if k.startswith("GGUF.") or k == "general.architecture":
+            continue
+        if f.types[0] == gguf.GGUFValueType.ARRAY and len(f.types) < 2:  # empty (no merges)
+            if k == "tokenizer.ggml.merges":
+                w.add_token_merges([])
+        elif f.types[0] == gguf.GGUFValueType.ARRAY:
+            w.add_key_value(k, f.contents(), f.types[0], sub_type=f.types[1])
+        else:
+            w.add_key_value(k, f.contents(), f.types[0])
+
+
+def cmd_mix(tmp):
+    src = {}
+    for ty in ("q4_k", "q6_k", "q8_0"):
+        path = f"{tmp}/mix-{ty}.gguf"
+        ms("model", "synth", "--preset", "tiny-256", "--type", ty, "--out", path)
+        src[ty] = gguf.GGUFReader(path)
+    path = f"{tmp}/tiny-256-q4_k_m.gguf"
+    w = gguf.GGUFWriter(path, src["q4_k"].fields["general.architecture"].contents())
+    copy_fields(src["q4_k"], w)
+    tensors = {ty: {t.name: t for t in r.tensors} for ty, r in src.items()}
+    used = {}
+    for name in tensors["q4_k"]:
+        ty = "q8_0" if name == "token_embd.weight" else \
+             "q6_k" if any(k in name for k in ("attn_v", "ffn_down", "output.weight")) else "q4_k"
+        t = tensors[ty][name]
+        w.add_tensor(name, np.array(t.data), raw_shape=np.array(t.data).shape, raw_dtype=t.tensor_type)
+        used[t.tensor_type.name] = used.get(t.tensor_type.name, 0) + 1
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    keys, n, checked = compare_file(path, tmp)
+    for q8 in ([], ["--q8-activations", "--tolerance", "0.25"]):
+        run = json.loads(ms("run", "--model", path, "--batch", "3", "--steps", "6", "--check", "--json", *q8))
+        assert run["check_passed"], run["max_abs_logit_diff"]
+        print(f"mix {dict(sorted(used.items()))}: {checked} of {n} tensors' values identical to gguf-py's; "
+              f"run --check{' --q8-activations' if q8 else ''} max |logit diff| {run['max_abs_logit_diff']:.3g}")
+
+
 def bytes_vocab():
     printable = [b for b in range(256) if 0x21 <= b <= 0x7E or 0xA1 <= b <= 0xAC or 0xAE <= b <= 0xFF]
     cps, n = {}, 0
@@ -264,6 +309,8 @@ if __name__ == "__main__":
         cmd_write(sys.argv[3])
     elif sys.argv[1] == "blocks":
         cmd_blocks(sys.argv[3])
+    elif sys.argv[1] == "mix":
+        cmd_mix(sys.argv[3])
     elif sys.argv[1] == "read":
         cmd_read(sys.argv[3])
     else:

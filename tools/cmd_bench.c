@@ -36,7 +36,7 @@ static void decode_usage(FILE *f) {
           "  --warmup N           tokens per request in an unmeasured first run (default 2)\n"
           "  --workers N          worker threads (default: one per core)\n"
           "  --q8-activations     quantize GEMV inputs to 8 bits, integer dot products with\n"
-          "                       q8_0/q4_0/q4_1 weights (both runs)\n"
+          "                       every block type's weights (both runs)\n"
           "  --json               print the result as JSON\n"
           "  -h, --help           this text\n");
 }

@@ -90,8 +90,8 @@ struct ms_engine_opts {
                               The sim gives each device sim.n_sms SMs. */
   int start_paused;        /* 1: paused before the first step until ms_engine_resume */
   /* CPU kernels: quantize each GEMV's input rows to 8-bit blocks (a scale per 32
-   * values) and take integer dot products with Q8_0, Q4_0 and Q4_1 weights
-   * (other types keep f32). Faster; logits move off the f32 reference by about
+   * values) and take integer dot products with block-format weights (Q8_0 ..
+   * the K-quants; f32, f16 and bf16 keep f32 activations). Faster; logits move off the f32 reference by about
    * the activations' rounding (kernels/quant.h). Deterministic like the f32 path. */
   int q8_activations;
 };

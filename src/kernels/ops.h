@@ -27,8 +27,8 @@ struct ms_exec_ctx {
   float *k_pool, *v_pool;          /* (n_layers, pool_pages, page_size, n_kv*hd) */
   int page_size, pool_pages;
   float *const *scratch;           /* [worker] max_ctx floats each */
-  /* 8-bit activations (the engine's q8_activations): for Q8_0, Q4_0 and Q4_1
-   * weights a GEMV task quantizes its input rows, q8_rows at a time, into its
+  /* 8-bit activations (the engine's q8_activations): for block-format
+   * weights (ms_q8_handles) a GEMV task quantizes its input rows, q8_rows at a time, into its
    * worker's buffer (ms_q8_act_bytes(q8_cols, q8_rows) bytes, 32-byte aligned)
    * and takes integer dot products. NULL: f32 activations everywhere. */
   void *const *q8;                 /* [worker] */

@@ -326,7 +326,7 @@ TGT static void gemv_k_avx2(const struct ms_weight *w, int r0, int r1, const flo
                             float *y, int ldy) {
   size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
   enum ms_dtype t = w->dtype;
-  struct ms_qk_piece p;
+  struct ms_qk_scales ks;
   for (int r = r0; r < r1; r++) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
     for (int b0 = 0; b0 < nb; b0 += 4) {
@@ -334,15 +334,17 @@ TGT static void gemv_k_avx2(const struct ms_weight *w, int r0, int r1, const flo
       const float *xb = x + (size_t)b0 * ldx;
       __m256 e0 = _mm256_setzero_ps(), e1 = e0, e2 = e0, e3 = e0, o0 = e0, o1 = e0, o2 = e0, o3 = e0, v[4];
       for (int i = 0, c = 0; c < w->cols; i++, c += QK) {
-        ms_quant_k_piece_scales(t, row, i, &p);
-        __m256i q = kq_bytes(t, row + (size_t)(i / 8) * bs, i % 8);
+        const uint8_t *sb = row + (size_t)(i / 8) * bs;
+        if (i % 8 == 0) ms_quant_k_scales(t, sb, &ks);
+        __m256i q = kq_bytes(t, sb, i % 8);
         __m128i lo = _mm256_castsi256_si128(q), hi = _mm256_extracti128_si256(q, 1);
         __m256 f[4] = {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(lo)),
                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(lo, 8))),
                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(hi)),
                        _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(hi, 8)))};
         for (int k = 0; k < 4; k++) {
-          __m256 dl = _mm256_set1_ps(p.d * (float)p.sc[k / 2]), ml = _mm256_set1_ps(p.dmin * (float)p.mn[k / 2]);
+          int g = 2 * (i % 8) + k / 2;
+          __m256 dl = _mm256_set1_ps(ks.d * (float)ks.sc[g]), ml = _mm256_set1_ps(ks.dmin * (float)ks.mn[g]);
           v[k] = _mm256_fmsub_ps(f[k], dl, ml);
         }
         dot32(v, xb + c, &e0, &o0);
@@ -706,7 +708,8 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
   size_t rb = ms_weight_row_bytes(w);
   int n = a->n, nblk = n / QK, kmin = k_has_mins(w->dtype), fmin = w->dtype == MS_DTYPE_Q5_1;
   const __m256i ones = _mm256_set1_epi8(1);
-  struct ms_qk_piece p;
+  struct ms_qk_piece p = {0};
+  struct ms_qk_scales ks;
   for (int r = r0; r < r1; r++) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
     for (int b0 = 0; b0 < a->nb; b0 += 4) {
@@ -715,10 +718,12 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
       float fm[4] = {0};
       for (int b = 0; b < 4; b++) acc[b] = macc[b] = _mm256_setzero_ps();
       for (int i = 0; i < nblk; i++) {
-        ms_quant_k_piece_scales(w->dtype, row, i, &p);
-        __m256i wv = kq_bytes(w->dtype, row + (size_t)(i / 8) * ms_dtype_size(w->dtype), i % 8);
-        __m256i wa = _mm256_sign_epi8(wv, wv);
-        __m256i sc = k_pair16(p.sc[0], p.sc[1]), mn = k_pair16(p.mn[0], p.mn[1]);
+        const uint8_t *sb = row + (size_t)(i / 8) * ms_dtype_size(w->dtype);
+        int g = 2 * (i % 8);
+        if (i % 8 == 0) ms_quant_k_scales(w->dtype, sb, &ks);
+        p.d = ks.d, p.dmin = ks.dmin;
+        __m256i wv = kq_bytes(w->dtype, sb, i % 8), wa = _mm256_sign_epi8(wv, wv);
+        __m256i sc = k_pair16(ks.sc[g], ks.sc[g + 1]), mn = k_pair16(ks.mn[g], ks.mn[g + 1]);
         for (int b = 0; b < nb; b++) {
           size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
           __m256i qv = _mm256_load_si256((const __m256i *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));

@@ -170,6 +170,38 @@ void ms_quant_k_block_f32(enum ms_dtype t, const uint8_t *b, float *out) {
 
 /* ---- the 8-bit unpacking ---- */
 
+void ms_quant_k_scales(enum ms_dtype t, const uint8_t *b, struct ms_qk_scales *s) {
+  for (int k = 0; k < 16; k++) s->sc[k] = 1, s->mn[k] = 0;
+  s->dmin = 0.0f;
+  switch (t) {
+  case MS_DTYPE_Q2_K:
+    s->d = h2f(b + 80), s->dmin = h2f(b + 82);
+    for (int k = 0; k < 16; k++) s->sc[k] = b[k] & 15, s->mn[k] = b[k] >> 4;
+    break;
+  case MS_DTYPE_Q3_K:
+    s->d = h2f(b + 108);
+    for (int k = 0; k < 16; k++) s->sc[k] = (int16_t)scale_q3k(b + 96, k);
+    break;
+  case MS_DTYPE_Q4_K:
+  case MS_DTYPE_Q5_K:
+    s->d = h2f(b), s->dmin = h2f(b + 2);
+    for (int g = 0; g < 8; g++) {
+      int sc, m;
+      scale_min_k4(b + 4, g, &sc, &m);
+      s->sc[2 * g] = s->sc[2 * g + 1] = (int16_t)sc;
+      s->mn[2 * g] = s->mn[2 * g + 1] = (int16_t)m;
+    }
+    break;
+  case MS_DTYPE_Q6_K:
+    s->d = h2f(b + 208);
+    for (int k = 0; k < 16; k++) s->sc[k] = (int8_t)b[192 + k];
+    break;
+  default:  /* Q8_K */
+    memcpy(&s->d, b, 4);
+    break;
+  }
+}
+
 void ms_quant_k_piece_scales(enum ms_dtype t, const uint8_t *row, int i, struct ms_qk_piece *p) {
   p->sc[0] = p->sc[1] = 1;
   p->mn[0] = p->mn[1] = 0;

@@ -50,6 +50,14 @@ struct ms_qk_piece {
   float d, dmin, m;
 };
 void ms_quant_k_piece(enum ms_dtype t, const uint8_t *row, int i, struct ms_qk_piece *p);
+/* The integer scales and minimums of a K-quant super-block's 16 groups of 16
+ * (the same per pair for Q4_K and Q5_K), with its d and dmin: the pieces'
+ * sc, mn, d and dmin without a call per piece. */
+struct ms_qk_scales {
+  int16_t sc[16], mn[16];
+  float d, dmin;
+};
+void ms_quant_k_scales(enum ms_dtype t, const uint8_t *b, struct ms_qk_scales *s);
 /* The same without q (the AVX2 paths unpack q themselves). */
 void ms_quant_k_piece_scales(enum ms_dtype t, const uint8_t *row, int i, struct ms_qk_piece *p);
 

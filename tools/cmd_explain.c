@@ -8,8 +8,8 @@
  *    window; the engine's stats give the TPOT of the requests finished in it.
  * 2. Which class explains the step time: each class against the other layers'
  *    classes of the same op (blk.3.wo against blk.0.wo ... blk.N.wo: the same
- *    shapes, so the same time in a healthy engine): its excess is (its mean -
- *    the peers' median mean) x its tasks per step, in ns per step; the class
+ *    shapes, so the same time in a healthy engine): its excess is (its median -
+ *    the median of the peers' medians) x its tasks per step, in ns per step; the class
  *    with the largest excess is the culprit. Classes without peers (embed,
  *    lm_head, sample) are reported but not judged.
  * 3. Evidence: a capture query for the culprit alone, a ring buffer bounded to
@@ -80,8 +80,7 @@ static int parse(int argc, char **argv, struct args *a) {
       if ((r = ms_query_parse_duration(optarg, &a->window_ns)) || a->window_ns < 100000000ull)
         fprintf(stderr, "megascope explain: --window '%s': expected a duration of at least 100ms\n", optarg), r = -1;
     } else if (!strcmp(n, "slo")) {
-      if (strncmp(optarg, "tpot=", 5) || ms_query_parse_duration(optarg + 5, &a->slo_ns) || !a->slo_ns)
-        fprintf(stderr, "megascope explain: --slo '%s': expected tpot=DURATION (tpot=50ms)\n", optarg), r = -1;
+      r = live_parse_slo(ME, optarg, &a->slo_ns);
     }
     if (r) return -1;
   }
@@ -94,11 +93,6 @@ static int parse(int argc, char **argv, struct args *a) {
     return -1;
   }
   return 0;
-}
-
-static void sleep_ns(uint64_t ns) {
-  struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-  nanosleep(&ts, NULL);
 }
 
 /* A live query's read-out, parsed. */
@@ -131,21 +125,13 @@ struct tpot {
   double sum_s;
   uint64_t count;
 };
-static int get_tpot(const char *sock, struct tpot *t) {
-  json_t *rep = live_call(ME, sock, "{\"cmd\":\"stats\"}");
-  if (!rep) return -1;
-  json_t *tp = json_object_get(rep, "tpot");
-  t->sum_s = json_number_value(json_object_get(tp, "sum_s"));
-  t->count = (uint64_t)json_integer_value(json_object_get(tp, "count"));
-  json_decref(rep);
-  return 0;
-}
+static int get_tpot(const char *sock, struct tpot *t) { return live_tpot(ME, sock, &t->sum_s, &t->count); }
 
 /* ---- the culprit ---- */
 
 struct cls {
   const char *name, *op;
-  double n, mean, peers, excess; /* mean: its median task time; peers: the median of its peers' medians
+  double n, median, peers, excess; /* median: its median task time; peers: the median of its peers' medians
                                   * (NAN without peers) */
   int n_peers;
 };
@@ -171,15 +157,15 @@ static int judge(struct cls *c, int n, double steps, double step_ns) {
   for (int i = 0; v && i < n; i++) {
     int k = 0;
     for (int j = 0; j < n; j++)
-      if (j != i && !strcmp(c[j].op, c[i].op) && c[j].n > 0) v[k++] = c[j].mean;
+      if (j != i && !strcmp(c[j].op, c[i].op) && c[j].n > 0) v[k++] = c[j].median;
     c[i].n_peers = k;
     c[i].peers = NAN;
     c[i].excess = 0;
     if (!k || c[i].n == 0) continue;
     qsort(v, (size_t)k, sizeof *v, by_double);
     c[i].peers = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
-    c[i].excess = (c[i].mean - c[i].peers) * c[i].n / (steps > 0 ? steps : 1);
-    int big = c[i].mean >= CULPRIT_RATIO * c[i].peers && c[i].excess >= CULPRIT_SHARE * step_ns;
+    c[i].excess = (c[i].median - c[i].peers) * c[i].n / (steps > 0 ? steps : 1);
+    int big = c[i].median >= CULPRIT_RATIO * c[i].peers && c[i].excess >= CULPRIT_SHARE * step_ns;
     if (big && (best < 0 || c[i].excess > c[best].excess)) best = i;
   }
   free(v);
@@ -259,7 +245,7 @@ static int capture(const char *sock, const struct ms_query_schema *sc, const cha
   struct live_budget b = {.ringbuf_bytes = (uint64_t)(rec - 8) * (uint64_t)a->evidence};
   int rc = live_attach(&l, ME, sock, q, "explain-evidence", &b);
   uint64_t t0 = ms_now_ns();
-  while (!rc && live_records(&l) < (size_t)a->evidence && ms_now_ns() - t0 < window_ns) sleep_ns(10000000ull);
+  while (!rc && live_records(&l) < (size_t)a->evidence && ms_now_ns() - t0 < window_ns) live_sleep_ns(10000000ull);
   if (!rc && !(ev->readout = readout(&l, sock))) rc = -1;
   live_detach(&l, ME, sock);
   ms_query_free(q);
@@ -286,7 +272,7 @@ static void report_text(const struct args *a, struct cls *c, int n, int culprit,
     printf("culprit: none: no class is %.1fx its peers' median and %.0f%% of a step's work", CULPRIT_RATIO,
            CULPRIT_SHARE * 100);
     if (best >= 0) printf(" (the largest excess: %s, %.2fx, %+.0f ns per step)", c[best].name,
-                          c[best].mean / c[best].peers, c[best].excess);
+                          c[best].median / c[best].peers, c[best].excess);
     printf("\n");
     return;
   }
@@ -294,7 +280,7 @@ static void report_text(const struct args *a, struct cls *c, int n, int culprit,
   double share = step_ns > 0 ? k->excess / step_ns * 100 : NAN;
   printf("culprit: %s: %.0f ns per step above its peers (%d other %s class%s: median task %.0f ns against theirs "
          "%.0f ns, %.2fx)\n",
-         k->name, k->excess, k->n_peers, k->op, k->n_peers == 1 ? "" : "es", k->mean, k->peers, k->mean / k->peers);
+         k->name, k->excess, k->n_peers, k->op, k->n_peers == 1 ? "" : "es", k->median, k->peers, k->median / k->peers);
   if (!isnan(share)) printf("         that is %.1f%% of a step's work (every class's median task time x its tasks)\n", share);
   printf("next:   ");
   static int order[MAX_CLASSES];
@@ -360,7 +346,7 @@ static void report_json(const struct args *a, struct cls *c, int n, int culprit,
     ms_json_kstr(&j, "class", c[i].name);
     ms_json_kstr(&j, "op", c[i].op);
     ms_json_knum(&j, "tasks", c[i].n);
-    ms_json_knum(&j, "median_ns", c[i].mean);
+    ms_json_knum(&j, "median_ns", c[i].median);
     ms_json_kint(&j, "peers", c[i].n_peers);
     ms_json_knum(&j, "peers_median_ns", c[i].peers);
     ms_json_knum(&j, "excess_ns_per_step", c[i].n_peers ? c[i].excess : NAN);
@@ -417,7 +403,7 @@ int cmd_explain(int argc, char **argv) {
   if (!q || get_tpot(sock, &t0) || live_attach(&l, ME, sock, q, "explain-summary", &b)) goto out;
   if (!a.as_json)
     fprintf(stderr, "megascope explain: summary attached as %d for %.1f s\n", l.id, (double)a.window_ns / 1e9);
-  sleep_ns(a.window_ns);
+  live_sleep_ns(a.window_ns);
   sum = readout(&l, sock);
   live_detach(&l, ME, sock);
   if (!sum || get_tpot(sock, &t1)) goto out;
@@ -432,14 +418,14 @@ int cmd_explain(int argc, char **argv) {
     c[i].name = json_string_value(json_array_get(json_object_get(e, "key"), 0));
     c[i].op = op_of(json_object_get(schema, "schema"), c[i].name);
     c[i].n = json_number_value(json_object_get(e, "count"));
-    c[i].mean = json_number_value(json_object_get(json_array_get(json_object_get(e, "quantiles"), 0), "value"));
+    c[i].median = json_number_value(json_object_get(json_array_get(json_object_get(e, "quantiles"), 0), "value"));
   }
   uint64_t finished = t1.count - t0.count;
   double tpot_ms = finished ? (t1.sum_s - t0.sum_s) / (double)finished * 1e3 : 0;
   /* a step's work: every class's median task time times its tasks per step
    * (a busy host stretches it and the excesses alike, so the share holds) */
   double step_ns = 0;
-  for (int i = 0; i < n; i++) step_ns += c[i].mean * c[i].n / (steps > 0 ? steps : 1);
+  for (int i = 0; i < n; i++) step_ns += c[i].median * c[i].n / (steps > 0 ? steps : 1);
   int culprit = judge(c, n, steps, step_ns);
   if (culprit >= 0 && capture(sock, sc, c[culprit].name, &a, a.window_ns, &ev)) goto out;
   if (a.as_json) report_json(&a, c, n, culprit, steps, tpot_ms, finished, sum, &ev);

@@ -150,10 +150,7 @@ static int parse(int argc, char **argv, struct qargs *a) {
     else if (!strcmp(n, "list")) exit(ms_query_write_reference(stdout) ? 1 : 0);
     else if (!strcmp(n, "slo-sample")) r = cli_int("--slo-sample", optarg, 1, 0xffffffffL, &a->slo_sample);
     else if (!strcmp(n, "slo")) {
-      if (strncmp(optarg, "tpot=", 5) || ms_query_parse_duration(optarg + 5, &a->slo_ns) || !a->slo_ns) {
-        fprintf(stderr, "megascope query: --slo '%s': expected tpot=DURATION (tpot=50ms)\n", optarg);
-        r = -1;
-      }
+      r = live_parse_slo(ME, optarg, &a->slo_ns);
     }
     if (r) return -1;
   }
@@ -203,11 +200,6 @@ static struct ms_query_schema *file_schema(const char *path) {
   if (!s) fprintf(stderr, "megascope query: %s: %s", path, lb);
   free(text);
   return s;
-}
-
-static void sleep_ns(uint64_t ns) {
-  struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
-  nanosleep(&ts, NULL);
 }
 
 /* ---- dump ---- */
@@ -323,27 +315,22 @@ static void check_trigger(struct session *s) {
   char lb[4096] = "";
   struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
   struct ms_query_opts qo = {.sz = sizeof qo, .max_keys = (uint32_t)s->a->max_keys};
-  char shown[2][128];
-  memcpy(shown, top, sizeof shown);
-  /* the ring holds the whole capture; the budget stops the records there */
-  struct ms_query *probe = ms_query_compile_capture(s->q, top, &qo, &log);
-  uint32_t rec = probe ? ms_query_record_bytes(probe) : 0;
-  ms_query_free(probe);
-  memcpy(top, shown, sizeof shown);
-  if (rec && t.capture) qo.ring_bytes = pow2_at_least((uint64_t)rec * t.capture);
-  log.len = 0;
+  /* the ring holds the whole capture, at the largest record size; the budget
+   * (of the actual records) stops the records there */
+  if (t.capture) qo.ring_bytes = pow2_at_least((uint64_t)MS_QUERY_RECORD_MAX_BYTES * t.capture);
   if (!(s->cap = ms_query_compile_capture(s->q, top, &qo, &log))) {
     fprintf(stderr, "megascope query: the capture part: %s", lb);
     s->cap_done = 1;
     return;
   }
   s->cap_records = t.capture;
+  uint32_t rec = ms_query_record_bytes(s->cap);
   /* the engine's ring budget counts record data, not the 8-byte headers */
   uint64_t data = rec > MS_BPF_RINGBUF_HDR_SIZE ? rec - MS_BPF_RINGBUF_HDR_SIZE : 0;
   struct live_budget b = {.ringbuf_bytes = data * t.capture, .interp = s->a->interp};
   event(s, "trigger", "%s = %llu %s %llu: capture%s%s%s%s (%u records)", t.map, (unsigned long long)value, t.op,
-        (unsigned long long)t.threshold, shown[0][0] ? " for $top=" : "", shown[0], shown[1][0] ? ", $top2=" : "",
-        shown[1], t.capture);
+        (unsigned long long)t.threshold, top[0][0] ? " for $top=" : "", top[0], top[1][0] ? ", $top2=" : "",
+        top[1], t.capture);
   if (live_attach(&s->capl, ME, s->sock, s->cap, "query-capture", &b)) {
     ms_query_free(s->cap);
     s->cap = NULL;
@@ -365,12 +352,9 @@ static void finish_capture(struct session *s, int at_end) {
  * the summary, and detaches when TPOT is back under it. */
 static void check_slo(struct session *s) {
   if (!s->a->slo_ns) return;
-  json_t *rep = live_call(ME, s->sock, "{\"cmd\":\"stats\"}");
-  if (!rep) return;
-  json_t *tp = json_object_get(rep, "tpot");
-  double sum = json_number_value(json_object_get(tp, "sum_s"));
-  uint64_t count = (uint64_t)json_integer_value(json_object_get(tp, "count"));
-  json_decref(rep);
+  double sum;
+  uint64_t count;
+  if (live_tpot(ME, s->sock, &sum, &count)) return;
   double window = count > s->slo_count ? (sum - s->slo_sum) / (double)(count - s->slo_count) : -1;
   int first = !s->slo_seen;
   s->slo_sum = sum, s->slo_count = count, s->slo_seen = 1;
@@ -433,7 +417,7 @@ static int watch(struct session *s, uint64_t t_enter) {
     uint64_t wake = next_print < end ? next_print : end, nap = first_ms < 0 ? 1000000ull : 20000000ull;
     if (next_check < wake) wake = next_check;
     if (wake > now && wake - now < nap) nap = wake - now;
-    sleep_ns(nap);
+    live_sleep_ns(nap);
   }
   if (!a->as_json && a->every_ns) printf("--- end, %.1f s\n", (double)(ms_now_ns() - s->t0) / 1e9);
   print(s, &s->sum, "summary", 1);

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -21,6 +22,27 @@ json_t *live_call(const char *me, const char *sock, const char *fmt, ...) {
   json_t *rep = cli_ctl_call(me, sock, req, (size_t)n, 30000, NULL, NULL);
   free(req);
   return rep;
+}
+
+void live_sleep_ns(uint64_t ns) {
+  struct timespec ts = {(time_t)(ns / 1000000000ull), (long)(ns % 1000000000ull)};
+  nanosleep(&ts, NULL);
+}
+
+int live_parse_slo(const char *me, const char *arg, uint64_t *ns) {
+  if (!strncmp(arg, "tpot=", 5) && !ms_query_parse_duration(arg + 5, ns) && *ns) return 0;
+  fprintf(stderr, "megascope %s: --slo '%s': expected tpot=DURATION (tpot=50ms)\n", me, arg);
+  return -1;
+}
+
+int live_tpot(const char *me, const char *sock, double *sum_s, uint64_t *count) {
+  json_t *rep = live_call(me, sock, "{\"cmd\":\"stats\"}");
+  if (!rep) return -1;
+  json_t *tp = json_object_get(rep, "tpot");
+  *sum_s = json_number_value(json_object_get(tp, "sum_s"));
+  *count = (uint64_t)json_integer_value(json_object_get(tp, "count"));
+  json_decref(rep);
+  return 0;
 }
 
 struct ms_query_schema *live_schema(const char *me, const char *sock) {

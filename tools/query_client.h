@@ -37,6 +37,14 @@ size_t live_records(const struct live *l);
 /* Detaches and closes the readers; nothing when l is not attached. */
 void live_detach(struct live *l, const char *me, const char *sock);
 
+/* Sleeps ns nanoseconds. */
+void live_sleep_ns(uint64_t ns);
+/* --slo tpot=DURATION, as query and explain take it: 0, or -1 with the reason printed. */
+int live_parse_slo(const char *me, const char *arg, uint64_t *ns);
+/* The engine's TPOT figures (stats): the sum in seconds and the count of the
+ * requests they cover; a window is the difference of two reads. 0 or -1. */
+int live_tpot(const char *me, const char *sock, double *sum_s, uint64_t *count);
+
 /* One request/reply as JSON text built by the caller (cli_ctl_call, parsed). */
 typedef struct json_t json_t;
 json_t *live_call(const char *me, const char *sock, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

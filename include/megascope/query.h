@@ -94,9 +94,11 @@ int ms_query_trigger_check(const struct ms_query *q, const struct ms_query_maps 
 /* Bytes one record() record takes in a ring buffer, its header included
  * (the largest, when there are several); 0 without record(). */
 uint32_t ms_query_record_bytes(const struct ms_query *q);
+/* The most any record() record takes: twelve values and the header. */
+#define MS_QUERY_RECORD_MAX_BYTES (12 * 8 + 8)
 /* The capture part compiled with $top bound (NULL + errno, columns in log
  * counted in the whole query's text). */
-struct ms_query *ms_query_compile_capture(const struct ms_query *q, char top[2][128], const struct ms_query_opts *o,
+struct ms_query *ms_query_compile_capture(const struct ms_query *q, const char top[2][128], const struct ms_query_opts *o,
                                           struct ms_textbuf *log);
 
 /* ---- reading ---------------------------------------------------------------- */

@@ -40,7 +40,7 @@ enum { PB_VARINT = 0, PB_FIXED64 = 1, PB_LEN = 2 };
 struct pb {
   uint8_t *p;
   size_t n, cap;
-  size_t open[8];  /* where each open message's one-byte length placeholder is */
+  size_t open[8];  /* offset of each open message's length byte, written when it closes */
   int depth, err;
 };
 

@@ -828,7 +828,7 @@ static void map_defs(struct ms_query *q, uint32_t max_keys) {
     d->type = m->n_keys && !m->array_size ? MS_BPF_MAP_PERCPU_HASH : MS_BPF_MAP_PERCPU_ARRAY;
     d->key_size = m->n_keys && !m->array_size ? (uint32_t)(8 * m->n_keys) : 4;
     d->value_size = m->value_size;
-    if (m->array_size) m->max_entries = m->array_size ? m->array_size : 1;
+    if (m->array_size) m->max_entries = m->array_size;
     d->max_entries = m->max_entries;
     if (m->value_size > zero_size) zero_size = m->value_size;
   }

@@ -374,13 +374,6 @@ static int take_record(void *user, const void *data, uint32_t size) {
   return 0;
 }
 
-static void record_cell(const struct ms_query *q, const struct q_map *m, const uint64_t *row, int k, char *out,
-                        size_t size) {
-  (void)q;
-  (void)m;
-  snprintf(out, size, "%llu", (unsigned long long)row[k]);
-}
-
 static void text_records(const struct ms_query *q, const struct q_map *m, const struct records *r, size_t shown,
                          FILE *f) {
   fprintf(f, "%s: %zu records, %zu bytes\n", m->name, r->n, r->bytes);
@@ -390,7 +383,7 @@ static void text_records(const struct ms_query *q, const struct q_map *m, const 
   for (size_t i = 0; i < shown; i++) {
     for (int k = 0; k < m->n_fields; k++) {
       char cell[32];
-      record_cell(q, m, r->rows + i * (size_t)m->n_fields, k, cell, sizeof cell);
+      snprintf(cell, sizeof cell, "%llu", (unsigned long long)r->rows[i * (size_t)m->n_fields + (size_t)k]);
       fprintf(f, "%s%16s", k ? " " : "  ", cell);
     }
     fputc('\n', f);

@@ -256,8 +256,7 @@ static struct q_node *primary(struct parser *p) {
   } else if (p->t.kind == T_IDENT || p->t.kind == T_STR) {
     int f = p->t.kind == T_IDENT ? ms_query_field_parse(p->t.text) : -1;
     if (!(n = node(p, f >= 0 ? Q_FIELD : Q_NAME, col))) return NULL;
-    n->field = f;
-    n->negate = p->t.kind == T_STR; /* a string is always a name */
+    n->field = f; /* a string is never a field: always a name */
     if (!(n->text = strdup(p->t.text))) p->err = -ENOMEM;
   } else if (p->t.kind == T_FLOAT) {
     fail(p, col, "a fraction is only a quantile's argument");
@@ -548,7 +547,6 @@ static int probe(struct parser *p) {
 static int trigger(struct parser *p) {
   struct ms_query *q = p->q;
   struct q_trigger *t = &q->trigger;
-  t->col = p->t.col;
   if (q->src_offset) return fail(p, p->t.col, "a capture part cannot hold another 'when'");
   if (!q->n_probes) return fail(p, p->t.col, "'when' follows the probes whose map it watches");
   next(p);

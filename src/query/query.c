@@ -179,6 +179,8 @@ const char *ms_query_source(const struct ms_query *q) { return q->src; }
 
 /* ---- escalation ---- */
 
+_Static_assert(MS_QUERY_RECORD_MAX_BYTES == 8 * Q_MAX_FIELDS + MS_BPF_RINGBUF_HDR_SIZE, "record() sizes");
+
 uint32_t ms_query_record_bytes(const struct ms_query *q) {
   uint32_t most = 0;
   for (int i = 0; i < q->n_maps; i++)
@@ -201,7 +203,7 @@ void ms_query_get_trigger(const struct ms_query *q, struct ms_query_trigger *out
   out->capture_src = q->src + t->capture_at;
 }
 
-struct ms_query *ms_query_compile_capture(const struct ms_query *q, char top[2][128], const struct ms_query_opts *o,
+struct ms_query *ms_query_compile_capture(const struct ms_query *q, const char top[2][128], const struct ms_query_opts *o,
                                           struct ms_textbuf *log) {
   if (!q->trigger.has) {
     errno = EINVAL;
@@ -217,13 +219,12 @@ struct ms_query *ms_query_compile_capture(const struct ms_query *q, char top[2][
   c->ring_bytes = opts.ring_bytes;
   c->src_offset = q->trigger.capture_at;
   for (int i = 0; i < 2; i++) {
-    c->binds[i] = top[i][0] ? top[i] : NULL;
-    c->bind_is_num[i] = top[i][0] && top[i][0] != '"';
-    if (top[i][0] == '"') { /* a quoted name: the lexer takes it without its quotes */
-      size_t n = strlen(top[i]);
-      memmove(top[i], top[i] + 1, n);
-      if (n >= 2) top[i][n - 2] = 0;
-    }
+    int quoted = top[i][0] == '"'; /* a quoted name: the lexer takes it without its quotes */
+    snprintf(c->bind_text[i], sizeof c->bind_text[i], "%s", top[i] + quoted);
+    size_t n = strlen(c->bind_text[i]);
+    if (quoted && n && c->bind_text[i][n - 1] == '"') c->bind_text[i][n - 1] = 0;
+    c->binds[i] = top[i][0] ? c->bind_text[i] : NULL;
+    c->bind_is_num[i] = top[i][0] && !quoted;
   }
   if ((rc = ms_query_parse(c, log)) || (rc = ms_query_codegen(c, log))) goto out;
   rc = -ENOMEM;
@@ -253,10 +254,7 @@ static int check_capture(struct ms_query *q, struct ms_textbuf *log) {
       snprintf(top[k], sizeof top[k], "\"%s\"", s->evclasses[0]);
     if (m->key_kind[k] == Q_KEY_OP && s->n_classes) snprintf(top[k], sizeof top[k], "\"%s\"", s->classes[0].kernel);
   }
-  struct ms_query_schema *keep = q->names;
-  q->names = NULL; /* compile_capture resolves with q->schema during compilation */
-  struct ms_query *c = ms_query_compile_capture(q, top, NULL, log);
-  q->names = keep;
+  struct ms_query *c = ms_query_compile_capture(q, top, NULL, log); /* q->names is not set yet: q->schema */
   if (!c) return -EINVAL;
   ms_query_free(c);
   return 0;

@@ -99,7 +99,6 @@ struct q_trigger {
   uint64_t threshold;
   uint32_t capture;     /* records the capture part may write; 0: until the query ends */
   size_t capture_at;    /* byte offset of the capture part in src */
-  int col;
 };
 
 struct q_probe {
@@ -134,6 +133,7 @@ struct ms_query {
   struct q_trigger trigger;
   const char *binds[2]; /* $top, $top2: names or numbers bound while compiling a capture part */
   int bind_is_num[2];
+  char bind_text[2][128]; /* what binds point to: the values without their quotes */
   size_t src_offset;    /* columns count from here (a capture part) */
   /* names the writer needs, copied from the schema */
   struct ms_query_schema *names;

@@ -11,6 +11,7 @@
 
 #include "megascope/engine.h"
 #include "megascope/sample.h"
+#include "megascope/telemetry.h"
 #include "test.h"
 
 static void softmax_ref(const float *l, int n, double t, double *p) {
@@ -43,6 +44,11 @@ static void brute(const float *l, int n, const struct ms_sample_params *sp, doub
     double cum = 0;
     for (keep = 0; keep < k && (keep == 0 || cum < sp->top_p * mass);) cum += p[idx[keep++]];
   }
+  if (sp->min_p > 0) {  /* then min-p: at least min_p x the most probable */
+    int m = 1;
+    while (m < keep && p[idx[m]] >= sp->min_p * p[idx[0]] * (1 - 1e-6)) m++;
+    keep = m;
+  }
   double z = 0;
   for (int i = 0; i < n; i++) want[i] = 0;
   for (int i = 0; i < keep; i++) z += p[idx[i]];
@@ -58,8 +64,10 @@ static void test_filters(void) {
   uint64_t r = 7;
   for (int i = 0; i < N; i++) r = r * 6364136223846793005ull + 1442695040888963407ull, l[i] = (float)((r >> 40) % 1000) / 100.0f;
   l[17] = l[400] = 12.5f;  /* a tie at the top */
-  struct ms_sample_params cases[] = {{1.0f, 0, 0, 1}, {0.7f, 0, 0.9f, 1}, {1.3f, 50, 0, 1}, {1.0f, 20, 0.5f, 1},
-                                     {2.0f, 0, 0.3f, 1}, {0.5f, 1, 0, 1}, {1.0f, 5000, 0.999f, 1}};
+  struct ms_sample_params cases[] = {{1.0f, 0, 0, 1, 0},      {0.7f, 0, 0.9f, 1, 0},   {1.3f, 50, 0, 1, 0},
+                                     {1.0f, 20, 0.5f, 1, 0},  {2.0f, 0, 0.3f, 1, 0},   {0.5f, 1, 0, 1, 0},
+                                     {1.0f, 5000, 0.999f, 1, 0}, {1.0f, 0, 0, 1, 0.05f}, {0.8f, 0, 0.95f, 1, 0.2f},
+                                     {1.5f, 100, 0, 1, 0.5f}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     CHECK(ms_sample_probs(l, N, &cases[c], probs) == 0);
     brute(l, N, &cases[c], want);
@@ -77,7 +85,7 @@ static void test_filters(void) {
   CHECK(ms_sample(l, N, &greedy, 0) == 17 && ms_sample(l, N, NULL, 3) == 17);  /* lowest id on ties */
   CHECK(ms_sample_is_greedy(&greedy) && ms_sample_is_greedy(NULL));
   CHECK(ms_sample(l, 0, &cases[0], 0) == -EINVAL);
-  struct ms_sample_params k1 = {1.0f, 1, 0, 9};
+  struct ms_sample_params k1 = {1.0f, 1, 0, 9, 0};
   int all17 = 1;
   for (int i = 0; i < 50; i++) all17 &= ms_sample(l, N, &k1, (uint64_t)i) == 17;
   CHECK(all17);  /* top-1 is greedy */
@@ -86,7 +94,7 @@ static void test_filters(void) {
 /* Draws follow the distribution: Pearson's chi-square over 6 outcomes. */
 static void test_draws(void) {
   float l[6] = {2.0f, 1.0f, 0.5f, 0.0f, -1.0f, 1.5f};
-  struct ms_sample_params sp[] = {{1.0f, 0, 0, 42}, {0.7f, 0, 0.9f, 43}, {1.5f, 3, 0, 44}};
+  struct ms_sample_params sp[] = {{1.0f, 0, 0, 42, 0}, {0.7f, 0, 0.9f, 43, 0}, {1.5f, 3, 0, 44, 0}, {1.0f, 0, 0, 45, 0.3f}};
   for (size_t c = 0; c < sizeof sp / sizeof sp[0]; c++) {
     float p[6];
     ms_sample_probs(l, 6, &sp[c], p);
@@ -126,7 +134,7 @@ static void test_large(void) {
   float *l = malloc(sizeof *l * N), *p = malloc(sizeof *p * N);
   double *want = malloc(sizeof *want * N);
   for (int i = 0; i < N; i++) l[i] = (float)sin(i * 0.37) * 6.0f + (i % 97 == 0 ? 4.0f : 0.0f);
-  struct ms_sample_params sp = {0.8f, 0, 0.95f, 3};
+  struct ms_sample_params sp = {0.8f, 0, 0.95f, 3, 0};
   ms_sample_probs(l, N, &sp, p);
   brute(l, N, &sp, want);
   int differs = 0;
@@ -181,10 +189,111 @@ static void test_engine(void) {
   ms_model_free(m);
 }
 
+/* ---- the request options a server passes through ---- */
+
+static struct ms_request_info finish(struct ms_engine *e, struct ms_request_opts *ro, struct ms_request **keep) {
+  struct ms_request_info info = {0};
+  struct ms_request *r = ms_engine_submit(e, ro);
+  CHECK(r != NULL);
+  if (r && !ms_request_wait(r, 60000)) ms_request_get_info(r, &info);
+  *keep = r;  /* the info's arrays live as long as the request */
+  return info;
+}
+
+static void test_request_options(void) {
+  struct ms_model_config cfg;
+  ms_preset_config("tiny", MS_DTYPE_F32, &cfg);
+  struct ms_model *m = ms_model_synth(&cfg, 1);
+  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = 2, .max_batch = 2, .max_ctx = 128};
+  struct ms_engine *e = ms_engine_new(m, &eo, NULL);
+  int32_t prompt[3] = {5, 6, 7};
+  struct ms_request *r0, *r1, *r2, *r3, *r4;
+  struct ms_request_opts ro = {.sz = sizeof ro, .prompt = prompt, .n_prompt = 3, .max_new_tokens = 24,
+                               .logprobs = 1, .top_logprobs = 4};
+  struct ms_request_info base = finish(e, &ro, &r0);
+  CHECK(base.n_tokens == 24 && base.finish == MS_FINISH_LENGTH);
+  int32_t base_tokens[24] = {0};
+  memcpy(base_tokens, base.tokens, sizeof base_tokens);
+  /* logprobs: the greedy token is the most probable, the top list descends and is a distribution's part */
+  int lp_ok = base.logprob && base.top_ids && base.top_logprobs == 4;
+  for (int i = 0; lp_ok && i < base.n_tokens; i++) {
+    const float *v = base.top_lp + i * 4;
+    lp_ok &= base.top_ids[i * 4] == base.tokens[i] && base.logprob[i] == v[0] && v[0] <= 0;
+    lp_ok &= v[0] >= v[1] && v[1] >= v[2] && v[2] >= v[3];
+    lp_ok &= expf(v[0]) + expf(v[1]) + expf(v[2]) + expf(v[3]) <= 1.0001f;
+  }
+  CHECK(lp_ok);
+  /* a stop id ends the request at its first occurrence, kept as the last token */
+  int32_t stop = base.tokens[5];
+  int first = 0;
+  while (base.tokens[first] != stop) first++;
+  struct ms_request_opts rs = ro;
+  rs.stop_ids = &stop;
+  rs.n_stop_ids = 1;
+  struct ms_request_info st = finish(e, &rs, &r1);
+  CHECKF(st.finish == MS_FINISH_STOP && st.n_tokens == first + 1 && st.tokens[first] == stop,
+         "finish %d after %d tokens (want stop after %d)", st.finish, st.n_tokens, first + 1);
+  /* logit_bias: a large bias makes a token the greedy choice */
+  int32_t bid = 77;
+  float bval = 1000.0f;
+  struct ms_request_opts rb = ro;
+  rb.bias_ids = &bid;
+  rb.bias_vals = &bval;
+  rb.n_bias = 1;
+  struct ms_request_info bi = finish(e, &rb, &r2);
+  int all77 = bi.n_tokens == 24;
+  for (int i = 0; i < bi.n_tokens; i++) all77 &= bi.tokens[i] == 77;
+  CHECK(all77);
+  /* a strong frequency penalty: no token twice */
+  struct ms_request_opts rf = ro;
+  rf.frequency_penalty = 1000.0f;
+  struct ms_request_info fr = finish(e, &rf, &r3);
+  int distinct = fr.n_tokens == 24;
+  for (int i = 0; i < fr.n_tokens; i++)
+    for (int j = 0; j < i; j++) distinct &= fr.tokens[i] != fr.tokens[j];
+  CHECK(distinct);
+  ms_request_free(r0), ms_request_free(r1), ms_request_free(r2), ms_request_free(r3);
+  /* bad options are refused */
+  struct ms_request_opts bad = ro;
+  bad.top_logprobs = 21;
+  CHECK(!ms_engine_submit(e, &bad) && errno == EINVAL);
+  bad = rb;
+  bid = cfg.vocab;
+  CHECK(!ms_engine_submit(e, &bad) && errno == EINVAL);
+  /* cancel: a long request stops early; one queued behind a full batch never starts */
+  struct ms_request_opts rl = {.sz = sizeof rl, .prompt = prompt, .n_prompt = 3, .max_new_tokens = 120};
+  struct ms_request *a = ms_engine_submit(e, &rl), *b = ms_engine_submit(e, &rl), *c = ms_engine_submit(e, &rl);
+  CHECK(a && b && c);
+  ms_request_cancel(c);
+  CHECK(ms_request_wait_tokens(a, 0, 60000) == 0);
+  ms_request_cancel(a);
+  CHECK(ms_request_wait(a, 60000) == 0 && ms_request_wait(c, 60000) == 0 && ms_request_wait(b, 60000) == 0);
+  struct ms_request_info ia, ib, ic;
+  ms_request_get_info(a, &ia), ms_request_get_info(b, &ib), ms_request_get_info(c, &ic);
+  CHECKF(ia.state == MS_REQ_CANCELLED && ia.finish == MS_FINISH_CANCELLED && ia.n_tokens < 120, "a: %d, %d tokens",
+         ia.state, ia.n_tokens);
+  CHECK(ic.state == MS_REQ_CANCELLED && ic.n_tokens == 0 && ic.t_admit == 0);
+  CHECK(ib.state == MS_REQ_DONE && ib.finish == MS_FINISH_LENGTH && ib.n_tokens == 120);
+  struct ms_latency_stats lat;
+  ms_engine_latency(e, &lat);
+  CHECK(lat.requests_cancelled == 2);
+  struct ms_engine_stats es;
+  ms_engine_get_stats(e, &es);
+  CHECKF(es.kv_pages > 0 && es.waiting == 0, "kv pages %d, waiting %d", es.kv_pages, es.waiting);
+  ms_request_free(a), ms_request_free(b), ms_request_free(c);
+  /* a fresh request after the cancellations gets the same tokens as the first: nothing leaked into its slot */
+  struct ms_request_info again = finish(e, &ro, &r4);
+  CHECKF(again.n_tokens == 24 && !memcmp(again.tokens, base_tokens, sizeof base_tokens), "%d tokens", again.n_tokens);
+  ms_request_free(r4);
+  ms_engine_free(e);
+  ms_model_free(m);
+}
+
 int main(void) {
   test_filters();
   test_draws();
   test_large();
   test_engine();
+  test_request_options();
   TEST_MAIN_END();
 }

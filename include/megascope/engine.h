@@ -122,6 +122,25 @@ struct ms_request_opts {
   int top_k;               /* <= 0: off */
   float top_p;             /* <= 0 or >= 1: off */
   uint64_t sample_seed;
+  /* Later fields (read only when sz covers them; zero is off). */
+  float min_p;             /* <= 0: off */
+  float presence_penalty;  /* subtracted once from the logit of every token generated so far */
+  float frequency_penalty; /* subtracted per occurrence in the generated tokens (as vLLM: the prompt is not counted) */
+  const int32_t *bias_ids; /* logit_bias: added to those tokens' logits before sampling (copied) */
+  const float *bias_vals;
+  int n_bias;
+  const int32_t *stop_ids; /* tokens that end the request (end of turn); kept as its last token (copied) */
+  int n_stop_ids;
+  int logprobs;            /* record each generated token's log-probability */
+  int top_logprobs;        /* and the ids and log-probabilities of the n most probable (0..20) */
+};
+
+/* How a request ended. */
+enum ms_finish {
+  MS_FINISH_NONE = 0,      /* still running */
+  MS_FINISH_LENGTH = 1,    /* max_new_tokens reached */
+  MS_FINISH_STOP = 2,      /* its last token is the model's eos or one of its stop_ids */
+  MS_FINISH_CANCELLED = 3, /* ms_request_cancel, or the engine stopped */
 };
 
 enum ms_request_state {
@@ -142,6 +161,15 @@ struct ms_request_info {
   int n_logits;            /* positions with recorded logits */
   const float *logits;     /* (n_logits, vocab): logits after feeding position i */
   uint64_t t_submit, t_admit, t_first, t_done;  /* ms_now_ns(); 0: not yet */
+  enum ms_finish finish;
+  /* With logprobs: logprob[i] of tokens[i] under the model's distribution (the
+   * logits before penalties, bias and temperature, as vLLM reports them), and
+   * with top_logprobs = k the k most probable ids and their log-probabilities,
+   * top_ids[i * k + j], most probable first. NULL when not asked for. */
+  const float *logprob;
+  int top_logprobs;
+  const int32_t *top_ids;
+  const float *top_lp;
 };
 
 /* Submits a request; NULL + errno (EINVAL, E2BIG when it cannot fit max_ctx). */
@@ -149,6 +177,13 @@ struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request
 /* Waits until the request is done or cancelled: 0, or -ETIMEDOUT (timeout_ms < 0: forever). */
 int ms_request_wait(struct ms_request *r, int timeout_ms);
 void ms_request_get_info(const struct ms_request *r, struct ms_request_info *out);
+/* Waits until the request has more than `seen` tokens or has finished: 0, or
+ * -ETIMEDOUT. For streaming: wake on every token. */
+int ms_request_wait_tokens(struct ms_request *r, int seen, int timeout_ms);
+/* Asks the engine to drop the request: a queued one never starts, a running one
+ * is retired at the next step start (its slot and KV pages freed, counted as
+ * cancelled). Idempotent; a finished request stays finished. */
+void ms_request_cancel(struct ms_request *r);
 /* Frees a finished request (one still running is freed when it finishes). */
 void ms_request_free(struct ms_request *r);
 
@@ -159,6 +194,10 @@ struct ms_engine_stats {
   uint64_t tasks;          /* tasks executed */
   uint64_t stalls;         /* watchdog reports */
   int n_workers;
+  /* As of the last step start: */
+  int running;             /* requests holding a batch slot */
+  int waiting;             /* requests queued for one */
+  int kv_pages_used, kv_pages;  /* KV-cache pages held by requests, and the pool's size */
 };
 void ms_engine_get_stats(const struct ms_engine *e, struct ms_engine_stats *out);
 

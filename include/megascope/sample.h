@@ -8,8 +8,9 @@
  * the filters (as in Hugging Face transformers and llama2.c): the logits are
  * divided by the temperature and turned into probabilities; top-k keeps the k
  * most probable tokens; top-p then keeps the smallest prefix of those, by
- * decreasing probability, whose mass reaches p; the survivors are renormalised
- * and one is drawn. Ties in probability are ordered by token id. */
+ * decreasing probability, whose mass reaches p; min-p then drops those less
+ * probable than min_p times the most probable (as vLLM orders them); the
+ * survivors are renormalised and one is drawn. Ties in probability are ordered by token id. */
 #ifndef MEGASCOPE_SAMPLE_H
 #define MEGASCOPE_SAMPLE_H
 
@@ -25,6 +26,7 @@ struct ms_sample_params {
   int top_k;          /* <= 0: no top-k */
   float top_p;        /* <= 0 or >= 1: no top-p */
   uint64_t seed;
+  float min_p;        /* <= 0: off; else drops tokens less probable than min_p x the most probable */
 };
 
 /* 1 when p asks for greedy decoding (NULL does too). */

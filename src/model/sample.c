@@ -85,8 +85,10 @@ static int filter(const float *logits, int n, const struct ms_sample_params *p, 
     m = select_top_k(c, n, p->top_k);
     z = 0;
     for (int i = 0; i < m; i++) z += c[i].w;
-  } else if (top_p_on(p) && n > 1) {
-    double cut = (1.0 - p->top_p) / (n - 1) * z;
+  } else if ((top_p_on(p) || p->min_p > 0.0f) && n > 1) {
+    /* the most probable token weighs 1: min-p's floor is min_p itself */
+    double cut = top_p_on(p) ? (1.0 - p->top_p) / (n - 1) * z : 0.0;
+    if (p->min_p > 0.0f && p->min_p > cut) cut = p->min_p;
     m = 0;
     for (int i = 0; i < n; i++)
       if (c[i].w >= cut) c[m++] = c[i];
@@ -96,6 +98,12 @@ static int filter(const float *logits, int n, const struct ms_sample_params *p, 
     double want = p->top_p * z, cum = 0;
     int keep = 0;
     while (keep < m && (keep == 0 || cum < want)) cum += c[keep++].w;
+    m = keep;
+  }
+  if (p->min_p > 0.0f && m > 1) {  /* c[0] is the most probable */
+    double floor_w = (double)p->min_p * c[0].w;
+    int keep = 1;
+    while (keep < m && c[keep].w >= floor_w) keep++;
     m = keep;
   }
   *mass = 0;

@@ -30,9 +30,9 @@
 
 #include "query/query_impl.h"
 
-#define FP_KEYS (-32)
+#define FP_KEYBUF (-32)
 #define FP_VAL (-40)
-#define FP_ZERO (-48)
+#define FP_ZEROKEY (-48)
 #define FP_REC (-48 - 8 * Q_MAX_FIELDS) /* record() values, upward */
 #define R_CTX 6
 #define N_POOL 9
@@ -498,7 +498,7 @@ static void gen_drop(struct gen *g, int drops_map) {
   int end = label(g);
   ld_map(g, 1, drops_map);
   mov_reg(g, 2, 10);
-  alu_imm(g, MS_BPF_ADD, 2, FP_ZERO);
+  alu_imm(g, MS_BPF_ADD, 2, FP_ZEROKEY);
   call(g, MS_BPF_FN_MAP_LOOKUP_ELEM);
   jump(g, MS_BPF_JEQ, 0, 0, 0, end);
   mov_imm(g, 1, 1);
@@ -514,13 +514,13 @@ static void gen_find(struct gen *g, const struct q_map *m, int map, int zero_map
   if (m->array_size) {
     ld_map(g, 1, map);
     mov_reg(g, 2, 10);
-    alu_imm(g, MS_BPF_ADD, 2, FP_KEYS);
+    alu_imm(g, MS_BPF_ADD, 2, FP_KEYBUF);
     call(g, MS_BPF_FN_MAP_LOOKUP_ELEM);
     jump(g, MS_BPF_JEQ, 0, 0, 0, drop);
     mov_reg(g, 7, 0);
     return;
   }
-  int key_off = m->n_keys ? FP_KEYS : FP_ZERO;
+  int key_off = m->n_keys ? FP_KEYBUF : FP_ZEROKEY;
   ld_map(g, 1, map);
   mov_reg(g, 2, 10);
   alu_imm(g, MS_BPF_ADD, 2, key_off);
@@ -529,7 +529,7 @@ static void gen_find(struct gen *g, const struct q_map *m, int map, int zero_map
   if (m->n_keys) {
     ld_map(g, 1, zero_map);
     mov_reg(g, 2, 10);
-    alu_imm(g, MS_BPF_ADD, 2, FP_ZERO);
+    alu_imm(g, MS_BPF_ADD, 2, FP_ZEROKEY);
     call(g, MS_BPF_FN_MAP_LOOKUP_ELEM);
     jump(g, MS_BPF_JEQ, 0, 0, 0, drop);
     mov_reg(g, 3, 0);
@@ -699,7 +699,7 @@ static int gen_stmt(struct gen *g, const struct q_stmt *st) {
   for (int k = 0; k < st->n_keys; k++) {
     int f = gen_expr(g, st->keys[k], 0);
     if (f < 0) return g->err;
-    stx(g, 10, (int16_t)(FP_KEYS + 8 * k), 0);
+    stx(g, 10, (int16_t)(FP_KEYBUF + 8 * k), 0);
     enum q_key_kind kind;
     int field;
     key_kind(st->keys[k], &kind, &field);
@@ -772,7 +772,7 @@ static int gen_prog(struct gen *g, const struct q_probe *pr, int hook_i, int pro
   g->n_fixes = 0;
   int out = label(g);
   mov_reg(g, R_CTX, 1);
-  emit(g, MS_BPF_ST | MS_BPF_MEM | MS_BPF_DW, 10, 0, FP_ZERO, 0);
+  emit(g, MS_BPF_ST | MS_BPF_MEM | MS_BPF_DW, 10, 0, FP_ZEROKEY, 0);
   if (g->wait_rewrite) { /* a wait, seen at its task's begin: those that waited */
     ldx(g, MS_BPF_DW, 0, R_CTX, (int16_t)ms_hook_fields[MS_F_WAIT_NS].offset);
     jump(g, MS_BPF_JEQ, 0, 0, 0, out);

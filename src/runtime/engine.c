@@ -36,6 +36,7 @@
  * step in flight, cancels what is left and publishes a stop step; workers exit
  * and are joined. */
 #include <errno.h>
+#include <math.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -316,28 +317,52 @@ static void wait_event(struct worker *w, struct plan_rt *rt, int ev, uint64_t ta
 
 /* ---- requests and the step start ---- */
 
-static void request_release(struct ms_request *r) {
-  if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
+static void request_free_parts(struct ms_request *r) {
   free(r->prompt);
   free(r->tokens);
   free(r->logits);
+  free(r->bias_ids);
+  free(r->bias_vals);
+  free(r->stop_ids);
+  free(r->adj);
+  free(r->stamp);
+  free(r->lp);
+  free(r->top_vals);
+  free(r->top_ids);
   free(r);
+}
+
+static void request_release(struct ms_request *r) {
+  if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
+  request_free_parts(r);
+}
+
+/* Wakes streaming readers (ms_request_wait_tokens) after a token or the end. */
+static void request_tick(struct ms_request *r) {
+  atomic_fetch_add_explicit(&r->tok_seq, 1, memory_order_seq_cst);
+  if (atomic_load_explicit(&r->waiters, memory_order_seq_cst)) ms_futex_wake_all(&r->tok_seq);
 }
 
 static void request_finish(struct ms_request *r, enum ms_request_state st) {
   r->t_done = ms_eng_now(r->e);
+  if (st == MS_REQ_CANCELLED) atomic_store_explicit(&r->finish, MS_FINISH_CANCELLED, memory_order_relaxed);
   ms_tel_request_done(r->e, r, st == MS_REQ_CANCELLED);
   r->slot = -1;
   atomic_store_explicit(&r->state, st, memory_order_release);
   ms_futex_wake_all(&r->state);
+  request_tick(r);
   request_release(r);
+}
+
+static int cancel_asked(const struct ms_request *r) {
+  return atomic_load_explicit(&((struct ms_request *)r)->cancel, memory_order_acquire);
 }
 
 static int retire(struct ms_engine *e, int cancel_all) {
   int n = 0;
   for (int s = 0; s < e->max_rows; s++) {
     struct slot *sl = &e->slots[s];
-    if (!sl->req || (!sl->finishing && !cancel_all)) continue;
+    if (!sl->req || (!sl->finishing && !cancel_all && !cancel_asked(sl->req))) continue;
     if (HOOK_ARMED(e, MS_HOOK_REQUEST))
       fire_request_hook(e, 0, atomic_load_explicit(&e->cur, memory_order_relaxed), s, MS_REQ_FINISHED,
                         sl->next_token);
@@ -351,13 +376,23 @@ static int retire(struct ms_engine *e, int cancel_all) {
   return n;
 }
 
+/* The next queued request not cancelled while it waited, or NULL. */
+static struct ms_request *next_mail(struct ms_engine *e) {
+  int64_t v;
+  while (!ms_mpmc_pop(&e->mail, &v)) {
+    struct ms_request *r = (struct ms_request *)(intptr_t)v;
+    if (!cancel_asked(r)) return r;
+    request_finish(r, MS_REQ_CANCELLED);
+  }
+  return NULL;
+}
+
 static int admit(struct ms_engine *e, int *slots) {
   int n = 0;
   for (int s = 0; s < e->max_rows; s++) {
     if (e->slots[s].req) continue;
-    int64_t v;
-    if (ms_mpmc_pop(&e->mail, &v)) break;
-    struct ms_request *r = (struct ms_request *)(intptr_t)v;
+    struct ms_request *r = next_mail(e);
+    if (!r) break;
     struct slot *sl = &e->slots[s];
     sl->req = r;
     sl->pos = 0;
@@ -492,6 +527,8 @@ int ms_rt_step_begin(struct ms_engine *e) {
       return 0;
     }
     if (active_rows(e)) break;
+    atomic_store_explicit(&e->stat_running, 0, memory_order_relaxed);
+    atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
     maybe_pause(e);  /* a pause asked for while idle: before admitting more */
     uint32_t seq = atomic_load_explicit(&e->mail_seq, memory_order_acquire);
     if (atomic_load_explicit(&e->mail.tail, memory_order_acquire) ==
@@ -503,6 +540,8 @@ int ms_rt_step_begin(struct ms_engine *e) {
   int bucket = ms_bucket_for(active_rows(e));
   struct plan_rt *rt = &e->rt[bucket_index(bucket)];
   int n = layout_rows(e, bucket);
+  atomic_store_explicit(&e->stat_running, n, memory_order_relaxed);
+  atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
   rt->x.meta.n_rows = n;
   publish_hook_rows(e, bucket, e->next_step);
   pthread_mutex_lock(&e->log_mu);
@@ -521,9 +560,63 @@ int ms_rt_step_begin(struct ms_engine *e) {
   return 1;
 }
 
-/* Sampling (greedy) for one row, and the request's bookkeeping: prompt positions
- * feed the next prompt token, later ones emit a token. Only this row's task
- * touches this slot during the step. */
+/* The log-probabilities of draw n under the model's own distribution (before
+ * penalties, bias and temperature): the chosen token's, and the top_lp best
+ * (most probable first, lower id on ties). */
+static void record_logprobs(struct ms_request *r, const float *lg, int vocab, int n, int tok) {
+  float mx = lg[ms_argmax(lg, vocab)];
+  double z = 0;
+  for (int i = 0; i < vocab; i++) z += exp((double)(lg[i] - mx));
+  float lse = mx + (float)log(z);
+  r->lp[n] = lg[tok] - lse;
+  int k = r->top_lp, have = 0;
+  if (!k) return;
+  int32_t *ids = r->top_ids + (size_t)n * (size_t)k;
+  float *vals = r->top_vals + (size_t)n * (size_t)k;
+  for (int i = 0; i < vocab; i++) {  /* insertion into the k best so far */
+    if (have == k && !(lg[i] > vals[k - 1])) continue;
+    int j = have < k ? have++ : k - 1;
+    while (j > 0 && lg[i] > vals[j - 1]) {
+      vals[j] = vals[j - 1];
+      ids[j] = ids[j - 1];
+      j--;
+    }
+    vals[j] = lg[i];
+    ids[j] = i;
+  }
+  for (int j = 0; j < k; j++) vals[j] -= lse;
+}
+
+/* The logits draw n samples from: logit_bias added, presence and frequency
+ * penalties subtracted for the tokens generated so far (r->adj, this row's
+ * task its only writer). stamp[t] == n + 1 marks a token already penalised
+ * for presence in this draw, so each distinct token pays it once, in O(n). */
+static const float *adjusted_logits(struct ms_request *r, const float *lg, int vocab, int n) {
+  if (!r->adj) return lg;
+  memcpy(r->adj, lg, sizeof(float) * (size_t)vocab);
+  for (int i = 0; i < r->n_bias; i++) r->adj[r->bias_ids[i]] += r->bias_vals[i];
+  if (!r->stamp) return r->adj;
+  for (int i = 0; i < n; i++) {
+    int t = r->tokens[i];
+    r->adj[t] -= r->frequency;
+    if (r->stamp[t] != n + 1) {
+      r->stamp[t] = n + 1;
+      r->adj[t] -= r->presence;
+    }
+  }
+  return r->adj;
+}
+
+static int is_stop_token(const struct ms_engine *e, const struct ms_request *r, int tok) {
+  if (r->stop_eos && tok == e->m->cfg.eos) return 1;
+  for (int i = 0; i < r->n_stop; i++)
+    if (r->stop_ids[i] == tok) return 1;
+  return 0;
+}
+
+/* Sampling for one row, and the request's bookkeeping: prompt positions feed
+ * the next prompt token, later ones emit a token. Only this row's task touches
+ * this slot during the step. */
 static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_task_class *k, int row) {
   struct ms_engine *e = w->e;
   const struct ms_exec_ctx *x = &rt->x;
@@ -533,7 +626,6 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
   struct ms_request *r = sl->req;
   int vocab = e->m->cfg.vocab;
   const float *lg = ms_buf_row(x, k->in, 0, row);
-  int tok = ms_argmax(lg, vocab);
   if (r->record) {
     memcpy(r->logits + (size_t)sl->pos * (size_t)vocab, lg, sizeof(float) * (size_t)vocab);
     atomic_store_explicit(&r->n_logits, sl->pos + 1, memory_order_release);
@@ -544,10 +636,13 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
     return;
   }
   int n = atomic_load_explicit(&r->n_tokens, memory_order_relaxed);
+  const float *use = adjusted_logits(r, lg, vocab, n);
+  int tok = ms_argmax(use, vocab);
   if (!ms_sample_is_greedy(&r->sample)) {  /* draw n of this request: seeded, schedule-independent */
-    int drawn = ms_sample(lg, vocab, &r->sample, (uint64_t)n);
+    int drawn = ms_sample(use, vocab, &r->sample, (uint64_t)n);
     if (drawn >= 0) tok = drawn;
   }
+  if (r->logprobs) record_logprobs(r, lg, vocab, n, tok);
   r->tokens[n] = tok;
   uint64_t now = ms_eng_now(e);
   atomic_store_explicit(&r->t_last, now, memory_order_relaxed);
@@ -555,7 +650,12 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
   atomic_store_explicit(&r->n_tokens, n + 1, memory_order_release);
   atomic_fetch_add_explicit(&e->tokens, 1, memory_order_relaxed);
   sl->next_token = tok;
-  if (n + 1 >= r->max_new || (r->stop_eos && tok == e->m->cfg.eos)) sl->finishing = 1;
+  if (is_stop_token(e, r, tok))
+    atomic_store_explicit(&r->finish, MS_FINISH_STOP, memory_order_relaxed);
+  else if (n + 1 >= r->max_new)
+    atomic_store_explicit(&r->finish, MS_FINISH_LENGTH, memory_order_relaxed);
+  if (atomic_load_explicit(&r->finish, memory_order_relaxed)) sl->finishing = 1;
+  request_tick(r);
   if (HOOK_ARMED(e, MS_HOOK_REQUEST))
     fire_request_hook(e, w->id, rt, s, n == 0 ? MS_REQ_FIRST_TOKEN : MS_REQ_TOKEN, tok);
 }
@@ -976,6 +1076,40 @@ const struct ms_plan *ms_engine_plan(const struct ms_engine *e, int rows) {
 
 /* ---- the request API ---- */
 
+/* A request's arrays (1, or 0 when one could not be had). */
+static int request_alloc(struct ms_request *r, const struct ms_request_opts *x, int positions, int vocab) {
+  int penal = x->presence_penalty != 0.0f || x->frequency_penalty != 0.0f;
+  r->prompt = malloc((size_t)x->n_prompt * sizeof *r->prompt);
+  r->tokens = malloc((size_t)x->max_new_tokens * sizeof *r->tokens);
+  if (r->record) r->logits = malloc((size_t)positions * (size_t)vocab * sizeof(float));
+  if (x->n_bias || penal) r->adj = malloc((size_t)vocab * sizeof *r->adj);
+  if (penal) r->stamp = calloc((size_t)vocab, sizeof *r->stamp);
+  if (x->n_bias) {
+    r->bias_ids = malloc((size_t)x->n_bias * sizeof *r->bias_ids);
+    r->bias_vals = malloc((size_t)x->n_bias * sizeof *r->bias_vals);
+    if (r->bias_ids && r->bias_vals) {
+      memcpy(r->bias_ids, x->bias_ids, (size_t)x->n_bias * sizeof *r->bias_ids);
+      memcpy(r->bias_vals, x->bias_vals, (size_t)x->n_bias * sizeof *r->bias_vals);
+    }
+    r->n_bias = x->n_bias;
+  }
+  if (x->n_stop_ids) {
+    if ((r->stop_ids = malloc((size_t)x->n_stop_ids * sizeof *r->stop_ids)))
+      memcpy(r->stop_ids, x->stop_ids, (size_t)x->n_stop_ids * sizeof *r->stop_ids);
+    r->n_stop = x->n_stop_ids;
+  }
+  r->logprobs = x->logprobs || x->top_logprobs > 0;
+  r->top_lp = x->top_logprobs;
+  if (r->logprobs) r->lp = malloc((size_t)x->max_new_tokens * sizeof *r->lp);
+  if (r->top_lp) {
+    r->top_ids = malloc((size_t)x->max_new_tokens * (size_t)r->top_lp * sizeof *r->top_ids);
+    r->top_vals = malloc((size_t)x->max_new_tokens * (size_t)r->top_lp * sizeof *r->top_vals);
+  }
+  return r->prompt && r->tokens && (!r->record || r->logits) && (!(x->n_bias || penal) || r->adj) &&
+         (!penal || r->stamp) && (!x->n_bias || (r->bias_ids && r->bias_vals)) &&
+         (!x->n_stop_ids || r->stop_ids) && (!r->logprobs || r->lp) && (!r->top_lp || (r->top_ids && r->top_vals));
+}
+
 struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request_opts *o) {
   if (!o->prompt || o->n_prompt < 1 || o->max_new_tokens < 1) {
     errno = EINVAL;
@@ -991,6 +1125,21 @@ struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request
     errno = E2BIG;
     return NULL;
   }
+  struct ms_request_opts x = {0};  /* the caller's fields, later ones zero */
+  memcpy(&x, o, o->sz < sizeof x ? o->sz : sizeof x);
+  x.n_prompt = o->n_prompt;  /* the first fields every caller has */
+  x.max_new_tokens = o->max_new_tokens;
+  if ((x.n_bias && (!x.bias_ids || !x.bias_vals)) || x.n_bias < 0 || (x.n_stop_ids && !x.stop_ids) ||
+      x.n_stop_ids < 0 || x.top_logprobs < 0 || x.top_logprobs > 20 || x.presence_penalty != x.presence_penalty ||
+      x.frequency_penalty != x.frequency_penalty) {
+    errno = EINVAL;
+    return NULL;
+  }
+  for (int i = 0; i < x.n_bias; i++)
+    if (x.bias_ids[i] < 0 || x.bias_ids[i] >= e->m->cfg.vocab) {
+      errno = EINVAL;
+      return NULL;
+    }
   struct ms_request *r = calloc(1, sizeof *r);
   if (!r) return NULL;
   r->e = e;
@@ -998,30 +1147,18 @@ struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request
   r->max_new = o->max_new_tokens;
   r->stop_eos = o->stop_at_eos && e->m->cfg.eos >= 0;
   r->record = o->record_logits;
-  if (o->sz >= offsetof(struct ms_request_opts, sample_seed) + sizeof o->sample_seed)
-    r->sample = (struct ms_sample_params){o->temperature, o->top_k, o->top_p, o->sample_seed};
+  r->sample = (struct ms_sample_params){x.temperature, x.top_k, x.top_p, x.sample_seed, x.min_p};
+  r->presence = x.presence_penalty;
+  r->frequency = x.frequency_penalty;
   r->slot = -1;
-  r->prompt = malloc((size_t)o->n_prompt * sizeof *r->prompt);
-  r->tokens = malloc((size_t)o->max_new_tokens * sizeof *r->tokens);
-  if (r->record) r->logits = malloc((size_t)positions * (size_t)e->m->cfg.vocab * sizeof(float));
-  if (!r->prompt || !r->tokens || (r->record && !r->logits)) {
-    free(r->prompt);
-    free(r->tokens);
-    free(r->logits);
-    free(r);
-    errno = ENOMEM;
-    return NULL;
-  }
-  memcpy(r->prompt, o->prompt, (size_t)o->n_prompt * sizeof *r->prompt);
+  int ok = request_alloc(r, &x, positions, e->m->cfg.vocab);
+  if (ok) memcpy(r->prompt, o->prompt, (size_t)o->n_prompt * sizeof *r->prompt);
   atomic_init(&r->refs, 2);
   atomic_init(&r->state, MS_REQ_QUEUED);
   r->t_submit = ms_now_ns();
-  if (atomic_load(&e->stop_req) || ms_mpmc_push(&e->mail, (int64_t)(intptr_t)r)) {
-    free(r->prompt);
-    free(r->tokens);
-    free(r->logits);
-    free(r);
-    errno = EAGAIN;
+  if (!ok || atomic_load(&e->stop_req) || ms_mpmc_push(&e->mail, (int64_t)(intptr_t)r)) {
+    request_free_parts(r);
+    errno = ok ? EAGAIN : ENOMEM;
     return NULL;
   }
   atomic_fetch_add_explicit(&e->mail_seq, 1, memory_order_release);
@@ -1041,6 +1178,37 @@ int ms_request_wait(struct ms_request *r, int timeout_ms) {
   }
 }
 
+int ms_request_wait_tokens(struct ms_request *r, int seen, int timeout_ms) {
+  uint64_t until = timeout_ms >= 0 ? ms_now_ns() + (uint64_t)timeout_ms * 1000000ull : UINT64_MAX;
+  atomic_fetch_add_explicit(&r->waiters, 1, memory_order_seq_cst);
+  int rc = 0;
+  for (;;) {
+    /* read the sequence before the condition: a token after the check bumps it */
+    uint32_t seq = atomic_load_explicit(&r->tok_seq, memory_order_seq_cst);
+    uint32_t st = atomic_load_explicit(&r->state, memory_order_acquire);
+    if (st == MS_REQ_DONE || st == MS_REQ_CANCELLED ||
+        atomic_load_explicit(&r->n_tokens, memory_order_acquire) > seen)
+      break;
+    uint64_t now = ms_now_ns();
+    if (now >= until) {
+      rc = -ETIMEDOUT;
+      break;
+    }
+    uint64_t left_ms = (until - now) / 1000000ull + 1;
+    ms_futex_wait(&r->tok_seq, seq, left_ms > 100 ? 100 : (int)left_ms);
+  }
+  atomic_fetch_sub_explicit(&r->waiters, 1, memory_order_relaxed);
+  return rc;
+}
+
+void ms_request_cancel(struct ms_request *r) {
+  if (!r) return;
+  atomic_store_explicit(&r->cancel, 1, memory_order_release);
+  /* an idle worker 0 sleeps on the mailbox: wake it to retire the request */
+  atomic_fetch_add_explicit(&r->e->mail_seq, 1, memory_order_release);
+  ms_futex_wake_all(&r->e->mail_seq);
+}
+
 void ms_request_get_info(const struct ms_request *r, struct ms_request_info *out) {
   struct ms_request *w = (struct ms_request *)r;
   out->state = atomic_load_explicit(&w->state, memory_order_acquire);
@@ -1055,6 +1223,12 @@ void ms_request_get_info(const struct ms_request *r, struct ms_request_info *out
   out->t_admit = r->t_admit;
   out->t_first = r->t_first;
   out->t_done = r->t_done;
+  out->finish = (enum ms_finish)atomic_load_explicit(&w->finish, memory_order_relaxed);
+  if (out->state != MS_REQ_DONE && out->state != MS_REQ_CANCELLED) out->finish = MS_FINISH_NONE;
+  out->logprob = r->lp;
+  out->top_logprobs = r->top_lp;
+  out->top_ids = r->top_ids;
+  out->top_lp = r->top_vals;
 }
 
 void ms_request_free(struct ms_request *r) {
@@ -1072,6 +1246,12 @@ void ms_engine_get_stats(const struct ms_engine *e, struct ms_engine_stats *out)
   out->stalls = atomic_load(&m->stalls);
   out->n_workers = e->n_workers;
   for (int w = 0; w < e->n_workers; w++) out->tasks += atomic_load(&m->workers[w].tasks_done);
+  out->running = atomic_load_explicit(&m->stat_running, memory_order_relaxed);
+  uint64_t tail = atomic_load_explicit(&m->mail.tail, memory_order_relaxed),
+           head = atomic_load_explicit(&m->mail.head, memory_order_relaxed);
+  out->waiting = tail > head ? (int)(tail - head) : 0;
+  out->kv_pages_used = atomic_load_explicit(&m->stat_pages_used, memory_order_relaxed);
+  out->kv_pages = e->pool_pages;
 }
 
 int ms_engine_step_log(const struct ms_engine *e, struct ms_step_record *out, int max) {

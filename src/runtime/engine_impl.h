@@ -110,6 +110,19 @@ struct ms_request {
   _Atomic uint32_t generation;
   _Atomic uint64_t t_submit, t_admit, t_first, t_last, t_done;
   struct ms_sample_params sample;  /* from the request options; zero: greedy */
+  float presence, frequency;       /* penalties (0: off) */
+  int32_t *bias_ids, *stop_ids;    /* [n_bias], [n_stop] (copies) */
+  float *bias_vals;
+  int n_bias, n_stop;
+  float *adj;                      /* [vocab] the adjusted logits (the row's sample task alone) */
+  int32_t *stamp;                  /* [vocab] with penalties: the draw that last penalised a token, + 1 */
+  int logprobs, top_lp;
+  float *lp, *top_vals;            /* [max_new], [max_new * top_lp] */
+  int32_t *top_ids;
+  _Atomic uint32_t tok_seq;        /* bumped with every token and at the end: ms_request_wait_tokens */
+  _Atomic int waiters;             /* threads in ms_request_wait_tokens: skip the wake syscall when 0 */
+  _Atomic int cancel;              /* ms_request_cancel asked; read at step start */
+  _Atomic int finish;              /* enum ms_finish, set before the state's release */
 };
 
 struct ms_engine {
@@ -162,6 +175,7 @@ struct ms_engine {
 
   /* statistics */
   _Atomic uint64_t steps, tokens, positions, stalls;
+  _Atomic int stat_running, stat_pages_used;  /* written at step start (worker 0) */
   pthread_mutex_t log_mu;
   struct ms_step_record step_log[MS_STEP_LOG];
   uint64_t step_log_n;

@@ -11,7 +11,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
 n=0
-for preset in tiny tiny-qwen3; do
+for preset in tiny tiny-qwen3 tiny-qwen2 tiny-gemma3; do
   for t in f32 f16 bf16 q8_0 q4_0 q4_1; do
     f=$tmp/$preset-$t.gguf
     "$MS" model synth --preset "$preset" --type "$t" --out "$f" > /dev/null
@@ -23,7 +23,7 @@ info, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 preset, t = sys.argv[3], sys.argv[4]
 m = info["model"]
 assert m["name"] == preset and m["dtype"] == t and m["tokenizer"] == "gpt2/gpt2", m
-assert m["arch"] == ("qwen3" if preset == "tiny-qwen3" else "llama"), m
+assert m["arch"] == {"tiny-qwen3": "qwen3", "tiny-qwen2": "qwen2", "tiny-gemma3": "gemma3"}.get(preset, "llama"), m
 types = {x["type"] for x in info["tensors"]}
 assert types == ({"f32"} if t == "f32" else {"f32", t}), types
 assert run["check_passed"] and run["max_abs_logit_diff"] <= 1e-3, run["max_abs_logit_diff"]

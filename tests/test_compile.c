@@ -70,8 +70,8 @@ static int edges_enforced(const struct ms_plan *p, const struct ms_model *m, int
 }
 
 static void test_presets(void) {
-  const char *presets[] = {"tiny", "tiny-qwen3", "tiny-moe"};
-  for (size_t i = 0; i < 3; i++) {
+  const char *presets[] = {"tiny", "tiny-qwen3", "tiny-moe", "tiny-qwen2", "tiny-gemma3"};
+  for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
     struct ms_model *m = load(presets[i], MS_DTYPE_F32);
     CHECK(m != NULL);
     for (int b = 1; b <= 16 && m; b *= 2) {

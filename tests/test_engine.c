@@ -69,8 +69,8 @@ static int run(const struct ms_model *m, struct ms_engine_opts o, int check, str
 }
 
 static void test_oracle_and_determinism(void) {
-  const char *presets[] = {"tiny", "tiny-qwen3", "tiny-moe"};
-  for (int pi = 0; pi < 3; pi++)
+  const char *presets[] = {"tiny", "tiny-qwen3", "tiny-moe", "tiny-qwen2", "tiny-gemma3"};
+  for (int pi = 0; pi < (int)(sizeof presets / sizeof *presets); pi++)
     for (int dt = 0; dt < 2; dt++) {
       struct ms_model *m = load(presets[pi], dt ? MS_DTYPE_BF16 : MS_DTYPE_F32);
       struct result base, other;
@@ -89,6 +89,46 @@ static void test_oracle_and_determinism(void) {
       }
       ms_model_free(m);
     }
+}
+
+/* The reference's logits at position `at` of a fixed sequence. */
+static void ref_logits(const struct ms_model *m, int at, float *lg) {
+  struct ms_ref *r = ms_ref_new(m, 64);
+  for (int p = 0; p <= at; p++) ms_ref_step(r, (p * 37 + 11) % m->cfg.vocab, lg);
+  ms_ref_free(r);
+}
+
+/* Each feature of qwen2 and gemma3 changes the reference's logits, so an engine
+ * that matches the reference (test_oracle_and_determinism) applies every one:
+ * the q/k/v biases, the q/k norm, the post-norms, GeGLU, the embedding scale,
+ * the sliding window and its RoPE base, the global layer and the logit cap. */
+static void test_arch_features_matter(void) {
+  static const char *const what[] = {"qkv bias", "q/k norm", "post-norms", "GeGLU", "embedding scale",
+                                     "sliding window", "local RoPE base", "global layer", "logit cap"};
+  float *base = malloc(sizeof(float) * 256), *lg = malloc(sizeof(float) * 256);
+  for (int f = 0; f < (int)(sizeof what / sizeof *what); f++) {
+    struct ms_model *m = load(f ? "tiny-gemma3" : "tiny-qwen2", MS_DTYPE_F32);
+    ref_logits(m, 20, base);
+    struct ms_model_config *c = &m->cfg;
+    switch (f) {
+    case 0: c->qkv_bias = 0; break;
+    case 1: c->qk_norm = 0; break;
+    case 2: c->post_norms = 0; break;
+    case 3: c->ffn_act = MS_ACT_SILU; break;
+    case 4: c->embed_scale = 0; break;
+    case 5: c->sliding_window = 0; break;
+    case 6: c->rope_base_local = 0; break;
+    case 7: c->swa_pattern = 0; break;  /* the sixth layer local too */
+    default: c->final_softcap = 0; break;
+    }
+    ref_logits(m, 20, lg);
+    double d = 0;
+    for (int v = 0; v < c->vocab; v++) d = fmax(d, fabs((double)lg[v] - (double)base[v]));
+    CHECKF(d > 1e-2, "%s: without it the logits move by %g only", what[f], d);
+    ms_model_free(m);
+  }
+  free(base);
+  free(lg);
 }
 
 static void test_normalised_plan_runs(void) {
@@ -284,6 +324,7 @@ static void test_bad_requests(void) {
 
 int main(void) {
   test_oracle_and_determinism();
+  test_arch_features_matter();
   test_normalised_plan_runs();
   test_continuous_batching();
   test_idle_sleeps();

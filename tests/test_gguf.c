@@ -179,8 +179,22 @@ static void test_preset(const char *preset, int tied, enum ms_dtype type) {
              c->ffn_dim == cfg.ffn_dim && c->n_heads == cfg.n_heads && c->n_kv_heads == cfg.n_kv_heads &&
              c->head_dim == cfg.head_dim && c->vocab == cfg.vocab && c->tied_embeddings == tied &&
              c->rope_base == cfg.rope_base && c->norm_eps == cfg.norm_eps && c->bos == cfg.bos && c->eos == cfg.eos &&
-             c->dtype == type && !strcmp(c->name, preset),
+             c->dtype == type && !strcmp(c->name, preset) && c->qk_norm == cfg.qk_norm &&
+             c->qkv_bias == cfg.qkv_bias && c->post_norms == cfg.post_norms && c->ffn_act == cfg.ffn_act &&
+             c->embed_scale == cfg.embed_scale && c->attn_scale == cfg.attn_scale &&
+             c->sliding_window == cfg.sliding_window && c->swa_pattern == cfg.swa_pattern &&
+             c->rope_base_local == cfg.rope_base_local && c->final_softcap == cfg.final_softcap,
          "%s: configuration differs", name);
+  /* the optional tensors: f32 and exact when the architecture has them */
+  const struct ms_weight *opt[][2] = {{&m->layers[1].bq, &orig->layers[1].bq}, {&m->layers[1].bv, &orig->layers[1].bv},
+                                      {&m->layers[1].q_norm, &orig->layers[1].q_norm},
+                                      {&m->layers[1].attn_post_norm, &orig->layers[1].attn_post_norm},
+                                      {&m->layers[1].ffn_post_norm, &orig->layers[1].ffn_post_norm}};
+  int has[] = {cfg.qkv_bias, cfg.qkv_bias, cfg.qk_norm, cfg.post_norms, cfg.post_norms};
+  for (size_t i = 0; i < sizeof has / sizeof has[0]; i++)
+    CHECKF(has[i] ? opt[i][0]->data && opt[i][0]->dtype == MS_DTYPE_F32 && weight_err(opt[i][0], opt[i][1]) == 0
+                  : !opt[i][0]->data,
+           "%s: optional tensor %zu", name, i);
   CHECK(tied ? m->lm_head.data == m->tok_embd.data : m->lm_head.data != m->tok_embd.data);
   double tol = type == MS_DTYPE_F32 ? 0 : type == MS_DTYPE_F16 ? 1e-3 : type == MS_DTYPE_BF16 ? 8e-3
                : type == MS_DTYPE_Q8_0 || type == MS_DTYPE_Q8_K ? 1.2e-2 : type == MS_DTYPE_Q3_K ? 0.3
@@ -377,6 +391,33 @@ static void expect_model_error(const char *file, const char *from, const char *t
   ms_gguf_free(g);
 }
 
+/* What qwen2 and gemma3 files must have, and what the other architectures may not. */
+#define FPATCH(file, from, to, needle) expect_model_error(file, from, to, sizeof(from) - 1, needle)
+
+static void test_arch_errors(void) {
+  FPATCH("tiny-qwen2-0-q8_0.gguf", "blk.1.attn_k.bias", "blk.1.attn_k.bia_",
+                     "tensor 'blk.1.attn_k.bias': missing");
+  /* a llama file with qwen2's biases */
+  struct ms_model_config cfg;
+  ms_preset_config("tiny-qwen2", MS_DTYPE_F32, &cfg);
+  cfg.arch = MS_ARCH_LLAMA;
+  struct ms_model *orig = ms_model_synth(&cfg, 3), *m = NULL;
+  char buf[1024] = "";
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+  CHECK(ms_gguf_write_model(orig, MS_DTYPE_Q8_0, tmp_path("llama-bias.gguf"), &log) == 0);
+  CHECKF(ms_gguf_load(tmp_path("llama-bias.gguf"), &m, NULL, &log) == -MS_E_UNSUPP &&
+             strstr(buf, "tensor 'blk.0.attn_q.bias': biases are not supported for 'llama' (only qwen2's q, k and v biases)"),
+         "llama with biases: %s", buf);
+  ms_model_free(m);
+  ms_model_free(orig);
+  FPATCH("tiny-gemma3-1-q8_0.gguf", "gemma3.attention.sliding_window", "gemma3.attention.sliding_windoW",
+                     "key 'gemma3.attention.sliding_window': missing");
+  FPATCH("tiny-gemma3-1-q8_0.gguf", "blk.2.post_ffw_norm.weight", "blk.2.post_ffw_norm.weighT",
+                     "tensor 'blk.2.post_ffw_norm.weight': missing");
+  FPATCH("tiny-gemma3-1-q8_0.gguf", "\x06\0\0\0\0\0\0\0gemma3", "\x06\0\0\0\0\0\0\0gemma4",
+                     "'gemma4' is not supported (llama, qwen2, qwen3, gemma3)");
+}
+
 static void test_model_errors(void) {
   PATCH("blk.1.ffn_up.weight", "blk.1.ffn_up.wEight", "tensor 'blk.1.ffn_up.weight': missing");
   PATCH("llama.block_count", "llama.block_coun_", "key 'llama.block_count': missing");
@@ -407,7 +448,12 @@ int main(void) {
   for (size_t t = 0; t < sizeof types / sizeof types[0]; t++) {
     test_preset("tiny", 0, types[t]);
     test_preset("tiny-qwen3", 0, types[t]);
+    test_preset("tiny-qwen2", 0, types[t]);
   }
+  test_preset("tiny-qwen2", 1, MS_DTYPE_Q8_0);  /* Qwen2.5-0.5B ties its embeddings */
+  test_preset("tiny-gemma3", 1, MS_DTYPE_F32);
+  test_preset("tiny-gemma3", 1, MS_DTYPE_Q8_0);
+  test_preset("tiny-gemma3", 1, MS_DTYPE_Q4_0);
   test_preset("tiny", 1, MS_DTYPE_Q4_1);
   /* the other block types; the K-quants on widths of 256 */
   for (int t = MS_DTYPE_Q5_0; t < MS_DTYPE_COUNT; t++) {
@@ -416,6 +462,7 @@ int main(void) {
   }
   test_malformed();
   test_model_errors();
+  test_arch_errors();
   char cmd[600];
   snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
   if (system(cmd)) fprintf(stderr, "could not remove %s\n", tmpdir);

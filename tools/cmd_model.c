@@ -38,7 +38,7 @@ static void usage(FILE *f) {
 static int synth_usage(FILE *f, int rc) {
   fprintf(f,
           "usage: megascope model synth --preset P --type T --out F.gguf [options]\n\n"
-          "Writes a synthetic preset (tiny, tiny-qwen3, tiny-256, smollm2-135m) as a GGUF file:\n"
+          "Writes a synthetic preset (tiny, tiny-qwen3, tiny-qwen2, tiny-gemma3, tiny-256, smollm2-135m) as a GGUF file:\n"
           "deterministic f32 weights quantized to T (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
           "q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q8_k; norms stay f32; the K-quants\n"
           "need matrix widths that are multiples of 256, as tiny-256 has), llama.cpp's\n"
@@ -121,7 +121,7 @@ static void info_text(const struct ms_gguf *g, const struct ms_model *m, const s
   const struct ms_model_config *c = &m->cfg;
   printf("model: %s, %s blocks, %d layers, dim %d, ffn %d, heads %d/%d x %d, vocab %d, %s, rope %s base %g, "
          "eps %g, bos %d, eos %d, weights %s (%zu bytes read per step)\n",
-         c->name, c->arch == MS_ARCH_QWEN3 ? "qwen3" : "llama", c->n_layers, c->dim, c->ffn_dim, c->n_heads,
+         c->name, ms_arch_name(c->arch), c->n_layers, c->dim, c->ffn_dim, c->n_heads,
          c->n_kv_heads, c->head_dim, c->vocab, c->tied_embeddings ? "tied embeddings" : "separate lm_head",
          c->rope_style == MS_ROPE_NEOX ? "neox" : "norm", c->rope_base, c->norm_eps, c->bos, c->eos,
          ms_dtype_name(c->dtype), ms_model_weight_bytes(m));
@@ -166,7 +166,7 @@ static void info_json(const struct ms_gguf *g, const struct ms_model *m, const s
     ms_json_key(&j, "model");
     ms_json_obj_begin(&j);
     ms_json_kstr(&j, "name", c->name);
-    ms_json_kstr(&j, "arch", c->arch == MS_ARCH_QWEN3 ? "qwen3" : "llama");
+    ms_json_kstr(&j, "arch", ms_arch_name(c->arch));
     ms_json_kint(&j, "layers", c->n_layers);
     ms_json_kint(&j, "dim", c->dim);
     ms_json_kint(&j, "ffn_dim", c->ffn_dim);

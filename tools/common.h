@@ -17,12 +17,13 @@ struct cli_model {
 };
 
 #define CLI_MODEL_HELP                                                              \
-  "  --synthetic PRESET   synthetic model: tiny, tiny-qwen3, tiny-256, tiny-moe, smollm2-135m\n" \
+  "  --synthetic PRESET   synthetic model: tiny, tiny-qwen3, tiny-qwen2, tiny-gemma3,\n" \
+  "                       tiny-256, tiny-moe, smollm2-135m\n"                        \
   "  --dtype T            weight type: f32 (default) or bf16\n"                      \
   "  --model-seed N       seed of the synthetic weights (default 1)\n"                \
-  "  --model F.gguf       a GGUF model file (llama or qwen3; f32, f16, bf16, q8_0,\n"  \
-  "                       q4_0, q4_1, q5_0, q5_1, iq4_nl or K-quant weights) instead\n" \
-  "                       of --synthetic\n"
+  "  --model F.gguf       a GGUF model file (llama, qwen2, qwen3 or gemma3; f32, f16,\n" \
+  "                       bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl or K-quant\n"   \
+  "                       weights) instead of --synthetic\n"
 
 /* Returns 1 when the option was a model option (consuming optarg). */
 int cli_model_opt(struct cli_model *cm, const char *name, const char *arg);

@@ -119,7 +119,7 @@ const char *ms_gguf_type_name(uint32_t ggml_type);
 int ms_gguf_type_dtype(uint32_t ggml_type, enum ms_dtype *out);
 uint32_t ms_gguf_dtype_type(enum ms_dtype t);
 
-/* A model of architecture `llama` or `qwen3` from the file: configuration from
+/* A model of architecture `llama`, `qwen2`, `qwen3` or `gemma3` from the file: configuration from
  * the metadata, weights pointing into the mapping (the model takes a reference
  * on g). NULL + errno with the reason, naming the key or tensor, in log. */
 struct ms_model *ms_gguf_model_new(struct ms_gguf *g, struct ms_textbuf *log);
@@ -151,8 +151,8 @@ int ms_gguf_writer_add_tensor(struct ms_gguf_writer *w, const char *name, uint32
                               const int64_t *ne, const void *data, size_t bytes);
 int ms_gguf_writer_write(const struct ms_gguf_writer *w, const char *path, struct ms_textbuf *log);
 
-/* Writes a model (a synthetic one: dense llama or qwen3 blocks) as GGUF with
- * its matrices quantized to `type` (norms stay f32) and the byte-level
+/* Writes a model (a synthetic one: dense llama, qwen2, qwen3 or gemma3 blocks)
+ * as GGUF with its matrices quantized to `type` (norms and biases stay f32) and the byte-level
  * vocabulary as a gpt2 tokenizer without merges: token b is byte b, ids from
  * 256 up are control tokens "<|id|>". 0 or a negative errno. */
 int ms_gguf_write_model(const struct ms_model *m, enum ms_dtype type, const char *path,

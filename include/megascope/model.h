@@ -1,13 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /* megascope models: configuration, weights, synthetic presets.
  *
- * A model is a Llama-family decoder: Llama-style blocks, or Qwen3-style blocks
- * (per-head RMSNorm on q and k), with a dense SwiGLU FFN or a routed top-k MoE FFN.
+ * A model is a Llama-family decoder: Llama-style blocks, Qwen2-style (biases on
+ * q, k and v), Qwen3-style (per-head RMSNorm on q and k) or Gemma-3-style blocks
+ * (q/k norm, RMSNorm of the attention and FFN outputs before each residual add,
+ * GeGLU, scaled embeddings, sliding-window local layers between global ones),
+ * with a dense gated FFN or a routed top-k MoE FFN. The architecture's features
+ * are fields of the configuration, so the kernels test features, not names.
  * Weight matrices are row-major (rows = outputs, cols = inputs), so a GEMV tile is
  * a contiguous range of rows. Norm weights are always f32. */
 #ifndef MEGASCOPE_MODEL_H
 #define MEGASCOPE_MODEL_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -42,7 +47,16 @@ enum ms_dtype {
 enum ms_arch {
   MS_ARCH_LLAMA = 0,
   MS_ARCH_QWEN3 = 1,
+  MS_ARCH_QWEN2 = 2,
+  MS_ARCH_GEMMA3 = 3,
   MS_ARCH_COUNT
+};
+
+/* The gated FFN's activation: act(gate) * up. */
+enum ms_ffn_act {
+  MS_ACT_SILU = 0,        /* SwiGLU (llama, qwen) */
+  MS_ACT_GELU_TANH = 1,   /* GeGLU, GELU's tanh approximation (gemma) */
+  MS_ACT_COUNT
 };
 
 /* RoPE pairing: NORM rotates adjacent pairs (2i, 2i+1), as llama.cpp does for
@@ -70,7 +84,39 @@ struct ms_model_config {
   float rope_base;
   float norm_eps;
   int bos, eos;            /* -1 when none */
+  /* Architecture features; zero is llama's. */
+  int qk_norm;             /* per-head RMSNorm of q and k before RoPE (qwen3, gemma3) */
+  int qkv_bias;            /* biases added to the q, k and v projections (qwen2) */
+  int post_norms;          /* RMSNorm of the attention and FFN outputs before the residual add (gemma3) */
+  enum ms_ffn_act ffn_act;
+  float embed_scale;       /* embedding rows multiplied by it (gemma: sqrt(dim)); 0: 1 */
+  float attn_scale;        /* attention scores' scale; 0: 1/sqrt(head_dim) */
+  int sliding_window;      /* local layers attend to the last this many positions; 0: every layer global */
+  int swa_pattern;         /* with a window, layer l is global when (l + 1) % swa_pattern == 0 (gemma3: 6);
+                            * 0: every layer local */
+  float rope_base_local;   /* RoPE base of local layers; 0: rope_base */
+  float final_softcap;     /* logits = cap * tanh(logits / cap); 0: none */
 };
+
+/* The window of layer l: 0 for a global layer, else the positions a query sees
+ * (its own and the window - 1 before it, as llama.cpp's standard SWA mask). */
+static inline int ms_layer_window(const struct ms_model_config *c, int l) {
+  if (c->sliding_window <= 0) return 0;
+  return c->swa_pattern > 0 && (l + 1) % c->swa_pattern == 0 ? 0 : c->sliding_window;
+}
+
+/* RoPE base of layer l: rope_base_local for a local layer when set. */
+static inline float ms_layer_rope_base(const struct ms_model_config *c, int l) {
+  return ms_layer_window(c, l) && c->rope_base_local > 0 ? c->rope_base_local : c->rope_base;
+}
+
+/* The attention scores' scale. */
+static inline float ms_attn_scale(const struct ms_model_config *c) {
+  return c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim);
+}
+
+/* "llama", "qwen3", "qwen2", "gemma3": the GGUF spelling. */
+const char *ms_arch_name(enum ms_arch a);
 
 struct ms_weight {
   enum ms_dtype dtype;
@@ -81,9 +127,12 @@ struct ms_weight {
 struct ms_layer_weights {
   struct ms_weight attn_norm;          /* (1, dim) f32 */
   struct ms_weight wq, wk, wv;         /* (n_heads*hd, dim), (n_kv*hd, dim) x2 */
-  struct ms_weight q_norm, k_norm;     /* (1, head_dim) f32, qwen3 only */
+  struct ms_weight bq, bk, bv;         /* (1, n_heads*hd), (1, n_kv*hd) x2 f32, qkv_bias only */
+  struct ms_weight q_norm, k_norm;     /* (1, head_dim) f32, qk_norm only */
   struct ms_weight wo;                 /* (dim, n_heads*hd) */
+  struct ms_weight attn_post_norm;     /* (1, dim) f32, post_norms only */
   struct ms_weight ffn_norm;           /* (1, dim) f32 */
+  struct ms_weight ffn_post_norm;      /* (1, dim) f32, post_norms only */
   struct ms_weight w_gate, w_up;       /* (ffn, dim) */
   struct ms_weight w_down;             /* (dim, ffn) */
   struct ms_weight router;             /* (n_experts, dim) f32, MoE only */

@@ -42,6 +42,7 @@ struct msd_cfg {
   int32_t n_experts, top_k, expert_ffn_dim;
   float rope_base, norm_eps;
   int32_t eos;              /* -1: none */
+  int32_t qk_norm;          /* q/k RMSNorm before RoPE (qwen3, gemma3) */
 };
 
 /* What every task body reads: the plan's tables, activations, the batch of the

@@ -346,7 +346,7 @@ static __device__ void msd_rope(const struct msd_ctx *x, const struct msd_class 
     for (int i = tid; i < group * hd; i += MSD_THREADS) qo[i] = 0.0f;
     return;
   }
-  int pos = x->row_pos[r], qwen = c->arch == MS_ARCH_QWEN3, neox = c->rope_style == MS_ROPE_NEOX;
+  int pos = x->row_pos[r], qwen = c->qk_norm, neox = c->rope_style == MS_ROPE_NEOX;
   float *kd = msd_kv_at(x, x->k_pool, k->layer, r, pos), *vd = msd_kv_at(x, x->v_pool, k->layer, r, pos);
   float eps = c->norm_eps, base = c->rope_base;
   float *wt = msd_smem()->big + warp * hd;  /* hd <= MSD_SMEM_FLOATS / MSD_WARPS */

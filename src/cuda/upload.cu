@@ -115,7 +115,7 @@ static int map_classes(struct up *u, const struct ms_plan *p, int (*slot)[3]) {
       continue;
     }
     for (int i = 0; i < 3 && !rc; i++) {
-      if (!bw[c][i] || (k->kernel == MS_K_ROPE && m->cfg.arch != MS_ARCH_QWEN3)) continue;
+      if (!bw[c][i] || (k->kernel == MS_K_ROPE && !m->cfg.qk_norm)) continue;
       if ((slot[c][i] = weight_slot(u, bw[c][i], 1, f32, k->name)) < 0) rc = -EINVAL;
     }
   }
@@ -134,6 +134,13 @@ static int check_model(const struct ms_model *m, const struct ms_plan *p, const 
       c->head_dim > 1024) {
     ms_textbuf_printf(log, "cuda: heads %d/%d of %d: the device needs whole groups and an even head_dim <= 1024\n",
                       c->n_heads, c->n_kv_heads, c->head_dim);
+    return -MS_E_UNSUPP;
+  }
+  if (c->qkv_bias || c->post_norms || c->ffn_act != MS_ACT_SILU || c->embed_scale > 0 || c->attn_scale > 0 ||
+      c->sliding_window > 0 || c->final_softcap > 0) {
+    ms_textbuf_printf(log, "cuda: architecture %s: q/k/v biases, post-norms, GeGLU, scaled embeddings, sliding "
+                      "windows and logit caps are not on the device yet (the CPU backend runs them)\n",
+                      ms_arch_name((enum ms_arch)c->arch));
     return -MS_E_UNSUPP;
   }
   if (c->n_experts && (c->n_experts > 256 || c->top_k < 1 || c->top_k > 32 || c->top_k > c->n_experts)) {
@@ -264,7 +271,7 @@ int msd_upload(const struct ms_model *m, const struct ms_plan *p, const struct m
     struct msd_ctx *h = &out->h;
     h->cfg = (struct msd_cfg){c->arch, c->rope_style, c->n_layers, c->dim, c->ffn_dim, c->n_heads,
                               c->n_kv_heads, c->head_dim, c->vocab, c->n_experts, c->top_k,
-                              c->expert_ffn_dim, c->rope_base, c->norm_eps, c->eos};
+                              c->expert_ffn_dim, c->rope_base, c->norm_eps, c->eos, c->qk_norm};
     h->tasks = (const struct ms_task *)(sa + L.tasks);
     h->n_tasks = p->n_tasks;
     h->classes = (const struct msd_class *)(sa + L.classes);

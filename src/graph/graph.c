@@ -117,22 +117,29 @@ static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align)
   return t > rows ? rows : t;
 }
 
-/* One whole-row operator: a task per batch row. */
-static int row_op(struct builder *b, const char *op, int layer, int kernel, int in, int out) {
+/* One whole-row operator: a task per batch row; with res >= 0, the row of res
+ * is added to the result (a post-norm before its residual add). */
+static int row_op_res(struct builder *b, const char *op, int layer, int kernel, int in, int res, int out) {
   struct ms_graph *g = b->g;
-  int c = add_class(b, op, layer, kernel, MS_LAUNCH_AOT, "row", "row");
+  int c = add_class(b, op, layer, kernel, MS_LAUNCH_AOT, "row", res >= 0 ? "row+residual" : "row");
   g->classes[c].in = (int16_t)in;
+  g->classes[c].in2 = (int16_t)res;
   g->classes[c].out = (int16_t)out;
   g->classes[c].tile = g->bufs[out].cols;
   g->classes[c].n_out = g->bufs[out].cols;
   for (int r = 0; r < b->B; r++) {
     struct ms_proto_task *t = add_task(b, c, 0, r, -1);
     rd(t, in, r, r + 1, 0, g->bufs[in].cols, 0, 1);
+    if (res >= 0) rd(t, res, r, r + 1, 0, g->bufs[res].cols, 0, 1);
     if (b->pending_comm >= 0) rd(t, b->pending_comm, 0, 1, 0, b->tp, 0, 1);
     wr(t, out, r, r + 1, 0, g->bufs[out].cols, 0, 1);
   }
   b->pending_comm = -1;
   return c;
+}
+
+static int row_op(struct builder *b, const char *op, int layer, int kernel, int in, int out) {
+  return row_op_res(b, op, layer, kernel, in, -1, out);
 }
 
 /* Tensor parallel: each of tp devices computed a contiguous share of the
@@ -226,16 +233,33 @@ static void attention_block(struct builder *b, int l, int x, int *x_out) {
       rd(t, g->meta_buf, 0, 1, 0, 1, 0, 1);
       wr(t, att, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
     }
-  gemv_op(b, "wo", l, MS_K_WO, att, x, xo, cf->dim, gemv_tile(b, cf->dim, nq, 1, 8));
-  if (b->tp > 1) comm_op(b, "comm_attn", l, xo);
+  if (cf->post_norms) {  /* gemma3: x_mid = x + rmsnorm(wo . attn) */
+    int proj = add_buf(b, "attn_proj", l, cf->dim, 1, 0);
+    gemv_op(b, "wo", l, MS_K_WO, att, -1, proj, cf->dim, gemv_tile(b, cf->dim, nq, 1, 8));
+    if (b->tp > 1) comm_op(b, "comm_attn", l, proj);
+    row_op_res(b, "attn_post_norm", l, MS_K_RMSNORM, proj, x, xo);
+  } else {
+    gemv_op(b, "wo", l, MS_K_WO, att, x, xo, cf->dim, gemv_tile(b, cf->dim, nq, 1, 8));
+    if (b->tp > 1) comm_op(b, "comm_attn", l, xo);
+  }
   *x_out = xo;
 }
 
+/* gate_up (the model's gated activation: SwiGLU or GeGLU) and down, + residual;
+ * with post-norms (gemma3) down's output is normed before the residual add. */
 static void dense_ffn(struct builder *b, int l, int xn, int x, int xo) {
   const struct ms_model_config *cf = &b->m->cfg;
   int h = add_buf(b, "ffn_h", l, cf->ffn_dim, 1, 0);
   gemv_op(b, "gate_up", l, MS_K_SWIGLU, xn, -1, h, cf->ffn_dim, gemv_tile(b, cf->ffn_dim, cf->dim, 2, 8));
+  if (cf->post_norms) {
+    int proj = add_buf(b, "ffn_proj", l, cf->dim, 1, 0);
+    gemv_op(b, "down", l, MS_K_DOWN, h, -1, proj, cf->dim, gemv_tile(b, cf->dim, cf->ffn_dim, 1, 8));
+    if (b->tp > 1) comm_op(b, "comm_ffn", l, proj);
+    row_op_res(b, "ffn_post_norm", l, MS_K_RMSNORM, proj, x, xo);
+    return;
+  }
   gemv_op(b, "down", l, MS_K_DOWN, h, x, xo, cf->dim, gemv_tile(b, cf->dim, cf->ffn_dim, 1, 8));
+  if (b->tp > 1) comm_op(b, "comm_ffn", l, xo);
 }
 
 static void moe_ffn(struct builder *b, int l, int xn, int x, int xo) {
@@ -339,7 +363,7 @@ int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int t
       moe_ffn(&b, l, xn2, xm, xo);
     else
       dense_ffn(&b, l, xn2, xm, xo);
-    if (b.tp > 1) comm_op(&b, "comm_ffn", l, xo);
+    if (b.tp > 1 && cf->n_experts) comm_op(&b, "comm_ffn", l, xo);
     x = xo;
   }
 

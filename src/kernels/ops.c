@@ -19,7 +19,11 @@ void ms_ops_bind_weights(const struct ms_plan *p, const struct ms_model *m,
     switch (k->kernel) {
     case MS_K_EMBED: w[0] = &m->tok_embd; break;
     case MS_K_RMSNORM:
-      w[0] = !L ? &m->out_norm : !strcmp(k->op, "attn_norm") ? &L->attn_norm : &L->ffn_norm;
+      w[0] = !L                                 ? &m->out_norm
+             : !strcmp(k->op, "attn_norm")      ? &L->attn_norm
+             : !strcmp(k->op, "attn_post_norm") ? &L->attn_post_norm
+             : !strcmp(k->op, "ffn_post_norm")  ? &L->ffn_post_norm
+                                                : &L->ffn_norm;
       break;
     case MS_K_QKV: w[0] = &L->wq; w[1] = &L->wk; w[2] = &L->wv; break;
     case MS_K_ROPE: w[0] = &L->q_norm; w[1] = &L->k_norm; break;
@@ -84,14 +88,37 @@ static void embed(const struct ms_exec_ctx *x, const struct ms_task_class *k, co
   }
   const struct ms_weight *e = &x->m->tok_embd;
   int tok = x->meta.row_token[r];
+  float scale = x->m->cfg.embed_scale;
   for (int i = 0; i < dim; i++) out[i] = ms_weight_get(e, tok, i);
+  if (scale > 0)
+    for (int i = 0; i < dim; i++) out[i] *= scale;
 }
 
+/* out = rmsnorm(in) * w, plus the residual in2 when the class has one (a post-norm) */
 static void rmsnorm_row(const struct ms_exec_ctx *x, const struct ms_task_class *k,
                         const struct ms_task *t, const struct ms_weight *w) {
-  int r = t->tile[1];
-  ms_vec_rmsnorm(ms_buf_row(x, k->out, 0, r), ms_buf_row(x, k->in, 0, r), w->data,
-                 x->plan->bufs[k->out].cols, x->m->cfg.norm_eps);
+  int r = t->tile[1], n = x->plan->bufs[k->out].cols;
+  float *out = ms_buf_row(x, k->out, 0, r);
+  ms_vec_rmsnorm(out, ms_buf_row(x, k->in, 0, r), w->data, n, x->m->cfg.norm_eps);
+  if (k->in2 < 0) return;
+  const float *res = ms_buf_row(x, k->in2, 0, r);
+  for (int i = 0; i < n; i++) out[i] += res[i];
+}
+
+/* Adds the q | k | v biases (qwen2) to output columns [c0, c1) of every row of the batch. */
+static void qkv_bias(const struct ms_exec_ctx *x, const struct ms_task_class *k, int c0, int c1) {
+  const struct ms_layer_weights *L = &x->m->layers[k->layer];
+  const struct ms_weight *bias[3] = {&L->bq, &L->bk, &L->bv};
+  int ld = x->plan->bufs[k->out].cols, B = x->plan->batch, base = 0;
+  float *out = ms_buf_row(x, k->out, 0, 0);
+  for (int m = 0; m < 3; m++) {
+    const float *bv = bias[m]->data;
+    int n = bias[m]->cols;
+    int lo = c0 > base ? c0 : base, hi = c1 < base + n ? c1 : base + n;
+    for (int b = 0; b < B; b++)
+      for (int i = lo; i < hi; i++) out[(size_t)b * ld + i] += bv[i - base];
+    base += n;
+  }
 }
 
 /* qkv with 8-bit activations: the input quantized once per chunk of rows for all three matrices. */
@@ -116,20 +143,21 @@ static void qkv_q8(const struct ms_exec_ctx *x, const struct ms_task_class *k, c
 /* Output columns [c0, c1) of the concatenated (q | k | v) projection. */
 static void qkv(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                 const struct ms_weight *const *w, int worker) {
+  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
   if (q8_on(x, w[0]) || q8_on(x, w[1]) || q8_on(x, w[2])) {
     qkv_q8(x, k, t, w, worker);
-    return;
+  } else {
+    int ld = x->plan->bufs[k->out].cols, B = x->plan->batch, base = 0;
+    const float *in = ms_buf_row(x, k->in, 0, 0);
+    float *out = ms_buf_row(x, k->out, 0, 0);
+    for (int m = 0; m < 3; m++) {
+      int lo = c0 > base ? c0 : base, hi = c1 < base + w[m]->rows ? c1 : base + w[m]->rows;
+      if (lo < hi)
+        ms_vec_gemv(w[m], lo - base, hi - base, in, x->plan->bufs[k->in].cols, B, out + lo, ld);
+      base += w[m]->rows;
+    }
   }
-  int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
-  int ld = x->plan->bufs[k->out].cols, B = x->plan->batch, base = 0;
-  const float *in = ms_buf_row(x, k->in, 0, 0);
-  float *out = ms_buf_row(x, k->out, 0, 0);
-  for (int m = 0; m < 3; m++) {
-    int lo = c0 > base ? c0 : base, hi = c1 < base + w[m]->rows ? c1 : base + w[m]->rows;
-    if (lo < hi)
-      ms_vec_gemv(w[m], lo - base, hi - base, in, x->plan->bufs[k->in].cols, B, out + lo, ld);
-    base += w[m]->rows;
-  }
+  if (x->m->cfg.qkv_bias) qkv_bias(x, k, c0, c1);  /* the epilogue */
 }
 
 static void rope_vec(float *v, int hd, int pos, float base, enum ms_rope_style style) {
@@ -151,7 +179,7 @@ static float *kv_at(const struct ms_exec_ctx *x, float *pool, int layer, int row
                  (size_t)(pos % x->page_size)) * kvdim;
 }
 
-/* q/k norm (qwen3), RoPE on the group's q heads and its k head, KV append. */
+/* q/k norm (qwen3, gemma3), RoPE (the layer's base) on the group's q heads and its k head, KV append. */
 static void rope(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                  const struct ms_weight *const *w) {
   const struct ms_model_config *c = &x->m->cfg;
@@ -163,25 +191,27 @@ static void rope(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
     memset(qo + kh * group * hd, 0, sizeof(float) * (size_t)(group * hd));
     return;
   }
-  int pos = x->meta.row_pos[r], qwen = c->arch == MS_ARCH_QWEN3;
+  int pos = x->meta.row_pos[r], qkn = c->qk_norm;
+  float base = ms_layer_rope_base(c, k->layer);
   for (int h = kh * group; h < (kh + 1) * group; h++) {
-    if (qwen)
+    if (qkn)
       ms_vec_rmsnorm(qo + h * hd, in + h * hd, w[0]->data, hd, c->norm_eps);
     else
       memcpy(qo + h * hd, in + h * hd, sizeof(float) * (size_t)hd);
-    rope_vec(qo + h * hd, hd, pos, c->rope_base, c->rope_style);
+    rope_vec(qo + h * hd, hd, pos, base, c->rope_style);
   }
   float *kd = kv_at(x, x->k_pool, k->layer, r, pos) + kh * hd;
   float *vd = kv_at(x, x->v_pool, k->layer, r, pos) + kh * hd;
-  if (qwen)
+  if (qkn)
     ms_vec_rmsnorm(kd, in + nq + kh * hd, w[1]->data, hd, c->norm_eps);
   else
     memcpy(kd, in + nq + kh * hd, sizeof(float) * (size_t)hd);
-  rope_vec(kd, hd, pos, c->rope_base, c->rope_style);
+  rope_vec(kd, hd, pos, base, c->rope_style);
   memcpy(vd, in + nq + nkv + kh * hd, sizeof(float) * (size_t)hd);
 }
 
-/* Paged attention of one row for the q heads sharing kv head `kh`. */
+/* Paged attention of one row for the q heads sharing kv head `kh`, over every
+ * position so far, or the last `window` on a local layer. */
 static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                  int worker) {
   const struct ms_model_config *c = &x->m->cfg;
@@ -192,18 +222,18 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
     return;
   }
   const float *q = ms_buf_row(x, k->in, 0, r) + kh * group * hd;
-  int n = x->meta.row_pos[r] + 1;
-  float *s = x->scratch[worker], scale = 1.0f / sqrtf((float)hd);
+  int n = x->meta.row_pos[r] + 1, win = ms_layer_window(c, k->layer), p0 = win && n > win ? n - win : 0;
+  float *s = x->scratch[worker], scale = ms_attn_scale(c);
   for (int g = 0; g < group; g++) {
     float mx = -INFINITY, sum = 0.0f;
-    for (int p = 0; p < n; p++) {
+    for (int p = p0; p < n; p++) {
       s[p] = ms_vec_dot(q + g * hd, kv_at(x, x->k_pool, k->layer, r, p) + kh * hd, hd) * scale;
       if (s[p] > mx) mx = s[p];
     }
-    for (int p = 0; p < n; p++) sum += (s[p] = expf(s[p] - mx));
+    for (int p = p0; p < n; p++) sum += (s[p] = expf(s[p] - mx));
     float *o = out + g * hd;
     memset(o, 0, sizeof(float) * (size_t)hd);
-    for (int p = 0; p < n; p++) ms_vec_axpy(o, s[p] / sum, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, hd);
+    for (int p = p0; p < n; p++) ms_vec_axpy(o, s[p] / sum, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, hd);
   }
 }
 
@@ -214,6 +244,10 @@ static void gemv_residual(const struct ms_exec_ctx *x, const struct ms_task_clas
   int ld = x->plan->bufs[k->out].cols, B = x->plan->batch;
   float *out = ms_buf_row(x, k->out, 0, 0);
   gemv(x, worker, w, c0, c1, ms_buf_row(x, k->in, 0, 0), x->plan->bufs[k->in].cols, B, out + c0, ld);
+  float cap = x->m->cfg.final_softcap;
+  if (t->kernel == MS_K_LM_HEAD && cap > 0)  /* gemma's final logit cap */
+    for (int b = 0; b < B; b++)
+      for (int i = c0; i < c1; i++) out[(size_t)b * ld + i] = cap * tanhf(out[(size_t)b * ld + i] / cap);
   if (k->in2 < 0) return;
   for (int b = 0; b < B; b++) {
     const float *res = ms_buf_row(x, k->in2, 0, b);
@@ -222,6 +256,14 @@ static void gemv_residual(const struct ms_exec_ctx *x, const struct ms_task_clas
 }
 
 static float silu(float v) { return v / (1.0f + expf(-v)); }
+
+/* GELU, tanh approximation (ggml_gelu) */
+static float gelu_tanh(float v) { return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v))); }
+
+/* The gated FFN's activation of the gate: SiLU (SwiGLU) or GELU (GeGLU). */
+static float glu_act(const struct ms_exec_ctx *x, float g) {
+  return x->m->cfg.ffn_act == MS_ACT_GELU_TANH ? gelu_tanh(g) : silu(g);
+}
 
 /* h[rows, c0:c1] = silu(Wg x) * (Wu x) for the given rows (all, or routed ones). */
 static void swiglu_rows(const struct ms_weight *wg, const struct ms_weight *wu, int c0, int c1,
@@ -271,7 +313,7 @@ static void swiglu_batch_q8(const struct ms_exec_ctx *x, const struct ms_task_cl
       gemv_chunk(x, w[0], i0, i1, &a, in, ldin, nb, g, R);
       gemv_chunk(x, w[1], i0, i1, &a, in, ldin, nb, u, R);
       for (int b = 0; b < nb; b++)
-        for (int i = i0; i < i1; i++) out[(size_t)b * ld + i] = silu(g[b * R + i - i0]) * u[b * R + i - i0];
+        for (int i = i0; i < i1; i++) out[(size_t)b * ld + i] = glu_act(x, g[b * R + i - i0]) * u[b * R + i - i0];
     }
   }
 }
@@ -293,7 +335,7 @@ static void swiglu(const struct ms_exec_ctx *x, const struct ms_task_class *k, c
       int nb = B - b0 < 64 ? B - b0 : 64;
       ms_vec_gemv(w[0], i, i + 1, in + (size_t)b0 * ldin, ldin, nb, g, 1);
       ms_vec_gemv(w[1], i, i + 1, in + (size_t)b0 * ldin, ldin, nb, u, 1);
-      for (int b = 0; b < nb; b++) out[(size_t)(b0 + b) * ld + i] = silu(g[b]) * u[b];
+      for (int b = 0; b < nb; b++) out[(size_t)(b0 + b) * ld + i] = glu_act(x, g[b]) * u[b];
     }
 }
 

@@ -65,6 +65,9 @@ static void rope(double *v, int hd, int pos, double base, enum ms_rope_style sty
 
 static double silu(double x) { return x / (1.0 + exp(-x)); }
 
+/* GELU, tanh approximation (ggml_gelu, PyTorch's approximate="tanh") */
+static double gelu_tanh(double x) { return 0.5 * x * (1.0 + tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); }
+
 struct ms_ref *ms_ref_new(const struct ms_model *m, int max_ctx) {
   const struct ms_model_config *c = &m->cfg;
   struct ms_ref *r = calloc(1, sizeof *r);
@@ -102,24 +105,28 @@ void ms_ref_free(struct ms_ref *r) {
   free(r);
 }
 
+/* Causal attention of every head over positions [t0, pos]: all of them, or the
+ * last `window` on a local layer. */
 static void attention(struct ms_ref *r, int l) {
   const struct ms_model_config *c = &r->m->cfg;
   int hd = c->head_dim, kv = c->n_kv_heads * hd, group = c->n_heads / c->n_kv_heads;
+  int win = ms_layer_window(c, l), t0 = win && r->pos - win + 1 > 0 ? r->pos - win + 1 : 0;
+  double scale = (double)ms_attn_scale(c);
   const double *kc = r->kcache + (size_t)l * r->max_ctx * kv;
   const double *vc = r->vcache + (size_t)l * r->max_ctx * kv;
   for (int h = 0; h < c->n_heads; h++) {
     int kh = h / group;
     double mx = -INFINITY, sum = 0;
-    for (int t = 0; t <= r->pos; t++) {
+    for (int t = t0; t <= r->pos; t++) {
       double s = 0;
       for (int i = 0; i < hd; i++) s += r->q[h * hd + i] * kc[(size_t)t * kv + kh * hd + i];
-      r->att[t] = s / sqrt((double)hd);
+      r->att[t] = s * scale;
       if (r->att[t] > mx) mx = r->att[t];
     }
-    for (int t = 0; t <= r->pos; t++) sum += (r->att[t] = exp(r->att[t] - mx));
+    for (int t = t0; t <= r->pos; t++) sum += (r->att[t] = exp(r->att[t] - mx));
     for (int i = 0; i < hd; i++) {
       double s = 0;
-      for (int t = 0; t <= r->pos; t++) s += r->att[t] * vc[(size_t)t * kv + kh * hd + i];
+      for (int t = t0; t <= r->pos; t++) s += r->att[t] * vc[(size_t)t * kv + kh * hd + i];
       r->o[h * hd + i] = s / sum;
     }
   }
@@ -127,9 +134,10 @@ static void attention(struct ms_ref *r, int l) {
 
 static void dense_ffn(struct ms_ref *r, const struct ms_weight *wg, const struct ms_weight *wu,
                       const struct ms_weight *wd, double *out) {
+  int gelu = r->m->cfg.ffn_act == MS_ACT_GELU_TANH;
   matvec(wg, r->xn, r->g);
   matvec(wu, r->xn, r->u);
-  for (int i = 0; i < wg->rows; i++) r->h[i] = silu(r->g[i]) * r->u[i];
+  for (int i = 0; i < wg->rows; i++) r->h[i] = (gelu ? gelu_tanh(r->g[i]) : silu(r->g[i])) * r->u[i];
   matvec(wd, r->h, out);
 }
 
@@ -156,49 +164,68 @@ static void moe_ffn(struct ms_ref *r, const struct ms_layer_weights *L) {
   }
 }
 
+/* tmp (a sublayer's output) = rmsnorm(tmp) * w, before its residual add (gemma3) */
+static void post_norm(struct ms_ref *r, const struct ms_weight *w) {
+  int dim = r->m->cfg.dim;
+  rmsnorm(r->xn, r->tmp, w, dim, r->m->cfg.norm_eps);
+  memcpy(r->tmp, r->xn, sizeof(double) * (size_t)dim);
+}
+
 int ms_ref_step(struct ms_ref *r, int token, float *logits) {
   const struct ms_model *m = r->m;
   const struct ms_model_config *c = &m->cfg;
   if (token < 0 || token >= c->vocab) return -EINVAL;
   if (r->pos >= r->max_ctx) return -ENOSPC;
   int hd = c->head_dim, kv = c->n_kv_heads * hd;
-  for (int i = 0; i < c->dim; i++) r->x[i] = wget(&m->tok_embd, token, i);
+  double escale = c->embed_scale > 0 ? (double)c->embed_scale : 1.0;
+  for (int i = 0; i < c->dim; i++) r->x[i] = wget(&m->tok_embd, token, i) * escale;
   for (int l = 0; l < c->n_layers; l++) {
     const struct ms_layer_weights *L = &m->layers[l];
+    double base = (double)ms_layer_rope_base(c, l);
     rmsnorm(r->xn, r->x, &L->attn_norm, c->dim, c->norm_eps);
     matvec(&L->wq, r->xn, r->q);
     matvec(&L->wk, r->xn, r->k);
     matvec(&L->wv, r->xn, r->v);
+    if (c->qkv_bias) {
+      for (int i = 0; i < c->n_heads * hd; i++) r->q[i] += wget(&L->bq, 0, i);
+      for (int i = 0; i < kv; i++) r->k[i] += wget(&L->bk, 0, i);
+      for (int i = 0; i < kv; i++) r->v[i] += wget(&L->bv, 0, i);
+    }
     for (int h = 0; h < c->n_heads; h++) {
-      if (c->arch == MS_ARCH_QWEN3) {
+      if (c->qk_norm) {
         rmsnorm(r->tmp, r->q + h * hd, &L->q_norm, hd, c->norm_eps);
         memcpy(r->q + h * hd, r->tmp, sizeof(double) * (size_t)hd);
       }
-      rope(r->q + h * hd, hd, r->pos, c->rope_base, c->rope_style);
+      rope(r->q + h * hd, hd, r->pos, base, c->rope_style);
     }
     for (int h = 0; h < c->n_kv_heads; h++) {
-      if (c->arch == MS_ARCH_QWEN3) {
+      if (c->qk_norm) {
         rmsnorm(r->tmp, r->k + h * hd, &L->k_norm, hd, c->norm_eps);
         memcpy(r->k + h * hd, r->tmp, sizeof(double) * (size_t)hd);
       }
-      rope(r->k + h * hd, hd, r->pos, c->rope_base, c->rope_style);
+      rope(r->k + h * hd, hd, r->pos, base, c->rope_style);
     }
     size_t at = ((size_t)l * r->max_ctx + (size_t)r->pos) * kv;
     memcpy(r->kcache + at, r->k, sizeof(double) * (size_t)kv);
     memcpy(r->vcache + at, r->v, sizeof(double) * (size_t)kv);
     attention(r, l);
     matvec(&L->wo, r->o, r->tmp);
+    if (c->post_norms) post_norm(r, &L->attn_post_norm);
     for (int i = 0; i < c->dim; i++) r->x[i] += r->tmp[i];
     rmsnorm(r->xn, r->x, &L->ffn_norm, c->dim, c->norm_eps);
     if (c->n_experts) {
       moe_ffn(r, L);
     } else {
       dense_ffn(r, &L->w_gate, &L->w_up, &L->w_down, r->tmp);
+      if (c->post_norms) post_norm(r, &L->ffn_post_norm);
       for (int i = 0; i < c->dim; i++) r->x[i] += r->tmp[i];
     }
   }
   rmsnorm(r->xn, r->x, &m->out_norm, c->dim, c->norm_eps);
-  for (int v = 0; v < c->vocab; v++) logits[v] = (float)dot_row(&m->lm_head, v, r->xn);
+  for (int v = 0; v < c->vocab; v++) {
+    double z = dot_row(&m->lm_head, v, r->xn), cap = c->final_softcap;
+    logits[v] = (float)(cap > 0 ? cap * tanh(z / cap) : z);
+  }
   r->pos++;
   return 0;
 }

@@ -5,9 +5,16 @@
  * GGUF stores a matrix of `rows` outputs by `cols` inputs with ne = [cols, rows]
  * (ne[0] contiguous), which is exactly megascope's row-major (rows, cols), so no
  * weight is transposed or copied. Architectures: `llama` (RoPE on adjacent
- * pairs, as llama.cpp's convert script permutes q/k for it) and `qwen3` (NEOX
- * pairs, per-head q/k RMSNorm). Every rejection names the key or the tensor. */
+ * pairs, as llama.cpp's convert script permutes q/k for it), `qwen2` (NEOX
+ * pairs, biases on q, k and v), `qwen3` (NEOX pairs, per-head q/k RMSNorm) and
+ * `gemma3` (NEOX, q/k norm, post-attention and post-FFN norms, GeGLU, embeddings
+ * scaled by sqrt(dim), a global layer every sixth between sliding-window ones
+ * whose RoPE base is 10000, as llama.cpp's gemma3 graph has them). Gemma's
+ * RMSNorm multiplies by (1 + w); llama.cpp's convert script adds the 1 to every
+ * `*norm.weight` it writes, so a GGUF norm is applied as it is, like llama's.
+ * Every rejection names the key or the tensor. */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -73,15 +80,21 @@ static int read_arch(struct loader *L, struct ms_model_config *c) {
   size_t n;
   int rc = ms_gguf_get_str(L->g, "general.architecture", &s, &n);
   if (rc) return lfail(L, -MS_E_FORMAT, "key 'general.architecture': %s", rc == -ENOENT ? "missing" : "not a string");
-  if (n == 5 && !memcmp(s, "llama", 5)) {
-    c->arch = MS_ARCH_LLAMA;
-    c->rope_style = MS_ROPE_NORM;
-  } else if (n == 5 && !memcmp(s, "qwen3", 5)) {
-    c->arch = MS_ARCH_QWEN3;
-    c->rope_style = MS_ROPE_NEOX;
-  } else {
-    return lfail(L, -MS_E_UNSUPP, "key 'general.architecture': '%.*s' is not supported (llama, qwen3)",
+  int a = 0;
+  while (a < MS_ARCH_COUNT && !(strlen(ms_arch_name((enum ms_arch)a)) == n && !memcmp(s, ms_arch_name((enum ms_arch)a), n)))
+    a++;
+  if (a == MS_ARCH_COUNT)
+    return lfail(L, -MS_E_UNSUPP, "key 'general.architecture': '%.*s' is not supported (llama, qwen2, qwen3, gemma3)",
                  (int)(n < 40 ? n : 40), s);
+  c->arch = (enum ms_arch)a;
+  c->rope_style = c->arch == MS_ARCH_LLAMA ? MS_ROPE_NORM : MS_ROPE_NEOX;
+  c->qk_norm = c->arch == MS_ARCH_QWEN3 || c->arch == MS_ARCH_GEMMA3;
+  c->qkv_bias = c->arch == MS_ARCH_QWEN2;
+  if (c->arch == MS_ARCH_GEMMA3) {
+    c->post_norms = 1;
+    c->ffn_act = MS_ACT_GELU_TANH;
+    c->swa_pattern = 6;            /* llama.cpp: set_swa_pattern(6), rope_freq_base_train_swa 10000 */
+    c->rope_base_local = 10000.0f;
   }
   memcpy(L->arch, s, n);
   L->arch[n] = '\0';
@@ -102,6 +115,18 @@ static int check_unsupported(struct loader *L) {
     return lfail(L, -MS_E_UNSUPP, "key '%s': mixture-of-experts files are not supported", key);
   if (ms_gguf_find_tensor(L->g, "rope_freqs.weight"))
     return lfail(L, -MS_E_UNSUPP, "tensor 'rope_freqs.weight': per-dimension rope frequencies are not supported");
+  return 0;
+}
+
+/* gemma3's own keys: the window (required, as llama.cpp reads it), the logit
+ * cap (optional); the embedding scale and the attention scale as llama.cpp's
+ * gemma3 graph sets them (its 27B, 62 layers, scales by 1/sqrt(dim / heads)). */
+static int read_gemma3(struct loader *L, struct ms_model_config *c) {
+  if (arch_int(L, "attention.sliding_window", 1, 1 << 24, -1, &c->sliding_window) ||
+      arch_float(L, "final_logit_softcapping", 0.0, 0, &c->final_softcap))
+    return L->err;
+  c->embed_scale = sqrtf((float)c->dim);
+  if (c->n_layers == 62) c->attn_scale = 1.0f / sqrtf((float)(c->dim / c->n_heads));
   return 0;
 }
 
@@ -134,6 +159,7 @@ static int read_config(struct loader *L, struct ms_model_config *c) {
   if (c->head_dim % 2) return lfail(L, -MS_E_FORMAT, "key '%s.attention.key_length': %d is odd", L->arch, c->head_dim);
   if (c->n_heads % c->n_kv_heads)
     return lfail(L, -MS_E_FORMAT, "key '%s.attention.head_count_kv': %d does not divide %d heads", L->arch, c->n_kv_heads, c->n_heads);
+  if (c->arch == MS_ARCH_GEMMA3 && read_gemma3(L, c)) return L->err;
   const struct ms_gguf_tensor *e = ms_gguf_find_tensor(L->g, "token_embd.weight");
   if (!e) return lfail(L, -MS_E_FORMAT, "tensor 'token_embd.weight': missing");
   if (arch_int(L, "vocab_size", 1, 1 << 24, e->ne[1] <= (1 << 24) ? (long)e->ne[1] : -1, &c->vocab)) return L->err;
@@ -176,14 +202,23 @@ static int bind_layer(struct loader *L, const struct ms_model_config *c, int l, 
       B(w_gate, "ffn_gate.weight", c->ffn_dim, c->dim) || B(w_up, "ffn_up.weight", c->ffn_dim, c->dim) ||
       B(w_down, "ffn_down.weight", c->dim, c->ffn_dim))
     return L->err;
-  if (c->arch == MS_ARCH_QWEN3 &&
+  if (c->qk_norm &&
       (B(q_norm, "attn_q_norm.weight", 0, c->head_dim) || B(k_norm, "attn_k_norm.weight", 0, c->head_dim)))
     return L->err;
+  if (c->qkv_bias && (B(bq, "attn_q.bias", 0, q) || B(bk, "attn_k.bias", 0, kv) || B(bv, "attn_v.bias", 0, kv)))
+    return L->err;
+  if (c->post_norms && (B(attn_post_norm, "post_attention_norm.weight", 0, c->dim) ||
+                        B(ffn_post_norm, "post_ffw_norm.weight", 0, c->dim)))
+    return L->err;
 #undef B
-  static const char *const biases[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias"};
-  for (size_t i = 0; i < sizeof biases / sizeof biases[0]; i++) {
-    snprintf(n, sizeof n, "blk.%d.%s", l, biases[i]);
-    if (ms_gguf_find_tensor(L->g, n)) return lfail(L, -MS_E_UNSUPP, "tensor '%s': biases are not supported", n);
+  /* what this architecture does not apply: refused rather than ignored */
+  static const char *const extra[] = {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_output.bias",
+                                      "ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"};
+  for (size_t i = c->qkv_bias ? 3 : 0; i < sizeof extra / sizeof extra[0]; i++) {
+    snprintf(n, sizeof n, "blk.%d.%s", l, extra[i]);
+    if (ms_gguf_find_tensor(L->g, n))
+      return lfail(L, -MS_E_UNSUPP, "tensor '%s': biases are not supported for '%s' (only qwen2's q, k and v biases)",
+                   n, L->arch);
   }
   return 0;
 }

@@ -268,7 +268,7 @@ out:
 }
 
 static int write_config(struct ms_gguf_writer *w, const struct ms_model_config *c, enum ms_dtype type) {
-  const char *a = c->arch == MS_ARCH_QWEN3 ? "qwen3" : "llama";
+  const char *a = ms_arch_name(c->arch);
   char k[96];
   static const uint32_t file_type[MS_DTYPE_COUNT] = {
       [MS_DTYPE_F32] = 0, [MS_DTYPE_F16] = 1, [MS_DTYPE_Q4_0] = 2, [MS_DTYPE_Q4_1] = 3,
@@ -293,6 +293,10 @@ static int write_config(struct ms_gguf_writer *w, const struct ms_model_config *
   KU("vocab_size", c->vocab);
   KF("rope.freq_base", c->rope_base);
   KF("attention.layer_norm_rms_epsilon", c->norm_eps);
+  if (c->arch == MS_ARCH_GEMMA3) {
+    KU("attention.sliding_window", c->sliding_window);
+    if (c->final_softcap > 0) KF("final_logit_softcapping", c->final_softcap);
+  }
 #undef KU
 #undef KF
   return write_vocab(w, c);
@@ -331,15 +335,22 @@ static int write_weights(struct ms_gguf_writer *gw, const struct ms_model *m, en
     P("attn_q.weight", wq, 0);
     P("attn_k.weight", wk, 0);
     P("attn_v.weight", wv, 0);
-    if (c->arch == MS_ARCH_QWEN3) {
+    if (c->qkv_bias) {
+      P("attn_q.bias", bq, 1);
+      P("attn_k.bias", bk, 1);
+      P("attn_v.bias", bv, 1);
+    }
+    if (c->qk_norm) {
       P("attn_q_norm.weight", q_norm, 1);
       P("attn_k_norm.weight", k_norm, 1);
     }
     P("attn_output.weight", wo, 0);
+    if (c->post_norms) P("post_attention_norm.weight", attn_post_norm, 1);
     P("ffn_norm.weight", ffn_norm, 1);
     P("ffn_gate.weight", w_gate, 0);
     P("ffn_up.weight", w_up, 0);
     P("ffn_down.weight", w_down, 0);
+    if (c->post_norms) P("post_ffw_norm.weight", ffn_post_norm, 1);
 #undef P
   }
   put_weight(gw, "output_norm.weight", &m->out_norm, type, 1);

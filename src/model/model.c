@@ -18,8 +18,14 @@
 #include "kernels/quant_k.h"
 #include "megascope/base.h"
 
-const char *const ms_preset_names[] = {"tiny", "tiny-qwen3", "tiny-256", "tiny-moe", "smollm2-135m",
-                                       "llama-3.2-1b", "qwen3-8b", NULL};
+const char *const ms_preset_names[] = {"tiny", "tiny-qwen3", "tiny-qwen2", "tiny-gemma3", "tiny-256", "tiny-moe",
+                                       "smollm2-135m", "llama-3.2-1b", "qwen3-8b", "gemma3-270m", NULL};
+
+const char *ms_arch_name(enum ms_arch a) {
+  static const char *const names[MS_ARCH_COUNT] = {
+      [MS_ARCH_LLAMA] = "llama", [MS_ARCH_QWEN3] = "qwen3", [MS_ARCH_QWEN2] = "qwen2", [MS_ARCH_GEMMA3] = "gemma3"};
+  return (unsigned)a < MS_ARCH_COUNT ? names[a] : "?";
+}
 
 static void cfg_tiny(struct ms_model_config *c) {
   c->arch = MS_ARCH_LLAMA;
@@ -37,6 +43,21 @@ static void cfg_tiny(struct ms_model_config *c) {
   c->eos = -1;  /* synthetic text has no end: runs stop at max tokens */
 }
 
+/* Gemma 3's features (llama.cpp's gemma3: a global layer every sixth, local
+ * RoPE base 10000); the caller sets the sizes, the window and the embedding scale. */
+static void cfg_gemma3(struct ms_model_config *c) {
+  c->arch = MS_ARCH_GEMMA3;
+  c->rope_style = MS_ROPE_NEOX;
+  c->rope_base = 1000000.0f;
+  c->rope_base_local = 10000.0f;
+  c->swa_pattern = 6;
+  c->norm_eps = 1e-6f;
+  c->qk_norm = 1;
+  c->post_norms = 1;
+  c->ffn_act = MS_ACT_GELU_TANH;
+  c->tied_embeddings = 1;
+}
+
 int ms_preset_config(const char *name, enum ms_dtype dtype, struct ms_model_config *c) {
   memset(c, 0, sizeof *c);
   if (!strcmp(name, "tiny")) {
@@ -47,6 +68,40 @@ int ms_preset_config(const char *name, enum ms_dtype dtype, struct ms_model_conf
     c->rope_style = MS_ROPE_NEOX;
     c->rope_base = 1000000.0f;
     c->norm_eps = 1e-6f;
+    c->qk_norm = 1;
+  } else if (!strcmp(name, "tiny-qwen2")) {
+    /* tiny with Qwen2's blocks: biases on q, k and v */
+    cfg_tiny(c);
+    c->arch = MS_ARCH_QWEN2;
+    c->rope_style = MS_ROPE_NEOX;
+    c->rope_base = 1000000.0f;
+    c->norm_eps = 1e-6f;
+    c->qkv_bias = 1;
+  } else if (!strcmp(name, "tiny-gemma3")) {
+    /* Gemma 3's blocks at tiny size: six layers, so the sixth is global and
+     * the first five see a window of 8 positions with their own RoPE base; q
+     * heads wider than dim (as Gemma-3-270M's 4 x 256 over 640); a logit cap */
+    cfg_tiny(c);
+    cfg_gemma3(c);
+    c->n_layers = 6;
+    c->head_dim = 32;
+    c->sliding_window = 8;
+    c->embed_scale = sqrtf((float)c->dim);
+    c->final_softcap = 20.0f;
+  } else if (!strcmp(name, "gemma3-270m")) {
+    /* shapes of Gemma-3-270M */
+    cfg_gemma3(c);
+    c->n_layers = 18;
+    c->dim = 640;
+    c->ffn_dim = 2048;
+    c->n_heads = 4;
+    c->n_kv_heads = 1;
+    c->head_dim = 256;
+    c->vocab = 262144;
+    c->sliding_window = 512;
+    c->embed_scale = sqrtf((float)c->dim);
+    c->bos = 2;
+    c->eos = 1;
   } else if (!strcmp(name, "tiny-256")) {
     /* tiny with every matrix width a multiple of 256, for the K-quants */
     cfg_tiny(c);
@@ -102,6 +157,7 @@ int ms_preset_config(const char *name, enum ms_dtype dtype, struct ms_model_conf
     c->vocab = 151936;
     c->rope_base = 1000000.0f;
     c->norm_eps = 1e-6f;
+    c->qk_norm = 1;
     c->bos = -1;
     c->eos = 151645;
   } else {
@@ -304,6 +360,8 @@ static size_t synth_bytes(const struct ms_model_config *c) {
   size_t layer = 2 * mat_bytes(1, c->dim, MS_DTYPE_F32) + mat_bytes(q, c->dim, dt) +
                  2 * mat_bytes(kv, c->dim, dt) + mat_bytes(c->dim, q, dt) +
                  2 * mat_bytes(1, c->head_dim, MS_DTYPE_F32);
+  if (c->qkv_bias) layer += mat_bytes(1, q, MS_DTYPE_F32) + 2 * mat_bytes(1, kv, MS_DTYPE_F32);
+  if (c->post_norms) layer += 2 * mat_bytes(1, c->dim, MS_DTYPE_F32);
   if (c->n_experts)
     layer += mat_bytes(c->n_experts, c->dim, MS_DTYPE_F32) +
              (size_t)c->n_experts * (2 * mat_bytes(c->expert_ffn_dim, c->dim, dt) +
@@ -321,6 +379,8 @@ static int cfg_valid(const struct ms_model_config *c) {
       c->head_dim <= 0 || c->vocab <= 0 || c->head_dim % 2)
     return 0;
   if (c->n_heads % c->n_kv_heads) return 0;
+  if ((unsigned)c->ffn_act >= MS_ACT_COUNT || c->sliding_window < 0 || c->swa_pattern < 0) return 0;
+  if (c->n_experts && (c->ffn_act != MS_ACT_SILU || c->post_norms)) return 0;  /* experts are SwiGLU, pre-norm only */
   if (c->n_experts ? (c->top_k <= 0 || c->top_k > c->n_experts || c->expert_ffn_dim <= 0)
                    : c->ffn_dim <= 0)
     return 0;
@@ -355,6 +415,12 @@ static struct ms_model *build(const struct ms_model_config *cfg, uint64_t seed, 
     synth_norm(&sy, &L->q_norm, c->head_dim);
     synth_norm(&sy, &L->k_norm, c->head_dim);
     synth_proj(&sy, &L->wo, dt, c->dim, q);
+    if (c->qkv_bias) {  /* tensors of the optional features come after, so the others keep their numbers */
+      synth_matrix(&sy, &L->bq, MS_DTYPE_F32, 1, q, 0.5f, 0.0f);
+      synth_matrix(&sy, &L->bk, MS_DTYPE_F32, 1, kv, 0.5f, 0.0f);
+      synth_matrix(&sy, &L->bv, MS_DTYPE_F32, 1, kv, 0.5f, 0.0f);
+    }
+    if (c->post_norms) synth_norm(&sy, &L->attn_post_norm, c->dim);
     synth_norm(&sy, &L->ffn_norm, c->dim);
     if (c->n_experts) {
       synth_proj(&sy, &L->router, MS_DTYPE_F32, c->n_experts, c->dim);
@@ -372,6 +438,7 @@ static struct ms_model *build(const struct ms_model_config *cfg, uint64_t seed, 
       synth_proj(&sy, &L->w_up, dt, c->ffn_dim, c->dim);
       synth_proj(&sy, &L->w_down, dt, c->dim, c->ffn_dim);
     }
+    if (c->post_norms) synth_norm(&sy, &L->ffn_post_norm, c->dim);
   }
   synth_norm(&sy, &m->out_norm, c->dim);
   if (c->tied_embeddings)
@@ -416,8 +483,9 @@ size_t ms_model_weight_bytes(const struct ms_model *m) {
     const struct ms_layer_weights *L = &m->layers[l];
     b += wbytes(&L->attn_norm) + wbytes(&L->wq) + wbytes(&L->wk) + wbytes(&L->wv) +
          wbytes(&L->wo) + wbytes(&L->ffn_norm) + wbytes(&L->w_gate) + wbytes(&L->w_up) +
-         wbytes(&L->w_down) + wbytes(&L->router);
-    if (m->cfg.arch == MS_ARCH_QWEN3) b += wbytes(&L->q_norm) + wbytes(&L->k_norm);
+         wbytes(&L->w_down) + wbytes(&L->router) + wbytes(&L->bq) + wbytes(&L->bk) + wbytes(&L->bv) +
+         wbytes(&L->attn_post_norm) + wbytes(&L->ffn_post_norm);
+    if (m->cfg.qk_norm) b += wbytes(&L->q_norm) + wbytes(&L->k_norm);
     for (int e = 0; e < m->cfg.n_experts; e++)
       b += wbytes(&L->exp_gate[e]) + wbytes(&L->exp_up[e]) + wbytes(&L->exp_down[e]);
   }

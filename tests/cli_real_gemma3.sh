@@ -46,6 +46,18 @@ t = sys.argv[1]
 assert len(t.split()) >= 5 and "\ufffd" not in t, t
 assert sum(c.isalpha() or c in " ,.'-\n" for c in t) >= 0.9 * len(t), t  # English prose
 PY
+# the first token megascope picks is the argmax of an independent numpy forward
+# on gguf-py's dequantization of the same file (" Paris" is in its top 5 too)
+if python3 -c 'import gguf, numpy' 2>/dev/null; then
+  ids=$("$MS" model tokenize --model "$F" --text "The capital of France is")
+  top=$(python3 "$(dirname "$0")/gemma3_pyref.py" "$F" "$ids" | sed -n 's/^top5 \([0-9,]*\) .*/\1/p')
+  first=$("$MS" run --model "$F" --prompt "The capital of France is" --steps 1 --batch 1 --requests 1 --json |
+          python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"][0][0])')
+  paris=$("$MS" model tokenize --model "$F" --text " Paris")
+  echo "numpy forward top 5: $top; megascope's first token: $first; ' Paris' is $paris"
+  [ "$first" = "${top%%,*}" ] || fail "megascope's first token $first is not the numpy forward's argmax (top 5 $top)"
+  case ",$top," in *",$paris,"*) ;; *) fail "' Paris' ($paris) not in the numpy forward's top 5 ($top)" ;; esac
+fi
 [ "$t1" = "$(gen "Paris is the capital of" 8 --workers 1)" ] || fail "1 worker gives other text"
 echo "ok: factual greedy English, the same on 1 and 2 workers"
 

@@ -92,5 +92,18 @@ int main(void) {
   snprintf(mqa.name, sizeof mqa.name, "tiny-qwen3-mqa");
   mqa.n_heads = 16, mqa.n_kv_heads = 1;
   check_cfg(&mqa, 4, 64);
+  /* what the device bodies do not run yet is refused by name, never run wrong */
+  static const char *const refused[] = {"tiny-qwen2", "tiny-gemma3"};
+  for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
+    struct ms_model_config rc;
+    CHECK(ms_preset_config(refused[i], MS_DTYPE_BF16, &rc) == 0);
+    struct ms_model *m = ms_model_synth(&rc, 11);
+    char buf[1024] = "";
+    struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+    CHECKF(m && ms_emu_ops_check(m, 1, &log) != 0 && strstr(buf, "are not on the device yet"), "%s: %s",
+           refused[i], buf);
+    ms_model_free(m);
+    ms_emu_cuda_drain();
+  }
   TEST_MAIN_END();
 }

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ make pkg-config clang llvm libbpf-dev libelf-dev zlib1g-dev
       libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev prometheus curl python3
-      gnuplot-nox)
+      gnuplot-nox python3-venv python3-pip)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -49,4 +49,15 @@ if ! python3 -c 'import tokenizers, sentencepiece, unicodedata2' 2>/dev/null; th
     python3 -m pip install --quiet --disable-pip-version-check --user --break-system-packages tokenizers sentencepiece \
       'unicodedata2==16.0.0' >&2 ||
     echo "deps: could not install tokenizers/sentencepiece with pip; the tokenizer cross-check will be skipped" >&2
+fi
+# The OpenAI clients the server is tested with (tests/cli_openai.sh): the official
+# openai SDK in the project's own virtual environment (.venv), so that the
+# system's Python stays as it is. Not fatal: without it that test reports itself
+# skipped.
+root=$(cd "$(dirname "$0")/.." && pwd)
+if ! "$root/.venv/bin/python" -c 'import openai' 2>/dev/null; then
+  echo "deps: installing the Python package openai into $root/.venv (pip)" >&2
+  { python3 -m venv "$root/.venv" &&
+    "$root/.venv/bin/python" -m pip install --quiet --disable-pip-version-check openai >&2; } ||
+    echo "deps: could not install openai into .venv; the OpenAI client test will be skipped" >&2
 fi

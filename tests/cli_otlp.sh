@@ -38,20 +38,26 @@ for i in 1 2 3 4 5 6; do
 done
 for p in "${pids[@]}"; do wait "$p"; done
 for i in 1 2 3 4 5 6; do [ "$(cat "$tmp/c$i.status")" = 200 ] || fail "completion $i"; done
+# a chat request carrying a W3C traceparent: its span continues the caller's trace
+tp=00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01
+code=$(curl -s -o "$tmp/chat.json" -w '%{http_code}' -H "traceparent: $tp" -H 'Content-Type: application/json' \
+  -d '{"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "temperature": 0}' \
+  "$URL/v1/chat/completions")
+[ "$code" = 200 ] || fail "the traced chat request: $code"
 # exported while serving (flushes every 200 ms), seen in /metrics
 exported=0
 for _ in $(seq 1 100); do
   curl -s --max-time 10 "$URL/metrics" >"$tmp/metrics.txt"
   exported=$(awk '$1 == "megascope_otlp_requests_exported_total" { print $2 }' "$tmp/metrics.txt")
-  [ "${exported:-0}" -ge 6 ] && break
+  [ "${exported:-0}" -ge 7 ] && break
   sleep 0.1
 done
-[ "${exported:-0}" -ge 6 ] || fail "megascope_otlp_requests_exported_total = $exported"
+[ "${exported:-0}" -ge 7 ] || fail "megascope_otlp_requests_exported_total = $exported"
 stop_serve o || fail "clean stop"
 
 python3 - "$tmp/captures" <<'PY' || fail "the captured spans"
 import glob, json, os, re, sys, time
-roots, children = [], []
+roots, children, traced = [], [], []
 for path in sorted(glob.glob(os.path.join(sys.argv[1], "capture-*.json"))):
     d = json.load(open(path))
     for rs in d["resourceSpans"]:
@@ -61,14 +67,17 @@ for path in sorted(glob.glob(os.path.join(sys.argv[1], "capture-*.json"))):
         for ss in rs["scopeSpans"]:
             assert ss["scope"]["name"] == "megascope"
             for s in ss["spans"]:
-                (roots if "parentSpanId" not in s else children).append(s)
+                if s["traceId"] == "4bf92f3577b34da6a3ce929d0e0e4736":
+                    traced.append(s)
+                else:
+                    (roots if "parentSpanId" not in s else children).append(s)
 assert len(roots) == 6, "%d root spans" % len(roots)
 now = time.time() * 1e9
 by_id = {}
 want_tokens = set(range(5, 11))
 for s in roots:
     assert re.fullmatch(r"[0-9a-f]{32}", s["traceId"]) and re.fullmatch(r"[0-9a-f]{16}", s["spanId"]), s
-    assert s["name"] == "POST /v1/completions" and s["kind"] == 2
+    assert s["name"] == "text_completion tiny" and s["kind"] == 2, s["name"]
     t0, t1 = int(s["startTimeUnixNano"]), int(s["endTimeUnixNano"])
     assert abs(t0 - now) < 3600e9 and t0 <= t1, (t0, t1, now)  # Unix time, not the engine clock
     ev = [(e["name"], int(e["timeUnixNano"])) for e in s["events"]]
@@ -78,7 +87,11 @@ for s in roots:
     out = int(a["gen_ai.usage.output_tokens"]["intValue"])
     assert out == int(a["gen_ai.request.max_tokens"]["intValue"]), a
     want_tokens.discard(out)
-    assert a["gen_ai.response.finish_reason"]["stringValue"] == "length"
+    reasons = a["gen_ai.response.finish_reasons"]["arrayValue"]["values"]
+    assert reasons == [{"stringValue": "length"}], reasons
+    assert a["gen_ai.operation.name"]["stringValue"] == "text_completion", a
+    assert a["gen_ai.request.model"]["stringValue"] == "tiny" and a["gen_ai.response.model"]["stringValue"] == "tiny"
+    assert a["gen_ai.response.id"]["stringValue"].startswith("cmpl-"), a
     assert s["status"]["code"] == 1
     by_id[s["spanId"]] = s
 assert not want_tokens, want_tokens
@@ -87,7 +100,12 @@ for c in children:
     p = by_id[c["parentSpanId"]]
     assert c["traceId"] == p["traceId"] and c["name"] in ("queued", "prefill", "decode") and c["kind"] == 1
     assert int(p["startTimeUnixNano"]) <= int(c["startTimeUnixNano"]) <= int(c["endTimeUnixNano"]) <= int(p["endTimeUnixNano"])
-print("6 requests exported: 6 server spans with 3 events each, 18 phase spans")
+chat = [s for s in traced if s["name"] == "chat tiny"]
+assert len(chat) == 1 and chat[0]["parentSpanId"] == "00f067aa0ba902b7", traced
+a = {x["key"]: x["value"] for x in chat[0]["attributes"]}
+assert a["gen_ai.operation.name"]["stringValue"] == "chat" and a["gen_ai.response.id"]["stringValue"].startswith("chatcmpl-")
+assert len(traced) == 4 and all(c["parentSpanId"] == chat[0]["spanId"] for c in traced if c is not chat[0])
+print("6 requests exported: 6 server spans with 3 events each, 18 phase spans; a traced chat continues its caller's trace")
 PY
 kill -TERM "$RECV_PID" 2>/dev/null || true
 echo "4 passed, 0 failed"

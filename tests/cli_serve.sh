@@ -237,7 +237,7 @@ ok
 code=$(curl -s -o "$tmp/e.json" -w '%{http_code}' -d '{"prompt": ' "$URL/v1/completions")
 [ "$code" = 400 ] && grep -q "malformed JSON" "$tmp/e.json" || fail "malformed body: $code"
 code=$(curl -s -o "$tmp/e.json" -w '%{http_code}' -d '{"prompt": "hi", "max_tokens": 1000}' "$URL/v1/completions")
-[ "$code" = 400 ] && grep -q "exceed the engine's context" "$tmp/e.json" || fail "too long: $code"
+[ "$code" = 400 ] && grep -q "exceed this server's context" "$tmp/e.json" || fail "too long: $code"
 code=$(curl -s -o "$tmp/e.json" -w '%{http_code}' -d '{"prompt": [1, 2, 3], "max_tokens": 4}' "$URL/v1/completions")
 [ "$code" = 200 ] && check_completion "$tmp/e.json" 4 || fail "token-id prompt: $code"
 code=$(curl -s -o "$tmp/e.json" -w '%{http_code}' "$URL/v1/completions")

@@ -53,10 +53,10 @@ stop_serve() {
   if [ -e "$SOCK" ]; then echo "the control socket was left behind"; return 1; fi
 }
 
-# completion PROMPT MAX_TOKENS OUT: POST /v1/completions, body to OUT, prints the status.
+# completion PROMPT MAX_TOKENS OUT: POST /v1/completions (greedy), body to OUT, prints the status.
 completion() {
   curl -s -o "$3" -w '%{http_code}' --max-time 120 -H 'Content-Type: application/json' \
-    -d "{\"prompt\": \"$1\", \"max_tokens\": $2}" "$URL/v1/completions"
+    -d "{\"prompt\": \"$1\", \"max_tokens\": $2, \"temperature\": 0}" "$URL/v1/completions"
 }
 
 # check_completion FILE MAX_TOKENS: the OpenAI shape with max_tokens tokens or an early stop.

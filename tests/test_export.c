@@ -210,7 +210,7 @@ static void test_otlp_json(void) {
   json_t *root = json_array_get(spans, 0);
   CHECK(!strcmp(json_string_value(json_object_get(root, "traceId")), "01020300000000000000000000000000"));
   CHECK(!strcmp(json_string_value(json_object_get(root, "spanId")), "ab00000000000010"));
-  CHECK(!strcmp(json_string_value(json_object_get(root, "name")), "POST /v1/completions"));
+  CHECK(!strcmp(json_string_value(json_object_get(root, "name")), "text_completion megascope"));
   CHECK(json_integer_value(json_object_get(root, "kind")) == 2);
   CHECK(!strcmp(json_string_value(json_object_get(root, "startTimeUnixNano")), "1700000000000001000"));
   CHECK(!strcmp(json_string_value(json_object_get(root, "endTimeUnixNano")), "1700000000000009000"));
@@ -231,6 +231,26 @@ static void test_otlp_json(void) {
 }
 
 /* A collector that is not there: adding never blocks, failures are counted. */
+/* W3C traceparent: a valid header continues the trace, malformed ones are refused. */
+static void test_traceparent(void) {
+  struct ms_request_span s = {0};
+  CHECK(ms_otlp_traceparent("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", &s) == 0);
+  CHECK(s.has_parent && s.trace_id[0] == 0x4b && s.trace_id[15] == 0x36 && s.parent_span_id[7] == 0xb7);
+  static const char *const bad[] = {
+      "",  "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",     /* no flags */
+      "00-00000000000000000000000000000000-00f067aa0ba902b7-01",      /* zero trace */
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",      /* zero parent */
+      "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",      /* upper case */
+      "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",      /* version ff */
+      "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra", /* version 00 has no more */
+      "00_4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    struct ms_request_span t = {0};
+    CHECKF(ms_otlp_traceparent(bad[i], &t) == -EINVAL && !t.has_parent, "'%s' accepted", bad[i]);
+  }
+  CHECK(ms_otlp_traceparent(NULL, &s) == -EINVAL);
+}
+
 static void test_otlp_dead_collector(void) {
   int s = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -264,6 +284,7 @@ int main(void) {
   const char *mons = getenv("MS_MONITORS") ? getenv("MS_MONITORS") : "build/monitors";
   test_prometheus(mons);
   test_otlp_json();
+  test_traceparent();
   test_otlp_dead_collector();
   TEST_MAIN_END();
 }

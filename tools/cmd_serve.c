@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
-/* megascope serve: the engine as a long-lived process. It takes completions
- * over HTTP (continuous batching), serves /metrics, listens on its control
+/* megascope serve: the engine as a long-lived process. It speaks the OpenAI
+ * API over HTTP (continuous batching), serves /metrics, listens on its control
  * socket for monitors, traces and statistics, and exports request spans over
- * OTLP. It runs until SIGINT or SIGTERM, then stops cleanly: HTTP first
- * (waiting requests get 503), then the control socket (unlinked), then the
- * OTLP exporter (flushes what is queued), then the engine.
+ * OTLP. It runs until SIGINT or SIGTERM, then stops cleanly: HTTP first (new
+ * requests get 503, those in flight have --drain-timeout to finish), then the
+ * control socket (unlinked), then the OTLP exporter (flushes what is queued),
+ * then the engine.
  *
  * Signals are blocked in every thread (the mask is set before any thread
  * starts and inherited) and taken by the main thread alone with sigwait. */
@@ -20,7 +21,9 @@
 #include "bench/bench.h"
 #include "cli.h"
 #include "common.h"
+#include "megascope/chat.h"
 #include "megascope/control.h"
+#include "megascope/gguf.h"
 #include "megascope/engine.h"
 #include "megascope/export.h"
 #include "megascope/monitor.h"
@@ -30,21 +33,32 @@
 static void usage(FILE *f) {
   fprintf(f,
           "usage: megascope serve (--synthetic PRESET | --model F.gguf) [options]\n\n"
-          "Runs the engine until SIGINT or SIGTERM: completions over HTTP (POST /v1/completions,\n"
-          "OpenAI-style, continuous batching), Prometheus metrics (GET /metrics), a control socket\n"
+          "Runs the engine until SIGINT or SIGTERM: the OpenAI API over HTTP (POST /v1/chat/completions\n"
+          "and /v1/completions, streamed or not; GET /v1/models; continuous batching), llama-server's\n"
+          "/tokenize, /detokenize and /health, Prometheus metrics (GET /metrics), a control socket\n"
           "for monitors, traces and statistics (megascope attach / ls / maps / trace ...), and\n"
           "optionally OTLP/HTTP request spans.\n\n" CLI_MODEL_HELP
           "  --batch N            most requests decoded together (default 8)\n"
           "  --workers N          worker threads (default: one per core)\n"
           "  --max-ctx N          positions per request, prompt included (default 512)\n"
           "  --http ADDR:PORT     where to serve HTTP (default 127.0.0.1:8080; port 0: any free\n"
-          "                       port; 'off': no HTTP)\n"
+          "                       port; 'off': no HTTP; IPv6 as [::1]:8080)\n"
+          "  --host HOST          the address to bind: a name (localhost), IPv4 or IPv6 (overrides --http's)\n"
+          "  --port N             the HTTP port (overrides --http's; 0: any free port)\n"
+          "  --api-key KEY        require \"Authorization: Bearer KEY\" on every endpoint but /health\n"
+          "                       and /metrics (default: $MEGASCOPE_API_KEY, else none)\n"
+          "  --chat-template NAME render chat messages with this template instead of the one the\n"
+          "                       model file names (" MS_CHAT_TEMPLATE_NAMES ")\n"
+          "  --temperature T      temperature when a request omits it (default 1, as OpenAI's API)\n"
+          "  --drain-timeout S    on SIGTERM, seconds the requests in flight have to finish before\n"
+          "                       they are cancelled (default 30)\n"
           "  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/megascope/engine-PID.sock,\n"
           "                       or /run/megascope/engine-PID.sock)\n"
           "  --otlp URL           export request spans to an OTLP/HTTP JSON endpoint\n"
           "                       (e.g. http://127.0.0.1:4318/v1/traces)\n"
           "  --otlp-flush-ms N    export spans at least this often (default 1000)\n"
-          "  --max-tokens N       max_tokens when a request omits it (default 16)\n"
+          "  --max-tokens N       completions' max_tokens when a request omits it (default 16; chat:\n"
+          "                       the rest of the context)\n"
           "  --watchdog-ms N      report a stall after N ms without progress (default 5000; 0 off)\n"
           "  --detached-retention S  a detached attachment (and a replaced generation) stays\n"
           "                       readable S seconds, then its programs, maps and memfds are\n"
@@ -60,7 +74,10 @@ static void usage(FILE *f) {
 struct serve_args {
   struct cli_model cm;
   long batch, workers, max_ctx, max_tokens, watchdog_ms, flush_ms, retention_s, idle_s;
-  const char *http, *socket, *otlp;
+  const char *http, *socket, *otlp, *host, *api_key, *chat_template;
+  long port, drain_s;
+  double temperature;
+  int port_set, temperature_set;
   const char *fault[4];
   int n_fault;
   int verbose;
@@ -76,11 +93,15 @@ static int parse(int argc, char **argv, struct serve_args *a) {
       {"otlp", required_argument, 0, 0},      {"otlp-flush-ms", required_argument, 0, 0},
       {"max-tokens", required_argument, 0, 0}, {"watchdog-ms", required_argument, 0, 0},
       {"detached-retention", required_argument, 0, 0}, {"control-idle", required_argument, 0, 0},
-      {"fault", required_argument, 0, 0},
+      {"fault", required_argument, 0, 0},     {"host", required_argument, 0, 0},
+      {"port", required_argument, 0, 0},      {"api-key", required_argument, 0, 0},
+      {"chat-template", required_argument, 0, 0}, {"temperature", required_argument, 0, 0},
+      {"drain-timeout", required_argument, 0, 0},
       {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *a = (struct serve_args){.batch = 8, .max_ctx = 512, .max_tokens = 16, .watchdog_ms = 5000,
-                           .flush_ms = 1000, .retention_s = 60, .idle_s = 60, .http = "127.0.0.1:8080"};
+                           .flush_ms = 1000, .retention_s = 60, .idle_s = 60, .http = "127.0.0.1:8080",
+                           .drain_s = 30, .api_key = getenv("MEGASCOPE_API_KEY")};
   int c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {
@@ -107,6 +128,20 @@ static int parse(int argc, char **argv, struct serve_args *a) {
     else if (!strcmp(n, "control-idle")) r = cli_int("--control-idle", optarg, 0, 365L * 86400, &a->idle_s);
     else if (!strcmp(n, "otlp-flush-ms")) r = cli_int("--otlp-flush-ms", optarg, 1, 3600000, &a->flush_ms);
     else if (!strcmp(n, "http")) a->http = optarg;
+    else if (!strcmp(n, "host")) a->host = optarg;
+    else if (!strcmp(n, "port")) r = cli_int("--port", optarg, 0, 65535, &a->port), a->port_set = 1;
+    else if (!strcmp(n, "api-key")) a->api_key = optarg;
+    else if (!strcmp(n, "chat-template")) a->chat_template = optarg;
+    else if (!strcmp(n, "drain-timeout")) r = cli_int("--drain-timeout", optarg, 0, 86400, &a->drain_s);
+    else if (!strcmp(n, "temperature")) {
+      char *end;
+      a->temperature = strtod(optarg, &end);
+      a->temperature_set = 1;
+      if (*end || !(a->temperature >= 0 && a->temperature <= 2)) {
+        fprintf(stderr, "megascope serve: --temperature '%s': expected a number in [0, 2]\n", optarg);
+        return -1;
+      }
+    }
     else if (!strcmp(n, "socket")) a->socket = optarg;
     else if (!strcmp(n, "otlp")) a->otlp = optarg;
     else if (!strcmp(n, "fault")) {
@@ -122,7 +157,47 @@ static int parse(int argc, char **argv, struct serve_args *a) {
     fprintf(stderr, "megascope serve: unexpected argument '%s'\n", argv[optind]);
     return -1;
   }
+  if (a->chat_template) {
+    enum ms_chat_template t;
+    if (ms_chat_template_parse(a->chat_template, &t)) {
+      fprintf(stderr, "megascope serve: --chat-template '%s': expected one of %s\n", a->chat_template,
+              MS_CHAT_TEMPLATE_NAMES);
+      return -1;
+    }
+  }
   return 0;
+}
+
+/* The chat template: --chat-template, else the one the model file's
+ * tokenizer.chat_template is recognised as, else (a synthetic model, a file
+ * without one) ChatML. An unknown template is not fatal: chat requests are
+ * then refused with the reason, completions still work. */
+static void pick_chat_template(const struct serve_args *a, struct ms_http_opts *ho, char *note, size_t n) {
+  enum ms_chat_template t = MS_CHAT_CHATML;
+  ho->chat_ok = 1;
+  if (a->chat_template) {
+    ms_chat_template_parse(a->chat_template, &t);
+    snprintf(note, n, "%s (--chat-template)", ms_chat_template_name(t));
+  } else if (a->cm.path) {
+    char lb[512] = "";
+    struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+    struct ms_gguf *g = ms_gguf_open(a->cm.path, &log);
+    int rc = g ? ms_chat_template_from_gguf(g, &t, &log) : -ENOENT;
+    ms_gguf_free(g);
+    lb[strcspn(lb, "\n")] = '\0';
+    if (rc && strstr(lb, "absent")) {
+      t = MS_CHAT_CHATML;
+      snprintf(note, n, "chatml (the file names no template)");
+    } else if (rc) {
+      ho->chat_ok = 0;
+      snprintf(note, n, "none: %s; chat requests are refused (use --chat-template NAME)", lb);
+    } else {
+      snprintf(note, n, "%s (from the file's tokenizer.chat_template)", ms_chat_template_name(t));
+    }
+  } else {
+    snprintf(note, n, "chatml (a synthetic model has none of its own)");
+  }
+  ho->chat_template = (int)t;
 }
 
 /* "ADDR:PORT" -> addr (in buf), port. */
@@ -164,9 +239,12 @@ int cmd_serve(int argc, char **argv) {
     usage(stderr);
     return 2;
   }
-  char addr[64] = "";
-  int port = 0, use_http = strcmp(a.http, "off") != 0;
-  if (use_http && parse_http(a.http, addr, sizeof addr, &port)) return 2;
+  char addr[256] = "";
+  int port = 0, use_http = strcmp(a.http, "off") != 0 || a.host || a.port_set;
+  if (strcmp(a.http, "off") && parse_http(a.http, addr, sizeof addr, &port)) return 2;
+  if (!strcmp(a.http, "off")) snprintf(addr, sizeof addr, "127.0.0.1"), port = 8080;
+  if (a.host) snprintf(addr, sizeof addr, "%s", a.host);
+  if (a.port_set) port = (int)a.port;
   cli_log_init(a.verbose);
   /* a GGUF brings its own tokenizer; synthetic models get the byte-level one */
   struct ms_tokenizer *tok = NULL;
@@ -186,7 +264,7 @@ int cmd_serve(int argc, char **argv) {
   struct ms_control *ctl = NULL;
   struct ms_http *http = NULL;
   struct ms_otlp *otlp = NULL;
-  char lb[4096] = "";
+  char lb[4096] = "", chat_note[768] = "";
   struct ms_textbuf log = {lb, sizeof lb, 0, 0};
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .max_batch = (int)a.batch,
                               .max_ctx = (int)a.max_ctx, .watchdog_ms = (int)a.watchdog_ms};
@@ -215,7 +293,10 @@ int cmd_serve(int argc, char **argv) {
   }
   if (use_http) {
     struct ms_http_opts ho = {.sz = sizeof ho, .addr = addr, .port = port, .model_name = m->cfg.name,
-                              .tok = tok, .otlp = otlp, .control = ctl, .max_tokens_default = (int)a.max_tokens};
+                              .tok = tok, .otlp = otlp, .control = ctl, .max_tokens_default = (int)a.max_tokens,
+                              .api_key = a.api_key, .temperature_default = (float)a.temperature,
+                              .temperature_set = a.temperature_set, .max_ctx = (int)a.max_ctx};
+    pick_chat_template(&a, &ho, chat_note, sizeof chat_note);
     if (!(http = ms_http_new(e, &ho, &log))) {
       fprintf(stderr, "megascope serve: %s", lb[0] ? lb : "cannot start the HTTP server\n");
       goto out;
@@ -223,7 +304,12 @@ int cmd_serve(int argc, char **argv) {
   }
   printf("megascope serve: %s (%s), %d workers, batch %ld, context %ld, pid %ld\n", m->cfg.name,
          ms_dtype_name(m->cfg.dtype), ms_engine_n_workers(e), a.batch, a.max_ctx, (long)getpid());
-  if (http) printf("  http:   http://%s:%d  (POST /v1/completions, GET /metrics)\n", addr, ms_http_port(http));
+  if (http) {
+    printf("  http:   http://%s:%d  (POST /v1/chat/completions, /v1/completions; GET /v1/models, /metrics)\n",
+           ms_http_host(http), ms_http_port(http));
+    printf("  chat:   %s\n", chat_note);
+    if (a.api_key && a.api_key[0]) printf("  auth:   an API key is required (Bearer)\n");
+  }
   printf("  socket: %s\n", ms_control_path(ctl));
   if (otlp) printf("  otlp:   %s\n", a.otlp);
   if (!tok) printf("  note:   vocabulary of %d ids < 256: prompts must be arrays of token ids\n", m->cfg.vocab);
@@ -235,6 +321,12 @@ int cmd_serve(int argc, char **argv) {
   }
   printf("megascope serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   fflush(stdout);
+  if (http) {
+    int cut = ms_http_drain(http, (int)a.drain_s * 1000);
+    printf("megascope serve: drained (%d request%s cancelled after --drain-timeout %lds)\n", cut,
+           cut == 1 ? "" : "s", a.drain_s);
+    fflush(stdout);
+  }
   rc = 0;
 out:
   ms_http_free(http);

@@ -138,28 +138,43 @@ struct ms_otlp;
 
 struct ms_http_opts {
   size_t sz;                  /* sizeof(struct ms_http_opts) */
-  const char *addr;           /* IPv4 address to bind; NULL: 127.0.0.1 */
+  const char *addr;           /* a host name, IPv4 or IPv6 address to bind; NULL: 127.0.0.1 */
   int port;                   /* 0: any free port (ms_http_port tells which) */
-  const char *model_name;     /* "model" in completions */
-  const struct ms_tokenizer *tok;  /* text <-> ids for /v1/completions; NULL: ids only */
+  const char *model_name;     /* "model" in answers and GET /v1/models */
+  const struct ms_tokenizer *tok;  /* text <-> ids; NULL: prompts are token ids only */
   struct ms_otlp *otlp;       /* finished requests are exported as spans; may be NULL */
   struct ms_control *control; /* its statistics join /metrics; may be NULL */
   int max_connections;        /* 0: 256 */
-  int max_tokens_default;     /* max_tokens when a request omits it; 0: 16 */
+  int max_tokens_default;     /* completions' max_tokens when a request omits it; 0: 16 */
+  /* The OpenAI API (later fields; zero is the default): */
+  const char *api_key;        /* NULL: none; else "Authorization: Bearer KEY" on all but /health, /metrics */
+  int chat_template;          /* enum ms_chat_template for /v1/chat/completions */
+  int chat_ok;                /* 0: chat requests are refused (no template known) */
+  float temperature_default;  /* when a request omits it (OpenAI: 1) */
+  int temperature_set;        /* 0: temperature_default is 1 */
+  int max_ctx;                /* the engine's context (positions per request) */
 };
 
 struct ms_http;
 
 /* Starts serving (its own threads). NULL + errno with the reason in log. */
 struct ms_http *ms_http_new(struct ms_engine *e, const struct ms_http_opts *o, struct ms_textbuf *log);
-/* Answers requests still waiting for their tokens with 503, then stops. */
+/* Stops admission (new generation requests get 503, /health says draining),
+ * waits up to timeout_ms for the requests in flight to finish, then cancels
+ * the rest (a stream gets an error event, a waiting client 503). Returns the
+ * number cancelled. */
+int ms_http_drain(struct ms_http *h, int timeout_ms);
+/* Drains with no wait, then stops. */
 void ms_http_free(struct ms_http *h);
 int ms_http_port(const struct ms_http *h);
+/* The address bound, as it can be put in a URL ("127.0.0.1", "[::1]"). */
+const char *ms_http_host(const struct ms_http *h);
 
 struct ms_http_stats {
-  uint64_t completions;       /* answered 200 */
+  uint64_t completions;       /* answered 200 (streams included) */
   uint64_t rejected;          /* answered 4xx / 5xx */
   uint64_t scrapes;           /* GET /metrics */
+  uint64_t cancelled;         /* generations cut short: the client left or the server stopped */
 };
 void ms_http_get_stats(const struct ms_http *h, struct ms_http_stats *out);
 

@@ -105,6 +105,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
 void ms_engine_free(struct ms_engine *e);
 
 int ms_engine_n_workers(const struct ms_engine *e);
+const struct ms_model *ms_engine_model(const struct ms_engine *e);
 enum ms_mode ms_engine_mode(const struct ms_engine *e);
 /* The plan of the bucket holding `rows` rows. */
 const struct ms_plan *ms_engine_plan(const struct ms_engine *e, int rows);
@@ -184,6 +185,10 @@ int ms_request_wait_tokens(struct ms_request *r, int seen, int timeout_ms);
  * is retired at the next step start (its slot and KV pages freed, counted as
  * cancelled). Idempotent; a finished request stays finished. */
 void ms_request_cancel(struct ms_request *r);
+/* Ends a request early as done (MS_FINISH_STOP): the caller matched a stop
+ * string in its text. Retired at the next step start like a cancel, but counted
+ * as finished. */
+void ms_request_stop(struct ms_request *r);
 /* Frees a finished request (one still running is freed when it finishes). */
 void ms_request_free(struct ms_request *r);
 

@@ -32,6 +32,9 @@ int ms_prometheus_write_engine(struct ms_engine *e, FILE *f);
  * escaped), and a label value escaped (\\, \", \n) between quotes. */
 void ms_prometheus_family(FILE *f, const char *name, const char *type, const char *help);
 void ms_prometheus_label_value(FILE *f, const char *v);
+/* A histogram family over ms_latency_bounds (HELP, TYPE, cumulative buckets, _sum, _count). */
+struct ms_histogram;
+void ms_prometheus_histogram(FILE *f, const char *name, const char *help, const struct ms_histogram *h);
 
 /* ---- OTLP/HTTP JSON request spans ---- */
 
@@ -46,7 +49,18 @@ struct ms_request_span {
   int error;                 /* the request failed */
   uint64_t t_submit, t_admit, t_first, t_done;   /* 0: did not happen */
   uint8_t trace_id[16], span_id[8];              /* zero: chosen at random */
+  /* OpenTelemetry GenAI: gen_ai.operation.name ("chat", "text_completion"),
+   * the model asked for and the one that answered (static or caller storage
+   * copied by ms_otlp_add); the caller's span when the request carried a W3C
+   * traceparent (trace_id then holds its trace). */
+  char operation[24], request_model[64], response_model[64];
+  uint8_t parent_span_id[8];
+  int has_parent;
 };
+
+/* Parses a W3C traceparent header ("00-<32 hex>-<16 hex>-<2 hex>") into the
+ * span's trace_id and parent_span_id: 0, or -EINVAL (all-zero ids included). */
+int ms_otlp_traceparent(const char *header, struct ms_request_span *s);
 
 struct ms_otlp_opts {
   size_t sz;                 /* sizeof(struct ms_otlp_opts) */

@@ -34,6 +34,8 @@ struct ms_latency_stats {
   uint64_t requests_cancelled;
 };
 void ms_engine_latency(const struct ms_engine *e, struct ms_latency_stats *out);
+/* Counts one observation of s seconds (the caller serialises its writers). */
+void ms_histogram_observe(struct ms_histogram *h, double s);
 /* A quantile (0..1) of a histogram, by linear interpolation inside the bucket. */
 double ms_histogram_quantile(const struct ms_histogram *h, double q);
 

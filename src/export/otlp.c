@@ -98,18 +98,45 @@ static void span_begin(struct ms_json *j, const struct ms_request_span *s, const
   time_str(j, "endTimeUnixNano", t1, off);
 }
 
+static void attr_str_array(struct ms_json *j, const char *k, const char *v) {
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "key", k);
+  ms_json_key(j, "value");
+  ms_json_obj_begin(j);
+  ms_json_key(j, "arrayValue");
+  ms_json_obj_begin(j);
+  ms_json_key(j, "values");
+  ms_json_arr_begin(j);
+  ms_json_obj_begin(j);
+  ms_json_kstr(j, "stringValue", v);
+  ms_json_obj_end(j);
+  ms_json_arr_end(j);
+  ms_json_obj_end(j);
+  ms_json_obj_end(j);
+  ms_json_obj_end(j);
+}
+
+/* The request's span, named as the GenAI conventions say: "{operation} {model}". */
 static void write_request(struct ms_json *j, const struct ms_request_span *s, int64_t off) {
   uint64_t end = s->t_done ? s->t_done : s->t_submit;
-  char name[96];
-  snprintf(name, sizeof name, "POST %s", s->route ? s->route : "/v1/completions");
-  span_begin(j, s, s->span_id, NULL, name, 2 /* SERVER */, s->t_submit, end, off);
+  const char *op = s->operation[0] ? s->operation : "text_completion";
+  char name[128];
+  snprintf(name, sizeof name, "%s %s", op, s->request_model[0] ? s->request_model : "megascope");
+  span_begin(j, s, s->span_id, s->has_parent ? s->parent_span_id : NULL, name, 2 /* SERVER */, s->t_submit, end,
+             off);
   ms_json_key(j, "attributes");
   ms_json_arr_begin(j);
   attr_str(j, "megascope.request_id", s->request_id);
+  attr_str(j, "gen_ai.operation.name", op);
+  attr_str(j, "gen_ai.provider.name", "megascope");
+  if (s->request_model[0]) attr_str(j, "gen_ai.request.model", s->request_model);
+  if (s->response_model[0]) attr_str(j, "gen_ai.response.model", s->response_model);
+  attr_str(j, "gen_ai.response.id", s->request_id);
+  if (s->route) attr_str(j, "http.route", s->route);
   attr_int(j, "gen_ai.request.max_tokens", s->max_tokens);
   attr_int(j, "gen_ai.usage.input_tokens", s->n_prompt);
   attr_int(j, "gen_ai.usage.output_tokens", s->n_tokens);
-  attr_str(j, "gen_ai.response.finish_reason", s->finish_reason ? s->finish_reason : "");
+  attr_str_array(j, "gen_ai.response.finish_reasons", s->finish_reason ? s->finish_reason : "");
   if (s->slot >= 0) {  /* (slot, generation) names the request in monitors' maps and the trace */
     attr_int(j, "megascope.slot", s->slot);
     attr_int(j, "megascope.request_generation", s->generation);
@@ -355,4 +382,32 @@ void ms_otlp_get_stats(const struct ms_otlp *x, struct ms_otlp_stats *out) {
   pthread_mutex_lock(&m->mu);
   *out = m->st;
   pthread_mutex_unlock(&m->mu);
+}
+
+static int hexval(char c) {
+  return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;  /* lower case only, as W3C says */
+}
+
+static int unhex(const char *s, uint8_t *out, int n) {
+  int any = 0;
+  for (int i = 0; i < n; i++) {
+    int hi = hexval(s[2 * i]), lo = hexval(s[2 * i + 1]);
+    if (hi < 0 || lo < 0) return -EINVAL;
+    out[i] = (uint8_t)(hi << 4 | lo);
+    any |= out[i];
+  }
+  return any ? 0 : -EINVAL;
+}
+
+int ms_otlp_traceparent(const char *h, struct ms_request_span *s) {
+  /* version "00": 2 + 1 + 32 + 1 + 16 + 1 + 2 = 55 characters; later versions may append fields */
+  if (!h || strlen(h) < 55 || h[2] != '-' || h[35] != '-' || h[52] != '-' || !strncmp(h, "ff", 2) ||
+      hexval(h[0]) < 0 || hexval(h[1]) < 0 || (!strncmp(h, "00", 2) && h[55] != '\0'))
+    return -EINVAL;
+  uint8_t trace[16], parent[8];
+  if (unhex(h + 3, trace, 16) || unhex(h + 36, parent, 8)) return -EINVAL;
+  memcpy(s->trace_id, trace, 16);
+  memcpy(s->parent_span_id, parent, 8);
+  s->has_parent = 1;
+  return 0;
 }

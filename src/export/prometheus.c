@@ -46,7 +46,7 @@ static void counter(FILE *f, const char *name, const char *help, uint64_t v) {
   fprintf(f, "%s %llu\n", name, (unsigned long long)v);
 }
 
-static void histogram(FILE *f, const char *name, const char *help, const struct ms_histogram *h) {
+void ms_prometheus_histogram(FILE *f, const char *name, const char *help, const struct ms_histogram *h) {
   ms_prometheus_family(f, name, "histogram", help);
   uint64_t cum = 0;
   for (int i = 0; i < MS_LAT_BUCKETS; i++) {
@@ -179,8 +179,8 @@ int ms_prometheus_write_engine(struct ms_engine *e, FILE *f) {
   struct ms_latency_stats lat;
   ms_engine_get_stats(e, &st);
   ms_engine_latency(e, &lat);
-  histogram(f, "megascope_ttft_seconds", "Time to first token (submit to first generated token).", &lat.ttft);
-  histogram(f, "megascope_tpot_seconds", "Time per output token after the first, per request.", &lat.tpot);
+  ms_prometheus_histogram(f, "megascope_ttft_seconds", "Time to first token (submit to first generated token).", &lat.ttft);
+  ms_prometheus_histogram(f, "megascope_tpot_seconds", "Time per output token after the first, per request.", &lat.tpot);
   counter(f, "megascope_requests_finished_total", "Requests finished.", lat.requests_finished);
   counter(f, "megascope_requests_cancelled_total", "Requests cancelled.", lat.requests_cancelled);
   counter(f, "megascope_steps_total", "Decode steps run.", st.steps);

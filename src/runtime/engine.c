@@ -368,7 +368,10 @@ static int retire(struct ms_engine *e, int cancel_all) {
                         sl->next_token);
     for (int p = 0; p < sl->n_pages; p++) e->free_pages[e->n_free++] = sl->pages[p];
     sl->n_pages = 0;
-    request_finish(sl->req, sl->finishing ? MS_REQ_DONE : MS_REQ_CANCELLED);
+    struct ms_request *r = sl->req;
+    int stopped = !sl->finishing && !cancel_all && cancel_asked(r) == 2;  /* ms_request_stop */
+    if (stopped) atomic_store_explicit(&r->finish, MS_FINISH_STOP, memory_order_relaxed);
+    request_finish(r, sl->finishing || stopped ? MS_REQ_DONE : MS_REQ_CANCELLED);
     sl->req = NULL;
     sl->finishing = 0;
     n++;
@@ -1067,6 +1070,7 @@ void ms_engine_free(struct ms_engine *e) {
 }
 
 int ms_engine_n_workers(const struct ms_engine *e) { return e->n_workers; }
+const struct ms_model *ms_engine_model(const struct ms_engine *e) { return e->m; }
 enum ms_mode ms_engine_mode(const struct ms_engine *e) { return e->o.mode; }
 
 const struct ms_plan *ms_engine_plan(const struct ms_engine *e, int rows) {
@@ -1201,12 +1205,21 @@ int ms_request_wait_tokens(struct ms_request *r, int seen, int timeout_ms) {
   return rc;
 }
 
-void ms_request_cancel(struct ms_request *r) {
-  if (!r) return;
-  atomic_store_explicit(&r->cancel, 1, memory_order_release);
+static void request_end_early(struct ms_request *r, int how) {
+  int none = 0;
+  if (!atomic_compare_exchange_strong_explicit(&r->cancel, &none, how, memory_order_acq_rel, memory_order_acquire))
+    return;
   /* an idle worker 0 sleeps on the mailbox: wake it to retire the request */
   atomic_fetch_add_explicit(&r->e->mail_seq, 1, memory_order_release);
   ms_futex_wake_all(&r->e->mail_seq);
+}
+
+void ms_request_cancel(struct ms_request *r) {
+  if (r) request_end_early(r, 1);
+}
+
+void ms_request_stop(struct ms_request *r) {
+  if (r) request_end_early(r, 2);
 }
 
 void ms_request_get_info(const struct ms_request *r, struct ms_request_info *out) {

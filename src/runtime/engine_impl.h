@@ -121,7 +121,7 @@ struct ms_request {
   int32_t *top_ids;
   _Atomic uint32_t tok_seq;        /* bumped with every token and at the end: ms_request_wait_tokens */
   _Atomic int waiters;             /* threads in ms_request_wait_tokens: skip the wake syscall when 0 */
-  _Atomic int cancel;              /* ms_request_cancel asked; read at step start */
+  _Atomic int cancel;              /* 1: ms_request_cancel, 2: ms_request_stop; read at step start */
   _Atomic int finish;              /* enum ms_finish, set before the state's release */
 };
 

@@ -24,7 +24,7 @@
 const double ms_latency_bounds[MS_LAT_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                   0.5,   1,      2.5,   5,    10,    25,   50,  100};
 
-static void observe(struct ms_histogram *h, double s) {
+void ms_histogram_observe(struct ms_histogram *h, double s) {
   int i = 0;
   while (i < MS_LAT_BUCKETS && s > ms_latency_bounds[i]) i++;
   h->counts[i]++;
@@ -163,8 +163,8 @@ void ms_tel_request_done(struct ms_engine *e, const struct ms_request *r, int ca
   } else {
     e->req_done++;
     int n = atomic_load_explicit(&((struct ms_request *)r)->n_tokens, memory_order_relaxed);
-    if (n >= 1 && r->t_first) observe(&e->ttft, (double)(r->t_first - r->t_submit) / 1e9);
-    if (n >= 2) observe(&e->tpot, (double)(r->t_last - r->t_first) / 1e9 / (double)(n - 1));
+    if (n >= 1 && r->t_first) ms_histogram_observe(&e->ttft, (double)(r->t_first - r->t_submit) / 1e9);
+    if (n >= 2) ms_histogram_observe(&e->tpot, (double)(r->t_last - r->t_first) / 1e9 / (double)(n - 1));
   }
   pthread_mutex_unlock(&e->log_mu);
 }

@@ -5,7 +5,9 @@
 # completions over HTTP decoded with continuous batching while a shipped monitor is
 # attached through the control socket, a one-line query asked while it runs, the
 # monitor read, replaced by another, read again (each result with its coverage), a
-# task trace is written, and the server stops cleanly.
+# task trace is written, and the server stops cleanly. When the real SmolLM2 file is
+# in ~/.cache/megascope (scripts/get-smollm2.sh), it ends with a streamed chat answer
+# from it, token by token over the OpenAI API.
 set -euo pipefail
 B=${1:-build}
 MS="$B/megascope"
@@ -45,7 +47,7 @@ prompts=("The megakernel" "Once upon a time" "Hello" "Semantic hooks let us" "A"
 pids=()
 for i in "${!prompts[@]}"; do
   curl -s --max-time 600 -o "$tmp/c$i.json" -w '%{http_code}\n' -H 'Content-Type: application/json' \
-    -d "{\"prompt\": \"${prompts[$i]}\", \"max_tokens\": 24}" "$URL/v1/completions" >"$tmp/c$i.status" &
+    -d "{\"prompt\": \"${prompts[$i]}\", \"max_tokens\": 24, \"temperature\": 0}" "$URL/v1/completions" >"$tmp/c$i.status" &
   pids+=($!)
 done
 sleep 1
@@ -97,3 +99,37 @@ mkdir -p "$B/demo"
 cp "$tmp/trace.json" "$B/demo/trace.json"
 echo "the trace is in $B/demo/trace.json: open it in https://ui.perfetto.dev"
 [ "$ok" -eq "${#prompts[@]}" ]
+
+real="$HOME/.cache/megascope/SmolLM2-135M-Instruct.Q4_1.gguf"
+if [ -f "$real" ]; then
+  echo
+  echo "== the real SmolLM2-135M-Instruct: megascope serve --model $real"
+  "$MS" serve --model "$real" --batch 4 --http 127.0.0.1:0 --socket "$SOCK" >"$tmp/real.out" 2>"$tmp/real.err" &
+  SERVE_PID=$!
+  for _ in $(seq 1 600); do
+    grep -q '^ready' "$tmp/real.out" 2>/dev/null && break
+    kill -0 "$SERVE_PID" 2>/dev/null || { cat "$tmp/real.err"; exit 1; }
+    sleep 0.1
+  done
+  URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$tmp/real.out" | head -1)
+  echo "== a streamed chat (POST /v1/chat/completions, \"stream\": true), printed as the tokens arrive:"
+  echo "   user: Name three colours of the rainbow."
+  printf '   assistant: '
+  curl -sN --max-time 120 -H 'Content-Type: application/json' "$URL/v1/chat/completions" -d \
+    '{"messages": [{"role": "user", "content": "Name three colours of the rainbow."}], "max_tokens": 48, "temperature": 0, "stream": true}' |
+    python3 -c '
+import json, sys
+for line in sys.stdin:
+    if line.startswith("data: ") and line.strip() != "data: [DONE]":
+        d = json.loads(line[6:])
+        if d["choices"]:
+            print(d["choices"][0]["delta"].get("content", ""), end="", flush=True)
+            if d["choices"][0]["finish_reason"]:
+                print("\n   (finish_reason: %s)" % d["choices"][0]["finish_reason"])
+'
+  kill -TERM "$SERVE_PID"
+  wait "$SERVE_PID"
+  SERVE_PID=""
+else
+  echo "(scripts/get-smollm2.sh fetches the real SmolLM2 file; the demo then ends with a streamed chat from it)"
+fi

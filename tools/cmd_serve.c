@@ -170,9 +170,10 @@ static int parse(int argc, char **argv, struct serve_args *a) {
 
 /* The chat template: --chat-template, else the one the model file's
  * tokenizer.chat_template is recognised as, else (a synthetic model, a file
- * without one) ChatML. An unknown template is not fatal: chat requests are
+ * without one) the architecture's: Gemma's turns for gemma3, ChatML otherwise. An unknown template is not fatal: chat requests are
  * then refused with the reason, completions still work. */
-static void pick_chat_template(const struct serve_args *a, struct ms_http_opts *ho, char *note, size_t n) {
+static void pick_chat_template(const struct serve_args *a, const struct ms_model *m, struct ms_http_opts *ho,
+                               char *note, size_t n) {
   enum ms_chat_template t = MS_CHAT_CHATML;
   ho->chat_ok = 1;
   if (a->chat_template) {
@@ -185,9 +186,9 @@ static void pick_chat_template(const struct serve_args *a, struct ms_http_opts *
     int rc = g ? ms_chat_template_from_gguf(g, &t, &log) : -ENOENT;
     ms_gguf_free(g);
     lb[strcspn(lb, "\n")] = '\0';
-    if (rc && strstr(lb, "absent")) {
-      t = MS_CHAT_CHATML;
-      snprintf(note, n, "chatml (the file names no template)");
+    if (rc && strstr(lb, "absent")) {  /* the architecture's own turns (Gemma files often carry none) */
+      t = m->cfg.arch == MS_ARCH_GEMMA3 ? MS_CHAT_GEMMA : MS_CHAT_CHATML;
+      snprintf(note, n, "%s (the file names no template; %s's)", ms_chat_template_name(t), ms_arch_name(m->cfg.arch));
     } else if (rc) {
       ho->chat_ok = 0;
       snprintf(note, n, "none: %s; chat requests are refused (use --chat-template NAME)", lb);
@@ -296,7 +297,7 @@ int cmd_serve(int argc, char **argv) {
                               .tok = tok, .otlp = otlp, .control = ctl, .max_tokens_default = (int)a.max_tokens,
                               .api_key = a.api_key, .temperature_default = (float)a.temperature,
                               .temperature_set = a.temperature_set, .max_ctx = (int)a.max_ctx};
-    pick_chat_template(&a, &ho, chat_note, sizeof chat_note);
+    pick_chat_template(&a, m, &ho, chat_note, sizeof chat_note);
     if (!(http = ms_http_new(e, &ho, &log))) {
       fprintf(stderr, "megascope serve: %s", lb[0] ? lb : "cannot start the HTTP server\n");
       goto out;

@@ -35,7 +35,7 @@ table = doc.split("<!-- query --list -->\n", 1)[1].split("<!-- end -->", 1)[0]
 sys.exit(0 if table == open(sys.argv[2]).read() else 1)
 EOF
 
-start_serve q --synthetic tiny --workers 2
+start_serve q --synthetic tiny --workers 2 --max-batched-tokens 0  # one row per request: the schema's task counts per step
 "$MS" schema --socket "$SOCK" --rows 1 >"$tmp/schema.json"
 
 # waits until the query's attachment is listed (the query process is in the background)

@@ -128,7 +128,7 @@ for g in (1, 2):
     steps = [r["step"] for r in rs]
     assert steps == sorted(steps), "steps go back"
     assert all(r["phase"] == i % 2 for i, r in enumerate(rs)), "begin/end do not alternate"
-    assert all(1 <= r["rows"] <= r["bucket"] <= 4 and r["size"] == 32 for r in rs)
+    assert all(1 <= r["rows"] <= r["bucket"] <= 64 and r["size"] == 32 for r in rs)  # prefill: up to 64 token rows
 print(f"  {len(recs)} records, {executed} runs, 0 lost; generations {sorted(gens)}")
 PY
 pass=$((pass + 1))

@@ -80,7 +80,10 @@ static void test_oracle_and_determinism(void) {
           {.n_workers = 1}, {.n_workers = 3}, {.n_workers = 4}, {.n_workers = 2, .mode = MS_MODE_PER_OP},
           {.n_workers = 3, .mode = MS_MODE_PER_OP, .shuffle = 1, .seed = 9},
           {.n_workers = 2, .shuffle = 1, .seed = 1}, {.n_workers = 4, .shuffle = 1, .seed = 2},
-          {.n_workers = 2, .max_batch = 16}};
+          {.n_workers = 2, .max_batch = 16},
+          /* chunked prefill: prompts in chunks beside decode rows, under budgets that split them */
+          {.n_workers = 2, .max_batched_tokens = 8}, {.n_workers = 3, .max_batched_tokens = 5, .shuffle = 1, .seed = 4},
+          {.n_workers = 2, .mode = MS_MODE_PER_OP, .max_batched_tokens = 16}};
       for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         CHECK(run(m, variants[v], 0, &other) == 0);
         CHECKF(!memcmp(base.tokens, other.tokens, sizeof base.tokens), "%s variant %zu: tokens differ",
@@ -89,6 +92,52 @@ static void test_oracle_and_determinism(void) {
       }
       ms_model_free(m);
     }
+}
+
+/* Chunked prefill: a long prompt takes a few steps instead of one per position,
+ * every position's logits still match the reference, the tokens are those of
+ * one position per step, and a decode row shares the steps. */
+static void test_chunked_prefill(void) {
+  const char *presets[] = {"tiny", "tiny-moe", "tiny-gemma3"};
+  for (int pi = 0; pi < 3; pi++) {
+    struct ms_model *m = load(presets[pi], MS_DTYPE_F32);
+    int32_t longp[40], shortp[2] = {3, 4};
+    for (int i = 0; i < 40; i++) longp[i] = (int32_t)((i * 13 + 7) % m->cfg.vocab);
+    int32_t tokens[2][12];
+    uint64_t steps[2];
+    for (int k = 0; k < 2; k++) {
+      struct ms_engine_opts o = {.sz = sizeof o, .n_workers = 2, .max_batch = 2, .max_ctx = 64,
+                                 .max_batched_tokens = k ? 16 : 0};
+      struct ms_engine *e = ms_engine_new(m, &o, NULL);
+      CHECK(e != NULL);
+      if (!e) return;
+      ms_engine_pause_at(e, 0);
+      struct ms_request_opts a = {.sz = sizeof a, .prompt = longp, .n_prompt = 40, .max_new_tokens = 12,
+                                  .record_logits = 1};
+      struct ms_request_opts b = {.sz = sizeof b, .prompt = shortp, .n_prompt = 2, .max_new_tokens = 20};
+      struct ms_request *ra = ms_engine_submit(e, &a), *rb = ms_engine_submit(e, &b);
+      ms_engine_resume(e);
+      ms_request_wait(ra, -1);
+      ms_request_wait(rb, -1);
+      struct ms_request_info ia;
+      ms_request_get_info(ra, &ia);
+      CHECKF(ia.n_tokens == 12 && ia.n_logits == 51, "%s: %d tokens, %d logits", presets[pi], ia.n_tokens, ia.n_logits);
+      double d = test_ref_diff(m, &ia, longp);
+      CHECKF(d <= 1e-3, "%s chunked %d: max diff %g", presets[pi], k, d);
+      memcpy(tokens[k], ia.tokens, sizeof tokens[k]);
+      struct ms_engine_stats st;
+      ms_engine_get_stats(e, &st);
+      steps[k] = st.steps;
+      ms_request_free(ra);
+      ms_request_free(rb);
+      ms_engine_free(e);
+    }
+    CHECK(!memcmp(tokens[0], tokens[1], sizeof tokens[0]));
+    /* 39 prompt positions before the first token: 3 chunks of at most 15 (a decode row takes one) */
+    CHECKF(steps[0] >= 51 && steps[1] <= 15 + 12, "%s: %llu steps per position, %llu chunked", presets[pi],
+           (unsigned long long)steps[0], (unsigned long long)steps[1]);
+    ms_model_free(m);
+  }
 }
 
 /* The reference's logits at position `at` of a fixed sequence. */
@@ -325,6 +374,7 @@ static void test_bad_requests(void) {
 int main(void) {
   test_oracle_and_determinism();
   test_arch_features_matter();
+  test_chunked_prefill();
   test_normalised_plan_runs();
   test_continuous_batching();
   test_idle_sleeps();

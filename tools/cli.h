@@ -28,6 +28,7 @@ int cmd_explain(int argc, char **argv);
 int bench_hooks(int argc, char **argv);
 int bench_attach(int argc, char **argv);
 int bench_sim(int argc, char **argv);
+int bench_prefill(int argc, char **argv);
 int bench_diagnose_main(int argc, char **argv);
 
 /* Installs a log sink that prints "megascope: LEVEL: msg" on stderr. */

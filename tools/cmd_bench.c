@@ -18,6 +18,7 @@ static void usage(FILE *f) {
           "usage: megascope bench <benchmark> [options]\n\n"
           "benchmarks:\n"
           "  decode   decode tokens/s: megakernel vs per-op vs the memory-bandwidth bound\n"
+          "  prefill  time to first token: chunked prefill vs one prompt position per step\n"
           "  hooks    what hooks cost: off vs armed vs a monitor attached (JIT, interpreted); JIT vs interpreter\n"
           "  attach   attach / replace latency over the control socket, throughput dip around them\n"
           "  sim      the simulator against published megakernel figures\n"
@@ -195,6 +196,7 @@ int cmd_bench(int argc, char **argv) {
   if (!strcmp(argv[1], "hooks")) return bench_hooks(argc - 1, argv + 1);
   if (!strcmp(argv[1], "attach")) return bench_attach(argc - 1, argv + 1);
   if (!strcmp(argv[1], "sim")) return bench_sim(argc - 1, argv + 1);
+  if (!strcmp(argv[1], "prefill")) return bench_prefill(argc - 1, argv + 1);
   if (!strcmp(argv[1], "diagnose")) return bench_diagnose_main(argc - 1, argv + 1);
   fprintf(stderr, "megascope bench: unknown benchmark '%s'\n", argv[1]);
   usage(stderr);

@@ -51,6 +51,8 @@ static void usage(FILE *f) {
           "  --q8-activations     quantize GEMV inputs to 8 bits and take integer dot products\n"
           "                       with every block type's weights (faster; logits move by about\n"
           "                       the activations' rounding: --check needs a larger --tolerance)\n"
+          "  --max-batched-tokens N  chunked prefill: at most N token rows a step, a prompt fed\n"
+          "                       in chunks instead of one position per step (default 0: off)\n"
           "  --watchdog-ms N      report a stall after N ms without progress (default 2000)\n"
           "  --check              compare every position's logits with the reference forward\n"
           "  --tolerance X        largest allowed |logit difference| with --check (default 1e-3)\n"
@@ -72,7 +74,7 @@ static void usage(FILE *f) {
 
 struct run_args {
   struct cli_model cm;
-  long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, tile_rows, watchdog_ms;
+  long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, tile_rows, watchdog_ms, max_batched;
   int shuffle, check, as_json, show_steps, compute, interp, q8;
   enum ms_backend backend;
   const char *gpu;
@@ -133,7 +135,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {"ringbuf-bytes", required_argument, 0, 0}, {"interp", no_argument, 0, 0},
       {"model", required_argument, 0, 0}, {"sim-param", required_argument, 0, 0},
       {"tp", required_argument, 0, 0},    {"fault", required_argument, 0, 0}, RUN_TEXT_OPTIONS,
-      {"q8-activations", no_argument, 0, 0},
+      {"q8-activations", no_argument, 0, 0}, {"max-batched-tokens", required_argument, 0, 0},
       {0, 0, 0, 0}};
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
                          .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = 1e-3,
@@ -202,6 +204,8 @@ static int parse(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
     else if (!strcmp(n, "interp")) a->interp = 1;
     else if (!strcmp(n, "q8-activations")) a->q8 = 1;
+    else if (!strcmp(n, "max-batched-tokens"))
+      r = cli_int("--max-batched-tokens", optarg, 0, 4096, &a->max_batched);
     else if (!strcmp(n, "mode")) {
       if (ms_mode_parse(optarg, &a->mode)) {
         fprintf(stderr, "megascope run: --mode '%s': expected megakernel or per-op\n", optarg);
@@ -440,7 +444,7 @@ int cmd_run(int argc, char **argv) {
                               .tile_bytes = (int)a.tile_kb * 1024, .tile_rows = (int)a.tile_rows,
                               .shuffle = a.shuffle,
                               .seed = a.seed, .watchdog_ms = (int)a.watchdog_ms, .backend = a.backend,
-                              .q8_activations = a.q8};
+                              .q8_activations = a.q8, .max_batched_tokens = (int)a.max_batched};
   if (a.backend == MS_BACKEND_SIM) {
     if (ms_sim_preset(a.gpu ? a.gpu : "h100", &eo.sim)) {
       fprintf(stderr, "megascope run: --gpu '%s': expected a100, h100, h200 or b200\n", a.gpu);

@@ -41,6 +41,9 @@ static void usage(FILE *f) {
           "  --batch N            most requests decoded together (default 8)\n"
           "  --workers N          worker threads (default: one per core)\n"
           "  --max-ctx N          positions per request, prompt included (default 512)\n"
+          "  --max-batched-tokens N  token rows a step takes: a prompt is fed in chunks beside the\n"
+          "                       decode rows (chunked prefill; default 64; 0: one position per step).\n"
+          "                       Its plans compile in the background after start\n"
           "  --http ADDR:PORT     where to serve HTTP (default 127.0.0.1:8080; port 0: any free\n"
           "                       port; 'off': no HTTP; IPv6 as [::1]:8080)\n"
           "  --host HOST          the address to bind: a name (localhost), IPv4 or IPv6 (overrides --http's)\n"
@@ -75,7 +78,7 @@ struct serve_args {
   struct cli_model cm;
   long batch, workers, max_ctx, max_tokens, watchdog_ms, flush_ms, retention_s, idle_s;
   const char *http, *socket, *otlp, *host, *api_key, *chat_template;
-  long port, drain_s;
+  long port, drain_s, max_batched;
   double temperature;
   int port_set, temperature_set;
   const char *fault[4];
@@ -96,12 +99,12 @@ static int parse(int argc, char **argv, struct serve_args *a) {
       {"fault", required_argument, 0, 0},     {"host", required_argument, 0, 0},
       {"port", required_argument, 0, 0},      {"api-key", required_argument, 0, 0},
       {"chat-template", required_argument, 0, 0}, {"temperature", required_argument, 0, 0},
-      {"drain-timeout", required_argument, 0, 0},
+      {"drain-timeout", required_argument, 0, 0}, {"max-batched-tokens", required_argument, 0, 0},
       {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *a = (struct serve_args){.batch = 8, .max_ctx = 512, .max_tokens = 16, .watchdog_ms = 5000,
                            .flush_ms = 1000, .retention_s = 60, .idle_s = 60, .http = "127.0.0.1:8080",
-                           .drain_s = 30, .api_key = getenv("MEGASCOPE_API_KEY")};
+                           .drain_s = 30, .api_key = getenv("MEGASCOPE_API_KEY"), .max_batched = 64};
   int c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {
@@ -133,6 +136,8 @@ static int parse(int argc, char **argv, struct serve_args *a) {
     else if (!strcmp(n, "api-key")) a->api_key = optarg;
     else if (!strcmp(n, "chat-template")) a->chat_template = optarg;
     else if (!strcmp(n, "drain-timeout")) r = cli_int("--drain-timeout", optarg, 0, 86400, &a->drain_s);
+    else if (!strcmp(n, "max-batched-tokens"))
+      r = cli_int("--max-batched-tokens", optarg, 0, 4096, &a->max_batched);
     else if (!strcmp(n, "temperature")) {
       char *end;
       a->temperature = strtod(optarg, &end);
@@ -268,7 +273,8 @@ int cmd_serve(int argc, char **argv) {
   char lb[4096] = "", chat_note[768] = "";
   struct ms_textbuf log = {lb, sizeof lb, 0, 0};
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .max_batch = (int)a.batch,
-                              .max_ctx = (int)a.max_ctx, .watchdog_ms = (int)a.watchdog_ms};
+                              .max_ctx = (int)a.max_ctx, .watchdog_ms = (int)a.watchdog_ms,
+                              .max_batched_tokens = (int)a.max_batched, .prefill_async = 1};
   struct ms_fault faults[4];
   eo.faults = faults;
   eo.n_faults = a.n_fault;

@@ -94,6 +94,15 @@ struct ms_engine_opts {
    * the K-quants; f32, f16 and bf16 keep f32 activations). Faster; logits move off the f32 reference by about
    * the activations' rounding (kernels/quant.h). Deterministic like the f32 path. */
   int q8_activations;
+  /* Chunked prefill: a step takes at most this many token rows; a request in
+   * its prompt contributes a chunk of it (up to what the decode rows leave),
+   * a request past it one row. Steps with a chunk run the bucket's prefill plan
+   * (attention waits for the KV of every row of its layer). 0: off, one
+   * position per request per step. */
+  int max_batched_tokens;
+  int prefill_async;       /* 1: compile the prefill plans while the engine serves (a server
+                              starts at once; prompts are chunked once they are ready); 0:
+                              before ms_engine_new returns */
 };
 
 struct ms_engine;

@@ -36,6 +36,9 @@ struct ms_compile_opts {
                              overrides tile_bytes; 0: not used */
   int tp;                 /* tensor-parallel devices: >= 2 adds an all-gather of communication
                              tasks after every wo and down (docs/benchmark.md); 0, 1: none */
+  int prefill;            /* rows are token rows of chunked prefill: a row's attention waits for
+                             the KV of every row of its layer (a request's chunk is consecutive
+                             rows at consecutive positions); 0: one row per request */
 };
 
 struct ms_plan_stats {

@@ -420,7 +420,8 @@ struct ms_plan *ms_plan_compile(const struct ms_model *m, const struct ms_compil
   rc = ms_graph_build_tp(m, o->batch, o->tile_bytes,
                       o->sz >= offsetof(struct ms_compile_opts, tile_rows) + sizeof(int) ? o->tile_rows : 0,
                       o->sz >= offsetof(struct ms_compile_opts, tiles_per_op) + sizeof(int) ? o->tiles_per_op : 0,
-                      o->sz >= offsetof(struct ms_compile_opts, tp) + sizeof(int) ? o->tp : 0, &g, log);
+                      o->sz >= offsetof(struct ms_compile_opts, tp) + sizeof(int) ? o->tp : 0,
+                      o->sz >= offsetof(struct ms_compile_opts, prefill) + sizeof(int) ? o->prefill : 0, &g, log);
   if (rc) goto out_nograph;
   p->model = m;
   p->batch = o->batch;

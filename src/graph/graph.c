@@ -32,6 +32,7 @@ struct builder {
   int tile_rows;
   int tiles_per_op;
   int tp;           /* tensor-parallel devices, 0 or 1: none */
+  int prefill;      /* token rows: attention reads every row's KV (ms_graph_build_tp) */
   int pending_comm; /* a communication buffer the next row operator must also read, -1: none */
   int err;
 };
@@ -229,7 +230,10 @@ static void attention_block(struct builder *b, int l, int x, int *x_out) {
     for (int h = 0; h < cf->n_kv_heads; h++) {
       struct ms_proto_task *t = add_task(b, c, 0, r, h);
       rd(t, qr, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
-      rd(t, kv, r, r + 1, h, h + 1, 0, 1);
+      if (b->prefill)  /* the rows before it in its chunk: statically, all of them */
+        rd(t, kv, 0, B, h, h + 1, 0, 1);
+      else
+        rd(t, kv, r, r + 1, h, h + 1, 0, 1);
       rd(t, g->meta_buf, 0, 1, 0, 1, 0, 1);
       wr(t, att, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
     }
@@ -318,11 +322,11 @@ static void moe_ffn(struct builder *b, int l, int xn, int x, int xo) {
 int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
                    struct ms_graph *g,
                    struct ms_textbuf *log) {
-  return ms_graph_build_tp(m, batch, tile_bytes, tile_rows, tiles_per_op, 0, g, log);
+  return ms_graph_build_tp(m, batch, tile_bytes, tile_rows, tiles_per_op, 0, 0, g, log);
 }
 
 int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
-                      int tp, struct ms_graph *g, struct ms_textbuf *log) {
+                      int tp, int prefill, struct ms_graph *g, struct ms_textbuf *log) {
   memset(g, 0, sizeof *g);
   if (batch < 1 || batch > 4096) {
     ms_textbuf_printf(log, "batch %d out of range 1..4096\n", batch);
@@ -334,7 +338,8 @@ int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int t
     return -EINVAL;
   }
   struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tile_bytes > 0 ? tile_bytes : 64 * 1024,
-                     .tile_rows = tile_rows, .tiles_per_op = tiles_per_op, .tp = tp, .pending_comm = -1};
+                     .tile_rows = tile_rows, .tiles_per_op = tiles_per_op, .tp = tp, .pending_comm = -1,
+                     .prefill = prefill};
   struct ms_graph *G = g;
 
   G->meta_buf = add_buf(&b, "batch_meta", -1, 1, 1, 1);

@@ -38,9 +38,14 @@ int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile
                    struct ms_graph *g,
                    struct ms_textbuf *log);
 /* The same for a plan of tp >= 2 tensor-parallel devices: an all-gather of
- * communication tasks (one per device) after every wo and down. */
+ * communication tasks (one per device) after every wo and down. With prefill,
+ * the rows are token rows of chunked prefill: a request's chunk is a run of
+ * consecutive rows at consecutive positions, so a row's attention reads the KV
+ * cache the rope tasks of the rows before it write in the same step; each
+ * attention task then reads (depends on) the KV of every row of its layer and
+ * head. */
 int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
-                      int tp, struct ms_graph *g, struct ms_textbuf *log);
+                      int tp, int prefill, struct ms_graph *g, struct ms_textbuf *log);
 void ms_graph_free(struct ms_graph *g);
 
 static inline int ms_region_overlap(const struct ms_region *a, const struct ms_region *b) {

@@ -360,7 +360,7 @@ static int cancel_asked(const struct ms_request *r) {
 
 static int retire(struct ms_engine *e, int cancel_all) {
   int n = 0;
-  for (int s = 0; s < e->max_rows; s++) {
+  for (int s = 0; s < e->n_slots; s++) {
     struct slot *sl = &e->slots[s];
     if (!sl->req || (!sl->finishing && !cancel_all && !cancel_asked(sl->req))) continue;
     if (HOOK_ARMED(e, MS_HOOK_REQUEST))
@@ -392,7 +392,7 @@ static struct ms_request *next_mail(struct ms_engine *e) {
 
 static int admit(struct ms_engine *e, int *slots) {
   int n = 0;
-  for (int s = 0; s < e->max_rows; s++) {
+  for (int s = 0; s < e->n_slots; s++) {
     if (e->slots[s].req) continue;
     struct ms_request *r = next_mail(e);
     if (!r) break;
@@ -414,7 +414,7 @@ static int admit(struct ms_engine *e, int *slots) {
 
 static int active_rows(struct ms_engine *e) {
   int n = 0;
-  for (int s = 0; s < e->max_rows; s++)
+  for (int s = 0; s < e->n_slots; s++)
     if (e->slots[s].req) n++;
   return n;
 }
@@ -433,23 +433,52 @@ static int bucket_index(int rows) {
   return i;
 }
 
-/* Lays out the rows of the step: active slots in slot order, padding to the
- * bucket, a KV page for each row's position. */
+/* Chunked prefill: how many rows each active slot gets this step (sl->chunk),
+ * the total in *rows; 1 when the step needs the bucket's prefill plan. A slot
+ * past its prompt gets one row; the rows left under the token budget go to
+ * slots still in their prompt, in slot order, at most the rest of the prompt
+ * but its last position (whose row samples the first token). The budget is
+ * also the largest prefill plan compiled so far. */
+static int plan_chunks(struct ms_engine *e, int *rows) {
+  int active = 0, chunked = 0;
+  for (int s = 0; s < e->n_slots; s++)
+    if (e->slots[s].req) e->slots[s].chunk = 1, active++;
+  int ready = atomic_load_explicit(&e->prefill_ready, memory_order_acquire);  /* rows of the largest */
+  int left = (e->o.max_batched_tokens < ready ? e->o.max_batched_tokens : ready) - active;
+  for (int s = 0; s < e->n_slots && left > 0; s++) {
+    struct slot *sl = &e->slots[s];
+    if (!sl->req || sl->pos >= sl->req->n_prompt - 1) continue;
+    int extra = sl->req->n_prompt - 1 - sl->pos;
+    if (extra > left) extra = left;
+    sl->chunk += extra;
+    left -= extra;
+    active += extra;
+    chunked = 1;
+  }
+  *rows = active;
+  return chunked;
+}
+
+/* Lays out the rows of the step: active slots in slot order, each its chunk
+ * of consecutive positions (one row but in chunked prefill), padding to the
+ * bucket, KV pages for every position. */
 static int layout_rows(struct ms_engine *e, int bucket) {
   int n = 0;
-  for (int s = 0; s < e->max_rows; s++) {
+  for (int s = 0; s < e->n_slots; s++) {
     struct slot *sl = &e->slots[s];
     if (!sl->req) continue;
-    int need = sl->pos / e->o.page_size;
-    if (need >= sl->n_pages) {
-      MS_ASSERT(e->n_free > 0 && sl->n_pages < e->max_pages);
-      sl->pages[sl->n_pages++] = e->free_pages[--e->n_free];
+    for (int j = 0; j < sl->chunk; j++) {
+      int pos = sl->pos + j, need = pos / e->o.page_size;
+      if (need >= sl->n_pages) {
+        MS_ASSERT(e->n_free > 0 && sl->n_pages < e->max_pages);
+        sl->pages[sl->n_pages++] = e->free_pages[--e->n_free];
+      }
+      e->row_slot[n] = s;
+      e->row_pos[n] = pos;
+      e->row_token[n] = j ? sl->req->prompt[pos] : sl->next_token;  /* a chunk lies inside the prompt */
+      e->row_pages[n] = sl->pages;
+      n++;
     }
-    e->row_slot[n] = s;
-    e->row_pos[n] = sl->pos;
-    e->row_token[n] = sl->next_token;
-    e->row_pages[n] = sl->pages;
-    n++;
   }
   for (int r = n; r < bucket; r++) {
     e->row_slot[r] = -1;
@@ -540,8 +569,9 @@ int ms_rt_step_begin(struct ms_engine *e) {
       ms_futex_wait(&e->mail_seq, seq, 200);
     t0 = ms_eng_now(e);  /* idle time is not step time */
   }
-  int bucket = ms_bucket_for(active_rows(e));
-  struct plan_rt *rt = &e->rt[bucket_index(bucket)];
+  int rows = 0, chunked = plan_chunks(e, &rows);
+  int bucket = ms_bucket_for(rows);
+  struct plan_rt *rt = chunked ? &e->rt_prefill[bucket_index(bucket)] : &e->rt[bucket_index(bucket)];
   int n = layout_rows(e, bucket);
   atomic_store_explicit(&e->stat_running, n, memory_order_relaxed);
   atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
@@ -627,13 +657,17 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
   if (row >= x->meta.n_rows || s < 0) return;
   struct slot *sl = &e->slots[s];
   struct ms_request *r = sl->req;
-  int vocab = e->m->cfg.vocab;
+  int vocab = e->m->cfg.vocab, pos = x->meta.row_pos[row];
   const float *lg = ms_buf_row(x, k->in, 0, row);
-  if (r->record) {
-    memcpy(r->logits + (size_t)sl->pos * (size_t)vocab, lg, sizeof(float) * (size_t)vocab);
-    atomic_store_explicit(&r->n_logits, sl->pos + 1, memory_order_release);
+  /* In chunked prefill the slot's other rows come before this one; only the
+   * last touches the slot, so it keeps one writer per step. */
+  int last = row + 1 >= x->meta.n_rows || x->meta.row_slot[row + 1] != s;
+  if (r->record) {  /* each row its own position; read once the request is done */
+    memcpy(r->logits + (size_t)pos * (size_t)vocab, lg, sizeof(float) * (size_t)vocab);
+    if (last) atomic_store_explicit(&r->n_logits, pos + 1, memory_order_release);
   }
-  sl->pos++;
+  if (!last) return;
+  sl->pos = pos + 1;
   if (sl->pos < r->n_prompt) {
     sl->next_token = r->prompt[sl->pos];
     return;
@@ -824,10 +858,10 @@ static void rt_free(struct ms_engine *e, struct plan_rt *rt) {
   ms_plan_free(rt->plan);
 }
 
-static int rt_init(struct ms_engine *e, struct plan_rt *rt, int batch, struct ms_textbuf *log) {
+static int rt_init(struct ms_engine *e, struct plan_rt *rt, int batch, int prefill, struct ms_textbuf *log) {
   struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
                                .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
-                               .tp = e->o.tp};
+                               .tp = e->o.tp, .prefill = prefill};
   rt->plan = ms_plan_compile(e->m, &co, log);
   if (!rt->plan) return -errno;
   if (e->o.plan_hook) e->o.plan_hook(rt->plan, e->o.plan_hook_user);
@@ -884,7 +918,7 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
     if (!e->buf[b]) return -ENOMEM;
   }
   e->max_pages = (e->o.max_ctx + e->o.page_size - 1) / e->o.page_size;
-  e->pool_pages = e->max_pages * e->max_rows;
+  e->pool_pages = e->max_pages * e->n_slots;
   size_t kv = (size_t)c->n_layers * (size_t)e->pool_pages * (size_t)e->o.page_size *
               (size_t)c->n_kv_heads * (size_t)c->head_dim;
   if (!e->shape_only) {  /* shapes only: no kernel reads or writes the cache */
@@ -893,11 +927,11 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
     if (!e->k_pool || !e->v_pool) return -ENOMEM;
   }
   e->free_pages = malloc((size_t)e->pool_pages * sizeof *e->free_pages);
-  e->slots = calloc((size_t)e->max_rows, sizeof *e->slots);
+  e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
   e->row_slot = calloc((size_t)e->max_rows, sizeof(int));
   e->row_pos = calloc((size_t)e->max_rows, sizeof(int));
   e->row_token = calloc((size_t)e->max_rows, sizeof(int));
-  e->admit_slots = calloc((size_t)e->max_rows, sizeof(int));
+  e->admit_slots = calloc((size_t)e->n_slots, sizeof(int));
   e->row_pages = calloc((size_t)e->max_rows, sizeof(int32_t *));
   e->hook_rows = calloc((size_t)e->max_rows, sizeof *e->hook_rows);
   e->scratch = calloc((size_t)e->n_workers, sizeof *e->scratch);
@@ -907,15 +941,38 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
   /* pages are handed out lowest first */
   for (int i = 0; i < e->pool_pages; i++) e->free_pages[i] = e->pool_pages - 1 - i;
   e->n_free = e->pool_pages;
-  for (int s = 0; s < e->max_rows; s++)
+  for (int s = 0; s < e->n_slots; s++)
     if (!(e->slots[s].pages = calloc((size_t)e->max_pages, sizeof(int32_t)))) return -ENOMEM;
   for (int w = 0; w < e->n_workers; w++)
     if (!(e->scratch[w] = calloc((size_t)e->o.max_ctx, sizeof(float)))) return -ENOMEM;
   return e->o.q8_activations && !e->shape_only ? alloc_q8(e) : 0;
 }
 
+/* Compiles the prefill plans, smallest bucket first (2 rows up to max_rows),
+ * each published by raising prefill_ready to its rows: steps chunk prompts up
+ * to the largest one ready and feed one position per step before the first. A
+ * plan of many token rows takes seconds to compile, which the engine does not
+ * wait for. A failure only leaves the larger buckets unused. */
+static void *prefill_main(void *arg) {
+  struct ms_engine *e = arg;
+  for (int i = 1; (1 << i) <= e->max_rows && !atomic_load_explicit(&e->stop_req, memory_order_acquire); i++) {
+    char lb[512] = "";
+    struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+    struct plan_rt *rt = &e->rt_prefill[i];
+    if (rt_init(e, rt, 1 << i, 1, &log)) {
+      ms_logf(MS_LOG_WARN, "engine: the prefill plan for %d rows: %s", 1 << i, lb[0] ? lb : "failed");
+      rt_free(e, rt);
+      memset(rt, 0, sizeof *rt);
+      break;
+    }
+    atomic_store_explicit(&e->prefill_ready, 1 << i, memory_order_release);
+  }
+  return NULL;
+}
+
 static void set_defaults(struct ms_engine_opts *o) {
   if (o->backend == MS_BACKEND_SIM) {
+    o->max_batched_tokens = 0;  /* the simulator's figures are of decode steps */
     if (o->sim.n_sms <= 0) ms_sim_preset("h100", &o->sim);
     o->n_workers = o->sim.n_sms * (o->tp > 1 ? o->tp : 1);  /* each device its own SMs */
     if (!o->tiles_per_op && !o->tile_rows) o->tiles_per_op = o->sim.n_sms;
@@ -955,8 +1012,14 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     goto fail;
   }
   atomic_init(&e->pause_at, e->o.start_paused ? 0 : UINT64_MAX);
-  e->max_rows = ms_bucket_for(e->o.max_batch);
-  e->n_buckets = bucket_index(e->max_rows) + 1;
+  e->n_slots = ms_bucket_for(e->o.max_batch);
+  e->n_buckets = bucket_index(e->n_slots) + 1;
+  e->max_rows = e->n_slots;
+  if (e->o.max_batched_tokens > 0) {  /* token rows: buffers for the budget's bucket */
+    if (e->o.max_batched_tokens > 4096) e->o.max_batched_tokens = 4096;
+    int b = ms_bucket_for(e->o.max_batched_tokens);
+    if (b > e->max_rows) e->max_rows = b;
+  }
   pthread_mutex_init(&e->log_mu, NULL);
   ms_barrier_init(&e->bar, e->n_workers);
   if (ms_mpmc_init(&e->mail, 1024)) goto fail;
@@ -975,7 +1038,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
       ms_plan_free(p0);
       if (rc) goto fail;
     }
-    if ((rc = rt_init(e, &e->rt[i], 1 << i, log))) goto fail;
+    if ((rc = rt_init(e, &e->rt[i], 1 << i, 0, log))) goto fail;
   }
   e->hooks = ms_hook_table_new(e->n_workers);
   atomic_init(&e->hooks_on, 1);
@@ -997,6 +1060,9 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     if ((rc = ms_sim_start(e))) goto fail;
     return e;
   }
+  if (e->o.max_batched_tokens > 1 && !e->o.prefill_async) prefill_main(e);
+  if (e->o.max_batched_tokens > 1 && e->o.prefill_async)  /* compiled while the engine already serves */
+    e->prefill_thread = !pthread_create(&e->prefill_th, NULL, prefill_main, e);
   for (int w = 0; w < e->n_workers; w++)
     if (pthread_create(&e->workers[w].th, NULL, worker_main, &e->workers[w])) {
       /* Worker 0, when it started, publishes the stop and the others exit on it. */
@@ -1032,6 +1098,7 @@ void ms_engine_free(struct ms_engine *e) {
   atomic_fetch_add_explicit(&e->mail_seq, 1, memory_order_release);
   ms_futex_wake_all(&e->mail_seq);
   for (int w = 0; w < e->threads; w++) pthread_join(e->workers[w].th, NULL);
+  if (e->prefill_thread) pthread_join(e->prefill_th, NULL);  /* stops after the plan it compiles */
   if (e->sim) ms_sim_stop(e);
   if (e->watchdog_on) {
     atomic_store(&e->wd_stop, 1);
@@ -1042,6 +1109,8 @@ void ms_engine_free(struct ms_engine *e) {
   ms_fault_free(e);
   free(e->workers);
   for (int i = 0; i < e->n_buckets; i++) rt_free(e, &e->rt[i]);
+  for (int i = 0; i < MS_MAX_BUCKETS; i++)
+    if (e->rt_prefill[i].plan) rt_free(e, &e->rt_prefill[i]);
   ms_hook_table_free(e->hooks);
   if (e->buf)
     for (int b = 0; b < e->n_bufs; b++) free(e->buf[b]);
@@ -1050,7 +1119,7 @@ void ms_engine_free(struct ms_engine *e) {
   free(e->v_pool);
   free(e->free_pages);
   if (e->slots)
-    for (int s = 0; s < e->max_rows; s++) free(e->slots[s].pages);
+    for (int s = 0; s < e->n_slots; s++) free(e->slots[s].pages);
   free(e->slots);
   free(e->row_slot);
   free(e->row_pos);

@@ -49,6 +49,7 @@ struct slot {
   int pos;            /* positions fed so far: the next token goes at pos */
   int next_token;
   int finishing;      /* the request is complete: retire at the next step start */
+  int chunk;          /* rows it has in the step in flight (chunked prefill) */
   uint32_t gen;
   int32_t *pages;     /* [max_pages] */
   int n_pages;
@@ -130,16 +131,18 @@ struct ms_engine {
   struct ms_engine_opts o;
   int n_workers;
   struct plan_rt rt[MS_MAX_BUCKETS];
+  struct plan_rt rt_prefill[MS_MAX_BUCKETS];  /* chunked prefill: one per bucket, compiled lazily */
   int n_buckets;
+  int n_slots;                   /* batch slots (requests decoded together): bucket_for(max_batch) */
 
   /* storage shared by all plans (one step runs at a time) */
   float **buf;
-  int n_bufs, max_rows;
+  int n_bufs, max_rows;          /* rows of a step: n_slots, or max_batched_tokens' bucket */
   float *k_pool, *v_pool;
   int pool_pages, max_pages;
   int32_t *free_pages;
   int n_free;
-  struct slot *slots;            /* [max_rows] */
+  struct slot *slots;            /* [n_slots] */
   int *row_slot, *row_pos, *row_token;
   int *admit_slots;              /* slots admitted by the step start in flight */
   int32_t **row_pages;
@@ -208,6 +211,12 @@ struct ms_engine {
 
   /* fault injection (fault.c): NULL when healthy; read-only while running */
   struct ms_faults *faults;
+
+  /* chunked prefill: plans compiled by prefill_th; prefill_ready is the rows of
+   * the largest ready (0: none yet), each smaller one ready before it */
+  _Atomic int prefill_ready;
+  pthread_t prefill_th;
+  int prefill_thread;
 
   struct worker *workers;
   int threads;                   /* worker threads started (joined at free) */

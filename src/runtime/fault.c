@@ -78,7 +78,7 @@ static int target_bound(const struct ms_engine *e, enum ms_fault_type t) {
   switch (ms_fault_culprit_kind(t)) {
   case MS_CULPRIT_TASK_CLASS: return p->n_classes;
   case MS_CULPRIT_EVENT_CLASS: return p->n_ev_classes;
-  case MS_CULPRIT_REQUEST: return e->max_rows;
+  case MS_CULPRIT_REQUEST: return e->n_slots;
   case MS_CULPRIT_WORKER: return e->n_workers;
   case MS_CULPRIT_DEVICE: return e->o.tp > 1 ? e->o.tp : 0;
   case MS_CULPRIT_EXPERT: return e->m->cfg.n_experts;

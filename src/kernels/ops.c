@@ -241,9 +241,15 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
 static void gemv_residual(const struct ms_exec_ctx *x, const struct ms_task_class *k,
                           const struct ms_task *t, const struct ms_weight *w, int worker) {
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
-  int ld = x->plan->bufs[k->out].cols, B = x->plan->batch;
+  int ld = x->plan->bufs[k->out].cols, B = x->plan->batch, ldi = x->plan->bufs[k->in].cols;
   float *out = ms_buf_row(x, k->out, 0, 0);
-  gemv(x, worker, w, c0, c1, ms_buf_row(x, k->in, 0, 0), x->plan->bufs[k->in].cols, B, out + c0, ld);
+  if (t->kernel == MS_K_LM_HEAD && x->meta.some_head_skipped) {  /* only the rows that sample */
+    for (int b = 0; b < x->meta.n_rows; b++)
+      if (x->meta.row_head[b])
+        gemv(x, worker, w, c0, c1, ms_buf_row(x, k->in, 0, b), ldi, 1, out + (size_t)b * ld + c0, ld);
+  } else {
+    gemv(x, worker, w, c0, c1, ms_buf_row(x, k->in, 0, 0), ldi, B, out + c0, ld);
+  }
   float cap = x->m->cfg.final_softcap;
   if (t->kernel == MS_K_LM_HEAD && cap > 0)  /* gemma's final logit cap */
     for (int b = 0; b < B; b++)

@@ -15,6 +15,11 @@ struct ms_batch_meta {
   int *row_pos;         /* [max_rows] position of the token fed this step */
   int *row_token;       /* [max_rows] the token fed this step */
   int32_t **row_pages;  /* [max_rows] the slot's page table */
+  /* Chunked prefill: when some_head_skipped, lm_head computes only the rows
+   * with row_head[r] set (a chunk's last row samples; the others feed the KV
+   * cache alone). */
+  const uint8_t *row_head;
+  int some_head_skipped;
 };
 
 struct ms_exec_ctx {

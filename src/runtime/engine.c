@@ -477,6 +477,7 @@ static int layout_rows(struct ms_engine *e, int bucket) {
       e->row_pos[n] = pos;
       e->row_token[n] = j ? sl->req->prompt[pos] : sl->next_token;  /* a chunk lies inside the prompt */
       e->row_pages[n] = sl->pages;
+      e->row_head[n] = j == sl->chunk - 1 || sl->req->record;  /* its logits are read */
       n++;
     }
   }
@@ -573,7 +574,9 @@ int ms_rt_step_begin(struct ms_engine *e) {
   int bucket = ms_bucket_for(rows);
   struct plan_rt *rt = chunked ? &e->rt_prefill[bucket_index(bucket)] : &e->rt[bucket_index(bucket)];
   int n = layout_rows(e, bucket);
-  atomic_store_explicit(&e->stat_running, n, memory_order_relaxed);
+  rt->x.meta.some_head_skipped = 0;
+  for (int r = 0; r < n; r++) rt->x.meta.some_head_skipped |= !e->row_head[r];
+  atomic_store_explicit(&e->stat_running, active_rows(e), memory_order_relaxed);  /* requests, not rows */
   atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
   rt->x.meta.n_rows = n;
   publish_hook_rows(e, bucket, e->next_step);
@@ -882,7 +885,7 @@ static int rt_init(struct ms_engine *e, struct plan_rt *rt, int batch, int prefi
       .m = e->m, .plan = p, .buf = e->buf, .max_rows = e->max_rows,
       .cls_w = (const struct ms_weight *const (*)[3])rt->cls_w,
       .meta = {.row_slot = e->row_slot, .row_pos = e->row_pos, .row_token = e->row_token,
-               .row_pages = e->row_pages},
+               .row_pages = e->row_pages, .row_head = e->row_head},
       .k_pool = e->k_pool, .v_pool = e->v_pool, .page_size = e->o.page_size,
       .pool_pages = e->pool_pages, .scratch = e->scratch,
       .q8 = e->q8, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols};
@@ -931,12 +934,13 @@ static int alloc_storage(struct ms_engine *e, const struct ms_plan *p) {
   e->row_slot = calloc((size_t)e->max_rows, sizeof(int));
   e->row_pos = calloc((size_t)e->max_rows, sizeof(int));
   e->row_token = calloc((size_t)e->max_rows, sizeof(int));
+  e->row_head = calloc((size_t)e->max_rows, sizeof *e->row_head);
   e->admit_slots = calloc((size_t)e->n_slots, sizeof(int));
   e->row_pages = calloc((size_t)e->max_rows, sizeof(int32_t *));
   e->hook_rows = calloc((size_t)e->max_rows, sizeof *e->hook_rows);
   e->scratch = calloc((size_t)e->n_workers, sizeof *e->scratch);
   if (!e->free_pages || !e->slots || !e->row_slot || !e->row_pos || !e->admit_slots ||
-      !e->row_token || !e->row_pages || !e->hook_rows || !e->scratch)
+      !e->row_token || !e->row_head || !e->row_pages || !e->hook_rows || !e->scratch)
     return -ENOMEM;
   /* pages are handed out lowest first */
   for (int i = 0; i < e->pool_pages; i++) e->free_pages[i] = e->pool_pages - 1 - i;
@@ -1124,6 +1128,7 @@ void ms_engine_free(struct ms_engine *e) {
   free(e->row_slot);
   free(e->row_pos);
   free(e->row_token);
+  free(e->row_head);
   free(e->admit_slots);
   free(e->row_pages);
   free(e->hook_rows);

@@ -144,6 +144,7 @@ struct ms_engine {
   int n_free;
   struct slot *slots;            /* [n_slots] */
   int *row_slot, *row_pos, *row_token;
+  uint8_t *row_head;             /* [max_rows] the row samples (meta.row_head) */
   int *admit_slots;              /* slots admitted by the step start in flight */
   int32_t **row_pages;
   float **scratch;

@@ -27,7 +27,8 @@ static void usage(FILE *f) {
           "  --max-batched-tokens N  the chunked engine's token budget per step (default 64)\n"
           "  --rounds N           measurements per length and engine (default 3)\n"
           "  --workers N          worker threads per engine (default: one per core)\n"
-          "  --q8-activations     8-bit activations in both engines\n"
+          "  --q8-activations     8-bit GEMV inputs and integer dot products in both engines\n"
+          "  --f32-activations    f32 GEMV inputs (the default)\n"
           "  --json               one JSON object\n"
           "  -h, --help           this text\n");
 }
@@ -82,6 +83,7 @@ int bench_prefill(int argc, char **argv) {
       {"prompts", required_argument, 0, 0},   {"max-batched-tokens", required_argument, 0, 0},
       {"rounds", required_argument, 0, 0},    {"workers", required_argument, 0, 0},
       {"q8-activations", no_argument, 0, 0},  {"json", no_argument, 0, 0},
+      {"f32-activations", no_argument, 0, 0},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct cli_model cm = {0};
   int lens[MAX_LENS] = {32, 128, 512}, n_lens = 3, q8 = 0, as_json = 0;
@@ -103,6 +105,7 @@ int bench_prefill(int argc, char **argv) {
     else if (!strcmp(n, "rounds")) r = cli_int("--rounds", optarg, 1, MAX_ROUNDS, &rounds);
     else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
     else if (!strcmp(n, "q8-activations")) q8 = 1;
+    else if (!strcmp(n, "f32-activations")) q8 = 0;
     else if (!strcmp(n, "json")) as_json = 1;
     if (r) return usage(stderr), 2;
   }

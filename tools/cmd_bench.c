@@ -38,6 +38,7 @@ static void decode_usage(FILE *f) {
           "  --workers N          worker threads (default: one per core)\n"
           "  --q8-activations     quantize GEMV inputs to 8 bits, integer dot products with\n"
           "                       every block type's weights (both runs)\n"
+          "  --f32-activations    f32 GEMV inputs (the default)\n"
           "  --json               print the result as JSON\n"
           "  -h, --help           this text\n");
 }
@@ -113,6 +114,7 @@ static int bench_decode(int argc, char **argv) {
       {"steps", required_argument, 0, 0},     {"warmup", required_argument, 0, 0},
       {"workers", required_argument, 0, 0},   {"json", no_argument, 0, 0},
       {"model", required_argument, 0, 0},    {"q8-activations", no_argument, 0, 0},
+      {"f32-activations", no_argument, 0, 0},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct cli_model cm = {0};
   long batch = 1, steps = 16, warmup = 2, workers = 0;
@@ -137,6 +139,7 @@ static int bench_decode(int argc, char **argv) {
     else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
     else if (!strcmp(n, "json")) as_json = 1;
     else if (!strcmp(n, "q8-activations")) q8 = 1;
+    else if (!strcmp(n, "f32-activations")) q8 = 0;
     if (r) return 2;
   }
   struct ms_model *m = cli_model_load(&cm);

@@ -44,6 +44,9 @@ static void usage(FILE *f) {
           "  --max-batched-tokens N  token rows a step takes: a prompt is fed in chunks beside the\n"
           "                       decode rows (chunked prefill; default 64; 0: one position per step).\n"
           "                       Its plans compile in the background after start\n"
+          "  --q8-activations     8-bit GEMV inputs and integer dot products for block-format weights\n"
+          "                       (faster; logits move by about the inputs' rounding)\n"
+          "  --f32-activations    f32 GEMV inputs, the exact path (the default)\n"
           "  --http ADDR:PORT     where to serve HTTP (default 127.0.0.1:8080; port 0: any free\n"
           "                       port; 'off': no HTTP; IPv6 as [::1]:8080)\n"
           "  --host HOST          the address to bind: a name (localhost), IPv4 or IPv6 (overrides --http's)\n"
@@ -80,7 +83,7 @@ struct serve_args {
   const char *http, *socket, *otlp, *host, *api_key, *chat_template;
   long port, drain_s, max_batched;
   double temperature;
-  int port_set, temperature_set;
+  int port_set, temperature_set, q8;
   const char *fault[4];
   int n_fault;
   int verbose;
@@ -100,6 +103,7 @@ static int parse(int argc, char **argv, struct serve_args *a) {
       {"port", required_argument, 0, 0},      {"api-key", required_argument, 0, 0},
       {"chat-template", required_argument, 0, 0}, {"temperature", required_argument, 0, 0},
       {"drain-timeout", required_argument, 0, 0}, {"max-batched-tokens", required_argument, 0, 0},
+      {"f32-activations", no_argument, 0, 0}, {"q8-activations", no_argument, 0, 0},
       {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *a = (struct serve_args){.batch = 8, .max_ctx = 512, .max_tokens = 16, .watchdog_ms = 5000,
@@ -136,6 +140,8 @@ static int parse(int argc, char **argv, struct serve_args *a) {
     else if (!strcmp(n, "api-key")) a->api_key = optarg;
     else if (!strcmp(n, "chat-template")) a->chat_template = optarg;
     else if (!strcmp(n, "drain-timeout")) r = cli_int("--drain-timeout", optarg, 0, 86400, &a->drain_s);
+    else if (!strcmp(n, "f32-activations")) a->q8 = 0;
+    else if (!strcmp(n, "q8-activations")) a->q8 = 1;
     else if (!strcmp(n, "max-batched-tokens"))
       r = cli_int("--max-batched-tokens", optarg, 0, 4096, &a->max_batched);
     else if (!strcmp(n, "temperature")) {
@@ -274,7 +280,8 @@ int cmd_serve(int argc, char **argv) {
   struct ms_textbuf log = {lb, sizeof lb, 0, 0};
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .max_batch = (int)a.batch,
                               .max_ctx = (int)a.max_ctx, .watchdog_ms = (int)a.watchdog_ms,
-                              .max_batched_tokens = (int)a.max_batched, .prefill_async = 1};
+                              .max_batched_tokens = (int)a.max_batched, .prefill_async = 1,
+                              .q8_activations = a.q8};
   struct ms_fault faults[4];
   eo.faults = faults;
   eo.n_faults = a.n_fault;

@@ -115,6 +115,8 @@ void ms_engine_free(struct ms_engine *e);
 
 int ms_engine_n_workers(const struct ms_engine *e);
 const struct ms_model *ms_engine_model(const struct ms_engine *e);
+/* 1 when the GEMVs take 8-bit activations (q8_activations and block-format weights). */
+int ms_engine_q8_active(const struct ms_engine *e);
 enum ms_mode ms_engine_mode(const struct ms_engine *e);
 /* The plan of the bucket holding `rows` rows. */
 const struct ms_plan *ms_engine_plan(const struct ms_engine *e, int rows);

@@ -73,7 +73,6 @@ struct trace_rec {
 struct worker {
   struct ms_engine *e;
   int id;
-  pthread_t th;
   uint64_t rng;
   _Atomic int32_t running;      /* task running, -1: none (watchdog) */
   _Atomic int32_t waiting;      /* task waiting on its event, -1: none */
@@ -159,18 +158,13 @@ struct ms_engine {
   _Atomic uint64_t layout_step;
   struct hook_row *hook_rows;    /* [max_rows] */
 
-  /* step publication: worker 0 writes cur_* then bumps step_seq (release) */
-  _Alignas(64) _Atomic uint32_t step_seq;
-  _Atomic(struct plan_rt *) cur;
+  /* The step in flight, written by the step start (ms_rt_step_begin) before
+   * the backend's publish_step; atomics only for the watchdog's reads. */
+  _Alignas(64) _Atomic(struct plan_rt *) cur;
   _Atomic uint64_t cur_gen;
-  _Atomic uint64_t cur_step;     /* atomics only for the watchdog's reads */
-  _Atomic int cur_stop;
-  uint64_t next_step;            /* worker 0 only */
-
-  /* wake-ups: bumped on every event fire; sleepers counted to skip the syscall */
-  _Alignas(64) _Atomic uint32_t progress;
-  _Atomic int sleepers;
-  struct ms_barrier bar;
+  _Atomic uint64_t cur_step;
+  _Atomic int cur_stop;          /* the published step is the stop: the backend's SMs end */
+  uint64_t next_step;            /* the step start only */
 
   /* the mailbox: requests in */
   struct ms_mpmc mail;
@@ -200,10 +194,11 @@ struct ms_engine {
   uint32_t trace_cap;
   uint64_t trace_t0, trace_t1;    /* the recording window: start, stop (set by trace_start, trace_stop) */
 
-  /* the simulator backend (sim.c): one thread drives every virtual SM */
-  struct ms_sim *sim;
-  _Atomic uint64_t sim_now;      /* the virtual clock, ns */
-  int shape_only;                /* no kernels, no KV cache: timing only */
+  /* the backend (backend_*.c): its table, and the context its start made
+   * (NULL before the start and after the stop) */
+  const struct ms_backend_ops *be;
+  void *be_ctx;
+  int shape_only;                /* no kernels, no KV cache: timing only (the backend says) */
 
   /* pausing at a step boundary (ms_engine_pause_at): the step start of
    * pause_at waits on pause_seq until resumed; paused says it is waiting */
@@ -219,43 +214,104 @@ struct ms_engine {
   pthread_t prefill_th;
   int prefill_thread;
 
-  struct worker *workers;
-  int threads;                   /* worker threads started (joined at free) */
+  struct worker *workers;        /* [n_workers] the SMs, whoever runs them */
   pthread_t watchdog;
   int watchdog_on;
   _Atomic uint32_t wd_stop;
 };
 
-/* The engine clock: real time, or the simulator's virtual time. */
-static inline uint64_t ms_eng_now(const struct ms_engine *e) {
-  return e->sim ? atomic_load_explicit(&((struct ms_engine *)e)->sim_now, memory_order_relaxed) : ms_now_ns();
+/* A backend: who runs the SMs and what time it is there. The shared runtime
+ * (step.c, requests.c, plans.c, fault.c, telemetry.c, the watchdog) owns
+ * requests, admission, batching, KV pages, plans, event counters, hooks,
+ * telemetry and faults; it reaches the SMs only through this table and the
+ * context start returned, and names no backend. A backend's SMs run steps with
+ * ms_rt_step_begin / ms_rt_step_end and each task with ms_rt_task_start,
+ * ms_rt_task_body and ms_rt_task_finish. */
+struct ms_backend_ops {
+  const char *name;
+  /* now() is simulated time: a request's times start at its admission, and
+   * ms_engine_sim_now reports the clock */
+  int virtual_clock;
+  void (*defaults)(struct ms_engine_opts *o);          /* before anything is sized */
+  int (*shape_only)(const struct ms_engine_opts *o);   /* 1: tasks run no kernels */
+  /* The threads that run steps, once everything else is built: sets
+   * e->be_ctx before they run, and leaves it NULL and nothing running when it
+   * fails. */
+  int (*start)(struct ms_engine *e);
+  void (*stop)(struct ms_engine *e);          /* after stop_req: joins, frees be_ctx */
+  uint64_t (*now)(const void *ctx);           /* the engine clock, ns */
+  /* The step start wrote cur, cur_gen, cur_step (or cur_stop): hand the step
+   * to the SMs, with the release that publishes its metadata. */
+  void (*publish_step)(void *ctx);
+  /* Event ev of rt fired (its JIT successors are queued): wake what waits. */
+  void (*fired)(void *ctx, struct plan_rt *rt, int ev);
+  /* Fault injection (delayed_release): the trigger of producer on worker w
+   * is held delay_ns. 1: the backend counts it itself later (with
+   * ms_rt_trigger_now); 0: the delay has passed, the caller counts it now. */
+  int (*defer_trigger)(void *ctx, struct worker *w, int producer, uint64_t delay_ns);
+  /* Fault injection (starve_task): a held JIT task is due at `at`; an SM
+   * that idles must look for JIT work again then. */
+  void (*poll_at)(void *ctx, uint64_t at);
+};
+
+extern const struct ms_backend_ops ms_backend_cpu;  /* backend_cpu.c */
+extern const struct ms_backend_ops ms_backend_sim;  /* backend_sim.c */
+/* backend.c: the table of a backend, NULL when there is none by that id. */
+const struct ms_backend_ops *ms_backend_get(enum ms_backend b);
+
+/* The engine clock: the backend's (real time, or virtual time). Valid from
+ * the backend's start to its stop: nothing reads it outside those. */
+static inline uint64_t ms_eng_now(const struct ms_engine *e) { return e->be->now(e->be_ctx); }
+
+static inline uint64_t ms_rt_rng_next(uint64_t *s) {  /* xorshift64 */
+  uint64_t x = *s;
+  x ^= x << 13;
+  x ^= x >> 7;
+  x ^= x << 17;
+  return *s = x;
 }
 
-/* engine.c: the parts of the runtime both backends run */
+/* The bucket (plan index) of a step of `rows` rows: log2, rounded up. */
+static inline int ms_rt_bucket_index(int rows) {
+  int i = 0;
+  while ((1 << i) < rows) i++;
+  return i;
+}
+
+/* step.c: the step machine every backend runs */
+int ms_rt_step_begin(struct ms_engine *e);   /* 0 when a stop was published */
+void ms_rt_step_end(struct ms_engine *e);    /* the bookkeeping after a step's end event */
+/* A task's life in three parts: start and body when it begins, finish (its
+ * trigger) when it ends. */
 uint64_t ms_rt_task_start(struct worker *w, struct plan_rt *rt, int t, uint64_t gen);
 void ms_rt_task_body(struct worker *w, struct plan_rt *rt, int t);
-void ms_rt_dep_wait(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int ev);
 void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, uint64_t t0);
+void ms_rt_dep_wait(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int ev);
 int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t);
-int ms_rt_step_begin(struct ms_engine *e);   /* 0 when a stop was published */
+int ms_rt_jit_empty(struct plan_rt *rt);
 /* Counts one trigger of ev now (no fault hold); 1 when it completed the event. */
 int ms_rt_trigger_now(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer);
+
+/* requests.c: requests in and out, slots and KV pages (the step start's side) */
+int ms_rt_retire(struct ms_engine *e, int cancel_all);  /* finished (or all) slots out; how many */
+int ms_rt_admit(struct ms_engine *e, int *slots);       /* queued requests into free slots; how many */
+void ms_rt_cancel_mailbox(struct ms_engine *e);
+int ms_rt_active_slots(const struct ms_engine *e);
+void ms_rt_kv_reserve(struct ms_engine *e, struct slot *sl, int pos);  /* a page for position pos */
+void ms_rt_request_tick(struct ms_request *r);          /* a token: wake streaming readers */
+
+/* plans.c: the runtime's view of each plan, and the storage plans share */
+int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int prefill, struct ms_textbuf *log);
+void ms_rt_plan_free(struct ms_engine *e, struct plan_rt *rt);
+int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p);
+void ms_rt_storage_free(struct ms_engine *e);
+void *ms_rt_prefill_main(void *e);   /* compiles the prefill plans (a thread, or inline) */
 /* The device (tensor parallel) worker w belongs to. */
 int ms_rt_device(const struct ms_engine *e, int worker);
-void ms_rt_step_end(struct ms_engine *e);    /* the bookkeeping after a step's end event */
 
-/* sim.c */
-struct ms_sim;
-int ms_sim_start(struct ms_engine *e);
-void ms_sim_stop(struct ms_engine *e);       /* joins the thread, frees the simulator */
-void ms_sim_fired(struct ms_engine *e, struct plan_rt *rt, int ev);
-/* fault injection: producer's trigger counts at virtual time `at` (on SM sm);
- * an idle SM looks for JIT work again at `at`. */
-void ms_sim_defer_trigger(struct ms_engine *e, int sm, int producer, uint64_t at);
-void ms_sim_poll_at(struct ms_engine *e, uint64_t at);
-/* The bench's PC-sampling analog: fn(user, sm, kernel) for every SM every
- * period_ns of virtual time (kernel -1: waiting, -2: between tasks). Set while
- * the engine is paused. */
+/* backend_sim.c: the bench's PC-sampling analog: fn(user, sm, kernel) for
+ * every SM every period_ns of virtual time (kernel -1: waiting, -2: between
+ * tasks). Set while the engine is paused; the engine's backend must be sim. */
 void ms_sim_sampler(struct ms_engine *e, uint64_t period_ns, void (*fn)(void *user, int sm, int kernel), void *user);
 
 /* telemetry.c */

@@ -3,7 +3,8 @@
  * benchmark diagnoses, applied by the runtime code both backends share.
  *
  * Where each fault acts (the call sites are marked "fault injection" in
- * engine.c and sim.c):
+ * step.c, backend_cpu.c and backend_sim.c; what differs by backend goes
+ * through its table, struct ms_backend_ops):
  *   slow_class, slow_request, comm_delay  a task takes longer: the simulator adds
  *       ms_fault_extra_ns to its cost; a CPU worker spins it after the body;
  *   routing_skew     the router's choice: the simulator's shape spread, or the
@@ -228,13 +229,7 @@ int ms_fault_hold(struct worker *w, struct plan_rt *rt, int ev, uint64_t target,
      * producers finishing together may both pass, and then neither is held) */
     if (atomic_load_explicit(&rt->counters[ev], memory_order_acquire) + 1 != target) return 0;
     if (e->o.mode == MS_MODE_PER_OP) return 0;  /* barriers, not events, order per-op mode */
-    if (e->sim) {
-      ms_sim_defer_trigger(e, w->id, producer, ms_eng_now(e) + f->delay_ns);
-      return 1;
-    }
-    uint64_t until = ms_now_ns() + f->delay_ns;
-    while (ms_now_ns() < until) ms_cpu_relax();
-    return 0;
+    return e->be->defer_trigger(e->be_ctx, w, producer, f->delay_ns);
   }
   return 0;
 }
@@ -250,7 +245,7 @@ int ms_fault_starved(struct ms_engine *e, struct plan_rt *rt, int t) {
     uint64_t ready = atomic_load_explicit(&rt->fire_ns[k->wait], memory_order_relaxed);
     uint64_t due = ready + f->delay_ns, now = ms_eng_now(e);
     if (now >= due) return 0;
-    if (e->sim) ms_sim_poll_at(e, due);
+    e->be->poll_at(e->be_ctx, due);  /* an idle SM must look again then */
     return 1;
   }
   return 0;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* Fault injection inside the runtime (private): what engine.c and sim.c call at
- * their marked fault sites. Everything is decided from the engine's fault list,
+/* Fault injection inside the runtime (private): what the step machine and the
+ * backends call at their marked fault sites. Everything is decided from the engine's fault list,
  * which is read-only once the engine runs, so workers need no locks. Every
  * function is called only when e->faults is set: a healthy engine pays one
  * predictable branch per site. */

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* Hook sites of the CPU runtime: filling the context of each hook from the
- * plan, the batch metadata and the worker. Included by engine.c only. A site
- * first checks ms_hook_armed (one relaxed load and a branch); everything here
- * runs only when something is attached. */
+/* Hook sites of the runtime (every backend fires the same): filling the
+ * context of each hook from the plan, the batch metadata and the worker.
+ * Included by the files that fire hooks (step.c, requests.c, backend_cpu.c).
+ * A site first checks ms_hook_armed (one relaxed load and a branch);
+ * everything here runs only when something is attached. */
 #ifndef MS_RUNTIME_HOOKSITE_H
 #define MS_RUNTIME_HOOKSITE_H
 
@@ -13,7 +14,7 @@
 #define HOOK_ARMED(e, h) (HOOKS_ON(e) && ms_hook_armed((e)->hooks, (h)))
 
 /* The fields every hook has; step and rows: the step the firing belongs to. */
-static void ctx_base(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int worker,
+static inline void ctx_base(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int worker,
                      const struct plan_rt *rt, uint64_t step, int rows) {
   memset(c, 0, sizeof *c);
   c->abi_version = MS_HOOK_ABI_VERSION;
@@ -31,7 +32,7 @@ static void ctx_base(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int w
 
 /* Hooks of the step in flight: fired by worker 0 at a step's start or end, or
  * from a task's body (its step cannot end before the task does). */
-static void ctx_common(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int worker,
+static inline void ctx_common(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int worker,
                        const struct plan_rt *rt) {
   ctx_base(e, c, hook, worker, rt, atomic_load_explicit(&e->cur_step, memory_order_relaxed),
            rt ? rt->x.meta.n_rows : 0);
@@ -41,11 +42,11 @@ static void ctx_common(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int
  * task_assign, dep_release and the JIT queue's queue_pressure fire after a
  * trigger, and once the step's last trigger is counted worker 0 may publish the
  * next step before they are done. */
-static void ctx_worker(const struct worker *w, struct ms_hook_ctx *c, int hook, const struct plan_rt *rt) {
+static inline void ctx_worker(const struct worker *w, struct ms_hook_ctx *c, int hook, const struct plan_rt *rt) {
   ctx_base(w->e, c, hook, w->id, rt, w->step, w->rows);
 }
 
-static void ctx_event(struct ms_hook_ctx *c, const struct plan_rt *rt, int ev, uint64_t gen) {
+static inline void ctx_event(struct ms_hook_ctx *c, const struct plan_rt *rt, int ev, uint64_t gen) {
   const struct ms_event *E = &rt->plan->events[ev];
   uint64_t cnt = atomic_load_explicit(&rt->counters[ev], memory_order_relaxed);
   uint64_t base = (uint64_t)E->needed * gen;
@@ -59,7 +60,7 @@ static void ctx_event(struct ms_hook_ctx *c, const struct plan_rt *rt, int ev, u
 
 /* When task t became ready: its event's firing, if the firing worker published
  * it for this generation; the step start for tasks that wait on nothing. */
-static uint64_t task_ready_ns(struct ms_engine *e, const struct plan_rt *rt, int t, uint64_t gen,
+static inline uint64_t task_ready_ns(struct ms_engine *e, const struct plan_rt *rt, int t, uint64_t gen,
                               uint64_t now) {
   int ev = rt->plan->tasks[t].wait;
   if (ev < 0) return e->step_t0;
@@ -73,7 +74,7 @@ static uint64_t task_ready_ns(struct ms_engine *e, const struct plan_rt *rt, int
  * step: it keeps them only when it read them inside one unchanged layout of its
  * own step (the seqlock publish_hook_rows writes, as msd_ctx_task reads on the
  * device); otherwise req_slot and req_gen stay MS_HOOK_NONE32 and ctx_len 0. */
-static void ctx_row(struct ms_engine *e, struct ms_hook_ctx *c, int row) {
+static inline void ctx_row(struct ms_engine *e, struct ms_hook_ctx *c, int row) {
   const struct hook_row *h = &e->hook_rows[row];
   /* Acquire loads rather than relaxed ones and a fence (which ThreadSanitizer
    * does not model): each keeps the re-check below after it, and one that sees
@@ -91,7 +92,7 @@ static void ctx_row(struct ms_engine *e, struct ms_hook_ctx *c, int row) {
   c->ctx_len = pos + 1;
 }
 
-static void ctx_task(struct ms_engine *e, struct ms_hook_ctx *c, const struct plan_rt *rt, int t,
+static inline void ctx_task(struct ms_engine *e, struct ms_hook_ctx *c, const struct plan_rt *rt, int t,
                      uint64_t gen) {
   const struct ms_task *k = &rt->plan->tasks[t];
   c->task_class = k->cls;
@@ -108,7 +109,7 @@ static void ctx_task(struct ms_engine *e, struct ms_hook_ctx *c, const struct pl
 
 /* Fires a task hook (t < 0: the end-of-step wait, no task); returns the
  * sched_hint priority, or -1. */
-static int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint64_t gen, int ev,
+static inline int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint64_t gen, int ev,
                           uint64_t t_begin) {
   struct ms_engine *e = w->e;
   struct ms_hook_ctx c;
@@ -131,7 +132,7 @@ static int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t,
  * an all-gather is issued (task start) or complete (task end). comm_gen names
  * the collective (every device's share of it has the same): the step and the
  * communication class. peer: the next device in the ring. */
-static void fire_comm_hook(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int phase) {
+static inline void fire_comm_hook(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int phase) {
   struct ms_engine *e = w->e;
   const struct ms_task *k = &rt->plan->tasks[t];
   int D = e->o.tp > 1 ? e->o.tp : 1;
@@ -145,14 +146,14 @@ static void fire_comm_hook(struct worker *w, struct plan_rt *rt, int t, uint64_t
   ms_hook_fire(e->hooks, &c, c.task_gen << 1 | (uint64_t)phase);
 }
 
-static void fire_step_hook(struct ms_engine *e, const struct plan_rt *rt, int phase) {
+static inline void fire_step_hook(struct ms_engine *e, const struct plan_rt *rt, int phase) {
   struct ms_hook_ctx c;
   ctx_common(e, &c, MS_HOOK_STEP, 0, rt);
   c.phase = (uint32_t)phase;
   ms_hook_fire(e->hooks, &c, c.step << 1 | (uint64_t)phase);
 }
 
-static void fire_request_hook(struct ms_engine *e, int worker, const struct plan_rt *rt, int slot,
+static inline void fire_request_hook(struct ms_engine *e, int worker, const struct plan_rt *rt, int slot,
                               int phase, int token) {
   struct ms_hook_ctx c;
   ctx_common(e, &c, MS_HOOK_REQUEST, worker, rt);
@@ -166,7 +167,7 @@ static void fire_request_hook(struct ms_engine *e, int worker, const struct plan
 
 /* w: the worker whose JIT push crossed the threshold; NULL: worker 0 at the
  * step start (the mailbox). */
-static void fire_queue_hook(struct ms_engine *e, const struct worker *w, const struct plan_rt *rt, int kind,
+static inline void fire_queue_hook(struct ms_engine *e, const struct worker *w, const struct plan_rt *rt, int kind,
                             uint32_t depth) {
   struct ms_hook_ctx c;
   if (w)

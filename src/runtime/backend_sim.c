@@ -6,7 +6,10 @@
  * loop over a virtual clock (ns). It runs the same code as the CPU backend for
  * everything that is not time: the step start (admission, batching, KV pages,
  * plan choice), the plan's per-worker AOT queues, the event counters and their
- * generations, the JIT queues, hook sites and telemetry (ms_rt_* in engine.c).
+ * generations, the JIT queues, hook sites and telemetry (ms_rt_* in step.c).
+ * The shared code reaches it through ms_backend_sim: the clock, fired (wake the
+ * event's waiting SMs after the notification latency), and the two faults that
+ * need the event loop (defer_trigger, poll_at).
  * What differs is only when things happen: a task starts when its SM is free and
  * its event has fired (plus the dispatch and notification latencies), and ends
  * after the time the cost model gives it. Workers are the SMs: hook contexts and
@@ -111,6 +114,7 @@ struct ms_sim {
   struct ms_engine *e;
   struct ms_sim_params p;
   pthread_t th;
+  _Atomic uint64_t clock;  /* the virtual clock, ns: written by the thread, read by any (relaxed: a reading) */
   struct sim_event *heap;
   size_t n_heap, cap_heap;
   uint64_t seq;
@@ -166,7 +170,9 @@ static struct sim_event pop(struct ms_sim *s) {
   return top;
 }
 
-static uint64_t now(struct ms_sim *s) { return atomic_load_explicit(&s->e->sim_now, memory_order_relaxed); }
+static uint64_t now(struct ms_sim *s) { return atomic_load_explicit(&s->clock, memory_order_relaxed); }
+
+static void set_now(struct ms_sim *s, uint64_t t) { atomic_store_explicit(&s->clock, t, memory_order_relaxed); }
 
 static void wake(struct ms_sim *s, int sm, uint64_t at) {
   if (s->sm[sm].wake_pending) return;
@@ -338,8 +344,8 @@ static void sm_next(struct ms_sim *s, int sm) {
 
 /* Called by the shared trigger when event ev fired: wake its waiters after the
  * notification latency, and enough idle SMs for the JIT tasks it released. */
-void ms_sim_fired(struct ms_engine *e, struct plan_rt *rt, int ev) {
-  struct ms_sim *s = e->sim;
+static void sim_fired(void *ctx, struct plan_rt *rt, int ev) {
+  struct ms_sim *s = ctx;
   uint64_t at = now(s) + (uint64_t)s->p.notify_ns;
   for (int sm = s->waiters[ev]; sm >= 0;) {
     int next = s->sm[sm].next_waiter;
@@ -373,18 +379,23 @@ static void sample_sms(struct ms_sim *s, uint64_t upto) {
 }
 
 void ms_sim_sampler(struct ms_engine *e, uint64_t period_ns, void (*fn)(void *user, int sm, int kernel), void *user) {
-  struct ms_sim *s = e->sim;
+  MS_ASSERT(e->be == &ms_backend_sim && e->be_ctx);
+  struct ms_sim *s = e->be_ctx;
   s->sample_fn = fn;
   s->sample_user = user;
   s->sample_period = period_ns ? period_ns : 1000;
   s->sample_next = now(s) + s->sample_period;
 }
 
-void ms_sim_defer_trigger(struct ms_engine *e, int sm, int producer, uint64_t at) {
-  push(e->sim, at, EV_TRIGGER, sm, producer);
+/* delayed_release: the trigger counts at now + delay, while its SM moves on. */
+static int sim_defer_trigger(void *ctx, struct worker *w, int producer, uint64_t delay_ns) {
+  struct ms_sim *s = ctx;
+  push(s, now(s) + delay_ns, EV_TRIGGER, w->id, producer);
+  return 1;
 }
 
-void ms_sim_poll_at(struct ms_engine *e, uint64_t at) { push(e->sim, at, EV_POLL, -1, -1); }
+/* starve_task: an idle SM is woken when the held task is due. */
+static void sim_poll_at(void *ctx, uint64_t at) { push(ctx, at, EV_POLL, -1, -1); }
 
 static void run_step_mk(struct ms_sim *s) {
   struct ms_engine *e = s->e;
@@ -398,7 +409,7 @@ static void run_step_mk(struct ms_sim *s) {
   while (s->n_heap) {
     struct sim_event x = pop(s);
     if (s->sample_fn) sample_sms(s, x.t);  /* the states held until this event */
-    atomic_store_explicit(&e->sim_now, x.t, memory_order_relaxed);
+    set_now(s, x.t);
     if (x.kind == EV_TRIGGER) {  /* fault injection: a held trigger counts now */
       ms_rt_trigger_now(&e->workers[x.sm], s->rt, s->rt->plan->tasks[x.task].trigger, s->gen, x.task);
       continue;
@@ -426,7 +437,7 @@ static void run_step_mk(struct ms_sim *s) {
       while (s->n_heap) {
         struct sim_event y = pop(s);
         if (y.kind == EV_END) {
-          atomic_store_explicit(&e->sim_now, y.t, memory_order_relaxed);
+          set_now(s, y.t);
           ms_rt_task_finish(&e->workers[y.sm], s->rt, y.task, s->gen, s->sm[y.sm].t0);
         }
       }
@@ -450,11 +461,11 @@ static void run_step_per_op(struct ms_sim *s) {
       uint64_t t = stage_start;
       for (; pos[sm] < rt->op_end[sm][st]; pos[sm]++) {
         int task = rt->op_q[sm][pos[sm]];
-        atomic_store_explicit(&e->sim_now, t, memory_order_relaxed);
+        set_now(s, t);
         uint64_t t0 = ms_rt_task_start(&e->workers[sm], rt, task, s->gen);
         ms_rt_task_body(&e->workers[sm], rt, task);
         t += cost(s, rt, task);
-        atomic_store_explicit(&e->sim_now, t, memory_order_relaxed);
+        set_now(s, t);
         ms_rt_task_finish(&e->workers[sm], rt, task, s->gen, t0);
         any = 1;
       }
@@ -462,7 +473,7 @@ static void run_step_per_op(struct ms_sim *s) {
     }
     stage_start = stage_end + (any ? (uint64_t)s->p.launch_ns : 0);
   }
-  atomic_store_explicit(&e->sim_now, stage_start, memory_order_relaxed);
+  set_now(s, stage_start);
   free(pos);
 }
 
@@ -487,7 +498,33 @@ static void *sim_main(void *arg) {
   return NULL;
 }
 
-int ms_sim_start(struct ms_engine *e) {
+/* ---- the table ---- */
+
+static void sim_defaults(struct ms_engine_opts *o) {
+  o->max_batched_tokens = 0;  /* the simulator's figures are of decode steps */
+  if (o->sim.n_sms <= 0) ms_sim_preset("h100", &o->sim);
+  o->n_workers = o->sim.n_sms * (o->tp > 1 ? o->tp : 1);  /* each device its own SMs */
+  if (!o->tiles_per_op && !o->tile_rows) o->tiles_per_op = o->sim.n_sms;
+  o->watchdog_ms = 0;  /* virtual time: nothing stalls in real time */
+}
+
+static int sim_shape_only(const struct ms_engine_opts *o) { return !o->sim.compute; }
+
+static uint64_t sim_now(const void *ctx) {
+  return atomic_load_explicit(&((struct ms_sim *)ctx)->clock, memory_order_relaxed);
+}
+
+/* The thread that published the step runs it: nothing to hand over. */
+static void sim_publish_step(void *ctx) { (void)ctx; }
+
+static void sim_free(struct ms_sim *s) {
+  free(s->heap);
+  free(s->sm);
+  free(s->waiters);
+  free(s);
+}
+
+static int sim_start(struct ms_engine *e) {
   struct ms_sim *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
   s->e = e;
@@ -502,25 +539,34 @@ int ms_sim_start(struct ms_engine *e) {
   s->waiters = malloc((size_t)s->n_waiters * sizeof *s->waiters);
   if (!s->sm || !s->waiters) goto fail;
   for (int i = 0; i < s->n_waiters; i++) s->waiters[i] = -1;
-  e->sim = s;
+  e->be_ctx = s;  /* before the thread runs: the clock is read through it */
   if (pthread_create(&s->th, NULL, sim_main, s)) {
-    e->sim = NULL;
+    e->be_ctx = NULL;
     goto fail;
   }
   return 0;
 fail:
-  free(s->sm);
-  free(s->waiters);
-  free(s);
+  sim_free(s);
   return -ENOMEM;
 }
 
-void ms_sim_stop(struct ms_engine *e) {
-  struct ms_sim *s = e->sim;
+static void sim_stop(struct ms_engine *e) {
+  struct ms_sim *s = e->be_ctx;
   pthread_join(s->th, NULL);
-  free(s->heap);
-  free(s->sm);
-  free(s->waiters);
-  free(s);
-  e->sim = NULL;
+  e->be_ctx = NULL;
+  sim_free(s);
 }
+
+const struct ms_backend_ops ms_backend_sim = {
+    .name = "sim",
+    .virtual_clock = 1,
+    .defaults = sim_defaults,
+    .shape_only = sim_shape_only,
+    .start = sim_start,
+    .stop = sim_stop,
+    .now = sim_now,
+    .publish_step = sim_publish_step,
+    .fired = sim_fired,
+    .defer_trigger = sim_defer_trigger,
+    .poll_at = sim_poll_at,
+};

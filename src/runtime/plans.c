@@ -1,0 +1,240 @@
+/* SPDX-License-Identifier: MIT */
+/* The runtime's view of the plans: one compiled plan per bucket (and, for
+ * chunked prefill, a prefill plan per bucket, compiled in the background), with
+ * its event counters, per-task state, JIT queues and the per-worker AOT and
+ * per-op queues; and the storage every plan of an engine shares (activation
+ * buffers, the KV pool, slots, the step's rows), since one step runs at a time. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "runtime/engine_impl.h"
+
+static int stage_of(const struct ms_plan *p, int t) {
+  const struct ms_task *k = &p->tasks[t];
+  if (k->kernel != MS_K_EMPTY) return k->cls;
+  /* an empty task runs with the operator of the producer it stands behind */
+  return p->tasks[p->trig[p->trig_off[k->wait]]].cls;
+}
+
+static int place(struct ms_engine *e, uint64_t *rng, int *rr) {
+  if (e->o.shuffle) return (int)(ms_rt_rng_next(rng) % (uint64_t)e->n_workers);
+  int w = *rr;
+  *rr = (w + 1) % e->n_workers;
+  return w;
+}
+
+int ms_rt_device(const struct ms_engine *e, int worker) {
+  int D = e->o.tp > 1 ? e->o.tp : 1;
+  return worker / ((e->n_workers + D - 1) / D);
+}
+
+/* Tensor parallel: a device's communication task runs on one of its own SMs
+ * (worker w is on device w / (workers / tp)), a different one for each layer. */
+static int comm_worker(const struct ms_engine *e, const struct ms_plan *p, int t) {
+  int D = e->o.tp > 1 ? e->o.tp : 1, per = e->n_workers / D;
+  int layer = p->classes[p->tasks[t].cls].layer;
+  return p->tasks[t].tile[2] * per + (layer >= 0 ? layer * 7 + 3 : 0) % per;
+}
+
+static int rt_queues(struct ms_engine *e, struct plan_rt *rt, uint64_t seed) {
+  const struct ms_plan *p = rt->plan;
+  int W = e->n_workers, rr = 0;
+  uint64_t rng = seed | 1;
+  int *owner = malloc((size_t)p->n_tasks * sizeof *owner);
+  rt->aot_q = calloc((size_t)W, sizeof *rt->aot_q);
+  rt->aot_n = calloc((size_t)W, sizeof *rt->aot_n);
+  rt->op_q = calloc((size_t)W, sizeof *rt->op_q);
+  rt->op_n = calloc((size_t)W, sizeof *rt->op_n);
+  rt->op_end = calloc((size_t)W, sizeof *rt->op_end);
+  rt->n_stages = p->n_classes;
+  if (!owner || !rt->aot_q || !rt->aot_n || !rt->op_q || !rt->op_n || !rt->op_end) goto fail;
+  for (int w = 0; w < W; w++) {
+    rt->aot_q[w] = malloc(((size_t)p->n_tasks + 1) * sizeof(int32_t));
+    rt->op_q[w] = malloc(((size_t)p->n_tasks + 1) * sizeof(int32_t));
+    rt->op_end[w] = calloc((size_t)rt->n_stages, sizeof(int32_t));
+    if (!rt->aot_q[w] || !rt->op_q[w] || !rt->op_end[w]) goto fail;
+  }
+  /* AOT: round-robin (or random) in plan order, so every queue is in topological
+   * order; the step start always on worker 0, which ran its body. */
+  for (int t = 0; t < p->n_tasks; t++) {
+    if (p->tasks[t].launch != MS_LAUNCH_AOT) continue;
+    int w = t == 0 ? 0 : place(e, &rng, &rr);
+    if (p->tasks[t].kernel == MS_K_COMM) w = comm_worker(e, p, t);
+    rt->aot_q[w][rt->aot_n[w]++] = t;
+  }
+  /* per-op: every task (JIT included) placed by stage. */
+  for (int t = 0; t < p->n_tasks; t++) owner[t] = t == 0 ? 0 : place(e, &rng, &rr);
+  for (int s = 0; s < rt->n_stages; s++)
+    for (int w = 0; w < W; w++) rt->op_end[w][s] = rt->op_n[w];
+  for (int s = 0; s < rt->n_stages; s++) {
+    for (int t = 0; t < p->n_tasks; t++)
+      if (stage_of(p, t) == s) rt->op_q[owner[t]][rt->op_n[owner[t]]++] = t;
+    for (int w = 0; w < W; w++) rt->op_end[w][s] = rt->op_n[w];
+  }
+  free(owner);
+  return 0;
+fail:
+  free(owner);
+  return -ENOMEM;
+}
+
+void ms_rt_plan_free(struct ms_engine *e, struct plan_rt *rt) {
+  for (int w = 0; w < e->n_workers; w++) {
+    if (rt->aot_q) free(rt->aot_q[w]);
+    if (rt->op_q) free(rt->op_q[w]);
+    if (rt->op_end) free(rt->op_end[w]);
+  }
+  free(rt->aot_q);
+  free(rt->aot_n);
+  free(rt->op_q);
+  free(rt->op_n);
+  free(rt->op_end);
+  free((void *)rt->counters);
+  free((void *)rt->done_gen);
+  free(rt->delay_ns);
+  free(rt->cls_w);
+  for (int p = 0; p < MS_PRIO_LEVELS; p++) ms_mpmc_destroy(&rt->jit[p]);
+  free((void *)rt->fire_ns);
+  free((void *)rt->fire_gen);
+  ms_plan_free(rt->plan);
+}
+
+int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int prefill, struct ms_textbuf *log) {
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
+                               .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
+                               .tp = e->o.tp, .prefill = prefill};
+  rt->plan = ms_plan_compile(e->m, &co, log);
+  if (!rt->plan) return -errno;
+  if (e->o.plan_hook) e->o.plan_hook(rt->plan, e->o.plan_hook_user);
+  const struct ms_plan *p = rt->plan;
+  rt->counters = calloc((size_t)p->n_events, sizeof *rt->counters);
+  rt->done_gen = calloc((size_t)p->n_tasks, sizeof *rt->done_gen);
+  rt->cls_w = calloc((size_t)p->n_classes, sizeof *rt->cls_w);
+  if (!rt->counters || !rt->done_gen || !rt->cls_w) return -ENOMEM;
+  for (int q = 0; q < MS_PRIO_LEVELS; q++)
+    if (ms_mpmc_init(&rt->jit[q], (uint64_t)p->stats.jit_tasks + 2)) return -ENOMEM;
+  rt->fire_ns = calloc((size_t)p->n_events, sizeof *rt->fire_ns);
+  rt->fire_gen = calloc((size_t)p->n_events, sizeof *rt->fire_gen);
+  if (!rt->fire_ns || !rt->fire_gen) return -ENOMEM;
+  ms_ops_bind_weights(p, e->m, rt->cls_w);
+  int rc = rt_queues(e, rt, e->o.seed * 0x9e3779b97f4a7c15ull + (uint64_t)batch);
+  if (rc) return rc;
+  rt->x = (struct ms_exec_ctx){
+      .m = e->m, .plan = p, .buf = e->buf, .max_rows = e->max_rows,
+      .cls_w = (const struct ms_weight *const (*)[3])rt->cls_w,
+      .meta = {.row_slot = e->row_slot, .row_pos = e->row_pos, .row_token = e->row_token,
+               .row_pages = e->row_pages, .row_head = e->row_head},
+      .k_pool = e->k_pool, .v_pool = e->v_pool, .page_size = e->o.page_size,
+      .pool_pages = e->pool_pages, .scratch = e->scratch,
+      .q8 = e->q8, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols};
+  return 0;
+}
+
+/* 8-bit activations: a buffer per worker for up to 64 input rows of the widest
+ * GEMV input (dim, the attention output, an FFN hidden row). */
+static int alloc_q8(struct ms_engine *e) {
+  const struct ms_model_config *c = &e->m->cfg;
+  int n = c->dim;
+  if (c->n_heads * c->head_dim > n) n = c->n_heads * c->head_dim;
+  if (c->ffn_dim > n) n = c->ffn_dim;
+  if (c->expert_ffn_dim > n) n = c->expert_ffn_dim;
+  e->q8_cols = (n + 31) / 32 * 32;
+  e->q8_rows = e->max_rows < 64 ? e->max_rows : 64;
+  size_t bytes = (ms_q8_act_bytes(e->q8_cols, e->q8_rows) + 63) / 64 * 64;
+  if (!(e->q8 = calloc((size_t)e->n_workers, sizeof *e->q8))) return -ENOMEM;
+  for (int w = 0; w < e->n_workers; w++)
+    if (!(e->q8[w] = aligned_alloc(64, bytes))) return -ENOMEM;
+  return 0;
+}
+
+/* Activation buffers, KV pool, slots, rows: sized for max_rows, shared by plans. */
+int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
+  const struct ms_model_config *c = &e->m->cfg;
+  e->n_bufs = p->n_bufs;
+  e->buf = calloc((size_t)p->n_bufs, sizeof *e->buf);
+  if (!e->buf) return -ENOMEM;
+  for (int b = 0; b < p->n_bufs; b++) {
+    if (p->bufs[b].logical) continue;
+    e->buf[b] = calloc((size_t)p->bufs[b].planes * (size_t)e->max_rows * (size_t)p->bufs[b].cols, sizeof(float));
+    if (!e->buf[b]) return -ENOMEM;
+  }
+  e->max_pages = (e->o.max_ctx + e->o.page_size - 1) / e->o.page_size;
+  e->pool_pages = e->max_pages * e->n_slots;
+  size_t kv = (size_t)c->n_layers * (size_t)e->pool_pages * (size_t)e->o.page_size *
+              (size_t)c->n_kv_heads * (size_t)c->head_dim;
+  if (!e->shape_only) {  /* shapes only: no kernel reads or writes the cache */
+    e->k_pool = calloc(kv, sizeof(float));
+    e->v_pool = calloc(kv, sizeof(float));
+    if (!e->k_pool || !e->v_pool) return -ENOMEM;
+  }
+  e->free_pages = malloc((size_t)e->pool_pages * sizeof *e->free_pages);
+  e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
+  e->row_slot = calloc((size_t)e->max_rows, sizeof(int));
+  e->row_pos = calloc((size_t)e->max_rows, sizeof(int));
+  e->row_token = calloc((size_t)e->max_rows, sizeof(int));
+  e->row_head = calloc((size_t)e->max_rows, sizeof *e->row_head);
+  e->admit_slots = calloc((size_t)e->n_slots, sizeof(int));
+  e->row_pages = calloc((size_t)e->max_rows, sizeof(int32_t *));
+  e->hook_rows = calloc((size_t)e->max_rows, sizeof *e->hook_rows);
+  e->scratch = calloc((size_t)e->n_workers, sizeof *e->scratch);
+  if (!e->free_pages || !e->slots || !e->row_slot || !e->row_pos || !e->admit_slots ||
+      !e->row_token || !e->row_head || !e->row_pages || !e->hook_rows || !e->scratch)
+    return -ENOMEM;
+  /* pages are handed out lowest first */
+  for (int i = 0; i < e->pool_pages; i++) e->free_pages[i] = e->pool_pages - 1 - i;
+  e->n_free = e->pool_pages;
+  for (int s = 0; s < e->n_slots; s++)
+    if (!(e->slots[s].pages = calloc((size_t)e->max_pages, sizeof(int32_t)))) return -ENOMEM;
+  for (int w = 0; w < e->n_workers; w++)
+    if (!(e->scratch[w] = calloc((size_t)e->o.max_ctx, sizeof(float)))) return -ENOMEM;
+  return e->o.q8_activations && !e->shape_only ? alloc_q8(e) : 0;
+}
+
+/* Compiles the prefill plans, smallest bucket first (2 rows up to max_rows),
+ * each published by raising prefill_ready to its rows: steps chunk prompts up
+ * to the largest one ready and feed one position per step before the first. A
+ * plan of many token rows takes seconds to compile, which the engine does not
+ * wait for. A failure only leaves the larger buckets unused. */
+void *ms_rt_prefill_main(void *arg) {
+  struct ms_engine *e = arg;
+  for (int i = 1; (1 << i) <= e->max_rows && !atomic_load_explicit(&e->stop_req, memory_order_acquire); i++) {
+    char lb[512] = "";
+    struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+    struct plan_rt *rt = &e->rt_prefill[i];
+    if (ms_rt_plan_init(e, rt, 1 << i, 1, &log)) {
+      ms_logf(MS_LOG_WARN, "engine: the prefill plan for %d rows: %s", 1 << i, lb[0] ? lb : "failed");
+      ms_rt_plan_free(e, rt);
+      memset(rt, 0, sizeof *rt);
+      break;
+    }
+    atomic_store_explicit(&e->prefill_ready, 1 << i, memory_order_release);
+  }
+  return NULL;
+}
+
+void ms_rt_storage_free(struct ms_engine *e) {
+  if (e->buf)
+    for (int b = 0; b < e->n_bufs; b++) free(e->buf[b]);
+  free(e->buf);
+  free(e->k_pool);
+  free(e->v_pool);
+  free(e->free_pages);
+  if (e->slots)
+    for (int s = 0; s < e->n_slots; s++) free(e->slots[s].pages);
+  free(e->slots);
+  free(e->row_slot);
+  free(e->row_pos);
+  free(e->row_token);
+  free(e->row_head);
+  free(e->admit_slots);
+  free(e->row_pages);
+  free(e->hook_rows);
+  if (e->scratch)
+    for (int w = 0; w < e->o.n_workers; w++) free(e->scratch[w]);
+  free(e->scratch);
+  if (e->q8)
+    for (int w = 0; w < e->o.n_workers; w++) free(e->q8[w]);
+  free(e->q8);
+}

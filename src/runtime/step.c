@@ -1,0 +1,445 @@
+/* SPDX-License-Identifier: MIT */
+/* The step machine: what every backend runs, whoever plays the SMs.
+ *
+ * The step start (ms_rt_step_begin, on one SM: the CPU's worker 0, the
+ * simulator's thread) retires finished requests, admits queued ones (continuous
+ * batching), plans the rows (chunked prefill), lays them out with their KV
+ * pages, picks the bucket's plan and publishes the step through the backend.
+ * A task's life is ms_rt_task_start, ms_rt_task_body (the kernel, or the
+ * sampling of its row) and ms_rt_task_finish, whose trigger counts the task's
+ * event; the trigger that completes an event releases its successors (hooks,
+ * JIT queues) and tells the backend (fired). The step ends when the end-of-step
+ * event fires; ms_rt_step_end then does its bookkeeping.
+ *
+ * Ordering. A task's writes are published by the acq_rel fetch_add of its
+ * trigger; a consumer's acquire load of the counter (or its acquire pop of a JIT
+ * task pushed after the firing fetch_add) makes them visible. The step's
+ * metadata is published by the backend's publish_step (a release). Hazards
+ * across steps cannot occur: the next step starts only after the end-of-step
+ * event. Hooks are the exception: task_ready, task_assign and dep_release fire
+ * after the trigger that released their task, so they can overlap the next
+ * step's start. They report the step their worker runs (worker.step, not
+ * cur_step) and read a row's request from copies of the layout under a seqlock
+ * (hook_rows, written by publish_hook_rows, read by ctx_row in hooksite.h). */
+#include <math.h>
+#include <string.h>
+
+#include "megascope/reference.h"
+#include "runtime/engine_impl.h"
+#include "runtime/fault.h"
+#include "runtime/hooksite.h"
+
+static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_task_class *k, int row);
+
+/* ---- JIT queues (by sched_hint priority) ---- */
+
+static uint32_t jit_depth(const struct ms_mpmc *q) {
+  return (uint32_t)(atomic_load_explicit(&q->tail, memory_order_relaxed) -
+                    atomic_load_explicit(&q->head, memory_order_relaxed));
+}
+
+static int jit_pop_any(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
+  if (HOOKS_ON(e) && atomic_load_explicit(&e->hooks->hinted, memory_order_relaxed)) {
+    for (int p = MS_PRIO_LEVELS - 1; p > 0; p--)
+      if (!ms_mpmc_pop(&rt->jit[p], t)) return 0;
+  }
+  return ms_mpmc_pop(&rt->jit[0], t);
+}
+
+int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
+  int rc = jit_pop_any(e, rt, t);
+  /* fault injection (starve_task): the starved task goes back behind the next one */
+  if (rc || !e->faults || !ms_fault_starved(e, rt, (int)*t)) return rc;
+  int64_t held = *t;
+  rc = jit_pop_any(e, rt, t);
+  MS_ASSERT(ms_mpmc_push(&rt->jit[0], held) == 0);
+  return rc;
+}
+
+int ms_rt_jit_empty(struct plan_rt *rt) {
+  for (int p = 0; p < MS_PRIO_LEVELS; p++)
+    if (atomic_load_explicit(&rt->jit[p].tail, memory_order_acquire) !=
+        atomic_load_explicit(&rt->jit[p].head, memory_order_acquire))
+      return 0;
+  return 1;
+}
+
+/* ---- triggers and a task's life ---- */
+
+/* Releases the successors of a fired event: task_ready for each (a sched_hint
+ * program may give a JIT task a priority), JIT tasks onto the queue. */
+static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) {
+  struct ms_engine *e = w->e;
+  const struct ms_event *E = &rt->plan->events[ev];
+  int ready = HOOK_ARMED(e, MS_HOOK_TASK_READY), assign = HOOK_ARMED(e, MS_HOOK_TASK_ASSIGN);
+  for (int t = E->first; t <= E->last; t++) {
+    int prio = ready ? fire_task_hook(w, MS_HOOK_TASK_READY, rt, t, gen, ev, 0) : -1;
+    if (e->o.mode != MS_MODE_MEGAKERNEL || rt->plan->tasks[t].launch != MS_LAUNCH_JIT) continue;
+    struct ms_mpmc *q = &rt->jit[prio > 0 ? prio : 0];
+    MS_ASSERT(ms_mpmc_push(q, t) == 0);
+    if (atomic_load_explicit(&e->trace_on, memory_order_relaxed)) ms_tel_qdepth(w, jit_depth(q));
+    if (!HOOKS_ON(e)) continue;
+    uint32_t depth = jit_depth(q);
+    if (assign) fire_task_hook(w, MS_HOOK_TASK_ASSIGN, rt, t, gen, -1, depth);
+    if (depth == MS_QUEUE_THRESHOLD && HOOK_ARMED(e, MS_HOOK_QUEUE_PRESSURE))
+      fire_queue_hook(e, w, rt, MS_QUEUE_JIT, depth);
+  }
+}
+
+/* Counts one trigger of event ev; returns 1 when it completed the event. */
+int ms_rt_trigger_now(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
+  struct ms_engine *e = w->e;
+  const struct ms_event *E = &rt->plan->events[ev];
+  uint64_t target = (uint64_t)E->needed * (gen + 1);
+  uint64_t old = atomic_fetch_add_explicit(&rt->counters[ev], 1, memory_order_acq_rel);
+  if (old + 1 != target) return 0;
+  /* published before the JIT pushes, so a JIT task always finds its t_ready */
+  atomic_store_explicit(&rt->fire_ns[ev], ms_eng_now(e), memory_order_relaxed);
+  atomic_store_explicit(&rt->fire_gen[ev], gen + 1, memory_order_release);
+  if (HOOK_ARMED(e, MS_HOOK_DEP_RELEASE)) fire_task_hook(w, MS_HOOK_DEP_RELEASE, rt, producer, gen, ev, 0);
+  release(w, rt, ev, gen);
+  e->be->fired(e->be_ctx, rt, ev);
+  return 1;
+}
+
+static int trigger(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
+  /* fault injection (delayed_release): the completing trigger may be held; a
+   * held one (simulator) completes the event later, so it counts as firing */
+  if (w->e->faults &&
+      ms_fault_hold(w, rt, ev, (uint64_t)rt->plan->events[ev].needed * (gen + 1), producer))
+    return 1;
+  return ms_rt_trigger_now(w, rt, ev, gen, producer);
+}
+
+/* A task's life in three parts, shared by every backend: the CPU runs them one
+ * after the other on a worker thread, the simulator start and body at the
+ * task's simulated begin and finish at its simulated end. */
+uint64_t ms_rt_task_start(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) {
+  struct ms_engine *e = w->e;
+  const struct ms_task *k = &rt->plan->tasks[t];
+  uint64_t t0 = ms_eng_now(e);
+  atomic_store_explicit(&w->since, t0, memory_order_relaxed);
+  atomic_store_explicit(&w->running, t, memory_order_relaxed);
+  if (HOOK_ARMED(e, MS_HOOK_TASK_BEGIN)) fire_task_hook(w, MS_HOOK_TASK_BEGIN, rt, t, gen, k->wait, t0);
+  if (k->kernel == MS_K_COMM && HOOK_ARMED(e, MS_HOOK_COMM)) fire_comm_hook(w, rt, t, gen, MS_COMM_ISSUE);
+  return t0;
+}
+
+void ms_rt_task_body(struct worker *w, struct plan_rt *rt, int t) {
+  const struct ms_task *k = &rt->plan->tasks[t];
+  if (k->kernel == MS_K_SAMPLE)
+    sample_row(w, rt, &rt->plan->classes[k->cls], k->tile[1]);
+  else if (k->kernel != MS_K_STEP_START && !w->e->shape_only)  /* the step start's body ran before publication */
+    ms_ops_run(&rt->x, t, w->id);
+  /* fault injection (routing_skew): the router's output, where kernels run */
+  if (k->kernel == MS_K_ROUTER && w->e->faults && !w->e->shape_only) ms_fault_route_row(w->e, rt, t);
+}
+
+/* A worker starts waiting for task t's event (t < 0: for the step's end). */
+void ms_rt_dep_wait(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int ev) {
+  atomic_store_explicit(&w->since, ms_eng_now(w->e), memory_order_relaxed);
+  atomic_store_explicit(&w->waiting, t, memory_order_relaxed);
+  if (HOOK_ARMED(w->e, MS_HOOK_DEP_WAIT)) fire_task_hook(w, MS_HOOK_DEP_WAIT, rt, t, gen, ev, 0);
+}
+
+void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, uint64_t t0) {
+  struct ms_engine *e = w->e;
+  const struct ms_task *k = &rt->plan->tasks[t];
+  uint64_t t1 = ms_eng_now(e);
+  if (k->kernel == MS_K_COMM && HOOK_ARMED(e, MS_HOOK_COMM)) fire_comm_hook(w, rt, t, gen, MS_COMM_COMPLETE);
+  if (HOOK_ARMED(e, MS_HOOK_TASK_END)) fire_task_hook(w, MS_HOOK_TASK_END, rt, t, gen, k->wait, t0);
+  struct trace_rec *rec = NULL;
+  ms_tel_task(w, rt, t, t0, t1, &rec);
+  atomic_store_explicit(&w->running, -1, memory_order_relaxed);
+  atomic_store_explicit(&rt->done_gen[t], gen + 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&w->tasks_done, 1, memory_order_relaxed);
+  w->wait_ns = 0;
+  /* the trigger may record JIT queue depths into the slot rec reserved: keep a
+   * copy and take the next free slot again afterwards */
+  struct trace_rec staged;
+  if (rec) staged = *rec;
+  int fired = trigger(w, rt, k->trigger, gen, t);
+  if (rec) {
+    if ((rec = ms_tel_slot(w))) {
+      /* the record is published only now, with the event its trigger completed */
+      *rec = staged;
+      rec->fired_ev = fired ? (uint32_t)k->trigger : MS_HOOK_NONE32;
+      atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
+                            memory_order_release);
+    }
+    ms_tel_leave(w);  /* entered by ms_tel_task when it reserved the record */
+  }
+}
+
+/* ---- the step start ---- */
+
+/* Chunked prefill: how many rows each active slot gets this step (sl->chunk),
+ * the total in *rows; 1 when the step needs the bucket's prefill plan. A slot
+ * past its prompt gets one row; the rows left under the token budget go to
+ * slots still in their prompt, in slot order, at most the rest of the prompt
+ * but its last position (whose row samples the first token). The budget is
+ * also the largest prefill plan compiled so far. */
+static int plan_chunks(struct ms_engine *e, int *rows) {
+  int active = 0, chunked = 0;
+  for (int s = 0; s < e->n_slots; s++)
+    if (e->slots[s].req) e->slots[s].chunk = 1, active++;
+  int ready = atomic_load_explicit(&e->prefill_ready, memory_order_acquire);  /* rows of the largest */
+  int left = (e->o.max_batched_tokens < ready ? e->o.max_batched_tokens : ready) - active;
+  for (int s = 0; s < e->n_slots && left > 0; s++) {
+    struct slot *sl = &e->slots[s];
+    if (!sl->req || sl->pos >= sl->req->n_prompt - 1) continue;
+    int extra = sl->req->n_prompt - 1 - sl->pos;
+    if (extra > left) extra = left;
+    sl->chunk += extra;
+    left -= extra;
+    active += extra;
+    chunked = 1;
+  }
+  *rows = active;
+  return chunked;
+}
+
+/* Lays out the rows of the step: active slots in slot order, each its chunk
+ * of consecutive positions (one row but in chunked prefill), padding to the
+ * bucket, KV pages for every position. */
+static int layout_rows(struct ms_engine *e, int bucket) {
+  int n = 0;
+  for (int s = 0; s < e->n_slots; s++) {
+    struct slot *sl = &e->slots[s];
+    if (!sl->req) continue;
+    for (int j = 0; j < sl->chunk; j++) {
+      int pos = sl->pos + j;
+      ms_rt_kv_reserve(e, sl, pos);
+      e->row_slot[n] = s;
+      e->row_pos[n] = pos;
+      e->row_token[n] = j ? sl->req->prompt[pos] : sl->next_token;  /* a chunk lies inside the prompt */
+      e->row_pages[n] = sl->pages;
+      e->row_head[n] = j == sl->chunk - 1 || sl->req->record;  /* its logits are read */
+      n++;
+    }
+  }
+  for (int r = n; r < bucket; r++) {
+    e->row_slot[r] = -1;
+    e->row_pos[r] = 0;
+    e->row_token[r] = 0;
+    e->row_pages[r] = NULL;
+  }
+  return n;
+}
+
+/* Copies the rows' request fields for hooks, a seqlock write (see hook_rows in
+ * engine_impl.h; the device does the same in msd_step_start). */
+static void publish_hook_rows(struct ms_engine *e, int bucket, uint64_t step) {
+  uint32_t seq = atomic_load_explicit(&e->layout_seq, memory_order_relaxed);  /* worker 0 only writes it */
+  atomic_store_explicit(&e->layout_seq, seq + 1, memory_order_relaxed);
+  /* Odd before any row changes. Each row store is a release (not relaxed
+   * stores after a fence, which ThreadSanitizer does not model): a reader whose
+   * acquire load sees a new value also sees the odd count on its re-check. */
+  for (int r = 0; r < bucket; r++) {
+    int s = e->row_slot[r];
+    struct hook_row *h = &e->hook_rows[r];
+    atomic_store_explicit(&h->slot, s >= 0 ? (uint32_t)s : MS_HOOK_NONE32, memory_order_release);
+    atomic_store_explicit(&h->gen, s >= 0 ? e->slots[s].gen : MS_HOOK_NONE32, memory_order_release);
+    atomic_store_explicit(&h->pos, (uint32_t)e->row_pos[r], memory_order_release);
+  }
+  atomic_store_explicit(&e->layout_step, step, memory_order_release);
+  /* even again: a reader that loads this with acquire sees every row above */
+  atomic_store_explicit(&e->layout_seq, seq + 2, memory_order_release);
+}
+
+static void log_step_end(struct ms_engine *e) {
+  pthread_mutex_lock(&e->log_mu);
+  if (e->step_log_n) e->step_log[(e->step_log_n - 1) % MS_STEP_LOG].t_end = ms_eng_now(e);
+  pthread_mutex_unlock(&e->log_mu);
+}
+
+/* The hooks of a step's start, fired by worker 0 after it published the step. */
+static void step_hooks(struct ms_engine *e, struct plan_rt *rt, const int *admitted, int n_admitted) {
+  if (HOOK_ARMED(e, MS_HOOK_STEP)) fire_step_hook(e, rt, MS_STEP_BEGIN);
+  if (HOOK_ARMED(e, MS_HOOK_REQUEST))
+    for (int i = 0; i < n_admitted; i++) fire_request_hook(e, 0, rt, admitted[i], MS_REQ_ADMITTED, 0);
+  uint32_t depth = (uint32_t)(atomic_load(&e->mail.tail) - atomic_load(&e->mail.head));
+  if (depth >= MS_QUEUE_THRESHOLD && HOOK_ARMED(e, MS_HOOK_QUEUE_PRESSURE))
+    fire_queue_hook(e, NULL, rt, MS_QUEUE_MAILBOX, depth);
+}
+
+/* A pause requested for this step: wait (worker 0) until resumed or stopped.
+ * pause_seq is read before pause_at is checked, so a resume in between wakes
+ * the futex wait at once. */
+static void maybe_pause(struct ms_engine *e) {
+  if (e->next_step < atomic_load_explicit(&e->pause_at, memory_order_acquire)) return;
+  /* paused holds the step it waits at, + 1 (0: running) */
+  atomic_store_explicit(&e->paused, (uint32_t)e->next_step + 1, memory_order_release);
+  ms_futex_wake_all(&e->paused);
+  for (;;) {
+    uint32_t seq = atomic_load_explicit(&e->pause_seq, memory_order_acquire);
+    if (e->next_step < atomic_load_explicit(&e->pause_at, memory_order_acquire) ||
+        atomic_load_explicit(&e->stop_req, memory_order_acquire))
+      break;
+    ms_futex_wait(&e->pause_seq, seq, 200);
+  }
+  atomic_store_explicit(&e->paused, 0, memory_order_release);
+}
+
+/* The step-start task's body, on worker 0. Returns 0 when a stop was published. */
+int ms_rt_step_begin(struct ms_engine *e) {
+  maybe_pause(e);
+  uint64_t t0 = ms_eng_now(e);
+  int retired = ms_rt_retire(e, 0), admitted = 0;
+  for (;;) {
+    admitted += ms_rt_admit(e, e->admit_slots + admitted);
+    if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) {
+      retired += ms_rt_retire(e, 1);
+      ms_rt_cancel_mailbox(e);
+      atomic_store_explicit(&e->cur_stop, 1, memory_order_relaxed);
+      e->be->publish_step(e->be_ctx);
+      return 0;
+    }
+    if (ms_rt_active_slots(e)) break;
+    atomic_store_explicit(&e->stat_running, 0, memory_order_relaxed);
+    atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
+    maybe_pause(e);  /* a pause asked for while idle: before admitting more */
+    uint32_t seq = atomic_load_explicit(&e->mail_seq, memory_order_acquire);
+    if (atomic_load_explicit(&e->mail.tail, memory_order_acquire) ==
+            atomic_load_explicit(&e->mail.head, memory_order_acquire) &&
+        !atomic_load_explicit(&e->stop_req, memory_order_acquire))
+      ms_futex_wait(&e->mail_seq, seq, 200);
+    t0 = ms_eng_now(e);  /* idle time is not step time */
+  }
+  int rows = 0, chunked = plan_chunks(e, &rows);
+  int bucket = ms_bucket_for(rows);
+  struct plan_rt *rt = chunked ? &e->rt_prefill[ms_rt_bucket_index(bucket)] : &e->rt[ms_rt_bucket_index(bucket)];
+  int n = layout_rows(e, bucket);
+  rt->x.meta.some_head_skipped = 0;
+  for (int r = 0; r < n; r++) rt->x.meta.some_head_skipped |= !e->row_head[r];
+  atomic_store_explicit(&e->stat_running, ms_rt_active_slots(e), memory_order_relaxed);  /* requests, not rows */
+  atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
+  rt->x.meta.n_rows = n;
+  publish_hook_rows(e, bucket, e->next_step);
+  pthread_mutex_lock(&e->log_mu);
+  struct ms_step_record *rec = &e->step_log[e->step_log_n++ % MS_STEP_LOG];
+  *rec = (struct ms_step_record){.step = e->next_step, .rows = n, .bucket = bucket,
+                                 .admitted = admitted, .retired = retired, .t_begin = t0};
+  pthread_mutex_unlock(&e->log_mu);
+  atomic_store_explicit(&e->cur_step, e->next_step++, memory_order_relaxed);
+  atomic_store_explicit(&e->cur_gen, rt->gen++, memory_order_relaxed);
+  atomic_store_explicit(&e->cur, rt, memory_order_relaxed);
+  atomic_fetch_add_explicit(&e->positions, (uint64_t)n, memory_order_relaxed);
+  e->step_t0 = t0;
+  e->be->publish_step(e->be_ctx);
+  if (HOOKS_ON(e)) step_hooks(e, rt, e->admit_slots, admitted);
+  return 1;
+}
+
+void ms_rt_step_end(struct ms_engine *e) {
+  if (!e->step_log_n) return;  /* no step yet */
+  if (HOOK_ARMED(e, MS_HOOK_STEP)) fire_step_hook(e, atomic_load_explicit(&e->cur, memory_order_relaxed), MS_STEP_END);
+  log_step_end(e);
+  atomic_fetch_add_explicit(&e->steps, 1, memory_order_relaxed);
+}
+
+/* ---- sampling a row ---- */
+
+/* The log-probabilities of draw n under the model's own distribution (before
+ * penalties, bias and temperature): the chosen token's, and the top_lp best
+ * (most probable first, lower id on ties). */
+static void record_logprobs(struct ms_request *r, const float *lg, int vocab, int n, int tok) {
+  float mx = lg[ms_argmax(lg, vocab)];
+  double z = 0;
+  for (int i = 0; i < vocab; i++) z += exp((double)(lg[i] - mx));
+  float lse = mx + (float)log(z);
+  r->lp[n] = lg[tok] - lse;
+  int k = r->top_lp, have = 0;
+  if (!k) return;
+  int32_t *ids = r->top_ids + (size_t)n * (size_t)k;
+  float *vals = r->top_vals + (size_t)n * (size_t)k;
+  for (int i = 0; i < vocab; i++) {  /* insertion into the k best so far */
+    if (have == k && !(lg[i] > vals[k - 1])) continue;
+    int j = have < k ? have++ : k - 1;
+    while (j > 0 && lg[i] > vals[j - 1]) {
+      vals[j] = vals[j - 1];
+      ids[j] = ids[j - 1];
+      j--;
+    }
+    vals[j] = lg[i];
+    ids[j] = i;
+  }
+  for (int j = 0; j < k; j++) vals[j] -= lse;
+}
+
+/* The logits draw n samples from: logit_bias added, presence and frequency
+ * penalties subtracted for the tokens generated so far (r->adj, this row's
+ * task its only writer). stamp[t] == n + 1 marks a token already penalised
+ * for presence in this draw, so each distinct token pays it once, in O(n). */
+static const float *adjusted_logits(struct ms_request *r, const float *lg, int vocab, int n) {
+  if (!r->adj) return lg;
+  memcpy(r->adj, lg, sizeof(float) * (size_t)vocab);
+  for (int i = 0; i < r->n_bias; i++) r->adj[r->bias_ids[i]] += r->bias_vals[i];
+  if (!r->stamp) return r->adj;
+  for (int i = 0; i < n; i++) {
+    int t = r->tokens[i];
+    r->adj[t] -= r->frequency;
+    if (r->stamp[t] != n + 1) {
+      r->stamp[t] = n + 1;
+      r->adj[t] -= r->presence;
+    }
+  }
+  return r->adj;
+}
+
+static int is_stop_token(const struct ms_engine *e, const struct ms_request *r, int tok) {
+  if (r->stop_eos && tok == e->m->cfg.eos) return 1;
+  for (int i = 0; i < r->n_stop; i++)
+    if (r->stop_ids[i] == tok) return 1;
+  return 0;
+}
+
+/* Sampling for one row, and the request's bookkeeping: prompt positions feed
+ * the next prompt token, later ones emit a token. Only this row's task touches
+ * this slot during the step. */
+static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_task_class *k, int row) {
+  struct ms_engine *e = w->e;
+  const struct ms_exec_ctx *x = &rt->x;
+  int s = x->meta.row_slot[row];
+  if (row >= x->meta.n_rows || s < 0) return;
+  struct slot *sl = &e->slots[s];
+  struct ms_request *r = sl->req;
+  int vocab = e->m->cfg.vocab, pos = x->meta.row_pos[row];
+  const float *lg = ms_buf_row(x, k->in, 0, row);
+  /* In chunked prefill the slot's other rows come before this one; only the
+   * last touches the slot, so it keeps one writer per step. */
+  int last = row + 1 >= x->meta.n_rows || x->meta.row_slot[row + 1] != s;
+  if (r->record) {  /* each row its own position; read once the request is done */
+    memcpy(r->logits + (size_t)pos * (size_t)vocab, lg, sizeof(float) * (size_t)vocab);
+    if (last) atomic_store_explicit(&r->n_logits, pos + 1, memory_order_release);
+  }
+  if (!last) return;
+  sl->pos = pos + 1;
+  if (sl->pos < r->n_prompt) {
+    sl->next_token = r->prompt[sl->pos];
+    return;
+  }
+  int n = atomic_load_explicit(&r->n_tokens, memory_order_relaxed);
+  const float *use = adjusted_logits(r, lg, vocab, n);
+  int tok = ms_argmax(use, vocab);
+  if (!ms_sample_is_greedy(&r->sample)) {  /* draw n of this request: seeded, schedule-independent */
+    int drawn = ms_sample(use, vocab, &r->sample, (uint64_t)n);
+    if (drawn >= 0) tok = drawn;
+  }
+  if (r->logprobs) record_logprobs(r, lg, vocab, n, tok);
+  r->tokens[n] = tok;
+  uint64_t now = ms_eng_now(e);
+  atomic_store_explicit(&r->t_last, now, memory_order_relaxed);
+  if (n == 0) r->t_first = now;
+  atomic_store_explicit(&r->n_tokens, n + 1, memory_order_release);
+  atomic_fetch_add_explicit(&e->tokens, 1, memory_order_relaxed);
+  sl->next_token = tok;
+  if (is_stop_token(e, r, tok))
+    atomic_store_explicit(&r->finish, MS_FINISH_STOP, memory_order_relaxed);
+  else if (n + 1 >= r->max_new)
+    atomic_store_explicit(&r->finish, MS_FINISH_LENGTH, memory_order_relaxed);
+  if (atomic_load_explicit(&r->finish, memory_order_relaxed)) sl->finishing = 1;
+  ms_rt_request_tick(r);
+  if (HOOK_ARMED(e, MS_HOOK_REQUEST))
+    fire_request_hook(e, w->id, rt, s, n == 0 ? MS_REQ_FIRST_TOKEN : MS_REQ_TOKEN, tok);
+}

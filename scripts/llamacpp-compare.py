@@ -11,6 +11,9 @@
 #                                       1-token prompt, then STEPS llama_decode calls of
 #                                       BATCH tokens (one per sequence, greedy argmax),
 #                                       after an unmeasured warm-up; prints JSON
+#   prompt   MODEL THREADS N ROUNDS     prompt processing (llama-bench -p N): N prompt tokens in
+#                                       one llama_decode (n_batch = N), logits of the last only;
+#                                       seconds per round and tokens/s of the best; prints JSON
 import json
 import sys
 import time
@@ -110,6 +113,28 @@ def cmd_bench(path, threads, B, steps):
     L.llama_model_free(model)
 
 
+def cmd_prompt(path, threads, n, rounds):
+    threads, n, rounds = int(threads), int(n), int(rounds)
+    model, ctx = load(path, n_ctx=n + 8, n_seq=1, threads=threads, n_batch=n)
+    V = n_vocab(model)
+    toks = [(i * 7919 + 13) % V for i in range(n)]  # the ids bench prefill feeds megascope
+    batch = L.llama_batch_init(n, 0, 1)
+    secs = []
+    for r in range(rounds + 1):  # round 0 warms up
+        L.llama_memory_clear(L.llama_get_memory(ctx), True)
+        fill(batch, toks, range(n), [0] * n, lambda i: i == n - 1)
+        t0 = time.perf_counter()
+        if L.llama_decode(ctx, batch):
+            sys.exit("llamacpp-compare: llama_decode failed")
+        if r:
+            secs.append(time.perf_counter() - t0)
+    print(json.dumps({"engine": "llama.cpp", "llama_cpp_python": L.__version__, "threads": threads, "tokens": n,
+                      "seconds": secs, "tokens_per_s": n / min(secs)}))
+    L.llama_batch_free(batch)
+    L.llama_free(ctx)
+    L.llama_model_free(model)
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "logits" and len(sys.argv) == 5:
@@ -118,5 +143,7 @@ if __name__ == "__main__":
         cmd_tokenize(*sys.argv[2:])
     elif cmd == "bench" and len(sys.argv) == 6:
         cmd_bench(*sys.argv[2:])
+    elif cmd == "prompt" and len(sys.argv) == 6:
+        cmd_prompt(*sys.argv[2:])
     else:
         sys.exit("usage: llamacpp-compare.py logits MODEL IDS OUT | tokenize MODEL TEXT | bench MODEL THREADS BATCH STEPS")

@@ -9,6 +9,9 @@
 #   scripts/llamacpp-compare.sh logits   the same token ids through both: tokenizer
 #                                        agreement, top-1 agreement, largest |logit difference|
 #   scripts/llamacpp-compare.sh speed    decode tokens/s of both at each batch size, and the ratio
+#   scripts/llamacpp-compare.sh prompt   prompt processing tokens/s of both for PROMPT tokens
+#                                        (llama-bench -p PROMPT; megascope: bench prefill's chunked
+#                                        engine, --max-batched-tokens PREFILL_CHUNK)
 #   scripts/llamacpp-compare.sh all      logits, then speed (the default)
 #
 # What "speed" compares, exactly: B sequences each start from a 1-token prompt
@@ -128,9 +131,30 @@ speed() {
   echo "SPEED_JSON {\"threads\": $THREADS, \"steps\": $STEPS, \"reps\": $REPS, \"rows\": [$(IFS=,; echo "${rows[*]}")]}"
 }
 
+PROMPT=${PROMPT:-512}
+PREFILL_CHUNK=${PREFILL_CHUNK:-64}
+
+prompt() {  # one round of each, REPS times alternating; best of each
+  local ms_all=() lc_all=() m l
+  echo "prompt: $(basename "$MODEL"), $THREADS threads, $PROMPT prompt tokens, best of $REPS alternating runs"
+  for _ in $(seq "$REPS"); do
+    ms_all+=("$("$MS" bench prefill --model "$MODEL" --prompts "$PROMPT" --rounds 1 --workers "$THREADS" \
+      --max-batched-tokens "$PREFILL_CHUNK" --json 2>/dev/null |
+      "$LLAMA_PY" -c 'import json,sys; print(json.load(sys.stdin)["prompts"][0]["chunked_prompt_tokens_per_s"])')")
+    lc_all+=("$($py prompt "$MODEL" "$THREADS" "$PROMPT" 1 2>>"$tmp/llama.log" |
+      "$LLAMA_PY" -c 'import json,sys; print(json.load(sys.stdin)["tokens_per_s"])')")
+  done
+  m=$(best "${ms_all[@]}")
+  l=$(best "${lc_all[@]}")
+  printf '| prompt tokens | megascope tokens/s | llama.cpp tokens/s | megascope / llama.cpp |\n|---:|---:|---:|---:|\n'
+  printf '| %d | %.1f | %.1f | %.3f |\n' "$PROMPT" "$m" "$l" "$("$LLAMA_PY" -c "print($m / $l)")"
+  echo "PROMPT_JSON {\"threads\": $THREADS, \"tokens\": $PROMPT, \"chunk\": $PREFILL_CHUNK, \"megascope_runs\": [$(IFS=,; echo "${ms_all[*]}")], \"llamacpp_runs\": [$(IFS=,; echo "${lc_all[*]}")]}"
+}
+
 case "$cmd" in
   logits) logits ;;
   speed) speed ;;
+  prompt) prompt ;;
   all) logits; speed ;;
   *) sed -n '3,14p' "$0"; exit 2 ;;
 esac

@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 
@@ -160,6 +161,43 @@ except openai.AuthenticationError:
 with urllib.request.urlopen(base + "/health", timeout=10) as r:
     check(json.loads(r.read())["status"] == "ok", "/health needs no key")
 
+
+# ---- every known field with a wrong type or value: a 400 naming it, never a 5xx, the server keeps serving ----
+import random
+rng = random.Random(5)
+wrong = [None, "x", -1, 10 ** 9, 1.5, True, [], {}, [1, "a"], {"a": 1}, "", "\u0000"]
+fields = ["temperature", "top_p", "top_k", "min_p", "seed", "presence_penalty", "frequency_penalty", "logit_bias",
+          "stop", "max_tokens", "max_completion_tokens", "n", "logprobs", "top_logprobs", "stream", "stream_options",
+          "user", "model", "messages", "prompt", "echo"]
+statuses = {}
+for i in range(300):
+    chat = i % 2 == 0
+    body = {"model": name, "max_tokens": 2, "temperature": 0}
+    if chat:
+        body["messages"] = [{"role": "user", "content": "hi"}]
+    else:
+        body["prompt"] = "hi"
+    for _ in range(rng.randint(1, 3)):
+        body[rng.choice(fields)] = rng.choice(wrong)
+    raw = json.dumps(body).encode()
+    if rng.random() < 0.1:  # a truncated or corrupted body
+        raw = raw[:rng.randint(0, len(raw))] + bytes([rng.randint(0, 255)])
+    req = urllib.request.Request(base + ("/v1/chat/completions" if chat else "/v1/completions"), data=raw,
+                                 headers={"Authorization": "Bearer " + key, "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            code = r.status
+            r.read()
+    except urllib.error.HTTPError as e:
+        code = e.code
+        err = json.loads(e.read())["error"]
+        check(code == 400 and err["message"] and err["type"] == "invalid_request_error",
+              "bad body %s: %d %s" % (raw[:120], code, err))
+    statuses[code] = statuses.get(code, 0) + 1
+check(set(statuses) <= {200, 400} and statuses.get(400, 0) > 100, "answers to 300 mangled bodies: %s" % statuses)
+print("300 mangled bodies:", statuses)
+check(client.completions.create(model=name, prompt="still", max_tokens=2, temperature=0).choices[0].finish_reason,
+      "the server still serves after them")
 
 # ---- /tokenize and /detokenize ----
 def post(path, body):

@@ -26,6 +26,9 @@ def load(path, n_ctx, n_seq, threads, n_batch=512, kv_f32=False):
     L.llama_backend_init()
     mp = L.llama_model_default_params()
     mp.n_gpu_layers = 0
+    # No extra buffer types (the AMX repack): on this CPU's VM a batch of more
+    # than one token through them crashes inside llama_decode.
+    mp.use_extra_bufts = False
     model = L.llama_model_load_from_file(path.encode(), mp)
     if not model:
         sys.exit(f"llamacpp-compare: cannot load {path}")

@@ -81,8 +81,9 @@ struct oa_sink {
 struct oa_gen *oa_gen_start(struct ms_engine *e, const struct oa_env *env, struct oa_req *r, const char *model,
                             const char *id, const struct oa_sink *sink, unsigned *status, char *msg, size_t msg_n);
 /* Consumes what the engine produced, waiting up to timeout_ms for something
- * new; with streaming, writes the SSE events for it to f. 1 when every choice
- * has finished (and, streaming, the final events are written), else 0. */
+ * new; with streaming, writes the SSE events for it to f (NULL when not
+ * streaming). 1 when every choice has finished (and, streaming, the final
+ * events are written), else 0. */
 int oa_gen_pump(struct oa_gen *g, FILE *f, int timeout_ms);
 /* The whole answer of a finished non-streaming job (JSON). */
 void oa_gen_write(const struct oa_gen *g, FILE *f);

@@ -123,7 +123,11 @@ static const struct neg negatives[] = {
      "invalid read of ctx field t_end at offset 104 size 8: hook task_begin does not define field t_end"},
     {"ctx field straddle", OBS, MS_HOOK_TASK_END, "ldxdw %r0, [%r1+36]\nexit",
      "straddles fields bucket and task_class"},
-    {"ctx beyond the end", OBS, MS_HOOK_TASK_END, "ldxw %r0, [%r1+184]\nexit", "outside the 184-byte context"},
+    {"ctx beyond the end", OBS, MS_HOOK_TASK_END, "ldxw %r0, [%r1+216]\nexit", "outside the 216-byte context"},
+    {"ctx v2 field of another hook", OBS, MS_HOOK_TASK_READY, "ldxw %r0, [%r1+184]\nexit",
+     "invalid read of ctx field work_rows at offset 184 size 4: hook task_ready does not define field work_rows"},
+    {"ctx v2 remote field of step", OBS, MS_HOOK_STEP, "ldxdw %r0, [%r1+208]\nexit",
+     "hook step does not define field remote_gen"},
     {"ctx variable offset", OBS, MS_HOOK_TASK_END, "ldxw %r2, [%r1+16]\nadd %r1, %r2\nldxw %r0, [%r1+0]\nexit",
      "ctx pointer arithmetic only by constants"},
     {"stack out of bounds", OBS, MS_HOOK_TASK_END, "stdw [%r10-520], 1\nmov %r0, 0\nexit",
@@ -422,7 +426,7 @@ static void run_random(const struct ms_bpf_object *obj, const struct ms_bpf_prog
   for (size_t i = 0; i < n; i++) maps[i] = ms_bpf_map_new(ms_bpf_prog_map(p, i), 4, NULL);
   uint64_t seed = 0x9e3779b97f4a7c15ull;
   for (int k = 0; k < 200; k++) {
-    uint64_t ctx[184 / 8];
+    uint64_t ctx[sizeof(struct ms_hook_ctx) / 8];
     for (size_t j = 0; j < sizeof ctx / 8; j++) {
       seed = seed * 6364136223846793005ull + 1442695040888963407ull;
       ctx[j] = k % 3 == 0 ? seed >> (seed & 63) : k % 3 == 1 ? (seed >> 60) : seed;

@@ -227,6 +227,8 @@ static __device__ void msd_ctx_base(const struct msd_rt *rt, struct ms_hook_ctx 
   c->bucket = (uint32_t)rt->x->batch;
   c->req_slot = 0xffffffffu;
   c->req_gen = 0xffffffffu;
+  c->remote_event = MS_HOOK_NONE32;  /* one device per engine: no remote producer */
+  c->remote_device = MS_HOOK_NONE32;
 }
 
 static __device__ void msd_ctx_task(const struct msd_rt *rt, struct ms_hook_ctx *c, int t, uint64_t step) {
@@ -259,6 +261,52 @@ static __device__ void msd_ctx_task(const struct msd_rt *rt, struct ms_hook_ctx 
     c->event_id = (uint32_t)k->wait;
     c->event_class = rt->events[k->wait].cls;
     c->event_needed = (uint32_t)rt->events[k->wait].needed;
+  }
+}
+
+/* Hook ABI v2 on the device, task_begin and task_end (thread 0, after the
+ * task's event fired: the router's output is visible). work_rows as the CPU
+ * engine fills it (src/runtime/work.h): an expert's routed rows read from the
+ * router's output, attention's positions, a row task's row (1, or 0 for
+ * padding), 0 for the step start and empty tasks, the step's live rows
+ * otherwise. work_bytes is MS_HOOK_NONE64 and a JIT task's passed_over
+ * MS_HOOK_NONE32: the device does not size a task's reads, nor do its rings
+ * keep queueing marks, yet (AOT tasks: 0, as everywhere). The remote fields
+ * stay none (msd_ctx_base). */
+static __device__ void msd_ctx_work(const struct msd_rt *rt, struct ms_hook_ctx *c, int t, int rows) {
+  const struct msd_ctx *x = rt->x;
+  const struct ms_task *k = &x->tasks[t];
+  int r = k->tile[1], n = rows < x->max_rows ? rows : x->max_rows;
+  int live = r >= 0 && r < n && (int32_t)msd_vld32(&x->row_slot[r]) >= 0;
+  c->work_bytes = MS_HOOK_NONE64;
+  c->passed_over = k->launch == MS_LAUNCH_MODE_JIT ? MS_HOOK_NONE32 : 0;
+  switch (k->kernel) {
+  case MS_OP_STEP_START:
+  case MS_OP_EMPTY:
+    c->work_rows = 0;
+    break;
+  case MS_OP_EXPERT_UP:
+  case MS_OP_EXPERT_DOWN: {
+    /* no router output to read (a scheduler-only context, tests/emu/harness.h): unknown */
+    const struct msd_class *cl = x->classes ? &x->classes[k->cls] : NULL;
+    uint32_t routed = 0;
+    if (!cl || !x->buf || cl->in2 < 0 || !x->buf[cl->in2]) {
+      c->work_rows = MS_HOOK_NONE32;
+      break;
+    }
+    for (int i = 0; i < n; i++) {
+      if ((int32_t)msd_vld32(&x->row_slot[i]) < 0) continue;
+      const int32_t *ids = (const int32_t *)msd_buf_row(x, cl->in2, 0, i);  /* [k ids | k weights] */
+      for (int j = 0; j < x->cfg.top_k; j++) routed += ids[j] == k->tile[2];
+    }
+    c->work_rows = routed;
+    break;
+  }
+  case MS_OP_ATTN:
+    c->work_rows = live ? msd_vld32(&x->row_pos[r]) + 1 : 0;
+    break;
+  default:
+    c->work_rows = r >= 0 ? (uint32_t)live : (uint32_t)n;
   }
 }
 
@@ -317,6 +365,7 @@ static __device__ void msd_task_hook(const struct msd_rt *rt, int hook, int t, u
   c.t_begin = t_begin;
   c.t_end = t_end;
   c.wait_ns = wait_ns;
+  if (hook == MS_HOOK_TASK_BEGIN || hook == MS_HOOK_TASK_END) msd_ctx_work(rt, &c, t, rows);
   if (hook == MS_HOOK_DEP_WAIT) c.wait_reason = MS_WAIT_DEPENDENCY;
   msd_hook_fire(rt->hooks, &c, worker);
 }

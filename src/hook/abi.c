@@ -24,13 +24,24 @@ const struct ms_hook_field_desc ms_hook_fields[MS_F_COUNT] = {
     F(MS_F_QUEUE_THRESHOLD, queue_threshold), F(MS_F_PEER, peer), F(MS_F_COMM_PHASE, comm_phase),
     F(MS_F_COMM_GEN, comm_gen), F(MS_F_PHASE, phase), F(MS_F_TOKEN, token),
     F(MS_F_WAIT_NS, wait_ns), F(MS_F_QUEUE_KIND, queue_kind), F(MS_F_RESERVED0, reserved0),
+    /* version 2 */
+    F(MS_F_WORK_ROWS, work_rows), F(MS_F_PASSED_OVER, passed_over), F(MS_F_WORK_BYTES, work_bytes),
+    F(MS_F_REMOTE_EVENT, remote_event), F(MS_F_REMOTE_DEVICE, remote_device),
+    F(MS_F_REMOTE_GEN, remote_gen),
 };
 
-/* The ABI is append-only: these pin version 1's layout. */
+/* The ABI is append-only: these pin version 1's layout and version 2's
+ * appended fields (version 1 ended at 184 bytes). */
 _Static_assert(offsetof(struct ms_hook_ctx, task_gen) == 56, "hook ABI v1 layout");
 _Static_assert(offsetof(struct ms_hook_ctx, event_count) == 128, "hook ABI v1 layout");
 _Static_assert(offsetof(struct ms_hook_ctx, wait_ns) == 168, "hook ABI v1 layout");
-_Static_assert(sizeof(struct ms_hook_ctx) == 184, "hook ABI v1 size");
+_Static_assert(offsetof(struct ms_hook_ctx, reserved0) == 180, "hook ABI v1 layout");
+_Static_assert(offsetof(struct ms_hook_ctx, work_rows) == 184, "hook ABI v2 layout");
+_Static_assert(offsetof(struct ms_hook_ctx, work_bytes) == 192, "hook ABI v2 layout");
+_Static_assert(offsetof(struct ms_hook_ctx, remote_event) == 200, "hook ABI v2 layout");
+_Static_assert(offsetof(struct ms_hook_ctx, remote_gen) == 208, "hook ABI v2 layout");
+_Static_assert(sizeof(struct ms_hook_ctx) == 216, "hook ABI v2 size");
+_Static_assert(MS_F_WORK_ROWS == MS_F_RESERVED0 + 1, "v2 fields follow v1's");
 _Static_assert(MS_F_COUNT <= 64, "field masks are 64-bit");
 
 const uint64_t ms_hook_field_mask[MS_HOOK_COUNT] = {

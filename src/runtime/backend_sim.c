@@ -27,6 +27,7 @@
 
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"
+#include "runtime/work.h"
 
 const char *const ms_sim_preset_names[] = {"a100", "h100", "h200", "b200", NULL};
 
@@ -186,21 +187,6 @@ static double weight_row_bytes(const struct ms_weight *w) {
   return w ? (double)ms_weight_row_bytes(w) : 0;
 }
 
-/* Rows of the batch routed to expert e: the router's output in compute mode; in
- * shapes only, a fixed spread (row r takes experts r..r+k-1 mod E). */
-static int routed(const struct ms_engine *e, const struct plan_rt *rt, const struct ms_task_class *cl, int expert) {
-  const struct ms_model_config *c = &e->m->cfg;
-  int n = 0;
-  if (e->faults && e->shape_only) return ms_fault_routed(e, rt, expert);  /* fault injection (routing_skew) */
-  for (int r = 0; r < rt->x.meta.n_rows; r++) {
-    if (rt->x.meta.row_slot[r] < 0) continue;
-    const int32_t *ids = e->shape_only ? NULL : (const int32_t *)ms_buf_row(&rt->x, cl->in2, 0, r);
-    for (int j = 0; j < c->top_k; j++)
-      if ((ids ? ids[j] : (r + j) % c->n_experts) == expert) n++;
-  }
-  return n;
-}
-
 /* A task's jitter: a factor in [1 - jitter, 1 + jitter] from the seed, the plan's
  * generation and the task (splitmix64), the same on every run. */
 static double jitter(const struct ms_sim *s, uint64_t gen, int t) {
@@ -240,7 +226,7 @@ static uint64_t cost(struct ms_sim *s, const struct plan_rt *rt, int t) {
     break;
   case MS_K_EXPERT_UP:
   case MS_K_EXPERT_DOWN: {
-    int n = routed(e, rt, cl, k->tile[2]);
+    int n = ms_rt_routed(e, rt, cl, k->tile[2]);  /* as the hooks' work_rows */
     if (n) {
       double cols = k->kernel == MS_K_EXPERT_UP ? c->dim : c->expert_ffn_dim;
       /* the weight tile once, and each routed row's activations in and out (as the dense GEMVs) */

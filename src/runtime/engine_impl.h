@@ -34,6 +34,12 @@ struct plan_rt {
   struct ms_mpmc jit[MS_PRIO_LEVELS];  /* JIT tasks whose event fired, by priority */
   _Atomic uint64_t *fire_ns;    /* [n_events] when the event last fired (hooks on) */
   _Atomic uint64_t *fire_gen;   /* [n_events] generation + 1 of that firing */
+  _Atomic uint32_t *fire_dev;   /* [n_events] device of the trigger that completed that firing */
+  /* hook ABI v2 passed_over (step.c jit_taken): JIT tasks taken so far, the
+   * count when each task was queued, and what it came to when it was taken */
+  _Atomic uint64_t jit_pops;
+  _Atomic uint64_t *jit_mark;   /* [n_tasks] */
+  _Atomic uint32_t *passed;     /* [n_tasks] */
   uint64_t gen;                 /* runs of this plan so far (worker 0) */
 };
 

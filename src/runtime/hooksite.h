@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "runtime/engine_impl.h"
+#include "runtime/work.h"
 
 #define HOOK_ARMED(e, h) (HOOKS_ON(e) && ms_hook_armed((e)->hooks, (h)))
 
@@ -28,6 +29,7 @@ static inline void ctx_base(struct ms_engine *e, struct ms_hook_ctx *c, int hook
     c->bucket = (uint32_t)rt->plan->batch;
   }
   c->req_slot = c->req_gen = MS_HOOK_NONE32;
+  c->remote_event = c->remote_device = MS_HOOK_NONE32;
 }
 
 /* Hooks of the step in flight: fired by worker 0 at a step's start or end, or
@@ -107,6 +109,27 @@ static inline void ctx_task(struct ms_engine *e, struct ms_hook_ctx *c, const st
   c->t_ready = task_ready_ns(e, rt, t, gen, c->now_ns);
 }
 
+/* ABI v2, task_begin and task_end: the work task t does in its step (in
+ * flight: the batch metadata is its own), how many other JIT tasks were taken
+ * while it waited in a JIT queue (rt->passed, written by the pop that took it),
+ * and its remote producer: when the trigger that completed its event in this
+ * generation came from another device, that event, the device and the step. */
+static inline void ctx_work(struct ms_engine *e, struct ms_hook_ctx *c, const struct plan_rt *rt, int t,
+                            uint64_t gen) {
+  const struct ms_task *k = &rt->plan->tasks[t];
+  c->work_rows = ms_rt_task_rows(e, rt, t);
+  c->work_bytes = ms_rt_task_bytes(e, rt, t, c->work_rows);
+  c->passed_over = k->launch == MS_LAUNCH_JIT && e->o.mode == MS_MODE_MEGAKERNEL
+                       ? atomic_load_explicit(&rt->passed[t], memory_order_relaxed)
+                       : 0;
+  if (k->wait < 0 || atomic_load_explicit(&rt->fire_gen[k->wait], memory_order_acquire) != gen + 1) return;
+  uint32_t dev = atomic_load_explicit(&rt->fire_dev[k->wait], memory_order_relaxed);
+  if (dev == c->device) return;
+  c->remote_event = (uint32_t)k->wait;
+  c->remote_device = dev;
+  c->remote_gen = c->step;
+}
+
 /* Fires a task hook (t < 0: the end-of-step wait, no task); returns the
  * sched_hint priority, or -1. */
 static inline int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint64_t gen, int ev,
@@ -122,6 +145,7 @@ static inline int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt,
   if (hook == MS_HOOK_TASK_BEGIN || hook == MS_HOOK_TASK_END) {
     c.t_begin = t_begin;
     c.wait_ns = w->wait_ns;
+    ctx_work(e, &c, rt, t, gen);
     if (hook == MS_HOOK_TASK_END) c.t_end = c.now_ns;
   }
   if (hook == MS_HOOK_DEP_WAIT) c.wait_reason = t >= 0 ? MS_WAIT_DEPENDENCY : MS_WAIT_STEP_END;
@@ -131,7 +155,9 @@ static inline int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt,
 /* The comm hook of a communication task (tensor parallel): the device's share of
  * an all-gather is issued (task start) or complete (task end). comm_gen names
  * the collective (every device's share of it has the same): the step and the
- * communication class. peer: the next device in the ring. */
+ * communication class. peer: the next device in the ring. ABI v2: the remote
+ * side is the collective's event (every device's share triggers it, and the
+ * peer's consumers wait on it) on the peer, in this step. */
 static inline void fire_comm_hook(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int phase) {
   struct ms_engine *e = w->e;
   const struct ms_task *k = &rt->plan->tasks[t];
@@ -143,6 +169,9 @@ static inline void fire_comm_hook(struct worker *w, struct plan_rt *rt, int t, u
   c.peer = (uint32_t)((k->tile[2] + 1) % D);
   c.comm_phase = (uint32_t)phase;
   c.comm_gen = c.step << 16 | k->cls;
+  c.remote_event = k->trigger >= 0 ? (uint32_t)k->trigger : MS_HOOK_NONE32;
+  c.remote_device = k->trigger >= 0 ? c.peer : MS_HOOK_NONE32;
+  c.remote_gen = k->trigger >= 0 ? c.step : 0;
   ms_hook_fire(e->hooks, &c, c.task_gen << 1 | (uint64_t)phase);
 }
 

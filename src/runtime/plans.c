@@ -98,6 +98,9 @@ void ms_rt_plan_free(struct ms_engine *e, struct plan_rt *rt) {
   for (int p = 0; p < MS_PRIO_LEVELS; p++) ms_mpmc_destroy(&rt->jit[p]);
   free((void *)rt->fire_ns);
   free((void *)rt->fire_gen);
+  free((void *)rt->fire_dev);
+  free((void *)rt->jit_mark);
+  free((void *)rt->passed);
   ms_plan_free(rt->plan);
 }
 
@@ -117,7 +120,10 @@ int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int pref
     if (ms_mpmc_init(&rt->jit[q], (uint64_t)p->stats.jit_tasks + 2)) return -ENOMEM;
   rt->fire_ns = calloc((size_t)p->n_events, sizeof *rt->fire_ns);
   rt->fire_gen = calloc((size_t)p->n_events, sizeof *rt->fire_gen);
-  if (!rt->fire_ns || !rt->fire_gen) return -ENOMEM;
+  rt->fire_dev = calloc((size_t)p->n_events, sizeof *rt->fire_dev);
+  rt->jit_mark = calloc((size_t)p->n_tasks, sizeof *rt->jit_mark);
+  rt->passed = calloc((size_t)p->n_tasks, sizeof *rt->passed);
+  if (!rt->fire_ns || !rt->fire_gen || !rt->fire_dev || !rt->jit_mark || !rt->passed) return -ENOMEM;
   ms_ops_bind_weights(p, e->m, rt->cls_w);
   int rc = rt_queues(e, rt, e->o.seed * 0x9e3779b97f4a7c15ull + (uint64_t)batch);
   if (rc) return rc;

@@ -22,6 +22,7 @@
  * cur_step) and read a row's request from copies of the layout under a seqlock
  * (hook_rows, written by publish_hook_rows, read by ctx_row in hooksite.h). */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "megascope/reference.h"
@@ -46,13 +47,25 @@ static int jit_pop_any(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
   return ms_mpmc_pop(&rt->jit[0], t);
 }
 
+/* Hook ABI v2 passed_over: a JIT task queued at jit_mark[t] = the takes so
+ * far is taken after jit_pops - jit_mark[t] other tasks were. Relaxed: the mark
+ * is published by the queue's push and read after its pop, which order it. */
+static void jit_taken(struct plan_rt *rt, int64_t t) {
+  uint64_t n = atomic_fetch_add_explicit(&rt->jit_pops, 1, memory_order_relaxed);
+  uint64_t m = atomic_load_explicit(&rt->jit_mark[t], memory_order_relaxed), d = n > m ? n - m : 0;
+  atomic_store_explicit(&rt->passed[t], d < UINT32_MAX ? (uint32_t)d : UINT32_MAX - 1, memory_order_relaxed);
+}
+
 int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
   int rc = jit_pop_any(e, rt, t);
-  /* fault injection (starve_task): the starved task goes back behind the next one */
-  if (rc || !e->faults || !ms_fault_starved(e, rt, (int)*t)) return rc;
-  int64_t held = *t;
-  rc = jit_pop_any(e, rt, t);
-  MS_ASSERT(ms_mpmc_push(&rt->jit[0], held) == 0);
+  /* fault injection (starve_task): the starved task goes back behind the next
+   * one (keeping its mark: the tasks taken meanwhile passed it over) */
+  if (!rc && e->faults && ms_fault_starved(e, rt, (int)*t)) {
+    int64_t held = *t;
+    rc = jit_pop_any(e, rt, t);
+    MS_ASSERT(ms_mpmc_push(&rt->jit[0], held) == 0);
+  }
+  if (!rc) jit_taken(rt, *t);
   return rc;
 }
 
@@ -76,6 +89,8 @@ static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) 
     int prio = ready ? fire_task_hook(w, MS_HOOK_TASK_READY, rt, t, gen, ev, 0) : -1;
     if (e->o.mode != MS_MODE_MEGAKERNEL || rt->plan->tasks[t].launch != MS_LAUNCH_JIT) continue;
     struct ms_mpmc *q = &rt->jit[prio > 0 ? prio : 0];
+    atomic_store_explicit(&rt->jit_mark[t], atomic_load_explicit(&rt->jit_pops, memory_order_relaxed),
+                          memory_order_relaxed);
     MS_ASSERT(ms_mpmc_push(q, t) == 0);
     if (atomic_load_explicit(&e->trace_on, memory_order_relaxed)) ms_tel_qdepth(w, jit_depth(q));
     if (!HOOKS_ON(e)) continue;
@@ -95,6 +110,7 @@ int ms_rt_trigger_now(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen
   if (old + 1 != target) return 0;
   /* published before the JIT pushes, so a JIT task always finds its t_ready */
   atomic_store_explicit(&rt->fire_ns[ev], ms_eng_now(e), memory_order_relaxed);
+  atomic_store_explicit(&rt->fire_dev[ev], (uint32_t)ms_rt_device(e, w->id), memory_order_relaxed);
   atomic_store_explicit(&rt->fire_gen[ev], gen + 1, memory_order_release);
   if (HOOK_ARMED(e, MS_HOOK_DEP_RELEASE)) fire_task_hook(w, MS_HOOK_DEP_RELEASE, rt, producer, gen, ev, 0);
   release(w, rt, ev, gen);

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* megascope semantic hook ABI, version 1: the header monitor authors include.
+/* megascope semantic hook ABI, version 2: the header monitor authors include.
  *
  * A monitor is C compiled with stock clang (`clang -O2 -g -target bpf -c m.bpf.c`)
  * with libbpf's <bpf/bpf_helpers.h> and this header. Its programs sit in sections
@@ -35,7 +35,11 @@
 
 #include <linux/types.h>
 
-#define MS_HOOK_ABI_VERSION 1
+/* 1: the first layout (184 bytes); 2: appended the data-dependent work
+ * (work_rows, passed_over, work_bytes) and the remote producer (remote_event,
+ * remote_device, remote_gen) fields. A version 1 program loads and runs
+ * unchanged: every field it can read keeps its offset, size and hooks. */
+#define MS_HOOK_ABI_VERSION 2
 
 /* Hook ids. Append-only. */
 enum ms_hook_id {
@@ -83,6 +87,7 @@ enum ms_launch_mode { MS_LAUNCH_MODE_AOT = 0, MS_LAUNCH_MODE_JIT = 1 };
 enum ms_queue_kind { MS_QUEUE_JIT = 0, MS_QUEUE_MAILBOX = 1 };
 
 #define MS_HOOK_NONE32 0xffffffffu   /* a field with no value for this firing (e.g. no row) */
+#define MS_HOOK_NONE64 0xffffffffffffffffull  /* a 64-bit field with no value (e.g. not known on a backend) */
 
 struct ms_hook_ctx {
   /* every hook */
@@ -128,7 +133,16 @@ struct ms_hook_ctx {
   __u64 wait_ns;       /* 168: task_begin/task_end: time this worker waited for the task's event */
   __u32 queue_kind;    /* 176: queue_pressure: enum ms_queue_kind */
   __u32 reserved0;     /* 180 */
-};                     /* 184 bytes in version 1 */
+  /* version 2: data-dependent work (task_begin, task_end) */
+  __u32 work_rows;     /* 184: rows (tokens) the task processes: an expert's routed rows, attention's
+                          positions, a GEMV tile's live rows, 1 or 0 for a row's task */
+  __u32 passed_over;   /* 188: JIT tasks: other tasks taken from the JIT queues while it was ready; AOT: 0 */
+  __u64 work_bytes;    /* 192: bytes of weights and KV cache the task reads, MS_HOOK_NONE64: unknown */
+  /* version 2: remote producers (comm; task_begin, task_end of a remote dependency) */
+  __u32 remote_event;  /* 200: the remote producer's event, MS_HOOK_NONE32: none */
+  __u32 remote_device; /* 204: the device of that producer (comm: the peer), MS_HOOK_NONE32: none */
+  __u64 remote_gen;    /* 208: the step of that event's firing (its generation), 0: none */
+};                     /* 184 bytes in version 1, 216 in version 2 */
 
 /* Fields, as bits of a hook's field mask (bit i: field i in declaration order). */
 enum ms_hook_field {
@@ -138,6 +152,9 @@ enum ms_hook_field {
   MS_F_T_BEGIN, MS_F_T_END, MS_F_EVENT_ID, MS_F_EVENT_CLASS, MS_F_EVENT_NEEDED, MS_F_WAIT_REASON,
   MS_F_EVENT_COUNT, MS_F_QUEUE_DEPTH, MS_F_QUEUE_THRESHOLD, MS_F_PEER, MS_F_COMM_PHASE,
   MS_F_COMM_GEN, MS_F_PHASE, MS_F_TOKEN, MS_F_WAIT_NS, MS_F_QUEUE_KIND, MS_F_RESERVED0,
+  /* version 2 */
+  MS_F_WORK_ROWS, MS_F_PASSED_OVER, MS_F_WORK_BYTES, MS_F_REMOTE_EVENT, MS_F_REMOTE_DEVICE,
+  MS_F_REMOTE_GEN,
   MS_F_COUNT
 };
 
@@ -152,20 +169,25 @@ enum ms_hook_field {
 #define MS_HOOK_FIELDS_EVENT \
   (MS_FB(MS_F_EVENT_ID) | MS_FB(MS_F_EVENT_CLASS) | MS_FB(MS_F_EVENT_NEEDED) | MS_FB(MS_F_EVENT_COUNT))
 
+/* version 2 */
+#define MS_HOOK_FIELDS_WORK (MS_FB(MS_F_WORK_ROWS) | MS_FB(MS_F_PASSED_OVER) | MS_FB(MS_F_WORK_BYTES))
+#define MS_HOOK_FIELDS_REMOTE \
+  (MS_FB(MS_F_REMOTE_EVENT) | MS_FB(MS_F_REMOTE_DEVICE) | MS_FB(MS_F_REMOTE_GEN))
+
 #define MS_HOOK_FIELDS_TASK_READY \
   (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_HOOK_FIELDS_EVENT | MS_FB(MS_F_T_READY))
 #define MS_HOOK_FIELDS_TASK_ASSIGN \
   (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_FB(MS_F_T_READY) | MS_FB(MS_F_QUEUE_DEPTH))
 #define MS_HOOK_FIELDS_TASK_BEGIN                                                       \
   (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_HOOK_FIELDS_EVENT | MS_FB(MS_F_T_READY) | \
-   MS_FB(MS_F_T_BEGIN) | MS_FB(MS_F_WAIT_NS))
+   MS_FB(MS_F_T_BEGIN) | MS_FB(MS_F_WAIT_NS) | MS_HOOK_FIELDS_WORK | MS_HOOK_FIELDS_REMOTE)
 #define MS_HOOK_FIELDS_TASK_END (MS_HOOK_FIELDS_TASK_BEGIN | MS_FB(MS_F_T_END))
 #define MS_HOOK_FIELDS_DEP_WAIT \
   (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_HOOK_FIELDS_EVENT | MS_FB(MS_F_WAIT_REASON))
 #define MS_HOOK_FIELDS_DEP_RELEASE (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_HOOK_FIELDS_EVENT)
 #define MS_HOOK_FIELDS_COMM                                                              \
   (MS_HOOK_FIELDS_COMMON | MS_HOOK_FIELDS_TASK | MS_FB(MS_F_PEER) | MS_FB(MS_F_COMM_PHASE) | \
-   MS_FB(MS_F_COMM_GEN))
+   MS_FB(MS_F_COMM_GEN) | MS_HOOK_FIELDS_REMOTE)
 #define MS_HOOK_FIELDS_STEP (MS_HOOK_FIELDS_COMMON | MS_FB(MS_F_PHASE))
 #define MS_HOOK_FIELDS_REQUEST                                                       \
   (MS_HOOK_FIELDS_COMMON | MS_FB(MS_F_REQ_SLOT) | MS_FB(MS_F_REQ_GEN) | MS_FB(MS_F_CTX_LEN) | \

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "graph/graph.h"
 #include "test.h"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "test.h"
 
 static char mon_dir[4096];

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "megascope/telemetry.h"
 #include "runtime/engine_impl.h"
 #include "runtime/trace_view.h"

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 
 #define Z_MIN 6.0
 #define MAX_HYP 8192

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 
 #define MAX_CONFIGS 64
 

@@ -3,7 +3,7 @@
 #include <errno.h>
 #include <string.h>
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "megascope/json.h"
 
 static const char *const kernel_names[MS_K_COUNT] = {

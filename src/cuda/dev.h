@@ -5,14 +5,14 @@
  * read it. Only .cu files include this header: the C core never sees CUDA.
  *
  * The plan's own task and event records (struct ms_task, struct ms_event from
- * compile/plan_impl.h) are plain data and are copied to the device unchanged, so
+ * megascope/plan_ir.h) are plain data and are copied to the device unchanged, so
  * a task index means the same task on both sides. */
 #ifndef MS_CUDA_DEV_H
 #define MS_CUDA_DEV_H
 
 #include <stdint.h>
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "megascope/model.h"
 
 #define MSD_THREADS 256               /* threads per CTA (8 warps) */

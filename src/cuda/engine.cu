@@ -15,7 +15,7 @@
 extern "C" {
 #include "megascope/cuda.h"
 #include "megascope/json.h"
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 }
 
 #include "cuda/layout.h"

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 
 static inline uint32_t msd_pow2_at_least(uint64_t x) {
   uint32_t p = 16;

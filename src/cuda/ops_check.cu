@@ -16,7 +16,7 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "kernels/ops.h"
 }
 #include "megascope/cuda.h"

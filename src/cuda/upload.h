@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 extern "C" {
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "megascope/base.h"
 #include "megascope/model.h"
 }

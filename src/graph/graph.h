@@ -5,7 +5,7 @@
 #ifndef MS_GRAPH_GRAPH_H
 #define MS_GRAPH_GRAPH_H
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 
 #define MS_MAX_READS 4
 #define MS_MAX_WRITES 2

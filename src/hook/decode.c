@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "hook/hook_impl.h"
 #include "megascope/json.h"
 

@@ -5,7 +5,7 @@
 #ifndef MS_KERNELS_OPS_H
 #define MS_KERNELS_OPS_H
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 
 /* The batch of one step, written by the step-start task. Rows at or past n_rows
  * are padding up to the bucket: they compute on zeros and touch no cache. */

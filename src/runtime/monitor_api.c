@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "megascope/bpf/megascope.h"
 #include "megascope/json.h"
 #include "runtime/engine_impl.h"
@@ -18,7 +18,7 @@ _Static_assert(SAME_OP(STEP_START) && SAME_OP(EMBED) && SAME_OP(RMSNORM) && SAME
                SAME_OP(ROUTER) && SAME_OP(EXPERT_UP) && SAME_OP(EXPERT_DOWN) &&
                SAME_OP(MOE_COMBINE) && SAME_OP(LM_HEAD) && SAME_OP(SAMPLE) && SAME_OP(EMPTY) &&
                SAME_OP(COMM) && SAME_OP(COUNT),
-               "include/megascope/bpf/megascope.h enum ms_op must match src/compile/plan_impl.h enum ms_kernel");
+               "include/megascope/bpf/megascope.h enum ms_op must match include/megascope/plan_ir.h enum ms_kernel");
 #undef SAME_OP
 
 int ms_engine_attach(struct ms_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,

@@ -2,7 +2,7 @@
 /* Writing the task trace: the view of a stopped recording (its records clipped
  * to the window, in time order, with event classes from each task's own
  * bucket's plan and flows from producer to consumers) and the Chrome JSON
- * writer. The Perfetto protobuf writer is src/export/perfetto.c.
+ * writer. The Perfetto protobuf writer is src/runtime/trace_perfetto.c.
  *
  * Time. Every time is an integer count of nanoseconds from the window's start
  * (trace_start) to its end (trace_stop); JSON's "ts" and "dur" are microseconds,

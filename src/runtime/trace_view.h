@@ -3,7 +3,7 @@
  * events resolved to plain data, clipped to the window and sorted by time, with
  * each flow's producer and consumers found. trace_view.c builds it from the
  * workers' buffers; the Chrome JSON writer (trace_view.c) and the Perfetto
- * writer (src/export/perfetto.c) only read it. */
+ * writer (src/runtime/trace_perfetto.c) only read it. */
 #ifndef MEGASCOPE_TRACE_VIEW_H
 #define MEGASCOPE_TRACE_VIEW_H
 

@@ -36,7 +36,7 @@ static inline uint32_t atomicAdd(uint32_t *p, uint32_t v) { return __atomic_fetc
 extern "C" {
 #include "megascope/cuda.h"
 #include "megascope/json.h"
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 }
 #include "cuda/megakernel.cuh"
 

@@ -20,7 +20,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "cuda/dev.h"
 #include "cuda/layout.h"
 #include "kernels/ops.h"

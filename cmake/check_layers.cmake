@@ -1,0 +1,69 @@
+# SPDX-License-Identifier: MIT
+# The layer check: every '#include "..."' line of src/ and tools/ against the
+# table of cmake/layers.cmake. A file may include its own folder's private
+# headers, the public ones (megascope/...), and the private headers of the
+# folders its folder's MS_SEES_<folder> names; an include that climbs out of
+# its folder ("../") is refused too. The build runs it before compiling
+# anything (target `layers`) and ctest runs it as the test `layers`.
+#
+#   cmake -DMS_SRC=<source dir> -P cmake/check_layers.cmake
+#   cmake -DMS_SRC=<source dir> -DMS_FILES="a.c;b.c" -P ...   only these files
+cmake_minimum_required(VERSION 3.20)
+if(NOT MS_SRC)
+  get_filename_component(MS_SRC "${CMAKE_CURRENT_LIST_DIR}/.." ABSOLUTE)
+endif()
+include(${MS_SRC}/cmake/layers.cmake)
+
+file(GLOB MS_FOLDERS LIST_DIRECTORIES true RELATIVE ${MS_SRC}/src ${MS_SRC}/src/*)
+if(NOT MS_FILES)
+  file(GLOB_RECURSE MS_FILES ${MS_SRC}/src/*.c ${MS_SRC}/src/*.h ${MS_SRC}/src/*.cu ${MS_SRC}/src/*.cuh
+                             ${MS_SRC}/tools/*.c ${MS_SRC}/tools/*.h)
+endif()
+
+set(bad 0)
+foreach(f ${MS_FILES})
+  get_filename_component(f "${f}" ABSOLUTE BASE_DIR ${MS_SRC})
+  file(RELATIVE_PATH rel ${MS_SRC} ${f})
+  if(rel MATCHES "^src/([^/]+)/")
+    set(part ${CMAKE_MATCH_1})
+  elseif(rel MATCHES "^tools/")
+    set(part tools)
+  else()
+    continue()  # tests/ and the rest: white-box, unchecked
+  endif()
+  file(STRINGS ${f} lines REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+  foreach(line ${lines})
+    if(NOT line MATCHES "#[ \t]*include[ \t]*\"([^\"]+)\"")
+      continue()
+    endif()
+    set(inc ${CMAKE_MATCH_1})
+    if(inc MATCHES "(^|/)\\.\\.(/|$)")
+      message(SEND_ERROR "${rel}: #include \"${inc}\" reaches out of src/${part}/ by a relative path")
+      set(bad 1)
+      continue()
+    endif()
+    if(NOT inc MATCHES "^([^/]+)/")
+      continue()  # a header beside the file
+    endif()
+    set(owner ${CMAKE_MATCH_1})
+    if(owner STREQUAL part OR NOT owner IN_LIST MS_FOLDERS)
+      continue()  # its own folder, or a public header (megascope/...)
+    endif()
+    if(owner IN_LIST MS_SEES_${part})
+      continue()
+    endif()
+    if(MS_SEES_${part})
+      string(REPLACE ";" ", " sees "${MS_SEES_${part}}")
+      set(sees "only the private headers of ${sees}")
+    else()
+      set(sees "no private header of another part")
+    endif()
+    message(SEND_ERROR "${rel}: #include \"${inc}\" is a private header of src/${owner}/, and ${part} may include "
+                       "${sees} (cmake/layers.cmake, MS_SEES_${part}); use a public header of include/megascope/ "
+                       "or add the edge to the table if the direction of flow allows it")
+    set(bad 1)
+  endforeach()
+endforeach()
+if(bad)
+  message(FATAL_ERROR "layers: includes against the direction of flow (docs/design.md, \"The direction of flow\")")
+endif()

@@ -1,0 +1,85 @@
+# SPDX-License-Identifier: MIT
+# The parts of the core and the one direction of flow between them: the table
+# CMakeLists.txt builds the libraries from and cmake/check_layers.cmake checks
+# every '#include "..."' line against. docs/design.md ("The direction of flow")
+# says it in words.
+#
+# The data flows model -> plan (graph, compile) -> runtime and its task bodies
+# (kernels) -> hook -> bpf, with base under all and control, export, query and
+# bench on top; tools/ (the CLI) sits on everything. A part links only parts
+# below it (MS_LINKS_<target>): the libraries form no cycle, so any link order
+# CMake derives from them is a right one.
+#
+# Each folder src/<part>/ keeps private headers. A file includes its own
+# folder's ("runtime/engine_impl.h"), the public ones ("megascope/engine.h"),
+# and the private headers of the folders named in MS_SEES_<folder> — nothing
+# else. The build gives each target a door per allowed folder (a directory
+# holding one link <part> -> src/<part>), so any other private include is
+# "file not found"; the check names the rule that was broken. Tests (tests/) are
+# white-box and see every folder.
+
+# The libraries, in link order (each after everything it links).
+set(MS_TARGETS base model kernels graph compile hook_abi bpf hook runtime export query control bench)
+
+# What each library compiles: its folder's .c files unless said here.
+#  - model: the block formats (src/kernels/quant.c, quant_k.c: how weights are
+#    encoded) are compiled into the model's library. The model reads and writes
+#    weights through them and they use the model's dtype table, so as two
+#    libraries they would be a cycle. Their files stay in src/kernels/ for now.
+#  - hook_abi: the hook ABI tables (src/hook/abi.c: contexts, fields, sections)
+#    are a library of their own under bpf, because the verifier reads the
+#    context's fields from them; the rest of src/hook sits above bpf.
+set(MS_SOURCES_model src/model/*.c src/kernels/quant.c src/kernels/quant_k.c)
+set(MS_EXCLUDE_kernels src/kernels/quant.c src/kernels/quant_k.c)
+set(MS_SOURCES_hook_abi src/hook/abi.c)
+set(MS_EXCLUDE_hook src/hook/abi.c)
+
+# The folder a library's private headers come from (its name unless said here).
+set(MS_FOLDER_hook_abi hook)
+
+# Links: the libraries each one calls (the libraries of outside packages are
+# linked in CMakeLists.txt, by the parts that use them alone).
+set(MS_LINKS_base)
+set(MS_LINKS_model base)
+set(MS_LINKS_kernels model base)
+set(MS_LINKS_graph model base)
+set(MS_LINKS_compile graph model base)
+set(MS_LINKS_hook_abi)
+set(MS_LINKS_bpf hook_abi base)
+set(MS_LINKS_hook bpf hook_abi base)
+set(MS_LINKS_runtime compile kernels hook model base)
+set(MS_LINKS_export runtime base)
+set(MS_LINKS_query hook bpf compile base)
+set(MS_LINKS_control runtime export hook bpf compile model base)
+set(MS_LINKS_bench runtime hook bpf compile model base)
+
+# Sees: the other folders whose private headers a folder's files may include.
+# Every entry is an exception the design names; an empty list is the rule.
+set(MS_SEES_base)
+set(MS_SEES_graph)
+set(MS_SEES_kernels)
+set(MS_SEES_bpf)
+set(MS_SEES_hook)
+set(MS_SEES_export)
+set(MS_SEES_query)
+# model: the block formats it is built with (kernels/quant.h, kernels/quant_k.h).
+set(MS_SEES_model kernels)
+# compile: the graph it lowers (graph/graph.h) is the other half of the plan.
+set(MS_SEES_compile graph)
+# runtime, control and bench see compile for one line alone: engine_impl.h
+# still includes "compile/plan_impl.h", which forwards to the public
+# megascope/plan_ir.h; the edge goes when that line names plan_ir.h.
+# runtime: the task bodies it runs (kernels/ops.h, kernels/quant.h) and the
+# attachment tables its hook sites fire (hook/hook_impl.h), both below it.
+set(MS_SEES_runtime kernels hook compile)
+# control: the attachment behind an id, for map fds and record decoding
+# (runtime/engine_impl.h, which brings hook/hook_impl.h and kernels/ops.h).
+set(MS_SEES_control runtime hook kernels compile)
+# bench: the workers' trace buffers and an attachment's maps by name
+# (runtime/engine_impl.h, hook/hook_impl.h; engine_impl.h brings kernels/ops.h).
+set(MS_SEES_bench runtime hook kernels compile)
+# cuda (megascope_gpu): the CPU task bodies it is checked against
+# (kernels/ops.h) and the eBPF ALU it shares with the interpreter (bpf/alu.h).
+set(MS_SEES_cuda kernels bpf)
+# tools: the benchmark's API (bench/bench.h), not yet a public header.
+set(MS_SEES_tools bench)

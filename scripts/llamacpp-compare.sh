@@ -28,6 +28,9 @@
 #
 # Environment: MS (default build/megascope), MODEL (default: scripts/get-smollm2.sh),
 # THREADS (default: nproc), STEPS (default 32), BATCHES (default "1 8"), REPS (default 3),
+# MS_LOGITS_ARGS (extra options to `megascope model logits`, e.g. --q8-activations to do
+# llama.cpp's 8-bit activation arithmetic; default none: f32 activations),
+# KEEP_LOGITS (a folder: logits mode leaves ms.bin, lc.bin and ids.txt there),
 # LLAMA_PY (a python with llama_cpp and numpy; default $MS_CACHE/llamacpp-venv/bin/python,
 # else python3), MS_CACHE (default ~/.cache/megascope). Exit 77: llama_cpp is not installed.
 set -euo pipefail
@@ -79,9 +82,16 @@ logits() {
   local ids theirs
   ids=$("$MS" model tokenize --model "$MODEL" --text "$TEXT")
   theirs=$($py tokenize "$MODEL" "$TEXT" 2>"$tmp/llama.log")
-  "$MS" model logits --model "$MODEL" --tokens "$ids" --workers "$THREADS" --out "$tmp/ms.bin" >/dev/null
+  # shellcheck disable=SC2086  # MS_LOGITS_ARGS is a list of options
+  "$MS" model logits --model "$MODEL" --tokens "$ids" --workers "$THREADS" ${MS_LOGITS_ARGS:-} \
+    --out "$tmp/ms.bin" >/dev/null
   $py logits "$MODEL" "$ids" "$tmp/lc.bin" 2>>"$tmp/llama.log"
-  "$LLAMA_PY" - "$tmp/ms.bin" "$tmp/lc.bin" "$ids" "$theirs" "$MODEL" <<'PY'
+  if [ -n "${KEEP_LOGITS:-}" ]; then
+    mkdir -p "$KEEP_LOGITS"
+    cp "$tmp/ms.bin" "$tmp/lc.bin" "$KEEP_LOGITS/"
+    echo "$ids" > "$KEEP_LOGITS/ids.txt"
+  fi
+  "$LLAMA_PY" - "$tmp/ms.bin" "$tmp/lc.bin" "$ids" "$theirs" "$MODEL" "${MS_LOGITS_ARGS:-}" <<'PY'
 import json, sys
 import numpy as np
 ms, lc = np.fromfile(sys.argv[1], np.float32), np.fromfile(sys.argv[2], np.float32)
@@ -93,7 +103,8 @@ top = ms.argmax(1) == lc.argmax(1)
 r = {"model": sys.argv[5].rsplit("/", 1)[-1], "positions": n, "tokenizer_ids_identical": ids == theirs,
      "top1_agreement": int(top.sum()), "top1_fraction": float(top.mean()),
      "max_abs_logit_diff": float(d.max()), "mean_abs_logit_diff": float(d.mean()),
-     "logit_std": float(lc.std()), "worst_position": int(d.max(1).argmax())}
+     "logit_std": float(lc.std()), "worst_position": int(d.max(1).argmax()),
+     "megascope_args": sys.argv[6]}
 print(f"logits, {n} teacher-forced positions of the same ids: tokenizer ids identical: {r['tokenizer_ids_identical']}; "
       f"top-1 agreement {r['top1_agreement']}/{n}; largest |difference| {r['max_abs_logit_diff']:.3f}, "
       f"mean {r['mean_abs_logit_diff']:.3f} (logits have std {r['logit_std']:.2f})")

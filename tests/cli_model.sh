@@ -44,6 +44,23 @@ echo "ok: smollm2-135m written as q4_1 ($(stat -c %s "$tmp/s.gguf") bytes)"
 f=$tmp/tiny-q8_0.gguf
 "$MS" model tokenize --model "$f" --text "hi there" | grep -qx "104,105,32,116,104,101,114,101" || fail "tokenize"
 [ "$("$MS" model tokenize --model "$f" --decode 104,105)" = "hi" ] || fail "decode"
+# llama.cpp's tokenizer test files: texts each followed by the separator, a " ID ..." line per text
+printf 'hi there\n__ggml_vocab_test__\n\n__ggml_vocab_test__\nhi\n\nthere\n__ggml_vocab_test__\n' > "$tmp/t.inp"
+printf ' 104 105 32 116 104 101 114 101\n\n 104 105 10 10 116 104 101 114 101\n' > "$tmp/t.want"
+"$MS" model tokenize --model "$f" --inp "$tmp/t.inp" | cmp -s - "$tmp/t.want" || fail "tokenize --inp"
+# teacher-forced logits: the engine's f32 path is the reference's; 8-bit activations move them a little
+for m in --reference --f32-activations --q8-activations; do
+  "$MS" model logits --model "$f" --tokens 5,17,99,3,42,7 --workers 2 $m --out "$tmp/lg$m.bin" > /dev/null
+done
+python3 - "$tmp/lg--reference.bin" "$tmp/lg--f32-activations.bin" "$tmp/lg--q8-activations.bin" <<'PY'
+import sys
+import numpy as np
+r, f, q = (np.fromfile(p, np.float32) for p in sys.argv[1:])
+assert r.size == f.size == q.size and r.size % 6 == 0, (r.size, f.size, q.size)
+assert np.abs(f - r).max() < 1e-3, np.abs(f - r).max()
+assert 0 < np.abs(q - f).max() < 0.25, np.abs(q - f).max()
+PY
+echo "ok: tokenize --inp; model logits --reference, --f32-activations, --q8-activations"
 "$MS" run --model "$f" --prompt "hello" --steps 6 --batch 1 --requests 1 --json > "$tmp/p.json"
 python3 - "$tmp/p.json" <<'PY'
 import json, sys

@@ -1,41 +1,68 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# SmolLM2 against llama.cpp (through llama-cpp-python) on the same file and the
-# same token ids (scripts/llamacpp-compare.sh logits): identical tokenizer ids,
-# and teacher-forced logits that agree. On the q4_1 file llama.cpp quantizes its
-# activations to 8 bits for the dot products (megascope keeps them f32), which
-# bounds the agreement; on an f32 copy of the same weights (made with gguf-py)
-# that effect is gone and the logits must agree closely. Skipped (77) without
-# the cached model or a python with llama_cpp (scripts/llamacpp-compare.sh setup).
+# The real models against llama.cpp (through llama-cpp-python) on the same file
+# and the same token ids (scripts/llamacpp-compare.sh logits): identical
+# tokenizer ids, and teacher-forced logits that agree. On the quantized files
+# llama.cpp quantizes its activations to 8 bits for the dot products (megascope
+# keeps them f32 by default), which bounds the agreement; on an f32 copy of the
+# same weights (made with gguf-py) that effect is gone and the logits must agree
+# closely. SmolLM2 (q4_1) and, when cached, Gemma-3-270M (Q4_K_M), whose GEMV
+# inputs have outliers 10-20x their RMS, so llama.cpp's 8-bit blocks (q8_0 for
+# q5_0/q8_0 weights, 256-wide q8_K for q4_K/q6_K) move its logits much more:
+# its thresholds are set from the measured figures (README) with a margin.
+# Skipped (77) without either cached model or a python with llama_cpp
+# (scripts/llamacpp-compare.sh setup).
 set -euo pipefail
 MS=$1
 SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
-F=${MS_SMOLLM2:-$HOME/.cache/megascope/SmolLM2-135M-Instruct.Q4_1.gguf}
-[ -r "$F" ] || { echo "SmolLM2 not cached ($F): skipped"; exit 77; }
+S=${MS_SMOLLM2:-$HOME/.cache/megascope/SmolLM2-135M-Instruct.Q4_1.gguf}
+G=${MS_GEMMA3:-$HOME/.cache/megascope/gemma-3-270m-q4_k_m.gguf}
+[ -r "$S" ] || [ -r "$G" ] || { echo "neither SmolLM2 ($S) nor Gemma-3-270M ($G) cached: skipped"; exit 77; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-set +e
-MS=$MS MODEL=$F bash "$SRC/scripts/llamacpp-compare.sh" logits > "$tmp/q.txt"
-rc=$?
-set -e
-[ $rc = 77 ] && { echo "no python with llama_cpp: skipped (scripts/llamacpp-compare.sh setup)"; exit 77; }
-[ $rc = 0 ] || { cat "$tmp/q.txt"; exit 1; }
-cat "$tmp/q.txt"
-python3 - "$tmp/q.txt" 0.9 2.5 <<'PY'
+
+# compare LABEL FILE MIN_TOP1_FRACTION MAX_ABS MAX_MEAN [megascope logits options]
+compare() {
+  local label=$1 f=$2 top=$3 mx=$4 mean=$5 rc
+  shift 5
+  set +e
+  MS=$MS MODEL=$f MS_LOGITS_ARGS="$*" bash "$SRC/scripts/llamacpp-compare.sh" logits > "$tmp/out.txt"
+  rc=$?
+  set -e
+  [ $rc = 77 ] && { echo "no python with llama_cpp: skipped (scripts/llamacpp-compare.sh setup)"; exit 77; }
+  [ $rc = 0 ] || { cat "$tmp/out.txt"; exit 1; }
+  sed "s/^logits,/$label: logits,/" "$tmp/out.txt" | grep -v '^LOGITS_JSON'
+  python3 - "$tmp/out.txt" "$top" "$mx" "$mean" <<'PY'
 import json, sys
 r = json.loads(next(l for l in open(sys.argv[1]) if l.startswith("LOGITS_JSON "))[12:])
 assert r["tokenizer_ids_identical"], r
 assert r["top1_fraction"] >= float(sys.argv[2]), r
 assert r["max_abs_logit_diff"] <= float(sys.argv[3]), r
+assert r["mean_abs_logit_diff"] <= float(sys.argv[4]), r
 PY
-if python3 -c 'import gguf, numpy' 2>/dev/null; then
-  python3 "$SRC/tests/gguf_pyref.py" f32 "$F" "$tmp/f32.gguf"
-  MS=$MS MODEL=$tmp/f32.gguf bash "$SRC/scripts/llamacpp-compare.sh" logits > "$tmp/f.txt"
-  sed 's/^logits,/f32 copy: logits,/' "$tmp/f.txt"
-  python3 - "$tmp/f.txt" 1.0 0.1 <<'PY'
-import json, sys
-r = json.loads(next(l for l in open(sys.argv[1]) if l.startswith("LOGITS_JSON "))[12:])
-assert r["tokenizer_ids_identical"] and r["top1_fraction"] >= float(sys.argv[2]), r
-assert r["max_abs_logit_diff"] <= float(sys.argv[3]), r
-PY
+}
+have_gguf() { python3 -c 'import gguf, numpy' 2>/dev/null; }
+
+if [ -r "$S" ]; then  # measured 53/53, 0.93, mean 0.15 (f32 copy: 53/53, 0.018)
+  compare "SmolLM2 q4_1" "$S" 0.9 2.5 0.4
+  if have_gguf; then
+    python3 "$SRC/tests/gguf_pyref.py" f32 "$S" "$tmp/f32.gguf"
+    compare "SmolLM2 f32 copy" "$tmp/f32.gguf" 1.0 0.1 0.01
+    rm -f "$tmp/f32.gguf"
+  fi
+else
+  echo "SmolLM2 not cached ($S): its comparison skipped"
+fi
+
+if [ -r "$G" ]; then
+  # measured 48/52, 14.5, mean 0.83; with --q8-activations 49/52, 14.2, 0.76
+  compare "Gemma-3-270M Q4_K_M" "$G" 0.85 20 1.2
+  compare "Gemma-3-270M Q4_K_M, megascope --q8-activations" "$G" 0.85 20 1.2 --q8-activations
+  if have_gguf; then  # measured 52/52, 0.246, mean 0.009: the graphs agree
+    python3 "$SRC/tests/gguf_pyref.py" f32 "$G" "$tmp/f32.gguf"
+    compare "Gemma-3-270M f32 copy" "$tmp/f32.gguf" 0.98 0.6 0.03
+    rm -f "$tmp/f32.gguf"
+  fi
+else
+  echo "Gemma-3-270M not cached ($G): its comparison skipped (scripts/get-gemma3.sh)"
 fi

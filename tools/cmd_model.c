@@ -256,25 +256,69 @@ static int parse_ids(const char *s, int32_t **ids, int *n) {
   return 0;
 }
 
+/* llama.cpp's tokenizer test vectors (tests/test-tokenizer-0.cpp): the texts of
+ * F.inp, each followed by "\n__ggml_vocab_test__\n", encoded one by one, each
+ * printed as a line of " id" pieces (the .out format). */
+static int tokenize_inp(const struct ms_tokenizer *tok, const char *path) {
+  static const char sep[] = "\n__ggml_vocab_test__\n";
+  FILE *f = fopen(path, "rb");
+  char *buf = NULL;
+  long len = -1;
+  if (f && !fseek(f, 0, SEEK_END) && (len = ftell(f)) >= 0 && !fseek(f, 0, SEEK_SET) &&
+      (buf = malloc((size_t)len + 1)) && fread(buf, 1, (size_t)len, f) == (size_t)len) {
+    buf[len] = 0;
+  } else {
+    fprintf(stderr, "megascope model tokenize: cannot read %s: %s\n", path, ms_strerror(errno));
+    if (f) fclose(f);
+    free(buf);
+    return 1;
+  }
+  fclose(f);
+  int rc = 0;
+  int32_t *ids = NULL;
+  for (char *p = buf; p < buf + len && !rc;) {
+    char *e = strstr(p, sep);
+    size_t n_text = e ? (size_t)(e - p) : strlen(p);
+    int n = ms_tokenizer_encode(tok, p, n_text, NULL, 0);
+    int32_t *grown = n >= 0 ? realloc(ids, sizeof *ids * (size_t)(n + 1)) : NULL;
+    if (!grown || ms_tokenizer_encode(tok, p, n_text, grown, n) != n) {
+      fprintf(stderr, "megascope model tokenize: cannot encode text at byte %ld of %s\n", (long)(p - buf), path);
+      if (grown) ids = grown;
+      rc = 1;
+      break;
+    }
+    ids = grown;
+    for (int i = 0; i < n; i++) printf(" %d", ids[i]);
+    printf("\n");
+    p = e ? e + sizeof sep - 1 : buf + len;
+  }
+  free(ids);
+  free(buf);
+  return rc;
+}
+
 static int cmd_tokenize(int argc, char **argv) {
   static const struct option opts[] = {
       {"model", required_argument, 0, 0}, {"synthetic", required_argument, 0, 0},
       {"text", required_argument, 0, 0},  {"decode", required_argument, 0, 0},
       {"vocab", required_argument, 0, 0}, {"json", no_argument, 0, 0},
-      {"help", no_argument, 0, 'h'},      {0, 0, 0, 0}};
+      {"inp", required_argument, 0, 0},   {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   struct cli_model cm = {0};
-  const char *text = NULL, *dec = NULL, *vocab = NULL;
+  const char *text = NULL, *dec = NULL, *vocab = NULL, *inp = NULL;
   int as_json = 0, c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
     if (c == 'h' || c) {
       fprintf(c == 'h' ? stdout : stderr,
               "usage: megascope model tokenize (--model F.gguf | --vocab F.gguf | --synthetic P)\n"
-              "                                (--text TEXT | --decode IDS) [--json]\n\n"
+              "                                (--text TEXT | --decode IDS | --inp F.inp) [--json]\n\n"
               "Encodes TEXT with the model's tokenizer (special tokens kept whole), or decodes\n"
               "comma-separated ids. Prints the ids (or the text), or JSON with both. --vocab\n"
               "reads only the tokenizer of a GGUF file, which need hold no tensors (llama.cpp's\n"
-              "vocabulary files).\n");
+              "vocabulary files). --inp encodes each text of a llama.cpp tokenizer test file\n"
+              "(texts each followed by \"\\n__ggml_vocab_test__\\n\") and prints one line per text\n"
+              "in the matching .out format: \" ID ID ...\".\n");
       return c == 'h' ? 0 : 2;
     }
     const char *n = opts[idx].name;
@@ -283,9 +327,10 @@ static int cmd_tokenize(int argc, char **argv) {
     else if (!strcmp(n, "decode")) dec = optarg;
     else if (!strcmp(n, "vocab")) vocab = optarg;
     else if (!strcmp(n, "json")) as_json = 1;
+    else if (!strcmp(n, "inp")) inp = optarg;
   }
-  if (!text == !dec) {
-    fprintf(stderr, "megascope model tokenize: give --text or --decode\n");
+  if (!!text + !!dec + !!inp != 1) {
+    fprintf(stderr, "megascope model tokenize: give one of --text, --decode or --inp\n");
     return 2;
   }
   if (vocab && (cm.path || cm.preset)) {
@@ -310,6 +355,10 @@ static int cmd_tokenize(int argc, char **argv) {
   char *out = NULL;
   if (!tok) {
     fprintf(stderr, "megascope model tokenize: the model has no tokenizer\n");
+    goto done;
+  }
+  if (inp) {
+    rc = tokenize_inp(tok, inp);
     goto done;
   }
   if (text) {
@@ -357,10 +406,11 @@ done:
 
 /* Teacher-forced logits of every position through the engine (one request
  * whose prompt is the whole sequence), into lg (n, vocab). */
-static int engine_logits(const struct ms_model *m, const int32_t *ids, int n, long workers, float *lg) {
+static int engine_logits(const struct ms_model *m, const int32_t *ids, int n, long workers, int q8, float *lg) {
   char buf[1024] = "";
   struct ms_textbuf log = {buf, sizeof buf, 0, 0};
-  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)workers, .max_batch = 1, .max_ctx = n + 1};
+  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)workers, .max_batch = 1, .max_ctx = n + 1,
+                              .q8_activations = q8};
   struct ms_engine *e = ms_engine_new(m, &eo, &log);
   if (!e) {
     fprintf(stderr, "megascope model logits: %s", buf);
@@ -399,11 +449,12 @@ static int cmd_logits(int argc, char **argv) {
       {"dtype", required_argument, 0, 0},   {"model-seed", required_argument, 0, 0},
       {"tokens", required_argument, 0, 0},  {"out", required_argument, 0, 0},
       {"reference", no_argument, 0, 0},     {"workers", required_argument, 0, 0},
+      {"q8-activations", no_argument, 0, 0}, {"f32-activations", no_argument, 0, 0},
       {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
   struct cli_model cm = {0};
   const char *tokens = NULL, *out = NULL;
   long workers = 0;
-  int use_ref = 0, c, idx;
+  int use_ref = 0, q8 = 0, c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
     if (c == 'h' || c) {
@@ -414,6 +465,9 @@ static int cmd_logits(int argc, char **argv) {
               "f32, (positions, vocab) row-major.\n\n"
               "  --reference          the double-precision reference forward, not the engine\n"
               "  --workers N          engine worker threads (default: one per core)\n"
+              "  --q8-activations     engine GEMV inputs quantized to 8 bits, integer dot products\n"
+              "                       for block-format weights (llama.cpp's CPU arithmetic)\n"
+              "  --f32-activations    f32 GEMV inputs, the exact path (the default)\n"
               "  --out F              write the logits to F\n");
       return c == 'h' ? 0 : 2;
     }
@@ -424,6 +478,8 @@ static int cmd_logits(int argc, char **argv) {
     if (!strcmp(n, "tokens")) tokens = optarg;
     else if (!strcmp(n, "out")) out = optarg;
     else if (!strcmp(n, "reference")) use_ref = 1;
+    else if (!strcmp(n, "q8-activations")) q8 = 1;
+    else if (!strcmp(n, "f32-activations")) q8 = 0;
     else if (!strcmp(n, "workers") && cli_int("--workers", optarg, 1, 1024, &workers)) return 2;
   }
   int32_t *ids = NULL;
@@ -441,7 +497,7 @@ static int cmd_logits(int argc, char **argv) {
       fprintf(stderr, "megascope model logits: token %d is outside the vocabulary (%d)\n", ids[i], V);
       goto done;
     }
-  if (!lg || (use_ref ? reference_logits(m, ids, n, lg) : engine_logits(m, ids, n, workers, lg))) goto done;
+  if (!lg || (use_ref ? reference_logits(m, ids, n, lg) : engine_logits(m, ids, n, workers, q8, lg))) goto done;
   for (int i = 0; i < n; i++) {
     const float *row = lg + (size_t)i * (size_t)V;
     int best = ms_argmax(row, V);

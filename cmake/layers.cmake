@@ -66,18 +66,15 @@ set(MS_SEES_query)
 set(MS_SEES_model kernels)
 # compile: the graph it lowers (graph/graph.h) is the other half of the plan.
 set(MS_SEES_compile graph)
-# runtime, control and bench see compile for one line alone: engine_impl.h
-# still includes "compile/plan_impl.h", which forwards to the public
-# megascope/plan_ir.h; the edge goes when that line names plan_ir.h.
 # runtime: the task bodies it runs (kernels/ops.h, kernels/quant.h) and the
 # attachment tables its hook sites fire (hook/hook_impl.h), both below it.
-set(MS_SEES_runtime kernels hook compile)
+set(MS_SEES_runtime kernels hook)
 # control: the attachment behind an id, for map fds and record decoding
 # (runtime/engine_impl.h, which brings hook/hook_impl.h and kernels/ops.h).
-set(MS_SEES_control runtime hook kernels compile)
+set(MS_SEES_control runtime hook kernels)
 # bench: the workers' trace buffers and an attachment's maps by name
 # (runtime/engine_impl.h, hook/hook_impl.h; engine_impl.h brings kernels/ops.h).
-set(MS_SEES_bench runtime hook kernels compile)
+set(MS_SEES_bench runtime hook kernels)
 # cuda (megascope_gpu): the CPU task bodies it is checked against
 # (kernels/ops.h) and the eBPF ALU it shares with the interpreter (bpf/alu.h).
 set(MS_SEES_cuda kernels bpf)

@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "compile/plan_impl.h"
+#include "megascope/plan_ir.h"
 #include "hook/hook_impl.h"
 #include "kernels/ops.h"
 #include "megascope/engine.h"

@@ -49,7 +49,10 @@ static int jit_pop_any(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
 
 /* Hook ABI v2 passed_over: a JIT task queued at jit_mark[t] = the takes so
  * far is taken after jit_pops - jit_mark[t] other tasks were. Relaxed: the mark
- * is published by the queue's push and read after its pop, which order it. */
+ * is published by the queue's push and read after its pop, which order it.
+ * Counted only while hook sites are checked (HOOKS_ON), so that the engine
+ * with hooks off does no shared counting; a task pushed before hooks came on
+ * reports the takes since its earlier mark (at most one step's worth). */
 static void jit_taken(struct plan_rt *rt, int64_t t) {
   uint64_t n = atomic_fetch_add_explicit(&rt->jit_pops, 1, memory_order_relaxed);
   uint64_t m = atomic_load_explicit(&rt->jit_mark[t], memory_order_relaxed), d = n > m ? n - m : 0;
@@ -65,7 +68,7 @@ int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t) {
     rc = jit_pop_any(e, rt, t);
     MS_ASSERT(ms_mpmc_push(&rt->jit[0], held) == 0);
   }
-  if (!rc) jit_taken(rt, *t);
+  if (!rc && HOOKS_ON(e)) jit_taken(rt, *t);
   return rc;
 }
 
@@ -89,8 +92,9 @@ static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) 
     int prio = ready ? fire_task_hook(w, MS_HOOK_TASK_READY, rt, t, gen, ev, 0) : -1;
     if (e->o.mode != MS_MODE_MEGAKERNEL || rt->plan->tasks[t].launch != MS_LAUNCH_JIT) continue;
     struct ms_mpmc *q = &rt->jit[prio > 0 ? prio : 0];
-    atomic_store_explicit(&rt->jit_mark[t], atomic_load_explicit(&rt->jit_pops, memory_order_relaxed),
-                          memory_order_relaxed);
+    if (HOOKS_ON(e))
+      atomic_store_explicit(&rt->jit_mark[t], atomic_load_explicit(&rt->jit_pops, memory_order_relaxed),
+                            memory_order_relaxed);
     MS_ASSERT(ms_mpmc_push(q, t) == 0);
     if (atomic_load_explicit(&e->trace_on, memory_order_relaxed)) ms_tel_qdepth(w, jit_depth(q));
     if (!HOOKS_ON(e)) continue;

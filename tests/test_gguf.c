@@ -308,7 +308,8 @@ static void test_malformed(void) {
   expect_reject(r, "alignment", "'general.alignment': 24 is not a power of two", NULL);
   r_head(r, 3, 1, 0);
   r_tensor(r, "w", 2, ne, 99, 0);
-  expect_reject(r, "unknown type", "tensor 'w': type 99 unknown", NULL);
+  expect_reject(r, "unknown type", "tensor 'w': type 99 unknown",
+                "(no ggml type has that number; supported: " MS_GGUF_SUPPORTED_TYPES ")");
   r_head(r, 3, 1, 0);
   r_tensor(r, "w", 5, ne, 0, 0);
   expect_reject(r, "n_dims", "tensor 'w': 5 dimensions", NULL);
@@ -345,6 +346,27 @@ static void test_malformed(void) {
   r_head(r, 3, 1, 0);
   r_str(r, "0123456789012345678901234567890123456789012345678901234567890123456789");
   expect_reject(r, "long name", "tensor 0: name of 70 bytes", NULL);
+  /* key-value counts that disagree with the section: the key or index is named, not a dimension count */
+  r_head(r, 3, 1, 0);  /* the count says none; the keys are read as a tensor info */
+  r_str(r, "general.architecture");
+  r_u32(r, MS_GGUF_STR);
+  r_str(r, "llama");
+  r_tensor(r, "w", 2, ne, MS_GGML_F32, 0);
+  expect_reject(r, "kv count 0, keys present", "tensor 0: 'general.architecture' is a metadata key",
+                "metadata count (0) is smaller");
+  r_head(r, 3, 1, 8);  /* the count says 8; the tensor infos follow at once */
+  r_tensor(r, "token_embd.weight", 2, ne, MS_GGML_F32, 0);
+  r_pad(r, 32);
+  r->n += 256;
+  expect_reject(r, "kv count 8, section empty", "metadata key 1 of 8 (after 'token_embd.weight')", NULL);
+  r_head(r, 3, 0, 3);  /* 3 said, 2 written */
+  r_str(r, "general.architecture");
+  r_u32(r, MS_GGUF_STR);
+  r_str(r, "llama");
+  r_str(r, "llama.block_count");
+  r_u32(r, MS_GGUF_U32);
+  r_u32(r, 1);
+  expect_reject(r, "kv count 3, 2 written", "metadata key 2 of 3 (after 'llama.block_count')", "truncated");
   /* a well-formed one for contrast */
   r_head(r, 3, 1, 0);
   r_tensor(r, "a", 2, ne, MS_GGML_F32, 0);
@@ -415,24 +437,47 @@ static void test_arch_errors(void) {
   FPATCH("tiny-gemma3-1-q8_0.gguf", "blk.2.post_ffw_norm.weight", "blk.2.post_ffw_norm.weighT",
                      "tensor 'blk.2.post_ffw_norm.weight': missing");
   FPATCH("tiny-gemma3-1-q8_0.gguf", "\x06\0\0\0\0\0\0\0gemma3", "\x06\0\0\0\0\0\0\0gemma4",
-                     "'gemma4' is not supported (llama, qwen2, qwen3, gemma3)");
+                     "key 'general.architecture': architecture 'gemma4' is not supported "
+                     "(supported: llama, qwen3, qwen2, gemma3)");
+}
+
+/* The list the refusals print is the set ms_gguf_type_dtype reads, name for name. */
+static void test_supported_types(void) {
+  const char *list = MS_GGUF_SUPPORTED_TYPES;
+  int listed = 1, readable = 0;
+  for (const char *p = list; *p; p++) listed += *p == ',';
+  for (uint32_t t = 0; t < 64; t++) {
+    enum ms_dtype dt;
+    if (ms_gguf_type_dtype(t, &dt)) continue;
+    readable++;
+    char want[32];
+    snprintf(want, sizeof want, "%s,", ms_gguf_type_name(t));
+    size_t k = strlen(want) - 1;
+    const char *hit = strstr(list, want);
+    if (!hit && strlen(list) >= k && !strcmp(list + strlen(list) - k, ms_gguf_type_name(t))) hit = list;
+    CHECKF(hit, "type %s (%u) is read but not in " MS_GGUF_SUPPORTED_TYPES, ms_gguf_type_name(t), t);
+  }
+  CHECKF(listed == readable, "%d types listed, %d read", listed, readable);
 }
 
 static void test_model_errors(void) {
   PATCH("blk.1.ffn_up.weight", "blk.1.ffn_up.wEight", "tensor 'blk.1.ffn_up.weight': missing");
   PATCH("llama.block_count", "llama.block_coun_", "key 'llama.block_count': missing");
+  /* the first key the shapes follow from: named as missing, not as a shape mismatch */
+  PATCH("llama.embedding_length", "llama.embedding_lengtH", "key 'llama.embedding_length': missing");
   PATCH("\x05\0\0\0\0\0\0\0llama", "\x05\0\0\0\0\0\0\0mamba", "'mamba' is not supported");
   /* blk.0.attn_q.weight: n_dims 2, ne [64, 64], type q8_0 (8) */
   PATCH("blk.0.attn_q.weight\x02\0\0\0\x40\0\0\0\0\0\0\0", "blk.0.attn_q.weight\x02\0\0\0\x20\0\0\0\0\0\0\0",
         "tensor 'blk.0.attn_q.weight': shape [32, 64, 1, 1], expected [64, 64]");
   PATCH("blk.0.attn_q.weight\x02\0\0\0\x40\0\0\0\0\0\0\0\x40\0\0\0\0\0\0\0\x08",
         "blk.0.attn_q.weight\x02\0\0\0\x40\0\0\0\0\0\0\0\x40\0\0\0\0\0\0\0\x18",
-        "tensor 'blk.0.attn_q.weight': type i8 is not supported (" MS_GGUF_SUPPORTED_TYPES ")");
+        "tensor 'blk.0.attn_q.weight': type i8 (24) is not supported (supported: " MS_GGUF_SUPPORTED_TYPES ")");
   /* q3_K (11) -> iq3_s (21), the same 110 bytes a block of 256: parsed, then refused with the list */
   static const char q3k[] = "blk.0.attn_q.weight\x02\0\0\0\0\x01\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\x0b";
   static const char iq3s[] = "blk.0.attn_q.weight\x02\0\0\0\0\x01\0\0\0\0\0\0\0\x01\0\0\0\0\0\0\x15";
   expect_model_error("tiny-256-0-q3_k.gguf", q3k, iq3s, sizeof q3k - 1,
-                     "tensor 'blk.0.attn_q.weight': type iq3_s is not supported (f32, f16, bf16, q8_0, q4_0, q4_1, "
+                     "tensor 'blk.0.attn_q.weight': type iq3_s (21) is not supported "
+                     "(supported: f32, f16, bf16, q8_0, q4_0, q4_1, "
                      "q5_0, q5_1, iq4_nl, q2_K, q3_K, q4_K, q5_K, q6_K, q8_K)");
   PATCH("blk.0.attn_norm.weight\x01\0\0\0\x40\0\0\0\0\0\0\0\0", "blk.0.attn_norm.weight\x01\0\0\0\x40\0\0\0\0\0\0\0\x1e",
         "tensor 'blk.0.attn_norm.weight': a norm weight of type bf16");
@@ -461,6 +506,7 @@ int main(void) {
     test_preset("tiny-256", 0, (enum ms_dtype)t);
   }
   test_malformed();
+  test_supported_types();
   test_model_errors();
   test_arch_errors();
   char cmd[600];

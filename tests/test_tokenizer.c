@@ -265,6 +265,21 @@ static void test_bpe(void) {
   buf[0] = 0;
   CHECK(!open_vocab(write_vocab("v4.gguf", "gpt2", "tekken", -1, 0), buf, sizeof buf) &&
         strstr(buf, "key 'tokenizer.ggml.pre': pre-tokenizer 'tekken' is not supported"));
+  /* no token list, and one of the wrong type: each said as it is */
+  for (int wrong = 0; wrong < 2; wrong++) {
+    char path[600];
+    struct ms_gguf_writer *w = ms_gguf_writer_new();
+    ms_gguf_writer_add_str(w, "tokenizer.ggml.model", "gpt2");
+    if (wrong) ms_gguf_writer_add_u32(w, "tokenizer.ggml.tokens", 7);
+    snprintf(path, sizeof path, "%s/v5-%d.gguf", tmpdir, wrong);
+    CHECK(ms_gguf_writer_write(w, path, NULL) == 0);
+    ms_gguf_writer_free(w);
+    buf[0] = 0;
+    CHECKF(!open_vocab(path, buf, sizeof buf) &&
+               strstr(buf, wrong ? "key 'tokenizer.ggml.tokens': not an array of strings"
+                                 : "key 'tokenizer.ggml.tokens': missing"),
+           "%s", buf);
+  }
 }
 
 /* llama.cpp's conventions: its pre-tokenizer spellings, the warning for a file

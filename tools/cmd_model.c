@@ -544,8 +544,10 @@ static int cmd_dump(int argc, char **argv) {
   if (!t) {
     fprintf(stderr, "megascope model dump: no tensor '%s'\n", argv[2]);
   } else if (ms_gguf_type_dtype(t->type, &dt)) {
-    fprintf(stderr, "megascope model dump: tensor '%s': type %s is not supported (" MS_GGUF_SUPPORTED_TYPES ")\n",
-            t->name, ms_gguf_type_name(t->type));
+    fprintf(stderr,
+            "megascope model dump: tensor '%s': type %s (%u) is not supported (supported: " MS_GGUF_SUPPORTED_TYPES
+            ")\n",
+            t->name, ms_gguf_type_name(t->type), t->type);
   } else {
     int64_t rows = t->ne[1] * t->ne[2] * t->ne[3];
     struct ms_weight w = {.dtype = dt, .rows = (int)rows, .cols = (int)t->ne[0], .data = t->data};

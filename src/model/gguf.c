@@ -192,9 +192,12 @@ static int parse_kvs(struct ms_gguf *g, struct cur *c, uint64_t n) {
     size_t at = c->off, s = 0;
     uint64_t len = 0;
     uint32_t t = 0;
-    int rc = take_str(c, &s, &len, "metadata key");
+    char what[GGUF_MAX_NAME + 96];  /* the index, and the key before it: a count larger than the section shows here */
+    snprintf(what, sizeof what, "metadata key %llu of %llu%s%.*s%s", (unsigned long long)i, (unsigned long long)n,
+             i ? " (after '" : "", GGUF_MAX_NAME, i ? g->kvs[i - 1].key : "", i ? "')" : "");
+    int rc = take_str(c, &s, &len, what);
     if (rc) return rc;
-    if (!len || memchr(c->p + s, 0, (size_t)len)) return fail(c, at, "metadata key %llu: empty or holds a NUL", (unsigned long long)i);
+    if (!len || memchr(c->p + s, 0, (size_t)len)) return fail(c, at, "%s: empty or holds a NUL", what);
     if (!(kv->key = strndup((const char *)c->p + s, (size_t)len))) return -ENOMEM;
     g->n_kv = (int)i + 1;
     for (uint64_t j = 0; j < i; j++)
@@ -238,7 +241,10 @@ static int parse_tensor(struct ms_gguf *g, struct cur *c, int i, char *name_out)
   }
   if ((rc = take_u32(c, &type, t->name)) || (rc = take_u64(c, &off, t->name))) return rc;
   int ti = type_index(type);
-  if (ti < 0) return fail(c, c->off - 12, "tensor '%s': type %u unknown", t->name, type);
+  if (ti < 0)
+    return fail(c, c->off - 12,
+                "tensor '%s': type %u unknown (no ggml type has that number; supported: " MS_GGUF_SUPPORTED_TYPES ")",
+                t->name, type);
   if (t->ne[0] % ggml_types[ti].blck)
     return fail(c, c->off - 12, "tensor '%s': %s rows of %lld elements are not whole blocks of %d", t->name,
                 ggml_types[ti].name, (long long)t->ne[0], ggml_types[ti].blck);
@@ -260,6 +266,18 @@ static int by_off_cmp(const void *a, const void *b) {
   return x->offset < y->offset ? -1 : x->offset > y->offset;
 }
 
+/* A tensor info that fails to parse and is named like a metadata key is one:
+ * the header's metadata count is smaller than the key-value section, and that
+ * is said instead of what the key's bytes mean as dimensions. 0 if not so. */
+static int misread_key(const struct ms_gguf *g, struct cur *c, size_t at, const struct ms_gguf_tensor *t, int i) {
+  static const char *const prefixes[] = {"general.", "tokenizer."};
+  for (size_t k = 0; t->name && k < sizeof prefixes / sizeof prefixes[0]; k++)
+    if (!strncmp(t->name, prefixes[k], strlen(prefixes[k])))
+      return fail(c, at, "tensor %d: '%s' is a metadata key, so the header's metadata count (%d) is smaller "
+                  "than the key-values the file holds", i, t->name, g->n_kv);
+  return 0;
+}
+
 static int parse_tensors(struct ms_gguf *g, struct cur *c, uint64_t n) {
   if (n > left(c) / 24)  /* name length, n_dims, one dim, type, offset at least */
     return fail(c, c->off, "tensor count %llu cannot fit in the %zu bytes left", (unsigned long long)n, left(c));
@@ -268,7 +286,15 @@ static int parse_tensors(struct ms_gguf *g, struct cur *c, uint64_t n) {
   g->by_name = malloc((n ? (size_t)n : 1) * sizeof *g->by_name);
   if (!g->tensors || !g->names || !g->by_name) return -ENOMEM;
   for (uint64_t i = 0; i < n; i++) {
+    size_t at = c->off;
+    struct ms_textbuf *log = c->log;
+    c->log = NULL;  /* quiet first: a misread key is reported as one */
     int rc = parse_tensor(g, c, (int)i, g->names + i * GGUF_MAX_NAME);
+    c->log = log;
+    if (rc == -MS_E_FORMAT && !(rc = misread_key(g, c, at, &g->tensors[i], (int)i))) {
+      c->off = at;  /* not a key: parse it again to say what is wrong with it */
+      rc = parse_tensor(g, c, (int)i, g->names + i * GGUF_MAX_NAME);
+    }
     if (rc) return rc;
     g->by_name[i] = &g->tensors[i];
     g->n_tensors = (int)i + 1;

@@ -75,17 +75,27 @@ static int arch_float(struct loader *L, const char *name, double def, int requir
   return 0;
 }
 
+/* "llama, qwen3, ..." from ms_arch_name's table, for the refusal. */
+static const char *arch_list(char *buf, size_t size) {
+  size_t o = 0;
+  buf[0] = '\0';
+  for (int a = 0; a < MS_ARCH_COUNT && o < size; a++)
+    o += (size_t)snprintf(buf + o, size - o, "%s%s", a ? ", " : "", ms_arch_name((enum ms_arch)a));
+  return buf;
+}
+
 static int read_arch(struct loader *L, struct ms_model_config *c) {
   const char *s;
   size_t n;
+  char list[128];
   int rc = ms_gguf_get_str(L->g, "general.architecture", &s, &n);
   if (rc) return lfail(L, -MS_E_FORMAT, "key 'general.architecture': %s", rc == -ENOENT ? "missing" : "not a string");
   int a = 0;
   while (a < MS_ARCH_COUNT && !(strlen(ms_arch_name((enum ms_arch)a)) == n && !memcmp(s, ms_arch_name((enum ms_arch)a), n)))
     a++;
   if (a == MS_ARCH_COUNT)
-    return lfail(L, -MS_E_UNSUPP, "key 'general.architecture': '%.*s' is not supported (llama, qwen2, qwen3, gemma3)",
-                 (int)(n < 40 ? n : 40), s);
+    return lfail(L, -MS_E_UNSUPP, "key 'general.architecture': architecture '%.*s' is not supported (supported: %s)",
+                 (int)(n < 40 ? n : 40), s, arch_list(list, sizeof list));
   c->arch = (enum ms_arch)a;
   c->rope_style = c->arch == MS_ARCH_LLAMA ? MS_ROPE_NORM : MS_ROPE_NEOX;
   c->qk_norm = c->arch == MS_ARCH_QWEN3 || c->arch == MS_ARCH_GEMMA3;
@@ -181,8 +191,8 @@ static int bind(struct loader *L, struct ms_weight *w, const char *name, int row
                  (long long)want1);
   enum ms_dtype dt;
   if (ms_gguf_type_dtype(t->type, &dt))
-    return lfail(L, -MS_E_UNSUPP, "tensor '%s': type %s is not supported (" MS_GGUF_SUPPORTED_TYPES ")", name,
-                 ms_gguf_type_name(t->type));
+    return lfail(L, -MS_E_UNSUPP, "tensor '%s': type %s (%u) is not supported (supported: " MS_GGUF_SUPPORTED_TYPES ")",
+                 name, ms_gguf_type_name(t->type), t->type);
   if (vec && dt != MS_DTYPE_F32)
     return lfail(L, -MS_E_UNSUPP, "tensor '%s': a norm weight of type %s (only f32)", name, ms_gguf_type_name(t->type));
   if ((uintptr_t)t->data % (dt == MS_DTYPE_F32 ? 4 : 2))

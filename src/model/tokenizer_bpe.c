@@ -435,8 +435,9 @@ static int build(struct build *B, struct ms_bpe *b) {
                  (int)(n < 40 ? n : 40), s);
   enum ms_gguf_vtype et;
   uint64_t count, min = b->spm ? 1 : 256;
-  if (ms_gguf_get_arr(B->g, "tokenizer.ggml.tokens", &et, &count) || et != MS_GGUF_STR)
-    return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.tokens': missing or not an array of strings");
+  if ((rc = ms_gguf_get_arr(B->g, "tokenizer.ggml.tokens", &et, &count)) || et != MS_GGUF_STR)
+    return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.tokens': %s",
+                 rc == -ENOENT ? "missing" : "not an array of strings");
   if (count < min || count > (1u << 24))
     return bfail(B, -MS_E_FORMAT, "key 'tokenizer.ggml.tokens': %llu tokens (%llu to 2^24)", (unsigned long long)count,
                  (unsigned long long)min);

@@ -195,9 +195,10 @@ static void pick_chat_template(const struct serve_args *a, const struct ms_model
     struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
     struct ms_gguf *g = ms_gguf_open(a->cm.path, &log);
     int rc = g ? ms_chat_template_from_gguf(g, &t, &log) : -ENOENT;
+    int absent = g && ms_gguf_find_kv(g, "tokenizer.chat_template") < 0;
     ms_gguf_free(g);
     lb[strcspn(lb, "\n")] = '\0';
-    if (rc && strstr(lb, "absent")) {  /* the architecture's own turns (Gemma files often carry none) */
+    if (absent) {  /* the architecture's own turns (Gemma files often carry none) */
       t = m->cfg.arch == MS_ARCH_GEMMA3 ? MS_CHAT_GEMMA : MS_CHAT_CHATML;
       snprintf(note, n, "%s (the file names no template; %s's)", ms_chat_template_name(t), ms_arch_name(m->cfg.arch));
     } else if (rc) {
@@ -212,7 +213,6 @@ static void pick_chat_template(const struct serve_args *a, const struct ms_model
   ho->chat_template = (int)t;
 }
 
-/* "ADDR:PORT" -> addr (in buf), port. */
 /* --fault: named against the plan of the largest bucket (class and event
  * class names are the same in every bucket's plan). */
 static int resolve_faults(const struct ms_model *m, const struct serve_args *a, struct ms_fault *out) {
@@ -232,6 +232,7 @@ static int resolve_faults(const struct ms_model *m, const struct serve_args *a, 
   return rc;
 }
 
+/* "ADDR:PORT" -> addr (in buf), port. */
 static int parse_http(const char *s, char *addr, size_t n, int *port) {
   const char *colon = strrchr(s, ':');
   long p;

@@ -194,15 +194,17 @@ void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen
 /* ---- the step start ---- */
 
 /* Chunked prefill: how many rows each active slot gets this step (sl->chunk),
- * the total in *rows; 1 when the step needs the bucket's prefill plan. A slot
+ * the total in *rows, the slots in *slots; 1 when the step needs the bucket's
+ * prefill plan. A slot
  * past its prompt gets one row; the rows left under the token budget go to
  * slots still in their prompt, in slot order, at most the rest of the prompt
  * but its last position (whose row samples the first token). The budget is
  * also the largest prefill plan compiled so far. */
-static int plan_chunks(struct ms_engine *e, int *rows) {
+static int plan_chunks(struct ms_engine *e, int *rows, int *slots) {
   int active = 0, chunked = 0;
   for (int s = 0; s < e->n_slots; s++)
     if (e->slots[s].req) e->slots[s].chunk = 1, active++;
+  *slots = active;
   int ready = atomic_load_explicit(&e->prefill_ready, memory_order_acquire);  /* rows of the largest */
   int left = (e->o.max_batched_tokens < ready ? e->o.max_batched_tokens : ready) - active;
   for (int s = 0; s < e->n_slots && left > 0; s++) {
@@ -326,13 +328,13 @@ int ms_rt_step_begin(struct ms_engine *e) {
       ms_futex_wait(&e->mail_seq, seq, 200);
     t0 = ms_eng_now(e);  /* idle time is not step time */
   }
-  int rows = 0, chunked = plan_chunks(e, &rows);
+  int rows = 0, slots = 0, chunked = plan_chunks(e, &rows, &slots);
   int bucket = ms_bucket_for(rows);
   struct plan_rt *rt = chunked ? &e->rt_prefill[ms_rt_bucket_index(bucket)] : &e->rt[ms_rt_bucket_index(bucket)];
   int n = layout_rows(e, bucket);
   rt->x.meta.some_head_skipped = 0;
   for (int r = 0; r < n; r++) rt->x.meta.some_head_skipped |= !e->row_head[r];
-  atomic_store_explicit(&e->stat_running, ms_rt_active_slots(e), memory_order_relaxed);  /* requests, not rows */
+  atomic_store_explicit(&e->stat_running, slots, memory_order_relaxed);  /* requests, not rows */
   atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
   rt->x.meta.n_rows = n;
   publish_hook_rows(e, bucket, e->next_step);
@@ -441,11 +443,10 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
   }
   int n = atomic_load_explicit(&r->n_tokens, memory_order_relaxed);
   const float *use = adjusted_logits(r, lg, vocab, n);
-  int tok = ms_argmax(use, vocab);
-  if (!ms_sample_is_greedy(&r->sample)) {  /* draw n of this request: seeded, schedule-independent */
-    int drawn = ms_sample(use, vocab, &r->sample, (uint64_t)n);
-    if (drawn >= 0) tok = drawn;
-  }
+  /* draw n of this request: seeded, schedule-independent; greedy is the argmax
+   * (lowest id on ties) inside ms_sample, so the logits are scanned once */
+  int tok = ms_sample(use, vocab, &r->sample, (uint64_t)n);
+  if (tok < 0) tok = ms_argmax(use, vocab);  /* no memory for the candidates */
   if (r->logprobs) record_logprobs(r, lg, vocab, n, tok);
   r->tokens[n] = tok;
   uint64_t now = ms_eng_now(e);

@@ -103,6 +103,6 @@ printf 'GGUF\x03\x00\x00\x00' > "$tmp/bad.gguf"
 head -c 100 /dev/zero >> "$tmp/bad.gguf"
 "$MS" model info "$tmp/bad.gguf" > "$tmp/out"
 grep -q "key 'general.architecture': missing" "$tmp/out" || fail "an empty GGUF is not a model: $(cat "$tmp/out")"
-expect 2 "no <|im_start|> and <|im_end|>" "$MS" run --model "$f" --prompt hi --chat --steps 2
+expect 2 "ends a turn with '<|im_end|>', which this vocabulary lacks" "$MS" run --model "$f" --prompt hi --chat --steps 2
 expect 2 "either --model or --synthetic" "$MS" run --model "$f" --synthetic tiny --steps 2
 echo "ok: refusals name the problem"

@@ -143,7 +143,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {0, 0, 0, 0}};
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
                          .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = -1,
-                         .replace_at = -1, .detach_at = -1};
+                         .replace_at = -1, .detach_at = -1, .text.stop_id = -1};
   int c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
@@ -428,7 +428,7 @@ int cmd_run(int argc, char **argv) {
   int n_text = 0;
   struct ms_model *m = cli_model_load_tok(&a.cm, &tok);
   if (!m) return 2;
-  if (a.text.prompt && run_text_encode(&a.text, tok, m, &text_ids, &n_text)) {
+  if (a.text.prompt && run_text_encode(&a.text, tok, m, a.cm.path, &text_ids, &n_text)) {
     ms_tokenizer_free(tok);
     ms_model_free(m);
     return 2;

@@ -23,7 +23,6 @@
 #include "common.h"
 #include "megascope/chat.h"
 #include "megascope/control.h"
-#include "megascope/gguf.h"
 #include "megascope/engine.h"
 #include "megascope/export.h"
 #include "megascope/monitor.h"
@@ -179,10 +178,9 @@ static int parse(int argc, char **argv, struct serve_args *a) {
   return 0;
 }
 
-/* The chat template: --chat-template, else the one the model file's
- * tokenizer.chat_template is recognised as, else (a synthetic model, a file
- * without one) the architecture's: Gemma's turns for gemma3, ChatML otherwise. An unknown template is not fatal: chat requests are
- * then refused with the reason, completions still work. */
+/* The chat template: --chat-template, else the model's own
+ * (ms_chat_template_for_model). An unknown template is not fatal: chat
+ * requests are then refused with the reason, completions still work. */
 static void pick_chat_template(const struct serve_args *a, const struct ms_model *m, struct ms_http_opts *ho,
                                char *note, size_t n) {
   enum ms_chat_template t = MS_CHAT_CHATML;
@@ -190,25 +188,11 @@ static void pick_chat_template(const struct serve_args *a, const struct ms_model
   if (a->chat_template) {
     ms_chat_template_parse(a->chat_template, &t);
     snprintf(note, n, "%s (--chat-template)", ms_chat_template_name(t));
-  } else if (a->cm.path) {
-    char lb[512] = "";
-    struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
-    struct ms_gguf *g = ms_gguf_open(a->cm.path, &log);
-    int rc = g ? ms_chat_template_from_gguf(g, &t, &log) : -ENOENT;
-    int absent = g && ms_gguf_find_kv(g, "tokenizer.chat_template") < 0;
-    ms_gguf_free(g);
-    lb[strcspn(lb, "\n")] = '\0';
-    if (absent) {  /* the architecture's own turns (Gemma files often carry none) */
-      t = m->cfg.arch == MS_ARCH_GEMMA3 ? MS_CHAT_GEMMA : MS_CHAT_CHATML;
-      snprintf(note, n, "%s (the file names no template; %s's)", ms_chat_template_name(t), ms_arch_name(m->cfg.arch));
-    } else if (rc) {
-      ho->chat_ok = 0;
-      snprintf(note, n, "none: %s; chat requests are refused (use --chat-template NAME)", lb);
-    } else {
-      snprintf(note, n, "%s (from the file's tokenizer.chat_template)", ms_chat_template_name(t));
-    }
-  } else {
-    snprintf(note, n, "chatml (a synthetic model has none of its own)");
+  } else if (ms_chat_template_for_model(a->cm.path, (int)m->cfg.arch, &t, note, n)) {
+    char why[400];
+    snprintf(why, sizeof why, "%s", note);
+    ho->chat_ok = 0;
+    snprintf(note, n, "none: %s; chat requests are refused (use --chat-template NAME)", why);
   }
   ho->chat_template = (int)t;
 }

@@ -25,6 +25,15 @@ int run_text_opt(struct run_text *rt, const char *name, const char *arg) {
   long v;
   if (!strcmp(name, "prompt")) rt->prompt = arg;
   else if (!strcmp(name, "chat")) rt->chat = 1;
+  else if (!strcmp(name, "chat-template")) {
+    enum ms_chat_template t;
+    if (ms_chat_template_parse(arg, &t)) {
+      fprintf(stderr, "megascope run: --chat-template '%s': expected one of %s\n", arg, MS_CHAT_TEMPLATE_NAMES);
+      return -1;
+    }
+    rt->chat_template = arg;
+    rt->chat = 1;
+  }
   else if (!strcmp(name, "temperature")) return parse_float("--temperature", arg, 0, 100, &rt->sp.temperature) ? -1 : 1;
   else if (!strcmp(name, "top-p")) return parse_float("--top-p", arg, 0, 1, &rt->sp.top_p) ? -1 : 1;
   else if (!strcmp(name, "top-k")) {
@@ -43,27 +52,61 @@ static int encode_part(const struct ms_tokenizer *tok, const char *s, int32_t *i
   return 0;
 }
 
-int run_text_encode(struct run_text *rt, const struct ms_tokenizer *tok, const struct ms_model *m, int32_t **ids,
-                    int *n) {
+/* --chat: the prompt as one user turn of the template, in a malloc'd string;
+ * *bos gets the id to put first, rt->stop_id the end of turn. NULL (printed)
+ * when the model has no template megascope knows. */
+static char *chat_prompt(struct run_text *rt, const struct ms_tokenizer *tok, const struct ms_model *m,
+                         const char *path, int *bos) {
+  enum ms_chat_template t;
+  char note[512], lb[256] = "";
+  struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+  if (rt->chat_template) {
+    ms_chat_template_parse(rt->chat_template, &t);
+  } else if (ms_chat_template_for_model(path, (int)m->cfg.arch, &t, note, sizeof note)) {
+    fprintf(stderr, "megascope run: --chat: %s; name one with --chat-template\n", note);
+    return NULL;
+  }
+  struct ms_chat_message msg = {"user", rt->prompt};
+  char *text = NULL;
+  if (ms_chat_render(t, &msg, 1, &text, &log)) {
+    fprintf(stderr, "megascope run: --chat: %s\n", lb[0] ? lb : "cannot render the prompt");
+    return NULL;
+  }
+  int eot = ms_chat_eot_id(t, tok);
+  if (eot < 0) {
+    fprintf(stderr, "megascope run: --chat: template %s ends a turn with '%s', which this vocabulary lacks\n",
+            ms_chat_template_name(t), ms_chat_template_eot(t));
+    free(text);
+    return NULL;
+  }
+  rt->stop_id = eot;
+  *bos = ms_chat_bos_id(t, tok);
+  return text;
+}
+
+int run_text_encode(struct run_text *rt, const struct ms_tokenizer *tok, const struct ms_model *m, const char *path,
+                    int32_t **ids, int *n) {
   int vocab = m->cfg.vocab;
   rt->eos = m->cfg.eos;
+  rt->stop_id = -1;
   if (!tok) {
     fprintf(stderr, "megascope run: --prompt: this model has no tokenizer (vocabulary under 256 ids)\n");
     return -1;
   }
-  if (rt->chat && (ms_tokenizer_find(tok, "<|im_start|>") < 0 || ms_tokenizer_find(tok, "<|im_end|>") < 0)) {
-    fprintf(stderr, "megascope run: --chat: the vocabulary has no <|im_start|> and <|im_end|> tokens\n");
-    return -1;
-  }
-  int max = (int)strlen(rt->prompt) + 64;
+  int bos = ms_tokenizer_add_bos(tok), rc = 0;
+  char *text = rt->chat ? chat_prompt(rt, tok, m, path, &bos) : NULL;
+  if (rt->chat && !text) return -1;
+  const char *s = text ? text : rt->prompt;
+  int max = (int)strlen(s) + 64;
   *ids = malloc(sizeof **ids * (size_t)max);
   *n = 0;
-  if (!*ids) return -1;
-  int bos = ms_tokenizer_add_bos(tok), rc = 0;
+  if (!*ids) {
+    free(text);
+    return -1;
+  }
   if (bos >= 0) (*ids)[(*n)++] = bos;
-  if (rt->chat) rc = encode_part(tok, "<|im_start|>user\n", *ids, n, max);
-  if (!rc) rc = encode_part(tok, rt->prompt, *ids, n, max);
-  if (!rc && rt->chat) rc = encode_part(tok, "<|im_end|>\n<|im_start|>assistant\n", *ids, n, max);
+  rc = encode_part(tok, s, *ids, n, max);
+  free(text);
   for (int i = 0; !rc && i < *n; i++)
     if ((*ids)[i] >= vocab) rc = -1;
   if (!rc && *n == 0) {
@@ -85,6 +128,10 @@ void run_text_request(const struct run_text *rt, long i, struct ms_request_opts 
   ro->top_p = rt->sp.top_p;
   ro->sample_seed = rt->sp.seed + (uint64_t)i;
   if (rt->prompt) ro->stop_at_eos = 1;
+  if (rt->stop_id >= 0) {
+    ro->stop_ids = &rt->stop_id;
+    ro->n_stop_ids = 1;
+  }
 }
 
 /* Decodes ids into a malloc'd string, made valid UTF-8 (U+FFFD for bad bytes and NULs). */
@@ -119,8 +166,8 @@ static char *decode_text(const struct ms_tokenizer *tok, const int32_t *ids, int
 
 /* Generated tokens without a final end token. */
 static int text_len(const struct run_text *rt, const struct ms_request_info *info) {
-  int n = info->n_tokens;
-  return n > 0 && rt->eos >= 0 && info->tokens[n - 1] == rt->eos ? n - 1 : n;
+  int n = info->n_tokens, last = n > 0 ? info->tokens[n - 1] : -1;
+  return n > 0 && ((rt->eos >= 0 && last == rt->eos) || (rt->stop_id >= 0 && last == rt->stop_id)) ? n - 1 : n;
 }
 
 void run_text_print(const struct run_text *rt, const struct ms_tokenizer *tok, long i,

@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "megascope/chat.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
 #include "megascope/sample.h"
@@ -15,7 +16,9 @@
 
 struct run_text {
   const char *prompt;          /* --prompt */
-  int chat;                    /* --chat: wrap the prompt in the ChatML turn */
+  int chat;                    /* --chat: render the prompt as a user turn of the model's template */
+  const char *chat_template;   /* --chat-template NAME, or NULL: the model's own */
+  int32_t stop_id;             /* --chat: the template's end-of-turn id, or -1 */
   struct ms_sample_params sp;  /* --temperature --top-k --top-p --sample-seed */
   int eos;                     /* the model's end token (not part of the printed text); -1: none */
 };
@@ -23,7 +26,10 @@ struct run_text {
 #define RUN_TEXT_HELP                                                                  \
   "  --prompt TEXT        every request starts from TEXT (tokenized with the model's\n" \
   "                       tokenizer); prints the generated text; stops at eos\n"       \
-  "  --chat               wrap --prompt as a ChatML user turn (<|im_start|>user ...)\n" \
+  "  --chat               render --prompt as one user turn of the model's chat template\n" \
+  "                       (the file's tokenizer.chat_template, as serve picks it); stops\n" \
+  "                       at the template's end of turn too\n"                          \
+  "  --chat-template NAME --chat with this template (" MS_CHAT_TEMPLATE_NAMES ")\n" \
   "  --temperature X      sample at temperature X (default 0: greedy)\n"              \
   "  --top-k K            sample among the K most probable tokens (default: all)\n"    \
   "  --top-p P            sample from the nucleus of mass P (default: 1, off)\n"       \
@@ -31,16 +37,19 @@ struct run_text {
 
 #define RUN_TEXT_OPTIONS                                                                  \
   {"prompt", required_argument, 0, 0}, {"chat", no_argument, 0, 0},                      \
+      {"chat-template", required_argument, 0, 0},                                          \
       {"temperature", required_argument, 0, 0}, {"top-k", required_argument, 0, 0},       \
       {"top-p", required_argument, 0, 0}, {"sample-seed", required_argument, 0, 0}
 
 /* 1 when `name` was one of these options, 0 when not, -1 on a bad value (printed). */
 int run_text_opt(struct run_text *rt, const char *name, const char *arg);
 
-/* The prompt's ids (BOS first when the tokenizer asks for it); malloc'd into
- * *ids. Prints the reason and returns -1 on failure. */
-int run_text_encode(struct run_text *rt, const struct ms_tokenizer *tok, const struct ms_model *m, int32_t **ids,
-                    int *n);
+/* The prompt's ids (BOS first when the tokenizer asks for it; with --chat the
+ * rendered user turn, BOS as ms_chat_bos_id says); malloc'd into *ids. path
+ * is the model file (NULL: synthetic), where --chat finds its template.
+ * Prints the reason and returns -1 on failure. */
+int run_text_encode(struct run_text *rt, const struct ms_tokenizer *tok, const struct ms_model *m, const char *path,
+                    int32_t **ids, int *n);
 
 /* Sampling and stopping for request i. */
 void run_text_request(const struct run_text *rt, long i, struct ms_request_opts *ro);

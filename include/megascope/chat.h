@@ -76,6 +76,16 @@ struct ms_gguf;
 int ms_chat_template_from_gguf(const struct ms_gguf *g, enum ms_chat_template *out,
                                struct ms_textbuf *log);
 
+/* The template a model speaks, as `serve` and `run --chat` pick it: the
+ * file's tokenizer.chat_template when recognised; the architecture's own turns
+ * (gemma for MS_ARCH_GEMMA3, chatml otherwise) when the file names none or
+ * path is NULL (a synthetic model). arch is an enum ms_arch. note gets one
+ * line saying where the choice came from ("llama2 (from the file's
+ * tokenizer.chat_template)"). 0, or -ENOENT when the file carries a template
+ * that is not recognised (note then quotes it and names the known ones), or
+ * when the file cannot be opened (note says why). */
+int ms_chat_template_for_model(const char *path, int arch, enum ms_chat_template *out, char *note, size_t n);
+
 /* One message. content NULL reads as "". */
 struct ms_chat_message {
   const char *role;  /* "system", "user" or "assistant" */

@@ -14,6 +14,7 @@
 
 #include "megascope/chat.h"
 #include "megascope/gguf.h"
+#include "megascope/model.h"
 #include "megascope/tokenizer.h"
 
 static const char *const names[MS_CHAT_TEMPLATE_COUNT] = {
@@ -194,6 +195,35 @@ int ms_chat_template_from_gguf(const struct ms_gguf *g, enum ms_chat_template *o
   if (rc) return rc;
   rc = detect_family(s, len, out);
   return rc ? report_unknown(rc, "tokenizer.chat_template:", s, len, log) : 0;
+}
+
+int ms_chat_template_for_model(const char *path, int arch, enum ms_chat_template *out, char *note, size_t n) {
+  enum ms_chat_template own = arch == MS_ARCH_GEMMA3 ? MS_CHAT_GEMMA : MS_CHAT_CHATML;
+  if (!path) {
+    *out = own;
+    snprintf(note, n, "%s (a synthetic model has none of its own; %s's)", ms_chat_template_name(own),
+             ms_arch_name((enum ms_arch)arch));
+    return 0;
+  }
+  char lb[512] = "";
+  struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+  struct ms_gguf *g = ms_gguf_open(path, &log);
+  int rc = g ? ms_chat_template_from_gguf(g, out, &log) : -ENOENT;
+  int absent = g && ms_gguf_find_kv(g, "tokenizer.chat_template") < 0;
+  ms_gguf_free(g);
+  lb[strcspn(lb, "\n")] = '\0';
+  if (absent) {  /* the architecture's own turns (Gemma files often carry none) */
+    *out = own;
+    snprintf(note, n, "%s (the file names no template; %s's)", ms_chat_template_name(own),
+             ms_arch_name((enum ms_arch)arch));
+    return 0;
+  }
+  if (rc) {
+    snprintf(note, n, "%s", lb);
+    return -ENOENT;
+  }
+  snprintf(note, n, "%s (from the file's tokenizer.chat_template)", ms_chat_template_name(*out));
+  return 0;
 }
 
 /* ---- the output text ---- */

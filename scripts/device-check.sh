@@ -65,7 +65,7 @@ run() {  # name, timeout seconds, command...: output in $LOGDIR/name.log, rc in 
 run test_cuda_engine 180 "$BIN/test_cuda_engine"
 run test_cuda_ops 120 "$BIN/test_cuda_ops"
 run cli_cuda 120 bash tests/cli_cuda.sh "$MS"
-for p in tiny tiny-moe tiny-qwen3 smollm2-135m; do
+for p in tiny tiny-moe tiny-qwen3 tiny-qwen2 tiny-gemma3 smollm2-135m; do
   run "ops_$p" 60 "$MS" cuda ops --synthetic "$p" --dtype bf16 --batch 4
   run "check_$p" 90 "$MS" cuda run --synthetic "$p" --dtype bf16 --batch 4 --requests 8 --new 12 --check --json
 done

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The CUDA backend against the CPU engine (label gpu; exits 77 without a GPU):
  * tokens of the persistent kernel and of the per-op baseline equal the CPU
- * engine's on tiny, tiny-moe and smollm2-135m (bf16 weights on both sides), with
+ * engine's on tiny, tiny-moe, tiny-qwen2, tiny-gemma3 and smollm2-135m (bf16 weights on both sides), with
  * more requests than rows (continuous batching); logits agree within 1e-2; a
  * monitor attached, replaced and detached while the kernel runs counts its
  * coverage on the device and leaves the tokens unchanged. tests/test_engine_host.c
@@ -196,6 +196,8 @@ int main(void) {
   printf("device: %s\n", desc);
   check_model("tiny");
   check_model("tiny-moe");
+  check_model("tiny-qwen2");
+  check_model("tiny-gemma3");
 #ifndef MS_CUDA_ENGINE_SMALL  /* tests/test_engine_host.c: the CPU emulation, small presets only */
   check_model("smollm2-135m");
 #endif

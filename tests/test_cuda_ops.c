@@ -33,7 +33,8 @@ int main(void) {
     printf("skipped: %s\n", why);
     return 77;
   }
-  static const char *const presets[] = {"tiny", "tiny-moe", "tiny-qwen3", "smollm2-135m"};
+  static const char *const presets[] = {"tiny", "tiny-moe", "tiny-qwen3", "tiny-qwen2", "tiny-gemma3",
+                                        "smollm2-135m"};
   for (size_t i = 0; i < sizeof presets / sizeof *presets; i++) {
     check_preset(presets[i], 1);
     check_preset(presets[i], 4);

@@ -98,20 +98,27 @@ struct ms_model_config {
   float final_softcap;     /* logits = cap * tanh(logits / cap); 0: none */
 };
 
+/* The layer rules below are compiled for the CUDA task bodies too (one source). */
+#ifdef __CUDACC__
+#define MS_HOSTDEV __host__ __device__
+#else
+#define MS_HOSTDEV
+#endif
+
 /* The window of layer l: 0 for a global layer, else the positions a query sees
  * (its own and the window - 1 before it, as llama.cpp's standard SWA mask). */
-static inline int ms_layer_window(const struct ms_model_config *c, int l) {
+MS_HOSTDEV static inline int ms_layer_window(const struct ms_model_config *c, int l) {
   if (c->sliding_window <= 0) return 0;
   return c->swa_pattern > 0 && (l + 1) % c->swa_pattern == 0 ? 0 : c->sliding_window;
 }
 
 /* RoPE base of layer l: rope_base_local for a local layer when set. */
-static inline float ms_layer_rope_base(const struct ms_model_config *c, int l) {
+MS_HOSTDEV static inline float ms_layer_rope_base(const struct ms_model_config *c, int l) {
   return ms_layer_window(c, l) && c->rope_base_local > 0 ? c->rope_base_local : c->rope_base;
 }
 
 /* The attention scores' scale. */
-static inline float ms_attn_scale(const struct ms_model_config *c) {
+MS_HOSTDEV static inline float ms_attn_scale(const struct ms_model_config *c) {
   return c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim);
 }
 

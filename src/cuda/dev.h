@@ -34,6 +34,8 @@ struct msd_class {
   /* The weights of ms_ops_bind_weights' w[0..2]; for expert_up w[0] = gate and
    * w[1] = up over all experts (plane_stride apart), for expert_down w[0] = down. */
   struct msd_weight w[3];
+  /* qkv with q/k/v biases (qwen2): the f32 biases of w[0..2], (1, rows) each */
+  struct msd_weight bias[3];
 };
 
 struct msd_cfg {
@@ -43,6 +45,11 @@ struct msd_cfg {
   float rope_base, norm_eps;
   int32_t eos;              /* -1: none */
   int32_t qk_norm;          /* q/k RMSNorm before RoPE (qwen3, gemma3) */
+  /* The whole configuration, for the layer rules model.h compiles for both
+   * sides (ms_layer_window, ms_layer_rope_base, ms_attn_scale) and the
+   * architecture features: q/k/v biases, post-norms, GeGLU, scaled embeddings,
+   * sliding windows, the logit cap. */
+  struct ms_model_config mc;
 };
 
 /* What every task body reads: the plan's tables, activations, the batch of the

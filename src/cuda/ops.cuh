@@ -298,7 +298,11 @@ static __device__ void msd_embed(const struct msd_ctx *x, const struct msd_class
     return;
   }
   const void *row = msd_wrow(e, 0, tok);
-  for (int i = threadIdx.x; i < dim; i += MSD_THREADS) out[i] = msd_load1(row, e->dtype, i);
+  float scale = x->cfg.mc.embed_scale;  /* gemma: sqrt(dim) */
+  for (int i = threadIdx.x; i < dim; i += MSD_THREADS) {
+    float v = msd_load1(row, e->dtype, i);
+    out[i] = scale > 0 ? v * scale : v;
+  }
 }
 
 static __device__ void msd_rmsnorm(const struct msd_ctx *x, const struct msd_class *k, const struct ms_task *t) {
@@ -309,10 +313,21 @@ static __device__ void msd_rmsnorm(const struct msd_ctx *x, const struct msd_cla
   for (int i = threadIdx.x; i < n; i += MSD_THREADS) ss = fmaf(in[i], in[i], ss);
   ss = msd_block_sum(ss);
   float inv = 1.0f / sqrtf(ss / (float)n + x->cfg.norm_eps);
-  for (int i = threadIdx.x; i < n; i += MSD_THREADS) out[i] = in[i] * inv * __ldg(w + i);
+  const float *res = k->in2 >= 0 ? msd_buf_row(x, k->in2, 0, r) : NULL;  /* a post-norm (gemma3) */
+  for (int i = threadIdx.x; i < n; i += MSD_THREADS) {
+    float v = in[i] * inv * __ldg(w + i);
+    out[i] = res ? v + res[i] : v;
+  }
 }
 
-/* Output columns [c0, c1) of (q | k | v): two columns per warp. */
+/* The bias of column i of (q | k | v), whose parts start at 0, r0 and r1. */
+static __device__ __forceinline__ float msd_qkv_bias(const struct msd_class *k, int i, int r0, int r1) {
+  int m = i < r0 ? 0 : i < r1 ? 1 : 2;
+  return __ldg((const float *)k->bias[m].data + (i - (m == 0 ? 0 : m == 1 ? r0 : r1)));
+}
+
+/* Output columns [c0, c1) of (q | k | v): two columns per warp; the q/k/v
+ * biases (qwen2) added after each dot product, as ops.c's epilogue does. */
 static __device__ void msd_qkv(const struct msd_ctx *x, const struct msd_class *k, const struct ms_task *t) {
   int c0, c1;
   msd_cols(k, t, &c0, &c1);
@@ -328,13 +343,14 @@ static __device__ void msd_qkv(const struct msd_ctx *x, const struct msd_class *
         }
       },
       [&](int g, int b, float v0, float v1) {
-        float *o = out + (int64_t)b * ldo + c0 + 2 * g;
-        o[0] = v0;
-        if (2 * g + 1 < n) o[1] = v1;
+        int i = c0 + 2 * g;
+        float *o = out + (int64_t)b * ldo + i;
+        o[0] = k->bias[0].data ? v0 + msd_qkv_bias(k, i, r0, r1) : v0;
+        if (2 * g + 1 < n) o[1] = k->bias[0].data ? v1 + msd_qkv_bias(k, i + 1, r0, r1) : v1;
       });
 }
 
-/* q/k norm (qwen3), RoPE on the group's q heads and its k head, KV append: a
+/* q/k norm (qwen3, gemma3), RoPE (the layer's base) on the group's q heads and its k head, KV append: a
  * warp per head vector (the group's q heads, then k), rotated from shared memory. */
 static __device__ void msd_rope(const struct msd_ctx *x, const struct msd_class *k, const struct ms_task *t) {
   const struct msd_cfg *c = &x->cfg;
@@ -348,7 +364,7 @@ static __device__ void msd_rope(const struct msd_ctx *x, const struct msd_class 
   }
   int pos = x->row_pos[r], qwen = c->qk_norm, neox = c->rope_style == MS_ROPE_NEOX;
   float *kd = msd_kv_at(x, x->k_pool, k->layer, r, pos), *vd = msd_kv_at(x, x->v_pool, k->layer, r, pos);
-  float eps = c->norm_eps, base = c->rope_base;
+  float eps = c->norm_eps, base = ms_layer_rope_base(&c->mc, k->layer);
   float *wt = msd_smem()->big + warp * hd;  /* hd <= MSD_SMEM_FLOATS / MSD_WARPS */
   for (int v = warp; v <= group; v += MSD_WARPS) {
     const float *src = v < group ? in + (kh * group + v) * hd : in + nq + kh * hd;
@@ -382,18 +398,18 @@ static __device__ void msd_rope(const struct msd_ctx *x, const struct msd_class 
     for (int i = tid; i < hd; i += MSD_THREADS) vd[kh * hd + i] = in[nq + nkv + kh * hd + i];
 }
 
-/* Attention of heads [g0, g0 + ng) of the group against positions [0, n):
- * scores in S (ng * n floats), q staged in shared memory. */
+/* Attention of heads [g0, g0 + ng) of the group against positions [p0, p0 + n)
+ * (p0 > 0: a sliding window): scores in S (ng * n floats), q staged in shared memory. */
 static __device__ void msd_attn_heads(const struct msd_ctx *x, const struct msd_class *k, int r, int kh,
-                                      const float *q, float *out, int g0, int ng, int n, float *S) {
+                                      const float *q, float *out, int g0, int ng, int p0, int n, float *S) {
   struct msd_smem *sm = msd_smem();
   int hd = x->cfg.head_dim, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  float scale = 1.0f / sqrtf((float)hd), *qs = sm->big;
+  float scale = ms_attn_scale(&x->cfg.mc), *qs = sm->big;
   for (int i = tid; i < ng * hd; i += MSD_THREADS) qs[i] = q[g0 * hd + i];
   __syncthreads();
   /* scores: a warp per position, the k row read once for all ng heads */
   for (int p = warp; p < n; p += MSD_WARPS) {
-    const float *kr = msd_kv_at(x, x->k_pool, k->layer, r, p);
+    const float *kr = msd_kv_at(x, x->k_pool, k->layer, r, p0 + p);
     if (!kr) {  /* no page: the position does not count (never for a consistent table) */
       if (lane == 0)
         for (int g = 0; g < ng; g++) S[(int64_t)g * n + p] = -INFINITY;
@@ -434,7 +450,7 @@ static __device__ void msd_attn_heads(const struct msd_ctx *x, const struct msd_
       int g = o / hd, d = o % hd;
       float acc = 0.0f;
       for (int p = 0; p < n; p++) {
-        const float *vr = msd_kv_at(x, x->v_pool, k->layer, r, p);
+        const float *vr = msd_kv_at(x, x->v_pool, k->layer, r, p0 + p);
         if (vr) acc = fmaf(S[(int64_t)g * n + p], vr[kh * hd + d], acc);
       }
       out[(g0 + g) * hd + d] = acc;
@@ -444,7 +460,7 @@ static __device__ void msd_attn_heads(const struct msd_ctx *x, const struct msd_
     float acc = 0.0f;
     if (part < parts)
       for (int p = part; p < n; p += parts) {
-        const float *vr = msd_kv_at(x, x->v_pool, k->layer, r, p);
+        const float *vr = msd_kv_at(x, x->v_pool, k->layer, r, p0 + p);
         if (vr) acc = fmaf(S[(int64_t)g * n + p], vr[kh * hd + d], acc);
       }
     if (part < parts) sm->red[part * no + o] = acc;
@@ -473,18 +489,26 @@ static __device__ void msd_attn(const struct msd_ctx *x, const struct msd_class 
   if (n > cap) n = cap;            /* positions without a page: never written */
   if (n > x->max_ctx) n = x->max_ctx;
   if (n < 1) return;
+  int win = ms_layer_window(&c->mc, k->layer), p0 = win && n > win ? n - win : 0;
+  n -= p0;                         /* a local layer: the last `win` positions */
   int qlen = (group * hd + 3) & ~3;
   if (qlen + group * n <= MSD_SMEM_FLOATS) {
-    msd_attn_heads(x, k, r, kh, q, out, 0, group, n, msd_smem()->big + qlen);
+    msd_attn_heads(x, k, r, kh, q, out, 0, group, p0, n, msd_smem()->big + qlen);
   } else {  /* long context: one head at a time, scores in this CTA's scratch */
     float *S = x->scratch + (int64_t)cta * x->max_ctx;
-    for (int g = 0; g < group; g++) msd_attn_heads(x, k, r, kh, q, out, g, 1, n, S);
+    for (int g = 0; g < group; g++) msd_attn_heads(x, k, r, kh, q, out, g, 1, p0, n, S);
   }
 }
 
 static __device__ __forceinline__ float msd_silu(float v) { return v / (1.0f + expf(-v)); }
 
-/* out[:, c0:c1] = W[c0:c1] . in (+ residual[:, c0:c1]) for wo, down and lm_head. */
+/* GELU, tanh approximation (ggml_gelu; ops.c's gelu_tanh) */
+static __device__ __forceinline__ float msd_gelu_tanh(float v) {
+  return 0.5f * v * (1.0f + tanhf(0.7978845608f * (v + 0.044715f * v * v * v)));
+}
+
+/* out[:, c0:c1] = W[c0:c1] . in (+ residual[:, c0:c1]) for wo, down and lm_head
+ * (its logits capped as cap * tanh(v / cap) when the model has a cap: gemma). */
 static __device__ void msd_gemv_residual(const struct msd_ctx *x, const struct msd_class *k,
                                          const struct ms_task *t) {
   int c0, c1;
@@ -494,6 +518,7 @@ static __device__ void msd_gemv_residual(const struct msd_ctx *x, const struct m
   const float *res = k->in2 >= 0 ? msd_buf_row(x, k->in2, 0, 0) : NULL;
   int ldr = k->in2 >= 0 ? x->buf_cols[k->in2] : 0;
   const struct msd_weight *w = &k->w[0];
+  float cap = k->kernel == MS_K_LM_HEAD ? x->cfg.mc.final_softcap : 0.0f;
   msd_gemv_batch(
       x, msd_buf_row(x, k->in, 0, 0), x->buf_cols[k->in], w->dtype, w->cols, (n + 1) / 2,
       [&](int g, const void **wr) {
@@ -502,6 +527,7 @@ static __device__ void msd_gemv_residual(const struct msd_ctx *x, const struct m
       },
       [&](int g, int b, float v0, float v1) {
         int i = c0 + 2 * g;
+        if (cap > 0) v0 = cap * tanhf(v0 / cap), v1 = cap * tanhf(v1 / cap);
         float *o = out + (int64_t)b * ldo + i;
         const float *rs = res ? res + (int64_t)b * ldr + i : NULL;
         o[0] = rs ? v0 + rs[0] : v0;
@@ -509,20 +535,24 @@ static __device__ void msd_gemv_residual(const struct msd_ctx *x, const struct m
       });
 }
 
-/* h[:, c0:c1] = silu(Wg x) * (Wu x): the gate and up rows of a column share a warp. */
+/* h[:, c0:c1] = act(Wg x) * (Wu x), act SiLU (SwiGLU) or GELU (GeGLU): the gate
+ * and up rows of a column share a warp. */
 static __device__ void msd_swiglu(const struct msd_ctx *x, const struct msd_class *k, const struct ms_task *t) {
   int c0, c1;
   msd_cols(k, t, &c0, &c1);
   int ldo = x->buf_cols[k->out];
   float *out = msd_buf_row(x, k->out, 0, 0);
   const struct msd_weight *wg = &k->w[0], *wu = &k->w[1];
+  int gelu = x->cfg.mc.ffn_act == MS_ACT_GELU_TANH;
   msd_gemv_batch(
       x, msd_buf_row(x, k->in, 0, 0), x->buf_cols[k->in], wg->dtype, wg->cols, c1 - c0,
       [&](int g, const void **wr) {
         wr[0] = msd_wrow(wg, 0, c0 + g);
         wr[1] = msd_wrow(wu, 0, c0 + g);
       },
-      [&](int g, int b, float v0, float v1) { out[(int64_t)b * ldo + c0 + g] = msd_silu(v0) * v1; });
+      [&](int g, int b, float v0, float v1) {
+        out[(int64_t)b * ldo + c0 + g] = (gelu ? msd_gelu_tanh(v0) : msd_silu(v0)) * v1;
+      });
 }
 
 /* Top-k experts by logit (lowest index on ties), weights softmax-normalised over

@@ -95,8 +95,8 @@ static void convert(const struct ms_weight *w, int f32, void *dst, float *tmp) {
 }
 
 /* Device weights of each class, as ms_ops_bind_weights maps them (indices into
- * u->w in slot[c][i], -1: none). */
-static int map_classes(struct up *u, const struct ms_plan *p, int (*slot)[3]) {
+ * u->w in slot[c][i], -1: none); qkv's q/k/v biases (qwen2) in slot[c][3..5]. */
+static int map_classes(struct up *u, const struct ms_plan *p, int (*slot)[6]) {
   const struct ms_model *m = u->m;
   const struct ms_weight *(*bw)[3] = (const struct ms_weight *(*)[3])calloc((size_t)p->n_classes, sizeof *bw);
   if (!bw) return -ENOMEM;
@@ -106,7 +106,7 @@ static int map_classes(struct up *u, const struct ms_plan *p, int (*slot)[3]) {
     const struct ms_task_class *k = &p->classes[c];
     const struct ms_layer_weights *L = k->layer >= 0 ? &m->layers[k->layer] : NULL;
     int f32 = k->kernel == MS_K_RMSNORM || k->kernel == MS_K_ROPE || k->kernel == MS_K_ROUTER;
-    slot[c][0] = slot[c][1] = slot[c][2] = -1;
+    for (int i = 0; i < 6; i++) slot[c][i] = -1;
     if (k->kernel == MS_K_EXPERT_UP || k->kernel == MS_K_EXPERT_DOWN) {
       const struct ms_weight *src[2] = {k->kernel == MS_K_EXPERT_UP ? L->exp_gate : L->exp_down,
                                         k->kernel == MS_K_EXPERT_UP ? L->exp_up : NULL};
@@ -118,6 +118,9 @@ static int map_classes(struct up *u, const struct ms_plan *p, int (*slot)[3]) {
       if (!bw[c][i] || (k->kernel == MS_K_ROPE && !m->cfg.qk_norm)) continue;
       if ((slot[c][i] = weight_slot(u, bw[c][i], 1, f32, k->name)) < 0) rc = -EINVAL;
     }
+    const struct ms_weight *bias[3] = {L ? &L->bq : NULL, L ? &L->bk : NULL, L ? &L->bv : NULL};
+    for (int i = 0; k->kernel == MS_K_QKV && m->cfg.qkv_bias && i < 3 && !rc; i++)
+      if ((slot[c][3 + i] = weight_slot(u, bias[i], 1, 1, k->name)) < 0) rc = -EINVAL;
   }
   free(bw);
   return rc;
@@ -136,11 +139,9 @@ static int check_model(const struct ms_model *m, const struct ms_plan *p, const 
                       c->n_heads, c->n_kv_heads, c->head_dim);
     return -MS_E_UNSUPP;
   }
-  if (c->qkv_bias || c->post_norms || c->ffn_act != MS_ACT_SILU || c->embed_scale > 0 || c->attn_scale > 0 ||
-      c->sliding_window > 0 || c->final_softcap > 0) {
-    ms_textbuf_printf(log, "cuda: architecture %s: q/k/v biases, post-norms, GeGLU, scaled embeddings, sliding "
-                      "windows and logit caps are not on the device yet (the CPU backend runs them)\n",
-                      ms_arch_name((enum ms_arch)c->arch));
+  if (c->ffn_act != MS_ACT_SILU && c->ffn_act != MS_ACT_GELU_TANH) {
+    ms_textbuf_printf(log, "cuda: architecture %s: FFN activation %d is not on the device\n",
+                      ms_arch_name((enum ms_arch)c->arch), (int)c->ffn_act);
     return -MS_E_UNSUPP;
   }
   if (c->n_experts && (c->n_experts > 256 || c->top_k < 1 || c->top_k > 32 || c->top_k > c->n_experts)) {
@@ -204,7 +205,7 @@ int msd_upload(const struct ms_model *m, const struct ms_plan *p, const struct m
   struct up u = {m, log, NULL, 0, 0, 0};
   struct lay L = {};
   struct msd_class *cls = NULL;
-  int (*slot)[3] = NULL;
+  int (*slot)[6] = NULL;
   int rc = check_model(m, p, o, log);
   memset(out, 0, sizeof *out);
   if (rc) return rc;
@@ -216,7 +217,7 @@ int msd_upload(const struct ms_model *m, const struct ms_plan *p, const struct m
   char *sa;
 
   /* weights */
-  slot = (int(*)[3])calloc((size_t)p->n_classes, sizeof *slot);
+  slot = (int(*)[6])calloc((size_t)p->n_classes, sizeof *slot);
   cls = (struct msd_class *)calloc((size_t)p->n_classes, sizeof *cls);
   out->bufs = (float **)calloc((size_t)p->n_bufs, sizeof *out->bufs);
   out->buf_bytes = (size_t *)calloc((size_t)p->n_bufs, sizeof *out->buf_bytes);
@@ -271,7 +272,7 @@ int msd_upload(const struct ms_model *m, const struct ms_plan *p, const struct m
     struct msd_ctx *h = &out->h;
     h->cfg = (struct msd_cfg){c->arch, c->rope_style, c->n_layers, c->dim, c->ffn_dim, c->n_heads,
                               c->n_kv_heads, c->head_dim, c->vocab, c->n_experts, c->top_k,
-                              c->expert_ffn_dim, c->rope_base, c->norm_eps, c->eos, c->qk_norm};
+                              c->expert_ffn_dim, c->rope_base, c->norm_eps, c->eos, c->qk_norm, *c};
     h->tasks = (const struct ms_task *)(sa + L.tasks);
     h->n_tasks = p->n_tasks;
     h->classes = (const struct msd_class *)(sa + L.classes);
@@ -306,12 +307,13 @@ int msd_upload(const struct ms_model *m, const struct ms_plan *p, const struct m
     struct msd_class *d = &cls[k];
     *d = (struct msd_class){s->kernel, s->launch, s->layer, s->in, s->in2, s->aux, s->out, s->out2,
                             s->tile, s->n_out, s->n_tasks};
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 6; i++) {
       if (slot[k][i] < 0) continue;
       const struct up_weight *w = &u.w[slot[k][i]];
-      d->w[i] = (struct msd_weight){(const char *)out->warena + w->off, w->f32 ? MS_DTYPE_F32 : MS_DTYPE_BF16,
-                                    w->src->rows, w->src->cols,
-                                    w->planes > 1 ? (int64_t)w->src->rows * w->src->cols : 0};
+      (i < 3 ? d->w : d->bias)[i % 3] =
+          (struct msd_weight){(const char *)out->warena + w->off, w->f32 ? MS_DTYPE_F32 : MS_DTYPE_BF16,
+                              w->src->rows, w->src->cols,
+                              w->planes > 1 ? (int64_t)w->src->rows * w->src->cols : 0};
     }
   }
   {

@@ -300,21 +300,24 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
     struct ms_q8_act a, a1;
     ms_q8_quantize(&a, buf, x, ldx, nb, cols, 1);
     int r0 = nb % 3, r1 = rows - (nb % 2), ldy = r1 - r0 + 1;
-    ms_q8_gemv(&w, r0, r1, &a, y, ldy, 1);
-    ms_q8_gemv(&w, r0, r1, &a, yp, ldy, 0);
+    ms_q8_gemv(&w, r0, r1, &a, y, ldy, 2);  /* the best path: AVX-512 VNNI where the CPU has it */
     ms_vec_gemv(&w, r0, r1, x, ldx, nb, yf, ldy);
-    for (int b = 0; b < nb; b++)
-      for (int r = r0; r < r1; r++) simd_diff += memcmp(&y[(size_t)b * ldy + r - r0], &yp[(size_t)b * ldy + r - r0], 4) != 0;
+    for (int level = 0; level < 2; level++) {  /* the portable path, then AVX2 */
+      ms_q8_gemv(&w, r0, r1, &a, yp, ldy, level);
+      for (int b = 0; b < nb; b++)
+        for (int r = r0; r < r1; r++)
+          simd_diff += memcmp(&y[(size_t)b * ldy + r - r0], &yp[(size_t)b * ldy + r - r0], 4) != 0;
+    }
     /* tilings: each input row quantized alone, all weight rows at once (batch 1's
      * row pairs), and the weight rows split in two at every third row */
     for (int b = 0; b < nb; b++) {
       ms_q8_quantize(&a1, buf1, x + (size_t)b * ldx, ldx, 1, cols, 1);
-      ms_q8_gemv(&w, 0, rows, &a1, one, rows, 1);
+      ms_q8_gemv(&w, 0, rows, &a1, one, rows, 2);
       for (int r = r0; r < r1; r++) variant += memcmp(&one[r], &y[(size_t)b * ldy + r - r0], 4) != 0;
     }
     for (int k = r0 + 1; k < r1; k += 3) {
-      ms_q8_gemv(&w, r0, k, &a, yp, ldy, 1);
-      ms_q8_gemv(&w, k, r1, &a, yp + (k - r0), ldy, 1);
+      ms_q8_gemv(&w, r0, k, &a, yp, ldy, 2);
+      ms_q8_gemv(&w, k, r1, &a, yp + (k - r0), ldy, 2);
       for (int b = 0; b < nb; b++)
         for (int r = r0; r < r1; r++) variant += memcmp(&yp[(size_t)b * ldy + r - r0], &y[(size_t)b * ldy + r - r0], 4) != 0;
     }
@@ -359,7 +362,8 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
     }
   }
   const char *tn = ms_dtype_name(t);
-  CHECKF(simd_diff == 0, "q8 %s %dx%d: %d results differ between AVX2 and portable", tn, rows, cols, simd_diff);
+  CHECKF(simd_diff == 0, "q8 %s %dx%d: %d results differ between the paths (AVX-512, AVX2, portable)", tn, rows,
+         cols, simd_diff);
   CHECKF(variant == 0, "q8 %s %dx%d: %d results depend on the row range or batch", tn, rows, cols, variant);
   CHECKF(worst_exact <= 1.0, "q8 %s %dx%d: %.3g x the accumulation bound off the exact dot", tn, rows, cols, worst_exact);
   CHECKF(worst_f32 <= 1.0, "q8 %s %dx%d: %.3g x the rounding bound off the f32 path", tn, rows, cols, worst_f32);
@@ -402,6 +406,8 @@ int main(void) {
   }
   check_gemv(MS_DTYPE_F16, 7, 45, 0);  /* f16 rows need not be whole blocks */
   check_gemv(MS_DTYPE_F16, 7, 45, 1);
-  printf("simd path: %s\n", ms_vec_simd() ? "avx2" : "portable only");
+  printf("simd path: %s\n", ms_q8_simd_level() == 2 ? "avx2, and avx512-vnni for the 8-bit activations"
+                            : ms_vec_simd()            ? "avx2"
+                                                       : "portable only");
   TEST_MAIN_END();
 }

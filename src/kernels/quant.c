@@ -23,15 +23,19 @@
 
 #define QK 32
 
-static int have_f16c;
+static int have_f16c, have_vnni512;
 
 #ifdef MS_X86
 __attribute__((constructor)) static void quant_detect(void) {
   __builtin_cpu_init();
   have_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
               __builtin_cpu_supports("f16c");
+  have_vnni512 = have_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 }
 #endif
+
+int ms_q8_simd_level(void) { return have_vnni512 ? 2 : have_f16c ? 1 : 0; }
 
 int ms_quant_handles(enum ms_dtype t) {
   return t == MS_DTYPE_F16 || t == MS_DTYPE_Q8_0 || t == MS_DTYPE_Q4_0 || t == MS_DTYPE_Q4_1 ||
@@ -416,14 +420,22 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
  *
  * A block's integer dot is kept as eight int32 lanes, lane k holding elements
  * 4k..4k+3: what _mm256_madd_epi16(_mm256_maddubs_epi16(w, q), 1) leaves. Each
- * (weight row, input row) pair keeps eight f32 accumulators,
- *   acc[k] = fma(d_w * d_x, (float)lane[k], acc[k])   block after block,
- * summed at the end as hsum() does: ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)).
- * A lane is at most 4 * 128 * 127 in magnitude, so its conversion is exact, and
- * the portable path does the same roundings with fmaf: the two give the same
- * bits. Q4_1's minimum adds fma(m, s_x, mins) per block into a scalar, added
- * after the lanes. Q4_0 and Q8_0 weights are signed: the AVX2 path multiplies
- * |w| by q carrying w's sign (_mm256_sign_epi8), which leaves the same products. */
+ * (weight row, input row) pair of Q8_0, Q4_0 and Q4_1 keeps two chains of eight
+ * f32 accumulators, A for the even blocks and B for the odd ones,
+ *   acc_c[k] = fma(d_w * d_x, (float)lane[k], acc_c[k])   c = block & 1,
+ * summed at the end as hsum() does over the lanes of A + B:
+ * ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), a_k = A[k] + B[k]. Two chains because
+ * the AVX-512 path takes two blocks per 512-bit vector (and the AVX2 one gets
+ * two independent FMA chains). A lane is at most 4 * 128 * 127 in magnitude, so
+ * its conversion is exact, and the portable path does the same roundings with
+ * fmaf: the three paths give the same bits. Q4_1's minimum adds
+ * fma(m, s_x, mins_c) per block into one scalar per chain, added after the
+ * lanes as (mins_A + mins_B). Q4_0 and Q8_0 weights are signed: the AVX2 path
+ * multiplies |w| by q carrying w's sign (_mm256_sign_epi8), the AVX-512 VNNI
+ * path takes u = w + 8 (Q4_0's nibble) or w + 128 (Q8_0) and subtracts
+ * 8 or 128 times each lane's sum of q, which leaves the same integers. The
+ * other 32-element types (Q5_0, Q5_1, IQ4_NL) keep one chain, as
+ * q8_k_gemv_portable sums them. */
 
 size_t ms_q8_act_bytes(int n, int nb) {
   return (size_t)nb * ((size_t)n + 2 * sizeof(float) * (size_t)(n / QK));
@@ -540,18 +552,19 @@ static void q8_gemv_portable(const struct ms_weight *w, int r0, int r1, const st
     for (int b = 0; b < a->nb; b++) {
       const int8_t *q = a->q + (size_t)b * (size_t)a->n;
       const float *dx = a->d + (size_t)b * (size_t)nblk, *sx = a->s + (size_t)b * (size_t)nblk;
-      float acc[8] = {0}, mins = 0.0f, m = 0.0f;
+      float acc[2][8] = {{0}}, mins[2] = {0}, m = 0.0f, sum[8];
       for (int i = 0; i < nblk; i++, q += QK) {
         int8_t wq[QK];
         float sc = q8_wblock(w->dtype, row + (size_t)i * bs, wq, &m) * dx[i];
         for (int k = 0; k < 8; k++) {
           int lane = 0;
           for (int j = 4 * k; j < 4 * k + 4; j++) lane += wq[j] * q[j];
-          acc[k] = fmaf(sc, (float)lane, acc[k]);
+          acc[i & 1][k] = fmaf(sc, (float)lane, acc[i & 1][k]);
         }
-        if (q41) mins = fmaf(m, sx[i], mins);
+        if (q41) mins[i & 1] = fmaf(m, sx[i], mins[i & 1]);
       }
-      y[(size_t)b * ldy + (r - r0)] = q41 ? hsum8(acc) + mins : hsum8(acc);
+      for (int k = 0; k < 8; k++) sum[k] = acc[0][k] + acc[1][k];
+      y[(size_t)b * ldy + (r - r0)] = q41 ? hsum8(sum) + (mins[0] + mins[1]) : hsum8(sum);
     }
   }
 }
@@ -622,56 +635,75 @@ TGT_INL __m256 q8_step(enum ms_dtype t, __m256i w, __m256i wa, const int8_t *q, 
   return _mm256_fmadd_ps(_mm256_set1_ps(sc), _mm256_cvtepi32_ps(l), acc);
 }
 
+/* The two-chain types (see the 8-bit activations comment). */
+#define Q8_TWO(t) ((t) == MS_DTYPE_Q8_0 || (t) == MS_DTYPE_Q4_0 || (t) == MS_DTYPE_Q4_1)
+
+/* Block i of a weight row against input rows b0 .. b0+nb-1 (nb <= 4), into
+ * one chain's accumulators c[0..3] and minimums m[0..3]. */
+TGT_INL void q8_blk_x4(enum ms_dtype t, const uint8_t *blk, const struct ms_q8_act *a, int b0, int nb, int i,
+                       __m256 *c, float *m) {
+  int n = a->n, nblk = n / QK, q41 = Q8_HAS_M(t);
+  const int8_t *qi = a->q + (size_t)b0 * (size_t)n + (size_t)i * QK;
+  const float *d = a->d + (size_t)b0 * (size_t)nblk + i, *s = a->s + (size_t)b0 * (size_t)nblk + i;
+  float mw = 0.0f, dw = q8_wscale(t, blk, &mw);
+  __m256i w = q8_wregs(t, blk), wa = q41 ? w : _mm256_sign_epi8(w, w);
+  for (int b = 0; b < 4; b++)
+    if (b < nb) {
+      c[b] = q8_step(t, w, wa, qi + (size_t)b * (size_t)n, dw * d[(size_t)b * (size_t)nblk], c[b]);
+      if (q41) m[b] = fmaf(mw, s[(size_t)b * (size_t)nblk], m[b]);
+    }
+}
+
 /* One weight row against input rows b0 .. b0+nb-1 (nb <= 4): each block is
- * unpacked once for all of them. */
+ * unpacked once for all of them; two chains for the two-chain types. */
 TGT_INL void q8_row_x4(enum ms_dtype t, const uint8_t *row, size_t bs, const struct ms_q8_act *a, int b0,
                        int nb, float *out) {
-  int n = a->n, nblk = n / QK, q41 = Q8_HAS_M(t);
-  const int8_t *q = a->q + (size_t)b0 * (size_t)n;
-  const float *d = a->d + (size_t)b0 * (size_t)nblk, *s = a->s + (size_t)b0 * (size_t)nblk;
-  __m256 c0 = _mm256_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
-  float m0 = 0.0f, m1 = 0.0f, m2 = 0.0f, m3 = 0.0f;
-  for (int i = 0; i < nblk; i++, row += bs) {
-    float mw = 0.0f, dw = q8_wscale(t, row, &mw);
-    __m256i w = q8_wregs(t, row), wa = q41 ? w : _mm256_sign_epi8(w, w);
-    const int8_t *qi = q + (size_t)i * QK;
-    c0 = q8_step(t, w, wa, qi, dw * d[i], c0);
-    if (q41) m0 = fmaf(mw, s[i], m0);
-    if (nb > 1) {
-      c1 = q8_step(t, w, wa, qi + n, dw * d[nblk + i], c1);
-      if (q41) m1 = fmaf(mw, s[nblk + i], m1);
-    }
-    if (nb > 2) {
-      c2 = q8_step(t, w, wa, qi + 2 * (size_t)n, dw * d[2 * nblk + i], c2);
-      if (q41) m2 = fmaf(mw, s[2 * nblk + i], m2);
-    }
-    if (nb > 3) {
-      c3 = q8_step(t, w, wa, qi + 3 * (size_t)n, dw * d[3 * nblk + i], c3);
-      if (q41) m3 = fmaf(mw, s[3 * nblk + i], m3);
-    }
+  int nblk = a->n / QK, two = Q8_TWO(t), i = 0;
+  __m256 cA[4], cB[4];
+  float mA[4] = {0}, mB[4] = {0};
+  for (int b = 0; b < 4; b++) cA[b] = cB[b] = _mm256_setzero_ps();
+  for (; i + 1 < nblk; i += 2) {
+    q8_blk_x4(t, row + (size_t)i * bs, a, b0, nb, i, cA, mA);
+    q8_blk_x4(t, row + (size_t)(i + 1) * bs, a, b0, nb, i + 1, two ? cB : cA, two ? mB : mA);
   }
-  out[0] = q41 ? hsum(c0) + m0 : hsum(c0), out[1] = q41 ? hsum(c1) + m1 : hsum(c1);
-  out[2] = q41 ? hsum(c2) + m2 : hsum(c2), out[3] = q41 ? hsum(c3) + m3 : hsum(c3);
+  if (i < nblk) q8_blk_x4(t, row + (size_t)i * bs, a, b0, nb, i, cA, mA);
+  for (int b = 0; b < 4; b++) {
+    float v = hsum(two ? _mm256_add_ps(cA[b], cB[b]) : cA[b]);
+    out[b] = Q8_HAS_M(t) ? v + (two ? mA[b] + mB[b] : mA[b]) : v;
+  }
+}
+
+/* Block i of two weight rows against batch 1's one input row, into one chain. */
+TGT_INL void q8_blk2_x1(enum ms_dtype t, const uint8_t *ba, const uint8_t *bb, const struct ms_q8_act *a, int i,
+                        __m256 *ca, __m256 *cb, float *ma, float *mb) {
+  int q41 = Q8_HAS_M(t);
+  __m256i wa = q8_wregs(t, ba), wb = q8_wregs(t, bb);
+  float mwa = 0.0f, mwb = 0.0f, dwa = q8_wscale(t, ba, &mwa), dwb = q8_wscale(t, bb, &mwb);
+  *ca = q8_step(t, wa, q41 ? wa : _mm256_sign_epi8(wa, wa), a->q + (size_t)i * QK, dwa * a->d[i], *ca);
+  *cb = q8_step(t, wb, q41 ? wb : _mm256_sign_epi8(wb, wb), a->q + (size_t)i * QK, dwb * a->d[i], *cb);
+  if (q41) {
+    *ma = fmaf(mwa, a->s[i], *ma);
+    *mb = fmaf(mwb, a->s[i], *mb);
+  }
 }
 
 /* Batch 1: two weight rows share each activation block. */
 TGT_INL void q8_rows2_x1(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, size_t bs,
                          const struct ms_q8_act *a, float *ya, float *yb) {
-  int nblk = a->n / QK, q41 = Q8_HAS_M(t);
-  __m256 ca = _mm256_setzero_ps(), cb = ca;
-  float ma = 0.0f, mb = 0.0f;
-  for (int i = 0; i < nblk; i++, ra += bs, rb += bs) {
-    __m256i wa = q8_wregs(t, ra), wb = q8_wregs(t, rb);
-    float mwa = 0.0f, mwb = 0.0f, dwa = q8_wscale(t, ra, &mwa), dwb = q8_wscale(t, rb, &mwb);
-    ca = q8_step(t, wa, q41 ? wa : _mm256_sign_epi8(wa, wa), a->q + (size_t)i * QK, dwa * a->d[i], ca);
-    cb = q8_step(t, wb, q41 ? wb : _mm256_sign_epi8(wb, wb), a->q + (size_t)i * QK, dwb * a->d[i], cb);
-    if (q41) {
-      ma = fmaf(mwa, a->s[i], ma);
-      mb = fmaf(mwb, a->s[i], mb);
-    }
+  int nblk = a->n / QK, two = Q8_TWO(t), i = 0;
+  __m256 caA = _mm256_setzero_ps(), cbA = caA, caB = caA, cbB = caA;
+  float maA = 0.0f, mbA = 0.0f, maB = 0.0f, mbB = 0.0f;
+  for (; i + 1 < nblk; i += 2) {
+    q8_blk2_x1(t, ra + (size_t)i * bs, rb + (size_t)i * bs, a, i, &caA, &cbA, &maA, &mbA);
+    if (two)
+      q8_blk2_x1(t, ra + (size_t)(i + 1) * bs, rb + (size_t)(i + 1) * bs, a, i + 1, &caB, &cbB, &maB, &mbB);
+    else
+      q8_blk2_x1(t, ra + (size_t)(i + 1) * bs, rb + (size_t)(i + 1) * bs, a, i + 1, &caA, &cbA, &maA, &mbA);
   }
-  *ya = q41 ? hsum(ca) + ma : hsum(ca);
-  *yb = q41 ? hsum(cb) + mb : hsum(cb);
+  if (i < nblk) q8_blk2_x1(t, ra + (size_t)i * bs, rb + (size_t)i * bs, a, i, &caA, &cbA, &maA, &mbA);
+  float va = hsum(two ? _mm256_add_ps(caA, caB) : caA), vb = hsum(two ? _mm256_add_ps(cbA, cbB) : cbA);
+  *ya = Q8_HAS_M(t) ? va + (two ? maA + maB : maA) : va;
+  *yb = Q8_HAS_M(t) ? vb + (two ? mbA + mbB : mbA) : vb;
 }
 
 TGT_INL void q8_gemv_avx2_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
@@ -746,6 +778,185 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
   }
 }
 
+
+/* ---- AVX-512 VNNI: Q8_0, Q4_0 and Q4_1 with 8-bit activations ----
+ * Two blocks per 512-bit vector: block i in the low half (chain A when i is
+ * even), block i + 1 in the high half (chain B), so one vector accumulator is
+ * both chains of the two-chain order and the bits are the AVX2 path's and the
+ * portable one's. The lanes come from _mm512_dpbusd_epi32 (unsigned weight
+ * bytes times signed activations, summed in fours into int32: no int16
+ * saturation on the way), with the signed types offset as the section's
+ * comment says. An odd last block goes to chain A on 256 bits. */
+#define TGT512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+#define TGT512_INL TGT512 static inline __attribute__((always_inline))
+
+/* Bytes ahead of the block in hand a weight row is prefetched. */
+#ifndef Q8_AHEAD
+#define Q8_AHEAD 2048
+#endif
+
+/* The unsigned offset of a type's weight bytes: u = w + off. */
+#define Q8_OFF(t) ((t) == MS_DTYPE_Q8_0 ? 128 : (t) == MS_DTYPE_Q4_0 ? 8 : 0)
+
+/* Blocks b0, b1 as 64 unsigned bytes, each block's 32 in element order. */
+TGT512_INL __m512i v_wpair(enum ms_dtype t, const uint8_t *b0, const uint8_t *b1) {
+  if (t == MS_DTYPE_Q8_0) {
+    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
+                                   _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
+    return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+  }
+  int off = t == MS_DTYPE_Q4_1 ? 4 : 2;
+  /* each block's 16 bytes in two 128-bit lanes, the second shifted by a nibble */
+  __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b0 + off)));
+  v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128((const __m128i *)(b1 + off)));
+  v = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
+  return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
+}
+
+/* One block as 32 unsigned bytes in element order (the odd last block). */
+TGT512_INL __m256i v_wone(enum ms_dtype t, const uint8_t *b) {
+  if (t == MS_DTYPE_Q8_0)
+    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
+  __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b + (t == MS_DTYPE_Q4_1 ? 4 : 2))));
+  return _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
+}
+
+/* [d0, m0, d1, m1] of blocks b0, b1 (Q4_1's minimum; the other types' m lanes are unused). */
+TGT512_INL __m128 v_wscales(const uint8_t *b0, const uint8_t *b1) {
+  uint32_t x0, x1;
+  memcpy(&x0, b0, 4);
+  memcpy(&x1, b1, 4);
+  return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)x0), (int)x1, 1));
+}
+
+/* [d_x, s_x] of blocks i and i + 1 of an input row. */
+TGT512_INL __m128 v_xscales(const float *d, const float *s) {
+  return _mm_unpacklo_ps(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d)),
+                         _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)s)));
+}
+
+/* The lanes' starting value: -off * (each lane's sum of q), 0 for Q4_1. */
+TGT512_INL __m512i v_init(enum ms_dtype t, __m512i q) {
+  if (!Q8_OFF(t)) return _mm512_setzero_si512();
+  __m512i z = _mm512_setzero_si512();
+  return _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, _mm512_set1_epi8((char)Q8_OFF(t)), q));
+}
+
+TGT512_INL __m256i v_init256(enum ms_dtype t, __m256i q) {
+  if (!Q8_OFF(t)) return _mm256_setzero_si256();
+  __m256i z = _mm256_setzero_si256();
+  return _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, _mm256_set1_epi8((char)Q8_OFF(t)), q));
+}
+
+/* acc + [sc0 x8, sc1 x8] * lanes, sc = lanes 0 and 2 of ws * xs; Q4_1's
+ * minimums into lanes 1 and 3 of *mins. */
+TGT512_INL __m512 v_step(enum ms_dtype t, __m512i w, __m512i q, __m512i init, __m128 ws, __m128 xs, __m512 acc,
+                         __m128 *mins) {
+  const __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  if (t == MS_DTYPE_Q4_1) *mins = _mm_fmadd_ps(ws, xs, *mins);
+  __m512 sc = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(_mm_mul_ps(ws, xs)));
+  return _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, q)), acc);
+}
+
+/* The sum of a pair of chains: acc's halves (A low, B high; tail: A's last
+ * block) and the minimums' lanes 1 and 3 (+ the tail's into A). */
+TGT512_INL float v_finish(enum ms_dtype t, __m512 acc, __m128 mins, int tail, const uint8_t *blk, __m256i q,
+                          float dx, float sx) {
+  __m256 A = _mm512_castps512_ps256(acc);
+  __m256 B = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+  float mA = _mm_cvtss_f32(_mm_shuffle_ps(mins, mins, 1)), mB = _mm_cvtss_f32(_mm_shuffle_ps(mins, mins, 3));
+  if (tail) {
+    float mw = 0.0f, dw = q8_wscale(t, blk, &mw);
+    __m256i l = _mm256_dpbusd_epi32(v_init256(t, q), v_wone(t, blk), q);
+    A = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(l), A);
+    if (t == MS_DTYPE_Q4_1) mA = fmaf(mw, sx, mA);
+  }
+  float v = hsum(_mm256_add_ps(A, B));
+  return t == MS_DTYPE_Q4_1 ? v + (mA + mB) : v;
+}
+
+/* Batch 1: two weight rows share each pair of activation blocks. */
+TGT512_INL void v_rows2_x1(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, size_t bs,
+                           const struct ms_q8_act *a, float *ya, float *yb) {
+  int nblk = a->n / QK, i = 0;
+  __m512 ca = _mm512_setzero_ps(), cb = ca;
+  __m128 ma = _mm_setzero_ps(), mb = ma;
+  for (; i + 1 < nblk; i += 2) {
+    const uint8_t *a0 = ra + (size_t)i * bs, *b0 = rb + (size_t)i * bs;
+    _mm_prefetch((const char *)a0 + Q8_AHEAD, _MM_HINT_T0);  /* the rows are streams: ask ahead */
+    _mm_prefetch((const char *)b0 + Q8_AHEAD, _MM_HINT_T0);
+    __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)i * QK)), init = v_init(t, q);
+    __m128 xs = v_xscales(a->d + i, a->s + i);
+    ca = v_step(t, v_wpair(t, a0, a0 + bs), q, init, v_wscales(a0, a0 + bs), xs, ca, &ma);
+    cb = v_step(t, v_wpair(t, b0, b0 + bs), q, init, v_wscales(b0, b0 + bs), xs, cb, &mb);
+  }
+  int tail = i < nblk;
+  __m256i q = tail ? _mm256_load_si256((const __m256i *)(a->q + (size_t)i * QK)) : _mm256_setzero_si256();
+  float dx = tail ? a->d[i] : 0.0f, sx = tail ? a->s[i] : 0.0f;
+  *ya = v_finish(t, ca, ma, tail, ra + (size_t)i * bs, q, dx, sx);
+  *yb = v_finish(t, cb, mb, tail, rb + (size_t)i * bs, q, dx, sx);
+}
+
+/* One weight row against input rows b0 .. b0+nb-1 (nb <= 4). */
+TGT512_INL void v_row_x4(enum ms_dtype t, const uint8_t *row, size_t bs, const struct ms_q8_act *a, int b0, int nb,
+                         float *out) {
+  int n = a->n, nblk = n / QK, i = 0;
+  const int8_t *q0 = a->q + (size_t)b0 * (size_t)n;
+  const float *d0 = a->d + (size_t)b0 * (size_t)nblk, *s0 = a->s + (size_t)b0 * (size_t)nblk;
+  __m512 c[4];
+  __m128 m[4];
+  for (int b = 0; b < 4; b++) c[b] = _mm512_setzero_ps(), m[b] = _mm_setzero_ps();
+  for (; i + 1 < nblk; i += 2) {
+    const uint8_t *blk = row + (size_t)i * bs;
+    __m512i w = v_wpair(t, blk, blk + bs);
+    __m128 ws = v_wscales(blk, blk + bs);
+    for (int b = 0; b < 4; b++)
+      if (b < nb) {
+        __m512i q = _mm512_loadu_si512((const void *)(q0 + (size_t)b * (size_t)n + (size_t)i * QK));
+        __m128 xs = v_xscales(d0 + (size_t)b * (size_t)nblk + i, s0 + (size_t)b * (size_t)nblk + i);
+        c[b] = v_step(t, w, q, v_init(t, q), ws, xs, c[b], &m[b]);
+      }
+  }
+  int tail = i < nblk;
+  for (int b = 0; b < nb; b++) {
+    size_t ib = (size_t)b * (size_t)nblk + (size_t)i;
+    __m256i q = tail ? _mm256_load_si256((const __m256i *)(q0 + (size_t)b * (size_t)n + (size_t)i * QK))
+                     : _mm256_setzero_si256();
+    out[b] = v_finish(t, c[b], m[b], tail, row + (size_t)i * bs, q, tail ? d0[ib] : 0.0f, tail ? s0[ib] : 0.0f);
+  }
+}
+
+TGT512_INL void q8_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
+                                 const struct ms_q8_act *a, float *y, int ldy) {
+  size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(t);
+  int r = r0;
+  if (a->nb == 1)
+    for (; r + 1 < r1; r += 2) {
+      const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+      v_rows2_x1(t, row, row + rb, bs, a, &y[r - r0], &y[r + 1 - r0]);
+    }
+  for (; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    for (int b0 = 0; b0 < a->nb; b0 += 4) {
+      int n = a->nb - b0 < 4 ? a->nb - b0 : 4;
+      float out[4];
+      v_row_x4(t, row, bs, a, b0, n, out);
+      for (int b = 0; b < n; b++) y[(size_t)(b0 + b) * ldy + (r - r0)] = out[b];
+    }
+  }
+}
+
+/* 1 when the AVX-512 path took it (Q8_0, Q4_0, Q4_1). */
+TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
+                                 int ldy) {
+  switch (w->dtype) {
+  case MS_DTYPE_Q8_0: q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q4_0: q8_gemv_avx512_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q4_1: q8_gemv_avx512_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); return 1;
+  default: return 0;
+  }
+}
+
 TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                              int ldy) {
   switch (w->dtype) {
@@ -790,6 +1001,7 @@ void ms_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_ac
                 int simd) {
   MS_ASSERT(ms_q8_handles(w->dtype) && a->n == w->cols);
 #ifdef MS_X86
+  if (simd >= 2 && have_vnni512 && q8_gemv_avx512(w, r0, r1, a, y, ldy)) return;
   if (simd && have_f16c) {
     q8_gemv_avx2(w, r0, r1, a, y, ldy);
     return;

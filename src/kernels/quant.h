@@ -53,11 +53,15 @@ size_t ms_q8_act_bytes(int n, int nb);
  * bytes, 32-byte aligned) and points `a` at it. */
 void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int simd);
 
+/* The best simd level ms_q8_gemv can take here: 2 (AVX-512 VNNI), 1 (AVX2), 0. */
+int ms_q8_simd_level(void);
+
 /* 1 for the weight types with an 8-bit-activation GEMV: every block type. */
 int ms_q8_handles(enum ms_dtype t);
 
 /* y[b*ldy + (r - r0)] = W[r,:] . (row b of a) for r in [r0, r1), b in [0, a->nb);
- * a->n == w->cols. */
+ * a->n == w->cols. simd: 0 the portable path, 1 AVX2, 2 AVX-512 VNNI for
+ * Q8_0/Q4_0/Q4_1 where the CPU has it (AVX2 otherwise); all give the same bits. */
 void ms_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy,
                 int simd);
 

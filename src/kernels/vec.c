@@ -136,7 +136,7 @@ void ms_vec_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx,
 }
 
 void ms_vec_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy) {
-  ms_q8_gemv(w, r0, r1, a, y, ldy, use_simd);
+  ms_q8_gemv(w, r0, r1, a, y, ldy, use_simd ? 2 : 0);
 }
 
 float ms_vec_dot(const float *a, const float *b, int n) {

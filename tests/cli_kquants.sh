@@ -28,7 +28,7 @@ for t in q5_0 q5_1 iq4_nl q2_k q3_k q4_k q5_k q6_k q8_k; do
   "$MS" model synth --preset tiny-256 --type "$t" --out "$f" > /dev/null
   "$MS" model info "$f" > "$tmp/info"
   grep -qi "blk.0.ffn_down.weight *$t " "$tmp/info" || { echo "$t: model info does not show the type"; exit 1; }
-  "$MS" run --model "$f" "${args[@]}" > "$tmp/off.json"
+  "$MS" run --model "$f" "${args[@]}" --f32-activations > "$tmp/off.json"
   off=$(summary "$tmp/off.json" 0)
   "$MS" run --model "$f" "${args[@]}" --q8-activations --tolerance 0.25 > "$tmp/on.json"
   want=$(summary "$tmp/on.json" 1)

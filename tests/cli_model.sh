@@ -16,7 +16,7 @@ for preset in tiny tiny-qwen3 tiny-qwen2 tiny-gemma3; do
     f=$tmp/$preset-$t.gguf
     "$MS" model synth --preset "$preset" --type "$t" --out "$f" > /dev/null
     "$MS" model info "$f" --json > "$tmp/info.json"
-    "$MS" run --model "$f" --batch 2 --requests 3 --steps 8 --check --json > "$tmp/run.json"
+    "$MS" run --model "$f" --batch 2 --requests 3 --steps 8 --check --f32-activations --json > "$tmp/run.json"
     python3 - "$tmp/info.json" "$tmp/run.json" "$preset" "$t" <<'PY'
 import json, sys
 info, run = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))

@@ -82,6 +82,9 @@ if [ -f "$real" ]; then
   start_serve real --model "$real" --batch 8 --max-ctx 1024
   "$PY" "$here/openai_client.py" "$URL" unused real || fail "the openai client checks on SmolLM2"
   stop_serve real
+  start_serve real-f32 --model "$real" --batch 8 --max-ctx 1024 --f32-activations
+  "$PY" "$here/openai_client.py" "$URL" unused real-f32 || fail "the openai client checks on SmolLM2, f32 activations"
+  stop_serve real-f32
 else
   echo "note: $real is not here (make test-real fetches it); the real-model chat is not checked"
 fi

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # --q8-activations, as a user runs it: on synthetic GGUF files in q8_0, q4_0 and
-# q4_1, `megascope run` generates its tokens with logits within 0.25 of the
-# double-precision reference (these models' logits have a standard deviation of
-# about 1; tests/test_q8_engine.c), further off than the f32 path (the mode is
-# on), and the same tokens and the same largest difference at every worker
-# count, mode, tiling and on the simulator; f16 weights keep the f32 path;
-# `bench decode` takes the flag too.
+# q4_1, `megascope run --check` generates its tokens with logits within 1e-4 of
+# the reference of the 8-bit activations (each matrix input rounded as the
+# engine rounds it) and within 0.25 of the exact reference (these models'
+# logits have a standard deviation of about 1; tests/test_q8_engine.c), further
+# off than the f32 path (the mode is on); the same tokens and the same largest
+# difference at every worker count, mode, tiling and on the simulator; f16
+# weights keep the f32 path; without a flag `run` takes 8-bit activations and
+# `run --check` the exact path; `bench decode` takes the flag too.
 set -euo pipefail
 MS=$1
 tmp=$(mktemp -d)
@@ -28,20 +30,34 @@ args=(--batch 4 --requests 6 --steps 12 --check --json)
 for t in q8_0 q4_0 q4_1 f16; do
   f=$tmp/tiny-$t.gguf
   "$MS" model synth --preset tiny --type "$t" --out "$f" > /dev/null
-  "$MS" run --model "$f" "${args[@]}" > "$tmp/off.json"
+  "$MS" run --model "$f" "${args[@]}" --f32-activations > "$tmp/off.json"
   off=$(summary "$tmp/off.json" 0)
   "$MS" run --model "$f" "${args[@]}" --q8-activations --tolerance 0.25 > "$tmp/on.json"
   want=$(summary "$tmp/on.json" 1)
-  python3 - "${off#* }" "${want#* }" "$t" <<'PY'
+  # the same tokens' logits against the exact reference: the activations' rounding
+  for m in --q8-activations "--reference --f32-activations"; do
+    # shellcheck disable=SC2086
+    "$MS" model logits --model "$f" --tokens 5,17,99,3,42,7,11,64 $m --out "$tmp/lg.${m%% *}" > /dev/null
+  done
+  python3 - "${off#* }" "${want#* }" "$t" "$tmp/lg.--q8-activations" "$tmp/lg.--reference" <<'PY'
 import sys
+import numpy as np
 off, on, t = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+exact = float(np.abs(np.fromfile(sys.argv[4], np.float32) - np.fromfile(sys.argv[5], np.float32)).max())
 assert off <= 1e-3, off
 if t == "f16":
-    assert on <= 1e-3, on                   # f16 weights keep f32 activations
+    assert on <= 1e-3 and exact <= 1e-3, (on, exact)   # f16 weights keep f32 activations
 else:
-    assert 1e-4 < on <= 0.25 and on > 10 * off, (off, on)
+    assert on <= 1e-4, on                              # against the reference of its own rounding
+    assert 1e-4 < exact <= 0.25 and exact > 10 * off, (off, exact)
+print("%s: f32 path %.2g, 8-bit path %.2g from its reference, %.2g from the exact one" % (t, off, on, exact))
 PY
   n=$((n + 1))
+  # no flag: 8-bit activations; --check alone checks the exact path
+  "$MS" run --model "$f" --batch 4 --requests 6 --steps 12 --json | python3 -c \
+    'import json,sys; d=json.load(sys.stdin); assert d["q8_activations"] is True, d["q8_activations"]'
+  "$MS" run --model "$f" "${args[@]}" | python3 -c \
+    'import json,sys; d=json.load(sys.stdin); assert d["q8_activations"] is False and d["check_passed"], d'
   [ "$t" = f16 ] && continue
   for extra in "--workers 1" "--workers 3" "--mode per-op" "--tile-rows 8" "--shuffle --seed 3 --workers 3" \
                "--backend sim --compute"; do

@@ -225,12 +225,12 @@ for vi, (name, v) in enumerate(VARIANTS.items()):
     text = "The quick brown fox jumps over the lazy dog. 12345 Grüße!"
     ids = [1] + sp.encode(text)
     ref = forward(path, v, ids)
-    for mode in ([], ["--reference"], ["--q8-activations"]):
+    for mode in (["--f32-activations"], ["--reference"], ["--q8-activations"]):
         ms("model", "logits", "--model", path, "--tokens", ",".join(map(str, ids)), "--out", TMP + "/l.bin", *mode)
         got = np.fromfile(TMP + "/l.bin", dtype="<f4").reshape(len(ids), NV)
         diff = float(np.abs(got - ref).max())
         top = int((got.argmax(-1) == ref.argmax(-1)).sum())
-        what = {"--reference": "reference", "--q8-activations": "engine, 8-bit activations"}.get(mode[0] if mode else "",
+        what = {"--reference": "reference", "--q8-activations": "engine, 8-bit activations"}.get(mode[0],
                                                                                               "engine")
         print("%s %s: top-1 %d/%d positions, largest |logit difference| %.2g (logits span %.1f)" %
               (name, what, top, len(ids), diff, float(np.ptp(ref))))

@@ -29,8 +29,7 @@ static void usage(FILE *f) {
           "  --rounds N           measurements per length and engine (default 3)\n"
           "  --chunked-only       measure the chunked engine alone (e.g. against another engine)\n"
           "  --workers N          worker threads per engine (default: one per core)\n"
-          "  --q8-activations     8-bit GEMV inputs and integer dot products in both engines\n"
-          "  --f32-activations    f32 GEMV inputs (the default)\n"
+          CLI_ACT_HELP
           "  --json               one JSON object\n"
           "  -h, --help           this text\n");
 }
@@ -88,7 +87,7 @@ int bench_prefill(int argc, char **argv) {
       {"f32-activations", no_argument, 0, 0}, {"chunked-only", no_argument, 0, 0},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct cli_model cm = {0};
-  int lens[MAX_LENS] = {32, 128, 512}, n_lens = 3, q8 = 0, as_json = 0, only = 0;
+  int lens[MAX_LENS] = {32, 128, 512}, n_lens = 3, q8 = 1, as_json = 0, only = 0;
   long mbt = 64, rounds = 3, workers = 0;
   int c, idx;
   optind = 1;

@@ -37,9 +37,7 @@ static void decode_usage(FILE *f) {
           "  --steps N            tokens per request (default 16)\n"
           "  --warmup N           tokens per request in an unmeasured first run (default 2)\n"
           "  --workers N          worker threads (default: one per core)\n"
-          "  --q8-activations     quantize GEMV inputs to 8 bits, integer dot products with\n"
-          "                       every block type's weights (both runs)\n"
-          "  --f32-activations    f32 GEMV inputs (the default)\n"
+          CLI_ACT_HELP
           "  --json               print the result as JSON\n"
           "  -h, --help           this text\n");
 }
@@ -137,7 +135,7 @@ static int bench_decode(int argc, char **argv) {
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct cli_model cm = {0};
   long batch = 1, steps = 16, warmup = 2, workers = 0;
-  int as_json = 0, q8 = 0, c, idx;
+  int as_json = 0, q8 = 1, c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
     if (c == 'h') {

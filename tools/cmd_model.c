@@ -434,9 +434,10 @@ static int engine_logits(const struct ms_model *m, const int32_t *ids, int n, lo
   return rc;
 }
 
-static int reference_logits(const struct ms_model *m, const int32_t *ids, int n, float *lg) {
+static int reference_logits(const struct ms_model *m, const int32_t *ids, int n, int q8, float *lg) {
   struct ms_ref *ref = ms_ref_new(m, n);
   int rc = ref ? 0 : -1;
+  if (ref) ms_ref_set_q8(ref, q8);
   for (int i = 0; i < n && !rc; i++) rc = ms_ref_step(ref, ids[i], lg + (size_t)i * (size_t)m->cfg.vocab);
   ms_ref_free(ref);
   if (rc) fprintf(stderr, "megascope model logits: the reference forward failed\n");
@@ -454,7 +455,7 @@ static int cmd_logits(int argc, char **argv) {
   struct cli_model cm = {0};
   const char *tokens = NULL, *out = NULL;
   long workers = 0;
-  int use_ref = 0, q8 = 0, c, idx;
+  int use_ref = 0, q8 = -1, c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
     if (c == 'h' || c) {
@@ -463,11 +464,11 @@ static int cmd_logits(int argc, char **argv) {
               "Feeds the comma-separated ids one position at a time (teacher forcing) and\n"
               "prints each position's top token; --out writes all logits as raw little-endian\n"
               "f32, (positions, vocab) row-major.\n\n"
-              "  --reference          the double-precision reference forward, not the engine\n"
+              "  --reference          the double-precision reference forward, not the engine: the\n"
+              "                       exact one, or with --q8-activations the reference of the 8-bit\n"
+              "                       activations (each matrix input rounded as the engine rounds it)\n"
               "  --workers N          engine worker threads (default: one per core)\n"
-              "  --q8-activations     engine GEMV inputs quantized to 8 bits, integer dot products\n"
-              "                       for block-format weights (llama.cpp's CPU arithmetic)\n"
-              "  --f32-activations    f32 GEMV inputs, the exact path (the default)\n"
+              CLI_ACT_HELP
               "  --out F              write the logits to F\n");
       return c == 'h' ? 0 : 2;
     }
@@ -482,6 +483,7 @@ static int cmd_logits(int argc, char **argv) {
     else if (!strcmp(n, "f32-activations")) q8 = 0;
     else if (!strcmp(n, "workers") && cli_int("--workers", optarg, 1, 1024, &workers)) return 2;
   }
+  if (q8 < 0) q8 = !use_ref;  /* the engine's default; the reference's exact forward */
   int32_t *ids = NULL;
   int n = 0;
   if (!tokens || parse_ids(tokens, &ids, &n)) return 2;
@@ -497,7 +499,7 @@ static int cmd_logits(int argc, char **argv) {
       fprintf(stderr, "megascope model logits: token %d is outside the vocabulary (%d)\n", ids[i], V);
       goto done;
     }
-  if (!lg || (use_ref ? reference_logits(m, ids, n, lg) : engine_logits(m, ids, n, workers, q8, lg))) goto done;
+  if (!lg || (use_ref ? reference_logits(m, ids, n, q8, lg) : engine_logits(m, ids, n, workers, q8, lg))) goto done;
   for (int i = 0; i < n; i++) {
     const float *row = lg + (size_t)i * (size_t)V;
     int best = ms_argmax(row, V);

@@ -48,15 +48,13 @@ static void usage(FILE *f) {
           "  --max-ctx N          positions per request (default 512)\n"
           "  --tile-kb K          target weight KiB per GEMV task (default 64)\n"
           "  --tile-rows N        fixed output rows per GEMV task (overrides --tile-kb)\n"
-          "  --q8-activations     quantize GEMV inputs to 8 bits for block-format weights (q8_0 ..\n"
-          "                       the K-quants) and take integer dot products: faster, logits off the\n"
-          "                       reference by about the activations' rounding (--check's tolerance\n"
-          "                       is then 0.25)\n"
-          "  --f32-activations    f32 GEMV inputs, the exact path (the default)\n"
+          CLI_ACT_HELP
           "  --max-batched-tokens N  chunked prefill: at most N token rows a step, a prompt fed\n"
           "                       in chunks instead of one position per step (default 0: off)\n"
           "  --watchdog-ms N      report a stall after N ms without progress (default 2000)\n"
-          "  --check              compare every position's logits with the reference forward\n"
+          "  --check              compare every position's logits with the reference forward; on\n"
+          "                       the exact path (f32 activations) unless --q8-activations is\n"
+          "                       given, then against the reference of the 8-bit activations\n"
           "  --tolerance X        largest allowed |logit difference| with --check (default 1e-3;\n"
           "                       0.25 with 8-bit activations on block-format weights)\n"
           "  --show-steps         print every decode step (rows, bucket, admitted, retired, time)\n"
@@ -143,7 +141,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {0, 0, 0, 0}};
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
                          .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = -1,
-                         .replace_at = -1, .detach_at = -1, .text.stop_id = -1};
+                         .replace_at = -1, .detach_at = -1, .text.stop_id = -1, .q8 = -1};
   int c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
@@ -231,6 +229,11 @@ static int parse(int argc, char **argv, struct run_args *a) {
     return -1;
   }
   if (a->requests < 0) a->requests = a->text.prompt ? 1 : a->batch;
+  /* 8-bit activations unless told otherwise, but a --check of its own accord
+   * checks the exact path: on a deep model a rounding of an activation that
+   * flips (the reference's inputs are doubles, the engine's floats) moves the
+   * logits by more than any bound that would still catch a wrong task */
+  if (a->q8 < 0) a->q8 = !a->check;
   if (a->backend == MS_BACKEND_SIM && a->check && !a->compute) {
     fprintf(stderr, "megascope run: --check on the simulator needs --compute\n");
     return -1;
@@ -376,11 +379,13 @@ static int make_prompt(long i, long prompt_len, int vocab, int32_t *out) {
   return n;
 }
 
-/* Teacher-forces the reference on the request's prompt and tokens and returns
- * the largest |logit difference| over every recorded position. */
+/* Teacher-forces the reference (of the 8-bit activations when q8) on the
+ * request's prompt and tokens and returns the largest |logit difference| over
+ * every recorded position. */
 static double check_request(const struct ms_model *m, const struct ms_request_info *info,
-                            const int32_t *prompt, long max_ctx, int *argmax_mismatch) {
+                            const int32_t *prompt, long max_ctx, int q8, int *argmax_mismatch) {
   struct ms_ref *ref = ms_ref_new(m, (int)max_ctx);
+  if (ref) ms_ref_set_q8(ref, q8);
   float *lg = malloc(sizeof(float) * (size_t)m->cfg.vocab);
   double worst = INFINITY;
   if (!ref || !lg) goto out;
@@ -512,7 +517,7 @@ int cmd_run(int argc, char **argv) {
     for (long i = 0; i < a.requests; i++) {
       struct ms_request_info info;
       ms_request_get_info(reqs[i], &info);
-      double d = check_request(m, &info, prompts + i * a.prompt_len, a.max_ctx, &mismatches);
+      double d = check_request(m, &info, prompts + i * a.prompt_len, a.max_ctx, ms_engine_q8_active(e), &mismatches);
       if (!(d <= worst)) worst = d;
     }
   if (a.tolerance < 0)  /* each path its own: f32 accumulation differs, or 8-bit inputs do */

@@ -43,9 +43,7 @@ static void usage(FILE *f) {
           "  --max-batched-tokens N  token rows a step takes: a prompt is fed in chunks beside the\n"
           "                       decode rows (chunked prefill; default 64; 0: one position per step).\n"
           "                       Its plans compile in the background after start\n"
-          "  --q8-activations     8-bit GEMV inputs and integer dot products for block-format weights\n"
-          "                       (faster; logits move by about the inputs' rounding)\n"
-          "  --f32-activations    f32 GEMV inputs, the exact path (the default)\n"
+          CLI_ACT_HELP
           "  --http ADDR:PORT     where to serve HTTP (default 127.0.0.1:8080; port 0: any free\n"
           "                       port; 'off': no HTTP; IPv6 as [::1]:8080)\n"
           "  --host HOST          the address to bind: a name (localhost), IPv4 or IPv6 (overrides --http's)\n"
@@ -107,7 +105,8 @@ static int parse(int argc, char **argv, struct serve_args *a) {
       {0, 0, 0, 0}};
   *a = (struct serve_args){.batch = 8, .max_ctx = 512, .max_tokens = 16, .watchdog_ms = 5000,
                            .flush_ms = 1000, .retention_s = 60, .idle_s = 60, .http = "127.0.0.1:8080",
-                           .drain_s = 30, .api_key = getenv("MEGASCOPE_API_KEY"), .max_batched = 64};
+                           .drain_s = 30, .api_key = getenv("MEGASCOPE_API_KEY"), .max_batched = 64,
+                           .q8 = 1};
   int c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {

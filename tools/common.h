@@ -25,6 +25,15 @@ struct cli_model {
   "                       bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl or K-quant\n"   \
   "                       weights) instead of --synthetic\n"
 
+/* --q8-activations / --f32-activations, the same in every command that runs the
+ * engine on a model (8-bit activations are the default). */
+#define CLI_ACT_HELP                                                                          \
+  "  --q8-activations     8-bit GEMV inputs and integer dot products for block-format\n"     \
+  "                       weights (q8_0 .. the K-quants), as llama.cpp's CPU backend\n"     \
+  "                       computes them (the default; logits within about 0.25 of the\n"   \
+  "                       reference)\n"                                                    \
+  "  --f32-activations    f32 GEMV inputs, the exact path (logits within 1e-3)\n"
+
 /* Returns 1 when the option was a model option (consuming optarg). */
 int cli_model_opt(struct cli_model *cm, const char *name, const char *arg);
 /* Loads the model; prints the reason and returns NULL on failure. */

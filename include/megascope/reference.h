@@ -16,6 +16,15 @@ struct ms_ref;
 struct ms_ref *ms_ref_new(const struct ms_model *m, int max_ctx);
 void ms_ref_free(struct ms_ref *r);
 
+/* on: the reference of the engine's 8-bit activations. Before each product
+ * with a block-format weight (ms_q8_handles: q8_0 .. the K-quants) its input
+ * is rounded as the engine rounds it (to float, then blocks of 32 of
+ * d * q, q = round(x / d) in [-127, 127], d = max|x| / 127), and the product
+ * of the rounded input is taken in double. What is left between this and the
+ * engine is the f32 accumulation and the rare input that rounds to the other
+ * step. off (the default): the exact forward. Set before the first step. */
+void ms_ref_set_q8(struct ms_ref *r, int on);
+
 /* Feeds `token` at the next position and writes the vocab logits. -ENOSPC when
  * the context is full, -EINVAL for a token out of range. */
 int ms_ref_step(struct ms_ref *r, int token, float *logits);

@@ -118,14 +118,14 @@ static struct ms_request *submit(struct oa_gen *g, int i) {
   int32_t stop_ids[2];
   int n_stop = 0;
   const struct oa_env *env = g->env;
-  if (env->tok && env->chat_ok) {  /* the template's end of turn ends a completion too */
+  if (env->tok && env->chat_ok && !q->ignore_eos) {  /* the template's end of turn ends a completion too */
     int eot = ms_chat_eot_id(env->chat, env->tok);
     if (eot >= 0) stop_ids[n_stop++] = eot;
   }
   uint64_t seed = q->has_seed ? q->seed + (uint64_t)(i % q->n)
                               : (uint64_t)time(NULL) * 0x9e3779b97f4a7c15ull ^ atomic_fetch_add(&seed_counter, 1);
   struct ms_request_opts ro = {.sz = sizeof ro, .prompt = q->prompts[c->prompt], .n_prompt = q->n_prompt[c->prompt],
-                               .max_new_tokens = q->max_tokens, .stop_at_eos = 1,
+                               .max_new_tokens = q->max_tokens, .stop_at_eos = !q->ignore_eos,
                                .temperature = q->temperature, .top_k = q->top_k > 0 ? q->top_k : 0,
                                .top_p = q->top_p, .sample_seed = seed, .min_p = q->min_p,
                                .presence_penalty = q->presence, .frequency_penalty = q->frequency,

@@ -373,6 +373,7 @@ unsigned oa_parse(const struct oa_env *env, const char *body, size_t len, int ch
   json_t *so = json_object_get(o, "stream_options");
   if (!st && so && json_is_object(so)) st = get_bool(&c, so, "include_usage", &r->include_usage);
   if (!st && !chat) st = get_bool(&c, o, "echo", &r->echo);
+  if (!st) st = get_bool(&c, o, "ignore_eos", &r->ignore_eos);
   if (!st) st = get_lengths(&c, o);
   if (!st) st = get_sampling(&c, o);
   if (!st) st = get_logprobs(&c, o);

@@ -37,6 +37,7 @@ struct oa_env {
 struct oa_req {
   int chat;                         /* /v1/chat/completions */
   int stream, include_usage, echo;
+  int ignore_eos;                   /* vLLM's extension: EOS and the end of turn do not stop it */
   int n, max_tokens;
   int logprobs, top_logprobs;       /* completions: logprobs = k gives k alternatives */
   float temperature, top_p, min_p, presence, frequency;

@@ -10,11 +10,17 @@
 
 #include "megascope/base.h"
 
+#include "kernels/quant.h"
+
 struct ms_ref {
   const struct ms_model *m;
   int max_ctx, pos;
   double *x, *xn, *q, *k, *v, *att, *o, *h, *g, *u, *tmp, *moe; /* scratch */
   double *kcache, *vcache;  /* (n_layers, max_ctx, n_kv*hd) */
+  int q8;                   /* ms_ref_set_q8 */
+  double *xq;               /* a product's input, rounded as the engine's 8-bit activations */
+  float *xf;
+  void *qbuf;
 };
 
 static double wget(const struct ms_weight *w, int r, int c) { return ms_weight_get(w, r, c); }
@@ -40,8 +46,21 @@ static double dot_row(const struct ms_weight *w, int r, const double *x) {
   return s;
 }
 
-static void matvec(const struct ms_weight *w, const double *x, double *y) {
-  for (int r = 0; r < w->rows; r++) y[r] = dot_row(w, r, x);
+/* x as the engine feeds it to w: itself, or with 8-bit activations on a
+ * block-format weight, rounded through ms_q8_quantize's portable path (the
+ * quantizer the engine's paths agree with bit for bit). */
+static const double *as_input(struct ms_ref *r, const struct ms_weight *w, const double *x) {
+  if (!r->q8 || !ms_q8_handles(w->dtype)) return x;
+  struct ms_q8_act a;
+  for (int c = 0; c < w->cols; c++) r->xf[c] = (float)x[c];
+  ms_q8_quantize(&a, r->qbuf, r->xf, w->cols, 1, w->cols, 0);
+  for (int c = 0; c < w->cols; c++) r->xq[c] = (double)a.d[c / 32] * a.q[c];
+  return r->xq;
+}
+
+static void matvec(struct ms_ref *rf, const struct ms_weight *w, const double *x, double *y) {
+  const double *in = as_input(rf, w, x);
+  for (int r = 0; r < w->rows; r++) y[r] = dot_row(w, r, in);
 }
 
 static void rmsnorm(double *out, const double *x, const struct ms_weight *w, int n, double eps) {
@@ -89,8 +108,12 @@ struct ms_ref *ms_ref_new(const struct ms_model *m, int max_ctx) {
   size_t cache = (size_t)c->n_layers * (size_t)max_ctx * (size_t)kv;
   r->kcache = calloc(cache, sizeof(double));
   r->vcache = calloc(cache, sizeof(double));
+  int wide = (f > big ? f : big) + 32;  /* the longest product input, in whole blocks */
+  r->xq = calloc((size_t)wide, sizeof(double));
+  r->xf = calloc((size_t)wide, sizeof(float));
+  r->qbuf = aligned_alloc(64, (ms_q8_act_bytes(wide / 32 * 32, 1) + 63) / 64 * 64);
   if (!r->x || !r->xn || !r->o || !r->tmp || !r->moe || !r->q || !r->k || !r->v || !r->att ||
-      !r->h || !r->g || !r->u || !r->kcache || !r->vcache) {
+      !r->h || !r->g || !r->u || !r->kcache || !r->vcache || !r->xq || !r->xf || !r->qbuf) {
     ms_ref_free(r);
     errno = ENOMEM;
     return NULL;
@@ -100,10 +123,15 @@ struct ms_ref *ms_ref_new(const struct ms_model *m, int max_ctx) {
 
 void ms_ref_free(struct ms_ref *r) {
   if (!r) return;
-  double *bufs[] = {r->x, r->xn, r->q, r->k, r->v, r->att, r->o, r->h, r->g, r->u, r->tmp, r->moe, r->kcache, r->vcache};
+  double *bufs[] = {r->x, r->xn, r->q, r->k, r->v, r->att, r->o, r->h, r->g, r->u, r->tmp, r->moe, r->kcache, r->vcache,
+                    r->xq};
   for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+  free(r->xf);
+  free(r->qbuf);
   free(r);
 }
+
+void ms_ref_set_q8(struct ms_ref *r, int on) { r->q8 = on; }
 
 /* Causal attention of every head over positions [t0, pos]: all of them, or the
  * last `window` on a local layer. */
@@ -135,16 +163,16 @@ static void attention(struct ms_ref *r, int l) {
 static void dense_ffn(struct ms_ref *r, const struct ms_weight *wg, const struct ms_weight *wu,
                       const struct ms_weight *wd, double *out) {
   int gelu = r->m->cfg.ffn_act == MS_ACT_GELU_TANH;
-  matvec(wg, r->xn, r->g);
-  matvec(wu, r->xn, r->u);
+  matvec(r, wg, r->xn, r->g);
+  matvec(r, wu, r->xn, r->u);
   for (int i = 0; i < wg->rows; i++) r->h[i] = (gelu ? gelu_tanh(r->g[i]) : silu(r->g[i])) * r->u[i];
-  matvec(wd, r->h, out);
+  matvec(r, wd, r->h, out);
 }
 
 static void moe_ffn(struct ms_ref *r, const struct ms_layer_weights *L) {
   const struct ms_model_config *c = &r->m->cfg;
   double *logit = r->att;  /* reuse: n_experts entries */
-  matvec(&L->router, r->xn, logit);
+  matvec(r, &L->router, r->xn, logit);
   int chosen[64];
   double wsum = 0, w[64];
   for (int k = 0; k < c->top_k; k++) {
@@ -183,9 +211,9 @@ int ms_ref_step(struct ms_ref *r, int token, float *logits) {
     const struct ms_layer_weights *L = &m->layers[l];
     double base = (double)ms_layer_rope_base(c, l);
     rmsnorm(r->xn, r->x, &L->attn_norm, c->dim, c->norm_eps);
-    matvec(&L->wq, r->xn, r->q);
-    matvec(&L->wk, r->xn, r->k);
-    matvec(&L->wv, r->xn, r->v);
+    matvec(r, &L->wq, r->xn, r->q);
+    matvec(r, &L->wk, r->xn, r->k);
+    matvec(r, &L->wv, r->xn, r->v);
     if (c->qkv_bias) {
       for (int i = 0; i < c->n_heads * hd; i++) r->q[i] += wget(&L->bq, 0, i);
       for (int i = 0; i < kv; i++) r->k[i] += wget(&L->bk, 0, i);
@@ -209,7 +237,7 @@ int ms_ref_step(struct ms_ref *r, int token, float *logits) {
     memcpy(r->kcache + at, r->k, sizeof(double) * (size_t)kv);
     memcpy(r->vcache + at, r->v, sizeof(double) * (size_t)kv);
     attention(r, l);
-    matvec(&L->wo, r->o, r->tmp);
+    matvec(r, &L->wo, r->o, r->tmp);
     if (c->post_norms) post_norm(r, &L->attn_post_norm);
     for (int i = 0; i < c->dim; i++) r->x[i] += r->tmp[i];
     rmsnorm(r->xn, r->x, &L->ffn_norm, c->dim, c->norm_eps);
@@ -222,8 +250,9 @@ int ms_ref_step(struct ms_ref *r, int token, float *logits) {
     }
   }
   rmsnorm(r->xn, r->x, &m->out_norm, c->dim, c->norm_eps);
+  const double *in = as_input(r, &m->lm_head, r->xn);
   for (int v = 0; v < c->vocab; v++) {
-    double z = dot_row(&m->lm_head, v, r->xn), cap = c->final_softcap;
+    double z = dot_row(&m->lm_head, v, in), cap = c->final_softcap;
     logits[v] = (float)(cap > 0 ? cap * tanh(z / cap) : z);
   }
   r->pos++;

@@ -426,7 +426,7 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
  *
  * A block's integer dot is kept as eight int32 lanes, lane k holding elements
  * 4k..4k+3: what _mm256_madd_epi16(_mm256_maddubs_epi16(w, q), 1) leaves. Each
- * (weight row, input row) pair of Q8_0, Q4_0 and Q4_1 keeps two chains of eight
+ * (weight row, input row) pair keeps two chains of eight
  * f32 accumulators, A for the even blocks and B for the odd ones,
  *   acc_c[k] = fma(d_w * d_x, (float)lane[k], acc_c[k])   c = block & 1,
  * summed at the end as hsum() does over the lanes of A + B:
@@ -440,8 +440,8 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
  * multiplies |w| by q carrying w's sign (_mm256_sign_epi8), the AVX-512 VNNI
  * path takes u = w + 8 (Q4_0's nibble) or w + 128 (Q8_0) and subtracts
  * 8 or 128 times each lane's sum of q, which leaves the same integers. The
- * other 32-element types (Q5_0, Q5_1, IQ4_NL) keep one chain, as
- * q8_k_gemv_portable sums them. */
+ * other types (Q5_0, Q5_1, IQ4_NL and the K-quants, q8_k_gemv_portable's) sum
+ * their 32-element pieces in the same two chains. */
 
 size_t ms_q8_act_bytes(int n, int nb) {
   return (size_t)nb * ((size_t)n + 2 * sizeof(float) * (size_t)(n / QK));
@@ -525,21 +525,23 @@ static void q8_k_gemv_portable(const struct ms_weight *w, int r0, int r1, const 
     for (int b = 0; b < a->nb; b++) {
       const int8_t *q = a->q + (size_t)b * (size_t)a->n;
       const float *dx = a->d + (size_t)b * (size_t)nblk, *sx = a->s + (size_t)b * (size_t)nblk;
-      float acc[8] = {0}, macc[8] = {0}, fm = 0.0f;
+      float acc[2][8] = {{0}}, macc[2][8] = {{0}}, fm[2] = {0}, sa[8], sm[8];
       for (int i = 0; i < nblk; i++, q += QK) {
         ms_quant_k_piece(w->dtype, row, i, &p);
         float sc = p.d * dx[i], msc = p.dmin * dx[i];
+        int ch = i & 1;
         for (int k = 0; k < 8; k++) {
           int lane = 0, mlane = 0;
           for (int j = 4 * k; j < 4 * k + 4; j++) lane += p.q[j] * q[j], mlane += q[j];
-          acc[k] = fmaf(sc, (float)(lane * p.sc[k / 4]), acc[k]);
-          if (kmin) macc[k] = fmaf(msc, (float)(mlane * p.mn[k / 4]), macc[k]);
+          acc[ch][k] = fmaf(sc, (float)(lane * p.sc[k / 4]), acc[ch][k]);
+          if (kmin) macc[ch][k] = fmaf(msc, (float)(mlane * p.mn[k / 4]), macc[ch][k]);
         }
-        if (fmin) fm = fmaf(p.m, sx[i], fm);
+        if (fmin) fm[ch] = fmaf(p.m, sx[i], fm[ch]);
       }
-      float v = hsum8(acc);
-      if (kmin) v -= hsum8(macc);
-      if (fmin) v += fm;
+      for (int k = 0; k < 8; k++) sa[k] = acc[0][k] + acc[1][k], sm[k] = macc[0][k] + macc[1][k];
+      float v = hsum8(sa);
+      if (kmin) v -= hsum8(sm);
+      if (fmin) v += fm[0] + fm[1];
       y[(size_t)b * ldy + (r - r0)] = v;
     }
   }
@@ -641,9 +643,6 @@ TGT_INL __m256 q8_step(enum ms_dtype t, __m256i w, __m256i wa, const int8_t *q, 
   return _mm256_fmadd_ps(_mm256_set1_ps(sc), _mm256_cvtepi32_ps(l), acc);
 }
 
-/* The two-chain types (see the 8-bit activations comment). */
-#define Q8_TWO(t) ((t) == MS_DTYPE_Q8_0 || (t) == MS_DTYPE_Q4_0 || (t) == MS_DTYPE_Q4_1)
-
 /* Block i of a weight row against input rows b0 .. b0+nb-1 (nb <= 4), into
  * one chain's accumulators c[0..3] and minimums m[0..3]. */
 TGT_INL void q8_blk_x4(enum ms_dtype t, const uint8_t *blk, const struct ms_q8_act *a, int b0, int nb, int i,
@@ -661,21 +660,21 @@ TGT_INL void q8_blk_x4(enum ms_dtype t, const uint8_t *blk, const struct ms_q8_a
 }
 
 /* One weight row against input rows b0 .. b0+nb-1 (nb <= 4): each block is
- * unpacked once for all of them; two chains for the two-chain types. */
+ * unpacked once for all of them; even blocks into chain A, odd into B. */
 TGT_INL void q8_row_x4(enum ms_dtype t, const uint8_t *row, size_t bs, const struct ms_q8_act *a, int b0,
                        int nb, float *out) {
-  int nblk = a->n / QK, two = Q8_TWO(t), i = 0;
+  int nblk = a->n / QK, i = 0;
   __m256 cA[4], cB[4];
   float mA[4] = {0}, mB[4] = {0};
   for (int b = 0; b < 4; b++) cA[b] = cB[b] = _mm256_setzero_ps();
   for (; i + 1 < nblk; i += 2) {
     q8_blk_x4(t, row + (size_t)i * bs, a, b0, nb, i, cA, mA);
-    q8_blk_x4(t, row + (size_t)(i + 1) * bs, a, b0, nb, i + 1, two ? cB : cA, two ? mB : mA);
+    q8_blk_x4(t, row + (size_t)(i + 1) * bs, a, b0, nb, i + 1, cB, mB);
   }
   if (i < nblk) q8_blk_x4(t, row + (size_t)i * bs, a, b0, nb, i, cA, mA);
   for (int b = 0; b < 4; b++) {
-    float v = hsum(two ? _mm256_add_ps(cA[b], cB[b]) : cA[b]);
-    out[b] = Q8_HAS_M(t) ? v + (two ? mA[b] + mB[b] : mA[b]) : v;
+    float v = hsum(_mm256_add_ps(cA[b], cB[b]));
+    out[b] = Q8_HAS_M(t) ? v + (mA[b] + mB[b]) : v;
   }
 }
 
@@ -696,22 +695,19 @@ TGT_INL void q8_blk2_x1(enum ms_dtype t, const uint8_t *ba, const uint8_t *bb, c
 /* Batch 1: two weight rows share each activation block. */
 TGT_INL void q8_rows2_x1(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, size_t bs,
                          const struct ms_q8_act *a, float *ya, float *yb) {
-  int nblk = a->n / QK, two = Q8_TWO(t), i = 0;
+  int nblk = a->n / QK, i = 0;
   __m256 caA = _mm256_setzero_ps(), cbA = caA, caB = caA, cbB = caA;
   float maA = 0.0f, mbA = 0.0f, maB = 0.0f, mbB = 0.0f;
   for (; i + 1 < nblk; i += 2) {
     _mm_prefetch((const char *)ra + (size_t)i * bs + Q8_AHEAD, _MM_HINT_T0);
     _mm_prefetch((const char *)rb + (size_t)i * bs + Q8_AHEAD, _MM_HINT_T0);
     q8_blk2_x1(t, ra + (size_t)i * bs, rb + (size_t)i * bs, a, i, &caA, &cbA, &maA, &mbA);
-    if (two)
-      q8_blk2_x1(t, ra + (size_t)(i + 1) * bs, rb + (size_t)(i + 1) * bs, a, i + 1, &caB, &cbB, &maB, &mbB);
-    else
-      q8_blk2_x1(t, ra + (size_t)(i + 1) * bs, rb + (size_t)(i + 1) * bs, a, i + 1, &caA, &cbA, &maA, &mbA);
+    q8_blk2_x1(t, ra + (size_t)(i + 1) * bs, rb + (size_t)(i + 1) * bs, a, i + 1, &caB, &cbB, &maB, &mbB);
   }
   if (i < nblk) q8_blk2_x1(t, ra + (size_t)i * bs, rb + (size_t)i * bs, a, i, &caA, &cbA, &maA, &mbA);
-  float va = hsum(two ? _mm256_add_ps(caA, caB) : caA), vb = hsum(two ? _mm256_add_ps(cbA, cbB) : cbA);
-  *ya = Q8_HAS_M(t) ? va + (two ? maA + maB : maA) : va;
-  *yb = Q8_HAS_M(t) ? vb + (two ? mbA + mbB : mbA) : vb;
+  float va = hsum(_mm256_add_ps(caA, caB)), vb = hsum(_mm256_add_ps(cbA, cbB));
+  *ya = Q8_HAS_M(t) ? va + (maA + maB) : va;
+  *yb = Q8_HAS_M(t) ? vb + (mbA + mbB) : vb;
 }
 
 TGT_INL void q8_gemv_avx2_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
@@ -743,50 +739,53 @@ TGT_INL __m256i k_pair16(int16_t lo, int16_t hi) {
   return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(lo)), _mm_set1_epi16(hi), 1);
 }
 
+/* Piece i of a K-quant row against input rows b0 .. b0+nb-1 (nb <= 4), into one
+ * chain's accumulators (the super-block's scales already in ks). */
+TGT_INL void k_piece_x4(enum ms_dtype t, const uint8_t *sb, const struct ms_qk_scales *ks, int i,
+                        const struct ms_q8_act *a, int b0, int nb, __m256 *acc, __m256 *macc) {
+  int n = a->n, nblk = n / QK, g = 2 * (i % 8), kmin = k_has_mins(t);
+  __m256i wv = kq_bytes(t, sb, i % 8), wa = _mm256_sign_epi8(wv, wv);
+  __m256i sc = k_pair16(ks->sc[g], ks->sc[g + 1]), mn = k_pair16(ks->mn[g], ks->mn[g + 1]);
+  for (int b = 0; b < 4; b++)
+    if (b < nb) {
+      size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
+      __m256i qv = _mm256_load_si256((const __m256i *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
+      __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(qv, wv)), sc);
+      acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(ks->d * a->d[ib]), _mm256_cvtepi32_ps(l), acc[b]);
+      if (kmin) {
+        __m256i ml = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), mn);
+        macc[b] = _mm256_fmadd_ps(_mm256_set1_ps(ks->dmin * a->d[ib]), _mm256_cvtepi32_ps(ml), macc[b]);
+      }
+    }
+}
+
 TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                                int ldy) {
   size_t rb = ms_weight_row_bytes(w), sbytes = ms_dtype_size(w->dtype);
-  int n = a->n, nblk = n / QK, kmin = k_has_mins(w->dtype), fmin = w->dtype == MS_DTYPE_Q5_1;
-  const __m256i ones = _mm256_set1_epi8(1);
-  struct ms_qk_piece p = {0};
+  int nblk = a->n / QK, kmin = k_has_mins(w->dtype);
+  enum ms_dtype t = w->dtype;
   struct ms_qk_scales ks;
   for (int r = r0; r < r1; r++) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
     for (int b0 = 0; b0 < a->nb; b0 += 4) {
       int nb = a->nb - b0 < 4 ? a->nb - b0 : 4;
-      __m256 acc[4], macc[4];
-      float fm[4] = {0};
-      for (int b = 0; b < 4; b++) acc[b] = macc[b] = _mm256_setzero_ps();
-      for (int i = 0; i < nblk; i++) {
+      __m256 accA[4], maccA[4], accB[4], maccB[4];
+      for (int b = 0; b < 4; b++) accA[b] = maccA[b] = accB[b] = maccB[b] = _mm256_setzero_ps();
+      for (int i = 0; i < nblk; i += 2) {  /* a super-block holds 8 pieces: i and i + 1 share it */
         const uint8_t *sb = row + (size_t)(i / 8) * sbytes;
-        int g = 2 * (i % 8);
         if (a->nb == 1) _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32, _MM_HINT_T0);
-        if (i % 8 == 0) ms_quant_k_scales(w->dtype, sb, &ks);
-        p.d = ks.d, p.dmin = ks.dmin;
-        __m256i wv = kq_bytes(w->dtype, sb, i % 8), wa = _mm256_sign_epi8(wv, wv);
-        __m256i sc = k_pair16(ks.sc[g], ks.sc[g + 1]), mn = k_pair16(ks.mn[g], ks.mn[g + 1]);
-        for (int b = 0; b < nb; b++) {
-          size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
-          __m256i qv = _mm256_load_si256((const __m256i *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
-          __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(qv, wv)), sc);
-          acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(p.d * a->d[ib]), _mm256_cvtepi32_ps(l), acc[b]);
-          if (kmin) {
-            __m256i ml = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, qv), mn);
-            macc[b] = _mm256_fmadd_ps(_mm256_set1_ps(p.dmin * a->d[ib]), _mm256_cvtepi32_ps(ml), macc[b]);
-          }
-          if (fmin) fm[b] = fmaf(p.m, a->s[ib], fm[b]);
-        }
+        if (i % 8 == 0) ms_quant_k_scales(t, sb, &ks);
+        k_piece_x4(t, sb, &ks, i, a, b0, nb, accA, maccA);
+        k_piece_x4(t, sb, &ks, i + 1, a, b0, nb, accB, maccB);
       }
       for (int b = 0; b < nb; b++) {
-        float v = hsum(acc[b]);
-        if (kmin) v -= hsum(macc[b]);
-        if (fmin) v += fm[b];
+        float v = hsum(_mm256_add_ps(accA[b], accB[b]));
+        if (kmin) v -= hsum(_mm256_add_ps(maccA[b], maccB[b]));
         y[(size_t)(b0 + b) * ldy + (r - r0)] = v;
       }
     }
   }
 }
-
 
 /* ---- AVX-512 VNNI: Q8_0, Q4_0 and Q4_1 with 8-bit activations ----
  * Two blocks per 512-bit vector: block i in the low half (chain A when i is
@@ -800,10 +799,19 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
 #define TGT512_INL TGT512 static inline __attribute__((always_inline))
 
 /* The unsigned offset of a type's weight bytes: u = w + off. */
-#define Q8_OFF(t) ((t) == MS_DTYPE_Q8_0 ? 128 : (t) == MS_DTYPE_Q4_0 ? 8 : 0)
+#define Q8_OFF(t)                                                                         \
+  ((t) == MS_DTYPE_Q8_0 || (t) == MS_DTYPE_IQ4_NL ? 128 : (t) == MS_DTYPE_Q4_0 ? 8 : (t) == MS_DTYPE_Q5_0 ? 16 : 0)
+
+/* Q5_0, Q5_1 and IQ4_NL's 32 bytes as u = w + Q8_OFF: the fifth bits on the nibbles, the table's values + 128. */
+TGT512_INL __m256i v_q5nl_u(enum ms_dtype t, const uint8_t *b) {
+  if (t == MS_DTYPE_IQ4_NL) return _mm256_xor_si256(iq4nl_bytes(b + 2), _mm256_set1_epi8((char)0x80));
+  return t == MS_DTYPE_Q5_1 ? q5_bytes(b + 4, b + 8) : q5_bytes(b + 2, b + 6);
+}
 
 /* Blocks b0, b1 as 64 unsigned bytes, each block's 32 in element order. */
 TGT512_INL __m512i v_wpair(enum ms_dtype t, const uint8_t *b0, const uint8_t *b1) {
+  if (t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1 || t == MS_DTYPE_IQ4_NL)
+    return _mm512_inserti64x4(_mm512_castsi256_si512(v_q5nl_u(t, b0)), v_q5nl_u(t, b1), 1);
   if (t == MS_DTYPE_Q8_0) {
     __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
                                    _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
@@ -819,13 +827,14 @@ TGT512_INL __m512i v_wpair(enum ms_dtype t, const uint8_t *b0, const uint8_t *b1
 
 /* One block as 32 unsigned bytes in element order (the odd last block). */
 TGT512_INL __m256i v_wone(enum ms_dtype t, const uint8_t *b) {
+  if (t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1 || t == MS_DTYPE_IQ4_NL) return v_q5nl_u(t, b);
   if (t == MS_DTYPE_Q8_0)
     return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
   __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b + (t == MS_DTYPE_Q4_1 ? 4 : 2))));
   return _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
 }
 
-/* [d0, m0, d1, m1] of blocks b0, b1 (Q4_1's minimum; the other types' m lanes are unused). */
+/* [d0, m0, d1, m1] of blocks b0, b1 (Q4_1's and Q5_1's minimum; the other types' m lanes are unused). */
 TGT512_INL __m128 v_wscales(const uint8_t *b0, const uint8_t *b1) {
   uint32_t x0, x1;
   memcpy(&x0, b0, 4);
@@ -857,7 +866,7 @@ TGT512_INL __m256i v_init256(enum ms_dtype t, __m256i q) {
 TGT512_INL __m512 v_step(enum ms_dtype t, __m512i w, __m512i q, __m512i init, __m128 ws, __m128 xs, __m512 acc,
                          __m128 *mins) {
   const __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-  if (t == MS_DTYPE_Q4_1) *mins = _mm_fmadd_ps(ws, xs, *mins);
+  if (Q8_HAS_M(t)) *mins = _mm_fmadd_ps(ws, xs, *mins);
   __m512 sc = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(_mm_mul_ps(ws, xs)));
   return _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, q)), acc);
 }
@@ -873,10 +882,10 @@ TGT512_INL float v_finish(enum ms_dtype t, __m512 acc, __m128 mins, int tail, co
     float mw = 0.0f, dw = q8_wscale(t, blk, &mw);
     __m256i l = _mm256_dpbusd_epi32(v_init256(t, q), v_wone(t, blk), q);
     A = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(l), A);
-    if (t == MS_DTYPE_Q4_1) mA = fmaf(mw, sx, mA);
+    if (Q8_HAS_M(t)) mA = fmaf(mw, sx, mA);
   }
   float v = hsum(_mm256_add_ps(A, B));
-  return t == MS_DTYPE_Q4_1 ? v + (mA + mB) : v;
+  return Q8_HAS_M(t) ? v + (mA + mB) : v;
 }
 
 /* Batch 1: two weight rows share each pair of activation blocks. */
@@ -950,13 +959,86 @@ TGT512_INL void q8_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int
   }
 }
 
-/* 1 when the AVX-512 path took it (Q8_0, Q4_0, Q4_1). */
+/* The K-quants at batch 1: pieces i and i + 1 of a super-block in one vector
+ * (chain A low, B high), the AVX2 path's lanes on 512 bits: maddubs(|w|, q
+ * with w's sign) then madd by the per-16 scales, the minimums' lanes
+ * maddubs(1, q) by the per-16 minimums. */
+static inline int k_signed(enum ms_dtype t) {
+  return t == MS_DTYPE_Q3_K || t == MS_DTYPE_Q6_K || t == MS_DTYPE_Q8_K;
+}
+
+/* Four int16 per-16 scales, each over the 8 int16 lanes of one 128-bit lane. */
+TGT512_INL __m512i v_k_scales(const int16_t *sc) {
+  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0x10001, 0x10001, 0x10001, 0x10001, 0x20002, 0x20002,
+                                        0x20002, 0x20002, 0x30003, 0x30003, 0x30003, 0x30003);  /* int16 pairs */
+  return _mm512_permutexvar_epi16(idx, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)sc)));
+}
+
+/* [s * d[0] x8, s * d[1] x8] */
+TGT512_INL __m512 v_k_pair_scale(float s, const float *d) {
+  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  __m128 v = _mm_mul_ps(_mm_set1_ps(s), _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d)));
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+}
+
+TGT512_INL float v_k_row_x1(enum ms_dtype t, const uint8_t *row, size_t sbytes, const struct ms_q8_act *a) {
+  int nblk = a->n / QK, kmin = k_has_mins(t), sgn = k_signed(t);
+  __m512 acc = _mm512_setzero_ps(), macc = acc;
+  struct ms_qk_scales ks;
+  for (int i = 0; i < nblk; i += 2) {
+    const uint8_t *sb = row + (size_t)(i / 8) * sbytes;
+    _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32, _MM_HINT_T0);
+    _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32 + 32, _MM_HINT_T0);
+    if (i % 8 == 0) ms_quant_k_scales(t, sb, &ks);
+    __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(kq_bytes(t, sb, i % 8)), kq_bytes(t, sb, (i + 1) % 8), 1);
+    __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)i * QK)), wa = w, qs = q;
+    if (sgn) {  /* AVX-512 has no vpsignb: |w|, and q negated where w is negative */
+      wa = _mm512_abs_epi8(w);
+      qs = _mm512_mask_sub_epi8(q, _mm512_movepi8_mask(w), _mm512_setzero_si512(), q);
+    }
+    int g = 2 * (i % 8);
+    __m512i l = _mm512_madd_epi16(_mm512_maddubs_epi16(wa, qs), v_k_scales(ks.sc + g));
+    acc = _mm512_fmadd_ps(v_k_pair_scale(ks.d, a->d + i), _mm512_cvtepi32_ps(l), acc);
+    if (kmin) {
+      __m512i ml = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi8(1), q), v_k_scales(ks.mn + g));
+      macc = _mm512_fmadd_ps(v_k_pair_scale(ks.dmin, a->d + i), _mm512_cvtepi32_ps(ml), macc);
+    }
+  }
+  __m256 A = _mm512_castps512_ps256(acc), B = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+  float v = hsum(_mm256_add_ps(A, B));
+  if (kmin) {
+    __m256 mA = _mm512_castps512_ps256(macc), mB = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(macc), 1));
+    v -= hsum(_mm256_add_ps(mA, mB));
+  }
+  return v;
+}
+
+TGT512_INL void q8_k_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
+                                   const struct ms_q8_act *a, float *y) {
+  size_t rb = ms_weight_row_bytes(w), sbytes = ms_dtype_size(t);
+  for (int r = r0; r < r1; r++) y[r - r0] = v_k_row_x1(t, (const uint8_t *)w->data + (size_t)r * rb, sbytes, a);
+}
+
+/* 1 when the AVX-512 path took it (the 32-element types; the K-quants at batch 1). */
 TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                                  int ldy) {
   switch (w->dtype) {
   case MS_DTYPE_Q8_0: q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
   case MS_DTYPE_Q4_0: q8_gemv_avx512_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
   case MS_DTYPE_Q4_1: q8_gemv_avx512_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q5_0: q8_gemv_avx512_t(MS_DTYPE_Q5_0, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q5_1: q8_gemv_avx512_t(MS_DTYPE_Q5_1, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_IQ4_NL: q8_gemv_avx512_t(MS_DTYPE_IQ4_NL, w, r0, r1, a, y, ldy); return 1;
+  default: break;
+  }
+  if (a->nb != 1) return 0;
+  switch (w->dtype) {  /* one instance per type: kq_bytes' switch folds away */
+  case MS_DTYPE_Q2_K: q8_k_gemv_avx512_t(MS_DTYPE_Q2_K, w, r0, r1, a, y); return 1;
+  case MS_DTYPE_Q3_K: q8_k_gemv_avx512_t(MS_DTYPE_Q3_K, w, r0, r1, a, y); return 1;
+  case MS_DTYPE_Q4_K: q8_k_gemv_avx512_t(MS_DTYPE_Q4_K, w, r0, r1, a, y); return 1;
+  case MS_DTYPE_Q5_K: q8_k_gemv_avx512_t(MS_DTYPE_Q5_K, w, r0, r1, a, y); return 1;
+  case MS_DTYPE_Q6_K: q8_k_gemv_avx512_t(MS_DTYPE_Q6_K, w, r0, r1, a, y); return 1;
+  case MS_DTYPE_Q8_K: q8_k_gemv_avx512_t(MS_DTYPE_Q8_K, w, r0, r1, a, y); return 1;
   default: return 0;
   }
 }

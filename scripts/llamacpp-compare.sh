@@ -18,8 +18,8 @@
 # and generate STEPS tokens greedily; tokens/s = B * STEPS / wall seconds of the
 # measured round (after an unmeasured warm-up), THREADS threads each.
 #   megascope: `megascope bench decode --model F --batch B --steps STEPS --workers THREADS`
-#              (the megakernel: B requests batched by the runtime, f32 activations,
-#              weights dequantized inside the GEMV loop)
+#              (the megakernel: B requests batched by the runtime, its default 8-bit
+#              activations and integer dot products, as llama.cpp's)
 #   llama.cpp: one context with n_seq_max = B; each step is one llama_decode of B
 #              tokens, one per sequence (its CPU backend: activations quantized to
 #              8 bits for the q4_1/q8_0 dot products), then argmax of each row.
@@ -28,8 +28,8 @@
 #
 # Environment: MS (default build/megascope), MODEL (default: scripts/get-smollm2.sh),
 # THREADS (default: nproc), STEPS (default 32), BATCHES (default "1 8"), REPS (default 3),
-# MS_LOGITS_ARGS (extra options to `megascope model logits`, e.g. --q8-activations to do
-# llama.cpp's 8-bit activation arithmetic; default none: f32 activations),
+# MS_LOGITS_ARGS (extra options to `megascope model logits`, e.g. --f32-activations for
+# the exact path; default none: megascope's default, 8-bit activations as llama.cpp's),
 # KEEP_LOGITS (a folder: logits mode leaves ms.bin, lc.bin and ids.txt there),
 # LLAMA_PY (a python with llama_cpp and numpy; default $MS_CACHE/llamacpp-venv/bin/python,
 # else python3), MS_CACHE (default ~/.cache/megascope). Exit 77: llama_cpp is not installed.

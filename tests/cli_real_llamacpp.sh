@@ -44,10 +44,11 @@ PY
 have_gguf() { python3 -c 'import gguf, numpy' 2>/dev/null; }
 
 if [ -r "$S" ]; then  # measured 53/53, 0.93, mean 0.15 (f32 copy: 53/53, 0.018)
-  compare "SmolLM2 q4_1" "$S" 0.9 2.5 0.4
+  compare "SmolLM2 q4_1, megascope --f32-activations" "$S" 0.9 2.5 0.4 --f32-activations
+  compare "SmolLM2 q4_1, megascope's 8-bit activations" "$S" 0.9 2.5 0.4  # measured 52/53, 1.20, 0.178
   if have_gguf; then
     python3 "$SRC/tests/gguf_pyref.py" f32 "$S" "$tmp/f32.gguf"
-    compare "SmolLM2 f32 copy" "$tmp/f32.gguf" 1.0 0.1 0.01
+    compare "SmolLM2 f32 copy" "$tmp/f32.gguf" 1.0 0.1 0.01 --f32-activations
     rm -f "$tmp/f32.gguf"
   fi
 else
@@ -56,8 +57,8 @@ fi
 
 if [ -r "$G" ]; then
   # measured 48/52, 14.5, mean 0.83; with --q8-activations 49/52, 14.2, 0.76
-  compare "Gemma-3-270M Q4_K_M" "$G" 0.85 20 1.2
-  compare "Gemma-3-270M Q4_K_M, megascope --q8-activations" "$G" 0.85 20 1.2 --q8-activations
+  compare "Gemma-3-270M Q4_K_M, megascope --f32-activations" "$G" 0.85 20 1.2 --f32-activations
+  compare "Gemma-3-270M Q4_K_M, megascope's 8-bit activations" "$G" 0.85 20 1.2
   if have_gguf; then  # measured 52/52, 0.246, mean 0.009: the graphs agree
     python3 "$SRC/tests/gguf_pyref.py" f32 "$G" "$tmp/f32.gguf"
     compare "Gemma-3-270M f32 copy" "$tmp/f32.gguf" 0.98 0.6 0.03

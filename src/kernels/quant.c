@@ -959,7 +959,7 @@ TGT512_INL void q8_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int
   }
 }
 
-/* The K-quants at batch 1: pieces i and i + 1 of a super-block in one vector
+/* The K-quants: pieces i and i + 1 of a super-block in one vector
  * (chain A low, B high), the AVX2 path's lanes on 512 bits: maddubs(|w|, q
  * with w's sign) then madd by the per-16 scales, the minimums' lanes
  * maddubs(1, q) by the per-16 minimums. */
@@ -981,45 +981,63 @@ TGT512_INL __m512 v_k_pair_scale(float s, const float *d) {
   return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
 }
 
-TGT512_INL float v_k_row_x1(enum ms_dtype t, const uint8_t *row, size_t sbytes, const struct ms_q8_act *a) {
-  int nblk = a->n / QK, kmin = k_has_mins(t), sgn = k_signed(t);
-  __m512 acc = _mm512_setzero_ps(), macc = acc;
+/* The two chains' sum: the low half of acc (A) plus the high half (B). */
+TGT512_INL float v_hsum2(__m512 acc) {
+  __m256 A = _mm512_castps512_ps256(acc), B = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
+  return hsum(_mm256_add_ps(A, B));
+}
+
+/* One K-quant weight row against input rows b0 .. b0+nb-1 (nb <= 4): each pair
+ * of pieces unpacked once for all of them. */
+TGT512_INL void v_k_row_x4(enum ms_dtype t, const uint8_t *row, size_t sbytes, const struct ms_q8_act *a, int b0,
+                           int nb, float *out) {
+  int n = a->n, nblk = n / QK, kmin = k_has_mins(t), sgn = k_signed(t);
+  __m512 acc[4], macc[4];
+  for (int b = 0; b < 4; b++) acc[b] = macc[b] = _mm512_setzero_ps();
   struct ms_qk_scales ks;
   for (int i = 0; i < nblk; i += 2) {
     const uint8_t *sb = row + (size_t)(i / 8) * sbytes;
-    _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32, _MM_HINT_T0);
-    _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32 + 32, _MM_HINT_T0);
+    if (nb == 1) {
+      _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32, _MM_HINT_T0);
+      _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32 + 32, _MM_HINT_T0);
+    }
     if (i % 8 == 0) ms_quant_k_scales(t, sb, &ks);
     __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(kq_bytes(t, sb, i % 8)), kq_bytes(t, sb, (i + 1) % 8), 1);
-    __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)i * QK)), wa = w, qs = q;
-    if (sgn) {  /* AVX-512 has no vpsignb: |w|, and q negated where w is negative */
-      wa = _mm512_abs_epi8(w);
-      qs = _mm512_mask_sub_epi8(q, _mm512_movepi8_mask(w), _mm512_setzero_si512(), q);
-    }
+    __m512i wa = sgn ? _mm512_abs_epi8(w) : w;  /* AVX-512 has no vpsignb: |w|, q negated where w < 0 */
+    __mmask64 neg = sgn ? _mm512_movepi8_mask(w) : 0;
     int g = 2 * (i % 8);
-    __m512i l = _mm512_madd_epi16(_mm512_maddubs_epi16(wa, qs), v_k_scales(ks.sc + g));
-    acc = _mm512_fmadd_ps(v_k_pair_scale(ks.d, a->d + i), _mm512_cvtepi32_ps(l), acc);
-    if (kmin) {
-      __m512i ml = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi8(1), q), v_k_scales(ks.mn + g));
-      macc = _mm512_fmadd_ps(v_k_pair_scale(ks.dmin, a->d + i), _mm512_cvtepi32_ps(ml), macc);
-    }
+    __m512i sc = v_k_scales(ks.sc + g), mn = kmin ? v_k_scales(ks.mn + g) : sc;
+    for (int b = 0; b < 4; b++)
+      if (b < nb) {
+        const float *d = a->d + (size_t)(b0 + b) * (size_t)nblk + i;
+        __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
+        __m512i qs = sgn ? _mm512_mask_sub_epi8(q, neg, _mm512_setzero_si512(), q) : q;
+        __m512i l = _mm512_madd_epi16(_mm512_maddubs_epi16(wa, qs), sc);
+        acc[b] = _mm512_fmadd_ps(v_k_pair_scale(ks.d, d), _mm512_cvtepi32_ps(l), acc[b]);
+        if (kmin) {
+          __m512i ml = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi8(1), q), mn);
+          macc[b] = _mm512_fmadd_ps(v_k_pair_scale(ks.dmin, d), _mm512_cvtepi32_ps(ml), macc[b]);
+        }
+      }
   }
-  __m256 A = _mm512_castps512_ps256(acc), B = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-  float v = hsum(_mm256_add_ps(A, B));
-  if (kmin) {
-    __m256 mA = _mm512_castps512_ps256(macc), mB = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(macc), 1));
-    v -= hsum(_mm256_add_ps(mA, mB));
-  }
-  return v;
+  for (int b = 0; b < nb; b++) out[b] = kmin ? v_hsum2(acc[b]) - v_hsum2(macc[b]) : v_hsum2(acc[b]);
 }
 
 TGT512_INL void q8_k_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
-                                   const struct ms_q8_act *a, float *y) {
+                                   const struct ms_q8_act *a, float *y, int ldy) {
   size_t rb = ms_weight_row_bytes(w), sbytes = ms_dtype_size(t);
-  for (int r = r0; r < r1; r++) y[r - r0] = v_k_row_x1(t, (const uint8_t *)w->data + (size_t)r * rb, sbytes, a);
+  for (int r = r0; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    for (int b0 = 0; b0 < a->nb; b0 += 4) {
+      int nb = a->nb - b0 < 4 ? a->nb - b0 : 4;
+      float out[4];
+      v_k_row_x4(t, row, sbytes, a, b0, nb, out);
+      for (int b = 0; b < nb; b++) y[(size_t)(b0 + b) * ldy + (r - r0)] = out[b];
+    }
+  }
 }
 
-/* 1 when the AVX-512 path took it (the 32-element types; the K-quants at batch 1). */
+/* 1 when the AVX-512 path took it (every type with 8-bit activations). */
 TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                                  int ldy) {
   switch (w->dtype) {
@@ -1031,14 +1049,13 @@ TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, cons
   case MS_DTYPE_IQ4_NL: q8_gemv_avx512_t(MS_DTYPE_IQ4_NL, w, r0, r1, a, y, ldy); return 1;
   default: break;
   }
-  if (a->nb != 1) return 0;
   switch (w->dtype) {  /* one instance per type: kq_bytes' switch folds away */
-  case MS_DTYPE_Q2_K: q8_k_gemv_avx512_t(MS_DTYPE_Q2_K, w, r0, r1, a, y); return 1;
-  case MS_DTYPE_Q3_K: q8_k_gemv_avx512_t(MS_DTYPE_Q3_K, w, r0, r1, a, y); return 1;
-  case MS_DTYPE_Q4_K: q8_k_gemv_avx512_t(MS_DTYPE_Q4_K, w, r0, r1, a, y); return 1;
-  case MS_DTYPE_Q5_K: q8_k_gemv_avx512_t(MS_DTYPE_Q5_K, w, r0, r1, a, y); return 1;
-  case MS_DTYPE_Q6_K: q8_k_gemv_avx512_t(MS_DTYPE_Q6_K, w, r0, r1, a, y); return 1;
-  case MS_DTYPE_Q8_K: q8_k_gemv_avx512_t(MS_DTYPE_Q8_K, w, r0, r1, a, y); return 1;
+  case MS_DTYPE_Q2_K: q8_k_gemv_avx512_t(MS_DTYPE_Q2_K, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q3_K: q8_k_gemv_avx512_t(MS_DTYPE_Q3_K, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q4_K: q8_k_gemv_avx512_t(MS_DTYPE_Q4_K, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q5_K: q8_k_gemv_avx512_t(MS_DTYPE_Q5_K, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q6_K: q8_k_gemv_avx512_t(MS_DTYPE_Q6_K, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q8_K: q8_k_gemv_avx512_t(MS_DTYPE_Q8_K, w, r0, r1, a, y, ldy); return 1;
   default: return 0;
   }
 }

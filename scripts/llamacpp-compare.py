@@ -138,6 +138,16 @@ def cmd_prompt(path, threads, n, rounds):
     L.llama_model_free(model)
 
 
+def cmd_quantize(src, out, ftype):
+    """llama.cpp's own quantizer (llama-quantize): src (an f32 GGUF) -> out in ftype (Q4_K_M...)."""
+    L.llama_backend_init()
+    p = L.llama_model_quantize_default_params()
+    p.ftype = getattr(L, "LLAMA_FTYPE_MOSTLY_" + ftype.upper())
+    p.nthread = 2
+    if L.llama_model_quantize(src.encode(), out.encode(), p):
+        sys.exit(f"llamacpp-compare: llama_model_quantize {src} -> {ftype} failed")
+
+
 if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "logits" and len(sys.argv) == 5:
@@ -148,5 +158,8 @@ if __name__ == "__main__":
         cmd_bench(*sys.argv[2:])
     elif cmd == "prompt" and len(sys.argv) == 6:
         cmd_prompt(*sys.argv[2:])
+    elif cmd == "quantize" and len(sys.argv) == 5:
+        cmd_quantize(*sys.argv[2:])
     else:
-        sys.exit("usage: llamacpp-compare.py logits MODEL IDS OUT | tokenize MODEL TEXT | bench MODEL THREADS BATCH STEPS")
+        sys.exit("usage: llamacpp-compare.py logits MODEL IDS OUT | tokenize MODEL TEXT | bench MODEL THREADS BATCH STEPS"
+                 " | prompt MODEL THREADS N ROUNDS | quantize F32.gguf OUT.gguf FTYPE")

@@ -12,6 +12,12 @@
 #   scripts/llamacpp-compare.sh prompt   prompt processing tokens/s of both for PROMPT tokens
 #                                        (llama-bench -p PROMPT; megascope: bench prefill's chunked
 #                                        engine, --max-batched-tokens PREFILL_CHUNK)
+#   scripts/llamacpp-compare.sh types    speed on SmolLM2 written in every type megascope loads by
+#                                        llama.cpp's own quantizer (llama_model_quantize) from an
+#                                        f32 copy (cached in $MS_CACHE/smollm2-types): TYPES (default
+#                                        "Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K";
+#                                        rows that are not whole 256-blocks fall back to the types
+#                                        llama.cpp picks for them, as in any such file)
 #   scripts/llamacpp-compare.sh all      logits, then speed (the default)
 #
 # What "speed" compares, exactly: B sequences each start from a 1-token prompt
@@ -162,9 +168,32 @@ prompt() {  # one round of each, REPS times alternating; best of each
   echo "PROMPT_JSON {\"threads\": $THREADS, \"tokens\": $PROMPT, \"chunk\": $PREFILL_CHUNK, \"megascope_runs\": [$(IFS=,; echo "${ms_all[*]}")], \"llamacpp_runs\": [$(IFS=,; echo "${lc_all[*]}")]}"
 }
 
+types() {
+  local dir=$cache/smollm2-types t f
+  mkdir -p "$dir"
+  if [ ! -s "$dir/f32.gguf" ]; then
+    echo "types: an f32 copy of $(basename "$MODEL") (gguf-py)" >&2
+    python3 "$root/tests/gguf_pyref.py" f32 "$MODEL" "$dir/f32.gguf" >&2
+  fi
+  for t in ${TYPES:-Q8_0 Q4_0 Q4_1 Q5_0 Q5_1 IQ4_NL Q2_K Q3_K_M Q4_K_M Q5_K_M Q6_K}; do
+    f=$dir/$t.gguf
+    if [ ! -s "$f" ]; then
+      echo "types: llama.cpp quantizes to $t" >&2
+      $py quantize "$dir/f32.gguf" "$f" "$t" 2>>"$tmp/llama.log" >&2
+    fi
+    echo "== $t: $("$MS" model info "$f" --json | "$LLAMA_PY" -c '
+import json, sys, collections
+d = json.load(sys.stdin)
+c = collections.Counter(x["type"] for x in d["tensors"] if len(x["shape"]) > 1)
+print(", ".join("%d %s" % (n, k) for k, n in c.most_common()), "matrices")')"
+    MODEL=$f speed
+  done
+}
+
 case "$cmd" in
   logits) logits ;;
   speed) speed ;;
+  types) types ;;
   prompt) prompt ;;
   all) logits; speed ;;
   *) sed -n '3,14p' "$0"; exit 2 ;;

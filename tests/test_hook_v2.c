@@ -110,6 +110,9 @@ static int map_values(json_t *r, const char *name, double *v, int n) {
   return found;
 }
 
+/* n requests, all in the engine before its first step when it started paused
+ * (ms_engine_opts.start_paused): then a simulator run is a function of its seed,
+ * however slowly this thread submits. */
 static void decode(struct ms_engine *e, int n, int tokens) {
   struct ms_request *r[8];
   for (int i = 0; i < n; i++) {
@@ -117,6 +120,7 @@ static void decode(struct ms_engine *e, int n, int tokens) {
     struct ms_request_opts ro = {.sz = sizeof ro, .prompt = p, .n_prompt = 1 + i % 3, .max_new_tokens = tokens};
     r[i] = ms_engine_submit(e, &ro);
   }
+  ms_engine_resume(e);
   for (int i = 0; i < n; i++)
     if (r[i]) {
       ms_request_wait(r[i], -1);
@@ -134,7 +138,7 @@ struct moe_run {
 
 static int run_moe(const struct ms_model *m, const struct ms_query_schema *s, int sim, const struct ms_fault *f,
                    struct moe_run *out) {
-  struct ms_engine_opts o = {.sz = sizeof o, .max_batch = 8, .max_ctx = 64, .seed = 7};
+  struct ms_engine_opts o = {.sz = sizeof o, .max_batch = 8, .max_ctx = 64, .seed = 7, .start_paused = 1};
   if (sim) {
     o.backend = MS_BACKEND_SIM;
     ms_sim_preset("h100", &o.sim);

@@ -129,11 +129,13 @@ lc_tps() {  # batch -> llama.cpp tokens/s
 }
 
 best() { printf '%s\n' "$@" | sort -g | tail -1; }
+worst() { printf '%s\n' "$@" | sort -g | head -1; }
 
 speed() {
   local rows=() b m l ms_all lc_all
   echo "speed: $(basename "$MODEL"), $THREADS threads, $STEPS tokens per sequence, best of $REPS alternating runs"
-  printf '| batch | megascope tokens/s | llama.cpp tokens/s | megascope / llama.cpp |\n|---:|---:|---:|---:|\n'
+  printf '| batch | megascope tokens/s | llama.cpp tokens/s | megascope / llama.cpp | megascope runs | llama.cpp runs |\n'
+  printf '|---:|---:|---:|---:|---:|---:|\n'
   for b in $BATCHES; do
     ms_all=() lc_all=()
     for _ in $(seq "$REPS"); do
@@ -142,7 +144,8 @@ speed() {
     done
     m=$(best "${ms_all[@]}")
     l=$(best "${lc_all[@]}")
-    printf '| %d | %.1f | %.1f | %.2f |\n' "$b" "$m" "$l" "$("$LLAMA_PY" -c "print($m / $l)")"
+    printf '| %d | %.1f | %.1f | %.2f | %.1f-%.1f | %.1f-%.1f |\n' "$b" "$m" "$l" "$("$LLAMA_PY" -c "print($m / $l)")" \
+      "$(worst "${ms_all[@]}")" "$m" "$(worst "${lc_all[@]}")" "$l"
     rows+=("{\"batch\": $b, \"megascope_tokens_per_s\": $m, \"llamacpp_tokens_per_s\": $l, \"megascope_runs\": [$(IFS=,; echo "${ms_all[*]}")], \"llamacpp_runs\": [$(IFS=,; echo "${lc_all[*]}")]}")
   done
   echo "SPEED_JSON {\"threads\": $THREADS, \"steps\": $STEPS, \"reps\": $REPS, \"rows\": [$(IFS=,; echo "${rows[*]}")]}"

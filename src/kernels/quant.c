@@ -939,6 +939,39 @@ TGT512_INL void v_row_x4(enum ms_dtype t, const uint8_t *row, size_t bs, const s
   }
 }
 
+/* Two weight rows against input rows b0 .. b0+nb-1 (nb <= 4): each input
+ * pair's load, scales and offset serve both weight rows (register blocking). */
+TGT512_INL void v_rows2_x4(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, size_t bs, const struct ms_q8_act *a,
+                           int b0, int nb, float *oa, float *ob) {
+  int n = a->n, nblk = n / QK, i = 0;
+  const int8_t *q0 = a->q + (size_t)b0 * (size_t)n;
+  const float *d0 = a->d + (size_t)b0 * (size_t)nblk, *s0 = a->s + (size_t)b0 * (size_t)nblk;
+  __m512 ca[4], cb[4];
+  __m128 ma[4], mb[4];
+  for (int b = 0; b < 4; b++) ca[b] = cb[b] = _mm512_setzero_ps(), ma[b] = mb[b] = _mm_setzero_ps();
+  for (; i + 1 < nblk; i += 2) {
+    const uint8_t *xa = ra + (size_t)i * bs, *xb = rb + (size_t)i * bs;
+    __m512i wa = v_wpair(t, xa, xa + bs), wb = v_wpair(t, xb, xb + bs);
+    __m128 wsa = v_wscales(xa, xa + bs), wsb = v_wscales(xb, xb + bs);
+    for (int b = 0; b < 4; b++)
+      if (b < nb) {
+        __m512i q = _mm512_loadu_si512((const void *)(q0 + (size_t)b * (size_t)n + (size_t)i * QK)), init = v_init(t, q);
+        __m128 xs = v_xscales(d0 + (size_t)b * (size_t)nblk + i, s0 + (size_t)b * (size_t)nblk + i);
+        ca[b] = v_step(t, wa, q, init, wsa, xs, ca[b], &ma[b]);
+        cb[b] = v_step(t, wb, q, init, wsb, xs, cb[b], &mb[b]);
+      }
+  }
+  int tail = i < nblk;
+  for (int b = 0; b < nb; b++) {
+    size_t ib = (size_t)b * (size_t)nblk + (size_t)i;
+    __m256i q = tail ? _mm256_load_si256((const __m256i *)(q0 + (size_t)b * (size_t)n + (size_t)i * QK))
+                     : _mm256_setzero_si256();
+    float dx = tail ? d0[ib] : 0.0f, sx = tail ? s0[ib] : 0.0f;
+    oa[b] = v_finish(t, ca[b], ma[b], tail, ra + (size_t)i * bs, q, dx, sx);
+    ob[b] = v_finish(t, cb[b], mb[b], tail, rb + (size_t)i * bs, q, dx, sx);
+  }
+}
+
 TGT512_INL void q8_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
                                  const struct ms_q8_act *a, float *y, int ldy) {
   size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(t);
@@ -947,6 +980,19 @@ TGT512_INL void q8_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int
     for (; r + 1 < r1; r += 2) {
       const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
       v_rows2_x1(t, row, row + rb, bs, a, &y[r - r0], &y[r + 1 - r0]);
+    }
+  else
+    for (; r + 1 < r1; r += 2) {
+      const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+      for (int b0 = 0; b0 < a->nb; b0 += 4) {
+        int n = a->nb - b0 < 4 ? a->nb - b0 : 4;
+        float oa[4], ob[4];
+        v_rows2_x4(t, row, row + rb, bs, a, b0, n, oa, ob);
+        for (int b = 0; b < n; b++) {
+          y[(size_t)(b0 + b) * ldy + (r - r0)] = oa[b];
+          y[(size_t)(b0 + b) * ldy + (r + 1 - r0)] = ob[b];
+        }
+      }
     }
   for (; r < r1; r++) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;

@@ -47,11 +47,21 @@ static int q8_on(const struct ms_exec_ctx *x, const struct ms_weight *w) {
   return x->q8 && ms_q8_handles(w->dtype);
 }
 
-/* Input rows [0, nb) of `in` (nb <= q8_rows) quantized into the worker's buffer. */
+/* Input rows [0, nb) of `in` (nb <= q8_rows) quantized into the worker's
+ * buffer, unless it already holds them: the same rows of the same class's
+ * input in the same step (a class's input is complete before its first task
+ * and not written again in that step), as its previous tile left them. */
 static void q8_load(const struct ms_exec_ctx *x, int worker, const float *in, int ldin, int nb, int n,
                     struct ms_q8_act *a) {
   MS_ASSERT(nb <= x->q8_rows && n <= x->q8_cols);
+  struct ms_q8_held *h = x->q8_held ? &x->q8_held[worker] : NULL;
+  if (h && h->x == x && h->in == in && h->ldin == ldin && h->nb == nb && h->n == n && h->cls == h->cls_now &&
+      h->step == x->meta.step) {
+    *a = h->act;
+    return;
+  }
   ms_vec_q8_quantize(a, x->q8[worker], in, ldin, nb, n);
+  if (h) *h = (struct ms_q8_held){x, in, ldin, nb, n, h->cls_now, x->meta.step, h->cls_now, *a};
 }
 
 /* One chunk of input rows: the integer GEMV over `a` when the weight takes
@@ -428,6 +438,7 @@ void ms_ops_run(const struct ms_exec_ctx *x, int ti, int worker) {
   const struct ms_task *t = &x->plan->tasks[ti];
   const struct ms_task_class *k = &x->plan->classes[t->cls];
   const struct ms_weight *const *w = x->cls_w[t->cls];
+  if (x->q8_held) x->q8_held[worker].cls_now = t->cls;
   switch (t->kernel) {
   case MS_K_EMBED: embed(x, k, t); break;
   case MS_K_RMSNORM: rmsnorm_row(x, k, t, w[0]); break;

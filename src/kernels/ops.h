@@ -5,6 +5,7 @@
 #ifndef MS_KERNELS_OPS_H
 #define MS_KERNELS_OPS_H
 
+#include "kernels/quant.h"
 #include "megascope/plan_ir.h"
 
 /* The batch of one step, written by the step-start task. Rows at or past n_rows
@@ -20,6 +21,20 @@ struct ms_batch_meta {
    * cache alone). */
   const uint8_t *row_head;
   int some_head_skipped;
+  uint64_t step;        /* the engine's step: what the 8-bit inputs a worker holds are keyed on */
+};
+
+/* What a worker's 8-bit buffer holds: the input rows it quantized last, so the
+ * next task of the same class in the same step (the next tile of that GEMV)
+ * takes them as they are instead of quantizing the same input again. Only its
+ * worker reads or writes an entry. */
+struct ms_q8_held {
+  const void *x;        /* the plan's context */
+  const float *in;
+  int ldin, nb, n, cls;
+  uint64_t step;
+  int cls_now;          /* the class of the task the worker runs now */
+  struct ms_q8_act act;
 };
 
 struct ms_exec_ctx {
@@ -37,6 +52,7 @@ struct ms_exec_ctx {
    * worker's buffer (ms_q8_act_bytes(q8_cols, q8_rows) bytes, 32-byte aligned)
    * and takes integer dot products. NULL: f32 activations everywhere. */
   void *const *q8;                 /* [worker] */
+  struct ms_q8_held *q8_held;      /* [worker] */
   int q8_rows, q8_cols;
 };
 

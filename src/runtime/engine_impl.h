@@ -154,6 +154,7 @@ struct ms_engine {
   int32_t **row_pages;
   float **scratch;
   void **q8;                     /* [worker] 8-bit activation rows; NULL: off */
+  struct ms_q8_held *q8_held;    /* [worker] what each holds (kernels/ops.h) */
   int q8_rows, q8_cols;
 
   /* The layout as hooks read it, under a seqlock (as on the device): worker 0

@@ -134,7 +134,7 @@ int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int pref
                .row_pages = e->row_pages, .row_head = e->row_head},
       .k_pool = e->k_pool, .v_pool = e->v_pool, .page_size = e->o.page_size,
       .pool_pages = e->pool_pages, .scratch = e->scratch,
-      .q8 = e->q8, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols};
+      .q8 = e->q8, .q8_held = e->q8_held, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols};
   return 0;
 }
 
@@ -149,7 +149,9 @@ static int alloc_q8(struct ms_engine *e) {
   e->q8_cols = (n + 31) / 32 * 32;
   e->q8_rows = e->max_rows < 64 ? e->max_rows : 64;
   size_t bytes = (ms_q8_act_bytes(e->q8_cols, e->q8_rows) + 63) / 64 * 64;
-  if (!(e->q8 = calloc((size_t)e->n_workers, sizeof *e->q8))) return -ENOMEM;
+  if (!(e->q8 = calloc((size_t)e->n_workers, sizeof *e->q8)) ||
+      !(e->q8_held = calloc((size_t)e->n_workers, sizeof *e->q8_held)))
+    return -ENOMEM;
   for (int w = 0; w < e->n_workers; w++)
     if (!(e->q8[w] = aligned_alloc(64, bytes))) return -ENOMEM;
   return 0;
@@ -243,4 +245,5 @@ void ms_rt_storage_free(struct ms_engine *e) {
   if (e->q8)
     for (int w = 0; w < e->o.n_workers; w++) free(e->q8[w]);
   free(e->q8);
+  free(e->q8_held);
 }

@@ -337,6 +337,7 @@ int ms_rt_step_begin(struct ms_engine *e) {
   atomic_store_explicit(&e->stat_running, slots, memory_order_relaxed);  /* requests, not rows */
   atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
   rt->x.meta.n_rows = n;
+  rt->x.meta.step = e->next_step;
   publish_hook_rows(e, bucket, e->next_step);
   pthread_mutex_lock(&e->log_mu);
   struct ms_step_record *rec = &e->step_log[e->step_log_n++ % MS_STEP_LOG];

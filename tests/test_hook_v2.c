@@ -28,6 +28,7 @@
 #include "megascope/monitor.h"
 #include "megascope/plan.h"
 #include "megascope/query.h"
+#include "live_query.h"
 #include "test.h"
 
 #define HOT 1  /* the skewed expert */
@@ -44,49 +45,6 @@ static struct ms_query_schema *schema_of(const struct ms_model *m, int tp) {
   struct ms_query_schema *s = p ? ms_query_schema_of_plan(p, NULL) : NULL;
   ms_plan_free(p);
   return s;
-}
-
-struct live {
-  struct ms_query *q;
-  int id;
-};
-
-static int attach_query(struct ms_engine *e, const struct ms_query_schema *s, const char *src, struct live *out) {
-  char log[8192] = "";
-  struct ms_textbuf tb = {.buf = log, .size = sizeof log};
-  out->q = ms_query_compile(src, s, NULL, &tb);
-  void *b = NULL;
-  size_t n = 0;
-  struct ms_monitor *mon = NULL;
-  if (out->q && !ms_query_bundle(out->q, &b, &n)) mon = ms_monitor_open_mem(b, n, "query", &tb);
-  free(b);
-  struct ms_attach_opts ao = {.sz = sizeof ao};
-  out->id = mon ? ms_engine_attach(e, mon, &ao, &tb) : -1;
-  if (out->id < 0) {
-    fprintf(stderr, "%s: %s\n", src, log);
-    ms_monitor_free(mon);
-  }
-  return out->id;
-}
-
-/* The query's read-out as parsed JSON (NULL on failure). */
-static json_t *readout(struct ms_engine *e, const struct live *l) {
-  struct ms_bpf_map *maps[MS_BPF_MAX_MAPS];
-  struct ms_coverage cov;
-  if (ms_engine_attach_maps(e, l->id, maps, MS_BPF_MAX_MAPS) != (int)ms_query_map_count(l->q) ||
-      ms_engine_attach_coverage(e, l->id, 0, &cov))
-    return NULL;
-  struct ms_query_maps src;
-  ms_query_maps_of_engine(&src, maps);
-  char *text = NULL;
-  size_t len = 0;
-  FILE *f = open_memstream(&text, &len);
-  struct ms_query_print po = {.sz = sizeof po, .as_json = 1, .final = 1};
-  int rc = ms_query_write(l->q, &src, &cov, &po, f);
-  fclose(f);
-  json_t *j = rc ? NULL : json_loadb(text, len, 0, NULL);
-  free(text);
-  return j;
 }
 
 /* Entries of map `name` as key (first key part, a number) -> value, into v[0..n). */
@@ -154,7 +112,7 @@ static int run_moe(const struct ms_model *m, const struct ms_query_schema *s, in
   if (!e) return -1;
   struct live q;
   int rc = -1;
-  if (attach_query(e, s, "task_end /op == expert_up/ { @rows[tile_z] = sum(work_rows) }", &q) > 0) {
+  if (attach_query(e, s, "task_end /op == expert_up/ { @rows[tile_z] = sum(work_rows) }", 0, 0, &q) > 0) {
     decode(e, 8, 12);
     json_t *r = readout(e, &q);
     if (r && map_values(r, "@rows", out->rows, 4) > 0) rc = 0;
@@ -232,13 +190,13 @@ static void test_work_fields(void) {
   CHECK(e != NULL);
   if (!e) goto out;
   struct live attn_rows, attn_ctx, attn_bytes, wo_bytes, passed, jit, none;
-  CHECK(attach_query(e, s, "task_end /op == attn/ { @ = sum(work_rows) }", &attn_rows) > 0);
-  CHECK(attach_query(e, s, "task_end /op == attn/ { @ = sum(ctx_len) }", &attn_ctx) > 0);
-  CHECK(attach_query(e, s, "task_end /op == attn/ { @ = sum(work_bytes) }", &attn_bytes) > 0);
-  CHECK(attach_query(e, s, "task_end /op == wo/ { @ = max(work_bytes) }", &wo_bytes) > 0);
-  CHECK(attach_query(e, s, "task_begin /launch_mode == jit/ { @ = sum(passed_over) }", &passed) > 0);
-  CHECK(attach_query(e, s, "task_begin /launch_mode == jit/ { @ = count() }", &jit) > 0);
-  CHECK(attach_query(e, s, "task_begin /remote_event != 0xffffffff/ { @ = count() }", &none) > 0);
+  CHECK(attach_query(e, s, "task_end /op == attn/ { @ = sum(work_rows) }", 0, 0, &attn_rows) > 0);
+  CHECK(attach_query(e, s, "task_end /op == attn/ { @ = sum(ctx_len) }", 0, 0, &attn_ctx) > 0);
+  CHECK(attach_query(e, s, "task_end /op == attn/ { @ = sum(work_bytes) }", 0, 0, &attn_bytes) > 0);
+  CHECK(attach_query(e, s, "task_end /op == wo/ { @ = max(work_bytes) }", 0, 0, &wo_bytes) > 0);
+  CHECK(attach_query(e, s, "task_begin /launch_mode == jit/ { @ = sum(passed_over) }", 0, 0, &passed) > 0);
+  CHECK(attach_query(e, s, "task_begin /launch_mode == jit/ { @ = count() }", 0, 0, &jit) > 0);
+  CHECK(attach_query(e, s, "task_begin /remote_event != 0xffffffff/ { @ = count() }", 0, 0, &none) > 0);
   decode(e, 4, 10);
   json_t *r1 = readout(e, &attn_rows), *r2 = readout(e, &attn_ctx), *r3 = readout(e, &attn_bytes),
          *r4 = readout(e, &wo_bytes), *r5 = readout(e, &passed), *r6 = readout(e, &jit), *r7 = readout(e, &none);
@@ -283,12 +241,12 @@ static void test_remote_fields(void) {
   CHECK(e != NULL);
   if (!e) goto out;
   struct live rem, same_step, other_dev, comm;
-  CHECK(attach_query(e, s, "task_begin /remote_event != 0xffffffff/ { @[remote_device] = count() }", &rem) > 0);
+  CHECK(attach_query(e, s, "task_begin /remote_event != 0xffffffff/ { @[remote_device] = count() }", 0, 0, &rem) > 0);
   CHECK(attach_query(e, s, "task_begin /remote_event != 0xffffffff && remote_gen == step && remote_event == event_id/"
-                           " { @ = count() }", &same_step) > 0);
+                           " { @ = count() }", 0, 0, &same_step) > 0);
   CHECK(attach_query(e, s, "task_begin /remote_event != 0xffffffff && remote_device == device/ { @ = count() }",
-                     &other_dev) > 0);
-  CHECK(attach_query(e, s, "comm /remote_device == peer && remote_gen == step/ { @ = count() }", &comm) > 0);
+                     0, 0, &other_dev) > 0);
+  CHECK(attach_query(e, s, "comm /remote_device == peer && remote_gen == step/ { @ = count() }", 0, 0, &comm) > 0);
   decode(e, 4, 6);
   json_t *r1 = readout(e, &rem), *r2 = readout(e, &same_step), *r3 = readout(e, &other_dev), *r4 = readout(e, &comm);
   CHECK(r1 && r2 && r3 && r4);

@@ -83,8 +83,7 @@ int bench_prefill(int argc, char **argv) {
       {"model", required_argument, 0, 0},     {"model-seed", required_argument, 0, 0},
       {"prompts", required_argument, 0, 0},   {"max-batched-tokens", required_argument, 0, 0},
       {"rounds", required_argument, 0, 0},    {"workers", required_argument, 0, 0},
-      {"q8-activations", no_argument, 0, 0},  {"json", no_argument, 0, 0},
-      {"f32-activations", no_argument, 0, 0}, {"chunked-only", no_argument, 0, 0},
+      CLI_ACT_OPTIONS, {"json", no_argument, 0, 0}, {"chunked-only", no_argument, 0, 0},
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct cli_model cm = {0};
   int lens[MAX_LENS] = {32, 128, 512}, n_lens = 3, q8 = 1, as_json = 0, only = 0;
@@ -105,8 +104,7 @@ int bench_prefill(int argc, char **argv) {
     else if (!strcmp(n, "max-batched-tokens")) r = cli_int("--max-batched-tokens", optarg, 2, 4096, &mbt);
     else if (!strcmp(n, "rounds")) r = cli_int("--rounds", optarg, 1, MAX_ROUNDS, &rounds);
     else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
-    else if (!strcmp(n, "q8-activations")) q8 = 1;
-    else if (!strcmp(n, "f32-activations")) q8 = 0;
+    else if (cli_act_opt(n, &q8)) continue;
     else if (!strcmp(n, "json")) as_json = 1;
     else if (!strcmp(n, "chunked-only")) only = 1;
     if (r) return usage(stderr), 2;

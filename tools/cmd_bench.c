@@ -130,8 +130,7 @@ static int bench_decode(int argc, char **argv) {
       {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
       {"steps", required_argument, 0, 0},     {"warmup", required_argument, 0, 0},
       {"workers", required_argument, 0, 0},   {"json", no_argument, 0, 0},
-      {"model", required_argument, 0, 0},    {"q8-activations", no_argument, 0, 0},
-      {"f32-activations", no_argument, 0, 0},
+      {"model", required_argument, 0, 0},    CLI_ACT_OPTIONS,
       {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
   struct cli_model cm = {0};
   long batch = 1, steps = 16, warmup = 2, workers = 0;
@@ -155,8 +154,7 @@ static int bench_decode(int argc, char **argv) {
     else if (!strcmp(n, "warmup")) r = cli_int("--warmup", optarg, 0, 1 << 20, &warmup);
     else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
     else if (!strcmp(n, "json")) as_json = 1;
-    else if (!strcmp(n, "q8-activations")) q8 = 1;
-    else if (!strcmp(n, "f32-activations")) q8 = 0;
+    else if (cli_act_opt(n, &q8)) continue;
     if (r) return 2;
   }
   struct ms_model *m = cli_model_load(&cm);

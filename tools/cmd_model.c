@@ -450,7 +450,7 @@ static int cmd_logits(int argc, char **argv) {
       {"dtype", required_argument, 0, 0},   {"model-seed", required_argument, 0, 0},
       {"tokens", required_argument, 0, 0},  {"out", required_argument, 0, 0},
       {"reference", no_argument, 0, 0},     {"workers", required_argument, 0, 0},
-      {"q8-activations", no_argument, 0, 0}, {"f32-activations", no_argument, 0, 0},
+      CLI_ACT_OPTIONS,
       {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
   struct cli_model cm = {0};
   const char *tokens = NULL, *out = NULL;
@@ -479,8 +479,7 @@ static int cmd_logits(int argc, char **argv) {
     if (!strcmp(n, "tokens")) tokens = optarg;
     else if (!strcmp(n, "out")) out = optarg;
     else if (!strcmp(n, "reference")) use_ref = 1;
-    else if (!strcmp(n, "q8-activations")) q8 = 1;
-    else if (!strcmp(n, "f32-activations")) q8 = 0;
+    else if (cli_act_opt(n, &q8)) continue;
     else if (!strcmp(n, "workers") && cli_int("--workers", optarg, 1, 1024, &workers)) return 2;
   }
   if (q8 < 0) q8 = !use_ref;  /* the engine's default; the reference's exact forward */

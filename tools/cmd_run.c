@@ -136,8 +136,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
       {"ringbuf-bytes", required_argument, 0, 0}, {"interp", no_argument, 0, 0},
       {"model", required_argument, 0, 0}, {"sim-param", required_argument, 0, 0},
       {"tp", required_argument, 0, 0},    {"fault", required_argument, 0, 0}, RUN_TEXT_OPTIONS,
-      {"q8-activations", no_argument, 0, 0}, {"max-batched-tokens", required_argument, 0, 0},
-      {"f32-activations", no_argument, 0, 0},
+      CLI_ACT_OPTIONS, {"max-batched-tokens", required_argument, 0, 0},
       {0, 0, 0, 0}};
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
                          .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = -1,
@@ -205,8 +204,7 @@ static int parse(int argc, char **argv, struct run_args *a) {
     else if (!strcmp(n, "sample")) r = cli_int("--sample", optarg, 1, 1L << 31, &a->sample);
     else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
     else if (!strcmp(n, "interp")) a->interp = 1;
-    else if (!strcmp(n, "q8-activations")) a->q8 = 1;
-    else if (!strcmp(n, "f32-activations")) a->q8 = 0;
+    else if (cli_act_opt(n, &a->q8)) continue;
     else if (!strcmp(n, "max-batched-tokens"))
       r = cli_int("--max-batched-tokens", optarg, 0, 4096, &a->max_batched);
     else if (!strcmp(n, "mode")) {

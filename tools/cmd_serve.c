@@ -100,7 +100,7 @@ static int parse(int argc, char **argv, struct serve_args *a) {
       {"port", required_argument, 0, 0},      {"api-key", required_argument, 0, 0},
       {"chat-template", required_argument, 0, 0}, {"temperature", required_argument, 0, 0},
       {"drain-timeout", required_argument, 0, 0}, {"max-batched-tokens", required_argument, 0, 0},
-      {"f32-activations", no_argument, 0, 0}, {"q8-activations", no_argument, 0, 0},
+      CLI_ACT_OPTIONS,
       {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   *a = (struct serve_args){.batch = 8, .max_ctx = 512, .max_tokens = 16, .watchdog_ms = 5000,
@@ -138,8 +138,7 @@ static int parse(int argc, char **argv, struct serve_args *a) {
     else if (!strcmp(n, "api-key")) a->api_key = optarg;
     else if (!strcmp(n, "chat-template")) a->chat_template = optarg;
     else if (!strcmp(n, "drain-timeout")) r = cli_int("--drain-timeout", optarg, 0, 86400, &a->drain_s);
-    else if (!strcmp(n, "f32-activations")) a->q8 = 0;
-    else if (!strcmp(n, "q8-activations")) a->q8 = 1;
+    else if (cli_act_opt(n, &a->q8)) continue;
     else if (!strcmp(n, "max-batched-tokens"))
       r = cli_int("--max-batched-tokens", optarg, 0, 4096, &a->max_batched);
     else if (!strcmp(n, "temperature")) {

@@ -14,6 +14,12 @@
 #include "megascope/gguf.h"
 #include "megascope/tokenizer.h"
 
+int cli_act_opt(const char *name, int *q8) {
+  if (strcmp(name, "q8-activations") && strcmp(name, "f32-activations")) return 0;
+  *q8 = name[0] == 'q';
+  return 1;
+}
+
 int cli_model_opt(struct cli_model *cm, const char *name, const char *arg) {
   if (!strcmp(name, "synthetic")) cm->preset = arg;
   else if (!strcmp(name, "dtype")) cm->dtype = arg;

@@ -34,6 +34,11 @@ struct cli_model {
   "                       reference)\n"                                                    \
   "  --f32-activations    f32 GEMV inputs, the exact path (logits within 1e-3)\n"
 
+#define CLI_ACT_OPTIONS {"q8-activations", no_argument, 0, 0}, {"f32-activations", no_argument, 0, 0}
+
+/* 1 when name is --q8-activations (*q8 = 1) or --f32-activations (*q8 = 0). */
+int cli_act_opt(const char *name, int *q8);
+
 /* Returns 1 when the option was a model option (consuming optarg). */
 int cli_model_opt(struct cli_model *cm, const char *name, const char *arg);
 /* Loads the model; prints the reason and returns NULL on failure. */

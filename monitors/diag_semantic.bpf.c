@@ -6,11 +6,19 @@
 //                        (ready -> begin), the longest queue (a starved task);
 //   evclass_lag          per event class: the release lag, from the completing
 //                        producer's end to the event's release (a held notification);
-//   worker_queue/_top    per worker: queue ns, and the two workers queueing most
-//                        (a saturated queue);
-//   req_attn             per request: its attention tasks' time (a long context);
-//   expert_stat          per MoE expert: its tasks' time (routing skew);
-//   device_comm          per device: its communication time, from the comm hook.
+//   worker_queue/_top    per worker: queue ns and task ns, and the two workers
+//                        queueing most (a saturated queue);
+//   worker_slow_top      the two workers whose tasks ran longest against their
+//                        classes' running means (a throttled worker);
+//   req_attn             per request: its attention tasks' time (a long context)
+//                        and when the last ended (a request that joined late);
+//   expert_stat          per MoE expert: its tasks' time and the rows they
+//                        processed (ABI v2 work_rows: routing skew by counts);
+//   device_comm          per device: its communication time, from the comm hook;
+//   device_busy          per device: its workers' task time (communication aside).
+// Besides the questions about the seven faults the benchmark was built on, the
+// tables answer "where" for any slowness: by class, kernel, layer (the class
+// names carry it), worker, device, request and expert.
 // scratch_* maps are the monitor's working memory and are never read out.
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
@@ -26,6 +34,7 @@
 #define OP_ATTN 5
 #define OP_EXPERT_UP 10
 #define OP_EXPERT_DOWN 11
+#define OP_COMM 16
 
 /* per task class and kernel: tasks, their time (sum, sum of squares) and queueing */
 struct task_stat {
@@ -39,6 +48,20 @@ struct time_stat {
 
 struct stat2 {
   __u64 n, ns;
+};
+
+/* per worker: tasks, their queueing, their time, and the sum of their times
+ * against their classes' running means (per mille) */
+struct wstat {
+  __u64 n, queue_ns, busy_ns, ratio_pm;
+};
+
+struct expert {
+  __u64 n, ns, ns_sq, max, rows;
+};
+
+struct req {
+  __u64 n, ns, ns_sq, max, last;
 };
 
 struct top {
@@ -74,7 +97,7 @@ struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(max_entries, MAX_WORKERS);
   __type(key, __u32);
-  __type(value, struct stat2);
+  __type(value, struct wstat);
 } worker_queue SEC(".maps");
 
 struct {
@@ -85,17 +108,24 @@ struct {
 } worker_top SEC(".maps");
 
 struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, 2);
+  __type(key, __u32);
+  __type(value, struct top);
+} worker_slow_top SEC(".maps");
+
+struct {
   __uint(type, BPF_MAP_TYPE_HASH);
   __uint(max_entries, 256);
   __type(key, __u64);
-  __type(value, struct time_stat);
+  __type(value, struct req);
 } req_attn SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(max_entries, MAX_EXPERTS);
   __type(key, __u32);
-  __type(value, struct time_stat);
+  __type(value, struct expert);
 } expert_stat SEC(".maps");
 
 struct {
@@ -104,6 +134,13 @@ struct {
   __type(key, __u32);
   __type(value, struct time_stat);
 } device_comm SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MAX_DEVICES);
+  __type(key, __u32);
+  __type(value, struct stat2);
+} device_busy SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -136,11 +173,11 @@ static __always_inline void add_time(struct time_stat *s, __u64 ns) {
   if (ns > s->max) s->max = ns;
 }
 
-/* Keeps the two workers with the most queueing (their running sums). */
-static __always_inline void top_update(__u32 w, __u64 sum) {
+/* Keeps the two workers with the largest running sums in a top map. */
+static __always_inline void top_update(void *map, __u32 w, __u64 sum) {
   __u32 k0 = 0, k1 = 1;
-  struct top *a = bpf_map_lookup_elem(&worker_top, &k0);
-  struct top *b = bpf_map_lookup_elem(&worker_top, &k1);
+  struct top *a = bpf_map_lookup_elem(map, &k0);
+  struct top *b = bpf_map_lookup_elem(map, &k1);
   if (!a || !b) return;
   if (a->worker == w) {
     a->queue_ns = sum;
@@ -161,29 +198,54 @@ int on_end(struct ms_hook_ctx *ctx) {
   __u64 ns = ctx->t_end - ctx->t_begin;
   __u64 q = ctx->t_begin > ctx->t_ready ? ctx->t_begin - ctx->t_ready : 0;
   struct task_stat *s = bpf_map_lookup_elem(&class_stat, &cls);
-  if (s) add_task(s, ns, q);
+  __u64 pm = 1000;  /* this task against its class's mean so far */
+  if (s) {
+    add_task(s, ns, q);
+    if (s->ns > 0) pm = ns * s->n * 1000 / s->ns;
+  }
   s = bpf_map_lookup_elem(&op_stat, &op);
   if (s) add_task(s, ns, q);
-  struct stat2 *wq = bpf_map_lookup_elem(&worker_queue, &w);
+  struct wstat *wq = bpf_map_lookup_elem(&worker_queue, &w);
   if (wq) {
     __sync_fetch_and_add(&wq->n, 1);
-    __sync_fetch_and_add(&wq->ns, q);
-    top_update(w, wq->ns);
+    __sync_fetch_and_add(&wq->queue_ns, q);
+    __sync_fetch_and_add(&wq->busy_ns, ns);
+    __sync_fetch_and_add(&wq->ratio_pm, pm);
+    top_update(&worker_top, w, wq->queue_ns);
+    /* the excess over "as fast as the class", in per mille task units */
+    __u64 fair = wq->n * 1000;
+    top_update(&worker_slow_top, w, wq->ratio_pm > fair ? wq->ratio_pm - fair : 0);
+  }
+  __u32 d = ctx->device;
+  struct stat2 *db = op == OP_COMM ? 0 : bpf_map_lookup_elem(&device_busy, &d);
+  if (db) {
+    __sync_fetch_and_add(&db->n, 1);
+    __sync_fetch_and_add(&db->ns, ns);
   }
   if (op == OP_ATTN && ctx->req_slot != MS_HOOK_NONE32) {
     __u64 key = (__u64)ctx->req_slot << 32 | ctx->req_gen;
-    struct time_stat *r = bpf_map_lookup_elem(&req_attn, &key);
+    struct req *r = bpf_map_lookup_elem(&req_attn, &key);
     if (r) {
-      add_time(r, ns);
+      __sync_fetch_and_add(&r->n, 1);
+      __sync_fetch_and_add(&r->ns, ns);
+      __sync_fetch_and_add(&r->ns_sq, ns * ns);
+      if (ns > r->max) r->max = ns;
+      if (ctx->t_end > r->last) r->last = ctx->t_end;  /* racy max, as the others */
     } else {
-      struct time_stat first = {1, ns, ns * ns, ns};
+      struct req first = {1, ns, ns * ns, ns, ctx->t_end};
       bpf_map_update_elem(&req_attn, &key, &first, BPF_NOEXIST);
     }
   }
   if ((op == OP_EXPERT_UP || op == OP_EXPERT_DOWN) && ctx->tile_z >= 0) {
     __u32 x = (__u32)ctx->tile_z;
-    struct time_stat *e = bpf_map_lookup_elem(&expert_stat, &x);
-    if (e) add_time(e, ns);
+    struct expert *e = bpf_map_lookup_elem(&expert_stat, &x);
+    if (e) {
+      __sync_fetch_and_add(&e->n, 1);
+      __sync_fetch_and_add(&e->ns, ns);
+      __sync_fetch_and_add(&e->ns_sq, ns * ns);
+      if (ns > e->max) e->max = ns;
+      __sync_fetch_and_add(&e->rows, ctx->work_rows);  /* ABI v2 */
+    }
   }
   struct ended *end = bpf_map_lookup_elem(&scratch_end, &t);
   if (end) {

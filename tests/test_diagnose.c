@@ -7,6 +7,7 @@
  * names a fault's culprit from its own evidence; the scores add up. Small
  * simulated runs only (16 SMs, two layers). */
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,16 +88,36 @@ static void test_generate(void) {
   struct bench_scenario *s;
   int n, count[MS_FAULT_TYPE_COUNT] = {0}, healthy = 0;
   CHECK(bench_scenarios_generate(8, 3, MS_BACKEND_SIM, &s, &n) == 0);
-  CHECK(n == 8 * MS_FAULT_TYPE_COUNT + 4);
+  CHECK(n == 8 * MS_FAULT_TYPE_COUNT + 8);
+  int tp_seen[5] = {0}, batch_lo = 99, batch_hi = 0, moe = 0, presets = 0, gpus = 0;
+  char seen_p[16][32], seen_g[8][16];
   for (int i = 0; i < n; i++) {
     if (s[i].n_faults)
       count[s[i].faults[0].type]++;
     else
       healthy++;
     CHECK(s[i].faults[0].given == 0 || !s[i].n_faults);
+    /* every configuration dimension drawn, devices wherever a fault needs them */
+    CHECK(s[i].tp >= 1 && s[i].tp <= 4 && s[i].batch >= 1 && s[i].batch <= 16);
+    tp_seen[s[i].tp]++;
+    if (s[i].batch < batch_lo) batch_lo = s[i].batch;
+    if (s[i].batch > batch_hi) batch_hi = s[i].batch;
+    moe += s[i].n_experts > 0 || !strcmp(s[i].preset, "tiny-moe");
+    if (s[i].n_faults && (s[i].faults[0].type == MS_FAULT_COMM_DELAY || s[i].faults[0].type == MS_FAULT_BANDWIDTH_STEAL))
+      CHECK(s[i].tp >= 2);
+    if (s[i].n_faults && s[i].faults[0].type == MS_FAULT_ROUTING_SKEW)
+      CHECK(s[i].n_experts > 0 || !strcmp(s[i].preset, "tiny-moe"));
+    int k = 0;
+    while (k < presets && strcmp(seen_p[k], s[i].preset)) k++;
+    if (k == presets && presets < 16) snprintf(seen_p[presets++], 32, "%s", s[i].preset);
+    k = 0;
+    while (k < gpus && strcmp(seen_g[k], s[i].gpu)) k++;
+    if (k == gpus && gpus < 8) snprintf(seen_g[gpus++], 16, "%s", s[i].gpu);
   }
   for (int t = 0; t < MS_FAULT_TYPE_COUNT; t++) CHECK(count[t] == 8);
-  CHECK(healthy == 4);
+  CHECK(healthy == 8);
+  CHECK(tp_seen[1] && tp_seen[2] && tp_seen[3] && tp_seen[4] && batch_lo <= 2 && batch_hi >= 15);
+  CHECKF(presets >= 6 && gpus == 4 && moe > 8 && moe < n, "presets %d gpus %d moe %d", presets, gpus, moe);
   struct bench_scenario *again;
   int m;
   CHECK(bench_scenarios_generate(8, 3, MS_BACKEND_SIM, &again, &m) == 0 && m == n);
@@ -183,26 +204,56 @@ static void test_observe_and_diagnose(void) {
   free(s);
 }
 
-/* Scores: counted over the scenarios that ran, as documented. */
+/* Scores: counted over the scenarios that ran and had an effect, per split, as
+ * documented; scope apart from the cause; "unknown cause, scope X" right. */
 static void test_score(void) {
-  struct bench_case cases[3];
+  struct bench_case cases[6];
   memset(cases, 0, sizeof cases);
-  struct bench_report r = {.n = 3, .cases = cases, .o = {.n_budgets = 1, .budgets = {1024}}};
+  struct bench_report r = {.n = 6, .cases = cases, .o = {.n_budgets = 1, .budgets = {1024}}};
+  /* 0: right cause, wrong class, confident: falsely confident */
   cases[0].truth_cause = MS_FAULT_SLOW_CLASS;
   cases[0].truth_kind = MS_CULPRIT_TASK_CLASS;
   cases[0].truth_id = 4;
   cases[0].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = MS_FAULT_SLOW_CLASS, .kind = MS_CULPRIT_TASK_CLASS,
                                                        .id = 5, .confidence = 0.9, .bytes = 100, .cause_ok = 1};
+  /* 1: healthy, "none" */
   cases[1].truth_cause = -1;
   cases[1].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = -1, .id = -1, .confidence = 0.9, .bytes = 300,
-                                                       .cause_ok = 1, .culprit_ok = 1};
+                                                       .cause_ok = 1, .culprit_ok = 1, .scope_ok = 1};
+  /* 2: did not run */
   snprintf(cases[2].error, sizeof cases[2].error, "did not run");
+  /* 3: an open-ended cause, "unknown cause, worker 7", confident: right scope, not falsely confident */
+  cases[3].truth_cause = MS_FAULT_SLOW_WORKER;
+  cases[3].truth_kind = MS_CULPRIT_WORKER;
+  cases[3].truth_id = 7;
+  cases[3].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = -2, .kind = MS_CULPRIT_WORKER, .id = 7,
+                                                       .confidence = 0.8, .bytes = 200, .scope_ok = 1};
+  /* 4: no measurable effect: left out, counted */
+  cases[4].truth_cause = MS_FAULT_QUEUE_SATURATION;
+  cases[4].no_effect = 1;
+  cases[4].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = -1, .confidence = 0.9};
+  /* 5: held out: the right scope, a wrong cause named with confidence */
+  cases[5].split = 1;
+  cases[5].truth_cause = MS_FAULT_SLOW_WORKER;
+  cases[5].truth_kind = MS_CULPRIT_WORKER;
+  cases[5].truth_id = 2;
+  cases[5].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = MS_FAULT_QUEUE_SATURATION, .kind = MS_CULPRIT_WORKER,
+                                                       .id = 2, .confidence = 0.7, .bytes = 50, .scope_ok = 1};
   struct bench_totals t;
-  bench_score(&r, BM_SEMANTIC, 0, &t);
-  CHECK(t.n == 2 && t.cause_accuracy == 1 && t.culprit_accuracy == 0.5 && t.false_confidence == 0.5 &&
-        t.telemetry_bytes == 200);
-  bench_score_type(&r, BM_SEMANTIC, 0, -1, &t);
+  bench_score(&r, 0, BM_SEMANTIC, 0, &t);
+  CHECK(t.n == 3 && t.no_effect == 1 && t.telemetry_bytes == 200);
+  CHECK(fabs(t.cause_accuracy - 2.0 / 3) < 1e-9 && fabs(t.culprit_accuracy - 1.0 / 3) < 1e-9);
+  CHECK(fabs(t.scope_accuracy - 2.0 / 3) < 1e-9 && fabs(t.false_confidence - 1.0 / 3) < 1e-9);
+  bench_score(&r, 1, BM_SEMANTIC, 0, &t);
+  CHECK(t.n == 1 && t.scope_accuracy == 1 && t.cause_accuracy == 0 && t.false_confidence == 1);
+  bench_score(&r, -1, BM_SEMANTIC, 0, &t);
+  CHECK(t.n == 4 && t.no_effect == 1);
+  bench_score_type(&r, 0, BM_SEMANTIC, 0, -1, &t);
   CHECK(t.n == 1 && t.culprit_accuracy == 1);
+  int n[4], right[4];
+  bench_reliability(&r, -1, BM_SEMANTIC, 0, 4, n, right);
+  /* confidences 0.9 (wrong), 0.9 (right), 0.8 (right), 0.7 (wrong cause) */
+  CHECK(n[0] == 0 && n[1] == 0 && n[2] == 1 && right[2] == 0 && n[3] == 3 && right[3] == 2);
 }
 
 int main(void) {

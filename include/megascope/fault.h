@@ -28,6 +28,14 @@ enum ms_fault_type {
   MS_FAULT_COMM_DELAY = 4,        /* one device's communication tasks complete delay_ns late */
   MS_FAULT_STARVE_TASK = 5,       /* one ready JIT task is passed over by the scheduler for delay_ns */
   MS_FAULT_SLOW_REQUEST = 6,      /* one request's attention reads a context `factor` times longer */
+  /* Open-ended causes: no diagnoser was written for these (docs/benchmark.md). */
+  MS_FAULT_SLOW_WORKER = 7,       /* every task on one worker runs `factor` times longer (a throttled SM) */
+  MS_FAULT_BANDWIDTH_STEAL = 8,   /* one device's weight-streaming tasks run `factor` times longer (a neighbour
+                                     takes its memory bandwidth) */
+  MS_FAULT_SLOW_LAYER = 9,        /* every task of one layer runs `factor` times longer (its weights on a
+                                     slower memory tier) */
+  MS_FAULT_LATE_ADMISSION = 10,   /* one request slot stays closed delay_ns after the first admission (the
+                                     KV-page allocator stalls): the request queued for it joins late */
   MS_FAULT_TYPE_COUNT
 };
 
@@ -40,6 +48,7 @@ enum ms_culprit_kind {
   MS_CULPRIT_WORKER = 4,         /* worker (SM) index */
   MS_CULPRIT_DEVICE = 5,         /* device index of a tensor-parallel plan */
   MS_CULPRIT_EXPERT = 6,         /* MoE expert index */
+  MS_CULPRIT_LAYER = 7,          /* transformer block index */
   MS_CULPRIT_KIND_COUNT
 };
 
@@ -47,8 +56,9 @@ struct ms_fault {
   enum ms_fault_type type;
   int target;          /* the culprit, of the kind ms_fault_culprit_kind(type) names */
   int tile;            /* starve_task: which task of the class (its tile-th, in plan order) */
-  double factor;       /* slow_class, slow_request: > 1; routing_skew, queue_saturation: 0..1 */
-  uint64_t delay_ns;   /* delayed_release, comm_delay, starve_task */
+  double factor;       /* slow_class, slow_request, slow_worker, bandwidth_steal, slow_layer: >= 1;
+                          routing_skew, queue_saturation: 0..1 */
+  uint64_t delay_ns;   /* delayed_release, comm_delay, starve_task, late_admission */
 };
 
 const char *ms_fault_type_name(enum ms_fault_type t);   /* "slow_class", ...; "?" otherwise */
@@ -57,6 +67,13 @@ enum ms_culprit_kind ms_fault_culprit_kind(enum ms_fault_type t);
 const char *ms_culprit_kind_name(enum ms_culprit_kind k);  /* "task_class", ... */
 /* 1 when the fault's magnitude is `factor`, 0 when it is delay_ns. */
 int ms_fault_uses_factor(enum ms_fault_type t);
+/* 1 for the types whose magnitude is a slowdown factor >= 1 (not a share). */
+int ms_fault_factor_is_slowdown(enum ms_fault_type t);
+/* routing_skew under the simulator's shape spread (row r takes experts r ..
+ * r+top_k-1 mod n_experts): how many of rows 0..rows-1 change their route when a
+ * `share` of them trade their last choice for expert `hot`. 0: the fault does
+ * nothing at this batch. */
+int ms_fault_skew_moves(double share, int rows, int n_experts, int top_k, int hot);
 
 #ifdef __cplusplus
 }

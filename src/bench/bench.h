@@ -65,6 +65,7 @@ struct bench_scenario {
   int n_faults;
   struct bench_fault faults[BENCH_MAX_FAULTS];
   char drawn[512];       /* what was drawn from the seed, in words */
+  int split;             /* 0: training, 1: held out (which file it came from, not in the file) */
 };
 
 /* ---- scenario.c ---- */
@@ -112,7 +113,8 @@ struct bench_answer {
   double coverage;           /* share of the run's task events its evidence covers, as it knows */
   double perturbation;       /* observed run time / unobserved faulty run time - 1 (sim: modelled) */
   char why[160];             /* the evidence the diagnoser went by */
-  int cause_ok, culprit_ok;
+  int cause_ok, culprit_ok;  /* the cause; the cause and the culprit */
+  int scope_ok;              /* the culprit (kind and id) whatever the cause label; healthy: "none" */
 };
 
 struct bench_case {
@@ -125,8 +127,11 @@ struct bench_case {
   double slowdown;                     /* faulty / healthy - 1 (the median of the pairs' ratios on the CPU) */
   double healthy_ns_b, faulty_ns_b;    /* a second pair on the CPU backend (noise) */
   int tune_runs;
+  int no_effect;                       /* the tuned fault had no measurable effect: not scored */
+  char effect[120];                    /* what the effect was measured by, in words */
   struct bench_answer ans[BM_COUNT][BENCH_MAX_BUDGETS];
   char error[256];           /* non-empty: the scenario could not run */
+  int split;                 /* 0: training, 1: held out (bench_run's caller sets it) */
 };
 
 struct bench_report {
@@ -188,17 +193,27 @@ void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev,
 struct bench_stat {
   double n, sum, sumsq, max;
   double qsum, qmax;          /* queue (ready -> begin) for task rows */
+  double busy;                /* worker rows: their tasks' time */
+  double ratio;               /* worker rows: the sum of their tasks' times against their classes' means */
+  double work;                /* expert rows: the rows their tasks processed (ABI v2; 0: not known) */
+  double last;                /* request rows: when their last attention task ended (0: not known) */
   uint8_t have;               /* the row was shipped (the semantic read-out charges on read) */
 };
 
+/* FS_WTOP: the two workers queueing most (n: the worker, sum: its queue time);
+ * FS_BTOP: the two whose tasks ran longest against their classes' means (n:
+ * the worker, sum: the excess, in tasks);
+ * FS_DEVBUSY: per device, its workers' task time. */
 enum bench_section {
-  FS_CLASS = 0, FS_OP, FS_EVCLASS, FS_WORKER, FS_REQUEST, FS_EXPERT, FS_DEVICE, FS_WTOP, FS_COUNT
+  FS_CLASS = 0, FS_OP, FS_EVCLASS, FS_WORKER, FS_REQUEST, FS_EXPERT, FS_DEVICE, FS_WTOP, FS_BTOP, FS_DEVBUSY,
+  FS_COUNT
 };
 
 struct bench_features {
   int n[FS_COUNT];
   struct bench_stat *row[FS_COUNT];
   int lazy;                   /* semantic: rows become `have` only when read (bench_feat_read) */
+  int per_device;             /* workers per device (the worker -> device map of ms_rt_device) */
   uint64_t budget, *bytes;    /* the read-out's budget and its running count */
   double coverage;
 };
@@ -211,11 +226,21 @@ extern const unsigned bench_row_bytes[FS_COUNT];
 /* ---- score.c ---- */
 struct bench_totals {
   int n;
-  double cause_accuracy, culprit_accuracy, false_confidence, telemetry_bytes, perturbation;
+  int no_effect;             /* scenarios left out: their fault had no measurable effect */
+  double cause_accuracy, culprit_accuracy, scope_accuracy, false_confidence, telemetry_bytes, perturbation;
 };
-void bench_score(const struct bench_report *r, int method, int budget_idx, struct bench_totals *out);
-/* The same over the cases of one fault type (-1: healthy). */
-void bench_score_type(const struct bench_report *r, int method, int budget_idx, int type, struct bench_totals *out);
+/* split: 0 training, 1 held out, -1 both. */
+void bench_score(const struct bench_report *r, int split, int method, int budget_idx, struct bench_totals *out);
+/* The same over the cases of one fault type (-1: healthy, -2: all). */
+void bench_score_type(const struct bench_report *r, int split, int method, int budget_idx, int type,
+                      struct bench_totals *out);
+/* Reliability: the answers at a budget by stated confidence in n_bins equal
+ * bins, with how many there were and how many were right (the scope and, when
+ * named, the cause). */
+void bench_reliability(const struct bench_report *r, int split, int method, int budget_idx, int n_bins, int *n,
+                       int *right);
+/* 1 when an answer is right in everything it asserts. */
+int bench_answer_right(const struct bench_answer *a);
 
 /* ---- report.c ---- */
 int bench_report_json(const struct bench_report *r, FILE *f);

@@ -223,6 +223,7 @@ struct fctx {
   double floor_abs;     /* ns: below this, a difference is noise */
   double drift;         /* how much slower every class ran than in the reference (the median) */
   double spread;        /* how much the classes' ratios scatter around it */
+  double step_ns;       /* the run's time per step (the late-request scale) */
   struct hyp *h;
   int n;
 };
@@ -320,6 +321,117 @@ static void hyp_ops(struct fctx *c) {
   }
 }
 
+/* A worker's tasks' times against their classes' means (1: as fast as the
+ * class), divided by the same for that worker in the reference (a worker that
+ * runs the step start or the sampler is slower in both). 1: not known. */
+static double worker_task_ratio(struct fctx *c, int w) {
+  if (w < 0 || w >= c->cur->n[FS_WORKER] || !c->cur->row[FS_WORKER][w].have) return 1;
+  const struct bench_stat *x = &c->cur->row[FS_WORKER][w], *r = &c->ref->row[FS_WORKER][w];
+  if (x->n < 3 || r->n < 3 || !(x->ratio > 0) || !(r->ratio > 0)) return 1;
+  return (x->ratio / x->n) / (r->ratio / r->n);
+}
+
+/* Open-ended: the worker whose tasks ran longest against their classes' means,
+ * if that is more than its own reference: a cause no diagnoser here was written
+ * for, so "unknown", scope the worker. */
+static void hyp_busy_worker(struct fctx *c) {
+  if (!c->cur->row[FS_BTOP][0].have) return;
+  int w = (int)c->cur->row[FS_BTOP][0].n;
+  if (w < 0 || w >= c->cur->n[FS_WORKER] || !bench_feat_read(c->cur, FS_WORKER, w)) return;
+  const struct bench_stat *x = &c->cur->row[FS_WORKER][w];
+  double ratio = worker_task_ratio(c, w);
+  /* a mean over n tasks: the noise of one task's time shrinks with sqrt(n) */
+  double z = (ratio - 1) / (0.01 + 0.3 / sqrt(x->n) + c->spread);
+  add(c, -2, MS_CULPRIT_WORKER, w, z, "worker %d: its tasks ran %.2fx their classes' mean time, against its own "
+      "reference (%.0f tasks)", w, ratio, x->n);
+}
+
+/* Open-ended: a device whose tasks (communication aside) ran slower than the
+ * other devices', against the same in the reference. */
+static void hyp_device_busy(struct fctx *c) {
+  int D = c->cur->n[FS_DEVBUSY];
+  if (D < 2) return;
+  double mc[BENCH_MAX_DEVICES], mr[BENCH_MAX_DEVICES], sc = 0, sr = 0;
+  int n = 0;
+  for (int d = 0; d < D && d < BENCH_MAX_DEVICES; d++) {
+    const struct bench_stat *x = &c->cur->row[FS_DEVBUSY][d], *r = &c->ref->row[FS_DEVBUSY][d];
+    if (!x->have || x->n < 8 || r->n < 8) return;
+    mc[d] = x->sum / x->n;
+    mr[d] = r->sum / r->n;
+    sc += mc[d];
+    sr += mr[d];
+    n++;
+  }
+  for (int d = 0; d < n; d++) {
+    double oc = (sc - mc[d]) / (n - 1), orf = (sr - mr[d]) / (n - 1);
+    double ratio = (mc[d] / oc) / (mr[d] / orf);
+    double z = (ratio - 1) / (0.01 + 0.5 / sqrt(c->cur->row[FS_DEVBUSY][d].n) + c->spread);
+    add(c, -2, MS_CULPRIT_DEVICE, d, z, "device %d: its tasks ran %.3fx as long as the other devices' (against the "
+        "reference)", d, ratio);
+  }
+}
+
+/* Open-ended: a layer most of whose classes ran slower (the median of their
+ * z-scores, combined over the layer's classes); one slow class in a layer
+ * leaves the median at the noise. */
+static void hyp_layer(struct fctx *c, const double *zc, int nz) {
+  int L = c->p->model->cfg.n_layers;
+  for (int l = 0; l < L; l++) {
+    double z[256];
+    int k = 0;
+    for (int i = 0; i < nz && k < 256; i++)
+      if (c->p->classes[i].layer == l && have(c, FS_CLASS, i) && c->p->classes[i].kernel != MS_K_EMPTY &&
+          c->p->classes[i].kernel != MS_K_COMM)
+        z[k++] = zc[i];
+    if (k < 3) continue;
+    sort_d(z, k);
+    double med = z[k / 2];
+    add(c, -2, MS_CULPRIT_LAYER, l, med * sqrt(k) / 2,
+        "layer %d: the median of its %d classes' task times is %.1f sigma above the reference", l, k, med);
+  }
+}
+
+/* Open-ended: a request whose last attention task ended much later than the
+ * other requests' (they all join the first step and run as many steps): one
+ * step late is about z 25. */
+static void hyp_late_request(struct fctx *c) {
+  int n = c->cur->n[FS_REQUEST];
+  double cmin = 1e300, rmin = 1e300, rmax = 0;
+  for (int i = 0; i < n; i++) {
+    const struct bench_stat *x = &c->cur->row[FS_REQUEST][i], *r = &c->ref->row[FS_REQUEST][i];
+    if (x->have && x->n > 0 && x->last > 0 && x->last < cmin) cmin = x->last;
+    if (r->n > 0 && r->last > 0 && r->last < rmin) rmin = r->last;
+    if (r->n > 0 && r->last > rmax) rmax = r->last;
+  }
+  if (cmin >= 1e300 || rmin >= 1e300 || !(c->step_ns > 0)) return;
+  for (int i = 0; i < n; i++) {
+    const struct bench_stat *x = &c->cur->row[FS_REQUEST][i];
+    if (!x->have || x->n <= 0 || !(x->last > 0)) continue;
+    double late = x->last - cmin, ref_late = rmax - rmin;
+    double z = (late - ref_late) / (0.04 * c->step_ns + c->floor_abs);
+    add(c, -2, MS_CULPRIT_REQUEST, i, z, "request slot %d: its last attention ended %.1f us after the first "
+        "request's (reference: %.1f us at most)", i, late / 1e3, ref_late / 1e3);
+  }
+}
+
+/* Routing by counts (ABI v2 work_rows): an expert whose share of the routed
+ * rows grew, whatever it cost in time. */
+static void hyp_rows(struct fctx *c) {
+  double tc = 0, tr = 0;
+  for (int x = 0; x < c->cur->n[FS_EXPERT]; x++) {
+    if (!have(c, FS_EXPERT, x)) return;
+    tc += c->cur->row[FS_EXPERT][x].work;
+    tr += c->ref->row[FS_EXPERT][x].work;
+  }
+  if (!(tc > 0) || !(tr > 0)) return;
+  for (int x = 0; x < c->cur->n[FS_EXPERT]; x++) {
+    double sc = c->cur->row[FS_EXPERT][x].work / tc, sr = c->ref->row[FS_EXPERT][x].work / tr;
+    double z = (sc - sr) / (0.05 * sr + sqrt(sr * (1 - sr) / tc) + 1e-3);
+    add(c, MS_FAULT_ROUTING_SKEW, MS_CULPRIT_EXPERT, x, z,
+        "expert %d: %.1f%% of the routed rows, reference %.1f%% (z %.1f)", x, 100 * sc, 100 * sr, z);
+  }
+}
+
 /* The worker whose tasks queue longest in all (ready -> begin, summed): a
  * saturated queue holds back everything placed on it. Measured against its
  * peers in the same run (a loaded machine delays every worker), and that ratio
@@ -359,9 +471,13 @@ static void hyp_worker(struct fctx *c) {
   double peers = (total - me->sum) / (W - 1), ref_peers = (s - m) / (n - 1);
   double r_cur = me->sum / (peers + c->floor_abs), r_ref = m / (ref_peers + c->floor_abs);
   double z = (r_cur - r_ref) / (0.15 * r_ref + 0.05);
-  add(c, MS_FAULT_QUEUE_SATURATION, MS_CULPRIT_WORKER, top, z,
-      "worker %d: its tasks queued %.1fx as long as its peers' (%.1f us in all; reference: the worst worker %.1fx)",
-      top, r_cur, me->sum / 1e3, r_ref);
+  /* a saturated queue moves work onto the worker; it does not make the work
+   * slower. A worker whose tasks are slower too is something else. */
+  double slow = worker_task_ratio(c, top);
+  int cause = slow > 1.05 ? -2 : MS_FAULT_QUEUE_SATURATION;
+  add(c, cause, MS_CULPRIT_WORKER, top, z,
+      "worker %d: its tasks queued %.1fx as long as its peers' (%.1f us in all; reference: the worst worker %.1fx)%s",
+      top, r_cur, me->sum / 1e3, r_ref, cause == -2 ? "; its tasks also ran slower" : "");
 }
 
 /* The median of cur / ref mean task time over the classes seen enough on both
@@ -387,6 +503,18 @@ static double drift_of(const struct fctx *c, double *spread) {
 static void collect(struct fctx *c) {
   c->n = 0;
   c->drift = drift_of(c, &c->spread);
+  int nz = c->cur->n[FS_CLASS];
+  double *zc = calloc((size_t)nz + 1, sizeof *zc);
+  for (int i = 0; zc && i < nz; i++) {
+    double ratio;
+    if (have(c, FS_CLASS, i)) zc[i] = z_mean(c, FS_CLASS, i, &ratio);
+  }
+  if (zc) hyp_layer(c, zc, nz);
+  free(zc);
+  hyp_busy_worker(c);
+  hyp_device_busy(c);
+  hyp_late_request(c);
+  hyp_rows(c);
   hyp_time(c, FS_CLASS, MS_FAULT_SLOW_CLASS, MS_CULPRIT_TASK_CLASS, "class");
   hyp_time(c, FS_REQUEST, MS_FAULT_SLOW_REQUEST, MS_CULPRIT_REQUEST, "attention of");
   hyp_time(c, FS_EXPERT, MS_FAULT_ROUTING_SKEW, MS_CULPRIT_EXPERT, "tasks of");
@@ -409,7 +537,10 @@ static void read_triage(struct bench_features *f, const struct ms_plan *p) {
   bench_feat_read(f, FS_WTOP, 0);
   bench_feat_read(f, FS_WTOP, 1);
   if (f->row[FS_WTOP][0].have) bench_feat_read(f, FS_WORKER, (int)f->row[FS_WTOP][0].n);
+  bench_feat_read(f, FS_BTOP, 0);
+  if (f->row[FS_BTOP][0].have) bench_feat_read(f, FS_WORKER, (int)f->row[FS_BTOP][0].n);
   for (int d = 0; d < f->n[FS_DEVICE] && f->n[FS_DEVICE] > 1; d++) bench_feat_read(f, FS_DEVICE, d);
+  for (int d = 0; d < f->n[FS_DEVBUSY] && f->n[FS_DEVBUSY] > 1; d++) bench_feat_read(f, FS_DEVBUSY, d);
   for (int k = 0; k < MS_K_COUNT; k++)
     if (kernels[k]) bench_feat_read(f, FS_OP, k);
   for (int e = 0; e < p->n_ev_classes; e++) bench_feat_read(f, FS_EVCLASS, e);
@@ -449,7 +580,7 @@ static void diagnose_features(const struct bench_evidence *ref, struct bench_evi
     return;
   }
   struct fctx c = {.ref = ref->feat, .cur = f, .p = p, .floor_abs = sc->backend == MS_BACKEND_SIM ? 50 : 3000,
-                   .h = calloc(MAX_HYP, sizeof *c.h)};
+                   .step_ns = sc->steps > 0 ? (double)ev->run_ns / sc->steps : 0, .h = calloc(MAX_HYP, sizeof *c.h)};
   if (!c.h) {
     answer_none(a, 0, "out of memory");
     return;
@@ -491,11 +622,15 @@ static void diagnose_features(const struct bench_evidence *ref, struct bench_evi
     /* the runner-up: the best hypothesis that names something else (a kernel-level
      * one of the same cause is the same finding, seen coarser) */
     double z2 = 0;
-    for (int i = 1; i < c.n; i++)
-      if (c.h[i].cause != c.h[0].cause || (c.h[i].id != c.h[0].id && c.h[i].id >= 0)) {
-        z2 = c.h[i].z;
+    for (int i = 1; i < c.n; i++) {
+      const struct hyp *x = &c.h[i], *w = &c.h[0];
+      int other_scope = x->id >= 0 && (x->kind != w->kind || x->id != w->id);
+      int other_cause = x->cause != w->cause && x->cause >= 0 && w->cause >= 0;
+      if (other_scope || other_cause) {
+        z2 = x->z;
         break;
       }
+    }
     answer_hyp(a, &c.h[0], (1 - z2 / z1) * clamp01(z1 / (2 * Z_MIN)), p);
   }
   free(c.h);

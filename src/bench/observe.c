@@ -42,11 +42,19 @@ const char *bench_method_name(int m) {
 
 /* ---- feature tables ---- */
 
+/* A task record as the trace and the sampler ship it. */
+struct trace_row {
+  int32_t worker, idx, task, bucket, slot, fired;
+  uint64_t step, t_begin, t_end, t_ready;
+};
+
+
 /* Key + value bytes of one row of each section, as the semantic monitor's maps
  * hold them (diag_semantic.bpf.c); what reading a row costs. */
 const unsigned bench_row_bytes[FS_COUNT] = {
-    [FS_CLASS] = 4 + 40, [FS_OP] = 4 + 40,     [FS_EVCLASS] = 4 + 32, [FS_WORKER] = 4 + 16,
-    [FS_REQUEST] = 8 + 32, [FS_EXPERT] = 4 + 32, [FS_DEVICE] = 4 + 32, [FS_WTOP] = 4 + 16,
+    [FS_CLASS] = 4 + 40,   [FS_OP] = 4 + 40,     [FS_EVCLASS] = 4 + 32, [FS_WORKER] = 4 + 32,
+    [FS_REQUEST] = 8 + 40, [FS_EXPERT] = 4 + 40, [FS_DEVICE] = 4 + 32, [FS_WTOP] = 4 + 16,
+    [FS_BTOP] = 4 + 16,    [FS_DEVBUSY] = 4 + 16,
 };
 
 struct bench_features *bench_feat_new(const struct ms_plan *p, int n_workers, int n_slots, int n_devices) {
@@ -60,6 +68,9 @@ struct bench_features *bench_feat_new(const struct ms_plan *p, int n_workers, in
   f->n[FS_EXPERT] = p->model->cfg.n_experts;
   f->n[FS_DEVICE] = n_devices;
   f->n[FS_WTOP] = 2;
+  f->n[FS_BTOP] = 2;
+  f->n[FS_DEVBUSY] = n_devices;
+  f->per_device = (n_workers + n_devices - 1) / (n_devices > 0 ? n_devices : 1);
   for (int s = 0; s < FS_COUNT; s++)
     if (!(f->row[s] = calloc((size_t)f->n[s] + 1, sizeof **f->row))) {
       bench_feat_free(f);
@@ -94,15 +105,59 @@ static void stat_add(struct bench_stat *s, double v, double q) {
   s->have = 1;
 }
 
+/* The two largest of the sums in section sec into the top section. */
+static void feat_tops(struct bench_features *f, int sec, int top, double (*val)(const struct bench_stat *)) {
+  int a = -1, b = -1;
+  for (int i = 0; i < f->n[sec]; i++) {
+    double v = val(&f->row[sec][i]);
+    if (!(v > 0)) continue;
+    if (a < 0 || v > val(&f->row[sec][a])) b = a, a = i;
+    else if (b < 0 || v > val(&f->row[sec][b])) b = i;
+  }
+  int who[2] = {a, b};
+  for (int j = 0; j < 2; j++)
+    if (who[j] >= 0)
+      f->row[top][j] = (struct bench_stat){.n = who[j], .sum = val(&f->row[sec][who[j]]), .have = 1};
+}
+
+static double queue_of(const struct bench_stat *s) { return s->sum; }
+static double excess_of(const struct bench_stat *s) { return s->ratio - s->n; }
+
+/* After the task records: each record's time against its class's mean (the
+ * monitor uses the running mean; here the whole record set's), and the top
+ * workers (what the monitor keeps as it goes). */
+static void feat_finish(struct bench_features *f, struct ms_engine *e, const struct trace_row *rows, size_t n,
+                        int keep_per_worker) {
+  for (size_t i = 0; i < n; i++) {
+    const struct trace_row *r = &rows[i];
+    const struct ms_plan *p = ms_engine_plan(e, r->bucket);
+    if ((keep_per_worker >= 0 && r->idx >= keep_per_worker) || !p || r->task >= p->n_tasks || r->worker >= f->n[FS_WORKER])
+      continue;
+    const struct bench_stat *c = &f->row[FS_CLASS][p->tasks[r->task].cls];
+    if (c->sum > 0) f->row[FS_WORKER][r->worker].ratio += (double)(r->t_end - r->t_begin) * c->n / c->sum;
+  }
+  feat_tops(f, FS_WORKER, FS_WTOP, queue_of);
+  feat_tops(f, FS_WORKER, FS_BTOP, excess_of);
+}
+
 /* One task record into every section it informs. */
 static void feat_task(struct bench_features *f, const struct ms_plan *p, int t, int worker, int slot, double ns,
-                      double q) {
+                      double q, double t_begin) {
   if (t < 0 || t >= p->n_tasks) return;
   const struct ms_task *k = &p->tasks[t];
   stat_add(&f->row[FS_CLASS][k->cls], ns, q);
   stat_add(&f->row[FS_OP][k->kernel], ns, q);
-  if (worker >= 0 && worker < f->n[FS_WORKER]) stat_add(&f->row[FS_WORKER][worker], q, q);
-  if (k->kernel == MS_K_ATTN && slot >= 0 && slot < f->n[FS_REQUEST]) stat_add(&f->row[FS_REQUEST][slot], ns, q);
+  if (worker >= 0 && worker < f->n[FS_WORKER]) {
+    stat_add(&f->row[FS_WORKER][worker], q, q);
+    f->row[FS_WORKER][worker].busy += ns;
+    int d = worker / (f->per_device > 0 ? f->per_device : 1);
+    if (d < f->n[FS_DEVBUSY] && k->kernel != MS_K_COMM) stat_add(&f->row[FS_DEVBUSY][d], ns, 0);
+  }
+  if (k->kernel == MS_K_ATTN && slot >= 0 && slot < f->n[FS_REQUEST]) {
+    struct bench_stat *r = &f->row[FS_REQUEST][slot];
+    if (t_begin + ns > r->last) r->last = t_begin + ns;
+    stat_add(r, ns, q);
+  }
   if ((k->kernel == MS_K_EXPERT_UP || k->kernel == MS_K_EXPERT_DOWN) && k->tile[2] >= 0 && k->tile[2] < f->n[FS_EXPERT])
     stat_add(&f->row[FS_EXPERT][k->tile[2]], ns, q);
   if (k->kernel == MS_K_COMM && k->tile[2] >= 0 && k->tile[2] < f->n[FS_DEVICE])
@@ -263,11 +318,6 @@ static int observe_pc(struct ms_engine *e, const struct bench_scenario *s, struc
 /* ---- (c) the task trace ---- */
 
 /* One record as (c) ships it; `fired`: its trigger completed its event. */
-struct trace_row {
-  int32_t worker, idx, task, bucket, slot, fired;
-  uint64_t step, t_begin, t_end, t_ready;
-};
-
 struct trace_rows {
   struct trace_row *r;
   int n;
@@ -364,11 +414,12 @@ static struct bench_features *trace_features(struct ms_engine *e, const struct b
     if (!p) continue;
     kept++;
     feat_task(f, p, r->task, r->worker, r->slot, (double)(r->t_end - r->t_begin),
-              r->t_begin > r->t_ready ? (double)(r->t_begin - r->t_ready) : 0);
+              r->t_begin > r->t_ready ? (double)(r->t_begin - r->t_ready) : 0, (double)r->t_begin);
     if (r->fired && fk && r->task < p->n_tasks && p->tasks[r->task].trigger >= 0)
       fk[nf++] = (struct fire_key){r->step, p->tasks[r->task].trigger, (double)r->t_end};
   }
   if (fk) feat_lags(f, e, fk, nf, tr->r, (size_t)tr->n, keep);
+  feat_finish(f, e, tr->r, (size_t)tr->n, keep);
   free(fk);
   if (!*bytes) *bytes = kept * REC_BYTES;
   return f;
@@ -439,7 +490,7 @@ static int sample_one(void *user, const void *data, uint32_t size) {
   int t = (int)(r->task_gen & 0xffffffffu);
   if (!p || t >= p->n_tasks) return 0;
   uint64_t t_begin = r->t_end - r->ns;
-  feat_task(c->f, p, t, r->worker, r->req_slot == 0xffff ? -1 : r->req_slot, r->ns, r->queue_ns);
+  feat_task(c->f, p, t, r->worker, r->req_slot == 0xffff ? -1 : r->req_slot, r->ns, r->queue_ns, (double)t_begin);
   /* release lags, approximately: the latest end among the sampled producers */
   if (p->tasks[t].trigger >= 0) c->fk[c->n] = (struct fire_key){r->task_gen >> 32, p->tasks[t].trigger, (double)r->t_end};
   else c->fk[c->n] = (struct fire_key){UINT64_MAX, -1, -1};
@@ -472,6 +523,7 @@ static int observe_sampled(const struct bench_opts *o, struct ms_engine *e, cons
   struct ms_bpf_map *ring = att_map(e, id, "task_samples");
   if (f && c.fk && c.rows && ring) ms_bpf_ringbuf_consume(ring, sample_one, &c);
   if (f && c.fk) feat_lags(f, e, c.fk, c.n, c.rows, c.n, -1);
+  if (f) feat_finish(f, e, c.rows, c.n, -1);
   free(c.fk);
   free(c.rows);
   ev->feat = f;
@@ -487,7 +539,7 @@ static int observe_sampled(const struct bench_opts *o, struct ms_engine *e, cons
 struct map_copy {
   struct bench_features *f;
   int sec;
-  int kind;  /* 0: task_stat, 1: time_stat, 2: stat2 (worker queue), 3: top */
+  int kind;  /* 0: task_stat, 1: time_stat, 2: wstat (worker), 3: top, 4: expert, 5: req, 6: stat2 (busy) */
 };
 
 static void copy_row(struct map_copy *c, int i, const uint64_t *v) {
@@ -496,8 +548,17 @@ static void copy_row(struct map_copy *c, int i, const uint64_t *v) {
   if (c->kind == 0) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2],
                                              .qsum = (double)v[3], .qmax = (double)v[4]};
   if (c->kind == 1) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3]};
-  if (c->kind == 2) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .qsum = (double)v[1]};
-  if (c->kind == 3) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1]};  /* worker, queue ns */
+  if (c->kind == 2)
+    *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .qsum = (double)v[1], .busy = (double)v[2],
+                             .ratio = (double)v[3] / 1000};
+  if (c->kind == 3) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1]};  /* worker, its sum */
+  if (c->kind == 4)
+    *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3],
+                             .work = (double)v[4]};
+  if (c->kind == 5)
+    *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3],
+                             .last = (double)v[4]};
+  if (c->kind == 6) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1]};
 }
 
 static int copy_entry(void *user, const void *key, const void *values) {
@@ -550,9 +611,11 @@ static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, con
   copy_map(e, id, "evclass_lag", f, FS_EVCLASS, 1);
   copy_map(e, id, "worker_queue", f, FS_WORKER, 2);
   copy_map(e, id, "worker_top", f, FS_WTOP, 3);
-  copy_map(e, id, "req_attn", f, FS_REQUEST, 1);
-  copy_map(e, id, "expert_stat", f, FS_EXPERT, 1);
+  copy_map(e, id, "worker_slow_top", f, FS_BTOP, 3);
+  copy_map(e, id, "req_attn", f, FS_REQUEST, 5);
+  copy_map(e, id, "expert_stat", f, FS_EXPERT, 4);
   copy_map(e, id, "device_comm", f, FS_DEVICE, 1);
+  copy_map(e, id, "device_busy", f, FS_DEVBUSY, 6);
   for (int sec = 0; sec < FS_COUNT; sec++)
     for (int i = 0; i < f->n[sec]; i++) f->row[sec][i].have = 0;  /* shipped only when read */
   f->lazy = 1;

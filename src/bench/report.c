@@ -9,6 +9,14 @@
 #include "bench/bench.h"
 #include "megascope/json.h"
 
+#define RELIABILITY_BINS 4
+
+static int split_cases(const struct bench_report *r, int split) {
+  int n = 0;
+  for (int i = 0; i < r->n; i++) n += r->cases[i].split == split;
+  return n;
+}
+
 static const char *cause_name(int c) {
   return c == -1 ? "none" : c == -2 ? "unknown" : ms_fault_type_name((enum ms_fault_type)c);
 }
@@ -24,8 +32,10 @@ static void json_culprit(struct ms_json *j, enum ms_culprit_kind k, int id, cons
 
 static void json_totals(struct ms_json *j, const struct bench_totals *t) {
   ms_json_kint(j, "scenarios", t->n);
+  ms_json_kint(j, "no_effect", t->no_effect);
   ms_json_knum(j, "cause_accuracy", t->cause_accuracy);
   ms_json_knum(j, "culprit_accuracy", t->culprit_accuracy);
+  ms_json_knum(j, "scope_accuracy", t->scope_accuracy);
   ms_json_knum(j, "false_confidence", t->false_confidence);
   ms_json_knum(j, "telemetry_bytes", t->telemetry_bytes);
   ms_json_knum(j, "perturbation", t->perturbation);
@@ -60,6 +70,7 @@ static void json_answer(struct ms_json *j, const struct bench_answer *a, uint64_
   ms_json_knum(j, "perturbation", a->perturbation);
   ms_json_kbool(j, "cause_ok", a->cause_ok);
   ms_json_kbool(j, "culprit_ok", a->culprit_ok);
+  ms_json_kbool(j, "scope_ok", a->scope_ok);
   ms_json_kstr(j, "evidence", a->why);
   ms_json_obj_end(j);
 }
@@ -68,6 +79,7 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
   const struct bench_scenario *s = &c->sc;
   ms_json_obj_begin(j);
   ms_json_kstr(j, "name", s->name);
+  ms_json_kstr(j, "split", c->split ? "held_out" : "training");
   ms_json_kstr(j, "preset", s->preset);
   ms_json_kstr(j, "backend", s->backend == MS_BACKEND_SIM ? "sim" : "cpu");
   if (s->backend == MS_BACKEND_SIM) ms_json_kstr(j, "gpu", s->gpu);
@@ -91,6 +103,8 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
     ms_json_knum(j, "faulty_ns_repeat", c->faulty_ns_b);
   }
   ms_json_kint(j, "tuning_runs", c->tune_runs);
+  ms_json_kbool(j, "no_effect", c->no_effect);
+  if (c->effect[0]) ms_json_kstr(j, "effect", c->effect);
   ms_json_key(j, "answers");
   ms_json_obj_begin(j);
   for (int m = 0; m < BM_COUNT; m++) {
@@ -103,12 +117,12 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
   ms_json_obj_end(j);
 }
 
-static void json_method(struct ms_json *j, const struct bench_report *r, int m) {
+static void json_method(struct ms_json *j, const struct bench_report *r, int split, int m) {
   struct bench_totals t;
   ms_json_key(j, bench_method_name(m));
   ms_json_obj_begin(j);
   ms_json_kuint(j, "budget", r->o.budgets[r->o.headline]);
-  bench_score(r, m, r->o.headline, &t);
+  bench_score(r, split, m, r->o.headline, &t);
   json_totals(j, &t);
   ms_json_knum(j, "attach_ms", r->attach_ms[m]);
   ms_json_kstr(j, "attach_how", r->attach_how[m]);
@@ -117,16 +131,29 @@ static void json_method(struct ms_json *j, const struct bench_report *r, int m) 
   for (int b = 0; b < r->o.n_budgets; b++) {
     ms_json_obj_begin(j);
     ms_json_kuint(j, "budget", r->o.budgets[b]);
-    bench_score(r, m, b, &t);
+    bench_score(r, split, m, b, &t);
     json_totals(j, &t);
+    ms_json_obj_end(j);
+  }
+  ms_json_arr_end(j);
+  int n[RELIABILITY_BINS], right[RELIABILITY_BINS];
+  bench_reliability(r, split, m, r->o.headline, RELIABILITY_BINS, n, right);
+  ms_json_key(j, "reliability");
+  ms_json_arr_begin(j);
+  for (int k = 0; k < RELIABILITY_BINS; k++) {
+    ms_json_obj_begin(j);
+    ms_json_knum(j, "confidence_from", (double)k / RELIABILITY_BINS);
+    ms_json_knum(j, "confidence_to", (double)(k + 1) / RELIABILITY_BINS);
+    ms_json_kint(j, "answers", n[k]);
+    ms_json_kint(j, "right", right[k]);
     ms_json_obj_end(j);
   }
   ms_json_arr_end(j);
   ms_json_key(j, "by_fault");
   ms_json_obj_begin(j);
   for (int f = -1; f < MS_FAULT_TYPE_COUNT; f++) {
-    bench_score_type(r, m, r->o.headline, f, &t);
-    if (!t.n) continue;
+    bench_score_type(r, split, m, r->o.headline, f, &t);
+    if (!t.n && !t.no_effect) continue;
     ms_json_key(j, f < 0 ? "healthy" : ms_fault_type_name((enum ms_fault_type)f));
     ms_json_obj_begin(j);
     json_totals(j, &t);
@@ -159,7 +186,18 @@ int bench_report_json(const struct bench_report *r, FILE *f) {
   ms_json_arr_end(&j);
   ms_json_key(&j, "methods");
   ms_json_obj_begin(&j);
-  for (int m = 0; m < BM_COUNT; m++) json_method(&j, r, m);
+  for (int m = 0; m < BM_COUNT; m++) json_method(&j, r, -1, m);
+  ms_json_obj_end(&j);
+  /* the same per split: thresholds come from the training split alone */
+  ms_json_key(&j, "splits");
+  ms_json_obj_begin(&j);
+  for (int sp = 0; sp < 2; sp++) {
+    if (!split_cases(r, sp)) continue;
+    ms_json_key(&j, sp ? "held_out" : "training");
+    ms_json_obj_begin(&j);
+    for (int m = 0; m < BM_COUNT; m++) json_method(&j, r, sp, m);
+    ms_json_obj_end(&j);
+  }
   ms_json_obj_end(&j);
   ms_json_obj_end(&j);
   ms_json_end(&j);
@@ -173,6 +211,95 @@ static void human_bytes(double b, char *buf, size_t n) {
     snprintf(buf, n, "%.1f KiB", b / 1024);
   else
     snprintf(buf, n, "%.0f B", b);
+}
+
+static const char *split_name(int sp) { return sp ? "held-out split" : "training split"; }
+
+static void text_split(const struct bench_report *r, int sp, FILE *f) {
+  char bb[32];
+  struct bench_totals t;
+  bench_score(r, sp, 0, r->o.headline, &t);
+  human_bytes((double)r->o.budgets[r->o.headline], bb, sizeof bb);
+  fprintf(f, "== %s: %d scenarios scored, %d left out (their fault had no measurable effect)\n\n", split_name(sp),
+          t.n, t.no_effect);
+  fprintf(f, "budget %s per scenario and method\n", bb);
+  fprintf(f, "%-18s %8s %8s %8s %8s %11s %12s %10s\n", "method", "scope", "cause", "culprit", "falsely", "telemetry",
+          "perturbation", "attach");
+  fprintf(f, "%-18s %8s %8s %8s %8s %11s %12s %10s\n", "", "accuracy", "accuracy", "accuracy", "confident", "bytes", "",
+          "ms");
+  for (int m = 0; m < BM_COUNT; m++) {
+    bench_score(r, sp, m, r->o.headline, &t);
+    human_bytes(t.telemetry_bytes, bb, sizeof bb);
+    fprintf(f, "%-18s %7.0f%% %7.0f%% %7.0f%% %8.0f%% %11s %+11.3f%% %10.2f\n", bench_method_name(m),
+            100 * t.scope_accuracy, 100 * t.cause_accuracy, 100 * t.culprit_accuracy, 100 * t.false_confidence, bb,
+            100 * t.perturbation, r->attach_ms[m]);
+  }
+  fprintf(f, "\nscope accuracy by budget\n%-18s", "method");
+  for (int b = 0; b < r->o.n_budgets; b++) {
+    human_bytes((double)r->o.budgets[b], bb, sizeof bb);
+    fprintf(f, " %9s", bb);
+  }
+  fprintf(f, "\n");
+  for (int m = 0; m < BM_COUNT; m++) {
+    fprintf(f, "%-18s", bench_method_name(m));
+    for (int b = 0; b < r->o.n_budgets; b++) {
+      bench_score(r, sp, m, b, &t);
+      fprintf(f, " %8.0f%%", 100 * t.scope_accuracy);
+    }
+    fprintf(f, "\n");
+  }
+  fprintf(f, "\nscope / cause accuracy by fault at the headline budget (scored, and left out for no effect)\n%-22s",
+          "fault");
+  for (int m = 0; m < BM_COUNT; m++) fprintf(f, " %17.17s", bench_method_name(m));
+  fprintf(f, "\n");
+  for (int ty = -1; ty < MS_FAULT_TYPE_COUNT; ty++) {
+    struct bench_totals x;
+    bench_score_type(r, sp, 0, r->o.headline, ty, &x);
+    if (!x.n && !x.no_effect) continue;
+    fprintf(f, "%-16s %2d+%-2d", ty < 0 ? "healthy" : ms_fault_type_name((enum ms_fault_type)ty), x.n, x.no_effect);
+    for (int m = 0; m < BM_COUNT; m++) {
+      bench_score_type(r, sp, m, r->o.headline, ty, &x);
+      if (x.n)
+        fprintf(f, "        %4.0f/%4.0f", 100 * x.scope_accuracy, 100 * x.cause_accuracy);
+      else
+        fprintf(f, "        %9s", "-");
+    }
+    fprintf(f, "\n");
+  }
+  fprintf(f, "\nreliability at the headline budget: answers by stated confidence, and the share right\n%-18s",
+          "method");
+  for (int k = 0; k < RELIABILITY_BINS; k++) {
+    char lab[24];
+    snprintf(lab, sizeof lab, "%.2f-%.2f", (double)k / RELIABILITY_BINS, (double)(k + 1) / RELIABILITY_BINS);
+    fprintf(f, " %14s", lab);
+  }
+  fprintf(f, "\n");
+  for (int m = 0; m < BM_COUNT; m++) {
+    int n[RELIABILITY_BINS], right[RELIABILITY_BINS];
+    bench_reliability(r, sp, m, r->o.headline, RELIABILITY_BINS, n, right);
+    fprintf(f, "%-18s", bench_method_name(m));
+    for (int k = 0; k < RELIABILITY_BINS; k++) {
+      if (n[k])
+        fprintf(f, "   %3d at %3.0f%%", n[k], 100.0 * right[k] / n[k]);
+      else
+        fprintf(f, " %14s", "-");
+    }
+    fprintf(f, "\n");
+  }
+  fprintf(f, "\n");
+}
+
+static void text_side_by_side(const struct bench_report *r, FILE *f) {
+  fprintf(f, "== side by side at the headline budget: scope / cause / falsely confident\n%-18s %22s %22s\n", "method",
+          "training", "held out");
+  for (int m = 0; m < BM_COUNT; m++) {
+    struct bench_totals a, b;
+    bench_score(r, 0, m, r->o.headline, &a);
+    bench_score(r, 1, m, r->o.headline, &b);
+    fprintf(f, "%-18s       %4.0f/%4.0f/%4.0f%%       %4.0f/%4.0f/%4.0f%%\n", bench_method_name(m),
+            100 * a.scope_accuracy, 100 * a.cause_accuracy, 100 * a.false_confidence, 100 * b.scope_accuracy,
+            100 * b.cause_accuracy, 100 * b.false_confidence);
+  }
 }
 
 int bench_report_text(const struct bench_report *r, FILE *f) {
@@ -191,46 +318,9 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
   fprintf(f, "%d scenarios ran of %d; the outer view: healthy %.3f ms, faulty %.3f ms on average (%+.2f%%, worst %+.2f%%)\n\n",
           ran, r->n, ran ? hsum / ran / 1e6 : 0, ran ? fsum / ran / 1e6 : 0, hsum > 0 ? 100 * (fsum / hsum - 1) : 0,
           100 * worst);
-  fprintf(f, "budget %s per scenario and method\n", bb);
-  fprintf(f, "%-18s %8s %8s %8s %11s %12s %10s\n", "method", "cause", "culprit", "falsely", "telemetry", "perturbation",
-          "attach");
-  fprintf(f, "%-18s %8s %8s %8s %11s %12s %10s\n", "", "accuracy", "accuracy", "confident", "bytes", "", "ms");
-  for (int m = 0; m < BM_COUNT; m++) {
-    struct bench_totals t;
-    bench_score(r, m, r->o.headline, &t);
-    human_bytes(t.telemetry_bytes, bb, sizeof bb);
-    fprintf(f, "%-18s %7.0f%% %7.0f%% %8.0f%% %11s %+11.3f%% %10.2f\n", bench_method_name(m), 100 * t.cause_accuracy,
-            100 * t.culprit_accuracy, 100 * t.false_confidence, bb, 100 * t.perturbation, r->attach_ms[m]);
-  }
-  fprintf(f, "\nculprit accuracy by budget\n%-18s", "method");
-  for (int b = 0; b < r->o.n_budgets; b++) {
-    human_bytes((double)r->o.budgets[b], bb, sizeof bb);
-    fprintf(f, " %9s", bb);
-  }
-  fprintf(f, "\n");
-  for (int m = 0; m < BM_COUNT; m++) {
-    fprintf(f, "%-18s", bench_method_name(m));
-    for (int b = 0; b < r->o.n_budgets; b++) {
-      struct bench_totals t;
-      bench_score(r, m, b, &t);
-      fprintf(f, " %8.0f%%", 100 * t.culprit_accuracy);
-    }
-    fprintf(f, "\n");
-  }
-  fprintf(f, "\ncause / culprit accuracy by fault at the headline budget\n%-18s", "fault");
-  for (int m = 0; m < BM_COUNT; m++) fprintf(f, " %17.17s", bench_method_name(m));
-  fprintf(f, "\n");
-  for (int t = -1; t < MS_FAULT_TYPE_COUNT; t++) {
-    struct bench_totals x;
-    bench_score_type(r, 0, r->o.headline, t, &x);
-    if (!x.n) continue;
-    fprintf(f, "%-14s (%2d)", t < 0 ? "healthy" : ms_fault_type_name((enum ms_fault_type)t), x.n);
-    for (int m = 0; m < BM_COUNT; m++) {
-      bench_score_type(r, m, r->o.headline, t, &x);
-      fprintf(f, "        %4.0f/%4.0f", 100 * x.cause_accuracy, 100 * x.culprit_accuracy);
-    }
-    fprintf(f, "\n");
-  }
+  for (int sp = 0; sp < 2; sp++)
+    if (split_cases(r, sp)) text_split(r, sp, f);
+  if (split_cases(r, 0) && split_cases(r, 1)) text_side_by_side(r, f);
   return ferror(f) ? -EIO : 0;
 }
 
@@ -242,7 +332,7 @@ int bench_report_plot(const struct bench_report *r, const char *dat_path, const 
     fprintf(d, "# %s\n", bench_method_name(m));
     for (int b = 0; b < r->o.n_budgets; b++) {
       struct bench_totals t;
-      bench_score(r, m, b, &t);
+      bench_score(r, -1, m, b, &t);
       fprintf(d, "%d %llu %.1f %.4f %.4f %.4f\n", m, (unsigned long long)r->o.budgets[b],
               t.telemetry_bytes > 1 ? t.telemetry_bytes : 1, t.cause_accuracy, t.culprit_accuracy, t.false_confidence);
     }

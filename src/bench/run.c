@@ -63,7 +63,7 @@ static void config_key(const struct bench_scenario *s, char *k, size_t n) {
 /* ---- faults and slowdowns ---- */
 
 static double magnitude_of(enum ms_fault_type t, double s) {
-  if (t == MS_FAULT_SLOW_CLASS || t == MS_FAULT_SLOW_REQUEST) return 1 + s;
+  if (ms_fault_factor_is_slowdown(t)) return 1 + s;
   if (t == MS_FAULT_ROUTING_SKEW || t == MS_FAULT_QUEUE_SATURATION) return s < 1 ? s : 1;
   return s;
 }
@@ -72,6 +72,9 @@ static double initial_strength(enum ms_fault_type t, double healthy_ns, int step
   switch (t) {
   case MS_FAULT_SLOW_CLASS:
   case MS_FAULT_SLOW_REQUEST: return 0.25;
+  case MS_FAULT_SLOW_WORKER:
+  case MS_FAULT_BANDWIDTH_STEAL:
+  case MS_FAULT_SLOW_LAYER: return 0.02;
   case MS_FAULT_ROUTING_SKEW: return 0.25;
   case MS_FAULT_QUEUE_SATURATION: return 0.5 / workers;
   default: return 0.002 * healthy_ns / steps;  /* a delay of 0.2% of a step */
@@ -232,7 +235,35 @@ static void truth_of(struct bench_case *c, const struct ms_plan *p) {
 
 static void judge(const struct bench_case *c, struct bench_answer *a) {
   a->cause_ok = a->cause == c->truth_cause;
-  a->culprit_ok = a->cause_ok && (c->truth_cause < 0 || (a->kind == c->truth_kind && a->id == c->truth_id));
+  a->scope_ok = c->truth_cause < 0 ? a->cause == -1 : a->kind == c->truth_kind && a->id == c->truth_id;
+  a->culprit_ok = a->cause_ok && a->scope_ok;
+}
+
+/* Whether the tuned fault does anything measurable: routing skew by the rows it
+ * moves (under the simulator's shape spread; on the CPU the router's real
+ * choices, counted as the rows it would move), every other fault by the outer
+ * view. A fault that does nothing is reported and left out of the scores: no
+ * method can be asked to see it. */
+static void check_effect(struct bench_case *c, const struct ms_model *m) {
+  const struct bench_scenario *s = &c->sc;
+  if (!s->n_faults) return;
+  const struct bench_fault *f = &s->faults[0];
+  if (f->type == MS_FAULT_ROUTING_SKEW) {
+    const struct ms_model_config *mc = &m->cfg;
+    int moved = s->backend == MS_BACKEND_SIM ? ms_fault_skew_moves(f->magnitude, s->batch, mc->n_experts, mc->top_k,
+                                                                   f->target_id)
+                                             : ms_fault_skew_moves(f->magnitude, s->batch, 1 << 30, 1, -1);
+    snprintf(c->effect, sizeof c->effect, "%d of %d rows routed to expert %d instead of their last choice", moved,
+             s->batch, f->target_id);
+    c->no_effect = moved == 0;
+    return;
+  }
+  /* the simulator's pairs share their jitter, so 0.1% is a real difference; the
+   * CPU's pairs move by a few per cent between runs */
+  double floor = s->backend == MS_BACKEND_SIM ? 0.001 : 0.02;
+  snprintf(c->effect, sizeof c->effect, "the run %+.3f%% slower than its healthy pair (measurable from %+.1f%%)",
+           100 * c->slowdown, 100 * floor);
+  c->no_effect = !(c->slowdown >= floor);
 }
 
 static double perturbation(const struct runner *r, const struct bench_case *c, const struct bench_evidence *ev,
@@ -273,9 +304,10 @@ static int run_case(struct runner *r, struct bench_case *c) {
   if ((rc = bench_scenario_draw(s, p, workers, &r->log))) goto out_plan;
   truth_of(c, p);
   tune(r, m, c, workers);
-  say(r, "%s: %s %s, healthy %.3f ms, faulty %.3f ms (%+.2f%%)", s->name,
+  check_effect(c, m);
+  say(r, "%s: %s %s, healthy %.3f ms, faulty %.3f ms (%+.2f%%)%s", s->name,
       s->n_faults ? ms_fault_type_name(s->faults[0].type) : "healthy", c->truth_name, c->healthy_ns / 1e6,
-      c->faulty_ns / 1e6, 100 * c->slowdown);
+      c->faulty_ns / 1e6, 100 * c->slowdown, c->no_effect ? "; no measurable effect: not scored" : "");
   struct ms_fault fl[BENCH_MAX_FAULTS];
   to_faults(s, fl);
   struct bench_engine_cfg fc = {.m = m, .sc = s, .faults = fl, .n_faults = s->n_faults, .seed = s->seed};
@@ -335,6 +367,7 @@ int bench_run(const struct bench_opts *o, const struct bench_scenario *sc, int n
   out->n = n;
   for (int i = 0; i < n; i++) {
     out->cases[i].sc = sc[i];
+    out->cases[i].split = sc[i].split;
     if (run_case(r, &out->cases[i])) say(r, "%s: not run: %s", sc[i].name, out->cases[i].error);
   }
   double restart = r->restart_n ? r->restart_ns_sum / r->restart_n / 1e6 : 0;

@@ -121,7 +121,7 @@ static int parse_fault(json_t *o, struct bench_fault *f, const char *what, struc
     return -EINVAL;
   }
   if (json_object_get(o, mag)) {
-    double lo = f->type == MS_FAULT_SLOW_CLASS || f->type == MS_FAULT_SLOW_REQUEST ? 1 : 0;
+    double lo = ms_fault_factor_is_slowdown(f->type) ? 1 : 0;
     double hi = lo == 1 ? 1e5 : ms_fault_uses_factor(f->type) ? 1 : 1e6;
     if ((rc = get_num(o, mag, lo, hi, 0, &v, what, log))) return rc;
     f->magnitude = ms_fault_uses_factor(f->type) ? v : v * 1000;
@@ -323,6 +323,14 @@ static double uniform(uint64_t *s, double lo, double hi) {
 
 static const char *const gpus[] = {"h100", "a100", "h200", "b200"};
 
+/* The simulator's model presets: dense Llama-style, Qwen3-style (q/k norms),
+ * Gemma-3-style, small and large shapes; MoE comes from any of them with
+ * experts added. */
+static const char *const sim_presets[] = {"llama-3.2-1b", "smollm2-135m", "qwen3-8b", "gemma3-270m",
+                                          "tiny",         "tiny-qwen3",   "tiny-moe"};
+
+static int needs_devices(int type) { return type == MS_FAULT_COMM_DELAY || type == MS_FAULT_BANDWIDTH_STEAL; }
+
 static void gen_config(struct bench_scenario *s, int type, uint64_t *r, enum ms_backend backend) {
   s->backend = backend;
   s->target = 0.05;
@@ -343,28 +351,31 @@ static void gen_config(struct bench_scenario *s, int type, uint64_t *r, enum ms_
       s->top_k = 2;
       s->expert_ffn_dim = 512;
     }
-    if (type == MS_FAULT_COMM_DELAY) s->tp = 2;
+    if (needs_devices(type)) s->tp = 2;
     return;
   }
-  /* a few configurations, so that healthy references are shared */
-  snprintf(s->preset, sizeof s->preset, "llama-3.2-1b");
-  snprintf(s->gpu, sizeof s->gpu, "%s", gpus[pick(r, 2)]);
-  s->n_layers = 4 << pick(r, 2);      /* 4 or 8 layers of Llama-3.2-1B */
-  s->batch = 8;
-  s->steps = 8;
-  if (type == MS_FAULT_ROUTING_SKEW) {
-    s->n_layers = 4;
-    s->n_experts = 8;
+  /* every preset, GPU, batch 1-16, 2-8 layers, tensor parallelism 1-4 (2-4 where
+   * the fault needs devices); MoE always for routing skew, else one time in four */
+  int np = (int)(sizeof sim_presets / sizeof *sim_presets);
+  snprintf(s->preset, sizeof s->preset, "%s", sim_presets[pick(r, np)]);
+  snprintf(s->gpu, sizeof s->gpu, "%s", gpus[pick(r, 4)]);
+  s->n_layers = 2 + pick(r, 7);
+  s->batch = 1 + pick(r, 16);
+  s->steps = 4 + pick(r, 5);
+  s->tp = needs_devices(type) ? 2 + pick(r, 3) : 1 + pick(r, 4);
+  int moe = !strcmp(s->preset, "tiny-moe") || type == MS_FAULT_ROUTING_SKEW || pick(r, 4) == 0;
+  if (moe && strcmp(s->preset, "tiny-moe")) {
+    s->n_experts = 4 << pick(r, 2);   /* 4 or 8 experts, top 2 */
     s->top_k = 2;
-    s->expert_ffn_dim = 1024;
-    s->batch = 16 << pick(r, 2);      /* 16 or 32 rows: routing decides real work */
+    s->expert_ffn_dim = 0;            /* the preset's ffn / 4 */
   }
-  if (type == MS_FAULT_COMM_DELAY) s->tp = 2;
+  if (type == MS_FAULT_ROUTING_SKEW && s->batch < 4) s->batch += 3;  /* routing decides work over rows */
+  if (type == MS_FAULT_LATE_ADMISSION && s->batch < 2) s->batch = 2;  /* a slot closes while others run */
 }
 
 int bench_scenarios_generate(int per_type, uint64_t seed, enum ms_backend backend, struct bench_scenario **out,
                              int *n) {
-  int healthy = per_type / 2 > 0 ? per_type / 2 : 1, total = per_type * MS_FAULT_TYPE_COUNT + healthy;
+  int healthy = per_type, total = per_type * MS_FAULT_TYPE_COUNT + healthy;
   struct bench_scenario *s = calloc((size_t)total, sizeof *s);
   uint64_t r = seed;
   if (!s) return -ENOMEM;
@@ -408,9 +419,8 @@ int bench_scenarios_write(FILE *f, const struct bench_scenario *s, int n) {
       fprintf(f, ",\n   \"model\": {");
       const char *sep = "";
       if (x->n_layers) fprintf(f, "\"n_layers\": %d", x->n_layers), sep = ", ";
-      if (x->n_experts)
-        fprintf(f, "%s\"n_experts\": %d, \"top_k\": %d, \"expert_ffn_dim\": %d", sep, x->n_experts, x->top_k,
-                x->expert_ffn_dim);
+      if (x->n_experts) fprintf(f, "%s\"n_experts\": %d, \"top_k\": %d", sep, x->n_experts, x->top_k);
+      if (x->n_experts && x->expert_ffn_dim) fprintf(f, ", \"expert_ffn_dim\": %d", x->expert_ffn_dim);
       fprintf(f, "}");
     }
     if (x->n_params) {
@@ -472,6 +482,7 @@ void bench_culprit_name(const struct ms_plan *p, enum ms_culprit_kind k, int id,
   case MS_CULPRIT_WORKER: snprintf(buf, n, "worker %d", id); break;
   case MS_CULPRIT_DEVICE: snprintf(buf, n, "device %d", id); break;
   case MS_CULPRIT_EXPERT: snprintf(buf, n, "expert %d", id); break;
+  case MS_CULPRIT_LAYER: snprintf(buf, n, "layer %d", id); break;
   default: snprintf(buf, n, "-"); break;
   }
 }
@@ -534,6 +545,7 @@ static int kind_bound(const struct ms_plan *p, enum ms_culprit_kind k, const str
   case MS_CULPRIT_WORKER: return n_workers;
   case MS_CULPRIT_DEVICE: return s->tp > 1 ? s->tp : 0;
   case MS_CULPRIT_EXPERT: return p->model->cfg.n_experts;
+  case MS_CULPRIT_LAYER: return p->model->cfg.n_layers;
   default: return 0;
   }
 }
@@ -553,6 +565,13 @@ int bench_scenario_draw(struct bench_scenario *s, const struct ms_plan *p, int n
       if (resolve(f, p, bound, log, what)) return -EINVAL;
     } else {
       int limit = bound;
+      if (k == MS_CULPRIT_WORKER) {
+        /* workers that run the plan's tasks (AOT tasks are dealt round-robin: a
+         * small model on many SMs leaves some idle, and an idle one cannot be slow) */
+        int aot = 0;
+        for (int t = 0; t < p->n_tasks; t++) aot += p->classes[p->tasks[t].cls].launch == MS_LAUNCH_AOT;
+        if (aot > 0 && aot < limit) limit = bound = aot;
+      }
       f->target_id = k == MS_CULPRIT_TASK_CLASS || k == MS_CULPRIT_EVENT_CLASS ? draw_from(&r, p, f->type, limit)
                                                                              : (bound > 0 ? pick(&r, bound) : -1);
       if (f->target_id < 0) {

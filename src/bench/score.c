@@ -1,29 +1,53 @@
 /* SPDX-License-Identifier: MIT */
-/* Scores of the counterexample benchmark, per method and budget, over the
- * scenarios that ran:
+/* Scores of the counterexample benchmark, per split, method and budget, over
+ * the scenarios that ran and whose fault had a measurable effect:
  *   cause_accuracy    the cause named is the injected one ("none" for healthy runs);
  *   culprit_accuracy  the cause and the culprit (kind and id) are both right;
- *   false_confidence  confidence >= 0.5 with the cause wrong or a culprit named
- *                     and wrong (an answer that names no culprit is incomplete,
- *                     not confidently wrong about it);
+ *   scope_accuracy    the culprit is right whatever the cause label ("unknown
+ *                     cause, worker 7" is right for a throttled worker 7); for a
+ *                     healthy run, "none";
+ *   false_confidence  confidence >= 0.5 and wrong in something asserted: a
+ *                     culprit named and wrong, or a cause named (not "unknown")
+ *                     and wrong; an answer that names no culprit is incomplete,
+ *                     not confidently wrong about it;
  *   telemetry_bytes   the mean bytes the method shipped per scenario;
  *   perturbation      the mean of observed / unobserved run time - 1 (measured on
- *                     the CPU backend, modelled on the simulator). */
+ *                     the CPU backend, modelled on the simulator).
+ * Scenarios whose tuned fault had no measurable effect are counted apart
+ * (no_effect) and left out of every score. */
 #include "bench/bench.h"
 
-static int wrongly_confident(const struct bench_answer *a) {
-  return a->confidence >= 0.5 && (!a->cause_ok || (a->id >= 0 && !a->culprit_ok));
+static int cause_wrong(const struct bench_answer *a) { return a->cause != -2 && !a->cause_ok; }
+static int scope_wrong(const struct bench_answer *a) { return a->id >= 0 && !a->scope_ok; }
+
+int bench_answer_right(const struct bench_answer *a) {
+  /* healthy: scope_ok is "said none"; faulty: the culprit, and the cause unless "unknown" */
+  return a->scope_ok && !cause_wrong(a);
 }
 
-void bench_score_type(const struct bench_report *r, int method, int b, int type, struct bench_totals *out) {
+static int wrongly_confident(const struct bench_answer *a) {
+  return a->confidence >= 0.5 && (cause_wrong(a) || scope_wrong(a));
+}
+
+static int counted(const struct bench_report *r, int i, int split, int type) {
+  const struct bench_case *c = &r->cases[i];
+  return !c->error[0] && (split < 0 || c->split == split) && (type == -2 || c->truth_cause == type);
+}
+
+void bench_score_type(const struct bench_report *r, int split, int method, int b, int type, struct bench_totals *out) {
   *out = (struct bench_totals){0};
   for (int i = 0; i < r->n; i++) {
+    if (!counted(r, i, split, type)) continue;
     const struct bench_case *c = &r->cases[i];
-    if (c->error[0] || (type != -2 && c->truth_cause != type)) continue;
+    if (c->no_effect) {
+      out->no_effect++;
+      continue;
+    }
     const struct bench_answer *a = &c->ans[method][b];
     out->n++;
     out->cause_accuracy += a->cause_ok;
     out->culprit_accuracy += a->culprit_ok;
+    out->scope_accuracy += a->scope_ok;
     out->false_confidence += wrongly_confident(a);
     out->telemetry_bytes += (double)a->bytes;
     out->perturbation += a->perturbation;
@@ -31,11 +55,25 @@ void bench_score_type(const struct bench_report *r, int method, int b, int type,
   if (!out->n) return;
   out->cause_accuracy /= out->n;
   out->culprit_accuracy /= out->n;
+  out->scope_accuracy /= out->n;
   out->false_confidence /= out->n;
   out->telemetry_bytes /= out->n;
   out->perturbation /= out->n;
 }
 
-void bench_score(const struct bench_report *r, int method, int b, struct bench_totals *out) {
-  bench_score_type(r, method, b, -2, out);
+void bench_score(const struct bench_report *r, int split, int method, int b, struct bench_totals *out) {
+  bench_score_type(r, split, method, b, -2, out);
+}
+
+void bench_reliability(const struct bench_report *r, int split, int method, int b, int n_bins, int *n, int *right) {
+  for (int k = 0; k < n_bins; k++) n[k] = right[k] = 0;
+  for (int i = 0; i < r->n; i++) {
+    if (!counted(r, i, split, -2) || r->cases[i].no_effect) continue;
+    const struct bench_answer *a = &r->cases[i].ans[method][b];
+    int k = (int)(a->confidence * n_bins);
+    if (k >= n_bins) k = n_bins - 1;
+    if (k < 0) k = 0;
+    n[k]++;
+    right[k] += bench_answer_right(a);
+  }
 }

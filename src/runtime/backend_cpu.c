@@ -88,8 +88,8 @@ static void run_task(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) 
   if (rt->delay_ns && rt->delay_ns[t]) sleep_ns(rt->delay_ns[t]);
   ms_rt_task_body(w, rt, t);
   if (e->faults) {
-    /* fault injection (slow_class, slow_request, comm_delay): the worker stays busy */
-    uint64_t now = ms_now_ns(), until = now + ms_fault_extra_ns(e, rt, t, now - t0);
+    /* fault injection (slow_class, slow_request, comm_delay, slow_worker, ...): the worker stays busy */
+    uint64_t now = ms_now_ns(), until = now + ms_fault_extra_ns(e, rt, t, w->id, now - t0);
     while (ms_now_ns() < until) ms_cpu_relax();
   }
   ms_rt_task_finish(w, rt, t, gen, t0);

@@ -200,7 +200,7 @@ static double jitter(const struct ms_sim *s, uint64_t gen, int t) {
 }
 
 /* Simulated duration of task t: fixed + max(bytes / per-SM bandwidth, flops / per-SM throughput). */
-static uint64_t cost(struct ms_sim *s, const struct plan_rt *rt, int t) {
+static uint64_t cost(struct ms_sim *s, const struct plan_rt *rt, int t, int sm) {
   const struct ms_engine *e = s->e;
   const struct ms_plan *p = rt->plan;
   const struct ms_task *k = &p->tasks[t];
@@ -241,7 +241,7 @@ static uint64_t cost(struct ms_sim *s, const struct plan_rt *rt, int t) {
     int D = e->o.tp > 1 ? e->o.tp : 1;
     double share = (double)cl->n_out / D * B * 4 * (D - 1);
     double d = s->p.link_latency_ns + (s->p.link_gbps > 0 ? share / s->p.link_gbps : 0);
-    if (e->faults) d += (double)ms_fault_extra_ns(e, rt, t, (uint64_t)d);  /* fault injection (comm_delay) */
+    if (e->faults) d += (double)ms_fault_extra_ns(e, rt, t, sm, (uint64_t)d);  /* fault injection (comm_delay) */
     return (uint64_t)d;
   }
   case MS_K_ATTN: {
@@ -264,7 +264,7 @@ static uint64_t cost(struct ms_sim *s, const struct plan_rt *rt, int t) {
   double fl = s->p.tflops * 1e3 / s->p.n_sms;      /* flops per ns per SM */
   double tm = bytes / bw, tc = flops / fl;
   uint64_t d = (uint64_t)((s->p.task_fixed_ns + (tm > tc ? tm : tc)) * (s->p.jitter > 0 ? jitter(s, s->gen, t) : 1));
-  if (e->faults) d += ms_fault_extra_ns(e, rt, t, d);  /* fault injection (slow_class, slow_request) */
+  if (e->faults) d += ms_fault_extra_ns(e, rt, t, sm, d);  /* fault injection (slow_class, slow_request, ...) */
   if (rt->delay_ns && rt->delay_ns[t]) d += rt->delay_ns[t];
   return d;
 }
@@ -287,7 +287,7 @@ static void start_task(struct ms_sim *s, int sm, int t, int jit) {
   st->hooked = 0;
   st->t0 = ms_rt_task_start(w, s->rt, t, s->gen);
   ms_rt_task_body(w, s->rt, t);
-  push(s, at + cost(s, s->rt, t) + (jit ? (uint64_t)s->p.jit_ns : 0), EV_END, sm, t);
+  push(s, at + cost(s, s->rt, t, sm) + (jit ? (uint64_t)s->p.jit_ns : 0), EV_END, sm, t);
 }
 
 static void add_waiter(struct ms_sim *s, int sm, int ev) {
@@ -450,7 +450,7 @@ static void run_step_per_op(struct ms_sim *s) {
         set_now(s, t);
         uint64_t t0 = ms_rt_task_start(&e->workers[sm], rt, task, s->gen);
         ms_rt_task_body(&e->workers[sm], rt, task);
-        t += cost(s, rt, task);
+        t += cost(s, rt, task, sm);
         set_now(s, t);
         ms_rt_task_finish(&e->workers[sm], rt, task, s->gen, t0);
         any = 1;

@@ -5,16 +5,20 @@
  * Where each fault acts (the call sites are marked "fault injection" in
  * step.c, backend_cpu.c and backend_sim.c; what differs by backend goes
  * through its table, struct ms_backend_ops):
- *   slow_class, slow_request, comm_delay  a task takes longer: the simulator adds
- *       ms_fault_extra_ns to its cost; a CPU worker spins it after the body;
+ *   slow_class, slow_request, comm_delay, slow_worker, bandwidth_steal, slow_layer
+ *       a task takes longer: the simulator adds ms_fault_extra_ns to its cost; a
+ *       CPU worker spins it after the body;
  *   routing_skew     the router's choice: the simulator's shape spread, or the
  *                    router kernel's output (compute mode, CPU);
  *   delayed_release  the trigger that completes an event of the class is held
  *                    (simulator: deferred; CPU: the worker spins first);
  *   queue_saturation the AOT queues are rebuilt once, at engine creation;
- *   starve_task      the JIT pop puts the task back until its time has come.
+ *   starve_task      the JIT pop puts the task back until its time has come;
+ *   late_admission   admission holds one request back, keeping its slot, until
+ *                    its delay has passed.
  * The fault list is copied at creation and never written again, so workers read
- * it without synchronisation. */
+ * it without synchronisation (late_admission's held request is written by the
+ * admitting thread, which alone reads it). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -27,24 +31,34 @@ struct ms_faults {
   int n;
   struct ms_fault f[MS_FAULT_MAX];
   int starve[MS_FAULT_MAX][MS_MAX_BUCKETS];  /* starve_task: the task index in each bucket's plan */
+  /* late_admission: the request held back, the slot kept for it, when it may
+   * join, and how many requests were admitted before. The fields written while
+   * the engine runs, by the admitting thread alone. */
+  struct ms_request *held;
+  int held_slot, admitted;
+  uint64_t open_at;
 };
 
 static const char *const type_names[MS_FAULT_TYPE_COUNT] = {
     [MS_FAULT_SLOW_CLASS] = "slow_class",       [MS_FAULT_ROUTING_SKEW] = "routing_skew",
     [MS_FAULT_DELAYED_RELEASE] = "delayed_release", [MS_FAULT_QUEUE_SATURATION] = "queue_saturation",
     [MS_FAULT_COMM_DELAY] = "comm_delay",       [MS_FAULT_STARVE_TASK] = "starve_task",
-    [MS_FAULT_SLOW_REQUEST] = "slow_request",
+    [MS_FAULT_SLOW_REQUEST] = "slow_request",   [MS_FAULT_SLOW_WORKER] = "slow_worker",
+    [MS_FAULT_BANDWIDTH_STEAL] = "bandwidth_steal", [MS_FAULT_SLOW_LAYER] = "slow_layer",
+    [MS_FAULT_LATE_ADMISSION] = "late_admission",
 };
 
 static const enum ms_culprit_kind culprit_of[MS_FAULT_TYPE_COUNT] = {
     [MS_FAULT_SLOW_CLASS] = MS_CULPRIT_TASK_CLASS,      [MS_FAULT_ROUTING_SKEW] = MS_CULPRIT_EXPERT,
     [MS_FAULT_DELAYED_RELEASE] = MS_CULPRIT_EVENT_CLASS, [MS_FAULT_QUEUE_SATURATION] = MS_CULPRIT_WORKER,
     [MS_FAULT_COMM_DELAY] = MS_CULPRIT_DEVICE,          [MS_FAULT_STARVE_TASK] = MS_CULPRIT_TASK_CLASS,
-    [MS_FAULT_SLOW_REQUEST] = MS_CULPRIT_REQUEST,
+    [MS_FAULT_SLOW_REQUEST] = MS_CULPRIT_REQUEST,       [MS_FAULT_SLOW_WORKER] = MS_CULPRIT_WORKER,
+    [MS_FAULT_BANDWIDTH_STEAL] = MS_CULPRIT_DEVICE,     [MS_FAULT_SLOW_LAYER] = MS_CULPRIT_LAYER,
+    [MS_FAULT_LATE_ADMISSION] = MS_CULPRIT_REQUEST,
 };
 
 static const char *const culprit_names[MS_CULPRIT_KIND_COUNT] = {
-    "none", "task_class", "event_class", "request", "worker", "device", "expert"};
+    "none", "task_class", "event_class", "request", "worker", "device", "expert", "layer"};
 
 const char *ms_fault_type_name(enum ms_fault_type t) {
   return (unsigned)t < MS_FAULT_TYPE_COUNT ? type_names[t] : "?";
@@ -67,9 +81,13 @@ const char *ms_culprit_kind_name(enum ms_culprit_kind k) {
   return (unsigned)k < MS_CULPRIT_KIND_COUNT ? culprit_names[k] : "?";
 }
 
+int ms_fault_factor_is_slowdown(enum ms_fault_type t) {
+  return t == MS_FAULT_SLOW_CLASS || t == MS_FAULT_SLOW_REQUEST || t == MS_FAULT_SLOW_WORKER ||
+         t == MS_FAULT_BANDWIDTH_STEAL || t == MS_FAULT_SLOW_LAYER;
+}
+
 int ms_fault_uses_factor(enum ms_fault_type t) {
-  return t == MS_FAULT_SLOW_CLASS || t == MS_FAULT_ROUTING_SKEW || t == MS_FAULT_QUEUE_SATURATION ||
-         t == MS_FAULT_SLOW_REQUEST;
+  return ms_fault_factor_is_slowdown(t) || t == MS_FAULT_ROUTING_SKEW || t == MS_FAULT_QUEUE_SATURATION;
 }
 
 /* ---- checking a fault against the engine's plans ---- */
@@ -81,8 +99,9 @@ static int target_bound(const struct ms_engine *e, enum ms_fault_type t) {
   case MS_CULPRIT_EVENT_CLASS: return p->n_ev_classes;
   case MS_CULPRIT_REQUEST: return e->n_slots;
   case MS_CULPRIT_WORKER: return e->n_workers;
-  case MS_CULPRIT_DEVICE: return e->o.tp > 1 ? e->o.tp : 0;
+  case MS_CULPRIT_DEVICE: return e->o.tp > 1 ? e->o.tp : t == MS_FAULT_BANDWIDTH_STEAL;
   case MS_CULPRIT_EXPERT: return e->m->cfg.n_experts;
+  case MS_CULPRIT_LAYER: return e->m->cfg.n_layers;
   default: return 0;
   }
 }
@@ -100,7 +119,7 @@ static int check_one(const struct ms_engine *e, const struct ms_fault *f, struct
     return -EINVAL;
   }
   int factor_ok = 1;
-  if (f->type == MS_FAULT_SLOW_CLASS || f->type == MS_FAULT_SLOW_REQUEST) factor_ok = f->factor >= 1 && f->factor < 1e6;
+  if (ms_fault_factor_is_slowdown(f->type)) factor_ok = f->factor >= 1 && f->factor < 1e6;
   if (f->type == MS_FAULT_ROUTING_SKEW || f->type == MS_FAULT_QUEUE_SATURATION) factor_ok = f->factor >= 0 && f->factor <= 1;
   if (!factor_ok) {
     ms_textbuf_printf(log, "fault %s: factor %g out of range\n", name, f->factor);
@@ -196,7 +215,17 @@ static int row_slot(const struct plan_rt *rt, int row) {
   return row >= 0 && row < rt->x.meta.n_rows ? rt->x.meta.row_slot[row] : -1;
 }
 
-uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, int t, uint64_t base_ns) {
+/* Kernels that stream weights or the KV cache: what a neighbour taking the
+ * device's memory bandwidth slows. */
+static int streams_memory(int kernel) {
+  switch (kernel) {
+  case MS_K_QKV: case MS_K_ATTN: case MS_K_WO: case MS_K_SWIGLU: case MS_K_DOWN:
+  case MS_K_EXPERT_UP: case MS_K_EXPERT_DOWN: case MS_K_LM_HEAD: return 1;
+  default: return 0;
+  }
+}
+
+uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, int t, int worker, uint64_t base_ns) {
   const struct ms_task *k = &rt->plan->tasks[t];
   double extra = 0;
   for (int i = 0; i < e->faults->n; i++) {
@@ -210,6 +239,16 @@ uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, 
       break;
     case MS_FAULT_COMM_DELAY:
       if (k->kernel == MS_K_COMM && k->tile[2] == f->target) extra += (double)f->delay_ns;
+      break;
+    case MS_FAULT_SLOW_WORKER:
+      if (worker == f->target) extra += (double)base_ns * (f->factor - 1);
+      break;
+    case MS_FAULT_BANDWIDTH_STEAL:
+      if (streams_memory(k->kernel) && worker >= 0 && ms_rt_device(e, worker) == f->target)
+        extra += (double)base_ns * (f->factor - 1);
+      break;
+    case MS_FAULT_SLOW_LAYER:
+      if (rt->plan->classes[k->cls].layer == f->target) extra += (double)base_ns * (f->factor - 1);
       break;
     default:
       break;
@@ -251,11 +290,58 @@ int ms_fault_starved(struct ms_engine *e, struct plan_rt *rt, int t) {
   return 0;
 }
 
+/* ---- a request admitted late ---- */
+
+static const struct ms_fault *late(const struct ms_engine *e) {
+  for (int i = 0; i < e->faults->n; i++)
+    if (e->faults->f[i].type == MS_FAULT_LATE_ADMISSION) return &e->faults->f[i];
+  return NULL;
+}
+
+int ms_fault_hold_request(struct ms_engine *e, struct ms_request *r, int slot) {
+  const struct ms_fault *f = late(e);
+  struct ms_faults *fs = e->faults;
+  if (!f || fs->admitted++ != f->target) return 0;
+  fs->held = r;
+  fs->held_slot = slot;
+  fs->open_at = ms_eng_now(e) + f->delay_ns;
+  return 1;
+}
+
+int ms_fault_slot_reserved(const struct ms_engine *e, int slot) {
+  return e->faults->held && e->faults->held_slot == slot;
+}
+
+struct ms_request *ms_fault_take_held(struct ms_engine *e) {
+  struct ms_faults *fs = e->faults;
+  /* with nothing else running the wait would never end on a virtual clock */
+  if (ms_eng_now(e) < fs->open_at && ms_rt_active_slots(e) > 0) return NULL;
+  struct ms_request *r = fs->held;
+  fs->held = NULL;
+  return r;
+}
+
+struct ms_request *ms_fault_drop_held(struct ms_engine *e) {
+  struct ms_request *r = e->faults->held;
+  e->faults->held = NULL;
+  return r;
+}
+
 /* ---- MoE routing skew ---- */
 
 int ms_fault_skewed_row(double share, int r) {
   double x = (double)(r + 1) * 0.6180339887498949;
   return x - floor(x) < share;
+}
+
+int ms_fault_skew_moves(double share, int rows, int n_experts, int top_k, int hot) {
+  int n = 0;
+  for (int r = 0; r < rows && n_experts > 0; r++) {
+    int has_hot = 0;
+    for (int j = 0; j < top_k; j++) has_hot |= (r + j) % n_experts == hot;
+    n += !has_hot && ms_fault_skewed_row(share, r);
+  }
+  return n;
 }
 
 static const struct ms_fault *skew(const struct ms_engine *e) {
@@ -265,7 +351,8 @@ static const struct ms_fault *skew(const struct ms_engine *e) {
 }
 
 /* The shape spread (row r takes experts r .. r+k-1 mod E), a skewed row
- * trading its last choice for the hot expert when it lacks it. */
+ * trading its last choice for the hot expert when it lacks it (another fault on
+ * a MoE model: the plain spread). */
 int ms_fault_routed(const struct ms_engine *e, const struct plan_rt *rt, int expert) {
   const struct ms_model_config *c = &e->m->cfg;
   const struct ms_fault *f = skew(e);
@@ -273,10 +360,10 @@ int ms_fault_routed(const struct ms_engine *e, const struct plan_rt *rt, int exp
   for (int r = 0; r < rt->x.meta.n_rows; r++) {
     if (rt->x.meta.row_slot[r] < 0) continue;
     int has_hot = 0, picks = 0;
-    for (int j = 0; j < c->top_k; j++) has_hot |= (r + j) % c->n_experts == f->target;
+    for (int j = 0; f && j < c->top_k; j++) has_hot |= (r + j) % c->n_experts == f->target;
     for (int j = 0; j < c->top_k; j++) {
       int x = (r + j) % c->n_experts;
-      if (j == c->top_k - 1 && !has_hot && ms_fault_skewed_row(f->factor, r)) x = f->target;
+      if (f && j == c->top_k - 1 && !has_hot && ms_fault_skewed_row(f->factor, r)) x = f->target;
       picks |= x == expert;
     }
     n += picks;

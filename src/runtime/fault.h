@@ -24,9 +24,21 @@ struct worker;
 int ms_fault_init(struct ms_engine *e, struct ms_textbuf *log);
 void ms_fault_free(struct ms_engine *e);
 
-/* Extra time task t takes beyond `base_ns` (its healthy time): slow_class,
- * slow_request (attention of the slow request's row), comm_delay. */
-uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, int t, uint64_t base_ns);
+/* Extra time task t takes on `worker` (-1: not known) beyond `base_ns` (its
+ * healthy time): slow_class, slow_request (attention of the slow request's
+ * row), comm_delay, slow_worker, bandwidth_steal, slow_layer. */
+uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, int t, int worker, uint64_t base_ns);
+
+/* late_admission, on the admitting thread: hold_request takes request r (just
+ * popped for slot `slot`) when it is the target-th admitted, keeping the slot
+ * for it (1: held); slot_reserved says whether a free slot is kept; take_held
+ * returns the held request once its delay has passed (or nothing else runs),
+ * else NULL; drop_held hands it back for cancelling at a stop. */
+struct ms_request;
+int ms_fault_hold_request(struct ms_engine *e, struct ms_request *r, int slot);
+int ms_fault_slot_reserved(const struct ms_engine *e, int slot);
+struct ms_request *ms_fault_take_held(struct ms_engine *e);
+struct ms_request *ms_fault_drop_held(struct ms_engine *e);
 
 /* delayed_release: called before a trigger of event ev counts. When this trigger
  * completes an event of the delayed class, the CPU backend spins the delay and

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "runtime/engine_impl.h"
+#include "runtime/fault.h"
 #include "runtime/hooksite.h"
 
 /* ---- a request's life inside the engine ---- */
@@ -91,8 +92,13 @@ int ms_rt_admit(struct ms_engine *e, int *slots) {
   int n = 0;
   for (int s = 0; s < e->n_slots; s++) {
     if (e->slots[s].req) continue;
-    struct ms_request *r = next_mail(e);
-    if (!r) break;
+    struct ms_request *r;
+    if (e->faults && ms_fault_slot_reserved(e, s)) {  /* fault injection (late_admission) */
+      if (!(r = ms_fault_take_held(e))) continue;
+    } else {
+      if (!(r = next_mail(e))) break;
+      if (e->faults && ms_fault_hold_request(e, r, s)) continue;
+    }
     struct slot *sl = &e->slots[s];
     sl->req = r;
     sl->pos = 0;
@@ -118,6 +124,8 @@ int ms_rt_active_slots(const struct ms_engine *e) {
 
 void ms_rt_cancel_mailbox(struct ms_engine *e) {
   int64_t v;
+  struct ms_request *held = e->faults ? ms_fault_drop_held(e) : NULL;  /* fault injection (late_admission) */
+  if (held) request_finish(held, MS_REQ_CANCELLED);
   while (!ms_mpmc_pop(&e->mail, &v)) {
     struct ms_request *r = (struct ms_request *)(intptr_t)v;
     request_finish(r, MS_REQ_CANCELLED);

@@ -179,7 +179,7 @@ static void test_observe_and_diagnose(void) {
                                                                                  .n_faults = 1, .seed = 5};
   for (int meth = 0; meth < BM_COUNT; meth++) {
     struct bench_evidence ref, ev;
-    uint64_t budget = meth == BM_TASK_TRACE || meth == BM_SAMPLED_EVENTS ? 4096 : 0;
+    uint64_t budget = meth == BM_TASK_TRACE || meth == BM_SAMPLED_EVENTS || meth == BM_PROFILER ? 4096 : 0;
     err[0] = 0;
     log.len = 0;
     int r1 = bench_observe(&o, &healthy, meth, budget, &ref, &log);

@@ -315,6 +315,72 @@ static void test_routing_skew(void) {
   ms_model_free(m);
 }
 
+static int p_jit(const struct run *r, int cls) { return !strcmp(strrchr(r->cls[cls].name, '.'), ".attn"); }
+
+/* The open-ended faults: slow_layer slows exactly that layer's classes;
+ * slow_worker and bandwidth_steal add time only on their worker or device (and
+ * bandwidth only to weight-streaming kernels); late_admission holds one request
+ * back while the others run, so the run takes more steps and every token is made. */
+static void test_open_ended(const struct ms_model *m) {
+  static struct run h, f;
+  struct sim_cfg cfg = base;
+  CHECK(sim_run(m, &cfg, &h) == 0);
+  struct ms_fault sl = {.type = MS_FAULT_SLOW_LAYER, .target = 1, .factor = 2};
+  cfg.faults = &sl;
+  cfg.n_faults = 1;
+  CHECK(sim_run(m, &cfg, &f) == 0);
+  int ok = 1, slowed = 0;
+  for (int i = 0; i < h.n_cls; i++) {
+    double ratio = (double)f.cls[i].task_ns / (double)(h.cls[i].task_ns ? h.cls[i].task_ns : 1);
+    if (!strncmp(h.cls[i].name, "blk.1.", 6) && h.cls[i].task_ns) {
+      slowed++;
+      /* 2x the cost; JIT classes (attention) count their dispatch too, which is not scaled */
+      ok &= ratio > (p_jit(&h, i) ? 1.4 : 1.99) && ratio < 2.01;
+    } else {
+      ok &= h.cls[i].task_ns == f.cls[i].task_ns;
+    }
+  }
+  CHECKF(ok && slowed >= 8, "slowed %d", slowed);
+  CHECK(f.sim_ns > h.sim_ns);
+
+  struct ms_fault late = {.type = MS_FAULT_LATE_ADMISSION, .target = 2, .delay_ns = 1};
+  cfg.faults = &late;
+  CHECK(sim_run(m, &cfg, &f) == 0);
+  CHECKF(f.n_steps == h.n_steps + 1 && f.sim_ns > h.sim_ns, "steps %d, healthy %d", f.n_steps, h.n_steps);
+
+  struct ms_fault sw = {.type = MS_FAULT_SLOW_WORKER, .target = 3, .factor = 3};
+  cfg.faults = &sw;
+  CHECK(sim_run(m, &cfg, &f) == 0);
+  uint64_t th = 0, tf = 0;
+  for (int i = 0; i < h.n_cls; i++) th += h.cls[i].task_ns, tf += f.cls[i].task_ns;
+  CHECK(tf > th && f.sim_ns > h.sim_ns);
+
+  /* where the extra time goes, task by task, on a two-device engine */
+  struct ms_fault bw = {.type = MS_FAULT_BANDWIDTH_STEAL, .target = 1, .factor = 1.5};
+  struct ms_fault both[2] = {sw, bw};
+  struct ms_engine_opts o = {.sz = sizeof o, .max_batch = 4, .backend = MS_BACKEND_SIM, .faults = both, .n_faults = 2,
+                             .tp = 2};
+  ms_sim_preset("h100", &o.sim);
+  o.sim.n_sms = 8;
+  struct ms_engine *e = ms_engine_new(m, &o, NULL);
+  CHECK(e != NULL);
+  if (!e) return;
+  struct plan_rt *rt = &e->rt[0];
+  const struct ms_plan *p = rt->plan;
+  int streaming = -1, norm = -1;
+  for (int t = 0; t < p->n_tasks; t++) {
+    if (p->tasks[t].kernel == MS_K_QKV && streaming < 0) streaming = t;
+    if (p->tasks[t].kernel == MS_K_RMSNORM && norm < 0) norm = t;
+  }
+  CHECK(streaming >= 0 && norm >= 0 && ms_engine_n_workers(e) == 16);
+  CHECK(ms_fault_extra_ns(e, rt, norm, 3, 1000) == 2000);        /* slow worker 3, device 0 */
+  CHECK(ms_fault_extra_ns(e, rt, norm, 4, 1000) == 0);
+  CHECK(ms_fault_extra_ns(e, rt, streaming, 9, 1000) == 500);    /* device 1 streams at 1/1.5 */
+  CHECK(ms_fault_extra_ns(e, rt, norm, 9, 1000) == 0);           /* a norm streams no weights */
+  CHECK(ms_fault_extra_ns(e, rt, streaming, 2, 1000) == 0);      /* device 0 */
+  ms_engine_free(e);
+}
+
 /* Every fault runs to completion on the CPU backend (real threads, compute). */
 static void test_cpu_backend(void) {
   struct ms_model_config c;
@@ -336,6 +402,10 @@ static void test_cpu_backend(void) {
       {.type = MS_FAULT_QUEUE_SATURATION, .target = 1, .factor = 0.5},
       {.type = MS_FAULT_STARVE_TASK, .target = attn, .tile = 1, .delay_ns = 50000},
       {.type = MS_FAULT_SLOW_REQUEST, .target = 0, .factor = 3},
+      {.type = MS_FAULT_SLOW_WORKER, .target = 1, .factor = 2},
+      {.type = MS_FAULT_BANDWIDTH_STEAL, .target = 0, .factor = 2},
+      {.type = MS_FAULT_SLOW_LAYER, .target = 0, .factor = 2},
+      {.type = MS_FAULT_LATE_ADMISSION, .target = 3, .delay_ns = 200000},
   };
   for (size_t i = 0; i < sizeof faults / sizeof faults[0]; i++) {
     struct ms_engine_opts o = {.sz = sizeof o, .n_workers = 2, .max_batch = 4, .max_ctx = 16,
@@ -412,6 +482,7 @@ int main(void) {
   test_starve(m);
   test_saturation(m);
   test_tp_comm(m);
+  test_open_ended(m);
   test_refused(m);
   ms_model_free(m);
   test_routing_skew();

@@ -21,12 +21,20 @@ static void usage(FILE *f) {
           "usage: megascope bench diagnose --scenarios FILE [options]\n"
           "       megascope bench diagnose --generate N [--seed S] [--backend B] [--write-scenarios F] [--run]\n\n"
           "Runs scenarios with an injected scheduler fault (slow_class, routing_skew,\n"
-          "delayed_release, queue_saturation, comm_delay, starve_task, slow_request; or none),\n"
-          "each tuned so the whole run stays within its target (5%%) of the healthy run, and\n"
-          "asks five ways of observing, each under one telemetry byte budget, to name the\n"
-          "cause and the culprit: kernel_timing, pc_sampling, task_trace, sampled_events,\n"
-          "semantic_monitors. Prints a table (stderr with --json) and scores per method.\n\n"
-          "  --scenarios FILE     the scenarios: a JSON array (docs/benchmark.md)\n"
+          "delayed_release, queue_saturation, comm_delay, starve_task, slow_request, and the\n"
+          "open-ended slow_worker, bandwidth_steal, slow_layer, late_admission that no\n"
+          "diagnoser was written for; or none), each tuned so the whole run stays within its\n"
+          "target (5%%) of the healthy run, and asks five ways of observing, each under one\n"
+          "telemetry byte budget, to name the scope (class, event class, request, worker,\n"
+          "device, expert, layer) and the cause: kernel_timing, pc_sampling, task_trace,\n"
+          "sampled_events, semantic_monitors. \"unknown cause, scope X\" is a valid answer.\n"
+          "A fault whose tuned magnitude has no measurable effect is counted and not scored.\n"
+          "Prints per split a table, scope by budget, by fault and a reliability table\n"
+          "(stderr with --json).\n\n"
+          "  --scenarios FILE     the scenarios: a JSON array (docs/benchmark.md); the training\n"
+          "                       split when --heldout is given\n"
+          "  --heldout FILE       the held-out split (scenarios never used while tuning the\n"
+          "                       diagnosers): scored apart and reported beside the training split\n"
           "  --generate N         N scenarios of every fault type and N/2 healthy ones, with\n"
           "                       configurations and seeds drawn from --seed; culprits and\n"
           "                       magnitudes are left to each scenario's seed. Written to\n"
@@ -110,7 +118,7 @@ static int plot(const struct bench_report *r, const char *png) {
 }
 
 struct args {
-  const char *scenarios, *write, *out, *png, *monitors, *budgets, *headline;
+  const char *scenarios, *heldout, *write, *out, *png, *monitors, *budgets, *headline;
   long generate;
   uint64_t seed;
   enum ms_backend backend;
@@ -120,6 +128,7 @@ struct args {
 static int parse_args(int argc, char **argv, struct args *a) {
   static const struct option opts[] = {
       {"scenarios", required_argument, 0, 0}, {"generate", required_argument, 0, 0},
+      {"heldout", required_argument, 0, 0},
       {"seed", required_argument, 0, 0},      {"backend", required_argument, 0, 0},
       {"write-scenarios", required_argument, 0, 0}, {"run", no_argument, 0, 0},
       {"budgets", required_argument, 0, 0},   {"headline", required_argument, 0, 0},
@@ -141,6 +150,7 @@ static int parse_args(int argc, char **argv, struct args *a) {
     const char *n = opts[idx].name;
     int bad = 0;
     if (!strcmp(n, "scenarios")) a->scenarios = optarg;
+    else if (!strcmp(n, "heldout")) a->heldout = optarg;
     else if (!strcmp(n, "generate")) bad = cli_int("--generate", optarg, 1, 1000, &a->generate);
     else if (!strcmp(n, "seed")) bad = cli_u64("--seed", optarg, &a->seed);
     else if (!strcmp(n, "write-scenarios")) a->write = optarg;
@@ -220,6 +230,28 @@ int bench_diagnose_main(int argc, char **argv) {
   } else if (bench_scenarios_read(a.scenarios, &sc, &n, &log)) {
     fprintf(stderr, "megascope bench diagnose: %s: %s", a.scenarios, buf);
     return 2;
+  }
+  if (a.heldout) {
+    /* the held-out split: scored apart, beside the training split */
+    struct bench_scenario *h = NULL, *all;
+    int nh = 0;
+    if (bench_scenarios_read(a.heldout, &h, &nh, &log)) {
+      fprintf(stderr, "megascope bench diagnose: --heldout %s: %s", a.heldout, buf);
+      free(sc);
+      return 2;
+    }
+    if (!(all = realloc(sc, sizeof *sc * (size_t)(n + nh)))) {
+      free(sc);
+      free(h);
+      return 1;
+    }
+    sc = all;
+    for (int i = 0; i < nh; i++) {
+      sc[n + i] = h[i];
+      sc[n + i].split = 1;
+    }
+    n += nh;
+    free(h);
   }
   if (a.write && (rc = write_scenarios(a.write, sc, n))) {
     free(sc);

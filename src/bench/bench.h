@@ -32,6 +32,8 @@ enum bench_method {
   BM_TASK_TRACE = 2,      /* (c) the engine's task trace, truncated at the budget */
   BM_SAMPLED_EVENTS = 3,  /* (d) fixed-rate sampling of task events */
   BM_SEMANTIC = 4,        /* (e) semantic eBPF monitors, read out within the budget */
+  BM_PROFILER = 5,        /* (f) the compiler-native profiler: a full task timeline of the steps a filter
+                             chosen at restart keeps, as MPK ships it */
   BM_COUNT
 };
 const char *bench_method_name(int m);

@@ -18,6 +18,7 @@
  * (c), (d) and (e) are turned into the same feature tables (bench_features), so
  * their diagnoses differ only by the evidence, not by the reasoning. */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,8 +36,8 @@
 #define PC_PERIOD_NS 1000 /* the simulator's sampling period per SM (about 2^11 cycles) */
 
 const char *bench_method_name(int m) {
-  static const char *const names[BM_COUNT] = {"kernel_timing", "pc_sampling", "task_trace", "sampled_events",
-                                              "semantic_monitors"};
+  static const char *const names[BM_COUNT] = {"kernel_timing", "pc_sampling",       "task_trace",
+                                              "sampled_events", "semantic_monitors", "task_profiler"};
   return m >= 0 && m < BM_COUNT ? names[m] : "?";
 }
 
@@ -447,6 +448,55 @@ static int observe_trace(struct ms_engine *e, const struct bench_scenario *s, ui
   return ev->feat ? 0 : -ENOMEM;
 }
 
+/* ---- (f) the compiler-native profiler ---- */
+
+static int cmp_row_begin(const void *a, const void *b) {
+  const struct trace_row *x = a, *y = b;
+  return (x->t_begin > y->t_begin) - (x->t_begin < y->t_begin);
+}
+
+/* MPK's profiler records every task's begin and end into a buffer, with a
+ * filter fixed when the kernel is built. The filter that fits a budget without
+ * knowing the question: whole steps, evenly spaced (a full timeline of every
+ * k-th step); when not even one step fits, the first records of step 1 in time
+ * order (a window). Recorded in full and filtered here: the same records as a
+ * filtered profiler, costed as such (only the kept records count). */
+static int observe_profiler(struct ms_engine *e, const struct bench_scenario *s, uint64_t budget,
+                            struct bench_evidence *ev) {
+  const struct ms_plan *p = batch_plan(e, s);
+  uint64_t per = (uint64_t)p->n_tasks * (uint64_t)(s->steps + 1) * 2 / (uint64_t)e->n_workers + 256;
+  if (per > (1u << 24)) per = 1u << 24;
+  if (ms_engine_trace_start(e, (uint32_t)per)) return -ENOMEM;
+  ev->run_ns = bench_engine_drive(e, s);
+  ms_engine_trace_stop(e);
+  int rc = trace_collect(e, ev);
+  if (rc) return rc;
+  struct trace_rows *tr = (struct trace_rows *)ev->feat;
+  ev->feat = NULL;
+  size_t total = (size_t)tr->n, kept = 0;
+  double per_step = p->n_tasks > 0 ? p->n_tasks : 1, fit = budget ? (double)budget / REC_BYTES / per_step : 1e300;
+  if (fit >= 1) {
+    int stride = fit >= s->steps ? 1 : (int)ceil(s->steps / fit);
+    for (size_t i = 0; i < total; i++)
+      if (tr->r[i].step % (uint64_t)stride == 0) tr->r[kept++] = tr->r[i];
+  } else {
+    for (size_t i = 0; i < total; i++)
+      if (tr->r[i].step == 1) tr->r[kept++] = tr->r[i];
+    qsort(tr->r, kept, sizeof *tr->r, cmp_row_begin);
+    if (kept > budget / REC_BYTES) kept = budget / REC_BYTES;
+  }
+  /* filtered records carry no per-worker index cut: keep them all */
+  for (size_t i = 0; i < kept; i++) tr->r[i].idx = 0;
+  tr->n = (int)kept;
+  ev->bytes = 0;
+  ev->feat = trace_features(e, s, tr, &ev->bytes);
+  ev->coverage = total ? (double)kept / (double)total : 0;
+  ev->obs_records = kept;
+  free(tr->r);
+  free(tr);
+  return ev->feat ? 0 : -ENOMEM;
+}
+
 /* ---- monitors ---- */
 
 static struct ms_monitor *open_monitor(const struct bench_opts *o, const char *name, struct ms_textbuf *log) {
@@ -642,6 +692,7 @@ int bench_observe(const struct bench_opts *o, const struct bench_engine_cfg *c, 
   case BM_PC_SAMPLING: rc = observe_pc(e, c->sc, ev); break;
   case BM_TASK_TRACE: rc = observe_trace(e, c->sc, budget, ev); break;
   case BM_SAMPLED_EVENTS: rc = observe_sampled(o, e, c->sc, budget, ev, log); break;
+  case BM_PROFILER: rc = observe_profiler(e, c->sc, budget, ev); break;
   case BM_SEMANTIC: rc = observe_semantic(o, e, c->sc, ev, log); break;
   default: rc = -EINVAL;
   }

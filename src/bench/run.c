@@ -179,7 +179,9 @@ static void tune(struct runner *r, const struct ms_model *m, struct bench_case *
 
 /* ---- references ---- */
 
-static int per_budget(int method) { return method == BM_TASK_TRACE || method == BM_SAMPLED_EVENTS; }
+static int per_budget(int method) {
+  return method == BM_TASK_TRACE || method == BM_SAMPLED_EVENTS || method == BM_PROFILER;
+}
 
 static void ref_free(struct ref_entry *e) {
   for (int k = 0; k < BM_COUNT; k++)

@@ -21,9 +21,9 @@ python3 - "$tmp/a.json" "$tmp/b.json" <<'PY'
 import json, sys
 a = json.load(open(sys.argv[1]))
 b = json.load(open(sys.argv[2]))
-methods = ["kernel_timing", "pc_sampling", "task_trace", "sampled_events", "semantic_monitors"]
+methods = ["kernel_timing", "pc_sampling", "task_trace", "sampled_events", "semantic_monitors", "task_profiler"]
 assert a["budgets"] == [2048, 65536] and a["headline_budget"] == 65536
-assert len(a["scenarios"]) == 5
+assert len(a["scenarios"]) == 7
 for s in a["scenarios"]:
     assert "error" not in s, s
     g = s["ground_truth"]
@@ -43,7 +43,9 @@ for s in a["scenarios"]:
             assert x["cause_ok"] == (x["cause"] == g["cause"]), (s["name"], m, x)
             culprit = x["culprit"]["kind"] == g["culprit"]["kind"] and x["culprit"]["id"] == g["culprit"]["id"]
             assert x["culprit_ok"] == (x["cause_ok"] and (g["cause"] == "none" or culprit)), (s["name"], m, x)
-            if m in ("task_trace", "sampled_events") and x["budget"] == 2048:
+            # the scope apart from the cause label: "unknown cause, worker 5" is right for worker 5
+            assert x["scope_ok"] == (x["cause"] == "none" if g["cause"] == "none" else culprit), (s["name"], m, x)
+            if m in ("task_trace", "sampled_events", "task_profiler") and x["budget"] == 2048:
                 assert x["telemetry_bytes"] <= 2048, (m, x["telemetry_bytes"])
         assert s["answers"]["semantic_monitors"][1]["telemetry_bytes"] <= 65536
 # drawn from the seed and said so
@@ -51,12 +53,22 @@ starved = [s for s in a["scenarios"] if s["name"] == "starved"][0]
 assert "target blk." in starved["ground_truth"]["drawn"] and "tile" in starved["ground_truth"]["drawn"]
 for m in methods:
     t = a["methods"][m]
-    for k in ("cause_accuracy", "culprit_accuracy", "false_confidence", "telemetry_bytes", "perturbation", "attach_ms"):
+    for k in ("cause_accuracy", "culprit_accuracy", "scope_accuracy", "false_confidence", "telemetry_bytes",
+              "perturbation", "attach_ms", "no_effect"):
         assert k in t, (m, k)
         assert t[k] >= 0
     assert len(t["by_budget"]) == 2
-# the semantic monitors name every injected culprit of this file at 64 KiB
-assert a["methods"]["semantic_monitors"]["culprit_accuracy"] == 1.0, a["methods"]["semantic_monitors"]
+    assert sum(b["answers"] for b in t["reliability"]) == t["scenarios"]
+# the semantic monitors name the scope of every fault of this file at 64 KiB (the
+# two open-ended ones as "unknown cause") and the cause of the five they know
+sem = a["methods"]["semantic_monitors"]
+assert sem["scope_accuracy"] == 1.0, sem
+for s in a["scenarios"]:
+    x = s["answers"]["semantic_monitors"][1]
+    if s["ground_truth"]["cause"] in ("slow_layer", "slow_worker"):
+        assert x["cause"] == "unknown", (s["name"], x)
+    else:
+        assert x["culprit_ok"], (s["name"], x)
 # deterministic: the same answers the second time
 strip = lambda d: [(s["name"], s["faulty_ns"], [(m, x["cause"], x["culprit"]["id"], x["telemetry_bytes"])
                     for m in methods for x in s["answers"][m]]) for s in d["scenarios"]]
@@ -74,7 +86,24 @@ python3 - "$tmp/gen.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 types = [s["faults"][0]["type"] for s in d if s["faults"]]
-assert len(d) == 15 and len(types) == 14 and len(set(types)) == 7, (len(d), types)
+assert len(d) == 24 and len(types) == 22 and len(set(types)) == 11, (len(d), types)
+PY
+# the held-out split, scored apart and side by side
+python3 - "$SRC/bench/scenarios/smoke.json" "$tmp/held.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for s in d:
+    s["seed"] += 1000
+json.dump(d[:3], open(sys.argv[2], "w"))
+PY
+"$MS" "${args[@]}" --heldout "$tmp/held.json" --json > "$tmp/split.json" 2> "$tmp/split.txt"
+grep -q "== held-out split" "$tmp/split.txt" && grep -q "== side by side" "$tmp/split.txt"
+python3 - "$tmp/split.json" <<'PY'
+import json, sys
+a = json.load(open(sys.argv[1]))
+assert [s["split"] for s in a["scenarios"]] == ["training"] * 7 + ["held_out"] * 3
+assert a["splits"]["training"]["semantic_monitors"]["scenarios"] == 7
+assert a["splits"]["held_out"]["semantic_monitors"]["scenarios"] == 3
 PY
 "$MS" bench diagnose --generate 2 --seed 5 --write-scenarios "$tmp/gen2.json"
 cmp "$tmp/gen.json" "$tmp/gen2.json"

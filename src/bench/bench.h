@@ -110,7 +110,8 @@ struct bench_answer {
   enum ms_culprit_kind kind;
   int id;                    /* -1: not named */
   char name[80];
-  double confidence;         /* 0..1 */
+  double confidence;         /* 0..1: calibrated on the training split (bench_calibrate) */
+  double raw_confidence;     /* what the diagnoser said */
   uint64_t bytes;            /* telemetry the method shipped */
   double coverage;           /* share of the run's task events its evidence covers, as it knows */
   double perturbation;       /* observed run time / unobserved faulty run time - 1 (sim: modelled) */
@@ -136,10 +137,22 @@ struct bench_case {
   int split;                 /* 0: training, 1: held out (bench_run's caller sets it) */
 };
 
+#define BENCH_CAL_BINS 5
+
+/* Calibration learned on the training split: per method, budget, kind of
+ * answer (0: "none", 1: a scope named) and bin of the diagnoser's raw
+ * confidence, how many answers there were and how many were right. */
+struct bench_calibration {
+  int learned;
+  int n[BM_COUNT][BENCH_MAX_BUDGETS][2][BENCH_CAL_BINS];
+  int right[BM_COUNT][BENCH_MAX_BUDGETS][2][BENCH_CAL_BINS];
+};
+
 struct bench_report {
   struct bench_opts o;
   int n;
   struct bench_case *cases;
+  struct bench_calibration cal;
   double attach_ms[BM_COUNT];  /* time until a new question is answered (see docs) */
   char attach_how[BM_COUNT][48];
 };
@@ -243,6 +256,12 @@ void bench_reliability(const struct bench_report *r, int split, int method, int 
                        int *right);
 /* 1 when an answer is right in everything it asserts. */
 int bench_answer_right(const struct bench_answer *a);
+/* Learns the calibration from the training split's scored answers and states
+ * every answer's confidence as the training accuracy of its bin ((right + 1) /
+ * (n + 2): an empty bin says 0.5). The held-out split is calibrated by what the
+ * training split learned, never by itself. Without training cases, nothing
+ * changes. */
+void bench_calibrate(struct bench_report *r);
 
 /* ---- report.c ---- */
 int bench_report_json(const struct bench_report *r, FILE *f);

@@ -340,10 +340,21 @@ static void hyp_busy_worker(struct fctx *c) {
   if (w < 0 || w >= c->cur->n[FS_WORKER] || !bench_feat_read(c->cur, FS_WORKER, w)) return;
   const struct bench_stat *x = &c->cur->row[FS_WORKER][w];
   double ratio = worker_task_ratio(c, w);
-  /* a mean over n tasks: the noise of one task's time shrinks with sqrt(n) */
-  double z = (ratio - 1) / (0.01 + 0.3 / sqrt(x->n) + c->spread);
+  /* the noise of a worker's mean, from the reference: how far its workers'
+   * means scatter around 1 (a robust sd over the workers, which the mix of
+   * classes on each worker widens beyond the noise of one mean) */
+  double dev[1024];
+  int n = 0;
+  for (int i = 0; i < c->ref->n[FS_WORKER] && n < 1024; i++) {
+    const struct bench_stat *r = &c->ref->row[FS_WORKER][i];
+    if (r->n >= 3 && r->ratio > 0) dev[n++] = fabs(r->ratio / r->n - 1);
+  }
+  if (n < 4) return;
+  sort_d(dev, n);
+  double sd = 1.4826 * dev[n / 2];
+  double z = (ratio - 1) / (sd + 0.003);
   add(c, -2, MS_CULPRIT_WORKER, w, z, "worker %d: its tasks ran %.2fx their classes' mean time, against its own "
-      "reference (%.0f tasks)", w, ratio, x->n);
+      "reference (%.0f tasks; workers scatter by %.1f%%)", w, ratio, x->n, 100 * sd);
 }
 
 /* Open-ended: a device whose tasks (communication aside) ran slower than the
@@ -386,7 +397,7 @@ static void hyp_layer(struct fctx *c, const double *zc, int nz) {
     if (k < 3) continue;
     sort_d(z, k);
     double med = z[k / 2];
-    add(c, -2, MS_CULPRIT_LAYER, l, med * sqrt(k) / 2,
+    add(c, -2, MS_CULPRIT_LAYER, l, med * sqrt(k),
         "layer %d: the median of its %d classes' task times is %.1f sigma above the reference", l, k, med);
   }
 }

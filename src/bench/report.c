@@ -65,6 +65,7 @@ static void json_answer(struct ms_json *j, const struct bench_answer *a, uint64_
   ms_json_kstr(j, "cause", cause_name(a->cause));
   json_culprit(j, a->kind, a->id, a->name);
   ms_json_knum(j, "confidence", a->confidence);
+  ms_json_knum(j, "raw_confidence", a->raw_confidence);
   ms_json_kuint(j, "telemetry_bytes", a->bytes);
   ms_json_knum(j, "coverage", a->coverage);
   ms_json_knum(j, "perturbation", a->perturbation);

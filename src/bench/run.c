@@ -285,7 +285,10 @@ static int run_case(struct runner *r, struct bench_case *c) {
   r->log.len = 0;
   r->logbuf[0] = 0;
   struct ms_model *m = bench_model(s, &r->log);
-  if (!m) return -errno;
+  if (!m) {
+    snprintf(c->error, sizeof c->error, "%.250s", r->logbuf[0] ? r->logbuf : "the model could not be built");
+    return -EINVAL;
+  }
   int rc = -EINVAL;
   struct bench_engine_cfg hc = {.m = m, .sc = s, .seed = s->seed};
   uint64_t t0 = ms_now_ns();
@@ -339,6 +342,7 @@ static int run_case(struct runner *r, struct bench_case *c) {
       ev.budget = o->budgets[b];
       struct bench_answer *a = &c->ans[meth][b];
       bench_diagnose(ref, &ev, p, s, a);
+      a->raw_confidence = a->confidence;
       a->perturbation = perturbation(r, c, &ev, workers);
       judge(c, a);
     }
@@ -372,6 +376,7 @@ int bench_run(const struct bench_opts *o, const struct bench_scenario *sc, int n
     out->cases[i].split = sc[i].split;
     if (run_case(r, &out->cases[i])) say(r, "%s: not run: %s", sc[i].name, out->cases[i].error);
   }
+  bench_calibrate(out);
   double restart = r->restart_n ? r->restart_ns_sum / r->restart_n / 1e6 : 0;
   for (int m = 0; m < BM_COUNT; m++) {
     out->attach_ms[m] = restart;

@@ -363,7 +363,12 @@ static void gen_config(struct bench_scenario *s, int type, uint64_t *r, enum ms_
   s->batch = 1 + pick(r, 16);
   s->steps = 4 + pick(r, 5);
   s->tp = needs_devices(type) ? 2 + pick(r, 3) : 1 + pick(r, 4);
-  int moe = !strcmp(s->preset, "tiny-moe") || type == MS_FAULT_ROUTING_SKEW || pick(r, 4) == 0;
+  struct ms_model_config pc;
+  ms_preset_config(s->preset, MS_DTYPE_BF16, &pc);
+  /* experts are SwiGLU and pre-norm: a GeGLU, post-norm (Gemma) preset cannot take them */
+  int can_moe = pc.ffn_act == MS_ACT_SILU && !pc.post_norms;
+  if (type == MS_FAULT_ROUTING_SKEW && !can_moe) snprintf(s->preset, sizeof s->preset, "tiny-moe");
+  int moe = !strcmp(s->preset, "tiny-moe") || type == MS_FAULT_ROUTING_SKEW || (can_moe && pick(r, 4) == 0);
   if (moe && strcmp(s->preset, "tiny-moe")) {
     s->n_experts = 4 << pick(r, 2);   /* 4 or 8 experts, top 2 */
     s->top_k = 2;
@@ -465,7 +470,11 @@ struct ms_model *bench_model(const struct bench_scenario *s, struct ms_textbuf *
     c.top_k = s->top_k ? s->top_k : 2;
     c.expert_ffn_dim = s->expert_ffn_dim ? s->expert_ffn_dim : c.ffn_dim / 4;
   }
-  return sim ? ms_model_shape(&c) : ms_model_synth(&c, 1);
+  struct ms_model *m = sim ? ms_model_shape(&c) : ms_model_synth(&c, 1);
+  if (!m)
+    ms_textbuf_printf(log, "%s: preset %s with these overrides is not a model megascope builds (%s)\n", s->name,
+                      s->preset, c.n_experts ? "experts need a SwiGLU, pre-norm preset" : ms_strerror(-errno));
+  return m;
 }
 
 /* ---- names and drawing ---- */

@@ -15,6 +15,8 @@
  *                     the CPU backend, modelled on the simulator).
  * Scenarios whose tuned fault had no measurable effect are counted apart
  * (no_effect) and left out of every score. */
+#include <string.h>
+
 #include "bench/bench.h"
 
 static int cause_wrong(const struct bench_answer *a) { return a->cause != -2 && !a->cause_ok; }
@@ -76,4 +78,34 @@ void bench_reliability(const struct bench_report *r, int split, int method, int 
     n[k]++;
     right[k] += bench_answer_right(a);
   }
+}
+
+static int cal_bin(double raw) {
+  int k = (int)(raw * BENCH_CAL_BINS);
+  return k < 0 ? 0 : k >= BENCH_CAL_BINS ? BENCH_CAL_BINS - 1 : k;
+}
+
+void bench_calibrate(struct bench_report *r) {
+  struct bench_calibration *cal = &r->cal;
+  memset(cal, 0, sizeof *cal);
+  for (int i = 0; i < r->n; i++) {
+    const struct bench_case *c = &r->cases[i];
+    if (c->error[0] || c->no_effect || c->split != 0) continue;
+    cal->learned = 1;
+    for (int m = 0; m < BM_COUNT; m++)
+      for (int b = 0; b < r->o.n_budgets; b++) {
+        const struct bench_answer *a = &c->ans[m][b];
+        int kind = a->cause != -1, k = cal_bin(a->raw_confidence);
+        cal->n[m][b][kind][k]++;
+        cal->right[m][b][kind][k] += bench_answer_right(a);
+      }
+  }
+  if (!cal->learned) return;
+  for (int i = 0; i < r->n; i++)
+    for (int m = 0; m < BM_COUNT && !r->cases[i].error[0]; m++)
+      for (int b = 0; b < r->o.n_budgets; b++) {
+        struct bench_answer *a = &r->cases[i].ans[m][b];
+        int kind = a->cause != -1, k = cal_bin(a->raw_confidence);
+        a->confidence = (cal->right[m][b][kind][k] + 1.0) / (cal->n[m][b][kind][k] + 2.0);
+      }
 }

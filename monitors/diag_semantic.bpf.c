@@ -51,9 +51,10 @@ struct stat2 {
 };
 
 /* per worker: tasks, their queueing, their time, and the sum of their times
- * against their classes' running means (per mille) */
+ * against their classes' running means (per mille) over ratio_n tasks
+ * (communication aside: its time is the link's, not the worker's) */
 struct wstat {
-  __u64 n, queue_ns, busy_ns, ratio_pm;
+  __u64 n, queue_ns, busy_ns, ratio_pm, ratio_n;
 };
 
 struct expert {
@@ -210,10 +211,13 @@ int on_end(struct ms_hook_ctx *ctx) {
     __sync_fetch_and_add(&wq->n, 1);
     __sync_fetch_and_add(&wq->queue_ns, q);
     __sync_fetch_and_add(&wq->busy_ns, ns);
-    __sync_fetch_and_add(&wq->ratio_pm, pm);
+    if (op != OP_COMM) {
+      __sync_fetch_and_add(&wq->ratio_pm, pm);
+      __sync_fetch_and_add(&wq->ratio_n, 1);
+    }
     top_update(&worker_top, w, wq->queue_ns);
     /* the excess over "as fast as the class", in per mille task units */
-    __u64 fair = wq->n * 1000;
+    __u64 fair = wq->ratio_n * 1000;
     top_update(&worker_slow_top, w, wq->ratio_pm > fair ? wq->ratio_pm - fair : 0);
   }
   __u32 d = ctx->device;

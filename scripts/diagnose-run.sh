@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The counterexample benchmark's full runs, as docs/benchmark.md reports them:
-# the 60 simulated scenarios of bench/scenarios/sim-full.json (8 per fault type,
-# 4 healthy) and the 15 CPU-backend ones of bench/scenarios/cpu.json. Writes the
-# JSON reports, the text tables and the plots into OUT, then prints the paired
-# healthy and faulty run times per fault type (the outer view).
+# the simulator's training and held-out splits (bench/scenarios/train.json and
+# heldout.json, 60 scenarios each over every preset, GPU, batch 1-16 and tp 1-4,
+# the calibration learned on the training split) and the CPU backend's
+# scenarios of bench/scenarios/cpu.json. Writes the JSON reports, the text
+# tables and the plots into OUT, then prints the paired healthy and faulty run
+# times per fault type (the outer view).
 #   usage: scripts/diagnose-run.sh [BUILD_DIR] [OUT_DIR]   (build, out: build, bench-out)
 set -euo pipefail
 BUILD=${1:-build}
@@ -11,8 +13,8 @@ OUT=${2:-bench-out}
 MS="$BUILD/megascope"
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
-"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/sim-full.json" \
-  --out "$OUT/sim.json" --plot "$OUT/sim.png" > "$OUT/sim.txt"
+"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/train.json" --heldout "$SRC/bench/scenarios/heldout.json" \
+  --budgets 4k,16k,64k --out "$OUT/sim.json" --plot "$OUT/sim.png" > "$OUT/sim.txt"
 "$MS" bench diagnose --scenarios "$SRC/bench/scenarios/cpu.json" --budgets 4k,16k,64k,1m \
   --out "$OUT/cpu.json" --plot "$OUT/cpu.png" > "$OUT/cpu.txt"
 cat "$OUT/sim.txt" "$OUT/cpu.txt"

@@ -129,6 +129,7 @@ struct bench_case {
   double healthy_ns, faulty_ns;        /* unobserved, paired (same seed); the medians on the CPU */
   double slowdown;                     /* faulty / healthy - 1 (the median of the pairs' ratios on the CPU) */
   double healthy_ns_b, faulty_ns_b;    /* a second pair on the CPU backend (noise) */
+  double spread;                       /* CPU: run-to-run spread of healthy pairs (median |h1 / h2 - 1|) */
   int tune_runs;
   int no_effect;                       /* the tuned fault had no measurable effect: not scored */
   char effect[120];                    /* what the effect was measured by, in words */
@@ -209,7 +210,8 @@ struct bench_stat {
   double n, sum, sumsq, max;
   double qsum, qmax;          /* queue (ready -> begin) for task rows */
   double busy;                /* worker rows: their tasks' time */
-  double ratio;               /* worker rows: the sum of their tasks' times against their classes' means */
+  double ratio, ratio_n;      /* worker rows: the sum of their tasks' times against their classes' means,
+                                 over ratio_n tasks (communication aside: its time is the link's) */
   double work;                /* expert rows: the rows their tasks processed (ABI v2; 0: not known) */
   double last;                /* request rows: when their last attention task ended (0: not known) */
   uint8_t have;               /* the row was shipped (the semantic read-out charges on read) */

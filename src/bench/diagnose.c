@@ -224,6 +224,7 @@ struct fctx {
   double drift;         /* how much slower every class ran than in the reference (the median) */
   double spread;        /* how much the classes' ratios scatter around it */
   double step_ns;       /* the run's time per step (the late-request scale) */
+  int sim;              /* the evidence comes from the simulator */
   struct hyp *h;
   int n;
 };
@@ -269,10 +270,20 @@ static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, do
   va_end(ap);
 }
 
+/* One (cause, culprit) per row of a section, by its mean against the
+ * reference. A slow class is one class: when several classes stand out at
+ * once the cause is broader (a layer, a device, a request), and each class's z
+ * is divided by the square root of how many do. */
 static void hyp_time(struct fctx *c, int sec, int cause, enum ms_culprit_kind kind, const char *what) {
+  int broad = 0;
+  for (int i = 0; sec == FS_CLASS && i < c->cur->n[sec]; i++) {
+    double ratio;
+    broad += have(c, sec, i) && z_mean(c, sec, i, &ratio) > Z_MIN;
+  }
+  double div = broad > 1 ? sqrt(broad) : 1;
   for (int i = 0; i < c->cur->n[sec]; i++) {
     if (!have(c, sec, i)) continue;
-    double ratio, z = z_mean(c, sec, i, &ratio);
+    double ratio, z = z_mean(c, sec, i, &ratio) / div;
     char name[80];
     bench_culprit_name(c->p, kind, i, name, sizeof name);
     const struct bench_stat *x = &c->cur->row[sec][i], *r = &c->ref->row[sec][i];
@@ -280,8 +291,8 @@ static void hyp_time(struct fctx *c, int sec, int cause, enum ms_culprit_kind ki
       add(c, cause, kind, i, z, "%s %s: release lag %.2f us, reference %.2f us (z %.1f, %.0f samples)", what, name,
           x->sum / x->n / 1e3, r->sum / r->n / 1e3, z, x->n);
     else
-      add(c, cause, kind, i, z, "%s %s: %.2fx the reference task time (z %.1f, %.0f samples)", what, name, ratio, z,
-          x->n);
+      add(c, cause, kind, i, z, "%s %s: %.2fx the reference task time (z %.1f, %.0f samples%s)", what, name, ratio, z,
+          x->n, div > 1 ? "; other classes too" : "");
   }
 }
 
@@ -294,7 +305,7 @@ static void hyp_starve(struct fctx *c) {
     z[i] = 0;
     if (!have(c, FS_CLASS, i)) continue;
     double qc = c->cur->row[FS_CLASS][i].qmax, qr = c->ref->row[FS_CLASS][i].qmax;
-    z[i] = (qc - qr) / (0.25 * qr + 4 * c->floor_abs + 200);
+    z[i] = (qc - qr) / (0.25 * qr + 2 * c->floor_abs + 100);
     broad += z[i] > Z_MIN;
   }
   for (int i = 0; i < n; i++)
@@ -327,8 +338,8 @@ static void hyp_ops(struct fctx *c) {
 static double worker_task_ratio(struct fctx *c, int w) {
   if (w < 0 || w >= c->cur->n[FS_WORKER] || !c->cur->row[FS_WORKER][w].have) return 1;
   const struct bench_stat *x = &c->cur->row[FS_WORKER][w], *r = &c->ref->row[FS_WORKER][w];
-  if (x->n < 3 || r->n < 3 || !(x->ratio > 0) || !(r->ratio > 0)) return 1;
-  return (x->ratio / x->n) / (r->ratio / r->n);
+  if (x->ratio_n < 3 || r->ratio_n < 3 || !(x->ratio > 0) || !(r->ratio > 0)) return 1;
+  return (x->ratio / x->ratio_n) / (r->ratio / r->ratio_n);
 }
 
 /* Open-ended: the worker whose tasks ran longest against their classes' means,
@@ -347,14 +358,26 @@ static void hyp_busy_worker(struct fctx *c) {
   int n = 0;
   for (int i = 0; i < c->ref->n[FS_WORKER] && n < 1024; i++) {
     const struct bench_stat *r = &c->ref->row[FS_WORKER][i];
-    if (r->n >= 3 && r->ratio > 0) dev[n++] = fabs(r->ratio / r->n - 1);
+    if (r->ratio_n >= 3 && r->ratio > 0) dev[n++] = r->ratio / r->ratio_n;
   }
   if (n < 4) return;
   sort_d(dev, n);
+  double med = dev[n / 2];
+  for (int i = 0; i < n; i++) dev[i] = fabs(dev[i] - med);
+  sort_d(dev, n);
   double sd = 1.4826 * dev[n / 2];
   double z = (ratio - 1) / (sd + 0.003);
+  /* one throttled worker stands out from the next slowest; when the next is as
+   * slow, the cause is wider than a worker (its device, its layer) */
+  if (c->cur->row[FS_BTOP][1].have && ratio > 1) {
+    int w2 = (int)c->cur->row[FS_BTOP][1].n;
+    if (w2 >= 0 && w2 != w && bench_feat_read(c->cur, FS_WORKER, w2)) {
+      double u = (ratio - worker_task_ratio(c, w2)) / (ratio - 1);
+      z *= u < 0.2 ? 0.2 : u > 1 ? 1 : u;
+    }
+  }
   add(c, -2, MS_CULPRIT_WORKER, w, z, "worker %d: its tasks ran %.2fx their classes' mean time, against its own "
-      "reference (%.0f tasks; workers scatter by %.1f%%)", w, ratio, x->n, 100 * sd);
+      "reference (%.0f tasks; workers scatter by %.1f%%)", w, ratio, x->ratio_n, 100 * sd);
 }
 
 /* Open-ended: a device whose tasks (communication aside) ran slower than the
@@ -376,7 +399,9 @@ static void hyp_device_busy(struct fctx *c) {
   for (int d = 0; d < n; d++) {
     double oc = (sc - mc[d]) / (n - 1), orf = (sr - mr[d]) / (n - 1);
     double ratio = (mc[d] / oc) / (mr[d] / orf);
-    double z = (ratio - 1) / (0.01 + 0.5 / sqrt(c->cur->row[FS_DEVBUSY][d].n) + c->spread);
+    /* against the other devices of the same run and the same in the reference: the
+     * run's drift and the devices' mix of tasks cancel */
+    double z = (ratio - 1) / (0.01 + 0.5 / sqrt(c->cur->row[FS_DEVBUSY][d].n));
     add(c, -2, MS_CULPRIT_DEVICE, d, z, "device %d: its tasks ran %.3fx as long as the other devices' (against the "
         "reference)", d, ratio);
   }
@@ -437,7 +462,10 @@ static void hyp_rows(struct fctx *c) {
   if (!(tc > 0) || !(tr > 0)) return;
   for (int x = 0; x < c->cur->n[FS_EXPERT]; x++) {
     double sc = c->cur->row[FS_EXPERT][x].work / tc, sr = c->ref->row[FS_EXPERT][x].work / tr;
-    double z = (sc - sr) / (0.05 * sr + sqrt(sr * (1 - sr) / tc) + 1e-3);
+    /* the simulator routes by a fixed spread, the same in every run of a
+     * configuration; a real router's choices differ with the tokens (binomial) */
+    double sd = c->sim ? 0.01 * sr + 1e-3 : 0.05 * sr + sqrt(sr * (1 - sr) / tc) + 1e-3;
+    double z = (sc - sr) / sd;
     add(c, MS_FAULT_ROUTING_SKEW, MS_CULPRIT_EXPERT, x, z,
         "expert %d: %.1f%% of the routed rows, reference %.1f%% (z %.1f)", x, 100 * sc, 100 * sr, z);
   }
@@ -549,7 +577,9 @@ static void read_triage(struct bench_features *f, const struct ms_plan *p) {
   bench_feat_read(f, FS_WTOP, 1);
   if (f->row[FS_WTOP][0].have) bench_feat_read(f, FS_WORKER, (int)f->row[FS_WTOP][0].n);
   bench_feat_read(f, FS_BTOP, 0);
+  bench_feat_read(f, FS_BTOP, 1);
   if (f->row[FS_BTOP][0].have) bench_feat_read(f, FS_WORKER, (int)f->row[FS_BTOP][0].n);
+  if (f->row[FS_BTOP][1].have) bench_feat_read(f, FS_WORKER, (int)f->row[FS_BTOP][1].n);
   for (int d = 0; d < f->n[FS_DEVICE] && f->n[FS_DEVICE] > 1; d++) bench_feat_read(f, FS_DEVICE, d);
   for (int d = 0; d < f->n[FS_DEVBUSY] && f->n[FS_DEVBUSY] > 1; d++) bench_feat_read(f, FS_DEVBUSY, d);
   for (int k = 0; k < MS_K_COUNT; k++)
@@ -591,7 +621,8 @@ static void diagnose_features(const struct bench_evidence *ref, struct bench_evi
     return;
   }
   struct fctx c = {.ref = ref->feat, .cur = f, .p = p, .floor_abs = sc->backend == MS_BACKEND_SIM ? 50 : 3000,
-                   .step_ns = sc->steps > 0 ? (double)ev->run_ns / sc->steps : 0, .h = calloc(MAX_HYP, sizeof *c.h)};
+                   .step_ns = sc->steps > 0 ? (double)ev->run_ns / sc->steps : 0,
+                   .sim = sc->backend == MS_BACKEND_SIM, .h = calloc(MAX_HYP, sizeof *c.h)};
   if (!c.h) {
     answer_none(a, 0, "out of memory");
     return;

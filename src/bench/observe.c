@@ -53,7 +53,7 @@ struct trace_row {
 /* Key + value bytes of one row of each section, as the semantic monitor's maps
  * hold them (diag_semantic.bpf.c); what reading a row costs. */
 const unsigned bench_row_bytes[FS_COUNT] = {
-    [FS_CLASS] = 4 + 40,   [FS_OP] = 4 + 40,     [FS_EVCLASS] = 4 + 32, [FS_WORKER] = 4 + 32,
+    [FS_CLASS] = 4 + 40,   [FS_OP] = 4 + 40,     [FS_EVCLASS] = 4 + 32, [FS_WORKER] = 4 + 40,
     [FS_REQUEST] = 8 + 40, [FS_EXPERT] = 4 + 40, [FS_DEVICE] = 4 + 32, [FS_WTOP] = 4 + 16,
     [FS_BTOP] = 4 + 16,    [FS_DEVBUSY] = 4 + 16,
 };
@@ -122,7 +122,7 @@ static void feat_tops(struct bench_features *f, int sec, int top, double (*val)(
 }
 
 static double queue_of(const struct bench_stat *s) { return s->sum; }
-static double excess_of(const struct bench_stat *s) { return s->ratio - s->n; }
+static double excess_of(const struct bench_stat *s) { return s->ratio - s->ratio_n; }
 
 /* After the task records: each record's time against its class's mean (the
  * monitor uses the running mean; here the whole record set's), and the top
@@ -135,7 +135,10 @@ static void feat_finish(struct bench_features *f, struct ms_engine *e, const str
     if ((keep_per_worker >= 0 && r->idx >= keep_per_worker) || !p || r->task >= p->n_tasks || r->worker >= f->n[FS_WORKER])
       continue;
     const struct bench_stat *c = &f->row[FS_CLASS][p->tasks[r->task].cls];
-    if (c->sum > 0) f->row[FS_WORKER][r->worker].ratio += (double)(r->t_end - r->t_begin) * c->n / c->sum;
+    if (c->sum > 0 && p->tasks[r->task].kernel != MS_K_COMM) {
+      f->row[FS_WORKER][r->worker].ratio += (double)(r->t_end - r->t_begin) * c->n / c->sum;
+      f->row[FS_WORKER][r->worker].ratio_n += 1;
+    }
   }
   feat_tops(f, FS_WORKER, FS_WTOP, queue_of);
   feat_tops(f, FS_WORKER, FS_BTOP, excess_of);
@@ -600,7 +603,7 @@ static void copy_row(struct map_copy *c, int i, const uint64_t *v) {
   if (c->kind == 1) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3]};
   if (c->kind == 2)
     *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .qsum = (double)v[1], .busy = (double)v[2],
-                             .ratio = (double)v[3] / 1000};
+                             .ratio = (double)v[3] / 1000, .ratio_n = (double)v[4]};
   if (c->kind == 3) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1]};  /* worker, its sum */
   if (c->kind == 4)
     *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3],

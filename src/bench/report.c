@@ -102,6 +102,8 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
   if (s->backend == MS_BACKEND_CPU) {
     ms_json_knum(j, "healthy_ns_repeat", c->healthy_ns_b);
     ms_json_knum(j, "faulty_ns_repeat", c->faulty_ns_b);
+    ms_json_knum(j, "run_to_run_spread", c->spread);
+    ms_json_knum(j, "target", s->target);
   }
   ms_json_kint(j, "tuning_runs", c->tune_runs);
   ms_json_kbool(j, "no_effect", c->no_effect);
@@ -267,6 +269,28 @@ static void text_split(const struct bench_report *r, int sp, FILE *f) {
     }
     fprintf(f, "\n");
   }
+  /* the seed's failure condition, said per fault type */
+  fprintf(f, "\nwhere a baseline names the scope as often as the semantic monitors at the headline budget:\n");
+  int any = 0;
+  for (int ty = -1; ty < MS_FAULT_TYPE_COUNT; ty++) {
+    struct bench_totals sem, x;
+    bench_score_type(r, sp, BM_SEMANTIC, r->o.headline, ty, &sem);
+    if (!sem.n) continue;
+    char line[512];
+    size_t len = 0;
+    for (int m = 0; m < BM_COUNT; m++) {
+      if (m == BM_SEMANTIC) continue;
+      bench_score_type(r, sp, m, r->o.headline, ty, &x);
+      if (x.scope_accuracy >= sem.scope_accuracy && len < sizeof line)
+        len += (size_t)snprintf(line + len, sizeof line - len, "%s%s %.0f%%", len ? ", " : "", bench_method_name(m),
+                                100 * x.scope_accuracy);
+    }
+    if (!len) continue;
+    any = 1;
+    fprintf(f, "  %-16s semantic_monitors %.0f%%; %s\n", ty < 0 ? "healthy" : ms_fault_type_name((enum ms_fault_type)ty),
+            100 * sem.scope_accuracy, line);
+  }
+  if (!any) fprintf(f, "  (none)\n");
   fprintf(f, "\nreliability at the headline budget: answers by stated confidence, and the share right\n%-18s",
           "method");
   for (int k = 0; k < RELIABILITY_BINS; k++) {
@@ -319,6 +343,18 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
   fprintf(f, "%d scenarios ran of %d; the outer view: healthy %.3f ms, faulty %.3f ms on average (%+.2f%%, worst %+.2f%%)\n\n",
           ran, r->n, ran ? hsum / ran / 1e6 : 0, ran ? fsum / ran / 1e6 : 0, hsum > 0 ? 100 * (fsum / hsum - 1) : 0,
           100 * worst);
+  double sp_sum = 0, tg_sum = 0;
+  int n_cpu = 0;
+  for (int i = 0; i < r->n; i++)
+    if (!r->cases[i].error[0] && r->cases[i].sc.backend == MS_BACKEND_CPU) {
+      sp_sum += r->cases[i].spread;
+      tg_sum += r->cases[i].sc.target;
+      n_cpu++;
+    }
+  if (n_cpu)
+    fprintf(f, "CPU backend: two healthy runs differ by %.2f%% (the median of 5 pairs, mean over %d scenarios); "
+               "faults sized to at most %.2f%% on average (3x that, at least the scenario's target)\n\n",
+            100 * sp_sum / n_cpu, n_cpu, 100 * tg_sum / n_cpu);
   for (int sp = 0; sp < 2; sp++)
     if (split_cases(r, sp)) text_split(r, sp, f);
   if (split_cases(r, 0) && split_cases(r, 1)) text_side_by_side(r, f);

@@ -621,9 +621,13 @@ int bench_fault_spec(const char *spec, struct bench_fault *f, struct ms_textbuf 
   snprintf(buf, sizeof buf, "%s", spec);
   char *type = strtok_r(buf, ":", &save), *target = strtok_r(NULL, ":", &save), *mag = strtok_r(NULL, ":", &save);
   if (!type || !target || !mag || strtok_r(NULL, ":", &save) || ms_fault_type_parse(type, &f->type)) {
+    char types[512];
+    size_t len = 0;
+    for (int t = 0; t < MS_FAULT_TYPE_COUNT && len < sizeof types; t++)
+      len += (size_t)snprintf(types + len, sizeof types - len, "%s%s", t ? ", " : "",
+                              ms_fault_type_name((enum ms_fault_type)t));
     ms_textbuf_printf(log, "--fault '%s': expected TYPE:TARGET:MAGNITUDE, e.g. slow_class:blk.3.wo:2.5 or "
-                           "delayed_release:rope->attn:20us (types: slow_class, routing_skew, delayed_release, "
-                           "queue_saturation, comm_delay, starve_task, slow_request)\n", spec);
+                           "delayed_release:rope->attn:20us (types: %s)\n", spec, types);
     return -EINVAL;
   }
   char *at = strchr(target, '@');

@@ -3,7 +3,7 @@
 # the simulator's training and held-out splits (bench/scenarios/train.json and
 # heldout.json, 60 scenarios each over every preset, GPU, batch 1-16 and tp 1-4,
 # the calibration learned on the training split) and the CPU backend's
-# scenarios of bench/scenarios/cpu.json. Writes the JSON reports, the text
+# training and held-out scenarios (bench/scenarios/cpu-train.json, cpu-heldout.json). Writes the JSON reports, the text
 # tables and the plots into OUT, then prints the paired healthy and faulty run
 # times per fault type (the outer view).
 #   usage: scripts/diagnose-run.sh [BUILD_DIR] [OUT_DIR]   (build, out: build, bench-out)
@@ -15,7 +15,7 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
 "$MS" bench diagnose --scenarios "$SRC/bench/scenarios/train.json" --heldout "$SRC/bench/scenarios/heldout.json" \
   --budgets 4k,16k,64k --out "$OUT/sim.json" --plot "$OUT/sim.png" > "$OUT/sim.txt"
-"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/cpu.json" --budgets 4k,16k,64k,1m \
+"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/cpu-train.json" --heldout "$SRC/bench/scenarios/cpu-heldout.json" --budgets 4k,16k,64k,1m \
   --out "$OUT/cpu.json" --plot "$OUT/cpu.png" > "$OUT/cpu.txt"
 cat "$OUT/sim.txt" "$OUT/cpu.txt"
 python3 - "$OUT/sim.json" "$OUT/cpu.json" <<'PY'

@@ -225,6 +225,7 @@ struct fctx {
   double spread;        /* how much the classes' ratios scatter around it */
   double step_ns;       /* the run's time per step (the late-request scale) */
   int sim;              /* the evidence comes from the simulator */
+  double op_drift[MS_K_COUNT];  /* CPU: the median cur / ref ratio of each kernel's classes (0: too few) */
   struct hyp *h;
   int n;
 };
@@ -237,8 +238,11 @@ static int have(struct fctx *c, int sec, int i) {
 /* z of a row's mean against the reference's. */
 static double z_mean(struct fctx *c, int sec, int i, double *ratio) {
   const struct bench_stat *x = &c->cur->row[sec][i], *r = &c->ref->row[sec][i];
-  /* task times against the run's drift (a loaded machine slows every class) */
+  /* task times against the run's drift (a loaded machine slows every class);
+   * on the CPU a class against the other layers' classes of its kernel, in the
+   * same run, where there are enough of them */
   double d = sec == FS_EVCLASS ? 1 : c->drift;
+  if (sec == FS_CLASS && c->op_drift[c->p->classes[i].kernel] > 0) d = c->op_drift[c->p->classes[i].kernel];
   double mx = x->sum / x->n / d, mr = r->sum / r->n;
   /* one sample says nothing of the spread: assume it as large as the value */
   double vx = x->n > 1 ? fmax(0, x->sumsq / x->n / (d * d) - mx * mx) : mx * mx;
@@ -562,6 +566,17 @@ static void collect(struct fctx *c) {
    * fault, which the median would then absorb (half the classes of a two-layer
    * model for a slow layer) */
   if (c->sim) c->drift = 1;
+  for (int k = 0; k < MS_K_COUNT; k++) {
+    double r[256];
+    int n = 0;
+    for (int i = 0; !c->sim && i < c->cur->n[FS_CLASS] && n < 256; i++) {
+      const struct bench_stat *x = &c->cur->row[FS_CLASS][i], *y = &c->ref->row[FS_CLASS][i];
+      if (c->p->classes[i].kernel == k && x->have && x->n >= 3 && y->n >= 3 && y->sum > 0)
+        r[n++] = (x->sum / x->n) / (y->sum / y->n);
+    }
+    sort_d(r, n);
+    c->op_drift[k] = n >= 3 ? r[n / 2] : 0;
+  }
   int nz = c->cur->n[FS_CLASS];
   double *zc = calloc((size_t)nz + 1, sizeof *zc);
   for (int i = 0; zc && i < nz; i++) {

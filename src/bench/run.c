@@ -160,7 +160,7 @@ static void tune(struct runner *r, const struct ms_model *m, struct bench_case *
     double goal = fl->severity * s->target, st = initial_strength(fl->type, c->healthy_ns, s->steps, workers);
     double best_s = -1, best_d = 0, low_s = st, low_d = 1e9;
     double lo = -1, d_lo = 0, hi = -1, d_hi = 0;  /* strengths known to fall short of / pass the goal */
-    int iters = s->backend == MS_BACKEND_SIM ? 12 : 4;
+    int iters = s->backend == MS_BACKEND_SIM ? 12 : 6;
     for (int it = 0; it < iters; it++) {
       fl->magnitude = magnitude_of(fl->type, st);
       double d = slowdown(r, m, s, &h, &f);

@@ -7,7 +7,9 @@
  * simulator inject it the same way: a slow task class, MoE routing skew, a
  * delayed dependency notification, a saturated worker queue, a delayed
  * communication generation, a ready task starved by the scheduler, one slow
- * request. Each has one culprit (what a diagnosis must name) and one magnitude
+ * request; and four the benchmark's diagnosers were not written for: a throttled
+ * worker, a neighbour taking one device's memory bandwidth, a slow layer, a
+ * request admitted late. Each has one culprit (what a diagnosis must name) and one magnitude
  * (what the benchmark tunes so that the whole run stays within a target of the
  * healthy run's time). */
 #ifndef MEGASCOPE_FAULT_H
@@ -34,8 +36,9 @@ enum ms_fault_type {
                                      takes its memory bandwidth) */
   MS_FAULT_SLOW_LAYER = 9,        /* every task of one layer runs `factor` times longer (its weights on a
                                      slower memory tier) */
-  MS_FAULT_LATE_ADMISSION = 10,   /* one request slot stays closed delay_ns after the first admission (the
-                                     KV-page allocator stalls): the request queued for it joins late */
+  MS_FAULT_LATE_ADMISSION = 10,   /* the target-th request admitted (for a batch submitted together: the one of
+                                     slot `target`) is held back delay_ns, its slot kept (the KV-page allocator
+                                     stalls), unless nothing else runs */
   MS_FAULT_TYPE_COUNT
 };
 

@@ -13,16 +13,21 @@
  *                  (communication, MoE experts, attention, other kernels, or only
  *                  waiting) and a culprit only where the kernel or the device
  *                  identifies one (a kernel that runs for one class only);
- *   trace, sampled events, semantic monitors
+ *   trace, sampled events, semantic monitors, profiler
  *                  the same hypothesis test over their feature tables: for every
  *                  (cause, culprit) a z-score of its feature against the
  *                  reference (a class's or an expert's or a request's or a
  *                  device's mean task time, an event class's release lag, a
- *                  class's longest queue, a worker's mean queue); the largest
- *                  wins if it clears z_min. The semantic read-out first reads the
- *                  cheap rows (kernels, top workers, devices, event classes,
- *                  experts, requests), then the class rows of the kernel the
- *                  first answer points to, while its byte budget lasts.
+ *                  class's longest queue, a worker's mean queue, an expert's
+ *                  share of the routed rows); the largest wins if it clears
+ *                  z_min. The semantic read-out first reads the cheap rows
+ *                  (kernels, top workers, devices, event classes, experts,
+ *                  requests), then the class rows of the kernel the first
+ *                  answer points to, while its byte budget lasts.
+ *   open-ended     questions of "where" that any slowness answers, with the
+ *                  cause "unknown": a worker slower than its classes' means, a
+ *                  device slower than the others, a layer whose classes stand
+ *                  out against all layers, a request that finished late.
  * Confidence: the margin over the runner-up times the strength of the winner;
  * an answer of "none" is only as confident as the share of the run the evidence
  * covered, so a truncated trace that saw nothing does not claim health. */

@@ -364,14 +364,15 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
 int bench_report_plot(const struct bench_report *r, const char *dat_path, const char *gp_path, const char *png_path) {
   FILE *d = fopen(dat_path, "w");
   if (!d) return -errno;
-  fprintf(d, "# method budget telemetry_bytes cause_accuracy culprit_accuracy false_confidence\n");
+  fprintf(d, "# method budget telemetry_bytes cause_accuracy culprit_accuracy false_confidence scope_accuracy\n");
   for (int m = 0; m < BM_COUNT; m++) {
     fprintf(d, "# %s\n", bench_method_name(m));
     for (int b = 0; b < r->o.n_budgets; b++) {
       struct bench_totals t;
       bench_score(r, -1, m, b, &t);
-      fprintf(d, "%d %llu %.1f %.4f %.4f %.4f\n", m, (unsigned long long)r->o.budgets[b],
-              t.telemetry_bytes > 1 ? t.telemetry_bytes : 1, t.cause_accuracy, t.culprit_accuracy, t.false_confidence);
+      fprintf(d, "%d %llu %.1f %.4f %.4f %.4f %.4f\n", m, (unsigned long long)r->o.budgets[b],
+              t.telemetry_bytes > 1 ? t.telemetry_bytes : 1, t.cause_accuracy, t.culprit_accuracy, t.false_confidence,
+              t.scope_accuracy);
     }
     fprintf(d, "\n\n");
   }
@@ -395,7 +396,7 @@ int bench_report_plot(const struct bench_report *r, const char *dat_path, const 
           "plot ",
           png_path, ran);
   for (int m = 0; m < BM_COUNT; m++)
-    fprintf(g, "'%s' index %d using 3:5 with linespoints lw 2 pt %d lc %d title '%s culprit', \\\n"
+    fprintf(g, "'%s' index %d using 3:7 with linespoints lw 2 pt %d lc %d title '%s scope', \\\n"
                "     '%s' index %d using 3:4 with linespoints dt 2 pt 1 lc %d title '%s cause'%s",
             dat_path, m, 5 + m, m + 1, bench_method_name(m), dat_path, m, m + 1, bench_method_name(m),
             m + 1 < BM_COUNT ? ", \\\n     " : "\n");

@@ -259,8 +259,8 @@ void bench_reliability(const struct bench_report *r, int split, int method, int 
 /* 1 when an answer is right in everything it asserts. */
 int bench_answer_right(const struct bench_answer *a);
 /* Learns the calibration from the training split's scored answers and states
- * every answer's confidence as the training accuracy of its bin ((right + 1) /
- * (n + 2): an empty bin says 0.5). The held-out split is calibrated by what the
+ * every answer's confidence as the training accuracy of its bin, shrunk toward
+ * 0 for small bins (right / (n + 2): an empty bin says 0). The held-out split is calibrated by what the
  * training split learned, never by itself. Without training cases, nothing
  * changes. */
 void bench_calibrate(struct bench_report *r);

@@ -417,39 +417,41 @@ static void hyp_device_busy(struct fctx *c) {
 }
 
 /* Open-ended: a layer most of whose classes ran slower (the median of their
- * z-scores, combined over the layer's classes); one slow class in a layer
- * leaves the median at the noise. */
+ * z-scores, above the other layers' median, combined over the layer's
+ * classes); one slow class in a layer leaves the median at the noise. */
 static void hyp_layer(struct fctx *c, const double *zc, int nz) {
   int L = c->p->model->cfg.n_layers;
-  double *all = calloc((size_t)nz + 1, sizeof *all), med[1024];
-  int cnt[1024] = {0}, na = 0;
-  if (!all || L > 1024) {
-    free(all);
+  if (L < 2) return;
+  int *layer_of = malloc(((size_t)nz + 1) * sizeof *layer_of);
+  double *z = malloc(((size_t)nz + 1) * sizeof *z);
+  if (!layer_of || !z) {
+    free(layer_of);
+    free(z);
     return;
   }
+  for (int i = 0; i < nz; i++) {
+    const struct ms_task_class *k = &c->p->classes[i];
+    layer_of[i] = k->layer >= 0 && have(c, FS_CLASS, i) && k->kernel != MS_K_EMPTY && k->kernel != MS_K_COMM ? k->layer : -1;
+  }
   for (int l = 0; l < L; l++) {
-    double z[256];
-    int k = 0;
-    for (int i = 0; i < nz && k < 256; i++)
-      if (c->p->classes[i].layer == l && have(c, FS_CLASS, i) && c->p->classes[i].kernel != MS_K_EMPTY &&
-          c->p->classes[i].kernel != MS_K_COMM)
-        z[k++] = all[na++] = zc[i];
+    /* the layer's classes, and (against them) the other layers' classes: a cause
+     * as wide as the device or the run moves them all alike */
+    int k = 0, o = 0;
+    for (int i = 0; i < nz; i++)
+      if (layer_of[i] == l) z[k++] = zc[i];
+    if (k < 3) continue;
     sort_d(z, k);
-    cnt[l] = k;
-    med[l] = k ? z[k / 2] : 0;
+    double med = z[k / 2];
+    for (int i = 0; i < nz; i++)
+      if (layer_of[i] >= 0 && layer_of[i] != l) z[o++] = zc[i];
+    sort_d(z, o);
+    double base = o ? z[o / 2] : 0;
+    add(c, -2, MS_CULPRIT_LAYER, l, (med - (base > 0 ? base : 0)) * sqrt(k),
+        "layer %d: the median of its %d classes' task times is %.1f sigma above the reference (other layers: %.1f)", l,
+        k, med, base);
   }
-  /* against the classes of every layer: a cause as wide as the device or the
-   * run moves them all alike, and no layer stands out */
-  sort_d(all, na);
-  double base = na ? all[na / 2] : 0;
-  free(all);
-  for (int l = 0; l < L; l++) {
-    if (cnt[l] < 3) continue;
-    double zl = (med[l] - (base > 0 ? base : 0)) * sqrt(cnt[l]);
-    add(c, -2, MS_CULPRIT_LAYER, l, zl,
-        "layer %d: the median of its %d classes' task times is %.1f sigma above the reference (all classes: %.1f)", l,
-        cnt[l], med[l], base);
-  }
+  free(layer_of);
+  free(z);
 }
 
 /* Open-ended: a request whose last attention task ended much later than the
@@ -534,7 +536,7 @@ static void hyp_worker(struct fctx *c) {
   if (n < 2 || W < 2 || total <= me->sum || me->n < 8 || tasks < 8.0 * W) return;
   double peers = (total - me->sum) / (W - 1), ref_peers = (s - m) / (n - 1);
   double r_cur = me->sum / (peers + c->floor_abs), r_ref = m / (ref_peers + c->floor_abs);
-  double z = (r_cur - r_ref) / (0.15 * r_ref + 0.05);
+  double z = (r_cur - r_ref) / (0.1 * r_ref + 0.05);
   /* a saturated queue moves work onto the worker; it does not make the work
    * slower. A worker whose tasks are slower too is something else. */
   double slow = worker_task_ratio(c, top);

@@ -106,6 +106,8 @@ void bench_calibrate(struct bench_report *r) {
       for (int b = 0; b < r->o.n_budgets; b++) {
         struct bench_answer *a = &r->cases[i].ans[m][b];
         int kind = a->cause != -1, k = cal_bin(a->raw_confidence);
-        a->confidence = (cal->right[m][b][kind][k] + 1.0) / (cal->n[m][b][kind][k] + 2.0);
+        /* the bin's training accuracy, shrunk toward 0 by two answers: a bin has
+         * to earn its confidence (one right answer states 1/3, not 2/3) */
+        a->confidence = cal->right[m][b][kind][k] / (cal->n[m][b][kind][k] + 2.0);
       }
 }

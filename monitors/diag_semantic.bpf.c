@@ -6,8 +6,8 @@
 //                        (ready -> begin), the longest queue (a starved task);
 //   evclass_lag          per event class: the release lag, from the completing
 //                        producer's end to the event's release (a held notification);
-//   worker_queue/_top    per worker: queue ns and task ns, and the two workers
-//                        queueing most (a saturated queue);
+//   worker_queue/_top    per worker: queue ns and task time against the class,
+//                        and the two workers queueing most (a saturated queue);
 //   worker_slow_top      the two workers whose tasks ran longest against their
 //                        classes' running means (a throttled worker);
 //   req_attn             per request: its attention tasks' time (a long context)
@@ -50,19 +50,23 @@ struct stat2 {
   __u64 n, ns;
 };
 
-/* per worker: tasks, their queueing, their time, and the sum of their times
- * against their classes' running means (per mille) over ratio_n tasks
- * (communication aside: its time is the link's, not the worker's) */
+/* per worker: tasks, their queueing, and the sum of their times against their
+ * classes' running means (per mille) over ratio_n tasks (communication aside:
+ * its time is the link's, not the worker's) */
 struct wstat {
-  __u64 n, queue_ns, busy_ns, ratio_pm, ratio_n;
+  __u64 n, queue_ns, ratio_pm, ratio_n;
 };
 
+/* an expert's tasks' time and the rows they processed (ABI v2 work_rows) */
 struct expert {
-  __u64 n, ns, ns_sq, max, rows;
+  struct time_stat t;
+  __u64 rows;
 };
 
+/* a request's attention time and when its last attention task ended */
 struct req {
-  __u64 n, ns, ns_sq, max, last;
+  struct time_stat t;
+  __u64 last;
 };
 
 struct top {
@@ -210,7 +214,6 @@ int on_end(struct ms_hook_ctx *ctx) {
   if (wq) {
     __sync_fetch_and_add(&wq->n, 1);
     __sync_fetch_and_add(&wq->queue_ns, q);
-    __sync_fetch_and_add(&wq->busy_ns, ns);
     if (op != OP_COMM) {
       __sync_fetch_and_add(&wq->ratio_pm, pm);
       __sync_fetch_and_add(&wq->ratio_n, 1);
@@ -230,13 +233,10 @@ int on_end(struct ms_hook_ctx *ctx) {
     __u64 key = (__u64)ctx->req_slot << 32 | ctx->req_gen;
     struct req *r = bpf_map_lookup_elem(&req_attn, &key);
     if (r) {
-      __sync_fetch_and_add(&r->n, 1);
-      __sync_fetch_and_add(&r->ns, ns);
-      __sync_fetch_and_add(&r->ns_sq, ns * ns);
-      if (ns > r->max) r->max = ns;
+      add_time(&r->t, ns);
       if (ctx->t_end > r->last) r->last = ctx->t_end;  /* racy max, as the others */
     } else {
-      struct req first = {1, ns, ns * ns, ns, ctx->t_end};
+      struct req first = {{1, ns, ns * ns, ns}, ctx->t_end};
       bpf_map_update_elem(&req_attn, &key, &first, BPF_NOEXIST);
     }
   }
@@ -244,10 +244,7 @@ int on_end(struct ms_hook_ctx *ctx) {
     __u32 x = (__u32)ctx->tile_z;
     struct expert *e = bpf_map_lookup_elem(&expert_stat, &x);
     if (e) {
-      __sync_fetch_and_add(&e->n, 1);
-      __sync_fetch_and_add(&e->ns, ns);
-      __sync_fetch_and_add(&e->ns_sq, ns * ns);
-      if (ns > e->max) e->max = ns;
+      add_time(&e->t, ns);
       __sync_fetch_and_add(&e->rows, ctx->work_rows);  /* ABI v2 */
     }
   }

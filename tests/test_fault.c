@@ -315,7 +315,7 @@ static void test_routing_skew(void) {
   ms_model_free(m);
 }
 
-static int p_jit(const struct run *r, int cls) { return !strcmp(strrchr(r->cls[cls].name, '.'), ".attn"); }
+static int is_attn(const struct run *r, int cls) { return !strcmp(strrchr(r->cls[cls].name, '.'), ".attn"); }
 
 /* The open-ended faults: slow_layer slows exactly that layer's classes;
  * slow_worker and bandwidth_steal add time only on their worker or device (and
@@ -335,7 +335,7 @@ static void test_open_ended(const struct ms_model *m) {
     if (!strncmp(h.cls[i].name, "blk.1.", 6) && h.cls[i].task_ns) {
       slowed++;
       /* 2x the cost; JIT classes (attention) count their dispatch too, which is not scaled */
-      ok &= ratio > (p_jit(&h, i) ? 1.4 : 1.99) && ratio < 2.01;
+      ok &= ratio > (is_attn(&h, i) ? 1.4 : 1.99) && ratio < 2.01;
     } else {
       ok &= h.cls[i].task_ns == f.cls[i].task_ns;
     }

@@ -209,7 +209,6 @@ void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev,
 struct bench_stat {
   double n, sum, sumsq, max;
   double qsum, qmax;          /* queue (ready -> begin) for task rows */
-  double busy;                /* worker rows: their tasks' time */
   double ratio, ratio_n;      /* worker rows: the sum of their tasks' times against their classes' means,
                                  over ratio_n tasks (communication aside: its time is the link's) */
   double work;                /* expert rows: the rows their tasks processed (ABI v2; 0: not known) */

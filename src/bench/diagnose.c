@@ -280,15 +280,10 @@ static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, do
 }
 
 /* One (cause, culprit) per row of a section, by its mean against the
- * reference. A slow class is one class: when several classes stand out at
- * once the cause is broader (a layer, a device, a request), and each class's z
- * is divided by the square root of how many do. */
-static void hyp_time(struct fctx *c, int sec, int cause, enum ms_culprit_kind kind, const char *what) {
-  int broad = 0;
-  for (int i = 0; sec == FS_CLASS && i < c->cur->n[sec]; i++) {
-    double ratio;
-    broad += have(c, sec, i) && z_mean(c, sec, i, &ratio) > Z_MIN;
-  }
+ * reference. A slow class is one class: when `broad` classes stand out at once
+ * the cause is broader (a layer, a device, a request), and each row's z is
+ * divided by the square root of how many do. */
+static void hyp_time(struct fctx *c, int sec, int cause, enum ms_culprit_kind kind, const char *what, int broad) {
   double div = broad > 1 ? sqrt(broad) : 1;
   for (int i = 0; i < c->cur->n[sec]; i++) {
     if (!have(c, sec, i)) continue;
@@ -354,7 +349,7 @@ static double worker_task_ratio(struct fctx *c, int w) {
 /* Open-ended: the worker whose tasks ran longest against their classes' means,
  * if that is more than its own reference: a cause no diagnoser here was written
  * for, so "unknown", scope the worker. */
-static void hyp_busy_worker(struct fctx *c) {
+static void hyp_slow_worker(struct fctx *c) {
   if (!c->cur->row[FS_BTOP][0].have) return;
   int w = (int)c->cur->row[FS_BTOP][0].n;
   if (w < 0 || w >= c->cur->n[FS_WORKER] || !bench_feat_read(c->cur, FS_WORKER, w)) return;
@@ -590,17 +585,19 @@ static void collect(struct fctx *c) {
     double ratio;
     if (have(c, FS_CLASS, i)) zc[i] = z_mean(c, FS_CLASS, i, &ratio);
   }
+  int broad = 0;  /* classes standing out */
+  for (int i = 0; zc && i < nz; i++) broad += have(c, FS_CLASS, i) && zc[i] > Z_MIN;
   if (zc) hyp_layer(c, zc, nz);
   free(zc);
-  hyp_busy_worker(c);
+  hyp_slow_worker(c);
   hyp_device_busy(c);
   hyp_late_request(c);
   hyp_rows(c);
-  hyp_time(c, FS_CLASS, MS_FAULT_SLOW_CLASS, MS_CULPRIT_TASK_CLASS, "class");
-  hyp_time(c, FS_REQUEST, MS_FAULT_SLOW_REQUEST, MS_CULPRIT_REQUEST, "attention of");
-  hyp_time(c, FS_EXPERT, MS_FAULT_ROUTING_SKEW, MS_CULPRIT_EXPERT, "tasks of");
-  hyp_time(c, FS_DEVICE, MS_FAULT_COMM_DELAY, MS_CULPRIT_DEVICE, "communication of");
-  hyp_time(c, FS_EVCLASS, MS_FAULT_DELAYED_RELEASE, MS_CULPRIT_EVENT_CLASS, "event class");
+  hyp_time(c, FS_CLASS, MS_FAULT_SLOW_CLASS, MS_CULPRIT_TASK_CLASS, "class", broad);
+  hyp_time(c, FS_REQUEST, MS_FAULT_SLOW_REQUEST, MS_CULPRIT_REQUEST, "attention of", 0);
+  hyp_time(c, FS_EXPERT, MS_FAULT_ROUTING_SKEW, MS_CULPRIT_EXPERT, "tasks of", 0);
+  hyp_time(c, FS_DEVICE, MS_FAULT_COMM_DELAY, MS_CULPRIT_DEVICE, "communication of", 0);
+  hyp_time(c, FS_EVCLASS, MS_FAULT_DELAYED_RELEASE, MS_CULPRIT_EVENT_CLASS, "event class", 0);
   hyp_starve(c);
   hyp_worker(c);
   hyp_ops(c);

@@ -53,7 +53,7 @@ struct trace_row {
 /* Key + value bytes of one row of each section, as the semantic monitor's maps
  * hold them (diag_semantic.bpf.c); what reading a row costs. */
 const unsigned bench_row_bytes[FS_COUNT] = {
-    [FS_CLASS] = 4 + 40,   [FS_OP] = 4 + 40,     [FS_EVCLASS] = 4 + 32, [FS_WORKER] = 4 + 40,
+    [FS_CLASS] = 4 + 40,   [FS_OP] = 4 + 40,     [FS_EVCLASS] = 4 + 32, [FS_WORKER] = 4 + 32,
     [FS_REQUEST] = 8 + 40, [FS_EXPERT] = 4 + 40, [FS_DEVICE] = 4 + 32, [FS_WTOP] = 4 + 16,
     [FS_BTOP] = 4 + 16,    [FS_DEVBUSY] = 4 + 16,
 };
@@ -153,7 +153,6 @@ static void feat_task(struct bench_features *f, const struct ms_plan *p, int t, 
   stat_add(&f->row[FS_OP][k->kernel], ns, q);
   if (worker >= 0 && worker < f->n[FS_WORKER]) {
     stat_add(&f->row[FS_WORKER][worker], q, q);
-    f->row[FS_WORKER][worker].busy += ns;
     int d = worker / (f->per_device > 0 ? f->per_device : 1);
     if (d < f->n[FS_DEVBUSY] && k->kernel != MS_K_COMM) stat_add(&f->row[FS_DEVBUSY][d], ns, 0);
   }
@@ -602,8 +601,8 @@ static void copy_row(struct map_copy *c, int i, const uint64_t *v) {
                                              .qsum = (double)v[3], .qmax = (double)v[4]};
   if (c->kind == 1) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3]};
   if (c->kind == 2)
-    *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .qsum = (double)v[1], .busy = (double)v[2],
-                             .ratio = (double)v[3] / 1000, .ratio_n = (double)v[4]};
+    *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .qsum = (double)v[1],
+                             .ratio = (double)v[2] / 1000, .ratio_n = (double)v[3]};
   if (c->kind == 3) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1]};  /* worker, its sum */
   if (c->kind == 4)
     *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3],

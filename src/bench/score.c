@@ -31,6 +31,12 @@ static int wrongly_confident(const struct bench_answer *a) {
   return a->confidence >= 0.5 && (cause_wrong(a) || scope_wrong(a));
 }
 
+/* Bin k of n_bins equal bins of confidence 0..1. */
+static int conf_bin(double c, int n_bins) {
+  int k = (int)(c * n_bins);
+  return k < 0 ? 0 : k >= n_bins ? n_bins - 1 : k;
+}
+
 static int counted(const struct bench_report *r, int i, int split, int type) {
   const struct bench_case *c = &r->cases[i];
   return !c->error[0] && (split < 0 || c->split == split) && (type == -2 || c->truth_cause == type);
@@ -72,17 +78,10 @@ void bench_reliability(const struct bench_report *r, int split, int method, int 
   for (int i = 0; i < r->n; i++) {
     if (!counted(r, i, split, -2) || r->cases[i].no_effect) continue;
     const struct bench_answer *a = &r->cases[i].ans[method][b];
-    int k = (int)(a->confidence * n_bins);
-    if (k >= n_bins) k = n_bins - 1;
-    if (k < 0) k = 0;
+    int k = conf_bin(a->confidence, n_bins);
     n[k]++;
     right[k] += bench_answer_right(a);
   }
-}
-
-static int cal_bin(double raw) {
-  int k = (int)(raw * BENCH_CAL_BINS);
-  return k < 0 ? 0 : k >= BENCH_CAL_BINS ? BENCH_CAL_BINS - 1 : k;
 }
 
 void bench_calibrate(struct bench_report *r) {
@@ -95,7 +94,7 @@ void bench_calibrate(struct bench_report *r) {
     for (int m = 0; m < BM_COUNT; m++)
       for (int b = 0; b < r->o.n_budgets; b++) {
         const struct bench_answer *a = &c->ans[m][b];
-        int kind = a->cause != -1, k = cal_bin(a->raw_confidence);
+        int kind = a->cause != -1, k = conf_bin(a->raw_confidence, BENCH_CAL_BINS);
         cal->n[m][b][kind][k]++;
         cal->right[m][b][kind][k] += bench_answer_right(a);
       }
@@ -105,7 +104,7 @@ void bench_calibrate(struct bench_report *r) {
     for (int m = 0; m < BM_COUNT && !r->cases[i].error[0]; m++)
       for (int b = 0; b < r->o.n_budgets; b++) {
         struct bench_answer *a = &r->cases[i].ans[m][b];
-        int kind = a->cause != -1, k = cal_bin(a->raw_confidence);
+        int kind = a->cause != -1, k = conf_bin(a->raw_confidence, BENCH_CAL_BINS);
         /* the bin's training accuracy, shrunk toward 0 by two answers: a bin has
          * to earn its confidence (one right answer states 1/3, not 2/3) */
         a->confidence = cal->right[m][b][kind][k] / (cal->n[m][b][kind][k] + 2.0);

@@ -256,6 +256,34 @@ static void test_score(void) {
   CHECK(n[0] == 0 && n[1] == 0 && n[2] == 1 && right[2] == 0 && n[3] == 3 && right[3] == 2);
 }
 
+/* Calibration: learned from the training split alone, each answer stated as its
+ * bin's training accuracy shrunk toward 0 (right / (n + 2)); the held-out
+ * split is stated by what training learned, never by itself. */
+static void test_calibrate(void) {
+  struct bench_case cases[5];
+  memset(cases, 0, sizeof cases);
+  struct bench_report r = {.n = 5, .cases = cases, .o = {.n_budgets = 1, .budgets = {1024}}};
+  for (int i = 0; i < 5; i++) {
+    cases[i].truth_cause = MS_FAULT_SLOW_WORKER;
+    cases[i].truth_kind = MS_CULPRIT_WORKER;
+    cases[i].truth_id = 3;
+    cases[i].split = i >= 3;
+    for (int m = 0; m < BM_COUNT; m++)
+      cases[i].ans[m][0] = (struct bench_answer){.cause = -2, .kind = MS_CULPRIT_WORKER, .id = 3, .scope_ok = 1,
+                                                 .raw_confidence = 0.9};
+  }
+  cases[2].ans[BM_SEMANTIC][0].id = 4;  /* training: 2 right, 1 wrong in the top bin */
+  cases[2].ans[BM_SEMANTIC][0].scope_ok = 0;
+  cases[4].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = -1, .id = -1, .raw_confidence = 0.9};  /* a "none" */
+  bench_calibrate(&r);
+  CHECK(r.cal.learned);
+  CHECK(fabs(cases[0].ans[BM_SEMANTIC][0].confidence - 2.0 / 5) < 1e-12);
+  CHECK(fabs(cases[3].ans[BM_SEMANTIC][0].confidence - 2.0 / 5) < 1e-12);  /* held out: training's bin */
+  CHECK(cases[4].ans[BM_SEMANTIC][0].confidence == 0);  /* no training "none" answers: no confidence */
+  CHECK(fabs(cases[3].ans[BM_KERNEL_TIMING][0].confidence - 3.0 / 5) < 1e-12);
+  CHECK(cases[3].ans[BM_SEMANTIC][0].raw_confidence == 0.9);
+}
+
 int main(void) {
   const char *d = getenv("MS_MONITORS");
   snprintf(mon_dir, sizeof mon_dir, "%s", d ? d : "build/monitors");
@@ -264,5 +292,6 @@ int main(void) {
   test_draw();
   test_observe_and_diagnose();
   test_score();
+  test_calibrate();
   TEST_MAIN_END();
 }

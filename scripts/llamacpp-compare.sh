@@ -119,7 +119,7 @@ PY
 }
 
 ms_tps() {  # batch -> megakernel tokens/s
-  "$MS" bench decode --model "$MODEL" --batch "$1" --steps "$STEPS" --workers "$THREADS" --json 2>/dev/null |
+  "$MS" bench decode --model "$MODEL" --batch "$1" --steps "$STEPS" --workers "$THREADS" --rounds 1 --json 2>/dev/null |
     "$LLAMA_PY" -c 'import json,sys; print(json.load(sys.stdin)["megakernel_tokens_per_s"])'
 }
 

@@ -30,13 +30,16 @@ static void decode_usage(FILE *f) {
   fprintf(f,
           "usage: megascope bench decode (--synthetic PRESET | --model F.gguf) [options]\n\n"
           "Runs the same requests through the megakernel and through the per-op baseline\n"
-          "in one process, measures memory bandwidth with a STREAM-like read and copy on as many\n"
+          "in one process, alternating in rounds, then measures memory bandwidth with a STREAM-like read and copy on as many\n"
           "threads as the engine has workers, and reports tokens/s, their ratio, the bytes a token\n"
           "moves (weights once per step, each row's KV cache), and the fraction of each bound reached.\n\n" CLI_MODEL_HELP
           "  --batch N            concurrent requests (default 1)\n"
           "  --steps N            tokens per request (default 16)\n"
           "  --warmup N           tokens per request in an unmeasured first run (default 2)\n"
           "  --workers N          worker threads (default: one per core)\n"
+          "  --rounds N           alternating rounds, each engine once per round (default 3):\n"
+          "                       the best of each is reported, and the median of the ratios\n"
+          "                       within a round\n"
           CLI_ACT_HELP
           "  --json               print the result as JSON\n"
           "  -h, --help           this text\n");
@@ -102,26 +105,80 @@ out:
   return best;
 }
 
-/* Generated tokens per second for `batch` requests of `steps` tokens each. */
-static double decode_tps(const struct ms_model *m, enum ms_mode mode, int workers, int batch, int steps,
-                         int warmup, int q8, int *workers_out) {
+/* ---- the engines, alternating ---- */
+
+enum { ENG_MK, ENG_PER_OP, N_ENG };
+static const char *const eng_name[N_ENG] = {"megakernel", "per-op"};
+static const char *const eng_key[N_ENG] = {"megakernel", "per_op"};
+
+struct decode_run {
+  int batch, steps, warmup, workers, q8, rounds;
+  struct ms_engine *e[N_ENG];
+  double *tps[N_ENG];  /* [rounds] */
+  double best[N_ENG];
+  double ratio[N_ENG]; /* median over rounds of tps / per-op tps in the same round */
+  double lo[N_ENG], hi[N_ENG];
+};
+
+static struct ms_engine *decode_engine(const struct ms_model *m, const struct decode_run *d, int which) {
   char logbuf[1024] = "";
   struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
-  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = workers, .mode = mode, .max_batch = batch,
-                              .max_ctx = steps + warmup + 2, .q8_activations = q8};
+  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = d->workers,
+                              .mode = which == ENG_PER_OP ? MS_MODE_PER_OP : MS_MODE_MEGAKERNEL,
+                              .max_batch = d->batch, .max_ctx = d->steps + d->warmup + 2,
+                              .q8_activations = d->q8};
   struct ms_engine *e = ms_engine_new(m, &eo, &log);
-  if (!e) {
-    fprintf(stderr, "megascope bench: %s", logbuf);
-    return -1;
+  if (!e) fprintf(stderr, "megascope bench: %s", logbuf);
+  return e;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* Round r runs every engine once, the order rotated each round so that none
+ * always runs first (after a quiet spell) or last. */
+static int decode_rounds(const struct ms_model *m, struct decode_run *d, int verbose) {
+  for (int k = 0; k < N_ENG; k++) {
+    if (!(d->e[k] = decode_engine(m, d, k)) || !(d->tps[k] = calloc((size_t)d->rounds, sizeof(double))))
+      return -1;
+    if (d->warmup > 0 && cli_decode_tps(d->e[k], m, d->batch, d->warmup) < 0) return -1;
   }
-  *workers_out = ms_engine_n_workers(e);
-  double tps = -1;
-  for (int round = 0; round < 2; round++) {
-    int n = round == 0 ? warmup : steps;
-    if (n > 0) tps = cli_decode_tps(e, m, batch, n);
+  for (int r = 0; r < d->rounds; r++) {
+    if (verbose) fprintf(stderr, "bench decode: round %d of %d\n", r + 1, d->rounds);
+    for (int i = 0; i < N_ENG; i++) {
+      int k = (r + i) % N_ENG;
+      if ((d->tps[k][r] = cli_decode_tps(d->e[k], m, d->batch, d->steps)) <= 0) return -1;
+    }
   }
-  ms_engine_free(e);
-  return tps;
+  double *q = calloc((size_t)d->rounds, sizeof(double));
+  if (!q) return -1;
+  for (int k = 0; k < N_ENG; k++) {
+    d->best[k] = 0;
+    for (int r = 0; r < d->rounds; r++) {
+      if (d->tps[k][r] > d->best[k]) d->best[k] = d->tps[k][r];
+      q[r] = d->tps[k][r] / d->tps[ENG_PER_OP][r];
+    }
+    qsort(q, (size_t)d->rounds, sizeof *q, cmp_double);
+    d->lo[k] = q[0];
+    d->hi[k] = q[d->rounds - 1];
+    d->ratio[k] = d->rounds % 2 ? q[d->rounds / 2] : (q[d->rounds / 2 - 1] + q[d->rounds / 2]) / 2;
+  }
+  free(q);
+  return 0;
+}
+
+static void decode_stop(struct decode_run *d) {
+  for (int k = 0; k < N_ENG; k++) {
+    if (d->e[k]) ms_engine_free(d->e[k]);
+    d->e[k] = NULL;
+  }
+}
+
+static void decode_free(struct decode_run *d) {
+  decode_stop(d);
+  for (int k = 0; k < N_ENG; k++) free(d->tps[k]);
 }
 
 static int bench_decode(int argc, char **argv) {
@@ -130,10 +187,11 @@ static int bench_decode(int argc, char **argv) {
       {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
       {"steps", required_argument, 0, 0},     {"warmup", required_argument, 0, 0},
       {"workers", required_argument, 0, 0},   {"json", no_argument, 0, 0},
-      {"model", required_argument, 0, 0},    CLI_ACT_OPTIONS,
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
+      {"model", required_argument, 0, 0},     {"rounds", required_argument, 0, 0},
+      CLI_ACT_OPTIONS,                        {"help", no_argument, 0, 'h'},
+      {0, 0, 0, 0}};
   struct cli_model cm = {0};
-  long batch = 1, steps = 16, warmup = 2, workers = 0;
+  long batch = 1, steps = 16, warmup = 2, workers = 0, rounds = 3;
   int as_json = 0, q8 = 1, c, idx;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
@@ -153,17 +211,22 @@ static int bench_decode(int argc, char **argv) {
     else if (!strcmp(n, "steps")) r = cli_int("--steps", optarg, 1, 1 << 20, &steps);
     else if (!strcmp(n, "warmup")) r = cli_int("--warmup", optarg, 0, 1 << 20, &warmup);
     else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
+    else if (!strcmp(n, "rounds")) r = cli_int("--rounds", optarg, 1, 1000, &rounds);
     else if (!strcmp(n, "json")) as_json = 1;
     else if (cli_act_opt(n, &q8)) continue;
     if (r) return 2;
   }
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;
-  int W = 0;
-  if (!as_json) fprintf(stderr, "bench decode: megakernel...\n");
-  double mk = decode_tps(m, MS_MODE_MEGAKERNEL, (int)workers, (int)batch, (int)steps, (int)warmup, q8, &W);
-  if (!as_json) fprintf(stderr, "bench decode: per-op...\n");
-  double po = decode_tps(m, MS_MODE_PER_OP, (int)workers, (int)batch, (int)steps, (int)warmup, q8, &W);
+  struct decode_run d = {.batch = (int)batch, .steps = (int)steps, .warmup = (int)warmup,
+                         .workers = (int)workers, .q8 = q8, .rounds = (int)rounds};
+  if (decode_rounds(m, &d, !as_json)) {
+    decode_free(&d);
+    ms_model_free(m);
+    return 1;
+  }
+  int W = ms_engine_n_workers(d.e[ENG_MK]), q8_on = ms_engine_q8_active(d.e[ENG_MK]);
+  decode_stop(&d);  /* the bandwidth is measured with no engine thread about */
   if (!as_json) fprintf(stderr, "bench decode: memory bandwidth...\n");
   double gbps = stream_gbps(W, 0), rgbps = stream_gbps(W, 1);
   /* What a step reads: every weight once, and each row's KV cache (at the
@@ -174,7 +237,8 @@ static int bench_decode(int argc, char **argv) {
   double kv_per_row = 2.0 * mc->n_layers * mc->n_kv_heads * mc->head_dim * sizeof(float) * mean_pos;
   double step_bytes = (double)wbytes + kv_per_row * (double)batch;
   double bound = gbps * 1e9 / step_bytes * (double)batch, rbound = rgbps * 1e9 / step_bytes * (double)batch;
-  int rc = mk > 0 && po > 0 && gbps > 0 && rgbps > 0 ? 0 : 1;
+  double mk = d.best[ENG_MK], po = d.best[ENG_PER_OP];
+  int rc = gbps > 0 && rgbps > 0 ? 0 : 1;
   if (as_json) {
     struct ms_json j;
     ms_json_init(&j, stdout, 1);
@@ -184,10 +248,22 @@ static int bench_decode(int argc, char **argv) {
     ms_json_kint(&j, "batch", batch);
     ms_json_kint(&j, "steps", steps);
     ms_json_kint(&j, "workers", W);
-    ms_json_kbool(&j, "q8_activations", q8);
+    ms_json_kint(&j, "rounds", rounds);
+    ms_json_kbool(&j, "q8_activations", q8_on);
     ms_json_knum(&j, "megakernel_tokens_per_s", mk);
     ms_json_knum(&j, "per_op_tokens_per_s", po);
-    ms_json_knum(&j, "ratio", mk / po);
+    ms_json_knum(&j, "ratio", d.ratio[ENG_MK]);
+    ms_json_knum(&j, "ratio_min", d.lo[ENG_MK]);
+    ms_json_knum(&j, "ratio_max", d.hi[ENG_MK]);
+    ms_json_key(&j, "rounds_tokens_per_s");
+    ms_json_obj_begin(&j);
+    for (int k = 0; k < N_ENG; k++) {
+      ms_json_key(&j, eng_key[k]);
+      ms_json_arr_begin(&j);
+      for (int r = 0; r < d.rounds; r++) ms_json_num(&j, d.tps[k][r]);
+      ms_json_arr_end(&j);
+    }
+    ms_json_obj_end(&j);
     ms_json_kuint(&j, "weight_bytes_per_step", wbytes);
     ms_json_knum(&j, "kv_bytes_per_token", kv_per_row);
     ms_json_knum(&j, "bytes_per_token", step_bytes / (double)batch);
@@ -200,10 +276,14 @@ static int bench_decode(int argc, char **argv) {
     ms_json_obj_end(&j);
     ms_json_end(&j);
   } else {
-    printf("%s (%s%s), batch %ld, %d workers\n", m->cfg.name, ms_dtype_name(m->cfg.dtype),
-           q8 ? ", 8-bit activations" : "", batch, W);
-    printf("  megakernel  %10.2f tokens/s\n", mk);
-    printf("  per-op      %10.2f tokens/s   (megakernel / per-op = %.3f)\n", po, mk / po);
+    printf("%s (%s%s), batch %ld, %d workers, best of %ld alternating rounds\n", m->cfg.name,
+           ms_dtype_name(m->cfg.dtype), q8_on ? ", 8-bit activations" : "", batch, W, rounds);
+    for (int k = 0; k < N_ENG; k++) {
+      printf("  %-11s %10.2f tokens/s", eng_name[k], d.best[k]);
+      if (k != ENG_PER_OP)
+        printf("   (megakernel / per-op in one round: median %.3f, %.3f-%.3f)", d.ratio[k], d.lo[k], d.hi[k]);
+      printf("\n");
+    }
     printf("  moved       %10.0f bytes per token (%zu weight bytes per step, %.0f KV bytes per row)\n",
            step_bytes / (double)batch, wbytes, kv_per_row);
     printf("  read bound  %10.2f tokens/s   (%.2f GB/s STREAM-like read, %d threads)\n", rbound, rgbps, W);
@@ -211,6 +291,7 @@ static int bench_decode(int argc, char **argv) {
     printf("  megakernel reaches %.1f%% of the read bound, %.1f%% of the copy bound\n", 100.0 * mk / rbound,
            100.0 * mk / bound);
   }
+  decode_free(&d);
   ms_model_free(m);
   return rc;
 }

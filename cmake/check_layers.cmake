@@ -1,8 +1,9 @@
 # SPDX-License-Identifier: MIT
 # The layer check: every '#include "..."' line of src/ and tools/ against the
 # table of cmake/layers.cmake. A file may include its own folder's private
-# headers, the public ones (megascope/...), and the private headers of the
-# folders its folder's MS_SEES_<folder> names; an include that climbs out of
+# headers, the public ones (megascope/...) but those its folder's
+# MS_DENIES_<folder> names, and the private headers of the folders its
+# folder's MS_SEES_<folder> names; an include that climbs out of
 # its folder ("../") is refused too. The build runs it before compiling
 # anything (target `layers`) and ctest runs it as the test `layers`.
 #
@@ -39,6 +40,12 @@ foreach(f ${MS_FILES})
     set(inc ${CMAKE_MATCH_1})
     if(inc MATCHES "(^|/)\\.\\.(/|$)")
       message(SEND_ERROR "${rel}: #include \"${inc}\" reaches out of src/${part}/ by a relative path")
+      set(bad 1)
+      continue()
+    endif()
+    if(inc IN_LIST MS_DENIES_${part})
+      message(SEND_ERROR "${rel}: #include \"${inc}\" is above ${part} in the direction of flow "
+                         "(cmake/layers.cmake, MS_DENIES_${part})")
       set(bad 1)
       continue()
     endif()

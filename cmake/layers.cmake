@@ -19,23 +19,15 @@
 # white-box and see every folder.
 
 # The libraries, in link order (each after everything it links).
-set(MS_TARGETS base model kernels graph compile hook_abi bpf hook runtime export query control bench)
+set(MS_TARGETS base model kernels graph compile bpf hook runtime export query control bench)
 
 # What each library compiles: its folder's .c files unless said here.
 #  - model: the block formats (src/kernels/quant.c, quant_k.c: how weights are
 #    encoded) are compiled into the model's library. The model reads and writes
 #    weights through them and they use the model's dtype table, so as two
 #    libraries they would be a cycle. Their files stay in src/kernels/ for now.
-#  - hook_abi: the hook ABI tables (src/hook/abi.c: contexts, fields, sections)
-#    are a library of their own under bpf, because the verifier reads the
-#    context's fields from them; the rest of src/hook sits above bpf.
 set(MS_SOURCES_model src/model/*.c src/kernels/quant.c src/kernels/quant_k.c)
 set(MS_EXCLUDE_kernels src/kernels/quant.c src/kernels/quant_k.c)
-set(MS_SOURCES_hook_abi src/hook/abi.c)
-set(MS_EXCLUDE_hook src/hook/abi.c)
-
-# The folder a library's private headers come from (its name unless said here).
-set(MS_FOLDER_hook_abi hook)
 
 # Links: the libraries each one calls (the libraries of outside packages are
 # linked in CMakeLists.txt, by the parts that use them alone).
@@ -44,14 +36,19 @@ set(MS_LINKS_model base)
 set(MS_LINKS_kernels model base)
 set(MS_LINKS_graph model base)
 set(MS_LINKS_compile graph model base)
-set(MS_LINKS_hook_abi)
-set(MS_LINKS_bpf hook_abi base)
-set(MS_LINKS_hook bpf hook_abi base)
+set(MS_LINKS_bpf base)
+set(MS_LINKS_hook bpf base)
 set(MS_LINKS_runtime compile kernels hook model base)
 set(MS_LINKS_export runtime base)
 set(MS_LINKS_query hook bpf compile base)
 set(MS_LINKS_control runtime export hook bpf compile model base)
 set(MS_LINKS_bench runtime hook bpf compile model base)
+
+# Denies: public headers a folder's files may not include all the same, where
+# what they declare lies above the folder in the flow. bpf proves programs
+# against a context described as data (struct ms_verify_ctx, which the hook
+# tables build) and knows no hook, engine or monitor.
+set(MS_DENIES_bpf megascope/hook.h megascope/bpf/megascope.h megascope/monitor.h megascope/engine.h)
 
 # Sees: the other folders whose private headers a folder's files may include.
 # Every entry is an exception the design names; an empty list is the rule.

@@ -56,7 +56,8 @@ static struct ms_bpf_prog *prog_of(const char *text) {
 static struct ms_verify_opts hook_opts(uint64_t run_budget) {
   return (struct ms_verify_opts){.sz = sizeof(struct ms_verify_opts), .kind = MS_VERIFY_HOOK,
                                  .prog_type = MS_PROG_OBSERVE, .hook = MS_HOOK_TASK_END, .helpers = helpers,
-                                 .run_budget = run_budget};
+                                 .run_budget = run_budget,
+                                 .ctx = ms_hook_verify_ctx(MS_PROG_OBSERVE, MS_HOOK_TASK_END)};
 }
 
 struct runs {

@@ -1431,7 +1431,8 @@ static void test_hook_form(void) {
   struct ms_bpf_map *mi = ms_bpf_map_new(&map_defs[0], 1, NULL), *mj = ms_bpf_map_new(&map_defs[0], 1, NULL);
   struct ms_bpf_prog *p = prog_of(text, map_defs, 1);
   struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = MS_PROG_OBSERVE,
-                              .hook = MS_HOOK_TASK_END, .helpers = helpers};
+                              .hook = MS_HOOK_TASK_END, .helpers = helpers,
+                              .ctx = ms_hook_verify_ctx(MS_PROG_OBSERVE, MS_HOOK_TASK_END)};
   struct ms_bpf_jit_opts jo = {.sz = sizeof jo, .verify = &vo, .helpers = helpers, .maps = &mj, .n_maps = 1,
                                .log = &tlog};
   log_reset();

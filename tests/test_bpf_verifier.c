@@ -21,6 +21,7 @@
 #include "bpf/verifier_internal.h"
 #include "megascope/bpf.h"
 #include "megascope/hook.h"
+#include "megascope/monitor.h"
 #include "megascope/verifier.h"
 #include "test.h"
 
@@ -94,7 +95,7 @@ static int verify_text(const char *text, int type, int hook, uint64_t limit, str
   struct ms_bpf_prog *p = assemble(text);
   if (!p) return -1000;
   struct ms_verify_opts o = {.sz = sizeof o, .kind = MS_VERIFY_HOOK, .prog_type = type, .hook = hook,
-                             .helpers = helpers, .insn_limit = limit};
+                             .helpers = helpers, .insn_limit = limit, .ctx = ms_hook_verify_ctx(type, hook)};
   struct ms_verify_stats s;
   log_reset();
   int rc = ms_bpf_verify(p, &o, &tlog, st ? st : &s);
@@ -321,7 +322,8 @@ static void test_r10(void) {
   struct ms_bpf_prog_opts po = {.sz = sizeof po, .log = &tlog};
   CHECK(ms_bpf_prog_new(insns, 3, &po) == NULL && strstr(logbuf, "r10"));
   struct ms_bpf_prog raw = {.insns = insns, .n = 3, .name = "raw", .section = ""};
-  struct ms_verify_opts o = {.sz = sizeof o, .kind = MS_VERIFY_HOOK, .prog_type = OBS, .hook = MS_HOOK_STEP};
+  struct ms_verify_opts o = {.sz = sizeof o, .kind = MS_VERIFY_HOOK, .prog_type = OBS, .hook = MS_HOOK_STEP,
+                             .ctx = ms_hook_verify_ctx(OBS, MS_HOOK_STEP)};
   log_reset();
   CHECK(ms_bpf_verify(&raw, &o, &tlog, NULL) == -MS_E_VERIFY);
   CHECKF(strstr(logbuf, "insn 0: r10 += -8 ; frame pointer r10 is read-only"), "%s", logbuf);
@@ -370,7 +372,7 @@ static void test_positives(void) {
   /* the ABI version check */
   struct ms_bpf_prog *p = assemble("mov %r0, 0\nexit");
   struct ms_verify_opts o = {.sz = sizeof o, .kind = MS_VERIFY_HOOK, .prog_type = OBS, .hook = MS_HOOK_STEP,
-                             .abi_version = MS_HOOK_ABI_VERSION + 1};
+                             .abi_version = MS_HOOK_ABI_VERSION + 1, .ctx = ms_hook_verify_ctx(OBS, MS_HOOK_STEP)};
   log_reset();
   CHECK(p && ms_bpf_verify(p, &o, &tlog, NULL) == -MS_E_VERIFY && strstr(logbuf, "newer than this engine"));
   o.abi_version = MS_HOOK_ABI_VERSION;
@@ -457,7 +459,7 @@ static void verify_object(const char *path, const char *cpu, int expect_ok) {
     snprintf(what, sizeof what, "%s [%s] %s", path, cpu, ms_bpf_prog_name(p));
     log_reset();
     struct ms_verify_stats st;
-    int rc = ms_bpf_verify_section(p, helpers, abi, 0, &tlog, &st);
+    int rc = ms_hook_verify_section(p, helpers, abi, 0, &tlog, &st);
     if (expect_ok) {
       CHECKF(rc == 0, "%s: rejected:\n%s", what, logbuf);
       if (!rc) run_random(obj, p, what);
@@ -514,7 +516,7 @@ static void test_bad_monitors(void) {
     CHECKF(p != NULL, "no program %s", expect[i].prog);
     if (!p) continue;
     log_reset();
-    int rc = ms_bpf_verify_section(p, helpers, 0, 0, &tlog, NULL);
+    int rc = ms_hook_verify_section(p, helpers, 0, 0, &tlog, NULL);
     CHECKF(rc == -MS_E_VERIFY && strstr(logbuf, expect[i].msg), "%s: expected \"%s\":\n%s", expect[i].prog,
            expect[i].msg, logbuf);
   }

@@ -71,7 +71,7 @@ static struct outcome verify(const struct text *t, uint64_t run_budget, uint64_t
   if (!p) return o;
   struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = MS_PROG_OBSERVE,
                               .hook = MS_HOOK_TASK_END, .helpers = helpers, .run_budget = run_budget,
-                              .work_limit = work_limit};
+                              .work_limit = work_limit, .ctx = ms_hook_verify_ctx(MS_PROG_OBSERVE, MS_HOOK_TASK_END)};
   logbuf[0] = 0;
   tlog = (struct ms_textbuf){logbuf, sizeof logbuf, 0, 0};
   o.rc = ms_bpf_verify(p, &vo, &tlog, &o.st);

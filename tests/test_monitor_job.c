@@ -82,7 +82,7 @@ static void test_jobs(void) {
   for (int i = 0; m && i < ms_monitor_prog_count(m); i++) {
     int type, hook = ms_monitor_prog_hook(m, i, &type);
     struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = type, .hook = hook,
-                                .helpers = ms_monitor_helpers()};
+                                .helpers = ms_monitor_helpers(), .ctx = ms_hook_verify_ctx(type, hook)};
     struct ms_verify_stats st;
     int rc = ms_bpf_verify(ms_bpf_object_prog(ms_monitor_object(m), (size_t)i), &vo, NULL, &st);
     CHECKF(rc == 0 && st.cached, "program %d proven again: rc %d cached %u", i, rc, st.cached);

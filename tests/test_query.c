@@ -512,7 +512,8 @@ static int interp_jit_agree(const struct ms_query *q, unsigned seed) {
     po.maps = defs;
     struct ms_bpf_prog *prog = ms_bpf_prog_new(in, n, &po);
     struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = MS_PROG_OBSERVE,
-                                .hook = hook, .helpers = ms_monitor_helpers()};
+                                .hook = hook, .helpers = ms_monitor_helpers(),
+                                .ctx = ms_hook_verify_ctx(MS_PROG_OBSERVE, hook)};
     struct ms_bpf_jit_opts jo = {.sz = sizeof jo, .verify = &vo, .helpers = ms_monitor_helpers(), .maps = b,
                                  .n_maps = nm};
     struct ms_bpf_jit *j = prog ? ms_bpf_jit_new(prog, &jo) : NULL;

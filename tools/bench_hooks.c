@@ -80,7 +80,8 @@ static int prog_cost(const char *path, int rounds, struct prog_cost *out) {
                                .ctx = &ctx, .ctx_size = sizeof ctx};
   if (ms_bpf_jit_supported()) {
     struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = MS_PROG_OBSERVE,
-                                .hook = MS_HOOK_TASK_END, .helpers = ms_monitor_helpers()};
+                                .hook = MS_HOOK_TASK_END, .helpers = ms_monitor_helpers(),
+                                .ctx = ms_hook_verify_ctx(MS_PROG_OBSERVE, MS_HOOK_TASK_END)};
     struct ms_bpf_jit_opts jo = {.sz = sizeof jo, .verify = &vo, .helpers = ms_monitor_helpers(), .maps = maps,
                                  .n_maps = nm, .log = &log};
     if (!(j = ms_bpf_jit_new(p, &jo))) goto out;

@@ -21,6 +21,7 @@
 #include "megascope/bpf_jit.h"
 #include "megascope/hook.h"
 #include "megascope/json.h"
+#include "megascope/monitor.h"
 #include "megascope/verifier.h"
 
 #define LOG_SMALL (64u << 10)
@@ -137,7 +138,7 @@ static void verify_one(const struct ms_bpf_prog *p, const struct ms_bpf_helpers 
   }
   struct ms_textbuf tb = {r->log, size, 0, 0};
   ms_hook_parse_section(ms_bpf_prog_section(p), &r->type, &r->hook, why, sizeof why);
-  r->rc = ms_bpf_verify_section(p, h, abi, a->verbose, &tb, &r->st);
+  r->rc = ms_hook_verify_section(p, h, abi, a->verbose, &tb, &r->st);
   if (r->rc) last_reason(r->log, r->reason, sizeof r->reason);
 }
 
@@ -220,6 +221,7 @@ static int jit_dump(const struct ms_bpf_object *obj, const struct ms_bpf_helpers
   for (size_t i = 0; i < nm && i < MS_BPF_MAX_MAPS; i++)
     if (!(maps[i] = ms_bpf_map_new(ms_bpf_object_map(obj, i), 1, &tb))) goto out;
   struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = r->type, .hook = r->hook,
+                              .ctx = ms_hook_verify_ctx(r->type, r->hook),
                               .helpers = h, .abi_version = abi};
   struct ms_bpf_jit_opts jo = {.sz = sizeof jo, .verify = &vo, .helpers = h, .maps = maps, .n_maps = nm,
                                .log = &tb};

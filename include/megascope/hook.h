@@ -9,18 +9,14 @@
 #include <stdint.h>
 
 #include "megascope/bpf/megascope.h"
+#include "megascope/verifier.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-struct ms_hook_field_desc {
-  const char *name;
-  uint32_t offset, size;
-};
-
 /* Every context field, indexed by enum ms_hook_field. */
-extern const struct ms_hook_field_desc ms_hook_fields[MS_F_COUNT];
+extern const struct ms_verify_field ms_hook_fields[MS_F_COUNT];
 /* The fields each hook defines: bit f of ms_hook_field_mask[hook] for field f. */
 extern const uint64_t ms_hook_field_mask[MS_HOOK_COUNT];
 
@@ -34,15 +30,22 @@ const char *ms_prog_type_name(int type);      /* "observe" / "sched_hint" */
  * more, so a verified program never stops for budget. */
 #define MS_HOOK_RUN_BUDGET 100000u
 
+/* The highest priority a sched_hint program returns (0..MS_SCHED_HINT_MAX):
+ * the engines keep a JIT queue per priority. */
+#define MS_SCHED_HINT_MAX 7
+
 /* The ABI's helper sets: 1 when a program of this type may call helper id.
  * observe: every helper of the table; sched_hint: map_lookup_elem,
  * ktime_get_ns, get_smp_processor_id and ms_log2 (no map updates, no ring
  * buffer output: it returns a priority and nothing else). */
 int ms_prog_type_helper_allowed(int type, uint32_t helper);
 
-/* The field covering [off, off + size) of the context, if the access lies inside
- * one field: returns its index, or -1 (straddles fields, or outside the struct). */
-int ms_hook_field_at(uint32_t off, uint32_t size);
+/* What a program of type `type` on hook `hook` may read, call, write and
+ * return, for the verifier (ms_verify_opts.ctx): the context's fields and the
+ * ones the hook defines, this ABI's version and run budget, and for sched_hint
+ * its helpers, its return range, no map writes, and a refusal anywhere but
+ * task_ready. Static; NULL for an unknown type or hook. */
+const struct ms_verify_ctx *ms_hook_verify_ctx(int type, int hook);
 
 /* Parses "megascope/<type>/<hook>"; 0, or -EINVAL with a reason in why[]. A
  * sched_hint program is valid only on task_ready. */

@@ -143,6 +143,15 @@ void ms_engine_set_hooks_enabled(struct ms_engine *e, int on);
 struct ms_bpf_helpers;
 const struct ms_bpf_helpers *ms_monitor_helpers(void);
 
+/* One program verified as a hook program, its type and hook read from its
+ * section name (megascope/<type>/<hook>) and the context from the hook ABI's
+ * tables (ms_hook_verify_ctx); a section that names none is rejected with the
+ * reason and a stats line. abi_version: the object's declared version (0: none). */
+struct ms_bpf_prog;
+struct ms_verify_stats;
+int ms_hook_verify_section(const struct ms_bpf_prog *prog, const struct ms_bpf_helpers *helpers,
+                           uint32_t abi_version, int verbose, struct ms_textbuf *log, struct ms_verify_stats *st);
+
 /* A monitor's parts, for such tools: its object, and its maps' definitions. */
 struct ms_bpf_object;
 const struct ms_bpf_object *ms_monitor_object(const struct ms_monitor *m);

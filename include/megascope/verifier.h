@@ -22,11 +22,12 @@
  *   - ring buffer reservations are submitted or discarded on every path and
  *     not used after;
  *   - no uninitialised register is read, r10 is never written;
- *   - a sched_hint program sits on task_ready, returns a scalar in 0..7,
- *     calls only its program type's helpers (no map updates, no ring buffer
- *     output: ms_prog_type_helper_allowed) and writes no map value;
- *   - no run executes more than the run budget (run_budget; for hooks
- *     MS_HOOK_RUN_BUDGET, what the engines give every run), counted as the
+ *   - what the context description (struct ms_verify_ctx) restricts: a
+ *     sched_hint program sits on task_ready, returns a scalar in 0..7, calls
+ *     only its program type's helpers (no map updates, no ring buffer output)
+ *     and writes no map value;
+ *   - no run executes more than the run budget (run_budget; for hooks the
+ *     context's, MS_HOOK_RUN_BUDGET, what the engines give every run), counted as the
  *     interpreters and the JIT count: every instruction executed, lddw once.
  *     The bound is the longest path the exploration finds: a path that ends
  *     adds its length, a pruned one its length so far plus the longest
@@ -71,7 +72,7 @@ extern "C" {
 
 /* What r1 (and r2) hold at entry. */
 enum ms_verify_kind {
-  MS_VERIFY_HOOK = 0,    /* r1 = struct ms_hook_ctx * (read-only), for prog_type on hook */
+  MS_VERIFY_HOOK = 0,    /* r1 = a read-only context that opts.ctx describes */
   MS_VERIFY_RAW_MEM = 1, /* r1 = a read-write buffer of mem_size bytes (8-byte aligned,
                           * as atomics need), r2 = mem_size */
   MS_VERIFY_KIND_COUNT
@@ -81,6 +82,35 @@ enum ms_verify_kind {
 #define MS_VERIFY_INSN_LIMIT_MAX (1u << 28) /* the largest cap accepted (larger ones are lowered) */
 #define MS_VERIFY_STATES_PER_INSN 64u  /* default cap on states kept per instruction */
 #define MS_VERIFY_WORK_LIMIT 4000000u  /* default cap on verifier work (see above) */
+
+/* One field of a context: a read must lie inside one. */
+struct ms_verify_field {
+  const char *name;
+  uint32_t offset, size;
+};
+
+/* What a program of one type on one hook may read, call, write and return,
+ * as data. The verifier knows nothing of hooks: the hook ABI's tables build
+ * one of these per program type and hook (ms_hook_verify_ctx, megascope/hook.h)
+ * and the caller passes it in ms_verify_opts.ctx. */
+struct ms_verify_ctx {
+  const char *hook, *prog_type;         /* names, for messages */
+  uint32_t size;                        /* bytes of the context (read-only) */
+  const struct ms_verify_field *fields; /* every field of its layout */
+  int n_fields;                         /* at most 64 */
+  uint64_t defined;                     /* bit f: fields[f] is defined on this hook */
+  uint32_t abi_version;                 /* the newest ABI version it describes: a
+                                         * program built for a newer one is refused */
+  uint64_t run_budget;                  /* a run's instructions when the options give none */
+  const char *refused;                  /* non-NULL: the type may not sit on this hook: why */
+  /* A restricted program type (sched_hint) says so here; zeros: unrestricted. */
+  const uint32_t *helpers;              /* the helper ids it may call; NULL: every one */
+  int n_helpers;
+  int no_map_writes;                    /* 1: it writes no map value */
+  int ret_bounded;                      /* 1: r0 at every exit lies in 0..ret_max */
+  uint64_t ret_max;
+  const char *restricted_why;           /* appended to a refusal of the above */
+};
 
 struct ms_verify_opts {
   size_t sz;                            /* sizeof(struct ms_verify_opts) */
@@ -96,6 +126,10 @@ struct ms_verify_opts {
   uint64_t run_budget;                  /* the most instructions one run may execute; 0: MS_HOOK_RUN_BUDGET
                                          * (HOOK), MS_BPF_DEFAULT_BUDGET (RAW_MEM) */
   uint64_t work_limit;                  /* 0: MS_VERIFY_WORK_LIMIT */
+  /* HOOK: the context, what prog_type on hook may do (ms_hook_verify_ctx);
+   * prog_type and hook above name it (the verifier does not read them but for
+   * the cache's key and messages). NULL: refused as an unknown hook. */
+  const struct ms_verify_ctx *ctx;
 };
 
 struct ms_verify_stats {
@@ -138,13 +172,6 @@ void ms_bpf_verify_set_cancel(const int *flag);
  * r2 = mem_size, any helper of the table callable. */
 int ms_bpf_verify_raw(const struct ms_bpf_prog *prog, uint32_t mem_size,
                       const struct ms_bpf_helpers *helpers, struct ms_textbuf *log);
-
-/* The hook form, with the program type and hook read from its section name
- * (megascope/<type>/<hook>); a section that names none is rejected with the
- * reason. abi_version as in ms_verify_opts. */
-int ms_bpf_verify_section(const struct ms_bpf_prog *prog, const struct ms_bpf_helpers *helpers,
-                          uint32_t abi_version, int verbose, struct ms_textbuf *log,
-                          struct ms_verify_stats *st);
 
 /* The ABI version an object declares (its `megascope_abi_version` global in
  * section "megascope_abi", MS_HOOK_ABI_DECLARE): 0 with *version = 0 when it

@@ -47,7 +47,6 @@
 #include <string.h>
 
 #include "bpf/verifier_internal.h"
-#include "megascope/hook.h"
 
 #define LOG_RESERVE 1024          /* bytes of the log kept for the last lines */
 #define MAX_PENDING 8192          /* branches waiting to be explored */
@@ -851,15 +850,17 @@ static int exit_main(struct explore *x) {
   if (r0->type != MS_VT_SCALAR)
     return ms_bpf_vreject(env, "R0 at exit is a pointer (%s): a program returns a scalar, never a pointer",
                           ms_bpf_vtype_name(r0->type));
-  if (env->o.kind == MS_VERIFY_HOOK && env->o.prog_type == MS_PROG_SCHED_HINT && r0->s.umax > 7) {
+  const struct ms_verify_ctx *c = env->o.kind == MS_VERIFY_HOOK ? env->o.ctx : NULL;
+  if (c && c->ret_bounded && r0->s.umax > c->ret_max) {
     char v[128] = "";
     if (!ms_bpf_sc_is_const(&r0->s)) {
       char s[112];
       ms_bpf_sc_print(&r0->s, s, sizeof s);
       snprintf(v, sizeof v, " (R0=%s)", s);
     }
-    return ms_bpf_vreject(env, "R0 at exit may be %llu%s: sched_hint must return 0..7",
-                          (unsigned long long)(r0->s.umin > 7 ? r0->s.umin : r0->s.umax), v);
+    return ms_bpf_vreject(env, "R0 at exit may be %llu%s: %s must return 0..%llu",
+                          (unsigned long long)(r0->s.umin > c->ret_max ? r0->s.umin : r0->s.umax), v,
+                          c->prog_type, (unsigned long long)c->ret_max);
   }
   note_r0(x, &r0->s);
   return 0;
@@ -1053,7 +1054,7 @@ static void free_explore(struct explore *x) {
   free(x->idmap);
 }
 
-/* The program type, hook and ABI version the caller asked for, checked. */
+/* The context the caller described and the ABI version it asked for, checked. */
 static int check_opts(struct explore *x) {
   const struct ms_verify_opts *o = &x->env.o;
   struct ms_textbuf *log = x->env.log;
@@ -1062,18 +1063,18 @@ static int check_opts(struct explore *x) {
     ms_textbuf_printf(log, "unknown verification kind %d\n", o->kind);
     return -EINVAL;
   }
-  if (o->hook < 0 || o->hook >= MS_HOOK_COUNT || o->prog_type < 0 || o->prog_type >= MS_PROG_TYPE_COUNT) {
+  const struct ms_verify_ctx *c = o->ctx;
+  if (!c || c->n_fields < 0 || c->n_fields > 64 || (c->n_fields && !c->fields)) {
     ms_textbuf_printf(log, "unknown hook %d or program type %d\n", o->hook, o->prog_type);
     return -EINVAL;
   }
-  if (o->prog_type == MS_PROG_SCHED_HINT && o->hook != MS_HOOK_TASK_READY) {
-    ms_textbuf_printf(log, "program type sched_hint is not allowed on hook %s: sched_hint programs attach "
-                      "only to task_ready\n", ms_hook_name(o->hook));
+  if (c->refused) {
+    ms_textbuf_printf(log, "%s\n", c->refused);
     return -MS_E_VERIFY;
   }
-  if (o->abi_version > MS_HOOK_ABI_VERSION) {
-    ms_textbuf_printf(log, "program built for hook ABI version %u, newer than this engine's version %d\n",
-                      o->abi_version, MS_HOOK_ABI_VERSION);
+  if (o->abi_version > c->abi_version) {
+    ms_textbuf_printf(log, "program built for hook ABI version %u, newer than this engine's version %u\n",
+                      o->abi_version, c->abi_version);
     return -MS_E_VERIFY;
   }
   return 0;
@@ -1107,9 +1108,10 @@ int ms_bpf_verify(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o
   x->limit = x->env.o.insn_limit ? x->env.o.insn_limit : MS_VERIFY_INSN_LIMIT;
   if (x->limit > MS_VERIFY_INSN_LIMIT_MAX) x->limit = MS_VERIFY_INSN_LIMIT_MAX; /* ids stay below MS_VT_GLOBAL_ID */
   x->states_cap = x->env.o.max_states_per_insn ? x->env.o.max_states_per_insn : MS_VERIFY_STATES_PER_INSN;
-  x->run_budget = x->env.o.run_budget                 ? x->env.o.run_budget
-                  : x->env.o.kind == MS_VERIFY_RAW_MEM ? MS_BPF_DEFAULT_BUDGET
-                                                       : MS_HOOK_RUN_BUDGET;
+  x->run_budget = x->env.o.run_budget ? x->env.o.run_budget
+                  : x->env.o.kind == MS_VERIFY_HOOK && x->env.o.ctx && x->env.o.ctx->run_budget
+                      ? x->env.o.ctx->run_budget
+                      : MS_BPF_DEFAULT_BUDGET;
   x->work_limit = x->env.o.work_limit ? x->env.o.work_limit : MS_VERIFY_WORK_LIMIT;
   if (!prog || !opts) {
     ms_textbuf_printf(log, "no program or no options\n");
@@ -1151,24 +1153,6 @@ int ms_bpf_verify_raw(const struct ms_bpf_prog *prog, uint32_t mem_size, const s
                       struct ms_textbuf *log) {
   struct ms_verify_opts o = {.sz = sizeof o, .kind = MS_VERIFY_RAW_MEM, .mem_size = mem_size, .helpers = helpers};
   return ms_bpf_verify(prog, &o, log, NULL);
-}
-
-int ms_bpf_verify_section(const struct ms_bpf_prog *prog, const struct ms_bpf_helpers *helpers,
-                          uint32_t abi_version, int verbose, struct ms_textbuf *log, struct ms_verify_stats *st) {
-  struct ms_verify_opts o = {.sz = sizeof o, .kind = MS_VERIFY_HOOK, .helpers = helpers, .verbose = verbose,
-                             .abi_version = abi_version};
-  char why[256];
-  if (!prog) return -EINVAL;
-  if (ms_hook_parse_section(ms_bpf_prog_section(prog), &o.prog_type, &o.hook, why, sizeof why)) {
-    ms_textbuf_printf(log, "%s\n", why);
-    ms_textbuf_printf(log, "processed 0 insns (limit %u) max_states_per_insn 0 total_states 0 peak_states 0 "
-                      "time_us 0 max_run_insns 0 work 0\n", MS_VERIFY_INSN_LIMIT);
-    if (st)
-      *st = (struct ms_verify_stats){.insn_limit = MS_VERIFY_INSN_LIMIT, .err_insn = -1,
-                                     .run_budget = MS_HOOK_RUN_BUDGET, .work_limit = MS_VERIFY_WORK_LIMIT};
-    return -MS_E_VERIFY;
-  }
-  return ms_bpf_verify(prog, &o, log, st);
 }
 
 int ms_bpf_object_abi_version(const struct ms_bpf_object *obj, uint32_t *version, struct ms_textbuf *log) {

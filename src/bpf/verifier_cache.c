@@ -73,6 +73,31 @@ static void put_proto(struct key *k, uint32_t id, const struct ms_bpf_helpers *h
   put_str(k, p->name);
 }
 
+/* The context description, by value: two descriptions that say the same are
+ * the same question. */
+static void put_ctx(struct key *k, const struct ms_verify_ctx *c) {
+  put_u64(k, c != NULL);
+  if (!c) return;
+  put_str(k, c->hook);
+  put_str(k, c->prog_type);
+  put_u64(k, c->size);
+  put_u64(k, (uint64_t)c->n_fields);
+  for (int i = 0; i < c->n_fields && c->fields; i++) {
+    put_str(k, c->fields[i].name);
+    put_u64(k, (uint64_t)c->fields[i].offset << 32 | c->fields[i].size);
+  }
+  put_u64(k, c->defined);
+  put_u64(k, c->abi_version);
+  put_u64(k, c->run_budget);
+  put_str(k, c->refused);
+  put_u64(k, (uint64_t)c->n_helpers);
+  for (int i = 0; i < c->n_helpers && c->helpers; i++) put_u64(k, c->helpers[i]);
+  put_u64(k, (uint64_t)(c->refused != NULL) << 3 | (uint64_t)(c->helpers != NULL) << 2 |
+                (uint64_t)c->no_map_writes << 1 | (uint64_t)c->ret_bounded);
+  put_u64(k, c->ret_max);
+  put_str(k, c->restricted_why);
+}
+
 /* The question, written out; 0 when it is too large to keep. */
 static int key_of(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o, struct key *k) {
   size_t n;
@@ -84,6 +109,7 @@ static int key_of(const struct ms_bpf_prog *prog, const struct ms_verify_opts *o
   f.insn_limit = o->insn_limit, f.max_states_per_insn = o->max_states_per_insn;
   f.abi_version = o->abi_version, f.run_budget = o->run_budget, f.work_limit = o->work_limit;
   put(k, &f, sizeof f);
+  put_ctx(k, o->kind == MS_VERIFY_HOOK ? o->ctx : NULL);
   put_u64(k, n);
   put(k, insns, n * sizeof *insns);
   size_t nm = ms_bpf_prog_map_count(prog);

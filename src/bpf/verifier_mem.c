@@ -22,7 +22,6 @@
 #include <string.h>
 
 #include "bpf/verifier_internal.h"
-#include "megascope/hook.h"
 
 #define MAX_VAR_OFF (1ll << 29) /* offsets beyond this are never in bounds */
 
@@ -76,25 +75,35 @@ static int check_bounds(struct ms_bpf_venv *env, unsigned regno, const struct ms
 
 /* ---- the context -------------------------------------------------------- */
 
+/* The field of c holding [off, off + size), or -1 (straddles, or none). */
+static int ctx_field_at(const struct ms_verify_ctx *c, uint64_t off, uint64_t size) {
+  for (int f = 0; f < c->n_fields; f++) {
+    const struct ms_verify_field *d = &c->fields[f];
+    if (off >= d->offset && off + size <= (uint64_t)d->offset + d->size) return f;
+  }
+  return -1;
+}
+
 static int ctx_read(struct ms_bpf_venv *env, unsigned regno, const struct ms_bpf_vreg *r, int32_t off,
                     unsigned n) {
   int64_t at = (int64_t)r->off + off;
+  const struct ms_verify_ctx *c = env->o.kind == MS_VERIFY_HOOK ? env->o.ctx : NULL;
   if (!is_fixed(r) || r->s.t.v)
     return ms_bpf_vreject(env, "R%u variable-offset access to ctx prohibited", regno);
-  if (at < 0 || at + n > (int64_t)sizeof(struct ms_hook_ctx))
-    return ms_bpf_vreject(env, "invalid read of ctx at offset %lld size %u: outside the %zu-byte context",
-                          (long long)at, n, sizeof(struct ms_hook_ctx));
-  int f = ms_hook_field_at((uint32_t)at, n);
+  if (!c) return ms_bpf_vreject(env, "R%u read of a context this program type does not have", regno);
+  if (at < 0 || at + n > (int64_t)c->size)
+    return ms_bpf_vreject(env, "invalid read of ctx at offset %lld size %u: outside the %u-byte context",
+                          (long long)at, n, c->size);
+  int f = ctx_field_at(c, (uint64_t)at, n);
   if (f < 0) {
-    int a = ms_hook_field_at((uint32_t)at, 1), b = ms_hook_field_at((uint32_t)(at + n - 1), 1);
+    int a = ctx_field_at(c, (uint64_t)at, 1), b = ctx_field_at(c, (uint64_t)at + n - 1, 1);
     return ms_bpf_vreject(env, "invalid read of ctx at offset %lld size %u: straddles fields %s and %s "
                           "(a read must lie inside one field)", (long long)at, n,
-                          a >= 0 ? ms_hook_fields[a].name : "?", b >= 0 ? ms_hook_fields[b].name : "?");
+                          a >= 0 ? c->fields[a].name : "?", b >= 0 ? c->fields[b].name : "?");
   }
-  if (env->o.kind != MS_VERIFY_HOOK || !(ms_hook_field_mask[env->o.hook] >> f & 1))
+  if (!(c->defined >> f & 1))
     return ms_bpf_vreject(env, "invalid read of ctx field %s at offset %lld size %u: hook %s does not define "
-                          "field %s", ms_hook_fields[f].name, (long long)at, n, ms_hook_name(env->o.hook),
-                          ms_hook_fields[f].name);
+                          "field %s", c->fields[f].name, (long long)at, n, c->hook, c->fields[f].name);
   return 0;
 }
 
@@ -305,9 +314,9 @@ static int check_access(struct ms_bpf_venv *env, unsigned regno, const struct ms
     if (acc != ACC_READ && (d->flags & MS_BPF_MAP_F_RDONLY_PROG))
       return ms_bpf_vreject(env, "R%u invalid %s of map %s: it is read-only to programs", regno,
                             access_name[acc], d->name);
-    if (acc != ACC_READ && env->o.kind == MS_VERIFY_HOOK && env->o.prog_type == MS_PROG_SCHED_HINT)
-      return ms_bpf_vreject(env, "R%u invalid %s of map %s: sched_hint programs do not update maps", regno,
-                            access_name[acc], d->name);
+    if (acc != ACC_READ && env->o.kind == MS_VERIFY_HOOK && env->o.ctx && env->o.ctx->no_map_writes)
+      return ms_bpf_vreject(env, "R%u invalid %s of map %s: %s programs do not update maps", regno,
+                            access_name[acc], d->name, env->o.ctx->prog_type);
     if (check_bounds(env, regno, r, off, n, d->value_size, "map value of ", d->name)) return -MS_E_VERIFY;
     break;
   case MS_VT_MEM:
@@ -586,19 +595,24 @@ static int set_result(struct ms_bpf_venv *env, struct call *c) {
   }
 }
 
+/* 1 when the context's program type may call helper id (a NULL list: any). */
+static int helper_allowed(const struct ms_verify_ctx *c, uint32_t id) {
+  if (!c || !c->helpers) return 1;
+  for (int i = 0; i < c->n_helpers; i++)
+    if (c->helpers[i] == id) return 1;
+  return 0;
+}
+
 int ms_bpf_vmem_helper(struct ms_bpf_venv *env, const struct ms_bpf_insn *in) {
   uint32_t id = (uint32_t)in->imm;
   struct call c = {0};
   c.proto = env->o.helpers ? ms_bpf_helpers_proto(env->o.helpers, id) : NULL;
   if (!c.proto)
     return ms_bpf_vreject(env, "call to unknown helper %u (not in the helper table of this program type)", id);
-  if (env->o.kind == MS_VERIFY_HOOK && !ms_prog_type_helper_allowed(env->o.prog_type, id))
-    return ms_bpf_vreject(env, "helper %s (%u) is not allowed in %s programs%s", hname(c.proto), id,
-                          ms_prog_type_name(env->o.prog_type),
-                          env->o.prog_type == MS_PROG_SCHED_HINT
-                              ? ": a sched_hint program returns a priority and nothing else (no map updates, no "
-                                "ring buffer output)"
-                              : "");
+  if (env->o.kind == MS_VERIFY_HOOK && !helper_allowed(env->o.ctx, id))
+    return ms_bpf_vreject(env, "helper %s (%u) is not allowed in %s programs%s%s", hname(c.proto), id,
+                          env->o.ctx->prog_type, env->o.ctx->restricted_why ? ": " : "",
+                          env->o.ctx->restricted_why ? env->o.ctx->restricted_why : "");
   for (unsigned i = 0; i < 5 && c.proto->args[i] != MS_BPF_ARG_NONE; i++) {
     int skip = 0;
     if (c.proto->args[i] == MS_BPF_ARG_SIZE)

@@ -10,7 +10,7 @@
 
 #define F(e, member) [e] = {#member, offsetof(struct ms_hook_ctx, member), sizeof(((struct ms_hook_ctx *)0)->member)}
 
-const struct ms_hook_field_desc ms_hook_fields[MS_F_COUNT] = {
+const struct ms_verify_field ms_hook_fields[MS_F_COUNT] = {
     F(MS_F_ABI_VERSION, abi_version), F(MS_F_HOOK, hook), F(MS_F_NOW_NS, now_ns),
     F(MS_F_WORKER, worker), F(MS_F_DEVICE, device), F(MS_F_STEP, step),
     F(MS_F_BATCH_SIZE, batch_size), F(MS_F_BUCKET, bucket), F(MS_F_TASK_CLASS, task_class),
@@ -74,22 +74,52 @@ const char *ms_prog_type_name(int type) {
   return type == MS_PROG_OBSERVE ? "observe" : type == MS_PROG_SCHED_HINT ? "sched_hint" : "?";
 }
 
+/* sched_hint returns a priority and nothing else. */
+static const uint32_t sched_hint_helpers[] = {MS_BPF_FN_MAP_LOOKUP_ELEM, MS_BPF_FN_KTIME_GET_NS,
+                                              MS_BPF_FN_GET_SMP_PROCESSOR_ID, MS_HELPER_LOG2};
+#define N_HINT_HELPERS (int)(sizeof sched_hint_helpers / sizeof sched_hint_helpers[0])
+
 int ms_prog_type_helper_allowed(int type, uint32_t helper) {
-  static const uint32_t sched_hint[] = {MS_BPF_FN_MAP_LOOKUP_ELEM, MS_BPF_FN_KTIME_GET_NS,
-                                        MS_BPF_FN_GET_SMP_PROCESSOR_ID, MS_HELPER_LOG2};
   if (type == MS_PROG_OBSERVE) return 1;
   if (type != MS_PROG_SCHED_HINT) return 0;
-  for (size_t i = 0; i < sizeof sched_hint / sizeof sched_hint[0]; i++)
-    if (sched_hint[i] == helper) return 1;
+  for (int i = 0; i < N_HINT_HELPERS; i++)
+    if (sched_hint_helpers[i] == helper) return 1;
   return 0;
 }
 
-int ms_hook_field_at(uint32_t off, uint32_t size) {
-  for (int f = 0; f < MS_F_COUNT; f++) {
-    const struct ms_hook_field_desc *d = &ms_hook_fields[f];
-    if (off >= d->offset && (uint64_t)off + size <= (uint64_t)d->offset + d->size) return f;
-  }
-  return -1;
+/* The verifier's view of each program type on each hook, from the tables
+ * above: the same fields everywhere, the hook's mask, and for sched_hint its
+ * restrictions (and, anywhere but task_ready, its refusal). */
+#define CTX_COMMON(name, mask)                                                                         \
+  .hook = name, .size = sizeof(struct ms_hook_ctx), .fields = ms_hook_fields, .n_fields = MS_F_COUNT, \
+  .defined = (mask), .abi_version = MS_HOOK_ABI_VERSION, .run_budget = MS_HOOK_RUN_BUDGET
+#define CTX(h, name, mask)                                                                              \
+  [MS_PROG_OBSERVE][h] = {CTX_COMMON(name, mask), .prog_type = "observe"},                              \
+  [MS_PROG_SCHED_HINT][h] = {                                                                           \
+      CTX_COMMON(name, mask), .prog_type = "sched_hint", .helpers = sched_hint_helpers,                 \
+      .n_helpers = N_HINT_HELPERS, .no_map_writes = 1, .ret_bounded = 1, .ret_max = MS_SCHED_HINT_MAX,      \
+      .restricted_why = "a sched_hint program returns a priority and nothing else (no map updates, no " \
+                        "ring buffer output)",                                                          \
+      .refused = (h) == MS_HOOK_TASK_READY ? NULL                                                       \
+                                           : "program type sched_hint is not allowed on hook " name     \
+                                             ": sched_hint programs attach only to task_ready"}
+
+static const struct ms_verify_ctx verify_ctx[MS_PROG_TYPE_COUNT][MS_HOOK_COUNT] = {
+    CTX(MS_HOOK_TASK_READY, "task_ready", MS_HOOK_FIELDS_TASK_READY),
+    CTX(MS_HOOK_TASK_ASSIGN, "task_assign", MS_HOOK_FIELDS_TASK_ASSIGN),
+    CTX(MS_HOOK_TASK_BEGIN, "task_begin", MS_HOOK_FIELDS_TASK_BEGIN),
+    CTX(MS_HOOK_TASK_END, "task_end", MS_HOOK_FIELDS_TASK_END),
+    CTX(MS_HOOK_DEP_WAIT, "dep_wait", MS_HOOK_FIELDS_DEP_WAIT),
+    CTX(MS_HOOK_DEP_RELEASE, "dep_release", MS_HOOK_FIELDS_DEP_RELEASE),
+    CTX(MS_HOOK_COMM, "comm", MS_HOOK_FIELDS_COMM),
+    CTX(MS_HOOK_STEP, "step", MS_HOOK_FIELDS_STEP),
+    CTX(MS_HOOK_REQUEST, "request", MS_HOOK_FIELDS_REQUEST),
+    CTX(MS_HOOK_QUEUE_PRESSURE, "queue_pressure", MS_HOOK_FIELDS_QUEUE_PRESSURE),
+};
+
+const struct ms_verify_ctx *ms_hook_verify_ctx(int type, int hook) {
+  if (type < 0 || type >= MS_PROG_TYPE_COUNT || hook < 0 || hook >= MS_HOOK_COUNT) return NULL;
+  return &verify_ctx[type][hook];
 }
 
 int ms_hook_parse_section(const char *section, int *type, int *hook, char *why, size_t why_size) {

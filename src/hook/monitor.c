@@ -26,6 +26,25 @@ static int check_abi(const struct ms_bpf_object *obj, struct ms_textbuf *log) {
   return 0;
 }
 
+int ms_hook_verify_section(const struct ms_bpf_prog *prog, const struct ms_bpf_helpers *helpers,
+                           uint32_t abi_version, int verbose, struct ms_textbuf *log, struct ms_verify_stats *st) {
+  struct ms_verify_opts o = {.sz = sizeof o, .kind = MS_VERIFY_HOOK, .helpers = helpers, .verbose = verbose,
+                             .abi_version = abi_version};
+  char why[256];
+  if (!prog) return -EINVAL;
+  if (ms_hook_parse_section(ms_bpf_prog_section(prog), &o.prog_type, &o.hook, why, sizeof why)) {
+    ms_textbuf_printf(log, "%s\n", why);
+    ms_textbuf_printf(log, "processed 0 insns (limit %u) max_states_per_insn 0 total_states 0 peak_states 0 "
+                      "time_us 0 max_run_insns 0 work 0\n", MS_VERIFY_INSN_LIMIT);
+    if (st)
+      *st = (struct ms_verify_stats){.insn_limit = MS_VERIFY_INSN_LIMIT, .err_insn = -1,
+                                     .run_budget = MS_HOOK_RUN_BUDGET, .work_limit = MS_VERIFY_WORK_LIMIT};
+    return -MS_E_VERIFY;
+  }
+  o.ctx = ms_hook_verify_ctx(o.prog_type, o.hook);
+  return ms_bpf_verify(prog, &o, log, st);
+}
+
 static int verify_prog(struct ms_monitor *m, int i, struct ms_textbuf *log) {
   const struct ms_bpf_prog *p = m->progs[i];
   const char *sec = ms_bpf_prog_section(p);
@@ -35,7 +54,8 @@ static int verify_prog(struct ms_monitor *m, int i, struct ms_textbuf *log) {
     return -EINVAL;
   }
   struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = m->type[i],
-                              .hook = m->hook[i], .helpers = ms_hook_helpers()};
+                              .hook = m->hook[i], .helpers = ms_hook_helpers(),
+                              .ctx = ms_hook_verify_ctx(m->type[i], m->hook[i])};
   struct ms_verify_stats st;
   ms_textbuf_printf(log, "program '%s' (section %s):\n", ms_bpf_prog_name(p), sec);
   int rc = ms_bpf_verify(p, &vo, log, &st);

@@ -79,7 +79,8 @@ static int gen_jit(struct ms_gen *g, struct ms_monitor *m, struct ms_textbuf *lo
   if (!g->jits) return -ENOMEM;
   for (int i = 0; i < m->n_progs; i++) {
     struct ms_verify_opts vo = {.sz = sizeof vo, .kind = MS_VERIFY_HOOK, .prog_type = m->type[i],
-                                .hook = m->hook[i], .helpers = ms_hook_helpers()};
+                                .hook = m->hook[i], .helpers = ms_hook_helpers(),
+                                .ctx = ms_hook_verify_ctx(m->type[i], m->hook[i])};
     char why[512] = "";
     struct ms_textbuf jlog = {why, sizeof why, 0, 0};
     struct ms_bpf_jit_opts jo = {.sz = sizeof jo, .verify = &vo, .helpers = ms_hook_helpers(),

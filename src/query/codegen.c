@@ -333,7 +333,7 @@ static int load_field(struct gen *g, int f, int r, int col) {
     mov_imm(g, r, MS_WAIT_DEPENDENCY);
     return 0;
   }
-  const struct ms_hook_field_desc *d = &ms_hook_fields[f];
+  const struct ms_verify_field *d = &ms_hook_fields[f];
   ldx(g, d->size == 8 ? MS_BPF_DW : d->size == 2 ? MS_BPF_H : MS_BPF_W, r, R_CTX, (int16_t)d->offset);
   if (ms_query_field_signed(f)) {
     alu_imm(g, MS_BPF_LSH, r, 32);

@@ -16,7 +16,7 @@
 
 #define MS_MAX_BUCKETS 13   /* 1 .. 4096 rows */
 #define MS_STEP_LOG 1024
-#define MS_PRIO_LEVELS 8    /* sched_hint priorities 0..7 */
+#define MS_PRIO_LEVELS (MS_SCHED_HINT_MAX + 1)  /* sched_hint priorities (megascope/hook.h) */
 #define MS_QUEUE_THRESHOLD 64 /* queue_pressure: JIT and mailbox depth declared high */
 
 /* One plan as the runtime holds it: counters, queues and per-task state. */

@@ -237,7 +237,8 @@ static void run_verified(const struct ms_bpf_prog *p, const uint8_t *data, size_
 static int verify(const struct ms_bpf_prog *p, int kind, int type, int hook, uint32_t mem_size) {
   struct ms_textbuf log = {fuzz_vlog, sizeof fuzz_vlog, 0, 0};
   struct ms_verify_opts o = {.sz = sizeof o, .kind = kind, .prog_type = type, .hook = hook, .mem_size = mem_size,
-                             .helpers = fuzz_helpers_get(), .insn_limit = FUZZ_INSN_LIMIT};
+                             .helpers = fuzz_helpers_get(), .insn_limit = FUZZ_INSN_LIMIT,
+                             .ctx = kind == MS_VERIFY_HOOK ? ms_hook_verify_ctx(type, hook) : NULL};
   fuzz_vo = o;
   fuzz_vlog[0] = 0;
   int rc = ms_bpf_verify(p, &o, &log, &fuzz_st);

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The layer check refuses what the direction of flow forbids (cmake/layers.cmake):
+# a public header above the part (MS_DENIES: bpf including the hook ABI), a
+# private header of a folder the part may not see, a path out of its folder;
+# and passes the includes the table allows. Run on a tree of a few files
+# beside a copy of the table, so it says nothing about the real tree (the
+# test `layers` does that).
+set -euo pipefail
+SRC=$1
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+mkdir -p "$tmp/cmake" "$tmp/src/bpf" "$tmp/src/runtime" "$tmp/src/bench" "$tmp/src/hook"
+cp "$SRC/cmake/layers.cmake" "$SRC/cmake/check_layers.cmake" "$tmp/cmake/"
+check() {  # cmake folds its messages: the output as one line
+  local rc=0
+  cmake -DMS_SRC="$tmp" -P "$tmp/cmake/check_layers.cmake" > "$tmp/raw" 2>&1 || rc=$?
+  tr -s ' \n' '  ' < "$tmp/raw" > "$tmp/out"
+  return $rc
+}
+
+printf '#include "megascope/verifier.h"\n#include "bpf/alu.h"\n' > "$tmp/src/bpf/ok.c"
+printf '#include "megascope/monitor.h"\n#include "hook/hook_impl.h"\n' > "$tmp/src/hook/ok.c"
+check || { echo "allowed includes refused:"; cat "$tmp/out"; exit 1; }
+
+expect_refused() {  # file, include, what the refusal says
+  printf '#include "%s"\n' "$2" > "$tmp/src/$1"
+  if check; then echo "src/$1: #include \"$2\" was not refused"; exit 1; fi
+  grep -qF "$3" "$tmp/out" || { echo "src/$1: expected \"$3\":"; cat "$tmp/out"; exit 1; }
+  rm "$tmp/src/$1"
+}
+expect_refused bpf/bad.c megascope/hook.h "is above bpf in the direction of flow (cmake/layers.cmake, MS_DENIES_bpf)"
+expect_refused bpf/bad.c megascope/bpf/megascope.h "MS_DENIES_bpf"
+expect_refused bpf/bad.c hook/hook_impl.h "is a private header of src/hook/, and bpf may include no private header"
+expect_refused runtime/bad.c bench/bench.h "is a private header of src/bench/, and runtime may include only"
+expect_refused hook/bad.c ../bpf/alu.h "reaches out of src/hook/ by a relative path"
+check || { echo "refused after the bad files went:"; cat "$tmp/out"; exit 1; }
+echo "layers_refuse: ok"

@@ -7,7 +7,10 @@ pass=0 fail=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 
-for cmd in "" "compile" "run" "bench" "bench decode" "query" "explain"; do
+# every command the top-level usage lists, and a few subcommands
+cmds=$("$MS" --help | awk '/^commands:/ { on = 1; next } on && /^  [a-z]/ { print $1 }')
+[ "$(wc -w <<<"$cmds")" -ge 20 ] || bad "the usage lists $(wc -w <<<"$cmds") commands"
+for cmd in "" $cmds "bench decode" "bench diagnose" "model info"; do
   # the whole output first: grep -q leaving early would kill the writer with SIGPIPE under pipefail
   # shellcheck disable=SC2086
   out=$("$MS" $cmd --help); rc=$?

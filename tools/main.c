@@ -23,6 +23,7 @@ static const struct cli_cmd cmds[] = {
     {"bench", "benchmarks (decode: megakernel vs per-op vs bandwidth bound)", cmd_bench},
     {"bpf", "eBPF tools (conformance suite, assembler, disassembler)", cmd_bpf},
     {"verify", "verify an eBPF monitor object against the hook ABI", cmd_verify},
+    {"hooks", "the hook ABI: program types, hooks and their fields, the context's layout", cmd_hooks},
     {"cuda", "the CUDA backend: device info, run, task bodies vs CPU twins, bench", cmd_cuda},
     {"serve", "run the engine as a server: HTTP completions, /metrics, control socket, OTLP", cmd_serve},
     {"attach", "attach a monitor to a running engine (control socket)", cmd_attach},

@@ -24,6 +24,15 @@ const char *ms_hook_name(int hook);           /* "task_end"; "?" when unknown */
 int ms_hook_parse(const char *name);          /* hook id or -1 */
 const char *ms_prog_type_name(int type);      /* "observe" / "sched_hint" */
 
+/* The ABI described in words, from the same tables (`megascope hooks`, which
+ * generates docs/hooks.md's tables): when a hook fires, a field's C type in
+ * the monitor authors' header ("__u32", "__s32", "__u64"), its meaning, and
+ * the ABI version that added it. "?" (or 0) out of range. */
+const char *ms_hook_fires(int hook);
+const char *ms_hook_field_type(int field);
+const char *ms_hook_field_meaning(int field);
+int ms_hook_field_version(int field);
+
 /* The instructions one hook run may execute, counted alike by every engine
  * (the interpreter, the JIT, the device interpreter): each instruction
  * executed, lddw once. The verifier refuses a hook program that could execute

@@ -62,6 +62,77 @@ static const char *const hook_names[MS_HOOK_COUNT] = {
     "dep_release", "comm", "step", "request", "queue_pressure",
 };
 
+/* When each hook fires (docs/hooks.md, `megascope hooks`). */
+static const char *const hook_fires[MS_HOOK_COUNT] = {
+    [MS_HOOK_TASK_READY] = "a task's event fired: it can run (fired by the worker whose trigger fired the event, once per successor; a sched_hint program here returns the task's JIT dispatch priority 0-7)",
+    [MS_HOOK_TASK_ASSIGN] = "a task was placed on a worker queue: JIT tasks when dispatched (queue_depth: the priority queue it joined), AOT tasks when their worker starts the step (queue_depth: tasks left in its queue)",
+    [MS_HOOK_TASK_BEGIN] = "a worker starts a task; the event fields name the event it waited on; wait_ns is how long this worker waited for it",
+    [MS_HOOK_TASK_END] = "a worker finished a task (same fields as task_begin, plus t_end)",
+    [MS_HOOK_DEP_WAIT] = "a worker reached a task whose event has not fired and starts waiting (wait_reason 0); or its queue is done and it waits for the step's end (wait_reason 1, no task fields)",
+    [MS_HOOK_DEP_RELEASE] = "an event reached its count and releases its successors; the task fields name the producer whose trigger completed it",
+    [MS_HOOK_COMM] = "a communication task of a tensor-parallel plan (`--tp N`, docs/benchmark.md) issues (phase 0, task start) or completes (phase 1, task end) its device's share of an all-gather; `device` is that device, `peer` the next one in the ring, `comm_gen` names the collective (step << 16 | communication class)",
+    [MS_HOOK_STEP] = "a decode step begins (phase 0, after the step start published it) or ends (phase 1)",
+    [MS_HOOK_REQUEST] = "a request is admitted (phase 0), emits its first token (1), a later token (2), or finishes (3)",
+    [MS_HOOK_QUEUE_PRESSURE] = "a queue's depth crossed its declared threshold (64): the JIT dispatch queue (queue_kind 0) when a push reaches it, the request mailbox (1) at a step start",
+};
+
+/* Each field's C type and meaning (docs/hooks.md, `megascope hooks`). */
+static const struct {
+  const char *type, *meaning;
+} field_doc[MS_F_COUNT] = {
+    [MS_F_ABI_VERSION] = {"__u32", "MS_HOOK_ABI_VERSION of the engine"},
+    [MS_F_HOOK] = {"__u32", "enum ms_hook_id"},
+    [MS_F_NOW_NS] = {"__u64", "engine clock (simulated time on the sim backend)"},
+    [MS_F_WORKER] = {"__u32", "worker (SM) index"},
+    [MS_F_DEVICE] = {"__u32", "device index"},
+    [MS_F_STEP] = {"__u64", "global decode step"},
+    [MS_F_BATCH_SIZE] = {"__u32", "rows in the step"},
+    [MS_F_BUCKET] = {"__u32", "rows of the step's plan"},
+    [MS_F_TASK_CLASS] = {"__u32", "schema class id"},
+    [MS_F_OP] = {"__u32", "kernel id"},
+    [MS_F_TASK_INDEX] = {"__u32", "index in the plan"},
+    [MS_F_LAUNCH_MODE] = {"__u32", "enum ms_launch_mode"},
+    [MS_F_TASK_GEN] = {"__u64", "(step << 32) | task_index"},
+    [MS_F_TILE_X] = {"__s32", "output column tile"},
+    [MS_F_TILE_Y] = {"__s32", "batch row, -1: all rows"},
+    [MS_F_TILE_Z] = {"__s32", "kv head or expert, -1: none"},
+    [MS_F_REQ_SLOT] = {"__u32", "request slot of the task's row (or the request), MS_HOOK_NONE32"},
+    [MS_F_REQ_GEN] = {"__u32", "that slot's generation, MS_HOOK_NONE32"},
+    [MS_F_CTX_LEN] = {"__u32", "positions of the row's request (attention context); 0 when unknown (late task hooks)"},
+    [MS_F_T_READY] = {"__u64", "when the task's event fired (step start for the first tasks)"},
+    [MS_F_T_BEGIN] = {"__u64", "when the task began"},
+    [MS_F_T_END] = {"__u64", "when the task ended"},
+    [MS_F_EVENT_ID] = {"__u32", "event index in the plan"},
+    [MS_F_EVENT_CLASS] = {"__u32", "layer-free event class"},
+    [MS_F_EVENT_NEEDED] = {"__u32", "triggers the event needs per step"},
+    [MS_F_WAIT_REASON] = {"__u32", "enum ms_wait_reason"},
+    [MS_F_EVENT_COUNT] = {"__u64", "triggers so far this step"},
+    [MS_F_QUEUE_DEPTH] = {"__u32", "depth of the queue involved"},
+    [MS_F_QUEUE_THRESHOLD] = {"__u32", "queue_pressure: the declared threshold"},
+    [MS_F_PEER] = {"__u32", "comm: the next device in the ring"},
+    [MS_F_COMM_PHASE] = {"__u32", "enum ms_comm_phase"},
+    [MS_F_COMM_GEN] = {"__u64", "comm: the collective, (step << 16) | communication class"},
+    [MS_F_PHASE] = {"__u32", "enum ms_step_phase / ms_request_phase"},
+    [MS_F_TOKEN] = {"__u32", "request: the token emitted"},
+    [MS_F_WAIT_NS] = {"__u64", "task_begin/task_end: time this worker waited for the task's event"},
+    [MS_F_QUEUE_KIND] = {"__u32", "queue_pressure: enum ms_queue_kind"},
+    [MS_F_RESERVED0] = {"__u32", "reserved, 0"},
+    [MS_F_WORK_ROWS] = {"__u32", "rows (tokens) the task processes: an expert's routed rows, attention's positions, a GEMV tile's live rows, 1 or 0 for a row's task"},
+    [MS_F_PASSED_OVER] = {"__u32", "JIT tasks: other tasks taken from the JIT queues while it was ready; AOT: 0"},
+    [MS_F_WORK_BYTES] = {"__u64", "bytes of weights and KV cache the task reads, `MS_HOOK_NONE64`: unknown"},
+    [MS_F_REMOTE_EVENT] = {"__u32", "the remote producer's event, `MS_HOOK_NONE32`: none"},
+    [MS_F_REMOTE_DEVICE] = {"__u32", "the device of that producer (comm: the peer), `MS_HOOK_NONE32`: none"},
+    [MS_F_REMOTE_GEN] = {"__u64", "the step of that event's firing (its generation), 0: none"},
+};
+
+const char *ms_hook_fires(int hook) { return hook >= 0 && hook < MS_HOOK_COUNT ? hook_fires[hook] : "?"; }
+
+const char *ms_hook_field_type(int f) { return f >= 0 && f < MS_F_COUNT ? field_doc[f].type : "?"; }
+
+const char *ms_hook_field_meaning(int f) { return f >= 0 && f < MS_F_COUNT ? field_doc[f].meaning : "?"; }
+
+int ms_hook_field_version(int f) { return f >= MS_F_WORK_ROWS ? 2 : 1; }
+
 const char *ms_hook_name(int hook) { return hook >= 0 && hook < MS_HOOK_COUNT ? hook_names[hook] : "?"; }
 
 int ms_hook_parse(const char *name) {

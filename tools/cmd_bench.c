@@ -10,6 +10,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
 
@@ -24,25 +25,6 @@ static void usage(FILE *f) {
           "  sim      the simulator against published megakernel figures\n"
           "  diagnose the counterexample benchmark: injected faults, five ways of observing\n\n"
           "'megascope bench <benchmark> --help' describes one.\n");
-}
-
-static void decode_usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope bench decode (--synthetic PRESET | --model F.gguf) [options]\n\n"
-          "Runs the same requests through the megakernel and through the per-op baseline\n"
-          "in one process, alternating in rounds, then measures memory bandwidth with a STREAM-like read and copy on as many\n"
-          "threads as the engine has workers, and reports tokens/s, their ratio, the bytes a token\n"
-          "moves (weights once per step, each row's KV cache), and the fraction of each bound reached.\n\n" CLI_MODEL_HELP
-          "  --batch N            concurrent requests (default 1)\n"
-          "  --steps N            tokens per request (default 16)\n"
-          "  --warmup N           tokens per request in an unmeasured first run (default 2)\n"
-          "  --workers N          worker threads (default: one per core)\n"
-          "  --rounds N           alternating rounds, each engine once per round (default 3):\n"
-          "                       the best of each is reported, and the median of the ratios\n"
-          "                       within a round\n"
-          CLI_ACT_HELP
-          "  --json               print the result as JSON\n"
-          "  -h, --help           this text\n");
 }
 
 /* ---- STREAM-like copy and read ---- */
@@ -181,41 +163,42 @@ static void decode_free(struct decode_run *d) {
   for (int k = 0; k < N_ENG; k++) free(d->tps[k]);
 }
 
+struct decode_args {
+  struct cli_model cm;
+  long batch, steps, warmup, workers, rounds;
+  int as_json, q8;
+};
+
+#define DA struct decode_args
+static const struct cli_opt decode_opts[] = {
+    CLI_OPT_GROUP(DA, cm, cli_model_opts),
+    CLI_OPT_INT(DA, batch, "batch", "N", 1, 4096, "concurrent requests (default 1)"),
+    CLI_OPT_INT(DA, steps, "steps", "N", 1, 1 << 20, "tokens per request (default 16)"),
+    CLI_OPT_INT(DA, warmup, "warmup", "N", 0, 1 << 20, "tokens per request in an unmeasured first run (default 2)"),
+    CLI_OPT_INT(DA, workers, "workers", "N", 1, 1024, "worker threads (default: one per core)"),
+    CLI_OPT_INT(DA, rounds, "rounds", "N", 1, 1000,
+                "alternating rounds, each engine once per round (default 3):\n"
+                "the best of each is reported, and the median of the ratios\n"
+                "within a round"),
+    CLI_OPT_GROUP(DA, q8, cli_act_opts),
+    CLI_OPT_FLAG(DA, as_json, "json", "print the result as JSON"),
+    {0}};
+#undef DA
+
+static const char decode_head[] =
+    "usage: megascope bench decode (--synthetic PRESET | --model F.gguf) [options]\n\n"
+    "Runs the same requests through the megakernel and through the per-op baseline\n"
+    "in one process, alternating in rounds, then measures memory bandwidth with a STREAM-like read and copy on as many\n"
+    "threads as the engine has workers, and reports tokens/s, their ratio, the bytes a token\n"
+    "moves (weights once per step, each row's KV cache), and the fraction of each bound reached.\n\n";
+
 static int bench_decode(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
-      {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
-      {"steps", required_argument, 0, 0},     {"warmup", required_argument, 0, 0},
-      {"workers", required_argument, 0, 0},   {"json", no_argument, 0, 0},
-      {"model", required_argument, 0, 0},     {"rounds", required_argument, 0, 0},
-      CLI_ACT_OPTIONS,                        {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  struct cli_model cm = {0};
-  long batch = 1, steps = 16, warmup = 2, workers = 0, rounds = 3;
-  int as_json = 0, q8 = 1, c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      decode_usage(stdout);
-      return 0;
-    }
-    if (c != 0) {
-      decode_usage(stderr);
-      return 2;
-    }
-    const char *n = opts[idx].name;
-    int r = cli_model_opt(&cm, n, optarg);
-    if (r < 0) return 2;
-    if (r) continue;
-    if (!strcmp(n, "batch")) r = cli_int("--batch", optarg, 1, 4096, &batch);
-    else if (!strcmp(n, "steps")) r = cli_int("--steps", optarg, 1, 1 << 20, &steps);
-    else if (!strcmp(n, "warmup")) r = cli_int("--warmup", optarg, 0, 1 << 20, &warmup);
-    else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
-    else if (!strcmp(n, "rounds")) r = cli_int("--rounds", optarg, 1, 1000, &rounds);
-    else if (!strcmp(n, "json")) as_json = 1;
-    else if (cli_act_opt(n, &q8)) continue;
-    if (r) return 2;
-  }
+  struct decode_args a = {.batch = 1, .steps = 16, .warmup = 2, .rounds = 3, .q8 = 1};
+  int rc0 = cli_parse("bench decode", decode_head, decode_opts, &a, argc, argv, NULL);
+  if (rc0) return rc0 > 0 ? 0 : 2;
+  struct cli_model cm = a.cm;
+  long batch = a.batch, steps = a.steps, warmup = a.warmup, workers = a.workers, rounds = a.rounds;
+  int as_json = a.as_json, q8 = a.q8;
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;
   struct decode_run d = {.batch = (int)batch, .steps = (int)steps, .warmup = (int)warmup,

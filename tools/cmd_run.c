@@ -12,6 +12,7 @@
 #include "bench/bench.h"
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/bpf.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
@@ -20,59 +21,6 @@
 #include "megascope/reference.h"
 #include "megascope/tokenizer.h"
 #include "run_text.h"
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope run (--synthetic PRESET | --model F.gguf) [options]\n\n"
-          "Decodes requests in the persistent megakernel runtime (continuous batching).\n\n" CLI_MODEL_HELP
-          "  --batch N            most rows decoded together (default 4)\n"
-          "  --requests N         requests to send (default: --batch, 1 with --prompt); more than --batch\n"
-          "                       join as earlier ones finish\n"
-          "  --steps N            tokens each request generates (default 16)\n"
-          "  --prompt-len N       longest prompt; prompts vary from 1 to N (default 8)\n" RUN_TEXT_HELP
-          "  --mode M             megakernel (default) or per-op\n"
-          "  --backend B          cpu (default) or sim (the deterministic virtual GPU);\n"
-          "                       the CUDA megakernel is `megascope cuda run`\n"
-          "  --gpu G              sim: a100, h100 (default), h200, b200\n"
-          "  --compute            sim: run the kernels too (default: shapes only, no --check)\n"
-          "  --sim-param K=V      sim: set a cost-model parameter (hbm_gbps, tflops, n_sms,\n"
-          "                       task_fixed_ns, dispatch_ns, notify_ns, jit_ns, step_ns,\n"
-          "                       launch_ns, jitter, link_gbps, link_latency_ns); repeatable\n"
-          "  --tp N               tensor-parallel devices: all-gathers of communication tasks\n"
-          "  --fault T:TARGET:M   inject a scheduler fault (docs/benchmark.md), e.g.\n"
-          "                       slow_class:blk.1.wo:2, delayed_release:rope->attn:20us,\n"
-          "                       starve_task:blk.0.attn@3:50us, comm_delay:1:10us, slow_worker:5:1.2,\n"
-          "                       slow_layer:1:1.3, late_admission:2:100us; repeatable\n"
-          "  --workers N          worker threads (default: one per core)\n"
-          "  --shuffle            random delays before tasks and random AOT placement\n"
-          "  --seed S             seed of --shuffle (default 1)\n"
-          "  --max-ctx N          positions per request (default 512)\n"
-          "  --tile-kb K          target weight KiB per GEMV task (default 64)\n"
-          "  --tile-rows N        fixed output rows per GEMV task (overrides --tile-kb)\n"
-          CLI_ACT_HELP
-          "  --max-batched-tokens N  chunked prefill: at most N token rows a step, a prompt fed\n"
-          "                       in chunks instead of one position per step (default 0: off)\n"
-          "  --watchdog-ms N      report a stall after N ms without progress (default 2000)\n"
-          "  --check              compare every position's logits with the reference forward; on\n"
-          "                       the exact path (f32 activations) unless --q8-activations is\n"
-          "                       given, then against the reference of the 8-bit activations\n"
-          "  --tolerance X        largest allowed |logit difference| with --check (default 1e-3;\n"
-          "                       0.25 with 8-bit activations on block-format weights)\n"
-          "  --show-steps         print every decode step (rows, bucket, admitted, retired, time)\n"
-          "  --attach PROG.o      attach a monitor while the engine runs (repeatable)\n"
-          "  --attach-at-step N   attach once N steps have completed (default 0)\n"
-          "  --replace-with P.o   replace the first attachment by another monitor ...\n"
-          "  --replace-at-step N  ... once N steps have completed\n"
-          "  --detach-at-step N   detach every attachment once N steps have completed\n"
-          "  --query PROGRAM      attach a query (docs/query.md) as one more monitor and print\n"
-          "                       its answer with its coverage\n"
-          "  --max-per-step N     budget: program runs per step per worker (default: no limit)\n"
-          "  --sample N           run 1 hook firing in N, by task generation (default 1)\n"
-          "  --ringbuf-bytes N    budget: ring-buffer bytes per epoch (default: no limit)\n"
-          "  --interp             run monitors with the reference interpreter, not the JIT\n"
-          "  --json               print the result as JSON\n"
-          "  -h, --help           this text\n");
-}
 
 struct run_args {
   struct cli_model cm;
@@ -117,116 +65,94 @@ static int resolve_faults(const struct ms_model *m, const struct run_args *a, co
   return rc;
 }
 
+static int backend_opt(void *dst, const char *arg) {
+  struct run_args *a = dst;
+  if (!strcmp(arg, "cpu")) a->backend = MS_BACKEND_CPU;
+  else if (!strcmp(arg, "sim")) a->backend = MS_BACKEND_SIM;
+  else if (!strcmp(arg, "cuda")) {
+    fprintf(stderr, "megascope run: the CUDA backend has its own command: megascope cuda run --help\n");
+    return -1;
+  } else {
+    fprintf(stderr, "megascope run: --backend '%s': expected cpu or sim (CUDA: megascope cuda run)\n", arg);
+    return -1;
+  }
+  return 0;
+}
+
+static const char *const mode_names[] = {"megakernel", "per-op", NULL};
+
+#define RA struct run_args
+static const struct cli_opt run_opts[] = {
+    CLI_OPT_GROUP(RA, cm, cli_model_opts),
+    CLI_OPT_INT(RA, batch, "batch", "N", 1, 4096, "most rows decoded together (default 4)"),
+    CLI_OPT_INT(RA, requests, "requests", "N", 1, 1 << 20,
+                "requests to send (default: --batch, 1 with --prompt); more than --batch\n"
+                "join as earlier ones finish"),
+    CLI_OPT_INT(RA, steps, "steps", "N", 1, 1 << 20, "tokens each request generates (default 16)"),
+    CLI_OPT_INT(RA, prompt_len, "prompt-len", "N", 1, 1 << 20, "longest prompt; prompts vary from 1 to N (default 8)"),
+    CLI_OPT_GROUP(RA, text, run_text_opts),
+    CLI_OPT_CHOICE(RA, mode, "mode", "M", mode_names, "megakernel (default) or per-op"),
+    CLI_OPT_FN("backend", "B", backend_opt,
+               "cpu (default) or sim (the deterministic virtual GPU);\n"
+               "the CUDA megakernel is `megascope cuda run`"),
+    CLI_OPT_STR(RA, gpu, "gpu", "G", "sim: a100, h100 (default), h200, b200"),
+    CLI_OPT_FLAG(RA, compute, "compute", "sim: run the kernels too (default: shapes only, no --check)"),
+    CLI_OPT_LIST(RA, sim_param, n_sim_param, "sim-param", "K=V",
+                 "sim: set a cost-model parameter (hbm_gbps, tflops, n_sms,\n"
+                 "task_fixed_ns, dispatch_ns, notify_ns, jit_ns, step_ns,\n"
+                 "launch_ns, jitter, link_gbps, link_latency_ns); repeatable"),
+    CLI_OPT_INT(RA, tp, "tp", "N", 1, 64, "tensor-parallel devices: all-gathers of communication tasks"),
+    CLI_OPT_LIST(RA, fault, n_fault, "fault", "T:TARGET:M",
+                 "inject a scheduler fault (docs/benchmark.md), e.g.\n"
+                 "slow_class:blk.1.wo:2, delayed_release:rope->attn:20us,\n"
+                 "starve_task:blk.0.attn@3:50us, comm_delay:1:10us, slow_worker:5:1.2,\n"
+                 "slow_layer:1:1.3, late_admission:2:100us; repeatable"),
+    CLI_OPT_INT(RA, workers, "workers", "N", 1, 1024, "worker threads (default: one per core)"),
+    CLI_OPT_FLAG(RA, shuffle, "shuffle", "random delays before tasks and random AOT placement"),
+    CLI_OPT_U64(RA, seed, "seed", "S", "seed of --shuffle (default 1)"),
+    CLI_OPT_INT(RA, max_ctx, "max-ctx", "N", 2, 1 << 20, "positions per request (default 512)"),
+    CLI_OPT_INT(RA, tile_kb, "tile-kb", "K", 1, 1 << 20, "target weight KiB per GEMV task (default 64)"),
+    CLI_OPT_INT(RA, tile_rows, "tile-rows", "N", 1, 1 << 20, "fixed output rows per GEMV task (overrides --tile-kb)"),
+    CLI_OPT_GROUP(RA, q8, cli_act_opts),
+    CLI_OPT_INT(RA, max_batched, "max-batched-tokens", "N", 0, 4096,
+                "chunked prefill: at most N token rows a step, a prompt fed\n"
+                "in chunks instead of one position per step (default 0: off)"),
+    CLI_OPT_INT(RA, watchdog_ms, "watchdog-ms", "N", 0, 1 << 30, "report a stall after N ms without progress (default 2000)"),
+    CLI_OPT_FLAG(RA, check, "check",
+                 "compare every position's logits with the reference forward; on\n"
+                 "the exact path (f32 activations) unless --q8-activations is\n"
+                 "given, then against the reference of the 8-bit activations"),
+    CLI_OPT_DOUBLE(RA, tolerance, "tolerance", "X", 0, HUGE_VAL,
+                   "largest allowed |logit difference| with --check (default 1e-3;\n"
+                   "0.25 with 8-bit activations on block-format weights)"),
+    CLI_OPT_FLAG(RA, show_steps, "show-steps", "print every decode step (rows, bucket, admitted, retired, time)"),
+    CLI_OPT_LIST(RA, attach, n_attach, "attach", "PROG.o", "attach a monitor while the engine runs (repeatable)"),
+    CLI_OPT_INT(RA, attach_at, "attach-at-step", "N", 0, 1L << 40, "attach once N steps have completed (default 0)"),
+    CLI_OPT_STR(RA, replace_with, "replace-with", "P.o", "replace the first attachment by another monitor ..."),
+    CLI_OPT_INT(RA, replace_at, "replace-at-step", "N", 0, 1L << 40, "... once N steps have completed"),
+    CLI_OPT_INT(RA, detach_at, "detach-at-step", "N", 0, 1L << 40, "detach every attachment once N steps have completed"),
+    CLI_OPT_STR(RA, query, "query", "PROGRAM",
+                "attach a query (docs/query.md) as one more monitor and print\n"
+                "its answer with its coverage"),
+    CLI_OPT_INT(RA, max_per_step, "max-per-step", "N", 0, 1L << 31, "budget: program runs per step per worker (default: no limit)"),
+    CLI_OPT_INT(RA, sample, "sample", "N", 1, 1L << 31, "run 1 hook firing in N, by task generation (default 1)"),
+    CLI_OPT_U64(RA, ringbuf_bytes, "ringbuf-bytes", "N", "budget: ring-buffer bytes per epoch (default: no limit)"),
+    CLI_OPT_FLAG(RA, interp, "interp", "run monitors with the reference interpreter, not the JIT"),
+    CLI_OPT_FLAG(RA, as_json, "json", "print the result as JSON"),
+    {0}};
+#undef RA
+
+static const char run_head[] =
+    "usage: megascope run (--synthetic PRESET | --model F.gguf) [options]\n\n"
+    "Decodes requests in the persistent megakernel runtime (continuous batching).\n\n";
+
+/* 0: parsed; 1: --help printed; -1: a usage error, printed. */
 static int parse(int argc, char **argv, struct run_args *a) {
-  static const struct option opts[] = {
-      {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
-      {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
-      {"requests", required_argument, 0, 0}, {"steps", required_argument, 0, 0},
-      {"prompt-len", required_argument, 0, 0}, {"mode", required_argument, 0, 0},
-      {"workers", required_argument, 0, 0},  {"shuffle", no_argument, 0, 0},
-      {"seed", required_argument, 0, 0},     {"max-ctx", required_argument, 0, 0},
-      {"tile-kb", required_argument, 0, 0},  {"watchdog-ms", required_argument, 0, 0},
-      {"tile-rows", required_argument, 0, 0},
-      {"check", no_argument, 0, 0},          {"tolerance", required_argument, 0, 0},
-      {"json", no_argument, 0, 0},           {"help", no_argument, 0, 'h'},
-      {"show-steps", no_argument, 0, 0},      {"backend", required_argument, 0, 0},
-      {"gpu", required_argument, 0, 0},       {"compute", no_argument, 0, 0},      {"attach", required_argument, 0, 0}, {"query", required_argument, 0, 0},
-      {"attach-at-step", required_argument, 0, 0}, {"replace-with", required_argument, 0, 0},
-      {"replace-at-step", required_argument, 0, 0}, {"detach-at-step", required_argument, 0, 0},
-      {"max-per-step", required_argument, 0, 0}, {"sample", required_argument, 0, 0},
-      {"ringbuf-bytes", required_argument, 0, 0}, {"interp", no_argument, 0, 0},
-      {"model", required_argument, 0, 0}, {"sim-param", required_argument, 0, 0},
-      {"tp", required_argument, 0, 0},    {"fault", required_argument, 0, 0}, RUN_TEXT_OPTIONS,
-      CLI_ACT_OPTIONS, {"max-batched-tokens", required_argument, 0, 0},
-      {0, 0, 0, 0}};
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
                          .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = -1,
                          .replace_at = -1, .detach_at = -1, .text.stop_id = -1, .q8 = -1};
-  int c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      exit(0);
-    }
-    if (c != 0) return -1;
-    const char *n = opts[idx].name;
-    int r = cli_model_opt(&a->cm, n, optarg);
-    if (r < 0) return -1;
-    if (r) continue;
-    if ((r = run_text_opt(&a->text, n, optarg)) < 0) return -1;
-    if (r) continue;
-    if (!strcmp(n, "batch")) r = cli_int("--batch", optarg, 1, 4096, &a->batch);
-    else if (!strcmp(n, "requests")) r = cli_int("--requests", optarg, 1, 1 << 20, &a->requests);
-    else if (!strcmp(n, "steps")) r = cli_int("--steps", optarg, 1, 1 << 20, &a->steps);
-    else if (!strcmp(n, "prompt-len")) r = cli_int("--prompt-len", optarg, 1, 1 << 20, &a->prompt_len);
-    else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &a->workers);
-    else if (!strcmp(n, "max-ctx")) r = cli_int("--max-ctx", optarg, 1, 1 << 20, &a->max_ctx);
-    else if (!strcmp(n, "tile-kb")) r = cli_int("--tile-kb", optarg, 1, 1 << 20, &a->tile_kb);
-    else if (!strcmp(n, "tile-rows")) r = cli_int("--tile-rows", optarg, 1, 1 << 20, &a->tile_rows);
-    else if (!strcmp(n, "watchdog-ms")) r = cli_int("--watchdog-ms", optarg, 0, 1 << 30, &a->watchdog_ms);
-    else if (!strcmp(n, "seed")) r = cli_u64("--seed", optarg, &a->seed);
-    else if (!strcmp(n, "shuffle")) a->shuffle = 1;
-    else if (!strcmp(n, "check")) a->check = 1;
-    else if (!strcmp(n, "json")) a->as_json = 1;
-    else if (!strcmp(n, "show-steps")) a->show_steps = 1;
-    else if (!strcmp(n, "compute")) a->compute = 1;
-    else if (!strcmp(n, "gpu")) a->gpu = optarg;
-    else if (!strcmp(n, "tp")) r = cli_int("--tp", optarg, 1, 64, &a->tp);
-    else if (!strcmp(n, "sim-param") && a->n_sim_param < 16) a->sim_param[a->n_sim_param++] = optarg;
-    else if (!strcmp(n, "fault") && a->n_fault < 4) a->fault[a->n_fault++] = optarg;
-    else if (!strcmp(n, "sim-param") || !strcmp(n, "fault")) {
-      fprintf(stderr, "megascope run: too many --%s\n", n);
-      return -1;
-    }
-    else if (!strcmp(n, "backend")) {
-      if (!strcmp(optarg, "cpu")) a->backend = MS_BACKEND_CPU;
-      else if (!strcmp(optarg, "sim")) a->backend = MS_BACKEND_SIM;
-      else if (!strcmp(optarg, "cuda")) {
-        fprintf(stderr, "megascope run: the CUDA backend has its own command: megascope cuda run --help\n");
-        return -1;
-      } else {
-        fprintf(stderr, "megascope run: --backend '%s': expected cpu or sim (CUDA: megascope cuda run)\n", optarg);
-        return -1;
-      }
-    }
-    else if (!strcmp(n, "attach")) {
-      if (a->n_attach == 8) {
-        fprintf(stderr, "megascope run: at most 8 --attach\n");
-        return -1;
-      }
-      a->attach[a->n_attach++] = optarg;
-    } else if (!strcmp(n, "query")) a->query = optarg;
-    else if (!strcmp(n, "attach-at-step")) r = cli_int("--attach-at-step", optarg, 0, 1L << 40, &a->attach_at);
-    else if (!strcmp(n, "replace-with")) a->replace_with = optarg;
-    else if (!strcmp(n, "replace-at-step")) r = cli_int("--replace-at-step", optarg, 0, 1L << 40, &a->replace_at);
-    else if (!strcmp(n, "detach-at-step")) r = cli_int("--detach-at-step", optarg, 0, 1L << 40, &a->detach_at);
-    else if (!strcmp(n, "max-per-step")) r = cli_int("--max-per-step", optarg, 0, 1L << 31, &a->max_per_step);
-    else if (!strcmp(n, "sample")) r = cli_int("--sample", optarg, 1, 1L << 31, &a->sample);
-    else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
-    else if (!strcmp(n, "interp")) a->interp = 1;
-    else if (cli_act_opt(n, &a->q8)) continue;
-    else if (!strcmp(n, "max-batched-tokens"))
-      r = cli_int("--max-batched-tokens", optarg, 0, 4096, &a->max_batched);
-    else if (!strcmp(n, "mode")) {
-      if (ms_mode_parse(optarg, &a->mode)) {
-        fprintf(stderr, "megascope run: --mode '%s': expected megakernel or per-op\n", optarg);
-        return -1;
-      }
-    } else if (!strcmp(n, "tolerance")) {
-      char *end;
-      a->tolerance = strtod(optarg, &end);
-      if (*end || !(a->tolerance >= 0)) {
-        fprintf(stderr, "megascope run: --tolerance '%s': expected a non-negative number\n", optarg);
-        return -1;
-      }
-    }
-    if (r) return -1;
-  }
-  if (optind < argc) {
-    fprintf(stderr, "megascope run: unexpected argument '%s'\n", argv[optind]);
-    return -1;
-  }
+  int rc = cli_parse("run", run_head, run_opts, a, argc, argv, NULL);
+  if (rc) return rc;
   if (a->requests < 0) a->requests = a->text.prompt ? 1 : a->batch;
   /* 8-bit activations unless told otherwise, but a --check of its own accord
    * checks the exact path: on a deep model a rounding of an activation that
@@ -423,10 +349,8 @@ static void print_steps(const struct ms_engine *e) {
 
 int cmd_run(int argc, char **argv) {
   struct run_args a;
-  if (parse(argc, argv, &a)) {
-    usage(stderr);
-    return 2;
-  }
+  int prc = parse(argc, argv, &a);
+  if (prc) return prc > 0 ? 0 : 2;
   struct ms_tokenizer *tok = NULL;
   int32_t *text_ids = NULL;  /* --prompt, tokenized */
   int n_text = 0;

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Text in, text out for `megascope run`. See run_text.h. */
 #include "run_text.h"
+#include "opt.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -9,40 +10,34 @@
 
 #include "common.h"
 
-static int parse_float(const char *opt, const char *s, float lo, float hi, float *out) {
-  char *end;
-  errno = 0;
-  double v = strtod(s, &end);
-  if (errno || end == s || *end || !(v >= lo && v <= hi)) {
-    fprintf(stderr, "megascope run: %s '%s': expected a number in [%g, %g]\n", opt, s, lo, hi);
+static int chat_template_opt(void *dst, const char *arg) {
+  struct run_text *rt = dst;
+  enum ms_chat_template t;
+  if (ms_chat_template_parse(arg, &t)) {
+    fprintf(stderr, "megascope run: --chat-template '%s': expected one of %s\n", arg, MS_CHAT_TEMPLATE_NAMES);
     return -1;
   }
-  *out = (float)v;
+  rt->chat_template = arg;
+  rt->chat = 1;
   return 0;
 }
 
-int run_text_opt(struct run_text *rt, const char *name, const char *arg) {
-  long v;
-  if (!strcmp(name, "prompt")) rt->prompt = arg;
-  else if (!strcmp(name, "chat")) rt->chat = 1;
-  else if (!strcmp(name, "chat-template")) {
-    enum ms_chat_template t;
-    if (ms_chat_template_parse(arg, &t)) {
-      fprintf(stderr, "megascope run: --chat-template '%s': expected one of %s\n", arg, MS_CHAT_TEMPLATE_NAMES);
-      return -1;
-    }
-    rt->chat_template = arg;
-    rt->chat = 1;
-  }
-  else if (!strcmp(name, "temperature")) return parse_float("--temperature", arg, 0, 100, &rt->sp.temperature) ? -1 : 1;
-  else if (!strcmp(name, "top-p")) return parse_float("--top-p", arg, 0, 1, &rt->sp.top_p) ? -1 : 1;
-  else if (!strcmp(name, "top-k")) {
-    if (cli_int("--top-k", arg, 0, 1 << 30, &v)) return -1;
-    rt->sp.top_k = (int)v;
-  } else if (!strcmp(name, "sample-seed")) return cli_u64("--sample-seed", arg, &rt->sp.seed) ? -1 : 1;
-  else return 0;
-  return 1;
-}
+#define RT struct run_text
+const struct cli_opt run_text_opts[] = {
+    CLI_OPT_STR(RT, prompt, "prompt", "TEXT",
+                "every request starts from TEXT (tokenized with the model's\n"
+                "tokenizer); prints the generated text; stops at eos"),
+    CLI_OPT_FLAG(RT, chat, "chat",
+                 "render --prompt as one user turn of the model's chat template\n"
+                 "(the file's tokenizer.chat_template, as serve picks it); stops\n"
+                 "at the template's end of turn too"),
+    CLI_OPT_FN("chat-template", "NAME", chat_template_opt, "--chat with this template (" MS_CHAT_TEMPLATE_NAMES ")"),
+    CLI_OPT_FLOAT(RT, sp.temperature, "temperature", "X", 0, 100, "sample at temperature X (default 0: greedy)"),
+    CLI_OPT_I32(RT, sp.top_k, "top-k", "K", 0, 1 << 30, "sample among the K most probable tokens (default: all)"),
+    CLI_OPT_FLOAT(RT, sp.top_p, "top-p", "P", 0, 1, "sample from the nucleus of mass P (default: 1, off)"),
+    CLI_OPT_U64(RT, sp.seed, "sample-seed", "S", "seed of the draws; request i uses S + i (default 1)"),
+    {0}};
+#undef RT
 
 /* Appends the ids of `s` (special tokens kept whole) to ids[*n..max). */
 static int encode_part(const struct ms_tokenizer *tok, const char *s, int32_t *ids, int *n, int max) {

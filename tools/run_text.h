@@ -23,26 +23,7 @@ struct run_text {
   int eos;                     /* the model's end token (not part of the printed text); -1: none */
 };
 
-#define RUN_TEXT_HELP                                                                  \
-  "  --prompt TEXT        every request starts from TEXT (tokenized with the model's\n" \
-  "                       tokenizer); prints the generated text; stops at eos\n"       \
-  "  --chat               render --prompt as one user turn of the model's chat template\n" \
-  "                       (the file's tokenizer.chat_template, as serve picks it); stops\n" \
-  "                       at the template's end of turn too\n"                          \
-  "  --chat-template NAME --chat with this template (" MS_CHAT_TEMPLATE_NAMES ")\n" \
-  "  --temperature X      sample at temperature X (default 0: greedy)\n"              \
-  "  --top-k K            sample among the K most probable tokens (default: all)\n"    \
-  "  --top-p P            sample from the nucleus of mass P (default: 1, off)\n"       \
-  "  --sample-seed S      seed of the draws; request i uses S + i (default 1)\n"
-
-#define RUN_TEXT_OPTIONS                                                                  \
-  {"prompt", required_argument, 0, 0}, {"chat", no_argument, 0, 0},                      \
-      {"chat-template", required_argument, 0, 0},                                          \
-      {"temperature", required_argument, 0, 0}, {"top-k", required_argument, 0, 0},       \
-      {"top-p", required_argument, 0, 0}, {"sample-seed", required_argument, 0, 0}
-
-/* 1 when `name` was one of these options, 0 when not, -1 on a bad value (printed). */
-int run_text_opt(struct run_text *rt, const char *name, const char *arg);
+/* The options: run_text_opts (opt.h). */
 
 /* The prompt's ids (BOS first when the tokenizer asks for it; with --chat the
  * rendered user turn, BOS as ms_chat_bos_id says); malloc'd into *ids. path

@@ -1,0 +1,27 @@
+/* SPDX-License-Identifier: MIT */
+/* The option groups several commands share (opt.h). */
+#include "common.h"
+#include "opt.h"
+
+const struct cli_opt cli_model_opts[] = {
+    CLI_OPT_STR(struct cli_model, preset, "synthetic", "PRESET",
+                "synthetic model: tiny, tiny-qwen3, tiny-qwen2, tiny-gemma3,\n"
+                "tiny-256, tiny-moe, smollm2-135m"),
+    CLI_OPT_STR(struct cli_model, dtype, "dtype", "T", "weight type: f32 (default) or bf16"),
+    CLI_OPT_U64(struct cli_model, seed, "model-seed", "N", "seed of the synthetic weights (default 1)"),
+    CLI_OPT_STR(struct cli_model, path, "model", "F.gguf",
+                "a GGUF model file (llama, qwen2, qwen3 or gemma3; f32, f16,\n"
+                "bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl or K-quant\n"
+                "weights) instead of --synthetic"),
+    {0}};
+
+/* Over one int: 1 for 8-bit activations, 0 for f32. */
+const struct cli_opt cli_act_opts[] = {
+    {.kind = CLI_FLAG, .name = "q8-activations", .set = 1,
+     .help = "8-bit GEMV inputs and integer dot products for block-format\n"
+             "weights (q8_0 .. the K-quants), as llama.cpp's CPU backend\n"
+             "computes them (the default; logits within about 0.25 of the\n"
+             "reference)"},
+    {.kind = CLI_FLAG, .name = "f32-activations", .set = 0,
+     .help = "f32 GEMV inputs, the exact path (logits within 1e-3)"},
+    {0}};

@@ -21,6 +21,7 @@
 #include "bench/bench.h"
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/chat.h"
 #include "megascope/control.h"
 #include "megascope/engine.h"
@@ -28,51 +29,6 @@
 #include "megascope/monitor.h"
 #include "megascope/plan.h"
 #include "megascope/tokenizer.h"
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope serve (--synthetic PRESET | --model F.gguf) [options]\n\n"
-          "Runs the engine until SIGINT or SIGTERM: the OpenAI API over HTTP (POST /v1/chat/completions\n"
-          "and /v1/completions, streamed or not; GET /v1/models; continuous batching), llama-server's\n"
-          "/tokenize, /detokenize and /health, Prometheus metrics (GET /metrics), a control socket\n"
-          "for monitors, traces and statistics (megascope attach / ls / maps / trace ...), and\n"
-          "optionally OTLP/HTTP request spans.\n\n" CLI_MODEL_HELP
-          "  --batch N            most requests decoded together (default 8)\n"
-          "  --workers N          worker threads (default: one per core)\n"
-          "  --max-ctx N          positions per request, prompt included (default 512)\n"
-          "  --max-batched-tokens N  token rows a step takes: a prompt is fed in chunks beside the\n"
-          "                       decode rows (chunked prefill; default 64; 0: one position per step).\n"
-          "                       Its plans compile in the background after start\n"
-          CLI_ACT_HELP
-          "  --http ADDR:PORT     where to serve HTTP (default 127.0.0.1:8080; port 0: any free\n"
-          "                       port; 'off': no HTTP; IPv6 as [::1]:8080)\n"
-          "  --host HOST          the address to bind: a name (localhost), IPv4 or IPv6 (overrides --http's)\n"
-          "  --port N             the HTTP port (overrides --http's; 0: any free port)\n"
-          "  --api-key KEY        require \"Authorization: Bearer KEY\" on every endpoint but /health\n"
-          "                       and /metrics (default: $MEGASCOPE_API_KEY, else none)\n"
-          "  --chat-template NAME render chat messages with this template instead of the one the\n"
-          "                       model file names (" MS_CHAT_TEMPLATE_NAMES ")\n"
-          "  --temperature T      temperature when a request omits it (default 1, as OpenAI's API)\n"
-          "  --drain-timeout S    on SIGTERM, seconds the requests in flight have to finish before\n"
-          "                       they are cancelled (default 30)\n"
-          "  --socket PATH        control socket (default: $XDG_RUNTIME_DIR/megascope/engine-PID.sock,\n"
-          "                       or /run/megascope/engine-PID.sock)\n"
-          "  --otlp URL           export request spans to an OTLP/HTTP JSON endpoint\n"
-          "                       (e.g. http://127.0.0.1:4318/v1/traces)\n"
-          "  --otlp-flush-ms N    export spans at least this often (default 1000)\n"
-          "  --max-tokens N       completions' max_tokens when a request omits it (default 16; chat:\n"
-          "                       the rest of the context)\n"
-          "  --watchdog-ms N      report a stall after N ms without progress (default 5000; 0 off)\n"
-          "  --detached-retention S  a detached attachment (and a replaced generation) stays\n"
-          "                       readable S seconds, then its programs, maps and memfds are\n"
-          "                       freed; `maps ID --release` frees it at once (default 60)\n"
-          "  --control-idle S     close control clients idle for S seconds (default 60; 0: never)\n"
-          "  --fault SPEC         inject a fault whose cause is known, as `run --fault` takes it\n"
-          "                       (slow_class:blk.1.wo:2, delayed_release:rope->attn:20us, ...;\n"
-          "                       repeatable, 4 at most): for trying diagnoses on a live server\n"
-          "  -v, --verbose        log connections and protocol details\n"
-          "  -h, --help           this text\n");
-}
 
 struct serve_args {
   struct cli_model cm;
@@ -86,85 +42,76 @@ struct serve_args {
   int verbose;
 };
 
+#define SA struct serve_args
+static const struct cli_opt serve_opts[] = {
+    CLI_OPT_GROUP(SA, cm, cli_model_opts),
+    CLI_OPT_INT(SA, batch, "batch", "N", 1, 4096, "most requests decoded together (default 8)"),
+    CLI_OPT_INT(SA, workers, "workers", "N", 1, 1024, "worker threads (default: one per core)"),
+    CLI_OPT_INT(SA, max_ctx, "max-ctx", "N", 2, 1 << 20, "positions per request, prompt included (default 512)"),
+    CLI_OPT_INT(SA, max_batched, "max-batched-tokens", "N", 0, 4096,
+                "token rows a step takes: a prompt is fed in chunks beside the\n"
+                "decode rows (chunked prefill; default 64; 0: one position per step).\n"
+                "Its plans compile in the background after start"),
+    CLI_OPT_GROUP(SA, q8, cli_act_opts),
+    CLI_OPT_STR(SA, http, "http", "ADDR:PORT",
+                "where to serve HTTP (default 127.0.0.1:8080; port 0: any free\n"
+                "port; 'off': no HTTP; IPv6 as [::1]:8080)"),
+    CLI_OPT_STR(SA, host, "host", "HOST", "the address to bind: a name (localhost), IPv4 or IPv6 (overrides --http's)"),
+    CLI_OPT_INT(SA, port, "port", "N", 0, 65535, "the HTTP port (overrides --http's; 0: any free port)"),
+    CLI_OPT_STR(SA, api_key, "api-key", "KEY",
+                "require \"Authorization: Bearer KEY\" on every endpoint but /health\n"
+                "and /metrics (default: $MEGASCOPE_API_KEY, else none)"),
+    CLI_OPT_STR(SA, chat_template, "chat-template", "NAME",
+                "render chat messages with this template instead of the one the\n"
+                "model file names (" MS_CHAT_TEMPLATE_NAMES ")"),
+    CLI_OPT_DOUBLE(SA, temperature, "temperature", "T", 0, 2, "temperature when a request omits it (default 1, as OpenAI's API)"),
+    CLI_OPT_INT(SA, drain_s, "drain-timeout", "S", 0, 86400,
+                "on SIGTERM, seconds the requests in flight have to finish before\n"
+                "they are cancelled (default 30)"),
+    CLI_OPT_STR(SA, socket, "socket", "PATH",
+                "control socket (default: $XDG_RUNTIME_DIR/megascope/engine-PID.sock,\n"
+                "or /run/megascope/engine-PID.sock)"),
+    CLI_OPT_STR(SA, otlp, "otlp", "URL",
+                "export request spans to an OTLP/HTTP JSON endpoint\n"
+                "(e.g. http://127.0.0.1:4318/v1/traces)"),
+    CLI_OPT_INT(SA, flush_ms, "otlp-flush-ms", "N", 1, 3600000, "export spans at least this often (default 1000)"),
+    CLI_OPT_INT(SA, max_tokens, "max-tokens", "N", 1, 1 << 20,
+                "completions' max_tokens when a request omits it (default 16; chat:\n"
+                "the rest of the context)"),
+    CLI_OPT_INT(SA, watchdog_ms, "watchdog-ms", "N", 0, 1 << 30, "report a stall after N ms without progress (default 5000; 0 off)"),
+    CLI_OPT_INT(SA, retention_s, "detached-retention", "S", 0, 365L * 86400,
+                "a detached attachment (and a replaced generation) stays\n"
+                "readable S seconds, then its programs, maps and memfds are\n"
+                "freed; `maps ID --release` frees it at once (default 60)"),
+    CLI_OPT_INT(SA, idle_s, "control-idle", "S", 0, 365L * 86400, "close control clients idle for S seconds (default 60; 0: never)"),
+    CLI_OPT_LIST(SA, fault, n_fault, "fault", "SPEC",
+                 "inject a fault whose cause is known, as `run --fault` takes it\n"
+                 "(slow_class:blk.1.wo:2, delayed_release:rope->attn:20us, ...;\n"
+                 "repeatable, 4 at most): for trying diagnoses on a live server"),
+    {.kind = CLI_FLAG, .name = "verbose", .shrt = 'v', .off = CLI_O(SA, verbose), .set = 1,
+     .help = "log connections and protocol details"},
+    {0}};
+#undef SA
+
+static const char serve_head[] =
+    "usage: megascope serve (--synthetic PRESET | --model F.gguf) [options]\n\n"
+    "Runs the engine until SIGINT or SIGTERM: the OpenAI API over HTTP (POST /v1/chat/completions\n"
+    "and /v1/completions, streamed or not; GET /v1/models; continuous batching), llama-server's\n"
+    "/tokenize, /detokenize and /health, Prometheus metrics (GET /metrics), a control socket\n"
+    "for monitors, traces and statistics (megascope attach / ls / maps / trace ...), and\n"
+    "optionally OTLP/HTTP request spans.\n\n";
+
+/* 0: parsed; 1: --help printed; -1: a usage error, printed. */
 static int parse(int argc, char **argv, struct serve_args *a) {
-  static const struct option opts[] = {
-      {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
-      {"model", required_argument, 0, 0},
-      {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
-      {"workers", required_argument, 0, 0},   {"max-ctx", required_argument, 0, 0},
-      {"http", required_argument, 0, 0},      {"socket", required_argument, 0, 0},
-      {"otlp", required_argument, 0, 0},      {"otlp-flush-ms", required_argument, 0, 0},
-      {"max-tokens", required_argument, 0, 0}, {"watchdog-ms", required_argument, 0, 0},
-      {"detached-retention", required_argument, 0, 0}, {"control-idle", required_argument, 0, 0},
-      {"fault", required_argument, 0, 0},     {"host", required_argument, 0, 0},
-      {"port", required_argument, 0, 0},      {"api-key", required_argument, 0, 0},
-      {"chat-template", required_argument, 0, 0}, {"temperature", required_argument, 0, 0},
-      {"drain-timeout", required_argument, 0, 0}, {"max-batched-tokens", required_argument, 0, 0},
-      CLI_ACT_OPTIONS,
-      {"verbose", no_argument, 0, 'v'},       {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
   *a = (struct serve_args){.batch = 8, .max_ctx = 512, .max_tokens = 16, .watchdog_ms = 5000,
                            .flush_ms = 1000, .retention_s = 60, .idle_s = 60, .http = "127.0.0.1:8080",
                            .drain_s = 30, .api_key = getenv("MEGASCOPE_API_KEY"), .max_batched = 64,
-                           .q8 = 1};
-  int c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "hv", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      exit(0);
-    }
-    if (c == 'v') {
-      a->verbose = 1;
-      continue;
-    }
-    if (c != 0) return -1;
-    const char *n = opts[idx].name;
-    int r = cli_model_opt(&a->cm, n, optarg);
-    if (r < 0) return -1;
-    if (r) continue;
-    if (!strcmp(n, "batch")) r = cli_int("--batch", optarg, 1, 4096, &a->batch);
-    else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &a->workers);
-    else if (!strcmp(n, "max-ctx")) r = cli_int("--max-ctx", optarg, 2, 1 << 20, &a->max_ctx);
-    else if (!strcmp(n, "max-tokens")) r = cli_int("--max-tokens", optarg, 1, 1 << 20, &a->max_tokens);
-    else if (!strcmp(n, "watchdog-ms")) r = cli_int("--watchdog-ms", optarg, 0, 1 << 30, &a->watchdog_ms);
-    else if (!strcmp(n, "detached-retention"))
-      r = cli_int("--detached-retention", optarg, 0, 365L * 86400, &a->retention_s);
-    else if (!strcmp(n, "control-idle")) r = cli_int("--control-idle", optarg, 0, 365L * 86400, &a->idle_s);
-    else if (!strcmp(n, "otlp-flush-ms")) r = cli_int("--otlp-flush-ms", optarg, 1, 3600000, &a->flush_ms);
-    else if (!strcmp(n, "http")) a->http = optarg;
-    else if (!strcmp(n, "host")) a->host = optarg;
-    else if (!strcmp(n, "port")) r = cli_int("--port", optarg, 0, 65535, &a->port), a->port_set = 1;
-    else if (!strcmp(n, "api-key")) a->api_key = optarg;
-    else if (!strcmp(n, "chat-template")) a->chat_template = optarg;
-    else if (!strcmp(n, "drain-timeout")) r = cli_int("--drain-timeout", optarg, 0, 86400, &a->drain_s);
-    else if (cli_act_opt(n, &a->q8)) continue;
-    else if (!strcmp(n, "max-batched-tokens"))
-      r = cli_int("--max-batched-tokens", optarg, 0, 4096, &a->max_batched);
-    else if (!strcmp(n, "temperature")) {
-      char *end;
-      a->temperature = strtod(optarg, &end);
-      a->temperature_set = 1;
-      if (*end || !(a->temperature >= 0 && a->temperature <= 2)) {
-        fprintf(stderr, "megascope serve: --temperature '%s': expected a number in [0, 2]\n", optarg);
-        return -1;
-      }
-    }
-    else if (!strcmp(n, "socket")) a->socket = optarg;
-    else if (!strcmp(n, "otlp")) a->otlp = optarg;
-    else if (!strcmp(n, "fault")) {
-      if (a->n_fault == 4) {
-        fprintf(stderr, "megascope serve: at most 4 --fault\n");
-        return -1;
-      }
-      a->fault[a->n_fault++] = optarg;
-    }
-    if (r) return -1;
-  }
-  if (optind < argc) {
-    fprintf(stderr, "megascope serve: unexpected argument '%s'\n", argv[optind]);
-    return -1;
-  }
+                           .q8 = 1, .port = -1, .temperature = -1};
+  int rc = cli_parse("serve", serve_head, serve_opts, a, argc, argv, NULL);
+  if (rc) return rc;
+  a->port_set = a->port >= 0;  /* the defaults say "not given" */
+  a->temperature_set = a->temperature >= 0;
+  if (!a->temperature_set) a->temperature = 0;
   if (a->chat_template) {
     enum ms_chat_template t;
     if (ms_chat_template_parse(a->chat_template, &t)) {
@@ -230,10 +177,8 @@ static int parse_http(const char *s, char *addr, size_t n, int *port) {
 
 int cmd_serve(int argc, char **argv) {
   struct serve_args a;
-  if (parse(argc, argv, &a)) {
-    usage(stderr);
-    return 2;
-  }
+  int prc = parse(argc, argv, &a);
+  if (prc) return prc > 0 ? 0 : 2;
   char addr[256] = "";
   int port = 0, use_http = strcmp(a.http, "off") != 0 || a.host || a.port_set;
   if (strcmp(a.http, "off") && parse_http(a.http, addr, sizeof addr, &port)) return 2;

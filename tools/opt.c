@@ -153,7 +153,7 @@ static void usage_one(FILE *f, const struct cli_opt *o) {
   int n = o->shrt ? snprintf(left, sizeof left, "  -%c, --%s", o->shrt, o->name)
                   : snprintf(left, sizeof left, "  --%s", o->name);
   if (o->arg) n += snprintf(left + n, sizeof left - (size_t)n, " %s", o->arg);
-  fprintf(f, "%s%*s", left, n < HELP_COL - 1 ? HELP_COL - n : 2, "");
+  fprintf(f, "%s%*s", left, n < HELP_COL ? HELP_COL - n : 2, "");
   for (const char *h = o->help ? o->help : ""; *h;) {
     const char *nl = strchr(h, '\n');
     int len = nl ? (int)(nl - h) : (int)strlen(h);

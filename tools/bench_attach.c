@@ -32,6 +32,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/control.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
@@ -39,23 +40,6 @@
 #define MAX_SAMPLES (1 << 20)
 #define MAX_ROUNDS 100
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope bench attach [options]\n\n"
-          "Attach latency (command sent -> first executed event, from the monitor's coverage\n"
-          "polled over the control socket), replace latency (-> the new generation's first\n"
-          "event) and the decode throughput dip around each, under a steady load, in one run.\n\n" CLI_MODEL_HELP
-          "                       (default: tiny)\n"
-          "  --batch N            requests kept in flight (default 4)\n"
-          "  --workers N          worker threads (default: one per core)\n"
-          "  --rounds N           attach / replace / detach rounds (default 5)\n"
-          "  --monitor P.o        monitor to attach (default: monitors/class_time.bpf.o next to\n"
-          "                       this executable)\n"
-          "  --replace-with P.o   monitor to replace it with (default: monitors/queueing.bpf.o)\n"
-          "  --window-ms N        throughput window before and after each command (default 300)\n"
-          "  --json               print the result as JSON\n"
-          "  -h, --help           this text\n");
-}
 
 static void sleep_ms(double ms) {
   struct timespec ts = {(time_t)(ms / 1000), (long)((ms - (double)(time_t)(ms / 1000) * 1000) * 1e6)};
@@ -245,48 +229,48 @@ static void quiet_log(void *user, enum ms_log_level level, const char *msg) {
   if (level <= MS_LOG_WARN) fprintf(stderr, "megascope: %s\n", msg);
 }
 
+struct attach_args {
+  struct cli_model cm;
+  const char *monitor, *replace_with;
+  long batch, workers, rounds, window_ms;
+  int as_json;
+};
+
+#define AA struct attach_args
+static const struct cli_opt attach_opts[] = {
+    CLI_OPT_GROUP(AA, cm, cli_model_opts),
+    CLI_OPT_TEXT("                       (default: tiny)"),
+    CLI_OPT_INT(AA, batch, "batch", "N", 1, 256, "requests kept in flight (default 4)"),
+    CLI_OPT_INT(AA, workers, "workers", "N", 1, 1024, "worker threads (default: one per core)"),
+    CLI_OPT_INT(AA, rounds, "rounds", "N", 1, MAX_ROUNDS, "attach / replace / detach rounds (default 5)"),
+    CLI_OPT_STR(AA, monitor, "monitor", "P.o",
+                "monitor to attach (default: monitors/class_time.bpf.o next to\n"
+                "this executable)"),
+    CLI_OPT_STR(AA, replace_with, "replace-with", "P.o", "monitor to replace it with (default: monitors/queueing.bpf.o)"),
+    CLI_OPT_INT(AA, window_ms, "window-ms", "N", 10, 10000, "throughput window before and after each command (default 300)"),
+    CLI_OPT_FLAG(AA, as_json, "json", "print the result as JSON"),
+    {0}};
+#undef AA
+
+static const char attach_head[] =
+    "usage: megascope bench attach [options]\n\n"
+    "Attach latency (command sent -> first executed event, from the monitor's coverage\n"
+    "polled over the control socket), replace latency (-> the new generation's first\n"
+    "event) and the decode throughput dip around each, under a steady load, in one run.\n\n";
+
 int bench_attach(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
-      {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
-      {"workers", required_argument, 0, 0},   {"rounds", required_argument, 0, 0},
-      {"monitor", required_argument, 0, 0},   {"replace-with", required_argument, 0, 0},
-      {"window-ms", required_argument, 0, 0}, {"json", no_argument, 0, 0},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-  struct cli_model cm = {0};
-  long batch = 4, workers = 0, rounds = 5, window_ms = 300;
-  int as_json = 0, c, idx;
+  struct attach_args a = {.batch = 4, .rounds = 5, .window_ms = 300};
+  int prc = cli_parse("bench attach", attach_head, attach_opts, &a, argc, argv, NULL);
+  if (prc) return prc > 0 ? 0 : 2;
+  struct cli_model cm = a.cm;
+  long batch = a.batch, workers = a.workers, rounds = a.rounds, window_ms = a.window_ms;
+  int as_json = a.as_json;
   char mon[PATH_MAX], rep[PATH_MAX];
-  cli_shipped_monitor("class_time.bpf.o", mon, sizeof mon);
-  cli_shipped_monitor("queueing.bpf.o", rep, sizeof rep);
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      return 0;
-    }
-    if (c != 0) {
-      usage(stderr);
-      return 2;
-    }
-    const char *n = opts[idx].name;
-    int r = cli_model_opt(&cm, n, optarg);
-    if (r < 0) return 2;
-    if (r) continue;
-    if (!strcmp(n, "batch")) r = cli_int("--batch", optarg, 1, 256, &batch);
-    else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
-    else if (!strcmp(n, "rounds")) r = cli_int("--rounds", optarg, 1, MAX_ROUNDS, &rounds);
-    else if (!strcmp(n, "window-ms")) r = cli_int("--window-ms", optarg, 10, 10000, &window_ms);
-    else if (!strcmp(n, "monitor")) snprintf(mon, sizeof mon, "%s", optarg);
-    else if (!strcmp(n, "replace-with")) snprintf(rep, sizeof rep, "%s", optarg);
-    else if (!strcmp(n, "json")) as_json = 1;
-    if (r) return 2;
-  }
-  if (optind < argc) {
-    fprintf(stderr, "megascope bench attach: unexpected argument '%s'\n", argv[optind]);
-    return 2;
-  }
-  if (!cm.preset) cm.preset = "tiny";
+  if (a.monitor) snprintf(mon, sizeof mon, "%s", a.monitor);
+  else cli_shipped_monitor("class_time.bpf.o", mon, sizeof mon);
+  if (a.replace_with) snprintf(rep, sizeof rep, "%s", a.replace_with);
+  else cli_shipped_monitor("queueing.bpf.o", rep, sizeof rep);
+  if (!cm.preset && !cm.path) cm.preset = "tiny";
   ms_log_set(quiet_log, NULL, MS_LOG_WARN);
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;

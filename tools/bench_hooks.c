@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/bpf.h"
 #include "megascope/bpf_jit.h"
 #include "megascope/engine.h"
@@ -22,21 +23,6 @@
 #include "megascope/json.h"
 #include "megascope/monitor.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope bench hooks [options]\n\n"
-          "Decode throughput with hooks off, armed with nothing attached, and with a\n"
-          "monitor attached, JIT-compiled and interpreted (ratios to the hooks-off run), and\n"
-          "the monitor's task_end program alone: ns per run, interpreter vs JIT.\n\n" CLI_MODEL_HELP
-          "                       (default: smollm2-135m, bf16)\n"
-          "  --monitor PATH       monitor object (default: monitors/class_time.bpf.o beside the binary)\n"
-          "  --batch N            concurrent requests (default 1)\n"
-          "  --steps N            tokens per request per round (default 8)\n"
-          "  --rounds N           interleaved rounds (default 3; the best of each is kept)\n"
-          "  --workers N          worker threads (default: one per core)\n"
-          "  --json               print the result as JSON\n"
-          "  -h, --help           this text\n");
-}
 
 /* The object's task_end program run many times on a synthetic context, its
  * maps instantiated here: ns per run through the interpreter and through the
@@ -125,41 +111,43 @@ static int set_mode(struct ms_engine *e, int mode, const char *mon_path, int *id
   return 0;
 }
 
+struct hooks_args {
+  struct cli_model cm;
+  const char *monitor;
+  long batch, steps, rounds, workers;
+  int as_json;
+};
+
+#define HA struct hooks_args
+static const struct cli_opt hooks_opts[] = {
+    CLI_OPT_GROUP(HA, cm, cli_model_opts),
+    CLI_OPT_TEXT("                       (default: smollm2-135m, bf16)"),
+    CLI_OPT_STR(HA, monitor, "monitor", "PATH", "monitor object (default: monitors/class_time.bpf.o beside the binary)"),
+    CLI_OPT_INT(HA, batch, "batch", "N", 1, 4096, "concurrent requests (default 1)"),
+    CLI_OPT_INT(HA, steps, "steps", "N", 1, 1 << 20, "tokens per request per round (default 8)"),
+    CLI_OPT_INT(HA, rounds, "rounds", "N", 1, 1000, "interleaved rounds (default 3; the best of each is kept)"),
+    CLI_OPT_INT(HA, workers, "workers", "N", 1, 1024, "worker threads (default: one per core)"),
+    CLI_OPT_FLAG(HA, as_json, "json", "print the result as JSON"),
+    {0}};
+#undef HA
+
+static const char hooks_head[] =
+    "usage: megascope bench hooks [options]\n\n"
+    "Decode throughput with hooks off, armed with nothing attached, and with a\n"
+    "monitor attached, JIT-compiled and interpreted (ratios to the hooks-off run), and\n"
+    "the monitor's task_end program alone: ns per run, interpreter vs JIT.\n\n";
+
 int bench_hooks(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
-      {"model-seed", required_argument, 0, 0}, {"monitor", required_argument, 0, 0},
-      {"batch", required_argument, 0, 0},     {"steps", required_argument, 0, 0},
-      {"rounds", required_argument, 0, 0},    {"workers", required_argument, 0, 0},
-      {"json", no_argument, 0, 0},            {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  struct cli_model cm = {.preset = "smollm2-135m", .dtype = "bf16"};
-  long batch = 1, steps = 8, rounds = 3, workers = 0;
-  int as_json = 0, c, idx;
+  struct hooks_args a = {.cm = {.preset = "smollm2-135m", .dtype = "bf16"}, .batch = 1, .steps = 8, .rounds = 3};
+  int prc = cli_parse("bench hooks", hooks_head, hooks_opts, &a, argc, argv, NULL);
+  if (prc) return prc > 0 ? 0 : 2;
+  struct cli_model cm = a.cm;
+  long batch = a.batch, steps = a.steps, rounds = a.rounds, workers = a.workers;
+  int as_json = a.as_json;
   char mon_path[PATH_MAX];
-  cli_shipped_monitor("class_time.bpf.o", mon_path, sizeof mon_path);
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      return 0;
-    }
-    if (c != 0) {
-      usage(stderr);
-      return 2;
-    }
-    const char *n = opts[idx].name;
-    int r = cli_model_opt(&cm, n, optarg);
-    if (r < 0) return 2;
-    if (r) continue;
-    if (!strcmp(n, "monitor")) snprintf(mon_path, sizeof mon_path, "%s", optarg);
-    else if (!strcmp(n, "batch")) r = cli_int("--batch", optarg, 1, 4096, &batch);
-    else if (!strcmp(n, "steps")) r = cli_int("--steps", optarg, 1, 1 << 20, &steps);
-    else if (!strcmp(n, "rounds")) r = cli_int("--rounds", optarg, 1, 1000, &rounds);
-    else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
-    else if (!strcmp(n, "json")) as_json = 1;
-    if (r) return 2;
-  }
+  if (a.monitor) snprintf(mon_path, sizeof mon_path, "%s", a.monitor);
+  else cli_shipped_monitor("class_time.bpf.o", mon_path, sizeof mon_path);
+  if (cm.path) cm.preset = NULL;  /* --model instead of the default preset */
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;
   char buf[16384] = "";

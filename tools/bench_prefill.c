@@ -13,26 +13,12 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
 
 #define MAX_LENS 8
 #define MAX_ROUNDS 64
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope bench prefill (--synthetic PRESET | --model F.gguf) [options]\n\n"
-          "Time to first token for prompts of several lengths: chunked prefill (--max-batched-tokens)\n"
-          "against one prompt position per decode step, alternating the two engines in one run.\n\n" CLI_MODEL_HELP
-          "  --prompts L,L,...    prompt lengths in tokens (default 32,128,512)\n"
-          "  --max-batched-tokens N  the chunked engine's token budget per step (default 64)\n"
-          "  --rounds N           measurements per length and engine (default 3)\n"
-          "  --chunked-only       measure the chunked engine alone (e.g. against another engine)\n"
-          "  --workers N          worker threads per engine (default: one per core)\n"
-          CLI_ACT_HELP
-          "  --json               one JSON object\n"
-          "  -h, --help           this text\n");
-}
 
 /* Seconds from submit to the first token of one request of `len` prompt tokens. */
 static double ttft(struct ms_engine *e, const struct ms_model *m, int len) {
@@ -62,53 +48,63 @@ static double median(double *v, int n) {
   return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-static int parse_lens(const char *s, int *lens) {
-  int n = 0;
+struct prefill_args {
+  struct cli_model cm;
+  int lens[MAX_LENS], n_lens, q8, as_json, only;
+  long mbt, rounds, workers;
+};
+
+/* --prompts L,L,...: every length checked, no more than MAX_LENS. */
+static int lens_opt(void *dst, const char *s) {
+  struct prefill_args *a = dst;
+  int n = 0, rc = 0;
   char *copy = strdup(s), *save = NULL;
-  for (char *t = strtok_r(copy, ",", &save); t && n < MAX_LENS; t = strtok_r(NULL, ",", &save)) {
+  if (!copy) return -1;
+  for (char *t = strtok_r(copy, ",", &save); t && !rc; t = strtok_r(NULL, ",", &save)) {
     long v;
-    if (cli_int("--prompts", t, 1, 1 << 16, &v)) {
-      n = -1;
-      break;
+    if (n == MAX_LENS) {
+      fprintf(stderr, "megascope bench prefill: --prompts '%s': at most %d lengths\n", s, MAX_LENS);
+      rc = -1;
+    } else if (cli_int("--prompts", t, 1, 1 << 16, &v)) {
+      rc = -1;
+    } else {
+      a->lens[n++] = (int)v;
     }
-    lens[n++] = (int)v;
   }
   free(copy);
-  return n;
+  if (!rc && !n) {
+    fprintf(stderr, "megascope bench prefill: --prompts '%s': no length\n", s);
+    rc = -1;
+  }
+  if (!rc) a->n_lens = n;
+  return rc;
 }
 
+#define PA struct prefill_args
+static const struct cli_opt prefill_opts[] = {
+    CLI_OPT_GROUP(PA, cm, cli_model_opts),
+    CLI_OPT_FN("prompts", "L,L,...", lens_opt, "prompt lengths in tokens (default 32,128,512; at most 8)"),
+    CLI_OPT_INT(PA, mbt, "max-batched-tokens", "N", 2, 4096, "the chunked engine's token budget per step (default 64)"),
+    CLI_OPT_INT(PA, rounds, "rounds", "N", 1, MAX_ROUNDS, "measurements per length and engine (default 3)"),
+    CLI_OPT_FLAG(PA, only, "chunked-only", "measure the chunked engine alone (e.g. against another engine)"),
+    CLI_OPT_INT(PA, workers, "workers", "N", 1, 1024, "worker threads per engine (default: one per core)"),
+    CLI_OPT_GROUP(PA, q8, cli_act_opts),
+    CLI_OPT_FLAG(PA, as_json, "json", "one JSON object"),
+    {0}};
+#undef PA
+
+static const char prefill_head[] =
+    "usage: megascope bench prefill (--synthetic PRESET | --model F.gguf) [options]\n\n"
+    "Time to first token for prompts of several lengths: chunked prefill (--max-batched-tokens)\n"
+    "against one prompt position per decode step, alternating the two engines in one run.\n\n";
+
 int bench_prefill(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
-      {"model", required_argument, 0, 0},     {"model-seed", required_argument, 0, 0},
-      {"prompts", required_argument, 0, 0},   {"max-batched-tokens", required_argument, 0, 0},
-      {"rounds", required_argument, 0, 0},    {"workers", required_argument, 0, 0},
-      CLI_ACT_OPTIONS, {"json", no_argument, 0, 0}, {"chunked-only", no_argument, 0, 0},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-  struct cli_model cm = {0};
-  int lens[MAX_LENS] = {32, 128, 512}, n_lens = 3, q8 = 1, as_json = 0, only = 0;
-  long mbt = 64, rounds = 3, workers = 0;
-  int c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      return 0;
-    }
-    if (c != 0) return usage(stderr), 2;
-    const char *n = opts[idx].name;
-    int r = cli_model_opt(&cm, n, optarg);
-    if (r < 0) return 2;
-    if (r) continue;
-    if (!strcmp(n, "prompts")) r = (n_lens = parse_lens(optarg, lens)) < 1;
-    else if (!strcmp(n, "max-batched-tokens")) r = cli_int("--max-batched-tokens", optarg, 2, 4096, &mbt);
-    else if (!strcmp(n, "rounds")) r = cli_int("--rounds", optarg, 1, MAX_ROUNDS, &rounds);
-    else if (!strcmp(n, "workers")) r = cli_int("--workers", optarg, 1, 1024, &workers);
-    else if (cli_act_opt(n, &q8)) continue;
-    else if (!strcmp(n, "json")) as_json = 1;
-    else if (!strcmp(n, "chunked-only")) only = 1;
-    if (r) return usage(stderr), 2;
-  }
+  struct prefill_args a = {.lens = {32, 128, 512}, .n_lens = 3, .q8 = 1, .mbt = 64, .rounds = 3};
+  int prc = cli_parse("bench prefill", prefill_head, prefill_opts, &a, argc, argv, NULL);
+  if (prc) return prc > 0 ? 0 : 2;
+  struct cli_model cm = a.cm;
+  int *lens = a.lens, n_lens = a.n_lens, q8 = a.q8, as_json = a.as_json, only = a.only;
+  long mbt = a.mbt, rounds = a.rounds, workers = a.workers;
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;
   int longest = 0;

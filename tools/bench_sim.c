@@ -8,23 +8,10 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope bench sim [--steps N] [--json]\n\n"
-          "Simulates published configurations (shapes only, bf16 weights) on the virtual\n"
-          "GPU and reports ms per token for the megakernel and the per-op baseline beside\n"
-          "the bandwidth bound and the published figures:\n"
-          "  qwen3-8b on a100, batch 1      (MPK: 12.5 ms per token, bound about 10 ms)\n"
-          "  llama-3.2-1b on h100, batch 1  (HazyResearch: under 1 ms, 78%% of bandwidth)\n"
-          "  llama-3.2-1b on b200, batch 1\n\n"
-          "  --steps N            tokens per run (default 8)\n"
-          "  --sim-param K=V      override a cost-model parameter of every preset (repeatable)\n"
-          "  --json               print the result as JSON\n"
-          "  -h, --help           this text\n");
-}
 
 struct sim_case {
   const char *model, *gpu, *published;
@@ -36,19 +23,41 @@ static const struct sim_case cases[] = {
     {"llama-3.2-1b", "b200", "HazyResearch: under 1 ms/token"},
 };
 
-static const char *overrides[16];
-static int n_overrides;
+/* The options (one run per process: the overrides are read by preset()). */
+static struct sim_args {
+  long steps;
+  int as_json, n_ov;
+  const char *ov[16];
+} args = {.steps = 8};
+
+#define SA struct sim_args
+static const struct cli_opt sim_opts[] = {
+    CLI_OPT_INT(SA, steps, "steps", "N", 1, 4096, "tokens per run (default 8)"),
+    CLI_OPT_LIST(SA, ov, n_ov, "sim-param", "K=V",
+                 "override a cost-model parameter of every preset (repeatable)"),
+    CLI_OPT_FLAG(SA, as_json, "json", "print the result as JSON"),
+    {0}};
+#undef SA
+
+static const char sim_head[] =
+    "usage: megascope bench sim [--steps N] [--json]\n\n"
+    "Simulates published configurations (shapes only, bf16 weights) on the virtual\n"
+    "GPU and reports ms per token for the megakernel and the per-op baseline beside\n"
+    "the bandwidth bound and the published figures:\n"
+    "  qwen3-8b on a100, batch 1      (MPK: 12.5 ms per token, bound about 10 ms)\n"
+    "  llama-3.2-1b on h100, batch 1  (HazyResearch: under 1 ms, 78% of bandwidth)\n"
+    "  llama-3.2-1b on b200, batch 1\n\n";
 
 /* A preset with the --sim-param overrides; -1 (printed) on a bad one. */
 static int preset(const char *gpu, struct ms_sim_params *p) {
   ms_sim_preset(gpu, p);
-  for (int i = 0; i < n_overrides; i++) {
+  for (int i = 0; i < args.n_ov; i++) {
     char k[64];
-    const char *eq = strchr(overrides[i], '=');
-    snprintf(k, sizeof k, "%.*s", eq ? (int)(eq - overrides[i]) : 0, overrides[i]);
+    const char *eq = strchr(args.ov[i], '=');
+    snprintf(k, sizeof k, "%.*s", eq ? (int)(eq - args.ov[i]) : 0, args.ov[i]);
     if (!eq || ms_sim_param_set(p, k, eq + 1)) {
       fprintf(stderr, "megascope bench sim: --sim-param '%s': expected NAME=VALUE with a cost-model parameter\n",
-              overrides[i]);
+              args.ov[i]);
       return -1;
     }
   }
@@ -83,28 +92,10 @@ static double sim_step_ns(const struct ms_model *m, const char *gpu, enum ms_mod
 }
 
 int bench_sim(int argc, char **argv) {
-  static const struct option opts[] = {{"steps", required_argument, 0, 0}, {"json", no_argument, 0, 0},
-                                       {"sim-param", required_argument, 0, 0},
-                                       {"help", no_argument, 0, 'h'},      {0, 0, 0, 0}};
-  long steps = 8;
-  int as_json = 0, c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      return 0;
-    }
-    if (c != 0) {
-      usage(stderr);
-      return 2;
-    }
-    if (!strcmp(opts[idx].name, "steps") && cli_int("--steps", optarg, 1, 4096, &steps)) return 2;
-    if (!strcmp(opts[idx].name, "json")) as_json = 1;
-    if (!strcmp(opts[idx].name, "sim-param")) {
-      if (n_overrides == 16) return 2;
-      overrides[n_overrides++] = optarg;
-    }
-  }
+  int prc = cli_parse("bench sim", sim_head, sim_opts, &args, argc, argv, NULL);
+  if (prc) return prc > 0 ? 0 : 2;
+  long steps = args.steps;
+  int as_json = args.as_json;
   struct ms_json j;
   ms_json_init(&j, stdout, 1);
   if (as_json) {

@@ -15,45 +15,8 @@
 #include "bench/bench.h"
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope bench diagnose --scenarios FILE [options]\n"
-          "       megascope bench diagnose --generate N [--seed S] [--backend B] [--write-scenarios F] [--run]\n\n"
-          "Runs scenarios with an injected scheduler fault (slow_class, routing_skew,\n"
-          "delayed_release, queue_saturation, comm_delay, starve_task, slow_request, and the\n"
-          "open-ended slow_worker, bandwidth_steal, slow_layer, late_admission that no\n"
-          "diagnoser was written for; or none), each tuned so the whole run stays within its\n"
-          "target (5%%) of the healthy run, and asks five ways of observing, each under one\n"
-          "telemetry byte budget, to name the scope (class, event class, request, worker,\n"
-          "device, expert, layer) and the cause: kernel_timing, pc_sampling, task_trace,\n"
-          "sampled_events, semantic_monitors. \"unknown cause, scope X\" is a valid answer.\n"
-          "A fault whose tuned magnitude has no measurable effect is counted and not scored.\n"
-          "Prints per split a table, scope by budget, by fault and a reliability table\n"
-          "(stderr with --json).\n\n"
-          "  --scenarios FILE     the scenarios: a JSON array (docs/benchmark.md); the training\n"
-          "                       split when --heldout is given\n"
-          "  --heldout FILE       the held-out split (scenarios never used while tuning the\n"
-          "                       diagnosers): scored apart and reported beside the training split\n"
-          "  --generate N         N scenarios of every fault type and N/2 healthy ones, with\n"
-          "                       configurations and seeds drawn from --seed; culprits and\n"
-          "                       magnitudes are left to each scenario's seed. Written to\n"
-          "                       --write-scenarios (default stdout) unless --run\n"
-          "  --seed S             the generator's seed (default 1)\n"
-          "  --backend B          generated scenarios' backend: sim (default) or cpu\n"
-          "  --write-scenarios F  write the scenarios to F\n"
-          "  --run                with --generate: run them too\n"
-          "  --budgets LIST       telemetry bytes per scenario and method, e.g. 1k,4k,16k\n"
-          "                       (default 1k,4k,16k,64k,256k,1m)\n"
-          "  --headline B         the budget the summary table uses (default 16k)\n"
-          "  --monitors DIR       the compiled diag_*.bpf.o (default: monitors/ beside the binary)\n"
-          "  --json               print the JSON report on stdout\n"
-          "  --out FILE           write the JSON report to FILE\n"
-          "  --plot PNG           plot accuracy against telemetry bytes with gnuplot (writes\n"
-          "                       PNG.dat and PNG.gp beside it)\n"
-          "  --quiet              no progress lines\n"
-          "  -h, --help           this text\n");
-}
 
 static void progress(void *user, const char *msg) {
   (void)user;
@@ -125,56 +88,70 @@ struct args {
   int run, as_json, quiet;
 };
 
-static int parse_args(int argc, char **argv, struct args *a) {
-  static const struct option opts[] = {
-      {"scenarios", required_argument, 0, 0}, {"generate", required_argument, 0, 0},
-      {"heldout", required_argument, 0, 0},
-      {"seed", required_argument, 0, 0},      {"backend", required_argument, 0, 0},
-      {"write-scenarios", required_argument, 0, 0}, {"run", no_argument, 0, 0},
-      {"budgets", required_argument, 0, 0},   {"headline", required_argument, 0, 0},
-      {"monitors", required_argument, 0, 0},  {"json", no_argument, 0, 0},
-      {"out", required_argument, 0, 0},       {"plot", required_argument, 0, 0},
-      {"quiet", no_argument, 0, 0},           {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  int c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      return 1;
-    }
-    if (c != 0) {
-      usage(stderr);
-      return 2;
-    }
-    const char *n = opts[idx].name;
-    int bad = 0;
-    if (!strcmp(n, "scenarios")) a->scenarios = optarg;
-    else if (!strcmp(n, "heldout")) a->heldout = optarg;
-    else if (!strcmp(n, "generate")) bad = cli_int("--generate", optarg, 1, 1000, &a->generate);
-    else if (!strcmp(n, "seed")) bad = cli_u64("--seed", optarg, &a->seed);
-    else if (!strcmp(n, "write-scenarios")) a->write = optarg;
-    else if (!strcmp(n, "run")) a->run = 1;
-    else if (!strcmp(n, "budgets")) a->budgets = optarg;
-    else if (!strcmp(n, "headline")) a->headline = optarg;
-    else if (!strcmp(n, "monitors")) a->monitors = optarg;
-    else if (!strcmp(n, "json")) a->as_json = 1;
-    else if (!strcmp(n, "out")) a->out = optarg;
-    else if (!strcmp(n, "plot")) a->png = optarg;
-    else if (!strcmp(n, "quiet")) a->quiet = 1;
-    else if (!strcmp(n, "backend")) {
-      if (!strcmp(optarg, "sim")) a->backend = MS_BACKEND_SIM;
-      else if (!strcmp(optarg, "cpu")) a->backend = MS_BACKEND_CPU;
-      else {
-        fprintf(stderr, "megascope bench diagnose: --backend '%s': expected sim or cpu\n", optarg);
-        bad = 1;
-      }
-    }
-    if (bad) return 2;
+static int backend_opt(void *dst, const char *arg) {
+  struct args *a = dst;
+  if (!strcmp(arg, "sim")) a->backend = MS_BACKEND_SIM;
+  else if (!strcmp(arg, "cpu")) a->backend = MS_BACKEND_CPU;
+  else {
+    fprintf(stderr, "megascope bench diagnose: --backend '%s': expected sim or cpu\n", arg);
+    return -1;
   }
+  return 0;
+}
+
+#define DA struct args
+static const struct cli_opt diag_opts[] = {
+    CLI_OPT_STR(DA, scenarios, "scenarios", "FILE",
+                "the scenarios: a JSON array (docs/benchmark.md); the training\n"
+                "split when --heldout is given"),
+    CLI_OPT_STR(DA, heldout, "heldout", "FILE",
+                "the held-out split (scenarios never used while tuning the\n"
+                "diagnosers): scored apart and reported beside the training split"),
+    CLI_OPT_INT(DA, generate, "generate", "N", 1, 1000,
+                "N scenarios of every fault type and N healthy ones, with\n"
+                "configurations and seeds drawn from --seed; culprits and\n"
+                "magnitudes are left to each scenario's seed. Written to\n"
+                "--write-scenarios (default stdout) unless --run"),
+    CLI_OPT_U64(DA, seed, "seed", "S", "the generator's seed (default 1)"),
+    CLI_OPT_FN("backend", "B", backend_opt, "generated scenarios' backend: sim (default) or cpu"),
+    CLI_OPT_STR(DA, write, "write-scenarios", "F", "write the scenarios to F"),
+    CLI_OPT_FLAG(DA, run, "run", "with --generate: run them too"),
+    CLI_OPT_STR(DA, budgets, "budgets", "LIST",
+                "telemetry bytes per scenario and method, e.g. 1k,4k,16k\n"
+                "(default 1k,4k,16k,64k,256k,1m)"),
+    CLI_OPT_STR(DA, headline, "headline", "B", "the budget the summary table uses (default 16k)"),
+    CLI_OPT_STR(DA, monitors, "monitors", "DIR", "the compiled diag_*.bpf.o (default: monitors/ beside the binary)"),
+    CLI_OPT_FLAG(DA, as_json, "json", "print the JSON report on stdout"),
+    CLI_OPT_STR(DA, out, "out", "FILE", "write the JSON report to FILE"),
+    CLI_OPT_STR(DA, png, "plot", "PNG",
+                "plot accuracy against telemetry bytes with gnuplot (writes\n"
+                "PNG.dat and PNG.gp beside it)"),
+    CLI_OPT_FLAG(DA, quiet, "quiet", "no progress lines"),
+    {0}};
+#undef DA
+
+static const char diag_head[] =
+    "usage: megascope bench diagnose --scenarios FILE [options]\n"
+    "       megascope bench diagnose --generate N [--seed S] [--backend B] [--write-scenarios F] [--run]\n\n"
+    "Runs scenarios with an injected scheduler fault (slow_class, routing_skew,\n"
+    "delayed_release, queue_saturation, comm_delay, starve_task, slow_request, and the\n"
+    "open-ended slow_worker, bandwidth_steal, slow_layer, late_admission that no\n"
+    "diagnoser was written for; or none), each tuned so the whole run stays within its\n"
+    "target (5%) of the healthy run, and asks six ways of observing, each under one\n"
+    "telemetry byte budget, to name the scope (class, event class, request, worker,\n"
+    "device, expert, layer) and the cause: kernel_timing, pc_sampling, task_trace,\n"
+    "sampled_events, semantic_monitors, task_profiler. \"unknown cause, scope X\" is a\n"
+    "valid answer. A fault whose tuned magnitude has no measurable effect is counted and\n"
+    "not scored. Prints per split a table, scope by budget, by fault and a reliability\n"
+    "table (stderr with --json).\n\n";
+
+/* 0: parsed; 1: --help printed; 2: a usage error, printed. */
+static int parse_args(int argc, char **argv, struct args *a) {
+  int rc = cli_parse("bench diagnose", diag_head, diag_opts, a, argc, argv, NULL);
+  if (rc) return rc > 0 ? 1 : 2;
   if (!!a->scenarios == !!a->generate) {
-    fprintf(stderr, "megascope bench diagnose: give --scenarios FILE or --generate N\n");
-    usage(stderr);
+    fprintf(stderr, "megascope bench diagnose: give --scenarios FILE or --generate N\n"
+                    "(try 'megascope bench diagnose --help')\n");
     return 2;
   }
   return 0;

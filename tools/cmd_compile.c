@@ -6,21 +6,10 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/json.h"
 #include "megascope/plan.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope compile --synthetic PRESET [options]\n\n"
-          "Compiles one decode step into an SM-level task graph and reports it.\n\n" CLI_MODEL_HELP
-          "  --batch N|all        batch bucket (default 1); 'all': every bucket 1..16\n"
-          "  --tile-kb K          target weight KiB per GEMV task (default 64)\n"
-          "  --tile-rows N        fixed output rows per GEMV task (overrides --tile-kb)\n"
-          "  --stats              print the plan statistics (the default output)\n"
-          "  --json               print them as JSON\n"
-          "  --schema-out FILE    write the task schema (versioned JSON) to FILE\n"
-          "  -h, --help           this text\n");
-}
 
 static void print_stats(struct ms_json *j, const char *model, const struct ms_plan *p, int as_json) {
   struct ms_plan_stats s;
@@ -56,50 +45,43 @@ static void print_stats(struct ms_json *j, const char *model, const struct ms_pl
   ms_json_obj_end(j);
 }
 
+struct compile_args {
+  struct cli_model cm;
+  long batch, tile_kb, tile_rows;
+  int all, as_json, stats;
+  const char *schema_out;
+};
+
+static int batch_opt(void *dst, const char *arg) {
+  struct compile_args *a = dst;
+  if (!strcmp(arg, "all")) return a->all = 1, 0;
+  return cli_int("--batch", arg, 1, 4096, &a->batch);
+}
+
+#define CA struct compile_args
+static const struct cli_opt compile_opts[] = {
+    CLI_OPT_GROUP(CA, cm, cli_model_opts),
+    CLI_OPT_FN("batch", "N|all", batch_opt, "batch bucket (default 1); 'all': every bucket 1..16"),
+    CLI_OPT_INT(CA, tile_kb, "tile-kb", "K", 1, 1 << 20, "target weight KiB per GEMV task (default 64)"),
+    CLI_OPT_INT(CA, tile_rows, "tile-rows", "N", 1, 1 << 20, "fixed output rows per GEMV task (overrides --tile-kb)"),
+    CLI_OPT_FLAG(CA, stats, "stats", "print the plan statistics (the default output)"),
+    CLI_OPT_FLAG(CA, as_json, "json", "print them as JSON"),
+    CLI_OPT_STR(CA, schema_out, "schema-out", "FILE", "write the task schema (versioned JSON) to FILE"),
+    {0}};
+#undef CA
+
+static const char compile_head[] =
+    "usage: megascope compile (--synthetic PRESET | --model F.gguf) [options]\n\n"
+    "Compiles one decode step into an SM-level task graph and reports it.\n\n";
+
 int cmd_compile(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"synthetic", required_argument, 0, 0}, {"dtype", required_argument, 0, 0},
-      {"model-seed", required_argument, 0, 0}, {"batch", required_argument, 0, 0},
-      {"tile-kb", required_argument, 0, 0},   {"stats", no_argument, 0, 0},
-      {"tile-rows", required_argument, 0, 0},
-      {"json", no_argument, 0, 0},            {"schema-out", required_argument, 0, 0},
-      {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
-  struct cli_model cm = {0};
-  long batch = 1, tile_kb = 64, tile_rows = 0;
-  int all = 0, as_json = 0;
-  const char *schema_out = NULL;
-  int c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      return 0;
-    }
-    if (c != 0) {
-      usage(stderr);
-      return 2;
-    }
-    const char *n = opts[idx].name;
-    int r = cli_model_opt(&cm, n, optarg);
-    if (r < 0) return 2;
-    if (r) continue;
-    if (!strcmp(n, "batch")) {
-      if (!strcmp(optarg, "all")) all = 1;
-      else if (cli_int("--batch", optarg, 1, 4096, &batch)) return 2;
-    } else if (!strcmp(n, "tile-kb")) {
-      if (cli_int("--tile-kb", optarg, 1, 1 << 20, &tile_kb)) return 2;
-    } else if (!strcmp(n, "tile-rows")) {
-      if (cli_int("--tile-rows", optarg, 1, 1 << 20, &tile_rows)) return 2;
-    } else if (!strcmp(n, "json")) {
-      as_json = 1;
-    } else if (!strcmp(n, "schema-out")) {
-      schema_out = optarg;
-    }
-  }
-  if (optind < argc) {
-    fprintf(stderr, "megascope compile: unexpected argument '%s'\n", argv[optind]);
-    return 2;
-  }
+  struct compile_args a = {.batch = 1, .tile_kb = 64};
+  int prc = cli_parse("compile", compile_head, compile_opts, &a, argc, argv, NULL);
+  if (prc) return prc > 0 ? 0 : 2;
+  struct cli_model cm = a.cm;
+  long batch = a.batch, tile_kb = a.tile_kb, tile_rows = a.tile_rows;
+  int all = a.all, as_json = a.as_json;
+  const char *schema_out = a.schema_out;
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;
   int rc = 1;

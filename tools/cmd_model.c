@@ -15,6 +15,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/engine.h"
 #include "megascope/gguf.h"
 #include "megascope/json.h"
@@ -35,39 +36,40 @@ static void usage(FILE *f) {
 
 /* ---- synth ---- */
 
-static int synth_usage(FILE *f, int rc) {
-  fprintf(f,
-          "usage: megascope model synth --preset P --type T --out F.gguf [options]\n\n"
-          "Writes a synthetic preset (tiny, tiny-qwen3, tiny-qwen2, tiny-gemma3, tiny-256, smollm2-135m) as a GGUF file:\n"
-          "deterministic f32 weights quantized to T (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
-          "q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q8_k; norms stay f32; the K-quants\n"
-          "need matrix widths that are multiples of 256, as tiny-256 has), llama.cpp's\n"
-          "tensor and key names, and the byte-level vocabulary as a gpt2 tokenizer without\n"
-          "merges (token b is byte b).\n\n"
-          "  --model-seed N       seed of the synthetic weights (default 1)\n"
-          "  -h, --help           this text\n");
-  return rc;
-}
+struct synth_args {
+  const char *preset, *type, *out;
+  uint64_t seed;
+};
+
+#define YA struct synth_args
+static const struct cli_opt synth_opts[] = {
+    CLI_OPT_STR(YA, preset, "preset", "P", "the preset (required)"),
+    CLI_OPT_STR(YA, type, "type", "T", "the weights' type (default f32)"),
+    CLI_OPT_STR(YA, out, "out", "F.gguf", "the file to write (required)"),
+    CLI_OPT_U64(YA, seed, "model-seed", "N", "seed of the synthetic weights (default 1)"),
+    {0}};
+#undef YA
+
+static const char synth_head[] =
+    "usage: megascope model synth --preset P --type T --out F.gguf [options]\n\n"
+    "Writes a synthetic preset (tiny, tiny-qwen3, tiny-qwen2, tiny-gemma3, tiny-256, smollm2-135m) as a GGUF file:\n"
+    "deterministic f32 weights quantized to T (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0,\n"
+    "q5_1, iq4_nl, q2_k, q3_k, q4_k, q5_k, q6_k, q8_k; norms stay f32; the K-quants\n"
+    "need matrix widths that are multiples of 256, as tiny-256 has), llama.cpp's\n"
+    "tensor and key names, and the byte-level vocabulary as a gpt2 tokenizer without\n"
+    "merges (token b is byte b).\n\n";
 
 static int cmd_synth(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"preset", required_argument, 0, 0}, {"type", required_argument, 0, 0},
-      {"out", required_argument, 0, 0},    {"model-seed", required_argument, 0, 0},
-      {"help", no_argument, 0, 'h'},       {0, 0, 0, 0}};
-  const char *preset = NULL, *type = "f32", *out = NULL;
-  uint64_t seed = 1;
-  int c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') return synth_usage(stdout, 0);
-    if (c) return synth_usage(stderr, 2);
-    const char *n = opts[idx].name;
-    if (!strcmp(n, "preset")) preset = optarg;
-    else if (!strcmp(n, "type")) type = optarg;
-    else if (!strcmp(n, "out")) out = optarg;
-    else if (!strcmp(n, "model-seed") && cli_u64("--model-seed", optarg, &seed)) return 2;
+  struct synth_args a = {.type = "f32", .seed = 1};
+  int prc = cli_parse("model synth", synth_head, synth_opts, &a, argc, argv, NULL);
+  if (prc) return prc > 0 ? 0 : 2;
+  const char *preset = a.preset, *type = a.type, *out = a.out;
+  uint64_t seed = a.seed;
+  if (!preset || !out) {
+    fprintf(stderr, "megascope model synth: --preset and --out are required\n"
+                    "(try 'megascope model synth --help')\n");
+    return 2;
   }
-  if (!preset || !out || optind < argc) return synth_usage(stderr, 2);
   enum ms_dtype dt;
   if (ms_dtype_parse(type, &dt)) {
     fprintf(stderr, "megascope model synth: --type '%s': expected f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, "
@@ -190,26 +192,29 @@ static void info_json(const struct ms_gguf *g, const struct ms_model *m, const s
   ms_json_end(&j);
 }
 
+struct info_args {
+  int as_json, all;
+};
+
+static const struct cli_opt info_opts[] = {
+    CLI_OPT_FLAG(struct info_args, as_json, "json", "print as JSON"),
+    CLI_OPT_FLAG(struct info_args, all, "tensors", "list every tensor"),
+    {0}};
+
 static int cmd_info(int argc, char **argv) {
-  static const struct option opts[] = {{"json", no_argument, 0, 0}, {"tensors", no_argument, 0, 0},
-                                       {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
-  int as_json = 0, all = 0, c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h' || c) {
-      fprintf(c == 'h' ? stdout : stderr,
-              "usage: megascope model info F.gguf [--json] [--tensors]\n\n"
-              "Checks the whole file and prints its metadata, its tensors and the model\n"
-              "megascope builds from it (or why it cannot).\n");
-      return c == 'h' ? 0 : 2;
-    }
-    if (!strcmp(opts[idx].name, "json")) as_json = 1;
-    else all = 1;
-  }
-  if (optind != argc - 1) {
-    fprintf(stderr, "usage: megascope model info F.gguf [--json] [--tensors]\n");
+  struct info_args a = {0};
+  int first, prc = cli_parse("model info",
+                             "usage: megascope model info F.gguf [--json] [--tensors]\n\n"
+                             "Checks the whole file and prints its metadata, its tensors and the model\n"
+                             "megascope builds from it (or why it cannot).\n\n",
+                             info_opts, &a, argc, argv, &first);
+  if (prc) return prc > 0 ? 0 : 2;
+  if (first != argc - 1) {
+    fprintf(stderr, "megascope model info: expected one file (try 'megascope model info --help')\n");
     return 2;
   }
+  int as_json = a.as_json, all = a.all;
+  optind = first;
   char buf[2048] = "", mbuf[1024] = "";
   struct ms_textbuf log = {buf, sizeof buf, 0, 0}, mlog = {mbuf, sizeof mbuf, 0, 0};
   struct ms_gguf *g = ms_gguf_open(argv[optind], &log);
@@ -297,38 +302,40 @@ static int tokenize_inp(const struct ms_tokenizer *tok, const char *path) {
   return rc;
 }
 
+struct tokenize_args {
+  struct cli_model cm;
+  const char *text, *dec, *vocab, *inp;
+  int as_json;
+};
+
+#define TA struct tokenize_args
+static const struct cli_opt tokenize_opts[] = {
+    CLI_OPT_GROUP(TA, cm, cli_model_opts),
+    CLI_OPT_STR(TA, vocab, "vocab", "F.gguf", "only the tokenizer of a GGUF file (which need hold no tensors)"),
+    CLI_OPT_STR(TA, text, "text", "TEXT", "encode TEXT"),
+    CLI_OPT_STR(TA, dec, "decode", "IDS", "decode comma-separated ids"),
+    CLI_OPT_STR(TA, inp, "inp", "F.inp", "encode each text of a llama.cpp tokenizer test file"),
+    CLI_OPT_FLAG(TA, as_json, "json", "print JSON with both the ids and the text"),
+    {0}};
+#undef TA
+
+static const char tokenize_head[] =
+    "usage: megascope model tokenize (--model F.gguf | --vocab F.gguf | --synthetic P)\n"
+    "                                (--text TEXT | --decode IDS | --inp F.inp) [--json]\n\n"
+    "Encodes TEXT with the model's tokenizer (special tokens kept whole), or decodes\n"
+    "comma-separated ids. Prints the ids (or the text), or JSON with both. --vocab\n"
+    "reads only the tokenizer of a GGUF file, which need hold no tensors (llama.cpp's\n"
+    "vocabulary files). --inp encodes each text of a llama.cpp tokenizer test file\n"
+    "(texts each followed by \"\\n__ggml_vocab_test__\\n\") and prints one line per text\n"
+    "in the matching .out format: \" ID ID ...\".\n\n";
+
 static int cmd_tokenize(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"model", required_argument, 0, 0}, {"synthetic", required_argument, 0, 0},
-      {"text", required_argument, 0, 0},  {"decode", required_argument, 0, 0},
-      {"vocab", required_argument, 0, 0}, {"json", no_argument, 0, 0},
-      {"inp", required_argument, 0, 0},   {"help", no_argument, 0, 'h'},
-      {0, 0, 0, 0}};
-  struct cli_model cm = {0};
-  const char *text = NULL, *dec = NULL, *vocab = NULL, *inp = NULL;
-  int as_json = 0, c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h' || c) {
-      fprintf(c == 'h' ? stdout : stderr,
-              "usage: megascope model tokenize (--model F.gguf | --vocab F.gguf | --synthetic P)\n"
-              "                                (--text TEXT | --decode IDS | --inp F.inp) [--json]\n\n"
-              "Encodes TEXT with the model's tokenizer (special tokens kept whole), or decodes\n"
-              "comma-separated ids. Prints the ids (or the text), or JSON with both. --vocab\n"
-              "reads only the tokenizer of a GGUF file, which need hold no tensors (llama.cpp's\n"
-              "vocabulary files). --inp encodes each text of a llama.cpp tokenizer test file\n"
-              "(texts each followed by \"\\n__ggml_vocab_test__\\n\") and prints one line per text\n"
-              "in the matching .out format: \" ID ID ...\".\n");
-      return c == 'h' ? 0 : 2;
-    }
-    const char *n = opts[idx].name;
-    if (cli_model_opt(&cm, n, optarg) > 0) continue;
-    if (!strcmp(n, "text")) text = optarg;
-    else if (!strcmp(n, "decode")) dec = optarg;
-    else if (!strcmp(n, "vocab")) vocab = optarg;
-    else if (!strcmp(n, "json")) as_json = 1;
-    else if (!strcmp(n, "inp")) inp = optarg;
-  }
+  struct tokenize_args a = {0};
+  int prc = cli_parse("model tokenize", tokenize_head, tokenize_opts, &a, argc, argv, NULL);
+  if (prc) return prc > 0 ? 0 : 2;
+  struct cli_model cm = a.cm;
+  const char *text = a.text, *dec = a.dec, *vocab = a.vocab, *inp = a.inp;
+  int as_json = a.as_json;
   if (!!text + !!dec + !!inp != 1) {
     fprintf(stderr, "megascope model tokenize: give one of --text, --decode or --inp\n");
     return 2;
@@ -444,43 +451,44 @@ static int reference_logits(const struct ms_model *m, const int32_t *ids, int n,
   return rc;
 }
 
+struct logits_args {
+  struct cli_model cm;
+  const char *tokens, *out;
+  long workers;
+  int use_ref, q8;
+};
+
+#define LA struct logits_args
+static const struct cli_opt logits_opts[] = {
+    CLI_OPT_GROUP(LA, cm, cli_model_opts),
+    CLI_OPT_STR(LA, tokens, "tokens", "IDS", "the comma-separated ids to feed (required)"),
+    CLI_OPT_FLAG(LA, use_ref, "reference",
+                 "the double-precision reference forward, not the engine: the\n"
+                 "exact one, or with --q8-activations the reference of the 8-bit\n"
+                 "activations (each matrix input rounded as the engine rounds it)"),
+    CLI_OPT_INT(LA, workers, "workers", "N", 1, 1024, "engine worker threads (default: one per core)"),
+    CLI_OPT_GROUP(LA, q8, cli_act_opts),
+    CLI_OPT_STR(LA, out, "out", "F", "write the logits to F"),
+    {0}};
+#undef LA
+
+static const char logits_head[] =
+    "usage: megascope model logits (--model F.gguf | --synthetic P) --tokens IDS [options]\n\n"
+    "Feeds the comma-separated ids one position at a time (teacher forcing) and\n"
+    "prints each position's top token; --out writes all logits as raw little-endian\n"
+    "f32, (positions, vocab) row-major.\n\n";
+
 static int cmd_logits(int argc, char **argv) {
-  static const struct option opts[] = {
-      {"model", required_argument, 0, 0},   {"synthetic", required_argument, 0, 0},
-      {"dtype", required_argument, 0, 0},   {"model-seed", required_argument, 0, 0},
-      {"tokens", required_argument, 0, 0},  {"out", required_argument, 0, 0},
-      {"reference", no_argument, 0, 0},     {"workers", required_argument, 0, 0},
-      CLI_ACT_OPTIONS,
-      {"help", no_argument, 0, 'h'},        {0, 0, 0, 0}};
-  struct cli_model cm = {0};
-  const char *tokens = NULL, *out = NULL;
-  long workers = 0;
-  int use_ref = 0, q8 = -1, c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h' || c) {
-      fprintf(c == 'h' ? stdout : stderr,
-              "usage: megascope model logits (--model F.gguf | --synthetic P) --tokens IDS [options]\n\n"
-              "Feeds the comma-separated ids one position at a time (teacher forcing) and\n"
-              "prints each position's top token; --out writes all logits as raw little-endian\n"
-              "f32, (positions, vocab) row-major.\n\n"
-              "  --reference          the double-precision reference forward, not the engine: the\n"
-              "                       exact one, or with --q8-activations the reference of the 8-bit\n"
-              "                       activations (each matrix input rounded as the engine rounds it)\n"
-              "  --workers N          engine worker threads (default: one per core)\n"
-              CLI_ACT_HELP
-              "  --out F              write the logits to F\n");
-      return c == 'h' ? 0 : 2;
-    }
-    const char *n = opts[idx].name;
-    int r = cli_model_opt(&cm, n, optarg);
-    if (r < 0) return 2;
-    if (r) continue;
-    if (!strcmp(n, "tokens")) tokens = optarg;
-    else if (!strcmp(n, "out")) out = optarg;
-    else if (!strcmp(n, "reference")) use_ref = 1;
-    else if (cli_act_opt(n, &q8)) continue;
-    else if (!strcmp(n, "workers") && cli_int("--workers", optarg, 1, 1024, &workers)) return 2;
+  struct logits_args a = {.q8 = -1};
+  int prc = cli_parse("model logits", logits_head, logits_opts, &a, argc, argv, NULL);
+  if (prc) return prc > 0 ? 0 : 2;
+  struct cli_model cm = a.cm;
+  const char *tokens = a.tokens, *out = a.out;
+  long workers = a.workers;
+  int use_ref = a.use_ref, q8 = a.q8;
+  if (!tokens) {
+    fprintf(stderr, "megascope model logits: --tokens IDS is required\n");
+    return 2;
   }
   if (q8 < 0) q8 = !use_ref;  /* the engine's default; the reference's exact forward */
   int32_t *ids = NULL;

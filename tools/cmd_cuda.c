@@ -11,6 +11,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/cuda.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
@@ -21,80 +22,54 @@
   char name##_b[16384] = "";          \
   struct ms_textbuf name = {name##_b, sizeof name##_b, 0, 0}
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope cuda info [--json]\n"
-          "       megascope cuda run [options]\n"
-          "       megascope cuda ops [options]\n"
-          "       megascope cuda bench [options]\n\n"
-          "The CUDA backend: the plan as one persistent kernel (a scheduler CTA and one worker\n"
-          "CTA per SM), monitors run on the device by an eBPF interpreter over the same verified\n"
-          "programs. Without a GPU (or a build without nvcc) every subcommand but info fails\n"
-          "with the reason.\n\n"
-          "  info                 the device, its SMs and HBM bandwidth\n"
-          "  run                  --requests prompts of --prompt-len tokens, --new tokens each\n"
-          "  ops                  every device task body against its CPU twin (tolerance 1e-3)\n"
-          "  bench                decode tokens/s of the megakernel and of per-op kernels in a\n"
-          "                       CUDA Graph, fraction of the HBM bound, hook cost detached and\n"
-          "                       attached, attach latency on the device\n\n" CLI_MODEL_HELP
-          "                       (default: tiny; --dtype defaults to bf16 here, the type the\n"
-          "                       device holds: other types are converted, and --check then\n"
-          "                       differs by the rounding)\n"
-          "  --batch N            rows of the plan (default 4)\n"
-          "  --requests N         requests (default 8; more than --batch: continuous batching)\n"
-          "  --prompt-len N       prompt tokens each (default 4)\n"
-          "  --new N              tokens generated each (default 16; bench: 64)\n"
-          "  --sms N              CTAs of the persistent kernel (default: every SM)\n"
-          "  --per-op             run: the per-op baseline instead of the megakernel\n"
-          "  --check              run: compare tokens and logits with the CPU engine\n"
-          "  --stop-eos           run: a request finishes early on the model's eos token\n"
-          "  --attach P.o         run: attach a monitor while the kernel runs; print its maps\n"
-          "  --watchdog-ms N      report a stall after N ms without a heartbeat (default 5000)\n"
-          "  --json               machine-readable output\n"
-          "  -h, --help           this text\n");
-}
-
 struct opts {
   struct cli_model cm;
   int batch, requests, prompt_len, new_tokens, sms, per_op, check, json, watchdog_ms, stop_eos;
   const char *attach;
 };
 
+#define CO struct opts
+static const struct cli_opt cuda_opts[] = {
+    CLI_OPT_GROUP(CO, cm, cli_model_opts),
+    CLI_OPT_TEXT("                       (default: tiny; --dtype defaults to bf16 here, the type the\n"
+                 "                       device holds: other types are converted, and --check then\n"
+                 "                       differs by the rounding)"),
+    CLI_OPT_I32(CO, batch, "batch", "N", 1, 256, "rows of the plan (default 4)"),
+    CLI_OPT_I32(CO, requests, "requests", "N", 1, 100000, "requests (default 8; more than --batch: continuous batching)"),
+    CLI_OPT_I32(CO, prompt_len, "prompt-len", "N", 1, 100000, "prompt tokens each (default 4)"),
+    CLI_OPT_I32(CO, new_tokens, "new", "N", 1, 100000, "tokens generated each (default 16; bench: 64)"),
+    CLI_OPT_I32(CO, sms, "sms", "N", 2, 4096, "CTAs of the persistent kernel (default: every SM)"),
+    CLI_OPT_FLAG(CO, per_op, "per-op", "run: the per-op baseline instead of the megakernel"),
+    CLI_OPT_FLAG(CO, check, "check", "run: compare tokens and logits with the CPU engine"),
+    CLI_OPT_FLAG(CO, stop_eos, "stop-eos", "run: a request finishes early on the model's eos token"),
+    CLI_OPT_STR(CO, attach, "attach", "P.o", "run: attach a monitor while the kernel runs; print its maps"),
+    CLI_OPT_I32(CO, watchdog_ms, "watchdog-ms", "N", 0, 3600000, "report a stall after N ms without a heartbeat (default 5000)"),
+    CLI_OPT_FLAG(CO, json, "json", "machine-readable output"),
+    {0}};
+#undef CO
+
+static const char cuda_head[] =
+    "usage: megascope cuda info [--json]\n"
+    "       megascope cuda run [options]\n"
+    "       megascope cuda ops [options]\n"
+    "       megascope cuda bench [options]\n\n"
+    "The CUDA backend: the plan as one persistent kernel (a scheduler CTA and one worker\n"
+    "CTA per SM), monitors run on the device by an eBPF interpreter over the same verified\n"
+    "programs. Without a GPU (or a build without nvcc) every subcommand but info fails\n"
+    "with the reason.\n\n"
+    "  info                 the device, its SMs and HBM bandwidth\n"
+    "  run                  --requests prompts of --prompt-len tokens, --new tokens each\n"
+    "  ops                  every device task body against its CPU twin (tolerance 1e-3)\n"
+    "  bench                decode tokens/s of the megakernel and of per-op kernels in a\n"
+    "                       CUDA Graph, fraction of the HBM bound, hook cost detached and\n"
+    "                       attached, attach latency on the device\n\n";
+
+/* 0: parsed; -1: --help printed; 2: a usage error, printed. */
 static int parse(int argc, char **argv, struct opts *o) {
-  static const struct option lo[] = {
-      {"synthetic", 1, 0, 1}, {"dtype", 1, 0, 2},      {"model-seed", 1, 0, 3}, {"model", 1, 0, 4},
-      {"batch", 1, 0, 'b'},   {"requests", 1, 0, 'r'}, {"prompt-len", 1, 0, 'p'}, {"new", 1, 0, 'n'},
-      {"sms", 1, 0, 's'},     {"per-op", 0, 0, 'o'},   {"check", 0, 0, 'c'},    {"attach", 1, 0, 'a'},
-      {"json", 0, 0, 'j'},    {"watchdog-ms", 1, 0, 'w'}, {"help", 0, 0, 'h'},
-      {"stop-eos", 0, 0, 'e'},  {0, 0, 0, 0}};
-  static const char *names[] = {"", "synthetic", "dtype", "model-seed", "model"};
-  long v;
-  int c;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-    switch (c) {
-    case 1: case 2: case 3: case 4:
-      if (!cli_model_opt(&o->cm, names[c], optarg)) return 2;
-      break;
-    case 'b': if (cli_int("--batch", optarg, 1, 256, &v)) return 2; o->batch = (int)v; break;
-    case 'r': if (cli_int("--requests", optarg, 1, 100000, &v)) return 2; o->requests = (int)v; break;
-    case 'p': if (cli_int("--prompt-len", optarg, 1, 100000, &v)) return 2; o->prompt_len = (int)v; break;
-    case 'n': if (cli_int("--new", optarg, 1, 100000, &v)) return 2; o->new_tokens = (int)v; break;
-    case 's': if (cli_int("--sms", optarg, 2, 4096, &v)) return 2; o->sms = (int)v; break;
-    case 'w': if (cli_int("--watchdog-ms", optarg, 0, 3600000, &v)) return 2; o->watchdog_ms = (int)v; break;
-    case 'o': o->per_op = 1; break;
-    case 'c': o->check = 1; break;
-    case 'a': o->attach = optarg; break;
-    case 'j': o->json = 1; break;
-    case 'e': o->stop_eos = 1; break;
-    case 'h': usage(stdout); return -1;
-    default: usage(stderr); return 2;
-    }
-  }
-  if (optind < argc) {
-    fprintf(stderr, "megascope cuda: unexpected argument '%s'\n", argv[optind]);
-    return 2;
-  }
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "cuda %s", argv[0]);
+  int rc = cli_parse(cmd, cuda_head, cuda_opts, o, argc, argv, NULL);
+  if (rc) return rc > 0 ? -1 : 2;
   if (!o->cm.preset && !o->cm.path) o->cm.preset = "tiny";
   /* the device holds bf16 weights: a synthetic model in bf16 makes the CPU side of
    * --check and of `ops` read the very same weights */
@@ -383,7 +358,7 @@ static int cmd_bench_cuda(const struct opts *o, const struct ms_model *m) {
 
 int cmd_cuda(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-    usage(argc < 2 ? stderr : stdout);
+    cli_usage(argc < 2 ? stderr : stdout, cuda_head, cuda_opts);
     return argc < 2 ? 2 : 0;
   }
   const char *sub = argv[1];

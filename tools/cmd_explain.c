@@ -28,27 +28,13 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/json.h"
 #include "megascope/query.h"
 #include "query_client.h"
 
 #define ME "explain"
 #define MAX_CLASSES 4096
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope explain [--socket S] --slo tpot=DURATION [options]\n\n"
-          "Which task class explains the step time, with raw evidence for that class alone:\n"
-          "a summary query over a window (task time by class, steps), each class against the\n"
-          "other layers' classes of its op, then a bounded capture of the culprit's tasks.\n\n"
-          "  --socket S           the engine's control socket (default: $MEGASCOPE_SOCKET, else\n"
-          "                       the only engine-*.sock in the default directory)\n"
-          "  --slo tpot=DURATION  the time-per-output-token objective (tpot=50ms)\n"
-          "  --window DURATION    how long the summary runs (default 2s)\n"
-          "  --evidence N         raw records of the culprit's tasks to capture (default 200)\n"
-          "  --json               the report as one JSON object\n"
-          "  -h, --help           this text\n");
-}
 
 struct args {
   const char *socket;
@@ -57,37 +43,38 @@ struct args {
   int as_json;
 };
 
-static int parse(int argc, char **argv, struct args *a) {
-  static const struct option opts[] = {{"socket", required_argument, 0, 0}, {"slo", required_argument, 0, 0},
-                                       {"window", required_argument, 0, 0}, {"evidence", required_argument, 0, 0},
-                                       {"json", no_argument, 0, 0},         {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  *a = (struct args){.window_ns = 2000000000ull, .evidence = 200};
-  int c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      exit(0);
-    }
-    if (c) return -1;
-    const char *n = opts[idx].name;
-    int r = 0;
-    if (!strcmp(n, "socket")) a->socket = optarg;
-    else if (!strcmp(n, "json")) a->as_json = 1;
-    else if (!strcmp(n, "evidence")) r = cli_int("--evidence", optarg, 1, 100000, &a->evidence);
-    else if (!strcmp(n, "window")) {
-      if ((r = ms_query_parse_duration(optarg, &a->window_ns)) || a->window_ns < 100000000ull)
-        fprintf(stderr, "megascope explain: --window '%s': expected a duration of at least 100ms\n", optarg), r = -1;
-    } else if (!strcmp(n, "slo")) {
-      r = live_parse_slo(ME, optarg, &a->slo_ns);
-    }
-    if (r) return -1;
-  }
-  if (optind != argc) {
-    fprintf(stderr, "megascope explain: unexpected argument '%s'\n", argv[optind]);
+static int window_opt(void *dst, const char *arg) {
+  struct args *a = dst;
+  if (ms_query_parse_duration(arg, &a->window_ns) || a->window_ns < 100000000ull) {
+    fprintf(stderr, "megascope explain: --window '%s': expected a duration of at least 100ms\n", arg);
     return -1;
   }
+  return 0;
+}
+
+static int slo_opt(void *dst, const char *arg) { return live_parse_slo(ME, arg, &((struct args *)dst)->slo_ns); }
+
+#define EA struct args
+static const struct cli_opt explain_opts[] = {
+    CLI_OPT_GROUP(EA, socket, cli_socket_opts),
+    CLI_OPT_FN("slo", "tpot=DURATION", slo_opt, "the time-per-output-token objective (tpot=50ms)"),
+    CLI_OPT_FN("window", "DURATION", window_opt, "how long the summary runs (default 2s)"),
+    CLI_OPT_INT(EA, evidence, "evidence", "N", 1, 100000, "raw records of the culprit's tasks to capture (default 200)"),
+    CLI_OPT_FLAG(EA, as_json, "json", "the report as one JSON object"),
+    {0}};
+#undef EA
+
+static const char explain_head[] =
+    "usage: megascope explain [--socket S] --slo tpot=DURATION [options]\n\n"
+    "Which task class explains the step time, with raw evidence for that class alone:\n"
+    "a summary query over a window (task time by class, steps), each class against the\n"
+    "other layers' classes of its op, then a bounded capture of the culprit's tasks.\n\n";
+
+/* 0: parsed; 1: --help printed; -1: a usage error, printed. */
+static int parse(int argc, char **argv, struct args *a) {
+  *a = (struct args){.window_ns = 2000000000ull, .evidence = 200};
+  int rc = cli_parse(ME, explain_head, explain_opts, a, argc, argv, NULL);
+  if (rc) return rc;
   if (!a->slo_ns) {
     fprintf(stderr, "megascope explain: --slo tpot=DURATION is required\n");
     return -1;
@@ -379,10 +366,8 @@ static void report_json(const struct args *a, struct cls *c, int n, int culprit,
 
 int cmd_explain(int argc, char **argv) {
   struct args a;
-  if (parse(argc, argv, &a)) {
-    usage(stderr);
-    return 2;
-  }
+  int prc = parse(argc, argv, &a);
+  if (prc) return prc > 0 ? 0 : 2;
   char sock[512];
   if (cli_ctl_socket(ME, a.socket, sock, sizeof sock)) return 1;
   int rc = 1;

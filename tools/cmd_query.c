@@ -23,6 +23,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/base.h"
 #include "megascope/bpf.h"
 #include "megascope/control.h"
@@ -32,41 +33,6 @@
 
 #define ME "query"
 #define SRC_MAX (64u << 10)
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope query [--socket S] [options] 'PROGRAM'\n"
-          "       megascope query [--socket S] [options] -f FILE\n\n"
-          "Compiles a query (docs/query.md) to a verified eBPF monitor in this process, attaches\n"
-          "it to a running engine, prints its aggregations with their coverage, then detaches:\n\n"
-          "  task_end /op == attn/ { @us[tile_z] = hist((t_end - t_begin) / 1000) }\n"
-          "  dep_wait /wait_ns > 20us/ { @[event_class] = count() }\n\n"
-          "  --socket S           the engine's control socket (default: $MEGASCOPE_SOCKET, else\n"
-          "                       the only engine-*.sock in the default directory)\n"
-          "  -f, --file FILE      read the program from FILE ('-': standard input)\n"
-          "  --for DURATION       stop after DURATION (2s, 500ms, 1m; default: at Ctrl-C)\n"
-          "  --every DURATION     also print every DURATION (cumulative since the attach)\n"
-          "  --delta              with --every: print what changed in each interval (the last\n"
-          "                       print is still the whole run's)\n"
-          "  --json               print each read-out as one JSON object per line\n"
-          "  --top K              print the K largest keys of each map (default: all)\n"
-          "  --max-keys N         keys per map (default 4096; histograms 1024, quantiles 256)\n"
-          "  --max-per-step N     budget: program runs per step per worker (default: no limit)\n"
-          "  --sample N           run 1 hook firing in N, chosen by task generation (default 1)\n"
-          "  --ringbuf-bytes N    budget: record() bytes per epoch (default: no limit)\n"
-          "  --interp             run with the reference interpreter, not the JIT\n"
-          "  --slo tpot=DURATION  while the TPOT of the requests finished since the last check\n"
-          "                       (every --every, else 500ms) is above DURATION, run the query a\n"
-          "                       second time at --slo-sample beside the sampled one\n"
-          "  --slo-sample N       the rate in danger: 1 in N (default 1, every firing)\n"
-          "  --dump               print the generated programs and maps; attach nothing\n"
-          "  --emit FILE          write the monitor (a program bundle that attach and verify\n"
-          "                       take) to FILE; attach nothing\n"
-          "  --schema FILE        resolve names with this schema (megascope compile\n"
-          "                       --schema-out) instead of the engine's\n"
-          "  --list               print the hooks with their fields and the names fields take\n"
-          "  -h, --help           this text\n");
-}
 
 struct qargs {
   const char *socket, *file, *emit, *schema;
@@ -110,50 +76,64 @@ static int parse_dur(const char *opt, const char *s, uint64_t *out) {
   return -1;
 }
 
+static int for_opt(void *dst, const char *arg) {
+  struct qargs *a = dst;
+  a->have_for = 1;
+  return parse_dur("--for", arg, &a->for_ns);
+}
+static int every_opt(void *dst, const char *arg) { return parse_dur("--every", arg, &((struct qargs *)dst)->every_ns); }
+static int slo_opt(void *dst, const char *arg) { return live_parse_slo(ME, arg, &((struct qargs *)dst)->slo_ns); }
+static int list_opt(void *dst, const char *arg) {
+  (void)dst;
+  (void)arg;
+  exit(ms_query_write_reference(stdout) ? 1 : 0);
+}
+
+#define QA struct qargs
+static const struct cli_opt query_opts[] = {
+    CLI_OPT_GROUP(QA, socket, cli_socket_opts),
+    {.kind = CLI_STR, .name = "file", .shrt = 'f', .arg = "FILE", .off = CLI_O(QA, file),
+     .help = "read the program from FILE ('-': standard input)"},
+    CLI_OPT_FN("for", "DURATION", for_opt, "stop after DURATION (2s, 500ms, 1m; default: at Ctrl-C)"),
+    CLI_OPT_FN("every", "DURATION", every_opt, "also print every DURATION (cumulative since the attach)"),
+    CLI_OPT_FLAG(QA, delta, "delta",
+                 "with --every: print what changed in each interval (the last\n"
+                 "print is still the whole run's)"),
+    CLI_OPT_FLAG(QA, as_json, "json", "print each read-out as one JSON object per line"),
+    CLI_OPT_INT(QA, top, "top", "K", 1, 1 << 20, "print the K largest keys of each map (default: all)"),
+    CLI_OPT_INT(QA, max_keys, "max-keys", "N", 1, 1 << 20, "keys per map (default 4096; histograms 1024, quantiles 256)"),
+    CLI_OPT_INT(QA, max_per_step, "max-per-step", "N", 0, 0xffffffffL, "budget: program runs per step per worker (default: no limit)"),
+    CLI_OPT_INT(QA, sample, "sample", "N", 1, 0xffffffffL, "run 1 hook firing in N, chosen by task generation (default 1)"),
+    CLI_OPT_U64(QA, ringbuf_bytes, "ringbuf-bytes", "N", "budget: record() bytes per epoch (default: no limit)"),
+    CLI_OPT_FLAG(QA, interp, "interp", "run with the reference interpreter, not the JIT"),
+    CLI_OPT_FN("slo", "tpot=DURATION", slo_opt,
+               "while the TPOT of the requests finished since the last check\n"
+               "(every --every, else 500ms) is above DURATION, run the query a\n"
+               "second time at --slo-sample beside the sampled one"),
+    CLI_OPT_INT(QA, slo_sample, "slo-sample", "N", 1, 0xffffffffL, "the rate in danger: 1 in N (default 1, every firing)"),
+    CLI_OPT_FLAG(QA, dump, "dump", "print the generated programs and maps; attach nothing"),
+    CLI_OPT_STR(QA, emit, "emit", "FILE",
+                "write the monitor (a program bundle that attach and verify\n"
+                "take) to FILE; attach nothing"),
+    CLI_OPT_STR(QA, schema, "schema", "FILE",
+                "resolve names with this schema (megascope compile\n"
+                "--schema-out) instead of the engine's"),
+    CLI_OPT_FN("list", NULL, list_opt, "print the hooks with their fields and the names fields take"),
+    {0}};
+#undef QA
+
+static const char query_head[] =
+    "usage: megascope query [--socket S] [options] 'PROGRAM'\n"
+    "       megascope query [--socket S] [options] -f FILE\n\n"
+    "Compiles a query (docs/query.md) to a verified eBPF monitor in this process, attaches\n"
+    "it to a running engine, prints its aggregations with their coverage, then detaches:\n\n"
+    "  task_end /op == attn/ { @us[tile_z] = hist((t_end - t_begin) / 1000) }\n"
+    "  dep_wait /wait_ns > 20us/ { @[event_class] = count() }\n\n";
+
+/* 0: parsed; 1: --help printed; -1: a usage error, printed. */
 static int parse(int argc, char **argv, struct qargs *a) {
-  static const struct option opts[] = {
-      {"socket", required_argument, 0, 0}, {"file", required_argument, 0, 'f'}, {"for", required_argument, 0, 0},
-      {"every", required_argument, 0, 0},  {"json", no_argument, 0, 0},         {"top", required_argument, 0, 0},
-      {"max-keys", required_argument, 0, 0}, {"max-per-step", required_argument, 0, 0},
-      {"sample", required_argument, 0, 0}, {"interp", no_argument, 0, 0},       {"dump", no_argument, 0, 0},
-      {"emit", required_argument, 0, 0},   {"schema", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
-      {"list", no_argument, 0, 0}, {"ringbuf-bytes", required_argument, 0, 0}, {"delta", no_argument, 0, 0}, {"slo", required_argument, 0, 0}, {"slo-sample", required_argument, 0, 0},
-      {0, 0, 0, 0}};
-  int c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "hf:", opts, &idx)) != -1) {
-    int r = 0;
-    if (c == 'h') {
-      usage(stdout);
-      exit(0);
-    }
-    if (c == 'f') {
-      a->file = optarg;
-      continue;
-    }
-    if (c != 0) return -1;
-    const char *n = opts[idx].name;
-    if (!strcmp(n, "socket")) a->socket = optarg;
-    else if (!strcmp(n, "for")) r = parse_dur("--for", optarg, &a->for_ns), a->have_for = 1;
-    else if (!strcmp(n, "every")) r = parse_dur("--every", optarg, &a->every_ns);
-    else if (!strcmp(n, "json")) a->as_json = 1;
-    else if (!strcmp(n, "top")) r = cli_int("--top", optarg, 1, 1 << 20, &a->top);
-    else if (!strcmp(n, "max-keys")) r = cli_int("--max-keys", optarg, 1, 1 << 20, &a->max_keys);
-    else if (!strcmp(n, "max-per-step")) r = cli_int("--max-per-step", optarg, 0, 0xffffffffL, &a->max_per_step);
-    else if (!strcmp(n, "sample")) r = cli_int("--sample", optarg, 1, 0xffffffffL, &a->sample);
-    else if (!strcmp(n, "interp")) a->interp = 1;
-    else if (!strcmp(n, "delta")) a->delta = 1;
-    else if (!strcmp(n, "ringbuf-bytes")) r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
-    else if (!strcmp(n, "dump")) a->dump = 1;
-    else if (!strcmp(n, "emit")) a->emit = optarg;
-    else if (!strcmp(n, "schema")) a->schema = optarg;
-    else if (!strcmp(n, "list")) exit(ms_query_write_reference(stdout) ? 1 : 0);
-    else if (!strcmp(n, "slo-sample")) r = cli_int("--slo-sample", optarg, 1, 0xffffffffL, &a->slo_sample);
-    else if (!strcmp(n, "slo")) {
-      r = live_parse_slo(ME, optarg, &a->slo_ns);
-    }
-    if (r) return -1;
-  }
+  int rc = cli_parse(ME, query_head, query_opts, a, argc, argv, &optind);
+  if (rc) return rc;
   if (a->file && optind < argc) {
     fprintf(stderr, "megascope query: a program and -f FILE: give one\n");
     return -1;
@@ -433,10 +413,10 @@ static int watch(struct session *s, uint64_t t_enter) {
 int cmd_query(int argc, char **argv) {
   uint64_t t_enter = ms_now_ns();
   struct qargs a = {0};
-  if (parse(argc, argv, &a)) {
-    usage(stderr);
+  int prc = parse(argc, argv, &a);
+  if (prc) {
     free(a.src);
-    return 2;
+    return prc > 0 ? 0 : 2;
   }
   int rc = 1;
   char sock[512] = "";

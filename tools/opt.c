@@ -32,6 +32,9 @@ static int flatten(const struct cli_opt *t, size_t base, struct flat *out, int n
   return n;
 }
 
+/* Flags, and functions declared without an argument, take none. */
+static int takes_arg(const struct cli_opt *o) { return o->kind != CLI_FLAG && !(o->kind == CLI_FN && !o->arg); }
+
 static int parse_double(const char *cmd, const struct cli_opt *o, const char *s, double *v) {
   char *end;
   errno = 0;
@@ -112,10 +115,11 @@ int cli_parse(const char *cmd, const char *head, const struct cli_opt *opts, voi
     return -1;
   }
   for (int i = 0; i < n; i++) {
-    lo[i] = (struct option){flat[i].o->name, flat[i].o->kind == CLI_FLAG ? no_argument : required_argument, 0, 0};
+    int arg = takes_arg(flat[i].o);
+    lo[i] = (struct option){flat[i].o->name, arg ? required_argument : no_argument, 0, 0};
     if (flat[i].o->shrt) {
       shorts[ns++] = flat[i].o->shrt;
-      if (flat[i].o->kind != CLI_FLAG) shorts[ns++] = ':';
+      if (arg) shorts[ns++] = ':';
     }
   }
   shorts[ns] = 0;

@@ -27,7 +27,8 @@ enum cli_kind {
   CLI_STR,     /* a const char * (argv's string) */
   CLI_LIST,    /* repeatable: const char *[max] at off, the count (int) at count_off */
   CLI_CHOICE,  /* an int: the index of the argument in choices (NULL-ended) */
-  CLI_FN,      /* fn(the table's struct, arg): 0, or -1 with the error printed */
+  CLI_FN,      /* fn(the table's struct, arg): 0, or -1 with the error printed; no
+                * argument (arg NULL) when .arg is NULL */
   CLI_GROUP,   /* the options of .group, their offsets from off */
   CLI_TEXT,    /* no option: a line of help (.help) */
 };
@@ -87,5 +88,6 @@ void cli_usage(FILE *f, const char *head, const struct cli_opt *opts);
 extern const struct cli_opt cli_model_opts[];   /* struct cli_model (common.h) */
 extern const struct cli_opt cli_act_opts[];     /* an int: 1 for 8-bit activations */
 extern const struct cli_opt run_text_opts[];    /* struct run_text (run_text.h) */
+extern const struct cli_opt cli_socket_opts[];  /* a const char *: --socket */
 
 #endif

@@ -25,3 +25,10 @@ const struct cli_opt cli_act_opts[] = {
     {.kind = CLI_FLAG, .name = "f32-activations", .set = 0,
      .help = "f32 GEMV inputs, the exact path (logits within 1e-3)"},
     {0}};
+
+/* Over one const char *: the control socket of a running engine. */
+const struct cli_opt cli_socket_opts[] = {
+    {.kind = CLI_STR, .name = "socket", .arg = "S",
+     .help = "the engine's control socket (default: $MEGASCOPE_SOCKET, else\n"
+             "the only engine-*.sock in the default directory)"},
+    {0}};

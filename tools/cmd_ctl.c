@@ -25,6 +25,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/bpf.h"
 #include "megascope/control.h"
 #include "megascope/telemetry.h"
@@ -32,66 +33,99 @@
 
 #define OBJECT_MAX (12u << 20)  /* base64 of it fits a 16 MiB message */
 
-/* ---- one subcommand's description ---- */
+/* ---- the subcommands and their options ---- */
+
+struct ctl_args {
+  const struct ctl_cmd *cmd;
+  const char *socket, *out, *name;
+  const char *pos[2];
+  int n_pos, as_json, fds, release;
+  struct cli_budget budget;  /* attach, replace: -1 (UINT64_MAX): not given */
+  long rows, records;
+  double seconds;
+  const char *format;
+  uint64_t max_events, max_bytes;
+};
+
+static int format_opt(void *dst, const char *arg) {
+  enum ms_trace_format fmt;
+  if (ms_trace_format_parse(arg, &fmt)) {
+    fprintf(stderr, "megascope trace: --format '%s': expected perfetto or json\n", arg);
+    return -1;
+  }
+  ((struct ctl_args *)dst)->format = arg;
+  return 0;
+}
+
+#define CA struct ctl_args
+#define SOCKET CLI_OPT_GROUP(CA, socket, cli_socket_opts)
+#define JSON(what) CLI_OPT_FLAG(CA, as_json, "json", what)
+#define NAME CLI_OPT_STR(CA, name, "name", "NAME", "the monitor's name (default: the file name without .bpf.o)")
+static const struct cli_opt attach_opts[] = {
+    SOCKET, CLI_OPT_GROUP(CA, budget, cli_budget_opts), NAME, JSON("print the engine's reply as JSON"), {0}};
+static const struct cli_opt socket_only_opts[] = {SOCKET, {0}};
+static const struct cli_opt ls_opts[] = {SOCKET, JSON("print as JSON"), {0}};
+static const struct cli_opt maps_opts[] = {
+    SOCKET, JSON("print as JSON"),
+    CLI_OPT_FLAG(CA, fds, "fds",
+                 "also receive the maps' shared memory (read-only memfds) and\n"
+                 "read their headers from this process"),
+    CLI_OPT_FLAG(CA, release, "release",
+                 "this is the last read-out of a detached attachment: the engine\n"
+                 "frees its programs, maps and memfds once it has answered"),
+    {0}};
+static const struct cli_opt schema_opts[] = {
+    SOCKET, CLI_OPT_INT(CA, rows, "rows", "N", 1, 1 << 20, "the plan of the bucket holding N rows (default 1)"), {0}};
+static const struct cli_opt trace_opts[] = {
+    SOCKET,
+    CLI_OPT_DOUBLE(CA, seconds, "seconds", "N", 1e-9, 3600, "how long to record (required; may be fractional)"),
+    CLI_OPT_STR(CA, out, "out", "FILE", "where to write the trace (required)"),
+    CLI_OPT_FN("format", "F", format_opt, "json (default) or perfetto (several times smaller)"),
+    CLI_OPT_U64(CA, max_events, "max-events", "N", "write at most the first N events (slices and counter samples)"),
+    CLI_OPT_U64(CA, max_bytes, "max-bytes", "N",
+                "keep the file within N bytes (at least 4096); what a budget\n"
+                "leaves out is the end of the window, counted as dropped"),
+    CLI_OPT_INT(CA, records, "records-per-worker", "N", 1, 1 << 26, "trace buffer per worker (default 262144)"),
+    {0}};
+#undef SOCKET
+#undef JSON
+#undef NAME
+#undef CA
 
 struct ctl_cmd {
   const char *name;
   const char *args;      /* positional arguments in the usage line */
   const char *summary;
-  const char *options;   /* extra option lines */
+  const struct cli_opt *opts;
   int n_pos;             /* positional arguments required */
 };
 
 static const struct ctl_cmd ctl_cmds[] = {
     {"attach", "PROG.o", "Loads a monitor object (clang -target bpf), has the engine verify it and attach it\n"
                          "while it runs, and prints the attachment id.",
-     "  --max-per-step N     budget: program runs per step per worker (default: no limit)\n"
-     "  --sample N           run 1 hook firing in N, chosen by task generation (default 1)\n"
-     "  --ringbuf-bytes N    budget: ring-buffer bytes per epoch (default: no limit)\n"
-     "  --interp             run the programs with the reference interpreter, not the JIT\n"
-     "  --name NAME          the monitor's name (default: the file name without .bpf.o)\n"
-     "  --json               print the engine's reply as JSON\n",
-     1},
+     attach_opts, 1},
     {"replace", "ID PROG.o", "Replaces attachment ID's programs and maps by another monitor, atomically: every\n"
                              "hook firing is seen by exactly one generation. Budget options set the new\n"
                              "generation's budget; those not given keep the current values.",
-     "  --max-per-step N     budget: program runs per step per worker (0: no limit)\n"
-     "  --sample N           run 1 hook firing in N, chosen by task generation\n"
-     "  --ringbuf-bytes N    budget: ring-buffer bytes per epoch (0: no limit)\n"
-     "  --interp             run the programs with the reference interpreter, not the JIT\n"
-     "  --name NAME          the monitor's name (default: the file name without .bpf.o)\n"
-     "  --json               print the engine's reply as JSON\n",
-     2},
+     attach_opts, 2},
     {"detach", "ID", "Detaches attachment ID; its final maps and coverage stay readable for the\n"
-                     "engine's retention (serve --detached-retention), or until `maps ID --release`.", "", 1},
+                     "engine's retention (serve --detached-retention), or until `maps ID --release`.",
+     socket_only_opts, 1},
     {"ls", "", "Lists attachments: monitor, hooks, generation and coverage (eligible, executed,\n"
                "throttled, lost).",
-     "  --json               print as JSON\n", 0},
+     ls_opts, 0},
     {"maps", "ID", "Prints every map of attachment ID decoded (histograms as histograms, hashes as\n"
                    "key -> value) with the coverage of every generation.",
-     "  --json               print as JSON\n"
-     "  --fds                also receive the maps' shared memory (read-only memfds) and\n"
-     "                       read their headers from this process\n"
-     "  --release            this is the last read-out of a detached attachment: the engine\n"
-     "                       frees its programs, maps and memfds once it has answered\n",
-     1},
+     maps_opts, 1},
     {"schema", "", "Prints the task schema (versioned JSON) of the engine's plan, with every batch\n"
                    "bucket the engine runs (\"buckets\": rows, tasks and events of each plan).",
-     "  --rows N             the plan of the bucket holding N rows (default 1)\n", 0},
-    {"stats", "", "Prints steps, tokens, requests and TTFT / TPOT quantiles.",
-     "  --json               print as JSON\n", 0},
+     schema_opts, 0},
+    {"stats", "", "Prints steps, tokens, requests and TTFT / TPOT quantiles.", ls_opts, 0},
     {"trace", "", "Records a task trace for N seconds and writes it as Chrome JSON or Perfetto's\n"
                   "protobuf (open either in ui.perfetto.dev): a track per worker, a slice per\n"
                   "task, flow arrows from an event's release to its successors, queue-depth\n"
                   "counters; times are exact integer nanoseconds from the recording's start.",
-     "  --seconds N          how long to record (required; may be fractional)\n"
-     "  --out FILE           where to write the trace (required)\n"
-     "  --format F           json (default) or perfetto (several times smaller)\n"
-     "  --max-events N       write at most the first N events (slices and counter samples)\n"
-     "  --max-bytes N        keep the file within N bytes (at least 4096); what a budget\n"
-     "                       leaves out is the end of the window, counted as dropped\n"
-     "  --records-per-worker N  trace buffer per worker (default 262144)\n",
-     0},
+     trace_opts, 0},
 };
 
 static const struct ctl_cmd *find_cmd(const char *name) {
@@ -100,105 +134,44 @@ static const struct ctl_cmd *find_cmd(const char *name) {
   return NULL;
 }
 
-static void usage(const struct ctl_cmd *c, FILE *f) {
-  fprintf(f, "usage: megascope %s --socket S%s%s [options]\n\n%s\n\n", c->name, c->args[0] ? " " : "", c->args,
-          c->summary);
-  fprintf(f,
-          "  --socket S           the engine's control socket (default: $MEGASCOPE_SOCKET, else\n"
-          "                       the only engine-*.sock in the default directory)\n"
-          "%s"
-          "  -h, --help           this text\n",
-          c->options);
+static void head_of(const struct ctl_cmd *c, char *buf, size_t n) {
+  snprintf(buf, n, "usage: megascope %s --socket S%s%s [options]\n\n%s\n\n", c->name, c->args[0] ? " " : "", c->args,
+           c->summary);
 }
 
-struct ctl_args {
-  const struct ctl_cmd *cmd;
-  const char *socket, *out, *name;
-  const char *pos[2];
-  int n_pos, as_json, fds, interp, release;
-  int has_max_per_step, has_sample, has_ringbuf_bytes;
-  long max_per_step, sample, rows, records;
-  uint64_t ringbuf_bytes;
-  double seconds;
-  const char *format;
-  uint64_t max_events, max_bytes;
-};
+static void usage(const struct ctl_cmd *c, FILE *f) {
+  char head[1024];
+  head_of(c, head, sizeof head);
+  cli_usage(f, head, c->opts);
+}
 
+/* 0: parsed; 1: --help printed; -1: a usage error, printed. */
 static int parse(int argc, char **argv, struct ctl_args *a) {
-  static const struct option opts[] = {
-      {"socket", required_argument, 0, 0},       {"json", no_argument, 0, 0},
-      {"max-per-step", required_argument, 0, 0}, {"sample", required_argument, 0, 0},
-      {"ringbuf-bytes", required_argument, 0, 0}, {"name", required_argument, 0, 0},
-      {"fds", no_argument, 0, 0},                {"rows", required_argument, 0, 0},
-      {"interp", no_argument, 0, 0},             {"release", no_argument, 0, 0},
-      {"seconds", required_argument, 0, 0},      {"out", required_argument, 0, 0},
-      {"records-per-worker", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
-      {"format", required_argument, 0, 0},       {"max-events", required_argument, 0, 0},
-      {"max-bytes", required_argument, 0, 0},
-      {0, 0, 0, 0}};
   const char *me = a->cmd->name;
-  int c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(a->cmd, stdout);
-      exit(0);
-    }
-    if (c != 0) return -1;
-    const char *n = opts[idx].name;
-    int r = 0;
-    /* each option is accepted only by the commands whose usage names it */
-    char key[40];
-    snprintf(key, sizeof key, "--%s ", n);
-    if (strcmp(n, "socket") && !strstr(a->cmd->options, key)) {
-      fprintf(stderr, "megascope %s: --%s does not apply to this command\n", me, n);
-      return -1;
-    }
-    if (!strcmp(n, "socket")) a->socket = optarg;
-    else if (!strcmp(n, "json")) a->as_json = 1;
-    else if (!strcmp(n, "fds")) a->fds = 1;
-    else if (!strcmp(n, "interp")) a->interp = 1;
-    else if (!strcmp(n, "release")) a->release = 1;
-    else if (!strcmp(n, "name")) a->name = optarg;
-    else if (!strcmp(n, "out")) a->out = optarg;
-    else if (!strcmp(n, "max-events")) r = cli_u64("--max-events", optarg, &a->max_events);
-    else if (!strcmp(n, "max-bytes")) r = cli_u64("--max-bytes", optarg, &a->max_bytes);
-    else if (!strcmp(n, "format")) {
-      enum ms_trace_format fmt;
-      if (ms_trace_format_parse(optarg, &fmt)) {
-        fprintf(stderr, "megascope %s: --format '%s': expected perfetto or json\n", me, optarg);
+  char head[1024];
+  head_of(a->cmd, head, sizeof head);
+  a->budget = (struct cli_budget){.max_per_step = -1, .sample = -1, .ringbuf_bytes = UINT64_MAX};
+  /* an option of another of these commands: say so, rather than "unrecognized" */
+  for (int i = 1; i < argc && strcmp(argv[i], "--"); i++) {
+    if (strncmp(argv[i], "--", 2)) continue;
+    const char *n = argv[i] + 2, *eq = strchr(n, '=');
+    size_t len = eq ? (size_t)(eq - n) : strlen(n);
+    if (!strcmp(n, "help") || cli_has_opt(a->cmd->opts, n, len)) continue;
+    for (size_t k = 0; k < sizeof ctl_cmds / sizeof ctl_cmds[0]; k++)
+      if (cli_has_opt(ctl_cmds[k].opts, n, len)) {
+        fprintf(stderr, "megascope %s: --%.*s does not apply to this command (try 'megascope %s --help')\n", me,
+                (int)len, n, me);
         return -1;
       }
-      a->format = optarg;
-    }
-    else if (!strcmp(n, "max-per-step")) {
-      r = cli_int("--max-per-step", optarg, 0, 0xffffffffL, &a->max_per_step);
-      a->has_max_per_step = 1;
-    } else if (!strcmp(n, "sample")) {
-      r = cli_int("--sample", optarg, 1, 0xffffffffL, &a->sample);
-      a->has_sample = 1;
-    } else if (!strcmp(n, "ringbuf-bytes")) {
-      r = cli_u64("--ringbuf-bytes", optarg, &a->ringbuf_bytes);
-      a->has_ringbuf_bytes = 1;
-    }
-    else if (!strcmp(n, "rows")) r = cli_int("--rows", optarg, 1, 1 << 20, &a->rows);
-    else if (!strcmp(n, "records-per-worker")) r = cli_int("--records-per-worker", optarg, 1, 1 << 26, &a->records);
-    else if (!strcmp(n, "seconds")) {
-      char *end;
-      a->seconds = strtod(optarg, &end);
-      if (*end || end == optarg || !(a->seconds > 0 && a->seconds <= 3600)) {
-        fprintf(stderr, "megascope %s: --seconds '%s': expected a number of seconds in (0, 3600]\n", me, optarg);
-        return -1;
-      }
-    }
-    if (r) return -1;
   }
-  for (; optind < argc; optind++) {
+  int first, rc = cli_parse(me, head, a->cmd->opts, a, argc, argv, &first);
+  if (rc) return rc;
+  for (int i = first; i < argc; i++) {
     if (a->n_pos == a->cmd->n_pos) {
-      fprintf(stderr, "megascope %s: unexpected argument '%s'\n", me, argv[optind]);
+      fprintf(stderr, "megascope %s: unexpected argument '%s'\n", me, argv[i]);
       return -1;
     }
-    a->pos[a->n_pos++] = argv[optind];
+    a->pos[a->n_pos++] = argv[i];
   }
   if (a->n_pos < a->cmd->n_pos) {
     fprintf(stderr, "megascope %s: expected %s\n", me, a->cmd->args);
@@ -426,10 +399,10 @@ static int run_ctl(const struct ctl_args *a) {
       ms_json_kint(&r.j, "id", id);
     }
     /* the budget options given, and only those: replace keeps the others */
-    if (a->has_max_per_step) ms_json_kint(&r.j, "max_per_step", a->max_per_step);
-    if (a->has_sample) ms_json_kint(&r.j, "sample", a->sample);
-    if (a->has_ringbuf_bytes) ms_json_kuint(&r.j, "ringbuf_bytes", a->ringbuf_bytes);
-    if (a->interp) ms_json_kbool(&r.j, "interpret", 1);
+    if (a->budget.max_per_step >= 0) ms_json_kint(&r.j, "max_per_step", a->budget.max_per_step);
+    if (a->budget.sample >= 0) ms_json_kint(&r.j, "sample", a->budget.sample);
+    if (a->budget.ringbuf_bytes != UINT64_MAX) ms_json_kuint(&r.j, "ringbuf_bytes", a->budget.ringbuf_bytes);
+    if (a->budget.interp) ms_json_kbool(&r.j, "interpret", 1);
     if (req_object(me, &r, a->pos[is_replace], a->name)) goto usage_fail;
   } else if (!strcmp(me, "detach") || !strcmp(me, "maps")) {
     if (parse_id(me, a->pos[0], &id)) goto usage;
@@ -585,10 +558,8 @@ usage_fail:
 static int ctl_main(int argc, char **argv) {
   struct ctl_args a = {.cmd = find_cmd(argv[0])};
   if (!a.cmd) return 2;
-  if (parse(argc, argv, &a)) {
-    usage(a.cmd, stderr);
-    return 2;
-  }
+  int prc = parse(argc, argv, &a);
+  if (prc) return prc > 0 ? 0 : 2;
   return run_ctl(&a);
 }
 

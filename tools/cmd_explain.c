@@ -229,7 +229,7 @@ static int capture(const char *sock, const struct ms_query_schema *sc, const cha
   }
   struct live l;
   /* the engine's ring budget counts record data, not the 8-byte headers */
-  struct live_budget b = {.ringbuf_bytes = (uint64_t)(rec - 8) * (uint64_t)a->evidence};
+  struct cli_budget b = {.ringbuf_bytes = (uint64_t)(rec - 8) * (uint64_t)a->evidence};
   int rc = live_attach(&l, ME, sock, q, "explain-evidence", &b);
   uint64_t t0 = ms_now_ns();
   while (!rc && live_records(&l) < (size_t)a->evidence && ms_now_ns() - t0 < window_ns) live_sleep_ns(10000000ull);
@@ -384,7 +384,7 @@ int cmd_explain(int argc, char **argv) {
   q = ms_query_compile("task_end { @t[class] = quantile(t_end - t_begin, 0.5) } step /phase == end/ { @steps = count() }",
                        sc, NULL, &log);
   struct tpot t0, t1;
-  struct live_budget b = {0};
+  struct cli_budget b = {0};
   if (!q || get_tpot(sock, &t0) || live_attach(&l, ME, sock, q, "explain-summary", &b)) goto out;
   if (!a.as_json)
     fprintf(stderr, "megascope explain: summary attached as %d for %.1f s\n", l.id, (double)a.window_ns / 1e9);

@@ -37,10 +37,11 @@
 struct qargs {
   const char *socket, *file, *emit, *schema;
   char *src;
-  uint64_t for_ns, every_ns, slo_ns, ringbuf_bytes;
+  uint64_t for_ns, every_ns, slo_ns;
   long slo_sample;
-  int as_json, dump, interp, have_for, delta;
-  long top, max_keys, max_per_step, sample;
+  int as_json, dump, have_for, delta;
+  long top, max_keys;
+  struct cli_budget budget;
 };
 
 static volatile sig_atomic_t stop_flag;
@@ -102,10 +103,7 @@ static const struct cli_opt query_opts[] = {
     CLI_OPT_FLAG(QA, as_json, "json", "print each read-out as one JSON object per line"),
     CLI_OPT_INT(QA, top, "top", "K", 1, 1 << 20, "print the K largest keys of each map (default: all)"),
     CLI_OPT_INT(QA, max_keys, "max-keys", "N", 1, 1 << 20, "keys per map (default 4096; histograms 1024, quantiles 256)"),
-    CLI_OPT_INT(QA, max_per_step, "max-per-step", "N", 0, 0xffffffffL, "budget: program runs per step per worker (default: no limit)"),
-    CLI_OPT_INT(QA, sample, "sample", "N", 1, 0xffffffffL, "run 1 hook firing in N, chosen by task generation (default 1)"),
-    CLI_OPT_U64(QA, ringbuf_bytes, "ringbuf-bytes", "N", "budget: record() bytes per epoch (default: no limit)"),
-    CLI_OPT_FLAG(QA, interp, "interp", "run with the reference interpreter, not the JIT"),
+    CLI_OPT_GROUP(QA, budget, cli_budget_opts),
     CLI_OPT_FN("slo", "tpot=DURATION", slo_opt,
                "while the TPOT of the requests finished since the last check\n"
                "(every --every, else 500ms) is above DURATION, run the query a\n"
@@ -307,7 +305,7 @@ static void check_trigger(struct session *s) {
   uint32_t rec = ms_query_record_bytes(s->cap);
   /* the engine's ring budget counts record data, not the 8-byte headers */
   uint64_t data = rec > MS_BPF_RINGBUF_HDR_SIZE ? rec - MS_BPF_RINGBUF_HDR_SIZE : 0;
-  struct live_budget b = {.ringbuf_bytes = data * t.capture, .interp = s->a->interp};
+  struct cli_budget b = {.ringbuf_bytes = data * t.capture, .interp = s->a->budget.interp};
   event(s, "trigger", "%s = %llu %s %llu: capture%s%s%s%s (%u records)", t.map, (unsigned long long)value, t.op,
         (unsigned long long)t.threshold, top[0][0] ? " for $top=" : "", top[0], top[1][0] ? ", $top2=" : "",
         top[1], t.capture);
@@ -341,7 +339,7 @@ static void check_slo(struct session *s) {
   if (first) return; /* the window starts here */
   int danger = window * 1e9 > (double)s->a->slo_ns;
   if (danger && !s->boost.id) {
-    struct live_budget b = {.max_per_step = s->a->max_per_step, .sample = s->a->slo_sample, .interp = s->a->interp};
+    struct cli_budget b = {.max_per_step = s->a->budget.max_per_step, .sample = s->a->slo_sample, .interp = s->a->budget.interp};
     if (!live_attach(&s->boost, ME, s->sock, s->q, "query-danger", &b))
       event(s, "danger", "TPOT %.3f ms over the SLO %.3f ms: sampling 1 in %ld (attachment %d)", window * 1e3,
             (double)s->a->slo_ns / 1e6, s->a->slo_sample ? s->a->slo_sample : 1, s->boost.id);
@@ -349,9 +347,9 @@ static void check_slo(struct session *s) {
     print(s, &s->boost, "danger", 1);
     live_detach(&s->boost, ME, s->sock);
     if (window >= 0)
-      event(s, "safe", "TPOT %.3f ms under the SLO: back to 1 in %ld", window * 1e3, s->a->sample ? s->a->sample : 1);
+      event(s, "safe", "TPOT %.3f ms under the SLO: back to 1 in %ld", window * 1e3, s->a->budget.sample ? s->a->budget.sample : 1);
     else
-      event(s, "safe", "no request finished in the window: back to 1 in %ld", s->a->sample ? s->a->sample : 1);
+      event(s, "safe", "no request finished in the window: back to 1 in %ld", s->a->budget.sample ? s->a->budget.sample : 1);
   }
 }
 
@@ -444,8 +442,8 @@ int cmd_query(int argc, char **argv) {
     rc = 0;
     goto out;
   }
-  struct live_budget b = {.max_per_step = a.max_per_step, .sample = a.sample, .ringbuf_bytes = a.ringbuf_bytes,
-                          .interp = a.interp};
+  struct cli_budget b = {.max_per_step = a.budget.max_per_step, .sample = a.budget.sample,
+                          .ringbuf_bytes = a.budget.ringbuf_bytes, .interp = a.budget.interp};
   if (live_attach(&s.sum, ME, sock, s.q, "query", &b)) goto out;
   if (!a.as_json)
     fprintf(stderr, "megascope query: attached as %d (%zu programs); %s%s\n", s.sum.id, ms_query_prog_count(s.q),

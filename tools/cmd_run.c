@@ -25,7 +25,7 @@
 struct run_args {
   struct cli_model cm;
   long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, tile_rows, watchdog_ms, max_batched;
-  int shuffle, check, as_json, show_steps, compute, interp, q8;
+  int shuffle, check, as_json, show_steps, compute, q8;
   enum ms_backend backend;
   const char *gpu;
   const char *sim_param[16], *fault[4];
@@ -36,8 +36,8 @@ struct run_args {
   const char *replace_with;
   const char *query;     /* --query: attached as attach[query_i] */
   int query_i;
-  long attach_at, replace_at, detach_at, max_per_step, sample;
-  uint64_t ringbuf_bytes;
+  long attach_at, replace_at, detach_at;
+  struct cli_budget budget;  /* of every --attach and the --query */
   uint64_t seed;
   double tolerance;
   enum ms_mode mode;
@@ -134,10 +134,7 @@ static const struct cli_opt run_opts[] = {
     CLI_OPT_STR(RA, query, "query", "PROGRAM",
                 "attach a query (docs/query.md) as one more monitor and print\n"
                 "its answer with its coverage"),
-    CLI_OPT_INT(RA, max_per_step, "max-per-step", "N", 0, 1L << 31, "budget: program runs per step per worker (default: no limit)"),
-    CLI_OPT_INT(RA, sample, "sample", "N", 1, 1L << 31, "run 1 hook firing in N, by task generation (default 1)"),
-    CLI_OPT_U64(RA, ringbuf_bytes, "ringbuf-bytes", "N", "budget: ring-buffer bytes per epoch (default: no limit)"),
-    CLI_OPT_FLAG(RA, interp, "interp", "run monitors with the reference interpreter, not the JIT"),
+    CLI_OPT_GROUP(RA, budget, cli_budget_opts),
     CLI_OPT_FLAG(RA, as_json, "json", "print the result as JSON"),
     {0}};
 #undef RA
@@ -195,9 +192,9 @@ struct schedule {
 static int control_step(struct ms_engine *e, const struct run_args *a, struct schedule *s, uint64_t steps) {
   char buf[4096] = "";
   struct ms_textbuf log = {buf, sizeof buf, 0, 0};
-  struct ms_attach_opts ao = {.sz = sizeof ao, .max_per_step = (uint32_t)a->max_per_step,
-                              .sample_every = (uint32_t)a->sample, .ringbuf_bytes = a->ringbuf_bytes,
-                              .interpret = (uint32_t)a->interp};
+  struct ms_attach_opts ao = {.sz = sizeof ao, .max_per_step = (uint32_t)a->budget.max_per_step,
+                              .sample_every = (uint32_t)a->budget.sample, .ringbuf_bytes = a->budget.ringbuf_bytes,
+                              .interpret = (uint32_t)a->budget.interp};
   if (!s->attached && steps >= (uint64_t)a->attach_at) {
     for (int i = 0; i < a->n_attach; i++) {
       s->ids[i] = ms_engine_attach(e, s->mon[i], &ao, &log);

@@ -151,6 +151,14 @@ int cli_parse(const char *cmd, const char *head, const struct cli_opt *opts, voi
   return 0;
 }
 
+int cli_has_opt(const struct cli_opt *opts, const char *name, size_t len) {
+  struct flat flat[MAX_OPTS];
+  int n = flatten(opts, 0, flat, 0);
+  for (int i = 0; i < n; i++)
+    if (strlen(flat[i].o->name) == len && !strncmp(flat[i].o->name, name, len)) return 1;
+  return 0;
+}
+
 /* "  --name ARG" and the help under it. */
 static void usage_one(FILE *f, const struct cli_opt *o) {
   char left[96];

@@ -80,6 +80,9 @@ struct cli_opt {
 int cli_parse(const char *cmd, const char *head, const struct cli_opt *opts, void *dst, int argc, char **argv,
               int *first);
 
+/* 1 when the table (groups included) declares option name[0..len). */
+int cli_has_opt(const struct cli_opt *opts, const char *name, size_t len);
+
 /* The usage: head, then every option of the table, groups included, then
  * "-h, --help". */
 void cli_usage(FILE *f, const char *head, const struct cli_opt *opts);
@@ -89,5 +92,12 @@ extern const struct cli_opt cli_model_opts[];   /* struct cli_model (common.h) *
 extern const struct cli_opt cli_act_opts[];     /* an int: 1 for 8-bit activations */
 extern const struct cli_opt run_text_opts[];    /* struct run_text (run_text.h) */
 extern const struct cli_opt cli_socket_opts[];  /* a const char *: --socket */
+/* A monitor's budget, as attach, replace, run and query take it. */
+struct cli_budget {
+  long max_per_step, sample;  /* 0 (max_per_step): no limit */
+  uint64_t ringbuf_bytes;     /* 0: no limit */
+  int interp;
+};
+extern const struct cli_opt cli_budget_opts[];  /* struct cli_budget */
 
 #endif

@@ -32,3 +32,13 @@ const struct cli_opt cli_socket_opts[] = {
      .help = "the engine's control socket (default: $MEGASCOPE_SOCKET, else\n"
              "the only engine-*.sock in the default directory)"},
     {0}};
+
+const struct cli_opt cli_budget_opts[] = {
+    CLI_OPT_INT(struct cli_budget, max_per_step, "max-per-step", "N", 0, 0xffffffffL,
+                "budget: program runs per step per worker (0: no limit, the default)"),
+    CLI_OPT_INT(struct cli_budget, sample, "sample", "N", 1, 0xffffffffL,
+                "run 1 hook firing in N, chosen by task generation (default 1)"),
+    CLI_OPT_U64(struct cli_budget, ringbuf_bytes, "ringbuf-bytes", "N",
+                "budget: ring-buffer bytes per epoch (0: no limit, the default)"),
+    CLI_OPT_FLAG(struct cli_budget, interp, "interp", "run the programs with the reference interpreter, not the JIT"),
+    {0}};

@@ -59,7 +59,7 @@ struct ms_query_schema *live_schema(const char *me, const char *sock) {
 }
 
 static int attach_bundle(const char *me, const char *sock, const struct ms_query *q, const char *name,
-                         const struct live_budget *b) {
+                         const struct cli_budget *b) {
   void *bundle = NULL;
   size_t len = 0;
   if (ms_query_bundle(q, &bundle, &len)) return -1;
@@ -112,7 +112,7 @@ static int open_maps(struct live *l, const char *me, const char *sock) {
 }
 
 int live_attach(struct live *l, const char *me, const char *sock, const struct ms_query *q, const char *name,
-                const struct live_budget *b) {
+                const struct cli_budget *b) {
   memset(l, 0, sizeof *l);
   l->q = q;
   if ((l->id = attach_bundle(me, sock, q, name, b)) < 0) {

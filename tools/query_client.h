@@ -11,12 +11,7 @@
 
 #include "megascope/monitor.h"
 #include "megascope/query.h"
-
-struct live_budget {
-  long max_per_step, sample;  /* 0: none, all */
-  uint64_t ringbuf_bytes;     /* 0: no limit */
-  int interp;
-};
+#include "opt.h" /* struct cli_budget */
 
 struct live {
   int id;                     /* > 0 while attached */
@@ -30,7 +25,7 @@ struct live {
 struct ms_query_schema *live_schema(const char *me, const char *sock);
 /* Attaches q and opens its maps; 0, or -1 with the reason printed. */
 int live_attach(struct live *l, const char *me, const char *sock, const struct ms_query *q, const char *name,
-                const struct live_budget *b);
+                const struct cli_budget *b);
 int live_coverage(const struct live *l, const char *me, const char *sock, struct ms_coverage *out);
 /* Records in l's ring buffers now (record() maps). */
 size_t live_records(const struct live *l);

@@ -24,9 +24,9 @@ expect() {
 
 expect 0 "usage: megascope verify" verify --help
 expect 2 "missing PROG.o" verify
-expect 2 "unknown option '--fast'" verify x.o --fast
+expect 2 "unrecognized option '--fast'" verify x.o --fast
 expect 2 "one object only" verify a.o b.o
-expect 2 "needs a section name" verify a.o --section
+expect 2 "option '--section' requires an argument" verify a.o --section
 expect 2 "$tmp/none.o: cannot load the object" verify "$tmp/none.o"
 head -c 4096 /dev/urandom >"$tmp/junk.o"
 expect 2 "$tmp/junk.o: cannot load the object" verify "$tmp/junk.o"
@@ -54,7 +54,7 @@ if command -v python3 >/dev/null 2>&1; then
 fi
 expect 0 "section megascope/observe/step" verify "$tmp/request_rb.o" --section megascope/observe/step
 expect 2 "no program in section 'megascope/observe/comm'" verify "$tmp/request_rb.o" --section megascope/observe/comm
-expect 2 "needs a directory" verify "$tmp/request_rb.o" --jit-dump
+expect 2 "option '--jit-dump' requires an argument" verify "$tmp/request_rb.o" --jit-dump
 
 # --jit-dump: each verified program's x86-64 code, in a file objdump reads
 if [ "$(uname -m)" = x86_64 ]; then

@@ -27,27 +27,10 @@
 
 #include "cli.h"
 #include "common.h"
+#include "opt.h"
 #include "megascope/bpf.h"
 #include "megascope/control.h"
 #include "megascope/json.h"
-
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope records --socket S ID [options]\n\n"
-          "Streams the ring-buffer records of attachment ID while the engine runs, decoded by\n"
-          "the record struct in the monitor's BTF (a struct named after the map, or after it\n"
-          "without its final 's': step_events -> struct step_event), else as u64 words. Losses\n"
-          "(ring full, or over the --ringbuf-bytes budget) are counted and shown. One reader per\n"
-          "attachment at a time. Stops after --seconds, --max-records, SIGINT, or when the\n"
-          "attachment is detached (after draining what it wrote).\n\n"
-          "  --socket S           the engine's control socket (default: $MEGASCOPE_SOCKET, else\n"
-          "                       the only engine-*.sock in the default directory)\n"
-          "  --json               one JSON object per record (JSON Lines), then a summary object\n"
-          "  --seconds N          stop after N seconds (default: until detached or SIGINT)\n"
-          "  --max-records N      stop after N records\n"
-          "  --interval-us N      how often the rings are polled (default 200)\n"
-          "  -h, --help           this text\n");
-}
 
 struct field {
   char name[64], type[16];
@@ -278,49 +261,45 @@ static int drain(struct ring *rings, int n, struct rec_state *st) {
   return got;
 }
 
+struct records_args {
+  const char *socket;
+  long max_records, interval_us;
+  double seconds;
+  int as_json;
+};
+
+#define RA struct records_args
+static const struct cli_opt records_opts[] = {
+    CLI_OPT_GROUP(RA, socket, cli_socket_opts),
+    CLI_OPT_FLAG(RA, as_json, "json", "one JSON object per record (JSON Lines), then a summary object"),
+    CLI_OPT_DOUBLE(RA, seconds, "seconds", "N", 1e-6, 1e7, "stop after N seconds (default: until detached or SIGINT)"),
+    CLI_OPT_INT(RA, max_records, "max-records", "N", 1, 0x7fffffffL, "stop after N records"),
+    CLI_OPT_INT(RA, interval_us, "interval-us", "N", 10, 1000000, "how often the rings are polled (default 200)"),
+    {0}};
+#undef RA
+
+static const char records_head[] =
+    "usage: megascope records --socket S ID [options]\n\n"
+    "Streams the ring-buffer records of attachment ID while the engine runs, decoded by\n"
+    "the record struct in the monitor's BTF (a struct named after the map, or after it\n"
+    "without its final 's': step_events -> struct step_event), else as u64 words. Losses\n"
+    "(ring full, or over the --ringbuf-bytes budget) are counted and shown. One reader per\n"
+    "attachment at a time. Stops after --seconds, --max-records, SIGINT, or when the\n"
+    "attachment is detached (after draining what it wrote).\n\n";
+
 int cmd_records(int argc, char **argv) {
-  static const struct option opts[] = {{"socket", required_argument, 0, 0},      {"json", no_argument, 0, 0},
-                                       {"seconds", required_argument, 0, 0},     {"max-records", required_argument, 0, 0},
-                                       {"interval-us", required_argument, 0, 0}, {"help", no_argument, 0, 'h'},
-                                       {0, 0, 0, 0}};
-  const char *socket_arg = NULL;
-  long max_records = 0, interval_us = 200, id = 0;
-  double seconds = 0;
-  int as_json = 0, c, idx;
-  optind = 1;
-  while ((c = getopt_long(argc, argv, "h", opts, &idx)) != -1) {
-    if (c == 'h') {
-      usage(stdout);
-      return 0;
-    }
-    if (c != 0) {
-      usage(stderr);
-      return 2;
-    }
-    const char *n = opts[idx].name;
-    int r = 0;
-    if (!strcmp(n, "socket")) socket_arg = optarg;
-    else if (!strcmp(n, "json")) as_json = 1;
-    else if (!strcmp(n, "max-records")) r = cli_int("--max-records", optarg, 1, 0x7fffffffL, &max_records);
-    else if (!strcmp(n, "interval-us")) r = cli_int("--interval-us", optarg, 10, 1000000, &interval_us);
-    else if (!strcmp(n, "seconds")) {
-      char *end;
-      seconds = strtod(optarg, &end);
-      if (*end || end == optarg || !(seconds > 0 && seconds <= 1e7)) {
-        fprintf(stderr, "megascope records: --seconds '%s': expected a positive number of seconds\n", optarg);
-        r = -1;
-      }
-    }
-    if (r) {
-      usage(stderr);
-      return 2;
-    }
-  }
-  if (optind != argc - 1 || cli_int("ID", argv[optind], 1, 0x7fffffffL, &id)) {
-    if (optind != argc - 1) fprintf(stderr, "megascope records: expected ID\n");
-    usage(stderr);
+  struct records_args a = {.interval_us = 200};
+  int first, prc = cli_parse("records", records_head, records_opts, &a, argc, argv, &first);
+  if (prc) return prc > 0 ? 0 : 2;
+  const char *socket_arg = a.socket;
+  long max_records = a.max_records, interval_us = a.interval_us, id = 0;
+  double seconds = a.seconds;
+  int as_json = a.as_json;
+  if (first != argc - 1) {
+    fprintf(stderr, "megascope records: expected ID (try 'megascope records --help')\n");
     return 2;
   }
+  if (cli_int("ID", argv[first], 1, 0x7fffffffL, &id)) return 2;
   char path[512];
   if (cli_ctl_socket("records", socket_arg, path, sizeof path)) return 1;
   char lb[512] = "";

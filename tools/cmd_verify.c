@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "opt.h"
 #include "megascope/bpf.h"
 #include "megascope/bpf_jit.h"
 #include "megascope/hook.h"
@@ -27,59 +28,47 @@
 #define LOG_SMALL (64u << 10)
 #define LOG_VERBOSE (16u << 20)
 
-static const char verify_usage[] =
-    "usage: megascope verify PROG.o [-v] [--json] [--section S] [--jit-dump DIR]\n"
+static const char verify_head[] =
+    "usage: megascope verify PROG.o [-v] [--json] [--section S] [--jit-dump DIR]\n\n"
     "Verifies each program of a clang -target bpf object against the hook its section\n"
     "names (megascope/<observe|sched_hint>/<hook>): context reads only of fields the hook\n"
     "defines, stack and map value accesses in bounds and initialised, NULL checks after\n"
     "lookups, no pointer leaving the program, helper arguments of the right kinds, ring\n"
     "buffer reservations released, bounded loops, sched_hint returning 0..7.\n"
-    "  -v, --verbose  the full instruction trace\n"
-    "  --json         one JSON object per program, in an array\n"
-    "  --section S    only the program in section S\n"
-    "  --jit-dump DIR also compile each verified program with the x86-64 JIT and write\n"
-    "                 its native code to DIR/<program>.bin (for objdump -D -b binary\n"
-    "                 -m i386:x86-64); the code's map addresses are of maps made here\n"
-    "Exit: 0 all verified, 1 a program was rejected, 2 usage or an unreadable object.\n";
+    "Exit: 0 all verified, 1 a program was rejected, 2 usage or an unreadable object.\n\n";
 
 struct verify_args {
   const char *path, *section, *jit_dir;
   int verbose, json;
 };
 
-static int usage_error(const char *fmt, const char *arg) {
-  fprintf(stderr, "megascope verify: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n(try 'megascope verify --help')\n");
-  return 2;
-}
+#define VA struct verify_args
+static const struct cli_opt verify_opts[] = {
+    {.kind = CLI_FLAG, .name = "verbose", .shrt = 'v', .off = CLI_O(VA, verbose), .set = 1,
+     .help = "the full instruction trace"},
+    CLI_OPT_FLAG(VA, json, "json", "one JSON object per program, in an array"),
+    CLI_OPT_STR(VA, section, "section", "S", "only the program in section S"),
+    CLI_OPT_STR(VA, jit_dir, "jit-dump", "DIR",
+                "also compile each verified program with the x86-64 JIT and write\n"
+                "its native code to DIR/<program>.bin (for objdump -D -b binary\n"
+                "-m i386:x86-64); the code's map addresses are of maps made here"),
+    {0}};
+#undef VA
 
 /* 0, 1 (--help printed) or 2 (usage error printed). */
 static int parse_args(int argc, char **argv, struct verify_args *a) {
-  for (int i = 1; i < argc; i++) {
-    const char *s = argv[i];
-    if (!strcmp(s, "--help") || !strcmp(s, "-h")) {
-      fputs(verify_usage, stdout);
-      return 1;
-    } else if (!strcmp(s, "-v") || !strcmp(s, "--verbose")) {
-      a->verbose = 1;
-    } else if (!strcmp(s, "--json")) {
-      a->json = 1;
-    } else if (!strcmp(s, "--jit-dump")) {
-      if (++i == argc) return usage_error("%s needs a directory", s);
-      a->jit_dir = argv[i];
-    } else if (!strcmp(s, "--section")) {
-      if (++i == argc) return usage_error("%s needs a section name", s);
-      a->section = argv[i];
-    } else if (s[0] == '-') {
-      return usage_error("unknown option '%s'", s);
-    } else if (a->path) {
-      return usage_error("one object only (extra '%s')", s);
-    } else {
-      a->path = s;
-    }
+  int first, rc = cli_parse("verify", verify_head, verify_opts, a, argc, argv, &first);
+  if (rc) return rc > 0 ? 1 : 2;
+  if (first == argc) {
+    fprintf(stderr, "megascope verify: missing PROG.o\n(try 'megascope verify --help')\n");
+    return 2;
   }
-  return a->path ? 0 : usage_error("%s", "missing PROG.o");
+  if (first + 1 < argc) {
+    fprintf(stderr, "megascope verify: one object only (extra '%s')\n(try 'megascope verify --help')\n", argv[first + 1]);
+    return 2;
+  }
+  a->path = argv[first];
+  return 0;
 }
 
 /* megascope's log2 helper as the verifier needs it: a prototype in the table.

@@ -25,11 +25,11 @@ expect2() {  # expect exit 2 and a message containing $1
 expect2 "usage: megascope bpf" bpf
 expect2 "unknown subcommand 'frob'" bpf frob
 expect2 "missing DIR" bpf conformance
-expect2 "unknown option '--fast'" bpf conformance . --fast
-expect2 "one directory only" bpf conformance a b
+expect2 "unrecognized option '--fast'" bpf conformance . --fast
+expect2 "one argument only" bpf conformance a b
 expect2 "missing FILE" bpf asm
-expect2 "unknown option '-x'" bpf disasm -x
-expect2 "one file only" bpf disasm a b
+expect2 "invalid option -- 'x'" bpf disasm -x
+expect2 "one argument only" bpf disasm a b
 expect2 "missing FILE.o" bpf objdump
 
 cat >"$tmp/p.data" <<'DATA'

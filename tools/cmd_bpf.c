@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "opt.h"
 #include "megascope/bpf.h"
 
 struct sub {
@@ -29,6 +30,26 @@ static int usage_error(const char *sub, const char *fmt, const char *arg) {
 }
 
 static int is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
+
+/* A subcommand of one positional argument (what: its name in the usage) and
+ * the options of its table: 0 with *path set, 1 (--help printed), 2 (a usage
+ * error printed). */
+static int parse_one(const char *sub, const char *head, const struct cli_opt *opts, void *dst, int argc, char **argv,
+                     const char *what, const char **path) {
+  char cmd[64];
+  snprintf(cmd, sizeof cmd, "bpf %s", sub);
+  int first, rc = cli_parse(cmd, head, opts, dst, argc, argv, &first);
+  if (rc) return rc > 0 ? 1 : 2;
+  if (first == argc) return usage_error(sub, "missing %s", what);
+  if (first + 1 < argc) return usage_error(sub, "one argument only (extra '%s')", argv[first + 1]);
+  *path = argv[first];
+  return 0;
+}
+
+/* --linux, the one option of disasm and objdump. */
+static const struct cli_opt linux_opts[] = {
+    {.kind = CLI_FLAG, .name = "linux", .set = 1, .help = "the Linux verifier log's form"}, {0}};
+static const struct cli_opt no_opts[] = {{0}};
 
 /* Reads a whole file; *len excludes the terminating NUL it adds. */
 static char *read_file(const char *path, size_t *len) {
@@ -74,17 +95,27 @@ static void json_string(FILE *f, const char *s) {
 
 /* ---- conformance -------------------------------------------------------- */
 
-static const char conformance_usage[] =
-    "usage: megascope bpf conformance DIR [--jit] [--verbose] [--json]\n"
+static const char conformance_head[] =
+    "usage: megascope bpf conformance DIR [--jit] [--verbose] [--json]\n\n"
     "Runs every .data file in DIR (sorted by name) through the assembler and the\n"
     "interpreter: r1 = a copy of -- mem, r2 = its length, helper 5 returns its first\n"
     "argument; r0 must equal -- result, or the file's -- error must happen. Files\n"
     "with call-by-register (the non-standard callx group) are skipped.\n"
-    "Ends with 'N passed, M failed' (and ', K skipped (...)'). Exit 0 when none failed.\n"
-    "  --jit      run the x86-64 JIT instead: each program is verified first (r1 =\n"
-    "             the -- mem buffer) and one the verifier rejects is skipped as\n"
-    "             'unverified', since the JIT runs only verified programs\n"
-    "  --verbose  one line per file     --json  a JSON report instead of text\n";
+    "Ends with 'N passed, M failed' (and ', K skipped (...)'). Exit 0 when none failed.\n\n";
+
+struct conf_args {
+  int jit, verbose, json;
+};
+
+static const struct cli_opt conformance_opts[] = {
+    CLI_OPT_FLAG(struct conf_args, jit, "jit",
+                 "run the x86-64 JIT instead: each program is verified first (r1 =\n"
+                 "the -- mem buffer) and one the verifier rejects is skipped as\n"
+                 "'unverified', since the JIT runs only verified programs"),
+    {.kind = CLI_FLAG, .name = "verbose", .shrt = 'v', .off = offsetof(struct conf_args, verbose), .set = 1,
+     .help = "one line per file"},
+    CLI_OPT_FLAG(struct conf_args, json, "json", "a JSON report instead of text"),
+    {0}};
 
 struct outcome {
   char *name;
@@ -166,27 +197,11 @@ static void print_json(const char *dir, const struct outcome *o, int n, const in
 }
 
 static int cmd_conformance(int argc, char **argv) {
+  struct conf_args a = {0};
   const char *dir = NULL;
-  int verbose = 0, json = 0, mode = MS_BPF_EXEC_INTERP;
-  for (int i = 1; i < argc; i++) {
-    if (is_help(argv[i])) {
-      fputs(conformance_usage, stdout);
-      return 0;
-    } else if (!strcmp(argv[i], "--jit")) {
-      mode = MS_BPF_EXEC_JIT;
-    } else if (!strcmp(argv[i], "--verbose") || !strcmp(argv[i], "-v")) {
-      verbose = 1;
-    } else if (!strcmp(argv[i], "--json")) {
-      json = 1;
-    } else if (argv[i][0] == '-') {
-      return usage_error("conformance", "unknown option '%s'", argv[i]);
-    } else if (dir) {
-      return usage_error("conformance", "one directory only (extra '%s')", argv[i]);
-    } else {
-      dir = argv[i];
-    }
-  }
-  if (!dir) return usage_error("conformance", "%s", "missing DIR");
+  int rc0 = parse_one("conformance", conformance_head, conformance_opts, &a, argc, argv, "DIR", &dir);
+  if (rc0) return rc0 == 1 ? 0 : rc0;
+  int verbose = a.verbose, json = a.json, mode = a.jit ? MS_BPF_EXEC_JIT : MS_BPF_EXEC_INTERP;
   struct dirent **names;
   int n = scandir(dir, &names, data_file, alphasort);
   if (n < 0) {
@@ -213,15 +228,15 @@ static int cmd_conformance(int argc, char **argv) {
 /* ---- asm / disasm ------------------------------------------------------- */
 
 static const char asm_usage[] =
-    "usage: megascope bpf asm FILE\n"
+    "usage: megascope bpf asm FILE\n\n"
     "Assembles uBPF-style text (a .data file's -- asm section, or a plain text file)\n"
-    "and prints one 64-bit instruction word per line in hex (the -- raw form).\n";
+    "and prints one 64-bit instruction word per line in hex (the -- raw form).\n\n";
 
 static const char disasm_usage[] =
-    "usage: megascope bpf disasm FILE [--linux]\n"
+    "usage: megascope bpf disasm FILE [--linux]\n\n"
     "Disassembles a .data file (its -- raw, else its assembled -- asm) or a file of\n"
     "raw 8-byte instructions. Default: the assembler's syntax, which reassembles to\n"
-    "the same words; --linux: the Linux verifier log's form.\n";
+    "the same words; --linux: the Linux verifier log's form.\n\n";
 
 static int is_data_text(const char *text) { return strstr(text, "-- asm") || strstr(text, "-- raw"); }
 
@@ -271,16 +286,8 @@ static int load_insns(const char *sub, const char *path, int allow_raw, struct m
 
 static int cmd_asm(int argc, char **argv) {
   const char *path = NULL;
-  for (int i = 1; i < argc; i++) {
-    if (is_help(argv[i])) {
-      fputs(asm_usage, stdout);
-      return 0;
-    }
-    if (argv[i][0] == '-') return usage_error("asm", "unknown option '%s'", argv[i]);
-    if (path) return usage_error("asm", "one file only (extra '%s')", argv[i]);
-    path = argv[i];
-  }
-  if (!path) return usage_error("asm", "%s", "missing FILE");
+  int rc0 = parse_one("asm", asm_usage, no_opts, NULL, argc, argv, "FILE", &path);
+  if (rc0) return rc0 == 1 ? 0 : rc0;
   struct ms_bpf_insn *insns = NULL;
   size_t n = 0;
   int rc = load_insns("asm", path, 0, &insns, &n);
@@ -308,17 +315,8 @@ static void print_disasm(const struct ms_bpf_insn *insns, size_t n, int linux_fo
 static int cmd_disasm(int argc, char **argv) {
   const char *path = NULL;
   int linux_form = 0;
-  for (int i = 1; i < argc; i++) {
-    if (is_help(argv[i])) {
-      fputs(disasm_usage, stdout);
-      return 0;
-    }
-    if (!strcmp(argv[i], "--linux")) linux_form = 1;
-    else if (argv[i][0] == '-') return usage_error("disasm", "unknown option '%s'", argv[i]);
-    else if (path) return usage_error("disasm", "one file only (extra '%s')", argv[i]);
-    else path = argv[i];
-  }
-  if (!path) return usage_error("disasm", "%s", "missing FILE");
+  int rc0 = parse_one("disasm", disasm_usage, linux_opts, &linux_form, argc, argv, "FILE", &path);
+  if (rc0) return rc0 == 1 ? 0 : rc0;
   struct ms_bpf_insn *insns = NULL;
   size_t n = 0;
   int rc = load_insns("disasm", path, 1, &insns, &n);
@@ -330,25 +328,16 @@ static int cmd_disasm(int argc, char **argv) {
 /* ---- objdump ------------------------------------------------------------ */
 
 static const char objdump_usage[] =
-    "usage: megascope bpf objdump FILE.o [--linux]\n"
+    "usage: megascope bpf objdump FILE.o [--linux]\n\n"
     "Reads an object from 'clang -O2 -g -target bpf -c' (nothing is loaded into a\n"
     "kernel) and lists its license, maps and programs with their instructions\n"
-    "(map references resolved, bpf-to-bpf calls linked).\n";
+    "(map references resolved, bpf-to-bpf calls linked).\n\n";
 
 static int cmd_objdump(int argc, char **argv) {
   const char *path = NULL;
   int linux_form = 0;
-  for (int i = 1; i < argc; i++) {
-    if (is_help(argv[i])) {
-      fputs(objdump_usage, stdout);
-      return 0;
-    }
-    if (!strcmp(argv[i], "--linux")) linux_form = 1;
-    else if (argv[i][0] == '-') return usage_error("objdump", "unknown option '%s'", argv[i]);
-    else if (path) return usage_error("objdump", "one file only (extra '%s')", argv[i]);
-    else path = argv[i];
-  }
-  if (!path) return usage_error("objdump", "%s", "missing FILE.o");
+  int rc0 = parse_one("objdump", objdump_usage, linux_opts, &linux_form, argc, argv, "FILE.o", &path);
+  if (rc0) return rc0 == 1 ? 0 : rc0;
   char logbuf[2048] = "";
   struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
   struct ms_bpf_object *o = ms_bpf_object_open_file(path, &log);

@@ -19,7 +19,6 @@
  * `stop` (atomic) and the sample array (written by the sampler, read after it
  * is joined). */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <limits.h>
 #include <pthread.h>

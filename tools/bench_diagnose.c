@@ -4,7 +4,6 @@
  * under one telemetry byte budget each, lets each way's diagnoser name the
  * cause and the culprit, and scores them (docs/benchmark.md). */
 #include <errno.h>
-#include <getopt.h>
 #include <libgen.h>
 #include <limits.h>
 #include <stdio.h>

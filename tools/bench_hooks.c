@@ -6,7 +6,6 @@
  * drift hits all four alike. And that monitor's task_end program alone: ns
  * per run through the interpreter and through the JIT, in one process. */
 #include <errno.h>
-#include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>

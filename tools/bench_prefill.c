@@ -5,7 +5,6 @@
  * alternating order, for one token after a prompt of each length, so drift in
  * the machine's speed falls on both. Reported: the median and best TTFT of
  * each, their ratio, and prompt tokens per second. */
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -2,7 +2,6 @@
 /* megascope bench sim: the simulator's calibration against published figures,
  * and the megakernel against the per-op baseline, in simulated time. */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 

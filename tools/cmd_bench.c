@@ -1,7 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* megascope bench: measured comparisons, each side by side in one process.
  *   decode: the megakernel against the per-op baseline and the bandwidth bound. */
-#include <getopt.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "opt.h"
 
 static int has_header(const char *dir) {
   char p[PATH_MAX + 64];
@@ -49,26 +50,21 @@ static int find_include(char *out, size_t n) {
   return -1;
 }
 
+static const struct cli_opt cflags_opts[] = {
+    {.kind = CLI_FLAG, .name = "include-dir", .set = 1, .help = "print only megascope's include directory"},
+    {0}};
+
 int cmd_cflags(int argc, char **argv) {
   int include_only = 0;
-  for (int i = 1; i < argc; i++) {
-    if (!strcmp(argv[i], "--include-dir")) {
-      include_only = 1;
-    } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-      printf("usage: megascope cflags [--include-dir]\n\n"
-             "Prints the clang flags that compile a monitor, from any directory:\n"
-             "  clang $(megascope cflags) -c my.bpf.c -o my.bpf.o\n"
-             "(-O2 -g -target bpf and the include directories: megascope's, for\n"
-             "<megascope/bpf/megascope.h>, and the architecture's, for <asm/types.h>).\n\n"
-             "  --include-dir        print only megascope's include directory\n"
-             "  -h, --help           this text\n\n"
-             "$MEGASCOPE_INCLUDE overrides where the header is looked for.\n");
-      return 0;
-    } else {
-      fprintf(stderr, "megascope cflags: unexpected argument '%s'\n", argv[i]);
-      return 2;
-    }
-  }
+  int prc = cli_parse("cflags",
+                      "usage: megascope cflags [--include-dir]\n\n"
+                      "Prints the clang flags that compile a monitor, from any directory:\n"
+                      "  clang $(megascope cflags) -c my.bpf.c -o my.bpf.o\n"
+                      "(-O2 -g -target bpf and the include directories: megascope's, for\n"
+                      "<megascope/bpf/megascope.h>, and the architecture's, for <asm/types.h>).\n"
+                      "$MEGASCOPE_INCLUDE overrides where the header is looked for.\n\n",
+                      cflags_opts, &include_only, argc, argv, NULL);
+  if (prc) return prc > 0 ? 0 : 2;
   char inc[PATH_MAX];
   if (find_include(inc, sizeof inc)) {
     fprintf(stderr, "megascope cflags: megascope/bpf/megascope.h not found (set MEGASCOPE_INCLUDE to the directory "

@@ -1,6 +1,5 @@
 /* SPDX-License-Identifier: MIT */
 /* megascope compile: compile a decode step into a plan and report it. */
-#include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 

@@ -14,7 +14,6 @@
  * 2 usage. */
 #include <dirent.h>
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <stdio.h>

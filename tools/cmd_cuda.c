@@ -4,7 +4,6 @@
  * against the CPU engine), ops (each device task body against its CPU twin) and
  * bench (the device report scripts/device-check.sh collects). */
 #include <errno.h>
-#include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

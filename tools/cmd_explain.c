@@ -18,7 +18,6 @@
  * cost in bytes, the coverage of both attachments. Exit codes: 0 done (whether
  * or not the SLO holds), 1 refused or unreachable, 2 usage. */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>

@@ -7,7 +7,6 @@
  *             written as raw f32 for comparisons with other implementations
  *   dump:     one tensor of a file, dequantized to raw f32 (cross-checks) */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,12 +213,11 @@ static int cmd_info(int argc, char **argv) {
     return 2;
   }
   int as_json = a.as_json, all = a.all;
-  optind = first;
   char buf[2048] = "", mbuf[1024] = "";
   struct ms_textbuf log = {buf, sizeof buf, 0, 0}, mlog = {mbuf, sizeof mbuf, 0, 0};
-  struct ms_gguf *g = ms_gguf_open(argv[optind], &log);
+  struct ms_gguf *g = ms_gguf_open(argv[first], &log);
   if (!g) {
-    fprintf(stderr, "megascope model info: %s: %s\n%s", argv[optind], ms_strerror(errno), buf);
+    fprintf(stderr, "megascope model info: %s: %s\n%s", argv[first], ms_strerror(errno), buf);
     return 1;
   }
   struct ms_model *m = ms_gguf_model_new(g, &mlog);

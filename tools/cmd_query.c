@@ -11,7 +11,6 @@
  * column before anything is attached. Exit codes: 0 done, 1 refused or
  * unreachable, 2 usage or a compile error. */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -130,13 +129,13 @@ static const char query_head[] =
 
 /* 0: parsed; 1: --help printed; -1: a usage error, printed. */
 static int parse(int argc, char **argv, struct qargs *a) {
-  int rc = cli_parse(ME, query_head, query_opts, a, argc, argv, &optind);
+  int first, rc = cli_parse(ME, query_head, query_opts, a, argc, argv, &first);
   if (rc) return rc;
-  if (a->file && optind < argc) {
+  if (a->file && first < argc) {
     fprintf(stderr, "megascope query: a program and -f FILE: give one\n");
     return -1;
   }
-  if (!a->file && optind != argc - 1) {
+  if (!a->file && first != argc - 1) {
     fprintf(stderr, "megascope query: expected one PROGRAM (quote it) or -f FILE\n");
     return -1;
   }
@@ -148,7 +147,7 @@ static int parse(int argc, char **argv, struct qargs *a) {
     fprintf(stderr, "megascope query: --every is at least 10ms\n");
     return -1;
   }
-  a->src = a->file ? read_text(a->file) : strdup(argv[optind]);
+  a->src = a->file ? read_text(a->file) : strdup(argv[first]);
   return a->src ? 0 : -1;
 }
 

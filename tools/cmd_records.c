@@ -15,7 +15,6 @@
  *
  * Exit codes: 0 done, 1 the engine refused or could not be reached, 2 usage. */
 #include <errno.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <signal.h>

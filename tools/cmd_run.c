@@ -2,7 +2,6 @@
 /* megascope run: decode a batch of requests in the persistent runtime, and
  * optionally check every position's logits against the reference forward. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -10,7 +10,6 @@
  * Signals are blocked in every thread (the mask is set before any thread
  * starts and inherited) and taken by the main thread alone with sigwait. */
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>

@@ -14,21 +14,6 @@
 #include "megascope/gguf.h"
 #include "megascope/tokenizer.h"
 
-int cli_act_opt(const char *name, int *q8) {
-  if (strcmp(name, "q8-activations") && strcmp(name, "f32-activations")) return 0;
-  *q8 = name[0] == 'q';
-  return 1;
-}
-
-int cli_model_opt(struct cli_model *cm, const char *name, const char *arg) {
-  if (!strcmp(name, "synthetic")) cm->preset = arg;
-  else if (!strcmp(name, "dtype")) cm->dtype = arg;
-  else if (!strcmp(name, "model-seed")) return cli_u64("--model-seed", arg, &cm->seed) ? -1 : 1;
-  else if (!strcmp(name, "model")) cm->path = arg;
-  else return 0;
-  return 1;
-}
-
 /* --model F.gguf: the file's model (and tokenizer). */
 static struct ms_model *load_gguf(const struct cli_model *cm, struct ms_tokenizer **tok) {
   char buf[2048] = "";

@@ -16,31 +16,8 @@ struct cli_model {
   const char *path;     /* --model F.gguf */
 };
 
-#define CLI_MODEL_HELP                                                              \
-  "  --synthetic PRESET   synthetic model: tiny, tiny-qwen3, tiny-qwen2, tiny-gemma3,\n" \
-  "                       tiny-256, tiny-moe, smollm2-135m\n"                        \
-  "  --dtype T            weight type: f32 (default) or bf16\n"                      \
-  "  --model-seed N       seed of the synthetic weights (default 1)\n"                \
-  "  --model F.gguf       a GGUF model file (llama, qwen2, qwen3 or gemma3; f32, f16,\n" \
-  "                       bf16, q8_0, q4_0, q4_1, q5_0, q5_1, iq4_nl or K-quant\n"   \
-  "                       weights) instead of --synthetic\n"
+/* The options that fill it: cli_model_opts (opt.h). */
 
-/* --q8-activations / --f32-activations, the same in every command that runs the
- * engine on a model (8-bit activations are the default). */
-#define CLI_ACT_HELP                                                                          \
-  "  --q8-activations     8-bit GEMV inputs and integer dot products for block-format\n"     \
-  "                       weights (q8_0 .. the K-quants), as llama.cpp's CPU backend\n"     \
-  "                       computes them (the default; logits within about 0.25 of the\n"   \
-  "                       reference)\n"                                                    \
-  "  --f32-activations    f32 GEMV inputs, the exact path (logits within 1e-3)\n"
-
-#define CLI_ACT_OPTIONS {"q8-activations", no_argument, 0, 0}, {"f32-activations", no_argument, 0, 0}
-
-/* 1 when name is --q8-activations (*q8 = 1) or --f32-activations (*q8 = 0). */
-int cli_act_opt(const char *name, int *q8);
-
-/* Returns 1 when the option was a model option (consuming optarg). */
-int cli_model_opt(struct cli_model *cm, const char *name, const char *arg);
 /* Loads the model; prints the reason and returns NULL on failure. */
 struct ms_model *cli_model_load(const struct cli_model *cm);
 struct ms_tokenizer;

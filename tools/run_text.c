@@ -4,7 +4,6 @@
 #include "opt.h"
 
 #include <errno.h>
-#include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 

@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "control/control_impl.h"
 #include "megascope/bpf.h"
 #include "megascope/control.h"
 #include "megascope/engine.h"
@@ -680,6 +681,29 @@ static void test_other_uid(struct ms_engine *e, const char *dir) {
   chmod(dir, 0700);
 }
 
+/* The protocol's table (megascope/control.h) and the server's handlers name
+ * the same commands, and each command takes what its table entry says: an
+ * engine refuses a field that is not there with the field's name. */
+static void test_table(const char *path) {
+  int n = 0;
+  for (int i = 0; i < ms_control_n_commands; i++) {
+    const struct ms_control_command *c = &ms_control_commands[i];
+    CHECKF(ms_control_handles(c->name), "no handler for %s", c->name);
+    CHECK(ms_control_command_find(c->name) == c);
+    for (int k = 0; c->fields[k]; k++) CHECK(ms_control_command_takes(c->name, c->fields[k]));
+    CHECK(!ms_control_command_takes(c->name, "frobnicate"));
+    char req[128], want[128];
+    snprintf(req, sizeof req, "{\"cmd\":\"%s\",\"frobnicate\":1}", c->name);
+    snprintf(want, sizeof want, "unknown field \"frobnicate\" for command \"%s\"", c->name);
+    json_t *j = call(path, req);
+    CHECKF(has_code(j, "EINVAL") && strstr(err_of(j), want), "%s: %s", c->name, err_of(j));
+    json_decref(j);
+    n++;
+  }
+  CHECK(n == ms_control_n_handlers());
+  CHECK(!ms_control_handles("frobnicate") && !ms_control_command_find("frobnicate"));
+}
+
 int main(void) {
   test_codec();
   test_tokenizer();
@@ -708,6 +732,7 @@ int main(void) {
   pthread_t th;
   pthread_create(&th, NULL, load_main, &ld);
   const char *mons = getenv("MS_MONITORS") ? getenv("MS_MONITORS") : "build/monitors";
+  test_table(path);
   test_bad_input(path, ctl);
   test_random_messages(path, ctl);
   test_monitors(path, mons);

@@ -31,6 +31,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "ctl_req.h"
 #include "opt.h"
 #include "megascope/control.h"
 #include "megascope/engine.h"
@@ -176,21 +177,18 @@ static char *attach_request(const char *cmd, int id, const char *path, const cha
   size_t n = obj ? fread(obj, 1, 12u << 20, f) : 0;
   fclose(f);
   char *b64 = n ? malloc(ms_base64_encoded_len(n) + 1) : NULL;
-  char *req = NULL;
-  size_t len = 0;
-  FILE *m = b64 ? open_memstream(&req, &len) : NULL;
-  if (m) {
+  struct req r = {0};
+  if (b64 && !req_begin(&r, cmd)) {
     ms_base64_encode(obj, n, b64);
-    struct ms_json j;
-    ms_json_init(&j, m, 0);
-    ms_json_obj_begin(&j);
-    ms_json_kstr(&j, "cmd", cmd);
-    if (id) ms_json_kint(&j, "id", id);
-    ms_json_kstr(&j, "name", name);
-    ms_json_kstr(&j, "object", b64);
-    ms_json_obj_end(&j);
-    fclose(m);
+    if (id) req_int(&r, "id", id);
+    req_str(&r, "name", name);
+    req_str(&r, "object", b64);
+    if (req_end(&r)) {
+      free(r.buf);
+      r.buf = NULL;
+    }
   }
+  char *req = r.buf;
   free(obj);
   free(b64);
   return req;

@@ -24,6 +24,7 @@
 
 #include "cli.h"
 #include "common.h"
+#include "ctl_req.h"
 #include "opt.h"
 #include "megascope/bpf.h"
 #include "megascope/control.h"
@@ -294,30 +295,6 @@ static void print_json(json_t *v) {
   ms_json_end(&j);
 }
 
-/* A request built with the project's writer into memory. */
-struct req {
-  char *buf;
-  size_t len;
-  FILE *f;
-  struct ms_json j;
-};
-
-static int req_begin(struct req *r, const char *cmd) {
-  memset(r, 0, sizeof *r);
-  if (!(r->f = open_memstream(&r->buf, &r->len))) return -1;
-  ms_json_init(&r->j, r->f, 0);
-  ms_json_obj_begin(&r->j);
-  ms_json_kstr(&r->j, "cmd", cmd);
-  return 0;
-}
-
-static int req_end(struct req *r) {
-  ms_json_obj_end(&r->j);
-  int rc = fclose(r->f) ? -1 : 0;
-  r->f = NULL;
-  return rc;
-}
-
 /* Reads an object file and adds "object" (base64) and "name". */
 static int req_object(const char *me, struct req *r, const char *path, const char *name) {
   FILE *f = fopen(path, "rb");
@@ -351,8 +328,8 @@ static int req_object(const char *me, struct req *r, const char *path, const cha
     if (!dot) dot = strrchr(nm, '.');
     if (dot && dot != nm) *dot = '\0';
   }
-  ms_json_kstr(&r->j, "name", nm);
-  ms_json_kstr(&r->j, "object", b64);
+  req_str(r, "name", nm);
+  req_str(r, "object", b64);
   free(b64);
   return 0;
 }
@@ -395,27 +372,27 @@ static int run_ctl(const struct ctl_args *a) {
     int is_replace = !strcmp(me, "replace");
     if (is_replace) {
       if (parse_id(me, a->pos[0], &id)) goto usage;
-      ms_json_kint(&r.j, "id", id);
+      req_int(&r, "id", id);
     }
     /* the budget options given, and only those: replace keeps the others */
-    if (a->budget.max_per_step >= 0) ms_json_kint(&r.j, "max_per_step", a->budget.max_per_step);
-    if (a->budget.sample >= 0) ms_json_kint(&r.j, "sample", a->budget.sample);
-    if (a->budget.ringbuf_bytes != UINT64_MAX) ms_json_kuint(&r.j, "ringbuf_bytes", a->budget.ringbuf_bytes);
-    if (a->budget.interp) ms_json_kbool(&r.j, "interpret", 1);
+    if (a->budget.max_per_step >= 0) req_int(&r, "max_per_step", a->budget.max_per_step);
+    if (a->budget.sample >= 0) req_int(&r, "sample", a->budget.sample);
+    if (a->budget.ringbuf_bytes != UINT64_MAX) req_uint(&r, "ringbuf_bytes", a->budget.ringbuf_bytes);
+    if (a->budget.interp) req_bool(&r, "interpret", 1);
     if (req_object(me, &r, a->pos[is_replace], a->name)) goto usage_fail;
   } else if (!strcmp(me, "detach") || !strcmp(me, "maps")) {
     if (parse_id(me, a->pos[0], &id)) goto usage;
-    ms_json_kint(&r.j, "id", id);
-    if (a->fds) ms_json_kbool(&r.j, "fds", 1);
-    if (a->release) ms_json_kbool(&r.j, "release", 1);
+    req_int(&r, "id", id);
+    if (a->fds) req_bool(&r, "fds", 1);
+    if (a->release) req_bool(&r, "release", 1);
   } else if (!strcmp(me, "schema")) {
-    if (a->rows) ms_json_kint(&r.j, "rows", a->rows);
+    if (a->rows) req_int(&r, "rows", a->rows);
   } else if (!strcmp(me, "trace")) {
-    ms_json_knum(&r.j, "seconds", a->seconds);
-    if (a->records) ms_json_kint(&r.j, "records_per_worker", a->records);
-    if (a->format) ms_json_kstr(&r.j, "format", a->format);
-    if (a->max_events) ms_json_kuint(&r.j, "max_events", a->max_events);
-    if (a->max_bytes) ms_json_kuint(&r.j, "max_bytes", a->max_bytes);
+    req_num(&r, "seconds", a->seconds);
+    if (a->records) req_int(&r, "records_per_worker", a->records);
+    if (a->format) req_str(&r, "format", a->format);
+    if (a->max_events) req_uint(&r, "max_events", a->max_events);
+    if (a->max_bytes) req_uint(&r, "max_bytes", a->max_bytes);
     timeout_ms = (int)(a->seconds * 1000) + 120000;
   }
   if (req_end(&r)) goto usage_fail;

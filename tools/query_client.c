@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "common.h"
+#include "ctl_req.h"
 #include "megascope/control.h"
 #include "query_client.h"
 
@@ -67,11 +68,18 @@ static int attach_bundle(const char *me, const char *sock, const struct ms_query
   if (b64) ms_base64_encode(bundle, len, b64);
   free(bundle);
   if (!b64) return -1;
-  json_t *rep = live_call(me, sock,
-                          "{\"cmd\":\"attach\",\"name\":\"%s\",\"max_per_step\":%ld,\"sample\":%ld,"
-                          "\"ringbuf_bytes\":%llu,\"interpret\":%s,\"object\":\"%s\"}",
-                          name, b->max_per_step, b->sample, (unsigned long long)b->ringbuf_bytes,
-                          b->interp ? "true" : "false", b64);
+  struct req r;
+  json_t *rep = NULL;
+  if (!req_begin(&r, "attach")) {
+    req_str(&r, "name", name);
+    req_int(&r, "max_per_step", b->max_per_step);
+    req_int(&r, "sample", b->sample);
+    req_uint(&r, "ringbuf_bytes", b->ringbuf_bytes);
+    req_bool(&r, "interpret", b->interp);
+    req_str(&r, "object", b64);
+    if (!req_end(&r)) rep = cli_ctl_call(me, sock, r.buf, r.len, 30000, NULL, NULL);
+    free(r.buf);
+  }
   free(b64);
   if (!rep) return -1;
   int id = (int)json_integer_value(json_object_get(rep, "id"));
@@ -82,9 +90,14 @@ static int attach_bundle(const char *me, const char *sock, const struct ms_query
 /* Readers over the attachment's maps, in the query's map order. */
 static int open_maps(struct live *l, const char *me, const char *sock) {
   int fds[MS_CONTROL_MAX_FDS], n_fds = 0;
-  char req[96];
-  int n = snprintf(req, sizeof req, "{\"cmd\":\"maps\",\"id\":%d,\"fds\":true}", l->id);
-  json_t *rep = cli_ctl_call(me, sock, req, (size_t)n, 30000, fds, &n_fds);
+  struct req r;
+  json_t *rep = NULL;
+  if (!req_begin(&r, "maps")) {
+    req_int(&r, "id", l->id);
+    req_bool(&r, "fds", 1);
+    if (!req_end(&r)) rep = cli_ctl_call(me, sock, r.buf, r.len, 30000, fds, &n_fds);
+    free(r.buf);
+  }
   if (!rep) return -1;
   json_t *names = json_object_get(rep, "fds");
   int rc = 0;
@@ -161,7 +174,12 @@ size_t live_records(const struct live *l) {
 }
 
 void live_detach(struct live *l, const char *me, const char *sock) {
-  if (l->id > 0) json_decref(live_call(me, sock, "{\"cmd\":\"detach\",\"id\":%d}", l->id));
+  struct req r;
+  if (l->id > 0 && !req_begin(&r, "detach")) {
+    req_int(&r, "id", l->id);
+    if (!req_end(&r)) json_decref(cli_ctl_call(me, sock, r.buf, r.len, 30000, NULL, NULL));
+    free(r.buf);
+  }
   for (size_t i = 0; l->readers && i < l->n_readers; i++) ms_bpf_map_reader_free(l->readers[i]);
   free(l->readers);
   l->readers = NULL;

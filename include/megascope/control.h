@@ -59,6 +59,22 @@ extern "C" {
 #define MS_CONTROL_MAX_REPLY (1u << 30)      /* bytes of JSON a client accepts */
 #define MS_CONTROL_MAX_FDS 16                /* descriptors one reply may hand over */
 
+/* The protocol's commands, declared once: each command's name and the request
+ * fields it takes (besides "cmd"). The server refuses any other field and
+ * lists these names in "info"; clients build requests from the same table
+ * (ms_control_command_takes), so neither side can name a field the other
+ * does not know. */
+struct ms_control_command {
+  const char *name;
+  const char *const *fields;  /* NULL-ended */
+};
+extern const struct ms_control_command ms_control_commands[];
+extern const int ms_control_n_commands;
+/* The command called name, or NULL. */
+const struct ms_control_command *ms_control_command_find(const char *name);
+/* 1 when command cmd takes request field `field`. */
+int ms_control_command_takes(const char *cmd, const char *field);
+
 /* ---- framing (both sides) ---- */
 
 /* Sends one frame (blocking), with fds attached to its first byte when n_fds > 0. */

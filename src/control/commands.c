@@ -102,18 +102,14 @@ void ms_control_reply_error(struct creply *r, int code, const char *log, const c
 
 /* ---- argument checks ---- */
 
-/* Refuses fields the command does not know. allowed: NULL-terminated. */
-static int check_fields(json_t *req, const char *cmd, const char *const *allowed, struct creply *r) {
+/* Refuses fields the command does not take (megascope/control.h's table). */
+static int check_fields(json_t *req, const char *cmd, struct creply *r) {
   const char *key;
   json_t *v;
   json_object_foreach(req, key, v) {
-    if (!strcmp(key, "cmd")) continue;
-    int ok = 0;
-    for (int i = 0; allowed[i] && !ok; i++) ok = !strcmp(key, allowed[i]);
-    if (!ok) {
-      ms_control_reply_error(r, -EINVAL, NULL, "unknown field \"%.64s\" for command \"%s\"", key, cmd);
-      return -1;
-    }
+    if (!strcmp(key, "cmd") || ms_control_command_takes(cmd, key)) continue;
+    ms_control_reply_error(r, -EINVAL, NULL, "unknown field \"%.64s\" for command \"%s\"", key, cmd);
+    return -1;
   }
   return 0;
 }
@@ -232,8 +228,7 @@ static void write_coverage(struct ms_json *j, const struct ms_coverage *c) {
 /* ---- commands ---- */
 
 static void cmd_info(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {NULL};
-  if (check_fields(req, "info", allowed, r)) return;
+  if (check_fields(req, "info", r)) return;
   FILE *f = reply_open(r);
   if (f) {
     struct ms_json j;
@@ -248,9 +243,7 @@ static void cmd_info(struct ms_control *c, struct cclient *cl, json_t *req, stru
     ms_json_knum(&j, "uptime_s", (double)(ms_now_ns() - c->t_start) / 1e9);
     ms_json_key(&j, "commands");
     ms_json_arr_begin(&j);
-    static const char *const cmds[] = {"info", "attach", "replace", "detach", "list",
-                                       "maps", "schema", "stats",   "trace",  "records"};
-    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) ms_json_str(&j, cmds[i]);
+    for (int i = 0; i < ms_control_n_commands; i++) ms_json_str(&j, ms_control_commands[i].name);
     ms_json_arr_end(&j);
     ms_json_obj_end(&j);
   }
@@ -299,11 +292,9 @@ static int live_opts(struct ms_engine *e, long long id, struct ms_attach_opts *o
 }
 
 static void cmd_attach(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"object", "name", "max_per_step", "sample", "ringbuf_bytes", "interpret",
-                                        NULL};
   char name[64];
   struct ms_attach_opts ao = {.sz = sizeof ao};
-  if (check_fields(req, "attach", allowed, r) || get_name(req, name, sizeof name, r) || get_budget(req, &ao, r))
+  if (check_fields(req, "attach", r) || get_name(req, name, sizeof name, r) || get_budget(req, &ao, r))
     return;
   if (start_load(cl, req, name, r)) return;
   cl->load.replace = 0;
@@ -339,11 +330,9 @@ static void finish_attach(struct ms_control *c, struct ms_monitor *m, const char
 }
 
 static void cmd_replace(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"id",     "object",        "name",      "max_per_step",
-                                        "sample", "ringbuf_bytes", "interpret", NULL};
   long long id;
   char name[64];
-  if (check_fields(req, "replace", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
+  if (check_fields(req, "replace", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
       get_name(req, name, sizeof name, r))
     return;
   struct ms_attach_opts ao;
@@ -392,9 +381,8 @@ static void finish_replace(struct ms_control *c, struct ms_monitor *m, const cha
 }
 
 static void cmd_detach(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"id", NULL};
   long long id;
-  if (check_fields(req, "detach", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r)) return;
+  if (check_fields(req, "detach", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r)) return;
   int rc = ms_engine_detach(c->e, (int)id);
   if (rc == -ENOENT) {
     ms_control_reply_error(r, rc, NULL, "no attachment %lld is attached (unknown id, or detached already)", id);
@@ -411,9 +399,8 @@ static void cmd_detach(struct ms_control *c, struct cclient *cl, json_t *req, st
 }
 
 static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"id", NULL};
   long long only;
-  if (check_fields(req, "list", allowed, r) || get_int(req, "id", 0, 1, INT32_MAX, 0, &only, r)) return;
+  if (check_fields(req, "list", r) || get_int(req, "id", 0, 1, INT32_MAX, 0, &only, r)) return;
   int n;
   struct ms_attach_info *info = ms_engine_attach_list_all(c->e, &n);
   if (!info) {
@@ -462,10 +449,9 @@ static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, stru
 }
 
 static void cmd_maps(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"id", "fds", "release", NULL};
   long long id;
   int want_fds, release;
-  if (check_fields(req, "maps", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
+  if (check_fields(req, "maps", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
       get_bool(req, "fds", &want_fds, r) || get_bool(req, "release", &release, r))
     return;
   struct ms_coverage cov;
@@ -524,9 +510,8 @@ static void cmd_maps(struct ms_control *c, struct cclient *cl, json_t *req, stru
 }
 
 static void cmd_schema(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"rows", NULL};
   long long rows;
-  if (check_fields(req, "schema", allowed, r) || get_int(req, "rows", 0, 1, 1 << 20, 1, &rows, r)) return;
+  if (check_fields(req, "schema", r) || get_int(req, "rows", 0, 1, 1 << 20, 1, &rows, r)) return;
   const struct ms_plan *p = ms_engine_plan(c->e, (int)rows);
   if (!p) {
     ms_control_reply_error(r, -EINVAL, NULL, "no plan holds %lld rows (more than the engine's batch)", rows);
@@ -570,8 +555,7 @@ static void write_hist(struct ms_json *j, const char *key, const struct ms_histo
 }
 
 static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {NULL};
-  if (check_fields(req, "stats", allowed, r)) return;
+  if (check_fields(req, "stats", r)) return;
   struct ms_engine_stats st;
   struct ms_latency_stats lat;
   struct ms_control_stats cs;
@@ -611,8 +595,7 @@ static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, str
 }
 
 static void cmd_trace(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"seconds", "records_per_worker", "format", "max_events", "max_bytes", NULL};
-  if (check_fields(req, "trace", allowed, r)) return;
+  if (check_fields(req, "trace", r)) return;
   json_t *v = json_object_get(req, "seconds");
   double secs = v && json_is_number(v) ? json_number_value(v) : -1;
   if (!(secs > 0 && secs <= 3600)) {
@@ -721,9 +704,8 @@ void ms_control_trace_finish(struct ms_control *c, struct creply *r) {
 /* Hands over the ring buffers of attachment id to one consumer (the client
  * that asked, until it disconnects), with their record layouts. */
 static void cmd_records(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  static const char *const allowed[] = {"id", NULL};
   long long id;
-  if (check_fields(req, "records", allowed, r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r)) return;
+  if (check_fields(req, "records", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r)) return;
   for (int i = 0; i < c->n_cl; i++)
     if (c->cl[i] != cl && c->cl[i]->reader_id == id) {
       ms_control_reply_error(r, -EBUSY, NULL,
@@ -773,15 +755,24 @@ static void cmd_records(struct ms_control *c, struct cclient *cl, json_t *req, s
           id, gen);
 }
 
-/* The commands, in the order `unknown command` lists them. */
+/* Each command's handler; the names and fields are megascope/control.h's
+ * table (ms_control_commands), which test_control_table holds against this. */
 static const struct {
   const char *name;
   void (*fn)(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r);
-} commands[] = {{"info", cmd_info},     {"attach", cmd_attach}, {"replace", cmd_replace},
+} handlers[] = {{"info", cmd_info},     {"attach", cmd_attach}, {"replace", cmd_replace},
                 {"detach", cmd_detach}, {"list", cmd_list},     {"maps", cmd_maps},
                 {"schema", cmd_schema}, {"stats", cmd_stats},   {"trace", cmd_trace},
                 {"records", cmd_records}};
-#define N_COMMANDS (sizeof commands / sizeof commands[0])
+#define N_HANDLERS (sizeof handlers / sizeof handlers[0])
+
+int ms_control_n_handlers(void) { return (int)N_HANDLERS; }
+
+int ms_control_handles(const char *name) {
+  for (size_t i = 0; i < N_HANDLERS; i++)
+    if (!strcmp(handlers[i].name, name)) return 1;
+  return 0;
+}
 
 void ms_control_dispatch(struct ms_control *c, struct cclient *cl, const char *msg, size_t len, struct creply *r) {
   json_error_t err;
@@ -803,13 +794,13 @@ void ms_control_dispatch(struct ms_control *c, struct cclient *cl, const char *m
     ms_control_reply_error(r, -EINVAL, NULL, "the request has no \"cmd\" string");
   } else {
     size_t i = 0;
-    while (i < N_COMMANDS && strcmp(cmd, commands[i].name)) i++;
-    if (i < N_COMMANDS) {
-      commands[i].fn(c, cl, req, r);
+    while (i < N_HANDLERS && strcmp(cmd, handlers[i].name)) i++;
+    if (i < N_HANDLERS && ms_control_command_find(cmd)) {
+      handlers[i].fn(c, cl, req, r);
     } else {
-      char names[128] = "";
-      for (size_t k = 0; k < N_COMMANDS; k++)
-        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? " " : "", commands[k].name);
+      char names[160] = "";
+      for (int k = 0; k < ms_control_n_commands; k++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? " " : "", ms_control_commands[k].name);
       ms_control_reply_error(r, -ENOSYS, NULL, "unknown command \"%.64s\" (commands: %s)", cmd, names);
     }
   }

@@ -88,6 +88,9 @@ struct ms_control {
 /* Runs one request (msg is NUL-terminated JSON of len bytes) from client cl and
  * fills r (server thread). */
 void ms_control_dispatch(struct ms_control *c, struct cclient *cl, const char *msg, size_t len, struct creply *r);
+/* 1 when the server has a handler for command name (commands.c). */
+int ms_control_handles(const char *name);
+int ms_control_n_handlers(void);
 /* Finishes the attach or replace whose verification (cl->job) is done and
  * fills the reply owed for it; frees the job. */
 void ms_control_load_finish(struct ms_control *c, struct cclient *cl, struct creply *r);

@@ -238,7 +238,7 @@ static const struct cli_opt attach_opts[] = {
     CLI_OPT_GROUP(AA, cm, cli_model_opts),
     CLI_OPT_TEXT("                       (default: tiny)"),
     CLI_OPT_INT(AA, batch, "batch", "N", 1, 256, "requests kept in flight (default 4)"),
-    CLI_OPT_INT(AA, workers, "workers", "N", 1, 1024, "worker threads (default: one per core)"),
+    CLI_OPT_GROUP(AA, workers, cli_workers_opts),
     CLI_OPT_INT(AA, rounds, "rounds", "N", 1, MAX_ROUNDS, "attach / replace / detach rounds (default 5)"),
     CLI_OPT_STR(AA, monitor, "monitor", "P.o",
                 "monitor to attach (default: monitors/class_time.bpf.o next to\n"

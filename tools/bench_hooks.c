@@ -125,7 +125,7 @@ static const struct cli_opt hooks_opts[] = {
     CLI_OPT_INT(HA, batch, "batch", "N", 1, 4096, "concurrent requests (default 1)"),
     CLI_OPT_INT(HA, steps, "steps", "N", 1, 1 << 20, "tokens per request per round (default 8)"),
     CLI_OPT_INT(HA, rounds, "rounds", "N", 1, 1000, "interleaved rounds (default 3; the best of each is kept)"),
-    CLI_OPT_INT(HA, workers, "workers", "N", 1, 1024, "worker threads (default: one per core)"),
+    CLI_OPT_GROUP(HA, workers, cli_workers_opts),
     CLI_OPT_FLAG(HA, as_json, "json", "print the result as JSON"),
     {0}};
 #undef HA

@@ -86,7 +86,7 @@ static const struct cli_opt prefill_opts[] = {
     CLI_OPT_INT(PA, mbt, "max-batched-tokens", "N", 2, 4096, "the chunked engine's token budget per step (default 64)"),
     CLI_OPT_INT(PA, rounds, "rounds", "N", 1, MAX_ROUNDS, "measurements per length and engine (default 3)"),
     CLI_OPT_FLAG(PA, only, "chunked-only", "measure the chunked engine alone (e.g. against another engine)"),
-    CLI_OPT_INT(PA, workers, "workers", "N", 1, 1024, "worker threads per engine (default: one per core)"),
+    CLI_OPT_GROUP(PA, workers, cli_workers_opts),
     CLI_OPT_GROUP(PA, q8, cli_act_opts),
     CLI_OPT_FLAG(PA, as_json, "json", "one JSON object"),
     {0}};

@@ -174,7 +174,7 @@ static const struct cli_opt decode_opts[] = {
     CLI_OPT_INT(DA, batch, "batch", "N", 1, 4096, "concurrent requests (default 1)"),
     CLI_OPT_INT(DA, steps, "steps", "N", 1, 1 << 20, "tokens per request (default 16)"),
     CLI_OPT_INT(DA, warmup, "warmup", "N", 0, 1 << 20, "tokens per request in an unmeasured first run (default 2)"),
-    CLI_OPT_INT(DA, workers, "workers", "N", 1, 1024, "worker threads (default: one per core)"),
+    CLI_OPT_GROUP(DA, workers, cli_workers_opts),
     CLI_OPT_INT(DA, rounds, "rounds", "N", 1, 1000,
                 "alternating rounds, each engine once per round (default 3):\n"
                 "the best of each is reported, and the median of the ratios\n"

@@ -464,7 +464,7 @@ static const struct cli_opt logits_opts[] = {
                  "the double-precision reference forward, not the engine: the\n"
                  "exact one, or with --q8-activations the reference of the 8-bit\n"
                  "activations (each matrix input rounded as the engine rounds it)"),
-    CLI_OPT_INT(LA, workers, "workers", "N", 1, 1024, "engine worker threads (default: one per core)"),
+    CLI_OPT_GROUP(LA, workers, cli_workers_opts),
     CLI_OPT_GROUP(LA, q8, cli_act_opts),
     CLI_OPT_STR(LA, out, "out", "F", "write the logits to F"),
     {0}};

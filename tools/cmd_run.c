@@ -106,7 +106,7 @@ static const struct cli_opt run_opts[] = {
                  "slow_class:blk.1.wo:2, delayed_release:rope->attn:20us,\n"
                  "starve_task:blk.0.attn@3:50us, comm_delay:1:10us, slow_worker:5:1.2,\n"
                  "slow_layer:1:1.3, late_admission:2:100us; repeatable"),
-    CLI_OPT_INT(RA, workers, "workers", "N", 1, 1024, "worker threads (default: one per core)"),
+    CLI_OPT_GROUP(RA, workers, cli_workers_opts),
     CLI_OPT_FLAG(RA, shuffle, "shuffle", "random delays before tasks and random AOT placement"),
     CLI_OPT_U64(RA, seed, "seed", "S", "seed of --shuffle (default 1)"),
     CLI_OPT_INT(RA, max_ctx, "max-ctx", "N", 2, 1 << 20, "positions per request (default 512)"),

@@ -45,7 +45,7 @@ struct serve_args {
 static const struct cli_opt serve_opts[] = {
     CLI_OPT_GROUP(SA, cm, cli_model_opts),
     CLI_OPT_INT(SA, batch, "batch", "N", 1, 4096, "most requests decoded together (default 8)"),
-    CLI_OPT_INT(SA, workers, "workers", "N", 1, 1024, "worker threads (default: one per core)"),
+    CLI_OPT_GROUP(SA, workers, cli_workers_opts),
     CLI_OPT_INT(SA, max_ctx, "max-ctx", "N", 2, 1 << 20, "positions per request, prompt included (default 512)"),
     CLI_OPT_INT(SA, max_batched, "max-batched-tokens", "N", 0, 4096,
                 "token rows a step takes: a prompt is fed in chunks beside the\n"

@@ -99,5 +99,6 @@ struct cli_budget {
   int interp;
 };
 extern const struct cli_opt cli_budget_opts[];  /* struct cli_budget */
+extern const struct cli_opt cli_workers_opts[]; /* a long: --workers */
 
 #endif

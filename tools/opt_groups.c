@@ -42,3 +42,9 @@ const struct cli_opt cli_budget_opts[] = {
                 "budget: ring-buffer bytes per epoch (0: no limit, the default)"),
     CLI_OPT_FLAG(struct cli_budget, interp, "interp", "run the programs with the reference interpreter, not the JIT"),
     {0}};
+
+/* Over one long: the engine's worker threads. */
+const struct cli_opt cli_workers_opts[] = {
+    {.kind = CLI_INT, .name = "workers", .arg = "N", .lo = 1, .hi = 1024,
+     .help = "worker threads of each engine (default: one per core)"},
+    {0}};

@@ -14,7 +14,11 @@
  * Semantics follow RFC 9669: 32-bit ALU results are zero-extended, shift
  * counts are masked, division by zero gives 0, modulo by zero leaves dst (the
  * ALU form zero-extends it), INT_MIN / -1 gives INT_MIN and INT_MIN % -1 gives
- * 0 (no host trap). Local calls save r6-r9 and get a fresh 512-byte frame. */
+ * 0 (no host trap). Local calls save r6-r9 and get a fresh 512-byte frame.
+ *
+ * The instruction loop itself is bpf/vm_core.h, which the device interpreter
+ * (src/cuda/bpf_core.h) includes too: this file gives it the region check,
+ * lddw of the bound maps, the helper table and stops that log a message. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -30,7 +34,7 @@
 struct frame {
   uint64_t saved[4]; /* r6..r9 of the caller */
   uint64_t r10;
-  size_t ret_pc;
+  uint64_t ret_pc;
 };
 
 /* A run's mutable state, kept on the C stack. */
@@ -38,15 +42,13 @@ struct vm {
   struct ms_bpf_exec x;
   uint64_t reg[MS_BPF_REG_COUNT];
   struct frame frames[MS_BPF_MAX_CALL_DEPTH];
-  unsigned depth;
+  uint32_t depth;
   uint64_t count;
   uint64_t budget;
-  size_t pc; /* index of the instruction being executed */
+  uint64_t pc; /* index of the instruction being executed */
   int64_t err_insn;
   _Alignas(16) uint8_t stack[MS_BPF_MAX_CALL_DEPTH * MS_BPF_STACK_SIZE];
 };
-
-static const unsigned size_bytes[4] = {4, 2, 1, 8}; /* by MS_BPF_SIZE >> 3 */
 
 /* ---- regions ------------------------------------------------------------ */
 
@@ -145,32 +147,9 @@ __attribute__((format(printf, 3, 4))) static int stop(struct vm *vm, int err, co
   vsnprintf(msg, sizeof msg, fmt, ap);
   va_end(ap);
   vm->err_insn = (int64_t)vm->pc;
-  ms_textbuf_printf(vm->x.opts->log, "insn %zu: %s\n", vm->pc, msg);
+  ms_textbuf_printf(vm->x.opts->log, "insn %llu: %s\n", (unsigned long long)vm->pc, msg);
   return err;
 }
-
-static int bad_access(struct vm *vm, const char *what, uint64_t addr, unsigned size) {
-  return stop(vm, -EFAULT, "invalid %s of %u bytes at 0x%llx: outside the stack, context, "
-              "mem and map values", what, size, (unsigned long long)addr);
-}
-
-/* ---- ALU ---------------------------------------------------------------- */
-
-static void do_alu(struct vm *vm, const struct ms_bpf_insn *in) {
-  uint64_t *reg = vm->reg;
-  int x = MS_BPF_SRC(in->code) == MS_BPF_X;
-  unsigned op = MS_BPF_OP(in->code);
-  if (MS_BPF_CLASS(in->code) == MS_BPF_ALU64) {
-    uint64_t s = x && op != MS_BPF_END ? reg[in->src_reg] : (uint64_t)(int64_t)in->imm;
-    reg[in->dst_reg] = ms_bpf_alu64(op, in->off, in->imm, reg[in->dst_reg], s);
-  } else {
-    uint64_t s = x && op != MS_BPF_END ? reg[in->src_reg] : (uint64_t)(uint32_t)in->imm;
-    reg[in->dst_reg] = ms_bpf_alu32(op, in->off, in->imm, x, reg[in->dst_reg], s);
-  }
-}
-
-/* ---- jumps -------------------------------------------------------------- */
-
 
 /* ---- memory ------------------------------------------------------------- */
 
@@ -192,28 +171,6 @@ static void store_n(void *p, unsigned size, uint64_t v) {
   case 4: memcpy(p, &w, 4); break;
   default: memcpy(p, &v, 8); break;
   }
-}
-
-static int do_ldx(struct vm *vm, const struct ms_bpf_insn *in) {
-  unsigned size = size_bytes[MS_BPF_SIZE(in->code) >> 3];
-  uint64_t addr = vm->reg[in->src_reg] + (uint64_t)(int64_t)in->off;
-  const void *p = ms_bpf_exec_mem(&vm->x, addr, size, 0);
-  if (!p) return bad_access(vm, "read", addr, size);
-  uint64_t v = load_n(p, size);
-  if (MS_BPF_MODE(in->code) == MS_BPF_MEMSX)
-    v = size == 1 ? (uint64_t)(int64_t)(int8_t)v
-        : size == 2 ? (uint64_t)(int64_t)(int16_t)v : (uint64_t)(int64_t)(int32_t)v;
-  vm->reg[in->dst_reg] = v;
-  return 0;
-}
-
-static int do_st(struct vm *vm, const struct ms_bpf_insn *in, uint64_t v) {
-  unsigned size = size_bytes[MS_BPF_SIZE(in->code) >> 3];
-  uint64_t addr = vm->reg[in->dst_reg] + (uint64_t)(int64_t)in->off;
-  void *p = ms_bpf_exec_mem(&vm->x, addr, size, 1);
-  if (!p) return bad_access(vm, "write", addr, size);
-  store_n(p, size, v);
-  return 0;
 }
 
 /* Linux's atomics are fully ordered for the fetch forms; seq_cst for all keeps
@@ -244,18 +201,6 @@ uint64_t ms_bpf_atomic_rmw(void *p, int is64, int32_t imm, uint64_t src, uint64_
                             : __atomic_fetch_xor(q, s, __ATOMIC_SEQ_CST);
 }
 
-static int do_atomic(struct vm *vm, const struct ms_bpf_insn *in) {
-  unsigned size = MS_BPF_SIZE(in->code) == MS_BPF_DW ? 8 : 4;
-  uint64_t addr = vm->reg[in->dst_reg] + (uint64_t)(int64_t)in->off;
-  void *p = ms_bpf_exec_mem(&vm->x, addr, size, 1);
-  if (!p) return bad_access(vm, "atomic access", addr, size);
-  if (addr % size) return stop(vm, -EFAULT, "misaligned %u-byte atomic at 0x%llx", size,
-                               (unsigned long long)addr);
-  uint64_t old = ms_bpf_atomic_rmw(p, size == 8, in->imm, vm->reg[in->src_reg], &vm->reg[0]);
-  if (in->imm != MS_BPF_CMPXCHG && (in->imm & MS_BPF_FETCH)) vm->reg[in->src_reg] = old;
-  return 0;
-}
-
 /* ---- lddw, calls, exit -------------------------------------------------- */
 
 static int do_lddw(struct vm *vm, const struct ms_bpf_insn *in) {
@@ -284,7 +229,6 @@ static int do_helper(struct vm *vm, uint32_t id) {
   uint64_t *r = vm->reg;
   r[0] = s->fn(&vm->x, r[1], r[2], r[3], r[4], r[5]);
   if (vm->x.abort_err) return stop(vm, vm->x.abort_err, "helper %u: %s", id, vm->x.abort_msg);
-  vm->pc++;
   return 0;
 }
 
@@ -292,86 +236,20 @@ static uint8_t *frame_top(struct vm *vm, unsigned depth) {
   return vm->stack + sizeof vm->stack - (size_t)depth * MS_BPF_STACK_SIZE;
 }
 
-static int do_local_call(struct vm *vm, int32_t imm) {
-  if (vm->depth + 1 >= MS_BPF_MAX_CALL_DEPTH)
-    return stop(vm, -MS_E_LIMIT, "call depth exceeds %d frames", MS_BPF_MAX_CALL_DEPTH);
-  struct frame *f = &vm->frames[vm->depth++];
-  memcpy(f->saved, &vm->reg[6], sizeof f->saved);
-  f->r10 = vm->reg[10];
-  f->ret_pc = vm->pc + 1;
-  uint8_t *top = frame_top(vm, vm->depth);
-  memset(top - MS_BPF_STACK_SIZE, 0, MS_BPF_STACK_SIZE);
-  vm->reg[10] = (uint64_t)(uintptr_t)top;
-  vm->pc = (size_t)((int64_t)vm->pc + 1 + imm);
-  return 0;
-}
+/* ---- the loop: bpf/vm_core.h, shared with the device interpreter -------- */
 
-/* Returns 1 when the entry program exited. */
-static int do_exit(struct vm *vm) {
-  if (vm->depth == 0) return 1;
-  struct frame *f = &vm->frames[--vm->depth];
-  memcpy(&vm->reg[6], f->saved, sizeof f->saved);
-  vm->reg[10] = f->r10;
-  vm->pc = f->ret_pc;
-  return 0;
-}
-
-/* ---- the loop ----------------------------------------------------------- */
-
-static int do_jmp(struct vm *vm, const struct ms_bpf_insn *in, int *exited) {
-  unsigned op = MS_BPF_OP(in->code);
-  int is32 = MS_BPF_CLASS(in->code) == MS_BPF_JMP32;
-  switch (op) {
-  case MS_BPF_JA: vm->pc += 1 + (is32 ? (int64_t)in->imm : (int64_t)in->off); return 0;
-  case MS_BPF_CALL:
-    if (in->src_reg == MS_BPF_PSEUDO_CALL) return do_local_call(vm, in->imm);
-    return do_helper(vm, (uint32_t)in->imm);
-  case MS_BPF_EXIT:
-    *exited = do_exit(vm);
-    return 0;
-  default: {
-    uint64_t a = vm->reg[in->dst_reg];
-    uint64_t b = MS_BPF_SRC(in->code) == MS_BPF_X ? vm->reg[in->src_reg] : (uint64_t)(int64_t)in->imm;
-    int taken = is32 ? ms_bpf_cond32(op, (uint32_t)a, (uint32_t)b) : ms_bpf_cond64(op, a, b);
-    vm->pc += 1 + (taken ? (int64_t)in->off : 0);
-    return 0;
-  }
-  }
-}
-
-static int step(struct vm *vm, const struct ms_bpf_insn *in, int *exited) {
-  int err = 0;
-  switch (MS_BPF_CLASS(in->code)) {
-  case MS_BPF_ALU: case MS_BPF_ALU64: do_alu(vm, in); break;
-  case MS_BPF_LD:
-    err = do_lddw(vm, in);
-    vm->pc++; /* the second slot */
-    break;
-  case MS_BPF_LDX: err = do_ldx(vm, in); break;
-  case MS_BPF_ST: err = do_st(vm, in, (uint64_t)(int64_t)in->imm); break;
-  case MS_BPF_STX:
-    err = MS_BPF_MODE(in->code) == MS_BPF_ATOMIC ? do_atomic(vm, in) : do_st(vm, in, vm->reg[in->src_reg]);
-    break;
-  default: return do_jmp(vm, in, exited);
-  }
-  if (err) return err;
-  vm->pc++;
-  return 0;
-}
-
-static int run_loop(struct vm *vm) {
-  const struct ms_bpf_insn *insns = vm->x.prog->insns;
-  size_t n = vm->x.prog->n;
-  for (;;) {
-    if (vm->pc >= n) return stop(vm, -EFAULT, "fell off the end of the program");
-    if (vm->count >= vm->budget)
-      return stop(vm, -MS_E_LIMIT, "instruction budget of %llu exhausted",
-                  (unsigned long long)vm->budget);
-    vm->count++;
-    int exited = 0, err = step(vm, &insns[vm->pc], &exited);
-    if (err || exited) return err;
-  }
-}
+#define MS_VMC_FN static inline
+#define MS_VMC_VM struct vm
+#define MS_VMC_MEM(vm, addr, size, w) ms_bpf_exec_mem(&(vm)->x, (addr), (size), (w))
+#define MS_VMC_LOAD(p, size) load_n((p), (size))
+#define MS_VMC_STORE(p, size, v) store_n((p), (size), (v))
+#define MS_VMC_ATOMIC(p, size, imm, s, r0) ms_bpf_atomic_rmw((p), (size) == 8, (imm), (s), (r0))
+#define MS_VMC_LDDW(vm, in) do_lddw((vm), (in))
+#define MS_VMC_HELPER(vm, id) do_helper((vm), (id))
+#define MS_VMC_FRAME_TOP(vm, d) frame_top((vm), (d))
+#define MS_VMC_ZERO(p, n) memset((p), 0, (n))
+#define MS_VMC_STOP(vm, err, ...) stop((vm), (err), __VA_ARGS__)
+#include "bpf/vm_core.h"
 
 /* Records a run left reserved are discarded; leaving one is the program's fault. */
 static int release_records(struct vm *vm, int err) {
@@ -404,7 +282,7 @@ int ms_bpf_run(const struct ms_bpf_prog *prog, const struct ms_bpf_run_opts *opt
   vm.reg[2] = o.ctx ? 0 : o.mem_size;
   vm.reg[10] = (uint64_t)(uintptr_t)frame_top(&vm, 0);
 
-  int err = release_records(&vm, run_loop(&vm));
+  int err = release_records(&vm, ms_vmc_loop(&vm, prog->insns, prog->n));
   res->r0 = vm.reg[0];
   res->insns = vm.count;
   res->err_insn = vm.err_insn;

@@ -3,8 +3,11 @@
  * compiles both as C11 (the host test, tests/test_bpf_devcore.c, checks it
  * against the reference) and as CUDA C++17 device code (bpf_dev.cuh).
  *
- * It is a second implementation of src/bpf/interp.c, helpers.c, maps.c and
- * ringbuf.c with the same semantics and the same bytes in memory:
+ * The instruction loop is the reference interpreter's own (src/bpf/vm_core.h,
+ * included by interp.c too, with this file's memory, lddw and helpers); the
+ * ALU is bpf/alu.h, also shared. The helpers, maps and ring buffer below are a
+ * second implementation of src/bpf/helpers.c, maps.c and ringbuf.c with the
+ * same semantics and the same bytes in memory:
  *   - RFC 9669 as interp.c runs it: zero-extended alu32, masked shifts, x/0 = 0,
  *     x%0 = x, INT_MIN/-1 = INT_MIN, INT_MIN%-1 = 0, atomics (add/or/and/xor,
  *     their fetch forms, xchg, cmpxchg), local calls that save r6-r9 with a
@@ -552,51 +555,6 @@ MSD_FN void *msd_mem(const struct msd_vm *vm, uint64_t addr, uint64_t size, int 
   return 0;
 }
 
-MSD_FN void msd_do_alu(struct msd_vm *vm, const struct ms_bpf_insn *in) {
-  uint64_t *reg = vm->reg;
-  int x = MS_BPF_SRC(in->code) == MS_BPF_X;
-  unsigned op = MS_BPF_OP(in->code);
-  if (MS_BPF_CLASS(in->code) == MS_BPF_ALU64) {
-    uint64_t s = x && op != MS_BPF_END ? reg[in->src_reg] : (uint64_t)(int64_t)in->imm;
-    reg[in->dst_reg] = ms_bpf_alu64(op, in->off, in->imm, reg[in->dst_reg], s);
-  } else {
-    uint64_t s = x && op != MS_BPF_END ? reg[in->src_reg] : (uint64_t)(uint32_t)in->imm;
-    reg[in->dst_reg] = ms_bpf_alu32(op, in->off, in->imm, x, reg[in->dst_reg], s);
-  }
-}
-
-
-MSD_FN unsigned msd_size_bytes(uint8_t code) {
-  switch (MS_BPF_SIZE(code)) {
-  case MS_BPF_W: return 4;
-  case MS_BPF_H: return 2;
-  case MS_BPF_B: return 1;
-  default: return 8;
-  }
-}
-
-MSD_FN int msd_do_ldx(struct msd_vm *vm, const struct ms_bpf_insn *in) {
-  unsigned size = msd_size_bytes(in->code);
-  uint64_t addr = vm->reg[in->src_reg] + (uint64_t)(int64_t)in->off;
-  const void *p = msd_mem(vm, addr, size, 0);
-  if (!p) return -EFAULT;
-  uint64_t v = msd_load(p, size);
-  if (MS_BPF_MODE(in->code) == MS_BPF_MEMSX)
-    v = size == 1 ? (uint64_t)(int64_t)(int8_t)v
-        : size == 2 ? (uint64_t)(int64_t)(int16_t)v : (uint64_t)(int64_t)(int32_t)v;
-  vm->reg[in->dst_reg] = v;
-  return 0;
-}
-
-MSD_FN int msd_do_st(struct msd_vm *vm, const struct ms_bpf_insn *in, uint64_t v) {
-  unsigned size = msd_size_bytes(in->code);
-  uint64_t addr = vm->reg[in->dst_reg] + (uint64_t)(int64_t)in->off;
-  void *p = msd_mem(vm, addr, size, 1);
-  if (!p) return -EFAULT;
-  msd_store(p, size, v);
-  return 0;
-}
-
 /* One bpf atomic on an aligned word; returns the old value. */
 MSD_FN uint64_t msd_atomic_rmw(void *p, unsigned size, int32_t imm, uint64_t s, uint64_t *r0) {
   int op = imm & ~MS_BPF_FETCH;
@@ -668,18 +626,6 @@ MSD_FN uint64_t msd_atomic_rmw(void *p, unsigned size, int32_t imm, uint64_t s, 
            : __atomic_fetch_xor(q, v, __ATOMIC_SEQ_CST);
   }
 #endif
-}
-
-MSD_FN int msd_do_atomic(struct msd_vm *vm, const struct ms_bpf_insn *in) {
-  unsigned size = MS_BPF_SIZE(in->code) == MS_BPF_DW ? 8 : 4;
-  uint64_t addr = vm->reg[in->dst_reg] + (uint64_t)(int64_t)in->off;
-  void *p = msd_mem(vm, addr, size, 1);
-  if (!p || addr % size) return -EFAULT;
-  uint64_t *src = &vm->reg[in->src_reg];
-  uint64_t old = msd_atomic_rmw(p, size, in->imm, size == 8 ? *src : (uint32_t)*src, &vm->reg[0]);
-  if (in->imm == MS_BPF_CMPXCHG) return 0;
-  if (in->imm & MS_BPF_FETCH) *src = size == 8 ? old : (uint32_t)old;
-  return 0;
 }
 
 MSD_FN int msd_do_lddw(struct msd_vm *vm, const struct ms_bpf_insn *in) {
@@ -850,79 +796,28 @@ MSD_FN int msd_do_helper(struct msd_vm *vm, uint32_t id) {
     default: err = -ENOENT; /* unknown helper */
     }
   }
-  if (err) {
-    vm->helper = id;
-    return err;
-  }
-  vm->pc++;
-  return 0;
+  if (err) vm->helper = id;
+  return err;
 }
 
 MSD_FN uint8_t *msd_frame_top(struct msd_vm *vm, uint32_t depth) {
   return (uint8_t *)vm->stack + sizeof vm->stack - (uint64_t)depth * MS_BPF_STACK_SIZE;
 }
 
-MSD_FN int msd_do_local_call(struct msd_vm *vm, int32_t imm) {
-  if (vm->depth + 1 >= MS_BPF_MAX_CALL_DEPTH) return -MS_E_LIMIT;
-  struct msd_frame *f = &vm->frames[vm->depth++];
-  for (int i = 0; i < 4; i++) f->saved[i] = vm->reg[6 + i];
-  f->r10 = vm->reg[10];
-  f->ret_pc = vm->pc + 1;
-  uint8_t *top = msd_frame_top(vm, vm->depth);
-  msd_bytes_zero(top - MS_BPF_STACK_SIZE, MS_BPF_STACK_SIZE);
-  vm->reg[10] = (uint64_t)(uintptr_t)top;
-  vm->pc = (uint64_t)((int64_t)vm->pc + 1 + imm);
-  return 0;
-}
+/* ---- the loop: bpf/vm_core.h, the reference interpreter's own ------------ */
 
-MSD_FN int msd_do_exit(struct msd_vm *vm) {
-  if (vm->depth == 0) return 1;
-  struct msd_frame *f = &vm->frames[--vm->depth];
-  for (int i = 0; i < 4; i++) vm->reg[6 + i] = f->saved[i];
-  vm->reg[10] = f->r10;
-  vm->pc = f->ret_pc;
-  return 0;
-}
-
-MSD_FN int msd_do_jmp(struct msd_vm *vm, const struct ms_bpf_insn *in, int *exited) {
-  unsigned op = MS_BPF_OP(in->code);
-  int is32 = MS_BPF_CLASS(in->code) == MS_BPF_JMP32;
-  switch (op) {
-  case MS_BPF_JA: vm->pc += 1 + (is32 ? (int64_t)in->imm : (int64_t)in->off); return 0;
-  case MS_BPF_CALL:
-    if (in->src_reg == MS_BPF_PSEUDO_CALL) return msd_do_local_call(vm, in->imm);
-    return msd_do_helper(vm, (uint32_t)in->imm);
-  case MS_BPF_EXIT: *exited = msd_do_exit(vm); return 0;
-  default: {
-    uint64_t a = vm->reg[in->dst_reg];
-    uint64_t b = MS_BPF_SRC(in->code) == MS_BPF_X ? vm->reg[in->src_reg] : (uint64_t)(int64_t)in->imm;
-    int taken = is32 ? ms_bpf_cond32(op, (uint32_t)a, (uint32_t)b) : ms_bpf_cond64(op, a, b);
-    vm->pc += 1 + (taken ? (int64_t)in->off : 0);
-    return 0;
-  }
-  }
-}
-
-MSD_FN int msd_step(struct msd_vm *vm, const struct ms_bpf_insn *in, int *exited) {
-  int err = 0;
-  switch (MS_BPF_CLASS(in->code)) {
-  case MS_BPF_ALU: case MS_BPF_ALU64: msd_do_alu(vm, in); break;
-  case MS_BPF_LD:
-    err = msd_do_lddw(vm, in);
-    if (!err) vm->pc++; /* the second slot */
-    break;
-  case MS_BPF_LDX: err = msd_do_ldx(vm, in); break;
-  case MS_BPF_ST: err = msd_do_st(vm, in, (uint64_t)(int64_t)in->imm); break;
-  case MS_BPF_STX:
-    err = MS_BPF_MODE(in->code) == MS_BPF_ATOMIC ? msd_do_atomic(vm, in)
-                                                 : msd_do_st(vm, in, vm->reg[in->src_reg]);
-    break;
-  default: return msd_do_jmp(vm, in, exited);
-  }
-  if (err) return err;
-  vm->pc++;
-  return 0;
-}
+#define MS_VMC_FN MSD_FN
+#define MS_VMC_VM struct msd_vm
+#define MS_VMC_MEM(vm, addr, size, w) msd_mem((vm), (addr), (size), (w))
+#define MS_VMC_LOAD(p, size) msd_load((p), (size))
+#define MS_VMC_STORE(p, size, v) msd_store((p), (size), (v))
+#define MS_VMC_ATOMIC(p, size, imm, s, r0) msd_atomic_rmw((p), (size), (imm), (s), (r0))
+#define MS_VMC_LDDW(vm, in) msd_do_lddw((vm), (in))
+#define MS_VMC_HELPER(vm, id) msd_do_helper((vm), (id))
+#define MS_VMC_FRAME_TOP(vm, d) msd_frame_top((vm), (d))
+#define MS_VMC_ZERO(p, n) msd_bytes_zero((p), (n))
+#define MS_VMC_STOP(vm, err, ...) (err) /* no strings on the device: the code and vm->pc say it */
+#include "bpf/vm_core.h"
 
 /* Runs in->insns to its exit: 0 or interp.c's code for the same stop
  * (-EFAULT, -MS_E_LIMIT, -ENOENT, -EINVAL); res says where. The result of
@@ -942,19 +837,7 @@ MSD_BIG int msd_bpf_run(const struct msd_run *in, struct msd_result *res) {
   vm.reg[1] = (uint64_t)(uintptr_t)(in->ctx ? in->ctx : in->mem);
   vm.reg[2] = in->ctx ? 0 : in->mem_size;
   vm.reg[10] = (uint64_t)(uintptr_t)msd_frame_top(&vm, 0);
-  int err = 0, exited = 0;
-  while (!err && !exited) {
-    if (vm.pc >= in->n_insns) {
-      err = -EFAULT; /* fell off the end */
-      break;
-    }
-    if (vm.count >= vm.budget) {
-      err = -MS_E_LIMIT;
-      break;
-    }
-    vm.count++;
-    err = msd_step(&vm, &in->insns[vm.pc], &exited);
-  }
+  int err = ms_vmc_loop(&vm, in->insns, in->n_insns);
   res->err_insn = err ? (int64_t)vm.pc : -1;
   /* Records left reserved are discarded; leaving one is the program's fault. */
   uint32_t left = vm.n_rec;

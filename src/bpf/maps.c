@@ -51,6 +51,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bpf/atomics.h"
 #include "bpf/bpf_internal.h"
 #include "bpf/map_view.h"
 
@@ -210,17 +211,7 @@ void map_view_init(struct map_view *v, const struct ms_bpf_map_shm *h, uint8_t *
 
 /* ---- copies ------------------------------------------------------------- */
 
-void map_copy_in(void *dst, const void *src, size_t n) {
-  uint8_t *d = dst;
-  const uint8_t *s = src;
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t w;
-    memcpy(&w, s + i, 8);
-    __atomic_store_n((uint64_t *)(d + i), w, __ATOMIC_RELAXED);
-  }
-  for (; i < n; i++) __atomic_store_n(d + i, s[i], __ATOMIC_RELAXED);
-}
+void map_copy_in(void *dst, const void *src, size_t n) { ms_at_copy_in(dst, src, n); }
 
 void map_copy_out(void *dst, const void *src, size_t n) {
   uint8_t *d = dst;
@@ -233,156 +224,22 @@ void map_copy_out(void *dst, const void *src, size_t n) {
   for (; i < n; i++) d[i] = __atomic_load_n(s + i, __ATOMIC_RELAXED);
 }
 
-static void zero_words(void *dst, size_t n) {
-  static const uint8_t zeros[64];
-  for (size_t i = 0; i < n; i += sizeof zeros)
-    map_copy_in((uint8_t *)dst + i, zeros, n - i < sizeof zeros ? n - i : sizeof zeros);
+/* ---- hash: bpf/map_core.h, the device's own ------------------------------- */
+
+static void relax(uint64_t spins) {
+  ms_at_relax();
+  if (spins > 1024) sched_yield(); /* more threads than cores: let the writer run */
 }
 
-/* ---- hash --------------------------------------------------------------- */
+#define MS_MAPC_FN static inline
+#define MS_MAPC_VIEW struct map_view
+#define MS_MAPC_RELAX(spins) relax(spins)
+#include "bpf/map_core.h"
 
-/* FNV-1a 64 with a final avalanche; readers in other languages use the same. */
-static uint64_t key_hash(const void *key, uint32_t size) {
-  const uint8_t *p = key;
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (uint32_t i = 0; i < size; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  return h ^ (h >> 33);
-}
-
-static uint32_t state_load(const uint32_t *s) { return __atomic_load_n(s, __ATOMIC_ACQUIRE); }
-
-static void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
-/* Waits while slot b is CLAIMING (its key is being written). Returns the new
- * state, or CLAIMING when bounded and it gave up. */
-static uint32_t wait_claimed(const uint32_t *st, int bounded) {
-  uint32_t s;
-  for (uint64_t spins = 0; (s = state_load(st)) == MS_BPF_SLOT_CLAIMING; spins++) {
-    if (bounded && spins > (1u << 22)) break;
-    cpu_relax();
-    if (spins > 1024) sched_yield();
-  }
-  return s;
-}
-
-static int key_at_equals(const struct map_view *v, uint32_t b, const void *key) {
-  return memcmp(v->keys + (uint64_t)b * v->key_stride, key, v->key_size) == 0;
-}
+static uint32_t state_load(const uint32_t *s) { return ms_at_ld_acq32(s); }
 
 int64_t map_hash_find(const struct map_view *v, const void *key, int bounded) {
-  uint64_t h = key_hash(key, v->key_size);
-  uint32_t mask = v->n_slots - 1;
-  for (uint32_t i = 0; i < v->n_slots; i++) {
-    uint32_t b = (uint32_t)(h + i) & mask;
-    uint32_t s = state_load(&v->state[b]);
-    if (s == MS_BPF_SLOT_EMPTY) return -1;
-    if (s == MS_BPF_SLOT_CLAIMING && wait_claimed(&v->state[b], bounded) == MS_BPF_SLOT_CLAIMING)
-      continue;
-    if (key_at_equals(v, b, key)) return b;
-  }
-  return -1;
-}
-
-/* Finds key's slot or claims an empty one for it (*claimed = 1, state left
- * CLAIMING with the key written). -1 when every slot holds another key. */
-static int64_t hash_find_or_claim(struct map_view *v, const void *key, int *claimed) {
-  uint64_t h = key_hash(key, v->key_size);
-  uint32_t mask = v->n_slots - 1;
-  *claimed = 0;
-  for (uint32_t i = 0; i < v->n_slots; i++) {
-    uint32_t b = (uint32_t)(h + i) & mask;
-    uint32_t s = state_load(&v->state[b]);
-    if (s == MS_BPF_SLOT_EMPTY) {
-      /* acq_rel: on success our key writes follow the claim; on failure we
-       * must see the winner's state (and, after it leaves CLAIMING, its key). */
-      if (__atomic_compare_exchange_n(&v->state[b], &s, MS_BPF_SLOT_CLAIMING, 0,
-                                      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)) {
-        map_copy_in(v->keys + (uint64_t)b * v->key_stride, key, v->key_size);
-        *claimed = 1;
-        return b;
-      }
-    }
-    if (s == MS_BPF_SLOT_CLAIMING) wait_claimed(&v->state[b], 0);
-    if (key_at_equals(v, b, key)) return b;
-  }
-  return -1;
-}
-
-/* Reserves one of max_entries live entries; relaxed: the count bounds, it
- * orders nothing. */
-static int count_reserve(struct map_view *v) {
-  if (__atomic_fetch_add(&v->hdr->count, 1, __ATOMIC_RELAXED) < v->max_entries) return 0;
-  __atomic_fetch_sub(&v->hdr->count, 1, __ATOMIC_RELAXED);
-  return -E2BIG;
-}
-
-/* Writes the value of a bucket that is not yet LIVE, then publishes it. */
-static void hash_publish(struct map_view *v, uint32_t b, const void *value, uint32_t worker) {
-  for (uint32_t w = 0; w < v->n_workers; w++)
-    if (w != worker) zero_words(map_value_at(v, b, w), v->value_stride);
-  map_copy_in(map_value_at(v, b, worker), value, v->value_size);
-  __atomic_store_n(&v->state[b], MS_BPF_SLOT_LIVE, __ATOMIC_RELEASE);
-}
-
-static int hash_update(struct map_view *v, const void *key, const void *value, uint64_t flags,
-                       uint32_t worker) {
-  int claimed = 0;
-  int64_t b = flags == MS_BPF_EXIST ? map_hash_find(v, key, 0) : hash_find_or_claim(v, key, &claimed);
-  if (b < 0) return flags == MS_BPF_EXIST ? -ENOENT : -E2BIG;
-  uint32_t *st = &v->state[b];
-  if (flags != MS_BPF_EXIST && claimed) {
-    if (count_reserve(v)) {
-      __atomic_store_n(st, MS_BPF_SLOT_KEYED, __ATOMIC_RELEASE); /* the key keeps its bucket */
-      return -E2BIG;
-    }
-    hash_publish(v, (uint32_t)b, value, worker);
-    return 0;
-  }
-  for (;;) {
-    uint32_t s = state_load(st);
-    if (s == MS_BPF_SLOT_LIVE) {
-      if (flags == MS_BPF_NOEXIST) return -EEXIST;
-      map_copy_in(map_value_at(v, (uint32_t)b, worker), value, v->value_size);
-      return 0;
-    }
-    if (s == MS_BPF_SLOT_KEYED) {
-      if (flags == MS_BPF_EXIST) return -ENOENT;
-      if (!__atomic_compare_exchange_n(st, &s, MS_BPF_SLOT_WRITING, 0, __ATOMIC_ACQ_REL,
-                                       __ATOMIC_ACQUIRE))
-        continue;
-      if (count_reserve(v)) {
-        __atomic_store_n(st, MS_BPF_SLOT_KEYED, __ATOMIC_RELEASE);
-        return -E2BIG;
-      }
-      hash_publish(v, (uint32_t)b, value, worker);
-      return 0;
-    }
-    cpu_relax(); /* WRITING: another insert of this key is publishing it */
-  }
-}
-
-static int hash_delete(struct map_view *v, const void *key) {
-  int64_t b = map_hash_find(v, key, 0);
-  if (b < 0) return -ENOENT;
-  for (;;) {
-    uint32_t s = state_load(&v->state[b]);
-    if (s == MS_BPF_SLOT_KEYED) return -ENOENT;
-    if (s == MS_BPF_SLOT_LIVE) {
-      if (__atomic_compare_exchange_n(&v->state[b], &s, MS_BPF_SLOT_KEYED, 0, __ATOMIC_ACQ_REL,
-                                      __ATOMIC_ACQUIRE)) {
-        __atomic_fetch_sub(&v->hdr->count, 1, __ATOMIC_RELAXED);
-        return 0;
-      }
-      continue;
-    }
-    cpu_relax();
-  }
+  return ms_mapc_hash_find(v, key, bounded);
 }
 
 /* ---- array -------------------------------------------------------------- */
@@ -479,7 +336,7 @@ int ms_bpf_map_update(struct ms_bpf_map *m, const void *key, const void *value, 
   uint32_t w, idx;
   if (!m || !key || !value || flags > MS_BPF_EXIST || slot_worker(m, worker, &w)) return -EINVAL;
   struct map_view *v = &m->v;
-  if (is_hash(v->type)) return hash_update(v, key, value, flags, w);
+  if (is_hash(v->type)) return ms_mapc_hash_update(v, key, value, flags, w);
   if (v->type == MS_BPF_MAP_RINGBUF) return -EINVAL;
   if (array_index(v, key, &idx)) return -E2BIG;
   if (flags == MS_BPF_NOEXIST) return -EEXIST; /* array elements always exist */
@@ -489,7 +346,7 @@ int ms_bpf_map_update(struct ms_bpf_map *m, const void *key, const void *value, 
 
 int ms_bpf_map_delete(struct ms_bpf_map *m, const void *key) {
   if (!m || !key || !is_hash(m->def.type)) return -EINVAL;
-  return hash_delete(&m->v, key);
+  return ms_mapc_hash_delete(&m->v, key);
 }
 
 uint32_t ms_bpf_map_count(const struct ms_bpf_map *m) {

@@ -77,133 +77,8 @@
 #define MS_BPF_ALU_FN MSD_FN
 #include "bpf/alu.h"
 
-/* ---- atomics: C builtins on the host, intrinsics and PTX on the device ---- */
-
-#ifdef __CUDACC__
-MSD_FN uint32_t msd_ld_acq32(const uint32_t *p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-MSD_FN void msd_st_rel32(uint32_t *p, uint32_t v) {
-  asm volatile("st.release.gpu.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-MSD_FN uint64_t msd_ld_acq64(const uint64_t *p) {
-  uint64_t v;
-  asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-MSD_FN void msd_st_rel64(uint64_t *p, uint64_t v) {
-  asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-MSD_FN uint64_t msd_ld_rlx64(const uint64_t *p) {
-  uint64_t v;
-  asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-MSD_FN void msd_st_rlx64(uint64_t *p, uint64_t v) {
-  asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-MSD_FN void msd_st_rlx8(uint8_t *p, uint8_t v) { *(volatile uint8_t *)p = v; }
-/* CAS with acq_rel on success, acquire on failure; *expected gets the old value. */
-MSD_FN int msd_cas32(uint32_t *p, uint32_t *expected, uint32_t desired) {
-  __threadfence();
-  uint32_t old = atomicCAS((unsigned int *)p, *expected, desired);
-  __threadfence();
-  int ok = old == *expected;
-  *expected = old;
-  return ok;
-}
-MSD_FN uint64_t msd_fetch_add64(uint64_t *p, uint64_t v) {
-  return atomicAdd((unsigned long long *)p, (unsigned long long)v); /* relaxed: counts order nothing */
-}
-MSD_FN uint32_t msd_xchg32_acq(uint32_t *p, uint32_t v) {
-  uint32_t old = atomicExch((unsigned int *)p, v);
-  __threadfence(); /* acquire: the lock holder's writes before ours */
-  return old;
-}
-MSD_FN void msd_relax(void) { __nanosleep(32); }
-MSD_FN uint64_t msd_clock_now(void) {
-  uint64_t t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  return t;
-}
-MSD_FN int msd_clz64(uint64_t v) { return __clzll((long long)v); }
-#else
-MSD_FN uint32_t msd_ld_acq32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-MSD_FN void msd_st_rel32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-MSD_FN uint64_t msd_ld_acq64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-MSD_FN void msd_st_rel64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-MSD_FN uint64_t msd_ld_rlx64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-MSD_FN void msd_st_rlx64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
-MSD_FN void msd_st_rlx8(uint8_t *p, uint8_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
-MSD_FN int msd_cas32(uint32_t *p, uint32_t *expected, uint32_t desired) {
-  return __atomic_compare_exchange_n(p, expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
-}
-MSD_FN uint64_t msd_fetch_add64(uint64_t *p, uint64_t v) {
-  return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); /* relaxed: counts order nothing */
-}
-MSD_FN uint32_t msd_xchg32_acq(uint32_t *p, uint32_t v) {
-  return __atomic_exchange_n(p, v, __ATOMIC_ACQUIRE);
-}
-MSD_FN void msd_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-MSD_FN int msd_clz64(uint64_t v) { return __builtin_clzll(v); }
-#endif
-
-/* ---- plain memory ------------------------------------------------------- */
-
-MSD_FN uint64_t msd_load(const void *p, unsigned size) {
-  const uint8_t *b = (const uint8_t *)p;
-  if (((uintptr_t)p & (size - 1)) == 0) {
-    switch (size) {
-    case 1: return *b;
-    case 2: return *(const uint16_t *)p;
-    case 4: return *(const uint32_t *)p;
-    default: return *(const uint64_t *)p;
-    }
-  }
-  uint64_t v = 0;
-  for (unsigned i = 0; i < size; i++) v |= (uint64_t)b[i] << (8 * i);
-  return v;
-}
-
-MSD_FN void msd_store(void *p, unsigned size, uint64_t v) {
-  uint8_t *b = (uint8_t *)p;
-  if (((uintptr_t)p & (size - 1)) == 0) {
-    switch (size) {
-    case 1: *b = (uint8_t)v; return;
-    case 2: *(uint16_t *)p = (uint16_t)v; return;
-    case 4: *(uint32_t *)p = (uint32_t)v; return;
-    default: *(uint64_t *)p = v; return;
-    }
-  }
-  for (unsigned i = 0; i < size; i++) b[i] = (uint8_t)(v >> (8 * i));
-}
-
-MSD_FN void msd_bytes_copy(void *dst, const void *src, uint64_t n) {
-  uint8_t *d = (uint8_t *)dst;
-  const uint8_t *s = (const uint8_t *)src;
-  for (uint64_t i = 0; i < n; i++) d[i] = s[i];
-}
-
-MSD_FN void msd_bytes_zero(void *dst, uint64_t n) {
-  uint8_t *d = (uint8_t *)dst;
-  for (uint64_t i = 0; i < n; i++) d[i] = 0;
-}
-
-/* maps.c's map_copy_in: 8-byte words with relaxed atomic stores (dst is a
- * value or key slot, 8-aligned; src may be anywhere), then bytes. */
-MSD_FN void msd_copy_in(void *dst, const void *src, uint64_t n) {
-  uint8_t *d = (uint8_t *)dst;
-  const uint8_t *s = (const uint8_t *)src;
-  uint64_t i = 0;
-  for (; i + 8 <= n; i += 8) msd_st_rlx64((uint64_t *)(d + i), msd_load(s + i, 8));
-  for (; i < n; i++) msd_st_rlx8(d + i, s[i]);
-}
+/* atomics and plain memory moves: ms_at_* (bpf/atomics.h, maps.c's too) */
+#include "bpf/atomics.h"
 
 /* ---- maps --------------------------------------------------------------- */
 
@@ -273,144 +148,26 @@ MSD_FN int msd_is_percpu(uint32_t t) {
   return t == MS_BPF_MAP_PERCPU_HASH || t == MS_BPF_MAP_PERCPU_ARRAY;
 }
 
-MSD_FN uint8_t *msd_value_at(const struct msd_map *m, uint32_t slot, uint32_t worker) {
-  return m->values + ((uint64_t)worker * m->n_slots + slot) * m->value_stride;
-}
 
-MSD_FN uint64_t msd_key_hash(const void *key, uint32_t size) {
-  const uint8_t *p = (const uint8_t *)key;
-  uint64_t h = 0xcbf29ce484222325ull;
-  for (uint32_t i = 0; i < size; i++) h = (h ^ p[i]) * 0x100000001b3ull;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdull;
-  return h ^ (h >> 33);
-}
+/* ---- the hash state machine: bpf/map_core.h, maps.c's own ------------------- */
 
-MSD_FN uint32_t msd_wait_claimed(uint32_t *st) {
-  uint32_t s;
-  while ((s = msd_ld_acq32(st)) == MS_BPF_SLOT_CLAIMING) msd_relax();
-  return s;
-}
-
-MSD_FN int msd_key_equals(const struct msd_map *m, uint32_t b, const void *key) {
-  const uint8_t *k = m->keys + (uint64_t)b * m->key_stride, *q = (const uint8_t *)key;
-  for (uint32_t i = 0; i < m->key_size; i++)
-    if (k[i] != q[i]) return 0;
-  return 1;
-}
-
-/* map_hash_find (unbounded: writers wait for a bucket being claimed). */
-MSD_FN int64_t msd_hash_find(const struct msd_map *m, const void *key) {
-  uint64_t h = msd_key_hash(key, m->key_size);
-  uint32_t mask = m->n_slots - 1;
-  for (uint32_t i = 0; i < m->n_slots; i++) {
-    uint32_t b = (uint32_t)(h + i) & mask;
-    uint32_t s = msd_ld_acq32(&m->state[b]);
-    if (s == MS_BPF_SLOT_EMPTY) return -1;
-    if (s == MS_BPF_SLOT_CLAIMING) msd_wait_claimed(&m->state[b]);
-    if (msd_key_equals(m, b, key)) return b;
-  }
-  return -1;
-}
-
-MSD_FN int64_t msd_hash_find_or_claim(const struct msd_map *m, const void *key, int *claimed) {
-  uint64_t h = msd_key_hash(key, m->key_size);
-  uint32_t mask = m->n_slots - 1;
-  *claimed = 0;
-  for (uint32_t i = 0; i < m->n_slots; i++) {
-    uint32_t b = (uint32_t)(h + i) & mask;
-    uint32_t s = msd_ld_acq32(&m->state[b]);
-    if (s == MS_BPF_SLOT_EMPTY && msd_cas32(&m->state[b], &s, MS_BPF_SLOT_CLAIMING)) {
-      msd_copy_in(m->keys + (uint64_t)b * m->key_stride, key, m->key_size);
-      *claimed = 1;
-      return b;
-    }
-    if (s == MS_BPF_SLOT_CLAIMING) msd_wait_claimed(&m->state[b]);
-    if (msd_key_equals(m, b, key)) return b;
-  }
-  return -1;
-}
-
-MSD_FN int msd_count_reserve(const struct msd_map *m) {
-  if (msd_fetch_add64(&m->hdr->count, 1) < m->max_entries) return 0;
-  msd_fetch_add64(&m->hdr->count, (uint64_t)-1);
-  return -E2BIG;
-}
-
-MSD_FN void msd_hash_publish(const struct msd_map *m, uint32_t b, const void *value, uint32_t worker) {
-  for (uint32_t w = 0; w < m->n_workers; w++) {
-    if (w == worker) continue;
-    uint8_t *v = msd_value_at(m, b, w);
-    for (uint32_t i = 0; i < m->value_stride; i += 8) msd_st_rlx64((uint64_t *)(v + i), 0);
-  }
-  msd_copy_in(msd_value_at(m, b, worker), value, m->value_size);
-  msd_st_rel32(&m->state[b], MS_BPF_SLOT_LIVE);
-}
-
-MSD_FN int msd_hash_update(const struct msd_map *m, const void *key, const void *value, uint64_t flags,
-                           uint32_t worker) {
-  int claimed = 0;
-  int64_t b = flags == MS_BPF_EXIST ? msd_hash_find(m, key) : msd_hash_find_or_claim(m, key, &claimed);
-  if (b < 0) return flags == MS_BPF_EXIST ? -ENOENT : -E2BIG;
-  uint32_t *st = &m->state[b];
-  if (flags != MS_BPF_EXIST && claimed) {
-    if (msd_count_reserve(m)) {
-      msd_st_rel32(st, MS_BPF_SLOT_KEYED); /* the key keeps its bucket */
-      return -E2BIG;
-    }
-    msd_hash_publish(m, (uint32_t)b, value, worker);
-    return 0;
-  }
-  for (;;) {
-    uint32_t s = msd_ld_acq32(st);
-    if (s == MS_BPF_SLOT_LIVE) {
-      if (flags == MS_BPF_NOEXIST) return -EEXIST;
-      msd_copy_in(msd_value_at(m, (uint32_t)b, worker), value, m->value_size);
-      return 0;
-    }
-    if (s == MS_BPF_SLOT_KEYED) {
-      if (flags == MS_BPF_EXIST) return -ENOENT;
-      if (!msd_cas32(st, &s, MS_BPF_SLOT_WRITING)) continue;
-      if (msd_count_reserve(m)) {
-        msd_st_rel32(st, MS_BPF_SLOT_KEYED);
-        return -E2BIG;
-      }
-      msd_hash_publish(m, (uint32_t)b, value, worker);
-      return 0;
-    }
-    msd_relax(); /* WRITING: another insert of this key is publishing it */
-  }
-}
-
-MSD_FN int msd_hash_delete(const struct msd_map *m, const void *key) {
-  int64_t b = msd_hash_find(m, key);
-  if (b < 0) return -ENOENT;
-  for (;;) {
-    uint32_t s = msd_ld_acq32(&m->state[b]);
-    if (s == MS_BPF_SLOT_KEYED) return -ENOENT;
-    if (s == MS_BPF_SLOT_LIVE) {
-      if (msd_cas32(&m->state[b], &s, MS_BPF_SLOT_KEYED)) {
-        msd_fetch_add64(&m->hdr->count, (uint64_t)-1);
-        return 0;
-      }
-      continue;
-    }
-    msd_relax();
-  }
-}
+#define MS_MAPC_FN MSD_FN
+#define MS_MAPC_VIEW struct msd_map
+#define MS_MAPC_RELAX(spins) ms_at_relax()
+#include "bpf/map_core.h"
 
 /* ms_bpf_map_lookup: the value of key for worker, or NULL. */
 MSD_FN void *msd_map_lookup(const struct msd_map *m, const void *key, uint32_t worker) {
   uint32_t w = msd_is_percpu(m->type) ? worker : 0;
   if (w >= m->n_workers) return 0;
   if (msd_is_hash(m->type)) {
-    int64_t b = msd_hash_find(m, key);
-    if (b < 0 || msd_ld_acq32(&m->state[b]) != MS_BPF_SLOT_LIVE) return 0;
-    return msd_value_at(m, (uint32_t)b, w);
+    int64_t b = ms_mapc_hash_find(m, key, 0);
+    if (b < 0 || ms_at_ld_acq32(&m->state[b]) != MS_BPF_SLOT_LIVE) return 0;
+    return ms_mapc_value_at(m, (uint32_t)b, w);
   }
-  uint32_t idx = (uint32_t)msd_load(key, 4);
+  uint32_t idx = (uint32_t)ms_at_load(key, 4);
   if (m->type == MS_BPF_MAP_RINGBUF || idx >= m->max_entries) return 0;
-  return msd_value_at(m, idx, w);
+  return ms_mapc_value_at(m, idx, w);
 }
 
 /* ms_bpf_map_update: Linux's flags and errors. */
@@ -418,27 +175,27 @@ MSD_FN int msd_map_update(const struct msd_map *m, const void *key, const void *
                           uint32_t worker) {
   uint32_t w = msd_is_percpu(m->type) ? worker : 0;
   if (flags > MS_BPF_EXIST || w >= m->n_workers) return -EINVAL;
-  if (msd_is_hash(m->type)) return msd_hash_update(m, key, value, flags, w);
+  if (msd_is_hash(m->type)) return ms_mapc_hash_update(m, key, value, flags, w);
   if (m->type == MS_BPF_MAP_RINGBUF) return -EINVAL;
-  uint32_t idx = (uint32_t)msd_load(key, 4);
+  uint32_t idx = (uint32_t)ms_at_load(key, 4);
   if (idx >= m->max_entries) return -E2BIG;
   if (flags == MS_BPF_NOEXIST) return -EEXIST; /* array elements always exist */
-  msd_copy_in(msd_value_at(m, idx, w), value, m->value_size);
+  ms_at_copy_in(ms_mapc_value_at(m, idx, w), value, m->value_size);
   return 0;
 }
 
 MSD_FN int msd_map_delete(const struct msd_map *m, const void *key) {
   if (!msd_is_hash(m->type)) return -EINVAL;
-  return msd_hash_delete(m, key);
+  return ms_mapc_hash_delete(m, key);
 }
 
 /* ---- ring buffer (ringbuf.c) --------------------------------------------- */
 
 MSD_FN void msd_ring_lock(uint32_t *l) {
-  while (msd_xchg32_acq(l, 1)) msd_relax();
+  while (ms_at_xchg32_acq(l, 1)) ms_at_relax();
 }
 
-MSD_FN void msd_ring_unlock(uint32_t *l) { msd_st_rel32(l, 0); }
+MSD_FN void msd_ring_unlock(uint32_t *l) { ms_at_st_rel32(l, 0); }
 
 MSD_FN void *msd_ringbuf_reserve(const struct msd_map *m, uint64_t size) {
   if (m->type != MS_BPF_MAP_RINGBUF) return 0;
@@ -446,18 +203,18 @@ MSD_FN void *msd_ringbuf_reserve(const struct msd_map *m, uint64_t size) {
     return 0;
   uint64_t len = (size + MS_BPF_RINGBUF_HDR_SIZE + 7) & ~7ull;
   msd_ring_lock(m->prod_lock);
-  uint64_t cons = msd_ld_acq64(m->cons_pos);
-  uint64_t prod = msd_ld_rlx64(m->prod_pos); /* only producers, under the lock */
+  uint64_t cons = ms_at_ld_acq64(m->cons_pos);
+  uint64_t prod = ms_at_ld_rlx64(m->prod_pos); /* only producers, under the lock */
   if (prod + len - cons > m->ring_size) {
     msd_ring_unlock(m->prod_lock);
-    msd_fetch_add64(&m->hdr->lost, 1);
+    ms_at_fetch_add64(&m->hdr->lost, 1);
     return 0;
   }
   uint64_t at = prod & (m->ring_size - 1);
   uint32_t *hdr = (uint32_t *)(m->data + at);
   hdr[0] = (uint32_t)size | MS_BPF_RINGBUF_BUSY_BIT;
   hdr[1] = (uint32_t)at;
-  msd_st_rel64(m->prod_pos, prod + len);
+  ms_at_st_rel64(m->prod_pos, prod + len);
   msd_ring_unlock(m->prod_lock);
   return m->data + at + MS_BPF_RINGBUF_HDR_SIZE;
 }
@@ -469,8 +226,8 @@ MSD_FN void msd_ringbuf_release(const struct msd_map *m, void *rec, int discard)
   uint32_t len = hdr[0] & ~(MS_BPF_RINGBUF_BUSY_BIT | MS_BPF_RINGBUF_DISCARD_BIT);
   uint64_t at = hdr[1], end = at + MS_BPF_RINGBUF_HDR_SIZE + len;
   if (!discard && end > m->ring_size)
-    msd_bytes_copy(m->data, m->data + m->ring_size, end - m->ring_size);
-  msd_st_rel32(hdr, len | (discard ? MS_BPF_RINGBUF_DISCARD_BIT : 0));
+    ms_at_bytes_copy(m->data, m->data + m->ring_size, end - m->ring_size);
+  ms_at_st_rel32(hdr, len | (discard ? MS_BPF_RINGBUF_DISCARD_BIT : 0));
 }
 
 /* ---- the interpreter ---------------------------------------------------- */
@@ -560,16 +317,16 @@ MSD_FN uint64_t msd_atomic_rmw(void *p, unsigned size, int32_t imm, uint64_t s, 
   int op = imm & ~MS_BPF_FETCH;
 #ifdef __CUDACC__
   if (!__isGlobal(p)) { /* the stack: local memory, this thread's alone */
-    uint64_t old = msd_load(p, size), nv;
+    uint64_t old = ms_at_load(p, size), nv;
     if (imm == MS_BPF_CMPXCHG) {
       uint64_t want = size == 8 ? *r0 : (uint32_t)*r0;
-      if (old == want) msd_store(p, size, s);
+      if (old == want) ms_at_store(p, size, s);
       *r0 = old;
       return old;
     }
     nv = imm == MS_BPF_XCHG ? s
          : op == MS_BPF_ADD ? old + s : op == MS_BPF_OR ? old | s : op == MS_BPF_AND ? old & s : old ^ s;
-    msd_store(p, size, nv);
+    ms_at_store(p, size, nv);
     return old;
   }
   uint64_t old;
@@ -678,7 +435,7 @@ MSD_FN const void *msd_arg_mem(struct msd_vm *vm, uint64_t addr, uint64_t size, 
 /* helper 5's clock (megakernel.cuh has its own msd_now) */
 MSD_FN uint64_t msd_run_now(const struct msd_run *in) {
 #ifdef __CUDACC__
-  return msd_clock_now();
+  return ms_at_clock_now();
 #else
   return in->clock ? in->clock(in->clock_user) : ms_now_ns();
 #endif
@@ -687,7 +444,7 @@ MSD_FN uint64_t msd_run_now(const struct msd_run *in) {
 /* fire.c's byte budget of the attachment's ring buffers, per epoch. */
 MSD_FN int msd_over_ring_budget(const struct msd_run *in, uint64_t size) {
   if (!in->ring_budget || !in->ring_bytes) return 0;
-  return msd_fetch_add64(in->ring_bytes, size) + size > in->ring_budget;
+  return ms_at_fetch_add64(in->ring_bytes, size) + size > in->ring_budget;
 }
 
 /* fire.c's wrappers first (the byte budget, then the lost count of whatever
@@ -710,7 +467,7 @@ MSD_FN uint64_t msd_h_ringbuf_output(struct msd_vm *vm, const uint64_t *r, int *
     vm->lost++;
     return (uint64_t)(int64_t)-EAGAIN;
   }
-  msd_bytes_copy(rec, data, r[3]);
+  ms_at_bytes_copy(rec, data, r[3]);
   msd_ringbuf_release(m, rec, 0);
   return 0;
 }
@@ -792,7 +549,7 @@ MSD_FN int msd_do_helper(struct msd_vm *vm, uint32_t id) {
     case MS_BPF_FN_RINGBUF_RESERVE: r[0] = msd_h_ringbuf_reserve(vm, r, &err); break;
     case MS_BPF_FN_RINGBUF_SUBMIT: r[0] = msd_h_ringbuf_release(vm, r[1], 0, &err); break;
     case MS_BPF_FN_RINGBUF_DISCARD: r[0] = msd_h_ringbuf_release(vm, r[1], 1, &err); break;
-    case MS_HELPER_LOG2: r[0] = r[1] ? (uint64_t)(63 - msd_clz64(r[1])) : 0; break;
+    case MS_HELPER_LOG2: r[0] = r[1] ? (uint64_t)(63 - ms_at_clz64(r[1])) : 0; break;
     default: err = -ENOENT; /* unknown helper */
     }
   }
@@ -809,13 +566,13 @@ MSD_FN uint8_t *msd_frame_top(struct msd_vm *vm, uint32_t depth) {
 #define MS_VMC_FN MSD_FN
 #define MS_VMC_VM struct msd_vm
 #define MS_VMC_MEM(vm, addr, size, w) msd_mem((vm), (addr), (size), (w))
-#define MS_VMC_LOAD(p, size) msd_load((p), (size))
-#define MS_VMC_STORE(p, size, v) msd_store((p), (size), (v))
+#define MS_VMC_LOAD(p, size) ms_at_load((p), (size))
+#define MS_VMC_STORE(p, size, v) ms_at_store((p), (size), (v))
 #define MS_VMC_ATOMIC(p, size, imm, s, r0) msd_atomic_rmw((p), (size), (imm), (s), (r0))
 #define MS_VMC_LDDW(vm, in) msd_do_lddw((vm), (in))
 #define MS_VMC_HELPER(vm, id) msd_do_helper((vm), (id))
 #define MS_VMC_FRAME_TOP(vm, d) msd_frame_top((vm), (d))
-#define MS_VMC_ZERO(p, n) msd_bytes_zero((p), (n))
+#define MS_VMC_ZERO(p, n) ms_at_bytes_zero((p), (n))
 #define MS_VMC_STOP(vm, err, ...) (err) /* no strings on the device: the code and vm->pc say it */
 #include "bpf/vm_core.h"
 
@@ -833,7 +590,7 @@ MSD_BIG int msd_bpf_run(const struct msd_run *in, struct msd_result *res) {
   vm.lost = 0;
   vm.helper = 0;
   for (int i = 0; i < MS_BPF_REG_COUNT; i++) vm.reg[i] = 0;
-  msd_bytes_zero(msd_frame_top(&vm, 0) - MS_BPF_STACK_SIZE, MS_BPF_STACK_SIZE);
+  ms_at_bytes_zero(msd_frame_top(&vm, 0) - MS_BPF_STACK_SIZE, MS_BPF_STACK_SIZE);
   vm.reg[1] = (uint64_t)(uintptr_t)(in->ctx ? in->ctx : in->mem);
   vm.reg[2] = in->ctx ? 0 : in->mem_size;
   vm.reg[10] = (uint64_t)(uintptr_t)msd_frame_top(&vm, 0);

@@ -1,0 +1,164 @@
+/* SPDX-License-Identifier: MIT */
+/* The hash map's state machine over a map's shared-memory layout, written
+ * once for the reference maps (maps.c) and the device's (src/cuda/bpf_core.h);
+ * C11 and CUDA. maps.c's DESIGN says the protocol: a slot goes EMPTY ->
+ * CLAIMING (its key being written) -> LIVE, LIVE -> KEYED on a delete (the key
+ * keeps its slot), KEYED -> WRITING -> LIVE on a new insert; keys hash with
+ * FNV-1a and an avalanche, probing is linear over a power-of-two slot count;
+ * the live count is reserved before a slot turns LIVE; an insert zeroes the
+ * other workers' value slots of a per-worker map. The includer defines:
+ *
+ *   MS_MAPC_FN            qualifiers of the functions defined here
+ *   MS_MAPC_VIEW          its decoded view: hdr (struct ms_bpf_map_shm *, for
+ *                         count), type, key_size, value_size, max_entries,
+ *                         n_workers, key_stride, value_stride (a multiple of 8),
+ *                         n_slots, state, keys, values
+ *   MS_MAPC_RELAX(spins)  what a waiter does on its spins-th spin
+ *
+ * and has included bpf/atomics.h. */
+#ifndef MS_BPF_MAP_CORE_H
+#define MS_BPF_MAP_CORE_H
+
+MS_MAPC_FN uint8_t *ms_mapc_value_at(const MS_MAPC_VIEW *m, uint32_t slot, uint32_t worker) {
+  return m->values + ((uint64_t)worker * m->n_slots + slot) * m->value_stride;
+}
+
+/* FNV-1a 64 with a final avalanche; readers in other languages use the same. */
+MS_MAPC_FN uint64_t ms_mapc_key_hash(const void *key, uint32_t size) {
+  const uint8_t *p = (const uint8_t *)key;
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (uint32_t i = 0; i < size; i++) h = (h ^ p[i]) * 0x100000001b3ull;
+  h ^= h >> 33;
+  h *= 0xff51afd7ed558ccdull;
+  return h ^ (h >> 33);
+}
+
+/* Waits while a slot is CLAIMING (its key is being written): the new state,
+ * or CLAIMING when bounded and it gave up (a reader in another process must
+ * not wait on a writer that died). */
+MS_MAPC_FN uint32_t ms_mapc_wait_claimed(uint32_t *st, int bounded) {
+  uint32_t s;
+  for (uint64_t spins = 0; (s = ms_at_ld_acq32(st)) == MS_BPF_SLOT_CLAIMING; spins++) {
+    if (bounded && spins > (1u << 22)) break;
+    MS_MAPC_RELAX(spins);
+  }
+  return s;
+}
+
+MS_MAPC_FN int ms_mapc_key_equals(const MS_MAPC_VIEW *m, uint32_t b, const void *key) {
+  const uint8_t *k = m->keys + (uint64_t)b * m->key_stride, *q = (const uint8_t *)key;
+  for (uint32_t i = 0; i < m->key_size; i++)
+    if (k[i] != q[i]) return 0;
+  return 1;
+}
+
+/* The slot of key, or -1 (see ms_mapc_wait_claimed for bounded). */
+MS_MAPC_FN int64_t ms_mapc_hash_find(const MS_MAPC_VIEW *m, const void *key, int bounded) {
+  uint64_t h = ms_mapc_key_hash(key, m->key_size);
+  uint32_t mask = m->n_slots - 1;
+  for (uint32_t i = 0; i < m->n_slots; i++) {
+    uint32_t b = (uint32_t)(h + i) & mask;
+    uint32_t s = ms_at_ld_acq32(&m->state[b]);
+    if (s == MS_BPF_SLOT_EMPTY) return -1;
+    if (s == MS_BPF_SLOT_CLAIMING && ms_mapc_wait_claimed(&m->state[b], bounded) == MS_BPF_SLOT_CLAIMING)
+      continue;
+    if (ms_mapc_key_equals(m, b, key)) return b;
+  }
+  return -1;
+}
+
+/* Finds key's slot or claims an empty one for it (*claimed = 1, state left
+ * CLAIMING with the key written). -1 when every slot holds another key. The
+ * CAS is acq_rel: on success the key's writes follow the claim; on failure
+ * the winner's state is seen (and, once it leaves CLAIMING, its key). */
+MS_MAPC_FN int64_t ms_mapc_find_or_claim(const MS_MAPC_VIEW *m, const void *key, int *claimed) {
+  uint64_t h = ms_mapc_key_hash(key, m->key_size);
+  uint32_t mask = m->n_slots - 1;
+  *claimed = 0;
+  for (uint32_t i = 0; i < m->n_slots; i++) {
+    uint32_t b = (uint32_t)(h + i) & mask;
+    uint32_t s = ms_at_ld_acq32(&m->state[b]);
+    if (s == MS_BPF_SLOT_EMPTY && ms_at_cas32(&m->state[b], &s, MS_BPF_SLOT_CLAIMING)) {
+      ms_at_copy_in(m->keys + (uint64_t)b * m->key_stride, key, m->key_size);
+      *claimed = 1;
+      return b;
+    }
+    if (s == MS_BPF_SLOT_CLAIMING) ms_mapc_wait_claimed(&m->state[b], 0);
+    if (ms_mapc_key_equals(m, b, key)) return b;
+  }
+  return -1;
+}
+
+/* Reserves one of max_entries live entries (relaxed: the count bounds, it
+ * orders nothing). */
+MS_MAPC_FN int ms_mapc_count_reserve(const MS_MAPC_VIEW *m) {
+  if (ms_at_fetch_add64(&m->hdr->count, 1) < m->max_entries) return 0;
+  ms_at_fetch_add64(&m->hdr->count, (uint64_t)-1);
+  return -E2BIG;
+}
+
+/* Writes the value of a slot that is not yet LIVE, then publishes it. */
+MS_MAPC_FN void ms_mapc_publish(const MS_MAPC_VIEW *m, uint32_t b, const void *value, uint32_t worker) {
+  for (uint32_t w = 0; w < m->n_workers; w++) {
+    if (w == worker) continue;
+    uint8_t *v = ms_mapc_value_at(m, b, w);
+    for (uint32_t i = 0; i < m->value_stride; i += 8) ms_at_st_rlx64((uint64_t *)(v + i), 0);
+  }
+  ms_at_copy_in(ms_mapc_value_at(m, b, worker), value, m->value_size);
+  ms_at_st_rel32(&m->state[b], MS_BPF_SLOT_LIVE);
+}
+
+/* Linux's map_update_elem on a hash: flags MS_BPF_ANY, NOEXIST or EXIST. */
+MS_MAPC_FN int ms_mapc_hash_update(const MS_MAPC_VIEW *m, const void *key, const void *value, uint64_t flags,
+                                   uint32_t worker) {
+  int claimed = 0;
+  int64_t b = flags == MS_BPF_EXIST ? ms_mapc_hash_find(m, key, 0) : ms_mapc_find_or_claim(m, key, &claimed);
+  if (b < 0) return flags == MS_BPF_EXIST ? -ENOENT : -E2BIG;
+  uint32_t *st = &m->state[b];
+  if (flags != MS_BPF_EXIST && claimed) {
+    if (ms_mapc_count_reserve(m)) {
+      ms_at_st_rel32(st, MS_BPF_SLOT_KEYED); /* the key keeps its slot */
+      return -E2BIG;
+    }
+    ms_mapc_publish(m, (uint32_t)b, value, worker);
+    return 0;
+  }
+  for (uint64_t spins = 0;; spins++) {
+    uint32_t s = ms_at_ld_acq32(st);
+    if (s == MS_BPF_SLOT_LIVE) {
+      if (flags == MS_BPF_NOEXIST) return -EEXIST;
+      ms_at_copy_in(ms_mapc_value_at(m, (uint32_t)b, worker), value, m->value_size);
+      return 0;
+    }
+    if (s == MS_BPF_SLOT_KEYED) {
+      if (flags == MS_BPF_EXIST) return -ENOENT;
+      if (!ms_at_cas32(st, &s, MS_BPF_SLOT_WRITING)) continue;
+      if (ms_mapc_count_reserve(m)) {
+        ms_at_st_rel32(st, MS_BPF_SLOT_KEYED);
+        return -E2BIG;
+      }
+      ms_mapc_publish(m, (uint32_t)b, value, worker);
+      return 0;
+    }
+    MS_MAPC_RELAX(spins); /* WRITING: another insert of this key is publishing it */
+  }
+}
+
+MS_MAPC_FN int ms_mapc_hash_delete(const MS_MAPC_VIEW *m, const void *key) {
+  int64_t b = ms_mapc_hash_find(m, key, 0);
+  if (b < 0) return -ENOENT;
+  for (uint64_t spins = 0;; spins++) {
+    uint32_t s = ms_at_ld_acq32(&m->state[b]);
+    if (s == MS_BPF_SLOT_KEYED) return -ENOENT;
+    if (s == MS_BPF_SLOT_LIVE) {
+      if (ms_at_cas32(&m->state[b], &s, MS_BPF_SLOT_KEYED)) {
+        ms_at_fetch_add64(&m->hdr->count, (uint64_t)-1);
+        return 0;
+      }
+      continue;
+    }
+    MS_MAPC_RELAX(spins);
+  }
+}
+
+#endif

@@ -73,7 +73,9 @@ set(MS_SEES_control runtime hook kernels)
 # (runtime/engine_impl.h, hook/hook_impl.h; engine_impl.h brings kernels/ops.h).
 set(MS_SEES_bench runtime hook kernels)
 # cuda (megascope_gpu): the CPU task bodies it is checked against
-# (kernels/ops.h) and the eBPF ALU it shares with the interpreter (bpf/alu.h).
-set(MS_SEES_cuda kernels bpf)
+# (kernels/ops.h), the eBPF loop, ALU, atomics and maps it shares with the
+# interpreter (bpf/vm_core.h, alu.h, atomics.h, map_core.h) and the hook
+# sites' sampling and budget rule (hook/admit.h).
+set(MS_SEES_cuda kernels bpf hook)
 # tools: the benchmark's API (bench/bench.h), not yet a public header.
 set(MS_SEES_tools bench)

@@ -33,6 +33,7 @@
 #include <stdint.h>
 
 #include "cuda/bpf_core.h"
+#include "hook/admit.h"
 #include "megascope/hook.h"
 
 #define MSD_SET_MAX 64          /* programs attached at one hook, all attachments together */
@@ -128,25 +129,7 @@ static __device__ __forceinline__ void msd_hooks_quiescent(struct msd_hooks *h, 
 #endif
 }
 
-/* The key that chooses sampled firings: hooksite.h's sample_key per hook. */
-static __device__ __forceinline__ uint64_t msd_sample_key(const struct ms_hook_ctx *c) {
-  switch (c->hook) {
-  case MS_HOOK_COMM: return c->task_gen << 1 | c->comm_phase;
-  case MS_HOOK_STEP: return c->step << 1 | c->phase;
-  case MS_HOOK_REQUEST:
-    return (uint64_t)c->req_slot << 40 ^ (uint64_t)c->req_gen << 8 ^ (uint64_t)c->phase ^ c->step << 44;
-  case MS_HOOK_QUEUE_PRESSURE: return c->step << 8 | c->queue_kind;
-  default: return c->task_gen;
-  }
-}
-
-static __device__ __forceinline__ uint64_t msd_mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
+/* Sampling keys and the per-step budget: hook/admit.h, the CPU engines' own. */
 
 static __device__ __forceinline__ void msd_count(uint64_t *c, uint64_t n) {
 #ifdef MSD_HOST_EMU /* relaxed: the host's copy reads whole words */
@@ -166,18 +149,8 @@ static __device__ __noinline__ int msd_run_entry(const struct msd_entry *e, cons
   msd_count(&c->eligible, 1);
   if (vc[5] == UINT64_MAX) vc[5] = ctx->step; /* first_step */
   vc[6] = ctx->step;                          /* last_step */
-  int admitted = 1;
-  if (g->sample_every > 1 &&
-      msd_mix(key ^ (uint64_t)g->att_id * 0x9e3779b97f4a7c15ull) % g->sample_every)
-    admitted = 0;
-  if (admitted && g->max_per_step) {
-    if (c->step_key != ctx->step + 1) {
-      c->step_key = ctx->step + 1;
-      c->step_execs = 0;
-    }
-    if (c->step_execs >= g->max_per_step) admitted = 0;
-    else c->step_execs++;
-  }
+  int admitted = ms_hook_sampled(key, g->att_id, g->sample_every) &&
+                 ms_hook_step_admit(&c->step_key, &c->step_execs, ctx->step, g->max_per_step);
   if (!admitted) {
     msd_count(&c->throttled, 1);
     return -1;
@@ -211,7 +184,7 @@ static __device__ __forceinline__ int msd_hook_run(struct msd_hooks *h, const st
   if (ctx->hook >= MS_HOOK_COUNT || (unsigned)sm >= h->n_sms) return -1;
   const struct msd_set *s = msd_set_load(h, (int)ctx->hook, 1);
   if (!s || (type == MS_PROG_SCHED_HINT && !s->n_hint)) return -1;
-  uint64_t key = msd_sample_key(ctx);
+  uint64_t key = ms_hook_sample_key(ctx);
   int prio = -1;
   for (uint32_t i = 0; i < s->n; i++) {
     if (s->e[i].type != type) continue;

@@ -6,6 +6,7 @@
 #include <pthread.h>
 #include <string.h>
 
+#include "hook/admit.h"
 #include "hook/hook_impl.h"
 
 /* What a helper of ours needs to know about the run it serves. */
@@ -76,29 +77,11 @@ const struct ms_bpf_helpers *ms_hook_helpers(void) {
   return helpers;
 }
 
-static uint64_t mix(uint64_t x) {
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  return x ^ (x >> 33);
-}
-
-/* Budget and sampling: whether this firing runs. Deterministic: sampling keys on
- * the task generation, so the same firings run in every run of the same plan. */
+/* Budget and sampling (hook/admit.h, the device's too): whether this firing runs. */
 static int admitted(struct ms_gen *g, struct cov_slot *c, const struct ms_hook_ctx *ctx, uint64_t key) {
   const struct ms_attach_opts *o = &g->opts;
-  if (o->sample_every > 1 && mix(key ^ (uint64_t)g->att->id * 0x9e3779b97f4a7c15ull) % o->sample_every)
-    return 0;
-  if (o->max_per_step) {
-    if (c->step_key != ctx->step + 1) {
-      c->step_key = ctx->step + 1;
-      c->step_execs = 0;
-    }
-    if (c->step_execs >= o->max_per_step) return 0;
-    c->step_execs++;
-  }
-  return 1;
+  return ms_hook_sampled(key, (uint32_t)g->att->id, o->sample_every) &&
+         ms_hook_step_admit(&c->step_key, &c->step_execs, ctx->step, o->max_per_step);
 }
 
 static int run_entry(const struct hook_entry *he, struct ms_hook_ctx *ctx, uint64_t key) {
@@ -127,7 +110,8 @@ static int run_entry(const struct hook_entry *he, struct ms_hook_ctx *ctx, uint6
   return he->type == MS_PROG_SCHED_HINT ? (int)(res.r0 & 7) : -1;
 }
 
-int ms_hook_fire(struct ms_hook_table *t, struct ms_hook_ctx *ctx, uint64_t sample_key) {
+int ms_hook_fire(struct ms_hook_table *t, struct ms_hook_ctx *ctx) {
+  uint64_t sample_key = ms_hook_sample_key(ctx);  /* hook/admit.h: what names the firing */
   struct epoch_slot *ep = &t->epoch[ctx->worker];
   uint64_t v = atomic_load_explicit(&ep->v, memory_order_relaxed);
   atomic_store_explicit(&ep->v, v + 1, memory_order_seq_cst);  /* odd: inside */

@@ -124,10 +124,10 @@ int ms_hook_count(struct ms_hook_table *t);
 #define MS_HOOK_RETENTION_DEFAULT_NS (60ull * 1000000000ull)
 void ms_gen_coverage(const struct ms_gen *g, int n_workers, struct ms_coverage *out);
 
-/* Runs the programs attached to ctx->hook for ctx->worker. sample_key chooses
- * sampled firings (the task generation for task hooks). Returns the largest
+/* Runs the programs attached to ctx->hook for ctx->worker, the sampled firings
+ * chosen by what names the firing (hook/admit.h). Returns the largest
  * sched_hint priority returned (0-7), or -1 when none ran. */
-int ms_hook_fire(struct ms_hook_table *t, struct ms_hook_ctx *ctx, uint64_t sample_key);
+int ms_hook_fire(struct ms_hook_table *t, struct ms_hook_ctx *ctx);
 
 /* Writes attachment id's coverage and decoded maps (names from plan p). */
 struct ms_plan;

@@ -149,7 +149,7 @@ static inline int fire_task_hook(struct worker *w, int hook, struct plan_rt *rt,
     if (hook == MS_HOOK_TASK_END) c.t_end = c.now_ns;
   }
   if (hook == MS_HOOK_DEP_WAIT) c.wait_reason = t >= 0 ? MS_WAIT_DEPENDENCY : MS_WAIT_STEP_END;
-  return ms_hook_fire(e->hooks, &c, c.task_gen);
+  return ms_hook_fire(e->hooks, &c);
 }
 
 /* The comm hook of a communication task (tensor parallel): the device's share of
@@ -172,14 +172,14 @@ static inline void fire_comm_hook(struct worker *w, struct plan_rt *rt, int t, u
   c.remote_event = k->trigger >= 0 ? (uint32_t)k->trigger : MS_HOOK_NONE32;
   c.remote_device = k->trigger >= 0 ? c.peer : MS_HOOK_NONE32;
   c.remote_gen = k->trigger >= 0 ? c.step : 0;
-  ms_hook_fire(e->hooks, &c, c.task_gen << 1 | (uint64_t)phase);
+  ms_hook_fire(e->hooks, &c);
 }
 
 static inline void fire_step_hook(struct ms_engine *e, const struct plan_rt *rt, int phase) {
   struct ms_hook_ctx c;
   ctx_common(e, &c, MS_HOOK_STEP, 0, rt);
   c.phase = (uint32_t)phase;
-  ms_hook_fire(e->hooks, &c, c.step << 1 | (uint64_t)phase);
+  ms_hook_fire(e->hooks, &c);
 }
 
 static inline void fire_request_hook(struct ms_engine *e, int worker, const struct plan_rt *rt, int slot,
@@ -191,7 +191,7 @@ static inline void fire_request_hook(struct ms_engine *e, int worker, const stru
   c.ctx_len = (uint32_t)e->slots[slot].pos;
   c.phase = (uint32_t)phase;
   c.token = (uint32_t)token;
-  ms_hook_fire(e->hooks, &c, (uint64_t)slot << 40 ^ (uint64_t)c.req_gen << 8 ^ (uint64_t)phase ^ c.step << 44);
+  ms_hook_fire(e->hooks, &c);
 }
 
 /* w: the worker whose JIT push crossed the threshold; NULL: worker 0 at the
@@ -206,7 +206,7 @@ static inline void fire_queue_hook(struct ms_engine *e, const struct worker *w, 
   c.queue_kind = (uint32_t)kind;
   c.queue_depth = depth;
   c.queue_threshold = MS_QUEUE_THRESHOLD;
-  ms_hook_fire(e->hooks, &c, c.step << 8 | (uint64_t)kind);
+  ms_hook_fire(e->hooks, &c);
 }
 
 #endif

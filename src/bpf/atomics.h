@@ -44,6 +44,8 @@ MS_AT_FN void ms_at_st_rlx64(uint64_t *p, uint64_t v) {
   asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 MS_AT_FN void ms_at_st_rlx8(uint8_t *p, uint8_t v) { *(volatile uint8_t *)p = v; }
+MS_AT_FN uint32_t ms_at_ld_rlx32(const uint32_t *p) { return *(const volatile uint32_t *)p; }
+MS_AT_FN void ms_at_st_rlx32(uint32_t *p, uint32_t v) { *(volatile uint32_t *)p = v; }
 /* CAS with acq_rel on success, acquire on failure; *expected gets the old value. */
 MS_AT_FN int ms_at_cas32(uint32_t *p, uint32_t *expected, uint32_t desired) {
   __threadfence();
@@ -76,6 +78,8 @@ MS_AT_FN void ms_at_st_rel64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, _
 MS_AT_FN uint64_t ms_at_ld_rlx64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 MS_AT_FN void ms_at_st_rlx64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 MS_AT_FN void ms_at_st_rlx8(uint8_t *p, uint8_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+MS_AT_FN uint32_t ms_at_ld_rlx32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+MS_AT_FN void ms_at_st_rlx32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 MS_AT_FN int ms_at_cas32(uint32_t *p, uint32_t *expected, uint32_t desired) {
   return __atomic_compare_exchange_n(p, expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }

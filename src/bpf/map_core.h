@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The hash map's state machine over a map's shared-memory layout, written
- * once for the reference maps (maps.c) and the device's (src/cuda/bpf_core.h);
+/* The hash map's state machine and the ring buffer's producer side over a
+ * map's shared-memory layout, written once for the reference maps (maps.c,
+ * ringbuf.c) and the device's (src/cuda/bpf_core.h);
  * C11 and CUDA. maps.c's DESIGN says the protocol: a slot goes EMPTY ->
  * CLAIMING (its key being written) -> LIVE, LIVE -> KEYED on a delete (the key
  * keeps its slot), KEYED -> WRITING -> LIVE on a new insert; keys hash with
@@ -10,10 +11,13 @@
  *
  *   MS_MAPC_FN            qualifiers of the functions defined here
  *   MS_MAPC_VIEW          its decoded view: hdr (struct ms_bpf_map_shm *, for
- *                         count), type, key_size, value_size, max_entries,
+ *                         count and lost), type, key_size, value_size, max_entries,
  *                         n_workers, key_stride, value_stride (a multiple of 8),
- *                         n_slots, state, keys, values
+ *                         n_slots, state, keys, values; for a ring buffer
+ *                         cons_pos, prod_pos, prod_lock, data, ring_size
  *   MS_MAPC_RELAX(spins)  what a waiter does on its spins-th spin
+ *   MS_MAPC_RING_SPARE    1 when a ring's data has ring_size spare bytes after
+ *                         it instead of a second mapping (the device)
  *
  * and has included bpf/atomics.h. */
 #ifndef MS_BPF_MAP_CORE_H
@@ -159,6 +163,54 @@ MS_MAPC_FN int ms_mapc_hash_delete(const MS_MAPC_VIEW *m, const void *key) {
     }
     MS_MAPC_RELAX(spins);
   }
+}
+
+/* ---- the ring buffer (ringbuf.c's DESIGN) ---- */
+
+/* A short spinlock among producers: test, then test-and-set. */
+MS_MAPC_FN void ms_mapc_ring_lock(uint32_t *l) {
+  for (uint64_t spins = 0; ms_at_xchg32_acq(l, 1); spins++)
+    while (ms_at_ld_rlx32(l)) MS_MAPC_RELAX(spins);
+}
+
+/* A record of `size` bytes, its header written BUSY; NULL when it does not fit
+ * (counted in the header's lost: producers never wait for the consumer). */
+MS_MAPC_FN void *ms_mapc_ring_reserve(const MS_MAPC_VIEW *m, uint64_t size) {
+  if (size == 0 || size > m->ring_size - MS_BPF_RINGBUF_HDR_SIZE || size >= MS_BPF_RINGBUF_DISCARD_BIT)
+    return 0;
+  uint64_t len = (size + MS_BPF_RINGBUF_HDR_SIZE + 7) & ~7ull;
+  ms_mapc_ring_lock(m->prod_lock);
+  uint64_t cons = ms_at_ld_acq64(m->cons_pos);
+  uint64_t prod = ms_at_ld_rlx64(m->prod_pos); /* only producers, under the lock */
+  if (prod + len - cons > m->ring_size) {
+    ms_at_st_rel32(m->prod_lock, 0);
+    ms_at_fetch_add64(&m->hdr->lost, 1);
+    return 0;
+  }
+  uint64_t at = prod & (m->ring_size - 1);
+  uint32_t *hdr = (uint32_t *)(m->data + at);
+  ms_at_st_rlx32(&hdr[0], (uint32_t)size | MS_BPF_RINGBUF_BUSY_BIT);
+  hdr[1] = (uint32_t)at;
+  ms_at_st_rel64(m->prod_pos, prod + len);
+  ms_at_st_rel32(m->prod_lock, 0);
+  return m->data + at + MS_BPF_RINGBUF_HDR_SIZE;
+}
+
+/* Submit or discard: the header's release store makes the record's bytes
+ * visible before the consumer sees it done. Where the data is not mapped twice
+ * (MS_MAPC_RING_SPARE: ring_size spare bytes after it, the device's), a record
+ * that wrapped was written past the end: its wrapped part moves to the start
+ * first. */
+MS_MAPC_FN void ms_mapc_ring_release(const MS_MAPC_VIEW *m, void *rec, int discard) {
+  uint32_t *hdr = (uint32_t *)((uint8_t *)rec - MS_BPF_RINGBUF_HDR_SIZE);
+  uint32_t len = ms_at_ld_rlx32(hdr) & ~(MS_BPF_RINGBUF_BUSY_BIT | MS_BPF_RINGBUF_DISCARD_BIT);
+#if MS_MAPC_RING_SPARE
+  uint64_t end = (uint64_t)hdr[1] + MS_BPF_RINGBUF_HDR_SIZE + len;
+  if (!discard && end > m->ring_size) ms_at_bytes_copy(m->data, m->data + m->ring_size, end - m->ring_size);
+#else
+  (void)m;
+#endif
+  ms_at_st_rel32(hdr, len | (discard ? MS_BPF_RINGBUF_DISCARD_BIT : 0));
 }
 
 #endif

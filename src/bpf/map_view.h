@@ -48,9 +48,9 @@ int64_t map_hash_find(const struct map_view *v, const void *key, int bounded);
 int map_view_foreach(const struct map_view *v, ms_bpf_map_entry_fn fn, void *user);
 int map_view_lookup_copy(const struct map_view *v, const void *key, void *out);
 
-/* Ring buffer (ringbuf.c). */
+/* Ring buffer: the producers (maps.c, through bpf/map_core.h), the consumer (ringbuf.c). */
 void *ringbuf_reserve(struct map_view *v, uint64_t size);
-void ringbuf_release(void *rec, int discard);
+void ringbuf_release(struct map_view *v, void *rec, int discard);
 int ringbuf_consume(struct map_view *v, ms_bpf_ringbuf_fn fn, void *user);
 
 #endif

@@ -234,7 +234,11 @@ static void relax(uint64_t spins) {
 #define MS_MAPC_FN static inline
 #define MS_MAPC_VIEW struct map_view
 #define MS_MAPC_RELAX(spins) relax(spins)
+#define MS_MAPC_RING_SPARE 0 /* the data is mapped twice back to back: a record that wraps is contiguous */
 #include "bpf/map_core.h"
+
+void *ringbuf_reserve(struct map_view *v, uint64_t size) { return ms_mapc_ring_reserve(v, size); }
+void ringbuf_release(struct map_view *v, void *rec, int discard) { ms_mapc_ring_release(v, rec, discard); }
 
 static uint32_t state_load(const uint32_t *s) { return ms_at_ld_acq32(s); }
 
@@ -552,15 +556,15 @@ void *ms_bpf_ringbuf_reserve(struct ms_bpf_map *m, uint64_t size) {
   return m->def.type == MS_BPF_MAP_RINGBUF ? ringbuf_reserve(&m->v, size) : NULL;
 }
 
-void ms_bpf_ringbuf_submit(struct ms_bpf_map *m, void *rec) { ringbuf_release(rec, 0); }
-void ms_bpf_ringbuf_discard(struct ms_bpf_map *m, void *rec) { ringbuf_release(rec, 1); }
+void ms_bpf_ringbuf_submit(struct ms_bpf_map *m, void *rec) { ringbuf_release(&m->v, rec, 0); }
+void ms_bpf_ringbuf_discard(struct ms_bpf_map *m, void *rec) { ringbuf_release(&m->v, rec, 1); }
 
 int ms_bpf_ringbuf_output(struct ms_bpf_map *m, const void *data, uint64_t size) {
   if (m->def.type != MS_BPF_MAP_RINGBUF) return -EINVAL;
   void *rec = ringbuf_reserve(&m->v, size);
   if (!rec) return -EAGAIN;
   memcpy(rec, data, size);
-  ringbuf_release(rec, 0);
+  ringbuf_release(&m->v, rec, 0);
   return 0;
 }
 

@@ -1,5 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* The ring buffer map's records, with Linux's semantics (kernel/bpf/ringbuf.c).
+/* The ring buffer map's records, with Linux's semantics (kernel/bpf/ringbuf.c):
+ * the consumer here, the producers' side in bpf/map_core.h.
  *
  * DESIGN. Producers are engine workers (any number, from helpers 130-133);
  * the consumer is one thread, in this process or another (it maps the
@@ -26,44 +27,8 @@
 
 static uint64_t round8(uint64_t x) { return (x + 7) & ~7ull; }
 
-static void lock(uint32_t *l) {
-  while (__atomic_exchange_n(l, 1, __ATOMIC_ACQUIRE)) {
-    while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
-    }
-  }
-}
-
-static void unlock(uint32_t *l) { __atomic_store_n(l, 0, __ATOMIC_RELEASE); }
-
-void *ringbuf_reserve(struct map_view *v, uint64_t size) {
-  if (size == 0 || size > v->ring_size - MS_BPF_RINGBUF_HDR_SIZE || size >= MS_BPF_RINGBUF_DISCARD_BIT)
-    return NULL;
-  uint64_t len = round8(size + MS_BPF_RINGBUF_HDR_SIZE);
-  lock(v->prod_lock);
-  uint64_t cons = __atomic_load_n(v->cons_pos, __ATOMIC_ACQUIRE);
-  uint64_t prod = __atomic_load_n(v->prod_pos, __ATOMIC_RELAXED); /* only producers, under the lock */
-  if (prod + len - cons > v->ring_size) {
-    unlock(v->prod_lock);
-    __atomic_fetch_add(&v->hdr->lost, 1, __ATOMIC_RELAXED);
-    return NULL;
-  }
-  uint64_t at = prod & (v->ring_size - 1);
-  uint32_t *hdr = (uint32_t *)(v->data + at);
-  __atomic_store_n(&hdr[0], (uint32_t)size | MS_BPF_RINGBUF_BUSY_BIT, __ATOMIC_RELAXED);
-  hdr[1] = (uint32_t)at;
-  __atomic_store_n(v->prod_pos, prod + len, __ATOMIC_RELEASE);
-  unlock(v->prod_lock);
-  return v->data + at + MS_BPF_RINGBUF_HDR_SIZE;
-}
-
-void ringbuf_release(void *rec, int discard) {
-  uint32_t *hdr = (uint32_t *)((uint8_t *)rec - MS_BPF_RINGBUF_HDR_SIZE);
-  uint32_t len = __atomic_load_n(hdr, __ATOMIC_RELAXED) & ~(MS_BPF_RINGBUF_BUSY_BIT | MS_BPF_RINGBUF_DISCARD_BIT);
-  __atomic_store_n(hdr, len | (discard ? MS_BPF_RINGBUF_DISCARD_BIT : 0), __ATOMIC_RELEASE);
-}
+/* reserve and release: ms_mapc_ring_reserve and ms_mapc_ring_release
+ * (bpf/map_core.h, the device's too), called from maps.c. */
 
 int ringbuf_consume(struct map_view *v, ms_bpf_ringbuf_fn fn, void *user) {
   uint64_t cons = __atomic_load_n(v->cons_pos, __ATOMIC_RELAXED); /* only we write it */

@@ -154,6 +154,7 @@ MSD_FN int msd_is_percpu(uint32_t t) {
 #define MS_MAPC_FN MSD_FN
 #define MS_MAPC_VIEW struct msd_map
 #define MS_MAPC_RELAX(spins) ms_at_relax()
+#define MS_MAPC_RING_SPARE 1
 #include "bpf/map_core.h"
 
 /* ms_bpf_map_lookup: the value of key for worker, or NULL. */
@@ -191,43 +192,13 @@ MSD_FN int msd_map_delete(const struct msd_map *m, const void *key) {
 
 /* ---- ring buffer (ringbuf.c) --------------------------------------------- */
 
-MSD_FN void msd_ring_lock(uint32_t *l) {
-  while (ms_at_xchg32_acq(l, 1)) ms_at_relax();
-}
-
-MSD_FN void msd_ring_unlock(uint32_t *l) { ms_at_st_rel32(l, 0); }
-
+/* ms_mapc_ring_reserve and ms_mapc_ring_release (bpf/map_core.h). */
 MSD_FN void *msd_ringbuf_reserve(const struct msd_map *m, uint64_t size) {
-  if (m->type != MS_BPF_MAP_RINGBUF) return 0;
-  if (size == 0 || size > m->ring_size - MS_BPF_RINGBUF_HDR_SIZE || size >= MS_BPF_RINGBUF_DISCARD_BIT)
-    return 0;
-  uint64_t len = (size + MS_BPF_RINGBUF_HDR_SIZE + 7) & ~7ull;
-  msd_ring_lock(m->prod_lock);
-  uint64_t cons = ms_at_ld_acq64(m->cons_pos);
-  uint64_t prod = ms_at_ld_rlx64(m->prod_pos); /* only producers, under the lock */
-  if (prod + len - cons > m->ring_size) {
-    msd_ring_unlock(m->prod_lock);
-    ms_at_fetch_add64(&m->hdr->lost, 1);
-    return 0;
-  }
-  uint64_t at = prod & (m->ring_size - 1);
-  uint32_t *hdr = (uint32_t *)(m->data + at);
-  hdr[0] = (uint32_t)size | MS_BPF_RINGBUF_BUSY_BIT;
-  hdr[1] = (uint32_t)at;
-  ms_at_st_rel64(m->prod_pos, prod + len);
-  msd_ring_unlock(m->prod_lock);
-  return m->data + at + MS_BPF_RINGBUF_HDR_SIZE;
+  return m->type == MS_BPF_MAP_RINGBUF ? ms_mapc_ring_reserve(m, size) : 0;
 }
 
-/* Submit or discard: a record that wrapped was written past the data's end;
- * its wrapped part moves to the start before the header's release store. */
 MSD_FN void msd_ringbuf_release(const struct msd_map *m, void *rec, int discard) {
-  uint32_t *hdr = (uint32_t *)((uint8_t *)rec - MS_BPF_RINGBUF_HDR_SIZE);
-  uint32_t len = hdr[0] & ~(MS_BPF_RINGBUF_BUSY_BIT | MS_BPF_RINGBUF_DISCARD_BIT);
-  uint64_t at = hdr[1], end = at + MS_BPF_RINGBUF_HDR_SIZE + len;
-  if (!discard && end > m->ring_size)
-    ms_at_bytes_copy(m->data, m->data + m->ring_size, end - m->ring_size);
-  ms_at_st_rel32(hdr, len | (discard ? MS_BPF_RINGBUF_DISCARD_BIT : 0));
+  ms_mapc_ring_release(m, rec, discard);
 }
 
 /* ---- the interpreter ---------------------------------------------------- */

@@ -313,7 +313,7 @@ static __device__ void msd_ctx_work(const struct msd_rt *rt, struct ms_hook_ctx 
 /* ---- workers ------------------------------------------------------------- */
 
 static __device__ __forceinline__ int msd_event_fired(const struct msd_rt *rt, int ev, uint64_t gen) {
-  return ev < 0 || msd_ld_acquire64(&rt->counters[ev]) >= (uint64_t)rt->events[ev].needed * (gen + 1);
+  return ev < 0 || msd_ld_acquire64(&rt->counters[ev]) >= ms_event_target(&rt->events[ev], gen);
 }
 
 /* Thread 0: counts one trigger of t's event; the last one puts an event with
@@ -323,7 +323,7 @@ static __device__ void msd_trigger(const struct msd_rt *rt, int t, uint64_t gen,
   int ev = rt->x->tasks[t].trigger;
   if (ev < 0) return;
   const struct ms_event *E = &rt->events[ev];
-  uint64_t target = (uint64_t)E->needed * (gen + 1);
+  uint64_t target = ms_event_target(E, gen);
   __threadfence();
   uint64_t old = msd_add_acq_rel64(&rt->counters[ev], 1);
   if (old + 1 != target) return;
@@ -720,7 +720,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
     msd_step_hook(rt, MS_STEP_BEGIN, step, rows);
     /* the step start task: its body ran above; trigger its event */
     msd_trigger(rt, 0, gen, step, rt->n_workers, rows);
-    const uint64_t end_target = (uint64_t)end->needed * (gen + 1);
+    const uint64_t end_target = ms_event_target(end, gen);
     while (msd_ld_acquire64(&rt->counters[rt->end_event]) < end_target) {
       uint32_t v = msd_ld_acquire32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);
       if (!v) {

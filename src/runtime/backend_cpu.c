@@ -186,11 +186,11 @@ static void run_megakernel_step(struct worker *w, struct plan_rt *rt, uint64_t g
   for (int i = 0; i < rt->aot_n[w->id]; i++) {
     int t = rt->aot_q[w->id][i];
     int ev = p->tasks[t].wait;
-    if (ev >= 0) wait_event(w, rt, ev, (uint64_t)p->events[ev].needed * (gen + 1), gen, t);
+    if (ev >= 0) wait_event(w, rt, ev, ms_event_target(&p->events[ev], gen), gen, t);
     run_task(w, rt, t, gen);
   }
   int end = p->end_event;
-  wait_event(w, rt, end, (uint64_t)p->events[end].needed * (gen + 1), gen, -1);
+  wait_event(w, rt, end, ms_event_target(&p->events[end], gen), gen, -1);
 }
 
 static void run_per_op_step(struct worker *w, struct plan_rt *rt, uint64_t gen) {

@@ -273,7 +273,7 @@ static uint64_t cost(struct ms_sim *s, const struct plan_rt *rt, int t, int sm) 
 
 static int fired(const struct plan_rt *rt, int ev, uint64_t gen) {
   return atomic_load_explicit(&rt->counters[ev], memory_order_relaxed) >=
-         (uint64_t)rt->plan->events[ev].needed * (gen + 1);
+         ms_event_target(&rt->plan->events[ev], gen);
 }
 
 static void start_task(struct ms_sim *s, int sm, int t, int jit) {

@@ -109,7 +109,7 @@ static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) 
 int ms_rt_trigger_now(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
   struct ms_engine *e = w->e;
   const struct ms_event *E = &rt->plan->events[ev];
-  uint64_t target = (uint64_t)E->needed * (gen + 1);
+  uint64_t target = ms_event_target(E, gen);
   uint64_t old = atomic_fetch_add_explicit(&rt->counters[ev], 1, memory_order_acq_rel);
   if (old + 1 != target) return 0;
   /* published before the JIT pushes, so a JIT task always finds its t_ready */
@@ -126,7 +126,7 @@ static int trigger(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, i
   /* fault injection (delayed_release): the completing trigger may be held; a
    * held one (simulator) completes the event later, so it counts as firing */
   if (w->e->faults &&
-      ms_fault_hold(w, rt, ev, (uint64_t)rt->plan->events[ev].needed * (gen + 1), producer))
+      ms_fault_hold(w, rt, ev, ms_event_target(&rt->plan->events[ev], gen), producer))
     return 1;
   return ms_rt_trigger_now(w, rt, ev, gen, producer);
 }

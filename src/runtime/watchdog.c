@@ -23,7 +23,7 @@ static int step_in_flight(struct ms_engine *e, struct plan_rt **rt_out, uint64_t
   uint64_t c = atomic_load_explicit(&rt->counters[rt->plan->end_event], memory_order_relaxed);
   *rt_out = rt;
   *gen_out = gen;
-  return c < (uint64_t)end->needed * (gen + 1);
+  return c < ms_event_target(end, gen);
 }
 
 struct out {

@@ -46,6 +46,7 @@
 #include "cuda/dev.h"
 #include "cuda/ops.cuh"
 #endif
+#include "hook/ctx_fill.h"  /* the context's plan fields, as the CPU engines fill them */
 
 #define MSD_SEQ_EXIT 0xffffffffu
 #define MSD_BEAT_NS 50000ull          /* heartbeat period (host-mapped writes) */
@@ -216,31 +217,14 @@ static __device__ void msd_beat(const struct msd_rt *rt, int cta, uint64_t step,
 
 static __device__ void msd_ctx_base(const struct msd_rt *rt, struct ms_hook_ctx *c, int hook, int worker,
                                     uint64_t step, int rows) {
-  memset(c, 0, sizeof *c);
-  c->abi_version = MS_HOOK_ABI_VERSION;
-  c->hook = (uint32_t)hook;
-  c->now_ns = msd_now();
-  c->worker = (uint32_t)worker;
-  c->device = (uint32_t)rt->device;
-  c->step = step;
-  c->batch_size = (uint32_t)rows;
-  c->bucket = (uint32_t)rt->x->batch;
-  c->req_slot = 0xffffffffu;
-  c->req_gen = 0xffffffffu;
-  c->remote_event = MS_HOOK_NONE32;  /* one device per engine: no remote producer */
-  c->remote_device = MS_HOOK_NONE32;
+  /* hook/ctx_fill.h, as the CPU engines fill it; one device per engine: no remote producer */
+  ms_ctx_fill_base(c, hook, msd_now(), (uint32_t)worker, (uint32_t)rt->device, step, (uint32_t)rows,
+                   (uint32_t)rt->x->batch);
 }
 
 static __device__ void msd_ctx_task(const struct msd_rt *rt, struct ms_hook_ctx *c, int t, uint64_t step) {
   const struct ms_task *k = &rt->x->tasks[t];
-  c->task_class = k->cls;
-  c->op = k->kernel;
-  c->task_index = (uint32_t)t;
-  c->launch_mode = k->launch;
-  c->task_gen = (step << 32) | (uint32_t)t;
-  c->tile_x = k->tile[0];
-  c->tile_y = k->tile[1];
-  c->tile_z = k->tile[2];
+  ms_ctx_fill_task(c, k, t);  /* c->step is step (msd_ctx_base) */
   int row = k->tile[1];
   if (row >= 0 && row < rt->x->max_rows) {
     const struct msd_sched *S = rt->sched;
@@ -257,11 +241,7 @@ static __device__ void msd_ctx_task(const struct msd_rt *rt, struct ms_hook_ctx 
       c->ctx_len = pos + 1;
     }
   }
-  if (k->wait >= 0) {
-    c->event_id = (uint32_t)k->wait;
-    c->event_class = rt->events[k->wait].cls;
-    c->event_needed = (uint32_t)rt->events[k->wait].needed;
-  }
+  if (k->wait >= 0) ms_ctx_fill_event(c, &rt->events[k->wait], k->wait);
 }
 
 /* Hook ABI v2 on the device, task_begin and task_end (thread 0, after the

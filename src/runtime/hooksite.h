@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Hook sites of the runtime (every backend fires the same): filling the
- * context of each hook from the plan, the batch metadata and the worker.
+ * context of each hook from the plan (hook/ctx_fill.h, the device's too), the
+ * batch metadata and the worker.
  * Included by the files that fire hooks (step.c, requests.c, backend_cpu.c).
  * A site first checks ms_hook_armed (one relaxed load and a branch);
  * everything here runs only when something is attached. */
@@ -9,6 +10,7 @@
 
 #include <string.h>
 
+#include "hook/ctx_fill.h"
 #include "runtime/engine_impl.h"
 #include "runtime/work.h"
 
@@ -17,19 +19,8 @@
 /* The fields every hook has; step and rows: the step the firing belongs to. */
 static inline void ctx_base(struct ms_engine *e, struct ms_hook_ctx *c, int hook, int worker,
                      const struct plan_rt *rt, uint64_t step, int rows) {
-  memset(c, 0, sizeof *c);
-  c->abi_version = MS_HOOK_ABI_VERSION;
-  c->hook = (uint32_t)hook;
-  c->now_ns = ms_eng_now(e);
-  c->worker = (uint32_t)worker;
-  c->device = (uint32_t)ms_rt_device(e, worker);
-  c->step = step;
-  if (rt) {
-    c->batch_size = (uint32_t)rows;
-    c->bucket = (uint32_t)rt->plan->batch;
-  }
-  c->req_slot = c->req_gen = MS_HOOK_NONE32;
-  c->remote_event = c->remote_device = MS_HOOK_NONE32;
+  ms_ctx_fill_base(c, hook, ms_eng_now(e), (uint32_t)worker, (uint32_t)ms_rt_device(e, worker), step,
+                   rt ? (uint32_t)rows : 0, rt ? (uint32_t)rt->plan->batch : 0);
 }
 
 /* Hooks of the step in flight: fired by worker 0 at a step's start or end, or
@@ -52,9 +43,7 @@ static inline void ctx_event(struct ms_hook_ctx *c, const struct plan_rt *rt, in
   const struct ms_event *E = &rt->plan->events[ev];
   uint64_t cnt = atomic_load_explicit(&rt->counters[ev], memory_order_relaxed);
   uint64_t base = (uint64_t)E->needed * gen;
-  c->event_id = (uint32_t)ev;
-  c->event_class = E->cls;
-  c->event_needed = (uint32_t)E->needed;
+  ms_ctx_fill_event(c, E, ev);
   c->event_count = cnt > base ? cnt - base : 0;
   /* a late hook can see the next run of this plan count already: this step's count stops at needed */
   if (c->event_count > (uint64_t)E->needed) c->event_count = (uint64_t)E->needed;
@@ -97,14 +86,7 @@ static inline void ctx_row(struct ms_engine *e, struct ms_hook_ctx *c, int row) 
 static inline void ctx_task(struct ms_engine *e, struct ms_hook_ctx *c, const struct plan_rt *rt, int t,
                      uint64_t gen) {
   const struct ms_task *k = &rt->plan->tasks[t];
-  c->task_class = k->cls;
-  c->op = k->kernel;
-  c->task_index = (uint32_t)t;
-  c->launch_mode = k->launch;
-  c->task_gen = c->step << 32 | (uint32_t)t;
-  c->tile_x = k->tile[0];
-  c->tile_y = k->tile[1];
-  c->tile_z = k->tile[2];
+  ms_ctx_fill_task(c, k, t);
   if (k->tile[1] >= 0) ctx_row(e, c, k->tile[1]);
   c->t_ready = task_ready_ns(e, rt, t, gen, c->now_ns);
 }

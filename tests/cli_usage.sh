@@ -35,5 +35,16 @@ expect2 "--for '5 parsecs': expected a duration" query --for "5 parsecs" 'step {
 expect2 "--slo 'tpot': expected tpot=DURATION" query --slo tpot 'step { @ = count() }'
 expect2 "slo tpot=DURATION is required" explain
 expect2 "--window '1ms': expected a duration of at least 100ms" explain --slo tpot=1s --window 1ms
+# the one option parser (tools/opt.c): every kind's refusal names the option
+expect2 "unrecognized option '--frobnicate'" run --synthetic tiny --frobnicate
+expect2 "option '--steps' requires an argument" run --synthetic tiny --steps
+expect2 "at most 4 --fault" run --synthetic tiny --fault a --fault b --fault c --fault d --fault e
+expect2 "--temperature '3': expected a number in \[0, 2\]" serve --synthetic tiny --temperature 3
+expect2 "--tolerance 'x': expected a non-negative number" run --synthetic tiny --tolerance x
+expect2 "--model-seed 'x': expected a non-negative integer" cuda run --model-seed x
+expect2 "--prompts '1,2,3,4,5,6,7,8,9': at most 8 lengths" bench prefill --synthetic tiny --prompts 1,2,3,4,5,6,7,8,9
+expect2 "at most 16 --sim-param" bench sim $(for i in $(seq 17); do printf -- '--sim-param x=1 '; done)
+expect2 "--json does not apply to this command" detach --socket /nonexistent --json 1
+expect2 "(try 'megascope bench decode --help')" bench decode --bogus
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

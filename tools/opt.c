@@ -140,7 +140,7 @@ int cli_parse(const char *cmd, const char *head, const struct cli_opt *opts, voi
     if (c != 0)
       for (idx = 0; idx < n && flat[idx].o->shrt != c; idx++) {
       }
-    if (store(cmd, &flat[idx], dst, optarg)) return -1;
+    if (idx >= n || store(cmd, &flat[idx], dst, optarg)) return -1;
   }
   if (first) {
     *first = optind;

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* The hash map's state machine and the ring buffer's producer side over a
  * map's shared-memory layout, written once for the reference maps (maps.c,
- * ringbuf.c) and the device's (src/cuda/bpf_core.h);
+ * ringbuf.c) and the device's (src/cuda/bpf_core.h), and the decoding of
+ * that layout;
  * C11 and CUDA. maps.c's DESIGN says the protocol: a slot goes EMPTY ->
  * CLAIMING (its key being written) -> LIVE, LIVE -> KEYED on a delete (the key
  * keeps its slot), KEYED -> WRITING -> LIVE on a new insert; keys hash with
@@ -11,17 +12,53 @@
  *
  *   MS_MAPC_FN            qualifiers of the functions defined here
  *   MS_MAPC_VIEW          its decoded view: hdr (struct ms_bpf_map_shm *, for
- *                         count and lost), type, key_size, value_size, max_entries,
+ *                         count and lost), base, type, key_size, value_size, max_entries,
  *                         n_workers, key_stride, value_stride (a multiple of 8),
  *                         n_slots, state, keys, values; for a ring buffer
  *                         cons_pos, prod_pos, prod_lock, data, ring_size
  *   MS_MAPC_RELAX(spins)  what a waiter does on its spins-th spin
+ *   MS_MAPC_HD            qualifiers of the layout's decoding where host code
+ *                         calls it too (default MS_MAPC_FN)
  *   MS_MAPC_RING_SPARE    1 when a ring's data has ring_size spare bytes after
  *                         it instead of a second mapping (the device)
  *
  * and has included bpf/atomics.h. */
 #ifndef MS_BPF_MAP_CORE_H
 #define MS_BPF_MAP_CORE_H
+
+#ifndef MS_MAPC_HD /* what the host side of a device build calls too (the layout's decoding) */
+#define MS_MAPC_HD MS_MAPC_FN
+#endif
+
+/* Decodes the layout of header h (already checked: it comes from map_layout)
+ * for the image at base into m's common fields; the others are the
+ * includer's. The image need not be readable from the caller (a device
+ * mirror): only h is read. */
+MS_MAPC_HD void ms_mapc_view_init(MS_MAPC_VIEW *m, const struct ms_bpf_map_shm *h, uint8_t *base) {
+  m->hdr = (struct ms_bpf_map_shm *)base;
+  m->base = base;
+  m->type = h->type;
+  m->key_size = h->key_size;
+  m->value_size = h->value_size;
+  m->max_entries = h->max_entries;
+  m->n_workers = h->n_workers;
+  m->key_stride = h->key_stride;
+  m->value_stride = h->value_stride;
+  m->n_slots = h->n_slots;
+  if (h->type == MS_BPF_MAP_RINGBUF) {
+    m->cons_pos = (uint64_t *)(base + h->ring_cons_off);
+    m->prod_pos = (uint64_t *)(base + h->ring_prod_off);
+    m->prod_lock = (uint32_t *)(base + h->ring_prod_off + 8);
+    m->data = base + h->ring_data_off;
+    m->ring_size = h->ring_size;
+    return;
+  }
+  if (h->type == MS_BPF_MAP_HASH || h->type == MS_BPF_MAP_PERCPU_HASH) {
+    m->state = (uint32_t *)(base + h->state_off);
+    m->keys = base + h->key_off;
+  }
+  m->values = base + h->value_off;
+}
 
 MS_MAPC_FN uint8_t *ms_mapc_value_at(const MS_MAPC_VIEW *m, uint32_t slot, uint32_t worker) {
   return m->values + ((uint64_t)worker * m->n_slots + slot) * m->value_stride;

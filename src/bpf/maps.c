@@ -182,33 +182,6 @@ int map_layout(const struct ms_bpf_map_def *def, uint32_t n_workers, uint64_t pa
   return 0;
 }
 
-void map_view_init(struct map_view *v, const struct ms_bpf_map_shm *h, uint8_t *base) {
-  memset(v, 0, sizeof *v);
-  v->hdr = (struct ms_bpf_map_shm *)base;
-  v->base = base;
-  v->type = h->type;
-  v->key_size = h->key_size;
-  v->value_size = h->value_size;
-  v->max_entries = h->max_entries;
-  v->n_workers = h->n_workers;
-  v->key_stride = h->key_stride;
-  v->value_stride = h->value_stride;
-  v->n_slots = h->n_slots;
-  if (h->type == MS_BPF_MAP_RINGBUF) {
-    v->cons_pos = (uint64_t *)(base + h->ring_cons_off);
-    v->prod_pos = (uint64_t *)(base + h->ring_prod_off);
-    v->prod_lock = (uint32_t *)(base + h->ring_prod_off + 8);
-    v->data = base + h->ring_data_off;
-    v->ring_size = h->ring_size;
-    return;
-  }
-  if (is_hash(h->type)) {
-    v->state = (uint32_t *)(base + h->state_off);
-    v->keys = base + h->key_off;
-  }
-  v->values = base + h->value_off;
-}
-
 /* ---- copies ------------------------------------------------------------- */
 
 void map_copy_in(void *dst, const void *src, size_t n) { ms_at_copy_in(dst, src, n); }
@@ -236,6 +209,11 @@ static void relax(uint64_t spins) {
 #define MS_MAPC_RELAX(spins) relax(spins)
 #define MS_MAPC_RING_SPARE 0 /* the data is mapped twice back to back: a record that wraps is contiguous */
 #include "bpf/map_core.h"
+
+void map_view_init(struct map_view *v, const struct ms_bpf_map_shm *h, uint8_t *base) {
+  memset(v, 0, sizeof *v);
+  ms_mapc_view_init(v, h, base);
+}
 
 void *ringbuf_reserve(struct map_view *v, uint64_t size) { return ms_mapc_ring_reserve(v, size); }
 void ringbuf_release(struct map_view *v, void *rec, int discard) { ms_mapc_ring_release(v, rec, discard); }

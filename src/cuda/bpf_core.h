@@ -108,41 +108,6 @@ MSD_HD uint64_t msd_map_image_size(const struct ms_bpf_map_shm *h) {
   return h->total_size + (h->type == MS_BPF_MAP_RINGBUF ? h->ring_size : 0);
 }
 
-/* Decodes m from h, a header already checked (it comes from ms_bpf_map_new),
- * for the image at base (which need not be readable from the caller). */
-MSD_HD void msd_map_init(struct msd_map *m, const struct ms_bpf_map_shm *h, uint8_t *base) {
-  uint8_t *z = (uint8_t *)m;
-  for (uint64_t i = 0; i < sizeof *m; i++) z[i] = 0;
-  m->hdr = (struct ms_bpf_map_shm *)base;
-  m->base = base;
-  m->type = h->type;
-  m->key_size = h->key_size;
-  m->value_size = h->value_size;
-  m->max_entries = h->max_entries;
-  m->n_workers = h->n_workers;
-  m->flags = h->flags;
-  m->key_stride = h->key_stride;
-  m->value_stride = h->value_stride;
-  m->n_slots = h->n_slots;
-  m->writable = !(h->flags & MS_BPF_MAP_F_RDONLY_PROG);
-  if (h->type == MS_BPF_MAP_RINGBUF) {
-    m->cons_pos = (uint64_t *)(base + h->ring_cons_off);
-    m->prod_pos = (uint64_t *)(base + h->ring_prod_off);
-    m->prod_lock = (uint32_t *)(base + h->ring_prod_off + 8);
-    m->data = base + h->ring_data_off;
-    m->ring_size = h->ring_size;
-    m->region_len = 2 * h->ring_size;
-    m->writable = 1;
-    return;
-  }
-  if (h->type == MS_BPF_MAP_HASH || h->type == MS_BPF_MAP_PERCPU_HASH) {
-    m->state = (uint32_t *)(base + h->state_off);
-    m->keys = base + h->key_off;
-  }
-  m->values = base + h->value_off;
-  m->region_len = (uint64_t)h->value_stride * h->n_slots * h->n_workers;
-}
-
 MSD_FN int msd_is_hash(uint32_t t) { return t == MS_BPF_MAP_HASH || t == MS_BPF_MAP_PERCPU_HASH; }
 MSD_FN int msd_is_percpu(uint32_t t) {
   return t == MS_BPF_MAP_PERCPU_HASH || t == MS_BPF_MAP_PERCPU_ARRAY;
@@ -152,10 +117,24 @@ MSD_FN int msd_is_percpu(uint32_t t) {
 /* ---- the hash state machine: bpf/map_core.h, maps.c's own ------------------- */
 
 #define MS_MAPC_FN MSD_FN
+#define MS_MAPC_HD MSD_HD
 #define MS_MAPC_VIEW struct msd_map
 #define MS_MAPC_RELAX(spins) ms_at_relax()
 #define MS_MAPC_RING_SPARE 1
 #include "bpf/map_core.h"
+
+/* Decodes m from h, a header already checked (it comes from ms_bpf_map_new),
+ * for the image at base (which need not be readable from the caller): the
+ * layout as maps.c decodes it, and what a device run checks accesses with. */
+MSD_HD void msd_map_init(struct msd_map *m, const struct ms_bpf_map_shm *h, uint8_t *base) {
+  uint8_t *z = (uint8_t *)m;
+  for (uint64_t i = 0; i < sizeof *m; i++) z[i] = 0;
+  ms_mapc_view_init(m, h, base);
+  m->flags = h->flags;
+  m->writable = h->type == MS_BPF_MAP_RINGBUF || !(h->flags & MS_BPF_MAP_F_RDONLY_PROG);
+  m->region_len = h->type == MS_BPF_MAP_RINGBUF ? 2 * h->ring_size
+                                                : (uint64_t)h->value_stride * h->n_slots * h->n_workers;
+}
 
 /* ms_bpf_map_lookup: the value of key for worker, or NULL. */
 MSD_FN void *msd_map_lookup(const struct msd_map *m, const void *key, uint32_t worker) {

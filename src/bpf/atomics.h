@@ -46,6 +46,12 @@ MS_AT_FN void ms_at_st_rlx64(uint64_t *p, uint64_t v) {
 MS_AT_FN void ms_at_st_rlx8(uint8_t *p, uint8_t v) { *(volatile uint8_t *)p = v; }
 MS_AT_FN uint32_t ms_at_ld_rlx32(const uint32_t *p) { return *(const volatile uint32_t *)p; }
 MS_AT_FN void ms_at_st_rlx32(uint32_t *p, uint32_t v) { *(volatile uint32_t *)p = v; }
+MS_AT_FN uint64_t ms_at_add_acq_rel64(uint64_t *p, uint64_t v) {
+  uint64_t old;
+  asm volatile("atom.acq_rel.gpu.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  return old;
+}
+MS_AT_FN void ms_at_fence_acq_rel(void) { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
 /* CAS with acq_rel on success, acquire on failure; *expected gets the old value. */
 MS_AT_FN int ms_at_cas32(uint32_t *p, uint32_t *expected, uint32_t desired) {
   __threadfence();
@@ -80,6 +86,15 @@ MS_AT_FN void ms_at_st_rlx64(uint64_t *p, uint64_t v) { __atomic_store_n(p, v, _
 MS_AT_FN void ms_at_st_rlx8(uint8_t *p, uint8_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 MS_AT_FN uint32_t ms_at_ld_rlx32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 MS_AT_FN void ms_at_st_rlx32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+MS_AT_FN uint64_t ms_at_add_acq_rel64(uint64_t *p, uint64_t v) { return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL); }
+/* ThreadSanitizer does not model stand-alone fences (gcc warns, and -Werror
+ * stops the build): there a seq_cst read-modify-write stands in. */
+#if defined(__SANITIZE_THREAD__)
+static int ms_at_fence_word;
+MS_AT_FN void ms_at_fence_acq_rel(void) { (void)__atomic_fetch_add(&ms_at_fence_word, 0, __ATOMIC_SEQ_CST); }
+#else
+MS_AT_FN void ms_at_fence_acq_rel(void) { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
+#endif
 MS_AT_FN int ms_at_cas32(uint32_t *p, uint32_t *expected, uint32_t desired) {
   return __atomic_compare_exchange_n(p, expected, desired, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
 }
@@ -147,5 +162,20 @@ MS_AT_FN void ms_at_copy_in(void *dst, const void *src, uint64_t n) {
   for (; i + 8 <= n; i += 8) ms_at_st_rlx64((uint64_t *)(d + i), ms_at_load(s + i, 8));
   for (; i < n; i++) ms_at_st_rlx8(d + i, s[i]);
 }
+
+/* Words another thread (another CTA) may read or write at the same time, of
+ * any 4- or 8-byte type, with no ordering of their own (the fences around
+ * them order them): relaxed atomics on the host, volatile accesses on the device. */
+#ifdef __CUDACC__
+MS_AT_FN uint32_t ms_at_word_ld32(const void *p) { return *(const volatile uint32_t *)p; }
+MS_AT_FN void ms_at_word_st32(void *p, uint32_t v) { *(volatile uint32_t *)p = v; }
+MS_AT_FN uint64_t ms_at_word_ld64(const void *p) { return *(const volatile uint64_t *)p; }
+MS_AT_FN void ms_at_word_st64(void *p, uint64_t v) { *(volatile uint64_t *)p = v; }
+#else
+MS_AT_FN uint32_t ms_at_word_ld32(const void *p) { return __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED); }
+MS_AT_FN void ms_at_word_st32(void *p, uint32_t v) { __atomic_store_n((uint32_t *)p, v, __ATOMIC_RELAXED); }
+MS_AT_FN uint64_t ms_at_word_ld64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
+MS_AT_FN void ms_at_word_st64(void *p, uint64_t v) { __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELAXED); }
+#endif
 
 #endif

@@ -46,6 +46,7 @@
 #include "cuda/dev.h"
 #include "cuda/ops.cuh"
 #endif
+#include "bpf/atomics.h"      /* one vocabulary of atomics, the interpreter's and the maps' */
 #include "hook/ctx_fill.h"  /* the context's plan fields, as the CPU engines fill them */
 
 #define MSD_SEQ_EXIT 0xffffffffu
@@ -140,50 +141,11 @@ struct msd_rt {
   int32_t device;                   /* device index for the hook context */
 };
 
-/* ---- GPU-scope atomics (PTX) --------------------------------------------- */
+/* ---- GPU-scope atomics: bpf/atomics.h, the device interpreter's and the maps' ---- */
 
 #ifdef MSD_HOST_EMU
-/* the same orders as C11 atomics (cuda/host_emu.h) */
-static inline uint64_t msd_ld_acquire64(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-static inline uint32_t msd_ld_acquire32(const uint32_t *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-static inline void msd_st_release32(uint32_t *p, uint32_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-static inline uint64_t msd_add_acq_rel64(uint64_t *p, uint64_t v) {
-  return __atomic_fetch_add(p, v, __ATOMIC_ACQ_REL);
-}
-static inline void msd_fence_acq_rel(void) { MSD_EMU_FENCE(__ATOMIC_ACQ_REL); }
-static inline uint32_t msd_vld32(const void *p) { return __atomic_load_n((const uint32_t *)p, __ATOMIC_RELAXED); }
-static inline void msd_vst32(void *p, uint32_t v) { __atomic_store_n((uint32_t *)p, v, __ATOMIC_RELAXED); }
-static inline uint64_t msd_vld64(const void *p) { return __atomic_load_n((const uint64_t *)p, __ATOMIC_RELAXED); }
-static inline void msd_vst64(void *p, uint64_t v) { __atomic_store_n((uint64_t *)p, v, __ATOMIC_RELAXED); }
 static inline uint64_t msd_now(void) { return ms_now_ns(); }
 #else
-static __device__ __forceinline__ uint64_t msd_ld_acquire64(const uint64_t *p) {
-  uint64_t v;
-  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-  return v;
-}
-static __device__ __forceinline__ uint32_t msd_ld_acquire32(const uint32_t *p) {
-  uint32_t v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-static __device__ __forceinline__ void msd_st_release32(uint32_t *p, uint32_t v) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-static __device__ __forceinline__ uint64_t msd_add_acq_rel64(uint64_t *p, uint64_t v) {
-  uint64_t old;
-  asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
-  return old;
-}
-static __device__ __forceinline__ void msd_fence_acq_rel(void) {
-  asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
-/* words another CTA may read or write at the same time (no ordering: see the
- * fences around them) */
-static __device__ __forceinline__ uint32_t msd_vld32(const void *p) { return *(const volatile uint32_t *)p; }
-static __device__ __forceinline__ void msd_vst32(void *p, uint32_t v) { *(volatile uint32_t *)p = v; }
-static __device__ __forceinline__ uint64_t msd_vld64(const void *p) { return *(const volatile uint64_t *)p; }
-static __device__ __forceinline__ void msd_vst64(void *p, uint64_t v) { *(volatile uint64_t *)p = v; }
 static __device__ __forceinline__ uint64_t msd_now(void) {
   uint64_t t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
@@ -205,14 +167,14 @@ struct msd_beat_state {
 static __device__ void msd_beat(const struct msd_rt *rt, int cta, uint64_t step, int running, int waiting,
                                 struct msd_beat_state *bs) {
   struct msd_beat *b = &rt->beats[cta];
-  if (running != bs->running) msd_vst32((void *)&b->running, (uint32_t)(bs->running = running));
-  if (waiting != bs->waiting) msd_vst32((void *)&b->waiting, (uint32_t)(bs->waiting = waiting));
+  if (running != bs->running) ms_at_word_st32((void *)&b->running, (uint32_t)(bs->running = running));
+  if (waiting != bs->waiting) ms_at_word_st32((void *)&b->waiting, (uint32_t)(bs->waiting = waiting));
   uint64_t now = msd_now();
   if (now - bs->last < MSD_BEAT_NS) return;
   bs->last = now;
-  msd_vst64((void *)&b->step, step);
-  msd_vst64((void *)&b->since, now);
-  msd_vst64((void *)&b->beats, ++bs->n);
+  ms_at_word_st64((void *)&b->step, step);
+  ms_at_word_st64((void *)&b->since, now);
+  ms_at_word_st64((void *)&b->beats, ++bs->n);
 }
 
 static __device__ void msd_ctx_base(const struct msd_rt *rt, struct ms_hook_ctx *c, int hook, int worker,
@@ -228,14 +190,14 @@ static __device__ void msd_ctx_task(const struct msd_rt *rt, struct ms_hook_ctx 
   int row = k->tile[1];
   if (row >= 0 && row < rt->x->max_rows) {
     const struct msd_sched *S = rt->sched;
-    uint32_t v1 = msd_vld32(&S->layout_seq);
-    msd_fence_acq_rel();
-    int s = (int)msd_vld32(&rt->x->row_slot[row]);
-    uint32_t gen = s >= 0 && s < MSD_MAX_SLOTS ? msd_vld32(&rt->sched->slot_gen[s]) : 0;
-    uint32_t pos = msd_vld32(&rt->x->row_pos[row]);
-    uint64_t lstep = msd_vld64(&S->layout_step);
-    msd_fence_acq_rel();
-    if (s >= 0 && !(v1 & 1) && msd_vld32(&S->layout_seq) == v1 && lstep == step) {
+    uint32_t v1 = ms_at_word_ld32(&S->layout_seq);
+    ms_at_fence_acq_rel();
+    int s = (int)ms_at_word_ld32(&rt->x->row_slot[row]);
+    uint32_t gen = s >= 0 && s < MSD_MAX_SLOTS ? ms_at_word_ld32(&rt->sched->slot_gen[s]) : 0;
+    uint32_t pos = ms_at_word_ld32(&rt->x->row_pos[row]);
+    uint64_t lstep = ms_at_word_ld64(&S->layout_step);
+    ms_at_fence_acq_rel();
+    if (s >= 0 && !(v1 & 1) && ms_at_word_ld32(&S->layout_seq) == v1 && lstep == step) {
       c->req_slot = (uint32_t)s;
       c->req_gen = gen;
       c->ctx_len = pos + 1;
@@ -257,7 +219,7 @@ static __device__ void msd_ctx_work(const struct msd_rt *rt, struct ms_hook_ctx 
   const struct msd_ctx *x = rt->x;
   const struct ms_task *k = &x->tasks[t];
   int r = k->tile[1], n = rows < x->max_rows ? rows : x->max_rows;
-  int live = r >= 0 && r < n && (int32_t)msd_vld32(&x->row_slot[r]) >= 0;
+  int live = r >= 0 && r < n && (int32_t)ms_at_word_ld32(&x->row_slot[r]) >= 0;
   c->work_bytes = MS_HOOK_NONE64;
   c->passed_over = k->launch == MS_LAUNCH_MODE_JIT ? MS_HOOK_NONE32 : 0;
   switch (k->kernel) {
@@ -275,7 +237,7 @@ static __device__ void msd_ctx_work(const struct msd_rt *rt, struct ms_hook_ctx 
       break;
     }
     for (int i = 0; i < n; i++) {
-      if ((int32_t)msd_vld32(&x->row_slot[i]) < 0) continue;
+      if ((int32_t)ms_at_word_ld32(&x->row_slot[i]) < 0) continue;
       const int32_t *ids = (const int32_t *)msd_buf_row(x, cl->in2, 0, i);  /* [k ids | k weights] */
       for (int j = 0; j < x->cfg.top_k; j++) routed += ids[j] == k->tile[2];
     }
@@ -283,7 +245,7 @@ static __device__ void msd_ctx_work(const struct msd_rt *rt, struct ms_hook_ctx 
     break;
   }
   case MS_OP_ATTN:
-    c->work_rows = live ? msd_vld32(&x->row_pos[r]) + 1 : 0;
+    c->work_rows = live ? ms_at_word_ld32(&x->row_pos[r]) + 1 : 0;
     break;
   default:
     c->work_rows = r >= 0 ? (uint32_t)live : (uint32_t)n;
@@ -293,7 +255,7 @@ static __device__ void msd_ctx_work(const struct msd_rt *rt, struct ms_hook_ctx 
 /* ---- workers ------------------------------------------------------------- */
 
 static __device__ __forceinline__ int msd_event_fired(const struct msd_rt *rt, int ev, uint64_t gen) {
-  return ev < 0 || msd_ld_acquire64(&rt->counters[ev]) >= ms_event_target(&rt->events[ev], gen);
+  return ev < 0 || ms_at_ld_acq64(&rt->counters[ev]) >= ms_event_target(&rt->events[ev], gen);
 }
 
 /* Thread 0: counts one trigger of t's event; the last one puts an event with
@@ -305,7 +267,7 @@ static __device__ void msd_trigger(const struct msd_rt *rt, int t, uint64_t gen,
   const struct ms_event *E = &rt->events[ev];
   uint64_t target = ms_event_target(E, gen);
   __threadfence();
-  uint64_t old = msd_add_acq_rel64(&rt->counters[ev], 1);
+  uint64_t old = ms_at_add_acq_rel64(&rt->counters[ev], 1);
   if (old + 1 != target) return;
   if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_DEP_RELEASE)) {
     struct ms_hook_ctx c;
@@ -334,7 +296,7 @@ static __device__ void msd_trigger(const struct msd_rt *rt, int t, uint64_t gen,
     return;
   }
   uint32_t slot = atomicAdd(rt->fired_tail, 1u) & (rt->fired_cap - 1);
-  msd_st_release32((uint32_t *)&rt->fired[slot], (uint32_t)ev + 1);
+  ms_at_st_rel32((uint32_t *)&rt->fired[slot], (uint32_t)ev + 1);
 }
 
 static __device__ void msd_task_hook(const struct msd_rt *rt, int hook, int t, uint64_t step, int worker,
@@ -364,12 +326,12 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
   for (;;) {
     if (tid == 0) {
       uint32_t seq;
-      while ((seq = msd_ld_acquire32(rt->step_seq)) == seen) {
+      while ((seq = ms_at_ld_acq32(rt->step_seq)) == seen) {
         if (rt->hooks) msd_hooks_quiescent(rt->hooks, w);
         msd_beat(rt, cta, s_step, -1, -1, &beat);
         __nanosleep(200);
       }
-      msd_fence_acq_rel();
+      ms_at_fence_acq_rel();
       s_exit = seq == MSD_SEQ_EXIT;
       seen = seq;
       s_gen = seq - 1u;
@@ -388,7 +350,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
       if (tid == 0) {
         int t = -1;
         for (;;) {
-          uint32_t tail = msd_ld_acquire32(&rt->jit_tail[w]);
+          uint32_t tail = ms_at_ld_acq32(&rt->jit_tail[w]);
           if (head != tail) {
             /* Every task of a step precedes its end event, so once that event
              * fired for gen an entry can only be the next step's: the scheduler
@@ -404,7 +366,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
             head++;
             /* release: the entry's load completes before the scheduler may
              * reuse its slot (a plain store would let it be overwritten first) */
-            msd_st_release32((uint32_t *)&rt->jit_head[w], head);
+            ms_at_st_rel32((uint32_t *)&rt->jit_head[w], head);
             break;
           }
           if (ai < aend) {
@@ -441,7 +403,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
           /* JIT tasks were dispatched ready; the acquire is what orders their reads */
           int ev = rt->x->tasks[t].wait;
           while (!msd_event_fired(rt, ev, gen)) __nanosleep(32);
-          msd_fence_acq_rel();
+          ms_at_fence_acq_rel();
         }
         s_task = t;
       }
@@ -500,7 +462,7 @@ static __device__ void msd_dispatch(const struct msd_rt *rt, int t, uint64_t ste
     q->rr = (w + 1) % W;
     uint32_t depth = q->tail[w] - q->head[w];
     if (depth + 1 >= MSD_QUEUE_THRESHOLD || depth >= cap) {  /* refresh: the worker may have drained it */
-      q->head[w] = msd_ld_acquire32(&rt->jit_head[w]);  /* pairs with the worker's release: its load is done */
+      q->head[w] = ms_at_ld_acq32(&rt->jit_head[w]);  /* pairs with the worker's release: its load is done */
       depth = q->tail[w] - q->head[w];
     }
     if (depth >= cap) {
@@ -509,7 +471,7 @@ static __device__ void msd_dispatch(const struct msd_rt *rt, int t, uint64_t ste
       continue;
     }
     rt->jit_q[(size_t)w * cap + (q->tail[w] & (cap - 1))] = t;
-    msd_st_release32(&rt->jit_tail[w], ++q->tail[w]);
+    ms_at_st_rel32(&rt->jit_tail[w], ++q->tail[w]);
     if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_ASSIGN)) {
       struct ms_hook_ctx c;
       msd_ctx_base(rt, &c, MS_HOOK_TASK_ASSIGN, w, step, rows);
@@ -588,8 +550,8 @@ static __device__ int msd_step_start(const struct msd_rt *rt, uint64_t step) {
   int active = 0;
   uint32_t submitted = 0xffffffffu;  /* read from the host once, when a slot is free */
   const uint32_t seq = S->layout_seq;
-  msd_vst32(&S->layout_seq, seq + 1);  /* the layout is being written (see msd_sched) */
-  msd_fence_acq_rel();
+  ms_at_word_st32(&S->layout_seq, seq + 1);  /* the layout is being written (see msd_sched) */
+  ms_at_fence_acq_rel();
   for (int s = 0; s < B; s++) {
     int r = S->slot_req[s];
     if (r >= 0 && S->slot_fin[s]) {
@@ -618,27 +580,27 @@ static __device__ int msd_step_start(const struct msd_rt *rt, uint64_t step) {
         S->slot_ooff[s] = q->out_off;
         S->slot_loff[s] = q->logits_off;
         S->slot_stop[s] = q->stop_eos;
-        msd_vst32(&S->slot_gen[s], S->slot_gen[s] + 1);
+        ms_at_word_st32(&S->slot_gen[s], S->slot_gen[s] + 1);
         rt->req[r].t_admit = msd_now();
         msd_request_hook(rt, MS_REQ_ADMITTED, s, 0, step, B);
       }
     }
     if (r >= 0) {
       int pos = S->slot_pos[s];
-      msd_vst32(&x->row_slot[s], (uint32_t)s);
-      msd_vst32(&x->row_pos[s], (uint32_t)pos);
+      ms_at_word_st32(&x->row_slot[s], (uint32_t)s);
+      ms_at_word_st32(&x->row_pos[s], (uint32_t)pos);
       x->row_token[s] = pos < S->slot_nprompt[s] ? rt->prompt_pool[S->slot_poff[s] + pos] : S->slot_next[s];
       active++;
     } else {
-      msd_vst32(&x->row_slot[s], 0xffffffffu);
-      msd_vst32(&x->row_pos[s], 0);
+      ms_at_word_st32(&x->row_slot[s], 0xffffffffu);
+      ms_at_word_st32(&x->row_pos[s], 0);
       x->row_token[s] = 0;
     }
   }
   *x->n_rows = active ? B : 0;
-  msd_vst64(&S->layout_step, step);
-  msd_fence_acq_rel();
-  msd_vst32(&S->layout_seq, seq + 2);
+  ms_at_word_st64(&S->layout_step, step);
+  ms_at_fence_acq_rel();
+  ms_at_word_st32(&S->layout_seq, seq + 2);
   return active;
 }
 
@@ -696,13 +658,13 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
     const int rows = rt->x->batch;
     *(volatile uint64_t *)rt->cur_step = step;
     __threadfence();
-    msd_st_release32(rt->step_seq, (uint32_t)gen + 1);
+    ms_at_st_rel32(rt->step_seq, (uint32_t)gen + 1);
     msd_step_hook(rt, MS_STEP_BEGIN, step, rows);
     /* the step start task: its body ran above; trigger its event */
     msd_trigger(rt, 0, gen, step, rt->n_workers, rows);
     const uint64_t end_target = ms_event_target(end, gen);
-    while (msd_ld_acquire64(&rt->counters[rt->end_event]) < end_target) {
-      uint32_t v = msd_ld_acquire32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);
+    while (ms_at_ld_acq64(&rt->counters[rt->end_event]) < end_target) {
+      uint32_t v = ms_at_ld_acq32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);
       if (!v) {
         msd_beat(rt, 0, step, -1, -1, &beat);
         if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
@@ -715,13 +677,13 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
     }
     /* events whose release is still on the ring belong to this step: drain */
     for (;;) {
-      uint32_t v = msd_ld_acquire32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);
+      uint32_t v = ms_at_ld_acq32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);
       if (!v) break;
       rt->fired[fired_head & (rt->fired_cap - 1)] = 0;
       fired_head++;
       msd_release_succ(rt, (int)v - 1, step, rows, rings);
     }
-    msd_fence_acq_rel();
+    ms_at_fence_acq_rel();
     msd_step_end(rt, step);
     msd_step_hook(rt, MS_STEP_END, step, rows);
     if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
@@ -732,7 +694,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
   }
   rt->host->t_end = msd_now();
   __threadfence_system();
-  msd_st_release32(rt->step_seq, MSD_SEQ_EXIT);
+  ms_at_st_rel32(rt->step_seq, MSD_SEQ_EXIT);
   rt->host->exited = 1;
 }
 

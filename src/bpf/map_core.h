@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The hash map's state machine and the ring buffer's producer side over a
- * map's shared-memory layout, written once for the reference maps (maps.c,
+ * map's shared-memory layout, and the lookup, update and delete of Linux's
+ * helpers over it, written once for the reference maps (maps.c,
  * ringbuf.c) and the device's (src/cuda/bpf_core.h), and the decoding of
  * that layout;
  * C11 and CUDA. maps.c's DESIGN says the protocol: a slot goes EMPTY ->
@@ -200,6 +201,44 @@ MS_MAPC_FN int ms_mapc_hash_delete(const MS_MAPC_VIEW *m, const void *key) {
     }
     MS_MAPC_RELAX(spins);
   }
+}
+
+/* ---- the map operations, as Linux's helpers see them ---- */
+
+MS_MAPC_FN int ms_mapc_is_hash(uint32_t t) { return t == MS_BPF_MAP_HASH || t == MS_BPF_MAP_PERCPU_HASH; }
+MS_MAPC_FN int ms_mapc_is_percpu(uint32_t t) { return t == MS_BPF_MAP_PERCPU_HASH || t == MS_BPF_MAP_PERCPU_ARRAY; }
+
+/* The value of key for worker (its own slot of a per-worker map), or NULL. */
+MS_MAPC_FN void *ms_mapc_lookup(const MS_MAPC_VIEW *m, const void *key, uint32_t worker) {
+  uint32_t w = ms_mapc_is_percpu(m->type) ? worker : 0;
+  if (w >= m->n_workers) return 0;
+  if (ms_mapc_is_hash(m->type)) {
+    int64_t b = ms_mapc_hash_find(m, key, 0);
+    if (b < 0 || ms_at_ld_acq32(&m->state[b]) != MS_BPF_SLOT_LIVE) return 0;
+    return ms_mapc_value_at(m, (uint32_t)b, w);
+  }
+  uint32_t idx = (uint32_t)ms_at_load(key, 4);
+  if (m->type == MS_BPF_MAP_RINGBUF || idx >= m->max_entries) return 0;
+  return ms_mapc_value_at(m, idx, w);
+}
+
+/* Linux's map_update_elem: its flags and its errors. */
+MS_MAPC_FN int ms_mapc_update(const MS_MAPC_VIEW *m, const void *key, const void *value, uint64_t flags,
+                              uint32_t worker) {
+  uint32_t w = ms_mapc_is_percpu(m->type) ? worker : 0;
+  if (flags > MS_BPF_EXIST || w >= m->n_workers) return -EINVAL;
+  if (ms_mapc_is_hash(m->type)) return ms_mapc_hash_update(m, key, value, flags, w);
+  if (m->type == MS_BPF_MAP_RINGBUF) return -EINVAL;
+  uint32_t idx = (uint32_t)ms_at_load(key, 4);
+  if (idx >= m->max_entries) return -E2BIG;
+  if (flags == MS_BPF_NOEXIST) return -EEXIST; /* array elements always exist */
+  ms_at_copy_in(ms_mapc_value_at(m, idx, w), value, m->value_size);
+  return 0;
+}
+
+MS_MAPC_FN int ms_mapc_delete(const MS_MAPC_VIEW *m, const void *key) {
+  if (!ms_mapc_is_hash(m->type)) return -EINVAL;
+  return ms_mapc_hash_delete(m, key);
 }
 
 /* ---- the ring buffer (ringbuf.c's DESIGN) ---- */

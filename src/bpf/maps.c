@@ -295,40 +295,18 @@ const struct ms_bpf_map_def *ms_bpf_map_info(const struct ms_bpf_map *m) { retur
 uint32_t ms_bpf_map_workers(const struct ms_bpf_map *m) { return m->n_workers; }
 int ms_bpf_map_fd(const struct ms_bpf_map *m) { return m->fd; }
 
-static int slot_worker(const struct ms_bpf_map *m, uint32_t worker, uint32_t *w) {
-  *w = is_percpu(m->def.type) ? worker : 0;
-  return *w < m->v.n_workers ? 0 : -EINVAL;
-}
-
+/* bpf/map_core.h's operations, after the checks of a public entry point. */
 void *ms_bpf_map_lookup(struct ms_bpf_map *m, const void *key, uint32_t worker) {
-  uint32_t w, idx;
-  if (!m || !key || slot_worker(m, worker, &w)) return NULL;
-  struct map_view *v = &m->v;
-  if (is_hash(v->type)) {
-    int64_t b = map_hash_find(v, key, 0);
-    if (b < 0 || state_load(&v->state[b]) != MS_BPF_SLOT_LIVE) return NULL;
-    return map_value_at(v, (uint32_t)b, w);
-  }
-  if (v->type == MS_BPF_MAP_RINGBUF || array_index(v, key, &idx)) return NULL;
-  return map_value_at(v, idx, w);
+  return m && key ? ms_mapc_lookup(&m->v, key, worker) : NULL;
 }
 
 int ms_bpf_map_update(struct ms_bpf_map *m, const void *key, const void *value, uint64_t flags,
                       uint32_t worker) {
-  uint32_t w, idx;
-  if (!m || !key || !value || flags > MS_BPF_EXIST || slot_worker(m, worker, &w)) return -EINVAL;
-  struct map_view *v = &m->v;
-  if (is_hash(v->type)) return ms_mapc_hash_update(v, key, value, flags, w);
-  if (v->type == MS_BPF_MAP_RINGBUF) return -EINVAL;
-  if (array_index(v, key, &idx)) return -E2BIG;
-  if (flags == MS_BPF_NOEXIST) return -EEXIST; /* array elements always exist */
-  map_copy_in(map_value_at(v, idx, w), value, v->value_size);
-  return 0;
+  return m && key && value ? ms_mapc_update(&m->v, key, value, flags, worker) : -EINVAL;
 }
 
 int ms_bpf_map_delete(struct ms_bpf_map *m, const void *key) {
-  if (!m || !key || !is_hash(m->def.type)) return -EINVAL;
-  return ms_mapc_hash_delete(&m->v, key);
+  return m && key ? ms_mapc_delete(&m->v, key) : -EINVAL;
 }
 
 uint32_t ms_bpf_map_count(const struct ms_bpf_map *m) {

@@ -108,13 +108,7 @@ MSD_HD uint64_t msd_map_image_size(const struct ms_bpf_map_shm *h) {
   return h->total_size + (h->type == MS_BPF_MAP_RINGBUF ? h->ring_size : 0);
 }
 
-MSD_FN int msd_is_hash(uint32_t t) { return t == MS_BPF_MAP_HASH || t == MS_BPF_MAP_PERCPU_HASH; }
-MSD_FN int msd_is_percpu(uint32_t t) {
-  return t == MS_BPF_MAP_PERCPU_HASH || t == MS_BPF_MAP_PERCPU_ARRAY;
-}
-
-
-/* ---- the hash state machine: bpf/map_core.h, maps.c's own ------------------- */
+/* ---- the maps: bpf/map_core.h, maps.c's own ------------------------------ */
 
 #define MS_MAPC_FN MSD_FN
 #define MS_MAPC_HD MSD_HD
@@ -136,38 +130,10 @@ MSD_HD void msd_map_init(struct msd_map *m, const struct ms_bpf_map_shm *h, uint
                                                 : (uint64_t)h->value_stride * h->n_slots * h->n_workers;
 }
 
-/* ms_bpf_map_lookup: the value of key for worker, or NULL. */
-MSD_FN void *msd_map_lookup(const struct msd_map *m, const void *key, uint32_t worker) {
-  uint32_t w = msd_is_percpu(m->type) ? worker : 0;
-  if (w >= m->n_workers) return 0;
-  if (msd_is_hash(m->type)) {
-    int64_t b = ms_mapc_hash_find(m, key, 0);
-    if (b < 0 || ms_at_ld_acq32(&m->state[b]) != MS_BPF_SLOT_LIVE) return 0;
-    return ms_mapc_value_at(m, (uint32_t)b, w);
-  }
-  uint32_t idx = (uint32_t)ms_at_load(key, 4);
-  if (m->type == MS_BPF_MAP_RINGBUF || idx >= m->max_entries) return 0;
-  return ms_mapc_value_at(m, idx, w);
-}
-
-/* ms_bpf_map_update: Linux's flags and errors. */
-MSD_FN int msd_map_update(const struct msd_map *m, const void *key, const void *value, uint64_t flags,
-                          uint32_t worker) {
-  uint32_t w = msd_is_percpu(m->type) ? worker : 0;
-  if (flags > MS_BPF_EXIST || w >= m->n_workers) return -EINVAL;
-  if (msd_is_hash(m->type)) return ms_mapc_hash_update(m, key, value, flags, w);
-  if (m->type == MS_BPF_MAP_RINGBUF) return -EINVAL;
-  uint32_t idx = (uint32_t)ms_at_load(key, 4);
-  if (idx >= m->max_entries) return -E2BIG;
-  if (flags == MS_BPF_NOEXIST) return -EEXIST; /* array elements always exist */
-  ms_at_copy_in(ms_mapc_value_at(m, idx, w), value, m->value_size);
-  return 0;
-}
-
-MSD_FN int msd_map_delete(const struct msd_map *m, const void *key) {
-  if (!msd_is_hash(m->type)) return -EINVAL;
-  return ms_mapc_hash_delete(m, key);
-}
+/* lookup, update and delete: ms_mapc_lookup, ms_mapc_update, ms_mapc_delete (bpf/map_core.h). */
+#define msd_map_lookup ms_mapc_lookup
+#define msd_map_update ms_mapc_update
+#define msd_map_delete ms_mapc_delete
 
 /* ---- ring buffer (ringbuf.c) --------------------------------------------- */
 

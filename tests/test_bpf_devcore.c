@@ -357,15 +357,15 @@ static void test_map_ops(uint32_t type, uint32_t key_size, uint32_t value_size, 
     if (op < 5) {
       uint64_t flags = rnd(20) == 0 ? 5 : rnd(3);
       int a = ms_bpf_map_update(t.ref, key, val, flags, w);
-      int b = msd_map_update(&t.view, key, val, flags, w);
+      int b = ms_mapc_update(&t.view, key, val, flags, w);
       same_rc &= a == b;
     } else if (op < 7) {
       int a = ms_bpf_map_delete(t.ref, key);
-      int b = msd_map_delete(&t.view, key);
+      int b = ms_mapc_delete(&t.view, key);
       same_rc &= a == b;
     } else {
       uint8_t *a = ms_bpf_map_lookup(t.ref, key, w);
-      uint8_t *b = msd_map_lookup(&t.view, key, w);
+      uint8_t *b = ms_mapc_lookup(&t.view, key, w);
       same_lookup &= !a == !b && (!a || !memcmp(a, b, value_size));
     }
   }
@@ -432,7 +432,7 @@ static void test_ringbuf(int plain) {
       int discard = rnd(5) == 0;
       if (discard) ms_bpf_ringbuf_discard(t.ref, a);
       else ms_bpf_ringbuf_submit(t.ref, a);
-      msd_ringbuf_release(&view, b, discard);
+      ms_mapc_ring_release(&view, b, discard);
     }
     if (rnd(8) == 0) {
       ms_bpf_ringbuf_consume(t.ref, collect, ra);
@@ -563,7 +563,7 @@ static void test_monitor(const char *path, int *n_progs, long *n_runs) {
     uint32_t key = 0;
     for (int w = 0; init && n && w < W; w++) { /* as table.c does */
       CHECK(ms_bpf_map_update(tw[i].ref, &key, init, MS_BPF_ANY, (uint32_t)w) == 0);
-      CHECK(msd_map_update(&tw[i].view, &key, init, MS_BPF_ANY, (uint32_t)w) == 0);
+      CHECK(ms_mapc_update(&tw[i].view, &key, init, MS_BPF_ANY, (uint32_t)w) == 0);
     }
     refs[i] = tw[i].ref;
     views[i] = tw[i].view;

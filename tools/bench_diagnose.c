@@ -87,16 +87,8 @@ struct args {
   int run, as_json, quiet;
 };
 
-static int backend_opt(void *dst, const char *arg) {
-  struct args *a = dst;
-  if (!strcmp(arg, "sim")) a->backend = MS_BACKEND_SIM;
-  else if (!strcmp(arg, "cpu")) a->backend = MS_BACKEND_CPU;
-  else {
-    fprintf(stderr, "megascope bench diagnose: --backend '%s': expected sim or cpu\n", arg);
-    return -1;
-  }
-  return 0;
-}
+/* by enum ms_backend */
+static const char *const backend_names[] = {"cpu", "sim", NULL};
 
 #define DA struct args
 static const struct cli_opt diag_opts[] = {
@@ -112,7 +104,7 @@ static const struct cli_opt diag_opts[] = {
                 "magnitudes are left to each scenario's seed. Written to\n"
                 "--write-scenarios (default stdout) unless --run"),
     CLI_OPT_U64(DA, seed, "seed", "S", "the generator's seed (default 1)"),
-    CLI_OPT_FN("backend", "B", backend_opt, "generated scenarios' backend: sim (default) or cpu"),
+    CLI_OPT_CHOICE(DA, backend, "backend", "B", backend_names, "generated scenarios' backend: sim (default) or cpu"),
     CLI_OPT_STR(DA, write, "write-scenarios", "F", "write the scenarios to F"),
     CLI_OPT_FLAG(DA, run, "run", "with --generate: run them too"),
     CLI_OPT_STR(DA, budgets, "budgets", "LIST",

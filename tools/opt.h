@@ -52,7 +52,6 @@ struct cli_opt {
 
 #define CLI_O(S, f) offsetof(S, f)
 #define CLI_OPT_FLAG(S, f, nm, hp) {.kind = CLI_FLAG, .name = nm, .off = CLI_O(S, f), .set = 1, .help = hp}
-#define CLI_OPT_SET(S, f, nm, v, hp) {.kind = CLI_FLAG, .name = nm, .off = CLI_O(S, f), .set = v, .help = hp}
 #define CLI_OPT_INT(S, f, nm, a, l, h, hp) \
   {.kind = CLI_INT, .name = nm, .arg = a, .off = CLI_O(S, f), .lo = l, .hi = h, .help = hp}
 #define CLI_OPT_I32(S, f, nm, a, l, h, hp) \

@@ -43,12 +43,6 @@ int ms_hook_field_version(int field);
  * the engines keep a JIT queue per priority. */
 #define MS_SCHED_HINT_MAX 7
 
-/* The ABI's helper sets: 1 when a program of this type may call helper id.
- * observe: every helper of the table; sched_hint: map_lookup_elem,
- * ktime_get_ns, get_smp_processor_id and ms_log2 (no map updates, no ring
- * buffer output: it returns a priority and nothing else). */
-int ms_prog_type_helper_allowed(int type, uint32_t helper);
-
 /* What a program of type `type` on hook `hook` may read, call, write and
  * return, for the verifier (ms_verify_opts.ctx): the context's fields and the
  * ones the hook defines, this ABI's version and run budget, and for sched_hint

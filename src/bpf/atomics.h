@@ -153,7 +153,7 @@ MS_AT_FN void ms_at_bytes_zero(void *dst, uint64_t n) {
   for (uint64_t i = 0; i < n; i++) d[i] = 0;
 }
 
-/* maps.c's map_copy_in: 8-byte words with relaxed atomic stores (dst is a
+/* A copy into a map's key or value slot: 8-byte words with relaxed atomic stores (dst is a
  * value or key slot, 8-aligned; src may be anywhere), then bytes. */
 MS_AT_FN void ms_at_copy_in(void *dst, const void *src, uint64_t n) {
   uint8_t *d = (uint8_t *)dst;

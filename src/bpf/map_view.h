@@ -32,9 +32,9 @@ int map_layout(const struct ms_bpf_map_def *def, uint32_t n_workers, uint64_t pa
  * v->hdr is the live header at base. */
 void map_view_init(struct map_view *v, const struct ms_bpf_map_shm *layout, uint8_t *base);
 
-/* Word-wise copies: 8-byte words move with relaxed atomics so that a reader
- * in another process never sees a torn counter. */
-void map_copy_in(void *dst, const void *src, size_t n);
+/* Word-wise copy out: 8-byte words move with relaxed atomics so that a reader
+ * in another process never sees a torn counter (the copy in is bpf/atomics.h's
+ * ms_at_copy_in). */
 void map_copy_out(void *dst, const void *src, size_t n);
 
 /* The value slot of (slot, worker). */

@@ -184,8 +184,6 @@ int map_layout(const struct ms_bpf_map_def *def, uint32_t n_workers, uint64_t pa
 
 /* ---- copies ------------------------------------------------------------- */
 
-void map_copy_in(void *dst, const void *src, size_t n) { ms_at_copy_in(dst, src, n); }
-
 void map_copy_out(void *dst, const void *src, size_t n) {
   uint8_t *d = dst;
   const uint8_t *s = src;
@@ -217,8 +215,6 @@ void map_view_init(struct map_view *v, const struct ms_bpf_map_shm *h, uint8_t *
 
 void *ringbuf_reserve(struct map_view *v, uint64_t size) { return ms_mapc_ring_reserve(v, size); }
 void ringbuf_release(struct map_view *v, void *rec, int discard) { ms_mapc_ring_release(v, rec, discard); }
-
-static uint32_t state_load(const uint32_t *s) { return ms_at_ld_acq32(s); }
 
 int64_t map_hash_find(const struct map_view *v, const void *key, int bounded) {
   return ms_mapc_hash_find(v, key, bounded);
@@ -376,7 +372,7 @@ int map_view_foreach(const struct map_view *v, ms_bpf_map_entry_fn fn, void *use
       ret = visit(v, &i, i, buf, fn, user);
       continue;
     }
-    if (state_load(&v->state[i]) != MS_BPF_SLOT_LIVE) continue;
+    if (ms_at_ld_acq32(&v->state[i]) != MS_BPF_SLOT_LIVE) continue;
     map_copy_out(key, v->keys + (uint64_t)i * v->key_stride, v->key_size);
     ret = visit(v, key, i, buf, fn, user);
   }
@@ -388,7 +384,7 @@ int map_view_lookup_copy(const struct map_view *v, const void *key, void *out) {
   uint32_t slot;
   if (is_hash(v->type)) {
     int64_t b = map_hash_find(v, key, 1);
-    if (b < 0 || state_load(&v->state[b]) != MS_BPF_SLOT_LIVE) return -ENOENT;
+    if (b < 0 || ms_at_ld_acq32(&v->state[b]) != MS_BPF_SLOT_LIVE) return -ENOENT;
     slot = (uint32_t)b;
   } else if (v->type == MS_BPF_MAP_RINGBUF || array_index(v, key, &slot)) {
     return -ENOENT;

@@ -130,20 +130,11 @@ MSD_HD void msd_map_init(struct msd_map *m, const struct ms_bpf_map_shm *h, uint
                                                 : (uint64_t)h->value_stride * h->n_slots * h->n_workers;
 }
 
-/* lookup, update and delete: ms_mapc_lookup, ms_mapc_update, ms_mapc_delete (bpf/map_core.h). */
-#define msd_map_lookup ms_mapc_lookup
-#define msd_map_update ms_mapc_update
-#define msd_map_delete ms_mapc_delete
-
 /* ---- ring buffer (ringbuf.c) --------------------------------------------- */
 
-/* ms_mapc_ring_reserve and ms_mapc_ring_release (bpf/map_core.h). */
+/* ms_mapc_ring_reserve (bpf/map_core.h) on a ring buffer map; release is ms_mapc_ring_release. */
 MSD_FN void *msd_ringbuf_reserve(const struct msd_map *m, uint64_t size) {
   return m->type == MS_BPF_MAP_RINGBUF ? ms_mapc_ring_reserve(m, size) : 0;
-}
-
-MSD_FN void msd_ringbuf_release(const struct msd_map *m, void *rec, int discard) {
-  ms_mapc_ring_release(m, rec, discard);
 }
 
 /* ---- the interpreter ---------------------------------------------------- */
@@ -384,7 +375,7 @@ MSD_FN uint64_t msd_h_ringbuf_output(struct msd_vm *vm, const uint64_t *r, int *
     return (uint64_t)(int64_t)-EAGAIN;
   }
   ms_at_bytes_copy(rec, data, r[3]);
-  msd_ringbuf_release(m, rec, 0);
+  ms_mapc_ring_release(m, rec, 0);
   return 0;
 }
 
@@ -396,7 +387,7 @@ MSD_FN uint64_t msd_h_ringbuf_reserve(struct msd_vm *vm, const uint64_t *r, int 
   const struct msd_map *m = msd_arg_map(vm, r[1], MSD_RING_TYPES, err);
   void *rec = m && !r[3] ? msd_ringbuf_reserve(m, r[2]) : 0; /* Linux: reserve takes no flags */
   if (rec && vm->n_rec == MSD_MAX_RECORDS) {
-    msd_ringbuf_release(m, rec, 1); /* more records open than a run may hold */
+    ms_mapc_ring_release(m, rec, 1); /* more records open than a run may hold */
     rec = 0;
   }
   if (!rec) {
@@ -415,7 +406,7 @@ MSD_FN uint64_t msd_h_ringbuf_release(struct msd_vm *vm, uint64_t rec, int disca
     vm->n_rec--;
     vm->rec[i] = vm->rec[vm->n_rec];
     vm->rec_map[i] = vm->rec_map[vm->n_rec];
-    msd_ringbuf_release(m, (void *)(uintptr_t)rec, discard);
+    ms_mapc_ring_release(m, (void *)(uintptr_t)rec, discard);
     return 0;
   }
   *err = -EINVAL; /* not a record this run reserved */
@@ -428,12 +419,12 @@ MSD_FN uint64_t msd_h_map(struct msd_vm *vm, uint32_t id, const uint64_t *r, int
   const void *key = m ? msd_arg_mem(vm, r[2], m->key_size, err) : 0;
   if (!key) return 0;
   if (id == MS_BPF_FN_MAP_LOOKUP_ELEM)
-    return (uint64_t)(uintptr_t)msd_map_lookup(m, key, vm->in->worker);
-  if (id == MS_BPF_FN_MAP_DELETE_ELEM) return (uint64_t)(int64_t)msd_map_delete(m, key);
+    return (uint64_t)(uintptr_t)ms_mapc_lookup(m, key, vm->in->worker);
+  if (id == MS_BPF_FN_MAP_DELETE_ELEM) return (uint64_t)(int64_t)ms_mapc_delete(m, key);
   const void *value = msd_arg_mem(vm, r[3], m->value_size, err);
   if (!value) return 0;
   if (m->flags & MS_BPF_MAP_F_RDONLY_PROG) return (uint64_t)(int64_t)-EPERM;
-  return (uint64_t)(int64_t)msd_map_update(m, key, value, r[4], vm->in->worker);
+  return (uint64_t)(int64_t)ms_mapc_update(m, key, value, r[4], vm->in->worker);
 }
 
 /* Whether the device implements helper id (monitors.cu refuses others). */
@@ -516,7 +507,7 @@ MSD_BIG int msd_bpf_run(const struct msd_run *in, struct msd_result *res) {
   uint32_t left = vm.n_rec;
   while (vm.n_rec) {
     vm.n_rec--;
-    msd_ringbuf_release(&in->maps[vm.rec_map[vm.n_rec]], vm.rec[vm.n_rec], 1);
+    ms_mapc_ring_release(&in->maps[vm.rec_map[vm.n_rec]], vm.rec[vm.n_rec], 1);
   }
   if (left && !err) {
     err = -EINVAL;

@@ -150,14 +150,6 @@ static const uint32_t sched_hint_helpers[] = {MS_BPF_FN_MAP_LOOKUP_ELEM, MS_BPF_
                                               MS_BPF_FN_GET_SMP_PROCESSOR_ID, MS_HELPER_LOG2};
 #define N_HINT_HELPERS (int)(sizeof sched_hint_helpers / sizeof sched_hint_helpers[0])
 
-int ms_prog_type_helper_allowed(int type, uint32_t helper) {
-  if (type == MS_PROG_OBSERVE) return 1;
-  if (type != MS_PROG_SCHED_HINT) return 0;
-  for (int i = 0; i < N_HINT_HELPERS; i++)
-    if (sched_hint_helpers[i] == helper) return 1;
-  return 0;
-}
-
 /* The verifier's view of each program type on each hook, from the tables
  * above: the same fields everywhere, the hook's mask, and for sched_hint its
  * restrictions (and, anywhere but task_ready, its refusal). */

@@ -106,6 +106,40 @@ int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log);
 
 void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out);
 
+/* ---- fed mode: the engine's CUDA backend (src/runtime/backend_cuda.c) ----
+ * The engine's step machine (admission, batching, KV pages, sampling) runs on
+ * the host and hands the device one step at a time; the persistent kernel stays
+ * resident between steps and requests (per-op mode: one graph launch a step).
+ * The engine's slots are this engine's rows' slots (max_batch of them), and
+ * its KV page ids index this engine's pool (max_batch * max_ctx / page_size
+ * pages). */
+
+/* One row of a fed step: the request slot (-1: padding), the position, the
+ * input token, the slot's generation (for hook contexts) and the KV page of
+ * the position. */
+struct ms_cuda_row {
+  int32_t slot, pos, token, page;
+  uint32_t gen;
+};
+
+/* Launches the resident kernel (megakernel) or builds the step's graph
+ * (per-op). 0 or a negative error. */
+int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *log);
+/* Hands the device step `step` of n rows (n <= max_batch). One step in flight
+ * at a time: ms_cuda_feed_wait before the next. */
+int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const struct ms_cuda_row *rows, int n,
+                      struct ms_textbuf *log);
+/* Waits for the step handed over last; *logits then holds its live rows'
+ * logits (row r at r * vocab), valid until the next step. -MS_E_STALL with a
+ * report in log when the watchdog fired. */
+int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log);
+/* Ends the resident kernel and waits for it. */
+int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log);
+/* The device's plan (the one monitors' map read-outs name classes by). */
+const struct ms_plan *ms_cuda_plan(const struct ms_cuda_engine *e);
+/* CTAs of the persistent kernel (SM indices of per-worker maps). */
+int ms_cuda_ctas(const struct ms_cuda_engine *e);
+
 /* Monitors on the device: the same verified programs and map layouts as the CPU
  * engine; attach/replace/detach work while the kernel runs (see monitor.h). */
 int ms_cuda_attach(struct ms_cuda_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,

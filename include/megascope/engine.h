@@ -28,6 +28,7 @@ enum ms_mode {
 enum ms_backend {
   MS_BACKEND_CPU = 0,   /* worker threads play the SMs, in real time */
   MS_BACKEND_SIM = 1,   /* a deterministic virtual GPU: N SMs, a virtual clock, a cost model */
+  MS_BACKEND_CUDA = 2,  /* the persistent kernel on a GPU (megascope/cuda.h), fed a step at a time */
   MS_BACKEND_COUNT
 };
 
@@ -103,7 +104,13 @@ struct ms_engine_opts {
   int prefill_async;       /* 1: compile the prefill plans while the engine serves (a server
                               starts at once; prompts are chunked once they are ready); 0:
                               before ms_engine_new returns */
+  int cuda_sms;            /* MS_BACKEND_CUDA: CTAs of the persistent kernel; 0: every SM */
 };
+
+/* "cpu", "sim", "cuda"; NULL for an unknown id. */
+const char *ms_backend_name(enum ms_backend b);
+/* The backend by name: 0, or -EINVAL. */
+int ms_backend_parse(const char *s, enum ms_backend *out);
 
 struct ms_engine;
 struct ms_request;

@@ -5,6 +5,7 @@
  * baseline (a CUDA Graph of one kernel per operator level), and the monitors'
  * entry points (src/cuda/monitors.cu does the work). */
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +70,16 @@ struct ms_cuda_engine {
   int have_graph;
   cudaStream_t ks;                 /* the kernel's stream */
   struct ms_cuda_mon *mon;
+  /* fed mode (ms_cuda_feed_*): the engine's step machine hands over steps */
+  int feeding;                     /* between feed_start and feed_stop */
+  uint32_t fed;                    /* steps handed over */
+  int fed_rows;                    /* rows of the step in flight */
+  struct msd_feed *feed;           /* host-mapped handshake */
+  struct msd_feed_step *feed_dev;  /* device: the step's rows */
+  struct msd_feed_step *feed_stage;/* pinned: the same, staged for the copy */
+  float *feed_logits;              /* [max_batch * vocab]: host-mapped (megakernel) or pinned (per-op) */
+  int32_t *feed_meta;              /* pinned: per-op mode's layout staging */
+  cudaStream_t cs;                 /* copies while the resident kernel runs */
   struct ms_cuda_stats st;
   int broken;                      /* a stall was reported: the kernel may still hold the device */
 };
@@ -230,6 +241,21 @@ static void free_requests(struct ms_cuda_engine *e) {
   e->logits_rec = NULL;
 }
 
+static void free_feed(struct ms_cuda_engine *e) {
+  if (e->feed) cudaFreeHost((void *)e->feed);
+  if (e->feed_stage) cudaFreeHost(e->feed_stage);
+  if (e->feed_logits) cudaFreeHost(e->feed_logits);
+  if (e->feed_meta) cudaFreeHost(e->feed_meta);
+  cudaFree(e->feed_dev);
+  if (e->cs) cudaStreamDestroy(e->cs);
+  e->feed = NULL;
+  e->feed_stage = NULL;
+  e->feed_logits = NULL;
+  e->feed_meta = NULL;
+  e->feed_dev = NULL;
+  e->cs = NULL;
+}
+
 extern "C" void ms_cuda_engine_free(struct ms_cuda_engine *e) {
   if (!e) return;
   /* a run still in flight is waited for first; that wait's own watchdog may find
@@ -245,8 +271,10 @@ extern "C" void ms_cuda_engine_free(struct ms_cuda_engine *e) {
     free(e);
     return;
   }
+  if (e->feeding) ms_cuda_feed_stop(e, NULL);
   if (e->have_graph) cudaGraphExecDestroy(e->graph);
   if (e->mon) ms_cuda_mon_free(e->mon);
+  free_feed(e);
   free_requests(e);
   release_runtime(e);
   cudaFree(e->level_tasks);
@@ -547,26 +575,36 @@ static void stall_report(struct ms_cuda_engine *e, uint64_t idle_ms, struct ms_t
   if (!shown) ms_textbuf_printf(log, "  every CTA was idle at its last heartbeat\n");
 }
 
+/* The watchdog of a host thread waiting on the kernel: 1 (with the report in
+ * log, the engine marked broken) when no CTA's heartbeat moved for watchdog_ms. */
+struct beat_watch {
+  uint64_t *last, last_change;
+};
+
+static int beats_stalled(struct ms_cuda_engine *e, struct beat_watch *bw, struct ms_textbuf *log) {
+  int changed = 0;
+  for (int c = 0; c < e->n_ctas; c++)
+    if (e->beats[c].beats != (bw->last ? bw->last[c] : 0)) {
+      if (bw->last) bw->last[c] = e->beats[c].beats;
+      changed = 1;
+    }
+  uint64_t now = ms_now_ns();
+  if (changed || !bw->last_change) bw->last_change = now;
+  if (e->o.watchdog_ms <= 0 || now - bw->last_change <= (uint64_t)e->o.watchdog_ms * 1000000ull) return 0;
+  stall_report(e, (now - bw->last_change) / 1000000ull, log);
+  e->broken = 1;
+  return 1;
+}
+
 extern "C" int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   int rc = 0;
   if (!e->running) return e->o.mode == MS_CUDA_MEGAKERNEL ? 0 : -EINVAL;
-  uint64_t *last = (uint64_t *)calloc((size_t)e->n_ctas, sizeof(uint64_t));
-  uint64_t last_change = ms_now_ns();
+  struct beat_watch bw = {(uint64_t *)calloc((size_t)e->n_ctas, sizeof(uint64_t)), 0};
   for (;;) {
     cudaError_t q = cudaStreamQuery(e->ks);
     if (q == cudaSuccess) break;
     if (q != cudaErrorNotReady) CK(q);
-    int changed = 0;
-    for (int c = 0; c < e->n_ctas; c++)
-      if (e->beats[c].beats != (last ? last[c] : 0)) {
-        if (last) last[c] = e->beats[c].beats;
-        changed = 1;
-      }
-    uint64_t now = ms_now_ns();
-    if (changed) last_change = now;
-    if (e->o.watchdog_ms > 0 && now - last_change > (uint64_t)e->o.watchdog_ms * 1000000ull) {
-      stall_report(e, (now - last_change) / 1000000ull, log);
-      e->broken = 1;
+    if (beats_stalled(e, &bw, log)) {
       rc = -MS_E_STALL;
       goto out;
     }
@@ -590,7 +628,7 @@ extern "C" int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log) {
     rc = collect(e, log);
   }
 out:
-  free(last);
+  free(bw.last);
   return rc;
 }
 
@@ -739,6 +777,206 @@ extern "C" int ms_cuda_generate(struct ms_cuda_engine *e, struct ms_cuda_request
   if (e->o.mode == MS_CUDA_PER_OP) return run_per_op(e, r, n, log);
   int rc = ms_cuda_start(e, r, n, log);
   return rc ? rc : ms_cuda_wait(e, log);
+}
+
+/* ---- fed mode: the engine's CUDA backend --------------------------------- */
+
+extern "C" const struct ms_plan *ms_cuda_plan(const struct ms_cuda_engine *e) { return e->plan; }
+extern "C" int ms_cuda_ctas(const struct ms_cuda_engine *e) { return e->n_ctas; }
+
+static int alloc_feed(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  int rc = 0;
+  const size_t B = (size_t)e->o.max_batch, V = (size_t)e->m->cfg.vocab;
+  if (e->feed_logits) return 0;
+  CK(cudaStreamCreateWithFlags(&e->cs, cudaStreamNonBlocking));
+  CK(cudaHostAlloc(&e->feed, sizeof(struct msd_feed), cudaHostAllocMapped));
+  CK(cudaHostAlloc(&e->feed_stage, sizeof(struct msd_feed_step), cudaHostAllocDefault));
+  CK(cudaHostAlloc(&e->feed_meta, (5 * B + 1) * sizeof(int32_t), cudaHostAllocDefault));
+  CK(cudaMalloc(&e->feed_dev, sizeof(struct msd_feed_step)));
+  /* megakernel: the sample tasks write the rows' logits straight to the host */
+  CK(cudaHostAlloc(&e->feed_logits, B * V * sizeof(float),
+                   e->o.mode == MS_CUDA_MEGAKERNEL ? cudaHostAllocMapped : cudaHostAllocDefault));
+  memset((void *)e->feed, 0, sizeof(struct msd_feed));
+out:
+  if (rc) free_feed(e);
+  return rc;
+}
+
+/* The sample tasks' copy of the logits rows: dst (a device address), on the
+ * kernel's stream (see ms_cuda_start). */
+static int set_logits_out(struct ms_cuda_engine *e, float *dst, struct ms_textbuf *log) {
+  int rc = 0;
+  if (e->dev.h.logits_out == dst) return 0;
+  e->dev.h.logits_out = dst;
+  CK(cudaMemcpyAsync(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice, e->ks));
+  CK(cudaStreamSynchronize(e->ks));
+out:
+  return rc;
+}
+
+extern "C" int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  int rc = 0;
+  if (e->running || e->feeding || e->broken) {
+    ms_textbuf_printf(log, "cuda: %s\n", e->broken ? "the engine stalled earlier; make a new one"
+                                                     : "a run is in flight");
+    return -MS_E_STATE;
+  }
+  if ((rc = alloc_feed(e, log))) return rc;
+  free_requests(e);  /* a run of ms_cuda_start's before: nothing to collect at the stop */
+  e->user = NULL;
+  e->n_user = 0;
+  e->fed = 0;
+  e->fed_rows = 0;
+  memset((void *)e->feed, 0, sizeof(struct msd_feed));
+  if (e->o.mode == MS_CUDA_PER_OP) {
+    if (!e->have_graph && (rc = build_graph(e, log))) return rc;
+    if ((rc = set_logits_out(e, e->logits_buf, log))) return rc;
+    e->feeding = 1;
+    return 0;
+  }
+  float *dl = NULL;
+  CK(cudaHostGetDevicePointer((void **)&dl, e->feed_logits, 0));
+  if ((rc = set_logits_out(e, dl, log))) return rc;
+  if ((rc = reset_state(e, log))) return rc;
+  CK(cudaHostGetDevicePointer((void **)&e->rt.feed, (void *)e->feed, 0));
+  e->rt.feed_step = e->feed_dev;
+  __sync_synchronize();
+  {
+    void *args[] = {&e->rt};
+    e->t_launch = ms_now_ns();
+    CK(cudaLaunchCooperativeKernel((const void *)msd_megakernel, dim3((unsigned)e->n_ctas), dim3(MSD_THREADS),
+                                   args, 0, e->ks));
+  }
+  e->running = 1;
+  e->feeding = 1;
+  if (e->mon) ms_cuda_mon_set_running(e->mon, 1);
+out:
+  return rc;
+}
+
+/* Per-op mode's step: the layout copied in, one graph launch, the logits back
+ * (all on the kernel's stream; ms_cuda_feed_wait synchronises). */
+static int feed_step_per_op(struct ms_cuda_engine *e, const struct ms_cuda_row *rows, int n,
+                            struct ms_textbuf *log) {
+  int rc = 0;
+  const int B = e->o.max_batch;
+  const size_t V = (size_t)e->m->cfg.vocab;
+  int32_t *row_slot = e->feed_meta, *row_pos = row_slot + B, *row_tok = row_slot + 2 * B;
+  int32_t *page = row_slot + 3 * B, *nrows = row_slot + 5 * B;
+  for (int r = 0; r < B; r++) {
+    int live = r < n && rows[r].slot >= 0 && rows[r].slot < B;
+    row_slot[r] = live ? rows[r].slot : -1;
+    row_pos[r] = live ? rows[r].pos : 0;
+    row_tok[r] = live ? rows[r].token : 0;
+    page[r] = live ? rows[r].page : 0;
+  }
+  *nrows = n;
+  for (int r = 0; r < n; r++)  /* each live row's page of its position (see msd_feed_row) */
+    if (row_slot[r] >= 0)
+      CK(cudaMemcpyAsync(e->dev.h.page_table + (size_t)row_slot[r] * e->dev.h.max_pages +
+                             row_pos[r] / e->dev.h.page_size,
+                         &page[r], sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
+  CK(cudaMemcpyAsync(e->dev.h.row_slot, row_slot, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
+  CK(cudaMemcpyAsync(e->dev.h.row_pos, row_pos, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
+  CK(cudaMemcpyAsync(e->dev.h.row_token, row_tok, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
+  CK(cudaMemcpyAsync(e->dev.h.n_rows, nrows, sizeof *nrows, cudaMemcpyHostToDevice, e->ks));
+  CK(cudaGraphLaunch(e->graph, e->ks));
+  CK(cudaMemcpyAsync(e->feed_logits, e->dev.h.logits_out, (size_t)n * V * sizeof(float), cudaMemcpyDeviceToHost,
+                     e->ks));
+out:
+  return rc;
+}
+
+extern "C" int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const struct ms_cuda_row *rows, int n,
+                                 struct ms_textbuf *log) {
+  int rc = 0;
+  if (!e->feeding || e->broken) {
+    ms_textbuf_printf(log, "cuda: %s\n", e->broken ? "the engine stalled" : "ms_cuda_feed_start first");
+    return -MS_E_STATE;
+  }
+  if (n < 1 || n > e->o.max_batch) {
+    ms_textbuf_printf(log, "cuda: a step of %d rows (1 .. %d)\n", n, e->o.max_batch);
+    return -EINVAL;
+  }
+  e->fed_rows = n;
+  if (e->o.mode == MS_CUDA_PER_OP) return feed_step_per_op(e, rows, n, log);
+  struct msd_feed_step *f = e->feed_stage;
+  f->step = step;
+  f->rows = n;
+  for (int r = 0; r < n; r++) {
+    f->row[r].slot = rows[r].slot;
+    f->row[r].pos = rows[r].pos;
+    f->row[r].token = rows[r].token;
+    f->row[r].page = rows[r].page;
+    f->row[r].gen = rows[r].gen;
+  }
+  /* the rows land in device memory before seq moves: the scheduler reads them
+   * at its own pace, from memory near it */
+  CK(cudaMemcpyAsync(e->feed_dev, f, offsetof(struct msd_feed_step, row) + (size_t)n * sizeof f->row[0],
+                     cudaMemcpyHostToDevice, e->cs));
+  CK(cudaStreamSynchronize(e->cs));
+  __sync_synchronize();
+  e->feed->seq = ++e->fed;
+  __sync_synchronize();
+out:
+  return rc;
+}
+
+extern "C" int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log) {
+  int rc = 0;
+  if (!e->feeding || !e->fed_rows) {
+    ms_textbuf_printf(log, "cuda: no step in flight\n");
+    return -MS_E_STATE;
+  }
+  if (e->o.mode == MS_CUDA_PER_OP) {
+    CK(cudaStreamSynchronize(e->ks));
+  } else {
+    struct beat_watch bw = {(uint64_t *)calloc((size_t)e->n_ctas, sizeof(uint64_t)), 0};
+    for (int spins = 0; e->feed->done != e->fed; spins++) {
+      if (spins < 64) continue;  /* a short step: no sleep */
+      cudaError_t q = cudaStreamQuery(e->ks);
+      if (q == cudaSuccess) {  /* the kernel is gone: it cannot finish this step */
+        ms_textbuf_printf(log, "cuda: the resident kernel returned during step %u\n", e->fed);
+        rc = -MS_E_STATE;
+        break;
+      }
+      if (q != cudaErrorNotReady) {
+        ms_textbuf_printf(log, "cuda: the resident kernel failed: %s\n", cudaGetErrorString(q));
+        e->broken = 1;
+        rc = -MS_E_STATE;
+        break;
+      }
+      if (beats_stalled(e, &bw, log)) {
+        rc = -MS_E_STALL;
+        break;
+      }
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
+    free(bw.last);
+    __sync_synchronize();  /* the logits rows after done */
+  }
+  if (!rc) {
+    *logits = e->feed_logits;
+    e->st.steps++;
+  }
+  e->fed_rows = 0;
+out:
+  return rc;
+}
+
+extern "C" int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  int rc = 0;
+  if (!e->feeding) return 0;
+  e->feeding = 0;
+  if (e->o.mode == MS_CUDA_PER_OP) return 0;
+  __sync_synchronize();
+  e->feed->seq = MSD_SEQ_EXIT;
+  __sync_synchronize();
+  uint64_t steps = e->st.steps;
+  rc = ms_cuda_wait(e, log);
+  e->st.steps = steps;  /* counted by ms_cuda_feed_wait */
+  return rc;
 }
 
 extern "C" void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out) { *out = e->st; }

@@ -83,6 +83,32 @@ struct msd_beat {
 
 #define MSD_MAX_SLOTS 256
 
+/* Fed mode (the engine's CUDA backend, src/runtime/backend_cuda.c): the host's
+ * step machine admits, batches and samples; the kernel runs the steps it is
+ * handed. One row of a fed step: its request slot (-1: padding), position,
+ * input token, the slot's generation (hook contexts) and the KV page holding
+ * the position (pages are given as positions are first reached, so the page
+ * table of a slot is complete up to its position). */
+struct msd_feed_row {
+  int32_t slot, pos, token, page;
+  uint32_t gen;
+};
+
+/* A fed step as the host lays it out: copied into device memory, and complete
+ * there, before the host moves msd_feed.seq. */
+struct msd_feed_step {
+  uint64_t step;                    /* the engine's step number */
+  int32_t rows;                     /* rows laid out (the host plan's bucket); past them padding */
+  int32_t pad;
+  struct msd_feed_row row[MSD_MAX_SLOTS];
+};
+
+/* The fed mode's handshake (host-mapped). */
+struct msd_feed {
+  volatile uint32_t seq;            /* host: steps handed over; MSD_SEQ_EXIT: return */
+  volatile uint32_t done;           /* device: steps whose end event fired (logits rows written) */
+};
+
 /* The scheduler's view of the JIT rings: it alone pushes, so it owns the tails;
  * heads are cached and re-read only when a ring looks full or deep (an L2 round
  * trip per worker per dispatch would cost more than the tasks it places). */
@@ -139,6 +165,9 @@ struct msd_rt {
   struct msd_beat *beats;           /* [n_ctas] host-mapped */
   struct msd_hooks *hooks;          /* NULL: no hook sites */
   int32_t device;                   /* device index for the hook context */
+  /* fed mode: NULL when the kernel admits requests itself (req, host) */
+  struct msd_feed *feed;            /* host-mapped */
+  const struct msd_feed_step *feed_step;  /* device */
 };
 
 /* ---- GPU-scope atomics: bpf/atomics.h, the device interpreter's and the maps' ---- */
@@ -634,6 +663,47 @@ static __device__ void msd_step_end(const struct msd_rt *rt, uint64_t step) {
   }
 }
 
+/* Fed mode's step start: waits for the host's next step (fed steps so far:
+ * fed) and lays out its rows. Returns the live rows, -1 when the host asked
+ * the kernel to return. */
+static __device__ int msd_feed_start(const struct msd_rt *rt, uint32_t fed, uint64_t *step,
+                                     struct msd_beat_state *beat) {
+  struct msd_ctx *x = rt->x;
+  struct msd_sched *S = rt->sched;
+  uint32_t seq;
+  while ((seq = rt->feed->seq) == fed) {
+    msd_beat(rt, 0, *step, -1, -1, beat);
+    if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
+    __nanosleep(200);
+  }
+  __threadfence_system();  /* the step's records (copied before seq moved) after seq */
+  if (seq == MSD_SEQ_EXIT) return -1;
+  const struct msd_feed_step *f = rt->feed_step;
+  const int B = x->batch, n = f->rows < B ? f->rows : B;
+  int active = 0;
+  *step = f->step;
+  const uint32_t lseq = S->layout_seq;
+  ms_at_word_st32(&S->layout_seq, lseq + 1);  /* the layout is being written (see msd_sched) */
+  ms_at_fence_acq_rel();
+  for (int r = 0; r < B; r++) {
+    const struct msd_feed_row *q = &f->row[r];
+    int live = r < n && q->slot >= 0 && q->slot < B;
+    if (live) {
+      ms_at_word_st32(&S->slot_gen[q->slot], q->gen);
+      x->page_table[(int64_t)q->slot * x->max_pages + q->pos / x->page_size] = q->page;
+      active++;
+    }
+    ms_at_word_st32(&x->row_slot[r], live ? (uint32_t)q->slot : 0xffffffffu);
+    ms_at_word_st32(&x->row_pos[r], live ? (uint32_t)q->pos : 0);
+    x->row_token[r] = live ? q->token : 0;
+  }
+  *x->n_rows = n;
+  ms_at_word_st64(&S->layout_step, *step);
+  ms_at_fence_acq_rel();
+  ms_at_word_st32(&S->layout_seq, lseq + 2);
+  return active;
+}
+
 /* The scheduler: CTA 0, thread 0. */
 static __device__ void msd_scheduler(const struct msd_rt *rt) {
   if (threadIdx.x != 0) return;
@@ -645,17 +715,21 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
   struct msd_beat_state beat = {0, 0, -1, -1};
   uint64_t gen = 0, step = *rt->cur_step;
   const struct ms_event *end = &rt->events[rt->end_event];
+  uint32_t fed = 0;  /* fed mode: steps the host handed over so far */
   rt->host->t_start = msd_now();
   for (;;) {
-    int active = msd_step_start(rt, step);
-    if (!active) {
+    int active;
+    if (rt->feed) {
+      if ((active = msd_feed_start(rt, fed, &step, &beat)) < 0) break;
+      fed++;
+    } else if (!(active = msd_step_start(rt, step))) {
       if (rt->host->exit_when_idle && S->next_req >= rt->host->n_submitted) break;
       msd_beat(rt, 0, step, -1, -1, &beat);
       if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
       __nanosleep(1000);
       continue;
     }
-    const int rows = rt->x->batch;
+    const int rows = rt->feed ? *rt->x->n_rows : rt->x->batch;
     *(volatile uint64_t *)rt->cur_step = step;
     __threadfence();
     ms_at_st_rel32(rt->step_seq, (uint32_t)gen + 1);
@@ -684,7 +758,14 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       msd_release_succ(rt, (int)v - 1, step, rows, rings);
     }
     ms_at_fence_acq_rel();
-    msd_step_end(rt, step);
+    if (rt->feed) {
+      /* the sample tasks wrote their rows' logits to host-mapped memory before
+       * their triggers; the fence makes them, then done, visible to the host */
+      __threadfence_system();
+      rt->feed->done = fed;
+    } else {
+      msd_step_end(rt, step);
+    }
     msd_step_hook(rt, MS_STEP_END, step, rows);
     if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
     rt->host->steps = ++S->steps;

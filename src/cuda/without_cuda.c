@@ -57,3 +57,14 @@ int ms_cuda_ops_check(const struct ms_model *m, int batch, struct ms_textbuf *lo
   ms_textbuf_printf(log, "cuda: %s\n", why_none);
   return -MS_E_UNSUPP;
 }
+int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *log) { return -MS_E_UNSUPP; }
+int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const struct ms_cuda_row *rows, int n,
+                      struct ms_textbuf *log) {
+  return -MS_E_UNSUPP;
+}
+int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log) {
+  return -MS_E_UNSUPP;
+}
+int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log) { return -MS_E_UNSUPP; }
+const struct ms_plan *ms_cuda_plan(const struct ms_cuda_engine *e) { return NULL; }
+int ms_cuda_ctas(const struct ms_cuda_engine *e) { return 0; }

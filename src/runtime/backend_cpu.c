@@ -267,7 +267,8 @@ static void cpu_stop(struct ms_engine *e) {
   cpu_free(c);
 }
 
-static int cpu_start(struct ms_engine *e) {
+static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
+  (void)log;
   struct cpu *c = calloc(1, sizeof *c);
   if (!c || !(c->th = calloc((size_t)e->n_workers, sizeof *c->th))) {
     free(c);

@@ -510,7 +510,8 @@ static void sim_free(struct ms_sim *s) {
   free(s);
 }
 
-static int sim_start(struct ms_engine *e) {
+static int sim_start(struct ms_engine *e, struct ms_textbuf *log) {
+  (void)log;
   struct ms_sim *s = calloc(1, sizeof *s);
   if (!s) return -ENOMEM;
   s->e = e;

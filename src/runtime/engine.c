@@ -113,7 +113,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
   if (e->o.max_batched_tokens > 1 && !e->o.prefill_async) ms_rt_prefill_main(e);
   if (e->o.max_batched_tokens > 1 && e->o.prefill_async)  /* compiled while the engine already serves */
     e->prefill_thread = !pthread_create(&e->prefill_th, NULL, ms_rt_prefill_main, e);
-  if ((rc = e->be->start(e))) goto fail;
+  if ((rc = e->be->start(e, log))) goto fail;
   if (e->o.watchdog_ms > 0) {
     e->watchdog_on = !pthread_create(&e->watchdog, NULL, ms_watchdog_main, e);
   }

@@ -244,7 +244,7 @@ struct ms_backend_ops {
   /* The threads that run steps, once everything else is built: sets
    * e->be_ctx before they run, and leaves it NULL and nothing running when it
    * fails. */
-  int (*start)(struct ms_engine *e);
+  int (*start)(struct ms_engine *e, struct ms_textbuf *log);
   void (*stop)(struct ms_engine *e);          /* after stop_req: joins, frees be_ctx */
   uint64_t (*now)(const void *ctx);           /* the engine clock, ns */
   /* The step start wrote cur, cur_gen, cur_step (or cur_stop): hand the step
@@ -263,6 +263,7 @@ struct ms_backend_ops {
 
 extern const struct ms_backend_ops ms_backend_cpu;  /* backend_cpu.c */
 extern const struct ms_backend_ops ms_backend_sim;  /* backend_sim.c */
+extern const struct ms_backend_ops ms_backend_cuda; /* backend_cuda.c */
 /* backend.c: the table of a backend, NULL when there is none by that id. */
 const struct ms_backend_ops *ms_backend_get(enum ms_backend b);
 

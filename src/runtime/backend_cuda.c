@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: MIT */
+/* The CUDA backend: the engine's step machine on one host thread (the driver),
+ * each step's tasks on the GPU (megascope/cuda.h's fed mode).
+ *
+ * The driver plays worker 0 of the CPU engine: ms_rt_step_end and
+ * ms_rt_step_begin (retire, admit, lay out the rows with their KV pages), then
+ * publish_step hands the rows to the resident kernel and the driver waits for
+ * the step's end. The device runs every task of its plan (compiled once for
+ * max_batch rows; rows past the step's are padding, which its tasks skip); the
+ * logits of the step's rows come back and the driver samples each row with the
+ * CPU engine's own sampling code (ms_rt_task_body on the bucket plan's sample
+ * tasks), so a seed draws the same tokens on every backend. The engine's slots
+ * and page ids are the device's: the device's page table takes the page of
+ * each row's position as the row reaches it.
+ *
+ * Not here yet: chunked prefill (prompts feed one position a step), tensor
+ * parallelism and fault injection (refused at the start), task telemetry and
+ * traces (the device's tasks are watched through its monitors). */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "megascope/cuda.h"
+#include "runtime/engine_impl.h"
+
+struct cuda_be {
+  struct ms_engine *e;
+  struct ms_cuda_engine *dev;
+  pthread_t th;
+  struct ms_cuda_row *rows;   /* [n_slots] the step being handed over */
+  int handed;                 /* publish_step handed a step over: the driver waits for it */
+  int failed;                 /* the device failed: the engine stops */
+  char log_text[4096];
+};
+
+static struct ms_textbuf driver_log(struct cuda_be *c) {
+  c->log_text[0] = 0;
+  return (struct ms_textbuf){.buf = c->log_text, .size = sizeof c->log_text};
+}
+
+/* A device that failed stops the engine: its report is the engine's last stall,
+ * and the next step start cancels every request. */
+static void device_failed(struct cuda_be *c) {
+  struct ms_engine *e = c->e;
+  c->failed = 1;
+  pthread_mutex_lock(&e->log_mu);
+  snprintf(e->stall_report, sizeof e->stall_report, "%s", c->log_text);
+  pthread_mutex_unlock(&e->log_mu);
+  atomic_fetch_add(&e->stalls, 1);
+  atomic_store_explicit(&e->stop_req, 1, memory_order_release);
+}
+
+/* The step start published a step: its rows to the device. */
+static void cuda_publish_step(void *ctx) {
+  struct cuda_be *c = ctx;
+  struct ms_engine *e = c->e;
+  c->handed = 0;
+  if (atomic_load_explicit(&e->cur_stop, memory_order_relaxed) || c->failed) return;
+  struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
+  int n = rt->x.meta.n_rows;
+  for (int r = 0; r < n; r++) {
+    int s = e->row_slot[r], pos = e->row_pos[r];
+    struct ms_cuda_row *q = &c->rows[r];
+    q->slot = s;
+    q->pos = pos;
+    q->token = e->row_token[r];
+    q->gen = s >= 0 ? e->slots[s].gen : 0;
+    q->page = s >= 0 ? e->slots[s].pages[pos / e->o.page_size] : 0;
+  }
+  struct ms_textbuf log = driver_log(c);
+  if (ms_cuda_feed_step(c->dev, atomic_load_explicit(&e->cur_step, memory_order_relaxed), c->rows, n, &log))
+    device_failed(c);
+  else
+    c->handed = 1;
+}
+
+/* The step's rows sampled on the host, as the CPU engine's sample tasks do. */
+static void sample_rows(struct cuda_be *c, struct plan_rt *rt, const float *logits) {
+  struct ms_engine *e = c->e;
+  const struct ms_plan *p = rt->plan;
+  const size_t V = (size_t)e->m->cfg.vocab;
+  int n = rt->x.meta.n_rows;
+  for (int t = 0; t < p->n_tasks; t++) {
+    const struct ms_task *k = &p->tasks[t];
+    if (k->kernel != MS_K_SAMPLE || k->tile[1] >= n) continue;
+    int row = k->tile[1];
+    memcpy(ms_buf_row(&rt->x, p->classes[k->cls].in, 0, row), logits + (size_t)row * V, V * sizeof(float));
+    ms_rt_task_body(&e->workers[0], rt, t);
+  }
+}
+
+static void *driver_main(void *arg) {
+  struct cuda_be *c = arg;
+  struct ms_engine *e = c->e;
+  for (;;) {
+    ms_rt_step_end(e);
+    if (!ms_rt_step_begin(e)) break;
+    if (!c->handed) continue;  /* the device failed: the next start stops */
+    const float *logits = NULL;
+    struct ms_textbuf log = driver_log(c);
+    if (ms_cuda_feed_wait(c->dev, &logits, &log)) {
+      device_failed(c);
+      continue;
+    }
+    sample_rows(c, atomic_load_explicit(&e->cur, memory_order_relaxed), logits);
+  }
+  return NULL;
+}
+
+/* ---- the table ---- */
+
+static uint64_t cuda_now(const void *ctx) {
+  (void)ctx;
+  return ms_now_ns();
+}
+
+/* One host thread; rows are slots (no chunked prefill yet). A tp asked for
+ * keeps its workers, so that the start refuses it by name. */
+static void cuda_defaults(struct ms_engine_opts *o) {
+  o->n_workers = o->tp > 1 ? o->tp : 1;
+  o->max_batched_tokens = 0;
+}
+
+/* The host runs no kernel and keeps no KV cache: the device does both. */
+static int cuda_shape_only(const struct ms_engine_opts *o) {
+  (void)o;
+  return 1;
+}
+
+static void cuda_fired(void *ctx, struct plan_rt *rt, int ev) {
+  (void)ctx;
+  (void)rt;
+  (void)ev;
+}
+
+static int cuda_defer_trigger(void *ctx, struct worker *w, int producer, uint64_t delay_ns) {
+  (void)ctx;
+  (void)w;
+  (void)producer;
+  (void)delay_ns;
+  return 0;  /* never reached: faults are refused at the start */
+}
+
+static void cuda_poll_at(void *ctx, uint64_t at) {
+  (void)ctx;
+  (void)at;
+}
+
+static void cuda_free(struct cuda_be *c) {
+  if (!c) return;
+  if (c->dev) {
+    ms_cuda_feed_stop(c->dev, NULL);
+    ms_cuda_engine_free(c->dev);
+  }
+  free(c->rows);
+  free(c);
+}
+
+static void cuda_stop(struct ms_engine *e) {
+  struct cuda_be *c = e->be_ctx;
+  pthread_join(c->th, NULL);
+  e->be_ctx = NULL;
+  cuda_free(c);
+}
+
+/* What this backend does not run yet, refused by name. */
+static int cuda_refuses(const struct ms_engine *e, struct ms_textbuf *log) {
+  const char *why = !e->m->tok_embd.data ? "a model with shapes only (no weights to upload)"
+                    : e->o.tp > 1         ? "tensor parallelism (tp > 1)"
+                    : e->faults           ? "fault injection"
+                    : e->o.shuffle        ? "shuffled placement"
+                                          : NULL;
+  if (why) ms_textbuf_printf(log, "engine: the CUDA backend does not run %s\n", why);
+  return why ? -MS_E_UNSUPP : 0;
+}
+
+static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
+  int rc = cuda_refuses(e, log);
+  if (rc) return rc;
+  struct cuda_be *c = calloc(1, sizeof *c);
+  if (!c || !(c->rows = calloc((size_t)e->n_slots, sizeof *c->rows))) {
+    free(c);
+    return -ENOMEM;
+  }
+  c->e = e;
+  struct ms_cuda_opts co = {.sz = sizeof co,
+                            .mode = e->o.mode == MS_MODE_PER_OP ? MS_CUDA_PER_OP : MS_CUDA_MEGAKERNEL,
+                            .max_batch = e->n_slots,
+                            .max_ctx = e->o.max_ctx,
+                            .page_size = e->o.page_size,
+                            .n_sms = e->o.cuda_sms,
+                            .tiles_per_op = e->o.tiles_per_op,
+                            .watchdog_ms = e->o.watchdog_ms};
+  if (!(c->dev = ms_cuda_engine_new(e->m, &co, log))) {
+    rc = errno ? -errno : -MS_E_STATE;
+    cuda_free(c);
+    return rc;
+  }
+  if ((rc = ms_cuda_feed_start(c->dev, log))) {
+    cuda_free(c);
+    return rc;
+  }
+  e->be_ctx = c;  /* before the driver runs: publish_step reads it */
+  if (pthread_create(&c->th, NULL, driver_main, c)) {
+    e->be_ctx = NULL;
+    cuda_free(c);
+    return -EAGAIN;
+  }
+  return 0;
+}
+
+const struct ms_backend_ops ms_backend_cuda = {
+    .name = "cuda",
+    .virtual_clock = 0,
+    .defaults = cuda_defaults,
+    .shape_only = cuda_shape_only,
+    .start = cuda_start,
+    .stop = cuda_stop,
+    .now = cuda_now,
+    .publish_step = cuda_publish_step,
+    .fired = cuda_fired,
+    .defer_trigger = cuda_defer_trigger,
+    .poll_at = cuda_poll_at,
+};

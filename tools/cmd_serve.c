@@ -31,6 +31,7 @@
 
 struct serve_args {
   struct cli_model cm;
+  struct cli_backend be;
   long batch, workers, max_ctx, max_tokens, watchdog_ms, flush_ms, retention_s, idle_s;
   const char *http, *socket, *otlp, *host, *api_key, *chat_template;
   long port, drain_s, max_batched;
@@ -46,6 +47,7 @@ static const struct cli_opt serve_opts[] = {
     CLI_OPT_GROUP(SA, cm, cli_model_opts),
     CLI_OPT_INT(SA, batch, "batch", "N", 1, 4096, "most requests decoded together (default 8)"),
     CLI_OPT_GROUP(SA, workers, cli_workers_opts),
+    CLI_OPT_GROUP(SA, be, cli_backend_opts),
     CLI_OPT_INT(SA, max_ctx, "max-ctx", "N", 2, 1 << 20, "positions per request, prompt included (default 512)"),
     CLI_OPT_INT(SA, max_batched, "max-batched-tokens", "N", 0, 4096,
                 "token rows a step takes: a prompt is fed in chunks beside the\n"
@@ -108,6 +110,14 @@ static int parse(int argc, char **argv, struct serve_args *a) {
                            .q8 = 1, .port = -1, .temperature = -1};
   int rc = cli_parse("serve", serve_head, serve_opts, a, argc, argv, NULL);
   if (rc) return rc;
+  if (a->be.backend == MS_BACKEND_SIM) {
+    fprintf(stderr, "megascope serve: --backend sim: the simulator runs in virtual time; serve on cpu or cuda\n");
+    return -1;
+  }
+  if (a->be.sms && a->be.backend != MS_BACKEND_CUDA) {
+    fprintf(stderr, "megascope serve: --sms is for --backend cuda\n");
+    return -1;
+  }
   a->port_set = a->port >= 0;  /* the defaults say "not given" */
   a->temperature_set = a->temperature >= 0;
   if (!a->temperature_set) a->temperature = 0;
@@ -208,7 +218,8 @@ int cmd_serve(int argc, char **argv) {
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .max_batch = (int)a.batch,
                               .max_ctx = (int)a.max_ctx, .watchdog_ms = (int)a.watchdog_ms,
                               .max_batched_tokens = (int)a.max_batched, .prefill_async = 1,
-                              .q8_activations = a.q8};
+                              .q8_activations = a.q8, .backend = (enum ms_backend)a.be.backend,
+                              .cuda_sms = (int)a.be.sms};
   struct ms_fault faults[4];
   eo.faults = faults;
   eo.n_faults = a.n_fault;
@@ -243,8 +254,9 @@ int cmd_serve(int argc, char **argv) {
       goto out;
     }
   }
-  printf("megascope serve: %s (%s), %d workers, batch %ld, context %ld, pid %ld\n", m->cfg.name,
-         ms_dtype_name(m->cfg.dtype), ms_engine_n_workers(e), a.batch, a.max_ctx, (long)getpid());
+  printf("megascope serve: %s (%s), %s backend, %d workers, batch %ld, context %ld, pid %ld\n", m->cfg.name,
+         ms_dtype_name(m->cfg.dtype), ms_backend_name((enum ms_backend)a.be.backend), ms_engine_n_workers(e),
+         a.batch, a.max_ctx, (long)getpid());
   if (http) {
     printf("  http:   http://%s:%d  (POST /v1/chat/completions, /v1/completions; GET /v1/models, /metrics)\n",
            ms_http_host(http), ms_http_port(http));

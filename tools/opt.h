@@ -99,5 +99,11 @@ struct cli_budget {
 };
 extern const struct cli_opt cli_budget_opts[];  /* struct cli_budget */
 extern const struct cli_opt cli_workers_opts[]; /* a long: --workers */
+/* --backend and what the CUDA one takes. */
+struct cli_backend {
+  int backend;  /* enum ms_backend */
+  long sms;     /* cuda: CTAs of the persistent kernel; 0: every SM */
+};
+extern const struct cli_opt cli_backend_opts[];  /* struct cli_backend */
 
 #endif

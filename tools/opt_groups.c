@@ -48,3 +48,15 @@ const struct cli_opt cli_workers_opts[] = {
     {.kind = CLI_INT, .name = "workers", .arg = "N", .lo = 1, .hi = 1024,
      .help = "worker threads of each engine (default: one per core)"},
     {0}};
+
+/* By enum ms_backend. */
+static const char *const backend_names[] = {"cpu", "sim", "cuda", NULL};
+
+const struct cli_opt cli_backend_opts[] = {
+    CLI_OPT_CHOICE(struct cli_backend, backend, "backend", "B", backend_names,
+                   "cpu (default: worker threads), sim (the deterministic virtual\n"
+                   "GPU) or cuda (the persistent kernel on the GPU, fed a step at a\n"
+                   "time; bf16 weights on the device)"),
+    CLI_OPT_INT(struct cli_backend, sms, "sms", "N", 2, 1024,
+                "cuda: CTAs of the persistent kernel, one a SM (default: every SM)"),
+    {0}};

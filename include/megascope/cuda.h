@@ -61,6 +61,7 @@ struct ms_cuda_opts {
 };
 
 struct ms_cuda_engine;
+struct ms_bpf_map;
 
 /* Uploads the model and the compiled plan. NULL + errno with the reason in log. */
 struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, const struct ms_cuda_opts *o,
@@ -151,6 +152,19 @@ int ms_cuda_coverage(struct ms_cuda_engine *e, int id, struct ms_coverage *out);
  * kernel keeps running) and writes them decoded, as monitor.h's
  * ms_engine_attach_write does. */
 int ms_cuda_attach_write(struct ms_cuda_engine *e, int id, FILE *f, int as_json);
+
+/* For the engine's CUDA backend: the attachment's programs (m) run on the
+ * device with the engine's host maps (maps, n_maps in object order, made for
+ * ms_cuda_ctas(e) workers) as the host side their device copies sync into.
+ * Neither m nor the maps are taken over: they stay the caller's and must
+ * outlive the device's use of them (its detach and ms_cuda_engine_free).
+ * replace_shared's o: the new generation's budget (NULL: unchanged). */
+int ms_cuda_attach_shared(struct ms_cuda_engine *e, struct ms_monitor *m, struct ms_bpf_map **maps, int n_maps,
+                          const struct ms_attach_opts *o, struct ms_textbuf *log);
+int ms_cuda_replace_shared(struct ms_cuda_engine *e, int id, struct ms_monitor *m, struct ms_bpf_map **maps,
+                           int n_maps, const struct ms_attach_opts *o, struct ms_textbuf *log);
+/* Copies id's device maps into its host maps (the kernel keeps running). */
+int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id);
 
 /* Each device task body against its CPU twin (src/kernels/ops.c) on the same
  * inputs, one class at a time, for a model (bf16 weights) and batch. Writes a line

@@ -113,6 +113,11 @@ void ms_coverage_write_json(struct ms_json *j, const struct ms_coverage *c);
  * attachment's maps are kept (see ms_engine_detach). */
 struct ms_bpf_map;
 int ms_engine_attach_maps(struct ms_engine *e, int id, struct ms_bpf_map **out, int max);
+/* Brings attachment id's maps up to date where the engine's programs run
+ * away from them (the CUDA backend: the device's copies into these maps; it
+ * also does so every 100 ms on its own); 0 at once elsewhere. Every read-out
+ * here calls it; a reader of the maps' memfds calls it before reading. */
+int ms_engine_attach_sync(struct ms_engine *e, int id);
 /* The same with the generation's own monitor name (name_size bytes, NUL-terminated). */
 int ms_engine_attach_generation(struct ms_engine *e, int id, uint32_t generation, char *name, size_t name_size,
                                 struct ms_coverage *out);

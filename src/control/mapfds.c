@@ -17,6 +17,7 @@
 int ms_control_map_fds(struct ms_engine *e, int id, int *fds, char (*names)[64], int max) {
   struct ms_hook_table *t = e->hooks;
   int n = 0, rc = 0;
+  ms_engine_attach_sync(e, id);  /* the device's copies first (CUDA backend) */
   pthread_mutex_lock(&t->mu);
   struct attachment *a = ms_hook_find(t, id);
   if (!a) rc = -ENOENT;

@@ -1008,6 +1008,31 @@ extern "C" int ms_cuda_replace(struct ms_cuda_engine *e, int id, struct ms_monit
   return rc;
 }
 
+extern "C" int ms_cuda_attach_shared(struct ms_cuda_engine *e, struct ms_monitor *m, struct ms_bpf_map **maps,
+                                     int n_maps, const struct ms_attach_opts *o, struct ms_textbuf *log) {
+  int rc = no_hooks(e, log);
+  if (rc) return rc;
+  uint64_t t0 = ms_now_ns();
+  rc = ms_cuda_mon_attach_shared(e->mon, m, maps, n_maps, o, log);
+  e->st.attach_ns_last = ms_now_ns() - t0;
+  return rc;
+}
+
+extern "C" int ms_cuda_replace_shared(struct ms_cuda_engine *e, int id, struct ms_monitor *m,
+                                      struct ms_bpf_map **maps, int n_maps, const struct ms_attach_opts *o,
+                                      struct ms_textbuf *log) {
+  int rc = no_hooks(e, log);
+  if (rc) return rc;
+  uint64_t t0 = ms_now_ns();
+  rc = ms_cuda_mon_replace_shared(e->mon, id, m, maps, n_maps, o, log);
+  e->st.attach_ns_last = ms_now_ns() - t0;
+  return rc;
+}
+
+extern "C" int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id) {
+  return e->mon ? ms_cuda_mon_sync_maps(e->mon, id) : -MS_E_STATE;
+}
+
 extern "C" int ms_cuda_detach(struct ms_cuda_engine *e, int id) {
   return e->mon ? ms_cuda_mon_detach(e->mon, id) : -MS_E_STATE;
 }

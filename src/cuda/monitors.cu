@@ -35,6 +35,7 @@ struct gen {
   uint32_t generation;
   uint64_t t_start, t_end;
   int on_device;                     /* 0 once its device memory is gone */
+  int borrowed;                      /* mon and maps are the caller's (ms_cuda_mon_attach_shared) */
   struct ms_coverage final_cov;      /* when !on_device */
   struct gen *prev;
 };
@@ -173,7 +174,7 @@ static void gen_free(struct ms_cuda_mon *mon, struct gen *g, int keep_mon) {
     gen_free_device(mon, g, 1);
     for (int i = 0; i < g->n_maps; i++) {
       if (g->img && g->img[i]) munmap(g->img[i], g->hdr[i].total_size);
-      if (g->maps) ms_bpf_map_free(g->maps[i]);
+      if (g->maps && !g->borrowed) ms_bpf_map_free(g->maps[i]);
     }
     free(g->maps);
     free(g->hdr);
@@ -182,7 +183,7 @@ static void gen_free(struct ms_cuda_mon *mon, struct gen *g, int keep_mon) {
     free(g->dinsns);
     free(g->hook);
     free(g->type);
-    if (!keep_mon) ms_monitor_free(g->mon);
+    if (!keep_mon && !g->borrowed) ms_monitor_free(g->mon);
     free(g);
     keep_mon = 0;
     g = prev;
@@ -225,22 +226,27 @@ static int check_supported(struct ms_monitor *m, struct ms_textbuf *log) {
   return 0;
 }
 
-/* Host maps as the CPU engine makes them (table.c), and their device mirrors. */
-static int gen_maps(struct ms_cuda_mon *mon, struct gen *g, struct ms_textbuf *log) {
+/* Host maps as the CPU engine makes them (table.c), or the caller's (shared:
+ * made that way already), and their device mirrors. */
+static int gen_maps(struct ms_cuda_mon *mon, struct gen *g, struct ms_bpf_map **shared, struct ms_textbuf *log) {
   const struct ms_bpf_object *obj = ms_monitor_object(g->mon);
   struct msd_map *hm = (struct msd_map *)calloc((size_t)g->n_maps + 1, sizeof *hm);
   int rc = hm ? 0 : -ENOMEM;
   for (int i = 0; !rc && i < g->n_maps; i++) {
-    g->maps[i] = ms_bpf_map_new(ms_bpf_object_map(obj, (size_t)i), (uint32_t)mon->n_sms, log);
-    if (!g->maps[i]) {
-      rc = -errno;
-      break;
+    if (shared) {
+      g->maps[i] = shared[i];
+    } else {
+      g->maps[i] = ms_bpf_map_new(ms_bpf_object_map(obj, (size_t)i), (uint32_t)mon->n_sms, log);
+      if (!g->maps[i]) {
+        rc = -errno;
+        break;
+      }
+      size_t n;
+      const void *init = ms_bpf_object_map_init(obj, (size_t)i, &n);
+      uint32_t key = 0;
+      for (int w = 0; init && n && !rc && w < mon->n_sms; w++)
+        rc = ms_bpf_map_update(g->maps[i], &key, init, MS_BPF_ANY, (uint32_t)w);
     }
-    size_t n;
-    const void *init = ms_bpf_object_map_init(obj, (size_t)i, &n);
-    uint32_t key = 0;
-    for (int w = 0; init && n && !rc && w < mon->n_sms; w++)
-      rc = ms_bpf_map_update(g->maps[i], &key, init, MS_BPF_ANY, (uint32_t)w);
     int fd = ms_bpf_map_fd(g->maps[i]);
     if (rc || pread(fd, &g->hdr[i], sizeof g->hdr[i], 0) != (ssize_t)sizeof g->hdr[i]) {
       rc = rc ? rc : -EIO;
@@ -305,13 +311,22 @@ static int gen_progs(struct ms_cuda_mon *mon, struct gen *g, const struct ms_att
   return rc;
 }
 
-static struct gen *gen_new(struct ms_cuda_mon *mon, struct ms_monitor *m, const struct ms_attach_opts *o,
-                           uint32_t att_id, uint32_t generation, struct ms_textbuf *log, int *rc) {
+/* shared: the host maps to use (n_shared of them), NULL: its own. */
+static struct gen *gen_new(struct ms_cuda_mon *mon, struct ms_monitor *m, struct ms_bpf_map **shared,
+                           int n_shared, const struct ms_attach_opts *o, uint32_t att_id, uint32_t generation,
+                           struct ms_textbuf *log, int *rc) {
   if ((*rc = check_supported(m, log))) return NULL;
+  if (shared && n_shared != (int)ms_bpf_object_map_count(ms_monitor_object(m))) {
+    ms_textbuf_printf(log, "%s: %d host maps for %zu\n", ms_monitor_name(m), n_shared,
+                      ms_bpf_object_map_count(ms_monitor_object(m)));
+    *rc = -EINVAL;
+    return NULL;
+  }
   struct gen *g = (struct gen *)calloc(1, sizeof *g);
   *rc = -ENOMEM;
   if (!g) return NULL;
   g->mon = m;
+  g->borrowed = shared != NULL;
   g->generation = generation;
   g->n_maps = (int)ms_bpf_object_map_count(ms_monitor_object(m));
   g->n_progs = ms_monitor_prog_count(m);
@@ -324,7 +339,7 @@ static struct gen *gen_new(struct ms_cuda_mon *mon, struct ms_monitor *m, const 
   g->type = (int *)calloc((size_t)g->n_progs + 1, sizeof *g->type);
   g->on_device = 1;
   if (g->maps && g->hdr && g->img && g->dimg && g->dinsns && g->hook && g->type &&
-      !(*rc = gen_maps(mon, g, log)) && !(*rc = gen_progs(mon, g, o, att_id, log))) {
+      !(*rc = gen_maps(mon, g, shared, log)) && !(*rc = gen_progs(mon, g, o, att_id, log))) {
     g->t_start = ms_now_ns();
     return g;
   }
@@ -506,8 +521,8 @@ static struct att *find(struct ms_cuda_mon *mon, int id) {
   return id >= 1 && id <= mon->n_atts ? mon->atts[id - 1] : NULL;
 }
 
-extern "C" int ms_cuda_mon_attach(struct ms_cuda_mon *mon, struct ms_monitor *m, const struct ms_attach_opts *o,
-                                  struct ms_textbuf *log) {
+static int attach(struct ms_cuda_mon *mon, struct ms_monitor *m, struct ms_bpf_map **shared, int n_shared,
+                  const struct ms_attach_opts *o, struct ms_textbuf *log) {
   struct att *a = (struct att *)calloc(1, sizeof *a);
   if (!a) return -ENOMEM;
   if (o) memcpy(&a->opts, o, o->sz < sizeof a->opts ? o->sz : sizeof a->opts);
@@ -522,7 +537,7 @@ extern "C" int ms_cuda_mon_attach(struct ms_cuda_mon *mon, struct ms_monitor *m,
     mon->cap_atts = cap;
   }
   a->id = mon->n_atts + 1;
-  a->cur = gen_new(mon, m, &a->opts, (uint32_t)a->id, 1, log, &rc);
+  a->cur = gen_new(mon, m, shared, n_shared, &a->opts, (uint32_t)a->id, 1, log, &rc);
   if (!a->cur) goto fail;
   if ((rc = publish(mon, NULL, a->cur, &quiet, log))) {
     gen_free(mon, a->cur, 1);
@@ -539,13 +554,29 @@ fail:
   return rc;
 }
 
-extern "C" int ms_cuda_mon_replace(struct ms_cuda_mon *mon, int id, struct ms_monitor *m, struct ms_textbuf *log) {
+extern "C" int ms_cuda_mon_attach(struct ms_cuda_mon *mon, struct ms_monitor *m, const struct ms_attach_opts *o,
+                                  struct ms_textbuf *log) {
+  return attach(mon, m, NULL, 0, o, log);
+}
+
+extern "C" int ms_cuda_mon_attach_shared(struct ms_cuda_mon *mon, struct ms_monitor *m, struct ms_bpf_map **maps,
+                                         int n_maps, const struct ms_attach_opts *o, struct ms_textbuf *log) {
+  return attach(mon, m, maps, n_maps, o, log);
+}
+
+static int replace(struct ms_cuda_mon *mon, int id, struct ms_monitor *m, struct ms_bpf_map **shared, int n_shared,
+                   const struct ms_attach_opts *o, struct ms_textbuf *log) {
   pthread_mutex_lock(&mon->mu);
   struct att *a = find(mon, id);
   int rc = -ENOENT, quiet;
   struct gen *g = NULL;
   if (!a || !a->attached) goto out;
-  if (!(g = gen_new(mon, m, &a->opts, (uint32_t)a->id, a->cur->generation + 1, log, &rc))) goto out;
+  if (o) {
+    memcpy(&a->opts, o, o->sz < sizeof a->opts ? o->sz : sizeof a->opts);
+    a->opts.sz = sizeof a->opts;
+  }
+  if (!(g = gen_new(mon, m, shared, n_shared, &a->opts, (uint32_t)a->id, a->cur->generation + 1, log, &rc)))
+    goto out;
   if ((rc = publish(mon, a->cur, g, &quiet, log))) {
     gen_free(mon, g, 1);
     sync_stream(mon, NULL);
@@ -557,6 +588,16 @@ extern "C" int ms_cuda_mon_replace(struct ms_cuda_mon *mon, int id, struct ms_mo
 out:
   pthread_mutex_unlock(&mon->mu);
   return rc;
+}
+
+extern "C" int ms_cuda_mon_replace(struct ms_cuda_mon *mon, int id, struct ms_monitor *m, struct ms_textbuf *log) {
+  return replace(mon, id, m, NULL, 0, NULL, log);
+}
+
+extern "C" int ms_cuda_mon_replace_shared(struct ms_cuda_mon *mon, int id, struct ms_monitor *m,
+                                          struct ms_bpf_map **maps, int n_maps, const struct ms_attach_opts *o,
+                                          struct ms_textbuf *log) {
+  return replace(mon, id, m, maps, n_maps, o, log);
 }
 
 extern "C" int ms_cuda_mon_detach(struct ms_cuda_mon *mon, int id) {

@@ -53,6 +53,16 @@ int ms_cuda_mon_attach(struct ms_cuda_mon *mon, struct ms_monitor *m, const stru
 /* A new generation for id with m's programs and fresh maps (m taken over on
  * success); the old one's maps are read back, its coverage kept final. */
 int ms_cuda_mon_replace(struct ms_cuda_mon *mon, int id, struct ms_monitor *m, struct ms_textbuf *log);
+/* As attach and replace, for the engine's CUDA backend: m runs with the
+ * given host maps (n_maps, in object order, made for n_sms workers: the
+ * engine's attachment's) as the host side its device maps sync into. Neither
+ * m nor the maps are taken over; they must stay until the attachment is
+ * detached and ms_cuda_mon_free. replace_shared's o: the generation's budget
+ * (NULL: the attachment's). */
+int ms_cuda_mon_attach_shared(struct ms_cuda_mon *mon, struct ms_monitor *m, struct ms_bpf_map **maps, int n_maps,
+                              const struct ms_attach_opts *o, struct ms_textbuf *log);
+int ms_cuda_mon_replace_shared(struct ms_cuda_mon *mon, int id, struct ms_monitor *m, struct ms_bpf_map **maps,
+                               int n_maps, const struct ms_attach_opts *o, struct ms_textbuf *log);
 /* Unpublishes id; its maps and coverage stay readable. -ENOENT unknown or detached. */
 int ms_cuda_mon_detach(struct ms_cuda_mon *mon, int id);
 /* Coverage of id's current (or last) generation, summed over SMs. */

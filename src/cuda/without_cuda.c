@@ -68,3 +68,12 @@ int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_
 int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log) { return -MS_E_UNSUPP; }
 const struct ms_plan *ms_cuda_plan(const struct ms_cuda_engine *e) { return NULL; }
 int ms_cuda_ctas(const struct ms_cuda_engine *e) { return 0; }
+int ms_cuda_attach_shared(struct ms_cuda_engine *e, struct ms_monitor *m, struct ms_bpf_map **maps, int n_maps,
+                          const struct ms_attach_opts *o, struct ms_textbuf *log) {
+  return -MS_E_UNSUPP;
+}
+int ms_cuda_replace_shared(struct ms_cuda_engine *e, int id, struct ms_monitor *m, struct ms_bpf_map **maps,
+                           int n_maps, const struct ms_attach_opts *o, struct ms_textbuf *log) {
+  return -MS_E_UNSUPP;
+}
+int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id) { return -MS_E_UNSUPP; }

@@ -251,7 +251,7 @@ int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE
             a->attached ? "attached" : "detached", g->n_jitted, g->mon->n_progs);
   }
   struct ms_coverage cv;
-  ms_gen_coverage(g, t->n_workers, &cv);
+  ms_hook_coverage(t, g, &cv);
   if (j) {
     ms_json_key(j, "coverage");
     write_cov(&cv, j, f);
@@ -262,7 +262,7 @@ int ms_hook_write(struct ms_hook_table *t, int id, const struct ms_plan *p, FILE
                ", lost %" PRIu64 "\n", cv.generation, cv.eligible, cv.executed, cv.throttled, cv.lost);
   }
   for (struct ms_gen *h = g; h; h = h->prev) {
-    ms_gen_coverage(h, t->n_workers, &cv);
+    ms_hook_coverage(t, h, &cv);
     write_cov(&cv, j, f);
   }
   int rc = 0;

@@ -89,8 +89,27 @@ struct epoch_slot {
   char pad[56];
 };
 
+/* What runs the table's programs when its own hook sites do not: the
+ * engine's CUDA backend, whose device fires the hooks. The table stays the
+ * registry (ids, generations, maps, budgets, names); the runner takes each new
+ * generation (its monitor and maps, which it borrows) before the table
+ * publishes it, and a refusal fails the attach or replace (the caller keeps
+ * the monitor); it lets go of an attachment before the table unpublishes it,
+ * leaving the final contents in the table's maps. Both run under the table's
+ * lock. */
+struct ms_hook_runner {
+  void *ctx;
+  int (*take)(void *ctx, int id, struct ms_gen *g, int replace, struct ms_textbuf *log);
+  void (*drop)(void *ctx, int id);
+  /* the current generation's coverage as the runner counts it: 0, or
+   * nonzero to fall back on the table's counts */
+  int (*coverage)(void *ctx, int id, struct ms_coverage *out);
+  int (*sync)(void *ctx, int id);  /* the runner's map contents into the table's maps */
+};
+
 struct ms_hook_table {
   _Atomic(struct hook_set *) set[MS_HOOK_COUNT];
+  struct ms_hook_runner runner;    /* .take NULL: the hook sites run the programs */
   int n_workers;
   struct epoch_slot *epoch;        /* [n_workers] */
   pthread_mutex_t mu;
@@ -123,6 +142,11 @@ int ms_hook_release(struct ms_hook_table *t, int id);
 int ms_hook_count(struct ms_hook_table *t);
 #define MS_HOOK_RETENTION_DEFAULT_NS (60ull * 1000000000ull)
 void ms_gen_coverage(const struct ms_gen *g, int n_workers, struct ms_coverage *out);
+/* Generation g's coverage as every read-out reports it: the table's counts,
+ * or the runner's for a current generation it runs. */
+void ms_hook_coverage(struct ms_hook_table *t, const struct ms_gen *g, struct ms_coverage *out);
+/* Brings id's maps up to date from the runner (0 at once without one). */
+int ms_hook_sync(struct ms_hook_table *t, int id);
 
 /* Runs the programs attached to ctx->hook for ctx->worker, the sampled firings
  * chosen by what names the firing (hook/admit.h). Returns the largest

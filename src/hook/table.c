@@ -209,6 +209,10 @@ int ms_hook_attach(struct ms_hook_table *t, struct ms_monitor *m, const struct m
   a->id = t->next_id++;
   a->attached = 1;
   mark_hinted(t, m);
+  if (t->runner.take && (rc = t->runner.take(t->runner.ctx, a->id, g, 0, log))) {
+    gen_release(g, m->n_progs);
+    goto fail;
+  }
   if ((rc = publish(t, NULL, g))) {
     gen_release(g, m->n_progs);  /* the caller keeps m on failure */
     goto fail;
@@ -321,6 +325,10 @@ int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, const
   g->att = a;
   g->generation = a->cur->generation + 1;
   mark_hinted(t, m);
+  if (t->runner.take && (rc = t->runner.take(t->runner.ctx, id, g, 1, log))) {
+    gen_release(g, m->n_progs);
+    goto out;
+  }
   if ((rc = publish(t, a->cur, g))) {
     gen_release(g, m->n_progs);
     goto out;
@@ -339,6 +347,7 @@ int ms_hook_detach(struct ms_hook_table *t, int id) {
   pthread_mutex_lock(&t->mu);
   struct attachment *a = ms_hook_find(t, id);
   int rc = -ENOENT;
+  if (a && a->attached && t->runner.drop) t->runner.drop(t->runner.ctx, id);
   if (a && a->attached && !(rc = publish(t, a->cur, NULL))) {
     a->attached = 0;
     atomic_store(&a->cur->t_end, ms_now_ns());
@@ -366,4 +375,15 @@ void ms_gen_coverage(const struct ms_gen *g, int n_workers, struct ms_coverage *
   if (out->first_step == UINT64_MAX) out->first_step = 0;
   out->t_start = g->t_start;
   out->t_end = atomic_load(&((struct ms_gen *)g)->t_end);
+}
+
+void ms_hook_coverage(struct ms_hook_table *t, const struct ms_gen *g, struct ms_coverage *out) {
+  ms_gen_coverage(g, t->n_workers, out);
+  struct ms_coverage c;
+  if (t->runner.coverage && g->att && g == g->att->cur && !t->runner.coverage(t->runner.ctx, g->att->id, &c))
+    *out = c;
+}
+
+int ms_hook_sync(struct ms_hook_table *t, int id) {
+  return t->runner.sync ? t->runner.sync(t->runner.ctx, id) : 0;
 }

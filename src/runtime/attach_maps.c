@@ -6,11 +6,13 @@
 #include <errno.h>
 
 #include "hook/hook_impl.h"
+#include "megascope/monitor.h"
 #include "runtime/engine_impl.h"
 
 int ms_engine_attach_maps(struct ms_engine *e, int id, struct ms_bpf_map **out, int max) {
   struct ms_hook_table *t = e->hooks;
   int n = -ENOENT;
+  ms_engine_attach_sync(e, id);
   pthread_mutex_lock(&t->mu);
   struct attachment *a = ms_hook_find(t, id);
   if (a && a->cur) {

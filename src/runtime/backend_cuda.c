@@ -24,10 +24,19 @@
 #include "megascope/cuda.h"
 #include "runtime/engine_impl.h"
 
+/* An attachment of the hook table and its id on the device. */
+struct dev_att {
+  int id, dev_id, attached;
+};
+
 struct cuda_be {
   struct ms_engine *e;
   struct ms_cuda_engine *dev;
   pthread_t th;
+  pthread_mutex_t mu;         /* atts */
+  struct dev_att *atts;
+  int n_atts, cap_atts;
+  uint64_t t_synced;          /* the driver's last copy of the device's maps */
   struct ms_cuda_row *rows;   /* [n_slots] the step being handed over */
   int handed;                 /* publish_step handed a step over: the driver waits for it */
   int failed;                 /* the device failed: the engine stops */
@@ -90,6 +99,78 @@ static void sample_rows(struct cuda_be *c, struct plan_rt *rt, const float *logi
   }
 }
 
+/* ---- monitors: the hook table's programs run on the device ---- */
+
+static struct dev_att *dev_att_find(struct cuda_be *c, int id) {
+  for (int i = 0; i < c->n_atts; i++)
+    if (c->atts[i].id == id) return &c->atts[i];
+  return NULL;
+}
+
+/* The table's new generation g: its programs on the device, with its maps. */
+static int cuda_take(void *ctx, int id, struct ms_gen *g, int replace, struct ms_textbuf *log) {
+  struct cuda_be *c = ctx;
+  pthread_mutex_lock(&c->mu);
+  struct dev_att *a = dev_att_find(c, id);
+  int rc;
+  if (replace) {
+    rc = a ? ms_cuda_replace_shared(c->dev, a->dev_id, g->mon, g->maps, g->n_maps, &g->opts, log) : -ENOENT;
+  } else if (c->n_atts == c->cap_atts && !(a = realloc(c->atts, sizeof *a * (size_t)(c->cap_atts * 2 + 8)))) {
+    rc = -ENOMEM;
+  } else {
+    if (c->n_atts == c->cap_atts) c->atts = a, c->cap_atts = c->cap_atts * 2 + 8;
+    rc = ms_cuda_attach_shared(c->dev, g->mon, g->maps, g->n_maps, &g->opts, log);
+    if (rc > 0) c->atts[c->n_atts++] = (struct dev_att){.id = id, .dev_id = rc, .attached = 1};
+    rc = rc > 0 ? 0 : rc;
+  }
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+/* Detach: the device lets go; its last map contents are in the table's maps. */
+static void cuda_drop(void *ctx, int id) {
+  struct cuda_be *c = ctx;
+  pthread_mutex_lock(&c->mu);
+  struct dev_att *a = dev_att_find(c, id);
+  if (a && a->attached) {
+    ms_cuda_detach(c->dev, a->dev_id);
+    a->attached = 0;
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+static int cuda_mon_coverage(void *ctx, int id, struct ms_coverage *out) {
+  struct cuda_be *c = ctx;
+  pthread_mutex_lock(&c->mu);
+  struct dev_att *a = dev_att_find(c, id);
+  int rc = a ? ms_cuda_coverage(c->dev, a->dev_id, out) : -ENOENT;
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+/* A detached attachment's maps were brought back at its detach. */
+static int cuda_mon_sync(void *ctx, int id) {
+  struct cuda_be *c = ctx;
+  pthread_mutex_lock(&c->mu);
+  struct dev_att *a = dev_att_find(c, id);
+  int rc = !a ? -ENOENT : a->attached ? ms_cuda_sync_maps(c->dev, a->dev_id) : 0;
+  pthread_mutex_unlock(&c->mu);
+  return rc;
+}
+
+/* Readers of the maps' memfds see the device's counts at most 100 ms old. */
+#define SYNC_EVERY_NS 100000000ull
+
+static void sync_all(struct cuda_be *c) {
+  uint64_t now = ms_now_ns();
+  if (now - c->t_synced < SYNC_EVERY_NS) return;
+  c->t_synced = now;
+  pthread_mutex_lock(&c->mu);
+  for (int i = 0; i < c->n_atts; i++)
+    if (c->atts[i].attached) ms_cuda_sync_maps(c->dev, c->atts[i].dev_id);
+  pthread_mutex_unlock(&c->mu);
+}
+
 static void *driver_main(void *arg) {
   struct cuda_be *c = arg;
   struct ms_engine *e = c->e;
@@ -104,6 +185,7 @@ static void *driver_main(void *arg) {
       continue;
     }
     sample_rows(c, atomic_load_explicit(&e->cur, memory_order_relaxed), logits);
+    if (c->n_atts) sync_all(c);
   }
   return NULL;
 }
@@ -154,6 +236,8 @@ static void cuda_free(struct cuda_be *c) {
     ms_cuda_engine_free(c->dev);
   }
   free(c->rows);
+  free(c->atts);
+  pthread_mutex_destroy(&c->mu);
   free(c);
 }
 
@@ -184,6 +268,7 @@ static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
     return -ENOMEM;
   }
   c->e = e;
+  pthread_mutex_init(&c->mu, NULL);
   struct ms_cuda_opts co = {.sz = sizeof co,
                             .mode = e->o.mode == MS_MODE_PER_OP ? MS_CUDA_PER_OP : MS_CUDA_MEGAKERNEL,
                             .max_batch = e->n_slots,
@@ -197,6 +282,20 @@ static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
     cuda_free(c);
     return rc;
   }
+  /* The hook table is the registry of the device's monitors: remade for the
+   * kernel's CTAs (per-worker maps get a slot for each), with the device as
+   * its runner; the table's own sites stay off (nothing runs tasks here). */
+  struct ms_hook_table *t = ms_hook_table_new(ms_cuda_ctas(c->dev));
+  if (!t) {
+    cuda_free(c);
+    return -ENOMEM;
+  }
+  t->retention_ns = e->hooks->retention_ns;
+  t->runner = (struct ms_hook_runner){.ctx = c, .take = cuda_take, .drop = cuda_drop,
+                                      .coverage = cuda_mon_coverage, .sync = cuda_mon_sync};
+  ms_hook_table_free(e->hooks);
+  e->hooks = t;
+  atomic_store_explicit(&e->hooks_on, 0, memory_order_relaxed);
   if ((rc = ms_cuda_feed_start(c->dev, log))) {
     cuda_free(c);
     return rc;

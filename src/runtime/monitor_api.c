@@ -41,8 +41,12 @@ int ms_engine_replace_opts(struct ms_engine *e, int id, struct ms_monitor *m, co
 int ms_engine_detach(struct ms_engine *e, int id) { return ms_hook_detach(e->hooks, id); }
 
 void ms_engine_set_hooks_enabled(struct ms_engine *e, int on) {
+  /* a backend that runs the monitors itself keeps the table's sites off */
+  if (e->hooks->runner.take) on = 0;
   atomic_store_explicit(&e->hooks_on, on, memory_order_relaxed);
 }
+
+int ms_engine_attach_sync(struct ms_engine *e, int id) { return ms_hook_sync(e->hooks, id); }
 
 static void info_of(struct ms_engine *e, const struct attachment *a, struct ms_attach_info *out) {
   memset(out, 0, sizeof *out);
@@ -50,7 +54,7 @@ static void info_of(struct ms_engine *e, const struct attachment *a, struct ms_a
   out->attached = a->attached;
   snprintf(out->name, sizeof out->name, "%s", a->cur->mon->name);
   for (int i = 0; i < a->cur->mon->n_progs; i++) out->hooks |= 1u << a->cur->mon->hook[i];
-  ms_gen_coverage(a->cur, e->hooks->n_workers, &out->cov);
+  ms_hook_coverage(e->hooks, a->cur, &out->cov);
   out->opts = a->opts;
   out->n_progs = (uint32_t)a->cur->mon->n_progs;
   out->n_jitted = (uint32_t)a->cur->n_jitted;
@@ -100,7 +104,7 @@ int ms_engine_attach_generation(struct ms_engine *e, int id, uint32_t generation
   int rc = -ENOENT;
   for (struct ms_gen *g = a ? a->cur : NULL; g; g = g->prev)
     if (!generation || g->generation == generation) {
-      if (out) ms_gen_coverage(g, t->n_workers, out);
+      if (out) ms_hook_coverage(t, g, out);
       if (name && name_size) snprintf(name, name_size, "%s", g->mon->name);
       rc = 0;
       break;
@@ -116,7 +120,7 @@ int ms_engine_attach_coverage(struct ms_engine *e, int id, uint32_t generation, 
   int rc = -ENOENT;
   for (struct ms_gen *g = a ? a->cur : NULL; g; g = g->prev)
     if (!generation || g->generation == generation) {
-      ms_gen_coverage(g, t->n_workers, out);
+      ms_hook_coverage(t, g, out);
       rc = 0;
       break;
     }
@@ -125,6 +129,7 @@ int ms_engine_attach_coverage(struct ms_engine *e, int id, uint32_t generation, 
 }
 
 int ms_engine_attach_write(struct ms_engine *e, int id, FILE *f, int as_json) {
+  ms_engine_attach_sync(e, id);
   if (!as_json) return ms_hook_write(e->hooks, id, e->rt[0].plan, f, NULL);
   struct ms_json j;
   ms_json_init(&j, f, 1);
@@ -134,5 +139,6 @@ int ms_engine_attach_write(struct ms_engine *e, int id, FILE *f, int as_json) {
 }
 
 int ms_engine_attach_write_json(struct ms_engine *e, int id, struct ms_json *j) {
+  ms_engine_attach_sync(e, id);
   return ms_hook_write(e->hooks, id, e->rt[0].plan, j->f, j);
 }

@@ -123,13 +123,22 @@ struct ms_cuda_row {
   uint32_t gen;
 };
 
+/* A request event of the engine's step machine for the device's request
+ * hook: phase as megascope/hook.h's enum ms_req_phase. */
+struct ms_cuda_event {
+  int32_t phase, slot, token;
+  uint32_t gen;
+};
+
 /* Launches the resident kernel (megakernel) or builds the step's graph
  * (per-op). 0 or a negative error. */
 int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *log);
-/* Hands the device step `step` of n rows (n <= max_batch). One step in flight
- * at a time: ms_cuda_feed_wait before the next. */
+/* Hands the device step `step` of n rows (n <= max_batch) and n_ev request
+ * events, fired by the device's request hook before the step (megakernel
+ * mode; per-op mode has no hook sites). n 0: the events alone. One handover in
+ * flight at a time: ms_cuda_feed_wait before the next. */
 int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const struct ms_cuda_row *rows, int n,
-                      struct ms_textbuf *log);
+                      const struct ms_cuda_event *ev, int n_ev, struct ms_textbuf *log);
 /* Waits for the step handed over last; *logits then holds its live rows'
  * logits (row r at r * vocab), valid until the next step. -MS_E_STALL with a
  * report in log when the watchdog fired. */

@@ -73,7 +73,8 @@ struct ms_cuda_engine {
   /* fed mode (ms_cuda_feed_*): the engine's step machine hands over steps */
   int feeding;                     /* between feed_start and feed_stop */
   uint32_t fed;                    /* steps handed over */
-  int fed_rows;                    /* rows of the step in flight */
+  int fed_rows;                    /* rows of the step in flight (0: events alone) */
+  int in_flight;                   /* handed over, not yet waited for */
   struct msd_feed *feed;           /* host-mapped handshake */
   struct msd_feed_step *feed_dev;  /* device: the step's rows */
   struct msd_feed_step *feed_stage;/* pinned: the same, staged for the copy */
@@ -827,6 +828,7 @@ extern "C" int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *l
   e->n_user = 0;
   e->fed = 0;
   e->fed_rows = 0;
+  e->in_flight = 0;
   memset((void *)e->feed, 0, sizeof(struct msd_feed));
   if (e->o.mode == MS_CUDA_PER_OP) {
     if (!e->have_graph && (rc = build_graph(e, log))) return rc;
@@ -888,21 +890,35 @@ out:
 }
 
 extern "C" int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const struct ms_cuda_row *rows, int n,
-                                 struct ms_textbuf *log) {
+                                 const struct ms_cuda_event *ev, int n_ev, struct ms_textbuf *log) {
   int rc = 0;
-  if (!e->feeding || e->broken) {
-    ms_textbuf_printf(log, "cuda: %s\n", e->broken ? "the engine stalled" : "ms_cuda_feed_start first");
+  if (!e->feeding || e->broken || e->in_flight) {
+    ms_textbuf_printf(log, "cuda: %s\n", e->broken ? "the engine stalled"
+                                      : e->in_flight ? "a step is in flight: ms_cuda_feed_wait first"
+                                                     : "ms_cuda_feed_start first");
     return -MS_E_STATE;
   }
-  if (n < 1 || n > e->o.max_batch) {
-    ms_textbuf_printf(log, "cuda: a step of %d rows (1 .. %d)\n", n, e->o.max_batch);
+  if (n < 0 || n > e->o.max_batch || n_ev < 0 || n_ev > MSD_FEED_EVENTS || (!n && !n_ev)) {
+    ms_textbuf_printf(log, "cuda: a handover of %d rows (0 .. %d) and %d events (0 .. %d), not both none\n", n,
+                      e->o.max_batch, n_ev, MSD_FEED_EVENTS);
     return -EINVAL;
   }
   e->fed_rows = n;
-  if (e->o.mode == MS_CUDA_PER_OP) return feed_step_per_op(e, rows, n, log);
+  if (e->o.mode == MS_CUDA_PER_OP) {  /* no hook sites: the events have no reader */
+    if (!n) return 0;
+    e->in_flight = 1;
+    return feed_step_per_op(e, rows, n, log);
+  }
   struct msd_feed_step *f = e->feed_stage;
   f->step = step;
   f->rows = n;
+  f->n_events = n_ev;
+  for (int i = 0; i < n_ev; i++) {
+    f->ev[i].phase = ev[i].phase;
+    f->ev[i].slot = ev[i].slot;
+    f->ev[i].token = ev[i].token;
+    f->ev[i].gen = ev[i].gen;
+  }
   for (int r = 0; r < n; r++) {
     f->row[r].slot = rows[r].slot;
     f->row[r].pos = rows[r].pos;
@@ -912,21 +928,29 @@ extern "C" int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const 
   }
   /* the rows land in device memory before seq moves: the scheduler reads them
    * at its own pace, from memory near it */
-  CK(cudaMemcpyAsync(e->feed_dev, f, offsetof(struct msd_feed_step, row) + (size_t)n * sizeof f->row[0],
+  /* the header with the events, and the rows: only what is used */
+  CK(cudaMemcpyAsync(e->feed_dev, f, offsetof(struct msd_feed_step, ev) + (size_t)n_ev * sizeof f->ev[0],
                      cudaMemcpyHostToDevice, e->cs));
+  if (n)
+    CK(cudaMemcpyAsync(e->feed_dev->row, f->row, (size_t)n * sizeof f->row[0], cudaMemcpyHostToDevice, e->cs));
   CK(cudaStreamSynchronize(e->cs));
   __sync_synchronize();
   e->feed->seq = ++e->fed;
   __sync_synchronize();
+  e->in_flight = 1;
 out:
   return rc;
 }
 
 extern "C" int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log) {
   int rc = 0;
-  if (!e->feeding || !e->fed_rows) {
-    ms_textbuf_printf(log, "cuda: no step in flight\n");
+  if (!e->feeding) {
+    ms_textbuf_printf(log, "cuda: ms_cuda_feed_start first\n");
     return -MS_E_STATE;
+  }
+  if (!e->in_flight) {  /* per-op mode's events alone: nothing was handed over */
+    *logits = e->feed_logits;
+    return 0;
   }
   if (e->o.mode == MS_CUDA_PER_OP) {
     CK(cudaStreamSynchronize(e->ks));
@@ -958,9 +982,10 @@ extern "C" int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits,
   }
   if (!rc) {
     *logits = e->feed_logits;
-    e->st.steps++;
+    e->st.steps += e->fed_rows > 0;
   }
   e->fed_rows = 0;
+  e->in_flight = 0;
 out:
   return rc;
 }

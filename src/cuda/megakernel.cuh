@@ -94,12 +94,21 @@ struct msd_feed_row {
   uint32_t gen;
 };
 
+/* A request event of the host's step machine (admitted, a token sampled,
+ * finished), for the device's request hook: phase as enum ms_req_phase. */
+struct msd_feed_event {
+  int32_t phase, slot, token;
+  uint32_t gen;
+};
+#define MSD_FEED_EVENTS (3 * MSD_MAX_SLOTS)
+
 /* A fed step as the host lays it out: copied into device memory, and complete
- * there, before the host moves msd_feed.seq. */
+ * there, before the host moves msd_feed.seq. rows 0: events only. */
 struct msd_feed_step {
   uint64_t step;                    /* the engine's step number */
   int32_t rows;                     /* rows laid out (the host plan's bucket); past them padding */
-  int32_t pad;
+  int32_t n_events;
+  struct msd_feed_event ev[MSD_FEED_EVENTS];
   struct msd_feed_row row[MSD_MAX_SLOTS];
 };
 
@@ -663,22 +672,46 @@ static __device__ void msd_step_end(const struct msd_rt *rt, uint64_t step) {
   }
 }
 
+/* The request hook of a fed event (the host's step machine admitted,
+ * sampled or retired it; the slot's generation comes with it). */
+static __device__ void msd_feed_events(const struct msd_rt *rt, const struct msd_feed_step *f, uint64_t step) {
+  if (!rt->hooks || !msd_hook_armed(rt->hooks, MS_HOOK_REQUEST)) return;
+  for (int i = 0; i < f->n_events && i < MSD_FEED_EVENTS; i++) {
+    const struct msd_feed_event *v = &f->ev[i];
+    struct ms_hook_ctx c;
+    msd_ctx_base(rt, &c, MS_HOOK_REQUEST, rt->n_workers, step, f->rows);
+    c.req_slot = (uint32_t)v->slot;
+    c.req_gen = v->gen;
+    c.phase = (uint32_t)v->phase;
+    c.token = (uint32_t)v->token;
+    msd_hook_fire(rt->hooks, &c, rt->n_workers);
+  }
+}
+
 /* Fed mode's step start: waits for the host's next step (fed steps so far:
- * fed) and lays out its rows. Returns the live rows, -1 when the host asked
- * the kernel to return. */
-static __device__ int msd_feed_start(const struct msd_rt *rt, uint32_t fed, uint64_t *step,
+ * *fed) and lays out its rows; a handover of events alone fires them and
+ * waits again. Returns the live rows, -1 when the host asked the kernel to
+ * return. */
+static __device__ int msd_feed_start(const struct msd_rt *rt, uint32_t *fed, uint64_t *step,
                                      struct msd_beat_state *beat) {
   struct msd_ctx *x = rt->x;
   struct msd_sched *S = rt->sched;
-  uint32_t seq;
-  while ((seq = rt->feed->seq) == fed) {
-    msd_beat(rt, 0, *step, -1, -1, beat);
-    if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
-    __nanosleep(200);
-  }
-  __threadfence_system();  /* the step's records (copied before seq moved) after seq */
-  if (seq == MSD_SEQ_EXIT) return -1;
   const struct msd_feed_step *f = rt->feed_step;
+  for (;;) {
+    uint32_t seq;
+    while ((seq = rt->feed->seq) == *fed) {
+      msd_beat(rt, 0, *step, -1, -1, beat);
+      if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
+      __nanosleep(200);
+    }
+    __threadfence_system();  /* the step's records (copied before seq moved) after seq */
+    if (seq == MSD_SEQ_EXIT) return -1;
+    ++*fed;
+    if (f->rows > 0) break;
+    msd_feed_events(rt, f, f->step);
+    __threadfence_system();
+    rt->feed->done = *fed;
+  }
   const int B = x->batch, n = f->rows < B ? f->rows : B;
   int active = 0;
   *step = f->step;
@@ -701,6 +734,7 @@ static __device__ int msd_feed_start(const struct msd_rt *rt, uint32_t fed, uint
   ms_at_word_st64(&S->layout_step, *step);
   ms_at_fence_acq_rel();
   ms_at_word_st32(&S->layout_seq, lseq + 2);
+  msd_feed_events(rt, f, *step);
   return active;
 }
 
@@ -720,8 +754,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
   for (;;) {
     int active;
     if (rt->feed) {
-      if ((active = msd_feed_start(rt, fed, &step, &beat)) < 0) break;
-      fed++;
+      if ((active = msd_feed_start(rt, &fed, &step, &beat)) < 0) break;
     } else if (!(active = msd_step_start(rt, step))) {
       if (rt->host->exit_when_idle && S->next_req >= rt->host->n_submitted) break;
       msd_beat(rt, 0, step, -1, -1, &beat);

@@ -59,7 +59,7 @@ int ms_cuda_ops_check(const struct ms_model *m, int batch, struct ms_textbuf *lo
 }
 int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *log) { return -MS_E_UNSUPP; }
 int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const struct ms_cuda_row *rows, int n,
-                      struct ms_textbuf *log) {
+                      const struct ms_cuda_event *ev, int n_ev, struct ms_textbuf *log) {
   return -MS_E_UNSUPP;
 }
 int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log) {

@@ -38,6 +38,14 @@ struct cuda_be {
   int n_atts, cap_atts;
   uint64_t t_synced;          /* the driver's last copy of the device's maps */
   struct ms_cuda_row *rows;   /* [n_slots] the step being handed over */
+  /* request events for the device's request hook (the host's sites stay
+   * off): each slot's request generation as last handed over (0: none),
+   * whether its finish was told, the tokens each row had before sampling */
+  struct ms_cuda_event *ev;   /* [3 * n_slots] */
+  int n_ev;
+  uint32_t *told_gen;
+  uint8_t *told_done;
+  int *tokens_before;         /* [n_slots] by row */
   int handed;                 /* publish_step handed a step over: the driver waits for it */
   int failed;                 /* the device failed: the engine stops */
   char log_text[4096];
@@ -60,6 +68,33 @@ static void device_failed(struct cuda_be *c) {
   atomic_store_explicit(&e->stop_req, 1, memory_order_release);
 }
 
+static void add_event(struct cuda_be *c, int phase, int slot, uint32_t gen, int token) {
+  if (c->n_ev < 3 * c->e->n_slots)
+    c->ev[c->n_ev++] = (struct ms_cuda_event){.phase = phase, .slot = slot, .token = token, .gen = gen};
+}
+
+/* Whether a program on the request hook is attached (the table's set: its
+ * own sites are off, the device runs them). */
+static int request_hooked(const struct ms_engine *e) {
+  const struct hook_set *h = atomic_load_explicit(&e->hooks->set[MS_HOOK_REQUEST], memory_order_acquire);
+  return h && h->n > 0;
+}
+
+/* Slots emptied or refilled since the last handover: finished (a cancel
+ * retires without a last token) and admitted, as the CPU engine's step start
+ * reports them. */
+static void slot_events(struct cuda_be *c) {
+  struct ms_engine *e = c->e;
+  for (int s = 0; s < e->n_slots; s++) {
+    uint32_t now = e->slots[s].req ? e->slots[s].gen : 0;
+    if (now == c->told_gen[s]) continue;
+    if (c->told_gen[s] && !c->told_done[s]) add_event(c, MS_REQ_FINISHED, s, c->told_gen[s], 0);
+    if (now) add_event(c, MS_REQ_ADMITTED, s, now, 0);
+    c->told_gen[s] = now;
+    c->told_done[s] = 0;
+  }
+}
+
 /* The step start published a step: its rows to the device. */
 static void cuda_publish_step(void *ctx) {
   struct cuda_be *c = ctx;
@@ -68,6 +103,8 @@ static void cuda_publish_step(void *ctx) {
   if (atomic_load_explicit(&e->cur_stop, memory_order_relaxed) || c->failed) return;
   struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
   int n = rt->x.meta.n_rows;
+  c->n_ev = 0;
+  slot_events(c);
   for (int r = 0; r < n; r++) {
     int s = e->row_slot[r], pos = e->row_pos[r];
     struct ms_cuda_row *q = &c->rows[r];
@@ -78,7 +115,8 @@ static void cuda_publish_step(void *ctx) {
     q->page = s >= 0 ? e->slots[s].pages[pos / e->o.page_size] : 0;
   }
   struct ms_textbuf log = driver_log(c);
-  if (ms_cuda_feed_step(c->dev, atomic_load_explicit(&e->cur_step, memory_order_relaxed), c->rows, n, &log))
+  if (ms_cuda_feed_step(c->dev, atomic_load_explicit(&e->cur_step, memory_order_relaxed), c->rows, n, c->ev,
+                        request_hooked(e) ? c->n_ev : 0, &log))
     device_failed(c);
   else
     c->handed = 1;
@@ -90,6 +128,10 @@ static void sample_rows(struct cuda_be *c, struct plan_rt *rt, const float *logi
   const struct ms_plan *p = rt->plan;
   const size_t V = (size_t)e->m->cfg.vocab;
   int n = rt->x.meta.n_rows;
+  for (int r = 0; r < n; r++) {
+    const struct slot *sl = e->row_slot[r] >= 0 ? &e->slots[e->row_slot[r]] : NULL;
+    c->tokens_before[r] = sl ? atomic_load_explicit(&sl->req->n_tokens, memory_order_relaxed) : 0;
+  }
   for (int t = 0; t < p->n_tasks; t++) {
     const struct ms_task *k = &p->tasks[t];
     if (k->kernel != MS_K_SAMPLE || k->tile[1] >= n) continue;
@@ -97,6 +139,33 @@ static void sample_rows(struct cuda_be *c, struct plan_rt *rt, const float *logi
     memcpy(ms_buf_row(&rt->x, p->classes[k->cls].in, 0, row), logits + (size_t)row * V, V * sizeof(float));
     ms_rt_task_body(&e->workers[0], rt, t);
   }
+}
+
+/* The tokens the step's rows drew, and the finishes they made, for the
+ * device's request hook: handed over at once, as events alone (the CPU
+ * engine fires them as it samples). */
+static int token_events(struct cuda_be *c, struct plan_rt *rt) {
+  struct ms_engine *e = c->e;
+  c->n_ev = 0;
+  for (int r = 0; r < rt->x.meta.n_rows; r++) {
+    int s = e->row_slot[r];
+    if (s < 0) continue;
+    const struct slot *sl = &e->slots[s];
+    int k = c->tokens_before[r];
+    if (atomic_load_explicit(&sl->req->n_tokens, memory_order_relaxed) > k)
+      add_event(c, k ? MS_REQ_TOKEN : MS_REQ_FIRST_TOKEN, s, sl->gen, sl->req->tokens[k]);
+    if (sl->finishing && !c->told_done[s]) {
+      add_event(c, MS_REQ_FINISHED, s, sl->gen, 0);
+      c->told_done[s] = 1;
+    }
+  }
+  if (!c->n_ev) return 0;
+  struct ms_textbuf log = driver_log(c);
+  const float *unused;
+  uint64_t step = atomic_load_explicit(&e->cur_step, memory_order_relaxed);
+  if (ms_cuda_feed_step(c->dev, step, NULL, 0, c->ev, c->n_ev, &log) || ms_cuda_feed_wait(c->dev, &unused, &log))
+    return -1;
+  return 0;
 }
 
 /* ---- monitors: the hook table's programs run on the device ---- */
@@ -110,6 +179,10 @@ static struct dev_att *dev_att_find(struct cuda_be *c, int id) {
 /* The table's new generation g: its programs on the device, with its maps. */
 static int cuda_take(void *ctx, int id, struct ms_gen *g, int replace, struct ms_textbuf *log) {
   struct cuda_be *c = ctx;
+  if (c->e->o.mode == MS_MODE_PER_OP) {
+    ms_textbuf_printf(log, "engine: the CUDA backend's per-op mode has no hook sites (attach on the megakernel)\n");
+    return -MS_E_UNSUPP;
+  }
   pthread_mutex_lock(&c->mu);
   struct dev_att *a = dev_att_find(c, id);
   int rc;
@@ -184,7 +257,12 @@ static void *driver_main(void *arg) {
       device_failed(c);
       continue;
     }
-    sample_rows(c, atomic_load_explicit(&e->cur, memory_order_relaxed), logits);
+    struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
+    sample_rows(c, rt, logits);
+    if (request_hooked(e) && token_events(c, rt)) {
+      device_failed(c);
+      continue;
+    }
     if (c->n_atts) sync_all(c);
   }
   return NULL;
@@ -236,6 +314,10 @@ static void cuda_free(struct cuda_be *c) {
     ms_cuda_engine_free(c->dev);
   }
   free(c->rows);
+  free(c->ev);
+  free(c->told_gen);
+  free(c->told_done);
+  free(c->tokens_before);
   free(c->atts);
   pthread_mutex_destroy(&c->mu);
   free(c);
@@ -263,12 +345,19 @@ static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
   int rc = cuda_refuses(e, log);
   if (rc) return rc;
   struct cuda_be *c = calloc(1, sizeof *c);
-  if (!c || !(c->rows = calloc((size_t)e->n_slots, sizeof *c->rows))) {
-    free(c);
-    return -ENOMEM;
-  }
+  if (!c) return -ENOMEM;
   c->e = e;
   pthread_mutex_init(&c->mu, NULL);
+  const size_t S = (size_t)e->n_slots;
+  c->rows = calloc(S, sizeof *c->rows);
+  c->ev = calloc(3 * S, sizeof *c->ev);
+  c->told_gen = calloc(S, sizeof *c->told_gen);
+  c->told_done = calloc(S, sizeof *c->told_done);
+  c->tokens_before = calloc(S, sizeof *c->tokens_before);
+  if (!c->rows || !c->ev || !c->told_gen || !c->told_done || !c->tokens_before) {
+    cuda_free(c);
+    return -ENOMEM;
+  }
   struct ms_cuda_opts co = {.sz = sizeof co,
                             .mode = e->o.mode == MS_MODE_PER_OP ? MS_CUDA_PER_OP : MS_CUDA_MEGAKERNEL,
                             .max_batch = e->n_slots,

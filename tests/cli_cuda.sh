@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: MIT
 # `megascope cuda` on any machine: --help, usage errors (exit 2 naming the
 # problem), `info` (text and --json, which says whether a device is there and
-# why not), and, without a device, every other subcommand failing (exit 1) with
-# the reason. With a device, `cuda run --check` on tiny must agree with the CPU.
+# why not), and, without a device, every other subcommand (and run --backend
+# cuda) failing (exit 1) with the reason. With a device, `cuda run --check` on tiny must agree with the CPU.
 set -uo pipefail
 MS=$1
 pass=0 fail=0
@@ -24,7 +24,6 @@ expect 2 "batch" cuda run --batch 0
 expect 2 "batch" cuda run --batch 1000
 expect 2 "unexpected argument 'extra'" cuda run extra
 expect 2 "unrecognized option\|unknown option" cuda run --fast
-expect 2 "the CUDA backend has its own command" run --synthetic tiny --backend cuda
 
 info=$("$MS" cuda info --json); rc=$?
 [ $rc -eq 0 ] && ok || bad "cuda info --json -> rc $rc"
@@ -34,8 +33,10 @@ expect 0 "no CUDA backend here\|SMs, sm_" cuda info
 if [ "$avail" = "False" ]; then
   reason=$(python3 -c 'import json,sys; print(json.load(sys.stdin)["reason"])' <<<"$info")
   for sub in run ops bench; do expect 1 "$reason" cuda $sub --synthetic tiny; done
+  expect 1 "$reason" run --synthetic tiny --backend cuda   # the engine's CUDA backend
 else
   expect 0 "0 of 8 requests differ" cuda run --synthetic tiny --dtype bf16 --check
+  expect 0 "check: .*passed" run --synthetic tiny --dtype bf16 --backend cuda --check
 fi
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: MIT
+# The engine's CUDA backend through the CLI's front door, end to end, on any
+# machine: megascope-emu (beside the binary under test) is the same CLI built
+# over the CUDA sources compiled for the CPU (tests/emu), so its --backend cuda
+# runs the resident persistent kernel on CPU threads.
+#  - run --backend cuda: the tokens equal the CPU engine's (f32 weights, held
+#    as bf16 on the device; greedy), --check passes on bf16 weights, --json
+#    names the backend, the refusals name what (tp, a fault, --sms on cpu);
+#  - serve --backend cuda: the official openai SDK (from .venv) gets a
+#    completion, a streamed chat and a seeded draw equal to the CPU server's;
+#    a monitor attached over the control socket runs on the device (coverage
+#    executed > 0, eligible = executed), its maps read back with the task
+#    classes and, for request_time, the requests' tokens; detach; the server
+#    stops cleanly. serve --backend sim is refused.
+set -uo pipefail
+MS=$1
+here=$(cd "$(dirname "$0")" && pwd)
+EMU=$(dirname "$MS")/megascope-emu
+MON=${MS_MONITORS:-$(dirname "$MS")/monitors}
+PY=$here/../.venv/bin/python
+[ -x "$EMU" ] || { echo "SKIP: no megascope-emu beside $MS"; exit 77; }
+tmp=$(mktemp -d)
+SERVE_PID=
+trap 'kill $SERVE_PID 2>/dev/null || true; rm -rf "$tmp"' EXIT
+pass=0 fail=0
+ok() { pass=$((pass + 1)); }
+bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
+expect() {  # BIN RC TEXT ARGS...: exit code RC and TEXT in stdout+stderr
+  local bin=$1 rc_want=$2 want=$3; shift 3
+  local out rc
+  out=$("$bin" "$@" 2>&1); rc=$?
+  if [ "$rc" -eq "$rc_want" ] && grep -q -- "$want" <<<"$out"; then ok; else bad "$* -> rc $rc (want $rc_want, '$want'): $out"; fi
+}
+tokens() { python3 -c 'import json,sys; print(json.load(sys.stdin)["tokens"])'; }
+
+# ---- run ----
+args=(run --synthetic tiny --requests 6 --batch 4 --steps 6 --json)
+cpu=$("$MS" "${args[@]}" --f32-activations | tokens) || bad "cpu run"
+gpu_json=$("$EMU" "${args[@]}" --backend cuda) || bad "cuda run: $gpu_json"
+[ -n "$cpu" ] && [ "$(tokens <<<"$gpu_json")" = "$cpu" ] && ok || bad "cuda tokens $(tokens <<<"$gpu_json") != cpu $cpu"
+grep -q '"backend":"cuda"' <<<"$gpu_json" && ok || bad "--json does not name the backend: $gpu_json"
+expect "$EMU" 0 "check: .*passed" run --synthetic tiny --dtype bf16 --backend cuda --steps 4 --check
+expect "$EMU" 0 "check: .*passed" run --synthetic tiny --dtype bf16 --backend cuda --mode per-op --steps 4 --check
+expect "$EMU" 1 "does not run tensor parallelism" run --synthetic tiny --backend cuda --tp 2
+expect "$EMU" 1 "does not run fault injection" run --synthetic tiny --backend cuda --fault slow_class:blk.0.wo:2
+expect "$EMU" 2 "is for --backend cuda" run --synthetic tiny --sms 4
+expect "$EMU" 2 "expected one of\|'gpu'" run --synthetic tiny --backend gpu
+expect "$EMU" 2 "serve on cpu or cuda" serve --synthetic tiny --backend sim
+expect "$EMU" 1 "per-op mode has no hook sites" run --synthetic tiny --backend cuda --mode per-op --steps 2 \
+  --attach "$MON/class_time.bpf.o"
+
+# ---- serve ----
+. "$here/serve_lib.sh"
+MS=$EMU start_serve cuda --synthetic tiny --dtype bf16 --backend cuda --batch 4 --max-ctx 256 \
+  || { bad "serve --backend cuda did not start"; echo "$pass passed, $fail failed"; exit 1; }
+grep -q "cuda backend" "$tmp/cuda/serve.out" && ok || bad "the banner: $(cat "$tmp/cuda/serve.out")"
+id=$("$MS" attach --socket "$SOCK" "$MON/class_time.bpf.o") && ok || bad "attach: $id"
+rid=$("$MS" attach --socket "$SOCK" "$MON/request_time.bpf.o") && ok || bad "attach request_time: $rid"
+code=$(completion "hello" 5 "$tmp/c.json")
+[ "$code" = 200 ] && grep -q '"completion_tokens":5' "$tmp/c.json" && ok || bad "completion: $code $(cat "$tmp/c.json")"
+if "$PY" -c 'import openai' 2>/dev/null; then
+  cuda_url=$URL
+  "$PY" - "$cuda_url" >"$tmp/sdk.out" 2>&1 <<'EOF' && ok || bad "the openai SDK on cuda: $(cat "$tmp/sdk.out")"
+import sys, openai
+c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="none")
+r = c.completions.create(model="tiny", prompt="abc", max_tokens=4, temperature=0)
+assert r.usage.completion_tokens == 4, r
+parts = [ch.choices[0].delta.content or "" for ch in c.chat.completions.create(
+    model="tiny", messages=[{"role": "user", "content": "hi"}], max_tokens=6, stream=True)]
+assert len(parts) >= 2, parts
+r = c.completions.create(model="tiny", prompt="xyz", max_tokens=8, temperature=0.9, seed=7)
+print(repr(r.choices[0].text))
+EOF
+fi
+cov=$("$MS" ls --socket "$SOCK" --json) || bad "ls: $cov"
+python3 -c '
+import json, sys
+want = int(sys.argv[1])
+d = json.load(sys.stdin)
+atts = d["attachments"] if isinstance(d, dict) else d
+a = [x for x in atts if x["id"] == want][0]
+c = a["coverage"]
+assert c["executed"] > 0 and c["eligible"] == c["executed"], c
+' "$id" <<<"$cov" && ok || bad "coverage from the device: $cov"
+expect "$MS" 0 "blk.0.attn" maps --socket "$SOCK" "$id"
+expect "$MS" 0 "tokens_by_req" maps --socket "$SOCK" "$rid"
+"$MS" maps --socket "$SOCK" "$rid" --json | python3 -c '
+import json, sys
+def maps(v):  # every map object in the reply, wherever it sits
+    if isinstance(v, dict):
+        if "name" in v and "entries" in v: yield v
+        for x in v.values(): yield from maps(x)
+    elif isinstance(v, list):
+        for x in v: yield from maps(x)
+m = [m for m in maps(json.load(sys.stdin)) if m["name"] == "tokens_by_req"][0]
+assert sum(e["value"] for e in m["entries"]) >= 5, m
+' && ok || bad "request_time counted no tokens on the device: $("$MS" maps --socket "$SOCK" "$rid")"
+expect "$MS" 0 "detached" detach --socket "$SOCK" "$id"
+stop_serve cuda && ok || bad "serve --backend cuda did not stop cleanly"
+
+# the seeded draw equals the CPU server's
+if [ -s "$tmp/sdk.out" ] && "$PY" -c 'import openai' 2>/dev/null; then
+  start_serve cpu --synthetic tiny --dtype bf16 --batch 4 --max-ctx 256 --f32-activations || bad "cpu serve"
+  "$PY" - "$URL" >"$tmp/sdk_cpu.out" 2>&1 <<'EOF' || bad "the openai SDK on cpu: $(cat "$tmp/sdk_cpu.out")"
+import sys, openai
+c = openai.OpenAI(base_url=sys.argv[1] + "/v1", api_key="none")
+r = c.completions.create(model="tiny", prompt="xyz", max_tokens=8, temperature=0.9, seed=7)
+print(repr(r.choices[0].text))
+EOF
+  stop_serve cpu
+  [ "$(tail -1 "$tmp/sdk.out")" = "$(cat "$tmp/sdk_cpu.out")" ] && ok \
+    || bad "seeded draw: cuda $(tail -1 "$tmp/sdk.out") vs cpu $(cat "$tmp/sdk_cpu.out")"
+fi
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]

@@ -7,6 +7,8 @@
 #  - run --backend cuda: the tokens equal the CPU engine's (f32 weights, held
 #    as bf16 on the device; greedy), --check passes on bf16 weights, --json
 #    names the backend, the refusals name what (tp, a fault, --sms on cpu);
+#  - bench decode --backend cuda: megakernel and per-op alternating, each made
+#    afresh for its run (one resident kernel holds every SM), the HBM bound;
 #  - serve --backend cuda: the official openai SDK (from .venv) gets a
 #    completion, a streamed chat and a seeded draw equal to the CPU server's;
 #    a monitor attached over the control socket runs on the device (coverage
@@ -47,6 +49,14 @@ expect "$EMU" 1 "does not run fault injection" run --synthetic tiny --backend cu
 expect "$EMU" 2 "is for --backend cuda" run --synthetic tiny --sms 4
 expect "$EMU" 2 "expected one of\|'gpu'" run --synthetic tiny --backend gpu
 expect "$EMU" 2 "serve on cpu or cuda" serve --synthetic tiny --backend sim
+expect "$EMU" 2 "bench sim" bench decode --synthetic tiny --backend sim
+bench=$("$EMU" bench decode --synthetic tiny --dtype bf16 --backend cuda --rounds 2 --steps 4 --json 2>/dev/null)
+python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert d["backend"] == "cuda" and d["megakernel_tokens_per_s"] > 0 and d["per_op_tokens_per_s"] > 0, d
+assert len(d["rounds_tokens_per_s"]["per_op"]) == 2 and d["read_bound_tokens_per_s"] > 0, d
+' <<<"$bench" && ok || bad "bench decode --backend cuda: $bench"
 expect "$EMU" 1 "per-op mode has no hook sites" run --synthetic tiny --backend cuda --mode per-op --steps 2 \
   --attach "$MON/class_time.bpf.o"
 

@@ -10,6 +10,7 @@
 #include "cli.h"
 #include "common.h"
 #include "opt.h"
+#include "megascope/cuda.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
 
@@ -94,6 +95,9 @@ static const char *const eng_key[N_ENG] = {"megakernel", "per_op"};
 
 struct decode_run {
   int batch, steps, warmup, workers, q8, rounds;
+  enum ms_backend backend;
+  int sms;         /* cuda: CTAs; 0: every SM */
+  int fresh;       /* one engine at a time, made for each run (cuda: one resident kernel holds every SM) */
   struct ms_engine *e[N_ENG];
   double *tps[N_ENG];  /* [rounds] */
   double best[N_ENG];
@@ -107,7 +111,7 @@ static struct ms_engine *decode_engine(const struct ms_model *m, const struct de
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = d->workers,
                               .mode = which == ENG_PER_OP ? MS_MODE_PER_OP : MS_MODE_MEGAKERNEL,
                               .max_batch = d->batch, .max_ctx = d->steps + d->warmup + 2,
-                              .q8_activations = d->q8};
+                              .q8_activations = d->q8, .backend = d->backend, .cuda_sms = d->sms};
   struct ms_engine *e = ms_engine_new(m, &eo, &log);
   if (!e) fprintf(stderr, "megascope bench: %s", logbuf);
   return e;
@@ -120,19 +124,29 @@ static int cmp_double(const void *a, const void *b) {
 
 /* Round r runs every engine once, the order rotated each round so that none
  * always runs first (after a quiet spell) or last. */
+static int decode_open(const struct ms_model *m, struct decode_run *d, int k) {
+  if (!(d->e[k] = decode_engine(m, d, k))) return -1;
+  return d->warmup > 0 && cli_decode_tps(d->e[k], m, d->batch, d->warmup) < 0 ? -1 : 0;
+}
+
 static int decode_rounds(const struct ms_model *m, struct decode_run *d, int verbose) {
   for (int k = 0; k < N_ENG; k++) {
-    if (!(d->e[k] = decode_engine(m, d, k)) || !(d->tps[k] = calloc((size_t)d->rounds, sizeof(double))))
-      return -1;
-    if (d->warmup > 0 && cli_decode_tps(d->e[k], m, d->batch, d->warmup) < 0) return -1;
+    if (!(d->tps[k] = calloc((size_t)d->rounds, sizeof(double)))) return -1;
+    if (!d->fresh && decode_open(m, d, k)) return -1;
   }
   for (int r = 0; r < d->rounds; r++) {
     if (verbose) fprintf(stderr, "bench decode: round %d of %d\n", r + 1, d->rounds);
     for (int i = 0; i < N_ENG; i++) {
       int k = (r + i) % N_ENG;
+      if (d->fresh && decode_open(m, d, k)) return -1;
       if ((d->tps[k][r] = cli_decode_tps(d->e[k], m, d->batch, d->steps)) <= 0) return -1;
+      if (d->fresh && (r < d->rounds - 1 || k != ENG_MK)) {  /* the last megakernel stays for the read-outs */
+        ms_engine_free(d->e[k]);
+        d->e[k] = NULL;
+      }
     }
   }
+  if (d->fresh && !d->e[ENG_MK] && decode_open(m, d, ENG_MK)) return -1;
   double *q = calloc((size_t)d->rounds, sizeof(double));
   if (!q) return -1;
   for (int k = 0; k < N_ENG; k++) {
@@ -164,9 +178,27 @@ static void decode_free(struct decode_run *d) {
 
 struct decode_args {
   struct cli_model cm;
+  struct cli_backend be;
   long batch, steps, warmup, workers, rounds;
   int as_json, q8;
 };
+
+/* The bytes a step reads on the device: matrices as bf16, vectors and the
+ * router f32 (how src/cuda/upload.cu holds them). */
+static size_t device_weight_bytes(const struct ms_model *m) {
+#define W(w) ((w).rows > 0 ? (size_t)(w).rows * (size_t)(w).cols * ((w).rows > 1 ? 2 : 4) : 0)
+  size_t b = W(m->out_norm) + W(m->lm_head);
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    const struct ms_layer_weights *L = &m->layers[l];
+    b += W(L->attn_norm) + W(L->wq) + W(L->wk) + W(L->wv) + W(L->wo) + W(L->ffn_norm) + W(L->w_gate) +
+         W(L->w_up) + W(L->w_down) + W(L->bq) + W(L->bk) + W(L->bv) + W(L->attn_post_norm) +
+         W(L->ffn_post_norm) + 2 * W(L->router);  /* f32: twice the bf16 count */
+    if (m->cfg.qk_norm) b += W(L->q_norm) + W(L->k_norm);
+    for (int e = 0; e < m->cfg.n_experts; e++) b += W(L->exp_gate[e]) + W(L->exp_up[e]) + W(L->exp_down[e]);
+  }
+#undef W
+  return b;
+}
 
 #define DA struct decode_args
 static const struct cli_opt decode_opts[] = {
@@ -175,6 +207,7 @@ static const struct cli_opt decode_opts[] = {
     CLI_OPT_INT(DA, steps, "steps", "N", 1, 1 << 20, "tokens per request (default 16)"),
     CLI_OPT_INT(DA, warmup, "warmup", "N", 0, 1 << 20, "tokens per request in an unmeasured first run (default 2)"),
     CLI_OPT_GROUP(DA, workers, cli_workers_opts),
+    CLI_OPT_GROUP(DA, be, cli_backend_opts),
     CLI_OPT_INT(DA, rounds, "rounds", "N", 1, 1000,
                 "alternating rounds, each engine once per round (default 3):\n"
                 "the best of each is reported, and the median of the ratios\n"
@@ -198,10 +231,22 @@ static int bench_decode(int argc, char **argv) {
   struct cli_model cm = a.cm;
   long batch = a.batch, steps = a.steps, warmup = a.warmup, workers = a.workers, rounds = a.rounds;
   int as_json = a.as_json, q8 = a.q8;
+  if (a.be.backend == MS_BACKEND_SIM) {
+    fprintf(stderr, "megascope bench decode: --backend sim: the simulator's figures are `bench sim`'s\n");
+    return 2;
+  }
+  const int cuda = a.be.backend == MS_BACKEND_CUDA;
+  struct ms_cuda_device dev;
+  char why[256] = "";
+  if (cuda && ms_cuda_device_info(&dev, why, sizeof why)) {
+    fprintf(stderr, "megascope bench decode: --backend cuda: %s\n", why);
+    return 1;
+  }
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;
   struct decode_run d = {.batch = (int)batch, .steps = (int)steps, .warmup = (int)warmup,
-                         .workers = (int)workers, .q8 = q8, .rounds = (int)rounds};
+                         .workers = (int)workers, .q8 = q8, .rounds = (int)rounds,
+                         .backend = (enum ms_backend)a.be.backend, .sms = (int)a.be.sms, .fresh = cuda};
   if (decode_rounds(m, &d, !as_json)) {
     decode_free(&d);
     ms_model_free(m);
@@ -210,11 +255,13 @@ static int bench_decode(int argc, char **argv) {
   int W = ms_engine_n_workers(d.e[ENG_MK]), q8_on = ms_engine_q8_active(d.e[ENG_MK]);
   decode_stop(&d);  /* the bandwidth is measured with no engine thread about */
   if (!as_json) fprintf(stderr, "bench decode: memory bandwidth...\n");
-  double gbps = stream_gbps(W, 0), rgbps = stream_gbps(W, 1);
-  /* What a step reads: every weight once, and each row's KV cache (at the
-   * run's mean position: a 1-token prompt, then `steps` tokens). */
+  /* cuda: the device's HBM peak (2 x memory clock x bus width) for both */
+  double gbps = cuda ? dev.peak_gbs : stream_gbps(W, 0), rgbps = cuda ? dev.peak_gbs : stream_gbps(W, 1);
+  /* What a step reads: every weight once (as the device holds them on cuda),
+   * and each row's KV cache (at the run's mean position: a 1-token prompt,
+   * then `steps` tokens). */
   const struct ms_model_config *mc = &m->cfg;
-  size_t wbytes = ms_model_weight_bytes(m);
+  size_t wbytes = cuda ? device_weight_bytes(m) : ms_model_weight_bytes(m);
   double mean_pos = 1.0 + (double)(warmup + steps) / 2.0;
   double kv_per_row = 2.0 * mc->n_layers * mc->n_kv_heads * mc->head_dim * sizeof(float) * mean_pos;
   double step_bytes = (double)wbytes + kv_per_row * (double)batch;
@@ -230,6 +277,8 @@ static int bench_decode(int argc, char **argv) {
     ms_json_kint(&j, "batch", batch);
     ms_json_kint(&j, "steps", steps);
     ms_json_kint(&j, "workers", W);
+    ms_json_kstr(&j, "backend", ms_backend_name(d.backend));
+    if (cuda) ms_json_kstr(&j, "device", dev.name);
     ms_json_kint(&j, "rounds", rounds);
     ms_json_kbool(&j, "q8_activations", q8_on);
     ms_json_knum(&j, "megakernel_tokens_per_s", mk);
@@ -258,8 +307,12 @@ static int bench_decode(int argc, char **argv) {
     ms_json_obj_end(&j);
     ms_json_end(&j);
   } else {
-    printf("%s (%s%s), batch %ld, %d workers, best of %ld alternating rounds\n", m->cfg.name,
-           ms_dtype_name(m->cfg.dtype), q8_on ? ", 8-bit activations" : "", batch, W, rounds);
+    if (cuda)
+      printf("%s (%s as bf16 on %s), batch %ld, best of %ld alternating rounds\n", m->cfg.name,
+             ms_dtype_name(m->cfg.dtype), dev.name, batch, rounds);
+    else
+      printf("%s (%s%s), batch %ld, %d workers, best of %ld alternating rounds\n", m->cfg.name,
+             ms_dtype_name(m->cfg.dtype), q8_on ? ", 8-bit activations" : "", batch, W, rounds);
     for (int k = 0; k < N_ENG; k++) {
       printf("  %-11s %10.2f tokens/s", eng_name[k], d.best[k]);
       if (k != ENG_PER_OP)
@@ -268,10 +321,17 @@ static int bench_decode(int argc, char **argv) {
     }
     printf("  moved       %10.0f bytes per token (%zu weight bytes per step, %.0f KV bytes per row)\n",
            step_bytes / (double)batch, wbytes, kv_per_row);
-    printf("  read bound  %10.2f tokens/s   (%.2f GB/s STREAM-like read, %d threads)\n", rbound, rgbps, W);
-    printf("  copy bound  %10.2f tokens/s   (%.2f GB/s STREAM-like copy)\n", bound, gbps);
-    printf("  megakernel reaches %.1f%% of the read bound, %.1f%% of the copy bound\n", 100.0 * mk / rbound,
-           100.0 * mk / bound);
+    if (cuda) {
+      printf("  HBM bound   %10.2f tokens/s   (%.0f GB/s peak of %s)\n", rbound, rgbps, dev.name);
+    } else {
+      printf("  read bound  %10.2f tokens/s   (%.2f GB/s STREAM-like read, %d threads)\n", rbound, rgbps, W);
+      printf("  copy bound  %10.2f tokens/s   (%.2f GB/s STREAM-like copy)\n", bound, gbps);
+    }
+    if (cuda)
+      printf("  megakernel reaches %.1f%% of the HBM bound\n", 100.0 * mk / rbound);
+    else
+      printf("  megakernel reaches %.1f%% of the read bound, %.1f%% of the copy bound\n", 100.0 * mk / rbound,
+             100.0 * mk / bound);
   }
   decode_free(&d);
   ms_model_free(m);

@@ -514,7 +514,7 @@ int cmd_run(int argc, char **argv) {
   } else {
     if (a.show_steps) print_steps(e);
     printf("%s (%s%s) %s%s%s, %d workers: %ld requests, %llu tokens in %.3f s (%.1f tokens/s), %llu steps, %llu tasks\n",
-           m->cfg.name, ms_dtype_name(m->cfg.dtype), ms_engine_q8_active(e) ? ", 8-bit activations" : "",
+           m->cfg.name, ms_dtype_name(m->cfg.dtype), a.q8 && a.be.backend != MS_BACKEND_CUDA ? ", 8-bit activations" : "",
            ms_mode_name(a.mode), a.be.backend == MS_BACKEND_CPU ? "" : " on ",
            a.be.backend == MS_BACKEND_CPU ? "" : ms_backend_name(a.be.backend), ms_engine_n_workers(e), a.requests,
            (unsigned long long)st.tokens, secs, (double)st.tokens / secs, (unsigned long long)st.steps,

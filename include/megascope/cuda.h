@@ -12,7 +12,12 @@
  * others are workers with per-worker queues in global memory. Requests are handed
  * to the running kernel through host-mapped memory; tokens come back the same
  * way. Weights are bf16 on the device (f32 and quantised models are converted
- * when uploaded), accumulation is f32, the KV cache is f32. Sampling is greedy. */
+ * when uploaded), accumulation is f32, the KV cache is f32. Sampling is greedy.
+ *
+ * That is the backend on its own (`megascope cuda`, a diagnostic). The engine
+ * uses it in fed mode (ms_cuda_feed_*, below): MS_BACKEND_CUDA in
+ * megascope/engine.h, where the engine's step machine admits, batches and
+ * samples, and the resident kernel runs each step it is handed. */
 #ifndef MEGASCOPE_CUDA_H
 #define MEGASCOPE_CUDA_H
 

@@ -17,10 +17,10 @@ export PATH=$PATH:/usr/local/cuda/bin
 bash scripts/deps.sh
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CUDA_ARCHITECTURES="$CUDA_ARCH" >/dev/null
 grep -q "MS_HAVE_CUDA" "$BUILD/build.ninja" || { echo "device-bundle: nvcc was not found: no CUDA build" >&2; exit 1; }
-cmake --build "$BUILD" -j "$(nproc)" --target megascope test_cuda_engine test_cuda_ops monitors
+cmake --build "$BUILD" -j "$(nproc)" --target megascope test_cuda_engine test_cuda_ops test_cuda_backend monitors
 rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR/bin" "$OUTDIR/lib" "$OUTDIR/monitors"
-cp "$BUILD/megascope" "$BUILD/test_cuda_engine" "$BUILD/test_cuda_ops" "$OUTDIR/bin/"
+cp "$BUILD/megascope" "$BUILD/test_cuda_engine" "$BUILD/test_cuda_ops" "$BUILD/test_cuda_backend" "$OUTDIR/bin/"
 cp "$BUILD"/monitors/*.bpf.o "$OUTDIR/monitors/"
 # the libraries beyond the C runtime and the driver
 for b in "$OUTDIR"/bin/*; do ldd "$b"; done | awk '/=> \//{print $3}' | sort -u | while read -r so; do

@@ -43,7 +43,7 @@ else
       >"$LOGDIR/configure.log" 2>&1 || { say "configure failed (see $LOGDIR/configure.log)"; tail -20 "$LOGDIR/configure.log"; exit 1; }
   fi
   say "building"
-  cmake --build "$BUILD" -j "$(nproc)" --target megascope test_cuda_engine test_cuda_ops monitors \
+  cmake --build "$BUILD" -j "$(nproc)" --target megascope test_cuda_engine test_cuda_ops test_cuda_backend monitors \
     >"$LOGDIR/build.log" 2>&1 || { say "build failed"; tail -30 "$LOGDIR/build.log"; exit 1; }
   BIN=$BUILD
   export MS_MONITORS=$PWD/$BUILD/monitors
@@ -64,6 +64,11 @@ run() {  # name, timeout seconds, command...: output in $LOGDIR/name.log, rc in 
 
 run test_cuda_engine 180 "$BIN/test_cuda_engine"
 run test_cuda_ops 120 "$BIN/test_cuda_ops"
+run test_cuda_backend 180 "$BIN/test_cuda_backend"   # the engine's CUDA backend (fed mode)
+run engine_check 90 "$MS" run --synthetic smollm2-135m --dtype bf16 --backend cuda --batch 4 --requests 8 --steps 12 \
+  --check --attach "$MS_MONITORS/class_time.bpf.o" --json
+run engine_bench 150 "$MS" bench decode --synthetic "$MODEL" --dtype bf16 --backend cuda --batch 1 --steps 64 \
+  --rounds 3 --json
 run cli_cuda 120 bash tests/cli_cuda.sh "$MS"
 for p in tiny tiny-moe tiny-qwen3 tiny-qwen2 tiny-gemma3 smollm2-135m; do
   run "ops_$p" 60 "$MS" cuda ops --synthetic "$p" --dtype bf16 --batch 4

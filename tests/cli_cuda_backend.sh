@@ -13,8 +13,8 @@
 #    completion, a streamed chat and a seeded draw equal to the CPU server's;
 #    a monitor attached over the control socket runs on the device (coverage
 #    executed > 0, eligible = executed), its maps read back with the task
-#    classes and, for request_time, the requests' tokens; detach; the server
-#    stops cleanly. serve --backend sim is refused.
+#    classes and, for request_time, the requests' tokens; detach; Prometheus'
+#    per-class series count the device's tasks; the server stops cleanly. serve --backend sim is refused.
 set -uo pipefail
 MS=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -83,6 +83,10 @@ r = c.completions.create(model="tiny", prompt="xyz", max_tokens=8, temperature=0
 print(repr(r.choices[0].text))
 EOF
 fi
+# the always-on aggregates come from the device (at most 100 ms old, and final once the batch drained)
+metrics=$(curl -s "$URL/metrics")
+n=$(grep -o '^megascope_class_tasks_total{class="blk.0.attn"} [0-9]*' <<<"$metrics" | awk '{print $2}')
+[ "${n:-0}" -gt 0 ] && ok || bad "Prometheus per-class tasks on cuda: '$n'"
 cov=$("$MS" ls --socket "$SOCK" --json) || bad "ls: $cov"
 python3 -c '
 import json, sys

@@ -3,8 +3,8 @@
  * ms_engine_new with MS_BACKEND_CUDA, in megakernel and per-op mode, against
  * the CPU engine on the same bf16 model: greedy and seeded-sampling tokens
  * equal, logits within 1e-2, more requests than rows, requests submitted while
- * the resident kernel runs, and the engine's statistics and step log filled
- * by the shared step machine. tests/test_cuda_backend_host.c runs the same
+ * the resident kernel runs, the engine's statistics and step log filled
+ * by the shared step machine, and its per-class aggregates by the device. tests/test_cuda_backend_host.c runs the same
  * checks against the CUDA sources compiled for the CPU (tests/emu). */
 #include <errno.h>
 #include <math.h>
@@ -14,6 +14,7 @@
 
 #include "megascope/cuda.h"
 #include "megascope/engine.h"
+#include "megascope/telemetry.h"
 #include "test.h"
 
 #define NREQ 6
@@ -75,6 +76,14 @@ static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, 
   ms_engine_get_stats(e, &st);
   CHECKF(st.tokens == NREQ * NEW, "%s: %llu tokens counted", ms_backend_name(be), (unsigned long long)st.tokens);
   CHECK(st.steps >= (PROMPT + NEW - 1) * 2);  /* more requests than rows: two rounds at least */
+  if (be == MS_BACKEND_CUDA && mode == MS_MODE_MEGAKERNEL) {  /* the device's aggregates, final once drained */
+    struct ms_class_stat cs[256];
+    int nc = ms_engine_class_stats(e, cs, 256);
+    uint64_t tasks = 0;
+    for (int c = 0; c < nc && c < 256; c++) tasks += cs[c].tasks;
+    CHECKF(tasks > 0 && tasks == st.tasks, "class stats on cuda: %llu tasks, %llu counted",
+           (unsigned long long)tasks, (unsigned long long)st.tasks);
+  }
   struct ms_step_record rec[4];
   CHECK(ms_engine_step_log(e, rec, 4) == 4 && rec[3].t_end >= rec[3].t_begin && rec[3].rows >= 1);
   ms_engine_free(e);

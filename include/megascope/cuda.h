@@ -148,6 +148,11 @@ int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const struct ms_c
  * logits (row r at r * vocab), valid until the next step. -MS_E_STALL with a
  * report in log when the watchdog fired. */
 int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log);
+/* The resident kernel's running totals, for the engine's always-on
+ * aggregates (megakernel mode; -MS_E_STATE otherwise): per task class of
+ * ms_cuda_plan's, cls[3 * c ..] = {tasks, task_ns, wait_ns}; per event class,
+ * ev[2 * c ..] = {tasks, wait_ns}. Copied while the kernel runs. */
+int ms_cuda_feed_totals(struct ms_cuda_engine *e, uint64_t *cls, uint64_t *ev);
 /* Ends the resident kernel and waits for it. */
 int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log);
 /* The device's plan (the one monitors' map read-outs name classes by). */

@@ -81,6 +81,8 @@ struct ms_cuda_engine {
   float *feed_logits;              /* [max_batch * vocab]: host-mapped (megakernel) or pinned (per-op) */
   int32_t *feed_meta;              /* pinned: per-op mode's layout staging */
   cudaStream_t cs;                 /* copies while the resident kernel runs */
+  uint64_t *acc;                   /* device: the kernel's aggregates (msd_rt.cls_acc, then ev_acc) */
+  size_t acc_n;                    /* words */
   struct ms_cuda_stats st;
   int broken;                      /* a stall was reported: the kernel may still hold the device */
 };
@@ -248,6 +250,8 @@ static void free_feed(struct ms_cuda_engine *e) {
   if (e->feed_logits) cudaFreeHost(e->feed_logits);
   if (e->feed_meta) cudaFreeHost(e->feed_meta);
   cudaFree(e->feed_dev);
+  cudaFree(e->acc);
+  e->acc = NULL;
   if (e->cs) cudaStreamDestroy(e->cs);
   e->feed = NULL;
   e->feed_stage = NULL;
@@ -794,6 +798,10 @@ static int alloc_feed(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   CK(cudaHostAlloc(&e->feed_stage, sizeof(struct msd_feed_step), cudaHostAllocDefault));
   CK(cudaHostAlloc(&e->feed_meta, (5 * B + 1) * sizeof(int32_t), cudaHostAllocDefault));
   CK(cudaMalloc(&e->feed_dev, sizeof(struct msd_feed_step)));
+  e->acc_n = 3 * (size_t)e->plan->n_classes + 2 * (size_t)e->plan->n_ev_classes;
+  CK(cudaMalloc(&e->acc, (e->acc_n + 1) * sizeof(uint64_t)));
+  CK(cudaMemsetAsync(e->acc, 0, (e->acc_n + 1) * sizeof(uint64_t), e->cs));
+  CK(cudaStreamSynchronize(e->cs));
   /* megakernel: the sample tasks write the rows' logits straight to the host */
   CK(cudaHostAlloc(&e->feed_logits, B * V * sizeof(float),
                    e->o.mode == MS_CUDA_MEGAKERNEL ? cudaHostAllocMapped : cudaHostAllocDefault));
@@ -842,6 +850,8 @@ extern "C" int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *l
   if ((rc = reset_state(e, log))) return rc;
   CK(cudaHostGetDevicePointer((void **)&e->rt.feed, (void *)e->feed, 0));
   e->rt.feed_step = e->feed_dev;
+  e->rt.cls_acc = e->acc;
+  e->rt.ev_acc = e->acc + 3 * (size_t)e->plan->n_classes;
   __sync_synchronize();
   {
     void *args[] = {&e->rt};
@@ -988,6 +998,21 @@ extern "C" int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits,
   e->in_flight = 0;
 out:
   return rc;
+}
+
+extern "C" int ms_cuda_feed_totals(struct ms_cuda_engine *e, uint64_t *cls, uint64_t *ev) {
+  if (!e->acc || e->o.mode != MS_CUDA_MEGAKERNEL) return -MS_E_STATE;
+  size_t nc = 3 * (size_t)e->plan->n_classes;
+  uint64_t *h = (uint64_t *)malloc((e->acc_n + 1) * sizeof *h);
+  if (!h) return -ENOMEM;
+  cudaError_t ce = cudaMemcpyAsync(h, e->acc, e->acc_n * sizeof *h, cudaMemcpyDeviceToHost, e->cs);
+  if (ce == cudaSuccess) ce = cudaStreamSynchronize(e->cs);
+  if (ce == cudaSuccess) {
+    memcpy(cls, h, nc * sizeof *h);
+    memcpy(ev, h + nc, (e->acc_n - nc) * sizeof *h);
+  }
+  free(h);
+  return ce == cudaSuccess ? 0 : -MS_E_STATE;
 }
 
 extern "C" int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log) {

@@ -177,6 +177,11 @@ struct msd_rt {
   /* fed mode: NULL when the kernel admits requests itself (req, host) */
   struct msd_feed *feed;            /* host-mapped */
   const struct msd_feed_step *feed_step;  /* device */
+  /* The engine's always-on aggregates (fed mode; NULL: off): per task class
+   * {tasks, task_ns, wait_ns}, per class of the event waited on {tasks,
+   * wait_ns}, summed over workers with one add each (device memory; the
+   * host copies them out). */
+  uint64_t *cls_acc, *ev_acc;
 };
 
 /* ---- GPU-scope atomics: bpf/atomics.h, the device interpreter's and the maps' ---- */
@@ -350,6 +355,19 @@ static __device__ void msd_task_hook(const struct msd_rt *rt, int hook, int t, u
   msd_hook_fire(rt->hooks, &c, worker);
 }
 
+/* The always-on aggregates of one task (thread 0, before its trigger). */
+static __device__ void msd_account(const struct msd_rt *rt, int t, uint64_t task_ns, uint64_t wait_ns) {
+  const struct ms_task *k = &rt->x->tasks[t];
+  uint64_t *a = rt->cls_acc + 3 * (size_t)k->cls;
+  ms_at_add_acq_rel64(&a[0], 1);
+  ms_at_add_acq_rel64(&a[1], task_ns);
+  ms_at_add_acq_rel64(&a[2], wait_ns);
+  if (k->wait < 0) return;
+  uint64_t *b = rt->ev_acc + 2 * (size_t)rt->events[k->wait].cls;
+  ms_at_add_acq_rel64(&b[0], 1);
+  ms_at_add_acq_rel64(&b[1], wait_ns);
+}
+
 /* The worker loop of CTA cta (worker cta - 1). */
 static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
   __shared__ int s_task, s_exit;
@@ -467,6 +485,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
          * row metadata and slot generations this hook's context reads */
         if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_END))
           msd_task_hook(rt, MS_HOOK_TASK_END, t, step, w, rows, t0, msd_now(), wait_ns);
+        if (rt->cls_acc) msd_account(rt, t, msd_now() - t0, wait_ns);
         msd_trigger(rt, t, gen, step, w, rows);
         if (rt->hooks) msd_hooks_quiescent(rt->hooks, w);
       }

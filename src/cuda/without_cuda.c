@@ -77,3 +77,4 @@ int ms_cuda_replace_shared(struct ms_cuda_engine *e, int id, struct ms_monitor *
   return -MS_E_UNSUPP;
 }
 int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id) { return -MS_E_UNSUPP; }
+int ms_cuda_feed_totals(struct ms_cuda_engine *e, uint64_t *cls, uint64_t *ev) { return -MS_E_UNSUPP; }

@@ -36,7 +36,8 @@ struct cuda_be {
   pthread_mutex_t mu;         /* atts */
   struct dev_att *atts;
   int n_atts, cap_atts;
-  uint64_t t_synced;          /* the driver's last copy of the device's maps */
+  uint64_t t_synced;          /* the driver's last copy of the device's maps and totals */
+  uint64_t *cls_tot, *ev_tot; /* the device's aggregates, copied (NULL: its plan's classes differ) */
   struct ms_cuda_row *rows;   /* [n_slots] the step being handed over */
   /* request events for the device's request hook (the host's sites stay
    * off): each slot's request generation as last handed over (0: none),
@@ -234,10 +235,40 @@ static int cuda_mon_sync(void *ctx, int id) {
 /* Readers of the maps' memfds see the device's counts at most 100 ms old. */
 #define SYNC_EVERY_NS 100000000ull
 
+/* The device's running totals become worker 0's always-on aggregates (the
+ * one host worker: class_stats and Prometheus sum over workers). */
+static void copy_totals(struct cuda_be *c) {
+  struct ms_engine *e = c->e;
+  if (!c->cls_tot || ms_cuda_feed_totals(c->dev, c->cls_tot, c->ev_tot)) return;
+  struct worker *w = &e->workers[0];
+  uint64_t tasks = 0;
+  for (int k = 0; k < e->n_classes; k++) {
+    const uint64_t *v = c->cls_tot + 3 * (size_t)k;
+    atomic_store_explicit(&w->acc[k].tasks, v[0], memory_order_relaxed);
+    atomic_store_explicit(&w->acc[k].task_ns, v[1], memory_order_relaxed);
+    atomic_store_explicit(&w->acc[k].wait_ns, v[2], memory_order_relaxed);
+    tasks += v[0];
+  }
+  for (int k = 0; k < e->n_ev_classes; k++) {
+    atomic_store_explicit(&w->ev_acc[k].tasks, c->ev_tot[2 * (size_t)k], memory_order_relaxed);
+    atomic_store_explicit(&w->ev_acc[k].wait_ns, c->ev_tot[2 * (size_t)k + 1], memory_order_relaxed);
+  }
+  atomic_store_explicit(&w->tasks_done, tasks, memory_order_relaxed);
+}
+
+/* Whether every request in a slot has its last token: the engine may go idle
+ * after this step (read-outs then see the device's final figures). */
+static int all_finishing(const struct ms_engine *e) {
+  for (int s = 0; s < e->n_slots; s++)
+    if (e->slots[s].req && !e->slots[s].finishing) return 0;
+  return 1;
+}
+
 static void sync_all(struct cuda_be *c) {
   uint64_t now = ms_now_ns();
-  if (now - c->t_synced < SYNC_EVERY_NS) return;
+  if (now - c->t_synced < SYNC_EVERY_NS && !all_finishing(c->e)) return;
   c->t_synced = now;
+  copy_totals(c);
   pthread_mutex_lock(&c->mu);
   for (int i = 0; i < c->n_atts; i++)
     if (c->atts[i].attached) ms_cuda_sync_maps(c->dev, c->atts[i].dev_id);
@@ -263,8 +294,9 @@ static void *driver_main(void *arg) {
       device_failed(c);
       continue;
     }
-    if (c->n_atts) sync_all(c);
+    sync_all(c);
   }
+  copy_totals(c);  /* the last steps' */
   return NULL;
 }
 
@@ -318,6 +350,8 @@ static void cuda_free(struct cuda_be *c) {
   free(c->told_gen);
   free(c->told_done);
   free(c->tokens_before);
+  free(c->cls_tot);
+  free(c->ev_tot);
   free(c->atts);
   pthread_mutex_destroy(&c->mu);
   free(c);
@@ -370,6 +404,13 @@ static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
     rc = errno ? -errno : -MS_E_STATE;
     cuda_free(c);
     return rc;
+  }
+  /* The always-on aggregates come from the device when its plan's classes
+   * are the engine's (the same compiler, one more bucket: they are) */
+  const struct ms_plan *dp = ms_cuda_plan(c->dev);
+  if (e->o.mode == MS_MODE_MEGAKERNEL && dp->n_classes == e->n_classes && dp->n_ev_classes == e->n_ev_classes) {
+    c->cls_tot = calloc(3 * (size_t)e->n_classes + 1, sizeof *c->cls_tot);
+    c->ev_tot = calloc(2 * (size_t)e->n_ev_classes + 1, sizeof *c->ev_tot);
   }
   /* The hook table is the registry of the device's monitors: remade for the
    * kernel's CTAs (per-worker maps get a slot for each), with the device as

@@ -111,6 +111,12 @@ m = [m for m in maps(json.load(sys.stdin)) if m["name"] == "tokens_by_req"][0]
 assert sum(e["value"] for e in m["entries"]) >= 5, m
 ' && ok || bad "request_time counted no tokens on the device: $("$MS" maps --socket "$SOCK" "$rid")"
 expect "$MS" 0 "detached" detach --socket "$SOCK" "$id"
+# a query compiled here runs on the device; the task trace is refused, naming what to use
+(sleep 0.3; completion "again" 4 "$tmp/q.json" >/dev/null) &
+load=$!
+expect "$MS" 0 "@us\[0\]" query --socket "$SOCK" --for 2s 'task_end /op == attn/ { @us[tile_z] = hist((t_end - t_begin) / 1000) }'
+wait "$load"
+expect "$MS" 1 "trace them with a monitor" trace --socket "$SOCK" --seconds 1 --out "$tmp/t.json"
 stop_serve cuda && ok || bad "serve --backend cuda did not stop cleanly"
 
 # the seeded draw equals the CPU server's

@@ -442,6 +442,7 @@ static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
 const struct ms_backend_ops ms_backend_cuda = {
     .name = "cuda",
     .virtual_clock = 0,
+    .remote_tasks = 1,
     .defaults = cuda_defaults,
     .shape_only = cuda_shape_only,
     .start = cuda_start,

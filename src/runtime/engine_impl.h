@@ -239,6 +239,9 @@ struct ms_backend_ops {
   /* now() is simulated time: a request's times start at its admission, and
    * ms_engine_sim_now reports the clock */
   int virtual_clock;
+  /* tasks run elsewhere (the device): no task trace and no host task hooks;
+   * the backend feeds the aggregates and runs the monitors itself */
+  int remote_tasks;
   void (*defaults)(struct ms_engine_opts *o);          /* before anything is sized */
   int (*shape_only)(const struct ms_engine_opts *o);   /* 1: tasks run no kernels */
   /* The threads that run steps, once everything else is built: sets

@@ -514,6 +514,19 @@ out:
   return rc;
 }
 
+/* The persistent kernel's cooperative launch with e->rt as its argument. */
+static int launch(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  int rc = 0;
+  void *args[] = {&e->rt};
+  e->t_launch = ms_now_ns();
+  CK(cudaLaunchCooperativeKernel((const void *)msd_megakernel, dim3((unsigned)e->n_ctas), dim3(MSD_THREADS), args,
+                                 0, e->ks));
+  e->running = 1;
+  if (e->mon) ms_cuda_mon_set_running(e->mon, 1);
+out:
+  return rc;
+}
+
 extern "C" int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log) {
   int rc = 0;
   if (e->running || e->broken) {
@@ -544,18 +557,14 @@ extern "C" int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r
     }
   }
   /* the records, then the count: the kernel reads the count first */
+  e->rt.feed = NULL;  /* the kernel admits these itself (a fed run may have come before) */
+  e->rt.feed_step = NULL;
+  e->rt.cls_acc = e->rt.ev_acc = NULL;
   __sync_synchronize();
   e->host->n_submitted = (uint32_t)n;
   e->host->exit_when_idle = 1;
   __sync_synchronize();
-  {
-    void *args[] = {&e->rt};
-    e->t_launch = ms_now_ns();
-    CK(cudaLaunchCooperativeKernel((const void *)msd_megakernel, dim3((unsigned)e->n_ctas), dim3(MSD_THREADS),
-                                   args, 0, e->ks));
-  }
-  e->running = 1;
-  if (e->mon) ms_cuda_mon_set_running(e->mon, 1);
+  rc = launch(e, log);
 out:
   return rc;
 }
@@ -853,15 +862,7 @@ extern "C" int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *l
   e->rt.cls_acc = e->acc;
   e->rt.ev_acc = e->acc + 3 * (size_t)e->plan->n_classes;
   __sync_synchronize();
-  {
-    void *args[] = {&e->rt};
-    e->t_launch = ms_now_ns();
-    CK(cudaLaunchCooperativeKernel((const void *)msd_megakernel, dim3((unsigned)e->n_ctas), dim3(MSD_THREADS),
-                                   args, 0, e->ks));
-  }
-  e->running = 1;
-  e->feeding = 1;
-  if (e->mon) ms_cuda_mon_set_running(e->mon, 1);
+  if (!(rc = launch(e, log))) e->feeding = 1;
 out:
   return rc;
 }

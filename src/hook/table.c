@@ -120,7 +120,9 @@ static struct ms_gen *gen_new(struct ms_hook_table *t, struct ms_monitor *m, con
         if (ms_bpf_map_update(g->maps[i], &key, init, MS_BPF_ANY, (uint32_t)w)) goto fail;
     }
   }
-  if (!o->interpret && ms_bpf_jit_supported() && gen_jit(g, m, log)) goto fail;
+  /* a runner's programs run where it runs them (the device's interpreter):
+   * no native code here */
+  if (!o->interpret && !t->runner.take && ms_bpf_jit_supported() && gen_jit(g, m, log)) goto fail;
   g->opts = *o;
   g->mon = m;
   g->t_start = ms_now_ns();

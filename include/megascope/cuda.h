@@ -184,6 +184,12 @@ int ms_cuda_replace_shared(struct ms_cuda_engine *e, int id, struct ms_monitor *
                            int n_maps, const struct ms_attach_opts *o, struct ms_textbuf *log);
 /* Copies id's device maps into its host maps (the kernel keeps running). */
 int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id);
+/* Coverage of one generation of id, current or replaced. */
+int ms_cuda_coverage_of(struct ms_cuda_engine *e, int id, uint32_t generation, struct ms_coverage *out);
+/* Frees what the device side keeps of detached attachment id (after its
+ * detach its maps' final contents are the caller's); -MS_E_STATE while
+ * attached. */
+int ms_cuda_forget(struct ms_cuda_engine *e, int id);
 
 /* Each device task body against its CPU twin (src/kernels/ops.c) on the same
  * inputs, one class at a time, for a model (bf16 weights) and batch. Writes a line

@@ -1080,6 +1080,14 @@ extern "C" int ms_cuda_replace_shared(struct ms_cuda_engine *e, int id, struct m
   return rc;
 }
 
+extern "C" int ms_cuda_coverage_of(struct ms_cuda_engine *e, int id, uint32_t generation, struct ms_coverage *out) {
+  return e->mon ? ms_cuda_mon_coverage_of(e->mon, id, generation, out) : -MS_E_STATE;
+}
+
+extern "C" int ms_cuda_forget(struct ms_cuda_engine *e, int id) {
+  return e->mon ? ms_cuda_mon_forget(e->mon, id) : -MS_E_STATE;
+}
+
 extern "C" int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id) {
   return e->mon ? ms_cuda_mon_sync_maps(e->mon, id) : -MS_E_STATE;
 }

@@ -515,6 +515,16 @@ static void gen_retire(struct ms_cuda_mon *mon, struct gen *g, int quiet) {
   sync_stream(mon, NULL);
 }
 
+/* A retired generation on borrowed maps: its final contents are in them, so
+ * this side's mappings of them go (the owner may free the maps before us). */
+static void gen_unmap_borrowed(struct gen *g) {
+  for (int i = 0; g->borrowed && g->img && i < g->n_maps; i++)
+    if (g->img[i]) {
+      munmap(g->img[i], g->hdr[i].total_size);
+      g->img[i] = NULL;
+    }
+}
+
 /* ---- attachments --------------------------------------------------------- */
 
 static struct att *find(struct ms_cuda_mon *mon, int id) {
@@ -583,6 +593,7 @@ static int replace(struct ms_cuda_mon *mon, int id, struct ms_monitor *m, struct
     goto out;
   }
   gen_retire(mon, a->cur, quiet);
+  gen_unmap_borrowed(a->cur);
   g->prev = a->cur;
   a->cur = g;
 out:
@@ -607,6 +618,7 @@ extern "C" int ms_cuda_mon_detach(struct ms_cuda_mon *mon, int id) {
   if (a && a->attached && !(rc = publish(mon, a->cur, NULL, &quiet, NULL))) {
     a->attached = 0;
     gen_retire(mon, a->cur, quiet);
+    gen_unmap_borrowed(a->cur);
   }
   pthread_mutex_unlock(&mon->mu);
   return rc;
@@ -616,6 +628,34 @@ extern "C" int ms_cuda_mon_coverage(struct ms_cuda_mon *mon, int id, struct ms_c
   pthread_mutex_lock(&mon->mu);
   struct att *a = find(mon, id);
   int rc = a ? gen_coverage(mon, a->cur, out) : -ENOENT;
+  pthread_mutex_unlock(&mon->mu);
+  return rc;
+}
+
+extern "C" int ms_cuda_mon_coverage_of(struct ms_cuda_mon *mon, int id, uint32_t generation,
+                                       struct ms_coverage *out) {
+  pthread_mutex_lock(&mon->mu);
+  struct att *a = find(mon, id);
+  int rc = -ENOENT;
+  for (struct gen *g = a ? a->cur : NULL; g; g = g->prev)
+    if (g->generation == generation) {
+      rc = gen_coverage(mon, g, out);
+      break;
+    }
+  pthread_mutex_unlock(&mon->mu);
+  return rc;
+}
+
+extern "C" int ms_cuda_mon_forget(struct ms_cuda_mon *mon, int id) {
+  pthread_mutex_lock(&mon->mu);
+  struct att *a = find(mon, id);
+  int rc = !a ? -ENOENT : a->attached ? -MS_E_STATE : 0;
+  if (!rc) {
+    gen_free(mon, a->cur, 0);  /* borrowed monitors and maps stay the owner's */
+    sync_stream(mon, NULL);
+    free(a);
+    mon->atts[id - 1] = NULL;
+  }
   pthread_mutex_unlock(&mon->mu);
   return rc;
 }
@@ -647,6 +687,7 @@ extern "C" const char *ms_cuda_mon_name(struct ms_cuda_mon *mon, int id) {
 extern "C" void ms_cuda_mon_free(struct ms_cuda_mon *mon) {
   if (!mon) return;
   for (int i = 0; i < mon->n_atts; i++) {
+    if (!mon->atts[i]) continue;  /* forgotten */
     gen_free(mon, mon->atts[i]->cur, 0);
     free(mon->atts[i]);
   }

@@ -67,6 +67,11 @@ int ms_cuda_mon_replace_shared(struct ms_cuda_mon *mon, int id, struct ms_monito
 int ms_cuda_mon_detach(struct ms_cuda_mon *mon, int id);
 /* Coverage of id's current (or last) generation, summed over SMs. */
 int ms_cuda_mon_coverage(struct ms_cuda_mon *mon, int id, struct ms_coverage *out);
+/* Coverage of generation `generation` of id (current or retired). */
+int ms_cuda_mon_coverage_of(struct ms_cuda_mon *mon, int id, uint32_t generation, struct ms_coverage *out);
+/* Frees what is left of detached attachment id (its id is not reused);
+ * -MS_E_STATE while attached, -ENOENT unknown. */
+int ms_cuda_mon_forget(struct ms_cuda_mon *mon, int id);
 /* Copies id's device maps into its host maps (ring buffers: the host's
  * consumer position goes to the device first, then the records come back). */
 int ms_cuda_mon_sync_maps(struct ms_cuda_mon *mon, int id);

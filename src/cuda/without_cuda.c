@@ -78,3 +78,7 @@ int ms_cuda_replace_shared(struct ms_cuda_engine *e, int id, struct ms_monitor *
 }
 int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id) { return -MS_E_UNSUPP; }
 int ms_cuda_feed_totals(struct ms_cuda_engine *e, uint64_t *cls, uint64_t *ev) { return -MS_E_UNSUPP; }
+int ms_cuda_coverage_of(struct ms_cuda_engine *e, int id, uint32_t generation, struct ms_coverage *out) {
+  return -MS_E_UNSUPP;
+}
+int ms_cuda_forget(struct ms_cuda_engine *e, int id) { return -MS_E_UNSUPP; }

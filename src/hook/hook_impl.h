@@ -101,10 +101,11 @@ struct ms_hook_runner {
   void *ctx;
   int (*take)(void *ctx, int id, struct ms_gen *g, int replace, struct ms_textbuf *log);
   void (*drop)(void *ctx, int id);
-  /* the current generation's coverage as the runner counts it: 0, or
-   * nonzero to fall back on the table's counts */
-  int (*coverage)(void *ctx, int id, struct ms_coverage *out);
+  /* a generation's coverage as the runner counts it: 0, or nonzero to fall
+   * back on the table's counts */
+  int (*coverage)(void *ctx, int id, uint32_t generation, struct ms_coverage *out);
   int (*sync)(void *ctx, int id);  /* the runner's map contents into the table's maps */
+  void (*forget)(void *ctx, int id);  /* a detached attachment is freed (release, reap) */
 };
 
 struct ms_hook_table {
@@ -143,7 +144,7 @@ int ms_hook_count(struct ms_hook_table *t);
 #define MS_HOOK_RETENTION_DEFAULT_NS (60ull * 1000000000ull)
 void ms_gen_coverage(const struct ms_gen *g, int n_workers, struct ms_coverage *out);
 /* Generation g's coverage as every read-out reports it: the table's counts,
- * or the runner's for a current generation it runs. */
+ * or the runner's for a generation it ran. */
 void ms_hook_coverage(struct ms_hook_table *t, const struct ms_gen *g, struct ms_coverage *out);
 /* Brings id's maps up to date from the runner (0 at once without one). */
 int ms_hook_sync(struct ms_hook_table *t, int id);

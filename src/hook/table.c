@@ -266,6 +266,7 @@ static int remove_at(struct ms_hook_table *t, int i) {
   int n = gen_count(a->cur);
   memmove(&t->atts[i], &t->atts[i + 1], (size_t)(t->n_atts - i - 1) * sizeof *t->atts);
   t->n_atts--;
+  if (t->runner.forget) t->runner.forget(t->runner.ctx, a->id);  /* before the maps it borrowed go */
   gen_free(a->cur);
   free(a);
   t->n_freed += (uint64_t)n;
@@ -382,8 +383,7 @@ void ms_gen_coverage(const struct ms_gen *g, int n_workers, struct ms_coverage *
 void ms_hook_coverage(struct ms_hook_table *t, const struct ms_gen *g, struct ms_coverage *out) {
   ms_gen_coverage(g, t->n_workers, out);
   struct ms_coverage c;
-  if (t->runner.coverage && g->att && g == g->att->cur && !t->runner.coverage(t->runner.ctx, g->att->id, &c))
-    *out = c;
+  if (t->runner.coverage && g->att && !t->runner.coverage(t->runner.ctx, g->att->id, g->generation, &c)) *out = c;
 }
 
 int ms_hook_sync(struct ms_hook_table *t, int id) {

@@ -213,13 +213,25 @@ static void cuda_drop(void *ctx, int id) {
   pthread_mutex_unlock(&c->mu);
 }
 
-static int cuda_mon_coverage(void *ctx, int id, struct ms_coverage *out) {
+static int cuda_mon_coverage(void *ctx, int id, uint32_t generation, struct ms_coverage *out) {
   struct cuda_be *c = ctx;
   pthread_mutex_lock(&c->mu);
   struct dev_att *a = dev_att_find(c, id);
-  int rc = a ? ms_cuda_coverage(c->dev, a->dev_id, out) : -ENOENT;
+  int rc = a ? ms_cuda_coverage_of(c->dev, a->dev_id, generation, out) : -ENOENT;
   pthread_mutex_unlock(&c->mu);
   return rc;
+}
+
+/* The table freed a detached attachment: so does the device side. */
+static void cuda_forget(void *ctx, int id) {
+  struct cuda_be *c = ctx;
+  pthread_mutex_lock(&c->mu);
+  struct dev_att *a = dev_att_find(c, id);
+  if (a && !a->attached) {
+    ms_cuda_forget(c->dev, a->dev_id);
+    *a = c->atts[--c->n_atts];
+  }
+  pthread_mutex_unlock(&c->mu);
 }
 
 /* A detached attachment's maps were brought back at its detach. */
@@ -422,7 +434,8 @@ static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
   }
   t->retention_ns = e->hooks->retention_ns;
   t->runner = (struct ms_hook_runner){.ctx = c, .take = cuda_take, .drop = cuda_drop,
-                                      .coverage = cuda_mon_coverage, .sync = cuda_mon_sync};
+                                      .coverage = cuda_mon_coverage, .sync = cuda_mon_sync,
+                                      .forget = cuda_forget};
   ms_hook_table_free(e->hooks);
   e->hooks = t;
   atomic_store_explicit(&e->hooks_on, 0, memory_order_relaxed);

@@ -19,7 +19,7 @@
  *   - freed memory is poisoned (0xdb) and kept in quarantine, so a set, a
  *     program or a map freed while a kernel thread still holds it reads as
  *     garbage (a crash or a failed run) instead of going unnoticed;
- *     ms_emu_cuda_drain() releases the quarantine.
+ *     ms_emu_cuda_drain() releases the quarantine ($MS_EMU_QUARANTINE_KIB bounds it);
  *   - ms_emu_cuda_fail_alloc = N makes the N-th allocation from now fail with
  *     cudaErrorMemoryAllocation (error paths).
  * Defines __CUDA_RUNTIME_H__, the real header's guard, so that an
@@ -90,6 +90,7 @@ struct ms_emu_block {
   char pad[48];
 };
 static struct ms_emu_block *ms_emu_quarantine;
+static size_t ms_emu_quarantine_bytes;
 
 void ms_emu_cuda_drain(void) {
   while (ms_emu_quarantine) {
@@ -97,6 +98,19 @@ void ms_emu_cuda_drain(void) {
     ms_emu_quarantine = b->next;
     free(b);
   }
+  ms_emu_quarantine_bytes = 0;
+}
+
+/* The quarantine's bound in bytes: $MS_EMU_QUARANTINE_KIB (a soak of a
+ * long-running process sets it, so that what its RSS shows is what the code
+ * keeps), unbounded when unset. Past it the quarantine is drained whole. */
+static long long ms_emu_quarantine_cap(void) {
+  static long long cap = -2;
+  if (cap == -2) {
+    const char *v = getenv("MS_EMU_QUARANTINE_KIB");
+    cap = v && *v ? atoll(v) * 1024 : -1;
+  }
+  return cap;
 }
 #endif
 
@@ -210,7 +224,10 @@ static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   memset(p, 0xdb, b->size);
   b->next = ms_emu_quarantine;
   ms_emu_quarantine = b;
+  ms_emu_quarantine_bytes += b->size;
   ms_emu_cuda_live--;
+  long long cap = ms_emu_quarantine_cap();
+  if (cap >= 0 && ms_emu_quarantine_bytes > (size_t)cap) ms_emu_cuda_drain();
   return cudaSuccess;
 }
 #endif

@@ -13,9 +13,15 @@
  * and page ids are the device's: the device's page table takes the page of
  * each row's position as the row reaches it.
  *
+ * Monitors: the hook table stays their registry, with this backend as its
+ * runner (hook/hook_impl.h): each generation's programs run on the device with
+ * the table's maps as their host side, copied back before read-outs and every
+ * 100 ms; the request hook's events, which happen here, are handed over for
+ * the device to fire. The always-on aggregates are the device's counts.
+ *
  * Not here yet: chunked prefill (prompts feed one position a step), tensor
- * parallelism and fault injection (refused at the start), task telemetry and
- * traces (the device's tasks are watched through its monitors). */
+ * parallelism and fault injection (refused at the start), the task trace
+ * (refused: remote_tasks) and queue_ns (the device does not time it). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -186,17 +192,26 @@ static int cuda_take(void *ctx, int id, struct ms_gen *g, int replace, struct ms
   }
   pthread_mutex_lock(&c->mu);
   struct dev_att *a = dev_att_find(c, id);
-  int rc;
+  int rc = 0;
   if (replace) {
     rc = a ? ms_cuda_replace_shared(c->dev, a->dev_id, g->mon, g->maps, g->n_maps, &g->opts, log) : -ENOENT;
-  } else if (c->n_atts == c->cap_atts && !(a = realloc(c->atts, sizeof *a * (size_t)(c->cap_atts * 2 + 8)))) {
-    rc = -ENOMEM;
-  } else {
-    if (c->n_atts == c->cap_atts) c->atts = a, c->cap_atts = c->cap_atts * 2 + 8;
-    rc = ms_cuda_attach_shared(c->dev, g->mon, g->maps, g->n_maps, &g->opts, log);
-    if (rc > 0) c->atts[c->n_atts++] = (struct dev_att){.id = id, .dev_id = rc, .attached = 1};
-    rc = rc > 0 ? 0 : rc;
+    goto out;
   }
+  if (c->n_atts == c->cap_atts) {
+    struct dev_att *n = realloc(c->atts, sizeof *n * (size_t)(c->cap_atts * 2 + 8));
+    if (!n) {
+      rc = -ENOMEM;
+      goto out;
+    }
+    c->atts = n;
+    c->cap_atts = c->cap_atts * 2 + 8;
+  }
+  int dev_id = ms_cuda_attach_shared(c->dev, g->mon, g->maps, g->n_maps, &g->opts, log);
+  if (dev_id > 0)
+    c->atts[c->n_atts++] = (struct dev_att){.id = id, .dev_id = dev_id, .attached = 1};
+  else
+    rc = dev_id;
+out:
   pthread_mutex_unlock(&c->mu);
   return rc;
 }

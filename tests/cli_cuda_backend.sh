@@ -6,7 +6,8 @@
 # runs the resident persistent kernel on CPU threads.
 #  - run --backend cuda: the tokens equal the CPU engine's (f32 weights, held
 #    as bf16 on the device; greedy), --check passes on bf16 weights, --json
-#    names the backend, the refusals name what (tp, a fault, --sms on cpu);
+#    names the backend, the refusals name what (tp, a fault the device does not
+#    apply, --sms on cpu); faults it applies leave the tokens alone;
 #  - bench decode --backend cuda: megakernel and per-op alternating, each made
 #    afresh for its run (one resident kernel holds every SM), the HBM bound;
 #  - serve --backend cuda: the official openai SDK (from .venv) gets a
@@ -45,7 +46,15 @@ grep -q '"backend":"cuda"' <<<"$gpu_json" && ok || bad "--json does not name the
 expect "$EMU" 0 "check: .*passed" run --synthetic tiny --dtype bf16 --backend cuda --steps 4 --check
 expect "$EMU" 0 "check: .*passed" run --synthetic tiny --dtype bf16 --backend cuda --mode per-op --steps 4 --check
 expect "$EMU" 1 "does not run tensor parallelism" run --synthetic tiny --backend cuda --tp 2
-expect "$EMU" 1 "does not run fault injection" run --synthetic tiny --backend cuda --fault slow_class:blk.0.wo:2
+# faults the device applies leave the tokens alone; the others are refused by name
+f_tok=$("$EMU" "${args[@]}" --backend cuda --fault slow_class:blk.0.wo:3 --fault slow_worker:1:2 \
+  --fault 'delayed_release:rope->attn:100us' --fault slow_request:0:2 | tokens) || bad "cuda run with faults"
+[ "$f_tok" = "$cpu" ] && ok || bad "tokens with faults on cuda: $f_tok != $cpu"
+expect "$EMU" 1 "routing_skew is not injected on this backend" run --synthetic tiny-moe --backend cuda \
+  --fault routing_skew:0:0.5
+expect "$EMU" 1 "the SMs here have workers" run --synthetic tiny --backend cuda --fault slow_worker:99:2
+expect "$EMU" 1 "fault injection in per-op mode" run --synthetic tiny --backend cuda --mode per-op \
+  --fault slow_class:blk.0.wo:2
 expect "$EMU" 2 "is for --backend cuda" run --synthetic tiny --sms 4
 expect "$EMU" 2 "expected one of\|'gpu'" run --synthetic tiny --backend gpu
 expect "$EMU" 2 "serve on cpu or cuda" serve --synthetic tiny --backend sim

@@ -148,6 +148,14 @@ int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const struct ms_c
  * logits (row r at r * vocab), valid until the next step. -MS_E_STALL with a
  * report in log when the watchdog fired. */
 int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log);
+/* Fault injection in fed mode (megakernel), before ms_cuda_feed_start: a
+ * task's extra time is its healthy time times cls[class] + worker[worker]
+ * (+ slot_coef for the attention of a row of request slot `slot`, -1: none);
+ * release_ns[event class] holds the trigger that completes such an event.
+ * The tables are the engine's (src/runtime/fault.c) for ms_cuda_plan's
+ * classes and ms_cuda_ctas - 1 workers. */
+int ms_cuda_set_faults(struct ms_cuda_engine *e, const float *cls, int n_cls, const float *worker, int n_workers,
+                       int slot, float slot_coef, const uint64_t *release_ns, int n_ev, struct ms_textbuf *log);
 /* The resident kernel's running totals, for the engine's always-on
  * aggregates (megakernel mode; -MS_E_STATE otherwise): per task class of
  * ms_cuda_plan's, cls[3 * c ..] = {tasks, task_ns, wait_ns}; per event class,

@@ -82,6 +82,7 @@ struct ms_cuda_engine {
   int32_t *feed_meta;              /* pinned: per-op mode's layout staging */
   cudaStream_t cs;                 /* copies while the resident kernel runs */
   uint64_t *acc;                   /* device: the kernel's aggregates (msd_rt.cls_acc, then ev_acc) */
+  void *faults;                    /* device: the fault tables (msd_rt.fault_*), NULL: healthy */
   size_t acc_n;                    /* words */
   struct ms_cuda_stats st;
   int broken;                      /* a stall was reported: the kernel may still hold the device */
@@ -252,6 +253,8 @@ static void free_feed(struct ms_cuda_engine *e) {
   cudaFree(e->feed_dev);
   cudaFree(e->acc);
   e->acc = NULL;
+  cudaFree(e->faults);
+  e->faults = NULL;
   if (e->cs) cudaStreamDestroy(e->cs);
   e->feed = NULL;
   e->feed_stage = NULL;
@@ -560,6 +563,8 @@ extern "C" int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r
   e->rt.feed = NULL;  /* the kernel admits these itself (a fed run may have come before) */
   e->rt.feed_step = NULL;
   e->rt.cls_acc = e->rt.ev_acc = NULL;
+  e->rt.fault_cls = e->rt.fault_worker = NULL;  /* faults are fed mode's */
+  e->rt.fault_release_ns = NULL;
   __sync_synchronize();
   e->host->n_submitted = (uint32_t)n;
   e->host->exit_when_idle = 1;
@@ -997,6 +1002,44 @@ extern "C" int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits,
   }
   e->fed_rows = 0;
   e->in_flight = 0;
+out:
+  return rc;
+}
+
+extern "C" int ms_cuda_set_faults(struct ms_cuda_engine *e, const float *cls, int n_cls, const float *worker,
+                                  int n_workers, int slot, float slot_coef, const uint64_t *release_ns, int n_ev,
+                                  struct ms_textbuf *log) {
+  int rc = 0;
+  if (e->running || e->feeding) {
+    ms_textbuf_printf(log, "cuda: faults are set before the kernel starts\n");
+    return -MS_E_STATE;
+  }
+  if (n_cls != e->plan->n_classes || n_workers != e->n_workers || n_ev != e->plan->n_ev_classes) {
+    ms_textbuf_printf(log, "cuda: fault tables for %d classes, %d workers, %d event classes; the plan has %d, %d, %d\n",
+                      n_cls, n_workers, n_ev, e->plan->n_classes, e->n_workers, e->plan->n_ev_classes);
+    return -EINVAL;
+  }
+  if (e->o.mode != MS_CUDA_MEGAKERNEL) {
+    ms_textbuf_printf(log, "cuda: per-op mode injects no faults\n");
+    return -MS_E_UNSUPP;
+  }
+  size_t nr = (size_t)n_ev * sizeof(uint64_t), nc = (size_t)n_cls * sizeof(float),
+         nw = (size_t)n_workers * sizeof(float);
+  cudaFree(e->faults);
+  e->faults = NULL;
+  CK(cudaMalloc(&e->faults, nr + nc + nw + 8));
+  {
+    uint8_t *d = (uint8_t *)e->faults;  /* the u64 table first: aligned */
+    CK(cudaMemcpy(d, release_ns, nr, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d + nr, cls, nc, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d + nr + nc, worker, nw, cudaMemcpyHostToDevice));
+    CK(cudaStreamSynchronize(cudaStreamLegacy));
+    e->rt.fault_release_ns = (const uint64_t *)d;
+    e->rt.fault_cls = (const float *)(d + nr);
+    e->rt.fault_worker = (const float *)(d + nr + nc);
+    e->rt.fault_slot = slot;
+    e->rt.fault_slot_coef = slot_coef;
+  }
 out:
   return rc;
 }

@@ -182,6 +182,15 @@ struct msd_rt {
    * wait_ns}, summed over workers with one add each (device memory; the
    * host copies them out). */
   uint64_t *cls_acc, *ev_acc;
+  /* Fault injection (fed mode; NULL: healthy), as the engine's
+   * ms_fault_table_new gives it: a task's extra time is its healthy time times
+   * fault_cls[class] + fault_worker[worker] (+ fault_slot_coef for the
+   * attention of a row of slot fault_slot); fault_release_ns[event class]
+   * holds the trigger that completes such an event. */
+  const float *fault_cls, *fault_worker;
+  int32_t fault_slot;
+  float fault_slot_coef;
+  const uint64_t *fault_release_ns;
 };
 
 /* ---- GPU-scope atomics: bpf/atomics.h, the device interpreter's and the maps' ---- */
@@ -309,6 +318,12 @@ static __device__ void msd_trigger(const struct msd_rt *rt, int t, uint64_t gen,
   if (ev < 0) return;
   const struct ms_event *E = &rt->events[ev];
   uint64_t target = ms_event_target(E, gen);
+  /* fault injection (delayed_release): the trigger that completes the event
+   * is held (the last one: a guess when producers finish together, as on the CPU) */
+  if (rt->fault_release_ns && rt->fault_release_ns[E->cls] && ms_at_ld_acq64(&rt->counters[ev]) + 1 == target) {
+    uint64_t until = msd_now() + rt->fault_release_ns[E->cls];
+    while (msd_now() < until) __nanosleep(100);
+  }
   __threadfence();
   uint64_t old = ms_at_add_acq_rel64(&rt->counters[ev], 1);
   if (old + 1 != target) return;
@@ -353,6 +368,21 @@ static __device__ void msd_task_hook(const struct msd_rt *rt, int hook, int t, u
   if (hook == MS_HOOK_TASK_BEGIN || hook == MS_HOOK_TASK_END) msd_ctx_work(rt, &c, t, rows);
   if (hook == MS_HOOK_DEP_WAIT) c.wait_reason = MS_WAIT_DEPENDENCY;
   msd_hook_fire(rt->hooks, &c, worker);
+}
+
+/* Fault injection (slow_class, slow_layer, slow_worker, slow_request): the
+ * worker stays busy past the task's healthy time (thread 0, after the body;
+ * the CTA waits at its next barrier), as ms_fault_extra_ns sums it. */
+static __device__ void msd_fault_spin(const struct msd_rt *rt, int t, int w, uint64_t t0) {
+  const struct ms_task *k = &rt->x->tasks[t];
+  float c = rt->fault_cls[k->cls] + rt->fault_worker[w];
+  int r = k->tile[1];
+  if (k->kernel == MS_OP_ATTN && rt->fault_slot >= 0 && r >= 0 && r < *rt->x->n_rows &&
+      (int32_t)ms_at_word_ld32(&rt->x->row_slot[r]) == rt->fault_slot)
+    c += rt->fault_slot_coef;
+  if (c <= 0) return;
+  uint64_t now = msd_now(), until = now + (uint64_t)((double)(now - t0) * (double)c);
+  while (msd_now() < until) __nanosleep(100);
 }
 
 /* The always-on aggregates of one task (thread 0, before its trigger). */
@@ -480,6 +510,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
       }
       msd_task_run(rt->x, t, cta);  /* ends with a barrier: every output is written */
       if (tid == 0) {
+        if (rt->fault_cls) msd_fault_spin(rt, t, w, t0);
         /* task_end before the trigger, as on the CPU (ms_rt_task_finish): once
          * the trigger is counted the step may end and the scheduler rewrite the
          * row metadata and slot generations this hook's context reads */

@@ -82,3 +82,7 @@ int ms_cuda_coverage_of(struct ms_cuda_engine *e, int id, uint32_t generation, s
   return -MS_E_UNSUPP;
 }
 int ms_cuda_forget(struct ms_cuda_engine *e, int id) { return -MS_E_UNSUPP; }
+int ms_cuda_set_faults(struct ms_cuda_engine *e, const float *cls, int n_cls, const float *worker, int n_workers,
+                       int slot, float slot_coef, const uint64_t *release_ns, int n_ev, struct ms_textbuf *log) {
+  return -MS_E_UNSUPP;
+}

@@ -19,8 +19,11 @@
  * 100 ms; the request hook's events, which happen here, are handed over for
  * the device to fire. The always-on aggregates are the device's counts.
  *
+ * Faults: the task delays, delayed_release and slow_request as tables the
+ * device applies (ms_fault_table_new); late_admission in the shared admission.
+ *
  * Not here yet: chunked prefill (prompts feed one position a step), tensor
- * parallelism and fault injection (refused at the start), the task trace
+ * parallelism, the other fault types (refused at the start), the task trace
  * (refused: remote_tasks) and queue_ns (the device does not time it). */
 #include <errno.h>
 #include <pthread.h>
@@ -29,6 +32,7 @@
 
 #include "megascope/cuda.h"
 #include "runtime/engine_impl.h"
+#include "runtime/fault.h"
 
 /* An attachment of the hook table and its id on the device. */
 struct dev_att {
@@ -393,11 +397,11 @@ static void cuda_stop(struct ms_engine *e) {
 
 /* What this backend does not run yet, refused by name. */
 static int cuda_refuses(const struct ms_engine *e, struct ms_textbuf *log) {
-  const char *why = !e->m->tok_embd.data ? "a model with shapes only (no weights to upload)"
-                    : e->o.tp > 1         ? "tensor parallelism (tp > 1)"
-                    : e->faults           ? "fault injection"
-                    : e->o.shuffle        ? "shuffled placement"
-                                          : NULL;
+  const char *why = !e->m->tok_embd.data                       ? "a model with shapes only (no weights to upload)"
+                    : e->o.tp > 1                               ? "tensor parallelism (tp > 1)"
+                    : e->faults && e->o.mode == MS_MODE_PER_OP ? "fault injection in per-op mode"
+                    : e->o.shuffle                              ? "shuffled placement"
+                                                                : NULL;
   if (why) ms_textbuf_printf(log, "engine: the CUDA backend does not run %s\n", why);
   return why ? -MS_E_UNSUPP : 0;
 }
@@ -431,6 +435,21 @@ static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
     rc = errno ? -errno : -MS_E_STATE;
     cuda_free(c);
     return rc;
+  }
+  /* Fault injection: the engine's faults as tables the device applies */
+  if (e->faults) {
+    struct ms_fault_table ft;
+    const struct ms_plan *fp = ms_cuda_plan(c->dev);
+    int W = ms_cuda_ctas(c->dev) - 1;
+    if (!(rc = ms_fault_table_new(e, fp, W, &ft, log))) {
+      rc = ms_cuda_set_faults(c->dev, ft.cls, fp->n_classes, ft.worker, W, ft.slot, ft.slot_coef, ft.release_ns,
+                              fp->n_ev_classes, log);
+      ms_fault_table_free(&ft);
+    }
+    if (rc) {
+      cuda_free(c);
+      return rc;
+    }
   }
   /* The always-on aggregates come from the device when its plan's classes
    * are the engine's (the same compiler, one more bucket: they are) */

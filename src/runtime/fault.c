@@ -98,7 +98,7 @@ static int target_bound(const struct ms_engine *e, enum ms_fault_type t) {
   case MS_CULPRIT_TASK_CLASS: return p->n_classes;
   case MS_CULPRIT_EVENT_CLASS: return p->n_ev_classes;
   case MS_CULPRIT_REQUEST: return e->n_slots;
-  case MS_CULPRIT_WORKER: return e->n_workers;
+  case MS_CULPRIT_WORKER: return e->be->remote_tasks ? 1024 : e->n_workers;  /* remote: ms_fault_table_new checks */
   case MS_CULPRIT_DEVICE: return e->o.tp > 1 ? e->o.tp : t == MS_FAULT_BANDWIDTH_STEAL;
   case MS_CULPRIT_EXPERT: return e->m->cfg.n_experts;
   case MS_CULPRIT_LAYER: return e->m->cfg.n_layers;
@@ -255,6 +255,64 @@ uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, 
     }
   }
   return (uint64_t)extra;
+}
+
+/* ---- the same as tables (a backend whose SMs apply them) ---- */
+
+void ms_fault_table_free(struct ms_fault_table *t) {
+  free(t->cls);
+  free(t->worker);
+  free(t->release_ns);
+  memset(t, 0, sizeof *t);
+}
+
+int ms_fault_table_new(const struct ms_engine *e, const struct ms_plan *p, int n_workers, struct ms_fault_table *out,
+                       struct ms_textbuf *log) {
+  memset(out, 0, sizeof *out);
+  out->slot = -1;
+  out->cls = calloc((size_t)p->n_classes + 1, sizeof *out->cls);
+  out->worker = calloc((size_t)n_workers + 1, sizeof *out->worker);
+  out->release_ns = calloc((size_t)p->n_ev_classes + 1, sizeof *out->release_ns);
+  if (!out->cls || !out->worker || !out->release_ns) {
+    ms_fault_table_free(out);
+    return -ENOMEM;
+  }
+  for (int i = 0; e->faults && i < e->faults->n; i++) {
+    const struct ms_fault *f = &e->faults->f[i];
+    float c = (float)(f->factor - 1);
+    switch (f->type) {
+    case MS_FAULT_SLOW_CLASS:
+      if (f->target >= 0 && f->target < p->n_classes) out->cls[f->target] += c;
+      break;
+    case MS_FAULT_SLOW_LAYER:
+      for (int k = 0; k < p->n_classes; k++)
+        if (p->classes[k].layer == f->target) out->cls[k] += c;
+      break;
+    case MS_FAULT_SLOW_WORKER:
+      if (f->target < 0 || f->target >= n_workers) {
+        ms_textbuf_printf(log, "fault: slow_worker %d: the SMs here have workers 0..%d\n", f->target, n_workers - 1);
+        ms_fault_table_free(out);
+        return -EINVAL;
+      }
+      out->worker[f->target] += c;
+      break;
+    case MS_FAULT_SLOW_REQUEST:
+      out->slot = f->target;
+      out->slot_coef += c;
+      break;
+    case MS_FAULT_DELAYED_RELEASE:
+      if (f->target >= 0 && f->target < p->n_ev_classes) out->release_ns[f->target] += f->delay_ns;
+      break;
+    case MS_FAULT_LATE_ADMISSION:
+      break;  /* the shared admission holds the request */
+    default:
+      ms_textbuf_printf(log, "fault: %s is not injected on this backend (task delays, delayed_release, "
+                        "slow_request and late_admission are)\n", ms_fault_type_name(f->type));
+      ms_fault_table_free(out);
+      return -MS_E_UNSUPP;
+    }
+  }
+  return 0;
 }
 
 /* ---- a delayed dependency notification ---- */

@@ -13,6 +13,7 @@
 #include "megascope/fault.h"
 
 struct ms_engine;
+struct ms_plan;
 struct plan_rt;
 struct worker;
 
@@ -55,6 +56,25 @@ int ms_fault_starved(struct ms_engine *e, struct plan_rt *rt, int t);
  * mode, the CPU backend), rewrites that row's choice. */
 int ms_fault_routed(const struct ms_engine *e, const struct plan_rt *rt, int expert);
 void ms_fault_route_row(struct ms_engine *e, struct plan_rt *rt, int t);
+
+/* The faults as tables, for a backend whose SMs apply them themselves (the
+ * CUDA backend's device): the extra time of a task is its healthy time times
+ * cls[class] + worker[w] (+ slot_coef for the attention of a row of request
+ * slot `slot`), as ms_fault_extra_ns sums it; release_ns[event class] holds
+ * the trigger that completes such an event, as ms_fault_hold does. Late
+ * admission needs no table (the shared admission applies it). -MS_E_UNSUPP,
+ * naming the fault in log, for a type that is not a table (routing_skew,
+ * queue_saturation, starve_task, comm_delay, bandwidth_steal). */
+struct ms_fault_table {
+  float *cls;          /* [n_classes] */
+  float *worker;       /* [n_workers] */
+  int slot;            /* slow_request's slot, -1: none */
+  float slot_coef;
+  uint64_t *release_ns; /* [n_ev_classes] */
+};
+int ms_fault_table_new(const struct ms_engine *e, const struct ms_plan *p, int n_workers, struct ms_fault_table *out,
+                       struct ms_textbuf *log);
+void ms_fault_table_free(struct ms_fault_table *t);
 
 /* Whether row r of the batch takes the skewed route (deterministic). */
 int ms_fault_skewed_row(double share, int r);

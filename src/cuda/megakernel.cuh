@@ -509,6 +509,13 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
           msd_task_hook(rt, MS_HOOK_TASK_BEGIN, t, step, w, rows, t0, 0, wait_ns);
       }
       msd_task_run(rt->x, t, cta);  /* ends with a barrier: every output is written */
+      if (rt->feed && rt->x->tasks[t].kernel == MS_OP_SAMPLE) {
+        /* fed mode: the row's logits went to host-mapped memory; each writer
+         * makes its own stores visible to the host before the trigger, so the
+         * host's read after `done` does not lean on cumulativity across scopes */
+        __threadfence_system();
+        __syncthreads();
+      }
       if (tid == 0) {
         if (rt->fault_cls) msd_fault_spin(rt, t, w, t0);
         /* task_end before the trigger, as on the CPU (ms_rt_task_finish): once

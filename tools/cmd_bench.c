@@ -98,6 +98,7 @@ struct decode_run {
   enum ms_backend backend;
   int sms;         /* cuda: CTAs; 0: every SM */
   int fresh;       /* one engine at a time, made for each run (cuda: one resident kernel holds every SM) */
+  int n_workers, q8_on;  /* as the engines report them */
   struct ms_engine *e[N_ENG];
   double *tps[N_ENG];  /* [rounds] */
   double best[N_ENG];
@@ -126,6 +127,8 @@ static int cmp_double(const void *a, const void *b) {
  * always runs first (after a quiet spell) or last. */
 static int decode_open(const struct ms_model *m, struct decode_run *d, int k) {
   if (!(d->e[k] = decode_engine(m, d, k))) return -1;
+  d->n_workers = ms_engine_n_workers(d->e[k]);
+  d->q8_on = ms_engine_q8_active(d->e[k]);
   return d->warmup > 0 && cli_decode_tps(d->e[k], m, d->batch, d->warmup) < 0 ? -1 : 0;
 }
 
@@ -140,13 +143,12 @@ static int decode_rounds(const struct ms_model *m, struct decode_run *d, int ver
       int k = (r + i) % N_ENG;
       if (d->fresh && decode_open(m, d, k)) return -1;
       if ((d->tps[k][r] = cli_decode_tps(d->e[k], m, d->batch, d->steps)) <= 0) return -1;
-      if (d->fresh && (r < d->rounds - 1 || k != ENG_MK)) {  /* the last megakernel stays for the read-outs */
+      if (d->fresh) {
         ms_engine_free(d->e[k]);
         d->e[k] = NULL;
       }
     }
   }
-  if (d->fresh && !d->e[ENG_MK] && decode_open(m, d, ENG_MK)) return -1;
   double *q = calloc((size_t)d->rounds, sizeof(double));
   if (!q) return -1;
   for (int k = 0; k < N_ENG; k++) {
@@ -252,7 +254,7 @@ static int bench_decode(int argc, char **argv) {
     ms_model_free(m);
     return 1;
   }
-  int W = ms_engine_n_workers(d.e[ENG_MK]), q8_on = ms_engine_q8_active(d.e[ENG_MK]);
+  int W = d.n_workers, q8_on = d.q8_on;
   decode_stop(&d);  /* the bandwidth is measured with no engine thread about */
   if (!as_json) fprintf(stderr, "bench decode: memory bandwidth...\n");
   /* cuda: the device's HBM peak (2 x memory clock x bus width) for both */

@@ -252,15 +252,16 @@ static void free_feed(struct ms_cuda_engine *e) {
   if (e->feed_meta) cudaFreeHost(e->feed_meta);
   cudaFree(e->feed_dev);
   cudaFree(e->acc);
-  e->acc = NULL;
   cudaFree(e->faults);
-  e->faults = NULL;
   if (e->cs) cudaStreamDestroy(e->cs);
+  /* alloc_feed tells a fed engine by feed_logits: all go back to none */
   e->feed = NULL;
   e->feed_stage = NULL;
   e->feed_logits = NULL;
   e->feed_meta = NULL;
   e->feed_dev = NULL;
+  e->acc = NULL;
+  e->faults = NULL;
   e->cs = NULL;
 }
 
@@ -996,10 +997,7 @@ extern "C" int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits,
     free(bw.last);
     __sync_synchronize();  /* the logits rows after done */
   }
-  if (!rc) {
-    *logits = e->feed_logits;
-    e->st.steps += e->fed_rows > 0;
-  }
+  if (!rc) *logits = e->feed_logits;
   e->fed_rows = 0;
   e->in_flight = 0;
 out:
@@ -1060,17 +1058,13 @@ extern "C" int ms_cuda_feed_totals(struct ms_cuda_engine *e, uint64_t *cls, uint
 }
 
 extern "C" int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log) {
-  int rc = 0;
   if (!e->feeding) return 0;
   e->feeding = 0;
   if (e->o.mode == MS_CUDA_PER_OP) return 0;
   __sync_synchronize();
   e->feed->seq = MSD_SEQ_EXIT;
   __sync_synchronize();
-  uint64_t steps = e->st.steps;
-  rc = ms_cuda_wait(e, log);
-  e->st.steps = steps;  /* counted by ms_cuda_feed_wait */
-  return rc;
+  return ms_cuda_wait(e, log);  /* the kernel's step count joins the statistics there */
 }
 
 extern "C" void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out) { *out = e->st; }

@@ -388,14 +388,14 @@ static __device__ void msd_fault_spin(const struct msd_rt *rt, int t, int w, uin
 /* The always-on aggregates of one task (thread 0, before its trigger). */
 static __device__ void msd_account(const struct msd_rt *rt, int t, uint64_t task_ns, uint64_t wait_ns) {
   const struct ms_task *k = &rt->x->tasks[t];
-  uint64_t *a = rt->cls_acc + 3 * (size_t)k->cls;
-  ms_at_add_acq_rel64(&a[0], 1);
-  ms_at_add_acq_rel64(&a[1], task_ns);
-  ms_at_add_acq_rel64(&a[2], wait_ns);
+  uint64_t *a = rt->cls_acc + 3 * (size_t)k->cls;  /* counters: relaxed adds, they order nothing */
+  ms_at_fetch_add64(&a[0], 1);
+  ms_at_fetch_add64(&a[1], task_ns);
+  ms_at_fetch_add64(&a[2], wait_ns);
   if (k->wait < 0) return;
   uint64_t *b = rt->ev_acc + 2 * (size_t)rt->events[k->wait].cls;
-  ms_at_add_acq_rel64(&b[0], 1);
-  ms_at_add_acq_rel64(&b[1], wait_ns);
+  ms_at_fetch_add64(&b[0], 1);
+  ms_at_fetch_add64(&b[1], wait_ns);
 }
 
 /* The worker loop of CTA cta (worker cta - 1). */

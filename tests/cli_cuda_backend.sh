@@ -15,7 +15,9 @@
 #    a monitor attached over the control socket runs on the device (coverage
 #    executed > 0, eligible = executed), its maps read back with the task
 #    classes and, for request_time, the requests' tokens; detach; Prometheus'
-#    per-class series count the device's tasks; the server stops cleanly. serve --backend sim is refused.
+#    per-class series count the device's tasks; `megascope trace` records the
+#    device's tasks (JSON and Perfetto, checked by tests/trace_check.py); the
+#    server stops cleanly. serve --backend sim is refused.
 set -uo pipefail
 MS=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -120,12 +122,39 @@ m = [m for m in maps(json.load(sys.stdin)) if m["name"] == "tokens_by_req"][0]
 assert sum(e["value"] for e in m["entries"]) >= 5, m
 ' && ok || bad "request_time counted no tokens on the device: $("$MS" maps --socket "$SOCK" "$rid")"
 expect "$MS" 0 "detached" detach --socket "$SOCK" "$id"
-# a query compiled here runs on the device; the task trace is refused, naming what to use
+# a query compiled here runs on the device
 (sleep 0.3; completion "again" 4 "$tmp/q.json" >/dev/null) &
 load=$!
 expect "$MS" 0 "@us\[0\]" query --socket "$SOCK" --for 2s 'task_end /op == attn/ { @us[tile_z] = hist((t_end - t_begin) / 1000) }'
 wait "$load"
-expect "$MS" 1 "trace them with a monitor" trace --socket "$SOCK" --seconds 1 --out "$tmp/t.json"
+# the device's task trace, in both formats, checked by tests/trace_check.py:
+# slices on every device worker's track, ordered and disjoint, flows inside
+# their producers, the printed counts the file's
+for fmt in json perfetto; do
+  (sleep 0.2; completion "traced" 6 "$tmp/tr.json" >/dev/null) &
+  load=$!
+  "$MS" trace --socket "$SOCK" --seconds 1.5 --out "$tmp/t.$fmt" --format $fmt >"$tmp/trace.out" 2>&1 \
+    || bad "trace --format $fmt on cuda: $(cat "$tmp/trace.out")"
+  wait "$load"
+  counts=$(python3 - "$tmp/trace.out" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"(\d+) slices, (\d+) flows,\s+(\d+) counter samples, (\d+) events over the budget dropped", t)
+assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, t
+print("slices=%s flows=%s counters=%s budget_dropped=%s" % m.groups())
+PY
+) || { bad "trace on cuda printed: $(cat "$tmp/trace.out")"; continue; }
+  # shellcheck disable=SC2086
+  python3 "$here/trace_check.py" $fmt "$tmp/t.$fmt" $counts; rc=$?
+  [ $rc -eq 0 ] || [ $rc -eq 77 ] && ok || bad "the device's $fmt trace"
+done
+python3 - "$tmp/t.json" <<'PY' && ok || bad "the device's JSON trace: workers or requests"
+import json, sys
+ev = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e["ph"] == "X"]
+tids = {e["tid"] for e in ev}
+assert len(tids) >= 2, tids  # the emulated device's workers (4 SMs: 3 workers)
+assert any(e["args"]["request"] for e in ev), "no slice names its request"
+PY
 stop_serve cuda && ok || bad "serve --backend cuda did not stop cleanly"
 
 # the seeded draw equals the CPU server's

@@ -29,7 +29,7 @@ if ! soak; then
   soak
 fi
 # The same on the engine's CUDA backend, through megascope-emu (the CLI over
-# the emulated CUDA sources; no task trace there): the emulation keeps freed
+# the emulated CUDA sources): the emulation keeps freed
 # device memory in a quarantine, bounded here so the RSS shows what the code keeps.
 EMU=$(dirname "$MS")/megascope-emu
 if [ -x "$EMU" ]; then

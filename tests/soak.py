@@ -183,7 +183,7 @@ def main():
     ap.add_argument("--clients", type=int, default=2, help="completion threads")
     ap.add_argument("--rss-tolerance-kib", type=int, default=8192)
     ap.add_argument("--json")
-    ap.add_argument("--backend", default="cpu", help="serve's backend (cuda: megascope-emu or a GPU; no task trace)")
+    ap.add_argument("--backend", default="cpu", help="serve's backend (cuda: megascope-emu or a GPU)")
     a = ap.parse_args()
 
     objs = {}
@@ -279,7 +279,7 @@ def main():
                 if gone.get("ok") or gone.get("code") != "ENOENT":
                     raise Fail(f"cycle {i}: attachment {aid} still readable after its release: {gone}")
                 counts["released"] += 1
-            if i % 5 == 0 and a.backend != "cuda":  # the CUDA backend has no task trace (refused)
+            if i % 5 == 0:
                 tr, fds = call(sock, {"cmd": "trace", "seconds": 0.05, "records_per_worker": 4096}, want_fds=True)
                 ok(tr, "trace")
                 for fd in fds:

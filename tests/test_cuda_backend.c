@@ -35,6 +35,37 @@ struct result {
   float *logits[NREQ];
 };
 
+/* The device's task trace of a whole run (started before the first request,
+ * stopped after the last): a record for every task the device ran, none lost,
+ * all inside the recording window; written out with slices on every device
+ * worker's track and flows from producers to consumers. */
+static void check_trace(struct ms_engine *e, const struct ms_engine_stats *st) {
+  CHECK(ms_engine_trace_stop(e) == 0);
+  struct ms_trace_stats ts;
+  ms_engine_trace_stats(e, &ts);
+  CHECKF(ts.records == st->tasks && ts.dropped == 0, "cuda trace: %llu records (%llu dropped), %llu tasks ran",
+         (unsigned long long)ts.records, (unsigned long long)ts.dropped, (unsigned long long)st->tasks);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  struct ms_trace_write_opts wo = {.sz = sizeof wo, .format = MS_TRACE_JSON};
+  struct ms_trace_written w;
+  CHECK(f && ms_engine_trace_save(e, f, &wo, &w) == 0);
+  if (f) fclose(f);
+  CHECKF(w.slices == ts.records && w.flows > 0 && w.outside == 0,
+         "cuda trace written: %llu slices, %llu flows, %llu outside the window", (unsigned long long)w.slices,
+         (unsigned long long)w.flows, (unsigned long long)w.outside);
+  int tracks = 0;
+  for (int k = 0; k < ms_engine_n_workers(e); k++) {
+    char name[48];
+    snprintf(name, sizeof name, "\"tid\":%d,", k);
+    tracks += buf && strstr(buf, name) != NULL;
+  }
+  CHECKF(tracks == ms_engine_n_workers(e) && tracks > 1, "cuda trace: tasks on %d of %d workers' tracks", tracks,
+         ms_engine_n_workers(e));
+  free(buf);
+}
+
 /* Runs NREQ requests (half of them submitted once the first has a token, so
  * they arrive while the engine runs) and keeps tokens and logits. */
 static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, int sampled, struct result *out) {
@@ -44,6 +75,10 @@ static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, 
   struct ms_engine *e = ms_engine_new(m, &eo, &log);
   CHECKF(e != NULL, "engine (%s): %s", ms_backend_name(be), log_text);
   if (!e) return -1;
+  const int traced = be == MS_BACKEND_CUDA && mode == MS_MODE_MEGAKERNEL;
+  if (be == MS_BACKEND_CUDA)  /* the device's trace; per-op mode's graph has none */
+    CHECKF(ms_engine_trace_start(e, 0) == (traced ? 0 : -MS_E_UNSUPP), "trace start on cuda %s",
+           traced ? "megakernel" : "per-op");
   struct ms_request *q[NREQ];
   int32_t prompt[NREQ][PROMPT];
   for (int i = 0; i < NREQ; i++) {
@@ -79,11 +114,14 @@ static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, 
   if (be == MS_BACKEND_CUDA && mode == MS_MODE_MEGAKERNEL) {  /* the device's aggregates, final once drained */
     struct ms_class_stat cs[256];
     int nc = ms_engine_class_stats(e, cs, 256);
-    uint64_t tasks = 0;
-    for (int c = 0; c < nc && c < 256; c++) tasks += cs[c].tasks;
+    uint64_t tasks = 0, queue_ns = 0;
+    for (int c = 0; c < nc && c < 256; c++) tasks += cs[c].tasks, queue_ns += cs[c].queue_ns;
     CHECKF(tasks > 0 && tasks == st.tasks, "class stats on cuda: %llu tasks, %llu counted",
            (unsigned long long)tasks, (unsigned long long)st.tasks);
+    CHECKF(queue_ns > 0, "class stats on cuda: queue_ns %llu (the device times ready -> begin)",
+           (unsigned long long)queue_ns);
   }
+  if (traced) check_trace(e, &st);
   struct ms_step_record rec[4];
   CHECK(ms_engine_step_log(e, rec, 4) == 4 && rec[3].t_end >= rec[3].t_begin && rec[3].rows >= 1);
   ms_engine_free(e);

@@ -158,9 +158,34 @@ int ms_cuda_set_faults(struct ms_cuda_engine *e, const float *cls, int n_cls, co
                        int slot, float slot_coef, const uint64_t *release_ns, int n_ev, struct ms_textbuf *log);
 /* The resident kernel's running totals, for the engine's always-on
  * aggregates (megakernel mode; -MS_E_STATE otherwise): per task class of
- * ms_cuda_plan's, cls[3 * c ..] = {tasks, task_ns, wait_ns}; per event class,
+ * ms_cuda_plan's, cls[4 * c ..] = {tasks, task_ns, queue_ns, wait_ns}
+ * (queue_ns: from its event's firing to its start); per event class,
  * ev[2 * c ..] = {tasks, wait_ns}. Copied while the kernel runs. */
 int ms_cuda_feed_totals(struct ms_cuda_engine *e, uint64_t *cls, uint64_t *ev);
+
+/* One task of a traced step, in the host's clock (ms_now_ns; the device's
+ * clock shifted by the least latency seen from its moving `done` to the host
+ * seeing it). */
+struct ms_cuda_trace_rec {
+  uint64_t t_begin, t_end;
+  uint64_t t_ready;    /* its event fired (the step start for a task that waits on none) */
+  uint64_t step;       /* the step number handed over */
+  uint32_t task;       /* of ms_cuda_plan's */
+  uint32_t wait_ns;    /* how long its worker waited for it to be ready */
+  int32_t fired;       /* its trigger completed its event */
+};
+/* Whether the workers record the tasks of the steps handed over from now
+ * (megakernel mode; -MS_E_UNSUPP in per-op mode, whose tasks are graph nodes). */
+int ms_cuda_feed_trace(struct ms_cuda_engine *e, int on);
+/* After ms_cuda_feed_wait of a traced step: fn(user, worker, record) for each
+ * of its records, each worker's in the order it ran them; *lost counts the
+ * records a worker's ring no longer held. */
+int ms_cuda_feed_trace_drain(struct ms_cuda_engine *e,
+                             void (*fn)(void *user, int worker, const struct ms_cuda_trace_rec *r), void *user,
+                             uint64_t *lost);
+/* The workers a persistent kernel on this device would have (n_sms as
+ * ms_cuda_opts'); -1 without a device. */
+int ms_cuda_workers(int n_sms);
 /* Ends the resident kernel and waits for it. */
 int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log);
 /* The device's plan (the one monitors' map read-outs name classes by). */

@@ -624,8 +624,9 @@ static void cmd_trace(struct ms_control *c, struct cclient *cl, json_t *req, str
   int rc = ms_engine_trace_start(c->e, (uint32_t)rpw);
   if (rc) {
     ms_control_reply_error(r, rc, NULL, "cannot start the trace: %s%s", ms_strerror(rc),
-                           rc == -MS_E_UNSUPP ? " (this backend's tasks run on the device: trace them with a "
-                                                "monitor, e.g. step_trace.bpf.o)" : "");
+                           rc == -MS_E_UNSUPP ? " (the CUDA backend traces its megakernel's tasks, not per-op "
+                                                "mode's graph: trace those with a monitor, e.g. step_trace.bpf.o)"
+                                              : "");
     return;
   }
   c->trace_on = 1;

@@ -84,6 +84,19 @@ struct ms_cuda_engine {
   uint64_t *acc;                   /* device: the kernel's aggregates (msd_rt.cls_acc, then ev_acc) */
   void *faults;                    /* device: the fault tables (msd_rt.fault_*), NULL: healthy */
   size_t acc_n;                    /* words */
+  uint64_t *fire_ns;               /* device [events]: msd_rt.fire_ns */
+  /* the task trace (msd_rt.trace): host-mapped rings, what the host read of
+   * each, whether the next handover and the one in flight are traced */
+  struct msd_trace_rec *trace;
+  uint32_t *trace_n, *trace_rd;
+  uint64_t *trace_step;
+  uint32_t trace_cap;
+  int trace_want, traced;
+  uint64_t traced_step;
+  /* device clock -> host clock: the least (host time seeing done - device
+   * time moving it) seen, so the bus's latency is counted once */
+  int64_t clock_off;
+  int have_off;
   struct ms_cuda_stats st;
   int broken;                      /* a stall was reported: the kernel may still hold the device */
 };
@@ -253,6 +266,11 @@ static void free_feed(struct ms_cuda_engine *e) {
   cudaFree(e->feed_dev);
   cudaFree(e->acc);
   cudaFree(e->faults);
+  cudaFree(e->fire_ns);
+  if (e->trace) cudaFreeHost(e->trace);
+  if (e->trace_n) cudaFreeHost(e->trace_n);
+  if (e->trace_step) cudaFreeHost(e->trace_step);
+  free(e->trace_rd);
   if (e->cs) cudaStreamDestroy(e->cs);
   /* alloc_feed tells a fed engine by feed_logits: all go back to none */
   e->feed = NULL;
@@ -262,6 +280,10 @@ static void free_feed(struct ms_cuda_engine *e) {
   e->feed_dev = NULL;
   e->acc = NULL;
   e->faults = NULL;
+  e->fire_ns = NULL;
+  e->trace = NULL;
+  e->trace_n = e->trace_rd = NULL;
+  e->trace_step = NULL;
   e->cs = NULL;
 }
 
@@ -292,6 +314,13 @@ extern "C" void ms_cuda_engine_free(struct ms_cuda_engine *e) {
   if (e->ks) cudaStreamDestroy(e->ks);
   ms_plan_free(e->plan);
   free(e);
+}
+
+/* The persistent kernel's CTAs: one per SM (n_sms > 0: that many, fewer than
+ * the device has), at most 1024. */
+static int ctas_for(const cudaDeviceProp *p, int n_sms) {
+  int n = n_sms > 0 && n_sms < p->multiProcessorCount ? n_sms : p->multiProcessorCount;
+  return n > 1024 ? 1024 : n;
 }
 
 extern "C" struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, const struct ms_cuda_opts *o,
@@ -325,15 +354,13 @@ extern "C" struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, c
     int dev = 0;
     CK(cudaGetDevice(&dev));
     CK(cudaGetDeviceProperties(&e->prop, dev));
-    e->n_ctas = e->o.n_sms > 0 && e->o.n_sms < e->prop.multiProcessorCount ? e->o.n_sms
-                                                                            : e->prop.multiProcessorCount;
+    e->n_ctas = ctas_for(&e->prop, e->o.n_sms);
     if (e->n_ctas < 2) {
       ms_textbuf_printf(log, "cuda: the megakernel needs 2 CTAs at least (a scheduler and a worker)\n");
       rc = -EINVAL;
       goto out;
     }
     e->n_workers = e->n_ctas - 1;
-    if (e->n_workers > 1023) e->n_workers = 1023, e->n_ctas = 1024;
     int coop = 0, per_sm = 0;
     CK(cudaDeviceGetAttribute(&coop, cudaDevAttrCooperativeLaunch, dev));
     CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, msd_megakernel, MSD_THREADS, 0));
@@ -564,6 +591,8 @@ extern "C" int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r
   e->rt.feed = NULL;  /* the kernel admits these itself (a fed run may have come before) */
   e->rt.feed_step = NULL;
   e->rt.cls_acc = e->rt.ev_acc = NULL;
+  e->rt.fire_ns = NULL;
+  e->rt.trace = NULL;  /* the trace is fed mode's */
   e->rt.fault_cls = e->rt.fault_worker = NULL;  /* faults are fed mode's */
   e->rt.fault_release_ns = NULL;
   __sync_synchronize();
@@ -813,10 +842,26 @@ static int alloc_feed(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   CK(cudaHostAlloc(&e->feed_stage, sizeof(struct msd_feed_step), cudaHostAllocDefault));
   CK(cudaHostAlloc(&e->feed_meta, (5 * B + 1) * sizeof(int32_t), cudaHostAllocDefault));
   CK(cudaMalloc(&e->feed_dev, sizeof(struct msd_feed_step)));
-  e->acc_n = 3 * (size_t)e->plan->n_classes + 2 * (size_t)e->plan->n_ev_classes;
+  e->acc_n = 4 * (size_t)e->plan->n_classes + 2 * (size_t)e->plan->n_ev_classes;
   CK(cudaMalloc(&e->acc, (e->acc_n + 1) * sizeof(uint64_t)));
   CK(cudaMemsetAsync(e->acc, 0, (e->acc_n + 1) * sizeof(uint64_t), e->cs));
+  CK(cudaMalloc(&e->fire_ns, ((size_t)e->plan->n_events + 1) * sizeof(uint64_t)));
   CK(cudaStreamSynchronize(e->cs));
+  if (e->o.mode == MS_CUDA_MEGAKERNEL) {
+    /* a ring per worker for a step's tasks: its share of the plan four
+     * times over (JIT work goes where there is room), rounded up */
+    const size_t W = (size_t)e->n_workers;
+    size_t want = 4 * (size_t)e->plan->n_tasks / W + 256;
+    e->trace_cap = 256;
+    while (e->trace_cap < want && e->trace_cap < (1u << 20)) e->trace_cap <<= 1;
+    CK(cudaHostAlloc(&e->trace, W * e->trace_cap * sizeof(struct msd_trace_rec), cudaHostAllocMapped));
+    CK(cudaHostAlloc(&e->trace_n, W * sizeof(uint32_t), cudaHostAllocMapped));
+    CK(cudaHostAlloc(&e->trace_step, W * sizeof(uint64_t), cudaHostAllocMapped));
+    if (!(e->trace_rd = (uint32_t *)calloc(W, sizeof(uint32_t)))) {
+      rc = -ENOMEM;
+      goto out;
+    }
+  }
   /* megakernel: the sample tasks write the rows' logits straight to the host */
   CK(cudaHostAlloc(&e->feed_logits, B * V * sizeof(float),
                    e->o.mode == MS_CUDA_MEGAKERNEL ? cudaHostAllocMapped : cudaHostAllocDefault));
@@ -866,7 +911,18 @@ extern "C" int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *l
   CK(cudaHostGetDevicePointer((void **)&e->rt.feed, (void *)e->feed, 0));
   e->rt.feed_step = e->feed_dev;
   e->rt.cls_acc = e->acc;
-  e->rt.ev_acc = e->acc + 3 * (size_t)e->plan->n_classes;
+  e->rt.ev_acc = e->acc + 4 * (size_t)e->plan->n_classes;
+  /* the kernel's counters start again from zero: so do the firing times and the rings */
+  CK(cudaMemset(e->fire_ns, 0, ((size_t)e->plan->n_events + 1) * sizeof(uint64_t)));
+  e->rt.fire_ns = e->fire_ns;
+  memset(e->trace_n, 0, (size_t)e->n_workers * sizeof(uint32_t));
+  memset(e->trace_step, 0, (size_t)e->n_workers * sizeof(uint64_t));
+  memset(e->trace_rd, 0, (size_t)e->n_workers * sizeof(uint32_t));
+  e->traced = 0;
+  CK(cudaHostGetDevicePointer((void **)&e->rt.trace, e->trace, 0));
+  CK(cudaHostGetDevicePointer((void **)&e->rt.trace_n, e->trace_n, 0));
+  CK(cudaHostGetDevicePointer((void **)&e->rt.trace_step, e->trace_step, 0));
+  e->rt.trace_cap = e->trace_cap;
   __sync_synchronize();
   if (!(rc = launch(e, log))) e->feeding = 1;
 out:
@@ -930,6 +986,9 @@ extern "C" int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const 
   f->step = step;
   f->rows = n;
   f->n_events = n_ev;
+  f->trace = n > 0 && e->trace_want;
+  e->traced = f->trace;
+  e->traced_step = step;
   for (int i = 0; i < n_ev; i++) {
     f->ev[i].phase = ev[i].phase;
     f->ev[i].slot = ev[i].slot;
@@ -957,6 +1016,64 @@ extern "C" int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const 
   e->in_flight = 1;
 out:
   return rc;
+}
+
+/* A traced step's end: every worker publishes its records once it sees the
+ * end event, just after done; wait for the marks (a worker that never marks
+ * is reported, as a stall would be). */
+static int trace_marks(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  const uint64_t want = e->traced_step + 1, t0 = ms_now_ns();
+  for (int w = 0; w < e->n_workers; w++)
+    while (*(volatile uint64_t *)&e->trace_step[w] != want) {
+      if (ms_now_ns() - t0 > 1000000000ull * (e->o.watchdog_ms > 0 ? (uint64_t)e->o.watchdog_ms / 1000 + 1 : 5)) {
+        ms_textbuf_printf(log, "cuda: worker %d did not publish the trace of step %llu\n", w,
+                          (unsigned long long)e->traced_step);
+        return -MS_E_STALL;
+      }
+      struct timespec ts = {0, 2000};
+      nanosleep(&ts, NULL);
+    }
+  __sync_synchronize();  /* the counts and records after the marks */
+  return 0;
+}
+
+extern "C" int ms_cuda_feed_trace(struct ms_cuda_engine *e, int on) {
+  if (e->o.mode != MS_CUDA_MEGAKERNEL) return -MS_E_UNSUPP;
+  e->trace_want = on != 0;
+  return 0;
+}
+
+extern "C" int ms_cuda_feed_trace_drain(struct ms_cuda_engine *e,
+                                        void (*fn)(void *user, int worker, const struct ms_cuda_trace_rec *r),
+                                        void *user, uint64_t *lost) {
+  *lost = 0;
+  if (!e->trace || e->in_flight) return -MS_E_STATE;
+  if (!e->traced) return 0;
+  e->traced = 0;
+  const int64_t off = e->clock_off;
+  for (int w = 0; w < e->n_workers; w++) {
+    uint32_t n = e->trace_n[w], rd = e->trace_rd[w];
+    if (n - rd > e->trace_cap) {  /* the ring went round: the oldest are gone */
+      *lost += n - rd - e->trace_cap;
+      rd = n - e->trace_cap;
+    }
+    for (; rd != n; rd++) {
+      const struct msd_trace_rec *d = &e->trace[(size_t)w * e->trace_cap + (rd & (e->trace_cap - 1))];
+      struct ms_cuda_trace_rec r = {(uint64_t)((int64_t)d->t_begin + off), (uint64_t)((int64_t)d->t_end + off),
+                                    (uint64_t)((int64_t)d->t_ready + off), d->step, d->task, d->wait_ns,
+                                    (int32_t)d->fired};
+      fn(user, w, &r);
+    }
+    e->trace_rd[w] = n;
+  }
+  return 0;
+}
+
+extern "C" int ms_cuda_workers(int n_sms) {
+  int dev = 0;
+  cudaDeviceProp p;
+  if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) return -1;
+  return ctas_for(&p, n_sms) - 1;
 }
 
 extern "C" int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log) {
@@ -996,6 +1113,12 @@ extern "C" int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits,
     }
     free(bw.last);
     __sync_synchronize();  /* the logits rows after done */
+    if (!rc) {
+      int64_t off = (int64_t)(ms_now_ns() - e->feed->t_done);
+      if (!e->have_off || off < e->clock_off) e->clock_off = off;
+      e->have_off = 1;
+    }
+    if (!rc && e->traced) rc = trace_marks(e, log);
   }
   if (!rc) *logits = e->feed_logits;
   e->fed_rows = 0;
@@ -1044,7 +1167,7 @@ out:
 
 extern "C" int ms_cuda_feed_totals(struct ms_cuda_engine *e, uint64_t *cls, uint64_t *ev) {
   if (!e->acc || e->o.mode != MS_CUDA_MEGAKERNEL) return -MS_E_STATE;
-  size_t nc = 3 * (size_t)e->plan->n_classes;
+  size_t nc = 4 * (size_t)e->plan->n_classes;
   uint64_t *h = (uint64_t *)malloc((e->acc_n + 1) * sizeof *h);
   if (!h) return -ENOMEM;
   cudaError_t ce = cudaMemcpyAsync(h, e->acc, e->acc_n * sizeof *h, cudaMemcpyDeviceToHost, e->cs);

@@ -108,6 +108,7 @@ struct msd_feed_step {
   uint64_t step;                    /* the engine's step number */
   int32_t rows;                     /* rows laid out (the host plan's bucket); past them padding */
   int32_t n_events;
+  int32_t trace;                    /* 1: the workers record the step's tasks (msd_rt.trace) */
   struct msd_feed_event ev[MSD_FEED_EVENTS];
   struct msd_feed_row row[MSD_MAX_SLOTS];
 };
@@ -116,6 +117,16 @@ struct msd_feed_step {
 struct msd_feed {
   volatile uint32_t seq;            /* host: steps handed over; MSD_SEQ_EXIT: return */
   volatile uint32_t done;           /* device: steps whose end event fired (logits rows written) */
+  volatile uint64_t t_done;         /* device: its clock as it moved done (the host's clock offset) */
+};
+
+/* One task of a traced step (host-mapped, per worker a ring of trace_cap):
+ * device clock; ready is when its event fired (the step start for a task
+ * that waits on none). */
+struct msd_trace_rec {
+  uint64_t t_begin, t_end, t_ready, step;
+  uint32_t task, wait_ns;
+  uint32_t fired, pad;              /* fired: its trigger completed its event */
 };
 
 /* The scheduler's view of the JIT rings: it alone pushes, so it owns the tails;
@@ -146,6 +157,7 @@ struct msd_sched {
    * them inside one even layout of its own step. */
   uint32_t layout_seq;
   uint64_t layout_step;
+  uint32_t tracing;                   /* fed mode: the published step is traced */
 };
 
 /* The runtime's device state (device memory), built by the host. */
@@ -191,6 +203,18 @@ struct msd_rt {
   int32_t fault_slot;
   float fault_slot_coef;
   const uint64_t *fault_release_ns;
+  /* When each event last fired (fed mode; NULL: not kept): the completing
+   * trigger's clock with its low byte the generation + 1, so a task's ready
+   * time (queue_ns, the trace) is read only from its own step's firing. */
+  uint64_t *fire_ns;                /* [the plan's events] */
+  /* The task trace (fed mode; NULL: none): worker w's records go to
+   * trace[w * trace_cap ..] as a ring; at the end of a traced step it
+   * publishes its count (trace_n[w]), then the step + 1 (trace_step[w]), so
+   * the host reads the step's records once every worker's mark moved. */
+  struct msd_trace_rec *trace;      /* host-mapped */
+  uint32_t *trace_n;                /* host-mapped [n_workers] */
+  uint64_t *trace_step;             /* host-mapped [n_workers] */
+  uint32_t trace_cap;               /* power of two */
 };
 
 /* ---- GPU-scope atomics: bpf/atomics.h, the device interpreter's and the maps' ---- */
@@ -310,12 +334,26 @@ static __device__ __forceinline__ int msd_event_fired(const struct msd_rt *rt, i
   return ev < 0 || ms_at_ld_acq64(&rt->counters[ev]) >= ms_event_target(&rt->events[ev], gen);
 }
 
+/* When task t became ready: its event's firing in generation gen (the step
+ * start's time t_step for a task that waits on none), at most t0; t0 when the
+ * firing's time is not there yet (the trigger stores it after its add). */
+static __device__ uint64_t msd_ready_ns(const struct msd_rt *rt, int t, uint64_t gen, uint64_t t_step,
+                                        uint64_t t0) {
+  int ev = rt->x->tasks[t].wait;
+  uint64_t f = t_step;
+  if (ev >= 0) {
+    uint64_t v = ms_at_word_ld64(&rt->fire_ns[ev]);
+    f = (v & 0xffu) == ((gen + 1) & 0xffu) && v > 0xffu ? v & ~(uint64_t)0xffu : t0;
+  }
+  return f < t0 ? f : t0;
+}
+
 /* Thread 0: counts one trigger of t's event; the last one puts an event with
- * JIT successors on the fired ring. */
-static __device__ void msd_trigger(const struct msd_rt *rt, int t, uint64_t gen, uint64_t step, int worker,
-                                   int rows) {
+ * JIT successors on the fired ring. Returns whether it completed the event. */
+static __device__ int msd_trigger(const struct msd_rt *rt, int t, uint64_t gen, uint64_t step, int worker,
+                                  int rows) {
   int ev = rt->x->tasks[t].trigger;
-  if (ev < 0) return;
+  if (ev < 0) return 0;
   const struct ms_event *E = &rt->events[ev];
   uint64_t target = ms_event_target(E, gen);
   /* fault injection (delayed_release): the trigger that completes the event
@@ -326,7 +364,8 @@ static __device__ void msd_trigger(const struct msd_rt *rt, int t, uint64_t gen,
   }
   __threadfence();
   uint64_t old = ms_at_add_acq_rel64(&rt->counters[ev], 1);
-  if (old + 1 != target) return;
+  if (old + 1 != target) return 0;
+  if (rt->fire_ns) ms_at_word_st64(&rt->fire_ns[ev], (msd_now() & ~(uint64_t)0xffu) | ((gen + 1) & 0xffu));
   if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_DEP_RELEASE)) {
     struct ms_hook_ctx c;
     msd_ctx_base(rt, &c, MS_HOOK_DEP_RELEASE, worker, step, rows);
@@ -351,10 +390,11 @@ static __device__ void msd_trigger(const struct msd_rt *rt, int t, uint64_t gen,
         msd_hook_sched_hint(rt->hooks, &c, worker);  /* seen by hint programs too; AOT order is fixed */
         msd_hook_fire(rt->hooks, &c, worker);
       }
-    return;
+    return 1;
   }
   uint32_t slot = atomicAdd(rt->fired_tail, 1u) & (rt->fired_cap - 1);
   ms_at_st_rel32((uint32_t *)&rt->fired[slot], (uint32_t)ev + 1);
+  return 1;
 }
 
 static __device__ void msd_task_hook(const struct msd_rt *rt, int hook, int t, uint64_t step, int worker,
@@ -386,16 +426,42 @@ static __device__ void msd_fault_spin(const struct msd_rt *rt, int t, int w, uin
 }
 
 /* The always-on aggregates of one task (thread 0, before its trigger). */
-static __device__ void msd_account(const struct msd_rt *rt, int t, uint64_t task_ns, uint64_t wait_ns) {
+static __device__ void msd_account(const struct msd_rt *rt, int t, uint64_t task_ns, uint64_t queue_ns,
+                                   uint64_t wait_ns) {
   const struct ms_task *k = &rt->x->tasks[t];
-  uint64_t *a = rt->cls_acc + 3 * (size_t)k->cls;  /* counters: relaxed adds, they order nothing */
+  uint64_t *a = rt->cls_acc + 4 * (size_t)k->cls;  /* counters: relaxed adds, they order nothing */
   ms_at_fetch_add64(&a[0], 1);
   ms_at_fetch_add64(&a[1], task_ns);
-  ms_at_fetch_add64(&a[2], wait_ns);
+  ms_at_fetch_add64(&a[2], queue_ns);
+  ms_at_fetch_add64(&a[3], wait_ns);
   if (k->wait < 0) return;
   uint64_t *b = rt->ev_acc + 2 * (size_t)rt->events[k->wait].cls;
   ms_at_fetch_add64(&b[0], 1);
   ms_at_fetch_add64(&b[1], wait_ns);
+}
+
+/* A traced task's record (thread 0, after its trigger: the step's records
+ * are published together at its end, msd_trace_publish). */
+static __device__ void msd_trace_task(const struct msd_rt *rt, int w, uint32_t *n, int t, uint64_t step,
+                                      uint64_t t0, uint64_t t1, uint64_t ready, uint64_t wait_ns, int fired) {
+  struct msd_trace_rec *r = &rt->trace[(size_t)w * rt->trace_cap + (*n & (rt->trace_cap - 1))];
+  r->t_begin = t0;
+  r->t_end = t1;
+  r->t_ready = ready;
+  r->step = step;
+  r->task = (uint32_t)t;
+  r->wait_ns = wait_ns > 0xffffffffull ? 0xffffffffu : (uint32_t)wait_ns;
+  r->fired = (uint32_t)fired;
+  ++*n;
+}
+
+/* The end of a traced step on worker w: its records, then their count, then
+ * the step's mark, each visible to the host before the next. */
+static __device__ void msd_trace_publish(const struct msd_rt *rt, int w, uint32_t n, uint64_t step) {
+  __threadfence_system();
+  ms_at_word_st32(&rt->trace_n[w], n);
+  __threadfence_system();
+  ms_at_word_st64(&rt->trace_step[w], step + 1);
 }
 
 /* The worker loop of CTA cta (worker cta - 1). */
@@ -408,6 +474,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
   const uint32_t cap = rt->jit_cap;
   int32_t *jq = rt->jit_q + (size_t)w * cap;
   uint32_t head = 0;  /* this worker's ring: it alone consumes */
+  uint32_t n_traced = 0;  /* records written since launch (thread 0) */
   if (tid == 0) s_step = 0;
   for (;;) {
     if (tid == 0) {
@@ -427,6 +494,9 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
     if (s_exit) return;
     const uint64_t gen = s_gen, step = s_step;
     const int rows = *(volatile int32_t *)rt->x->n_rows;
+    /* thread 0's: the step as this worker saw it start, and whether it is traced */
+    const uint64_t t_step = tid == 0 ? msd_now() : 0;
+    const int tracing = tid == 0 && rt->trace && ms_at_word_ld32(&rt->sched->tracing);
     int ai = rt->aot_off[w];
     const int aend = rt->aot_off[w + 1];
     int prefetched = -1, waited = -1;
@@ -523,13 +593,17 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
          * row metadata and slot generations this hook's context reads */
         if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_END))
           msd_task_hook(rt, MS_HOOK_TASK_END, t, step, w, rows, t0, msd_now(), wait_ns);
-        if (rt->cls_acc) msd_account(rt, t, msd_now() - t0, wait_ns);
-        msd_trigger(rt, t, gen, step, w, rows);
+        const uint64_t t1 = msd_now();
+        const uint64_t ready = rt->fire_ns ? msd_ready_ns(rt, t, gen, t_step, t0) : t0;
+        if (rt->cls_acc) msd_account(rt, t, t1 - t0, t0 - ready, wait_ns);
+        int fired = msd_trigger(rt, t, gen, step, w, rows);
+        if (tracing) msd_trace_task(rt, w, &n_traced, t, step, t0, t1, ready, wait_ns, fired);
         if (rt->hooks) msd_hooks_quiescent(rt->hooks, w);
       }
     }
     if (tid == 0) {
       msd_beat(rt, cta, step, -1, -1, &beat);
+      if (tracing) msd_trace_publish(rt, w, n_traced, step);
       /* the step's last wait, for dep_wait's step-end reason */
       if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_DEP_WAIT)) {
         struct ms_hook_ctx c;
@@ -788,6 +862,7 @@ static __device__ int msd_feed_start(const struct msd_rt *rt, uint32_t *fed, uin
     x->row_token[r] = live ? q->token : 0;
   }
   *x->n_rows = n;
+  ms_at_word_st32(&S->tracing, (uint32_t)(f->trace != 0));  /* published with the step */
   ms_at_word_st64(&S->layout_step, *step);
   ms_at_fence_acq_rel();
   ms_at_word_st32(&S->layout_seq, lseq + 2);
@@ -852,6 +927,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       /* the sample tasks wrote their rows' logits to host-mapped memory before
        * their triggers; the fence makes them, then done, visible to the host */
       __threadfence_system();
+      rt->feed->t_done = msd_now();
       rt->feed->done = fed;
     } else {
       msd_step_end(rt, step);

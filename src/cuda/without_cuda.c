@@ -78,6 +78,14 @@ int ms_cuda_replace_shared(struct ms_cuda_engine *e, int id, struct ms_monitor *
 }
 int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id) { return -MS_E_UNSUPP; }
 int ms_cuda_feed_totals(struct ms_cuda_engine *e, uint64_t *cls, uint64_t *ev) { return -MS_E_UNSUPP; }
+int ms_cuda_feed_trace(struct ms_cuda_engine *e, int on) { return -MS_E_UNSUPP; }
+int ms_cuda_feed_trace_drain(struct ms_cuda_engine *e,
+                             void (*fn)(void *user, int worker, const struct ms_cuda_trace_rec *r), void *user,
+                             uint64_t *lost) {
+  *lost = 0;
+  return -MS_E_UNSUPP;
+}
+int ms_cuda_workers(int n_sms) { return -1; }
 int ms_cuda_coverage_of(struct ms_cuda_engine *e, int id, uint32_t generation, struct ms_coverage *out) {
   return -MS_E_UNSUPP;
 }

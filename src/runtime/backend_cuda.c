@@ -22,9 +22,14 @@
  * Faults: the task delays, delayed_release and slow_request as tables the
  * device applies (ms_fault_table_new); late_admission in the shared admission.
  *
+ * The task trace: while one is recorded each step is handed over traced; the
+ * device's records of it (in the host's clock) go to the engine's workers'
+ * buffers as the CPU's would, after the step: one host worker per device
+ * worker, and the engine's largest bucket plan is the device's (the same
+ * compile: cuda_defaults gives the device's tiling; checked at the start).
+ *
  * Not here yet: chunked prefill (prompts feed one position a step), tensor
- * parallelism, the other fault types (refused at the start), the task trace
- * (refused: remote_tasks) and queue_ns (the device does not time it). */
+ * parallelism and the other fault types (refused at the start). */
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -58,6 +63,7 @@ struct cuda_be {
   uint8_t *told_done;
   int *tokens_before;         /* [n_slots] by row */
   int handed;                 /* publish_step handed a step over: the driver waits for it */
+  int traceable;              /* the device's plan is the engine's largest bucket's (trace records name its tasks) */
   int failed;                 /* the device failed: the engine stops */
   char log_text[4096];
 };
@@ -125,12 +131,50 @@ static void cuda_publish_step(void *ctx) {
     q->gen = s >= 0 ? e->slots[s].gen : 0;
     q->page = s >= 0 ? e->slots[s].pages[pos / e->o.page_size] : 0;
   }
+  if (c->traceable) ms_cuda_feed_trace(c->dev, atomic_load_explicit(&e->trace_on, memory_order_relaxed));
   struct ms_textbuf log = driver_log(c);
   if (ms_cuda_feed_step(c->dev, atomic_load_explicit(&e->cur_step, memory_order_relaxed), c->rows, n, c->ev,
                         request_hooked(e) ? c->n_ev : 0, &log))
     device_failed(c);
   else
     c->handed = 1;
+}
+
+/* One device record of the step just waited for, into its worker's trace
+ * buffer as the CPU engine's ms_tel_task writes it (the rows are the step's:
+ * the driver drains before it lays out the next). */
+static void trace_put(void *user, int w, const struct ms_cuda_trace_rec *d) {
+  struct cuda_be *c = user;
+  struct ms_engine *e = c->e;
+  const struct plan_rt *rt = &e->rt[e->n_buckets - 1];
+  if (w < 0 || w >= e->n_workers || d->task >= (uint32_t)rt->plan->n_tasks) return;
+  struct worker *wk = &e->workers[w];
+  if (!ms_tel_enter(wk)) return;
+  struct trace_rec *r = ms_tel_slot(wk);
+  if (r) {
+    const struct ms_task *k = &rt->plan->tasks[d->task];
+    const struct plan_rt *cur = atomic_load_explicit(&e->cur, memory_order_relaxed);
+    int row = k->tile[1];
+    *r = (struct trace_rec){.kind = TR_TASK, .t_begin = d->t_begin, .t_end = d->t_end, .t_ready = d->t_ready,
+                            .step = d->step, .task = d->task, .cls = k->cls,
+                            .wait_ev = k->wait >= 0 ? (uint32_t)k->wait : MS_HOOK_NONE32,
+                            .fired_ev = d->fired && k->trigger >= 0 ? (uint32_t)k->trigger : MS_HOOK_NONE32,
+                            .row = row, .slot = -1, .launch = k->launch, .waited = d->wait_ns > 0,
+                            .wait_ns_us = d->wait_ns / 1000, .bucket_log2 = (uint8_t)(e->n_buckets - 1)};
+    if (row >= 0 && row < cur->x.meta.n_rows && c->rows[row].slot >= 0) {
+      r->slot = c->rows[row].slot;
+      r->req_gen = c->rows[row].gen;
+    }
+    atomic_store_explicit(&wk->trace_n, atomic_load_explicit(&wk->trace_n, memory_order_relaxed) + 1,
+                          memory_order_release);
+  }
+  ms_tel_leave(wk);
+}
+
+static void drain_trace(struct cuda_be *c) {
+  uint64_t lost = 0;
+  if (!c->traceable || ms_cuda_feed_trace_drain(c->dev, trace_put, c, &lost) || !lost) return;
+  atomic_fetch_add_explicit(&c->e->workers[0].trace_dropped, lost, memory_order_relaxed);
 }
 
 /* The step's rows sampled on the host, as the CPU engine's sample tasks do. */
@@ -274,10 +318,11 @@ static void copy_totals(struct cuda_be *c) {
   struct worker *w = &e->workers[0];
   uint64_t tasks = 0;
   for (int k = 0; k < e->n_classes; k++) {
-    const uint64_t *v = c->cls_tot + 3 * (size_t)k;
+    const uint64_t *v = c->cls_tot + 4 * (size_t)k;
     atomic_store_explicit(&w->acc[k].tasks, v[0], memory_order_relaxed);
     atomic_store_explicit(&w->acc[k].task_ns, v[1], memory_order_relaxed);
-    atomic_store_explicit(&w->acc[k].wait_ns, v[2], memory_order_relaxed);
+    atomic_store_explicit(&w->acc[k].queue_ns, v[2], memory_order_relaxed);
+    atomic_store_explicit(&w->acc[k].wait_ns, v[3], memory_order_relaxed);
     tasks += v[0];
   }
   for (int k = 0; k < e->n_ev_classes; k++) {
@@ -319,6 +364,7 @@ static void *driver_main(void *arg) {
       device_failed(c);
       continue;
     }
+    drain_trace(c);
     struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
     sample_rows(c, rt, logits);
     if (request_hooked(e) && token_events(c, rt)) {
@@ -338,11 +384,34 @@ static uint64_t cuda_now(const void *ctx) {
   return ms_now_ns();
 }
 
-/* One host thread; rows are slots (no chunked prefill yet). A tp asked for
- * keeps its workers, so that the start refuses it by name. */
+/* One host thread (the driver) and a worker for each of the device's (its
+ * trace and per-worker figures); rows are slots (no chunked prefill yet). The
+ * plans are tiled as the device's (ms_cuda_engine_new's default), so that the
+ * largest bucket's is the device's. A tp asked for keeps its workers, so that
+ * the start refuses it by name. */
 static void cuda_defaults(struct ms_engine_opts *o) {
-  o->n_workers = o->tp > 1 ? o->tp : 1;
+  int w = ms_cuda_workers(o->cuda_sms);
+  o->n_workers = o->tp > 1 ? o->tp : w > 0 ? w : 1;
+  if (o->tiles_per_op <= 0 && w > 0) o->tiles_per_op = w;
   o->max_batched_tokens = 0;
+}
+
+/* Whether the device's plan is the engine's largest bucket plan, task for task. */
+static int same_plan(const struct ms_plan *a, const struct ms_plan *b) {
+  if (a->n_tasks != b->n_tasks || a->n_events != b->n_events || a->batch != b->batch) return 0;
+  for (int t = 0; t < a->n_tasks; t++) {
+    const struct ms_task *x = &a->tasks[t], *y = &b->tasks[t];
+    if (x->kernel != y->kernel || x->cls != y->cls || x->wait != y->wait || x->trigger != y->trigger ||
+        x->tile[1] != y->tile[1] || x->launch != y->launch)
+      return 0;
+  }
+  return 1;
+}
+
+/* A task trace needs the megakernel and the device's plan named by the engine's. */
+static int cuda_can_trace(const struct ms_engine *e) {
+  const struct cuda_be *c = e->be_ctx;
+  return c && c->traceable;
 }
 
 /* The host runs no kernel and keeps no KV cache: the device does both. */
@@ -455,7 +524,7 @@ static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
    * are the engine's (the same compiler, one more bucket: they are) */
   const struct ms_plan *dp = ms_cuda_plan(c->dev);
   if (e->o.mode == MS_MODE_MEGAKERNEL && dp->n_classes == e->n_classes && dp->n_ev_classes == e->n_ev_classes) {
-    c->cls_tot = calloc(3 * (size_t)e->n_classes + 1, sizeof *c->cls_tot);
+    c->cls_tot = calloc(4 * (size_t)e->n_classes + 1, sizeof *c->cls_tot);
     c->ev_tot = calloc(2 * (size_t)e->n_ev_classes + 1, sizeof *c->ev_tot);
   }
   /* The hook table is the registry of the device's monitors: remade for the
@@ -473,6 +542,8 @@ static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
   ms_hook_table_free(e->hooks);
   e->hooks = t;
   atomic_store_explicit(&e->hooks_on, 0, memory_order_relaxed);
+  c->traceable = e->o.mode == MS_MODE_MEGAKERNEL && ms_cuda_ctas(c->dev) - 1 == e->n_workers &&
+                 same_plan(dp, e->rt[e->n_buckets - 1].plan);
   if ((rc = ms_cuda_feed_start(c->dev, log))) {
     cuda_free(c);
     return rc;
@@ -499,4 +570,5 @@ const struct ms_backend_ops ms_backend_cuda = {
     .fired = cuda_fired,
     .defer_trigger = cuda_defer_trigger,
     .poll_at = cuda_poll_at,
+    .can_trace = cuda_can_trace,
 };

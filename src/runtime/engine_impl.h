@@ -239,8 +239,8 @@ struct ms_backend_ops {
   /* now() is simulated time: a request's times start at its admission, and
    * ms_engine_sim_now reports the clock */
   int virtual_clock;
-  /* tasks run elsewhere (the device): no task trace and no host task hooks;
-   * the backend feeds the aggregates and runs the monitors itself */
+  /* tasks run elsewhere (the device): no host task hooks; the backend feeds
+   * the aggregates and the trace buffers and runs the monitors itself */
   int remote_tasks;
   void (*defaults)(struct ms_engine_opts *o);          /* before anything is sized */
   int (*shape_only)(const struct ms_engine_opts *o);   /* 1: tasks run no kernels */
@@ -262,6 +262,9 @@ struct ms_backend_ops {
   /* Fault injection (starve_task): a held JIT task is due at `at`; an SM
    * that idles must look for JIT work again then. */
   void (*poll_at)(void *ctx, uint64_t at);
+  /* Whether a task trace can be recorded now (NULL: always): the records'
+   * tasks must be the engine's plans'. */
+  int (*can_trace)(const struct ms_engine *e);
 };
 
 extern const struct ms_backend_ops ms_backend_cpu;  /* backend_cpu.c */

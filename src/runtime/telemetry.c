@@ -207,7 +207,7 @@ int ms_engine_event_class_stats(const struct ms_engine *e, struct ms_class_stat 
 /* ---- the trace ---- */
 
 int ms_engine_trace_start(struct ms_engine *e, uint32_t records_per_worker) {
-  if (e->be->remote_tasks) return -MS_E_UNSUPP;  /* no task of this backend passes here */
+  if (e->be->can_trace && !e->be->can_trace(e)) return -MS_E_UNSUPP;
   if (atomic_load(&e->trace_on)) return -EBUSY;
   if (!records_per_worker) records_per_worker = 1u << 18;
   if (records_per_worker != e->trace_cap) {

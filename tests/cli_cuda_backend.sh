@@ -10,6 +10,7 @@
 #    apply, --sms on cpu); faults it applies leave the tokens alone;
 #  - bench decode --backend cuda: megakernel and per-op alternating, each made
 #    afresh for its run (one resident kernel holds every SM), the HBM bound;
+#  - bench diagnose on cuda scenarios: every method answers from the device;
 #  - serve --backend cuda: the official openai SDK (from .venv) gets a
 #    completion, a streamed chat and a seeded draw equal to the CPU server's;
 #    a monitor attached over the control socket runs on the device (coverage
@@ -70,6 +71,38 @@ assert len(d["rounds_tokens_per_s"]["per_op"]) == 2 and d["read_bound_tokens_per
 ' <<<"$bench" && ok || bad "bench decode --backend cuda: $bench"
 expect "$EMU" 1 "per-op mode has no hook sites" run --synthetic tiny --backend cuda --mode per-op --steps 2 \
   --attach "$MON/class_time.bpf.o"
+
+# ---- bench diagnose on the cuda backend: all six methods answer at every
+# budget from the device (heartbeats for PC sampling, the device's trace for the
+# trace methods, its monitors' maps); the generator draws only the faults the
+# device injects, and a scenario with another is refused by name
+"$EMU" bench diagnose --scenarios "$here/../bench/scenarios/cuda_smoke.json" --budgets 4k,64k --headline 64k \
+  --monitors "$MON" --quiet --json >"$tmp/diag.json" 2>"$tmp/diag.txt" || bad "bench diagnose on cuda: $(cat "$tmp/diag.txt")"
+python3 - "$tmp/diag.json" <<'PY' && ok || bad "bench diagnose on cuda: the report"
+import json, sys
+a = json.load(open(sys.argv[1]))
+methods = ["kernel_timing", "pc_sampling", "task_trace", "sampled_events", "semantic_monitors", "task_profiler"]
+assert len(a["scenarios"]) == 2
+for s in a["scenarios"]:
+    assert "error" not in s and s["backend"] == "cuda" and s["healthy_ns"] > 0, s
+    assert "run_to_run_spread" in s, s
+    for m in methods:
+        ans = s["answers"][m]
+        assert [x["budget"] for x in ans] == [4096, 65536], (m, ans)
+        assert all(x["coverage"] > 0 or m == "kernel_timing" for x in ans if x["budget"] == 65536), (m, ans)
+PY
+grep -q "CUDA backend: two healthy runs differ" "$tmp/diag.txt" && ok || bad "no CUDA spread line: $(cat "$tmp/diag.txt")"
+"$EMU" bench diagnose --generate 1 --backend cuda --write-scenarios "$tmp/gen.json" || bad "generate --backend cuda"
+python3 - "$tmp/gen.json" <<'PY' && ok || bad "generate --backend cuda: $(cat "$tmp/gen.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+types = sorted(s["faults"][0]["type"] for s in d if s["faults"])
+assert types == sorted(["slow_class", "delayed_release", "slow_request", "slow_worker", "slow_layer",
+                        "late_admission"]), types
+assert all(s["backend"] == "cuda" for s in d) and len(d) == 7, d
+PY
+echo '[{"name": "z", "preset": "tiny-moe", "backend": "cuda", "batch": 2, "steps": 2, "seed": 1, "faults": [{"type": "routing_skew", "target": "0", "factor": 0.5}]}]' >"$tmp/bad.json"
+expect "$EMU" 2 "routing_skew is not injected on the cuda backend" bench diagnose --scenarios "$tmp/bad.json"
 
 # ---- serve ----
 . "$here/serve_lib.sh"

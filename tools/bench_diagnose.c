@@ -88,7 +88,7 @@ struct args {
 };
 
 /* by enum ms_backend */
-static const char *const backend_names[] = {"cpu", "sim", NULL};
+static const char *const backend_names[] = {"cpu", "sim", "cuda", NULL};
 
 #define DA struct args
 static const struct cli_opt diag_opts[] = {
@@ -104,7 +104,9 @@ static const struct cli_opt diag_opts[] = {
                 "magnitudes are left to each scenario's seed. Written to\n"
                 "--write-scenarios (default stdout) unless --run"),
     CLI_OPT_U64(DA, seed, "seed", "S", "the generator's seed (default 1)"),
-    CLI_OPT_CHOICE(DA, backend, "backend", "B", backend_names, "generated scenarios' backend: sim (default) or cpu"),
+    CLI_OPT_CHOICE(DA, backend, "backend", "B", backend_names,
+                   "generated scenarios' backend: sim (default), cpu or cuda\n"
+                   "(cuda: the fault types the device injects)"),
     CLI_OPT_STR(DA, write, "write-scenarios", "F", "write the scenarios to F"),
     CLI_OPT_FLAG(DA, run, "run", "with --generate: run them too"),
     CLI_OPT_STR(DA, budgets, "budgets", "LIST",

@@ -186,6 +186,10 @@ int ms_cuda_feed_trace_drain(struct ms_cuda_engine *e,
 /* The workers a persistent kernel on this device would have (n_sms as
  * ms_cuda_opts'); -1 without a device. */
 int ms_cuda_workers(int n_sms);
+/* What each worker CTA last wrote to its heartbeat (megakernel): the task it
+ * runs (-1: none) and the task it waits for (-1: none), for workers 0 .. max;
+ * returns how many. Read from host-mapped memory while the kernel runs. */
+int ms_cuda_sample(const struct ms_cuda_engine *e, int32_t *running, int32_t *waiting, int max);
 /* Ends the resident kernel and waits for it. */
 int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log);
 /* The device's plan (the one monitors' map read-outs name classes by). */

@@ -127,6 +127,11 @@ int ms_engine_q8_active(const struct ms_engine *e);
 enum ms_mode ms_engine_mode(const struct ms_engine *e);
 /* The plan of the bucket holding `rows` rows. */
 const struct ms_plan *ms_engine_plan(const struct ms_engine *e, int rows);
+/* What each worker runs right now, as the watchdog sees it (on the CUDA
+ * backend, each CTA's heartbeat): kernel[w] is the kind (enum ms_kernel) of
+ * the task it runs, -1 while it waits on an event, -2 between tasks. Fills up
+ * to max and returns the workers (the analog of a PC sample). */
+int ms_engine_sample_kernels(const struct ms_engine *e, int *kernel, int max);
 
 struct ms_request_opts {
   size_t sz;

@@ -72,6 +72,10 @@ const char *ms_culprit_kind_name(enum ms_culprit_kind k);  /* "task_class", ... 
 int ms_fault_uses_factor(enum ms_fault_type t);
 /* 1 for the types whose magnitude is a slowdown factor >= 1 (not a share). */
 int ms_fault_factor_is_slowdown(enum ms_fault_type t);
+/* 1 for the types a device applies from tables (the CUDA backend: the task
+ * delays, slow_request, delayed_release; late_admission in the shared
+ * admission), 0 for those it does not inject. */
+int ms_fault_on_device(enum ms_fault_type t);
 /* routing_skew under the simulator's shape spread (row r takes experts r ..
  * r+top_k-1 mod n_experts): how many of rows 0..rows-1 change their route when a
  * `share` of them trade their last choice for expert `hot`. 0: the fault does

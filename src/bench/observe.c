@@ -275,19 +275,16 @@ static void pc_count(struct pc_ctx *pc, int sm, int kernel) {
 
 static void pc_sim_sample(void *user, int sm, int kernel) { pc_count(user, sm, kernel); }
 
-/* The CPU backend's sampler: a thread reads what each worker publishes for the
- * watchdog (the task it runs, the task it waits for), every 20 us. */
+/* The real-clock backends' sampler: a thread reads what each worker publishes
+ * for the watchdog (the task it runs, the task it waits for; on the CUDA
+ * backend each CTA's heartbeat), every 20 us. */
 static void *pc_thread(void *arg) {
   struct pc_ctx *pc = arg;
   struct ms_engine *e = pc->e;
+  int kernel[1024];
   while (!atomic_load_explicit(&pc->stop, memory_order_acquire)) {
-    struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
-    for (int w = 0; rt && w < e->n_workers; w++) {
-      int t = atomic_load_explicit(&e->workers[w].running, memory_order_relaxed);
-      int waiting = atomic_load_explicit(&e->workers[w].waiting, memory_order_relaxed);
-      int k = t >= 0 && t < rt->plan->n_tasks ? rt->plan->tasks[t].kernel : waiting != -1 ? -1 : -2;
-      pc_count(pc, w, k);
-    }
+    int n = ms_engine_sample_kernels(e, kernel, 1024);
+    for (int w = 0; w < n; w++) pc_count(pc, w, kernel[w]);
     struct timespec ts = {0, 20000};
     nanosleep(&ts, NULL);
   }
@@ -658,6 +655,7 @@ static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, con
   ms_engine_attach_coverage(e, id, 0, &cov);
   struct bench_features *f = bench_feat_new(p, e->n_workers, e->max_rows, s->tp > 1 ? s->tp : 1);
   if (!f) return -ENOMEM;
+  ms_engine_attach_sync(e, id);  /* the maps as they are now, where the programs run elsewhere */
   copy_map(e, id, "class_stat", f, FS_CLASS, 0);
   copy_map(e, id, "op_stat", f, FS_OP, 0);
   copy_map(e, id, "evclass_lag", f, FS_EVCLASS, 1);

@@ -82,7 +82,7 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
   ms_json_kstr(j, "name", s->name);
   ms_json_kstr(j, "split", c->split ? "held_out" : "training");
   ms_json_kstr(j, "preset", s->preset);
-  ms_json_kstr(j, "backend", s->backend == MS_BACKEND_SIM ? "sim" : "cpu");
+  ms_json_kstr(j, "backend", ms_backend_name(s->backend));
   if (s->backend == MS_BACKEND_SIM) ms_json_kstr(j, "gpu", s->gpu);
   ms_json_kint(j, "batch", s->batch);
   ms_json_kint(j, "steps", s->steps);
@@ -99,7 +99,7 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
   ms_json_knum(j, "healthy_ns", c->healthy_ns);
   ms_json_knum(j, "faulty_ns", c->faulty_ns);
   ms_json_knum(j, "slowdown", c->slowdown);
-  if (s->backend == MS_BACKEND_CPU) {
+  if (s->backend != MS_BACKEND_SIM) {
     ms_json_knum(j, "healthy_ns_repeat", c->healthy_ns_b);
     ms_json_knum(j, "faulty_ns_repeat", c->faulty_ns_b);
     ms_json_knum(j, "run_to_run_spread", c->spread);
@@ -343,18 +343,20 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
   fprintf(f, "%d scenarios ran of %d; the outer view: healthy %.3f ms, faulty %.3f ms on average (%+.2f%%, worst %+.2f%%)\n\n",
           ran, r->n, ran ? hsum / ran / 1e6 : 0, ran ? fsum / ran / 1e6 : 0, hsum > 0 ? 100 * (fsum / hsum - 1) : 0,
           100 * worst);
-  double sp_sum = 0, tg_sum = 0;
-  int n_cpu = 0;
-  for (int i = 0; i < r->n; i++)
-    if (!r->cases[i].error[0] && r->cases[i].sc.backend == MS_BACKEND_CPU) {
-      sp_sum += r->cases[i].spread;
-      tg_sum += r->cases[i].sc.target;
-      n_cpu++;
-    }
-  if (n_cpu)
-    fprintf(f, "CPU backend: two healthy runs differ by %.2f%% (the median of 5 pairs, mean over %d scenarios); "
-               "faults sized to at most %.2f%% on average (3x that, at least the scenario's target)\n\n",
-            100 * sp_sum / n_cpu, n_cpu, 100 * tg_sum / n_cpu);
+  for (int be = MS_BACKEND_CPU; be <= MS_BACKEND_CUDA; be += MS_BACKEND_CUDA - MS_BACKEND_CPU) {  /* real clocks */
+    double sp_sum = 0, tg_sum = 0;
+    int n_real = 0;
+    for (int i = 0; i < r->n; i++)
+      if (!r->cases[i].error[0] && (int)r->cases[i].sc.backend == be) {
+        sp_sum += r->cases[i].spread;
+        tg_sum += r->cases[i].sc.target;
+        n_real++;
+      }
+    if (n_real)
+      fprintf(f, "%s backend: two healthy runs differ by %.2f%% (the median of 5 pairs, mean over %d scenarios); "
+                 "faults sized to at most %.2f%% on average (3x that, at least the scenario's target)\n\n",
+              be == MS_BACKEND_CPU ? "CPU" : "CUDA", 100 * sp_sum / n_real, n_real, 100 * tg_sum / n_real);
+  }
   for (int sp = 0; sp < 2; sp++)
     if (split_cases(r, sp)) text_split(r, sp, f);
   if (split_cases(r, 0) && split_cases(r, 1)) text_side_by_side(r, f);

@@ -10,9 +10,9 @@
  * is closest to severity x target without passing the target: start from a
  * small magnitude, grow it until the run is measurably slower, then scale it
  * by goal / slowdown (the slowdown is close to proportional) a few times. On
- * the simulator a run is exact; on the CPU backend a slowdown is the median of
- * three paired runs and the tuning is as good as the machine's noise allows
- * (the report shows the pairs). */
+ * the simulator a run is exact; on the CPU and CUDA backends (real clocks) a
+ * slowdown is the median of five paired runs and the tuning is as good as the
+ * machine's noise allows (the report shows the pairs). */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -139,7 +139,7 @@ static double slowdown(struct runner *r, const struct ms_model *m, const struct 
  * methods. The report gives both. */
 static void size_to_noise(struct runner *r, const struct ms_model *m, struct bench_case *c) {
   struct bench_scenario *s = &c->sc;
-  if (s->backend != MS_BACKEND_CPU) return;
+  if (s->backend == MS_BACKEND_SIM) return;
   double q[5];
   for (int i = 0; i < 5; i++) {
     double a = run_once(r, m, s, 0, s->seed), b = run_once(r, m, s, 0, s->seed);
@@ -192,7 +192,7 @@ static void tune(struct runner *r, const struct ms_model *m, struct bench_case *
   double d = slowdown(r, m, s, &c->healthy_ns, &c->faulty_ns);
   c->slowdown = d;
   for (int i = 0; i < s->n_faults; i++) s->faults[i].slowdown = d;
-  if (s->backend == MS_BACKEND_CPU) slowdown(r, m, s, &c->healthy_ns_b, &c->faulty_ns_b);
+  if (s->backend != MS_BACKEND_SIM) slowdown(r, m, s, &c->healthy_ns_b, &c->faulty_ns_b);
 }
 
 /* ---- references ---- */
@@ -289,7 +289,7 @@ static void check_effect(struct bench_case *c, const struct ms_model *m) {
 static double perturbation(const struct runner *r, const struct bench_case *c, const struct bench_evidence *ev,
                            int workers) {
   if (c->faulty_ns <= 0) return 0;
-  if (c->sc.backend == MS_BACKEND_CPU) return (double)ev->run_ns / c->faulty_ns - 1;
+  if (c->sc.backend != MS_BACKEND_SIM) return (double)ev->run_ns / c->faulty_ns - 1;
   /* the simulator: observation costs no virtual time, so it is modelled: the
    * observation work spread over the SMs, against the run */
   double work = (double)ev->obs_execs * r->o->exec_ns + (double)ev->obs_records * r->o->record_ns +
@@ -319,7 +319,7 @@ static int run_case(struct runner *r, struct bench_case *c) {
   r->restart_n++;
   int workers = ms_engine_n_workers(e);
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for(s->batch),
-                               .tiles_per_op = s->backend == MS_BACKEND_SIM ? workers : 0, .tp = s->tp};
+                               .tiles_per_op = s->backend != MS_BACKEND_CPU ? workers : 0, .tp = s->tp};
   struct ms_plan *p = ms_plan_compile(m, &co, &r->log);
   c->healthy_ns = (double)bench_engine_drive(e, s);
   ms_engine_free(e);

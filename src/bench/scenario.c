@@ -209,12 +209,8 @@ static int parse_one(json_t *o, int idx, struct bench_scenario *s, struct ms_tex
     ms_textbuf_printf(log, "%s: \"preset\" must name a model preset (tiny, tiny-moe, llama-3.2-1b, ...)\n", what);
     return -EINVAL;
   }
-  if (!strcmp(backend, "sim")) {
-    s->backend = MS_BACKEND_SIM;
-  } else if (!strcmp(backend, "cpu")) {
-    s->backend = MS_BACKEND_CPU;
-  } else {
-    ms_textbuf_printf(log, "%s: \"backend\" must be \"sim\" or \"cpu\"\n", what);
+  if (ms_backend_parse(backend, &s->backend)) {
+    ms_textbuf_printf(log, "%s: \"backend\" must be \"sim\", \"cpu\" or \"cuda\"\n", what);
     return -EINVAL;
   }
   struct ms_sim_params sp;
@@ -238,6 +234,11 @@ static int parse_one(json_t *o, int idx, struct bench_scenario *s, struct ms_tex
     char fw[160];
     snprintf(fw, sizeof fw, "%s, fault %zu", what, i);
     if ((rc = parse_fault(json_array_get(fl, i), &s->faults[i], fw, log))) return rc;
+    if (s->backend == MS_BACKEND_CUDA && !ms_fault_on_device(s->faults[i].type)) {
+      ms_textbuf_printf(log, "%s: %s is not injected on the cuda backend (task delays, slow_request, "
+                        "delayed_release and late_admission are)\n", fw, ms_fault_type_name(s->faults[i].type));
+      return -EINVAL;
+    }
     s->n_faults++;
   }
   return 0;
@@ -336,14 +337,15 @@ static void gen_config(struct bench_scenario *s, int type, uint64_t *r, enum ms_
   s->target = 0.05;
   s->tp = 1;
   s->jitter = backend == MS_BACKEND_SIM ? 0.05 : 0;
-  if (backend == MS_BACKEND_CPU) {
+  if (backend != MS_BACKEND_SIM) {
     /* four layers of SmolLM2-135M (synthetic weights), two workers: the CPU
      * backend computes for real, and its tasks (tens of us) should stand above
-     * the scheduling noise of a shared machine */
+     * the scheduling noise of a shared machine; the CUDA backend runs the same
+     * on the device's workers (workers is the CPU's alone) */
     snprintf(s->preset, sizeof s->preset, "smollm2-135m");
     snprintf(s->gpu, sizeof s->gpu, "h100");
     s->n_layers = 4;
-    s->workers = 2;
+    s->workers = backend == MS_BACKEND_CPU ? 2 : 0;
     s->batch = 4;
     s->steps = 12;
     if (type == MS_FAULT_ROUTING_SKEW) {
@@ -378,15 +380,22 @@ static void gen_config(struct bench_scenario *s, int type, uint64_t *r, enum ms_
   if (type == MS_FAULT_LATE_ADMISSION && s->batch < 2) s->batch = 2;  /* a slot closes while others run */
 }
 
+/* Whether the backend injects fault type t (the CUDA backend: its tables). */
+static int injected(enum ms_backend backend, int t) {
+  return backend != MS_BACKEND_CUDA || ms_fault_on_device((enum ms_fault_type)t);
+}
+
 int bench_scenarios_generate(int per_type, uint64_t seed, enum ms_backend backend, struct bench_scenario **out,
                              int *n) {
-  int healthy = per_type, total = per_type * MS_FAULT_TYPE_COUNT + healthy;
+  int types = 0;
+  for (int t = 0; t < MS_FAULT_TYPE_COUNT; t++) types += injected(backend, t);
+  int healthy = per_type, total = per_type * types + healthy;
   struct bench_scenario *s = calloc((size_t)total, sizeof *s);
   uint64_t r = seed;
   if (!s) return -ENOMEM;
   int k = 0;
   for (int t = 0; t < MS_FAULT_TYPE_COUNT; t++)
-    for (int i = 0; i < per_type; i++, k++) {
+    for (int i = 0; i < per_type && injected(backend, t); i++, k++) {
       gen_config(&s[k], t, &r, backend);
       s[k].seed = rnd(&r) % 1000000;
       snprintf(s[k].name, sizeof s[k].name, "%s-%d", ms_fault_type_name((enum ms_fault_type)t), i);
@@ -414,7 +423,7 @@ int bench_scenarios_write(FILE *f, const struct bench_scenario *s, int n) {
     const struct bench_scenario *x = &s[i];
     fprintf(f, "  {\"name\": \"%s\", \"preset\": \"%s\", \"backend\": \"%s\", \"batch\": %d, \"steps\": %d, "
                "\"seed\": %llu",
-            x->name, x->preset, x->backend == MS_BACKEND_SIM ? "sim" : "cpu", x->batch, x->steps,
+            x->name, x->preset, ms_backend_name(x->backend), x->batch, x->steps,
             (unsigned long long)x->seed);
     if (x->backend == MS_BACKEND_SIM) fprintf(f, ", \"gpu\": \"%s\", \"jitter\": %g", x->gpu, x->jitter);
     if (x->tp > 1) fprintf(f, ", \"tp\": %d", x->tp);

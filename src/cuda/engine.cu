@@ -1069,6 +1069,16 @@ extern "C" int ms_cuda_feed_trace_drain(struct ms_cuda_engine *e,
   return 0;
 }
 
+extern "C" int ms_cuda_sample(const struct ms_cuda_engine *e, int32_t *running, int32_t *waiting, int max) {
+  int n = e->n_workers < max ? e->n_workers : max;
+  if (!e->beats) return 0;
+  for (int w = 0; w < n; w++) {  /* worker w is CTA w + 1 */
+    running[w] = e->beats[w + 1].running;
+    waiting[w] = e->beats[w + 1].waiting;
+  }
+  return n;
+}
+
 extern "C" int ms_cuda_workers(int n_sms) {
   int dev = 0;
   cudaDeviceProp p;

@@ -204,7 +204,7 @@ struct msd_rt {
   float fault_slot_coef;
   const uint64_t *fault_release_ns;
   /* When each event last fired (fed mode; NULL: not kept): the completing
-   * trigger's clock with its low byte the generation + 1, so a task's ready
+   * trigger's clock with its low byte the step + 1, so a task's ready
    * time (queue_ns, the trace) is read only from its own step's firing. */
   uint64_t *fire_ns;                /* [the plan's events] */
   /* The task trace (fed mode; NULL: none): worker w's records go to
@@ -253,6 +253,21 @@ static __device__ void msd_beat(const struct msd_rt *rt, int cta, uint64_t step,
   ms_at_word_st64((void *)&b->beats, ++bs->n);
 }
 
+/* When task t of step `step` became ready: its event's firing in that step
+ * (the step start's time t_step for a task that waits on none), at most t0;
+ * t0 when the firing's time is not there yet (the trigger stores it after its
+ * add, tagged with the step's low byte). */
+static __device__ uint64_t msd_ready_ns(const struct msd_rt *rt, int t, uint64_t step, uint64_t t_step,
+                                        uint64_t t0) {
+  int ev = rt->x->tasks[t].wait;
+  uint64_t f = t_step;
+  if (ev >= 0) {
+    uint64_t v = ms_at_word_ld64(&rt->fire_ns[ev]);
+    f = (v & 0xffu) == ((step + 1) & 0xffu) && v > 0xffu ? v & ~(uint64_t)0xffu : t0;
+  }
+  return f < t0 ? f : t0;
+}
+
 static __device__ void msd_ctx_base(const struct msd_rt *rt, struct ms_hook_ctx *c, int hook, int worker,
                                     uint64_t step, int rows) {
   /* hook/ctx_fill.h, as the CPU engines fill it; one device per engine: no remote producer */
@@ -280,6 +295,8 @@ static __device__ void msd_ctx_task(const struct msd_rt *rt, struct ms_hook_ctx 
     }
   }
   if (k->wait >= 0) ms_ctx_fill_event(c, &rt->events[k->wait], k->wait);
+  /* t_ready as the CPU fills it (fed mode keeps the firings' times) */
+  if (rt->fire_ns) c->t_ready = msd_ready_ns(rt, t, step, c->now_ns, c->now_ns);
 }
 
 /* Hook ABI v2 on the device, task_begin and task_end (thread 0, after the
@@ -334,19 +351,6 @@ static __device__ __forceinline__ int msd_event_fired(const struct msd_rt *rt, i
   return ev < 0 || ms_at_ld_acq64(&rt->counters[ev]) >= ms_event_target(&rt->events[ev], gen);
 }
 
-/* When task t became ready: its event's firing in generation gen (the step
- * start's time t_step for a task that waits on none), at most t0; t0 when the
- * firing's time is not there yet (the trigger stores it after its add). */
-static __device__ uint64_t msd_ready_ns(const struct msd_rt *rt, int t, uint64_t gen, uint64_t t_step,
-                                        uint64_t t0) {
-  int ev = rt->x->tasks[t].wait;
-  uint64_t f = t_step;
-  if (ev >= 0) {
-    uint64_t v = ms_at_word_ld64(&rt->fire_ns[ev]);
-    f = (v & 0xffu) == ((gen + 1) & 0xffu) && v > 0xffu ? v & ~(uint64_t)0xffu : t0;
-  }
-  return f < t0 ? f : t0;
-}
 
 /* Thread 0: counts one trigger of t's event; the last one puts an event with
  * JIT successors on the fired ring. Returns whether it completed the event. */
@@ -365,7 +369,7 @@ static __device__ int msd_trigger(const struct msd_rt *rt, int t, uint64_t gen, 
   __threadfence();
   uint64_t old = ms_at_add_acq_rel64(&rt->counters[ev], 1);
   if (old + 1 != target) return 0;
-  if (rt->fire_ns) ms_at_word_st64(&rt->fire_ns[ev], (msd_now() & ~(uint64_t)0xffu) | ((gen + 1) & 0xffu));
+  if (rt->fire_ns) ms_at_word_st64(&rt->fire_ns[ev], (msd_now() & ~(uint64_t)0xffu) | ((step + 1) & 0xffu));
   if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_DEP_RELEASE)) {
     struct ms_hook_ctx c;
     msd_ctx_base(rt, &c, MS_HOOK_DEP_RELEASE, worker, step, rows);
@@ -594,7 +598,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
         if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_END))
           msd_task_hook(rt, MS_HOOK_TASK_END, t, step, w, rows, t0, msd_now(), wait_ns);
         const uint64_t t1 = msd_now();
-        const uint64_t ready = rt->fire_ns ? msd_ready_ns(rt, t, gen, t_step, t0) : t0;
+        const uint64_t ready = rt->fire_ns ? msd_ready_ns(rt, t, step, t_step, t0) : t0;
         if (rt->cls_acc) msd_account(rt, t, t1 - t0, t0 - ready, wait_ns);
         int fired = msd_trigger(rt, t, gen, step, w, rows);
         if (tracing) msd_trace_task(rt, w, &n_traced, t, step, t0, t1, ready, wait_ns, fired);

@@ -86,6 +86,7 @@ int ms_cuda_feed_trace_drain(struct ms_cuda_engine *e,
   return -MS_E_UNSUPP;
 }
 int ms_cuda_workers(int n_sms) { return -1; }
+int ms_cuda_sample(const struct ms_cuda_engine *e, int32_t *running, int32_t *waiting, int max) { return 0; }
 int ms_cuda_coverage_of(struct ms_cuda_engine *e, int id, uint32_t generation, struct ms_coverage *out) {
   return -MS_E_UNSUPP;
 }

@@ -408,6 +408,17 @@ static int same_plan(const struct ms_plan *a, const struct ms_plan *b) {
   return 1;
 }
 
+/* The device's workers' heartbeats as kernels (ms_engine_sample_kernels). */
+static int cuda_sample_kernels(void *ctx, int *kernel, int n) {
+  struct cuda_be *c = ctx;
+  int32_t run[1024], wait[1024];
+  const struct ms_plan *p = ms_cuda_plan(c->dev);
+  int got = ms_cuda_sample(c->dev, run, wait, n < 1024 ? n : 1024);
+  for (int w = 0; w < got; w++)
+    kernel[w] = run[w] >= 0 && run[w] < p->n_tasks ? (int)p->tasks[run[w]].kernel : wait[w] >= 0 ? -1 : -2;
+  return got;
+}
+
 /* A task trace needs the megakernel and the device's plan named by the engine's. */
 static int cuda_can_trace(const struct ms_engine *e) {
   const struct cuda_be *c = e->be_ctx;
@@ -571,4 +582,5 @@ const struct ms_backend_ops ms_backend_cuda = {
     .defer_trigger = cuda_defer_trigger,
     .poll_at = cuda_poll_at,
     .can_trace = cuda_can_trace,
+    .sample_kernels = cuda_sample_kernels,
 };

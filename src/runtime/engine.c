@@ -166,6 +166,19 @@ const struct ms_plan *ms_engine_plan(const struct ms_engine *e, int rows) {
   return i < e->n_buckets ? e->rt[i].plan : NULL;
 }
 
+int ms_engine_sample_kernels(const struct ms_engine *e, int *kernel, int max) {
+  int n = e->n_workers < max ? e->n_workers : max;
+  if (e->be->sample_kernels && e->be_ctx) return e->be->sample_kernels(e->be_ctx, kernel, n);
+  struct ms_engine *m = (struct ms_engine *)e;
+  const struct plan_rt *rt = atomic_load_explicit(&m->cur, memory_order_relaxed);
+  for (int w = 0; w < n; w++) {
+    int t = atomic_load_explicit(&m->workers[w].running, memory_order_relaxed);
+    int waiting = atomic_load_explicit(&m->workers[w].waiting, memory_order_relaxed);
+    kernel[w] = rt && t >= 0 && t < rt->plan->n_tasks ? (int)rt->plan->tasks[t].kernel : waiting != -1 ? -1 : -2;
+  }
+  return n;
+}
+
 /* ---- read-outs and faults ---- */
 
 void ms_engine_get_stats(const struct ms_engine *e, struct ms_engine_stats *out) {

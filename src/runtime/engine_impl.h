@@ -265,6 +265,9 @@ struct ms_backend_ops {
   /* Whether a task trace can be recorded now (NULL: always): the records'
    * tasks must be the engine's plans'. */
   int (*can_trace)(const struct ms_engine *e);
+  /* What the SMs run now (ms_engine_sample_kernels; NULL: the workers' own
+   * running and waiting words): fills kernel[0 .. n), returns how many. */
+  int (*sample_kernels)(void *ctx, int *kernel, int n);
 };
 
 extern const struct ms_backend_ops ms_backend_cpu;  /* backend_cpu.c */

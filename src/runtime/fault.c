@@ -266,6 +266,18 @@ void ms_fault_table_free(struct ms_fault_table *t) {
   memset(t, 0, sizeof *t);
 }
 
+int ms_fault_on_device(enum ms_fault_type t) {
+  switch (t) {
+  case MS_FAULT_SLOW_CLASS:
+  case MS_FAULT_SLOW_LAYER:
+  case MS_FAULT_SLOW_WORKER:
+  case MS_FAULT_SLOW_REQUEST:
+  case MS_FAULT_DELAYED_RELEASE:
+  case MS_FAULT_LATE_ADMISSION: return 1;
+  default: return 0;
+  }
+}
+
 int ms_fault_table_new(const struct ms_engine *e, const struct ms_plan *p, int n_workers, struct ms_fault_table *out,
                        struct ms_textbuf *log) {
   memset(out, 0, sizeof *out);
@@ -280,6 +292,12 @@ int ms_fault_table_new(const struct ms_engine *e, const struct ms_plan *p, int n
   for (int i = 0; e->faults && i < e->faults->n; i++) {
     const struct ms_fault *f = &e->faults->f[i];
     float c = (float)(f->factor - 1);
+    if (!ms_fault_on_device(f->type)) {
+      ms_textbuf_printf(log, "fault: %s is not injected on this backend (task delays, delayed_release, "
+                        "slow_request and late_admission are)\n", ms_fault_type_name(f->type));
+      ms_fault_table_free(out);
+      return -MS_E_UNSUPP;
+    }
     switch (f->type) {
     case MS_FAULT_SLOW_CLASS:
       if (f->target >= 0 && f->target < p->n_classes) out->cls[f->target] += c;
@@ -306,10 +324,7 @@ int ms_fault_table_new(const struct ms_engine *e, const struct ms_plan *p, int n
     case MS_FAULT_LATE_ADMISSION:
       break;  /* the shared admission holds the request */
     default:
-      ms_textbuf_printf(log, "fault: %s is not injected on this backend (task delays, delayed_release, "
-                        "slow_request and late_admission are)\n", ms_fault_type_name(f->type));
-      ms_fault_table_free(out);
-      return -MS_E_UNSUPP;
+      break;  /* not on the device: refused above */
     }
   }
   return 0;

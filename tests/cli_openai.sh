@@ -50,13 +50,14 @@ stream() {  # stream OUT MAX_TOKENS: a streamed completion, its raw events in OU
     -d "{\"prompt\": \"drain\", \"max_tokens\": $2, \"stream\": true, \"temperature\": 0}" \
     "$URL/v1/completions" >"$1"
 }
-start_serve drain --synthetic tiny --max-ctx 4096 --drain-timeout 60 --watchdog-ms 0
-stream "$tmp/d1" 600 &
+start_serve drain --synthetic tiny --max-ctx 8192 --drain-timeout 60 --watchdog-ms 0
+stream "$tmp/d1" 8000 &
 spid=$!
 for _ in $(seq 1 100); do [ -s "$tmp/d1" ] && break; sleep 0.05; done
 kill -TERM "$SERVE_PID"
 for _ in $(seq 1 100); do grep -q 'stopping' "$tmp/drain/serve.out" && break; sleep 0.05; done
-code=$(curl -s -o "$tmp/late.json" -w '%{http_code}' -d '{"prompt": "late", "max_tokens": 2}' "$URL/v1/completions")
+code=$(curl -s -o "$tmp/late.json" -w '%{http_code}' -d '{"prompt": "late", "max_tokens": 2}' "$URL/v1/completions") \
+  || fail "a request during the drain reached no server (code $code; the stream had $(grep -c '^data:' "$tmp/d1") events)"
 [ "$code" = 503 ] || fail "a request during the drain: $code"
 wait "$spid" || true
 tail -c 200 "$tmp/d1" | grep -q 'data: \[DONE\]' || fail "the drained stream did not end with [DONE]"

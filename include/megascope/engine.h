@@ -255,6 +255,10 @@ int ms_engine_resume(struct ms_engine *e);
 
 /* The simulated clock of a sim engine (ns since it started); 0 for the CPU backend. */
 uint64_t ms_engine_sim_now(const struct ms_engine *e);
+/* The simulator's analog of PC sampling: fn(user, sm, kernel) for every SM
+ * every period_ns of virtual time (kernel as ms_engine_sample_kernels gives
+ * it). Set while the engine is paused; the engine's backend must be sim. */
+void ms_sim_sampler(struct ms_engine *e, uint64_t period_ns, void (*fn)(void *user, int sm, int kernel), void *user);
 
 /* The last watchdog report ("" when none); returns the stall count. */
 uint64_t ms_engine_last_stall(const struct ms_engine *e, char *buf, size_t n);

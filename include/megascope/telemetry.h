@@ -71,6 +71,22 @@ void ms_engine_trace_stats(const struct ms_engine *e, struct ms_trace_stats *out
  * The same as ms_engine_trace_save with MS_TRACE_JSON and no budget. */
 int ms_engine_trace_write(const struct ms_engine *e, FILE *f);
 
+/* One task record of the last trace as a reader sees it (the benchmark's
+ * observers): times on the engine's clock, not clipped to the window. */
+struct ms_trace_task {
+  int worker;
+  int bucket;                 /* the rows of the plan that ran it (ms_engine_plan) */
+  uint32_t task;              /* of that plan */
+  int32_t slot;               /* -1: no request */
+  int fired;                  /* its trigger completed its event */
+  uint64_t step, t_begin, t_end, t_ready;
+};
+/* fn for every task record of the last trace (stopped), each worker's in the
+ * order it wrote them; fn returns nonzero to stop. -EBUSY while recording;
+ * otherwise the records visited. */
+long ms_engine_trace_tasks(const struct ms_engine *e, int (*fn)(void *user, const struct ms_trace_task *r),
+                           void *user);
+
 /* Trace file formats. */
 enum ms_trace_format {
   MS_TRACE_JSON = 0,      /* Chrome JSON ("ts" in microseconds, printed exactly: 1234.567) */

@@ -20,14 +20,15 @@
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bench/bench.h"
-#include "hook/hook_impl.h"
+#include "megascope/bpf.h"
 #include "megascope/monitor.h"
+#include "megascope/plan_ir.h"
 #include "megascope/telemetry.h"
-#include "runtime/engine_impl.h"
 
 #define REC_BYTES 32      /* a trace or sampled task record as shipped */
 #define PC_ROW_BYTES 16   /* (device, kernel, state) and a count */
@@ -323,30 +324,31 @@ struct trace_rows {
   int n;
 };
 
+static int count_task(void *user, const struct ms_trace_task *r) {
+  (void)user;
+  (void)r;
+  return 0;
+}
+
+/* Each worker's records in order: idx is the record's place among its worker's. */
+static int keep_task(void *user, const struct ms_trace_task *r) {
+  struct trace_rows *tr = user;
+  int idx = tr->n && tr->r[tr->n - 1].worker == r->worker ? tr->r[tr->n - 1].idx + 1 : 0;
+  tr->r[tr->n++] = (struct trace_row){.worker = r->worker, .idx = idx, .task = (int)r->task, .bucket = r->bucket,
+                                      .slot = r->slot, .fired = r->fired, .step = r->step, .t_begin = r->t_begin,
+                                      .t_end = r->t_end, .t_ready = r->t_ready};
+  return 0;
+}
+
 static int trace_collect(struct ms_engine *e, struct bench_evidence *ev) {
-  uint64_t total = 0;
-  for (int w = 0; w < e->n_workers; w++) {
-    const struct worker *wk = &e->workers[w];
-    if (wk->trace_session == atomic_load(&e->trace_session)) total += atomic_load(&((struct worker *)wk)->trace_n);
-  }
+  long total = ms_engine_trace_tasks(e, count_task, NULL);
+  if (total < 0) return (int)total;
   struct trace_rows *tr = calloc(1, sizeof *tr);
-  if (!tr || !(tr->r = calloc(total + 1, sizeof *tr->r))) {
+  if (!tr || !(tr->r = calloc((size_t)total + 1, sizeof *tr->r))) {
     free(tr);
     return -ENOMEM;
   }
-  for (int w = 0; w < e->n_workers; w++) {
-    struct worker *wk = &e->workers[w];
-    if (wk->trace_session != atomic_load(&e->trace_session)) continue;
-    uint32_t n = atomic_load_explicit(&wk->trace_n, memory_order_acquire);
-    for (uint32_t i = 0, idx = 0; i < n; i++) {
-      const struct trace_rec *x = &wk->trace[i];
-      if (x->kind != TR_TASK) continue;
-      tr->r[tr->n++] = (struct trace_row){.worker = w, .idx = (int)idx++, .task = (int)x->task,
-                                          .bucket = 1 << x->bucket_log2, .slot = x->slot,
-                                          .fired = x->fired_ev != MS_HOOK_NONE32, .step = x->step,
-                                          .t_begin = x->t_begin, .t_end = x->t_end, .t_ready = x->t_ready};
-    }
-  }
+  ms_engine_trace_tasks(e, keep_task, tr);
   struct ms_trace_stats ts;
   ms_engine_trace_stats(e, &ts);
   ev->coverage = ts.records + ts.dropped ? (double)ts.records / (double)(ts.records + ts.dropped) : 0;
@@ -402,7 +404,7 @@ static void feat_lags(struct bench_features *f, struct ms_engine *e, struct fire
 static struct bench_features *trace_features(struct ms_engine *e, const struct bench_scenario *s,
                                              const struct trace_rows *tr, uint64_t *bytes) {
   const struct ms_plan *p0 = batch_plan(e, s);
-  struct bench_features *f = bench_feat_new(p0, e->n_workers, e->max_rows, s->tp > 1 ? s->tp : 1);
+  struct bench_features *f = bench_feat_new(p0, ms_engine_n_workers(e), p0->batch, s->tp > 1 ? s->tp : 1);
   if (!f) return NULL;
   int keep = -1;  /* the engine kept what the budget allowed */
   size_t nf = 0, kept = 0;
@@ -427,9 +429,9 @@ static struct bench_features *trace_features(struct ms_engine *e, const struct b
 
 static int observe_trace(struct ms_engine *e, const struct bench_scenario *s, uint64_t budget,
                          struct bench_evidence *ev) {
-  uint64_t per = budget / ((uint64_t)REC_BYTES * (uint64_t)e->n_workers);
+  uint64_t per = budget / ((uint64_t)REC_BYTES * (uint64_t)ms_engine_n_workers(e));
   if (!budget) /* the reference: everything (twice a worker's even share, for the JIT tasks it picks up) */
-    per = (uint64_t)ms_engine_plan(e, s->batch)->n_tasks * (uint64_t)(s->steps + 1) * 2 / (uint64_t)e->n_workers + 256;
+    per = (uint64_t)ms_engine_plan(e, s->batch)->n_tasks * (uint64_t)(s->steps + 1) * 2 / (uint64_t)ms_engine_n_workers(e) + 256;
   if (per > (1u << 24)) per = 1u << 24;
   if (per && ms_engine_trace_start(e, (uint32_t)per)) return -ENOMEM;
   ev->run_ns = bench_engine_drive(e, s);
@@ -463,7 +465,7 @@ static int cmp_row_begin(const void *a, const void *b) {
 static int observe_profiler(struct ms_engine *e, const struct bench_scenario *s, uint64_t budget,
                             struct bench_evidence *ev) {
   const struct ms_plan *p = batch_plan(e, s);
-  uint64_t per = (uint64_t)p->n_tasks * (uint64_t)(s->steps + 1) * 2 / (uint64_t)e->n_workers + 256;
+  uint64_t per = (uint64_t)p->n_tasks * (uint64_t)(s->steps + 1) * 2 / (uint64_t)ms_engine_n_workers(e) + 256;
   if (per > (1u << 24)) per = 1u << 24;
   if (ms_engine_trace_start(e, (uint32_t)per)) return -ENOMEM;
   ev->run_ns = bench_engine_drive(e, s);
@@ -504,15 +506,14 @@ static struct ms_monitor *open_monitor(const struct bench_opts *o, const char *n
   return ms_monitor_open(path, log);
 }
 
-/* A map of attachment id by name (the attachment stays readable after detach). */
+/* A map of attachment id by name, up to date (the attachment stays readable
+ * after detach). */
 static struct ms_bpf_map *att_map(struct ms_engine *e, int id, const char *name) {
-  struct ms_bpf_map *m = NULL;
-  pthread_mutex_lock(&e->hooks->mu);
-  struct attachment *a = ms_hook_find(e->hooks, id);
-  for (int i = 0; a && i < a->cur->n_maps; i++)
-    if (!strcmp(ms_bpf_map_info(a->cur->maps[i])->name, name)) m = a->cur->maps[i];
-  pthread_mutex_unlock(&e->hooks->mu);
-  return m;
+  struct ms_bpf_map *maps[64];
+  int n = ms_engine_attach_maps(e, id, maps, 64);
+  for (int i = 0; i < n; i++)
+    if (!strcmp(ms_bpf_map_info(maps[i])->name, name)) return maps[i];
+  return NULL;
 }
 
 /* ---- (d) sampled task events ---- */
@@ -566,7 +567,7 @@ static int observe_sampled(const struct bench_opts *o, struct ms_engine *e, cons
   struct ms_coverage cov;
   ms_engine_attach_coverage(e, id, 0, &cov);
   ms_engine_detach(e, id);
-  struct bench_features *f = bench_feat_new(p, e->n_workers, e->max_rows, s->tp > 1 ? s->tp : 1);
+  struct bench_features *f = bench_feat_new(p, ms_engine_n_workers(e), p->batch, s->tp > 1 ? s->tp : 1);
   size_t cap = (size_t)(budget ? budget / REC_BYTES : events) + 16;
   struct sample_ctx c = {.e = e, .f = f, .fk = calloc(cap, sizeof *c.fk), .rows = calloc(cap, sizeof *c.rows), .cap = cap};
   struct ms_bpf_map *ring = att_map(e, id, "task_samples");
@@ -653,9 +654,8 @@ static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, con
   if (id <= 0) return -EINVAL;
   struct ms_coverage cov;
   ms_engine_attach_coverage(e, id, 0, &cov);
-  struct bench_features *f = bench_feat_new(p, e->n_workers, e->max_rows, s->tp > 1 ? s->tp : 1);
+  struct bench_features *f = bench_feat_new(p, ms_engine_n_workers(e), p->batch, s->tp > 1 ? s->tp : 1);
   if (!f) return -ENOMEM;
-  ms_engine_attach_sync(e, id);  /* the maps as they are now, where the programs run elsewhere */
   copy_map(e, id, "class_stat", f, FS_CLASS, 0);
   copy_map(e, id, "op_stat", f, FS_OP, 0);
   copy_map(e, id, "evclass_lag", f, FS_EVCLASS, 1);

@@ -326,10 +326,6 @@ void *ms_rt_prefill_main(void *e);   /* compiles the prefill plans (a thread, or
 /* The device (tensor parallel) worker w belongs to. */
 int ms_rt_device(const struct ms_engine *e, int worker);
 
-/* backend_sim.c: the bench's PC-sampling analog: fn(user, sm, kernel) for
- * every SM every period_ns of virtual time (kernel -1: waiting, -2: between
- * tasks). Set while the engine is paused; the engine's backend must be sim. */
-void ms_sim_sampler(struct ms_engine *e, uint64_t period_ns, void (*fn)(void *user, int sm, int kernel), void *user);
 
 /* telemetry.c */
 int ms_tel_init(struct ms_engine *e);

@@ -247,6 +247,25 @@ uint32_t ms_tel_published(const struct ms_engine *e, int w) {
   return atomic_load_explicit(&((struct worker *)wk)->trace_n, memory_order_acquire);
 }
 
+long ms_engine_trace_tasks(const struct ms_engine *e, int (*fn)(void *user, const struct ms_trace_task *r),
+                           void *user) {
+  if (atomic_load(&((struct ms_engine *)e)->trace_on)) return -EBUSY;
+  long n = 0;
+  for (int w = 0; w < e->n_workers; w++) {
+    uint32_t k = ms_tel_published(e, w);
+    for (uint32_t i = 0; i < k; i++) {
+      const struct trace_rec *x = &e->workers[w].trace[i];
+      if (x->kind != TR_TASK) continue;
+      struct ms_trace_task r = {.worker = w, .bucket = 1 << x->bucket_log2, .task = x->task, .slot = x->slot,
+                                .fired = x->fired_ev != MS_HOOK_NONE32, .step = x->step, .t_begin = x->t_begin,
+                                .t_end = x->t_end, .t_ready = x->t_ready};
+      n++;
+      if (fn(user, &r)) return n;
+    }
+  }
+  return n;
+}
+
 void ms_engine_trace_stats(const struct ms_engine *e, struct ms_trace_stats *out) {
   memset(out, 0, sizeof *out);
   out->active = atomic_load(&((struct ms_engine *)e)->trace_on);

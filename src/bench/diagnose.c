@@ -384,8 +384,30 @@ static void hyp_slow_worker(struct fctx *c) {
       "reference (%.0f tasks; workers scatter by %.1f%%)", w, ratio, x->ratio_n, 100 * sd);
 }
 
+/* How much one task's time scatters around its class's mean, relative to it,
+ * as the reference shows it: its workers' mean ratios scatter by sd (a robust
+ * sd over the workers), each a mean of about m tasks, so one task by sd x
+ * sqrt(m). 0.5 when the reference has too few workers to say. */
+static double task_scatter(const struct fctx *c) {
+  double dev[1024], cnt[1024];
+  int n = 0;
+  for (int i = 0; i < c->ref->n[FS_WORKER] && n < 1024; i++) {
+    const struct bench_stat *r = &c->ref->row[FS_WORKER][i];
+    if (r->ratio_n >= 3 && r->ratio > 0) dev[n] = r->ratio / r->ratio_n, cnt[n++] = r->ratio_n;
+  }
+  if (n < 4) return 0.5;
+  sort_d(dev, n);
+  sort_d(cnt, n);
+  double med = dev[n / 2];
+  for (int i = 0; i < n; i++) dev[i] = fabs(dev[i] - med);
+  sort_d(dev, n);
+  double sd = 1.4826 * dev[n / 2] * sqrt(cnt[n / 2]);
+  return sd < 0.02 ? 0.02 : sd > 0.5 ? 0.5 : sd;
+}
+
 /* Open-ended: a device whose tasks (communication aside) ran slower than the
- * other devices', against the same in the reference. */
+ * other devices', against the same in the reference. Its mean's noise is the
+ * tasks' scatter (task_scatter) over its tasks, in this run and the reference. */
 static void hyp_device_busy(struct fctx *c) {
   int D = c->cur->n[FS_DEVBUSY];
   if (D < 2) return;
@@ -400,12 +422,13 @@ static void hyp_device_busy(struct fctx *c) {
     sr += mr[d];
     n++;
   }
+  const double scatter = task_scatter(c);
   for (int d = 0; d < n; d++) {
     double oc = (sc - mc[d]) / (n - 1), orf = (sr - mr[d]) / (n - 1);
     double ratio = (mc[d] / oc) / (mr[d] / orf);
     /* against the other devices of the same run and the same in the reference: the
      * run's drift and the devices' mix of tasks cancel */
-    double z = (ratio - 1) / (0.005 + 0.5 / sqrt(c->cur->row[FS_DEVBUSY][d].n));
+    double z = (ratio - 1) / (0.005 + scatter * sqrt(2 / c->cur->row[FS_DEVBUSY][d].n));
     add(c, -2, MS_CULPRIT_DEVICE, d, z, "device %d: its tasks ran %.3fx as long as the other devices' (against the "
         "reference)", d, ratio);
   }

@@ -25,6 +25,33 @@ static int place(struct ms_engine *e, uint64_t *rng, int *rr) {
   return w;
 }
 
+/* Tensor parallel: the device whose shard task t computes, or -1 for a task
+ * any device's SMs may run. A column-tiled operator's tiles are split as the
+ * devices' contiguous shares of its output columns (the shares their
+ * communication tasks then gather), so device d's tiles run on device d's SMs,
+ * as in a real TP split; row tasks, operators of fewer tiles than devices and
+ * the communication tasks (comm_worker) are not pinned. */
+static int shard_device(const struct ms_engine *e, const struct ms_plan *p, int t) {
+  int D = e->o.tp;
+  const struct ms_task *k = &p->tasks[t];
+  const struct ms_task_class *c = &p->classes[k->cls];
+  if (D <= 1 || k->kernel == MS_K_COMM || k->kernel == MS_K_EMPTY || c->tile <= 0 || k->tile[0] < 0) return -1;
+  int nx = (c->n_out + c->tile - 1) / c->tile;
+  return nx >= D ? (int)((int64_t)k->tile[0] * D / nx) : -1;
+}
+
+/* A worker for task t: its device's next (round-robin per device, or at random
+ * when shuffled) when it is pinned to one, else the next of all. */
+static int place_task(struct ms_engine *e, const struct ms_plan *p, int t, uint64_t *rng, int *rr, int *rr_dev) {
+  int d = shard_device(e, p, t);
+  if (d < 0) return place(e, rng, rr);
+  int per = (e->n_workers + e->o.tp - 1) / e->o.tp, base = d * per;
+  int n = base + per <= e->n_workers ? per : e->n_workers - base;
+  if (n <= 0) return place(e, rng, rr);
+  if (e->o.shuffle) return base + (int)(ms_rt_rng_next(rng) % (uint64_t)n);
+  return base + rr_dev[d]++ % n;
+}
+
 int ms_rt_device(const struct ms_engine *e, int worker) {
   int D = e->o.tp > 1 ? e->o.tp : 1;
   return worker / ((e->n_workers + D - 1) / D);
@@ -43,6 +70,7 @@ static int rt_queues(struct ms_engine *e, struct plan_rt *rt, uint64_t seed) {
   int W = e->n_workers, rr = 0;
   uint64_t rng = seed | 1;
   int *owner = malloc((size_t)p->n_tasks * sizeof *owner);
+  int rr_dev[64] = {0}, rr_op[64] = {0};  /* tp is at most 64 (ms_engine_new) */
   rt->aot_q = calloc((size_t)W, sizeof *rt->aot_q);
   rt->aot_n = calloc((size_t)W, sizeof *rt->aot_n);
   rt->op_q = calloc((size_t)W, sizeof *rt->op_q);
@@ -60,12 +88,12 @@ static int rt_queues(struct ms_engine *e, struct plan_rt *rt, uint64_t seed) {
    * order; the step start always on worker 0, which ran its body. */
   for (int t = 0; t < p->n_tasks; t++) {
     if (p->tasks[t].launch != MS_LAUNCH_AOT) continue;
-    int w = t == 0 ? 0 : place(e, &rng, &rr);
+    int w = t == 0 ? 0 : place_task(e, p, t, &rng, &rr, rr_dev);
     if (p->tasks[t].kernel == MS_K_COMM) w = comm_worker(e, p, t);
     rt->aot_q[w][rt->aot_n[w]++] = t;
   }
   /* per-op: every task (JIT included) placed by stage. */
-  for (int t = 0; t < p->n_tasks; t++) owner[t] = t == 0 ? 0 : place(e, &rng, &rr);
+  for (int t = 0; t < p->n_tasks; t++) owner[t] = t == 0 ? 0 : place_task(e, p, t, &rng, &rr, rr_op);
   for (int s = 0; s < rt->n_stages; s++)
     for (int w = 0; w < W; w++) rt->op_end[w][s] = rt->op_n[w];
   for (int s = 0; s < rt->n_stages; s++) {

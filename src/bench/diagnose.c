@@ -346,6 +346,27 @@ static double worker_task_ratio(struct fctx *c, int w) {
   return (x->ratio / x->ratio_n) / (r->ratio / r->ratio_n);
 }
 
+/* How far the reference's workers' mean task ratios (each task's time over its
+ * class's mean) scatter: a robust sd over the workers, and the median number
+ * of tasks a worker's mean is of. -1 when fewer than 4 workers say. */
+static int worker_scatter(const struct fctx *c, double *sd, double *m) {
+  double dev[1024], cnt[1024];
+  int n = 0;
+  for (int i = 0; i < c->ref->n[FS_WORKER] && n < 1024; i++) {
+    const struct bench_stat *r = &c->ref->row[FS_WORKER][i];
+    if (r->ratio_n >= 3 && r->ratio > 0) dev[n] = r->ratio / r->ratio_n, cnt[n++] = r->ratio_n;
+  }
+  if (n < 4) return -1;
+  sort_d(dev, n);
+  sort_d(cnt, n);
+  double med = dev[n / 2];
+  for (int i = 0; i < n; i++) dev[i] = fabs(dev[i] - med);
+  sort_d(dev, n);
+  *sd = 1.4826 * dev[n / 2];
+  *m = cnt[n / 2];
+  return 0;
+}
+
 /* Open-ended: the worker whose tasks ran longest against their classes' means,
  * if that is more than its own reference: a cause no diagnoser here was written
  * for, so "unknown", scope the worker. */
@@ -358,18 +379,8 @@ static void hyp_slow_worker(struct fctx *c) {
   /* the noise of a worker's mean, from the reference: how far its workers'
    * means scatter around 1 (a robust sd over the workers, which the mix of
    * classes on each worker widens beyond the noise of one mean) */
-  double dev[1024];
-  int n = 0;
-  for (int i = 0; i < c->ref->n[FS_WORKER] && n < 1024; i++) {
-    const struct bench_stat *r = &c->ref->row[FS_WORKER][i];
-    if (r->ratio_n >= 3 && r->ratio > 0) dev[n++] = r->ratio / r->ratio_n;
-  }
-  if (n < 4) return;
-  sort_d(dev, n);
-  double med = dev[n / 2];
-  for (int i = 0; i < n; i++) dev[i] = fabs(dev[i] - med);
-  sort_d(dev, n);
-  double sd = 1.4826 * dev[n / 2];
+  double sd, m;
+  if (worker_scatter(c, &sd, &m)) return;
   double z = (ratio - 1) / (sd + 0.003);
   /* one throttled worker stands out from the next slowest; when the next is as
    * slow, the cause is wider than a worker (its device, its layer) */
@@ -389,19 +400,9 @@ static void hyp_slow_worker(struct fctx *c) {
  * sd over the workers), each a mean of about m tasks, so one task by sd x
  * sqrt(m). 0.5 when the reference has too few workers to say. */
 static double task_scatter(const struct fctx *c) {
-  double dev[1024], cnt[1024];
-  int n = 0;
-  for (int i = 0; i < c->ref->n[FS_WORKER] && n < 1024; i++) {
-    const struct bench_stat *r = &c->ref->row[FS_WORKER][i];
-    if (r->ratio_n >= 3 && r->ratio > 0) dev[n] = r->ratio / r->ratio_n, cnt[n++] = r->ratio_n;
-  }
-  if (n < 4) return 0.5;
-  sort_d(dev, n);
-  sort_d(cnt, n);
-  double med = dev[n / 2];
-  for (int i = 0; i < n; i++) dev[i] = fabs(dev[i] - med);
-  sort_d(dev, n);
-  double sd = 1.4826 * dev[n / 2] * sqrt(cnt[n / 2]);
+  double sd, m;
+  if (worker_scatter(c, &sd, &m)) return 0.5;
+  sd *= sqrt(m);
   return sd < 0.02 ? 0.02 : sd > 0.5 ? 0.5 : sd;
 }
 

@@ -321,18 +321,13 @@ static int observe_pc(struct ms_engine *e, const struct bench_scenario *s, struc
 /* One record as (c) ships it; `fired`: its trigger completed its event. */
 struct trace_rows {
   struct trace_row *r;
-  int n;
+  int n, cap;
 };
-
-static int count_task(void *user, const struct ms_trace_task *r) {
-  (void)user;
-  (void)r;
-  return 0;
-}
 
 /* Each worker's records in order: idx is the record's place among its worker's. */
 static int keep_task(void *user, const struct ms_trace_task *r) {
   struct trace_rows *tr = user;
+  if (tr->n == tr->cap) return 1;
   int idx = tr->n && tr->r[tr->n - 1].worker == r->worker ? tr->r[tr->n - 1].idx + 1 : 0;
   tr->r[tr->n++] = (struct trace_row){.worker = r->worker, .idx = idx, .task = (int)r->task, .bucket = r->bucket,
                                       .slot = r->slot, .fired = r->fired, .step = r->step, .t_begin = r->t_begin,
@@ -341,14 +336,20 @@ static int keep_task(void *user, const struct ms_trace_task *r) {
 }
 
 static int trace_collect(struct ms_engine *e, struct bench_evidence *ev) {
-  long total = ms_engine_trace_tasks(e, count_task, NULL);
-  if (total < 0) return (int)total;
+  struct ms_trace_stats ts0;
+  ms_engine_trace_stats(e, &ts0);  /* every record the buffers hold: the task records and the queue depths */
   struct trace_rows *tr = calloc(1, sizeof *tr);
-  if (!tr || !(tr->r = calloc((size_t)total + 1, sizeof *tr->r))) {
+  if (!tr || !(tr->r = calloc((size_t)ts0.records + 1, sizeof *tr->r))) {
     free(tr);
     return -ENOMEM;
   }
-  ms_engine_trace_tasks(e, keep_task, tr);
+  tr->cap = (int)ts0.records;
+  long rc = ms_engine_trace_tasks(e, keep_task, tr);
+  if (rc < 0) {
+    free(tr->r);
+    free(tr);
+    return (int)rc;
+  }
   struct ms_trace_stats ts;
   ms_engine_trace_stats(e, &ts);
   ev->coverage = ts.records + ts.dropped ? (double)ts.records / (double)(ts.records + ts.dropped) : 0;

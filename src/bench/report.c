@@ -343,11 +343,13 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
   fprintf(f, "%d scenarios ran of %d; the outer view: healthy %.3f ms, faulty %.3f ms on average (%+.2f%%, worst %+.2f%%)\n\n",
           ran, r->n, ran ? hsum / ran / 1e6 : 0, ran ? fsum / ran / 1e6 : 0, hsum > 0 ? 100 * (fsum / hsum - 1) : 0,
           100 * worst);
-  for (int be = MS_BACKEND_CPU; be <= MS_BACKEND_CUDA; be += MS_BACKEND_CUDA - MS_BACKEND_CPU) {  /* real clocks */
+  static const enum ms_backend real_clock[] = {MS_BACKEND_CPU, MS_BACKEND_CUDA};
+  for (int k = 0; k < 2; k++) {
+    const enum ms_backend be = real_clock[k];
     double sp_sum = 0, tg_sum = 0;
     int n_real = 0;
     for (int i = 0; i < r->n; i++)
-      if (!r->cases[i].error[0] && (int)r->cases[i].sc.backend == be) {
+      if (!r->cases[i].error[0] && r->cases[i].sc.backend == be) {
         sp_sum += r->cases[i].spread;
         tg_sum += r->cases[i].sc.target;
         n_real++;

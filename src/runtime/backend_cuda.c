@@ -154,17 +154,10 @@ static void trace_put(void *user, int w, const struct ms_cuda_trace_rec *d) {
   if (r) {
     const struct ms_task *k = &rt->plan->tasks[d->task];
     const struct plan_rt *cur = atomic_load_explicit(&e->cur, memory_order_relaxed);
-    int row = k->tile[1];
-    *r = (struct trace_rec){.kind = TR_TASK, .t_begin = d->t_begin, .t_end = d->t_end, .t_ready = d->t_ready,
-                            .step = d->step, .task = d->task, .cls = k->cls,
-                            .wait_ev = k->wait >= 0 ? (uint32_t)k->wait : MS_HOOK_NONE32,
-                            .fired_ev = d->fired && k->trigger >= 0 ? (uint32_t)k->trigger : MS_HOOK_NONE32,
-                            .row = row, .slot = -1, .launch = k->launch, .waited = d->wait_ns > 0,
-                            .wait_ns_us = d->wait_ns / 1000, .bucket_log2 = (uint8_t)(e->n_buckets - 1)};
-    if (row >= 0 && row < cur->x.meta.n_rows && c->rows[row].slot >= 0) {
-      r->slot = c->rows[row].slot;
-      r->req_gen = c->rows[row].gen;
-    }
+    int row = k->tile[1], live = row >= 0 && row < cur->x.meta.n_rows;
+    ms_tel_fill(r, rt->plan, (int)d->task, d->t_begin, d->t_end, d->t_ready, d->step, d->wait_ns,
+                live ? c->rows[row].slot : -1, live ? c->rows[row].gen : 0);
+    if (d->fired && k->trigger >= 0) r->fired_ev = (uint32_t)k->trigger;
     atomic_store_explicit(&wk->trace_n, atomic_load_explicit(&wk->trace_n, memory_order_relaxed) + 1,
                           memory_order_release);
   }
@@ -408,15 +401,11 @@ static int same_plan(const struct ms_plan *a, const struct ms_plan *b) {
   return 1;
 }
 
-/* The device's workers' heartbeats as kernels (ms_engine_sample_kernels). */
-static int cuda_sample_kernels(void *ctx, int *kernel, int n) {
+/* What the device's workers run: their heartbeats (ms_engine_sample_kernels). */
+static int cuda_sample(void *ctx, const struct ms_plan **plan, int32_t *running, int32_t *waiting, int n) {
   struct cuda_be *c = ctx;
-  int32_t run[1024], wait[1024];
-  const struct ms_plan *p = ms_cuda_plan(c->dev);
-  int got = ms_cuda_sample(c->dev, run, wait, n < 1024 ? n : 1024);
-  for (int w = 0; w < got; w++)
-    kernel[w] = run[w] >= 0 && run[w] < p->n_tasks ? (int)p->tasks[run[w]].kernel : wait[w] >= 0 ? -1 : -2;
-  return got;
+  *plan = ms_cuda_plan(c->dev);
+  return ms_cuda_sample(c->dev, running, waiting, n);
 }
 
 /* A task trace needs the megakernel and the device's plan named by the engine's. */
@@ -582,5 +571,5 @@ const struct ms_backend_ops ms_backend_cuda = {
     .defer_trigger = cuda_defer_trigger,
     .poll_at = cuda_poll_at,
     .can_trace = cuda_can_trace,
-    .sample_kernels = cuda_sample_kernels,
+    .sample = cuda_sample,
 };

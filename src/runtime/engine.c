@@ -167,15 +167,23 @@ const struct ms_plan *ms_engine_plan(const struct ms_engine *e, int rows) {
 }
 
 int ms_engine_sample_kernels(const struct ms_engine *e, int *kernel, int max) {
+  int32_t run[1024], wait[1024];
   int n = e->n_workers < max ? e->n_workers : max;
-  if (e->be->sample_kernels && e->be_ctx) return e->be->sample_kernels(e->be_ctx, kernel, n);
+  if (n > 1024) n = 1024;
   struct ms_engine *m = (struct ms_engine *)e;
-  const struct plan_rt *rt = atomic_load_explicit(&m->cur, memory_order_relaxed);
-  for (int w = 0; w < n; w++) {
-    int t = atomic_load_explicit(&m->workers[w].running, memory_order_relaxed);
-    int waiting = atomic_load_explicit(&m->workers[w].waiting, memory_order_relaxed);
-    kernel[w] = rt && t >= 0 && t < rt->plan->n_tasks ? (int)rt->plan->tasks[t].kernel : waiting != -1 ? -1 : -2;
+  const struct ms_plan *p = NULL;
+  if (e->be->sample && e->be_ctx) {
+    n = e->be->sample(e->be_ctx, &p, run, wait, n);
+  } else {
+    const struct plan_rt *rt = atomic_load_explicit(&m->cur, memory_order_relaxed);
+    p = rt ? rt->plan : NULL;
+    for (int w = 0; w < n; w++) {
+      run[w] = atomic_load_explicit(&m->workers[w].running, memory_order_relaxed);
+      wait[w] = atomic_load_explicit(&m->workers[w].waiting, memory_order_relaxed);
+    }
   }
+  for (int w = 0; w < n; w++)
+    kernel[w] = p && run[w] >= 0 && run[w] < p->n_tasks ? (int)p->tasks[run[w]].kernel : wait[w] != -1 ? -1 : -2;
   return n;
 }
 

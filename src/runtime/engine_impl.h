@@ -266,8 +266,9 @@ struct ms_backend_ops {
    * tasks must be the engine's plans'. */
   int (*can_trace)(const struct ms_engine *e);
   /* What the SMs run now (ms_engine_sample_kernels; NULL: the workers' own
-   * running and waiting words): fills kernel[0 .. n), returns how many. */
-  int (*sample_kernels)(void *ctx, int *kernel, int n);
+   * running and waiting words): each one's running and waiting task (-1:
+   * none) of *plan, for SMs 0 .. n; returns how many. */
+  int (*sample)(void *ctx, const struct ms_plan **plan, int32_t *running, int32_t *waiting, int n);
 };
 
 extern const struct ms_backend_ops ms_backend_cpu;  /* backend_cpu.c */
@@ -346,6 +347,10 @@ static inline void ms_tel_leave(struct worker *w) {
   atomic_store_explicit(&w->trace_busy, atomic_load_explicit(&w->trace_busy, memory_order_relaxed) - 1,
                         memory_order_release);
 }
+/* A task record as every backend writes it: task t of plan p, the request
+ * slot of its row (-1: none) with its generation; fired_ev none. */
+void ms_tel_fill(struct trace_rec *r, const struct ms_plan *p, int t, uint64_t t0, uint64_t t1, uint64_t ready,
+                 uint64_t step, uint64_t wait_ns, int slot, uint32_t req_gen);
 /* The worker's next free trace record (NULL, counted as dropped, when full). */
 struct trace_rec *ms_tel_slot(struct worker *w);
 void ms_tel_request_done(struct ms_engine *e, const struct ms_request *r, int cancelled);

@@ -131,18 +131,22 @@ void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint6
     ms_tel_leave(w);
     return;
   }
-  int row = k->tile[1];
-  *r = (struct trace_rec){.kind = TR_TASK, .t_begin = t0, .t_end = t1, .t_ready = ready,
-                          .step = atomic_load_explicit(&e->cur_step, memory_order_relaxed), .task = (uint32_t)t,
-                          .cls = k->cls, .wait_ev = k->wait >= 0 ? (uint32_t)k->wait : MS_HOOK_NONE32,
-                          .fired_ev = MS_HOOK_NONE32, .row = row, .slot = -1, .launch = k->launch,
-                          .waited = w->wait_ns > 0, .wait_ns_us = (uint32_t)(w->wait_ns / 1000)};
-  for (int b = rt->plan->batch; b > 1; b >>= 1) r->bucket_log2++;
-  if (row >= 0 && row < rt->x.meta.n_rows && rt->x.meta.row_slot[row] >= 0) {
-    r->slot = rt->x.meta.row_slot[row];
-    r->req_gen = e->slots[r->slot].gen;
-  }
+  int row = k->tile[1], slot = row >= 0 && row < rt->x.meta.n_rows ? rt->x.meta.row_slot[row] : -1;
+  ms_tel_fill(r, rt->plan, t, t0, t1, ready, atomic_load_explicit(&e->cur_step, memory_order_relaxed), w->wait_ns,
+              slot, slot >= 0 ? e->slots[slot].gen : 0);
   *rec = r;
+}
+
+void ms_tel_fill(struct trace_rec *r, const struct ms_plan *p, int t, uint64_t t0, uint64_t t1, uint64_t ready,
+                 uint64_t step, uint64_t wait_ns, int slot, uint32_t req_gen) {
+  const struct ms_task *k = &p->tasks[t];
+  *r = (struct trace_rec){.kind = TR_TASK, .t_begin = t0, .t_end = t1, .t_ready = ready, .step = step,
+                          .task = (uint32_t)t, .cls = k->cls,
+                          .wait_ev = k->wait >= 0 ? (uint32_t)k->wait : MS_HOOK_NONE32,
+                          .fired_ev = MS_HOOK_NONE32, .row = k->tile[1], .slot = slot >= 0 ? slot : -1,
+                          .req_gen = slot >= 0 ? req_gen : 0, .launch = k->launch, .waited = wait_ns > 0,
+                          .wait_ns_us = (uint32_t)(wait_ns / 1000)};
+  for (int b = p->batch; b > 1; b >>= 1) r->bucket_log2++;
 }
 
 void ms_tel_qdepth(struct worker *w, uint32_t depth) {

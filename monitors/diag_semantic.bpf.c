@@ -15,7 +15,9 @@
 //   expert_stat          per MoE expert: its tasks' time and the rows they
 //                        processed (ABI v2 work_rows: routing skew by counts);
 //   device_comm          per device: its communication time, from the comm hook;
-//   device_busy          per device: its workers' task time (communication aside).
+//   device_busy          per device: its tasks' times against their classes' running
+//                        means (per mille; communication aside), so the device's
+//                        mix of classes cancels.
 // Besides the questions about the seven faults the benchmark was built on, the
 // tables answer "where" for any slowness: by class, kernel, layer (the class
 // names carry it), worker, device, request and expert.
@@ -46,8 +48,9 @@ struct time_stat {
   __u64 n, ns, ns_sq, max;
 };
 
-struct stat2 {
-  __u64 n, ns;
+/* a device's tasks, and their times against their classes' running means (per mille) */
+struct dbusy {
+  __u64 n, ratio_pm;
 };
 
 /* per worker: tasks, their queueing, and the sum of their times against their
@@ -144,7 +147,7 @@ struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
   __uint(max_entries, MAX_DEVICES);
   __type(key, __u32);
-  __type(value, struct stat2);
+  __type(value, struct dbusy);
 } device_busy SEC(".maps");
 
 struct {
@@ -224,10 +227,10 @@ int on_end(struct ms_hook_ctx *ctx) {
     top_update(&worker_slow_top, w, wq->ratio_pm > fair ? wq->ratio_pm - fair : 0);
   }
   __u32 d = ctx->device;
-  struct stat2 *db = op == OP_COMM ? 0 : bpf_map_lookup_elem(&device_busy, &d);
+  struct dbusy *db = op == OP_COMM ? 0 : bpf_map_lookup_elem(&device_busy, &d);
   if (db) {
     __sync_fetch_and_add(&db->n, 1);
-    __sync_fetch_and_add(&db->ns, ns);
+    __sync_fetch_and_add(&db->ratio_pm, pm);
   }
   if (op == OP_ATTN && ctx->req_slot != MS_HOOK_NONE32) {
     __u64 key = (__u64)ctx->req_slot << 32 | ctx->req_gen;

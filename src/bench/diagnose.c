@@ -406,9 +406,10 @@ static double task_scatter(const struct fctx *c) {
   return sd < 0.02 ? 0.02 : sd > 0.5 ? 0.5 : sd;
 }
 
-/* Open-ended: a device whose tasks (communication aside) ran slower than the
- * other devices', against the same in the reference. Its mean's noise is the
- * tasks' scatter (task_scatter) over its tasks, in this run and the reference. */
+/* Open-ended: a device whose tasks (communication aside) ran slower against
+ * their classes' means than the other devices' did, against the same in the
+ * reference. Its mean's noise is the tasks' scatter (task_scatter) over its
+ * tasks, in this run and the reference. */
 static void hyp_device_busy(struct fctx *c) {
   int D = c->cur->n[FS_DEVBUSY];
   if (D < 2) return;
@@ -430,8 +431,36 @@ static void hyp_device_busy(struct fctx *c) {
     /* against the other devices of the same run and the same in the reference: the
      * run's drift and the devices' mix of tasks cancel */
     double z = (ratio - 1) / (0.005 + scatter * sqrt(2 / c->cur->row[FS_DEVBUSY][d].n));
-    add(c, -2, MS_CULPRIT_DEVICE, d, z, "device %d: its tasks ran %.3fx as long as the other devices' (against the "
-        "reference)", d, ratio);
+    add(c, -2, MS_CULPRIT_DEVICE, d, z, "device %d: its tasks ran %.3fx their classes' mean time against the other "
+        "devices' (and the reference)", d, ratio);
+  }
+}
+
+/* A device whose communication took longer against the other devices' in the
+ * same run, against the same in the reference: the devices' shares of a
+ * collective are alike, so what the run's shapes and drift do to all of them
+ * cancels, and the noise left is the times' own scatter (no absolute floor:
+ * a simulated link's times do not scatter at all). */
+static void hyp_comm_device(struct fctx *c) {
+  int D = c->cur->n[FS_DEVICE];
+  if (D < 2 || D > BENCH_MAX_DEVICES) return;
+  double mc[BENCH_MAX_DEVICES], mr[BENCH_MAX_DEVICES], rel[BENCH_MAX_DEVICES], sc = 0, sr = 0;
+  for (int d = 0; d < D; d++) {
+    const struct bench_stat *x = &c->cur->row[FS_DEVICE][d], *r = &c->ref->row[FS_DEVICE][d];
+    if (!x->have || x->n < 2 || r->n < 2 || !(x->sum > 0) || !(r->sum > 0)) return;
+    mc[d] = x->sum / x->n;
+    mr[d] = r->sum / r->n;
+    double vx = fmax(0, x->sumsq / x->n - mc[d] * mc[d]), vr = fmax(0, r->sumsq / r->n - mr[d] * mr[d]);
+    rel[d] = sqrt(vx / (x->n * mc[d] * mc[d]) + vr / (r->n * mr[d] * mr[d]));
+    sc += mc[d];
+    sr += mr[d];
+  }
+  for (int d = 0; d < D; d++) {
+    double ratio = (mc[d] / ((sc - mc[d]) / (D - 1))) / (mr[d] / ((sr - mr[d]) / (D - 1)));
+    double z = (ratio - 1) / (0.01 + 2 * rel[d]);
+    add(c, MS_FAULT_COMM_DELAY, MS_CULPRIT_DEVICE, d, z,
+        "communication of device %d: %.2fx the other devices' against the reference (%.0f samples)", d, ratio,
+        c->cur->row[FS_DEVICE][d].n);
   }
 }
 
@@ -552,17 +581,21 @@ static void hyp_worker(struct fctx *c) {
   for (int k = 0; k < c->cur->n[FS_OP]; k++)
     if (c->cur->row[FS_OP][k].have) tasks += c->cur->row[FS_OP][k].n;
   /* a ratio of a few samples says nothing: enough tasks of the worker and of its peers */
-  if (n < 2 || W < 2 || total <= me->sum || me->n < 8 || tasks < 8.0 * W) return;
+  if (n < 2 || W < 2 || total <= me->sum || me->n < 8 || tasks < 2.0 * W) return;
   double peers = (total - me->sum) / (W - 1), ref_peers = (s - m) / (n - 1);
   double r_cur = me->sum / (peers + c->floor_abs), r_ref = m / (ref_peers + c->floor_abs);
-  double z = (r_cur - r_ref) / (0.1 * r_ref + 0.05);
+  /* the worst of many workers that hold a few tasks each is as noisy as a few
+   * queues: past the 10% of a well-sampled ratio, 1 / sqrt(tasks a worker) */
+  double few = 1 / sqrt(tasks / W) - 0.1;
+  double z = (r_cur - r_ref) / (0.1 * r_ref + 0.05 + r_ref * (few > 0 ? few : 0));
   /* a saturated queue moves work onto the worker; it does not make the work
    * slower. A worker whose tasks are slower too is something else. */
   double slow = worker_task_ratio(c, top);
   int cause = slow > 1.05 ? -2 : MS_FAULT_QUEUE_SATURATION;
   add(c, cause, MS_CULPRIT_WORKER, top, z,
-      "worker %d: its tasks queued %.1fx as long as its peers' (%.1f us in all; reference: the worst worker %.1fx)%s",
-      top, r_cur, me->sum / 1e3, r_ref, cause == -2 ? "; its tasks also ran slower" : "");
+      "worker %d: its tasks queued %.1fx as long as its peers' (%.1f us in all; reference: the worst worker %.1fx; "
+      "%.1f tasks a worker)%s",
+      top, r_cur, me->sum / 1e3, r_ref, tasks / W, cause == -2 ? "; its tasks also ran slower" : "");
 }
 
 /* The median of cur / ref mean task time over the classes seen enough on both
@@ -621,6 +654,7 @@ static void collect(struct fctx *c) {
   hyp_time(c, FS_REQUEST, MS_FAULT_SLOW_REQUEST, MS_CULPRIT_REQUEST, "attention of", 0);
   hyp_time(c, FS_EXPERT, MS_FAULT_ROUTING_SKEW, MS_CULPRIT_EXPERT, "tasks of", 0);
   hyp_time(c, FS_DEVICE, MS_FAULT_COMM_DELAY, MS_CULPRIT_DEVICE, "communication of", 0);
+  hyp_comm_device(c);
   hyp_time(c, FS_EVCLASS, MS_FAULT_DELAYED_RELEASE, MS_CULPRIT_EVENT_CLASS, "event class", 0);
   hyp_starve(c);
   hyp_worker(c);

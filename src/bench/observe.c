@@ -137,8 +137,13 @@ static void feat_finish(struct bench_features *f, struct ms_engine *e, const str
       continue;
     const struct bench_stat *c = &f->row[FS_CLASS][p->tasks[r->task].cls];
     if (c->sum > 0 && p->tasks[r->task].kernel != MS_K_COMM) {
-      f->row[FS_WORKER][r->worker].ratio += (double)(r->t_end - r->t_begin) * c->n / c->sum;
+      double ratio = (double)(r->t_end - r->t_begin) * c->n / c->sum;
+      f->row[FS_WORKER][r->worker].ratio += ratio;
       f->row[FS_WORKER][r->worker].ratio_n += 1;
+      /* a device's tasks against their classes' means: its mix of classes (the
+       * step start, the LM head and sampling run on device 0 alone) cancels */
+      int d = r->worker / (f->per_device > 0 ? f->per_device : 1);
+      if (d < f->n[FS_DEVBUSY]) stat_add(&f->row[FS_DEVBUSY][d], ratio, 0);
     }
   }
   feat_tops(f, FS_WORKER, FS_WTOP, queue_of);
@@ -154,8 +159,6 @@ static void feat_task(struct bench_features *f, const struct ms_plan *p, int t, 
   stat_add(&f->row[FS_OP][k->kernel], ns, q);
   if (worker >= 0 && worker < f->n[FS_WORKER]) {
     stat_add(&f->row[FS_WORKER][worker], q, q);
-    int d = worker / (f->per_device > 0 ? f->per_device : 1);
-    if (d < f->n[FS_DEVBUSY] && k->kernel != MS_K_COMM) stat_add(&f->row[FS_DEVBUSY][d], ns, 0);
   }
   if (k->kernel == MS_K_ATTN && slot >= 0 && slot < f->n[FS_REQUEST]) {
     struct bench_stat *r = &f->row[FS_REQUEST][slot];
@@ -609,7 +612,7 @@ static void copy_row(struct map_copy *c, int i, const uint64_t *v) {
   if (c->kind == 5)
     *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3],
                              .last = (double)v[4]};
-  if (c->kind == 6) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1]};
+  if (c->kind == 6) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1] / 1000};  /* per mille */
 }
 
 static int copy_entry(void *user, const void *key, const void *values) {

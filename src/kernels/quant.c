@@ -808,9 +808,23 @@ TGT512_INL __m256i v_q5nl_u(enum ms_dtype t, const uint8_t *b) {
   return t == MS_DTYPE_Q5_1 ? q5_bytes(b + 4, b + 8) : q5_bytes(b + 2, b + 6);
 }
 
+/* Q5_0 or Q5_1 blocks b0, b1 as 64 unsigned bytes: the nibbles as Q4's, and the
+ * fifth bits straight from the two blocks' 32-bit qh words, which are a byte mask
+ * of the vector as they stand (bit k: element k). */
+TGT512_INL __m512i v_q5_pair(const uint8_t *b0, const uint8_t *b1, int qh) {
+  uint32_t h0, h1;
+  memcpy(&h0, b0 + qh, 4);
+  memcpy(&h1, b1 + qh, 4);
+  __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b0 + qh + 4)));
+  v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128((const __m128i *)(b1 + qh + 4)));
+  v = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
+  return _mm512_mask_add_epi8(v, (__mmask64)h0 | (__mmask64)h1 << 32, v, _mm512_set1_epi8(0x10));
+}
+
 /* Blocks b0, b1 as 64 unsigned bytes, each block's 32 in element order. */
 TGT512_INL __m512i v_wpair(enum ms_dtype t, const uint8_t *b0, const uint8_t *b1) {
-  if (t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1 || t == MS_DTYPE_IQ4_NL)
+  if (t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1) return v_q5_pair(b0, b1, t == MS_DTYPE_Q5_1 ? 4 : 2);
+  if (t == MS_DTYPE_IQ4_NL)
     return _mm512_inserti64x4(_mm512_castsi256_si512(v_q5nl_u(t, b0)), v_q5nl_u(t, b1), 1);
   if (t == MS_DTYPE_Q8_0) {
     __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),

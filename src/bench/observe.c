@@ -203,12 +203,31 @@ static int submit_all(struct ms_engine *e, const struct bench_scenario *s, struc
   return n;
 }
 
-static void wait_all(struct ms_request **r, int n) {
+/* A run whose requests have not all finished in this long has stalled (its
+ * steps take milliseconds): better a named error than a benchmark that hangs. */
+#define RUN_LIMIT_MS (10 * 60 * 1000)
+
+/* Waits for the requests and frees them; -ETIMEDOUT when the run stalled: the
+ * rest are cancelled, and stderr says which were left and in what state. */
+static int wait_all(struct ms_request **r, int n, const char *name) {
+  uint64_t until = ms_now_ns() + (uint64_t)RUN_LIMIT_MS * 1000000ull;
+  int stalled = 0;
   for (int i = 0; i < n; i++) {
     if (!r[i]) continue;
-    ms_request_wait(r[i], -1);
+    uint64_t now = ms_now_ns();
+    int left = stalled || now >= until ? 0 : (int)((until - now) / 1000000ull);
+    if (ms_request_wait(r[i], left) == -ETIMEDOUT) {
+      struct ms_request_info ri;
+      ms_request_get_info(r[i], &ri);
+      fprintf(stderr, "bench: %s: request %d of %d not finished after %d s (%d tokens, state %d): the run "
+              "stalled; cancelling it\n", name, i, n, RUN_LIMIT_MS / 1000, ri.n_tokens, (int)ri.state);
+      stalled = 1;
+      ms_request_cancel(r[i]);
+      ms_request_wait(r[i], 5000);
+    }
     ms_request_free(r[i]);
   }
+  return stalled ? -ETIMEDOUT : 0;
 }
 
 static int cmp_u64(const void *a, const void *b) {
@@ -235,7 +254,7 @@ uint64_t bench_engine_drive(struct ms_engine *e, const struct bench_scenario *s)
   int n = submit_all(e, s, r);
   uint64_t t0 = ms_now_ns(), sim0 = ms_engine_sim_now(e);
   ms_engine_resume(e);
-  wait_all(r, n);
+  if (wait_all(r, n, s->name)) return 0;
   return since(e, s, t0, sim0);
 }
 
@@ -653,8 +672,7 @@ static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, con
     ev->attach_ns = ms_now_ns() - a0;
   }
   ms_engine_resume(e);
-  wait_all(r, n);
-  ev->run_ns = since(e, s, t0, sim0);
+  ev->run_ns = wait_all(r, n, s->name) ? 0 : since(e, s, t0, sim0);
   if (id <= 0) return -EINVAL;
   struct ms_coverage cov;
   ms_engine_attach_coverage(e, id, 0, &cov);
@@ -702,6 +720,10 @@ int bench_observe(const struct bench_opts *o, const struct bench_engine_cfg *c, 
   }
   if (ev->feat) ev->feat->coverage = ev->coverage;
   ms_engine_free(e);
+  if (!rc && !ev->run_ns) {  /* the run stalled (wait_all said which request) */
+    ms_textbuf_printf(log, "%s: the observed run stalled\n", c->sc->name);
+    rc = -ETIMEDOUT;
+  }
   return rc;
 }
 

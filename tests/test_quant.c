@@ -59,13 +59,13 @@ static void test_blocks(void) {
   uint8_t q8[34], q40[18], q41[20];
   q8[0] = 0x00, q8[1] = 0x38;  /* d = 0.5 */
   for (int j = 0; j < 32; j++) q8[2 + j] = (uint8_t)(int8_t)(j - 16);
-  struct ms_weight w8 = {MS_DTYPE_Q8_0, 1, 32, q8};
+  struct ms_weight w8 = {MS_DTYPE_Q8_0, 1, 32, q8, NULL};
   int ok = 1;
   for (int j = 0; j < 32; j++) ok &= ms_weight_get(&w8, 0, j) == 0.5f * (float)(j - 16);
   CHECK(ok);
   q40[0] = 0x00, q40[1] = 0x40;  /* d = 2 */
   for (int j = 0; j < 16; j++) q40[2 + j] = (uint8_t)(j | (15 - j) << 4);
-  struct ms_weight w40 = {MS_DTYPE_Q4_0, 1, 32, q40};
+  struct ms_weight w40 = {MS_DTYPE_Q4_0, 1, 32, q40, NULL};
   ok = 1;
   for (int j = 0; j < 16; j++) {
     ok &= ms_weight_get(&w40, 0, j) == 2.0f * (float)(j - 8);         /* low nibbles: elements 0..15 */
@@ -75,7 +75,7 @@ static void test_blocks(void) {
   q41[0] = 0x00, q41[1] = 0x34;  /* d = 0.25 */
   q41[2] = 0x00, q41[3] = 0xbc;  /* m = -1 */
   for (int j = 0; j < 16; j++) q41[4 + j] = (uint8_t)(j | 3 << 4);
-  struct ms_weight w41 = {MS_DTYPE_Q4_1, 1, 32, q41};
+  struct ms_weight w41 = {MS_DTYPE_Q4_1, 1, 32, q41, NULL};
   ok = 1;
   for (int j = 0; j < 16; j++) {
     ok &= ms_weight_get(&w41, 0, j) == 0.25f * (float)j - 1.0f;
@@ -105,7 +105,7 @@ static void test_quantizers(void) {
       for (int i = 0; i < n; i++) x[i] = frand() * scale + (rep % 7 == 0 ? scale : 0);
       if (rep == 3) memset(x, 0, sizeof x);
       CHECK(ms_quant_row(types[t], x, n, buf) == 0);
-      struct ms_weight w = {types[t], 1, n, buf};
+      struct ms_weight w = {types[t], 1, n, buf, NULL};
       ms_weight_row_f32(&w, 0, y);
       for (int b = 0; b < n; b += 32) {
         float lo = x[b], hi = x[b], amax = 0;
@@ -154,7 +154,7 @@ static void test_k_quantizers(void) {
       for (int j = 0; j < 512; j++) x[j] = frand() * scale + (rep % 7 == 0 ? scale : 0);
       if (rep == 3) memset(x, 0, sizeof x);
       CHECK(ms_quant_row(t, x, 512, buf) == 0);
-      struct ms_weight w = {t, 1, 512, buf};
+      struct ms_weight w = {t, 1, 512, buf, NULL};
       ms_weight_row_f32(&w, 0, y);
       for (int b = 0; b < 512; b += 32) {
         float amax = 0;
@@ -181,7 +181,7 @@ static void check_gemv(enum ms_dtype t, int rows, int cols, int portable) {
     ms_quant_row(t, src, cols, data + (size_t)r * rb);
   }
   for (int i = 0; i < ldx * maxb; i++) x[i] = frand();
-  struct ms_weight w = {t, rows, cols, data};
+  struct ms_weight w = {t, rows, cols, data, NULL};
   ms_vec_force_portable(portable);
   double worst = 0;
   int variant = 0;
@@ -275,6 +275,34 @@ static void test_q8_quantize(void) {
   free(x), free(b1), free(b2);
 }
 
+/* The repacked form (ms_weight.packed, where this CPU has one): batch 1 gives
+ * the bits of the file's layout for every row range, aligned to the groups of
+ * four or not. */
+static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
+  size_t bytes = ms_quant_packed_bytes(w);
+  if (!bytes) return;
+  void *packed = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  ms_quant_repack(w, packed);
+  struct ms_weight wp = *w;
+  wp.packed = packed;
+  float *y = malloc(sizeof(float) * (size_t)w->rows), *yp = malloc(sizeof(float) * (size_t)w->rows);
+  struct ms_q8_act a;
+  ms_q8_quantize(&a, buf, x, w->cols + 3, 1, w->cols, 1);
+  int diff = 0, ranges = 0;
+  for (int r0 = 0; r0 < 6 && r0 < w->rows; r0++)
+    for (int r1 = w->rows; r1 > r0 && r1 > w->rows - 6; r1--) {
+      ms_q8_gemv(w, r0, r1, &a, y, 1, 2);
+      ms_q8_gemv(&wp, r0, r1, &a, yp, 1, 2);
+      diff += memcmp(y, yp, sizeof(float) * (size_t)(r1 - r0)) != 0;
+      ranges++;
+    }
+  CHECKF(ranges > 0 && diff == 0, "q8 %s %dx%d packed: %d of %d row ranges differ from the file's layout",
+         ms_dtype_name(w->dtype), w->rows, w->cols, diff, ranges);
+  free(y);
+  free(yp);
+  free(packed);
+}
+
 /* The 8-bit GEMV on rows x cols: against a double dot of the dequantized weights
  * and the quantized activations (near-exact: only the f32 accumulation rounds);
  * against the f32 path within the activations' rounding; AVX2 and portable
@@ -293,7 +321,7 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
     ms_quant_row(t, src, cols, data + (size_t)r * rb);
   }
   q8_inputs(x, ldx, maxb, cols);
-  struct ms_weight w = {t, rows, cols, data};
+  struct ms_weight w = {t, rows, cols, data, NULL};
   double worst_exact = 0, worst_f32 = 0, typical = 0;
   int variant = 0, simd_diff = 0, count = 0;
   for (int nb = 1; nb <= maxb; nb++) {
@@ -365,6 +393,7 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
   CHECKF(simd_diff == 0, "q8 %s %dx%d: %d results differ between the paths (AVX-512, AVX2, portable)", tn, rows,
          cols, simd_diff);
   CHECKF(variant == 0, "q8 %s %dx%d: %d results depend on the row range or batch", tn, rows, cols, variant);
+  check_packed(&w, x, buf);
   CHECKF(worst_exact <= 1.0, "q8 %s %dx%d: %.3g x the accumulation bound off the exact dot", tn, rows, cols, worst_exact);
   CHECKF(worst_f32 <= 1.0, "q8 %s %dx%d: %.3g x the rounding bound off the f32 path", tn, rows, cols, worst_f32);
   if (getenv("MS_Q8_VERBOSE"))

@@ -129,6 +129,10 @@ struct ms_weight {
   enum ms_dtype dtype;
   int rows, cols;
   const void *data;        /* (rows, cols) row-major */
+  /* NULL, or the same weights repacked at load for the CPU's fastest 8-bit
+   * path (Q8_0 on AVX-512 VNNI: rows in fours, kernels/quant.h), in the
+   * model's packed storage; data stays the reference every other path reads. */
+  const void *packed;
 };
 
 struct ms_layer_weights {
@@ -155,6 +159,8 @@ struct ms_model {
   struct ms_layer_weights *layers;     /* [n_layers] */
   void *storage;                       /* owned weight memory */
   size_t storage_bytes;
+  void *packed;                        /* owned: what the weights' packed point into */
+  size_t packed_bytes;
   /* Called by ms_model_free when set: releases what the weights point into
    * (the mapping of a GGUF file). */
   void (*release)(void *arg);
@@ -177,6 +183,11 @@ void ms_model_free(struct ms_model *m);
 /* Bytes of weights one decode step reads (all matrices and norms, the embedding
  * rows it gathers excluded unless tied, where lm_head reads them all). */
 size_t ms_model_weight_bytes(const struct ms_model *m);
+
+/* Repacks the matrices this CPU has a faster layout for (ms_weight.packed),
+ * into one owned buffer; a second call does nothing. 0, or -ENOMEM (the model
+ * is unchanged and works as before). */
+int ms_model_repack(struct ms_model *m);
 
 const char *ms_dtype_name(enum ms_dtype t);
 int ms_dtype_parse(const char *s, enum ms_dtype *out);

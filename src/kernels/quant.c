@@ -1097,9 +1097,62 @@ TGT512_INL void q8_k_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, i
   }
 }
 
+/* Batch 1 on a packed Q8_0 group (quant.h): four rows, one stream. Each row's
+ * lanes, products and order are v_rows2_x1's, so the bits are data's. */
+TGT512_INL void v_q8p_rows4_x1(const uint8_t *qg, const uint16_t *sg, const struct ms_q8_act *a, int npair,
+                               float *y) {
+  const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i two = _mm512_set1_epi32(2);
+  __m512i pick1 = _mm512_add_epi32(pick0, two), pick2 = _mm512_add_epi32(pick1, two);
+  __m512i pick3 = _mm512_add_epi32(pick2, two);
+  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+  for (int p = 0; p < npair; p++) {
+    const uint8_t *qp = qg + (size_t)p * 256;
+    for (int k = 0; k < 256; k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
+    __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)p * 64)), init = v_init(MS_DTYPE_Q8_0, q);
+    /* [d_w(row j, block 2p + k) * d_x(block 2p + k)] for j = 0..3, k = 0, 1 */
+    __m256 xd = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->d + 2 * (size_t)p)));
+    __m512 sc = _mm512_castps256_ps512(
+        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sg + 8 * (size_t)p))), xd));
+#define ROW(c, pick, off)                                                                                    \
+  c = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick, sc),                                                       \
+                      _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, _mm512_load_si512((const void *)(qp + off)), q)), c)
+    ROW(c0, pick0, 0);
+    ROW(c1, pick1, 64);
+    ROW(c2, pick2, 128);
+    ROW(c3, pick3, 192);
+#undef ROW
+  }
+  y[0] = v_hsum2(c0);
+  y[1] = v_hsum2(c1);
+  y[2] = v_hsum2(c2);
+  y[3] = v_hsum2(c3);
+}
+
+/* Batch 1, packed Q8_0: the whole groups of four in [r0, r1) from the packed
+ * stream, the rows before and after them from data. */
+TGT512 static void q8p_gemv_x1(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y) {
+  int npair = a->n / (2 * QK), G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  if (g0 >= g1) {
+    q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, 1);
+    return;
+  }
+  const uint8_t *qs = w->packed;
+  const uint16_t *sc = (const uint16_t *)(qs + (size_t)G * (size_t)npair * 256);
+  if (r0 < 4 * g0) q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, r0, 4 * g0, a, y, 1);
+  for (int g = g0; g < g1; g++)
+    v_q8p_rows4_x1(qs + (size_t)g * (size_t)npair * 256, sc + (size_t)g * (size_t)npair * 8, a, npair,
+                   y + 4 * g - r0);
+  if (4 * g1 < r1) q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, 4 * g1, r1, a, y + 4 * g1 - r0, 1);
+}
+
 /* 1 when the AVX-512 path took it (every type with 8-bit activations). */
 TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                                  int ldy) {
+  if (w->packed && a->nb == 1) {
+    q8p_gemv_x1(w, r0, r1, a, y);
+    return 1;
+  }
   switch (w->dtype) {
   case MS_DTYPE_Q8_0: q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
   case MS_DTYPE_Q4_0: q8_gemv_avx512_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
@@ -1140,6 +1193,26 @@ TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const st
   }
 }
 #endif
+
+size_t ms_quant_packed_bytes(const struct ms_weight *w) {
+  if (!have_vnni512 || w->dtype != MS_DTYPE_Q8_0 || !w->data || w->rows < 4 || w->cols % (2 * QK)) return 0;
+  return (size_t)(w->rows / 4) * (size_t)(w->cols / (2 * QK)) * (256 + 16);
+}
+
+void ms_quant_repack(const struct ms_weight *w, void *out) {
+  size_t G = (size_t)(w->rows / 4), np = (size_t)(w->cols / (2 * QK)), rb = ms_weight_row_bytes(w);
+  uint8_t *q = out;
+  uint16_t *sc = (uint16_t *)(q + G * np * 256);
+  for (size_t g = 0; g < G; g++)
+    for (size_t p = 0; p < np; p++)
+      for (size_t j = 0; j < 4; j++)
+        for (size_t k = 0; k < 2; k++) {
+          const uint8_t *blk = (const uint8_t *)w->data + (4 * g + j) * rb + (2 * p + k) * (2 + QK);
+          sc[(g * np + p) * 8 + 2 * j + k] = rd16(blk);
+          uint8_t *dst = q + ((g * np + p) * 4 + j) * 64 + k * QK;
+          for (int e = 0; e < QK; e++) dst[e] = blk[2 + e] ^ 0x80;
+        }
+}
 
 void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int simd) {
   size_t nblk = (size_t)(n / QK);

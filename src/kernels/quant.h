@@ -65,4 +65,17 @@ int ms_q8_handles(enum ms_dtype t);
 void ms_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy,
                 int simd);
 
+/* ---- repacked weights (ms_weight.packed) ----
+ * Q8_0 with an even number of blocks a row, on a CPU with AVX-512 VNNI: rows in
+ * groups of four (the last rows % 4 stay in data alone). Group g, block pair p
+ * (blocks 2p, 2p + 1): 256 bytes of quants, for each of the four rows its two
+ * blocks' 32 bytes each with 128 added (the unsigned operand of vpdpbusd), then,
+ * after every group's quants, 16 bytes of scales per (g, p): the eight halves
+ * d[row][block] in row order. One stream feeds four output rows, and the
+ * scales of four rows come in one load; the sums are bit for bit those of
+ * data. 0 when w gets no packed form here. */
+size_t ms_quant_packed_bytes(const struct ms_weight *w);
+/* Writes w's packed form (ms_quant_packed_bytes(w) bytes, 64-byte aligned). */
+void ms_quant_repack(const struct ms_weight *w, void *out);
+
 #endif

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "kernels/quant.h"
 #include "kernels/quant_k.h"
 #include "megascope/base.h"
 
@@ -469,8 +470,49 @@ void ms_model_free(struct ms_model *m) {
     }
   free(m->layers);
   free(m->storage);
+  free(m->packed);
   if (m->release) m->release(m->release_arg);
   free(m);
+}
+
+/* The matrices a decode step reads through ms_vec_q8_gemv: the LM head and
+ * each layer's (the routed experts' are views into these or their own). */
+static int matrices(struct ms_model *m, struct ms_weight **out, int cap) {
+  int n = 0;
+  if (n < cap) out[n++] = &m->lm_head;
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    struct ms_layer_weights *L = &m->layers[l];
+    struct ms_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    for (size_t i = 0; i < sizeof ws / sizeof *ws && n < cap; i++) out[n++] = ws[i];
+  }
+  return n;
+}
+
+int ms_model_repack(struct ms_model *m) {
+  if (m->packed || !m->layers) return 0;
+  int cap = 1 + 7 * m->cfg.n_layers, n;
+  struct ms_weight **ws = malloc((size_t)cap * sizeof *ws);
+  if (!ws) return -ENOMEM;
+  n = matrices(m, ws, cap);
+  size_t total = 0;
+  for (int i = 0; i < n; i++) total += (ms_quant_packed_bytes(ws[i]) + 63) & ~(size_t)63;
+  uint8_t *buf = total ? aligned_alloc(64, total) : NULL;
+  if (total && !buf) {
+    free(ws);
+    return -ENOMEM;
+  }
+  size_t at = 0;
+  for (int i = 0; i < n; i++) {
+    size_t b = ms_quant_packed_bytes(ws[i]);
+    if (!b) continue;
+    ms_quant_repack(ws[i], buf + at);
+    ws[i]->packed = buf + at;
+    at += (b + 63) & ~(size_t)63;
+  }
+  m->packed = buf;
+  m->packed_bytes = total;
+  free(ws);
+  return 0;
 }
 
 static size_t wbytes(const struct ms_weight *w) {

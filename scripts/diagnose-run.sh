@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The counterexample benchmark's full runs, as docs/benchmark.md reports them:
 # the simulator's training and held-out splits (bench/scenarios/train.json and
-# heldout-3.json, 60 scenarios each over every preset, GPU, batch 1-16 and tp 1-4,
+# heldout-4.json, 60 scenarios each over every preset, GPU, batch 1-16 and tp 1-4,
 # the calibration learned on the training split) and the CPU backend's
 # training and held-out scenarios (bench/scenarios/cpu-train.json, cpu-heldout.json). Writes the JSON reports, the text
 # tables and the plots into OUT, then prints the paired healthy and faulty run
@@ -13,7 +13,7 @@ OUT=${2:-bench-out}
 MS="$BUILD/megascope"
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
-"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/train.json" --heldout "$SRC/bench/scenarios/heldout-3.json" \
+"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/train.json" --heldout "$SRC/bench/scenarios/heldout-4.json" \
   --budgets 4k,16k,64k --out "$OUT/sim.json" --plot "$OUT/sim.png" > "$OUT/sim.txt"
 "$MS" bench diagnose --scenarios "$SRC/bench/scenarios/cpu-train.json" --heldout "$SRC/bench/scenarios/cpu-heldout.json" --budgets 4k,16k,64k,1m \
   --out "$OUT/cpu.json" --plot "$OUT/cpu.png" > "$OUT/cpu.txt"

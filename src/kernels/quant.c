@@ -1100,60 +1100,89 @@ TGT512_INL void q8_k_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, i
   }
 }
 
-/* Batch 1 on a packed Q8_0 group (quant.h): four rows, one stream. Each row's
+/* The packed layout's sizes (quant.h): quant bytes, scale bytes and high-bit
+ * bytes per (group of four rows, block pair). */
+#define PK_QB(t) ((t) == MS_DTYPE_Q8_0 ? 256 : 128)
+#define PK_SB(t) (Q8_HAS_M(t) ? 32 : 16)
+#define PK_HB(t) ((t) == MS_DTYPE_Q5_0 || (t) == MS_DTYPE_Q5_1 ? 32 : 0)
+
+/* Batch 1 on a packed group (quant.h): four rows, one stream. Each row's
  * lanes, products and order are v_rows2_x1's, so the bits are data's. */
-TGT512_INL void v_q8p_rows4_x1(const uint8_t *qg, const uint16_t *sg, const struct ms_q8_act *a, int npair,
-                               float *y) {
+TGT512_INL void v_pk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint16_t *dg, const uint64_t *hg,
+                              const struct ms_q8_act *a, int npair, float *y) {
   const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i two = _mm512_set1_epi32(2);
-  __m512i pick1 = _mm512_add_epi32(pick0, two), pick2 = _mm512_add_epi32(pick1, two);
-  __m512i pick3 = _mm512_add_epi32(pick2, two);
-  __m512 c0 = _mm512_setzero_ps(), c1 = c0, c2 = c0, c3 = c0;
+  const __m512i two = _mm512_set1_epi32(2), low = _mm512_set1_epi8(0x0f), five = _mm512_set1_epi8(0x10);
+  __m512i pick[4] = {pick0, _mm512_add_epi32(pick0, two), _mm512_add_epi32(pick0, _mm512_add_epi32(two, two))};
+  pick[3] = _mm512_add_epi32(pick[2], two);
+  __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m256 mins = _mm256_setzero_ps();  /* Q4_1, Q5_1: m * s_x, lane 2j + k for row j, block 2p + k */
   for (int p = 0; p < npair; p++) {
-    const uint8_t *qp = qg + (size_t)p * 256;
-    for (int k = 0; k < 256; k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
-    __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)p * 64)), init = v_init(MS_DTYPE_Q8_0, q);
+    const uint8_t *qp = qg + (size_t)p * PK_QB(t);
+    for (int k = 0; k < PK_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
+    __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)p * 64)), init = v_init(t, q);
+    const uint16_t *dp = dg + (size_t)p * (PK_SB(t) / 2);
     /* [d_w(row j, block 2p + k) * d_x(block 2p + k)] for j = 0..3, k = 0, 1 */
     __m256 xd = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->d + 2 * (size_t)p)));
-    __m512 sc = _mm512_castps256_ps512(
-        _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sg + 8 * (size_t)p))), xd));
-#define ROW(c, pick, off)                                                                                    \
-  c = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick, sc),                                                       \
-                      _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, _mm512_load_si512((const void *)(qp + off)), q)), c)
-    ROW(c0, pick0, 0);
-    ROW(c1, pick1, 64);
-    ROW(c2, pick2, 128);
-    ROW(c3, pick3, 192);
-#undef ROW
+    __m512 sc = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp)), xd));
+    if (Q8_HAS_M(t)) {
+      __m256 sx = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->s + 2 * (size_t)p)));
+      mins = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 8))), sx, mins);
+    }
+    __m512i nib[2];
+    if (t != MS_DTYPE_Q8_0)  /* rows 2h and 2h + 1 share bytes: low and high nibbles */
+      for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
+    for (int j = 0; j < 4; j++) {
+      __m512i w;
+      if (t == MS_DTYPE_Q8_0)
+        w = _mm512_load_si512((const void *)(qp + 64 * j));
+      else
+        w = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], low);
+      if (PK_HB(t)) w = _mm512_mask_add_epi8(w, _cvtu64_mask64(hg[(size_t)p * 4 + j]), w, five);
+      c[j] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[j], sc), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, q)),
+                             c[j]);
+    }
   }
-  y[0] = v_hsum2(c0);
-  y[1] = v_hsum2(c1);
-  y[2] = v_hsum2(c2);
-  y[3] = v_hsum2(c3);
+  float m[8];
+  _mm256_storeu_ps(m, mins);
+  for (int j = 0; j < 4; j++) y[j] = Q8_HAS_M(t) ? v_hsum2(c[j]) + (m[2 * j] + m[2 * j + 1]) : v_hsum2(c[j]);
 }
 
-/* Batch 1, packed Q8_0: the whole groups of four in [r0, r1) from the packed
+/* Batch 1, packed: the whole groups of four in [r0, r1) from the packed
  * stream, the rows before and after them from data. */
-TGT512 static void q8p_gemv_x1(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y) {
+TGT512_INL void pk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
+                             float *y) {
   int npair = a->n / (2 * QK), G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
   if (g0 >= g1) {
-    q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, 1);
+    q8_gemv_avx512_t(t, w, r0, r1, a, y, 1);
     return;
   }
+  size_t n = (size_t)G * (size_t)npair;
   const uint8_t *qs = w->packed;
-  const uint16_t *sc = (const uint16_t *)(qs + (size_t)G * (size_t)npair * 256);
-  if (r0 < 4 * g0) q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, r0, 4 * g0, a, y, 1);
-  for (int g = g0; g < g1; g++)
-    v_q8p_rows4_x1(qs + (size_t)g * (size_t)npair * 256, sc + (size_t)g * (size_t)npair * 8, a, npair,
-                   y + 4 * g - r0);
-  if (4 * g1 < r1) q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, 4 * g1, r1, a, y + 4 * g1 - r0, 1);
+  const uint16_t *ds = (const uint16_t *)(qs + n * PK_QB(t));
+  const uint64_t *hs = (const uint64_t *)((const uint8_t *)ds + n * PK_SB(t));
+  if (r0 < 4 * g0) q8_gemv_avx512_t(t, w, r0, 4 * g0, a, y, 1);
+  for (int g = g0; g < g1; g++) {
+    size_t at = (size_t)g * (size_t)npair;
+    v_pk_rows4_x1(t, qs + at * PK_QB(t), ds + at * (PK_SB(t) / 2), hs + at * 4, a, npair, y + 4 * g - r0);
+  }
+  if (4 * g1 < r1) q8_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, 1);
+}
+
+TGT512 static void pk_gemv_x1(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y) {
+  switch (w->dtype) {  /* one instance per type */
+  case MS_DTYPE_Q8_0: pk_gemv_x1_t(MS_DTYPE_Q8_0, w, r0, r1, a, y); break;
+  case MS_DTYPE_Q4_0: pk_gemv_x1_t(MS_DTYPE_Q4_0, w, r0, r1, a, y); break;
+  case MS_DTYPE_Q4_1: pk_gemv_x1_t(MS_DTYPE_Q4_1, w, r0, r1, a, y); break;
+  case MS_DTYPE_Q5_0: pk_gemv_x1_t(MS_DTYPE_Q5_0, w, r0, r1, a, y); break;
+  default: pk_gemv_x1_t(MS_DTYPE_Q5_1, w, r0, r1, a, y); break;
+  }
 }
 
 /* 1 when the AVX-512 path took it (every type with 8-bit activations). */
 TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                                  int ldy) {
   if (w->packed && a->nb == 1) {
-    q8p_gemv_x1(w, r0, r1, a, y);
+    pk_gemv_x1(w, r0, r1, a, y);
     return 1;
   }
   switch (w->dtype) {
@@ -1197,24 +1226,63 @@ TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const st
 }
 #endif
 
+static int packs(enum ms_dtype t) {
+  return t == MS_DTYPE_Q8_0 || t == MS_DTYPE_Q4_0 || t == MS_DTYPE_Q4_1 || t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1;
+}
+
+/* Bytes of quants, scales and high bits a (group, pair) takes, as quant.h says. */
+static void pk_sizes(enum ms_dtype t, size_t *qb, size_t *sb, size_t *hb) {
+  *qb = t == MS_DTYPE_Q8_0 ? 256 : 128;
+  *sb = t == MS_DTYPE_Q4_1 || t == MS_DTYPE_Q5_1 ? 32 : 16;
+  *hb = t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1 ? 32 : 0;
+}
+
 size_t ms_quant_packed_bytes(const struct ms_weight *w) {
-  if (!have_vnni512 || w->dtype != MS_DTYPE_Q8_0 || !w->data || w->rows < 4 || w->cols % (2 * QK)) return 0;
-  return (size_t)(w->rows / 4) * (size_t)(w->cols / (2 * QK)) * (256 + 16);
+  if (!have_vnni512 || !packs(w->dtype) || !w->data || w->rows < 4 || w->cols % (2 * QK)) return 0;
+  size_t qb, sb, hb;
+  pk_sizes(w->dtype, &qb, &sb, &hb);
+  return (size_t)(w->rows / 4) * (size_t)(w->cols / (2 * QK)) * (qb + sb + hb);
+}
+
+/* Element e (0..31) of a 4- or 5-bit block as its low nibble (the fifth bit apart). */
+static uint8_t nib(enum ms_dtype t, const uint8_t *blk, int e) {
+  const uint8_t *qs = blk + (t == MS_DTYPE_Q4_0 ? 2 : t == MS_DTYPE_Q4_1 ? 4 : t == MS_DTYPE_Q5_0 ? 6 : 8);
+  return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
 }
 
 void ms_quant_repack(const struct ms_weight *w, void *out) {
+  enum ms_dtype t = w->dtype;
   size_t G = (size_t)(w->rows / 4), np = (size_t)(w->cols / (2 * QK)), rb = ms_weight_row_bytes(w);
-  uint8_t *q = out;
-  uint16_t *sc = (uint16_t *)(q + G * np * 256);
+  size_t bs = ms_dtype_size(t), qb, sb, hb;
+  pk_sizes(t, &qb, &sb, &hb);
+  uint8_t *q = out, *sc = q + G * np * qb, *hi = sc + G * np * sb;
   for (size_t g = 0; g < G; g++)
-    for (size_t p = 0; p < np; p++)
-      for (size_t j = 0; j < 4; j++)
+    for (size_t p = 0; p < np; p++) {
+      size_t at = g * np + p;
+      for (size_t j = 0; j < 4; j++) {
+        uint64_t h = 0;
         for (size_t k = 0; k < 2; k++) {
-          const uint8_t *blk = (const uint8_t *)w->data + (4 * g + j) * rb + (2 * p + k) * (2 + QK);
-          sc[(g * np + p) * 8 + 2 * j + k] = rd16(blk);
-          uint8_t *dst = q + ((g * np + p) * 4 + j) * 64 + k * QK;
-          for (int e = 0; e < QK; e++) dst[e] = blk[2 + e] ^ 0x80;
+          const uint8_t *blk = (const uint8_t *)w->data + (4 * g + j) * rb + (2 * p + k) * bs;
+          memcpy(sc + at * sb + (2 * j + k) * 2, blk, 2);                       /* d */
+          if (sb == 32) memcpy(sc + at * sb + 16 + (2 * j + k) * 2, blk + 2, 2);  /* m */
+          if (hb) {
+            uint32_t qh;
+            memcpy(&qh, blk + (t == MS_DTYPE_Q5_0 ? 2 : 4), 4);
+            h |= (uint64_t)qh << (32 * k);
+          }
+          for (int e = 0; e < QK; e++) {
+            size_t k64 = k * QK + (size_t)e;
+            if (t == MS_DTYPE_Q8_0) {
+              q[at * qb + j * 64 + k64] = blk[2 + e] ^ 0x80;  /* the unsigned operand: w + 128 */
+            } else {  /* rows 2h, 2h + 1: the low and the high nibble of one byte */
+              uint8_t *d = &q[at * qb + (j / 2) * 64 + k64];
+              *d = (uint8_t)(j & 1 ? (*d & 15) | nib(t, blk, e) << 4 : nib(t, blk, e));
+            }
+          }
         }
+        if (hb) memcpy(hi + at * hb + j * 8, &h, 8);
+      }
+    }
 }
 
 void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int simd) {

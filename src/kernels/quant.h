@@ -66,14 +66,18 @@ void ms_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_ac
                 int simd);
 
 /* ---- repacked weights (ms_weight.packed) ----
- * Q8_0 with an even number of blocks a row, on a CPU with AVX-512 VNNI: rows in
- * groups of four (the last rows % 4 stay in data alone). Group g, block pair p
- * (blocks 2p, 2p + 1): 256 bytes of quants, for each of the four rows its two
- * blocks' 32 bytes each with 128 added (the unsigned operand of vpdpbusd), then,
- * after every group's quants, 16 bytes of scales per (g, p): the eight halves
- * d[row][block] in row order. One stream feeds four output rows, and the
- * scales of four rows come in one load; the sums are bit for bit those of
- * data. 0 when w gets no packed form here. */
+ * Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 with an even number of blocks a row, on a CPU
+ * with AVX-512 VNNI: rows in groups of four (the last rows % 4 stay in data
+ * alone), one stream feeding four output rows. For group g and block pair p
+ * (blocks 2p, 2p + 1), in three regions one after the other:
+ *   quants   Q8_0: 256 bytes, for each row its two blocks' 32 values + 128 (the
+ *            unsigned operand of vpdpbusd); the others: 128 bytes, rows 2h and
+ *            2h + 1 in the low and the high nibbles of 64 bytes, each byte k
+ *            value k of the pair in element order (the fifth bits apart);
+ *   scales   the eight halves d[row][block] in row order, then (Q4_1, Q5_1)
+ *            the eight m[row][block];
+ *   (Q5) high bits: for each row a 64-bit word, bit k the fifth bit of value k.
+ * The sums are bit for bit those of data. 0 when w gets no packed form here. */
 size_t ms_quant_packed_bytes(const struct ms_weight *w);
 /* Writes w's packed form (ms_quant_packed_bytes(w) bytes, 64-byte aligned). */
 void ms_quant_repack(const struct ms_weight *w, void *out);

@@ -256,9 +256,11 @@ struct ms_model *ms_gguf_model_new(struct ms_gguf *g, struct ms_textbuf *log) {
   c->dtype = m->layers[0].wq.dtype;  /* the type of the matrices (tile sizes follow it) */
   m->release = release_gguf;
   m->release_arg = ms_gguf_ref(g);
-  /* the faster layouts this CPU has; without the memory for them the file's
-   * own layout serves, as slower */
-  if (ms_model_repack(m) && log) ms_textbuf_printf(log, "gguf: no memory to repack the weights; using them as stored\n");
+  /* the faster layouts this CPU has (MEGASCOPE_NO_REPACK=1: not, to save their
+   * memory); without the memory for them the file's own layout serves, slower */
+  const char *no = getenv("MEGASCOPE_NO_REPACK");
+  if (!(no && *no && strcmp(no, "0")) && ms_model_repack(m) && log)
+    ms_textbuf_printf(log, "gguf: no memory to repack the weights; using them as stored\n");
   return m;
 fail:
   ms_model_free(m);

@@ -130,8 +130,9 @@ struct ms_weight {
   int rows, cols;
   const void *data;        /* (rows, cols) row-major */
   /* NULL, or the same weights repacked at load for the CPU's fastest 8-bit
-   * path (Q8_0 on AVX-512 VNNI: rows in fours, kernels/quant.h), in the
-   * model's packed storage; data stays the reference every other path reads. */
+   * path (q8_0, q4_0, q4_1, q5_0, q5_1 on AVX-512 VNNI: rows in fours,
+   * kernels/quant.h), in the model's packed buffer; data stays the layout
+   * every other path reads. */
   const void *packed;
 };
 
@@ -160,7 +161,6 @@ struct ms_model {
   void *storage;                       /* owned weight memory */
   size_t storage_bytes;
   void *packed;                        /* owned: what the weights' packed point into */
-  size_t packed_bytes;
   /* Called by ms_model_free when set: releases what the weights point into
    * (the mapping of a GGUF file). */
   void (*release)(void *arg);

@@ -406,30 +406,40 @@ static double task_scatter(const struct fctx *c) {
   return sd < 0.02 ? 0.02 : sd > 0.5 ? 0.5 : sd;
 }
 
+/* The devices' means of section sec, in this run (mc) and the reference (mr):
+ * their count, or 0 when a device has fewer than min_n samples on either side. */
+static int device_means(const struct fctx *c, int sec, double min_n, double *mc, double *mr) {
+  int D = c->cur->n[sec];
+  if (D < 2 || D > BENCH_MAX_DEVICES) return 0;
+  for (int d = 0; d < D; d++) {
+    const struct bench_stat *x = &c->cur->row[sec][d], *r = &c->ref->row[sec][d];
+    if (!x->have || x->n < min_n || r->n < min_n || !(x->sum > 0) || !(r->sum > 0)) return 0;
+    mc[d] = x->sum / x->n;
+    mr[d] = r->sum / r->n;
+  }
+  return D;
+}
+
+/* Device d's mean over the other devices' mean, in this run, over the same in
+ * the reference: what moves every device alike (the run's drift, its shapes,
+ * the mix of tasks) cancels. */
+static double against_others(const double *mc, const double *mr, int D, int d) {
+  double sc = 0, sr = 0;
+  for (int i = 0; i < D; i++) sc += mc[i], sr += mr[i];
+  return (mc[d] / ((sc - mc[d]) / (D - 1))) / (mr[d] / ((sr - mr[d]) / (D - 1)));
+}
+
 /* Open-ended: a device whose tasks (communication aside) ran slower against
  * their classes' means than the other devices' did, against the same in the
  * reference. Its mean's noise is the tasks' scatter (task_scatter) over its
  * tasks, in this run and the reference. */
 static void hyp_device_busy(struct fctx *c) {
-  int D = c->cur->n[FS_DEVBUSY];
-  if (D < 2) return;
-  double mc[BENCH_MAX_DEVICES], mr[BENCH_MAX_DEVICES], sc = 0, sr = 0;
-  int n = 0;
-  for (int d = 0; d < D && d < BENCH_MAX_DEVICES; d++) {
-    const struct bench_stat *x = &c->cur->row[FS_DEVBUSY][d], *r = &c->ref->row[FS_DEVBUSY][d];
-    if (!x->have || x->n < 8 || r->n < 8) return;
-    mc[d] = x->sum / x->n;
-    mr[d] = r->sum / r->n;
-    sc += mc[d];
-    sr += mr[d];
-    n++;
-  }
+  double mc[BENCH_MAX_DEVICES], mr[BENCH_MAX_DEVICES];
+  int D = device_means(c, FS_DEVBUSY, 8, mc, mr);
+  if (!D) return;
   const double scatter = task_scatter(c);
-  for (int d = 0; d < n; d++) {
-    double oc = (sc - mc[d]) / (n - 1), orf = (sr - mr[d]) / (n - 1);
-    double ratio = (mc[d] / oc) / (mr[d] / orf);
-    /* against the other devices of the same run and the same in the reference: the
-     * run's drift and the devices' mix of tasks cancel */
+  for (int d = 0; d < D; d++) {
+    double ratio = against_others(mc, mr, D, d);
     double z = (ratio - 1) / (0.005 + scatter * sqrt(2 / c->cur->row[FS_DEVBUSY][d].n));
     add(c, -2, MS_CULPRIT_DEVICE, d, z, "device %d: its tasks ran %.3fx their classes' mean time against the other "
         "devices' (and the reference)", d, ratio);
@@ -438,29 +448,18 @@ static void hyp_device_busy(struct fctx *c) {
 
 /* A device whose communication took longer against the other devices' in the
  * same run, against the same in the reference: the devices' shares of a
- * collective are alike, so what the run's shapes and drift do to all of them
- * cancels, and the noise left is the times' own scatter (no absolute floor:
- * a simulated link's times do not scatter at all). */
+ * collective are alike, so the noise left is the times' own scatter (no
+ * absolute floor: a simulated link's times do not scatter at all). */
 static void hyp_comm_device(struct fctx *c) {
-  int D = c->cur->n[FS_DEVICE];
-  if (D < 2 || D > BENCH_MAX_DEVICES) return;
-  double mc[BENCH_MAX_DEVICES], mr[BENCH_MAX_DEVICES], rel[BENCH_MAX_DEVICES], sc = 0, sr = 0;
+  double mc[BENCH_MAX_DEVICES], mr[BENCH_MAX_DEVICES];
+  int D = device_means(c, FS_DEVICE, 2, mc, mr);
   for (int d = 0; d < D; d++) {
     const struct bench_stat *x = &c->cur->row[FS_DEVICE][d], *r = &c->ref->row[FS_DEVICE][d];
-    if (!x->have || x->n < 2 || r->n < 2 || !(x->sum > 0) || !(r->sum > 0)) return;
-    mc[d] = x->sum / x->n;
-    mr[d] = r->sum / r->n;
     double vx = fmax(0, x->sumsq / x->n - mc[d] * mc[d]), vr = fmax(0, r->sumsq / r->n - mr[d] * mr[d]);
-    rel[d] = sqrt(vx / (x->n * mc[d] * mc[d]) + vr / (r->n * mr[d] * mr[d]));
-    sc += mc[d];
-    sr += mr[d];
-  }
-  for (int d = 0; d < D; d++) {
-    double ratio = (mc[d] / ((sc - mc[d]) / (D - 1))) / (mr[d] / ((sr - mr[d]) / (D - 1)));
-    double z = (ratio - 1) / (0.01 + 2 * rel[d]);
+    double rel = sqrt(vx / (x->n * mc[d] * mc[d]) + vr / (r->n * mr[d] * mr[d]));
+    double ratio = against_others(mc, mr, D, d), z = (ratio - 1) / (0.01 + 2 * rel);
     add(c, MS_FAULT_COMM_DELAY, MS_CULPRIT_DEVICE, d, z,
-        "communication of device %d: %.2fx the other devices' against the reference (%.0f samples)", d, ratio,
-        c->cur->row[FS_DEVICE][d].n);
+        "communication of device %d: %.2fx the other devices' against the reference (%.0f samples)", d, ratio, x->n);
   }
 }
 

@@ -344,7 +344,7 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
           ran, r->n, ran ? hsum / ran / 1e6 : 0, ran ? fsum / ran / 1e6 : 0, hsum > 0 ? 100 * (fsum / hsum - 1) : 0,
           100 * worst);
   static const enum ms_backend real_clock[] = {MS_BACKEND_CPU, MS_BACKEND_CUDA};
-  for (int k = 0; k < 2; k++) {
+  for (size_t k = 0; k < sizeof real_clock / sizeof *real_clock; k++) {
     const enum ms_backend be = real_clock[k];
     double sp_sum = 0, tg_sum = 0;
     int n_real = 0;

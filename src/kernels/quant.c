@@ -23,6 +23,12 @@
 
 #define QK 32
 
+/* The packed layout's sizes (quant.h): quant bytes, scale bytes and high-bit
+ * bytes per (group of four rows, block pair). */
+#define PK_QB(t) ((t) == MS_DTYPE_Q8_0 ? 256 : 128)
+#define PK_SB(t) ((t) == MS_DTYPE_Q4_1 || (t) == MS_DTYPE_Q5_1 ? 32 : 16)
+#define PK_HB(t) ((t) == MS_DTYPE_Q5_0 || (t) == MS_DTYPE_Q5_1 ? 32 : 0)
+
 static int have_f16c, have_vnni512;
 
 #ifdef MS_X86
@@ -1100,12 +1106,6 @@ TGT512_INL void q8_k_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, i
   }
 }
 
-/* The packed layout's sizes (quant.h): quant bytes, scale bytes and high-bit
- * bytes per (group of four rows, block pair). */
-#define PK_QB(t) ((t) == MS_DTYPE_Q8_0 ? 256 : 128)
-#define PK_SB(t) (Q8_HAS_M(t) ? 32 : 16)
-#define PK_HB(t) ((t) == MS_DTYPE_Q5_0 || (t) == MS_DTYPE_Q5_1 ? 32 : 0)
-
 /* Batch 1 on a packed group (quant.h): four rows, one stream. Each row's
  * lanes, products and order are v_rows2_x1's, so the bits are data's. */
 TGT512_INL void v_pk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint16_t *dg, const uint64_t *hg,
@@ -1230,18 +1230,10 @@ static int packs(enum ms_dtype t) {
   return t == MS_DTYPE_Q8_0 || t == MS_DTYPE_Q4_0 || t == MS_DTYPE_Q4_1 || t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1;
 }
 
-/* Bytes of quants, scales and high bits a (group, pair) takes, as quant.h says. */
-static void pk_sizes(enum ms_dtype t, size_t *qb, size_t *sb, size_t *hb) {
-  *qb = t == MS_DTYPE_Q8_0 ? 256 : 128;
-  *sb = t == MS_DTYPE_Q4_1 || t == MS_DTYPE_Q5_1 ? 32 : 16;
-  *hb = t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1 ? 32 : 0;
-}
-
 size_t ms_quant_packed_bytes(const struct ms_weight *w) {
-  if (!have_vnni512 || !packs(w->dtype) || !w->data || w->rows < 4 || w->cols % (2 * QK)) return 0;
-  size_t qb, sb, hb;
-  pk_sizes(w->dtype, &qb, &sb, &hb);
-  return (size_t)(w->rows / 4) * (size_t)(w->cols / (2 * QK)) * (qb + sb + hb);
+  enum ms_dtype t = w->dtype;
+  if (!have_vnni512 || !packs(t) || !w->data || w->rows < 4 || w->cols % (2 * QK)) return 0;
+  return (size_t)(w->rows / 4) * (size_t)(w->cols / (2 * QK)) * (size_t)(PK_QB(t) + PK_SB(t) + PK_HB(t));
 }
 
 /* Element e (0..31) of a 4- or 5-bit block as its low nibble (the fifth bit apart). */
@@ -1253,8 +1245,7 @@ static uint8_t nib(enum ms_dtype t, const uint8_t *blk, int e) {
 void ms_quant_repack(const struct ms_weight *w, void *out) {
   enum ms_dtype t = w->dtype;
   size_t G = (size_t)(w->rows / 4), np = (size_t)(w->cols / (2 * QK)), rb = ms_weight_row_bytes(w);
-  size_t bs = ms_dtype_size(t), qb, sb, hb;
-  pk_sizes(t, &qb, &sb, &hb);
+  size_t bs = ms_dtype_size(t), qb = PK_QB(t), sb = PK_SB(t), hb = PK_HB(t);
   uint8_t *q = out, *sc = q + G * np * qb, *hi = sc + G * np * sb;
   for (size_t g = 0; g < G; g++)
     for (size_t p = 0; p < np; p++) {

@@ -475,43 +475,34 @@ void ms_model_free(struct ms_model *m) {
   free(m);
 }
 
-/* The matrices a decode step reads through ms_vec_q8_gemv: the LM head and
- * each layer's (the routed experts' are views into these or their own). */
-static int matrices(struct ms_model *m, struct ms_weight **out, int cap) {
-  int n = 0;
-  if (n < cap) out[n++] = &m->lm_head;
-  for (int l = 0; l < m->cfg.n_layers; l++) {
-    struct ms_layer_weights *L = &m->layers[l];
-    struct ms_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    for (size_t i = 0; i < sizeof ws / sizeof *ws && n < cap; i++) out[n++] = ws[i];
-  }
-  return n;
+/* Matrix i of the 1 + 7 * n_layers a decode step reads through ms_vec_q8_gemv:
+ * the LM head, then each layer's (the routed experts' are separate weights). */
+static struct ms_weight *matrix(struct ms_model *m, int i) {
+  if (i == 0) return &m->lm_head;
+  struct ms_layer_weights *L = &m->layers[(i - 1) / 7];
+  struct ms_weight *ws[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+  return ws[(i - 1) % 7];
 }
+
+static size_t packed_span(const struct ms_weight *w) { return (ms_quant_packed_bytes(w) + 63) & ~(size_t)63; }
 
 int ms_model_repack(struct ms_model *m) {
   if (m->packed || !m->layers) return 0;
-  int cap = 1 + 7 * m->cfg.n_layers, n;
-  struct ms_weight **ws = malloc((size_t)cap * sizeof *ws);
-  if (!ws) return -ENOMEM;
-  n = matrices(m, ws, cap);
+  int n = 1 + 7 * m->cfg.n_layers;
   size_t total = 0;
-  for (int i = 0; i < n; i++) total += (ms_quant_packed_bytes(ws[i]) + 63) & ~(size_t)63;
-  uint8_t *buf = total ? aligned_alloc(64, total) : NULL;
-  if (total && !buf) {
-    free(ws);
-    return -ENOMEM;
-  }
-  size_t at = 0;
-  for (int i = 0; i < n; i++) {
-    size_t b = ms_quant_packed_bytes(ws[i]);
+  for (int i = 0; i < n; i++) total += packed_span(matrix(m, i));
+  if (!total) return 0;
+  uint8_t *buf = aligned_alloc(64, total);
+  if (!buf) return -ENOMEM;
+  for (size_t i = 0, at = 0; i < (size_t)n; i++) {
+    struct ms_weight *w = matrix(m, (int)i);
+    size_t b = packed_span(w);
     if (!b) continue;
-    ms_quant_repack(ws[i], buf + at);
-    ws[i]->packed = buf + at;
-    at += (b + 63) & ~(size_t)63;
+    ms_quant_repack(w, buf + at);
+    w->packed = buf + at;
+    at += b;
   }
   m->packed = buf;
-  m->packed_bytes = total;
-  free(ws);
   return 0;
 }
 

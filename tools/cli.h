@@ -25,6 +25,7 @@ int cmd_records(int argc, char **argv);
 int cmd_cflags(int argc, char **argv);
 int cmd_query(int argc, char **argv);
 int cmd_explain(int argc, char **argv);
+int cmd_interfere(int argc, char **argv);
 int cmd_hooks(int argc, char **argv);
 int bench_hooks(int argc, char **argv);
 int bench_attach(int argc, char **argv);

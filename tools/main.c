@@ -37,6 +37,7 @@ static const struct cli_cmd cmds[] = {
     {"records", "stream an attachment's ring-buffer records, decoded", cmd_records}, {"cflags", "clang flags for compiling a monitor", cmd_cflags},
     {"query", "ask a running engine a question in one line (compiled to a verified monitor)", cmd_query},
     {"explain", "which task class explains the step time, with raw evidence for it alone", cmd_explain},
+    {"interfere", "real interference: a noisy neighbour, a memory hog, preemption, a cold model", cmd_interfere},
 };
 
 static void usage(FILE *f) {

@@ -10,7 +10,9 @@
  *   observe.c   the five observers and the evidence each ships (bytes counted)
  *   diagnose.c  the diagnosers: evidence -> {cause, culprit, confidence}
  *   score.c     per-method totals
- *   report.c    the JSON report, the text table, the plot's data and script */
+ *   report.c    the JSON report, the text table, the plot's data and script
+ *   interfere.c real interference: a spinning neighbour, a memory-bandwidth hog,
+ *               random preemption, a cold page cache (megascope interfere) */
 #ifndef MS_BENCH_BENCH_H
 #define MS_BENCH_BENCH_H
 
@@ -263,6 +265,56 @@ int bench_answer_right(const struct bench_answer *a);
  * training split learned, never by itself. Without training cases, nothing
  * changes. */
 void bench_calibrate(struct bench_report *r);
+
+/* ---- interfere.c: real interference ---- */
+enum bench_interference {
+  BI_NONE = 0,
+  BI_SPIN = 1,          /* a thread spinning on one CPU: a noisy neighbour */
+  BI_MEMBW = 2,         /* a thread streaming through a buffer far larger than the caches, on one CPU */
+  BI_PREEMPT = 3,       /* a thread on one CPU that wakes at random and spins a burst of a few ms,
+                           at real-time priority where permitted */
+  BI_COLD = 4,          /* the model file's pages dropped from the page cache before it is mapped */
+  BI_LONG_CONTEXT = 5,  /* one request with a long prompt among short ones (a request, not a thread) */
+  BI_COUNT
+};
+#define BENCH_INTERFERE_MAX_S 3600.0  /* no interferer runs longer */
+const char *bench_interference_name(int k);    /* "spin", ...; "?" */
+int bench_interference_parse(const char *s, int *k);  /* 0 or -EINVAL */
+/* The CPU ms_engine_opts.pin_workers gives worker w: the (w mod n)-th of the n
+ * CPUs this process may run on; -1 when the OS does not say. */
+int bench_worker_cpu(int w);
+
+struct bench_interfere_opts {
+  int kind;              /* BI_SPIN, BI_MEMBW, BI_PREEMPT */
+  int cpu;               /* the CPU its thread runs on; -1: where the OS puts it */
+  double seconds;        /* it stops by itself after this long (0: BENCH_INTERFERE_MAX_S) */
+  size_t buffer_bytes;   /* membw: the buffer streamed through (default 256 MiB) */
+  double burst_us_lo, burst_us_hi;  /* preempt: each burst spins this long, uniformly (default 2000..5000) */
+  double gap_us;         /* preempt: the mean gap between bursts, exponential (default 20000) */
+  uint64_t seed;         /* preempt: the gaps and bursts */
+};
+/* Fills what o leaves at 0 with the defaults above. */
+void bench_interfere_defaults(struct bench_interfere_opts *o);
+
+struct bench_interfere_stats {
+  double wall_s, cpu_s;  /* how long its thread ran, and the CPU time it used */
+  double bytes;          /* membw: bytes read plus bytes written */
+  uint64_t bursts;       /* preempt: bursts spun */
+  char policy[64];       /* preempt: the scheduling policy it got */
+  size_t file_pages, resident_before, resident_after;  /* cold: the file's pages in the page cache */
+};
+
+struct bench_interferer;
+/* Starts one interferer's thread and returns once it runs (pinned, its buffer
+ * touched, its priority set); NULL + errno with the reason in log. */
+struct bench_interferer *bench_interfere_start(const struct bench_interfere_opts *o, struct ms_textbuf *log);
+/* Stops and joins it, frees what it holds, and says what it did (st may be
+ * NULL); NULL does nothing. */
+void bench_interfere_stop(struct bench_interferer *x, struct bench_interfere_stats *st);
+/* Drops path's pages from the page cache (posix_fadvise DONTNEED: pages another
+ * process maps stay) and counts the resident pages before and after. 0 or a
+ * negative errno. */
+int bench_evict_file(const char *path, struct bench_interfere_stats *st, struct ms_textbuf *log);
 
 /* ---- report.c ---- */
 int bench_report_json(const struct bench_report *r, FILE *f);

@@ -33,6 +33,7 @@ struct parser {
   struct tok t;
   int paren;            /* nesting, so that '/' inside a predicate's parentheses divides */
   int in_pred;
+  int depth;            /* parentheses and unary operators open now (the parser's recursion) */
   struct ms_textbuf *log;
   int err;
 };
@@ -225,6 +226,7 @@ static struct q_node *node(struct parser *p, enum q_node_kind kind, int col) {
   n->kind = kind;
   n->col = col;
   n->field = -1;
+  n->height = 1;
   return n;
 }
 
@@ -238,15 +240,37 @@ void ms_query_node_free(struct q_node *n) {
 
 static struct q_node *expr(struct parser *p);
 
+/* Untrusted text must not choose how deep the parser, the code generator and
+ * the tree's free recurse: an expression nests at most Q_MAX_DEPTH levels, counting
+ * parentheses and unary operators as they open (the parser's recursion) and
+ * the height of the tree a chain of binary operators builds (a + a + ... is
+ * as deep as it is long for the code generator). */
+static int too_deep(struct parser *p, int depth, int col) {
+  if (depth <= Q_MAX_DEPTH) return 0;
+  fail(p, col, "expression nested too deeply: more than %d levels (parentheses, unary operators and chained "
+       "binary operators each count one)", Q_MAX_DEPTH);
+  return 1;
+}
+
+/* A node over a and b is one level above the higher of them. */
+static int height_of(const struct q_node *a, const struct q_node *b) {
+  int h = a ? a->height : 0;
+  if (b && b->height > h) h = b->height;
+  return h + 1;
+}
+
 static struct q_node *primary(struct parser *p) {
   int col = p->t.col;
   struct q_node *n = NULL;
   if (p->err) return NULL;
   if (is(p, "(")) {
+    if (too_deep(p, p->depth + 1, col)) return NULL;
     p->paren++;
+    p->depth++;
     next(p);
     n = expr(p);
     p->paren--;
+    p->depth--;
     if (expect(p, ")", "to close '('")) goto bad;
     return n;
   }
@@ -274,11 +298,15 @@ bad:
 static struct q_node *unary(struct parser *p) {
   if (is(p, "!") || is(p, "-") || is(p, "~")) {
     int col = p->t.col, op = p->t.text[0];
+    if (too_deep(p, p->depth + 1, col)) return NULL;
+    p->depth++;
     next(p);
     struct q_node *a = unary(p), *n = a ? node(p, Q_UNARY, col) : NULL;
+    p->depth--;
     if (!n) return ms_query_node_free(a), NULL;
     n->op = op;
     n->a = a;
+    n->height = height_of(a, NULL);
     return n;
   }
   return primary(p);
@@ -332,7 +360,9 @@ static struct q_node *binary(struct parser *p, int lv) {
       }
       n->negate = code == -2;
       n->a = a;
+      n->height = height_of(a, NULL);
       a = n;
+      if (too_deep(p, a->height, col)) break;
       next(p);
       continue;
     }
@@ -344,7 +374,9 @@ static struct q_node *binary(struct parser *p, int lv) {
     n->op = code;
     n->a = a;
     n->b = b;
+    n->height = height_of(a, b);
     a = n;
+    if (too_deep(p, a->height, col)) break;
   }
   if (p->err) {
     ms_query_node_free(a);

@@ -42,6 +42,7 @@ struct q_node {
   uint64_t u;         /* Q_NUM */
   char *text;         /* Q_NAME, Q_MATCH */
   struct q_node *a, *b;
+  int height;         /* 1 + the higher of a's and b's (a leaf: 1); at most Q_MAX_DEPTH */
 };
 
 enum q_agg {
@@ -56,6 +57,7 @@ enum q_agg {
 #define Q_MAX_PROBES 16
 #define Q_MAX_STMTS 16
 #define Q_MAX_FIELDS 12 /* values in one record() */
+#define Q_MAX_DEPTH 256 /* how deep an expression nests (parse.c: too_deep) */
 
 /* How a map's keys print: a field whose values have names, or a number. */
 enum q_key_kind { Q_KEY_NUM, Q_KEY_SIGNED, Q_KEY_CLASS, Q_KEY_EVCLASS, Q_KEY_OP, Q_KEY_HOOK, Q_KEY_ENUM };

@@ -19,7 +19,7 @@
 # white-box and see every folder.
 
 # The libraries, in link order (each after everything it links).
-set(MS_TARGETS base model kernels graph compile bpf hook runtime export query control bench)
+set(MS_TARGETS base model kernels graph compile bpf hook runtime export query control bench explain)
 
 # What each library compiles: its folder's .c files unless said here.
 #  - model: the block formats (src/kernels/quant.c, quant_k.c: how weights are
@@ -43,6 +43,9 @@ set(MS_LINKS_export runtime base)
 set(MS_LINKS_query hook bpf compile base)
 set(MS_LINKS_control runtime export hook bpf compile model base)
 set(MS_LINKS_bench runtime hook bpf compile model base)
+# explain: the judgement of a window's tables (numbers in, culprits out); the
+# CLI gathers the tables from a live engine.
+set(MS_LINKS_explain base)
 
 # Denies: public headers a folder's files may not include all the same, where
 # what they declare lies above the folder in the flow. bpf proves programs
@@ -59,6 +62,7 @@ set(MS_SEES_bpf)
 set(MS_SEES_hook)
 set(MS_SEES_export)
 set(MS_SEES_query)
+set(MS_SEES_explain)
 # model: the block formats it is built with (kernels/quant.h, kernels/quant_k.h).
 set(MS_SEES_model kernels)
 # compile: the graph it lowers (graph/graph.h) is the other half of the plan.

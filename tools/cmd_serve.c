@@ -36,7 +36,7 @@ struct serve_args {
   const char *http, *socket, *otlp, *host, *api_key, *chat_template;
   long port, drain_s, max_batched;
   double temperature;
-  int port_set, temperature_set, q8;
+  int port_set, temperature_set, q8, pin;
   const char *fault[4];
   int n_fault;
   int verbose;
@@ -47,6 +47,9 @@ static const struct cli_opt serve_opts[] = {
     CLI_OPT_GROUP(SA, cm, cli_model_opts),
     CLI_OPT_INT(SA, batch, "batch", "N", 1, 4096, "most requests decoded together (default 8)"),
     CLI_OPT_GROUP(SA, workers, cli_workers_opts),
+    CLI_OPT_FLAG(SA, pin, "pin-workers",
+                 "pin worker w to the w-th CPU the process may run on, so a worker is\n"
+                 "a core (explain then names the core another process shares)"),
     CLI_OPT_GROUP(SA, be, cli_backend_opts),
     CLI_OPT_INT(SA, max_ctx, "max-ctx", "N", 2, 1 << 20, "positions per request, prompt included (default 512)"),
     CLI_OPT_INT(SA, max_batched, "max-batched-tokens", "N", 0, 4096,
@@ -219,7 +222,7 @@ int cmd_serve(int argc, char **argv) {
                               .max_ctx = (int)a.max_ctx, .watchdog_ms = (int)a.watchdog_ms,
                               .max_batched_tokens = (int)a.max_batched, .prefill_async = 1,
                               .q8_activations = a.q8, .backend = (enum ms_backend)a.be.backend,
-                              .cuda_sms = (int)a.be.sms};
+                              .cuda_sms = (int)a.be.sms, .pin_workers = a.pin};
   struct ms_fault faults[4];
   eo.faults = faults;
   eo.n_faults = a.n_fault;

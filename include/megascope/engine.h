@@ -105,6 +105,11 @@ struct ms_engine_opts {
                               starts at once; prompts are chunked once they are ready); 0:
                               before ms_engine_new returns */
   int cuda_sms;            /* MS_BACKEND_CUDA: CTAs of the persistent kernel; 0: every SM */
+  /* CPU backend: pin worker w to the (w mod n)-th CPU of the n the process may
+   * run on, so a worker is a core: what another process on that core takes is
+   * that worker's loss alone (ms_engine_worker_os says how much). 0: the OS
+   * places the workers. */
+  int pin_workers;
 };
 
 /* "cpu", "sim", "cuda"; NULL for an unknown id. */
@@ -235,6 +240,21 @@ struct ms_step_record {
   int admitted, retired;
   uint64_t t_begin, t_end;
 };
+/* What the operating system says of one worker thread (CPU backend; the
+ * others fill cpu = -1 and zeros): the CPU it is pinned to (-1: not pinned)
+ * and the one it last ran on, its run time, the time it was runnable but
+ * waited for a CPU (another thread had it: /proc's schedstat), and how often
+ * it was preempted (involuntary context switches). Counters since the worker
+ * started; a window is the difference of two reads. */
+struct ms_worker_os {
+  int pinned_cpu, last_cpu;
+  uint64_t run_ns, runqueue_ns;
+  uint64_t preempted;
+};
+/* 0, -EINVAL for a worker out of range, or -ENOENT when the OS does not say
+ * (no /proc, no schedstat: then the fields it did read are filled). */
+int ms_engine_worker_os(const struct ms_engine *e, int worker, struct ms_worker_os *out);
+
 /* Copies up to `max` of the most recent step records, oldest first; returns the count. */
 int ms_engine_step_log(const struct ms_engine *e, struct ms_step_record *out, int max);
 

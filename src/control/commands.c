@@ -554,6 +554,27 @@ static void write_hist(struct ms_json *j, const char *key, const struct ms_histo
   ms_json_obj_end(j);
 }
 
+/* What the OS says of each worker thread (ms_engine_worker_os): explain
+ * takes a window's difference to tell a shared CPU from slow tasks. */
+static void write_worker_os(struct ms_json *j, const struct ms_engine *e, int n) {
+  ms_json_key(j, "worker_os");
+  ms_json_arr_begin(j);
+  for (int w = 0; w < n; w++) {
+    struct ms_worker_os os;
+    int rc = ms_engine_worker_os(e, w, &os);
+    ms_json_obj_begin(j);
+    ms_json_kint(j, "worker", w);
+    ms_json_kint(j, "pinned_cpu", os.pinned_cpu);
+    ms_json_kint(j, "last_cpu", os.last_cpu);
+    ms_json_kbool(j, "known", rc == 0);
+    ms_json_kuint(j, "run_ns", os.run_ns);
+    ms_json_kuint(j, "runqueue_ns", os.runqueue_ns);
+    ms_json_kuint(j, "preempted", os.preempted);
+    ms_json_obj_end(j);
+  }
+  ms_json_arr_end(j);
+}
+
 static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   if (check_fields(req, "stats", r)) return;
   struct ms_engine_stats st;
@@ -589,6 +610,7 @@ static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, str
     ms_json_kuint(&j, "dropped", cs.dropped);
     ms_json_kuint(&j, "idle_closed", cs.idle_closed);
     ms_json_obj_end(&j);
+    write_worker_os(&j, c->e, st.n_workers);
     ms_json_obj_end(&j);
   }
   reply_close(r, f);

@@ -25,10 +25,13 @@
  * Shutdown. ms_engine_free raises stop_req and wakes worker 0; it finishes the
  * step in flight, cancels what is left and publishes a stop step; workers exit
  * on it and stop joins them. */
+/* _GNU_SOURCE (the build defines it): pthread_attr_setaffinity_np, CPU_SET, gettid */
 #include <errno.h>
+#include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"
@@ -205,6 +208,8 @@ static void *worker_main(void *arg) {
   struct worker *w = arg;
   struct ms_engine *e = w->e;
   uint32_t seen = 0;
+  /* relaxed: read by ms_engine_worker_os for /proc, never to order anything */
+  atomic_store_explicit(&w->tid, (int)gettid(), memory_order_relaxed);
   for (;;) {
     if (w->id == 0) {
       ms_rt_step_end(e);
@@ -267,8 +272,26 @@ static void cpu_stop(struct ms_engine *e) {
   cpu_free(c);
 }
 
+/* pin_workers: worker w on the (w mod n)-th of the n CPUs the process may use,
+ * set in the attributes it starts with (pinned_cpu is written before the thread
+ * exists, so readers need no ordering). 0, or -1: start it unpinned. */
+static int cpu_pin_attr(struct ms_engine *e, int w, pthread_attr_t *attr) {
+  cpu_set_t allowed, one;
+  int n = 0;
+  if (!e->o.pin_workers || sched_getaffinity(0, sizeof allowed, &allowed)) return -1;
+  int want = w % CPU_COUNT(&allowed);
+  for (int i = 0; i < CPU_SETSIZE; i++)
+    if (CPU_ISSET(i, &allowed) && n++ == want) {
+      CPU_ZERO(&one);
+      CPU_SET(i, &one);
+      if (pthread_attr_setaffinity_np(attr, sizeof one, &one)) return -1;
+      e->workers[w].pinned_cpu = i;
+      return 0;
+    }
+  return -1;
+}
+
 static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
-  (void)log;
   struct cpu *c = calloc(1, sizeof *c);
   if (!c || !(c->th = calloc((size_t)e->n_workers, sizeof *c->th))) {
     free(c);
@@ -277,8 +300,14 @@ static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
   c->e = e;
   ms_barrier_init(&c->bar, e->n_workers);
   e->be_ctx = c;  /* before any worker runs: they read it */
-  for (int w = 0; w < e->n_workers; w++, c->threads++)
-    if (pthread_create(&c->th[w], NULL, worker_main, &e->workers[w])) {
+  for (int w = 0; w < e->n_workers; w++, c->threads++) {
+    pthread_attr_t attr;
+    int made = !pthread_attr_init(&attr);
+    if (made && e->o.pin_workers && cpu_pin_attr(e, w, &attr))
+      ms_textbuf_printf(log, "engine: worker %d could not be pinned; the OS places it\n", w);
+    int rc = pthread_create(&c->th[w], made ? &attr : NULL, worker_main, &e->workers[w]);
+    if (made) pthread_attr_destroy(&attr);
+    if (rc) {
       /* Worker 0, when it started, publishes the stop and the others exit on it. */
       atomic_store(&e->stop_req, 1);
       atomic_fetch_add(&e->mail_seq, 1);
@@ -286,6 +315,7 @@ static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
       cpu_stop(e);
       return -EAGAIN;
     }
+  }
   return 0;
 }
 

@@ -98,7 +98,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
   atomic_init(&e->hooks_on, 1);
   e->workers = calloc((size_t)e->n_workers, sizeof *e->workers);
   if (!e->hooks || !e->workers) goto fail;
-  for (int w = 0; w < e->n_workers; w++) e->workers[w].e = e;
+  for (int w = 0; w < e->n_workers; w++) e->workers[w].e = e, e->workers[w].pinned_cpu = -1;
   if ((rc = ms_tel_init(e))) goto fail;
   if ((rc = ms_fault_init(e, log))) goto fail;
   for (int w = 0; w < e->n_workers; w++) {

@@ -97,6 +97,8 @@ struct worker {
   _Atomic uint64_t trace_dropped;
   _Atomic uint64_t trace_session; /* the session trace_n counts for (readers: ms_engine_trace_stats) */
   _Atomic int trace_busy;       /* > 0 while it writes a record: buffers stay put */
+  _Atomic int tid;              /* the thread's id (CPU backend, once started; 0: none) */
+  int pinned_cpu;               /* pin_workers: the CPU it is bound to; -1: none */
   char pad[64];
 };
 

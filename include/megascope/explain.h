@@ -1,0 +1,130 @@
+/* SPDX-License-Identifier: MIT */
+/* The judgement behind `megascope explain`: given what a window of a live
+ * engine's tasks took (per class, bucket, worker and time slice), what its
+ * attention took per request, and what the OS says of each worker thread,
+ * which parts stand out against their own peers by more than the scatter the
+ * same window shows among healthy peers.
+ *
+ * Every judgement is relative, so no figure depends on the model or machine:
+ *   class    against the same op in the other layers (of the same weight
+ *            bytes per task: a Q4_K_M file mixes block types across layers);
+ *   layer    the median of its classes' effects;
+ *   worker   its tasks against the same classes' tasks on the other workers;
+ *   device   the same over a device's workers (tensor parallelism);
+ *   request  its attention against the others', given their contexts;
+ *   cpu      the time a worker was runnable but another thread had its CPU.
+ * An effect is a log ratio; its noise is the robust scatter (1.4826 x the
+ * median absolute deviation) of the same effect among the peers of the same
+ * window, and of each part's own effect across the window's time slices. A part
+ * is a culprit when its effect is at least MS_EXPLAIN_Z such scatters above
+ * its peers. Nothing here reads a clock or a socket: the CLI gathers, this
+ * decides, tests/test_explain.c checks it on tables with known answers. */
+#ifndef MEGASCOPE_EXPLAIN_H
+#define MEGASCOPE_EXPLAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* How many scatters above the peers a culprit stands. */
+#define MS_EXPLAIN_Z 5.0
+
+enum ms_explain_kind {
+  MS_EXPLAIN_CLASS = 0,
+  MS_EXPLAIN_LAYER = 1,
+  MS_EXPLAIN_WORKER = 2,
+  MS_EXPLAIN_DEVICE = 3,
+  MS_EXPLAIN_REQUEST = 4,  /* id: the request's index in the input */
+  MS_EXPLAIN_SLOT = 5,     /* several requests of one batch slot, all slow */
+  MS_EXPLAIN_CPU = 6,      /* id: a worker, or -1: every worker */
+  MS_EXPLAIN_KIND_COUNT
+};
+const char *ms_explain_kind_name(enum ms_explain_kind k);
+
+/* A task class of the engine's schema. */
+struct ms_explain_class {
+  const char *name;         /* blk.7.wo */
+  const char *op;           /* wo */
+  int layer;                /* -1: none (embed, lm_head, sample: not judged) */
+  double work_bytes;        /* mean bytes a task reads (ABI v2 work_bytes; 0: unknown) */
+};
+
+/* Tasks of one class in one bucket on one worker in one slice of the window.
+ * A slice is any partition of the window's steps into n_slices parts (the CLI
+ * takes step % n_slices, so a task preempted once lands in one slice of one
+ * class and the weighted median over slices passes it over): the more slices,
+ * the fewer tasks each holds and the less often a slice is hit. */
+struct ms_explain_cell {
+  int cls, bucket, worker, slice;
+  double n, sum_ns;
+};
+
+/* One request's attention tasks in the window. */
+struct ms_explain_request {
+  uint32_t slot, gen;
+  double n, sum_ns, ctx_sum; /* tasks, their time, the sum of their contexts */
+};
+
+/* What the OS said of a worker thread over one time slice of the window
+ * (differences of ms_engine_worker_os); known = 0: nothing. */
+struct ms_explain_os {
+  int known, pinned_cpu, last_cpu;
+  double wall_ns, run_ns, runqueue_ns, preempted;
+};
+
+struct ms_explain_input {
+  const struct ms_explain_class *classes;
+  int n_classes;
+  const struct ms_explain_cell *cells;
+  size_t n_cells;
+  const struct ms_explain_request *requests;
+  int n_requests;
+  const struct ms_explain_os *os;  /* [n_os_slices][n_workers], slice-major, or NULL */
+  int n_os_slices;
+  const int *device;               /* [n_workers]: each worker's device; NULL: all 0 */
+  int n_workers;
+  int n_slices;
+  double window_ns, steps;
+};
+
+/* One part's judgement (every judged part has one, culprit or not). */
+struct ms_explain_effect {
+  double effect;            /* log ratio against the peers (exp: the ratio) */
+  double noise;             /* the scatter it is held against */
+  double z;                 /* effect / noise, NAN when not judged */
+  double n;                 /* tasks it covers */
+  double excess_ns;         /* time per step above what the peers' rate gives */
+  int peers;
+};
+
+struct ms_explain_culprit {
+  enum ms_explain_kind kind;
+  int id;                   /* class, layer, worker, device, request index, slot; cpu: worker or -1 */
+  char name[96];
+  char cause[48];           /* "slow tasks", "shared CPU", "long context", ... */
+  double ratio, z, confidence, excess_ns_per_step;
+  char why[256];
+};
+
+#define MS_EXPLAIN_MAX_CULPRITS 16
+
+struct ms_explain_result {
+  int n_culprits;
+  struct ms_explain_culprit culprits[MS_EXPLAIN_MAX_CULPRITS];  /* strongest first */
+  double none_confidence;   /* no culprit: how sure (the noise against a 1.5x effect) */
+  double class_noise;       /* the scatter of class effects among peers */
+  double runqueue_share;    /* every worker's run-queue wait over their wall time */
+  /* Every part's effect, for reports: [n_classes], [n_layers], [n_workers],
+   * [n_devices], [n_requests]. */
+  struct ms_explain_effect *cls, *layer, *worker, *device, *request;
+  int n_layers, n_devices;
+};
+
+/* Judges; 0 or -ENOMEM. The result's arrays are freed by ms_explain_result_free. */
+int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result *out);
+void ms_explain_result_free(struct ms_explain_result *r);
+
+/* Confidence that a culprit of this z is right, and that "none" is, from the
+ * reliability of the training split (docs/query.md, "How sure explain is"). */
+double ms_explain_confidence(enum ms_explain_kind k, double z);
+
+#endif

@@ -1,0 +1,234 @@
+/* SPDX-License-Identifier: MIT */
+/* Which parts explain names: every part whose effect stands MS_EXPLAIN_Z
+ * scatters above its peers, a broader part first and the narrower ones it
+ * explains left out (a slow layer's classes, a slow device's workers), and
+ * the OS's view joined to the worker it concerns. Ordered by the time a step
+ * loses to each. */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "explain/explain_impl.h"
+#include "explain/stats.h"
+
+static struct ms_explain_culprit *add(struct ms_explain_result *r, enum ms_explain_kind k, int id, double z,
+                                      double ratio, double excess, const char *cause) {
+  if (r->n_culprits == MS_EXPLAIN_MAX_CULPRITS) return NULL;
+  struct ms_explain_culprit *c = &r->culprits[r->n_culprits++];
+  memset(c, 0, sizeof *c);
+  c->kind = k, c->id = id, c->z = z, c->ratio = ratio, c->excess_ns_per_step = excess;
+  c->confidence = ms_explain_confidence(k, z);
+  snprintf(c->cause, sizeof c->cause, "%s", cause);
+  return c;
+}
+
+static void why(struct ms_explain_culprit *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void why(struct ms_explain_culprit *c, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(c->why, sizeof c->why, fmt, ap);
+  va_end(ap);
+}
+
+static double step_ns(const struct ex *x) { return x->in->steps > 0 ? x->in->window_ns / x->in->steps : 0; }
+
+/* ---- the OS's view ---- */
+
+/* Every worker waiting for a CPU (the machine is oversubscribed), or one
+ * worker more than the others (another thread shares its CPU): 1 for the
+ * workers that were named, so the timing judgement can join them. */
+static void cpu_culprits(struct ex *x, const struct ex_cpu *cpu, int *shared) {
+  int known = 0, all = 1;
+  double least = INFINITY;
+  for (int w = 0; w < x->W && w < EX_MAX_CPU; w++) {
+    if (!cpu->known[w]) continue;
+    known++;
+    all &= cpu->share[w] / cpu->noise[w] >= MS_EXPLAIN_Z;
+    least = cpu->share[w] < least ? cpu->share[w] : least;
+  }
+  if (!known) return;
+  if (all && known > 1) {
+    struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_CPU, -1, least / 0.01, 1 / (1 - cpu->all),
+                                       cpu->all * step_ns(x), "CPUs shared with other threads");
+    if (c) {
+      snprintf(c->name, sizeof c->name, "every worker's CPU");
+      why(c, "every worker waited for a CPU: %.0f%% of the window in all, %.0f%% at least (the OS's run-queue "
+             "wait); the machine runs more threads than it has CPUs", 100 * cpu->all, 100 * least);
+    }
+    return;
+  }
+  double *others = malloc((size_t)x->W * sizeof *others);
+  for (int w = 0; others && w < x->W && w < EX_MAX_CPU; w++) {
+    if (!cpu->known[w]) continue;
+    int k = 0;
+    for (int o = 0; o < x->W && o < EX_MAX_CPU; o++)
+      if (o != w && cpu->known[o]) others[k++] = cpu->share[o];
+    double base = k ? ex_median(others, (size_t)k) : 0, z = (cpu->share[w] - base) / cpu->noise[w];
+    shared[w] = z >= MS_EXPLAIN_Z;
+  }
+  free(others);
+}
+
+/* ---- workers and devices ---- */
+
+static void name_worker(char *buf, size_t n, int w, const struct ex_cpu *cpu) {
+  if (w < EX_MAX_CPU && cpu->known[w] && cpu->pinned[w] >= 0) snprintf(buf, n, "worker %d (CPU %d)", w, cpu->pinned[w]);
+  else snprintf(buf, n, "worker %d", w);
+}
+
+static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *shared, const int *dev_named) {
+  for (int w = 0; w < x->W; w++) {
+    const struct ms_explain_effect *e = &x->out->worker[w];
+    int slow = !isnan(e->z) && e->z >= MS_EXPLAIN_Z, cpu_shared = w < EX_MAX_CPU && shared[w];
+    if ((!slow && !cpu_shared) || (slow && dev_named[ex_device(x, w)])) continue;
+    double share = w < EX_MAX_CPU ? cpu->share[w] : 0;
+    const char *cause = cpu_shared ? "CPU shared with another thread" : "slow tasks";
+    double z = slow ? e->z : (share - 0) / cpu->noise[w];
+    struct ms_explain_culprit *c =
+        add(x->out, cpu_shared && !slow ? MS_EXPLAIN_CPU : MS_EXPLAIN_WORKER, w, z, slow ? exp(e->effect) : 1,
+            slow ? e->excess_ns : share * step_ns(x), cause);
+    if (!c) return;
+    name_worker(c->name, sizeof c->name, w, cpu);
+    if (slow && cpu_shared)
+      why(c, "its tasks took %.2fx what the same classes took on the other workers (z %.1f), and it waited %.0f%% "
+             "of the window for its CPU (%.0f preemptions): another thread runs there",
+          exp(e->effect), e->z, 100 * share, cpu->preempted[w]);
+    else if (slow)
+      why(c, "its tasks took %.2fx what the same classes took on the other workers (z %.1f over the window's "
+             "slices); the OS reports %.0f%% of its time waiting for a CPU, so the time is its own",
+          exp(e->effect), e->z, 100 * share);
+    else
+      why(c, "it waited %.0f%% of the window for its CPU (%.0f preemptions), more than the other workers; its "
+             "tasks' times did not stand out (%.2fx)", 100 * share, cpu->preempted[w],
+          isnan(e->effect) ? 1 : exp(e->effect));
+  }
+}
+
+static void device_culprits(struct ex *x, int *dev_named) {
+  for (int d = 0; x->D > 1 && d < x->D; d++) {
+    const struct ms_explain_effect *e = &x->out->device[d];
+    if (isnan(e->z) || e->z < MS_EXPLAIN_Z) continue;
+    dev_named[d] = 1;
+    struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_DEVICE, d, e->z, exp(e->effect), e->excess_ns, "slow tasks");
+    if (!c) return;
+    snprintf(c->name, sizeof c->name, "device %d", d);
+    why(c, "its workers' tasks took %.2fx what the same classes took on the other devices (z %.1f)", exp(e->effect),
+        e->z);
+  }
+}
+
+/* ---- layers and classes ---- */
+
+static void layer_culprits(struct ex *x, int *layer_named) {
+  for (int l = 0; l < x->out->n_layers; l++) {
+    const struct ms_explain_effect *e = &x->out->layer[l];
+    if (isnan(e->z) || e->z < MS_EXPLAIN_Z) continue;
+    layer_named[l] = 1;
+    struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_LAYER, l, e->z, exp(e->effect), e->excess_ns, "slow tasks");
+    if (!c) return;
+    snprintf(c->name, sizeof c->name, "layer %d", l);
+    why(c, "the median of its classes took %.2fx their peers in the other layers (z %.1f, peer scatter %.1f%%)",
+        exp(e->effect), e->z, 100 * x->sigma);
+  }
+}
+
+static void class_culprits(struct ex *x, const int *layer_named) {
+  for (int i = 0; i < x->C; i++) {
+    const struct ms_explain_effect *e = &x->out->cls[i];
+    if (isnan(e->z) || e->z < MS_EXPLAIN_Z) continue;
+    int l = x->in->classes[i].layer;
+    double z = e->z;
+    /* inside a slow layer, only what stands out beyond the layer's own effect */
+    if (l >= 0 && l < x->out->n_layers && layer_named[l]) {
+      z = (e->effect - x->out->layer[l].effect) / e->noise;
+      if (z < MS_EXPLAIN_Z) continue;
+    }
+    struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_CLASS, i, z, exp(e->effect), e->excess_ns, "slow tasks");
+    if (!c) return;
+    snprintf(c->name, sizeof c->name, "%s", x->in->classes[i].name);
+    why(c, "its tasks took %.2fx the median of its %d peers (%s in the other layers) over %.0f tasks; z %.1f "
+           "against the peers' scatter of %.1f%%", exp(e->effect), e->peers, x->in->classes[i].op, e->n, z,
+        100 * x->sigma);
+  }
+}
+
+/* ---- requests ---- */
+
+static void request_culprits(struct ex *x, const struct ex_req *rq) {
+  const struct ms_explain_input *in = x->in;
+  int first = x->out->n_culprits;
+  for (int i = 0; i < in->n_requests; i++) {
+    const struct ms_explain_effect *e = &x->out->request[i];
+    const struct ms_explain_request *r = &in->requests[i];
+    if (isnan(e->z)) continue;
+    double ctx = r->ctx_sum / r->n, zc = (log(ctx > 1 ? ctx : 1) - rq->ctx_center) / rq->ctx_noise;
+    double t = r->sum_ns / r->n, t_typ = rq->intercept + rq->slope * exp(rq->ctx_center);
+    int slow = e->z >= MS_EXPLAIN_Z, long_ctx = zc >= MS_EXPLAIN_Z && t >= t_typ * exp(MS_EXPLAIN_Z * rq->noise);
+    if (!slow && !long_ctx) continue;
+    struct ms_explain_culprit *c =
+        add(x->out, MS_EXPLAIN_REQUEST, i, slow ? e->z : zc, slow ? exp(e->effect) : t / t_typ,
+            slow ? e->excess_ns : (t - t_typ) * r->n / (in->steps > 0 ? in->steps : 1),
+            slow ? "slow attention" : "long context");
+    if (!c) return;
+    snprintf(c->name, sizeof c->name, "request slot %u gen %u", r->slot, r->gen);
+    if (slow)
+      why(c, "its attention tasks took %.2fx what the other requests' line gives for its %.0f positions (z %.1f)",
+          exp(e->effect), ctx, e->z);
+    else
+      why(c, "its context (%.0f positions) is %.1fx the window's median; its attention tasks take %.2fx a typical "
+             "request's, as that context predicts", ctx, ctx / exp(rq->ctx_center), t / t_typ);
+  }
+  /* several slow requests of one slot: the slot, not each request */
+  for (int a = first; a < x->out->n_culprits; a++) {
+    struct ms_explain_culprit *ca = &x->out->culprits[a];
+    if (ca->kind != MS_EXPLAIN_REQUEST || strcmp(ca->cause, "slow attention")) continue;
+    uint32_t slot = in->requests[ca->id].slot;
+    int same = 0;
+    for (int b = a + 1; b < x->out->n_culprits; b++) {
+      struct ms_explain_culprit *cb = &x->out->culprits[b];
+      if (cb->kind == MS_EXPLAIN_REQUEST && !strcmp(cb->cause, "slow attention") && in->requests[cb->id].slot == slot) {
+        same++;
+        if (cb->z < ca->z) ca->z = cb->z;  /* the slot's weakest request */
+        ca->excess_ns_per_step += cb->excess_ns_per_step;
+        *cb = x->out->culprits[--x->out->n_culprits];
+        b--;
+      }
+    }
+    if (!same) continue;
+    ca->kind = MS_EXPLAIN_SLOT;
+    ca->id = (int)slot;
+    ca->confidence = ms_explain_confidence(MS_EXPLAIN_SLOT, ca->z);
+    snprintf(ca->name, sizeof ca->name, "batch slot %u", slot);
+    why(ca, "%d requests in this slot each took about %.2fx what their contexts give for attention (the weakest "
+            "z %.1f): what is slow stays with the slot", same + 1, ca->ratio, ca->z);
+  }
+}
+
+static int by_excess(const void *a, const void *b) {
+  const struct ms_explain_culprit *x = a, *y = b;
+  if (x->excess_ns_per_step != y->excess_ns_per_step) return x->excess_ns_per_step < y->excess_ns_per_step ? 1 : -1;
+  return (x->z < y->z) - (x->z > y->z);
+}
+
+void ex_culprits(struct ex *x, const struct ex_cpu *cpu, const struct ex_req *rq) {
+  int *shared = calloc((size_t)(x->W < EX_MAX_CPU ? EX_MAX_CPU : x->W), sizeof *shared);
+  int *dev_named = calloc((size_t)x->D + 1, sizeof *dev_named);
+  int *layer_named = calloc((size_t)x->out->n_layers + 1, sizeof *layer_named);
+  if (shared && dev_named && layer_named) {
+    cpu_culprits(x, cpu, shared);
+    device_culprits(x, dev_named);
+    worker_culprits(x, cpu, shared, dev_named);
+    layer_culprits(x, layer_named);
+    class_culprits(x, layer_named);
+    request_culprits(x, rq);
+  }
+  free(shared);
+  free(dev_named);
+  free(layer_named);
+  qsort(x->out->culprits, (size_t)x->out->n_culprits, sizeof *x->out->culprits, by_excess);
+  /* "none": as sure as a 1.5x class would have stood out of this window's scatter */
+  double z15 = log(1.5) / x->sigma;
+  x->out->none_confidence = x->out->n_culprits ? 0 : ms_explain_confidence(MS_EXPLAIN_KIND_COUNT, z15);
+}

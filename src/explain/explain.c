@@ -1,0 +1,465 @@
+/* SPDX-License-Identifier: MIT */
+/* explain's judgement (megascope/explain.h): each part of the engine against
+ * its peers in the same window, each effect against the scatter the same
+ * window shows among healthy peers and across its own time slices.
+ *
+ * The tables: a cell is (class, bucket, worker, slice). Buckets are judged
+ * apart (a prefill chunk's tasks are not a decode step's) and slices give each
+ * part many small windows, so a task preempted once moves one slice of one
+ * class, which the weighted median over slices ignores. The order:
+ *   classes  (class_effects)   r = log(mean / the peers' median mean) per
+ *            bucket and slice; the class's effect is their weighted median;
+ *   layers   (layer_effects)   the median of the layer's classes' effects;
+ *   workers  (group_effects)   a worker's task time against what the other
+ *            workers took for the same classes in the same bucket and slice;
+ *   devices  the same over devices;
+ *   cpu      (cpu_effects)     the run-queue wait the OS reports;
+ *   requests (request_effects) attention time against a robust line through
+ *            the window's requests' (context, time) points.
+ * Then (culprits.c) the parts above the noise, the broader ones first, each
+ * narrower part they explain left out. */
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "explain/explain_impl.h"
+#include "explain/stats.h"
+
+const char *ms_explain_kind_name(enum ms_explain_kind k) {
+  static const char *const names[] = {"class", "layer", "worker", "device", "request", "slot", "cpu"};
+  return (unsigned)k < MS_EXPLAIN_KIND_COUNT ? names[k] : "?";
+}
+
+/* ---- the tables ---- */
+
+static int bucket_index(struct ex *x, int bucket) {
+  for (int i = 0; i < x->B; i++)
+    if (x->buckets[i] == bucket) return i;
+  return -1;
+}
+
+static int ex_init(struct ex *x, const struct ms_explain_input *in, struct ms_explain_result *out) {
+  memset(x, 0, sizeof *x);
+  x->in = in, x->out = out;
+  x->C = in->n_classes, x->S = in->n_slices > 0 ? in->n_slices : 1, x->W = in->n_workers > 0 ? in->n_workers : 1;
+  x->buckets = calloc(in->n_cells + 1, sizeof *x->buckets);
+  x->D = 1;
+  for (int w = 0; in->device && w < in->n_workers; w++)
+    if (in->device[w] + 1 > x->D) x->D = in->device[w] + 1;
+  if (!x->buckets) return -ENOMEM;
+  for (size_t i = 0; i < in->n_cells; i++)
+    if (bucket_index(x, in->cells[i].bucket) < 0) x->buckets[x->B++] = in->cells[i].bucket;
+  size_t cells = (size_t)x->C * (size_t)(x->B ? x->B : 1) * (size_t)x->S;
+  x->n = calloc(cells, sizeof *x->n);
+  x->s = calloc(cells, sizeof *x->s);
+  if (x->D > 1) {
+    x->nd = calloc(cells * (size_t)x->D, sizeof *x->nd);
+    x->sd = calloc(cells * (size_t)x->D, sizeof *x->sd);
+  }
+  /* per worker when it fits in 4M cells (a simulator of 132 SMs and a large
+   * model does not: then over every worker) */
+  x->Wc = cells * (size_t)x->W <= ((size_t)1 << 22) ? x->W : 1;
+  x->nw = calloc(cells * (size_t)x->Wc, sizeof *x->nw);
+  x->sw = calloc(cells * (size_t)x->Wc, sizeof *x->sw);
+  if (!x->n || !x->s || !x->nw || !x->sw || (x->D > 1 && (!x->nd || !x->sd))) return -ENOMEM;
+  for (size_t i = 0; i < in->n_cells; i++) {
+    const struct ms_explain_cell *c = &in->cells[i];
+    if (c->cls < 0 || c->cls >= x->C || c->slice < 0 || c->slice >= x->S || !(c->n > 0)) continue;
+    size_t k = EX_AT(x, c->cls, bucket_index(x, c->bucket), c->slice);
+    x->n[k] += c->n, x->s[k] += c->sum_ns;
+    int w = x->Wc > 1 && c->worker >= 0 && c->worker < x->Wc ? c->worker : 0;
+    size_t kw = EX_ATW(x, c->cls, bucket_index(x, c->bucket), w, c->slice);
+    x->nw[kw] += c->n, x->sw[kw] += c->sum_ns;
+    if (x->D > 1) {
+      int d = ex_device(x, c->worker);
+      x->nd[k * (size_t)x->D + (size_t)d] += c->n, x->sd[k * (size_t)x->D + (size_t)d] += c->sum_ns;
+    }
+  }
+  return 0;
+}
+
+static void ex_free(struct ex *x) {
+  free(x->buckets);
+  free(x->n);
+  free(x->s);
+  free(x->nd);
+  free(x->sd);
+  free(x->nw);
+  free(x->sw);
+  for (int c = 0; x->peer && c < x->C; c++) free(x->peer[c]);
+  free(x->peer);
+  free(x->n_peer);
+}
+
+int ex_device(const struct ex *x, int worker) {
+  const struct ms_explain_input *in = x->in;
+  if (!in->device || worker < 0 || worker >= in->n_workers || in->device[worker] < 0) return 0;
+  return in->device[worker] < x->D ? in->device[worker] : 0;
+}
+
+/* ---- classes ---- */
+
+/* Peers do the same work: the same op in another layer, reading about the same
+ * bytes a task (within 10%; unknown bytes match anything). */
+static int peers(const struct ms_explain_class *a, const struct ms_explain_class *b) {
+  if (a == b || a->layer < 0 || b->layer < 0 || strcmp(a->op, b->op)) return 0;
+  if (!(a->work_bytes > 0) || !(b->work_bytes > 0)) return 1;
+  return fabs(log(a->work_bytes / b->work_bytes)) <= 0.1;
+}
+
+/* Each class's peers, once. */
+static int find_peers(struct ex *x) {
+  x->peer = calloc((size_t)x->C + 1, sizeof *x->peer);
+  x->n_peer = calloc((size_t)x->C + 1, sizeof *x->n_peer);
+  if (!x->peer || !x->n_peer) return -ENOMEM;
+  for (int c = 0; c < x->C; c++) {
+    for (int p = 0; p < x->C; p++) x->n_peer[c] += peers(&x->in->classes[c], &x->in->classes[p]);
+    if (!x->n_peer[c]) continue;
+    if (!(x->peer[c] = malloc((size_t)x->n_peer[c] * sizeof *x->peer[c]))) return -ENOMEM;
+    for (int p = 0, k = 0; p < x->C; p++)
+      if (peers(&x->in->classes[c], &x->in->classes[p])) x->peer[c][k++] = p;
+  }
+  return 0;
+}
+
+/* The peers' median mean task time in one bucket, worker and slice; NAN without one. */
+static double peer_ref(struct ex *x, int c, int b, int w, int s, double *scratch) {
+  int k = 0;
+  for (int j = 0; j < x->n_peer[c]; j++) {
+    size_t i = EX_ATW(x, x->peer[c][j], b, w, s);
+    if (x->nw[i] > 0) scratch[k++] = x->sw[i] / x->nw[i];
+  }
+  return ex_median(scratch, (size_t)k);
+}
+
+/* Each judged class's effect less the median of its layer's (layers of at
+ * least three judged classes) into v; returns how many. */
+static int layer_residuals(struct ex *x, double *v) {
+  int L = 0, k = 0;
+  for (int c = 0; c < x->C; c++)
+    if (x->in->classes[c].layer + 1 > L) L = x->in->classes[c].layer + 1;
+  double *m = malloc(((size_t)x->C + 1) * sizeof *m);
+  for (int l = 0; m && l < L; l++) {
+    int n = 0;
+    for (int c = 0; c < x->C; c++)
+      if (x->in->classes[c].layer == l && !isnan(x->out->cls[c].effect)) m[n++] = x->out->cls[c].effect;
+    if (n < 3) continue;
+    double med = ex_median(m, (size_t)n);
+    for (int c = 0; c < x->C; c++)
+      if (x->in->classes[c].layer == l && !isnan(x->out->cls[c].effect)) v[k++] = x->out->cls[c].effect - med;
+  }
+  free(m);
+  return k;
+}
+
+static void class_effects(struct ex *x) {
+  double *scratch = malloc(((size_t)x->C + 1) * sizeof *scratch);
+  struct ex_vw *cell = malloc(((size_t)x->B * (size_t)x->Wc * (size_t)x->S + 1) * sizeof *cell);
+  double *effects = malloc(((size_t)x->C + 1) * sizeof *effects);
+  if (!scratch || !cell || !effects || find_peers(x)) goto out;
+  int judged = 0;
+  for (int c = 0; c < x->C; c++) {
+    struct ms_explain_effect *e = &x->out->cls[c];
+    *e = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN, .peers = x->n_peer[c]};
+    size_t k = 0;
+    /* a cell per bucket, worker and slice: few tasks each, so a preempted
+     * task moves few cells, and a worker's own pace cancels */
+    for (int b = 0; e->peers && b < x->B; b++)
+      for (int w = 0; w < x->Wc; w++)
+        for (int s = 0; s < x->S; s++) {
+          size_t i = EX_ATW(x, c, b, w, s);
+          if (!(x->nw[i] > 0)) continue;
+          double ref = peer_ref(x, c, b, w, s, scratch), mean = x->sw[i] / x->nw[i];
+          if (!(ref > 0) || !(mean > 0)) continue;
+          cell[k++] = (struct ex_vw){log(mean / ref), x->nw[i]};
+          e->n += x->nw[i];
+          e->excess_ns += (mean - ref) * x->nw[i];
+        }
+    if (!k) continue;
+    e->effect = ex_wmedian(cell, k);
+    /* the class's own scatter across its cells: a standard error of the median */
+    e->noise = k >= 3 ? 1.2533 * ex_wmad_sd(cell, k, e->effect) / sqrt((double)k) : 0;
+    e->excess_ns /= x->in->steps > 0 ? x->in->steps : 1;
+    effects[judged++] = e->effect;
+  }
+  /* the peers' scatter: how far a class that does the same work as its peers
+   * lands from them in this window, measured within each layer (each class's
+   * effect less its layer's median), so a whole slow layer — half the classes
+   * of a two-layer model — does not count as scatter; a few culprits barely
+   * move it. A floor of 0.5%: a deterministic simulator's identical classes. */
+  double center = ex_median(effects, (size_t)judged);
+  int resid = layer_residuals(x, effects);
+  if (resid < 3) {  /* too few layers of three classes: the plain scatter */
+    resid = 0;
+    for (int c = 0; c < x->C; c++)
+      if (!isnan(x->out->cls[c].effect)) effects[resid++] = x->out->cls[c].effect - center;
+  }
+  double sigma = ex_mad_sd(effects, (size_t)resid, 0);
+  x->center = judged ? center : 0;
+  x->sigma = judged && sigma > 0.005 ? sigma : 0.005;
+  x->out->class_noise = x->sigma;
+  for (int c = 0; c < x->C; c++) {
+    struct ms_explain_effect *e = &x->out->cls[c];
+    if (isnan(e->effect)) continue;
+    e->effect -= x->center;
+    e->noise = sqrt(x->sigma * x->sigma + e->noise * e->noise);
+    e->z = e->effect / e->noise;
+  }
+out:
+  free(scratch);
+  free(cell);
+  free(effects);
+}
+
+/* ---- layers ---- */
+
+static void layer_effects(struct ex *x) {
+  int L = 0;
+  for (int c = 0; c < x->C; c++)
+    if (x->in->classes[c].layer + 1 > L) L = x->in->classes[c].layer + 1;
+  x->out->n_layers = L;
+  if (!L || !(x->out->layer = calloc((size_t)L, sizeof *x->out->layer))) return;
+  double *v = malloc(((size_t)x->C + 1) * sizeof *v);
+  for (int l = 0; v && l < L; l++) {
+    struct ms_explain_effect *e = &x->out->layer[l];
+    *e = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN};
+    int k = 0;
+    for (int c = 0; c < x->C; c++)
+      if (x->in->classes[c].layer == l && !isnan(x->out->cls[c].effect)) {
+        v[k++] = x->out->cls[c].effect;
+        e->n += x->out->cls[c].n;
+        e->excess_ns += x->out->cls[c].excess_ns;
+        e->peers = L - 1;
+      }
+    /* one slow class leaves a layer's median where it was; a layer needs
+     * enough classes for its median to say anything */
+    if (k < 3) continue;
+    e->effect = ex_median(v, (size_t)k);
+    e->noise = 1.2533 * x->sigma / sqrt((double)k);
+  }
+  /* with five layers or more, also how far healthy layers land from each
+   * other in this window (a layer-wide effect common in healthy runs, say the
+   * first layer's cold caches, is then no culprit) */
+  int k = 0;
+  for (int l = 0; v && l < L; l++)
+    if (!isnan(x->out->layer[l].effect)) v[k++] = x->out->layer[l].effect;
+  double between = k >= 5 ? ex_mad_sd(v, (size_t)k, 0) : 0;
+  for (int l = 0; l < L; l++) {
+    struct ms_explain_effect *e = &x->out->layer[l];
+    if (isnan(e->effect)) continue;
+    if (between > e->noise) e->noise = between;
+    e->z = e->effect / e->noise;
+  }
+  free(v);
+}
+
+/* ---- workers and devices ---- */
+
+/* The group a worker belongs to: itself, or its device. */
+static int group_of(const struct ex *x, int worker, int by_device) {
+  return by_device ? ex_device(x, worker) : worker;
+}
+
+/* Each group's task time against what the other groups took for the same
+ * class, bucket and slice: log(time / expected), per slice, then the weighted
+ * median over slices and its standard error. */
+static void group_effects(struct ex *x, int by_device, struct ms_explain_effect *out, int G) {
+  double *act = calloc((size_t)G * (size_t)x->S, sizeof *act), *exp_ = calloc((size_t)G * (size_t)x->S, sizeof *exp_);
+  double *cnt = calloc((size_t)G * (size_t)x->S, sizeof *cnt);
+  struct ex_vw *v = malloc(((size_t)x->S + 1) * sizeof *v);
+  if (!act || !exp_ || !cnt || !v) goto out;
+  const struct ms_explain_input *in = x->in;
+  for (size_t i = 0; i < in->n_cells; i++) {
+    const struct ms_explain_cell *c = &in->cells[i];
+    if (c->cls < 0 || c->cls >= x->C || c->slice < 0 || c->slice >= x->S || !(c->n > 0)) continue;
+    if (c->worker < 0 || c->worker >= in->n_workers) continue;
+    size_t k = EX_AT(x, c->cls, bucket_index(x, c->bucket), c->slice);
+    int g = group_of(x, c->worker, by_device);
+    double on, os;  /* the others' tasks and time for this cell */
+    if (by_device) {
+      on = x->n[k] - x->nd[k * (size_t)x->D + (size_t)g], os = x->s[k] - x->sd[k * (size_t)x->D + (size_t)g];
+    } else {
+      on = x->n[k] - c->n, os = x->s[k] - c->sum_ns;
+    }
+    if (!(on > 0) || !(os > 0)) continue;
+    size_t a = (size_t)g * (size_t)x->S + (size_t)c->slice;
+    act[a] += c->sum_ns;
+    exp_[a] += c->n * os / on;
+    cnt[a] += c->n;
+  }
+  for (int g = 0; g < G; g++) {
+    struct ms_explain_effect *e = &out[g];
+    *e = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN, .peers = G - 1};
+    size_t k = 0;
+    for (int s = 0; s < x->S; s++) {
+      size_t a = (size_t)g * (size_t)x->S + (size_t)s;
+      if (!(exp_[a] > 0) || !(act[a] > 0)) continue;
+      v[k++] = (struct ex_vw){log(act[a] / exp_[a]), cnt[a]};
+      e->n += cnt[a];
+      e->excess_ns += act[a] - exp_[a];
+    }
+    if (!k) continue;
+    e->effect = ex_wmedian(v, k);
+    double se = k >= 3 ? 1.2533 * ex_wmad_sd(v, k, e->effect) / sqrt((double)k) : x->sigma;
+    /* the same 0.5% floor as the classes: timers and identical simulated tasks */
+    e->noise = se > 0.005 ? se : 0.005;
+    e->z = e->effect / e->noise;
+    e->excess_ns /= in->steps > 0 ? in->steps : 1;
+  }
+out:
+  free(act);
+  free(exp_);
+  free(cnt);
+  free(v);
+}
+
+/* ---- the OS's view: time waiting for a CPU ---- */
+
+/* Per worker: its run-queue share of each slice's wall time, the median over
+ * slices and the slices' scatter; and every worker's together. */
+static void cpu_effects(struct ex *x, struct ex_cpu *cpu) {
+  const struct ms_explain_input *in = x->in;
+  memset(cpu, 0, sizeof *cpu);
+  if (!in->os) return;
+  int S = in->n_os_slices;
+  double *v = malloc(((size_t)S + 1) * sizeof *v), *all = malloc(((size_t)S + 1) * sizeof *all);
+  if (!v || !all) goto out;
+  int k_all = 0;
+  for (int s = 0; s < S; s++) {
+    double rq = 0, wall = 0;
+    for (int w = 0; w < x->W; w++) {
+      const struct ms_explain_os *o = &in->os[(size_t)s * (size_t)x->W + (size_t)w];
+      if (o->known && o->wall_ns > 0) rq += o->runqueue_ns, wall += o->wall_ns;
+    }
+    if (wall > 0) all[k_all++] = rq / wall;
+  }
+  for (int w = 0; w < x->W && w < EX_MAX_CPU; w++) {
+    int k = 0;
+    for (int s = 0; s < S; s++) {
+      const struct ms_explain_os *o = &in->os[(size_t)s * (size_t)x->W + (size_t)w];
+      if (!o->known || !(o->wall_ns > 0)) continue;
+      v[k++] = o->runqueue_ns / o->wall_ns;
+      cpu->preempted[w] += o->preempted;
+      cpu->pinned[w] = o->pinned_cpu, cpu->last[w] = o->last_cpu;
+    }
+    if (!k) continue;
+    cpu->known[w] = 1;
+    cpu->share[w] = ex_median(v, (size_t)k);
+    for (int s = 0, j = 0; s < S; s++) {
+      const struct ms_explain_os *o = &in->os[(size_t)s * (size_t)x->W + (size_t)w];
+      if (o->known && o->wall_ns > 0) v[j++] = o->runqueue_ns / o->wall_ns;
+    }
+    double se = k >= 3 ? 1.2533 * ex_mad_sd(v, (size_t)k, cpu->share[w]) / sqrt((double)k) : 0;
+    /* a share's floor: 1% of the wall time (the scheduler's accounting, and
+     * the engine's own service threads, move it by about that) */
+    cpu->noise[w] = se > 0.01 ? se : 0.01;
+  }
+  cpu->all = k_all ? ex_median(all, (size_t)k_all) : 0;
+  x->out->runqueue_share = cpu->all;
+out:
+  free(v);
+  free(all);
+}
+
+/* ---- requests ---- */
+
+/* A robust line through the requests' (context, time) points (Theil-Sen:
+ * the median of the pairwise slopes, at least 0), then each request's log
+ * ratio to it, against the residuals' scatter. */
+static void request_effects(struct ex *x, struct ex_req *rq) {
+  const struct ms_explain_input *in = x->in;
+  int n = in->n_requests, k = 0;
+  rq->slope = 0, rq->intercept = 0, rq->noise = rq->ctx_noise = 0.01, rq->ctx_center = 0;
+  double *t = malloc(((size_t)n + 1) * sizeof *t), *c = malloc(((size_t)n + 1) * sizeof *c);
+  double *pairs = malloc(((size_t)n * (size_t)n / 2 + 1) * sizeof *pairs), *e = malloc(((size_t)n + 1) * sizeof *e);
+  int *idx = malloc(((size_t)n + 1) * sizeof *idx);
+  for (int i = 0; i < n; i++) x->out->request[i] = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN};
+  if (!t || !c || !pairs || !e || !idx) goto out;
+  /* a request needs a few attention tasks for its mean to mean anything */
+  for (int i = 0; i < n; i++)
+    if (in->requests[i].n >= 4 && in->requests[i].sum_ns > 0) {
+      idx[k] = i;
+      t[k] = in->requests[i].sum_ns / in->requests[i].n;
+      c[k] = in->requests[i].ctx_sum / in->requests[i].n;
+      k++;
+    }
+  if (k < 3) goto out;
+  size_t np = 0;
+  for (int i = 0; i < k; i++)
+    for (int j = i + 1; j < k; j++)
+      if (fabs(c[j] - c[i]) >= 1) pairs[np++] = (t[j] - t[i]) / (c[j] - c[i]);
+  double slope = np ? ex_median(pairs, np) : 0;
+  rq->slope = slope > 0 ? slope : 0;
+  for (int i = 0; i < k; i++) e[i] = t[i] - rq->slope * c[i];
+  double icpt = ex_median(e, (size_t)k), tmin = t[0];
+  for (int i = 1; i < k; i++) tmin = t[i] < tmin ? t[i] : tmin;
+  /* a line through the short contexts can cross zero: keep it positive */
+  rq->intercept = icpt > 0.1 * tmin ? icpt : 0.1 * tmin;
+  for (int i = 0; i < k; i++) e[i] = log(t[i] / (rq->intercept + rq->slope * c[i]));
+  for (int i = 0; i < k; i++) pairs[i] = e[i];
+  double center = ex_median(pairs, (size_t)k);
+  for (int i = 0; i < k; i++) pairs[i] = e[i];
+  double sd = ex_mad_sd(pairs, (size_t)k, center);
+  rq->noise = sd > 0.01 ? sd : 0.01;
+  /* how far a context stands out among the window's (log positions) */
+  for (int i = 0; i < k; i++) pairs[i] = log(c[i] > 1 ? c[i] : 1);
+  rq->ctx_center = ex_median(pairs, (size_t)k);
+  for (int i = 0; i < k; i++) pairs[i] = log(c[i] > 1 ? c[i] : 1);
+  sd = ex_mad_sd(pairs, (size_t)k, rq->ctx_center);
+  rq->ctx_noise = sd > 0.05 ? sd : 0.05;
+  for (int j = 0; j < k; j++) {
+    struct ms_explain_effect *r = &x->out->request[idx[j]];
+    r->effect = e[j] - center;
+    r->noise = rq->noise;
+    r->z = r->effect / r->noise;
+    r->n = in->requests[idx[j]].n;
+    r->peers = k - 1;
+    r->excess_ns = (t[j] - (rq->intercept + rq->slope * c[j])) * r->n / (in->steps > 0 ? in->steps : 1);
+  }
+out:
+  free(t);
+  free(c);
+  free(pairs);
+  free(e);
+  free(idx);
+}
+
+/* ---- the whole judgement ---- */
+
+int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result *out) {
+  memset(out, 0, sizeof *out);
+  struct ex x;
+  int rc = ex_init(&x, in, out);
+  out->cls = calloc((size_t)in->n_classes + 1, sizeof *out->cls);
+  out->worker = calloc((size_t)x.W + 1, sizeof *out->worker);
+  out->device = calloc((size_t)x.D + 1, sizeof *out->device);
+  out->request = calloc((size_t)in->n_requests + 1, sizeof *out->request);
+  out->n_devices = x.D;
+  if (rc || !out->cls || !out->worker || !out->device || !out->request) {
+    ex_free(&x);
+    ms_explain_result_free(out);
+    return -ENOMEM;
+  }
+  struct ex_cpu cpu;
+  struct ex_req rq;
+  class_effects(&x);
+  layer_effects(&x);
+  group_effects(&x, 0, out->worker, x.W);
+  if (x.D > 1) group_effects(&x, 1, out->device, x.D);
+  cpu_effects(&x, &cpu);
+  request_effects(&x, &rq);
+  ex_culprits(&x, &cpu, &rq);
+  ex_free(&x);
+  return 0;
+}
+
+void ms_explain_result_free(struct ms_explain_result *r) {
+  if (!r) return;
+  free(r->cls);
+  free(r->layer);
+  free(r->worker);
+  free(r->device);
+  free(r->request);
+  r->cls = r->layer = r->worker = r->device = r->request = NULL;
+}

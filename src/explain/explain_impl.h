@@ -1,0 +1,47 @@
+/* SPDX-License-Identifier: MIT */
+/* explain's working state, shared by explain.c (the effects) and culprits.c
+ * (which parts are named). Private to src/explain/. */
+#ifndef MS_EXPLAIN_IMPL_H
+#define MS_EXPLAIN_IMPL_H
+
+#include "megascope/explain.h"
+
+#define EX_MAX_CPU 1024
+
+struct ex {
+  const struct ms_explain_input *in;
+  struct ms_explain_result *out;
+  int C, B, S, W, D;      /* classes, buckets seen, slices, workers, devices */
+  int *buckets;           /* [B]: the bucket values seen */
+  double *n, *s;          /* [C][B][S]: tasks and their time, over every worker */
+  double *nd, *sd;        /* [C][B][S][D]: the same per device (D > 1) */
+  int Wc;                 /* W, or 1 when the per-worker tables would be too large */
+  double *nw, *sw;        /* [C][B][Wc][S]: per worker, what the class effects compare */
+  int **peer, *n_peer;    /* [C]: each class's peers */
+  double center, sigma;   /* the class effects' median and peer scatter */
+};
+#define EX_ATW(x, c, b, w, s) \
+  (((((size_t)(c)) * (size_t)(x)->B + (size_t)(b)) * (size_t)(x)->Wc + (size_t)(w)) * (size_t)(x)->S + (size_t)(s))
+#define EX_AT(x, c, b, s) ((((size_t)(c)) * (size_t)(x)->B + (size_t)(b)) * (size_t)(x)->S + (size_t)(s))
+
+/* What the OS said, per worker over the window. */
+struct ex_cpu {
+  int known[EX_MAX_CPU], pinned[EX_MAX_CPU], last[EX_MAX_CPU];
+  double share[EX_MAX_CPU];     /* the median slice's run-queue wait over wall time */
+  double noise[EX_MAX_CPU];     /* its scatter over slices (at least 1%) */
+  double preempted[EX_MAX_CPU];
+  double all;                   /* every worker's together */
+};
+
+/* The requests' line and scatters (request_effects). */
+struct ex_req {
+  double slope, intercept;      /* attention ns a task = intercept + slope x context */
+  double noise;                 /* the residuals' scatter (log) */
+  double ctx_center, ctx_noise; /* the contexts' median and scatter (log positions) */
+};
+
+int ex_device(const struct ex *x, int worker);
+/* Fills x->out's culprits from the effects. */
+void ex_culprits(struct ex *x, const struct ex_cpu *cpu, const struct ex_req *rq);
+
+#endif

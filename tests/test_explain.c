@@ -1,0 +1,252 @@
+/* SPDX-License-Identifier: MIT */
+/* explain's judgement (src/explain) on windows whose answer is known: a
+ * generator draws what a live engine's tables would hold — classes of a
+ * layered model, tasks spread over workers, time slices, noise, preempted
+ * tasks, requests with contexts, the OS's run-queue wait — with one or more
+ * parts made slow, and each judgement must name exactly those parts (or none
+ * for a healthy window), whatever the model's size. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "megascope/explain.h"
+#include "test.h"
+
+#define MAX_CELLS 200000
+
+static const char *const OPS[] = {"attn_norm", "qkv", "rope", "attn", "wo", "ffn_norm", "gate_up", "down"};
+static const double OP_NS[] = {2000, 30000, 3000, 8000, 12000, 2000, 60000, 30000};
+static const int OP_TASKS[] = {1, 6, 3, 3, 4, 1, 10, 6};
+#define N_OPS 8
+
+struct world {
+  int layers, workers, devices, slices, steps, n_req;
+  double noise;          /* task time scatter (log sd) */
+  double preempt_p;      /* a task preempted (+3 ms) with this probability */
+  double worker_preempt_p[8];
+  double os_share[8];    /* run-queue share the OS reports per worker */
+  double class_factor[512], layer_factor[64], worker_factor[8], device_factor[4];
+  double bytes_factor[512]; /* per class: heavier block type (time and bytes alike) */
+  double req_ctx[32], req_factor[32];
+  uint64_t rng;
+};
+
+struct window {
+  struct ms_explain_class cls[600];
+  char names[600][32];
+  int n_classes;
+  struct ms_explain_cell *cells;
+  size_t n_cells;
+  struct ms_explain_request req[32];
+  struct ms_explain_os os[8 * 8];
+  int device[8];
+  struct ms_explain_input in;
+};
+
+static double uniform(uint64_t *s) {
+  *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+  return ((*s >> 11) + 0.5) / 9007199254740992.0;
+}
+
+static double gauss(uint64_t *s) { return sqrt(-2 * log(uniform(s))) * cos(6.283185307179586 * uniform(s)); }
+
+static void world_init(struct world *w, int layers, int workers, uint64_t seed) {
+  memset(w, 0, sizeof *w);
+  w->layers = layers, w->workers = workers, w->devices = 1, w->slices = 32, w->steps = 160;
+  w->noise = 0.04, w->rng = seed;
+  for (int i = 0; i < 512; i++) w->class_factor[i] = w->bytes_factor[i] = 1;
+  for (int i = 0; i < 64; i++) w->layer_factor[i] = 1;
+  for (int i = 0; i < 8; i++) w->worker_factor[i] = 1;
+  for (int i = 0; i < 4; i++) w->device_factor[i] = 1;
+  for (int i = 0; i < 32; i++) w->req_factor[i] = 1, w->req_ctx[i] = 60 + 40 * (i % 5);
+}
+
+static int cls_id(int layer, int op) { return layer * N_OPS + op; }
+
+/* Draws the window: every task of every step, placed round-robin. */
+static void draw(struct world *w, struct window *win) {
+  memset(win, 0, sizeof *win);
+  win->cells = calloc(MAX_CELLS, sizeof *win->cells);
+  int C = w->layers * N_OPS;
+  for (int l = 0; l < w->layers; l++)
+    for (int o = 0; o < N_OPS; o++) {
+      int c = cls_id(l, o);
+      snprintf(win->names[c], sizeof win->names[c], "blk.%d.%s", l, OPS[o]);
+      win->cls[c] = (struct ms_explain_class){win->names[c], OPS[o], l, 65536.0 * w->bytes_factor[c]};
+    }
+  /* a class without peers: never judged */
+  snprintf(win->names[C], sizeof win->names[C], "lm_head");
+  win->cls[C] = (struct ms_explain_class){win->names[C], "lm_head", -1, 1e6};
+  win->n_classes = C + 1;
+  for (int d = 0; d < w->workers; d++) win->device[d] = d * w->devices / w->workers;
+  win->n_cells = (size_t)w->slices * (size_t)(C + 1) * (size_t)w->workers;
+  for (size_t i = 0; i < win->n_cells; i++)
+    win->cells[i] = (struct ms_explain_cell){.cls = (int)(i / (size_t)w->workers % (size_t)(C + 1)), .bucket = 8,
+                                            .worker = (int)(i % (size_t)w->workers),
+                                            .slice = (int)(i / (size_t)w->workers / (size_t)(C + 1))};
+  for (int st = 0; st < w->steps; st++) {
+    int s = st % w->slices, next = st;
+    for (int c = 0; c <= C; c++) {
+      int op = c < C ? c % N_OPS : 0, l = c < C ? c / N_OPS : -1, tasks = c < C ? OP_TASKS[op] : 8;
+      double base = c < C ? OP_NS[op] * w->bytes_factor[c] : 100000;
+      for (int t = 0; t < tasks; t++) {
+        int wk = next++ % w->workers, dev = win->device[wk];
+        double ns = base * exp(w->noise * gauss(&w->rng));
+        if (c < C) ns *= w->class_factor[c] * w->layer_factor[l];
+        ns *= w->worker_factor[wk] * w->device_factor[dev];
+        if (uniform(&w->rng) < w->preempt_p + w->worker_preempt_p[wk]) ns += 3e6;
+        struct ms_explain_cell *cell = &win->cells[((size_t)s * (size_t)(C + 1) + (size_t)c) * (size_t)w->workers + (size_t)wk];
+        cell->n += 1, cell->sum_ns += ns;
+      }
+    }
+  }
+  /* the OS's view over 8 time slices */
+  for (int s = 0; s < 8; s++)
+    for (int wk = 0; wk < w->workers; wk++) {
+      double wall = 2.5e8;
+      win->os[s * w->workers + wk] = (struct ms_explain_os){
+          .known = 1, .pinned_cpu = wk, .last_cpu = wk, .wall_ns = wall,
+          .run_ns = wall * (1 - w->os_share[wk]),
+          .runqueue_ns = wall * fmax(0, w->os_share[wk] + 0.004 * gauss(&w->rng)),
+          .preempted = 10 + 1000 * w->os_share[wk]};
+    }
+  for (int r = 0; r < w->n_req; r++) {
+    double n = 4.0 * w->steps, per = (3000 + 40 * w->req_ctx[r]) * w->req_factor[r];
+    win->req[r] = (struct ms_explain_request){.slot = (uint32_t)(r % 8), .gen = (uint32_t)(r / 8 + 1), .n = n,
+                                              .ctx_sum = w->req_ctx[r] * n};
+    for (int i = 0; i < (int)n; i++) win->req[r].sum_ns += per * exp(w->noise * gauss(&w->rng));
+  }
+  win->in = (struct ms_explain_input){.classes = win->cls, .n_classes = win->n_classes, .cells = win->cells,
+                                      .n_cells = win->n_cells, .requests = win->req, .n_requests = w->n_req,
+                                      .os = win->os, .n_os_slices = 8, .device = win->device,
+                                      .n_workers = w->workers, .n_slices = w->slices, .window_ns = 2e9,
+                                      .steps = (double)w->steps};
+}
+
+/* Judges and checks the culprits are exactly `want` (kind:name, in any order). */
+static void expect(const char *what, struct world *w, int n_want, const char *const *want) {
+  struct window win;
+  draw(w, &win);
+  struct ms_explain_result r;
+  int rc = ms_explain_judge(&win.in, &r);
+  CHECKF(rc == 0, "%s: judge %d", what, rc);
+  int ok = r.n_culprits == n_want;
+  for (int i = 0; ok && i < n_want; i++) {
+    int found = 0;
+    for (int j = 0; j < r.n_culprits; j++) {
+      char kn[128];
+      snprintf(kn, sizeof kn, "%s:%s", ms_explain_kind_name(r.culprits[j].kind), r.culprits[j].name);
+      found |= !strcmp(kn, want[i]);
+    }
+    ok = found;
+  }
+  if (!ok || getenv("MS_TEST_VERBOSE")) {
+    fprintf(stderr, "%s: class noise %.3f, %d culprits:\n", what, r.class_noise, r.n_culprits);
+    for (int j = 0; j < r.n_culprits; j++)
+      fprintf(stderr, "  %s:%s (%s) z %.1f ratio %.2f: %s\n", ms_explain_kind_name(r.culprits[j].kind),
+              r.culprits[j].name, r.culprits[j].cause, r.culprits[j].z, r.culprits[j].ratio, r.culprits[j].why);
+  }
+  CHECKF(ok, "%s: expected %d culprit(s)%s%s", what, n_want, n_want ? ", first " : "", n_want ? want[0] : "");
+  ms_explain_result_free(&r);
+  free(win.cells);
+}
+
+#define WANT(...) (sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), (const char *const[]){__VA_ARGS__}
+
+static void healthy(void) {
+  struct world w;
+  for (uint64_t seed = 1; seed <= 20; seed++) {
+    world_init(&w, 30, 2, seed);
+    expect("healthy 30 layers", &w, 0, NULL);
+    world_init(&w, 2, 2, seed);
+    expect("healthy 2 layers", &w, 0, NULL);
+    world_init(&w, 30, 2, seed);
+    w.preempt_p = 0.002;  /* about one task in 500 loses 3 ms to another thread */
+    expect("healthy, preempted tasks", &w, 0, NULL);
+  }
+  /* a Q4_K_M mix: every third layer's down and qkv read 1.6x the bytes */
+  world_init(&w, 30, 2, 7);
+  for (int l = 0; l < 30; l += 3) w.bytes_factor[cls_id(l, 7)] = w.bytes_factor[cls_id(l, 1)] = 1.6;
+  expect("healthy, mixed block types", &w, 0, NULL);
+}
+
+static void classes_and_layers(void) {
+  struct world w;
+  world_init(&w, 30, 2, 11);
+  w.class_factor[cls_id(15, 6)] = 1.5;
+  expect("blk.15.gate_up 1.5x of 30 layers", &w, WANT("class:blk.15.gate_up"));
+  world_init(&w, 30, 2, 12);
+  w.class_factor[cls_id(14, 3)] = 2;
+  expect("blk.14.attn 2x", &w, WANT("class:blk.14.attn"));
+  world_init(&w, 2, 2, 13);
+  w.class_factor[cls_id(1, 4)] = 3;
+  expect("blk.1.wo 3x of 2 layers", &w, WANT("class:blk.1.wo"));
+  world_init(&w, 30, 2, 14);
+  w.layer_factor[15] = 1.5;
+  expect("layer 15 1.5x", &w, WANT("layer:layer 15"));
+  world_init(&w, 2, 2, 15);
+  w.layer_factor[1] = 2;
+  expect("layer 1 2x of 2", &w, WANT("layer:layer 1"));
+  world_init(&w, 30, 2, 16);
+  w.layer_factor[20] = 1.5, w.class_factor[cls_id(3, 4)] = 2;
+  expect("two faults: layer 20 and blk.3.wo", &w, WANT("layer:layer 20", "class:blk.3.wo"));
+  world_init(&w, 30, 2, 17);
+  w.layer_factor[8] = 1.5, w.class_factor[cls_id(8, 6)] = 3;
+  expect("a class beyond its slow layer", &w, WANT("layer:layer 8", "class:blk.8.gate_up"));
+}
+
+static void workers_and_cpus(void) {
+  struct world w;
+  world_init(&w, 30, 2, 21);
+  w.worker_factor[1] = 1.5;
+  expect("worker 1 1.5x", &w, WANT("worker:worker 1 (CPU 1)"));
+  world_init(&w, 30, 4, 22);
+  w.worker_factor[2] = 2;
+  expect("worker 2 2x of 4", &w, WANT("worker:worker 2 (CPU 2)"));
+  /* a neighbour on CPU 1: worker 1's tasks are preempted and the OS says so */
+  world_init(&w, 30, 2, 23);
+  w.worker_preempt_p[1] = 0.05, w.os_share[1] = 0.3;
+  expect("noisy neighbour on worker 1's CPU", &w, WANT("worker:worker 1 (CPU 1)"));
+  world_init(&w, 30, 2, 24);
+  w.os_share[0] = w.os_share[1] = 0.35, w.preempt_p = 0.01;
+  expect("every CPU shared", &w, WANT("cpu:every worker's CPU"));
+  world_init(&w, 30, 4, 25);
+  w.devices = 2, w.device_factor[1] = 1.5;
+  expect("device 1 1.5x", &w, WANT("device:device 1"));
+}
+
+static void requests(void) {
+  struct world w;
+  world_init(&w, 30, 2, 31);
+  w.n_req = 12, w.req_factor[5] = 2;
+  expect("request 5 2x", &w, WANT("request:request slot 5 gen 1"));
+  world_init(&w, 30, 2, 32);
+  w.n_req = 12, w.req_ctx[9] = 3000;
+  expect("a long context", &w, WANT("request:request slot 1 gen 2"));
+  world_init(&w, 30, 2, 33);
+  w.n_req = 24, w.req_factor[3] = w.req_factor[11] = w.req_factor[19] = 1.6;
+  expect("slot 3 slow", &w, WANT("slot:batch slot 3"));
+  world_init(&w, 30, 2, 34);
+  w.n_req = 24;
+  expect("healthy requests", &w, 0, NULL);
+}
+
+/* Degenerate input: nothing judged, nothing named, no crash. */
+static void empty(void) {
+  struct ms_explain_input in = {0};
+  struct ms_explain_result r;
+  CHECK(ms_explain_judge(&in, &r) == 0);
+  CHECK(r.n_culprits == 0);
+  ms_explain_result_free(&r);
+  ms_explain_result_free(NULL);
+}
+
+int main(void) {
+  empty();
+  healthy();
+  classes_and_layers();
+  workers_and_cpus();
+  requests();
+  TEST_MAIN_END();
+}

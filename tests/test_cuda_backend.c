@@ -14,8 +14,12 @@
 
 #include "megascope/cuda.h"
 #include "megascope/engine.h"
+#include "megascope/monitor.h"
 #include "megascope/telemetry.h"
 #include "test.h"
+#ifdef MS_CUDA_EMU_COUNTS  /* tests/test_cuda_backend_host.c: the emulated runtime counts calls that may block */
+#include "emu/cuda_runtime.h"
+#endif
 
 #define NREQ 6
 #define PROMPT 3
@@ -66,8 +70,23 @@ static void check_trace(struct ms_engine *e, const struct ms_engine_stats *st) {
   free(buf);
 }
 
+/* class_time attached through the engine while the resident kernel runs;
+ * its id, or 0 (and a failed check). */
+static int attach_live(struct ms_engine *e) {
+  const char *dir = getenv("MS_MONITORS");
+  char path[512];
+  snprintf(path, sizeof path, "%s/class_time.bpf.o", dir ? dir : "build/monitors");
+  struct ms_textbuf log = fresh_log();
+  struct ms_monitor *m = ms_monitor_open(path, &log);
+  int id = m ? ms_engine_attach(e, m, NULL, &log) : -1;
+  CHECKF(id > 0, "attach %s while serving: %d %s", path, id, log_text);
+  if (id <= 0 && m) ms_monitor_free(m);
+  return id > 0 ? id : 0;
+}
+
 /* Runs NREQ requests (half of them submitted once the first has a token, so
- * they arrive while the engine runs) and keeps tokens and logits. */
+ * they arrive while the engine runs; on the megakernel a monitor is attached
+ * then) and keeps tokens and logits. */
 static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, int sampled, struct result *out) {
   struct ms_textbuf log = fresh_log();
   struct ms_engine_opts eo = {.sz = sizeof eo, .backend = be, .mode = mode, .max_batch = 4,
@@ -79,6 +98,10 @@ static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, 
   if (be == MS_BACKEND_CUDA)  /* the device's trace; per-op mode's graph has none */
     CHECKF(ms_engine_trace_start(e, 0) == (traced ? 0 : -MS_E_UNSUPP), "trace start on cuda %s",
            traced ? "megakernel" : "per-op");
+#ifdef MS_CUDA_EMU_COUNTS
+  const uint64_t blocking0 = ms_emu_cuda_blocking;
+#endif
+  int mon_id = 0;
   struct ms_request *q[NREQ];
   int32_t prompt[NREQ][PROMPT];
   for (int i = 0; i < NREQ; i++) {
@@ -90,7 +113,10 @@ static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, 
       ro.top_p = 0.9f;
       ro.sample_seed = 1000 + (uint64_t)i;
     }
-    if (i == NREQ / 2) ms_request_wait_tokens(q[0], 0, -1);  /* the rest arrive while it runs */
+    if (i == NREQ / 2) {  /* the rest arrive while it runs, and a monitor is attached */
+      ms_request_wait_tokens(q[0], 0, -1);
+      if (be == MS_BACKEND_CUDA && mode == MS_MODE_MEGAKERNEL) mon_id = attach_live(e);
+    }
     q[i] = ms_engine_submit(e, &ro);
     CHECKF(q[i] != NULL, "submit %d", i);
     if (!q[i]) return -1;
@@ -124,6 +150,19 @@ static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, 
   if (traced) check_trace(e, &st);
   struct ms_step_record rec[4];
   CHECK(ms_engine_step_log(e, rec, 4) == 4 && rec[3].t_end >= rec[3].t_begin && rec[3].rows >= 1);
+  if (mon_id > 0) {  /* it ran on the device while the requests did */
+    struct ms_coverage cv;
+    CHECK(ms_engine_attach_coverage(e, mon_id, 1, &cv) == 0);
+    CHECKF(cv.executed > 0 && cv.failed == 0, "class_time attached while serving: executed %llu, failed %llu",
+           (unsigned long long)cv.executed, (unsigned long long)cv.failed);
+    CHECK(ms_engine_detach(e, mon_id) == 0);
+  }
+#ifdef MS_CUDA_EMU_COUNTS
+  /* the driver's steps, the attach, the read-outs and the detach beside the resident kernel */
+  if (be == MS_BACKEND_CUDA)
+    CHECKF(ms_emu_cuda_blocking == blocking0, "%llu calls that may wait for the resident kernel, the last %s",
+           (unsigned long long)(ms_emu_cuda_blocking - blocking0), ms_emu_cuda_blocking_what);
+#endif
   ms_engine_free(e);
   return 0;
 }

@@ -16,6 +16,9 @@
 #include "megascope/engine.h"
 #include "megascope/monitor.h"
 #include "test.h"
+#ifdef MS_CUDA_EMU_COUNTS  /* tests/test_engine_host.c: the emulated runtime counts calls that may block */
+#include "emu/cuda_runtime.h"
+#endif
 
 #define NREQ 6
 #define PROMPT 3
@@ -154,6 +157,9 @@ static void check_monitors(void) {
   if (!e) goto out;
   struct ms_textbuf log = fresh_log();
   CHECKF(ms_cuda_start(e, x.r, NREQ, &log) == 0, "start: %s", log_text);
+#ifdef MS_CUDA_EMU_COUNTS
+  const uint64_t blocking0 = ms_emu_cuda_blocking;
+#endif
   struct ms_monitor *ma = ms_monitor_open(a, &log), *mb = ms_monitor_open(b, &log);
   CHECKF(ma && mb, "open: %s", log_text);
   int id = ma ? ms_cuda_attach(e, ma, NULL, &log) : -1;
@@ -164,6 +170,10 @@ static void check_monitors(void) {
   CHECKF(cv.executed > 0 || ms_cuda_finished(e) == NREQ, "generation 1 ran no program");
   int rr = id > 0 && mb ? ms_cuda_replace(e, id, mb, &log) : -1;
   CHECKF(rr == 0, "replace: %d %s", rr, log_text);
+#ifdef MS_CUDA_EMU_COUNTS  /* the attach, its read-outs and the replace beside the kernel */
+  CHECKF(ms_emu_cuda_blocking == blocking0, "%llu calls that may wait for the running kernel, the last %s",
+         (unsigned long long)(ms_emu_cuda_blocking - blocking0), ms_emu_cuda_blocking_what);
+#endif
   CHECK(ms_cuda_wait(e, &log) == 0);
   CHECK(ms_cuda_coverage(e, id, &cv) == 0);
   CHECK(cv.generation == 2);

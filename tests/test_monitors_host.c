@@ -19,8 +19,13 @@
  *     (attn_priority) runs on task_ready; a ring buffer (step_trace) fills
  *     and then counts lost records;
  *   - a program calling a helper the device lacks is refused with a message
- *     naming program, instruction and helper; a failed device allocation
- *     during an attach leaves nothing behind;
+ *     naming program, instruction and helper; an attach that does not fit the
+ *     monitor arena is refused by name and leaves nothing behind;
+ *   - nothing the attach, replace and detach calls do could wait for the
+ *     running kernel: no allocation, free, memset or synchronisation
+ *     (tests/emu/cuda_runtime.h counts them; an allocation made on purpose is
+ *     counted, so the count is live);
+ *   - map read-outs while programs write are whole copies (the SMs' seqlock);
  *   - coverage adds up (eligible = executed + throttled once quiet, failed 0),
  *     maps come back as JSON (ms_monitor_write_maps), tokens equal the CPU
  *     engine's, and every device allocation is freed with the table. */
@@ -196,19 +201,21 @@ static void check_unsupported(struct ms_cuda_mon *mon) {
   ms_monitor_free(m);  /* the caller keeps it on failure */
 }
 
-/* A device allocation fails halfway through an attach: -ENOMEM, a message, and
- * what was built is gone. */
-static void check_alloc_failure(struct ms_cuda_mon *mon) {
+/* An attach that does not fit the arena (small: made for this): -ENOMEM, a
+ * message naming the arena, and what was built is gone. */
+static void check_arena_full(struct ms_cuda_mon *small) {
   struct ms_monitor *m = open_monitor("queueing");
   if (!m) return;
   uint64_t live = ms_emu_cuda_live;
-  ms_emu_cuda_fail_alloc = 3;
+  size_t size, used0, used, kept;
+  ms_cuda_mon_arena(small, &size, &used0, &kept);
   log_reset();
-  int rc = ms_cuda_mon_attach(mon, m, NULL, &tb);
-  ms_emu_cuda_fail_alloc = 0;
-  CHECKF(rc == -ENOMEM && strstr(logbuf, "out of memory"), "failed allocation: rc %d, log: %s", rc, logbuf);
-  CHECKF(ms_emu_cuda_live == live, "a failed attach left %lld device allocations",
-         (long long)(ms_emu_cuda_live - live));
+  int rc = ms_cuda_mon_attach(small, m, NULL, &tb);
+  ms_cuda_mon_arena(small, &size, &used, &kept);
+  CHECKF(rc == -ENOMEM && strstr(logbuf, "out of memory: the monitor arena"), "arena full: rc %d, log: %s", rc,
+         logbuf);
+  CHECKF(used == used0 && kept == 0, "a refused attach left %zu arena bytes in use (%zu kept)", used - used0, kept);
+  CHECKF(ms_emu_cuda_live == live, "an attach made %lld device allocations", (long long)(ms_emu_cuda_live - live));
   ms_monitor_free(m);
 }
 
@@ -236,9 +243,10 @@ static void check_live(void) {
   harness_cpu_tokens(m, NREQ, NEW, ref);
 
   log_reset();
-  struct ms_cuda_mon *mon = ms_cuda_mon_new(NCTA, &tb);
-  CHECKF(mon != NULL, "ms_cuda_mon_new: %s", logbuf);
-  if (!mon) return;
+  struct ms_cuda_mon *mon = ms_cuda_mon_new(NCTA, 0, &tb);
+  struct ms_cuda_mon *small = ms_cuda_mon_new(NCTA, 64 << 10, &tb);
+  CHECKF(mon != NULL && small != NULL, "ms_cuda_mon_new: %s", logbuf);
+  if (!mon || !small) return;
   struct harness *h = calloc(1, sizeof *h);
   CHECK(harness_setup(h, m, NCTA, NREQ, NEW, ms_cuda_mon_device(mon), NULL) == 0);
   const struct ms_plan *p = h->plan;
@@ -256,6 +264,9 @@ static void check_live(void) {
   struct harness_bg bg;
   CHECK(harness_start(&bg, h, NCTA) == 0);
   ms_cuda_mon_set_running(mon, 1);
+  /* the harness's CTAs are a kernel the emulated runtime did not launch: say it runs */
+  __atomic_store_n(&ms_emu_cuda_kernels, 1, __ATOMIC_RELEASE);
+  const uint64_t blocking0 = ms_emu_cuda_blocking;
 
   /* while it runs */
   log_reset();
@@ -270,7 +281,7 @@ static void check_live(void) {
   CHECKF(budget > 0 && sample > 0 && hint > 0 && ring > 0, "attach: %d %d %d %d %s", budget, sample, hint, ring,
          logbuf);
   check_unsupported(mon);
-  check_alloc_failure(mon);
+  check_arena_full(small);
 
   CHECKF(wait_executed(h, mon, id, 1), "class_time never executed while the kernel ran");
   struct ms_coverage c1 = cov_of(mon, id);
@@ -287,6 +298,15 @@ static void check_live(void) {
   CHECK(ms_cuda_mon_detach(mon, id) == 0);
   uint64_t steps_at_detach = h->host.steps;
   CHECKF(!h->host.exited, "the kernel exited before the detach: the test did not run it live");
+  /* attach, replace, detach and their read-outs made no call that could wait for the kernel */
+  CHECKF(ms_emu_cuda_blocking == blocking0, "%llu calls that may wait for the running kernel, the last %s",
+         (unsigned long long)(ms_emu_cuda_blocking - blocking0), ms_emu_cuda_blocking_what);
+  {  /* and the count is live: a device allocation now is one */
+    ms_emu_cuda_malloc_free();
+    CHECKF(ms_emu_cuda_blocking == blocking0 + 2 && !strcmp(ms_emu_cuda_blocking_what, "cudaFreeAsync"),
+           "a cudaMallocAsync and a cudaFreeAsync beside the kernel were not counted (%llu)",
+           (unsigned long long)(ms_emu_cuda_blocking - blocking0));
+  }
 
   /* detached: refused, its final generation readable */
   CHECK(ms_cuda_mon_detach(mon, id) == -ENOENT);
@@ -306,7 +326,19 @@ static void check_live(void) {
   h->host.n_submitted = NREQ;
   h->host.exit_when_idle = 1;
   CHECK(harness_join(&bg) == 0);
+  CHECKF(ms_cuda_mon_torn(mon) == 0, "%llu map read-outs gave up on a torn copy while the kernel ran",
+         (unsigned long long)ms_cuda_mon_torn(mon));
+  {  /* an SM inside a firing (its word odd) for good: a read-out gives up rather than copy torn maps */
+    struct msd_qs *qs = ms_cuda_mon_device(mon)->qs;
+    uint64_t w0 = __atomic_load_n(&qs[1].wseq, __ATOMIC_RELAXED);
+    __atomic_store_n(&qs[1].wseq, w0 + 1, __ATOMIC_RELEASE);
+    int busy = ms_cuda_mon_sync_maps(mon, all);
+    __atomic_store_n(&qs[1].wseq, w0 + 2, __ATOMIC_RELEASE);
+    CHECKF(busy == -EAGAIN && ms_cuda_mon_torn(mon) == 1 && ms_cuda_mon_sync_maps(mon, all) == 0,
+           "a read-out beside an SM inside a firing: %d (torn %llu)", busy, (unsigned long long)ms_cuda_mon_torn(mon));
+  }
   ms_cuda_mon_set_running(mon, 0);
+  __atomic_store_n(&ms_emu_cuda_kernels, 0, __ATOMIC_RELEASE);
   uint64_t steps = h->host.steps;
   CHECKF(steps > steps_at_detach, "no step after the detach (%llu)", (unsigned long long)steps);
 
@@ -376,6 +408,7 @@ static void check_live(void) {
          (unsigned long long)ch.executed, same ? "equal" : "DIFFER");
 
   ms_cuda_mon_free(mon);
+  ms_cuda_mon_free(small);
   CHECKF(ms_emu_cuda_live == 0, "%llu device allocations outlive the table", (unsigned long long)ms_emu_cuda_live);
   ms_emu_cuda_drain();
   harness_teardown(h);

@@ -63,6 +63,8 @@ struct ms_cuda_opts {
   int tiles_per_op;         /* see ms_compile_opts; 0: about one task per worker */
   int watchdog_ms;          /* report a stall after this long without a heartbeat; 0: off */
   int hooks_off;            /* 1: the kernel has no hook sites at all (bench baseline) */
+  int monitor_mib;          /* device memory for monitors, allocated before the launch (attaches
+                             * while the kernel runs only copy into it); 0: 8 + 2 a CTA */
 };
 
 struct ms_cuda_engine;
@@ -219,8 +221,13 @@ int ms_cuda_attach_shared(struct ms_cuda_engine *e, struct ms_monitor *m, struct
                           const struct ms_attach_opts *o, struct ms_textbuf *log);
 int ms_cuda_replace_shared(struct ms_cuda_engine *e, int id, struct ms_monitor *m, struct ms_bpf_map **maps,
                            int n_maps, const struct ms_attach_opts *o, struct ms_textbuf *log);
-/* Copies id's device maps into its host maps (the kernel keeps running). */
+/* Copies id's device maps into its host maps (the kernel keeps running); a
+ * copy an SM wrote during is retried, -EAGAIN when every try was (the host
+ * maps keep the last whole copy). */
 int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id);
+/* The same, or -EBUSY at once while an attach, replace or detach is under
+ * way (for a thread that must not wait behind one: the engine's driver). */
+int ms_cuda_sync_maps_try(struct ms_cuda_engine *e, int id);
 /* Coverage of one generation of id, current or replaced. */
 int ms_cuda_coverage_of(struct ms_cuda_engine *e, int id, uint32_t generation, struct ms_coverage *out);
 /* Frees what the device side keeps of detached attachment id (after its

@@ -26,7 +26,14 @@
  * Coverage. Each generation has per-SM counters written only by that SM's
  * firing thread (plain volatile stores) and summed by the host after a
  * device-to-host copy; a firing is counted by the generation of the set it
- * loaded, so old + new add up to what was eligible across a replace. */
+ * loaded, so old + new add up to what was eligible across a replace.
+ * Snapshots. The host copies maps while programs write them; each SM's word
+ * `wseq` (beside its quiescent word) is odd while that SM runs programs, so a
+ * copy made between two reads of every SM's word, all even and unchanged, saw
+ * no write (a seqlock with one writer per SM). While the host copies it sets
+ * `hold`; a firing that finds it set waits for it to clear, at most
+ * MSD_HOLD_NS, so a busy hook does not keep every copy torn (a firing that
+ * starts anyway only makes that copy be retried). */
 #ifndef MS_CUDA_BPF_DEV_CUH
 #define MS_CUDA_BPF_DEV_CUH
 
@@ -38,6 +45,7 @@
 
 #define MSD_SET_MAX 64          /* programs attached at one hook, all attachments together */
 #define MSD_RUN_BUDGET MS_HOOK_RUN_BUDGET /* instructions per run, counted as the CPU engines count */
+#define MSD_HOLD_NS 200000ull   /* a firing waits at most this long for the host's snapshot */
 
 /* One SM's counters for one generation: 128 bytes so SMs never share a line. */
 struct msd_cov {
@@ -78,14 +86,16 @@ struct msd_set {
 
 struct msd_qs {
   uint64_t v;             /* the flip this SM last saw between tasks */
-  uint64_t pad[15];
+  uint64_t wseq;          /* odd while this SM runs programs (the snapshots' seqlock) */
+  uint64_t pad[14];
 };
 
 /* The attach table, in device memory; the kernel gets its address. */
 struct msd_hooks {
   const struct msd_set *set[MS_HOOK_COUNT]; /* NULL: nothing attached */
   uint64_t flip;                            /* publications so far */
-  uint32_t n_sms, pad;
+  uint32_t n_sms;
+  uint32_t hold;                            /* host: a snapshot is being copied (see DESIGN) */
   struct msd_qs *qs;                        /* [n_sms] */
 };
 
@@ -127,6 +137,32 @@ static __device__ __forceinline__ void msd_hooks_quiescent(struct msd_hooks *h, 
   asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(old) : "l"(&h->qs[sm].v) : "memory");
   if (old != f) asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(&h->qs[sm].v), "l"(f) : "memory");
 #endif
+}
+
+/* A firing's map writes happen between these two (the SM's seqlock, see
+ * DESIGN): the odd word is ordered before the writes, the writes before the
+ * even word. Waits first while the host holds the maps for a snapshot. */
+static __device__ __forceinline__ uint64_t msd_hold_clock(void) {
+#ifdef MSD_HOST_EMU
+  return ms_now_ns();
+#else
+  return ms_at_clock_now();
+#endif
+}
+
+static __device__ __forceinline__ void msd_wseq_enter(struct msd_hooks *h, int sm) {
+  if (ms_at_ld_rlx32(&h->hold)) {  /* relaxed: a hint; the seqlock is what makes a copy trustworthy */
+    uint64_t t0 = msd_hold_clock();
+    while (ms_at_ld_rlx32(&h->hold) && msd_hold_clock() - t0 < MSD_HOLD_NS) ms_at_relax();
+  }
+  uint64_t *w = &h->qs[sm].wseq;
+  ms_at_st_rlx64(w, ms_at_ld_rlx64(w) + 1);  /* this SM alone writes its word */
+  ms_at_fence_acq_rel();
+}
+
+static __device__ __forceinline__ void msd_wseq_leave(struct msd_hooks *h, int sm) {
+  uint64_t *w = &h->qs[sm].wseq;
+  ms_at_st_rel64(w, ms_at_ld_rlx64(w) + 1);
 }
 
 /* Sampling keys and the per-step budget: hook/admit.h, the CPU engines' own. */
@@ -186,11 +222,13 @@ static __device__ __forceinline__ int msd_hook_run(struct msd_hooks *h, const st
   if (!s || (type == MS_PROG_SCHED_HINT && !s->n_hint)) return -1;
   uint64_t key = ms_hook_sample_key(ctx);
   int prio = -1;
+  msd_wseq_enter(h, sm);
   for (uint32_t i = 0; i < s->n; i++) {
     if (s->e[i].type != type) continue;
     int p = msd_run_entry(&s->e[i], ctx, sm, key);
     if (p > prio) prio = p;
   }
+  msd_wseq_leave(h, sm);
   return prio;
 }
 

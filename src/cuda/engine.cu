@@ -430,7 +430,7 @@ extern "C" struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, c
    * only: a device-wide sync would wait for another engine's running kernel) */
   CK(cudaStreamSynchronize(cudaStreamLegacy));
   if (!e->o.hooks_off) {
-    if (!(e->mon = ms_cuda_mon_new(e->n_ctas, log))) {
+    if (!(e->mon = ms_cuda_mon_new(e->n_ctas, (size_t)(e->o.monitor_mib > 0 ? e->o.monitor_mib : 0) << 20, log))) {
       rc = -errno;
       goto out;
     }
@@ -912,8 +912,10 @@ extern "C" int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *l
   e->rt.feed_step = e->feed_dev;
   e->rt.cls_acc = e->acc;
   e->rt.ev_acc = e->acc + 4 * (size_t)e->plan->n_classes;
-  /* the kernel's counters start again from zero: so do the firing times and the rings */
-  CK(cudaMemset(e->fire_ns, 0, ((size_t)e->plan->n_events + 1) * sizeof(uint64_t)));
+  /* the kernel's counters start again from zero: so do the firing times and
+   * the rings. On the kernel's stream: the legacy stream's memset would not be
+   * ordered before a launch on the non-blocking one */
+  CK(cudaMemsetAsync(e->fire_ns, 0, ((size_t)e->plan->n_events + 1) * sizeof(uint64_t), e->ks));
   e->rt.fire_ns = e->fire_ns;
   memset(e->trace_n, 0, (size_t)e->n_workers * sizeof(uint32_t));
   memset(e->trace_step, 0, (size_t)e->n_workers * sizeof(uint64_t));
@@ -1260,6 +1262,10 @@ extern "C" int ms_cuda_forget(struct ms_cuda_engine *e, int id) {
 
 extern "C" int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id) {
   return e->mon ? ms_cuda_mon_sync_maps(e->mon, id) : -MS_E_STATE;
+}
+
+extern "C" int ms_cuda_sync_maps_try(struct ms_cuda_engine *e, int id) {
+  return e->mon ? ms_cuda_mon_sync_maps_try(e->mon, id) : -MS_E_STATE;
 }
 
 extern "C" int ms_cuda_detach(struct ms_cuda_engine *e, int id) {

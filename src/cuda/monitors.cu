@@ -16,6 +16,9 @@
 #include "cuda/monitors.h"
 
 #define QUIESCE_TIMEOUT_NS 5000000000ull /* then what was unpublished is kept, not freed */
+#define ARENA_ALIGN 256                   /* every span starts on a 256-byte boundary */
+#define SNAP_TRIES 16                     /* copies of a generation's maps before a read-out gives up */
+#define SNAP_DRAIN_NS 2000000ull          /* how long a snapshot waits for firings in flight to end */
 
 /* One generation on the host: the monitor, its host maps and what it has on
  * the device (freed once unpublished and quiescent). */
@@ -46,24 +49,131 @@ struct att {
   struct gen *cur;
 };
 
+/* A span of the arena: [off, off + len). */
+struct span {
+  size_t off, len;
+};
+
+/* The arena: device memory allocated before the launch, handed out by a
+ * first-fit free list kept here, on the host. Written by hand: the usual
+ * sub-allocators (TLSF and the like) keep their bookkeeping inside the memory
+ * they manage, and this memory is the device's. */
+struct arena {
+  uint8_t *base;                     /* device; NULL: none */
+  size_t size, used, kept, peak;
+  struct span *free_, *live;         /* sorted by offset */
+  int n_free, n_live, cap_free, cap_live;
+};
+
 struct ms_cuda_mon {
   int n_sms;
   cudaStream_t s;
-  struct msd_hooks *dev;             /* device */
-  struct msd_qs *dqs;                /* device [n_sms] */
+  struct arena ar;
+  struct msd_hooks *dev;             /* device (the arena) */
+  struct msd_qs *dqs;                /* device [n_sms] (the arena) */
   struct msd_set *hset;              /* [MS_HOOK_COUNT] what set[] holds, on the host */
   struct msd_set *dset[MS_HOOK_COUNT]; /* device sets published, NULL for none */
   uint64_t flip;
-  int running;
-  cudaStream_t ks;                   /* the persistent kernel's stream, or NULL */
+  int running;                       /* atomic: read by a control call's wait, set by the kernel's owner */
+  cudaStream_t ks;                   /* atomic: the persistent kernel's stream, or NULL */
   struct att **atts;
   int n_atts, cap_atts;
-  void **kept;                       /* device memory that never became quiescent */
-  int n_kept, cap_kept;
+  uint64_t torn;                     /* snapshots given up on (every copy saw a write) */
+  /* One call at a time: held across the call's own copies and a control
+   * call's quiescence wait, so the engine's driver only tries it
+   * (ms_cuda_mon_sync_maps_try) and never waits on another call's device
+   * work. Nothing it guards is touched by the kernel's owner's waits. */
   pthread_mutex_t mu;
 };
 
-/* ---- device memory on the copy stream ------------------------------------ */
+/* ---- the arena ----------------------------------------------------------- */
+
+static int spans_insert(struct span **v, int *n, int *cap, int at, struct span x) {
+  if (*n == *cap) {
+    int c = *cap ? 2 * *cap : 32;
+    struct span *nv = (struct span *)realloc(*v, (size_t)c * sizeof *nv);
+    if (!nv) return -ENOMEM;
+    *v = nv;
+    *cap = c;
+  }
+  memmove(&(*v)[at + 1], &(*v)[at], (size_t)(*n - at) * sizeof **v);
+  (*v)[at] = x;
+  (*n)++;
+  return 0;
+}
+
+static void spans_remove(struct span *v, int *n, int at) {
+  memmove(&v[at], &v[at + 1], (size_t)(*n - at - 1) * sizeof *v);
+  (*n)--;
+}
+
+static int arena_init(struct arena *a, uint8_t *base, size_t size) {
+  memset(a, 0, sizeof *a);
+  a->base = base;
+  a->size = size;
+  return spans_insert(&a->free_, &a->n_free, &a->cap_free, 0, span{0, size});
+}
+
+/* First fit; *off on success. */
+static int arena_get(struct arena *a, size_t n, size_t *off) {
+  n = (n + ARENA_ALIGN - 1) / ARENA_ALIGN * ARENA_ALIGN;
+  for (int i = 0; i < a->n_free; i++) {
+    if (a->free_[i].len < n) continue;
+    int at = 0;
+    while (at < a->n_live && a->live[at].off < a->free_[i].off) at++;
+    if (spans_insert(&a->live, &a->n_live, &a->cap_live, at, span{a->free_[i].off, n})) return -ENOMEM;
+    *off = a->free_[i].off;
+    a->free_[i].off += n;
+    a->free_[i].len -= n;
+    if (!a->free_[i].len) spans_remove(a->free_, &a->n_free, i);
+    a->used += n;
+    if (a->used > a->peak) a->peak = a->used;
+    return 0;
+  }
+  return -ENOMEM;
+}
+
+/* The live span at off, removed from the live list; its length, 0: none. */
+static size_t arena_take_live(struct arena *a, size_t off) {
+  for (int i = 0; i < a->n_live; i++)
+    if (a->live[i].off == off) {
+      size_t len = a->live[i].len;
+      spans_remove(a->live, &a->n_live, i);
+      a->used -= len;
+      return len;
+    }
+  return 0;
+}
+
+/* Back on the free list, merged with its neighbours. */
+static void arena_put(struct arena *a, size_t off) {
+  size_t len = arena_take_live(a, off);
+  if (!len) return;
+  int at = 0;
+  while (at < a->n_free && a->free_[at].off < off) at++;
+  if (at > 0 && a->free_[at - 1].off + a->free_[at - 1].len == off) {
+    a->free_[at - 1].len += len;
+    if (at < a->n_free && off + len == a->free_[at].off) {
+      a->free_[at - 1].len += a->free_[at].len;
+      spans_remove(a->free_, &a->n_free, at);
+    }
+    return;
+  }
+  if (at < a->n_free && off + len == a->free_[at].off) {
+    a->free_[at].off = off;
+    a->free_[at].len += len;
+    return;
+  }
+  if (spans_insert(&a->free_, &a->n_free, &a->cap_free, at, span{off, len})) a->kept += len; /* lost, not reused */
+}
+
+static void arena_release(struct arena *a) {
+  free(a->free_);
+  free(a->live);
+  memset(a, 0, sizeof *a);
+}
+
+/* ---- device memory: arena spans and copies on the copy stream ------------ */
 
 static int ck(cudaError_t e, const char *what, struct ms_textbuf *log) {
   if (e == cudaSuccess) return 0;
@@ -71,15 +181,27 @@ static int ck(cudaError_t e, const char *what, struct ms_textbuf *log) {
   return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
 }
 
+/* n bytes of the arena (contents undefined: every caller copies over them). */
 static int dalloc(struct ms_cuda_mon *mon, void **p, size_t n, struct ms_textbuf *log) {
+  size_t off = 0;
   *p = NULL;
-  int rc = ck(cudaMallocAsync(p, n, mon->s), "allocation", log);
-  if (!rc) rc = ck(cudaMemsetAsync(*p, 0, n, mon->s), "zeroing", log);
-  return rc;
+  if (arena_get(&mon->ar, n ? n : 1, &off)) {
+    ms_textbuf_printf(log, "cuda monitors: out of memory: the monitor arena (%zu KiB, %zu in use) has no %zu KiB "
+                      "span free (ms_cuda_opts.monitor_mib sizes it)\n",
+                      mon->ar.size >> 10, mon->ar.used >> 10, (n + 1023) >> 10);
+    return -ENOMEM;
+  }
+  *p = mon->ar.base + off;
+  return 0;
 }
 
 static void dfree(struct ms_cuda_mon *mon, void *p) {
-  if (p) cudaFreeAsync(p, mon->s);
+  if (p) arena_put(&mon->ar, (size_t)((uint8_t *)p - mon->ar.base));
+}
+
+/* Memory an SM may still read: out of the live list, never handed out again. */
+static void keep(struct ms_cuda_mon *mon, void *p) {
+  if (p) mon->ar.kept += arena_take_live(&mon->ar, (size_t)((uint8_t *)p - mon->ar.base));
 }
 
 static int h2d(struct ms_cuda_mon *mon, void *d, const void *h, size_t n, struct ms_textbuf *log) {
@@ -90,25 +212,27 @@ static int d2h(struct ms_cuda_mon *mon, void *h, const void *d, size_t n) {
   return ck(cudaMemcpyAsync(h, d, n, cudaMemcpyDeviceToHost, mon->s), "copy from the device", NULL);
 }
 
+/* Zeros by copies from a zero block: a memset may be a kernel, which would
+ * wait for an SM the resident kernel never gives up. */
+static int dzero(struct ms_cuda_mon *mon, void *d, size_t n, struct ms_textbuf *log) {
+  static const uint64_t zero[8192] = {0};
+  int rc = 0;
+  for (size_t at = 0; !rc && at < n; at += sizeof zero)
+    rc = h2d(mon, (uint8_t *)d + at, zero, n - at < sizeof zero ? n - at : sizeof zero, log);
+  return rc;
+}
+
 static int sync_stream(struct ms_cuda_mon *mon, struct ms_textbuf *log) {
   return ck(cudaStreamSynchronize(mon->s), "copy stream", log);
 }
 
-static void keep(struct ms_cuda_mon *mon, void *p) {
-  if (!p) return;
-  if (mon->n_kept == mon->cap_kept) {
-    int cap = mon->cap_kept ? 2 * mon->cap_kept : 16;
-    void **n = (void **)realloc(mon->kept, (size_t)cap * sizeof *n);
-    if (!n) return; /* leaked rather than freed under a running SM */
-    mon->kept = n;
-    mon->cap_kept = cap;
-  }
-  mon->kept[mon->n_kept++] = p;
-}
+static int mon_running(const struct ms_cuda_mon *mon) { return __atomic_load_n(&mon->running, __ATOMIC_ACQUIRE); }
 
 /* ---- the table ----------------------------------------------------------- */
 
-extern "C" struct ms_cuda_mon *ms_cuda_mon_new(int n_sms, struct ms_textbuf *log) {
+extern "C" size_t ms_cuda_mon_arena_default(int n_sms) { return ((size_t)8 << 20) + (size_t)n_sms * (2 << 20); }
+
+extern "C" struct ms_cuda_mon *ms_cuda_mon_new(int n_sms, size_t arena_bytes, struct ms_textbuf *log) {
   if (n_sms < 1 || n_sms > 4096) {
     ms_textbuf_printf(log, "cuda monitors: %d SMs (1..4096)\n", n_sms);
     errno = EINVAL;
@@ -119,17 +243,24 @@ extern "C" struct ms_cuda_mon *ms_cuda_mon_new(int n_sms, struct ms_textbuf *log
   pthread_mutex_init(&mon->mu, NULL);
   mon->n_sms = n_sms;
   mon->hset = (struct msd_set *)calloc(MS_HOOK_COUNT, sizeof *mon->hset);
+  if (!arena_bytes) arena_bytes = ms_cuda_mon_arena_default(n_sms);
   struct msd_hooks h;
   memset(&h, 0, sizeof h);
   h.n_sms = (uint32_t)n_sms;
+  void *base = NULL;
   int rc = mon->hset ? 0 : -ENOMEM;
+  /* before any launch: the one allocation (see struct arena) */
   if (!rc) rc = ck(cudaStreamCreateWithFlags(&mon->s, cudaStreamNonBlocking), "stream", log);
+  if (!rc) rc = ck(cudaMalloc(&base, arena_bytes), "the monitor arena", log);
+  if (!rc) rc = arena_init(&mon->ar, (uint8_t *)base, arena_bytes);
   if (!rc) rc = dalloc(mon, (void **)&mon->dqs, (size_t)n_sms * sizeof(struct msd_qs), log);
+  if (!rc) rc = dzero(mon, mon->dqs, (size_t)n_sms * sizeof(struct msd_qs), log);
   if (!rc) rc = dalloc(mon, (void **)&mon->dev, sizeof(struct msd_hooks), log);
   h.qs = mon->dqs;
   if (!rc) rc = h2d(mon, mon->dev, &h, sizeof h, log);
   if (!rc) rc = sync_stream(mon, log);
   if (rc) {
+    if (base && !mon->ar.base) cudaFree(base);
     ms_cuda_mon_free(mon);
     errno = -rc;
     return NULL;
@@ -140,14 +271,18 @@ extern "C" struct ms_cuda_mon *ms_cuda_mon_new(int n_sms, struct ms_textbuf *log
 extern "C" struct msd_hooks *ms_cuda_mon_device(struct ms_cuda_mon *mon) { return mon->dev; }
 
 extern "C" void ms_cuda_mon_set_running(struct ms_cuda_mon *mon, int running) {
-  pthread_mutex_lock(&mon->mu);
-  mon->running = running;
-  pthread_mutex_unlock(&mon->mu);
+  __atomic_store_n(&mon->running, running, __ATOMIC_RELEASE);  /* a control call's wait reads it without the lock */
 }
 
 extern "C" void ms_cuda_mon_set_stream(struct ms_cuda_mon *mon, void *kernel_stream) {
+  __atomic_store_n(&mon->ks, (cudaStream_t)kernel_stream, __ATOMIC_RELEASE);
+}
+
+extern "C" void ms_cuda_mon_arena(struct ms_cuda_mon *mon, size_t *size, size_t *used, size_t *kept) {
   pthread_mutex_lock(&mon->mu);
-  mon->ks = (cudaStream_t)kernel_stream;
+  *size = mon->ar.size;
+  *used = mon->ar.used;
+  *kept = mon->ar.kept;
   pthread_mutex_unlock(&mon->mu);
 }
 
@@ -258,8 +393,12 @@ static int gen_maps(struct ms_cuda_mon *mon, struct gen *g, struct ms_bpf_map **
       break;
     }
     g->img[i] = (uint8_t *)p;
-    if ((rc = dalloc(mon, (void **)&g->dimg[i], msd_map_image_size(&g->hdr[i]), log))) break;
+    uint64_t isz = msd_map_image_size(&g->hdr[i]);
+    if ((rc = dalloc(mon, (void **)&g->dimg[i], isz, log))) break;
     if ((rc = h2d(mon, g->dimg[i], g->img[i], g->hdr[i].total_size, log))) break;
+    if (isz > g->hdr[i].total_size &&  /* a ring's mirror past the image */
+        (rc = dzero(mon, g->dimg[i] + g->hdr[i].total_size, isz - g->hdr[i].total_size, log)))
+      break;
     msd_map_init(&hm[i], &g->hdr[i], g->dimg[i]);
   }
   if (!rc && g->n_maps) rc = dalloc(mon, (void **)&g->dmaps, (size_t)g->n_maps * sizeof *hm, log);
@@ -353,12 +492,12 @@ static struct gen *gen_new(struct ms_cuda_mon *mon, struct ms_monitor *m, struct
 /* Waits until every SM's quiescent word reached flip f; 0, or -MS_E_STALL
  * after the timeout. */
 static int quiesce(struct ms_cuda_mon *mon, uint64_t f) {
-  if (!mon->running) return 0;
+  if (!mon_running(mon)) return 0;
   struct msd_qs *qs = (struct msd_qs *)malloc((size_t)mon->n_sms * sizeof *qs);
   if (!qs) return -ENOMEM;
   uint64_t t0 = ms_now_ns();
   int rc = -MS_E_STALL;
-  while (mon->running && ms_now_ns() - t0 < QUIESCE_TIMEOUT_NS) {
+  while (mon_running(mon) && ms_now_ns() - t0 < QUIESCE_TIMEOUT_NS) {
     if (d2h(mon, qs, mon->dqs, (size_t)mon->n_sms * sizeof *qs) || sync_stream(mon, NULL)) {
       rc = -EIO;
       break;
@@ -368,14 +507,15 @@ static int quiesce(struct ms_cuda_mon *mon, uint64_t f) {
     /* The kernel's CTAs return when it exits without passing another quiescent
      * point: until the host's wait notices (set_running 0), their words stay
      * behind f for good. A completed stream means no SM holds anything. */
-    if (s == mon->n_sms || (mon->ks && cudaStreamQuery(mon->ks) == cudaSuccess)) {
+    cudaStream_t ks = __atomic_load_n(&mon->ks, __ATOMIC_ACQUIRE);
+    if (s == mon->n_sms || (ks && cudaStreamQuery(ks) == cudaSuccess)) {
       rc = 0;
       break;
     }
     struct timespec ts = {0, 50000};
     nanosleep(&ts, NULL);
   }
-  if (!mon->running) rc = 0;
+  if (!mon_running(mon)) rc = 0;
   free(qs);
   return rc;
 }
@@ -485,22 +625,98 @@ static int gen_coverage(struct ms_cuda_mon *mon, const struct gen *g, struct ms_
   return rc;
 }
 
-static int gen_sync_maps(struct ms_cuda_mon *mon, struct gen *g) {
-  int rc = 0;
-  for (int i = 0; !rc && g->on_device && i < g->n_maps; i++) {
-    const struct ms_bpf_map_shm *h = &g->hdr[i];
-    uint8_t *img = g->img[i], *d = g->dimg[i];
-    if (h->type != MS_BPF_MAP_RINGBUF) {
-      rc = d2h(mon, img, d, h->total_size);
-      continue;
-    }
-    /* the host consumer's position first, so producers may reuse the space;
-     * then the header (lost), the producer position, then the records */
-    rc = h2d(mon, d + h->ring_cons_off, img + h->ring_cons_off, 8, NULL);
-    if (!rc) rc = d2h(mon, img, d, sizeof *h);
-    if (!rc) rc = d2h(mon, img + h->ring_prod_off, d + h->ring_prod_off, h->ring_data_off - h->ring_prod_off);
-    if (!rc) rc = d2h(mon, img + h->ring_data_off, d + h->ring_data_off, h->ring_size);
+/* A ring buffer's records: the host consumer's position first, so producers
+ * may reuse the space; then the header (lost), the producer position, then
+ * the records (the ring's own protocol says which are complete). */
+static int ring_sync(struct ms_cuda_mon *mon, struct gen *g, int i) {
+  const struct ms_bpf_map_shm *h = &g->hdr[i];
+  uint8_t *img = g->img[i], *d = g->dimg[i];
+  int rc = h2d(mon, d + h->ring_cons_off, img + h->ring_cons_off, 8, NULL);
+  if (!rc) rc = d2h(mon, img, d, sizeof *h);
+  if (!rc) rc = d2h(mon, img + h->ring_prod_off, d + h->ring_prod_off, h->ring_data_off - h->ring_prod_off);
+  if (!rc) rc = d2h(mon, img + h->ring_data_off, d + h->ring_data_off, h->ring_size);
+  return rc;
+}
+
+static int all_even(const struct msd_qs *q, int n) {
+  for (int s = 0; s < n; s++)
+    if (q[s].wseq & 1) return 0;
+  return 1;
+}
+
+static int same_words(const struct msd_qs *a, const struct msd_qs *b, int n) {
+  for (int s = 0; s < n; s++)
+    if (a[s].wseq != b[s].wseq) return 0;
+  return 1;
+}
+
+/* The SMs' write words once none is inside a firing (hold is set, so new
+ * firings wait): 1, or 0 when some SM stayed inside past SNAP_DRAIN_NS. */
+static int drained_words(struct ms_cuda_mon *mon, struct msd_qs *q) {
+  uint64_t t0 = ms_now_ns();
+  for (;;) {
+    if (d2h(mon, q, mon->dqs, (size_t)mon->n_sms * sizeof *q) || sync_stream(mon, NULL)) return 0;
+    if (all_even(q, mon->n_sms)) return 1;
+    if (ms_now_ns() - t0 > SNAP_DRAIN_NS) return 0;
   }
+}
+
+/* The generation's maps other than ring buffers, copied while the kernel may
+ * write them: into a buffer first, kept only when no SM wrote during the
+ * copy (bpf_dev.cuh's DESIGN, snapshots), so readers of the memfds never see
+ * a torn entry. 0, or -EAGAIN after SNAP_TRIES copies that each saw a write
+ * (the memfds keep the last whole copy). */
+static int snap_maps(struct ms_cuda_mon *mon, struct gen *g) {
+  static const uint32_t one = 1, zero = 0;
+  size_t total = 0;
+  for (int i = 0; i < g->n_maps; i++)
+    if (g->hdr[i].type != MS_BPF_MAP_RINGBUF) total += g->hdr[i].total_size;
+  if (!total) return 0;
+  uint8_t *buf = (uint8_t *)malloc(total);
+  struct msd_qs *q1 = (struct msd_qs *)malloc(2 * (size_t)mon->n_sms * sizeof *q1), *q2 = q1 + mon->n_sms;
+  int rc = buf && q1 ? -EAGAIN : -ENOMEM;
+  for (int t = 0; rc == -EAGAIN && t < SNAP_TRIES; t++) {
+    int err = h2d(mon, &mon->dev->hold, &one, sizeof one, NULL);
+    int drained = !err && drained_words(mon, q1);
+    size_t at = 0;
+    for (int i = 0; drained && !err && i < g->n_maps; i++)
+      if (g->hdr[i].type != MS_BPF_MAP_RINGBUF) {
+        err = d2h(mon, buf + at, g->dimg[i], g->hdr[i].total_size);
+        at += g->hdr[i].total_size;
+      }
+    if (drained && !err) err = d2h(mon, q2, mon->dqs, (size_t)mon->n_sms * sizeof *q2);
+    if (!err) err = h2d(mon, &mon->dev->hold, &zero, sizeof zero, NULL);
+    if (!err) err = sync_stream(mon, NULL);
+    if (err)
+      rc = err;
+    else if (drained && same_words(q1, q2, mon->n_sms))
+      rc = 0;
+  }
+  for (size_t i = 0, at = 0; !rc && i < (size_t)g->n_maps; i++)
+    if (g->hdr[i].type != MS_BPF_MAP_RINGBUF) {
+      memcpy(g->img[i], buf + at, g->hdr[i].total_size);
+      at += g->hdr[i].total_size;
+    }
+  if (rc == -EAGAIN) mon->torn++;
+  free(buf);
+  free(q1);
+  return rc;
+}
+
+/* Copies g's device maps into its host maps. consistent: while the kernel
+ * may run g's programs (snap_maps); else g is unpublished and quiet (or the
+ * kernel is gone), and a plain copy is exact. */
+static int gen_sync_maps(struct ms_cuda_mon *mon, struct gen *g, int consistent) {
+  int rc = 0;
+  if (!g->on_device) return 0;
+  if (consistent && mon_running(mon)) {
+    rc = snap_maps(mon, g);
+  } else {
+    for (int i = 0; !rc && i < g->n_maps; i++)
+      if (g->hdr[i].type != MS_BPF_MAP_RINGBUF) rc = d2h(mon, g->img[i], g->dimg[i], g->hdr[i].total_size);
+  }
+  for (int i = 0; !rc && i < g->n_maps; i++)
+    if (g->hdr[i].type == MS_BPF_MAP_RINGBUF) rc = ring_sync(mon, g, i);
   if (!rc) rc = sync_stream(mon, NULL);
   return rc;
 }
@@ -509,7 +725,7 @@ static int gen_sync_maps(struct ms_cuda_mon *mon, struct gen *g) {
  * host, then its device memory goes (or is kept when not quiet). */
 static void gen_retire(struct ms_cuda_mon *mon, struct gen *g, int quiet) {
   g->t_end = ms_now_ns();
-  gen_sync_maps(mon, g);
+  gen_sync_maps(mon, g, !quiet);
   if (gen_coverage(mon, g, &g->final_cov) == 0) g->final_cov.t_end = g->t_end;
   gen_free_device(mon, g, quiet);
   sync_stream(mon, NULL);
@@ -663,9 +879,24 @@ extern "C" int ms_cuda_mon_forget(struct ms_cuda_mon *mon, int id) {
 extern "C" int ms_cuda_mon_sync_maps(struct ms_cuda_mon *mon, int id) {
   pthread_mutex_lock(&mon->mu);
   struct att *a = find(mon, id);
-  int rc = a ? gen_sync_maps(mon, a->cur) : -ENOENT;
+  int rc = a ? gen_sync_maps(mon, a->cur, 1) : -ENOENT;
   pthread_mutex_unlock(&mon->mu);
   return rc;
+}
+
+extern "C" int ms_cuda_mon_sync_maps_try(struct ms_cuda_mon *mon, int id) {
+  if (pthread_mutex_trylock(&mon->mu)) return -EBUSY;
+  struct att *a = find(mon, id);
+  int rc = a ? gen_sync_maps(mon, a->cur, 1) : -ENOENT;
+  pthread_mutex_unlock(&mon->mu);
+  return rc;
+}
+
+extern "C" uint64_t ms_cuda_mon_torn(struct ms_cuda_mon *mon) {
+  pthread_mutex_lock(&mon->mu);
+  uint64_t n = mon->torn;
+  pthread_mutex_unlock(&mon->mu);
+  return n;
 }
 
 extern "C" int ms_cuda_mon_maps(struct ms_cuda_mon *mon, int id, struct ms_bpf_map ***maps, int *n) {
@@ -692,14 +923,11 @@ extern "C" void ms_cuda_mon_free(struct ms_cuda_mon *mon) {
     free(mon->atts[i]);
   }
   if (mon->s) {
-    for (int h = 0; h < MS_HOOK_COUNT; h++) dfree(mon, mon->dset[h]);
-    for (int i = 0; i < mon->n_kept; i++) dfree(mon, mon->kept[i]);
-    dfree(mon, mon->dev);
-    dfree(mon, mon->dqs);
     cudaStreamSynchronize(mon->s);
     cudaStreamDestroy(mon->s);
   }
-  free(mon->kept);
+  if (mon->ar.base) cudaFree(mon->ar.base);  /* the kernel is not running (monitors.h) */
+  arena_release(&mon->ar);
   free(mon->atts);
   free(mon->hset);
   pthread_mutex_destroy(&mon->mu);

@@ -5,12 +5,16 @@
  * device mirrors of them, replace and detach with quiescence, coverage and
  * map read-back. See bpf_dev.cuh's DESIGN for the device side.
  *
- * Streams. Every copy, allocation and free goes through one non-blocking stream
- * of its own (cudaMallocAsync / cudaMemcpyAsync / cudaFreeAsync, then
- * cudaStreamSynchronize on it), never the legacy default stream nor a
- * device-wide synchronisation, so all of this works while the persistent
- * kernel runs on another stream. One control thread at a time (a mutex guards
- * the state anyway).
+ * Nothing here waits for the resident kernel. Device memory comes from one
+ * arena allocated by ms_cuda_mon_new, before the launch (allocations, frees and
+ * memsets may synchronise with the device, or need an SM the kernel holds);
+ * attach, replace and detach take spans of it and only copy, host to device
+ * and back, on one non-blocking stream of their own (cudaMemcpyAsync, then
+ * cudaStreamSynchronize on that stream), never the legacy default stream nor a
+ * device-wide synchronisation. One call at a time (a mutex, held across the
+ * call's own copies and a replace's or detach's quiescence wait); the engine's
+ * driver only tries it (ms_cuda_mon_sync_maps_try), so a control call never
+ * holds up the step feed.
  *
  * Errors: 0 / a positive id, or a negative errno / -MS_E_*, with the reason in
  * log where there is one. */
@@ -29,8 +33,16 @@ struct ms_cuda_mon;
 struct msd_hooks;
 
 /* A device hook table for SM indices 0..n_sms-1 (the sm argument of the
- * device calls; per-worker maps get n_sms worker slots). NULL + errno. */
-struct ms_cuda_mon *ms_cuda_mon_new(int n_sms, struct ms_textbuf *log);
+ * device calls; per-worker maps get n_sms worker slots), with an arena of
+ * arena_bytes for everything attachments put on the device (0:
+ * ms_cuda_mon_arena_default). NULL + errno. */
+struct ms_cuda_mon *ms_cuda_mon_new(int n_sms, size_t arena_bytes, struct ms_textbuf *log);
+/* 8 MiB + 2 MiB an SM: room for the shipped monitors' largest (per-worker
+ * maps grow with the SMs) twice over, as a replace holds two generations. */
+size_t ms_cuda_mon_arena_default(int n_sms);
+/* The arena's size, the bytes in use and those kept for good (memory an SM
+ * did not let go of in time). */
+void ms_cuda_mon_arena(struct ms_cuda_mon *mon, size_t *size, size_t *used, size_t *kept);
 /* Frees everything; the kernel must not be running. NULL: nothing. */
 void ms_cuda_mon_free(struct ms_cuda_mon *mon);
 /* The device address of the table, for the kernel (struct msd_hooks *). */
@@ -73,8 +85,16 @@ int ms_cuda_mon_coverage_of(struct ms_cuda_mon *mon, int id, uint32_t generation
  * -MS_E_STATE while attached, -ENOENT unknown. */
 int ms_cuda_mon_forget(struct ms_cuda_mon *mon, int id);
 /* Copies id's device maps into its host maps (ring buffers: the host's
- * consumer position goes to the device first, then the records come back). */
+ * consumer position goes to the device first, then the records come back).
+ * While the kernel runs, a copy is kept only if no SM wrote during it
+ * (bpf_dev.cuh's DESIGN, snapshots); -EAGAIN when every try saw a write (the
+ * host maps keep the last whole copy). */
 int ms_cuda_mon_sync_maps(struct ms_cuda_mon *mon, int id);
+/* The same, or -EBUSY at once when another call holds the table (the
+ * driver's periodic copy: it must not wait behind an attach). */
+int ms_cuda_mon_sync_maps_try(struct ms_cuda_mon *mon, int id);
+/* Read-outs that gave up with -EAGAIN so far. */
+uint64_t ms_cuda_mon_torn(struct ms_cuda_mon *mon);
 /* id's host maps (object order), owned by mon; valid until the next replace. */
 int ms_cuda_mon_maps(struct ms_cuda_mon *mon, int id, struct ms_bpf_map ***maps, int *n);
 /* The monitor's name, or NULL for an unknown id. */

@@ -77,6 +77,7 @@ int ms_cuda_replace_shared(struct ms_cuda_engine *e, int id, struct ms_monitor *
   return -MS_E_UNSUPP;
 }
 int ms_cuda_sync_maps(struct ms_cuda_engine *e, int id) { return -MS_E_UNSUPP; }
+int ms_cuda_sync_maps_try(struct ms_cuda_engine *e, int id) { return -MS_E_UNSUPP; }
 int ms_cuda_feed_totals(struct ms_cuda_engine *e, uint64_t *cls, uint64_t *ev) { return -MS_E_UNSUPP; }
 int ms_cuda_feed_trace(struct ms_cuda_engine *e, int on) { return -MS_E_UNSUPP; }
 int ms_cuda_feed_trace_drain(struct ms_cuda_engine *e,

@@ -224,7 +224,10 @@ static struct dev_att *dev_att_find(struct cuda_be *c, int id) {
   return NULL;
 }
 
-/* The table's new generation g: its programs on the device, with its maps. */
+/* The table's new generation g: its programs on the device, with its maps.
+ * The table's lock orders take, drop and forget among themselves; c->mu only
+ * guards the list, never a call into the device, so the driver's periodic
+ * copy (sync_all) never waits behind an attach's copies. */
 static int cuda_take(void *ctx, int id, struct ms_gen *g, int replace, struct ms_textbuf *log) {
   struct cuda_be *c = ctx;
   if (c->e->o.mode == MS_MODE_PER_OP) {
@@ -233,49 +236,53 @@ static int cuda_take(void *ctx, int id, struct ms_gen *g, int replace, struct ms
   }
   pthread_mutex_lock(&c->mu);
   struct dev_att *a = dev_att_find(c, id);
-  int rc = 0;
-  if (replace) {
-    rc = a ? ms_cuda_replace_shared(c->dev, a->dev_id, g->mon, g->maps, g->n_maps, &g->opts, log) : -ENOENT;
-    goto out;
-  }
-  if (c->n_atts == c->cap_atts) {
+  int dev_id = a ? a->dev_id : 0, rc = 0;
+  if (!replace && c->n_atts == c->cap_atts) {
     struct dev_att *n = realloc(c->atts, sizeof *n * (size_t)(c->cap_atts * 2 + 8));
-    if (!n) {
+    if (n) {
+      c->atts = n;
+      c->cap_atts = c->cap_atts * 2 + 8;
+    } else {
       rc = -ENOMEM;
-      goto out;
     }
-    c->atts = n;
-    c->cap_atts = c->cap_atts * 2 + 8;
   }
-  int dev_id = ms_cuda_attach_shared(c->dev, g->mon, g->maps, g->n_maps, &g->opts, log);
-  if (dev_id > 0)
-    c->atts[c->n_atts++] = (struct dev_att){.id = id, .dev_id = dev_id, .attached = 1};
-  else
-    rc = dev_id;
-out:
   pthread_mutex_unlock(&c->mu);
-  return rc;
+  if (rc) return rc;
+  if (replace) return dev_id ? ms_cuda_replace_shared(c->dev, dev_id, g->mon, g->maps, g->n_maps, &g->opts, log)
+                             : -ENOENT;
+  if ((dev_id = ms_cuda_attach_shared(c->dev, g->mon, g->maps, g->n_maps, &g->opts, log)) <= 0) return dev_id;
+  pthread_mutex_lock(&c->mu);
+  c->atts[c->n_atts++] = (struct dev_att){.id = id, .dev_id = dev_id, .attached = 1};
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+/* The device id of id's attachment, 0 when there is none (or it is detached
+ * and attached_only). */
+static int dev_id_of(struct cuda_be *c, int id, int attached_only) {
+  pthread_mutex_lock(&c->mu);
+  struct dev_att *a = dev_att_find(c, id);
+  int d = a && (a->attached || !attached_only) ? a->dev_id : 0;
+  pthread_mutex_unlock(&c->mu);
+  return d;
 }
 
 /* Detach: the device lets go; its last map contents are in the table's maps. */
 static void cuda_drop(void *ctx, int id) {
   struct cuda_be *c = ctx;
+  int d = dev_id_of(c, id, 1);
+  if (!d) return;
   pthread_mutex_lock(&c->mu);
   struct dev_att *a = dev_att_find(c, id);
-  if (a && a->attached) {
-    ms_cuda_detach(c->dev, a->dev_id);
-    a->attached = 0;
-  }
+  if (a) a->attached = 0;  /* the driver stops copying it first */
   pthread_mutex_unlock(&c->mu);
+  ms_cuda_detach(c->dev, d);
 }
 
 static int cuda_mon_coverage(void *ctx, int id, uint32_t generation, struct ms_coverage *out) {
   struct cuda_be *c = ctx;
-  pthread_mutex_lock(&c->mu);
-  struct dev_att *a = dev_att_find(c, id);
-  int rc = a ? ms_cuda_coverage_of(c->dev, a->dev_id, generation, out) : -ENOENT;
-  pthread_mutex_unlock(&c->mu);
-  return rc;
+  int d = dev_id_of(c, id, 0);
+  return d ? ms_cuda_coverage_of(c->dev, d, generation, out) : -ENOENT;
 }
 
 /* The table freed a detached attachment: so does the device side. */
@@ -283,21 +290,18 @@ static void cuda_forget(void *ctx, int id) {
   struct cuda_be *c = ctx;
   pthread_mutex_lock(&c->mu);
   struct dev_att *a = dev_att_find(c, id);
-  if (a && !a->attached) {
-    ms_cuda_forget(c->dev, a->dev_id);
-    *a = c->atts[--c->n_atts];
-  }
+  int d = a && !a->attached ? a->dev_id : 0;
+  if (d) *a = c->atts[--c->n_atts];
   pthread_mutex_unlock(&c->mu);
+  if (d) ms_cuda_forget(c->dev, d);
 }
 
 /* A detached attachment's maps were brought back at its detach. */
 static int cuda_mon_sync(void *ctx, int id) {
   struct cuda_be *c = ctx;
-  pthread_mutex_lock(&c->mu);
-  struct dev_att *a = dev_att_find(c, id);
-  int rc = !a ? -ENOENT : a->attached ? ms_cuda_sync_maps(c->dev, a->dev_id) : 0;
-  pthread_mutex_unlock(&c->mu);
-  return rc;
+  if (!dev_id_of(c, id, 0)) return -ENOENT;
+  int d = dev_id_of(c, id, 1);
+  return d ? ms_cuda_sync_maps(c->dev, d) : 0;
 }
 
 /* Readers of the maps' memfds see the device's counts at most 100 ms old. */
@@ -338,10 +342,17 @@ static void sync_all(struct cuda_be *c) {
   if (now - c->t_synced < SYNC_EVERY_NS && !all_finishing(c->e)) return;
   c->t_synced = now;
   copy_totals(c);
-  pthread_mutex_lock(&c->mu);
-  for (int i = 0; i < c->n_atts; i++)
-    if (c->atts[i].attached) ms_cuda_sync_maps(c->dev, c->atts[i].dev_id);
-  pthread_mutex_unlock(&c->mu);
+  int ids[64], n = 0;
+  for (int i = 0;; i += n) {  /* the list's ids in batches: no lock across a copy */
+    pthread_mutex_lock(&c->mu);
+    n = 0;
+    for (int k = i; k < c->n_atts && n < 64; k++) ids[n++] = c->atts[k].attached ? c->atts[k].dev_id : 0;
+    pthread_mutex_unlock(&c->mu);
+    /* skipped, not waited for, while an attach holds the device's table: the next 100 ms retry */
+    for (int k = 0; k < n; k++)
+      if (ids[k]) ms_cuda_sync_maps_try(c->dev, ids[k]);
+    if (n < 64) break;
+  }
 }
 
 static void *driver_main(void *arg) {

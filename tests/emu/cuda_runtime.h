@@ -21,7 +21,14 @@
  *     garbage (a crash or a failed run) instead of going unnoticed;
  *     ms_emu_cuda_drain() releases the quarantine ($MS_EMU_QUARANTINE_KIB bounds it);
  *   - ms_emu_cuda_fail_alloc = N makes the N-th allocation from now fail with
- *     cudaErrorMemoryAllocation (error paths).
+ *     cudaErrorMemoryAllocation (error paths);
+ *   - while a cooperative kernel runs (ms_emu_cuda_kernels > 0), every call
+ *     that on a GPU may allocate, free, synchronise with the device or need an
+ *     SM (a memset can be a kernel) is counted in ms_emu_cuda_blocking, the
+ *     last one named in ms_emu_cuda_blocking_what: with every SM held by the
+ *     resident kernel such a call may wait for ever, so code that runs beside
+ *     it must make none. Copies host to device and back on a non-blocking
+ *     stream, and synchronising or querying such a stream, are not counted.
  * Defines __CUDA_RUNTIME_H__, the real header's guard, so that an
  * #include <cuda_runtime.h> after this one is empty. */
 #ifndef MS_TESTS_EMU_CUDA_RUNTIME_H
@@ -74,14 +81,28 @@ typedef struct ms_emu_stream *cudaStream_t;
 /* the legacy default stream: its calls complete before they return */
 #define cudaStreamLegacy ((cudaStream_t)0x1)
 
-/* the test's knobs (defined in tests/emu/monitors_emu.cc) */
+/* the test's knobs (defined where MS_EMU_CUDA_IMPL is) */
 extern int ms_emu_cuda_fail_alloc;      /* fail the N-th allocation from now; 0: none */
 extern uint64_t ms_emu_cuda_live;       /* allocations not yet freed */
+extern int ms_emu_cuda_kernels;         /* cooperative kernels running (atomic) */
+extern uint64_t ms_emu_cuda_blocking;   /* calls that may wait for a running kernel (atomic) */
+extern const char *ms_emu_cuda_blocking_what;  /* the last one's name */
 void ms_emu_cuda_drain(void);           /* frees the quarantine */
+void ms_emu_cuda_malloc_free(void);     /* a cudaMallocAsync and its cudaFreeAsync, for C tests */
+
+/* A call that on a GPU may wait for the device: counted while a kernel runs. */
+static inline void ms_emu_blocking(const char *what) {
+  if (!__atomic_load_n(&ms_emu_cuda_kernels, __ATOMIC_ACQUIRE)) return;
+  __atomic_store_n(&ms_emu_cuda_blocking_what, what, __ATOMIC_RELAXED);
+  __atomic_fetch_add(&ms_emu_cuda_blocking, 1, __ATOMIC_RELEASE);
+}
 
 #ifdef MS_EMU_CUDA_IMPL
 int ms_emu_cuda_fail_alloc;
 uint64_t ms_emu_cuda_live;
+int ms_emu_cuda_kernels;
+uint64_t ms_emu_cuda_blocking;
+const char *ms_emu_cuda_blocking_what;
 
 /* an allocation: its size in front, 64 bytes so the user part stays aligned */
 struct ms_emu_block {
@@ -142,9 +163,13 @@ static inline cudaError_t cudaGetDeviceCount(int *n) {
   return cudaSuccess;
 }
 static inline cudaError_t cudaGetLastError(void) { return cudaSuccess; }
-static inline cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+static inline cudaError_t cudaDeviceSynchronize(void) {
+  ms_emu_blocking("cudaDeviceSynchronize");
+  return cudaSuccess;
+}
 
 static inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+  ms_emu_blocking("cudaStreamCreateWithFlags");
   *s = (cudaStream_t)calloc(1, sizeof **s);
   if (!*s) return cudaErrorMemoryAllocation;
   (*s)->flags = (int)flags;
@@ -159,7 +184,11 @@ static inline cudaError_t cudaStreamDestroy(cudaStream_t s) {
 static inline cudaError_t cudaStreamSynchronize(cudaStream_t s) {
   /* every call completed already (copies order themselves, word by word),
    * except the kernel threads of an emulated cooperative launch: join them */
-  if (!s || s == cudaStreamLegacy) return cudaSuccess;
+  if (!s || s == cudaStreamLegacy) {
+    ms_emu_blocking("cudaStreamSynchronize on the legacy stream");
+    return cudaSuccess;
+  }
+  if (__atomic_load_n(&s->live, __ATOMIC_ACQUIRE)) ms_emu_blocking("cudaStreamSynchronize on a running kernel's stream");
   cudaError_t e = s->join ? s->join(s) : cudaSuccess;
   if (e == cudaSuccess) e = s->err;
   s->err = cudaSuccess;
@@ -203,8 +232,7 @@ static inline cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, 
 }
 
 #ifdef MS_EMU_CUDA_IMPL
-static inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) {
-  (void)s;
+static inline cudaError_t ms_emu_alloc(void **p, size_t n) {
   *p = NULL;
   if (ms_emu_cuda_fail_alloc > 0 && --ms_emu_cuda_fail_alloc == 0) return cudaErrorMemoryAllocation;
   struct ms_emu_block *b = (struct ms_emu_block *)malloc(sizeof *b + n);
@@ -217,8 +245,7 @@ static inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) {
   return cudaSuccess;
 }
 
-static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
-  (void)s;
+static inline cudaError_t ms_emu_free(void *p) {
   if (!p) return cudaSuccess;
   struct ms_emu_block *b = (struct ms_emu_block *)p - 1;
   memset(p, 0xdb, b->size);
@@ -230,11 +257,29 @@ static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
   if (cap >= 0 && ms_emu_quarantine_bytes > (size_t)cap) ms_emu_cuda_drain();
   return cudaSuccess;
 }
+
+static inline cudaError_t cudaMallocAsync(void **p, size_t n, cudaStream_t s) {
+  (void)s;
+  ms_emu_blocking("cudaMallocAsync");
+  return ms_emu_alloc(p, n);
+}
+
+static inline cudaError_t cudaFreeAsync(void *p, cudaStream_t s) {
+  (void)s;
+  ms_emu_blocking("cudaFreeAsync");
+  return ms_emu_free(p);
+}
+
+void ms_emu_cuda_malloc_free(void) {
+  void *p = NULL;
+  cudaMallocAsync(&p, 64, NULL);
+  cudaFreeAsync(p, NULL);
+}
 #endif
 
-static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
-                                          cudaStream_t s) {
-  (void)k, (void)s;
+/* A copy; dst and src as the call gives them (the emulation's copies order
+ * themselves word by word). */
+static inline void ms_emu_copy(void *dst, const void *src, size_t n) {
   if (((uintptr_t)dst | (uintptr_t)src | n) % 8 == 0) {
     uint64_t *d = (uint64_t *)dst;
     const uint64_t *r = (const uint64_t *)src;
@@ -242,24 +287,48 @@ static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, 
   } else {
     memcpy(dst, src, n);
   }
+}
+
+/* Host to device and back on a non-blocking stream: the copy engine's, never
+ * waiting for an SM; on the legacy stream, or device to device (which may be a
+ * kernel), counted as a call that may wait. */
+static inline cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t n, enum cudaMemcpyKind k,
+                                          cudaStream_t s) {
+  if (!s || s == cudaStreamLegacy)
+    ms_emu_blocking("cudaMemcpyAsync on the legacy stream");
+  else if (k == cudaMemcpyDeviceToDevice)
+    ms_emu_blocking("cudaMemcpyAsync device to device");
+  ms_emu_copy(dst, src, n);
   return cudaSuccess;
 }
 
-static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s);
+static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
+  (void)s;
+  ms_emu_blocking("cudaMemsetAsync");  /* a memset may be a kernel: it needs an SM */
+  memset(p, v, n);  /* only on fresh allocations or memory no kernel runs on */
+  return cudaSuccess;
+}
 
 /* the synchronous calls: the default stream */
 #ifdef MS_EMU_CUDA_IMPL
-static inline cudaError_t cudaMalloc(void **p, size_t n) { return cudaMallocAsync(p, n, NULL); }
-static inline cudaError_t cudaFree(void *p) { return cudaFreeAsync(p, NULL); }
+static inline cudaError_t cudaMalloc(void **p, size_t n) {
+  ms_emu_blocking("cudaMalloc");
+  return ms_emu_alloc(p, n);
+}
+static inline cudaError_t cudaFree(void *p) {
+  ms_emu_blocking("cudaFree");
+  return ms_emu_free(p);
+}
 #endif
 static inline cudaError_t cudaMemcpy(void *dst, const void *src, size_t n, enum cudaMemcpyKind k) {
-  return cudaMemcpyAsync(dst, src, n, k, NULL);
+  (void)k;
+  ms_emu_blocking("cudaMemcpy");
+  ms_emu_copy(dst, src, n);
+  return cudaSuccess;
 }
-static inline cudaError_t cudaMemset(void *p, int v, size_t n) { return cudaMemsetAsync(p, v, n, NULL); }
-
-static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t s) {
-  (void)s;
-  memset(p, v, n);  /* only on fresh allocations or memory no kernel runs on */
+static inline cudaError_t cudaMemset(void *p, int v, size_t n) {
+  ms_emu_blocking("cudaMemset");
+  memset(p, v, n);
   return cudaSuccess;
 }
 
@@ -267,9 +336,13 @@ static inline cudaError_t cudaMemsetAsync(void *p, int v, size_t n, cudaStream_t
 /* host-mapped memory: the device pointer is the host pointer */
 static inline cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags) {
   (void)flags;
-  return cudaMallocAsync(p, n, NULL);
+  ms_emu_blocking("cudaHostAlloc");
+  return ms_emu_alloc(p, n);
 }
-static inline cudaError_t cudaFreeHost(void *p) { return cudaFreeAsync(p, NULL); }
+static inline cudaError_t cudaFreeHost(void *p) {
+  ms_emu_blocking("cudaFreeHost");
+  return ms_emu_free(p);
+}
 #endif
 static inline cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned flags) {
   (void)flags;

@@ -77,7 +77,8 @@ static void *ms_emu_coop_cta_main(void *a) {
     abort();
   }
   msd_emu_release();
-  __atomic_fetch_sub(&c->s->live, 1, __ATOMIC_RELEASE);
+  if (__atomic_fetch_sub(&c->s->live, 1, __ATOMIC_ACQ_REL) == 1)  // the kernel's last CTA: it is over
+    __atomic_fetch_sub(&ms_emu_cuda_kernels, 1, __ATOMIC_RELEASE);
   return NULL;
 }
 
@@ -103,6 +104,7 @@ static cudaError_t cudaLaunchCooperativeKernel(const void *fn, dim3 grid, dim3 b
   s->join = ms_emu_coop_join;
   s->join_arg = c;
   __atomic_store_n(&s->live, (int)grid.x, __ATOMIC_RELEASE);
+  __atomic_fetch_add(&ms_emu_cuda_kernels, 1, __ATOMIC_RELEASE);  // calls that could wait for it are counted now
   pthread_attr_t at;
   pthread_attr_init(&at);
   pthread_attr_setstacksize(&at, 1 << 20);

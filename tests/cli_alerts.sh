@@ -16,9 +16,9 @@ promtool check rules "$SRC/docs/alerts.yml"
 (cd "$SRC/tests/data" && promtool test rules alerts_test.yml)
 pass=2
 if [ -z "$MS" ] || [ -z "$MON" ] || [ ! -f "$MON/step_trace.bpf.o" ] || ! command -v curl >/dev/null; then
-  echo "live check skipped: no megascope binary, shipped monitors or curl"
-  echo "$pass passed, 0 failed"
-  exit 0
+  echo "SKIP: the live check: no megascope binary, shipped monitors or curl"
+  echo "$pass passed, 0 failed, 1 skipped"
+  exit 77
 fi
 tmp=$(mktemp -d)
 SERVE_PID=""

@@ -29,7 +29,7 @@ PY=$here/../.venv/bin/python
 tmp=$(mktemp -d)
 SERVE_PID=
 trap 'kill $SERVE_PID 2>/dev/null || true; rm -rf "$tmp"' EXIT
-pass=0 fail=0
+pass=0 fail=0 skipped=0
 ok() { pass=$((pass + 1)); }
 bad() { fail=$((fail + 1)); echo "FAIL: $*"; }
 expect() {  # BIN RC TEXT ARGS...: exit code RC and TEXT in stdout+stderr
@@ -126,6 +126,9 @@ assert len(parts) >= 2, parts
 r = c.completions.create(model="tiny", prompt="xyz", max_tokens=8, temperature=0.9, seed=7)
 print(repr(r.choices[0].text))
 EOF
+else
+  echo "SKIP: the openai SDK checks: no openai package in .venv (scripts/deps.sh installs it)"
+  skipped=$((skipped + 1))
 fi
 # the always-on aggregates come from the device (at most 100 ms old, and final once the batch drained)
 metrics=$(curl -s "$URL/metrics")
@@ -179,7 +182,10 @@ PY
 ) || { bad "trace on cuda printed: $(cat "$tmp/trace.out")"; continue; }
   # shellcheck disable=SC2086
   python3 "$here/trace_check.py" $fmt "$tmp/t.$fmt" $counts; rc=$?
-  [ $rc -eq 0 ] || [ $rc -eq 77 ] && ok || bad "the device's $fmt trace"
+  if [ $rc -eq 77 ]; then
+    echo "SKIP: the device's $fmt trace not decoded (no perfetto package)"
+    skipped=$((skipped + 1))
+  elif [ $rc -eq 0 ]; then ok; else bad "the device's $fmt trace"; fi
 done
 python3 - "$tmp/t.json" <<'PY' && ok || bad "the device's JSON trace: workers or requests"
 import json, sys
@@ -203,5 +209,6 @@ EOF
   [ "$(tail -1 "$tmp/sdk.out")" = "$(cat "$tmp/sdk_cpu.out")" ] && ok \
     || bad "seeded draw: cuda $(tail -1 "$tmp/sdk.out") vs cpu $(cat "$tmp/sdk_cpu.out")"
 fi
-echo "$pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+echo "$pass passed, $fail failed, $skipped skipped"
+[ "$fail" -eq 0 ] || exit 1
+[ "$skipped" -eq 0 ] || exit 77

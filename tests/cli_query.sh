@@ -6,7 +6,10 @@
 # column and attaches nothing; --every prints while it runs; --emit writes a
 # bundle that verify and attach take; --list equals the doc's table; run
 # --query on the simulator gives the same answer under the JIT and the
-# interpreter. Every request made meanwhile succeeds.
+# interpreter; the figures a query prints (quantiles, sum, avg, hist) agree with
+# the same values recorded raw by the same query (exact quantiles of the records
+# within the stated 3.2%, the rest exactly), on the simulator and on the CPU.
+# Every request made meanwhile succeeds.
 set -euo pipefail
 MS=$1
 SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -38,6 +41,9 @@ EOF
 start_serve q --synthetic tiny --workers 2 --max-batched-tokens 0  # one row per request: the schema's task counts per step
 "$MS" schema --socket "$SOCK" --rows 1 >"$tmp/schema.json"
 
+# the engine's attachments as `ls --json` lists them; a failed ls fails the test
+# (a negative grep on its output must not pass because ls printed nothing)
+listing() { "$MS" ls --socket "$SOCK" --json >"$tmp/ls.json" || fail "ls failed"; cat "$tmp/ls.json"; }
 # waits until the query's attachment is listed (the query process is in the background)
 wait_attached() {
   for _ in $(seq 1 200); do
@@ -62,7 +68,8 @@ one_liner() {
   requests 3
   wait $qp || { cat "$tmp/$1.err"; fail "query $1 failed"; }
   # detached at the end
-  "$MS" ls --socket "$SOCK" --json | grep -q '"attached": true' && fail "query $1 left its attachment"
+  listing >"$tmp/ls.out"
+  grep -q '"attached": true' "$tmp/ls.out" && fail "query $1 left its attachment"
   return 0
 }
 
@@ -113,7 +120,8 @@ set -e
 [ "$rc" = 2 ] || fail "a compile error exited $rc"
 grep -q "column 10: field 'class' is not defined for hook 'step'" "$tmp/err.txt" || { cat "$tmp/err.txt"; fail "message"; }
 grep -qF "           ^" "$tmp/err.txt" || fail "no caret under column 10"
-"$MS" ls --socket "$SOCK" --json | grep -q '"attached": true' && fail "a refused query attached"
+listing >"$tmp/ls.out"
+grep -q '"attached": true' "$tmp/ls.out" && fail "a refused query attached"
 set +e
 "$MS" query --socket "$SOCK" 'task_end /class == blk.7.wo/ { @ = count() }' 2>"$tmp/err2.txt"
 rc=$?
@@ -246,4 +254,43 @@ for x in (a, b):
 assert a["maps"] == b["maps"] and a["coverage"] == b["coverage"], "differ"
 assert a["coverage"]["executed"] > 0 and a["maps"][0]["total_keys"] > 10
 EOF
+
+# the printed figures against the raw values: one query aggregates t_end - t_begin
+# and records every value; the records give the reference (nearest-rank
+# quantiles, the value of rank ceil(q n), within the 3.2% the output states)
+for be in sim cpu; do
+  extra=""
+  [ $be = sim ] && extra="--backend sim --gpu h100"
+  # shellcheck disable=SC2086
+  "$MS" run --synthetic tiny $extra --batch 4 --requests 4 --steps 8 --json \
+    --query 'task_end { @q = quantile(t_end - t_begin, 0.25, 0.5, 0.9, 0.99, 1); @s = sum(t_end - t_begin); @a = avg(t_end - t_begin); @h = hist(t_end - t_begin); @r = record(t_end - t_begin) }' \
+    >"$tmp/raw_$be.json"
+  python3 - "$tmp/raw_$be.json" <<'EOF' || fail "$be: the printed figures against the recorded values"
+import json, math, sys
+d = json.load(open(sys.argv[1]))["query"]
+maps = {m["name"]: m for m in d["maps"]}
+vals = sorted(r[0] for r in maps["@r"]["records"])
+n = len(vals)
+assert d["coverage"]["lost"] == 0 and n == maps["@r"]["total_records"] == d["coverage"]["executed"] > 100, d["coverage"]
+q = maps["@q"]["entries"][0]
+assert q["count"] == n and q["relative_error"] <= 0.032, q
+for e in q["quantiles"]:
+    exact = vals[max(1, math.ceil(e["q"] * n)) - 1]
+    assert abs(e["value"] - exact) <= 0.032 * exact, (e, exact)
+assert maps["@s"]["entries"][0]["value"] == sum(vals), (maps["@s"], sum(vals))
+a = maps["@a"]["entries"][0]
+assert a["count"] == n and a["sum"] == sum(vals) and abs(a["value"] - sum(vals) / n) <= 5e-9 * sum(vals) / n, a
+want = {}
+for v in vals:
+    b = v.bit_length()
+    want[b] = want.get(b, 0) + 1
+got = {}
+for bk in maps["@h"]["entries"][0]["buckets"]:
+    assert bk["hi"] == (1 if bk["lo"] == 0 else 2 * bk["lo"]), bk
+    got[bk["lo"].bit_length()] = bk["count"]
+assert got == want, (got, want)
+print("%d values: p50 %s (exact %d), p99 %s (exact %d)" % (n, q["quantiles"][1]["value"], vals[math.ceil(0.5 * n) - 1],
+      q["quantiles"][3]["value"], vals[math.ceil(0.99 * n) - 1]))
+EOF
+done
 echo "1 passed, 0 failed"

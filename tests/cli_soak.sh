@@ -6,7 +6,8 @@
 # that must not lock an operator out. No failed request, coverage that adds up
 # for every closed generation, the same file descriptors at the end as at the
 # baseline and RSS within 8 MiB of it; then the same on the CUDA backend
-# (megascope-emu). `make soak` runs the long version.
+# (megascope-emu). `make soak` runs the long version. Each runs once: a failure
+# is a failure (no second try).
 set -euo pipefail
 MS=$1
 SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -19,25 +20,22 @@ soak() {  # [BINARY [soak.py options]]
   local bin=${1:-$MS}
   [ $# -gt 0 ] && shift
   python3 "$SRC/tests/soak.py" --ms "$bin" --monitors "$MON" --cycles "${SOAK_CYCLES:-30}" --warmup 8 \
-    --retention 1 --max-seconds 240 "$@"
+    --retention 1 --max-seconds 240 --ring-loss-ok "$@"
 }
 # A short soak beside other tests on two cores can starve the ring reader
-# (step_trace's 4 KiB ring holds about 16 ms of records): a failed run is
-# printed and run once more; a leak or a lost request fails both.
-if ! soak; then
-  echo "cli_soak: the first run failed (above); running it once more"
-  soak
-fi
+# (step_trace's 4 KiB ring holds about 16 ms of records): --ring-loss-ok lets
+# records be lost as long as every one is counted lost, by the reader and by
+# the attachment's coverage alike; `make soak` (alone on the machine) keeps
+# "none lost".
+soak
 # The same on the engine's CUDA backend, through megascope-emu (the CLI over
 # the emulated CUDA sources): the emulation keeps freed
 # device memory in a quarantine, bounded here so the RSS shows what the code keeps.
 EMU=$(dirname "$MS")/megascope-emu
-if [ -x "$EMU" ]; then
-  if ! MS_EMU_QUARANTINE_KIB=0 soak "$EMU" --backend cuda; then
-    echo "cli_soak: the first CUDA-backend run failed (above); running it once more"
-    MS_EMU_QUARANTINE_KIB=0 soak "$EMU" --backend cuda
-  fi
-  echo "2 passed, 0 failed"
-else
-  echo "1 passed, 0 failed"
+if [ ! -x "$EMU" ]; then
+  echo "SKIP: the CUDA-backend soak: no megascope-emu beside $MS"
+  echo "1 passed, 0 failed, 1 skipped"
+  exit 77
 fi
+MS_EMU_QUARANTINE_KIB=0 soak "$EMU" --backend cuda
+echo "2 passed, 0 failed"

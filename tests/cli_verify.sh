@@ -49,9 +49,7 @@ done
 expect 0 "^0: (61) r[0-9] = \*(u32 \*)(r1 +40)" verify "$tmp/hist_class.o" -v
 expect 0 "R0 at exit\|safe\|from [0-9]* to [0-9]*:" verify "$tmp/loop16.o" -v
 expect 0 '"verified": true' verify "$tmp/request_rb.o" --json
-if command -v python3 >/dev/null 2>&1; then
-  if "$MS" verify "$tmp/request_rb.o" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["programs"]) == 2 and all(p["verified"] and p["processed"] > 0 for p in d["programs"])'; then ok; else bad "--json is not the expected JSON"; fi
-fi
+if "$MS" verify "$tmp/request_rb.o" --json | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d["programs"]) == 2 and all(p["verified"] and p["processed"] > 0 for p in d["programs"])'; then ok; else bad "--json is not the expected JSON"; fi
 expect 0 "section megascope/observe/step" verify "$tmp/request_rb.o" --section megascope/observe/step
 expect 2 "no program in section 'megascope/observe/comm'" verify "$tmp/request_rb.o" --section megascope/observe/comm
 expect 2 "option '--jit-dump' requires an argument" verify "$tmp/request_rb.o" --jit-dump
@@ -88,9 +86,7 @@ fi
 # every program's summary: time, instructions processed and work against their caps, the longest run
 expect 0 "^verified in [0-9.]* ms: [0-9]* insns processed (limit 1000000), work [0-9]* (limit 4000000), longest run [0-9]* insns (run budget 100000)$" \
   verify "$tmp/hist_class.o"
-if command -v python3 >/dev/null 2>&1; then
-  if "$MS" verify "$tmp/loop16.o" --json | python3 -c 'import json,sys; p=json.load(sys.stdin)["programs"][0]; assert 0 < p["max_run_insns"] <= p["run_budget"] == 100000 and p["processed"] <= p["work"] <= p["work_limit"]'; then ok; else bad "--json bounds of loop16"; fi
-fi
+if "$MS" verify "$tmp/loop16.o" --json | python3 -c 'import json,sys; p=json.load(sys.stdin)["programs"][0]; assert 0 < p["max_run_insns"] <= p["run_budget"] == 100000 and p["processed"] <= p["work"] <= p["work_limit"]'; then ok; else bad "--json bounds of loop16"; fi
 
 # the adversarial monitor: eight frames, full stacks, a loop counted in a stack slot, longer than a run
 if build deep "$SRC/tests/data/verifier/bad_deep_loop.bpf.c"; then

@@ -184,6 +184,8 @@ def main():
     ap.add_argument("--rss-tolerance-kib", type=int, default=8192)
     ap.add_argument("--json")
     ap.add_argument("--backend", default="cpu", help="serve's backend (cuda: megascope-emu or a GPU)")
+    ap.add_argument("--ring-loss-ok", action="store_true",
+                    help="records a starved reader lost are allowed, but each must be counted as lost")
     a = ap.parse_args()
 
     objs = {}
@@ -223,7 +225,7 @@ def main():
         comp = Completions(url, a.clients)
         comp.start()
         counts = {"cycles": 0, "attach": 0, "replace": 0, "detach": 0, "readouts": 0, "released": 0,
-                  "traces": 0, "scrapes": 0, "lists": 0, "ring_reads": 0, "ring_records": 0, "idle_evictions": 0}
+                  "traces": 0, "scrapes": 0, "lists": 0, "ring_reads": 0, "ring_records": 0, "ring_lost": 0, "idle_evictions": 0}
         fd_series, rss_series = [], []
         baseline = None
         budgets = [{}, {"max_per_step": 3}, {"sample": 2}, {"ringbuf_bytes": 4096}]
@@ -286,7 +288,7 @@ def main():
                     os.close(fd)
                 counts["traces"] += 1
             if i % 10 == 7:
-                read_ring(a.ms, sock, objs["step_trace"], tmp, counts, i, comp)
+                read_ring(a.ms, sock, objs["step_trace"], tmp, counts, i, comp, a.ring_loss_ok)
             if i % 5 == 2:
                 with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
                     page = r.read().decode()
@@ -383,11 +385,15 @@ def main():
             sys.exit(1)
 
 
-def read_ring(ms, sock, obj, tmp, counts, cycle, comp):
+def read_ring(ms, sock, obj, tmp, counts, cycle, comp, loss_ok):
     """step_trace read by `megascope records` while completions run: every
     program run's record arrives and none is lost. The completions pause while
     the reader starts (a ring of 4 KiB fills in milliseconds, faster than a
-    process starts), then run while it reads."""
+    process starts), then run while it reads. With loss_ok (the short soak,
+    beside other tests on two cores, where the reader can be starved past the
+    ring's 16 ms of records), records may be lost, but every program run is a
+    record received or a record counted lost, by the reader and by the
+    attachment's coverage alike."""
     comp.pause()
     sid = ok(call(sock, {"cmd": "attach", "name": "step_trace", "object": obj})[0], "attach step_trace")["id"]
     errf = os.path.join(tmp, "records.err")
@@ -412,8 +418,15 @@ def read_ring(ms, sock, obj, tmp, counts, cycle, comp):
     final = ok(call(sock, {"cmd": "maps", "id": sid, "release": True})[0], "final read-out step_trace")
     check_closed_generations(final["attachment"], f"cycle {cycle}: step_trace")
     g = final["attachment"]["generations"][0]
-    if g["lost"] or summary["lost_ring_full"] or summary["records"] != g["executed"] or len(lines) - 1 != g["executed"]:
+    lost = summary["lost_ring_full"] + summary["lost_before_reader"]
+    if loss_ok:
+        bad = (summary["records"] + lost != g["executed"] or g["lost"] != lost or len(lines) - 1 != summary["records"]
+               or summary["records"] == 0)
+    else:
+        bad = g["lost"] or lost or summary["records"] != g["executed"] or len(lines) - 1 != g["executed"]
+    if bad:
         raise Fail(f"cycle {cycle}: step_trace read by records: {summary}, coverage {g}")
+    counts["ring_lost"] += lost
     counts["ring_reads"] += 1
     counts["ring_records"] += summary["records"]
 

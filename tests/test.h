@@ -1,12 +1,16 @@
 /* SPDX-License-Identifier: MIT */
 /* A tiny test harness: CHECK records a failure with file and line and goes on;
- * TEST_MAIN_END prints the closing line "N passed, M failed" that ctest logs. */
+ * SKIP_PART says that a part could not run for lack of an input (a file, a
+ * tool, a privilege); TEST_MAIN_END prints the closing line "N passed, M
+ * failed" that ctest logs and exits 1 on a failure, else 77 (ctest's SKIP
+ * code) when any part was skipped, so that a partial run never reads as a
+ * pass. */
 #ifndef MS_TEST_H
 #define MS_TEST_H
 #include <stdio.h>
 #include <stdlib.h>
 
-static int ms_test_passed, ms_test_failed;
+static int ms_test_passed, ms_test_failed, ms_test_skipped;
 
 #define CHECK(cond)                                                          \
   do {                                                                       \
@@ -30,10 +34,23 @@ static int ms_test_passed, ms_test_failed;
     }                                                                        \
   } while (0)
 
+/* A part of the test not run: printed as "SKIP: why" on stdout. */
+#define SKIP_PART(...)                                                       \
+  do {                                                                       \
+    ms_test_skipped++;                                                       \
+    printf("SKIP: ");                                                        \
+    printf(__VA_ARGS__);                                                     \
+    putchar('\n');                                                           \
+  } while (0)
+
 #define TEST_MAIN_END()                                                      \
   do {                                                                       \
-    printf("%d passed, %d failed\n", ms_test_passed, ms_test_failed);        \
-    return ms_test_failed ? 1 : 0;                                           \
+    if (ms_test_skipped)                                                     \
+      printf("%d passed, %d failed, %d skipped\n", ms_test_passed,           \
+             ms_test_failed, ms_test_skipped);                               \
+    else                                                                     \
+      printf("%d passed, %d failed\n", ms_test_passed, ms_test_failed);      \
+    return ms_test_failed ? 1 : ms_test_skipped ? 77 : 0;                    \
   } while (0)
 
 /* The whole file at path, NUL-terminated (malloc'ed), its length in *len;

@@ -106,7 +106,7 @@ int main(void) {
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmp);
   } else {
-    printf("clang not found: compiled seeds skipped\n");
+    SKIP_PART("clang not found: the compiled seeds not replayed");
   }
   snprintf(dir, sizeof dir, "%s/tests/fuzz/corpus", src_root());
   replay_kept(dir);

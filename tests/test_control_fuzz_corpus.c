@@ -113,7 +113,7 @@ int main(void) {
     free(obj);
   }
   if (d) closedir(d);
-  if (!objects) printf("no shipped monitors (MS_MONITORS): replayed the requests only\n");
+  if (!objects) SKIP_PART("no shipped monitors (MS_MONITORS): the attach and replace requests not replayed");
   printf("replayed %d requests (%d corpus files, %d monitors)\n", replayed, files, objects);
   CHECK(replayed > 100);
   TEST_MAIN_END();

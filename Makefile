@@ -9,7 +9,7 @@ ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
 export PATH := $(PATH):/usr/local/cuda/bin
 endif
 
-.PHONY: all deps configure demo test models test-gpu device-check test-real llamacpp bench-real bench clean fuzz soak mutate
+.PHONY: all deps configure demo test models test-gpu device-check test-real llamacpp bench-real bench clean fuzz soak soak-hostile mutate
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)
@@ -77,6 +77,17 @@ SOAK_SECONDS ?= 300
 soak: all
 	python3 tests/soak.py --ms $(BUILD)/megascope --monitors $(BUILD)/monitors --cycles $(SOAK_CYCLES) \
 	  --warmup 50 --retention 2 --max-seconds $(SOAK_SECONDS) --json $(BUILD)/soak.json
+
+# Hostile and greedy clients all at once (tests/hostile.py --soak) for
+# SOAK_HOSTILE_SECONDS (3600): idle and slowloris floods, a greedy client,
+# attach/detach cycles, while a normal client asks once a second; it must
+# always be served, and descriptors, threads and RSS come back. Figures in
+# $(BUILD)/soak-hostile.json and README.md; tests/cli_hostile.sh is the short
+# version in ctest.
+SOAK_HOSTILE_SECONDS ?= 3600
+soak-hostile: all
+	python3 tests/hostile.py --ms $(BUILD)/megascope --monitors $(BUILD)/monitors --soak $(SOAK_HOSTILE_SECONDS) \
+	  --json $(BUILD)/soak-hostile.json
 
 # Mutation testing (scripts/mutate.py): universalmutator's mutants of the modules
 # whose figures users read, a seeded sample of MUTANTS_PER_MODULE each, built in

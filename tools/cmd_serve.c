@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "bench/bench.h"
@@ -29,8 +30,63 @@
 #include "megascope/plan.h"
 #include "megascope/tokenizer.h"
 
+/* What hostile or greedy clients meet: connections, one request, one
+ * client's share, the queue, and the attachments' budget. 0: the default,
+ * which for descriptors follows the process's limit (serve_defaults). */
+struct serve_limits {
+  long conns, conns_client, read_s, idle_s, req_tokens, prompt_tokens, client_reqs, client_tokens, queued;
+  long attach_fds, retained;
+  uint64_t attach_bytes;
+};
+
+#define SL struct serve_limits
+static const struct cli_opt limit_opts[] = {
+    CLI_OPT_TEXT("\nlimits (0: the default; /metrics counts what each refuses):"),
+    CLI_OPT_INT(SL, conns, "max-connections", "N", 0, 1 << 20,
+                "HTTP connections held at once; when full, the one idle longest is\n"
+                "closed for a new one, or the new one answered 503 if none is idle\n"
+                "(default 512, less when the descriptor limit is low)"),
+    CLI_OPT_INT(SL, conns_client, "max-connections-per-client", "N", 0, 1 << 20,
+                "connections one client (an IPv4 address, an IPv6 /64) holds: its\n"
+                "idle one goes first, else 429 (default 128)"),
+    CLI_OPT_INT(SL, read_s, "read-timeout", "S", 0, 3600,
+                "a request's head must arrive within S seconds of the connect (or of\n"
+                "its request line), its body within S more: else 408 and close\n"
+                "(default 10)"),
+    CLI_OPT_INT(SL, idle_s, "idle-timeout", "S", 0, 86400,
+                "close a kept-alive connection with no request for S seconds, or one\n"
+                "whose client has read nothing of its answer for S (default 15)"),
+    CLI_OPT_INT(SL, req_tokens, "max-request-tokens", "N", 0, 1 << 30,
+                "choices x max_tokens one request may ask: more is a 400\n"
+                "(default 8192, or 2 x --max-ctx when larger)"),
+    CLI_OPT_INT(SL, prompt_tokens, "max-prompt-tokens", "N", 0, 1 << 30,
+                "prompt tokens over one request's choices: more is a 400\n"
+                "(default 8192, or 2 x --max-ctx when larger)"),
+    CLI_OPT_INT(SL, client_reqs, "client-max-requests", "N", 0, 1 << 20,
+                "choices one client holds queued and running: more is a 429 with\n"
+                "Retry-After (default 128)"),
+    CLI_OPT_INT(SL, client_tokens, "client-max-tokens", "N", 0, 1L << 40,
+                "prompt and max_tokens tokens one client holds queued and running:\n"
+                "more is a 429 (default 65536, or 16 x --max-ctx when larger)"),
+    CLI_OPT_INT(SL, queued, "max-queued", "N", 0, 16384,
+                "requests waiting for a batch slot, all clients; a full queue\n"
+                "answers 429 with Retry-After at once (default 1024). Clients are\n"
+                "admitted fairly: one with many queued waits behind its own"),
+    CLI_OPT_INT(SL, attach_fds, "attach-fds", "N", 0, 1 << 20,
+                "descriptors the attachments' maps may hold, attached and retained:\n"
+                "the oldest retained are freed first, then an attach is refused\n"
+                "(default: a share of the descriptor limit, at most 4096)"),
+    CLI_OPT_U64(SL, attach_bytes, "attach-bytes", "B",
+                "bytes of maps the attachments may hold, the same way (default 1 GiB)"),
+    CLI_OPT_INT(SL, retained, "max-retained", "N", 0, 1 << 20,
+                "detached attachments and replaced generations kept for read-outs\n"
+                "beside --detached-retention; the oldest goes first (default 256)"),
+    {0}};
+#undef SL
+
 struct serve_args {
   struct cli_model cm;
+  struct serve_limits lim;
   struct cli_backend be;
   long batch, workers, max_ctx, max_tokens, watchdog_ms, flush_ms, retention_s, idle_s;
   const char *http, *socket, *otlp, *host, *api_key, *chat_template;
@@ -94,6 +150,7 @@ static const struct cli_opt serve_opts[] = {
                  "repeatable, 4 at most): for trying diagnoses on a live server"),
     {.kind = CLI_FLAG, .name = "verbose", .shrt = 'v', .off = CLI_O(SA, verbose), .set = 1,
      .help = "log connections and protocol details"},
+    CLI_OPT_GROUP(SA, lim, limit_opts),
     {0}};
 #undef SA
 
@@ -173,6 +230,31 @@ static int resolve_faults(const struct ms_model *m, const struct serve_args *a, 
   return rc;
 }
 
+/* The defaults that follow the descriptor limit, raised to its hard limit
+ * first (as Go and nginx do): a reserve for the engine, its model, the
+ * control socket and its 32 clients, then half of what is left for HTTP
+ * connections (at most 512) and the rest for attachments' maps (at most 4096). */
+static void serve_defaults(struct serve_limits *l) {
+  struct rlimit r;
+  long have = 1024;
+  if (!getrlimit(RLIMIT_NOFILE, &r)) {
+    if (r.rlim_cur < r.rlim_max) {
+      struct rlimit up = {r.rlim_max, r.rlim_max};
+      if (!setrlimit(RLIMIT_NOFILE, &up)) r = up;
+    }
+    have = r.rlim_cur == RLIM_INFINITY || r.rlim_cur > (1 << 20) ? 1 << 20 : (long)r.rlim_cur;
+  }
+  long avail = have > 96 + 32 ? have - 96 : 32;
+  if (!l->conns) l->conns = avail / 2 < 16 ? 16 : avail / 2 > 512 ? 512 : avail / 2;
+  if (!l->attach_fds) {
+    long left = avail - l->conns;
+    l->attach_fds = left < 16 ? 16 : left > 4096 ? 4096 : left;
+  }
+  if (!l->attach_bytes) l->attach_bytes = 1ull << 30;
+  if (!l->retained) l->retained = 256;
+  if (!l->queued) l->queued = 1024;
+}
+
 /* "ADDR:PORT" -> addr (in buf), port. */
 static int parse_http(const char *s, char *addr, size_t n, int *port) {
   const char *colon = strrchr(s, ':');
@@ -232,6 +314,11 @@ int cmd_serve(int argc, char **argv) {
     goto out;
   }
   ms_engine_set_detached_retention(e, (uint64_t)a.retention_s * 1000000000ull);
+  serve_defaults(&a.lim);
+  struct ms_attach_budget ab = {.sz = sizeof ab, .max_retained = (int)a.lim.retained,
+                                .max_fds = (int)a.lim.attach_fds, .max_bytes = a.lim.attach_bytes};
+  ms_engine_set_attach_budget(e, &ab);
+  ms_engine_set_max_queued(e, (int)a.lim.queued);
   struct ms_control_opts co = {.sz = sizeof co, .path = a.socket, .model_name = m->cfg.name,
                                .idle_timeout_ms = a.idle_s ? (int)(a.idle_s > 2000000 ? 2000000000 : a.idle_s * 1000) : -1};
   if (!(ctl = ms_control_new(e, &co, &log))) {
@@ -250,7 +337,13 @@ int cmd_serve(int argc, char **argv) {
     struct ms_http_opts ho = {.sz = sizeof ho, .addr = addr, .port = port, .model_name = m->cfg.name,
                               .tok = tok, .otlp = otlp, .control = ctl, .max_tokens_default = (int)a.max_tokens,
                               .api_key = a.api_key, .temperature_default = (float)a.temperature,
-                              .temperature_set = a.temperature_set, .max_ctx = (int)a.max_ctx};
+                              .temperature_set = a.temperature_set, .max_ctx = (int)a.max_ctx,
+                              .max_connections = (int)a.lim.conns,
+                              .max_connections_per_client = (int)a.lim.conns_client,
+                              .read_timeout_ms = (int)a.lim.read_s * 1000, .idle_timeout_ms = (int)a.lim.idle_s * 1000,
+                              .max_request_tokens = (int)a.lim.req_tokens, .max_prompt_tokens = (int)a.lim.prompt_tokens,
+                              .client_max_requests = (int)a.lim.client_reqs,
+                              .client_max_tokens = a.lim.client_tokens};
     pick_chat_template(&a, m, &ho, chat_note, sizeof chat_note);
     if (!(http = ms_http_new(e, &ho, &log))) {
       fprintf(stderr, "megascope serve: %s", lb[0] ? lb : "cannot start the HTTP server\n");

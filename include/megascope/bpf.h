@@ -169,6 +169,8 @@ void ms_bpf_map_free(struct ms_bpf_map *m);
 const struct ms_bpf_map_def *ms_bpf_map_info(const struct ms_bpf_map *m);
 uint32_t ms_bpf_map_workers(const struct ms_bpf_map *m);
 int ms_bpf_map_fd(const struct ms_bpf_map *m);
+/* Bytes of the map's memfd (its shared memory), header included. */
+uint64_t ms_bpf_map_bytes(const struct ms_bpf_map *m);
 
 /* The value of key for worker (per-worker maps; others ignore worker), or NULL.
  * Array keys are uint32_t indices. Safe against concurrent updates. */

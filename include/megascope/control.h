@@ -160,7 +160,7 @@ struct ms_http_opts {
   const struct ms_tokenizer *tok;  /* text <-> ids; NULL: prompts are token ids only */
   struct ms_otlp *otlp;       /* finished requests are exported as spans; may be NULL */
   struct ms_control *control; /* its statistics join /metrics; may be NULL */
-  int max_connections;        /* 0: 256 */
+  int max_connections;        /* open connections in all; 0: 512 */
   int max_tokens_default;     /* completions' max_tokens when a request omits it; 0: 16 */
   /* The OpenAI API (later fields; zero is the default): */
   const char *api_key;        /* NULL: none; else "Authorization: Bearer KEY" on all but /health, /metrics */
@@ -169,6 +169,16 @@ struct ms_http_opts {
   float temperature_default;  /* when a request omits it (OpenAI: 1) */
   int temperature_set;        /* 0: temperature_default is 1 */
   int max_ctx;                /* the engine's context (positions per request) */
+  /* Connections and fair shares (later fields; zero is the default). A client
+   * is an IPv4 address or an IPv6 /64. */
+  int max_connections_per_client; /* 0: 128 */
+  int read_timeout_ms;        /* a request's head, then its body, must arrive within it; 0: 10000 */
+  int idle_timeout_ms;        /* a kept-alive connection's next request, and a client that stops
+                                 reading an answer; 0: 15000 */
+  int max_request_tokens;     /* n x max_tokens over a request's prompts; 0: max(8192, 2 x max_ctx) */
+  int max_prompt_tokens;      /* prompt tokens over a request's choices; 0: max(8192, 2 x max_ctx) */
+  int client_max_requests;    /* choices one client holds queued and running; 0: 128 */
+  long long client_max_tokens; /* their prompts and max_tokens; 0: max(65536, 16 x max_ctx) */
 };
 
 struct ms_http;
@@ -191,6 +201,11 @@ struct ms_http_stats {
   uint64_t rejected;          /* answered 4xx / 5xx */
   uint64_t scrapes;           /* GET /metrics */
   uint64_t cancelled;         /* generations cut short: the client left or the server stopped */
+  /* later fields */
+  int connections;            /* open now */
+  uint64_t conn_refused;      /* connections refused (all busy, the client's all busy, no descriptors) */
+  uint64_t conn_closed;       /* connections closed by a deadline or to make room */
+  uint64_t over_share;        /* requests answered 429: the client's share, or the queue, was full */
 };
 void ms_http_get_stats(const struct ms_http *h, struct ms_http_stats *out);
 

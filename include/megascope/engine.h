@@ -162,6 +162,11 @@ struct ms_request_opts {
   int n_stop_ids;
   int logprobs;            /* record each generated token's log-probability */
   int top_logprobs;        /* and the ids and log-probabilities of the n most probable (0..20) */
+  /* Whose request it is (a server: the client's address or API key, hashed).
+   * Queued requests are admitted fairly among clients: one with many queued
+   * waits behind its own, not in front of others'. 0 is a client too (every
+   * caller that names none: first come, first served). */
+  uint64_t client;
 };
 
 /* How a request ended. */
@@ -201,8 +206,12 @@ struct ms_request_info {
   const float *top_lp;
 };
 
-/* Submits a request; NULL + errno (EINVAL, E2BIG when it cannot fit max_ctx). */
+/* Submits a request; NULL + errno (EINVAL, E2BIG when it cannot fit max_ctx,
+ * EAGAIN when the queue is full or the engine is stopping). */
 struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request_opts *o);
+/* The most requests queued for a slot (default 1024, at most 16384): a submit
+ * beyond it fails at once with EAGAIN. Returns the bound set. */
+int ms_engine_set_max_queued(struct ms_engine *e, int n);
 /* Waits until the request is done or cancelled: 0, or -ETIMEDOUT (timeout_ms < 0: forever). */
 int ms_request_wait(struct ms_request *r, int timeout_ms);
 void ms_request_get_info(const struct ms_request *r, struct ms_request_info *out);

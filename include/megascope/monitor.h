@@ -78,6 +78,29 @@ int ms_engine_detach(struct ms_engine *e, int id);
  * control server does, at least once a second). Returns the generations freed. */
 void ms_engine_set_detached_retention(struct ms_engine *e, uint64_t ns);
 int ms_engine_attach_reap(struct ms_engine *e);
+
+/* What attachments may hold, beside the retention's time: closed generations
+ * kept, and the descriptors (one memfd a map) and map bytes of every
+ * generation held, attached or closed. Over a bound, the oldest closed
+ * generations are freed first (before their retention); an attach or replace
+ * that would still exceed it is refused with -MS_E_LIMIT and a log line naming
+ * the figures. Zero: no bound (the default). */
+struct ms_attach_budget {
+  size_t sz;                /* sizeof(struct ms_attach_budget) */
+  int max_retained;         /* closed generations kept for read-outs */
+  int max_fds;              /* descriptors of all generations' maps */
+  uint64_t max_bytes;       /* bytes of all generations' maps */
+};
+int ms_engine_set_attach_budget(struct ms_engine *e, const struct ms_attach_budget *b);
+struct ms_attach_usage {
+  int attached;             /* attachments attached */
+  int retained;             /* closed generations held (detached attachments' included) */
+  int fds;                  /* descriptors their maps hold */
+  uint64_t bytes;           /* bytes their maps hold */
+  uint64_t freed_early;     /* closed generations freed before their retention, for room */
+  uint64_t refused;         /* attaches and replaces refused by the budget */
+};
+void ms_engine_attach_usage(struct ms_engine *e, struct ms_attach_usage *out);
 /* Frees detached attachment id at once (its last read-out is done). -ENOENT when
  * unknown (or freed already), -MS_E_STATE while attached. */
 int ms_engine_attach_release(struct ms_engine *e, int id);

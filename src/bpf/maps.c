@@ -290,6 +290,9 @@ fail:
 const struct ms_bpf_map_def *ms_bpf_map_info(const struct ms_bpf_map *m) { return &m->def; }
 uint32_t ms_bpf_map_workers(const struct ms_bpf_map *m) { return m->n_workers; }
 int ms_bpf_map_fd(const struct ms_bpf_map *m) { return m->fd; }
+uint64_t ms_bpf_map_bytes(const struct ms_bpf_map *m) {
+  return m ? ((const struct ms_bpf_map_shm *)m->base)->total_size : 0;
+}
 
 /* bpf/map_core.h's operations, after the checks of a public entry point. */
 void *ms_bpf_map_lookup(struct ms_bpf_map *m, const void *key, uint32_t worker) {

@@ -65,6 +65,7 @@ struct ms_control {
   char path[108];
   char model[64];
   int lfd, wake_fd;
+  uint64_t accept_resume;      /* out of descriptors: the listener is not polled before this */
   pthread_t thread;
   int started;
   _Atomic int stop;                 /* set by ms_control_free; the thread polls it after a wake */

@@ -131,7 +131,7 @@ static struct ms_request *submit(struct oa_gen *g, int i) {
                                .presence_penalty = q->presence, .frequency_penalty = q->frequency,
                                .bias_ids = q->bias_ids, .bias_vals = q->bias_vals, .n_bias = q->n_bias,
                                .stop_ids = stop_ids, .n_stop_ids = n_stop, .logprobs = q->logprobs,
-                               .top_logprobs = q->top_logprobs};
+                               .top_logprobs = q->top_logprobs, .client = q->client};
   return ms_engine_submit(g->e, &ro);
 }
 
@@ -183,10 +183,11 @@ struct oa_gen *oa_gen_start(struct ms_engine *e, const struct oa_env *env, struc
     if (g->req.echo) echo_prompt(g, c);
     if (!(c->r = submit(g, i))) {
       int err = errno;
-      *status = err == EINVAL || err == E2BIG ? 400 : 503;
+      *status = err == EINVAL || err == E2BIG ? 400 : err == EAGAIN ? 429 : 503;
       snprintf(msg, msg_n, "%s", err == E2BIG    ? "the prompt and max_tokens exceed the engine's context"
                                  : err == EINVAL ? "the engine refused the request's options"
-                                                 : "the engine cannot take the request now (stopping or full)");
+                                 : err == EAGAIN ? "the engine's queue is full (--max-queued); retry in a moment"
+                                                 : "the engine cannot take the request now");
       oa_gen_cancel(g);
       oa_gen_free(g);
       return NULL;

@@ -5,16 +5,31 @@
  * and GET /metrics in the Prometheus text format.
  *
  * DESIGN
- * Who runs what. libmicrohttpd runs one thread per connection (plus its
- * listening thread). A generation handler parses the body into a job
- * (openai.c), submits one engine request per choice (generate.c) and waits on
- * them in slices of 100 ms; the engine's continuous batching puts the requests
- * of all connections into shared decode steps. A streamed answer is produced
- * by libmicrohttpd's content reader, which blocks in the connection's thread
- * until the next tokens are sampled and returns their events. Between slices
- * a handler checks whether its client has gone (the socket reads EOF or hangs
- * up) and whether the server is stopping; either cancels the job, which frees
- * its slots and KV pages at the next step start.
+ * Who runs what. The gate (gate.c) accepts connections on a thread of its
+ * own, bounds them (in all and per client), holds requests to read deadlines
+ * and hands the sockets it keeps to libmicrohttpd, which runs one thread per
+ * connection. A generation handler parses the body into a job
+ * (openai.c), checks it against the bounds of one request and the client's
+ * fair share (share.c: 400 over a bound, 429 with Retry-After over the share
+ * or when the engine's queue is full), submits one engine request per choice
+ * (generate.c), tagged with the client for the engine's fair queue, and waits
+ * on them in slices of 100 ms; the engine's continuous batching puts the
+ * requests of all connections into shared decode steps. A streamed answer is
+ * produced by libmicrohttpd's content reader, which blocks in the connection's
+ * thread until the next tokens are sampled and returns their events.
+ * A client gone. Between slices a handler checks the socket: a reset or an
+ * error means the client has gone, and cancels the job (its slots and KV pages
+ * are freed at the next step start). End of file alone does not: a client may
+ * half-close after its request (RFC 9112 section 9.6) and still read the
+ * answer. Once the peer's end is seen, the handler makes the socket speak so
+ * a closed peer answers with a reset: a stream sends an SSE comment each
+ * second it has nothing else to send, a whole answer turns into a chunked 200
+ * whose body starts with a space (JSON allows it) and is sent when done.
+ * Framing. A request with both Content-Length and Transfer-Encoding, two
+ * different Content-Lengths, or a Transfer-Encoding other than chunked is
+ * answered 400 (501 for a coding before chunked) and its connection closed,
+ * before any of its body is read (libmicrohttpd 0.9.75 would take the one it
+ * looks up first); a malformed chunked body is libmicrohttpd's 400.
  * Shutdown. ms_http_drain raises `draining` (new jobs get 503), waits for the
  * jobs in flight, then raises `stopping`: jobs still running are cancelled and
  * answered 503 (or an error event). ms_http_free then stops the daemon, which
@@ -33,12 +48,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "control/gate.h"
 #include "control/openai.h"
+#include "control/share.h"
 #include "megascope/control.h"
+#include "megascope/monitor.h"
 #include "megascope/export.h"
 #include "megascope/json.h"
 #include "megascope/telemetry.h"
@@ -50,6 +69,18 @@
 enum { FIN_STOP, FIN_LENGTH, FIN_ABORT, FIN_COUNT };
 static const char *const fin_names[FIN_COUNT] = {"stop", "length", "abort"};
 
+/* Why a generation request was refused by a bound (/metrics' reasons). */
+enum {
+  REF_REQUEST_TOKENS,   /* n x max_tokens over the request's bound: 400 */
+  REF_PROMPT_TOKENS,    /* its prompts' tokens over the bound: 400 */
+  REF_CLIENT_REQUESTS,  /* the client's share of requests: 429 */
+  REF_CLIENT_TOKENS,    /* the client's share of tokens: 429 */
+  REF_QUEUE_FULL,       /* the engine's queue: 429 */
+  REF_COUNT
+};
+static const char *const ref_names[REF_COUNT] = {"request_tokens", "prompt_tokens", "client_requests",
+                                                 "client_tokens", "queue_full"};
+
 struct ms_http {
   struct ms_engine *e;
   struct MHD_Daemon *d;
@@ -58,7 +89,13 @@ struct ms_http {
   struct ms_control *control;
   char model[64], host[80], api_key[256];
   int port, has_key;
+  struct ms_gate *gate;
+  struct ms_share *share;
+  struct gate_opts go;
+  struct share_opts so;
+  int max_request_tokens, max_prompt_tokens;
   _Atomic int draining, stopping;
+  _Atomic uint64_t refused[REF_COUNT];
   _Atomic uint64_t next_id, completions, rejected, scrapes, in_flight, cancelled;
   _Atomic uint64_t prompt_tokens, generation_tokens, finished[FIN_COUNT];
   pthread_mutex_t mu;  /* the histograms below */
@@ -73,27 +110,34 @@ struct body {
 
 /* ---- responses ---- */
 
-static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *type, char *buf,
-                               size_t len) {
+/* hdrs: NULL, or name, value pairs ending in NULL. */
+static enum MHD_Result respond_h(struct MHD_Connection *conn, unsigned status, const char *type, char *buf,
+                                 size_t len, const char *const *hdrs) {
   struct MHD_Response *r = MHD_create_response_from_buffer(len, buf, MHD_RESPMEM_MUST_FREE);
   if (!r) {
     free(buf);
     return MHD_NO;
   }
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  for (int i = 0; hdrs && hdrs[i]; i += 2) MHD_add_response_header(r, hdrs[i], hdrs[i + 1]);
   enum MHD_Result rc = MHD_queue_response(conn, status, r);
   MHD_destroy_response(r);
   return rc;
 }
 
-/* An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}}. */
-static enum MHD_Result respond_error_p(struct ms_http *h, struct MHD_Connection *conn, unsigned status,
-                                       const char *param, const char *code, const char *fmt, ...) {
+static enum MHD_Result respond(struct MHD_Connection *conn, unsigned status, const char *type, char *buf,
+                               size_t len) {
+  return respond_h(conn, status, type, buf, len, NULL);
+}
+
+static const char *const retry_after[] = {"Retry-After", "1", NULL};
+static const char *const conn_close[] = {MHD_HTTP_HEADER_CONNECTION, "close", NULL};
+
+/* An OpenAI-shaped error: {"error": {"message", "type", "param", "code"}}, with headers. */
+static enum MHD_Result error_v(struct ms_http *h, struct MHD_Connection *conn, unsigned status, const char *param,
+                               const char *code, const char *const *hdrs, const char *fmt, va_list ap) {
   char msg[768];
-  va_list ap;
-  va_start(ap, fmt);
   vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
   atomic_fetch_add_explicit(&h->rejected, 1, memory_order_relaxed);
   char *buf = NULL;
   size_t len = 0;
@@ -104,7 +148,27 @@ static enum MHD_Result respond_error_p(struct ms_http *h, struct MHD_Connection 
     free(buf);
     return MHD_NO;
   }
-  return respond(conn, status, "application/json", buf, len);
+  return respond_h(conn, status, "application/json", buf, len, hdrs);
+}
+
+static enum MHD_Result respond_error_p(struct ms_http *h, struct MHD_Connection *conn, unsigned status,
+                                       const char *param, const char *code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  enum MHD_Result rc = error_v(h, conn, status, param, code, NULL, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* A refusal by a bound: counted by reason; 429s say when to retry. */
+static enum MHD_Result respond_refused(struct ms_http *h, struct MHD_Connection *conn, int why, unsigned status,
+                                       const char *param, const char *code, const char *fmt, ...) {
+  atomic_fetch_add_explicit(&h->refused[why], 1, memory_order_relaxed);
+  va_list ap;
+  va_start(ap, fmt);
+  enum MHD_Result rc = error_v(h, conn, status, param, code, status == 429 ? retry_after : NULL, fmt, ap);
+  va_end(ap);
+  return rc;
 }
 
 #define respond_error(h, conn, status, ...) respond_error_p(h, conn, status, NULL, NULL, __VA_ARGS__)
@@ -124,15 +188,30 @@ static enum MHD_Result respond_json(struct MHD_Connection *conn, void (*fn)(stru
   return respond(conn, 200, "application/json", buf, len);
 }
 
-/* The client has closed its end (EOF or hang-up on the socket). */
-static int client_gone(struct MHD_Connection *conn) {
+/* The peer as the socket shows it: still sending or quiet, done sending (end
+ * of file: half-closed, or closed, which only a write can tell), or gone (a
+ * reset, an error: a write failed or would). */
+enum peer { PEER_HERE, PEER_EOF, PEER_GONE };
+
+static enum peer peer_state(struct MHD_Connection *conn) {
   const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-  if (!ci) return 0;
+  if (!ci) return PEER_HERE;
   struct pollfd p = {.fd = ci->connect_fd, .events = POLLIN | POLLRDHUP};
-  if (poll(&p, 1, 0) <= 0) return 0;
-  if (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) return 1;
+  if (poll(&p, 1, 0) <= 0) return PEER_HERE;
+  if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return PEER_GONE;
+  if (p.revents & POLLRDHUP) return PEER_EOF;
   char c;
-  return recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) == 0;
+  ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  if (n == 0) return PEER_EOF;
+  return n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR ? PEER_GONE : PEER_HERE;
+}
+
+/* libmicrohttpd's inactivity timeout counts from the last byte moved: an
+ * answer that was long in coming restarts it before its bytes go out (setting
+ * the timeout from 0 stamps the connection's activity). */
+static void touch(struct ms_http *h, struct MHD_Connection *conn) {
+  MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, 0u);
+  MHD_set_connection_option(conn, MHD_CONNECTION_OPTION_TIMEOUT, (unsigned)((h->go.idle_ms + 999) / 1000));
 }
 
 /* ---- what a finished choice reports ---- */
@@ -179,14 +258,36 @@ static void on_request_done(void *user, const struct oa_gen *g, int choice, cons
 
 /* ---- generation ---- */
 
+/* An answer produced by libmicrohttpd's content reader: a stream of events,
+ * or (whole) a JSON answer deferred because its client half-closed. */
 struct stream {
   struct ms_http *h;
   struct MHD_Connection *conn;
   struct oa_gen *g;
+  struct share_hold hold;
   char *buf;
   size_t len, off;
-  int finished;
+  int whole;            /* the body is the whole JSON answer, sent when done */
+  int finished, failed;
+  int probe;            /* the peer's end was seen: make the socket speak now and then */
+  uint64_t next_probe;
 };
+
+/* What a job gives back when it ends: its in-flight count and its client's share. */
+static void job_done(struct ms_http *h, struct oa_gen *g, struct share_hold *hold) {
+  oa_gen_free(g);
+  share_give(h->share, hold);
+  atomic_fetch_sub_explicit(&h->in_flight, 1, memory_order_relaxed);
+}
+
+/* A probe for a peer that has sent its end: bytes the client ignores (an SSE
+ * comment; a space before JSON), once a second, so a closed peer resets. */
+static void stream_probe(struct stream *s, FILE *f) {
+  uint64_t now = ms_now_ns();
+  if (!s->probe || now < s->next_probe) return;
+  s->next_probe = now + 1000000000ull;
+  fputs(s->whole ? " " : ": waiting\n\n", f);
+}
 
 /* One slice of a stream's production into s->buf: new events, or the end. */
 static void stream_produce(struct stream *s) {
@@ -197,11 +298,24 @@ static void stream_produce(struct stream *s) {
   if (!f) return;
   if (atomic_load_explicit(&s->h->stopping, memory_order_acquire)) {
     oa_gen_cancel(s->g);
-    oa_gen_write_abort(s->g, f, "the server is shutting down; the request was not finished");
+    if (s->whole)
+      s->failed = 1;  /* the 200 is sent: the answer ends short, which says it failed */
+    else
+      oa_gen_write_abort(s->g, f, "the server is shutting down; the request was not finished");
     s->finished = 1;
-  } else if (oa_gen_pump(s->g, f, SLICE_MS)) {
-    if (oa_gen_failed(s->g)) oa_gen_write_abort(s->g, f, "the request was cancelled by the engine");
+  } else if (oa_gen_pump(s->g, s->whole ? NULL : f, SLICE_MS)) {
+    if (oa_gen_failed(s->g)) {
+      if (s->whole)
+        s->failed = 1;
+      else
+        oa_gen_write_abort(s->g, f, "the request was cancelled by the engine");
+    } else if (s->whole) {
+      atomic_fetch_add_explicit(&s->h->completions, 1, memory_order_relaxed);
+      oa_gen_write(s->g, f);
+    }
     s->finished = 1;
+  } else {
+    stream_probe(s, f);
   }
   fclose(f);
 }
@@ -209,43 +323,48 @@ static void stream_produce(struct stream *s) {
 static ssize_t stream_read(void *cls, uint64_t pos, char *out, size_t max) {
   struct stream *s = cls;
   while (s->off == s->len) {
+    if (s->failed) return MHD_CONTENT_READER_END_WITH_ERROR;
     if (s->finished) return MHD_CONTENT_READER_END_OF_STREAM;
-    if (client_gone(s->conn)) return MHD_CONTENT_READER_END_WITH_ERROR;  /* stream_free cancels */
+    enum peer p = peer_state(s->conn);
+    if (p == PEER_GONE) return MHD_CONTENT_READER_END_WITH_ERROR;  /* stream_free cancels */
+    s->probe |= p == PEER_EOF;
     stream_produce(s);
     if (!s->buf) return MHD_CONTENT_READER_END_WITH_ERROR;
   }
   size_t n = s->len - s->off < max ? s->len - s->off : max;
   memcpy(out, s->buf + s->off, n);
   s->off += n;
+  touch(s->h, s->conn);
   return (ssize_t)n;
 }
 
 static void stream_free(void *cls) {
   struct stream *s = cls;
   oa_gen_cancel(s->g);  /* a client that left: its choices stop at the next step */
-  oa_gen_free(s->g);
-  atomic_fetch_sub_explicit(&s->h->in_flight, 1, memory_order_relaxed);
+  job_done(s->h, s->g, &s->hold);
   free(s->buf);
   free(s);
 }
 
-static enum MHD_Result stream_answer(struct ms_http *h, struct MHD_Connection *conn, struct oa_gen *g) {
+/* Queues an answer made by the content reader: SSE events, or (whole) the JSON
+ * answer of a client that half-closed, whose first byte goes out at once. */
+static enum MHD_Result reader_answer(struct ms_http *h, struct MHD_Connection *conn, struct oa_gen *g,
+                                     struct share_hold *hold, int whole) {
   struct stream *s = calloc(1, sizeof *s);
   if (!s) {
     oa_gen_cancel(g);
-    oa_gen_free(g);
-    atomic_fetch_sub_explicit(&h->in_flight, 1, memory_order_relaxed);
+    job_done(h, g, hold);
     return MHD_NO;
   }
-  *s = (struct stream){.h = h, .conn = conn, .g = g};
+  *s = (struct stream){.h = h, .conn = conn, .g = g, .hold = *hold, .whole = whole, .probe = whole};
   struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, stream_read, s, stream_free);
   if (!r) {
     stream_free(s);
     return MHD_NO;
   }
-  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, "text/event-stream");
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, whole ? "application/json" : "text/event-stream");
   MHD_add_response_header(r, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache");
-  atomic_fetch_add_explicit(&h->completions, 1, memory_order_relaxed);
+  if (!whole) atomic_fetch_add_explicit(&h->completions, 1, memory_order_relaxed);
   enum MHD_Result rc = MHD_queue_response(conn, 200, r);
   MHD_destroy_response(r);
   return rc;
@@ -253,11 +372,16 @@ static enum MHD_Result stream_answer(struct ms_http *h, struct MHD_Connection *c
 
 static void write_gen(struct ms_http *h, FILE *f, void *g) { oa_gen_write(g, f); }
 
-/* Waits for a whole answer; the client leaving or the server stopping cancels it. */
-static enum MHD_Result whole_answer(struct ms_http *h, struct MHD_Connection *conn, struct oa_gen *g) {
+/* Waits for a whole answer; the client gone or the server stopping cancels
+ * it; a client that half-closed gets it through the content reader. */
+static enum MHD_Result whole_answer(struct ms_http *h, struct MHD_Connection *conn, struct oa_gen *g,
+                                    struct share_hold *hold) {
   int gone = 0, stopped = 0;
   while (!oa_gen_pump(g, NULL, SLICE_MS)) {  /* not streaming: pump writes nothing */
-    if ((stopped = atomic_load_explicit(&h->stopping, memory_order_acquire)) || (gone = client_gone(conn))) break;
+    if ((stopped = atomic_load_explicit(&h->stopping, memory_order_acquire))) break;
+    enum peer p = peer_state(conn);
+    if ((gone = p == PEER_GONE)) break;
+    if (p == PEER_EOF) return reader_answer(h, conn, g, hold, 1);
   }
   enum MHD_Result rc;
   if (gone) {
@@ -270,9 +394,38 @@ static enum MHD_Result whole_answer(struct ms_http *h, struct MHD_Connection *co
     atomic_fetch_add_explicit(&h->completions, 1, memory_order_relaxed);
     rc = respond_json(conn, write_gen, h, g);
   }
-  oa_gen_free(g);
-  atomic_fetch_sub_explicit(&h->in_flight, 1, memory_order_relaxed);
+  job_done(h, g, hold);
   return rc;
+}
+
+/* The bounds of one request (400), then the client's share (429). */
+static enum MHD_Result over_bounds(struct ms_http *h, struct MHD_Connection *conn, const struct oa_req *req,
+                                   struct share_hold *hold) {
+  long long asked = 0, prompt = 0, tokens = 0;
+  for (int i = 0; i < req->n_prompts; i++) {
+    asked += (long long)req->n * req->max_tokens;
+    prompt += (long long)req->n * req->n_prompt[i];
+    tokens += (long long)req->n * (req->n_prompt[i] + req->max_tokens);
+  }
+  if (asked > h->max_request_tokens)
+    return respond_refused(h, conn, REF_REQUEST_TOKENS, 400, req->n > 1 ? "n" : "max_tokens", "request_too_large",
+                           "the request asks for %lld tokens (choices x max_tokens); this server takes at most %d "
+                           "in one request (--max-request-tokens)",
+                           asked, h->max_request_tokens);
+  if (prompt > h->max_prompt_tokens)
+    return respond_refused(h, conn, REF_PROMPT_TOKENS, 400, req->chat ? "messages" : "prompt", "request_too_large",
+                           "the request's prompts are %lld tokens over its choices; this server takes at most %d "
+                           "in one request (--max-prompt-tokens)",
+                           prompt, h->max_prompt_tokens);
+  snprintf(hold->client, sizeof hold->client, "%s", gate_client(gate_conn_of(conn)));
+  hold->requests = req->n_prompts * req->n;
+  hold->tokens = (uint64_t)tokens;
+  char msg[400];
+  enum share_refusal why = share_take(h->share, hold, msg, sizeof msg);
+  if (why != SHARE_OK)
+    return respond_refused(h, conn, why == SHARE_REQUESTS ? REF_CLIENT_REQUESTS : REF_CLIENT_TOKENS, 429, NULL,
+                           "rate_limit_exceeded", "%s", msg);
+  return MHD_YES;
 }
 
 static enum MHD_Result handle_generate(struct ms_http *h, struct MHD_Connection *conn, const struct body *b, int chat) {
@@ -286,6 +439,13 @@ static enum MHD_Result handle_generate(struct ms_http *h, struct MHD_Connection 
     oa_req_free(&req);
     return respond_error_p(h, conn, status, param, NULL, "%s", msg);
   }
+  struct share_hold hold = {0};
+  enum MHD_Result refused = over_bounds(h, conn, &req, &hold);
+  if (!hold.held) {  /* answered with the refusal */
+    oa_req_free(&req);
+    return refused;
+  }
+  req.client = share_client_id(hold.client);
   char id[48];
   snprintf(id, sizeof id, "%s-%lx%llu", chat ? "chatcmpl" : "cmpl", (long)getpid(),
            (unsigned long long)atomic_fetch_add_explicit(&h->next_id, 1, memory_order_relaxed));
@@ -294,10 +454,14 @@ static enum MHD_Result handle_generate(struct ms_http *h, struct MHD_Connection 
   const char *hdr = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "traceparent");
   int has_tp = hdr && !ms_otlp_traceparent(hdr, &tp);
   struct oa_gen *g = oa_gen_start(h->e, &h->env, &req, h->model, id, &sink, &status, msg, sizeof msg);
-  if (!g) return respond_error(h, conn, status, "%s", msg);
+  if (!g) {
+    share_give(h->share, &hold);
+    if (status == 429) return respond_refused(h, conn, REF_QUEUE_FULL, 429, NULL, "queue_full", "%s", msg);
+    return respond_error(h, conn, status, "%s", msg);
+  }
   if (has_tp) oa_gen_set_traceparent(g, &tp);
   atomic_fetch_add_explicit(&h->in_flight, 1, memory_order_relaxed);
-  return oa_gen_stream(g) ? stream_answer(h, conn, g) : whole_answer(h, conn, g);
+  return oa_gen_stream(g) ? reader_answer(h, conn, g, &hold, 0) : whole_answer(h, conn, g, &hold);
 }
 
 /* ---- small endpoints ---- */
@@ -466,6 +630,52 @@ static void write_serving_metrics(struct ms_http *h, FILE *f) {
                           &decode);
 }
 
+/* Connections, fair shares and attachments against their bounds. */
+static void write_limit_metrics(struct ms_http *h, FILE *f) {
+  struct gate_stats gs;
+  gate_get_stats(h->gate, &gs);
+  gauge(f, "megascope_http_connections_open", "HTTP connections held.", gs.open);
+  counter(f, "megascope_http_connections_accepted_total", "HTTP connections accepted.", gs.n[GATE_ACCEPTED]);
+  ms_prometheus_family(f, "megascope_http_connections_refused_total", "counter",
+                       "HTTP connections refused at accept (full: all busy, 503; client: the client's all busy, "
+                       "429; fds: out of descriptors, 503).");
+  static const struct { const char *label; int i; } refused[] = {
+      {"full", GATE_REFUSED_FULL}, {"client", GATE_REFUSED_CLIENT}, {"fds", GATE_REFUSED_FDS}};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++)
+    fprintf(f, "megascope_http_connections_refused_total{reason=\"%s\"} %llu\n", refused[i].label,
+            (unsigned long long)gs.n[refused[i].i]);
+  ms_prometheus_family(f, "megascope_http_connections_closed_total", "counter",
+                       "HTTP connections the server closed: evicted (idle, for room), or past a deadline.");
+  for (int i = GATE_EVICTED; i < GATE_COUNT; i++)
+    fprintf(f, "megascope_http_connections_closed_total{reason=\"%s\"} %llu\n", gate_count_names[i],
+            (unsigned long long)gs.n[i]);
+  ms_prometheus_family(f, "megascope_http_requests_refused_total", "counter",
+                       "Generation requests refused by a bound: one request's (400) or a client's share or the "
+                       "queue (429).");
+  for (int i = 0; i < REF_COUNT; i++)
+    fprintf(f, "megascope_http_requests_refused_total{reason=\"%s\"} %llu\n", ref_names[i],
+            (unsigned long long)atomic_load_explicit(&h->refused[i], memory_order_relaxed));
+  gauge(f, "megascope_http_clients_holding", "Clients with requests queued or running.", share_clients(h->share));
+  ms_prometheus_family(f, "megascope_http_limit", "gauge", "The server's bounds (serve --help names them).");
+  const struct { const char *name; double v; } lim[] = {
+      {"max_connections", h->go.max_conns},           {"max_connections_per_client", h->go.max_per_client},
+      {"read_timeout_seconds", h->go.read_ms / 1e3},  {"idle_timeout_seconds", h->go.idle_ms / 1e3},
+      {"max_request_tokens", h->max_request_tokens},  {"max_prompt_tokens", h->max_prompt_tokens},
+      {"client_max_requests", h->so.max_requests},    {"client_max_tokens", (double)h->so.max_tokens}};
+  for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++)
+    fprintf(f, "megascope_http_limit{limit=\"%s\"} %.9g\n", lim[i].name, lim[i].v);
+  struct ms_attach_usage au;
+  ms_engine_attach_usage(h->e, &au);
+  gauge(f, "megascope_attach_attached", "Attachments attached.", au.attached);
+  gauge(f, "megascope_attach_retained", "Closed generations kept for read-outs.", au.retained);
+  gauge(f, "megascope_attach_fds", "Descriptors the attachments' maps hold.", au.fds);
+  gauge(f, "megascope_attach_bytes", "Bytes the attachments' maps hold.", (double)au.bytes);
+  counter(f, "megascope_attach_freed_early_total", "Closed generations freed before their retention, for room.",
+          au.freed_early);
+  counter(f, "megascope_attach_refused_total", "Attaches and replaces refused by the attachments' budget.",
+          au.refused);
+}
+
 static enum MHD_Result handle_metrics(struct ms_http *h, struct MHD_Connection *conn) {
   atomic_fetch_add_explicit(&h->scrapes, 1, memory_order_relaxed);
   char *buf = NULL;
@@ -481,6 +691,7 @@ static enum MHD_Result handle_metrics(struct ms_http *h, struct MHD_Connection *
           atomic_load(&h->cancelled));
   gauge(f, "megascope_http_requests_in_flight", "Generation requests being answered.",
         (double)atomic_load(&h->in_flight));
+  write_limit_metrics(h, f);
   if (h->control) {
     struct ms_control_stats cs;
     ms_control_get_stats(h->control, &cs);
@@ -551,18 +762,111 @@ static enum MHD_Result route(struct ms_http *h, struct MHD_Connection *conn, con
                          url);
 }
 
+/* ---- framing (RFC 9112 section 6) ---- */
+
+struct framing {
+  int n_cl, n_te, cl_differ;
+  char cl[32], te[128];
+};
+
+static enum MHD_Result framing_field(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+  struct framing *f = cls;
+  if (!value) value = "";
+  if (!strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH)) {
+    if (f->n_cl++ == 0)
+      snprintf(f->cl, sizeof f->cl, "%s", value);
+    else if (strcmp(f->cl, value))
+      f->cl_differ = 1;
+  } else if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) && f->n_te++ == 0) {
+    snprintf(f->te, sizeof f->te, "%s", value);
+  }
+  return MHD_YES;
+}
+
+/* Transfer-Encoding's codings: 0 when it is exactly chunked; 1 when chunked is
+ * last after others (not supported); -1 when chunked is not last, or twice. */
+static int codings(const char *te) {
+  int chunked_at = -1, n = 0;
+  char buf[128];
+  snprintf(buf, sizeof buf, "%s", te);
+  for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save), n++) {
+    while (*t == ' ' || *t == '\t') t++;
+    size_t k = strlen(t);
+    while (k && (t[k - 1] == ' ' || t[k - 1] == '\t')) t[--k] = '\0';
+    if (!strcasecmp(t, "chunked")) {
+      if (chunked_at >= 0) return -1;
+      chunked_at = n;
+    }
+  }
+  if (chunked_at < 0 || chunked_at != n - 1) return -1;
+  return n == 1 ? 0 : 1;
+}
+
+/* A response queued before the body is read closes the connection (libmicrohttpd discards the rest). */
+static enum MHD_Result respond_close(struct ms_http *h, struct MHD_Connection *conn, unsigned status,
+                                     const char *code, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  enum MHD_Result rc = error_v(h, conn, status, NULL, code, conn_close, fmt, ap);
+  va_end(ap);
+  return rc;
+}
+
+/* Checks a request's framing once its head is in. MHD_YES: go on; otherwise
+ * *answered is set and the refusal queued (400, 413 or 501; the connection closes). */
+static enum MHD_Result check_framing(struct ms_http *h, struct MHD_Connection *conn, const char *version,
+                                     int *answered) {
+  struct framing f = {0};
+  MHD_get_connection_values(conn, MHD_HEADER_KIND, framing_field, &f);
+  *answered = 1;
+  if (f.n_te && f.n_cl)
+    return respond_close(h, conn, 400, "bad_framing",
+                         "both Transfer-Encoding and Content-Length: the body's length is ambiguous");
+  if (f.cl_differ)
+    return respond_close(h, conn, 400, "bad_framing", "Content-Length given twice with different values");
+  if (f.n_te && !strcmp(version, MHD_HTTP_VERSION_1_0))
+    return respond_close(h, conn, 400, "bad_framing", "Transfer-Encoding in an HTTP/1.0 request");
+  if (f.n_te > 1)
+    return respond_close(h, conn, 400, "bad_framing", "Transfer-Encoding given more than once");
+  int c = f.n_te ? codings(f.te) : 0;
+  if (c < 0)
+    return respond_close(h, conn, 400, "bad_framing", "Transfer-Encoding '%s': chunked must be its last coding, once",
+                         f.te);
+  if (c > 0)
+    return respond_close(h, conn, 501, "bad_framing",
+                         "Transfer-Encoding '%s': this server takes chunked alone", f.te);
+  if (f.n_cl && strtoull(f.cl, NULL, 10) > MAX_BODY)
+    return respond_close(h, conn, 413, "body_too_large", "the body is larger than %u bytes", MAX_BODY);
+  *answered = 0;
+  return MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url, const char *method,
                                   const char *version, const char *upload, size_t *upload_size, void **state) {
   struct ms_http *h = cls;
   int is_post = !strcmp(method, MHD_HTTP_METHOD_POST);
-  if (!*state) {
+  struct gate_conn *gc = gate_conn_of(conn);
+  if (!*state) {  /* the head is in: the body, if any, is arriving */
     struct body *b = calloc(1, sizeof *b);
     if (!b) return MHD_NO;
     *state = b;
-    if (is_post) return MHD_YES;  /* the body follows */
+    int answered;
+    gate_set_phase(h->gate, gc, GATE_PHASE_BODY);
+    enum MHD_Result rc = check_framing(h, conn, version, &answered);
+    if (answered) {
+      gate_set_phase(h->gate, gc, GATE_PHASE_BUSY);
+      return rc;
+    }
+    /* the body (empty for a GET) follows: answering now would close the
+     * connection (libmicrohttpd discards what it has not read) */
+    return MHD_YES;
   }
   struct body *b = *state;
-  if (is_post && *upload_size) {
+  if (*upload_size) {  /* a body: kept for a POST, read past otherwise */
+    if (!is_post) {
+      *upload_size = 0;
+      return MHD_YES;
+    }
     if (!b->too_big && b->len + *upload_size <= MAX_BODY) {
       char *nb = realloc(b->buf, b->len + *upload_size + 1);
       if (!nb) return MHD_NO;
@@ -575,16 +879,26 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     *upload_size = 0;
     return MHD_YES;
   }
+  gate_set_phase(h->gate, gc, GATE_PHASE_BUSY);  /* the request is whole */
   return route(h, conn, url, method, b);
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **state, enum MHD_RequestTerminationCode t) {
+  struct ms_http *h = cls;
   struct body *b = *state;
   if (b) {
     free(b->buf);
     free(b);
   }
   *state = NULL;
+  gate_set_phase(h->gate, gate_conn_of(conn), GATE_PHASE_WAIT);
+}
+
+/* The request line is in (libmicrohttpd's URI logger): its head is now due. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn) {
+  struct ms_http *h = cls;
+  gate_set_phase(h->gate, gate_conn_of(conn), GATE_PHASE_HEAD);
+  return NULL;
 }
 
 static void on_log(void *cls, const char *fmt, va_list ap) {
@@ -639,6 +953,27 @@ static void set_env(struct ms_http *h, struct ms_engine *e, const struct ms_http
   v->bos = o->tok && o->chat_ok ? ms_chat_bos_id(v->chat, o->tok) : -1;
 }
 
+/* The bounds, from the options or their defaults. */
+static void set_limits(struct ms_http *h, const struct ms_http_opts *o) {
+  int ctx2 = 2 * h->env.max_ctx;
+  h->go = (struct gate_opts){.max_conns = o->max_connections > 0 ? o->max_connections : 512,
+                             .max_per_client = o->max_connections_per_client > 0 ? o->max_connections_per_client : 128,
+                             .read_ms = o->read_timeout_ms > 0 ? o->read_timeout_ms : 10000,
+                             .idle_ms = o->idle_timeout_ms > 0 ? o->idle_timeout_ms : 15000};
+  h->so = (struct share_opts){.max_requests = o->client_max_requests > 0 ? o->client_max_requests : 128,
+                              .max_tokens = o->client_max_tokens > 0 ? (uint64_t)o->client_max_tokens
+                                            : (uint64_t)(65536 > 8 * ctx2 ? 65536 : 8 * ctx2)};
+  h->max_request_tokens = o->max_request_tokens > 0 ? o->max_request_tokens : 8192 > ctx2 ? 8192 : ctx2;
+  h->max_prompt_tokens = o->max_prompt_tokens > 0 ? o->max_prompt_tokens : 8192 > ctx2 ? 8192 : ctx2;
+}
+
+static void http_release(struct ms_http *h) {
+  gate_free(h->gate);
+  share_free(h->share);
+  pthread_mutex_destroy(&h->mu);
+  free(h);
+}
+
 struct ms_http *ms_http_new(struct ms_engine *e, const struct ms_http_opts *o, struct ms_textbuf *log) {
   if (!e || !o || o->sz < sizeof *o || o->port < 0 || o->port > 65535) {
     errno = EINVAL;
@@ -660,25 +995,35 @@ struct ms_http *ms_http_new(struct ms_engine *e, const struct ms_http_opts *o, s
     h->has_key = 1;
   }
   set_env(h, e, o);
+  set_limits(h, o);
   snprintf(h->model, sizeof h->model, "%s", o->model_name ? o->model_name : "megascope");
   pthread_mutex_init(&h->mu, NULL);
-  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ERROR_LOG;
-  if (ss.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-  h->d = MHD_start_daemon(flags, (uint16_t)o->port, NULL, NULL, on_request, h, MHD_OPTION_SOCK_ADDR,
-                          (struct sockaddr *)&ss, MHD_OPTION_CONNECTION_LIMIT,
-                          (unsigned)(o->max_connections > 0 ? o->max_connections : 256),
-                          MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                          MHD_OPTION_EXTERNAL_LOGGER, on_log, h, MHD_OPTION_END);
-  if (!h->d) {
-    int err = errno ? errno : EADDRINUSE;
-    ms_textbuf_printf(log, "http: cannot listen on %s:%d: %s\n", h->host, o->port, strerror(err));
-    pthread_mutex_destroy(&h->mu);
-    free(h);
+  socklen_t sl = ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+  if (!(h->share = share_new(&h->so)) || !(h->gate = gate_new((struct sockaddr *)&ss, sl, &h->go, log))) {
+    int err = errno ? errno : ENOMEM;
+    ms_textbuf_printf(log, "http: cannot serve on %s:%d: %s\n", h->host, o->port, strerror(err));
+    http_release(h);
     errno = err;
     return NULL;
   }
-  const union MHD_DaemonInfo *di = MHD_get_daemon_info(h->d, MHD_DAEMON_INFO_BIND_PORT);
-  h->port = di ? di->port : o->port;
+  h->port = gate_port(h->gate);
+  /* the gate accepts and hands connections over; its limits are the real
+   * ones, libmicrohttpd's is only above them (it would drop silently) */
+  unsigned flags = MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+                   MHD_USE_ERROR_LOG | MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+  h->d = MHD_start_daemon(flags, 0, NULL, NULL, on_request, h, MHD_OPTION_CONNECTION_LIMIT,
+                          (unsigned)(4 * h->go.max_conns + 64), MHD_OPTION_CONNECTION_TIMEOUT,
+                          (unsigned)((h->go.idle_ms + 999) / 1000), MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                          MHD_OPTION_NOTIFY_CONNECTION, gate_notify, h->gate, MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
+                          MHD_OPTION_EXTERNAL_LOGGER, on_log, h, MHD_OPTION_END);
+  int err = h->d ? -gate_start(h->gate, h->d) : (errno ? errno : EINVAL);
+  if (err) {
+    ms_textbuf_printf(log, "http: cannot start serving on %s:%d: %s\n", h->host, h->port, strerror(err));
+    if (h->d) MHD_stop_daemon(h->d);
+    http_release(h);
+    errno = err;
+    return NULL;
+  }
   return h;
 }
 
@@ -697,9 +1042,9 @@ int ms_http_drain(struct ms_http *h, int timeout_ms) {
 void ms_http_free(struct ms_http *h) {
   if (!h) return;
   ms_http_drain(h, 0);
+  gate_stop(h->gate);  /* no new connections; then libmicrohttpd closes the ones it has */
   MHD_stop_daemon(h->d);
-  pthread_mutex_destroy(&h->mu);
-  free(h);
+  http_release(h);
 }
 
 int ms_http_port(const struct ms_http *h) { return h->port; }
@@ -711,4 +1056,13 @@ void ms_http_get_stats(const struct ms_http *h, struct ms_http_stats *out) {
   out->rejected = atomic_load_explicit(&m->rejected, memory_order_relaxed);
   out->scrapes = atomic_load_explicit(&m->scrapes, memory_order_relaxed);
   out->cancelled = atomic_load_explicit(&m->cancelled, memory_order_relaxed);
+  struct gate_stats gs;
+  gate_get_stats(m->gate, &gs);
+  out->connections = gs.open;
+  out->conn_refused = gs.n[GATE_REFUSED_FULL] + gs.n[GATE_REFUSED_CLIENT] + gs.n[GATE_REFUSED_FDS];
+  out->conn_closed = 0;
+  for (int i = GATE_EVICTED; i < GATE_COUNT; i++) out->conn_closed += gs.n[i];
+  out->over_share = 0;
+  for (int i = REF_CLIENT_REQUESTS; i < REF_COUNT; i++)
+    out->over_share += atomic_load_explicit(&m->refused[i], memory_order_relaxed);
 }

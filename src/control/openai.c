@@ -406,6 +406,7 @@ void oa_write_error(FILE *f, unsigned status, const char *msg, const char *param
   ms_json_kstr(&j, "type",
                status == 401   ? "authentication_error"
                : status == 404 ? "not_found_error"
+               : status == 429 ? "rate_limit_error"
                : status >= 500 ? (status == 503 ? "unavailable_error" : "server_error")
                                : "invalid_request_error");
   ms_json_key(&j, "param");

@@ -53,6 +53,7 @@ struct oa_req {
   int *n_prompt;
   int n_prompts;
   char *prompt_text;                /* a chat request's rendered prompt (for echo/logging) */
+  uint64_t client;                  /* the engine's fair-queue client (set by the server; 0: none) */
 };
 
 /* 0, or the HTTP status (400, 500) with the message in msg and the field in

@@ -29,6 +29,9 @@
  * connected, a new client closes the longest-idle one (idle at least a second,
  * or the idle timeout when shorter) instead of being refused, so idle
  * connections never lock an operator out for longer than that.
+ * Out of descriptors. accept() failing with EMFILE (or ENFILE, ENOBUFS,
+ * ENOMEM) leaves the listener unpolled for 100 ms: the peer waits in the
+ * backlog, the thread does not spin.
  * Retention. Once a second the thread reaps detached attachments and replaced
  * generations whose retention has passed (ms_engine_attach_reap). Malformed JSON, unknown
  * commands and bad arguments get error replies and the connection stays usable.
@@ -232,6 +235,11 @@ static int make_room(struct ms_control *c, uint64_t now) {
 static void accept_clients(struct ms_control *c) {
   for (int round = 0; round < 64; round++) {
     int fd = accept4(c->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0 && (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM)) {
+      /* the peer stays in the backlog; polling the listener now would spin */
+      c->accept_resume = ms_now_ns() + 100000000ull;
+      ms_logf(MS_LOG_DEBUG, "control: accept: %s; retrying in 100 ms", strerror(errno));
+    }
     if (fd < 0) return;
     struct ucred cred;
     socklen_t len = sizeof cred;
@@ -338,6 +346,7 @@ static void check_deadlines(struct ms_control *c, uint64_t now) {
 static int poll_timeout(struct ms_control *c, uint64_t now) {
   uint64_t next = now + 1000000000ull;  /* at least once a second */
   if (c->trace_on && c->trace_deadline < next) next = c->trace_deadline;
+  if (c->accept_resume > now && c->accept_resume < next) next = c->accept_resume;
   uint64_t limit = (uint64_t)c->message_timeout_ms * 1000000ull;
   for (int i = 0; i < c->n_cl; i++) {
     if (c->cl[i]->msg_t0 && c->cl[i]->msg_t0 + limit < next) next = c->cl[i]->msg_t0 + limit;
@@ -362,7 +371,7 @@ static void *server_main(void *arg) {
   while (!atomic_load(&c->stop)) {
     int n = 0;
     pf[n++] = (struct pollfd){c->wake_fd, POLLIN, 0};
-    pf[n++] = (struct pollfd){c->lfd, POLLIN, 0};
+    pf[n++] = (struct pollfd){ms_now_ns() >= c->accept_resume ? c->lfd : -1, POLLIN, 0};
     for (int i = 0; i < c->n_cl; i++) {
       struct cclient *cl = c->cl[i];
       short ev = cl->out ? POLLOUT : cl->waiting ? 0 : POLLIN;

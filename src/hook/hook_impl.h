@@ -17,7 +17,10 @@
  * replaced generation are freed by ms_hook_reap once they have been closed for
  * the table's retention, or at once by ms_hook_release (the last read-out);
  * both run under the mutex, after the quiescence that closed them, so no
- * worker and no reader can still hold them. Ids grow from 1 and are never
+ * worker and no reader can still hold them. The budget (count, descriptors,
+ * bytes) frees the oldest closed generations first when a bound is passed,
+ * and refuses an attach or replace that would pass it with nothing closed
+ * left to free. Ids grow from 1 and are never
  * reused; the attachment array holds the live and retained ones, in id order.
  * Coverage. Each generation has per-worker counters written only by that worker
  * (relaxed stores) and summed by readers; a firing is counted by the generation
@@ -53,7 +56,8 @@ struct ms_gen {
   struct attachment *att;
   struct ms_monitor *mon;
   struct ms_bpf_map **maps;
-  int n_maps;
+  int n_maps;                      /* one memfd each */
+  uint64_t bytes;                  /* the maps' memfd bytes */
   struct ms_bpf_jit **jits;        /* [mon->n_progs]: native code, NULL where interpreted */
   int n_jitted;
   uint32_t generation;
@@ -119,6 +123,8 @@ struct ms_hook_table {
   int next_id;                     /* ids are never reused */
   uint64_t retention_ns;           /* closed generations stay readable this long */
   uint64_t n_freed;                /* generations freed by reap or release (statistics) */
+  struct ms_attach_budget budget;  /* bounds beside the retention; zero fields: none */
+  uint64_t n_freed_early, n_refused; /* budget statistics */
   _Atomic int hinted;              /* a sched_hint program was ever attached */
 };
 
@@ -141,6 +147,9 @@ int ms_hook_reap(struct ms_hook_table *t, uint64_t now);
 int ms_hook_release(struct ms_hook_table *t, int id);
 /* Attachments held (live and retained). */
 int ms_hook_count(struct ms_hook_table *t);
+/* The budget (under the mutex; frees closed generations over the new bounds). */
+void ms_hook_set_budget(struct ms_hook_table *t, const struct ms_attach_budget *b);
+void ms_hook_usage(struct ms_hook_table *t, struct ms_attach_usage *out);
 #define MS_HOOK_RETENTION_DEFAULT_NS (60ull * 1000000000ull)
 void ms_gen_coverage(const struct ms_gen *g, int n_workers, struct ms_coverage *out);
 /* Generation g's coverage as every read-out reports it: the table's counts,

@@ -112,6 +112,7 @@ static struct ms_gen *gen_new(struct ms_hook_table *t, struct ms_monitor *m, con
   for (int i = 0; i < g->n_maps; i++) {
     g->maps[i] = ms_bpf_map_new(ms_bpf_object_map(m->obj, (size_t)i), (uint32_t)t->n_workers, log);
     if (!g->maps[i]) goto fail;
+    g->bytes += ms_bpf_map_bytes(g->maps[i]);
     size_t n;
     const void *init = ms_bpf_object_map_init(m->obj, (size_t)i, &n);
     if (init && n) {
@@ -183,6 +184,147 @@ static void mark_hinted(struct ms_hook_table *t, const struct ms_monitor *m) {
     if (m->type[i] == MS_PROG_SCHED_HINT) atomic_store(&t->hinted, 1);
 }
 
+/* ---- the budget: what attachments hold, the oldest closed freed first ---- */
+
+struct held {
+  int attached, retained, fds;
+  uint64_t bytes;
+};
+
+static void held_count(const struct ms_hook_table *t, struct held *h) {
+  *h = (struct held){0};
+  for (int i = 0; i < t->n_atts; i++) {
+    const struct attachment *a = t->atts[i];
+    h->attached += a->attached;
+    for (const struct ms_gen *g = a->cur; g; g = g->prev) {
+      h->retained += g != a->cur || !a->attached;
+      h->fds += g->n_maps;
+      h->bytes += g->bytes;
+    }
+  }
+}
+
+static int over_budget(const struct ms_hook_table *t, const struct held *h) {
+  const struct ms_attach_budget *b = &t->budget;
+  return (b->max_retained > 0 && h->retained > b->max_retained) || (b->max_fds > 0 && h->fds > b->max_fds) ||
+         (b->max_bytes && h->bytes > b->max_bytes);
+}
+
+static int remove_at(struct ms_hook_table *t, int i);
+
+/* Frees the closed generation that closed first (the last of some
+ * attachment's chain); 0 when nothing closed is held. */
+static int free_oldest(struct ms_hook_table *t) {
+  int best = -1;
+  struct ms_gen *victim = NULL, *after = NULL;
+  uint64_t when = UINT64_MAX;
+  for (int i = 0; i < t->n_atts; i++) {
+    struct attachment *a = t->atts[i];
+    struct ms_gen *g = a->cur, *next = NULL;
+    for (; g->prev; g = g->prev) next = g;
+    if (g == a->cur && a->attached) continue;  /* only the live generation */
+    uint64_t end = atomic_load(&g->t_end);
+    if (end < when) {
+      when = end;
+      best = i;
+      victim = g;
+      after = next;
+    }
+  }
+  if (best < 0) return 0;
+  if (after) {  /* an older generation of a chain */
+    after->prev = NULL;
+    gen_free(victim);
+    t->n_freed++;
+  } else {  /* a detached attachment's only generation: the attachment goes */
+    remove_at(t, best);
+  }
+  t->n_freed_early++;
+  return 1;
+}
+
+/* Frees the oldest closed generations until what is held and `fds`, `bytes`,
+ * `retained` more fit the budget; 0, or -MS_E_LIMIT when nothing closed is
+ * left to free. */
+static int make_room(struct ms_hook_table *t, int fds, uint64_t bytes, int retained) {
+  for (;;) {
+    struct held h;
+    held_count(t, &h);
+    h.fds += fds;
+    h.bytes += bytes;
+    h.retained += retained;
+    if (!over_budget(t, &h)) return 0;
+    if (!free_oldest(t)) return -MS_E_LIMIT;
+  }
+}
+
+static void bound_text(char *buf, size_t n, uint64_t v) {
+  if (v)
+    snprintf(buf, n, "%llu", (unsigned long long)v);
+  else
+    snprintf(buf, n, "no bound");
+}
+
+static int refuse(struct ms_hook_table *t, const char *what, int fds, uint64_t bytes, struct ms_textbuf *log) {
+  struct held h;
+  held_count(t, &h);
+  char bf[32], bb[32];
+  bound_text(bf, sizeof bf, (uint64_t)(t->budget.max_fds > 0 ? t->budget.max_fds : 0));
+  bound_text(bb, sizeof bb, t->budget.max_bytes);
+  char need[64] = "";
+  if (bytes) snprintf(need, sizeof need, " and %llu map bytes", (unsigned long long)bytes);
+  ms_textbuf_printf(log,
+                    "%s refused by the attachments' budget: it needs %d descriptors%s, the %d attached hold %d "
+                    "and %llu bytes, and the budget is %s descriptors and %s bytes (nothing closed is left to "
+                    "free); detach an attachment first\n",
+                    what, fds, need, h.attached, h.fds, (unsigned long long)h.bytes, bf, bb);
+  t->n_refused++;
+  return -MS_E_LIMIT;
+}
+
+/* A new generation within the budget: room made before its maps are created
+ * (descriptors) and after (bytes); out of descriptors, the oldest closed
+ * generations give theirs. NULL with *rc set. */
+static struct ms_gen *gen_budgeted(struct ms_hook_table *t, struct ms_monitor *m, const struct ms_attach_opts *o,
+                                   int closes, const char *what, struct ms_textbuf *log, int *rc) {
+  int fds = (int)ms_bpf_object_map_count(m->obj);
+  if (make_room(t, fds, 0, closes)) {
+    *rc = refuse(t, what, fds, 0, log);
+    return NULL;
+  }
+  errno = 0;
+  struct ms_gen *g = gen_new(t, m, o, log);
+  while (!g && (errno == EMFILE || errno == ENFILE) && free_oldest(t)) g = gen_new(t, m, o, log);
+  if (!g) {
+    *rc = errno ? -errno : -ENOMEM;
+    return NULL;
+  }
+  if (make_room(t, fds, g->bytes, closes)) {
+    *rc = refuse(t, what, fds, g->bytes, log);
+    gen_release(g, m->n_progs);
+    return NULL;
+  }
+  return g;
+}
+
+void ms_hook_set_budget(struct ms_hook_table *t, const struct ms_attach_budget *b) {
+  pthread_mutex_lock(&t->mu);
+  memset(&t->budget, 0, sizeof t->budget);
+  if (b) memcpy(&t->budget, b, b->sz < sizeof t->budget ? b->sz : sizeof t->budget);
+  t->budget.sz = sizeof t->budget;
+  make_room(t, 0, 0, 0);
+  pthread_mutex_unlock(&t->mu);
+}
+
+void ms_hook_usage(struct ms_hook_table *t, struct ms_attach_usage *out) {
+  struct held h;
+  pthread_mutex_lock(&t->mu);
+  held_count(t, &h);
+  *out = (struct ms_attach_usage){.attached = h.attached, .retained = h.retained, .fds = h.fds, .bytes = h.bytes,
+                                  .freed_early = t->n_freed_early, .refused = t->n_refused};
+  pthread_mutex_unlock(&t->mu);
+}
+
 int ms_hook_attach(struct ms_hook_table *t, struct ms_monitor *m, const struct ms_attach_opts *o,
                    struct ms_textbuf *log) {
   struct attachment *a = calloc(1, sizeof *a);
@@ -198,7 +340,7 @@ int ms_hook_attach(struct ms_hook_table *t, struct ms_monitor *m, const struct m
     t->atts = n;
     t->cap_atts = cap;
   }
-  struct ms_gen *g = gen_new(t, m, &a->opts, log);
+  struct ms_gen *g = gen_budgeted(t, m, &a->opts, 0, "attach", log, &rc);
   if (!g) goto fail;
   g->att = a;
   g->generation = 1;
@@ -322,8 +464,7 @@ int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, const
     memcpy(&opts, o, o->sz < sizeof opts ? o->sz : sizeof opts);
     opts.sz = sizeof opts;
   }
-  rc = -ENOMEM;
-  struct ms_gen *g = gen_new(t, m, &opts, log);
+  struct ms_gen *g = gen_budgeted(t, m, &opts, 1, "replace", log, &rc);
   if (!g) goto out;
   g->att = a;
   g->generation = a->cur->generation + 1;
@@ -341,6 +482,7 @@ int ms_hook_replace(struct ms_hook_table *t, int id, struct ms_monitor *m, const
   a->cur = g;
   a->opts = opts;
   rc = 0;
+  make_room(t, 0, 0, 0);  /* the closed generation over the count: the oldest goes */
 out:
   pthread_mutex_unlock(&t->mu);
   return rc;
@@ -354,6 +496,7 @@ int ms_hook_detach(struct ms_hook_table *t, int id) {
   if (a && a->attached && !(rc = publish(t, a->cur, NULL))) {
     a->attached = 0;
     atomic_store(&a->cur->t_end, ms_now_ns());
+    make_room(t, 0, 0, 0);  /* over the count of closed generations: the oldest goes */
   }
   pthread_mutex_unlock(&t->mu);
   return rc;

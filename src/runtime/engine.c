@@ -76,7 +76,8 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     if (b > e->max_rows) e->max_rows = b;
   }
   pthread_mutex_init(&e->log_mu, NULL);
-  if (ms_mpmc_init(&e->mail, 1024)) goto fail;
+  atomic_init(&e->max_queued, MS_QUEUE_DEFAULT);
+  if (ms_mpmc_init(&e->mail, MS_QUEUE_CAP) || ms_fq_init(&e->fq, MS_QUEUE_CAP)) goto fail;
   for (int i = 0; i < e->n_buckets; i++) {
     if (i == 0) {
       /* storage first: the plans' runtime contexts point into it */
@@ -153,6 +154,7 @@ void ms_engine_free(struct ms_engine *e) {
   ms_hook_table_free(e->hooks);
   ms_rt_storage_free(e);
   ms_mpmc_destroy(&e->mail);
+  ms_fq_free(&e->fq);
   pthread_mutex_destroy(&e->log_mu);
   free(e);
 }
@@ -199,11 +201,16 @@ void ms_engine_get_stats(const struct ms_engine *e, struct ms_engine_stats *out)
   out->n_workers = e->n_workers;
   for (int w = 0; w < e->n_workers; w++) out->tasks += atomic_load(&m->workers[w].tasks_done);
   out->running = atomic_load_explicit(&m->stat_running, memory_order_relaxed);
-  uint64_t tail = atomic_load_explicit(&m->mail.tail, memory_order_relaxed),
-           head = atomic_load_explicit(&m->mail.head, memory_order_relaxed);
-  out->waiting = tail > head ? (int)(tail - head) : 0;
+  int queued = atomic_load_explicit(&m->queued, memory_order_relaxed);
+  out->waiting = queued > 0 ? queued : 0;
   out->kv_pages_used = atomic_load_explicit(&m->stat_pages_used, memory_order_relaxed);
   out->kv_pages = e->pool_pages;
+}
+
+int ms_engine_set_max_queued(struct ms_engine *e, int n) {
+  n = n < 1 ? 1 : n > MS_QUEUE_CAP ? MS_QUEUE_CAP : n;
+  atomic_store_explicit(&e->max_queued, n, memory_order_relaxed);  /* read by submit alone */
+  return n;
 }
 
 int ms_engine_step_log(const struct ms_engine *e, struct ms_step_record *out, int max) {

@@ -18,6 +18,8 @@
 #define MS_STEP_LOG 1024
 #define MS_PRIO_LEVELS (MS_SCHED_HINT_MAX + 1)  /* sched_hint priorities (megascope/hook.h) */
 #define MS_QUEUE_THRESHOLD 64 /* queue_pressure: JIT and mailbox depth declared high */
+#define MS_QUEUE_CAP 16384    /* requests queued for a slot, at most (ms_engine_set_max_queued) */
+#define MS_QUEUE_DEFAULT 1024
 
 /* One plan as the runtime holds it: counters, queues and per-task state. */
 struct plan_rt {
@@ -131,7 +133,31 @@ struct ms_request {
   _Atomic int waiters;             /* threads in ms_request_wait_tokens: skip the wake syscall when 0 */
   _Atomic int cancel;              /* 1: ms_request_cancel, 2: ms_request_stop; read at step start */
   _Atomic int finish;              /* enum ms_finish, set before the state's release */
+  uint64_t client;                 /* whose it is (ms_request_opts.client): fair queueing */
+  uint64_t fq_tag, fq_seq;         /* its start tag and arrival in the fair queue (step start only) */
 };
+
+/* Requests waiting for a slot, in fair order (fairq.c): start-time fair
+ * queueing over clients. Touched by the step start alone. */
+struct fq_client {
+  uint64_t id, finish;             /* a client and the finish tag of its last queued request */
+};
+struct fairq {
+  struct ms_request **heap;        /* [cap] a min-heap by (fq_tag, fq_seq) */
+  int n, cap;
+  struct fq_client *cl;            /* [cap] clients whose finish tag is ahead of vtime */
+  int n_cl;
+  uint64_t vtime;                  /* the start tag of the request admitted last */
+  uint64_t seq;
+};
+int ms_fq_init(struct fairq *q, int cap);
+void ms_fq_free(struct fairq *q);
+/* Queues r for its client (r->client) at a cost (its tokens); 0, or -ENOSPC when full. */
+int ms_fq_push(struct fairq *q, struct ms_request *r, uint64_t cost);
+/* The request with the lowest start tag (NULL: none); the virtual time moves to it. */
+struct ms_request *ms_fq_pop(struct fairq *q);
+/* Removes the requests `drop` returns 1 for (after calling it); returns how many. */
+int ms_fq_filter(struct fairq *q, int (*drop)(struct ms_request *r, void *user), void *user);
 
 struct ms_engine {
   const struct ms_model *m;
@@ -175,10 +201,15 @@ struct ms_engine {
   _Atomic int cur_stop;          /* the published step is the stop: the backend's SMs end */
   uint64_t next_step;            /* the step start only */
 
-  /* the mailbox: requests in */
+  /* the mailbox: requests in; the step start moves them to the fair queue */
   struct ms_mpmc mail;
   _Alignas(64) _Atomic uint32_t mail_seq;
   _Atomic int stop_req;
+  struct fairq fq;
+  _Atomic int queued;            /* submitted, not yet admitted or dropped (mailbox + fair queue) */
+  _Atomic int max_queued;        /* a submit beyond it fails with EAGAIN */
+  _Atomic uint32_t queued_cancels; /* bumped by a cancel of a queued request: the step start sweeps */
+  uint32_t swept;                /* queued_cancels at the last sweep (step start only) */
 
   /* statistics */
   _Atomic uint64_t steps, tokens, positions, stalls;

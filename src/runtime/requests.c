@@ -77,26 +77,54 @@ int ms_rt_retire(struct ms_engine *e, int cancel_all) {
   return n;
 }
 
-/* The next queued request not cancelled while it waited, or NULL. */
-static struct ms_request *next_mail(struct ms_engine *e) {
+/* A request leaves the queue: admitted, or dropped (cancelled while it waited). */
+static void dequeued(struct ms_engine *e) { atomic_fetch_sub_explicit(&e->queued, 1, memory_order_relaxed); }
+
+static int drop_cancelled(struct ms_request *r, void *user) {
+  if (!cancel_asked(r)) return 0;
+  dequeued(user);
+  request_finish(r, MS_REQ_CANCELLED);
+  return 1;
+}
+
+/* Moves the mailbox into the fair queue; requests cancelled while they waited
+ * leave it (a sweep when a cancel of a queued request was counted). */
+static void fill_queue(struct ms_engine *e) {
+  uint32_t c = atomic_load_explicit(&e->queued_cancels, memory_order_acquire);
+  if (c != e->swept) {
+    e->swept = c;
+    ms_fq_filter(&e->fq, drop_cancelled, e);
+  }
   int64_t v;
-  while (!ms_mpmc_pop(&e->mail, &v)) {
+  while (e->fq.n < e->fq.cap && !ms_mpmc_pop(&e->mail, &v)) {
     struct ms_request *r = (struct ms_request *)(intptr_t)v;
-    if (!cancel_asked(r)) return r;
-    request_finish(r, MS_REQ_CANCELLED);
+    if (drop_cancelled(r, e)) continue;
+    ms_fq_push(&e->fq, r, (uint64_t)r->n_prompt + (uint64_t)r->max_new);  /* room checked above */
+  }
+}
+
+/* The next request in fair order not cancelled while it waited, or NULL. */
+static struct ms_request *next_queued(struct ms_engine *e) {
+  struct ms_request *r;
+  while ((r = ms_fq_pop(&e->fq))) {
+    if (!drop_cancelled(r, e)) {
+      dequeued(e);
+      return r;
+    }
   }
   return NULL;
 }
 
 int ms_rt_admit(struct ms_engine *e, int *slots) {
   int n = 0;
+  fill_queue(e);
   for (int s = 0; s < e->n_slots; s++) {
     if (e->slots[s].req) continue;
     struct ms_request *r;
     if (e->faults && ms_fault_slot_reserved(e, s)) {  /* fault injection (late_admission) */
       if (!(r = ms_fault_take_held(e))) continue;
     } else {
-      if (!(r = next_mail(e))) break;
+      if (!(r = next_queued(e))) break;
       if (e->faults && ms_fault_hold_request(e, r, s)) continue;
     }
     struct slot *sl = &e->slots[s];
@@ -126,9 +154,14 @@ void ms_rt_cancel_mailbox(struct ms_engine *e) {
   int64_t v;
   struct ms_request *held = e->faults ? ms_fault_drop_held(e) : NULL;  /* fault injection (late_admission) */
   if (held) request_finish(held, MS_REQ_CANCELLED);
-  while (!ms_mpmc_pop(&e->mail, &v)) {
-    struct ms_request *r = (struct ms_request *)(intptr_t)v;
+  struct ms_request *r;
+  while ((r = ms_fq_pop(&e->fq))) {
+    dequeued(e);
     request_finish(r, MS_REQ_CANCELLED);
+  }
+  while (!ms_mpmc_pop(&e->mail, &v)) {
+    dequeued(e);
+    request_finish((struct ms_request *)(intptr_t)v, MS_REQ_CANCELLED);
   }
 }
 
@@ -217,12 +250,18 @@ struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request
   r->presence = x.presence_penalty;
   r->frequency = x.frequency_penalty;
   r->slot = -1;
+  r->client = x.client;
   int ok = request_alloc(r, &x, positions, e->m->cfg.vocab);
   if (ok) memcpy(r->prompt, o->prompt, (size_t)o->n_prompt * sizeof *r->prompt);
   atomic_init(&r->refs, 2);
   atomic_init(&r->state, MS_REQ_QUEUED);
   r->t_submit = ms_now_ns();
-  if (!ok || atomic_load(&e->stop_req) || ms_mpmc_push(&e->mail, (int64_t)(intptr_t)r)) {
+  /* a place in the queue first: the mailbox holds no more than the queue's bound */
+  int room = ok && atomic_fetch_add_explicit(&e->queued, 1, memory_order_relaxed) <
+                       atomic_load_explicit(&e->max_queued, memory_order_relaxed);
+  if (!room && ok) dequeued(e);
+  if (!room || atomic_load(&e->stop_req) || ms_mpmc_push(&e->mail, (int64_t)(intptr_t)r)) {
+    if (room) dequeued(e);
     request_free_parts(r);
     errno = ok ? EAGAIN : ENOMEM;
     return NULL;
@@ -271,6 +310,9 @@ static void request_end_early(struct ms_request *r, int how) {
   int none = 0;
   if (!atomic_compare_exchange_strong_explicit(&r->cancel, &none, how, memory_order_acq_rel, memory_order_acquire))
     return;
+  /* a queued request leaves the queue at the next step start, not when its turn comes */
+  if (atomic_load_explicit(&r->state, memory_order_acquire) == MS_REQ_QUEUED)
+    atomic_fetch_add_explicit(&r->e->queued_cancels, 1, memory_order_release);
   /* an idle worker 0 sleeps on the mailbox: wake it to retire the request */
   atomic_fetch_add_explicit(&r->e->mail_seq, 1, memory_order_release);
   ms_futex_wake_all(&r->e->mail_seq);

@@ -280,7 +280,7 @@ static void step_hooks(struct ms_engine *e, struct plan_rt *rt, const int *admit
   if (HOOK_ARMED(e, MS_HOOK_STEP)) fire_step_hook(e, rt, MS_STEP_BEGIN);
   if (HOOK_ARMED(e, MS_HOOK_REQUEST))
     for (int i = 0; i < n_admitted; i++) fire_request_hook(e, 0, rt, admitted[i], MS_REQ_ADMITTED, 0);
-  uint32_t depth = (uint32_t)(atomic_load(&e->mail.tail) - atomic_load(&e->mail.head));
+  uint32_t depth = (uint32_t)atomic_load_explicit(&e->queued, memory_order_relaxed);
   if (depth >= MS_QUEUE_THRESHOLD && HOOK_ARMED(e, MS_HOOK_QUEUE_PRESSURE))
     fire_queue_hook(e, NULL, rt, MS_QUEUE_MAILBOX, depth);
 }

@@ -29,6 +29,8 @@ struct world {
   double class_factor[512], layer_factor[64], worker_factor[8], device_factor[4];
   double bytes_factor[512]; /* per class: heavier block type (time and bytes alike) */
   double req_ctx[32], req_factor[32];
+  int pace_burst;        /* steps from step 50 that run every request 3x slower */
+  int no_min;            /* the tables without each cell's fastest task (means only) */
   uint64_t rng;
 };
 
@@ -39,6 +41,8 @@ struct window {
   struct ms_explain_cell *cells;
   size_t n_cells;
   struct ms_explain_request req[32];
+  struct ms_explain_req_cell req_cells[32 * 40];
+  size_t n_req_cells;
   struct ms_explain_os os[8 * 8];
   int device[8];
   struct ms_explain_input in;
@@ -98,6 +102,7 @@ static void draw(struct world *w, struct window *win) {
         if (uniform(&w->rng) < w->preempt_p + w->worker_preempt_p[wk]) ns += 3e6;
         struct ms_explain_cell *cell = &win->cells[((size_t)s * (size_t)(C + 1) + (size_t)c) * (size_t)w->workers + (size_t)wk];
         cell->n += 1, cell->sum_ns += ns;
+        if (!w->no_min && (!(cell->min_ns > 0) || ns < cell->min_ns)) cell->min_ns = ns;
       }
     }
   }
@@ -111,14 +116,29 @@ static void draw(struct world *w, struct window *win) {
           .runqueue_ns = wall * fmax(0, w->os_share[wk] + 0.004 * gauss(&w->rng)),
           .preempted = 10 + 1000 * w->os_share[wk]};
     }
+  /* requests: each lives 40 steps from a staggered start (wrapping), 4
+   * attention tasks a step; a step's pace (a burst of load) moves every
+   * request in it alike */
+  double pace[1024];
+  for (int st = 0; st < w->steps; st++) pace[st] = st >= 50 && st < 50 + w->pace_burst ? 3 : 1;
   for (int r = 0; r < w->n_req; r++) {
-    double n = 4.0 * w->steps, per = (3000 + 40 * w->req_ctx[r]) * w->req_factor[r];
-    win->req[r] = (struct ms_explain_request){.slot = (uint32_t)(r % 8), .gen = (uint32_t)(r / 8 + 1), .n = n,
-                                              .ctx_sum = w->req_ctx[r] * n};
-    for (int i = 0; i < (int)n; i++) win->req[r].sum_ns += per * exp(w->noise * gauss(&w->rng));
+    win->req[r] = (struct ms_explain_request){.slot = (uint32_t)(r % 8), .gen = (uint32_t)(r / 8 + 1)};
+    double per = (3000 + 40 * w->req_ctx[r]) * w->req_factor[r];
+    for (int a = 0; a < 40; a++) {
+      int st = (r * 7 + a) % w->steps;
+      struct ms_explain_req_cell *c = &win->req_cells[win->n_req_cells++];
+      *c = (struct ms_explain_req_cell){.request = r, .slice = st, .n = 4, .ctx = w->req_ctx[r]};
+      for (int i = 0; i < 4; i++) {
+        double ns = per * pace[st] * exp(w->noise * gauss(&w->rng));
+        c->sum_ns += ns;
+        if (!w->no_min && (!(c->min_ns > 0) || ns < c->min_ns)) c->min_ns = ns;
+      }
+      win->req[r].n += 4, win->req[r].sum_ns += c->sum_ns, win->req[r].ctx_sum += 4 * w->req_ctx[r];
+    }
   }
   win->in = (struct ms_explain_input){.classes = win->cls, .n_classes = win->n_classes, .cells = win->cells,
                                       .n_cells = win->n_cells, .requests = win->req, .n_requests = w->n_req,
+                                      .req_cells = win->req_cells, .n_req_cells = win->n_req_cells,
                                       .os = win->os, .n_os_slices = 8, .device = win->device,
                                       .n_workers = w->workers, .n_slices = w->slices, .window_ns = 2e9,
                                       .steps = (double)w->steps};
@@ -164,6 +184,12 @@ static void healthy(void) {
     world_init(&w, 30, 2, seed);
     w.preempt_p = 0.002;  /* about one task in 500 loses 3 ms to another thread */
     expect("healthy, preempted tasks", &w, 0, NULL);
+    world_init(&w, 30, 2, seed);
+    w.preempt_p = 0.002, w.no_min = 1;
+    expect("healthy, preempted tasks, means only", &w, 0, NULL);
+    world_init(&w, 30, 2, seed);
+    w.preempt_p = 0.05;  /* one task in 20: only the fastest task of a cell holds */
+    expect("healthy, heavily preempted tasks", &w, 0, NULL);
   }
   /* a Q4_K_M mix: every third layer's down and qkv read 1.6x the bytes */
   world_init(&w, 30, 2, 7);
@@ -176,6 +202,12 @@ static void classes_and_layers(void) {
   world_init(&w, 30, 2, 11);
   w.class_factor[cls_id(15, 6)] = 1.5;
   expect("blk.15.gate_up 1.5x of 30 layers", &w, WANT("class:blk.15.gate_up"));
+  world_init(&w, 30, 2, 11);
+  w.class_factor[cls_id(15, 6)] = 1.5, w.no_min = 1;
+  expect("blk.15.gate_up 1.5x, means only", &w, WANT("class:blk.15.gate_up"));
+  world_init(&w, 30, 2, 18);
+  w.class_factor[cls_id(21, 4)] = 1.5, w.preempt_p = 0.05;
+  expect("blk.21.wo 1.5x, heavily preempted", &w, WANT("class:blk.21.wo"));
   world_init(&w, 30, 2, 12);
   w.class_factor[cls_id(14, 3)] = 2;
   expect("blk.14.attn 2x", &w, WANT("class:blk.14.attn"));
@@ -230,6 +262,16 @@ static void requests(void) {
   world_init(&w, 30, 2, 34);
   w.n_req = 24;
   expect("healthy requests", &w, 0, NULL);
+  /* a burst of load over 50 steps: the requests living through it are no
+   * slower than the rest of their batch */
+  for (uint64_t seed = 35; seed < 40; seed++) {
+    world_init(&w, 30, 2, seed);
+    w.n_req = 24, w.pace_burst = 50;
+    expect("healthy requests, a burst of load", &w, 0, NULL);
+  }
+  world_init(&w, 30, 2, 40);
+  w.n_req = 24, w.pace_burst = 50, w.req_factor[6] = 1.5;
+  expect("request 6 1.5x among bursts", &w, WANT("request:request slot 6 gen 1"));
 }
 
 /* Degenerate input: nothing judged, nothing named, no crash. */

@@ -1,77 +1,75 @@
 /* SPDX-License-Identifier: MIT */
-/* megascope explain: the built-in drill-down, a summary first and raw evidence
- * only where the summary says to look.
+/* megascope explain: the built-in drill-down an operator runs on a live
+ * engine. A summary first, raw evidence only where the summary says to look.
  *
- *   explain --socket S --slo tpot=50ms [--window 2s] [--evidence 200] [--json]
+ *   explain --socket S --slo tpot=50ms [--window 4s] [--evidence 200] [--json]
  *
- * 1. Summary: a query of every task's time by class, and the steps, over a
- *    window; the engine's stats give the TPOT of the requests finished in it.
- * 2. Which class explains the step time: each class against the other layers'
- *    classes of the same op (blk.3.wo against blk.0.wo ... blk.N.wo: the same
- *    shapes, so the same time in a healthy engine): its excess is (its median -
- *    the median of the peers' medians) x its tasks per step, in ns per step; the class
- *    with the largest excess is the culprit. Classes without peers (embed,
- *    lm_head, sample) are reported but not judged.
- * 3. Evidence: a capture query for the culprit alone, a ring buffer bounded to
- *    --evidence records by the engine's own budget, then detached.
- * The report: the SLO verdict, the culprit and how sure, the evidence, what it
- * cost in bytes, the coverage of both attachments. Exit codes: 0 done (whether
- * or not the SLO holds), 1 refused or unreachable, 2 usage. */
+ * 1. Summary: one query over the window keeps each task's time by (class,
+ *    bucket, worker, step % K), each class's bytes a task, each request's
+ *    attention time and context, and the steps; meanwhile the engine's stats
+ *    are read EXPLAIN_OS_SLICES times for what the OS says of each worker
+ *    thread (its run-queue wait) and the TPOT of the requests finished.
+ * 2. Judgement (src/explain): classes against the same op in other layers,
+ *    layers, workers, devices and requests against their peers, each effect
+ *    against the scatter the same window shows among healthy peers; every part
+ *    above that noise is a culprit, the broadest first.
+ * 3. Evidence: for each culprit (EXPLAIN_MAX_EVIDENCE at most) a capture of
+ *    its tasks alone, a ring buffer bounded by the engine's own budget to its
+ *    share of --evidence records, then detached.
+ * Exit codes: 0 done (whether or not the SLO holds), 1 refused or
+ * unreachable, 2 usage. docs/query.md says how it judges and how sure it is. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "cli.h"
 #include "common.h"
+#include "explain_cli.h"
 #include "opt.h"
-#include "megascope/json.h"
 #include "megascope/query.h"
 #include "query_client.h"
 
 #define ME "explain"
-#define MAX_CLASSES 4096
-
-struct args {
-  const char *socket;
-  uint64_t slo_ns, window_ns;
-  long evidence;
-  int as_json;
-};
 
 static int window_opt(void *dst, const char *arg) {
-  struct args *a = dst;
-  if (ms_query_parse_duration(arg, &a->window_ns) || a->window_ns < 100000000ull) {
-    fprintf(stderr, "megascope explain: --window '%s': expected a duration of at least 100ms\n", arg);
+  struct explain_args *a = dst;
+  if (ms_query_parse_duration(arg, &a->window_ns) || a->window_ns < 500000000ull) {
+    fprintf(stderr, "megascope explain: --window '%s': expected a duration of at least 500ms\n", arg);
     return -1;
   }
   return 0;
 }
 
-static int slo_opt(void *dst, const char *arg) { return live_parse_slo(ME, arg, &((struct args *)dst)->slo_ns); }
+static int slo_opt(void *dst, const char *arg) { return live_parse_slo(ME, arg, &((struct explain_args *)dst)->slo_ns); }
 
-#define EA struct args
+#define EA struct explain_args
 static const struct cli_opt explain_opts[] = {
     CLI_OPT_GROUP(EA, socket, cli_socket_opts),
     CLI_OPT_FN("slo", "tpot=DURATION", slo_opt, "the time-per-output-token objective (tpot=50ms)"),
-    CLI_OPT_FN("window", "DURATION", window_opt, "how long the summary runs (default 2s)"),
-    CLI_OPT_INT(EA, evidence, "evidence", "N", 1, 100000, "raw records of the culprit's tasks to capture (default 200)"),
+    CLI_OPT_FN("window", "DURATION", window_opt, "how long the summary runs (default 4s)"),
+    CLI_OPT_INT(EA, evidence, "evidence", "N", 1, 100000,
+                "raw task records captured in all, shared among the culprits (default 200)"),
+    CLI_OPT_INT(EA, slices, "slices", "K", 2, 64,
+                "parts the window's steps are split into (step % K) for the noise\n"
+                "(default: 32, fewer when the classes x workers would need too many keys)"),
     CLI_OPT_FLAG(EA, as_json, "json", "the report as one JSON object"),
     {0}};
 #undef EA
 
 static const char explain_head[] =
     "usage: megascope explain [--socket S] --slo tpot=DURATION [options]\n\n"
-    "Which task class explains the step time, with raw evidence for that class alone:\n"
-    "a summary query over a window (task time by class, steps), each class against the\n"
-    "other layers' classes of its op, then a bounded capture of the culprit's tasks.\n\n";
+    "What stands out in a live engine, with raw evidence for it alone: a summary over a\n"
+    "window (each class's, worker's and request's task times, what the OS says of each\n"
+    "worker thread), each part held against its peers (a class against the same op in\n"
+    "the other layers, a layer, a worker against the others, a request against the\n"
+    "others given their contexts) by the scatter the same window shows among healthy\n"
+    "peers, then a bounded capture of each culprit's tasks.\n\n";
 
-/* 0: parsed; 1: --help printed; -1: a usage error, printed. */
-static int parse(int argc, char **argv, struct args *a) {
-  *a = (struct args){.window_ns = 2000000000ull, .evidence = 200};
+static int parse(int argc, char **argv, struct explain_args *a) {
+  *a = (struct explain_args){.window_ns = 4000000000ull, .evidence = 200};
   int rc = cli_parse(ME, explain_head, explain_opts, a, argc, argv, NULL);
   if (rc) return rc;
   if (!a->slo_ns) {
@@ -80,6 +78,8 @@ static int parse(int argc, char **argv, struct args *a) {
   }
   return 0;
 }
+
+/* ---- the summary ---- */
 
 /* A live query's read-out, parsed. */
 static json_t *readout(struct live *l, const char *sock) {
@@ -107,322 +107,419 @@ static json_t *map_named(json_t *r, const char *name) {
   return NULL;
 }
 
-struct tpot {
-  double sum_s;
-  uint64_t count;
-};
-static int get_tpot(const char *sock, struct tpot *t) { return live_tpot(ME, sock, &t->sum_s, &t->count); }
-
-/* ---- the culprit ---- */
-
-struct cls {
-  const char *name, *op;
-  double n, median, peers, excess; /* median: its median task time; peers: the median of its peers' medians
-                                  * (NAN without peers) */
-  int n_peers;
-};
-
-static int by_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* A culprit's median task time is at least this much its peers' median, and
- * its excess at least this share of a step's work. Set from healthy and
- * faulted runs of tiny on a 2-core machine with other tests running: healthy
- * classes stayed under 1.3x and 1% of the work; a wo class made 8x slower
- * showed over 5x and 15%. Not validated beyond those runs (docs/query.md). */
-#define CULPRIT_RATIO 1.5
-#define CULPRIT_SHARE 0.03
-
-/* Each class against its op's other classes; returns the culprit or -1.
- * step_ns: the window's step time, for the share. */
-static int judge(struct cls *c, int n, double steps, double step_ns) {
-  int best = -1;
-  double *v = malloc((size_t)n * sizeof *v);
-  for (int i = 0; v && i < n; i++) {
-    int k = 0;
-    for (int j = 0; j < n; j++)
-      if (j != i && !strcmp(c[j].op, c[i].op) && c[j].n > 0) v[k++] = c[j].median;
-    c[i].n_peers = k;
-    c[i].peers = NAN;
-    c[i].excess = 0;
-    if (!k || c[i].n == 0) continue;
-    qsort(v, (size_t)k, sizeof *v, by_double);
-    c[i].peers = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
-    c[i].excess = (c[i].median - c[i].peers) * c[i].n / (steps > 0 ? steps : 1);
-    int big = c[i].median >= CULPRIT_RATIO * c[i].peers && c[i].excess >= CULPRIT_SHARE * step_ns;
-    if (big && (best < 0 || c[i].excess > c[best].excess)) best = i;
+/* The schema's classes (names point into w->schema). */
+static int load_classes(struct explain_window *w) {
+  json_t *tc = json_object_get(json_object_get(w->schema, "schema"), "task_classes");
+  w->n_cls = (int)json_array_size(tc);
+  if (!(w->cls = calloc((size_t)w->n_cls + 1, sizeof *w->cls))) return -1;
+  for (int i = 0; i < w->n_cls; i++) {
+    json_t *c = json_array_get(tc, (size_t)i);
+    int id = (int)json_integer_value(json_object_get(c, "id"));
+    if (id < 0 || id >= w->n_cls) id = i;
+    const char *op = json_string_value(json_object_get(c, "op"));
+    w->cls[id] = (struct ms_explain_class){json_string_value(json_object_get(c, "name")), op ? op : "",
+                                           (int)json_integer_value(json_object_get(c, "layer")), 0};
   }
-  free(v);
-  return best;
+  return 0;
 }
 
-/* The schema's ops by class name. */
-static const char *op_of(json_t *schema, const char *cls) {
+static int class_index(const struct explain_window *w, const char *name) {
+  for (int i = 0; name && i < w->n_cls; i++)
+    if (w->cls[i].name && !strcmp(w->cls[i].name, name)) return i;
+  return -1;
+}
+
+/* K: as many slices as keep the task map under about 64k keys. */
+static int slices_for(const struct explain_args *a, int n_cls, int n_workers) {
+  if (a->slices) return (int)a->slices;
+  long k = 65536L / ((long)(n_cls ? n_cls : 1) * (n_workers ? n_workers : 1) * 3);
+  return k > 32 ? 32 : k < 4 ? 4 : (int)k;
+}
+
+static struct ms_query *summary_query(const struct ms_query_schema *sc, int K, int n_cls, struct ms_textbuf *log) {
+  char src[1024];
+  snprintf(src, sizeof src,
+           "task_end { @t[class, bucket, worker, step %% %d] = avg(t_end - t_begin); "
+           "@m[class, bucket, worker, step %% %d] = min(t_end - t_begin); @dev[worker] = max(device) }\n"
+           "task_end /work_bytes != 0xffffffffffffffff/ { @wb[class] = avg(work_bytes) }\n"
+           "task_end /op == attn && req_slot != 0xffffffff/ { @r[req_slot, req_gen, step] = avg(t_end - t_begin); "
+           "@rm[req_slot, req_gen, step] = min(t_end - t_begin); @rc[req_slot, req_gen, step] = min(ctx_len) }\n"
+           "step /phase == end/ { @steps = count() }",
+           K, K);
+  /* room for every class in four buckets a slice, and 32k (request, step)
+   * cells (a full map drops what does not fit, counted) */
+  uint32_t keys = 32768, want = (uint32_t)n_cls * 4u * (uint32_t)K;
+  while (keys < want && keys < 65536u) keys <<= 1;
+  struct ms_query_opts qo = {.sz = sizeof qo, .max_keys = keys};
+  return ms_query_compile(src, sc, &qo, log);
+}
+
+/* One read of the engine's stats: each worker's OS counters, the TPOT. */
+struct stats_read {
+  uint64_t t;
+  double tpot_sum;
+  uint64_t tpot_n;
+  json_t *os;  /* worker_os (owned) */
+};
+
+static int read_stats(const char *sock, struct stats_read *s) {
+  json_t *rep = live_call(ME, sock, "{\"cmd\":\"stats\"}");
+  if (!rep) return -1;
+  s->t = ms_now_ns();
+  json_t *tp = json_object_get(rep, "tpot");
+  s->tpot_sum = json_number_value(json_object_get(tp, "sum_s"));
+  s->tpot_n = (uint64_t)json_integer_value(json_object_get(tp, "count"));
+  s->os = json_incref(json_object_get(rep, "worker_os"));
+  json_decref(rep);
+  return 0;
+}
+
+/* The OS's view of one slice: the difference of two reads. */
+static void os_slice(const struct stats_read *a, const struct stats_read *b, struct ms_explain_os *out, int n) {
+  for (int w = 0; w < n; w++) {
+    json_t *x = json_array_get(a->os, (size_t)w), *y = json_array_get(b->os, (size_t)w);
+    struct ms_explain_os *o = &out[w];
+    memset(o, 0, sizeof *o);
+    o->pinned_cpu = x ? (int)json_integer_value(json_object_get(x, "pinned_cpu")) : -1;
+    o->last_cpu = y ? (int)json_integer_value(json_object_get(y, "last_cpu")) : -1;
+    if (!x || !y || !json_is_true(json_object_get(x, "known")) || !json_is_true(json_object_get(y, "known"))) continue;
+#define D(f) ((double)json_integer_value(json_object_get(y, f)) - (double)json_integer_value(json_object_get(x, f)))
+    o->known = 1;
+    o->wall_ns = (double)(b->t - a->t);
+    o->run_ns = D("run_ns");
+    o->runqueue_ns = D("runqueue_ns");
+    o->preempted = D("preempted");
+#undef D
+  }
+}
+
+static int add_cell(struct explain_window *w, const struct ms_explain_cell *c) {
+  if (w->n_cells == w->cap_cells) {
+    size_t cap = w->cap_cells ? 2 * w->cap_cells : 4096;
+    struct ms_explain_cell *p = realloc(w->cells, cap * sizeof *p);
+    if (!p) return -1;
+    w->cells = p, w->cap_cells = cap;
+  }
+  w->cells[w->n_cells++] = *c;
+  return 0;
+}
+
+static uint64_t map_bytes(json_t *m) {
+  size_t keys = json_array_size(json_object_get(m, "keys"));
+  return (uint64_t)json_array_size(json_object_get(m, "entries")) * (8 * (keys ? keys : 1) + 16);
+}
+
+static int by_req_cell(const void *a, const void *b) {
+  const struct ms_explain_req_cell *x = a, *y = b;
+  if (x->request != y->request) return x->request < y->request ? -1 : 1;
+  return (x->slice > y->slice) - (x->slice < y->slice);
+}
+
+static int find_request(struct explain_window *w, json_t *k, int add) {
+  uint32_t slot = (uint32_t)json_integer_value(json_array_get(k, 0)), gen = (uint32_t)json_integer_value(json_array_get(k, 1));
+  for (int q = w->n_req - 1; q >= 0; q--)
+    if (w->req[q].slot == slot && w->req[q].gen == gen) return q;
+  if (!add) return -1;
+  w->req[w->n_req] = (struct ms_explain_request){.slot = slot, .gen = gen};
+  return w->n_req++;
+}
+
+/* The cell of @rm or @rc keyed k; NULL when @r has none. */
+static struct ms_explain_req_cell *req_cell(struct explain_window *w, json_t *k) {
+  struct ms_explain_req_cell key = {.request = find_request(w, k, 0), .slice = (int)json_integer_value(json_array_get(k, 2))};
+  return bsearch(&key, w->req_cells, w->n_req_cells, sizeof key, by_req_cell);
+}
+
+/* The requests' attention by (request, step): @r (time), @rm (the fastest
+ * task) and @rc (the least context: in a prompt's chunk, the fastest task's
+ * row, since attention grows with the context), keyed alike. */
+static int load_requests(struct explain_window *w, json_t *r, json_t *rm, json_t *rc) {
+  size_t j;
+  json_t *f;
+  w->req = calloc(json_array_size(r) + 1, sizeof *w->req);
+  w->req_cells = calloc(json_array_size(r) + 1, sizeof *w->req_cells);
+  if (!w->req || !w->req_cells) return -1;
+  json_array_foreach(r, j, f) {
+    json_t *k = json_object_get(f, "key");
+    struct ms_explain_req_cell *c = &w->req_cells[w->n_req_cells++];
+    c->request = find_request(w, k, 1);
+    c->slice = (int)json_integer_value(json_array_get(k, 2));
+    c->n = json_number_value(json_object_get(f, "count"));
+    c->sum_ns = json_number_value(json_object_get(f, "sum"));
+  }
+  qsort(w->req_cells, w->n_req_cells, sizeof *w->req_cells, by_req_cell);
+  json_array_foreach(rm, j, f) {
+    struct ms_explain_req_cell *c = req_cell(w, json_object_get(f, "key"));
+    if (c) c->min_ns = json_number_value(json_object_get(f, "value"));
+  }
+  json_array_foreach(rc, j, f) {
+    struct ms_explain_req_cell *c = req_cell(w, json_object_get(f, "key"));
+    if (c) c->ctx = json_number_value(json_object_get(f, "value"));
+  }
+  for (size_t i = 0; i < w->n_req_cells; i++) {
+    struct ms_explain_req_cell *c = &w->req_cells[i];
+    struct ms_explain_request *q = &w->req[c->request];
+    q->n += c->n, q->sum_ns += c->sum_ns, q->ctx_sum += c->ctx * c->n;
+  }
+  return 0;
+}
+
+static int by_cell(const void *a, const void *b) {
+  const struct ms_explain_cell *x = a, *y = b;
+  if (x->cls != y->cls) return x->cls < y->cls ? -1 : 1;
+  if (x->bucket != y->bucket) return x->bucket < y->bucket ? -1 : 1;
+  if (x->worker != y->worker) return x->worker < y->worker ? -1 : 1;
+  return (x->slice > y->slice) - (x->slice < y->slice);
+}
+
+/* Each cell's fastest task (@m, keyed as @t). */
+static void load_minima(struct explain_window *w, json_t *m) {
+  qsort(w->cells, w->n_cells, sizeof *w->cells, by_cell);
   size_t i;
-  json_t *c;
-  json_array_foreach(json_object_get(schema, "task_classes"), i, c) {
-    const char *n = json_string_value(json_object_get(c, "name"));
-    if (n && !strcmp(n, cls)) return json_string_value(json_object_get(c, "op"));
+  json_t *e;
+  json_array_foreach(m, i, e) {
+    json_t *k = json_object_get(e, "key");
+    struct ms_explain_cell key = {.cls = class_index(w, json_string_value(json_array_get(k, 0))),
+                                  .bucket = (int)json_integer_value(json_array_get(k, 1)),
+                                  .worker = (int)json_integer_value(json_array_get(k, 2)),
+                                  .slice = (int)json_integer_value(json_array_get(k, 3))};
+    struct ms_explain_cell *c = bsearch(&key, w->cells, w->n_cells, sizeof key, by_cell);
+    if (c) c->min_ns = json_number_value(json_object_get(e, "value"));
   }
-  return "";
+}
+
+/* The read-out's maps into the judgement's tables. */
+static int load_summary(struct explain_window *w, json_t *sum) {
+  size_t i;
+  json_t *e, *m;
+  json_array_foreach(json_object_get(sum, "maps"), i, m) {
+    w->summary_keys += json_array_size(json_object_get(m, "entries"));
+    w->summary_bytes += map_bytes(m);
+  }
+  w->dropped = (uint64_t)json_integer_value(json_object_get(sum, "dropped"));
+  json_array_foreach(json_object_get(map_named(sum, "@t"), "entries"), i, e) {
+    json_t *k = json_object_get(e, "key");
+    struct ms_explain_cell c = {
+        .cls = class_index(w, json_string_value(json_array_get(k, 0))),
+        .bucket = (int)json_integer_value(json_array_get(k, 1)),
+        .worker = (int)json_integer_value(json_array_get(k, 2)),
+        .slice = (int)json_integer_value(json_array_get(k, 3)),
+        .n = json_number_value(json_object_get(e, "count")),
+        .sum_ns = json_number_value(json_object_get(e, "sum"))};
+    if (c.cls >= 0 && c.worker >= 0 && c.worker < w->n_workers && add_cell(w, &c)) return -1;
+  }
+  load_minima(w, json_object_get(map_named(sum, "@m"), "entries"));
+  json_array_foreach(json_object_get(map_named(sum, "@wb"), "entries"), i, e) {
+    int c = class_index(w, json_string_value(json_array_get(json_object_get(e, "key"), 0)));
+    if (c >= 0) w->cls[c].work_bytes = json_number_value(json_object_get(e, "value"));
+  }
+  json_array_foreach(json_object_get(map_named(sum, "@dev"), "entries"), i, e) {
+    int wk = (int)json_integer_value(json_array_get(json_object_get(e, "key"), 0));
+    if (wk >= 0 && wk < w->n_workers) w->device[wk] = (int)json_number_value(json_object_get(e, "value"));
+  }
+  if (load_requests(w, json_object_get(map_named(sum, "@r"), "entries"), json_object_get(map_named(sum, "@rm"), "entries"),
+                    json_object_get(map_named(sum, "@rc"), "entries")))
+    return -1;
+  json_t *steps = json_array_get(json_object_get(map_named(sum, "@steps"), "entries"), 0);
+  w->steps = json_number_value(json_object_get(steps, "value"));
+  w->coverage = json_incref(json_object_get(sum, "coverage"));
+  return 0;
+}
+
+/* Attaches the summary, reads the OS's view EXPLAIN_OS_SLICES times over the
+ * window, reads the maps out and detaches. */
+static int summarize(const struct explain_args *a, const char *sock, const struct ms_query_schema *sc,
+                     struct explain_window *w) {
+  char lb[2048] = "";
+  struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+  struct ms_query *q = summary_query(sc, w->slices, w->n_cls, &log);
+  struct live l = {0};
+  struct cli_budget b = {0};
+  struct stats_read s[EXPLAIN_OS_SLICES + 1] = {{0}};
+  json_t *sum = NULL;
+  int rc = -1;
+  if (!q) {
+    fprintf(stderr, "megascope explain: the summary query: %s", lb);
+    goto out;
+  }
+  if (read_stats(sock, &s[0]) || live_attach(&l, ME, sock, q, "explain-summary", &b)) goto out;
+  if (!a->as_json)
+    fprintf(stderr, "megascope explain: summary attached as %d for %.1f s (%d slices)\n", l.id,
+            (double)a->window_ns / 1e9, w->slices);
+  for (int i = 1; i <= EXPLAIN_OS_SLICES; i++) {
+    live_sleep_ns(a->window_ns / EXPLAIN_OS_SLICES);
+    if (read_stats(sock, &s[i])) goto out;
+    os_slice(&s[i - 1], &s[i], &w->os[(size_t)(i - 1) * (size_t)w->n_workers], w->n_workers);
+  }
+  if (!(sum = readout(&l, sock))) goto out;
+  w->window_ns = (double)(s[EXPLAIN_OS_SLICES].t - s[0].t);
+  w->finished = s[EXPLAIN_OS_SLICES].tpot_n - s[0].tpot_n;
+  w->tpot_ms = w->finished ? (s[EXPLAIN_OS_SLICES].tpot_sum - s[0].tpot_sum) / (double)w->finished * 1e3 : 0;
+  rc = load_summary(w, sum);
+out:
+  live_detach(&l, ME, sock);
+  for (int i = 0; i <= EXPLAIN_OS_SLICES; i++) json_decref(s[i].os);
+  json_decref(sum);
+  ms_query_free(q);
+  return rc;
 }
 
 /* ---- the evidence ---- */
 
-struct evidence {
-  json_t *readout;
-  size_t n;
-  double p50_ns, p99_ns, max_ns, wait_mean_ns;
-  int workers[64], n_workers;
-  uint64_t bytes;
-};
+static int by_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
 
-static double pct(double *v, size_t n, double q) {
+static double pct(const double *v, size_t n, double q) {
   if (!n) return NAN;
   size_t k = (size_t)ceil(q * (double)n);
   return v[k ? k - 1 : 0];
 }
 
-static void summarize_evidence(struct evidence *ev) {
-  json_t *m = map_named(ev->readout, "@ev");
-  json_t *recs = json_object_get(m, "records");
+/* The capture's predicate for a culprit; 0 when it has none (the OS's view
+ * is the CPU culprits' evidence). A request's records carry its context in
+ * the fifth field, the others their queueing. */
+static int capture_source(const struct explain_window *w, const struct ms_explain_culprit *c, char *src, size_t n) {
+  const char *rec = "record(step, worker, task_index, t_end - t_begin, t_begin - t_ready, wait_ns)";
+  const char *req_rec = "record(step, worker, task_index, t_end - t_begin, ctx_len, wait_ns)";
+  switch (c->kind) {
+  case MS_EXPLAIN_CLASS: return snprintf(src, n, "task_end /class == \"%s\"/ { @ev = %s }", c->name, rec) > 0;
+  case MS_EXPLAIN_LAYER: return snprintf(src, n, "task_end /class =~ \"blk.%d.*\"/ { @ev = %s }", c->id, rec) > 0;
+  case MS_EXPLAIN_WORKER: return snprintf(src, n, "task_end /worker == %d/ { @ev = %s }", c->id, rec) > 0;
+  case MS_EXPLAIN_DEVICE: return snprintf(src, n, "task_end /device == %d/ { @ev = %s }", c->id, rec) > 0;
+  case MS_EXPLAIN_REQUEST:
+    return snprintf(src, n, "task_end /op == attn && req_slot == %u && req_gen == %u/ { @ev = %s }",
+                    w->req[c->id].slot, w->req[c->id].gen, req_rec) > 0;
+  case MS_EXPLAIN_SLOT:
+    return snprintf(src, n, "task_end /op == attn && req_slot == %d/ { @ev = %s }", c->id, req_rec) > 0;
+  default: return 0;
+  }
+}
+
+static void summarize_evidence(struct explain_evidence *ev, json_t *rd, int is_request) {
+  json_t *m = map_named(rd, "@ev"), *recs = json_object_get(m, "records"), *cov = json_object_get(rd, "coverage");
   ev->n = json_array_size(recs);
   ev->bytes = (uint64_t)json_integer_value(json_object_get(m, "bytes"));
-  double *d = malloc((ev->n ? ev->n : 1) * sizeof *d), wait = 0;
+  ev->eligible = (uint64_t)json_integer_value(json_object_get(cov, "eligible"));
+  ev->executed = (uint64_t)json_integer_value(json_object_get(cov, "executed"));
+  ev->lost = (uint64_t)json_integer_value(json_object_get(cov, "lost"));
+  double *d = malloc((ev->n ? ev->n : 1) * sizeof *d), wait = 0, fifth = 0;
   size_t i;
   json_t *r;
+  ev->first = json_array();
   json_array_foreach(recs, i, r) {
-    /* step, worker, task_index, t_end - t_begin, t_begin - t_ready, wait_ns */
-    d[i] = (double)json_integer_value(json_array_get(r, 3));
+    if (d) d[i] = (double)json_integer_value(json_array_get(r, 3));
+    fifth += (double)json_integer_value(json_array_get(r, 4));
     wait += (double)json_integer_value(json_array_get(r, 5));
-    int w = (int)json_integer_value(json_array_get(r, 1)), seen = 0;
-    for (int k = 0; k < ev->n_workers; k++) seen |= ev->workers[k] == w;
-    if (!seen && ev->n_workers < 64) ev->workers[ev->n_workers++] = w;
+    int wk = (int)json_integer_value(json_array_get(r, 1)), seen = 0;
+    for (int k = 0; k < ev->n_workers; k++) seen |= ev->workers[k] == wk;
+    if (!seen && ev->n_workers < 64) ev->workers[ev->n_workers++] = wk;
+    if (i < 5) json_array_append(ev->first, r);
   }
-  qsort(d, ev->n, sizeof *d, by_double);
-  ev->p50_ns = pct(d, ev->n, 0.5);
-  ev->p99_ns = pct(d, ev->n, 0.99);
-  ev->max_ns = ev->n ? d[ev->n - 1] : NAN;
-  ev->wait_mean_ns = ev->n ? wait / (double)ev->n : NAN;
+  if (d) qsort(d, ev->n, sizeof *d, by_double);
+  ev->p50_ns = d ? pct(d, ev->n, 0.5) : NAN;
+  ev->p99_ns = d ? pct(d, ev->n, 0.99) : NAN;
+  ev->max_ns = d && ev->n ? d[ev->n - 1] : NAN;
+  ev->mean_wait_ns = ev->n ? wait / (double)ev->n : NAN;
+  ev->mean_ctx = ev->n && is_request ? fifth / (double)ev->n : NAN;
   free(d);
 }
 
-static int capture(const char *sock, const struct ms_query_schema *sc, const char *culprit, const struct args *a,
-                   uint64_t window_ns, struct evidence *ev) {
-  char src[512];
-  snprintf(src, sizeof src,
-           "task_end /class == \"%s\"/ { @ev = record(step, worker, task_index, t_end - t_begin, "
-           "t_begin - t_ready, wait_ns) }",
-           culprit);
+/* One culprit's capture: attached until `want` records are in or the time is
+ * up, read out, detached. */
+static int capture(const char *sock, const struct ms_query_schema *sc, struct explain_evidence *ev, long want,
+                   uint64_t time_ns, int is_request) {
   char lb[2048] = "";
   struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
   uint32_t rec = 8 * 6 + 8, ring = 4096;
-  while (ring < (uint64_t)rec * (uint64_t)a->evidence && ring < (1u << 26)) ring <<= 1;
+  while (ring < (uint64_t)rec * (uint64_t)want && ring < (1u << 26)) ring <<= 1;
   struct ms_query_opts qo = {.sz = sizeof qo, .ring_bytes = ring};
-  struct ms_query *q = ms_query_compile(src, sc, &qo, &log);
+  struct ms_query *q = ms_query_compile(ev->query, sc, &qo, &log);
   if (!q) {
     fprintf(stderr, "megascope explain: the evidence query: %s", lb);
     return -1;
   }
-  struct live l;
+  struct live l = {0};
   /* the engine's ring budget counts record data, not the 8-byte headers */
-  struct cli_budget b = {.ringbuf_bytes = (uint64_t)(rec - 8) * (uint64_t)a->evidence};
+  struct cli_budget b = {.ringbuf_bytes = (uint64_t)(rec - 8) * (uint64_t)want};
   int rc = live_attach(&l, ME, sock, q, "explain-evidence", &b);
   uint64_t t0 = ms_now_ns();
-  while (!rc && live_records(&l) < (size_t)a->evidence && ms_now_ns() - t0 < window_ns) live_sleep_ns(10000000ull);
-  if (!rc && !(ev->readout = readout(&l, sock))) rc = -1;
+  while (!rc && live_records(&l) < (size_t)want && ms_now_ns() - t0 < time_ns) live_sleep_ns(10000000ull);
+  json_t *rd = rc ? NULL : readout(&l, sock);
   live_detach(&l, ME, sock);
   ms_query_free(q);
-  if (!rc) summarize_evidence(ev);
-  return rc;
+  if (!rd) return -1;
+  summarize_evidence(ev, rd, is_request);
+  json_decref(rd);
+  return 0;
 }
 
-/* ---- the report ---- */
-
-static void report_text(const struct args *a, struct cls *c, int n, int culprit, double steps, double step_ns,
-                        double tpot_ms, uint64_t finished, json_t *sum, const struct evidence *ev) {
-  double slo_ms = (double)a->slo_ns / 1e6;
-  if (finished) printf("SLO: TPOT %.3f ms over %llu requests finished in the window, objective %.3f ms: %s\n", tpot_ms,
-                       (unsigned long long)finished, slo_ms, tpot_ms > slo_ms ? "MISSED" : "met");
-  else printf("SLO: no request finished in the window (objective %.3f ms)\n", slo_ms);
-  json_t *cov = json_object_get(sum, "coverage");
-  printf("summary: %.0f steps, %d classes; coverage eligible %lld, executed %lld, throttled %lld, lost %lld\n", steps,
-         n, json_integer_value(json_object_get(cov, "eligible")), json_integer_value(json_object_get(cov, "executed")),
-         json_integer_value(json_object_get(cov, "throttled")), json_integer_value(json_object_get(cov, "lost")));
-  if (culprit < 0) {
-    int best = -1;
-    for (int i = 0; i < n; i++)
-      if (c[i].n_peers && (best < 0 || c[i].excess > c[best].excess)) best = i;
-    printf("culprit: none: no class is %.1fx its peers' median and %.0f%% of a step's work", CULPRIT_RATIO,
-           CULPRIT_SHARE * 100);
-    if (best >= 0) printf(" (the largest excess: %s, %.2fx, %+.0f ns per step)", c[best].name,
-                          c[best].median / c[best].peers, c[best].excess);
-    printf("\n");
-    return;
+static int fetch_evidence(const struct explain_args *a, const char *sock, const struct ms_query_schema *sc,
+                          struct explain_window *w) {
+  int n = 0;
+  for (int i = 0; i < w->res.n_culprits && n < EXPLAIN_MAX_EVIDENCE; i++) {
+    struct explain_evidence *ev = &w->ev[n];
+    memset(ev, 0, sizeof *ev);
+    ev->culprit = i;
+    if (capture_source(w, &w->res.culprits[i], ev->query, sizeof ev->query)) n++;
   }
-  const struct cls *k = &c[culprit];
-  double share = step_ns > 0 ? k->excess / step_ns * 100 : NAN;
-  printf("culprit: %s: %.0f ns per step above its peers (%d other %s class%s: median task %.0f ns against theirs "
-         "%.0f ns, %.2fx)\n",
-         k->name, k->excess, k->n_peers, k->op, k->n_peers == 1 ? "" : "es", k->median, k->peers, k->median / k->peers);
-  if (!isnan(share)) printf("         that is %.1f%% of a step's work (every class's median task time x its tasks)\n", share);
-  printf("next:   ");
-  static int order[MAX_CLASSES];
-  int m = 0;
-  for (int i = 0; i < n; i++)
-    if (i != culprit && c[i].n_peers) order[m++] = i;
-  for (int x = 0; x < m; x++)
-    for (int y = x + 1; y < m; y++)
-      if (c[order[y]].excess > c[order[x]].excess) {
-        int t = order[x];
-        order[x] = order[y], order[y] = t;
-      }
-  for (int x = 0; x < m && x < 3; x++) printf("%s%s %+.0f ns/step", x ? ", " : "", c[order[x]].name, c[order[x]].excess);
-  printf("\n");
-  if (!ev->readout) return;
-  if (!ev->n) {
-    printf("evidence: no task of %s ran while the capture was attached\n", k->name);
-    return;
-  }
-  json_t *ecov = json_object_get(ev->readout, "coverage");
-  printf("evidence: %zu records of %s (%llu bytes): task time p50 %.0f ns, p99 %.0f ns, max %.0f ns; mean wait %.0f "
-         "ns; on %d workers\n",
-         ev->n, k->name, (unsigned long long)ev->bytes, ev->p50_ns, ev->p99_ns, ev->max_ns, ev->wait_mean_ns,
-         ev->n_workers);
-  printf("          coverage eligible %lld, executed %lld, lost %lld (records past the budget)\n",
-         json_integer_value(json_object_get(ecov, "eligible")), json_integer_value(json_object_get(ecov, "executed")),
-         json_integer_value(json_object_get(ecov, "lost")));
-  json_t *recs = json_object_get(map_named(ev->readout, "@ev"), "records");
-  printf("          %8s %6s %10s %12s %12s %10s\n", "step", "worker", "task", "task_ns", "ready_ns", "wait_ns");
-  for (size_t i = 0; i < json_array_size(recs) && i < 5; i++) {
-    json_t *r = json_array_get(recs, i);
-    printf("          %8lld %6lld %10lld %12lld %12lld %10lld\n", json_integer_value(json_array_get(r, 0)),
-           json_integer_value(json_array_get(r, 1)), json_integer_value(json_array_get(r, 2)),
-           json_integer_value(json_array_get(r, 3)), json_integer_value(json_array_get(r, 4)),
-           json_integer_value(json_array_get(r, 5)));
-  }
-  printf("cost: the summary's maps are read in place; the evidence moved %llu bytes\n", (unsigned long long)ev->bytes);
-}
-
-static void report_json(const struct args *a, struct cls *c, int n, int culprit, double steps, double tpot_ms,
-                        uint64_t finished, json_t *sum, const struct evidence *ev) {
-  struct ms_json j;
-  ms_json_init(&j, stdout, 1);
-  ms_json_obj_begin(&j);
-  ms_json_key(&j, "slo");
-  ms_json_obj_begin(&j);
-  ms_json_knum(&j, "tpot_objective_ms", (double)a->slo_ns / 1e6);
-  ms_json_knum(&j, "tpot_ms", finished ? tpot_ms : NAN);
-  ms_json_kuint(&j, "requests_finished", finished);
-  ms_json_kbool(&j, "missed", finished && tpot_ms * 1e6 > (double)a->slo_ns);
-  ms_json_obj_end(&j);
-  ms_json_knum(&j, "steps", steps);
-  ms_json_key(&j, "summary_coverage");
-  ms_json_obj_begin(&j);
-  const char *k;
-  json_t *v;
-  json_object_foreach(json_object_get(sum, "coverage"), k, v) ms_json_kint(&j, k, json_integer_value(v));
-  ms_json_obj_end(&j);
-  ms_json_key(&j, "classes");
-  ms_json_arr_begin(&j);
+  w->n_ev = n;
   for (int i = 0; i < n; i++) {
-    ms_json_obj_begin(&j);
-    ms_json_kstr(&j, "class", c[i].name);
-    ms_json_kstr(&j, "op", c[i].op);
-    ms_json_knum(&j, "tasks", c[i].n);
-    ms_json_knum(&j, "median_ns", c[i].median);
-    ms_json_kint(&j, "peers", c[i].n_peers);
-    ms_json_knum(&j, "peers_median_ns", c[i].peers);
-    ms_json_knum(&j, "excess_ns_per_step", c[i].n_peers ? c[i].excess : NAN);
-    ms_json_obj_end(&j);
+    long want = a->evidence / n > 0 ? a->evidence / n : 1;
+    enum ms_explain_kind k = w->res.culprits[w->ev[i].culprit].kind;
+    int is_request = k == MS_EXPLAIN_REQUEST || k == MS_EXPLAIN_SLOT;
+    if (capture(sock, sc, &w->ev[i], want, (uint64_t)a->window_ns / 2, is_request)) return -1;
+    w->evidence_bytes += w->ev[i].bytes;
   }
-  ms_json_arr_end(&j);
-  ms_json_key(&j, "culprit");
-  if (culprit < 0) ms_json_null(&j);
-  else ms_json_str(&j, c[culprit].name);
-  ms_json_key(&j, "evidence");
-  if (!ev->readout) {
-    ms_json_null(&j);
-  } else {
-    ms_json_obj_begin(&j);
-    ms_json_kuint(&j, "records", ev->n);
-    ms_json_kuint(&j, "bytes", ev->bytes);
-    ms_json_knum(&j, "task_ns_p50", ev->p50_ns);
-    ms_json_knum(&j, "task_ns_p99", ev->p99_ns);
-    ms_json_knum(&j, "wait_ns_mean", ev->wait_mean_ns);
-    ms_json_kint(&j, "workers", ev->n_workers);
-    ms_json_key(&j, "coverage");
-    ms_json_obj_begin(&j);
-    json_object_foreach(json_object_get(ev->readout, "coverage"), k, v) ms_json_kint(&j, k, json_integer_value(v));
-    ms_json_obj_end(&j);
-    ms_json_obj_end(&j);
-  }
-  ms_json_obj_end(&j);
-  ms_json_end(&j);
+  return 0;
+}
+
+/* ---- the command ---- */
+
+static void window_free(struct explain_window *w) {
+  for (int i = 0; i < w->n_ev; i++) json_decref(w->ev[i].first);
+  ms_explain_result_free(&w->res);
+  json_decref(w->schema);
+  json_decref(w->coverage);
+  free(w->cls);
+  free(w->cells);
+  free(w->req);
+  free(w->req_cells);
+  free(w->os);
+  free(w->device);
 }
 
 int cmd_explain(int argc, char **argv) {
-  struct args a;
+  struct explain_args a;
   int prc = parse(argc, argv, &a);
   if (prc) return prc > 0 ? 0 : 2;
   char sock[512];
   if (cli_ctl_socket(ME, a.socket, sock, sizeof sock)) return 1;
   int rc = 1;
+  struct explain_window w = {0};
   struct ms_query_schema *sc = live_schema(ME, sock);
-  json_t *schema = live_call(ME, sock, "{\"cmd\":\"schema\"}"), *sum = NULL;
-  struct ms_query *q = NULL;
-  struct live l = {0};
-  struct evidence ev = {0};
-  struct cls *c = NULL;
-  if (!sc || !schema) goto out;
-  char lb[2048] = "";
-  struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
-  /* medians: a task preempted on a busy host moves a mean, not a median */
-  q = ms_query_compile("task_end { @t[class] = quantile(t_end - t_begin, 0.5) } step /phase == end/ { @steps = count() }",
-                       sc, NULL, &log);
-  struct tpot t0, t1;
-  struct cli_budget b = {0};
-  if (!q || get_tpot(sock, &t0) || live_attach(&l, ME, sock, q, "explain-summary", &b)) goto out;
-  if (!a.as_json)
-    fprintf(stderr, "megascope explain: summary attached as %d for %.1f s\n", l.id, (double)a.window_ns / 1e9);
-  live_sleep_ns(a.window_ns);
-  sum = readout(&l, sock);
-  live_detach(&l, ME, sock);
-  if (!sum || get_tpot(sock, &t1)) goto out;
-  json_t *classes = json_object_get(map_named(sum, "@t"), "entries"), *steps_m = map_named(sum, "@steps");
-  double steps = (double)json_integer_value(json_object_get(json_array_get(json_object_get(steps_m, "entries"), 0), "value"));
-  int n = (int)json_array_size(classes);
-  if (n > MAX_CLASSES) n = MAX_CLASSES;
-  c = calloc((size_t)(n ? n : 1), sizeof *c);
-  if (!c) goto out;
-  for (int i = 0; i < n; i++) {
-    json_t *e = json_array_get(classes, (size_t)i);
-    c[i].name = json_string_value(json_array_get(json_object_get(e, "key"), 0));
-    c[i].op = op_of(json_object_get(schema, "schema"), c[i].name);
-    c[i].n = json_number_value(json_object_get(e, "count"));
-    c[i].median = json_number_value(json_object_get(json_array_get(json_object_get(e, "quantiles"), 0), "value"));
-  }
-  uint64_t finished = t1.count - t0.count;
-  double tpot_ms = finished ? (t1.sum_s - t0.sum_s) / (double)finished * 1e3 : 0;
-  /* a step's work: every class's median task time times its tasks per step
-   * (a busy host stretches it and the excesses alike, so the share holds) */
-  double step_ns = 0;
-  for (int i = 0; i < n; i++) step_ns += c[i].median * c[i].n / (steps > 0 ? steps : 1);
-  int culprit = judge(c, n, steps, step_ns);
-  if (culprit >= 0 && capture(sock, sc, c[culprit].name, &a, a.window_ns, &ev)) goto out;
-  if (a.as_json) report_json(&a, c, n, culprit, steps, tpot_ms, finished, sum, &ev);
-  else report_text(&a, c, n, culprit, steps, step_ns, tpot_ms, finished, sum, &ev);
+  json_t *st = live_call(ME, sock, "{\"cmd\":\"stats\"}");
+  w.schema = live_call(ME, sock, "{\"cmd\":\"schema\"}");
+  if (!sc || !st || !w.schema || load_classes(&w)) goto out;
+  w.n_workers = (int)json_integer_value(json_object_get(st, "workers"));
+  if (w.n_workers < 1) w.n_workers = 1;
+  w.slices = slices_for(&a, w.n_cls, w.n_workers);
+  w.os = calloc((size_t)EXPLAIN_OS_SLICES * (size_t)w.n_workers, sizeof *w.os);
+  w.device = calloc((size_t)w.n_workers, sizeof *w.device);
+  if (!w.os || !w.device || summarize(&a, sock, sc, &w)) goto out;
+  w.in = (struct ms_explain_input){.classes = w.cls, .n_classes = w.n_cls, .cells = w.cells, .n_cells = w.n_cells,
+                                   .requests = w.req, .n_requests = w.n_req, .req_cells = w.req_cells,
+                                   .n_req_cells = w.n_req_cells, .os = w.os,
+                                   .n_os_slices = EXPLAIN_OS_SLICES, .device = w.device, .n_workers = w.n_workers,
+                                   .n_slices = w.slices, .window_ns = w.window_ns, .steps = w.steps};
+  if (ms_explain_judge(&w.in, &w.res) || fetch_evidence(&a, sock, sc, &w)) goto out;
+  if (a.as_json) explain_report_json(&a, &w);
+  else explain_report_text(&a, &w);
   rc = 0;
 out:
-  if (!q && lb[0]) fprintf(stderr, "megascope explain: %s", lb);
-  live_detach(&l, ME, sock);
-  json_decref(ev.readout);
-  json_decref(sum);
-  json_decref(schema);
-  free(c);
-  ms_query_free(q);
+  json_decref(st);
+  window_free(&w);
   ms_query_schema_free(sc);
   return rc;
 }

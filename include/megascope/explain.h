@@ -25,8 +25,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* How many scatters above the peers a culprit stands. */
-#define MS_EXPLAIN_Z 5.0
+/* How many scatters above the peers a culprit stands, and by how much at
+ * least: healthy peers of real models differ by a few per cent in ways that
+ * hold for the whole window (the first layer's classes, say), which no
+ * scatter among the rest predicts; a smaller difference is not named. */
+#define MS_EXPLAIN_Z 6.0
+#define MS_EXPLAIN_MIN_RATIO 1.15
 
 enum ms_explain_kind {
   MS_EXPLAIN_CLASS = 0,
@@ -56,12 +60,32 @@ struct ms_explain_class {
 struct ms_explain_cell {
   int cls, bucket, worker, slice;
   double n, sum_ns;
+  /* The fastest of those tasks (0: not known). Classes are held against their
+   * peers by it: a task preempted by another thread takes milliseconds more
+   * and moves a mean, never a minimum, while a class slow in its own work is
+   * slow in every task. Workers are held by the mean, which sees the theft. */
+  double min_ns;
 };
 
-/* One request's attention tasks in the window. */
+/* One request's attention tasks in the window (with req_cells, the sums of
+ * its cells). */
 struct ms_explain_request {
   uint32_t slot, gen;
   double n, sum_ns, ctx_sum; /* tasks, their time, the sum of their contexts */
+};
+
+/* One request's attention tasks in one step (slice: the step, or any id the
+ * requests of one batch share). Each is held against the window's line for
+ * its context, less its step's pace — what the step did to every request in
+ * it — so a request is held against the others of its batch. A prompt's chunk
+ * puts rows of many contexts in one step: ctx is then the least of them and
+ * min_ns its fastest task, the same row (attention grows with the context). */
+struct ms_explain_req_cell {
+  int request;              /* index in the input's requests */
+  int slice;
+  double ctx;               /* the tasks' context (positions): the least of them */
+  double n, sum_ns;
+  double min_ns;            /* the fastest of them (0: not known) */
 };
 
 /* What the OS said of a worker thread over one time slice of the window
@@ -78,6 +102,8 @@ struct ms_explain_input {
   size_t n_cells;
   const struct ms_explain_request *requests;
   int n_requests;
+  const struct ms_explain_req_cell *req_cells;  /* NULL: each request's mean */
+  size_t n_req_cells;
   const struct ms_explain_os *os;  /* [n_os_slices][n_workers], slice-major, or NULL */
   int n_os_slices;
   const int *device;               /* [n_workers]: each worker's device; NULL: all 0 */

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Which parts explain names: every part whose effect stands MS_EXPLAIN_Z
- * scatters above its peers, a broader part first and the narrower ones it
+ * scatters above its peers (and MS_EXPLAIN_MIN_RATIO at least), a broader part first and the narrower ones it
  * explains left out (a slow layer's classes, a slow device's workers), and
  * the OS's view joined to the worker it concerns. Ordered by the time a step
  * loses to each. */
@@ -32,6 +32,9 @@ static void why(struct ms_explain_culprit *c, const char *fmt, ...) {
   va_end(ap);
 }
 
+/* An effect above the noise and above the least ratio named. */
+static int stands(double effect, double z) { return !isnan(z) && z >= MS_EXPLAIN_Z && effect >= log(MS_EXPLAIN_MIN_RATIO); }
+
 static double step_ns(const struct ex *x) { return x->in->steps > 0 ? x->in->window_ns / x->in->steps : 0; }
 
 /* ---- the OS's view ---- */
@@ -49,7 +52,7 @@ static void cpu_culprits(struct ex *x, const struct ex_cpu *cpu, int *shared) {
     least = cpu->share[w] < least ? cpu->share[w] : least;
   }
   if (!known) return;
-  if (all && known > 1) {
+  if (all) {
     struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_CPU, -1, least / 0.01, 1 / (1 - cpu->all),
                                        cpu->all * step_ns(x), "CPUs shared with other threads");
     if (c) {
@@ -57,10 +60,10 @@ static void cpu_culprits(struct ex *x, const struct ex_cpu *cpu, int *shared) {
       why(c, "every worker waited for a CPU: %.0f%% of the window in all, %.0f%% at least (the OS's run-queue "
              "wait); the machine runs more threads than it has CPUs", 100 * cpu->all, 100 * least);
     }
-    return;
   }
+  /* one worker's CPU beyond the others' (also when all of them wait) */
   double *others = malloc((size_t)x->W * sizeof *others);
-  for (int w = 0; others && w < x->W && w < EX_MAX_CPU; w++) {
+  for (int w = 0; others && known > 1 && w < x->W && w < EX_MAX_CPU; w++) {
     if (!cpu->known[w]) continue;
     int k = 0;
     for (int o = 0; o < x->W && o < EX_MAX_CPU; o++)
@@ -81,7 +84,7 @@ static void name_worker(char *buf, size_t n, int w, const struct ex_cpu *cpu) {
 static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *shared, const int *dev_named) {
   for (int w = 0; w < x->W; w++) {
     const struct ms_explain_effect *e = &x->out->worker[w];
-    int slow = !isnan(e->z) && e->z >= MS_EXPLAIN_Z, cpu_shared = w < EX_MAX_CPU && shared[w];
+    int slow = stands(e->effect, e->z), cpu_shared = w < EX_MAX_CPU && shared[w];
     if ((!slow && !cpu_shared) || (slow && dev_named[ex_device(x, w)])) continue;
     double share = w < EX_MAX_CPU ? cpu->share[w] : 0;
     const char *cause = cpu_shared ? "CPU shared with another thread" : "slow tasks";
@@ -109,7 +112,7 @@ static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *s
 static void device_culprits(struct ex *x, int *dev_named) {
   for (int d = 0; x->D > 1 && d < x->D; d++) {
     const struct ms_explain_effect *e = &x->out->device[d];
-    if (isnan(e->z) || e->z < MS_EXPLAIN_Z) continue;
+    if (!stands(e->effect, e->z)) continue;
     dev_named[d] = 1;
     struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_DEVICE, d, e->z, exp(e->effect), e->excess_ns, "slow tasks");
     if (!c) return;
@@ -124,7 +127,7 @@ static void device_culprits(struct ex *x, int *dev_named) {
 static void layer_culprits(struct ex *x, int *layer_named) {
   for (int l = 0; l < x->out->n_layers; l++) {
     const struct ms_explain_effect *e = &x->out->layer[l];
-    if (isnan(e->z) || e->z < MS_EXPLAIN_Z) continue;
+    if (!stands(e->effect, e->z)) continue;
     layer_named[l] = 1;
     struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_LAYER, l, e->z, exp(e->effect), e->excess_ns, "slow tasks");
     if (!c) return;
@@ -137,13 +140,14 @@ static void layer_culprits(struct ex *x, int *layer_named) {
 static void class_culprits(struct ex *x, const int *layer_named) {
   for (int i = 0; i < x->C; i++) {
     const struct ms_explain_effect *e = &x->out->cls[i];
-    if (isnan(e->z) || e->z < MS_EXPLAIN_Z) continue;
+    if (!stands(e->effect, e->z)) continue;
     int l = x->in->classes[i].layer;
     double z = e->z;
     /* inside a slow layer, only what stands out beyond the layer's own effect */
     if (l >= 0 && l < x->out->n_layers && layer_named[l]) {
-      z = (e->effect - x->out->layer[l].effect) / e->noise;
-      if (z < MS_EXPLAIN_Z) continue;
+      double beyond = e->effect - x->out->layer[l].effect;
+      z = beyond / e->noise;
+      if (!stands(beyond, z)) continue;
     }
     struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_CLASS, i, z, exp(e->effect), e->excess_ns, "slow tasks");
     if (!c) return;
@@ -163,12 +167,15 @@ static void request_culprits(struct ex *x, const struct ex_req *rq) {
     const struct ms_explain_effect *e = &x->out->request[i];
     const struct ms_explain_request *r = &in->requests[i];
     if (isnan(e->z)) continue;
-    double ctx = r->ctx_sum / r->n, zc = (log(ctx > 1 ? ctx : 1) - rq->ctx_center) / rq->ctx_noise;
-    double t = r->sum_ns / r->n, t_typ = rq->intercept + rq->slope * exp(rq->ctx_center);
-    int slow = e->z >= MS_EXPLAIN_Z, long_ctx = zc >= MS_EXPLAIN_Z && t >= t_typ * exp(MS_EXPLAIN_Z * rq->noise);
+    double ctx = r->ctx_sum / r->n, t = rq->time[i], lt = log(t) - rq->t_center, zt = lt / rq->t_noise;
+    double t_typ = exp(rq->t_center);
+    /* slow: above what its context gives; long: above the others, as its
+     * context (longer than the typical one) gives */
+    int slow = stands(e->effect, e->z);
+    int long_ctx = !slow && stands(lt, zt) && ctx > exp(rq->ctx_center);
     if (!slow && !long_ctx) continue;
     struct ms_explain_culprit *c =
-        add(x->out, MS_EXPLAIN_REQUEST, i, slow ? e->z : zc, slow ? exp(e->effect) : t / t_typ,
+        add(x->out, MS_EXPLAIN_REQUEST, i, slow ? e->z : zt, slow ? exp(e->effect) : t / t_typ,
             slow ? e->excess_ns : (t - t_typ) * r->n / (in->steps > 0 ? in->steps : 1),
             slow ? "slow attention" : "long context");
     if (!c) return;
@@ -178,7 +185,7 @@ static void request_culprits(struct ex *x, const struct ex_req *rq) {
           exp(e->effect), ctx, e->z);
     else
       why(c, "its context (%.0f positions) is %.1fx the window's median; its attention tasks take %.2fx a typical "
-             "request's, as that context predicts", ctx, ctx / exp(rq->ctx_center), t / t_typ);
+             "request's (z %.1f), as that context predicts", ctx, ctx / exp(rq->ctx_center), t / t_typ, zt);
   }
   /* several slow requests of one slot: the slot, not each request */
   for (int a = first; a < x->out->n_culprits; a++) {

@@ -14,8 +14,9 @@
  *            workers took for the same classes in the same bucket and slice;
  *   devices  the same over devices;
  *   cpu      (cpu_effects)     the run-queue wait the OS reports;
- *   requests (request_effects) attention time against a robust line through
- *            the window's requests' (context, time) points.
+ *   requests (requests.c)      attention time against a robust line through
+ *            the window's requests' (context, time) points, each step's pace
+ *            taken out (a request against the others of its batch).
  * Then (culprits.c) the parts above the noise, the broader ones first, each
  * narrower part they explain left out. */
 #include <errno.h>
@@ -25,6 +26,10 @@
 
 #include "explain/explain_impl.h"
 #include "explain/stats.h"
+
+/* Cells a class needs to be judged, and slices a worker needs. */
+#define MIN_CELLS 8
+#define MIN_SLICES 4
 
 const char *ms_explain_kind_name(enum ms_explain_kind k) {
   static const char *const names[] = {"class", "layer", "worker", "device", "request", "slot", "cpu"};
@@ -62,7 +67,8 @@ static int ex_init(struct ex *x, const struct ms_explain_input *in, struct ms_ex
   x->Wc = cells * (size_t)x->W <= ((size_t)1 << 22) ? x->W : 1;
   x->nw = calloc(cells * (size_t)x->Wc, sizeof *x->nw);
   x->sw = calloc(cells * (size_t)x->Wc, sizeof *x->sw);
-  if (!x->n || !x->s || !x->nw || !x->sw || (x->D > 1 && (!x->nd || !x->sd))) return -ENOMEM;
+  x->mw = calloc(cells * (size_t)x->Wc, sizeof *x->mw);
+  if (!x->n || !x->s || !x->nw || !x->sw || !x->mw || (x->D > 1 && (!x->nd || !x->sd))) return -ENOMEM;
   for (size_t i = 0; i < in->n_cells; i++) {
     const struct ms_explain_cell *c = &in->cells[i];
     if (c->cls < 0 || c->cls >= x->C || c->slice < 0 || c->slice >= x->S || !(c->n > 0)) continue;
@@ -71,6 +77,7 @@ static int ex_init(struct ex *x, const struct ms_explain_input *in, struct ms_ex
     int w = x->Wc > 1 && c->worker >= 0 && c->worker < x->Wc ? c->worker : 0;
     size_t kw = EX_ATW(x, c->cls, bucket_index(x, c->bucket), w, c->slice);
     x->nw[kw] += c->n, x->sw[kw] += c->sum_ns;
+    if (c->min_ns > 0 && (!(x->mw[kw] > 0) || c->min_ns < x->mw[kw])) x->mw[kw] = c->min_ns;
     if (x->D > 1) {
       int d = ex_device(x, c->worker);
       x->nd[k * (size_t)x->D + (size_t)d] += c->n, x->sd[k * (size_t)x->D + (size_t)d] += c->sum_ns;
@@ -87,6 +94,7 @@ static void ex_free(struct ex *x) {
   free(x->sd);
   free(x->nw);
   free(x->sw);
+  free(x->mw);
   for (int c = 0; x->peer && c < x->C; c++) free(x->peer[c]);
   free(x->peer);
   free(x->n_peer);
@@ -123,12 +131,16 @@ static int find_peers(struct ex *x) {
   return 0;
 }
 
-/* The peers' median mean task time in one bucket, worker and slice; NAN without one. */
-static double peer_ref(struct ex *x, int c, int b, int w, int s, double *scratch) {
+/* A cell's value: its fastest task when known, else its mean. */
+static double cell_value(const struct ex *x, size_t i) { return x->mw[i] > 0 ? x->mw[i] : x->sw[i] / x->nw[i]; }
+
+/* The peers' median value (fastest == 1) or mean task time in one bucket,
+ * worker and slice; NAN without one. */
+static double peer_ref(struct ex *x, int c, int b, int w, int s, int fastest, double *scratch) {
   int k = 0;
   for (int j = 0; j < x->n_peer[c]; j++) {
     size_t i = EX_ATW(x, x->peer[c][j], b, w, s);
-    if (x->nw[i] > 0) scratch[k++] = x->sw[i] / x->nw[i];
+    if (x->nw[i] > 0) scratch[k++] = fastest ? cell_value(x, i) : x->sw[i] / x->nw[i];
   }
   return ex_median(scratch, (size_t)k);
 }
@@ -170,16 +182,24 @@ static void class_effects(struct ex *x) {
         for (int s = 0; s < x->S; s++) {
           size_t i = EX_ATW(x, c, b, w, s);
           if (!(x->nw[i] > 0)) continue;
-          double ref = peer_ref(x, c, b, w, s, scratch), mean = x->sw[i] / x->nw[i];
-          if (!(ref > 0) || !(mean > 0)) continue;
-          cell[k++] = (struct ex_vw){log(mean / ref), x->nw[i]};
+          double ref = peer_ref(x, c, b, w, s, 1, scratch), v = cell_value(x, i);
+          double mref = peer_ref(x, c, b, w, s, 0, scratch), mean = x->sw[i] / x->nw[i];
+          if (!(ref > 0) || !(v > 0)) continue;
+          cell[k++] = (struct ex_vw){log(v / ref), x->nw[i]};
           e->n += x->nw[i];
-          e->excess_ns += (mean - ref) * x->nw[i];
+          /* the time a step loses: by the means (what the steps paid) */
+          if (mref > 0) e->excess_ns += (mean - mref) * x->nw[i];
         }
-    if (!k) continue;
+    /* a class of a few cells (a window of a few steps) says nothing: its own
+     * scatter cannot be known */
+    if (k < MIN_CELLS) {
+      e->n = 0, e->excess_ns = 0;
+      continue;
+    }
     e->effect = ex_wmedian(cell, k);
-    /* the class's own scatter across its cells: a standard error of the median */
-    e->noise = k >= 3 ? 1.2533 * ex_wmad_sd(cell, k, e->effect) / sqrt((double)k) : 0;
+    /* the class's own scatter across its cells: a standard error of the
+     * median, widened for few cells (about Student's t) */
+    e->noise = 1.2533 * ex_wmad_sd(cell, k, e->effect) / sqrt((double)k) * (1 + 4.0 / (double)k);
     e->excess_ns /= x->in->steps > 0 ? x->in->steps : 1;
     effects[judged++] = e->effect;
   }
@@ -299,9 +319,9 @@ static void group_effects(struct ex *x, int by_device, struct ms_explain_effect 
       e->n += cnt[a];
       e->excess_ns += act[a] - exp_[a];
     }
-    if (!k) continue;
+    if (k < MIN_SLICES) continue;
     e->effect = ex_wmedian(v, k);
-    double se = k >= 3 ? 1.2533 * ex_wmad_sd(v, k, e->effect) / sqrt((double)k) : x->sigma;
+    double se = 1.2533 * ex_wmad_sd(v, k, e->effect) / sqrt((double)k) * (1 + 4.0 / (double)k);
     /* the same 0.5% floor as the classes: timers and identical simulated tasks */
     e->noise = se > 0.005 ? se : 0.005;
     e->z = e->effect / e->noise;
@@ -362,69 +382,6 @@ out:
   free(all);
 }
 
-/* ---- requests ---- */
-
-/* A robust line through the requests' (context, time) points (Theil-Sen:
- * the median of the pairwise slopes, at least 0), then each request's log
- * ratio to it, against the residuals' scatter. */
-static void request_effects(struct ex *x, struct ex_req *rq) {
-  const struct ms_explain_input *in = x->in;
-  int n = in->n_requests, k = 0;
-  rq->slope = 0, rq->intercept = 0, rq->noise = rq->ctx_noise = 0.01, rq->ctx_center = 0;
-  double *t = malloc(((size_t)n + 1) * sizeof *t), *c = malloc(((size_t)n + 1) * sizeof *c);
-  double *pairs = malloc(((size_t)n * (size_t)n / 2 + 1) * sizeof *pairs), *e = malloc(((size_t)n + 1) * sizeof *e);
-  int *idx = malloc(((size_t)n + 1) * sizeof *idx);
-  for (int i = 0; i < n; i++) x->out->request[i] = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN};
-  if (!t || !c || !pairs || !e || !idx) goto out;
-  /* a request needs a few attention tasks for its mean to mean anything */
-  for (int i = 0; i < n; i++)
-    if (in->requests[i].n >= 4 && in->requests[i].sum_ns > 0) {
-      idx[k] = i;
-      t[k] = in->requests[i].sum_ns / in->requests[i].n;
-      c[k] = in->requests[i].ctx_sum / in->requests[i].n;
-      k++;
-    }
-  if (k < 3) goto out;
-  size_t np = 0;
-  for (int i = 0; i < k; i++)
-    for (int j = i + 1; j < k; j++)
-      if (fabs(c[j] - c[i]) >= 1) pairs[np++] = (t[j] - t[i]) / (c[j] - c[i]);
-  double slope = np ? ex_median(pairs, np) : 0;
-  rq->slope = slope > 0 ? slope : 0;
-  for (int i = 0; i < k; i++) e[i] = t[i] - rq->slope * c[i];
-  double icpt = ex_median(e, (size_t)k), tmin = t[0];
-  for (int i = 1; i < k; i++) tmin = t[i] < tmin ? t[i] : tmin;
-  /* a line through the short contexts can cross zero: keep it positive */
-  rq->intercept = icpt > 0.1 * tmin ? icpt : 0.1 * tmin;
-  for (int i = 0; i < k; i++) e[i] = log(t[i] / (rq->intercept + rq->slope * c[i]));
-  for (int i = 0; i < k; i++) pairs[i] = e[i];
-  double center = ex_median(pairs, (size_t)k);
-  for (int i = 0; i < k; i++) pairs[i] = e[i];
-  double sd = ex_mad_sd(pairs, (size_t)k, center);
-  rq->noise = sd > 0.01 ? sd : 0.01;
-  /* how far a context stands out among the window's (log positions) */
-  for (int i = 0; i < k; i++) pairs[i] = log(c[i] > 1 ? c[i] : 1);
-  rq->ctx_center = ex_median(pairs, (size_t)k);
-  for (int i = 0; i < k; i++) pairs[i] = log(c[i] > 1 ? c[i] : 1);
-  sd = ex_mad_sd(pairs, (size_t)k, rq->ctx_center);
-  rq->ctx_noise = sd > 0.05 ? sd : 0.05;
-  for (int j = 0; j < k; j++) {
-    struct ms_explain_effect *r = &x->out->request[idx[j]];
-    r->effect = e[j] - center;
-    r->noise = rq->noise;
-    r->z = r->effect / r->noise;
-    r->n = in->requests[idx[j]].n;
-    r->peers = k - 1;
-    r->excess_ns = (t[j] - (rq->intercept + rq->slope * c[j])) * r->n / (in->steps > 0 ? in->steps : 1);
-  }
-out:
-  free(t);
-  free(c);
-  free(pairs);
-  free(e);
-  free(idx);
-}
-
 /* ---- the whole judgement ---- */
 
 int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result *out) {
@@ -442,16 +399,18 @@ int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result
     return -ENOMEM;
   }
   struct ex_cpu cpu;
-  struct ex_req rq;
+  struct ex_req rq = {.time = malloc(((size_t)in->n_requests + 1) * sizeof *rq.time)};
   class_effects(&x);
   layer_effects(&x);
   group_effects(&x, 0, out->worker, x.W);
   if (x.D > 1) group_effects(&x, 1, out->device, x.D);
   cpu_effects(&x, &cpu);
-  request_effects(&x, &rq);
-  ex_culprits(&x, &cpu, &rq);
+  ex_request_effects(&x, &rq);
+  int ok = rq.time != NULL;
+  if (ok) ex_culprits(&x, &cpu, &rq);
+  free(rq.time);
   ex_free(&x);
-  return 0;
+  return ok ? 0 : -ENOMEM;
 }
 
 void ms_explain_result_free(struct ms_explain_result *r) {

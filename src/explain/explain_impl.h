@@ -16,7 +16,8 @@ struct ex {
   double *n, *s;          /* [C][B][S]: tasks and their time, over every worker */
   double *nd, *sd;        /* [C][B][S][D]: the same per device (D > 1) */
   int Wc;                 /* W, or 1 when the per-worker tables would be too large */
-  double *nw, *sw;        /* [C][B][Wc][S]: per worker, what the class effects compare */
+  double *nw, *sw, *mw;   /* [C][B][Wc][S]: per worker, what the class effects compare
+                             (mw: the fastest task, 0: not known) */
   int **peer, *n_peer;    /* [C]: each class's peers */
   double center, sigma;   /* the class effects' median and peer scatter */
 };
@@ -37,10 +38,14 @@ struct ex_cpu {
 struct ex_req {
   double slope, intercept;      /* attention ns a task = intercept + slope x context */
   double noise;                 /* the residuals' scatter (log) */
-  double ctx_center, ctx_noise; /* the contexts' median and scatter (log positions) */
+  double ctx_center;            /* the contexts' median (log positions) */
+  double t_center, t_noise;     /* the attention times' median and scatter (log ns) */
+  double *time;                 /* [n_requests]: each one's time a task (NAN: not judged) */
 };
 
 int ex_device(const struct ex *x, int worker);
+/* requests.c: each request's effect into x->out->request, the line and scatters into rq. */
+void ex_request_effects(struct ex *x, struct ex_req *rq);
 /* Fills x->out's culprits from the effects. */
 void ex_culprits(struct ex *x, const struct ex_cpu *cpu, const struct ex_req *rq);
 

@@ -1,0 +1,195 @@
+/* SPDX-License-Identifier: MIT */
+/* explain's requests: each request's attention against the other requests of
+ * its batch, given their contexts.
+ *
+ * A request lives a few dozen steps, so a mean over its life is the machine's
+ * load during those steps as much as the request. So the tables hold a cell
+ * per (request, step), and:
+ *   1. a robust line through the cells' (context, time) points (Theil-Sen:
+ *      the median of pairwise slopes, at least 0);
+ *   2. each cell's log ratio to the line, less its step's pace (the median
+ *      ratio of every cell of that step): what the step did to all of them;
+ *   3. each request's effect: the weighted median of its cells' residuals,
+ *      held against their scatter among the window's requests.
+ * A long context is not slow: the line predicts it. It stands out in its
+ * pace-corrected time against the other requests', which culprits.c reads.
+ * A cell's time is its fastest task when known (a task preempted by another
+ * thread moves a mean by milliseconds). */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "explain/explain_impl.h"
+#include "explain/stats.h"
+
+#define MAX_FIT 2000   /* cells the line is fitted on (an even stride through them) */
+#define MAX_PAIRS 200  /* each cell's slopes to the next 200 at most */
+
+/* The cells judged: the input's, or one a request from its sums. */
+struct cells {
+  struct ms_explain_req_cell *c;
+  size_t n;
+  double *line, *resid;  /* [n]: the line's time for the cell's context; its residual */
+};
+
+static double cell_time(const struct ms_explain_req_cell *c) {
+  return c->min_ns > 0 ? c->min_ns : c->n > 0 ? c->sum_ns / c->n : 0;
+}
+
+static int make_cells(const struct ms_explain_input *in, struct cells *cs) {
+  size_t n = in->req_cells ? in->n_req_cells : (size_t)in->n_requests;
+  cs->c = calloc(n + 1, sizeof *cs->c);
+  cs->line = calloc(n + 1, sizeof *cs->line);
+  cs->resid = calloc(n + 1, sizeof *cs->resid);
+  if (!cs->c || !cs->line || !cs->resid) return -1;
+  for (size_t j = 0; j < n; j++) {
+    struct ms_explain_req_cell c;
+    if (in->req_cells) {
+      c = in->req_cells[j];
+    } else {
+      const struct ms_explain_request *r = &in->requests[j];
+      c = (struct ms_explain_req_cell){.request = (int)j, .slice = 0, .n = r->n, .sum_ns = r->sum_ns,
+                                       .ctx = r->n > 0 ? r->ctx_sum / r->n : 0};
+    }
+    if (c.request >= 0 && c.request < in->n_requests && c.n > 0 && cell_time(&c) > 0) cs->c[cs->n++] = c;
+  }
+  return 0;
+}
+
+/* The line through the cells' (context, time): slope and intercept into rq. */
+static void fit_line(struct ex_req *rq, const struct cells *cs, double *scratch) {
+  size_t stride = cs->n > MAX_FIT ? (cs->n + MAX_FIT - 1) / MAX_FIT : 1, np = 0, k = 0;
+  double tmin = INFINITY;
+  for (size_t i = 0; i < cs->n; i += stride)
+    for (size_t j = i + stride, m = 0; j < cs->n && m < MAX_PAIRS; j += stride, m++) {
+      double dc = cs->c[j].ctx - cs->c[i].ctx;
+      if (fabs(dc) >= 1) scratch[np++] = (cell_time(&cs->c[j]) - cell_time(&cs->c[i])) / dc;
+    }
+  double slope = np ? ex_median(scratch, np) : 0;
+  rq->slope = slope > 0 ? slope : 0;
+  for (size_t i = 0; i < cs->n; i += stride) {
+    double t = cell_time(&cs->c[i]);
+    scratch[k++] = t - rq->slope * cs->c[i].ctx;
+    tmin = t < tmin ? t : tmin;
+  }
+  double icpt = ex_median(scratch, k);
+  /* a line through the short contexts can cross zero: keep it positive */
+  rq->intercept = icpt > 0.1 * tmin ? icpt : 0.1 * tmin;
+}
+
+static int by_slice(const void *a, const void *b, void *u) {
+  const struct ms_explain_req_cell *c = u;
+  int x = c[*(const size_t *)a].slice, y = c[*(const size_t *)b].slice;
+  return (x > y) - (x < y);
+}
+
+/* Each cell's residual: its log ratio to the line less its step's pace (the
+ * median of its step's cells; 0 for a step of one request). */
+static int residuals(struct cells *cs, const struct ex_req *rq) {
+  size_t *ord = malloc((cs->n + 1) * sizeof *ord);
+  double *v = malloc((cs->n + 1) * sizeof *v);
+  if (!ord || !v) {
+    free(ord);
+    free(v);
+    return -1;
+  }
+  for (size_t j = 0; j < cs->n; j++) {
+    cs->line[j] = rq->intercept + rq->slope * cs->c[j].ctx;
+    cs->resid[j] = log(cell_time(&cs->c[j]) / cs->line[j]);
+    ord[j] = j;
+  }
+  qsort_r(ord, cs->n, sizeof *ord, by_slice, cs->c);
+  for (size_t a = 0, b; a < cs->n; a = b) {
+    size_t k = 0;
+    int requests = 0, first = cs->c[ord[a]].request;
+    for (b = a; b < cs->n && cs->c[ord[b]].slice == cs->c[ord[a]].slice; b++) {
+      v[k++] = cs->resid[ord[b]];
+      requests += cs->c[ord[b]].request != first;
+    }
+    if (!requests) continue;  /* one request alone: no batch to hold it against */
+    double pace = ex_median(v, k);
+    for (size_t j = a; j < b; j++) cs->resid[ord[j]] -= pace;
+  }
+  free(ord);
+  free(v);
+  return 0;
+}
+
+/* Request i's weighted median over its cells of the residual (what = 0), the
+ * paced log time (1) or the context (2); NAN without cells. */
+static double of_request(const struct cells *cs, int i, int what, struct ex_vw *v) {
+  size_t k = 0;
+  for (size_t j = 0; j < cs->n; j++) {
+    if (cs->c[j].request != i) continue;
+    double pace = log(cell_time(&cs->c[j]) / cs->line[j]) - cs->resid[j];
+    double x = what == 0 ? cs->resid[j] : what == 1 ? log(cell_time(&cs->c[j])) - pace : cs->c[j].ctx;
+    v[k++] = (struct ex_vw){x, cs->c[j].n};
+  }
+  return ex_wmedian(v, k);
+}
+
+void ex_request_effects(struct ex *x, struct ex_req *rq) {
+  const struct ms_explain_input *in = x->in;
+  int n = in->n_requests, k = 0;
+  rq->slope = 0, rq->intercept = 0, rq->noise = rq->t_noise = 0.01, rq->ctx_center = rq->t_center = 0;
+  struct cells cs = {0};
+  double *e = malloc(((size_t)n + 1) * sizeof *e), *lt = malloc(((size_t)n + 1) * sizeof *lt);
+  double *ctx = malloc(((size_t)n + 1) * sizeof *ctx);
+  int *idx = malloc(((size_t)n + 1) * sizeof *idx);
+  struct ex_vw *v = NULL;
+  double *scratch = NULL;
+  for (int i = 0; i < n; i++) x->out->request[i] = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN};
+  for (int i = 0; rq->time && i < n; i++) rq->time[i] = NAN;
+  if (!e || !lt || !ctx || !idx || !rq->time || make_cells(in, &cs)) goto out;
+  scratch = malloc((MAX_FIT * (MAX_PAIRS + 1) + cs.n + (size_t)n + 1) * sizeof *scratch);
+  v = malloc((cs.n + 1) * sizeof *v);
+  if (!scratch || !v || cs.n < 3) goto out;
+  fit_line(rq, &cs, scratch);
+  if (residuals(&cs, rq)) goto out;
+  /* a request needs a few steps for its time to mean anything */
+  int *steps = calloc((size_t)n + 1, sizeof *steps);
+  for (size_t j = 0; steps && j < cs.n; j++) steps[cs.c[j].request]++;
+  for (int i = 0; steps && i < n; i++) {
+    if (steps[i] < 3) continue;
+    e[k] = of_request(&cs, i, 0, v);
+    lt[k] = of_request(&cs, i, 1, v);
+    ctx[k] = of_request(&cs, i, 2, v);
+    if (isnan(e[k]) || isnan(lt[k])) continue;
+    idx[k++] = i;
+  }
+  free(steps);
+  if (k < 3) goto out;
+  memcpy(scratch, e, (size_t)k * sizeof *e);
+  double center = ex_median(scratch, (size_t)k);
+  memcpy(scratch, e, (size_t)k * sizeof *e);
+  double sd = ex_mad_sd(scratch, (size_t)k, center);
+  rq->noise = sd > 0.01 ? sd : 0.01;
+  for (int j = 0; j < k; j++) scratch[j] = log(ctx[j] > 1 ? ctx[j] : 1);
+  rq->ctx_center = ex_median(scratch, (size_t)k);
+  memcpy(scratch, lt, (size_t)k * sizeof *lt);
+  rq->t_center = ex_median(scratch, (size_t)k);
+  memcpy(scratch, lt, (size_t)k * sizeof *lt);
+  sd = ex_mad_sd(scratch, (size_t)k, rq->t_center);
+  rq->t_noise = sd > 0.01 ? sd : 0.01;
+  for (int j = 0; j < k; j++) {
+    struct ms_explain_effect *o = &x->out->request[idx[j]];
+    const struct ms_explain_request *r = &in->requests[idx[j]];
+    o->effect = e[j] - center;
+    o->noise = rq->noise;
+    o->z = o->effect / o->noise;
+    o->n = r->n;
+    o->peers = k - 1;
+    o->excess_ns = (rq->intercept + rq->slope * ctx[j]) * (exp(o->effect) - 1) * o->n / (in->steps > 0 ? in->steps : 1);
+    rq->time[idx[j]] = exp(lt[j]);
+  }
+out:
+  free(cs.c);
+  free(cs.line);
+  free(cs.resid);
+  free(e);
+  free(lt);
+  free(ctx);
+  free(idx);
+  free(v);
+  free(scratch);
+}

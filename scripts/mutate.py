@@ -21,6 +21,7 @@ finding, not an error), 1 when a module's tests fail before any mutation."""
 import argparse
 import datetime
 import difflib
+import filecmp
 import os
 import random
 import re
@@ -86,19 +87,37 @@ def changed_line(orig, mutant):
     return 0, "", ""
 
 
+def sync(src, dst):
+    """dst becomes a copy of src, copying only the files whose bytes differ."""
+    for d, _, files in os.walk(src):
+        for f in files:
+            a = os.path.join(d, f)
+            b = os.path.join(dst, os.path.relpath(a, src))
+            if not os.path.exists(b) or not filecmp.cmp(a, b, shallow=False):
+                os.makedirs(os.path.dirname(b), exist_ok=True)
+                shutil.copy2(a, b)
+    for d, _, files in os.walk(dst):
+        for f in files:
+            b = os.path.join(d, f)
+            if not os.path.islink(b) and not os.path.exists(os.path.join(src, os.path.relpath(b, dst))):
+                os.remove(b)
+
+
 def setup_tree(build):
     """The committed tree in build/tree/main, ../shared beside it, configured
     without CUDA (the modules are CPU code) in build/b and built whole."""
     tree = os.path.join(build, "tree")
-    main = os.path.join(tree, "main")
-    shutil.rmtree(tree, ignore_errors=True)
-    os.makedirs(main)
-    subprocess.run(f"git -C '{ROOT}' archive HEAD | tar -x -C '{main}'", shell=True, check=True)
-    shared = os.path.join(os.path.dirname(ROOT), "shared")
-    if os.path.isdir(shared):
-        os.symlink(shared, os.path.join(tree, "shared"))
-    if os.path.isdir(os.path.join(ROOT, ".venv")):
-        os.symlink(os.path.join(ROOT, ".venv"), os.path.join(main, ".venv"))
+    main, new = os.path.join(tree, "main"), os.path.join(tree, "main.new")
+    shutil.rmtree(new, ignore_errors=True)
+    os.makedirs(new)
+    subprocess.run(f"git -C '{ROOT}' archive HEAD | tar -x -C '{new}'", shell=True, check=True)
+    sync(new, main)  # unchanged files keep their times: a second run rebuilds only what changed
+    shutil.rmtree(new)
+    links = {os.path.join(tree, "shared"): os.path.join(os.path.dirname(ROOT), "shared"),
+             os.path.join(main, ".venv"): os.path.join(ROOT, ".venv")}
+    for link, to in links.items():
+        if os.path.isdir(to) and not os.path.lexists(link):
+            os.symlink(to, link)
     b = os.path.join(build, "b")
     if not os.path.exists(os.path.join(b, "build.ninja")):
         subprocess.run(["cmake", "-S", main, "-B", b, "-G", "Ninja", "-DCMAKE_BUILD_TYPE=Release", "-DMS_CUDA=OFF",
@@ -122,7 +141,7 @@ def ctest(b, name, timeout):
     return "passed", out
 
 
-def module_run(name, spec, main, b, per, seed, log):
+def module_run(name, spec, main, b, per, seed, log, only=None):
     src, funcs, targets, tests = spec
     path = os.path.join(main, src)
     orig = open(path).read()
@@ -150,7 +169,10 @@ def module_run(name, spec, main, b, per, seed, log):
     rc, out = run(cmd, timeout=1800)
     mutants = sorted(os.listdir(mdir), key=lambda s: int(re.search(r"mutant\.(\d+)\.", s).group(1)))
     res["generated"] = len(mutants)
-    pick = random.Random(f"{seed}:{name}").sample(mutants, min(per, len(mutants)))  # the same alone or with others
+    if only:  # named mutants (a rerun of survivors): the same files, regenerated the same way
+        pick = [m for m in mutants if m in only]
+    else:
+        pick = random.Random(f"{seed}:{name}").sample(mutants, min(per, len(mutants)))  # the same alone or with others
     res["sampled"] = len(pick)
     try:
         for k, m in enumerate(pick):
@@ -202,7 +224,8 @@ def report(results, args, started, seconds):
     out += ["", "## Surviving mutants", ""]
     for r in results:
         for s in r["survived"]:
-            out.append(f"* {r['name']}: `{r['source']}:{s['line']}`: `{s['was']}` -> `{s['now']}`")
+            was = f"`{s['was']}`" if s["was"] else "(inserted)"
+            out.append(f"* {r['name']} `{s['mutant']}`: `{r['source']}:{s['line']}`: {was} -> `{s['now']}`")
     if not any(r["survived"] for r in results):
         out.append("None.")
     return "\n".join(out) + "\n"
@@ -215,6 +238,8 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--build", default=os.path.join(ROOT, "build-mutate"))
     ap.add_argument("--report")
+    ap.add_argument("--mutant", action="append", default=[],
+                    help="MODULE:FILE: test this mutant (as a report names it) instead of a sample; repeatable")
     args = ap.parse_args()
     if not os.access(os.path.join(ROOT, ".venv", "bin", "mutate"), os.X_OK):
         sys.exit("mutate: no universalmutator in .venv (make mutate installs it)")
@@ -230,7 +255,15 @@ def main():
     def log(msg):
         print(msg, flush=True)
 
-    results = [module_run(n, MODULES[n], main_tree, b, args.per_module, args.seed, log) for n in names]
+    only = {}
+    for spec in args.mutant:
+        mod, _, f = spec.partition(":")
+        if mod not in MODULES or not f:
+            sys.exit(f"mutate: --mutant {spec}: MODULE:FILE")
+        only.setdefault(mod, set()).add(f)
+    if only:
+        names = [n for n in names if n in only]
+    results = [module_run(n, MODULES[n], main_tree, b, args.per_module, args.seed, log, only.get(n)) for n in names]
     text = report(results, args, started, time.time() - t0)
     print(text)
     if args.report:

@@ -66,6 +66,9 @@ static int cmp_u64(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* A signed field's value (tile_z) made from a duration: -1000..1000. */
+static int32_t signed_of(uint64_t v) { return (int32_t)(v % 2001) - 1000; }
+
 /* ---- one query, run on the values ---- */
 
 struct run {
@@ -113,6 +116,7 @@ static int run_query(const struct ms_query_schema *s, const char *src, const uin
   for (size_t i = 0; i < n && !rc; i++) {
     struct ms_hook_ctx ctx = {.abi_version = MS_HOOK_ABI_VERSION, .hook = MS_HOOK_TASK_END, .step = i / 64,
                               .worker = (uint32_t)(i % N_WORKERS), .tile_y = (int32_t)(i % 4),
+                              .tile_z = signed_of(v[i]),
                               .t_ready = 500, .t_begin = 1000};
     ctx.t_end = ctx.t_begin + v[i];
     struct ms_bpf_env env = {.worker = ctx.worker};
@@ -171,7 +175,7 @@ static double num(json_t *e, const char *k) { return json_number_value(json_obje
 static void check_scalars(const struct ms_query_schema *s, const char *what, const uint64_t *v, size_t n) {
   struct run r;
   CHECKF(run_query(s, "task_end { @n = count(); @s = sum(t_end - t_begin); @lo = min(t_end - t_begin); "
-                      "@hi = max(t_end - t_begin); @a = avg(t_end - t_begin) }", v, n, &r) == 0, "%s", what);
+                      "@hi = max(t_end - t_begin); @a = avg(t_end - t_begin); @nlo = min(tile_z); @nhi = max(tile_z) }", v, n, &r) == 0, "%s", what);
   json_t *j = readout_json(&r);
   CHECKF(j != NULL, "%s: no JSON read-out", what);
   uint64_t sum = 0, lo = UINT64_MAX, hi = 0;
@@ -201,11 +205,65 @@ static void check_scalars(const struct ms_query_schema *s, const char *what, con
     char *text = readout_text(&r, 0), *p = text ? strstr(text, "@a: ") : NULL;
     double shown = p ? strtod(p + 4, NULL) : NAN;
     CHECKF(fabsl((long double)shown - mean) <= 5e-6L * mean, "%s: text avg %.9g, want %.9Lg", what, shown, mean);
-    free(text);
     CHECKF(num(ea, "count") == (double)n, "%s: avg's count %g", what, num(ea, "count"));
+    /* a signed field, merged over the workers as signed numbers */
+    int32_t zlo = INT32_MAX, zhi = INT32_MIN;
+    for (size_t i = 0; i < n; i++) {
+      zlo = signed_of(v[i]) < zlo ? signed_of(v[i]) : zlo;
+      zhi = signed_of(v[i]) > zhi ? signed_of(v[i]) : zhi;
+    }
+    json_t *nl = first_entry(j, "@nlo"), *nh = first_entry(j, "@nhi");
+    CHECKF(nl && json_integer_value(json_object_get(nl, "value")) == zlo, "%s: signed min %g, want %d", what,
+           nl ? num(nl, "value") : 0, zlo);
+    CHECKF(nh && json_integer_value(json_object_get(nh, "value")) == zhi, "%s: signed max %g, want %d", what,
+           nh ? num(nh, "value") : 0, zhi);
+    /* the text lines a user reads */
+    char want[256];
+    snprintf(want, sizeof want, "@n: %zu\n@s: %llu\n@lo: %llu (n %zu)\n@hi: %llu (n %zu)\n", n,
+             (unsigned long long)sum, (unsigned long long)lo, n, (unsigned long long)hi, n);
+    CHECKF(text && strstr(text, want), "%s: text lacks '%s': %s", what, want, text ? text : "");
+    snprintf(want, sizeof want, "@nlo: %d (n %zu)\n@nhi: %d (n %zu)\n", zlo, n, zhi, n);
+    CHECKF(text && strstr(text, want), "%s: text lacks '%s': %s", what, want, text ? text : "");
+    free(text);
   }
   json_decref(j);
   run_free(&r);
+}
+
+/* The text histogram of @h as a user reads it: from the first bucket with a
+ * count to the last, "[0]" or "[lo, hi)", the count, and a bar of
+ * ceil(50 count / peak) '@'s. */
+static void check_text_hist(const struct run *r, const char *what, const uint64_t *want) {
+  char *text = readout_text(r, 0);
+  const char *p = text ? strstr(text, "@h:\n") : NULL;
+  int first = -1, last = -1, bad = 0, lines = 0;
+  uint64_t peak = 0;
+  for (int b = 0; b < 65; b++)
+    if (want[b]) {
+      if (first < 0) first = b;
+      last = b;
+      peak = want[b] > peak ? want[b] : peak;
+    }
+  for (int b = first; p && b >= 0 && b <= last; b++, lines++) {
+    p = strchr(p, '\n') + 1;  /* the bucket's line */
+    char expect[64];
+    if (b == 0) snprintf(expect, sizeof expect, "[0]");
+    else snprintf(expect, sizeof expect, "[%llu, %llu)", 1ull << (b - 1), 1ull << b);
+    size_t el = strlen(expect);
+    if (strncmp(p, expect, el)) {
+      bad++;
+      continue;
+    }
+    char *end;
+    uint64_t c = strtoull(p + el, &end, 10);
+    const char *bar = strchr(end, '|');
+    uint64_t at = 0;
+    while (bar && bar[1 + at] == '@') at++;
+    bad += c != want[b] || at != (want[b] * 50 + peak - 1) / peak;
+  }
+  CHECKF(p && !bad && lines == last - first + 1, "%s: the text histogram differs from the reference (%d lines, %d bad): %s",
+         what, lines, bad, text ? text : "");
+  free(text);
 }
 
 /* hist: bucket 0 holds 0, bucket b >= 1 holds [2^(b-1), 2^b); lhist(v, 0,
@@ -233,8 +291,10 @@ static void check_histograms(const struct ms_query_schema *s, const char *what, 
     int b = 0;
     for (uint64_t x = lo; x; x >>= 1) b++;
     bad += c != want_h[b];
+    bad += (uint64_t)json_integer_value(json_object_get(bk, "hi")) != (lo ? 2 * lo : 1);  /* no value reaches 2^63 */
     seen_h += c;
   }
+  check_text_hist(&r, what, want_h);
   json_array_foreach(json_object_get(l, "buckets"), i, bk) {
     json_t *lo = json_object_get(bk, "lo");
     uint64_t c = (uint64_t)num(bk, "count");
@@ -297,11 +357,13 @@ static void check_quantiles(const struct ms_query_schema *s, const char *what, c
   run_free(&r);
 }
 
-/* A keyed quantile: each key's answer from that key's values alone. */
+/* A keyed quantile: each key's answer from that key's values alone, in JSON
+ * and in the text line a user reads ("@q[2]: p50 ... p90 ... (n ...)"). */
 static void check_keyed(const struct ms_query_schema *s, const uint64_t *v, size_t n) {
   struct run r;
   CHECK(run_query(s, "task_end { @q[tile_y] = quantile(t_end - t_begin, 0.5, 0.9) }", v, n, &r) == 0);
   json_t *j = readout_json(&r);
+  char *text = readout_text(&r, 0);
   size_t i, seen = 0;
   json_t *e, *m = json_array_get(json_object_get(j, "maps"), 0);
   json_array_foreach(json_object_get(m, "entries"), i, e) {
@@ -316,12 +378,22 @@ static void check_keyed(const struct ms_query_schema *s, const uint64_t *v, size
       double got = num(json_array_get(json_object_get(e, "quantiles"), (size_t)k), "value");
       CHECKF(fabs(got - exact) <= QUANTILE_ERROR * exact, "tile_y %lld: p%g %.6g, exact %.6g", (long long)key,
              q * 100, got, exact);
+      char head[32];
+      snprintf(head, sizeof head, "@q[%lld]:", (long long)key);
+      const char *line = text ? strstr(text, head) : NULL;
+      const char *eol = line ? strchr(line, '\n') : NULL;
+      char one[256] = "";
+      if (line && eol && eol - line < (long)sizeof one) memcpy(one, line, (size_t)(eol - line));
+      double shown = text_quantile(one, q);
+      CHECKF(fabs(shown - exact) <= QUANTILE_ERROR * exact + 5e-6 * exact, "text %s p%g %.6g, exact %.6g: '%s'", head,
+             q * 100, shown, exact, one);
     }
     CHECKF(num(e, "count") == (double)c, "tile_y %lld: count %g, want %zu", (long long)key, num(e, "count"), c);
     seen++;
     free(mine);
   }
   CHECKF(seen == 4, "%zu keys, want 4", seen);
+  free(text);
   json_decref(j);
   run_free(&r);
 }

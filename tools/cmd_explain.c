@@ -140,10 +140,12 @@ static struct ms_query *summary_query(const struct ms_query_schema *sc, int K, i
   char src[1024];
   snprintf(src, sizeof src,
            "task_end { @t[class, bucket, worker, step %% %d] = avg(t_end - t_begin); "
-           "@m[class, bucket, worker, step %% %d] = min(t_end - t_begin); @dev[worker] = max(device) }\n"
-           "task_end /work_bytes != 0xffffffffffffffff/ { @wb[class] = avg(work_bytes) }\n"
+           "@dev[worker] = max(device) }\n"
+           "task_end /work_bytes != 0xffffffffffffffff && work_bytes > 0/ { @wb[class] = avg(work_bytes); "
+           "@m[class, bucket, worker, step %% %d] = min((t_end - t_begin) * 65536 / work_bytes) }\n"
            "task_end /op == attn && req_slot != 0xffffffff/ { @r[req_slot, req_gen, step] = avg(t_end - t_begin); "
-           "@rm[req_slot, req_gen, step] = min(t_end - t_begin); @rc[req_slot, req_gen, step] = min(ctx_len) }\n"
+           "@rm[req_slot, req_gen, step] = min(t_end - t_begin); @rc[req_slot, req_gen, step] = min(ctx_len); "
+           "@rx[req_slot, req_gen] = max(ctx_len) }\n"
            "step /phase == end/ { @steps = count() }",
            K, K);
   /* room for every class in four buckets a slice, and 32k (request, step)
@@ -232,8 +234,9 @@ static struct ms_explain_req_cell *req_cell(struct explain_window *w, json_t *k)
 
 /* The requests' attention by (request, step): @r (time), @rm (the fastest
  * task) and @rc (the least context: in a prompt's chunk, the fastest task's
- * row, since attention grows with the context), keyed alike. */
-static int load_requests(struct explain_window *w, json_t *r, json_t *rm, json_t *rc) {
+ * row, since attention grows with the context), keyed alike; @rx each
+ * request's longest context. */
+static int load_requests(struct explain_window *w, json_t *r, json_t *rm, json_t *rc, json_t *rx) {
   size_t j;
   json_t *f;
   w->req = calloc(json_array_size(r) + 1, sizeof *w->req);
@@ -256,6 +259,10 @@ static int load_requests(struct explain_window *w, json_t *r, json_t *rm, json_t
     struct ms_explain_req_cell *c = req_cell(w, json_object_get(f, "key"));
     if (c) c->ctx = json_number_value(json_object_get(f, "value"));
   }
+  json_array_foreach(rx, j, f) {
+    int q = find_request(w, json_object_get(f, "key"), 0);
+    if (q >= 0) w->req[q].ctx_max = json_number_value(json_object_get(f, "value"));
+  }
   for (size_t i = 0; i < w->n_req_cells; i++) {
     struct ms_explain_req_cell *c = &w->req_cells[i];
     struct ms_explain_request *q = &w->req[c->request];
@@ -272,7 +279,8 @@ static int by_cell(const void *a, const void *b) {
   return (x->slice > y->slice) - (x->slice < y->slice);
 }
 
-/* Each cell's fastest task (@m, keyed as @t). */
+/* Each cell's fastest task for its bytes (@m, keyed as @t: ns per 64 KiB
+ * read, so a class's small last tile does not pass for a fast task). */
 static void load_minima(struct explain_window *w, json_t *m) {
   qsort(w->cells, w->n_cells, sizeof *w->cells, by_cell);
   size_t i;
@@ -318,7 +326,7 @@ static int load_summary(struct explain_window *w, json_t *sum) {
     if (wk >= 0 && wk < w->n_workers) w->device[wk] = (int)json_number_value(json_object_get(e, "value"));
   }
   if (load_requests(w, json_object_get(map_named(sum, "@r"), "entries"), json_object_get(map_named(sum, "@rm"), "entries"),
-                    json_object_get(map_named(sum, "@rc"), "entries")))
+                    json_object_get(map_named(sum, "@rc"), "entries"), json_object_get(map_named(sum, "@rx"), "entries")))
     return -1;
   json_t *steps = json_array_get(json_object_get(map_named(sum, "@steps"), "entries"), 0);
   w->steps = json_number_value(json_object_get(steps, "value"));

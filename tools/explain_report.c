@@ -207,6 +207,7 @@ static void parts_json(struct ms_json *j, const struct explain_window *w) {
     ms_json_kuint(j, "slot", w->req[i].slot);
     ms_json_kuint(j, "gen", w->req[i].gen);
     ms_json_knum(j, "ctx", w->req[i].n > 0 ? w->req[i].ctx_sum / w->req[i].n : NAN);
+    ms_json_knum(j, "ctx_max", w->req[i].ctx_max);
     effect_json(j, &r->request[i]);
     ms_json_obj_end(j);
   }

@@ -60,10 +60,12 @@ struct ms_explain_class {
 struct ms_explain_cell {
   int cls, bucket, worker, slice;
   double n, sum_ns;
-  /* The fastest of those tasks (0: not known). Classes are held against their
-   * peers by it: a task preempted by another thread takes milliseconds more
-   * and moves a mean, never a minimum, while a class slow in its own work is
-   * slow in every task. Workers are held by the mean, which sees the theft. */
+  /* The fastest of those tasks (0: not known), as a time or as a time per
+   * byte read (the CLI's: a class's last tile is smaller), the same for every
+   * peer. Classes are held against their peers by it: a task preempted by
+   * another thread takes milliseconds more and moves a mean, never a minimum,
+   * while a class slow in its own work is slow in every task. Workers are
+   * held by the mean, which sees the theft. */
   double min_ns;
 };
 
@@ -72,6 +74,7 @@ struct ms_explain_cell {
 struct ms_explain_request {
   uint32_t slot, gen;
   double n, sum_ns, ctx_sum; /* tasks, their time, the sum of their contexts */
+  double ctx_max;           /* the longest context it reached (0: ctx_sum / n) */
 };
 
 /* One request's attention tasks in one step (slice: the step, or any id the

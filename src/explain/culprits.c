@@ -69,7 +69,8 @@ static void cpu_culprits(struct ex *x, const struct ex_cpu *cpu, int *shared) {
     for (int o = 0; o < x->W && o < EX_MAX_CPU; o++)
       if (o != w && cpu->known[o]) others[k++] = cpu->share[o];
     double base = k ? ex_median(others, (size_t)k) : 0, z = (cpu->share[w] - base) / cpu->noise[w];
-    shared[w] = z >= MS_EXPLAIN_Z;
+    /* and the CPU left to it at least MS_EXPLAIN_MIN_RATIO below the others' */
+    shared[w] = z >= MS_EXPLAIN_Z && (1 - base) >= MS_EXPLAIN_MIN_RATIO * (1 - cpu->share[w]);
   }
   free(others);
 }
@@ -167,7 +168,7 @@ static void request_culprits(struct ex *x, const struct ex_req *rq) {
     const struct ms_explain_effect *e = &x->out->request[i];
     const struct ms_explain_request *r = &in->requests[i];
     if (isnan(e->z)) continue;
-    double ctx = r->ctx_sum / r->n, t = rq->time[i], lt = log(t) - rq->t_center, zt = lt / rq->t_noise;
+    double ctx = r->ctx_max > 0 ? r->ctx_max : r->ctx_sum / r->n, t = rq->time[i], lt = log(t) - rq->t_center, zt = lt / rq->t_noise;
     double t_typ = exp(rq->t_center);
     /* slow: above what its context gives; long: above the others, as its
      * context (longer than the typical one) gives */

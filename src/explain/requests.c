@@ -153,7 +153,9 @@ void ex_request_effects(struct ex *x, struct ex_req *rq) {
     if (steps[i] < 3) continue;
     e[k] = of_request(&cs, i, 0, v);
     lt[k] = of_request(&cs, i, 1, v);
-    ctx[k] = of_request(&cs, i, 2, v);
+    /* how long its context is: the longest it reached (a prompt's first
+     * chunk starts at one position) */
+    ctx[k] = in->requests[i].ctx_max > 0 ? in->requests[i].ctx_max : of_request(&cs, i, 2, v);
     if (isnan(e[k]) || isnan(lt[k])) continue;
     idx[k++] = i;
   }

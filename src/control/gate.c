@@ -25,7 +25,10 @@
  * oldest idle connection anywhere is closed, or the new one refused with 503.
  * Idle means no request being answered: waiting for one, or reading its head
  * or body; oldest by when that began. So idle or slow connections, however
- * many, never keep out a client whose request is ready.
+ * many, never keep out a client whose request is ready. When every connection
+ * is answering, up to 16 more are taken on reserve places that serve /health
+ * and /metrics alone (anything else: 503), one request each (their own idle
+ * longest closed for a new one), so a probe or a scraper is answered even then.
  * Deadlines. After connecting, a request's head must be whole within read_ms;
  * after an answer, the next request line must come within idle_ms and its head
  * within read_ms of it; a body must be whole within read_ms of its head. A
@@ -40,9 +43,9 @@
  * number. An entry libmicrohttpd has not announced yet (it adds connections on
  * its own thread) is never shut down; one it dropped unannounced is forgotten
  * after 5 s.
- * Out of descriptors. accept() failing with EMFILE/ENFILE closes a reserve
- * descriptor, accepts, answers 503 and closes, then reopens the reserve; when
- * the reserve cannot be had, the listening socket is left unpolled for 100 ms.
+ * Out of descriptors. accept() failing with EMFILE/ENFILE closes a spare
+ * descriptor, accepts, answers 503 and closes, then reopens the spare; when
+ * the spare cannot be had, the listening socket is left unpolled for 100 ms.
  * Accepting never spins and never stops for good.
  * Shutdown. gate_stop wakes the thread (eventfd), joins it and closes the
  * listening socket; MHD_stop_daemon then closes the connections (each
@@ -66,6 +69,7 @@
 
 #define TICK_NS 100000000ull          /* the sweep's period, and the back-off out of descriptors */
 #define UNANNOUNCED_NS 5000000000ull  /* a handed-over socket libmicrohttpd never announced */
+#define RESERVE 16                    /* connections beyond the bound, for /health and /metrics alone */
 
 const char *const gate_count_names[GATE_COUNT] = {"accepted", "refused_full",  "refused_client",
                                                   "refused_fds", "evicted",   "timeout_wait",
@@ -77,6 +81,7 @@ struct gate_conn {
   int started;                /* libmicrohttpd announced it */
   int closing;                /* shut down by the gate: counted no more */
   int served;                 /* requests answered on it */
+  int reserve;                /* taken beyond the bound: /health and /metrics alone, then closed */
   enum gate_phase phase;
   uint64_t t_accept, since;   /* since: when the present wait or phase began */
   uint8_t key[17];            /* family, then the address (IPv6: its /64) */
@@ -85,7 +90,7 @@ struct gate_conn {
 
 struct ms_gate {
   struct gate_opts o;
-  int lfd, wake, reserve, port;
+  int lfd, wake, spare, port;  /* spare: a descriptor kept for refusing when out of them */
   struct MHD_Daemon *d;
   pthread_t th;
   int running;
@@ -93,6 +98,7 @@ struct ms_gate {
   pthread_mutex_t mu;         /* the list and the counts below */
   struct gate_conn *head;
   int n_entries, n_open;      /* entries; those not closing */
+  int n_reserve;              /* of n_open, those on a reserve place */
   _Atomic uint64_t n[GATE_COUNT];
 };
 
@@ -157,7 +163,10 @@ static void unlink_conn(struct ms_gate *g, struct gate_conn *c) {
   else g->head = c->next;
   if (c->next) c->next->prev = c->prev;
   g->n_entries--;
-  if (!c->closing) g->n_open--;
+  if (!c->closing) {
+    g->n_open--;
+    g->n_reserve -= c->reserve;
+  }
 }
 
 static int client_open(const struct ms_gate *g, const uint8_t key[17]) {
@@ -166,11 +175,12 @@ static int client_open(const struct ms_gate *g, const uint8_t key[17]) {
   return n;
 }
 
-/* The connection idle longest (of key's client; key NULL: of any), or NULL. */
-static struct gate_conn *oldest_idle(const struct ms_gate *g, const uint8_t *key) {
+/* The connection idle longest: of key's client, or (key NULL) of those on a
+ * regular place (reserve 0) or a reserve one (1); NULL when none is idle. */
+static struct gate_conn *oldest_idle(const struct ms_gate *g, const uint8_t *key, int reserve) {
   struct gate_conn *best = NULL;
   for (struct gate_conn *c = g->head; c; c = c->next) {
-    if (!c->started || c->closing || c->phase == GATE_PHASE_BUSY) continue;
+    if (!c->started || c->closing || c->phase == GATE_PHASE_BUSY || (!key && c->reserve != reserve)) continue;
     if (key && memcmp(c->key, key, 17)) continue;
     if (!best || c->since < best->since) best = c;
   }
@@ -186,6 +196,7 @@ static void close_conn(struct ms_gate *g, struct gate_conn *c, enum gate_count w
   shutdown(c->fd, SHUT_RDWR);
   c->closing = 1;
   g->n_open--;
+  g->n_reserve -= c->reserve;
   atomic_fetch_add_explicit(&g->n[why], 1, memory_order_relaxed);  /* statistics only */
   ms_logf(MS_LOG_DEBUG, "http: closed a connection from %s (%s)", c->client, gate_count_names[why]);
 }
@@ -193,10 +204,12 @@ static void close_conn(struct ms_gate *g, struct gate_conn *c, enum gate_count w
 /* ---- accepting ---- */
 
 /* Room for one more connection from key's client (an idle one closed for
- * it), or the refusal's status (429, 503). Under mu. */
-static unsigned make_room(struct ms_gate *g, const uint8_t key[17], const char *client, char *msg, size_t n) {
+ * it; *reserve set when it takes a reserve place), or the refusal's status
+ * (429, 503). Under mu. */
+static unsigned make_room(struct ms_gate *g, const uint8_t key[17], const char *client, int *reserve, char *msg,
+                          size_t n) {
   if (client_open(g, key) >= g->o.max_per_client) {
-    struct gate_conn *v = oldest_idle(g, key);
+    struct gate_conn *v = oldest_idle(g, key, 0);
     if (!v) {
       snprintf(msg, n, "too many connections from %s (%d, all busy); retry when one is answered", client,
                g->o.max_per_client);
@@ -204,13 +217,17 @@ static unsigned make_room(struct ms_gate *g, const uint8_t key[17], const char *
     }
     close_conn(g, v, GATE_EVICTED);
   }
-  if (g->n_open >= g->o.max_conns) {
-    struct gate_conn *v = oldest_idle(g, NULL);
-    if (!v) {
+  if (g->n_open - g->n_reserve >= g->o.max_conns) {
+    struct gate_conn *v = oldest_idle(g, NULL, 0), *r = NULL;
+    if (v) {
+      close_conn(g, v, GATE_EVICTED);
+    } else if (g->n_reserve < RESERVE || (r = oldest_idle(g, NULL, 1))) {
+      if (r) close_conn(g, r, GATE_EVICTED);
+      *reserve = 1;  /* every connection is answering: this one may ask for /health or /metrics */
+    } else {
       snprintf(msg, n, "the server's %d connections are all busy; retry in a moment", g->o.max_conns);
       return 503;
     }
-    close_conn(g, v, GATE_EVICTED);
   }
   /* connections shut down but not yet closed by libmicrohttpd count here: a bound on its threads */
   if (g->n_entries >= 2 * g->o.max_conns) {
@@ -238,8 +255,9 @@ static void admit(struct ms_gate *g, int fd, const struct sockaddr *sa, socklen_
       free(o);
       break;
     }
-  unsigned status = make_room(g, c->key, c->client, msg, sizeof msg);
+  unsigned status = make_room(g, c->key, c->client, &c->reserve, msg, sizeof msg);
   if (!status) {
+    g->n_reserve += c->reserve;
     c->next = g->head;
     if (g->head) g->head->prev = c;
     g->head = c;
@@ -264,19 +282,19 @@ static void admit(struct ms_gate *g, int fd, const struct sockaddr *sa, socklen_
 }
 
 /* Out of descriptors: one pending connection answered 503 through the
- * reserve. 0 when it did; -1 when there is no reserve (back off). */
+ * spare descriptor. 0 when it did; -1 when there is no spare (back off). */
 static int shed(struct ms_gate *g) {
-  if (g->reserve < 0) g->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (g->reserve < 0) return -1;
-  close(g->reserve);
-  g->reserve = -1;
+  if (g->spare < 0) g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (g->spare < 0) return -1;
+  close(g->spare);
+  g->spare = -1;
   int fd = accept4(g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
   if (fd >= 0) {
     refuse(fd, 503, "overloaded", "the server is out of file descriptors; retry in a moment");
     atomic_fetch_add_explicit(&g->n[GATE_REFUSED_FDS], 1, memory_order_relaxed);
   }
-  g->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  return fd >= 0 && g->reserve >= 0 ? 0 : -1;
+  g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  return fd >= 0 && g->spare >= 0 ? 0 : -1;
 }
 
 /* Accepts what is pending (64 at most a round). 1: back off from the socket a while. */
@@ -315,6 +333,10 @@ static void sweep(struct ms_gate *g, uint64_t now) {
     }
     if (c->closing || c->phase == GATE_PHASE_BUSY) continue;
     int kept = c->phase == GATE_PHASE_WAIT && c->served;
+    if (kept && c->reserve) {  /* a reserve place serves one request */
+      close_conn(g, c, GATE_EVICTED);
+      continue;
+    }
     uint64_t limit = kept ? idle_ns : read_ns;
     if (now - c->since <= limit) continue;
     enum gate_count why = c->phase == GATE_PHASE_BODY   ? GATE_TIMEOUT_BODY
@@ -351,7 +373,7 @@ struct ms_gate *gate_new(const struct sockaddr *addr, socklen_t len, const struc
   if (!g) return NULL;
   g->o = *o;
   g->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  g->reserve = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
   g->lfd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
   int one = 1, err = 0;
   if (g->wake < 0 || g->lfd < 0) err = errno;
@@ -366,7 +388,7 @@ struct ms_gate *gate_new(const struct sockaddr *addr, socklen_t len, const struc
     ms_textbuf_printf(log, "http: cannot listen: %s\n", strerror(err));
     if (g->lfd >= 0) close(g->lfd);
     if (g->wake >= 0) close(g->wake);
-    if (g->reserve >= 0) close(g->reserve);
+    if (g->spare >= 0) close(g->spare);
     free(g);
     errno = err;
     return NULL;
@@ -408,7 +430,7 @@ void gate_free(struct ms_gate *g) {
     free(c);
   }
   close(g->wake);
-  if (g->reserve >= 0) close(g->reserve);
+  if (g->spare >= 0) close(g->spare);
   pthread_mutex_destroy(&g->mu);
   free(g);
 }
@@ -455,6 +477,7 @@ void gate_set_phase(struct ms_gate *g, struct gate_conn *c, enum gate_phase p) {
 }
 
 const char *gate_client(const struct gate_conn *c) { return c ? c->client : "unknown"; }
+int gate_reserved(const struct gate_conn *c) { return c && c->reserve; }
 
 void gate_get_stats(struct ms_gate *g, struct gate_stats *out) {
   for (int i = 0; i < GATE_COUNT; i++) out->n[i] = atomic_load_explicit(&g->n[i], memory_order_relaxed);

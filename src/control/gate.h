@@ -72,6 +72,8 @@ struct gate_conn *gate_conn_of(struct MHD_Connection *c);
 void gate_set_phase(struct ms_gate *g, struct gate_conn *c, enum gate_phase p);
 /* The client as limits count it: an IPv4 address, or an IPv6 /64 ("2001:db8:0:1::/64"). */
 const char *gate_client(const struct gate_conn *c);
+/* 1 when c holds a reserve place (every connection was answering): it may ask for /health and /metrics alone. */
+int gate_reserved(const struct gate_conn *c);
 void gate_get_stats(struct ms_gate *g, struct gate_stats *out);
 
 #endif

@@ -853,6 +853,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     int answered;
     gate_set_phase(h->gate, gc, GATE_PHASE_BODY);
     enum MHD_Result rc = check_framing(h, conn, version, &answered);
+    if (!answered && gate_reserved(gc) && strcmp(url, "/health") && strcmp(url, "/metrics")) {
+      answered = 1;
+      rc = respond_close(h, conn, 503, "overloaded",
+                         "every connection of the server is answering a request; only /health and /metrics are "
+                         "answered now: retry in a moment");
+    }
     if (answered) {
       gate_set_phase(h->gate, gc, GATE_PHASE_BUSY);
       return rc;

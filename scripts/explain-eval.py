@@ -168,7 +168,7 @@ def run_one(a, ms, model, name, kind, extra, interf, want, tmp):
             time.sleep(1)
         t0 = time.time()
         out = subprocess.run([ms, "explain", "--socket", sock, "--slo", "tpot=50ms", "--window", f"{a.window}s",
-                              "--evidence", "100", "--json"], capture_output=True, text=True, timeout=a.window + 120)
+                              "--evidence", "100", "--json"], capture_output=True, text=True, timeout=4 * a.window + 120)
         took = time.time() - t0
         if out.returncode != 0:
             raise RuntimeError("explain: " + out.stderr[-1000:])

@@ -86,7 +86,7 @@ assert 0 <= cov["eligible"] - cov["executed"] <= 64 and cov["lost"] == cov["thro
 assert r["dropped_keys"] >= 0 and r["steps"] > 0, r
 assert r["culprit"] == (r["culprits"][0]["name"] if r["culprits"] else None)
 for c in r["culprits"]:
-    assert 0 <= c["confidence"] <= 1 and c["z"] >= 6 and c["ratio"] >= 1.15, c
+    assert 0 <= c["confidence"] <= 1 and c["z"] >= 6 and c["ratio"] >= 1.25, c
     ev = c["evidence"]
     if c["kind"] == "cpu":
         assert ev is None, c  # the OS's view is the evidence

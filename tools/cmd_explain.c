@@ -8,7 +8,9 @@
  *    bucket, worker, step % K), each class's bytes a task, each request's
  *    attention time and context, and the steps; meanwhile the engine's stats
  *    are read EXPLAIN_OS_SLICES times for what the OS says of each worker
- *    thread (its run-queue wait) and the TPOT of the requests finished.
+ *    thread (its run-queue wait) and the TPOT of the requests finished. A
+ *    window of fewer than EXPLAIN_MIN_STEPS steps (a starved or idle engine)
+ *    is stretched, to four times --window at most, and says so.
  * 2. Judgement (src/explain): classes against the same op in other layers,
  *    layers, workers, devices and requests against their peers, each effect
  *    against the scatter the same window shows among healthy peers; every part
@@ -158,7 +160,7 @@ static struct ms_query *summary_query(const struct ms_query_schema *sc, int K, i
 
 /* One read of the engine's stats: each worker's OS counters, the TPOT. */
 struct stats_read {
-  uint64_t t;
+  uint64_t t, steps;
   double tpot_sum;
   uint64_t tpot_n;
   json_t *os;  /* worker_os (owned) */
@@ -168,6 +170,7 @@ static int read_stats(const char *sock, struct stats_read *s) {
   json_t *rep = live_call(ME, sock, "{\"cmd\":\"stats\"}");
   if (!rep) return -1;
   s->t = ms_now_ns();
+  s->steps = (uint64_t)json_integer_value(json_object_get(rep, "steps"));
   json_t *tp = json_object_get(rep, "tpot");
   s->tpot_sum = json_number_value(json_object_get(tp, "sum_s"));
   s->tpot_n = (uint64_t)json_integer_value(json_object_get(tp, "count"));
@@ -335,7 +338,8 @@ static int load_summary(struct explain_window *w, json_t *sum) {
 }
 
 /* Attaches the summary, reads the OS's view EXPLAIN_OS_SLICES times over the
- * window, reads the maps out and detaches. */
+ * window (more while the window has too few steps), reads the maps out and
+ * detaches. */
 static int summarize(const struct explain_args *a, const char *sock, const struct ms_query_schema *sc,
                      struct explain_window *w) {
   char lb[2048] = "";
@@ -343,9 +347,9 @@ static int summarize(const struct explain_args *a, const char *sock, const struc
   struct ms_query *q = summary_query(sc, w->slices, w->n_cls, &log);
   struct live l = {0};
   struct cli_budget b = {0};
-  struct stats_read s[EXPLAIN_OS_SLICES + 1] = {{0}};
+  struct stats_read s[EXPLAIN_MAX_OS_SLICES + 1] = {{0}};
   json_t *sum = NULL;
-  int rc = -1;
+  int rc = -1, i = 0;
   if (!q) {
     fprintf(stderr, "megascope explain: the summary query: %s", lb);
     goto out;
@@ -354,19 +358,25 @@ static int summarize(const struct explain_args *a, const char *sock, const struc
   if (!a->as_json)
     fprintf(stderr, "megascope explain: summary attached as %d for %.1f s (%d slices)\n", l.id,
             (double)a->window_ns / 1e9, w->slices);
-  for (int i = 1; i <= EXPLAIN_OS_SLICES; i++) {
+  while (++i <= EXPLAIN_MAX_OS_SLICES) {
     live_sleep_ns(a->window_ns / EXPLAIN_OS_SLICES);
     if (read_stats(sock, &s[i])) goto out;
     os_slice(&s[i - 1], &s[i], &w->os[(size_t)(i - 1) * (size_t)w->n_workers], w->n_workers);
+    if (i >= EXPLAIN_OS_SLICES && s[i].steps - s[0].steps >= EXPLAIN_MIN_STEPS) break;
+    if (i == EXPLAIN_OS_SLICES && !a->as_json)
+      fprintf(stderr, "megascope explain: %llu steps so far; stretching the window (to %.1f s at most)\n",
+              (unsigned long long)(s[i].steps - s[0].steps), 4 * (double)a->window_ns / 1e9);
   }
+  if (i > EXPLAIN_MAX_OS_SLICES) i = EXPLAIN_MAX_OS_SLICES;
+  w->n_os = i;
   if (!(sum = readout(&l, sock))) goto out;
-  w->window_ns = (double)(s[EXPLAIN_OS_SLICES].t - s[0].t);
-  w->finished = s[EXPLAIN_OS_SLICES].tpot_n - s[0].tpot_n;
-  w->tpot_ms = w->finished ? (s[EXPLAIN_OS_SLICES].tpot_sum - s[0].tpot_sum) / (double)w->finished * 1e3 : 0;
+  w->window_ns = (double)(s[i].t - s[0].t);
+  w->finished = s[i].tpot_n - s[0].tpot_n;
+  w->tpot_ms = w->finished ? (s[i].tpot_sum - s[0].tpot_sum) / (double)w->finished * 1e3 : 0;
   rc = load_summary(w, sum);
 out:
   live_detach(&l, ME, sock);
-  for (int i = 0; i <= EXPLAIN_OS_SLICES; i++) json_decref(s[i].os);
+  for (int k = 0; k <= EXPLAIN_MAX_OS_SLICES; k++) json_decref(s[k].os);
   json_decref(sum);
   ms_query_free(q);
   return rc;
@@ -513,13 +523,13 @@ int cmd_explain(int argc, char **argv) {
   w.n_workers = (int)json_integer_value(json_object_get(st, "workers"));
   if (w.n_workers < 1) w.n_workers = 1;
   w.slices = slices_for(&a, w.n_cls, w.n_workers);
-  w.os = calloc((size_t)EXPLAIN_OS_SLICES * (size_t)w.n_workers, sizeof *w.os);
+  w.os = calloc((size_t)EXPLAIN_MAX_OS_SLICES * (size_t)w.n_workers, sizeof *w.os);
   w.device = calloc((size_t)w.n_workers, sizeof *w.device);
   if (!w.os || !w.device || summarize(&a, sock, sc, &w)) goto out;
   w.in = (struct ms_explain_input){.classes = w.cls, .n_classes = w.n_cls, .cells = w.cells, .n_cells = w.n_cells,
                                    .requests = w.req, .n_requests = w.n_req, .req_cells = w.req_cells,
                                    .n_req_cells = w.n_req_cells, .os = w.os,
-                                   .n_os_slices = EXPLAIN_OS_SLICES, .device = w.device, .n_workers = w.n_workers,
+                                   .n_os_slices = w.n_os, .device = w.device, .n_workers = w.n_workers,
                                    .n_slices = w.slices, .window_ns = w.window_ns, .steps = w.steps};
   if (ms_explain_judge(&w.in, &w.res) || fetch_evidence(&a, sock, sc, &w)) goto out;
   if (a.as_json) explain_report_json(&a, &w);

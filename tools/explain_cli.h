@@ -12,10 +12,12 @@
 
 #define EXPLAIN_MAX_EVIDENCE 4  /* culprits whose tasks are captured */
 #define EXPLAIN_OS_SLICES 8     /* reads of the OS's view over the window */
+#define EXPLAIN_MAX_OS_SLICES 32 /* ... and at most, when the window is stretched */
+#define EXPLAIN_MIN_STEPS 32    /* steps a window needs: it is stretched (to 4x) until it has them */
 
 struct explain_args {
   const char *socket;
-  uint64_t slo_ns, window_ns;
+  uint64_t slo_ns, window_ns;   /* window: at least; stretched to 4x until EXPLAIN_MIN_STEPS */
   long evidence, slices;
   int as_json;
 };
@@ -41,7 +43,8 @@ struct explain_window {
   int n_req;
   struct ms_explain_req_cell *req_cells;
   size_t n_req_cells;
-  struct ms_explain_os *os;    /* [EXPLAIN_OS_SLICES][n_workers] */
+  struct ms_explain_os *os;    /* [n_os][n_workers] */
+  int n_os;                    /* OS slices read (EXPLAIN_OS_SLICES, more for a stretched window) */
   int *device;                 /* [n_workers] */
   int n_workers, slices;
   double steps, window_ns;

@@ -186,7 +186,7 @@ static void parts_json(struct ms_json *j, const struct explain_window *w) {
   ms_json_arr_begin(j);
   for (int i = 0; i < w->n_workers; i++) {
     double rq = 0, wall = 0, pre = 0;
-    for (int s = 0; s < EXPLAIN_OS_SLICES; s++) {
+    for (int s = 0; s < w->n_os; s++) {
       const struct ms_explain_os *o = &w->os[(size_t)s * (size_t)w->n_workers + (size_t)i];
       if (o->known) rq += o->runqueue_ns, wall += o->wall_ns, pre += o->preempted;
     }

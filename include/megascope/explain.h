@@ -30,7 +30,7 @@
  * hold for the whole window (the first layer's classes, say), which no
  * scatter among the rest predicts; a smaller difference is not named. */
 #define MS_EXPLAIN_Z 6.0
-#define MS_EXPLAIN_MIN_RATIO 1.15
+#define MS_EXPLAIN_MIN_RATIO 1.25
 
 enum ms_explain_kind {
   MS_EXPLAIN_CLASS = 0,

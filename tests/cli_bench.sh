@@ -11,7 +11,13 @@ MS=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 3 --json > "$tmp/decode.json"
-"$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 1 > "$tmp/decode.txt" 2>/dev/null
+"$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 1 > "$tmp/decode.txt" 2>"$tmp/decode.err"
+grep -q "^bench decode: round 1 of 1$" "$tmp/decode.err" || { cat "$tmp/decode.err"; echo "no progress line"; exit 1; }
+# the simulator is refused by name (its figures are bench sim's)
+rc=0
+"$MS" bench decode --synthetic tiny --backend sim >/dev/null 2>"$tmp/sim.err" || rc=$?
+[ $rc -eq 2 ] && grep -q "^megascope bench decode: --backend sim: the simulator's figures are \`bench sim\`'s$" "$tmp/sim.err" ||
+  { cat "$tmp/sim.err"; echo "bench decode --backend sim: rc $rc"; exit 1; }
 "$MS" bench hooks --synthetic tiny --dtype f32 --steps 4 --rounds 1 \
     --monitor "${MS_MONITORS:-$(dirname "$MS")/monitors}/class_time.bpf.o" > "$tmp/hooks.txt" 2>/dev/null
 "$MS" bench prefill --synthetic tiny --prompts 8,24 --rounds 1 --max-batched-tokens 16 --json > "$tmp/prefill.json"

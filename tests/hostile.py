@@ -16,8 +16,9 @@ apart. Phases:
                (429 with Retry-After), a normal client admitted ahead of the
                greedy one's queue, the queue full (429), a client's connections
                all busy (429), each counted in /metrics.
-  busy         every connection answering: /health and /metrics still answered
-               (reserve places), anything else 503.
+  busy         every connection answering: clients with few connections
+               served on the margin (64 places); past it /health and /metrics
+               still answered (reserve places), anything else 503.
   descriptors  under a descriptor limit of 192: 300 attach/detach cycles that
                never fail, attaches beyond the budget refused with the budget's
                message, HTTP serving throughout; then a server told to take more
@@ -40,7 +41,6 @@ import os
 import resource
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
@@ -246,31 +246,14 @@ def http_responses(data):
     return data.count(b"HTTP/1.1 ")
 
 
-# ---- control socket ----
+# ---- control socket: soak.py's client ----
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from soak import call as soak_call  # noqa: E402
+
 
 def ctl(path, req, timeout=30):
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout)
-    s.connect(path)
-    try:
-        body = json.dumps(req).encode()
-        s.sendall(struct.pack("<I", len(body)) + body)
-        buf = b""
-        while len(buf) < 4:
-            d = s.recv(4 - len(buf))
-            if not d:
-                raise OSError("control socket closed")
-            buf += d
-        n = struct.unpack("<I", buf)[0]
-        body = b""
-        while len(body) < n:
-            d = s.recv(n - len(body))
-            if not d:
-                raise OSError("control socket closed mid-reply")
-            body += d
-        return json.loads(body)
-    finally:
-        s.close()
+    return soak_call(path, req, timeout=timeout)[0]
 
 
 # ---- phases ----
@@ -306,9 +289,9 @@ def phase_connections(a):
             check(m['megascope_http_connections_closed_total{reason="evicted"}'] > 0,
                   "idle connections were closed to make room (%d evicted)" %
                   m['megascope_http_connections_closed_total{reason="evicted"}'])
-        bound = m['megascope_http_limit{limit="max_connections"}'] + 16  # and the reserve places
+        bound = m['megascope_http_limit{limit="max_connections"}'] + 64 + 16  # the margin, the reserve places
         check(m["megascope_http_connections_open"] <= bound,
-              "open connections within the bound and its reserve (%d <= %d)" %
+              "open connections within the bound, its margin and its reserve (%d <= %d)" %
               (m["megascope_http_connections_open"], bound))
         for s in socks:
             s.close()
@@ -538,25 +521,32 @@ def phase_shares(a):
 
 
 def phase_busy(a):
-    """Every connection answering: /health and /metrics still answer, anything else 503."""
+    """Every connection answering: a client with few connections still gets one of the margin's
+    places; past the margin too, /health and /metrics still answer (reserve places), anything else 503."""
     srv = Server(a.ms, "busy", ["--batch", "2", "--max-connections", "4", "--fault", "delayed_release:rope->attn:2ms"])
     port = srv.port
     busy = []
+
+    def stream_from(host):
+        s = socket.socket()
+        s.bind((host, 0))
+        s.settimeout(a.bound)
+        s.connect(("127.0.0.1", port))
+        b = json.dumps({"prompt": "busy", "max_tokens": 300, "ignore_eos": True, "stream": True}).encode()
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
+        busy.append(s)
+        return s.recv(12)  # answering once its headers come (asking /metrics before could close it)
+
     try:
         normal_client(port, a.bound, "warm-up")
-        for i in range(4):
-            s = socket.socket()
-            s.bind(("127.0.0.%d" % (40 + i), 0))
-            s.connect(("127.0.0.1", port))
-            b = json.dumps({"prompt": "busy", "max_tokens": 300, "ignore_eos": True, "stream": True}).encode()
-            s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s" % (len(b), b))
-            busy.append(s)
-        for s in busy:  # each is answering once its headers come (asking /metrics before could evict it)
-            s.settimeout(a.bound)
-            check(s.recv(12) == b"HTTP/1.1 200", "a busy stream is answered")
+        heads = [stream_from("127.0.0.%d" % (40 + i)) for i in range(4)]
+        check(heads == [b"HTTP/1.1 200"] * 4, "four streams take the four connections")
+        heads = [stream_from("127.1.0.%d" % (1 + i)) for i in range(64)]
+        check(heads == [b"HTTP/1.1 200"] * 64, "64 clients with few connections are served on the margin (%d)" %
+              heads.count(b"HTTP/1.1 200"))
         for path in ("/health", "/metrics"):
             st, _, _, dt = request(port, "GET", path, timeout=a.bound)
-            check(st == 200, "every connection answering, GET %s is answered 200 (%.2f s)" % (path, dt))
+            check(st == 200, "margin full, GET %s is answered 200 on a reserve place (%.2f s)" % (path, dt))
         st, _, data, _ = request(port, "POST", "/v1/completions", {"prompt": "x", "max_tokens": 2}, timeout=a.bound)
         check(st == 503 and b"only /health and /metrics" in data,
               "... and a completion gets 503 saying so (%d %s)" % (st, data[:100]))
@@ -642,7 +632,7 @@ def soak(a):
     stop = threading.Event()
     counts = {"normal": 0, "normal_failed": 0, "greedy_200": 0, "greedy_429": 0, "attach": 0, "attach_failed": 0,
               "idle_opened": 0, "slow_opened": 0}
-    lat = []
+    lat, why = [], []
 
     def greedy():
         while not stop.is_set():
@@ -699,15 +689,17 @@ def soak(a):
         while time.monotonic() < t_end:
             t0 = time.monotonic()
             try:
-                st, _, _, dt = request(port, "POST", "/v1/completions", {"prompt": "n", "max_tokens": 4},
-                                       timeout=a.bound)
-                st2 = request(port, "GET", "/health", timeout=a.bound)[0]
+                st, _, data, dt = request(port, "POST", "/v1/completions", {"prompt": "n", "max_tokens": 4},
+                                          timeout=a.bound)
+                st2, _, data2, _ = request(port, "GET", "/health", timeout=a.bound)
                 counts["normal"] += 1
                 lat.append(dt)
                 if st != 200 or st2 != 200:
                     counts["normal_failed"] += 1
-            except Exception:  # noqa: BLE001
+                    why.append("%d %d %s" % (st, st2, (data if st != 200 else data2)[:120]))
+            except Exception as e:  # noqa: BLE001
                 counts["normal_failed"] += 1
+                why.append(repr(e))
             time.sleep(max(0.0, 1.0 - (time.monotonic() - t0)))
         stop.set()
         for t in workers:
@@ -717,7 +709,9 @@ def soak(a):
                                normal_p50_s=lat[len(lat) // 2] if lat else None,
                                normal_p99_s=lat[min(len(lat) - 1, int(len(lat) * 0.99))] if lat else None,
                                normal_max_s=lat[-1] if lat else None)
-        check(counts["normal_failed"] == 0, "soak: the normal client was always served (%d asks)" % counts["normal"])
+        check(counts["normal_failed"] == 0, "soak: the normal client was always served (%d asks; %s)" %
+              (counts["normal"], why[:5]))
+        figures["soak"]["failures"] = why
         check(counts["attach_failed"] == 0, "soak: no attach failed (%d cycles)" % counts["attach"])
         settle(srv, base_fds, base_threads, "after the soak", wait=60)
         rss = srv.rss_kib()

@@ -21,11 +21,17 @@
  * non-blocking send(2) of a refusal.
  * Admission. A client is an IPv4 address or an IPv6 /64. A new connection from
  * a client at max_per_client closes that client's oldest idle connection, or is
- * refused with 429 when all of them are busy; past max_conns in all, the
- * oldest idle connection anywhere is closed, or the new one refused with 503.
- * Idle means no request being answered: waiting for one, or reading its head
- * or body; oldest by when that began. So idle or slow connections, however
- * many, never keep out a client whose request is ready. When every connection
+ * refused with 429 when all of them are busy; past max_conns in all, an idle
+ * connection of the client holding the most is closed (its oldest), or the new
+ * one refused with 503. Idle means no request being answered: waiting for one,
+ * or reading its head or body; oldest by when that began. So idle or slow
+ * connections, however many, never keep out a client whose request is ready,
+ * and a flood from a few addresses takes its own connections' places first, not
+ * those of a client with one connection whose request is still on its way.
+ * While nothing can be closed (every connection answering, or just accepted
+ * and not yet announced by libmicrohttpd, or shut down and not yet gone), a
+ * client with fewer than 3 connections takes one of 64 places on a margin
+ * beyond the bound, so a flood's churn does not shut it out either. When every connection
  * is answering, up to 16 more are taken on reserve places that serve /health
  * and /metrics alone (anything else: 503), one request each (their own idle
  * longest closed for a new one), so a probe or a scraper is answered even then.
@@ -70,6 +76,17 @@
 #define TICK_NS 100000000ull          /* the sweep's period, and the back-off out of descriptors */
 #define UNANNOUNCED_NS 5000000000ull  /* a handed-over socket libmicrohttpd never announced */
 #define RESERVE 16                    /* connections beyond the bound, for /health and /metrics alone */
+#define MARGIN 64                     /* beyond the bound, for clients with few connections */
+#define FEW 3                         /* what few is */
+#define CLIENT_BUCKETS 256
+
+/* A client (an address, an IPv6 /64) while it has entries. */
+struct gate_client {
+  struct gate_client *next;   /* its hash chain */
+  uint8_t key[17];            /* family, then the address (IPv6: its /64) */
+  int open;                   /* its connections not closing */
+  int refs;                   /* its entries */
+};
 
 const char *const gate_count_names[GATE_COUNT] = {"accepted", "refused_full",  "refused_client",
                                                   "refused_fds", "evicted",   "timeout_wait",
@@ -82,9 +99,10 @@ struct gate_conn {
   int closing;                /* shut down by the gate: counted no more */
   int served;                 /* requests answered on it */
   int reserve;                /* taken beyond the bound: /health and /metrics alone, then closed */
+  int margin;                 /* taken beyond the bound by a client with few connections */
   enum gate_phase phase;
   uint64_t t_accept, since;   /* since: when the present wait or phase began */
-  uint8_t key[17];            /* family, then the address (IPv6: its /64) */
+  struct gate_client *cl;
   char client[64];
 };
 
@@ -98,7 +116,8 @@ struct ms_gate {
   pthread_mutex_t mu;         /* the list and the counts below */
   struct gate_conn *head;
   int n_entries, n_open;      /* entries; those not closing */
-  int n_reserve;              /* of n_open, those on a reserve place */
+  int n_reserve, n_margin;    /* of n_open, those on a reserve place, on the margin */
+  struct gate_client *clients[CLIENT_BUCKETS];
   _Atomic uint64_t n[GATE_COUNT];
 };
 
@@ -156,33 +175,60 @@ static void refuse(int fd, unsigned status, const char *code, const char *msg) {
   close(fd);
 }
 
-/* ---- the list (under mu) ---- */
+/* ---- the list and the clients (under mu) ---- */
+
+static struct gate_client **client_slot(struct ms_gate *g, const uint8_t key[17]) {
+  uint32_t h = 2166136261u;
+  for (int i = 0; i < 17; i++) h = (h ^ key[i]) * 16777619u;
+  struct gate_client **p = &g->clients[h % CLIENT_BUCKETS];
+  while (*p && memcmp((*p)->key, key, 17)) p = &(*p)->next;
+  return p;
+}
+
+/* key's client, with one more reference (NULL: out of memory). */
+static struct gate_client *client_get(struct ms_gate *g, const uint8_t key[17]) {
+  struct gate_client **p = client_slot(g, key);
+  if (!*p && (*p = calloc(1, sizeof **p))) memcpy((*p)->key, key, 17);
+  if (*p) (*p)->refs++;
+  return *p;
+}
+
+static void client_put(struct ms_gate *g, struct gate_client *cl) {
+  if (--cl->refs) return;
+  struct gate_client **p = client_slot(g, cl->key);
+  *p = cl->next;
+  free(cl);
+}
+
+/* c counts no more as open (closing, or gone). */
+static void uncount(struct ms_gate *g, struct gate_conn *c) {
+  g->n_open--;
+  g->n_reserve -= c->reserve;
+  g->n_margin -= c->margin;
+  c->cl->open--;
+}
 
 static void unlink_conn(struct ms_gate *g, struct gate_conn *c) {
   if (c->prev) c->prev->next = c->next;
   else g->head = c->next;
   if (c->next) c->next->prev = c->prev;
   g->n_entries--;
-  if (!c->closing) {
-    g->n_open--;
-    g->n_reserve -= c->reserve;
-  }
+  if (!c->closing) uncount(g, c);
+  client_put(g, c->cl);
 }
 
-static int client_open(const struct ms_gate *g, const uint8_t key[17]) {
-  int n = 0;
-  for (const struct gate_conn *c = g->head; c; c = c->next) n += !c->closing && !memcmp(c->key, key, 17);
-  return n;
-}
-
-/* The connection idle longest: of key's client, or (key NULL) of those on a
- * regular place (reserve 0) or a reserve one (1); NULL when none is idle. */
-static struct gate_conn *oldest_idle(const struct ms_gate *g, const uint8_t *key, int reserve) {
+/* The connection to close for room: idle (not answering) and announced, of
+ * client cl (NULL: any client, on a regular place (reserve 0) or a reserve one
+ * (1)); of those, the one whose client holds the most connections, and of its,
+ * the one idle longest. NULL when none is idle. A client with one connection
+ * so loses it only when every client is down to one. */
+static struct gate_conn *idle_victim(const struct ms_gate *g, const struct gate_client *cl, int reserve) {
   struct gate_conn *best = NULL;
   for (struct gate_conn *c = g->head; c; c = c->next) {
-    if (!c->started || c->closing || c->phase == GATE_PHASE_BUSY || (!key && c->reserve != reserve)) continue;
-    if (key && memcmp(c->key, key, 17)) continue;
-    if (!best || c->since < best->since) best = c;
+    if (!c->started || c->closing || c->phase == GATE_PHASE_BUSY) continue;
+    if (cl ? c->cl != cl : c->reserve != reserve) continue;
+    if (!best || c->cl->open > best->cl->open || (c->cl->open == best->cl->open && c->since < best->since))
+      best = c;
   }
   return best;
 }
@@ -195,21 +241,22 @@ static void close_conn(struct ms_gate *g, struct gate_conn *c, enum gate_count w
   }
   shutdown(c->fd, SHUT_RDWR);
   c->closing = 1;
-  g->n_open--;
-  g->n_reserve -= c->reserve;
+  uncount(g, c);
   atomic_fetch_add_explicit(&g->n[why], 1, memory_order_relaxed);  /* statistics only */
   ms_logf(MS_LOG_DEBUG, "http: closed a connection from %s (%s)", c->client, gate_count_names[why]);
 }
 
 /* ---- accepting ---- */
 
-/* Room for one more connection from key's client (an idle one closed for
- * it; *reserve set when it takes a reserve place), or the refusal's status
- * (429, 503). Under mu. */
-static unsigned make_room(struct ms_gate *g, const uint8_t key[17], const char *client, int *reserve, char *msg,
-                          size_t n) {
-  if (client_open(g, key) >= g->o.max_per_client) {
-    struct gate_conn *v = oldest_idle(g, key, 0);
+/* Room for connection c of client c->cl (an idle one closed for it; on the
+ * margin or a reserve place when none can be), or the refusal's status (429,
+ * 503). Under mu. */
+static unsigned make_room(struct ms_gate *g, struct gate_conn *c, char *msg, size_t n) {
+  struct gate_client *cl = c->cl;
+  const char *client = c->client;
+  int few = cl->open < FEW;  /* a client with few other connections (its last one may not be gone yet) */
+  if (cl->open >= g->o.max_per_client) {
+    struct gate_conn *v = idle_victim(g, cl, 0);
     if (!v) {
       snprintf(msg, n, "too many connections from %s (%d, all busy); retry when one is answered", client,
                g->o.max_per_client);
@@ -217,54 +264,62 @@ static unsigned make_room(struct ms_gate *g, const uint8_t key[17], const char *
     }
     close_conn(g, v, GATE_EVICTED);
   }
-  if (g->n_open - g->n_reserve >= g->o.max_conns) {
-    struct gate_conn *v = oldest_idle(g, NULL, 0), *r = NULL;
-    if (v) {
-      close_conn(g, v, GATE_EVICTED);
-    } else if (g->n_reserve < RESERVE || (r = oldest_idle(g, NULL, 1))) {
-      if (r) close_conn(g, r, GATE_EVICTED);
-      *reserve = 1;  /* every connection is answering: this one may ask for /health or /metrics */
-    } else {
-      snprintf(msg, n, "the server's %d connections are all busy; retry in a moment", g->o.max_conns);
-      return 503;
-    }
-  }
-  /* connections shut down but not yet closed by libmicrohttpd count here: a bound on its threads */
-  if (g->n_entries >= 2 * g->o.max_conns) {
+  /* connections shut down and not yet closed by libmicrohttpd still have its
+   * threads: as many as max_conns (more for a client with no other connection) */
+  if (g->n_entries - g->n_open >= g->o.max_conns + (few ? MARGIN : 0)) {
     snprintf(msg, n, "the server is closing connections to make room; retry in a moment");
+    return 503;
+  }
+  if (g->n_open - g->n_reserve - g->n_margin < g->o.max_conns) return 0;
+  struct gate_conn *v = idle_victim(g, NULL, 0), *r = NULL;
+  if (v) {
+    close_conn(g, v, GATE_EVICTED);
+  } else if (few && g->n_margin < MARGIN) {
+    c->margin = 1;  /* nothing to close yet (answering, or not announced): a flood does not shut it out */
+  } else if (g->n_reserve < RESERVE || (r = idle_victim(g, NULL, 1))) {
+    if (r) close_conn(g, r, GATE_EVICTED);
+    c->reserve = 1;  /* every connection is answering: this one may ask for /health or /metrics */
+  } else {
+    snprintf(msg, n, "the server's %d connections are all busy; retry in a moment", g->o.max_conns);
     return 503;
   }
   return 0;
 }
 
+static void link_conn(struct ms_gate *g, struct gate_conn *c) {
+  c->next = g->head;
+  if (g->head) g->head->prev = c;
+  g->head = c;
+  g->n_entries++;
+  g->n_open++;
+  g->n_reserve += c->reserve;
+  g->n_margin += c->margin;
+  c->cl->open++;
+}
+
+/* Takes connection fd in, or answers it with a refusal and closes it. */
 static void admit(struct ms_gate *g, int fd, const struct sockaddr *sa, socklen_t len) {
   struct gate_conn *c = calloc(1, sizeof *c);
-  if (!c) {
-    refuse(fd, 503, "overloaded", "the server is out of memory");
-    atomic_fetch_add_explicit(&g->n[GATE_REFUSED_FULL], 1, memory_order_relaxed);
-    return;
+  uint8_t key[17];
+  char msg[200] = "the server is out of memory";
+  unsigned status = 503;
+  if (c) {
+    client_key(sa, key, c->client, sizeof c->client);
+    c->fd = fd;
+    c->t_accept = c->since = ms_now_ns();
+    pthread_mutex_lock(&g->mu);
+    for (struct gate_conn *o = g->head; o; o = o->next)
+      if (!o->started && o->fd == fd) {  /* an entry libmicrohttpd dropped unannounced: its number is reused */
+        unlink_conn(g, o);
+        free(o);
+        break;
+      }
+    if ((c->cl = client_get(g, key)) && !(status = make_room(g, c, msg, sizeof msg)))
+      link_conn(g, c);
+    else if (c->cl)
+      client_put(g, c->cl);
+    pthread_mutex_unlock(&g->mu);
   }
-  client_key(sa, c->key, c->client, sizeof c->client);
-  c->fd = fd;
-  c->t_accept = c->since = ms_now_ns();
-  char msg[200];
-  pthread_mutex_lock(&g->mu);
-  for (struct gate_conn *o = g->head; o; o = o->next)
-    if (!o->started && o->fd == fd) {  /* an entry libmicrohttpd dropped unannounced: its number is reused */
-      unlink_conn(g, o);
-      free(o);
-      break;
-    }
-  unsigned status = make_room(g, c->key, c->client, &c->reserve, msg, sizeof msg);
-  if (!status) {
-    g->n_reserve += c->reserve;
-    c->next = g->head;
-    if (g->head) g->head->prev = c;
-    g->head = c;
-    g->n_entries++;
-    g->n_open++;
-  }
-  pthread_mutex_unlock(&g->mu);
   if (status) {
     free(c);
     refuse(fd, status, status == 429 ? "too_many_connections" : "overloaded", msg);
@@ -429,6 +484,11 @@ void gate_free(struct ms_gate *g) {
     next = c->next;
     free(c);
   }
+  for (int i = 0; i < CLIENT_BUCKETS; i++)
+    for (struct gate_client *cl = g->clients[i], *next; cl; cl = next) {
+      next = cl->next;
+      free(cl);
+    }
   close(g->wake);
   if (g->spare >= 0) close(g->spare);
   pthread_mutex_destroy(&g->mu);

@@ -112,7 +112,7 @@ static void draw(struct world *w, struct window *win) {
       double wall = 2.5e8;
       win->os[s * w->workers + wk] = (struct ms_explain_os){
           .known = 1, .pinned_cpu = wk, .last_cpu = wk, .wall_ns = wall,
-          .run_ns = wall * (1 - w->os_share[wk]),
+          .run_ns = wall * (1 - w->os_share[wk] + 0.004 * gauss(&w->rng)),
           .runqueue_ns = wall * fmax(0, w->os_share[wk] + 0.004 * gauss(&w->rng)),
           .preempted = 10 + 1000 * w->os_share[wk]};
     }

@@ -185,16 +185,17 @@ static void parts_json(struct ms_json *j, const struct explain_window *w) {
   ms_json_key(j, "workers");
   ms_json_arr_begin(j);
   for (int i = 0; i < w->n_workers; i++) {
-    double rq = 0, wall = 0, pre = 0;
+    double rq = 0, wall = 0, pre = 0, ran = 0;
     for (int s = 0; s < w->n_os; s++) {
       const struct ms_explain_os *o = &w->os[(size_t)s * (size_t)w->n_workers + (size_t)i];
-      if (o->known) rq += o->runqueue_ns, wall += o->wall_ns, pre += o->preempted;
+      if (o->known) rq += o->runqueue_ns, wall += o->wall_ns, pre += o->preempted, ran += o->run_ns;
     }
     ms_json_obj_begin(j);
     ms_json_kint(j, "worker", i);
     ms_json_kint(j, "device", w->device[i]);
     ms_json_kint(j, "pinned_cpu", w->os[i].pinned_cpu);
     ms_json_knum(j, "runqueue_share", wall > 0 ? rq / wall : NAN);
+    ms_json_knum(j, "run_share", wall > 0 ? ran / wall : NAN);
     ms_json_knum(j, "preempted", pre);
     effect_json(j, &r->worker[i]);
     ms_json_obj_end(j);

@@ -336,8 +336,28 @@ out:
 
 /* ---- the OS's view: time waiting for a CPU ---- */
 
-/* Per worker: its run-queue share of each slice's wall time, the median over
- * slices and the slices' scatter; and every worker's together. */
+/* One worker's share of each OS slice's wall time (run == 1: the time it
+ * ran; 0: the time it waited for a CPU): the median over slices into *share,
+ * its scatter (a standard error, 1% at least: the scheduler's accounting and
+ * the engine's own service threads move it by about that) into *noise. */
+static int os_share(const struct ms_explain_input *in, int W, int w, int run, double *v, double *share, double *noise) {
+  int k = 0;
+  for (int s = 0; s < in->n_os_slices; s++) {
+    const struct ms_explain_os *o = &in->os[(size_t)s * (size_t)W + (size_t)w];
+    if (o->known && o->wall_ns > 0) v[k++] = (run ? o->run_ns : o->runqueue_ns) / o->wall_ns;
+  }
+  if (!k) return 0;
+  *share = ex_median(v, (size_t)k);
+  double se = k >= 3 ? 1.2533 * ex_mad_sd(v, (size_t)k, *share) / sqrt((double)k) : 0;
+  *noise = se > 0.01 ? se : 0.01;
+  return k;
+}
+
+/* Per worker: the share of the window it ran and the share it waited for a
+ * CPU; and every worker's wait together. A waiting worker spins and yields,
+ * so its run-queue wait grows whenever any other thread shares its CPU, its
+ * partner's too when one worker is held up; the time it ran is what its CPU
+ * gave it, and is what tells one worker's CPU from another's. */
 static void cpu_effects(struct ex *x, struct ex_cpu *cpu) {
   const struct ms_explain_input *in = x->in;
   memset(cpu, 0, sizeof *cpu);
@@ -355,25 +375,15 @@ static void cpu_effects(struct ex *x, struct ex_cpu *cpu) {
     if (wall > 0) all[k_all++] = rq / wall;
   }
   for (int w = 0; w < x->W && w < EX_MAX_CPU; w++) {
-    int k = 0;
+    if (!os_share(in, x->W, w, 0, v, &cpu->share[w], &cpu->noise[w])) continue;
+    os_share(in, x->W, w, 1, v, &cpu->ran[w], &cpu->ran_noise[w]);
+    cpu->known[w] = 1;
     for (int s = 0; s < S; s++) {
       const struct ms_explain_os *o = &in->os[(size_t)s * (size_t)x->W + (size_t)w];
-      if (!o->known || !(o->wall_ns > 0)) continue;
-      v[k++] = o->runqueue_ns / o->wall_ns;
+      if (!o->known) continue;
       cpu->preempted[w] += o->preempted;
       cpu->pinned[w] = o->pinned_cpu, cpu->last[w] = o->last_cpu;
     }
-    if (!k) continue;
-    cpu->known[w] = 1;
-    cpu->share[w] = ex_median(v, (size_t)k);
-    for (int s = 0, j = 0; s < S; s++) {
-      const struct ms_explain_os *o = &in->os[(size_t)s * (size_t)x->W + (size_t)w];
-      if (o->known && o->wall_ns > 0) v[j++] = o->runqueue_ns / o->wall_ns;
-    }
-    double se = k >= 3 ? 1.2533 * ex_mad_sd(v, (size_t)k, cpu->share[w]) / sqrt((double)k) : 0;
-    /* a share's floor: 1% of the wall time (the scheduler's accounting, and
-     * the engine's own service threads, move it by about that) */
-    cpu->noise[w] = se > 0.01 ? se : 0.01;
   }
   cpu->all = k_all ? ex_median(all, (size_t)k_all) : 0;
   x->out->runqueue_share = cpu->all;

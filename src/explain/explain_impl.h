@@ -30,6 +30,8 @@ struct ex_cpu {
   int known[EX_MAX_CPU], pinned[EX_MAX_CPU], last[EX_MAX_CPU];
   double share[EX_MAX_CPU];     /* the median slice's run-queue wait over wall time */
   double noise[EX_MAX_CPU];     /* its scatter over slices (at least 1%) */
+  double ran[EX_MAX_CPU];       /* the median slice's run time over wall time */
+  double ran_noise[EX_MAX_CPU];
   double preempted[EX_MAX_CPU];
   double all;                   /* every worker's together */
 };

@@ -117,7 +117,7 @@ static const struct {
     [MS_F_WAIT_NS] = {"__u64", "task_begin/task_end: time this worker waited for the task's event"},
     [MS_F_QUEUE_KIND] = {"__u32", "queue_pressure: enum ms_queue_kind"},
     [MS_F_RESERVED0] = {"__u32", "reserved, 0"},
-    [MS_F_WORK_ROWS] = {"__u32", "rows (tokens) the task processes: an expert's routed rows, attention's positions, a GEMV tile's live rows, 1 or 0 for a row's task"},
+    [MS_F_WORK_ROWS] = {"__u32", "rows (tokens) the task processes: an expert's routed rows, attention's positions (those it reads: a local layer's window at most), a GEMV tile's live rows, 1 or 0 for a row's task"},
     [MS_F_PASSED_OVER] = {"__u32", "JIT tasks: other tasks taken from the JIT queues while it was ready; AOT: 0"},
     [MS_F_WORK_BYTES] = {"__u64", "bytes of weights and KV cache the task reads, `MS_HOOK_NONE64`: unknown"},
     [MS_F_REMOTE_EVENT] = {"__u32", "the remote producer's event, `MS_HOOK_NONE32`: none"},

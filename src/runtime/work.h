@@ -33,8 +33,8 @@ static inline int ms_rt_row_live(const struct plan_rt *rt, int r) {
   return r >= 0 && r < rt->x.meta.n_rows && rt->x.meta.row_slot[r] >= 0;
 }
 
-/* work_rows: an expert task's routed rows, attention's positions (the row's
- * context), a row task's row (1, or 0 for padding), 0 for the step start and
+/* work_rows: an expert task's routed rows, attention's positions (those it
+ * reads: the row's context, or a local layer's window), a row task's row (1, or 0 for padding), 0 for the step start and
  * empty tasks, the step's live rows for every other task (GEMV tiles, comm). */
 static inline uint32_t ms_rt_task_rows(const struct ms_engine *e, const struct plan_rt *rt, int t) {
   const struct ms_task *k = &rt->plan->tasks[t];
@@ -46,8 +46,13 @@ static inline uint32_t ms_rt_task_rows(const struct ms_engine *e, const struct p
   case MS_K_EXPERT_UP:
   case MS_K_EXPERT_DOWN:
     return (uint32_t)ms_rt_routed(e, rt, &rt->plan->classes[k->cls], k->tile[2]);
-  case MS_K_ATTN:
-    return ms_rt_row_live(rt, r) ? (uint32_t)rt->x.meta.row_pos[r] + 1 : 0;
+  case MS_K_ATTN: {
+    /* the positions it reads: a sliding-window layer's window at most (as
+     * the kernel reads them, src/kernels/ops.c) */
+    if (!ms_rt_row_live(rt, r)) return 0;
+    int n = rt->x.meta.row_pos[r] + 1, win = ms_layer_window(&e->m->cfg, rt->plan->classes[k->cls].layer);
+    return (uint32_t)(win && n > win ? win : n);
+  }
   default:
     return r >= 0 ? (uint32_t)ms_rt_row_live(rt, r) : (uint32_t)rt->x.meta.n_rows;
   }

@@ -597,7 +597,7 @@ def phase_descriptors(a):
         srv.stop()
 
     # more connections allowed than descriptors: accept meets EMFILE
-    srv = Server(a.ms, "emfile", ["--batch", "2", "--max-connections", "400", "--read-timeout", "6"], nofile=192)
+    srv = Server(a.ms, "emfile", ["--batch", "2", "--max-connections", "400", "--read-timeout", "30"], nofile=192)
     port = srv.port
     try:
         normal_client(port, a.bound, "warm-up")

@@ -420,6 +420,11 @@ static enum MHD_Result over_bounds(struct ms_http *h, struct MHD_Connection *con
   snprintf(hold->client, sizeof hold->client, "%s", gate_client(gate_conn_of(conn)));
   hold->requests = req->n_prompts * req->n;
   hold->tokens = (uint64_t)tokens;
+  if (hold->requests > h->so.max_requests || hold->tokens > h->so.max_tokens)  /* retrying would not help */
+    return respond_refused(h, conn, REF_REQUEST_TOKENS, 400, "n", "request_too_large",
+                           "the request alone needs %d choices and %lld tokens (prompts and max_tokens); a client "
+                           "holds at most %d and %llu (--client-max-requests, --client-max-tokens)",
+                           hold->requests, tokens, h->so.max_requests, (unsigned long long)h->so.max_tokens);
   char msg[400];
   enum share_refusal why = share_take(h->share, hold, msg, sizeof msg);
   if (why != SHARE_OK)

@@ -11,6 +11,7 @@ MS=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 3 --json > "$tmp/decode.json"
+"$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 2 --json > "$tmp/decode2.json"
 "$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 1 > "$tmp/decode.txt" 2>"$tmp/decode.err"
 grep -q "^bench decode: round 1 of 1$" "$tmp/decode.err" || { cat "$tmp/decode.err"; echo "no progress line"; exit 1; }
 # the simulator is refused by name (its figures are bench sim's)
@@ -41,6 +42,10 @@ def close(a, b, rel=1e-6):  # JSON numbers carry 9 significant digits
 rounds = sorted(m / p for m, p in zip(dec["rounds_tokens_per_s"]["megakernel"], dec["rounds_tokens_per_s"]["per_op"]))
 assert close(dec["ratio"], rounds[1]) and close(dec["ratio_min"], rounds[0]) and close(dec["ratio_max"], rounds[2]), \
     (dec["ratio"], rounds)
+# an even number of rounds: the median is the mean of the middle two
+d2 = json.load(open(d + "/decode2.json"))
+r2 = sorted(m / p for m, p in zip(d2["rounds_tokens_per_s"]["megakernel"], d2["rounds_tokens_per_s"]["per_op"]))
+assert len(r2) == 2 and close(d2["ratio"], (r2[0] + r2[1]) / 2) and close(d2["ratio_min"], r2[0]), (d2["ratio"], r2)
 assert close(dec["fraction_of_bound"], dec["megakernel_tokens_per_s"] / dec["bandwidth_bound_tokens_per_s"]), dec
 assert close(dec["fraction_of_read_bound"], dec["megakernel_tokens_per_s"] / dec["read_bound_tokens_per_s"]), dec
 # the text, one round: the ratio printed is the two engines' printed tokens/s divided, in that direction

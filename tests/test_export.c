@@ -166,6 +166,36 @@ static void test_prometheus(const char *mons) {
     snprintf(series, sizeof series,
              "megascope_attachment_jitted_programs{id=\"%d\",generation=\"2\",monitor=\"queueing.bpf.o\"}", id);
     CHECKF(sample(page, series) == (ms_bpf_jit_supported() ? 1 : 0), "%g", sample(page, series));
+    /* every coverage series is its own figure: one firing in 4 run, so
+     * throttled is not 0 and differs from failed and lost */
+    struct ms_monitor *c = ms_monitor_open(f1, NULL);
+    struct ms_attach_opts so = {.sz = sizeof so, .sample_every = 4};
+    int sid = c ? ms_engine_attach(e, c, &so, NULL) : -1;
+    CHECK(sid > 0);
+    decode(e, 2, 6);
+    struct ms_coverage cov;
+    CHECK(sid > 0 && ms_engine_attach_coverage(e, sid, 0, &cov) == 0);
+    free(page);
+    page = metrics(e);
+    static const char *const cov_names[] = {"eligible", "executed", "throttled", "lost", "failed"};
+    const uint64_t cov_values[] = {cov.eligible, cov.executed, cov.throttled, cov.lost, cov.failed};
+    CHECKF(cov.throttled > 0 && cov.executed > 0, "sampled 1 in 4: throttled %llu", (unsigned long long)cov.throttled);
+    for (int k = 0; k < 5; k++) {
+      snprintf(series, sizeof series,
+               "megascope_attachment_%s_total{id=\"%d\",generation=\"1\",monitor=\"class_time.bpf.o\"}", cov_names[k],
+               sid);
+      CHECKF(sample(page, series) == (double)cov_values[k], "%s: %g, coverage %llu", cov_names[k],
+             sample(page, series), (unsigned long long)cov_values[k]);
+    }
+    /* a write that fails is an error, not a short page */
+    FILE *full = fopen("/dev/full", "w");
+    if (full) {
+      setvbuf(full, NULL, _IONBF, 0);
+      CHECK(ms_prometheus_write_engine(e, full) == -EIO);
+      fclose(full);
+    } else {
+      SKIP_PART("no /dev/full: a failed write not checked");
+    }
   } else {
     SKIP_PART("no shipped monitors in %s: the coverage metrics not checked", mons);
     ms_monitor_free(a);

@@ -521,6 +521,7 @@ static void test_smollm2(void) {
   if (!t) return;
   CHECK(!strcmp(ms_tokenizer_name(t), "gpt2/smollm") && ms_tokenizer_vocab(t) == 49152);
   CHECK(ms_tokenizer_find(t, "<|im_start|>") == 1 && ms_tokenizer_find(t, "<|im_end|>") == 2);
+  CHECK(ms_tokenizer_find(t, "<|endoftext|>") == 0);  /* id 0 is a token, not "not found" */
   for (size_t i = 0; i < sizeof smol / sizeof smol[0]; i++)
     if (smol[i].n) CHECK(encode_is(t, smol[i].text, smol[i].ids, smol[i].n));
   const char *texts[] = {"The quick brown fox, in 1999, jumped over 3 lazy dogs!\n\n  Done.",

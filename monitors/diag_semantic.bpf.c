@@ -3,7 +3,8 @@
 // aggregates in place, per question, the evidence that names a scheduler fault,
 // so a diagnosis reads a few hundred rows instead of a trace.
 //   class_stat, op_stat  per task class and per kernel: tasks, task ns, queue ns
-//                        (ready -> begin), the longest queue (a starved task);
+//                        (ready -> begin), the longest queue (a starved task),
+//                        the longest task (dropped on real clocks: one preemption);
 //   evclass_lag          per event class: the release lag, from the completing
 //                        producer's end to the event's release (a held notification);
 //   worker_queue/_top    per worker: queue ns and task time against the class,
@@ -40,7 +41,7 @@
 
 /* per task class and kernel: tasks, their time (sum, sum of squares) and queueing */
 struct task_stat {
-  __u64 n, ns, ns_sq, queue_ns, queue_max;
+  __u64 n, ns, ns_sq, queue_ns, queue_max, ns_max;
 };
 
 /* a time per row: count, sum, sum of squares, largest */
@@ -172,6 +173,7 @@ static __always_inline void add_task(struct task_stat *s, __u64 ns, __u64 q) {
   __sync_fetch_and_add(&s->ns_sq, ns * ns);
   __sync_fetch_and_add(&s->queue_ns, q);
   if (q > s->queue_max) s->queue_max = q;  /* racy max: a lost update only when workers race */
+  if (ns > s->ns_max) s->ns_max = ns;      /* the longest task: a real clock's outlier, dropped by the reader */
 }
 
 static __always_inline void add_time(struct time_stat *s, __u64 ns) {

@@ -85,8 +85,29 @@ fi
 python3 - "$tmp/gen.json" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
-types = [s["faults"][0]["type"] for s in d if s["faults"]]
-assert len(d) == 24 and len(types) == 22 and len(set(types)) == 11, (len(d), types)
+types = [s["faults"][0]["type"] for s in d if len(s["faults"]) == 1]
+several = [s for s in d if len(s["faults"]) == 2]
+assert len(d) == 26 and len(types) == 22 and len(set(types)) == 11, (len(d), types)
+# two faults at once, of different kinds of culprit, never a late admission
+kind = {"slow_class": "c", "starve_task": "c", "routing_skew": "e", "delayed_release": "v", "queue_saturation": "w",
+        "slow_worker": "w", "comm_delay": "d", "bandwidth_steal": "d", "slow_request": "r", "late_admission": "r",
+        "slow_layer": "l"}
+assert len(several) == 2
+for s in several:
+    a, b = (f["type"] for f in s["faults"])
+    assert kind[a] != kind[b] and "late_admission" not in (a, b), s
+PY
+"$MS" bench diagnose --generate 1 --seed 5 --backend cpu > "$tmp/gen-cpu.json"
+python3 - "$tmp/gen-cpu.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+# the real models in turn, pinned workers, no routing skew (dense), the real interference, two healthy
+assert {s["gguf"] for s in d} == {"SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"}, d
+assert all(s["pin"] == 1 and s["workers"] == 2 and "preset" not in s for s in d)
+kinds = [s["interference"]["kind"] for s in d if "interference" in s]
+assert sorted(kinds) == ["cold", "long_context", "preempt", "spin"], kinds
+assert not any(f["type"] == "routing_skew" for s in d for f in s["faults"])
+assert len([s for s in d if not s["faults"] and "interference" not in s]) == 2
 PY
 # the held-out split, scored apart and side by side
 python3 - "$SRC/bench/scenarios/smoke.json" "$tmp/held.json" <<'PY'
@@ -114,4 +135,69 @@ grep -q 'scenario 0 (x): unknown key "color"' "$tmp/err.txt"
 echo '[{"name": "y", "preset": "tiny", "backend": "sim", "batch": 2, "steps": 2, "seed": 1, "faults": [{"type": "slow_class", "delay_us": 3}]}]' > "$tmp/bad2.json"
 if "$MS" bench diagnose --scenarios "$tmp/bad2.json" 2> "$tmp/err2.txt"; then echo "accepted a bad fault"; exit 1; fi
 grep -q 'slow_class takes "factor", not "delay_us"' "$tmp/err2.txt"
+# several faults at once: the truth lists each; an answer is right in scope when
+# it names each culprit and nothing else
+cat > "$tmp/several.json" <<'EOF'
+[{"name": "two", "preset": "tiny", "backend": "sim", "batch": 4, "steps": 6, "seed": 3,
+  "faults": [{"type": "slow_class", "target": "blk.1.wo", "factor": 4}, {"type": "slow_request", "target": 2, "factor": 6}]}]
+EOF
+"$MS" bench diagnose --scenarios "$tmp/several.json" --budgets 64k --monitors "$mon" --quiet --json > "$tmp/several.out.json" 2>/dev/null
+python3 - "$tmp/several.out.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))["scenarios"][0]
+truth = {(c["culprit"]["kind"], c["culprit"]["id"]) for c in s["ground_truth"]["culprits"]}
+assert truth == {("task_class", s["ground_truth"]["culprits"][0]["culprit"]["id"]), ("request", 2)}, truth
+for m, ans in s["answers"].items():
+    for x in ans:
+        named = {(x["culprit"]["kind"], x["culprit"]["id"])} if x["culprit"]["id"] >= 0 else set()
+        named |= {(c["culprit"]["kind"], c["culprit"]["id"]) for c in x.get("more_culprits", [])}
+        assert x["scope_ok"] == (named == truth), (m, x)
+sem = s["answers"]["semantic_monitors"][0]
+assert sem["scope_ok"], sem
+PY
+
+# real interference on the CPU backend (a synthetic model, seconds): a spinning
+# neighbour on worker 1's CPU and a long-context request run, paired, and are
+# reported with their culprits; no accuracy is asserted (real clocks)
+cat > "$tmp/cpu.json" <<'EOF'
+[{"name": "spin", "preset": "tiny", "backend": "cpu", "batch": 2, "steps": 4, "seed": 1, "workers": 2, "pin": 1,
+  "faults": [], "interference": {"kind": "spin", "worker": 1, "share": 0.5}},
+ {"name": "long", "preset": "tiny", "backend": "cpu", "batch": 2, "steps": 4, "seed": 2, "workers": 2, "pin": 1,
+  "faults": [], "interference": {"kind": "long_context", "slot": 1, "tokens": 48}}]
+EOF
+"$MS" bench diagnose --scenarios "$tmp/cpu.json" --budgets 16k --monitors "$mon" --quiet --json > "$tmp/cpu.out.json" 2>/dev/null
+python3 - "$tmp/cpu.out.json" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+spin, long = d["scenarios"]
+for s in (spin, long):
+    assert "error" not in s, s
+    assert s["workers_pinned"] and s["pairs"] >= 5 and s["run_to_run_spread"] >= 0, s
+    assert all(len(a) == 1 for a in s["answers"].values())
+g = spin["ground_truth"]
+assert g["cause"] == "spin" and g["culprit"] == {"kind": "worker", "id": 1, "name": "worker 1"}, g
+assert g["interference"]["share"] == 0.5
+g = long["ground_truth"]
+assert g["cause"] == "long_context" and g["culprit"]["kind"] == "request" and g["culprit"]["id"] == 1, g
+assert g["interference"]["tokens"] == 48
+PY
+
+# what the reader refuses of the real-model and interference keys, by name
+refuse() {  # refuse JSON MESSAGE
+  echo "$1" > "$tmp/r.json"
+  if "$MS" bench diagnose --scenarios "$tmp/r.json" 2> "$tmp/r.txt"; then echo "accepted: $1"; exit 1; fi
+  grep -q "$2" "$tmp/r.txt" || { cat "$tmp/r.txt"; echo "expected: $2"; exit 1; }
+}
+base='"name": "z", "batch": 2, "steps": 2, "seed": 1, "faults": []'
+refuse "[{$base, \"preset\": \"tiny\", \"backend\": \"sim\", \"interference\": {\"kind\": \"spin\"}}]" "interference is real"
+refuse "[{$base, \"preset\": \"tiny\", \"backend\": \"cpu\", \"interference\": {\"kind\": \"cold\"}}]" 'needs "gguf"'
+refuse "[{$base, \"preset\": \"tiny\", \"backend\": \"cpu\", \"interference\": {\"kind\": \"membw\"}}]" "membw is measured"
+refuse "[{$base, \"preset\": \"tiny\", \"backend\": \"cpu\", \"interference\": {\"kind\": \"noise\"}}]" 'unknown kind "noise"'
+refuse "[{$base, \"preset\": \"tiny\", \"backend\": \"cpu\", \"interference\": {\"kind\": \"long_context\", \"share\": 0.5}}]" 'only spin and preempt take "share"'
+refuse "[{$base, \"preset\": \"tiny\", \"gguf\": \"m.gguf\", \"backend\": \"cpu\"}]" 'without "preset"'
+echo "[{$base, \"gguf\": \"/nonexistent/m.gguf\", \"backend\": \"cpu\"}]" > "$tmp/nofile.json"
+if "$MS" bench diagnose --scenarios "$tmp/nofile.json" --budgets 16k --quiet > /dev/null 2> "$tmp/nofile.txt"; then
+  echo "a missing model file ran"; exit 1
+fi
+grep -q "cannot load /nonexistent/m.gguf" "$tmp/nofile.txt" || { cat "$tmp/nofile.txt"; exit 1; }
 echo "cli_diagnose: ok"

@@ -245,7 +245,12 @@ int bench_diagnose_main(int argc, char **argv) {
   }
   if (a.png && plot(&r, a.png)) rc = 1;
   int failed = 0;
-  for (int i = 0; i < r.n; i++) failed += r.cases[i].error[0] != 0;
+  for (int i = 0; i < r.n; i++)
+    if (r.cases[i].error[0]) {
+      failed++;
+      fprintf(stderr, "megascope bench diagnose: %s: %s%s", r.cases[i].sc.name, r.cases[i].error,
+              r.cases[i].error[strlen(r.cases[i].error) - 1] == '\n' ? "" : "\n");
+    }
   if (failed) {
     fprintf(stderr, "megascope bench diagnose: %d of %d scenarios could not run\n", failed, r.n);
     rc = 1;

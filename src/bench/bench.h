@@ -27,6 +27,7 @@
 #define BENCH_MAX_BUDGETS 12
 #define BENCH_MAX_PARAMS 16
 #define BENCH_MAX_DEVICES 8
+#define BENCH_MAX_OS_WORKERS 64
 
 enum bench_method {
   BM_KERNEL_TIMING = 0,   /* (a) time per step */
@@ -51,12 +52,31 @@ struct bench_fault {
   double magnitude;      /* factor, or a delay in ns (ms_fault_uses_factor) */
   double severity;       /* the share of the target slowdown the tuning aims at */
   unsigned given;        /* BF_*: what the file gave */
-  double slowdown;       /* measured: faulty run time / healthy run time - 1 */
+  double slowdown;       /* measured: faulty run time / healthy run time - 1 (with the others: alone) */
+};
+
+/* Real interference in a scenario (interfere.c produces it during the faulty
+ * runs): a spinning neighbour or a random preemptor on one worker's CPU (the
+ * workers are pinned), a long-context request among short ones, a cold page
+ * cache under the model file. What the file leaves out is drawn or tuned. */
+enum { BI_GIVEN_WHO = 1, BI_GIVEN_SHARE = 2, BI_GIVEN_TOKENS = 4 };
+struct bench_interfere_spec {
+  int kind;              /* BI_*; BI_NONE: none */
+  int worker;            /* spin, preempt: the worker whose CPU it takes */
+  int slot;              /* long_context: the long request's slot */
+  int tokens;            /* long_context: its prompt (tuned when not given) */
+  double share;          /* spin, preempt: the share of the CPU it takes (tuned when not given) */
+  double severity;       /* the share of the target slowdown the tuning aims at */
+  unsigned given;        /* BI_GIVEN_* */
+  double slowdown;       /* measured (alone) */
 };
 
 struct bench_scenario {
   char name[96];
   char preset[32];       /* model preset */
+  char gguf[256];        /* a GGUF model file instead (real weights; a bare name: in $MS_CACHE or
+                            ~/.cache/megascope) */
+  int pin;               /* CPU: workers pinned one to a CPU (ms_engine_opts.pin_workers) */
   char gpu[16];          /* simulator preset */
   enum ms_backend backend;
   int batch, steps, tp, workers;
@@ -68,6 +88,7 @@ struct bench_scenario {
   double target;         /* faults are tuned to slow the run by at most this (0.05) */
   int n_faults;
   struct bench_fault faults[BENCH_MAX_FAULTS];
+  struct bench_interfere_spec intf;
   char drawn[512];       /* what was drawn from the seed, in words */
   int split;             /* 0: training, 1: held out (which file it came from, not in the file) */
 };
@@ -82,8 +103,11 @@ int bench_scenarios_parse(const char *text, size_t len, struct bench_scenario **
 int bench_scenarios_generate(int per_type, uint64_t seed, enum ms_backend backend, struct bench_scenario **out,
                              int *n);
 int bench_scenarios_write(FILE *f, const struct bench_scenario *s, int n);
-/* The model of a scenario (shapes only on the simulator without compute). */
+/* The model of a scenario (shapes only on the simulator without compute; a
+ * GGUF file's weights with "gguf"). */
 struct ms_model *bench_model(const struct bench_scenario *s, struct ms_textbuf *log);
+/* The path a scenario's "gguf" names. */
+void bench_gguf_path(const struct bench_scenario *s, char *out, size_t n);
 /* Resolves names and draws what the file left out (targets, tiles, severities)
  * from the scenario's seed against plan p; writes what was drawn into s->drawn. */
 int bench_scenario_draw(struct bench_scenario *s, const struct ms_plan *p, int n_workers,
@@ -107,11 +131,25 @@ struct bench_opts {
   void *progress_user;
 };
 
+/* What a diagnosis names, and what a scenario injected: a cause and its scope. */
+struct bench_culprit {
+  int cause;                 /* enum ms_fault_type, -1: none, -2: unknown, BENCH_CAUSE_INTERFERE + BI_*: real */
+  enum ms_culprit_kind kind;
+  int id;
+  char name[80];
+};
+#define BENCH_MAX_CULPRITS (BENCH_MAX_FAULTS + 1)  /* the faults and one interference */
+#define BENCH_CAUSE_INTERFERE 64
+/* The report's name of a cause ("none", "unknown", "slow_class", "spin", ...). */
+const char *bench_cause_name(int cause);
+
 struct bench_answer {
   int cause;                 /* enum ms_fault_type, -1: none (healthy), -2: unknown */
   enum ms_culprit_kind kind;
   int id;                    /* -1: not named */
   char name[80];
+  int n_more;                /* further culprits named beside the first (several faults at once) */
+  struct bench_culprit more[BENCH_MAX_CULPRITS - 1];
   double confidence;         /* 0..1: calibrated on the training split (bench_calibrate) */
   double raw_confidence;     /* what the diagnoser said */
   uint64_t bytes;            /* telemetry the method shipped */
@@ -124,14 +162,19 @@ struct bench_answer {
 
 struct bench_case {
   struct bench_scenario sc;
-  int truth_cause;           /* -1: healthy */
+  int truth_cause;           /* -1: healthy (the first of truth[]) */
   enum ms_culprit_kind truth_kind;
   int truth_id;
   char truth_name[80];
+  int n_truth;               /* every culprit injected: an answer must name each, and nothing else */
+  int per_device;            /* workers a device (1: a device and its worker are one scope) */
+  struct bench_culprit truth[BENCH_MAX_CULPRITS];
   double healthy_ns, faulty_ns;        /* unobserved, paired (same seed); the medians on the CPU */
   double slowdown;                     /* faulty / healthy - 1 (the median of the pairs' ratios on the CPU) */
   double healthy_ns_b, faulty_ns_b;    /* a second pair on the CPU backend (noise) */
   double spread;                       /* CPU: run-to-run spread of healthy pairs (median |h1 / h2 - 1|) */
+  int pairs;                           /* real clocks: the paired runs the slowdown is the mean of */
+  double slowdown_se;                  /* and its standard error */
   int tune_runs;
   int no_effect;                       /* the tuned fault had no measurable effect: not scored */
   char effect[120];                    /* what the effect was measured by, in words */
@@ -178,6 +221,10 @@ struct bench_evidence {
   double *step_ns;
   /* (b) samples[device][kernel or wait/idle][0]: counts */
   double pc[BENCH_MAX_DEVICES][20];
+  /* the workers' threads as the OS saw them over the run (real clocks): run-queue
+   * wait, run time, preemptions; os_n workers (0: not known) */
+  double os[BENCH_MAX_OS_WORKERS][3];
+  int os_n;
   int pc_devices;
   double pc_total;
   /* (c) (d) (e) */
@@ -189,12 +236,17 @@ struct bench_engine_cfg {
   const struct bench_scenario *sc;
   const struct ms_fault *faults;
   int n_faults;
+  int interfere;         /* the scenario's interference runs during this run */
   uint64_t seed;
 };
 /* Builds the engine of a scenario, paused before its first step. */
 struct ms_engine *bench_engine_new(const struct bench_engine_cfg *c, struct ms_textbuf *log);
-/* Runs the scenario's requests to the end on a paused engine; the run's time. */
-uint64_t bench_engine_drive(struct ms_engine *e, const struct bench_scenario *sc);
+/* Runs the scenario's requests to the end on a paused engine, with its
+ * interference when c->interfere; the run's time (0: it stalled or the
+ * interference could not start). With ev, what the OS says of the workers'
+ * threads over the run goes into ev->os. */
+uint64_t bench_engine_drive(struct ms_engine *e, const struct bench_engine_cfg *c);
+uint64_t bench_engine_drive_os(struct ms_engine *e, const struct bench_engine_cfg *c, struct bench_evidence *ev);
 /* One run observed by method m within budget bytes; 0 or a negative errno. */
 int bench_observe(const struct bench_opts *o, const struct bench_engine_cfg *c, int m, uint64_t budget,
                   struct bench_evidence *ev, struct ms_textbuf *log);
@@ -206,6 +258,14 @@ void bench_evidence_free(struct bench_evidence *ev);
  * schema; the semantic method reads its monitor's rows within the budget here. */
 void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,
                     const struct bench_scenario *sc, struct bench_answer *out);
+/* The same, sized against what the hypotheses say between healthy runs:
+ * alt[] are n_alt more healthy runs of the configuration and null_ref the one
+ * they are compared with (real clocks; NULL: ref); each hypothesis family's z
+ * is scaled down so that the largest it reached between alt[k] and null_ref
+ * stays under half the threshold. n_alt 0: bench_diagnose. */
+void bench_diagnose_null(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
+                         const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
+                         const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *out);
 
 /* ---- features (observe.c): the tables the trace, sampling and semantic methods fill ---- */
 struct bench_stat {
@@ -221,10 +281,13 @@ struct bench_stat {
 /* FS_WTOP: the two workers queueing most (n: the worker, sum: its queue time);
  * FS_BTOP: the two whose tasks ran longest against their classes' means (n:
  * the worker, sum: the excess, in tasks);
- * FS_DEVBUSY: per device, its workers' task time. */
+ * FS_DEVBUSY: per device, its workers' task time;
+ * FS_OSWORKER: per worker, what the operating system says of its thread over
+ * the run (ms_engine_worker_os; real clocks): sum the time it was runnable but
+ * waited for its CPU, ratio the time it ran, max how often it was preempted. */
 enum bench_section {
   FS_CLASS = 0, FS_OP, FS_EVCLASS, FS_WORKER, FS_REQUEST, FS_EXPERT, FS_DEVICE, FS_WTOP, FS_BTOP, FS_DEVBUSY,
-  FS_COUNT
+  FS_OSWORKER, FS_COUNT
 };
 
 struct bench_features {
@@ -242,6 +305,14 @@ int bench_feat_read(struct bench_features *f, int sec, int i);
 extern const unsigned bench_row_bytes[FS_COUNT];
 
 /* ---- score.c ---- */
+/* What the report counts a scenario as: its fault type, -1 healthy, an
+ * interference (BENCH_TYPE_INTERFERE + BI_*), several culprits (BENCH_TYPE_MULTI). */
+#define BENCH_TYPE_INTERFERE 64
+#define BENCH_TYPE_MULTI 96
+int bench_case_type(const struct bench_case *c);
+const char *bench_type_name(int type);
+/* Every type the report lists, in order; their count. */
+int bench_types(int *out, int max);
 struct bench_totals {
   int n;
   int no_effect;             /* scenarios left out: their fault had no measurable effect */
@@ -289,8 +360,9 @@ struct bench_interfere_opts {
   int cpu;               /* the CPU its thread runs on; -1: where the OS puts it */
   double seconds;        /* it stops by itself after this long (0: BENCH_INTERFERE_MAX_S) */
   size_t buffer_bytes;   /* membw: the buffer streamed through (default 256 MiB) */
-  double burst_us_lo, burst_us_hi;  /* preempt: each burst spins this long, uniformly (default 2000..5000) */
+  double burst_us_lo, burst_us_hi;  /* preempt: each burst spins this long, uniformly (default 2500..5000) */
   double gap_us;         /* preempt: the mean gap between bursts, exponential (default 20000) */
+  double duty;           /* spin: the share of every 10 ms it spins (0 or 1: all of it) */
   uint64_t seed;         /* preempt: the gaps and bursts */
 };
 /* Fills what o leaves at 0 with the defaults above. */

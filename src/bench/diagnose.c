@@ -41,6 +41,11 @@
 #include "megascope/plan_ir.h"
 
 #define Z_MIN 6.0
+/* A further culprit is a further test: it must stand out more than the first
+ * needs to (1.5 x the threshold), and not be lost beside it (15% of its z: a
+ * fault's consequences elsewhere are a fraction of its own evidence). */
+#define MULTI_Z 1.5
+#define MULTI_REL 0.15
 #define MAX_HYP 8192
 
 struct hyp {
@@ -48,6 +53,7 @@ struct hyp {
   enum ms_culprit_kind kind;
   int id;
   double z;
+  int queue;      /* judged by queueing alone (a task waited), not by work or time spent */
   char why[160];
 };
 
@@ -81,7 +87,21 @@ static void mean_sd(const double *v, int n, double *mean, double *sd) {
   *sd = n > 1 ? sqrt(q / (n - 1)) : 0;
 }
 
-static void diagnose_timing(const struct bench_evidence *ref, struct bench_evidence *ev,
+/* z of the mean of cur's first n step times against the reference's. */
+static double timing_z(const struct bench_evidence *ref, const struct bench_evidence *cur, int n, double *ratio,
+                       double *rel_sigma) {
+  double mc, sc, mr, sr;
+  if (n > cur->n_steps) n = cur->n_steps;
+  mean_sd(cur->step_ns, n, &mc, &sc);
+  mean_sd(ref->step_ns, ref->n_steps, &mr, &sr);
+  double sigma = sqrt(sc * sc / n + sr * sr / (ref->n_steps ? ref->n_steps : 1)) + 0.002 * mr;
+  *ratio = mr > 0 ? mc / mr : 1;
+  *rel_sigma = mr > 0 ? sigma / mr : 1;
+  return sigma > 0 ? (mc - mr) / sigma : 0;
+}
+
+static void diagnose_timing(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
+                            const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
                             const struct bench_scenario *scn, struct bench_answer *a) {
   int n = ev->n_steps, keep = (int)(ev->budget / 8);
   if (ev->budget && keep < n) n = keep;
@@ -91,11 +111,13 @@ static void diagnose_timing(const struct bench_evidence *ref, struct bench_evide
     answer_none(a, 0, "no step times within the budget");
     return;
   }
-  double mc, sc, mr, sr;
-  mean_sd(ev->step_ns, n, &mc, &sc);
-  mean_sd(ref->step_ns, ref->n_steps, &mr, &sr);
-  double sigma = sqrt(sc * sc / n + sr * sr / (ref->n_steps ? ref->n_steps : 1)) + 0.002 * mr;
-  double z = sigma > 0 ? (mc - mr) / sigma : 0;
+  double ratio, rel, z = timing_z(ref, ev, n, &ratio, &rel), null = 0;
+  /* what the same comparison says between healthy runs (real clocks) */
+  for (int k = 0; k < n_alt; k++) {
+    double rk, sk, zk = timing_z(null_ref, alt[k], n, &rk, &sk);
+    if (fabs(zk) > null) null = fabs(zk);
+  }
+  if (null > 2) z *= 2 / null, rel *= null / 2;
   if (z > 4) {
     a->cause = -2;
     a->kind = MS_CULPRIT_NONE;
@@ -103,13 +125,13 @@ static void diagnose_timing(const struct bench_evidence *ref, struct bench_evide
     snprintf(a->name, sizeof a->name, "-");
     a->confidence = 0;
     snprintf(a->why, sizeof a->why, "steps %.2f%% slower than the reference (z %.1f): nothing says why",
-             100 * (mc / mr - 1), z);
+             100 * (ratio - 1), z);
     return;
   }
   char why[160];
-  snprintf(why, sizeof why, "step time within noise of the reference (%+.2f%%, z %.1f)", 100 * (mc / mr - 1), z);
+  snprintf(why, sizeof why, "step time within noise of the reference (%+.2f%%, z %.1f)", 100 * (ratio - 1), z);
   /* "none" means "not slower by the target": only as sure as the noise is below it */
-  answer_none(a, 0.8 * a->coverage * (1 - clamp01(z / 4)) * clamp01(1 - 4 * sigma / mr / scn->target), why);
+  answer_none(a, 0.8 * a->coverage * (1 - clamp01(z / 4)) * clamp01(1 - 4 * rel / scn->target), why);
 }
 
 /* ---- (b) PC sampling ---- */
@@ -124,11 +146,35 @@ static int kernel_classes(const struct ms_plan *p, int k, int *only) {
   return n;
 }
 
-static void diagnose_pc(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,
-                        const struct bench_scenario *sc, struct bench_answer *a) {
+/* The largest z of a (device, kernel or state) share of cur against the reference's. */
+static double pc_best(const struct bench_evidence *ref, const double cur[BENCH_MAX_DEVICES][20], double rel,
+                      double abs_floor) {
+  double nc = 0, nr = ref->pc_total, best = 0;
+  for (int d = 0; d < BENCH_MAX_DEVICES; d++)
+    for (int k = 0; k < 20; k++) nc += cur[d][k];
+  if (nc <= 0 || nr <= 0) return 0;
+  for (int d = 0; d < BENCH_MAX_DEVICES; d++)
+    for (int k = 0; k < 20; k++) {
+      double pc = cur[d][k] / nc, pr = ref->pc[d][k] / nr;
+      double z = (pc - pr) / (sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + abs_floor + rel * pr);
+      if (z > best) best = z;
+    }
+  return best;
+}
+
+static void diagnose_pc(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
+                        const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
+                        const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *a) {
   /* what differs between two healthy runs beyond sampling noise: little on the
    * simulator, much on a shared CPU */
   double rel = sc->backend == MS_BACKEND_SIM ? 0.02 : 0.15, abs_floor = sc->backend == MS_BACKEND_SIM ? 2e-5 : 2e-3;
+  /* and what it reaches between healthy runs here (real clocks): z sized against it */
+  double null = 0, f = 1;
+  for (int k = 0; k < n_alt; k++) {
+    double zk = pc_best(null_ref, alt[k]->pc, rel, abs_floor);
+    if (zk > null) null = zk;
+  }
+  if (null > Z_MIN / 2) f = Z_MIN / 2 / null;
   /* the budget keeps the rows with the most samples */
   int rows = 0, keep = ev->budget ? (int)(ev->budget / 16) : 1 << 30;
   double cur[BENCH_MAX_DEVICES][20];
@@ -166,7 +212,7 @@ static void diagnose_pc(const struct bench_evidence *ref, struct bench_evidence 
       if (cur[d][k] <= 0 && ref->pc[d][k] <= 0) continue;
       /* sampling noise, and a floor for what differs between two healthy runs */
       double sd = sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + abs_floor + rel * pr;
-      double z = (pc - pr) / sd;
+      double z = (pc - pr) / sd * f;
       if (z > zk[k]) zk[k] = z;
       if (z > best) {
         second = best;
@@ -195,7 +241,7 @@ static void diagnose_pc(const struct bench_evidence *ref, struct bench_evidence 
       double zd = 0;
       for (int d = 0; d < BENCH_MAX_DEVICES; d++) {
         double pc = cur[d][kb] / nc, pr = ref->pc[d][kb] / nr;
-        double z = (pc - pr) / (sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + abs_floor + rel * pr);
+        double z = (pc - pr) / (sqrt(pr * (1 - pr) / nc + pr * (1 - pr) / nr) + abs_floor + rel * pr) * f;
         if (z > zd) zd = z, dev = d;
       }
       h = (struct hyp){.cause = MS_FAULT_COMM_DELAY, .kind = MS_CULPRIT_DEVICE, .id = dev, .z = zd};
@@ -230,10 +276,22 @@ struct fctx {
   double spread;        /* how much the classes' ratios scatter around it */
   double step_ns;       /* the run's time per step (the late-request scale) */
   int sim;              /* the evidence comes from the simulator */
+  int steps;            /* the run's steps (what its monitor saw of them) */
   double op_drift[MS_K_COUNT];  /* CPU: the median cur / ref ratio of each kernel's classes (0: too few) */
   struct hyp *h;
   int n;
+  const double *scale;  /* per hypothesis family (fam_of): what the z is multiplied by; NULL: 1 */
+  int queueing;         /* the hypotheses being added are judged by queueing alone */
 };
+
+/* Hypothesis families: a cause and a kind of scope, named or not (kernel-level
+ * hypotheses apart). Their z is sized against how far the same family reaches
+ * between healthy runs (bench_diagnose_null). */
+#define N_FAM ((MS_FAULT_TYPE_COUNT + 2) * MS_CULPRIT_KIND_COUNT * 2)
+static int fam_of(int cause, enum ms_culprit_kind kind, int id) {
+  int c = cause + 2 < 0 ? 0 : cause + 2 > MS_FAULT_TYPE_COUNT + 1 ? MS_FAULT_TYPE_COUNT + 1 : cause + 2;
+  return (c * MS_CULPRIT_KIND_COUNT + (int)kind) * 2 + (id < 0);
+}
 
 static int have(struct fctx *c, int sec, int i) {
   return i >= 0 && i < c->cur->n[sec] && c->cur->row[sec][i].have && c->cur->row[sec][i].n > 0 &&
@@ -241,8 +299,30 @@ static int have(struct fctx *c, int sec, int i) {
 }
 
 /* z of a row's mean against the reference's. */
+/* A row's count, sum and sum of squares; on real clocks without its longest
+ * sample where the row keeps it (one preemption of a millisecond moves the
+ * mean of a hundred tasks of twenty microseconds by half). */
+struct moments {
+  double n, sum, sumsq;
+};
+static struct moments moments_of(const struct fctx *c, const struct bench_stat *x) {
+  struct moments m = {x->n, x->sum, x->sumsq};
+  if (!c->sim && x->n >= 4 && x->max > 0 && x->max <= x->sum) {
+    m.n -= 1;
+    m.sum -= x->max;
+    m.sumsq = fmax(0, m.sumsq - x->max * x->max);
+  }
+  return m;
+}
+static double mean_of(const struct fctx *c, const struct bench_stat *x) {
+  struct moments m = moments_of(c, x);
+  return m.n > 0 ? m.sum / m.n : 0;
+}
+
 static double z_mean(struct fctx *c, int sec, int i, double *ratio) {
-  const struct bench_stat *x = &c->cur->row[sec][i], *r = &c->ref->row[sec][i];
+  const struct bench_stat *xs = &c->cur->row[sec][i], *rs = &c->ref->row[sec][i];
+  struct moments xm = moments_of(c, xs), rm = moments_of(c, rs);
+  const struct moments *x = &xm, *r = &rm;
   /* task times against the run's drift (a loaded machine slows every class);
    * on the CPU a class against the other layers' classes of its kernel, in the
    * same run, where there are enough of them */
@@ -270,9 +350,10 @@ static void sort_d(double *r, int n) {
 static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, double z, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, double z, const char *fmt, ...) {
+  if (c->scale) z *= c->scale[fam_of(cause, kind, id)];
   if (c->n == MAX_HYP || !(z > 0)) return;
   struct hyp *h = &c->h[c->n++];
-  *h = (struct hyp){.cause = cause, .kind = kind, .id = id, .z = z};
+  *h = (struct hyp){.cause = cause, .kind = kind, .id = id, .z = z, .queue = c->queueing};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(h->why, sizeof h->why, fmt, ap);
@@ -309,14 +390,30 @@ static void hyp_starve(struct fctx *c) {
     z[i] = 0;
     if (!have(c, FS_CLASS, i)) continue;
     double qc = c->cur->row[FS_CLASS][i].qmax, qr = c->ref->row[FS_CLASS][i].qmax;
+    if (!c->sim && c->steps > 1) {
+      /* real clocks: one preemption makes one queue long once; a starved task
+       * waits every step, so its class's queue in all grows by steps times as
+       * much: the longest queue counts only as far as the total bears it out */
+      const struct bench_stat *x = &c->cur->row[FS_CLASS][i], *r = &c->ref->row[FS_CLASS][i];
+      double per_step = (x->qsum - r->qsum * x->n / r->n) / c->steps;
+      if (qc - qr > per_step) qc = qr + (per_step > 0 ? per_step : 0);
+    }
     z[i] = (qc - qr) / (0.25 * qr + c->floor_abs + 50);
     broad += z[i] > Z_MIN;
   }
+  /* queueing as long as the longest's half: a wider cause than one task */
+  double top = 0;
+  for (int i = 0; i < n; i++)
+    if (z[i] > top) top = z[i];
+  broad = 0;
+  for (int i = 0; i < n; i++) broad += z[i] > Z_MIN && z[i] >= 0.5 * top;
+  c->queueing = 1;
   for (int i = 0; i < n; i++)
     if (z[i] > 0 && c->p->classes[i].launch == MS_LAUNCH_JIT)
       add(c, MS_FAULT_STARVE_TASK, MS_CULPRIT_TASK_CLASS, i, z[i] / (broad > 1 ? broad : 1),
           "class %s: a task queued %.1f us (reference longest %.1f us; %d classes queue long)",
           c->p->classes[i].name, c->cur->row[FS_CLASS][i].qmax / 1e3, c->ref->row[FS_CLASS][i].qmax / 1e3, broad);
+  c->queueing = 0;
 }
 
 /* Kernel-level hypotheses (the semantic read-out's first look, and what is left
@@ -330,9 +427,16 @@ static void hyp_ops(struct fctx *c) {
     add(c, MS_FAULT_SLOW_CLASS, MS_CULPRIT_TASK_CLASS, -1, z * 0.9, "kernel %s: %.2fx the reference task time (z %.1f)",
         ms_kernel_name(k), ratio, z);
     double qc = c->cur->row[FS_OP][k].qmax, qr = c->ref->row[FS_OP][k].qmax;
+    if (!c->sim && c->steps > 1) {  /* as in hyp_starve: what the kernel's total queue bears out */
+      const struct bench_stat *x = &c->cur->row[FS_OP][k], *r = &c->ref->row[FS_OP][k];
+      double per_step = (x->qsum - r->qsum * x->n / r->n) / c->steps;
+      if (qc - qr > per_step) qc = qr + (per_step > 0 ? per_step : 0);
+    }
+    c->queueing = 1;
     if (k == MS_K_ATTN || k == MS_K_EXPERT_UP || k == MS_K_EXPERT_DOWN)
       add(c, MS_FAULT_STARVE_TASK, MS_CULPRIT_TASK_CLASS, -1, 0.9 * (qc - qr) / (0.25 * qr + 4 * c->floor_abs + 200),
           "kernel %s: a task queued %.1f us (reference %.1f us)", ms_kernel_name(k), qc / 1e3, qr / 1e3);
+    c->queueing = 0;
   }
 }
 
@@ -370,6 +474,30 @@ static int worker_scatter(const struct fctx *c, double *sd, double *m) {
 /* Open-ended: the worker whose tasks ran longest against their classes' means,
  * if that is more than its own reference: a cause no diagnoser here was written
  * for, so "unknown", scope the worker. */
+/* A CPU server's few cores (2 or 3 workers) cannot say how workers scatter, and
+ * every class's mean is half the slow worker's: worker w's tasks against their
+ * classes' means, over the other workers' (in this run), against the same in
+ * the reference, which a throttled worker moves by its whole factor. The
+ * noise: 1% nominal, sized on real clocks by what this hypothesis reaches
+ * between healthy runs (bench_diagnose_null). */
+static void few_workers_slow(struct fctx *c, int w) {
+  double xo = 0, ro = 0;
+  int no = 0;
+  for (int o = 0; o < c->cur->n[FS_WORKER]; o++) {
+    if (o == w || !bench_feat_read(c->cur, FS_WORKER, o)) continue;
+    const struct bench_stat *x = &c->cur->row[FS_WORKER][o], *r = &c->ref->row[FS_WORKER][o];
+    if (x->ratio_n < 3 || r->ratio_n < 3 || !(x->ratio > 0) || !(r->ratio > 0)) continue;
+    xo += x->ratio / x->ratio_n;
+    ro += r->ratio / r->ratio_n;
+    no++;
+  }
+  const struct bench_stat *x = &c->cur->row[FS_WORKER][w], *r = &c->ref->row[FS_WORKER][w];
+  if (!no || x->ratio_n < 3 || r->ratio_n < 3 || !(x->ratio > 0) || !(r->ratio > 0)) return;
+  double ratio = (x->ratio / x->ratio_n / (xo / no)) / (r->ratio / r->ratio_n / (ro / no));
+  add(c, -2, MS_CULPRIT_WORKER, w, (ratio - 1) / 0.01, "worker %d: its tasks ran %.2fx the other workers' against "
+      "their classes' means, over the same in the reference (%.0f tasks)", w, ratio, x->ratio_n);
+}
+
 static void hyp_slow_worker(struct fctx *c) {
   if (!c->cur->row[FS_BTOP][0].have) return;
   int w = (int)c->cur->row[FS_BTOP][0].n;
@@ -380,7 +508,11 @@ static void hyp_slow_worker(struct fctx *c) {
    * means scatter around 1 (a robust sd over the workers, which the mix of
    * classes on each worker widens beyond the noise of one mean) */
   double sd, m;
-  if (worker_scatter(c, &sd, &m)) return;
+  if (worker_scatter(c, &sd, &m)) {
+    if (c->sim || c->cur->n[FS_WORKER] >= 4) return;
+    few_workers_slow(c, w);
+    return;
+  }
   double z = (ratio - 1) / (sd + 0.003);
   /* one throttled worker stands out from the next slowest; when the next is as
    * slow, the cause is wider than a worker (its device, its layer) */
@@ -591,10 +723,54 @@ static void hyp_worker(struct fctx *c) {
    * slower. A worker whose tasks are slower too is something else. */
   double slow = worker_task_ratio(c, top);
   int cause = slow > 1.05 ? -2 : MS_FAULT_QUEUE_SATURATION;
+  c->queueing = 1;
   add(c, cause, MS_CULPRIT_WORKER, top, z,
       "worker %d: its tasks queued %.1fx as long as its peers' (%.1f us in all; reference: the worst worker %.1fx; "
       "%.1f tasks a worker)%s",
       top, r_cur, me->sum / 1e3, r_ref, tasks / W, cause == -2 ? "; its tasks also ran slower" : "");
+  c->queueing = 0;
+  /* a saturated queue holds the tasks moved onto it: the worker ran more tasks
+   * than it did in the reference (its JIT share moves by about the root of its
+   * count) */
+  const struct bench_stat *mr = &c->ref->row[FS_WORKER][top];
+  double ref_tasks = 0;
+  for (int k = 0; k < c->ref->n[FS_OP]; k++) ref_tasks += c->ref->row[FS_OP][k].n;
+  if (mr->n > 0 && ref_tasks > 0) {
+    double want = mr->n * tasks / ref_tasks;  /* its share of the reference's tasks, of this run's */
+    double zc = (me->n - want) / (sqrt(want) + 0.005 * want + 1);
+    add(c, cause, MS_CULPRIT_WORKER, top, zc, "worker %d: it ran %.0f tasks, %.0f at its share in the reference%s", top,
+        me->n, want, cause == -2 ? "; its tasks also ran slower" : "");
+  }
+}
+
+/* Open-ended, real clocks: a worker whose thread waited for its CPU (runnable,
+ * not running: another thread had it) a larger share of its time than the other
+ * workers did, against the same in the reference; the OS's own view of the
+ * workers (ms_engine_worker_os). 1% of the time nominal noise, sized by what
+ * it reaches between healthy runs (bench_diagnose_null). */
+static void hyp_os_worker(struct fctx *c) {
+  int W = c->cur->n[FS_OSWORKER];
+  double sc[BENCH_MAX_OS_WORKERS], sr[BENCH_MAX_OS_WORKERS];
+  if (W < 2 || W > BENCH_MAX_OS_WORKERS) return;
+  for (int w = 0; w < W; w++) {
+    const struct bench_stat *x = &c->cur->row[FS_OSWORKER][w], *r = &c->ref->row[FS_OSWORKER][w];
+    if (!bench_feat_read(c->cur, FS_OSWORKER, w) || !x->have || r->n <= 0) return;
+    double tx = x->sum + x->ratio, tr = r->sum + r->ratio;
+    if (!(tx > 0) || !(tr > 0)) return;
+    sc[w] = x->sum / tx;
+    sr[w] = r->sum / tr;
+  }
+  for (int w = 0; w < W; w++) {
+    double oc = 0, orf = 0;
+    for (int o = 0; o < W; o++)
+      if (o != w) oc += sc[o], orf += sr[o];
+    oc /= W - 1;
+    orf /= W - 1;
+    double d = (sc[w] - oc) - (sr[w] - orf);
+    add(c, -2, MS_CULPRIT_WORKER, w, d / 0.01, "worker %d: its thread waited for its CPU %.1f%% of the run (the "
+        "others %.1f%%; reference %.1f%% and %.1f%%; preempted %.0f times)", w, 100 * sc[w], 100 * oc, 100 * sr[w],
+        100 * orf, c->cur->row[FS_OSWORKER][w].max);
+  }
 }
 
 /* The median of cur / ref mean task time over the classes seen enough on both
@@ -605,7 +781,7 @@ static double drift_of(const struct fctx *c, double *spread) {
   int n = 0;
   for (int i = 0; i < c->cur->n[FS_CLASS] && n < 1024; i++) {
     const struct bench_stat *x = &c->cur->row[FS_CLASS][i], *y = &c->ref->row[FS_CLASS][i];
-    if (x->have && x->n >= 3 && y->n >= 3 && y->sum > 0) r[n++] = (x->sum / x->n) / (y->sum / y->n);
+    if (x->have && x->n >= 3 && y->n >= 3 && y->sum > 0) r[n++] = mean_of(c, x) / mean_of(c, y);
   }
   *spread = 1;  /* too few classes to know: as noisy as can be */
   if (n < 5) return 1;
@@ -630,7 +806,7 @@ static void collect(struct fctx *c) {
     for (int i = 0; !c->sim && i < c->cur->n[FS_CLASS] && n < 256; i++) {
       const struct bench_stat *x = &c->cur->row[FS_CLASS][i], *y = &c->ref->row[FS_CLASS][i];
       if (c->p->classes[i].kernel == k && x->have && x->n >= 3 && y->n >= 3 && y->sum > 0)
-        r[n++] = (x->sum / x->n) / (y->sum / y->n);
+        r[n++] = mean_of(c, x) / mean_of(c, y);
     }
     sort_d(r, n);
     c->op_drift[k] = n >= 3 ? r[n / 2] : 0;
@@ -646,6 +822,7 @@ static void collect(struct fctx *c) {
   if (zc) hyp_layer(c, zc, nz);
   free(zc);
   hyp_slow_worker(c);
+  hyp_os_worker(c);
   hyp_device_busy(c);
   hyp_late_request(c);
   hyp_rows(c);
@@ -676,6 +853,7 @@ static void read_triage(struct bench_features *f, const struct ms_plan *p) {
   bench_feat_read(f, FS_BTOP, 1);
   if (f->row[FS_BTOP][0].have) bench_feat_read(f, FS_WORKER, (int)f->row[FS_BTOP][0].n);
   if (f->row[FS_BTOP][1].have) bench_feat_read(f, FS_WORKER, (int)f->row[FS_BTOP][1].n);
+  for (int w = 0; w < f->n[FS_OSWORKER] && f->row[FS_OSWORKER][w].n > 0; w++) bench_feat_read(f, FS_OSWORKER, w);
   for (int d = 0; d < f->n[FS_DEVICE] && f->n[FS_DEVICE] > 1; d++) bench_feat_read(f, FS_DEVICE, d);
   for (int d = 0; d < f->n[FS_DEVBUSY] && f->n[FS_DEVBUSY] > 1; d++) bench_feat_read(f, FS_DEVBUSY, d);
   for (int k = 0; k < MS_K_COUNT; k++)
@@ -707,8 +885,89 @@ static void read_focus(struct bench_features *f, const struct ms_plan *p, const 
   }
 }
 
-static void diagnose_features(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,
-                              const struct bench_scenario *sc, struct bench_answer *a) {
+/* A healthy reference read as if it were a run under diagnosis: every row it
+ * holds is there (a semantic reference's rows are marked unread when copied). */
+static void as_run(struct bench_features *f) {
+  f->lazy = 0;
+  for (int s = 0; s < FS_COUNT; s++)
+    for (int i = 0; i < f->n[s]; i++) {
+      struct bench_stat *r = &f->row[s][i];
+      r->have = s == FS_WTOP || s == FS_BTOP ? r->sum > 0 : r->n > 0;
+    }
+}
+
+/* The null: for every hypothesis family, the largest z it reaches between
+ * healthy runs (each alt against ref); each family's z is then scaled so that
+ * this stays at half the threshold. Families quiet between healthy runs keep 1. */
+static void null_scales(struct fctx *base, const struct bench_evidence *const *alt, int n_alt, double *scale) {
+  double top[N_FAM] = {0};
+  for (int k = 0; k < n_alt; k++) {
+    if (!alt[k]->feat) continue;
+    struct bench_features *f = alt[k]->feat;
+    as_run(f);
+    struct fctx c = *base;
+    c.cur = f;
+    c.scale = NULL;
+    c.step_ns = base->step_ns;
+    collect(&c);
+    for (int i = 0; i < c.n; i++) {
+      int fam = fam_of(c.h[i].cause, c.h[i].kind, c.h[i].id);
+      if (c.h[i].z > top[fam]) top[fam] = c.h[i].z;
+    }
+  }
+  for (int i = 0; i < N_FAM; i++) scale[i] = top[i] > Z_MIN / 2 ? Z_MIN / 2 / top[i] : 1;
+}
+
+/* Whether culprit x is a consequence of culprit a, or the same finding: the same
+ * scope; a class and its layer; a request and the attention classes it slows; a
+ * worker and its device. */
+static int explains(const struct ms_plan *p, int per_device, const struct hyp *a, const struct hyp *x) {
+  if (a->kind == x->kind && a->id == x->id) return 1;
+  const struct hyp *cl = a->kind == MS_CULPRIT_TASK_CLASS ? a : x->kind == MS_CULPRIT_TASK_CLASS ? x : NULL;
+  const struct hyp *other = cl == a ? x : a;
+  if (cl && cl->id >= 0 && cl->id < p->n_classes) {
+    const struct ms_task_class *k = &p->classes[cl->id];
+    if (other->kind == MS_CULPRIT_LAYER && k->layer == other->id) return 1;
+    if (other->kind == MS_CULPRIT_REQUEST && k->kernel == MS_K_ATTN) return 1;
+  }
+  const struct hyp *w = a->kind == MS_CULPRIT_WORKER ? a : x->kind == MS_CULPRIT_WORKER ? x : NULL;
+  const struct hyp *dv = a->kind == MS_CULPRIT_DEVICE ? a : x->kind == MS_CULPRIT_DEVICE ? x : NULL;
+  if (w && dv && per_device > 0 && w->id / per_device == dv->id) return 1;
+  return 0;
+}
+
+/* The culprits an answer names: the strongest hypothesis, then every other one
+ * above the threshold that names a scope of its own, not a consequence of one
+ * already named (several faults at once). Their count; h sorted by z. */
+static int pick_culprits(const struct ms_plan *p, int per_device, int real, const struct hyp *h, int n, int *out) {
+  int k = 0;
+  if (!n || h[0].z < Z_MIN) return 0;
+  out[k++] = 0;
+  /* real clocks: a task that ran slower makes the tasks behind it wait, so
+   * queueing names the culprit only when nothing ran slower or worked more */
+  if (real && h[0].queue)
+    for (int i = 1; i < n && h[i].z >= Z_MIN; i++)
+      if (!h[i].queue) {
+        out[0] = i;
+        break;
+      }
+  /* a finding that names no culprit (a kernel) is not added to */
+  const struct hyp *first = &h[out[0]];
+  for (int i = 1; i < n && k < BENCH_MAX_CULPRITS && first->id >= 0; i++) {
+    if (h[i].z < MULTI_Z * Z_MIN || h[i].z < MULTI_REL * first->z) break;
+    if (h[i].id < 0 || i == out[0] || (real && h[i].queue)) continue;
+    /* two culprits of one kind read as one wider cause: the stronger is named */
+    int related = 0;
+    for (int j = 0; j < k && !related; j++)
+      related = h[out[j]].kind == h[i].kind || explains(p, per_device, &h[out[j]], &h[i]);
+    if (!related) out[k++] = i;
+  }
+  return k;
+}
+
+static void diagnose_features(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
+                              const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
+                              const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *a) {
   struct bench_features *f = ev->feat;
   a->coverage = ev->coverage;
   if (!f || !ref->feat) {
@@ -718,10 +977,18 @@ static void diagnose_features(const struct bench_evidence *ref, struct bench_evi
   }
   struct fctx c = {.ref = ref->feat, .cur = f, .p = p, .floor_abs = sc->backend == MS_BACKEND_SIM ? 50 : 3000,
                    .step_ns = sc->steps > 0 ? (double)ev->run_ns / sc->steps : 0,
-                   .sim = sc->backend == MS_BACKEND_SIM, .h = calloc(MAX_HYP, sizeof *c.h)};
+                   .sim = sc->backend == MS_BACKEND_SIM, .steps = sc->steps, .h = calloc(MAX_HYP, sizeof *c.h)};
+  double scale[N_FAM];
   if (!c.h) {
     answer_none(a, 0, "out of memory");
     return;
+  }
+  if (n_alt > 0 && null_ref->feat) {
+    c.ref = null_ref->feat;  /* the null: the healthy runs against their own reference */
+    null_scales(&c, alt, n_alt, scale);
+    c.ref = ref->feat;
+    c.cur = f;
+    c.scale = scale;
   }
   double read_share = 1;
   if (f->lazy) {
@@ -750,36 +1017,67 @@ static void diagnose_features(const struct bench_evidence *ref, struct bench_evi
   collect(&c);
   qsort(c.h, (size_t)c.n, sizeof *c.h, by_z);
   double z1 = c.n ? c.h[0].z : 0;
-  if (z1 < Z_MIN) {
+  int picked[BENCH_MAX_CULPRITS], np = pick_culprits(p, f->per_device, !c.sim, c.h, c.n, picked);
+  if (!np) {
     char why[160];
     snprintf(why, sizeof why, "nothing stands out (best: %.130s)", c.n ? c.h[0].why : "no comparable rows");
     /* absence of evidence is only as strong as the evidence is quiet: a class
      * ratio scattering by 20% hides a fault of a few per cent of the run */
     answer_none(a, ev->coverage * read_share * (1 - z1 / Z_MIN) * clamp01(1 - 5 * c.spread), why);
   } else {
-    /* the runner-up: the best hypothesis that names something else (a kernel-level
-     * one of the same cause is the same finding, seen coarser) */
+    /* the runner-up: the best hypothesis not named that names something else (a
+     * kernel-level one of the same cause is the same finding, seen coarser) */
+    const struct hyp *last = &c.h[picked[np - 1]];
     double z2 = 0;
-    for (int i = 1; i < c.n; i++) {
-      const struct hyp *x = &c.h[i], *w = &c.h[0];
-      int other_scope = x->id >= 0 && (x->kind != w->kind || x->id != w->id);
-      int other_cause = x->cause != w->cause && x->cause >= 0 && w->cause >= 0;
-      if (other_scope || other_cause) {
-        z2 = x->z;
+    for (int i = 0; i < c.n; i++) {
+      /* real clocks: the queueing behind a culprit that ran slower is its consequence, not a rival */
+      if (!c.sim && c.h[i].queue && !c.h[picked[0]].queue) continue;
+      int chosen = 0, other_scope = c.h[i].id >= 0, other_cause = 0;
+      for (int j = 0; j < np; j++) {
+        const struct hyp *w = &c.h[picked[j]], *x = &c.h[i];
+        chosen |= i == picked[j];
+        if (x->kind == w->kind && x->id == w->id) other_scope = 0;
+        other_cause |= x->kind == w->kind && x->id == w->id && x->cause != w->cause && x->cause >= 0 && w->cause >= 0;
+      }
+      if (!chosen && (other_scope || other_cause)) {
+        z2 = c.h[i].z;
         break;
       }
     }
-    answer_hyp(a, &c.h[0], (1 - z2 / z1) * clamp01(z1 / (2 * Z_MIN)), p);
+    double zl = last->z;
+    answer_hyp(a, &c.h[picked[0]], (1 - z2 / zl) * clamp01(zl / (2 * Z_MIN)), p);
+    for (int j = 1; j < np; j++) {
+      const struct hyp *x = &c.h[picked[j]];
+      struct bench_culprit *m = &a->more[a->n_more++];
+      *m = (struct bench_culprit){.cause = x->cause, .kind = x->kind, .id = x->id};
+      bench_culprit_name(p, x->kind, x->id, m->name, sizeof m->name);
+      size_t len = strlen(a->name);
+      snprintf(a->name + len, sizeof a->name - len, " + %s", m->name);
+    }
   }
   free(c.h);
 }
 
+const char *bench_cause_name(int c) {
+  if (c == -1) return "none";
+  if (c == -2) return "unknown";
+  if (c >= BENCH_CAUSE_INTERFERE) return bench_interference_name(c - BENCH_CAUSE_INTERFERE);
+  return ms_fault_type_name((enum ms_fault_type)c);
+}
+
+void bench_diagnose_null(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
+                         const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
+                         const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *out) {
+  memset(out, 0, sizeof *out);
+  if (!null_ref) null_ref = ref;
+  switch (ev->method) {
+  case BM_KERNEL_TIMING: diagnose_timing(ref, null_ref, alt, n_alt, ev, sc, out); break;
+  case BM_PC_SAMPLING: diagnose_pc(ref, null_ref, alt, n_alt, ev, p, sc, out); break;
+  default: diagnose_features(ref, null_ref, alt, n_alt, ev, p, sc, out); break;
+  }
+}
+
 void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,
                     const struct bench_scenario *sc, struct bench_answer *out) {
-  memset(out, 0, sizeof *out);
-  switch (ev->method) {
-  case BM_KERNEL_TIMING: diagnose_timing(ref, ev, sc, out); break;
-  case BM_PC_SAMPLING: diagnose_pc(ref, ev, p, sc, out); break;
-  default: diagnose_features(ref, ev, p, sc, out); break;
-  }
+  bench_diagnose_null(ref, NULL, NULL, 0, ev, p, sc, out);
 }

@@ -137,10 +137,28 @@ static uint64_t rnd(uint64_t *s) {
 
 static double unit(uint64_t *s) { return (double)(rnd(s) >> 11) / 9007199254740992.0; }
 
+/* Spins, or with a duty below 1 spins that share of every 10 ms period and
+ * sleeps the rest (a neighbour that is busy part of the time). */
 static void run_spin(struct bench_interferer *x) {
   volatile uint64_t sink = 0;
   uint64_t v = x->o.seed | 1;
-  while (!stopping(x)) v = churn(v);
+  const uint64_t period = 10000000;
+  int partial = x->o.duty > 0 && x->o.duty < 1;
+  uint64_t t = ms_now_ns();
+  do {
+    if (!partial) {
+      v = churn(v);
+      continue;
+    }
+    uint64_t busy_end = t + (uint64_t)(x->o.duty * (double)period), next = t + period;
+    while (ms_now_ns() < busy_end && !stopping(x)) v = churn(v);
+    uint64_t now = ms_now_ns();
+    if (now < next) {
+      struct timespec ts = {(time_t)((next - now) / 1000000000ull), (long)((next - now) % 1000000000ull)};
+      nanosleep(&ts, NULL);
+    }
+    t = next > now ? next : now;
+  } while (!stopping(x));  /* one round at least, however late the thread started */
   sink = v;
   (void)sink;
 }
@@ -150,8 +168,8 @@ static void run_spin(struct bench_interferer *x) {
 static void run_membw(struct bench_interferer *x) {
   size_t half = x->o.buffer_bytes / 2, chunk = 1 << 20;
   char *a = x->buf, *b = x->buf + half;
-  for (int dir = 0; !stopping(x); dir ^= 1)
-    for (size_t off = 0; off + chunk <= half && !stopping(x); off += chunk) {
+  for (int dir = 0, first = 1; first || !stopping(x); dir ^= 1)
+    for (size_t off = 0; off + chunk <= half && (first || !stopping(x)); off += chunk, first = 0) {
       memcpy((dir ? a : b) + off, (dir ? b : a) + off, chunk);
       x->st.bytes += 2.0 * (double)chunk;
     }
@@ -175,7 +193,7 @@ static void preempt_priority(struct bench_interferer *x) {
 
 static void run_preempt(struct bench_interferer *x) {
   uint64_t s = x->o.seed ? x->o.seed : 1;
-  while (!stopping(x)) {
+  while (!stopping(x) || !x->st.bursts) {
     /* exponential gaps: the bursts land anywhere in a step */
     double gap_ns = -log(1 - unit(&s)) * x->o.gap_us * 1e3;
     uint64_t wake = ms_now_ns() + (uint64_t)gap_ns;
@@ -185,10 +203,10 @@ static void run_preempt(struct bench_interferer *x) {
     while (!atomic_load_explicit(&x->stop, memory_order_relaxed) && ms_now_ns() < wake)
       if (pthread_cond_timedwait(&x->cv, &x->mu, &ts) == ETIMEDOUT) break;
     pthread_mutex_unlock(&x->mu);
-    if (stopping(x)) break;
+    if (stopping(x) && x->st.bursts) break;  /* one burst at least, however late it started */
     double burst = x->o.burst_us_lo + (x->o.burst_us_hi - x->o.burst_us_lo) * unit(&s);
     uint64_t end = ms_now_ns() + (uint64_t)(burst * 1e3), v = s;
-    while (ms_now_ns() < end && !stopping(x)) v = churn(v);
+    while (ms_now_ns() < end && (!stopping(x) || !x->st.bursts)) v = churn(v);
     s ^= v & 1;
     x->st.bursts++;
   }
@@ -219,6 +237,7 @@ static void *interfere_main(void *arg) {
   }
   if (!rc && x->o.kind == BI_PREEMPT) preempt_priority(x);
   pthread_mutex_lock(&x->mu);
+  x->until_ns = ms_now_ns() + (uint64_t)(x->o.seconds * 1e9);  /* from when it is ready */
   x->started = 1;
   x->failed = rc != 0;
   pthread_cond_broadcast(&x->cv);
@@ -241,7 +260,7 @@ static void *interfere_main(void *arg) {
 
 void bench_interfere_defaults(struct bench_interfere_opts *o) {
   if (o->buffer_bytes < (2u << 20)) o->buffer_bytes = (size_t)256 << 20;
-  if (!(o->burst_us_hi > 0)) o->burst_us_lo = 2000, o->burst_us_hi = 5000;
+  if (!(o->burst_us_hi > 0)) o->burst_us_lo = 2500, o->burst_us_hi = 5000;
   if (o->burst_us_lo > o->burst_us_hi) o->burst_us_lo = o->burst_us_hi;
   if (!(o->gap_us > 0)) o->gap_us = 20000;
   if (!(o->seconds > 0) || o->seconds > BENCH_INTERFERE_MAX_S) o->seconds = BENCH_INTERFERE_MAX_S;
@@ -258,7 +277,7 @@ struct bench_interferer *bench_interfere_start(const struct bench_interfere_opts
   if (!x) return NULL;
   x->o = *o;
   bench_interfere_defaults(&x->o);
-  x->until_ns = ms_now_ns() + (uint64_t)(x->o.seconds * 1e9);
+  x->until_ns = UINT64_MAX;  /* set by the thread when it is ready */
   pthread_mutex_init(&x->mu, NULL);
   pthread_condattr_t ca;  /* the preemptor's waits are deadlines on ms_now_ns's clock */
   pthread_condattr_init(&ca);

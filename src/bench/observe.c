@@ -54,9 +54,9 @@ struct trace_row {
 /* Key + value bytes of one row of each section, as the semantic monitor's maps
  * hold them (diag_semantic.bpf.c); what reading a row costs. */
 const unsigned bench_row_bytes[FS_COUNT] = {
-    [FS_CLASS] = 4 + 40,   [FS_OP] = 4 + 40,     [FS_EVCLASS] = 4 + 32, [FS_WORKER] = 4 + 32,
+    [FS_CLASS] = 4 + 48,   [FS_OP] = 4 + 48,     [FS_EVCLASS] = 4 + 32, [FS_WORKER] = 4 + 32,
     [FS_REQUEST] = 8 + 40, [FS_EXPERT] = 4 + 40, [FS_DEVICE] = 4 + 32, [FS_WTOP] = 4 + 16,
-    [FS_BTOP] = 4 + 16,    [FS_DEVBUSY] = 4 + 16,
+    [FS_BTOP] = 4 + 16,    [FS_DEVBUSY] = 4 + 16, [FS_OSWORKER] = 4 + 24,
 };
 
 struct bench_features *bench_feat_new(const struct ms_plan *p, int n_workers, int n_slots, int n_devices) {
@@ -72,6 +72,7 @@ struct bench_features *bench_feat_new(const struct ms_plan *p, int n_workers, in
   f->n[FS_WTOP] = 2;
   f->n[FS_BTOP] = 2;
   f->n[FS_DEVBUSY] = n_devices;
+  f->n[FS_OSWORKER] = n_workers <= BENCH_MAX_OS_WORKERS ? n_workers : 0;
   f->per_device = (n_workers + n_devices - 1) / (n_devices > 0 ? n_devices : 1);
   for (int s = 0; s < FS_COUNT; s++)
     if (!(f->row[s] = calloc((size_t)f->n[s] + 1, sizeof **f->row))) {
@@ -173,11 +174,20 @@ static void feat_task(struct bench_features *f, const struct ms_plan *p, int t, 
 
 /* ---- engines ---- */
 
+/* The long-context request's prompt, when the run carries one (0: none). */
+static int long_prompt(const struct bench_engine_cfg *c) {
+  const struct bench_interfere_spec *in = &c->sc->intf;
+  return c->interfere && in->kind == BI_LONG_CONTEXT ? in->tokens : 0;
+}
+
 struct ms_engine *bench_engine_new(const struct bench_engine_cfg *c, struct ms_textbuf *log) {
   const struct bench_scenario *s = c->sc;
-  struct ms_engine_opts o = {.sz = sizeof o, .max_batch = s->batch, .max_ctx = s->steps + 2, .backend = s->backend,
+  int ctx = s->steps + 2;
+  if (s->intf.kind == BI_LONG_CONTEXT) ctx += s->intf.tokens;  /* healthy or not: the same engine */
+  struct ms_engine_opts o = {.sz = sizeof o, .max_batch = s->batch, .max_ctx = ctx, .backend = s->backend,
                              .seed = c->seed, .faults = c->faults, .n_faults = c->n_faults, .tp = s->tp,
-                             .start_paused = 1, .n_workers = s->backend == MS_BACKEND_CPU ? (s->workers ? s->workers : 2) : 0};
+                             .start_paused = 1, .pin_workers = s->pin && s->backend == MS_BACKEND_CPU,
+                             .n_workers = s->backend == MS_BACKEND_CPU ? (s->workers ? s->workers : 2) : 0};
   if (s->backend == MS_BACKEND_SIM) {
     ms_sim_preset(s->gpu, &o.sim);
     o.sim.jitter = s->jitter;
@@ -191,16 +201,43 @@ struct ms_engine *bench_engine_new(const struct bench_engine_cfg *c, struct ms_t
   return ms_engine_new(c->m, &o, log);
 }
 
-/* The requests: batch of them, one prompt token each, steps tokens each,
- * submitted while the engine is paused so that all join the first step. */
-static int submit_all(struct ms_engine *e, const struct bench_scenario *s, struct ms_request **r) {
-  int n = s->batch < 64 ? s->batch : 64;
+/* The requests: batch of them, one prompt token each (the long-context one a
+ * long prompt), steps tokens each, submitted while the engine is paused so
+ * that all join the first step. */
+static int submit_all(struct ms_engine *e, const struct bench_engine_cfg *c, struct ms_request **r) {
+  const struct bench_scenario *s = c->sc;
+  int n = s->batch < 64 ? s->batch : 64, lp = long_prompt(c);
+  int32_t *prompt = lp ? malloc(sizeof *prompt * (size_t)lp) : NULL;
+  for (int i = 0; i < lp && prompt; i++) prompt[i] = 1 + (int32_t)((i * 7919u) % 200u);
   for (int i = 0; i < n; i++) {
     int32_t tok = 1 + i;
-    struct ms_request_opts ro = {.sz = sizeof ro, .prompt = &tok, .n_prompt = 1, .max_new_tokens = s->steps};
+    int longer = prompt && i == s->intf.slot;
+    struct ms_request_opts ro = {.sz = sizeof ro, .prompt = longer ? prompt : &tok, .n_prompt = longer ? lp : 1,
+                                 .max_new_tokens = s->steps};
     r[i] = ms_engine_submit(e, &ro);
   }
+  free(prompt);
   return n;
+}
+
+/* The scenario's interference thread for this run (spin, preempt), started just
+ * before the engine resumes; NULL when there is none or on failure (*failed). */
+static struct bench_interferer *interfere_begin(const struct bench_engine_cfg *c, int *failed) {
+  const struct bench_interfere_spec *in = &c->sc->intf;
+  *failed = 0;
+  if (!c->interfere || (in->kind != BI_SPIN && in->kind != BI_PREEMPT) || !(in->share > 0)) return NULL;
+  struct bench_interfere_opts o = {.kind = in->kind, .cpu = bench_worker_cpu(in->worker), .seconds = 600,
+                                   .seed = c->seed + 1};
+  if (in->kind == BI_SPIN) o.duty = in->share;
+  else o.gap_us = 3750.0 * (1 - (in->share < 0.95 ? in->share : 0.95)) / (in->share < 0.95 ? in->share : 0.95);
+  char buf[256];
+  struct ms_textbuf log = {buf, sizeof buf, 0, 0};
+  struct bench_interferer *x = bench_interfere_start(&o, &log);
+  if (!x) {
+    fprintf(stderr, "bench: %s: %s", c->sc->name, buf);
+    *failed = 1;
+  }
+  return x;
 }
 
 /* A run whose requests have not all finished in this long has stalled (its
@@ -230,32 +267,62 @@ static int wait_all(struct ms_request **r, int n, const char *name) {
   return stalled ? -ETIMEDOUT : 0;
 }
 
-static int cmp_u64(const void *a, const void *b) {
-  uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-  return (x > y) - (x < y);
-}
-
-/* The run's time: virtual on the simulator; on the CPU backend its steps times
- * its median step time, which a shared machine's preemptions move much less
- * than the wall time (the wall time when no step was logged). */
+/* The run's time: virtual on the simulator; on the real-clock backends the sum
+ * of its steps' times (what the requests waited for, without the engine's
+ * start and stop), the wall time when no step was logged. */
 static uint64_t since(struct ms_engine *e, const struct bench_scenario *s, uint64_t t0, uint64_t sim0) {
   if (s->backend == MS_BACKEND_SIM) return ms_engine_sim_now(e) - sim0;
-  uint64_t wall = ms_now_ns() - t0, d[256];
-  struct ms_step_record log[256];
-  int n = ms_engine_step_log(e, log, 256);
-  for (int i = 0; i < n; i++) d[i] = log[i].t_end > log[i].t_begin ? log[i].t_end - log[i].t_begin : 0;
-  if (n < 3) return wall;
-  qsort(d, (size_t)n, sizeof *d, cmp_u64);
-  return d[n / 2] * (uint64_t)n;
+  uint64_t wall = ms_now_ns() - t0, sum = 0;
+  struct ms_step_record log[512];
+  int n = ms_engine_step_log(e, log, 512);
+  for (int i = 0; i < n; i++) sum += log[i].t_end > log[i].t_begin ? log[i].t_end - log[i].t_begin : 0;
+  return n < 1 || n == 512 || !sum ? wall : sum;
 }
 
-uint64_t bench_engine_drive(struct ms_engine *e, const struct bench_scenario *s) {
+/* The OS's view of the workers' threads: counters now into os[w] (sign 1), or
+ * their growth since (sign -1 after a first read with sign 1). */
+static int os_read(struct ms_engine *e, double os[][3], int sign) {
+  int n = ms_engine_n_workers(e), got = 0;
+  for (int w = 0; w < n && w < BENCH_MAX_OS_WORKERS; w++) {
+    struct ms_worker_os o;
+    if (ms_engine_worker_os(e, w, &o) || o.last_cpu < 0) return 0;
+    double v[3] = {(double)o.runqueue_ns, (double)o.run_ns, (double)o.preempted};
+    for (int k = 0; k < 3; k++) os[w][k] = sign > 0 ? v[k] : v[k] - os[w][k];
+    got++;
+  }
+  return got;
+}
+
+/* The OS rows of the features from the evidence (bench_feat_new made them). */
+static void feat_os(struct bench_features *f, struct bench_evidence *ev) {
+  for (int w = 0; f && w < ev->os_n && w < f->n[FS_OSWORKER]; w++) {
+    f->row[FS_OSWORKER][w] =
+        (struct bench_stat){.n = 1, .sum = ev->os[w][0], .ratio = ev->os[w][1], .max = ev->os[w][2], .have = 1};
+    ev->bytes += bench_row_bytes[FS_OSWORKER];  /* the semantic read-out charges again as it reads */
+  }
+}
+
+uint64_t bench_engine_drive_os(struct ms_engine *e, const struct bench_engine_cfg *c, struct bench_evidence *ev) {
+  const struct bench_scenario *s = c->sc;
   struct ms_request *r[64];
-  int n = submit_all(e, s, r);
+  int n = submit_all(e, c, r), failed, os_n = 0;
+  double os[BENCH_MAX_OS_WORKERS][3];
   uint64_t t0 = ms_now_ns(), sim0 = ms_engine_sim_now(e);
+  struct bench_interferer *x = interfere_begin(c, &failed);
+  if (ev && s->backend == MS_BACKEND_CPU) os_n = os_read(e, os, 1);
   ms_engine_resume(e);
-  if (wait_all(r, n, s->name)) return 0;
+  int stalled = wait_all(r, n, s->name);
+  if (ev && os_n && os_read(e, os, -1) == os_n) {
+    memcpy(ev->os, os, sizeof os);
+    ev->os_n = os_n;
+  }
+  bench_interfere_stop(x, NULL);
+  if (stalled || failed) return 0;
   return since(e, s, t0, sim0);
+}
+
+uint64_t bench_engine_drive(struct ms_engine *e, const struct bench_engine_cfg *c) {
+  return bench_engine_drive_os(e, c, NULL);
 }
 
 static const struct ms_plan *batch_plan(struct ms_engine *e, const struct bench_scenario *s) {
@@ -264,8 +331,9 @@ static const struct ms_plan *batch_plan(struct ms_engine *e, const struct bench_
 
 /* ---- (a) kernel timing ---- */
 
-static int observe_timing(struct ms_engine *e, const struct bench_scenario *s, struct bench_evidence *ev) {
-  ev->run_ns = bench_engine_drive(e, s);
+static int observe_timing(struct ms_engine *e, const struct bench_engine_cfg *c, struct bench_evidence *ev) {
+  const struct bench_scenario *s = c->sc;
+  ev->run_ns = bench_engine_drive(e, c);
   struct ms_step_record *log = calloc((size_t)s->steps + 8, sizeof *log);
   ev->step_ns = calloc((size_t)s->steps + 8, sizeof *ev->step_ns);
   if (!log || !ev->step_ns) {
@@ -314,7 +382,8 @@ static void *pc_thread(void *arg) {
   return NULL;
 }
 
-static int observe_pc(struct ms_engine *e, const struct bench_scenario *s, struct bench_evidence *ev) {
+static int observe_pc(struct ms_engine *e, const struct bench_engine_cfg *c, struct bench_evidence *ev) {
+  const struct bench_scenario *s = c->sc;
   struct pc_ctx pc = {.ev = ev, .e = e};
   int D = s->tp > 1 ? s->tp : 1;
   pc.per_device = (ms_engine_n_workers(e) + D - 1) / D;
@@ -325,7 +394,7 @@ static int observe_pc(struct ms_engine *e, const struct bench_scenario *s, struc
     ms_sim_sampler(e, PC_PERIOD_NS, pc_sim_sample, &pc);
   else
     threaded = !pthread_create(&th, NULL, pc_thread, &pc);
-  ev->run_ns = bench_engine_drive(e, s);
+  ev->run_ns = bench_engine_drive(e, c);
   if (threaded) {
     atomic_store_explicit(&pc.stop, 1, memory_order_release);
     pthread_join(th, NULL);
@@ -450,20 +519,22 @@ static struct bench_features *trace_features(struct ms_engine *e, const struct b
   return f;
 }
 
-static int observe_trace(struct ms_engine *e, const struct bench_scenario *s, uint64_t budget,
+static int observe_trace(struct ms_engine *e, const struct bench_engine_cfg *c, uint64_t budget,
                          struct bench_evidence *ev) {
+  const struct bench_scenario *s = c->sc;
   uint64_t per = budget / ((uint64_t)REC_BYTES * (uint64_t)ms_engine_n_workers(e));
   if (!budget) /* the reference: everything (twice a worker's even share, for the JIT tasks it picks up) */
     per = (uint64_t)ms_engine_plan(e, s->batch)->n_tasks * (uint64_t)(s->steps + 1) * 2 / (uint64_t)ms_engine_n_workers(e) + 256;
   if (per > (1u << 24)) per = 1u << 24;
   if (per && ms_engine_trace_start(e, (uint32_t)per)) return -ENOMEM;
-  ev->run_ns = bench_engine_drive(e, s);
+  ev->run_ns = bench_engine_drive_os(e, c, ev);
   if (per) ms_engine_trace_stop(e);
   struct trace_rows empty = {0};
   int rc = per ? trace_collect(e, ev) : 0;
   if (rc) return rc;
   struct trace_rows *tr = per ? (struct trace_rows *)ev->feat : &empty;
   ev->feat = trace_features(e, s, tr, &ev->bytes);
+  feat_os(ev->feat, ev);
   if (!per) ev->coverage = 0;
   if (tr != &empty) {
     free(tr->r);
@@ -485,13 +556,14 @@ static int cmp_row_begin(const void *a, const void *b) {
  * k-th step); when not even one step fits, the first records of step 1 in time
  * order (a window). Recorded in full and filtered here: the same records as a
  * filtered profiler, costed as such (only the kept records count). */
-static int observe_profiler(struct ms_engine *e, const struct bench_scenario *s, uint64_t budget,
+static int observe_profiler(struct ms_engine *e, const struct bench_engine_cfg *c, uint64_t budget,
                             struct bench_evidence *ev) {
+  const struct bench_scenario *s = c->sc;
   const struct ms_plan *p = batch_plan(e, s);
   uint64_t per = (uint64_t)p->n_tasks * (uint64_t)(s->steps + 1) * 2 / (uint64_t)ms_engine_n_workers(e) + 256;
   if (per > (1u << 24)) per = 1u << 24;
   if (ms_engine_trace_start(e, (uint32_t)per)) return -ENOMEM;
-  ev->run_ns = bench_engine_drive(e, s);
+  ev->run_ns = bench_engine_drive_os(e, c, ev);
   ms_engine_trace_stop(e);
   int rc = trace_collect(e, ev);
   if (rc) return rc;
@@ -514,6 +586,7 @@ static int observe_profiler(struct ms_engine *e, const struct bench_scenario *s,
   tr->n = (int)kept;
   ev->bytes = 0;
   ev->feat = trace_features(e, s, tr, &ev->bytes);
+  feat_os(ev->feat, ev);
   ev->coverage = total ? (double)kept / (double)total : 0;
   ev->obs_records = kept;
   free(tr->r);
@@ -564,17 +637,23 @@ static int sample_one(void *user, const void *data, uint32_t size) {
   if (!p || t >= p->n_tasks) return 0;
   uint64_t t_begin = r->t_end - r->ns;
   feat_task(c->f, p, t, r->worker, r->req_slot == 0xffff ? -1 : r->req_slot, r->ns, r->queue_ns, (double)t_begin);
-  /* release lags, approximately: the latest end among the sampled producers */
-  if (p->tasks[t].trigger >= 0) c->fk[c->n] = (struct fire_key){r->task_gen >> 32, p->tasks[t].trigger, (double)r->t_end};
-  else c->fk[c->n] = (struct fire_key){UINT64_MAX, -1, -1};
+  /* release lags where a sample knows them: an event with one producer (with
+   * several, the sampled producer's end is rarely the one that completed it,
+   * and the lag from it measures when the others ended, not the release) */
+  int trig = p->tasks[t].trigger;
+  if (trig >= 0 && p->events[trig].needed == 1)
+    c->fk[c->n] = (struct fire_key){r->task_gen >> 32, trig, (double)r->t_end};
+  else
+    c->fk[c->n] = (struct fire_key){UINT64_MAX, -1, -1};
   c->rows[c->n] = (struct trace_row){.worker = r->worker, .task = t, .bucket = r->bucket, .step = r->task_gen >> 32,
                                      .t_begin = t_begin, .t_end = r->t_end, .t_ready = t_begin - r->queue_ns};
   c->n++;
   return 0;
 }
 
-static int observe_sampled(const struct bench_opts *o, struct ms_engine *e, const struct bench_scenario *s,
+static int observe_sampled(const struct bench_opts *o, struct ms_engine *e, const struct bench_engine_cfg *c,
                            uint64_t budget, struct bench_evidence *ev, struct ms_textbuf *log) {
+  const struct bench_scenario *s = c->sc;
   const struct ms_plan *p = batch_plan(e, s);
   double events = (double)p->n_tasks * s->steps;
   uint32_t every = budget ? (uint32_t)(events * REC_BYTES / (double)budget) + 1 : 1;
@@ -586,24 +665,25 @@ static int observe_sampled(const struct bench_opts *o, struct ms_engine *e, cons
     ms_monitor_free(mon);
     return id ? id : -EINVAL;
   }
-  ev->run_ns = bench_engine_drive(e, s);
+  ev->run_ns = bench_engine_drive_os(e, c, ev);
   struct ms_coverage cov;
   ms_engine_attach_coverage(e, id, 0, &cov);
   ms_engine_detach(e, id);
   struct bench_features *f = bench_feat_new(p, ms_engine_n_workers(e), p->batch, s->tp > 1 ? s->tp : 1);
   size_t cap = (size_t)(budget ? budget / REC_BYTES : events) + 16;
-  struct sample_ctx c = {.e = e, .f = f, .fk = calloc(cap, sizeof *c.fk), .rows = calloc(cap, sizeof *c.rows), .cap = cap};
+  struct sample_ctx sc = {.e = e, .f = f, .fk = calloc(cap, sizeof *sc.fk), .rows = calloc(cap, sizeof *sc.rows), .cap = cap};
   struct ms_bpf_map *ring = att_map(e, id, "task_samples");
-  if (f && c.fk && c.rows && ring) ms_bpf_ringbuf_consume(ring, sample_one, &c);
-  if (f && c.fk) feat_lags(f, e, c.fk, c.n, c.rows, c.n, -1);
-  if (f) feat_finish(f, e, c.rows, c.n, -1);
-  free(c.fk);
-  free(c.rows);
+  if (f && sc.fk && sc.rows && ring) ms_bpf_ringbuf_consume(ring, sample_one, &sc);
+  if (f && sc.fk) feat_lags(f, e, sc.fk, sc.n, sc.rows, sc.n, -1);
+  if (f) feat_finish(f, e, sc.rows, sc.n, -1);
+  free(sc.fk);
+  free(sc.rows);
   ev->feat = f;
-  ev->bytes = c.n * REC_BYTES;
-  ev->coverage = cov.eligible ? (double)c.n / (double)cov.eligible : 0;
+  feat_os(f, ev);
+  ev->bytes = sc.n * REC_BYTES;
+  ev->coverage = cov.eligible ? (double)sc.n / (double)cov.eligible : 0;
   ev->obs_execs = cov.executed;
-  ev->obs_ring = c.n;
+  ev->obs_ring = sc.n;
   return f ? 0 : -ENOMEM;
 }
 
@@ -619,7 +699,7 @@ static void copy_row(struct map_copy *c, int i, const uint64_t *v) {
   if (i < 0 || i >= c->f->n[c->sec]) return;
   struct bench_stat *s = &c->f->row[c->sec][i];
   if (c->kind == 0) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2],
-                                             .qsum = (double)v[3], .qmax = (double)v[4]};
+                                             .qsum = (double)v[3], .qmax = (double)v[4], .max = (double)v[5]};
   if (c->kind == 1) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3]};
   if (c->kind == 2)
     *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .qsum = (double)v[1],
@@ -653,14 +733,16 @@ static void copy_map(struct ms_engine *e, int id, const char *name, struct bench
   if (m) ms_bpf_map_foreach(m, copy_entry, &c);
 }
 
-static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, const struct bench_scenario *s,
+static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, const struct bench_engine_cfg *c,
                             struct bench_evidence *ev, struct ms_textbuf *log) {
+  const struct bench_scenario *s = c->sc;
   const struct ms_plan *p = batch_plan(e, s);
   /* late-bound: the engine runs step 0 unobserved; the question is attached to
    * the live engine at the next step boundary */
   struct ms_request *r[64];
-  int n = submit_all(e, s, r);
+  int n = submit_all(e, c, r), failed;
   uint64_t t0 = ms_now_ns(), sim0 = ms_engine_sim_now(e);
+  struct bench_interferer *x = interfere_begin(c, &failed);
   ms_engine_pause_at(e, 1);
   int id = -1;
   if (s->steps > 1 && ms_engine_wait_paused(e, 60000) == 0) {
@@ -671,8 +753,15 @@ static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, con
     if (mon && id <= 0) ms_monitor_free(mon);
     ev->attach_ns = ms_now_ns() - a0;
   }
+  double os[BENCH_MAX_OS_WORKERS][3];
+  int os_n = s->backend == MS_BACKEND_CPU ? os_read(e, os, 1) : 0;  /* from the attach on, as the monitor */
   ms_engine_resume(e);
-  ev->run_ns = wait_all(r, n, s->name) ? 0 : since(e, s, t0, sim0);
+  ev->run_ns = wait_all(r, n, s->name) || failed ? 0 : since(e, s, t0, sim0);
+  if (os_n && os_read(e, os, -1) == os_n) {
+    memcpy(ev->os, os, sizeof os);
+    ev->os_n = os_n;
+  }
+  bench_interfere_stop(x, NULL);
   if (id <= 0) return -EINVAL;
   struct ms_coverage cov;
   ms_engine_attach_coverage(e, id, 0, &cov);
@@ -688,6 +777,7 @@ static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, con
   copy_map(e, id, "expert_stat", f, FS_EXPERT, 4);
   copy_map(e, id, "device_comm", f, FS_DEVICE, 1);
   copy_map(e, id, "device_busy", f, FS_DEVBUSY, 6);
+  feat_os(f, ev);
   for (int sec = 0; sec < FS_COUNT; sec++)
     for (int i = 0; i < f->n[sec]; i++) f->row[sec][i].have = 0;  /* shipped only when read */
   f->lazy = 1;
@@ -710,12 +800,12 @@ int bench_observe(const struct bench_opts *o, const struct bench_engine_cfg *c, 
   if (!e) return -errno;
   int rc;
   switch (m) {
-  case BM_KERNEL_TIMING: rc = observe_timing(e, c->sc, ev); break;
-  case BM_PC_SAMPLING: rc = observe_pc(e, c->sc, ev); break;
-  case BM_TASK_TRACE: rc = observe_trace(e, c->sc, budget, ev); break;
-  case BM_SAMPLED_EVENTS: rc = observe_sampled(o, e, c->sc, budget, ev, log); break;
-  case BM_PROFILER: rc = observe_profiler(e, c->sc, budget, ev); break;
-  case BM_SEMANTIC: rc = observe_semantic(o, e, c->sc, ev, log); break;
+  case BM_KERNEL_TIMING: rc = observe_timing(e, c, ev); break;
+  case BM_PC_SAMPLING: rc = observe_pc(e, c, ev); break;
+  case BM_TASK_TRACE: rc = observe_trace(e, c, budget, ev); break;
+  case BM_SAMPLED_EVENTS: rc = observe_sampled(o, e, c, budget, ev, log); break;
+  case BM_PROFILER: rc = observe_profiler(e, c, budget, ev); break;
+  case BM_SEMANTIC: rc = observe_semantic(o, e, c, ev, log); break;
   default: rc = -EINVAL;
   }
   if (ev->feat) ev->feat->coverage = ev->coverage;

@@ -17,9 +17,7 @@ static int split_cases(const struct bench_report *r, int split) {
   return n;
 }
 
-static const char *cause_name(int c) {
-  return c == -1 ? "none" : c == -2 ? "unknown" : ms_fault_type_name((enum ms_fault_type)c);
-}
+static const char *cause_name(int c) { return bench_cause_name(c); }
 
 static void json_culprit(struct ms_json *j, enum ms_culprit_kind k, int id, const char *name) {
   ms_json_key(j, "culprit");
@@ -47,6 +45,33 @@ static void json_truth(struct ms_json *j, const struct bench_case *c) {
   ms_json_obj_begin(j);
   ms_json_kstr(j, "cause", cause_name(c->truth_cause));
   json_culprit(j, c->truth_kind, c->truth_id, c->truth_name);
+  if (c->n_truth > 1) {
+    ms_json_key(j, "culprits");
+    ms_json_arr_begin(j);
+    for (int i = 0; i < c->n_truth; i++) {
+      ms_json_obj_begin(j);
+      ms_json_kstr(j, "cause", cause_name(c->truth[i].cause));
+      json_culprit(j, c->truth[i].kind, c->truth[i].id, c->truth[i].name);
+      ms_json_obj_end(j);
+    }
+    ms_json_arr_end(j);
+  }
+  const struct bench_interfere_spec *in = &s->intf;
+  if (in->kind != BI_NONE) {
+    ms_json_key(j, "interference");
+    ms_json_obj_begin(j);
+    ms_json_kstr(j, "kind", bench_interference_name(in->kind));
+    if (in->kind == BI_SPIN || in->kind == BI_PREEMPT) {
+      ms_json_kint(j, "worker", in->worker);
+      ms_json_knum(j, "share", in->share);
+    }
+    if (in->kind == BI_LONG_CONTEXT) {
+      ms_json_kint(j, "slot", in->slot);
+      ms_json_kint(j, "tokens", in->tokens);
+    }
+    ms_json_knum(j, "slowdown", in->slowdown);
+    ms_json_obj_end(j);
+  }
   if (s->n_faults) {
     const struct bench_fault *f = &s->faults[0];
     int factor = ms_fault_uses_factor(f->type);
@@ -73,6 +98,17 @@ static void json_answer(struct ms_json *j, const struct bench_answer *a, uint64_
   ms_json_kbool(j, "culprit_ok", a->culprit_ok);
   ms_json_kbool(j, "scope_ok", a->scope_ok);
   ms_json_kstr(j, "evidence", a->why);
+  if (a->n_more) {
+    ms_json_key(j, "more_culprits");
+    ms_json_arr_begin(j);
+    for (int i = 0; i < a->n_more; i++) {
+      ms_json_obj_begin(j);
+      ms_json_kstr(j, "cause", cause_name(a->more[i].cause));
+      json_culprit(j, a->more[i].kind, a->more[i].id, a->more[i].name);
+      ms_json_obj_end(j);
+    }
+    ms_json_arr_end(j);
+  }
   ms_json_obj_end(j);
 }
 
@@ -82,6 +118,8 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
   ms_json_kstr(j, "name", s->name);
   ms_json_kstr(j, "split", c->split ? "held_out" : "training");
   ms_json_kstr(j, "preset", s->preset);
+  if (s->gguf[0]) ms_json_kstr(j, "gguf", s->gguf);
+  if (s->pin) ms_json_kbool(j, "workers_pinned", 1);
   ms_json_kstr(j, "backend", ms_backend_name(s->backend));
   if (s->backend == MS_BACKEND_SIM) ms_json_kstr(j, "gpu", s->gpu);
   ms_json_kint(j, "batch", s->batch);
@@ -103,6 +141,8 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
     ms_json_knum(j, "healthy_ns_repeat", c->healthy_ns_b);
     ms_json_knum(j, "faulty_ns_repeat", c->faulty_ns_b);
     ms_json_knum(j, "run_to_run_spread", c->spread);
+    ms_json_kint(j, "pairs", c->pairs);
+    ms_json_knum(j, "slowdown_se", c->slowdown_se);
     ms_json_knum(j, "target", s->target);
   }
   ms_json_kint(j, "tuning_runs", c->tune_runs);
@@ -154,10 +194,12 @@ static void json_method(struct ms_json *j, const struct bench_report *r, int spl
   ms_json_arr_end(j);
   ms_json_key(j, "by_fault");
   ms_json_obj_begin(j);
-  for (int f = -1; f < MS_FAULT_TYPE_COUNT; f++) {
+  int types[64], nt = bench_types(types, 64);
+  for (int ti = 0; ti < nt; ti++) {
+    int f = types[ti];
     bench_score_type(r, split, m, r->o.headline, f, &t);
     if (!t.n && !t.no_effect) continue;
-    ms_json_key(j, f < 0 ? "healthy" : ms_fault_type_name((enum ms_fault_type)f));
+    ms_json_key(j, bench_type_name(f));
     ms_json_obj_begin(j);
     json_totals(j, &t);
     ms_json_obj_end(j);
@@ -255,11 +297,13 @@ static void text_split(const struct bench_report *r, int sp, FILE *f) {
           "fault");
   for (int m = 0; m < BM_COUNT; m++) fprintf(f, " %17.17s", bench_method_name(m));
   fprintf(f, "\n");
-  for (int ty = -1; ty < MS_FAULT_TYPE_COUNT; ty++) {
+  int types[64], nt = bench_types(types, 64);
+  for (int ti = 0; ti < nt; ti++) {
+    int ty = types[ti];
     struct bench_totals x;
     bench_score_type(r, sp, 0, r->o.headline, ty, &x);
     if (!x.n && !x.no_effect) continue;
-    fprintf(f, "%-16s %2d+%-2d", ty < 0 ? "healthy" : ms_fault_type_name((enum ms_fault_type)ty), x.n, x.no_effect);
+    fprintf(f, "%-16s %2d+%-2d", bench_type_name(ty), x.n, x.no_effect);
     for (int m = 0; m < BM_COUNT; m++) {
       bench_score_type(r, sp, m, r->o.headline, ty, &x);
       if (x.n)
@@ -272,7 +316,8 @@ static void text_split(const struct bench_report *r, int sp, FILE *f) {
   /* the seed's failure condition, said per fault type */
   fprintf(f, "\nwhere a baseline names the scope as often as the semantic monitors at the headline budget:\n");
   int any = 0;
-  for (int ty = -1; ty < MS_FAULT_TYPE_COUNT; ty++) {
+  for (int ti = 0; ti < nt; ti++) {
+    int ty = types[ti];
     struct bench_totals sem, x;
     bench_score_type(r, sp, BM_SEMANTIC, r->o.headline, ty, &sem);
     if (!sem.n) continue;
@@ -287,7 +332,7 @@ static void text_split(const struct bench_report *r, int sp, FILE *f) {
     }
     if (!len) continue;
     any = 1;
-    fprintf(f, "  %-16s semantic_monitors %.0f%%; %s\n", ty < 0 ? "healthy" : ms_fault_type_name((enum ms_fault_type)ty),
+    fprintf(f, "  %-16s semantic_monitors %.0f%%; %s\n", bench_type_name(ty),
             100 * sem.scope_accuracy, line);
   }
   if (!any) fprintf(f, "  (none)\n");
@@ -354,10 +399,16 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
         tg_sum += r->cases[i].sc.target;
         n_real++;
       }
+    int pairs = 0;
+    for (int i = 0; i < r->n; i++)
+      if (!r->cases[i].error[0] && r->cases[i].sc.backend == be) pairs += r->cases[i].pairs;
     if (n_real)
       fprintf(f, "%s backend: two healthy runs differ by %.2f%% (the median of 5 pairs, mean over %d scenarios); "
-                 "faults sized to at most %.2f%% on average (3x that, at least the scenario's target)\n\n",
-              be == MS_BACKEND_CPU ? "CPU" : "CUDA", 100 * sp_sum / n_real, n_real, 100 * tg_sum / n_real);
+                 "faults sized to at most %.2f%% on average (2x that, at least the scenario's target); effects "
+                 "measured with %.1f paired runs on average (5 to %d, until the slowdown stood at 4 standard errors "
+                 "or its standard error fell under a tenth of the target)\n\n",
+              be == MS_BACKEND_CPU ? "CPU" : "CUDA", 100 * sp_sum / n_real, n_real, 100 * tg_sum / n_real,
+              (double)pairs / n_real, 40);
   }
   for (int sp = 0; sp < 2; sp++)
     if (split_cases(r, sp)) text_split(r, sp, f);

@@ -14,32 +14,52 @@
  * slowdown is the median of five paired runs and the tuning is as good as the
  * machine's noise allows (the report shows the pairs). */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "bench/bench.h"
 #include "megascope/plan_ir.h"
 
 #define MAX_CONFIGS 64
+#define MAX_REFS 4      /* real clocks: healthy references per method (the first compared with, all for the null) */
+#define MAX_PAIRS 40    /* real clocks: the most paired runs one slowdown is measured with */
+#define RUN_INTF (1u << 31)  /* run_once's mask: the scenario's interference; bit i: fault i */
 
 /* The healthy references of one configuration: per method, and for the trace
  * and the sampled events per budget (a reference taken the same way, so that a
- * truncation or a sampling rate biases both sides alike). */
+ * truncation or a sampling rate biases both sides alike); on real clocks
+ * MAX_REFS of each, so that a diagnoser can see how much its hypotheses move
+ * between healthy runs. */
 struct ref_entry {
-  char key[320];
-  struct bench_evidence ev[BM_COUNT][BENCH_MAX_BUDGETS];
+  char key[600];
+  struct bench_evidence ev[BM_COUNT][BENCH_MAX_BUDGETS][MAX_REFS];
   int have[BM_COUNT][BENCH_MAX_BUDGETS];
+};
+
+/* A loaded GGUF model, kept across the scenarios that run it. */
+struct model_cache {
+  char path[512];
+  struct ms_model *m;
 };
 
 struct runner {
   const struct bench_opts *o;
   struct ref_entry refs[MAX_CONFIGS];
   int n_refs;
+  struct model_cache models[2];
   char logbuf[8192];
   struct ms_textbuf log;
   double restart_ns_sum, attach_ns_sum;
   int restart_n, attach_n;
+  /* cold-model runs: a private copy of the file (the scenario's model keeps the
+   * original mapped, and mapped pages stay in the page cache), load times, first
+   * steps and the copy's resident pages after each drop, warm and cold */
+  char cold_path[256];
+  double load_ms[2], first_ms[2], resident_after;
+  int loads[2], drops;
 };
 
 static void say(struct runner *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -54,10 +74,56 @@ static void say(struct runner *r, const char *fmt, ...) {
 }
 
 static void config_key(const struct bench_scenario *s, char *k, size_t n) {
-  int len = snprintf(k, n, "%s|%d|%d|%d|%d|%s|%d|%d|%d|%d|%d|%g", s->preset, s->n_layers, s->n_experts, s->top_k,
-                     s->expert_ffn_dim, s->gpu, (int)s->backend, s->batch, s->steps, s->tp, s->workers, s->jitter);
+  int len = snprintf(k, n, "%s|%s|%d|%d|%d|%d|%s|%d|%d|%d|%d|%d|%d|%g", s->preset, s->gguf, s->n_layers, s->n_experts,
+                     s->top_k, s->expert_ffn_dim, s->gpu, (int)s->backend, s->batch, s->steps, s->tp, s->workers,
+                     s->pin, s->jitter);
   for (int i = 0; i < s->n_params && len > 0 && (size_t)len < n; i++)
     len += snprintf(k + len, n - (size_t)len, "|%s=%s", s->params[i][0], s->params[i][1]);
+}
+
+static int real_clock(const struct bench_scenario *s) { return s->backend != MS_BACKEND_SIM; }
+
+/* ---- models ---- */
+
+/* The scenario's model: GGUF files loaded once and kept (the runner frees
+ * them), the presets built anew. *owned: the caller frees it. */
+static struct ms_model *model_of(struct runner *r, const struct bench_scenario *s, int *owned) {
+  *owned = 1;
+  if (!s->gguf[0]) return bench_model(s, &r->log);
+  char path[512];
+  bench_gguf_path(s, path, sizeof path);
+  for (int i = 0; i < 2; i++)
+    if (r->models[i].m && !strcmp(r->models[i].path, path)) {
+      *owned = 0;
+      return r->models[i].m;
+    }
+  struct ms_model *m = bench_model(s, &r->log);
+  if (!m) return NULL;
+  struct model_cache *slot = r->models[0].m ? &r->models[1] : &r->models[0];
+  ms_model_free(slot->m);
+  snprintf(slot->path, sizeof slot->path, "%s", path);
+  slot->m = m;
+  *owned = 0;
+  return m;
+}
+
+/* A cold model: the file's pages dropped from the page cache, then loaded (or,
+ * for its healthy pair, loaded warm); the load's time counted. */
+static struct ms_model *model_fresh(struct runner *r, const struct bench_scenario *s, int cold) {
+  struct bench_scenario cs = *s;
+  snprintf(cs.gguf, sizeof cs.gguf, "%.255s", r->cold_path);
+  if (cold) {
+    struct bench_interfere_stats st = {0};
+    if (!bench_evict_file(r->cold_path, &st, &r->log) && st.file_pages) {
+      r->resident_after += (double)st.resident_after / (double)st.file_pages;
+      r->drops++;
+    }
+  }
+  uint64_t t0 = ms_now_ns();
+  struct ms_model *m = bench_model(&cs, &r->log);
+  r->load_ms[cold] += (double)(ms_now_ns() - t0) / 1e6;
+  r->loads[cold]++;
+  return m;
 }
 
 /* ---- faults and slowdowns ---- */
@@ -81,29 +147,45 @@ static double initial_strength(enum ms_fault_type t, double healthy_ns, int step
   }
 }
 
-static void to_faults(const struct bench_scenario *s, struct ms_fault *out) {
+/* The faults of mask (bit i: fault i) as the engine takes them; their count. */
+static int to_faults(const struct bench_scenario *s, unsigned mask, struct ms_fault *out) {
+  int n = 0;
   for (int i = 0; i < s->n_faults; i++) {
+    if (!(mask & (1u << i))) continue;
     const struct bench_fault *f = &s->faults[i];
-    out[i] = (struct ms_fault){.type = f->type, .target = f->target_id, .tile = f->tile};
+    out[n] = (struct ms_fault){.type = f->type, .target = f->target_id, .tile = f->tile};
     if (ms_fault_uses_factor(f->type))
-      out[i].factor = f->magnitude;
+      out[n].factor = f->magnitude;
     else
-      out[i].delay_ns = (uint64_t)f->magnitude;
+      out[n].delay_ns = (uint64_t)f->magnitude;
+    n++;
   }
+  return n;
 }
 
-/* One unobserved run's time; 0 on failure. */
-static double run_once(struct runner *r, const struct ms_model *m, const struct bench_scenario *s, int faulty,
+static unsigned all_culprits(const struct bench_scenario *s) {
+  return (1u << s->n_faults) - 1 + (s->intf.kind != BI_NONE ? RUN_INTF : 0);
+}
+
+/* One unobserved run's time with the culprits of mask; 0 on failure. */
+static double run_once(struct runner *r, const struct ms_model *m, const struct bench_scenario *s, unsigned mask,
                        uint64_t seed) {
   struct ms_fault fl[BENCH_MAX_FAULTS];
-  to_faults(s, fl);
-  struct bench_engine_cfg c = {.m = m, .sc = s, .faults = faulty ? fl : NULL, .n_faults = faulty ? s->n_faults : 0,
-                               .seed = seed};
+  int cold = s->intf.kind == BI_COLD, intf = (mask & RUN_INTF) != 0;
+  struct ms_model *fresh = NULL;
+  if (cold && !(fresh = model_fresh(r, s, intf))) return 0;
+  struct bench_engine_cfg c = {.m = fresh ? fresh : m, .sc = s, .faults = fl, .n_faults = to_faults(s, mask, fl),
+                               .interfere = intf, .seed = seed};
   r->log.len = 0;
   struct ms_engine *e = bench_engine_new(&c, &r->log);
-  if (!e) return 0;
-  double t = (double)bench_engine_drive(e, s);
-  ms_engine_free(e);
+  double t = 0;
+  if (e) {
+    t = (double)bench_engine_drive(e, &c);
+    struct ms_step_record first;
+    if (cold && ms_engine_step_log(e, &first, 1) == 1) r->first_ms[intf] += (double)(first.t_end - first.t_begin) / 1e6;
+    ms_engine_free(e);
+  }
+  ms_model_free(fresh);
   return t;
 }
 
@@ -112,34 +194,59 @@ static int cmp_d(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-/* Faulty / healthy - 1, paired on the seed: exact on the simulator; on the CPU
- * the median of five back-to-back pairs' ratios (a shared machine's speed
- * drifts between pairs more than within one), with the pair's times the
- * medians. */
-static double slowdown(struct runner *r, const struct ms_model *m, const struct bench_scenario *s, double *healthy,
-                       double *faulty) {
-  int reps = s->backend == MS_BACKEND_SIM ? 1 : 5;
-  double h[5], f[5], q[5];
-  for (int i = 0; i < reps; i++) {
-    h[i] = run_once(r, m, s, 0, s->seed);
-    f[i] = run_once(r, m, s, 1, s->seed);
-    q[i] = h[i] > 0 ? f[i] / h[i] : 1;
+/* A paired measurement: the slowdown as exp(mean log ratio) - 1 over n pairs
+ * (healthy and faulty back to back, same seed), its standard error, and the
+ * pairs' median times. */
+struct pairs {
+  double slowdown, se, healthy, faulty;
+  int n;
+};
+
+/* Culprits of mask against the healthy run, paired on the seed: exact on the
+ * simulator (one pair); on real clocks as many pairs as the noise needs: at
+ * least min_n, then until the slowdown stands at 4 standard errors from 0 or
+ * the standard error is below se_goal, at most max_n (a shared machine's speed
+ * drifts between pairs more than within one). */
+static void paired(struct runner *r, const struct ms_model *m, const struct bench_scenario *s, unsigned mask,
+                   int min_n, int max_n, double se_goal, struct pairs *out) {
+  double h[MAX_PAIRS], f[MAX_PAIRS], l[MAX_PAIRS], sum = 0, sq = 0;
+  int n = 0, reps = real_clock(s) ? max_n : 1;
+  if (reps > MAX_PAIRS) reps = MAX_PAIRS;
+  memset(out, 0, sizeof *out);
+  while (n < reps) {
+    h[n] = run_once(r, m, s, 0, s->seed);
+    f[n] = run_once(r, m, s, mask, s->seed);
+    if (!(h[n] > 0) || !(f[n] > 0)) break;
+    l[n] = log(f[n] / h[n]);
+    sum += l[n];
+    sq += l[n] * l[n];
+    n++;
+    if (n >= min_n && n >= 2) {
+      double mean = sum / n, var = (sq - n * mean * mean) / (n - 1);
+      double se = sqrt(var > 0 ? var / n : 0);
+      if (fabs(mean) >= 4 * se || se <= se_goal) break;
+    }
   }
-  qsort(h, (size_t)reps, sizeof *h, cmp_d);
-  qsort(f, (size_t)reps, sizeof *f, cmp_d);
-  qsort(q, (size_t)reps, sizeof *q, cmp_d);
-  *healthy = h[reps / 2];
-  *faulty = f[reps / 2];
-  return q[reps / 2] - 1;
+  if (!n) return;
+  double mean = sum / n, var = n > 1 ? (sq - n * mean * mean) / (n - 1) : 0;
+  out->n = n;
+  out->slowdown = exp(mean) - 1;
+  out->se = n > 1 ? sqrt(var > 0 ? var / n : 0) * exp(mean) : 0;
+  qsort(h, (size_t)n, sizeof *h, cmp_d);
+  qsort(f, (size_t)n, sizeof *f, cmp_d);
+  out->healthy = h[n / 2];
+  out->faulty = f[n / 2];
 }
 
-/* The CPU backend: how much two healthy runs of the same seed differ (the median
- * of five back-to-back pairs), and the target raised to three times that: a
- * fault sized below the machine's own noise measures the machine, not the
- * methods. The report gives both. */
+/* Real clocks: how much two healthy runs of the same seed differ (the median of
+ * five back-to-back pairs), and the target raised to twice that: a fault
+ * sized below the machine's own noise measures the machine, not the methods,
+ * and one sized far above it is no longer the small fault this is about; the
+ * paired runs that measure its effect are as many as that noise needs
+ * (paired). The report gives both. */
 static void size_to_noise(struct runner *r, const struct ms_model *m, struct bench_case *c) {
   struct bench_scenario *s = &c->sc;
-  if (s->backend == MS_BACKEND_SIM) return;
+  if (!real_clock(s)) return;
   double q[5];
   for (int i = 0; i < 5; i++) {
     double a = run_once(r, m, s, 0, s->seed), b = run_once(r, m, s, 0, s->seed);
@@ -147,52 +254,162 @@ static void size_to_noise(struct runner *r, const struct ms_model *m, struct ben
   }
   qsort(q, 5, sizeof *q, cmp_d);
   c->spread = q[2];
-  if (s->target < 3 * c->spread) s->target = 3 * c->spread;
+  if (s->target < 2 * c->spread) s->target = 2 * c->spread;
 }
 
-static void tune(struct runner *r, const struct ms_model *m, struct bench_case *c, int workers) {
-  struct bench_scenario *s = &c->sc;
-  double h = 0, f = 0;
-  size_to_noise(r, m, c);
-  for (int i = 0; i < s->n_faults; i++) {
-    struct bench_fault *fl = &s->faults[i];
-    if (fl->given & BF_MAGNITUDE) continue;
-    double goal = fl->severity * s->target, st = initial_strength(fl->type, c->healthy_ns, s->steps, workers);
-    double best_s = -1, best_d = 0, low_s = st, low_d = 1e9;
-    double lo = -1, d_lo = 0, hi = -1, d_hi = 0;  /* strengths known to fall short of / pass the goal */
-    int iters = s->backend == MS_BACKEND_SIM ? 12 : 6;
-    for (int it = 0; it < iters; it++) {
-      fl->magnitude = magnitude_of(fl->type, st);
-      double d = slowdown(r, m, s, &h, &f);
-      c->tune_runs++;
-      if (d < low_d) low_d = d, low_s = st;
-      if (d <= s->target && (best_s < 0 || fabs(d - goal) < fabs(best_d - goal))) best_s = st, best_d = d;
-      if (d <= s->target && fabs(d - goal) <= 0.2 * goal) break;
-      if (d < goal)
-        lo = st, d_lo = d;
-      else
-        hi = st, d_hi = d;
-      double next;
-      if (lo >= 0 && hi >= 0) {
-        /* bracketed: interpolate, or halve (geometrically when the bracket is wide) */
-        next = lo + (hi - lo) * (goal - d_lo) / (d_hi - d_lo);
-        if (!(next > lo + 0.05 * (hi - lo) && next < hi - 0.05 * (hi - lo)))
-          next = hi > 4 * lo && lo > 0 ? sqrt(lo * hi) : (lo + hi) / 2;
-      } else if (hi < 0) {
-        next = d < 1e-4 ? st * 8 : fmin(st * goal / d, st * 10);
-      } else {
-        next = fmax(st * goal / d, st / 10);
-      }
-      if (magnitude_of(fl->type, next) == magnitude_of(fl->type, st)) break;  /* a share at 1 cannot grow */
-      st = next;
-    }
-    fl->magnitude = magnitude_of(fl->type, best_s >= 0 ? best_s : low_s);
+static int tuned(const struct bench_scenario *s, int j) {
+  if (j < s->n_faults) return !(s->faults[j].given & BF_MAGNITUDE);
+  const struct bench_interfere_spec *in = &s->intf;
+  if (in->kind == BI_SPIN || in->kind == BI_PREEMPT) return !(in->given & BI_GIVEN_SHARE);
+  if (in->kind == BI_LONG_CONTEXT) return !(in->given & BI_GIVEN_TOKENS);
+  return 0;
+}
+
+/* Sets culprit j's strength st (the tuner's unit); 0 when it cannot move (a
+ * share at 1). */
+static int set_strength(struct bench_scenario *s, int j, double st) {
+  if (j < s->n_faults) {
+    double v = magnitude_of(s->faults[j].type, st);
+    int moved = v != s->faults[j].magnitude;
+    s->faults[j].magnitude = v;
+    return moved;
   }
-  c->healthy_ns = 0;
-  double d = slowdown(r, m, s, &c->healthy_ns, &c->faulty_ns);
-  c->slowdown = d;
-  for (int i = 0; i < s->n_faults; i++) s->faults[i].slowdown = d;
-  if (s->backend != MS_BACKEND_SIM) slowdown(r, m, s, &c->healthy_ns_b, &c->faulty_ns_b);
+  if (s->intf.kind == BI_LONG_CONTEXT) {
+    int t = st < 8 ? 8 : st > 4096 ? 4096 : (int)st;
+    int moved = t != s->intf.tokens;
+    s->intf.tokens = t;
+    return moved;
+  }
+  double v = st < 0.01 ? 0.01 : st > 1 ? 1 : st;
+  int moved = v != s->intf.share;
+  s->intf.share = v;
+  return moved;
+}
+
+/* Tunes culprit j alone toward severity x target / culprits: start small, grow
+ * until the run is measurably slower, then scale by goal / slowdown (the
+ * slowdown is close to proportional), bracketing when it overshoots. */
+/* Real clocks: the share of a healthy run's task time that a slowdown factor
+ * fault multiplies (its class, layer, request's attention, worker or device's
+ * streaming tasks), from one traced healthy run; 0 when it does not say. The
+ * tuning starts from the factor that share predicts, so that a class of 1% of
+ * a step does not take a dozen noisy rounds to reach its size. */
+static double work_share(struct runner *r, const struct ms_model *m, const struct bench_scenario *s,
+                         const struct ms_plan *p, const struct bench_fault *f, int workers) {
+  struct bench_evidence ev;
+  struct bench_engine_cfg c = {.m = m, .sc = s, .seed = s->seed};
+  r->log.len = 0;
+  if (bench_observe(r->o, &c, BM_TASK_TRACE, 0, &ev, &r->log)) return 0;
+  const struct bench_features *x = ev.feat;
+  double total = 0, part = 0;
+  for (int i = 0; x && i < x->n[FS_CLASS] && i < p->n_classes; i++) {
+    double t = x->row[FS_CLASS][i].sum;
+    const struct ms_task_class *k = &p->classes[i];
+    total += t;
+    if (f->type == MS_FAULT_SLOW_CLASS && i == f->target_id) part += t;
+    if (f->type == MS_FAULT_SLOW_LAYER && k->layer == f->target_id) part += t;
+    if (f->type == MS_FAULT_BANDWIDTH_STEAL && k->kernel != MS_K_COMM && k->kernel != MS_K_EMPTY) part += t / s->tp;
+  }
+  if (f->type == MS_FAULT_SLOW_REQUEST && x && f->target_id < x->n[FS_REQUEST]) part = x->row[FS_REQUEST][f->target_id].sum;
+  if (f->type == MS_FAULT_SLOW_WORKER) part = total / workers;
+  bench_evidence_free(&ev);
+  return total > 0 ? part / total : 0;
+}
+
+/* Returns the strength chosen (in the tuner's unit). */
+static double tune_one(struct runner *r, const struct ms_model *m, const struct ms_plan *p, struct bench_case *c, int j,
+                       int workers, int culprits) {
+  struct bench_scenario *s = &c->sc;
+  int intf = j == s->n_faults, real = real_clock(s), iters = real ? 6 : 12;
+  double severity = intf ? s->intf.severity : s->faults[j].severity;
+  double goal = (severity > 0 ? severity : 0.65) * s->target / culprits;
+  double st = intf ? (s->intf.kind == BI_LONG_CONTEXT ? 64 : goal)
+                   : initial_strength(s->faults[j].type, c->healthy_ns, s->steps, workers);
+  if (real && !intf && ms_fault_factor_is_slowdown(s->faults[j].type)) {
+    double share = work_share(r, m, s, p, &s->faults[j], workers);
+    if (share > 0) st = fmin(fmax(goal / share, 0.05), 400);
+  }
+  double best_s = -1, best_d = 0, low_s = st, low_d = 1e9;
+  double lo = -1, d_lo = 0, hi = -1, d_hi = 0;  /* strengths known to fall short of / pass the goal */
+  unsigned mask = intf ? RUN_INTF : 1u << j;
+  set_strength(s, j, st);
+  for (int it = 0; it < iters; it++) {
+    struct pairs pr;
+    paired(r, m, s, mask, real ? 4 : 1, 12, goal / 5, &pr);
+    double d = pr.slowdown;
+    c->tune_runs += 2 * (pr.n ? pr.n : 1);
+    /* real clocks: a slowdown within two standard errors of 0 was not measured */
+    if (real && d < 2 * pr.se) d = fmin(d, 0);
+    if (d < low_d) low_d = d, low_s = st;
+    if (d <= s->target / culprits && (best_s < 0 || fabs(d - goal) < fabs(best_d - goal))) best_s = st, best_d = d;
+    /* close enough: 20% of the goal (real clocks: what their noise allows) */
+    if (d <= s->target / culprits && fabs(d - goal) <= (real ? 0.35 : 0.2) * goal) break;
+    if (d < goal)
+      lo = st, d_lo = d;
+    else
+      hi = st, d_hi = d;
+    double next;
+    if (lo >= 0 && hi >= 0) {
+      /* bracketed: interpolate, or halve (geometrically when the bracket is wide) */
+      next = lo + (hi - lo) * (goal - d_lo) / (d_hi - d_lo);
+      if (!(next > lo + 0.05 * (hi - lo) && next < hi - 0.05 * (hi - lo)))
+        next = hi > 4 * lo && lo > 0 ? sqrt(lo * hi) : (lo + hi) / 2;
+    } else if (hi < 0) {
+      next = d < 1e-4 ? st * (real ? 3 : 8) : fmin(st * goal / d, st * 10);
+    } else {
+      next = fmax(st * goal / d, st / 10);
+    }
+    if (!set_strength(s, j, next)) break;  /* a share at 1 cannot grow */
+    st = next;
+  }
+  double chosen = best_s >= 0 ? best_s : low_s;
+  set_strength(s, j, chosen);
+  return chosen;
+}
+
+static void tune(struct runner *r, const struct ms_model *m, const struct ms_plan *p, struct bench_case *c,
+                 int workers) {
+  struct bench_scenario *s = &c->sc;
+  size_to_noise(r, m, c);
+  int thread = s->intf.kind != BI_NONE && s->intf.kind != BI_COLD;  /* an interference that is tuned */
+  int culprits = s->n_faults + thread;
+  double chosen[BENCH_MAX_CULPRITS] = {0};
+  for (int j = 0; j < s->n_faults + thread; j++)
+    if (tuned(s, j)) chosen[j] = tune_one(r, m, p, c, j, workers, culprits);
+  /* several culprits: each one's own effect, alone */
+  if (culprits > 1)
+    for (int j = 0; j < culprits; j++) {
+      struct pairs pr;
+      paired(r, m, s, j < s->n_faults ? 1u << j : RUN_INTF, 5, MAX_PAIRS, s->target / 20, &pr);
+      if (j < s->n_faults) s->faults[j].slowdown = pr.slowdown;
+      else s->intf.slowdown = pr.slowdown;
+    }
+  /* the effect of them all: as many pairs as the noise needs to tell it from 0
+   * at a tenth of the target */
+  struct pairs pr;
+  paired(r, m, s, all_culprits(s), 5, MAX_PAIRS, s->target / 10, &pr);
+  /* real clocks: the tuner's last rounds are a few noisy pairs each, and the
+   * magnitude closest to the goal was often lucky: when the effect of them all
+   * does not stand at three standard errors, the tuned culprits are made
+   * stronger once, toward the goal, and measured again */
+  if (real_clock(s) && culprits && !(pr.slowdown >= 3 * pr.se && pr.slowdown > 0)) {
+    double goal = 0.65 * s->target, k = pr.slowdown > goal / 3 ? goal / pr.slowdown : 3;
+    int moved = 0;
+    for (int j = 0; j < culprits; j++)
+      if (chosen[j] > 0) moved |= set_strength(s, j, chosen[j] * (k < 1.5 ? 1.5 : k > 3 ? 3 : k));
+    if (moved) paired(r, m, s, all_culprits(s), 5, MAX_PAIRS, s->target / 10, &pr);
+  }
+  c->healthy_ns = pr.healthy;
+  c->faulty_ns = pr.faulty;
+  c->slowdown = pr.slowdown;
+  c->slowdown_se = pr.se;
+  c->pairs = pr.n;
+  c->healthy_ns_b = c->healthy_ns;
+  c->faulty_ns_b = c->faulty_ns;
+  if (culprits <= 1) {
+    for (int i = 0; i < s->n_faults; i++) s->faults[i].slowdown = pr.slowdown;
+    if (s->intf.kind != BI_NONE) s->intf.slowdown = pr.slowdown;
+  }
 }
 
 /* ---- references ---- */
@@ -203,12 +420,15 @@ static int per_budget(int method) {
 
 static void ref_free(struct ref_entry *e) {
   for (int k = 0; k < BM_COUNT; k++)
-    for (int b = 0; b < BENCH_MAX_BUDGETS; b++) bench_evidence_free(&e->ev[k][b]);
+    for (int b = 0; b < BENCH_MAX_BUDGETS; b++)
+      for (int i = 0; i < MAX_REFS; i++) bench_evidence_free(&e->ev[k][b][i]);
 }
 
-static const struct bench_evidence *reference(struct runner *r, const struct ms_model *m,
-                                              const struct bench_scenario *s, int method, int b) {
-  char key[320];
+/* The healthy references of method at budget b: the first is compared with,
+ * the others (real clocks) show the noise; their count, 0 on failure. */
+static int reference(struct runner *r, const struct ms_model *m, const struct bench_scenario *s, int method, int b,
+                     const struct bench_evidence **out) {
+  char key[600];
   config_key(s, key, sizeof key);
   struct ref_entry *e = NULL;
   for (int i = 0; i < r->n_refs; i++)
@@ -224,66 +444,143 @@ static const struct bench_evidence *reference(struct runner *r, const struct ms_
     snprintf(e->key, sizeof e->key, "%s", key);
   }
   if (!per_budget(method)) b = 0;
-  if (!e->have[method][b]) {
+  int want = real_clock(s) ? MAX_REFS : 1;
+  /* a cold model's references are warm ones: no interference, no fault */
+  struct bench_scenario hs = *s;
+  hs.intf.kind = s->intf.kind == BI_LONG_CONTEXT ? BI_LONG_CONTEXT : BI_NONE;
+  while (e->have[method][b] < want) {
+    int k = e->have[method][b];
     uint64_t seed = 0x5eed;
     for (const char *p = key; *p; p++) seed = seed * 131 + (unsigned char)*p;
-    struct bench_engine_cfg c = {.m = m, .sc = s, .seed = seed % 1000003};
+    struct bench_engine_cfg c = {.m = m, .sc = &hs, .seed = seed % 1000003 + (uint64_t)k * 7919};
     r->log.len = 0;
-    if (bench_observe(r->o, &c, method, per_budget(method) ? r->o->budgets[b] : 0, &e->ev[method][b], &r->log))
-      return NULL;
-    e->have[method][b] = 1;
+    if (bench_observe(r->o, &c, method, per_budget(method) ? r->o->budgets[b] : 0, &e->ev[method][b][k], &r->log))
+      return 0;
+    e->have[method][b]++;
   }
-  return &e->ev[method][b];
+  for (int i = 0; i < want; i++) out[i] = &e->ev[method][b][i];
+  return want;
 }
 
 /* ---- one scenario ---- */
 
+static void truth_add(struct bench_case *c, const struct ms_plan *p, int cause, enum ms_culprit_kind k, int id) {
+  struct bench_culprit *t = &c->truth[c->n_truth++];
+  *t = (struct bench_culprit){.cause = cause, .kind = k, .id = id};
+  if (cause == BENCH_CAUSE_INTERFERE + BI_COLD)
+    snprintf(t->name, sizeof t->name, "the model's pages");
+  else
+    bench_culprit_name(p, k, id, t->name, sizeof t->name);
+}
+
 static void truth_of(struct bench_case *c, const struct ms_plan *p) {
-  if (!c->sc.n_faults) {
+  const struct bench_scenario *s = &c->sc;
+  c->n_truth = 0;
+  for (int i = 0; i < s->n_faults; i++)
+    truth_add(c, p, s->faults[i].type, ms_fault_culprit_kind(s->faults[i].type), s->faults[i].target_id);
+  const struct bench_interfere_spec *in = &s->intf;
+  if (in->kind == BI_SPIN || in->kind == BI_PREEMPT) truth_add(c, p, BENCH_CAUSE_INTERFERE + in->kind, MS_CULPRIT_WORKER, in->worker);
+  if (in->kind == BI_LONG_CONTEXT) truth_add(c, p, BENCH_CAUSE_INTERFERE + in->kind, MS_CULPRIT_REQUEST, in->slot);
+  if (in->kind == BI_COLD) truth_add(c, p, BENCH_CAUSE_INTERFERE + in->kind, MS_CULPRIT_NONE, -1);
+  if (!c->n_truth) {
     c->truth_cause = -1;
     c->truth_kind = MS_CULPRIT_NONE;
     c->truth_id = -1;
     snprintf(c->truth_name, sizeof c->truth_name, "-");
     return;
   }
-  const struct bench_fault *f = &c->sc.faults[0];
-  c->truth_cause = f->type;
-  c->truth_kind = ms_fault_culprit_kind(f->type);
-  c->truth_id = f->target_id;
-  bench_culprit_name(p, c->truth_kind, c->truth_id, c->truth_name, sizeof c->truth_name);
+  c->truth_cause = c->truth[0].cause;
+  c->truth_kind = c->truth[0].kind;
+  c->truth_id = c->truth[0].id;
+  size_t len = 0;
+  for (int i = 0; i < c->n_truth && len < sizeof c->truth_name; i++)
+    len += (size_t)snprintf(c->truth_name + len, sizeof c->truth_name - len, "%s%s", i ? " + " : "", c->truth[i].name);
 }
 
+/* The answer's named culprits (its first and the more): their count. */
+static int named(const struct bench_answer *a, struct bench_culprit *out) {
+  int n = 0;
+  if (a->id >= 0) out[n++] = (struct bench_culprit){.cause = a->cause, .kind = a->kind, .id = a->id};
+  for (int i = 0; i < a->n_more && n < BENCH_MAX_CULPRITS; i++) out[n++] = a->more[i];
+  return n;
+}
+
+/* Whether two scopes are one: the same kind and id, or a device and its one
+ * worker (a plan of as many devices as workers: one hardware). */
+static int same_scope(const struct bench_case *c, enum ms_culprit_kind ka, int a, enum ms_culprit_kind kb, int b) {
+  if (ka == kb) return a == b;
+  if (c->per_device != 1) return 0;
+  return ((ka == MS_CULPRIT_DEVICE && kb == MS_CULPRIT_WORKER) || (ka == MS_CULPRIT_WORKER && kb == MS_CULPRIT_DEVICE)) &&
+         a == b;
+}
+
+/* Healthy: right when it says "none". One culprit: the scope is the culprit's
+ * kind and id, and the cause the one injected; several: every culprit named
+ * (scope), each with its cause (cause), and nothing else. A cold model has no
+ * scope: right when "something is slower" names none. */
 static void judge(const struct bench_case *c, struct bench_answer *a) {
-  a->cause_ok = a->cause == c->truth_cause;
-  a->scope_ok = c->truth_cause < 0 ? a->cause == -1 : a->kind == c->truth_kind && a->id == c->truth_id;
+  if (c->n_truth == 0) {
+    a->cause_ok = a->scope_ok = a->cause == -1;
+  } else if (c->n_truth == 1 && c->truth[0].kind == MS_CULPRIT_NONE) {
+    a->scope_ok = a->cause != -1 && a->id < 0 && !a->n_more;
+    a->cause_ok = a->cause == c->truth_cause;
+  } else if (c->n_truth == 1) {
+    a->cause_ok = a->cause == c->truth_cause;
+    a->scope_ok = a->id >= 0 && same_scope(c, a->kind, a->id, c->truth_kind, c->truth_id) && !a->n_more;
+  } else {
+    struct bench_culprit got[BENCH_MAX_CULPRITS];
+    int n = named(a, got), found = 0, causes = 0;
+    for (int t = 0; t < c->n_truth; t++)
+      for (int i = 0; i < n; i++)
+        if (same_scope(c, got[i].kind, got[i].id, c->truth[t].kind, c->truth[t].id)) {
+          found++;
+          causes += got[i].cause == c->truth[t].cause;
+          break;
+        }
+    a->scope_ok = found == c->n_truth && n == c->n_truth;
+    a->cause_ok = causes == c->n_truth;
+  }
   a->culprit_ok = a->cause_ok && a->scope_ok;
 }
 
-/* Whether the tuned fault does anything measurable: routing skew by the rows it
- * moves (under the simulator's shape spread; on the CPU the router's real
- * choices, counted as the rows it would move), every other fault by the outer
- * view. A fault that does nothing is reported and left out of the scores: no
- * method can be asked to see it. */
+/* Whether the tuned culprits do anything measurable: routing skew by the rows
+ * it moves (under the simulator's shape spread; on the CPU the router's real
+ * choices, counted as the rows it would move), everything else by the outer
+ * view: on the simulator 0.1% (its pairs share their jitter), on real clocks a
+ * slowdown at three standard errors of its paired runs. With several culprits
+ * each must have had an effect alone. A scenario without one is reported and
+ * left out of the scores: no method can be asked to see it. */
 static void check_effect(struct bench_case *c, const struct ms_model *m) {
   const struct bench_scenario *s = &c->sc;
-  if (!s->n_faults) return;
-  const struct bench_fault *f = &s->faults[0];
-  if (f->type == MS_FAULT_ROUTING_SKEW) {
+  if (!c->n_truth) return;
+  size_t len = 0;
+  int none = 0;
+  for (int i = 0; i < s->n_faults; i++) {
+    const struct bench_fault *f = &s->faults[i];
+    if (f->type != MS_FAULT_ROUTING_SKEW) continue;
     const struct ms_model_config *mc = &m->cfg;
     int moved = s->backend == MS_BACKEND_SIM ? ms_fault_skew_moves(f->magnitude, s->batch, mc->n_experts, mc->top_k,
                                                                    f->target_id)
                                              : ms_fault_skew_moves(f->magnitude, s->batch, 1 << 30, 1, -1);
-    snprintf(c->effect, sizeof c->effect, "%d of %d rows routed to expert %d instead of their last choice", moved,
-             s->batch, f->target_id);
-    c->no_effect = moved == 0;
-    return;
+    len += (size_t)snprintf(c->effect + len, sizeof c->effect - len, "%d of %d rows routed to expert %d instead of "
+                            "their last choice; ", moved, s->batch, f->target_id);
+    none |= moved == 0;
+    if (len >= sizeof c->effect) len = sizeof c->effect - 1;
   }
-  /* the simulator's pairs share their jitter, so 0.1% is a real difference; the
-   * CPU's pairs move by their measured spread */
-  double floor = s->backend == MS_BACKEND_SIM ? 0.001 : fmax(0.01, 2 * c->spread);
-  snprintf(c->effect, sizeof c->effect, "the run %+.3f%% slower than its healthy pair (measurable from %+.1f%%)",
-           100 * c->slowdown, 100 * floor);
-  c->no_effect = !(c->slowdown >= floor);
+  int timed = c->n_truth > (s->n_faults == 1 && s->faults[0].type == MS_FAULT_ROUTING_SKEW);
+  if (timed) {
+    double floor = real_clock(s) ? 3 * c->slowdown_se : 0.001;
+    snprintf(c->effect + len, sizeof c->effect - len, "the run %+.3f%% slower than its healthy pair (%d pairs, "
+             "measurable from %+.2f%%)", 100 * c->slowdown, c->pairs ? c->pairs : 1, 100 * floor);
+    none |= !(c->slowdown >= floor) || !(c->slowdown > 0);
+    if (c->n_truth > 1) {
+      double each = real_clock(s) ? s->target / 10 : 0.001;
+      for (int i = 0; i < s->n_faults; i++)
+        none |= s->faults[i].type != MS_FAULT_ROUTING_SKEW && !(s->faults[i].slowdown >= each);
+      if (s->intf.kind != BI_NONE && s->intf.kind != BI_COLD) none |= !(s->intf.slowdown >= each);
+    }
+  }
+  c->no_effect = none;
 }
 
 static double perturbation(const struct runner *r, const struct bench_case *c, const struct bench_evidence *ev,
@@ -297,12 +594,101 @@ static double perturbation(const struct runner *r, const struct bench_case *c, c
   return work / workers / c->faulty_ns;
 }
 
-static int run_case(struct runner *r, struct bench_case *c) {
+/* Every method's observed run of the faulty scenario and its diagnosis at
+ * every budget. */
+static int observe_all(struct runner *r, struct bench_case *c, const struct ms_model *m, const struct ms_plan *p,
+                       int workers) {
   const struct bench_opts *o = r->o;
+  struct bench_scenario *s = &c->sc;
+  struct ms_fault fl[BENCH_MAX_FAULTS];
+  int rc = 0, cold = s->intf.kind == BI_COLD;
+  struct bench_engine_cfg fc = {.m = m, .sc = s, .faults = fl, .n_faults = to_faults(s, (1u << s->n_faults) - 1, fl),
+                                .interfere = s->intf.kind != BI_NONE, .seed = s->seed};
+  struct bench_engine_cfg hc = {.m = m, .sc = s, .seed = s->seed};
+  for (int meth = 0; meth < BM_COUNT && !rc; meth++) {
+    struct bench_evidence ev = {0}, fresh = {0};
+    for (int b = 0; b < o->n_budgets; b++) {
+      const struct bench_evidence *ref[MAX_REFS];
+      int nref = reference(r, m, s, meth, b, ref);
+      if (!nref) {
+        snprintf(c->error, sizeof c->error, "reference of %s: %.200s", bench_method_name(meth), r->logbuf);
+        rc = -EINVAL;
+        break;
+      }
+      if (per_budget(meth) || b == 0) {
+        bench_evidence_free(&ev);
+        bench_evidence_free(&fresh);
+        r->log.len = 0;
+        uint64_t budget = per_budget(meth) ? o->budgets[b] : 0;
+        /* real clocks: the reference the run is compared with is a healthy run of
+         * the same seed taken just before it (a shared machine drifts between
+         * the cached references and now); the cached ones size the noise */
+        if (real_clock(s)) {
+          struct ms_model *warm = cold ? model_fresh(r, s, 0) : NULL;
+          if (warm) hc.m = warm;
+          rc = cold && !warm ? -EIO : bench_observe(o, &hc, meth, budget, &fresh, &r->log);
+          hc.m = m;
+          ms_model_free(warm);
+        }
+        struct ms_model *cm = !rc && cold ? model_fresh(r, s, 1) : NULL;
+        if (cm) fc.m = cm;
+        if (!rc) rc = cold && !cm ? -EIO : bench_observe(o, &fc, meth, budget, &ev, &r->log);
+        fc.m = m;
+        ms_model_free(cm);
+        if (rc) {
+          snprintf(c->error, sizeof c->error, "%s: %.200s", bench_method_name(meth), r->logbuf);
+          break;
+        }
+        if (meth == BM_SEMANTIC && ev.attach_ns) {
+          r->attach_ns_sum += (double)ev.attach_ns;
+          r->attach_n++;
+        }
+      }
+      ev.budget = o->budgets[b];
+      struct bench_answer *a = &c->ans[meth][b];
+      if (real_clock(s))
+        bench_diagnose_null(&fresh, ref[0], ref + 1, nref - 1, &ev, p, s, a);
+      else
+        bench_diagnose(ref[0], &ev, p, s, a);
+      a->raw_confidence = a->confidence;
+      a->perturbation = perturbation(r, c, &ev, workers);
+      judge(c, a);
+    }
+    bench_evidence_free(&ev);
+    bench_evidence_free(&fresh);
+  }
+  return rc;
+}
+
+/* The cold-model scenario's private copy of its file (r->cold_path). */
+static int cold_copy(struct runner *r, const struct bench_scenario *s) {
+  char src[512];
+  const char *tmp = getenv("TMPDIR");
+  bench_gguf_path(s, src, sizeof src);
+  snprintf(r->cold_path, sizeof r->cold_path, "%s/megascope-cold-XXXXXX", tmp && *tmp ? tmp : "/var/tmp");
+  int out = mkstemp(r->cold_path), in = open(src, O_RDONLY | O_CLOEXEC), rc = 0;
+  char *buf = malloc(1 << 20);
+  ssize_t k = 1;
+  while (out >= 0 && in >= 0 && buf && (k = read(in, buf, 1 << 20)) > 0)
+    if (write(out, buf, (size_t)k) != k) k = -1;
+  if (out < 0 || in < 0 || !buf || k < 0 || fsync(out)) rc = -EIO;
+  free(buf);
+  if (in >= 0) close(in);
+  if (out >= 0) close(out);
+  if (rc) {
+    ms_textbuf_printf(&r->log, "cold: cannot copy %s to %s\n", src, r->cold_path);
+    if (out >= 0) unlink(r->cold_path);
+    r->cold_path[0] = 0;
+  }
+  return rc;
+}
+
+static int run_case(struct runner *r, struct bench_case *c) {
   struct bench_scenario *s = &c->sc;
   r->log.len = 0;
   r->logbuf[0] = 0;
-  struct ms_model *m = bench_model(s, &r->log);
+  int owned;
+  struct ms_model *m = model_of(r, s, &owned);
   if (!m) {
     snprintf(c->error, sizeof c->error, "%.250s", r->logbuf[0] ? r->logbuf : "the model could not be built");
     return -EINVAL;
@@ -321,56 +707,25 @@ static int run_case(struct runner *r, struct bench_case *c) {
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for(s->batch),
                                .tiles_per_op = s->backend != MS_BACKEND_CPU ? workers : 0, .tp = s->tp};
   struct ms_plan *p = ms_plan_compile(m, &co, &r->log);
-  c->healthy_ns = (double)bench_engine_drive(e, s);
+  c->healthy_ns = (double)bench_engine_drive(e, &hc);
   ms_engine_free(e);
   if (!p) goto out_model;
   if ((rc = bench_scenario_draw(s, p, workers, &r->log))) goto out_plan;
+  if (s->intf.kind == BI_COLD && (rc = cold_copy(r, s))) goto out_plan;
+  c->per_device = workers / (s->tp > 1 ? s->tp : 1);
   truth_of(c, p);
-  tune(r, m, c, workers);
+  tune(r, m, p, c, workers);
   check_effect(c, m);
   say(r, "%s: %s %s, healthy %.3f ms, faulty %.3f ms (%+.2f%%)%s", s->name,
-      s->n_faults ? ms_fault_type_name(s->faults[0].type) : "healthy", c->truth_name, c->healthy_ns / 1e6,
+      c->n_truth ? bench_cause_name(c->truth_cause) : "healthy", c->truth_name, c->healthy_ns / 1e6,
       c->faulty_ns / 1e6, 100 * c->slowdown, c->no_effect ? "; no measurable effect: not scored" : "");
-  struct ms_fault fl[BENCH_MAX_FAULTS];
-  to_faults(s, fl);
-  struct bench_engine_cfg fc = {.m = m, .sc = s, .faults = fl, .n_faults = s->n_faults, .seed = s->seed};
-  for (int meth = 0; meth < BM_COUNT; meth++) {
-    struct bench_evidence ev = {0};
-    for (int b = 0; b < o->n_budgets; b++) {
-      const struct bench_evidence *ref = reference(r, m, s, meth, b);
-      if (!ref) {
-        snprintf(c->error, sizeof c->error, "reference of %s: %.200s", bench_method_name(meth), r->logbuf);
-        bench_evidence_free(&ev);
-        rc = -EINVAL;
-        goto out_plan;
-      }
-      if (per_budget(meth) || b == 0) {
-        bench_evidence_free(&ev);
-        r->log.len = 0;
-        if ((rc = bench_observe(o, &fc, meth, per_budget(meth) ? o->budgets[b] : 0, &ev, &r->log))) {
-          snprintf(c->error, sizeof c->error, "%s: %.200s", bench_method_name(meth), r->logbuf);
-          bench_evidence_free(&ev);
-          goto out_plan;
-        }
-        if (meth == BM_SEMANTIC && ev.attach_ns) {
-          r->attach_ns_sum += (double)ev.attach_ns;
-          r->attach_n++;
-        }
-      }
-      ev.budget = o->budgets[b];
-      struct bench_answer *a = &c->ans[meth][b];
-      bench_diagnose(ref, &ev, p, s, a);
-      a->raw_confidence = a->confidence;
-      a->perturbation = perturbation(r, c, &ev, workers);
-      judge(c, a);
-    }
-    bench_evidence_free(&ev);
-  }
-  rc = 0;
+  rc = observe_all(r, c, m, p, workers);
 out_plan:
   ms_plan_free(p);
+  if (r->cold_path[0]) unlink(r->cold_path);
+  r->cold_path[0] = 0;
 out_model:
-  ms_model_free(m);
+  if (owned) ms_model_free(m);
   if (rc && !c->error[0]) snprintf(c->error, sizeof c->error, "%.250s", r->logbuf[0] ? r->logbuf : ms_strerror(rc));
   return rc;
 }
@@ -403,6 +758,12 @@ int bench_run(const struct bench_opts *o, const struct bench_scenario *sc, int n
   out->attach_ms[BM_SEMANTIC] = r->attach_n ? r->attach_ns_sum / r->attach_n / 1e6 : 0;
   snprintf(out->attach_how[BM_SEMANTIC], sizeof out->attach_how[BM_SEMANTIC], "open, verify, attach to the live engine");
   for (int i = 0; i < r->n_refs; i++) ref_free(&r->refs[i]);
+  for (int i = 0; i < 2; i++) ms_model_free(r->models[i].m);
+  if (r->loads[0] && r->loads[1])
+    say(r, "cold model: loads %.1f ms cold against %.1f ms warm, first step %.2f ms against %.2f ms (means of %d and "
+        "%d); %.1f%% of the file's pages still cached after a drop", r->load_ms[1] / r->loads[1],
+        r->load_ms[0] / r->loads[0], r->first_ms[1] / r->loads[1], r->first_ms[0] / r->loads[0], r->loads[1],
+        r->loads[0], r->drops ? 100 * r->resident_after / r->drops : 0);
   free(r);
   return 0;
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
+#include "megascope/gguf.h"
 #include "megascope/plan_ir.h"
 
 /* ---- reading ---- */
@@ -135,6 +136,56 @@ static int parse_fault(json_t *o, struct bench_fault *f, const char *what, struc
   return get_num(o, "severity", 0.05, 1, -1, &f->severity, what, log);
 }
 
+/* "interference": {"kind": "spin", "worker": 1, "share": 0.3} and the like. */
+static int parse_interference(json_t *o, struct bench_interfere_spec *in, const char *what, struct ms_textbuf *log) {
+  static const char *const keys[] = {"kind", "worker", "slot", "tokens", "share", "severity", NULL};
+  char kind[32], w[160];
+  long long v;
+  snprintf(w, sizeof w, "%s, interference", what);
+  memset(in, 0, sizeof *in);
+  in->worker = in->slot = -1;
+  if (!json_is_object(o)) {
+    ms_textbuf_printf(log, "%s: must be an object\n", w);
+    return -EINVAL;
+  }
+  int rc = only_keys(o, keys, w, log);
+  if (!rc) rc = get_str(o, "kind", "", kind, sizeof kind, w, log);
+  if (rc) return rc;
+  if (bench_interference_parse(kind, &in->kind) || in->kind == BI_NONE) {
+    ms_textbuf_printf(log, "%s: unknown kind \"%s\" (spin, preempt, long_context, cold, membw)\n", w, kind);
+    return -EINVAL;
+  }
+  if (in->kind == BI_MEMBW) {
+    ms_textbuf_printf(log, "%s: membw is measured (megascope interfere), not scored: its culprit is the machine\n", w);
+    return -EINVAL;
+  }
+  int who = in->kind == BI_SPIN || in->kind == BI_PREEMPT, slot = in->kind == BI_LONG_CONTEXT;
+  if (json_object_get(o, "worker") && !who) return ms_textbuf_printf(log, "%s: only spin and preempt take \"worker\"\n", w), -EINVAL;
+  if ((json_object_get(o, "slot") || json_object_get(o, "tokens")) && !slot)
+    return ms_textbuf_printf(log, "%s: only long_context takes \"slot\" and \"tokens\"\n", w), -EINVAL;
+  if (json_object_get(o, "share") && !who) return ms_textbuf_printf(log, "%s: only spin and preempt take \"share\"\n", w), -EINVAL;
+  if ((rc = get_int(o, "worker", 0, 1023, -1, 0, &v, w, log))) return rc;
+  if (v >= 0) in->worker = (int)v, in->given |= BI_GIVEN_WHO;
+  if ((rc = get_int(o, "slot", 0, 63, -1, 0, &v, w, log))) return rc;
+  if (v >= 0) in->slot = (int)v, in->given |= BI_GIVEN_WHO;
+  if ((rc = get_int(o, "tokens", 1, 1 << 16, 0, 0, &v, w, log))) return rc;
+  if (v > 0) in->tokens = (int)v, in->given |= BI_GIVEN_TOKENS;
+  if ((rc = get_num(o, "share", 0.001, 1, 0, &in->share, w, log))) return rc;
+  if (in->share > 0) in->given |= BI_GIVEN_SHARE;
+  return get_num(o, "severity", 0.05, 1, -1, &in->severity, w, log);
+}
+
+/* A GGUF file by path, or by bare name in $MS_CACHE or ~/.cache/megascope. */
+static void gguf_path(const char *name, char *out, size_t n) {
+  const char *cache = getenv("MS_CACHE"), *home = getenv("HOME");
+  if (strchr(name, '/'))
+    snprintf(out, n, "%s", name);
+  else if (cache && *cache)
+    snprintf(out, n, "%s/%s", cache, name);
+  else
+    snprintf(out, n, "%s/.cache/megascope/%s", home ? home : ".", name);
+}
+
 static int parse_model(json_t *o, struct bench_scenario *s, const char *what, struct ms_textbuf *log) {
   static const char *const keys[] = {"n_layers", "n_experts", "top_k", "expert_ffn_dim", NULL};
   long long v[4];
@@ -180,10 +231,11 @@ static int parse_sim(json_t *o, struct bench_scenario *s, const char *what, stru
 }
 
 static int parse_one(json_t *o, int idx, struct bench_scenario *s, struct ms_textbuf *log) {
-  static const char *const keys[] = {"name",   "preset", "backend", "batch", "steps", "seed", "faults", "gpu",
-                                     "tp",     "workers", "jitter", "target", "model", "sim",  NULL};
+  static const char *const keys[] = {"name",   "preset", "backend", "batch", "steps", "seed",  "faults",
+                                     "gpu",    "tp",     "workers", "jitter", "target", "model", "sim",
+                                     "gguf",   "pin",    "interference", NULL};
   char what[128], backend[8];
-  long long batch, steps, seed, tp, workers;
+  long long batch, steps, seed, tp, workers, pin;
   memset(s, 0, sizeof *s);
   snprintf(what, sizeof what, "scenario %d", idx);
   if (!json_is_object(o)) {
@@ -202,10 +254,21 @@ static int parse_one(json_t *o, int idx, struct bench_scenario *s, struct ms_tex
       (rc = get_int(o, "tp", 1, BENCH_MAX_DEVICES, 1, 0, &tp, what, log)) ||
       (rc = get_int(o, "workers", 0, 1024, 0, 0, &workers, what, log)) ||
       (rc = get_num(o, "jitter", 0, 0.5, 0.05, &s->jitter, what, log)) ||
-      (rc = get_num(o, "target", 0.001, 1, 0.05, &s->target, what, log)))
+      (rc = get_num(o, "target", 0.001, 1, 0.05, &s->target, what, log)) ||
+      (rc = get_str(o, "gguf", "", s->gguf, sizeof s->gguf, what, log)) ||
+      (rc = get_int(o, "pin", 0, 1, 0, 0, &pin, what, log)))
     return rc;
+  s->pin = (int)pin;
   struct ms_model_config cfg;
-  if (!s->preset[0] || ms_preset_config(s->preset, MS_DTYPE_F32, &cfg)) {
+  if (s->gguf[0]) {
+    if (ms_backend_parse(backend, &s->backend) || s->backend == MS_BACKEND_SIM || s->preset[0] ||
+        json_object_get(o, "model")) {
+      ms_textbuf_printf(log, "%s: \"gguf\" runs a real model on the cpu or cuda backend, without \"preset\" "
+                        "or \"model\"\n", what);
+      return -EINVAL;
+    }
+    snprintf(s->preset, sizeof s->preset, "gguf");
+  } else if (!s->preset[0] || ms_preset_config(s->preset, MS_DTYPE_F32, &cfg)) {
     ms_textbuf_printf(log, "%s: \"preset\" must name a model preset (tiny, tiny-moe, llama-3.2-1b, ...)\n", what);
     return -EINVAL;
   }
@@ -228,6 +291,17 @@ static int parse_one(json_t *o, int idx, struct bench_scenario *s, struct ms_tex
   if (!json_is_array(fl) || json_array_size(fl) > BENCH_MAX_FAULTS) {
     ms_textbuf_printf(log, "%s: \"faults\" must be an array of at most %d faults ([] when healthy)\n", what,
                       BENCH_MAX_FAULTS);
+    return -EINVAL;
+  }
+  json_t *in = json_object_get(o, "interference");
+  s->intf.worker = s->intf.slot = -1;
+  if (in && (rc = parse_interference(in, &s->intf, what, log))) return rc;
+  if (in && s->backend == MS_BACKEND_SIM) {
+    ms_textbuf_printf(log, "%s: interference is real: the cpu backend (or cuda) produces it, not the simulator\n", what);
+    return -EINVAL;
+  }
+  if (in && s->intf.kind == BI_COLD && !s->gguf[0]) {
+    ms_textbuf_printf(log, "%s: a cold model is a file's pages: it needs \"gguf\"\n", what);
     return -EINVAL;
   }
   for (size_t i = 0; i < json_array_size(fl); i++) {
@@ -380,16 +454,97 @@ static void gen_config(struct bench_scenario *s, int type, uint64_t *r, enum ms_
   if (type == MS_FAULT_LATE_ADMISSION && s->batch < 2) s->batch = 2;  /* a slot closes while others run */
 }
 
+/* Two faults whose culprits are of different kinds, both possible on the
+ * configuration drawn for the first (routing skew where there are experts, the
+ * device faults where there are devices); never a late admission, which alone
+ * costs a whole step. */
+static void gen_several(struct bench_scenario *s, int i, uint64_t *r) {
+  int t1;
+  do t1 = pick(r, MS_FAULT_TYPE_COUNT);
+  while (t1 == MS_FAULT_LATE_ADMISSION);
+  gen_config(s, t1, r, MS_BACKEND_SIM);
+  int cand[MS_FAULT_TYPE_COUNT], nc = 0;
+  for (int t = 0; t < MS_FAULT_TYPE_COUNT; t++) {
+    int ok = t != MS_FAULT_LATE_ADMISSION && ms_fault_culprit_kind((enum ms_fault_type)t) !=
+                                                ms_fault_culprit_kind((enum ms_fault_type)t1);
+    if (t == MS_FAULT_ROUTING_SKEW && !s->n_experts && strcmp(s->preset, "tiny-moe")) ok = 0;
+    if (needs_devices(t) && s->tp < 2) ok = 0;
+    if (ok) cand[nc++] = t;
+  }
+  int t2 = cand[pick(r, nc)];
+  s->seed = rnd(r) % 1000000;
+  snprintf(s->name, sizeof s->name, "several-%d", i);
+  s->n_faults = 2;
+  s->faults[0].type = (enum ms_fault_type)t1;
+  s->faults[1].type = (enum ms_fault_type)t2;
+  s->faults[0].severity = s->faults[1].severity = -1;
+}
+
 /* Whether the backend injects fault type t (the CUDA backend: its tables). */
 static int injected(enum ms_backend backend, int t) {
   return backend != MS_BACKEND_CUDA || ms_fault_on_device((enum ms_fault_type)t);
 }
 
+/* The CPU backend's scenarios: the two real models megascope's tests fetch
+ * (SmolLM2-135M Q4_1, Gemma-3-270M Q4_K_M), in turn; two workers pinned one to
+ * a CPU; every fault type a dense model has (routing skew needs experts), the
+ * device faults on a two-device plan; the real interference (a spinning
+ * neighbour and a random preemptor on one worker's CPU, a long-context request,
+ * a cold model); twice as many healthy runs. */
+static const char *const cpu_models[] = {"SmolLM2-135M-Instruct.Q4_1.gguf", "gemma-3-270m-q4_k_m.gguf"};
+static const int cpu_interference[] = {BI_SPIN, BI_PREEMPT, BI_LONG_CONTEXT, BI_COLD};
+
+static void gen_cpu(struct bench_scenario *s, int i, uint64_t *r) {
+  snprintf(s->gguf, sizeof s->gguf, "%s", cpu_models[i % 2]);
+  snprintf(s->preset, sizeof s->preset, "gguf");
+  snprintf(s->gpu, sizeof s->gpu, "h100");
+  s->backend = MS_BACKEND_CPU;
+  s->target = 0.05;
+  s->tp = 1;
+  s->workers = 2;
+  s->pin = 1;
+  s->batch = 4;
+  s->steps = 12;
+  s->seed = rnd(r) % 1000000;
+  s->intf.worker = s->intf.slot = -1;
+}
+
+static int generate_cpu(int per_type, uint64_t seed, struct bench_scenario **out, int *n) {
+  const int n_intf = (int)(sizeof cpu_interference / sizeof *cpu_interference);
+  int total = per_type * (MS_FAULT_TYPE_COUNT - 1 + n_intf) + 2 * per_type, k = 0;
+  struct bench_scenario *s = calloc((size_t)total, sizeof *s);
+  uint64_t r = seed;
+  if (!s) return -ENOMEM;
+  for (int t = 0; t < MS_FAULT_TYPE_COUNT; t++)
+    for (int i = 0; i < per_type && t != MS_FAULT_ROUTING_SKEW; i++, k++) {
+      gen_cpu(&s[k], k, &r);
+      if (needs_devices(t)) s[k].tp = 2;
+      snprintf(s[k].name, sizeof s[k].name, "%s-%d", ms_fault_type_name((enum ms_fault_type)t), i);
+      s[k].n_faults = 1;
+      s[k].faults[0].type = (enum ms_fault_type)t;
+      s[k].faults[0].severity = -1;
+    }
+  for (int j = 0; j < n_intf; j++)
+    for (int i = 0; i < per_type; i++, k++) {
+      gen_cpu(&s[k], k, &r);
+      s[k].intf.kind = cpu_interference[j];
+      snprintf(s[k].name, sizeof s[k].name, "%s-%d", bench_interference_name(cpu_interference[j]), i);
+    }
+  for (int i = 0; i < 2 * per_type; i++, k++) {
+    gen_cpu(&s[k], k, &r);
+    snprintf(s[k].name, sizeof s[k].name, "healthy-%d", i);
+  }
+  *out = s;
+  *n = k;
+  return 0;
+}
+
 int bench_scenarios_generate(int per_type, uint64_t seed, enum ms_backend backend, struct bench_scenario **out,
                              int *n) {
+  if (backend == MS_BACKEND_CPU) return generate_cpu(per_type, seed, out, n);
   int types = 0;
   for (int t = 0; t < MS_FAULT_TYPE_COUNT; t++) types += injected(backend, t);
-  int healthy = per_type, total = per_type * types + healthy;
+  int healthy = per_type, total = per_type * types + healthy + (backend == MS_BACKEND_SIM ? per_type : 0);
   struct bench_scenario *s = calloc((size_t)total, sizeof *s);
   uint64_t r = seed;
   if (!s) return -ENOMEM;
@@ -410,8 +565,12 @@ int bench_scenarios_generate(int per_type, uint64_t seed, enum ms_backend backen
     s[k].seed = rnd(&r) % 1000000;
     snprintf(s[k].name, sizeof s[k].name, "healthy-%d", i);
   }
+  /* several faults at once (the simulator): two of different kinds of culprit,
+   * each tuned to its share of half the target; after the rest, so that a seed
+   * draws the same single-fault scenarios as before */
+  for (int i = 0; i < per_type && backend == MS_BACKEND_SIM; i++, k++) gen_several(&s[k], i, &r);
   *out = s;
-  *n = total;
+  *n = k;
   return 0;
 }
 
@@ -421,10 +580,10 @@ int bench_scenarios_write(FILE *f, const struct bench_scenario *s, int n) {
   fprintf(f, "[\n");
   for (int i = 0; i < n; i++) {
     const struct bench_scenario *x = &s[i];
-    fprintf(f, "  {\"name\": \"%s\", \"preset\": \"%s\", \"backend\": \"%s\", \"batch\": %d, \"steps\": %d, "
-               "\"seed\": %llu",
-            x->name, x->preset, ms_backend_name(x->backend), x->batch, x->steps,
-            (unsigned long long)x->seed);
+    fprintf(f, "  {\"name\": \"%s\", ", x->name);
+    if (!x->gguf[0]) fprintf(f, "\"preset\": \"%s\", ", x->preset);
+    fprintf(f, "\"backend\": \"%s\", \"batch\": %d, \"steps\": %d, \"seed\": %llu", ms_backend_name(x->backend),
+            x->batch, x->steps, (unsigned long long)x->seed);
     if (x->backend == MS_BACKEND_SIM) fprintf(f, ", \"gpu\": \"%s\", \"jitter\": %g", x->gpu, x->jitter);
     if (x->tp > 1) fprintf(f, ", \"tp\": %d", x->tp);
     if (x->workers) fprintf(f, ", \"workers\": %d", x->workers);
@@ -440,6 +599,20 @@ int bench_scenarios_write(FILE *f, const struct bench_scenario *s, int n) {
     if (x->n_params) {
       fprintf(f, ", \"sim\": {");
       for (int p = 0; p < x->n_params; p++) fprintf(f, "%s\"%s\": %s", p ? ", " : "", x->params[p][0], x->params[p][1]);
+      fprintf(f, "}");
+    }
+    if (x->gguf[0]) fprintf(f, ", \"gguf\": \"%s\"", x->gguf);
+    if (x->pin) fprintf(f, ", \"pin\": 1");
+    const struct bench_interfere_spec *in = &x->intf;
+    if (in->kind != BI_NONE) {
+      fprintf(f, ",\n   \"interference\": {\"kind\": \"%s\"", bench_interference_name(in->kind));
+      if (in->given & BI_GIVEN_WHO) {
+        if (in->kind == BI_LONG_CONTEXT) fprintf(f, ", \"slot\": %d", in->slot);
+        else fprintf(f, ", \"worker\": %d", in->worker);
+      }
+      if (in->given & BI_GIVEN_TOKENS) fprintf(f, ", \"tokens\": %d", in->tokens);
+      if (in->given & BI_GIVEN_SHARE) fprintf(f, ", \"share\": %g", in->share);
+      if (in->severity > 0) fprintf(f, ", \"severity\": %g", in->severity);
       fprintf(f, "}");
     }
     fprintf(f, ",\n   \"faults\": [");
@@ -465,9 +638,23 @@ int bench_scenarios_write(FILE *f, const struct bench_scenario *s, int n) {
 
 /* ---- the model ---- */
 
+void bench_gguf_path(const struct bench_scenario *s, char *out, size_t n) { gguf_path(s->gguf, out, n); }
+
 struct ms_model *bench_model(const struct bench_scenario *s, struct ms_textbuf *log) {
   struct ms_model_config c;
   int sim = s->backend == MS_BACKEND_SIM;
+  if (s->gguf[0]) {
+    char path[512];
+    struct ms_model *m = NULL;
+    gguf_path(s->gguf, path, sizeof path);
+    int rc = ms_gguf_load(path, &m, NULL, log);
+    if (rc) {
+      ms_textbuf_printf(log, "%s: cannot load %s: %s\n", s->name, path, ms_strerror(rc));
+      errno = -rc;
+      return NULL;
+    }
+    return m;
+  }
   if (ms_preset_config(s->preset, sim ? MS_DTYPE_BF16 : MS_DTYPE_F32, &c)) {
     ms_textbuf_printf(log, "%s: unknown preset %s\n", s->name, s->preset);
     errno = ENOENT;
@@ -614,6 +801,33 @@ int bench_scenario_draw(struct bench_scenario *s, const struct ms_plan *p, int n
                               len ? "; " : "", f->severity, s->target * 100);
     }
     if (len >= sizeof s->drawn) len = sizeof s->drawn - 1;
+  }
+  struct bench_interfere_spec *in = &s->intf;
+  if (in->kind != BI_NONE) {
+    uint64_t r = mix(s->seed * 31 + 97);
+    int who = in->kind == BI_SPIN || in->kind == BI_PREEMPT;
+    if (in->kind == BI_LONG_CONTEXT && in->slot < 0) {
+      in->slot = pick(&r, s->batch);
+      len += (size_t)snprintf(s->drawn + len, sizeof s->drawn - len, "%slong request in slot %d", len ? "; " : "",
+                              in->slot);
+    }
+    if (who && in->worker < 0) {
+      in->worker = pick(&r, n_workers);
+      len += (size_t)snprintf(s->drawn + len, sizeof s->drawn - len, "%s%s on worker %d's CPU", len ? "; " : "",
+                              bench_interference_name(in->kind), in->worker);
+    }
+    if (len >= sizeof s->drawn) len = sizeof s->drawn - 1;
+    if ((who && in->worker >= n_workers) || (in->kind == BI_LONG_CONTEXT && in->slot >= s->batch)) {
+      ms_textbuf_printf(log, "scenario %s: %s names no %s of this engine\n", s->name, bench_interference_name(in->kind),
+                        who ? "worker" : "request slot");
+      return -EINVAL;
+    }
+    int tuned = (who && !(in->given & BI_GIVEN_SHARE)) || (in->kind == BI_LONG_CONTEXT && !(in->given & BI_GIVEN_TOKENS));
+    if (tuned && in->severity <= 0) {
+      in->severity = uniform(&r, 0.4, 0.9);
+      len += (size_t)snprintf(s->drawn + len, sizeof s->drawn - len, "%sseverity %.2f of the %g%% target",
+                              len ? "; " : "", in->severity, s->target * 100);
+    }
   }
   return 0;
 }

@@ -37,9 +37,31 @@ static int conf_bin(double c, int n_bins) {
   return k < 0 ? 0 : k >= n_bins ? n_bins - 1 : k;
 }
 
+int bench_case_type(const struct bench_case *c) {
+  if (c->n_truth > 1) return BENCH_TYPE_MULTI;
+  if (c->n_truth == 1 && c->truth[0].cause >= BENCH_CAUSE_INTERFERE)
+    return BENCH_TYPE_INTERFERE + c->truth[0].cause - BENCH_CAUSE_INTERFERE;
+  return c->truth_cause;
+}
+
+const char *bench_type_name(int type) {
+  if (type == -1) return "healthy";
+  if (type == BENCH_TYPE_MULTI) return "several";
+  if (type >= BENCH_TYPE_INTERFERE) return bench_interference_name(type - BENCH_TYPE_INTERFERE);
+  return ms_fault_type_name((enum ms_fault_type)type);
+}
+
+int bench_types(int *out, int max) {
+  int n = 0;
+  for (int t = -1; t < MS_FAULT_TYPE_COUNT && n < max; t++) out[n++] = t;
+  for (int k = BI_SPIN; k < BI_COUNT && n < max; k++) out[n++] = BENCH_TYPE_INTERFERE + k;
+  if (n < max) out[n++] = BENCH_TYPE_MULTI;
+  return n;
+}
+
 static int counted(const struct bench_report *r, int i, int split, int type) {
   const struct bench_case *c = &r->cases[i];
-  return !c->error[0] && (split < 0 || c->split == split) && (type == -2 || c->truth_cause == type);
+  return !c->error[0] && (split < 0 || c->split == split) && (type == -2 || bench_case_type(c) == type);
 }
 
 void bench_score_type(const struct bench_report *r, int split, int method, int b, int type, struct bench_totals *out) {

@@ -169,6 +169,16 @@ static void class_culprits(struct ex *x, const int *layer_named) {
 
 /* ---- requests ---- */
 
+static double request_ctx(const struct ms_explain_request *r) { return r->ctx_max > 0 ? r->ctx_max : r->ctx_sum / r->n; }
+
+/* The longest context among the judged requests other than i. */
+static double others_longest(const struct ex *x, const struct ex_req *rq, int i) {
+  double m = 0;
+  for (int j = 0; j < x->in->n_requests; j++)
+    if (j != i && !isnan(rq->time[j]) && request_ctx(&x->in->requests[j]) > m) m = request_ctx(&x->in->requests[j]);
+  return m;
+}
+
 static void request_culprits(struct ex *x, const struct ex_req *rq) {
   const struct ms_explain_input *in = x->in;
   int first = x->out->n_culprits;
@@ -176,11 +186,14 @@ static void request_culprits(struct ex *x, const struct ex_req *rq) {
     const struct ms_explain_effect *e = &x->out->request[i];
     const struct ms_explain_request *r = &in->requests[i];
     if (isnan(e->z)) continue;
-    double ctx = r->ctx_max > 0 ? r->ctx_max : r->ctx_sum / r->n, t = rq->time[i], lt = log(t) - rq->t_center, zt = lt / rq->t_noise;
+    double ctx = request_ctx(r), t = rq->time[i], lt = log(t) - rq->t_center, zt = lt / rq->t_noise;
     double t_typ = exp(rq->t_center);
     /* slow: above what its context gives; long: above the others, as its
-     * context (longer than the typical one) gives */
-    int slow = stands(e->effect, e->z);
+     * context (longer than the typical one) gives. Beyond twice the others'
+     * longest context the line, fitted on theirs, predicts nothing: such a
+     * request is long, not slow */
+    int beyond = ctx > 2 * others_longest(x, rq, i);
+    int slow = !beyond && stands(e->effect, e->z);
     int long_ctx = !slow && stands(lt, zt) && ctx > exp(rq->ctx_center);
     if (!slow && !long_ctx) continue;
     struct ms_explain_culprit *c =

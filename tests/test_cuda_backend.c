@@ -2,7 +2,9 @@
 /* The CUDA backend behind the engine (label gpu; exits 77 without a GPU):
  * ms_engine_new with MS_BACKEND_CUDA, in megakernel and per-op mode, against
  * the CPU engine on the same bf16 model: greedy and seeded-sampling tokens
- * equal, logits within 1e-2, more requests than rows, requests submitted while
+ * equal, logits within 1e-2; without recorded logits, the seeded draws made
+ * on the device (only token ids come back: the backend's log counts the
+ * rows drawn there) and still equal; more requests than rows, requests submitted while
  * the resident kernel runs, the engine's statistics and step log filled
  * by the shared step machine, and its per-class aggregates by the device. tests/test_cuda_backend_host.c runs the same
  * checks against the CUDA sources compiled for the CPU (tests/emu). */
@@ -87,7 +89,16 @@ static int attach_live(struct ms_engine *e) {
 /* Runs NREQ requests (half of them submitted once the first has a token, so
  * they arrive while the engine runs; on the megakernel a monitor is attached
  * then) and keeps tokens and logits. */
-static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, int sampled, struct result *out) {
+/* The backend's log line at the engine's stop (its handover figures). */
+static char be_log[1024];
+static void capture_log(void *user, enum ms_log_level level, const char *msg) {
+  (void)user;
+  if (level <= MS_LOG_INFO && strstr(msg, "steps handed over")) snprintf(be_log, sizeof be_log, "%s", msg);
+}
+
+/* record: the requests record their logits (then the host draws every token). */
+static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, int sampled, int record,
+               struct result *out) {
   struct ms_textbuf log = fresh_log();
   struct ms_engine_opts eo = {.sz = sizeof eo, .backend = be, .mode = mode, .max_batch = 4,
                               .max_ctx = PROMPT + NEW + 1, .n_workers = 2, .watchdog_ms = 20000};
@@ -107,7 +118,7 @@ static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, 
   for (int i = 0; i < NREQ; i++) {
     for (int k = 0; k < PROMPT; k++) prompt[i][k] = (5 + 37 * i + 11 * k) % m->cfg.vocab;
     struct ms_request_opts ro = {.sz = sizeof ro, .prompt = prompt[i], .n_prompt = PROMPT,
-                                 .max_new_tokens = NEW, .record_logits = 1};
+                                 .max_new_tokens = NEW, .record_logits = record};
     if (sampled) {
       ro.temperature = 0.8f;
       ro.top_p = 0.9f;
@@ -128,9 +139,11 @@ static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, 
     CHECKF(info.state == MS_REQ_DONE, "request %d: state %d", i, (int)info.state);
     out->n_tokens[i] = info.n_tokens;
     memcpy(out->tokens[i], info.tokens, sizeof(int32_t) * (size_t)info.n_tokens);
-    out->logits[i] = malloc(sizeof(float) * (size_t)info.n_logits * (size_t)m->cfg.vocab);
-    memcpy(out->logits[i], info.logits, sizeof(float) * (size_t)info.n_logits * (size_t)m->cfg.vocab);
-    CHECKF(info.n_logits == PROMPT + NEW - 1, "request %d: %d logits rows", i, info.n_logits);
+    if (record) {
+      out->logits[i] = malloc(sizeof(float) * (size_t)info.n_logits * (size_t)m->cfg.vocab);
+      memcpy(out->logits[i], info.logits, sizeof(float) * (size_t)info.n_logits * (size_t)m->cfg.vocab);
+    }
+    CHECKF(info.n_logits == (record ? PROMPT + NEW - 1 : 0), "request %d: %d logits rows", i, info.n_logits);
     ms_request_free(q[i]);
   }
   struct ms_engine_stats st;
@@ -163,7 +176,18 @@ static int run(const struct ms_model *m, enum ms_backend be, enum ms_mode mode, 
     CHECKF(ms_emu_cuda_blocking == blocking0, "%llu calls that may wait for the resident kernel, the last %s",
            (unsigned long long)(ms_emu_cuda_blocking - blocking0), ms_emu_cuda_blocking_what);
 #endif
+  be_log[0] = 0;
+  ms_log_set(capture_log, NULL, MS_LOG_INFO);
   ms_engine_free(e);
+  ms_log_set(NULL, NULL, MS_LOG_WARN);
+  if (be == MS_BACKEND_CUDA) {  /* the handover, measured; and where the tokens were drawn */
+    const char *d = strstr(be_log, "rows drawn on the device ");
+    long dev = d ? strtol(d + 25, NULL, 10) : -1;
+    printf("%s %s %s: %s\n", m->cfg.name, mode == MS_MODE_PER_OP ? "per-op" : "megakernel",
+           record ? "(logits recorded)" : "(tokens only)", be_log);
+    CHECKF(record ? dev == 0 : dev > 0, "%s: %ld rows drawn on the device (%s)", record ? "recorded" : "tokens only",
+           dev, be_log);
+  }
   return 0;
 }
 
@@ -172,6 +196,7 @@ static void compare(const char *what, const struct ms_model *m, const struct res
   for (int i = 0; i < NREQ; i++) {
     CHECKF(got->n_tokens[i] == NEW, "%s request %d: %d tokens", what, i, got->n_tokens[i]);
     CHECKF(!memcmp(ref->tokens[i], got->tokens[i], sizeof(int32_t) * NEW), "%s request %d: tokens differ", what, i);
+    if (!got->logits[i]) continue;  /* tokens only */
     double worst = 0, scale = 1e-6;
     for (size_t k = 0; k < (size_t)(PROMPT + NEW - 1) * V; k++) {
       double a = ref->logits[i][k], b = got->logits[i][k];
@@ -196,19 +221,21 @@ static void check_model(const char *preset) {
   struct ms_model *m = ms_model_synth(&cfg, 1);
   for (int sampled = 0; sampled < 2; sampled++) {
     struct result ref = {0};
-    if (run(m, MS_BACKEND_CPU, MS_MODE_MEGAKERNEL, sampled, &ref)) continue;
-    for (int mode = 0; mode < 2; mode++) {
-      struct result got = {0};
-      char what[96];
-      snprintf(what, sizeof what, "%s %s %s", preset, mode ? "per-op" : "megakernel", sampled ? "sampled" : "greedy");
-      if (!run(m, MS_BACKEND_CUDA, mode ? MS_MODE_PER_OP : MS_MODE_MEGAKERNEL, sampled, &got)) {
-        compare(what, m, &ref, &got);
-        printf("%s: tokens of request 0:", what);
-        for (int k = 0; k < got.n_tokens[0]; k++) printf(" %d", got.tokens[0][k]);
-        printf("\n");
+    if (run(m, MS_BACKEND_CPU, MS_MODE_MEGAKERNEL, sampled, 1, &ref)) continue;
+    for (int mode = 0; mode < 2; mode++)
+      for (int record = 1; record >= 0; record--) {
+        struct result got = {0};
+        char what[96];
+        snprintf(what, sizeof what, "%s %s %s%s", preset, mode ? "per-op" : "megakernel",
+                 sampled ? "sampled" : "greedy", record ? "" : " (tokens only)");
+        if (!run(m, MS_BACKEND_CUDA, mode ? MS_MODE_PER_OP : MS_MODE_MEGAKERNEL, sampled, record, &got)) {
+          compare(what, m, &ref, &got);
+          printf("%s: tokens of request 0:", what);
+          for (int k = 0; k < got.n_tokens[0]; k++) printf(" %d", got.tokens[0][k]);
+          printf("\n");
+        }
+        result_free(&got);
       }
-      result_free(&got);
-    }
     result_free(&ref);
   }
   ms_model_free(m);

@@ -4,8 +4,12 @@
  * engine's on tiny, tiny-moe, tiny-qwen2, tiny-gemma3 and smollm2-135m (bf16 weights on both sides), with
  * more requests than rows (continuous batching); logits agree within 1e-2; a
  * monitor attached, replaced and detached while the kernel runs counts its
- * coverage on the device and leaves the tokens unchanged. tests/test_engine_host.c
- * runs these checks (small presets) against engine.cu compiled for the CPU. */
+ * coverage on the device and leaves the tokens unchanged; a trigger that is
+ * never counted (a fault for tests) ends the run with the watchdog's report
+ * naming the waiting task, its event and the producer that did not trigger,
+ * and the engine frees cleanly (the kernel was asked to return).
+ * tests/test_engine_host.c runs these checks (small presets) against
+ * engine.cu compiled for the CPU. */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -15,6 +19,7 @@
 #include "megascope/cuda.h"
 #include "megascope/engine.h"
 #include "megascope/monitor.h"
+#include "megascope/plan_ir.h"
 #include "test.h"
 #ifdef MS_CUDA_EMU_COUNTS  /* tests/test_engine_host.c: the emulated runtime counts calls that may block */
 #include "emu/cuda_runtime.h"
@@ -195,6 +200,45 @@ out:
   ms_model_free(m);
 }
 
+/* A task whose trigger is lost: its event never fires, the CTAs waiting on it
+ * spin (and beat), and the watchdog must say who waits on what. */
+static void check_stuck(void) {
+  struct ms_model_config cfg;
+  ms_preset_config("tiny", MS_DTYPE_BF16, &cfg);
+  struct ms_model *m = ms_model_synth(&cfg, 1);
+  struct ms_cuda_engine *e = engine(m, MS_CUDA_MEGAKERNEL);
+  int lost = -1;
+  const struct ms_plan *p = e ? ms_cuda_plan(e) : NULL;
+  for (int t = 1; p && t < p->n_tasks && lost < 0; t++) {  /* a task whose event others wait on */
+    int ev = p->tasks[t].trigger;
+    if (ev >= 0 && ev != p->end_event && p->events[ev].first <= p->events[ev].last) lost = t;
+  }
+  char name[96] = "", want[160];
+  if (p && lost >= 0) ms_plan_task_name(p, lost, name, sizeof name);
+  ms_cuda_engine_free(e);
+  CHECKF(lost >= 0, "tiny's plan has no task with consumers");
+  struct ms_textbuf log = fresh_log();
+  struct ms_cuda_opts o = {.sz = sizeof o, .mode = MS_CUDA_MEGAKERNEL, .max_batch = 4, .max_ctx = PROMPT + NEW + 1,
+                           .watchdog_ms = 1000, .fault_lost_trigger = lost + 1};
+  e = lost >= 0 ? ms_cuda_engine_new(m, &o, &log) : NULL;
+  struct run x;
+  run_init(&x, cfg.vocab, 0);
+  if (e) {
+    log = fresh_log();
+    uint64_t t0 = ms_now_ns();
+    int rc = ms_cuda_generate(e, x.r, NREQ, &log);
+    printf("lost trigger of %s: rc %d after %.1f s; the report:\n%s", name, rc, (double)(ms_now_ns() - t0) / 1e9,
+           log_text);
+    snprintf(want, sizeof want, "not yet triggered: %s (task %d)", name, lost);
+    CHECKF(rc == -MS_E_STALL && strstr(log_text, "cuda: stuck: no task finished") && strstr(log_text, "waits to run") &&
+               strstr(log_text, want),
+           "lost trigger: rc %d, report: %s", rc, log_text);
+    ms_cuda_engine_free(e);
+  }
+  run_free(&x);
+  ms_model_free(m);
+}
+
 int main(void) {
   char why[256];
   if (!ms_cuda_available(why, sizeof why)) {
@@ -212,5 +256,6 @@ int main(void) {
   check_model("smollm2-135m");
 #endif
   check_monitors();
+  check_stuck();
   TEST_MAIN_END();
 }

@@ -22,6 +22,7 @@ int ms_emu_ops_check(const struct ms_model *m, int batch, struct ms_textbuf *log
 void ms_emu_ops_set_ctx(int n);
 unsigned long long ms_emu_ops_switches(void);
 int ms_emu_cta_selftest(char *msg, size_t n);
+int ms_emu_sample_check(float skew, int draws[4], int back[4], int *mismatch, char *msg, size_t n);
 void ms_emu_cuda_drain(void);
 
 /* One check of cfg at batch, ctx positions per request. */
@@ -50,6 +51,31 @@ static void check_preset(const char *preset, int batch, int ctx) {
   struct ms_model_config cfg;
   CHECK(ms_preset_config(preset, MS_DTYPE_BF16, &cfg) == 0);
   check_cfg(&cfg, batch, ctx);
+}
+
+/* The fed sample task's draws (ops.cuh's msd_sample) against ms_sample:
+ * vocabularies of 7 to 12289; logits spread, on a grid (ties), with one far
+ * ahead, and with near-equal pairs (an ulp apart); greedy, temperature
+ * alone, top-k, top-p, min-p and mixes; every token the device draws is the
+ * CPU's, and a row it gives back carries its logits. With an expf that
+ * differs from the C library's (by 2^-20 on every other result: more than a
+ * device's 2 ulp), still no token differs: the draws too close to call are
+ * given back instead. (With the margin cut to 1e-12 the skewed run draws 12
+ * tokens the CPU would not: the check can fail.) */
+static void check_sampler(void) {
+  static const char *const shape[4] = {"spread", "ties", "one ahead", "near pairs"};
+  char msg[512];
+  for (int skewed = 0; skewed < 2; skewed++) {
+    int draws[4], back[4], mismatch = 0;
+    int rc = ms_emu_sample_check(skewed ? 1.0f / (1 << 20) : 0.0f, draws, back, &mismatch, msg, sizeof msg);
+    printf("device sampler%s:", skewed ? " (expf skewed by 2^-20)" : "");
+    for (int k = 0; k < 4; k++) printf(" %s %d of %d given back;", shape[k], back[k], draws[k]);
+    printf(" %d differ%s%s\n", mismatch, msg[0] ? ": " : "", msg);
+    CHECKF(rc == 0 && mismatch == 0, "device sampler%s: %s", skewed ? " (skewed)" : "", msg);
+    /* on shapes without near-equal weights, given back only near an edge: rarely */
+    int d = draws[0] + draws[1] + draws[2], b = back[0] + back[1] + back[2];
+    CHECKF(d >= 500 && b * 20 < d, "device sampler: %d of %d draws given back", b, d);
+  }
 }
 
 int main(void) {
@@ -96,5 +122,6 @@ int main(void) {
   /* gemma3 past its sliding window (tiny-gemma3's window is 8 positions; its
    * sixth layer is global) */
   check_preset("tiny-gemma3", 4, 256);
+  check_sampler();
   TEST_MAIN_END();
 }

@@ -65,6 +65,8 @@ struct ms_cuda_opts {
   int hooks_off;            /* 1: the kernel has no hook sites at all (bench baseline) */
   int monitor_mib;          /* device memory for monitors, allocated before the launch (attaches
                              * while the kernel runs only copy into it); 0: 8 + 2 a CTA */
+  int fault_lost_trigger;   /* tests: task + 1 whose trigger is never counted, so its event never
+                             * fires (a hang for the watchdog to name); 0: none */
 };
 
 struct ms_cuda_engine;
@@ -96,6 +98,15 @@ struct ms_cuda_stats {
   uint64_t queue_full;      /* JIT dispatches that found a worker queue full and retried */
   uint64_t attach_ns_last;  /* the last attach/replace call: upload, publication in the attach
                              * table, and every SM having seen it (or the kernel having ended) */
+  /* fed mode (ms_cuda_feed_*): steps with rows handed over and waited for;
+   * the device's time for them (from seeing each handover to moving done;
+   * per-op: the graph's, timed on the device with events); the handover, the
+   * host's time from handing a step over to seeing it done less the
+   * device's (the bus both ways and noticing: per step, sum and largest);
+   * rows whose token the device drew, and rows the host drew from their
+   * logits (asked for, or a draw too close to call) */
+  uint64_t fed_steps, device_step_ns, handover_ns, handover_max_ns;
+  uint64_t rows_device_drawn, rows_host_drawn;
 };
 
 /* Runs requests to completion with continuous batching: all are queued at once,
@@ -124,17 +135,27 @@ void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out
 
 /* One row of a fed step: the request slot (-1: padding), the position, the
  * input token, the slot's generation (for hook contexts) and the KV page of
- * the position. */
+ * the position; and how the device draws its token: megascope/sample.h's
+ * parameters with the request's seed and draw number (its tokens so far),
+ * token for token as ms_sample, or host_draws: the host does (penalties,
+ * logit bias, logprobs, recorded logits: it gets the row's logits). */
 struct ms_cuda_row {
   int32_t slot, pos, token, page;
   uint32_t gen;
+  float temperature;        /* <= 0: greedy */
+  int32_t top_k;
+  float top_p, min_p;
+  uint64_t seed, draw;
+  int32_t host_draws;
 };
 
 /* A request event of the engine's step machine for the device's request
- * hook: phase as megascope/hook.h's enum ms_req_phase. */
+ * hook: phase as megascope/hook.h's enum ms_req_phase, step the engine step
+ * it happened in (its hook context's). */
 struct ms_cuda_event {
   int32_t phase, slot, token;
   uint32_t gen;
+  uint64_t step;
 };
 
 /* Launches the resident kernel (megakernel) or builds the step's graph
@@ -142,14 +163,20 @@ struct ms_cuda_event {
 int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *log);
 /* Hands the device step `step` of n rows (n <= max_batch) and n_ev request
  * events, fired by the device's request hook before the step (megakernel
- * mode; per-op mode has no hook sites). n 0: the events alone. One handover in
- * flight at a time: ms_cuda_feed_wait before the next. */
+ * mode; per-op mode has no hook sites). n 0: the events alone. Returns once
+ * the copies are queued, without waiting for them (the device finds the rows
+ * before the step's sequence word, copied after them on the same stream).
+ * One handover in flight at a time: ms_cuda_feed_wait before the next. */
 int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const struct ms_cuda_row *rows, int n,
                       const struct ms_cuda_event *ev, int n_ev, struct ms_textbuf *log);
-/* Waits for the step handed over last; *logits then holds its live rows'
- * logits (row r at r * vocab), valid until the next step. -MS_E_STALL with a
- * report in log when the watchdog fired. */
-int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log);
+/* Waits for the step handed over last. (*tokens)[r] is then the token the
+ * device drew for row r, or -1: the host draws it, from (*logits)[r * vocab
+ * ..] (a row with host_draws, or a draw too close to call on the device:
+ * its expf and sums may round differently from the C library's); valid
+ * until the next step. -MS_E_STALL with the watchdog's report in log (a CTA
+ * silent, or spinning on an event that does not fire, for watchdog_ms). */
+int ms_cuda_feed_wait(struct ms_cuda_engine *e, const int32_t **tokens, const float **logits,
+                      struct ms_textbuf *log);
 /* Fault injection in fed mode (megakernel), before ms_cuda_feed_start: a
  * task's extra time is its healthy time times cls[class] + worker[worker]
  * (+ slot_coef for the attention of a row of request slot `slot`, -1: none);

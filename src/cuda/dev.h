@@ -52,6 +52,23 @@ struct msd_cfg {
   struct ms_model_config mc;
 };
 
+/* One row of a fed step (the engine's CUDA backend; megakernel.cuh's
+ * handover): its request slot (-1: padding), position, input token, the
+ * slot's generation (hook contexts), the KV page holding the position, and how
+ * the sample task draws its token: megascope/sample.h's parameters, seed and
+ * draw number (the request's tokens so far), or MSD_ROW_HOST: the host draws
+ * it (penalties, logit bias, logprobs or recorded logits need the logits). */
+struct msd_feed_row {
+  int32_t slot, pos, token, page;
+  uint32_t gen;
+  int32_t top_k;            /* <= 0: off */
+  float temperature;        /* <= 0: greedy */
+  float top_p, min_p;       /* top_p <= 0 or >= 1: off; min_p <= 0: off */
+  uint32_t flags;           /* MSD_ROW_HOST */
+  uint64_t seed, draw;
+};
+#define MSD_ROW_HOST 1u
+
 /* What every task body reads: the plan's tables, activations, the batch of the
  * step in flight and the paged KV cache. All pointers are device pointers. */
 struct msd_ctx {
@@ -77,8 +94,13 @@ struct msd_ctx {
   float *k_pool, *v_pool;
   int32_t page_size, pool_pages, max_ctx;
   float *scratch;              /* [n_ctas * max_ctx] attention scores, per CTA */
-  int32_t *sampled;            /* [max_rows] the sample task's greedy argmax */
-  float *logits_out;           /* [max_rows * vocab] or NULL: sample copies the row's logits */
+  int32_t *sampled;            /* [max_rows] the sample task's token; -1: the host's to draw (fed mode) */
+  float *logits_out;           /* [max_rows * vocab] or NULL: sample copies the row's logits (fed
+                                * mode: only the rows whose token is -1) */
+  /* Fed mode: the rows as handed over, with their sampling; NULL: greedy, the
+   * kernel's own requests (ms_cuda_start) */
+  const struct msd_feed_row *feed_rows;  /* [max_rows] */
+  float *samp_w;               /* [max_rows * vocab] the sampler's weights, a row's own */
 };
 
 static inline __device__ float *msd_buf_row(const struct msd_ctx *x, int buf, int plane, int row) {

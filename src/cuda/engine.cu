@@ -5,6 +5,7 @@
  * baseline (a CUDA Graph of one kernel per operator level), and the monitors'
  * entry points (src/cuda/monitors.cu does the work). */
 #include <errno.h>
+#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,8 @@ struct ms_cuda_engine {
   int32_t *prompt_pool, *out_pool; /* host-mapped */
   float *logits_rec;               /* device */
   float *logits_buf;               /* device [batch * vocab]: the sample task's copy, when asked */
+  int32_t *sampled_dev;            /* device [batch]: the sample tasks' tokens (msd_ctx.sampled outside fed mode) */
+  float *samp_w;                   /* device [batch * vocab]: the sampler's weights (fed mode) */
   struct ms_cuda_request *user;
   int n_user;
   int running;
@@ -78,6 +81,11 @@ struct ms_cuda_engine {
   struct msd_feed *feed;           /* host-mapped handshake */
   struct msd_feed_step *feed_dev;  /* device: the step's rows */
   struct msd_feed_step *feed_stage;/* pinned: the same, staged for the copy */
+  uint32_t *feed_seq;              /* device: msd_rt.feed_seq */
+  uint32_t *seq_src;               /* pinned [2]: the sources of the seq copies (a handover's, the exit's) */
+  int32_t *feed_tok;               /* [max_batch] the device's tokens: host-mapped (megakernel) or pinned (per-op) */
+  uint64_t t_handed;               /* the host's clock as it handed the step in flight over */
+  cudaEvent_t ev0, ev1;            /* per-op mode: a step's graph timed on the device */
   float *feed_logits;              /* [max_batch * vocab]: host-mapped (megakernel) or pinned (per-op) */
   int32_t *feed_meta;              /* pinned: per-op mode's layout staging */
   cudaStream_t cs;                 /* copies while the resident kernel runs */
@@ -85,6 +93,7 @@ struct ms_cuda_engine {
   void *faults;                    /* device: the fault tables (msd_rt.fault_*), NULL: healthy */
   size_t acc_n;                    /* words */
   uint64_t *fire_ns;               /* device [events]: msd_rt.fire_ns */
+  uint32_t *done_gen;              /* device [tasks]: msd_rt.done_gen (the watchdog's producers) */
   /* the task trace (msd_rt.trace): host-mapped rings, what the host read of
    * each, whether the next handover and the one in flight are traced */
   struct msd_trace_rec *trace;
@@ -100,6 +109,9 @@ struct ms_cuda_engine {
   struct ms_cuda_stats st;
   int broken;                      /* a stall was reported: the kernel may still hold the device */
 };
+
+static int set_sample_out(struct ms_cuda_engine *e, float *logits, int32_t *tokens, const struct msd_feed_row *rows,
+                          struct ms_textbuf *log);
 
 extern "C" int ms_cuda_available(char *why, size_t n) {
   int count = 0;
@@ -191,6 +203,7 @@ static int alloc_runtime(struct ms_cuda_engine *e, struct ms_textbuf *log) {
     CK(cudaMemcpy(e->aot_off, off, ((size_t)W + 1) * sizeof(int32_t), cudaMemcpyHostToDevice));
   }
   CK(cudaMalloc(&e->counters, (size_t)p->n_events * sizeof(uint64_t)));
+  CK(cudaMalloc(&e->done_gen, ((size_t)p->n_tasks + 1) * sizeof(uint32_t)));
   CK(cudaMalloc(&e->jit_q, (size_t)W * jit_cap * sizeof(int32_t)));
   CK(cudaMalloc(&e->jit_head, (size_t)W * sizeof(uint32_t)));
   CK(cudaMalloc(&e->jit_tail, (size_t)W * sizeof(uint32_t)));
@@ -223,6 +236,8 @@ static int alloc_runtime(struct ms_cuda_engine *e, struct ms_textbuf *log) {
     r->step_seq = e->step_seq;
     r->cur_step = e->cur_step;
     r->sched = e->sched;
+    r->done_gen = e->done_gen;
+    r->lost_trigger = e->o.fault_lost_trigger;
     CK(cudaHostGetDevicePointer((void **)&r->host, (void *)e->host, 0));
     CK(cudaHostGetDevicePointer((void **)&r->beats, (void *)e->beats, 0));
   }
@@ -236,6 +251,7 @@ static void release_runtime(struct ms_cuda_engine *e) {
   cudaFree(e->aot_q);
   cudaFree(e->aot_off);
   cudaFree(e->counters);
+  cudaFree(e->done_gen);
   cudaFree(e->jit_q);
   cudaFree(e->jit_head);
   cudaFree(e->jit_tail);
@@ -271,7 +287,12 @@ static void free_feed(struct ms_cuda_engine *e) {
   if (e->trace_n) cudaFreeHost(e->trace_n);
   if (e->trace_step) cudaFreeHost(e->trace_step);
   free(e->trace_rd);
-  if (e->cs) cudaStreamDestroy(e->cs);
+  cudaFree(e->feed_seq);
+  cudaFree(e->samp_w);
+  if (e->seq_src) cudaFreeHost(e->seq_src);
+  if (e->feed_tok) cudaFreeHost(e->feed_tok);
+  if (e->ev0) cudaEventDestroy(e->ev0);
+  if (e->ev1) cudaEventDestroy(e->ev1);
   /* alloc_feed tells a fed engine by feed_logits: all go back to none */
   e->feed = NULL;
   e->feed_stage = NULL;
@@ -284,7 +305,10 @@ static void free_feed(struct ms_cuda_engine *e) {
   e->trace = NULL;
   e->trace_n = e->trace_rd = NULL;
   e->trace_step = NULL;
-  e->cs = NULL;
+  e->feed_seq = e->seq_src = NULL;
+  e->samp_w = NULL;
+  e->feed_tok = NULL;
+  e->ev0 = e->ev1 = NULL;
 }
 
 extern "C" void ms_cuda_engine_free(struct ms_cuda_engine *e) {
@@ -312,6 +336,7 @@ extern "C" void ms_cuda_engine_free(struct ms_cuda_engine *e) {
   free(e->level_off);
   msd_release(&e->dev);
   if (e->ks) cudaStreamDestroy(e->ks);
+  if (e->cs) cudaStreamDestroy(e->cs);
   ms_plan_free(e->plan);
   free(e);
 }
@@ -372,6 +397,8 @@ extern "C" struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, c
       goto out;
     }
     CK(cudaStreamCreateWithFlags(&e->ks, cudaStreamNonBlocking));
+    /* copies while the kernel runs (fed mode's handovers, the watchdog's reads): made now, before any launch */
+    CK(cudaStreamCreateWithFlags(&e->cs, cudaStreamNonBlocking));
   }
   {
     struct ms_compile_opts co;
@@ -405,6 +432,7 @@ extern "C" struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, c
     if ((rc = msd_upload(m, e->plan, &uo, &e->dev, log))) goto out;
     /* the logits rows are copied only for runs that record them */
     e->logits_buf = e->dev.h.logits_out;
+    e->sampled_dev = e->dev.h.sampled;
     e->dev.h.logits_out = NULL;
     CK(cudaMemcpy(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice));
     /* pages: slot s owns [s * max_pages, (s + 1) * max_pages) of the pool; attention
@@ -530,6 +558,7 @@ static int reset_state(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   memset(&s, 0, sizeof s);
   for (int i = 0; i < MSD_MAX_SLOTS; i++) s.slot_req[i] = -1;
   CK(cudaMemsetAsync(e->counters, 0, (size_t)p->n_events * sizeof(uint64_t), e->ks));
+  CK(cudaMemsetAsync(e->done_gen, 0, (size_t)p->n_tasks * sizeof(uint32_t), e->ks));
   CK(cudaMemsetAsync(e->jit_head, 0, (size_t)e->n_workers * sizeof(uint32_t), e->ks));
   CK(cudaMemsetAsync(e->jit_tail, 0, (size_t)e->n_workers * sizeof(uint32_t), e->ks));
   CK(cudaMemsetAsync(e->fired, 0, (size_t)e->rt.fired_cap * sizeof(int32_t), e->ks));
@@ -540,7 +569,7 @@ static int reset_state(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   CK(cudaStreamSynchronize(e->ks));
   memset((void *)e->host, 0, sizeof(struct msd_host));
   memset((void *)e->beats, 0, (size_t)e->n_ctas * sizeof(struct msd_beat));
-  for (int i = 0; i < e->n_ctas; i++) e->beats[i].running = e->beats[i].waiting = -1;
+  for (int i = 0; i < e->n_ctas; i++) e->beats[i].running = e->beats[i].waiting = e->beats[i].wait_ev = -1;
 out:
   return rc;
 }
@@ -576,17 +605,9 @@ extern "C" int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r
   CK(cudaHostGetDevicePointer((void **)&e->rt.prompt_pool, e->prompt_pool, 0));
   CK(cudaHostGetDevicePointer((void **)&e->rt.out_pool, e->out_pool, 0));
   e->rt.logits_rec = e->logits_rec;
-  {
-    /* the sample task copies logits rows only when some request records them */
-    struct msd_ctx h = e->dev.h;
-    float *want = e->logits_rec ? e->logits_buf : NULL;
-    if (h.logits_out != want) {
-      e->dev.h.logits_out = want;
-      /* on the kernel's stream: a pageable cudaMemcpy may return before its DMA
-       * lands, and the non-blocking stream is not ordered after the legacy one */
-      CK(cudaMemcpyAsync(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice, e->ks));
-    }
-  }
+  /* greedy, the tokens in device memory; the sample task copies logits rows
+   * only when some request records them */
+  if ((rc = set_sample_out(e, e->logits_rec ? e->logits_buf : NULL, e->sampled_dev, NULL, log))) return rc;
   /* the records, then the count: the kernel reads the count first */
   e->rt.feed = NULL;  /* the kernel admits these itself (a fed run may have come before) */
   e->rt.feed_step = NULL;
@@ -606,7 +627,33 @@ out:
 
 extern "C" int ms_cuda_finished(struct ms_cuda_engine *e) { return e->host ? (int)e->host->n_finished : 0; }
 
-/* The watchdog's report: what each CTA was doing at its last heartbeat. */
+/* ---- the watchdog -------------------------------------------------------- */
+
+/* What a host thread waiting on the kernel watches: every CTA's beat counter
+ * (a CTA that stops beating is dead, or stuck inside a task) and the tasks
+ * they finished (none for watchdog_ms while a CTA beats on, spinning on one
+ * event, is a stuck event: a lost trigger, a wrong count). */
+struct watch {
+  uint64_t *last;      /* [n_ctas] beat counters at the last change */
+  uint64_t beat_t;     /* when one last moved */
+  uint64_t done, done_t;  /* the CTAs' finished tasks, and when that last moved */
+};
+
+static uint64_t done_sum(const struct ms_cuda_engine *e) {
+  uint64_t n = 0;
+  for (int c = 0; c < e->n_ctas; c++) n += e->beats[c].done;
+  return n;
+}
+
+static void watch_init(struct ms_cuda_engine *e, struct watch *w) {
+  w->last = (uint64_t *)calloc((size_t)e->n_ctas, sizeof(uint64_t));
+  w->beat_t = w->done_t = ms_now_ns();
+  w->done = done_sum(e);
+}
+
+static const char *cta_role(int c) { return c ? "worker" : "scheduler"; }
+
+/* The dead-CTA report: what each CTA was doing at its last heartbeat. */
 static void stall_report(struct ms_cuda_engine *e, uint64_t idle_ms, struct ms_textbuf *log) {
   ms_textbuf_printf(log, "cuda: no heartbeat for %llu ms (step %llu); per CTA:\n", (unsigned long long)idle_ms,
                     (unsigned long long)e->beats[0].step);
@@ -617,43 +664,152 @@ static void stall_report(struct ms_cuda_engine *e, uint64_t idle_ms, struct ms_t
     int t = b->running >= 0 ? b->running : b->waiting;
     if (t < 0) continue;
     ms_plan_task_name(e->plan, t, name, sizeof name);
-    ms_textbuf_printf(log, "  %s %d: %s %s (beats %llu)\n", c ? "worker" : "scheduler", c ? c - 1 : 0,
+    ms_textbuf_printf(log, "  %s %d: %s %s (beats %llu)\n", cta_role(c), c ? c - 1 : 0,
                       b->running >= 0 ? "running" : "waiting on", name, (unsigned long long)b->beats);
     shown++;
   }
   if (!shown) ms_textbuf_printf(log, "  every CTA was idle at its last heartbeat\n");
 }
 
-/* The watchdog of a host thread waiting on the kernel: 1 (with the report in
- * log, the engine marked broken) when no CTA's heartbeat moved for watchdog_ms. */
-struct beat_watch {
-  uint64_t *last, last_change;
-};
-
-static int beats_stalled(struct ms_cuda_engine *e, struct beat_watch *bw, struct ms_textbuf *log) {
-  int changed = 0;
+/* The CTA running task t (from the beats), or -1. */
+static int running_on(const struct ms_cuda_engine *e, int t) {
   for (int c = 0; c < e->n_ctas; c++)
-    if (e->beats[c].beats != (bw->last ? bw->last[c] : 0)) {
-      if (bw->last) bw->last[c] = e->beats[c].beats;
-      changed = 1;
+    if (e->beats[c].running == t) return c;
+  return -1;
+}
+
+/* CTA c's wait on event ev (task t waits on it; -1: the step's end), with the
+ * event's count this generation and the producers that have not triggered
+ * it (done_gen), as the CPU engine's watchdog reports them. */
+static void report_wait(struct ms_cuda_engine *e, int c, int t, int ev, uint64_t gen, uint64_t ms,
+                        const uint64_t *cnt, const uint32_t *dg, struct ms_textbuf *log) {
+  const struct ms_plan *p = e->plan;
+  const struct ms_event *E = &p->events[ev];
+  char name[96];
+  uint64_t base = (uint64_t)E->needed * gen, have = cnt[ev] > base ? cnt[ev] - base : 0;
+  if (c)
+    ms_textbuf_printf(log, "  worker %d: ", c - 1);
+  else
+    ms_textbuf_printf(log, "  scheduler: ");
+  if (t >= 0) {
+    ms_plan_task_name(p, t, name, sizeof name);
+    ms_textbuf_printf(log, "waits to run %s (task %d) on event %d (%s): %llu/%d triggers this step, for %llu ms\n",
+                      name, t, ev, p->ev_classes[E->cls], (unsigned long long)have, E->needed,
+                      (unsigned long long)ms);
+  } else {
+    ms_textbuf_printf(log, "waits for the end of the step, event %d (%s): %llu/%d triggers, for %llu ms\n", ev,
+                      p->ev_classes[E->cls], (unsigned long long)have, E->needed, (unsigned long long)ms);
+  }
+  int listed = 0;
+  for (int i = p->trig_off[ev]; i < p->trig_off[ev + 1]; i++) {
+    int q = p->trig[i];
+    if (dg[q] >= (uint32_t)gen + 1 || listed++ >= 6) continue;
+    ms_plan_task_name(p, q, name, sizeof name);
+    int r = running_on(e, q);
+    if (r >= 0)
+      ms_textbuf_printf(log, "      not yet triggered: %s (task %d), running on %s %d\n", name, q, cta_role(r),
+                        r ? r - 1 : 0);
+    else
+      ms_textbuf_printf(log, "      not yet triggered: %s (task %d), waiting on event %d\n", name, q,
+                        p->tasks[q].wait);
+  }
+  if (listed > 6) ms_textbuf_printf(log, "      ... and %d more producers not yet triggered\n", listed - 6);
+}
+
+/* The stuck-event report: every CTA that has spun on one event for longer
+ * than bound_ns, named with the event's state (read from device memory on
+ * the copy stream, which the kernel does not hold up). 0 when no CTA does. */
+static int stuck_report(struct ms_cuda_engine *e, uint64_t idle_ms, uint64_t bound_ns, struct ms_textbuf *log) {
+  const struct ms_plan *p = e->plan;
+  int n = 0;
+  for (int c = 0; c < e->n_ctas; c++)
+    n += e->beats[c].wait_ev >= 0 && e->beats[c].since - e->beats[c].wait_since > bound_ns;
+  if (!n) return 0;
+  uint64_t *cnt = (uint64_t *)calloc((size_t)p->n_events + 1, sizeof *cnt);
+  uint32_t *dg = (uint32_t *)calloc((size_t)p->n_tasks + 1, sizeof *dg), seq = 0;
+  int ok = cnt && dg &&
+           cudaMemcpyAsync(cnt, e->counters, (size_t)p->n_events * sizeof *cnt, cudaMemcpyDeviceToHost, e->cs) ==
+               cudaSuccess &&
+           cudaMemcpyAsync(dg, e->done_gen, (size_t)p->n_tasks * sizeof *dg, cudaMemcpyDeviceToHost, e->cs) ==
+               cudaSuccess &&
+           cudaMemcpyAsync(&seq, e->step_seq, sizeof seq, cudaMemcpyDeviceToHost, e->cs) == cudaSuccess &&
+           cudaStreamSynchronize(e->cs) == cudaSuccess;
+  uint64_t gen = seq ? seq - 1 : 0;
+  ms_textbuf_printf(log, "cuda: stuck: no task finished for %llu ms in step %llu (generation %llu), %d CTA%s "
+                    "spinning on one event for longer; per CTA:\n", (unsigned long long)idle_ms,
+                    (unsigned long long)e->beats[0].step, (unsigned long long)gen, n, n > 1 ? "s" : "");
+  for (int c = 0, shown = 0; c < e->n_ctas && shown < 16; c++) {
+    const struct msd_beat *b = &e->beats[c];
+    int ev = b->wait_ev, t = b->waiting;
+    if (b->running >= 0) {
+      char name[96];
+      ms_plan_task_name(p, b->running, name, sizeof name);
+      ms_textbuf_printf(log, "  %s %d: running %s (task %d)\n", cta_role(c), c ? c - 1 : 0, name, b->running);
+      shown++;
+    } else if (ev >= 0 && ev < p->n_events && ok) {
+      report_wait(e, c, t, ev, gen, (b->since - b->wait_since) / 1000000ull, cnt, dg, log);
+      shown++;
     }
-  uint64_t now = ms_now_ns();
-  if (changed || !bw->last_change) bw->last_change = now;
-  if (e->o.watchdog_ms <= 0 || now - bw->last_change <= (uint64_t)e->o.watchdog_ms * 1000000ull) return 0;
-  stall_report(e, (now - bw->last_change) / 1000000ull, log);
+  }
+  if (!ok) ms_textbuf_printf(log, "  (the events' counts could not be read from the device)\n");
+  free(cnt);
+  free(dg);
+  return 1;
+}
+
+/* After a report: every CTA is asked to return (msd_host.abort, read once a
+ * beat period) and the kernel waited for, at most 2 s. Either way the engine
+ * is broken; only a kernel that did not return keeps its memory for good. */
+static void abort_kernel(struct ms_cuda_engine *e) {
   e->broken = 1;
+  __sync_synchronize();
+  e->host->abort = 1;
+  __sync_synchronize();
+  for (uint64_t t0 = ms_now_ns(); ms_now_ns() - t0 < 2000000000ull;) {
+    if (cudaStreamQuery(e->ks) != cudaErrorNotReady) {
+      cudaStreamSynchronize(e->ks);  /* complete: the join, not a wait */
+      e->running = 0;
+      if (e->mon) ms_cuda_mon_set_running(e->mon, 0);
+      return;
+    }
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
+}
+
+/* One look of a host thread waiting on the kernel: 1 when the watchdog
+ * fired (its report in log, the kernel asked to return), else 0. */
+static int watch_poll(struct ms_cuda_engine *e, struct watch *w, struct ms_textbuf *log) {
+  if (e->o.watchdog_ms <= 0) return 0;
+  const uint64_t now = ms_now_ns(), bound = (uint64_t)e->o.watchdog_ms * 1000000ull;
+  for (int c = 0; c < e->n_ctas; c++)
+    if (e->beats[c].beats != w->last[c]) {
+      w->last[c] = e->beats[c].beats;
+      w->beat_t = now;
+    }
+  uint64_t d = done_sum(e);
+  if (d != w->done) {
+    w->done = d;
+    w->done_t = now;
+  }
+  if (now - w->beat_t > bound)
+    stall_report(e, (now - w->beat_t) / 1000000ull, log);
+  else if (now - w->done_t <= bound || !stuck_report(e, (now - w->done_t) / 1000000ull, bound, log))
+    return 0;
+  abort_kernel(e);
   return 1;
 }
 
 extern "C" int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   int rc = 0;
   if (!e->running) return e->o.mode == MS_CUDA_MEGAKERNEL ? 0 : -EINVAL;
-  struct beat_watch bw = {(uint64_t *)calloc((size_t)e->n_ctas, sizeof(uint64_t)), 0};
+  struct watch w;
+  watch_init(e, &w);
   for (;;) {
     cudaError_t q = cudaStreamQuery(e->ks);
     if (q == cudaSuccess) break;
     if (q != cudaErrorNotReady) CK(q);
-    if (beats_stalled(e, &bw, log)) {
+    if (w.last && watch_poll(e, &w, log)) {
       rc = -MS_E_STALL;
       goto out;
     }
@@ -677,7 +833,7 @@ extern "C" int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log) {
     rc = collect(e, log);
   }
 out:
-  free(bw.last);
+  free(w.last);
   return rc;
 }
 
@@ -753,11 +909,7 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
     int want = 0;
     for (int i = 0; i < n; i++) want |= r[i].logits != NULL;
     float *lo = want ? e->logits_buf : NULL;
-    if (e->dev.h.logits_out != lo) {
-      e->dev.h.logits_out = lo;
-      /* on the graph's stream (see ms_cuda_start) */
-      CK(cudaMemcpyAsync(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice, e->ks));
-    }
+    if ((rc = set_sample_out(e, lo, e->sampled_dev, NULL, log))) goto out;
     if (want && !(row_logits = (float *)malloc((size_t)B * V * sizeof(float)))) {
       rc = -ENOMEM;
       goto out;
@@ -837,8 +989,12 @@ static int alloc_feed(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   int rc = 0;
   const size_t B = (size_t)e->o.max_batch, V = (size_t)e->m->cfg.vocab;
   if (e->feed_logits) return 0;
-  CK(cudaStreamCreateWithFlags(&e->cs, cudaStreamNonBlocking));
   CK(cudaHostAlloc(&e->feed, sizeof(struct msd_feed), cudaHostAllocMapped));
+  CK(cudaMalloc(&e->feed_seq, sizeof(uint32_t)));
+  CK(cudaHostAlloc(&e->seq_src, 2 * sizeof(uint32_t), cudaHostAllocDefault));
+  CK(cudaMalloc(&e->samp_w, B * V * sizeof(float)));
+  CK(cudaEventCreate(&e->ev0));
+  CK(cudaEventCreate(&e->ev1));
   CK(cudaHostAlloc(&e->feed_stage, sizeof(struct msd_feed_step), cudaHostAllocDefault));
   CK(cudaHostAlloc(&e->feed_meta, (5 * B + 1) * sizeof(int32_t), cudaHostAllocDefault));
   CK(cudaMalloc(&e->feed_dev, sizeof(struct msd_feed_step)));
@@ -862,22 +1018,34 @@ static int alloc_feed(struct ms_cuda_engine *e, struct ms_textbuf *log) {
       goto out;
     }
   }
-  /* megakernel: the sample tasks write the rows' logits straight to the host */
-  CK(cudaHostAlloc(&e->feed_logits, B * V * sizeof(float),
-                   e->o.mode == MS_CUDA_MEGAKERNEL ? cudaHostAllocMapped : cudaHostAllocDefault));
+  /* megakernel: the sample tasks write the rows' tokens, and the logits of
+   * the rows the host draws, straight to the host */
+  {
+    unsigned fl = e->o.mode == MS_CUDA_MEGAKERNEL ? cudaHostAllocMapped : cudaHostAllocDefault;
+    CK(cudaHostAlloc(&e->feed_tok, B * sizeof(int32_t), fl));
+    CK(cudaHostAlloc(&e->feed_logits, B * V * sizeof(float), fl));
+  }
   memset((void *)e->feed, 0, sizeof(struct msd_feed));
 out:
   if (rc) free_feed(e);
   return rc;
 }
 
-/* The sample tasks' copy of the logits rows: dst (a device address), on the
- * kernel's stream (see ms_cuda_start). */
-static int set_logits_out(struct ms_cuda_engine *e, float *dst, struct ms_textbuf *log) {
+/* Where the sample tasks put their work (device addresses): the logits rows
+ * they copy, their tokens, and the fed rows they draw with (NULL: greedy).
+ * Before a launch, on the kernel's stream: a pageable cudaMemcpy may return
+ * before its DMA lands, and the non-blocking stream is not ordered after the
+ * legacy one. */
+static int set_sample_out(struct ms_cuda_engine *e, float *logits, int32_t *tokens, const struct msd_feed_row *rows,
+                          struct ms_textbuf *log) {
   int rc = 0;
-  if (e->dev.h.logits_out == dst) return 0;
-  e->dev.h.logits_out = dst;
-  CK(cudaMemcpyAsync(e->dev.d, &e->dev.h, sizeof e->dev.h, cudaMemcpyHostToDevice, e->ks));
+  struct msd_ctx *h = &e->dev.h;
+  if (h->logits_out == logits && h->sampled == tokens && h->feed_rows == rows) return 0;
+  h->logits_out = logits;
+  h->sampled = tokens;
+  h->feed_rows = rows;
+  h->samp_w = e->samp_w;
+  CK(cudaMemcpyAsync(e->dev.d, h, sizeof *h, cudaMemcpyHostToDevice, e->ks));
   CK(cudaStreamSynchronize(e->ks));
 out:
   return rc;
@@ -900,16 +1068,20 @@ extern "C" int ms_cuda_feed_start(struct ms_cuda_engine *e, struct ms_textbuf *l
   memset((void *)e->feed, 0, sizeof(struct msd_feed));
   if (e->o.mode == MS_CUDA_PER_OP) {
     if (!e->have_graph && (rc = build_graph(e, log))) return rc;
-    if ((rc = set_logits_out(e, e->logits_buf, log))) return rc;
+    if ((rc = set_sample_out(e, e->logits_buf, e->sampled_dev, e->feed_dev->row, log))) return rc;
     e->feeding = 1;
     return 0;
   }
   float *dl = NULL;
+  int32_t *dt = NULL;
   CK(cudaHostGetDevicePointer((void **)&dl, e->feed_logits, 0));
-  if ((rc = set_logits_out(e, dl, log))) return rc;
+  CK(cudaHostGetDevicePointer((void **)&dt, e->feed_tok, 0));
+  if ((rc = set_sample_out(e, dl, dt, e->feed_dev->row, log))) return rc;
   if ((rc = reset_state(e, log))) return rc;
+  CK(cudaMemsetAsync(e->feed_seq, 0, sizeof(uint32_t), e->ks));  /* before the launch, on its stream */
   CK(cudaHostGetDevicePointer((void **)&e->rt.feed, (void *)e->feed, 0));
   e->rt.feed_step = e->feed_dev;
+  e->rt.feed_seq = e->feed_seq;
   e->rt.cls_acc = e->acc;
   e->rt.ev_acc = e->acc + 4 * (size_t)e->plan->n_classes;
   /* the kernel's counters start again from zero: so do the firing times and
@@ -931,8 +1103,29 @@ out:
   return rc;
 }
 
-/* Per-op mode's step: the layout copied in, one graph launch, the logits back
- * (all on the kernel's stream; ms_cuda_feed_wait synchronises). */
+/* The handover's rows as the device reads them (cuda/dev.h). */
+static void fill_rows(struct msd_feed_step *f, const struct ms_cuda_row *rows, int n) {
+  for (int r = 0; r < n; r++) {
+    struct msd_feed_row *q = &f->row[r];
+    const struct ms_cuda_row *u = &rows[r];
+    q->slot = u->slot;
+    q->pos = u->pos;
+    q->token = u->token;
+    q->page = u->page;
+    q->gen = u->gen;
+    q->top_k = u->top_k;
+    q->temperature = u->temperature;
+    q->top_p = u->top_p;
+    q->min_p = u->min_p;
+    q->flags = u->host_draws ? MSD_ROW_HOST : 0;
+    q->seed = u->seed;
+    q->draw = u->draw;
+  }
+}
+
+/* Per-op mode's step: the layout and the rows copied in, one graph launch
+ * timed on the device, the tokens back, and the logits of the rows the host
+ * draws (all on the kernel's stream; ms_cuda_feed_wait synchronises). */
 static int feed_step_per_op(struct ms_cuda_engine *e, const struct ms_cuda_row *rows, int n,
                             struct ms_textbuf *log) {
   int rc = 0;
@@ -957,9 +1150,18 @@ static int feed_step_per_op(struct ms_cuda_engine *e, const struct ms_cuda_row *
   CK(cudaMemcpyAsync(e->dev.h.row_pos, row_pos, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
   CK(cudaMemcpyAsync(e->dev.h.row_token, row_tok, (size_t)B * sizeof(int32_t), cudaMemcpyHostToDevice, e->ks));
   CK(cudaMemcpyAsync(e->dev.h.n_rows, nrows, sizeof *nrows, cudaMemcpyHostToDevice, e->ks));
+  fill_rows(e->feed_stage, rows, n);
+  CK(cudaMemcpyAsync(e->feed_dev->row, e->feed_stage->row, (size_t)n * sizeof e->feed_stage->row[0],
+                     cudaMemcpyHostToDevice, e->ks));
+  e->t_handed = ms_now_ns();
+  CK(cudaEventRecord(e->ev0, e->ks));
   CK(cudaGraphLaunch(e->graph, e->ks));
-  CK(cudaMemcpyAsync(e->feed_logits, e->dev.h.logits_out, (size_t)n * V * sizeof(float), cudaMemcpyDeviceToHost,
-                     e->ks));
+  CK(cudaEventRecord(e->ev1, e->ks));
+  CK(cudaMemcpyAsync(e->feed_tok, e->sampled_dev, (size_t)n * sizeof(int32_t), cudaMemcpyDeviceToHost, e->ks));
+  for (int r = 0; r < n; r++)  /* the rows the host draws: their logits (a row too close to call comes later) */
+    if (rows[r].host_draws)
+      CK(cudaMemcpyAsync(e->feed_logits + (size_t)r * V, e->logits_buf + (size_t)r * V, V * sizeof(float),
+                         cudaMemcpyDeviceToHost, e->ks));
 out:
   return rc;
 }
@@ -996,25 +1198,21 @@ extern "C" int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const 
     f->ev[i].slot = ev[i].slot;
     f->ev[i].token = ev[i].token;
     f->ev[i].gen = ev[i].gen;
+    f->ev[i].step = ev[i].step;
   }
-  for (int r = 0; r < n; r++) {
-    f->row[r].slot = rows[r].slot;
-    f->row[r].pos = rows[r].pos;
-    f->row[r].token = rows[r].token;
-    f->row[r].page = rows[r].page;
-    f->row[r].gen = rows[r].gen;
-  }
-  /* the rows land in device memory before seq moves: the scheduler reads them
-   * at its own pace, from memory near it */
-  /* the header with the events, and the rows: only what is used */
+  fill_rows(f, rows, n);
+  /* The header with the events, the rows (only what is used), then the
+   * sequence word, all on the copy stream and in that order, without waiting:
+   * the scheduler polls the word in device memory and finds the rows there
+   * before it. The staging (pinned) is reused only after this step's done,
+   * which the device moves after it saw the word, so after every copy ran. */
+  e->seq_src[0] = ++e->fed;
+  e->t_handed = ms_now_ns();
   CK(cudaMemcpyAsync(e->feed_dev, f, offsetof(struct msd_feed_step, ev) + (size_t)n_ev * sizeof f->ev[0],
                      cudaMemcpyHostToDevice, e->cs));
   if (n)
     CK(cudaMemcpyAsync(e->feed_dev->row, f->row, (size_t)n * sizeof f->row[0], cudaMemcpyHostToDevice, e->cs));
-  CK(cudaStreamSynchronize(e->cs));
-  __sync_synchronize();
-  e->feed->seq = ++e->fed;
-  __sync_synchronize();
+  CK(cudaMemcpyAsync(e->feed_seq, &e->seq_src[0], sizeof(uint32_t), cudaMemcpyHostToDevice, e->cs));
   e->in_flight = 1;
 out:
   return rc;
@@ -1088,51 +1286,134 @@ extern "C" int ms_cuda_workers(int n_sms) {
   return ctas_for(&p, n_sms) - 1;
 }
 
-extern "C" int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log) {
+/* The host's wait for the handover in flight: spin, then yield, then (past
+ * MSD_WAIT_YIELD_NS) sleep a little a poll, so a short step is seen within a
+ * spin and a long one costs a core no more than it must. The watchdog and the
+ * kernel's stream are looked at once the spin is over. */
+#define MSD_WAIT_SPIN_NS 50000ull
+#define MSD_WAIT_YIELD_NS 5000000ull
+
+static inline void host_pause(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+static int wait_done(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  struct watch w = {NULL, 0, 0, 0};
+  const uint64_t t0 = ms_now_ns();
+  int rc = 0;
+  for (unsigned spins = 0; *(volatile uint32_t *)&e->feed->done != e->fed; spins++) {
+    if ((spins & 63) != 63) {
+      host_pause();
+      continue;
+    }
+    uint64_t waited = ms_now_ns() - t0;
+    if (waited < MSD_WAIT_SPIN_NS) continue;
+    if (!w.last) watch_init(e, &w);
+    cudaError_t q = cudaStreamQuery(e->ks);
+    if (q == cudaSuccess) {  /* the kernel is gone: it cannot finish this step */
+      ms_textbuf_printf(log, "cuda: the resident kernel returned during step %u\n", e->fed);
+      rc = -MS_E_STATE;
+      break;
+    }
+    if (q != cudaErrorNotReady) {
+      ms_textbuf_printf(log, "cuda: the resident kernel failed: %s\n", cudaGetErrorString(q));
+      e->broken = 1;
+      rc = -MS_E_STATE;
+      break;
+    }
+    if (w.last && watch_poll(e, &w, log)) {
+      rc = -MS_E_STALL;
+      break;
+    }
+    if (waited < MSD_WAIT_YIELD_NS) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, 20000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  free(w.last);
+  return rc;
+}
+
+/* A handover's figures: the host's time from handing it over to seeing it
+ * done, less the device's from seeing it to moving done (both clocks' own
+ * differences: no offset needed), is what crossing the bus both ways and
+ * noticing it cost. */
+static void count_handover(struct ms_cuda_engine *e, uint64_t host_ns) {
+  uint64_t dev = e->feed->t_done > e->feed->t_seen ? e->feed->t_done - e->feed->t_seen : 0;
+  uint64_t ho = host_ns > dev ? host_ns - dev : 0;
+  e->st.fed_steps++;
+  e->st.device_step_ns += dev;
+  e->st.handover_ns += ho;
+  if (ho > e->st.handover_max_ns) e->st.handover_max_ns = ho;
+}
+
+/* Per-op mode: the logits of the rows whose token came back -1 without the
+ * host having asked for them (a draw too close to call), fetched now. */
+static int late_logits(struct ms_cuda_engine *e, struct ms_textbuf *log) {
+  int rc = 0;
+  const size_t V = (size_t)e->m->cfg.vocab;
+  int late = 0;
+  for (int r = 0; r < e->fed_rows; r++)
+    if (e->feed_tok[r] < 0 && !(e->feed_stage->row[r].flags & MSD_ROW_HOST)) {
+      CK(cudaMemcpyAsync(e->feed_logits + (size_t)r * V, e->logits_buf + (size_t)r * V, V * sizeof(float),
+                         cudaMemcpyDeviceToHost, e->ks));
+      late = 1;
+    }
+  if (late) CK(cudaStreamSynchronize(e->ks));
+out:
+  return rc;
+}
+
+/* Counts what crossed the bus for the step just done: rows drawn on the
+ * device (a token) and on the host (a logits row). */
+static void count_rows(struct ms_cuda_engine *e) {
+  for (int r = 0; r < e->fed_rows; r++)
+    if (e->feed_stage->row[r].slot >= 0) {
+      if (e->feed_tok[r] >= 0)
+        e->st.rows_device_drawn++;
+      else
+        e->st.rows_host_drawn++;
+    }
+}
+
+extern "C" int ms_cuda_feed_wait(struct ms_cuda_engine *e, const int32_t **tokens, const float **logits,
+                                 struct ms_textbuf *log) {
   int rc = 0;
   if (!e->feeding) {
     ms_textbuf_printf(log, "cuda: ms_cuda_feed_start first\n");
     return -MS_E_STATE;
   }
-  if (!e->in_flight) {  /* per-op mode's events alone: nothing was handed over */
-    *logits = e->feed_logits;
-    return 0;
-  }
+  *tokens = e->feed_tok;
+  *logits = e->feed_logits;
+  if (!e->in_flight) return 0;  /* per-op mode's events alone: nothing was handed over */
   if (e->o.mode == MS_CUDA_PER_OP) {
     CK(cudaStreamSynchronize(e->ks));
-  } else {
-    struct beat_watch bw = {(uint64_t *)calloc((size_t)e->n_ctas, sizeof(uint64_t)), 0};
-    for (int spins = 0; e->feed->done != e->fed; spins++) {
-      if (spins < 64) continue;  /* a short step: no sleep */
-      cudaError_t q = cudaStreamQuery(e->ks);
-      if (q == cudaSuccess) {  /* the kernel is gone: it cannot finish this step */
-        ms_textbuf_printf(log, "cuda: the resident kernel returned during step %u\n", e->fed);
-        rc = -MS_E_STATE;
-        break;
-      }
-      if (q != cudaErrorNotReady) {
-        ms_textbuf_printf(log, "cuda: the resident kernel failed: %s\n", cudaGetErrorString(q));
-        e->broken = 1;
-        rc = -MS_E_STATE;
-        break;
-      }
-      if (beats_stalled(e, &bw, log)) {
-        rc = -MS_E_STALL;
-        break;
-      }
-      struct timespec ts = {0, 20000};
-      nanosleep(&ts, NULL);
+    if ((rc = late_logits(e, log))) goto out;
+    float ms = 0;
+    if (e->fed_rows && cudaEventElapsedTime(&ms, e->ev0, e->ev1) == cudaSuccess) {
+      uint64_t dev = (uint64_t)((double)ms * 1e6), host = ms_now_ns() - e->t_handed;
+      e->st.fed_steps++;
+      e->st.device_step_ns += dev;
+      e->st.handover_ns += host > dev ? host - dev : 0;
+      if (host - dev > e->st.handover_max_ns && host > dev) e->st.handover_max_ns = host - dev;
     }
-    free(bw.last);
-    __sync_synchronize();  /* the logits rows after done */
+  } else {
+    rc = wait_done(e, log);
+    __sync_synchronize();  /* the tokens and logits rows after done */
     if (!rc) {
-      int64_t off = (int64_t)(ms_now_ns() - e->feed->t_done);
+      uint64_t now = ms_now_ns();
+      int64_t off = (int64_t)(now - e->feed->t_done);
       if (!e->have_off || off < e->clock_off) e->clock_off = off;
       e->have_off = 1;
+      if (e->fed_rows) count_handover(e, now - e->t_handed);
     }
     if (!rc && e->traced) rc = trace_marks(e, log);
   }
-  if (!rc) *logits = e->feed_logits;
+  if (!rc) count_rows(e);
   e->fed_rows = 0;
   e->in_flight = 0;
 out:
@@ -1195,10 +1476,14 @@ extern "C" int ms_cuda_feed_totals(struct ms_cuda_engine *e, uint64_t *cls, uint
 extern "C" int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log) {
   if (!e->feeding) return 0;
   e->feeding = 0;
-  if (e->o.mode == MS_CUDA_PER_OP) return 0;
-  __sync_synchronize();
-  e->feed->seq = MSD_SEQ_EXIT;
-  __sync_synchronize();
+  if (e->o.mode == MS_CUDA_PER_OP || !e->running) return 0;
+  e->seq_src[1] = MSD_SEQ_EXIT;  /* the word the scheduler polls, through the same stream as every handover */
+  if (cudaMemcpyAsync(e->feed_seq, &e->seq_src[1], sizeof(uint32_t), cudaMemcpyHostToDevice, e->cs) != cudaSuccess ||
+      cudaStreamSynchronize(e->cs) != cudaSuccess) {
+    ms_textbuf_printf(log, "cuda: the exit could not be handed over\n");
+    abort_kernel(e);
+    return -MS_E_STATE;
+  }
   return ms_cuda_wait(e, log);  /* the kernel's step count joins the statistics there */
 }
 

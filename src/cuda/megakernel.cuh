@@ -25,8 +25,15 @@
  * ld.acquire.gpu on thread 0, then fence and barrier before reading.
  * Waiting. A worker whose next AOT task is not ready runs JIT work from its ring
  * if any; otherwise it prefetches that task's weights into L2 once and spins.
- * Heartbeat. Thread 0 of every CTA writes {beats, step, running, waiting, since}
- * to host-mapped memory at most every MSD_BEAT_NS; the host's watchdog reads it.
+ * Heartbeat. Thread 0 of every CTA writes to host-mapped memory what it runs,
+ * what it waits for (a task and its event, or the step's end event) and since
+ * when, and the tasks it finished, as they change; {beats, step, since} at most
+ * every MSD_BEAT_NS. The host's watchdog reads it: no beat for watchdog_ms is
+ * a dead CTA; no task finished for watchdog_ms while a CTA spins on one event
+ * is a stuck event, named with its count and the producers that have not
+ * triggered it (done_gen). Every spin beats, and once a beat period a CTA
+ * reads the host's abort word: set, every CTA returns (the watchdog's way out
+ * of a hang it reported).
  * Hooks. Each site is "if (h && msd_hook_armed(h, hook))": with hooks_off the
  * pointer is NULL and the sites cost a register test.
  * Exit. When the host has set exit_when_idle and every submitted request is done,
@@ -72,33 +79,34 @@ struct msd_host {
   volatile uint32_t exited;          /* device: the scheduler published the exit */
   volatile uint64_t steps, positions, tokens, queue_full;
   volatile uint64_t t_start, t_end;  /* %globaltimer at launch and exit */
+  volatile uint32_t abort;           /* host: every CTA returns (read once a beat period) */
 };
 
-/* Per-CTA heartbeat (host-mapped). */
+/* Per-CTA heartbeat (host-mapped), device clock. */
 struct msd_beat {
-  volatile uint64_t beats, step, since;
-  volatile int32_t running, waiting;  /* task, -1: none */
-  uint64_t pad[3];
+  volatile uint64_t beats, step, since;  /* since: the last beat */
+  volatile int32_t running, waiting;     /* task, -1: none */
+  volatile int32_t wait_ev;              /* the event it spins on, -1: none */
+  volatile int32_t pad0;
+  volatile uint64_t wait_since;          /* when that wait began */
+  volatile uint64_t done;                /* tasks it finished */
+  uint64_t pad[1];
 };
 
 #define MSD_MAX_SLOTS 256
 
 /* Fed mode (the engine's CUDA backend, src/runtime/backend_cuda.c): the host's
- * step machine admits, batches and samples; the kernel runs the steps it is
- * handed. One row of a fed step: its request slot (-1: padding), position,
- * input token, the slot's generation (hook contexts) and the KV page holding
- * the position (pages are given as positions are first reached, so the page
- * table of a slot is complete up to its position). */
-struct msd_feed_row {
-  int32_t slot, pos, token, page;
-  uint32_t gen;
-};
+ * step machine admits, batches and keeps the requests; the kernel runs the
+ * steps it is handed and draws their tokens. A row of a fed step is
+ * cuda/dev.h's struct msd_feed_row (pages are given as positions are first
+ * reached, so the page table of a slot is complete up to its position). */
 
 /* A request event of the host's step machine (admitted, a token sampled,
  * finished), for the device's request hook: phase as enum ms_req_phase. */
 struct msd_feed_event {
   int32_t phase, slot, token;
   uint32_t gen;
+  uint64_t step;                    /* the engine step it happened in */
 };
 #define MSD_FEED_EVENTS (3 * MSD_MAX_SLOTS)
 
@@ -113,10 +121,12 @@ struct msd_feed_step {
   struct msd_feed_row row[MSD_MAX_SLOTS];
 };
 
-/* The fed mode's handshake (host-mapped). */
+/* The fed mode's handshake (host-mapped; the host's half, the steps handed
+ * over, is msd_rt.feed_seq in device memory). */
 struct msd_feed {
-  volatile uint32_t seq;            /* host: steps handed over; MSD_SEQ_EXIT: return */
-  volatile uint32_t done;           /* device: steps whose end event fired (logits rows written) */
+  volatile uint32_t done;           /* device: handovers done (a step's end event fired: its tokens written) */
+  volatile uint32_t pad;
+  volatile uint64_t t_seen;         /* device: its clock as it saw the last handover */
   volatile uint64_t t_done;         /* device: its clock as it moved done (the host's clock offset) */
 };
 
@@ -184,11 +194,14 @@ struct msd_rt {
   int32_t *out_pool;                /* host-mapped */
   float *logits_rec;                /* device, or NULL */
   struct msd_beat *beats;           /* [n_ctas] host-mapped */
+  uint32_t *done_gen;               /* [the plan's tasks] generation + 1 of each task's last trigger, or NULL */
+  int32_t lost_trigger;             /* tests: task + 1 whose trigger is never counted (its event never fires); 0: none */
   struct msd_hooks *hooks;          /* NULL: no hook sites */
   int32_t device;                   /* device index for the hook context */
   /* fed mode: NULL when the kernel admits requests itself (req, host) */
   struct msd_feed *feed;            /* host-mapped */
   const struct msd_feed_step *feed_step;  /* device */
+  const uint32_t *feed_seq;         /* device: handovers so far, MSD_SEQ_EXIT: return (the host's copy stream writes it) */
   /* The engine's always-on aggregates (fed mode; NULL: off): per task class
    * {tasks, task_ns, wait_ns}, per class of the event waited on {tasks,
    * wait_ns}, summed over workers with one add each (device memory; the
@@ -232,25 +245,36 @@ static __device__ __forceinline__ uint64_t msd_now(void) {
 /* ---- heartbeat and hooks ------------------------------------------------- */
 
 /* The heartbeat's local state: writes to host-mapped memory are write-only
- * (a read would cross the bus). What the CTA runs or waits on is written when it
- * changes, so a CTA stuck in a task is reported in it; the beat counter and
- * its time at most every MSD_BEAT_NS. */
+ * (a read would cross the bus), except the abort word's, once a beat period.
+ * What the CTA runs or waits on is written when it changes, so a CTA stuck in
+ * a task is reported in it; the beat counter and its time at most every
+ * MSD_BEAT_NS. done counts the CTA's finished tasks (written at its next beat). */
 struct msd_beat_state {
-  uint64_t last, n;
-  int32_t running, waiting;
+  uint64_t last, n, done, done_put;
+  int32_t running, waiting, ev;
+  int abort;
 };
+#define MSD_BEAT_INIT {0, 0, 0, 0, -1, -1, -1, 0}
 
-static __device__ void msd_beat(const struct msd_rt *rt, int cta, uint64_t step, int running, int waiting,
-                                struct msd_beat_state *bs) {
+/* Returns 1 once the host asked every CTA to return (msd_host.abort). */
+static __device__ int msd_beat(const struct msd_rt *rt, int cta, uint64_t step, int running, int waiting, int ev,
+                               struct msd_beat_state *bs) {
   struct msd_beat *b = &rt->beats[cta];
-  if (running != bs->running) ms_at_word_st32((void *)&b->running, (uint32_t)(bs->running = running));
-  if (waiting != bs->waiting) ms_at_word_st32((void *)&b->waiting, (uint32_t)(bs->waiting = waiting));
   uint64_t now = msd_now();
-  if (now - bs->last < MSD_BEAT_NS) return;
+  if (running != bs->running) ms_at_word_st32((void *)&b->running, (uint32_t)(bs->running = running));
+  if (waiting != bs->waiting || ev != bs->ev) {  /* a new wait: its start first, then what it is */
+    if (ev >= 0) ms_at_word_st64((void *)&b->wait_since, now);
+    ms_at_word_st32((void *)&b->waiting, (uint32_t)(bs->waiting = waiting));
+    ms_at_word_st32((void *)&b->wait_ev, (uint32_t)(bs->ev = ev));
+  }
+  if (bs->done != bs->done_put) ms_at_word_st64((void *)&b->done, bs->done_put = bs->done);
+  if (now - bs->last < MSD_BEAT_NS) return bs->abort;
   bs->last = now;
   ms_at_word_st64((void *)&b->step, step);
   ms_at_word_st64((void *)&b->since, now);
   ms_at_word_st64((void *)&b->beats, ++bs->n);
+  if (ms_at_word_ld32((const void *)&rt->host->abort)) bs->abort = 1;
+  return bs->abort;
 }
 
 /* When task t of step `step` became ready: its event's firing in that step
@@ -357,7 +381,7 @@ static __device__ __forceinline__ int msd_event_fired(const struct msd_rt *rt, i
 static __device__ int msd_trigger(const struct msd_rt *rt, int t, uint64_t gen, uint64_t step, int worker,
                                   int rows) {
   int ev = rt->x->tasks[t].trigger;
-  if (ev < 0) return 0;
+  if (ev < 0 || t + 1 == rt->lost_trigger) return 0;
   const struct ms_event *E = &rt->events[ev];
   uint64_t target = ms_event_target(E, gen);
   /* fault injection (delayed_release): the trigger that completes the event
@@ -368,6 +392,7 @@ static __device__ int msd_trigger(const struct msd_rt *rt, int t, uint64_t gen, 
   }
   __threadfence();
   uint64_t old = ms_at_add_acq_rel64(&rt->counters[ev], 1);
+  if (rt->done_gen) ms_at_word_st32(&rt->done_gen[t], (uint32_t)gen + 1);  /* the watchdog's list; no order needed */
   if (old + 1 != target) return 0;
   if (rt->fire_ns) ms_at_word_st64(&rt->fire_ns[ev], (msd_now() & ~(uint64_t)0xffu) | ((step + 1) & 0xffu));
   if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_DEP_RELEASE)) {
@@ -474,7 +499,7 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
   __shared__ uint64_t s_gen, s_step;
   const int w = cta - 1, tid = threadIdx.x;
   uint32_t seen = 0;
-  struct msd_beat_state beat = {0, 0, -1, -1};
+  struct msd_beat_state beat = MSD_BEAT_INIT;
   const uint32_t cap = rt->jit_cap;
   int32_t *jq = rt->jit_q + (size_t)w * cap;
   uint32_t head = 0;  /* this worker's ring: it alone consumes */
@@ -483,13 +508,14 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
   for (;;) {
     if (tid == 0) {
       uint32_t seq;
-      while ((seq = ms_at_ld_acq32(rt->step_seq)) == seen) {
+      int abort = 0;
+      while ((seq = ms_at_ld_acq32(rt->step_seq)) == seen && !abort) {
         if (rt->hooks) msd_hooks_quiescent(rt->hooks, w);
-        msd_beat(rt, cta, s_step, -1, -1, &beat);
+        abort = msd_beat(rt, cta, s_step, -1, -1, -1, &beat);
         __nanosleep(200);
       }
       ms_at_fence_acq_rel();
-      s_exit = seq == MSD_SEQ_EXIT;
+      s_exit = seq == MSD_SEQ_EXIT || abort;
       seen = seq;
       s_gen = seq - 1u;
       s_step = *(volatile uint64_t *)rt->cur_step;
@@ -546,15 +572,19 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
             }
             if (prefetched != a) {  /* warm L2 with its weights, with the whole CTA */
               prefetched = a;
-              t = -2 - a;
+              t = -3 - a;
               break;
             }
-            msd_beat(rt, cta, step, -1, a, &beat);
+            if (msd_beat(rt, cta, step, -1, a, ev, &beat)) {
+              t = -2;  /* the host's abort */
+              break;
+            }
           } else if (msd_event_fired(rt, rt->end_event, gen)) {
             t = -1;  /* the step is over */
             break;
-          } else {
-            msd_beat(rt, cta, step, -1, -1, &beat);
+          } else if (msd_beat(rt, cta, step, -1, -1, rt->end_event, &beat)) {
+            t = -2;
+            break;
           }
           if (rt->hooks) msd_hooks_quiescent(rt->hooks, w);
           __nanosleep(64);
@@ -562,23 +592,28 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
         if (t >= 0) {
           /* JIT tasks were dispatched ready; the acquire is what orders their reads */
           int ev = rt->x->tasks[t].wait;
-          while (!msd_event_fired(rt, ev, gen)) __nanosleep(32);
+          while (!msd_event_fired(rt, ev, gen) && !beat.abort) {
+            msd_beat(rt, cta, step, -1, t, ev, &beat);
+            __nanosleep(32);
+          }
           ms_at_fence_acq_rel();
+          if (beat.abort) t = -2;
         }
-        s_task = t;
+        s_task = t;  /* -1: the step's end; -2: return (the host's abort); <= -3: prefetch -3 - t */
       }
       __syncthreads();
       int t = s_task;
       if (t == -1) break;
-      if (t <= -2) {
-        msd_task_prefetch(rt->x, -2 - t, tid, MSD_THREADS);
+      if (t == -2) return;
+      if (t <= -3) {
+        msd_task_prefetch(rt->x, -3 - t, tid, MSD_THREADS);
         __syncthreads();
         continue;
       }
       uint64_t t0 = 0;
       if (tid == 0) {
         t0 = msd_now();
-        msd_beat(rt, cta, step, t, -1, &beat);
+        msd_beat(rt, cta, step, t, -1, -1, &beat);
         if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_TASK_BEGIN))
           msd_task_hook(rt, MS_HOOK_TASK_BEGIN, t, step, w, rows, t0, 0, wait_ns);
       }
@@ -601,12 +636,13 @@ static __device__ void msd_worker(const struct msd_rt *rt, int cta) {
         const uint64_t ready = rt->fire_ns ? msd_ready_ns(rt, t, step, t_step, t0) : t0;
         if (rt->cls_acc) msd_account(rt, t, t1 - t0, t0 - ready, wait_ns);
         int fired = msd_trigger(rt, t, gen, step, w, rows);
+        beat.done++;
         if (tracing) msd_trace_task(rt, w, &n_traced, t, step, t0, t1, ready, wait_ns, fired);
         if (rt->hooks) msd_hooks_quiescent(rt->hooks, w);
       }
     }
     if (tid == 0) {
-      msd_beat(rt, cta, step, -1, -1, &beat);
+      msd_beat(rt, cta, step, -1, -1, -1, &beat);
       if (tracing) msd_trace_publish(rt, w, n_traced, step);
       /* the step's last wait, for dep_wait's step-end reason */
       if (rt->hooks && msd_hook_armed(rt->hooks, MS_HOOK_DEP_WAIT)) {
@@ -640,7 +676,10 @@ static __device__ void msd_dispatch(const struct msd_rt *rt, int t, uint64_t ste
     }
     if (depth >= cap) {
       rt->host->queue_full = ++rt->sched->queue_full;
-      if (tries >= W) __nanosleep(100);
+      if (tries >= W) {  /* every ring full: the workers are slow, stuck, or gone at the host's abort */
+        if (ms_at_word_ld32((const void *)&rt->host->abort)) return;
+        __nanosleep(100);
+      }
       continue;
     }
     rt->jit_q[(size_t)w * cap + (q->tail[w] & (cap - 1))] = t;
@@ -809,12 +848,12 @@ static __device__ void msd_step_end(const struct msd_rt *rt, uint64_t step) {
 
 /* The request hook of a fed event (the host's step machine admitted,
  * sampled or retired it; the slot's generation comes with it). */
-static __device__ void msd_feed_events(const struct msd_rt *rt, const struct msd_feed_step *f, uint64_t step) {
+static __device__ void msd_feed_events(const struct msd_rt *rt, const struct msd_feed_step *f) {
   if (!rt->hooks || !msd_hook_armed(rt->hooks, MS_HOOK_REQUEST)) return;
   for (int i = 0; i < f->n_events && i < MSD_FEED_EVENTS; i++) {
     const struct msd_feed_event *v = &f->ev[i];
     struct ms_hook_ctx c;
-    msd_ctx_base(rt, &c, MS_HOOK_REQUEST, rt->n_workers, step, f->rows);
+    msd_ctx_base(rt, &c, MS_HOOK_REQUEST, rt->n_workers, v->step, f->rows);
     c.req_slot = (uint32_t)v->slot;
     c.req_gen = v->gen;
     c.phase = (uint32_t)v->phase;
@@ -834,17 +873,21 @@ static __device__ int msd_feed_start(const struct msd_rt *rt, uint32_t *fed, uin
   const struct msd_feed_step *f = rt->feed_step;
   for (;;) {
     uint32_t seq;
-    while ((seq = rt->feed->seq) == *fed) {
-      msd_beat(rt, 0, *step, -1, -1, beat);
+    /* device memory, written by the host's copy stream after the step's
+     * records: polled at L2 latency, not across the bus; the acquire orders
+     * the records' loads after it */
+    while ((seq = ms_at_ld_acq32(rt->feed_seq)) == *fed) {
+      if (msd_beat(rt, 0, *step, -1, -1, -1, beat)) return -1;
       if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
-      __nanosleep(200);
+      __nanosleep(100);
     }
-    __threadfence_system();  /* the step's records (copied before seq moved) after seq */
+    rt->feed->t_seen = msd_now();
     if (seq == MSD_SEQ_EXIT) return -1;
     ++*fed;
     if (f->rows > 0) break;
-    msd_feed_events(rt, f, f->step);
+    msd_feed_events(rt, f);
     __threadfence_system();
+    rt->feed->t_done = msd_now();
     rt->feed->done = *fed;
   }
   const int B = x->batch, n = f->rows < B ? f->rows : B;
@@ -870,7 +913,7 @@ static __device__ int msd_feed_start(const struct msd_rt *rt, uint32_t *fed, uin
   ms_at_word_st64(&S->layout_step, *step);
   ms_at_fence_acq_rel();
   ms_at_word_st32(&S->layout_seq, lseq + 2);
-  msd_feed_events(rt, f, *step);
+  msd_feed_events(rt, f);
   return active;
 }
 
@@ -882,7 +925,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
   struct msd_rings *rings = &S->rings;
   for (int w = 0; w < rt->n_workers; w++) rings->tail[w] = rings->head[w] = rt->jit_tail[w];
   rings->rr = 0;
-  struct msd_beat_state beat = {0, 0, -1, -1};
+  struct msd_beat_state beat = MSD_BEAT_INIT;
   uint64_t gen = 0, step = *rt->cur_step;
   const struct ms_event *end = &rt->events[rt->end_event];
   uint32_t fed = 0;  /* fed mode: steps the host handed over so far */
@@ -893,7 +936,7 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       if ((active = msd_feed_start(rt, &fed, &step, &beat)) < 0) break;
     } else if (!(active = msd_step_start(rt, step))) {
       if (rt->host->exit_when_idle && S->next_req >= rt->host->n_submitted) break;
-      msd_beat(rt, 0, step, -1, -1, &beat);
+      if (msd_beat(rt, 0, step, -1, -1, -1, &beat)) break;
       if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
       __nanosleep(1000);
       continue;
@@ -906,10 +949,10 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
     /* the step start task: its body ran above; trigger its event */
     msd_trigger(rt, 0, gen, step, rt->n_workers, rows);
     const uint64_t end_target = ms_event_target(end, gen);
-    while (ms_at_ld_acq64(&rt->counters[rt->end_event]) < end_target) {
+    while (ms_at_ld_acq64(&rt->counters[rt->end_event]) < end_target && !beat.abort) {
       uint32_t v = ms_at_ld_acq32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);
       if (!v) {
-        msd_beat(rt, 0, step, -1, -1, &beat);
+        msd_beat(rt, 0, step, -1, -1, rt->end_event, &beat);
         if (rt->hooks) msd_hooks_quiescent(rt->hooks, rt->n_workers);
         __nanosleep(32);
         continue;
@@ -918,6 +961,8 @@ static __device__ void msd_scheduler(const struct msd_rt *rt) {
       fired_head++;
       msd_release_succ(rt, (int)v - 1, step, rows, rings);
     }
+    if (beat.abort) break;  /* the host's watchdog gave up on this step */
+    msd_beat(rt, 0, step, -1, -1, -1, &beat);
     /* events whose release is still on the ring belong to this step: drain */
     for (;;) {
       uint32_t v = ms_at_ld_acq32((const uint32_t *)&rt->fired[fired_head & (rt->fired_cap - 1)]);

@@ -672,8 +672,251 @@ static __device__ void msd_moe_combine(const struct msd_ctx *x, const struct msd
   }
 }
 
-/* Greedy: argmax of the row's logits (lowest index on ties) into sampled[row];
- * the row's logits into logits_out when set. Padding rows get -1. */
+/* ---- sampling ------------------------------------------------------------
+ * Greedy is the argmax (lowest id on ties), as everywhere. Fed mode draws too:
+ * megascope/sample.h's draw (src/model/sample.c) for a row, token for token:
+ * the same weights w = expf((logit - max) / T), the same order (w descending,
+ * ids ascending on ties), the same filters (top-k; top-p with its cut;
+ * min-p), the same uniform number (splitmix64 of seed and draw number).
+ * Instead of a sort, each decision is a select on that order (msd_select:
+ * four radix passes over w's bits counting and summing per digit, then the
+ * ties in id order), over weights kept in samp_w. The device's expf may
+ * differ from the C library's by an ulp or two and its sums add in another
+ * order, so a decision that two such numbers could make differently (a cut
+ * or a draw within MSD_SAMPLE_EPS of an edge, a boundary between near-equal
+ * weights of different logits) gives the row back to the host: -1 as its
+ * token, its logits copied, and the host draws it as the CPU engine does. */
+
+#define MSD_SAMPLE_EPS 1e-6  /* relative; expf's 2 ulp and the sums' order are well inside */
+
+#ifdef MSD_HOST_EMU
+/* tests: an expf that differs from the C library's, as the device's may
+ * (msd_emu_exp_skew 0: the same) */
+inline float msd_emu_exp_skew;
+static inline float msd_expf(float x) {
+  float y = expf(x);
+  if (msd_emu_exp_skew != 0.0f && (__float_as_uint(y) & 1)) y *= 1.0f + msd_emu_exp_skew;
+  return y;
+}
+#else
+static __device__ __forceinline__ float msd_expf(float x) { return expf(x); }
+#endif
+
+static __device__ uint64_t msd_splitmix64(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* ms_sample_uniform (src/model/sample.c): integers, then one exact scaling. */
+static __device__ double msd_uniform(uint64_t seed, uint64_t counter) {
+  uint64_t r = msd_splitmix64(msd_splitmix64(seed) ^ msd_splitmix64(counter ^ 0x5851f42d4c957f2dull));
+  return (double)(r >> 11) * (1.0 / 9007199254740992.0);
+}
+
+/* The sampler's shared memory, in msd_smem.big: per-digit counts and sums,
+ * a reduction area, the results thread 0 hands to the others. */
+struct msd_samp_smem {
+  int cnt[256];
+  double sum[256], red[MSD_THREADS];
+  int wcnt[MSD_WARPS];
+  int pick, found;
+  uint32_t prefix;
+  double acc;
+  int acc_n;
+};
+
+static __device__ __forceinline__ struct msd_samp_smem *msd_samp_smem(void) {
+  return (struct msd_samp_smem *)msd_smem()->big;
+}
+
+/* Sum over the CTA in double, in one fixed tree (every thread gets it). */
+static __device__ double msd_block_sum_d(double v) {
+  double *red = msd_samp_smem()->red;
+  const int tid = threadIdx.x;
+  __syncthreads();  /* red may still be read by the previous reduction */
+  red[tid] = v;
+  __syncthreads();
+  for (int o = MSD_THREADS / 2; o > 0; o >>= 1) {
+    if (tid < o) red[tid] += red[tid + o];
+    __syncthreads();
+  }
+  return red[0];
+}
+
+/* A position of the order (w descending, ids ascending). */
+struct msd_sel {
+  int id;          /* the element there; -1: past the end */
+  int rank;        /* the position */
+  float w;
+  double before;   /* the sum of w over the positions before it */
+};
+
+enum { MSD_SEL_RANK, MSD_SEL_GE, MSD_SEL_GT };
+
+/* Whether the running sum s, with bin (or element) weight x added, reaches
+ * the target: RANK counts, GE is "cum >= target" (top-p's nucleus), GT is
+ * "cum > target" (the draw). */
+static __device__ __forceinline__ int msd_sel_reaches(int mode, double acc, double x, int acc_n, int n, double target) {
+  return mode == MSD_SEL_RANK ? acc_n + n > (int)target : mode == MSD_SEL_GE ? acc + x >= target : acc + x > target;
+}
+
+/* The position of the order that mode and target name (RANK: position
+ * target; GE, GT: the first whose running sum, itself included, reaches
+ * target). All threads call; all get *out. */
+static __device__ void msd_select(const float *w, int V, int mode, double target, struct msd_sel *out) {
+  struct msd_samp_smem *ss = msd_samp_smem();
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  if (tid == 0) ss->prefix = 0, ss->acc = 0, ss->acc_n = 0, ss->pick = 0;
+  for (int pass = 0; pass < 4; pass++) {
+    const int shift = 24 - 8 * pass;
+    const uint32_t hi = pass ? ~0u << (shift + 8) : 0;
+    __syncthreads();
+    for (int d = tid; d < 256; d += MSD_THREADS) ss->cnt[d] = 0, ss->sum[d] = 0;
+    __syncthreads();
+    const uint32_t want = ss->prefix;
+    for (int i = tid; i < V; i += MSD_THREADS) {
+      uint32_t key = __float_as_uint(w[i]);
+      if ((key & hi) != want) continue;
+      int d = (int)(key >> shift) & 255;
+      atomicAdd(&ss->cnt[d], 1);
+      atomicAdd(&ss->sum[d], (double)w[i]);
+    }
+    __syncthreads();
+    if (tid == 0 && ss->pick >= 0) {
+      int d = 255;
+      for (; d >= 0; d--) {
+        if (msd_sel_reaches(mode, ss->acc, ss->sum[d], ss->acc_n, ss->cnt[d], target)) break;
+        ss->acc += ss->sum[d];
+        ss->acc_n += ss->cnt[d];
+      }
+      ss->pick = d;  /* -1: past the end */
+      if (d >= 0) ss->prefix = want | ((uint32_t)d << shift);
+    }
+  }
+  __syncthreads();
+  if (ss->pick < 0) {
+    out->id = -1, out->rank = ss->acc_n, out->w = 0, out->before = ss->acc;
+    return;
+  }
+  /* the ties of the exact weight W, in id order: the j-th of them */
+  const uint32_t W = ss->prefix;
+  const float wf = __uint_as_float(W);
+  const double acc = ss->acc;
+  const int acc_n = ss->acc_n, n_ties = ss->cnt[W & 255];
+  int j = mode == MSD_SEL_RANK ? (int)target - acc_n
+          : mode == MSD_SEL_GE  ? (int)ceil((target - acc) / (double)wf) - 1
+                                : (int)floor((target - acc) / (double)wf);
+  j = j < 0 ? 0 : j >= n_ties ? n_ties - 1 : j;
+  if (tid == 0) ss->found = -1;
+  int running = 0;
+  for (int base = 0; base < V; base += MSD_THREADS) {
+    int i = base + tid, is = i < V && __float_as_uint(w[i]) == W;
+    unsigned b = __ballot_sync(0xffffffffu, is);
+    if (lane == 0) ss->wcnt[warp] = __popc(b);
+    __syncthreads();
+    int before = running, total = 0;
+    for (int k = 0; k < MSD_WARPS; k++) {
+      if (k < warp) before += ss->wcnt[k];
+      total += ss->wcnt[k];
+    }
+    if (is && before + __popc(b & ((1u << lane) - 1u)) == j) ss->found = i;
+    __syncthreads();
+    if (ss->found >= 0) break;
+    running += total;
+  }
+  out->id = ss->found;
+  out->rank = acc_n + j;
+  out->w = wf;
+  out->before = acc + (double)j * wf;
+}
+
+/* Whether some weight within MSD_SAMPLE_EPS of element e's comes from a
+ * different logit: the device and the C library may order the two
+ * differently. All threads call. */
+static __device__ int msd_near_tie(const float *lg, const float *w, int V, int e) {
+  if (e < 0) return 0;
+  const float le = lg[e], we = w[e];
+  double n = 0;
+  for (int i = threadIdx.x; i < V; i += MSD_THREADS)
+    n += lg[i] != le && fabs((double)w[i] - (double)we) <= MSD_SAMPLE_EPS * (double)we;
+  return msd_block_sum_d(n) > 0;
+}
+
+/* How many weights are at least c, and whether one lies within EPS of c. */
+static __device__ int msd_count_at_least(const float *w, int V, double c, int *near) {
+  double n = 0, m = 0;
+  for (int i = threadIdx.x; i < V; i += MSD_THREADS) {
+    n += w[i] >= c;
+    m += fabs((double)w[i] - c) <= MSD_SAMPLE_EPS * c;
+  }
+  n = msd_block_sum_d(n);
+  *near |= msd_block_sum_d(m) > 0;
+  return (int)n;
+}
+
+/* Whether target lies within EPS x scale of either edge of position s. */
+static __device__ __forceinline__ int msd_near_edge(const struct msd_sel *s, double target, double scale) {
+  double e = MSD_SAMPLE_EPS * scale;
+  return fabs(s->before - target) <= e || fabs(s->before + (double)s->w - target) <= e;
+}
+
+/* The token of row r as ms_sample draws it (f: its parameters; mx its
+ * largest logit), or -1 when a decision is too close to call. All threads. */
+static __device__ int msd_draw(const struct msd_ctx *x, const float *lg, const struct msd_feed_row *f, int r,
+                               float mx) {
+  const int V = x->cfg.vocab;
+  float *w = x->samp_w + (int64_t)r * V;
+  const float inv_t = 1.0f / f->temperature;
+  double z = 0;
+  for (int i = threadIdx.x; i < V; i += MSD_THREADS) {
+    w[i] = msd_expf((lg[i] - mx) * inv_t);
+    z += w[i];
+  }
+  z = msd_block_sum_d(z);  /* also the barrier after the weights' writes */
+  if (!(z > 0) || z != z || z > 1e300) return -1;
+  const int top_p_on = f->top_p > 0.0f && f->top_p < 1.0f;
+  int L = V, amb = 0;
+  double zl = z;  /* what top-p's mass is of */
+  struct msd_sel s;
+  if (f->top_k > 0 && f->top_k < V) {
+    msd_select(w, V, MSD_SEL_RANK, f->top_k, &s);  /* the first one out */
+    amb |= msd_near_tie(lg, w, V, s.id);
+    L = f->top_k;
+    zl = s.before;
+  } else if ((top_p_on || f->min_p > 0.0f) && V > 1) {
+    double cut = top_p_on ? (1.0 - f->top_p) / (V - 1) * z : 0.0;
+    if (f->min_p > 0.0f && f->min_p > cut) cut = f->min_p;
+    L = msd_count_at_least(w, V, cut, &amb);
+  }
+  if (top_p_on) {
+    double want = f->top_p * zl;
+    msd_select(w, V, MSD_SEL_GE, want, &s);
+    amb |= msd_near_edge(&s, want, zl) || msd_near_tie(lg, w, V, s.id);
+    int keep = s.id < 0 ? V : s.rank + 1;
+    if (keep < L) L = keep;
+  }
+  if (f->min_p > 0.0f && L > 1) {  /* the most probable weighs expf(0) = 1: the floor is min_p */
+    int m = msd_count_at_least(w, V, (double)f->min_p, &amb);
+    if (m < L) L = m > 1 ? m : 1;
+  }
+  double mass = z;
+  if (L < V) {
+    msd_select(w, V, MSD_SEL_RANK, L, &s);
+    mass = s.before;
+  }
+  double u = msd_uniform(f->seed, f->draw) * mass;
+  msd_select(w, V, MSD_SEL_GT, u, &s);
+  amb |= s.id < 0 || s.rank >= L || msd_near_edge(&s, u, mass) || msd_near_tie(lg, w, V, s.id);
+  return amb ? -1 : s.id;
+}
+
+/* The sample task of row r: the argmax (lowest index on ties); fed mode draws
+ * with the row's parameters instead, and copies the logits of a row whose
+ * token is the host's (-1) to logits_out. The kernel's own requests
+ * (feed_rows NULL) get the argmax, and every row's logits when logits_out is
+ * set. Padding rows get -1. */
 static __device__ void msd_sample(const struct msd_ctx *x, const struct msd_class *k, const struct ms_task *t) {
   struct msd_smem *sm = msd_smem();
   int r = t->tile[1], V = x->cfg.vocab, tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -682,7 +925,8 @@ static __device__ void msd_sample(const struct msd_ctx *x, const struct msd_clas
     return;
   }
   const float *lg = msd_buf_row(x, k->in, 0, r);
-  float *copy = x->logits_out ? x->logits_out + (int64_t)r * V : NULL;
+  const struct msd_feed_row *f = x->feed_rows ? &x->feed_rows[r] : NULL;
+  float *copy = x->logits_out && !f ? x->logits_out + (int64_t)r * V : NULL;
   int bi = -1;
   float bv = 0.0f;
   for (int i = tid; i < V; i += MSD_THREADS) {
@@ -695,17 +939,25 @@ static __device__ void msd_sample(const struct msd_ctx *x, const struct msd_clas
     float ov = __shfl_xor_sync(0xffffffffu, bv, o);
     if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bi = oi, bv = ov;
   }
+  __syncthreads();  /* ival and red may still be read by the previous body */
   if (lane == 0) sm->ival[32 + warp] = bi, sm->red[warp] = bv;
   __syncthreads();
-  if (tid == 0) {
-    bi = sm->ival[32], bv = sm->red[0];
-    for (int w = 1; w < MSD_WARPS; w++) {
-      int oi = sm->ival[32 + w];
-      float ov = sm->red[w];
-      if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bi = oi, bv = ov;
-    }
-    x->sampled[r] = bi;
+  bi = sm->ival[32], bv = sm->red[0];
+  for (int w = 1; w < MSD_WARPS; w++) {
+    int oi = sm->ival[32 + w];
+    float ov = sm->red[w];
+    if (oi >= 0 && (bi < 0 || ov > bv || (ov == bv && oi < bi))) bi = oi, bv = ov;
   }
+  int tok = bi;
+  if (f && (f->flags & MSD_ROW_HOST))
+    tok = -1;
+  else if (f && f->temperature > 0.0f)
+    tok = msd_draw(x, lg, f, r, bv);
+  if (tok < 0 && f && x->logits_out) {
+    float *dst = x->logits_out + (int64_t)r * V;
+    for (int i = tid; i < V; i += MSD_THREADS) dst[i] = lg[i];
+  }
+  if (tid == 0) x->sampled[r] = tok;
 }
 
 /* ---- entry points ---- */

@@ -62,7 +62,8 @@ int ms_cuda_feed_step(struct ms_cuda_engine *e, uint64_t step, const struct ms_c
                       const struct ms_cuda_event *ev, int n_ev, struct ms_textbuf *log) {
   return -MS_E_UNSUPP;
 }
-int ms_cuda_feed_wait(struct ms_cuda_engine *e, const float **logits, struct ms_textbuf *log) {
+int ms_cuda_feed_wait(struct ms_cuda_engine *e, const int32_t **tokens, const float **logits,
+                      struct ms_textbuf *log) {
   return -MS_E_UNSUPP;
 }
 int ms_cuda_feed_stop(struct ms_cuda_engine *e, struct ms_textbuf *log) { return -MS_E_UNSUPP; }

@@ -6,10 +6,14 @@
  * ms_rt_step_begin (retire, admit, lay out the rows with their KV pages), then
  * publish_step hands the rows to the resident kernel and the driver waits for
  * the step's end. The device runs every task of its plan (compiled once for
- * max_batch rows; rows past the step's are padding, which its tasks skip); the
- * logits of the step's rows come back and the driver samples each row with the
- * CPU engine's own sampling code (ms_rt_task_body on the bucket plan's sample
- * tasks), so a seed draws the same tokens on every backend. The engine's slots
+ * max_batch rows; rows past the step's are padding, which its tasks skip) and
+ * draws each row's token with the request's sampler (megascope/sample.h's,
+ * token for token: the seed, the draw number and the parameters go with the
+ * row), so only token ids come back; a row whose request needs its logits
+ * (penalties, logit bias, logprobs, recorded logits), or whose draw the
+ * device found too close to call, comes back as logits and the driver samples
+ * it with the CPU engine's own code (ms_rt_task_body on the bucket plan's
+ * sample tasks). Either way a seed draws the same tokens on every backend. The engine's slots
  * and page ids are the device's: the device's page table takes the page of
  * each row's position as the row reaches it.
  *
@@ -17,7 +21,10 @@
  * runner (hook/hook_impl.h): each generation's programs run on the device with
  * the table's maps as their host side, copied back before read-outs and every
  * 100 ms; the request hook's events, which happen here, are handed over for
- * the device to fire. The always-on aggregates are the device's counts.
+ * the device to fire: admissions and retirements with the step's rows, a
+ * step's tokens with the next step's (or at once when the engine is about to
+ * go idle), each with its own step number. The always-on aggregates are the
+ * device's counts.
  *
  * Faults: the task delays, delayed_release and slow_request as tables the
  * device applies (ms_fault_table_new); late_admission in the shared admission.
@@ -86,8 +93,9 @@ static void device_failed(struct cuda_be *c) {
 }
 
 static void add_event(struct cuda_be *c, int phase, int slot, uint32_t gen, int token) {
+  uint64_t step = atomic_load_explicit(&c->e->cur_step, memory_order_relaxed);
   if (c->n_ev < 3 * c->e->n_slots)
-    c->ev[c->n_ev++] = (struct ms_cuda_event){.phase = phase, .slot = slot, .token = token, .gen = gen};
+    c->ev[c->n_ev++] = (struct ms_cuda_event){.phase = phase, .slot = slot, .token = token, .gen = gen, .step = step};
 }
 
 /* Whether a program on the request hook is attached (the table's set: its
@@ -112,7 +120,29 @@ static void slot_events(struct cuda_be *c) {
   }
 }
 
-/* The step start published a step: its rows to the device. */
+/* Row r of the step as the device runs it: where it is, and how its token
+ * is drawn (the request's sampler; greedy at a prompt position, whose draw
+ * nobody uses; the host's when the request needs the logits). */
+static void fill_row(struct ms_engine *e, int r, struct ms_cuda_row *q) {
+  int s = e->row_slot[r], pos = e->row_pos[r];
+  *q = (struct ms_cuda_row){.slot = s, .pos = pos, .token = e->row_token[r]};
+  if (s < 0) return;
+  const struct slot *sl = &e->slots[s];
+  const struct ms_request *req = sl->req;
+  q->gen = sl->gen;
+  q->page = sl->pages[pos / e->o.page_size];
+  q->host_draws = ms_rt_needs_logits(req);
+  if (pos + 1 < req->n_prompt) return;
+  q->temperature = req->sample.temperature;
+  q->top_k = req->sample.top_k;
+  q->top_p = req->sample.top_p;
+  q->min_p = req->sample.min_p;
+  q->seed = req->sample.seed;
+  q->draw = (uint64_t)atomic_load_explicit(&req->n_tokens, memory_order_relaxed);
+}
+
+/* The step start published a step: its rows to the device, with the request
+ * events since the last handover (the last step's tokens first). */
 static void cuda_publish_step(void *ctx) {
   struct cuda_be *c = ctx;
   struct ms_engine *e = c->e;
@@ -120,17 +150,8 @@ static void cuda_publish_step(void *ctx) {
   if (atomic_load_explicit(&e->cur_stop, memory_order_relaxed) || c->failed) return;
   struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
   int n = rt->x.meta.n_rows;
-  c->n_ev = 0;
   slot_events(c);
-  for (int r = 0; r < n; r++) {
-    int s = e->row_slot[r], pos = e->row_pos[r];
-    struct ms_cuda_row *q = &c->rows[r];
-    q->slot = s;
-    q->pos = pos;
-    q->token = e->row_token[r];
-    q->gen = s >= 0 ? e->slots[s].gen : 0;
-    q->page = s >= 0 ? e->slots[s].pages[pos / e->o.page_size] : 0;
-  }
+  for (int r = 0; r < n; r++) fill_row(e, r, &c->rows[r]);
   if (c->traceable) ms_cuda_feed_trace(c->dev, atomic_load_explicit(&e->trace_on, memory_order_relaxed));
   struct ms_textbuf log = driver_log(c);
   if (ms_cuda_feed_step(c->dev, atomic_load_explicit(&e->cur_step, memory_order_relaxed), c->rows, n, c->ev,
@@ -138,6 +159,7 @@ static void cuda_publish_step(void *ctx) {
     device_failed(c);
   else
     c->handed = 1;
+  c->n_ev = 0;
 }
 
 /* One device record of the step just waited for, into its worker's trace
@@ -170,8 +192,9 @@ static void drain_trace(struct cuda_be *c) {
   atomic_fetch_add_explicit(&c->e->workers[0].trace_dropped, lost, memory_order_relaxed);
 }
 
-/* The step's rows sampled on the host, as the CPU engine's sample tasks do. */
-static void sample_rows(struct cuda_be *c, struct plan_rt *rt, const float *logits) {
+/* The step's rows: the device's tokens, or drawn here from their logits as
+ * the CPU engine's sample tasks do. */
+static void sample_rows(struct cuda_be *c, struct plan_rt *rt, const int32_t *tokens, const float *logits) {
   struct ms_engine *e = c->e;
   const struct ms_plan *p = rt->plan;
   const size_t V = (size_t)e->m->cfg.vocab;
@@ -184,17 +207,25 @@ static void sample_rows(struct cuda_be *c, struct plan_rt *rt, const float *logi
     const struct ms_task *k = &p->tasks[t];
     if (k->kernel != MS_K_SAMPLE || k->tile[1] >= n) continue;
     int row = k->tile[1];
+    if (tokens[row] >= 0 && !c->rows[row].host_draws) {
+      ms_rt_sample_drawn(&e->workers[0], rt, row, tokens[row]);
+      continue;
+    }
     memcpy(ms_buf_row(&rt->x, p->classes[k->cls].in, 0, row), logits + (size_t)row * V, V * sizeof(float));
     ms_rt_task_body(&e->workers[0], rt, t);
   }
 }
 
+static int all_finishing(const struct ms_engine *e);
+
 /* The tokens the step's rows drew, and the finishes they made, for the
- * device's request hook: handed over at once, as events alone (the CPU
- * engine fires them as it samples). */
+ * device's request hook (the CPU engine fires them as it samples, in this
+ * step): they go with the next step's handover, which the device fires
+ * before that step, each with this step's number, so no round trip of their
+ * own, but at once (as events alone) when no request goes on, or a map
+ * read-out while the engine idles would miss them. */
 static int token_events(struct cuda_be *c, struct plan_rt *rt) {
   struct ms_engine *e = c->e;
-  c->n_ev = 0;
   for (int r = 0; r < rt->x.meta.n_rows; r++) {
     int s = e->row_slot[r];
     if (s < 0) continue;
@@ -207,13 +238,15 @@ static int token_events(struct cuda_be *c, struct plan_rt *rt) {
       c->told_done[s] = 1;
     }
   }
-  if (!c->n_ev) return 0;
+  if (!c->n_ev || !all_finishing(e)) return 0;
   struct ms_textbuf log = driver_log(c);
   const float *unused;
+  const int32_t *none;
   uint64_t step = atomic_load_explicit(&e->cur_step, memory_order_relaxed);
-  if (ms_cuda_feed_step(c->dev, step, NULL, 0, c->ev, c->n_ev, &log) || ms_cuda_feed_wait(c->dev, &unused, &log))
-    return -1;
-  return 0;
+  int rc = ms_cuda_feed_step(c->dev, step, NULL, 0, c->ev, c->n_ev, &log) ||
+           ms_cuda_feed_wait(c->dev, &none, &unused, &log);
+  c->n_ev = 0;
+  return rc ? -1 : 0;
 }
 
 /* ---- monitors: the hook table's programs run on the device ---- */
@@ -363,14 +396,15 @@ static void *driver_main(void *arg) {
     if (!ms_rt_step_begin(e)) break;
     if (!c->handed) continue;  /* the device failed: the next start stops */
     const float *logits = NULL;
+    const int32_t *tokens = NULL;
     struct ms_textbuf log = driver_log(c);
-    if (ms_cuda_feed_wait(c->dev, &logits, &log)) {
+    if (ms_cuda_feed_wait(c->dev, &tokens, &logits, &log)) {
       device_failed(c);
       continue;
     }
     drain_trace(c);
     struct plan_rt *rt = atomic_load_explicit(&e->cur, memory_order_relaxed);
-    sample_rows(c, rt, logits);
+    sample_rows(c, rt, tokens, logits);
     if (request_hooked(e) && token_events(c, rt)) {
       device_failed(c);
       continue;
@@ -468,10 +502,25 @@ static void cuda_free(struct cuda_be *c) {
   free(c);
 }
 
+/* What the handovers cost and what crossed the bus, for the log (the
+ * device check reads it from `megascope run --backend cuda`). */
+static void log_handover(struct cuda_be *c) {
+  struct ms_cuda_stats st;
+  ms_cuda_get_stats(c->dev, &st);
+  if (!st.fed_steps) return;
+  ms_logf(MS_LOG_INFO,
+          "cuda: %llu steps handed over: handover %.1f us a step (largest %.1f), device %.1f us a step; "
+          "rows drawn on the device %llu, on the host %llu",
+          (unsigned long long)st.fed_steps, (double)st.handover_ns / 1e3 / (double)st.fed_steps,
+          (double)st.handover_max_ns / 1e3, (double)st.device_step_ns / 1e3 / (double)st.fed_steps,
+          (unsigned long long)st.rows_device_drawn, (unsigned long long)st.rows_host_drawn);
+}
+
 static void cuda_stop(struct ms_engine *e) {
   struct cuda_be *c = e->be_ctx;
   pthread_join(c->th, NULL);
   e->be_ctx = NULL;
+  log_handover(c);
   cuda_free(c);
 }
 

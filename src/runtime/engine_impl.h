@@ -342,6 +342,12 @@ int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t);
 int ms_rt_jit_empty(struct plan_rt *rt);
 /* Counts one trigger of ev now (no fault hold); 1 when it completed the event. */
 int ms_rt_trigger_now(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer);
+/* Whether a row of r needs its logits on the host (penalties or logit bias
+ * change what is drawn; logprobs and recorded logits keep them). */
+int ms_rt_needs_logits(const struct ms_request *r);
+/* The sample task of one row, its token drawn elsewhere with the request's
+ * sampler (the CUDA backend's device): the bookkeeping of ms_rt_task_body's. */
+void ms_rt_sample_drawn(struct worker *w, struct plan_rt *rt, int row, int tok);
 
 /* requests.c: requests in and out, slots and KV pages (the step start's side) */
 int ms_rt_retire(struct ms_engine *e, int cancel_all);  /* finished (or all) slots out; how many */

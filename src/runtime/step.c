@@ -417,38 +417,11 @@ static int is_stop_token(const struct ms_engine *e, const struct ms_request *r, 
   return 0;
 }
 
-/* Sampling for one row, and the request's bookkeeping: prompt positions feed
- * the next prompt token, later ones emit a token. Only this row's task touches
- * this slot during the step. */
-static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_task_class *k, int row) {
+/* Token n of slot s's request is tok: its bookkeeping (finish, wake, hook). */
+static void emit_token(struct worker *w, struct plan_rt *rt, int s, int n, int tok) {
   struct ms_engine *e = w->e;
-  const struct ms_exec_ctx *x = &rt->x;
-  int s = x->meta.row_slot[row];
-  if (row >= x->meta.n_rows || s < 0) return;
   struct slot *sl = &e->slots[s];
   struct ms_request *r = sl->req;
-  int vocab = e->m->cfg.vocab, pos = x->meta.row_pos[row];
-  const float *lg = ms_buf_row(x, k->in, 0, row);
-  /* In chunked prefill the slot's other rows come before this one; only the
-   * last touches the slot, so it keeps one writer per step. */
-  int last = row + 1 >= x->meta.n_rows || x->meta.row_slot[row + 1] != s;
-  if (r->record) {  /* each row its own position; read once the request is done */
-    memcpy(r->logits + (size_t)pos * (size_t)vocab, lg, sizeof(float) * (size_t)vocab);
-    if (last) atomic_store_explicit(&r->n_logits, pos + 1, memory_order_release);
-  }
-  if (!last) return;
-  sl->pos = pos + 1;
-  if (sl->pos < r->n_prompt) {
-    sl->next_token = r->prompt[sl->pos];
-    return;
-  }
-  int n = atomic_load_explicit(&r->n_tokens, memory_order_relaxed);
-  const float *use = adjusted_logits(r, lg, vocab, n);
-  /* draw n of this request: seeded, schedule-independent; greedy is the argmax
-   * (lowest id on ties) inside ms_sample, so the logits are scanned once */
-  int tok = ms_sample(use, vocab, &r->sample, (uint64_t)n);
-  if (tok < 0) tok = ms_argmax(use, vocab);  /* no memory for the candidates */
-  if (r->logprobs) record_logprobs(r, lg, vocab, n, tok);
   r->tokens[n] = tok;
   uint64_t now = ms_eng_now(e);
   atomic_store_explicit(&r->t_last, now, memory_order_relaxed);
@@ -464,4 +437,58 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
   ms_rt_request_tick(r);
   if (HOOK_ARMED(e, MS_HOOK_REQUEST))
     fire_request_hook(e, w->id, rt, s, n == 0 ? MS_REQ_FIRST_TOKEN : MS_REQ_TOKEN, tok);
+}
+
+/* The slot of row `row` when the row moves its request on (its last row of
+ * the step; a prompt position feeds the next prompt token): the slot and
+ * its request's token count, or -1 when the row draws no token. */
+static int row_advance(struct ms_engine *e, const struct ms_exec_ctx *x, int row, int *n) {
+  int s = x->meta.row_slot[row];
+  /* In chunked prefill the slot's other rows come before this one; only the
+   * last touches the slot, so it keeps one writer per step. */
+  if (row + 1 < x->meta.n_rows && x->meta.row_slot[row + 1] == s) return -1;
+  struct slot *sl = &e->slots[s];
+  struct ms_request *r = sl->req;
+  sl->pos = x->meta.row_pos[row] + 1;
+  if (sl->pos < r->n_prompt) {
+    sl->next_token = r->prompt[sl->pos];
+    return -1;
+  }
+  *n = atomic_load_explicit(&r->n_tokens, memory_order_relaxed);
+  return s;
+}
+
+/* Sampling for one row, and the request's bookkeeping: prompt positions feed
+ * the next prompt token, later ones emit a token. Only this row's task touches
+ * this slot during the step. */
+static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_task_class *k, int row) {
+  struct ms_engine *e = w->e;
+  const struct ms_exec_ctx *x = &rt->x;
+  int s = x->meta.row_slot[row], n;
+  if (row >= x->meta.n_rows || s < 0) return;
+  struct ms_request *r = e->slots[s].req;
+  int vocab = e->m->cfg.vocab, pos = x->meta.row_pos[row];
+  const float *lg = ms_buf_row(x, k->in, 0, row);
+  int last = row + 1 >= x->meta.n_rows || x->meta.row_slot[row + 1] != s;
+  if (r->record) {  /* each row its own position; read once the request is done */
+    memcpy(r->logits + (size_t)pos * (size_t)vocab, lg, sizeof(float) * (size_t)vocab);
+    if (last) atomic_store_explicit(&r->n_logits, pos + 1, memory_order_release);
+  }
+  if (row_advance(e, x, row, &n) < 0) return;
+  const float *use = adjusted_logits(r, lg, vocab, n);
+  /* draw n of this request: seeded, schedule-independent; greedy is the argmax
+   * (lowest id on ties) inside ms_sample, so the logits are scanned once */
+  int tok = ms_sample(use, vocab, &r->sample, (uint64_t)n);
+  if (tok < 0) tok = ms_argmax(use, vocab);  /* no memory for the candidates */
+  if (r->logprobs) record_logprobs(r, lg, vocab, n, tok);
+  emit_token(w, rt, s, n, tok);
+}
+
+int ms_rt_needs_logits(const struct ms_request *r) { return r->record || r->logprobs || r->adj != NULL; }
+
+void ms_rt_sample_drawn(struct worker *w, struct plan_rt *rt, int row, int tok) {
+  const struct ms_exec_ctx *x = &rt->x;
+  int n, s;
+  if (row >= x->meta.n_rows || x->meta.row_slot[row] < 0) return;
+  if ((s = row_advance(w->e, x, row, &n)) >= 0) emit_token(w, rt, s, n, tok);
 }

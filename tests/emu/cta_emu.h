@@ -270,6 +270,17 @@ inline unsigned msd_emu_ballot(unsigned mask, int pred, int line) {
 /* ---- intrinsics ---- */
 
 inline int __popc(unsigned v) { return __builtin_popcount(v); }
+/* shared-memory atomics: a CTA's fibers never run at once, so a plain add is one */
+inline int atomicAdd(int *p, int v) {
+  int o = *p;
+  *p = o + v;
+  return o;
+}
+inline double atomicAdd(double *p, double v) {
+  double o = *p;
+  *p = o + v;
+  return o;
+}
 inline float __uint_as_float(uint32_t u) {
   float f;
   memcpy(&f, &u, 4);

@@ -39,6 +39,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -347,6 +348,35 @@ static inline cudaError_t cudaFreeHost(void *p) {
 static inline cudaError_t cudaHostGetDevicePointer(void **d, void *h, unsigned flags) {
   (void)flags;
   *d = h;
+  return cudaSuccess;
+}
+
+/* Events: a stream's calls complete before they return (but a cooperative
+ * kernel's), so an event records the host's clock when it is recorded. */
+typedef struct ms_emu_event {
+  uint64_t t;
+} *cudaEvent_t;
+static inline uint64_t ms_emu_clock(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+static inline cudaError_t cudaEventCreate(cudaEvent_t *ev) {
+  ms_emu_blocking("cudaEventCreate");
+  *ev = (cudaEvent_t)calloc(1, sizeof **ev);
+  return *ev ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+static inline cudaError_t cudaEventDestroy(cudaEvent_t ev) {
+  free(ev);
+  return cudaSuccess;
+}
+static inline cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
+  (void)s;
+  ev->t = ms_emu_clock();
+  return cudaSuccess;
+}
+static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+  *ms = (float)((double)(b->t - a->t) / 1e6);
   return cudaSuccess;
 }
 

@@ -140,13 +140,18 @@ def matches(c, want, workers):
     return False
 
 
-def long_request(url, words, stop):
+def long_request(url, words, stop, decoding):
+    """A long prompt; `decoding` is set once its first token has come (its prompt is in)."""
     body = {"messages": [{"role": "user", "content": "Summarise this: " + " ".join(["the quick brown fox"] * (words // 4))}],
             "max_tokens": 400, "temperature": 0, "stream": True}
     req = urllib.request.Request(url + "/v1/chat/completions", json.dumps(body).encode(), {"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=600) as r:
-            for _ in r:
+            for line in r:
+                if line.startswith(b"data: {") and not decoding.is_set():
+                    delta = json.loads(line[6:])["choices"][0].get("delta", {})
+                    if delta.get("content"):  # a token (the first chunk carries the role alone)
+                        decoding.set()
                 if stop.is_set():
                     break
     except Exception:
@@ -159,9 +164,14 @@ def run_one(a, ms, model, name, kind, extra, interf, want, tmp):
     try:
         time.sleep(a.warmup)
         if interf == "long_context":
-            t_inter = threading.Thread(target=long_request, args=(url, 2400, stop), daemon=True)
+            decoding = threading.Event()
+            t_inter = threading.Thread(target=long_request, args=(url, 2400, stop, decoding), daemon=True)
             t_inter.start()
-            time.sleep(a.warmup)  # its prompt is in, its decode under way
+            # the window while it decodes: its prompt in (a 3,000-token prefill takes
+            # seconds beside the load), then a second of its decode
+            if not decoding.wait(timeout=120):
+                raise RuntimeError("the long request's first token did not come in 120 s")
+            time.sleep(1)
         elif interf:
             side = subprocess.Popen([ms, "interfere"] + interf + ["--for", "%ds" % (a.window + 20)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -206,8 +206,8 @@ static void request_culprits(struct ex *x, const struct ex_req *rq) {
       why(c, "its attention tasks took %.2fx what the other requests' line gives for its %.0f positions (z %.1f)",
           exp(e->effect), ctx, e->z);
     else
-      why(c, "its context (%.0f positions) is %.1fx the window's median; its attention tasks take %.2fx a typical "
-             "request's (z %.1f), as that context predicts", ctx, ctx / exp(rq->ctx_center), t / t_typ, zt);
+      why(c, "its context (%.0f positions) is %.1fx the window's median; its attention takes %.2fx a typical "
+             "request's in each step (z %.1f), as that context predicts", ctx, ctx / exp(rq->ctx_center), t / t_typ, zt);
   }
   /* several slow requests of one slot: the slot, not each request */
   for (int a = first; a < x->out->n_culprits; a++) {

@@ -41,8 +41,9 @@ struct ex_req {
   double slope, intercept;      /* attention ns a task = intercept + slope x context */
   double noise;                 /* the residuals' scatter (log) */
   double ctx_center;            /* the contexts' median (log positions) */
-  double t_center, t_noise;     /* the attention times' median and scatter (log ns) */
-  double *time;                 /* [n_requests]: each one's time a task (NAN: not judged) */
+  double t_center, t_noise;     /* the requests' attention loads' median and scatter (log) */
+  double *time;                 /* [n_requests]: each one's attention in all a step against its
+                                   batch's median (NAN: not judged) */
 };
 
 int ex_device(const struct ex *x, int worker);

@@ -30,6 +30,7 @@ struct cells {
   struct ms_explain_req_cell *c;
   size_t n;
   double *line, *resid;  /* [n]: the line's time for the cell's context; its residual */
+  double *load;          /* [n]: log of its attention time in all, less its step's median */
 };
 
 static double cell_time(const struct ms_explain_req_cell *c) {
@@ -41,7 +42,8 @@ static int make_cells(const struct ms_explain_input *in, struct cells *cs) {
   cs->c = calloc(n + 1, sizeof *cs->c);
   cs->line = calloc(n + 1, sizeof *cs->line);
   cs->resid = calloc(n + 1, sizeof *cs->resid);
-  if (!cs->c || !cs->line || !cs->resid) return -1;
+  cs->load = calloc(n + 1, sizeof *cs->load);
+  if (!cs->c || !cs->line || !cs->resid || !cs->load) return -1;
   for (size_t j = 0; j < n; j++) {
     struct ms_explain_req_cell c;
     if (in->req_cells) {
@@ -96,6 +98,7 @@ static int residuals(struct cells *cs, const struct ex_req *rq) {
   for (size_t j = 0; j < cs->n; j++) {
     cs->line[j] = rq->intercept + rq->slope * cs->c[j].ctx;
     cs->resid[j] = log(cell_time(&cs->c[j]) / cs->line[j]);
+    cs->load[j] = log(cs->c[j].sum_ns > 0 ? cs->c[j].sum_ns : 1);
     ord[j] = j;
   }
   qsort_r(ord, cs->n, sizeof *ord, by_slice, cs->c);
@@ -109,6 +112,10 @@ static int residuals(struct cells *cs, const struct ex_req *rq) {
     if (!requests) continue;  /* one request alone: no batch to hold it against */
     double pace = ex_median(v, k);
     for (size_t j = a; j < b; j++) cs->resid[ord[j]] -= pace;
+    k = 0;
+    for (size_t j = a; j < b; j++) v[k++] = cs->load[ord[j]];
+    double load = ex_median(v, k);
+    for (size_t j = a; j < b; j++) cs->load[ord[j]] -= load;
   }
   free(ord);
   free(v);
@@ -116,13 +123,14 @@ static int residuals(struct cells *cs, const struct ex_req *rq) {
 }
 
 /* Request i's weighted median over its cells of the residual (what = 0), the
- * paced log time (1) or the context (2); NAN without cells. */
+ * paced log time (1), the context (2) or its attention in all against its
+ * step's requests' (3); NAN without cells. */
 static double of_request(const struct cells *cs, int i, int what, struct ex_vw *v) {
   size_t k = 0;
   for (size_t j = 0; j < cs->n; j++) {
     if (cs->c[j].request != i) continue;
     double pace = log(cell_time(&cs->c[j]) / cs->line[j]) - cs->resid[j];
-    double x = what == 0 ? cs->resid[j] : what == 1 ? log(cell_time(&cs->c[j])) - pace : cs->c[j].ctx;
+    double x = what == 0 ? cs->resid[j] : what == 1 ? log(cell_time(&cs->c[j])) - pace : what == 2 ? cs->c[j].ctx : cs->load[j];
     v[k++] = (struct ex_vw){x, cs->c[j].n};
   }
   return ex_wmedian(v, k);
@@ -152,7 +160,10 @@ void ex_request_effects(struct ex *x, struct ex_req *rq) {
   for (int i = 0; steps && i < n; i++) {
     if (steps[i] < 3) continue;
     e[k] = of_request(&cs, i, 0, v);
-    lt[k] = of_request(&cs, i, 1, v);
+    /* the attention it adds to its steps, against its batch's (a long context
+     * reads more positions in every layer that reads them all: a Gemma-3
+     * local layer reads its window, so its fastest task says little) */
+    lt[k] = of_request(&cs, i, 3, v);
     /* how long its context is: the longest it reached (a prompt's first
      * chunk starts at one position) */
     ctx[k] = in->requests[i].ctx_max > 0 ? in->requests[i].ctx_max : of_request(&cs, i, 2, v);
@@ -188,6 +199,7 @@ out:
   free(cs.c);
   free(cs.line);
   free(cs.resid);
+  free(cs.load);
   free(e);
   free(lt);
   free(ctx);

@@ -181,7 +181,7 @@ def run_one(a, ms, model, name, kind, extra, interf, want, tmp):
                               "--evidence", "100", "--json"], capture_output=True, text=True, timeout=4 * a.window + 120)
         took = time.time() - t0
         if out.returncode != 0:
-            raise RuntimeError("explain: " + out.stderr[-1000:])
+            raise RuntimeError("explain exited %d: %s" % (out.returncode, out.stderr[-1000:]))
         rep = json.loads(out.stdout)
     finally:
         stop.set()

@@ -83,18 +83,26 @@ static int parse(int argc, char **argv, struct explain_args *a) {
 
 /* ---- the summary ---- */
 
-/* A live query's read-out, parsed. */
-static json_t *readout(struct live *l, const char *sock) {
+/* A live query's read-out, parsed; NULL with the reason printed. */
+static json_t *readout(struct live *l, const char *sock, const char *what) {
   struct ms_coverage cov;
   if (live_coverage(l, ME, sock, &cov)) return NULL;
   char *text = NULL;
   size_t len = 0;
   FILE *f = open_memstream(&text, &len);
-  if (!f) return NULL;
+  if (!f) {
+    fprintf(stderr, "megascope explain: the %s's read-out: %s\n", what, strerror(errno));
+    return NULL;
+  }
   struct ms_query_print po = {.sz = sizeof po, .as_json = 1, .final = 1, .id = l->id};
   int rc = ms_query_write(l->q, &l->src, &cov, &po, f);
   fclose(f);
-  json_t *j = rc ? NULL : json_loadb(text, len, 0, NULL);
+  json_error_t err;
+  json_t *j = rc ? NULL : json_loadb(text, len, 0, &err);
+  if (rc) fprintf(stderr, "megascope explain: the %s's read-out: %s\n", what, ms_strerror(rc));
+  else if (!j)
+    fprintf(stderr, "megascope explain: the %s's read-out is not JSON (%s at byte %d of %zu)\n", what, err.text,
+            err.position, len);
   free(text);
   return j;
 }
@@ -381,11 +389,11 @@ static int summarize(const struct explain_args *a, const char *sock, const struc
   }
   if (i > EXPLAIN_MAX_OS_SLICES) i = EXPLAIN_MAX_OS_SLICES;
   w->n_os = i;
-  if (!(sum = readout(&l, sock))) goto out;
+  if (!(sum = readout(&l, sock, "summary"))) goto out;
   w->window_ns = (double)(s[i].t - s[0].t);
   w->finished = s[i].tpot_n - s[0].tpot_n;
   w->tpot_ms = w->finished ? (s[i].tpot_sum - s[0].tpot_sum) / (double)w->finished * 1e3 : 0;
-  rc = load_summary(w, sum);
+  if ((rc = load_summary(w, sum))) fprintf(stderr, "megascope explain: out of memory for the summary's tables\n");
 out:
   live_detach(&l, ME, sock);
   for (int k = 0; k <= EXPLAIN_MAX_OS_SLICES; k++) json_decref(s[k].os);
@@ -476,7 +484,7 @@ static int capture(const char *sock, const struct ms_query_schema *sc, struct ex
   int rc = live_attach(&l, ME, sock, q, "explain-evidence", &b);
   uint64_t t0 = ms_now_ns();
   while (!rc && live_records(&l) < (size_t)want && ms_now_ns() - t0 < time_ns) live_sleep_ns(10000000ull);
-  json_t *rd = rc ? NULL : readout(&l, sock);
+  json_t *rd = rc ? NULL : readout(&l, sock, "evidence");
   live_detach(&l, ME, sock);
   ms_query_free(q);
   if (!rd) return -1;
@@ -543,7 +551,12 @@ int cmd_explain(int argc, char **argv) {
                                    .n_req_cells = w.n_req_cells, .os = w.os,
                                    .n_os_slices = w.n_os, .device = w.device, .n_workers = w.n_workers,
                                    .n_slices = w.slices, .window_ns = w.window_ns, .steps = w.steps};
-  if (ms_explain_judge(&w.in, &w.res) || fetch_evidence(&a, sock, sc, &w)) goto out;
+  int jrc = ms_explain_judge(&w.in, &w.res);
+  if (jrc) {
+    fprintf(stderr, "megascope explain: the judgement: %s\n", ms_strerror(jrc));
+    goto out;
+  }
+  if (fetch_evidence(&a, sock, sc, &w)) goto out;
   if (a.as_json) explain_report_json(&a, &w);
   else explain_report_text(&a, &w);
   rc = 0;

@@ -88,8 +88,10 @@ void explain_report_text(const struct explain_args *a, const struct explain_wind
   }
   for (int i = 0; i < r->n_culprits; i++) {
     const struct ms_explain_culprit *c = &r->culprits[i];
-    printf("  %d. %s %s: %s, %.2fx, z %.1f, %+.0f ns per step, confidence %.2f\n", i + 1,
-           ms_explain_kind_name(c->kind), c->name, c->cause, c->ratio, c->z, c->excess_ns_per_step, c->confidence);
+    const char *kind = ms_explain_kind_name(c->kind);
+    int named = !strncmp(c->name, kind, strlen(kind));  /* "worker 1 (CPU 1)" says its kind */
+    printf("  %d. %s%s%s: %s, %.2fx, z %.1f, %+.0f ns per step, confidence %.2f\n", i + 1, named ? "" : kind,
+           named ? "" : " ", c->name, c->cause, c->ratio, c->z, c->excess_ns_per_step, c->confidence);
     printf("     %s\n", c->why);
     const struct explain_evidence *ev = evidence_of(w, i);
     if (ev) evidence_text(ev);

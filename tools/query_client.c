@@ -84,6 +84,7 @@ static int attach_bundle(const char *me, const char *sock, const struct ms_query
   if (!rep) return -1;
   int id = (int)json_integer_value(json_object_get(rep, "id"));
   json_decref(rep);
+  if (id <= 0) fprintf(stderr, "megascope %s: the engine's reply to attach names no attachment\n", me);
   return id > 0 ? id : -1;
 }
 
@@ -156,6 +157,7 @@ int live_coverage(const struct live *l, const char *me, const char *sock, struct
     found = 0;
   }
   json_decref(rep);
+  if (found) fprintf(stderr, "megascope %s: attachment %d is not in the engine's list\n", me, l->id);
   return found;
 }
 

@@ -34,7 +34,7 @@ expect2 "expected one PROGRAM" query
 expect2 "--for '5 parsecs': expected a duration" query --for "5 parsecs" 'step { @ = count() }'
 expect2 "--slo 'tpot': expected tpot=DURATION" query --slo tpot 'step { @ = count() }'
 expect2 "slo tpot=DURATION is required" explain
-expect2 "--window '1ms': expected a duration of at least 100ms" explain --slo tpot=1s --window 1ms
+expect2 "--window '1ms': expected a duration of at least 500ms" explain --slo tpot=1s --window 1ms
 # the one option parser (tools/opt.c): every kind's refusal names the option
 expect2 "unrecognized option '--frobnicate'" run --synthetic tiny --frobnicate
 expect2 "option '--steps' requires an argument" run --synthetic tiny --steps

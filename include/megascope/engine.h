@@ -207,7 +207,7 @@ struct ms_request_info {
 };
 
 /* Submits a request; NULL + errno (EINVAL, E2BIG when it cannot fit max_ctx,
- * EAGAIN when the queue is full or the engine is stopping). */
+ * EAGAIN when the queue is full, ESHUTDOWN when the engine is stopping). */
 struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request_opts *o);
 /* The most requests queued for a slot (default 1024, at most 16384): a submit
  * beyond it fails at once with EAGAIN. Returns the bound set. */

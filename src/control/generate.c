@@ -187,7 +187,8 @@ struct oa_gen *oa_gen_start(struct ms_engine *e, const struct oa_env *env, struc
       snprintf(msg, msg_n, "%s", err == E2BIG    ? "the prompt and max_tokens exceed the engine's context"
                                  : err == EINVAL ? "the engine refused the request's options"
                                  : err == EAGAIN ? "the engine's queue is full (--max-queued); retry in a moment"
-                                                 : "the engine cannot take the request now");
+                                 : err == ESHUTDOWN ? "the engine has stopped"
+                                                    : "the engine cannot take the request now");
       oa_gen_cancel(g);
       oa_gen_free(g);
       return NULL;

@@ -260,10 +260,11 @@ struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request
   int room = ok && atomic_fetch_add_explicit(&e->queued, 1, memory_order_relaxed) <
                        atomic_load_explicit(&e->max_queued, memory_order_relaxed);
   if (!room && ok) dequeued(e);
-  if (!room || atomic_load(&e->stop_req) || ms_mpmc_push(&e->mail, (int64_t)(intptr_t)r)) {
+  int stopping = atomic_load(&e->stop_req);
+  if (!room || stopping || ms_mpmc_push(&e->mail, (int64_t)(intptr_t)r)) {
     if (room) dequeued(e);
     request_free_parts(r);
-    errno = ok ? EAGAIN : ENOMEM;
+    errno = !ok ? ENOMEM : stopping ? ESHUTDOWN : EAGAIN;
     return NULL;
   }
   atomic_fetch_add_explicit(&e->mail_seq, 1, memory_order_release);

@@ -23,7 +23,7 @@
 
 struct opts {
   struct cli_model cm;
-  int batch, requests, prompt_len, new_tokens, sms, per_op, check, json, watchdog_ms, stop_eos;
+  int batch, requests, prompt_len, new_tokens, sms, per_op, check, json, watchdog_ms, stop_eos, lost_trigger;
   const char *attach;
 };
 
@@ -42,7 +42,12 @@ static const struct cli_opt cuda_opts[] = {
     CLI_OPT_FLAG(CO, check, "check", "run: compare tokens and logits with the CPU engine"),
     CLI_OPT_FLAG(CO, stop_eos, "stop-eos", "run: a request finishes early on the model's eos token"),
     CLI_OPT_STR(CO, attach, "attach", "P.o", "run: attach a monitor while the kernel runs; print its maps"),
-    CLI_OPT_I32(CO, watchdog_ms, "watchdog-ms", "N", 0, 3600000, "report a stall after N ms without a heartbeat (default 5000)"),
+    CLI_OPT_I32(CO, watchdog_ms, "watchdog-ms", "N", 0, 3600000,
+                "report a stall after N ms without a heartbeat, or without a finished\n"
+                "                       task while a CTA spins on one event (default 5000)"),
+    CLI_OPT_I32(CO, lost_trigger, "fault-lost-trigger", "T", 0, 100000000,
+                "run: task T's trigger is never counted (its event never fires: a hang\n"
+                "                       for the watchdog to report; a test of the watchdog)"),
     CLI_OPT_FLAG(CO, json, "json", "machine-readable output"),
     {0}};
 #undef CO
@@ -182,10 +187,56 @@ static struct ms_cuda_engine *make_engine(const struct opts *o, const struct ms_
   LOGBUF(log);
   struct ms_cuda_opts co = {.sz = sizeof co, .mode = per_op ? MS_CUDA_PER_OP : MS_CUDA_MEGAKERNEL,
                             .max_batch = o->batch, .max_ctx = o->prompt_len + o->new_tokens + 1,
-                            .n_sms = o->sms, .watchdog_ms = o->watchdog_ms, .hooks_off = hooks_off};
+                            .n_sms = o->sms, .watchdog_ms = o->watchdog_ms, .hooks_off = hooks_off,
+                            .fault_lost_trigger = o->lost_trigger >= 0 ? o->lost_trigger + 1 : 0};
   struct ms_cuda_engine *e = ms_cuda_engine_new(m, &co, &log);
   if (!e) fprintf(stderr, "megascope cuda: %s", log.buf);
   return e;
+}
+
+/* An attach while the kernel runs, and the proof that it did: the steps the
+ * kernel had finished when the call was made and when it returned, and the
+ * requests then finished (steps_total and executed come at the end). */
+struct live_attach {
+  int id;
+  uint64_t steps_before, steps_after;
+  int finished_after;
+  double attach_us;
+};
+
+static void attach_live(struct ms_cuda_engine *e, const char *path, struct live_attach *la, struct ms_textbuf *log) {
+  struct ms_monitor *mon = ms_monitor_open(path, log);
+  la->steps_before = ms_cuda_steps_done(e);
+  uint64_t t0 = ms_now_ns();
+  la->id = mon ? ms_cuda_attach(e, mon, NULL, log) : -errno;
+  la->attach_us = (double)(ms_now_ns() - t0) / 1e3;
+  la->steps_after = ms_cuda_steps_done(e);
+  la->finished_after = ms_cuda_finished(e);
+  if (la->id < 0) {
+    fprintf(stderr, "megascope cuda: attach %s: %s", path, log->buf);
+    if (mon) ms_monitor_free(mon);
+  }
+}
+
+static void json_attach(struct ms_json *j, struct ms_cuda_engine *e, const struct live_attach *la, int requests,
+                        uint64_t steps_total) {
+  struct ms_coverage cv = {0};
+  ms_cuda_coverage(e, la->id, &cv);
+  ms_json_key(j, "attach");
+  ms_json_obj_begin(j);
+  ms_json_kint(j, "id", la->id);
+  ms_json_knum(j, "call_us", la->attach_us);
+  ms_json_kuint(j, "steps_before", la->steps_before);
+  ms_json_kuint(j, "steps_after", la->steps_after);
+  ms_json_kuint(j, "steps_total", steps_total);
+  ms_json_kint(j, "finished_after", la->finished_after);
+  ms_json_kint(j, "requests", requests);
+  ms_json_kuint(j, "executed", cv.executed);
+  ms_json_kuint(j, "first_step", cv.first_step);
+  /* the attach returned with steps left to run, and programs ran in them */
+  ms_json_kbool(j, "while_running", la->id > 0 && la->steps_after < steps_total && la->finished_after < requests &&
+                                        cv.executed > 0);
+  ms_json_obj_end(j);
 }
 
 static int cmd_run_cuda(const struct opts *o, const struct ms_model *m) {
@@ -193,7 +244,8 @@ static int cmd_run_cuda(const struct opts *o, const struct ms_model *m) {
   if (!e) return 1;
   struct ms_cuda_request *r = make_requests(o, m->cfg.vocab, o->check);
   LOGBUF(log);
-  int rc = 0, id = 0;
+  int rc = 0;
+  struct live_attach la = {0};
   if (!r) {
     fprintf(stderr, "megascope cuda: out of memory\n");
     ms_cuda_engine_free(e);
@@ -203,14 +255,7 @@ static int cmd_run_cuda(const struct opts *o, const struct ms_model *m) {
     rc = ms_cuda_generate(e, r, o->requests, &log);
   } else {
     rc = ms_cuda_start(e, r, o->requests, &log);
-    if (!rc && o->attach) {
-      struct ms_monitor *mon = ms_monitor_open(o->attach, &log);
-      id = mon ? ms_cuda_attach(e, mon, NULL, &log) : -errno;
-      if (id < 0) {
-        fprintf(stderr, "megascope cuda: attach %s: %s", o->attach, log.buf);
-        if (mon) ms_monitor_free(mon);
-      }
-    }
+    if (!rc && o->attach) attach_live(e, o->attach, &la, &log);
     if (!rc) rc = ms_cuda_wait(e, &log);
   }
   if (rc) {
@@ -237,6 +282,8 @@ static int cmd_run_cuda(const struct opts *o, const struct ms_model *m) {
       ms_json_kint(&j, "requests_differing", bad);
       ms_json_knum(&j, "max_abs_logit_diff", diff);
     }
+    if (la.id > 0) json_attach(&j, e, &la, o->requests, st.steps);
+    if (rc) ms_json_kstr(&j, "report", log.buf);  /* the watchdog's, when it fired */
     ms_json_obj_end(&j);
     ms_json_end(&j);
   } else if (!rc) {
@@ -251,7 +298,7 @@ static int cmd_run_cuda(const struct opts *o, const struct ms_model *m) {
       printf("check against the CPU engine: %d of %d requests differ, max |logit diff| %.3g\n", bad,
              o->requests, diff);
   }
-  if (id > 0) ms_cuda_attach_write(e, id, stdout, o->json);
+  if (la.id > 0 && !o->json) ms_cuda_attach_write(e, la.id, stdout, 0);
   free_requests(r, o->requests);
   ms_cuda_engine_free(e);
   return rc || bad ? 1 : 0;
@@ -362,7 +409,7 @@ int cmd_cuda(int argc, char **argv) {
   }
   const char *sub = argv[1];
   struct opts o = {.batch = 4, .requests = 8, .prompt_len = 4, .new_tokens = 16, .watchdog_ms = 5000,
-                   .cm = {.seed = 1}};
+                   .lost_trigger = -1, .cm = {.seed = 1}};
   int is_bench = !strcmp(sub, "bench");
   if (is_bench) o.new_tokens = 64;
   int prc = parse(argc - 1, argv + 1, &o);

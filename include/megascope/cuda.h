@@ -92,7 +92,8 @@ struct ms_cuda_request {
 
 struct ms_cuda_stats {
   uint64_t steps, tokens, positions;
-  double kernel_ms;         /* wall time of the decode loop (launch to last token) */
+  double kernel_ms;         /* the decode loop on the device's clock: the persistent kernel's
+                             * start to its exit; per-op, the first step's copies to the last's */
   double tokens_per_s;
   uint64_t heartbeats;      /* sum of every SM's heartbeat counter */
   uint64_t queue_full;      /* JIT dispatches that found a worker queue full and retried */
@@ -119,8 +120,10 @@ int ms_cuda_generate(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n,
  * for the kernel to exit. Monitors can be attached, replaced and detached in
  * between. */
 int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log);
-/* Requests finished so far (polling; host-mapped counters). */
+/* Requests finished so far, and steps the running kernel has finished
+ * (polling; host-mapped counters). */
 int ms_cuda_finished(struct ms_cuda_engine *e);
+uint64_t ms_cuda_steps_done(const struct ms_cuda_engine *e);
 int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log);
 
 void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out);

@@ -627,6 +627,8 @@ out:
 
 extern "C" int ms_cuda_finished(struct ms_cuda_engine *e) { return e->host ? (int)e->host->n_finished : 0; }
 
+extern "C" uint64_t ms_cuda_steps_done(const struct ms_cuda_engine *e) { return e->host ? e->host->steps : 0; }
+
 /* ---- the watchdog -------------------------------------------------------- */
 
 /* What a host thread waiting on the kernel watches: every CTA's beat counter
@@ -889,7 +891,10 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
   int next = 0, done = 0;
   float *row_logits = NULL;
   uint64_t t0 = ms_now_ns(), steps = 0, positions = 0, tokens = 0;
+  cudaEvent_t ev[2] = {NULL, NULL};  /* the loop on the device's clock, as the megakernel's is */
   if (!e->have_graph && (rc = build_graph(e, log))) return rc;
+  CK(cudaEventCreate(&ev[0]));
+  CK(cudaEventCreate(&ev[1]));
   CK(cudaHostAlloc(&stage, (4 * (size_t)B + 1) * sizeof(int32_t), cudaHostAllocDefault));
   row_slot = stage;
   row_pos = stage + B;
@@ -916,6 +921,7 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
     }
   }
   for (int s = 0; s < B; s++) slot_req[s] = -1;
+  CK(cudaEventRecord(ev[0], e->ks));
   while (done < n) {
     int active = 0;
     for (int s = 0; s < B; s++) {
@@ -960,8 +966,12 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
       }
     }
   }
+  CK(cudaEventRecord(ev[1], e->ks));
+  CK(cudaEventSynchronize(ev[1]));
   {
-    double ms = (double)(ms_now_ns() - t0) / 1e6;
+    float dms = 0;
+    CK(cudaEventElapsedTime(&dms, ev[0], ev[1]));
+    double ms = dms;
     e->st.steps += steps;
     e->st.positions += positions;
     e->st.tokens += tokens;
@@ -971,6 +981,8 @@ static int run_per_op(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n
 out:
   free(row_logits);
   if (stage) cudaFreeHost(stage);
+  for (int i = 0; i < 2; i++)
+    if (ev[i]) cudaEventDestroy(ev[i]);
   return rc;
 }
 

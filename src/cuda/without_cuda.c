@@ -39,6 +39,7 @@ int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, st
   return -MS_E_UNSUPP;
 }
 int ms_cuda_finished(struct ms_cuda_engine *e) { return -MS_E_UNSUPP; }
+uint64_t ms_cuda_steps_done(const struct ms_cuda_engine *e) { return 0; }
 int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log) { return -MS_E_UNSUPP; }
 void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out) {
   *out = (struct ms_cuda_stats){0};

@@ -375,6 +375,10 @@ static inline cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t s) {
   ev->t = ms_emu_clock();
   return cudaSuccess;
 }
+static inline cudaError_t cudaEventSynchronize(cudaEvent_t ev) {
+  (void)ev;
+  return cudaSuccess;
+}
 static inline cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
   *ms = (float)((double)(b->t - a->t) / 1e6);
   return cudaSuccess;

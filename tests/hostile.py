@@ -39,6 +39,7 @@ import http.client
 import json
 import os
 import resource
+import shutil
 import signal
 import socket
 import subprocess
@@ -113,6 +114,12 @@ class Server:
             self.p.kill()
             rc = "killed"
         check(rc == 0, "serve exits 0 on SIGTERM (got %s)" % rc)
+        if rc != 0:
+            self.err.seek(0)
+            print(self.err.read()[-2000:])
+        self.out.close()
+        self.err.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 # ---- clients ----

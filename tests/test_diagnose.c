@@ -86,16 +86,22 @@ static void test_parse(void) {
 
 static void test_generate(void) {
   struct bench_scenario *s;
-  int n, count[MS_FAULT_TYPE_COUNT] = {0}, healthy = 0;
+  int n, count[MS_FAULT_TYPE_COUNT] = {0}, healthy = 0, several = 0;
   CHECK(bench_scenarios_generate(8, 3, MS_BACKEND_SIM, &s, &n) == 0);
-  CHECK(n == 8 * MS_FAULT_TYPE_COUNT + 8);
+  CHECK(n == 8 * MS_FAULT_TYPE_COUNT + 8 + 8);
   int tp_seen[5] = {0}, batch_lo = 99, batch_hi = 0, moe = 0, presets = 0, gpus = 0;
   char seen_p[16][32], seen_g[8][16];
   for (int i = 0; i < n; i++) {
-    if (s[i].n_faults)
+    if (s[i].n_faults == 2) {
+      /* two faults: culprits of different kinds, never a late admission */
+      several++;
+      CHECK(ms_fault_culprit_kind(s[i].faults[0].type) != ms_fault_culprit_kind(s[i].faults[1].type));
+      CHECK(s[i].faults[0].type != MS_FAULT_LATE_ADMISSION && s[i].faults[1].type != MS_FAULT_LATE_ADMISSION);
+    } else if (s[i].n_faults) {
       count[s[i].faults[0].type]++;
-    else
+    } else {
       healthy++;
+    }
     CHECK(s[i].faults[0].given == 0 || !s[i].n_faults);
     /* every configuration dimension drawn, devices wherever a fault needs them */
     CHECK(s[i].tp >= 1 && s[i].tp <= 4 && s[i].batch >= 1 && s[i].batch <= 16);
@@ -115,7 +121,7 @@ static void test_generate(void) {
     if (k == gpus && gpus < 8) snprintf(seen_g[gpus++], 16, "%s", s[i].gpu);
   }
   for (int t = 0; t < MS_FAULT_TYPE_COUNT; t++) CHECK(count[t] == 8);
-  CHECK(healthy == 8);
+  CHECK(healthy == 8 && several == 8);
   CHECK(tp_seen[1] && tp_seen[2] && tp_seen[3] && tp_seen[4] && batch_lo <= 2 && batch_hi >= 15);
   CHECKF(presets >= 6 && gpus == 4 && moe > 8 && moe < n, "presets %d gpus %d moe %d", presets, gpus, moe);
   struct bench_scenario *again;
@@ -256,6 +262,38 @@ static void test_score(void) {
   CHECK(n[0] == 0 && n[1] == 0 && n[2] == 1 && right[2] == 0 && n[3] == 3 && right[3] == 2);
 }
 
+/* Several culprits: naming some of them only is incomplete (not right, not
+ * falsely confident); naming one that is none of them is confidently wrong;
+ * the report counts them as their own type. */
+static void test_score_several(void) {
+  struct bench_case cases[3];
+  memset(cases, 0, sizeof cases);
+  struct bench_report r = {.n = 3, .cases = cases, .o = {.n_budgets = 1, .budgets = {1024}}};
+  for (int i = 0; i < 3; i++) {
+    cases[i].n_truth = 2;
+    cases[i].truth[0] = (struct bench_culprit){.cause = MS_FAULT_SLOW_CLASS, .kind = MS_CULPRIT_TASK_CLASS, .id = 4};
+    cases[i].truth[1] = (struct bench_culprit){.cause = MS_FAULT_SLOW_REQUEST, .kind = MS_CULPRIT_REQUEST, .id = 1};
+    cases[i].truth_cause = MS_FAULT_SLOW_CLASS;
+    CHECK(bench_case_type(&cases[i]) == BENCH_TYPE_MULTI);
+  }
+  /* 0: the class only, confident: incomplete */
+  cases[0].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = MS_FAULT_SLOW_CLASS, .kind = MS_CULPRIT_TASK_CLASS,
+                                                       .id = 4, .confidence = 0.9, .multi = 1};
+  /* 1: both: right */
+  cases[1].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = MS_FAULT_SLOW_CLASS, .kind = MS_CULPRIT_TASK_CLASS,
+                                                       .id = 4, .confidence = 0.9, .multi = 1, .n_more = 1,
+                                                       .scope_ok = 1, .cause_ok = 1, .culprit_ok = 1};
+  /* 2: the class and a wrong worker, confident: falsely confident */
+  cases[2].ans[BM_SEMANTIC][0] = (struct bench_answer){.cause = MS_FAULT_SLOW_CLASS, .kind = MS_CULPRIT_TASK_CLASS,
+                                                       .id = 4, .confidence = 0.9, .multi = 1, .n_more = 1,
+                                                       .wrong_named = 1};
+  struct bench_totals t;
+  bench_score_type(&r, 0, BM_SEMANTIC, 0, BENCH_TYPE_MULTI, &t);
+  CHECK(t.n == 3 && fabs(t.scope_accuracy - 1.0 / 3) < 1e-9 && fabs(t.false_confidence - 1.0 / 3) < 1e-9);
+  CHECK(!bench_answer_right(&cases[0].ans[BM_SEMANTIC][0]) && bench_answer_right(&cases[1].ans[BM_SEMANTIC][0]));
+  CHECK(!strcmp(bench_type_name(BENCH_TYPE_MULTI), "several") && !strcmp(bench_type_name(BENCH_TYPE_INTERFERE + BI_SPIN), "spin"));
+}
+
 /* Calibration: learned from the training split alone, each answer stated as its
  * bin's training accuracy shrunk toward 0 (right / (n + 2)); the held-out
  * split is stated by what training learned, never by itself. */
@@ -292,6 +330,7 @@ int main(void) {
   test_draw();
   test_observe_and_diagnose();
   test_score();
+  test_score_several();
   test_calibrate();
   TEST_MAIN_END();
 }

@@ -158,6 +158,8 @@ struct bench_answer {
   char why[160];             /* the evidence the diagnoser went by */
   int cause_ok, culprit_ok;  /* the cause; the cause and the culprit */
   int scope_ok;              /* the culprit (kind and id) whatever the cause label; healthy: "none" */
+  int multi;                 /* judged against several culprits: then wrong_named says whether */
+  int wrong_named;           /* a culprit it named is none of them, or a cause it named is not its culprit's */
 };
 
 struct bench_case {

@@ -41,10 +41,10 @@
 #include "megascope/plan_ir.h"
 
 #define Z_MIN 6.0
-/* A further culprit is a further test: it must stand out more than the first
- * needs to (1.5 x the threshold), and not be lost beside it (15% of its z: a
- * fault's consequences elsewhere are a fraction of its own evidence). */
-#define MULTI_Z 1.5
+/* A further culprit stands above the threshold as the first does, and not lost
+ * beside it (15% of its z: a fault's consequences elsewhere are a fraction of
+ * its own evidence). */
+#define MULTI_Z 1.0
 #define MULTI_REL 0.15
 #define MAX_HYP 8192
 
@@ -332,8 +332,11 @@ static double z_mean(struct fctx *c, int sec, int i, double *ratio) {
   /* one sample says nothing of the spread: assume it as large as the value */
   double vx = x->n > 1 ? fmax(0, x->sumsq / x->n / (d * d) - mx * mx) : mx * mx;
   double vr = r->n > 1 ? fmax(0, r->sumsq / r->n - mr * mr) : mr * mr;
-  /* few samples: a wider interval (about Student's t) */
-  double sd = sqrt(vx / x->n * (1 + 4 / x->n) + vr / r->n * (1 + 4 / r->n)) + 0.01 * mr + c->floor_abs;
+  /* few samples: a wider interval (about Student's t); on real clocks the
+   * absolute floor (what one task's time moves by, unaccounted) is a mean's:
+   * divided by the root of its samples */
+  double floor = c->sim ? c->floor_abs : c->floor_abs / sqrt(fmin(x->n, r->n) > 1 ? fmin(x->n, r->n) : 1);
+  double sd = sqrt(vx / x->n * (1 + 4 / x->n) + vr / r->n * (1 + 4 / r->n)) + 0.01 * mr + floor;
   *ratio = mr > 0 ? mx / mr : 0;
   return (mx - mr) / sd;
 }
@@ -398,7 +401,7 @@ static void hyp_starve(struct fctx *c) {
       double per_step = (x->qsum - r->qsum * x->n / r->n) / c->steps;
       if (qc - qr > per_step) qc = qr + (per_step > 0 ? per_step : 0);
     }
-    z[i] = (qc - qr) / (0.25 * qr + c->floor_abs + 50);
+    z[i] = (qc - qr) / (0.15 * qr + c->floor_abs + 50);
     broad += z[i] > Z_MIN;
   }
   /* queueing as long as the longest's half: a wider cause than one task */
@@ -572,7 +575,7 @@ static void hyp_device_busy(struct fctx *c) {
   const double scatter = task_scatter(c);
   for (int d = 0; d < D; d++) {
     double ratio = against_others(mc, mr, D, d);
-    double z = (ratio - 1) / (0.005 + scatter * sqrt(2 / c->cur->row[FS_DEVBUSY][d].n));
+    double z = (ratio - 1) / (0.003 + scatter * sqrt(2 / c->cur->row[FS_DEVBUSY][d].n));
     add(c, -2, MS_CULPRIT_DEVICE, d, z, "device %d: its tasks ran %.3fx their classes' mean time against the other "
         "devices' (and the reference)", d, ratio);
   }
@@ -730,14 +733,14 @@ static void hyp_worker(struct fctx *c) {
       top, r_cur, me->sum / 1e3, r_ref, tasks / W, cause == -2 ? "; its tasks also ran slower" : "");
   c->queueing = 0;
   /* a saturated queue holds the tasks moved onto it: the worker ran more tasks
-   * than it did in the reference (its JIT share moves by about the root of its
-   * count) */
+   * than its share of the reference's (AOT tasks are placed by the plan; its
+   * JIT share moves by 1% and a fraction of the root of its count) */
   const struct bench_stat *mr = &c->ref->row[FS_WORKER][top];
   double ref_tasks = 0;
   for (int k = 0; k < c->ref->n[FS_OP]; k++) ref_tasks += c->ref->row[FS_OP][k].n;
   if (mr->n > 0 && ref_tasks > 0) {
     double want = mr->n * tasks / ref_tasks;  /* its share of the reference's tasks, of this run's */
-    double zc = (me->n - want) / (sqrt(want) + 0.005 * want + 1);
+    double zc = (me->n - want) / (0.25 * sqrt(want) + 0.01 * want + 1);
     add(c, cause, MS_CULPRIT_WORKER, top, zc, "worker %d: it ran %.0f tasks, %.0f at its share in the reference%s", top,
         me->n, want, cause == -2 ? "; its tasks also ran slower" : "");
   }
@@ -920,7 +923,8 @@ static void null_scales(struct fctx *base, const struct bench_evidence *const *a
 
 /* Whether culprit x is a consequence of culprit a, or the same finding: the same
  * scope; a class and its layer; a request and the attention classes it slows; a
- * worker and its device. */
+ * device and the communication classes its collectives are; a worker and its
+ * device. */
 static int explains(const struct ms_plan *p, int per_device, const struct hyp *a, const struct hyp *x) {
   if (a->kind == x->kind && a->id == x->id) return 1;
   const struct hyp *cl = a->kind == MS_CULPRIT_TASK_CLASS ? a : x->kind == MS_CULPRIT_TASK_CLASS ? x : NULL;
@@ -929,6 +933,7 @@ static int explains(const struct ms_plan *p, int per_device, const struct hyp *a
     const struct ms_task_class *k = &p->classes[cl->id];
     if (other->kind == MS_CULPRIT_LAYER && k->layer == other->id) return 1;
     if (other->kind == MS_CULPRIT_REQUEST && k->kernel == MS_K_ATTN) return 1;
+    if (other->kind == MS_CULPRIT_DEVICE && k->kernel == MS_K_COMM) return 1;  /* its collective's class */
   }
   const struct hyp *w = a->kind == MS_CULPRIT_WORKER ? a : x->kind == MS_CULPRIT_WORKER ? x : NULL;
   const struct hyp *dv = a->kind == MS_CULPRIT_DEVICE ? a : x->kind == MS_CULPRIT_DEVICE ? x : NULL;
@@ -955,7 +960,8 @@ static int pick_culprits(const struct ms_plan *p, int per_device, int real, cons
   const struct hyp *first = &h[out[0]];
   for (int i = 1; i < n && k < BENCH_MAX_CULPRITS && first->id >= 0; i++) {
     if (h[i].z < MULTI_Z * Z_MIN || h[i].z < MULTI_REL * first->z) break;
-    if (h[i].id < 0 || i == out[0] || (real && h[i].queue)) continue;
+    /* queueing alone is what any culprit makes the tasks behind it do: never a further one */
+    if (h[i].id < 0 || i == out[0] || h[i].queue) continue;
     /* two culprits of one kind read as one wider cause: the stronger is named */
     int related = 0;
     for (int j = 0; j < k && !related; j++)

@@ -408,7 +408,7 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
                  "measured with %.1f paired runs on average (5 to %d, until the slowdown stood at 4 standard errors "
                  "or its standard error fell under a tenth of the target)\n\n",
               be == MS_BACKEND_CPU ? "CPU" : "CUDA", 100 * sp_sum / n_real, n_real, 100 * tg_sum / n_real,
-              (double)pairs / n_real, 40);
+              (double)pairs / n_real, 30);
   }
   for (int sp = 0; sp < 2; sp++)
     if (split_cases(r, sp)) text_split(r, sp, f);

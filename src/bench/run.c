@@ -25,7 +25,7 @@
 
 #define MAX_CONFIGS 64
 #define MAX_REFS 4      /* real clocks: healthy references per method (the first compared with, all for the null) */
-#define MAX_PAIRS 40    /* real clocks: the most paired runs one slowdown is measured with */
+#define MAX_PAIRS 30    /* real clocks: the most paired runs one slowdown is measured with */
 #define RUN_INTF (1u << 31)  /* run_once's mask: the scenario's interference; bit i: fault i */
 
 /* The healthy references of one configuration: per method, and for the trace
@@ -320,7 +320,7 @@ static double work_share(struct runner *r, const struct ms_model *m, const struc
 static double tune_one(struct runner *r, const struct ms_model *m, const struct ms_plan *p, struct bench_case *c, int j,
                        int workers, int culprits) {
   struct bench_scenario *s = &c->sc;
-  int intf = j == s->n_faults, real = real_clock(s), iters = real ? 6 : 12;
+  int intf = j == s->n_faults, real = real_clock(s), iters = real ? 4 : 12;
   double severity = intf ? s->intf.severity : s->faults[j].severity;
   double goal = (severity > 0 ? severity : 0.65) * s->target / culprits;
   double st = intf ? (s->intf.kind == BI_LONG_CONTEXT ? 64 : goal)
@@ -335,7 +335,7 @@ static double tune_one(struct runner *r, const struct ms_model *m, const struct 
   set_strength(s, j, st);
   for (int it = 0; it < iters; it++) {
     struct pairs pr;
-    paired(r, m, s, mask, real ? 4 : 1, 12, goal / 5, &pr);
+    paired(r, m, s, mask, real ? 4 : 1, 8, goal / 5, &pr);
     double d = pr.slowdown;
     c->tune_runs += 2 * (pr.n ? pr.n : 1);
     /* real clocks: a slowdown within two standard errors of 0 was not measured */
@@ -528,15 +528,27 @@ static void judge(const struct bench_case *c, struct bench_answer *a) {
     a->cause_ok = a->cause == c->truth_cause;
     a->scope_ok = a->id >= 0 && same_scope(c, a->kind, a->id, c->truth_kind, c->truth_id) && !a->n_more;
   } else {
+    /* several: each named culprit is one of them (with its cause, or "unknown"),
+     * or it is wrong; an answer naming some of them only is incomplete */
     struct bench_culprit got[BENCH_MAX_CULPRITS];
     int n = named(a, got), found = 0, causes = 0;
-    for (int t = 0; t < c->n_truth; t++)
-      for (int i = 0; i < n; i++)
-        if (same_scope(c, got[i].kind, got[i].id, c->truth[t].kind, c->truth[t].id)) {
-          found++;
-          causes += got[i].cause == c->truth[t].cause;
-          break;
-        }
+    a->multi = 1;
+    for (int i = 0; i < n; i++) {
+      int t = 0;
+      while (t < c->n_truth && !same_scope(c, got[i].kind, got[i].id, c->truth[t].kind, c->truth[t].id)) t++;
+      if (t == c->n_truth) {
+        a->wrong_named = 1;
+        continue;
+      }
+      found++;
+      causes += got[i].cause == c->truth[t].cause;
+      a->wrong_named |= got[i].cause != c->truth[t].cause && got[i].cause != -2;
+    }
+    if (n == 0 && a->cause >= 0) {  /* a known cause named with no culprit: one of theirs? */
+      int any = 0;
+      for (int t = 0; t < c->n_truth; t++) any |= c->truth[t].cause == a->cause;
+      a->wrong_named |= !any;
+    }
     a->scope_ok = found == c->n_truth && n == c->n_truth;
     a->cause_ok = causes == c->n_truth;
   }

@@ -8,8 +8,8 @@
  *                     healthy run, "none";
  *   false_confidence  confidence >= 0.5 and wrong in something asserted: a
  *                     culprit named and wrong, or a cause named (not "unknown")
- *                     and wrong; an answer that names no culprit is incomplete,
- *                     not confidently wrong about it;
+ *                     and wrong; an answer that names no culprit, or some of
+ *                     several, is incomplete, not confidently wrong about them;
  *   telemetry_bytes   the mean bytes the method shipped per scenario;
  *   perturbation      the mean of observed / unobserved run time - 1 (measured on
  *                     the CPU backend, modelled on the simulator).
@@ -23,12 +23,13 @@ static int cause_wrong(const struct bench_answer *a) { return a->cause != -2 && 
 static int scope_wrong(const struct bench_answer *a) { return a->id >= 0 && !a->scope_ok; }
 
 int bench_answer_right(const struct bench_answer *a) {
-  /* healthy: scope_ok is "said none"; faulty: the culprit, and the cause unless "unknown" */
-  return a->scope_ok && !cause_wrong(a);
+  /* healthy: scope_ok is "said none"; faulty: the culprit, and the cause unless "unknown";
+   * several culprits: each named, each with its cause or "unknown" */
+  return a->multi ? a->scope_ok && !a->wrong_named : a->scope_ok && !cause_wrong(a);
 }
 
 static int wrongly_confident(const struct bench_answer *a) {
-  return a->confidence >= 0.5 && (cause_wrong(a) || scope_wrong(a));
+  return a->confidence >= 0.5 && (a->multi ? a->wrong_named : cause_wrong(a) || scope_wrong(a));
 }
 
 /* Bin k of n_bins equal bins of confidence 0..1. */

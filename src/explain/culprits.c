@@ -48,7 +48,9 @@ static void cpu_culprits(struct ex *x, const struct ex_cpu *cpu, int *shared, do
   for (int w = 0; w < x->W && w < EX_MAX_CPU; w++) {
     if (!cpu->known[w]) continue;
     known++;
-    all &= cpu->share[w] / cpu->noise[w] >= MS_EXPLAIN_Z;
+    /* each beyond the noise and the least ratio: the CPU left to it is 1.25x
+     * below a whole one, a fifth of the window gone at least */
+    all &= cpu->share[w] / cpu->noise[w] >= MS_EXPLAIN_Z && 1 >= MS_EXPLAIN_MIN_RATIO * (1 - cpu->share[w]);
     least = cpu->share[w] < least ? cpu->share[w] : least;
   }
   if (!known) return;

@@ -91,15 +91,18 @@ for c in r["culprits"]:
     if c["kind"] == "cpu":
         assert ev is None, c  # the OS's view is the evidence
         continue
-    # each culprit's capture: at most its share of the records, 56 bytes each
+    # each culprit's capture: at most its share of the records, 64 bytes each (7 fields and a header)
     share = evidence // min(len([x for x in r["culprits"] if x["kind"] != "cpu"]), 4)
-    assert ev is not None and 0 < ev["records"] <= share and ev["bytes"] == 56 * ev["records"], (c, share)
+    assert ev is not None and 0 < ev["records"] <= share and ev["bytes"] == 64 * ev["records"], (c, share)
     assert 0 <= ev["coverage"]["eligible"] - ev["coverage"]["executed"] <= 64, ev
 if not wants:
     assert r["none_confidence"] >= 0 and (r["culprits"] or r["none_confidence"] <= 1)
 print("ok: %s: named %s" % (sys.argv[2], [c[0] + ":" + c[1] for c in named]))
 PY
-  "$MS" ls --socket "$SOCK" --json | grep -q '"attached": true' && fail "explain left an attachment"
+  "$MS" ls --socket "$SOCK" --json >"$tmp/$name/ls.json" || fail "ls after explain $name"
+  python3 -c 'import json, sys
+a = json.load(open(sys.argv[1]))["attachments"]
+assert not [x for x in a if x["attached"]], a' "$tmp/$name/ls.json" || fail "explain left an attachment"
   stop_serve "$name"
   SERVE_PID=""
 }

@@ -419,8 +419,12 @@ static double pct(const double *v, size_t n, double q) {
  * is the CPU culprits' evidence). A request's records carry its context in
  * the fifth field, the others their queueing. */
 static int capture_source(const struct explain_window *w, const struct ms_explain_culprit *c, char *src, size_t n) {
-  const char *rec = "record(step, worker, task_index, t_end - t_begin, t_begin - t_ready, wait_ns)";
-  const char *req_rec = "record(step, worker, task_index, t_end - t_begin, ctx_len, wait_ns)";
+  /* seven fields each: (step, worker, task, time, then t_begin and t_ready
+   * apart, since the firing's clock can land after the task began and an
+   * unsigned difference would wrap; a request's: its context and generation),
+   * then the wait */
+  const char *rec = "record(step, worker, task_index, t_end - t_begin, t_begin, t_ready, wait_ns)";
+  const char *req_rec = "record(step, worker, task_index, t_end - t_begin, ctx_len, req_gen, wait_ns)";
   switch (c->kind) {
   case MS_EXPLAIN_CLASS: return snprintf(src, n, "task_end /class == \"%s\"/ { @ev = %s }", c->name, rec) > 0;
   case MS_EXPLAIN_LAYER: return snprintf(src, n, "task_end /class =~ \"blk.%d.*\"/ { @ev = %s }", c->id, rec) > 0;
@@ -449,7 +453,7 @@ static void summarize_evidence(struct explain_evidence *ev, json_t *rd, int is_r
   json_array_foreach(recs, i, r) {
     if (d) d[i] = (double)json_integer_value(json_array_get(r, 3));
     fifth += (double)json_integer_value(json_array_get(r, 4));
-    wait += (double)json_integer_value(json_array_get(r, 5));
+    wait += (double)json_integer_value(json_array_get(r, 6));
     int wk = (int)json_integer_value(json_array_get(r, 1)), seen = 0;
     for (int k = 0; k < ev->n_workers; k++) seen |= ev->workers[k] == wk;
     if (!seen && ev->n_workers < 64) ev->workers[ev->n_workers++] = wk;
@@ -470,7 +474,7 @@ static int capture(const char *sock, const struct ms_query_schema *sc, struct ex
                    uint64_t time_ns, int is_request) {
   char lb[2048] = "";
   struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
-  uint32_t rec = 8 * 6 + 8, ring = 4096;
+  uint32_t rec = 8 * 7 + 8, ring = 4096;
   while (ring < (uint64_t)rec * (uint64_t)want && ring < (1u << 26)) ring <<= 1;
   struct ms_query_opts qo = {.sz = sizeof qo, .ring_bytes = ring};
   struct ms_query *q = ms_query_compile(ev->query, sc, &qo, &log);

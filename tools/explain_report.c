@@ -40,15 +40,18 @@ static void evidence_text(const struct explain_evidence *ev) {
   printf("; on %d worker%s; coverage eligible %llu, executed %llu, lost %llu\n", ev->n_workers,
          ev->n_workers == 1 ? "" : "s", (unsigned long long)ev->eligible, (unsigned long long)ev->executed,
          (unsigned long long)ev->lost);
-  printf("     %8s %6s %10s %12s %12s %10s\n", "step", "worker", "task", "task_ns", isnan(ev->mean_ctx) ? "ready_ns" : "ctx_len",
+  int req = !isnan(ev->mean_ctx);
+  printf("     %8s %6s %10s %12s %12s %10s\n", "step", "worker", "task", "task_ns", req ? "ctx_len" : "ready_ns",
          "wait_ns");
   size_t i;
   json_t *r;
   json_array_foreach(ev->first, i, r) {
+    /* ready: from the firing to the begin, signed (the two clocks' stores can cross) */
+    long long fifth = req ? json_integer_value(json_array_get(r, 4))
+                          : json_integer_value(json_array_get(r, 4)) - json_integer_value(json_array_get(r, 5));
     printf("     %8lld %6lld %10lld %12lld %12lld %10lld\n", json_integer_value(json_array_get(r, 0)),
            json_integer_value(json_array_get(r, 1)), json_integer_value(json_array_get(r, 2)),
-           json_integer_value(json_array_get(r, 3)), json_integer_value(json_array_get(r, 4)),
-           json_integer_value(json_array_get(r, 5)));
+           json_integer_value(json_array_get(r, 3)), fifth, json_integer_value(json_array_get(r, 6)));
   }
 }
 

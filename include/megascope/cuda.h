@@ -64,7 +64,7 @@ struct ms_cuda_opts {
   int watchdog_ms;          /* report a stall after this long without a heartbeat; 0: off */
   int hooks_off;            /* 1: the kernel has no hook sites at all (bench baseline) */
   int monitor_mib;          /* device memory for monitors, allocated before the launch (attaches
-                             * while the kernel runs only copy into it); 0: 8 + 2 a CTA */
+                             * while the kernel runs only copy into it); 0: 40 + 2 a CTA */
   int fault_lost_trigger;   /* tests: task + 1 whose trigger is never counted, so its event never
                              * fires (a hang for the watchdog to name); 0: none */
 };

@@ -606,6 +606,16 @@ static double perturbation(const struct runner *r, const struct bench_case *c, c
   return work / workers / c->faulty_ns;
 }
 
+/* The end of the run's log, where its error is: the lines before it (the
+ * backend's set-up, a verifier's statistics) only say how far it came. */
+static const char *log_tail(const struct runner *r) {
+  size_t n = strlen(r->logbuf);
+  while (n && r->logbuf[n - 1] == '\n') n--;
+  size_t at = n > 200 ? n - 200 : 0;
+  while (at && r->logbuf[at - 1] != '\n') at++;
+  return r->logbuf + at;
+}
+
 /* Every method's observed run of the faulty scenario and its diagnosis at
  * every budget. */
 static int observe_all(struct runner *r, struct bench_case *c, const struct ms_model *m, const struct ms_plan *p,
@@ -623,7 +633,7 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
       const struct bench_evidence *ref[MAX_REFS];
       int nref = reference(r, m, s, meth, b, ref);
       if (!nref) {
-        snprintf(c->error, sizeof c->error, "reference of %s: %.200s", bench_method_name(meth), r->logbuf);
+        snprintf(c->error, sizeof c->error, "reference of %s: %.200s", bench_method_name(meth), log_tail(r));
         rc = -EINVAL;
         break;
       }
@@ -648,7 +658,7 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
         fc.m = m;
         ms_model_free(cm);
         if (rc) {
-          snprintf(c->error, sizeof c->error, "%s: %.200s", bench_method_name(meth), r->logbuf);
+          snprintf(c->error, sizeof c->error, "%s: %.200s", bench_method_name(meth), log_tail(r));
           break;
         }
         if (meth == BM_SEMANTIC && ev.attach_ns) {

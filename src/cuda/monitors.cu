@@ -230,7 +230,9 @@ static int mon_running(const struct ms_cuda_mon *mon) { return __atomic_load_n(&
 
 /* ---- the table ----------------------------------------------------------- */
 
-extern "C" size_t ms_cuda_mon_arena_default(int n_sms) { return ((size_t)8 << 20) + (size_t)n_sms * (2 << 20); }
+/* 40 MiB: the largest ring a shipped monitor declares (16 MiB, diag_sample)
+ * takes twice that on the device (its mirror), and small maps fit beside it. */
+extern "C" size_t ms_cuda_mon_arena_default(int n_sms) { return ((size_t)40 << 20) + (size_t)n_sms * (2 << 20); }
 
 extern "C" struct ms_cuda_mon *ms_cuda_mon_new(int n_sms, size_t arena_bytes, struct ms_textbuf *log) {
   if (n_sms < 1 || n_sms > 4096) {

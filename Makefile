@@ -71,7 +71,7 @@ bench-real: all
 # The long soak (tests/soak.py): SOAK_CYCLES (3000) attach / replace / detach
 # cycles with read-outs, traces and scrapes while completions stream, bounded by
 # SOAK_SECONDS (300). Not in the default ctest run (tests/cli_soak.sh is its
-# short version). Figures in README.md.
+# short version). Figures in docs/serving.md.
 SOAK_CYCLES ?= 3000
 SOAK_SECONDS ?= 300
 soak: all
@@ -82,7 +82,7 @@ soak: all
 # SOAK_HOSTILE_SECONDS (3600): idle and slowloris floods, a greedy client,
 # attach/detach cycles, while a normal client asks once a second; it must
 # always be served, and descriptors, threads and RSS come back. Figures in
-# $(BUILD)/soak-hostile.json and README.md; tests/cli_hostile.sh is the short
+# $(BUILD)/soak-hostile.json and docs/serving.md; tests/cli_hostile.sh is the short
 # version in ctest.
 SOAK_HOSTILE_SECONDS ?= 3600
 soak-hostile: all

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# What a query costs, measured in one sitting (docs/query.md, README):
+# What a query costs, measured in one sitting (docs/query.md, docs/performance.md):
 #  1. Enter to first event: N times `megascope query` (a new process each time:
 #     schema, compile, attach, first executed event seen over the socket)
 #     against `megascope serve` while two clients keep completions in flight;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmarks run and report the keys the README and the issues name (small
+# The benchmarks run and report the keys the docs and the issues name (small
 # sizes: speeds are not asserted, only their presence and sanity), and every
 # ratio they print is recomputed here from the figures it is a ratio of: bench
 # decode's megakernel / per-op (the median of the per-round ratios, from the

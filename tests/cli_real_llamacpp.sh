@@ -9,7 +9,7 @@
 # closely. SmolLM2 (q4_1) and, when cached, Gemma-3-270M (Q4_K_M), whose GEMV
 # inputs have outliers 10-20x their RMS, so llama.cpp's 8-bit blocks (q8_0 for
 # q5_0/q8_0 weights, 256-wide q8_K for q4_K/q6_K) move its logits much more:
-# its thresholds are set from the measured figures (README) with a margin.
+# its thresholds are set from the measured figures (docs/performance.md) with a margin.
 # Skipped (77) without either cached model or a python with llama_cpp
 # (scripts/llamacpp-compare.sh setup).
 set -euo pipefail
@@ -66,7 +66,7 @@ if [ -r "$G" ]; then
   # measured 48/52, 14.5, mean 0.83; with --q8-activations 49/52, 14.2, 0.76 (Intel Xeon, AVX-512 VNNI
   # and AMX); on an AMD EPYC (Zen 5) the same llama.cpp gives 46/52, 23.0, 0.93 and 46/52, 22.5, 0.77
   # while megascope's f32 path stays within 1e-4 of its double-precision reference: the largest
-  # difference is llama.cpp's own quantized arithmetic (README), which moves with the CPU it runs on
+  # difference is llama.cpp's own quantized arithmetic (docs/performance.md), which moves with the CPU it runs on
   compare "Gemma-3-270M Q4_K_M, megascope --f32-activations" "$G" 0.85 30 1.2 --f32-activations
   compare "Gemma-3-270M Q4_K_M, megascope's 8-bit activations" "$G" 0.85 30 1.2
   if have_gguf; then  # measured 52/52, 0.246, mean 0.009: the graphs agree

@@ -35,7 +35,7 @@ echo "greedy: The capital of France is|$t1"
 case "$t1" in *Paris*) ;; *) fail "no Paris in '$t1'" ;; esac
 # The chat question on the exact path: with 8-bit activations (the default)
 # this model answers it with a list of French words, as llama.cpp 0.3.36 does
-# with its own 8-bit activations on the same file (README, "8-bit activations")
+# with its own 8-bit activations on the same file (docs/performance.md, "8-bit activations")
 t2=$(gen "What is the capital of France?" 32 --chat --f32-activations)
 echo "greedy, chat, f32 activations: What is the capital of France?|$t2"
 case "$t2" in *Paris*) ;; *) fail "no Paris in the chat answer '$t2'" ;; esac

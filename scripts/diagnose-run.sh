@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # The counterexample benchmark's full runs, as docs/benchmark.md reports them:
 # the simulator's training and held-out splits (bench/scenarios/train.json and
-# heldout-4.json, 60 scenarios each over every preset, GPU, batch 1-16 and tp 1-4,
-# the calibration learned on the training split) and the CPU backend's
-# training and held-out scenarios (bench/scenarios/cpu-train.json, cpu-heldout.json). Writes the JSON reports, the text
-# tables and the plots into OUT, then prints the paired healthy and faulty run
-# times per fault type (the outer view).
+# heldout-5.json, 65 scenarios each over every preset, GPU, batch 1-16 and tp 1-4,
+# five of two faults each, the calibration learned on the training split) and
+# the CPU backend's training and held-out splits on the real models
+# (bench/scenarios/cpu-real-train.json, cpu-real-heldout.json: SmolLM2-135M and
+# Gemma-3-270M from ~/.cache/megascope, scripts/get-smollm2.sh and get-gemma3.sh).
+# Writes the JSON reports, the text tables and the plots into OUT, then prints
+# the paired healthy and faulty run times per fault type (the outer view).
+# The CPU run is a timing run: as root it runs in an autogroup of its own at
+# nice -20 (with autogroups, a plain nice only ranks a session's own
+# processes), and `uptime` is written beside it.
 #   usage: scripts/diagnose-run.sh [BUILD_DIR] [OUT_DIR]   (build, out: build, bench-out)
 set -euo pipefail
 BUILD=${1:-build}
@@ -13,10 +18,17 @@ OUT=${2:-bench-out}
 MS="$BUILD/megascope"
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
-"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/train.json" --heldout "$SRC/bench/scenarios/heldout-4.json" \
+"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/train.json" --heldout "$SRC/bench/scenarios/heldout-5.json" \
   --budgets 4k,16k,64k --out "$OUT/sim.json" --plot "$OUT/sim.png" > "$OUT/sim.txt"
-"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/cpu-train.json" --heldout "$SRC/bench/scenarios/cpu-heldout.json" --budgets 4k,16k,64k,1m \
+prio=()
+if [ "$(id -u)" = 0 ] && [ -w /proc/self/autogroup ]; then
+  prio=(setsid nice -n -20 sh -c 'echo -20 > /proc/self/autogroup; exec "$@"' sh)
+fi
+uptime > "$OUT/cpu-uptime.txt"
+"${prio[@]}" "$MS" bench diagnose --scenarios "$SRC/bench/scenarios/cpu-real-train.json" \
+  --heldout "$SRC/bench/scenarios/cpu-real-heldout.json" --budgets 4k,16k,64k \
   --out "$OUT/cpu.json" --plot "$OUT/cpu.png" > "$OUT/cpu.txt"
+uptime >> "$OUT/cpu-uptime.txt"
 cat "$OUT/sim.txt" "$OUT/cpu.txt"
 python3 - "$OUT/sim.json" "$OUT/cpu.json" <<'PY'
 import json, sys
@@ -26,7 +38,8 @@ for path in sys.argv[1:]:
     for s in r["scenarios"]:
         if "error" in s:
             continue
-        rows.setdefault(s["ground_truth"]["cause"], []).append(s)
+        g = s["ground_truth"]
+        rows.setdefault("several" if "culprits" in g else g["cause"], []).append(s)
     print("\n%s: paired unobserved runs (same seed), per fault type" % path)
     print("%-17s %3s %12s %12s %9s %9s %9s" % ("fault", "n", "healthy ms", "faulty ms", "mean", "min", "max"))
     for cause, ss in sorted(rows.items()):

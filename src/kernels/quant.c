@@ -1275,6 +1275,116 @@ TGT512_INL void v_kpk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint8_t
     y[j] = kmin ? v_hsum2(c[j]) - ((m[4 * j] + m[4 * j + 2]) + (m[4 * j + 1] + m[4 * j + 3])) : v_hsum2(c[j]);
 }
 
+/* Four rows of a packed K-quant group against input rows b0 .. b0+nb-1
+ * (nb <= 4): each pair's weights unpacked once for the sixteen (row, input)
+ * pairs, each row's scales permuted once; the lanes, products and order of
+ * every (row, input) are v_kpk_rows4_x1's, so the bits are data's. The
+ * group's run of the packed stream stays in L1 across calls for the next four
+ * inputs. */
+TGT512_INL void v_kpk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                               const struct ms_q8_act *a, int b0, int nb, int nsb, float *y, int ldy) {
+  const __m512i lo4 = _mm512_set1_epi8(0x0f), lo2 = _mm512_set1_epi8(3), hi2 = _mm512_set1_epi8(0x30);
+  const __m512i dxpick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t), n = a->n, nblk = n / QK;
+  __m512i pick[4];
+  for (int j = 0; j < 4; j++)
+    pick[j] = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_set1_epi32(4 * j));
+  __m512 c[4][4], mac[4];
+  for (int b = 0; b < 4; b++) {
+    mac[b] = _mm512_setzero_ps();
+    for (int j = 0; j < 4; j++) c[b][j] = _mm512_setzero_ps();
+  }
+  for (int sb = 0; sb < nsb; sb++) {
+    const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
+    __m512 d16 = v_x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr)));
+    __m512 dm16 = kmin ? v_x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8)))) : d16;
+    for (int p = 0; p < 4; p++) {
+      const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
+      int i = 8 * sb + 2 * p;
+      __m512i sc, mn = _mm512_setzero_si512();
+      if (ns == 8) {
+        __m128i v = _mm_loadl_epi64((const __m128i *)(sr + 8 * p));
+        sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
+        v = _mm_loadl_epi64((const __m128i *)(sr + 32 + 8 * p));
+        mn = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
+      } else if (t == MS_DTYPE_Q2_K) {
+        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
+        sc = _mm512_and_si512(v, _mm512_set1_epi32(15));
+        mn = _mm512_srli_epi32(v, 4);
+      } else {
+        sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
+      }
+      __m512 ds = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(sc)), dm = _mm512_mul_ps(dm16, _mm512_cvtepi32_ps(mn));
+      __m512 dsj[4];
+      for (int j = 0; j < 4; j++) dsj[j] = _mm512_permutexvar_ps(pick[j], ds);
+      __m512i nib[2], hb = _mm512_setzero_si512(), w[4];
+      if (KP_QB(t) == 128)
+        for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
+      else
+        nib[0] = nib[1] = _mm512_load_si512((const void *)qp);
+      if (t == MS_DTYPE_Q6_K) hb = _mm512_load_si512((const void *)hp);
+      for (int j = 0; j < 4; j++) {
+        if (KP_QB(t) == 128)
+          w[j] = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], lo4);
+        else
+          w[j] = _mm512_and_si512(j ? _mm512_srli_epi16(nib[0], 2 * j) : nib[0], lo2);
+        if (t == MS_DTYPE_Q5_K || t == MS_DTYPE_Q3_K) {
+          uint64_t m;
+          memcpy(&m, hp + 8 * j, 8);
+          w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(m), w[j], _mm512_set1_epi8(t == MS_DTYPE_Q5_K ? 16 : 4));
+        }
+        if (t == MS_DTYPE_Q6_K) {
+          __m512i h = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2) : j == 2 ? hb
+                                                                                                  : _mm512_srli_epi16(hb, 2);
+          w[j] = _mm512_ternarylogic_epi32(w[j], h, hi2, 0xf8);
+        }
+      }
+      for (int b = 0; b < 4; b++)
+        if (b < nb) {
+          size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
+          __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
+          __m512i init = v_init_k(off, q);
+          __m128 dx4 = v_dx4(a->d + ib);
+          __m512 dx = _mm512_permutexvar_ps(dxpick, _mm512_castps128_ps512(dx4));  /* [A x8, B x8] */
+          if (kmin)
+            mac[b] = _mm512_fmadd_ps(_mm512_mul_ps(dm, _mm512_broadcast_f32x4(dx4)),
+                                     _mm512_broadcast_f32x4(v_i16x4(a->bs + 2 * ib)), mac[b]);
+          for (int j = 0; j < 4; j++)
+            c[b][j] = _mm512_fmadd_ps(_mm512_mul_ps(dsj[j], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], q)),
+                                      c[b][j]);
+        }
+    }
+  }
+  for (int b = 0; b < nb; b++) {
+    float m[16];
+    _mm512_storeu_ps(m, mac[b]);
+    for (int j = 0; j < 4; j++)
+      y[(size_t)(b0 + b) * ldy + j] =
+          kmin ? v_hsum2(c[b][j]) - ((m[4 * j] + m[4 * j + 2]) + (m[4 * j + 1] + m[4 * j + 3])) : v_hsum2(c[b][j]);
+  }
+}
+
+/* Batches over one, packed K-quants: each whole group of four against the
+ * inputs four at a time, the rows outside whole groups from data. */
+TGT512_INL void kpk_gemv_x4_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
+                              float *y, int ldy) {
+  int nsb = a->n / 256, G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  if (g0 >= g1) {
+    q8_k_gemv_avx512_t(t, w, r0, r1, a, y, ldy);
+    return;
+  }
+  size_t n = (size_t)G * (size_t)nsb;
+  const uint8_t *qs = w->packed, *hs = qs + n * 4 * KP_QB(t), *ss = hs + n * 4 * KP_HB(t);
+  if (r0 < 4 * g0) q8_k_gemv_avx512_t(t, w, r0, 4 * g0, a, y, ldy);
+  for (int g = g0; g < g1; g++) {
+    size_t at = (size_t)g * (size_t)nsb;
+    for (int b0 = 0; b0 < a->nb; b0 += 4)
+      v_kpk_rows4_x4(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, b0,
+                     a->nb - b0 < 4 ? a->nb - b0 : 4, nsb, y + 4 * g - r0, ldy);
+  }
+  if (4 * g1 < r1) q8_k_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
+}
+
 /* Batch 1, packed K-quants: the whole groups of four in [r0, r1) from the
  * packed regions, the rows before and after them from data. */
 TGT512_INL void kpk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
@@ -1316,6 +1426,15 @@ TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, cons
     pk_gemv_x1(w, r0, r1, a, y);
     return 1;
   }
+  if (w->packed)
+    switch (w->dtype) {  /* one instance per type */
+    case MS_DTYPE_Q2_K: kpk_gemv_x4_t(MS_DTYPE_Q2_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q3_K: kpk_gemv_x4_t(MS_DTYPE_Q3_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q4_K: kpk_gemv_x4_t(MS_DTYPE_Q4_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q5_K: kpk_gemv_x4_t(MS_DTYPE_Q5_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q6_K: kpk_gemv_x4_t(MS_DTYPE_Q6_K, w, r0, r1, a, y, ldy); return 1;
+    default: break;
+    }
   switch (w->dtype) {
   case MS_DTYPE_Q8_0: q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
   case MS_DTYPE_Q4_0: q8_gemv_avx512_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;

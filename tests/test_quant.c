@@ -276,8 +276,7 @@ static void test_q8_quantize(void) {
 }
 
 /* The repacked form (ms_weight.packed, where this CPU has one): every batch
- * (1, and 2, 5 and 9 input rows where the type has a packed path for them)
- * gives the bits of the file's layout for every row range, aligned to the
+ * (1, 2, 5 and 9 input rows) gives the bits of the file's layout for every row range, aligned to the
  * groups of four or not. x holds 9 input rows (ldx cols + 3); buf room for them. */
 static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
   size_t bytes = ms_quant_packed_bytes(w);
@@ -306,18 +305,16 @@ static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
     CHECKF(ranges > 0 && diff == 0, "q8 %s %dx%d packed, batch %d: %d of %d row ranges differ from the file's layout",
            ms_dtype_name(w->dtype), w->rows, w->cols, nb, diff, ranges);
     /* whole groups of four come from the packed stream alone: with data zeroed
-     * the same sums, so the check above did not pass by reading data (batch 1
-     * always; larger batches where the type's packed path takes them) */
-    int whole = w->rows / 4 * 4, packed_nb = nb == 1 || ms_dtype_block(w->dtype) == 256;
+     * the same sums, so the check above did not pass by reading data */
+    int whole = w->rows / 4 * 4;
     wp.data = zero;
     ms_q8_gemv(w, 0, whole, &a, y, ldy, 2);
     ms_q8_gemv(&wp, 0, whole, &a, yp, ldy, 2);
     wp.data = w->data;
     int same = 1;
     for (int b = 0; b < nb; b++) same &= memcmp(y + (size_t)b * ldy, yp + (size_t)b * ldy, sizeof(float) * (size_t)whole) == 0;
-    if (packed_nb)
-      CHECKF(same, "q8 %s %dx%d packed, batch %d: rows 0..%d read from data", ms_dtype_name(w->dtype), w->rows, w->cols,
-             nb, whole);
+    CHECKF(same, "q8 %s %dx%d packed, batch %d: rows 0..%d read from data", ms_dtype_name(w->dtype), w->rows, w->cols,
+           nb, whole);
   }
   free(zero);
   free(y);

@@ -1178,6 +1178,82 @@ TGT512_INL void v_pk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint16_t
   for (int j = 0; j < 4; j++) y[j] = Q8_HAS_M(t) ? v_hsum2(c[j]) + (m[2 * j] + m[2 * j + 1]) : v_hsum2(c[j]);
 }
 
+/* Four rows of a packed group against input rows b0 .. b0+nb-1 (nb <= 4):
+ * each pair's weights unpacked once for the sixteen (row, input) pairs; every
+ * pair's lanes, products and order are v_pk_rows4_x1's. */
+TGT512_INL void v_pk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint16_t *dg, const uint64_t *hg,
+                              const struct ms_q8_act *a, int b0, int nb, int npair, float *y, int ldy) {
+  const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i two = _mm512_set1_epi32(2), low = _mm512_set1_epi8(0x0f), five = _mm512_set1_epi8(0x10);
+  const int n = a->n, nblk = n / QK;
+  __m512i pick[4] = {pick0, _mm512_add_epi32(pick0, two), _mm512_add_epi32(pick0, _mm512_add_epi32(two, two))};
+  pick[3] = _mm512_add_epi32(pick[2], two);
+  __m512 c[4][4];
+  __m256 mins[4];
+  for (int b = 0; b < 4; b++) {
+    mins[b] = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) c[b][j] = _mm512_setzero_ps();
+  }
+  for (int p = 0; p < npair; p++) {
+    const uint8_t *qp = qg + (size_t)p * PK_QB(t);
+    const uint16_t *dp = dg + (size_t)p * (PK_SB(t) / 2);
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp));
+    __m256 mw = Q8_HAS_M(t) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 8))) : dw;
+    __m512i w[4], nib[2];
+    if (t != MS_DTYPE_Q8_0)
+      for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
+    for (int j = 0; j < 4; j++) {
+      if (t == MS_DTYPE_Q8_0)
+        w[j] = _mm512_load_si512((const void *)(qp + 64 * j));
+      else
+        w[j] = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], low);
+      if (PK_HB(t)) w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(hg[(size_t)p * 4 + j]), w[j], five);
+    }
+    for (int b = 0; b < 4; b++)
+      if (b < nb) {
+        size_t ib = (size_t)(b0 + b) * (size_t)nblk + 2 * (size_t)p;
+        __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)p * 64));
+        __m512i init = v_init(t, q);
+        __m256 xd = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->d + ib)));
+        __m512 sc = _mm512_castps256_ps512(_mm256_mul_ps(dw, xd));
+        if (Q8_HAS_M(t))
+          mins[b] = _mm256_fmadd_ps(mw, _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->s + ib))), mins[b]);
+        for (int j = 0; j < 4; j++)
+          c[b][j] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[j], sc), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], q)),
+                                    c[b][j]);
+      }
+  }
+  for (int b = 0; b < nb; b++) {
+    float m[8];
+    _mm256_storeu_ps(m, mins[b]);
+    for (int j = 0; j < 4; j++)
+      y[(size_t)(b0 + b) * ldy + j] = Q8_HAS_M(t) ? v_hsum2(c[b][j]) + (m[2 * j] + m[2 * j + 1]) : v_hsum2(c[b][j]);
+  }
+}
+
+/* Batches over one, packed: each whole group of four against the inputs four
+ * at a time, the rows outside whole groups from data. */
+TGT512_INL void pk_gemv_x4_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
+                             float *y, int ldy) {
+  int npair = a->n / (2 * QK), G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  if (g0 >= g1) {
+    q8_gemv_avx512_t(t, w, r0, r1, a, y, ldy);
+    return;
+  }
+  size_t n = (size_t)G * (size_t)npair;
+  const uint8_t *qs = w->packed;
+  const uint16_t *ds = (const uint16_t *)(qs + n * PK_QB(t));
+  const uint64_t *hs = (const uint64_t *)((const uint8_t *)ds + n * PK_SB(t));
+  if (r0 < 4 * g0) q8_gemv_avx512_t(t, w, r0, 4 * g0, a, y, ldy);
+  for (int g = g0; g < g1; g++) {
+    size_t at = (size_t)g * (size_t)npair;
+    for (int b0 = 0; b0 < a->nb; b0 += 4)
+      v_pk_rows4_x4(t, qs + at * PK_QB(t), ds + at * (PK_SB(t) / 2), hs + at * 4, a, b0, a->nb - b0 < 4 ? a->nb - b0 : 4,
+                    npair, y + 4 * g - r0, ldy);
+  }
+  if (4 * g1 < r1) q8_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
+}
+
 /* Batch 1, packed: the whole groups of four in [r0, r1) from the packed
  * stream, the rows before and after them from data. */
 TGT512_INL void pk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
@@ -1433,6 +1509,11 @@ TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, cons
     case MS_DTYPE_Q4_K: kpk_gemv_x4_t(MS_DTYPE_Q4_K, w, r0, r1, a, y, ldy); return 1;
     case MS_DTYPE_Q5_K: kpk_gemv_x4_t(MS_DTYPE_Q5_K, w, r0, r1, a, y, ldy); return 1;
     case MS_DTYPE_Q6_K: kpk_gemv_x4_t(MS_DTYPE_Q6_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q8_0: pk_gemv_x4_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q4_0: pk_gemv_x4_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q4_1: pk_gemv_x4_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q5_0: pk_gemv_x4_t(MS_DTYPE_Q5_0, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q5_1: pk_gemv_x4_t(MS_DTYPE_Q5_1, w, r0, r1, a, y, ldy); return 1;
     default: break;
     }
   switch (w->dtype) {

@@ -316,7 +316,7 @@ static void swiglu_q8(const struct ms_exec_ctx *x, const struct ms_weight *wg, c
       i1 = run_end(i0, c1, 256);
       gemv_chunk(x, wg, i0, i1, &a, xr, ldin, 1, g, 256);
       gemv_chunk(x, wu, i0, i1, &a, xr, ldin, 1, u, 256);
-      for (int i = i0; i < i1; i++) out[(size_t)rows[j] * ldout + i] = silu(g[i - i0]) * u[i - i0];
+      ms_vec_glu(out + (size_t)rows[j] * ldout + i0, g, u, i1 - i0, 0);
     }
   }
 }
@@ -337,7 +337,7 @@ static void swiglu_batch_q8(const struct ms_exec_ctx *x, const struct ms_task_cl
       gemv_chunk(x, w[0], i0, i1, &a, in, ldin, nb, g, R);
       gemv_chunk(x, w[1], i0, i1, &a, in, ldin, nb, u, R);
       for (int b = 0; b < nb; b++)
-        for (int i = i0; i < i1; i++) out[(size_t)b * ld + i] = glu_act(x, g[b * R + i - i0]) * u[b * R + i - i0];
+        ms_vec_glu(out + (size_t)b * ld + i0, g + b * R, u + b * R, i1 - i0, x->m->cfg.ffn_act == MS_ACT_GELU_TANH);
     }
   }
 }

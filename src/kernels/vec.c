@@ -209,7 +209,7 @@ __attribute__((target("avx2,fma"))) static void glu_avx2(float *out, const float
 
 void ms_vec_glu(float *out, const float *g, const float *u, int n, int gelu) {
 #ifdef MS_X86
-  if (use_simd) {
+  if (use_simd && gelu) {  /* SiLU through expf on every path: see vec.h */
     glu_avx2(out, g, u, n, gelu);
     return;
   }

@@ -275,9 +275,9 @@ static void test_q8_quantize(void) {
   free(x), free(b1), free(b2);
 }
 
-/* The repacked form (ms_weight.packed, where this CPU has one): batch 1 gives
- * the bits of the file's layout for every row range, aligned to the groups of
- * four or not. */
+/* The repacked form (ms_weight.packed, where this CPU has one): every batch
+ * (1, 2, 5 and 9 input rows) gives the bits of the file's layout for every row range, aligned to the
+ * groups of four or not. x holds 9 input rows (ldx cols + 3); buf room for them. */
 static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
   size_t bytes = ms_quant_packed_bytes(w);
   if (!bytes) return;
@@ -285,29 +285,37 @@ static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
   ms_quant_repack(w, packed);
   struct ms_weight wp = *w;
   wp.packed = packed;
-  float *y = malloc(sizeof(float) * (size_t)w->rows), *yp = malloc(sizeof(float) * (size_t)w->rows);
-  struct ms_q8_act a;
-  ms_q8_quantize(&a, buf, x, w->cols + 3, 1, w->cols, 1);
-  int diff = 0, ranges = 0;
-  for (int r0 = 0; r0 < 6 && r0 < w->rows; r0++)
-    for (int r1 = w->rows; r1 > r0 && r1 > w->rows - 6; r1--) {
-      ms_q8_gemv(w, r0, r1, &a, y, 1, 2);
-      ms_q8_gemv(&wp, r0, r1, &a, yp, 1, 2);
-      diff += memcmp(y, yp, sizeof(float) * (size_t)(r1 - r0)) != 0;
-      ranges++;
-    }
-  CHECKF(ranges > 0 && diff == 0, "q8 %s %dx%d packed: %d of %d row ranges differ from the file's layout",
-         ms_dtype_name(w->dtype), w->rows, w->cols, diff, ranges);
-  /* whole groups of four come from the packed stream alone: with data zeroed
-   * the same sums, so the check above did not pass by reading data */
+  int nbs[] = {1, 2, 5, 9}, ldy = w->rows;
+  float *y = malloc(sizeof(float) * (size_t)w->rows * 9), *yp = malloc(sizeof(float) * (size_t)w->rows * 9);
   size_t data_bytes = (size_t)w->rows * ms_weight_row_bytes(w);
   void *zero = calloc(1, data_bytes);
-  int whole = w->rows / 4 * 4;
-  wp.data = zero;
-  ms_q8_gemv(w, 0, whole, &a, y, 1, 2);
-  ms_q8_gemv(&wp, 0, whole, &a, yp, 1, 2);
-  CHECKF(memcmp(y, yp, sizeof(float) * (size_t)whole) == 0, "q8 %s %dx%d packed: rows 0..%d read from data",
-         ms_dtype_name(w->dtype), w->rows, w->cols, whole);
+  for (size_t k = 0; k < sizeof nbs / sizeof nbs[0]; k++) {
+    int nb = nbs[k];
+    struct ms_q8_act a;
+    ms_q8_quantize(&a, buf, x, w->cols + 3, nb, w->cols, 1);
+    int diff = 0, ranges = 0;
+    for (int r0 = 0; r0 < 6 && r0 < w->rows; r0++)
+      for (int r1 = w->rows; r1 > r0 && r1 > w->rows - 6; r1--) {
+        ms_q8_gemv(w, r0, r1, &a, y, ldy, 2);
+        ms_q8_gemv(&wp, r0, r1, &a, yp, ldy, 2);
+        for (int b = 0; b < nb; b++)
+          diff += memcmp(y + (size_t)b * ldy, yp + (size_t)b * ldy, sizeof(float) * (size_t)(r1 - r0)) != 0;
+        ranges++;
+      }
+    CHECKF(ranges > 0 && diff == 0, "q8 %s %dx%d packed, batch %d: %d of %d row ranges differ from the file's layout",
+           ms_dtype_name(w->dtype), w->rows, w->cols, nb, diff, ranges);
+    /* whole groups of four come from the packed stream alone: with data zeroed
+     * the same sums, so the check above did not pass by reading data */
+    int whole = w->rows / 4 * 4;
+    wp.data = zero;
+    ms_q8_gemv(w, 0, whole, &a, y, ldy, 2);
+    ms_q8_gemv(&wp, 0, whole, &a, yp, ldy, 2);
+    wp.data = w->data;
+    int same = 1;
+    for (int b = 0; b < nb; b++) same &= memcmp(y + (size_t)b * ldy, yp + (size_t)b * ldy, sizeof(float) * (size_t)whole) == 0;
+    CHECKF(same, "q8 %s %dx%d packed, batch %d: rows 0..%d read from data", ms_dtype_name(w->dtype), w->rows, w->cols,
+           nb, whole);
+  }
   free(zero);
   free(y);
   free(yp);

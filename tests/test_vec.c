@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* Vector kernels: the AVX2/FMA path against the portable one, f32 and bf16,
- * with batch sizes and widths that leave tails; bf16 rounding. */
+ * with batch sizes and widths that leave tails; bf16 rounding; the gated
+ * FFN's activations against a double reference on both paths. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,11 +77,54 @@ static void test_bf16(void) {
   CHECK(ms_bf16_to_f32(ms_f32_to_bf16(-INFINITY)) == -INFINITY);
 }
 
+/* ms_vec_glu: SiLU and GELU (tanh form, as llama.cpp's ggml_gelu) times u,
+ * against double on both paths: within 4 ulp of the result's magnitude plus
+ * what an input's rounding moves it, over |g| up to 100 (the exp's tails),
+ * with widths that leave a tail; and each element's value is its own (the
+ * same inside a longer call). */
+static double gelu_ref(double v) { return 0.5 * v * (1.0 + tanh(0.7978845608028654 * (v + 0.044715 * v * v * v))); }
+
+static void test_glu(void) {
+  enum { N = 1000 };
+  float g[N], u[N], out[N], one[8];
+  uint64_t s = 7;
+  for (int i = 0; i < N; i++) {
+    g[i] = frand(&s) * (i < 900 ? 8.0f : 100.0f);
+    u[i] = frand(&s) * 2.0f;
+  }
+  g[0] = 0.0f, g[1] = -100.0f, g[2] = 100.0f, g[3] = 1e-30f;
+  for (int portable = 0; portable < 2; portable++) {
+    ms_vec_force_portable(portable);
+    for (int gelu = 0; gelu < 2; gelu++) {
+      ms_vec_glu(out, g, u, N - 3, gelu);
+      double worst = 0;
+      int own = 0;
+      for (int i = 0; i < N - 3; i++) {
+        double v = g[i], a = gelu ? gelu_ref(v) : v / (1.0 + exp(-v)), ref = a * u[i];
+        /* |d act / dg| <= 1.13, an input's rounding 2^-24 |g| */
+        double tol = 4 * 0x1p-24 * fabs(ref) + 1.2 * 0x1p-24 * fabs(v * u[i]) + 1e-37;
+        worst = fmax(worst, fabs(out[i] - ref) / tol);
+      }
+      for (int i = 0; i < 40; i += 5) {
+        ms_vec_glu(one, g + i, u + i, 3, gelu);
+        own += memcmp(one, out + i, 3 * sizeof(float)) != 0;
+      }
+      if (getenv("MS_GLU_VERBOSE")) printf("glu %d %d worst %.3g\n", gelu, portable, worst);
+      CHECKF(worst <= 1.0, "glu %s (%s): %.3g x the bound off double", gelu ? "gelu" : "silu",
+             portable ? "portable" : "simd", worst);
+      CHECKF(own == 0, "glu %s (%s): %d elements depend on their neighbours", gelu ? "gelu" : "silu",
+             portable ? "portable" : "simd", own);
+    }
+  }
+  ms_vec_force_portable(0);
+}
+
 int main(void) {
   printf("simd path: %s\n", ms_vec_simd() ? "avx2+fma" : "portable only");
   test_gemv(MS_DTYPE_F32);
   test_gemv(MS_DTYPE_BF16);
   test_dot_and_norm();
   test_bf16();
+  test_glu();
   TEST_MAIN_END();
 }

@@ -294,6 +294,14 @@ static void swiglu_rows(const struct ms_weight *wg, const struct ms_weight *wu, 
     }
 }
 
+/* The end of a run of at most R weight rows (R a multiple of 4) from i0:
+ * runs after the first start at a multiple of four, so the repacked matrices'
+ * groups of four rows (kernels/quant.h) are whole in them. */
+static int run_end(int i0, int c1, int R) {
+  int e = i0 / 4 * 4 + R;
+  return e < c1 ? e : c1;
+}
+
 /* h[rows, c0:c1] with 8-bit activations: each input row quantized once, then
  * the gate and up rows in runs (g, u hold 256 results). */
 static void swiglu_q8(const struct ms_exec_ctx *x, const struct ms_weight *wg, const struct ms_weight *wu,
@@ -304,11 +312,11 @@ static void swiglu_q8(const struct ms_exec_ctx *x, const struct ms_weight *wg, c
     const float *xr = in + (size_t)rows[j] * ldin;
     struct ms_q8_act a;
     q8_load(x, worker, xr, ldin, 1, wg->cols, &a);
-    for (int i0 = c0; i0 < c1; i0 += 256) {
-      int i1 = c1 - i0 < 256 ? c1 : i0 + 256;
+    for (int i0 = c0, i1; i0 < c1; i0 = i1) {
+      i1 = run_end(i0, c1, 256);
       gemv_chunk(x, wg, i0, i1, &a, xr, ldin, 1, g, 256);
       gemv_chunk(x, wu, i0, i1, &a, xr, ldin, 1, u, 256);
-      for (int i = i0; i < i1; i++) out[(size_t)rows[j] * ldout + i] = silu(g[i - i0]) * u[i - i0];
+      ms_vec_glu(out + (size_t)rows[j] * ldout + i0, g, u, i1 - i0, 0);
     }
   }
 }
@@ -319,17 +327,17 @@ static void swiglu_batch_q8(const struct ms_exec_ctx *x, const struct ms_task_cl
   int B = x->plan->batch, ld = x->plan->bufs[k->out].cols, ldin = x->plan->bufs[k->in].cols;
   float g[256], u[256];
   for (int b0 = 0; b0 < B; b0 += x->q8_rows) {
-    int nb = B - b0 < x->q8_rows ? B - b0 : x->q8_rows, R = 256 / nb;  /* weight rows per run */
+    int nb = B - b0 < x->q8_rows ? B - b0 : x->q8_rows, R = 256 / nb / 4 * 4;  /* weight rows per run */
     const float *in = ms_buf_row(x, k->in, 0, b0);
     float *out = ms_buf_row(x, k->out, 0, b0);
     struct ms_q8_act a;
     q8_load(x, worker, in, ldin, nb, w[0]->cols, &a);
-    for (int i0 = c0; i0 < c1; i0 += R) {
-      int i1 = c1 - i0 < R ? c1 : i0 + R;
+    for (int i0 = c0, i1; i0 < c1; i0 = i1) {
+      i1 = run_end(i0, c1, R);
       gemv_chunk(x, w[0], i0, i1, &a, in, ldin, nb, g, R);
       gemv_chunk(x, w[1], i0, i1, &a, in, ldin, nb, u, R);
       for (int b = 0; b < nb; b++)
-        for (int i = i0; i < i1; i++) out[(size_t)b * ld + i] = glu_act(x, g[b * R + i - i0]) * u[b * R + i - i0];
+        ms_vec_glu(out + (size_t)b * ld + i0, g + b * R, u + b * R, i1 - i0, x->m->cfg.ffn_act == MS_ACT_GELU_TANH);
     }
   }
 }

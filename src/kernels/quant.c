@@ -28,6 +28,17 @@
 #define PK_QB(t) ((t) == MS_DTYPE_Q8_0 ? 256 : 128)
 #define PK_SB(t) ((t) == MS_DTYPE_Q4_1 || (t) == MS_DTYPE_Q5_1 ? 32 : 16)
 #define PK_HB(t) ((t) == MS_DTYPE_Q5_0 || (t) == MS_DTYPE_Q5_1 ? 32 : 0)
+/* The K-quants' (quant.h): quant bytes and high-bit bytes per (group, pair),
+ * scales per row per super-block (one a piece or one a half), scale-record
+ * bytes per (group, super-block). */
+#define KP_QB(t) ((t) == MS_DTYPE_Q2_K || (t) == MS_DTYPE_Q3_K ? 64 : 128)
+#define KP_HB(t) ((t) == MS_DTYPE_Q3_K || (t) == MS_DTYPE_Q5_K ? 32 : (t) == MS_DTYPE_Q6_K ? 64 : 0)
+#define KP_NS(t) ((t) == MS_DTYPE_Q4_K || (t) == MS_DTYPE_Q5_K ? 8 : 16)
+#define KP_MINS(t) ((t) == MS_DTYPE_Q4_K || (t) == MS_DTYPE_Q5_K)  /* a second byte array of minimums */
+#define KP_KMIN(t) ((t) == MS_DTYPE_Q2_K || (t) == MS_DTYPE_Q4_K || (t) == MS_DTYPE_Q5_K)
+#define KP_SB(t) (4 * KP_NS(t) * (1 + KP_MINS(t)) + 8 * (1 + KP_KMIN(t)))
+/* The signed K-quants' offset to unsigned bytes: u = q + K_OFF. */
+#define K_OFF(t) ((t) == MS_DTYPE_Q3_K ? 4 : (t) == MS_DTYPE_Q6_K ? 32 : (t) == MS_DTYPE_Q8_K ? 128 : 0)
 
 static int have_f16c, have_vnni512;
 
@@ -453,7 +464,7 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
  * their 32-element pieces in the same two chains. */
 
 size_t ms_q8_act_bytes(int n, int nb) {
-  return (size_t)nb * ((size_t)n + 2 * sizeof(float) * (size_t)(n / QK));
+  return (size_t)nb * ((size_t)n + 2 * sizeof(float) * (size_t)(n / QK) + sizeof(int16_t) * (size_t)(n / 16));
 }
 
 int ms_q8_handles(enum ms_dtype t) {
@@ -469,19 +480,20 @@ static inline float q8_inv(float amax, float *d) {
   return id;
 }
 
-static void q8_row_portable(const float *x, int n, int8_t *q, float *d, float *s) {
+static void q8_row_portable(const float *x, int n, int8_t *q, float *d, float *s, int16_t *bs) {
   for (int i = 0; i < n / QK; i++, x += QK, q += QK) {
     float amax = 0.0f;
     for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
     float id = q8_inv(amax, &d[i]);
-    int sum = 0;
+    int sum[2] = {0, 0};
     for (int j = 0; j < QK; j++) {
       float v = rintf(x[j] * id);  /* the default rounding: to nearest, ties to even */
       int qi = fabsf(v) <= 127.0f ? (int)v : 0;
       q[j] = (int8_t)qi;
-      sum += qi;
+      sum[j / 16] += qi;
     }
-    s[i] = d[i] * (float)sum;
+    bs[2 * i] = (int16_t)sum[0], bs[2 * i + 1] = (int16_t)sum[1];
+    s[i] = d[i] * (float)(sum[0] + sum[1]);
   }
 }
 
@@ -513,16 +525,21 @@ static inline float hsum8(const float *a) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-/* The formats of quant_k.c. A 32-element piece of the weight row is unpacked
- * to integers q with one integer scale per 16 (ms_qk_piece), so a lane (four
- * elements) is sc * sum(q_w q_x), exact, and the K minimums a second set of
- * lanes, mn * sum(q_x):
- *   acc[k]  = fma(d_w * d_x, (float)lane[k], acc[k])
- *   macc[k] = fma(dmin_w * d_x, (float)mlane[k], macc[k])     (Q2_K, Q4_K, Q5_K)
- *   fm      = fma(m_w, s_x, fm)                                (Q5_1)
- *   y = hsum8(acc) - hsum8(macc) + fm.
- * |lane| <= 4 * 128 * 127 * 128 < 2^24, so its conversion is exact. */
+/* The formats of quant_k.c. A 32-element piece i of the weight row is
+ * unpacked to integers q with one integer scale per 16 (ms_qk_piece), so a
+ * lane (four elements) is sum(q_w q_x), exact, and each half's float scale
+ * is (d * sc) * d_x (d * sc exact: an f16 times at most 8 bits), one rounding.
+ * The K minimums take each half's sum of q_x (ms_q8_act.bs) instead of lanes:
+ *   acc[c][k]  = fma((d sc[k / 4]) d_x, (float)lane[k], acc[c][k])     c = i & 1
+ *   macc[c][h] = fma((dmin mn[h]) d_x, (float)bs[h], macc[c][h])       (Q2_K, Q4_K, Q5_K)
+ *   fm[c]      = fma(m_w, s_x, fm[c])                                  (Q5_1)
+ *   y = hsum8(acc[0] + acc[1]) - ((macc[0][0] + macc[1][0]) + (macc[0][1] + macc[1][1])) + (fm[0] + fm[1]).
+ * |lane| <= 4 * 128 * 127 and |bs| <= 16 * 127, so their conversions are
+ * exact. The 32-element types have unit scales: the same sums as the
+ * 32-element loops' (q8_gemv_portable) when d sc d_x is d d_x. */
 static int k_has_mins(enum ms_dtype t) { return t == MS_DTYPE_Q2_K || t == MS_DTYPE_Q4_K || t == MS_DTYPE_Q5_K; }
+
+static float k_min_sum(const float (*macc)[2]) { return (macc[0][0] + macc[1][0]) + (macc[0][1] + macc[1][1]); }
 
 static void q8_k_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                                int ldy) {
@@ -534,22 +551,24 @@ static void q8_k_gemv_portable(const struct ms_weight *w, int r0, int r1, const 
     for (int b = 0; b < a->nb; b++) {
       const int8_t *q = a->q + (size_t)b * (size_t)a->n;
       const float *dx = a->d + (size_t)b * (size_t)nblk, *sx = a->s + (size_t)b * (size_t)nblk;
-      float acc[2][8] = {{0}}, macc[2][8] = {{0}}, fm[2] = {0}, sa[8], sm[8];
+      const int16_t *bs = a->bs + (size_t)b * 2 * (size_t)nblk;
+      float acc[2][8] = {{0}}, macc[2][2] = {{0}}, fm[2] = {0}, sa[8];
       for (int i = 0; i < nblk; i++, q += QK) {
         ms_quant_k_piece(w->dtype, row, i, &p);
-        float sc = p.d * dx[i], msc = p.dmin * dx[i];
         int ch = i & 1;
         for (int k = 0; k < 8; k++) {
-          int lane = 0, mlane = 0;
-          for (int j = 4 * k; j < 4 * k + 4; j++) lane += p.q[j] * q[j], mlane += q[j];
-          acc[ch][k] = fmaf(sc, (float)(lane * p.sc[k / 4]), acc[ch][k]);
-          if (kmin) macc[ch][k] = fmaf(msc, (float)(mlane * p.mn[k / 4]), macc[ch][k]);
+          int lane = 0;
+          for (int j = 4 * k; j < 4 * k + 4; j++) lane += p.q[j] * q[j];
+          acc[ch][k] = fmaf((p.d * (float)p.sc[k / 4]) * dx[i], (float)lane, acc[ch][k]);
         }
+        if (kmin)
+          for (int h = 0; h < 2; h++)
+            macc[ch][h] = fmaf((p.dmin * (float)p.mn[h]) * dx[i], (float)bs[2 * i + h], macc[ch][h]);
         if (fmin) fm[ch] = fmaf(p.m, sx[i], fm[ch]);
       }
-      for (int k = 0; k < 8; k++) sa[k] = acc[0][k] + acc[1][k], sm[k] = macc[0][k] + macc[1][k];
+      for (int k = 0; k < 8; k++) sa[k] = acc[0][k] + acc[1][k];
       float v = hsum8(sa);
-      if (kmin) v -= hsum8(sm);
+      if (kmin) v -= k_min_sum(macc);
       if (fmin) v += fm[0] + fm[1];
       y[(size_t)b * ldy + (r - r0)] = v;
     }
@@ -601,7 +620,7 @@ TGT static inline int hsum_i32(__m256i v) {
 
 /* The same roundings as q8_row_portable: the largest magnitude is exact in any
  * order, the product and the rounding to nearest even are IEEE operations. */
-TGT static void q8_row_avx2(const float *x, int n, int8_t *q, float *d, float *s) {
+TGT static void q8_row_avx2(const float *x, int n, int8_t *q, float *d, float *s, int16_t *bs) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
   for (int i = 0; i < n / QK; i++, x += QK, q += QK) {
@@ -619,6 +638,7 @@ TGT static void q8_row_avx2(const float *x, int n, int8_t *q, float *d, float *s
     /* packs interleave the 128-bit lanes; the permutation puts the bytes back in order */
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
     _mm256_store_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, perm));
+    bs[2 * i] = (int16_t)hsum_i32(_mm256_add_epi32(i0, i1)), bs[2 * i + 1] = (int16_t)hsum_i32(_mm256_add_epi32(i2, i3));
     s[i] = d[i] * (float)hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
   }
 }
@@ -741,29 +761,24 @@ TGT_INL void q8_gemv_avx2_t(enum ms_dtype t, const struct ms_weight *w, int r0, 
 
 /* q8_k_gemv_portable's sums with vectors: the piece unpacked once per group of
  * four input rows; _mm256_maddubs_epi16(|w|, q_x signed as w) then
- * _mm256_madd_epi16 by the per-16 scales leave lane k = sc * sum(w q_x) over
- * elements 4k..4k+3 (pairs at most 2 * 128 * 127: no saturation), and the
- * minimum lanes take maddubs(1, q_x) by the per-16 minimums. */
-TGT_INL __m256i k_pair16(int16_t lo, int16_t hi) {
-  return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_set1_epi16(lo)), _mm_set1_epi16(hi), 1);
-}
-
-/* Piece i of a K-quant row against input rows b0 .. b0+nb-1 (nb <= 4), into one
- * chain's accumulators (the super-block's scales already in ks). */
+ * _mm256_madd_epi16 by ones leave lane k = sum(w q_x) over elements
+ * 4k..4k+3 (pairs at most 2 * 128 * 127: no saturation), scaled by
+ * [(d sc0) d_x x4, (d sc1) d_x x4]; the minimums take the input's half sums. */
 TGT_INL void k_piece_x4(enum ms_dtype t, const uint8_t *sb, const struct ms_qk_scales *ks, int i,
-                        const struct ms_q8_act *a, int b0, int nb, __m256 *acc, __m256 *macc) {
+                        const struct ms_q8_act *a, int b0, int nb, __m256 *acc, float (*macc)[2]) {
   int n = a->n, nblk = n / QK, g = 2 * (i % 8), kmin = k_has_mins(t);
   __m256i wv = kq_bytes(t, sb, i % 8), wa = _mm256_sign_epi8(wv, wv);
-  __m256i sc = k_pair16(ks->sc[g], ks->sc[g + 1]), mn = k_pair16(ks->mn[g], ks->mn[g + 1]);
+  __m256 ds = _mm256_setr_m128(_mm_set1_ps(ks->d * (float)ks->sc[g]), _mm_set1_ps(ks->d * (float)ks->sc[g + 1]));
+  float dm0 = ks->dmin * (float)ks->mn[g], dm1 = ks->dmin * (float)ks->mn[g + 1];
   for (int b = 0; b < 4; b++)
     if (b < nb) {
       size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
       __m256i qv = _mm256_load_si256((const __m256i *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
-      __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(qv, wv)), sc);
-      acc[b] = _mm256_fmadd_ps(_mm256_set1_ps(ks->d * a->d[ib]), _mm256_cvtepi32_ps(l), acc[b]);
+      __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(qv, wv)), _mm256_set1_epi16(1));
+      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(ds, _mm256_set1_ps(a->d[ib])), _mm256_cvtepi32_ps(l), acc[b]);
       if (kmin) {
-        __m256i ml = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), qv), mn);
-        macc[b] = _mm256_fmadd_ps(_mm256_set1_ps(ks->dmin * a->d[ib]), _mm256_cvtepi32_ps(ml), macc[b]);
+        macc[b][0] = fmaf(dm0 * a->d[ib], (float)a->bs[2 * ib], macc[b][0]);
+        macc[b][1] = fmaf(dm1 * a->d[ib], (float)a->bs[2 * ib + 1], macc[b][1]);
       }
     }
 }
@@ -778,18 +793,19 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
     for (int b0 = 0; b0 < a->nb; b0 += 4) {
       int nb = a->nb - b0 < 4 ? a->nb - b0 : 4;
-      __m256 accA[4], maccA[4], accB[4], maccB[4];
-      for (int b = 0; b < 4; b++) accA[b] = maccA[b] = accB[b] = maccB[b] = _mm256_setzero_ps();
+      __m256 accA[4], accB[4];
+      float mA[4][2] = {{0}}, mB[4][2] = {{0}};
+      for (int b = 0; b < 4; b++) accA[b] = accB[b] = _mm256_setzero_ps();
       for (int i = 0; i < nblk; i += 2) {  /* a super-block holds 8 pieces: i and i + 1 share it */
         const uint8_t *sb = row + (size_t)(i / 8) * sbytes;
         if (a->nb == 1) _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32, _MM_HINT_T0);
         if (i % 8 == 0) ms_quant_k_scales(t, sb, &ks);
-        k_piece_x4(t, sb, &ks, i, a, b0, nb, accA, maccA);
-        k_piece_x4(t, sb, &ks, i + 1, a, b0, nb, accB, maccB);
+        k_piece_x4(t, sb, &ks, i, a, b0, nb, accA, mA);
+        k_piece_x4(t, sb, &ks, i + 1, a, b0, nb, accB, mB);
       }
       for (int b = 0; b < nb; b++) {
         float v = hsum(_mm256_add_ps(accA[b], accB[b]));
-        if (kmin) v -= hsum(_mm256_add_ps(maccA[b], maccB[b]));
+        if (kmin) v -= (mA[b][0] + mB[b][0]) + (mA[b][1] + mB[b][1]);
         y[(size_t)(b0 + b) * ldy + (r - r0)] = v;
       }
     }
@@ -876,6 +892,13 @@ TGT512_INL __m512i v_init(enum ms_dtype t, __m512i q) {
   if (!Q8_OFF(t)) return _mm512_setzero_si512();
   __m512i z = _mm512_setzero_si512();
   return _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, _mm512_set1_epi8((char)Q8_OFF(t)), q));
+}
+
+/* The same for an offset given as a number (the K-quants'). */
+TGT512_INL __m512i v_init_k(int off, __m512i q) {
+  if (!off) return _mm512_setzero_si512();
+  __m512i z = _mm512_setzero_si512();
+  return _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, _mm512_set1_epi8((char)off), q));
 }
 
 TGT512_INL __m256i v_init256(enum ms_dtype t, __m256i q) {
@@ -1028,26 +1051,24 @@ TGT512_INL void q8_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int
   }
 }
 
-/* The K-quants: pieces i and i + 1 of a super-block in one vector
- * (chain A low, B high), the AVX2 path's lanes on 512 bits: maddubs(|w|, q
- * with w's sign) then madd by the per-16 scales, the minimums' lanes
- * maddubs(1, q) by the per-16 minimums. */
+/* The K-quants: pieces i and i + 1 of a super-block in one vector (chain A
+ * low, B high), q8_k_gemv_portable's lanes from _mm512_dpbusd_epi32: the
+ * unsigned types as they are, the signed ones as u = w + K_OFF less K_OFF
+ * times each lane's sum of q (v_init's way); each half's scale (d sc) d_x,
+ * and the minimums [A0, A1, B0, B1] = (dmin mn) d_x times the input's half sums. */
 static inline int k_signed(enum ms_dtype t) {
   return t == MS_DTYPE_Q3_K || t == MS_DTYPE_Q6_K || t == MS_DTYPE_Q8_K;
 }
 
-/* Four int16 per-16 scales, each over the 8 int16 lanes of one 128-bit lane. */
-TGT512_INL __m512i v_k_scales(const int16_t *sc) {
-  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0x10001, 0x10001, 0x10001, 0x10001, 0x20002, 0x20002,
-                                        0x20002, 0x20002, 0x30003, 0x30003, 0x30003, 0x30003);  /* int16 pairs */
-  return _mm512_permutexvar_epi16(idx, _mm512_castsi128_si512(_mm_loadl_epi64((const __m128i *)sc)));
+/* [v0 x4, v1 x4, v2 x4, v3 x4] */
+TGT512_INL __m512 v_x4(__m128 v) {
+  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
+  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
 }
 
-/* [s * d[0] x8, s * d[1] x8] */
-TGT512_INL __m512 v_k_pair_scale(float s, const float *d) {
-  const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  __m128 v = _mm_mul_ps(_mm_set1_ps(s), _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d)));
-  return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+/* Four int16 as floats. */
+TGT512_INL __m128 v_i16x4(const int16_t *p) {
+  return _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
 /* The two chains' sum: the low half of acc (A) plus the high half (B). */
@@ -1056,13 +1077,26 @@ TGT512_INL float v_hsum2(__m512 acc) {
   return hsum(_mm256_add_ps(A, B));
 }
 
+/* The minimums' [A0, A1, B0, B1] summed as k_min_sum: (A0 + B0) + (A1 + B1). */
+TGT512_INL float v_min4(__m128 m) {
+  __m128 s = _mm_add_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+
+/* [d_x(i), d_x(i), d_x(i + 1), d_x(i + 1)] */
+TGT512_INL __m128 v_dx4(const float *d) {
+  __m128 v = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d));
+  return _mm_unpacklo_ps(v, v);
+}
+
 /* One K-quant weight row against input rows b0 .. b0+nb-1 (nb <= 4): each pair
  * of pieces unpacked once for all of them. */
 TGT512_INL void v_k_row_x4(enum ms_dtype t, const uint8_t *row, size_t sbytes, const struct ms_q8_act *a, int b0,
                            int nb, float *out) {
-  int n = a->n, nblk = n / QK, kmin = k_has_mins(t), sgn = k_signed(t);
-  __m512 acc[4], macc[4];
-  for (int b = 0; b < 4; b++) acc[b] = macc[b] = _mm512_setzero_ps();
+  int n = a->n, nblk = n / QK, kmin = k_has_mins(t), off = K_OFF(t);
+  __m512 acc[4];
+  __m128 macc[4];
+  for (int b = 0; b < 4; b++) acc[b] = _mm512_setzero_ps(), macc[b] = _mm_setzero_ps();
   struct ms_qk_scales ks;
   for (int i = 0; i < nblk; i += 2) {
     const uint8_t *sb = row + (size_t)(i / 8) * sbytes;
@@ -1072,24 +1106,21 @@ TGT512_INL void v_k_row_x4(enum ms_dtype t, const uint8_t *row, size_t sbytes, c
     }
     if (i % 8 == 0) ms_quant_k_scales(t, sb, &ks);
     __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(kq_bytes(t, sb, i % 8)), kq_bytes(t, sb, (i + 1) % 8), 1);
-    __m512i wa = sgn ? _mm512_abs_epi8(w) : w;  /* AVX-512 has no vpsignb: |w|, q negated where w < 0 */
-    __mmask64 neg = sgn ? _mm512_movepi8_mask(w) : 0;
+    if (off) w = _mm512_add_epi8(w, _mm512_set1_epi8((char)off));
     int g = 2 * (i % 8);
-    __m512i sc = v_k_scales(ks.sc + g), mn = kmin ? v_k_scales(ks.mn + g) : sc;
+    __m128 ds = _mm_mul_ps(_mm_set1_ps(ks.d), v_i16x4(ks.sc + g));
+    __m128 dm = kmin ? _mm_mul_ps(_mm_set1_ps(ks.dmin), v_i16x4(ks.mn + g)) : ds;
     for (int b = 0; b < 4; b++)
       if (b < nb) {
-        const float *d = a->d + (size_t)(b0 + b) * (size_t)nblk + i;
+        size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
         __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
-        __m512i qs = sgn ? _mm512_mask_sub_epi8(q, neg, _mm512_setzero_si512(), q) : q;
-        __m512i l = _mm512_madd_epi16(_mm512_maddubs_epi16(wa, qs), sc);
-        acc[b] = _mm512_fmadd_ps(v_k_pair_scale(ks.d, d), _mm512_cvtepi32_ps(l), acc[b]);
-        if (kmin) {
-          __m512i ml = _mm512_madd_epi16(_mm512_maddubs_epi16(_mm512_set1_epi8(1), q), mn);
-          macc[b] = _mm512_fmadd_ps(v_k_pair_scale(ks.dmin, d), _mm512_cvtepi32_ps(ml), macc[b]);
-        }
+        __m512i l = _mm512_dpbusd_epi32(v_init_k(off, q), w, q);
+        __m128 dx = v_dx4(a->d + ib);
+        acc[b] = _mm512_fmadd_ps(v_x4(_mm_mul_ps(ds, dx)), _mm512_cvtepi32_ps(l), acc[b]);
+        if (kmin) macc[b] = _mm_fmadd_ps(_mm_mul_ps(dm, dx), v_i16x4(a->bs + 2 * ib), macc[b]);
       }
   }
-  for (int b = 0; b < nb; b++) out[b] = kmin ? v_hsum2(acc[b]) - v_hsum2(macc[b]) : v_hsum2(acc[b]);
+  for (int b = 0; b < nb; b++) out[b] = kmin ? v_hsum2(acc[b]) - v_min4(macc[b]) : v_hsum2(acc[b]);
 }
 
 TGT512_INL void q8_k_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
@@ -1147,6 +1178,82 @@ TGT512_INL void v_pk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint16_t
   for (int j = 0; j < 4; j++) y[j] = Q8_HAS_M(t) ? v_hsum2(c[j]) + (m[2 * j] + m[2 * j + 1]) : v_hsum2(c[j]);
 }
 
+/* Four rows of a packed group against input rows b0 .. b0+nb-1 (nb <= 4):
+ * each pair's weights unpacked once for the sixteen (row, input) pairs; every
+ * pair's lanes, products and order are v_pk_rows4_x1's. */
+TGT512_INL void v_pk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint16_t *dg, const uint64_t *hg,
+                              const struct ms_q8_act *a, int b0, int nb, int npair, float *y, int ldy) {
+  const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m512i two = _mm512_set1_epi32(2), low = _mm512_set1_epi8(0x0f), five = _mm512_set1_epi8(0x10);
+  const int n = a->n, nblk = n / QK;
+  __m512i pick[4] = {pick0, _mm512_add_epi32(pick0, two), _mm512_add_epi32(pick0, _mm512_add_epi32(two, two))};
+  pick[3] = _mm512_add_epi32(pick[2], two);
+  __m512 c[4][4];
+  __m256 mins[4];
+  for (int b = 0; b < 4; b++) {
+    mins[b] = _mm256_setzero_ps();
+    for (int j = 0; j < 4; j++) c[b][j] = _mm512_setzero_ps();
+  }
+  for (int p = 0; p < npair; p++) {
+    const uint8_t *qp = qg + (size_t)p * PK_QB(t);
+    const uint16_t *dp = dg + (size_t)p * (PK_SB(t) / 2);
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp));
+    __m256 mw = Q8_HAS_M(t) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 8))) : dw;
+    __m512i w[4], nib[2];
+    if (t != MS_DTYPE_Q8_0)
+      for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
+    for (int j = 0; j < 4; j++) {
+      if (t == MS_DTYPE_Q8_0)
+        w[j] = _mm512_load_si512((const void *)(qp + 64 * j));
+      else
+        w[j] = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], low);
+      if (PK_HB(t)) w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(hg[(size_t)p * 4 + j]), w[j], five);
+    }
+    for (int b = 0; b < 4; b++)
+      if (b < nb) {
+        size_t ib = (size_t)(b0 + b) * (size_t)nblk + 2 * (size_t)p;
+        __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)p * 64));
+        __m512i init = v_init(t, q);
+        __m256 xd = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->d + ib)));
+        __m512 sc = _mm512_castps256_ps512(_mm256_mul_ps(dw, xd));
+        if (Q8_HAS_M(t))
+          mins[b] = _mm256_fmadd_ps(mw, _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->s + ib))), mins[b]);
+        for (int j = 0; j < 4; j++)
+          c[b][j] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[j], sc), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], q)),
+                                    c[b][j]);
+      }
+  }
+  for (int b = 0; b < nb; b++) {
+    float m[8];
+    _mm256_storeu_ps(m, mins[b]);
+    for (int j = 0; j < 4; j++)
+      y[(size_t)(b0 + b) * ldy + j] = Q8_HAS_M(t) ? v_hsum2(c[b][j]) + (m[2 * j] + m[2 * j + 1]) : v_hsum2(c[b][j]);
+  }
+}
+
+/* Batches over one, packed: each whole group of four against the inputs four
+ * at a time, the rows outside whole groups from data. */
+TGT512_INL void pk_gemv_x4_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
+                             float *y, int ldy) {
+  int npair = a->n / (2 * QK), G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  if (g0 >= g1) {
+    q8_gemv_avx512_t(t, w, r0, r1, a, y, ldy);
+    return;
+  }
+  size_t n = (size_t)G * (size_t)npair;
+  const uint8_t *qs = w->packed;
+  const uint16_t *ds = (const uint16_t *)(qs + n * PK_QB(t));
+  const uint64_t *hs = (const uint64_t *)((const uint8_t *)ds + n * PK_SB(t));
+  if (r0 < 4 * g0) q8_gemv_avx512_t(t, w, r0, 4 * g0, a, y, ldy);
+  for (int g = g0; g < g1; g++) {
+    size_t at = (size_t)g * (size_t)npair;
+    for (int b0 = 0; b0 < a->nb; b0 += 4)
+      v_pk_rows4_x4(t, qs + at * PK_QB(t), ds + at * (PK_SB(t) / 2), hs + at * 4, a, b0, a->nb - b0 < 4 ? a->nb - b0 : 4,
+                    npair, y + 4 * g - r0, ldy);
+  }
+  if (4 * g1 < r1) q8_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
+}
+
 /* Batch 1, packed: the whole groups of four in [r0, r1) from the packed
  * stream, the rows before and after them from data. */
 TGT512_INL void pk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
@@ -1168,8 +1275,218 @@ TGT512_INL void pk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0,
   if (4 * g1 < r1) q8_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, 1);
 }
 
+/* Batch 1 on a packed K-quant group (quant.h): four rows, one super-block
+ * at a time. The lanes, scales and order are v_k_row_x4's, so the bits are
+ * data's; the scales of the four rows come as one vector [row j][A0, A1, B0,
+ * B1] per pair, and the minimums of all four rows take one FMA a pair. */
+TGT512_INL void v_kpk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                               const struct ms_q8_act *a, int nsb, float *y) {
+  const __m512i lo4 = _mm512_set1_epi8(0x0f), lo2 = _mm512_set1_epi8(3), hi2 = _mm512_set1_epi8(0x30);
+  const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t);
+  __m512i pick[4];
+  for (int j = 0; j < 4; j++)
+    pick[j] = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_set1_epi32(4 * j));
+  __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+  __m512 mac = _mm512_setzero_ps();  /* lane 4j + h: row j's minimums, h as [A0, A1, B0, B1] */
+  for (int sb = 0; sb < nsb; sb++) {
+    const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
+    __m512 d16 = v_x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr)));
+    __m512 dm16 = kmin ? v_x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8)))) : d16;
+    for (int p = 0; p < 4; p++) {
+      const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
+      for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
+      if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
+      int i = 8 * sb + 2 * p;  /* the pair's first piece in the row */
+      __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)i * QK)), init = v_init_k(off, q);
+      __m512 dx = _mm512_broadcast_f32x4(v_dx4(a->d + i));
+      __m512i sc, mn = _mm512_setzero_si512();
+      if (ns == 8) {  /* [row j][A, B] -> [row j][A, A, B, B] */
+        __m128i v = _mm_loadl_epi64((const __m128i *)(sr + 8 * p));
+        sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
+        v = _mm_loadl_epi64((const __m128i *)(sr + 32 + 8 * p));
+        mn = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
+      } else if (t == MS_DTYPE_Q2_K) {  /* the file's bytes: sc | mn << 4 */
+        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
+        sc = _mm512_and_si512(v, _mm512_set1_epi32(15));
+        mn = _mm512_srli_epi32(v, 4);
+      } else {
+        sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
+      }
+      __m512 s16 = _mm512_mul_ps(_mm512_mul_ps(d16, _mm512_cvtepi32_ps(sc)), dx);
+      if (kmin) {
+        __m512 bs = _mm512_broadcast_f32x4(v_i16x4(a->bs + 2 * (size_t)i));
+        mac = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(dm16, _mm512_cvtepi32_ps(mn)), dx), bs, mac);
+      }
+      __m512i nib[2], hb = _mm512_setzero_si512();
+      if (KP_QB(t) == 128)
+        for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
+      else
+        nib[0] = nib[1] = _mm512_load_si512((const void *)qp);
+      if (t == MS_DTYPE_Q6_K) hb = _mm512_load_si512((const void *)hp);
+      for (int j = 0; j < 4; j++) {
+        __m512i w;
+        if (KP_QB(t) == 128) {
+          w = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], lo4);
+        } else {
+          w = _mm512_and_si512(j ? _mm512_srli_epi16(nib[0], 2 * j) : nib[0], lo2);
+        }
+        if (t == MS_DTYPE_Q5_K || t == MS_DTYPE_Q3_K) {
+          uint64_t m;
+          memcpy(&m, hp + 8 * j, 8);
+          w = _mm512_mask_add_epi8(w, _cvtu64_mask64(m), w, _mm512_set1_epi8(t == MS_DTYPE_Q5_K ? 16 : 4));
+        }
+        if (t == MS_DTYPE_Q6_K) {  /* row j's two high bits (2j, 2j + 1) to bits 4, 5: w | (them & 0x30) */
+          __m512i h = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2) : j == 2 ? hb
+                                                                                                  : _mm512_srli_epi16(hb, 2);
+          w = _mm512_ternarylogic_epi32(w, h, hi2, 0xf8);
+        }
+        c[j] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[j], s16), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, q)),
+                               c[j]);
+      }
+    }
+  }
+  float m[16];
+  _mm512_storeu_ps(m, mac);
+  for (int j = 0; j < 4; j++)
+    y[j] = kmin ? v_hsum2(c[j]) - ((m[4 * j] + m[4 * j + 2]) + (m[4 * j + 1] + m[4 * j + 3])) : v_hsum2(c[j]);
+}
+
+/* Four rows of a packed K-quant group against input rows b0 .. b0+nb-1
+ * (nb <= 4): each pair's weights unpacked once for the sixteen (row, input)
+ * pairs, each row's scales permuted once; the lanes, products and order of
+ * every (row, input) are v_kpk_rows4_x1's, so the bits are data's. The
+ * group's run of the packed stream stays in L1 across calls for the next four
+ * inputs. */
+TGT512_INL void v_kpk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                               const struct ms_q8_act *a, int b0, int nb, int nsb, float *y, int ldy) {
+  const __m512i lo4 = _mm512_set1_epi8(0x0f), lo2 = _mm512_set1_epi8(3), hi2 = _mm512_set1_epi8(0x30);
+  const __m512i dxpick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+  const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t), n = a->n, nblk = n / QK;
+  __m512i pick[4];
+  for (int j = 0; j < 4; j++)
+    pick[j] = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_set1_epi32(4 * j));
+  __m512 c[4][4], mac[4];
+  for (int b = 0; b < 4; b++) {
+    mac[b] = _mm512_setzero_ps();
+    for (int j = 0; j < 4; j++) c[b][j] = _mm512_setzero_ps();
+  }
+  for (int sb = 0; sb < nsb; sb++) {
+    const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
+    __m512 d16 = v_x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr)));
+    __m512 dm16 = kmin ? v_x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8)))) : d16;
+    for (int p = 0; p < 4; p++) {
+      const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
+      int i = 8 * sb + 2 * p;
+      __m512i sc, mn = _mm512_setzero_si512();
+      if (ns == 8) {
+        __m128i v = _mm_loadl_epi64((const __m128i *)(sr + 8 * p));
+        sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
+        v = _mm_loadl_epi64((const __m128i *)(sr + 32 + 8 * p));
+        mn = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
+      } else if (t == MS_DTYPE_Q2_K) {
+        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
+        sc = _mm512_and_si512(v, _mm512_set1_epi32(15));
+        mn = _mm512_srli_epi32(v, 4);
+      } else {
+        sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
+      }
+      __m512 ds = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(sc)), dm = _mm512_mul_ps(dm16, _mm512_cvtepi32_ps(mn));
+      __m512 dsj[4];
+      for (int j = 0; j < 4; j++) dsj[j] = _mm512_permutexvar_ps(pick[j], ds);
+      __m512i nib[2], hb = _mm512_setzero_si512(), w[4];
+      if (KP_QB(t) == 128)
+        for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
+      else
+        nib[0] = nib[1] = _mm512_load_si512((const void *)qp);
+      if (t == MS_DTYPE_Q6_K) hb = _mm512_load_si512((const void *)hp);
+      for (int j = 0; j < 4; j++) {
+        if (KP_QB(t) == 128)
+          w[j] = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], lo4);
+        else
+          w[j] = _mm512_and_si512(j ? _mm512_srli_epi16(nib[0], 2 * j) : nib[0], lo2);
+        if (t == MS_DTYPE_Q5_K || t == MS_DTYPE_Q3_K) {
+          uint64_t m;
+          memcpy(&m, hp + 8 * j, 8);
+          w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(m), w[j], _mm512_set1_epi8(t == MS_DTYPE_Q5_K ? 16 : 4));
+        }
+        if (t == MS_DTYPE_Q6_K) {
+          __m512i h = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2) : j == 2 ? hb
+                                                                                                  : _mm512_srli_epi16(hb, 2);
+          w[j] = _mm512_ternarylogic_epi32(w[j], h, hi2, 0xf8);
+        }
+      }
+      for (int b = 0; b < 4; b++)
+        if (b < nb) {
+          size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
+          __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
+          __m512i init = v_init_k(off, q);
+          __m128 dx4 = v_dx4(a->d + ib);
+          __m512 dx = _mm512_permutexvar_ps(dxpick, _mm512_castps128_ps512(dx4));  /* [A x8, B x8] */
+          if (kmin)
+            mac[b] = _mm512_fmadd_ps(_mm512_mul_ps(dm, _mm512_broadcast_f32x4(dx4)),
+                                     _mm512_broadcast_f32x4(v_i16x4(a->bs + 2 * ib)), mac[b]);
+          for (int j = 0; j < 4; j++)
+            c[b][j] = _mm512_fmadd_ps(_mm512_mul_ps(dsj[j], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], q)),
+                                      c[b][j]);
+        }
+    }
+  }
+  for (int b = 0; b < nb; b++) {
+    float m[16];
+    _mm512_storeu_ps(m, mac[b]);
+    for (int j = 0; j < 4; j++)
+      y[(size_t)(b0 + b) * ldy + j] =
+          kmin ? v_hsum2(c[b][j]) - ((m[4 * j] + m[4 * j + 2]) + (m[4 * j + 1] + m[4 * j + 3])) : v_hsum2(c[b][j]);
+  }
+}
+
+/* Batches over one, packed K-quants: each whole group of four against the
+ * inputs four at a time, the rows outside whole groups from data. */
+TGT512_INL void kpk_gemv_x4_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
+                              float *y, int ldy) {
+  int nsb = a->n / 256, G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  if (g0 >= g1) {
+    q8_k_gemv_avx512_t(t, w, r0, r1, a, y, ldy);
+    return;
+  }
+  size_t n = (size_t)G * (size_t)nsb;
+  const uint8_t *qs = w->packed, *hs = qs + n * 4 * KP_QB(t), *ss = hs + n * 4 * KP_HB(t);
+  if (r0 < 4 * g0) q8_k_gemv_avx512_t(t, w, r0, 4 * g0, a, y, ldy);
+  for (int g = g0; g < g1; g++) {
+    size_t at = (size_t)g * (size_t)nsb;
+    for (int b0 = 0; b0 < a->nb; b0 += 4)
+      v_kpk_rows4_x4(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, b0,
+                     a->nb - b0 < 4 ? a->nb - b0 : 4, nsb, y + 4 * g - r0, ldy);
+  }
+  if (4 * g1 < r1) q8_k_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
+}
+
+/* Batch 1, packed K-quants: the whole groups of four in [r0, r1) from the
+ * packed regions, the rows before and after them from data. */
+TGT512_INL void kpk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
+                              float *y) {
+  int nsb = a->n / 256, G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  if (g0 >= g1) {
+    q8_k_gemv_avx512_t(t, w, r0, r1, a, y, 1);
+    return;
+  }
+  size_t n = (size_t)G * (size_t)nsb;
+  const uint8_t *qs = w->packed, *hs = qs + n * 4 * KP_QB(t), *ss = hs + n * 4 * KP_HB(t);
+  if (r0 < 4 * g0) q8_k_gemv_avx512_t(t, w, r0, 4 * g0, a, y, 1);
+  for (int g = g0; g < g1; g++) {
+    size_t at = (size_t)g * (size_t)nsb;
+    v_kpk_rows4_x1(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, nsb, y + 4 * g - r0);
+  }
+  if (4 * g1 < r1) q8_k_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, 1);
+}
+
 TGT512 static void pk_gemv_x1(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y) {
   switch (w->dtype) {  /* one instance per type */
+  case MS_DTYPE_Q2_K: kpk_gemv_x1_t(MS_DTYPE_Q2_K, w, r0, r1, a, y); break;
+  case MS_DTYPE_Q3_K: kpk_gemv_x1_t(MS_DTYPE_Q3_K, w, r0, r1, a, y); break;
+  case MS_DTYPE_Q4_K: kpk_gemv_x1_t(MS_DTYPE_Q4_K, w, r0, r1, a, y); break;
+  case MS_DTYPE_Q5_K: kpk_gemv_x1_t(MS_DTYPE_Q5_K, w, r0, r1, a, y); break;
+  case MS_DTYPE_Q6_K: kpk_gemv_x1_t(MS_DTYPE_Q6_K, w, r0, r1, a, y); break;
   case MS_DTYPE_Q8_0: pk_gemv_x1_t(MS_DTYPE_Q8_0, w, r0, r1, a, y); break;
   case MS_DTYPE_Q4_0: pk_gemv_x1_t(MS_DTYPE_Q4_0, w, r0, r1, a, y); break;
   case MS_DTYPE_Q4_1: pk_gemv_x1_t(MS_DTYPE_Q4_1, w, r0, r1, a, y); break;
@@ -1185,6 +1502,20 @@ TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, cons
     pk_gemv_x1(w, r0, r1, a, y);
     return 1;
   }
+  if (w->packed)
+    switch (w->dtype) {  /* one instance per type */
+    case MS_DTYPE_Q2_K: kpk_gemv_x4_t(MS_DTYPE_Q2_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q3_K: kpk_gemv_x4_t(MS_DTYPE_Q3_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q4_K: kpk_gemv_x4_t(MS_DTYPE_Q4_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q5_K: kpk_gemv_x4_t(MS_DTYPE_Q5_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q6_K: kpk_gemv_x4_t(MS_DTYPE_Q6_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q8_0: pk_gemv_x4_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q4_0: pk_gemv_x4_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q4_1: pk_gemv_x4_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q5_0: pk_gemv_x4_t(MS_DTYPE_Q5_0, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q5_1: pk_gemv_x4_t(MS_DTYPE_Q5_1, w, r0, r1, a, y, ldy); return 1;
+    default: break;
+    }
   switch (w->dtype) {
   case MS_DTYPE_Q8_0: q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
   case MS_DTYPE_Q4_0: q8_gemv_avx512_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
@@ -1230,20 +1561,84 @@ static int packs(enum ms_dtype t) {
   return t == MS_DTYPE_Q8_0 || t == MS_DTYPE_Q4_0 || t == MS_DTYPE_Q4_1 || t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1;
 }
 
+static int packs_k(enum ms_dtype t) { return t >= MS_DTYPE_Q2_K && t <= MS_DTYPE_Q6_K; }
+
 size_t ms_quant_packed_bytes(const struct ms_weight *w) {
   enum ms_dtype t = w->dtype;
-  if (!have_vnni512 || !packs(t) || !w->data || w->rows < 4 || w->cols % (2 * QK)) return 0;
+  if (!have_vnni512 || !w->data || w->rows < 4) return 0;
+  if (packs_k(t))
+    return w->cols % 256 ? 0 : (size_t)(w->rows / 4) * (size_t)(w->cols / 256) * (size_t)(4 * (KP_QB(t) + KP_HB(t)) + KP_SB(t));
+  if (!packs(t) || w->cols % (2 * QK)) return 0;
   return (size_t)(w->rows / 4) * (size_t)(w->cols / (2 * QK)) * (size_t)(PK_QB(t) + PK_SB(t) + PK_HB(t));
 }
 
+/* The f16 scale (and minimum scale) of a K-quant super-block, as the file holds them. */
 /* Element e (0..31) of a 4- or 5-bit block as its low nibble (the fifth bit apart). */
 static uint8_t nib(enum ms_dtype t, const uint8_t *blk, int e) {
   const uint8_t *qs = blk + (t == MS_DTYPE_Q4_0 ? 2 : t == MS_DTYPE_Q4_1 ? 4 : t == MS_DTYPE_Q5_0 ? 6 : 8);
   return e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
 }
 
+static const uint8_t *k_dbytes(enum ms_dtype t, const uint8_t *b) {
+  return t == MS_DTYPE_Q2_K ? b + 80 : t == MS_DTYPE_Q3_K ? b + 108 : t == MS_DTYPE_Q6_K ? b + 208 : b;
+}
+
+/* The K-quants' packed form (quant.h): each value as u = q + K_OFF, bits as the kernel takes them. */
+static void repack_k(const struct ms_weight *w, uint8_t *out) {
+  enum ms_dtype t = w->dtype;
+  size_t G = (size_t)(w->rows / 4), nsb = (size_t)(w->cols / 256), rb = ms_weight_row_bytes(w);
+  size_t qb = KP_QB(t), hb = KP_HB(t), sbb = KP_SB(t), ns = KP_NS(t);
+  uint8_t *qr = out, *hr = qr + G * nsb * 4 * qb, *sr = hr + G * nsb * 4 * hb;
+  memset(out, 0, G * nsb * (4 * (qb + hb) + sbb));
+  for (size_t g = 0; g < G; g++)
+    for (size_t s = 0; s < nsb; s++) {
+      size_t at = g * nsb + s;
+      uint8_t *sc = sr + at * sbb, *dr = sc + 4 * ns * (1 + (size_t)KP_MINS(t));
+      for (size_t j = 0; j < 4; j++) {
+        const uint8_t *row = (const uint8_t *)w->data + (4 * g + j) * rb, *b = row + s * ms_dtype_size(t);
+        struct ms_qk_scales ks;
+        ms_quant_k_scales(t, b, &ks);
+        memcpy(dr + 2 * j, k_dbytes(t, b), 2);
+        if (KP_KMIN(t)) memcpy(dr + 8 + 2 * j, k_dbytes(t, b) + 2, 2);
+        for (size_t p = 0; p < 4; p++) {
+          if (ns == 8)
+            for (size_t c = 0; c < 2; c++) {  /* piece 2p + c: its scale is that of its halves */
+              sc[8 * p + 2 * j + c] = (uint8_t)ks.sc[2 * (2 * p + c)];
+              sc[32 + 8 * p + 2 * j + c] = (uint8_t)ks.mn[2 * (2 * p + c)];
+            }
+          else
+            for (size_t h = 0; h < 4; h++)
+              sc[16 * p + 4 * j + h] = t == MS_DTYPE_Q2_K ? b[4 * p + h] : (uint8_t)(int8_t)ks.sc[4 * p + h];
+          uint8_t *qp = qr + (at * 4 + p) * qb, *hp = hr + (at * 4 + p) * hb;
+          for (int c = 0; c < 2; c++) {
+            struct ms_qk_piece pc;
+            ms_quant_k_piece(t, row, (int)(8 * s + 2 * p) + c, &pc);
+            for (int e = 0; e < QK; e++) {
+              size_t k = (size_t)(QK * c + e);
+              int u = pc.q[e] + K_OFF(t);
+              if (qb == 128) {
+                qp[(j / 2) * 64 + k] |= (uint8_t)((u & 15) << (4 * (j & 1)));
+              } else {
+                qp[k] |= (uint8_t)((u & 3) << (2 * j));
+              }
+              if (t == MS_DTYPE_Q5_K || t == MS_DTYPE_Q3_K) {
+                if (u >> (t == MS_DTYPE_Q5_K ? 4 : 2) & 1) hp[8 * j + k / 8] |= (uint8_t)(1u << (k % 8));
+              } else if (t == MS_DTYPE_Q6_K) {
+                hp[k] |= (uint8_t)((u >> 4) << (2 * j));
+              }
+            }
+          }
+        }
+      }
+    }
+}
+
 void ms_quant_repack(const struct ms_weight *w, void *out) {
   enum ms_dtype t = w->dtype;
+  if (packs_k(t)) {
+    repack_k(w, out);
+    return;
+  }
   size_t G = (size_t)(w->rows / 4), np = (size_t)(w->cols / (2 * QK)), rb = ms_weight_row_bytes(w);
   size_t bs = ms_dtype_size(t), qb = PK_QB(t), sb = PK_SB(t), hb = PK_HB(t);
   uint8_t *q = out, *sc = q + G * np * qb, *hi = sc + G * np * sb;
@@ -1281,17 +1676,19 @@ void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int
   *a = (struct ms_q8_act){.n = n, .nb = nb, .q = buf};
   a->d = (float *)(a->q + (size_t)nb * (size_t)n);
   a->s = a->d + (size_t)nb * nblk;
+  a->bs = (int16_t *)(a->s + (size_t)nb * nblk);
   for (int b = 0; b < nb; b++) {
     const float *xb = x + (size_t)b * (size_t)ldx;
     int8_t *q = a->q + (size_t)b * (size_t)n;
     float *d = a->d + (size_t)b * nblk, *s = a->s + (size_t)b * nblk;
+    int16_t *bs = a->bs + (size_t)b * 2 * nblk;
 #ifdef MS_X86
     if (simd && have_f16c) {
-      q8_row_avx2(xb, n, q, d, s);
+      q8_row_avx2(xb, n, q, d, s, bs);
       continue;
     }
 #endif
-    q8_row_portable(xb, n, q, d, s);
+    q8_row_portable(xb, n, q, d, s, bs);
   }
 }
 

@@ -44,6 +44,7 @@ struct ms_q8_act {
   int n, nb;        /* nb rows of n values, n a multiple of 32 */
   int8_t *q;        /* (nb, n), each row 32-byte aligned */
   float *d, *s;     /* (nb, n / 32) */
+  int16_t *bs;      /* (nb, n / 16): the sum of each 16 q (the K minimums' term) */
 };
 
 /* Bytes of a buffer holding nb rows of n values in 8 bits (n a multiple of 32). */
@@ -66,7 +67,8 @@ void ms_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_ac
                 int simd);
 
 /* ---- repacked weights (ms_weight.packed) ----
- * Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 with an even number of blocks a row, on a CPU
+ * Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 with an even number of blocks a row, and the
+ * K-quants Q2_K .. Q6_K (below), on a CPU
  * with AVX-512 VNNI: rows in groups of four (the last rows % 4 stay in data
  * alone), one stream feeding four output rows. For group g and block pair p
  * (blocks 2p, 2p + 1), in three regions one after the other:
@@ -79,6 +81,20 @@ void ms_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_ac
  *   (Q5) high bits: for each row a 64-bit word, bit k the fifth bit of value k.
  * The sums are bit for bit those of data. 0 when w gets no packed form here. */
 size_t ms_quant_packed_bytes(const struct ms_weight *w);
+/* The K-quants: groups of four rows as above, per (group g, super-block s)
+ * and its four block pairs p (elements 64p .. 64p + 63 of the super-block),
+ * every value as u = q + 4 (Q3_K), q + 32 (Q6_K) or q, in three regions:
+ *   quants   per (g, s, p), Q4_K, Q5_K, Q6_K: 128 bytes, the low nibbles of u
+ *            as Q4_0's above; Q2_K, Q3_K: 64 bytes, byte k bits 2j, 2j + 1
+ *            the low two bits of value k of row j;
+ *   high     per (g, s, p), Q5_K (bit 4 of u) and Q3_K (bit 2): a 64-bit word
+ *            a row, bit k value k's; Q6_K: 64 bytes, byte k bits 2j, 2j + 1
+ *            bits 4, 5 of value k of row j;
+ *   scales   per (g, s): the integer scales as bytes, for each p and row j its
+ *            two pieces' (Q4_K, Q5_K: [p][j][2], then the minimums the same
+ *            way) or four halves' ([p][j][4]: Q3_K's and Q6_K's signed, Q2_K's
+ *            the file's sc | mn << 4 bytes), then d of rows 0..3 (f16), then
+ *            dmin of rows 0..3 (Q2_K, Q4_K, Q5_K). */
 /* Writes w's packed form (ms_quant_packed_bytes(w) bytes, 64-byte aligned). */
 void ms_quant_repack(const struct ms_weight *w, void *out);
 

@@ -27,6 +27,16 @@ void ms_vec_axpy(float *y, float a, const float *x, int n);
 /* out = x * w / rms(x) */
 void ms_vec_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 
+/* The gated FFN's product out[i] = act(g[i]) * u[i], act SiLU (gelu 0) or
+ * GELU's tanh form (gelu 1), both as g / (1 + exp(-k)): k = g for SiLU, 2 *
+ * 0.7978845608 (g + 0.044715 g^3) for GELU (0.5 (1 + tanh(z)) is
+ * sigmoid(2z)). GELU on the AVX2 path computes exp eight lanes at a time
+ * (Cephes' polynomial, within 2 ulp of expf); SiLU, and GELU on the portable
+ * path, take expf, so SiLU keeps the bits it always had (a vector exp moved
+ * SmolLM2's greedy chat answer past cli_openai's 64 tokens). Each element's
+ * value depends on that element alone. */
+void ms_vec_glu(float *out, const float *g, const float *u, int n, int gelu);
+
 /* 1 when the AVX2/FMA path is in use. */
 int ms_vec_simd(void);
 

@@ -89,11 +89,13 @@ holds "$R" 'r["steps"]["stuck"]["status"] == "gated" and r["steps"]["test_cuda_o
   || bad "gated and skipped steps: $(cat "$R")"
 
 # ---- the global deadline: the steps it left out, named for a rerun ------------
+# (the hung step comes first, with a budget past the deadline: it starts with at least 10 s left,
+# however slowly the script starts, and its limit is what was left, so nothing after it fits)
 R=$tmp/r2.json
-bash "$DC" --bin "$tmp/bin" --steps info,ops_tiny,ops_tiny-moe,ops_tiny-qwen3,smoke --budget-scale 0.2 --deadline 4 \
+bash "$DC" --bin "$tmp/bin" --steps ops_tiny-moe,ops_tiny-qwen3,smoke --budget-scale 2 --deadline 16 \
   --report "$R" >"$tmp/r2.log" 2>&1
 grep -q -- "to run them: --steps ops_tiny-qwen3,smoke$" "$tmp/r2.log" && ok || bad "the rerun line: $(cat "$tmp/r2.log")"
-holds "$R" 'r["hung"] == "ops_tiny-moe" and r["steps"]["ops_tiny"]["status"] == "ok" and all(r["steps"][s]["status"] == "skipped" and "deadline" in r["steps"][s]["note"] for s in ("ops_tiny-qwen3", "smoke"))' \
+holds "$R" 'r["hung"] == "ops_tiny-moe" and all(r["steps"][s]["status"] == "skipped" and "deadline" in r["steps"][s]["note"] for s in ("ops_tiny-qwen3", "smoke"))' \
   && ok || bad "steps past the deadline: $(cat "$R")"
 
 # ---- killed during a step ----------------------------------------------------

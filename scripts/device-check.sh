@@ -1,17 +1,21 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The CUDA backend's checks and benchmarks on a machine with an NVIDIA GPU, in
-# one run that fits a short lease of the device (every step's budget together
-# is at most 780 s, and the run stops at a global deadline, 570 s unless
-# given) and always leaves a report: the JSON report is rewritten before and
-# after every step, so a hang or a kill still leaves every finished step's
-# result and names the step that was running, with the watchdog's report
-# when the binary printed one. Steps run cheapest and most informative first:
-# the device; each operator against its CPU twin; a 20 s megakernel smoke run
-# that gates every later step that runs the megakernel; the watchdog on a
-# lost trigger; an attach while steps are in flight; tokens against the CPU
-# engine; the engine's CUDA backend (with its handover figures); the GPU test
-# binaries; the benchmarks.
+# one run that fits a short lease of the device and always leaves a report.
+# Every step's budget together is at most 780 s, and the run stops at a
+# global deadline, 330 s unless given: a lease of 15 minutes, start included,
+# then holds the machine's start (a minute or two), this run and one rerun of
+# the same length while the machine is still warm; the run ends by saying
+# which steps the deadline left out, as a --steps list for that rerun. The
+# JSON report is rewritten before and after every step, so a hang or a kill
+# still leaves every finished step's result and names the step that was
+# running, with the watchdog's report when the binary printed one. Steps run
+# cheapest and most informative first: the device; each operator against its
+# CPU twin; a 20 s megakernel smoke run that gates every later step that runs
+# the megakernel; the watchdog on a lost trigger; an attach while steps are in
+# flight; tokens against the CPU engine; the engine's CUDA backend (with its
+# handover figures); the megakernel against the per-op graph at batch 1 (the
+# headline figures); the GPU test binaries; the other benchmarks.
 #
 # Binaries: --bin DIR; else device-bundle/ (scripts/device-bundle.sh, made
 # where the Debian packages are; for a bare CUDA image such as the device
@@ -36,8 +40,10 @@ that is rewritten after every step.
                      is set, else device-report.json in the bundle or build
                      folder); step logs go to device-logs/ beside it
   --steps A,B,...    only these steps (in the usual order)
-  --deadline S       the global deadline in seconds (default 570); a step that
-                     would not fit is skipped and said so
+  --deadline S       the global deadline in seconds (default 330: with the
+                     machine's start and one rerun, 15 minutes); a step that
+                     would not fit is skipped, and the run ends by naming the
+                     steps left out (--steps for the rerun)
   --budget-scale F   every step's budget times F (default 1; an emulated
                      device is slower)
   --bin DIR          the binaries (megascope, test_cuda_*) to run
@@ -51,7 +57,7 @@ EOF
 
 # ---- arguments -----------------------------------------------------------
 
-DRY=0 REPORT= ONLY= DEADLINE=570 SCALE=1 BIN=
+DRY=0 REPORT= ONLY= DEADLINE=330 SCALE=1 BIN=
 while [ $# -gt 0 ]; do
   case $1 in
     --help|-h) usage; exit 0 ;;
@@ -93,8 +99,9 @@ STEPS=(
   "attach_live 30 1"
   "check_tiny-moe 20 1" "check_tiny-qwen3 20 1" "check_tiny-gemma3 20 1" "check_smollm2-135m 30 1"
   "backend 30 1" "backend_per_op 25 0"
+  "bench 75 1"
   "test_cuda_ops 60 0" "test_cuda_engine 90 1" "test_cuda_backend 90 1"
-  "bench 75 1" "bench_b8 45 1" "engine_bench 45 1" "bench_llama1b 45 1"
+  "bench_b8 45 1" "engine_bench 45 1" "bench_llama1b 45 1"
 )
 
 selected() {  # NAME: whether --steps (if given) names it
@@ -124,6 +131,7 @@ if [ $DRY -eq 1 ]; then
     total=$((total + b))
   done
   echo "total: $total s"
+  echo "device-check: the global deadline is ${DEADLINE}s (--deadline)" >&2
   [ -x "$BUNDLE/bin/megascope" ] || [ -n "$BIN" ] ||
     echo "device-check: no $BUNDLE/bin: a real run builds $BUILD first (up to 300 s, outside the steps)" >&2
   exit 0
@@ -352,5 +360,11 @@ for s in "${STEPS[@]}"; do
   fi
   write_report ""
 done
+left_out=
+for s in "${STEPS[@]}"; do  # what the deadline left out, for a rerun
+  read -r name _ <<<"$s"
+  [ "$(field "$name" status)" = skipped ] && [ ! -f "$LOGDIR/$name.rc" ] && left_out=${left_out:+$left_out,}$name
+done
+[ -n "$left_out" ] && say "left out by the deadline; to run them: --steps $left_out"
 say "report: $REPORT"
 exit $FAILED

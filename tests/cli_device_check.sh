@@ -8,12 +8,16 @@
 #    named in the report ("hung"), the steps after it still run, a failed
 #    smoke run gates the megakernel steps and its watchdog report is kept, a
 #    missing test binary is a skipped step; the report is valid JSON;
+#  - past the global deadline, the steps left are skipped, said so in the
+#    report, and listed as a --steps argument for a rerun;
 #  - killed (SIGKILL, no chance to clean up) during a step, the report still
 #    holds every finished step's result and names the running one; stopped
 #    by SIGTERM, the step is ended and marked killed;
 #  - against megascope-emu (the CLI over the emulated CUDA sources): the
-#    smoke run passes, and the lost-trigger step ends with the watchdog's
-#    report naming embed[row 0] (task 1).
+#    smoke run passes, the lost-trigger step ends with the watchdog's
+#    report naming embed[row 0] (task 1), and an attach while running
+#    (attach_live's command, fewer requests) proves it: made after a step,
+#    returned with steps left, programs run.
 set -uo pipefail
 MS=$1
 here=$(cd "$(dirname "$0")" && pwd)
@@ -84,6 +88,16 @@ holds "$R" 'r["steps"]["smoke"]["status"] == "failed" and "no heartbeat for 3000
 holds "$R" 'r["steps"]["stuck"]["status"] == "gated" and r["steps"]["test_cuda_ops"]["status"] == "skipped"' && ok \
   || bad "gated and skipped steps: $(cat "$R")"
 
+# ---- the global deadline: the steps it left out, named for a rerun ------------
+# (the hung step comes first, with a budget past the deadline: it starts with at least 10 s left,
+# however slowly the script starts, and its limit is what was left, so nothing after it fits)
+R=$tmp/r2.json
+bash "$DC" --bin "$tmp/bin" --steps ops_tiny-moe,ops_tiny-qwen3,smoke --budget-scale 2 --deadline 16 \
+  --report "$R" >"$tmp/r2.log" 2>&1
+grep -q -- "to run them: --steps ops_tiny-qwen3,smoke$" "$tmp/r2.log" && ok || bad "the rerun line: $(cat "$tmp/r2.log")"
+holds "$R" 'r["hung"] == "ops_tiny-moe" and all(r["steps"][s]["status"] == "skipped" and "deadline" in r["steps"][s]["note"] for s in ("ops_tiny-qwen3", "smoke"))' \
+  && ok || bad "steps past the deadline: $(cat "$R")"
+
 # ---- killed during a step ----------------------------------------------------
 for sig in KILL TERM; do
   R=$tmp/r-$sig.json
@@ -116,6 +130,12 @@ if [ -x "$EMU" ] && [ -f "$MON/class_time.bpf.o" ]; then
     || bad "the emulated smoke run: $(cat "$R")"
   holds "$R" '"not yet triggered: embed[row 0] (task 1)" in r["steps"]["stuck"]["watchdog"]' && ok \
     || bad "the emulated lost trigger: $(cat "$R")"
+  # attach_live's proof, on a smaller run than the step's (which takes minutes here): the call is
+  # made once a step is done and returns with steps left, and the programs ran
+  "$EMU" cuda run --synthetic tiny --dtype bf16 --batch 4 --requests 8 --new 12 --json --watchdog-ms 5000 \
+    --attach "$MON/class_time.bpf.o" >"$tmp/attach.json" 2>"$tmp/attach.log"
+  holds "$tmp/attach.json" 'r["attach"]["while_running"] and r["attach"]["steps_before"] >= 1 and r["attach"]["steps_after"] < r["steps"] and r["attach"]["executed"] > 0' \
+    && ok || bad "cuda run --attach: $(cat "$tmp/attach.json" "$tmp/attach.log")"
 else
   bad "no megascope-emu or monitors beside $MS (the build makes both)"
 fi

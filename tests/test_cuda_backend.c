@@ -6,7 +6,9 @@
  * on the device (only token ids come back: the backend's log counts the
  * rows drawn there) and still equal; more requests than rows, requests submitted while
  * the resident kernel runs, the engine's statistics and step log filled
- * by the shared step machine, and its per-class aggregates by the device. tests/test_cuda_backend_host.c runs the same
+ * by the shared step machine, and its per-class aggregates by the device;
+ * attention's work_rows on sliding-window layers as the CPU engine counts
+ * them. tests/test_cuda_backend_host.c runs the same
  * checks against the CUDA sources compiled for the CPU (tests/emu). */
 #include <errno.h>
 #include <math.h>
@@ -17,7 +19,10 @@
 #include "megascope/cuda.h"
 #include "megascope/engine.h"
 #include "megascope/monitor.h"
+#include "megascope/plan.h"
+#include "megascope/query.h"
 #include "megascope/telemetry.h"
+#include "live_query.h"
 #include "test.h"
 #ifdef MS_CUDA_EMU_COUNTS  /* tests/test_cuda_backend_host.c: the emulated runtime counts calls that may block */
 #include "emu/cuda_runtime.h"
@@ -241,6 +246,106 @@ static void check_model(const char *preset) {
   ms_model_free(m);
 }
 
+/* Hook ABI v2's work_rows of attention on a model with sliding-window layers
+ * (tiny-gemma3: five of six layers see the last 8 positions), the same
+ * requests greedy on the CPU engine and on the device (megakernel): each
+ * attention class's positions summed, equal on both, and below the context
+ * lengths' sum on every local layer (the window counted) but equal to it on
+ * the global one. */
+#define WIN_CLASSES 16
+struct attn_rows {
+  char name[WIN_CLASSES][32];
+  double rows[WIN_CLASSES], ctx[WIN_CLASSES];
+  int n;
+};
+
+static int attn_rows_of(json_t *r, int ctx, struct attn_rows *a) {
+  size_t i, j;
+  json_t *m, *en;
+  int found = 0;
+  json_array_foreach(json_object_get(r, "maps"), i, m) {
+    json_array_foreach(json_object_get(m, "entries"), j, en) {
+      const char *k = json_string_value(json_array_get(json_object_get(en, "key"), 0));
+      if (!k) continue;
+      int c = 0;
+      while (c < a->n && strcmp(a->name[c], k)) c++;
+      if (c == a->n) {
+        if (a->n == WIN_CLASSES) continue;
+        snprintf(a->name[a->n++], sizeof a->name[0], "%s", k);
+      }
+      (ctx ? a->ctx : a->rows)[c] += json_number_value(json_object_get(en, "value"));
+      found++;
+    }
+  }
+  return found;
+}
+
+static void window_run(const struct ms_model *m, const struct ms_query_schema *s, enum ms_backend be,
+                       struct attn_rows *out) {
+  struct ms_textbuf log = fresh_log();
+  struct ms_engine_opts eo = {.sz = sizeof eo, .backend = be, .max_batch = 4, .max_ctx = PROMPT + NEW + 1,
+                              .n_workers = 2, .watchdog_ms = 20000};
+  struct ms_engine *e = ms_engine_new(m, &eo, &log);
+  CHECKF(e != NULL, "engine (%s): %s", ms_backend_name(be), log_text);
+  if (!e) return;
+  struct live rows, ctx;
+  CHECK(attach_query(e, s, "task_end /op == attn/ { @[task_class] = sum(work_rows) }", 0, 0, &rows) > 0);
+  CHECK(attach_query(e, s, "task_end /op == attn/ { @[task_class] = sum(ctx_len) }", 0, 0, &ctx) > 0);
+  struct ms_request *q[NREQ];
+  int32_t prompt[NREQ][PROMPT];
+  for (int i = 0; i < NREQ; i++) {
+    for (int k = 0; k < PROMPT; k++) prompt[i][k] = (5 + 37 * i + 11 * k) % m->cfg.vocab;
+    struct ms_request_opts ro = {.sz = sizeof ro, .prompt = prompt[i], .n_prompt = PROMPT, .max_new_tokens = NEW};
+    q[i] = ms_engine_submit(e, &ro);
+    CHECKF(q[i] != NULL, "submit %d", i);
+  }
+  for (int i = 0; i < NREQ; i++)
+    if (q[i]) {  /* no bound of its own: the engine's watchdog ends a stuck run */
+      CHECK(ms_request_wait(q[i], -1) == 0);
+      struct ms_request_info info;
+      ms_request_get_info(q[i], &info);
+      CHECKF(info.state == MS_REQ_DONE && info.n_tokens == NEW, "%s request %d: state %d, %d tokens",
+             ms_backend_name(be), i, (int)info.state, info.n_tokens);
+      ms_request_free(q[i]);
+    }
+  json_t *r1 = rows.id > 0 ? readout(e, &rows) : NULL, *r2 = ctx.id > 0 ? readout(e, &ctx) : NULL;
+  CHECKF(r1 && r2 && attn_rows_of(r1, 0, out) > 0 && attn_rows_of(r2, 1, out) > 0,
+         "%s: the attention queries' read-outs", ms_backend_name(be));
+  json_decref(r1), json_decref(r2);
+  ms_query_free(rows.q), ms_query_free(ctx.q);
+  ms_engine_free(e);
+}
+
+static void check_window(void) {
+  struct ms_model_config cfg;
+  ms_preset_config("tiny-gemma3", MS_DTYPE_BF16, &cfg);
+  struct ms_model *m = ms_model_synth(&cfg, 1);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  struct ms_query_schema *s = p ? ms_query_schema_of_plan(p, NULL) : NULL;
+  ms_plan_free(p);
+  CHECK(s != NULL && cfg.sliding_window > 0 && cfg.sliding_window < PROMPT + NEW);
+  struct attn_rows cpu = {0}, dev = {0};
+  if (s) window_run(m, s, MS_BACKEND_CPU, &cpu);
+  if (s) window_run(m, s, MS_BACKEND_CUDA, &dev);
+  int local = 0, global = 0;
+  CHECKF(cpu.n == cfg.n_layers && dev.n == cpu.n, "attention classes: %d on the CPU, %d on the device", cpu.n, dev.n);
+  for (int c = 0; c < cpu.n; c++) {
+    int d = 0;
+    while (d < dev.n && strcmp(dev.name[d], cpu.name[c])) d++;
+    double dr = d < dev.n ? dev.rows[d] : -1;
+    printf("  %s: work_rows %.0f on the CPU, %.0f on the device; ctx_len %.0f\n", cpu.name[c], cpu.rows[c], dr,
+           cpu.ctx[c]);
+    CHECKF(dr == cpu.rows[c], "%s: work_rows %.0f on the device, %.0f on the CPU", cpu.name[c], dr, cpu.rows[c]);
+    if (cpu.rows[c] < cpu.ctx[c]) local++;
+    if (cpu.rows[c] == cpu.ctx[c] && cpu.ctx[c] > 0) global++;
+  }
+  CHECKF(local == cfg.n_layers - 1 && global == 1, "%d layers counted their window, %d the whole context", local,
+         global);
+  ms_query_schema_free(s);
+  ms_model_free(m);
+}
+
 /* What the backend does not run is refused by name, and the engine is not made. */
 static void check_refusals(void) {
   struct ms_model_config cfg;
@@ -264,6 +369,7 @@ int main(void) {
   ms_cuda_describe(desc, sizeof desc);
   printf("device: %s\n", desc);
   check_refusals();
+  check_window();
   check_model("tiny");
   check_model("tiny-moe");
 #ifndef MS_CUDA_ENGINE_SMALL  /* the CPU emulation: the small presets only */

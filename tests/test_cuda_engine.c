@@ -7,7 +7,8 @@
  * coverage on the device and leaves the tokens unchanged; a trigger that is
  * never counted (a fault for tests) ends the run with the watchdog's report
  * naming the waiting task, its event and the producer that did not trigger,
- * and the engine frees cleanly (the kernel was asked to return).
+ * and the engine frees cleanly (the kernel was asked to return), in a run
+ * and in fed mode (a step handed over, as the engine's backend does).
  * tests/test_engine_host.c runs these checks (small presets) against
  * engine.cu compiled for the CPU. */
 #include <errno.h>
@@ -239,6 +240,40 @@ static void check_stuck(void) {
   ms_model_free(m);
 }
 
+/* The same lost trigger in fed mode (the engine's CUDA backend's path): the
+ * step's wait gives up with the watchdog's report, and the kernel was asked
+ * to return, so the feed stops and the engine frees. */
+static void check_stuck_fed(void) {
+  struct ms_model_config cfg;
+  ms_preset_config("tiny", MS_DTYPE_BF16, &cfg);
+  struct ms_model *m = ms_model_synth(&cfg, 1);
+  struct ms_textbuf log = fresh_log();
+  struct ms_cuda_opts o = {.sz = sizeof o, .mode = MS_CUDA_MEGAKERNEL, .max_batch = 4, .max_ctx = PROMPT + NEW + 1,
+                           .watchdog_ms = 1000, .fault_lost_trigger = 1 + 1};  /* task 1: embed[row 0] */
+  struct ms_cuda_engine *e = ms_cuda_engine_new(m, &o, &log);
+  CHECKF(e != NULL, "engine: %s", log_text);
+  if (e) {
+    char name[96] = "", want[160];
+    ms_plan_task_name(ms_cuda_plan(e), 1, name, sizeof name);
+    snprintf(want, sizeof want, "not yet triggered: %s (task 1)", name);
+    struct ms_cuda_row row = {.slot = 0, .pos = 0, .token = 5, .page = 0, .gen = 1};
+    const int32_t *tokens = NULL;
+    const float *logits = NULL;
+    log = fresh_log();
+    int rc = ms_cuda_feed_start(e, &log);
+    CHECKF(rc == 0, "feed start: %d %s", rc, log_text);
+    uint64_t t0 = ms_now_ns();
+    if (!rc) rc = ms_cuda_feed_step(e, 1, &row, 1, NULL, 0, &log);
+    if (!rc) rc = ms_cuda_feed_wait(e, &tokens, &logits, &log);
+    printf("fed step with the lost trigger of %s: rc %d after %.1f s\n", name, rc, (double)(ms_now_ns() - t0) / 1e9);
+    CHECKF(rc == -MS_E_STALL && strstr(log_text, "cuda: stuck: no task finished") && strstr(log_text, want),
+           "fed lost trigger: rc %d, report: %s", rc, log_text);
+    ms_cuda_feed_stop(e, NULL);
+    ms_cuda_engine_free(e);
+  }
+  ms_model_free(m);
+}
+
 int main(void) {
   char why[256];
   if (!ms_cuda_available(why, sizeof why)) {
@@ -257,5 +292,6 @@ int main(void) {
 #endif
   check_monitors();
   check_stuck();
+  check_stuck_fed();
   TEST_MAIN_END();
 }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "cli.h"
 #include "common.h"
@@ -195,7 +196,8 @@ static struct ms_cuda_engine *make_engine(const struct opts *o, const struct ms_
 }
 
 /* An attach while the kernel runs, and the proof that it did: the steps the
- * kernel had finished when the call was made and when it returned, and the
+ * kernel had finished when the call was made (made once it has finished one,
+ * so the kernel was resident before the call) and when it returned, and the
  * requests then finished (steps_total and executed come at the end). */
 struct live_attach {
   int id;
@@ -206,6 +208,12 @@ struct live_attach {
 
 static void attach_live(struct ms_cuda_engine *e, const char *path, struct live_attach *la, struct ms_textbuf *log) {
   struct ms_monitor *mon = ms_monitor_open(path, log);
+  /* the kernel's first step done (10 s at most: a kernel that never gets
+   * there is the watchdog's to report, in the wait after this) */
+  for (uint64_t t0 = ms_now_ns(); !ms_cuda_steps_done(e) && ms_now_ns() - t0 < 10000000000ull;) {
+    struct timespec ts = {0, 100000};
+    nanosleep(&ts, NULL);
+  }
   la->steps_before = ms_cuda_steps_done(e);
   uint64_t t0 = ms_now_ns();
   la->id = mon ? ms_cuda_attach(e, mon, NULL, log) : -errno;
@@ -233,9 +241,10 @@ static void json_attach(struct ms_json *j, struct ms_cuda_engine *e, const struc
   ms_json_kint(j, "requests", requests);
   ms_json_kuint(j, "executed", cv.executed);
   ms_json_kuint(j, "first_step", cv.first_step);
-  /* the attach returned with steps left to run, and programs ran in them */
-  ms_json_kbool(j, "while_running", la->id > 0 && la->steps_after < steps_total && la->finished_after < requests &&
-                                        cv.executed > 0);
+  /* called after a step was done, returned with steps left to run, and
+   * programs ran in them: the kernel was resident all the while */
+  ms_json_kbool(j, "while_running", la->id > 0 && la->steps_before > 0 && la->steps_after < steps_total &&
+                                        la->finished_after < requests && cv.executed > 0);
   ms_json_obj_end(j);
 }
 

@@ -112,6 +112,16 @@ MS_HOSTDEV static inline int ms_layer_window(const struct ms_model_config *c, in
   return c->swa_pattern > 0 && (l + 1) % c->swa_pattern == 0 ? 0 : c->sliding_window;
 }
 
+/* The first position attention of layer l reads for a query whose context
+ * holds n positions (its own the last): 0 on a global layer, n - window on a
+ * local one past its window. The kernels (CPU and device) read positions
+ * [first, n) and the hook ABI's work_rows counts them (n - first), on every
+ * backend from this one rule. */
+MS_HOSTDEV static inline int ms_layer_attn_first(const struct ms_model_config *c, int l, int n) {
+  int win = ms_layer_window(c, l);
+  return win && n > win ? n - win : 0;
+}
+
 /* RoPE base of layer l: rope_base_local for a local layer when set. */
 MS_HOSTDEV static inline float ms_layer_rope_base(const struct ms_model_config *c, int l) {
   return ms_layer_window(c, l) && c->rope_base_local > 0 ? c->rope_base_local : c->rope_base;

@@ -326,7 +326,8 @@ static __device__ void msd_ctx_task(const struct msd_rt *rt, struct ms_hook_ctx 
 /* Hook ABI v2 on the device, task_begin and task_end (thread 0, after the
  * task's event fired: the router's output is visible). work_rows as the CPU
  * engine fills it (src/runtime/work.h): an expert's routed rows read from the
- * router's output, attention's positions, a row task's row (1, or 0 for
+ * router's output, attention's positions (a sliding-window layer's window at
+ * most: ms_layer_attn_first, one rule for both), a row task's row (1, or 0 for
  * padding), 0 for the step start and empty tasks, the step's live rows
  * otherwise. work_bytes is MS_HOOK_NONE64 and a JIT task's passed_over
  * MS_HOOK_NONE32: the device does not size a task's reads, nor do its rings
@@ -361,9 +362,17 @@ static __device__ void msd_ctx_work(const struct msd_rt *rt, struct ms_hook_ctx 
     c->work_rows = routed;
     break;
   }
-  case MS_OP_ATTN:
-    c->work_rows = live ? ms_at_word_ld32(&x->row_pos[r]) + 1 : 0;
+  case MS_OP_ATTN: {
+    /* the positions it reads, by the host's rule (model.h): a local layer's
+     * window at most; without a class table (a scheduler-only context) the
+     * layer is unknown, and so is a windowed model's count */
+    int n = live ? (int)ms_at_word_ld32(&x->row_pos[r]) + 1 : 0;
+    if (x->classes)
+      c->work_rows = (uint32_t)(n - ms_layer_attn_first(&x->cfg.mc, x->classes[k->cls].layer, n));
+    else
+      c->work_rows = x->cfg.mc.sliding_window > 0 && live ? MS_HOOK_NONE32 : (uint32_t)n;
     break;
+  }
   default:
     c->work_rows = r >= 0 ? (uint32_t)live : (uint32_t)n;
   }

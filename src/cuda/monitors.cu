@@ -192,11 +192,20 @@ static int dalloc(struct ms_cuda_mon *mon, void **p, size_t n, struct ms_textbuf
     return -ENOMEM;
   }
   *p = mon->ar.base + off;
+#ifdef MSD_HOST_EMU  /* the CPU run (tests/emu): a span reads as uninitialised as the device's */
+  memset(*p, 0xa5, n);
+#endif
   return 0;
 }
 
 static void dfree(struct ms_cuda_mon *mon, void *p) {
-  if (p) arena_put(&mon->ar, (size_t)((uint8_t *)p - mon->ar.base));
+  if (!p) return;
+  size_t off = (size_t)((uint8_t *)p - mon->ar.base);
+#ifdef MSD_HOST_EMU  /* the CPU run: a span an SM still read would read garbage, not go unnoticed */
+  for (int i = 0; i < mon->ar.n_live; i++)
+    if (mon->ar.live[i].off == off) memset(p, 0xdb, mon->ar.live[i].len);
+#endif
+  arena_put(&mon->ar, off);
 }
 
 /* Memory an SM may still read: out of the live list, never handed out again. */

@@ -37,8 +37,10 @@ struct msd_hooks;
  * arena_bytes for everything attachments put on the device (0:
  * ms_cuda_mon_arena_default). NULL + errno. */
 struct ms_cuda_mon *ms_cuda_mon_new(int n_sms, size_t arena_bytes, struct ms_textbuf *log);
-/* 8 MiB + 2 MiB an SM: room for the shipped monitors' largest (per-worker
- * maps grow with the SMs) twice over, as a replace holds two generations. */
+/* 40 MiB + 2 MiB an SM: room for the shipped monitors' largest (diag_sample's
+ * 16 MiB ring takes 32 MiB on the device, its mirror included; class_time's
+ * per-worker maps take 34 MiB for 133 SMs) while a replace holds two
+ * generations. */
 size_t ms_cuda_mon_arena_default(int n_sms);
 /* The arena's size, the bytes in use and those kept for good (memory an SM
  * did not let go of in time). */

@@ -489,8 +489,8 @@ static __device__ void msd_attn(const struct msd_ctx *x, const struct msd_class 
   if (n > cap) n = cap;            /* positions without a page: never written */
   if (n > x->max_ctx) n = x->max_ctx;
   if (n < 1) return;
-  int win = ms_layer_window(&c->mc, k->layer), p0 = win && n > win ? n - win : 0;
-  n -= p0;                         /* a local layer: the last `win` positions */
+  int p0 = ms_layer_attn_first(&c->mc, k->layer, n);
+  n -= p0;                         /* a local layer: the last `window` positions */
   int qlen = (group * hd + 3) & ~3;
   if (qlen + group * n <= MSD_SMEM_FLOATS) {
     msd_attn_heads(x, k, r, kh, q, out, 0, group, p0, n, msd_smem()->big + qlen);

@@ -232,7 +232,7 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
     return;
   }
   const float *q = ms_buf_row(x, k->in, 0, r) + kh * group * hd;
-  int n = x->meta.row_pos[r] + 1, win = ms_layer_window(c, k->layer), p0 = win && n > win ? n - win : 0;
+  int n = x->meta.row_pos[r] + 1, p0 = ms_layer_attn_first(c, k->layer, n);
   float *s = x->scratch[worker], scale = ms_attn_scale(c);
   for (int g = 0; g < group; g++) {
     float mx = -INFINITY, sum = 0.0f;

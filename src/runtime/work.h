@@ -47,11 +47,11 @@ static inline uint32_t ms_rt_task_rows(const struct ms_engine *e, const struct p
   case MS_K_EXPERT_DOWN:
     return (uint32_t)ms_rt_routed(e, rt, &rt->plan->classes[k->cls], k->tile[2]);
   case MS_K_ATTN: {
-    /* the positions it reads: a sliding-window layer's window at most (as
-     * the kernel reads them, src/kernels/ops.c) */
+    /* the positions it reads: a sliding-window layer's window at most, by
+     * the rule the kernels read them with (megakernel.cuh's msd_ctx_work too) */
     if (!ms_rt_row_live(rt, r)) return 0;
-    int n = rt->x.meta.row_pos[r] + 1, win = ms_layer_window(&e->m->cfg, rt->plan->classes[k->cls].layer);
-    return (uint32_t)(win && n > win ? win : n);
+    int n = rt->x.meta.row_pos[r] + 1;
+    return (uint32_t)(n - ms_layer_attn_first(&e->m->cfg, rt->plan->classes[k->cls].layer, n));
   }
   default:
     return r >= 0 ? (uint32_t)ms_rt_row_live(rt, r) : (uint32_t)rt->x.meta.n_rows;

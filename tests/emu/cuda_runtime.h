@@ -18,7 +18,8 @@
  *     records launches into a graph that cudaGraphLaunch replays in order.
  *   - freed memory is poisoned (0xdb) and kept in quarantine, so a set, a
  *     program or a map freed while a kernel thread still holds it reads as
- *     garbage (a crash or a failed run) instead of going unnoticed;
+ *     garbage (a crash or a failed run) instead of going unnoticed; blocks
+ *     from 8 MiB up are mapped instead, and returned at the free (below);
  *     ms_emu_cuda_drain() releases the quarantine ($MS_EMU_QUARANTINE_KIB bounds it);
  *   - ms_emu_cuda_fail_alloc = N makes the N-th allocation from now fail with
  *     cudaErrorMemoryAllocation (error paths);
@@ -39,6 +40,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #ifdef __cplusplus
@@ -233,9 +235,26 @@ static inline cudaError_t cudaDeviceGetAttribute(int *v, enum cudaDeviceAttr a, 
 }
 
 #ifdef MS_EMU_CUDA_IMPL
+/* Blocks from MS_EMU_BIG up (the monitors' arena, weights, KV pools, logits)
+ * are mapped, neither poisoned nor quarantined: their pages cost nothing until
+ * touched and go back to the system at the free, so that an engine's 48 MiB
+ * arena is not held for ever by every engine a test makes. Each is freed
+ * only once no kernel runs; what code inside one hands out is poisoned there
+ * (monitors.cu poisons the arena's spans when given and when freed), and the
+ * rest is written before it is read (upload.cu clears weights and state). */
+#define MS_EMU_BIG ((size_t)8 << 20)
+
 static inline cudaError_t ms_emu_alloc(void **p, size_t n) {
   *p = NULL;
   if (ms_emu_cuda_fail_alloc > 0 && --ms_emu_cuda_fail_alloc == 0) return cudaErrorMemoryAllocation;
+  if (n >= MS_EMU_BIG) {
+    void *m = mmap(NULL, sizeof(struct ms_emu_block) + n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return cudaErrorMemoryAllocation;
+    ((struct ms_emu_block *)m)->size = n;
+    ms_emu_cuda_live++;
+    *p = (struct ms_emu_block *)m + 1;
+    return cudaSuccess;
+  }
   struct ms_emu_block *b = (struct ms_emu_block *)malloc(sizeof *b + n);
   if (!b) return cudaErrorMemoryAllocation;
   b->size = n;
@@ -249,6 +268,11 @@ static inline cudaError_t ms_emu_alloc(void **p, size_t n) {
 static inline cudaError_t ms_emu_free(void *p) {
   if (!p) return cudaSuccess;
   struct ms_emu_block *b = (struct ms_emu_block *)p - 1;
+  if (b->size >= MS_EMU_BIG) {
+    ms_emu_cuda_live--;
+    munmap(b, sizeof *b + b->size);
+    return cudaSuccess;
+  }
   memset(p, 0xdb, b->size);
   b->next = ms_emu_quarantine;
   ms_emu_quarantine = b;

@@ -333,6 +333,15 @@ static unsigned check_unsupported(struct pctx *c, json_t *o) {
   return 0;
 }
 
+/* A request naming another model than the one served: OpenAI's 404. */
+static unsigned check_model(struct pctx *c, json_t *o) {
+  json_t *v = json_object_get(o, "model");
+  if (c->env->any_model || !c->env->model || !json_is_string(v) || !strcmp(json_string_value(v), c->env->model))
+    return 0;
+  return fail(c, 404, "model", "The model `%.200s` does not exist. This server serves `%s` (GET /v1/models).",
+              json_string_value(v), c->env->model);
+}
+
 /* Prompt and completion together within the engine's context. */
 static unsigned check_context(struct pctx *c) {
   struct oa_req *r = c->r;
@@ -369,6 +378,7 @@ unsigned oa_parse(const struct oa_env *env, const char *body, size_t len, int ch
   unsigned st = 0;
   if (!json_is_object(o)) st = fail(&c, 400, "", "the body must be a JSON object");
   if (!st) st = check_unsupported(&c, o);
+  if (!st) st = check_model(&c, o);
   if (!st) st = get_bool(&c, o, "stream", &r->stream);
   json_t *so = json_object_get(o, "stream_options");
   if (!st && so && json_is_object(so)) st = get_bool(&c, so, "include_usage", &r->include_usage);
@@ -405,7 +415,7 @@ void oa_write_error(FILE *f, unsigned status, const char *msg, const char *param
   ms_json_kstr(&j, "message", msg);
   ms_json_kstr(&j, "type",
                status == 401   ? "authentication_error"
-               : status == 404 ? "not_found_error"
+               : status == 404 && !(code && !strcmp(code, "model_not_found")) ? "not_found_error"
                : status == 429 ? "rate_limit_error"
                : status >= 500 ? (status == 503 ? "unavailable_error" : "server_error")
                                : "invalid_request_error");

@@ -31,6 +31,8 @@ struct oa_env {
   enum ms_chat_template chat;       /* the template chat requests are rendered with */
   int chat_ok;                      /* 0: no template (chat requests are refused) */
   int bos;                          /* put before a rendered chat prompt; -1: none */
+  const char *model;                /* the served model's id: a request naming another gets 404 */
+  int any_model;                    /* 1: serve whatever model a request names */
 };
 
 /* One parsed request. */

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "control/openai.h"
+#include "control/structured.h"
 #include "megascope/base.h"
 #include "megascope/export.h"
 #include "megascope/json.h"
@@ -132,7 +133,18 @@ static struct ms_request *submit(struct oa_gen *g, int i) {
                                .bias_ids = q->bias_ids, .bias_vals = q->bias_vals, .n_bias = q->n_bias,
                                .stop_ids = stop_ids, .n_stop_ids = n_stop, .logprobs = q->logprobs,
                                .top_logprobs = q->top_logprobs, .client = q->client};
-  return ms_engine_submit(g->e, &ro);
+  if (q->schema) {  /* each choice its own matcher; the engine frees it with the request */
+    if (!(ro.constrain_user = so_constraint_new(q->schema))) return NULL;
+    ro.constrain = so_constrain;
+    ro.constrain_free = so_constraint_free;
+  }
+  struct ms_request *r = ms_engine_submit(g->e, &ro);
+  if (!r) {
+    int err = errno;
+    so_constraint_free(ro.constrain_user);
+    errno = err;
+  }
+  return r;
 }
 
 /* echo: the prompt's text starts the choice's text. */

@@ -56,6 +56,7 @@
 #include "control/gate.h"
 #include "control/openai.h"
 #include "control/share.h"
+#include "control/structured.h"
 #include "megascope/control.h"
 #include "megascope/monitor.h"
 #include "megascope/export.h"
@@ -1101,6 +1102,10 @@ static void set_env(struct ms_http *h, struct ms_engine *e, const struct ms_http
   v->chat = (enum ms_chat_template)o->chat_template;
   v->chat_ok = o->chat_ok;
   v->bos = o->tok && o->chat_ok ? ms_chat_bos_id(v->chat, o->tok) : -1;
+  /* structured output ends at the template's end of turn, or the model's EOS */
+  int eot = o->tok && o->chat_ok ? ms_chat_eot_id(v->chat, o->tok) : -1, eos = m->cfg.eos;
+  v->so = o->tok && (eot >= 0 || eos >= 0) ? so_engine_new(o->tok, v->vocab, eot >= 0 ? eot : eos, eot >= 0 ? eos : -1)
+                                            : NULL;
 }
 
 /* The bounds, from the options or their defaults. */
@@ -1118,6 +1123,7 @@ static void set_limits(struct ms_http *h, const struct ms_http_opts *o) {
 }
 
 static void http_release(struct ms_http *h) {
+  so_engine_free(h->env.so);
   gate_free(h->gate);
   share_free(h->share);
   pthread_mutex_destroy(&h->mu);

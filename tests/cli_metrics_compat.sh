@@ -67,6 +67,12 @@ PY
   { cat "$tmp/r1.json"; fail "first request"; }
 [ "$(post "{\"prompt\": $(prompt 9 9 9), \"max_tokens\": 6, \"temperature\": 0}" "$tmp/r2.json")" = 200 ] ||
   { cat "$tmp/r2.json"; fail "second request"; }
+# the answer's usage says so too, as OpenAI's and vLLM's do
+python3 - "$tmp/r1.json" "$tmp/r2.json" <<'PY' || fail "usage.prompt_tokens_details.cached_tokens"
+import json, sys
+c = [json.load(open(p))["usage"]["prompt_tokens_details"]["cached_tokens"] for p in sys.argv[1:]]
+assert c == [0, 32], c
+PY
 # which requests hit: a one-liner over the request hook (ABI v3's cached_tokens), while a third is served
 "$MS" query --socket "$SOCK" --for 3s --json \
   'request /phase == admitted/ { @cached[req_slot, req_gen] = max(cached_tokens); @prompt[req_slot, req_gen] = max(prompt_tokens) }' \

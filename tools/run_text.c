@@ -179,10 +179,7 @@ void run_text_print(const struct run_text *rt, const struct ms_tokenizer *tok, l
   double tpot = info->n_tokens > 1 ? (double)(info->t_done - info->t_first) / 1e9 / (info->n_tokens - 1) : 0;
   printf("--- request %ld: %d prompt tokens, %d generated, ttft %.3f s, tpot %.4f s\n", i, info->n_prompt,
          info->n_tokens, ttft, tpot);
-  if (rt->chat)  /* the turn as the user wrote it, then the answer */
-    printf("user: %s\nassistant: %s\n", rt->prompt, g ? g : "");
-  else
-    printf("%s%s\n", p ? p : "", g ? g : "");
+  printf("%s%s\n", p ? p : "", g ? g : "");
   free(p);
   free(g);
 }

@@ -351,6 +351,20 @@ static void json_usage(struct ms_json *j, const struct oa_gen *g) {
   ms_json_kint(j, "prompt_tokens", prompt);
   ms_json_kint(j, "completion_tokens", completion);
   ms_json_kint(j, "total_tokens", prompt + completion);
+  /* OpenAI's and vLLM's: the prompt tokens read from the prefix cache (each prompt's first choice) */
+  int cached = 0;
+  for (int p = 0; p < g->req.n_prompts; p++)
+    for (int i = 0; i < g->n; i++) {
+      if (g->c[i].prompt != p || !g->c[i].r) continue;
+      struct ms_request_info info;
+      ms_request_get_info(g->c[i].r, &info);
+      cached += info.n_cached;
+      break;
+    }
+  ms_json_key(j, "prompt_tokens_details");
+  ms_json_obj_begin(j);
+  ms_json_kint(j, "cached_tokens", cached);
+  ms_json_obj_end(j);
   ms_json_obj_end(j);
 }
 

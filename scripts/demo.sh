@@ -1,135 +1,107 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
-# make demo: the default synthetic model (SmolLM2-135M shapes, bf16 weights) in the
-# megakernel. First the plan's statistics; then the engine as a server: a batch of
-# completions over HTTP decoded with continuous batching while a shipped monitor is
-# attached through the control socket, a one-line query asked while it runs, the
-# monitor read, replaced by another, read again (each result with its coverage), a
-# task trace is written, and the server stops cleanly. When the real SmolLM2 file is
-# in ~/.cache/megascope (scripts/get-smollm2.sh), it ends with a streamed chat answer
-# from it, token by token over the OpenAI API.
+# make demo: megascope on a real model, in about two minutes after the build.
+# SmolLM2-135M-Instruct (fetched into ~/.cache/megascope by scripts/get-smollm2.sh
+# when it is not there) is served as the default model, with one known fault
+# injected (blk.15.gate_up, the 16th layer's FFN, at twice its time) and its
+# workers pinned to CPUs. Then: a streamed chat answer; a load of chat clients
+# (tests/chat_load.py); while it runs, a one-line question about the requests
+# in flight, answered with its coverage; `megascope explain` finding the fault
+# with its evidence; a task trace recorded under the load and drawn to a PNG;
+# the server's statistics. Every figure printed is measured in this run.
 set -euo pipefail
 B=${1:-build}
 MS="$B/megascope"
-MON="$B/monitors"
-MODEL=(--synthetic smollm2-135m --dtype bf16)
-echo "== the plan for a batch of 4 (megascope compile ${MODEL[*]} --batch 4 --stats)"
-"$MS" compile "${MODEL[@]}" --batch 4 --stats
-echo
+here=$(cd "$(dirname "$0")" && pwd)
+OUT="$B/demo"
+mkdir -p "$OUT"
+FAULT=slow_class:blk.15.gate_up:2
+
+bash "$here/get-smollm2.sh" >/dev/null  # a no-op when the file is in the cache
 
 tmp=$(mktemp -d)
 chmod 700 "$tmp"
-SERVE_PID=""
+SERVE_PID="" LOAD_PID=""
 cleanup() {
-  if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then kill -TERM "$SERVE_PID"; fi
-  wait 2>/dev/null || true
+  touch "$tmp/stop"
+  if [ -n "$LOAD_PID" ]; then wait "$LOAD_PID" 2>/dev/null || true; fi
+  if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then kill -TERM "$SERVE_PID"; wait "$SERVE_PID" || true; fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 SOCK="$tmp/engine.sock"
+say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
-echo "== megascope serve ${MODEL[*]} --batch 4 --http 127.0.0.1:0 --socket $SOCK"
-"$MS" serve "${MODEL[@]}" --batch 4 --http 127.0.0.1:0 --socket "$SOCK" >"$tmp/serve.out" 2>"$tmp/serve.err" &
+say "megascope serve --pin-workers --fault $FAULT   (no model named: the default)"
+"$MS" serve --pin-workers --fault "$FAULT" --batch 4 --http 127.0.0.1:0 --socket "$SOCK" \
+  >"$tmp/serve.out" 2>"$tmp/serve.err" &
 SERVE_PID=$!
 for _ in $(seq 1 600); do
   grep -q '^ready' "$tmp/serve.out" 2>/dev/null && break
   kill -0 "$SERVE_PID" 2>/dev/null || { cat "$tmp/serve.err"; exit 1; }
   sleep 0.1
 done
-cat "$tmp/serve.out"
+cat "$tmp/serve.err" "$tmp/serve.out"
 URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$tmp/serve.out" | head -1)
 [ -n "$URL" ] || { echo "the server did not start"; exit 1; }
-echo
 
-echo "== 8 completions at once (4 decode together; the others join as rows free up)"
-prompts=("The megakernel" "Once upon a time" "Hello" "Semantic hooks let us" "A" "Tasks and events"
-         "Continuous batching" "eBPF")
-pids=()
-for i in "${!prompts[@]}"; do
-  curl -s --max-time 600 -o "$tmp/c$i.json" -w '%{http_code}\n' -H 'Content-Type: application/json' \
-    -d "{\"prompt\": \"${prompts[$i]}\", \"max_tokens\": 24, \"temperature\": 0}" "$URL/v1/completions" >"$tmp/c$i.status" &
-  pids+=($!)
-done
-sleep 1
+say "a streamed chat answer (POST /v1/chat/completions, \"stream\": true), printed as the tokens arrive"
+echo "   user: Name three colours of the rainbow."
+printf '   assistant: '
+curl -sN --max-time 120 -H 'Content-Type: application/json' "$URL/v1/chat/completions" -d \
+  '{"messages": [{"role": "user", "content": "Name three colours of the rainbow."}], "max_tokens": 48,
+    "temperature": 0, "stream": true, "stream_options": {"include_usage": true}}' |
+  python3 -c '
+import json, sys, time
+t0 = time.time(); first = None; n = 0
+for line in sys.stdin:
+    if not line.startswith("data: ") or line.strip() == "data: [DONE]":
+        continue
+    d = json.loads(line[6:])
+    if d.get("usage"):
+        n = d["usage"]["completion_tokens"]
+    if d["choices"]:
+        piece = d["choices"][0]["delta"].get("content", "")
+        if piece and first is None:
+            first = time.time()
+        print(piece, end="", flush=True)
+        if d["choices"][0]["finish_reason"]:
+            fin = d["choices"][0]["finish_reason"]
+t1 = time.time()
+print("\n   (%d tokens, finish_reason %s; first text after %.0f ms, then %.1f tokens/s, timed by this client)"
+      % (n, fin, 1e3 * (first - t0), (n - 1) / (t1 - first) if n > 1 else 0))
+'
 
-echo "== mid-run: megascope attach --socket \$S $MON/class_time.bpf.o"
-id=$("$MS" attach --socket "$SOCK" "$MON/class_time.bpf.o")
-echo "attachment $id"
-Q='task_end /op == attn/ { @us[class] = hist((t_end - t_begin) / 1000) } step /phase == end/ { @rows[batch_size] = count() }'
-echo "== meanwhile, a question in one line, compiled here without clang: megascope query --socket \$S --for 2s --top 2 '$Q'"
-"$MS" query --socket "$SOCK" --for 2s --top 2 "$Q"
-echo
-"$MS" ls --socket "$SOCK"
-echo
-echo "== megascope maps --socket \$S $id   (class_time: task time per class, with its coverage)"
-"$MS" maps --socket "$SOCK" "$id" >"$tmp/maps1.txt"
-head -16 "$tmp/maps1.txt"
-echo "  ... ($(wc -l <"$tmp/maps1.txt") lines)"
-echo
-echo "== megascope replace --socket \$S $id $MON/queueing.bpf.o"
-"$MS" replace --socket "$SOCK" "$id" "$MON/queueing.bpf.o"
-echo "== megascope trace --socket \$S --seconds 1 --out $tmp/trace.json"
-"$MS" trace --socket "$SOCK" --seconds 1 --out "$tmp/trace.json"
-echo
-echo "== megascope maps --socket \$S $id   (queueing: ready -> begin per class; both generations' coverage)"
-"$MS" maps --socket "$SOCK" "$id" >"$tmp/maps2.txt"
-head -16 "$tmp/maps2.txt"
-echo "  ... ($(wc -l <"$tmp/maps2.txt") lines)"
-echo
+say "a load: 6 chat clients (tests/chat_load.py), each asking again when its answer ends"
+python3 "$here/../tests/chat_load.py" "$URL" --clients 6 --max-tokens 48 --stop "$tmp/stop" --for 120 &
+LOAD_PID=$!
+sleep 4
 
-for p in "${pids[@]}"; do wait "$p"; done
-ok=0
-for i in "${!prompts[@]}"; do [ "$(cat "$tmp/c$i.status")" = 200 ] && ok=$((ok + 1)); done
-echo "== $ok of ${#prompts[@]} completions answered 200; the first:"
-cat "$tmp/c0.json"
-echo
-"$MS" detach --socket "$SOCK" "$id"
-echo "== megascope stats --socket \$S"
+Q='request /phase == token/ { @tokens[req_slot] = count() } task_end /op == attn/ { @attn_us[ctx_len / 64 * 64] = avg((t_end - t_begin) / 1000) }'
+say "while they run, a question in one line (compiled to eBPF here, verified, attached, answered, detached):"
+echo "   how many tokens did each batch slot get in 3 s, and what does attention cost as the context grows?"
+echo "   megascope query --for 3s '$Q'"
+"$MS" query --socket "$SOCK" --for 3s "$Q"
+
+say "megascope explain --slo tpot=50ms   (what stands out, with its evidence)"
+"$MS" explain --socket "$SOCK" --slo tpot=50ms
+
+say "a task trace recorded while the load runs: megascope trace --seconds 2"
+"$MS" trace --socket "$SOCK" --seconds 2 --out "$OUT/trace.json"
+python3 "$here/trace-png.py" "$OUT/trace.json" "$OUT/trace.png" --steps 3 --mark blk.15.gate_up ||
+  echo "   (no picture: trace-png.py said why above)"
+
+touch "$tmp/stop"
+wait "$LOAD_PID" || { echo "the load's requests failed"; exit 1; }
+LOAD_PID=""
+
+say "megascope stats   (quantiles measured on the requests' own figures)"
 "$MS" stats --socket "$SOCK"
-echo
-echo "== /metrics (excerpt)"
-curl -s --max-time 30 "$URL/metrics" | grep -E '^megascope_(ttft_seconds_count|tokens_generated_total|steps_total|attachment_executed_total)' || true
-echo
-echo "== stopping (SIGTERM)"
+
+say "stopping (SIGTERM: the server drains, then exits)"
 kill -TERM "$SERVE_PID"
 wait "$SERVE_PID"
 SERVE_PID=""
 tail -1 "$tmp/serve.out"
-mkdir -p "$B/demo"
-cp "$tmp/trace.json" "$B/demo/trace.json"
-echo "the trace is in $B/demo/trace.json: open it in https://ui.perfetto.dev"
-[ "$ok" -eq "${#prompts[@]}" ]
-
-real="$HOME/.cache/megascope/SmolLM2-135M-Instruct.Q4_1.gguf"
-if [ -f "$real" ]; then
-  echo
-  echo "== the real SmolLM2-135M-Instruct: megascope serve --model $real"
-  "$MS" serve --model "$real" --batch 4 --http 127.0.0.1:0 --socket "$SOCK" >"$tmp/real.out" 2>"$tmp/real.err" &
-  SERVE_PID=$!
-  for _ in $(seq 1 600); do
-    grep -q '^ready' "$tmp/real.out" 2>/dev/null && break
-    kill -0 "$SERVE_PID" 2>/dev/null || { cat "$tmp/real.err"; exit 1; }
-    sleep 0.1
-  done
-  URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$tmp/real.out" | head -1)
-  echo "== a streamed chat (POST /v1/chat/completions, \"stream\": true), printed as the tokens arrive:"
-  echo "   user: Name three colours of the rainbow."
-  printf '   assistant: '
-  curl -sN --max-time 120 -H 'Content-Type: application/json' "$URL/v1/chat/completions" -d \
-    '{"messages": [{"role": "user", "content": "Name three colours of the rainbow."}], "max_tokens": 48, "temperature": 0, "stream": true}' |
-    python3 -c '
-import json, sys
-for line in sys.stdin:
-    if line.startswith("data: ") and line.strip() != "data: [DONE]":
-        d = json.loads(line[6:])
-        if d["choices"]:
-            print(d["choices"][0]["delta"].get("content", ""), end="", flush=True)
-            if d["choices"][0]["finish_reason"]:
-                print("\n   (finish_reason: %s)" % d["choices"][0]["finish_reason"])
-'
-  kill -TERM "$SERVE_PID"
-  wait "$SERVE_PID"
-  SERVE_PID=""
-else
-  echo "(scripts/get-smollm2.sh fetches the real SmolLM2 file; the demo then ends with a streamed chat from it)"
-fi
+echo
+echo "The trace: $OUT/trace.json (open it in https://ui.perfetto.dev); its picture: $OUT/trace.png"

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ make pkg-config clang llvm libbpf-dev libelf-dev zlib1g-dev
       libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev prometheus curl python3
-      gnuplot-nox python3-venv python3-pip)
+      gnuplot-nox python3-venv python3-pip libpython3-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -60,4 +60,14 @@ if ! "$root/.venv/bin/python" -c 'import openai' 2>/dev/null; then
   { python3 -m venv "$root/.venv" &&
     "$root/.venv/bin/python" -m pip install --quiet --disable-pip-version-check openai >&2; } ||
     echo "deps: could not install openai into .venv; the OpenAI client test will be skipped" >&2
+fi
+# Structured output: llguidance (its shared library's C API is the grammar
+# engine `serve` loads for response_format, src/control/structured.h; pinned:
+# the API declared there is 1.8.0's), and LangChain's OpenAI client, which
+# tests/structured_client.py drives against a live server as applications do.
+if ! "$root/.venv/bin/python" -c 'import llguidance, langchain_openai' 2>/dev/null ||
+   [ "$("$root/.venv/bin/python" -c 'import importlib.metadata as m; print(m.version("llguidance"))' 2>/dev/null)" != 1.8.0 ]; then
+  echo "deps: installing the Python packages llguidance 1.8.0 and langchain-openai into $root/.venv (pip)" >&2
+  "$root/.venv/bin/python" -m pip install --quiet --disable-pip-version-check 'llguidance==1.8.0' langchain-openai >&2 ||
+    echo "deps: could not install llguidance into .venv; structured output (response_format) will be refused" >&2
 fi

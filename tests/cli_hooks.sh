@@ -22,7 +22,7 @@ if gen != doc:
         sys.stdout.writelines(difflib.unified_diff(d.splitlines(True), g.splitlines(True), "docs/hooks.md", "megascope hooks --markdown"))
     sys.exit("docs/hooks.md's tables differ from `megascope hooks --markdown`: regenerate them")
 j = json.load(open(sys.argv[3]))
-assert j["abi_version"] == 2 and j["context_bytes"] == 216, j
+assert j["abi_version"] == 3 and j["context_bytes"] == 224, j
 fields = j["fields"]
 end = 0
 for f in fields:  # the layout: in order, no overlap, the type's width
@@ -31,13 +31,17 @@ for f in fields:  # the layout: in order, no overlap, the type's width
 assert end == j["context_bytes"], end
 names = [f["name"] for f in fields]
 assert names[:2] == ["abi_version", "hook"] and "work_rows" in names and "remote_gen" in names
-assert all(f["since_version"] == (2 if names.index(f["name"]) >= names.index("work_rows") else 1) for f in fields)
+assert "cached_tokens" in names and "prompt_tokens" in j["hooks"][8]["fields"] and "cached_tokens" in j["hooks"][8]["fields"]
+def since(n):
+    i = names.index(n)
+    return 3 if i >= names.index("prompt_tokens") else 2 if i >= names.index("work_rows") else 1
+assert all(f["since_version"] == since(f["name"]) for f in fields)
 assert len(j["hooks"]) == 10 and j["hooks"][3]["name"] == "task_end" and "t_end" in j["hooks"][3]["fields"]
 assert "t_end" not in j["hooks"][2]["fields"] and "work_rows" not in j["hooks"][4]["fields"]
 types = {t["name"]: t for t in j["program_types"]}
 assert len(types["observe"]["hooks"]) == 10 and types["sched_hint"]["hooks"] == ["task_ready"], types
 text = open(sys.argv[4]).read()
-assert "hook ABI version 2" in text and "sched_hint/task_ready" in text and "remote_gen" in text
+assert "hook ABI version 3" in text and "sched_hint/task_ready" in text and "remote_gen" in text
 print("cli_hooks: the doc's three tables match; %d fields, %d hooks" % (len(fields), len(j["hooks"])))
 PY
 "$MS" hooks --help | grep -q -- "--markdown"

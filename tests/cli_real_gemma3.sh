@@ -73,5 +73,10 @@ d = json.load(open(sys.argv[1]))
 assert d["check_passed"] and d["max_abs_logit_diff"] <= 1e-2, d["max_abs_logit_diff"]
 print("ok: engine vs reference, max |logit difference| %.3g" % d["max_abs_logit_diff"])
 PY
+# run's text: the prompt (its BOS is a control token, not text) and the answer
+"$MS" run --model "$F" --prompt "Paris is the capital of" --steps 4 --batch 1 > "$tmp/run.txt"
+grep -q "prompt tokens" "$tmp/run.txt" && grep -q "^Paris is the capital of" "$tmp/run.txt" && ! grep -q "<bos>" "$tmp/run.txt" ||
+  { cat "$tmp/run.txt"; fail "run's text shows a control token"; }
+echo "ok: run prints no <bos>"
 # a part not run makes the whole test a skip (77), never a pass
 [ -z "${gguf_missing:-}" ] || exit 77

@@ -24,7 +24,7 @@ expect2() {  # expect exit 2 and a message containing $1
 }
 expect2 "unknown command" frobnicate
 expect2 "unknown preset" compile --synthetic nosuch
-expect2 "no model" run --steps 3
+MS_CACHE=/nonexistent expect2 "no model named, and the default, SmolLM2-135M-Instruct, is not in the model cache" run --steps 3
 expect2 "--batch" run --synthetic tiny --batch zero
 expect2 "--mode" run --synthetic tiny --mode sideways
 expect2 "--dtype" compile --synthetic tiny --dtype f8

@@ -118,7 +118,7 @@ SEC("megascope/observe/step") int f(struct ms_hook_ctx *ctx) { return 0; }
 char LICENSE[] SEC("license") = "MIT";
 C
 if build newer "$tmp/newer.bpf.c"; then
-  expect 1 "built for hook ABI version 3, newer than this engine's version 2" verify "$tmp/newer.o"
+  expect 1 "built for hook ABI version 4, newer than this engine's version 3" verify "$tmp/newer.o"
 fi
 
 echo "$pass passed, $fail failed"

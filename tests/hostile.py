@@ -42,6 +42,7 @@ import resource
 import shutil
 import signal
 import socket
+import re
 import subprocess
 import sys
 import tempfile
@@ -145,6 +146,8 @@ def metrics(port):
     for line in data.decode().splitlines():
         if line and not line.startswith("#"):
             k, v = line.rsplit(" ", 1)
+            # the serving series carry the served model's name (model_name): keyed here without it
+            k = re.sub(r'model_name="(?:[^"\\]|\\.)*",?', "", k).replace("{}", "").replace(",}", "}")
             out[k] = float(v)
     return out
 

@@ -193,11 +193,12 @@ for vi, (name, v) in enumerate(VARIANTS.items()):
             bad += 1
     # the template: run --chat renders the file's own template, after one BOS;
     # as in llama.cpp and Hugging Face's Llama-2 tokenizer, text after a special
-    # token takes the space prefix ("[INST]" is "\u2581[" "INST" "]")
+    # token takes the space prefix ("[INST]" is "\u2581[" "INST" "]"); the BOS
+    # is a control token, not text: run's text never shows it
     args = ["run", "--model", path, "--chat", "--prompt", "Hello there", "--steps", "1", "--batch", "1"]
     out, n = ms(*args), json.loads(ms(*args, "--json"))["prompt_tokens"][0]
-    turn, n_want = "<s> [INST] Hello there [/INST]", 1 + len(sp.encode("[INST] Hello there [/INST]"))
-    if turn not in out or n != n_want:
+    turn, n_want = "[INST] Hello there [/INST]", 1 + len(sp.encode("[INST] Hello there [/INST]"))
+    if turn not in out or "<s>" in out or n != n_want:
         print("%s: run --chat: %d prompt tokens (want %d), no %r in:\n%s" % (name, n, n_want, turn, out),
               file=sys.stderr)
         bad += 1

@@ -124,7 +124,7 @@ static const struct neg negatives[] = {
      "invalid read of ctx field t_end at offset 104 size 8: hook task_begin does not define field t_end"},
     {"ctx field straddle", OBS, MS_HOOK_TASK_END, "ldxdw %r0, [%r1+36]\nexit",
      "straddles fields bucket and task_class"},
-    {"ctx beyond the end", OBS, MS_HOOK_TASK_END, "ldxw %r0, [%r1+216]\nexit", "outside the 216-byte context"},
+    {"ctx beyond the end", OBS, MS_HOOK_TASK_END, "ldxw %r0, [%r1+224]\nexit", "outside the 224-byte context"},
     {"ctx v2 field of another hook", OBS, MS_HOOK_TASK_READY, "ldxw %r0, [%r1+184]\nexit",
      "invalid read of ctx field work_rows at offset 184 size 4: hook task_ready does not define field work_rows"},
     {"ctx v2 remote field of step", OBS, MS_HOOK_STEP, "ldxdw %r0, [%r1+208]\nexit",

@@ -374,7 +374,7 @@ static void test_v2_refused(void) {
   size_t len = 0;
   CHECK(ms_bpf_bundle_write(NULL, 0, &bp, 1, MS_HOOK_ABI_VERSION + 1, &b, &len) == 0);
   struct ms_monitor *mon = b ? ms_monitor_open_mem(b, len, "future", &tb) : NULL;
-  CHECKF(mon == NULL && strstr(log, "this engine implements version 2"), "future: %s", log);
+  CHECKF(mon == NULL && strstr(log, "this engine implements version 3"), "future: %s", log);
   ms_monitor_free(mon);
   free(b);
   free(insns);

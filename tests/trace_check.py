@@ -246,7 +246,8 @@ def main():
             for x, y in zip(xs, ys):
                 a = dict(x[3])
                 same = x[0] == y[0] and x[1] == y[1] and x[2] == y[2]
-                for k in ("task", "step", "bucket", "launch", "wait_reason", "wait_us", "event_class"):
+                for k in ("task", "step", "bucket", "launch", "wait_reason", "wait_us", "event_class", "pos",
+                          "prompt_cached"):
                     same = same and a.get(k) == y[3].get(k)
                 same = same and ns(a["queued_us"]) == y[3]["queued_ns"] and a["request"] == y[3].get("request")
                 if not same:

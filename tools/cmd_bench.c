@@ -220,7 +220,8 @@ static const struct cli_opt decode_opts[] = {
 #undef DA
 
 static const char decode_head[] =
-    "usage: megascope bench decode (--synthetic PRESET | --model F.gguf) [options]\n\n"
+    "usage: megascope bench decode [--model F.gguf | --synthetic PRESET] [options]\n\n"
+    "With no model named: SmolLM2-135M-Instruct from the model cache (~/.cache/megascope).\n\n"
     "Runs the same requests through the megakernel and through the per-op baseline\n"
     "in one process, alternating in rounds, then measures memory bandwidth with a STREAM-like read and copy on as many\n"
     "threads as the engine has workers, and reports tokens/s, their ratio, the bytes a token\n"

@@ -478,13 +478,21 @@ static int run_ctl(const struct ctl_args *a) {
              jnum(rep, "tokens"), jnum(rep, "positions"), jnum(rep, "tasks"), jnum(rep, "stalls"));
       printf("requests: %llu finished, %llu cancelled\n", jnum(rep, "requests_finished"),
              jnum(rep, "requests_cancelled"));
+      json_t *pc = json_object_get(rep, "prefix_cache");
+      if (json_is_true(json_object_get(pc, "on")))
+        printf("prefix cache: %.1f%% hit rate (%llu of %llu prompt tokens cached; %llu requests hit), %llu pages "
+               "kept, %llu evicted\n",
+               100.0 * json_number_value(json_object_get(pc, "hit_rate")), jnum(pc, "hits"), jnum(pc, "queries"),
+               jnum(pc, "hit_requests"), jnum(pc, "pages_cached"), jnum(pc, "evictions"));
+      else if (pc)
+        printf("prefix cache: off\n");
       for (int k = 0; k < 2; k++) {
         json_t *h = k ? tp : tt;
-        printf("%s  n=%llu  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms\n", k ? "TPOT" : "TTFT",
-               jnum(h, "count"), 1e3 * json_number_value(json_object_get(h, "p50_s")),
+        printf("%s  n=%llu  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  (measured on the last %lld)\n",
+               k ? "TPOT" : "TTFT", jnum(h, "count"), 1e3 * json_number_value(json_object_get(h, "p50_s")),
                1e3 * json_number_value(json_object_get(h, "p90_s")),
                1e3 * json_number_value(json_object_get(h, "p99_s")),
-               1e3 * json_number_value(json_object_get(h, "mean_s")));
+               1e3 * json_number_value(json_object_get(h, "mean_s")), (long long)jnum(h, "quantiles_of"));
       }
     }
   } else if (!strcmp(me, "trace")) {

@@ -114,7 +114,8 @@ static void text(void) {
   printf("\nfields:\n");
   for (int f = 0; f < MS_F_COUNT; f++)
     printf("  %3u %-16s %-5s %s%s\n", ms_hook_fields[f].offset, ms_hook_fields[f].name, ms_hook_field_type(f),
-           ms_hook_field_version(f) > 1 ? "(v2) " : "", ms_hook_field_meaning(f));
+           ms_hook_field_version(f) > 1 ? (ms_hook_field_version(f) > 2 ? "(v3) " : "(v2) ") : "",
+           ms_hook_field_meaning(f));
 }
 
 static void json(void) {

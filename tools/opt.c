@@ -35,6 +35,27 @@ static int flatten(const struct cli_opt *t, size_t base, struct flat *out, int n
 /* Flags, and functions declared without an argument, take none. */
 static int takes_arg(const struct cli_opt *o) { return o->kind != CLI_FLAG && !(o->kind == CLI_FN && !o->arg); }
 
+/* The option an alias spells (its index in flat), or -1. */
+static int alias_target(const struct flat *flat, int n, const struct cli_opt *a) {
+  for (int i = 0; i < n; i++)
+    if (flat[i].o->kind != CLI_ALIAS && flat[i].o->name && !strcmp(flat[i].o->name, a->target)) return i;
+  return -1;
+}
+
+/* Single-dash words ("-np"): the argument is replaced, in place, by the long
+ * form of the option it spells, so getopt reads one table. */
+static void single_dash_words(const struct flat *flat, int n, int argc, char **argv) {
+  static char spelled[MAX_OPTS][72];
+  for (int i = 0; i < n; i++) {
+    const struct cli_opt *a = flat[i].o;
+    int t;
+    if (a->kind != CLI_ALIAS || !a->name || a->name[0] != '-' || (t = alias_target(flat, n, a)) < 0) continue;
+    snprintf(spelled[i], sizeof spelled[i], "--%s", flat[t].o->name);
+    for (int k = 1; k < argc && strcmp(argv[k], "--"); k++)
+      if (!strcmp(argv[k], a->name)) argv[k] = spelled[i];
+  }
+}
+
 static int parse_double(const char *cmd, const struct cli_opt *o, const char *s, double *v) {
   char *end;
   errno = 0;
@@ -114,17 +135,28 @@ int cli_parse(const char *cmd, const char *head, const struct cli_opt *opts, voi
     fprintf(stderr, "megascope %s: more than %d options declared\n", cmd, MAX_OPTS);
     return -1;
   }
+  int m = 0, map[MAX_OPTS];  /* getopt's long options, each the flat index it stores through */
   for (int i = 0; i < n; i++) {
-    int arg = takes_arg(flat[i].o);
-    lo[i] = (struct option){flat[i].o->name, arg ? required_argument : no_argument, 0, 0};
-    if (flat[i].o->shrt) {
-      shorts[ns++] = flat[i].o->shrt;
+    const struct cli_opt *o = flat[i].o;
+    int t = i;
+    if (o->kind == CLI_ALIAS && (t = alias_target(flat, n, o)) < 0) {
+      fprintf(stderr, "megascope %s: alias --%s of an undeclared option --%s\n", cmd, o->name, o->target);
+      return -1;
+    }
+    int arg = takes_arg(flat[t].o);
+    if (o->name && o->name[0] != '-') {
+      map[m] = t;
+      lo[m++] = (struct option){o->name, arg ? required_argument : no_argument, 0, 0};
+    }
+    if (o->shrt) {
+      shorts[ns++] = o->shrt;
       if (arg) shorts[ns++] = ':';
     }
   }
   shorts[ns] = 0;
-  lo[n] = (struct option){"help", no_argument, 0, 'h'};
-  lo[n + 1] = (struct option){0, 0, 0, 0};
+  lo[m] = (struct option){"help", no_argument, 0, 'h'};
+  lo[m + 1] = (struct option){0, 0, 0, 0};
+  single_dash_words(flat, n, argc, argv);
   int c, idx;
   optind = 1;
   opterr = 1;  /* getopt names the option: "run: unrecognized option '--x'" */
@@ -137,10 +169,14 @@ int cli_parse(const char *cmd, const char *head, const struct cli_opt *opts, voi
       fprintf(stderr, "(try 'megascope %s --help')\n", cmd);
       return -1;
     }
-    if (c != 0)
+    if (c != 0) {
       for (idx = 0; idx < n && flat[idx].o->shrt != c; idx++) {
       }
-    if (idx >= n || store(cmd, &flat[idx], dst, optarg)) return -1;
+      if (idx < n && flat[idx].o->kind == CLI_ALIAS) idx = alias_target(flat, n, flat[idx].o);
+    } else {
+      idx = idx < m ? map[idx] : n;
+    }
+    if (idx < 0 || idx >= n || store(cmd, &flat[idx], dst, optarg)) return -1;
   }
   if (first) {
     *first = optind;
@@ -155,12 +191,13 @@ int cli_has_opt(const struct cli_opt *opts, const char *name, size_t len) {
   struct flat flat[MAX_OPTS];
   int n = flatten(opts, 0, flat, 0);
   for (int i = 0; i < n; i++)
-    if (strlen(flat[i].o->name) == len && !strncmp(flat[i].o->name, name, len)) return 1;
+    if (flat[i].o->name && strlen(flat[i].o->name) == len && !strncmp(flat[i].o->name, name, len)) return 1;
   return 0;
 }
 
-/* "  --name ARG" and the help under it. */
-static void usage_one(FILE *f, const struct cli_opt *o) {
+/* "  --name ARG" and the help under it, then the other spellings the table
+ * (all of it, root) declares for it. */
+static void usage_one(FILE *f, const struct cli_opt *o, const struct cli_opt *root) {
   char left[96];
   int n = o->shrt ? snprintf(left, sizeof left, "  -%c, --%s", o->shrt, o->name)
                   : snprintf(left, sizeof left, "  --%s", o->name);
@@ -174,18 +211,31 @@ static void usage_one(FILE *f, const struct cli_opt *o) {
     if (*h) fprintf(f, "%*s", HELP_COL, "");
   }
   if (!o->help || !o->help[0]) fprintf(f, "\n");
+  struct flat flat[MAX_OPTS];
+  int nf = flatten(root, 0, flat, 0), any = 0;
+  for (int i = 0; i < nf; i++) {
+    const struct cli_opt *a = flat[i].o;
+    if (a->kind != CLI_ALIAS || strcmp(a->target, o->name)) continue;
+    if (any++)
+      fputs(", ", f);
+    else
+      fprintf(f, "%*salso ", HELP_COL, "");
+    if (a->shrt) fprintf(f, "-%c%s", a->shrt, a->name ? ", " : "");
+    if (a->name) fprintf(f, "%s%s", a->name[0] == '-' ? "" : "--", a->name);
+  }
+  if (any) fprintf(f, "\n");
 }
 
-static void usage_table(FILE *f, const struct cli_opt *t) {
+static void usage_table(FILE *f, const struct cli_opt *t, const struct cli_opt *root) {
   for (; t->kind != CLI_END; t++) {
-    if (t->kind == CLI_GROUP) usage_table(f, t->group);
+    if (t->kind == CLI_GROUP) usage_table(f, t->group, root);
     else if (t->kind == CLI_TEXT) fprintf(f, "%s\n", t->help);
-    else usage_one(f, t);
+    else if (t->kind != CLI_ALIAS) usage_one(f, t, root);
   }
 }
 
 void cli_usage(FILE *f, const char *head, const struct cli_opt *opts) {
   fputs(head, f);
-  usage_table(f, opts);
+  usage_table(f, opts, opts);
   fprintf(f, "  -h, --help           this text\n");
 }

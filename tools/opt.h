@@ -31,6 +31,10 @@ enum cli_kind {
                 * argument (arg NULL) when .arg is NULL */
   CLI_GROUP,   /* the options of .group, their offsets from off */
   CLI_TEXT,    /* no option: a line of help (.help) */
+  CLI_ALIAS,   /* another spelling of option .target (llama-server's, vLLM's): a
+                * long name, a one-letter form, or both; a name that starts with
+                * '-' is a single-dash word ("-np") matched as a whole argument.
+                * --help lists it under its target */
 };
 
 struct cli_opt {
@@ -48,6 +52,7 @@ struct cli_opt {
   int (*fn)(void *dst, const char *arg);
   const struct cli_opt *group;
   char shrt;           /* a one-letter form too ('v' for -v), 0: none */
+  const char *target;  /* CLI_ALIAS: the long name of the option it spells */
 };
 
 #define CLI_O(S, f) offsetof(S, f)
@@ -70,6 +75,7 @@ struct cli_opt {
 #define CLI_OPT_FN(nm, a, f, hp) {.kind = CLI_FN, .name = nm, .arg = a, .fn = f, .help = hp}
 #define CLI_OPT_GROUP(S, f, g) {.kind = CLI_GROUP, .off = CLI_O(S, f), .group = g}
 #define CLI_OPT_TEXT(hp) {.kind = CLI_TEXT, .help = hp}
+#define CLI_OPT_ALIAS(nm, sh, tg) {.kind = CLI_ALIAS, .name = nm, .shrt = sh, .target = tg}
 
 /* Parses argv[1..] into dst by the table (getopt_long; --help and -h are
  * always there). 0: parsed, positional arguments from *first; 1: --help was

@@ -128,16 +128,24 @@ void run_text_request(const struct run_text *rt, long i, struct ms_request_opts 
   }
 }
 
-/* Decodes ids into a malloc'd string, made valid UTF-8 (U+FFFD for bad bytes and NULs). */
-static char *decode_text(const struct ms_tokenizer *tok, const int32_t *ids, int n) {
-  long need = tok ? ms_tokenizer_decode(tok, ids, n, NULL, 0) : -1;
+/* Decodes ids into a malloc'd string, made valid UTF-8 (U+FFFD for bad bytes
+ * and NULs). Control tokens (BOS, EOS, a template's turn markers) are not
+ * text: they are left out, as the server leaves them out. */
+static char *decode_text(const struct ms_tokenizer *tok, const int32_t *all, int n_all) {
+  int32_t *ids = tok ? malloc(sizeof *ids * (size_t)(n_all > 0 ? n_all : 1)) : NULL;
+  int n = 0;
+  for (int i = 0; ids && i < n_all; i++)
+    if (!ms_tokenizer_is_control(tok, all[i])) ids[n++] = all[i];
+  long need = ids ? ms_tokenizer_decode(tok, ids, n, NULL, 0) : -1;
   char *raw = need >= 0 ? malloc((size_t)need + 1) : NULL, *out = raw ? malloc(3 * (size_t)need + 1) : NULL;
   size_t o = 0;
   if (!out) {
     free(raw);
+    free(ids);
     return NULL;
   }
   ms_tokenizer_decode(tok, ids, n, raw, (size_t)need + 1);
+  free(ids);
   for (long i = 0; i < need;) {
     unsigned char c = (unsigned char)raw[i];
     int k = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;

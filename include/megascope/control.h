@@ -179,6 +179,10 @@ struct ms_http_opts {
   int max_prompt_tokens;      /* prompt tokens over a request's choices; 0: max(8192, 2 x max_ctx) */
   int client_max_requests;    /* choices one client holds queued and running; 0: 128 */
   long long client_max_tokens; /* their prompts and max_tokens; 0: max(65536, 16 x max_ctx) */
+  /* Later fields (zero is the default). */
+  int accept_any_model;       /* 0: a request naming a model other than model_name gets 404
+                                 model_not_found, as OpenAI answers; 1: any name is served */
+  int metrics_compat;         /* 1: /metrics adds vLLM's series (vllm:*) beside megascope's */
 };
 
 struct ms_http;

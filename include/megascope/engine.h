@@ -110,6 +110,17 @@ struct ms_engine_opts {
    * that worker's loss alone (ms_engine_worker_os says how much). 0: the OS
    * places the workers. */
   int pin_workers;
+  /* Automatic prefix caching: the KV pages a request filled stay after it
+   * ends, keyed by the tokens they hold (a hash chain over whole pages), and a
+   * later request whose prompt begins with the same pages shares them and
+   * computes only the positions past them (at least its last prompt
+   * position, whose logits it samples). Shared pages are never written;
+   * pages no request holds are evicted least recently used first when a
+   * page is needed. The answer is the same, bit for bit: a page holds what
+   * the request would have computed. A request that records its logits has
+   * none (NaN) for the positions it read from the cache. The CUDA backend
+   * keeps it off. 0: off. */
+  int prefix_cache;
 };
 
 /* "cpu", "sim", "cuda"; NULL for an unknown id. */
@@ -167,6 +178,17 @@ struct ms_request_opts {
    * waits behind its own, not in front of others'. 0 is a client too (every
    * caller that names none: first come, first served). */
   uint64_t client;
+  /* A constraint on each draw (structured output: serve's response_format).
+   * Before draw n, constrain(user, tokens, n, logits, vocab) gets the n tokens
+   * drawn so far and the logits the draw uses (penalties and logit_bias
+   * applied: the request's own copy) and forbids a token by setting its logit
+   * to -INFINITY, leaving at least one. It runs on the worker that draws, once
+   * a draw, never twice at once for one request. logprobs stay the model's.
+   * Once the request is accepted the engine owns user: constrain_free(user)
+   * when the request is freed (a refused submit leaves it to the caller). */
+  void (*constrain)(void *user, const int32_t *tokens, int n, float *logits, int vocab);
+  void (*constrain_free)(void *user);
+  void *constrain_user;
 };
 
 /* How a request ended. */
@@ -193,7 +215,8 @@ struct ms_request_info {
   int n_tokens;            /* generated so far */
   const int32_t *tokens;   /* [n_tokens] */
   int n_logits;            /* positions with recorded logits */
-  const float *logits;     /* (n_logits, vocab): logits after feeding position i */
+  const float *logits;     /* (n_logits, vocab): logits after feeding position i (NaN for the
+                              first n_cached: read from the prefix cache, not computed) */
   uint64_t t_submit, t_admit, t_first, t_done;  /* ms_now_ns(); 0: not yet */
   enum ms_finish finish;
   /* With logprobs: logprob[i] of tokens[i] under the model's distribution (the
@@ -204,6 +227,9 @@ struct ms_request_info {
   int top_logprobs;
   const int32_t *top_ids;
   const float *top_lp;
+  /* Prompt positions read from the prefix cache, not computed (a whole number
+   * of KV pages, at most n_prompt - 1); 0 without a hit. Set at admission. */
+  int n_cached;
 };
 
 /* Submits a request; NULL + errno (EINVAL, E2BIG when it cannot fit max_ctx,
@@ -240,6 +266,17 @@ struct ms_engine_stats {
   int running;             /* requests holding a batch slot */
   int waiting;             /* requests queued for one */
   int kv_pages_used, kv_pages;  /* KV-cache pages held by requests, and the pool's size */
+  /* The prefix cache (ms_engine_opts.prefix_cache): prompt tokens looked up
+   * (every admitted request's prompt, vLLM's "queries") and those found
+   * cached ("hits"); pages cached that no request holds (evictable, not
+   * counted in kv_pages_used); pages evicted; requests that found at least
+   * one page. */
+  uint64_t prefix_queries, prefix_hits, prefix_evictions, prefix_hit_requests;
+  int prefix_pages_cached;
+  int prefix_cache;        /* 1: the engine keeps one */
+  /* Requests put back in the queue to make room (none: the KV pool holds
+   * every slot's whole context, so a running request is never preempted). */
+  uint64_t preemptions;
 };
 void ms_engine_get_stats(const struct ms_engine *e, struct ms_engine_stats *out);
 

@@ -35,6 +35,17 @@ void ms_prometheus_label_value(FILE *f, const char *v);
 /* A histogram family over ms_latency_bounds (HELP, TYPE, cumulative buckets, _sum, _count). */
 struct ms_histogram;
 void ms_prometheus_histogram(FILE *f, const char *name, const char *help, const struct ms_histogram *h);
+/* The same over any n bounds: counts[i] observations <= bounds[i] (not
+ * cumulative), counts[n] the rest; labels ("" or `k="v",...`, escaped by the
+ * caller) go into every sample before le. */
+void ms_prometheus_histogram_n(FILE *f, const char *name, const char *help, const char *labels,
+                               const double *bounds, int n, const uint64_t *counts, double sum);
+/* Copies a page (len bytes) to out with label="value" (value escaped) added
+ * to every sample line that has no label of that name and whose metric name
+ * begins with one of families (NULL-terminated; NULL: every sample): a
+ * constant label (model_name) on the serving series. -EIO on a write error. */
+int ms_prometheus_relabel(const char *page, size_t len, const char *label, const char *value,
+                          const char *const *families, FILE *out);
 
 /* ---- OTLP/HTTP JSON request spans ---- */
 
@@ -53,9 +64,10 @@ struct ms_request_span {
    * the model asked for and the one that answered (static or caller storage
    * copied by ms_otlp_add); the caller's span when the request carried a W3C
    * traceparent (trace_id then holds its trace). */
-  char operation[24], request_model[64], response_model[64];
+  char operation[24], request_model[128], response_model[128];
   uint8_t parent_span_id[8];
   int has_parent;
+  int n_cached;              /* prompt tokens read from the prefix cache (gen_ai.usage.cache_read.input_tokens) */
 };
 
 /* Parses a W3C traceparent header ("00-<32 hex>-<16 hex>-<2 hex>") into the

@@ -96,6 +96,7 @@ struct ms_model_config {
                             * 0: every layer local */
   float rope_base_local;   /* RoPE base of local layers; 0: rope_base */
   float final_softcap;     /* logits = cap * tanh(logits / cap); 0: none */
+  int ctx_train;           /* the context the model was trained for (GGUF context_length); 0: unknown */
 };
 
 /* The layer rules below are compiled for the CUDA task bodies too (one source). */

@@ -32,12 +32,18 @@ struct ms_latency_stats {
   struct ms_histogram tpot;   /* (done - first token) / (tokens - 1), per request with >= 2 tokens */
   uint64_t requests_finished;
   uint64_t requests_cancelled;
+  struct ms_histogram itl;    /* a request's token n >= 1 less its token n - 1, per token (inter-token latency) */
 };
 void ms_engine_latency(const struct ms_engine *e, struct ms_latency_stats *out);
 /* Counts one observation of s seconds (the caller serialises its writers). */
 void ms_histogram_observe(struct ms_histogram *h, double s);
 /* A quantile (0..1) of a histogram, by linear interpolation inside the bucket. */
 double ms_histogram_quantile(const struct ms_histogram *h, double q);
+/* The TTFT (which 0) or TPOT (1), in seconds, of the last requests that
+ * finished (at most MS_LAT_RECENT, oldest first), exact: the figures quantiles
+ * are measured from, not bucket edges. Returns how many were written. */
+#define MS_LAT_RECENT 4096
+int ms_engine_latency_recent(const struct ms_engine *e, int which, double *out, int max);
 
 /* The always-on aggregate: per task class, summed over workers. */
 struct ms_class_stat {

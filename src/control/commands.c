@@ -9,6 +9,7 @@
 #include <jansson.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -554,6 +555,37 @@ static void write_hist(struct ms_json *j, const char *key, const struct ms_histo
   ms_json_obj_end(j);
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+/* TTFT or TPOT: the histogram's count, sum and mean, and quantiles measured
+ * (nearest rank) on the last MS_LAT_RECENT requests' exact figures, with how
+ * many they are ("quantiles_of"), not interpolated between bucket edges. */
+static void write_latency(struct ms_json *j, const char *key, const struct ms_histogram *h,
+                          const struct ms_engine *e, int which) {
+  static const double qs[] = {0.5, 0.9, 0.99};
+  static const char *const names[] = {"p50_s", "p90_s", "p99_s"};
+  double *v = malloc(MS_LAT_RECENT * sizeof *v);
+  int n = v ? ms_engine_latency_recent(e, which, v, MS_LAT_RECENT) : 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  ms_json_key(j, key);
+  ms_json_obj_begin(j);
+  ms_json_kuint(j, "count", h->count);
+  ms_json_knum(j, "sum_s", h->sum);
+  ms_json_knum(j, "mean_s", h->count ? h->sum / (double)h->count : 0);
+  for (int i = 0; i < 3; i++) {
+    int rank = (int)ceil(qs[i] * n);  /* nearest rank: the smallest value with at least q of them at or below */
+    ms_json_knum(j, names[i], n ? v[rank > 0 ? rank - 1 : 0] : 0);
+  }
+  ms_json_kint(j, "quantiles_of", n);
+  ms_json_knum(j, "min_s", n ? v[0] : 0);
+  ms_json_knum(j, "max_s", n ? v[n - 1] : 0);
+  ms_json_obj_end(j);
+  free(v);
+}
+
 /* What the OS says of each worker thread (ms_engine_worker_os): explain
  * takes a window's difference to tell a shared CPU from slow tasks. */
 static void write_worker_os(struct ms_json *j, const struct ms_engine *e, int n) {
@@ -599,8 +631,21 @@ static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, str
     ms_json_kuint(&j, "stalls", st.stalls);
     ms_json_kuint(&j, "requests_finished", lat.requests_finished);
     ms_json_kuint(&j, "requests_cancelled", lat.requests_cancelled);
-    write_hist(&j, "ttft", &lat.ttft);
-    write_hist(&j, "tpot", &lat.tpot);
+    write_latency(&j, "ttft", &lat.ttft, c->e, 0);
+    write_latency(&j, "tpot", &lat.tpot, c->e, 1);
+    write_hist(&j, "itl", &lat.itl);
+    ms_json_kint(&j, "kv_pages_used", st.kv_pages_used);
+    ms_json_kint(&j, "kv_pages", st.kv_pages);
+    ms_json_key(&j, "prefix_cache");
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "on", st.prefix_cache);
+    ms_json_kuint(&j, "queries", st.prefix_queries);
+    ms_json_kuint(&j, "hits", st.prefix_hits);
+    ms_json_knum(&j, "hit_rate", st.prefix_queries ? (double)st.prefix_hits / (double)st.prefix_queries : 0.0);
+    ms_json_kuint(&j, "hit_requests", st.prefix_hit_requests);
+    ms_json_kint(&j, "pages_cached", st.prefix_pages_cached);
+    ms_json_kuint(&j, "evictions", st.prefix_evictions);
+    ms_json_obj_end(&j);
     ms_json_key(&j, "control");
     ms_json_obj_begin(&j);
     ms_json_kuint(&j, "accepted", cs.accepted);

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "control/openai.h"
+#include "control/structured.h"
 #include "megascope/base.h"
 #include "megascope/export.h"
 #include "megascope/json.h"
@@ -132,7 +133,18 @@ static struct ms_request *submit(struct oa_gen *g, int i) {
                                .bias_ids = q->bias_ids, .bias_vals = q->bias_vals, .n_bias = q->n_bias,
                                .stop_ids = stop_ids, .n_stop_ids = n_stop, .logprobs = q->logprobs,
                                .top_logprobs = q->top_logprobs, .client = q->client};
-  return ms_engine_submit(g->e, &ro);
+  if (q->schema) {  /* each choice its own matcher; the engine frees it with the request */
+    if (!(ro.constrain_user = so_constraint_new(q->schema))) return NULL;
+    ro.constrain = so_constrain;
+    ro.constrain_free = so_constraint_free;
+  }
+  struct ms_request *r = ms_engine_submit(g->e, &ro);
+  if (!r) {
+    int err = errno;
+    so_constraint_free(ro.constrain_user);
+    errno = err;
+  }
+  return r;
 }
 
 /* echo: the prompt's text starts the choice's text. */
@@ -339,6 +351,20 @@ static void json_usage(struct ms_json *j, const struct oa_gen *g) {
   ms_json_kint(j, "prompt_tokens", prompt);
   ms_json_kint(j, "completion_tokens", completion);
   ms_json_kint(j, "total_tokens", prompt + completion);
+  /* OpenAI's and vLLM's: the prompt tokens read from the prefix cache (each prompt's first choice) */
+  int cached = 0;
+  for (int p = 0; p < g->req.n_prompts; p++)
+    for (int i = 0; i < g->n; i++) {
+      if (g->c[i].prompt != p || !g->c[i].r) continue;
+      struct ms_request_info info;
+      ms_request_get_info(g->c[i].r, &info);
+      cached += info.n_cached;
+      break;
+    }
+  ms_json_key(j, "prompt_tokens_details");
+  ms_json_obj_begin(j);
+  ms_json_kint(j, "cached_tokens", cached);
+  ms_json_obj_end(j);
   ms_json_obj_end(j);
 }
 

@@ -56,6 +56,7 @@
 #include "control/gate.h"
 #include "control/openai.h"
 #include "control/share.h"
+#include "control/structured.h"
 #include "megascope/control.h"
 #include "megascope/monitor.h"
 #include "megascope/export.h"
@@ -81,13 +82,43 @@ enum {
 static const char *const ref_names[REF_COUNT] = {"request_tokens", "prompt_tokens", "client_requests",
                                                  "client_tokens", "queue_full"};
 
+/* Tokens per request, on 1-2-5 bounds up to the context (as vLLM's
+ * request_prompt_tokens and request_generation_tokens). Under ms_http.mu. */
+#define TOK_BOUNDS 24
+struct tok_hist {
+  double bounds[TOK_BOUNDS];
+  int n;
+  uint64_t counts[TOK_BOUNDS + 1];
+  double sum;
+};
+
+static void tok_hist_init(struct tok_hist *t, int max) {
+  static const int step[3] = {1, 2, 5};
+  memset(t, 0, sizeof *t);
+  for (int k = 0; t->n < TOK_BOUNDS; k++) {
+    long v = step[k % 3];
+    for (int d = k / 3; d > 0; d--) v *= 10;
+    t->bounds[t->n++] = (double)v;
+    if (v >= max) break;
+  }
+}
+
+static void tok_hist_observe(struct tok_hist *t, int v) {
+  int i = 0;
+  while (i < t->n && v > t->bounds[i]) i++;
+  t->counts[i]++;
+  t->sum += v;
+}
+
 struct ms_http {
   struct ms_engine *e;
   struct MHD_Daemon *d;
   struct oa_env env;
   struct ms_otlp *otlp;
   struct ms_control *control;
-  char model[64], host[80], api_key[256];
+  char model[128], host[80], api_key[256];
+  char labels[320];    /* the vLLM series' labels: model_name, engine */
+  int compat;          /* --metrics-compat vllm */
   int port, has_key;
   struct ms_gate *gate;
   struct ms_share *share;
@@ -99,7 +130,8 @@ struct ms_http {
   _Atomic uint64_t next_id, completions, rejected, scrapes, in_flight, cancelled;
   _Atomic uint64_t prompt_tokens, generation_tokens, finished[FIN_COUNT];
   pthread_mutex_t mu;  /* the histograms below */
-  struct ms_histogram e2e, queue, prefill, decode;
+  struct ms_histogram e2e, queue, prefill, decode, inference;
+  struct tok_hist prompt_hist, gen_hist;
 };
 
 struct body {
@@ -232,6 +264,9 @@ static void on_request_done(void *user, const struct oa_gen *g, int choice, cons
   if (info->t_admit) ms_histogram_observe(&h->queue, secs(info->t_submit, info->t_admit));
   if (info->t_first) ms_histogram_observe(&h->prefill, secs(info->t_admit, info->t_first));
   if (info->t_first) ms_histogram_observe(&h->decode, secs(info->t_first, done));
+  if (info->t_admit) ms_histogram_observe(&h->inference, secs(info->t_admit, done));
+  tok_hist_observe(&h->prompt_hist, info->n_prompt);
+  tok_hist_observe(&h->gen_hist, info->n_tokens);
   pthread_mutex_unlock(&h->mu);
   if (!h->otlp) return;
   struct ms_request_span s = {.route = oa_gen_is_chat(g) ? "/v1/chat/completions" : "/v1/completions",
@@ -239,7 +274,7 @@ static void on_request_done(void *user, const struct oa_gen *g, int choice, cons
                               .max_tokens = oa_gen_max_tokens(g), .slot = info->slot, .generation = info->generation,
                               .finish_reason = finish ? finish : "cancelled", .error = !finish,
                               .t_submit = info->t_submit, .t_admit = info->t_admit, .t_first = info->t_first,
-                              .t_done = done};
+                              .t_done = done, .n_cached = info->n_cached};
   if (choice > 0)  /* the n choices of one request: one span each */
     snprintf(s.request_id, sizeof s.request_id, "%.36s-%d", oa_gen_id(g), choice % 1000);
   else
@@ -442,6 +477,8 @@ static enum MHD_Result handle_generate(struct ms_http *h, struct MHD_Connection 
   unsigned status = oa_parse(&h->env, b->buf, b->len, chat, &req, msg, sizeof msg, param, sizeof param);
   if (status) {
     oa_req_free(&req);
+    if (status == 404)  /* as OpenAI answers a model it does not have: no param, this code */
+      return respond_error_p(h, conn, 404, NULL, "model_not_found", "%s", msg);
     return respond_error_p(h, conn, status, param, NULL, "%s", msg);
   }
   struct share_hold hold = {0};
@@ -605,6 +642,77 @@ static void gauge(FILE *f, const char *name, const char *help, double v) {
   fprintf(f, "%s %.9g\n", name, v);
 }
 
+/* What the serving series are made of: one snapshot of the server's histograms. */
+struct serving_snap {
+  struct ms_histogram e2e, queue, prefill, decode, inference;
+  struct tok_hist prompt, gen;
+};
+
+static void snap_take(struct ms_http *h, struct serving_snap *s) {
+  pthread_mutex_lock(&h->mu);
+  *s = (struct serving_snap){h->e2e, h->queue, h->prefill, h->decode, h->inference, h->prompt_hist, h->gen_hist};
+  pthread_mutex_unlock(&h->mu);
+}
+
+static void vllm_counter(FILE *f, const struct ms_http *h, const char *name, const char *help, uint64_t v) {
+  ms_prometheus_family(f, name, "counter", help);
+  fprintf(f, "%s{%s} %llu\n", name, h->labels, (unsigned long long)v);
+}
+
+static void vllm_gauge(FILE *f, const struct ms_http *h, const char *name, const char *help, double v) {
+  ms_prometheus_family(f, name, "gauge", help);
+  fprintf(f, "%s{%s} %.9g\n", name, h->labels, v);
+}
+
+static void vllm_hist(FILE *f, const struct ms_http *h, const char *name, const char *help,
+                      const struct ms_histogram *x) {
+  ms_prometheus_histogram_n(f, name, help, h->labels, ms_latency_bounds, MS_LAT_BUCKETS, x->counts, x->sum);
+}
+
+/* --metrics-compat vllm: vLLM's names, types and label names (model_name,
+ * engine, finished_reason) for the same quantities, so vLLM's Grafana
+ * dashboards and the inference gateway's endpoint picker read megascope
+ * unchanged. The list they are checked against is tests/data/vllm_metrics.txt
+ * (from vLLM's metrics documentation). */
+static void write_vllm_metrics(struct ms_http *h, FILE *f, const struct ms_engine_stats *st,
+                               const struct ms_latency_stats *lat, const struct serving_snap *s) {
+  vllm_gauge(f, h, "vllm:num_requests_running", "Number of requests in model execution batches.", st->running);
+  vllm_gauge(f, h, "vllm:num_requests_waiting", "Number of requests waiting to be processed.", st->waiting);
+  vllm_gauge(f, h, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.",
+             st->kv_pages ? (double)st->kv_pages_used / st->kv_pages : 0.0);
+  vllm_counter(f, h, "vllm:prompt_tokens_total", "Number of prefill tokens processed.",
+               atomic_load(&h->prompt_tokens));
+  vllm_counter(f, h, "vllm:generation_tokens_total", "Number of generation tokens processed.",
+               atomic_load(&h->generation_tokens));
+  ms_prometheus_family(f, "vllm:request_success_total", "counter", "Count of successfully processed requests.");
+  for (int i = 0; i < FIN_COUNT; i++)
+    fprintf(f, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n", h->labels, fin_names[i],
+            (unsigned long long)atomic_load(&h->finished[i]));
+  vllm_counter(f, h, "vllm:num_preemptions_total", "Cumulative number of preemption from the engine.",
+               st->preemptions);
+  vllm_counter(f, h, "vllm:prefix_cache_queries_total",
+               "Prefix cache queries, in terms of number of queried tokens.", st->prefix_queries);
+  vllm_counter(f, h, "vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.",
+               st->prefix_hits);
+  vllm_hist(f, h, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", &lat->ttft);
+  vllm_hist(f, h, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", &lat->itl);
+  vllm_hist(f, h, "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.", &lat->tpot);
+  vllm_hist(f, h, "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", &s->e2e);
+  vllm_hist(f, h, "vllm:request_queue_time_seconds", "Histogram of time spent in WAITING phase for request.",
+            &s->queue);
+  vllm_hist(f, h, "vllm:request_inference_time_seconds", "Histogram of time spent in RUNNING phase for request.",
+            &s->inference);
+  vllm_hist(f, h, "vllm:request_prefill_time_seconds", "Histogram of time spent in PREFILL phase for request.",
+            &s->prefill);
+  vllm_hist(f, h, "vllm:request_decode_time_seconds", "Histogram of time spent in DECODE phase for request.",
+            &s->decode);
+  ms_prometheus_histogram_n(f, "vllm:request_prompt_tokens", "Number of prefill tokens processed.", h->labels,
+                            s->prompt.bounds, s->prompt.n, s->prompt.counts, s->prompt.sum);
+  ms_prometheus_histogram_n(f, "vllm:request_generation_tokens", "Number of generation tokens processed.", h->labels,
+                            s->gen.bounds, s->gen.n, s->gen.counts, s->gen.sum);
+}
+
 /* The serving series vLLM's dashboards graph, under megascope's prefix. */
 static void write_serving_metrics(struct ms_http *h, FILE *f) {
   struct ms_engine_stats st;
@@ -622,17 +730,27 @@ static void write_serving_metrics(struct ms_http *h, FILE *f) {
   for (int i = 0; i < FIN_COUNT; i++)
     fprintf(f, "megascope_request_success_total{finished_reason=\"%s\"} %llu\n", fin_names[i],
             (unsigned long long)atomic_load(&h->finished[i]));
-  struct ms_histogram e2e, queue, prefill, decode;
-  pthread_mutex_lock(&h->mu);
-  e2e = h->e2e, queue = h->queue, prefill = h->prefill, decode = h->decode;
-  pthread_mutex_unlock(&h->mu);
-  ms_prometheus_histogram(f, "megascope_e2e_request_latency_seconds", "Request latency, arrival to last token.", &e2e);
+  struct serving_snap s;
+  snap_take(h, &s);
+  ms_prometheus_histogram(f, "megascope_e2e_request_latency_seconds", "Request latency, arrival to last token.",
+                          &s.e2e);
   ms_prometheus_histogram(f, "megascope_request_queue_time_seconds", "Time a request waited for a batch slot.",
-                          &queue);
+                          &s.queue);
   ms_prometheus_histogram(f, "megascope_request_prefill_time_seconds", "Admission to first token, per request.",
-                          &prefill);
+                          &s.prefill);
   ms_prometheus_histogram(f, "megascope_request_decode_time_seconds", "First token to last token, per request.",
-                          &decode);
+                          &s.decode);
+  ms_prometheus_histogram(f, "megascope_request_inference_time_seconds", "Admission to last token, per request.",
+                          &s.inference);
+  ms_prometheus_histogram_n(f, "megascope_request_prompt_tokens", "Prompt tokens, per finished request.", "",
+                            s.prompt.bounds, s.prompt.n, s.prompt.counts, s.prompt.sum);
+  ms_prometheus_histogram_n(f, "megascope_request_generation_tokens", "Tokens generated, per finished request.", "",
+                            s.gen.bounds, s.gen.n, s.gen.counts, s.gen.sum);
+  if (h->compat) {
+    struct ms_latency_stats lat;
+    ms_engine_latency(h->e, &lat);
+    write_vllm_metrics(h, f, &st, &lat, &s);
+  }
 }
 
 /* Connections, fair shares and attachments against their bounds. */
@@ -681,6 +799,17 @@ static void write_limit_metrics(struct ms_http *h, FILE *f) {
           au.refused);
 }
 
+/* The serving series (requests, tokens, latencies, the KV and prefix caches):
+ * the ones vLLM's dashboards filter by model_name. The engine's internals
+ * (classes, attachments) and the server's own (http, control, otlp) carry
+ * no model. */
+static const char *const serving_families[] = {
+    "megascope_num_requests_", "megascope_kv_cache_usage_perc", "megascope_prompt_tokens_total",
+    "megascope_generation_tokens_total", "megascope_request_", "megascope_e2e_request_latency_seconds",
+    "megascope_ttft_seconds", "megascope_tpot_seconds", "megascope_inter_token_latency_seconds",
+    "megascope_num_preemptions_total", "megascope_prefix_cache_", "megascope_requests_finished_total",
+    "megascope_requests_cancelled_total", "megascope_tokens_generated_total", "vllm:", NULL};
+
 static enum MHD_Result handle_metrics(struct ms_http *h, struct MHD_Connection *conn) {
   atomic_fetch_add_explicit(&h->scrapes, 1, memory_order_relaxed);
   char *buf = NULL;
@@ -716,7 +845,18 @@ static enum MHD_Result handle_metrics(struct ms_http *h, struct MHD_Connection *
     free(buf);
     return respond_error(h, conn, 500, "cannot write the metrics");
   }
-  return respond(conn, 200, MS_PROMETHEUS_CONTENT_TYPE, buf, len);
+  /* every serving series carries the served model's name, as vLLM's do (dashboards filter on it) */
+  char *page = NULL;
+  size_t plen = 0;
+  FILE *g = open_memstream(&page, &plen);
+  rc = g ? ms_prometheus_relabel(buf, len, "model_name", h->model, serving_families, g) : -ENOMEM;
+  if (g && fclose(g)) rc = -EIO;
+  free(buf);
+  if (rc) {
+    free(page);
+    return respond_error(h, conn, 500, "cannot write the metrics");
+  }
+  return respond(conn, 200, MS_PROMETHEUS_CONTENT_TYPE, page, plen);
 }
 
 /* ---- dispatch ---- */
@@ -962,6 +1102,10 @@ static void set_env(struct ms_http *h, struct ms_engine *e, const struct ms_http
   v->chat = (enum ms_chat_template)o->chat_template;
   v->chat_ok = o->chat_ok;
   v->bos = o->tok && o->chat_ok ? ms_chat_bos_id(v->chat, o->tok) : -1;
+  /* structured output ends at the template's end of turn, or the model's EOS */
+  int eot = o->tok && o->chat_ok ? ms_chat_eot_id(v->chat, o->tok) : -1, eos = m->cfg.eos;
+  v->so = o->tok && (eot >= 0 || eos >= 0) ? so_engine_new(o->tok, v->vocab, eot >= 0 ? eot : eos, eot >= 0 ? eos : -1)
+                                            : NULL;
 }
 
 /* The bounds, from the options or their defaults. */
@@ -979,6 +1123,7 @@ static void set_limits(struct ms_http *h, const struct ms_http_opts *o) {
 }
 
 static void http_release(struct ms_http *h) {
+  so_engine_free(h->env.so);
   gate_free(h->gate);
   share_free(h->share);
   pthread_mutex_destroy(&h->mu);
@@ -1008,6 +1153,20 @@ struct ms_http *ms_http_new(struct ms_engine *e, const struct ms_http_opts *o, s
   set_env(h, e, o);
   set_limits(h, o);
   snprintf(h->model, sizeof h->model, "%s", o->model_name ? o->model_name : "megascope");
+  h->env.model = h->model;
+  h->env.any_model = o->accept_any_model;
+  h->compat = o->metrics_compat == 1;
+  {
+    FILE *lf = fmemopen(h->labels, sizeof h->labels, "w");
+    if (lf) {
+      fputs("model_name=", lf);
+      ms_prometheus_label_value(lf, h->model);
+      fputs(",engine=\"0\"", lf);  /* vLLM labels each engine core; megascope has one */
+      fclose(lf);
+    }
+  }
+  tok_hist_init(&h->prompt_hist, h->env.max_ctx);
+  tok_hist_init(&h->gen_hist, h->env.max_ctx);
   pthread_mutex_init(&h->mu, NULL);
   socklen_t sl = ss.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
   if (!(h->share = share_new(&h->so)) || !(h->gate = gate_new((struct sockaddr *)&ss, sl, &h->go, log))) {

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "control/openai.h"
+#include "control/structured.h"
 #include "megascope/json.h"
 #include "megascope/tokenizer.h"
 
@@ -318,19 +319,105 @@ static unsigned check_unsupported(struct pctx *c, json_t *o) {
   if ((v = json_object_get(o, "suffix")) && !json_is_null(v))
     return fail(c, 400, "suffix", "'suffix' is not supported");
   if ((v = json_object_get(o, "tools")) && !json_is_null(v) && json_array_size(v) > 0)
-    return fail(c, 400, "tools", "tool calling is not supported");
+    return fail(c, 400, "tools",
+                "tool calls are not served: the chat template megascope renders for this model (%s) has no tool "
+                "definitions; for a structured answer use response_format json_schema",
+                ms_chat_template_name(c->env->chat));
+  if ((v = json_object_get(o, "functions")) && !json_is_null(v) && json_array_size(v) > 0)
+    return fail(c, 400, "functions", "function calls are not served (see 'tools')");
   if ((v = json_object_get(o, "model")) && !json_is_null(v) && !json_is_string(v))
     return fail(c, 400, "model", "'model' must be a string");
   if ((v = json_object_get(o, "user")) && !json_is_null(v) && !json_is_string(v))
     return fail(c, 400, "user", "'user' must be a string");
   if ((v = json_object_get(o, "stream_options")) && !json_is_null(v) && !json_is_object(v))
     return fail(c, 400, "stream_options", "'stream_options' must be an object");
-  if ((v = json_object_get(o, "response_format")) && json_is_object(v)) {
-    json_t *t = json_object_get(v, "type");
-    if (!json_is_string(t) || strcmp(json_string_value(t), "text"))
-      return fail(c, 400, "response_format", "only response_format {\"type\": \"text\"} is supported");
-  }
   return 0;
+}
+
+/* ---- response_format: structured output ---- */
+
+/* OpenAI's strict mode: every object schema lists all its properties, so an
+ * object without additionalProperties is closed (OpenAI refuses such a schema
+ * in strict mode; here it is taken as it must be meant). Walks the schema
+ * keywords that hold schemas. */
+static void close_objects(json_t *s, int depth) {
+  if (!json_is_object(s) || depth > 64) return;
+  json_t *props = json_object_get(s, "properties");
+  if (json_is_object(props) && !json_object_get(s, "additionalProperties"))
+    json_object_set_new(s, "additionalProperties", json_false());
+  static const char *const maps[] = {"properties", "$defs", "definitions", "patternProperties"};
+  static const char *const lists[] = {"anyOf", "oneOf", "allOf", "prefixItems"};
+  static const char *const ones[] = {"items", "additionalProperties", "not", "if", "then", "else"};
+  for (size_t i = 0; i < 4; i++) {
+    const char *k;
+    json_t *v, *m = json_object_get(s, maps[i]), *l = json_object_get(s, lists[i]);
+    if (json_is_object(m)) json_object_foreach(m, k, v) close_objects(v, depth + 1);
+    for (size_t j = 0; json_is_array(l) && j < json_array_size(l); j++) close_objects(json_array_get(l, j), depth + 1);
+  }
+  for (size_t i = 0; i < 6; i++) close_objects(json_object_get(s, ones[i]), depth + 1);
+}
+
+/* At most 20 bytes of JSON whitespace wherever it may stand, as llama.cpp's
+ * grammars allow: a small model never loops on blanks. A schema that sets its
+ * own x-guidance keeps it. */
+#define SO_WHITESPACE "[\\x20\\x0A\\x0D\\x09]{0,20}"
+
+/* {"type": "json_object"} or {"type": "json_schema", "json_schema": {"name",
+ * "schema", "strict"}}, OpenAI's shapes; "text" is no constraint. */
+static unsigned get_response_format(struct pctx *c, json_t *o) {
+  json_t *v = json_object_get(o, "response_format");
+  if (!v || json_is_null(v)) return 0;
+  json_t *t = json_is_object(v) ? json_object_get(v, "type") : NULL;
+  if (!json_is_string(t))
+    return fail(c, 400, "response_format", "'response_format' must be {\"type\": \"text\" | \"json_object\" | \"json_schema\"}");
+  const char *type = json_string_value(t);
+  if (!strcmp(type, "text")) return 0;
+  json_t *schema = NULL;
+  int strict = 0;
+  if (!strcmp(type, "json_schema")) {
+    json_t *js = json_object_get(v, "json_schema"), *st = json_object_get(js, "strict");
+    if (!json_is_object(js))
+      return fail(c, 400, "response_format", "response_format json_schema needs 'json_schema': {\"name\", \"schema\"}");
+    json_t *s = json_object_get(js, "schema");
+    if (s && !json_is_null(s) && !json_is_object(s))
+      return fail(c, 400, "response_format", "'response_format.json_schema.schema' must be a JSON schema object");
+    if (st && !json_is_null(st) && !json_is_boolean(st))
+      return fail(c, 400, "response_format", "'response_format.json_schema.strict' must be true or false");
+    strict = json_is_true(st);
+    schema = json_is_object(s) ? json_deep_copy(s) : NULL;
+  } else if (strcmp(type, "json_object")) {
+    return fail(c, 400, "response_format", "response_format type '%.40s': expected text, json_object or json_schema",
+                type);
+  }
+  if (!schema) schema = json_pack("{s:s}", "type", "object");  /* json_object, or a schema left out */
+  if (!schema) return fail(c, 500, "", "out of memory");
+  if (strict) close_objects(schema, 0);
+  if (!json_object_get(schema, "x-guidance"))
+    json_object_set_new(schema, "x-guidance", json_pack("{s:s}", "whitespace_pattern", SO_WHITESPACE));
+  char *text = json_dumps(schema, JSON_COMPACT);  /* key order kept: properties come in the schema's order */
+  json_decref(schema);
+  if (!text) return fail(c, 500, "", "out of memory");
+  if (!c->env->so) {
+    free(text);
+    return fail(c, 400, "response_format", "structured output needs the model's tokenizer and an end token");
+  }
+  char why[1024];
+  int unavailable = 0;
+  c->r->schema = so_schema_get(c->env->so, "json_schema", text, why, sizeof why, &unavailable);
+  free(text);
+  if (!c->r->schema)
+    return unavailable ? fail(c, 501, "response_format", "%s", why)
+                       : fail(c, 400, "response_format", "the schema cannot be used: %s", why);
+  return 0;
+}
+
+/* A request naming another model than the one served: OpenAI's 404. */
+static unsigned check_model(struct pctx *c, json_t *o) {
+  json_t *v = json_object_get(o, "model");
+  if (c->env->any_model || !c->env->model || !json_is_string(v) || !strcmp(json_string_value(v), c->env->model))
+    return 0;
+  return fail(c, 404, "model", "The model `%.200s` does not exist. This server serves `%s` (GET /v1/models).",
+              json_string_value(v), c->env->model);
 }
 
 /* Prompt and completion together within the engine's context. */
@@ -369,6 +456,7 @@ unsigned oa_parse(const struct oa_env *env, const char *body, size_t len, int ch
   unsigned st = 0;
   if (!json_is_object(o)) st = fail(&c, 400, "", "the body must be a JSON object");
   if (!st) st = check_unsupported(&c, o);
+  if (!st) st = check_model(&c, o);
   if (!st) st = get_bool(&c, o, "stream", &r->stream);
   json_t *so = json_object_get(o, "stream_options");
   if (!st && so && json_is_object(so)) st = get_bool(&c, so, "include_usage", &r->include_usage);
@@ -378,6 +466,7 @@ unsigned oa_parse(const struct oa_env *env, const char *body, size_t len, int ch
   if (!st) st = get_sampling(&c, o);
   if (!st) st = get_logprobs(&c, o);
   if (!st) st = get_stops(&c, o);
+  if (!st) st = get_response_format(&c, o);
   if (!st) st = chat ? get_messages(&c, o) : get_prompt(&c, o);
   if (!st) st = check_context(&c);
   json_decref(o);
@@ -393,6 +482,7 @@ void oa_req_free(struct oa_req *r) {
   free(r->bias_ids);
   free(r->bias_vals);
   free(r->prompt_text);
+  so_schema_put(r->schema);
   memset(r, 0, sizeof *r);
 }
 
@@ -405,7 +495,7 @@ void oa_write_error(FILE *f, unsigned status, const char *msg, const char *param
   ms_json_kstr(&j, "message", msg);
   ms_json_kstr(&j, "type",
                status == 401   ? "authentication_error"
-               : status == 404 ? "not_found_error"
+               : status == 404 && !(code && !strcmp(code, "model_not_found")) ? "not_found_error"
                : status == 429 ? "rate_limit_error"
                : status >= 500 ? (status == 503 ? "unavailable_error" : "server_error")
                                : "invalid_request_error");

@@ -19,6 +19,9 @@
 #include "megascope/chat.h"
 #include "megascope/engine.h"
 
+struct so_engine;
+struct so_schema;
+
 #define OA_MAX_STOPS 4
 #define OA_MAX_CHOICES 64   /* prompts x n in one request */
 
@@ -31,6 +34,9 @@ struct oa_env {
   enum ms_chat_template chat;       /* the template chat requests are rendered with */
   int chat_ok;                      /* 0: no template (chat requests are refused) */
   int bos;                          /* put before a rendered chat prompt; -1: none */
+  struct so_engine *so;             /* structured output (control/structured.h); NULL: refused */
+  const char *model;                /* the served model's id: a request naming another gets 404 */
+  int any_model;                    /* 1: serve whatever model a request names */
 };
 
 /* One parsed request. */
@@ -54,6 +60,7 @@ struct oa_req {
   int n_prompts;
   char *prompt_text;                /* a chat request's rendered prompt (for echo/logging) */
   uint64_t client;                  /* the engine's fair-queue client (set by the server; 0: none) */
+  struct so_schema *schema;         /* response_format json_object / json_schema: every choice's constraint */
 };
 
 /* 0, or the HTTP status (400, 500) with the message in msg and the field in

@@ -120,7 +120,7 @@ static void attr_str_array(struct ms_json *j, const char *k, const char *v) {
 static void write_request(struct ms_json *j, const struct ms_request_span *s, int64_t off) {
   uint64_t end = s->t_done ? s->t_done : s->t_submit;
   const char *op = s->operation[0] ? s->operation : "text_completion";
-  char name[128];
+  char name[sizeof s->operation + sizeof s->request_model + 2];
   snprintf(name, sizeof name, "%s %s", op, s->request_model[0] ? s->request_model : "megascope");
   span_begin(j, s, s->span_id, s->has_parent ? s->parent_span_id : NULL, name, 2 /* SERVER */, s->t_submit, end,
              off);
@@ -134,8 +134,10 @@ static void write_request(struct ms_json *j, const struct ms_request_span *s, in
   attr_str(j, "gen_ai.response.id", s->request_id);
   if (s->route) attr_str(j, "http.route", s->route);
   attr_int(j, "gen_ai.request.max_tokens", s->max_tokens);
-  attr_int(j, "gen_ai.usage.input_tokens", s->n_prompt);
+  attr_int(j, "gen_ai.usage.input_tokens", s->n_prompt);  /* cached ones included, as the conventions count */
+  attr_int(j, "gen_ai.usage.cache_read.input_tokens", s->n_cached);
   attr_int(j, "gen_ai.usage.output_tokens", s->n_tokens);
+  if (s->error) attr_str(j, "error.type", s->finish_reason ? s->finish_reason : "_OTHER");
   attr_str_array(j, "gen_ai.response.finish_reasons", s->finish_reason ? s->finish_reason : "");
   if (s->slot >= 0) {  /* (slot, generation) names the request in monitors' maps and the trace */
     attr_int(j, "megascope.slot", s->slot);

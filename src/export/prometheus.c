@@ -46,18 +46,60 @@ static void counter(FILE *f, const char *name, const char *help, uint64_t v) {
   fprintf(f, "%s %llu\n", name, (unsigned long long)v);
 }
 
-void ms_prometheus_histogram(FILE *f, const char *name, const char *help, const struct ms_histogram *h) {
+void ms_prometheus_histogram_n(FILE *f, const char *name, const char *help, const char *labels,
+                               const double *bounds, int n, const uint64_t *counts, double sum) {
   ms_prometheus_family(f, name, "histogram", help);
+  const char *sep = labels && labels[0] ? "," : "";
+  if (!labels) labels = "";
   uint64_t cum = 0;
-  for (int i = 0; i < MS_LAT_BUCKETS; i++) {
-    cum += h->counts[i];
-    fprintf(f, "%s_bucket{le=\"%g\"} %llu\n", name, ms_latency_bounds[i], (unsigned long long)cum);
+  for (int i = 0; i < n; i++) {
+    cum += counts[i];
+    fprintf(f, "%s_bucket{%s%sle=\"%g\"} %llu\n", name, labels, sep, bounds[i], (unsigned long long)cum);
   }
-  cum += h->counts[MS_LAT_BUCKETS];
+  cum += counts[n];
   /* +Inf must equal _count: derive both from the buckets of one snapshot */
-  fprintf(f, "%s_bucket{le=\"+Inf\"} %llu\n", name, (unsigned long long)cum);
-  fprintf(f, "%s_sum %.9g\n", name, h->sum);
-  fprintf(f, "%s_count %llu\n", name, (unsigned long long)cum);
+  fprintf(f, "%s_bucket{%s%sle=\"+Inf\"} %llu\n", name, labels, sep, (unsigned long long)cum);
+  fprintf(f, labels[0] ? "%s_sum{%s} %.9g\n" : "%s_sum%s %.9g\n", name, labels, sum);
+  fprintf(f, labels[0] ? "%s_count{%s} %llu\n" : "%s_count%s %llu\n", name, labels, (unsigned long long)cum);
+}
+
+void ms_prometheus_histogram(FILE *f, const char *name, const char *help, const struct ms_histogram *h) {
+  ms_prometheus_histogram_n(f, name, help, "", ms_latency_bounds, MS_LAT_BUCKETS, h->counts, h->sum);
+}
+
+/* Whether a sample's metric name (len bytes) begins with one of families (NULL: every name does). */
+static int in_families(const char *name, size_t len, const char *const *families) {
+  if (!families) return 1;
+  for (; *families; families++)
+    if (strlen(*families) <= len && !memcmp(name, *families, strlen(*families))) return 1;
+  return 0;
+}
+
+int ms_prometheus_relabel(const char *page, size_t len, const char *label, const char *value,
+                          const char *const *families, FILE *out) {
+  char have[80];
+  snprintf(have, sizeof have, "%s=\"", label);
+  for (size_t at = 0; at < len;) {
+    const char *l = page + at, *nl = memchr(l, '\n', len - at);
+    size_t n = nl ? (size_t)(nl - l) + 1 : len - at;
+    at += n;
+    size_t name = strcspn(l, "{ \n");  /* a metric name has neither */
+    if (l[0] == '#' || n < 2 || name >= n || !in_families(l, name, families) || memmem(l, n, have, strlen(have))) {
+      fwrite(l, 1, n, out);
+      continue;
+    }
+    fwrite(l, 1, name, out);
+    fprintf(out, "{%s=", label);
+    ms_prometheus_label_value(out, value);
+    if (l[name] == '{') {
+      fputc(l[name + 1] == '}' ? '}' : ',', out);
+      name += l[name + 1] == '}' ? 2 : 1;
+    } else {
+      fputc('}', out);
+    }
+    fwrite(l + name, 1, n - name, out);
+  }
+  return ferror(out) ? -EIO : 0;
 }
 
 /* One family over the per-class aggregate: field 0 tasks, 1 task_ns, 2 queue_ns, 3 wait_ns. */
@@ -188,6 +230,21 @@ int ms_prometheus_write_engine(struct ms_engine *e, FILE *f) {
   counter(f, "megascope_positions_total", "Rows processed, prompt positions included.", st.positions);
   counter(f, "megascope_tasks_total", "Tasks executed.", st.tasks);
   counter(f, "megascope_stalls_total", "Stalls reported by the watchdog.", st.stalls);
+  ms_prometheus_histogram(f, "megascope_inter_token_latency_seconds",
+                          "Time between a request's successive tokens, per token after its first.", &lat.itl);
+  counter(f, "megascope_num_preemptions_total",
+          "Running requests put back in the queue for room (none: the KV pool holds every slot's context).",
+          st.preemptions);
+  counter(f, "megascope_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
+          st.prefix_queries);
+  counter(f, "megascope_prefix_cache_hits_total", "Prompt tokens found in the prefix cache (not computed).",
+          st.prefix_hits);
+  counter(f, "megascope_prefix_cache_hit_requests_total", "Requests that found at least one cached page.",
+          st.prefix_hit_requests);
+  counter(f, "megascope_prefix_cache_evictions_total", "Cached KV pages evicted for room.", st.prefix_evictions);
+  ms_prometheus_family(f, "megascope_prefix_cache_pages", "gauge",
+                       "KV pages the prefix cache keeps that no request holds (evictable).");
+  fprintf(f, "megascope_prefix_cache_pages %d\n", st.prefix_pages_cached);
   ms_prometheus_family(f, "megascope_workers", "gauge", "Worker threads (the engine's SMs).");
   fprintf(f, "megascope_workers %d\n", st.n_workers);
   int rc = write_classes(e, f);

@@ -28,10 +28,12 @@ const struct ms_verify_field ms_hook_fields[MS_F_COUNT] = {
     F(MS_F_WORK_ROWS, work_rows), F(MS_F_PASSED_OVER, passed_over), F(MS_F_WORK_BYTES, work_bytes),
     F(MS_F_REMOTE_EVENT, remote_event), F(MS_F_REMOTE_DEVICE, remote_device),
     F(MS_F_REMOTE_GEN, remote_gen),
+    /* version 3 */
+    F(MS_F_PROMPT_TOKENS, prompt_tokens), F(MS_F_CACHED_TOKENS, cached_tokens),
 };
 
-/* The ABI is append-only: these pin version 1's layout and version 2's
- * appended fields (version 1 ended at 184 bytes). */
+/* The ABI is append-only: these pin version 1's layout and the fields
+ * versions 2 and 3 appended (version 1 ended at 184 bytes, 2 at 216). */
 _Static_assert(offsetof(struct ms_hook_ctx, task_gen) == 56, "hook ABI v1 layout");
 _Static_assert(offsetof(struct ms_hook_ctx, event_count) == 128, "hook ABI v1 layout");
 _Static_assert(offsetof(struct ms_hook_ctx, wait_ns) == 168, "hook ABI v1 layout");
@@ -40,8 +42,11 @@ _Static_assert(offsetof(struct ms_hook_ctx, work_rows) == 184, "hook ABI v2 layo
 _Static_assert(offsetof(struct ms_hook_ctx, work_bytes) == 192, "hook ABI v2 layout");
 _Static_assert(offsetof(struct ms_hook_ctx, remote_event) == 200, "hook ABI v2 layout");
 _Static_assert(offsetof(struct ms_hook_ctx, remote_gen) == 208, "hook ABI v2 layout");
-_Static_assert(sizeof(struct ms_hook_ctx) == 216, "hook ABI v2 size");
+_Static_assert(offsetof(struct ms_hook_ctx, prompt_tokens) == 216, "hook ABI v3 layout");
+_Static_assert(offsetof(struct ms_hook_ctx, cached_tokens) == 220, "hook ABI v3 layout");
+_Static_assert(sizeof(struct ms_hook_ctx) == 224, "hook ABI v3 size");
 _Static_assert(MS_F_WORK_ROWS == MS_F_RESERVED0 + 1, "v2 fields follow v1's");
+_Static_assert(MS_F_PROMPT_TOKENS == MS_F_REMOTE_GEN + 1, "v3 fields follow v2's");
 _Static_assert(MS_F_COUNT <= 64, "field masks are 64-bit");
 
 const uint64_t ms_hook_field_mask[MS_HOOK_COUNT] = {
@@ -123,6 +128,8 @@ static const struct {
     [MS_F_REMOTE_EVENT] = {"__u32", "the remote producer's event, `MS_HOOK_NONE32`: none"},
     [MS_F_REMOTE_DEVICE] = {"__u32", "the device of that producer (comm: the peer), `MS_HOOK_NONE32`: none"},
     [MS_F_REMOTE_GEN] = {"__u64", "the step of that event's firing (its generation), 0: none"},
+    [MS_F_PROMPT_TOKENS] = {"__u32", "request: its prompt's tokens"},
+    [MS_F_CACHED_TOKENS] = {"__u32", "request: of them, the positions read from the prefix cache, not computed (the request's rows start there; 0 without a hit, and on the CUDA device, which keeps no prefix cache)"},
 };
 
 const char *ms_hook_fires(int hook) { return hook >= 0 && hook < MS_HOOK_COUNT ? hook_fires[hook] : "?"; }
@@ -131,7 +138,7 @@ const char *ms_hook_field_type(int f) { return f >= 0 && f < MS_F_COUNT ? field_
 
 const char *ms_hook_field_meaning(int f) { return f >= 0 && f < MS_F_COUNT ? field_doc[f].meaning : "?"; }
 
-int ms_hook_field_version(int f) { return f >= MS_F_WORK_ROWS ? 2 : 1; }
+int ms_hook_field_version(int f) { return f >= MS_F_PROMPT_TOKENS ? 3 : f >= MS_F_WORK_ROWS ? 2 : 1; }
 
 const char *ms_hook_name(int hook) { return hook >= 0 && hook < MS_HOOK_COUNT ? hook_names[hook] : "?"; }
 

@@ -156,7 +156,8 @@ static int read_config(struct loader *L, struct ms_model_config *c) {
       arch_int(L, "attention.head_count_kv", 1, 1024, c->n_heads, &c->n_kv_heads) ||
       arch_int(L, "attention.key_length", 2, 4096, c->dim / c->n_heads, &c->head_dim) ||
       arch_float(L, "attention.layer_norm_rms_epsilon", 0, 1, &c->norm_eps) ||
-      arch_float(L, "rope.freq_base", 10000.0, 0, &c->rope_base))
+      arch_float(L, "rope.freq_base", 10000.0, 0, &c->rope_base) ||
+      arch_int(L, "context_length", 0, 1 << 24, 0, &c->ctx_train))
     return L->err;
   int vlen;
   if (arch_int(L, "attention.value_length", 2, 4096, c->head_dim, &vlen) ||

@@ -432,6 +432,9 @@ static void cuda_defaults(struct ms_engine_opts *o) {
   o->n_workers = o->tp > 1 ? o->tp : w > 0 ? w : 1;
   if (o->tiles_per_op <= 0 && w > 0) o->tiles_per_op = w;
   o->max_batched_tokens = 0;
+  /* the device's page table learns a slot's pages from its rows, and a cached
+   * prefix has no rows: not yet here */
+  o->prefix_cache = 0;
 }
 
 /* Whether the device's plan is the engine's largest bucket plan, task for task. */

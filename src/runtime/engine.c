@@ -205,6 +205,13 @@ void ms_engine_get_stats(const struct ms_engine *e, struct ms_engine_stats *out)
   out->waiting = queued > 0 ? queued : 0;
   out->kv_pages_used = atomic_load_explicit(&m->stat_pages_used, memory_order_relaxed);
   out->kv_pages = e->pool_pages;
+  out->prefix_queries = atomic_load_explicit(&m->pc.queries, memory_order_relaxed);
+  out->prefix_hits = atomic_load_explicit(&m->pc.hits, memory_order_relaxed);
+  out->prefix_evictions = atomic_load_explicit(&m->pc.evictions, memory_order_relaxed);
+  out->prefix_hit_requests = atomic_load_explicit(&m->pc.hit_requests, memory_order_relaxed);
+  out->prefix_pages_cached = atomic_load_explicit(&m->pc.idle, memory_order_relaxed);
+  out->prefix_cache = e->pc.on;
+  out->preemptions = 0;  /* the pool holds every slot's whole context: nothing is preempted */
 }
 
 int ms_engine_set_max_queued(struct ms_engine *e, int n) {

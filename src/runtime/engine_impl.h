@@ -61,6 +61,13 @@ struct slot {
   uint32_t gen;
   int32_t *pages;     /* [max_pages] */
   int n_pages;
+  /* prefix cache (prefix.c): its first n_hashed pages are known to the
+   * cache, the last of them as chain_page (the cache's own page of that
+   * content, its own or an earlier one) whose chain hash is chain_hash */
+  int n_hashed;
+  int32_t chain_page;
+  uint32_t chain_epoch;  /* chain_page's epoch when the chain reached it */
+  uint64_t chain_hash;
 };
 
 /* The always-on aggregate, per worker and class (one writer: the worker). */
@@ -76,6 +83,8 @@ struct trace_rec {
   int32_t row, slot;
   uint32_t req_gen, wait_ns_us;
   uint8_t kind, launch, bucket_log2, waited;
+  int32_t pos;                  /* a row task: its position (-1: none) */
+  uint32_t cached;              /* its request's prompt positions read from the prefix cache */
 };
 
 struct worker {
@@ -100,6 +109,10 @@ struct worker {
   _Atomic uint64_t trace_session; /* the session trace_n counts for (readers: ms_engine_trace_stats) */
   _Atomic int trace_busy;       /* > 0 while it writes a record: buffers stay put */
   _Atomic int tid;              /* the thread's id (CPU backend, once started; 0: none) */
+  /* inter-token latency of the tokens its sample tasks drew (one writer: the
+   * worker; relaxed, read by ms_engine_latency) */
+  _Atomic uint64_t itl_counts[MS_LAT_BUCKETS + 1];
+  _Atomic uint64_t itl_sum_ns;
   int pinned_cpu;               /* pin_workers: the CPU it is bound to; -1: none */
   char pad[64];
 };
@@ -125,6 +138,9 @@ struct ms_request {
   float *bias_vals;
   int n_bias, n_stop;
   float *adj;                      /* [vocab] the adjusted logits (the row's sample task alone) */
+  void (*constrain)(void *user, const int32_t *tokens, int n, float *logits, int vocab);
+  void (*constrain_free)(void *user);  /* ms_request_opts' structured output; called at the last release */
+  void *constrain_user;
   int32_t *stamp;                  /* [vocab] with penalties: the draw that last penalised a token, + 1 */
   int logprobs, top_lp;
   float *lp, *top_vals;            /* [max_new], [max_new * top_lp] */
@@ -135,6 +151,30 @@ struct ms_request {
   _Atomic int finish;              /* enum ms_finish, set before the state's release */
   uint64_t client;                 /* whose it is (ms_request_opts.client): fair queueing */
   uint64_t fq_tag, fq_seq;         /* its start tag and arrival in the fair queue (step start only) */
+  int n_cached;                    /* prompt positions taken from the prefix cache (set at admission) */
+};
+
+/* The prefix cache (prefix.c): KV pages keyed by the tokens they hold, as a
+ * hash chain over whole pages. A page's key is its tokens and the page before
+ * it in its chain (its id and that page's epoch, bumped whenever a page leaves
+ * the cache), so a match is exact, never a hash's guess. Touched by the step
+ * start alone (admit, layout, retire); the counters are read by any thread. */
+struct prefix_cache {
+  int on, page_size, n_pages;
+  int32_t *ref;                    /* [n_pages] slots holding the page */
+  uint8_t *cached;                 /* [n_pages] 1: registered (findable) */
+  uint64_t *hash;                  /* [n_pages] chain hash of a registered page */
+  int32_t *parent;                 /* [n_pages] the page before it in its chain, -1: first */
+  uint32_t *epoch, *parent_epoch;  /* [n_pages] */
+  int32_t *tokens;                 /* [n_pages * page_size] the tokens a registered page holds */
+  int32_t *head;                   /* [n_buckets] hash buckets: a registered page, -1 */
+  int32_t *next;                   /* [n_pages] the bucket's next page */
+  int n_buckets;                   /* a power of two */
+  int32_t *lru_prev, *lru_next;    /* [n_pages] registered pages no slot holds, oldest first */
+  int32_t lru_head, lru_tail;
+  int held;                        /* pages with ref > 0 */
+  _Atomic uint64_t queries, hits, evictions, hit_requests;
+  _Atomic int idle;                /* registered pages no slot holds (the LRU's length) */
 };
 
 /* Requests waiting for a slot, in fair order (fairq.c): start-time fair
@@ -173,8 +213,9 @@ struct ms_engine {
   int n_bufs, max_rows;          /* rows of a step: n_slots, or max_batched_tokens' bucket */
   float *k_pool, *v_pool;
   int pool_pages, max_pages;
-  int32_t *free_pages;
+  int32_t *free_pages;           /* pages no slot holds and the prefix cache does not know */
   int n_free;
+  struct prefix_cache pc;
   struct slot *slots;            /* [n_slots] */
   int *row_slot, *row_pos, *row_token;
   uint8_t *row_head;             /* [max_rows] the row samples (meta.row_head) */
@@ -229,6 +270,8 @@ struct ms_engine {
   const struct ms_plan *names;   /* the plan whose class names read-outs use */
   struct ms_histogram ttft, tpot; /* under log_mu */
   uint64_t req_done, req_cancelled;
+  float recent_lat[2][MS_LAT_RECENT];  /* under log_mu: the last requests' TTFT, TPOT (s), a ring */
+  uint64_t n_recent_lat[2];
   _Atomic int trace_on;
   _Atomic uint64_t trace_session;
   uint32_t trace_cap;
@@ -355,6 +398,16 @@ int ms_rt_admit(struct ms_engine *e, int *slots);       /* queued requests into 
 void ms_rt_cancel_mailbox(struct ms_engine *e);
 int ms_rt_active_slots(const struct ms_engine *e);
 void ms_rt_kv_reserve(struct ms_engine *e, struct slot *sl, int pos);  /* a page for position pos */
+
+/* prefix.c: the prefix cache over the KV pages (a no-op when it is off) */
+int ms_pc_init(struct ms_engine *e);
+void ms_pc_free(struct ms_engine *e);
+int32_t ms_pc_page_take(struct ms_engine *e);        /* a page for a slot: free, else the LRU's oldest */
+/* Admission: the slot's cached prefix (its pages taken, pos set); how many positions. */
+int ms_pc_admit(struct ms_engine *e, struct slot *sl, struct ms_request *r);
+void ms_pc_publish(struct ms_engine *e, struct slot *sl);  /* its whole pages written so far become findable */
+void ms_pc_release(struct ms_engine *e, struct slot *sl);  /* its pages back: cached ones kept, LRU */
+int ms_pc_pages_held(const struct ms_engine *e);     /* pages slots hold */
 void ms_rt_request_tick(struct ms_request *r);          /* a token: wake streaming readers */
 
 /* plans.c: the runtime's view of each plan, and the storage plans share */

@@ -173,6 +173,10 @@ static inline void fire_request_hook(struct ms_engine *e, int worker, const stru
   c.ctx_len = (uint32_t)e->slots[slot].pos;
   c.phase = (uint32_t)phase;
   c.token = (uint32_t)token;
+  if (e->slots[slot].req) {
+    c.prompt_tokens = (uint32_t)e->slots[slot].req->n_prompt;
+    c.cached_tokens = (uint32_t)e->slots[slot].req->n_cached;
+  }
   ms_hook_fire(e->hooks, &c);
 }
 

@@ -221,6 +221,7 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
   /* pages are handed out lowest first */
   for (int i = 0; i < e->pool_pages; i++) e->free_pages[i] = e->pool_pages - 1 - i;
   e->n_free = e->pool_pages;
+  if (ms_pc_init(e)) return -ENOMEM;
   for (int s = 0; s < e->n_slots; s++)
     if (!(e->slots[s].pages = calloc((size_t)e->max_pages, sizeof(int32_t)))) return -ENOMEM;
   for (int w = 0; w < e->n_workers; w++)
@@ -257,6 +258,7 @@ void ms_rt_storage_free(struct ms_engine *e) {
   free(e->k_pool);
   free(e->v_pool);
   free(e->free_pages);
+  ms_pc_free(e);
   if (e->slots)
     for (int s = 0; s < e->n_slots; s++) free(e->slots[s].pages);
   free(e->slots);

@@ -32,6 +32,7 @@ static void request_free_parts(struct ms_request *r) {
 
 static void request_release(struct ms_request *r) {
   if (atomic_fetch_sub_explicit(&r->refs, 1, memory_order_acq_rel) != 1) return;
+  if (r->constrain_free) r->constrain_free(r->constrain_user);
   request_free_parts(r);
 }
 
@@ -60,12 +61,12 @@ int ms_rt_retire(struct ms_engine *e, int cancel_all) {
   int n = 0;
   for (int s = 0; s < e->n_slots; s++) {
     struct slot *sl = &e->slots[s];
+    ms_pc_publish(e, sl);  /* the pages the steps so far made whole, before anything is admitted */
     if (!sl->req || (!sl->finishing && !cancel_all && !cancel_asked(sl->req))) continue;
     if (HOOK_ARMED(e, MS_HOOK_REQUEST))
       fire_request_hook(e, 0, atomic_load_explicit(&e->cur, memory_order_relaxed), s, MS_REQ_FINISHED,
                         sl->next_token);
-    for (int p = 0; p < sl->n_pages; p++) e->free_pages[e->n_free++] = sl->pages[p];
-    sl->n_pages = 0;
+    ms_pc_release(e, sl);
     struct ms_request *r = sl->req;
     int stopped = !sl->finishing && !cancel_all && cancel_asked(r) == 2;  /* ms_request_stop */
     if (stopped) atomic_store_explicit(&r->finish, MS_FINISH_STOP, memory_order_relaxed);
@@ -129,8 +130,8 @@ int ms_rt_admit(struct ms_engine *e, int *slots) {
     }
     struct slot *sl = &e->slots[s];
     sl->req = r;
-    sl->pos = 0;
-    sl->next_token = r->prompt[0];
+    sl->pos = ms_pc_admit(e, sl, r);  /* the positions the prefix cache holds */
+    sl->next_token = r->prompt[sl->pos];
     sl->finishing = 0;
     sl->gen++;
     r->slot = s;
@@ -169,8 +170,8 @@ void ms_rt_cancel_mailbox(struct ms_engine *e) {
  * position order: pos / page_size indexes them). */
 void ms_rt_kv_reserve(struct ms_engine *e, struct slot *sl, int pos) {
   if (pos / e->o.page_size < sl->n_pages) return;
-  MS_ASSERT(e->n_free > 0 && sl->n_pages < e->max_pages);
-  sl->pages[sl->n_pages++] = e->free_pages[--e->n_free];
+  MS_ASSERT(sl->n_pages < e->max_pages);
+  sl->pages[sl->n_pages++] = ms_pc_page_take(e);
 }
 
 /* ---- the request API ---- */
@@ -181,7 +182,7 @@ static int request_alloc(struct ms_request *r, const struct ms_request_opts *x, 
   r->prompt = malloc((size_t)x->n_prompt * sizeof *r->prompt);
   r->tokens = malloc((size_t)x->max_new_tokens * sizeof *r->tokens);
   if (r->record) r->logits = malloc((size_t)positions * (size_t)vocab * sizeof(float));
-  if (x->n_bias || penal) r->adj = malloc((size_t)vocab * sizeof *r->adj);
+  if (x->n_bias || penal || x->constrain) r->adj = malloc((size_t)vocab * sizeof *r->adj);
   if (penal) r->stamp = calloc((size_t)vocab, sizeof *r->stamp);
   if (x->n_bias) {
     r->bias_ids = malloc((size_t)x->n_bias * sizeof *r->bias_ids);
@@ -204,7 +205,7 @@ static int request_alloc(struct ms_request *r, const struct ms_request_opts *x, 
     r->top_ids = malloc((size_t)x->max_new_tokens * (size_t)r->top_lp * sizeof *r->top_ids);
     r->top_vals = malloc((size_t)x->max_new_tokens * (size_t)r->top_lp * sizeof *r->top_vals);
   }
-  return r->prompt && r->tokens && (!r->record || r->logits) && (!(x->n_bias || penal) || r->adj) &&
+  return r->prompt && r->tokens && (!r->record || r->logits) && (!(x->n_bias || penal || x->constrain) || r->adj) &&
          (!penal || r->stamp) && (!x->n_bias || (r->bias_ids && r->bias_vals)) &&
          (!x->n_stop_ids || r->stop_ids) && (!r->logprobs || r->lp) && (!r->top_lp || (r->top_ids && r->top_vals));
 }
@@ -251,6 +252,9 @@ struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request
   r->frequency = x.frequency_penalty;
   r->slot = -1;
   r->client = x.client;
+  r->constrain = x.constrain;  /* freed by request_release alone: a refused submit leaves it to the caller */
+  r->constrain_free = x.constrain_free;
+  r->constrain_user = x.constrain_user;
   int ok = request_alloc(r, &x, positions, e->m->cfg.vocab);
   if (ok) memcpy(r->prompt, o->prompt, (size_t)o->n_prompt * sizeof *r->prompt);
   atomic_init(&r->refs, 2);
@@ -347,6 +351,7 @@ void ms_request_get_info(const struct ms_request *r, struct ms_request_info *out
   out->top_logprobs = r->top_lp;
   out->top_ids = r->top_ids;
   out->top_lp = r->top_vals;
+  out->n_cached = out->state == MS_REQ_QUEUED ? 0 : r->n_cached;
 }
 
 void ms_request_free(struct ms_request *r) {

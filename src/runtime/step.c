@@ -319,7 +319,7 @@ int ms_rt_step_begin(struct ms_engine *e) {
     }
     if (ms_rt_active_slots(e)) break;
     atomic_store_explicit(&e->stat_running, 0, memory_order_relaxed);
-    atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
+    atomic_store_explicit(&e->stat_pages_used, ms_pc_pages_held(e), memory_order_relaxed);
     maybe_pause(e);  /* a pause asked for while idle: before admitting more */
     uint32_t seq = atomic_load_explicit(&e->mail_seq, memory_order_acquire);
     if (atomic_load_explicit(&e->mail.tail, memory_order_acquire) ==
@@ -335,7 +335,7 @@ int ms_rt_step_begin(struct ms_engine *e) {
   rt->x.meta.some_head_skipped = 0;
   for (int r = 0; r < n; r++) rt->x.meta.some_head_skipped |= !e->row_head[r];
   atomic_store_explicit(&e->stat_running, slots, memory_order_relaxed);  /* requests, not rows */
-  atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
+  atomic_store_explicit(&e->stat_pages_used, ms_pc_pages_held(e), memory_order_relaxed);
   rt->x.meta.n_rows = n;
   rt->x.meta.step = e->next_step;
   publish_hook_rows(e, bucket, e->next_step);
@@ -424,6 +424,13 @@ static void emit_token(struct worker *w, struct plan_rt *rt, int s, int n, int t
   struct ms_request *r = sl->req;
   r->tokens[n] = tok;
   uint64_t now = ms_eng_now(e);
+  if (n > 0) {  /* inter-token latency: since this request's previous token */
+    uint64_t d = now - atomic_load_explicit(&r->t_last, memory_order_relaxed);
+    int b = 0;
+    while (b < MS_LAT_BUCKETS && (double)d > ms_latency_bounds[b] * 1e9) b++;
+    atomic_fetch_add_explicit(&w->itl_counts[b], 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&w->itl_sum_ns, d, memory_order_relaxed);
+  }
   atomic_store_explicit(&r->t_last, now, memory_order_relaxed);
   if (n == 0) r->t_first = now;
   atomic_store_explicit(&r->n_tokens, n + 1, memory_order_release);
@@ -476,6 +483,10 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
   }
   if (row_advance(e, x, row, &n) < 0) return;
   const float *use = adjusted_logits(r, lg, vocab, n);
+  if (r->constrain) {  /* r->adj is allocated with a constraint, and use is it */
+    r->constrain(r->constrain_user, r->tokens, n, r->adj, vocab);
+    use = r->adj;
+  }
   /* draw n of this request: seeded, schedule-independent; greedy is the argmax
    * (lowest id on ties) inside ms_sample, so the logits are scanned once */
   int tok = ms_sample(use, vocab, &r->sample, (uint64_t)n);

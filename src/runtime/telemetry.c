@@ -134,6 +134,10 @@ void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint6
   int row = k->tile[1], slot = row >= 0 && row < rt->x.meta.n_rows ? rt->x.meta.row_slot[row] : -1;
   ms_tel_fill(r, rt->plan, t, t0, t1, ready, atomic_load_explicit(&e->cur_step, memory_order_relaxed), w->wait_ns,
               slot, slot >= 0 ? e->slots[slot].gen : 0);
+  if (slot >= 0) {  /* a computed position; the request's cached prefix (positions never computed) beside it */
+    r->pos = rt->x.meta.row_pos[row];
+    r->cached = e->slots[slot].req ? (uint32_t)e->slots[slot].req->n_cached : 0;
+  }
   *rec = r;
 }
 
@@ -145,7 +149,7 @@ void ms_tel_fill(struct trace_rec *r, const struct ms_plan *p, int t, uint64_t t
                           .wait_ev = k->wait >= 0 ? (uint32_t)k->wait : MS_HOOK_NONE32,
                           .fired_ev = MS_HOOK_NONE32, .row = k->tile[1], .slot = slot >= 0 ? slot : -1,
                           .req_gen = slot >= 0 ? req_gen : 0, .launch = k->launch, .waited = wait_ns > 0,
-                          .wait_ns_us = (uint32_t)(wait_ns / 1000)};
+                          .wait_ns_us = (uint32_t)(wait_ns / 1000), .pos = -1};
   for (int b = p->batch; b > 1; b >>= 1) r->bucket_log2++;
 }
 
@@ -167,10 +171,28 @@ void ms_tel_request_done(struct ms_engine *e, const struct ms_request *r, int ca
   } else {
     e->req_done++;
     int n = atomic_load_explicit(&((struct ms_request *)r)->n_tokens, memory_order_relaxed);
-    if (n >= 1 && r->t_first) ms_histogram_observe(&e->ttft, (double)(r->t_first - r->t_submit) / 1e9);
-    if (n >= 2) ms_histogram_observe(&e->tpot, (double)(r->t_last - r->t_first) / 1e9 / (double)(n - 1));
+    double ttft = (double)(r->t_first - r->t_submit) / 1e9, tpot = (double)(r->t_last - r->t_first) / 1e9 / (n - 1);
+    if (n >= 1 && r->t_first) {
+      ms_histogram_observe(&e->ttft, ttft);
+      e->recent_lat[0][e->n_recent_lat[0]++ % MS_LAT_RECENT] = (float)ttft;
+    }
+    if (n >= 2) {
+      ms_histogram_observe(&e->tpot, tpot);
+      e->recent_lat[1][e->n_recent_lat[1]++ % MS_LAT_RECENT] = (float)tpot;
+    }
   }
   pthread_mutex_unlock(&e->log_mu);
+}
+
+int ms_engine_latency_recent(const struct ms_engine *e, int which, double *out, int max) {
+  struct ms_engine *m = (struct ms_engine *)e;
+  if (which < 0 || which > 1 || max < 0) return 0;
+  pthread_mutex_lock(&m->log_mu);
+  uint64_t n = m->n_recent_lat[which], have = n < MS_LAT_RECENT ? n : MS_LAT_RECENT;
+  int k = (int)(have < (uint64_t)max ? have : (uint64_t)max);
+  for (int i = 0; i < k; i++) out[i] = m->recent_lat[which][(n - (uint64_t)k + (uint64_t)i) % MS_LAT_RECENT];
+  pthread_mutex_unlock(&m->log_mu);
+  return k;
 }
 
 void ms_engine_latency(const struct ms_engine *e, struct ms_latency_stats *out) {
@@ -181,6 +203,15 @@ void ms_engine_latency(const struct ms_engine *e, struct ms_latency_stats *out) 
   out->requests_finished = m->req_done;
   out->requests_cancelled = m->req_cancelled;
   pthread_mutex_unlock(&m->log_mu);
+  memset(&out->itl, 0, sizeof out->itl);
+  uint64_t sum_ns = 0;
+  for (int w = 0; m->workers && w < m->n_workers; w++) {
+    for (int b = 0; b <= MS_LAT_BUCKETS; b++)
+      out->itl.counts[b] += atomic_load_explicit(&m->workers[w].itl_counts[b], memory_order_relaxed);
+    sum_ns += atomic_load_explicit(&m->workers[w].itl_sum_ns, memory_order_relaxed);
+  }
+  for (int b = 0; b <= MS_LAT_BUCKETS; b++) out->itl.count += out->itl.counts[b];
+  out->itl.sum = (double)sum_ns / 1e9;
 }
 
 static int class_stats(const struct ms_engine *e, int ev, struct ms_class_stat *out, int max) {

@@ -150,12 +150,13 @@ enum { PID = 1 };
 
 /* Debug annotation names, interned on every sequence at its start. */
 enum { AN_TASK = 1, AN_STEP, AN_BUCKET, AN_ROW, AN_REQUEST, AN_LAUNCH, AN_WAIT_REASON, AN_WAIT_US,
-       AN_QUEUED_NS, AN_EVENT_CLASS, AN_COUNT };
+       AN_QUEUED_NS, AN_EVENT_CLASS, AN_POS, AN_CACHED, AN_COUNT };
 static const char *const annotation_names[AN_COUNT] = {
     [AN_TASK] = "task",         [AN_STEP] = "step",
     [AN_BUCKET] = "bucket",     [AN_ROW] = "row",           [AN_REQUEST] = "request",
     [AN_LAUNCH] = "launch",     [AN_WAIT_REASON] = "wait_reason", [AN_WAIT_US] = "wait_us",
-    [AN_QUEUED_NS] = "queued_ns", [AN_EVENT_CLASS] = "event_class"};
+    [AN_QUEUED_NS] = "queued_ns", [AN_EVENT_CLASS] = "event_class", [AN_POS] = "pos",
+    [AN_CACHED] = "prompt_cached"};
 
 /* Interned string values: the constants, then event classes, then requests. */
 enum { SV_JIT = 1, SV_AOT, SV_DEPENDENCY, SV_NONE, SV_EV_CLASS0 = 16 };
@@ -350,6 +351,10 @@ static void slice(const struct tv *v, size_t i, struct seq *s, uint64_t *clk, st
   annotation_uint(b, AN_BUCKET, 1u << x->bucket_log2);
   if (x->row >= 0) annotation_uint(b, AN_ROW, (uint64_t)x->row);
   if (req) annotation_iid(b, AN_REQUEST, req);
+  if (req && x->pos >= 0) {
+    annotation_uint(b, AN_POS, (uint64_t)x->pos);
+    annotation_uint(b, AN_CACHED, x->cached);
+  }
   annotation_iid(b, AN_LAUNCH, x->jit ? SV_JIT : SV_AOT);
   annotation_iid(b, AN_WAIT_REASON, x->waited ? SV_DEPENDENCY : SV_NONE);
   annotation_uint(b, AN_WAIT_US, x->wait_us);

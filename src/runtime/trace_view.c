@@ -120,6 +120,8 @@ static int add_record(const struct ms_engine *e, uint16_t *const *map, int w, ui
   x->wait_us = r->wait_ns_us;
   x->row = r->row;
   x->slot = r->slot;
+  x->pos = r->pos;
+  x->cached = r->cached;
   x->cls = (uint16_t)r->cls;
   x->bucket_log2 = r->bucket_log2;
   x->jit = r->launch == MS_LAUNCH_JIT;
@@ -274,7 +276,9 @@ static void json_slice(const struct tv *v, const struct tv_event *x, struct jbuf
      name, x->task, x->step << 32 | x->task, x->step, 1 << x->bucket_log2, x->row);
   if (x->slot >= 0)
     jp(j, ",\"request\":\"slot %d gen %" PRIu32 "\"", x->slot, x->req_gen);
-  else
+  if (x->slot >= 0 && x->pos >= 0)
+    jp(j, ",\"pos\":%" PRId32 ",\"prompt_cached\":%" PRIu32, x->pos, x->cached);
+  if (x->slot < 0)
     jp(j, ",\"request\":null");
   jp(j, ",\"launch\":\"%s\",\"wait_reason\":\"%s\",\"wait_us\":%" PRIu32 ",\"queued_us\":%s", x->jit ? "jit" : "aot",
      x->waited ? "dependency" : "none", x->wait_us, q);

@@ -25,6 +25,8 @@ struct tv_event {
   uint32_t task;             /* a counter: the queue depth */
   uint32_t req_gen, wait_us;
   int32_t row, slot;         /* slot -1: no request */
+  int32_t pos;               /* a row task's position (-1: none) */
+  uint32_t cached;           /* its request's prompt positions read from the prefix cache */
   uint16_t worker, cls;      /* cls indexes tv.classes */
   uint16_t ev_class;         /* index into tv.ev_classes + 1, from the task's own plan; 0: waited on no event */
   uint8_t kind, bucket_log2, jit, waited;

@@ -37,9 +37,11 @@
 
 /* 1: the first layout (184 bytes); 2: appended the data-dependent work
  * (work_rows, passed_over, work_bytes) and the remote producer (remote_event,
- * remote_device, remote_gen) fields. A version 1 program loads and runs
- * unchanged: every field it can read keeps its offset, size and hooks. */
-#define MS_HOOK_ABI_VERSION 2
+ * remote_device, remote_gen) fields; 3: appended a request's prompt and how
+ * much of it the prefix cache held (prompt_tokens, cached_tokens). A program
+ * of an earlier version loads and runs unchanged: every field it can read
+ * keeps its offset, size and hooks. */
+#define MS_HOOK_ABI_VERSION 3
 
 /* Hook ids. Append-only. */
 enum ms_hook_id {
@@ -142,7 +144,11 @@ struct ms_hook_ctx {
   __u32 remote_event;  /* 200: the remote producer's event, MS_HOOK_NONE32: none */
   __u32 remote_device; /* 204: the device of that producer (comm: the peer), MS_HOOK_NONE32: none */
   __u64 remote_gen;    /* 208: the step of that event's firing (its generation), 0: none */
-};                     /* 184 bytes in version 1, 216 in version 2 */
+  /* version 3: the prefix cache (request) */
+  __u32 prompt_tokens; /* 216: the request's prompt tokens */
+  __u32 cached_tokens; /* 220: of them, positions read from the prefix cache, not computed: the
+                          request's rows start at this position */
+};                     /* 184 bytes in version 1, 216 in version 2, 224 in version 3 */
 
 /* Fields, as bits of a hook's field mask (bit i: field i in declaration order). */
 enum ms_hook_field {
@@ -155,6 +161,8 @@ enum ms_hook_field {
   /* version 2 */
   MS_F_WORK_ROWS, MS_F_PASSED_OVER, MS_F_WORK_BYTES, MS_F_REMOTE_EVENT, MS_F_REMOTE_DEVICE,
   MS_F_REMOTE_GEN,
+  /* version 3 */
+  MS_F_PROMPT_TOKENS, MS_F_CACHED_TOKENS,
   MS_F_COUNT
 };
 
@@ -191,7 +199,7 @@ enum ms_hook_field {
 #define MS_HOOK_FIELDS_STEP (MS_HOOK_FIELDS_COMMON | MS_FB(MS_F_PHASE))
 #define MS_HOOK_FIELDS_REQUEST                                                       \
   (MS_HOOK_FIELDS_COMMON | MS_FB(MS_F_REQ_SLOT) | MS_FB(MS_F_REQ_GEN) | MS_FB(MS_F_CTX_LEN) | \
-   MS_FB(MS_F_PHASE) | MS_FB(MS_F_TOKEN))
+   MS_FB(MS_F_PHASE) | MS_FB(MS_F_TOKEN) | MS_FB(MS_F_PROMPT_TOKENS) | MS_FB(MS_F_CACHED_TOKENS))
 #define MS_HOOK_FIELDS_QUEUE_PRESSURE                                                      \
   (MS_HOOK_FIELDS_COMMON | MS_FB(MS_F_QUEUE_DEPTH) | MS_FB(MS_F_QUEUE_THRESHOLD) |          \
    MS_FB(MS_F_QUEUE_KIND))

@@ -61,6 +61,10 @@ if [ -r "$F" ]; then
 else
   echo "SmolLM2 not cached ($F): its comparisons skipped; scripts/get-smollm2.sh fetches it"
 fi
+G=${MS_GEMMA3:-$HOME/.cache/megascope/gemma-3-270m-q4_k_m.gguf}
+if [ -r "$G" ]; then  # post-norms, local layers, a vocabulary of 262144 gathered each step
+  same_tokens "Gemma-3-270M, 40 greedy tokens" --model "$G" --prompt "The capital of France is" --steps 40 --batch 1 --workers 1
+fi
 
 # bench decode across two ranks: both engines, the ranks said
 mp "$MS" bench decode --synthetic tiny --tp 2 --workers 1 --steps 8 --rounds 1 --json > "$tmp/bench.json" 2> "$tmp/bench.err" ||
@@ -101,7 +105,7 @@ long_run() {
 }
 signal_rank1() {  # signal
   for _ in $(seq 1 200); do [ -s "$tmp/pid.1" ] && break; sleep 0.1; done
-  sleep 2
+  sleep 3
   kill -"$1" "$(cat "$tmp/pid.1")"
 }
 rm -f "$tmp"/pid.*
@@ -117,6 +121,7 @@ kill -CONT "$(cat "$tmp/pid.1")" 2>/dev/null || true
 grep -q "stopped: rank 0: waited [0-9]* ms for rank 1's share of .* (task [0-9]*; the remote event it releases: [0-9]*" "$tmp/long.err" ||
   grep -q "stopped: rank 0: rank 1 did not take rank 0's share of .* (task [0-9]*, which triggers event [0-9]*" "$tmp/long.err" ||
   grep -q "stopped: rank 0: rank 1 sent nothing for the start of step [0-9]*" "$tmp/long.err" ||
+  grep -q "rank 0: the launch check had no answer from rank 1" "$tmp/long.err" ||
   { cat "$tmp/long.err" >&2; fail "a hung rank: no report naming rank 1 and the event"; }
 echo "ok: a hung rank: $(grep -m1 'stopped: rank 0' "$tmp/long.err")"
 

@@ -115,10 +115,11 @@ struct ms_transport *cli_dist_start(const char *me, int tp, const struct cli_mod
     launch_id_of(&mine, tp, t->size, cm, argc, argv);
     struct ms_transport_wait w = {.peer = -1};
     int rc = t->exchange(t->ctx, &mine, all, sizeof mine, 60000, &w);
-    if (rc) {
+    if (rc) {  /* a rank that never answers would hold MPI_Finalize too: end every rank */
       fprintf(stderr, "megascope %s: rank %d: the launch check had no answer from rank %d: %s\n", me, t->rank, w.peer,
               ms_strerror(rc));
-      bad = 1;
+      fflush(stderr);
+      t->abort(t->ctx, 2);
     }
     for (int r = 1; !bad && r < t->size; r++)
       if (t->rank == 0) bad = launch_differs(me, all, r);  /* rank 0 says it; the others see it below */

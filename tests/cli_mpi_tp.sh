@@ -50,7 +50,7 @@ same_tokens "tiny-qwen2, chunked prefill" --synthetic tiny-qwen2 --batch 3 --ste
 # own tolerance (1e-3 on the f32 path); and since a gather moves each share
 # whole (no reduction across ranks), the same largest difference as --tp 1
 "$MS" run --synthetic tiny --batch 2 --steps 40 --check --workers 1 --json > "$tmp/check1.json"
-mp "$MS" run --synthetic tiny --batch 2 --steps 40 --tp 2 --check --workers 1 --json > "$tmp/check.json" 2> "$tmp/check.err" ||
+mp "$MS" run --synthetic tiny --batch 2 --steps 40 --tp 2 --check --workers 1 --comm-timeout-ms 120000 --json > "$tmp/check.json" 2> "$tmp/check.err" ||
   { cat "$tmp/check.err" >&2; fail "--check across ranks"; }
 python3 - "$tmp/check1.json" "$tmp/check.json" <<'PY' || fail "--check across ranks: $(cat "$tmp/check.json")"
 import json, sys
@@ -83,7 +83,7 @@ grep -Eq '^@c\[0, complete\]: [1-9]' "$tmp/q.out" || { cat "$tmp/q.out" >&2; fai
 echo "ok: hooks on rank 0: $(grep -E '^@\[0, 1\]' "$tmp/q.out") (rope tasks whose event rank 1's share completed)"
 
 # bench decode across two ranks: both engines, the ranks said
-mp "$MS" bench decode --synthetic tiny --tp 2 --workers 1 --steps 8 --rounds 1 --json > "$tmp/bench.json" 2> "$tmp/bench.err" ||
+mp "$MS" bench decode --synthetic tiny --tp 2 --workers 1 --steps 8 --rounds 1 --comm-timeout-ms 120000 --json > "$tmp/bench.json" 2> "$tmp/bench.err" ||
   { cat "$tmp/bench.err" >&2; fail "bench decode --tp 2"; }
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); assert j["ranks"] == 2 and j["megakernel_tokens_per_s"] > 0 and j["per_op_tokens_per_s"] > 0, j' "$tmp/bench.json" ||
   fail "bench decode --tp 2: $(cat "$tmp/bench.json")"

@@ -101,6 +101,7 @@ struct decode_run {
   int fresh;       /* one engine at a time, made for each run (cuda: one resident kernel holds every SM) */
   int n_workers, q8_on;  /* as the engines report them */
   int tp;                /* with tx: the ranks */
+  int comm_timeout_ms;
   struct ms_transport *tx;  /* tensor parallelism across processes; NULL: one process */
   struct ms_engine *e[N_ENG];
   double *tps[N_ENG];  /* [rounds] */
@@ -118,7 +119,8 @@ static struct ms_engine *decode_engine(const struct ms_model *m, const struct de
                               .mode = which == ENG_PER_OP ? MS_MODE_PER_OP : MS_MODE_MEGAKERNEL,
                               .max_batch = d->batch, .max_ctx = d->steps + d->warmup + 2,
                               .q8_activations = d->q8, .backend = d->backend, .cuda_sms = d->sms,
-                              .tp = d->tx ? d->tp : 0, .transport = d->tx};
+                              .tp = d->tx ? d->tp : 0, .transport = d->tx,
+                              .comm_timeout_ms = d->comm_timeout_ms};
   struct ms_engine *e = ms_engine_new(m, &eo, &log);
   if (!e) fprintf(stderr, "megascope bench: %s", logbuf);
   return e;
@@ -195,7 +197,7 @@ static void decode_free(struct decode_run *d) {
 struct decode_args {
   struct cli_model cm;
   struct cli_backend be;
-  long batch, steps, warmup, workers, rounds, tp;
+  long batch, steps, warmup, workers, rounds, tp, comm_timeout_ms;
   int as_json, q8;
 };
 
@@ -232,6 +234,9 @@ static const struct cli_opt decode_opts[] = {
     CLI_OPT_INT(DA, tp, "tp", "N", 1, 64,
                 "under mpirun -np N: one engine in N processes, a device each\n"
                 "(tensor parallelism across processes, cpu backend)"),
+    CLI_OPT_INT(DA, comm_timeout_ms, "comm-timeout-ms", "N", 1, 1 << 30,
+                "under mpirun: stop every rank when one waits on another this long\n"
+                "(default 10000)"),
     CLI_OPT_FLAG(DA, as_json, "json", "print the result as JSON"),
     {0}};
 #undef DA
@@ -277,7 +282,7 @@ static int bench_decode(int argc, char **argv) {
   struct decode_run d = {.batch = (int)batch, .steps = (int)steps, .warmup = (int)warmup,
                          .workers = (int)workers, .q8 = q8, .rounds = (int)rounds,
                          .backend = (enum ms_backend)a.be.backend, .sms = (int)a.be.sms, .fresh = cuda,
-                         .tp = (int)a.tp, .tx = tx};
+                         .tp = (int)a.tp, .tx = tx, .comm_timeout_ms = (int)a.comm_timeout_ms};
   if (decode_rounds(m, &d, !as_json && (!tx || tx->rank == 0))) {
     for (int k = 0; k < N_ENG; k++) cli_dist_check_failed("bench decode", tx, d.e[k]);
     decode_free(&d);

@@ -313,24 +313,23 @@ static void maybe_pause(struct ms_engine *e) {
   atomic_store_explicit(&e->paused, 0, memory_order_release);
 }
 
-/* The step-start task's body, on worker 0. Returns 0 when a stop was published. */
 /* A stop step: every request left cancelled; the workers exit on it. */
-static int publish_stop(struct ms_engine *e, int retired) {
-  retired += ms_rt_retire(e, 1);
-  (void)retired;
+static int publish_stop(struct ms_engine *e) {
+  ms_rt_retire(e, 1);
   ms_rt_cancel_mailbox(e);
   atomic_store_explicit(&e->cur_stop, 1, memory_order_relaxed);
   e->be->publish_step(e->be_ctx);
   return 0;
 }
 
+/* The step-start task's body, on worker 0. Returns 0 when a stop was published. */
 int ms_rt_step_begin(struct ms_engine *e) {
   maybe_pause(e);
   uint64_t t0 = ms_eng_now(e);
   int retired = ms_rt_retire(e, 0), admitted = 0;
   for (;;) {
     admitted += ms_rt_admit(e, e->admit_slots + admitted);
-    if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) return publish_stop(e, retired);
+    if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) return publish_stop(e);
     if (ms_rt_active_slots(e)) break;
     atomic_store_explicit(&e->stat_running, 0, memory_order_relaxed);
     atomic_store_explicit(&e->stat_pages_used, e->pool_pages - e->n_free, memory_order_relaxed);
@@ -347,7 +346,7 @@ int ms_rt_step_begin(struct ms_engine *e) {
   struct plan_rt *rt = chunked ? &e->rt_prefill[ms_rt_bucket_index(bucket)] : &e->rt[ms_rt_bucket_index(bucket)];
   int n = layout_rows(e, bucket);
   /* across processes: every rank must have laid out this very step */
-  if (e->tx && ms_rt_dist_agree(e, bucket, n, chunked)) return publish_stop(e, retired);
+  if (e->tx && ms_rt_dist_agree(e, bucket, n, chunked)) return publish_stop(e);
   rt->x.meta.some_head_skipped = 0;
   for (int r = 0; r < n; r++) rt->x.meta.some_head_skipped |= !e->row_head[r];
   atomic_store_explicit(&e->stat_running, slots, memory_order_relaxed);  /* requests, not rows */

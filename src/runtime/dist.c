@@ -8,9 +8,10 @@
  * edge by both, with the same result); every other task (norms, RoPE,
  * attention, the sampling) runs on every rank on whole rows that every rank
  * holds after the gathers, so each rank keeps the whole KV cache and draws the
- * same tokens. A rank reads only its rows of the split matrices: the weights
- * are the GGUF file's, mapped (ms_gguf_open), so the pages of other ranks'
- * rows are never touched and one copy of the file sits in the page cache.
+ * same tokens. A rank's kernels read only its rows of the split matrices: the
+ * weights are the GGUF file's, mapped read-only (ms_gguf_open), so one copy
+ * of the file sits in the page cache for every rank of a machine (the loader
+ * itself still reads the whole file in each rank).
  *
  * The communication tasks. Task d of a gather on rank d sends its share of the
  * buffer's columns (the step's rows) to every other rank; on another rank it

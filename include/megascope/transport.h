@@ -9,8 +9,8 @@
  * Every rank runs the same plan. A communication task of device d moves d's
  * share of a buffer's columns: on rank d it is sent to every other rank, on
  * every other rank it is received from d. Calls come from several worker
- * threads at once; each is non-blocking underneath (MPI_Isend, MPI_Irecv,
- * MPI_Iallgather, polled with MPI_Test) and gives up after timeout_ms with
+ * threads at once; each is non-blocking underneath (MPI_Isend and MPI_Irecv,
+ * polled with MPI_Test) and gives up after timeout_ms with
  * -ETIMEDOUT, so a rank that died or hangs stops the others instead of
  * holding them forever. */
 #ifndef MEGASCOPE_TRANSPORT_H

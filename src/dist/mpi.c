@@ -7,8 +7,8 @@
  * communication tasks, several at once; worker 0 calls exchange at each step
  * start and the CLI once at the launch check. MPI is initialised with the
  * thread level MPI_THREAD_SERIALIZED at least, and every MPI call here holds
- * `mu`: the calls are all non-blocking (MPI_Isend, MPI_Irecv, MPI_Iallgather,
- * MPI_Test), so a thread never holds the lock while it waits, and a waiter
+ * `mu`: the calls are all non-blocking (MPI_Isend, MPI_Irecv, MPI_Test), so a
+ * thread never holds the lock while it waits, and a waiter
  * lets the others in between polls.
  *
  * Ordering. A share of device d's columns under tag c is one message from rank

@@ -19,7 +19,7 @@
 # white-box and see every folder.
 
 # The libraries, in link order (each after everything it links).
-set(MS_TARGETS base model kernels graph compile bpf hook runtime export query control bench explain)
+set(MS_TARGETS base dist model kernels graph compile bpf hook runtime export query control bench explain)
 
 # What each library compiles: its folder's .c files unless said here.
 #  - model: the block formats (src/kernels/quant.c, quant_k.c: how weights are
@@ -32,6 +32,12 @@ set(MS_EXCLUDE_kernels src/kernels/quant.c src/kernels/quant_k.c)
 # Links: the libraries each one calls (the libraries of outside packages are
 # linked in CMakeLists.txt, by the parts that use them alone).
 set(MS_LINKS_base)
+# dist: the transport between the ranks of one engine in several processes
+# (MPI). The runtime does not link it: it calls a transport through the table
+# of its public header (megascope/transport.h), which the CLI fills with
+# ms_transport_mpi_new; so the data flows runtime -> transport with no MPI
+# below the runtime.
+set(MS_LINKS_dist base)
 set(MS_LINKS_model base)
 set(MS_LINKS_kernels model base)
 set(MS_LINKS_graph model base)
@@ -56,6 +62,7 @@ set(MS_DENIES_bpf megascope/hook.h megascope/bpf/megascope.h megascope/monitor.h
 # Sees: the other folders whose private headers a folder's files may include.
 # Every entry is an exception the design names; an empty list is the rule.
 set(MS_SEES_base)
+set(MS_SEES_dist)
 set(MS_SEES_graph)
 set(MS_SEES_kernels)
 set(MS_SEES_bpf)

@@ -4,7 +4,8 @@
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ make pkg-config clang llvm libbpf-dev libelf-dev zlib1g-dev
       libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev prometheus curl python3
-      gnuplot-nox python3-venv python3-pip libpython3-dev)
+      gnuplot-nox python3-venv python3-pip libpython3-dev
+      libopenmpi-dev openmpi-bin)  # MPI: tensor parallelism across processes (tests/cli_mpi_tp.sh)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -13,6 +13,7 @@
 #include "megascope/cuda.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
+#include "megascope/transport.h"
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -99,11 +100,16 @@ struct decode_run {
   int sms;         /* cuda: CTAs; 0: every SM */
   int fresh;       /* one engine at a time, made for each run (cuda: one resident kernel holds every SM) */
   int n_workers, q8_on;  /* as the engines report them */
+  int tp;                /* with tx: the ranks */
+  int comm_timeout_ms;
+  struct ms_transport *tx;  /* tensor parallelism across processes; NULL: one process */
   struct ms_engine *e[N_ENG];
   double *tps[N_ENG];  /* [rounds] */
   double best[N_ENG];
   double ratio[N_ENG]; /* median over rounds of tps / per-op tps in the same round */
   double lo[N_ENG], hi[N_ENG];
+  /* across processes: measured rounds' receives, waits and wall time per engine */
+  uint64_t recv[N_ENG], wait_ns[N_ENG], wall_ns[N_ENG], msg_bytes[N_ENG];
 };
 
 static struct ms_engine *decode_engine(const struct ms_model *m, const struct decode_run *d, int which) {
@@ -112,7 +118,9 @@ static struct ms_engine *decode_engine(const struct ms_model *m, const struct de
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = d->workers,
                               .mode = which == ENG_PER_OP ? MS_MODE_PER_OP : MS_MODE_MEGAKERNEL,
                               .max_batch = d->batch, .max_ctx = d->steps + d->warmup + 2,
-                              .q8_activations = d->q8, .backend = d->backend, .cuda_sms = d->sms};
+                              .q8_activations = d->q8, .backend = d->backend, .cuda_sms = d->sms,
+                              .tp = d->tx ? d->tp : 0, .transport = d->tx,
+                              .comm_timeout_ms = d->comm_timeout_ms};
   struct ms_engine *e = ms_engine_new(m, &eo, &log);
   if (!e) fprintf(stderr, "megascope bench: %s", logbuf);
   return e;
@@ -129,7 +137,7 @@ static int decode_open(const struct ms_model *m, struct decode_run *d, int k) {
   if (!(d->e[k] = decode_engine(m, d, k))) return -1;
   d->n_workers = ms_engine_n_workers(d->e[k]);
   d->q8_on = ms_engine_q8_active(d->e[k]);
-  return d->warmup > 0 && cli_decode_tps(d->e[k], m, d->batch, d->warmup) < 0 ? -1 : 0;
+  return d->warmup > 0 && cli_decode_tps_at(d->e[k], m, d->batch, d->warmup, d->tx != NULL) < 0 ? -1 : 0;
 }
 
 static int decode_rounds(const struct ms_model *m, struct decode_run *d, int verbose) {
@@ -142,7 +150,15 @@ static int decode_rounds(const struct ms_model *m, struct decode_run *d, int ver
     for (int i = 0; i < N_ENG; i++) {
       int k = (r + i) % N_ENG;
       if (d->fresh && decode_open(m, d, k)) return -1;
-      if ((d->tps[k][r] = cli_decode_tps(d->e[k], m, d->batch, d->steps)) <= 0) return -1;
+      struct ms_comm_stats c0, c1;
+      ms_engine_comm_stats(d->e[k], &c0);
+      uint64_t t0 = ms_now_ns();
+      if ((d->tps[k][r] = cli_decode_tps_at(d->e[k], m, d->batch, d->steps, d->tx != NULL)) <= 0) return -1;
+      d->wall_ns[k] += ms_now_ns() - t0;
+      ms_engine_comm_stats(d->e[k], &c1);
+      d->recv[k] += c1.received - c0.received;
+      d->wait_ns[k] += c1.wait_ns - c0.wait_ns;
+      d->msg_bytes[k] += c1.bytes_received - c0.bytes_received;
       if (d->fresh) {
         ms_engine_free(d->e[k]);
         d->e[k] = NULL;
@@ -181,7 +197,7 @@ static void decode_free(struct decode_run *d) {
 struct decode_args {
   struct cli_model cm;
   struct cli_backend be;
-  long batch, steps, warmup, workers, rounds;
+  long batch, steps, warmup, workers, rounds, tp, comm_timeout_ms;
   int as_json, q8;
 };
 
@@ -215,6 +231,12 @@ static const struct cli_opt decode_opts[] = {
                 "the best of each is reported, and the median of the ratios\n"
                 "within a round"),
     CLI_OPT_GROUP(DA, q8, cli_act_opts),
+    CLI_OPT_INT(DA, tp, "tp", "N", 1, 64,
+                "under mpirun -np N: one engine in N processes, a device each\n"
+                "(tensor parallelism across processes, cpu backend)"),
+    CLI_OPT_INT(DA, comm_timeout_ms, "comm-timeout-ms", "N", 1, 1 << 30,
+                "under mpirun: stop every rank when one waits on another this long\n"
+                "(default 10000)"),
     CLI_OPT_FLAG(DA, as_json, "json", "print the result as JSON"),
     {0}};
 #undef DA
@@ -245,14 +267,28 @@ static int bench_decode(int argc, char **argv) {
     fprintf(stderr, "megascope bench decode: --backend cuda: %s\n", why);
     return 1;
   }
+  int dist_failed;
+  struct ms_transport *tx = cli_dist_start("bench decode", (int)a.tp, &cm, argc, argv, &dist_failed);
+  if (dist_failed) return 2;
+  if (!tx && a.tp > 1) {
+    fprintf(stderr, "megascope bench decode: --tp %ld: run it under mpirun -np %ld (one process a device)\n", a.tp,
+            a.tp);
+    return 2;
+  }
   struct ms_model *m = cli_model_load(&cm);
-  if (!m) return 2;
+  if (!m) {
+    cli_dist_end(tx);
+    return 2;
+  }
   struct decode_run d = {.batch = (int)batch, .steps = (int)steps, .warmup = (int)warmup,
                          .workers = (int)workers, .q8 = q8, .rounds = (int)rounds,
-                         .backend = (enum ms_backend)a.be.backend, .sms = (int)a.be.sms, .fresh = cuda};
-  if (decode_rounds(m, &d, !as_json)) {
+                         .backend = (enum ms_backend)a.be.backend, .sms = (int)a.be.sms, .fresh = cuda,
+                         .tp = (int)a.tp, .tx = tx, .comm_timeout_ms = (int)a.comm_timeout_ms};
+  if (decode_rounds(m, &d, !as_json && (!tx || tx->rank == 0))) {
+    for (int k = 0; k < N_ENG; k++) cli_dist_check_failed("bench decode", tx, d.e[k]);
     decode_free(&d);
     ms_model_free(m);
+    cli_dist_end(tx);
     return 1;
   }
   int W = d.n_workers, q8_on = d.q8_on;
@@ -280,6 +316,7 @@ static int bench_decode(int argc, char **argv) {
     ms_json_kint(&j, "batch", batch);
     ms_json_kint(&j, "steps", steps);
     ms_json_kint(&j, "workers", W);
+    if (tx) ms_json_kint(&j, "ranks", tx->size);
     ms_json_kstr(&j, "backend", ms_backend_name(d.backend));
     if (cuda) ms_json_kstr(&j, "device", dev.name);
     ms_json_kint(&j, "rounds", rounds);
@@ -298,6 +335,22 @@ static int bench_decode(int argc, char **argv) {
       ms_json_arr_end(&j);
     }
     ms_json_obj_end(&j);
+    if (tx) {
+      ms_json_key(&j, "remote_waits");
+      ms_json_obj_begin(&j);
+      for (int k = 0; k < N_ENG; k++) {
+        ms_json_key(&j, eng_key[k]);
+        ms_json_obj_begin(&j);
+        ms_json_kuint(&j, "shares_received", d.recv[k]);
+        ms_json_kuint(&j, "bytes_received", d.msg_bytes[k]);
+        ms_json_knum(&j, "wait_share", d.wall_ns[k] ? (double)d.wait_ns[k] / ((double)d.wall_ns[k] * W) : 0);
+        ms_json_knum(&j, "wait_us_per_share", d.recv[k] ? (double)d.wait_ns[k] / 1e3 / (double)d.recv[k] : 0);
+        ms_json_knum(&j, "wait_us_per_token",
+                     (double)d.wait_ns[k] / 1e3 / ((double)d.batch * d.steps * d.rounds));
+        ms_json_obj_end(&j);
+      }
+      ms_json_obj_end(&j);
+    }
     ms_json_kuint(&j, "weight_bytes_per_step", wbytes);
     ms_json_knum(&j, "kv_bytes_per_token", kv_per_row);
     ms_json_knum(&j, "bytes_per_token", step_bytes / (double)batch);
@@ -313,14 +366,24 @@ static int bench_decode(int argc, char **argv) {
     if (cuda)
       printf("%s (%s as bf16 on %s), batch %ld, best of %ld alternating rounds\n", m->cfg.name,
              ms_dtype_name(m->cfg.dtype), dev.name, batch, rounds);
-    else
-      printf("%s (%s%s), batch %ld, %d workers, best of %ld alternating rounds\n", m->cfg.name,
-             ms_dtype_name(m->cfg.dtype), q8_on ? ", 8-bit activations" : "", batch, W, rounds);
+    else {
+      char ranks[48] = "";
+      if (tx) snprintf(ranks, sizeof ranks, " a rank x %d ranks (mpirun)", tx->size);
+      printf("%s (%s%s), batch %ld, %d workers%s, best of %ld alternating rounds\n", m->cfg.name,
+             ms_dtype_name(m->cfg.dtype), q8_on ? ", 8-bit activations" : "", batch, W, ranks, rounds);
+    }
     for (int k = 0; k < N_ENG; k++) {
       printf("  %-11s %10.2f tokens/s", eng_name[k], d.best[k]);
       if (k != ENG_PER_OP)
         printf("   (megakernel / per-op in one round: median %.3f, %.3f-%.3f)", d.ratio[k], d.lo[k], d.hi[k]);
       printf("\n");
+      if (tx)
+        printf("              rank 0 waited on other ranks' shares %.1f%% of its workers' time (%.1f us a token, "
+               "%.1f us a share, %llu shares of %.0f bytes on average)\n",
+               d.wall_ns[k] ? 100.0 * (double)d.wait_ns[k] / ((double)d.wall_ns[k] * W) : 0.0,
+               (double)d.wait_ns[k] / 1e3 / ((double)d.batch * d.steps * d.rounds),
+               d.recv[k] ? (double)d.wait_ns[k] / 1e3 / (double)d.recv[k] : 0.0, (unsigned long long)d.recv[k],
+               d.recv[k] ? (double)d.msg_bytes[k] / (double)d.recv[k] : 0.0);
     }
     printf("  moved       %10.0f bytes per token (%zu weight bytes per step, %.0f KV bytes per row)\n",
            step_bytes / (double)batch, wbytes, kv_per_row);
@@ -338,6 +401,7 @@ static int bench_decode(int argc, char **argv) {
   }
   decode_free(&d);
   ms_model_free(m);
+  cli_dist_end(tx);
   return rc;
 }
 

@@ -19,6 +19,7 @@
 #include "megascope/query.h"
 #include "megascope/reference.h"
 #include "megascope/tokenizer.h"
+#include "megascope/transport.h"
 #include "run_text.h"
 
 struct run_args {
@@ -29,7 +30,7 @@ struct run_args {
   const char *gpu;
   const char *sim_param[16], *fault[4];
   int n_sim_param, n_fault;
-  long tp;
+  long tp, comm_timeout_ms;
   const char *attach[8];
   int n_attach;
   const char *replace_with;
@@ -84,7 +85,12 @@ static const struct cli_opt run_opts[] = {
                  "sim: set a cost-model parameter (hbm_gbps, tflops, n_sms,\n"
                  "task_fixed_ns, dispatch_ns, notify_ns, jit_ns, step_ns,\n"
                  "launch_ns, jitter, link_gbps, link_latency_ns); repeatable"),
-    CLI_OPT_INT(RA, tp, "tp", "N", 1, 64, "tensor-parallel devices: all-gathers of communication tasks"),
+    CLI_OPT_INT(RA, tp, "tp", "N", 1, 64,
+                "tensor-parallel devices: all-gathers of communication tasks;\n"
+                "under mpirun -np N, N processes, one device each (cpu backend)"),
+    CLI_OPT_INT(RA, comm_timeout_ms, "comm-timeout-ms", "N", 1, 1 << 30,
+                "under mpirun: stop every rank when one waits on another this long\n"
+                "(default 10000)"),
     CLI_OPT_LIST(RA, fault, n_fault, "fault", "T:TARGET:M",
                  "inject a scheduler fault (docs/benchmark.md), e.g.\n"
                  "slow_class:blk.1.wo:2, delayed_release:rope->attn:20us,\n"
@@ -325,6 +331,8 @@ out:
   return worst;
 }
 
+static int cmd_run_on(struct run_args *ap, struct ms_transport *tx);
+
 static void print_steps(const struct ms_engine *e) {
   struct ms_step_record *log = malloc(sizeof *log * 1024);
   int n = log ? ms_engine_step_log(e, log, 1024) : 0;
@@ -341,6 +349,17 @@ int cmd_run(int argc, char **argv) {
   struct run_args a;
   int prc = parse(argc, argv, &a);
   if (prc) return prc > 0 ? 0 : 2;
+  int dist_failed;
+  struct ms_transport *tx = cli_dist_start("run", (int)a.tp, &a.cm, argc, argv, &dist_failed);
+  if (dist_failed) return 2;
+  int rc = cmd_run_on(&a, tx);
+  cli_dist_end(tx);
+  return rc;
+}
+
+/* One run; tx: the transport to the other ranks, or NULL. */
+static int cmd_run_on(struct run_args *ap, struct ms_transport *tx) {
+  struct run_args a = *ap;
   struct ms_tokenizer *tok = NULL;
   int32_t *text_ids = NULL;  /* --prompt, tokenized */
   int n_text = 0;
@@ -392,9 +411,12 @@ int cmd_run(int argc, char **argv) {
   }
   eo.tp = (int)a.tp;
   eo.cuda_sms = (int)a.be.sms;
+  eo.transport = tx;
+  eo.comm_timeout_ms = (int)a.comm_timeout_ms;
   /* the simulator: every request waits in the mailbox before the first step, so
-   * the batches (and the run) follow from the seed, not from host timing */
-  eo.start_paused = a.be.backend == MS_BACKEND_SIM && a.requests <= 1000;
+   * the batches (and the run) follow from the seed, not from host timing; so do
+   * the ranks of one engine, which must all admit the same requests each step */
+  eo.start_paused = (a.be.backend == MS_BACKEND_SIM || tx) && a.requests <= 1000;
   struct ms_fault faults[4];
   eo.faults = faults;
   eo.n_faults = a.n_fault;
@@ -427,12 +449,13 @@ int cmd_run(int argc, char **argv) {
   if (eo.start_paused) ms_engine_resume(e);
   if (wait_all(e, &a, &sch, reqs)) goto out;
   uint64_t t1 = ms_now_ns();
+  cli_dist_check_failed("run", tx, e);
 
   struct ms_engine_stats st;
   ms_engine_get_stats(e, &st);
   double secs = (double)(t1 - t0) / 1e9, worst = 0;
   int mismatches = 0, ok = 1;
-  if (a.check)
+  if (a.check && (!tx || tx->rank == 0))  /* every rank has the same logits: rank 0 checks them */
     for (long i = 0; i < a.requests; i++) {
       struct ms_request_info info;
       ms_request_get_info(reqs[i], &info);
@@ -455,6 +478,7 @@ int cmd_run(int argc, char **argv) {
     ms_json_kstr(&j, "mode", ms_mode_name(a.mode));
     ms_json_kstr(&j, "backend", ms_backend_name(a.be.backend));
     ms_json_kint(&j, "workers", ms_engine_n_workers(e));
+    if (tx) ms_json_kint(&j, "ranks", tx->size);
     ms_json_kint(&j, "batch", a.batch);
     ms_json_kint(&j, "requests", a.requests);
     ms_json_kbool(&j, "shuffle", a.shuffle);

@@ -328,6 +328,12 @@ int cmd_serve(int argc, char **argv) {
   struct serve_args a;
   int prc = parse(argc, argv, &a);
   if (prc) return prc > 0 ? 0 : 2;
+  if (cli_dist_ranks() > 1) {
+    fprintf(stderr, "megascope serve: refused under mpirun with %d ranks: one engine across processes serves "
+            "from `run` and `bench decode --tp N` so far, not from serve (run one server without mpirun)\n",
+            cli_dist_ranks());
+    return 2;
+  }
   char addr[256] = "";
   int port = 0, use_http = strcmp(a.http, "off") != 0 || a.host || a.port_set;
   if (strcmp(a.http, "off") && parse_http(a.http, addr, sizeof addr, &port)) return 2;

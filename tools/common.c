@@ -138,9 +138,19 @@ int cli_u64(const char *opt, const char *s, uint64_t *out) {
 }
 
 double cli_decode_tps(struct ms_engine *e, const struct ms_model *m, int batch, int steps) {
+  return cli_decode_tps_at(e, m, batch, steps, 0);
+}
+
+double cli_decode_tps_at(struct ms_engine *e, const struct ms_model *m, int batch, int steps, int lockstep) {
   struct ms_request *r[4096];
   int n = 0, ok = 1;
   if (batch > 4096) batch = 4096;
+  if (lockstep) {  /* every request in the mailbox before the next step starts */
+    struct ms_engine_stats st;
+    ms_engine_get_stats(e, &st);
+    ms_engine_pause_at(e, st.steps);
+    if (ms_engine_wait_paused(e, 60000)) return -1;
+  }
   uint64_t t0 = ms_now_ns();
   for (; n < batch; n++) {
     int32_t tok = (int32_t)(1 + n % (m->cfg.vocab - 1));
@@ -150,6 +160,7 @@ double cli_decode_tps(struct ms_engine *e, const struct ms_model *m, int batch, 
       break;
     }
   }
+  if (lockstep) ms_engine_resume(e);
   for (int i = 0; i < n; i++) ms_request_wait(r[i], -1);
   double s = (double)(ms_now_ns() - t0) / 1e9;
   for (int i = 0; i < n; i++) ms_request_free(r[i]);

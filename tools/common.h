@@ -51,6 +51,10 @@ struct ms_engine;
  * each, timed from submission to the last completion; -1 when the engine
  * refuses a request (the ones already submitted are waited for and freed). */
 double cli_decode_tps(struct ms_engine *e, const struct ms_model *m, int batch, int steps);
+/* The same with lockstep set: the engine paused while the requests are
+ * submitted, so that they join one step (the ranks of one engine across
+ * processes must all admit the same requests in the same step). */
+double cli_decode_tps_at(struct ms_engine *e, const struct ms_model *m, int batch, int steps, int lockstep);
 
 /* The control socket as attach, maps and the rest find it (--socket, then
  * $MEGASCOPE_SOCKET, then the one engine socket in the default directory), and
@@ -61,6 +65,23 @@ typedef struct json_t json_t;
 int cli_ctl_socket(const char *me, const char *given, char *buf, size_t size);
 json_t *cli_ctl_call(const char *me, const char *path, const char *req, size_t len, int timeout_ms, int *fds,
                      int *n_fds);
+
+/* Tensor parallelism across processes (tools/cli_dist.c). When this process
+ * was started by mpirun: the MPI transport, after the launch check (every rank
+ * has the same model file, the same megascope executable, the same --tp, equal
+ * to the number of ranks, and the same arguments), else NULL with *failed set
+ * and the refusal, by name, printed. Without mpirun: NULL, *failed 0. Ranks
+ * other than 0 send their stdout to /dev/null. */
+struct ms_transport;
+struct ms_transport *cli_dist_start(const char *me, int tp, const struct cli_model *cm, int argc, char **argv,
+                                    int *failed);
+/* The engine stopped because a wait on another rank failed: prints the report
+ * and ends every rank (does not return); else returns. */
+void cli_dist_check_failed(const char *me, struct ms_transport *t, const struct ms_engine *e);
+/* MPI_Finalize; NULL does nothing. */
+void cli_dist_end(struct ms_transport *t);
+/* The ranks mpirun started (its environment, before any MPI call); 1 without it. */
+int cli_dist_ranks(void);
 
 /* The path of a shipped monitor object: <dir of this executable>/monitors/NAME. */
 void cli_shipped_monitor(const char *name, char *buf, size_t n);

@@ -63,6 +63,7 @@ int ms_mode_parse(const char *s, enum ms_mode *out);
 
 struct ms_plan;
 struct ms_fault;
+struct ms_transport;
 
 struct ms_engine_opts {
   size_t sz;               /* sizeof(struct ms_engine_opts) */
@@ -121,6 +122,14 @@ struct ms_engine_opts {
    * none (NaN) for the positions it read from the cache. The CUDA backend
    * keeps it off. 0: off. */
   int prefix_cache;
+  /* Tensor parallelism across processes (megascope/transport.h): this process
+   * is rank transport->rank of transport->size, each running this engine on the
+   * same model with tp = size; it computes its share of every split operator and
+   * the communication tasks move the shares. The cpu backend, dense models.
+   * NULL: one process. Not owned. */
+  const struct ms_transport *transport;
+  int comm_timeout_ms;     /* with a transport: a wait on another rank longer than this stops
+                              the engine with a report naming the rank (0: 10000) */
 };
 
 /* "cpu", "sim", "cuda"; NULL for an unknown id. */
@@ -325,6 +334,21 @@ uint64_t ms_engine_sim_now(const struct ms_engine *e);
  * every period_ns of virtual time (kernel as ms_engine_sample_kernels gives
  * it). Set while the engine is paused; the engine's backend must be sim. */
 void ms_sim_sampler(struct ms_engine *e, uint64_t period_ns, void (*fn)(void *user, int sm, int kernel), void *user);
+
+/* Tensor parallelism across processes: what the communication tasks of this
+ * rank moved and waited for since the engine started (all 0 in one process). */
+struct ms_comm_stats {
+  uint64_t sent, received;   /* shares: each send goes to every other rank */
+  uint64_t bytes_received;
+  uint64_t wait_ns;          /* summed over receiving tasks: from the first poll that found the share
+                                missing to its arrival (a worker's time spent waiting on another rank) */
+};
+void ms_engine_comm_stats(const struct ms_engine *e, struct ms_comm_stats *out);
+
+/* Tensor parallelism across processes: 1 when the engine stopped because a
+ * wait on another rank failed (it timed out, or the ranks disagreed on a step),
+ * with the report, naming the rank and the event, in buf; else 0. */
+int ms_engine_comm_failed(const struct ms_engine *e, char *buf, size_t n);
 
 /* The last watchdog report ("" when none); returns the stall count. */
 uint64_t ms_engine_last_stall(const struct ms_engine *e, char *buf, size_t n);

@@ -39,6 +39,10 @@ struct ms_compile_opts {
   int prefill;            /* rows are token rows of chunked prefill: a row's attention waits for
                              the KV of every row of its layer (a request's chunk is consecutive
                              rows at consecutive positions); 0: one row per request */
+  int tp_split;           /* with tp >= 2: every device holds only its share of every split
+                             output (tensor parallelism across processes), so an all-gather
+                             follows every column-tiled operator, qkv, gate_up and lm_head too;
+                             dense models only. 0: the devices share one memory (the simulator) */
 };
 
 struct ms_plan_stats {

@@ -417,11 +417,13 @@ struct ms_plan *ms_plan_compile(const struct ms_model *m, const struct ms_compil
   struct ms_plan *p = calloc(1, sizeof *p);
   int rc = -ENOMEM, end = -1;
   if (!p) goto out_nograph;
-  rc = ms_graph_build_tp(m, o->batch, o->tile_bytes,
-                      o->sz >= offsetof(struct ms_compile_opts, tile_rows) + sizeof(int) ? o->tile_rows : 0,
-                      o->sz >= offsetof(struct ms_compile_opts, tiles_per_op) + sizeof(int) ? o->tiles_per_op : 0,
-                      o->sz >= offsetof(struct ms_compile_opts, tp) + sizeof(int) ? o->tp : 0,
-                      o->sz >= offsetof(struct ms_compile_opts, prefill) + sizeof(int) ? o->prefill : 0, &g, log);
+  int split = o->sz >= offsetof(struct ms_compile_opts, tp_split) + sizeof(int) ? o->tp_split : 0;
+  rc = (split ? ms_graph_build_split : ms_graph_build_tp)(
+      m, o->batch, o->tile_bytes,
+      o->sz >= offsetof(struct ms_compile_opts, tile_rows) + sizeof(int) ? o->tile_rows : 0,
+      o->sz >= offsetof(struct ms_compile_opts, tiles_per_op) + sizeof(int) ? o->tiles_per_op : 0,
+      o->sz >= offsetof(struct ms_compile_opts, tp) + sizeof(int) ? o->tp : 0,
+      o->sz >= offsetof(struct ms_compile_opts, prefill) + sizeof(int) ? o->prefill : 0, &g, log);
   if (rc) goto out_nograph;
   p->model = m;
   p->batch = o->batch;

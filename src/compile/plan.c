@@ -41,6 +41,8 @@ void ms_plan_task_name(const struct ms_plan *p, int t, char *buf, size_t n) {
              k->kernel == MS_K_EXPERT_UP || k->kernel == MS_K_EXPERT_DOWN ? "expert" : "head", k->tile[2]);
   else if (k->tile[1] >= 0)
     snprintf(buf, n, "%s[row %d]", name, k->tile[1]);
+  else if (k->tile[2] >= 0 && k->kernel == MS_K_COMM)  /* tensor parallel: device tile[2]'s share */
+    snprintf(buf, n, "%s[device %d]", name, k->tile[2]);
   else if (k->tile[2] >= 0)
     snprintf(buf, n, "%s[expert %d, tile %d]", name, k->tile[2], k->tile[0]);
   else

@@ -33,7 +33,8 @@ struct builder {
   int tiles_per_op;
   int tp;           /* tensor-parallel devices, 0 or 1: none */
   int prefill;      /* token rows: attention reads every row's KV (ms_graph_build_tp) */
-  int pending_comm; /* a communication buffer the next row operator must also read, -1: none */
+  int pending_comm; /* a communication buffer the next operator must also read, -1: none */
+  int split;        /* each device holds only its share: every column-tiled output is gathered */
   int err;
 };
 
@@ -118,6 +119,12 @@ static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align)
   return t > rows ? rows : t;
 }
 
+/* A task of the operator after an all-gather reads the whole of its logical
+ * buffer, so that it depends on every device's communication task. */
+static void comm_read(struct builder *b, struct ms_proto_task *t) {
+  if (b->pending_comm >= 0) rd(t, b->pending_comm, 0, 1, 0, b->tp, 0, 1);
+}
+
 /* One whole-row operator: a task per batch row; with res >= 0, the row of res
  * is added to the result (a post-norm before its residual add). */
 static int row_op_res(struct builder *b, const char *op, int layer, int kernel, int in, int res, int out) {
@@ -132,7 +139,7 @@ static int row_op_res(struct builder *b, const char *op, int layer, int kernel, 
     struct ms_proto_task *t = add_task(b, c, 0, r, -1);
     rd(t, in, r, r + 1, 0, g->bufs[in].cols, 0, 1);
     if (res >= 0) rd(t, res, r, r + 1, 0, g->bufs[res].cols, 0, 1);
-    if (b->pending_comm >= 0) rd(t, b->pending_comm, 0, 1, 0, b->tp, 0, 1);
+    comm_read(b, t);
     wr(t, out, r, r + 1, 0, g->bufs[out].cols, 0, 1);
   }
   b->pending_comm = -1;
@@ -145,11 +152,12 @@ static int row_op(struct builder *b, const char *op, int layer, int kernel, int 
 
 /* Tensor parallel: each of tp devices computed a contiguous share of the
  * columns of `in`; an all-gather makes every share visible to every device
- * before the next row operator (a norm, which reads whole rows) runs. One
- * communication task per device reads its share and writes its column of a
- * logical buffer that the next row operator also reads, so that operator
- * depends on all of them. (The devices share one address space here: the
- * transfer's cost is the simulator's link model, its data is already there.) */
+ * before the next operator that reads whole rows runs. One communication task
+ * per device reads its share and writes its column of a logical buffer that
+ * the next operator also reads (comm_read), so that operator depends on all
+ * of them. In one address space (the simulator, split 0) the transfer's cost
+ * is the link model and its data is already there; across processes (split)
+ * the task moves the share (src/runtime/dist.c). */
 static void comm_op(struct builder *b, const char *op, int layer, int in) {
   struct ms_graph *g = b->g;
   int D = b->tp, cols = g->bufs[in].cols;
@@ -184,8 +192,10 @@ static int gemv_op(struct builder *b, const char *op, int layer, int kernel, int
     struct ms_proto_task *t = add_task(b, c, j, -1, -1);
     rd(t, in, 0, b->B, 0, g->bufs[in].cols, 0, 1);
     if (res >= 0) rd(t, res, 0, b->B, c0, c1, 0, 1);
+    comm_read(b, t);
     wr(t, out, 0, b->B, c0, c1, 0, 1);
   }
+  b->pending_comm = -1;
   return c;
 }
 
@@ -203,6 +213,7 @@ static void attention_block(struct builder *b, int l, int x, int *x_out) {
 
   row_op(b, "attn_norm", l, MS_K_RMSNORM, x, xn);
   gemv_op(b, "qkv", l, MS_K_QKV, xn, -1, qkv, nq + 2 * nkv, gemv_tile(b, nq + 2 * nkv, cf->dim, 1, hd));
+  if (b->split) comm_op(b, "comm_qkv", l, qkv);
 
   int c = add_class(b, "rope", l, MS_K_ROPE, MS_LAUNCH_AOT, "row_head", "head_slice");
   g->classes[c].in = (int16_t)qkv;
@@ -217,9 +228,11 @@ static void attention_block(struct builder *b, int l, int x, int *x_out) {
       rd(t, qkv, r, r + 1, nq + h * hd, nq + (h + 1) * hd, 0, 1);
       rd(t, qkv, r, r + 1, nq + nkv + h * hd, nq + nkv + (h + 1) * hd, 0, 1);
       rd(t, g->meta_buf, 0, 1, 0, 1, 0, 1);
+      comm_read(b, t);
       wr(t, qr, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
       wr(t, kv, r, r + 1, h, h + 1, 0, 1);
     }
+  b->pending_comm = -1;
 
   c = add_class(b, "attn", l, MS_K_ATTN, MS_LAUNCH_JIT, "row_head", "head_slice+kv");
   g->classes[c].in = (int16_t)qr;
@@ -255,6 +268,7 @@ static void dense_ffn(struct builder *b, int l, int xn, int x, int xo) {
   const struct ms_model_config *cf = &b->m->cfg;
   int h = add_buf(b, "ffn_h", l, cf->ffn_dim, 1, 0);
   gemv_op(b, "gate_up", l, MS_K_SWIGLU, xn, -1, h, cf->ffn_dim, gemv_tile(b, cf->ffn_dim, cf->dim, 2, 8));
+  if (b->split) comm_op(b, "comm_ffn_h", l, h);
   if (cf->post_norms) {
     int proj = add_buf(b, "ffn_proj", l, cf->dim, 1, 0);
     gemv_op(b, "down", l, MS_K_DOWN, h, -1, proj, cf->dim, gemv_tile(b, cf->dim, cf->ffn_dim, 1, 8));
@@ -325,8 +339,27 @@ int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile
   return ms_graph_build_tp(m, batch, tile_bytes, tile_rows, tiles_per_op, 0, 0, g, log);
 }
 
+static int graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
+                       int tp, int prefill, int split, struct ms_graph *g, struct ms_textbuf *log);
+
 int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
                       int tp, int prefill, struct ms_graph *g, struct ms_textbuf *log) {
+  return graph_build(m, batch, tile_bytes, tile_rows, tiles_per_op, tp, prefill, 0, g, log);
+}
+
+int ms_graph_build_split(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
+                         int tp, int prefill, struct ms_graph *g, struct ms_textbuf *log) {
+  memset(g, 0, sizeof *g);
+  if (tp < 2 || m->cfg.n_experts) {
+    ms_textbuf_printf(log, "graph: split tensor parallelism needs tp >= 2 (got %d) and a dense model%s\n", tp,
+                      m->cfg.n_experts ? " (this one has experts)" : "");
+    return -EINVAL;
+  }
+  return graph_build(m, batch, tile_bytes, tile_rows, tiles_per_op, tp, prefill, 1, g, log);
+}
+
+static int graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
+                       int tp, int prefill, int split, struct ms_graph *g, struct ms_textbuf *log) {
   memset(g, 0, sizeof *g);
   if (batch < 1 || batch > 4096) {
     ms_textbuf_printf(log, "batch %d out of range 1..4096\n", batch);
@@ -339,7 +372,7 @@ int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int t
   }
   struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tile_bytes > 0 ? tile_bytes : 64 * 1024,
                      .tile_rows = tile_rows, .tiles_per_op = tiles_per_op, .tp = tp, .pending_comm = -1,
-                     .prefill = prefill};
+                     .prefill = prefill, .split = split};
   struct ms_graph *G = g;
 
   G->meta_buf = add_buf(&b, "batch_meta", -1, 1, 1, 1);
@@ -377,6 +410,7 @@ int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int t
   int tokens = add_buf(&b, "tokens", -1, 1, 1, 1);
   row_op(&b, "out_norm", -1, MS_K_RMSNORM, x, xf);
   gemv_op(&b, "lm_head", -1, MS_K_LM_HEAD, xf, -1, logits, cf->vocab, gemv_tile(&b, cf->vocab, cf->dim, 1, 8));
+  if (b.split) comm_op(&b, "comm_logits", -1, logits);
   c = add_class(&b, "sample", -1, MS_K_SAMPLE, MS_LAUNCH_AOT, "row", "row+meta");
   G->classes[c].in = (int16_t)logits;
   G->classes[c].out = (int16_t)tokens;
@@ -385,6 +419,7 @@ int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int t
     t = add_task(&b, c, 0, r, -1);
     rd(t, logits, r, r + 1, 0, cf->vocab, 0, 1);
     rd(t, G->meta_buf, 0, 1, 0, 1, 0, 1);
+    comm_read(&b, t);
     wr(t, tokens, r, r + 1, 0, 1, 0, 1);
   }
   if (b.err) {

@@ -7,7 +7,7 @@
 
 #include "megascope/plan_ir.h"
 
-#define MS_MAX_READS 4
+#define MS_MAX_READS 5
 #define MS_MAX_WRITES 2
 
 /* A box over a buffer: rows (batch), columns, planes (experts). Half-open. */
@@ -46,6 +46,13 @@ int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile
  * head. */
 int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
                       int tp, int prefill, struct ms_graph *g, struct ms_textbuf *log);
+/* The same for devices that each hold only their share of every split output
+ * (tensor parallelism across processes, tp_split in ms_compile_opts): an
+ * all-gather after every column-tiled operator (qkv, wo, gate_up, down,
+ * lm_head), each read by the next operator, so every device computes its tiles
+ * alone and every other task on whole rows it has. Dense models only. */
+int ms_graph_build_split(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
+                         int tp, int prefill, struct ms_graph *g, struct ms_textbuf *log);
 void ms_graph_free(struct ms_graph *g);
 
 static inline int ms_region_overlap(const struct ms_region *a, const struct ms_region *b) {

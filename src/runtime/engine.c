@@ -60,12 +60,14 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     rc = -EINVAL;
     goto fail;
   }
-  if (e->o.max_batch > 4096 || e->n_workers > 1024 || e->o.tp > 64 || e->n_workers < e->o.tp) {
+  if (e->o.max_batch > 4096 || e->n_workers > 1024 || e->o.tp > 64 ||
+      (!e->o.transport && e->n_workers < e->o.tp)) {  /* across processes: each rank one device */
     ms_textbuf_printf(log, "engine: max_batch %d (at most 4096), workers %d (at most 1024, at least tp %d) out of range\n",
                       e->o.max_batch, e->n_workers, e->o.tp);
     rc = -EINVAL;
     goto fail;
   }
+  if ((rc = ms_rt_dist_check(e, log))) goto fail;
   atomic_init(&e->pause_at, e->o.start_paused ? 0 : UINT64_MAX);
   e->n_slots = ms_bucket_for(e->o.max_batch);
   e->n_buckets = ms_rt_bucket_index(e->n_slots) + 1;
@@ -83,7 +85,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
       /* storage first: the plans' runtime contexts point into it */
       struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = e->o.tile_bytes,
                                    .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
-                                   .tp = e->o.tp};
+                                   .tp = e->o.tp, .tp_split = e->tx != NULL};
       struct ms_plan *p0 = ms_plan_compile(m, &co, log);
       if (!p0) {
         rc = -errno;

@@ -43,6 +43,10 @@ struct plan_rt {
   _Atomic uint64_t *jit_mark;   /* [n_tasks] */
   _Atomic uint32_t *passed;     /* [n_tasks] */
   uint64_t gen;                 /* runs of this plan so far (worker 0) */
+  /* tensor parallelism across processes: [n_tasks] 1 for a tile another rank
+   * computes (its body is skipped; its share arrives by a communication task);
+   * NULL in one process */
+  uint8_t *remote;
 };
 
 /* A batch row as hooks read it (hooksite.h ctx_row): copies of the step's
@@ -203,6 +207,15 @@ struct ms_engine {
   const struct ms_model *m;
   struct ms_engine_opts o;
   int n_workers;
+  /* tensor parallelism across processes (dist.c): the transport (NULL: one
+   * process), this engine's rank, and whether a wait on another rank failed
+   * (set once by the worker that saw it, read relaxed: it only stops work) */
+  const struct ms_transport *tx;
+  int rank;
+  _Atomic int tx_failed;
+  char tx_report[1024];
+  /* ms_engine_comm_stats; relaxed adds by the workers (counts, never orders) */
+  _Atomic uint64_t tx_sent, tx_received, tx_bytes, tx_wait_ns;
   struct plan_rt rt[MS_MAX_BUCKETS];
   struct plan_rt rt_prefill[MS_MAX_BUCKETS];  /* chunked prefill: one per bucket, compiled lazily */
   int n_buckets;
@@ -418,6 +431,11 @@ void ms_rt_storage_free(struct ms_engine *e);
 void *ms_rt_prefill_main(void *e);   /* compiles the prefill plans (a thread, or inline) */
 /* The device (tensor parallel) worker w belongs to. */
 int ms_rt_device(const struct ms_engine *e, int worker);
+/* Tensor parallelism across processes (dist.c). */
+int ms_rt_dist_check(struct ms_engine *e, struct ms_textbuf *log);   /* at creation: what it needs */
+int ms_rt_dist_plan(struct ms_engine *e, struct plan_rt *rt);        /* the remote tiles of a plan */
+void ms_rt_comm_run(struct worker *w, struct plan_rt *rt, int t);    /* a communication task's body */
+int ms_rt_dist_agree(struct ms_engine *e, int bucket, int rows, int chunked); /* 0: every rank lays out this step */
 
 
 /* telemetry.c */

@@ -149,6 +149,10 @@ static inline void fire_comm_hook(struct worker *w, struct plan_rt *rt, int t, u
   ctx_task(e, &c, rt, t, gen);
   c.device = (uint32_t)k->tile[2];
   c.peer = (uint32_t)((k->tile[2] + 1) % D);
+  if (e->tx && k->tile[2] != e->rank) {  /* across processes: this rank receives device tile[2]'s share */
+    c.device = (uint32_t)e->rank;
+    c.peer = (uint32_t)k->tile[2];
+  }
   c.comm_phase = (uint32_t)phase;
   c.comm_gen = c.step << 16 | k->cls;
   c.remote_event = k->trigger >= 0 ? (uint32_t)k->trigger : MS_HOOK_NONE32;

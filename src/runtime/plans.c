@@ -35,6 +35,7 @@ static int shard_device(const struct ms_engine *e, const struct ms_plan *p, int 
   int D = e->o.tp;
   const struct ms_task *k = &p->tasks[t];
   const struct ms_task_class *c = &p->classes[k->cls];
+  if (e->tx) return -1;  /* across processes: each rank's workers are its device's */
   if (D <= 1 || k->kernel == MS_K_COMM || k->kernel == MS_K_EMPTY || c->tile <= 0 || k->tile[0] < 0) return -1;
   int nx = (c->n_out + c->tile - 1) / c->tile;
   return nx >= D ? (int)((int64_t)k->tile[0] * D / nx) : -1;
@@ -53,6 +54,7 @@ static int place_task(struct ms_engine *e, const struct ms_plan *p, int t, uint6
 }
 
 int ms_rt_device(const struct ms_engine *e, int worker) {
+  if (e->tx) return e->rank;
   int D = e->o.tp > 1 ? e->o.tp : 1;
   return worker / ((e->n_workers + D - 1) / D);
 }
@@ -89,7 +91,7 @@ static int rt_queues(struct ms_engine *e, struct plan_rt *rt, uint64_t seed) {
   for (int t = 0; t < p->n_tasks; t++) {
     if (p->tasks[t].launch != MS_LAUNCH_AOT) continue;
     int w = t == 0 ? 0 : place_task(e, p, t, &rng, &rr, rr_dev);
-    if (p->tasks[t].kernel == MS_K_COMM) w = comm_worker(e, p, t);
+    if (p->tasks[t].kernel == MS_K_COMM && !e->tx) w = comm_worker(e, p, t);
     rt->aot_q[w][rt->aot_n[w]++] = t;
   }
   /* per-op: every task (JIT included) placed by stage. */
@@ -129,13 +131,14 @@ void ms_rt_plan_free(struct ms_engine *e, struct plan_rt *rt) {
   free((void *)rt->fire_dev);
   free((void *)rt->jit_mark);
   free((void *)rt->passed);
+  free(rt->remote);
   ms_plan_free(rt->plan);
 }
 
 int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int prefill, struct ms_textbuf *log) {
   struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
                                .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
-                               .tp = e->o.tp, .prefill = prefill};
+                               .tp = e->o.tp, .prefill = prefill, .tp_split = e->tx != NULL};
   rt->plan = ms_plan_compile(e->m, &co, log);
   if (!rt->plan) return -errno;
   if (e->o.plan_hook) e->o.plan_hook(rt->plan, e->o.plan_hook_user);
@@ -153,6 +156,7 @@ int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int pref
   rt->passed = calloc((size_t)p->n_tasks, sizeof *rt->passed);
   if (!rt->fire_ns || !rt->fire_gen || !rt->fire_dev || !rt->jit_mark || !rt->passed) return -ENOMEM;
   ms_ops_bind_weights(p, e->m, rt->cls_w);
+  if (ms_rt_dist_plan(e, rt)) return -ENOMEM;
   int rc = rt_queues(e, rt, e->o.seed * 0x9e3779b97f4a7c15ull + (uint64_t)batch);
   if (rc) return rc;
   rt->x = (struct ms_exec_ctx){

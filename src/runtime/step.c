@@ -114,7 +114,10 @@ int ms_rt_trigger_now(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen
   if (old + 1 != target) return 0;
   /* published before the JIT pushes, so a JIT task always finds its t_ready */
   atomic_store_explicit(&rt->fire_ns[ev], ms_eng_now(e), memory_order_relaxed);
-  atomic_store_explicit(&rt->fire_dev[ev], (uint32_t)ms_rt_device(e, w->id), memory_order_relaxed);
+  /* across processes, a received share completes the event for its sender: the remote producer */
+  const struct ms_task *pk = producer >= 0 ? &rt->plan->tasks[producer] : NULL;
+  int dev = e->tx && pk && pk->kernel == MS_K_COMM ? pk->tile[2] : ms_rt_device(e, w->id);
+  atomic_store_explicit(&rt->fire_dev[ev], (uint32_t)dev, memory_order_relaxed);
   atomic_store_explicit(&rt->fire_gen[ev], gen + 1, memory_order_release);
   if (HOOK_ARMED(e, MS_HOOK_DEP_RELEASE)) fire_task_hook(w, MS_HOOK_DEP_RELEASE, rt, producer, gen, ev, 0);
   release(w, rt, ev, gen);
@@ -147,7 +150,14 @@ uint64_t ms_rt_task_start(struct worker *w, struct plan_rt *rt, int t, uint64_t 
 
 void ms_rt_task_body(struct worker *w, struct plan_rt *rt, int t) {
   const struct ms_task *k = &rt->plan->tasks[t];
-  if (k->kernel == MS_K_SAMPLE)
+  if (rt->remote && (rt->remote[t] || atomic_load_explicit(&w->e->tx_failed, memory_order_relaxed))) {
+    /* another rank's tile (its share comes with the gather), or the ranks
+     * failed: the step runs out with no work and draws no token */
+    return;
+  }
+  if (k->kernel == MS_K_COMM)
+    ms_rt_comm_run(w, rt, t);
+  else if (k->kernel == MS_K_SAMPLE)
     sample_row(w, rt, &rt->plan->classes[k->cls], k->tile[1]);
   else if (k->kernel != MS_K_STEP_START && !w->e->shape_only)  /* the step start's body ran before publication */
     ms_ops_run(&rt->x, t, w->id);
@@ -303,6 +313,15 @@ static void maybe_pause(struct ms_engine *e) {
   atomic_store_explicit(&e->paused, 0, memory_order_release);
 }
 
+/* A stop step: every request left cancelled; the workers exit on it. */
+static int publish_stop(struct ms_engine *e) {
+  ms_rt_retire(e, 1);
+  ms_rt_cancel_mailbox(e);
+  atomic_store_explicit(&e->cur_stop, 1, memory_order_relaxed);
+  e->be->publish_step(e->be_ctx);
+  return 0;
+}
+
 /* The step-start task's body, on worker 0. Returns 0 when a stop was published. */
 int ms_rt_step_begin(struct ms_engine *e) {
   maybe_pause(e);
@@ -310,13 +329,7 @@ int ms_rt_step_begin(struct ms_engine *e) {
   int retired = ms_rt_retire(e, 0), admitted = 0;
   for (;;) {
     admitted += ms_rt_admit(e, e->admit_slots + admitted);
-    if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) {
-      retired += ms_rt_retire(e, 1);
-      ms_rt_cancel_mailbox(e);
-      atomic_store_explicit(&e->cur_stop, 1, memory_order_relaxed);
-      e->be->publish_step(e->be_ctx);
-      return 0;
-    }
+    if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) return publish_stop(e);
     if (ms_rt_active_slots(e)) break;
     atomic_store_explicit(&e->stat_running, 0, memory_order_relaxed);
     atomic_store_explicit(&e->stat_pages_used, ms_pc_pages_held(e), memory_order_relaxed);
@@ -332,6 +345,8 @@ int ms_rt_step_begin(struct ms_engine *e) {
   int bucket = ms_bucket_for(rows);
   struct plan_rt *rt = chunked ? &e->rt_prefill[ms_rt_bucket_index(bucket)] : &e->rt[ms_rt_bucket_index(bucket)];
   int n = layout_rows(e, bucket);
+  /* across processes: every rank must have laid out this very step */
+  if (e->tx && ms_rt_dist_agree(e, bucket, n, chunked)) return publish_stop(e);
   rt->x.meta.some_head_skipped = 0;
   for (int r = 0; r < n; r++) rt->x.meta.some_head_skipped |= !e->row_head[r];
   atomic_store_explicit(&e->stat_running, slots, memory_order_relaxed);  /* requests, not rows */

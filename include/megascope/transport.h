@@ -1,0 +1,72 @@
+/* SPDX-License-Identifier: MIT */
+/* A transport between the ranks of one engine spread over processes: tensor
+ * parallelism across processes (docs/design.md, "Tensor parallelism across
+ * processes"). The runtime calls it through this table alone, from the bodies
+ * of the plan's communication tasks and from the step start; the one
+ * implementation, ms_transport_mpi_new, runs on MPI (src/dist/mpi.c), built
+ * when the MPI development files are found.
+ *
+ * Every rank runs the same plan. A communication task of device d moves d's
+ * share of a buffer's columns: on rank d it is sent to every other rank, on
+ * every other rank it is received from d. Calls come from several worker
+ * threads at once; each is non-blocking underneath (MPI_Isend and MPI_Irecv,
+ * polled with MPI_Test) and gives up after timeout_ms with
+ * -ETIMEDOUT, so a rank that died or hangs stops the others instead of
+ * holding them forever. */
+#ifndef MEGASCOPE_TRANSPORT_H
+#define MEGASCOPE_TRANSPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "megascope/base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Where a wait on another rank stands: filled by share and exchange, for the
+ * caller's reports and hooks. */
+struct ms_transport_wait {
+  uint64_t waited_ns;  /* from the first poll that found the data missing to its arrival (0: there at once) */
+  uint32_t polls;      /* MPI_Test calls */
+  int peer;            /* after a failure: the rank whose part was missing (-1: unknown) */
+};
+
+struct ms_transport {
+  size_t sz;           /* sizeof(struct ms_transport) */
+  const char *name;    /* "mpi" */
+  int rank, size;      /* this process among size ranks */
+  void *ctx;
+  /* Device src's share: rows x cols floats, `stride` floats from a row to the
+   * next, at base. rank == src: sent to every other rank (its sends complete
+   * before the call returns, so base may be written again); otherwise received
+   * from src into base. tag tells one share of a step from another (the same
+   * tag in the same order on every rank). 0, -ETIMEDOUT after timeout_ms, or
+   * another negative errno; w (may be NULL) says how long it waited. */
+  int (*share)(void *ctx, int src, int tag, float *base, int rows, int cols, int stride, int timeout_ms,
+               struct ms_transport_wait *w);
+  /* Every rank's `bytes` bytes of mine, in rank order, into all (size x bytes):
+   * every rank calls it in the same order. 0, -ETIMEDOUT (w->peer: a rank that
+   * sent nothing), or a negative errno. */
+  int (*exchange)(void *ctx, const void *mine, void *all, size_t bytes, int timeout_ms,
+                  struct ms_transport_wait *w);
+  /* Ends every rank's process with code (MPI_Abort): after a failure this rank
+   * reported, so that no rank waits for it forever. Does not return. */
+  void (*abort)(void *ctx, int code);
+};
+
+/* The MPI transport of this process (MPI_Init_thread on the first call; the
+ * process must have been started by mpirun, or runs as one rank). NULL + errno
+ * (ENOTSUP: built without MPI) with the reason in log. */
+struct ms_transport *ms_transport_mpi_new(int *argc, char ***argv, struct ms_textbuf *log);
+/* MPI_Finalize; NULL does nothing. */
+void ms_transport_mpi_free(struct ms_transport *t);
+/* Whether this process was started by an MPI launcher (mpirun's environment),
+ * read before any MPI call. */
+int ms_transport_mpi_launched(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

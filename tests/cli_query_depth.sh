@@ -10,16 +10,9 @@ SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 for t in curl python3; do
   command -v "$t" >/dev/null || { echo "skipped: no $t"; exit 77; }
 done
-tmp=$(mktemp -d)
-SERVE_PID=""
-cleanup() {
-  if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then kill -KILL "$SERVE_PID"; fi
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 # shellcheck source=tests/serve_lib.sh
 source "$SRC/tests/serve_lib.sh"
+serve_scratch
 fail() { echo "FAILED: $*"; exit 1; }
 
 python3 - "$tmp" <<'PY'

@@ -19,16 +19,9 @@ if ! "$PY" -c 'import openai, langchain_openai, llguidance' 2>/dev/null; then
   echo "SKIP: openai, langchain-openai or llguidance is not in .venv (scripts/deps.sh installs them)"
   exit 77
 fi
-tmp=$(mktemp -d)
-SERVE_PID=""
-cleanup() {
-  if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then kill -KILL "$SERVE_PID"; fi
-  wait 2>/dev/null || true
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 . "$here/serve_lib.sh"
+serve_scratch
 
 # the default model: the cache's SmolLM2, named on stderr and in the banner
 MS_CACHE=$(dirname "$MODEL") start_serve main --batch 4 --watchdog-ms 0

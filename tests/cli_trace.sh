@@ -77,7 +77,6 @@ trace "$tmp/t.json" --format json
 # shellcheck disable=SC2086
 python3 "$SRC/tests/trace_check.py" json "$tmp/t.json" $COUNTS || fail "the JSON trace"
 ok
-json_bytes=$(stat -c %s "$tmp/t.json")
 json_slices=$(sed 's/.*slices=\([0-9]*\).*/\1/' <<<"$COUNTS")
 
 trace "$tmp/e.json" --max-events 300
@@ -103,7 +102,6 @@ elif [ "$rc" -ne 0 ]; then
   fail "the Perfetto trace"
 fi
 ok
-pf_bytes=$(stat -c %s "$tmp/t.pftrace")
 pf_slices=$(sed 's/.*slices=\([0-9]*\).*/\1/' <<<"$COUNTS")
 # several times smaller per task slice (the two recordings differ in length).
 # Each file has a fixed part (the interned names of every class, track
@@ -111,18 +109,22 @@ pf_slices=$(sed 's/.*slices=\([0-9]*\).*/\1/' <<<"$COUNTS")
 # (62 slices: 145 bytes a slice); the comparison needs 400 slices of each, so
 # a recording with fewer is taken again for longer (not a retry: the first
 # answer is not judged).
-for secs in 2 8; do
-  [ "$json_slices" -ge 400 ] && break
-  TRACE_SECONDS=$secs trace "$tmp/t.json" --format json
-  json_bytes=$(stat -c %s "$tmp/t.json")
-  json_slices=$(sed 's/.*slices=\([0-9]*\).*/\1/' <<<"$COUNTS")
-done
-for secs in 2 8; do
-  [ "$pf_slices" -ge 400 ] && break
-  TRACE_SECONDS=$secs trace "$tmp/t.pftrace" --format perfetto
-  pf_bytes=$(stat -c %s "$tmp/t.pftrace")
-  pf_slices=$(sed 's/.*slices=\([0-9]*\).*/\1/' <<<"$COUNTS")
-done
+# long_enough FILE FORMAT SLICES: records FILE again, 2 s then 8 s, until it
+# holds 400 slices; sets BYTES and SLICES to its size and slice count
+long_enough() {
+  local file=$1 format=$2 secs
+  SLICES=$3
+  for secs in 2 8; do
+    [ "$SLICES" -ge 400 ] && break
+    TRACE_SECONDS=$secs trace "$file" --format "$format"
+    SLICES=$(sed 's/.*slices=\([0-9]*\).*/\1/' <<<"$COUNTS")
+  done
+  BYTES=$(stat -c %s "$file")
+}
+long_enough "$tmp/t.json" json "$json_slices"
+json_bytes=$BYTES json_slices=$SLICES
+long_enough "$tmp/t.pftrace" perfetto "$pf_slices"
+pf_bytes=$BYTES pf_slices=$SLICES
 [ "$json_slices" -ge 400 ] && [ "$pf_slices" -ge 400 ] ||
   fail "too few slices to compare sizes (json $json_slices, perfetto $pf_slices, in up to 8 s each)"
 python3 -c "import sys; j, js, p, ps = map(int, sys.argv[1:]); r = (j / js) / (p / ps); print('json %.0f bytes per slice, perfetto %.0f (%.1fx)' % (j / js, p / ps, r)); sys.exit(0 if r >= 3 else 1)" \

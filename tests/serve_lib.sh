@@ -2,7 +2,21 @@
 # Helpers the serve tests source: start `megascope serve` on loopback with a
 # free HTTP port and a private control socket, wait until it is ready (bounded),
 # and stop it with SIGTERM, checking that it exits 0 and removes its socket.
-# Expects MS (the binary) and tmp (a scratch directory) to be set.
+# Expects MS (the binary) and tmp (a scratch directory) to be set; serve_scratch
+# sets tmp for a test that needs nothing else removed at its exit.
+
+# serve_scratch: tmp (a scratch directory) and SERVE_PID; at exit a server still
+# running is killed, background jobs are waited for and tmp is removed.
+serve_scratch() {
+  tmp=$(mktemp -d)
+  SERVE_PID=""
+  trap serve_cleanup EXIT
+}
+serve_cleanup() {
+  if [ -n "$SERVE_PID" ] && kill -0 "$SERVE_PID" 2>/dev/null; then kill -KILL "$SERVE_PID"; fi
+  wait 2>/dev/null || true
+  rm -rf "$tmp"
+}
 
 # start_serve NAME [serve options...]: sets SERVE_PID, SOCK, URL (http://127.0.0.1:PORT).
 start_serve() {

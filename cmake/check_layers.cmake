@@ -1,11 +1,19 @@
 # SPDX-License-Identifier: MIT
-# The layer check: every '#include "..."' line of src/ and tools/ against the
-# table of cmake/layers.cmake. A file may include its own folder's private
-# headers, the public ones (megascope/...) but those its folder's
-# MS_DENIES_<folder> names, and the private headers of the folders its
-# folder's MS_SEES_<folder> names; an include that climbs out of
-# its folder ("../") is refused too. The build runs it before compiling
-# anything (target `layers`) and ctest runs it as the test `layers`.
+# The layer check: every '#include "..."' line of src/, tools/ and the public
+# headers (include/megascope/) against the table of cmake/layers.cmake. A file
+# belongs to the part of its folder (src/<part>/, tools/ is the part `tools`; a
+# public header to the part MS_OWNS_<part> names). It may include
+#  - its own folder's private headers, and those of the folders its part's
+#    MS_SEES_<part> names (any part may include src/core/'s);
+#  - a public header (megascope/...) whose owner is its own part or a part below
+#    it (reached through MS_LINKS_<part>), and not one MS_DENIES_<part> names;
+#    a public header no part owns, or two parts own, is refused too;
+#  - nothing by a path that climbs out of its folder ("../").
+# Every include between two parts is an edge from the includer's part to the
+# header's owner; a circle of such edges is refused, naming each edge in it.
+# MS_ALLOW (cmake/layers.cmake) lists the "file|include" lines still waiting
+# for a move another item makes. The build runs it before compiling anything
+# (target `layers`) and ctest runs it as the test `layers`.
 #
 #   cmake -DMS_SRC=<source dir> -P cmake/check_layers.cmake
 #   cmake -DMS_SRC=<source dir> -DMS_FILES="a.c;b.c" -P ...   only these files
@@ -16,12 +24,40 @@ endif()
 include(${MS_SRC}/cmake/layers.cmake)
 
 file(GLOB MS_FOLDERS LIST_DIRECTORIES true RELATIVE ${MS_SRC}/src ${MS_SRC}/src/*)
+set(MS_PARTS ${MS_TARGETS} cuda tools)
 if(NOT MS_FILES)
   file(GLOB_RECURSE MS_FILES ${MS_SRC}/src/*.c ${MS_SRC}/src/*.h ${MS_SRC}/src/*.cu ${MS_SRC}/src/*.cuh
-                             ${MS_SRC}/tools/*.c ${MS_SRC}/tools/*.h)
+                             ${MS_SRC}/tools/*.c ${MS_SRC}/tools/*.h ${MS_SRC}/include/megascope/*.h)
+  set(all_files 1)
 endif()
 
 set(bad 0)
+macro(refuse)
+  message(SEND_ERROR ${ARGN})
+  set(bad 1)
+endmacro()
+
+# The owner of every public header, and each part's parts below it.
+foreach(p ${MS_PARTS})
+  foreach(h ${MS_OWNS_${p}})
+    if(DEFINED owner_${h})
+      refuse("include/${h}: owned by both ${owner_${h}} and ${p} (cmake/layers.cmake, MS_OWNS_${owner_${h}}, "
+             "MS_OWNS_${p}); a public header has one owning part")
+    endif()
+    set(owner_${h} ${p})
+  endforeach()
+  set(below_${p})
+  set(todo ${MS_LINKS_${p}})
+  while(todo)
+    list(POP_FRONT todo q)
+    if(NOT q IN_LIST below_${p})
+      list(APPEND below_${p} ${q})
+      list(APPEND todo ${MS_LINKS_${q}})
+    endif()
+  endwhile()
+endforeach()
+
+set(edges)  # "from>to" between two parts, each with the first line that made it (why_<from>_<to>)
 foreach(f ${MS_FILES})
   get_filename_component(f "${f}" ABSOLUTE BASE_DIR ${MS_SRC})
   file(RELATIVE_PATH rel ${MS_SRC} ${f})
@@ -29,6 +65,12 @@ foreach(f ${MS_FILES})
     set(part ${CMAKE_MATCH_1})
   elseif(rel MATCHES "^tools/")
     set(part tools)
+  elseif(rel MATCHES "^include/(megascope/.+)$")
+    set(part ${owner_${CMAKE_MATCH_1}})
+    if(NOT part)
+      refuse("${rel}: no part owns this public header (cmake/layers.cmake, MS_OWNS_<part>)")
+      continue()
+    endif()
   else()
     continue()  # tests/ and the rest: white-box, unchecked
   endif()
@@ -38,39 +80,106 @@ foreach(f ${MS_FILES})
       continue()
     endif()
     set(inc ${CMAKE_MATCH_1})
+    if("${rel}|${inc}" IN_LIST MS_ALLOW)
+      continue()  # waiting for another item's move (cmake/layers.cmake, MS_ALLOW)
+    endif()
     if(inc MATCHES "(^|/)\\.\\.(/|$)")
-      message(SEND_ERROR "${rel}: #include \"${inc}\" reaches out of src/${part}/ by a relative path")
-      set(bad 1)
+      refuse("${rel}: #include \"${inc}\" reaches out of src/${part}/ by a relative path")
       continue()
     endif()
     if(inc IN_LIST MS_DENIES_${part})
-      message(SEND_ERROR "${rel}: #include \"${inc}\" is above ${part} in the direction of flow "
-                         "(cmake/layers.cmake, MS_DENIES_${part})")
-      set(bad 1)
+      refuse("${rel}: #include \"${inc}\" is above ${part} in the direction of flow "
+             "(cmake/layers.cmake, MS_DENIES_${part})")
       continue()
     endif()
-    if(NOT inc MATCHES "^([^/]+)/")
-      continue()  # a header beside the file
-    endif()
-    set(owner ${CMAKE_MATCH_1})
-    if(owner STREQUAL part OR NOT owner IN_LIST MS_FOLDERS)
-      continue()  # its own folder, or a public header (megascope/...)
-    endif()
-    if(owner IN_LIST MS_SEES_${part})
-      continue()
-    endif()
-    if(MS_SEES_${part})
-      string(REPLACE ";" ", " sees "${MS_SEES_${part}}")
-      set(sees "only the private headers of ${sees}")
+    if(inc MATCHES "^megascope/")
+      set(owner ${owner_${inc}})
+      if(NOT owner)
+        refuse("${rel}: #include \"${inc}\": no part owns this public header (cmake/layers.cmake, MS_OWNS_<part>)")
+        continue()
+      endif()
+      if(NOT owner STREQUAL part AND NOT owner IN_LIST below_${part})
+        refuse("${rel}: #include \"${inc}\" is the door of ${owner} (cmake/layers.cmake, MS_OWNS_${owner}), "
+               "which is not below ${part} (MS_LINKS_${part}): a public header is included by its owner "
+               "and the parts above it only")
+        continue()
+      endif()
     else()
-      set(sees "no private header of another part")
+      if(NOT inc MATCHES "^([^/]+)/")
+        continue()  # a header beside the file
+      endif()
+      set(owner ${CMAKE_MATCH_1})
+      if(owner STREQUAL part OR NOT owner IN_LIST MS_FOLDERS OR owner STREQUAL "core")
+        continue()  # its own folder, not a folder of src/, or the core every part may include
+      endif()
+      if(NOT owner IN_LIST MS_SEES_${part})
+        if(MS_SEES_${part})
+          string(REPLACE ";" ", " sees "${MS_SEES_${part}}")
+          set(sees "only the private headers of ${sees}")
+        else()
+          set(sees "no private header of another part")
+        endif()
+        refuse("${rel}: #include \"${inc}\" is a private header of src/${owner}/, and ${part} may include "
+               "${sees} (cmake/layers.cmake, MS_SEES_${part}); use a public header of include/megascope/ "
+               "or add the edge to the table if the direction of flow allows it")
+        continue()
+      endif()
     endif()
-    message(SEND_ERROR "${rel}: #include \"${inc}\" is a private header of src/${owner}/, and ${part} may include "
-                       "${sees} (cmake/layers.cmake, MS_SEES_${part}); use a public header of include/megascope/ "
-                       "or add the edge to the table if the direction of flow allows it")
-    set(bad 1)
+    if(NOT owner STREQUAL part AND NOT "${part}>${owner}" IN_LIST edges)
+      list(APPEND edges "${part}>${owner}")
+      set(why_${part}_${owner} "${rel}: #include \"${inc}\"")
+    endif()
   endforeach()
 endforeach()
+
+# Circles between parts: an edge a -> b where a is reached again from b.
+if(all_files)
+  foreach(e ${edges})
+    string(REPLACE ">" ";" ab "${e}")
+    list(GET ab 0 a)
+    list(GET ab 1 b)
+    list(APPEND out_${a} ${b})
+  endforeach()
+  foreach(e ${edges})
+    string(REPLACE ">" ";" ab "${e}")
+    list(GET ab 0 a)
+    list(GET ab 1 b)
+    # a path b -> ... -> a, breadth first, remembering each part's predecessor
+    set(seen ${b})
+    set(todo ${b})
+    set(found 0)
+    while(todo AND NOT found)
+      list(POP_FRONT todo x)
+      foreach(y ${out_${x}})
+        if(NOT y IN_LIST seen)
+          list(APPEND seen ${y})
+          list(APPEND todo ${y})
+          set(prev_${y} ${x})
+          if(y STREQUAL a)
+            set(found 1)
+          endif()
+        endif()
+      endforeach()
+    endwhile()
+    if(found)
+      set(path "${a} -> ${b}")
+      set(steps "${why_${a}_${b}}")
+      set(x ${a})
+      set(chain)
+      while(NOT x STREQUAL b)
+        list(PREPEND chain ${x})
+        set(x ${prev_${x}})
+      endwhile()
+      set(x ${b})
+      foreach(y ${chain})
+        string(APPEND path " -> ${y}")
+        string(APPEND steps ", then ${why_${x}_${y}}")
+        set(x ${y})
+      endforeach()
+      refuse("${why_${a}_${b}} closes a circle between parts (${path}): ${steps}")
+    endif()
+  endforeach()
+endif()
 if(bad)
   message(FATAL_ERROR "layers: includes against the direction of flow (docs/design.md, \"The direction of flow\")")
 endif()

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The layer check refuses what the direction of flow forbids (cmake/layers.cmake):
-# a public header above the part (MS_DENIES: bpf including the hook ABI), a
-# private header of a folder the part may not see, a path out of its folder;
-# and passes the includes the table allows. Run on a tree of a few files
+# a public header above the part (MS_DENIES: bpf including the hook ABI; a
+# door whose owner, MS_OWNS, is not below the part), a public header no part
+# owns, a private header of a folder the part may not see, a path out of its
+# folder, a circle between parts; and passes the includes the table allows. Run on a tree of a few files
 # beside a copy of the table, so it says nothing about the real tree (the
 # test `layers` does that).
 set -euo pipefail
@@ -33,5 +34,15 @@ expect_refused bpf/bad.c megascope/bpf/megascope.h "MS_DENIES_bpf"
 expect_refused bpf/bad.c hook/hook_impl.h "is a private header of src/hook/, and bpf may include no private header"
 expect_refused runtime/bad.c bench/bench.h "is a private header of src/bench/, and runtime may include only"
 expect_refused hook/bad.c ../bpf/alu.h "reaches out of src/hook/ by a relative path"
+expect_refused hook/bad.c megascope/engine.h "is the door of runtime (cmake/layers.cmake, MS_OWNS_runtime), which is not below hook"
+expect_refused hook/bad.c megascope/nonesuch.h "no part owns this public header"
 check || { echo "refused after the bad files went:"; cat "$tmp/out"; exit 1; }
+
+# A circle: a private edge the table allows against the links (bpf sees hook,
+# which links bpf) closes bpf -> hook -> bpf.
+echo 'set(MS_SEES_bpf hook)' >> "$tmp/cmake/layers.cmake"
+printf '#include "hook/hook_impl.h"\n' > "$tmp/src/bpf/up.c"
+printf '#include "megascope/bpf.h"\n' > "$tmp/src/hook/down.c"
+if check; then echo "a circle between bpf and hook was not refused"; exit 1; fi
+grep -qF 'closes a circle between parts (bpf -> hook -> bpf)' "$tmp/out" || { echo "expected the circle:"; cat "$tmp/out"; exit 1; }
 echo "layers_refuse: ok"

@@ -11,7 +11,7 @@
 
 #include "megascope/bpf.h"
 #include "megascope/engine.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/query.h"
 
 struct live {

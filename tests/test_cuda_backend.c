@@ -18,7 +18,7 @@
 
 #include "megascope/cuda.h"
 #include "megascope/engine.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/plan.h"
 #include "megascope/query.h"
 #include "megascope/telemetry.h"

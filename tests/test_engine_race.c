@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "hook/hook_impl.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "runtime/engine_impl.h"
 #include "test.h"
 

@@ -18,7 +18,7 @@
 #include "megascope/bpf_jit.h"
 #include "megascope/engine.h"
 #include "megascope/export.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "test.h"
 
 static void decode(struct ms_engine *e, int n, int tokens) {

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "runtime/engine_impl.h"
 #include "test.h"
 

@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "megascope/fault.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/telemetry.h"
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"

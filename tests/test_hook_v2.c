@@ -25,7 +25,7 @@
 #include "megascope/fault.h"
 #include "megascope/hook.h"
 #include "megascope/model.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/plan.h"
 #include "megascope/query.h"
 #include "live_query.h"

@@ -16,7 +16,7 @@
 #include "megascope/engine.h"
 #include "megascope/hook.h"
 #include "megascope/model.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/plan.h"
 #include "megascope/query.h"
 #include "megascope/verifier.h"

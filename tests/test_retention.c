@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "test.h"
 
 static char mon_dir[4096];

@@ -20,7 +20,7 @@
 #include "megascope/engine.h"
 #include "megascope/hook.h"
 #include "megascope/json.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 
 
 /* The object's task_end program run many times on a synthetic context, its

@@ -15,7 +15,7 @@
 
 #include "common.h"
 #include "megascope/engine.h"
-#include "megascope/transport.h"
+#include "megascope/mpi.h"
 
 /* What every rank must share, rank by rank. */
 struct launch_id {

@@ -15,7 +15,7 @@
 #include "megascope/bpf.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/query.h"
 #include "megascope/reference.h"
 #include "megascope/tokenizer.h"

@@ -26,7 +26,7 @@
 #include "megascope/control.h"
 #include "megascope/engine.h"
 #include "megascope/export.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/plan.h"
 #include "megascope/tokenizer.h"
 

@@ -11,7 +11,8 @@
  * worker, a neighbour taking one device's memory bandwidth, a slow layer, a
  * request admitted late. Each has one culprit (what a diagnosis must name) and one magnitude
  * (what the benchmark tunes so that the whole run stays within a target of the
- * healthy run's time). */
+ * healthy run's time). The runtime's door: src/runtime/fault.c defines what
+ * this header declares and applies the faults; the benchmark chooses them. */
 #ifndef MEGASCOPE_FAULT_H
 #define MEGASCOPE_FAULT_H
 

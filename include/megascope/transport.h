@@ -3,8 +3,10 @@
  * parallelism across processes (docs/design.md, "Tensor parallelism across
  * processes"). The runtime calls it through this table alone, from the bodies
  * of the plan's communication tasks and from the step start; the one
- * implementation, ms_transport_mpi_new, runs on MPI (src/dist/mpi.c), built
- * when the MPI development files are found.
+ * implementation, ms_transport_mpi_new (megascope/mpi.h), runs on MPI
+ * (src/dist/mpi.c), built when the MPI development files are found. The
+ * runtime's door: the table is what the runtime calls, and dist, above the
+ * runtime, fills it.
  *
  * Every rank runs the same plan. A communication task of device d moves d's
  * share of a buffer's columns: on rank d it is sent to every other rank, on
@@ -55,16 +57,6 @@ struct ms_transport {
    * reported, so that no rank waits for it forever. Does not return. */
   void (*abort)(void *ctx, int code);
 };
-
-/* The MPI transport of this process (MPI_Init_thread on the first call; the
- * process must have been started by mpirun, or runs as one rank). NULL + errno
- * (ENOTSUP: built without MPI) with the reason in log. */
-struct ms_transport *ms_transport_mpi_new(int *argc, char ***argv, struct ms_textbuf *log);
-/* MPI_Finalize; NULL does nothing. */
-void ms_transport_mpi_free(struct ms_transport *t);
-/* Whether this process was started by an MPI launcher (mpirun's environment),
- * read before any MPI call. */
-int ms_transport_mpi_launched(void);
 
 #ifdef __cplusplus
 }

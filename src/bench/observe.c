@@ -26,7 +26,7 @@
 
 #include "bench/bench.h"
 #include "megascope/bpf.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/plan_ir.h"
 #include "megascope/telemetry.h"
 

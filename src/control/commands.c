@@ -19,7 +19,7 @@
 #include "control/control_impl.h"
 #include "megascope/hook.h"
 #include "megascope/json.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/plan.h"
 #include "megascope/telemetry.h"
 

@@ -58,7 +58,7 @@
 #include "control/share.h"
 #include "control/structured.h"
 #include "megascope/control.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/export.h"
 #include "megascope/json.h"
 #include "megascope/telemetry.h"

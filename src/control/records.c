@@ -19,8 +19,9 @@
 #include <unistd.h>
 
 #include "control/control_impl.h"
+#include "megascope/attach.h"
+#include "megascope/bpf.h"
 #include "megascope/json.h"
-#include "runtime/engine_impl.h"
 
 /* The type behind typedefs and qualifiers. */
 static const struct btf_type *resolve(const struct btf *btf, uint32_t *id) {
@@ -110,36 +111,38 @@ static void write_layout(struct ms_json *j, const struct btf *btf, const char *n
   ms_json_arr_end(j);
 }
 
-int ms_control_ring_fds(struct ms_engine *e, int id, struct ms_json *j, int *fds, char (*names)[64], int max,
-                        uint32_t *generation) {
-  struct ms_hook_table *t = e->hooks;
+struct ring_fds {
+  struct ms_json *j;
+  int *fds;
+  char (*names)[64];
+  int max;
+  uint32_t *generation;
+};
+
+/* Under the lock of the engine's attachments (ms_engine_attach_visit): the
+ * generation's ring buffers reopened read-write, and their layouts. */
+static int reopen_rings(const struct ms_attach_view *v, void *arg) {
+  struct ring_fds *o = arg;
+  struct ms_json *j = o->j;
   int n = 0, rc = 0;
-  ms_engine_attach_sync(e, id);  /* the device's copies first (CUDA backend) */
-  pthread_mutex_lock(&t->mu);
-  struct attachment *a = ms_hook_find(t, id);
-  if (!a) {
-    pthread_mutex_unlock(&t->mu);
-    return -ENOENT;
-  }
-  struct ms_gen *g = a->cur;
-  *generation = g->generation;
+  *o->generation = v->generation;
   size_t btf_size = 0;
-  const void *raw = ms_bpf_object_section(ms_monitor_object(g->mon), ".BTF", &btf_size);
+  const void *raw = ms_bpf_object_section(ms_monitor_object(v->mon), ".BTF", &btf_size);
   struct btf *btf = raw && btf_size ? btf__new(raw, (uint32_t)btf_size) : NULL;  /* NULL + errno on failure */
   ms_json_key(j, "maps");
   ms_json_arr_begin(j);
-  for (int i = 0; i < g->n_maps && n < max; i++) {
-    const struct ms_bpf_map_def *def = ms_bpf_map_info(g->maps[i]);
+  for (int i = 0; i < v->n_maps && n < o->max; i++) {
+    const struct ms_bpf_map_def *def = ms_bpf_map_info(v->maps[i]);
     if (def->type != MS_BPF_MAP_RINGBUF) continue;
     char path[64];
-    snprintf(path, sizeof path, "/proc/self/fd/%d", ms_bpf_map_fd(g->maps[i]));
+    snprintf(path, sizeof path, "/proc/self/fd/%d", ms_bpf_map_fd(v->maps[i]));
     int fd = open(path, O_RDWR | O_CLOEXEC);
     if (fd < 0) {
       rc = -errno;
       break;
     }
-    fds[n] = fd;
-    snprintf(names[n], 64, "%s", def->name);
+    o->fds[n] = fd;
+    snprintf(o->names[n], 64, "%s", def->name);
     n++;
     ms_json_obj_begin(j);
     ms_json_kstr(j, "name", def->name);
@@ -149,10 +152,15 @@ int ms_control_ring_fds(struct ms_engine *e, int id, struct ms_json *j, int *fds
   }
   ms_json_arr_end(j);
   btf__free(btf);
-  pthread_mutex_unlock(&t->mu);
   if (rc) {
-    while (n) close(fds[--n]);
+    while (n) close(o->fds[--n]);
     return rc;
   }
   return n;
+}
+
+int ms_control_ring_fds(struct ms_engine *e, int id, struct ms_json *j, int *fds, char (*names)[64], int max,
+                        uint32_t *generation) {
+  struct ring_fds o = {j, fds, names, max, generation};
+  return ms_engine_attach_visit(e, id, reopen_rings, &o);
 }

@@ -53,7 +53,7 @@
 #include <unistd.h>
 
 #include "control/control_impl.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/telemetry.h"
 
 /* ---- replies ---- */

@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The MPI transport (megascope/transport.h): the ranks of one engine in
+/* The MPI transport (megascope/mpi.h, the table of megascope/transport.h): the ranks of one engine in
  * several processes, started by mpirun, on Open MPI or any MPI.
  *
  * DESIGN
@@ -28,7 +28,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "megascope/transport.h"
+#include "megascope/mpi.h"
 
 static inline void relax(void) {
 #if defined(__x86_64__) || defined(__i386__)

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "megascope/export.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 #include "megascope/telemetry.h"
 
 void ms_prometheus_family(FILE *f, const char *name, const char *type, const char *help) {

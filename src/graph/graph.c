@@ -9,8 +9,23 @@
 #include "graph/graph.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+static const char *const kernel_names[MS_K_COUNT] = {
+    [MS_K_STEP_START] = "step_start", [MS_K_EMBED] = "embed",
+    [MS_K_RMSNORM] = "rmsnorm",       [MS_K_QKV] = "gemv_qkv",
+    [MS_K_ROPE] = "rope_kv",          [MS_K_ATTN] = "paged_attention",
+    [MS_K_WO] = "gemv_residual",      [MS_K_SWIGLU] = "gemv_swiglu",
+    [MS_K_DOWN] = "gemv_residual",    [MS_K_ROUTER] = "moe_router",
+    [MS_K_EXPERT_UP] = "moe_expert_swiglu", [MS_K_EXPERT_DOWN] = "moe_expert_down",
+    [MS_K_MOE_COMBINE] = "moe_combine", [MS_K_LM_HEAD] = "gemv",
+    [MS_K_SAMPLE] = "sample",         [MS_K_EMPTY] = "empty",
+    [MS_K_COMM] = "comm_allgather",
+};
+
+const char *ms_kernel_name(int k) { return k >= 0 && k < MS_K_COUNT ? kernel_names[k] : "?"; }
 
 static int grow(void **p, int *cap, int need, size_t elt) {
   if (need <= *cap) return 0;

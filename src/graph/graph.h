@@ -5,7 +5,9 @@
 #ifndef MS_GRAPH_GRAPH_H
 #define MS_GRAPH_GRAPH_H
 
-#include "megascope/plan_ir.h"
+#include "megascope/base.h"
+#include "megascope/graph_ir.h"
+#include "megascope/model.h"
 
 #define MS_MAX_READS 5
 #define MS_MAX_WRITES 2

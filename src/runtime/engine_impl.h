@@ -369,6 +369,12 @@ const struct ms_backend_ops *ms_backend_get(enum ms_backend b);
 /* The engine clock: the backend's (real time, or virtual time). Valid from
  * the backend's start to its stop: nothing reads it outside those. */
 static inline uint64_t ms_eng_now(const struct ms_engine *e) { return e->be->now(e->be_ctx); }
+/* Fault injection's two calls into the backend (src/runtime/fault.c): a held
+ * trigger (defer_trigger) and a JIT task due later (poll_at). */
+static inline int ms_eng_defer_trigger(struct ms_engine *e, struct worker *w, int producer, uint64_t delay_ns) {
+  return e->be->defer_trigger(e->be_ctx, w, producer, delay_ns);
+}
+static inline void ms_eng_poll_at(struct ms_engine *e, uint64_t at) { e->be->poll_at(e->be_ctx, at); }
 
 static inline uint64_t ms_rt_rng_next(uint64_t *s) {  /* xorshift64 */
   uint64_t x = *s;

@@ -341,7 +341,7 @@ int ms_fault_hold(struct worker *w, struct plan_rt *rt, int ev, uint64_t target,
      * producers finishing together may both pass, and then neither is held) */
     if (atomic_load_explicit(&rt->counters[ev], memory_order_acquire) + 1 != target) return 0;
     if (e->o.mode == MS_MODE_PER_OP) return 0;  /* barriers, not events, order per-op mode */
-    return e->be->defer_trigger(e->be_ctx, w, producer, f->delay_ns);
+    return ms_eng_defer_trigger(e, w, producer, f->delay_ns);
   }
   return 0;
 }
@@ -357,7 +357,7 @@ int ms_fault_starved(struct ms_engine *e, struct plan_rt *rt, int t) {
     uint64_t ready = atomic_load_explicit(&rt->fire_ns[k->wait], memory_order_relaxed);
     uint64_t due = ready + f->delay_ns, now = ms_eng_now(e);
     if (now >= due) return 0;
-    e->be->poll_at(e->be_ctx, due);  /* an idle SM must look again then */
+    ms_eng_poll_at(e, due);  /* an idle SM must look again then */
     return 1;
   }
   return 0;

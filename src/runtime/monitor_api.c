@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "megascope/attach.h"
 #include "megascope/plan_ir.h"
 #include "megascope/bpf/megascope.h"
 #include "megascope/json.h"

@@ -23,7 +23,7 @@
 #include "control/control_impl.h"
 #include "megascope/engine.h"
 #include "megascope/model.h"
-#include "megascope/monitor.h"
+#include "megascope/attach.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

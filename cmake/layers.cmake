@@ -10,6 +10,12 @@
 # below it (MS_LINKS_<target>): the libraries form no cycle, so any link order
 # CMake derives from them is a right one.
 #
+# Each public header (include/megascope/) is the door of one part
+# (MS_OWNS_<part>): its owner's library defines every function it declares
+# (cmake/check_doors.cmake, ctest `doors`), and only its owner and the parts
+# above it include it. Includes between parts never make a circle
+# (cmake/check_layers.cmake).
+#
 # Each folder src/<part>/ keeps private headers. A file includes its own
 # folder's ("runtime/engine_impl.h"), the public ones ("megascope/engine.h"),
 # and the private headers of the folders named in MS_SEES_<folder> — nothing
@@ -19,7 +25,7 @@
 # white-box and see every folder.
 
 # The libraries, in link order (each after everything it links).
-set(MS_TARGETS base model kernels graph compile bpf hook runtime dist export query control bench explain)
+set(MS_TARGETS base model graph compile kernels bpf hook runtime dist export query control bench explain)
 
 # What each library compiles: its folder's .c files unless said here.
 #  - model: the block formats (src/kernels/quant.c, quant_k.c: how weights are
@@ -46,6 +52,7 @@ set(MS_LINKS_compile graph model base)
 set(MS_LINKS_bpf base)
 # hook: the plan's class names its records are decoded with (megascope/plan_ir.h).
 set(MS_LINKS_hook compile bpf base)
+# runtime: also the CUDA backend's library (megascope_gpu, through megascope/cuda.h).
 set(MS_LINKS_runtime compile kernels hook model base cuda)
 set(MS_LINKS_export runtime base)
 set(MS_LINKS_query hook bpf compile base)

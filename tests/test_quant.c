@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
-#include "kernels/quant_k.h"
+#include "model/quant_k.h"
 #include "kernels/vec.h"
 #include "megascope/model.h"
 #include "test.h"

@@ -7,7 +7,7 @@
  * running sum per batch row in a fixed order, so results do not depend on how
  * the rows are tiled or which thread runs them. */
 #include "kernels/quant.h"
-#include "kernels/quant_k.h"
+#include "model/quant_k.h"
 
 #include <errno.h>
 #include <float.h>

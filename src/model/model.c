@@ -16,7 +16,7 @@
 #include <strings.h>
 
 #include "kernels/quant.h"
-#include "kernels/quant_k.h"
+#include "model/quant_k.h"
 #include "megascope/base.h"
 
 const char *const ms_preset_names[] = {"tiny", "tiny-qwen3", "tiny-qwen2", "tiny-gemma3", "tiny-256", "tiny-moe",

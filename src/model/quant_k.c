@@ -14,7 +14,7 @@
  *   s >= 4: sc = b[s + 4] & 15 | (b[s - 4] >> 6) << 4, m = b[s + 4] >> 4 | (b[s] >> 6) << 4
  * Q3_K's sixteen 6-bit scales: low 4 bits from b[i] (i < 8) or b[i - 8] >> 4,
  * high 2 bits from b[8 + i % 4] >> 2 (i / 4). */
-#include "kernels/quant_k.h"
+#include "model/quant_k.h"
 
 #include <float.h>
 #include <math.h>

@@ -21,8 +21,8 @@
  *   Q8_K   {f32 d; i8 qs[256]; i16 bsums[16]}             256 elems, 292 bytes; d * q
  * The bit positions within a super-block are in quant_k.c beside each decoder
  * (ggml-quants.c's dequantize_row_* give the same order). */
-#ifndef MS_KERNELS_QUANT_K_H
-#define MS_KERNELS_QUANT_K_H
+#ifndef MS_MODEL_QUANT_K_H
+#define MS_MODEL_QUANT_K_H
 
 #include <stdint.h>
 

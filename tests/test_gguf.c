@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kernels/quant.h"
+#include "model/blocks.h"
 #include "megascope/engine.h"
 #include "megascope/gguf.h"
 #include "megascope/reference.h"

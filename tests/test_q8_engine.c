@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "model/blocks.h"
 #include "megascope/engine.h"
 #include "megascope/reference.h"
 #include "ref_check.h"

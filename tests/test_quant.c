@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "model/blocks.h"
 #include "model/quant_k.h"
 #include "kernels/vec.h"
 #include "megascope/model.h"

@@ -24,7 +24,7 @@ extern "C" {
  * others are ggml's block formats (32 elements a block, 256 for the K-quants,
  * row-major blocks along a row), stored exactly as GGUF files hold them so the
  * kernels read them in place: Q8_0 {f16 d; int8 q[32]}, Q4_0 {f16 d; uint8
- * qs[16]}, Q4_1 {f16 d, m; uint8 qs[16]}; Q5_0 .. Q8_K as in kernels/quant_k.h. */
+ * qs[16]}, Q4_1 {f16 d, m; uint8 qs[16]}; Q5_0 .. Q8_K as in src/model/quant_k.h. */
 enum ms_dtype {
   MS_DTYPE_F32 = 0,
   MS_DTYPE_BF16 = 1,
@@ -32,7 +32,7 @@ enum ms_dtype {
   MS_DTYPE_Q8_0 = 3,
   MS_DTYPE_Q4_0 = 4,
   MS_DTYPE_Q4_1 = 5,
-  MS_DTYPE_Q5_0 = 6,   /* the types below: kernels/quant_k.h has their layouts */
+  MS_DTYPE_Q5_0 = 6,   /* the types below: src/model/quant_k.h has their layouts */
   MS_DTYPE_Q5_1 = 7,
   MS_DTYPE_IQ4_NL = 8,
   MS_DTYPE_Q2_K = 9,   /* K-quants: super-blocks of 256 */
@@ -142,7 +142,7 @@ struct ms_weight {
   const void *data;        /* (rows, cols) row-major */
   /* NULL, or the same weights repacked at load for the CPU's fastest 8-bit
    * path (q8_0, q4_0, q4_1, q5_0, q5_1 on AVX-512 VNNI: rows in fours,
-   * kernels/quant.h), in the model's packed buffer; data stays the layout
+   * src/model/blocks.h), in the model's packed buffer; data stays the layout
    * every other path reads. */
   const void *packed;
 };

@@ -2,14 +2,16 @@
 /* Quantized and half-precision weights: GEMV kernels that read the GGUF block
  * formats in place and dequantize inside the dot-product loop (a block of 32
  * weights is expanded into registers and used for every batch row; nothing is
- * copied to f32 first), and the quantizers that write those formats.
+ * copied to f32 first). The formats themselves, their quantizers and the
+ * packed layout (ms_weight.packed) the AVX-512 paths read are the model's
+ * dtype code: src/model/blocks.h and quant_k.h.
  *
  * Formats (ggml's, little-endian, 32 elements a block):
  *   Q8_0 {f16 d; int8 q[32]}          x[j] = d * q[j]
  *   Q4_0 {f16 d; uint8 qs[16]}        x[j] = d * ((qs[j] & 15) - 8), x[j+16] = d * ((qs[j] >> 4) - 8)
  *   Q4_1 {f16 d; f16 m; uint8 qs[16]} x[j] = d * (qs[j] & 15) + m,   x[j+16] = d * (qs[j] >> 4) + m
  * F16 is a plain array of IEEE halves; Q5_0, Q5_1, IQ4_NL and the K-quants are
- * in quant_k.h (their decoders there, their GEMV loops here). */
+ * in model/quant_k.h (their decoders there, their GEMV loops here). */
 #ifndef MS_KERNELS_QUANT_H
 #define MS_KERNELS_QUANT_H
 
@@ -22,12 +24,6 @@ int ms_quant_handles(enum ms_dtype t);
  * `simd` selects the AVX2/FMA/F16C path (when this CPU has F16C too). */
 void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, int ldx, int nb, float *y,
                    int ldy, int simd);
-
-/* Quantizes n values (n a multiple of the type's block) into out, which holds
- * ms_dtype_row_bytes(t, n) bytes, with ggml's reference rounding; every
- * ms_dtype works (F32 copies, BF16/F16 round to nearest even). -EINVAL when n
- * is not a multiple of the block. */
-int ms_quant_row(enum ms_dtype t, const float *x, int n, void *out);
 
 /* ---- 8-bit activations (the engine's q8_activations mode) ----
  *
@@ -65,37 +61,5 @@ int ms_q8_handles(enum ms_dtype t);
  * Q8_0/Q4_0/Q4_1 where the CPU has it (AVX2 otherwise); all give the same bits. */
 void ms_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy,
                 int simd);
-
-/* ---- repacked weights (ms_weight.packed) ----
- * Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 with an even number of blocks a row, and the
- * K-quants Q2_K .. Q6_K (below), on a CPU
- * with AVX-512 VNNI: rows in groups of four (the last rows % 4 stay in data
- * alone), one stream feeding four output rows. For group g and block pair p
- * (blocks 2p, 2p + 1), in three regions one after the other:
- *   quants   Q8_0: 256 bytes, for each row its two blocks' 32 values + 128 (the
- *            unsigned operand of vpdpbusd); the others: 128 bytes, rows 2h and
- *            2h + 1 in the low and the high nibbles of 64 bytes, each byte k
- *            value k of the pair in element order (the fifth bits apart);
- *   scales   the eight halves d[row][block] in row order, then (Q4_1, Q5_1)
- *            the eight m[row][block];
- *   (Q5) high bits: for each row a 64-bit word, bit k the fifth bit of value k.
- * The sums are bit for bit those of data. 0 when w gets no packed form here. */
-size_t ms_quant_packed_bytes(const struct ms_weight *w);
-/* The K-quants: groups of four rows as above, per (group g, super-block s)
- * and its four block pairs p (elements 64p .. 64p + 63 of the super-block),
- * every value as u = q + 4 (Q3_K), q + 32 (Q6_K) or q, in three regions:
- *   quants   per (g, s, p), Q4_K, Q5_K, Q6_K: 128 bytes, the low nibbles of u
- *            as Q4_0's above; Q2_K, Q3_K: 64 bytes, byte k bits 2j, 2j + 1
- *            the low two bits of value k of row j;
- *   high     per (g, s, p), Q5_K (bit 4 of u) and Q3_K (bit 2): a 64-bit word
- *            a row, bit k value k's; Q6_K: 64 bytes, byte k bits 2j, 2j + 1
- *            bits 4, 5 of value k of row j;
- *   scales   per (g, s): the integer scales as bytes, for each p and row j its
- *            two pieces' (Q4_K, Q5_K: [p][j][2], then the minimums the same
- *            way) or four halves' ([p][j][4]: Q3_K's and Q6_K's signed, Q2_K's
- *            the file's sc | mn << 4 bytes), then d of rows 0..3 (f16), then
- *            dmin of rows 0..3 (Q2_K, Q4_K, Q5_K). */
-/* Writes w's packed form (ms_quant_packed_bytes(w) bytes, 64-byte aligned). */
-void ms_quant_repack(const struct ms_weight *w, void *out);
 
 #endif

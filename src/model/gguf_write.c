@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/quant.h"
+#include "model/blocks.h"
 #include "model/gguf_impl.h"
 
 struct wtensor {

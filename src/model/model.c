@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "kernels/quant.h"
+#include "model/blocks.h"
 #include "model/quant_k.h"
 #include "megascope/base.h"
 

@@ -21,6 +21,7 @@
 #include "megascope/attach.h"
 #include "megascope/plan.h"
 #include "megascope/query.h"
+#include "megascope/export.h"
 #include "megascope/telemetry.h"
 #include "live_query.h"
 #include "test.h"

@@ -17,9 +17,9 @@
 #include <unistd.h>
 
 #include "megascope/plan_ir.h"
+#include "megascope/export.h"
 #include "megascope/telemetry.h"
 #include "runtime/engine_impl.h"
-#include "runtime/trace_view.h"
 #include "test.h"
 
 static struct ms_model *tiny(void) {

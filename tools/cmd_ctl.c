@@ -28,6 +28,7 @@
 #include "opt.h"
 #include "megascope/bpf.h"
 #include "megascope/control.h"
+#include "megascope/export.h"
 #include "megascope/telemetry.h"
 #include "megascope/json.h"
 

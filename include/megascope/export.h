@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /* Exports of a running engine for standard tools: the Prometheus text format
  * (0.0.4) for /metrics, and OTLP/HTTP JSON request spans for OpenTelemetry
- * collectors. (The task trace for Perfetto is megascope/telemetry.h's; monitors'
- * maps are megascope/monitor.h's.) */
+ * collectors, and the task trace's files (Chrome JSON, Perfetto's protobuf) from
+ * the runtime's view of it (megascope/telemetry.h). (Monitors' maps are
+ * megascope/attach.h's.) */
 #ifndef MEGASCOPE_EXPORT_H
 #define MEGASCOPE_EXPORT_H
 
@@ -11,6 +12,7 @@
 
 #include "megascope/base.h"
 #include "megascope/engine.h"
+#include "megascope/telemetry.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -110,6 +112,50 @@ void ms_otlp_get_stats(const struct ms_otlp *x, struct ms_otlp_stats *out);
  * unix_offset_ns converts the engine clock to Unix time. */
 int ms_otlp_write_json(FILE *f, const char *service_name, const char *model_name, const struct ms_request_span *s,
                        int n, int64_t unix_offset_ns);
+
+/* ---- the task trace's files ---- */
+
+/* Trace file formats. */
+enum ms_trace_format {
+  MS_TRACE_JSON = 0,      /* Chrome JSON ("ts" in microseconds, printed exactly: 1234.567) */
+  MS_TRACE_PERFETTO = 1,  /* Perfetto's protobuf (a Trace of TracePackets with TrackEvents, names interned) */
+  MS_TRACE_FORMAT_COUNT
+};
+const char *ms_trace_format_name(enum ms_trace_format f);       /* "json", "perfetto" */
+int ms_trace_format_parse(const char *s, enum ms_trace_format *out);  /* 0 or -EINVAL */
+
+/* How to write a trace. Time is the recording window's, in integer nanoseconds
+ * from the start: a task begun before the start or ended after the stop is
+ * clipped to the window. Events (task slices and counter samples; a flow goes
+ * with the slice it ends at) are written in time order, so a budget keeps the
+ * window's first part whole and counts the rest as dropped. */
+struct ms_trace_write_opts {
+  size_t sz;                    /* sizeof(struct ms_trace_write_opts) */
+  enum ms_trace_format format;
+  uint64_t max_events;          /* 0: no limit */
+  uint64_t max_bytes;           /* 0: no limit; else the file never exceeds it (at least 4096) */
+};
+
+/* What a write wrote. */
+struct ms_trace_written {
+  uint64_t slices, counters, flows;  /* events written */
+  uint64_t budget_dropped;           /* events left out by max_events or max_bytes */
+  uint64_t outside;                  /* records wholly outside the window (begun before it and ended before it, ...) */
+  uint64_t buffer_dropped;           /* records the workers' buffers had no room for (ms_trace_stats.dropped) */
+  uint64_t window_ns;                /* the recording window's length */
+  uint64_t kept_ns;                  /* the part of it the file covers whole: window_ns unless a budget cut it */
+  uint64_t bytes;
+};
+/* Writes the last trace (stopped). out may be NULL. -EBUSY while recording,
+ * -EINVAL for bad options, -EIO when the file fails. */
+int ms_engine_trace_save(const struct ms_engine *e, FILE *f, const struct ms_trace_write_opts *o,
+                         struct ms_trace_written *out);
+/* Writes the last trace (stopped) as Chrome JSON (the Trace Event Format that
+ * Perfetto loads): one track per worker, a slice per task with its class, task
+ * generation, request, step and wait reason in args, flow arrows from an event's
+ * release to its successors' begin, and a counter track of JIT queue depth.
+ * The same as ms_engine_trace_save with MS_TRACE_JSON and no budget. */
+int ms_engine_trace_write(const struct ms_engine *e, FILE *f);
 
 #ifdef __cplusplus
 }

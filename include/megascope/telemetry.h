@@ -2,7 +2,8 @@
 /* Built-in telemetry of an engine, independent of monitors: request latency
  * histograms (TTFT, TPOT), an always-on per-class aggregate of task time,
  * queueing and dependency wait, and an on-demand task trace for Perfetto.
- * Exporters (Prometheus, OTLP, Chrome JSON and Perfetto traces) read these. */
+ * Exporters (Prometheus, OTLP, Chrome JSON and Perfetto traces: src/export,
+ * megascope/export.h) read these. */
 #ifndef MEGASCOPE_TELEMETRY_H
 #define MEGASCOPE_TELEMETRY_H
 
@@ -70,13 +71,6 @@ struct ms_trace_stats {
   int active;
 };
 void ms_engine_trace_stats(const struct ms_engine *e, struct ms_trace_stats *out);
-/* Writes the last trace (stopped) as Chrome JSON (the Trace Event Format that
- * Perfetto loads): one track per worker, a slice per task with its class, task
- * generation, request, step and wait reason in args, flow arrows from an event's
- * release to its successors' begin, and a counter track of JIT queue depth.
- * The same as ms_engine_trace_save with MS_TRACE_JSON and no budget. */
-int ms_engine_trace_write(const struct ms_engine *e, FILE *f);
-
 /* One task record of the last trace as a reader sees it (the benchmark's
  * observers): times on the engine's clock, not clipped to the window. */
 struct ms_trace_task {
@@ -93,41 +87,52 @@ struct ms_trace_task {
 long ms_engine_trace_tasks(const struct ms_engine *e, int (*fn)(void *user, const struct ms_trace_task *r),
                            void *user);
 
-/* Trace file formats. */
-enum ms_trace_format {
-  MS_TRACE_JSON = 0,      /* Chrome JSON ("ts" in microseconds, printed exactly: 1234.567) */
-  MS_TRACE_PERFETTO = 1,  /* Perfetto's protobuf (a Trace of TracePackets with TrackEvents, names interned) */
-  MS_TRACE_FORMAT_COUNT
-};
-const char *ms_trace_format_name(enum ms_trace_format f);       /* "json", "perfetto" */
-int ms_trace_format_parse(const char *s, enum ms_trace_format *out);  /* 0 or -EINVAL */
+/* The last trace (stopped) as its writers read it (the Chrome JSON and
+ * Perfetto writers of src/export, ms_engine_trace_save): the recording
+ * window's events resolved to plain data, clipped to the window and sorted by
+ * time, with event classes from each task's own bucket's plan and each flow's
+ * producer and consumers found. Plain arrays, the layout of one build, not a
+ * stable ABI. */
+#define MS_TRACE_NONE UINT32_MAX
 
-/* How to write a trace. Time is the recording window's, in integer nanoseconds
- * from the start: a task begun before the start or ended after the stop is
- * clipped to the window. Events (task slices and counter samples; a flow goes
- * with the slice it ends at) are written in time order, so a budget keeps the
- * window's first part whole and counts the rest as dropped. */
-struct ms_trace_write_opts {
-  size_t sz;                    /* sizeof(struct ms_trace_write_opts) */
-  enum ms_trace_format format;
-  uint64_t max_events;          /* 0: no limit */
-  uint64_t max_bytes;           /* 0: no limit; else the file never exceeds it (at least 4096) */
+enum { MS_TRACE_SLICE = 0, MS_TRACE_COUNTER = 1 };  /* ms_trace_event.kind */
+
+/* One event of the window: a task slice or a JIT queue depth sample. */
+struct ms_trace_event {
+  uint64_t ts, dur;          /* ns from the window's start, clipped to it (dur 0 for a counter) */
+  uint64_t step;
+  uint64_t queued_ns;        /* ready -> begin */
+  uint32_t task;             /* a counter: the queue depth */
+  uint32_t req_gen, wait_us;
+  int32_t row, slot;         /* slot -1: no request */
+  int32_t pos;               /* a row task's position (-1: none) */
+  uint32_t cached;           /* its request's prompt positions read from the prefix cache */
+  uint16_t worker, cls;      /* cls indexes v.classes */
+  uint16_t ev_class;         /* index into v.ev_classes + 1, from the task's own plan; 0: waited on no event */
+  uint8_t kind, bucket_log2, jit, waited;
+  uint32_t wait_ev, fired_ev; /* events of its own plan it waited on and completed (UINT32_MAX: none) */
+  uint32_t seq;              /* its record's index in its worker's buffer (the sort's last key) */
+  uint32_t flow_from;        /* the producer's event index, MS_TRACE_NONE: no flow ends here */
+  uint32_t flows_first, n_flows;  /* the consumers this slice's trigger released: v.flow_to[first .. +n] */
 };
 
-/* What a write wrote. */
-struct ms_trace_written {
-  uint64_t slices, counters, flows;  /* events written */
-  uint64_t budget_dropped;           /* events left out by max_events or max_bytes */
-  uint64_t outside;                  /* records wholly outside the window (begun before it and ended before it, ...) */
-  uint64_t buffer_dropped;           /* records the workers' buffers had no room for (ms_trace_stats.dropped) */
-  uint64_t window_ns;                /* the recording window's length */
-  uint64_t kept_ns;                  /* the part of it the file covers whole: window_ns unless a budget cut it */
-  uint64_t bytes;
+struct ms_trace_view {
+  struct ms_trace_event *ev; /* [n], sorted by (ts, worker, record) */
+  size_t n;
+  uint32_t *flow_to;         /* consumer event indices, grouped by producer */
+  int n_workers;
+  const char *const *classes;  /* class names by class id (the schema's) */
+  const char **ev_classes;   /* distinct event-class names over every bucket's plan */
+  int n_ev_classes;
+  uint64_t window_ns;
+  uint64_t cut_ns;           /* the first event max_events left out begins here (window_ns: none) */
+  uint64_t records, buffer_dropped, outside, budget_dropped;
 };
-/* Writes the last trace (stopped). out may be NULL. -EBUSY while recording,
- * -EINVAL for bad options, -EIO when the file fails. */
-int ms_engine_trace_save(const struct ms_engine *e, FILE *f, const struct ms_trace_write_opts *o,
-                         struct ms_trace_written *out);
+/* Builds v from the last trace (stopped), its first max_events events (0: all;
+ * the rest counted in budget_dropped). 0, -EBUSY while recording, -ENOMEM.
+ * Free it with ms_trace_view_free (also after a failure). */
+int ms_engine_trace_view(const struct ms_engine *e, uint64_t max_events, struct ms_trace_view *v);
+void ms_trace_view_free(struct ms_trace_view *v);
 
 #ifdef __cplusplus
 }

@@ -12,6 +12,7 @@
 #include "megascope/control.h"
 #include "megascope/monitor.h"
 #include "megascope/monitor_job.h"
+#include "megascope/export.h"
 #include "megascope/telemetry.h"
 
 void ms_control_put_u32le(uint8_t *p, uint32_t v);

@@ -449,6 +449,8 @@ int ms_tel_init(struct ms_engine *e);
 void ms_tel_free(struct ms_engine *e);
 void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint64_t t1, struct trace_rec **rec);
 void ms_tel_qdepth(struct worker *w, uint32_t depth);
+/* Records of worker w in the current session (0 when it has not seen it). */
+uint32_t ms_tel_published(const struct ms_engine *e, int w);
 /* Around a trace record's writing (the worker is the only writer of its count):
  * trace_start frees buffers only when no worker is inside. */
 static inline int ms_tel_enter(struct worker *w) {

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* Built-in telemetry: request latency histograms, the always-on per-class
- * aggregate, and the recording of the task trace (trace_view.c writes it).
+ * aggregate, and the recording of the task trace (trace_view.c views it).
  *
  * DESIGN
  * Who writes what. Each worker owns its aggregate rows and its trace buffer and
@@ -19,7 +19,6 @@
 
 #include "megascope/json.h"
 #include "runtime/engine_impl.h"
-#include "runtime/trace_view.h"
 
 const double ms_latency_bounds[MS_LAT_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                   0.5,   1,      2.5,   5,    10,    25,   50,  100};

@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/trace_view.h"
+#include "export/trace_write.h"
 
 /* ---- a protobuf encoder ---- */
 
@@ -323,8 +323,8 @@ static void annotation_iid(struct pb *b, uint32_t name, uint64_t iid) {
 
 /* A task: its BEGIN packet (interning what this sequence has not seen, its
  * args, the flows it starts and the one it ends) and its END packet. */
-static void slice(const struct tv *v, size_t i, struct seq *s, uint64_t *clk, struct pb *b) {
-  const struct tv_event *x = &v->ev[i];
+static void slice(const struct ms_trace_view *v, size_t i, struct seq *s, uint64_t *clk, struct pb *b) {
+  const struct ms_trace_event *x = &v->ev[i];
   int fresh_cls = !s->cls_seen[x->cls], fresh_evc = x->ev_class && !s->evc_seen[x->ev_class - 1], fresh_req = 0;
   uint32_t req = 0;
   char rq[48] = "";
@@ -362,7 +362,7 @@ static void slice(const struct tv *v, size_t i, struct seq *s, uint64_t *clk, st
   if (x->ev_class) annotation_iid(b, AN_EVENT_CLASS, SV_EV_CLASS0 + x->ev_class - 1u);
   /* a flow's id is its consumer's event index + 1 */
   for (uint32_t k = 0; k < x->n_flows; k++) pb_fixed64(b, TE_FLOW_IDS, (uint64_t)v->flow_to[x->flows_first + k] + 1);
-  if (x->flow_from != TV_NONE) pb_fixed64(b, TE_TERMINATING_FLOW_IDS, (uint64_t)i + 1);
+  if (x->flow_from != MS_TRACE_NONE) pb_fixed64(b, TE_TERMINATING_FLOW_IDS, (uint64_t)i + 1);
   pb_close(b);
   pb_close(b);
   packet_begin(b, x->ts + x->dur, x->worker, clk, SEQ_NEEDS_INCREMENTAL_STATE);
@@ -372,7 +372,7 @@ static void slice(const struct tv *v, size_t i, struct seq *s, uint64_t *clk, st
   pb_close(b);
 }
 
-static void counter(const struct tv_event *x, int seq, uint64_t *clk, struct pb *b) {
+static void counter(const struct ms_trace_event *x, int seq, uint64_t *clk, struct pb *b) {
   packet_begin(b, x->ts, seq, clk, SEQ_NEEDS_INCREMENTAL_STATE);
   pb_open(b, TP_TRACK_EVENT);
   pb_uint(b, TE_TYPE, TYPE_COUNTER);  /* on the sequence's default track, the queue's */
@@ -390,7 +390,7 @@ static void annotation_named(struct pb *b, const char *name, uint64_t v) {
 
 /* The closing packet: an instant on the process track at the window's end
  * saying what the file holds and what it lacks. */
-static void summary(const struct tv *v, const struct ms_trace_written *w, int seq, uint64_t *clk, struct pb *b) {
+static void summary(const struct ms_trace_view *v, const struct ms_trace_written *w, int seq, uint64_t *clk, struct pb *b) {
   packet_begin(b, v->window_ns, seq, clk, SEQ_NEEDS_INCREMENTAL_STATE);
   pb_open(b, TP_TRACK_EVENT);
   pb_uint(b, TE_TYPE, TYPE_INSTANT);
@@ -416,7 +416,7 @@ static void seqs_free(struct seq *s, int n) {
   free(s);
 }
 
-int tv_write_perfetto(const struct tv *v, struct tv_out *o, struct ms_trace_written *w) {
+int tv_write_perfetto(const struct ms_trace_view *v, struct tv_out *o, struct ms_trace_written *w) {
   int n_cls = 0, n_seq = v->n_workers + 1, cseq = v->n_workers, rc = -ENOMEM;  /* cseq: the counters' */
   for (size_t i = 0; i < v->n; i++)
     if (v->ev[i].cls + 1 > n_cls) n_cls = v->ev[i].cls + 1;
@@ -435,11 +435,11 @@ int tv_write_perfetto(const struct tv *v, struct tv_out *o, struct ms_trace_writ
   if (rc) goto out;
   size_t i = 0;
   for (; i < v->n; i++) {
-    const struct tv_event *x = &v->ev[i];
-    int q = x->kind == TV_COUNTER ? cseq : x->worker;
+    const struct ms_trace_event *x = &v->ev[i];
+    int q = x->kind == MS_TRACE_COUNTER ? cseq : x->worker;
     uint64_t clk = s[q].last_ts;  /* advanced only if the event is written */
     b.n = 0;
-    if (x->kind == TV_COUNTER)
+    if (x->kind == MS_TRACE_COUNTER)
       counter(x, q, &clk, &b);
     else
       slice(v, i, &s[q], &clk, &b);
@@ -451,10 +451,10 @@ int tv_write_perfetto(const struct tv *v, struct tv_out *o, struct ms_trace_writ
      * more is written on any sequence after it, so nothing uses them */
     if (tv_put(o, b.p, b.n)) break;
     s[q].last_ts = clk;
-    if (x->kind == TV_COUNTER)
+    if (x->kind == MS_TRACE_COUNTER)
       w->counters++;
     else
-      w->slices++, w->flows += x->flow_from != TV_NONE;
+      w->slices++, w->flows += x->flow_from != MS_TRACE_NONE;
   }
   w->budget_dropped = v->budget_dropped + (v->n - i);
   w->kept_ns = i < v->n ? v->ev[i].ts : v->cut_ns;

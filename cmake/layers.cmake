@@ -57,7 +57,7 @@ set(MS_LINKS_bench runtime hook bpf compile model base)
 # CLI gathers the tables from a live engine.
 set(MS_LINKS_explain base)
 
-# Cuda (megascope_gpu): with nvcc, the CUDA engine links what lies below the
+# cuda (megascope_gpu): with nvcc, the CUDA engine links what lies below the
 # runtime (without nvcc it is src/cuda/without_cuda.c and links base alone).
 set(MS_LINKS_cuda compile kernels hook bpf model base)
 # tools: the CLI links every library.

@@ -538,23 +538,14 @@ usage_fail:
   return 1;
 }
 
-/* Shared entry: argv[0] names the subcommand. */
-static int ctl_main(int argc, char **argv) {
+/* Every control command's entry: argv[0] names it. */
+int cmd_ctl(int argc, char **argv) {
   struct ctl_args a = {.cmd = find_cmd(argv[0])};
   if (!a.cmd) return 2;
   int prc = parse(argc, argv, &a);
   if (prc) return prc > 0 ? 0 : 2;
   return run_ctl(&a);
 }
-
-int cmd_attach(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_replace(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_detach(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_ls(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_maps(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_schema(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_stats(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_trace(int argc, char **argv) { return ctl_main(argc, argv); }
 
 /* For the other socket clients of the CLI (cmd_query.c): the socket lookup and
  * one request/reply, with the errors printed as these commands print them. */

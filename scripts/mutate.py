@@ -39,7 +39,7 @@ MODULES = {
                       "text_buckets", "text_entry", "json_entry"],
                      ["test_query_answers", "test_query", "megascope"],
                      ["test_query_answers", "test_query", "cli_query"]),
-    "bench_reports": ("tools/cmd_bench.c", ["decode_rounds", "bench_decode"],
+    "bench_reports": ("tools/benchmarks/cmd_bench.c", ["decode_rounds", "bench_decode"],
                       ["megascope"], ["cli_bench", "cli_usage"]),
     "sampling": ("src/model/sample.c", None, ["test_sample", "megascope"], ["test_sample", "cli_run_sampling"]),
     "verifier_bounds": ("src/bpf/verifier_scalar.c", None, ["test_bpf_verifier", "test_bpf_verify_bound"],

@@ -35,7 +35,7 @@ expect2 "--for '5 parsecs': expected a duration" query --for "5 parsecs" 'step {
 expect2 "--slo 'tpot': expected tpot=DURATION" query --slo tpot 'step { @ = count() }'
 expect2 "slo tpot=DURATION is required" explain
 expect2 "--window '1ms': expected a duration of at least 500ms" explain --slo tpot=1s --window 1ms
-# the one option parser (tools/opt.c): every kind's refusal names the option
+# the one option parser (tools/frame/opt.c): every kind's refusal names the option
 expect2 "unrecognized option '--frobnicate'" run --synthetic tiny --frobnicate
 expect2 "option '--steps' requires an argument" run --synthetic tiny --steps
 expect2 "at most 4 --fault" run --synthetic tiny --fault a --fault b --fault c --fault d --fault e

@@ -93,40 +93,71 @@ static const struct cli_opt trace_opts[] = {
 #undef NAME
 #undef CA
 
+/* One call to the engine: the request a command builds, what came back. */
+struct ctl_call {
+  struct req r;
+  long id;           /* replace, detach, maps: the attachment */
+  int timeout_ms;
+  int want_fds;      /* receive descriptors with the reply */
+  int fds[MS_CONTROL_MAX_FDS], n_fds;
+  json_t *rep;
+};
+
 struct ctl_cmd {
   const char *name;
   const char *args;      /* positional arguments in the usage line */
   const char *summary;
   const struct cli_opt *opts;
   int n_pos;             /* positional arguments required */
+  const char *request;   /* the protocol's command; NULL: the same name */
+  /* Adds the request's fields: 0, 1 (failed, printed), 2 (a usage error). */
+  int (*ask)(const struct ctl_args *a, struct ctl_call *c);
+  /* Prints the reply: the exit code. */
+  int (*show)(const struct ctl_args *a, struct ctl_call *c);
 };
+
+static int ask_attach(const struct ctl_args *a, struct ctl_call *c);
+static int ask_replace(const struct ctl_args *a, struct ctl_call *c);
+static int ask_id(const struct ctl_args *a, struct ctl_call *c);
+static int ask_nothing(const struct ctl_args *a, struct ctl_call *c);
+static int ask_schema(const struct ctl_args *a, struct ctl_call *c);
+static int ask_trace(const struct ctl_args *a, struct ctl_call *c);
+static int show_attach(const struct ctl_args *a, struct ctl_call *c);
+static int show_replace(const struct ctl_args *a, struct ctl_call *c);
+static int show_detach(const struct ctl_args *a, struct ctl_call *c);
+static int show_ls(const struct ctl_args *a, struct ctl_call *c);
+static int show_maps(const struct ctl_args *a, struct ctl_call *c);
+static int show_schema(const struct ctl_args *a, struct ctl_call *c);
+static int show_stats(const struct ctl_args *a, struct ctl_call *c);
+static int show_trace(const struct ctl_args *a, struct ctl_call *c);
 
 static const struct ctl_cmd ctl_cmds[] = {
     {"attach", "PROG.o", "Loads a monitor object (clang -target bpf), has the engine verify it and attach it\n"
                          "while it runs, and prints the attachment id.",
-     attach_opts, 1},
+     attach_opts, 1, NULL, ask_attach, show_attach},
     {"replace", "ID PROG.o", "Replaces attachment ID's programs and maps by another monitor, atomically: every\n"
                              "hook firing is seen by exactly one generation. Budget options set the new\n"
                              "generation's budget; those not given keep the current values.",
-     attach_opts, 2},
+     attach_opts, 2, NULL, ask_replace, show_replace},
     {"detach", "ID", "Detaches attachment ID; its final maps and coverage stay readable for the\n"
                      "engine's retention (serve --detached-retention), or until `maps ID --release`.",
-     socket_only_opts, 1},
+     socket_only_opts, 1, NULL, ask_id, show_detach},
     {"ls", "", "Lists attachments: monitor, hooks, generation and coverage (eligible, executed,\n"
                "throttled, lost).",
-     ls_opts, 0},
+     ls_opts, 0, "list", ask_nothing, show_ls},
     {"maps", "ID", "Prints every map of attachment ID decoded (histograms as histograms, hashes as\n"
                    "key -> value) with the coverage of every generation.",
-     maps_opts, 1},
+     maps_opts, 1, NULL, ask_id, show_maps},
     {"schema", "", "Prints the task schema (versioned JSON) of the engine's plan, with every batch\n"
                    "bucket the engine runs (\"buckets\": rows, tasks and events of each plan).",
-     schema_opts, 0},
-    {"stats", "", "Prints steps, tokens, requests and TTFT / TPOT quantiles.", ls_opts, 0},
+     schema_opts, 0, NULL, ask_schema, show_schema},
+    {"stats", "", "Prints steps, tokens, requests and TTFT / TPOT quantiles.", ls_opts, 0, NULL, ask_nothing,
+     show_stats},
     {"trace", "", "Records a task trace for N seconds and writes it as Chrome JSON or Perfetto's\n"
                   "protobuf (open either in ui.perfetto.dev): a track per worker, a slice per\n"
                   "task, flow arrows from an event's release to its successors, queue-depth\n"
                   "counters; times are exact integer nanoseconds from the recording's start.",
-     trace_opts, 0},
+     trace_opts, 0, NULL, ask_trace, show_trace},
 };
 
 static const struct ctl_cmd *find_cmd(const char *name) {
@@ -359,203 +390,252 @@ static unsigned long long jnum(json_t *o, const char *k) {
   return json_is_integer(v) ? (unsigned long long)json_integer_value(v) : 0;
 }
 
-/* ---- the subcommands ---- */
+/* ---- the subcommands: what each asks ---- */
 
-static int run_ctl(const struct ctl_args *a) {
-  const char *me = a->cmd->name;
-  char path[512];
-  if (find_socket(me, a->socket, path, sizeof path)) return 1;
-  struct req r;
-  if (req_begin(&r, !strcmp(me, "ls") ? "list" : me)) return 1;
-  long id = 0;
-  int rc = 1, timeout_ms = 60000;
-  if (!strcmp(me, "attach") || !strcmp(me, "replace")) {
-    int is_replace = !strcmp(me, "replace");
-    if (is_replace) {
-      if (parse_id(me, a->pos[0], &id)) goto usage;
-      req_int(&r, "id", id);
-    }
-    /* the budget options given, and only those: replace keeps the others */
-    if (a->budget.max_per_step >= 0) req_int(&r, "max_per_step", a->budget.max_per_step);
-    if (a->budget.sample >= 0) req_int(&r, "sample", a->budget.sample);
-    if (a->budget.ringbuf_bytes != UINT64_MAX) req_uint(&r, "ringbuf_bytes", a->budget.ringbuf_bytes);
-    if (a->budget.interp) req_bool(&r, "interpret", 1);
-    if (req_object(me, &r, a->pos[is_replace], a->name)) goto usage_fail;
-  } else if (!strcmp(me, "detach") || !strcmp(me, "maps")) {
-    if (parse_id(me, a->pos[0], &id)) goto usage;
-    req_int(&r, "id", id);
-    if (a->fds) req_bool(&r, "fds", 1);
-    if (a->release) req_bool(&r, "release", 1);
-  } else if (!strcmp(me, "schema")) {
-    if (a->rows) req_int(&r, "rows", a->rows);
-  } else if (!strcmp(me, "trace")) {
-    req_num(&r, "seconds", a->seconds);
-    if (a->records) req_int(&r, "records_per_worker", a->records);
-    if (a->format) req_str(&r, "format", a->format);
-    if (a->max_events) req_uint(&r, "max_events", a->max_events);
-    if (a->max_bytes) req_uint(&r, "max_bytes", a->max_bytes);
-    timeout_ms = (int)(a->seconds * 1000) + 120000;
-  }
-  if (req_end(&r)) goto usage_fail;
-  int fds[MS_CONTROL_MAX_FDS], n_fds = 0;
-  int want_fds = a->fds || !strcmp(me, "trace");
-  json_t *rep = call(me, path, r.buf, r.len, timeout_ms, NULL, want_fds ? fds : NULL, want_fds ? &n_fds : NULL);
-  free(r.buf);
-  r.buf = NULL;
-  if (!rep) return 1;
-  rc = 0;
-  if (!strcmp(me, "attach") || !strcmp(me, "replace")) {
-    char hb[256];
-    if (a->as_json)
-      print_json(rep);
-    else if (!strcmp(me, "attach"))
-      printf("%lld\n", (long long)jnum(rep, "id"));
-    else
-      printf("attachment %ld is now %s, generation %llu (hooks %s)\n", id,
-             json_string_value(json_object_get(rep, "name")), jnum(rep, "generation"),
-             hooks_str(json_object_get(rep, "hooks"), hb, sizeof hb));
-  } else if (!strcmp(me, "detach")) {
-    printf("detached %ld\n", id);
-  } else if (!strcmp(me, "ls")) {
-    if (a->as_json) {
-      print_json(rep);
-    } else {
-      json_t *arr = json_object_get(rep, "attachments"), *x;
-      size_t i;
-      printf("%-4s %-16s %-9s %4s %-24s %-6s %12s %12s %10s %8s\n", "ID", "MONITOR", "STATE", "GEN", "HOOKS",
-             "EXEC", "ELIGIBLE", "EXECUTED", "THROTTLED", "LOST");
-      json_array_foreach(arr, i, x) {
-        char hb[256];
-        json_t *cv = json_object_get(x, "coverage");
-        unsigned long long np = jnum(x, "programs"), nj = jnum(x, "jitted");
-        const char *exec = nj == 0 ? "interp" : nj == np ? "jit" : "mixed";
-        printf("%-4lld %-16s %-9s %4llu %-24s %-6s %12llu %12llu %10llu %8llu\n", (long long)jnum(x, "id"),
-               json_string_value(json_object_get(x, "name")),
-               json_is_true(json_object_get(x, "attached")) ? "attached" : "detached", jnum(x, "generation"),
-               hooks_str(json_object_get(x, "hooks"), hb, sizeof hb), exec, jnum(cv, "eligible"),
-               jnum(cv, "executed"), jnum(cv, "throttled"), jnum(cv, "lost"));
-      }
-      if (!json_array_size(arr)) printf("(no attachments)\n");
-    }
-  } else if (!strcmp(me, "maps")) {
-    if (a->as_json) {
-      print_json(rep);
-    } else {
-      const char *t = json_string_value(json_object_get(rep, "text"));
-      fputs(t ? t : "", stdout);
-    }
-    json_t *names = json_object_get(rep, "fds");
-    for (int i = 0; i < n_fds; i++) {
-      char lb[256] = "";
-      struct ms_textbuf log = {lb, sizeof lb, 0, 0};
-      struct ms_bpf_map_reader *rd = ms_bpf_map_reader_new(fds[i], 0, &log);
-      const char *nm = json_string_value(json_array_get(names, (size_t)i));
-      if (!rd) {
-        fprintf(stderr, "megascope maps: cannot read map %s through its descriptor: %s", nm ? nm : "?", lb);
-        rc = 1;
-      } else {
-        const struct ms_bpf_map_shm *h = ms_bpf_map_reader_header(rd);
-        fprintf(a->as_json ? stderr : stdout,
-                "memfd %d (read-only): map %s, type %u, key %u B, value %u B, %u entries max, %u workers\n", i,
-                h->name, h->type, h->key_size, h->value_size, h->max_entries, h->n_workers);
-        ms_bpf_map_reader_free(rd);
-      }
-      close(fds[i]);
-    }
-  } else if (!strcmp(me, "schema")) {
-    /* the plan's schema, with every bucket the engine runs beside it */
-    json_t *sc = json_object_get(rep, "schema"), *bk = json_object_get(rep, "buckets");
-    if (json_is_object(sc) && bk) json_object_set(sc, "buckets", bk);
-    print_json(sc);
-  } else if (!strcmp(me, "stats")) {
-    if (a->as_json) {
-      print_json(rep);
-    } else {
-      json_t *tt = json_object_get(rep, "ttft"), *tp = json_object_get(rep, "tpot");
-      json_t *up = json_object_get(rep, "uptime_s");
-      printf("%s, %lld workers, up %.1f s\n", json_string_value(json_object_get(rep, "model")),
-             (long long)jnum(rep, "workers"), json_number_value(up));
-      printf("steps %llu, tokens %llu, positions %llu, tasks %llu, stalls %llu\n", jnum(rep, "steps"),
-             jnum(rep, "tokens"), jnum(rep, "positions"), jnum(rep, "tasks"), jnum(rep, "stalls"));
-      printf("requests: %llu finished, %llu cancelled\n", jnum(rep, "requests_finished"),
-             jnum(rep, "requests_cancelled"));
-      json_t *pc = json_object_get(rep, "prefix_cache");
-      if (json_is_true(json_object_get(pc, "on")))
-        printf("prefix cache: %.1f%% hit rate (%llu of %llu prompt tokens cached; %llu requests hit), %llu pages "
-               "kept, %llu evicted\n",
-               100.0 * json_number_value(json_object_get(pc, "hit_rate")), jnum(pc, "hits"), jnum(pc, "queries"),
-               jnum(pc, "hit_requests"), jnum(pc, "pages_cached"), jnum(pc, "evictions"));
-      else if (pc)
-        printf("prefix cache: off\n");
-      for (int k = 0; k < 2; k++) {
-        json_t *h = k ? tp : tt;
-        printf("%s  n=%llu  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  (measured on the last %lld)\n",
-               k ? "TPOT" : "TTFT", jnum(h, "count"), 1e3 * json_number_value(json_object_get(h, "p50_s")),
-               1e3 * json_number_value(json_object_get(h, "p90_s")),
-               1e3 * json_number_value(json_object_get(h, "p99_s")),
-               1e3 * json_number_value(json_object_get(h, "mean_s")), (long long)jnum(h, "quantiles_of"));
-      }
-    }
-  } else if (!strcmp(me, "trace")) {
-    rc = 1;
-    if (n_fds < 1) {
-      fprintf(stderr, "megascope trace: the engine's reply carried no trace\n");
-    } else {
-      FILE *out = fopen(a->out, "wb");
-      if (!out) {
-        fprintf(stderr, "megascope trace: cannot write %s: %s\n", a->out, strerror(errno));
-      } else {
-        char buf[1 << 16];
-        off_t off = 0;
-        ssize_t k;
-        while ((k = pread(fds[0], buf, sizeof buf, off)) > 0) {
-          fwrite(buf, 1, (size_t)k, out);
-          off += k;
-        }
-        if (!fclose(out) && k == 0) rc = 0;
-        if (rc) fprintf(stderr, "megascope trace: writing %s failed\n", a->out);
-        else
-          printf("wrote %s (%s): %llu task records (%llu dropped: buffers full), %llu slices, %llu flows,\n"
-                 "  %llu counter samples, %llu events over the budget dropped (the file covers %.6f s of\n"
-                 "  %.6f s), %llu records outside the window, %lld bytes\n",
-                 a->out, json_string_value(json_object_get(rep, "format")), jnum(rep, "records"),
-                 jnum(rep, "dropped"), jnum(rep, "slices"), jnum(rep, "flows"), jnum(rep, "counters"),
-                 jnum(rep, "budget_dropped"), (double)jnum(rep, "kept_ns") / 1e9,
-                 (double)jnum(rep, "window_ns") / 1e9, jnum(rep, "outside_window"), (long long)off);
-      }
-    }
-    for (int i = 0; i < n_fds; i++) close(fds[i]);
-  }
-  json_decref(rep);
-  return rc;
-usage:
-  if (r.f) fclose(r.f);
-  free(r.buf);
-  usage(a->cmd, stderr);
-  return 2;
-usage_fail:
-  if (r.f) fclose(r.f);
-  free(r.buf);
-  return 1;
+/* The budget options given, and only those: replace keeps the others. */
+static void ask_budget(const struct ctl_args *a, struct req *r) {
+  if (a->budget.max_per_step >= 0) req_int(r, "max_per_step", a->budget.max_per_step);
+  if (a->budget.sample >= 0) req_int(r, "sample", a->budget.sample);
+  if (a->budget.ringbuf_bytes != UINT64_MAX) req_uint(r, "ringbuf_bytes", a->budget.ringbuf_bytes);
+  if (a->budget.interp) req_bool(r, "interpret", 1);
 }
 
-/* Shared entry: argv[0] names the subcommand. */
-static int ctl_main(int argc, char **argv) {
+static int ask_attach(const struct ctl_args *a, struct ctl_call *c) {
+  ask_budget(a, &c->r);
+  return req_object(a->cmd->name, &c->r, a->pos[0], a->name) ? 1 : 0;
+}
+
+static int ask_replace(const struct ctl_args *a, struct ctl_call *c) {
+  if (parse_id(a->cmd->name, a->pos[0], &c->id)) return 2;
+  req_int(&c->r, "id", c->id);
+  ask_budget(a, &c->r);
+  return req_object(a->cmd->name, &c->r, a->pos[1], a->name) ? 1 : 0;
+}
+
+/* detach, maps: the attachment, and what maps takes. */
+static int ask_id(const struct ctl_args *a, struct ctl_call *c) {
+  if (parse_id(a->cmd->name, a->pos[0], &c->id)) return 2;
+  req_int(&c->r, "id", c->id);
+  if (a->fds) req_bool(&c->r, "fds", 1);
+  if (a->release) req_bool(&c->r, "release", 1);
+  return 0;
+}
+
+static int ask_nothing(const struct ctl_args *a, struct ctl_call *c) { return 0; }
+
+static int ask_schema(const struct ctl_args *a, struct ctl_call *c) {
+  if (a->rows) req_int(&c->r, "rows", a->rows);
+  return 0;
+}
+
+static int ask_trace(const struct ctl_args *a, struct ctl_call *c) {
+  req_num(&c->r, "seconds", a->seconds);
+  if (a->records) req_int(&c->r, "records_per_worker", a->records);
+  if (a->format) req_str(&c->r, "format", a->format);
+  if (a->max_events) req_uint(&c->r, "max_events", a->max_events);
+  if (a->max_bytes) req_uint(&c->r, "max_bytes", a->max_bytes);
+  c->timeout_ms = (int)(a->seconds * 1000) + 120000;
+  c->want_fds = 1;
+  return 0;
+}
+
+/* ---- the subcommands: how each shows the reply ---- */
+
+static int show_attach(const struct ctl_args *a, struct ctl_call *c) {
+  if (a->as_json) print_json(c->rep);
+  else printf("%lld\n", (long long)jnum(c->rep, "id"));
+  return 0;
+}
+
+static int show_replace(const struct ctl_args *a, struct ctl_call *c) {
+  char hb[256];
+  if (a->as_json)
+    print_json(c->rep);
+  else
+    printf("attachment %ld is now %s, generation %llu (hooks %s)\n", c->id,
+           json_string_value(json_object_get(c->rep, "name")), jnum(c->rep, "generation"),
+           hooks_str(json_object_get(c->rep, "hooks"), hb, sizeof hb));
+  return 0;
+}
+
+static int show_detach(const struct ctl_args *a, struct ctl_call *c) {
+  printf("detached %ld\n", c->id);
+  return 0;
+}
+
+static void print_attachment(json_t *x) {
+  char hb[256];
+  json_t *cv = json_object_get(x, "coverage");
+  unsigned long long np = jnum(x, "programs"), nj = jnum(x, "jitted");
+  const char *exec = nj == 0 ? "interp" : nj == np ? "jit" : "mixed";
+  printf("%-4lld %-16s %-9s %4llu %-24s %-6s %12llu %12llu %10llu %8llu\n", (long long)jnum(x, "id"),
+         json_string_value(json_object_get(x, "name")),
+         json_is_true(json_object_get(x, "attached")) ? "attached" : "detached", jnum(x, "generation"),
+         hooks_str(json_object_get(x, "hooks"), hb, sizeof hb), exec, jnum(cv, "eligible"), jnum(cv, "executed"),
+         jnum(cv, "throttled"), jnum(cv, "lost"));
+}
+
+static int show_ls(const struct ctl_args *a, struct ctl_call *c) {
+  if (a->as_json) {
+    print_json(c->rep);
+    return 0;
+  }
+  json_t *arr = json_object_get(c->rep, "attachments"), *x;
+  size_t i;
+  printf("%-4s %-16s %-9s %4s %-24s %-6s %12s %12s %10s %8s\n", "ID", "MONITOR", "STATE", "GEN", "HOOKS", "EXEC",
+         "ELIGIBLE", "EXECUTED", "THROTTLED", "LOST");
+  json_array_foreach(arr, i, x) print_attachment(x);
+  if (!json_array_size(arr)) printf("(no attachments)\n");
+  return 0;
+}
+
+/* maps --fds: each map's header read through its descriptor. */
+static int print_map_fd(const struct ctl_args *a, int i, int fd, const char *nm) {
+  char lb[256] = "";
+  struct ms_textbuf log = {lb, sizeof lb, 0, 0};
+  struct ms_bpf_map_reader *rd = ms_bpf_map_reader_new(fd, 0, &log);
+  if (!rd) {
+    fprintf(stderr, "megascope maps: cannot read map %s through its descriptor: %s", nm ? nm : "?", lb);
+    return 1;
+  }
+  const struct ms_bpf_map_shm *h = ms_bpf_map_reader_header(rd);
+  fprintf(a->as_json ? stderr : stdout,
+          "memfd %d (read-only): map %s, type %u, key %u B, value %u B, %u entries max, %u workers\n", i, h->name,
+          h->type, h->key_size, h->value_size, h->max_entries, h->n_workers);
+  ms_bpf_map_reader_free(rd);
+  return 0;
+}
+
+static int show_maps(const struct ctl_args *a, struct ctl_call *c) {
+  if (a->as_json) {
+    print_json(c->rep);
+  } else {
+    const char *t = json_string_value(json_object_get(c->rep, "text"));
+    fputs(t ? t : "", stdout);
+  }
+  json_t *names = json_object_get(c->rep, "fds");
+  int rc = 0;
+  for (int i = 0; i < c->n_fds; i++)
+    if (print_map_fd(a, i, c->fds[i], json_string_value(json_array_get(names, (size_t)i)))) rc = 1;
+  return rc;
+}
+
+/* The plan's schema, with every bucket the engine runs beside it. */
+static int show_schema(const struct ctl_args *a, struct ctl_call *c) {
+  json_t *sc = json_object_get(c->rep, "schema"), *bk = json_object_get(c->rep, "buckets");
+  if (json_is_object(sc) && bk) json_object_set(sc, "buckets", bk);
+  print_json(sc);
+  return 0;
+}
+
+static void print_prefix_cache(json_t *pc) {
+  if (json_is_true(json_object_get(pc, "on")))
+    printf("prefix cache: %.1f%% hit rate (%llu of %llu prompt tokens cached; %llu requests hit), %llu pages "
+           "kept, %llu evicted\n",
+           100.0 * json_number_value(json_object_get(pc, "hit_rate")), jnum(pc, "hits"), jnum(pc, "queries"),
+           jnum(pc, "hit_requests"), jnum(pc, "pages_cached"), jnum(pc, "evictions"));
+  else if (pc)
+    printf("prefix cache: off\n");
+}
+
+/* TTFT or TPOT: a latency's quantiles, in ms. */
+static void print_latency(const char *what, json_t *h) {
+  printf("%s  n=%llu  p50 %.3f ms  p90 %.3f ms  p99 %.3f ms  mean %.3f ms  (measured on the last %lld)\n", what,
+         jnum(h, "count"), 1e3 * json_number_value(json_object_get(h, "p50_s")),
+         1e3 * json_number_value(json_object_get(h, "p90_s")), 1e3 * json_number_value(json_object_get(h, "p99_s")),
+         1e3 * json_number_value(json_object_get(h, "mean_s")), (long long)jnum(h, "quantiles_of"));
+}
+
+static int show_stats(const struct ctl_args *a, struct ctl_call *c) {
+  json_t *rep = c->rep;
+  if (a->as_json) {
+    print_json(rep);
+    return 0;
+  }
+  printf("%s, %lld workers, up %.1f s\n", json_string_value(json_object_get(rep, "model")),
+         (long long)jnum(rep, "workers"), json_number_value(json_object_get(rep, "uptime_s")));
+  printf("steps %llu, tokens %llu, positions %llu, tasks %llu, stalls %llu\n", jnum(rep, "steps"), jnum(rep, "tokens"),
+         jnum(rep, "positions"), jnum(rep, "tasks"), jnum(rep, "stalls"));
+  printf("requests: %llu finished, %llu cancelled\n", jnum(rep, "requests_finished"),
+         jnum(rep, "requests_cancelled"));
+  print_prefix_cache(json_object_get(rep, "prefix_cache"));
+  print_latency("TTFT", json_object_get(rep, "ttft"));
+  print_latency("TPOT", json_object_get(rep, "tpot"));
+  return 0;
+}
+
+/* The trace the engine wrote into the descriptor it sent, copied to path:
+ * its size, or -1 (printed). */
+static off_t copy_trace(int fd, const char *path) {
+  FILE *out = fopen(path, "wb");
+  if (!out) {
+    fprintf(stderr, "megascope trace: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  char buf[1 << 16];
+  off_t off = 0;
+  ssize_t k;
+  while ((k = pread(fd, buf, sizeof buf, off)) > 0) {
+    fwrite(buf, 1, (size_t)k, out);
+    off += k;
+  }
+  if (!fclose(out) && k == 0) return off;
+  fprintf(stderr, "megascope trace: writing %s failed\n", path);
+  return -1;
+}
+
+static int show_trace(const struct ctl_args *a, struct ctl_call *c) {
+  json_t *rep = c->rep;
+  if (c->n_fds < 1) {
+    fprintf(stderr, "megascope trace: the engine's reply carried no trace\n");
+    return 1;
+  }
+  off_t off = copy_trace(c->fds[0], a->out);
+  if (off < 0) return 1;
+  printf("wrote %s (%s): %llu task records (%llu dropped: buffers full), %llu slices, %llu flows,\n"
+         "  %llu counter samples, %llu events over the budget dropped (the file covers %.6f s of\n"
+         "  %.6f s), %llu records outside the window, %lld bytes\n",
+         a->out, json_string_value(json_object_get(rep, "format")), jnum(rep, "records"), jnum(rep, "dropped"),
+         jnum(rep, "slices"), jnum(rep, "flows"), jnum(rep, "counters"), jnum(rep, "budget_dropped"),
+         (double)jnum(rep, "kept_ns") / 1e9, (double)jnum(rep, "window_ns") / 1e9, jnum(rep, "outside_window"),
+         (long long)off);
+  return 0;
+}
+
+/* ---- one command: ask, call, show ---- */
+
+static int run_ctl(const struct ctl_args *a) {
+  const struct ctl_cmd *cmd = a->cmd;
+  char path[512];
+  if (find_socket(cmd->name, a->socket, path, sizeof path)) return 1;
+  struct ctl_call c = {.timeout_ms = 60000, .want_fds = a->fds};
+  if (req_begin(&c.r, cmd->request ? cmd->request : cmd->name)) return 1;
+  int rc = cmd->ask(a, &c);
+  if (!rc && req_end(&c.r)) rc = 1;
+  if (rc) {
+    if (c.r.f) fclose(c.r.f);
+    free(c.r.buf);
+    if (rc == 2) usage(cmd, stderr);
+    return rc;
+  }
+  c.rep = call(cmd->name, path, c.r.buf, c.r.len, c.timeout_ms, NULL, c.want_fds ? c.fds : NULL,
+               c.want_fds ? &c.n_fds : NULL);
+  free(c.r.buf);
+  if (!c.rep) return 1;
+  rc = cmd->show(a, &c);
+  for (int i = 0; i < c.n_fds; i++) close(c.fds[i]);
+  json_decref(c.rep);
+  return rc;
+}
+
+/* Every control command's entry: argv[0] names it. */
+int cmd_ctl(int argc, char **argv) {
   struct ctl_args a = {.cmd = find_cmd(argv[0])};
   if (!a.cmd) return 2;
   int prc = parse(argc, argv, &a);
   if (prc) return prc > 0 ? 0 : 2;
   return run_ctl(&a);
 }
-
-int cmd_attach(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_replace(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_detach(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_ls(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_maps(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_schema(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_stats(int argc, char **argv) { return ctl_main(argc, argv); }
-int cmd_trace(int argc, char **argv) { return ctl_main(argc, argv); }
 
 /* For the other socket clients of the CLI (cmd_query.c): the socket lookup and
  * one request/reply, with the errors printed as these commands print them. */

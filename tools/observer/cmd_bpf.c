@@ -16,20 +16,12 @@
 #include "opt.h"
 #include "megascope/bpf.h"
 
-struct sub {
-  const char *name;
-  const char *usage;
-  int (*fn)(int argc, char **argv);
-};
-
 static int usage_error(const char *sub, const char *fmt, const char *arg) {
   fprintf(stderr, "megascope bpf %s: ", sub);
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\n(try 'megascope bpf %s --help')\n", sub);
   return 2;
 }
-
-static int is_help(const char *a) { return !strcmp(a, "--help") || !strcmp(a, "-h"); }
 
 /* A subcommand of one positional argument (what: its name in the usage) and
  * the options of its table: 0 with *path set, 1 (--help printed), 2 (a usage
@@ -365,32 +357,17 @@ static int cmd_objdump(int argc, char **argv) {
 
 /* ---- dispatch ----------------------------------------------------------- */
 
-static const struct sub subs[] = {
-    {"conformance", "run the BPF conformance suite's .data files", cmd_conformance},
-    {"asm", "assemble uBPF-style text to instruction words", cmd_asm},
-    {"disasm", "disassemble a .data file or raw instructions", cmd_disasm},
-    {"objdump", "list maps and programs of a BPF ELF object", cmd_objdump},
-};
+/* The subcommands, in --help's order (frame/cli.h reads the table). */
+static const struct cli_cmd bpf_cmds[] = {
+    CLI_CMD("conformance", NULL, "run the BPF conformance suite's .data files", cmd_conformance),
+    CLI_CMD("asm", NULL, "assemble uBPF-style text to instruction words", cmd_asm),
+    CLI_CMD("disasm", NULL, "disassemble a .data file or raw instructions", cmd_disasm),
+    CLI_CMD("objdump", NULL, "list maps and programs of a BPF ELF object", cmd_objdump),
+    {0}};
 
-static void usage(FILE *f) {
-  fprintf(f, "usage: megascope bpf <subcommand> [options]\n\nsubcommands:\n");
-  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
-    fprintf(f, "  %-12s %s\n", subs[i].name, subs[i].usage);
-  fprintf(f, "\n'megascope bpf <subcommand> --help' describes one.\n");
-}
-
-int cmd_bpf(int argc, char **argv) {
-  if (argc < 2) {
-    usage(stderr);
-    return 2;
-  }
-  if (is_help(argv[1]) || !strcmp(argv[1], "help")) {
-    usage(stdout);
-    return 0;
-  }
-  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++)
-    if (!strcmp(argv[1], subs[i].name)) return subs[i].fn(argc - 1, argv + 1);
-  fprintf(stderr, "megascope bpf: unknown subcommand '%s'\n", argv[1]);
-  usage(stderr);
-  return 2;
-}
+const struct cli_group bpf_group = {.path = "megascope bpf",
+                                    .noun = "subcommand",
+                                    .one = "one",
+                                    .width = 12,
+                                    .help_word = 1,
+                                    .cmds = bpf_cmds};

@@ -255,98 +255,102 @@ static const char attach_head[] =
     "polled over the control socket), replace latency (-> the new generation's first\n"
     "event) and the decode throughput dip around each, under a steady load, in one run.\n\n";
 
-int bench_attach(int argc, char **argv) {
-  struct attach_args a = {.batch = 4, .rounds = 5, .window_ms = 300};
-  int prc = cli_parse("bench attach", attach_head, attach_opts, &a, argc, argv, NULL);
-  if (prc) return prc > 0 ? 0 : 2;
-  struct cli_model cm = a.cm;
-  long batch = a.batch, workers = a.workers, rounds = a.rounds, window_ms = a.window_ms;
-  int as_json = a.as_json;
-  char mon[PATH_MAX], rep[PATH_MAX];
-  if (a.monitor) snprintf(mon, sizeof mon, "%s", a.monitor);
-  else cli_shipped_monitor("class_time.bpf.o", mon, sizeof mon);
-  if (a.replace_with) snprintf(rep, sizeof rep, "%s", a.replace_with);
-  else cli_shipped_monitor("queueing.bpf.o", rep, sizeof rep);
-  if (!cm.preset && !cm.path) cm.preset = "tiny";
-  ms_log_set(quiet_log, NULL, MS_LOG_WARN);
-  struct ms_model *m = cli_model_load(&cm);
-  if (!m) return 2;
-  int rc = 1;
-  char dir[] = "/tmp/megascope-bench-XXXXXX", path[PATH_MAX];
-  struct bench b = {.batch = (int)batch, .vocab = m->cfg.vocab};
-  struct ms_control *ctl = NULL;
-  pthread_t load, sampler;
-  int threads = 0;
+/* One run of the bench, from the engine's start to its report. */
+struct attach_run {
+  struct attach_args a;
+  char mon[PATH_MAX], rep[PATH_MAX];  /* the monitor attached, the one replacing it */
+  char dir[32], path[PATH_MAX];       /* the private socket */
+  struct ms_model *m;
+  struct bench b;
+  struct ms_control *ctl;
+  char *att_req, *rep_req;            /* the attach and replace requests */
   struct round R[MAX_ROUNDS];
-  char *att_req = attach_request("attach", 0, mon, "attach_monitor"), *rep_req = NULL;
+  int done;                           /* rounds completed */
+};
+
+/* The engine and its control server on the private socket: 0, or -1 printed. */
+static int start_engine(struct attach_run *x) {
   char lb[2048] = "";
   struct ms_textbuf log = {lb, sizeof lb, 0, 0};
-  b.t = malloc(sizeof *b.t * MAX_SAMPLES);
-  b.tok = malloc(sizeof *b.tok * MAX_SAMPLES);
-  if (!att_req || !b.t || !b.tok || !mkdtemp(dir)) goto out;
-  snprintf(path, sizeof path, "%s/engine.sock", dir);
-  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)workers, .max_batch = (int)batch, .max_ctx = 64};
-  if (!(b.e = ms_engine_new(m, &eo, &log))) {
+  snprintf(x->path, sizeof x->path, "%s/engine.sock", x->dir);
+  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)x->a.workers, .max_batch = (int)x->a.batch,
+                              .max_ctx = 64};
+  if (!(x->b.e = ms_engine_new(x->m, &eo, &log))) {
     fprintf(stderr, "megascope bench attach: %s", lb);
-    goto out;
+    return -1;
   }
-  struct ms_control_opts co = {.sz = sizeof co, .path = path, .model_name = m->cfg.name};
-  if (!(ctl = ms_control_new(b.e, &co, &log))) {
+  struct ms_control_opts co = {.sz = sizeof co, .path = x->path, .model_name = x->m->cfg.name};
+  if (!(x->ctl = ms_control_new(x->b.e, &co, &log))) {
     fprintf(stderr, "megascope bench attach: %s", lb);
-    goto out;
+    return -1;
   }
-  pthread_create(&load, NULL, load_main, &b);
-  pthread_create(&sampler, NULL, sampler_main, &b);
-  threads = 1;
-  sleep_ms(3.0 * (double)window_ms);  /* warm up: the batch fills, plans are hot */
-  int done = 0;
-  for (; done < rounds; done++) {
-    struct round *r = &R[done];
-    r->t_attach = ms_now_ns();
-    json_t *j = request(path, att_req);
-    if (!j) goto stop;
-    int id = (int)json_integer_value(json_object_get(j, "id"));
-    json_decref(j);
-    uint64_t t_reply = ms_now_ns(), t_exec = first_executed(path, id, 1);
-    if (!t_exec) goto stop;
-    r->attach_reply_ms = (double)(t_reply - r->t_attach) / 1e6;
-    r->attach_ms = (double)(t_exec - r->t_attach) / 1e6;
-    sleep_ms((double)window_ms * 1.5);
-    free(rep_req);
-    if (!(rep_req = attach_request("replace", id, rep, "replace_monitor"))) goto stop;
-    r->t_replace = ms_now_ns();
-    if (!(j = request(path, rep_req))) goto stop;
-    json_decref(j);
-    t_reply = ms_now_ns();
-    if (!(t_exec = first_executed(path, id, 2))) goto stop;
-    r->replace_reply_ms = (double)(t_reply - r->t_replace) / 1e6;
-    r->replace_ms = (double)(t_exec - r->t_replace) / 1e6;
-    sleep_ms((double)window_ms * 1.5);
-    char det[64];
-    snprintf(det, sizeof det, "{\"cmd\":\"detach\",\"id\":%d}", id);
-    if (!(j = request(path, det))) goto stop;
-    json_decref(j);
-    r->t_quiet = ms_now_ns() + (uint64_t)window_ms * 1250000ull;
-    sleep_ms((double)window_ms * 2.5);
-  }
-  rc = 0;
-stop:
-  atomic_store(&b.stop, 1);
+  return 0;
+}
+
+/* One round: attach, replace, detach over the socket, each timed to its
+ * generation's first executed event, with a window of load after each. 0, or
+ * -1 (printed by request). */
+static int one_round(struct attach_run *x, struct round *r) {
+  const char *path = x->path;
+  double window_ms = (double)x->a.window_ms;
+  r->t_attach = ms_now_ns();
+  json_t *j = request(path, x->att_req);
+  if (!j) return -1;
+  int id = (int)json_integer_value(json_object_get(j, "id"));
+  json_decref(j);
+  uint64_t t_reply = ms_now_ns(), t_exec = first_executed(path, id, 1);
+  if (!t_exec) return -1;
+  r->attach_reply_ms = (double)(t_reply - r->t_attach) / 1e6;
+  r->attach_ms = (double)(t_exec - r->t_attach) / 1e6;
+  sleep_ms(window_ms * 1.5);
+  free(x->rep_req);
+  if (!(x->rep_req = attach_request("replace", id, x->rep, "replace_monitor"))) return -1;
+  r->t_replace = ms_now_ns();
+  if (!(j = request(path, x->rep_req))) return -1;
+  json_decref(j);
+  t_reply = ms_now_ns();
+  if (!(t_exec = first_executed(path, id, 2))) return -1;
+  r->replace_reply_ms = (double)(t_reply - r->t_replace) / 1e6;
+  r->replace_ms = (double)(t_exec - r->t_replace) / 1e6;
+  sleep_ms(window_ms * 1.5);
+  char det[64];
+  snprintf(det, sizeof det, "{\"cmd\":\"detach\",\"id\":%d}", id);
+  if (!(j = request(path, det))) return -1;
+  json_decref(j);
+  r->t_quiet = ms_now_ns() + (uint64_t)x->a.window_ms * 1250000ull;
+  sleep_ms(window_ms * 2.5);
+  return 0;
+}
+
+/* The rounds, with the load and sampler threads running through them (and
+ * joined before it returns): 0, or -1 printed. */
+static int run_rounds(struct attach_run *x) {
+  pthread_t load, sampler;
+  pthread_create(&load, NULL, load_main, &x->b);
+  pthread_create(&sampler, NULL, sampler_main, &x->b);
+  sleep_ms(3.0 * (double)x->a.window_ms);  /* warm up: the batch fills, plans are hot */
+  int rc = 0;
+  while (x->done < x->a.rounds && !(rc = one_round(x, &x->R[x->done]))) x->done++;
+  atomic_store(&x->b.stop, 1);
   pthread_join(load, NULL);
   pthread_join(sampler, NULL);
-  threads = 0;
-  if (rc) {
-    fprintf(stderr, "megascope bench attach: round %d failed\n", done + 1);
-    goto out;
-  }
-  uint64_t w = (uint64_t)window_ms * 1000000ull;
-  double v[8][MAX_ROUNDS];
-  for (int i = 0; i < done; i++) {
-    struct round *r = &R[i];
-    r->before_attach = rate(&b, r->t_attach - w, r->t_attach);
-    r->after_attach = rate(&b, r->t_attach, r->t_attach + w);
-    r->before_replace = rate(&b, r->t_replace - w, r->t_replace);
-    r->after_replace = rate(&b, r->t_replace, r->t_replace + w);
+  if (rc) fprintf(stderr, "megascope bench attach: round %d failed\n", x->done + 1);
+  return rc;
+}
+
+/* Each round's throughput around its commands, and the figures the report
+ * takes medians of: v[0..3] latencies and replies, v[4], v[5] the dips after
+ * attach and replace, v[6] the throughput before attach, v[7] the change
+ * between two windows without a command. */
+static void round_figures(struct attach_run *x, double v[8][MAX_ROUNDS]) {
+  const struct bench *b = &x->b;
+  uint64_t w = (uint64_t)x->a.window_ms * 1000000ull;
+  for (int i = 0; i < x->done; i++) {
+    struct round *r = &x->R[i];
+    r->before_attach = rate(b, r->t_attach - w, r->t_attach);
+    r->after_attach = rate(b, r->t_attach, r->t_attach + w);
+    r->before_replace = rate(b, r->t_replace - w, r->t_replace);
+    r->after_replace = rate(b, r->t_replace, r->t_replace + w);
     v[0][i] = r->attach_ms;
     v[1][i] = r->attach_reply_ms;
     v[2][i] = r->replace_ms;
@@ -354,73 +358,101 @@ stop:
     v[4][i] = r->before_attach > 0 ? 1 - r->after_attach / r->before_attach : 0;
     v[5][i] = r->before_replace > 0 ? 1 - r->after_replace / r->before_replace : 0;
     v[6][i] = r->before_attach;
-    r->before_quiet = rate(&b, r->t_quiet - w, r->t_quiet);
-    r->after_quiet = rate(&b, r->t_quiet, r->t_quiet + w);
+    r->before_quiet = rate(b, r->t_quiet - w, r->t_quiet);
+    r->after_quiet = rate(b, r->t_quiet, r->t_quiet + w);
     v[7][i] = r->before_quiet > 0 ? 1 - r->after_quiet / r->before_quiet : 0;
   }
-  double base = median(v[6], done);
-  if (as_json) {
-    struct ms_json j;
-    ms_json_init(&j, stdout, 1);
+}
+
+static void report_json(const struct attach_run *x, double v[8][MAX_ROUNDS], double base) {
+  int done = x->done;
+  struct ms_json j;
+  ms_json_init(&j, stdout, 1);
+  ms_json_obj_begin(&j);
+  ms_json_kstr(&j, "model", x->m->cfg.name);
+  ms_json_kstr(&j, "dtype", ms_dtype_name(x->m->cfg.dtype));
+  ms_json_kint(&j, "workers", ms_engine_n_workers(x->b.e));
+  ms_json_kint(&j, "batch", x->a.batch);
+  ms_json_kint(&j, "rounds", done);
+  ms_json_kstr(&j, "monitor", x->mon);
+  ms_json_kstr(&j, "replace_with", x->rep);
+  ms_json_kint(&j, "window_ms", x->a.window_ms);
+  ms_json_knum(&j, "baseline_tokens_per_s", base);
+  summary(&j, "attach_latency_ms", v[0], done);
+  summary(&j, "attach_reply_ms", v[1], done);
+  summary(&j, "replace_latency_ms", v[2], done);
+  summary(&j, "replace_reply_ms", v[3], done);
+  summary(&j, "attach_throughput_dip", v[4], done);
+  summary(&j, "replace_throughput_dip", v[5], done);
+  summary(&j, "no_command_throughput_change", v[7], done);
+  ms_json_kuint(&j, "requests_failed", x->b.failed);
+  ms_json_key(&j, "per_round");
+  ms_json_arr_begin(&j);
+  for (int i = 0; i < done; i++) {
+    const struct round *r = &x->R[i];
     ms_json_obj_begin(&j);
-    ms_json_kstr(&j, "model", m->cfg.name);
-    ms_json_kstr(&j, "dtype", ms_dtype_name(m->cfg.dtype));
-    ms_json_kint(&j, "workers", ms_engine_n_workers(b.e));
-    ms_json_kint(&j, "batch", batch);
-    ms_json_kint(&j, "rounds", done);
-    ms_json_kstr(&j, "monitor", mon);
-    ms_json_kstr(&j, "replace_with", rep);
-    ms_json_kint(&j, "window_ms", window_ms);
-    ms_json_knum(&j, "baseline_tokens_per_s", base);
-    summary(&j, "attach_latency_ms", v[0], done);
-    summary(&j, "attach_reply_ms", v[1], done);
-    summary(&j, "replace_latency_ms", v[2], done);
-    summary(&j, "replace_reply_ms", v[3], done);
-    summary(&j, "attach_throughput_dip", v[4], done);
-    summary(&j, "replace_throughput_dip", v[5], done);
-    summary(&j, "no_command_throughput_change", v[7], done);
-    ms_json_kuint(&j, "requests_failed", b.failed);
-    ms_json_key(&j, "per_round");
-    ms_json_arr_begin(&j);
-    for (int i = 0; i < done; i++) {
-      ms_json_obj_begin(&j);
-      ms_json_knum(&j, "attach_latency_ms", R[i].attach_ms);
-      ms_json_knum(&j, "replace_latency_ms", R[i].replace_ms);
-      ms_json_knum(&j, "tokens_per_s_before_attach", R[i].before_attach);
-      ms_json_knum(&j, "tokens_per_s_after_attach", R[i].after_attach);
-      ms_json_knum(&j, "tokens_per_s_before_replace", R[i].before_replace);
-      ms_json_knum(&j, "tokens_per_s_after_replace", R[i].after_replace);
-      ms_json_obj_end(&j);
-    }
-    ms_json_arr_end(&j);
+    ms_json_knum(&j, "attach_latency_ms", r->attach_ms);
+    ms_json_knum(&j, "replace_latency_ms", r->replace_ms);
+    ms_json_knum(&j, "tokens_per_s_before_attach", r->before_attach);
+    ms_json_knum(&j, "tokens_per_s_after_attach", r->after_attach);
+    ms_json_knum(&j, "tokens_per_s_before_replace", r->before_replace);
+    ms_json_knum(&j, "tokens_per_s_after_replace", r->after_replace);
     ms_json_obj_end(&j);
-    ms_json_end(&j);
-  } else {
-    printf("%s (%s), %d workers, batch %ld, %d rounds, windows of %ld ms\n", m->cfg.name,
-           ms_dtype_name(m->cfg.dtype), ms_engine_n_workers(b.e), batch, done, window_ms);
-    printf("  attach:  first executed event %.3f ms after the command (median; reply %.3f ms)\n",
-           median(v[0], done), median(v[1], done));
-    printf("  replace: new generation's first event %.3f ms after the command (median; reply %.3f ms)\n",
-           median(v[2], done), median(v[3], done));
-    printf("  throughput %.1f tokens/s before; dip %.1f%% after attach, %.1f%% after replace (medians;\n"
-           "  between two windows without a command it changes by %.1f%%: the noise floor)\n",
-           base, 100 * median(v[4], done), 100 * median(v[5], done), 100 * median(v[7], done));
-    printf("  requests failed: %llu\n", (unsigned long long)b.failed);
   }
-  rc = b.failed ? 1 : 0;
-out:
-  if (threads) {
-    atomic_store(&b.stop, 1);
-    pthread_join(load, NULL);
-    pthread_join(sampler, NULL);
-  }
-  ms_control_free(ctl);
-  ms_engine_free(b.e);
-  rmdir(dir);
-  free(att_req);
-  free(rep_req);
-  free(b.t);
-  free(b.tok);
-  ms_model_free(m);
+  ms_json_arr_end(&j);
+  ms_json_obj_end(&j);
+  ms_json_end(&j);
+}
+
+static void report_text(const struct attach_run *x, double v[8][MAX_ROUNDS], double base) {
+  int done = x->done;
+  printf("%s (%s), %d workers, batch %ld, %d rounds, windows of %ld ms\n", x->m->cfg.name,
+         ms_dtype_name(x->m->cfg.dtype), ms_engine_n_workers(x->b.e), x->a.batch, done, x->a.window_ms);
+  printf("  attach:  first executed event %.3f ms after the command (median; reply %.3f ms)\n", median(v[0], done),
+         median(v[1], done));
+  printf("  replace: new generation's first event %.3f ms after the command (median; reply %.3f ms)\n",
+         median(v[2], done), median(v[3], done));
+  printf("  throughput %.1f tokens/s before; dip %.1f%% after attach, %.1f%% after replace (medians;\n"
+         "  between two windows without a command it changes by %.1f%%: the noise floor)\n",
+         base, 100 * median(v[4], done), 100 * median(v[5], done), 100 * median(v[7], done));
+  printf("  requests failed: %llu\n", (unsigned long long)x->b.failed);
+}
+
+/* The whole run after parsing: 0, or 1 (failed, printed). */
+static int attach_run(struct attach_run *x) {
+  x->att_req = attach_request("attach", 0, x->mon, "attach_monitor");
+  x->b.t = malloc(sizeof *x->b.t * MAX_SAMPLES);
+  x->b.tok = malloc(sizeof *x->b.tok * MAX_SAMPLES);
+  if (!x->att_req || !x->b.t || !x->b.tok || !mkdtemp(x->dir)) return 1;
+  if (start_engine(x) || run_rounds(x)) return 1;
+  double v[8][MAX_ROUNDS];
+  round_figures(x, v);
+  double base = median(v[6], x->done);
+  if (x->a.as_json) report_json(x, v, base);
+  else report_text(x, v, base);
+  return x->b.failed ? 1 : 0;
+}
+
+int bench_attach(int argc, char **argv) {
+  struct attach_run x = {.a = {.batch = 4, .rounds = 5, .window_ms = 300}, .dir = "/tmp/megascope-bench-XXXXXX"};
+  int prc = cli_parse("bench attach", attach_head, attach_opts, &x.a, argc, argv, NULL);
+  if (prc) return prc > 0 ? 0 : 2;
+  if (x.a.monitor) snprintf(x.mon, sizeof x.mon, "%s", x.a.monitor);
+  else cli_shipped_monitor("class_time.bpf.o", x.mon, sizeof x.mon);
+  if (x.a.replace_with) snprintf(x.rep, sizeof x.rep, "%s", x.a.replace_with);
+  else cli_shipped_monitor("queueing.bpf.o", x.rep, sizeof x.rep);
+  if (!x.a.cm.preset && !x.a.cm.path) x.a.cm.preset = "tiny";
+  ms_log_set(quiet_log, NULL, MS_LOG_WARN);
+  if (!(x.m = cli_model_load(&x.a.cm))) return 2;
+  x.b = (struct bench){.batch = (int)x.a.batch, .vocab = x.m->cfg.vocab};
+  int rc = attach_run(&x);
+  ms_control_free(x.ctl);
+  ms_engine_free(x.b.e);
+  rmdir(x.dir);
+  free(x.att_req);
+  free(x.rep_req);
+  free(x.b.t);
+  free(x.b.tok);
+  ms_model_free(x.m);
   return rc;
 }

@@ -15,19 +15,6 @@
 #include "megascope/json.h"
 #include "megascope/transport.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope bench <benchmark> [options]\n\n"
-          "benchmarks:\n"
-          "  decode   decode tokens/s: megakernel vs per-op vs the memory-bandwidth bound\n"
-          "  prefill  time to first token: chunked prefill vs one prompt position per step\n"
-          "  hooks    what hooks cost: off vs armed vs a monitor attached (JIT, interpreted); JIT vs interpreter\n"
-          "  attach   attach / replace latency over the control socket, throughput dip around them\n"
-          "  sim      the simulator against published megakernel figures\n"
-          "  diagnose the counterexample benchmark: injected faults, five ways of observing\n\n"
-          "'megascope bench <benchmark> --help' describes one.\n");
-}
-
 /* ---- STREAM-like copy and read ---- */
 
 struct copy_arg {
@@ -405,22 +392,19 @@ static int bench_decode(int argc, char **argv) {
   return rc;
 }
 
-int cmd_bench(int argc, char **argv) {
-  if (argc < 2) {
-    usage(stderr);
-    return 2;
-  }
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    usage(stdout);
-    return 0;
-  }
-  if (!strcmp(argv[1], "decode")) return bench_decode(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "hooks")) return bench_hooks(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "attach")) return bench_attach(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "sim")) return bench_sim(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "prefill")) return bench_prefill(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "diagnose")) return bench_diagnose_main(argc - 1, argv + 1);
-  fprintf(stderr, "megascope bench: unknown benchmark '%s'\n", argv[1]);
-  usage(stderr);
-  return 2;
-}
+/* The benchmarks, in --help's order (frame/cli.h reads the table). */
+static const struct cli_cmd bench_cmds[] = {
+    CLI_CMD("decode", NULL, "decode tokens/s: megakernel vs per-op vs the memory-bandwidth bound", bench_decode),
+    CLI_CMD("prefill", NULL, "time to first token: chunked prefill vs one prompt position per step", bench_prefill),
+    CLI_CMD("hooks", NULL,
+            "what hooks cost: off vs armed vs a monitor attached (JIT, interpreted); JIT vs interpreter",
+            bench_hooks),
+    CLI_CMD("attach", NULL, "attach / replace latency over the control socket, throughput dip around them",
+            bench_attach),
+    CLI_CMD("sim", NULL, "the simulator against published megakernel figures", bench_sim),
+    CLI_CMD("diagnose", NULL, "the counterexample benchmark: injected faults, five ways of observing",
+            bench_diagnose_main),
+    {0}};
+
+const struct cli_group bench_group = {
+    .path = "megascope bench", .noun = "benchmark", .one = "one", .width = 8, .cmds = bench_cmds};

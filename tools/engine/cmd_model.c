@@ -21,18 +21,6 @@
 #include "megascope/reference.h"
 #include "megascope/tokenizer.h"
 
-static void usage(FILE *f) {
-  fprintf(f,
-          "usage: megascope model <command> [options]\n\n"
-          "commands:\n"
-          "  synth     --preset P --type T --out F.gguf   write a synthetic preset as GGUF\n"
-          "  info      F.gguf                             metadata, tensors and model of a file\n"
-          "  tokenize  --model F.gguf --text TEXT         text -> ids (--decode IDS: ids -> text)\n"
-          "  logits    --model F.gguf --tokens IDS        teacher-forced logits (raw f32 with --out)\n"
-          "  dump      F.gguf TENSOR --out F.bin          one tensor dequantized to raw f32\n\n"
-          "'megascope model <command> --help' describes one.\n");
-}
-
 /* ---- synth ---- */
 
 struct synth_args {
@@ -574,21 +562,14 @@ static int cmd_dump(int argc, char **argv) {
   return rc;
 }
 
-int cmd_model(int argc, char **argv) {
-  if (argc < 2) {
-    usage(stderr);
-    return 2;
-  }
-  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-    usage(stdout);
-    return 0;
-  }
-  if (!strcmp(argv[1], "synth")) return cmd_synth(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "info")) return cmd_info(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "logits")) return cmd_logits(argc - 1, argv + 1);
-  if (!strcmp(argv[1], "dump")) return cmd_dump(argc - 1, argv + 1);
-  fprintf(stderr, "megascope model: unknown command '%s'\n", argv[1]);
-  usage(stderr);
-  return 2;
-}
+/* The subcommands, in --help's order (frame/cli.h reads the table). */
+static const struct cli_cmd model_cmds[] = {
+    CLI_CMD("synth", "--preset P --type T --out F.gguf", "write a synthetic preset as GGUF", cmd_synth),
+    CLI_CMD("info", "F.gguf", "metadata, tensors and model of a file", cmd_info),
+    CLI_CMD("tokenize", "--model F.gguf --text TEXT", "text -> ids (--decode IDS: ids -> text)", cmd_tokenize),
+    CLI_CMD("logits", "--model F.gguf --tokens IDS", "teacher-forced logits (raw f32 with --out)", cmd_logits),
+    CLI_CMD("dump", "F.gguf TENSOR --out F.bin", "one tensor dequantized to raw f32", cmd_dump),
+    {0}};
+
+const struct cli_group model_group = {
+    .path = "megascope model", .noun = "command", .one = "one", .width = 9, .args_width = 34, .cmds = model_cmds};

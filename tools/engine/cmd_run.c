@@ -331,8 +331,6 @@ out:
   return worst;
 }
 
-static int cmd_run_on(struct run_args *ap, struct ms_transport *tx);
-
 static void print_steps(const struct ms_engine *e) {
   struct ms_step_record *log = malloc(sizeof *log * 1024);
   int n = log ? ms_engine_step_log(e, log, 1024) : 0;
@@ -345,6 +343,324 @@ static void print_steps(const struct ms_engine *e) {
   free(log);
 }
 
+/* One run's state, from the model to the report. */
+struct run {
+  struct run_args a;
+  struct ms_transport *tx;   /* the other ranks, or NULL */
+  struct ms_model *m;
+  struct ms_tokenizer *tok;
+  int32_t *text_ids;         /* --prompt, tokenized */
+  int n_text;
+  struct ms_fault faults[4];
+  struct schedule sch;
+  struct ms_engine *e;
+  int start_paused;
+  struct ms_query *q;
+  struct ms_request **reqs;  /* (requests) */
+  int32_t *prompts;          /* (requests, prompt_len) */
+  struct ms_engine_stats st;
+  double secs, worst;        /* the decode's wall time; the largest |logit diff| */
+  int mismatches, ok;
+};
+
+/* The model, its tokenizer and the prompt's ids; max_ctx when not given: 0, or
+ * 2 (printed). */
+static int run_load(struct run *r) {
+  struct run_args *a = &r->a;
+  if (!(r->m = cli_model_load_tok(&a->cm, &r->tok))) return 2;
+  if (a->text.prompt && run_text_encode(&a->text, r->tok, r->m, a->cm.path, &r->text_ids, &r->n_text)) return 2;
+  if (a->text.prompt) a->prompt_len = r->n_text;
+  if (!a->max_ctx) {
+    char why[320];
+    a->max_ctx = cli_default_ctx(r->m, a->batch, why, sizeof why);
+    if (a->max_ctx < a->prompt_len + a->steps) a->max_ctx = a->prompt_len + a->steps;
+  }
+  return 0;
+}
+
+/* --backend sim: the GPU preset and the cost model's --sim-param: 0, or -1 printed. */
+static int run_sim_opts(const struct run_args *a, struct ms_sim_params *sim) {
+  if (ms_sim_preset(a->gpu ? a->gpu : "h100", sim)) {
+    fprintf(stderr, "megascope run: --gpu '%s': expected a100, h100, h200 or b200\n", a->gpu);
+    return -1;
+  }
+  sim->compute = a->compute;
+  for (int i = 0; i < a->n_sim_param; i++) {
+    char k[64];
+    const char *eq = strchr(a->sim_param[i], '=');
+    snprintf(k, sizeof k, "%.*s", eq ? (int)(eq - a->sim_param[i]) : 0, a->sim_param[i]);
+    if (!eq || ms_sim_param_set(sim, k, eq + 1)) {
+      fprintf(stderr, "megascope run: --sim-param '%s': expected NAME=VALUE with a cost-model parameter\n",
+              a->sim_param[i]);
+      return -1;
+    }
+  }
+  return 0;
+}
+
+/* The engine's options from the arguments, the faults resolved against the
+ * plan: 0, or -1 printed. */
+static int run_engine_opts(struct run *r, struct ms_engine_opts *eo) {
+  const struct run_args *a = &r->a;
+  *eo = (struct ms_engine_opts){.sz = sizeof *eo, .n_workers = (int)a->workers, .mode = a->mode,
+                                .max_batch = (int)a->batch, .max_ctx = (int)a->max_ctx,
+                                .tile_bytes = (int)a->tile_kb * 1024, .tile_rows = (int)a->tile_rows,
+                                .shuffle = a->shuffle,
+                                .seed = a->seed, .watchdog_ms = (int)a->watchdog_ms, .backend = a->be.backend,
+                                .q8_activations = a->q8, .max_batched_tokens = (int)a->max_batched};
+  if (a->be.backend == MS_BACKEND_SIM && run_sim_opts(a, &eo->sim)) return -1;
+  eo->tp = (int)a->tp;
+  eo->cuda_sms = (int)a->be.sms;
+  eo->transport = r->tx;
+  eo->comm_timeout_ms = (int)a->comm_timeout_ms;
+  /* the simulator: every request waits in the mailbox before the first step, so
+   * the batches (and the run) follow from the seed, not from host timing; so do
+   * the ranks of one engine, which must all admit the same requests each step */
+  eo->start_paused = (a->be.backend == MS_BACKEND_SIM || r->tx) && a->requests <= 1000;
+  eo->faults = r->faults;
+  eo->n_faults = a->n_fault;
+  if (a->n_fault && resolve_faults(r->m, a, eo, r->faults)) return -1;
+  return 0;
+}
+
+/* The monitors loaded and verified, the engine started, the --query compiled
+ * and what attaches at step 0 attached: 0, or -1 printed. */
+static int run_start(struct run *r) {
+  struct run_args *a = &r->a;
+  char logbuf[2048] = "";
+  struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
+  struct ms_engine_opts eo;
+  if (run_engine_opts(r, &eo)) return -1;
+  for (int i = 0; i < a->n_attach; i++)
+    if (!(r->sch.mon[i] = load_monitor(a->attach[i]))) return -1;
+  if (a->replace_with && !(r->sch.replacement = load_monitor(a->replace_with))) return -1;
+  r->e = ms_engine_new(r->m, &eo, &log);
+  if (!r->e) {
+    fprintf(stderr, "megascope run: %s", logbuf);
+    return -1;
+  }
+  r->start_paused = eo.start_paused;
+  if (a->query && !(r->q = run_query_compile(r->e, a, &r->sch))) return -1;
+  if (a->n_attach && a->attach_at == 0 && control_step(r->e, a, &r->sch, 0)) return -1;
+  return 0;
+}
+
+/* Request i: the --prompt's ids or a made-up prompt; NULL when refused (printed). */
+static struct ms_request *run_submit(struct run *r, long i) {
+  const struct run_args *a = &r->a;
+  int32_t *pr = r->prompts + i * a->prompt_len;
+  int n = a->text.prompt ? r->n_text : make_prompt(i, a->prompt_len, r->m->cfg.vocab, pr);
+  if (a->text.prompt) memcpy(pr, r->text_ids, sizeof *pr * (size_t)r->n_text);
+  struct ms_request_opts ro = {.sz = sizeof ro, .prompt = pr, .n_prompt = n,
+                               .max_new_tokens = (int)a->steps, .record_logits = a->check};
+  run_text_request(&a->text, i, &ro);
+  struct ms_request *req = ms_engine_submit(r->e, &ro);
+  if (!req)
+    fprintf(stderr, "megascope run: request %ld refused: %s%s\n", i, ms_strerror(errno),
+            errno == E2BIG ? " (prompt + steps exceed --max-ctx)" : "");
+  return req;
+}
+
+/* Every request submitted and decoded to its end, the attach schedule run
+ * between steps; secs: the time it took. 0, or -1 printed. */
+static int run_decode(struct run *r) {
+  const struct run_args *a = &r->a;
+  r->reqs = calloc((size_t)a->requests, sizeof *r->reqs);
+  r->prompts = malloc((size_t)a->requests * (size_t)a->prompt_len * sizeof *r->prompts);
+  if (!r->reqs || !r->prompts) return -1;
+  uint64_t t0 = ms_now_ns();
+  for (long i = 0; i < a->requests; i++)
+    if (!(r->reqs[i] = run_submit(r, i))) return -1;
+  if (r->start_paused) ms_engine_resume(r->e);
+  if (wait_all(r->e, a, &r->sch, r->reqs)) return -1;
+  uint64_t t1 = ms_now_ns();
+  cli_dist_check_failed("run", r->tx, r->e);
+  ms_engine_get_stats(r->e, &r->st);
+  r->secs = (double)(t1 - t0) / 1e9;
+  return 0;
+}
+
+/* --check: every request's logits against the reference; the tolerance when
+ * not given; ok unless the check failed. */
+static void run_check(struct run *r) {
+  struct run_args *a = &r->a;
+  const struct ms_model *m = r->m;
+  r->ok = 1;
+  if (a->check && (!r->tx || r->tx->rank == 0))  /* every rank has the same logits: rank 0 checks them */
+    for (long i = 0; i < a->requests; i++) {
+      struct ms_request_info info;
+      ms_request_get_info(r->reqs[i], &info);
+      double d = check_request(m, &info, r->prompts + i * a->prompt_len, a->max_ctx, ms_engine_q8_active(r->e),
+                               &r->mismatches);
+      if (!(d <= r->worst)) r->worst = d;
+    }
+  if (a->tolerance < 0)  /* each path its own: f32 accumulation differs, 8-bit inputs do, or the
+                          * device's bf16 copies of other weight types do (0.03 on tiny's f32) */
+    a->tolerance = ms_engine_q8_active(r->e) ? 0.25
+                   : a->be.backend == MS_BACKEND_CUDA && m->cfg.dtype != MS_DTYPE_BF16 ? 0.1
+                                                                                        : 1e-3;
+  if (a->check && !(r->worst <= a->tolerance)) r->ok = 0;
+}
+
+/* ---- the report ---- */
+
+static void json_steps(const struct ms_engine *e, struct ms_json *j) {
+  struct ms_step_record *log = malloc(sizeof *log * 1024);
+  int n = log ? ms_engine_step_log(e, log, 1024) : 0;
+  ms_json_key(j, "steps");
+  ms_json_arr_begin(j);
+  for (int i = 0; i < n; i++) {
+    ms_json_obj_begin(j);
+    ms_json_kuint(j, "step", log[i].step);
+    ms_json_kint(j, "rows", log[i].rows);
+    ms_json_kint(j, "bucket", log[i].bucket);
+    ms_json_kint(j, "admitted", log[i].admitted);
+    ms_json_kint(j, "retired", log[i].retired);
+    ms_json_knum(j, "ms", (double)(log[i].t_end - log[i].t_begin) / 1e6);
+    ms_json_obj_end(j);
+  }
+  ms_json_arr_end(j);
+  free(log);
+}
+
+static void json_tokens(struct ms_request *const *reqs, long n, struct ms_json *j) {
+  ms_json_key(j, "tokens");
+  ms_json_arr_begin(j);
+  for (long i = 0; i < n; i++) {
+    struct ms_request_info info;
+    ms_request_get_info(reqs[i], &info);
+    ms_json_arr_begin(j);
+    for (int k = 0; k < info.n_tokens; k++) ms_json_int(j, info.tokens[k]);
+    ms_json_arr_end(j);
+  }
+  ms_json_arr_end(j);
+}
+
+/* The run's figures: what ran, how fast, on the simulator its simulated time. */
+static void json_figures(const struct run *r, struct ms_json *j) {
+  const struct run_args *a = &r->a;
+  const struct ms_engine_stats *st = &r->st;
+  ms_json_kstr(j, "model", r->m->cfg.name);
+  ms_json_kstr(j, "dtype", ms_dtype_name(r->m->cfg.dtype));
+  ms_json_kstr(j, "mode", ms_mode_name(a->mode));
+  ms_json_kstr(j, "backend", ms_backend_name(a->be.backend));
+  ms_json_kint(j, "workers", ms_engine_n_workers(r->e));
+  if (r->tx) ms_json_kint(j, "ranks", r->tx->size);
+  ms_json_kint(j, "batch", a->batch);
+  ms_json_kint(j, "requests", a->requests);
+  ms_json_kbool(j, "shuffle", a->shuffle);
+  ms_json_kbool(j, "q8_activations", a->q8);
+  ms_json_kuint(j, "seed", a->seed);
+  ms_json_kuint(j, "engine_steps", st->steps);
+  ms_json_kuint(j, "positions", st->positions);
+  ms_json_kuint(j, "tasks_executed", st->tasks);
+  ms_json_kuint(j, "generated_tokens", st->tokens);
+  ms_json_knum(j, "seconds", r->secs);
+  ms_json_knum(j, "tokens_per_s", (double)st->tokens / r->secs);
+  if (a->be.backend == MS_BACKEND_SIM) {
+    double sim_s = (double)ms_engine_sim_now(r->e) / 1e9;
+    ms_json_kstr(j, "gpu", a->gpu ? a->gpu : "h100");
+    ms_json_knum(j, "sim_seconds", sim_s);
+    ms_json_knum(j, "sim_tokens_per_s", (double)st->tokens / sim_s);
+    ms_json_knum(j, "sim_ms_per_step", sim_s * 1e3 / (double)(st->steps ? st->steps : 1));
+  }
+}
+
+static void run_json(const struct run *r) {
+  const struct run_args *a = &r->a;
+  struct ms_json j;
+  ms_json_init(&j, stdout, 0);
+  ms_json_obj_begin(&j);
+  json_figures(r, &j);
+  if (a->check) {
+    ms_json_knum(&j, "max_abs_logit_diff", r->worst);
+    ms_json_knum(&j, "tolerance", a->tolerance);
+    ms_json_kint(&j, "reference_argmax_mismatches", r->mismatches);
+    ms_json_kbool(&j, "check_passed", r->ok);
+  }
+  if (a->show_steps) json_steps(r->e, &j);
+  if (a->n_attach) {
+    ms_json_key(&j, "attachments");
+    ms_json_arr_begin(&j);
+    for (int i = 0; i < a->n_attach; i++)
+      if (!a->query || i != a->query_i) ms_engine_attach_write_json(r->e, r->sch.ids[i], &j);
+    ms_json_arr_end(&j);
+  }
+  if (r->q) {
+    ms_json_key(&j, "query");
+    run_query_write(r->e, r->q, r->sch.ids[a->query_i], NULL, &j);
+  }
+  if (a->text.prompt) run_text_json(&j, &a->text, r->tok, r->reqs, a->requests);
+  json_tokens(r->reqs, a->requests, &j);
+  ms_json_obj_end(&j);
+  ms_json_end(&j);
+}
+
+/* The first requests' tokens (or text, with --prompt). */
+static void print_requests(const struct run *r) {
+  const struct run_args *a = &r->a;
+  for (long i = 0; i < a->requests && i < 8; i++) {
+    struct ms_request_info info;
+    ms_request_get_info(r->reqs[i], &info);
+    if (a->text.prompt) {
+      run_text_print(&a->text, r->tok, i, &info, r->prompts + i * a->prompt_len);
+      continue;
+    }
+    printf("  request %ld (prompt %d): ", i, info.n_prompt);
+    for (int k = 0; k < info.n_tokens && k < 16; k++) printf("%d ", info.tokens[k]);
+    printf("%s\n", info.n_tokens > 16 ? "..." : "");
+  }
+}
+
+static void run_print(const struct run *r) {
+  const struct run_args *a = &r->a;
+  const struct ms_model *m = r->m;
+  const struct ms_engine_stats *st = &r->st;
+  if (a->show_steps) print_steps(r->e);
+  printf("%s (%s%s) %s%s%s, %d workers: %ld requests, %llu tokens in %.3f s (%.1f tokens/s), %llu steps, %llu tasks\n",
+         m->cfg.name, ms_dtype_name(m->cfg.dtype), a->q8 && a->be.backend != MS_BACKEND_CUDA ? ", 8-bit activations" : "",
+         ms_mode_name(a->mode), a->be.backend == MS_BACKEND_CPU ? "" : " on ",
+         a->be.backend == MS_BACKEND_CPU ? "" : ms_backend_name(a->be.backend), ms_engine_n_workers(r->e), a->requests,
+         (unsigned long long)st->tokens, r->secs, (double)st->tokens / r->secs, (unsigned long long)st->steps,
+         (unsigned long long)st->tasks);
+  print_requests(r);
+  if (a->check)
+    printf("check: max |logit diff| vs reference %.3g (tolerance %.3g): %s\n", r->worst, a->tolerance,
+           r->ok ? "passed" : "FAILED");
+  for (int i = 0; i < a->n_attach; i++)
+    if (r->q && i == a->query_i) run_query_write(r->e, r->q, r->sch.ids[i], stdout, NULL);
+    else ms_engine_attach_write(r->e, r->sch.ids[i], stdout, 0);
+}
+
+static void run_free(struct run *r) {
+  for (int i = 0; i < 8; i++) ms_monitor_free(r->sch.mon[i]);
+  ms_monitor_free(r->sch.replacement);
+  ms_query_free(r->q);
+  if (r->reqs)
+    for (long i = 0; i < r->a.requests; i++) ms_request_free(r->reqs[i]);
+  ms_engine_free(r->e);
+  free(r->reqs);
+  free(r->prompts);
+  free(r->text_ids);
+  ms_tokenizer_free(r->tok);
+  ms_model_free(r->m);
+}
+
+/* One run; tx: the transport to the other ranks, or NULL. */
+static int cmd_run_on(const struct run_args *ap, struct ms_transport *tx) {
+  struct run r = {.a = *ap, .tx = tx};
+  int rc = run_load(&r);
+  if (!rc) rc = run_start(&r) || run_decode(&r) ? 1 : 0;
+  if (!rc) {
+    run_check(&r);
+    if (r.a.as_json) run_json(&r);
+    else run_print(&r);
+    rc = r.ok ? 0 : 1;
+  }
+  run_free(&r);
+  return rc;
+}
+
 int cmd_run(int argc, char **argv) {
   struct run_args a;
   int prc = parse(argc, argv, &a);
@@ -354,235 +670,5 @@ int cmd_run(int argc, char **argv) {
   if (dist_failed) return 2;
   int rc = cmd_run_on(&a, tx);
   cli_dist_end(tx);
-  return rc;
-}
-
-/* One run; tx: the transport to the other ranks, or NULL. */
-static int cmd_run_on(struct run_args *ap, struct ms_transport *tx) {
-  struct run_args a = *ap;
-  struct ms_tokenizer *tok = NULL;
-  int32_t *text_ids = NULL;  /* --prompt, tokenized */
-  int n_text = 0;
-  struct ms_model *m = cli_model_load_tok(&a.cm, &tok);
-  if (!m) return 2;
-  if (a.text.prompt && run_text_encode(&a.text, tok, m, a.cm.path, &text_ids, &n_text)) {
-    ms_tokenizer_free(tok);
-    ms_model_free(m);
-    return 2;
-  }
-  if (a.text.prompt) a.prompt_len = n_text;
-  if (!a.max_ctx) {
-    char why[320];
-    a.max_ctx = cli_default_ctx(m, a.batch, why, sizeof why);
-    if (a.max_ctx < a.prompt_len + a.steps) a.max_ctx = a.prompt_len + a.steps;
-  }
-  int rc = 1;
-  struct schedule sch = {0};
-  struct ms_engine *e = NULL;
-  struct ms_query *q = NULL;
-  struct ms_request **reqs = calloc((size_t)a.requests, sizeof *reqs);
-  int32_t *prompts = malloc((size_t)a.requests * (size_t)a.prompt_len * sizeof *prompts);
-  if (!reqs || !prompts) goto out;
-
-  char logbuf[2048] = "";
-  struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
-  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .mode = a.mode,
-                              .max_batch = (int)a.batch, .max_ctx = (int)a.max_ctx,
-                              .tile_bytes = (int)a.tile_kb * 1024, .tile_rows = (int)a.tile_rows,
-                              .shuffle = a.shuffle,
-                              .seed = a.seed, .watchdog_ms = (int)a.watchdog_ms, .backend = a.be.backend,
-                              .q8_activations = a.q8, .max_batched_tokens = (int)a.max_batched};
-  if (a.be.backend == MS_BACKEND_SIM) {
-    if (ms_sim_preset(a.gpu ? a.gpu : "h100", &eo.sim)) {
-      fprintf(stderr, "megascope run: --gpu '%s': expected a100, h100, h200 or b200\n", a.gpu);
-      goto out;
-    }
-    eo.sim.compute = a.compute;
-    for (int i = 0; i < a.n_sim_param; i++) {
-      char k[64];
-      const char *eq = strchr(a.sim_param[i], '=');
-      snprintf(k, sizeof k, "%.*s", eq ? (int)(eq - a.sim_param[i]) : 0, a.sim_param[i]);
-      if (!eq || ms_sim_param_set(&eo.sim, k, eq + 1)) {
-        fprintf(stderr, "megascope run: --sim-param '%s': expected NAME=VALUE with a cost-model parameter\n",
-                a.sim_param[i]);
-        goto out;
-      }
-    }
-  }
-  eo.tp = (int)a.tp;
-  eo.cuda_sms = (int)a.be.sms;
-  eo.transport = tx;
-  eo.comm_timeout_ms = (int)a.comm_timeout_ms;
-  /* the simulator: every request waits in the mailbox before the first step, so
-   * the batches (and the run) follow from the seed, not from host timing; so do
-   * the ranks of one engine, which must all admit the same requests each step */
-  eo.start_paused = (a.be.backend == MS_BACKEND_SIM || tx) && a.requests <= 1000;
-  struct ms_fault faults[4];
-  eo.faults = faults;
-  eo.n_faults = a.n_fault;
-  if (a.n_fault && resolve_faults(m, &a, &eo, faults)) goto out;
-  for (int i = 0; i < a.n_attach; i++)
-    if (!(sch.mon[i] = load_monitor(a.attach[i]))) goto out;
-  if (a.replace_with && !(sch.replacement = load_monitor(a.replace_with))) goto out;
-  e = ms_engine_new(m, &eo, &log);
-  if (!e) {
-    fprintf(stderr, "megascope run: %s", logbuf);
-    goto out;
-  }
-  if (a.query && !(q = run_query_compile(e, &a, &sch))) goto out;
-  if (a.n_attach && a.attach_at == 0 && control_step(e, &a, &sch, 0)) goto out;
-  uint64_t t0 = ms_now_ns();
-  for (long i = 0; i < a.requests; i++) {
-    int32_t *pr = prompts + i * a.prompt_len;
-    int n = a.text.prompt ? n_text : make_prompt(i, a.prompt_len, m->cfg.vocab, pr);
-    if (a.text.prompt) memcpy(pr, text_ids, sizeof *pr * (size_t)n_text);
-    struct ms_request_opts ro = {.sz = sizeof ro, .prompt = pr, .n_prompt = n,
-                                 .max_new_tokens = (int)a.steps, .record_logits = a.check};
-    run_text_request(&a.text, i, &ro);
-    reqs[i] = ms_engine_submit(e, &ro);
-    if (!reqs[i]) {
-      fprintf(stderr, "megascope run: request %ld refused: %s%s\n", i, ms_strerror(errno),
-              errno == E2BIG ? " (prompt + steps exceed --max-ctx)" : "");
-      goto out;
-    }
-  }
-  if (eo.start_paused) ms_engine_resume(e);
-  if (wait_all(e, &a, &sch, reqs)) goto out;
-  uint64_t t1 = ms_now_ns();
-  cli_dist_check_failed("run", tx, e);
-
-  struct ms_engine_stats st;
-  ms_engine_get_stats(e, &st);
-  double secs = (double)(t1 - t0) / 1e9, worst = 0;
-  int mismatches = 0, ok = 1;
-  if (a.check && (!tx || tx->rank == 0))  /* every rank has the same logits: rank 0 checks them */
-    for (long i = 0; i < a.requests; i++) {
-      struct ms_request_info info;
-      ms_request_get_info(reqs[i], &info);
-      double d = check_request(m, &info, prompts + i * a.prompt_len, a.max_ctx, ms_engine_q8_active(e), &mismatches);
-      if (!(d <= worst)) worst = d;
-    }
-  if (a.tolerance < 0)  /* each path its own: f32 accumulation differs, 8-bit inputs do, or the
-                          * device's bf16 copies of other weight types do (0.03 on tiny's f32) */
-    a.tolerance = ms_engine_q8_active(e) ? 0.25
-                  : a.be.backend == MS_BACKEND_CUDA && m->cfg.dtype != MS_DTYPE_BF16 ? 0.1
-                                                                                      : 1e-3;
-  if (a.check && !(worst <= a.tolerance)) ok = 0;
-
-  if (a.as_json) {
-    struct ms_json j;
-    ms_json_init(&j, stdout, 0);
-    ms_json_obj_begin(&j);
-    ms_json_kstr(&j, "model", m->cfg.name);
-    ms_json_kstr(&j, "dtype", ms_dtype_name(m->cfg.dtype));
-    ms_json_kstr(&j, "mode", ms_mode_name(a.mode));
-    ms_json_kstr(&j, "backend", ms_backend_name(a.be.backend));
-    ms_json_kint(&j, "workers", ms_engine_n_workers(e));
-    if (tx) ms_json_kint(&j, "ranks", tx->size);
-    ms_json_kint(&j, "batch", a.batch);
-    ms_json_kint(&j, "requests", a.requests);
-    ms_json_kbool(&j, "shuffle", a.shuffle);
-    ms_json_kbool(&j, "q8_activations", a.q8);
-    ms_json_kuint(&j, "seed", a.seed);
-    ms_json_kuint(&j, "engine_steps", st.steps);
-    ms_json_kuint(&j, "positions", st.positions);
-    ms_json_kuint(&j, "tasks_executed", st.tasks);
-    ms_json_kuint(&j, "generated_tokens", st.tokens);
-    ms_json_knum(&j, "seconds", secs);
-    ms_json_knum(&j, "tokens_per_s", (double)st.tokens / secs);
-    if (a.be.backend == MS_BACKEND_SIM) {
-      double sim_s = (double)ms_engine_sim_now(e) / 1e9;
-      ms_json_kstr(&j, "gpu", a.gpu ? a.gpu : "h100");
-      ms_json_knum(&j, "sim_seconds", sim_s);
-      ms_json_knum(&j, "sim_tokens_per_s", (double)st.tokens / sim_s);
-      ms_json_knum(&j, "sim_ms_per_step", sim_s * 1e3 / (double)(st.steps ? st.steps : 1));
-    }
-    if (a.check) {
-      ms_json_knum(&j, "max_abs_logit_diff", worst);
-      ms_json_knum(&j, "tolerance", a.tolerance);
-      ms_json_kint(&j, "reference_argmax_mismatches", mismatches);
-      ms_json_kbool(&j, "check_passed", ok);
-    }
-    if (a.show_steps) {
-      struct ms_step_record *log = malloc(sizeof *log * 1024);
-      int n = log ? ms_engine_step_log(e, log, 1024) : 0;
-      ms_json_key(&j, "steps");
-      ms_json_arr_begin(&j);
-      for (int i = 0; i < n; i++) {
-        ms_json_obj_begin(&j);
-        ms_json_kuint(&j, "step", log[i].step);
-        ms_json_kint(&j, "rows", log[i].rows);
-        ms_json_kint(&j, "bucket", log[i].bucket);
-        ms_json_kint(&j, "admitted", log[i].admitted);
-        ms_json_kint(&j, "retired", log[i].retired);
-        ms_json_knum(&j, "ms", (double)(log[i].t_end - log[i].t_begin) / 1e6);
-        ms_json_obj_end(&j);
-      }
-      ms_json_arr_end(&j);
-      free(log);
-    }
-    if (a.n_attach) {
-      ms_json_key(&j, "attachments");
-      ms_json_arr_begin(&j);
-      for (int i = 0; i < a.n_attach; i++)
-        if (!a.query || i != a.query_i) ms_engine_attach_write_json(e, sch.ids[i], &j);
-      ms_json_arr_end(&j);
-    }
-    if (q) {
-      ms_json_key(&j, "query");
-      run_query_write(e, q, sch.ids[a.query_i], NULL, &j);
-    }
-    if (a.text.prompt) run_text_json(&j, &a.text, tok, reqs, a.requests);
-    ms_json_key(&j, "tokens");
-    ms_json_arr_begin(&j);
-    for (long i = 0; i < a.requests; i++) {
-      struct ms_request_info info;
-      ms_request_get_info(reqs[i], &info);
-      ms_json_arr_begin(&j);
-      for (int k = 0; k < info.n_tokens; k++) ms_json_int(&j, info.tokens[k]);
-      ms_json_arr_end(&j);
-    }
-    ms_json_arr_end(&j);
-    ms_json_obj_end(&j);
-    ms_json_end(&j);
-  } else {
-    if (a.show_steps) print_steps(e);
-    printf("%s (%s%s) %s%s%s, %d workers: %ld requests, %llu tokens in %.3f s (%.1f tokens/s), %llu steps, %llu tasks\n",
-           m->cfg.name, ms_dtype_name(m->cfg.dtype), a.q8 && a.be.backend != MS_BACKEND_CUDA ? ", 8-bit activations" : "",
-           ms_mode_name(a.mode), a.be.backend == MS_BACKEND_CPU ? "" : " on ",
-           a.be.backend == MS_BACKEND_CPU ? "" : ms_backend_name(a.be.backend), ms_engine_n_workers(e), a.requests,
-           (unsigned long long)st.tokens, secs, (double)st.tokens / secs, (unsigned long long)st.steps,
-           (unsigned long long)st.tasks);
-    for (long i = 0; i < a.requests && i < 8; i++) {
-      struct ms_request_info info;
-      ms_request_get_info(reqs[i], &info);
-      if (a.text.prompt) {
-        run_text_print(&a.text, tok, i, &info, prompts + i * a.prompt_len);
-        continue;
-      }
-      printf("  request %ld (prompt %d): ", i, info.n_prompt);
-      for (int k = 0; k < info.n_tokens && k < 16; k++) printf("%d ", info.tokens[k]);
-      printf("%s\n", info.n_tokens > 16 ? "..." : "");
-    }
-    if (a.check)
-      printf("check: max |logit diff| vs reference %.3g (tolerance %.3g): %s\n", worst, a.tolerance,
-             ok ? "passed" : "FAILED");
-    for (int i = 0; i < a.n_attach; i++)
-      if (q && i == a.query_i) run_query_write(e, q, sch.ids[i], stdout, NULL);
-      else ms_engine_attach_write(e, sch.ids[i], stdout, 0);
-  }
-  rc = ok ? 0 : 1;
-out:
-  for (int i = 0; i < 8; i++) ms_monitor_free(sch.mon[i]);
-  ms_monitor_free(sch.replacement);
-  ms_query_free(q);
-  if (reqs)
-    for (long i = 0; i < a.requests; i++) ms_request_free(reqs[i]);
-  ms_engine_free(e);
-  free(reqs);
-  free(prompts);
-  free(text_ids);
-  ms_tokenizer_free(tok);
-  ms_model_free(m);
   return rc;
 }

@@ -66,7 +66,7 @@ int cli_ctl_socket(const char *me, const char *given, char *buf, size_t size);
 json_t *cli_ctl_call(const char *me, const char *path, const char *req, size_t len, int timeout_ms, int *fds,
                      int *n_fds);
 
-/* Tensor parallelism across processes (tools/cli_dist.c). When this process
+/* Tensor parallelism across processes (tools/engine/cli_dist.c). When this process
  * was started by mpirun: the MPI transport, after the launch check (every rank
  * has the same model file, the same megascope executable, the same --tp, equal
  * to the number of ranks, and the same arguments), else NULL with *failed set

@@ -39,8 +39,8 @@ static int find_include(char *out, size_t n) {
     if (snprintf(cand[k], sizeof cand[0], "%s/../include", dirname(exe)) < (int)sizeof cand[0]) k++;  /* <prefix>/bin */
   }
   char src[PATH_MAX];
-  snprintf(src, sizeof src, "%s", __FILE__);  /* <source>/tools/cmd_cflags.c */
-  if (snprintf(cand[k], sizeof cand[0], "%s/../include", dirname(src)) < (int)sizeof cand[0]) k++;
+  snprintf(src, sizeof src, "%s", __FILE__);  /* <source>/tools/observer/cmd_cflags.c */
+  if (snprintf(cand[k], sizeof cand[0], "%s/../../include", dirname(src)) < (int)sizeof cand[0]) k++;
   for (int i = 0; i < k; i++) {
     char real[PATH_MAX];
     if (has_header(cand[i]) && realpath(cand[i], real)) {

@@ -3,8 +3,10 @@
 # table of cmake/layers.cmake. A file may include its own folder's private
 # headers, the public ones (megascope/...) but those its folder's
 # MS_DENIES_<folder> names, and the private headers of the folders its
-# folder's MS_SEES_<folder> names; an include that climbs out of
-# its folder ("../") is refused too. The build runs it before compiling
+# folder's MS_SEES_<folder> names, and the core's (MS_SEEN_BY_ALL: every
+# part's, unless what a core header brings is denied to the part); a folder
+# with MS_PUBLIC_<folder> (the core) includes only those public headers; an
+# include that climbs out of its folder ("../") is refused too. The build runs it before compiling
 # anything (target `layers`) and ctest runs it as the test `layers`.
 #
 #   cmake -DMS_SRC=<source dir> -P cmake/check_layers.cmake
@@ -20,6 +22,30 @@ if(NOT MS_FILES)
   file(GLOB_RECURSE MS_FILES ${MS_SRC}/src/*.c ${MS_SRC}/src/*.h ${MS_SRC}/src/*.cu ${MS_SRC}/src/*.cuh
                              ${MS_SRC}/tools/*.c ${MS_SRC}/tools/*.h)
 endif()
+
+# The public headers a core header brings, through the core headers it
+# includes (MS_PUBLIC_core bounds them; a part's MS_DENIES holds against them).
+function(ms_core_brings header out)
+  set(todo ${header})
+  set(seen)
+  set(pub)
+  while(todo)
+    list(POP_FRONT todo h)
+    if(h IN_LIST seen OR NOT EXISTS ${MS_SRC}/src/${h})
+      continue()
+    endif()
+    list(APPEND seen ${h})
+    file(STRINGS ${MS_SRC}/src/${h} ls REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+    foreach(l ${ls})
+      if(l MATCHES "#[ \t]*include[ \t]*\"(core/[^\"]+)\"")
+        list(APPEND todo ${CMAKE_MATCH_1})
+      elseif(l MATCHES "#[ \t]*include[ \t]*\"([^\"]+)\"")
+        list(APPEND pub ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
+  endwhile()
+  set(${out} ${pub} PARENT_SCOPE)
+endfunction()
 
 set(bad 0)
 foreach(f ${MS_FILES})
@@ -53,6 +79,23 @@ foreach(f ${MS_FILES})
       continue()  # a header beside the file
     endif()
     set(owner ${CMAKE_MATCH_1})
+    if(DEFINED MS_PUBLIC_${part} AND NOT owner IN_LIST MS_FOLDERS AND NOT inc IN_LIST MS_PUBLIC_${part})
+      message(SEND_ERROR "${rel}: #include \"${inc}\": ${part} includes only its own headers and the public "
+                         "headers MS_PUBLIC_${part} names (cmake/layers.cmake)")
+      set(bad 1)
+      continue()
+    endif()
+    if(owner IN_LIST MS_SEEN_BY_ALL AND NOT owner STREQUAL part)
+      ms_core_brings(${inc} brought)
+      foreach(b ${brought})
+        if(b IN_LIST MS_DENIES_${part})
+          message(SEND_ERROR "${rel}: #include \"${inc}\" brings \"${b}\", which is above ${part} in the "
+                             "direction of flow (cmake/layers.cmake, MS_DENIES_${part})")
+          set(bad 1)
+        endif()
+      endforeach()
+      continue()  # the core: every part sees it
+    endif()
     if(owner STREQUAL part OR NOT owner IN_LIST MS_FOLDERS)
       continue()  # its own folder, or a public header (megascope/...)
     endif()

@@ -18,7 +18,7 @@ check() {  # cmake folds its messages: the output as one line
   return $rc
 }
 
-printf '#include "megascope/verifier.h"\n#include "bpf/alu.h"\n' > "$tmp/src/bpf/ok.c"
+printf '#include "megascope/verifier.h"\n#include "core/alu.h"\n' > "$tmp/src/bpf/ok.c"
 printf '#include "megascope/monitor.h"\n#include "hook/hook_impl.h"\n' > "$tmp/src/hook/ok.c"
 check || { echo "allowed includes refused:"; cat "$tmp/out"; exit 1; }
 
@@ -32,6 +32,6 @@ expect_refused bpf/bad.c megascope/hook.h "is above bpf in the direction of flow
 expect_refused bpf/bad.c megascope/bpf/megascope.h "MS_DENIES_bpf"
 expect_refused bpf/bad.c hook/hook_impl.h "is a private header of src/hook/, and bpf may include no private header"
 expect_refused runtime/bad.c bench/bench.h "is a private header of src/bench/, and runtime may include only"
-expect_refused hook/bad.c ../bpf/alu.h "reaches out of src/hook/ by a relative path"
+expect_refused hook/bad.c ../core/alu.h "reaches out of src/hook/ by a relative path"
 check || { echo "refused after the bad files went:"; cat "$tmp/out"; exit 1; }
 echo "layers_refuse: ok"

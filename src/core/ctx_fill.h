@@ -6,8 +6,8 @@
  * the batch layout, clocks and counters live differs between the backends, so
  * the request fields of a row (read under each one's seqlock), t_ready, the
  * event count and the ABI v2 work fields are filled by each. */
-#ifndef MS_HOOK_CTX_FILL_H
-#define MS_HOOK_CTX_FILL_H
+#ifndef MS_CORE_CTX_FILL_H
+#define MS_CORE_CTX_FILL_H
 
 #include <stdint.h>
 #include <string.h>

@@ -10,8 +10,8 @@
  * mixed with the attachment's id, two attachments sample different ones. The
  * per-step budget counts a worker's runs in the step (a worker's own slot: no
  * atomics). */
-#ifndef MS_HOOK_ADMIT_H
-#define MS_HOOK_ADMIT_H
+#ifndef MS_CORE_ADMIT_H
+#define MS_CORE_ADMIT_H
 
 #include <stdint.h>
 

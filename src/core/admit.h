@@ -15,13 +15,10 @@
 
 #include <stdint.h>
 
+#include "core/hostdev.h"
 #include "megascope/bpf/megascope.h"
 
-#ifdef __CUDACC__
-#define MS_ADMIT_FN static __device__ __forceinline__
-#else
-#define MS_ADMIT_FN static inline
-#endif
+#define MS_ADMIT_FN MS_CORE_DEV
 
 MS_ADMIT_FN uint64_t ms_hook_sample_key(const struct ms_hook_ctx *c) {
   switch (c->hook) {

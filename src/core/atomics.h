@@ -12,11 +12,9 @@
 
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define MS_AT_FN static __device__ __forceinline__
-#else
-#define MS_AT_FN static inline
-#endif
+#include "core/hostdev.h"
+
+#define MS_AT_FN MS_CORE_DEV
 
 #ifdef __CUDACC__
 MS_AT_FN uint32_t ms_at_ld_acq32(const uint32_t *p) {

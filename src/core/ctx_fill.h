@@ -12,14 +12,11 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/hostdev.h"
 #include "megascope/bpf/megascope.h"
 #include "megascope/plan_ir.h"
 
-#ifdef __CUDACC__
-#define MS_CTXF_FN static __device__ __forceinline__
-#else
-#define MS_CTXF_FN static inline
-#endif
+#define MS_CTXF_FN MS_CORE_DEV
 
 /* The fields every hook has; the rest zero, and the fields that mean "none"
  * when unset (a request, a remote producer) MS_HOOK_NONE32. rows and bucket:

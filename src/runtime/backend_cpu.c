@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/event.h"
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"
 #include "runtime/hooksite.h"

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/event.h"
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"
 #include "runtime/work.h"

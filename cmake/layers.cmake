@@ -28,6 +28,9 @@ set(MS_TARGETS base dist model kernels graph compile bpf hook runtime export que
 #    libraries they would be a cycle. Their files stay in src/kernels/ for now.
 set(MS_SOURCES_model src/model/*.c src/kernels/quant.c src/kernels/quant_k.c)
 set(MS_EXCLUDE_kernels src/kernels/quant.c src/kernels/quant_k.c)
+#  - runtime: its backends too (src/runtime/backend/: cpu, sim, cuda behind
+#    the one table, backend/backend.h).
+set(MS_SOURCES_runtime src/runtime/*.c src/runtime/backend/*.c)
 
 # Links: the libraries each one calls (the libraries of outside packages are
 # linked in CMakeLists.txt, by the parts that use them alone).

@@ -95,7 +95,7 @@ struct msd_beat {
 
 #define MSD_MAX_SLOTS 256
 
-/* Fed mode (the engine's CUDA backend, src/runtime/backend_cuda.c): the host's
+/* Fed mode (the engine's CUDA backend, src/runtime/backend/cuda.c): the host's
  * step machine admits, batches and keeps the requests; the kernel runs the
  * steps it is handed and draws their tokens. A row of a fed step is
  * cuda/dev.h's struct msd_feed_row (pages are given as positions are first

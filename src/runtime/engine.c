@@ -270,7 +270,7 @@ int ms_engine_resume(struct ms_engine *e) {
 }
 
 uint64_t ms_engine_sim_now(const struct ms_engine *e) {
-  return e->be->virtual_clock && e->be_ctx ? ms_eng_now(e) : 0;
+  return e->be->info.virtual_clock && e->be_ctx ? ms_eng_now(e) : 0;
 }
 
 uint64_t ms_engine_last_stall(const struct ms_engine *e, char *buf, size_t n) {

@@ -6,6 +6,7 @@
 #ifndef MS_RUNTIME_BACKEND_H
 #define MS_RUNTIME_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "megascope/base.h"
@@ -24,10 +25,10 @@ struct worker;
  * ms_rt_step_begin / ms_rt_step_end and each task with ms_rt_task_start,
  * ms_rt_task_body and ms_rt_task_finish. */
 struct ms_backend_ops {
-  const char *name;
-  /* now() is simulated time: a request's times start at its admission, and
+  /* what the backend is (megascope/engine.h); info.virtual_clock: now() is
+   * simulated time, a request's times start at its admission, and
    * ms_engine_sim_now reports the clock */
-  int virtual_clock;
+  struct ms_backend_info info;
   /* tasks run elsewhere (the device): no host task hooks; the backend feeds
    * the aggregates and the trace buffers and runs the monitors itself */
   int remote_tasks;
@@ -58,6 +59,10 @@ struct ms_backend_ops {
    * running and waiting words): each one's running and waiting task (-1:
    * none) of *plan, for SMs 0 .. n; returns how many. */
   int (*sample)(void *ctx, const struct ms_plan **plan, int32_t *running, int32_t *waiting, int n);
+  /* Whether it injects faults of this type (enum ms_fault_type; NULL: every type). */
+  int (*injects)(int fault_type);
+  /* The accelerator it runs on (NULL: none, it runs on the host). */
+  int (*device)(struct ms_device_info *out, char *why, size_t n);
 };
 
 extern const struct ms_backend_ops ms_backend_cpu;  /* backend/cpu.c */

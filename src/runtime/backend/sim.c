@@ -546,8 +546,8 @@ static void sim_stop(struct ms_engine *e) {
 }
 
 const struct ms_backend_ops ms_backend_sim = {
-    .name = "sim",
-    .virtual_clock = 1,
+    .info = {.name = "sim", .label = "simulator", .virtual_clock = 1, .cost_model = 1, .tiles_per_worker = 1,
+             .q8_activations = 1, .prefix_cache = 1},
     .defaults = sim_defaults,
     .shape_only = sim_shape_only,
     .start = sim_start,

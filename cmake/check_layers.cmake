@@ -6,7 +6,8 @@
 # folder's MS_SEES_<folder> names, and the core's (MS_SEEN_BY_ALL: every
 # part's, unless what a core header brings is denied to the part); a folder
 # with MS_PUBLIC_<folder> (the core) includes only those public headers; an
-# include that climbs out of its folder ("../") is refused too. The build runs it before compiling
+# include that climbs out of its folder ("../") is refused too, and so is
+# a test of __CUDACC__ outside src/core/ (public headers included). The build runs it before compiling
 # anything (target `layers`) and ctest runs it as the test `layers`.
 #
 #   cmake -DMS_SRC=<source dir> -P cmake/check_layers.cmake
@@ -114,6 +115,24 @@ foreach(f ${MS_FILES})
     set(bad 1)
   endforeach()
 endforeach()
+# Only the core asks which compiler it is under: a file elsewhere (a public
+# header included) that tests __CUDACC__ is refused; the core's hostdev.h
+# gives the qualifiers.
+file(GLOB_RECURSE ms_public ${MS_SRC}/include/*.h)
+foreach(f ${MS_FILES} ${ms_public})
+  get_filename_component(f "${f}" ABSOLUTE BASE_DIR ${MS_SRC})
+  file(RELATIVE_PATH rel ${MS_SRC} ${f})
+  if(rel MATCHES "^src/core/" OR NOT rel MATCHES "^(src|tools|include)/")
+    continue()
+  endif()
+  file(STRINGS ${f} cu REGEX "__CUDACC__")
+  if(cu)
+    message(SEND_ERROR "${rel}: tests __CUDACC__, which only src/core/ does (core/hostdev.h gives the qualifiers "
+                       "of code compiled for host and device)")
+    set(bad 1)
+  endif()
+endforeach()
+
 if(bad)
   message(FATAL_ERROR "layers: includes against the direction of flow (docs/design.md, \"The direction of flow\")")
 endif()

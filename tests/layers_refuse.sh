@@ -37,6 +37,10 @@ expect_refused runtime/bad.c bench/bench.h "is a private header of src/bench/, a
 expect_refused core/bad.h bpf/map_view.h "is a private header of src/bpf/, and core may include no private header"
 expect_refused core/bad.h megascope/engine.h "core includes only its own headers and the public headers MS_PUBLIC_core names"
 expect_refused bpf/bad.c core/hookish.h "brings \"megascope/bpf/megascope.h\", which is above bpf"
+printf '#ifdef __CUDACC__\n#endif\n' > "$tmp/src/hook/bad.h"
+if check; then echo "src/hook/bad.h: __CUDACC__ outside src/core was not refused"; exit 1; fi
+grep -qF "tests __CUDACC__, which only src/core/ does" "$tmp/out" || { echo "expected the __CUDACC__ refusal:"; cat "$tmp/out"; exit 1; }
+rm "$tmp/src/hook/bad.h"
 expect_refused hook/bad.c ../core/alu.h "reaches out of src/hook/ by a relative path"
 check || { echo "refused after the bad files went:"; cat "$tmp/out"; exit 1; }
 echo "layers_refuse: ok"

@@ -4,15 +4,17 @@
 # belongs to the part of its folder (src/<part>/, tools/ is the part `tools`; a
 # public header to the part MS_OWNS_<part> names). It may include
 #  - its own folder's private headers, and those of the folders its part's
-#    MS_SEES_<part> names (any part may include src/core/'s);
+#    MS_SEES_<part> names; any part may include src/core/'s (MS_SEEN_BY_ALL),
+#    unless a public header the core header brings is denied to the part;
 #  - a public header (megascope/...) whose owner is its own part or a part below
 #    it (reached through MS_LINKS_<part>), and not one MS_DENIES_<part> names;
 #    a public header no part owns, or two parts own, is refused too;
 #  - nothing by a path that climbs out of its folder ("../").
+# A part with MS_PUBLIC_<part> (the core) includes only those public headers,
+# and only src/core/ tests __CUDACC__ (public headers included).
 # Every include between two parts is an edge from the includer's part to the
 # header's owner; a circle of such edges is refused, naming each edge in it.
-# MS_ALLOW (cmake/layers.cmake) lists the "file|include" lines still waiting
-# for a move another item makes. The build runs it before compiling anything
+# The build runs it before compiling anything
 # (target `layers`) and ctest runs it as the test `layers`.
 #
 #   cmake -DMS_SRC=<source dir> -P cmake/check_layers.cmake
@@ -30,6 +32,30 @@ if(NOT MS_FILES)
                              ${MS_SRC}/tools/*.c ${MS_SRC}/tools/*.h ${MS_SRC}/include/megascope/*.h)
   set(all_files 1)
 endif()
+
+# The public headers a core header brings, through the core headers it
+# includes (MS_PUBLIC_core bounds them; a part's MS_DENIES holds against them).
+function(ms_core_brings header out)
+  set(todo ${header})
+  set(seen)
+  set(pub)
+  while(todo)
+    list(POP_FRONT todo h)
+    if(h IN_LIST seen OR NOT EXISTS ${MS_SRC}/src/${h})
+      continue()
+    endif()
+    list(APPEND seen ${h})
+    file(STRINGS ${MS_SRC}/src/${h} ls REGEX "^[ \t]*#[ \t]*include[ \t]*\"")
+    foreach(l ${ls})
+      if(l MATCHES "#[ \t]*include[ \t]*\"(core/[^\"]+)\"")
+        list(APPEND todo ${CMAKE_MATCH_1})
+      elseif(l MATCHES "#[ \t]*include[ \t]*\"([^\"]+)\"")
+        list(APPEND pub ${CMAKE_MATCH_1})
+      endif()
+    endforeach()
+  endwhile()
+  set(${out} ${pub} PARENT_SCOPE)
+endfunction()
 
 set(bad 0)
 macro(refuse)
@@ -80,9 +106,6 @@ foreach(f ${MS_FILES})
       continue()
     endif()
     set(inc ${CMAKE_MATCH_1})
-    if("${rel}|${inc}" IN_LIST MS_ALLOW)
-      continue()  # waiting for another item's move (cmake/layers.cmake, MS_ALLOW)
-    endif()
     if(inc MATCHES "(^|/)\\.\\.(/|$)")
       refuse("${rel}: #include \"${inc}\" reaches out of src/${part}/ by a relative path")
       continue()
@@ -91,6 +114,13 @@ foreach(f ${MS_FILES})
       refuse("${rel}: #include \"${inc}\" is above ${part} in the direction of flow "
              "(cmake/layers.cmake, MS_DENIES_${part})")
       continue()
+    endif()
+    if(DEFINED MS_PUBLIC_${part} AND inc MATCHES "^megascope/")
+      if(NOT inc IN_LIST MS_PUBLIC_${part})
+        refuse("${rel}: #include \"${inc}\": ${part} includes only its own headers and the public "
+               "headers MS_PUBLIC_${part} names (cmake/layers.cmake)")
+      endif()
+      continue()  # the core sits beside the flow: no edge
     endif()
     if(inc MATCHES "^megascope/")
       set(owner ${owner_${inc}})
@@ -109,8 +139,18 @@ foreach(f ${MS_FILES})
         continue()  # a header beside the file
       endif()
       set(owner ${CMAKE_MATCH_1})
-      if(owner STREQUAL part OR NOT owner IN_LIST MS_FOLDERS OR owner STREQUAL "core")
-        continue()  # its own folder, not a folder of src/, or the core every part may include
+      if(owner IN_LIST MS_SEEN_BY_ALL AND NOT owner STREQUAL part)
+        ms_core_brings(${inc} brought)
+        foreach(b ${brought})
+          if(b IN_LIST MS_DENIES_${part})
+            refuse("${rel}: #include \"${inc}\" brings \"${b}\", which is above ${part} in the "
+                   "direction of flow (cmake/layers.cmake, MS_DENIES_${part})")
+          endif()
+        endforeach()
+        continue()  # the core: every part sees it
+      endif()
+      if(owner STREQUAL part OR NOT owner IN_LIST MS_FOLDERS)
+        continue()  # its own folder, or not a folder of src/
       endif()
       if(NOT owner IN_LIST MS_SEES_${part})
         if(MS_SEES_${part})
@@ -180,6 +220,23 @@ if(all_files)
     endif()
   endforeach()
 endif()
+# Only the core asks which compiler it is under: a file elsewhere (a public
+# header included) that tests __CUDACC__ is refused; the core's hostdev.h
+# gives the qualifiers.
+file(GLOB_RECURSE ms_public ${MS_SRC}/include/*.h)
+foreach(f ${MS_FILES} ${ms_public})
+  get_filename_component(f "${f}" ABSOLUTE BASE_DIR ${MS_SRC})
+  file(RELATIVE_PATH rel ${MS_SRC} ${f})
+  if(rel MATCHES "^src/core/" OR NOT rel MATCHES "^(src|tools|include)/")
+    continue()
+  endif()
+  file(STRINGS ${f} cu REGEX "__CUDACC__")
+  if(cu)
+    refuse("${rel}: tests __CUDACC__, which only src/core/ does (core/hostdev.h gives the qualifiers "
+           "of code compiled for host and device)")
+  endif()
+endforeach()
+
 if(bad)
   message(FATAL_ERROR "layers: includes against the direction of flow (docs/design.md, \"The direction of flow\")")
 endif()

@@ -10,7 +10,7 @@ set -euo pipefail
 SRC=$1
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-mkdir -p "$tmp/cmake" "$tmp/src/bpf" "$tmp/src/runtime" "$tmp/src/bench" "$tmp/src/hook"
+mkdir -p "$tmp/cmake" "$tmp/src/bpf" "$tmp/src/runtime" "$tmp/src/bench" "$tmp/src/hook" "$tmp/src/core"
 cp "$SRC/cmake/layers.cmake" "$SRC/cmake/check_layers.cmake" "$tmp/cmake/"
 check() {  # cmake folds its messages: the output as one line
   local rc=0
@@ -19,8 +19,10 @@ check() {  # cmake folds its messages: the output as one line
   return $rc
 }
 
-printf '#include "megascope/verifier.h"\n#include "bpf/alu.h"\n' > "$tmp/src/bpf/ok.c"
+printf '#include "megascope/verifier.h"\n#include "core/alu.h"\n' > "$tmp/src/bpf/ok.c"
 printf '#include "megascope/monitor.h"\n#include "hook/hook_impl.h"\n' > "$tmp/src/hook/ok.c"
+printf '#include "megascope/bpf/megascope.h"\n' > "$tmp/src/core/hookish.h"
+printf '#include "core/hookish.h"\n' > "$tmp/src/runtime/ok.c"
 check || { echo "allowed includes refused:"; cat "$tmp/out"; exit 1; }
 
 expect_refused() {  # file, include, what the refusal says
@@ -33,9 +35,16 @@ expect_refused bpf/bad.c megascope/hook.h "is above bpf in the direction of flow
 expect_refused bpf/bad.c megascope/bpf/megascope.h "MS_DENIES_bpf"
 expect_refused bpf/bad.c hook/hook_impl.h "is a private header of src/hook/, and bpf may include no private header"
 expect_refused runtime/bad.c bench/bench.h "is a private header of src/bench/, and runtime may include only"
-expect_refused hook/bad.c ../bpf/alu.h "reaches out of src/hook/ by a relative path"
+expect_refused hook/bad.c ../core/alu.h "reaches out of src/hook/ by a relative path"
 expect_refused hook/bad.c megascope/engine.h "is the door of runtime (cmake/layers.cmake, MS_OWNS_runtime), which is not below hook"
 expect_refused hook/bad.c megascope/nonesuch.h "no part owns this public header"
+expect_refused core/bad.h bpf/map_view.h "is a private header of src/bpf/, and core may include no private header"
+expect_refused core/bad.h megascope/engine.h "core includes only its own headers and the public headers MS_PUBLIC_core names"
+expect_refused bpf/bad.c core/hookish.h "brings \"megascope/bpf/megascope.h\", which is above bpf"
+printf '#ifdef __CUDACC__\n#endif\n' > "$tmp/src/hook/bad.h"
+if check; then echo "src/hook/bad.h: __CUDACC__ outside src/core was not refused"; exit 1; fi
+grep -qF "tests __CUDACC__, which only src/core/ does" "$tmp/out" || { echo "expected the __CUDACC__ refusal:"; cat "$tmp/out"; exit 1; }
+rm "$tmp/src/hook/bad.h"
 check || { echo "refused after the bad files went:"; cat "$tmp/out"; exit 1; }
 
 # A circle: a private edge the table allows against the links (bpf sees hook,

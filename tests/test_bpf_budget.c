@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/bpf_core.h"
+#include "core/bpf_core.h"
 #include "megascope/bpf.h"
 #include "megascope/bpf_jit.h"
 #include "megascope/hook.h"

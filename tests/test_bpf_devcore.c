@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: MIT */
-/* The device's eBPF core (src/cuda/bpf_core.h) compiled as C and held against
+/* The device's eBPF core (src/core/bpf_core.h) compiled as C and held against
  * the reference (interp.c, helpers.c, maps.c, ringbuf.c), since the machine
  * that builds it may have no GPU:
  *   - every conformance file of the public suite: the core's r0, error,
@@ -24,7 +24,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "cuda/bpf_core.h"
+#include "core/bpf_core.h"
 #include "hook/hook_impl.h"
 #include "megascope/bpf.h"
 #include "test.h"

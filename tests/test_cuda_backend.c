@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "megascope/cuda.h"
+#include "megascope/cuda_diag.h"
 #include "megascope/engine.h"
 #include "megascope/attach.h"
 #include "megascope/plan.h"

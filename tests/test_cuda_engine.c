@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "megascope/cuda.h"
+#include "megascope/cuda_diag.h"
 #include "megascope/engine.h"
 #include "megascope/monitor.h"
 #include "megascope/plan_ir.h"

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "megascope/cuda.h"
+#include "megascope/cuda_diag.h"
 #include "megascope/model.h"
 #include "test.h"
 

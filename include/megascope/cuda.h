@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* The CUDA backend: the plan run as one persistent kernel on a GPU, with the
- * same monitors running on the device.
+/* The CUDA backend's library (megascope_gpu): what the engine's cuda backend
+ * (src/runtime/backend/cuda.c) drives, and nothing else. The kernel on its own,
+ * without the engine (`megascope cuda`, the GPU tests), is megascope/cuda_diag.h.
  *
  * Built when nvcc is found (the .cu files of src/cuda); otherwise every function here exists
  * and reports -MS_E_UNSUPP ("built without CUDA"), so callers need no #ifdefs.
@@ -9,13 +10,11 @@
  * One engine holds one plan (the bucket of max_batch rows; rows without a request
  * are padding) and runs it as a cooperative kernel of one CTA per SM: CTA 0 is the
  * scheduler (step start, admission, JIT dispatch, sampling bookkeeping), the
- * others are workers with per-worker queues in global memory. Requests are handed
- * to the running kernel through host-mapped memory; tokens come back the same
- * way. Weights are bf16 on the device (f32 and quantised models are converted
- * when uploaded), accumulation is f32, the KV cache is f32. Sampling is greedy.
+ * others are workers with per-worker queues in global memory. Weights are bf16
+ * on the device (f32 and quantised models are converted when uploaded),
+ * accumulation is f32, the KV cache is f32.
  *
- * That is the backend on its own (`megascope cuda`, a diagnostic). The engine
- * uses it in fed mode (ms_cuda_feed_*, below): MS_BACKEND_CUDA in
+ * The engine uses it in fed mode (ms_cuda_feed_*, below): MS_BACKEND_CUDA in
  * megascope/engine.h, where the engine's step machine admits, batches and
  * samples, and the resident kernel runs each step it is handed. */
 #ifndef MEGASCOPE_CUDA_H
@@ -23,7 +22,6 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include <stdio.h>
 
 #include "megascope/base.h"
 #include "megascope/model.h"
@@ -32,12 +30,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-/* 1 when this build has the CUDA backend and a device is present; else 0 with
- * the reason ("built without CUDA", "no CUDA device: ...") in why. */
-int ms_cuda_available(char *why, size_t n);
-/* "H200 (132 SMs, sm_90, 141 GiB)" or the reason there is none. */
-void ms_cuda_describe(char *buf, size_t n);
 
 struct ms_cuda_device {
   char name[128];
@@ -77,19 +69,6 @@ struct ms_cuda_engine *ms_cuda_engine_new(const struct ms_model *m, const struct
                                           struct ms_textbuf *log);
 void ms_cuda_engine_free(struct ms_cuda_engine *e);
 
-/* One request for ms_cuda_generate. tokens receives up to max_new tokens;
- * logits, when set, receives (n_prompt + max_new - 1) rows of vocab floats: the
- * logits of every position (for checks against the CPU). */
-struct ms_cuda_request {
-  const int32_t *prompt;
-  int n_prompt, max_new;
-  int stop_at_eos;          /* finish early on the model's eos token (the eos is emitted) */
-  int32_t *tokens;          /* out: [max_new] */
-  int n_tokens;             /* out */
-  float *logits;            /* out, optional */
-  uint64_t t_submit, t_first, t_done;  /* out: ms_now_ns() */
-};
-
 struct ms_cuda_stats {
   uint64_t steps, tokens, positions;
   double kernel_ms;         /* the decode loop on the device's clock: the persistent kernel's
@@ -109,22 +88,6 @@ struct ms_cuda_stats {
   uint64_t fed_steps, device_step_ns, handover_ns, handover_max_ns;
   uint64_t rows_device_drawn, rows_host_drawn;
 };
-
-/* Runs requests to completion with continuous batching: all are queued at once,
- * admitted as rows free up. 0 or a negative error (-MS_E_STALL with a report in
- * log when the watchdog fired). */
-int ms_cuda_generate(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log);
-
-/* Starts the persistent kernel for the n requests r (all handed over before
- * the launch) and returns at once; ms_cuda_wait waits for them to finish and
- * for the kernel to exit. Monitors can be attached, replaced and detached in
- * between. */
-int ms_cuda_start(struct ms_cuda_engine *e, struct ms_cuda_request *r, int n, struct ms_textbuf *log);
-/* Requests finished so far, and steps the running kernel has finished
- * (polling; host-mapped counters). */
-int ms_cuda_finished(struct ms_cuda_engine *e);
-uint64_t ms_cuda_steps_done(const struct ms_cuda_engine *e);
-int ms_cuda_wait(struct ms_cuda_engine *e, struct ms_textbuf *log);
 
 void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out);
 
@@ -229,17 +192,8 @@ const struct ms_plan *ms_cuda_plan(const struct ms_cuda_engine *e);
 /* CTAs of the persistent kernel (SM indices of per-worker maps). */
 int ms_cuda_ctas(const struct ms_cuda_engine *e);
 
-/* Monitors on the device: the same verified programs and map layouts as the CPU
- * engine; attach/replace/detach work while the kernel runs (see monitor.h). */
-int ms_cuda_attach(struct ms_cuda_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,
-                   struct ms_textbuf *log);
-int ms_cuda_replace(struct ms_cuda_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log);
+/* Detaches id on the device (its maps keep their last copy). */
 int ms_cuda_detach(struct ms_cuda_engine *e, int id);
-int ms_cuda_coverage(struct ms_cuda_engine *e, int id, struct ms_coverage *out);
-/* Copies the attachment's device maps into its host maps (on a copy stream, the
- * kernel keeps running) and writes them decoded, as monitor.h's
- * ms_engine_attach_write does. */
-int ms_cuda_attach_write(struct ms_cuda_engine *e, int id, FILE *f, int as_json);
 
 /* For the engine's CUDA backend: the attachment's programs (m) run on the
  * device with the engine's host maps (maps, n_maps in object order, made for
@@ -264,11 +218,6 @@ int ms_cuda_coverage_of(struct ms_cuda_engine *e, int id, uint32_t generation, s
  * detach its maps' final contents are the caller's); -MS_E_STATE while
  * attached. */
 int ms_cuda_forget(struct ms_cuda_engine *e, int id);
-
-/* Each device task body against its CPU twin (src/kernels/ops.c) on the same
- * inputs, one class at a time, for a model (bf16 weights) and batch. Writes a line
- * per class to log; 0 when all agree within tolerance, -MS_E_VERIFY otherwise. */
-int ms_cuda_ops_check(const struct ms_model *m, int batch, struct ms_textbuf *log);
 
 #ifdef __cplusplus
 }

@@ -137,6 +137,41 @@ const char *ms_backend_name(enum ms_backend b);
 /* The backend by name: 0, or -EINVAL. */
 int ms_backend_parse(const char *s, enum ms_backend *out);
 
+/* What a backend is, for a caller that sets options or reads results by it:
+ * the runtime answers, and nothing outside it asks which backend runs. */
+struct ms_backend_info {
+  const char *name;        /* "cpu", "sim", "cuda" (ms_backend_name) */
+  const char *label;       /* how a report names it: "CPU", "simulator", "CUDA" */
+  int virtual_clock;       /* times are simulated, so a run follows from its seed (ms_engine_sim_now),
+                            * not measured; nothing stalls or interferes in real time */
+  int cost_model;          /* a cost model gives the times (ms_engine_opts.sim: a GPU preset, its
+                            * parameters); tasks run shapes only unless sim.compute */
+  int os_workers;          /* the workers are this process's threads: n_workers counts them, pin_workers
+                            * binds them, ms_engine_worker_os reads them; else the backend counts them */
+  int on_device;           /* the tasks run on an accelerator (ms_backend_device describes it) */
+  int device_sms;          /* cuda_sms chooses how many of the device's SMs run */
+  int tiles_per_worker;    /* the workers are SMs: plans are tiled about one task per worker per operator */
+  int q8_activations;      /* q8_activations is honoured (else activations stay f32) */
+  int bf16_weights;        /* weights are held as bf16 (other types converted, with their rounding) */
+  int prefix_cache;        /* prefix_cache is honoured (else it is off) */
+};
+/* Backend b's description; NULL for an unknown id. */
+const struct ms_backend_info *ms_backend_info(enum ms_backend b);
+/* 1 when backend b injects faults of type fault_type (enum ms_fault_type,
+ * megascope/fault.h), 0 when an engine on it refuses them. */
+int ms_backend_injects(enum ms_backend b, int fault_type);
+
+/* The accelerator a backend's tasks run on. */
+struct ms_device_info {
+  char name[128];
+  int sms, major, minor;
+  double mem_gib;
+  double peak_gbs;         /* HBM bandwidth: 2 x memory clock x bus width */
+};
+/* 0, or -MS_E_UNSUPP with the reason in why (a backend on the host, a build
+ * without the device's code, no device). */
+int ms_backend_device(enum ms_backend b, struct ms_device_info *out, char *why, size_t n);
+
 struct ms_engine;
 struct ms_request;
 

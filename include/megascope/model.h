@@ -99,40 +99,6 @@ struct ms_model_config {
   int ctx_train;           /* the context the model was trained for (GGUF context_length); 0: unknown */
 };
 
-/* The layer rules below are compiled for the CUDA task bodies too (one source). */
-#ifdef __CUDACC__
-#define MS_HOSTDEV __host__ __device__
-#else
-#define MS_HOSTDEV
-#endif
-
-/* The window of layer l: 0 for a global layer, else the positions a query sees
- * (its own and the window - 1 before it, as llama.cpp's standard SWA mask). */
-MS_HOSTDEV static inline int ms_layer_window(const struct ms_model_config *c, int l) {
-  if (c->sliding_window <= 0) return 0;
-  return c->swa_pattern > 0 && (l + 1) % c->swa_pattern == 0 ? 0 : c->sliding_window;
-}
-
-/* The first position attention of layer l reads for a query whose context
- * holds n positions (its own the last): 0 on a global layer, n - window on a
- * local one past its window. The kernels (CPU and device) read positions
- * [first, n) and the hook ABI's work_rows counts them (n - first), on every
- * backend from this one rule. */
-MS_HOSTDEV static inline int ms_layer_attn_first(const struct ms_model_config *c, int l, int n) {
-  int win = ms_layer_window(c, l);
-  return win && n > win ? n - win : 0;
-}
-
-/* RoPE base of layer l: rope_base_local for a local layer when set. */
-MS_HOSTDEV static inline float ms_layer_rope_base(const struct ms_model_config *c, int l) {
-  return ms_layer_window(c, l) && c->rope_base_local > 0 ? c->rope_base_local : c->rope_base;
-}
-
-/* The attention scores' scale. */
-MS_HOSTDEV static inline float ms_attn_scale(const struct ms_model_config *c) {
-  return c->attn_scale > 0 ? c->attn_scale : 1.0f / sqrtf((float)c->head_dim);
-}
-
 /* "llama", "qwen3", "qwen2", "gemma3": the GGUF spelling. */
 const char *ms_arch_name(enum ms_arch a);
 

@@ -38,17 +38,6 @@ struct ms_event {
   uint16_t cls;      /* event class */
 };
 
-/* The event rule, one for every backend (the CPU engine, the simulator, the
- * megakernel on the device): an event's counter counts its triggers since the
- * runtime started and is never reset, so in generation gen (the gen-th run of
- * its plan, from 0) event e has fired once its counter reaches this. */
-#ifdef __CUDACC__
-__host__ __device__
-#endif
-static inline uint64_t ms_event_target(const struct ms_event *e, uint64_t gen) {
-  return (uint64_t)e->needed * (gen + 1);
-}
-
 struct ms_plan {
   const struct ms_model *model;
   int batch;

@@ -167,7 +167,8 @@ static void diagnose_pc(const struct bench_evidence *ref, const struct bench_evi
                         const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *a) {
   /* what differs between two healthy runs beyond sampling noise: little on the
    * simulator, much on a shared CPU */
-  double rel = sc->backend == MS_BACKEND_SIM ? 0.02 : 0.15, abs_floor = sc->backend == MS_BACKEND_SIM ? 2e-5 : 2e-3;
+  const int sim = ms_backend_info(sc->backend)->virtual_clock;
+  double rel = sim ? 0.02 : 0.15, abs_floor = sim ? 2e-5 : 2e-3;
   /* and what it reaches between healthy runs here (real clocks): z sized against it */
   double null = 0, f = 1;
   for (int k = 0; k < n_alt; k++) {
@@ -981,9 +982,10 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
     answer_none(a, 0, "no evidence within the budget");
     return;
   }
-  struct fctx c = {.ref = ref->feat, .cur = f, .p = p, .floor_abs = sc->backend == MS_BACKEND_SIM ? 50 : 3000,
+  const int sim = ms_backend_info(sc->backend)->virtual_clock;
+  struct fctx c = {.ref = ref->feat, .cur = f, .p = p, .floor_abs = sim ? 50 : 3000,
                    .step_ns = sc->steps > 0 ? (double)ev->run_ns / sc->steps : 0,
-                   .sim = sc->backend == MS_BACKEND_SIM, .steps = sc->steps, .h = calloc(MAX_HYP, sizeof *c.h)};
+                   .sim = sim, .steps = sc->steps, .h = calloc(MAX_HYP, sizeof *c.h)};
   double scale[N_FAM];
   if (!c.h) {
     answer_none(a, 0, "out of memory");

@@ -184,11 +184,12 @@ struct ms_engine *bench_engine_new(const struct bench_engine_cfg *c, struct ms_t
   const struct bench_scenario *s = c->sc;
   int ctx = s->steps + 2;
   if (s->intf.kind == BI_LONG_CONTEXT) ctx += s->intf.tokens;  /* healthy or not: the same engine */
+  const struct ms_backend_info *be = ms_backend_info(s->backend);
   struct ms_engine_opts o = {.sz = sizeof o, .max_batch = s->batch, .max_ctx = ctx, .backend = s->backend,
                              .seed = c->seed, .faults = c->faults, .n_faults = c->n_faults, .tp = s->tp,
-                             .start_paused = 1, .pin_workers = s->pin && s->backend == MS_BACKEND_CPU,
-                             .n_workers = s->backend == MS_BACKEND_CPU ? (s->workers ? s->workers : 2) : 0};
-  if (s->backend == MS_BACKEND_SIM) {
+                             .start_paused = 1, .pin_workers = s->pin && be->os_workers,
+                             .n_workers = be->os_workers ? (s->workers ? s->workers : 2) : 0};
+  if (be->cost_model) {
     ms_sim_preset(s->gpu, &o.sim);
     o.sim.jitter = s->jitter;
     for (int i = 0; i < s->n_params; i++)
@@ -271,7 +272,7 @@ static int wait_all(struct ms_request **r, int n, const char *name) {
  * of its steps' times (what the requests waited for, without the engine's
  * start and stop), the wall time when no step was logged. */
 static uint64_t since(struct ms_engine *e, const struct bench_scenario *s, uint64_t t0, uint64_t sim0) {
-  if (s->backend == MS_BACKEND_SIM) return ms_engine_sim_now(e) - sim0;
+  if (ms_backend_info(s->backend)->virtual_clock) return ms_engine_sim_now(e) - sim0;
   uint64_t wall = ms_now_ns() - t0, sum = 0;
   struct ms_step_record log[512];
   int n = ms_engine_step_log(e, log, 512);
@@ -309,7 +310,7 @@ uint64_t bench_engine_drive_os(struct ms_engine *e, const struct bench_engine_cf
   double os[BENCH_MAX_OS_WORKERS][3];
   uint64_t t0 = ms_now_ns(), sim0 = ms_engine_sim_now(e);
   struct bench_interferer *x = interfere_begin(c, &failed);
-  if (ev && s->backend == MS_BACKEND_CPU) os_n = os_read(e, os, 1);
+  if (ev && ms_backend_info(s->backend)->os_workers) os_n = os_read(e, os, 1);
   ms_engine_resume(e);
   int stalled = wait_all(r, n, s->name);
   if (ev && os_n && os_read(e, os, -1) == os_n) {
@@ -390,7 +391,7 @@ static int observe_pc(struct ms_engine *e, const struct bench_engine_cfg *c, str
   ev->pc_devices = D;
   pthread_t th;
   int threaded = 0;
-  if (s->backend == MS_BACKEND_SIM)
+  if (ms_backend_info(s->backend)->virtual_clock)
     ms_sim_sampler(e, PC_PERIOD_NS, pc_sim_sample, &pc);
   else
     threaded = !pthread_create(&th, NULL, pc_thread, &pc);
@@ -754,7 +755,7 @@ static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, con
     ev->attach_ns = ms_now_ns() - a0;
   }
   double os[BENCH_MAX_OS_WORKERS][3];
-  int os_n = s->backend == MS_BACKEND_CPU ? os_read(e, os, 1) : 0;  /* from the attach on, as the monitor */
+  int os_n = ms_backend_info(s->backend)->os_workers ? os_read(e, os, 1) : 0;  /* from the attach on, as the monitor */
   ms_engine_resume(e);
   ev->run_ns = wait_all(r, n, s->name) || failed ? 0 : since(e, s, t0, sim0);
   if (os_n && os_read(e, os, -1) == os_n) {

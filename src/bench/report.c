@@ -121,7 +121,7 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
   if (s->gguf[0]) ms_json_kstr(j, "gguf", s->gguf);
   if (s->pin) ms_json_kbool(j, "workers_pinned", 1);
   ms_json_kstr(j, "backend", ms_backend_name(s->backend));
-  if (s->backend == MS_BACKEND_SIM) ms_json_kstr(j, "gpu", s->gpu);
+  if (ms_backend_info(s->backend)->cost_model) ms_json_kstr(j, "gpu", s->gpu);
   ms_json_kint(j, "batch", s->batch);
   ms_json_kint(j, "steps", s->steps);
   ms_json_kuint(j, "seed", s->seed);
@@ -137,7 +137,7 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
   ms_json_knum(j, "healthy_ns", c->healthy_ns);
   ms_json_knum(j, "faulty_ns", c->faulty_ns);
   ms_json_knum(j, "slowdown", c->slowdown);
-  if (s->backend != MS_BACKEND_SIM) {
+  if (!ms_backend_info(s->backend)->virtual_clock) {
     ms_json_knum(j, "healthy_ns_repeat", c->healthy_ns_b);
     ms_json_knum(j, "faulty_ns_repeat", c->faulty_ns_b);
     ms_json_knum(j, "run_to_run_spread", c->spread);
@@ -388,9 +388,9 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
   fprintf(f, "%d scenarios ran of %d; the outer view: healthy %.3f ms, faulty %.3f ms on average (%+.2f%%, worst %+.2f%%)\n\n",
           ran, r->n, ran ? hsum / ran / 1e6 : 0, ran ? fsum / ran / 1e6 : 0, hsum > 0 ? 100 * (fsum / hsum - 1) : 0,
           100 * worst);
-  static const enum ms_backend real_clock[] = {MS_BACKEND_CPU, MS_BACKEND_CUDA};
-  for (size_t k = 0; k < sizeof real_clock / sizeof *real_clock; k++) {
-    const enum ms_backend be = real_clock[k];
+  for (int k = 0; k < MS_BACKEND_COUNT; k++) {  /* the backends on a real clock */
+    const enum ms_backend be = (enum ms_backend)k;
+    if (ms_backend_info(be)->virtual_clock) continue;
     double sp_sum = 0, tg_sum = 0;
     int n_real = 0;
     for (int i = 0; i < r->n; i++)
@@ -407,7 +407,7 @@ int bench_report_text(const struct bench_report *r, FILE *f) {
                  "faults sized to at most %.2f%% on average (2x that, at least the scenario's target); effects "
                  "measured with %.1f paired runs on average (5 to %d, until the slowdown stood at 4 standard errors "
                  "or its standard error fell under a tenth of the target)\n\n",
-              be == MS_BACKEND_CPU ? "CPU" : "CUDA", 100 * sp_sum / n_real, n_real, 100 * tg_sum / n_real,
+              ms_backend_info(be)->label, 100 * sp_sum / n_real, n_real, 100 * tg_sum / n_real,
               (double)pairs / n_real, 30);
   }
   for (int sp = 0; sp < 2; sp++)

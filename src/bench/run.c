@@ -81,7 +81,7 @@ static void config_key(const struct bench_scenario *s, char *k, size_t n) {
     len += snprintf(k + len, n - (size_t)len, "|%s=%s", s->params[i][0], s->params[i][1]);
 }
 
-static int real_clock(const struct bench_scenario *s) { return s->backend != MS_BACKEND_SIM; }
+static int real_clock(const struct bench_scenario *s) { return !ms_backend_info(s->backend)->virtual_clock; }
 
 /* ---- models ---- */
 
@@ -571,7 +571,7 @@ static void check_effect(struct bench_case *c, const struct ms_model *m) {
     const struct bench_fault *f = &s->faults[i];
     if (f->type != MS_FAULT_ROUTING_SKEW) continue;
     const struct ms_model_config *mc = &m->cfg;
-    int moved = s->backend == MS_BACKEND_SIM ? ms_fault_skew_moves(f->magnitude, s->batch, mc->n_experts, mc->top_k,
+    int moved = ms_backend_info(s->backend)->cost_model ? ms_fault_skew_moves(f->magnitude, s->batch, mc->n_experts, mc->top_k,
                                                                    f->target_id)
                                              : ms_fault_skew_moves(f->magnitude, s->batch, 1 << 30, 1, -1);
     len += (size_t)snprintf(c->effect + len, sizeof c->effect - len, "%d of %d rows routed to expert %d instead of "
@@ -598,7 +598,7 @@ static void check_effect(struct bench_case *c, const struct ms_model *m) {
 static double perturbation(const struct runner *r, const struct bench_case *c, const struct bench_evidence *ev,
                            int workers) {
   if (c->faulty_ns <= 0) return 0;
-  if (c->sc.backend != MS_BACKEND_SIM) return (double)ev->run_ns / c->faulty_ns - 1;
+  if (!ms_backend_info(c->sc.backend)->virtual_clock) return (double)ev->run_ns / c->faulty_ns - 1;
   /* the simulator: observation costs no virtual time, so it is modelled: the
    * observation work spread over the SMs, against the run */
   double work = (double)ev->obs_execs * r->o->exec_ns + (double)ev->obs_records * r->o->record_ns +
@@ -727,7 +727,8 @@ static int run_case(struct runner *r, struct bench_case *c) {
   r->restart_n++;
   int workers = ms_engine_n_workers(e);
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for(s->batch),
-                               .tiles_per_op = s->backend != MS_BACKEND_CPU ? workers : 0, .tp = s->tp};
+                               .tiles_per_op = ms_backend_info(s->backend)->tiles_per_worker ? workers : 0,
+                               .tp = s->tp};
   struct ms_plan *p = ms_plan_compile(m, &co, &r->log);
   c->healthy_ns = (double)bench_engine_drive(e, &hc);
   ms_engine_free(e);

@@ -261,7 +261,7 @@ static int parse_one(json_t *o, int idx, struct bench_scenario *s, struct ms_tex
   s->pin = (int)pin;
   struct ms_model_config cfg;
   if (s->gguf[0]) {
-    if (ms_backend_parse(backend, &s->backend) || s->backend == MS_BACKEND_SIM || s->preset[0] ||
+    if (ms_backend_parse(backend, &s->backend) || ms_backend_info(s->backend)->cost_model || s->preset[0] ||
         json_object_get(o, "model")) {
       ms_textbuf_printf(log, "%s: \"gguf\" runs a real model on the cpu or cuda backend, without \"preset\" "
                         "or \"model\"\n", what);
@@ -296,7 +296,7 @@ static int parse_one(json_t *o, int idx, struct bench_scenario *s, struct ms_tex
   json_t *in = json_object_get(o, "interference");
   s->intf.worker = s->intf.slot = -1;
   if (in && (rc = parse_interference(in, &s->intf, what, log))) return rc;
-  if (in && s->backend == MS_BACKEND_SIM) {
+  if (in && ms_backend_info(s->backend)->virtual_clock) {
     ms_textbuf_printf(log, "%s: interference is real: the cpu backend (or cuda) produces it, not the simulator\n", what);
     return -EINVAL;
   }
@@ -308,9 +308,10 @@ static int parse_one(json_t *o, int idx, struct bench_scenario *s, struct ms_tex
     char fw[160];
     snprintf(fw, sizeof fw, "%s, fault %zu", what, i);
     if ((rc = parse_fault(json_array_get(fl, i), &s->faults[i], fw, log))) return rc;
-    if (s->backend == MS_BACKEND_CUDA && !ms_fault_on_device(s->faults[i].type)) {
-      ms_textbuf_printf(log, "%s: %s is not injected on the cuda backend (task delays, slow_request, "
-                        "delayed_release and late_admission are)\n", fw, ms_fault_type_name(s->faults[i].type));
+    if (!ms_backend_injects(s->backend, s->faults[i].type)) {
+      ms_textbuf_printf(log, "%s: %s is not injected on the %s backend (task delays, slow_request, "
+                        "delayed_release and late_admission are)\n", fw, ms_fault_type_name(s->faults[i].type),
+                        ms_backend_name(s->backend));
       return -EINVAL;
     }
     s->n_faults++;
@@ -410,8 +411,9 @@ static void gen_config(struct bench_scenario *s, int type, uint64_t *r, enum ms_
   s->backend = backend;
   s->target = 0.05;
   s->tp = 1;
-  s->jitter = backend == MS_BACKEND_SIM ? 0.05 : 0;
-  if (backend != MS_BACKEND_SIM) {
+  const struct ms_backend_info *be = ms_backend_info(backend);
+  s->jitter = be->cost_model ? 0.05 : 0;
+  if (!be->virtual_clock) {
     /* four layers of SmolLM2-135M (synthetic weights), two workers: the CPU
      * backend computes for real, and its tasks (tens of us) should stand above
      * the scheduling noise of a shared machine; the CUDA backend runs the same
@@ -419,7 +421,7 @@ static void gen_config(struct bench_scenario *s, int type, uint64_t *r, enum ms_
     snprintf(s->preset, sizeof s->preset, "smollm2-135m");
     snprintf(s->gpu, sizeof s->gpu, "h100");
     s->n_layers = 4;
-    s->workers = backend == MS_BACKEND_CPU ? 2 : 0;
+    s->workers = be->os_workers ? 2 : 0;
     s->batch = 4;
     s->steps = 12;
     if (type == MS_FAULT_ROUTING_SKEW) {
@@ -480,10 +482,8 @@ static void gen_several(struct bench_scenario *s, int i, uint64_t *r) {
   s->faults[0].severity = s->faults[1].severity = -1;
 }
 
-/* Whether the backend injects fault type t (the CUDA backend: its tables). */
-static int injected(enum ms_backend backend, int t) {
-  return backend != MS_BACKEND_CUDA || ms_fault_on_device((enum ms_fault_type)t);
-}
+/* Whether the backend injects fault type t (the runtime says). */
+static int injected(enum ms_backend backend, int t) { return ms_backend_injects(backend, t); }
 
 /* The CPU backend's scenarios: the two real models megascope's tests fetch
  * (SmolLM2-135M Q4_1, Gemma-3-270M Q4_K_M), in turn; two workers pinned one to
@@ -541,10 +541,11 @@ static int generate_cpu(int per_type, uint64_t seed, struct bench_scenario **out
 
 int bench_scenarios_generate(int per_type, uint64_t seed, enum ms_backend backend, struct bench_scenario **out,
                              int *n) {
-  if (backend == MS_BACKEND_CPU) return generate_cpu(per_type, seed, out, n);
+  const struct ms_backend_info *be = ms_backend_info(backend);
+  if (be->os_workers) return generate_cpu(per_type, seed, out, n);
   int types = 0;
   for (int t = 0; t < MS_FAULT_TYPE_COUNT; t++) types += injected(backend, t);
-  int healthy = per_type, total = per_type * types + healthy + (backend == MS_BACKEND_SIM ? per_type : 0);
+  int healthy = per_type, total = per_type * types + healthy + (be->virtual_clock ? per_type : 0);
   struct bench_scenario *s = calloc((size_t)total, sizeof *s);
   uint64_t r = seed;
   if (!s) return -ENOMEM;
@@ -568,7 +569,7 @@ int bench_scenarios_generate(int per_type, uint64_t seed, enum ms_backend backen
   /* several faults at once (the simulator): two of different kinds of culprit,
    * each tuned to its share of half the target; after the rest, so that a seed
    * draws the same single-fault scenarios as before */
-  for (int i = 0; i < per_type && backend == MS_BACKEND_SIM; i++, k++) gen_several(&s[k], i, &r);
+  for (int i = 0; i < per_type && be->virtual_clock; i++, k++) gen_several(&s[k], i, &r);
   *out = s;
   *n = k;
   return 0;
@@ -584,7 +585,7 @@ int bench_scenarios_write(FILE *f, const struct bench_scenario *s, int n) {
     if (!x->gguf[0]) fprintf(f, "\"preset\": \"%s\", ", x->preset);
     fprintf(f, "\"backend\": \"%s\", \"batch\": %d, \"steps\": %d, \"seed\": %llu", ms_backend_name(x->backend),
             x->batch, x->steps, (unsigned long long)x->seed);
-    if (x->backend == MS_BACKEND_SIM) fprintf(f, ", \"gpu\": \"%s\", \"jitter\": %g", x->gpu, x->jitter);
+    if (ms_backend_info(x->backend)->cost_model) fprintf(f, ", \"gpu\": \"%s\", \"jitter\": %g", x->gpu, x->jitter);
     if (x->tp > 1) fprintf(f, ", \"tp\": %d", x->tp);
     if (x->workers) fprintf(f, ", \"workers\": %d", x->workers);
     if (x->target != 0.05) fprintf(f, ", \"target\": %g", x->target);
@@ -642,7 +643,7 @@ void bench_gguf_path(const struct bench_scenario *s, char *out, size_t n) { gguf
 
 struct ms_model *bench_model(const struct bench_scenario *s, struct ms_textbuf *log) {
   struct ms_model_config c;
-  int sim = s->backend == MS_BACKEND_SIM;
+  int sim = ms_backend_info(s->backend)->cost_model;
   if (s->gguf[0]) {
     char path[512];
     struct ms_model *m = NULL;

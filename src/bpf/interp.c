@@ -16,15 +16,15 @@
  * ALU form zero-extends it), INT_MIN / -1 gives INT_MIN and INT_MIN % -1 gives
  * 0 (no host trap). Local calls save r6-r9 and get a fresh 512-byte frame.
  *
- * The instruction loop itself is bpf/vm_core.h, which the device interpreter
- * (src/cuda/bpf_core.h) includes too: this file gives it the region check,
+ * The instruction loop itself is core/vm_core.h, which the device interpreter
+ * (src/core/bpf_core.h) includes too: this file gives it the region check,
  * lddw of the bound maps, the helper table and stops that log a message. */
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "bpf/alu.h"
+#include "core/alu.h"
 #include "bpf/bpf_internal.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
@@ -236,7 +236,7 @@ static uint8_t *frame_top(struct vm *vm, unsigned depth) {
   return vm->stack + sizeof vm->stack - (size_t)depth * MS_BPF_STACK_SIZE;
 }
 
-/* ---- the loop: bpf/vm_core.h, shared with the device interpreter -------- */
+/* ---- the loop: core/vm_core.h, shared with the device interpreter -------- */
 
 #define MS_VMC_FN static inline
 #define MS_VMC_VM struct vm
@@ -249,7 +249,7 @@ static uint8_t *frame_top(struct vm *vm, unsigned depth) {
 #define MS_VMC_FRAME_TOP(vm, d) frame_top((vm), (d))
 #define MS_VMC_ZERO(p, n) memset((p), 0, (n))
 #define MS_VMC_STOP(vm, err, ...) stop((vm), (err), __VA_ARGS__)
-#include "bpf/vm_core.h"
+#include "core/vm_core.h"
 
 /* Records a run left reserved are discarded; leaving one is the program's fault. */
 static int release_records(struct vm *vm, int err) {

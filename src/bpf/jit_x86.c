@@ -20,7 +20,7 @@
  * call (entry: 6 pushes + 8; subprogram: return address + 5 pushes).
  *
  * Rare operations (division, modulo, the atomics other than add) call small C
- * functions built on the interpreter's own ALU (bpf/alu.h), so they cannot
+ * functions built on the interpreter's own ALU (core/alu.h), so they cannot
  * disagree with it; the hot ones (moves, add/sub/logic/shifts/mul, loads,
  * stores, atomic add, jumps, calls, lddw) are native.
  *
@@ -46,7 +46,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-#include "bpf/alu.h"
+#include "core/alu.h"
 #include "bpf/bpf_internal.h"
 
 #if defined(__x86_64__)

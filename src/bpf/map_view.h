@@ -33,7 +33,7 @@ int map_layout(const struct ms_bpf_map_def *def, uint32_t n_workers, uint64_t pa
 void map_view_init(struct map_view *v, const struct ms_bpf_map_shm *layout, uint8_t *base);
 
 /* Word-wise copy out: 8-byte words move with relaxed atomics so that a reader
- * in another process never sees a torn counter (the copy in is bpf/atomics.h's
+ * in another process never sees a torn counter (the copy in is core/atomics.h's
  * ms_at_copy_in). */
 void map_copy_out(void *dst, const void *src, size_t n);
 
@@ -48,7 +48,7 @@ int64_t map_hash_find(const struct map_view *v, const void *key, int bounded);
 int map_view_foreach(const struct map_view *v, ms_bpf_map_entry_fn fn, void *user);
 int map_view_lookup_copy(const struct map_view *v, const void *key, void *out);
 
-/* Ring buffer: the producers (maps.c, through bpf/map_core.h), the consumer (ringbuf.c). */
+/* Ring buffer: the producers (maps.c, through core/map_core.h), the consumer (ringbuf.c). */
 void *ringbuf_reserve(struct map_view *v, uint64_t size);
 void ringbuf_release(struct map_view *v, void *rec, int discard);
 int ringbuf_consume(struct map_view *v, ms_bpf_ringbuf_fn fn, void *user);

@@ -51,7 +51,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "bpf/atomics.h"
+#include "core/atomics.h"
 #include "bpf/bpf_internal.h"
 #include "bpf/map_view.h"
 
@@ -195,7 +195,7 @@ void map_copy_out(void *dst, const void *src, size_t n) {
   for (; i < n; i++) d[i] = __atomic_load_n(s + i, __ATOMIC_RELAXED);
 }
 
-/* ---- hash: bpf/map_core.h, the device's own ------------------------------- */
+/* ---- hash: core/map_core.h, the device's own ------------------------------- */
 
 static void relax(uint64_t spins) {
   ms_at_relax();
@@ -206,7 +206,7 @@ static void relax(uint64_t spins) {
 #define MS_MAPC_VIEW struct map_view
 #define MS_MAPC_RELAX(spins) relax(spins)
 #define MS_MAPC_RING_SPARE 0 /* the data is mapped twice back to back: a record that wraps is contiguous */
-#include "bpf/map_core.h"
+#include "core/map_core.h"
 
 void map_view_init(struct map_view *v, const struct ms_bpf_map_shm *h, uint8_t *base) {
   memset(v, 0, sizeof *v);
@@ -294,7 +294,7 @@ uint64_t ms_bpf_map_bytes(const struct ms_bpf_map *m) {
   return m ? ((const struct ms_bpf_map_shm *)m->base)->total_size : 0;
 }
 
-/* bpf/map_core.h's operations, after the checks of a public entry point. */
+/* core/map_core.h's operations, after the checks of a public entry point. */
 void *ms_bpf_map_lookup(struct ms_bpf_map *m, const void *key, uint32_t worker) {
   return m && key ? ms_mapc_lookup(&m->v, key, worker) : NULL;
 }

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The ring buffer map's records, with Linux's semantics (kernel/bpf/ringbuf.c):
- * the consumer here, the producers' side in bpf/map_core.h.
+ * the consumer here, the producers' side in core/map_core.h.
  *
  * DESIGN. Producers are engine workers (any number, from helpers 130-133);
  * the consumer is one thread, in this process or another (it maps the
@@ -28,7 +28,7 @@
 static uint64_t round8(uint64_t x) { return (x + 7) & ~7ull; }
 
 /* reserve and release: ms_mapc_ring_reserve and ms_mapc_ring_release
- * (bpf/map_core.h, the device's too), called from maps.c. */
+ * (core/map_core.h, the device's too), called from maps.c. */
 
 int ringbuf_consume(struct map_view *v, ms_bpf_ringbuf_fn fn, void *user) {
   uint64_t cons = __atomic_load_n(v->cons_pos, __ATOMIC_RELAXED); /* only we write it */

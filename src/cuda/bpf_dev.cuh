@@ -39,8 +39,8 @@
 
 #include <stdint.h>
 
-#include "cuda/bpf_core.h"
-#include "hook/admit.h"
+#include "core/bpf_core.h"
+#include "core/admit.h"
 #include "megascope/hook.h"
 
 #define MSD_SET_MAX 64          /* programs attached at one hook, all attachments together */
@@ -165,7 +165,7 @@ static __device__ __forceinline__ void msd_wseq_leave(struct msd_hooks *h, int s
   ms_at_st_rel64(w, ms_at_ld_rlx64(w) + 1);
 }
 
-/* Sampling keys and the per-step budget: hook/admit.h, the CPU engines' own. */
+/* Sampling keys and the per-step budget: core/admit.h, the CPU engines' own. */
 
 static __device__ __forceinline__ void msd_count(uint64_t *c, uint64_t n) {
 #ifdef MSD_HOST_EMU /* relaxed: the host's copy reads whole words */

@@ -12,6 +12,8 @@
 
 #include <stdint.h>
 
+#include "core/event.h"  /* the event rule, the CPU engines' own */
+#include "core/layer.h"  /* the layer rules, the CPU kernels' own */
 #include "megascope/plan_ir.h"
 #include "megascope/model.h"
 
@@ -45,8 +47,8 @@ struct msd_cfg {
   float rope_base, norm_eps;
   int32_t eos;              /* -1: none */
   int32_t qk_norm;          /* q/k RMSNorm before RoPE (qwen3, gemma3) */
-  /* The whole configuration, for the layer rules model.h compiles for both
-   * sides (ms_layer_window, ms_layer_rope_base, ms_attn_scale) and the
+  /* The whole configuration, for the layer rules core/layer.h compiles for
+   * both sides (ms_layer_window, ms_layer_rope_base, ms_attn_scale) and the
    * architecture features: q/k/v biases, post-norms, GeGLU, scaled embeddings,
    * sliding windows, the logit cap. */
   struct ms_model_config mc;

@@ -16,6 +16,7 @@
 
 extern "C" {
 #include "megascope/cuda.h"
+#include "megascope/cuda_diag.h"
 #include "megascope/json.h"
 #include "megascope/plan_ir.h"
 }

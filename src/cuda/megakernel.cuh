@@ -53,8 +53,8 @@
 #include "cuda/dev.h"
 #include "cuda/ops.cuh"
 #endif
-#include "bpf/atomics.h"      /* one vocabulary of atomics, the interpreter's and the maps' */
-#include "hook/ctx_fill.h"  /* the context's plan fields, as the CPU engines fill them */
+#include "core/atomics.h"      /* one vocabulary of atomics, the interpreter's and the maps' */
+#include "core/ctx_fill.h"  /* the context's plan fields, as the CPU engines fill them */
 
 #define MSD_SEQ_EXIT 0xffffffffu
 #define MSD_BEAT_NS 50000ull          /* heartbeat period (host-mapped writes) */
@@ -95,7 +95,7 @@ struct msd_beat {
 
 #define MSD_MAX_SLOTS 256
 
-/* Fed mode (the engine's CUDA backend, src/runtime/backend_cuda.c): the host's
+/* Fed mode (the engine's CUDA backend, src/runtime/backend/cuda.c): the host's
  * step machine admits, batches and keeps the requests; the kernel runs the
  * steps it is handed and draws their tokens. A row of a fed step is
  * cuda/dev.h's struct msd_feed_row (pages are given as positions are first
@@ -230,7 +230,7 @@ struct msd_rt {
   uint32_t trace_cap;               /* power of two */
 };
 
-/* ---- GPU-scope atomics: bpf/atomics.h, the device interpreter's and the maps' ---- */
+/* ---- GPU-scope atomics: core/atomics.h, the device interpreter's and the maps' ---- */
 
 #ifdef MSD_HOST_EMU
 static inline uint64_t msd_now(void) { return ms_now_ns(); }
@@ -294,7 +294,7 @@ static __device__ uint64_t msd_ready_ns(const struct msd_rt *rt, int t, uint64_t
 
 static __device__ void msd_ctx_base(const struct msd_rt *rt, struct ms_hook_ctx *c, int hook, int worker,
                                     uint64_t step, int rows) {
-  /* hook/ctx_fill.h, as the CPU engines fill it; one device per engine: no remote producer */
+  /* core/ctx_fill.h, as the CPU engines fill it; one device per engine: no remote producer */
   ms_ctx_fill_base(c, hook, msd_now(), (uint32_t)worker, (uint32_t)rt->device, step, (uint32_t)rows,
                    (uint32_t)rt->x->batch);
 }

@@ -20,6 +20,7 @@ extern "C" {
 #include "kernels/ops.h"
 }
 #include "megascope/cuda.h"
+#include "megascope/cuda_diag.h"
 #include "megascope/plan.h"
 #include "megascope/reference.h"
 

@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /* The CUDA backend when this build has none (no nvcc, or -DMS_CUDA=OFF): every
- * call answers that, so callers need no #ifdefs and GPU tests skip. */
+ * call of megascope/cuda.h and megascope/cuda_diag.h answers that, so callers
+ * need no #ifdefs and GPU tests skip. */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "megascope/cuda.h"
+#include "megascope/cuda_diag.h"
 
 static const char *const why_none = "built without CUDA (no nvcc when configured, or -DMS_CUDA=OFF)";
 

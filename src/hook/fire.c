@@ -6,7 +6,7 @@
 #include <pthread.h>
 #include <string.h>
 
-#include "hook/admit.h"
+#include "core/admit.h"
 #include "hook/hook_impl.h"
 
 /* What a helper of ours needs to know about the run it serves. */
@@ -77,7 +77,7 @@ const struct ms_bpf_helpers *ms_hook_helpers(void) {
   return helpers;
 }
 
-/* Budget and sampling (hook/admit.h, the device's too): whether this firing runs. */
+/* Budget and sampling (core/admit.h, the device's too): whether this firing runs. */
 static int admitted(struct ms_gen *g, struct cov_slot *c, const struct ms_hook_ctx *ctx, uint64_t key) {
   const struct ms_attach_opts *o = &g->opts;
   return ms_hook_sampled(key, (uint32_t)g->att->id, o->sample_every) &&
@@ -111,7 +111,7 @@ static int run_entry(const struct hook_entry *he, struct ms_hook_ctx *ctx, uint6
 }
 
 int ms_hook_fire(struct ms_hook_table *t, struct ms_hook_ctx *ctx) {
-  uint64_t sample_key = ms_hook_sample_key(ctx);  /* hook/admit.h: what names the firing */
+  uint64_t sample_key = ms_hook_sample_key(ctx);  /* core/admit.h: what names the firing */
   struct epoch_slot *ep = &t->epoch[ctx->worker];
   uint64_t v = atomic_load_explicit(&ep->v, memory_order_relaxed);
   atomic_store_explicit(&ep->v, v + 1, memory_order_seq_cst);  /* odd: inside */

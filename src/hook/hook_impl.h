@@ -159,7 +159,7 @@ void ms_hook_coverage(struct ms_hook_table *t, const struct ms_gen *g, struct ms
 int ms_hook_sync(struct ms_hook_table *t, int id);
 
 /* Runs the programs attached to ctx->hook for ctx->worker, the sampled firings
- * chosen by what names the firing (hook/admit.h). Returns the largest
+ * chosen by what names the firing (core/admit.h). Returns the largest
  * sched_hint priority returned (0-7), or -1 when none ran. */
 int ms_hook_fire(struct ms_hook_table *t, struct ms_hook_ctx *ctx);
 

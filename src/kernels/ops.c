@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/layer.h"
 #include "kernels/vec.h"
 
 void ms_ops_bind_weights(const struct ms_plan *p, const struct ms_model *m,

@@ -10,6 +10,7 @@
 
 #include "megascope/base.h"
 
+#include "core/layer.h"
 #include "kernels/quant.h"
 
 struct ms_ref {

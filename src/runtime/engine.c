@@ -3,7 +3,7 @@
  * backend's start), shutdown, and the read-outs (statistics, the step log,
  * pausing at a step, the last stall). The runtime's parts: step.c (the step
  * machine every backend runs), requests.c (requests, slots, KV pages), plans.c
- * (plans and shared storage), backend_cpu.c and backend_sim.c (who runs the
+ * (plans and shared storage), backend/cpu.c and backend/sim.c (who runs the
  * SMs, behind struct ms_backend_ops), fault.c, telemetry.c, watchdog.c. */
 #include <errno.h>
 #include <stdlib.h>
@@ -270,7 +270,7 @@ int ms_engine_resume(struct ms_engine *e) {
 }
 
 uint64_t ms_engine_sim_now(const struct ms_engine *e) {
-  return e->be->virtual_clock && e->be_ctx ? ms_eng_now(e) : 0;
+  return e->be->info.virtual_clock && e->be_ctx ? ms_eng_now(e) : 0;
 }
 
 uint64_t ms_engine_last_stall(const struct ms_engine *e, char *buf, size_t n) {

@@ -3,7 +3,7 @@
  * benchmark diagnoses, applied by the runtime code both backends share.
  *
  * Where each fault acts (the call sites are marked "fault injection" in
- * step.c, backend_cpu.c and backend_sim.c; what differs by backend goes
+ * step.c, backend/cpu.c and backend/sim.c; what differs by backend goes
  * through its table, struct ms_backend_ops):
  *   slow_class, slow_request, comm_delay, slow_worker, bandwidth_steal, slow_layer
  *       a task takes longer: the simulator adds ms_fault_extra_ns to its cost; a

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Hook sites of the runtime (every backend fires the same): filling the
- * context of each hook from the plan (hook/ctx_fill.h, the device's too), the
+ * context of each hook from the plan (core/ctx_fill.h, the device's too), the
  * batch metadata and the worker.
- * Included by the files that fire hooks (step.c, requests.c, backend_cpu.c).
+ * Included by the files that fire hooks (step.c, requests.c, backend/cpu.c).
  * A site first checks ms_hook_armed (one relaxed load and a branch);
  * everything here runs only when something is attached. */
 #ifndef MS_RUNTIME_HOOKSITE_H
@@ -10,7 +10,7 @@
 
 #include <string.h>
 
-#include "hook/ctx_fill.h"
+#include "core/ctx_fill.h"
 #include "runtime/engine_impl.h"
 #include "runtime/work.h"
 

@@ -137,7 +137,7 @@ int ms_rt_admit(struct ms_engine *e, int *slots) {
     r->slot = s;
     r->generation = sl->gen;
     r->t_admit = ms_eng_now(e);
-    if (e->be->virtual_clock) r->t_submit = r->t_admit;  /* simulated time starts at admission */
+    if (e->be->info.virtual_clock) r->t_submit = r->t_admit;  /* simulated time starts at admission */
     atomic_store_explicit(&r->state, MS_REQ_ACTIVE, memory_order_release);
     slots[n++] = s;
   }

@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "megascope/reference.h"
+#include "core/event.h"
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"
 #include "runtime/hooksite.h"

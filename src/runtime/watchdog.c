@@ -7,6 +7,7 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "core/event.h"
 #include "runtime/engine_impl.h"
 
 static uint64_t tasks_done(struct ms_engine *e) {

@@ -9,6 +9,7 @@
 #ifndef MS_RUNTIME_WORK_H
 #define MS_RUNTIME_WORK_H
 
+#include "core/layer.h"
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"
 

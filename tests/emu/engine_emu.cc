@@ -35,6 +35,7 @@ static inline uint32_t atomicAdd(uint32_t *p, uint32_t v) { return __atomic_fetc
 
 extern "C" {
 #include "megascope/cuda.h"
+#include "megascope/cuda_diag.h"
 #include "megascope/json.h"
 #include "megascope/plan_ir.h"
 }

@@ -10,7 +10,6 @@
 #include "cli.h"
 #include "common.h"
 #include "opt.h"
-#include "megascope/cuda.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
 #include "megascope/transport.h"
@@ -243,15 +242,16 @@ static int bench_decode(int argc, char **argv) {
   struct cli_model cm = a.cm;
   long batch = a.batch, steps = a.steps, warmup = a.warmup, workers = a.workers, rounds = a.rounds;
   int as_json = a.as_json, q8 = a.q8;
-  if (a.be.backend == MS_BACKEND_SIM) {
-    fprintf(stderr, "megascope bench decode: --backend sim: the simulator's figures are `bench sim`'s\n");
+  const struct ms_backend_info *be = ms_backend_info((enum ms_backend)a.be.backend);
+  if (be->virtual_clock) {
+    fprintf(stderr, "megascope bench decode: --backend %s: the simulator's figures are `bench sim`'s\n", be->name);
     return 2;
   }
-  const int cuda = a.be.backend == MS_BACKEND_CUDA;
-  struct ms_cuda_device dev;
+  const int cuda = be->on_device;
+  struct ms_device_info dev;
   char why[256] = "";
-  if (cuda && ms_cuda_device_info(&dev, why, sizeof why)) {
-    fprintf(stderr, "megascope bench decode: --backend cuda: %s\n", why);
+  if (cuda && ms_backend_device((enum ms_backend)a.be.backend, &dev, why, sizeof why)) {
+    fprintf(stderr, "megascope bench decode: --backend %s: %s\n", be->name, why);
     return 1;
   }
   int dist_failed;

@@ -13,6 +13,7 @@
 #include "common.h"
 #include "opt.h"
 #include "megascope/cuda.h"
+#include "megascope/cuda_diag.h"
 #include "megascope/engine.h"
 #include "megascope/json.h"
 #include "megascope/monitor.h"

@@ -49,9 +49,10 @@ static int resolve_faults(const struct ms_model *m, const struct run_args *a, co
                           struct ms_fault *out) {
   char buf[1024] = "";
   struct ms_textbuf log = {buf, sizeof buf, 0, 0};
-  int D = a->tp > 1 ? (int)a->tp : 1, workers = a->be.backend == MS_BACKEND_SIM ? eo->sim.n_sms * D : (int)a->workers;
+  const int sim = ms_backend_info((enum ms_backend)a->be.backend)->cost_model;  /* workers: its SMs */
+  int D = a->tp > 1 ? (int)a->tp : 1, workers = sim ? eo->sim.n_sms * D : (int)a->workers;
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch), .tile_bytes = eo->tile_bytes,
-                               .tile_rows = eo->tile_rows, .tiles_per_op = a->be.backend == MS_BACKEND_SIM ? workers : 0,
+                               .tile_rows = eo->tile_rows, .tiles_per_op = sim ? workers : 0,
                                .tp = D};
   struct ms_plan *p = ms_plan_compile(m, &co, &log);
   int rc = p ? 0 : -1;
@@ -151,19 +152,20 @@ static int parse(int argc, char **argv, struct run_args *a) {
    * flips (the reference's inputs are doubles, the engine's floats) moves the
    * logits by more than any bound that would still catch a wrong task */
   if (a->q8 < 0) a->q8 = !a->check;
-  if (a->be.backend == MS_BACKEND_SIM && a->check && !a->compute) {
+  const struct ms_backend_info *be = ms_backend_info((enum ms_backend)a->be.backend);
+  if (be->cost_model && a->check && !a->compute) {
     fprintf(stderr, "megascope run: --check on the simulator needs --compute\n");
     return -1;
   }
-  if ((a->gpu || a->compute || a->n_sim_param) && a->be.backend != MS_BACKEND_SIM) {
+  if ((a->gpu || a->compute || a->n_sim_param) && !be->cost_model) {
     fprintf(stderr, "megascope run: --gpu, --compute and --sim-param are for --backend sim\n");
     return -1;
   }
-  if (a->be.sms && a->be.backend != MS_BACKEND_CUDA) {
+  if (a->be.sms && !be->device_sms) {
     fprintf(stderr, "megascope run: --sms is for --backend cuda\n");
     return -1;
   }
-  a->cm.shape_only = a->be.backend == MS_BACKEND_SIM && !a->compute;
+  a->cm.shape_only = be->cost_model && !a->compute;
   if (a->replace_with && (!a->n_attach || a->replace_at < 0)) {
     fprintf(stderr, "megascope run: --replace-with needs --attach and --replace-at-step\n");
     return -1;
@@ -408,7 +410,8 @@ static int run_engine_opts(struct run *r, struct ms_engine_opts *eo) {
                                 .shuffle = a->shuffle,
                                 .seed = a->seed, .watchdog_ms = (int)a->watchdog_ms, .backend = a->be.backend,
                                 .q8_activations = a->q8, .max_batched_tokens = (int)a->max_batched};
-  if (a->be.backend == MS_BACKEND_SIM && run_sim_opts(a, &eo->sim)) return -1;
+  const struct ms_backend_info *be = ms_backend_info((enum ms_backend)a->be.backend);
+  if (be->cost_model && run_sim_opts(a, &eo->sim)) return -1;
   eo->tp = (int)a->tp;
   eo->cuda_sms = (int)a->be.sms;
   eo->transport = r->tx;
@@ -416,7 +419,7 @@ static int run_engine_opts(struct run *r, struct ms_engine_opts *eo) {
   /* the simulator: every request waits in the mailbox before the first step, so
    * the batches (and the run) follow from the seed, not from host timing; so do
    * the ranks of one engine, which must all admit the same requests each step */
-  eo->start_paused = (a->be.backend == MS_BACKEND_SIM || r->tx) && a->requests <= 1000;
+  eo->start_paused = (be->virtual_clock || r->tx) && a->requests <= 1000;
   eo->faults = r->faults;
   eo->n_faults = a->n_fault;
   if (a->n_fault && resolve_faults(r->m, a, eo, r->faults)) return -1;
@@ -485,6 +488,7 @@ static int run_decode(struct run *r) {
 static void run_check(struct run *r) {
   struct run_args *a = &r->a;
   const struct ms_model *m = r->m;
+  const struct ms_backend_info *be = ms_backend_info((enum ms_backend)a->be.backend);
   r->ok = 1;
   if (a->check && (!r->tx || r->tx->rank == 0))  /* every rank has the same logits: rank 0 checks them */
     for (long i = 0; i < a->requests; i++) {
@@ -497,8 +501,8 @@ static void run_check(struct run *r) {
   if (a->tolerance < 0)  /* each path its own: f32 accumulation differs, 8-bit inputs do, or the
                           * device's bf16 copies of other weight types do (0.03 on tiny's f32) */
     a->tolerance = ms_engine_q8_active(r->e) ? 0.25
-                   : a->be.backend == MS_BACKEND_CUDA && m->cfg.dtype != MS_DTYPE_BF16 ? 0.1
-                                                                                        : 1e-3;
+                   : be->bf16_weights && m->cfg.dtype != MS_DTYPE_BF16 ? 0.1
+                                                                      : 1e-3;
   if (a->check && !(r->worst <= a->tolerance)) r->ok = 0;
 }
 
@@ -557,7 +561,7 @@ static void json_figures(const struct run *r, struct ms_json *j) {
   ms_json_kuint(j, "generated_tokens", st->tokens);
   ms_json_knum(j, "seconds", r->secs);
   ms_json_knum(j, "tokens_per_s", (double)st->tokens / r->secs);
-  if (a->be.backend == MS_BACKEND_SIM) {
+  if (ms_backend_info((enum ms_backend)a->be.backend)->virtual_clock) {
     double sim_s = (double)ms_engine_sim_now(r->e) / 1e9;
     ms_json_kstr(j, "gpu", a->gpu ? a->gpu : "h100");
     ms_json_knum(j, "sim_seconds", sim_s);
@@ -616,11 +620,12 @@ static void run_print(const struct run *r) {
   const struct run_args *a = &r->a;
   const struct ms_model *m = r->m;
   const struct ms_engine_stats *st = &r->st;
+  const struct ms_backend_info *be = ms_backend_info((enum ms_backend)a->be.backend);
   if (a->show_steps) print_steps(r->e);
   printf("%s (%s%s) %s%s%s, %d workers: %ld requests, %llu tokens in %.3f s (%.1f tokens/s), %llu steps, %llu tasks\n",
-         m->cfg.name, ms_dtype_name(m->cfg.dtype), a->q8 && a->be.backend != MS_BACKEND_CUDA ? ", 8-bit activations" : "",
-         ms_mode_name(a->mode), a->be.backend == MS_BACKEND_CPU ? "" : " on ",
-         a->be.backend == MS_BACKEND_CPU ? "" : ms_backend_name(a->be.backend), ms_engine_n_workers(r->e), a->requests,
+         m->cfg.name, ms_dtype_name(m->cfg.dtype), a->q8 && be->q8_activations ? ", 8-bit activations" : "",
+         ms_mode_name(a->mode), be->os_workers ? "" : " on ", be->os_workers ? "" : be->name,
+         ms_engine_n_workers(r->e), a->requests,
          (unsigned long long)st->tokens, r->secs, (double)st->tokens / r->secs, (unsigned long long)st->steps,
          (unsigned long long)st->tasks);
   print_requests(r);

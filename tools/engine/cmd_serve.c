@@ -208,11 +208,13 @@ static int parse(int argc, char **argv, struct serve_args *a) {
                            .q8 = 1, .port = -1, .temperature = -1, .prefix_cache = 1};
   int rc = cli_parse("serve", serve_head, serve_opts, a, argc, argv, NULL);
   if (rc) return rc;
-  if (a->be.backend == MS_BACKEND_SIM) {
-    fprintf(stderr, "megascope serve: --backend sim: the simulator runs in virtual time; serve on cpu or cuda\n");
+  const struct ms_backend_info *be = ms_backend_info((enum ms_backend)a->be.backend);
+  if (be->virtual_clock) {
+    fprintf(stderr, "megascope serve: --backend %s: the simulator runs in virtual time; serve on cpu or cuda\n",
+            be->name);
     return -1;
   }
-  if (a->be.sms && a->be.backend != MS_BACKEND_CUDA) {
+  if (a->be.sms && !be->device_sms) {
     fprintf(stderr, "megascope serve: --sms is for --backend cuda\n");
     return -1;
   }
@@ -428,9 +430,11 @@ int cmd_serve(int argc, char **argv) {
     printf("  chat:   %s\n", chat_note);
     if (a.api_key && a.api_key[0]) printf("  auth:   an API key is required (Bearer)\n");
   }
+  char pc_off[64];  /* a backend without the prefix cache */
+  snprintf(pc_off, sizeof pc_off, "off (not on the %s backend yet)", ms_backend_name((enum ms_backend)a.be.backend));
   printf("  model id: %s%s; prefix cache %s\n", model_id,
          a.any_model ? " (requests may name any model)" : "",
-         !a.prefix_cache ? "off" : a.be.backend == MS_BACKEND_CUDA ? "off (not on the cuda backend yet)" : "on");
+         !a.prefix_cache ? "off" : !ms_backend_info((enum ms_backend)a.be.backend)->prefix_cache ? pc_off : "on");
   printf("  socket: %s\n", ms_control_path(ctl));
   if (otlp) printf("  otlp:   %s\n", a.otlp);
   if (!tok) printf("  note:   vocabulary of %d ids < 256: prompts must be arrays of token ids\n", m->cfg.vocab);

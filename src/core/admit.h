@@ -10,18 +10,15 @@
  * mixed with the attachment's id, two attachments sample different ones. The
  * per-step budget counts a worker's runs in the step (a worker's own slot: no
  * atomics). */
-#ifndef MS_HOOK_ADMIT_H
-#define MS_HOOK_ADMIT_H
+#ifndef MS_CORE_ADMIT_H
+#define MS_CORE_ADMIT_H
 
 #include <stdint.h>
 
+#include "core/hostdev.h"
 #include "megascope/bpf/megascope.h"
 
-#ifdef __CUDACC__
-#define MS_ADMIT_FN static __device__ __forceinline__
-#else
-#define MS_ADMIT_FN static inline
-#endif
+#define MS_ADMIT_FN MS_CORE_DEV
 
 MS_ADMIT_FN uint64_t ms_hook_sample_key(const struct ms_hook_ctx *c) {
   switch (c->hook) {

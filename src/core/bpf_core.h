@@ -3,9 +3,9 @@
  * compiles both as C11 (the host test, tests/test_bpf_devcore.c, checks it
  * against the reference) and as CUDA C++17 device code (bpf_dev.cuh).
  *
- * The instruction loop is the reference interpreter's own (src/bpf/vm_core.h,
+ * The instruction loop is the reference interpreter's own (src/core/vm_core.h,
  * included by interp.c too, with this file's memory, lddw and helpers); the
- * ALU is bpf/alu.h, also shared. The helpers, maps and ring buffer below are a
+ * ALU is core/alu.h, also shared. The helpers, maps and ring buffer below are a
  * second implementation of src/bpf/helpers.c, maps.c and ringbuf.c with the
  * same semantics and the same bytes in memory:
  *   - RFC 9669 as interp.c runs it: zero-extended alu32, masked shifts, x/0 = 0,
@@ -50,8 +50,8 @@
  * jump targets and lddw pairs are trusted, as in interp.c). No dynamic
  * allocation, no recursion, no libc on the device path; a run's state is about
  * 4.5 KiB of local memory (eight 512-byte frames). */
-#ifndef MS_CUDA_BPF_CORE_H
-#define MS_CUDA_BPF_CORE_H
+#ifndef MS_CORE_BPF_CORE_H
+#define MS_CORE_BPF_CORE_H
 
 #include <errno.h>
 #include <stdint.h>
@@ -75,10 +75,10 @@
 
 /* the ALU and the jump conditions: the reference interpreter's own */
 #define MS_BPF_ALU_FN MSD_FN
-#include "bpf/alu.h"
+#include "core/alu.h"
 
-/* atomics and plain memory moves: ms_at_* (bpf/atomics.h, maps.c's too) */
-#include "bpf/atomics.h"
+/* atomics and plain memory moves: ms_at_* (core/atomics.h, maps.c's too) */
+#include "core/atomics.h"
 
 /* ---- maps --------------------------------------------------------------- */
 
@@ -108,14 +108,14 @@ MSD_HD uint64_t msd_map_image_size(const struct ms_bpf_map_shm *h) {
   return h->total_size + (h->type == MS_BPF_MAP_RINGBUF ? h->ring_size : 0);
 }
 
-/* ---- the maps: bpf/map_core.h, maps.c's own ------------------------------ */
+/* ---- the maps: core/map_core.h, maps.c's own ------------------------------ */
 
 #define MS_MAPC_FN MSD_FN
 #define MS_MAPC_HD MSD_HD
 #define MS_MAPC_VIEW struct msd_map
 #define MS_MAPC_RELAX(spins) ms_at_relax()
 #define MS_MAPC_RING_SPARE 1
-#include "bpf/map_core.h"
+#include "core/map_core.h"
 
 /* Decodes m from h, a header already checked (it comes from ms_bpf_map_new),
  * for the image at base (which need not be readable from the caller): the
@@ -132,7 +132,7 @@ MSD_HD void msd_map_init(struct msd_map *m, const struct ms_bpf_map_shm *h, uint
 
 /* ---- ring buffer (ringbuf.c) --------------------------------------------- */
 
-/* ms_mapc_ring_reserve (bpf/map_core.h) on a ring buffer map; release is ms_mapc_ring_release. */
+/* ms_mapc_ring_reserve (core/map_core.h) on a ring buffer map; release is ms_mapc_ring_release. */
 MSD_FN void *msd_ringbuf_reserve(const struct msd_map *m, uint64_t size) {
   return m->type == MS_BPF_MAP_RINGBUF ? ms_mapc_ring_reserve(m, size) : 0;
 }
@@ -468,7 +468,7 @@ MSD_FN uint8_t *msd_frame_top(struct msd_vm *vm, uint32_t depth) {
   return (uint8_t *)vm->stack + sizeof vm->stack - (uint64_t)depth * MS_BPF_STACK_SIZE;
 }
 
-/* ---- the loop: bpf/vm_core.h, the reference interpreter's own ------------ */
+/* ---- the loop: core/vm_core.h, the reference interpreter's own ------------ */
 
 #define MS_VMC_FN MSD_FN
 #define MS_VMC_VM struct msd_vm
@@ -481,7 +481,7 @@ MSD_FN uint8_t *msd_frame_top(struct msd_vm *vm, uint32_t depth) {
 #define MS_VMC_FRAME_TOP(vm, d) msd_frame_top((vm), (d))
 #define MS_VMC_ZERO(p, n) ms_at_bytes_zero((p), (n))
 #define MS_VMC_STOP(vm, err, ...) (err) /* no strings on the device: the code and vm->pc say it */
-#include "bpf/vm_core.h"
+#include "core/vm_core.h"
 
 /* Runs in->insns to its exit: 0 or interp.c's code for the same stop
  * (-EFAULT, -MS_E_LIMIT, -ENOENT, -EINVAL); res says where. The result of

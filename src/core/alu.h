@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The eBPF ALU and jump conditions (RFC 9669), shared by the reference
- * interpreter (interp.c) and the device interpreter (src/cuda/bpf_core.h), so
+ * interpreter (interp.c) and the device interpreter (src/core/bpf_core.h), so
  * the two cannot disagree on arithmetic. Plain C that is also CUDA C++: the
  * includer may define MS_BPF_ALU_FN (default static inline) to qualify the
  * functions for the device.
@@ -9,8 +9,8 @@
  * gives 0, modulo by zero leaves dst, INT_MIN / -1 gives INT_MIN and
  * INT_MIN % -1 gives 0 (no host trap); END to little-endian truncates (the
  * hosts are little-endian), to big-endian swaps. */
-#ifndef MS_BPF_ALU_H
-#define MS_BPF_ALU_H
+#ifndef MS_CORE_ALU_H
+#define MS_CORE_ALU_H
 
 #include <stdint.h>
 

@@ -2,7 +2,7 @@
 /* The hash map's state machine and the ring buffer's producer side over a
  * map's shared-memory layout, and the lookup, update and delete of Linux's
  * helpers over it, written once for the reference maps (maps.c,
- * ringbuf.c) and the device's (src/cuda/bpf_core.h), and the decoding of
+ * ringbuf.c) and the device's (src/core/bpf_core.h), and the decoding of
  * that layout;
  * C11 and CUDA. maps.c's DESIGN says the protocol: a slot goes EMPTY ->
  * CLAIMING (its key being written) -> LIVE, LIVE -> KEYED on a delete (the key
@@ -23,9 +23,9 @@
  *   MS_MAPC_RING_SPARE    1 when a ring's data has ring_size spare bytes after
  *                         it instead of a second mapping (the device)
  *
- * and has included bpf/atomics.h. */
-#ifndef MS_BPF_MAP_CORE_H
-#define MS_BPF_MAP_CORE_H
+ * and has included core/atomics.h. */
+#ifndef MS_CORE_MAP_CORE_H
+#define MS_CORE_MAP_CORE_H
 
 #ifndef MS_MAPC_HD /* what the host side of a device build calls too (the layout's decoding) */
 #define MS_MAPC_HD MS_MAPC_FN

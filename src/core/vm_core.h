@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /* The eBPF instruction loop, written once for the reference interpreter
- * (interp.c) and the device interpreter (src/cuda/bpf_core.h, which compiles
+ * (interp.c) and the device interpreter (src/core/bpf_core.h, which compiles
  * both as C11 and as CUDA): the step over an instruction, loads and stores
  * through the run's memory check, atomics, lddw, helper and local calls with
  * their frames, exit, jumps, the budget and falling off the end. What differs
@@ -24,15 +24,15 @@
  *   MS_VMC_STOP(vm, err, fmt, ...)   a stop at vm->pc: evaluates to err, and says
  *                                    why where the includer keeps a log
  *
- * Semantics (RFC 9669, as interp.c's comment says): the ALU is bpf/alu.h,
+ * Semantics (RFC 9669, as interp.c's comment says): the ALU is core/alu.h,
  * which the includer has included; a local call saves r6-r9 and gets a fresh
  * zeroed 512-byte frame; the instruction count is the budget's unit, lddw
  * counting once. Codes: -EFAULT (a bad access, a misaligned atomic, falling
  * off the end), -MS_E_LIMIT (the call depth, the budget), and what the
  * includer's lddw and helpers return. On a stop vm->pc is the instruction
  * that stopped. */
-#ifndef MS_BPF_VM_CORE_H
-#define MS_BPF_VM_CORE_H
+#ifndef MS_CORE_VM_CORE_H
+#define MS_CORE_VM_CORE_H
 
 MS_VMC_FN unsigned ms_vmc_size(uint8_t code) {
   switch (MS_BPF_SIZE(code)) {

@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/event.h"
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"
 #include "runtime/hooksite.h"
@@ -320,8 +321,7 @@ static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
 }
 
 const struct ms_backend_ops ms_backend_cpu = {
-    .name = "cpu",
-    .virtual_clock = 0,
+    .info = {.name = "cpu", .label = "CPU", .os_workers = 1, .q8_activations = 1, .prefix_cache = 1},
     .defaults = cpu_defaults,
     .shape_only = cpu_shape_only,
     .start = cpu_start,

@@ -6,20 +6,17 @@
  * the batch layout, clocks and counters live differs between the backends, so
  * the request fields of a row (read under each one's seqlock), t_ready, the
  * event count and the ABI v2 work fields are filled by each. */
-#ifndef MS_HOOK_CTX_FILL_H
-#define MS_HOOK_CTX_FILL_H
+#ifndef MS_CORE_CTX_FILL_H
+#define MS_CORE_CTX_FILL_H
 
 #include <stdint.h>
 #include <string.h>
 
+#include "core/hostdev.h"
 #include "megascope/bpf/megascope.h"
 #include "megascope/plan_ir.h"
 
-#ifdef __CUDACC__
-#define MS_CTXF_FN static __device__ __forceinline__
-#else
-#define MS_CTXF_FN static inline
-#endif
+#define MS_CTXF_FN MS_CORE_DEV
 
 /* The fields every hook has; the rest zero, and the fields that mean "none"
  * when unset (a request, a remote producer) MS_HOOK_NONE32. rows and bucket:

@@ -2,21 +2,19 @@
 /* One vocabulary of atomics and plain memory moves, compiled both as C11 (C
  * builtins) and as CUDA (PTX acquire/release at GPU scope, intrinsics): the
  * reference maps (maps.c, through map_core.h), the device interpreter
- * (src/cuda/bpf_core.h) and their tests say the same thing the same way.
+ * (src/core/bpf_core.h) and their tests say the same thing the same way.
  * Orders: loads acquire and stores release where a state word publishes what
  * it guards; counters relaxed (they order nothing); a CAS acq_rel on success,
  * acquire on failure; 8-byte value words relaxed so no reader sees a torn
  * counter. */
-#ifndef MS_BPF_ATOMICS_H
-#define MS_BPF_ATOMICS_H
+#ifndef MS_CORE_ATOMICS_H
+#define MS_CORE_ATOMICS_H
 
 #include <stdint.h>
 
-#ifdef __CUDACC__
-#define MS_AT_FN static __device__ __forceinline__
-#else
-#define MS_AT_FN static inline
-#endif
+#include "core/hostdev.h"
+
+#define MS_AT_FN MS_CORE_DEV
 
 #ifdef __CUDACC__
 MS_AT_FN uint32_t ms_at_ld_acq32(const uint32_t *p) {

@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/event.h"
 #include "runtime/engine_impl.h"
 #include "runtime/fault.h"
 #include "runtime/work.h"
@@ -545,8 +546,8 @@ static void sim_stop(struct ms_engine *e) {
 }
 
 const struct ms_backend_ops ms_backend_sim = {
-    .name = "sim",
-    .virtual_clock = 1,
+    .info = {.name = "sim", .label = "simulator", .virtual_clock = 1, .cost_model = 1, .tiles_per_worker = 1,
+             .q8_activations = 1, .prefix_cache = 1},
     .defaults = sim_defaults,
     .shape_only = sim_shape_only,
     .start = sim_start,

@@ -39,6 +39,7 @@
  * parallelism and the other fault types (refused at the start). */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -427,6 +428,22 @@ static uint64_t cuda_now(const void *ctx) {
  * plans are tiled as the device's (ms_cuda_engine_new's default), so that the
  * largest bucket's is the device's. A tp asked for keeps its workers, so that
  * the start refuses it by name. */
+/* The faults the device's tables carry (ms_fault_table_new). */
+static int cuda_injects(int fault_type) { return ms_fault_on_device((enum ms_fault_type)fault_type); }
+
+static int cuda_device(struct ms_device_info *out, char *why, size_t n) {
+  struct ms_cuda_device d;
+  int rc = ms_cuda_device_info(&d, why, n);
+  if (rc) return rc;
+  snprintf(out->name, sizeof out->name, "%s", d.name);
+  out->sms = d.sms;
+  out->major = d.major;
+  out->minor = d.minor;
+  out->mem_gib = d.mem_gib;
+  out->peak_gbs = d.peak_gbs;
+  return 0;
+}
+
 static void cuda_defaults(struct ms_engine_opts *o) {
   int w = ms_cuda_workers(o->cuda_sms);
   o->n_workers = o->tp > 1 ? o->tp : w > 0 ? w : 1;
@@ -621,8 +638,8 @@ static int cuda_start(struct ms_engine *e, struct ms_textbuf *log) {
 }
 
 const struct ms_backend_ops ms_backend_cuda = {
-    .name = "cuda",
-    .virtual_clock = 0,
+    .info = {.name = "cuda", .label = "CUDA", .on_device = 1, .device_sms = 1, .tiles_per_worker = 1,
+             .bf16_weights = 1},
     .remote_tasks = 1,
     .defaults = cuda_defaults,
     .shape_only = cuda_shape_only,
@@ -635,4 +652,6 @@ const struct ms_backend_ops ms_backend_cuda = {
     .poll_at = cuda_poll_at,
     .can_trace = cuda_can_trace,
     .sample = cuda_sample,
+    .injects = cuda_injects,
+    .device = cuda_device,
 };

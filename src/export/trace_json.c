@@ -36,24 +36,6 @@ int ms_trace_format_parse(const char *s, enum ms_trace_format *out) {
   return -EINVAL;
 }
 
-/* ---- output under a byte budget ---- */
-
-int tv_put(struct tv_out *o, const void *p, size_t n) {
-  if (o->full) return 1;
-  if (o->max_bytes && o->bytes + n + o->reserve > o->max_bytes) {
-    o->full = 1;
-    return 1;
-  }
-  if (n && fwrite(p, 1, n, o->f) != n) o->err = 1;
-  o->bytes += n;
-  return 0;
-}
-
-void tv_put_final(struct tv_out *o, const void *p, size_t n) {
-  if (n && fwrite(p, 1, n, o->f) != n) o->err = 1;
-  o->bytes += n;
-}
-
 /* ---- Chrome JSON ---- */
 
 /* ns as microseconds, exactly: 1234567 -> "1234.567". */

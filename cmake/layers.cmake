@@ -11,7 +11,7 @@
 # CMake derives from them is a right one.
 #
 # Each folder src/<part>/ keeps private headers. A file includes its own
-# folder's ("runtime/engine_impl.h"), the public ones ("megascope/engine.h"),
+# folder's ("runtime/runtime_impl.h"), the public ones ("megascope/engine.h"),
 # and the private headers of the folders named in MS_SEES_<folder> — nothing
 # else. The build gives each target a door per allowed folder (a directory
 # holding one link <part> -> src/<part>), so any other private include is
@@ -78,7 +78,7 @@ set(MS_SEES_compile graph)
 # attachment tables its hook sites fire (hook/hook_impl.h), both below it.
 set(MS_SEES_runtime kernels hook)
 # control: the attachment behind an id, for map fds and record decoding
-# (runtime/engine_impl.h, which brings hook/hook_impl.h and kernels/ops.h).
+# (runtime/runtime_impl.h, which brings hook/hook_impl.h and kernels/ops.h).
 set(MS_SEES_control runtime hook kernels)
 # bench: the engine through its public headers alone (the trace's records,
 # an attachment's maps, what the workers run: engine.h, telemetry.h, monitor.h).

@@ -18,7 +18,7 @@
 
 #include "megascope/plan_ir.h"
 #include "megascope/telemetry.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/trace_view.h"
 #include "test.h"
 

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "control/control_impl.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 int ms_control_map_fds(struct ms_engine *e, int id, int *fds, char (*names)[64], int max) {
   struct ms_hook_table *t = e->hooks;

@@ -20,7 +20,7 @@
 
 #include "control/control_impl.h"
 #include "megascope/json.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 /* The type behind typedefs and qualifiers. */
 static const struct btf_type *resolve(const struct btf *btf, uint32_t *id) {

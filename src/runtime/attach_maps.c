@@ -7,7 +7,7 @@
 
 #include "hook/hook_impl.h"
 #include "megascope/monitor.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 int ms_engine_attach_maps(struct ms_engine *e, int id, struct ms_bpf_map **out, int max) {
   struct ms_hook_table *t = e->hooks;

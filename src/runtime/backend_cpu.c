@@ -33,7 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 #include "runtime/hooksite.h"
 

@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 #include "runtime/work.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 
 const char *ms_mode_name(enum ms_mode m) { return m == MS_MODE_PER_OP ? "per-op" : "megakernel"; }

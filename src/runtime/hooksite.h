@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "hook/ctx_fill.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/work.h"
 
 #define HOOK_ARMED(e, h) (HOOKS_ON(e) && ms_hook_armed((e)->hooks, (h)))

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "megascope/reference.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 #include "runtime/hooksite.h"
 
@@ -260,7 +260,7 @@ static int layout_rows(struct ms_engine *e, int bucket) {
 }
 
 /* Copies the rows' request fields for hooks, a seqlock write (see hook_rows in
- * engine_impl.h; the device does the same in msd_step_start). */
+ * runtime_impl.h; the device does the same in msd_step_start). */
 static void publish_hook_rows(struct ms_engine *e, int bucket, uint64_t step) {
   uint32_t seq = atomic_load_explicit(&e->layout_seq, memory_order_relaxed);  /* worker 0 only writes it */
   atomic_store_explicit(&e->layout_seq, seq + 1, memory_order_relaxed);

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "megascope/json.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/trace_view.h"
 
 const double ms_latency_bounds[MS_LAT_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,

@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/trace_view.h"
 
 static const char *const format_names[MS_TRACE_FORMAT_COUNT] = {[MS_TRACE_JSON] = "json",

@@ -7,7 +7,7 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 static uint64_t tasks_done(struct ms_engine *e) {
   uint64_t n = 0;

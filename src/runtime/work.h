@@ -9,7 +9,7 @@
 #ifndef MS_RUNTIME_WORK_H
 #define MS_RUNTIME_WORK_H
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 
 /* Rows of the step routed to expert `expert`: the router's output when kernels

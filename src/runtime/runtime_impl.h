@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The engine's state, shared by the runtime's files (private). */
-#ifndef MS_RUNTIME_ENGINE_IMPL_H
-#define MS_RUNTIME_ENGINE_IMPL_H
+/* The runtime's private header: the engine's state, shared by the runtime's
+ * files (src/runtime/), and what each of them offers the others. */
+#ifndef MS_RUNTIME_RUNTIME_IMPL_H
+#define MS_RUNTIME_RUNTIME_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -409,7 +410,14 @@ void ms_rt_sample_drawn(struct worker *w, struct plan_rt *rt, int row, int tok);
 int ms_rt_retire(struct ms_engine *e, int cancel_all);  /* finished (or all) slots out; how many */
 int ms_rt_admit(struct ms_engine *e, int *slots);       /* queued requests into free slots; how many */
 void ms_rt_cancel_mailbox(struct ms_engine *e);
-int ms_rt_active_slots(const struct ms_engine *e);
+/* Slots holding a request (a read of the engine's state: the step start, the
+ * admission's fault site). */
+static inline int ms_rt_active_slots(const struct ms_engine *e) {
+  int n = 0;
+  for (int s = 0; s < e->n_slots; s++)
+    if (e->slots[s].req) n++;
+  return n;
+}
 void ms_rt_kv_reserve(struct ms_engine *e, struct slot *sl, int pos);  /* a page for position pos */
 
 /* prefix.c: the prefix cache over the KV pages (a no-op when it is off) */

@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /* Hook sites of the runtime (every backend fires the same): filling the
  * context of each hook from the plan (hook/ctx_fill.h, the device's too), the
- * batch metadata and the worker, once, before it is handed to the hook table.
- * Included by the files that fire hooks (step.c, whose ms_rt_task_hook is the
- * site of every task hook, requests.c, backend_cpu.c). A site first checks
- * ms_hook_armed (one relaxed load and a branch); everything here runs only
- * when something is attached. */
+ * batch metadata and the worker.
+ * Included by the files that fire hooks (step.c, requests.c, backend_cpu.c).
+ * A site first checks ms_hook_armed (one relaxed load and a branch), fills the
+ * context once and hands it to the hook table (every task hook's site is
+ * step.c's ms_rt_task_hook); everything here runs only when something is
+ * attached. */
 #ifndef MS_RUNTIME_HOOKSITE_H
 #define MS_RUNTIME_HOOKSITE_H
 

@@ -115,7 +115,7 @@ static inline void ctx_task_hook(struct worker *w, struct ms_hook_ctx *c, struct
     c->ctx_len = q.ctx_len;
     c->t_ready = ready;
   }
-  if (comm) {
+  if (comm && k) {  /* comm: a communication task's start or end, always a task */
     int D = e->o.tp > 1 ? e->o.tp : 1, dev = k->tile[2];
     *comm = *c;
     comm->hook = MS_HOOK_COMM;

@@ -17,7 +17,7 @@
 # (cmake/check_layers.cmake).
 #
 # Each folder src/<part>/ keeps private headers. A file includes its own
-# folder's ("runtime/engine_impl.h"), the public ones ("megascope/engine.h"),
+# folder's ("runtime/runtime_impl.h"), the public ones ("megascope/engine.h"),
 # and the private headers of the folders named in MS_SEES_<folder> — nothing
 # else. The build gives each target a door per allowed folder (a directory
 # holding one link <part> -> src/<part>), so any other private include is

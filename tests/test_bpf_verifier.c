@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "bpf/bpf_internal.h"
-#include "bpf/verifier_internal.h"
+#include "bpf/verifier_shared.h"
 #include "megascope/bpf.h"
 #include "megascope/hook.h"
 #include "megascope/monitor.h"

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "megascope/reference.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "ref_check.h"
 #include "test.h"
 

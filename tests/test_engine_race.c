@@ -26,7 +26,7 @@
 
 #include "hook/hook_impl.h"
 #include "megascope/attach.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "test.h"
 
 #define NEW_TOKENS 120

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "megascope/attach.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "test.h"
 
 static struct ms_model *tiny(void) {

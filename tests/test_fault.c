@@ -13,7 +13,7 @@
 #include "megascope/fault.h"
 #include "megascope/attach.h"
 #include "megascope/telemetry.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 #include "test.h"
 

@@ -12,7 +12,7 @@
 
 #include "hook/hook_impl.h"
 #include "megascope/attach.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "test.h"
 
 static char mon_dir[4096];

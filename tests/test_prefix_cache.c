@@ -17,7 +17,7 @@
 #include <unistd.h>
 
 #include "megascope/gguf.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "test.h"
 
 #define NEW 10      /* tokens generated per request */

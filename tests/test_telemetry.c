@@ -19,7 +19,7 @@
 #include "megascope/plan_ir.h"
 #include "megascope/export.h"
 #include "megascope/telemetry.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "test.h"
 
 static struct ms_model *tiny(void) {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The verifier's driver: the program's shape, the exploration of its paths,
- * ALU and jumps on typed registers, exits, the log, the public entry points.
+ * ALU and jumps on typed registers, exits, the public entry points (the log
+ * is the environment's, verifier_env.c).
  *
  * Before exploring, the instructions are checked again (r10 never written,
  * ms_bpf_insns_check), cut into functions (the entry and every bpf-to-bpf
@@ -41,12 +42,11 @@
  * exceeding either rejects the program, so time is bounded as well as
  * instructions. */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpf/verifier_internal.h"
+#include "bpf/verifier_shared.h"
 
 #define LOG_RESERVE 1024          /* bytes of the log kept for the last lines */
 #define MAX_PENDING 8192          /* branches waiting to be explored */
@@ -88,71 +88,6 @@ struct explore {
 static uint64_t state_bytes(const struct ms_bpf_vstate *s) {
   return sizeof *s + (uint64_t)(s->curframe + 1) * sizeof(struct ms_bpf_vframe);
 }
-
-/* ---- the log ------------------------------------------------------------ */
-
-/* Verbose lines stop before they could crowd out the last lines. */
-__attribute__((format(printf, 2, 3))) static void vtrace(struct ms_bpf_venv *env, const char *fmt, ...) {
-  struct ms_textbuf *tb = env->log;
-  if (!env->o.verbose || !tb || !tb->buf || env->log_cut) return;
-  char line[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  int n = vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  if (n < 0) return;
-  if (tb->len + (size_t)n + env->log_reserve >= tb->size) {
-    env->log_cut = 1;
-    ms_textbuf_printf(tb, "... (verbose trace cut: the log buffer is full)\n");
-    return;
-  }
-  ms_textbuf_printf(tb, "%s", line);
-}
-
-static void insn_text(const struct ms_bpf_venv *env, uint32_t pc, char *buf, size_t size) {
-  if (ms_bpf_insn_linux(env->insns, env->n, pc, buf, size) < 0) snprintf(buf, size, "?");
-}
-
-static void trace_state(struct ms_bpf_venv *env, const char *prefix) {
-  if (!env->o.verbose || env->log_cut || !env->cur) return;
-  char *buf = malloc(8192);
-  if (!buf) return;
-  ms_bpf_vs_print(env->cur, env->prog, buf, 8192);
-  vtrace(env, "%s%s\n", prefix, buf);
-  free(buf);
-}
-
-int ms_bpf_vreject(struct ms_bpf_venv *env, const char *fmt, ...) {
-  if (env->rejected) return -MS_E_VERIFY;
-  char reason[768], text[128];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(reason, sizeof reason, fmt, ap);
-  va_end(ap);
-  trace_state(env, "");
-  insn_text(env, env->pc, text, sizeof text);
-  ms_textbuf_printf(env->log, "insn %u: %s ; %s\n", env->pc, text, reason);
-  env->err_insn = env->pc;
-  env->rejected = 1;
-  return -MS_E_VERIFY;
-}
-
-/* ---- small accessors ---------------------------------------------------- */
-
-struct ms_bpf_vreg *ms_bpf_vregs(struct ms_bpf_venv *env) {
-  return env->cur->frames[env->cur->curframe]->regs;
-}
-
-int ms_bpf_vcheck_read(struct ms_bpf_venv *env, unsigned r) {
-  const struct ms_bpf_vreg *reg = &ms_bpf_vregs(env)[r];
-  if (reg->type == MS_VT_NOT_INIT)
-    return ms_bpf_vreject(env, "R%u is not initialised: read of an uninitialised register", r);
-  if (reg->type == MS_VT_RELEASED)
-    return ms_bpf_vreject(env, "R%u use of a ring buffer record after its release at insn %u", r, reg->size);
-  return 0;
-}
-
-uint32_t ms_bpf_vnew_id(struct ms_bpf_venv *env) { return ++env->next_id; }
 
 static int is_lddw(const struct ms_bpf_insn *in) { return in->code == (MS_BPF_LD | MS_BPF_IMM | MS_BPF_DW); }
 
@@ -954,7 +889,7 @@ static int pop(struct explore *x) {
   if (env->o.verbose) {
     char prefix[64];
     snprintf(prefix, sizeof prefix, "from %u to %u: ", env->cur->from, env->pc);
-    trace_state(env, prefix);
+    ms_bpf_vtrace_state(env, prefix);
   }
   return 1;
 }
@@ -974,7 +909,7 @@ static int explore_paths(struct explore *x) {
       if (v < 0) return v;
       if (v) {
         x->st.pruned++;
-        vtrace(env, "%u: safe\n", env->pc);
+        ms_bpf_vtrace(env, "%u: safe\n", env->pc);
         done = 1;
         continue;
       }
@@ -986,8 +921,8 @@ static int explore_paths(struct explore *x) {
     if (++env->cur->depth > x->run_budget) return over_budget(x, env->cur->depth, "a path runs");
     if ((x->st.processed & 1023) == 0 && check_work(x)) return -MS_E_VERIFY;
     if (env->o.verbose) {
-      insn_text(env, env->pc, text, sizeof text);
-      vtrace(env, "%u: (%02x) %s\n", env->pc, env->insns[env->pc].code, text);
+      ms_bpf_vinsn_text(env, env->pc, text, sizeof text);
+      ms_bpf_vtrace(env, "%u: (%02x) %s\n", env->pc, env->insns[env->pc].code, text);
     }
     const struct ms_bpf_insn *in = &env->insns[env->pc];
     int err = step(x, &done);
@@ -997,7 +932,7 @@ static int explore_paths(struct explore *x) {
         op != MS_BPF_EXIT) {
       char prefix[32];
       snprintf(prefix, sizeof prefix, "%u: ", env->pc);
-      trace_state(env, prefix);
+      ms_bpf_vtrace_state(env, prefix);
     }
   }
 }

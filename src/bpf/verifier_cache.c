@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpf/verifier_internal.h"
+#include "bpf/verifier_shared.h"
 
 #define SLOTS 32
 #define MAX_INSNS 8192

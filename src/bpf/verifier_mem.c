@@ -21,7 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "bpf/verifier_internal.h"
+#include "bpf/verifier_shared.h"
 
 #define MAX_VAR_OFF (1ll << 29) /* offsets beyond this are never in bounds */
 

@@ -16,7 +16,7 @@
  * extension), and into the low known bits otherwise. */
 #include <stdio.h>
 
-#include "bpf/verifier_internal.h"
+#include "bpf/verifier_shared.h"
 
 typedef struct ms_bpf_scalar sc_t;
 typedef struct ms_bpf_tnum tnum_t;

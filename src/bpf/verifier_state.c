@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bpf/verifier_internal.h"
+#include "bpf/verifier_shared.h"
 
 /* ---- registers ---------------------------------------------------------- */
 

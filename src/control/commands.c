@@ -614,7 +614,7 @@ static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, str
   struct ms_control_stats cs;
   ms_engine_get_stats(c->e, &st);
   ms_engine_latency(c->e, &lat);
-  ms_control_get_stats(c, &cs);
+  ms_control_stats_read(c, &cs);
   FILE *f = reply_open(r);
   if (f) {
     struct ms_json j;

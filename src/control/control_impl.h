@@ -87,6 +87,18 @@ struct ms_control {
   uint64_t next_reap;               /* engine clock of the next reap of closed attachments */
 };
 
+/* The server's counters, as ms_control_get_stats and the "stats" command read
+ * them (relaxed: each is a count on its own, read by anyone). */
+static inline void ms_control_stats_read(const struct ms_control *c, struct ms_control_stats *out) {
+  struct ms_control *m = (struct ms_control *)c;
+  out->accepted = atomic_load_explicit(&m->accepted, memory_order_relaxed);
+  out->refused = atomic_load_explicit(&m->refused, memory_order_relaxed);
+  out->requests = atomic_load_explicit(&m->requests, memory_order_relaxed);
+  out->errors = atomic_load_explicit(&m->errors, memory_order_relaxed);
+  out->dropped = atomic_load_explicit(&m->dropped, memory_order_relaxed);
+  out->idle_closed = atomic_load_explicit(&m->idle_closed, memory_order_relaxed);
+}
+
 /* Runs one request (msg is NUL-terminated JSON of len bytes) from client cl and
  * fills r (server thread). */
 void ms_control_dispatch(struct ms_control *c, struct cclient *cl, const char *msg, size_t len, struct creply *r);

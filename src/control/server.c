@@ -581,11 +581,5 @@ void ms_control_free(struct ms_control *c) {
 const char *ms_control_path(const struct ms_control *c) { return c->path; }
 
 void ms_control_get_stats(const struct ms_control *c, struct ms_control_stats *out) {
-  struct ms_control *m = (struct ms_control *)c;
-  out->accepted = atomic_load_explicit(&m->accepted, memory_order_relaxed);
-  out->refused = atomic_load_explicit(&m->refused, memory_order_relaxed);
-  out->requests = atomic_load_explicit(&m->requests, memory_order_relaxed);
-  out->errors = atomic_load_explicit(&m->errors, memory_order_relaxed);
-  out->dropped = atomic_load_explicit(&m->dropped, memory_order_relaxed);
-  out->idle_closed = atomic_load_explicit(&m->idle_closed, memory_order_relaxed);
+  ms_control_stats_read(c, out);
 }

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "explain/explain_impl.h"
+#include "explain/state.h"
 #include "explain/stats.h"
 
 static struct ms_explain_culprit *add(struct ms_explain_result *r, enum ms_explain_kind k, int id, double z,

@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "explain/explain_impl.h"
+#include "explain/state.h"
 #include "explain/stats.h"
 
 /* Cells a class needs to be judged, and slices a worker needs. */
@@ -98,12 +98,6 @@ static void ex_free(struct ex *x) {
   for (int c = 0; x->peer && c < x->C; c++) free(x->peer[c]);
   free(x->peer);
   free(x->n_peer);
-}
-
-int ex_device(const struct ex *x, int worker) {
-  const struct ms_explain_input *in = x->in;
-  if (!in->device || worker < 0 || worker >= in->n_workers || in->device[worker] < 0) return 0;
-  return in->device[worker] < x->D ? in->device[worker] : 0;
 }
 
 /* ---- classes ---- */

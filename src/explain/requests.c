@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "explain/explain_impl.h"
+#include "explain/state.h"
 #include "explain/stats.h"
 
 #define MAX_FIT 2000   /* cells the line is fitted on (an even stride through them) */

@@ -8,7 +8,7 @@
 
 #include "hook/hook_impl.h"
 #include "megascope/attach.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 int ms_engine_attach_visit(struct ms_engine *e, int id, int (*fn)(const struct ms_attach_view *v, void *arg),
                            void *arg) {

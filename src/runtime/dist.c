@@ -35,7 +35,7 @@
 #include <string.h>
 
 #include "megascope/transport.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 static int timeout_ms(const struct ms_engine *e) { return e->o.comm_timeout_ms > 0 ? e->o.comm_timeout_ms : 10000; }
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 
 const char *ms_mode_name(enum ms_mode m) { return m == MS_MODE_PER_OP ? "per-op" : "megakernel"; }
@@ -108,6 +108,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     struct worker *wk = &e->workers[w];
     wk->e = e;
     wk->id = w;
+    wk->device = ms_rt_device(e, w);
     wk->rng = (e->o.seed + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)(w + 1) * 0xbf58476d1ce4e5b9ull;
     if (!wk->rng) wk->rng = 1;
     atomic_init(&wk->running, -1);

@@ -18,7 +18,7 @@
 #include <errno.h>
 #include <stdlib.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 int ms_fq_init(struct fairq *q, int cap) {
   *q = (struct fairq){0};

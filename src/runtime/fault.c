@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 
 struct ms_faults {

@@ -10,7 +10,7 @@
 #include "megascope/plan_ir.h"
 #include "megascope/bpf/megascope.h"
 #include "megascope/json.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 /* The monitor header's kernel ids are the engine's task bodies. */
 #define SAME_OP(x) ((int)MS_OP_##x == (int)MS_K_##x)

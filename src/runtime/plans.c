@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 static int stage_of(const struct ms_plan *p, int t) {
   const struct ms_task *k = &p->tasks[t];

@@ -46,7 +46,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 #define NONE (-1)
 

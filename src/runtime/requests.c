@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 #include "runtime/hooksite.h"
 
@@ -141,13 +141,6 @@ int ms_rt_admit(struct ms_engine *e, int *slots) {
     atomic_store_explicit(&r->state, MS_REQ_ACTIVE, memory_order_release);
     slots[n++] = s;
   }
-  return n;
-}
-
-int ms_rt_active_slots(const struct ms_engine *e) {
-  int n = 0;
-  for (int s = 0; s < e->n_slots; s++)
-    if (e->slots[s].req) n++;
   return n;
 }
 

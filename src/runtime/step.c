@@ -20,14 +20,14 @@
  * after the trigger that released their task, so they can overlap the next
  * step's start. They report the step their worker runs (worker.step, not
  * cur_step) and read a row's request from copies of the layout under a seqlock
- * (hook_rows, written by publish_hook_rows, read by ctx_row in hooksite.h). */
+ * (hook_rows, written by publish_hook_rows, read by row_req in hooksite.h). */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "megascope/reference.h"
 #include "core/event.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 #include "runtime/hooksite.h"
 
@@ -83,26 +83,48 @@ int ms_rt_jit_empty(struct plan_rt *rt) {
 
 /* ---- triggers and a task's life ---- */
 
-/* Releases the successors of a fired event: task_ready for each (a sched_hint
- * program may give a JIT task a priority), JIT tasks onto the queue. */
-static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen) {
+/* The hook site of a task's hooks (runtime_impl.h): the context is filled
+ * once, then handed to the hook table; a communication task's comm hook fires
+ * after its task_begin and before its task_end. */
+int ms_rt_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint64_t gen, int ev, uint64_t t_begin) {
+  struct ms_engine *e = w->e;
+  if (!HOOKS_ON(e)) return -1;
+  int edge = t >= 0 && (hook == MS_HOOK_TASK_BEGIN || hook == MS_HOOK_TASK_END) &&
+             rt->plan->tasks[t].kernel == MS_K_COMM;
+  int own = ms_hook_armed(e->hooks, hook), comm = edge && ms_hook_armed(e->hooks, MS_HOOK_COMM);
+  if (!own && !comm) return -1;
+  struct ms_hook_ctx c, cc;
+  ctx_task_hook(w, &c, comm ? &cc : NULL, hook, rt, t, gen, ev, t_begin);
+  int prio = -1;
+  if (comm && hook == MS_HOOK_TASK_END) ms_hook_fire(e->hooks, &cc);
+  if (own) prio = ms_hook_fire(e->hooks, &c);
+  if (comm && hook == MS_HOOK_TASK_BEGIN) ms_hook_fire(e->hooks, &cc);
+  return prio;
+}
+
+/* Releases the successors of event ev, which producer's trigger fired:
+ * dep_release, then for each successor task_ready (a sched_hint program may
+ * give a JIT task a priority), JIT tasks onto the queue (task_assign,
+ * queue_pressure at the threshold), and the queue's depth into the trace. */
+static void release(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
   struct ms_engine *e = w->e;
   const struct ms_event *E = &rt->plan->events[ev];
-  int ready = HOOK_ARMED(e, MS_HOOK_TASK_READY), assign = HOOK_ARMED(e, MS_HOOK_TASK_ASSIGN);
+  ms_rt_task_hook(w, MS_HOOK_DEP_RELEASE, rt, producer, gen, ev, 0);
   for (int t = E->first; t <= E->last; t++) {
-    int prio = ready ? fire_task_hook(w, MS_HOOK_TASK_READY, rt, t, gen, ev, 0) : -1;
+    int prio = ms_rt_task_hook(w, MS_HOOK_TASK_READY, rt, t, gen, ev, 0);
     if (e->o.mode != MS_MODE_MEGAKERNEL || rt->plan->tasks[t].launch != MS_LAUNCH_JIT) continue;
     struct ms_mpmc *q = &rt->jit[prio > 0 ? prio : 0];
     if (HOOKS_ON(e))
       atomic_store_explicit(&rt->jit_mark[t], atomic_load_explicit(&rt->jit_pops, memory_order_relaxed),
                             memory_order_relaxed);
     MS_ASSERT(ms_mpmc_push(q, t) == 0);
-    if (atomic_load_explicit(&e->trace_on, memory_order_relaxed)) ms_tel_qdepth(w, jit_depth(q));
-    if (!HOOKS_ON(e)) continue;
     uint32_t depth = jit_depth(q);
-    if (assign) fire_task_hook(w, MS_HOOK_TASK_ASSIGN, rt, t, gen, -1, depth);
-    if (depth == MS_QUEUE_THRESHOLD && HOOK_ARMED(e, MS_HOOK_QUEUE_PRESSURE))
-      fire_queue_hook(e, w, rt, MS_QUEUE_JIT, depth);
+    if (HOOKS_ON(e)) {
+      ms_rt_task_hook(w, MS_HOOK_TASK_ASSIGN, rt, t, gen, -1, depth);
+      if (depth == MS_QUEUE_THRESHOLD && ms_hook_armed(e->hooks, MS_HOOK_QUEUE_PRESSURE))
+        fire_queue_hook(e, w, rt, MS_QUEUE_JIT, depth);
+    }
+    if (atomic_load_explicit(&e->trace_on, memory_order_relaxed)) ms_tel_qdepth(w, depth);
   }
 }
 
@@ -117,22 +139,12 @@ int ms_rt_trigger_now(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen
   atomic_store_explicit(&rt->fire_ns[ev], ms_eng_now(e), memory_order_relaxed);
   /* across processes, a received share completes the event for its sender: the remote producer */
   const struct ms_task *pk = producer >= 0 ? &rt->plan->tasks[producer] : NULL;
-  int dev = e->tx && pk && pk->kernel == MS_K_COMM ? pk->tile[2] : ms_rt_device(e, w->id);
+  int dev = e->tx && pk && pk->kernel == MS_K_COMM ? pk->tile[2] : w->device;
   atomic_store_explicit(&rt->fire_dev[ev], (uint32_t)dev, memory_order_relaxed);
   atomic_store_explicit(&rt->fire_gen[ev], gen + 1, memory_order_release);
-  if (HOOK_ARMED(e, MS_HOOK_DEP_RELEASE)) fire_task_hook(w, MS_HOOK_DEP_RELEASE, rt, producer, gen, ev, 0);
-  release(w, rt, ev, gen);
+  release(w, rt, ev, gen, producer);
   e->be->fired(e->be_ctx, rt, ev);
   return 1;
-}
-
-static int trigger(struct worker *w, struct plan_rt *rt, int ev, uint64_t gen, int producer) {
-  /* fault injection (delayed_release): the completing trigger may be held; a
-   * held one (simulator) completes the event later, so it counts as firing */
-  if (w->e->faults &&
-      ms_fault_hold(w, rt, ev, ms_event_target(&rt->plan->events[ev], gen), producer))
-    return 1;
-  return ms_rt_trigger_now(w, rt, ev, gen, producer);
 }
 
 /* A task's life in three parts, shared by every backend: the CPU runs them one
@@ -144,8 +156,7 @@ uint64_t ms_rt_task_start(struct worker *w, struct plan_rt *rt, int t, uint64_t 
   uint64_t t0 = ms_eng_now(e);
   atomic_store_explicit(&w->since, t0, memory_order_relaxed);
   atomic_store_explicit(&w->running, t, memory_order_relaxed);
-  if (HOOK_ARMED(e, MS_HOOK_TASK_BEGIN)) fire_task_hook(w, MS_HOOK_TASK_BEGIN, rt, t, gen, k->wait, t0);
-  if (k->kernel == MS_K_COMM && HOOK_ARMED(e, MS_HOOK_COMM)) fire_comm_hook(w, rt, t, gen, MS_COMM_ISSUE);
+  ms_rt_task_hook(w, MS_HOOK_TASK_BEGIN, rt, t, gen, k->wait, t0);
   return t0;
 }
 
@@ -170,36 +181,30 @@ void ms_rt_task_body(struct worker *w, struct plan_rt *rt, int t) {
 void ms_rt_dep_wait(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int ev) {
   atomic_store_explicit(&w->since, ms_eng_now(w->e), memory_order_relaxed);
   atomic_store_explicit(&w->waiting, t, memory_order_relaxed);
-  if (HOOK_ARMED(w->e, MS_HOOK_DEP_WAIT)) fire_task_hook(w, MS_HOOK_DEP_WAIT, rt, t, gen, ev, 0);
+  ms_rt_task_hook(w, MS_HOOK_DEP_WAIT, rt, t, gen, ev, 0);
 }
 
+/* The task's end: its hooks, its telemetry (the trace record is filled now,
+ * while the step's rows are its own, and published after the trigger with the
+ * event it completed), then its trigger. fault injection (delayed_release): the
+ * completing trigger may be held; a held one (simulator) completes the event
+ * later, so it counts as firing. */
 void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, uint64_t t0) {
   struct ms_engine *e = w->e;
   const struct ms_task *k = &rt->plan->tasks[t];
   uint64_t t1 = ms_eng_now(e);
-  if (k->kernel == MS_K_COMM && HOOK_ARMED(e, MS_HOOK_COMM)) fire_comm_hook(w, rt, t, gen, MS_COMM_COMPLETE);
-  if (HOOK_ARMED(e, MS_HOOK_TASK_END)) fire_task_hook(w, MS_HOOK_TASK_END, rt, t, gen, k->wait, t0);
-  struct trace_rec *rec = NULL;
-  ms_tel_task(w, rt, t, t0, t1, &rec);
+  ms_rt_task_hook(w, MS_HOOK_TASK_END, rt, t, gen, k->wait, t0);
+  struct trace_rec rec;
+  int traced = ms_tel_task(w, rt, t, t0, t1, &rec);
   atomic_store_explicit(&w->running, -1, memory_order_relaxed);
   atomic_store_explicit(&rt->done_gen[t], gen + 1, memory_order_relaxed);
   atomic_fetch_add_explicit(&w->tasks_done, 1, memory_order_relaxed);
   w->wait_ns = 0;
-  /* the trigger may record JIT queue depths into the slot rec reserved: keep a
-   * copy and take the next free slot again afterwards */
-  struct trace_rec staged;
-  if (rec) staged = *rec;
-  int fired = trigger(w, rt, k->trigger, gen, t);
-  if (rec) {
-    if ((rec = ms_tel_slot(w))) {
-      /* the record is published only now, with the event its trigger completed */
-      *rec = staged;
-      rec->fired_ev = fired ? (uint32_t)k->trigger : MS_HOOK_NONE32;
-      atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
-                            memory_order_release);
-    }
-    ms_tel_leave(w);  /* entered by ms_tel_task when it reserved the record */
-  }
+  int ev = k->trigger;
+  int fired = e->faults && ms_fault_hold(w, rt, ev, ms_event_target(&rt->plan->events[ev], gen), t)
+                  ? 1
+                  : ms_rt_trigger_now(w, rt, ev, gen, t);
+  if (traced) ms_tel_publish(w, &rec, fired ? (uint32_t)ev : MS_HOOK_NONE32);
 }
 
 /* ---- the step start ---- */
@@ -261,7 +266,7 @@ static int layout_rows(struct ms_engine *e, int bucket) {
 }
 
 /* Copies the rows' request fields for hooks, a seqlock write (see hook_rows in
- * engine_impl.h; the device does the same in msd_step_start). */
+ * runtime_impl.h; the device does the same in msd_step_start). */
 static void publish_hook_rows(struct ms_engine *e, int bucket, uint64_t step) {
   uint32_t seq = atomic_load_explicit(&e->layout_seq, memory_order_relaxed);  /* worker 0 only writes it */
   atomic_store_explicit(&e->layout_seq, seq + 1, memory_order_relaxed);

@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "megascope/json.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 const double ms_latency_bounds[MS_LAT_BUCKETS] = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                                   0.5,   1,      2.5,   5,    10,    25,   50,  100};
@@ -91,6 +91,20 @@ static uint64_t ready_ns(struct ms_engine *e, const struct plan_rt *rt, int t, u
   return t0;
 }
 
+int ms_tel_enter(struct worker *w) {
+  atomic_store_explicit(&w->trace_busy, atomic_load_explicit(&w->trace_busy, memory_order_relaxed) + 1,
+                        memory_order_seq_cst);
+  if (atomic_load_explicit(&w->e->trace_on, memory_order_seq_cst)) return 1;
+  atomic_store_explicit(&w->trace_busy, atomic_load_explicit(&w->trace_busy, memory_order_relaxed) - 1,
+                        memory_order_release);
+  return 0;
+}
+
+void ms_tel_leave(struct worker *w) {
+  atomic_store_explicit(&w->trace_busy, atomic_load_explicit(&w->trace_busy, memory_order_relaxed) - 1,
+                        memory_order_release);
+}
+
 static struct trace_rec *trace_slot(struct worker *w) {
   struct ms_engine *e = w->e;
   uint64_t s = atomic_load_explicit(&e->trace_session, memory_order_acquire);
@@ -109,7 +123,7 @@ static struct trace_rec *trace_slot(struct worker *w) {
 
 struct trace_rec *ms_tel_slot(struct worker *w) { return trace_slot(w); }
 
-void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint64_t t1, struct trace_rec **rec) {
+int ms_tel_task(struct worker *w, const struct plan_rt *rt, int t, uint64_t t0, uint64_t t1, struct trace_rec *rec) {
   struct ms_engine *e = w->e;
   const struct ms_task *k = &rt->plan->tasks[t];
   uint64_t ready = ready_ns(e, rt, t, t0);
@@ -123,21 +137,27 @@ void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint6
     add(&b->tasks, 1);
     add(&b->wait_ns, w->wait_ns);
   }
-  *rec = NULL;
-  if (!atomic_load_explicit(&e->trace_on, memory_order_relaxed) || !ms_tel_enter(w)) return;
-  struct trace_rec *r = trace_slot(w);
-  if (!r) {
-    ms_tel_leave(w);
-    return;
-  }
+  if (!atomic_load_explicit(&e->trace_on, memory_order_relaxed) || !ms_tel_enter(w)) return 0;
+  /* read now: once the task's trigger counts, the next step may lay out other rows */
   int row = k->tile[1], slot = row >= 0 && row < rt->x.meta.n_rows ? rt->x.meta.row_slot[row] : -1;
-  ms_tel_fill(r, rt->plan, t, t0, t1, ready, atomic_load_explicit(&e->cur_step, memory_order_relaxed), w->wait_ns,
+  ms_tel_fill(rec, rt->plan, t, t0, t1, ready, atomic_load_explicit(&e->cur_step, memory_order_relaxed), w->wait_ns,
               slot, slot >= 0 ? e->slots[slot].gen : 0);
   if (slot >= 0) {  /* a computed position; the request's cached prefix (positions never computed) beside it */
-    r->pos = rt->x.meta.row_pos[row];
-    r->cached = e->slots[slot].req ? (uint32_t)e->slots[slot].req->n_cached : 0;
+    rec->pos = rt->x.meta.row_pos[row];
+    rec->cached = e->slots[slot].req ? (uint32_t)e->slots[slot].req->n_cached : 0;
   }
-  *rec = r;
+  return 1;
+}
+
+void ms_tel_publish(struct worker *w, const struct trace_rec *rec, uint32_t fired_ev) {
+  struct trace_rec *r = trace_slot(w);
+  if (r) {
+    *r = *rec;
+    r->fired_ev = fired_ev;
+    atomic_store_explicit(&w->trace_n, atomic_load_explicit(&w->trace_n, memory_order_relaxed) + 1,
+                          memory_order_release);
+  }
+  ms_tel_leave(w);  /* entered by ms_tel_task */
 }
 
 void ms_tel_fill(struct trace_rec *r, const struct ms_plan *p, int t, uint64_t t0, uint64_t t1, uint64_t ready,

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "megascope/telemetry.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 /* ---- the view ---- */
 

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/event.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 static uint64_t tasks_done(struct ms_engine *e) {
   uint64_t n = 0;

@@ -10,7 +10,7 @@
 #define MS_RUNTIME_WORK_H
 
 #include "core/layer.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 
 /* Rows of the step routed to expert `expert`: the router's output when kernels
@@ -107,6 +107,28 @@ static inline uint64_t ms_rt_task_bytes(const struct ms_engine *e, const struct 
   default:
     return 0;
   }
+}
+
+/* The ABI v2 fields of task_begin and task_end: the work task t does in its
+ * step (in flight: the batch metadata is its own), how many other JIT tasks
+ * were taken while it waited in a JIT queue (rt->passed, written by the pop
+ * that took it), and its remote producer: when the trigger that completed its
+ * event in this generation came from another device (c->device is its own),
+ * that event, the device and the step. */
+static inline void ms_rt_ctx_work(const struct ms_engine *e, struct ms_hook_ctx *c, const struct plan_rt *rt, int t,
+                                  uint64_t gen) {
+  const struct ms_task *k = &rt->plan->tasks[t];
+  c->work_rows = ms_rt_task_rows(e, rt, t);
+  c->work_bytes = ms_rt_task_bytes(e, rt, t, c->work_rows);
+  c->passed_over = k->launch == MS_LAUNCH_JIT && e->o.mode == MS_MODE_MEGAKERNEL
+                       ? atomic_load_explicit(&rt->passed[t], memory_order_relaxed)
+                       : 0;
+  if (k->wait < 0 || atomic_load_explicit(&rt->fire_gen[k->wait], memory_order_acquire) != gen + 1) return;
+  uint32_t dev = atomic_load_explicit(&rt->fire_dev[k->wait], memory_order_relaxed);
+  if (dev == c->device) return;
+  c->remote_event = (uint32_t)k->wait;
+  c->remote_device = dev;
+  c->remote_gen = c->step;
 }
 
 #endif

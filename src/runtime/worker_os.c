@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 /* Reads /proc/self/task/TID/NAME into buf; 0 or -errno. */
 static int read_task_file(int tid, const char *name, char *buf, size_t size) {

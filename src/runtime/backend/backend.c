@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 
 static const struct ms_backend_ops *const all[MS_BACKEND_COUNT] = {
     [MS_BACKEND_CPU] = &ms_backend_cpu,

@@ -34,7 +34,7 @@
 #include <unistd.h>
 
 #include "core/event.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 #include "runtime/hooksite.h"
 
@@ -185,8 +185,8 @@ static void run_megakernel_step(struct worker *w, struct plan_rt *rt, uint64_t g
   const struct ms_plan *p = rt->plan;
   if (HOOK_ARMED(w->e, MS_HOOK_TASK_ASSIGN))
     for (int i = 0; i < rt->aot_n[w->id]; i++)
-      fire_task_hook(w, MS_HOOK_TASK_ASSIGN, rt, rt->aot_q[w->id][i], gen, -1,
-                     (uint64_t)(rt->aot_n[w->id] - i));
+      ms_rt_task_hook(w, MS_HOOK_TASK_ASSIGN, rt, rt->aot_q[w->id][i], gen, -1,
+                      (uint64_t)(rt->aot_n[w->id] - i));
   for (int i = 0; i < rt->aot_n[w->id]; i++) {
     int t = rt->aot_q[w->id][i];
     int ev = p->tasks[t].wait;

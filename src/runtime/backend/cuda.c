@@ -44,7 +44,7 @@
 #include <string.h>
 
 #include "megascope/cuda.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 
 /* An attachment of the hook table and its id on the device. */

@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "core/event.h"
-#include "runtime/engine_impl.h"
+#include "runtime/runtime_impl.h"
 #include "runtime/fault.h"
 #include "runtime/work.h"
 

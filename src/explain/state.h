@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
-/* explain's working state, shared by explain.c (the effects) and culprits.c
- * (which parts are named). Private to src/explain/. */
-#ifndef MS_EXPLAIN_IMPL_H
-#define MS_EXPLAIN_IMPL_H
+/* explain's working state, shared by explain.c (the effects), requests.c (the
+ * requests' effects) and culprits.c (which parts are named), each handed it as
+ * a parameter. Private to src/explain/. */
+#ifndef MS_EXPLAIN_STATE_H
+#define MS_EXPLAIN_STATE_H
 
 #include "megascope/explain.h"
 
@@ -46,7 +47,12 @@ struct ex_req {
                                    batch's median (NAN: not judged) */
 };
 
-int ex_device(const struct ex *x, int worker);
+/* The device of worker (0 when the input names none). */
+static inline int ex_device(const struct ex *x, int worker) {
+  const struct ms_explain_input *in = x->in;
+  if (!in->device || worker < 0 || worker >= in->n_workers || in->device[worker] < 0) return 0;
+  return in->device[worker] < x->D ? in->device[worker] : 0;
+}
 /* requests.c: each request's effect into x->out->request, the line and scatters into rq. */
 void ex_request_effects(struct ex *x, struct ex_req *rq);
 /* Fills x->out's culprits from the effects. */

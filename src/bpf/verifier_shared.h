@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: MIT */
-/* Private to the verifier (src/bpf/verifier*.c): the abstract values, the
- * abstract state of one path, and the environment of one verification.
+/* Shared by the verifier's files (src/bpf/verifier*.c), private to them: the
+ * abstract values, the abstract state of one path, and the environment of one
+ * verification.
  *
  *  - verifier_scalar.c: the scalar domain — tristate numbers (known bits)
  *    and unsigned/signed 64-bit bounds — with the ALU transfer functions and
@@ -9,11 +10,13 @@
  *    live ring buffer reservations), copying, inclusion for pruning, printing.
  *  - verifier_mem.c: loads, stores and atomics on each kind of memory, and
  *    helper calls checked against their prototypes.
+ *  - verifier_env.c: the environment of one verification: the log (the
+ *    verbose trace, rejections) and the current frame's registers.
  *  - verifier.c: the program's shape (functions, prune points, liveness),
- *    the exploration loop, ALU and jumps on typed registers, exits, the log
- *    and the public entry points. */
-#ifndef MS_BPF_VERIFIER_INTERNAL_H
-#define MS_BPF_VERIFIER_INTERNAL_H
+ *    the exploration loop, ALU and jumps on typed registers, exits and the
+ *    public entry points. */
+#ifndef MS_BPF_VERIFIER_SHARED_H
+#define MS_BPF_VERIFIER_SHARED_H
 
 #include <stdint.h>
 
@@ -199,6 +202,14 @@ struct ms_bpf_venv {
   int rejected;
 };
 
+/* verifier_env.c: the environment's log and accessors. */
+/* A line of the verbose trace (nothing unless opts.verbose; cut, once, before
+ * it could crowd out the last lines). */
+void ms_bpf_vtrace(struct ms_bpf_venv *env, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Instruction pc as Linux prints it ("?" when it cannot be read). */
+void ms_bpf_vinsn_text(const struct ms_bpf_venv *env, uint32_t pc, char *buf, size_t size);
+/* The current state's registers, after prefix, into the verbose trace. */
+void ms_bpf_vtrace_state(struct ms_bpf_venv *env, const char *prefix);
 /* Rejects at env->pc: logs "insn N: <disassembly> ; <reason>" and returns
  * -MS_E_VERIFY. */
 int ms_bpf_vreject(struct ms_bpf_venv *env, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
-/* The engine's state, shared by the runtime's files (private). */
-#ifndef MS_RUNTIME_ENGINE_IMPL_H
-#define MS_RUNTIME_ENGINE_IMPL_H
+/* The runtime's private header: the engine's state, shared by the runtime's
+ * files (src/runtime/), and what each of them offers the others. */
+#ifndef MS_RUNTIME_RUNTIME_IMPL_H
+#define MS_RUNTIME_RUNTIME_IMPL_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -50,7 +51,7 @@ struct plan_rt {
   uint8_t *remote;
 };
 
-/* A batch row as hooks read it (hooksite.h ctx_row): copies of the step's
+/* A batch row as hooks read it (hooksite.h row_req): copies of the step's
  * layout, atomics so that a late reader races with no plain write. slot is
  * MS_HOOK_NONE32 for a padding row. */
 struct hook_row {
@@ -95,6 +96,7 @@ struct trace_rec {
 struct worker {
   struct ms_engine *e;
   int id;
+  int device;                   /* the device (tensor parallel) it belongs to: ms_rt_device, at creation */
   uint64_t rng;
   _Atomic int32_t running;      /* task running, -1: none (watchdog) */
   _Atomic int32_t waiting;      /* task waiting on its event, -1: none */
@@ -351,6 +353,12 @@ uint64_t ms_rt_task_start(struct worker *w, struct plan_rt *rt, int t, uint64_t 
 void ms_rt_task_body(struct worker *w, struct plan_rt *rt, int t);
 void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, uint64_t t0);
 void ms_rt_dep_wait(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, int ev);
+/* The hook site of a task's hooks (task_ready, task_assign, task_begin,
+ * task_end, dep_wait, dep_release; t < 0: the end-of-step wait, no task), and
+ * at a communication task's start and end its comm hook: each context filled
+ * once (hooksite.h) and handed to the hook table. Returns the sched_hint
+ * priority, or -1. */
+int ms_rt_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint64_t gen, int ev, uint64_t t_begin);
 int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t);
 int ms_rt_jit_empty(struct plan_rt *rt);
 /* Counts one trigger of ev now (no fault hold); 1 when it completed the event. */
@@ -366,7 +374,14 @@ void ms_rt_sample_drawn(struct worker *w, struct plan_rt *rt, int row, int tok);
 int ms_rt_retire(struct ms_engine *e, int cancel_all);  /* finished (or all) slots out; how many */
 int ms_rt_admit(struct ms_engine *e, int *slots);       /* queued requests into free slots; how many */
 void ms_rt_cancel_mailbox(struct ms_engine *e);
-int ms_rt_active_slots(const struct ms_engine *e);
+/* Slots holding a request (a read of the engine's state: the step start, the
+ * admission's fault site). */
+static inline int ms_rt_active_slots(const struct ms_engine *e) {
+  int n = 0;
+  for (int s = 0; s < e->n_slots; s++)
+    if (e->slots[s].req) n++;
+  return n;
+}
 void ms_rt_kv_reserve(struct ms_engine *e, struct slot *sl, int pos);  /* a page for position pos */
 
 /* prefix.c: the prefix cache over the KV pages (a no-op when it is off) */
@@ -398,24 +413,21 @@ int ms_rt_dist_agree(struct ms_engine *e, int bucket, int rows, int chunked); /*
 /* telemetry.c */
 int ms_tel_init(struct ms_engine *e);
 void ms_tel_free(struct ms_engine *e);
-void ms_tel_task(struct worker *w, struct plan_rt *rt, int t, uint64_t t0, uint64_t t1, struct trace_rec **rec);
+/* A task's end, in two parts around its trigger: ms_tel_task counts it in the
+ * aggregates and, while a trace is recorded, fills its record into *rec (1:
+ * filled, the worker inside the trace until the publish); ms_tel_publish then
+ * writes that record with the event its trigger completed (fired_ev), after
+ * the queue depths the trigger recorded. */
+int ms_tel_task(struct worker *w, const struct plan_rt *rt, int t, uint64_t t0, uint64_t t1, struct trace_rec *rec);
+void ms_tel_publish(struct worker *w, const struct trace_rec *rec, uint32_t fired_ev);
 void ms_tel_qdepth(struct worker *w, uint32_t depth);
 /* Records of worker w in the current session (0 when it has not seen it). */
 uint32_t ms_tel_published(const struct ms_engine *e, int w);
 /* Around a trace record's writing (the worker is the only writer of its count):
- * trace_start frees buffers only when no worker is inside. */
-static inline int ms_tel_enter(struct worker *w) {
-  atomic_store_explicit(&w->trace_busy, atomic_load_explicit(&w->trace_busy, memory_order_relaxed) + 1,
-                        memory_order_seq_cst);
-  if (atomic_load_explicit(&w->e->trace_on, memory_order_seq_cst)) return 1;
-  atomic_store_explicit(&w->trace_busy, atomic_load_explicit(&w->trace_busy, memory_order_relaxed) - 1,
-                        memory_order_release);
-  return 0;
-}
-static inline void ms_tel_leave(struct worker *w) {
-  atomic_store_explicit(&w->trace_busy, atomic_load_explicit(&w->trace_busy, memory_order_relaxed) - 1,
-                        memory_order_release);
-}
+ * trace_start frees buffers only when no worker is inside. enter: 0 when no
+ * trace is recorded (and the worker is not inside). */
+int ms_tel_enter(struct worker *w);
+void ms_tel_leave(struct worker *w);
 /* A task record as every backend writes it: task t of plan p, the request
  * slot of its row (-1: none) with its generation; fired_ev none. */
 void ms_tel_fill(struct trace_rec *r, const struct ms_plan *p, int t, uint64_t t0, uint64_t t1, uint64_t ready,

@@ -91,7 +91,7 @@ struct ms_cuda_stats {
 
 void ms_cuda_get_stats(const struct ms_cuda_engine *e, struct ms_cuda_stats *out);
 
-/* ---- fed mode: the engine's CUDA backend (src/runtime/backend_cuda.c) ----
+/* ---- fed mode: the engine's CUDA backend (src/runtime/backend/cuda.c) ----
  * The engine's step machine (admission, batching, KV pages, sampling) runs on
  * the host and hands the device one step at a time; the persistent kernel stays
  * resident between steps and requests (per-op mode: one graph launch a step).

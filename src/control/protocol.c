@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /* The control protocol's commands and their request fields (megascope/control.h):
  * the server's dispatch and field checks (commands.c) and the CLI's requests
- * (tools/cmd_ctl.c, the query client) read this one table. */
+ * (tools/observer/cmd_ctl.c, the query client) read this one table. */
 #include <string.h>
 
 #include "megascope/control.h"

@@ -98,7 +98,7 @@ static inline struct row_req row_req(struct ms_engine *e, int row, uint64_t step
  * (every device's share triggers it, and the peer's consumers wait on it) on
  * the peer, in this step. */
 static inline void ctx_task_hook(struct worker *w, struct ms_hook_ctx *c, struct ms_hook_ctx *comm, int hook,
-                                 const struct plan_rt *rt, int t, uint64_t gen, int ev, uint64_t t_begin) {
+                                 const struct plan_rt *rt, int t, uint64_t gen, int ev, uint64_t arg) {
   struct ms_engine *e = w->e;
   const struct ms_task *k = t >= 0 ? &rt->plan->tasks[t] : NULL;
   uint64_t now = ms_eng_now(e);
@@ -133,11 +133,12 @@ static inline void ctx_task_hook(struct worker *w, struct ms_hook_ctx *c, struct
   }
   if (ev >= 0) ctx_event(c, rt, ev, gen);
   if (hook == MS_HOOK_TASK_BEGIN || hook == MS_HOOK_TASK_END) {
-    c->t_begin = t_begin;
+    c->t_begin = arg;
     c->wait_ns = w->wait_ns;
     ms_rt_ctx_work(e, c, rt, t, gen);
     if (hook == MS_HOOK_TASK_END) c->t_end = now;
   }
+  if (hook == MS_HOOK_TASK_ASSIGN) c->queue_depth = (uint32_t)arg;  /* the queue it joined, or its tasks left */
   if (hook == MS_HOOK_DEP_WAIT) c->wait_reason = t >= 0 ? MS_WAIT_DEPENDENCY : MS_WAIT_STEP_END;
 }
 

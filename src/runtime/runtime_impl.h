@@ -356,9 +356,10 @@ void ms_rt_dep_wait(struct worker *w, struct plan_rt *rt, int t, uint64_t gen, i
 /* The hook site of a task's hooks (task_ready, task_assign, task_begin,
  * task_end, dep_wait, dep_release; t < 0: the end-of-step wait, no task), and
  * at a communication task's start and end its comm hook: each context filled
- * once (hooksite.h) and handed to the hook table. Returns the sched_hint
- * priority, or -1. */
-int ms_rt_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint64_t gen, int ev, uint64_t t_begin);
+ * once (hooksite.h) and handed to the hook table. arg: the task's start
+ * (task_begin, task_end) or the depth of the queue it joined (task_assign).
+ * Returns the sched_hint priority, or -1. */
+int ms_rt_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint64_t gen, int ev, uint64_t arg);
 int ms_rt_jit_pop(struct ms_engine *e, struct plan_rt *rt, int64_t *t);
 int ms_rt_jit_empty(struct plan_rt *rt);
 /* Counts one trigger of ev now (no fault hold); 1 when it completed the event. */

@@ -86,7 +86,7 @@ int ms_rt_jit_empty(struct plan_rt *rt) {
 /* The hook site of a task's hooks (runtime_impl.h): the context is filled
  * once, then handed to the hook table; a communication task's comm hook fires
  * after its task_begin and before its task_end. */
-int ms_rt_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint64_t gen, int ev, uint64_t t_begin) {
+int ms_rt_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint64_t gen, int ev, uint64_t arg) {
   struct ms_engine *e = w->e;
   if (!HOOKS_ON(e)) return -1;
   int edge = t >= 0 && (hook == MS_HOOK_TASK_BEGIN || hook == MS_HOOK_TASK_END) &&
@@ -94,7 +94,7 @@ int ms_rt_task_hook(struct worker *w, int hook, struct plan_rt *rt, int t, uint6
   int own = ms_hook_armed(e->hooks, hook), comm = edge && ms_hook_armed(e->hooks, MS_HOOK_COMM);
   if (!own && !comm) return -1;
   struct ms_hook_ctx c, cc;
-  ctx_task_hook(w, &c, comm ? &cc : NULL, hook, rt, t, gen, ev, t_begin);
+  ctx_task_hook(w, &c, comm ? &cc : NULL, hook, rt, t, gen, ev, arg);
   int prio = -1;
   if (comm && hook == MS_HOOK_TASK_END) ms_hook_fire(e->hooks, &cc);
   if (own) prio = ms_hook_fire(e->hooks, &c);

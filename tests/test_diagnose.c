@@ -113,6 +113,9 @@ static void test_generate(void) {
       CHECK(s[i].tp >= 2);
     if (s[i].n_faults && s[i].faults[0].type == MS_FAULT_ROUTING_SKEW)
       CHECK(s[i].n_experts > 0 || !strcmp(s[i].preset, "tiny-moe"));
+    /* a starved task: expert tasks wherever the preset takes experts (not Gemma's) */
+    if (s[i].n_faults == 1 && s[i].faults[0].type == MS_FAULT_STARVE_TASK && !strstr(s[i].preset, "gemma"))
+      CHECKF(s[i].n_experts > 0 || !strcmp(s[i].preset, "tiny-moe"), "%s: %s", s[i].name, s[i].preset);
     int k = 0;
     while (k < presets && strcmp(seen_p[k], s[i].preset)) k++;
     if (k == presets && presets < 16) snprintf(seen_p[presets++], 32, "%s", s[i].preset);
@@ -205,6 +208,49 @@ static void test_observe_and_diagnose(void) {
     bench_evidence_free(&ref);
     bench_evidence_free(&ev);
   }
+  ms_plan_free(p);
+  ms_model_free(m);
+  free(s);
+}
+
+/* Two faults at once, a slow layer and a slow class inside it: each stands out
+ * on its own (the layer by its classes' median, the class beyond its layer's
+ * factor), so the semantic read-out names both. */
+static void test_layer_and_class(void) {
+  char err[4096];
+  struct bench_scenario *s;
+  int n;
+  const char *text =
+      "[{\"name\": \"lc\", \"preset\": \"llama-3.2-1b\", \"batch\": 4, \"steps\": 4, \"seed\": 5, \"model\": {\"n_layers\": 3},"
+      "  \"sim\": {\"n_sms\": 16}, \"faults\": [{\"type\": \"slow_layer\", \"target\": \"1\", \"factor\": 1.3},"
+      "                                          {\"type\": \"slow_class\", \"target\": \"blk.1.wo\", \"factor\": 3}]}]";
+  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
+  struct ms_textbuf log = {err, sizeof err, 0, 0};
+  struct ms_model *m = bench_model(&s[0], &log);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4, .tiles_per_op = 16};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  CHECK(bench_scenario_draw(&s[0], p, 16, &log) == 0);
+  int wo = s[0].faults[1].target_id;
+  CHECK(wo >= 0 && p->classes[wo].layer == 1);
+  struct ms_fault f[2] = {{.type = MS_FAULT_SLOW_LAYER, .target = 1, .factor = 1.3},
+                          {.type = MS_FAULT_SLOW_CLASS, .target = wo, .factor = 3}};
+  struct bench_opts o = {.n_budgets = 1, .budgets = {16384}, .monitors = mon_dir};
+  struct bench_engine_cfg healthy = {.m = m, .sc = &s[0], .seed = 99},
+                          faulty = {.m = m, .sc = &s[0], .faults = f, .n_faults = 2, .seed = 5};
+  struct bench_evidence ref, ev;
+  CHECKF(bench_observe(&o, &healthy, BM_SEMANTIC, 0, &ref, &log) == 0 &&
+             bench_observe(&o, &faulty, BM_SEMANTIC, 0, &ev, &log) == 0, "%s", err);
+  ev.budget = 16384;
+  struct bench_answer a;
+  bench_diagnose(&ref, &ev, p, &s[0], &a);
+  int layer = a.kind == MS_CULPRIT_LAYER && a.id == 1, cls = a.kind == MS_CULPRIT_TASK_CLASS && a.id == wo;
+  for (int i = 0; i < a.n_more; i++) {
+    layer |= a.more[i].kind == MS_CULPRIT_LAYER && a.more[i].id == 1;
+    cls |= a.more[i].kind == MS_CULPRIT_TASK_CLASS && a.more[i].id == wo;
+  }
+  CHECKF(layer && cls && a.n_more == 1, "%s: %s", a.name, a.why);
+  bench_evidence_free(&ref);
+  bench_evidence_free(&ev);
   ms_plan_free(p);
   ms_model_free(m);
   free(s);
@@ -329,6 +375,7 @@ int main(void) {
   test_generate();
   test_draw();
   test_observe_and_diagnose();
+  test_layer_and_class();
   test_score();
   test_score_several();
   test_calibrate();

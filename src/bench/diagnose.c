@@ -42,10 +42,14 @@
 
 #define Z_MIN 6.0
 /* A further culprit stands above the threshold as the first does, and not lost
- * beside it (15% of its z: a fault's consequences elsewhere are a fraction of
- * its own evidence). */
+ * beside it (5% of its z: a fault's consequences elsewhere are a small fraction
+ * of its own evidence; below that, a second fault's is taken for one). */
 #define MULTI_Z 1.0
-#define MULTI_REL 0.15
+#define MULTI_REL 0.05
+/* A worker's tasks, against their classes' means, carry whatever slow class's
+ * or request's tasks it happened to run (a request's attention runs on a few
+ * workers): a further worker stands at 15% of the first's z. */
+#define MULTI_REL_WORKER 0.15
 #define MAX_HYP 8192
 
 struct hyp {
@@ -53,6 +57,7 @@ struct hyp {
   enum ms_culprit_kind kind;
   int id;
   double z;
+  double zin;     /* a class: the z of its excess beyond its layer's factor (the median of its layer's classes); else z */
   int queue;      /* judged by queueing alone (a task waited), not by work or time spent */
   char why[160];
 };
@@ -357,11 +362,30 @@ static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, do
   if (c->scale) z *= c->scale[fam_of(cause, kind, id)];
   if (c->n == MAX_HYP || !(z > 0)) return;
   struct hyp *h = &c->h[c->n++];
-  *h = (struct hyp){.cause = cause, .kind = kind, .id = id, .z = z, .queue = c->queueing};
+  *h = (struct hyp){.cause = cause, .kind = kind, .id = id, .z = z, .zin = z, .queue = c->queueing};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(h->why, sizeof h->why, fmt, ap);
   va_end(ap);
+}
+
+/* The factor class i's layer ran at: the median ratio to the reference of the
+ * layer's classes (communication and empty tasks aside); 1 when the class has
+ * no layer or the layer fewer than 3 classes seen. */
+static double layer_factor(struct fctx *c, int i) {
+  int l = c->p->classes[i].layer, n = 0;
+  double r[256];
+  if (l < 0) return 1;
+  for (int j = 0; j < c->cur->n[FS_CLASS] && n < 256; j++) {
+    const struct ms_task_class *k = &c->p->classes[j];
+    if (k->layer != l || k->kernel == MS_K_EMPTY || k->kernel == MS_K_COMM || !have(c, FS_CLASS, j)) continue;
+    double ratio;
+    z_mean(c, FS_CLASS, j, &ratio);
+    r[n++] = ratio;
+  }
+  if (n < 3) return 1;
+  sort_d(r, n);
+  return r[n / 2] > 1 ? r[n / 2] : 1;
 }
 
 /* One (cause, culprit) per row of a section, by its mean against the
@@ -373,6 +397,7 @@ static void hyp_time(struct fctx *c, int sec, int cause, enum ms_culprit_kind ki
   for (int i = 0; i < c->cur->n[sec]; i++) {
     if (!have(c, sec, i)) continue;
     double ratio, z = z_mean(c, sec, i, &ratio) / div;
+    int before = c->n;
     char name[80];
     bench_culprit_name(c->p, kind, i, name, sizeof name);
     const struct bench_stat *x = &c->cur->row[sec][i], *r = &c->ref->row[sec][i];
@@ -382,6 +407,12 @@ static void hyp_time(struct fctx *c, int sec, int cause, enum ms_culprit_kind ki
     else
       add(c, cause, kind, i, z, "%s %s: %.2fx the reference task time (z %.1f, %.0f samples%s)", what, name, ratio, z,
           x->n, div > 1 ? "; other classes too" : "");
+    /* a class beside a slow layer it is in: what of its excess its layer's
+     * factor leaves (the layer explains the classes' breadth, so undivided) */
+    if (sec == FS_CLASS && c->n > before && ratio > 1) {
+      double lf = layer_factor(c, i);
+      c->h[c->n - 1].zin = c->h[c->n - 1].z * div * clamp01((ratio - lf) / (ratio - 1));
+    }
   }
 }
 
@@ -632,6 +663,38 @@ static void hyp_layer(struct fctx *c, const double *zc, int nz) {
     add(c, -2, MS_CULPRIT_LAYER, l, (med - (base > 0 ? base : 0)) * sqrt(k),
         "layer %d: the median of its %d classes' task times is %.1f sigma above the reference (other layers: %.1f)", l,
         k, med, base);
+  }
+  /* the same by the classes' ratios to the reference: a layer's median ratio
+   * against the other layers' classes', whose scatter (a robust sd) is the
+   * noise, narrowed by the root of the layer's classes; a layer a few per cent
+   * slow moves each class by less than its own times scatter, and all alike */
+  double *r = z;
+  for (int l = 0; l < L; l++) {
+    int k = 0, o = 0;
+    for (int i = 0; i < nz; i++)
+      if (layer_of[i] == l) {
+        double ratio;
+        z_mean(c, FS_CLASS, i, &ratio);
+        r[k++] = ratio;
+      }
+    if (k < 3) continue;
+    sort_d(r, k);
+    double med = r[k / 2];
+    for (int i = 0; i < nz; i++)
+      if (layer_of[i] >= 0 && layer_of[i] != l) {
+        double ratio;
+        z_mean(c, FS_CLASS, i, &ratio);
+        r[o++] = ratio;
+      }
+    if (o < 3) continue;
+    sort_d(r, o);
+    double base = r[o / 2];
+    for (int i = 0; i < o; i++) r[i] = fabs(r[i] - base);
+    sort_d(r, o);
+    double sd = 1.4826 * r[o / 2];
+    add(c, -2, MS_CULPRIT_LAYER, l, (med - base) / (1.25 * sd / sqrt(k) + 0.005),
+        "layer %d: its %d classes ran %.3fx the reference (median), the other layers' %.3fx (scatter %.1f%%)", l, k,
+        med, base, 100 * sd);
   }
   free(layer_of);
   free(z);
@@ -923,16 +986,15 @@ static void null_scales(struct fctx *base, const struct bench_evidence *const *a
 }
 
 /* Whether culprit x is a consequence of culprit a, or the same finding: the same
- * scope; a class and its layer; a request and the attention classes it slows; a
- * device and the communication classes its collectives are; a worker and its
- * device. */
+ * scope; a request and the attention classes it slows; a device and the
+ * communication classes its collectives are; a worker and its device. A class
+ * and its layer are judged apart (in_named_layer). */
 static int explains(const struct ms_plan *p, int per_device, const struct hyp *a, const struct hyp *x) {
   if (a->kind == x->kind && a->id == x->id) return 1;
   const struct hyp *cl = a->kind == MS_CULPRIT_TASK_CLASS ? a : x->kind == MS_CULPRIT_TASK_CLASS ? x : NULL;
   const struct hyp *other = cl == a ? x : a;
   if (cl && cl->id >= 0 && cl->id < p->n_classes) {
     const struct ms_task_class *k = &p->classes[cl->id];
-    if (other->kind == MS_CULPRIT_LAYER && k->layer == other->id) return 1;
     if (other->kind == MS_CULPRIT_REQUEST && k->kernel == MS_K_ATTN) return 1;
     if (other->kind == MS_CULPRIT_DEVICE && k->kernel == MS_K_COMM) return 1;  /* its collective's class */
   }
@@ -942,9 +1004,22 @@ static int explains(const struct ms_plan *p, int per_device, const struct hyp *a
   return 0;
 }
 
+/* Whether h is a class in a layer one of out[0..k) names. */
+static int in_named_layer(const struct ms_plan *p, const struct hyp *h, const struct hyp *all, const int *out, int k) {
+  if (h->kind != MS_CULPRIT_TASK_CLASS || h->id < 0 || h->id >= p->n_classes) return 0;
+  for (int j = 0; j < k; j++)
+    if (all[out[j]].kind == MS_CULPRIT_LAYER && all[out[j]].id == p->classes[h->id].layer) return 1;
+  return 0;
+}
+
 /* The culprits an answer names: the strongest hypothesis, then every other one
  * above the threshold that names a scope of its own, not a consequence of one
- * already named (several faults at once). Their count; h sorted by z. */
+ * already named (several faults at once). A layer and a class in it are both
+ * named when each stands out on its own: the layer by the median of its
+ * classes (which one slow class does not move), the class by its excess
+ * beyond its layer's factor; a class whose excess the layer's factor explains
+ * is the layer seen through one class, and is dropped. Their count; h sorted
+ * by z. */
 static int pick_culprits(const struct ms_plan *p, int per_device, int real, const struct hyp *h, int n, int *out) {
   int k = 0;
   if (!n || h[0].z < Z_MIN) return 0;
@@ -961,15 +1036,25 @@ static int pick_culprits(const struct ms_plan *p, int per_device, int real, cons
   const struct hyp *first = &h[out[0]];
   for (int i = 1; i < n && k < BENCH_MAX_CULPRITS && first->id >= 0; i++) {
     if (h[i].z < MULTI_Z * Z_MIN || h[i].z < MULTI_REL * first->z) break;
-    /* queueing alone is what any culprit makes the tasks behind it do: never a further one */
-    if (h[i].id < 0 || i == out[0] || h[i].queue) continue;
+    /* queueing alone is what any culprit makes the tasks behind it do: never a
+     * further one, but for one starved task (one class's longest queue; the
+     * simulator's clock: nothing else makes one task wait) */
+    int starved = !real && h[i].cause == MS_FAULT_STARVE_TASK && h[i].kind == MS_CULPRIT_TASK_CLASS;
+    if (h[i].id < 0 || i == out[0] || (h[i].queue && !starved)) continue;
+    if (h[i].kind == MS_CULPRIT_WORKER && h[i].z < MULTI_REL_WORKER * first->z) continue;
     /* two culprits of one kind read as one wider cause: the stronger is named */
     int related = 0;
     for (int j = 0; j < k && !related; j++)
       related = h[out[j]].kind == h[i].kind || explains(p, per_device, &h[out[j]], &h[i]);
+    if (!related && in_named_layer(p, &h[i], h, out, k))
+      related = h[i].zin < MULTI_Z * Z_MIN || h[i].zin < MULTI_REL * first->z;
     if (!related) out[k++] = i;
   }
-  return k;
+  /* a class named before its layer: kept only if it stands out beyond it */
+  int m = 0;
+  for (int j = 0; j < k; j++)
+    if (k == 1 || !in_named_layer(p, &h[out[j]], h, out, k) || h[out[j]].zin >= MULTI_Z * Z_MIN) out[m++] = out[j];
+  return m;
 }
 
 static void diagnose_features(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
@@ -1035,7 +1120,7 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
   } else {
     /* the runner-up: the best hypothesis not named that names something else (a
      * kernel-level one of the same cause is the same finding, seen coarser) */
-    const struct hyp *last = &c.h[picked[np - 1]];
+    const struct hyp *last = &c.h[picked[np - 1]], *rival = NULL;
     double z2 = 0;
     for (int i = 0; i < c.n; i++) {
       /* real clocks: the queueing behind a culprit that ran slower is its consequence, not a rival */
@@ -1044,16 +1129,23 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
       for (int j = 0; j < np; j++) {
         const struct hyp *w = &c.h[picked[j]], *x = &c.h[i];
         chosen |= i == picked[j];
-        if (x->kind == w->kind && x->id == w->id) other_scope = 0;
+        /* the same scope, or a consequence of a culprit named (its layer's
+         * classes that do not stand out beyond it) */
+        if ((x->kind == w->kind && x->id == w->id) || explains(p, f->per_device, w, x)) other_scope = 0;
         other_cause |= x->kind == w->kind && x->id == w->id && x->cause != w->cause && x->cause >= 0 && w->cause >= 0;
       }
+      if (in_named_layer(p, &c.h[i], c.h, picked, np) && c.h[i].zin < MULTI_Z * Z_MIN) other_scope = 0;
       if (!chosen && (other_scope || other_cause)) {
         z2 = c.h[i].z;
+        rival = &c.h[i];
         break;
       }
     }
     double zl = last->z;
-    answer_hyp(a, &c.h[picked[0]], (1 - z2 / zl) * clamp01(zl / (2 * Z_MIN)), p);
+    /* a rival that stands above the threshold itself and is not named (another
+     * fault, or one the rules read as a consequence): half as sure */
+    double doubt = rival && z2 >= Z_MIN && !rival->queue ? 0.5 : 1;
+    answer_hyp(a, &c.h[picked[0]], doubt * (1 - z2 / zl) * clamp01(zl / (2 * Z_MIN)), p);
     for (int j = 1; j < np; j++) {
       const struct hyp *x = &c.h[picked[j]];
       struct bench_culprit *m = &a->more[a->n_more++];

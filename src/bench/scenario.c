@@ -433,7 +433,8 @@ static void gen_config(struct bench_scenario *s, int type, uint64_t *r, enum ms_
     return;
   }
   /* every preset, GPU, batch 1-16, 2-8 layers, tensor parallelism 1-4 (2-4 where
-   * the fault needs devices); MoE always for routing skew, else one time in four */
+   * the fault needs devices); MoE always for routing skew and for a starved task
+   * where the preset takes experts, else one time in four */
   int np = (int)(sizeof sim_presets / sizeof *sim_presets);
   snprintf(s->preset, sizeof s->preset, "%s", sim_presets[pick(r, np)]);
   snprintf(s->gpu, sizeof s->gpu, "%s", gpus[pick(r, 4)]);
@@ -451,6 +452,12 @@ static void gen_config(struct bench_scenario *s, int type, uint64_t *r, enum ms_
     s->n_experts = 4 << pick(r, 2);   /* 4 or 8 experts, top 2 */
     s->top_k = 2;
     s->expert_ffn_dim = 0;            /* the preset's ffn / 4 */
+  } else if (type == MS_FAULT_STARVE_TASK && can_moe && strcmp(s->preset, "tiny-moe")) {
+    /* a starved task is a JIT task: experts make most of them expert tasks
+     * (8 experts, drawn with nothing more, so the draws after are as before) */
+    s->n_experts = 8;
+    s->top_k = 2;
+    s->expert_ffn_dim = 0;
   }
   if (type == MS_FAULT_ROUTING_SKEW && s->batch < 4) s->batch += 3;  /* routing decides work over rows */
   if (type == MS_FAULT_LATE_ADMISSION && s->batch < 2) s->batch = 2;  /* a slot closes while others run */

@@ -7,7 +7,8 @@ is given), the servers taking turns with the very same requests.
 Each server is started once on the same model with the same threads and
 parallel slots; then for every repetition and concurrency level each server
 in turn runs the level's requests: prompts of 20-400 tokens drawn from a fixed
-seed (cut to their length with the server's own /tokenize), max_tokens 64,
+seed (cut to their length with the first server's /tokenize; fresh ones for
+every repetition and level, the same for every server), max_tokens 64,
 greedy, streamed, CONCURRENCY clients each taking the next request when its
 last one ends. Per server and level it prints output tokens/s (the level's
 completion tokens over its wall time), time to first token p50/p90 and
@@ -252,6 +253,7 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=64)
     ap.add_argument("--seed", type=int, default=32)
+    ap.add_argument("--warmup-s", type=float, default=3, help="wait after the servers start (default 3)")
     ap.add_argument("--no-prefix-cache", action="store_true", help="also megascope with --no-prefix-cache")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=OPTS",
                     help="also megascope with these serve options")
@@ -275,18 +277,23 @@ def main():
                 servers.append(start_llama(a, tmp))
             else:
                 say("llama-server not given: megascope only")
-        prompts = make_prompts(servers[0], a.requests, a.seed)
-        say("%d requests a level, prompts of %d-%d words (seed %d), max_tokens %d, greedy, streamed; "
-            "servers: %s" % (a.requests, min(len(p.split()) for p in prompts), max(len(p.split()) for p in prompts),
-                             a.seed, a.max_tokens, ", ".join(s.name for s in servers)))
-        for s in servers:  # warm-up: one request each (plans, caches, pages touched)
-            one_request(s, prompts[0], 8)
+        # fresh prompts for every repetition and level (the same for every
+        # server), so a prefix cache holds no earlier run's prompts
+        prompts = {(rep, c): make_prompts(servers[0], a.requests, a.seed * 1000003 + rep * 1009 + c)
+                   for rep in range(a.reps) for c in levels}
+        warm = make_prompts(servers[0], 2, a.seed - 1)
+        say("%d requests a level, prompts of 20-400 tokens (seed %d), max_tokens %d, greedy, streamed; "
+            "servers: %s" % (a.requests, a.seed, a.max_tokens, ", ".join(s.name for s in servers)))
+        time.sleep(a.warmup_s)  # megascope compiles its prompt-chunk plans after it is ready
+        for s in servers:  # warm-up: pages touched, plans run
+            for p in warm:
+                one_request(s, p, 8)
         runs = {(s.name, c): [] for s in servers for c in levels}
         for rep in range(a.reps):
             for c in levels:
                 order = servers if rep % 2 == 0 else servers[::-1]
                 for s in order:
-                    r = run_level(s, prompts, c, a.max_tokens)
+                    r = run_level(s, prompts[(rep, c)], c, a.max_tokens)
                     runs[(s.name, c)].append(r)
                     say("rep %d conc %2d %-28s %6.1f tok/s  TTFT p90 %.2f s  ITL p90 %.0f ms%s" %
                         (rep + 1, c, s.name, r["tokens_per_s"], r["ttft_p90"], r["itl_p90"] * 1e3,

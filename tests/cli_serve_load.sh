@@ -15,7 +15,7 @@ trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAILED: $*"; cat "$tmp/err" 2>/dev/null || true; exit 1; }
 
 timeout 300 python3 "$SRC/scripts/serve-load.py" --megascope "$MS" --serve-args "--synthetic tiny" \
-  --ctx 512 --parallel 4 --levels 1,2 --requests 4 --reps 2 --max-tokens 8 --no-prefix-cache \
+  --ctx 512 --parallel 4 --levels 1,2 --requests 4 --reps 2 --max-tokens 8 --warmup-s 0 --no-prefix-cache \
   --variant budget-off='--step-target-ms 0' --json >"$tmp/out.json" 2>"$tmp/err" || fail "serve-load.py exited $?"
 grep -q "llama-server not given: megascope only" "$tmp/err" || fail "no 'megascope only' note"
 python3 - "$tmp/out.json" <<'PY' || fail "the JSON"
@@ -37,7 +37,7 @@ for s in d["servers"]:
 PY
 # the table: a row per server and level
 timeout 120 python3 "$SRC/scripts/serve-load.py" --megascope "$MS" --serve-args "--synthetic tiny" \
-  --ctx 512 --parallel 4 --levels 2 --requests 2 --reps 1 --max-tokens 4 >"$tmp/out.txt" 2>"$tmp/err" ||
+  --ctx 512 --parallel 4 --levels 2 --requests 2 --reps 1 --max-tokens 4 --warmup-s 0 >"$tmp/out.txt" 2>"$tmp/err" ||
   fail "serve-load.py (table) exited $?"
 grep -q "llama-server not given: megascope only" "$tmp/out.txt" || fail "no 'megascope only' note (table)"
 grep -Eq "^megascope +2 +[0-9.]+ \[" "$tmp/out.txt" || { cat "$tmp/out.txt"; fail "no table row"; }

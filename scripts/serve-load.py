@@ -154,7 +154,8 @@ def make_prompts(srv, n, seed):
 
 
 def one_request(srv, prompt, max_tokens):
-    """One streamed chat completion: (ttft s, [gaps s], completion tokens, ok)."""
+    """One streamed chat completion: (ttft s or None, [gaps s], completion tokens, True); raises on an
+    HTTP error."""
     body = {"messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
             "temperature": 0, "stream": True, "stream_options": {"include_usage": True}}
     c = http.client.HTTPConnection(srv.host, srv.port, timeout=600)
@@ -162,9 +163,9 @@ def one_request(srv, prompt, max_tokens):
     c.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
     r = c.getresponse()
     if r.status != 200:
-        r.read()
+        err = r.read()[:200]
         c.close()
-        return None, [], 0, False
+        raise RuntimeError("HTTP %d %s" % (r.status, err))
     stamps, usage = [], None
     while True:
         line = r.readline()
@@ -180,16 +181,16 @@ def one_request(srv, prompt, max_tokens):
         if ch and (ch[0].get("delta") or {}).get("content"):
             stamps.append(time.perf_counter())
     c.close()
-    if not stamps:
-        return None, [], 0, False
     n = usage["completion_tokens"] if usage else len(stamps)
+    if not stamps:  # an answer with no text (an end of turn at once): no first token to time
+        return None, [], n, True
     return stamps[0] - t0, [b - a for a, b in zip(stamps, stamps[1:])], n, True
 
 
 def run_level(srv, prompts, conc, max_tokens):
     todo = list(range(len(prompts)))
     lock = threading.Lock()
-    ttft, itl, toks, failed = [], [], [0], [0]
+    ttft, itl, toks, failed, done = [], [], [0], [0], [0]
 
     def client():
         while True:
@@ -199,13 +200,16 @@ def run_level(srv, prompts, conc, max_tokens):
                 i = todo.pop(0)
             try:
                 t, gaps, n, ok = one_request(srv, prompts[i], max_tokens)
-            except (OSError, http.client.HTTPException, ValueError):
+            except (OSError, http.client.HTTPException, ValueError, RuntimeError) as ex:
                 t, gaps, n, ok = None, [], 0, False
+                print("serve-load: %s: request %d failed: %s" % (srv.name, i, ex), file=sys.stderr, flush=True)
             with lock:
                 if not ok:
                     failed[0] += 1
                     continue
-                ttft.append(t)
+                done[0] += 1
+                if t is not None:
+                    ttft.append(t)
                 itl.extend(gaps)
                 toks[0] += n
 
@@ -218,7 +222,7 @@ def run_level(srv, prompts, conc, max_tokens):
     wall = time.perf_counter() - t0
     return {"tokens_per_s": toks[0] / wall, "ttft_p50": pct(ttft, 50), "ttft_p90": pct(ttft, 90),
             "itl_p50": pct(itl, 50), "itl_p90": pct(itl, 90), "itl_p99": pct(itl, 99),
-            "completion_tokens": toks[0], "requests": len(ttft), "failed": failed[0], "wall_s": wall}
+            "completion_tokens": toks[0], "requests": done[0], "failed": failed[0], "wall_s": wall}
 
 
 KEYS = [("tokens_per_s", "tok/s", 1, "%.1f"), ("ttft_p50", "TTFT p50 s", 1, "%.2f"),

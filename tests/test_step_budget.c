@@ -39,14 +39,19 @@ static void run(const struct ms_model *m, int target_us, struct outcome *out) {
   int32_t pa[6], pb[LONG];
   for (int j = 0; j < 6; j++) pa[j] = (int32_t)((j * 7 + 3) % vocab);
   for (int j = 0; j < LONG; j++) pb[j] = (int32_t)((j * 13 + 11) % vocab);
-  /* the stream: its short prompt is one chunk step (measured), then it decodes */
+  /* the stream: its short prompt is one chunk step (measured), then it
+   * decodes; the engine pauses at step 5 (the stream running, decode steps
+   * measured), and the long prompt joins there, whatever this thread's
+   * timing on a loaded machine */
+  CHECK(ms_engine_pause_at(e, 5) == 0);
   struct ms_request_opts ra = {.sz = sizeof ra, .prompt = pa, .n_prompt = 6, .max_new_tokens = NEW_A};
   struct ms_request *a = ms_engine_submit(e, &ra);
   CHECK(a != NULL);
-  CHECK(ms_request_wait_tokens(a, 3, 20000) == 0);  /* running, and a decode step measured */
+  CHECK(ms_engine_wait_paused(e, 20000) == 0);
   struct ms_request_opts rb = {.sz = sizeof rb, .prompt = pb, .n_prompt = LONG, .max_new_tokens = 4};
   struct ms_request *b = ms_engine_submit(e, &rb);
   CHECK(b != NULL);
+  CHECK(ms_engine_resume(e) == 0);
   CHECK(ms_request_wait(b, 60000) == 0);
   CHECK(ms_request_wait(a, 60000) == 0);
   struct ms_request_info ia, ib;

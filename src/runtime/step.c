@@ -216,9 +216,10 @@ void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen
  * off: all of `left`. At least min(4, left): a queued prompt always advances. */
 static int chunk_budget(const struct ms_engine *e, int decoding, int left) {
   if (e->o.step_target_us <= 0 || !decoding || e->est_row_ns <= 0) return left;
-  double room = (double)e->o.step_target_us * 1e3 - e->est_step_ns;
-  int k = room > 0 ? (int)(room / e->est_row_ns) : 0, floor = left < 4 ? left : 4;
-  return k < floor ? floor : k > left ? left : k;
+  double room = (double)e->o.step_target_us * 1e3 - e->est_step_ns, rows = room / e->est_row_ns;
+  int floor = left < 4 ? left : 4;
+  if (rows >= left) return left;  /* compared as doubles: a loose target is no int */
+  return rows < floor ? floor : (int)rows;
 }
 
 /* Learns from the step just ended (worker 0, at its end): an average of the

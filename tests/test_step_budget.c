@@ -4,8 +4,9 @@
  * row and takes a chunk sized from the measured step times. The checks count
  * rows through the engine's step log, never time: a target of 1 us is below
  * any step, so the chunk is the floor (4 rows) in every step; the budget off
- * (0) fills max_batched_tokens, as before; a target no step reaches (half an hour)
- * fills it too. The stream draws a token in every step, and the answers are
+ * (0) fills max_batched_tokens, as before; a target no step reaches (half an
+ * hour) fills it too; a prompt with no stream running fills it whatever the
+ * target. The stream has its decode row in every step, and the answers are
  * the same tokens with the budget on and off. */
 #include <stdlib.h>
 #include <string.h>
@@ -21,6 +22,7 @@ struct outcome {
   int steps_with_chunk;  /* steps while the long prompt was chunked beside the stream */
   int all_decode;        /* each of them had the stream's decode row */
   int max_chunk, min_chunk;
+  int lone_max;          /* the largest chunk of a step with no stream running */
   int a_tokens, b_tokens;
   int32_t b_first[4];
 };
@@ -60,11 +62,18 @@ static void run(const struct ms_model *m, int target_us, struct outcome *out) {
   out->a_tokens = ia.n_tokens;
   out->b_tokens = ib.n_tokens;
   memcpy(out->b_first, ib.tokens, sizeof out->b_first);
+  /* then a long prompt alone: no stream to keep smooth, the chunk fills the budget */
+  struct ms_request_opts rc = {.sz = sizeof rc, .prompt = pb + 1, .n_prompt = LONG - 1, .max_new_tokens = 2};
+  struct ms_request *c = ms_engine_submit(e, &rc);
+  CHECK(c != NULL);
+  CHECK(ms_request_wait(c, 60000) == 0);
+  ms_request_free(c);
   struct ms_step_record *sl = malloc(sizeof *sl * MS_STEP_LOG);
   int n = ms_engine_step_log(e, sl, MS_STEP_LOG);
   out->all_decode = 1;
   for (int i = 0; i < n; i++) {
     CHECK(sl[i].rows <= BUDGET && sl[i].chunk_rows >= 0);
+    if (!sl[i].decoding && sl[i].chunk_rows > out->lone_max) out->lone_max = sl[i].chunk_rows;
     if (!sl[i].chunk_rows || sl[i].rows - sl[i].chunk_rows < 2) continue;  /* A's prompt step alone */
     /* two requests: the stream and the long prompt being chunked */
     out->steps_with_chunk++;
@@ -100,6 +109,8 @@ int main(void) {
   CHECK(off.max_chunk == BUDGET - 2);
   CHECK(loose.max_chunk == BUDGET - 2);
   CHECK(off.steps_with_chunk <= (LONG - 1) / (BUDGET - 1) + 1);
+  /* a prompt with no stream running: the whole budget, whatever the target */
+  CHECK(floor.lone_max == BUDGET - 1 && off.lone_max == BUDGET - 1 && loose.lone_max == BUDGET - 1);
   /* the same answers whatever the chunks */
   CHECK(floor.a_tokens == NEW_A && off.a_tokens == NEW_A && loose.a_tokens == NEW_A);
   CHECK(floor.b_tokens == 4 && off.b_tokens == 4);

@@ -102,6 +102,16 @@ struct ms_engine_opts {
    * (attention waits for the KV of every row of its layer). 0: off, one
    * position per request per step. */
   int max_batched_tokens;
+  /* The step budget (with max_batched_tokens): while a request is past its
+   * prompt (its stream is running), a step's prompt chunk is sized from
+   * measured step times so the step, and so every running stream's
+   * inter-token time, stays near this many microseconds: the step time
+   * without a chunk and the time a chunk's row adds are averaged over the
+   * last steps (decode rows first, then at least min(4, max_batched_tokens)
+   * chunk rows, so a queued prompt always advances, oldest admitted
+   * first). With no stream running the chunk fills max_batched_tokens.
+   * 0: off (every step fills max_batched_tokens). */
+  int step_target_us;
   int prefill_async;       /* 1: compile the prefill plans while the engine serves (a server
                               starts at once; prompts are chunked once they are ready); 0:
                               before ms_engine_new returns */
@@ -329,6 +339,8 @@ struct ms_step_record {
   int rows, bucket;
   int admitted, retired;
   uint64_t t_begin, t_end;
+  int decoding;            /* rows of requests past their prompt (each draws a token) */
+  int chunk_rows;          /* prompt rows beyond one a request (chunked prefill) */
 };
 /* What the operating system says of one worker thread (CPU backend; the
  * others fill cpu = -1 and zeros): the CPU it is pinned to (-1: not pinned)

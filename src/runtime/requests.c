@@ -133,6 +133,7 @@ int ms_rt_admit(struct ms_engine *e, int *slots) {
     sl->pos = ms_pc_admit(e, sl, r);  /* the positions the prefix cache holds */
     sl->next_token = r->prompt[sl->pos];
     sl->finishing = 0;
+    sl->admit_seq = e->n_admits++;
     sl->gen++;
     r->slot = s;
     r->generation = sl->gen;

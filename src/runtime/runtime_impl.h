@@ -64,6 +64,7 @@ struct slot {
   int next_token;
   int finishing;      /* the request is complete: retire at the next step start */
   int chunk;          /* rows it has in the step in flight (chunked prefill) */
+  uint64_t admit_seq; /* admissions before this request's (the step budget feeds older prompts first) */
   uint32_t gen;
   int32_t *pages;     /* [max_pages] */
   int n_pages;
@@ -310,6 +311,11 @@ struct ms_engine {
   /* chunked prefill: plans compiled by prefill_th; prefill_ready is the rows of
    * the largest ready (0: none yet), each smaller one ready before it */
   _Atomic int prefill_ready;
+  /* the step budget (step.c, plan_chunks): measured step times, worker 0
+   * only: a step without a chunk (ns), and what a chunk's prompt row adds
+   * to a step (ns); 0: not measured yet */
+  double est_step_ns, est_row_ns;
+  uint64_t n_admits;             /* admissions so far (slot.admit_seq) */
   pthread_t prefill_th;
   int prefill_thread;
 

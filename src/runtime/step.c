@@ -209,22 +209,71 @@ void ms_rt_task_finish(struct worker *w, struct plan_rt *rt, int t, uint64_t gen
 
 /* ---- the step start ---- */
 
+/* The step budget (ms_engine_opts.step_target_us): the prompt rows a step
+ * with `decoding` running streams may take, from the measured step times: the
+ * target less a step without a chunk, over what a chunk row adds. Without a
+ * running stream, or before a chunk step was measured, or with the target
+ * off: all of `left`. At least min(4, left): a queued prompt always advances. */
+static int chunk_budget(const struct ms_engine *e, int decoding, int left) {
+  if (e->o.step_target_us <= 0 || !decoding || e->est_row_ns <= 0) return left;
+  double room = (double)e->o.step_target_us * 1e3 - e->est_step_ns, rows = room / e->est_row_ns;
+  int floor = left < 4 ? left : 4;
+  if (rows >= left) return left;  /* compared as doubles: a loose target is no int */
+  return rows < floor ? floor : (int)rows;
+}
+
+/* Learns from the step just ended (worker 0, at its end): an average of the
+ * step time without a chunk, and of what each chunk row added to a step with
+ * one. The latter is (time - the former) / rows, so a chunk's fixed cost is
+ * spread over its rows: a chunk sized from it converges to the one whose
+ * step takes the target (the fixed point of k' = k * room / (time - base)). */
+static void learn_step(struct ms_engine *e, const struct ms_step_record *r) {
+  if (r->t_end <= r->t_begin) return;
+  double t = (double)(r->t_end - r->t_begin);
+  if (!r->chunk_rows) {
+    e->est_step_ns = e->est_step_ns > 0 ? 0.75 * e->est_step_ns + 0.25 * t : t;
+    return;
+  }
+  double base = e->est_step_ns < 0.5 * t ? e->est_step_ns : 0.5 * t, row = (t - base) / r->chunk_rows;
+  e->est_row_ns = e->est_row_ns > 0 ? 0.75 * e->est_row_ns + 0.25 * row : row;
+}
+
 /* Chunked prefill: how many rows each active slot gets this step (sl->chunk),
- * the total in *rows, the slots in *slots; 1 when the step needs the bucket's
- * prefill plan. A slot
- * past its prompt gets one row; the rows left under the token budget go to
- * slots still in their prompt, in slot order, at most the rest of the prompt
- * but its last position (whose row samples the first token). The budget is
- * also the largest prefill plan compiled so far. */
-static int plan_chunks(struct ms_engine *e, int *rows, int *slots) {
-  int active = 0, chunked = 0;
+ * the total in *rows, the slots in *slots, the running streams in *decoding;
+ * 1 when the step needs the bucket's prefill plan. A slot past its prompt
+ * gets one row (decode rows first); the rows left under the token budget
+ * (and the step budget, chunk_budget) go to slots still in their prompt, at
+ * most the rest of the prompt but its last position (whose row samples the
+ * first token): in slot order, or with the step budget on, oldest admitted
+ * first. The budget is also the largest prefill plan compiled so far. */
+static int plan_chunks(struct ms_engine *e, int *rows, int *slots, int *decoding) {
+  int active = 0, chunked = 0, dec = 0;
   for (int s = 0; s < e->n_slots; s++)
-    if (e->slots[s].req) e->slots[s].chunk = 1, active++;
+    if (e->slots[s].req) {
+      e->slots[s].chunk = 1, active++;
+      dec += e->slots[s].pos >= e->slots[s].req->n_prompt - 1;
+    }
   *slots = active;
+  *decoding = dec;
   int ready = atomic_load_explicit(&e->prefill_ready, memory_order_acquire);  /* rows of the largest */
   int left = (e->o.max_batched_tokens < ready ? e->o.max_batched_tokens : ready) - active;
-  for (int s = 0; s < e->n_slots && left > 0; s++) {
-    struct slot *sl = &e->slots[s];
+  if (left > 0) left = chunk_budget(e, dec, left);
+  int by_age = e->o.step_target_us > 0;
+  for (int s = 0; s < e->n_slots && left > 0;) {
+    int pick = s;
+    if (by_age) {  /* the oldest admitted slot still in its prompt without rows beyond its one */
+      pick = -1;
+      for (int q = 0; q < e->n_slots; q++) {
+        struct slot *c = &e->slots[q];
+        if (c->req && c->chunk == 1 && c->pos < c->req->n_prompt - 1 &&
+            (pick < 0 || c->admit_seq < e->slots[pick].admit_seq))
+          pick = q;
+      }
+      if (pick < 0) break;
+    } else {
+      s++;
+    }
+    struct slot *sl = &e->slots[pick];
     if (!sl->req || sl->pos >= sl->req->n_prompt - 1) continue;
     int extra = sl->req->n_prompt - 1 - sl->pos;
     if (extra > left) extra = left;
@@ -287,8 +336,14 @@ static void publish_hook_rows(struct ms_engine *e, int bucket, uint64_t step) {
 
 static void log_step_end(struct ms_engine *e) {
   pthread_mutex_lock(&e->log_mu);
-  if (e->step_log_n) e->step_log[(e->step_log_n - 1) % MS_STEP_LOG].t_end = ms_eng_now(e);
+  struct ms_step_record r = {0};
+  if (e->step_log_n) {
+    struct ms_step_record *last = &e->step_log[(e->step_log_n - 1) % MS_STEP_LOG];
+    last->t_end = ms_eng_now(e);
+    r = *last;
+  }
   pthread_mutex_unlock(&e->log_mu);
+  if (e->step_log_n) learn_step(e, &r);
 }
 
 /* The hooks of a step's start, fired by worker 0 after it published the step. */
@@ -347,7 +402,7 @@ int ms_rt_step_begin(struct ms_engine *e) {
       ms_futex_wait(&e->mail_seq, seq, 200);
     t0 = ms_eng_now(e);  /* idle time is not step time */
   }
-  int rows = 0, slots = 0, chunked = plan_chunks(e, &rows, &slots);
+  int rows = 0, slots = 0, decoding = 0, chunked = plan_chunks(e, &rows, &slots, &decoding);
   int bucket = ms_bucket_for(rows);
   struct plan_rt *rt = chunked ? &e->rt_prefill[ms_rt_bucket_index(bucket)] : &e->rt[ms_rt_bucket_index(bucket)];
   int n = layout_rows(e, bucket);
@@ -363,7 +418,8 @@ int ms_rt_step_begin(struct ms_engine *e) {
   pthread_mutex_lock(&e->log_mu);
   struct ms_step_record *rec = &e->step_log[e->step_log_n++ % MS_STEP_LOG];
   *rec = (struct ms_step_record){.step = e->next_step, .rows = n, .bucket = bucket,
-                                 .admitted = admitted, .retired = retired, .t_begin = t0};
+                                 .admitted = admitted, .retired = retired, .t_begin = t0,
+                                 .decoding = decoding, .chunk_rows = n - slots};
   pthread_mutex_unlock(&e->log_mu);
   atomic_store_explicit(&e->cur_step, e->next_step++, memory_order_relaxed);
   atomic_store_explicit(&e->cur_gen, rt->gen++, memory_order_relaxed);

@@ -92,7 +92,7 @@ struct serve_args {
   struct cli_backend be;
   long batch, workers, max_ctx, max_tokens, watchdog_ms, flush_ms, retention_s, idle_s;
   const char *http, *socket, *otlp, *host, *api_key, *chat_template;
-  long port, drain_s, max_batched;
+  long port, drain_s, max_batched, step_target_ms;
   double temperature;
   int port_set, temperature_set, q8, pin;
   int prefix_cache, any_model, metrics_compat;
@@ -119,6 +119,11 @@ static const struct cli_opt serve_opts[] = {
                 "token rows a step takes: a prompt is fed in chunks beside the\n"
                 "decode rows (chunked prefill; default 64; 0: one position per step).\n"
                 "Its plans compile in the background after start"),
+    CLI_OPT_INT(SA, step_target_ms, "step-target-ms", "MS", 0, 60000,
+                "the step budget: while streams are running, a prompt chunk is sized\n"
+                "from measured step times so a step (every stream's inter-token\n"
+                "time) stays near MS (default 50; 0: off, chunks fill\n"
+                "--max-batched-tokens)"),
     CLI_OPT_GROUP(SA, q8, cli_act_opts),
     CLI_OPT_STR(SA, http, "http", "ADDR:PORT",
                 "where to serve HTTP (default 127.0.0.1:8080; port 0: any free\n"
@@ -205,7 +210,7 @@ static int parse(int argc, char **argv, struct serve_args *a) {
   *a = (struct serve_args){.batch = 8, .max_tokens = 16, .watchdog_ms = 5000,
                            .flush_ms = 1000, .retention_s = 60, .idle_s = 60, .http = "127.0.0.1:8080",
                            .drain_s = 30, .api_key = getenv("MEGASCOPE_API_KEY"), .max_batched = 64,
-                           .q8 = 1, .port = -1, .temperature = -1, .prefix_cache = 1};
+                           .step_target_ms = 50, .q8 = 1, .port = -1, .temperature = -1, .prefix_cache = 1};
   int rc = cli_parse("serve", serve_head, serve_opts, a, argc, argv, NULL);
   if (rc) return rc;
   const struct ms_backend_info *be = ms_backend_info((enum ms_backend)a->be.backend);
@@ -368,6 +373,7 @@ int cmd_serve(int argc, char **argv) {
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)a.workers, .max_batch = (int)a.batch,
                               .max_ctx = (int)a.max_ctx, .watchdog_ms = (int)a.watchdog_ms,
                               .max_batched_tokens = (int)a.max_batched, .prefill_async = 1,
+                              .step_target_us = (int)a.step_target_ms * 1000,
                               .q8_activations = a.q8, .backend = (enum ms_backend)a.be.backend,
                               .cuda_sms = (int)a.be.sms, .pin_workers = a.pin,
                               .prefix_cache = a.prefix_cache};
@@ -435,6 +441,12 @@ int cmd_serve(int argc, char **argv) {
   printf("  model id: %s%s; prefix cache %s\n", model_id,
          a.any_model ? " (requests may name any model)" : "",
          !a.prefix_cache ? "off" : !ms_backend_info((enum ms_backend)a.be.backend)->prefix_cache ? pc_off : "on");
+  long rows = a.be.backend == MS_BACKEND_CPU ? a.max_batched : 0;  /* the others keep one position a step */
+  if (rows > 1 && a.step_target_ms)
+    printf("  steps:  up to %ld token rows; prompt chunks sized for %ld ms steps while streams run\n", rows,
+           a.step_target_ms);
+  else if (rows > 1)
+    printf("  steps:  up to %ld token rows (step budget off)\n", rows);
   printf("  socket: %s\n", ms_control_path(ctl));
   if (otlp) printf("  otlp:   %s\n", a.otlp);
   if (!tok) printf("  note:   vocabulary of %d ids < 256: prompts must be arrays of token ids\n", m->cfg.vocab);

@@ -256,6 +256,75 @@ static void test_layer_and_class(void) {
   free(s);
 }
 
+/* Synthetic semantic rows, the same in a run and its reference: every class 40
+ * tasks of 1 us (1% scatter), 16 workers whose tasks scatter by about 1.5%
+ * against their classes' means, two devices of 400 tasks each. */
+static void quiet_rows(struct bench_features *f, const struct ms_plan *p) {
+  for (int c = 0; c < p->n_classes; c++) {
+    struct bench_stat *x = &f->row[FS_CLASS][c], *o = &f->row[FS_OP][p->classes[c].kernel];
+    *x = (struct bench_stat){.n = 40, .sum = 40e3, .sumsq = 40e6 * 1.0001, .max = 1100, .qsum = 40e3, .qmax = 2e3,
+                             .have = 1};
+    o->n += x->n, o->sum += x->sum, o->sumsq += x->sumsq, o->qsum += x->qsum, o->max = 1100, o->qmax = 2e3;
+    o->have = 1;
+  }
+  for (int w = 0; w < f->n[FS_WORKER]; w++)
+    f->row[FS_WORKER][w] = (struct bench_stat){.n = 50, .sum = 5e3, .qsum = 5e3, .ratio = 50 * (w % 2 ? 1.01 : 1),
+                                               .ratio_n = 50, .have = 1};
+  for (int d = 0; d < f->n[FS_DEVBUSY]; d++) f->row[FS_DEVBUSY][d] = (struct bench_stat){.n = 400, .sum = 400, .have = 1};
+  for (int x = 0; x < f->n[FS_EXPERT]; x++)
+    f->row[FS_EXPERT][x] = (struct bench_stat){.n = 40, .sum = 40e3, .sumsq = 40e6 * 1.0001, .max = 1100, .work = 100,
+                                               .have = 1};
+}
+
+/* A routing skew whose expert's tasks all ran on device 1: that device's
+ * tasks, against their classes' means, carry the expert's excess, and it is
+ * not named beside the expert; device 0, slow on its own beside it, still is. */
+static void test_device_beside_culprit(void) {
+  char err[4096];
+  struct bench_scenario *s;
+  int n;
+  const char *text = "[{\"name\": \"db\", \"preset\": \"tiny-moe\", \"batch\": 4, \"steps\": 4, \"seed\": 5, \"tp\": 2,"
+                     "  \"sim\": {\"n_sms\": 16}, \"faults\": [{\"type\": \"routing_skew\", \"target\": 3, \"factor\": 0.5}]}]";
+  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
+  struct ms_textbuf log = {err, sizeof err, 0, 0};
+  struct ms_model *m = bench_model(&s[0], &log);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4, .tiles_per_op = 16};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  const int E = m->cfg.n_experts, X = 3;
+  CHECK(E >= 4);
+  for (int own = 0; own < 2 && E >= 4; own++) {
+    struct bench_evidence ref = {.method = BM_SEMANTIC, .coverage = 1}, ev = {.method = BM_SEMANTIC, .coverage = 1};
+    ref.feat = bench_feat_new(p, 16, 4, 2);
+    ev.feat = bench_feat_new(p, 16, 4, 2);
+    quiet_rows(ref.feat, p);
+    quiet_rows(ev.feat, p);
+    ref.feat->coverage = ev.feat->coverage = 1;
+    /* expert 3 takes twice its rows and time, the others less: the expert
+     * classes' means stay; its 40 tasks' excess (40) sits on device 1 */
+    for (int x = 0; x < E; x++) {
+      struct bench_stat *r = &ev.feat->row[FS_EXPERT][x];
+      double k = x == X ? 2 : 1 - 1.0 / (E - 1);
+      r->sum *= k, r->sumsq *= k * k, r->max *= k, r->work *= k;
+    }
+    ev.feat->row[FS_DEVBUSY][1].sum += 40;
+    if (own) ev.feat->row[FS_DEVBUSY][0].sum *= 1.4;  /* device 0: 1.4x on its own */
+    struct bench_answer a;
+    bench_diagnose(&ref, &ev, p, &s[0], &a);
+    int expert = a.kind == MS_CULPRIT_EXPERT && a.id == X, dev[2] = {0, 0};
+    for (int d = 0; d < 2; d++) dev[d] = a.kind == MS_CULPRIT_DEVICE && a.id == d;
+    for (int i = 0; i < a.n_more; i++) {
+      expert |= a.more[i].kind == MS_CULPRIT_EXPERT && a.more[i].id == X;
+      for (int d = 0; d < 2; d++) dev[d] |= a.more[i].kind == MS_CULPRIT_DEVICE && a.more[i].id == d;
+    }
+    CHECKF(expert && !dev[1] && dev[0] == own && a.n_more == own, "%s: %s", a.name, a.why);
+    bench_evidence_free(&ref);
+    bench_evidence_free(&ev);
+  }
+  ms_plan_free(p);
+  ms_model_free(m);
+  free(s);
+}
+
 /* Scores: counted over the scenarios that ran and had an effect, per split, as
  * documented; scope apart from the cause; "unknown cause, scope X" right. */
 static void test_score(void) {
@@ -376,6 +445,7 @@ int main(void) {
   test_draw();
   test_observe_and_diagnose();
   test_layer_and_class();
+  test_device_beside_culprit();
   test_score();
   test_score_several();
   test_calibrate();

@@ -59,6 +59,7 @@ struct hyp {
   double z;
   double zin;     /* a class: the z of its excess beyond its layer's factor (the median of its layer's classes); else z */
   int queue;      /* judged by queueing alone (a task waited), not by work or time spent */
+  int busy;       /* a device or worker judged by its tasks' times against their classes' means */
   char why[160];
 };
 
@@ -288,6 +289,7 @@ struct fctx {
   int n;
   const double *scale;  /* per hypothesis family (fam_of): what the z is multiplied by; NULL: 1 */
   int queueing;         /* the hypotheses being added are judged by queueing alone */
+  int busy;             /* ... by a device's or worker's tasks against their classes' means */
 };
 
 /* Hypothesis families: a cause and a kind of scope, named or not (kernel-level
@@ -299,7 +301,7 @@ static int fam_of(int cause, enum ms_culprit_kind kind, int id) {
   return (c * MS_CULPRIT_KIND_COUNT + (int)kind) * 2 + (id < 0);
 }
 
-static int have(struct fctx *c, int sec, int i) {
+static int have(const struct fctx *c, int sec, int i) {
   return i >= 0 && i < c->cur->n[sec] && c->cur->row[sec][i].have && c->cur->row[sec][i].n > 0 &&
          c->ref->row[sec][i].n > 0;
 }
@@ -362,7 +364,7 @@ static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, do
   if (c->scale) z *= c->scale[fam_of(cause, kind, id)];
   if (c->n == MAX_HYP || !(z > 0)) return;
   struct hyp *h = &c->h[c->n++];
-  *h = (struct hyp){.cause = cause, .kind = kind, .id = id, .z = z, .zin = z, .queue = c->queueing};
+  *h = (struct hyp){.cause = cause, .kind = kind, .id = id, .z = z, .zin = z, .queue = c->queueing, .busy = c->busy};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(h->why, sizeof h->why, fmt, ap);
@@ -478,7 +480,7 @@ static void hyp_ops(struct fctx *c) {
 /* A worker's tasks' times against their classes' means (1: as fast as the
  * class), divided by the same for that worker in the reference (a worker that
  * runs the step start or the sampler is slower in both). 1: not known. */
-static double worker_task_ratio(struct fctx *c, int w) {
+static double worker_task_ratio(const struct fctx *c, int w) {
   if (w < 0 || w >= c->cur->n[FS_WORKER] || !c->cur->row[FS_WORKER][w].have) return 1;
   const struct bench_stat *x = &c->cur->row[FS_WORKER][w], *r = &c->ref->row[FS_WORKER][w];
   if (x->ratio_n < 3 || r->ratio_n < 3 || !(x->ratio > 0) || !(r->ratio > 0)) return 1;
@@ -558,8 +560,10 @@ static void hyp_slow_worker(struct fctx *c) {
       z *= u < 0.2 ? 0.2 : u > 1 ? 1 : u;
     }
   }
+  c->busy = 1;
   add(c, -2, MS_CULPRIT_WORKER, w, z, "worker %d: its tasks ran %.2fx their classes' mean time, against its own "
       "reference (%.0f tasks; workers scatter by %.1f%%)", w, ratio, x->ratio_n, 100 * sd);
+  c->busy = 0;
 }
 
 /* How much one task's time scatters around its class's mean, relative to it,
@@ -608,8 +612,10 @@ static void hyp_device_busy(struct fctx *c) {
   for (int d = 0; d < D; d++) {
     double ratio = against_others(mc, mr, D, d);
     double z = (ratio - 1) / (0.003 + scatter * sqrt(2 / c->cur->row[FS_DEVBUSY][d].n));
+    c->busy = 1;
     add(c, -2, MS_CULPRIT_DEVICE, d, z, "device %d: its tasks ran %.3fx their classes' mean time against the other "
         "devices' (and the reference)", d, ratio);
+    c->busy = 0;
   }
 }
 
@@ -1004,6 +1010,64 @@ static int explains(const struct ms_plan *p, int per_device, const struct hyp *a
   return 0;
 }
 
+/* The excess, in tasks (each task's time over its class's mean, less 1, summed),
+ * that culprit h's own tasks carry beyond the reference: an expert's tasks
+ * against the expert kernels' mean time, a request's attention against the
+ * attention kernel's. Whichever devices and workers ran those tasks carry it
+ * in their tasks against their classes' means. 0: none known. */
+static double culprit_excess(const struct fctx *c, const struct hyp *h) {
+  int sec, ks[2], nk;
+  if (h->kind == MS_CULPRIT_EXPERT) sec = FS_EXPERT, ks[0] = MS_K_EXPERT_UP, ks[1] = MS_K_EXPERT_DOWN, nk = 2;
+  else if (h->kind == MS_CULPRIT_REQUEST) sec = FS_REQUEST, ks[0] = MS_K_ATTN, nk = 1;
+  else return 0;
+  if (!have(c, sec, h->id)) return 0;
+  double cn = 0, cs = 0, rn = 0, rs = 0;
+  for (int j = 0; j < nk; j++) {
+    if (!have(c, FS_OP, ks[j])) continue;
+    cn += c->cur->row[FS_OP][ks[j]].n, cs += c->cur->row[FS_OP][ks[j]].sum;
+    rn += c->ref->row[FS_OP][ks[j]].n, rs += c->ref->row[FS_OP][ks[j]].sum;
+  }
+  const struct bench_stat *x = &c->cur->row[sec][h->id], *r = &c->ref->row[sec][h->id];
+  if (!(cs > 0) || !(rs > 0) || !(r->sum > 0)) return 0;
+  double e = x->n * (x->sum / x->n / (cs / cn) - r->sum / r->n / (rs / rn));
+  return e > 0 ? e : 0;
+}
+
+/* A device's or worker's hypothesis by its tasks against their classes' means
+ * (h->busy), once `excess` tasks' worth (culprit_excess of the culprits named
+ * beside it) is taken out of its tasks: its z, scaled by what is left of its
+ * ratio's excess over 1. Where the culprit's tasks ran is not known: all of
+ * them on this device or worker is the most they can explain. Else h->z. */
+static double busy_left(const struct fctx *c, const struct hyp *h, double excess) {
+  if (!h->busy || !(excess > 0)) return h->z;
+  double before = 1, after = 1;
+  if (h->kind == MS_CULPRIT_DEVICE) {
+    double mc[BENCH_MAX_DEVICES], mr[BENCH_MAX_DEVICES];
+    int D = device_means(c, FS_DEVBUSY, 8, mc, mr);
+    if (h->id < 0 || h->id >= D) return h->z;
+    const struct bench_stat *x = &c->cur->row[FS_DEVBUSY][h->id];
+    before = against_others(mc, mr, D, h->id);
+    mc[h->id] = fmax(0, x->sum - excess) / x->n;
+    after = against_others(mc, mr, D, h->id);
+  } else if (h->kind == MS_CULPRIT_WORKER && h->id >= 0 && h->id < c->cur->n[FS_WORKER]) {
+    const struct bench_stat *x = &c->cur->row[FS_WORKER][h->id];
+    before = worker_task_ratio(c, h->id);
+    if (!(x->ratio > 0)) return h->z;
+    after = before * fmax(0, x->ratio - excess) / x->ratio;
+  }
+  if (!(before > 1)) return h->z;
+  return h->z * clamp01((after - 1) / (before - 1));
+}
+
+/* What of busy hypothesis h is left beside the culprits out[0..k) that are
+ * not themselves devices or workers judged that way (h itself aside). */
+static double left_beside(const struct fctx *c, const struct hyp *h, const struct hyp *all, const int *out, int k) {
+  double e = 0;
+  for (int j = 0; c && h->busy && j < k; j++)
+    if (&all[out[j]] != h && !all[out[j]].busy) e += culprit_excess(c, &all[out[j]]);
+  return c ? busy_left(c, h, e) : h->z;
+}
+
 /* Whether h is a class in a layer one of out[0..k) names. */
 static int in_named_layer(const struct ms_plan *p, const struct hyp *h, const struct hyp *all, const int *out, int k) {
   if (h->kind != MS_CULPRIT_TASK_CLASS || h->id < 0 || h->id >= p->n_classes) return 0;
@@ -1020,7 +1084,8 @@ static int in_named_layer(const struct ms_plan *p, const struct hyp *h, const st
  * beyond its layer's factor; a class whose excess the layer's factor explains
  * is the layer seen through one class, and is dropped. Their count; h sorted
  * by z. */
-static int pick_culprits(const struct ms_plan *p, int per_device, int real, const struct hyp *h, int n, int *out) {
+static int pick_culprits(const struct fctx *c, const struct ms_plan *p, int per_device, int real, const struct hyp *h,
+                         int n, int *out) {
   int k = 0;
   if (!n || h[0].z < Z_MIN) return 0;
   out[k++] = 0;
@@ -1054,6 +1119,19 @@ static int pick_culprits(const struct ms_plan *p, int per_device, int real, cons
   int m = 0;
   for (int j = 0; j < k; j++)
     if (k == 1 || !in_named_layer(p, &h[out[j]], h, out, k) || h[out[j]].zin >= MULTI_Z * Z_MIN) out[m++] = out[j];
+  /* a device or a worker beside a culprit whose tasks it may have run (an
+   * expert's, a request's attention): named only if what is left of its
+   * excess, without that culprit's, still stands out by the same rule */
+  k = m, m = 0;
+  for (int j = 0; j < k; j++) {
+    const struct hyp *x = &h[out[j]];
+    double top = 0;
+    for (int i = 0; i < k; i++)
+      if (i != j && !h[out[i]].busy && h[out[i]].z > top) top = h[out[i]].z;
+    double left = left_beside(c, x, h, out, k);
+    double rel = x->kind == MS_CULPRIT_WORKER ? MULTI_REL_WORKER : MULTI_REL;
+    if (!x->busy || !(top > 0) || (left >= MULTI_Z * Z_MIN && left >= rel * top)) out[m++] = out[j];
+  }
   return m;
 }
 
@@ -1110,7 +1188,7 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
   collect(&c);
   qsort(c.h, (size_t)c.n, sizeof *c.h, by_z);
   double z1 = c.n ? c.h[0].z : 0;
-  int picked[BENCH_MAX_CULPRITS], np = pick_culprits(p, f->per_device, !c.sim, c.h, c.n, picked);
+  int picked[BENCH_MAX_CULPRITS], np = pick_culprits(&c, p, f->per_device, !c.sim, c.h, c.n, picked);
   if (!np) {
     char why[160];
     snprintf(why, sizeof why, "nothing stands out (best: %.130s)", c.n ? c.h[0].why : "no comparable rows");
@@ -1135,6 +1213,8 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
         other_cause |= x->kind == w->kind && x->id == w->id && x->cause != w->cause && x->cause >= 0 && w->cause >= 0;
       }
       if (in_named_layer(p, &c.h[i], c.h, picked, np) && c.h[i].zin < MULTI_Z * Z_MIN) other_scope = 0;
+      /* a device or worker whose excess the named culprits' tasks explain */
+      if (c.h[i].busy && left_beside(&c, &c.h[i], c.h, picked, np) < MULTI_Z * Z_MIN) other_scope = 0;
       if (!chosen && (other_scope || other_cause)) {
         z2 = c.h[i].z;
         rival = &c.h[i];

@@ -188,16 +188,16 @@ def one_request(srv, prompt, max_tokens):
 
 
 def run_level(srv, prompts, conc, max_tokens):
-    todo = list(range(len(prompts)))
+    pending = list(range(len(prompts)))
     lock = threading.Lock()
     ttft, itl, toks, failed, done = [], [], [0], [0], [0]
 
     def client():
         while True:
             with lock:
-                if not todo:
+                if not pending:
                     return
-                i = todo.pop(0)
+                i = pending.pop(0)
             try:
                 t, gaps, n, ok = one_request(srv, prompts[i], max_tokens)
             except (OSError, http.client.HTTPException, ValueError, RuntimeError) as ex:

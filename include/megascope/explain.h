@@ -31,6 +31,13 @@
  * scatter among the rest predicts; a smaller difference is not named. */
 #define MS_EXPLAIN_Z 6.0
 #define MS_EXPLAIN_MIN_RATIO 1.25
+/* And what a class or layer must cost a step to be named: a thousandth of it.
+ * Below that a part cannot be why the steps are slow, and a light task's fixed
+ * cost (the step's first RoPE on a CPU runs its code cold: on SmolLM2 layer 0's
+ * RoPE takes 1.12-1.27x its peers in healthy windows, 0.01-0.03% of a step)
+ * stands far above its peers' scatter. Shares of a step, so the same for every
+ * model: a 2x class of 0.1% of the step is named. */
+#define MS_EXPLAIN_MIN_STEP_SHARE 0.001
 
 enum ms_explain_kind {
   MS_EXPLAIN_CLASS = 0,
@@ -146,6 +153,12 @@ struct ms_explain_result {
    * [n_devices], [n_requests]. */
   struct ms_explain_effect *cls, *layer, *worker, *device, *request;
   int n_layers, n_devices;
+  /* [n_workers]: 1 for a worker named a culprit (its own pace, or its CPU
+   * shared), whose cells the class and layer judgement then left out: a worker
+   * switched in and out by another thread runs its first tasks after each
+   * switch cold, which reads as a slow class it does not have. */
+  unsigned char *set_aside;
+  int n_set_aside;
 };
 
 /* Judges; 0 or -ENOMEM. The result's arrays are freed by ms_explain_result_free. */

@@ -67,6 +67,9 @@ enum ms_rope_style {
   MS_ROPE_COUNT
 };
 
+/* The widest head the kernels take (RoPE keeps a head's angles on the stack). */
+#define MS_MAX_HEAD_DIM 512
+
 struct ms_model_config {
   char name[64];
   enum ms_arch arch;

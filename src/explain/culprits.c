@@ -37,6 +37,11 @@ static int stands(double effect, double z) { return !isnan(z) && z >= MS_EXPLAIN
 
 static double step_ns(const struct ex *x) { return x->in->steps > 0 ? x->in->window_ns / x->in->steps : 0; }
 
+/* A class or layer costs the step enough to be why it is slow. */
+static int material(const struct ex *x, const struct ms_explain_effect *e) {
+  return e->excess_ns >= MS_EXPLAIN_MIN_STEP_SHARE * step_ns(x);
+}
+
 /* ---- the OS's view ---- */
 
 /* Every worker waiting for a CPU (the machine is oversubscribed), or one
@@ -87,7 +92,7 @@ static void name_worker(char *buf, size_t n, int w, const struct ex_cpu *cpu) {
 }
 
 static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *shared, const double *shared_z,
-                            const int *dev_named) {
+                            const int *dev_named, unsigned char *named) {
   for (int w = 0; w < x->W; w++) {
     const struct ms_explain_effect *e = &x->out->worker[w];
     int slow = stands(e->effect, e->z), cpu_shared = w < EX_MAX_CPU && shared[w];
@@ -104,6 +109,7 @@ static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *s
             slow ? exp(e->effect) : (1 - others) / (1 - share > 0.01 ? 1 - share : 0.01),
             slow ? e->excess_ns : (share - others) * step_ns(x), cause);
     if (!c) return;
+    named[w] = 1;
     name_worker(c->name, sizeof c->name, w, cpu);
     if (slow && cpu_shared)
       why(c, "its tasks took %.2fx what the same classes took on the other workers (z %.1f), and it waited %.0f%% "
@@ -138,7 +144,7 @@ static void device_culprits(struct ex *x, int *dev_named) {
 static void layer_culprits(struct ex *x, int *layer_named) {
   for (int l = 0; l < x->out->n_layers; l++) {
     const struct ms_explain_effect *e = &x->out->layer[l];
-    if (!stands(e->effect, e->z)) continue;
+    if (!stands(e->effect, e->z) || !material(x, e)) continue;
     layer_named[l] = 1;
     struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_LAYER, l, e->z, exp(e->effect), e->excess_ns, "slow tasks");
     if (!c) return;
@@ -151,7 +157,7 @@ static void layer_culprits(struct ex *x, int *layer_named) {
 static void class_culprits(struct ex *x, const int *layer_named) {
   for (int i = 0; i < x->C; i++) {
     const struct ms_explain_effect *e = &x->out->cls[i];
-    if (!stands(e->effect, e->z)) continue;
+    if (!stands(e->effect, e->z) || !material(x, e)) continue;
     int l = x->in->classes[i].layer;
     double z = e->z;
     /* inside a slow layer, only what stands out beyond the layer's own effect */
@@ -164,8 +170,8 @@ static void class_culprits(struct ex *x, const int *layer_named) {
     if (!c) return;
     snprintf(c->name, sizeof c->name, "%s", x->in->classes[i].name);
     why(c, "its tasks took %.2fx the median of its %d peers (%s in the other layers) over %.0f tasks; z %.1f "
-           "against the peers' scatter of %.1f%%", exp(e->effect), e->peers, x->in->classes[i].op, e->n, z,
-        100 * x->sigma);
+           "against the peers' scatter of %.1f%%%s", exp(e->effect), e->peers, x->in->classes[i].op, e->n, z,
+        100 * x->sigma, x->out->n_set_aside ? " (on the workers not named)" : "");
   }
 }
 
@@ -246,22 +252,30 @@ static int by_excess(const void *a, const void *b) {
   return (x->z < y->z) - (x->z > y->z);
 }
 
-void ex_culprits(struct ex *x, const struct ex_cpu *cpu, const struct ex_req *rq) {
-  int *shared = calloc((size_t)(x->W < EX_MAX_CPU ? EX_MAX_CPU : x->W), sizeof *shared);
-  double *shared_z = calloc((size_t)(x->W < EX_MAX_CPU ? EX_MAX_CPU : x->W), sizeof *shared_z);
-  int *dev_named = calloc((size_t)x->D + 1, sizeof *dev_named);
-  int *layer_named = calloc((size_t)x->out->n_layers + 1, sizeof *layer_named);
-  if (shared && shared_z && dev_named && layer_named) {
+int ex_worker_culprits(struct ex *x, const struct ex_cpu *cpu, unsigned char *named) {
+  size_t n = (size_t)(x->W < EX_MAX_CPU ? EX_MAX_CPU : x->W);
+  int *shared = calloc(n, sizeof *shared), *dev_named = calloc((size_t)x->D + 1, sizeof *dev_named);
+  double *shared_z = calloc(n, sizeof *shared_z);
+  if (shared && shared_z && dev_named) {
     cpu_culprits(x, cpu, shared, shared_z);
     device_culprits(x, dev_named);
-    worker_culprits(x, cpu, shared, shared_z, dev_named);
-    layer_culprits(x, layer_named);
-    class_culprits(x, layer_named);
-    request_culprits(x, rq);
+    worker_culprits(x, cpu, shared, shared_z, dev_named, named);
   }
   free(shared);
   free(shared_z);
   free(dev_named);
+  int k = 0;
+  for (int w = 0; w < x->W; w++) k += named[w];
+  return k;
+}
+
+void ex_part_culprits(struct ex *x, const struct ex_req *rq) {
+  int *layer_named = calloc((size_t)x->out->n_layers + 1, sizeof *layer_named);
+  if (layer_named) {
+    layer_culprits(x, layer_named);
+    class_culprits(x, layer_named);
+    request_culprits(x, rq);
+  }
   free(layer_named);
   qsort(x->out->culprits, (size_t)x->out->n_culprits, sizeof *x->out->culprits, by_excess);
   /* "none": as sure as a 1.5x class would have stood out of this window's scatter */

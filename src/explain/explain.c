@@ -18,7 +18,9 @@
  *            the window's requests' (context, time) points, each step's pace
  *            taken out (a request against the others of its batch).
  * Then (culprits.c) the parts above the noise, the broader ones first, each
- * narrower part they explain left out. */
+ * narrower part they explain left out: the OS's view, devices and workers
+ * first; then classes and layers, judged again without the workers named (a
+ * worker's own trouble stays its own), and requests. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -159,22 +161,26 @@ static int layer_residuals(struct ex *x, double *v) {
   return k;
 }
 
-static void class_effects(struct ex *x) {
+/* skip: [W] workers whose cells are left out (NULL: none). */
+static void class_effects(struct ex *x, const unsigned char *skip) {
   double *scratch = malloc(((size_t)x->C + 1) * sizeof *scratch);
   struct ex_vw *cell = malloc(((size_t)x->B * (size_t)x->Wc * (size_t)x->S + 1) * sizeof *cell);
   double *effects = malloc(((size_t)x->C + 1) * sizeof *effects);
-  if (!scratch || !cell || !effects || find_peers(x)) goto out;
+  if (!scratch || !cell || !effects || (!x->peer && find_peers(x))) goto out;
   int judged = 0;
   for (int c = 0; c < x->C; c++) {
     struct ms_explain_effect *e = &x->out->cls[c];
     *e = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN, .peers = x->n_peer[c]};
     size_t k = 0;
+    double all = 0;  /* the class's tasks on every worker, set aside or not */
     /* a cell per bucket, worker and slice: few tasks each, so a preempted
      * task moves few cells, and a worker's own pace cancels */
     for (int b = 0; e->peers && b < x->B; b++)
       for (int w = 0; w < x->Wc; w++)
         for (int s = 0; s < x->S; s++) {
           size_t i = EX_ATW(x, c, b, w, s);
+          all += x->nw[i];
+          if (skip && skip[w]) continue;
           if (!(x->nw[i] > 0)) continue;
           double ref = peer_ref(x, c, b, w, s, 1, scratch), v = cell_value(x, i);
           double mref = peer_ref(x, c, b, w, s, 0, scratch), mean = x->sw[i] / x->nw[i];
@@ -190,6 +196,8 @@ static void class_effects(struct ex *x) {
       e->n = 0, e->excess_ns = 0;
       continue;
     }
+    /* the workers set aside run the class too: its excess at their share */
+    e->excess_ns *= all / e->n;
     e->effect = ex_wmedian(cell, k);
     /* the class's own scatter across its cells: a standard error of the
      * median, widened for few cells (about Student's t) */
@@ -233,6 +241,8 @@ static void layer_effects(struct ex *x) {
   for (int c = 0; c < x->C; c++)
     if (x->in->classes[c].layer + 1 > L) L = x->in->classes[c].layer + 1;
   x->out->n_layers = L;
+  free(x->out->layer);  /* judged again without the named workers */
+  x->out->layer = NULL;
   if (!L || !(x->out->layer = calloc((size_t)L, sizeof *x->out->layer))) return;
   double *v = malloc(((size_t)x->C + 1) * sizeof *v);
   for (int l = 0; v && l < L; l++) {
@@ -404,14 +414,26 @@ int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result
   }
   struct ex_cpu cpu;
   struct ex_req rq = {.time = malloc(((size_t)in->n_requests + 1) * sizeof *rq.time)};
-  class_effects(&x);
+  class_effects(&x, NULL);
   layer_effects(&x);
   group_effects(&x, 0, out->worker, x.W);
   if (x.D > 1) group_effects(&x, 1, out->device, x.D);
   cpu_effects(&x, &cpu);
   ex_request_effects(&x, &rq);
-  int ok = rq.time != NULL;
-  if (ok) ex_culprits(&x, &cpu, &rq);
+  int ok = rq.time != NULL && (out->set_aside = calloc((size_t)x.W + 1, 1));
+  if (ok) {
+    out->n_set_aside = ex_worker_culprits(&x, &cpu, out->set_aside);
+    /* a named worker's cells out of the class and layer judgement, when
+     * others are left to judge on (and the per-worker tables were kept) */
+    if (out->n_set_aside > 0 && out->n_set_aside < x.W && x.Wc == x.W) {
+      class_effects(&x, out->set_aside);
+      layer_effects(&x);
+    } else {
+      memset(out->set_aside, 0, (size_t)x.W);
+      out->n_set_aside = 0;
+    }
+    ex_part_culprits(&x, &rq);
+  }
   free(rq.time);
   ex_free(&x);
   return ok ? 0 : -ENOMEM;
@@ -424,5 +446,7 @@ void ms_explain_result_free(struct ms_explain_result *r) {
   free(r->worker);
   free(r->device);
   free(r->request);
+  free(r->set_aside);
+  r->set_aside = NULL;
   r->cls = r->layer = r->worker = r->device = r->request = NULL;
 }

@@ -55,7 +55,11 @@ static inline int ex_device(const struct ex *x, int worker) {
 }
 /* requests.c: each request's effect into x->out->request, the line and scatters into rq. */
 void ex_request_effects(struct ex *x, struct ex_req *rq);
-/* Fills x->out's culprits from the effects. */
-void ex_culprits(struct ex *x, const struct ex_cpu *cpu, const struct ex_req *rq);
+/* culprits.c, in two turns. First the OS's view, devices and workers: named[w]
+ * = 1 for each worker named; returns how many. Then layers, classes and
+ * requests (judged again by the caller without the named workers), the order
+ * and the confidence of "none". */
+int ex_worker_culprits(struct ex *x, const struct ex_cpu *cpu, unsigned char *named);
+void ex_part_culprits(struct ex *x, const struct ex_req *rq);
 
 #endif

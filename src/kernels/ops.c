@@ -171,14 +171,23 @@ static void qkv(const struct ms_exec_ctx *x, const struct ms_task_class *k, cons
   if (x->m->cfg.qkv_bias) qkv_bias(x, k, c0, c1);  /* the epilogue */
 }
 
-static void rope_vec(float *v, int hd, int pos, float base, enum ms_rope_style style) {
+/* The rotation at one position: each pair's cos and sin, once a task (its q
+ * heads and its k head share the row's position), the same float operations
+ * as one head at a time. */
+#define ROPE_MAX_PAIRS (MS_MAX_HEAD_DIM / 2)
+static void rope_angles(float *cs, float *sn, int hd, int pos, float base) {
   for (int i = 0; i < hd / 2; i++) {
     float theta = (float)pos * powf(base, -2.0f * (float)i / (float)hd);
-    float c = cosf(theta), s = sinf(theta);
+    cs[i] = cosf(theta), sn[i] = sinf(theta);
+  }
+}
+
+static void rope_vec(float *v, int hd, const float *cs, const float *sn, enum ms_rope_style style) {
+  for (int i = 0; i < hd / 2; i++) {
     int a = style == MS_ROPE_NEOX ? i : 2 * i, b = style == MS_ROPE_NEOX ? i + hd / 2 : 2 * i + 1;
     float va = v[a], vb = v[b];
-    v[a] = va * c - vb * s;
-    v[b] = va * s + vb * c;
+    v[a] = va * cs[i] - vb * sn[i];
+    v[b] = va * sn[i] + vb * cs[i];
   }
 }
 
@@ -203,13 +212,14 @@ static void rope(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
     return;
   }
   int pos = x->meta.row_pos[r], qkn = c->qk_norm;
-  float base = ms_layer_rope_base(c, k->layer);
+  float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS];
+  rope_angles(cs, sn, hd, pos, ms_layer_rope_base(c, k->layer));
   for (int h = kh * group; h < (kh + 1) * group; h++) {
     if (qkn)
       ms_vec_rmsnorm(qo + h * hd, in + h * hd, w[0]->data, hd, c->norm_eps);
     else
       memcpy(qo + h * hd, in + h * hd, sizeof(float) * (size_t)hd);
-    rope_vec(qo + h * hd, hd, pos, base, c->rope_style);
+    rope_vec(qo + h * hd, hd, cs, sn, c->rope_style);
   }
   float *kd = kv_at(x, x->k_pool, k->layer, r, pos) + kh * hd;
   float *vd = kv_at(x, x->v_pool, k->layer, r, pos) + kh * hd;
@@ -217,7 +227,7 @@ static void rope(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
     ms_vec_rmsnorm(kd, in + nq + kh * hd, w[1]->data, hd, c->norm_eps);
   else
     memcpy(kd, in + nq + kh * hd, sizeof(float) * (size_t)hd);
-  rope_vec(kd, hd, pos, base, c->rope_style);
+  rope_vec(kd, hd, cs, sn, c->rope_style);
   memcpy(vd, in + nq + nkv + kh * hd, sizeof(float) * (size_t)hd);
 }
 

@@ -168,6 +168,9 @@ static int read_config(struct loader *L, struct ms_model_config *c) {
   if (rot != c->head_dim)
     return lfail(L, -MS_E_UNSUPP, "key '%s.rope.dimension_count': partial rotary (%d of %d) is not supported", L->arch, rot, c->head_dim);
   if (c->head_dim % 2) return lfail(L, -MS_E_FORMAT, "key '%s.attention.key_length': %d is odd", L->arch, c->head_dim);
+  if (c->head_dim > MS_MAX_HEAD_DIM)
+    return lfail(L, -MS_E_UNSUPP, "key '%s.attention.key_length': %d is above the %d the kernels take", L->arch,
+                 c->head_dim, MS_MAX_HEAD_DIM);
   if (c->n_heads % c->n_kv_heads)
     return lfail(L, -MS_E_FORMAT, "key '%s.attention.head_count_kv': %d does not divide %d heads", L->arch, c->n_kv_heads, c->n_heads);
   if (c->arch == MS_ARCH_GEMMA3 && read_gemma3(L, c)) return L->err;

@@ -300,7 +300,7 @@ static size_t synth_bytes(const struct ms_model_config *c) {
 
 static int cfg_valid(const struct ms_model_config *c) {
   if (c->n_layers <= 0 || c->dim <= 0 || c->n_heads <= 0 || c->n_kv_heads <= 0 ||
-      c->head_dim <= 0 || c->vocab <= 0 || c->head_dim % 2)
+      c->head_dim <= 0 || c->head_dim > MS_MAX_HEAD_DIM || c->vocab <= 0 || c->head_dim % 2)
     return 0;
   if (c->n_heads % c->n_kv_heads) return 0;
   if ((unsigned)c->ffn_act >= MS_ACT_COUNT || c->sliding_window < 0 || c->swa_pattern < 0) return 0;

@@ -88,6 +88,9 @@ void explain_report_text(const struct explain_args *a, const struct explain_wind
     strongest_text(w);
   } else {
     printf("culprits: %d\n", r->n_culprits);
+    if (r->n_set_aside)
+      printf("         (classes and layers judged without the %d worker%s named: their own trouble is theirs)\n",
+             r->n_set_aside, r->n_set_aside > 1 ? "s" : "");
   }
   for (int i = 0; i < r->n_culprits; i++) {
     const struct ms_explain_culprit *c = &r->culprits[i];
@@ -236,6 +239,12 @@ void explain_report_json(const struct explain_args *a, const struct explain_wind
   ms_json_kint(&j, "slices", w->slices);
   ms_json_knum(&j, "class_noise", w->res.class_noise);
   ms_json_knum(&j, "runqueue_share", w->res.runqueue_share);
+  /* the workers named, whose cells the class and layer judgement left out */
+  ms_json_key(&j, "classes_without_workers");
+  ms_json_arr_begin(&j);
+  for (int i = 0; w->res.set_aside && i < w->n_workers; i++)
+    if (w->res.set_aside[i]) ms_json_int(&j, i);
+  ms_json_arr_end(&j);
   ms_json_key(&j, "summary_coverage");
   ms_json_obj_begin(&j);
   const char *k;

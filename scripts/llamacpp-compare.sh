@@ -20,6 +20,22 @@
 #                                        llama.cpp picks for them, as in any such file)
 #   scripts/llamacpp-compare.sh all      logits, then speed (the default)
 #
+# Through llama.cpp's own tools instead of Python (no llama-cpp-python needed):
+#   scripts/llamacpp-compare.sh build [native|avx2]
+#                                        llama-bench, llama-batched-bench and llama-server from the
+#                                        pinned llama-cpp-python sdist's vendored llama.cpp (commit
+#                                        0c1e570), CMake, GGML_NATIVE=ON (native) or AVX2 without
+#                                        AVX-512 (avx2); cached in $MS_CACHE/llamacpp-bin/VARIANT
+#   scripts/llamacpp-compare.sh bench    decode (batch 1: llama-bench -n STEPS; batch 8:
+#                                        llama-batched-bench -npl 8) and prompt processing
+#                                        (llama-bench -p PROMPT) at each of THREADS_LIST, against
+#                                        megascope bench decode / bench prefill, REPS alternating runs
+#                                        pinned to the same cores (taskset); the median of each and
+#                                        the ratio of medians, with the range
+#   scripts/llamacpp-compare.sh serve [serve-load.py options]
+#                                        scripts/serve-load.py against the built llama-server
+#   VARIANT (default native) picks the build bench and serve use; THREADS_LIST (default "1 2").
+#
 # What "speed" compares, exactly: B sequences each start from a 1-token prompt
 # and generate STEPS tokens greedily; tokens/s = B * STEPS / wall seconds of the
 # measured round (after an unmeasured warm-up), THREADS threads each.
@@ -45,6 +61,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cache=${MS_CACHE:-$HOME/.cache/megascope}
 venv=$cache/llamacpp-venv
 cmd=${1:-all}
+case "$cmd" in
+  setup | build | bench | serve | logits | speed | types | prompt | all) ;;
+  -h | --help) sed -n '3,57p' "$0"; exit 0 ;;
+  *) echo "llamacpp-compare: unknown command '$cmd'" >&2; sed -n '3,57p' "$0" >&2; exit 2 ;;
+esac
 
 setup() {
   if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import llama_cpp, numpy' 2>/dev/null; then
@@ -64,12 +85,115 @@ if [ "$cmd" = setup ]; then
   exit 0
 fi
 
+LLAMACPP_PY_VERSION=0.3.36  # its vendored llama.cpp: commit 0c1e570
+
+# build_tools VARIANT: prints the folder of the built tools (cached).
+build_tools() {
+  local variant=$1 out=$cache/llamacpp-bin/$1 src=$cache/llamacpp-src/llama_cpp_python-$LLAMACPP_PY_VERSION/vendor/llama.cpp
+  local tools="llama-bench llama-batched-bench llama-server" t flags pip
+  if [ -x "$out/bin/llama-server" ] && [ -x "$out/bin/llama-bench" ] && [ -x "$out/bin/llama-batched-bench" ]; then
+    echo "$out/bin"
+    return
+  fi
+  case $variant in
+    native) flags=(-DGGML_NATIVE=ON) ;;
+    avx2) flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                 -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
+    *) echo "llamacpp-compare: build: variant '$variant' is neither native nor avx2" >&2; exit 2 ;;
+  esac
+  if [ ! -f "$src/CMakeLists.txt" ]; then
+    mkdir -p "$cache/llamacpp-src"
+    if [ -x "$root/.venv/bin/pip" ]; then pip=("$root/.venv/bin/pip"); else pip=(python3 -m pip); fi
+    echo "llamacpp-compare: fetching llama-cpp-python $LLAMACPP_PY_VERSION's source (its vendored llama.cpp)" >&2
+    "${pip[@]}" download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+      "llama-cpp-python==$LLAMACPP_PY_VERSION" -d "$cache/llamacpp-src" >&2
+    tar xzf "$cache/llamacpp-src/llama_cpp_python-$LLAMACPP_PY_VERSION.tar.gz" -C "$cache/llamacpp-src"
+  fi
+  echo "llamacpp-compare: building $tools ($variant; about an hour on 2 busy cores)" >&2
+  cmake -S "$src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" -DLLAMA_CURL=OFF \
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
+  # shellcheck disable=SC2086  # tools is a list of targets
+  cmake --build "$out/build" -j"$(nproc)" --target $tools >&2
+  mkdir -p "$out/bin"
+  for t in $tools; do cp "$out/build/bin/$t" "$out/bin/"; done
+  echo "$out/bin"
+}
+if [ "$cmd" = build ]; then
+  build_tools "${2:-native}"
+  exit 0
+fi
+
 MS=${MS:-$root/build/megascope}
 MODEL=${MODEL:-$(bash "$root/scripts/get-smollm2.sh")}
-THREADS=${THREADS:-$(nproc)}
 STEPS=${STEPS:-32}
-BATCHES=${BATCHES:-1 8}
 REPS=${REPS:-3}
+PROMPT=${PROMPT:-512}
+PREFILL_CHUNK=${PREFILL_CHUNK:-64}
+jget() { python3 -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+# stats NAME VALUES...: the median, min and max of VALUES
+stats() { python3 -c 'import statistics, sys; v = [float(x) for x in sys.argv[1:]]; print("%.2f %.2f %.2f" % (statistics.median(v), min(v), max(v)))' "$@"; }
+
+# One measurement of each side: what (decode1, decode8, prompt) at T threads.
+ms_once() {
+  local what=$1 T=$2
+  case $what in
+    decode1|decode8)
+      taskset -c "0-$((T - 1))" "$MS" bench decode --model "$MODEL" --batch "${what#decode}" --steps "$STEPS" \
+        --workers "$T" --rounds 1 --json 2>/dev/null | jget 'd["megakernel_tokens_per_s"]' ;;
+    prompt)
+      taskset -c "0-$((T - 1))" "$MS" bench prefill --model "$MODEL" --prompts "$PROMPT" --rounds 1 --workers "$T" \
+        --max-batched-tokens "$PREFILL_CHUNK" --json 2>/dev/null | jget 'd["prompts"][0]["chunked_prompt_tokens_per_s"]' ;;
+  esac
+}
+lc_once() {
+  local what=$1 T=$2 bin=$3
+  case $what in
+    decode1)
+      taskset -c "0-$((T - 1))" "$bin/llama-bench" -m "$MODEL" -t "$T" -p 0 -n "$STEPS" -r 1 -o json 2>/dev/null |
+        jget 'd[0]["avg_ts"]' ;;
+    decode8)  # 8 sequences of a 1-token prompt, STEPS tokens each: S_TG
+      taskset -c "0-$((T - 1))" "$bin/llama-batched-bench" -m "$MODEL" -t "$T" -c $((8 * (STEPS + 16))) -b 512 -ub 512 \
+        -npp 1 -ntg "$STEPS" -npl 8 --output-format jsonl 2>/dev/null | grep '^{' | tail -1 | jget 'd["speed_tg"]' ;;
+    prompt)
+      taskset -c "0-$((T - 1))" "$bin/llama-bench" -m "$MODEL" -t "$T" -p "$PROMPT" -n 0 -r 1 -o json 2>/dev/null |
+        jget 'd[0]["avg_ts"]' ;;
+  esac
+}
+
+tools_bench() {
+  local bin T what ms_all lc_all m l rows=()
+  bin=$(build_tools "${VARIANT:-native}")
+  echo "bench: $(basename "$MODEL"), llama.cpp ${VARIANT:-native} tools in $bin; decode $STEPS tokens, prompt $PROMPT" \
+       "tokens (megascope chunks of $PREFILL_CHUNK); $REPS alternating runs each, pinned to CPUs 0..T-1"
+  printf '| what | threads | megascope tokens/s (median, range) | llama.cpp tokens/s (median, range) | megascope / llama.cpp |\n'
+  printf '|---|---:|---:|---:|---:|\n'
+  for T in ${THREADS_LIST:-1 2}; do
+    for what in decode1 decode8 prompt; do
+      ms_all=() lc_all=()
+      for _ in $(seq "$REPS"); do
+        ms_all+=("$(ms_once "$what" "$T")")
+        lc_all+=("$(lc_once "$what" "$T" "$bin")")
+      done
+      read -r m mlo mhi <<<"$(stats "${ms_all[@]}")"
+      read -r l llo lhi <<<"$(stats "${lc_all[@]}")"
+      printf '| %s | %d | %s (%s-%s) | %s (%s-%s) | %.2f |\n' "$what" "$T" "$m" "$mlo" "$mhi" "$l" "$llo" "$lhi" \
+        "$(python3 -c "print($m / $l)")"
+      rows+=("{\"what\": \"$what\", \"threads\": $T, \"megascope_runs\": [$(IFS=,; echo "${ms_all[*]}")], \"llamacpp_runs\": [$(IFS=,; echo "${lc_all[*]}")]}")
+    done
+  done
+  echo "BENCH_JSON {\"model\": \"$(basename "$MODEL")\", \"variant\": \"${VARIANT:-native}\", \"steps\": $STEPS, \"prompt\": $PROMPT, \"reps\": $REPS, \"rows\": [$(IFS=,; echo "${rows[*]}")]}"
+}
+
+case "$cmd" in
+  bench) tools_bench; exit 0 ;;
+  serve)
+    shift
+    bin=$(build_tools "${VARIANT:-native}")
+    exec python3 "$root/scripts/serve-load.py" --megascope "$MS" --model "$MODEL" --llama-server "$bin/llama-server" "$@" ;;
+esac
+
+THREADS=${THREADS:-$(nproc)}
+BATCHES=${BATCHES:-1 8}
 if [ -z "${LLAMA_PY:-}" ]; then
   if [ -x "$venv/bin/python" ]; then LLAMA_PY=$venv/bin/python; else LLAMA_PY=python3; fi
 fi
@@ -151,9 +275,6 @@ speed() {
   echo "SPEED_JSON {\"threads\": $THREADS, \"steps\": $STEPS, \"reps\": $REPS, \"rows\": [$(IFS=,; echo "${rows[*]}")]}"
 }
 
-PROMPT=${PROMPT:-512}
-PREFILL_CHUNK=${PREFILL_CHUNK:-64}
-
 prompt() {  # one round of each, REPS times alternating; best of each
   local ms_all=() lc_all=() m l
   echo "prompt: $(basename "$MODEL"), $THREADS threads, $PROMPT prompt tokens, best of $REPS alternating runs"
@@ -199,5 +320,5 @@ case "$cmd" in
   types) types ;;
   prompt) prompt ;;
   all) logits; speed ;;
-  *) sed -n '3,14p' "$0"; exit 2 ;;
+  *) sed -n '3,57p' "$0"; exit 2 ;;
 esac

@@ -134,8 +134,10 @@ jget() { python3 -c 'import json, sys; d = json.load(sys.stdin); print(eval(sys.
 stats() { python3 -c 'import statistics, sys; v = [float(x) for x in sys.argv[1:]]; print("%.2f %.2f %.2f" % (statistics.median(v), min(v), max(v)))' "$@"; }
 
 # One measurement of each side: what (decode1, decode8, prompt) at T threads.
+# VARIANT=avx2: megascope's AVX2 path too (MEGASCOPE_SIMD=avx2).
 ms_once() {
   local what=$1 T=$2
+  if [ "${VARIANT:-native}" = avx2 ]; then export MEGASCOPE_SIMD=avx2; fi
   case $what in
     decode1|decode8)
       taskset -c "0-$((T - 1))" "$MS" bench decode --model "$MODEL" --batch "${what#decode}" --steps "$STEPS" \

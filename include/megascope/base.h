@@ -58,6 +58,13 @@ void ms_textbuf_printf(struct ms_textbuf *tb, const char *fmt, ...)
 /* The engine clock: CLOCK_MONOTONIC in nanoseconds. */
 uint64_t ms_now_ns(void);
 
+/* The vector paths the kernels may take on this CPU: 2 AVX-512 VNNI (and the
+ * packed weight layouts it reads), 1 AVX2/FMA/F16C, 0 portable C. The
+ * environment's MEGASCOPE_SIMD=avx2 or portable caps it, so one machine can
+ * run what a CPU without AVX-512 (or x86) would; read once. */
+enum { MS_CPU_PORTABLE = 0, MS_CPU_AVX2 = 1, MS_CPU_AVX512_VNNI = 2 };
+int ms_cpu_level(void);
+
 /* Always-on check for state corruption: reports file and line, then aborts. */
 #define MS_ASSERT(cond)                                                  \
   do {                                                                   \

@@ -74,6 +74,36 @@ uint64_t ms_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static int cpu_level_here(void) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+    return MS_CPU_PORTABLE;
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")
+             ? MS_CPU_AVX512_VNNI
+             : MS_CPU_AVX2;
+#else
+  return MS_CPU_PORTABLE;
+#endif
+}
+
+int ms_cpu_level(void) {
+  static _Atomic int level = -1;  /* two first callers compute the same */
+  int v = atomic_load_explicit(&level, memory_order_relaxed);
+  if (v < 0) {
+    int l = cpu_level_here();
+    const char *cap = getenv("MEGASCOPE_SIMD");
+    if (cap && !strcmp(cap, "avx2") && l > MS_CPU_AVX2) l = MS_CPU_AVX2;
+    else if (cap && !strcmp(cap, "portable")) l = MS_CPU_PORTABLE;
+    else if (cap && *cap && strcmp(cap, "native") && strcmp(cap, "avx2"))
+      fprintf(stderr, "megascope: MEGASCOPE_SIMD=%s is not native, avx2 or portable; ignored\n", cap);
+    atomic_store_explicit(&level, l, memory_order_relaxed);
+    v = l;
+  }
+  return v;
+}
+
 void ms_assert_fail(const char *what, const char *file, int line) {
   fprintf(stderr, "megascope: assertion failed: %s at %s:%d\n", what, file, line);
   abort();

@@ -29,11 +29,8 @@ static int have_f16c, have_vnni512;
 
 #ifdef MS_X86
 __attribute__((constructor)) static void quant_detect(void) {
-  __builtin_cpu_init();
-  have_f16c = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-              __builtin_cpu_supports("f16c");
-  have_vnni512 = have_f16c && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  have_f16c = ms_cpu_level() >= MS_CPU_AVX2;
+  have_vnni512 = ms_cpu_level() >= MS_CPU_AVX512_VNNI;
 }
 #endif
 

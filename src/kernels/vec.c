@@ -5,6 +5,7 @@
 #include <math.h>
 
 #include "kernels/quant.h"
+#include "megascope/base.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -15,8 +16,7 @@ static int use_simd;
 
 #ifdef MS_X86
 __attribute__((constructor)) static void vec_detect(void) {
-  __builtin_cpu_init();
-  use_simd = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  use_simd = ms_cpu_level() >= MS_CPU_AVX2;
 }
 #endif
 

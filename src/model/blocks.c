@@ -9,20 +9,13 @@
 #include <math.h>
 #include <string.h>
 
+#include "megascope/base.h"
+
 #define QK 32
 
 /* The CPU test of src/kernels/quant.c's AVX-512 VNNI path: only there do
  * weights get a packed form. */
-static int vnni512_here(void) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-         __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-#else
-  return 0;
-#endif
-}
+static int vnni512_here(void) { return ms_cpu_level() >= MS_CPU_AVX512_VNNI; }
 
 static inline void wr16(uint8_t *p, uint16_t v) {
   p[0] = (uint8_t)v;

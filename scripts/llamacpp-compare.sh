@@ -111,7 +111,8 @@ build_tools() {
   fi
   echo "llamacpp-compare: building $tools ($variant; about an hour on 2 busy cores)" >&2
   cmake -S "$src" -B "$out/build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${flags[@]}" -DLLAMA_CURL=OFF \
-    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON >&2
+    -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TOOLS=ON -DLLAMA_BUILD_SERVER=ON \
+    -DBUILD_SHARED_LIBS=OFF >&2
   # shellcheck disable=SC2086  # tools is a list of targets
   cmake --build "$out/build" -j"$(nproc)" --target $tools >&2
   mkdir -p "$out/bin"

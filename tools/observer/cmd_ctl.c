@@ -6,7 +6,7 @@
  *   ls      --socket S [--json]
  *   maps    --socket S ID [--json] [--fds] [--release]
  *   schema  --socket S [--rows N]
- *   stats   --socket S [--json]
+ *   stats   --socket S [--socket S2 ...] [--json]   (several: replicas.h)
  *   trace   --socket S --seconds N --out FILE [--format perfetto|json] [--max-events N]
  *           [--max-bytes N] [--records-per-worker N]
  * Without --socket: $MEGASCOPE_SOCKET, else the one engine socket in the default
@@ -157,7 +157,7 @@ static const struct ctl_cmd ctl_cmds[] = {
      schema_opts, 0, NULL, ask_schema, show_schema},
     {"stats", "", "Prints steps, tokens, requests and TTFT / TPOT quantiles. With --socket given more\n"
                   "than once (replicas of one service): each engine's line, then the total (counters\n"
-                  "add; TTFT and TPOT quantiles from the engines' histograms added bucket by bucket).",
+                  "add; TTFT and TPOT quantiles measured on every engine's recent figures together).",
      stats_opts, 0, NULL, ask_nothing, show_stats},
     {"trace", "", "Records a task trace for N seconds and writes it as Chrome JSON or Perfetto's\n"
                   "protobuf (open either in ui.perfetto.dev): a track per worker, a slice per\n"

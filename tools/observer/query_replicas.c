@@ -24,6 +24,10 @@
 #include "query_client.h"
 #include "replicas.h"
 
+/* How often every engine's coverage is read: what a gone engine's coverage
+ * misses at most (its maps miss nothing). */
+#define POLL_NS 250000000ull
+
 enum rstate { R_UNREACHABLE, R_ANSWERING, R_GONE };
 static const char *const state_name[] = {"unreachable", "answering", "gone"};
 
@@ -36,6 +40,7 @@ struct replica {
   struct ms_coverage cov;       /* as last read */
   struct ms_coverage printed;   /* at the last print (--delta) */
   int has_cov;
+  double cov_at;                /* when cov was read, s since the start */
 };
 
 struct fleet {
@@ -138,12 +143,13 @@ static void poll(struct fleet *f, struct replica *r) {
   if (!live_coverage(&r->l, r->me, r->sock, &c)) {
     r->cov = c;
     r->has_cov = 1;
+    r->cov_at = since_start(f);
     return;
   }
   const char *why = cli_ctl_last_error(NULL);
   r->state = R_GONE;
-  snprintf(r->why, sizeof r->why, "stopped answering at %.1f s: %s", since_start(f),
-           why[0] ? why : "its attachment is no longer listed (detached by another client)");
+  snprintf(r->why, sizeof r->why, "stopped answering at %.2f s: %s; coverage as read at %.2f s", since_start(f),
+           why[0] ? why : "its attachment is no longer listed (detached by another client)", r->cov_at);
   fprintf(stderr, "megascope %s: %s %s; the answer keeps its maps as it left them\n", f->me, r->sock, r->why);
 }
 
@@ -250,13 +256,13 @@ int fleet_query(struct fleet *f, const struct ms_query *q, const struct fleet_ru
   struct printer p = {.run = run};
   f->t0 = ms_now_ns();
   uint64_t next_print = run->every_ns ? f->t0 + run->every_ns : UINT64_MAX;
-  uint64_t end = run->for_ns ? f->t0 + run->for_ns : UINT64_MAX, next_alive = f->t0 + 1000000000ull;
+  uint64_t end = run->for_ns ? f->t0 + run->for_ns : UINT64_MAX, next_alive = f->t0;
   int rc = 0;
   while (!*run->stop) {
     uint64_t now = ms_now_ns();
     if (now >= next_alive) {
       for (int i = 0; i < f->n; i++) poll(f, &f->r[i]);
-      next_alive = now + 1000000000ull;
+      next_alive = now + POLL_NS;
       if (!answering(f)) {
         fprintf(stderr, "megascope %s: no engine answers any more\n", f->me);
         break;

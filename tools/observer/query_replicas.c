@@ -137,7 +137,7 @@ static double since_start(const struct fleet *f) { return (double)(ms_now_ns() -
 
 /* Reads r's coverage; an engine that does not answer, or no longer lists the
  * attachment, is gone from here on. */
-static void poll(struct fleet *f, struct replica *r) {
+static void read_coverage(struct fleet *f, struct replica *r) {
   if (r->state != R_ANSWERING) return;
   struct ms_coverage c;
   if (!live_coverage(&r->l, r->me, r->sock, &c)) {
@@ -181,7 +181,7 @@ static int print(struct fleet *f, const struct ms_query *q, struct printer *p, i
   struct ms_coverage total = {0};
   for (int i = 0; i < f->n; i++) {
     struct replica *r = &f->r[i];
-    poll(f, r);
+    read_coverage(f, r);
     int in = r->state != R_UNREACHABLE && r->l.readers;
     if (in) srcs[i] = r->l.src;
     if (in && r->has_cov) ms_query_coverage_add(&total, &r->cov);
@@ -261,7 +261,7 @@ int fleet_query(struct fleet *f, const struct ms_query *q, const struct fleet_ru
   while (!*run->stop) {
     uint64_t now = ms_now_ns();
     if (now >= next_alive) {
-      for (int i = 0; i < f->n; i++) poll(f, &f->r[i]);
+      for (int i = 0; i < f->n; i++) read_coverage(f, &f->r[i]);
       next_alive = now + POLL_NS;
       if (!answering(f)) {
         fprintf(stderr, "megascope %s: no engine answers any more\n", f->me);

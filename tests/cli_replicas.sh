@@ -32,14 +32,14 @@ fail() { echo "FAILED: $*"; exit 1; }
 replica() {
   local name=$1
   shift
-  start_serve "$name" --workers 1 "$@" || fail "serve $name"
+  start_serve "$name" "$@" || fail "serve $name"
   PIDS+=("$SERVE_PID")
   printf -v "S_$name" '%s' "$SOCK"
   printf -v "U_$name" '%s' "$URL"
   printf -v "P_$name" '%s' "$SERVE_PID"
 }
-replica a --synthetic tiny
-replica b --synthetic tiny
+replica a --synthetic tiny --workers 1
+replica b --synthetic tiny --workers 2  # engines of different sizes merge as workers do
 # attachments attached now on a socket
 attached() { "$MS" ls --socket "$1" --json | grep -c '"attached": true' || true; }
 wait_attached() { # SOCKET N
@@ -148,7 +148,7 @@ for lat in ("ttft", "tpot"):
     assert T["max_s"] == max(A["max_s"], B["max_s"]) and T["min_s"] == min(A["min_s"], B["min_s"])
 EOF
 "$MS" stats --socket "$S_a" --socket "$S_b" >"$tmp/stats.txt"
-grep -q "^total of 2 of 2 engines: tiny, 2 workers" "$tmp/stats.txt" || fail "stats text: $(cat "$tmp/stats.txt")"
+grep -q "^total of 2 of 2 engines: tiny, 3 workers" "$tmp/stats.txt" || fail "stats text: $(cat "$tmp/stats.txt")"
 
 # ---- a socket nobody serves: named, left out, exit 1; the others answer ----
 set +e
@@ -170,7 +170,7 @@ grep -q "^replica $tmp/none.sock: unreachable (cannot connect" "$tmp/none_stats.
 [ "$(attached "$S_a")" = 0 ] || fail "left attached"
 
 # ---- an engine killed in the window: named gone, what it counted kept ----
-replica c --synthetic tiny
+replica c --synthetic tiny --workers 1
 "$MS" query --socket "$S_a" --socket "$S_c" --json "$PROG" >"$tmp/dead.json" 2>"$tmp/dead.err" &
 qd=$!
 wait_attached "$S_c" 1
@@ -200,7 +200,7 @@ EOF
 [ "$(attached "$S_a")" = 0 ] || fail "left attached after a dead engine"
 
 # ---- a refusal by one engine: nothing left attached anywhere ----
-replica d --synthetic tiny --attach-bytes 4096
+replica d --synthetic tiny --workers 1 --attach-bytes 4096
 set +e
 "$MS" query --socket "$S_a" --socket "$S_d" --socket "$S_b" --for 1s 'request { @ = count() }' >/dev/null 2>"$tmp/refused.err"
 rc=$?
@@ -210,7 +210,7 @@ grep -q "query: $S_d refused the query; the others are detached" "$tmp/refused.e
 for s in "$S_a" "$S_b" "$S_d"; do [ "$(attached "$s")" = 0 ] || fail "$s: left attached after a refusal"; done
 
 # ---- replicas of different plans: refused by name before anything attaches ----
-replica e --synthetic tiny-qwen3
+replica e --synthetic tiny-qwen3 --workers 1
 set +e
 "$MS" query --socket "$S_a" --socket "$S_e" --for 1s 'request { @ = count() }' >/dev/null 2>"$tmp/plan.err"
 rc=$?

@@ -8,7 +8,8 @@
 # the answer beside the total. stats over both: counters add, the total's
 # quantiles lie between the engines'. A socket nobody serves is named
 # unreachable (exit 1, the others answer); an engine killed in the window is
-# named gone with its counts kept; an engine that refuses the attach leaves
+# named gone with its counts kept, one that hangs is gone after 5 s without
+# an answer; an engine that refuses the attach leaves
 # nothing attached anywhere; replicas of different plans are refused by name.
 set -euo pipefail
 MS=$1
@@ -198,6 +199,28 @@ done = next(x for x in r["maps"] if x["name"] == "@done")["entries"][0]["value"]
 assert done == 6 + 2, done  # c's six before it died, a's two after
 EOF
 [ "$(attached "$S_a")" = 0 ] || fail "left attached after a dead engine"
+
+# ---- an engine that hangs (stopped): gone after its 5 s to answer, the query still ends ----
+replica f --synthetic tiny --workers 1
+"$MS" query --socket "$S_a" --socket "$S_f" --for 2s --json 'request { @ = count() }' >"$tmp/hung.json" 2>"$tmp/hung.err" &
+qh=$!
+wait_attached "$S_f" 1
+kill -STOP "$P_f"
+set +e
+wait $qh
+rc=$?
+set -e
+kill -CONT "$P_f"
+[ "$rc" = 1 ] || { cat "$tmp/hung.err"; fail "a hung engine: exit $rc"; }
+python3 - "$tmp/hung.json" "$S_f" <<'EOF2' || fail "the hung engine: $(cat "$tmp/hung.err")"
+import json, sys
+r = json.loads(open(sys.argv[1]).read().splitlines()[-1])
+f = [x for x in r["replicas"] if x["socket"] == sys.argv[2]][0]
+assert f["state"] == "gone" and "no reply" in f["error"], f
+EOF2
+[ "$(attached "$S_a")" = 0 ] || fail "left attached after a hung engine"
+grep -q "$S_f may still hold attachment [0-9]* (it did not answer): \`megascope detach --socket $S_f" "$tmp/hung.err" ||
+  fail "the hung engine's attachment not named: $(cat "$tmp/hung.err")"
 
 # ---- a refusal by one engine: nothing left attached anywhere ----
 replica d --synthetic tiny --workers 1 --attach-bytes 4096

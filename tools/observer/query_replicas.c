@@ -27,6 +27,9 @@
 /* How often every engine's coverage is read: what a gone engine's coverage
  * misses at most (its maps miss nothing). */
 #define POLL_NS 250000000ull
+/* How long an engine may take to answer the schema or a coverage read before
+ * it counts as not answering (a hung engine must not hold up the others). */
+#define ANSWER_MS 5000
 
 enum rstate { R_UNREACHABLE, R_ANSWERING, R_GONE };
 static const char *const state_name[] = {"unreachable", "answering", "gone"};
@@ -41,6 +44,7 @@ struct replica {
   struct ms_coverage printed;   /* at the last print (--delta) */
   int has_cov;
   double cov_at;                /* when cov was read, s since the start */
+  int hung;                     /* gone by not answering in time: it may run on, attached */
 };
 
 struct fleet {
@@ -69,7 +73,8 @@ static void unreachable(struct replica *r, const char *why) {
 /* The schema as text a plan is compared by; NULL when the engine did not
  * answer (marked) or refused (*refused set). */
 static char *schema_text(struct replica *r, int *refused) {
-  json_t *rep = live_call(r->me, r->sock, "{\"cmd\":\"schema\"}");
+  static const char req[] = "{\"cmd\":\"schema\"}";
+  json_t *rep = cli_ctl_call(r->me, r->sock, req, strlen(req), ANSWER_MS, NULL, NULL);
   if (!rep) {
     int answered;
     const char *why = cli_ctl_last_error(&answered);
@@ -148,6 +153,7 @@ static void read_coverage(struct fleet *f, struct replica *r) {
   }
   const char *why = cli_ctl_last_error(NULL);
   r->state = R_GONE;
+  r->hung = strstr(why, "timed out") != NULL;
   snprintf(r->why, sizeof r->why, "stopped answering at %.2f s: %s; coverage as read at %.2f s", since_start(f),
            why[0] ? why : "its attachment is no longer listed (detached by another client)", r->cov_at);
   fprintf(stderr, "megascope %s: %s %s; the answer keeps its maps as it left them\n", f->me, r->sock, r->why);
@@ -221,7 +227,10 @@ static int attach_all(struct fleet *f, const struct ms_query *q, const struct fl
   for (int i = 0; i < f->n; i++) {
     struct replica *r = &f->r[i];
     if (r->state != R_ANSWERING) continue;
-    if (!live_attach(&r->l, r->me, r->sock, q, "query", &run->budget)) continue;
+    if (!live_attach(&r->l, r->me, r->sock, q, "query", &run->budget)) {
+      r->l.timeout_ms = ANSWER_MS;
+      continue;
+    }
     int answered;
     const char *why = cli_ctl_last_error(&answered);
     if (!answered && why[0]) { /* it could not be reached: the others answer without it */
@@ -285,5 +294,8 @@ int fleet_query(struct fleet *f, const struct ms_query *q, const struct fleet_ru
     if (f->r[i].state != R_ANSWERING) rc = 1;
   for (int i = 0; i < f->n; i++)
     if (f->r[i].state == R_ANSWERING) live_detach(&f->r[i].l, f->r[i].me, f->r[i].sock);
+    else if (f->r[i].hung)
+      fprintf(stderr, "megascope %s: %s may still hold attachment %d (it did not answer): `megascope detach "
+              "--socket %s %d` once it answers\n", f->me, f->r[i].sock, f->r[i].l.id, f->r[i].sock, f->r[i].l.id);
   return rc;
 }

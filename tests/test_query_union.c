@@ -168,8 +168,9 @@ int main(void) {
   json_t *rec = NULL;
   size_t k;
   json_t *m;
-  json_array_foreach(json_object_get(gj, "maps"), k, m) if (!strcmp(json_string_value(json_object_get(m, "name")), "@r"))
-      rec = m;
+  json_array_foreach(json_object_get(gj, "maps"), k, m) {
+    if (!strcmp(json_string_value(json_object_get(m, "name")), "@r")) rec = m;
+  }
   CHECKF(json_integer_value(json_object_get(rec, "total_records")) == N_VALUES, "records %lld",
          (long long)json_integer_value(json_object_get(rec, "total_records")));
   json_decref(gj);
@@ -193,11 +194,12 @@ int main(void) {
   /* the writer names every engine: its state, attachment, coverage; the total
    * sums those in it */
   struct ms_query_replica reps[3] = {
-      {.name = "/s/a.sock", .state = "answering", .id = 4, .in_total = 1, .has_cov = 1,
+      {.name = "/s/a.sock", .state = MS_QUERY_REPLICA_ANSWERING, .id = 4, .in_total = 1, .has_cov = 1,
        .cov = {.eligible = 100, .executed = 90, .throttled = 10, .generation = 1, .first_step = 5, .last_step = 50}},
-      {.name = "/s/b.sock", .state = "gone", .why = "the engine closed the connection", .id = 2, .in_total = 1,
-       .has_cov = 1, .cov = {.eligible = 40, .executed = 40, .lost = 3, .generation = 2, .first_step = 7, .last_step = 9}},
-      {.name = "/s/c.sock", .state = "unreachable", .why = "connect: No such file or directory"}};
+      {.name = "/s/b.sock", .state = MS_QUERY_REPLICA_GONE, .why = "the engine closed the connection", .id = 2,
+       .in_total = 1, .has_cov = 1,
+       .cov = {.eligible = 40, .executed = 40, .lost = 3, .generation = 2, .first_step = 7, .last_step = 9}},
+      {.name = "/s/c.sock", .state = MS_QUERY_REPLICA_UNREACHABLE, .why = "connect: No such file or directory"}};
   struct ms_coverage total = {0};
   for (int i = 0; i < 3; i++)
     if (reps[i].in_total) ms_query_coverage_add(&total, &reps[i].cov);

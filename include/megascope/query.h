@@ -134,10 +134,15 @@ struct ms_query_print {
 };
 
 /* One engine of a question asked of several (what the writer says of it). */
+enum ms_query_replica_state {
+  MS_QUERY_REPLICA_ANSWERING = 0,
+  MS_QUERY_REPLICA_GONE = 1,        /* stopped answering in the window: its maps as it left them */
+  MS_QUERY_REPLICA_UNREACHABLE = 2, /* never attached */
+  MS_QUERY_REPLICA_STATE_COUNT
+};
 struct ms_query_replica {
   const char *name;         /* its control socket */
-  const char *state;        /* "answering"; "gone" (stopped answering in the window: its maps
-                             * as it left them); "unreachable" (never attached) */
+  enum ms_query_replica_state state; /* written "answering", "gone", "unreachable" */
   const char *why;          /* what failed, or NULL */
   int id;                   /* its attachment; 0: none */
   int in_total;             /* its maps and coverage are in the total */

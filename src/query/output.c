@@ -272,17 +272,23 @@ static void text_counts(const struct ms_coverage *c, FILE *f) {
           (unsigned long long)c->lost, (unsigned long long)c->failed, c->generation);
 }
 
+static const char *const replica_state[MS_QUERY_REPLICA_STATE_COUNT] = {"answering", "gone", "unreachable"};
+
+static const char *state_of(const struct ms_query_replica *r) {
+  return (unsigned)r->state < MS_QUERY_REPLICA_STATE_COUNT ? replica_state[r->state] : "?";
+}
+
 /* One line an engine, then the total's (its steps are each engine's own). */
 static void text_replicas(const struct ms_query_print *po, FILE *f) {
   size_t in = 0;
   for (size_t i = 0; i < po->n_replicas; i++) {
     const struct ms_query_replica *r = &po->replicas[i];
     in += r->in_total != 0;
-    fprintf(f, "replica %s: %s", r->name, r->state);
+    fprintf(f, "replica %s: %s", r->name, state_of(r));
     if (r->why) fprintf(f, " (%s)", r->why);
     if (r->id) fprintf(f, ", attachment %d", r->id);
     if (r->has_cov) {
-      fprintf(f, "; %s", strcmp(r->state, "answering") ? "coverage as last read: " : "");
+      fprintf(f, "; %s", r->state != MS_QUERY_REPLICA_ANSWERING ? "coverage as last read: " : "");
       text_counts(&r->cov, f);
       fprintf(f, ", steps %llu-%llu", (unsigned long long)r->cov.first_step, (unsigned long long)r->cov.last_step);
     }
@@ -387,7 +393,7 @@ static void json_replicas(const struct ms_query_print *po, struct ms_json *j) {
     in += r->in_total != 0;
     ms_json_obj_begin(j);
     ms_json_kstr(j, "socket", r->name);
-    ms_json_kstr(j, "state", r->state);
+    ms_json_kstr(j, "state", state_of(r));
     if (r->why) ms_json_kstr(j, "error", r->why);
     if (r->id) ms_json_kint(j, "id", r->id);
     ms_json_kbool(j, "in_total", r->in_total);

@@ -31,13 +31,11 @@
  * it counts as not answering (a hung engine must not hold up the others). */
 #define ANSWER_MS 5000
 
-enum rstate { R_UNREACHABLE, R_ANSWERING, R_GONE };
-static const char *const state_name[] = {"unreachable", "answering", "gone"};
 
 struct replica {
   const char *sock;
   char me[600];                 /* "query (S)": what its messages are prefixed with */
-  enum rstate state;
+  enum ms_query_replica_state state;
   char why[512];
   struct live l;
   struct ms_coverage cov;       /* as last read */
@@ -58,7 +56,7 @@ void fleet_free(struct fleet *f) {
   if (!f) return;
   for (int i = 0; i < f->n; i++) {
     struct replica *r = &f->r[i];
-    if (r->state != R_ANSWERING) r->l.id = 0; /* nothing to ask the engine: free the readers */
+    if (r->state != MS_QUERY_REPLICA_ANSWERING) r->l.id = 0; /* nothing to ask the engine: free the readers */
     live_detach(&r->l, r->me, r->sock);
   }
   free(f->r);
@@ -66,7 +64,7 @@ void fleet_free(struct fleet *f) {
 }
 
 static void unreachable(struct replica *r, const char *why) {
-  r->state = R_UNREACHABLE;
+  r->state = MS_QUERY_REPLICA_UNREACHABLE;
   snprintf(r->why, sizeof r->why, "%s", why && why[0] ? why : "no answer");
 }
 
@@ -84,7 +82,7 @@ static char *schema_text(struct replica *r, int *refused) {
   }
   char *text = json_dumps(json_object_get(rep, "schema"), JSON_COMPACT | JSON_SORT_KEYS);
   json_decref(rep);
-  r->state = R_ANSWERING;
+  r->state = MS_QUERY_REPLICA_ANSWERING;
   return text;
 }
 
@@ -101,6 +99,7 @@ struct fleet *fleet_open(const char *me, const char *const *socks, int n, struct
   for (int i = 0; i < n && ok; i++) {
     struct replica *r = &f->r[i];
     r->sock = socks[i];
+    r->state = MS_QUERY_REPLICA_UNREACHABLE; /* until it answers */
     snprintf(r->me, sizeof r->me, "%s (%s)", me, socks[i]);
     for (int k = 0; k < i; k++)
       if (!strcmp(socks[k], socks[i])) {
@@ -143,7 +142,7 @@ static double since_start(const struct fleet *f) { return (double)(ms_now_ns() -
 /* Reads r's coverage; an engine that does not answer, or no longer lists the
  * attachment, is gone from here on. */
 static void read_coverage(struct fleet *f, struct replica *r) {
-  if (r->state != R_ANSWERING) return;
+  if (r->state != MS_QUERY_REPLICA_ANSWERING) return;
   struct ms_coverage c;
   if (!live_coverage(&r->l, r->me, r->sock, &c)) {
     r->cov = c;
@@ -152,7 +151,7 @@ static void read_coverage(struct fleet *f, struct replica *r) {
     return;
   }
   const char *why = cli_ctl_last_error(NULL);
-  r->state = R_GONE;
+  r->state = MS_QUERY_REPLICA_GONE;
   r->hung = strstr(why, "timed out") != NULL;
   snprintf(r->why, sizeof r->why, "stopped answering at %.2f s: %s; coverage as read at %.2f s", since_start(f),
            why[0] ? why : "its attachment is no longer listed (detached by another client)", r->cov_at);
@@ -161,7 +160,7 @@ static void read_coverage(struct fleet *f, struct replica *r) {
 
 static int answering(const struct fleet *f) {
   int n = 0;
-  for (int i = 0; i < f->n; i++) n += f->r[i].state == R_ANSWERING;
+  for (int i = 0; i < f->n; i++) n += f->r[i].state == MS_QUERY_REPLICA_ANSWERING;
   return n;
 }
 
@@ -188,10 +187,10 @@ static int print(struct fleet *f, const struct ms_query *q, struct printer *p, i
   for (int i = 0; i < f->n; i++) {
     struct replica *r = &f->r[i];
     read_coverage(f, r);
-    int in = r->state != R_UNREACHABLE && r->l.readers;
+    int in = r->state != MS_QUERY_REPLICA_UNREACHABLE && r->l.readers;
     if (in) srcs[i] = r->l.src;
     if (in && r->has_cov) ms_query_coverage_add(&total, &r->cov);
-    reps[i] = (struct ms_query_replica){.name = r->sock, .state = state_name[r->state],
+    reps[i] = (struct ms_query_replica){.name = r->sock, .state = r->state,
                                         .why = r->why[0] ? r->why : NULL, .id = r->l.id, .in_total = in,
                                         .has_cov = r->has_cov, .cov = r->cov};
     if (interval && p->last) reps[i].cov = cov_minus(r->cov, &r->printed);
@@ -226,7 +225,7 @@ out:
 static int attach_all(struct fleet *f, const struct ms_query *q, const struct fleet_run *run) {
   for (int i = 0; i < f->n; i++) {
     struct replica *r = &f->r[i];
-    if (r->state != R_ANSWERING) continue;
+    if (r->state != MS_QUERY_REPLICA_ANSWERING) continue;
     if (!live_attach(&r->l, r->me, r->sock, q, "query", &run->budget)) {
       r->l.timeout_ms = ANSWER_MS;
       continue;
@@ -240,11 +239,11 @@ static int attach_all(struct fleet *f, const struct ms_query *q, const struct fl
     fprintf(stderr, "megascope %s: %s refused the query; the others are detached: nothing is left attached\n",
             f->me, r->sock);
     for (int k = 0; k < f->n; k++)
-      if (f->r[k].state == R_ANSWERING) live_detach(&f->r[k].l, f->r[k].me, f->r[k].sock);
+      if (f->r[k].state == MS_QUERY_REPLICA_ANSWERING) live_detach(&f->r[k].l, f->r[k].me, f->r[k].sock);
     return -1;
   }
   for (int i = 0; i < f->n; i++)
-    if (f->r[i].state == R_UNREACHABLE)
+    if (f->r[i].state == MS_QUERY_REPLICA_UNREACHABLE)
       fprintf(stderr, "megascope %s: %s is unreachable (%s): the answer names it and leaves it out\n", f->me,
               f->r[i].sock, f->r[i].why);
   if (answering(f)) return 0;
@@ -257,7 +256,8 @@ int fleet_query(struct fleet *f, const struct ms_query *q, const struct fleet_ru
   if (!run->as_json) {
     fprintf(stderr, "megascope %s: attached on %d of %d engines (", f->me, answering(f), f->n);
     for (int i = 0, k = 0; i < f->n; i++)
-      if (f->r[i].state == R_ANSWERING) fprintf(stderr, "%s%s: %d", k++ ? ", " : "", f->r[i].sock, f->r[i].l.id);
+      if (f->r[i].state == MS_QUERY_REPLICA_ANSWERING)
+        fprintf(stderr, "%s%s: %d", k++ ? ", " : "", f->r[i].sock, f->r[i].l.id);
     fprintf(stderr, "); %s%s\n",
             run->every_ns ? (run->delta ? "printing each interval's change, " : "printing every interval, ") : "",
             run->for_ns ? "and at the end" : "Ctrl-C to stop");
@@ -291,9 +291,9 @@ int fleet_query(struct fleet *f, const struct ms_query *q, const struct fleet_ru
   if (print(f, q, &p, 1)) rc = 1;
   ms_query_snapshot_free(p.last);
   for (int i = 0; i < f->n; i++)
-    if (f->r[i].state != R_ANSWERING) rc = 1;
+    if (f->r[i].state != MS_QUERY_REPLICA_ANSWERING) rc = 1;
   for (int i = 0; i < f->n; i++)
-    if (f->r[i].state == R_ANSWERING) live_detach(&f->r[i].l, f->r[i].me, f->r[i].sock);
+    if (f->r[i].state == MS_QUERY_REPLICA_ANSWERING) live_detach(&f->r[i].l, f->r[i].me, f->r[i].sock);
     else if (f->r[i].hung)
       fprintf(stderr, "megascope %s: %s may still hold attachment %d (it did not answer): `megascope detach "
               "--socket %s %d` once it answers\n", f->me, f->r[i].sock, f->r[i].l.id, f->r[i].sock, f->r[i].l.id);

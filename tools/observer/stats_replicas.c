@@ -42,7 +42,8 @@ static void add_counters(json_t *total, json_t *one, const char *const *keys, si
 
 /* The engine's histogram into h when its bounds are this build's: 0, else -1. */
 static int hist_of(json_t *lat, struct ms_histogram *h) {
-  json_t *hist = json_object_get(lat, "hist"), *le = json_object_get(hist, "le_s"), *c = json_object_get(hist, "counts");
+  json_t *hist = json_object_get(lat, "hist");
+  json_t *le = json_object_get(hist, "le_s"), *c = json_object_get(hist, "counts");
   if (json_array_size(le) != MS_LAT_BUCKETS || json_array_size(c) != MS_LAT_BUCKETS + 1) return -1;
   for (size_t i = 0; i < MS_LAT_BUCKETS; i++)
     if (fabs(json_number_value(json_array_get(le, i)) - ms_latency_bounds[i]) > 1e-12) return -1;

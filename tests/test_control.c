@@ -27,6 +27,7 @@
 #include "megascope/bpf.h"
 #include "megascope/control.h"
 #include "megascope/engine.h"
+#include "megascope/telemetry.h"
 #include "megascope/tokenizer.h"
 #include "test.h"
 
@@ -524,6 +525,24 @@ static void test_reads(const char *path) {
   j = call(path, "{\"cmd\":\"stats\"}");
   CHECK(is_ok(j) && json_integer_value(json_object_get(j, "steps")) > 0);
   CHECK(json_is_object(json_object_get(j, "ttft")) && json_is_object(json_object_get(j, "tpot")));
+  /* every latency's histogram buckets (what clients of several engines add) */
+  json_t *hist = json_object_get(json_object_get(j, "tpot"), "hist");
+  CHECK(json_array_size(json_object_get(hist, "le_s")) == MS_LAT_BUCKETS &&
+        json_array_size(json_object_get(hist, "counts")) == MS_LAT_BUCKETS + 1);
+  CHECK(!json_object_get(json_object_get(j, "tpot"), "recent_s"));
+  json_decref(j);
+  /* "recent": the figures quantiles are measured on, sorted, as many as "quantiles_of" */
+  j = call(path, "{\"cmd\":\"stats\",\"recent\":true}");
+  json_t *ttft = json_object_get(j, "ttft"), *rec = json_object_get(ttft, "recent_s");
+  CHECK(is_ok(j) && json_is_array(rec) &&
+        json_array_size(rec) == (size_t)json_integer_value(json_object_get(ttft, "quantiles_of")));
+  int sorted = 1;
+  for (size_t i = 1; i < json_array_size(rec); i++)
+    sorted &= json_number_value(json_array_get(rec, i - 1)) <= json_number_value(json_array_get(rec, i));
+  CHECK(sorted);
+  json_decref(j);
+  j = call(path, "{\"cmd\":\"stats\",\"recent\":1}");
+  CHECKF(has_code(j, "EINVAL") && strstr(err_of(j), "\"recent\" must be true or false"), "%s", err_of(j));
   json_decref(j);
 
   /* a trace, and a second one refused while it records */

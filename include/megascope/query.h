@@ -127,6 +127,27 @@ struct ms_query_print {
   const struct ms_coverage *since_cov;   /* and the coverage since then (with since) */
   struct ms_query_snapshot **take;       /* set: *take receives the maps as this read-out read
                                           * them (before any subtraction), the next one's since */
+  /* replicas (ms_query_maps_of_union): each engine's part, written beside the
+   * total (the coverage given to the writer is then the total) */
+  const struct ms_query_replica *replicas;
+  size_t n_replicas;
+};
+
+/* One engine of a question asked of several (what the writer says of it). */
+enum ms_query_replica_state {
+  MS_QUERY_REPLICA_ANSWERING = 0,
+  MS_QUERY_REPLICA_GONE = 1,        /* stopped answering in the window: its maps as it left them */
+  MS_QUERY_REPLICA_UNREACHABLE = 2, /* never attached */
+  MS_QUERY_REPLICA_STATE_COUNT
+};
+struct ms_query_replica {
+  const char *name;         /* its control socket */
+  enum ms_query_replica_state state; /* written "answering", "gone", "unreachable" */
+  const char *why;          /* what failed, or NULL */
+  int id;                   /* its attachment; 0: none */
+  int in_total;             /* its maps and coverage are in the total */
+  int has_cov;              /* cov was read (as last read, when gone) */
+  struct ms_coverage cov;
 };
 
 /* Every map's merged values at one read-out (ms_query_print.take), for
@@ -148,6 +169,27 @@ int ms_query_write_json(const struct ms_query *q, const struct ms_query_maps *ma
 /* Map sources over in-process maps (maps[i] for map i) and over readers. */
 int ms_query_maps_of_engine(struct ms_query_maps *out, struct ms_bpf_map **maps);
 int ms_query_maps_of_readers(struct ms_query_maps *out, struct ms_bpf_map_reader **readers);
+
+/* ---- replicas --------------------------------------------------------------- */
+
+/* One question to several engines (replicas of one service, serving the same
+ * plan, so the same schema): their maps of one compiled query as one source
+ * for ms_query_write. Each engine's workers become workers of the merged maps,
+ * engine after engine, so the read-out merges engines exactly as it merges one
+ * engine's workers: counts, sums, the sums and counts of averages, the buckets
+ * of histograms and quantile sketches add (quantiles keep their sketch's
+ * bound), min and max take the extreme of the engines that saw a value. Ring
+ * buffers' records come engine after engine. A source with no foreach is left
+ * out. u (and the sources it points to) must outlive out. */
+struct ms_query_union {
+  const struct ms_query *q;
+  const struct ms_query_maps *srcs;  /* [n]: engine i's maps */
+  size_t n;
+};
+int ms_query_maps_of_union(struct ms_query_maps *out, const struct ms_query_union *u);
+/* Adds c into a total of several engines' coverage: counts add, the
+ * generation is the highest; steps are each engine's own and stay 0. */
+void ms_query_coverage_add(struct ms_coverage *total, const struct ms_coverage *c);
 
 /* The reference tables (hooks and their fields, the names fields compare
  * with) as Markdown: `megascope query --list`, and docs/query.md holds them. */

@@ -543,6 +543,23 @@ static void cmd_schema(struct ms_control *c, struct cclient *cl, json_t *req, st
   reply_close(r, f);
 }
 
+/* The histogram's buckets ("hist": upper bounds in seconds and the counts,
+ * not cumulative, the last one past every bound), which clients that ask
+ * several engines add bucket by bucket. */
+static void write_buckets(struct ms_json *j, const struct ms_histogram *h) {
+  ms_json_key(j, "hist");
+  ms_json_obj_begin(j);
+  ms_json_key(j, "le_s");
+  ms_json_arr_begin(j);
+  for (int i = 0; i < MS_LAT_BUCKETS; i++) ms_json_num(j, ms_latency_bounds[i]);
+  ms_json_arr_end(j);
+  ms_json_key(j, "counts");
+  ms_json_arr_begin(j);
+  for (int i = 0; i <= MS_LAT_BUCKETS; i++) ms_json_uint(j, h->counts[i]);
+  ms_json_arr_end(j);
+  ms_json_obj_end(j);
+}
+
 static void write_hist(struct ms_json *j, const char *key, const struct ms_histogram *h) {
   ms_json_key(j, key);
   ms_json_obj_begin(j);
@@ -552,6 +569,7 @@ static void write_hist(struct ms_json *j, const char *key, const struct ms_histo
   ms_json_knum(j, "p50_s", h->count ? ms_histogram_quantile(h, 0.5) : 0);
   ms_json_knum(j, "p90_s", h->count ? ms_histogram_quantile(h, 0.9) : 0);
   ms_json_knum(j, "p99_s", h->count ? ms_histogram_quantile(h, 0.99) : 0);
+  write_buckets(j, h);
   ms_json_obj_end(j);
 }
 
@@ -562,9 +580,10 @@ static int cmp_double(const void *a, const void *b) {
 
 /* TTFT or TPOT: the histogram's count, sum and mean, and quantiles measured
  * (nearest rank) on the last MS_LAT_RECENT requests' exact figures, with how
- * many they are ("quantiles_of"), not interpolated between bucket edges. */
+ * many they are ("quantiles_of"), not interpolated between bucket edges; the
+ * histogram's buckets; with "recent" the figures themselves. */
 static void write_latency(struct ms_json *j, const char *key, const struct ms_histogram *h,
-                          const struct ms_engine *e, int which) {
+                          const struct ms_engine *e, int which, int recent) {
   static const double qs[] = {0.5, 0.9, 0.99};
   static const char *const names[] = {"p50_s", "p90_s", "p99_s"};
   double *v = malloc(MS_LAT_RECENT * sizeof *v);
@@ -582,6 +601,13 @@ static void write_latency(struct ms_json *j, const char *key, const struct ms_hi
   ms_json_kint(j, "quantiles_of", n);
   ms_json_knum(j, "min_s", n ? v[0] : 0);
   ms_json_knum(j, "max_s", n ? v[n - 1] : 0);
+  write_buckets(j, h);
+  if (recent) { /* the figures themselves, sorted: several engines' quantiles are taken over all of them */
+    ms_json_key(j, "recent_s");
+    ms_json_arr_begin(j);
+    for (int i = 0; i < n; i++) ms_json_num(j, v[i]);
+    ms_json_arr_end(j);
+  }
   ms_json_obj_end(j);
   free(v);
 }
@@ -609,6 +635,12 @@ static void write_worker_os(struct ms_json *j, const struct ms_engine *e, int n)
 
 static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   if (check_fields(req, "stats", r)) return;
+  json_t *rq = json_object_get(req, "recent");
+  if (rq && !json_is_boolean(rq)) {
+    ms_control_reply_error(r, -EINVAL, NULL, "field \"recent\" must be true or false");
+    return;
+  }
+  int recent = json_is_true(rq);
   struct ms_engine_stats st;
   struct ms_latency_stats lat;
   struct ms_control_stats cs;
@@ -631,8 +663,8 @@ static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, str
     ms_json_kuint(&j, "stalls", st.stalls);
     ms_json_kuint(&j, "requests_finished", lat.requests_finished);
     ms_json_kuint(&j, "requests_cancelled", lat.requests_cancelled);
-    write_latency(&j, "ttft", &lat.ttft, c->e, 0);
-    write_latency(&j, "tpot", &lat.tpot, c->e, 1);
+    write_latency(&j, "ttft", &lat.ttft, c->e, 0, recent);
+    write_latency(&j, "tpot", &lat.tpot, c->e, 1, recent);
     write_hist(&j, "itl", &lat.itl);
     ms_json_kint(&j, "kv_pages_used", st.kv_pages_used);
     ms_json_kint(&j, "kv_pages", st.kv_pages);

@@ -18,7 +18,7 @@ const struct ms_control_command ms_control_commands[] = {
     {"list", FIELDS("id")},
     {"maps", FIELDS("id", "fds", "release")},
     {"schema", FIELDS("rows")},
-    {"stats", NO_FIELDS},
+    {"stats", FIELDS("recent")},
     {"trace", FIELDS("seconds", "records_per_worker", "format", "max_events", "max_bytes")},
     {"records", FIELDS("id")},
 };

@@ -266,13 +266,48 @@ static void text_entry(const struct ms_query *q, const struct q_map *m, const st
   }
 }
 
-static void text_coverage(const struct ms_coverage *c, uint64_t dropped, const struct ms_query_print *po, FILE *f) {
-  fprintf(f, "coverage: eligible %llu, executed %llu, throttled %llu, lost %llu, failed %llu, generation %u, "
-             "steps %llu-%llu; dropped keys %llu; %.3f s\n",
+static void text_counts(const struct ms_coverage *c, FILE *f) {
+  fprintf(f, "eligible %llu, executed %llu, throttled %llu, lost %llu, failed %llu, generation %u",
           (unsigned long long)c->eligible, (unsigned long long)c->executed, (unsigned long long)c->throttled,
-          (unsigned long long)c->lost, (unsigned long long)c->failed, c->generation,
-          (unsigned long long)c->first_step, (unsigned long long)c->last_step, (unsigned long long)dropped,
-          po->elapsed_s);
+          (unsigned long long)c->lost, (unsigned long long)c->failed, c->generation);
+}
+
+static const char *const replica_state[MS_QUERY_REPLICA_STATE_COUNT] = {"answering", "gone", "unreachable"};
+
+static const char *state_of(const struct ms_query_replica *r) {
+  return (unsigned)r->state < MS_QUERY_REPLICA_STATE_COUNT ? replica_state[r->state] : "?";
+}
+
+/* One line an engine, then the total's (its steps are each engine's own). */
+static void text_replicas(const struct ms_query_print *po, FILE *f) {
+  size_t in = 0;
+  for (size_t i = 0; i < po->n_replicas; i++) {
+    const struct ms_query_replica *r = &po->replicas[i];
+    in += r->in_total != 0;
+    fprintf(f, "replica %s: %s", r->name, state_of(r));
+    if (r->why) fprintf(f, " (%s)", r->why);
+    if (r->id) fprintf(f, ", attachment %d", r->id);
+    if (r->has_cov) {
+      fprintf(f, "; %s", r->state != MS_QUERY_REPLICA_ANSWERING ? "coverage as last read: " : "");
+      text_counts(&r->cov, f);
+      fprintf(f, ", steps %llu-%llu", (unsigned long long)r->cov.first_step, (unsigned long long)r->cov.last_step);
+    }
+    fprintf(f, "%s\n", r->in_total ? "" : "; not in the total");
+  }
+  fprintf(f, "coverage of %zu of %zu engines: ", in, po->n_replicas);
+}
+
+static void text_coverage(const struct ms_coverage *c, uint64_t dropped, const struct ms_query_print *po, FILE *f) {
+  if (po->n_replicas) {
+    text_replicas(po, f);
+    text_counts(c, f);
+    fprintf(f, "; dropped keys %llu; %.3f s\n", (unsigned long long)dropped, po->elapsed_s);
+    return;
+  }
+  fprintf(f, "coverage: ");
+  text_counts(c, f);
+  fprintf(f, ", steps %llu-%llu; dropped keys %llu; %.3f s\n", (unsigned long long)c->first_step,
+          (unsigned long long)c->last_step, (unsigned long long)dropped, po->elapsed_s);
 }
 
 /* ---- JSON ---- */
@@ -346,6 +381,28 @@ static void json_entry(const struct ms_query *q, const struct q_map *m, const st
 static void json_coverage(const struct ms_coverage *c, struct ms_json *j) {
   ms_json_key(j, "coverage");
   ms_coverage_write_json(j, c);
+}
+
+/* "replicas": each engine's part; "engines_in_total": how many the total covers. */
+static void json_replicas(const struct ms_query_print *po, struct ms_json *j) {
+  size_t in = 0;
+  ms_json_key(j, "replicas");
+  ms_json_arr_begin(j);
+  for (size_t i = 0; i < po->n_replicas; i++) {
+    const struct ms_query_replica *r = &po->replicas[i];
+    in += r->in_total != 0;
+    ms_json_obj_begin(j);
+    ms_json_kstr(j, "socket", r->name);
+    ms_json_kstr(j, "state", state_of(r));
+    if (r->why) ms_json_kstr(j, "error", r->why);
+    if (r->id) ms_json_kint(j, "id", r->id);
+    ms_json_kbool(j, "in_total", r->in_total);
+    if (r->has_cov) json_coverage(&r->cov, j);
+    ms_json_obj_end(j);
+  }
+  ms_json_arr_end(j);
+  ms_json_kuint(j, "engines_in_total", in);
+  ms_json_kuint(j, "engines", po->n_replicas);
 }
 
 /* ---- records ---- */
@@ -566,6 +623,7 @@ static int write_any(const struct ms_query *q, const struct ms_query_maps *maps,
     ms_json_kbool(j, "interval", po.since || po.take); /* the first interval starts at the attach */
     ms_json_knum(j, "elapsed_s", po.elapsed_s);
     json_coverage(cov, j);
+    if (po.n_replicas) json_replicas(&po, j);
     ms_json_kuint(j, "dropped", drops);
     ms_json_key(j, "maps");
     ms_json_arr_begin(j);

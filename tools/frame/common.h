@@ -65,6 +65,10 @@ typedef struct json_t json_t;
 int cli_ctl_socket(const char *me, const char *given, char *buf, size_t size);
 json_t *cli_ctl_call(const char *me, const char *path, const char *req, size_t len, int timeout_ms, int *fds,
                      int *n_fds);
+/* Why the last cli_ctl_call returned NULL ("" when it did not), one line;
+ * *answered: 1 when the engine answered (it refused), 0 when it could not be
+ * reached or stopped answering. */
+const char *cli_ctl_last_error(int *answered);
 
 /* Tensor parallelism across processes (tools/engine/cli_dist.c). When this process
  * was started by mpirun: the MPI transport, after the launch check (every rank

@@ -97,6 +97,14 @@ extern const struct cli_opt cli_model_opts[];   /* struct cli_model (common.h) *
 extern const struct cli_opt cli_act_opts[];     /* an int: 1 for 8-bit activations */
 extern const struct cli_opt run_text_opts[];    /* struct run_text (run_text.h) */
 extern const struct cli_opt cli_socket_opts[];  /* a const char *: --socket */
+/* --socket given once or more: several engines (replicas of one service)
+ * that query and stats ask one question and merge the answers of. */
+#define CLI_SOCKETS_MAX 16
+struct cli_sockets {
+  const char *path[CLI_SOCKETS_MAX];
+  int n;
+};
+extern const struct cli_opt cli_sockets_opts[]; /* struct cli_sockets */
 /* A monitor's budget, as attach, replace, run and query take it. */
 struct cli_budget {
   long max_per_step, sample;  /* 0 (max_per_step): no limit */

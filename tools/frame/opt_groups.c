@@ -33,6 +33,14 @@ const struct cli_opt cli_socket_opts[] = {
              "the only engine-*.sock in the default directory)"},
     {0}};
 
+const struct cli_opt cli_sockets_opts[] = {
+    CLI_OPT_LIST(struct cli_sockets, path, n, "socket", "S",
+                 "the engine's control socket (default: $MEGASCOPE_SOCKET, else\n"
+                 "the only engine-*.sock in the default directory); give it again\n"
+                 "for more engines (replicas): one answer, merged, with each\n"
+                 "engine's part beside the total"),
+    {0}};
+
 const struct cli_opt cli_budget_opts[] = {
     CLI_OPT_INT(struct cli_budget, max_per_step, "max-per-step", "N", 0, 0xffffffffL,
                 "budget: program runs per step per worker (0: no limit, the default)"),

@@ -6,7 +6,7 @@
  *   ls      --socket S [--json]
  *   maps    --socket S ID [--json] [--fds] [--release]
  *   schema  --socket S [--rows N]
- *   stats   --socket S [--json]
+ *   stats   --socket S [--socket S2 ...] [--json]   (several: replicas.h)
  *   trace   --socket S --seconds N --out FILE [--format perfetto|json] [--max-events N]
  *           [--max-bytes N] [--records-per-worker N]
  * Without --socket: $MEGASCOPE_SOCKET, else the one engine socket in the default
@@ -14,6 +14,7 @@
  * 2 usage. */
 #include <dirent.h>
 #include <errno.h>
+#include <stdarg.h>
 #include <jansson.h>
 #include <libgen.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include "common.h"
 #include "ctl_req.h"
 #include "opt.h"
+#include "replicas.h"
 #include "megascope/bpf.h"
 #include "megascope/control.h"
 #include "megascope/export.h"
@@ -39,6 +41,7 @@
 struct ctl_args {
   const struct ctl_cmd *cmd;
   const char *socket, *out, *name;
+  struct cli_sockets sockets;  /* stats: one engine or several */
   const char *pos[2];
   int n_pos, as_json, fds, release;
   struct cli_budget budget;  /* attach, replace: -1 (UINT64_MAX): not given */
@@ -66,6 +69,7 @@ static const struct cli_opt attach_opts[] = {
     SOCKET, CLI_OPT_GROUP(CA, budget, cli_budget_opts), NAME, JSON("print the engine's reply as JSON"), {0}};
 static const struct cli_opt socket_only_opts[] = {SOCKET, {0}};
 static const struct cli_opt ls_opts[] = {SOCKET, JSON("print as JSON"), {0}};
+static const struct cli_opt stats_opts[] = {CLI_OPT_GROUP(CA, sockets, cli_sockets_opts), JSON("print as JSON"), {0}};
 static const struct cli_opt maps_opts[] = {
     SOCKET, JSON("print as JSON"),
     CLI_OPT_FLAG(CA, fds, "fds",
@@ -151,8 +155,10 @@ static const struct ctl_cmd ctl_cmds[] = {
     {"schema", "", "Prints the task schema (versioned JSON) of the engine's plan, with every batch\n"
                    "bucket the engine runs (\"buckets\": rows, tasks and events of each plan).",
      schema_opts, 0, NULL, ask_schema, show_schema},
-    {"stats", "", "Prints steps, tokens, requests and TTFT / TPOT quantiles.", ls_opts, 0, NULL, ask_nothing,
-     show_stats},
+    {"stats", "", "Prints steps, tokens, requests and TTFT / TPOT quantiles. With --socket given more\n"
+                  "than once (replicas of one service): each engine's line, then the total (counters\n"
+                  "add; TTFT and TPOT quantiles measured on every engine's recent figures together).",
+     stats_opts, 0, NULL, ask_nothing, show_stats},
     {"trace", "", "Records a task trace for N seconds and writes it as Chrome JSON or Perfetto's\n"
                   "protobuf (open either in ui.perfetto.dev): a track per worker, a slice per\n"
                   "task, flow arrows from an event's release to its successors, queue-depth\n"
@@ -246,15 +252,33 @@ static int find_socket(const char *me, const char *given, char *buf, size_t size
   return -1;
 }
 
+/* The last call's failure, for clients of several engines (cli_ctl_last_error). */
+static char last_error[512];
+static int last_answered;
+
+static void set_error(int answered, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void set_error(int answered, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(last_error, sizeof last_error, fmt, ap);
+  va_end(ap);
+  size_t n = strlen(last_error);
+  while (n && last_error[n - 1] == '\n') last_error[--n] = '\0';
+  last_answered = answered;
+}
+
 /* Sends req and returns the parsed reply when it says ok; prints the engine's
  * error (and log) and returns NULL otherwise. raw: the reply text. */
 static json_t *call(const char *me, const char *path, const char *req, size_t len, int timeout_ms, char **raw,
                     int *fds, int *n_fds) {
   char lb[512] = "";
   struct ms_textbuf log = {lb, sizeof lb, 0, 0};
+  last_error[0] = '\0';
+  last_answered = 0;
   struct ms_control_client *cl = ms_control_connect(path, &log);
   if (!cl) {
     fprintf(stderr, "megascope %s: %s", me, lb);
+    set_error(0, "%s", lb);
     return NULL;
   }
   char *reply = NULL;
@@ -262,14 +286,16 @@ static json_t *call(const char *me, const char *path, const char *req, size_t le
   int rc = ms_control_call(cl, req, len, &reply, &rlen, fds, n_fds, fds ? MS_CONTROL_MAX_FDS : 0, timeout_ms);
   ms_control_client_free(cl);
   if (rc) {
-    fprintf(stderr, "megascope %s: no reply from %s: %s\n", me, path,
-            rc == -ECONNRESET ? "the engine closed the connection" : ms_strerror(rc));
+    const char *why = rc == -ECONNRESET ? "the engine closed the connection" : ms_strerror(rc);
+    fprintf(stderr, "megascope %s: no reply from %s: %s\n", me, path, why);
+    set_error(0, "no reply: %s", why);
     return NULL;
   }
   json_error_t err;
   json_t *j = json_loadb(reply, rlen, 0, &err);
   if (!j || !json_is_object(j)) {
     fprintf(stderr, "megascope %s: the engine's reply is not a JSON object: %s\n", me, j ? "" : err.text);
+    set_error(1, "the engine's reply is not a JSON object");
     json_decref(j);
     free(reply);
     return NULL;
@@ -278,6 +304,7 @@ static json_t *call(const char *me, const char *path, const char *req, size_t le
     const char *e = json_string_value(json_object_get(j, "error"));
     const char *lg = json_string_value(json_object_get(j, "log"));
     fprintf(stderr, "megascope %s: %s\n", me, e ? e : "the engine refused the request");
+    set_error(1, "%s", e ? e : "the engine refused the request");
     if (lg && lg[0]) fprintf(stderr, "%s%s", lg, lg[strlen(lg) - 1] == '\n' ? "" : "\n");
     json_decref(j);
     free(reply);
@@ -607,7 +634,8 @@ static int show_trace(const struct ctl_args *a, struct ctl_call *c) {
 static int run_ctl(const struct ctl_args *a) {
   const struct ctl_cmd *cmd = a->cmd;
   char path[512];
-  if (find_socket(cmd->name, a->socket, path, sizeof path)) return 1;
+  if (a->sockets.n > 1) return stats_replicas(a->sockets.path, a->sockets.n, a->as_json);
+  if (find_socket(cmd->name, a->sockets.n ? a->sockets.path[0] : a->socket, path, sizeof path)) return 1;
   struct ctl_call c = {.timeout_ms = 60000, .want_fds = a->fds};
   if (req_begin(&c.r, cmd->request ? cmd->request : cmd->name)) return 1;
   int rc = cmd->ask(a, &c);
@@ -645,4 +673,8 @@ int cli_ctl_socket(const char *me, const char *given, char *buf, size_t size) {
 json_t *cli_ctl_call(const char *me, const char *path, const char *req, size_t len, int timeout_ms, int *fds,
                      int *n_fds) {
   return call(me, path, req, len, timeout_ms, NULL, fds, n_fds);
+}
+const char *cli_ctl_last_error(int *answered) {
+  if (answered) *answered = last_answered;
+  return last_error;
 }

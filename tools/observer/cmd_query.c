@@ -29,12 +29,14 @@
 #include "megascope/json.h"
 #include "megascope/query.h"
 #include "query_client.h"
+#include "replicas.h"
 
 #define ME "query"
 #define SRC_MAX (64u << 10)
 
 struct qargs {
-  const char *socket, *file, *emit, *schema;
+  struct cli_sockets sockets;
+  const char *file, *emit, *schema;
   char *src;
   uint64_t for_ns, every_ns, slo_ns;
   long slo_sample;
@@ -91,7 +93,7 @@ static int list_opt(void *dst, const char *arg) {
 
 #define QA struct qargs
 static const struct cli_opt query_opts[] = {
-    CLI_OPT_GROUP(QA, socket, cli_socket_opts),
+    CLI_OPT_GROUP(QA, sockets, cli_sockets_opts),
     {.kind = CLI_STR, .name = "file", .shrt = 'f', .arg = "FILE", .off = CLI_O(QA, file),
      .help = "read the program from FILE ('-': standard input)"},
     CLI_OPT_FN("for", "DURATION", for_opt, "stop after DURATION (2s, 500ms, 1m; default: at Ctrl-C)"),
@@ -120,12 +122,18 @@ static const struct cli_opt query_opts[] = {
 #undef QA
 
 static const char query_head[] =
-    "usage: megascope query [--socket S] [options] 'PROGRAM'\n"
-    "       megascope query [--socket S] [options] -f FILE\n\n"
+    "usage: megascope query [--socket S]... [options] 'PROGRAM'\n"
+    "       megascope query [--socket S]... [options] -f FILE\n\n"
     "Compiles a query (docs/query.md) to a verified eBPF monitor in this process, attaches\n"
     "it to a running engine, prints its aggregations with their coverage, then detaches:\n\n"
     "  task_end /op == attn/ { @us[tile_z] = hist((t_end - t_begin) / 1000) }\n"
-    "  dep_wait /wait_ns > 20us/ { @[event_class] = count() }\n\n";
+    "  dep_wait /wait_ns > 20us/ { @[event_class] = count() }\n\n"
+    "With --socket given more than once (replicas of one service, serving the same plan)\n"
+    "the program is attached on every engine and the answer is merged as the\n"
+    "aggregations mean (counts, sums and buckets add, min and max take the extreme),\n"
+    "exactly, with each engine's coverage beside the total; an engine that cannot be\n"
+    "reached or stops answering is named in the answer (exit 1), a refusal by one\n"
+    "detaches the others.\n\n";
 
 /* 0: parsed; 1: --help printed; -1: a usage error, printed. */
 static int parse(int argc, char **argv, struct qargs *a) {
@@ -141,6 +149,10 @@ static int parse(int argc, char **argv, struct qargs *a) {
   }
   if (a->delta && !a->every_ns) {
     fprintf(stderr, "megascope query: --delta needs --every\n");
+    return -1;
+  }
+  if (a->sockets.n > 1 && a->slo_ns) {
+    fprintf(stderr, "megascope query: --slo watches one engine's TPOT: give one --socket\n");
     return -1;
   }
   if (a->every_ns && a->every_ns < 10000000ull) {
@@ -407,6 +419,24 @@ static int watch(struct session *s, uint64_t t_enter) {
   return 0;
 }
 
+/* Several engines (replicas.h): one answer, merged. A trigger's capture and
+ * --slo's second attachment follow one engine and are refused here. */
+static int query_fleet(struct fleet *fleet, const struct qargs *a, const struct ms_query *q,
+                       const struct cli_budget *b) {
+  struct ms_query_trigger t;
+  ms_query_get_trigger(q, &t);
+  if (t.has) {
+    fprintf(stderr, "megascope query: a trigger (when ... capture) follows one engine: give one --socket\n");
+    return 2;
+  }
+  struct fleet_run fr = {.budget = *b, .for_ns = a->have_for ? a->for_ns : 0, .every_ns = a->every_ns,
+                         .delta = a->delta, .as_json = a->as_json, .top = (uint32_t)a->top, .stop = &stop_flag};
+  struct sigaction sa = {.sa_handler = on_signal};
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
+  return fleet_query(fleet, q, &fr);
+}
+
 int cmd_query(int argc, char **argv) {
   uint64_t t_enter = ms_now_ns();
   struct qargs a = {0};
@@ -422,10 +452,14 @@ int cmd_query(int argc, char **argv) {
   void *bundle = NULL;
   size_t blen = 0;
   int offline = a.dump || a.emit;
-  if (!a.schema || !offline) {
-    if (cli_ctl_socket(ME, a.socket, sock, sizeof sock)) goto out;
+  struct fleet *fleet = NULL;
+  if (a.sockets.n > 1 && !offline) { /* replicas: every engine's schema, the same plan */
+    if (!(fleet = fleet_open(ME, a.sockets.path, a.sockets.n, &sc))) goto out;
+    if (a.schema) ms_query_schema_free(sc), sc = NULL;
+  } else if (!a.schema || !offline) {
+    if (cli_ctl_socket(ME, a.sockets.n ? a.sockets.path[0] : NULL, sock, sizeof sock)) goto out;
   }
-  if (!(sc = a.schema ? file_schema(a.schema) : live_schema(ME, sock))) goto out;
+  if (!sc && !(sc = a.schema ? file_schema(a.schema) : live_schema(ME, sock))) goto out;
   char lb[4096] = "";
   struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
   struct ms_query_opts qo = {.sz = sizeof qo, .max_keys = (uint32_t)a.max_keys};
@@ -443,6 +477,10 @@ int cmd_query(int argc, char **argv) {
   }
   struct cli_budget b = {.max_per_step = a.budget.max_per_step, .sample = a.budget.sample,
                           .ringbuf_bytes = a.budget.ringbuf_bytes, .interp = a.budget.interp};
+  if (fleet) {
+    rc = query_fleet(fleet, &a, s.q, &b);
+    goto out;
+  }
   if (live_attach(&s.sum, ME, sock, s.q, "query", &b)) goto out;
   if (!a.as_json)
     fprintf(stderr, "megascope query: attached as %d (%zu programs); %s%s\n", s.sum.id, ms_query_prog_count(s.q),
@@ -461,6 +499,7 @@ out:
   ms_query_free(s.cap);
   ms_query_free(s.q);
   ms_query_schema_free(sc);
+  fleet_free(fleet);
   free(a.src);
   return rc;
 }

@@ -141,7 +141,8 @@ int live_attach(struct live *l, const char *me, const char *sock, const struct m
 }
 
 int live_coverage(const struct live *l, const char *me, const char *sock, struct ms_coverage *out) {
-  json_t *rep = live_call(me, sock, "{\"cmd\":\"list\"}");
+  static const char req[] = "{\"cmd\":\"list\"}";
+  json_t *rep = cli_ctl_call(me, sock, req, strlen(req), l->timeout_ms ? l->timeout_ms : 30000, NULL, NULL);
   if (!rep) return -1;
   json_t *arr = json_object_get(rep, "attachments"), *att;
   size_t i;

@@ -19,6 +19,7 @@ struct live {
   struct ms_bpf_map_reader **readers;
   size_t n_readers;
   struct ms_query_maps src;
+  int timeout_ms;             /* live_coverage's wait for the engine (0: 30 s) */
 };
 
 /* The engine's schema, for compiling (prints why and returns NULL). */

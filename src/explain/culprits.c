@@ -69,7 +69,9 @@ static void cpu_culprits(struct ex *x, const struct ex_cpu *cpu, int *shared, do
     }
   }
   /* one worker waiting for its CPU beyond the others (also when all of them
-   * wait): by 6 scatters and 1.25x theirs. Not by the time it ran: a worker
+   * wait): by 6 scatters and 1.25x theirs, and the CPU left to it 1.25x below
+   * what is left to them (as for every worker's: a thread that takes a few per
+   * cent of a CPU is there, and not why a step is slow). Not by the time it ran: a worker
    * held up stalls the others on its events, so they all run less together */
   double *others = malloc((size_t)x->W * sizeof *others);
   for (int w = 0; others && known > 1 && w < x->W && w < EX_MAX_CPU; w++) {
@@ -78,7 +80,8 @@ static void cpu_culprits(struct ex *x, const struct ex_cpu *cpu, int *shared, do
     for (int o = 0; o < x->W && o < EX_MAX_CPU; o++)
       if (o != w && cpu->known[o]) others[k++] = cpu->share[o];
     double base = k ? ex_median(others, (size_t)k) : 0, z = (cpu->share[w] - base) / cpu->noise[w];
-    shared[w] = z >= MS_EXPLAIN_Z && cpu->share[w] >= MS_EXPLAIN_MIN_RATIO * base;
+    shared[w] = z >= MS_EXPLAIN_Z && cpu->share[w] >= MS_EXPLAIN_MIN_RATIO * base &&
+                1 - base >= MS_EXPLAIN_MIN_RATIO * (1 - cpu->share[w]);
     shared_z[w] = z;
   }
   free(others);

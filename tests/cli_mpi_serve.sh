@@ -147,6 +147,26 @@ grep -q 'stopped: rank 1: rank 0 sent no step header for [0-9]* ms' "$tmp/hang/s
 echo "ok: a hung rank 0: mpirun exited $MPI_RC in $(( $(date +%s) - t0 )) s: $(grep -m1 -o 'rank 1: rank 0 sent no step header.*' "$tmp/hang/serve.err")"
 MPI_PID=""
 
+# rank 1 hangs: the next request finds it (its step header or the layout
+# check waits --comm-timeout-ms), rank 0 answers it with an error, names rank 1
+# and ends every rank, non-zero
+start_mpi hang1 --synthetic tiny --workers 1 --comm-timeout-ms 2000
+for _ in $(seq 1 100); do grep -q '(pid [0-9]*)' "$tmp/hang1/serve.err" && break; sleep 0.1; done
+RANK1=$(grep -o '(pid [0-9]*)' "$tmp/hang1/serve.err" | head -1 | grep -o '[0-9]*')
+[ -n "$RANK1" ] || { cat "$tmp/hang1/serve.err" >&2; fail "rank 1 did not say its pid"; }
+kill -STOP "$RANK1"
+t0=$(date +%s)
+if streams "$URL" --n 1 --first 70 --max-tokens 100 --out "$tmp/hang1.json" > "$tmp/hang1/client.out" 2>&1; then
+  fail "a hung rank 1: the request was answered as if nothing happened"
+fi
+wait_mpi 60
+kill -CONT "$RANK1" 2>/dev/null || true
+[ "$MPI_RC" -ne 0 ] && [ "$MPI_RC" -ne 124 ] || { cat "$tmp/hang1/serve.err" >&2; fail "a hung rank 1: mpirun exited $MPI_RC"; }
+grep -Eq 'stopped: rank 0: (rank 1 did not take|rank 1 sent nothing|waited [0-9]* ms for rank 1)' "$tmp/hang1/serve.err" ||
+  { cat "$tmp/hang1/serve.err" >&2; fail "a hung rank 1: rank 0 did not name it"; }
+echo "ok: a hung rank 1: the client got $(grep -o "'code': '[a-z_]*'" "$tmp/hang1/client.out" || grep -m1 -o 'requests failed.*' "$tmp/hang1/client.out"); mpirun exited $MPI_RC in $(( $(date +%s) - t0 )) s: $(grep -m1 -o 'rank 0: rank 1 .*\|rank 0: waited .*' "$tmp/hang1/serve.err")"
+MPI_PID=""
+
 # SIGKILL mid-stream: mpirun names the dead rank and ends rank 1
 start_mpi dead --synthetic tiny --workers 1 --comm-timeout-ms 2000
 streams "$URL" --n 1 --first 60 --max-tokens 250 --out "$tmp/dead.json" > /dev/null 2>&1 &

@@ -106,12 +106,22 @@ static void hdr_head(struct ms_engine *e, int kind, int n_tok, int n_ret, int n_
 
 /* ---- rank 0 ---- */
 
-static int lead_bcast(struct ms_engine *e, size_t words, int tmo) {
+/* Sends the header of `words` words; 0, or a negative errno with *peer the
+ * rank that did not take it (-1: unknown). */
+static int lead_bcast(struct ms_engine *e, size_t words, int tmo, int *peer) {
   const struct ms_transport *tx = e->tx;
   struct ms_transport_wait w = {.peer = -1};
   int rc = tx->bcast(tx->ctx, 0, e->hdr, words * sizeof *e->hdr, NULL, tmo, &w);
   e->hdr_sent_ns = ms_now_ns();
+  *peer = w.peer;
   return rc;
+}
+
+/* "rank 1 did not take" or "a rank did not take" */
+static const char *who(int peer, char *buf, size_t n) {
+  if (peer < 0) return "a rank";
+  snprintf(buf, n, "rank %d", peer);
+  return buf;
 }
 
 void ms_rt_lead_mark(struct ms_engine *e) {
@@ -129,10 +139,12 @@ void ms_rt_lead_idle(struct ms_engine *e) {
   uint64_t every = (uint64_t)(timeout_ms(e) / 4 < 1000 ? timeout_ms(e) / 4 : 1000) * 1000000ull;
   if (ms_now_ns() - e->hdr_sent_ns < every || atomic_load(&e->tx_failed)) return;
   hdr_head(e, HDR_IDLE, 0, 0, 0, 0);
-  int rc = lead_bcast(e, HDR_WORDS, timeout_ms(e));
+  int peer, rc = lead_bcast(e, HDR_WORDS, timeout_ms(e), &peer);
+  char b[32];
   if (rc)
-    lead_failed(e, "rank 0: an idle step header (before step %" PRIu64 ") was not taken within %d ms: %s\n",
-                e->next_step, timeout_ms(e), rc == -ETIMEDOUT ? "a rank hangs or died" : ms_strerror(rc));
+    lead_failed(e, "rank 0: %s did not take an idle step header (before step %" PRIu64 ") within %d ms: %s\n",
+                who(peer, b, sizeof b), e->next_step, timeout_ms(e),
+                rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
 }
 
 int ms_rt_lead_send(struct ms_engine *e, int admitted) {
@@ -164,17 +176,19 @@ int ms_rt_lead_send(struct ms_engine *e, int admitted) {
     p += r->n_prompt;
   }
   hdr_head(e, HDR_STEP, n_tok, n_ret, admitted, e->n_slots);
-  int rc = lead_bcast(e, (size_t)(p - e->hdr), timeout_ms(e));
+  int peer, rc = lead_bcast(e, (size_t)(p - e->hdr), timeout_ms(e), &peer);
+  char b[32];
   if (rc)
-    lead_failed(e, "rank 0: step %" PRIu64 "'s header (its admissions, retirements and tokens) was not taken "
-                "within %d ms: %s\n", e->next_step, timeout_ms(e),
-                rc == -ETIMEDOUT ? "a rank hangs or died" : ms_strerror(rc));
+    lead_failed(e, "rank 0: %s did not take step %" PRIu64 "'s header (its admissions, retirements and tokens) "
+                "within %d ms: %s\n", who(peer, b, sizeof b), e->next_step, timeout_ms(e),
+                rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
   return rc;
 }
 
 void ms_rt_lead_stop(struct ms_engine *e) {
+  int peer;
   hdr_head(e, HDR_STOP, 0, 0, 0, 0);
-  lead_bcast(e, HDR_WORDS, 2000);  /* best effort: a rank that cannot hear it stops on its own timeout */
+  lead_bcast(e, HDR_WORDS, 2000, &peer);  /* best effort: a rank that cannot hear it stops on its own timeout */
 }
 
 /* ---- the other ranks ---- */
@@ -281,7 +295,7 @@ static int follow_apply(struct ms_engine *e, size_t words, int *retired, int *ad
 int ms_rt_follow(struct ms_engine *e, int *retired, int *admitted) {
   const struct ms_transport *tx = e->tx;
   /* the first header waits for rank 0's start too (its model, its plans) */
-  uint64_t limit = (uint64_t)timeout_ms(e) + (e->hdr_steps ? 0 : 60000), waited = 0;
+  uint64_t limit = (uint64_t)timeout_ms(e) + (e->hdr_heard ? 0 : 60000), waited = 0;
   for (;;) {
     if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) return 0;
     struct ms_transport_wait w = {.peer = -1};
@@ -301,7 +315,7 @@ int ms_rt_follow(struct ms_engine *e, int *retired, int *admitted) {
       return 0;
     }
     waited = 0;
-    e->hdr_steps++;
+    e->hdr_heard = 1;
     limit = (uint64_t)timeout_ms(e);
     if (got < HDR_WORDS * sizeof *e->hdr || e->hdr[0] != HDR_MAGIC) {
       lead_failed(e, "rank %d: rank 0 sent %zu bytes that are no step header (before step %" PRIu64 ")\n", e->rank,

@@ -228,7 +228,7 @@ struct ms_engine {
   int64_t *hdr_mark;             /* [n_slots][3] the leader, at the step start: a slot's tokens (-1:
                                     empty), its last token, its generation */
   uint64_t hdr_sent_ns;          /* the leader: when it sent its last header */
-  int hdr_steps;                 /* the follower: step headers received so far */
+  int hdr_heard;                 /* the follower: a header came from rank 0 */
   int lead_stopped;              /* the follower: rank 0's header said stop */
   _Atomic uint32_t stopped;      /* the stop step is published: ms_engine_wait_stopped */
   struct plan_rt rt[MS_MAX_BUCKETS];

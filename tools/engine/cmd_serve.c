@@ -362,8 +362,8 @@ static int wait_signal(const sigset_t *sigs, int ms) {
  * non-zero). A signal is rank 0's to act on (mpirun passes it to every rank):
  * a first one is noted, a second ends every rank at once. */
 static int follow_rank0(struct ms_engine *e, struct ms_transport *tx, const sigset_t *sigs) {
-  fprintf(stderr, "megascope serve: rank %d of %d: following rank 0's steps (it serves HTTP and the control "
-          "socket)\n", tx->rank, tx->size);
+  fprintf(stderr, "megascope serve: rank %d of %d (pid %ld): following rank 0's steps (it serves HTTP and the "
+          "control socket)\n", tx->rank, tx->size, (long)getpid());
   int signals = 0;
   while (ms_engine_wait_stopped(e, 0)) {
     int sig = wait_signal(sigs, 200);

@@ -8,7 +8,13 @@
  * then the engine.
  *
  * Signals are blocked in every thread (the mask is set before any thread
- * starts and inherited) and taken by the main thread alone with sigwait. */
+ * starts and inherited) and taken by the main thread alone with sigtimedwait.
+ *
+ * Under mpirun with --tp N (docs/design.md, "Serving across ranks") rank 0 is
+ * the server above and its engine leads; every other rank runs an engine that
+ * follows rank 0's step headers, with no HTTP, control socket or OTLP, until
+ * rank 0 stops (exit 0) or a wait on another rank fails (the report, then
+ * every rank ends, non-zero). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -541,6 +547,7 @@ static int serve_on(const struct serve_args *ap, struct ms_transport *tx) {
            cut == 1 ? "" : "s", a.drain_s);
     fflush(stdout);
   }
+  cli_dist_check_failed("serve", tx, e);  /* across ranks, a wait that failed while draining */
   rc = 0;
 out:
   ms_http_free(http);

@@ -3,10 +3,12 @@
 # Serving across ranks: `mpirun -np 2 megascope serve --tp 2` is one server
 # whose rank 0 serves HTTP and decides every step while rank 1 follows its step
 # headers. Concurrent streamed chat completions give the tokens of `serve
-# --tp 1` (greedy, and seeded sampling), on the tiny preset and on SmolLM2; a
-# client that disconnects mid-stream leaves the ranks in step (a later request
-# answers as on one process); SIGTERM to rank 0 stops both ranks, exit 0, rank
-# 1 saying why; a rank 0 that hangs or dies ends rank 1 too, named. Refusals:
+# --tp 1` (greedy, seeded sampling, a stop string that stops a request early),
+# on the tiny preset and on SmolLM2; a client that disconnects mid-stream
+# leaves the ranks in step (a later request answers as on one process);
+# SIGTERM to rank 0 stops both ranks, exit 0, rank 1 saying why; a rank 0 that
+# hangs or dies ends rank 1 too, named; a rank 1 that hangs: the request in
+# flight gets an error, rank 0 names rank 1, every rank ends. Refusals:
 # --tp without mpirun, --tp on another backend, ranks that are not --tp.
 # Skipped (77) only when mpirun is absent (scripts/deps.sh installs openmpi-bin).
 set -euo pipefail
@@ -92,6 +94,16 @@ compare() {
   start_serve "$name-tp1" --workers 1 "$@"
   streams "$URL" --n "$n" --max-tokens "$mt" --out "$tmp/$name.one.json" > /dev/null
   streams "$URL" --n 2 --first 40 --max-tokens "$mt" --temperature 0.9 --out "$tmp/$name.one-seeded.json" > /dev/null
+  # a stop string from the middle of the first answer: the server stops that request early there
+  stop=$(python3 - "$tmp/$name.one.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))["0"]["text"]
+ok = lambda c: c.isascii() and c.isprintable()
+i = next(i for i in range(len(t) // 2, len(t) - 1) if ok(t[i]) and ok(t[i + 1]))
+print(t[i:i + 2], end="")
+PY
+)
+  streams "$URL" --n 2 --max-tokens "$mt" --stop "$stop" --out "$tmp/$name.one-stop.json" > /dev/null
   streams "$URL" --n 1 --first 50 --max-tokens "$mt" --out "$tmp/$name.one-after.json" > /dev/null
   stop_serve "$name-tp1" || fail "$name: serve --tp 1 did not stop cleanly"
   SERVE_PID=""
@@ -106,6 +118,11 @@ compare() {
   streams "$URL" --n 2 --first 40 --max-tokens "$mt" --temperature 0.9 --out "$tmp/$name.two-seeded.json" > /dev/null ||
     fail "$name: seeded streams across ranks"
   same "$name, seeded sampling (temperature 0.9)" "$tmp/$name.one-seeded.json" "$tmp/$name.two-seeded.json"
+  streams "$URL" --n 2 --max-tokens "$mt" --stop "$stop" --out "$tmp/$name.two-stop.json" > /dev/null ||
+    fail "$name: streams with a stop string across ranks"
+  same "$name, a stop string (a request stopped early)" "$tmp/$name.one-stop.json" "$tmp/$name.two-stop.json"
+  python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["0"]["finish"] == "stop"' "$tmp/$name.two-stop.json" ||
+    fail "$name: the stop string did not stop the request"
   streams "$URL" --n 1 --first 50 --max-tokens "$mt" --out "$tmp/$name.two-after.json" > /dev/null ||
     fail "$name: a request after a disconnect"
   same "$name, a request after a client disconnected mid-stream" "$tmp/$name.one-after.json" "$tmp/$name.two-after.json"

@@ -5,7 +5,7 @@ tokens written out for comparison between servers: N clients at once, each
 one greedy (or seeded) request with logprobs (the bytes of every token), prompts of a few
 lengths. Exits 1 when a request failed.
 
-  tests/serve_streams.py URL --n 4 --max-tokens 24 --out FILE [--first I] [--temperature T]
+  tests/serve_streams.py URL --n 4 --max-tokens 24 --out FILE [--first I] [--temperature T] [--stop S]
   tests/serve_streams.py URL --disconnect-after K --max-tokens M  # one stream, closed after K chunks"""
 import argparse, json, socket, sys, threading, urllib.parse, urllib.request
 
@@ -17,6 +17,7 @@ ap.add_argument("--max-tokens", type=int, default=24)
 ap.add_argument("--out", default="")
 ap.add_argument("--disconnect-after", type=int, default=0)
 ap.add_argument("--temperature", type=float, default=0, help="> 0: sampled, client i with seed 1000 + i")
+ap.add_argument("--stop", default=None, help="a stop string (the server stops the request early there)")
 a = ap.parse_args()
 
 
@@ -26,6 +27,8 @@ def body(i, max_tokens):
          "max_tokens": max_tokens, "temperature": a.temperature, "stream": True, "logprobs": True}
     if a.temperature > 0:
         b["seed"] = 1000 + i
+    if a.stop is not None:
+        b["stop"] = [a.stop]
     return b
 
 

@@ -4,8 +4,9 @@
 # whose rank 0 serves HTTP and decides every step while rank 1 follows its step
 # headers. Concurrent streamed chat completions give the tokens of `serve
 # --tp 1` (greedy, seeded sampling, a stop string that stops a request early),
-# on the tiny preset and on SmolLM2; a client that disconnects mid-stream
-# leaves the ranks in step (a later request answers as on one process);
+# on the tiny preset and on SmolLM2; clients that disconnect mid-stream (one
+# beside the streams, then six at once after 8 s of load) leave the ranks in
+# step (a later request answers as on one process);
 # SIGTERM to rank 0 stops both ranks, exit 0, rank 1 saying why; a rank 0 that
 # hangs or dies ends rank 1 too, named; a rank 1 that hangs: the request in
 # flight gets an error, rank 0 names rank 1, every rank ends. Refusals:
@@ -123,9 +124,11 @@ PY
   same "$name, a stop string (a request stopped early)" "$tmp/$name.one-stop.json" "$tmp/$name.two-stop.json"
   python3 -c 'import json,sys; assert json.load(open(sys.argv[1]))["0"]["finish"] == "stop"' "$tmp/$name.two-stop.json" ||
     fail "$name: the stop string did not stop the request"
+  # a load of streams that ends with every client leaving mid-stream at once
+  python3 "$HERE/chat_load.py" "$URL" --clients 6 --max-tokens 32 --for 8 || fail "$name: a load across ranks"
   streams "$URL" --n 1 --first 50 --max-tokens "$mt" --out "$tmp/$name.two-after.json" > /dev/null ||
     fail "$name: a request after a disconnect"
-  same "$name, a request after a client disconnected mid-stream" "$tmp/$name.one-after.json" "$tmp/$name.two-after.json"
+  same "$name, a request after clients disconnected mid-stream" "$tmp/$name.one-after.json" "$tmp/$name.two-after.json"
   curl -s --max-time 10 "$URL/metrics" > "$tmp/$name.metrics"
   grep -Eq '^megascope_requests_cancelled_total(\{[^}]*\})? [1-9]' "$tmp/$name.metrics" ||
     fail "$name: /metrics counts no cancelled request after the disconnect"

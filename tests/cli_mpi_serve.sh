@@ -133,6 +133,15 @@ PY
   grep -Eq '^megascope_requests_cancelled_total(\{[^}]*\})? [1-9]' "$tmp/$name.metrics" ||
     fail "$name: /metrics counts no cancelled request after the disconnect"
 
+  # rank 0's control socket: a query's hooks fire on rank 0 (device 0), the
+  # tasks after a gather naming rank 1 as the remote producer
+  python3 "$HERE/chat_load.py" "$URL" --clients 2 --max-tokens 32 --for 4 & local load=$!
+  "$MS" query --socket "$SOCK" --for 2 'task_begin /op == rope/ { @[device, remote_device] = count() }' \
+    > "$tmp/$name.query" 2>&1 || { cat "$tmp/$name.query" >&2; fail "$name: query on rank 0's socket"; }
+  wait "$load" || fail "$name: the load beside the query"
+  grep -Eq '^@\[0, 1\]: [1-9]' "$tmp/$name.query" || { cat "$tmp/$name.query" >&2; fail "$name: no remote producer on rank 1"; }
+  echo "ok: $name: a query on rank 0's socket: $(grep -E '^@\[0, 1\]' "$tmp/$name.query") (rope tasks whose event rank 1's share completed)"
+
   # SIGTERM to rank 0: it drains, tells rank 1, both exit 0 within seconds
   local t0
   t0=$(date +%s)

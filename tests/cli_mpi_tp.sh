@@ -109,7 +109,6 @@ refused "other arguments on rank 1" "rank 1 was started with other arguments" \
   -np 1 "$MS" run --synthetic tiny --tp 2 --steps 4 : -np 1 "$MS" run --synthetic tiny --tp 2 --steps 5
 refused "the simulator across ranks" "runs on the cpu backend" -np 2 "$MS" run --synthetic tiny --tp 2 --steps 4 --backend sim
 refused "a MoE model across ranks" "dense models only" -np 2 "$MS" run --synthetic tiny-moe --tp 2 --steps 4
-refused "serve across ranks (not built yet)" "refused under mpirun with 2 ranks" -np 2 "$MS" serve --synthetic tiny
 
 # ---- a rank that hangs, a rank that dies ----
 # Each rank writes its pid, then becomes megascope; a long run (1000 requests

@@ -140,6 +140,16 @@ struct ms_engine_opts {
   const struct ms_transport *transport;
   int comm_timeout_ms;     /* with a transport: a wait on another rank longer than this stops
                               the engine with a report naming the rank (0: 10000) */
+  /* With a transport: rank 0 leads (a server). Requests enter at rank 0
+   * alone; its step start decides each step (retirements, admissions, prompt
+   * chunks) and sends it, with the tokens rank 0 drew in the step before, to
+   * the other ranks in a step header, which their step starts apply; they
+   * take no requests of their own (ms_engine_submit fails with EPERM) and
+   * stop when rank 0 stops (ms_engine_wait_stopped). While idle, rank 0 sends
+   * an empty header a second, so a follower that hears nothing for
+   * comm_timeout_ms stops with a report naming rank 0. 0: every rank submits
+   * the same requests itself (run, bench decode). */
+  int tp_lead;
 };
 
 /* "cpu", "sim", "cuda"; NULL for an unknown id. */
@@ -396,6 +406,13 @@ void ms_engine_comm_stats(const struct ms_engine *e, struct ms_comm_stats *out);
  * wait on another rank failed (it timed out, or the ranks disagreed on a step),
  * with the report, naming the rank and the event, in buf; else 0. */
 int ms_engine_comm_failed(const struct ms_engine *e, char *buf, size_t n);
+/* Waits until the engine's workers stopped on their own or were told to
+ * (a follower of tp_lead: rank 0 stopped, or a wait on another rank failed):
+ * 0, or -ETIMEDOUT (timeout_ms < 0: forever). */
+int ms_engine_wait_stopped(struct ms_engine *e, int timeout_ms);
+/* Tensor parallelism across processes: 1 when this follower's engine stopped
+ * because rank 0 said it stops (its step header), else 0. */
+int ms_engine_lead_stopped(const struct ms_engine *e);
 
 /* The last watchdog report ("" when none); returns the stall count. */
 uint64_t ms_engine_last_stall(const struct ms_engine *e, char *buf, size_t n);

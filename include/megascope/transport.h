@@ -2,7 +2,8 @@
 /* A transport between the ranks of one engine spread over processes: tensor
  * parallelism across processes (docs/design.md, "Tensor parallelism across
  * processes"). The runtime calls it through this table alone, from the bodies
- * of the plan's communication tasks and from the step start; the one
+ * of the plan's communication tasks and from the step start (the layout
+ * check; a served engine's step header, bcast); the one
  * implementation, ms_transport_mpi_new (megascope/mpi.h), runs on MPI
  * (src/dist/mpi.c), built when the MPI development files are found. The
  * runtime's door: the table is what the runtime calls, and dist, above the
@@ -56,6 +57,16 @@ struct ms_transport {
   /* Ends every rank's process with code (MPI_Abort): after a failure this rank
    * reported, so that no rank waits for it forever. Does not return. */
   void (*abort)(void *ctx, int code);
+  /* Rank root's message of any length to every other rank; one root's
+   * messages arrive in the order sent. On root: bytes bytes of buf go to every
+   * other rank (the sends complete before the call returns). Elsewhere: the
+   * next message is received into buf, which holds bytes bytes, and *got is
+   * its length; -EMSGSIZE when it does not fit (the message stays for the next
+   * call, *got its length). 0, -ETIMEDOUT after timeout_ms (w->peer: the rank
+   * missing), or a negative errno. The step header of a served engine
+   * (docs/design.md, "Serving across ranks"). Appended: a caller checks sz. */
+  int (*bcast)(void *ctx, int root, void *buf, size_t bytes, size_t *got, int timeout_ms,
+               struct ms_transport_wait *w);
 };
 
 #ifdef __cplusplus

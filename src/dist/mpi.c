@@ -5,7 +5,8 @@
  * DESIGN
  * Who calls what. The engine's worker threads call share from the bodies of
  * communication tasks, several at once; worker 0 calls exchange at each step
- * start and the CLI once at the launch check. MPI is initialised with the
+ * start (and bcast, the step header of a served engine) and the CLI exchange
+ * once at the launch check. MPI is initialised with the
  * thread level MPI_THREAD_SERIALIZED at least, and every MPI call here holds
  * `mu`: the calls are all non-blocking (MPI_Isend, MPI_Irecv, MPI_Test), so a
  * thread never holds the lock while it waits, and a waiter
@@ -143,6 +144,67 @@ static int mpi_exchange(void *ctx, const void *mine, void *all, size_t bytes, in
   return poll_all(c, n, req, peer, timeout_ms, w);
 }
 
+/* Rank root's message to the others, point-to-point under a tag of its own:
+ * a receiver probes for it (its length is not known beforehand), then
+ * receives it. Only root sends under the tag, in order, and only one thread
+ * of a rank receives it, so the message probed is the one received. A wait
+ * for it may be long (rank 0 idle between requests sends a header a second):
+ * after the spin and yield phases of poll_all it sleeps up to 1 ms between
+ * probes. */
+#define BCAST_TAG 32001
+
+static int mpi_bcast(void *ctx, int root, void *buf, size_t bytes, size_t *got, int timeout_ms,
+                     struct ms_transport_wait *w) {
+  struct mpi_ctx *c = ctx;
+  MPI_Request req[64];
+  int peer[64], n = 0, rc = MPI_SUCCESS;
+  if (root < 0 || root >= c->size || c->size > 64 || bytes > (1u << 30)) return -EINVAL;
+  if (root == c->rank) {
+    pthread_mutex_lock(&c->mu);
+    for (int p = 0; p < c->size && rc == MPI_SUCCESS; p++)
+      if (p != c->rank) peer[n] = p, rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, p, BCAST_TAG, c->comm, &req[n++]);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != MPI_SUCCESS) return -EIO;
+    return poll_all(c, n, req, peer, timeout_ms, w);
+  }
+  uint64_t t0 = ms_now_ns();
+  uint32_t polls = 0;
+  int flag = 0, count = 0;
+  MPI_Status st;
+  for (int spins = 0;; spins++) {
+    pthread_mutex_lock(&c->mu);
+    rc = MPI_Iprobe(root, BCAST_TAG, c->comm, &flag, &st);
+    pthread_mutex_unlock(&c->mu);
+    polls++;
+    if (rc != MPI_SUCCESS) return -EIO;
+    if (flag) break;
+    uint64_t now = ms_now_ns();
+    if (timeout_ms > 0 && now - t0 > (uint64_t)timeout_ms * 1000000ull) {
+      if (w) *w = (struct ms_transport_wait){.waited_ns = now - t0, .polls = polls, .peer = root};
+      return -ETIMEDOUT;
+    }
+    if (spins < 200) {
+      relax();
+    } else if (spins < 2000) {
+      sched_yield();
+    } else {
+      struct timespec ts = {0, now - t0 > 10000000ull ? 1000000 : 20000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  *got = (size_t)count;
+  if ((size_t)count > bytes) return -EMSGSIZE;
+  pthread_mutex_lock(&c->mu);
+  peer[0] = root;
+  rc = MPI_Irecv(buf, count, MPI_BYTE, root, BCAST_TAG, c->comm, &req[0]);
+  pthread_mutex_unlock(&c->mu);
+  if (rc != MPI_SUCCESS) return -EIO;
+  rc = poll_all(c, 1, req, peer, timeout_ms, w);
+  if (w) w->waited_ns = ms_now_ns() - t0, w->polls += polls;
+  return rc;
+}
+
 static void mpi_abort(void *ctx, int code) {
   struct mpi_ctx *c = ctx;
   MPI_Abort(c->comm, code);
@@ -177,7 +239,8 @@ struct ms_transport *ms_transport_mpi_new(int *argc, char ***argv, struct ms_tex
   MPI_Comm_size(c->comm, &c->size);
   pthread_mutex_init(&c->mu, NULL);
   *t = (struct ms_transport){.sz = sizeof *t, .name = "mpi", .rank = c->rank, .size = c->size, .ctx = c,
-                             .share = mpi_share, .exchange = mpi_exchange, .abort = mpi_abort};
+                             .share = mpi_share, .exchange = mpi_exchange, .abort = mpi_abort,
+                             .bcast = mpi_bcast};
   return t;
 }
 

@@ -30,6 +30,7 @@
  * every rank (the transport's abort). */
 #include <errno.h>
 #include <inttypes.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,7 +64,12 @@ int ms_rt_dist_check(struct ms_engine *e, struct ms_textbuf *log) {
                       e->m->cfg.name);
     return -ENOTSUP;
   }
+  if (e->o.tp_lead && (tx->sz < offsetof(struct ms_transport, bcast) + sizeof tx->bcast || !tx->bcast)) {
+    ms_textbuf_printf(log, "engine: the transport '%s' has no bcast: rank 0 cannot lead the others\n", tx->name);
+    return -EINVAL;
+  }
   e->rank = tx->rank;
+  e->lead = !e->o.tp_lead ? MS_LEAD_NONE : e->rank == 0 ? MS_LEAD_LEADER : MS_LEAD_FOLLOWER;
   return 0;
 }
 

@@ -68,6 +68,9 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     goto fail;
   }
   if ((rc = ms_rt_dist_check(e, log))) goto fail;
+  /* serving across ranks: a follower lays out the prompt chunks rank 0 chose,
+   * so every plan it may need is compiled before the first step, on every rank */
+  if (e->lead) e->o.prefill_async = 0;
   atomic_init(&e->pause_at, e->o.start_paused ? 0 : UINT64_MAX);
   e->n_slots = ms_bucket_for(e->o.max_batch);
   e->n_buckets = ms_rt_bucket_index(e->n_slots) + 1;
@@ -97,6 +100,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     }
     if ((rc = ms_rt_plan_init(e, &e->rt[i], 1 << i, 0, log))) goto fail;
   }
+  if ((rc = ms_rt_lead_init(e))) goto fail;
   e->hooks = ms_hook_table_new(e->n_workers);
   atomic_init(&e->hooks_on, 1);
   e->workers = calloc((size_t)e->n_workers, sizeof *e->workers);
@@ -156,6 +160,7 @@ void ms_engine_free(struct ms_engine *e) {
     if (e->rt_prefill[i].plan) ms_rt_plan_free(e, &e->rt_prefill[i]);
   ms_hook_table_free(e->hooks);
   ms_rt_storage_free(e);
+  ms_rt_lead_free(e);
   ms_mpmc_destroy(&e->mail);
   ms_fq_free(&e->fq);
   pthread_mutex_destroy(&e->log_mu);

@@ -128,21 +128,47 @@ int ms_rt_admit(struct ms_engine *e, int *slots) {
       if (!(r = next_queued(e))) break;
       if (e->faults && ms_fault_hold_request(e, r, s)) continue;
     }
-    struct slot *sl = &e->slots[s];
-    sl->req = r;
-    sl->pos = ms_pc_admit(e, sl, r);  /* the positions the prefix cache holds */
-    sl->next_token = r->prompt[sl->pos];
-    sl->finishing = 0;
-    sl->admit_seq = e->n_admits++;
-    sl->gen++;
-    r->slot = s;
-    r->generation = sl->gen;
-    r->t_admit = ms_eng_now(e);
-    if (e->be->info.virtual_clock) r->t_submit = r->t_admit;  /* simulated time starts at admission */
-    atomic_store_explicit(&r->state, MS_REQ_ACTIVE, memory_order_release);
+    ms_rt_admit_into(e, s, r);
     slots[n++] = s;
   }
   return n;
+}
+
+void ms_rt_admit_into(struct ms_engine *e, int s, struct ms_request *r) {
+  struct slot *sl = &e->slots[s];
+  sl->req = r;
+  sl->pos = ms_pc_admit(e, sl, r);  /* the positions the prefix cache holds */
+  sl->next_token = r->prompt[sl->pos];
+  sl->finishing = 0;
+  sl->admit_seq = e->n_admits++;
+  sl->gen++;
+  r->slot = s;
+  r->generation = sl->gen;
+  r->t_admit = ms_eng_now(e);
+  if (e->be->info.virtual_clock) r->t_submit = r->t_admit;  /* simulated time starts at admission */
+  atomic_store_explicit(&r->state, MS_REQ_ACTIVE, memory_order_release);
+}
+
+struct ms_request *ms_rt_request_follow(struct ms_engine *e, const int32_t *prompt, int n_prompt, int max_new,
+                                        int record) {
+  struct ms_request *r = calloc(1, sizeof *r);
+  if (!r) return NULL;
+  r->e = e;
+  r->n_prompt = n_prompt;
+  r->max_new = max_new;
+  r->record = record;  /* its rows' logits are computed as on rank 0 (row_head), kept nowhere */
+  r->slot = -1;
+  r->prompt = malloc((size_t)n_prompt * sizeof *r->prompt);
+  r->tokens = malloc((size_t)max_new * sizeof *r->tokens);
+  if (!r->prompt || !r->tokens) {
+    request_free_parts(r);
+    return NULL;
+  }
+  memcpy(r->prompt, prompt, (size_t)n_prompt * sizeof *r->prompt);
+  atomic_init(&r->refs, 1);  /* no caller holds it */
+  atomic_init(&r->state, MS_REQ_QUEUED);
+  r->t_submit = ms_now_ns();
+  return r;
 }
 
 void ms_rt_cancel_mailbox(struct ms_engine *e) {
@@ -205,6 +231,10 @@ static int request_alloc(struct ms_request *r, const struct ms_request_opts *x, 
 }
 
 struct ms_request *ms_engine_submit(struct ms_engine *e, const struct ms_request_opts *o) {
+  if (e->lead == MS_LEAD_FOLLOWER) {  /* requests enter at rank 0, which leads */
+    errno = EPERM;
+    return NULL;
+  }
   if (!o->prompt || o->n_prompt < 1 || o->max_new_tokens < 1) {
     errno = EINVAL;
     return NULL;

@@ -220,6 +220,17 @@ struct ms_engine {
   char tx_report[1024];
   /* ms_engine_comm_stats; relaxed adds by the workers (counts, never orders) */
   _Atomic uint64_t tx_sent, tx_received, tx_bytes, tx_wait_ns;
+  /* serving across ranks (lead.c, ms_engine_opts.tp_lead): this engine's
+   * part, and the step header's state, the step start's alone */
+  enum { MS_LEAD_NONE, MS_LEAD_LEADER, MS_LEAD_FOLLOWER } lead;
+  int32_t *hdr;                  /* [hdr_cap] the header being built or received */
+  size_t hdr_cap;                /* int32s */
+  int64_t *hdr_mark;             /* [n_slots][3] the leader, at the step start: a slot's tokens (-1:
+                                    empty), its last token, its generation */
+  uint64_t hdr_sent_ns;          /* the leader: when it sent its last header */
+  int hdr_heard;                 /* the follower: a header came from rank 0 */
+  int lead_stopped;              /* the follower: rank 0's header said stop */
+  _Atomic uint32_t stopped;      /* the stop step is published: ms_engine_wait_stopped */
   struct plan_rt rt[MS_MAX_BUCKETS];
   struct plan_rt rt_prefill[MS_MAX_BUCKETS];  /* chunked prefill: one per bucket, compiled lazily */
   int n_buckets;
@@ -380,6 +391,11 @@ void ms_rt_sample_drawn(struct worker *w, struct plan_rt *rt, int row, int tok);
 /* requests.c: requests in and out, slots and KV pages (the step start's side) */
 int ms_rt_retire(struct ms_engine *e, int cancel_all);  /* finished (or all) slots out; how many */
 int ms_rt_admit(struct ms_engine *e, int *slots);       /* queued requests into free slots; how many */
+void ms_rt_admit_into(struct ms_engine *e, int s, struct ms_request *r);  /* r into free slot s */
+/* A follower's copy of rank 0's request (the engine's reference alone):
+ * what its rows need, prompt and length; NULL when out of memory. */
+struct ms_request *ms_rt_request_follow(struct ms_engine *e, const int32_t *prompt, int n_prompt, int max_new,
+                                        int record);
 void ms_rt_cancel_mailbox(struct ms_engine *e);
 /* Slots holding a request (a read of the engine's state: the step start, the
  * admission's fault site). */
@@ -415,6 +431,17 @@ int ms_rt_dist_check(struct ms_engine *e, struct ms_textbuf *log);   /* at creat
 int ms_rt_dist_plan(struct ms_engine *e, struct plan_rt *rt);        /* the remote tiles of a plan */
 void ms_rt_comm_run(struct worker *w, struct plan_rt *rt, int t);    /* a communication task's body */
 int ms_rt_dist_agree(struct ms_engine *e, int bucket, int rows, int chunked); /* 0: every rank lays out this step */
+/* lead.c: serving across ranks, rank 0 leading with a step header each step */
+int ms_rt_lead_init(struct ms_engine *e);          /* the header's buffers (after the slots) */
+void ms_rt_lead_free(struct ms_engine *e);
+void ms_rt_lead_mark(struct ms_engine *e);         /* the leader, before it retires: the slots as the step left them */
+void ms_rt_lead_idle(struct ms_engine *e);         /* the leader, idle or paused: an empty header now and then */
+int ms_rt_lead_send(struct ms_engine *e, int admitted);  /* the leader: the step decided; 0, or the engine stops */
+void ms_rt_lead_stop(struct ms_engine *e);         /* the leader, stopping: the last header */
+/* The follower's step start: waits for rank 0's header and applies it (the
+ * tokens, retirements, admissions, each slot's chunk); 1: a step to lay
+ * out, 0: the engine stops (rank 0 stopped, a failure, or its own stop). */
+int ms_rt_follow(struct ms_engine *e, int *retired, int *admitted);
 
 
 /* telemetry.c */

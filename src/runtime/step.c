@@ -369,40 +369,82 @@ static void maybe_pause(struct ms_engine *e) {
     if (e->next_step < atomic_load_explicit(&e->pause_at, memory_order_acquire) ||
         atomic_load_explicit(&e->stop_req, memory_order_acquire))
       break;
+    if (e->lead == MS_LEAD_LEADER) ms_rt_lead_idle(e);  /* the followers hear it is alive */
     ms_futex_wait(&e->pause_seq, seq, 200);
   }
   atomic_store_explicit(&e->paused, 0, memory_order_release);
 }
 
-/* A stop step: every request left cancelled; the workers exit on it. */
+/* A stop step: every request left cancelled; the workers exit on it. A
+ * leader tells its followers first. */
 static int publish_stop(struct ms_engine *e) {
+  if (e->lead == MS_LEAD_LEADER) ms_rt_lead_stop(e);
   ms_rt_retire(e, 1);
   ms_rt_cancel_mailbox(e);
   atomic_store_explicit(&e->cur_stop, 1, memory_order_relaxed);
   e->be->publish_step(e->be_ctx);
+  atomic_store_explicit(&e->stopped, 1, memory_order_release);
+  ms_futex_wake_all(&e->stopped);
   return 0;
+}
+
+/* A follower's step (lead.c set each slot's chunk from rank 0's header): the
+ * rows, slots and running streams as plan_chunks counts them; 1 with a chunk. */
+static int follow_chunks(struct ms_engine *e, int *rows, int *slots, int *decoding) {
+  int n = 0, active = 0, dec = 0, chunked = 0;
+  for (int s = 0; s < e->n_slots; s++) {
+    struct slot *sl = &e->slots[s];
+    if (!sl->req) continue;
+    active++;
+    n += sl->chunk;
+    chunked |= sl->chunk > 1;
+    dec += sl->pos >= sl->req->n_prompt - 1;
+  }
+  *rows = n;
+  *slots = active;
+  *decoding = dec;
+  return chunked;
+}
+
+/* The leader's and a lone engine's step start up to the rows: retire, admit
+ * (waiting while there is nothing to run), chunk. 1, or 0 when it stops. */
+static int decide_step(struct ms_engine *e, uint64_t *t0, int *retired, int *admitted, int *rows, int *slots,
+                       int *decoding, int *chunked) {
+  if (e->lead == MS_LEAD_LEADER) ms_rt_lead_mark(e);
+  *retired = ms_rt_retire(e, 0);
+  *admitted = 0;
+  for (;;) {
+    *admitted += ms_rt_admit(e, e->admit_slots + *admitted);
+    if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) return 0;
+    if (ms_rt_active_slots(e)) break;
+    atomic_store_explicit(&e->stat_running, 0, memory_order_relaxed);
+    atomic_store_explicit(&e->stat_pages_used, ms_pc_pages_held(e), memory_order_relaxed);
+    maybe_pause(e);  /* a pause asked for while idle: before admitting more */
+    if (e->lead == MS_LEAD_LEADER) ms_rt_lead_idle(e);
+    uint32_t seq = atomic_load_explicit(&e->mail_seq, memory_order_acquire);
+    if (atomic_load_explicit(&e->mail.tail, memory_order_acquire) ==
+            atomic_load_explicit(&e->mail.head, memory_order_acquire) &&
+        !atomic_load_explicit(&e->stop_req, memory_order_acquire))
+      ms_futex_wait(&e->mail_seq, seq, 200);
+    *t0 = ms_eng_now(e);  /* idle time is not step time */
+  }
+  *chunked = plan_chunks(e, rows, slots, decoding);
+  /* across processes, serving: the followers learn the step */
+  return e->lead != MS_LEAD_LEADER || !ms_rt_lead_send(e, *admitted);
 }
 
 /* The step-start task's body, on worker 0. Returns 0 when a stop was published. */
 int ms_rt_step_begin(struct ms_engine *e) {
   maybe_pause(e);
   uint64_t t0 = ms_eng_now(e);
-  int retired = ms_rt_retire(e, 0), admitted = 0;
-  for (;;) {
-    admitted += ms_rt_admit(e, e->admit_slots + admitted);
-    if (atomic_load_explicit(&e->stop_req, memory_order_acquire)) return publish_stop(e);
-    if (ms_rt_active_slots(e)) break;
-    atomic_store_explicit(&e->stat_running, 0, memory_order_relaxed);
-    atomic_store_explicit(&e->stat_pages_used, ms_pc_pages_held(e), memory_order_relaxed);
-    maybe_pause(e);  /* a pause asked for while idle: before admitting more */
-    uint32_t seq = atomic_load_explicit(&e->mail_seq, memory_order_acquire);
-    if (atomic_load_explicit(&e->mail.tail, memory_order_acquire) ==
-            atomic_load_explicit(&e->mail.head, memory_order_acquire) &&
-        !atomic_load_explicit(&e->stop_req, memory_order_acquire))
-      ms_futex_wait(&e->mail_seq, seq, 200);
-    t0 = ms_eng_now(e);  /* idle time is not step time */
+  int retired = 0, admitted = 0, rows = 0, slots = 0, decoding = 0, chunked = 0;
+  if (e->lead == MS_LEAD_FOLLOWER) {  /* rank 0 decided this step: its header says what */
+    if (!ms_rt_follow(e, &retired, &admitted)) return publish_stop(e);
+    t0 = ms_eng_now(e);  /* waiting for rank 0 is not step time */
+    chunked = follow_chunks(e, &rows, &slots, &decoding);
+  } else if (!decide_step(e, &t0, &retired, &admitted, &rows, &slots, &decoding, &chunked)) {
+    return publish_stop(e);
   }
-  int rows = 0, slots = 0, decoding = 0, chunked = plan_chunks(e, &rows, &slots, &decoding);
   int bucket = ms_bucket_for(rows);
   struct plan_rt *rt = chunked ? &e->rt_prefill[ms_rt_bucket_index(bucket)] : &e->rt[ms_rt_bucket_index(bucket)];
   int n = layout_rows(e, bucket);
@@ -550,6 +592,10 @@ static void sample_row(struct worker *w, struct plan_rt *rt, const struct ms_tas
   const struct ms_exec_ctx *x = &rt->x;
   int s = x->meta.row_slot[row], n;
   if (row >= x->meta.n_rows || s < 0) return;
+  if (e->lead == MS_LEAD_FOLLOWER) {  /* rank 0 draws; its token comes with the next step's header */
+    row_advance(e, x, row, &n);
+    return;
+  }
   struct ms_request *r = e->slots[s].req;
   int vocab = e->m->cfg.vocab, pos = x->meta.row_pos[row];
   const float *lg = ms_buf_row(x, k->in, 0, row);

@@ -8,7 +8,13 @@
  * then the engine.
  *
  * Signals are blocked in every thread (the mask is set before any thread
- * starts and inherited) and taken by the main thread alone with sigwait. */
+ * starts and inherited) and taken by the main thread alone with sigtimedwait.
+ *
+ * Under mpirun with --tp N (docs/design.md, "Serving across ranks") rank 0 is
+ * the server above and its engine leads; every other rank runs an engine that
+ * follows rank 0's step headers, with no HTTP, control socket or OTLP, until
+ * rank 0 stops (exit 0) or a wait on another rank fails (the report, then
+ * every rank ends, non-zero). */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -29,6 +35,7 @@
 #include "megascope/attach.h"
 #include "megascope/plan.h"
 #include "megascope/tokenizer.h"
+#include "megascope/transport.h"
 
 /* What hostile or greedy clients meet: connections, one request, one
  * client's share, the queue, and the attachments' budget. 0: the default,
@@ -92,7 +99,7 @@ struct serve_args {
   struct cli_backend be;
   long batch, workers, max_ctx, max_tokens, watchdog_ms, flush_ms, retention_s, idle_s;
   const char *http, *socket, *otlp, *host, *api_key, *chat_template;
-  long port, drain_s, max_batched, step_target_ms;
+  long port, drain_s, max_batched, step_target_ms, tp, comm_timeout_ms;
   double temperature;
   int port_set, temperature_set, q8, pin;
   int prefix_cache, any_model, metrics_compat;
@@ -111,6 +118,13 @@ static const struct cli_opt serve_opts[] = {
                  "pin worker w to the w-th CPU the process may run on, so a worker is\n"
                  "a core (explain then names the core another process shares)"),
     CLI_OPT_GROUP(SA, be, cli_backend_opts),
+    CLI_OPT_INT(SA, tp, "tp", "N", 1, 64,
+                "tensor parallelism across processes: under mpirun -np N, one engine\n"
+                "in N processes, one device each (cpu backend). Rank 0 serves HTTP\n"
+                "and the control socket and decides every step; the others follow"),
+    CLI_OPT_INT(SA, comm_timeout_ms, "comm-timeout-ms", "MS", 1, 1 << 30,
+                "under mpirun: stop every rank when one waits on another this long\n"
+                "(default 10000)"),
     CLI_OPT_INT(SA, max_ctx, "max-ctx", "N", 2, 1 << 20,
                 "positions per request, prompt included (default: the model's\n"
                 "trained context, capped so the KV cache of --batch requests fits\n"
@@ -207,7 +221,7 @@ static const char serve_head[] =
 
 /* 0: parsed; 1: --help printed; -1: a usage error, printed. */
 static int parse(int argc, char **argv, struct serve_args *a) {
-  *a = (struct serve_args){.batch = 8, .max_tokens = 16, .watchdog_ms = 5000,
+  *a = (struct serve_args){.tp = 1, .batch = 8, .max_tokens = 16, .watchdog_ms = 5000,
                            .flush_ms = 1000, .retention_s = 60, .idle_s = 60, .http = "127.0.0.1:8080",
                            .drain_s = 30, .api_key = getenv("MEGASCOPE_API_KEY"), .max_batched = 64,
                            .step_target_ms = 50, .q8 = 1, .port = -1, .temperature = -1, .prefix_cache = 1};
@@ -217,6 +231,16 @@ static int parse(int argc, char **argv, struct serve_args *a) {
   if (be->virtual_clock) {
     fprintf(stderr, "megascope serve: --backend %s: the simulator runs in virtual time; serve on cpu or cuda\n",
             be->name);
+    return -1;
+  }
+  if (a->tp > 1 && a->be.backend != MS_BACKEND_CPU) {
+    fprintf(stderr, "megascope serve: --tp %ld: tensor parallelism across processes runs on the cpu backend, not %s\n",
+            a->tp, be->name);
+    return -1;
+  }
+  if (a->tp > 1 && cli_dist_ranks() == 1) {
+    fprintf(stderr, "megascope serve: --tp %ld is %ld processes: start it as `mpirun -np %ld megascope serve --tp %ld "
+            "...`\n", a->tp, a->tp, a->tp, a->tp);
     return -1;
   }
   if (a->be.sms && !be->device_sms) {
@@ -331,16 +355,60 @@ static int parse_http(const char *s, char *addr, size_t n, int *port) {
   return 0;
 }
 
+/* sigtimedwait for up to ms: the signal, or 0. */
+static int wait_signal(const sigset_t *sigs, int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  int sig = sigtimedwait(sigs, NULL, &ts);
+  return sig > 0 ? sig : 0;
+}
+
+/* A rank other than 0 of a served engine: no HTTP, no control socket; its
+ * engine follows rank 0's step headers until rank 0 stops (then so does it,
+ * exit 0) or a wait on another rank fails (the report, then every rank ends,
+ * non-zero). A signal is rank 0's to act on (mpirun passes it to every rank):
+ * a first one is noted, a second ends every rank at once. */
+static int follow_rank0(struct ms_engine *e, struct ms_transport *tx, const sigset_t *sigs) {
+  fprintf(stderr, "megascope serve: rank %d of %d (pid %ld): following rank 0's steps (it serves HTTP and the "
+          "control socket)\n", tx->rank, tx->size, (long)getpid());
+  int signals = 0;
+  while (ms_engine_wait_stopped(e, 0)) {
+    int sig = wait_signal(sigs, 200);
+    if (!sig) continue;
+    if (++signals == 1) {
+      fprintf(stderr, "megascope serve: rank %d: %s: rank 0 stops the engine; this rank follows it until then "
+              "(a second signal ends every rank now)\n", tx->rank, sig == SIGINT ? "SIGINT" : "SIGTERM");
+      continue;
+    }
+    fprintf(stderr, "megascope serve: rank %d: a second signal: ending every rank now\n", tx->rank);
+    fflush(stderr);
+    tx->abort(tx->ctx, 1);
+  }
+  cli_dist_check_failed("serve", tx, e);  /* a failed wait: reported, every rank ended */
+  if (ms_engine_lead_stopped(e)) {
+    fprintf(stderr, "megascope serve: rank %d: rank 0 stopped serving; this rank stops too\n", tx->rank);
+    return 0;
+  }
+  fprintf(stderr, "megascope serve: rank %d: the engine stopped without word from rank 0\n", tx->rank);
+  return 1;
+}
+
+static int serve_on(const struct serve_args *ap, struct ms_transport *tx);
+
 int cmd_serve(int argc, char **argv) {
   struct serve_args a;
   int prc = parse(argc, argv, &a);
   if (prc) return prc > 0 ? 0 : 2;
-  if (cli_dist_ranks() > 1) {
-    fprintf(stderr, "megascope serve: refused under mpirun with %d ranks: one engine across processes serves "
-            "from `run` and `bench decode --tp N` so far, not from serve (run one server without mpirun)\n",
-            cli_dist_ranks());
-    return 2;
-  }
+  int dist_failed;
+  struct ms_transport *tx = cli_dist_start("serve", (int)a.tp, &a.cm, argc, argv, &dist_failed);
+  if (dist_failed) return 2;
+  int rc = serve_on(&a, tx);
+  cli_dist_end(tx);
+  return rc;
+}
+
+/* One server; tx: the transport to the other ranks, or NULL. */
+static int serve_on(const struct serve_args *ap, struct ms_transport *tx) {
+  struct serve_args a = *ap;
   char addr[256] = "";
   int port = 0, use_http = strcmp(a.http, "off") != 0 || a.host || a.port_set;
   if (strcmp(a.http, "off") && parse_http(a.http, addr, sizeof addr, &port)) return 2;
@@ -376,7 +444,8 @@ int cmd_serve(int argc, char **argv) {
                               .step_target_us = (int)a.step_target_ms * 1000,
                               .q8_activations = a.q8, .backend = (enum ms_backend)a.be.backend,
                               .cuda_sms = (int)a.be.sms, .pin_workers = a.pin,
-                              .prefix_cache = a.prefix_cache};
+                              .prefix_cache = a.prefix_cache, .tp = (int)a.tp, .transport = tx,
+                              .comm_timeout_ms = (int)a.comm_timeout_ms, .tp_lead = tx != NULL};
   char model_id[128];
   served_id(&a, m, model_id, sizeof model_id);
   struct ms_fault faults[4];
@@ -385,6 +454,10 @@ int cmd_serve(int argc, char **argv) {
   if (a.n_fault && resolve_faults(m, &a, faults)) goto out;
   if (!(e = ms_engine_new(m, &eo, &log))) {
     fprintf(stderr, "megascope serve: cannot start the engine: %s", lb);
+    goto out;
+  }
+  if (tx && tx->rank != 0) {
+    rc = follow_rank0(e, tx, &sigs);
     goto out;
   }
   ms_engine_set_detached_retention(e, (uint64_t)a.retention_s * 1000000000ull);
@@ -429,6 +502,9 @@ int cmd_serve(int argc, char **argv) {
          ms_dtype_name(m->cfg.dtype), ms_backend_name((enum ms_backend)a.be.backend), ms_engine_n_workers(e),
          a.batch, a.max_ctx, (long)getpid());
   if (a.cm.path) printf("  model:  %s\n", a.cm.path);
+  if (tx)
+    printf("  ranks:  %d processes, tensor parallel (--tp %ld): this rank (0) serves and decides every step, "
+           "the others follow\n", tx->size, a.tp);
   printf("  context: %ld positions a request (%s)\n", a.max_ctx, ctx_why);
   if (http) {
     printf("  http:   http://%s:%d  (POST /v1/chat/completions, /v1/completions; GET /v1/models, /metrics)\n",
@@ -454,7 +530,14 @@ int cmd_serve(int argc, char **argv) {
   fflush(stdout);
 
   int sig = 0;
-  while (sigwait(&sigs, &sig)) {
+  char report[1024];
+  while (!(sig = wait_signal(&sigs, 200))) {
+    if (tx && ms_engine_comm_failed(e, report, sizeof report)) {
+      /* the engine stopped and cancelled every request: HTTP answers them
+       * with an error, then the report and every rank ends, non-zero */
+      if (http) ms_http_drain(http, 2000);
+      cli_dist_check_failed("serve", tx, e);
+    }
   }
   printf("megascope serve: %s: stopping\n", sig == SIGINT ? "SIGINT" : "SIGTERM");
   fflush(stdout);
@@ -464,6 +547,7 @@ int cmd_serve(int argc, char **argv) {
            cut == 1 ? "" : "s", a.drain_s);
     fflush(stdout);
   }
+  cli_dist_check_failed("serve", tx, e);  /* across ranks, a wait that failed while draining */
   rc = 0;
 out:
   ms_http_free(http);

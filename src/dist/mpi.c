@@ -53,6 +53,19 @@ struct mpi_ctx {
 
 /* Polls the requests until all are complete or timeout_ms passed; on a
  * timeout, w->peer is peer[i] of the first request still pending. */
+/* Spin, then yield, then sleep sleep_ns: a rank that waits long (the other
+ * is slower, or the CPUs are shared) leaves them to the ranks with work. */
+static void backoff(int spins, long sleep_ns) {
+  if (spins < 200) {
+    relax();
+  } else if (spins < 2000) {
+    sched_yield();
+  } else {
+    struct timespec ts = {0, sleep_ns};
+    nanosleep(&ts, NULL);
+  }
+}
+
 static int poll_all(struct mpi_ctx *c, int n, MPI_Request *req, const int *peer, int timeout_ms,
                     struct ms_transport_wait *w) {
   uint64_t t0 = 0;
@@ -79,16 +92,7 @@ static int poll_all(struct mpi_ctx *c, int n, MPI_Request *req, const int *peer,
       if (w) *w = (struct ms_transport_wait){.waited_ns = now - t0, .polls = polls, .peer = missing};
       return -ETIMEDOUT;
     }
-    /* spin, then yield, then sleep: a rank that waits long (the other is
-     * slower, or the CPUs are shared) leaves them to the ranks with work */
-    if (spins < 200) {
-      relax();
-    } else if (spins < 2000) {
-      sched_yield();
-    } else {
-      struct timespec ts = {0, 20000};
-      nanosleep(&ts, NULL);
-    }
+    backoff(spins, 20000);
   }
   if (w) *w = (struct ms_transport_wait){.waited_ns = t0 ? ms_now_ns() - t0 : 0, .polls = polls, .peer = -1};
   return 0;
@@ -183,14 +187,7 @@ static int mpi_bcast(void *ctx, int root, void *buf, size_t bytes, size_t *got, 
       if (w) *w = (struct ms_transport_wait){.waited_ns = now - t0, .polls = polls, .peer = root};
       return -ETIMEDOUT;
     }
-    if (spins < 200) {
-      relax();
-    } else if (spins < 2000) {
-      sched_yield();
-    } else {
-      struct timespec ts = {0, now - t0 > 10000000ull ? 1000000 : 20000};
-      nanosleep(&ts, NULL);
-    }
+    backoff(spins, now - t0 > 10000000ull ? 1000000 : 20000);
   }
   MPI_Get_count(&st, MPI_BYTE, &count);
   *got = (size_t)count;

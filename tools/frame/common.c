@@ -8,6 +8,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "megascope/engine.h"
 
 #include "megascope/base.h"
@@ -178,4 +180,32 @@ void cli_shipped_monitor(const char *name, char *buf, size_t n) {
   char *slash = strrchr(exe, '/');
   if (slash) *slash = 0;
   snprintf(buf, n, "%.*s/monitors/%s", (int)(n > 128 ? n - 128 : 0), exe, name);
+}
+
+/* A jansson value through the project's JSON writer (its number format). */
+void cli_json_emit(struct ms_json *j, json_t *v) {
+  const char *k;
+  json_t *x;
+  size_t i;
+  switch (json_typeof(v)) {
+  case JSON_OBJECT:
+    ms_json_obj_begin(j);
+    json_object_foreach(v, k, x) {
+      ms_json_key(j, k);
+      cli_json_emit(j, x);
+    }
+    ms_json_obj_end(j);
+    break;
+  case JSON_ARRAY:
+    ms_json_arr_begin(j);
+    json_array_foreach(v, i, x) cli_json_emit(j, x);
+    ms_json_arr_end(j);
+    break;
+  case JSON_STRING: ms_json_str(j, json_string_value(v)); break;
+  case JSON_INTEGER: ms_json_int(j, json_integer_value(v)); break;
+  case JSON_REAL: ms_json_num(j, json_real_value(v)); break;
+  case JSON_TRUE: ms_json_bool(j, 1); break;
+  case JSON_FALSE: ms_json_bool(j, 0); break;
+  default: ms_json_null(j); break;
+  }
 }

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "megascope/json.h"
 #include "megascope/model.h"
 
 struct cli_model {
@@ -89,5 +90,9 @@ int cli_dist_ranks(void);
 
 /* The path of a shipped monitor object: <dir of this executable>/monitors/NAME. */
 void cli_shipped_monitor(const char *name, char *buf, size_t n);
+
+/* Writes a jansson value (json_t *) through the project's JSON writer. */
+struct json_t;
+void cli_json_emit(struct ms_json *j, struct json_t *v);
 
 #endif

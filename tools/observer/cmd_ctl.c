@@ -320,37 +320,11 @@ static json_t *call(const char *me, const char *path, const char *req, size_t le
 }
 
 /* Writes a parsed JSON value with the project's writer (pretty). */
-static void emit(struct ms_json *j, json_t *v) {
-  const char *k;
-  json_t *x;
-  size_t i;
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    ms_json_obj_begin(j);
-    json_object_foreach(v, k, x) {
-      ms_json_key(j, k);
-      emit(j, x);
-    }
-    ms_json_obj_end(j);
-    break;
-  case JSON_ARRAY:
-    ms_json_arr_begin(j);
-    json_array_foreach(v, i, x) emit(j, x);
-    ms_json_arr_end(j);
-    break;
-  case JSON_STRING: ms_json_str(j, json_string_value(v)); break;
-  case JSON_INTEGER: ms_json_int(j, json_integer_value(v)); break;
-  case JSON_REAL: ms_json_num(j, json_real_value(v)); break;
-  case JSON_TRUE: ms_json_bool(j, 1); break;
-  case JSON_FALSE: ms_json_bool(j, 0); break;
-  default: ms_json_null(j); break;
-  }
-}
 
 static void print_json(json_t *v) {
   struct ms_json j;
   ms_json_init(&j, stdout, 1);
-  emit(&j, v);
+  cli_json_emit(&j, v);
   ms_json_end(&j);
 }
 

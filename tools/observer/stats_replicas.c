@@ -153,7 +153,6 @@ struct rep {
   const char *state;
 };
 
-static void emit_json(struct ms_json *j, json_t *v);
 
 static void write_json(struct rep *r, int n, int in, json_t *total, struct lat_total *lat) {
   struct ms_json j;
@@ -172,7 +171,7 @@ static void write_json(struct rep *r, int n, int in, json_t *total, struct lat_t
     if (r[i].stats) {
       json_object_del(r[i].stats, "ok");
       ms_json_key(&j, "stats");
-      emit_json(&j, r[i].stats);
+      cli_json_emit(&j, r[i].stats);
     }
     ms_json_obj_end(&j);
   }
@@ -183,7 +182,7 @@ static void write_json(struct rep *r, int n, int in, json_t *total, struct lat_t
   json_t *v;
   json_object_foreach(total, k, v) {
     ms_json_key(&j, k);
-    emit_json(&j, v);
+    cli_json_emit(&j, v);
   }
   for (size_t i = 0; i < N_OF(latencies); i++) write_lat(&j, latencies[i], &lat[i]);
   ms_json_obj_end(&j);
@@ -191,32 +190,6 @@ static void write_json(struct rep *r, int n, int in, json_t *total, struct lat_t
   ms_json_end(&j);
 }
 
-static void emit_json(struct ms_json *j, json_t *v) {
-  const char *k;
-  json_t *x;
-  size_t i;
-  switch (json_typeof(v)) {
-  case JSON_OBJECT:
-    ms_json_obj_begin(j);
-    json_object_foreach(v, k, x) {
-      ms_json_key(j, k);
-      emit_json(j, x);
-    }
-    ms_json_obj_end(j);
-    break;
-  case JSON_ARRAY:
-    ms_json_arr_begin(j);
-    json_array_foreach(v, i, x) emit_json(j, x);
-    ms_json_arr_end(j);
-    break;
-  case JSON_STRING: ms_json_str(j, json_string_value(v)); break;
-  case JSON_INTEGER: ms_json_int(j, json_integer_value(v)); break;
-  case JSON_REAL: ms_json_num(j, json_real_value(v)); break;
-  case JSON_TRUE: ms_json_bool(j, 1); break;
-  case JSON_FALSE: ms_json_bool(j, 0); break;
-  default: ms_json_null(j); break;
-  }
-}
 
 static void text_lat_line(const char *what, const struct lat_total *t) {
   printf("%s  n=%llu  ", what, (unsigned long long)t->count);

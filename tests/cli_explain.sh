@@ -8,8 +8,9 @@
 # worker 1 2x slow, a real noisy neighbour spinning on worker 1's CPU
 # (megascope interfere), and a healthy engine. A CPU culprit ("every worker's
 # CPU", or a worker whose CPU another thread shared) is the OS's own report of
-# contention and is allowed beside any answer; nothing else may be named that
-# was not injected. Runs alone (RUN_SERIAL): a
+# contention and is allowed beside any answer (and with every worker's CPU
+# shared, a worker or a request beside it is noted, not failed); nothing else
+# may be named that was not injected. Runs alone (RUN_SERIAL): a
 # concurrent test's load is interference it would rightly see. Usage errors exit 2.
 set -euo pipefail
 MS=$1
@@ -83,10 +84,14 @@ extra = [c for c in named if not any(hit(w, c) for w in wants) and not (c[0] == 
 # Every worker's CPU named: the machine runs more threads than it has CPUs (other
 # work beside the test), and explain says so; a worker whose CPU the others took
 # more of is then slower for a reason the test does not control, so a worker named
-# beside it is reported, not failed. Classes, layers and requests stay strict.
+# beside it is reported, not failed. So is a request: which CPU, cache and
+# neighbour its attention tasks met is then not the test's to say (in CI, with
+# the workers waiting 44% of the window for a CPU, one request of 732 ran its
+# attention 1.53x its batch's line for its whole life, 0.007% of the window's
+# steps). Classes, layers and devices stay strict.
 oversubscribed = any(c[0] == "cpu" and c[2] == -1 for c in named)
 if oversubscribed:
-    loose = [c for c in extra if c[0] in ("worker", "cpu")]
+    loose = [c for c in extra if c[0] in ("worker", "cpu", "request", "slot")]
     if loose:
         print("note: every worker's CPU was shared; also named:", loose)
     extra = [c for c in extra if c not in loose]

@@ -243,6 +243,20 @@ static void classes_and_layers(void) {
   expect("a class beyond its slow layer", &w, WANT("layer:layer 8", "class:blk.8.gate_up"));
 }
 
+/* Judges and checks the culprit named `name` was named for `cause`. */
+static void expect_cause(const char *what, struct world *w, const char *name, const char *cause) {
+  struct window win;
+  draw(w, &win);
+  struct ms_explain_result r;
+  CHECKF(ms_explain_judge(&win.in, &r) == 0, "%s: judge", what);
+  const char *got = NULL;
+  for (int j = 0; j < r.n_culprits; j++)
+    if (!strcmp(r.culprits[j].name, name)) got = r.culprits[j].cause;
+  CHECKF(got && !strcmp(got, cause), "%s: %s named for '%s', want '%s'", what, name, got ? got : "(not named)", cause);
+  ms_explain_result_free(&r);
+  free(win.cells);
+}
+
 static void workers_and_cpus(void) {
   struct world w;
   world_init(&w, 30, 2, 21);
@@ -269,6 +283,16 @@ static void workers_and_cpus(void) {
   world_init(&w, 30, 2, 27);
   w.os_share[0] = 0.03, w.os_share[1] = 0.09;
   expect("a thread taking 6% of worker 1's CPU", &w, 0, NULL);
+  /* a busy machine: worker 1 1.27x slow and waiting 26% for its CPU against
+   * worker 0's 13% (measured beside a build): the CPU left to it (0.74
+   * against 0.87) is why, not its own work; a worker slowed by its own work
+   * (the OS's wait level) keeps its cause */
+  world_init(&w, 30, 2, 28);
+  w.worker_factor[1] = 1.27, w.os_share[0] = 0.13, w.os_share[1] = 0.26;
+  expect_cause("worker 1 1.27x, its CPU shared", &w, "worker 1 (CPU 1)", "CPU shared with another thread");
+  world_init(&w, 30, 2, 28);
+  w.worker_factor[1] = 1.27, w.os_share[0] = w.os_share[1] = 0.13;
+  expect_cause("worker 1 1.27x, the CPUs alike", &w, "worker 1 (CPU 1)", "slow tasks");
   world_init(&w, 30, 2, 24);
   w.os_share[0] = w.os_share[1] = 0.35, w.preempt_p = 0.01;
   expect("every CPU shared", &w, WANT("cpu:every worker's CPU"));

@@ -202,10 +202,10 @@ def run_one(a, ms, model, name, kind, extra, interf, want, tmp):
     step_ns = rep["window_s"] * 1e9 / rep["steps"] if rep["steps"] else 0
     immaterial = False
     if want and not found and step_ns:
-        for kind, target in want:
-            table = {"class": "classes", "layer": "layers"}.get(kind)
+        for part, target in want:
+            table = {"class": "classes", "layer": "layers"}.get(part)
             for row in rep.get(table, []) if table else []:
-                if row.get("class", row.get("name")) == target or (kind == "layer" and "layer %s" % row.get("layer") == target):
+                if row.get("class", row.get("name")) == target or (part == "layer" and "layer %s" % row.get("layer") == target):
                     immaterial |= (row.get("excess_ns_per_step") or 0) < MIN_STEP_SHARE * step_ns
     extra_named = [c for c in culprits if not (want and any(matches(c, w, a.workers) for w in want))]
     return {"model": os.path.basename(model), "scenario": name, "kind": kind, "want": want, "found": found,

@@ -184,6 +184,11 @@ def run_one(a, ms, model, name, kind, extra, interf, want, tmp):
         if out.returncode != 0:
             raise RuntimeError("explain exited %d: %s" % (out.returncode, out.stderr[-1000:]))
         rep = json.loads(out.stdout)
+        if a.keep:
+            os.makedirs(a.keep, exist_ok=True)
+            with open(os.path.join(a.keep, "%s-%s.json" % (os.path.basename(model).split(".")[0],
+                                                            name.replace(" ", "_"))), "w") as f:
+                f.write(out.stdout)
     finally:
         stop.set()
         if side:
@@ -289,6 +294,7 @@ def main():
     ap.add_argument("--warmup", type=float, default=5)
     ap.add_argument("--only", default="", help="run the scenarios whose name contains this")
     ap.add_argument("--out", default="")
+    ap.add_argument("--keep", default="", help="write each run's whole explain report into this folder")
     ap.add_argument("--calibrate", action="store_true", help="print confidence.c's table from these answers")
     ap.add_argument("--report", default="", help="score an earlier --out file instead of running")
     a = ap.parse_args()

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Vector kernels: the AVX2/FMA path against the portable one, f32 and bf16,
  * with batch sizes and widths that leave tails; bf16 rounding; the gated
- * FFN's activations against a double reference on both paths. */
+ * FFN's activations against a double reference on both paths; attention's
+ * runs over a KV page. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -67,6 +68,40 @@ static void test_dot_and_norm(void) {
   for (int i = 0; i < 131; i++) CHECK(fabs(out[i] - a[i] * inv * w[i]) < 1e-5);
 }
 
+/* The attention runs over positions `ld` floats apart: the scores equal
+ * ms_vec_dot's bit for bit, and the weighted sum of value rows (added to what
+ * o held) a double reference, on both paths, for head widths that leave every
+ * tail (a 64-column block, 8-column vectors, single columns). */
+static void test_attention_runs(void) {
+  enum { N = 37, LD = 300 };
+  static float k[N * LD], v[N * LD];
+  uint64_t s = 11;
+  for (int i = 0; i < N * LD; i++) k[i] = frand(&s), v[i] = frand(&s);
+  const int widths[] = {64, 256, 72, 136, 13, 5};
+  for (int portable = 0; portable < 2; portable++) {
+    ms_vec_force_portable(portable);
+    for (size_t wi = 0; wi < sizeof widths / sizeof *widths; wi++) {
+      int hd = widths[wi];
+      float q[256], sc[N], w[N], o[256];
+      double ref[256];
+      for (int i = 0; i < hd; i++) q[i] = frand(&s), o[i] = ref[i] = frand(&s);
+      ms_vec_dot_run(q, k + 3, LD, N, hd, 0.125f, sc);
+      int same = 1;
+      for (int p = 0; p < N; p++) same &= sc[p] == ms_vec_dot(q, k + 3 + (size_t)p * LD, hd) * 0.125f;
+      CHECKF(same, "dot run, hd %d, portable %d", hd, portable);
+      for (int p = 0; p < N; p++) w[p] = 0.5f + 0.5f * frand(&s);
+      ms_vec_axpy_run(o, w, v + 3, LD, N, hd);
+      double err = 0;
+      for (int i = 0; i < hd; i++) {
+        for (int p = 0; p < N; p++) ref[i] += (double)w[p] * v[3 + (size_t)p * LD + i];
+        err = fmax(err, fabs(o[i] - ref[i]));
+      }
+      CHECKF(err < 1e-4, "axpy run, hd %d, portable %d: error %g", hd, portable, err);
+    }
+  }
+  ms_vec_force_portable(0);
+}
+
 static void test_bf16(void) {
   CHECK(ms_f32_to_bf16(1.0f) == 0x3f80);
   CHECK(ms_bf16_to_f32(0x3f80) == 1.0f);
@@ -124,6 +159,7 @@ int main(void) {
   test_gemv(MS_DTYPE_F32);
   test_gemv(MS_DTYPE_BF16);
   test_dot_and_norm();
+  test_attention_runs();
   test_bf16();
   test_glu();
   TEST_MAIN_END();

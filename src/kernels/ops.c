@@ -199,6 +199,13 @@ static float *kv_at(const struct ms_exec_ctx *x, float *pool, int layer, int row
                  (size_t)(pos % x->page_size)) * kvdim;
 }
 
+/* The first position past p's KV page, or n: the positions of one page lie
+ * one row apart. */
+static int page_end(const struct ms_exec_ctx *x, int p, int n) {
+  int next = (p / x->page_size + 1) * x->page_size;
+  return next < n ? next : n;
+}
+
 /* q/k norm (qwen3, gemma3), RoPE (the layer's base) on the group's q heads and its k head, KV append. */
 static void rope(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                  const struct ms_weight *const *w) {
@@ -245,16 +252,22 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
   const float *q = ms_buf_row(x, k->in, 0, r) + kh * group * hd;
   int n = x->meta.row_pos[r] + 1, p0 = ms_layer_attn_first(c, k->layer, n);
   float *s = x->scratch[worker], scale = ms_attn_scale(c);
+  size_t ld = (size_t)c->n_kv_heads * (size_t)hd;  /* one position's K (or V) row to the next */
   for (int g = 0; g < group; g++) {
     float mx = -INFINITY, sum = 0.0f;
-    for (int p = p0; p < n; p++) {
-      s[p] = ms_vec_dot(q + g * hd, kv_at(x, x->k_pool, k->layer, r, p) + kh * hd, hd) * scale;
-      if (s[p] > mx) mx = s[p];
+    for (int p = p0, end; p < n; p = end) {  /* a page at a time: its positions lie ld apart */
+      end = page_end(x, p, n);
+      ms_vec_dot_run(q + g * hd, kv_at(x, x->k_pool, k->layer, r, p) + kh * hd, ld, end - p, hd, scale, s + p);
     }
+    for (int p = p0; p < n; p++) mx = s[p] > mx ? s[p] : mx;
     for (int p = p0; p < n; p++) sum += (s[p] = expf(s[p] - mx));
+    for (int p = p0; p < n; p++) s[p] /= sum;
     float *o = out + g * hd;
     memset(o, 0, sizeof(float) * (size_t)hd);
-    for (int p = p0; p < n; p++) ms_vec_axpy(o, s[p] / sum, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, hd);
+    for (int p = p0, end; p < n; p = end) {
+      end = page_end(x, p, n);
+      ms_vec_axpy_run(o, s + p, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, ld, end - p, hd);
+    }
   }
 }
 

@@ -152,6 +152,51 @@ void ms_vec_axpy(float *y, float a, const float *x, int n) {
   for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
 
+#ifdef MS_X86
+/* o[c0, c0 + 8 * nv) += w[p] * v[p] over the run: nv <= 8 accumulators, so a
+ * run reads o once and writes it once. */
+__attribute__((target("avx2,fma"))) static inline void axpy_block(float *o, const float *w, const float *v,
+                                                                  size_t ld, int n, int nv) {
+  __m256 acc[8];
+  for (int j = 0; j < nv; j++) acc[j] = _mm256_loadu_ps(o + 8 * j);
+  for (int p = 0; p < n; p++) {
+    __m256 a = _mm256_broadcast_ss(w + p);
+    const float *vp = v + (size_t)p * ld;
+    for (int j = 0; j < nv; j++) acc[j] = _mm256_fmadd_ps(a, _mm256_loadu_ps(vp + 8 * j), acc[j]);
+  }
+  for (int j = 0; j < nv; j++) _mm256_storeu_ps(o + 8 * j, acc[j]);
+}
+
+__attribute__((target("avx2,fma"))) static void axpy_run_avx2(float *o, const float *w, const float *v, size_t ld,
+                                                              int n, int hd) {
+  int c = 0;
+  for (; c + 64 <= hd; c += 64) axpy_block(o + c, w, v + c, ld, n, 8);
+  if (c + 8 <= hd) axpy_block(o + c, w, v + c, ld, n, (hd - c) / 8);
+  for (c += (hd - c) / 8 * 8; c < hd; c++)
+    for (int p = 0; p < n; p++) o[c] += w[p] * v[(size_t)p * ld + c];
+}
+#endif
+
+void ms_vec_dot_run(const float *q, const float *k, size_t ld, int n, int hd, float scale, float *s) {
+#ifdef MS_X86
+  if (use_simd) {
+    for (int p = 0; p < n; p++) s[p] = dot_avx2(q, k + (size_t)p * ld, hd) * scale;
+    return;
+  }
+#endif
+  for (int p = 0; p < n; p++) s[p] = ms_vec_dot(q, k + (size_t)p * ld, hd) * scale;
+}
+
+void ms_vec_axpy_run(float *o, const float *w, const float *v, size_t ld, int n, int hd) {
+#ifdef MS_X86
+  if (use_simd) {
+    axpy_run_avx2(o, w, v, ld, n, hd);
+    return;
+  }
+#endif
+  for (int p = 0; p < n; p++) ms_vec_axpy(o, w[p], v + (size_t)p * ld, hd);
+}
+
 void ms_vec_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
   float ss = 0.0f;
   for (int i = 0; i < n; i++) ss += x[i] * x[i];

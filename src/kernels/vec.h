@@ -24,6 +24,13 @@ float ms_vec_dot(const float *a, const float *b, int n);
 /* y += a * x */
 void ms_vec_axpy(float *y, float a, const float *x, int n);
 
+/* Attention over one run of positions whose rows lie `ld` floats apart (one
+ * KV page): s[p] = scale * q . k[p] for p in [0, n), each dot as ms_vec_dot
+ * computes it; and o[0, hd) += w[p] * v[p] over the run, in position order
+ * (o held in registers across the run, 64 columns at a time). */
+void ms_vec_dot_run(const float *q, const float *k, size_t ld, int n, int hd, float scale, float *s);
+void ms_vec_axpy_run(float *o, const float *w, const float *v, size_t ld, int n, int hd);
+
 /* out = x * w / rms(x) */
 void ms_vec_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 

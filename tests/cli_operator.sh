@@ -24,7 +24,9 @@ fail() { echo "FAILED: $*"; exit 1; }
 pass=0
 ok() { pass=$((pass + 1)); }
 
-start_serve op --synthetic tiny --workers 2 --batch 8 --detached-retention 1 --control-idle 1
+# retention 8 s: the replaced generations must still be there when /metrics is
+# scraped after a completion (1 s was too short on a loaded machine)
+start_serve op --synthetic tiny --workers 2 --batch 8 --detached-retention 8 --control-idle 1
 "$MS" schema --socket "$SOCK" >"$tmp/schema.json"
 python3 - "$tmp/schema.json" <<'PY' || fail "schema buckets"
 import json, sys
@@ -80,9 +82,9 @@ ID2=$("$MS" attach --socket "$SOCK" "$MON/class_time.bpf.o")
 if "$MS" maps --socket "$SOCK" "$ID2" --release >/dev/null 2>"$tmp/err"; then fail "--release of an attached one"; fi
 grep -q "is attached" "$tmp/err" || fail "no 'is attached' message: $(cat "$tmp/err")"
 ok
-# left alone, a detached attachment is freed after the retention (1 s here)
+# left alone, a detached attachment is freed after the retention (8 s here)
 "$MS" detach --socket "$SOCK" "$ID2" >/dev/null
-for _ in $(seq 1 100); do
+for _ in $(seq 1 300); do
   "$MS" ls --socket "$SOCK" --json >"$tmp/ls.json"
   python3 -c "import json,sys; sys.exit(0 if not json.load(open(sys.argv[1]))['attachments'] else 1)" "$tmp/ls.json" \
     && break

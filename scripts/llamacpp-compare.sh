@@ -49,7 +49,8 @@
 # because these machines are shared and noisy.
 #
 # Environment: MS (default build/megascope), MODEL (default: scripts/get-smollm2.sh),
-# THREADS (default: nproc), STEPS (default 32), BATCHES (default "1 8"), REPS (default 3),
+# THREADS (default: nproc), STEPS (default 32), BATCHES (default "1 8"), REPS (default 3), WHATS (bench:
+# default "decode1 decode8 prompt"),
 # MS_LOGITS_ARGS (extra options to `megascope model logits`, e.g. --f32-activations for
 # the exact path; default none: megascope's default, 8-bit activations as llama.cpp's),
 # KEEP_LOGITS (a folder: logits mode leaves ms.bin, lc.bin and ids.txt there),
@@ -171,7 +172,7 @@ tools_bench() {
   printf '| what | threads | megascope tokens/s (median, range) | llama.cpp tokens/s (median, range) | megascope / llama.cpp |\n'
   printf '|---|---:|---:|---:|---:|\n'
   for T in ${THREADS_LIST:-1 2}; do
-    for what in decode1 decode8 prompt; do
+    for what in ${WHATS:-decode1 decode8 prompt}; do
       ms_all=() lc_all=()
       for _ in $(seq "$REPS"); do
         ms_all+=("$(ms_once "$what" "$T")")

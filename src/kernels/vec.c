@@ -232,22 +232,24 @@ __attribute__((target("avx2,fma"))) static inline __m256 exp256(__m256 x) {
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 
+__attribute__((target("avx2,fma"))) static inline __m256 glu8(__m256 gv, __m256 uv, int gelu) {
+  __m256 k = gv;
+  if (gelu) {
+    __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(gv, gv), gv);
+    k = _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608f), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, gv));
+  }
+  __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp256(_mm256_sub_ps(_mm256_setzero_ps(), k)));
+  return _mm256_mul_ps(_mm256_div_ps(gv, den), uv);
+}
+
 __attribute__((target("avx2,fma"))) static void glu_avx2(float *out, const float *g, const float *u, int n, int gelu) {
   int i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256 gv = _mm256_loadu_ps(g + i), k = gv;
-    if (gelu) {
-      __m256 g3 = _mm256_mul_ps(_mm256_mul_ps(gv, gv), gv);
-      k = _mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608f), _mm256_fmadd_ps(_mm256_set1_ps(0.044715f), g3, gv));
-    }
-    __m256 den = _mm256_add_ps(_mm256_set1_ps(1.0f), exp256(_mm256_sub_ps(_mm256_setzero_ps(), k)));
-    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_div_ps(gv, den), _mm256_loadu_ps(u + i)));
-  }
-  if (i < n) {  /* the tail through the same lanes: each element's value is its own */
-    float gt[8] = {0}, ut[8] = {0}, ot[8];
-    for (int j = i; j < n; j++) gt[j - i] = g[j], ut[j - i] = u[j];
-    glu_avx2(ot, gt, ut, 8, gelu);
-    for (int j = i; j < n; j++) out[j] = ot[j - i];
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, glu8(_mm256_loadu_ps(g + i), _mm256_loadu_ps(u + i), gelu));
+  if (i < n) {  /* the tail through the same lanes, masked (each element's value is its own; a copy
+                 * through a stack buffer stalled its load on the copy's stores: a quarter of the time
+                 * here on Gemma-3's runs of 4 mod 8 columns) */
+    __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    _mm256_maskstore_ps(out + i, m, glu8(_mm256_maskload_ps(g + i, m), _mm256_maskload_ps(u + i, m), gelu));
   }
 }
 #endif

@@ -10,6 +10,9 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,22 +412,54 @@ static struct ms_weight *matrix(struct ms_model *m, int i) {
 
 static size_t packed_span(const struct ms_weight *w) { return (ms_quant_packed_bytes(w) + 63) & ~(size_t)63; }
 
+/* The matrices repacked by several threads at once, each taking the next
+ * matrix not yet taken: a matrix's packed bytes are its own span, so the
+ * threads share nothing but the counter. */
+struct repack_job {
+  struct ms_model *m;
+  uint8_t *buf;
+  const size_t *at;  /* [n]: each matrix's span in buf */
+  int n;
+  atomic_int next;
+};
+
+static void *repack_thread(void *arg) {
+  struct repack_job *j = arg;
+  for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
+    struct ms_weight *w = matrix(j->m, i);
+    if (packed_span(w)) ms_quant_repack(w, j->buf + j->at[i]);
+  }
+  return NULL;
+}
+
+/* As many threads as this process may run on (taskset counts), at most 8. */
+static int repack_threads(void) {
+  cpu_set_t set;
+  int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+  return n < 1 ? 1 : n > 8 ? 8 : n;
+}
+
 int ms_model_repack(struct ms_model *m) {
   if (m->packed || !m->layers) return 0;
   int n = 1 + 7 * m->cfg.n_layers;
-  size_t total = 0;
-  for (int i = 0; i < n; i++) total += packed_span(matrix(m, i));
-  if (!total) return 0;
-  uint8_t *buf = aligned_alloc(64, total);
-  if (!buf) return -ENOMEM;
-  for (size_t i = 0, at = 0; i < (size_t)n; i++) {
-    struct ms_weight *w = matrix(m, (int)i);
-    size_t b = packed_span(w);
-    if (!b) continue;
-    ms_quant_repack(w, buf + at);
-    w->packed = buf + at;
-    at += b;
+  size_t total = 0, *at = malloc((size_t)n * sizeof *at);
+  if (!at) return -ENOMEM;
+  for (int i = 0; i < n; i++) at[i] = total, total += packed_span(matrix(m, i));
+  uint8_t *buf = total ? aligned_alloc(64, total) : NULL;
+  if (!buf) {
+    free(at);
+    return total ? -ENOMEM : 0;
   }
+  struct repack_job job = {.m = m, .buf = buf, .at = at, .n = n};
+  atomic_init(&job.next, 0);
+  pthread_t th[8];
+  int started = 0, want = repack_threads();
+  while (started < want - 1 && !pthread_create(&th[started], NULL, repack_thread, &job)) started++;
+  repack_thread(&job);  /* this thread too; with no other, it does them all */
+  for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
+  for (int i = 0; i < n; i++)
+    if (packed_span(matrix(m, i))) matrix(m, i)->packed = buf + at[i];
+  free(at);
   m->packed = buf;
   return 0;
 }

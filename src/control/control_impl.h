@@ -58,6 +58,8 @@ struct cclient {
     long long id;
     char name[64];
     struct ms_attach_opts ao;
+    void *obj;          /* the object's bytes, carried to the other ranks of an engine across ranks */
+    size_t obj_len;
   } load;
 };
 
@@ -116,6 +118,8 @@ void ms_control_reply_error(struct creply *r, int code, const char *log, const c
 /* Read-only descriptors of attachment id's current maps (mapfds.c): the count
  * (at most max), names filled; or a negative error. */
 int ms_control_map_fds(struct ms_engine *e, int id, int *fds, char (*names)[64], int max);
+/* The same for rank r of an engine across ranks (0: its own). */
+int ms_control_map_fds_of_rank(struct ms_engine *e, int id, int rank, int *fds, char (*names)[64], int max);
 /* Read-write descriptors of attachment id's current ring-buffer maps, for a
  * consumer (records.c), with "maps": [{name, ring_bytes, decoded, record,
  * size, fields}] written into j (inside an object); the count (at most max),

@@ -16,7 +16,7 @@ const struct ms_control_command ms_control_commands[] = {
     {"replace", FIELDS("id", "object", "name", BUDGET)},
     {"detach", FIELDS("id")},
     {"list", FIELDS("id")},
-    {"maps", FIELDS("id", "fds", "release")},
+    {"maps", FIELDS("id", "fds", "release", "rank")},
     {"schema", FIELDS("rows")},
     {"stats", FIELDS("recent")},
     {"trace", FIELDS("seconds", "records_per_worker", "format", "max_events", "max_bytes")},

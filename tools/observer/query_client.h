@@ -20,6 +20,12 @@ struct live {
   size_t n_readers;
   struct ms_query_maps src;
   int timeout_ms;             /* live_coverage's wait for the engine (0: 30 s) */
+  /* an engine across ranks: readers holds n_ranks x the query's maps, rank
+   * after rank, and src merges the ranks (ms_query_maps_of_union) */
+  int n_ranks;
+  struct ms_query_maps *rank_src;  /* [n_ranks] */
+  struct ms_query_union u;
+  struct ms_coverage *rank_cov;    /* [n_ranks] each rank's, as live_coverage last read them */
 };
 
 /* The engine's schema, for compiling (prints why and returns NULL). */

@@ -108,9 +108,7 @@ int ms_engine_attach_write_json(struct ms_engine *e, int id, struct ms_json *j);
  * transport; these calls wait for it (up to a step and the transport's
  * timeout). Elsewhere the engine is its one rank and they do nothing. */
 
-/* The ranks an attachment of this engine reaches: the transport's size on a
- * leading rank 0, else 1. */
-int ms_engine_ranks(const struct ms_engine *e);
+/* (ms_engine_ranks, the ranks an attachment reaches, is in megascope/engine.h.) */
 /* Carries attachment id, just attached here from object obj (size bytes,
  * named name, attached with o), to every other rank. 0; or a negative error
  * with the refusing rank named in log ("rank 1: ..." and its verifier's log),
@@ -132,7 +130,8 @@ int ms_engine_ranks_held(struct ms_engine *e, int rank);
 int ms_engine_ranks_coverage(struct ms_engine *e, int id, int rank, struct ms_coverage *out);
 /* ms_engine_attach_visit for rank r: rank 0's own maps, or another rank's as
  * last read (copies in this process, whose memfds a reader maps like the
- * engine's own; ring buffers are not copied: theirs stay empty). */
+ * engine's own; ring buffers are not copied: theirs stay empty). fn runs
+ * under the lock of those copies and must not call this API back. */
 int ms_engine_ranks_visit(struct ms_engine *e, int id, int rank,
                           int (*fn)(const struct ms_attach_view *v, void *arg), void *arg);
 

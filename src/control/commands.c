@@ -20,6 +20,7 @@
 #include "megascope/hook.h"
 #include "megascope/json.h"
 #include "megascope/attach.h"
+#include "megascope/bpf.h"
 #include "megascope/plan.h"
 #include "megascope/telemetry.h"
 
@@ -536,6 +537,36 @@ static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, stru
   free(info);
 }
 
+/* Across ranks, the text of "maps" goes on with every other rank's maps,
+ * decoded as rank 0's are, as rank 0 read them just now (merged, they are
+ * what `megascope query` prints). */
+struct rank_text {
+  int rank;
+  const char *name;
+  struct ms_coverage cov;
+  const struct ms_plan *plan;
+  FILE *f;
+};
+
+/* Under the lock of the engine's copies: calls nothing of the engine. */
+static int rank_text(const struct ms_attach_view *v, void *arg) {
+  struct rank_text *rt = arg;
+  fprintf(rt->f, "rank %d: ", rt->rank);
+  return ms_monitor_write_maps(rt->name, v->maps, v->n_maps, v->n_maps ? ms_bpf_map_workers(v->maps[0]) : 1,
+                               &rt->cov, rt->plan, rt->f, 0);
+}
+
+static void write_ranks_text(struct ms_control *c, int id, FILE *f) {
+  int n = ms_engine_ranks(c->e);
+  char name[64] = "";
+  if (n < 2 || ms_engine_ranks_sync(c->e) || ms_engine_attach_generation(c->e, id, 0, name, sizeof name, NULL))
+    return;
+  for (int rank = 1; rank < n; rank++) {
+    struct rank_text rt = {rank, name, {0}, ms_engine_plan(c->e, 1), f};
+    if (!ms_engine_ranks_coverage(c->e, id, rank, &rt.cov)) ms_engine_ranks_visit(c->e, id, rank, rank_text, &rt);
+  }
+}
+
 /* Across ranks, "maps" with "rank": r > 0 hands over rank r's maps as rank
  * 0 read them just now (its copies of them; megascope/attach.h). */
 static void maps_of_rank(struct ms_control *c, long long id, int rank, int want_fds, struct creply *r) {
@@ -605,6 +636,7 @@ static void cmd_maps(struct ms_control *c, struct cclient *cl, json_t *req, stru
   FILE *tf = open_memstream(&text, &text_len);
   if (tf) {
     ms_engine_attach_write(c->e, (int)id, tf, 0);
+    write_ranks_text(c, (int)id, tf);
     fclose(tf);
   }
   FILE *f = reply_open(r);
@@ -743,23 +775,75 @@ static void write_latency(struct ms_json *j, const char *key, const struct ms_hi
 
 /* What the OS says of each worker thread (ms_engine_worker_os): explain
  * takes a window's difference to tell a shared CPU from slow tasks. */
+static void write_os(struct ms_json *j, int w, const struct ms_worker_os *os, int known) {
+  ms_json_obj_begin(j);
+  ms_json_kint(j, "worker", w);
+  ms_json_kint(j, "pinned_cpu", os->pinned_cpu);
+  ms_json_kint(j, "last_cpu", os->last_cpu);
+  ms_json_kbool(j, "known", known);
+  ms_json_kuint(j, "run_ns", os->run_ns);
+  ms_json_kuint(j, "runqueue_ns", os->runqueue_ns);
+  ms_json_kuint(j, "preempted", os->preempted);
+  ms_json_obj_end(j);
+}
+
 static void write_worker_os(struct ms_json *j, const struct ms_engine *e, int n) {
   ms_json_key(j, "worker_os");
   ms_json_arr_begin(j);
   for (int w = 0; w < n; w++) {
     struct ms_worker_os os;
     int rc = ms_engine_worker_os(e, w, &os);
+    write_os(j, w, &os, rc == 0);
+  }
+  ms_json_arr_end(j);
+}
+
+/* Across ranks: each rank's own counters ("ranks": workers, tasks, stalls,
+ * its communication, its workers' OS view) and the whole engine's ("engine":
+ * their sums). Steps, tokens and requests above are already the whole
+ * engine's (rank 0 decides them); workers, tasks, stalls and worker_os above
+ * stay rank 0's, which explain reads with its query on rank 0's workers. */
+static void write_ranks_stats(struct ms_engine *e, struct ms_json *j) {
+  int n = ms_engine_ranks(e);
+  uint64_t workers = 0, tasks = 0, stalls = 0, wait_ns = 0, received = 0;
+  if (n < 2 || ms_engine_ranks_read_stats(e)) return;
+  ms_json_key(j, "ranks");
+  ms_json_arr_begin(j);
+  for (int rank = 0; rank < n; rank++) {
+    struct ms_engine_stats st;
+    struct ms_comm_stats cs;
+    struct ms_worker_os os[64];
+    int nw = ms_engine_rank_stats(e, rank, &st, &cs, os, 64);
+    if (nw < 0) continue;
+    workers += (uint64_t)nw, tasks += st.tasks, stalls += st.stalls, wait_ns += cs.wait_ns, received += cs.received;
     ms_json_obj_begin(j);
-    ms_json_kint(j, "worker", w);
-    ms_json_kint(j, "pinned_cpu", os.pinned_cpu);
-    ms_json_kint(j, "last_cpu", os.last_cpu);
-    ms_json_kbool(j, "known", rc == 0);
-    ms_json_kuint(j, "run_ns", os.run_ns);
-    ms_json_kuint(j, "runqueue_ns", os.runqueue_ns);
-    ms_json_kuint(j, "preempted", os.preempted);
+    ms_json_kint(j, "rank", rank);
+    ms_json_kint(j, "workers", nw);
+    ms_json_kuint(j, "tasks", st.tasks);
+    ms_json_kuint(j, "stalls", st.stalls);
+    ms_json_key(j, "comm");
+    ms_json_obj_begin(j);
+    ms_json_kuint(j, "sent", cs.sent);
+    ms_json_kuint(j, "received", cs.received);
+    ms_json_kuint(j, "bytes_received", cs.bytes_received);
+    ms_json_kuint(j, "wait_ns", cs.wait_ns);
+    ms_json_obj_end(j);
+    ms_json_key(j, "worker_os");
+    ms_json_arr_begin(j);
+    for (int w = 0; w < nw && w < 64; w++) write_os(j, w, &os[w], os[w].last_cpu >= 0);
+    ms_json_arr_end(j);
     ms_json_obj_end(j);
   }
   ms_json_arr_end(j);
+  ms_json_key(j, "engine");
+  ms_json_obj_begin(j);
+  ms_json_kint(j, "ranks", n);
+  ms_json_kuint(j, "workers", workers);
+  ms_json_kuint(j, "tasks", tasks);
+  ms_json_kuint(j, "stalls", stalls);
+  ms_json_kuint(j, "comm_received", received);
+  ms_json_kuint(j, "comm_wait_ns", wait_ns);
+  ms_json_obj_end(j);
 }
 
 static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
@@ -817,6 +901,7 @@ static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, str
     ms_json_kuint(&j, "idle_closed", cs.idle_closed);
     ms_json_obj_end(&j);
     write_worker_os(&j, c->e, st.n_workers);
+    write_ranks_stats(c->e, &j);
     ms_json_obj_end(&j);
   }
   reply_close(r, f);

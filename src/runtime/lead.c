@@ -148,8 +148,8 @@ void ms_rt_lead_idle(struct ms_engine *e) {
   char b[32];
   if (rc)
     ms_rt_lead_failed(e, "rank 0: %s did not take an idle step header (before step %" PRIu64 ") within %d ms: %s\n",
-                who(peer, b, sizeof b), e->next_step, timeout_ms(e),
-                rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
+                      who(peer, b, sizeof b), e->next_step, timeout_ms(e),
+                      rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
 }
 
 int ms_rt_lead_send(struct ms_engine *e, int admitted) {
@@ -186,8 +186,8 @@ int ms_rt_lead_send(struct ms_engine *e, int admitted) {
   char b[32];
   if (rc)
     ms_rt_lead_failed(e, "rank 0: %s did not take step %" PRIu64 "'s header (its admissions, retirements and tokens) "
-                "within %d ms: %s\n", who(peer, b, sizeof b), e->next_step, timeout_ms(e),
-                rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
+                      "within %d ms: %s\n", who(peer, b, sizeof b), e->next_step, timeout_ms(e),
+                      rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
   return rc;
 }
 
@@ -210,8 +210,8 @@ static int follow_tokens(struct ms_engine *e, const int32_t *p, int n) {
     int have = r ? atomic_load_explicit(&r->n_tokens, memory_order_relaxed) : -1;
     if (!r || (cnt != have && (cnt != have + 1 || cnt > r->max_new || tok < 0 || tok >= e->m->cfg.vocab))) {
       ms_rt_lead_failed(e, "rank %d: step %" PRIu64 ": rank 0 drew its token %d for slot %d, which holds %s here%s\n",
-                  e->rank, e->next_step, cnt, s, r ? "a request" : "no request",
-                  r ? " with another count: the ranks diverged" : ": the ranks diverged");
+                        e->rank, e->next_step, cnt, s, r ? "a request" : "no request",
+                        r ? " with another count: the ranks diverged" : ": the ranks diverged");
       return -EPROTO;
     }
     if (cnt == have) continue;
@@ -238,22 +238,23 @@ static int follow_admit(struct ms_engine *e, const int32_t *p, const int32_t *en
     struct ms_request *r = ms_rt_request_follow(e, p, n_prompt, max_new, record != 0);
     if (!r) {
       ms_rt_lead_failed(e, "rank %d: no memory for rank 0's request in slot %d (step %" PRIu64 ")\n", e->rank, s,
-                  e->next_step);
+                        e->next_step);
       return -ENOMEM;
     }
     p += n_prompt;
     ms_rt_admit_into(e, s, r);
     e->admit_slots[(*admitted)++] = s;
     if (e->slots[s].pos != pos) {
-      ms_rt_lead_failed(e, "rank %d: step %" PRIu64 ": rank 0's prefix cache gave slot %d's request %d cached positions, "
-                  "this rank's %d: the ranks diverged\n", e->rank, e->next_step, s, pos, e->slots[s].pos);
+      ms_rt_lead_failed(e, "rank %d: step %" PRIu64 ": rank 0's prefix cache gave slot %d's request %d cached "
+                        "positions, this rank's %d: the ranks diverged\n", e->rank, e->next_step, s, pos,
+                        e->slots[s].pos);
       return -EPROTO;
     }
   }
   return 0;
 bad:
   ms_rt_lead_failed(e, "rank %d: step %" PRIu64 "'s header from rank 0 holds an admission this rank cannot take\n",
-              e->rank, e->next_step);
+                    e->rank, e->next_step);
   return -EPROTO;
 }
 
@@ -266,7 +267,7 @@ static int follow_apply(struct ms_engine *e, size_t words, int *retired, int *ad
       n_ret > n_slots || n_adm < 0 || n_adm > n_slots ||
       (size_t)(end - h) < HDR_WORDS + (size_t)n_tok * 3 + (size_t)n_ret + (size_t)n_slots) {
     ms_rt_lead_failed(e, "rank %d: rank 0's header is for step %" PRIu64 " of %d slots, this rank is at step %" PRIu64
-                " of %d: the ranks diverged\n", e->rank, step, n_slots, e->next_step, e->n_slots);
+                      " of %d: the ranks diverged\n", e->rank, step, n_slots, e->next_step, e->n_slots);
     return -EPROTO;
   }
   const int32_t *p = h + HDR_WORDS;
@@ -274,8 +275,8 @@ static int follow_apply(struct ms_engine *e, size_t words, int *retired, int *ad
   p += 3 * n_tok;
   for (int i = 0; i < n_ret; i++, p++) {
     if (*p < 0 || *p >= e->n_slots || !e->slots[*p].req) {
-      ms_rt_lead_failed(e, "rank %d: step %" PRIu64 ": rank 0 retired slot %d, empty here: the ranks diverged\n", e->rank,
-                  e->next_step, *p);
+      ms_rt_lead_failed(e, "rank %d: step %" PRIu64 ": rank 0 retired slot %d, empty here: the ranks diverged\n",
+                        e->rank, e->next_step, *p);
       return -EPROTO;
     }
     e->slots[*p].finishing = 1;  /* retired below, as rank 0 retired it */
@@ -290,7 +291,7 @@ static int follow_apply(struct ms_engine *e, size_t words, int *retired, int *ad
     int c = chunks[s];
     if (sl->req ? c < 1 || sl->pos + c > sl->req->n_prompt + sl->req->max_new : c != 0) {
       ms_rt_lead_failed(e, "rank %d: step %" PRIu64 ": rank 0 gives slot %d %d rows, which does not fit it here: the "
-                  "ranks diverged\n", e->rank, e->next_step, s, c);
+                        "ranks diverged\n", e->rank, e->next_step, s, c);
       return -EPROTO;
     }
     sl->chunk = c;
@@ -311,13 +312,13 @@ int ms_rt_follow(struct ms_engine *e, int *retired, int *admitted) {
     if (rc == -EMSGSIZE) {
       if (!hdr_room(e, got / sizeof *e->hdr + 1)) continue;
       ms_rt_lead_failed(e, "rank %d: no memory for rank 0's header of %zu bytes (step %" PRIu64 ")\n", e->rank, got,
-                  e->next_step);
+                        e->next_step);
       return 0;
     }
     if (rc) {
       ms_rt_lead_failed(e, "rank %d: rank 0 sent no step header for %" PRIu64 " ms (it sends one at least every second "
-                  "while it runs, idle or not), before step %" PRIu64 ": %s\n", e->rank, waited, e->next_step,
-                  rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
+                        "while it runs, idle or not), before step %" PRIu64 ": %s\n", e->rank, waited, e->next_step,
+                        rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
       return 0;
     }
     waited = 0;
@@ -328,8 +329,8 @@ int ms_rt_follow(struct ms_engine *e, int *retired, int *admitted) {
       continue;
     }
     if (got < HDR_WORDS * sizeof *e->hdr || e->hdr[0] != HDR_MAGIC) {
-      ms_rt_lead_failed(e, "rank %d: rank 0 sent %zu bytes that are no step header (before step %" PRIu64 ")\n", e->rank,
-                  got, e->next_step);
+      ms_rt_lead_failed(e, "rank %d: rank 0 sent %zu bytes that are no step header (before step %" PRIu64 ")\n",
+                        e->rank, got, e->next_step);
       return 0;
     }
     if (e->hdr[1] == HDR_IDLE) continue;

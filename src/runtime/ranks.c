@@ -43,7 +43,7 @@
 #include "megascope/transport.h"
 #include "runtime/runtime_impl.h"
 
-enum { OP_NONE = 0, OP_ATTACH = 1, OP_DETACH = 2, OP_SYNC = 3 };
+enum { OP_NONE = 0, OP_ATTACH = 1, OP_DETACH = 2, OP_SYNC = 3, OP_STATS = 4 };
 
 #define CTL_WORDS 4          /* magic, kind CTL, op, id (attach, detach) or count (sync) */
 #define ATTACH_WORDS 6       /* max_per_step, sample_every, interpret, ringbuf_bytes (2), object size */
@@ -56,6 +56,15 @@ struct carried {
   struct ms_bpf_map **mir;   /* [size][MAX_MAPS]: rank r's maps as last read (row 0 unused) */
   struct ms_coverage *cov;   /* [size]: rank r's coverage as last read */
   uint8_t *seen;             /* [size]: rank r answered for it */
+};
+
+/* Another rank's counters, as its last answer to a stats read gave them. */
+struct rank_stats {
+  int have;
+  struct ms_engine_stats st;
+  struct ms_comm_stats cs;
+  int n_os;
+  struct ms_worker_os *os;   /* [n_os] */
 };
 
 struct ms_ranks {
@@ -73,6 +82,7 @@ struct ms_ranks {
   struct carried *att;
   int n_att;
   int held[64];              /* rank r's attachments held, as its last answer said (-1: none yet) */
+  struct rank_stats stats[64];
   /* a follower: rank 0's attachment ids against this rank's (worker 0 alone) */
   int (*local)[2];
   int n_local;
@@ -107,6 +117,7 @@ void ms_rt_ranks_free(struct ms_engine *e) {
   struct ms_ranks *r = e->ranks;
   if (!r) return;
   for (int i = 0; i < r->n_att; i++) carried_free(r, &r->att[i]);
+  for (int p = 0; p < 64; p++) free(r->stats[p].os);
   free(r->att);
   free(r->local);
   free(r->msg);
@@ -258,6 +269,25 @@ static void follow_detach(struct ms_engine *e, int id0, struct buf *ans) {
   local_forget(e->ranks, id0);
 }
 
+/* This rank's counters: (stats, comm stats, n workers, pad, each worker's
+ * ms_worker_os); raw structs: every rank runs the same executable (the launch
+ * check). */
+static void follow_stats(struct ms_engine *e, struct buf *ans) {
+  struct ms_engine_stats st;
+  struct ms_comm_stats cs;
+  ms_engine_get_stats(e, &st);
+  ms_engine_comm_stats(e, &cs);
+  put(ans, &st, sizeof st);
+  put(ans, &cs, sizeof cs);
+  put32(ans, e->n_workers);
+  put32(ans, 0);
+  for (int w = 0; w < e->n_workers; w++) {
+    struct ms_worker_os os = {.pinned_cpu = -1, .last_cpu = -1};
+    ms_engine_worker_os(e, w, &os);
+    put(ans, &os, sizeof os);
+  }
+}
+
 int ms_rt_ranks_follow(struct ms_engine *e, size_t bytes) {
   struct cur c = {(const uint8_t *)e->hdr, (const uint8_t *)e->hdr + bytes, 0};
   const int32_t *h = take(&c, CTL_WORDS * 4);
@@ -273,10 +303,11 @@ int ms_rt_ranks_follow(struct ms_engine *e, size_t bytes) {
       if (!c.bad) follow_state(e, id0, &ans);
     }
   }
+  if (op == OP_STATS) follow_stats(e, &ans);
   if (op == OP_DETACH || op == OP_SYNC) {  /* what this rank holds after it, for rank 0's list */
     put32(&ans, -1);
     put32(&ans, ms_engine_attach_count(e));
-  } else if (op != OP_ATTACH) {
+  } else if (op != OP_ATTACH && op != OP_STATS) {
     c.bad = 1;
   }
   if (c.bad || ans.oom) {
@@ -421,6 +452,22 @@ static int lead_detach(struct ms_engine *e, int id) {
   return rc;
 }
 
+/* Rank p's answer to a stats read (mu held). */
+static int take_stats(struct ms_ranks *r, int p, struct cur *c) {
+  struct rank_stats *rs = &r->stats[p];
+  const struct ms_engine_stats *st = take(c, sizeof *st);
+  const struct ms_comm_stats *cs = take(c, sizeof *cs);
+  int n = take32(c);
+  take32(c);
+  const struct ms_worker_os *os = n >= 0 && n <= 4096 ? take(c, (size_t)n * sizeof *os) : NULL;
+  if (c->bad || !os) return -EPROTO;
+  struct ms_worker_os *mine = realloc(rs->os, (size_t)(n ? n : 1) * sizeof *mine);
+  if (!mine) return -ENOMEM;
+  memcpy(mine, os, (size_t)n * sizeof *mine);
+  *rs = (struct rank_stats){.have = 1, .st = *st, .cs = *cs, .n_os = n, .os = mine};
+  return 0;
+}
+
 static int lead_run(struct ms_engine *e) {
   struct ms_ranks *r = e->ranks;
   void *out[64] = {0};
@@ -434,7 +481,8 @@ static int lead_run(struct ms_engine *e) {
   }
   for (int p = 1; !rc && r->op != OP_ATTACH && p < r->size; p++) {
     struct cur c = {out[p], (const uint8_t *)out[p] + lens[p], 0};
-    if ((rc = take_states(e, p, &c))) snprintf(r->why, sizeof r->why, "rank %d's answer cannot be read", p);
+    if ((rc = r->op == OP_STATS ? take_stats(r, p, &c) : take_states(e, p, &c)))
+      snprintf(r->why, sizeof r->why, "rank %d's answer cannot be read", p);
   }
   answers_free(r, out);
   return rc;
@@ -595,4 +643,37 @@ int ms_engine_ranks_visit(struct ms_engine *e, int id, int rank,
   }
   pthread_mutex_unlock(&r->mu);
   return rc;
+}
+
+int ms_engine_ranks_read_stats(struct ms_engine *e) {
+  if (!carried(e)) return 0;
+  struct buf m = {0};
+  int32_t head[CTL_WORDS] = {MS_HDR_MAGIC, MS_HDR_CTL, OP_STATS, 0};
+  put(&m, head, sizeof head);
+  return ranks_call(e, OP_STATS, 0, &m, NULL, 0);
+}
+
+int ms_engine_rank_stats(struct ms_engine *e, int rank, struct ms_engine_stats *st, struct ms_comm_stats *cs,
+                         struct ms_worker_os *os, int max_os) {
+  if (!rank) {
+    if (st) ms_engine_get_stats(e, st);
+    if (cs) ms_engine_comm_stats(e, cs);
+    for (int w = 0; os && w < e->n_workers && w < max_os; w++) {
+      os[w] = (struct ms_worker_os){.pinned_cpu = -1, .last_cpu = -1};
+      ms_engine_worker_os(e, w, &os[w]);
+    }
+    return e->n_workers;
+  }
+  if (!carried(e) || rank < 0 || rank >= e->ranks->size) return -ENOENT;
+  struct ms_ranks *r = e->ranks;
+  pthread_mutex_lock(&r->mu);
+  const struct rank_stats *rs = &r->stats[rank];
+  int n = rs->have ? rs->n_os : -ENOENT;
+  if (rs->have) {
+    if (st) *st = rs->st;
+    if (cs) *cs = rs->cs;
+    for (int w = 0; os && w < rs->n_os && w < max_os; w++) os[w] = rs->os[w];
+  }
+  pthread_mutex_unlock(&r->mu);
+  return n;
 }

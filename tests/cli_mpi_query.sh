@@ -5,7 +5,9 @@
 # program is carried to rank 1, verified and attached there; its maps are read
 # on both ranks and merged: @n[device] has both devices, each count is that
 # rank's own executions, every rank's coverage is under "ranks" and the total
-# is their sum (text: one line a rank). Refusals leave nothing attached on any
+# is their sum (text: one line a rank). A monitor object attached there runs
+# on both (ls: a line a rank; maps: rank 1's maps too); stats and /metrics
+# count every rank's tasks and workers. Refusals leave nothing attached on any
 # rank (`ls --json`'s "ranks"): an unsafe program (rank 0's verifier, named),
 # and a program rank 1 alone cannot take (rank 1 runs under a file-size limit,
 # so a map of a million keys cannot be made there), named "rank 1".
@@ -13,6 +15,7 @@
 set -euo pipefail
 MS=$1
 SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+MS_MONITORS=${MS_MONITORS:-$(dirname "$MS")/monitors}
 command -v mpirun >/dev/null || { echo "mpirun not found: skipped (scripts/deps.sh installs openmpi-bin)"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -96,6 +99,34 @@ PY
 grep -q '^rank 1: eligible [1-9]' "$tmp/q.txt" || fail "text: rank 1's line: $(cat "$tmp/q.txt")"
 grep -q "^every rank's coverage: " "$tmp/q.txt" || fail "text: the total: $(cat "$tmp/q.txt")"
 held
+
+# ---- a monitor object on every rank: ls (a line a rank under the row), maps (rank 1's decoded too) ----
+id=$("$MS" attach --socket "$SOCK" --name class_time "$MS_MONITORS/class_time.bpf.o") || fail "attach across ranks"
+sleep 1
+"$MS" ls --socket "$SOCK" >"$tmp/ls.txt" || fail "ls"
+grep -qE '^ +rank 1 +[1-9][0-9]* +[1-9]' "$tmp/ls.txt" || fail "ls: rank 1's line: $(cat "$tmp/ls.txt")"
+"$MS" maps --socket "$SOCK" "$id" >"$tmp/maps.txt" || fail "maps"
+grep -q '^rank 1: monitor class_time' "$tmp/maps.txt" || fail "maps: rank 1's maps: $(cat "$tmp/maps.txt")"
+"$MS" detach --socket "$SOCK" "$id" >/dev/null || fail "detach across ranks"
+held
+
+# ---- stats and /metrics count every rank ----
+"$MS" stats --socket "$SOCK" --json >"$tmp/stats.json" || fail "stats"
+curl -s -m 30 "$URL/metrics" >"$tmp/metrics.txt" || fail "/metrics"
+python3 - "$tmp/stats.json" "$tmp/metrics.txt" <<'PY' || fail "stats and /metrics across ranks"
+import json, re, sys
+d = json.load(open(sys.argv[1]))
+ranks, eng = d["ranks"], d["engine"]
+assert [r["rank"] for r in ranks] == [0, 1] and eng["ranks"] == 2, (ranks, eng)
+assert all(r["workers"] == 1 and r["tasks"] > 0 and r["comm"]["received"] > 0 for r in ranks), ranks
+assert eng["workers"] == 2 and eng["tasks"] == sum(r["tasks"] for r in ranks), eng
+m = open(sys.argv[2]).read()
+tasks = {int(r): int(v) for r, v in re.findall(r'^megascope_rank_tasks_total\{rank="(\d)"\} (\d+)$', m, re.M)}
+assert sorted(tasks) == [0, 1] and all(tasks.values()), tasks
+total = int(re.search(r"^megascope_tasks_total (\d+)$", m, re.M).group(1))
+assert total == sum(tasks.values()), (total, tasks)
+assert re.search(r"^megascope_workers 2$", m, re.M)
+PY
 
 # ---- refusals leave nothing anywhere ----
 if "$MS" attach --socket "$SOCK" "$tmp/unsafe.bpf.o" >"$tmp/out" 2>"$tmp/err"; then fail "the unsafe program attached"; fi

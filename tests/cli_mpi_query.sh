@@ -7,7 +7,9 @@
 # rank's own executions, every rank's coverage is under "ranks" and the total
 # is their sum (text: one line a rank). A monitor object attached there runs
 # on both (ls: a line a rank; maps: rank 1's maps too); stats and /metrics
-# count every rank's tasks and workers. Refusals leave nothing attached on any
+# count every rank's tasks and workers; one trace has both ranks' workers as
+# tracks, with flows from a sending rank's task to the receiving one's.
+# Refusals leave nothing attached on any
 # rank (`ls --json`'s "ranks"): an unsafe program (rank 0's verifier, named),
 # and a program rank 1 alone cannot take (rank 1 runs under a file-size limit,
 # so a map of a million keys cannot be made there), named "rank 1".
@@ -126,6 +128,26 @@ assert sorted(tasks) == [0, 1] and all(tasks.values()), tasks
 total = int(re.search(r"^megascope_tasks_total (\d+)$", m, re.M).group(1))
 assert total == sum(tasks.values()), (total, tasks)
 assert re.search(r"^megascope_workers 2$", m, re.M)
+PY
+
+# ---- one trace, every rank's workers as tracks, flows from a remote sender ----
+"$MS" trace --socket "$SOCK" --seconds 1 --out "$tmp/trace.json" >/dev/null || fail "trace across ranks"
+python3 - "$tmp/trace.json" <<'PY' || fail "the trace across ranks"
+import json, sys
+d = json.load(open(sys.argv[1]))
+ev, meta = d["traceEvents"], d["metadata"]
+names = {e["tid"]: e["args"]["name"] for e in ev if e.get("ph") == "M" and "tid" in e}
+assert names == {0: "rank 0 worker 0", 1: "rank 1 worker 0"}, names
+assert meta["ranks"] == 2 and meta["rank_workers"] == 1 and "clock_error_ns" in meta, meta
+slices = {t: sum(1 for e in ev if e.get("ph") == "X" and e["tid"] == t) for t in (0, 1)}
+assert all(slices.values()), slices
+ends = {}
+for e in ev:
+    if e.get("ph") in ("s", "f"):
+        ends.setdefault(e["id"], {})[e["ph"]] = e["tid"]
+remote = sum(1 for x in ends.values() if x.get("s") != x.get("f"))
+assert remote > 0, "no flow from one rank's sender to another rank's receiver"
+print("trace:", slices, "flows across ranks", remote, "clock error bound", meta["clock_error_ns"], "ns")
 PY
 
 # ---- refusals leave nothing anywhere ----

@@ -43,7 +43,7 @@
 #include "megascope/transport.h"
 #include "runtime/runtime_impl.h"
 
-enum { OP_NONE = 0, OP_ATTACH = 1, OP_DETACH = 2, OP_SYNC = 3, OP_STATS = 4 };
+enum { OP_NONE = 0, OP_ATTACH = 1, OP_DETACH = 2, OP_SYNC = 3, OP_STATS = 4, OP_TRACE_START = 5, OP_TRACE_STOP = 6 };
 
 #define CTL_WORDS 4          /* magic, kind CTL, op, id (attach, detach) or count (sync) */
 #define ATTACH_WORDS 6       /* max_per_step, sample_every, interpret, ringbuf_bytes (2), object size */
@@ -83,6 +83,8 @@ struct ms_ranks {
   int n_att;
   int held[64];              /* rank r's attachments held, as its last answer said (-1: none yet) */
   struct rank_stats stats[64];
+  struct ms_rank_trace trace[64];  /* rank r's records of the last trace, on rank 0's clock */
+  uint64_t t_sent, t_answered;     /* the last control message: sent (before bcast), answered (after gather) */
   /* a follower: rank 0's attachment ids against this rank's (worker 0 alone) */
   int (*local)[2];
   int n_local;
@@ -106,6 +108,14 @@ int ms_rt_ranks_init(struct ms_engine *e) {
   return 0;
 }
 
+static void trace_free(struct ms_rank_trace *t) {
+  for (int w = 0; t->rec && w < t->n_workers; w++) free(t->rec[w]);
+  free(t->rec);
+  free(t->n);
+  free(t->dropped);
+  *t = (struct ms_rank_trace){0};
+}
+
 static void carried_free(struct ms_ranks *r, struct carried *c) {
   for (int i = 0; c->mir && i < r->size * MAX_MAPS; i++) ms_bpf_map_free(c->mir[i]);
   free(c->mir);
@@ -117,7 +127,7 @@ void ms_rt_ranks_free(struct ms_engine *e) {
   struct ms_ranks *r = e->ranks;
   if (!r) return;
   for (int i = 0; i < r->n_att; i++) carried_free(r, &r->att[i]);
-  for (int p = 0; p < 64; p++) free(r->stats[p].os);
+  for (int p = 0; p < 64; p++) free(r->stats[p].os), trace_free(&r->trace[p]);
   free(r->att);
   free(r->local);
   free(r->msg);
@@ -288,6 +298,32 @@ static void follow_stats(struct ms_engine *e, struct buf *ans) {
   }
 }
 
+/* Rank 0 starts or stops a trace: this rank too. A start answers (rc, this
+ * rank's clock now): rank 0 takes the offset of the clocks from it. A stop
+ * answers this rank's records: (workers, then each worker's count, dropped
+ * and records, raw: the same executable on every rank). */
+static void follow_trace(struct ms_engine *e, int start, uint32_t rpw, struct buf *ans) {
+  if (start) {
+    int rc = ms_engine_trace_start(e, rpw);
+    uint64_t now = ms_eng_now(e);
+    put32(ans, rc);
+    put32(ans, 0);
+    put(ans, &now, sizeof now);
+    return;
+  }
+  ms_engine_trace_stop(e);
+  put32(ans, e->n_workers);
+  put32(ans, 0);
+  for (int w = 0; w < e->n_workers; w++) {
+    uint32_t n = ms_tel_published(e, w);
+    uint64_t dropped = atomic_load(&e->workers[w].trace_dropped);
+    put32(ans, (int32_t)n);
+    put32(ans, 0);
+    put(ans, &dropped, sizeof dropped);
+    put(ans, e->workers[w].trace, (size_t)n * sizeof(struct trace_rec));
+  }
+}
+
 int ms_rt_ranks_follow(struct ms_engine *e, size_t bytes) {
   struct cur c = {(const uint8_t *)e->hdr, (const uint8_t *)e->hdr + bytes, 0};
   const int32_t *h = take(&c, CTL_WORDS * 4);
@@ -304,10 +340,11 @@ int ms_rt_ranks_follow(struct ms_engine *e, size_t bytes) {
     }
   }
   if (op == OP_STATS) follow_stats(e, &ans);
+  if (op == OP_TRACE_START || op == OP_TRACE_STOP) follow_trace(e, op == OP_TRACE_START, (uint32_t)arg, &ans);
   if (op == OP_DETACH || op == OP_SYNC) {  /* what this rank holds after it, for rank 0's list */
     put32(&ans, -1);
     put32(&ans, ms_engine_attach_count(e));
-  } else if (op != OP_ATTACH && op != OP_STATS) {
+  } else if (op != OP_ATTACH && op != OP_STATS && op != OP_TRACE_START && op != OP_TRACE_STOP) {
     c.bad = 1;
   }
   if (c.bad || ans.oom) {
@@ -421,8 +458,10 @@ static int take_verdicts(struct ms_ranks *r, void **out, size_t *len, int *ok) {
 static int exchange(struct ms_engine *e, const void *msg, size_t len, void **out, size_t *lens) {
   const struct ms_transport *tx = e->tx;
   struct ms_transport_wait w = {.peer = -1};
+  e->ranks->t_sent = ms_eng_now(e);
   int rc = tx->bcast(tx->ctx, 0, (void *)msg, len, NULL, timeout_ms(e), &w);
   if (!rc) rc = tx->gather(tx->ctx, 0, NULL, 0, out, lens, timeout_ms(e), &w);
+  e->ranks->t_answered = ms_eng_now(e);
   if (rc) {
     char who[32] = "a rank";
     if (w.peer >= 0) snprintf(who, sizeof who, "rank %d", w.peer);
@@ -468,6 +507,58 @@ static int take_stats(struct ms_ranks *r, int p, struct cur *c) {
   return 0;
 }
 
+/* Rank p's answer to a trace start: the offset of its clock from this
+ * rank's, as NTP takes it: it read its clock between the message's send and
+ * its answer's arrival here, so at their middle, give or take half the round
+ * trip (the bound kept). */
+static int take_trace_start(struct ms_ranks *r, int p, struct cur *c) {
+  int rc = take32(c);
+  take32(c);
+  const uint64_t *then = take(c, sizeof *then);
+  if (c->bad) return -EPROTO;
+  if (rc) {
+    snprintf(r->why, sizeof r->why, "rank %d cannot start its trace: %s", p, ms_strerror(rc));
+    return rc;
+  }
+  trace_free(&r->trace[p]);
+  r->trace[p].shift = (int64_t)((r->t_sent + r->t_answered) / 2 - *then);
+  r->trace[p].err_ns = (r->t_answered - r->t_sent) / 2;
+  return 0;
+}
+
+static int take_trace_stop(struct ms_ranks *r, int p, struct cur *c) {
+  struct ms_rank_trace *t = &r->trace[p];
+  int n = take32(c);
+  take32(c);
+  if (c->bad || n < 0 || n > 4096) return -EPROTO;
+  int64_t shift = t->shift;
+  uint64_t err = t->err_ns;
+  trace_free(t);
+  t->shift = shift, t->err_ns = err;
+  t->rec = calloc((size_t)n + 1, sizeof *t->rec);
+  t->n = calloc((size_t)n + 1, sizeof *t->n);
+  t->dropped = calloc((size_t)n + 1, sizeof *t->dropped);
+  if (!t->rec || !t->n || !t->dropped) return -ENOMEM;
+  t->n_workers = n;
+  for (int w = 0; w < n; w++) {
+    uint32_t k = (uint32_t)take32(c);
+    take32(c);
+    const uint64_t *dropped = take(c, sizeof *dropped);
+    const struct trace_rec *rec = take(c, (size_t)k * sizeof *rec);
+    if (!dropped || !rec) return -EPROTO;
+    if (!(t->rec[w] = malloc((size_t)(k ? k : 1) * sizeof *rec))) return -ENOMEM;
+    memcpy(t->rec[w], rec, (size_t)k * sizeof *rec);
+    for (uint32_t i = 0; i < k; i++) {  /* onto rank 0's clock */
+      t->rec[w][i].t_begin += (uint64_t)shift, t->rec[w][i].t_end += (uint64_t)shift;
+      t->rec[w][i].t_ready += (uint64_t)shift;
+    }
+    t->n[w] = k;
+    t->dropped[w] = *dropped;
+  }
+  t->have = 1;
+  return 0;
+}
+
 static int lead_run(struct ms_engine *e) {
   struct ms_ranks *r = e->ranks;
   void *out[64] = {0};
@@ -481,8 +572,9 @@ static int lead_run(struct ms_engine *e) {
   }
   for (int p = 1; !rc && r->op != OP_ATTACH && p < r->size; p++) {
     struct cur c = {out[p], (const uint8_t *)out[p] + lens[p], 0};
-    if ((rc = r->op == OP_STATS ? take_stats(r, p, &c) : take_states(e, p, &c)))
-      snprintf(r->why, sizeof r->why, "rank %d's answer cannot be read", p);
+    rc = r->op == OP_STATS ? take_stats(r, p, &c) : r->op == OP_TRACE_START ? take_trace_start(r, p, &c)
+         : r->op == OP_TRACE_STOP ? take_trace_stop(r, p, &c) : take_states(e, p, &c);
+    if (rc && !r->why[0]) snprintf(r->why, sizeof r->why, "rank %d's answer cannot be read", p);
   }
   answers_free(r, out);
   return rc;
@@ -676,4 +768,18 @@ int ms_engine_rank_stats(struct ms_engine *e, int rank, struct ms_engine_stats *
   }
   pthread_mutex_unlock(&r->mu);
   return n;
+}
+
+int ms_rt_ranks_trace(struct ms_engine *e, int start, uint32_t records_per_worker) {
+  if (!carried(e)) return 0;
+  struct buf m = {0};
+  int32_t head[CTL_WORDS] = {MS_HDR_MAGIC, MS_HDR_CTL, start ? OP_TRACE_START : OP_TRACE_STOP,
+                             (int32_t)records_per_worker};
+  put(&m, head, sizeof head);
+  return ranks_call(e, start ? OP_TRACE_START : OP_TRACE_STOP, 0, &m, NULL, 0);
+}
+
+const struct ms_rank_trace *ms_rt_ranks_trace_of(const struct ms_engine *e, int rank) {
+  if (!carried(e) || rank < 1 || rank >= e->ranks->size || !e->ranks->trace[rank].have) return NULL;
+  return &e->ranks->trace[rank];
 }

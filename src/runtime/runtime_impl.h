@@ -451,7 +451,19 @@ void ms_rt_ranks_free(struct ms_engine *e);
 void ms_rt_ranks_lead(struct ms_engine *e);        /* the leader's worker 0, before a header: the control
                                                       message asked for, and its answers */
 void ms_rt_ranks_reap(struct ms_engine *e);        /* rank 0: forgets what it read of attachments freed here */
-int ms_rt_ranks_follow(struct ms_engine *e, size_t bytes);  /* a follower: rank 0's control message in
+int ms_rt_ranks_follow(struct ms_engine *e, size_t bytes);
+/* rank 0: the other ranks start (stop) their trace too; after a stop, rank
+ * r's records of it, moved onto rank 0's clock (NULL: none) */
+struct ms_rank_trace {
+  int have, n_workers;
+  int64_t shift;                 /* added to its times: rank 0's clock minus its own */
+  uint64_t err_ns;               /* the bound on that offset's error (half the round trip) */
+  uint32_t *n;                   /* [n_workers] records */
+  uint64_t *dropped;             /* [n_workers] */
+  struct trace_rec **rec;        /* [n_workers][n[w]] */
+};
+int ms_rt_ranks_trace(struct ms_engine *e, int start, uint32_t records_per_worker);
+const struct ms_rank_trace *ms_rt_ranks_trace_of(const struct ms_engine *e, int rank);  /* a follower: rank 0's control message in
                                                                e->hdr, applied and answered; 0 or the engine stops */
 /* The follower's step start: waits for rank 0's header and applies it (the
  * tokens, retirements, admissions, each slot's chunk); 1: a step to lay

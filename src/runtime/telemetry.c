@@ -330,4 +330,8 @@ void ms_engine_trace_stats(const struct ms_engine *e, struct ms_trace_stats *out
     out->records += ms_tel_published(e, w);
     out->dropped += atomic_load(&((struct worker *)&e->workers[w])->trace_dropped);
   }
+  for (int p = 1; p < 64 && !out->active; p++) {  /* across ranks: the others' last trace too */
+    const struct ms_rank_trace *rt = ms_rt_ranks_trace_of(e, p);
+    for (int w = 0; rt && w < rt->n_workers; w++) out->records += rt->n[w], out->dropped += rt->dropped[w];
+  }
 }

@@ -5,7 +5,8 @@
 # program is carried to rank 1, verified and attached there; its maps are read
 # on both ranks and merged: @n[device] has both devices, each count is that
 # rank's own executions, every rank's coverage is under "ranks" and the total
-# is their sum (text: one line a rank). A monitor object attached there runs
+# is their sum (text: one line a rank); record() rows come from both. A
+# monitor object attached there runs
 # on both (ls: a line a rank; maps: rank 1's maps too); stats and /metrics
 # count every rank's tasks and workers; one trace has both ranks' workers as
 # tracks, with flows from a sending rank's task to the receiving one's.
@@ -99,6 +100,16 @@ PY
 "$MS" query --socket "$SOCK" 'task_end { @n[device] = count() }' --for 1s >"$tmp/q.txt" 2>&1 \
   || fail "query across ranks, text"
 grep -q '^rank 1: eligible [1-9]' "$tmp/q.txt" || fail "text: rank 1's line: $(cat "$tmp/q.txt")"
+# record() rows from both ranks (rank 1's ring moved into rank 0's copy at each read)
+"$MS" query --socket "$SOCK" 'step /phase == 1/ { @ev = record(step, device) }' --for 1s --json >"$tmp/r.json" \
+  || fail "record() across ranks"
+python3 - "$tmp/r.json" <<'PY' || fail "record() rows of both ranks: $(cat "$tmp/r.json")"
+import json, sys
+d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+rows = d["maps"][0]["records"]
+devices = {r[1] for r in rows}
+assert devices == {0, 1}, devices
+PY
 grep -q "^every rank's coverage: " "$tmp/q.txt" || fail "text: the total: $(cat "$tmp/q.txt")"
 held
 

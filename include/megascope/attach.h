@@ -130,8 +130,9 @@ int ms_engine_ranks_held(struct ms_engine *e, int rank);
 int ms_engine_ranks_coverage(struct ms_engine *e, int id, int rank, struct ms_coverage *out);
 /* ms_engine_attach_visit for rank r: rank 0's own maps, or another rank's as
  * last read (copies in this process, whose memfds a reader maps like the
- * engine's own; ring buffers are not copied: theirs stay empty). fn runs
- * under the lock of those copies and must not call this API back. */
+ * engine's own; a ring buffer's copy holds the records the rank's reads moved
+ * here). fn runs under the lock of those copies and must not call this API
+ * back (its view has no monitor). */
 int ms_engine_ranks_visit(struct ms_engine *e, int id, int rank,
                           int (*fn)(const struct ms_attach_view *v, void *arg), void *arg);
 

@@ -18,9 +18,9 @@
  * this process, written with the follower's copy (ms_bpf_map_restore) at each
  * sync, whose memfd the control server hands over like the engine's own. A
  * reader merges the ranks' maps as it merges replicas (ms_query_maps_of_union:
- * counts and buckets add, min and max take the extreme). Ring buffers are not
- * copied (their records are consumed where they are written): a mirror of
- * one stays empty.
+ * counts and buckets add, min and max take the extreme). A ring buffer's
+ * records are not copied but moved: a follower consumes its ring at each read
+ * and rank 0 appends them to its copy, where readers find them.
  *
  * Failure. A follower that refuses an attach (its loader, verifier or budget)
  * is named in the log; the ranks that attached detach again, and the caller
@@ -240,17 +240,37 @@ static void follow_attach(struct ms_engine *e, struct cur *c, int id0, struct bu
 /* Attachment id0's state here: (id0, rc, coverage, this rank's clock now,
  * n_maps, then each map's length and bytes, 8-aligned; a ring buffer's
  * length 0). */
+/* A ring buffer's record, taken from this rank's ring: (size, pad, bytes
+ * 8-aligned). */
+static int put_record(void *user, const void *data, uint32_t size) {
+  struct buf *ans = user;
+  put32(ans, (int32_t)size);
+  put32(ans, 0);
+  size_t at = ans->len;
+  put(ans, NULL, ((size_t)size + 7) / 8 * 8);
+  if (!ans->oom) memcpy(ans->p + at, data, size);
+  return 0;
+}
+
 static int put_maps(const struct ms_attach_view *v, void *arg) {
   struct buf *ans = arg;
   put32(ans, v->n_maps);
   put32(ans, 0);
   for (int i = 0; i < v->n_maps; i++) {
-    int ring = ms_bpf_map_info(v->maps[i])->type == MS_BPF_MAP_RINGBUF;
-    uint64_t n = ring ? 0 : ms_bpf_map_bytes(v->maps[i]);
-    put(ans, &n, sizeof n);
+    uint64_t n = 0;
     size_t at = ans->len;
-    put(ans, NULL, (size_t)(n + 7) / 8 * 8);
-    if (n && !ans->oom) ms_bpf_map_snapshot(v->maps[i], ans->p + at, (size_t)n);
+    put(ans, &n, sizeof n);
+    if (ms_bpf_map_info(v->maps[i])->type == MS_BPF_MAP_RINGBUF) {
+      /* its records move to rank 0's copy (consumed here: rank 0's ring holds them now) */
+      ms_bpf_ringbuf_consume(v->maps[i], put_record, ans);
+      n = ans->oom ? 0 : ans->len - at - sizeof n;
+    } else {
+      n = ms_bpf_map_bytes(v->maps[i]);
+      size_t data = ans->len;
+      put(ans, NULL, (size_t)(n + 7) / 8 * 8);
+      if (!ans->oom) ms_bpf_map_snapshot(v->maps[i], ans->p + data, (size_t)n);
+    }
+    if (!ans->oom) memcpy(ans->p + at, &n, sizeof n);
   }
   return 0;
 }
@@ -399,7 +419,15 @@ static int mirror_write(struct ms_engine *e, struct carried *c, int p, int i, co
     uint32_t workers = n >= sizeof *h ? h->n_workers : (uint32_t)e->n_workers;
     if (k <= i || !(*slot = ms_bpf_map_new(ms_bpf_map_info(mine[i]), workers, NULL))) return -ENOMEM;
   }
-  return n ? ms_bpf_map_restore(*slot, bytes, (size_t)n) : 0;
+  if (ms_bpf_map_info(*slot)->type != MS_BPF_MAP_RINGBUF) return n ? ms_bpf_map_restore(*slot, bytes, (size_t)n) : 0;
+  for (uint64_t at = 0; at + 8 <= n;) {  /* rank p's records since the last read, appended */
+    uint32_t size;
+    memcpy(&size, bytes + at, sizeof size);
+    if (size > n - at - 8) return -EPROTO;
+    ms_bpf_ringbuf_output(*slot, bytes + at + 8, size);  /* full: counted lost by the copy */
+    at += 8 + ((uint64_t)size + 7) / 8 * 8;
+  }
+  return 0;
 }
 
 /* One rank's answer to a sync or a detach: its attachments' states (mu held). */

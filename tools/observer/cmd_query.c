@@ -249,6 +249,7 @@ static void print(struct session *s, struct live *l, const char *part, int final
                               .ranks = l->n_ranks > 1 ? l->rank_cov : NULL,
                               .n_ranks = l->n_ranks > 1 ? (size_t)l->n_ranks : 0};
   int interval = s->a->delta && !final && l == &s->sum;
+  if (interval) po.n_ranks = 0;  /* each rank's coverage is since the attach: printed with the totals only */
   struct ms_query_snapshot *now = NULL;
   if (interval) po.take = &now;
   if (interval && s->last) {

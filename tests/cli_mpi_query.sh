@@ -6,14 +6,13 @@
 # on both ranks and merged: @n[device] has both devices, each count is that
 # rank's own executions, every rank's coverage is under "ranks" and the total
 # is their sum (text: one line a rank); record() rows come from both. A
-# monitor object attached there runs
-# on both (ls: a line a rank; maps: rank 1's maps too); stats and /metrics
-# count every rank's tasks and workers; one trace has both ranks' workers as
-# tracks, with flows from a sending rank's task to the receiving one's.
-# Refusals leave nothing attached on any
-# rank (`ls --json`'s "ranks"): an unsafe program (rank 0's verifier, named),
-# and a program rank 1 alone cannot take (rank 1 runs under a file-size limit,
-# so a map of a million keys cannot be made there), named "rank 1".
+# monitor object attached there runs on both (ls: a line a rank; maps: rank
+# 1's maps too); stats and /metrics count every rank's tasks and workers; one
+# trace has both ranks' workers as tracks, with flows from a sending rank's
+# task to the receiving one's. Refusals leave nothing attached on any rank
+# (`ls --json`'s "ranks"): an unsafe program (rank 0's verifier, named), and a
+# program rank 1 alone cannot take (rank 1 runs under a file-size limit, so a
+# map of a million keys cannot be made there), named "rank 1".
 # Skipped (77) only when mpirun is absent (scripts/deps.sh installs openmpi-bin).
 set -euo pipefail
 MS=$1

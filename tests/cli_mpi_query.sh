@@ -9,7 +9,7 @@
 # monitor object attached there runs on both (ls: a line a rank; maps: rank
 # 1's maps too); stats and /metrics count every rank's tasks and workers; one
 # trace has both ranks' workers as tracks, with flows from a sending rank's
-# task to the receiving one's. Refusals leave nothing attached on any rank
+# task to the receiving one's; `records` consumes both ranks' rings. Refusals leave nothing attached on any rank
 # (`ls --json`'s "ranks"): an unsafe program (rank 0's verifier, named), and a
 # program rank 1 alone cannot take (rank 1 runs under a file-size limit, so a
 # map of a million keys cannot be made there), named "rank 1".
@@ -120,6 +120,17 @@ grep -qE '^ +rank 1 +[1-9][0-9]* +[1-9]' "$tmp/ls.txt" || fail "ls: rank 1's lin
 "$MS" maps --socket "$SOCK" "$id" >"$tmp/maps.txt" || fail "maps"
 grep -q '^rank 1: monitor class_time' "$tmp/maps.txt" || fail "maps: rank 1's maps: $(cat "$tmp/maps.txt")"
 "$MS" detach --socket "$SOCK" "$id" >/dev/null || fail "detach across ranks"
+held
+
+# ---- records: every rank's ring (rank 1's as rank 0's copy, "@rank1") ----
+id=$("$MS" attach --socket "$SOCK" "$MS_MONITORS/step_trace.bpf.o") || fail "attach step_trace across ranks"
+"$MS" records --socket "$SOCK" "$id" --seconds 2 --json >"$tmp/rec.json" 2>"$tmp/rec.err" || fail "records"
+python3 - "$tmp/rec.json" <<'PY' || fail "records of both ranks: $(head -c 2000 "$tmp/rec.json")"
+import collections, json, sys
+n = collections.Counter(json.loads(l).get("map") for l in open(sys.argv[1]))
+assert n["step_events"] > 0 and n["step_events@rank1"] > 0, n
+PY
+"$MS" detach --socket "$SOCK" "$id" >/dev/null || fail "detach step_trace"
 held
 
 # ---- stats and /metrics count every rank ----

@@ -1022,8 +1022,16 @@ void ms_control_trace_finish(struct ms_control *c, struct creply *r) {
 /* Hands over the ring buffers of attachment id to one consumer (the client
  * that asked, until it disconnects), with their record layouts. */
 static void cmd_records(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  long long id;
-  if (check_fields(req, "records", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r)) return;
+  long long id, rank;
+  if (check_fields(req, "records", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
+      get_int(req, "rank", 0, 0, ms_engine_ranks(c->e) - 1, 0, &rank, r))
+    return;
+  /* across ranks, "rank": r > 0 hands over rank r's rings as rank 0's copies
+   * (its records move there at every read, e.g. the reader's "list") */
+  if (rank && ms_engine_ranks_sync(c->e)) {
+    ms_control_reply_error(r, -EPIPE, NULL, "the other ranks did not answer (the engine stopped)");
+    return;
+  }
   for (int i = 0; i < c->n_cl; i++)
     if (c->cl[i] != cl && c->cl[i]->reader_id == id) {
       ms_control_reply_error(r, -EBUSY, NULL,
@@ -1048,7 +1056,8 @@ static void cmd_records(struct ms_control *c, struct cclient *cl, json_t *req, s
     ms_json_kbool(&j, "ok", 1);
     ms_json_kint(&j, "id", id);
     ms_json_kbool(&j, "attached", cov.t_end == 0);
-    n = ms_control_ring_fds(c->e, (int)id, &j, fds, names, MS_CONTROL_MAX_FDS, &gen);
+    ms_json_kint(&j, "ranks", ms_engine_ranks(c->e));  /* rank r's rings: "rank": r */
+    n = ms_control_ring_fds(c->e, (int)id, (int)rank, &j, fds, names, MS_CONTROL_MAX_FDS, &gen);
     ms_json_kuint(&j, "generation", gen);
     ms_json_kuint(&j, "lost", cov.lost);
     ms_json_key(&j, "fds");

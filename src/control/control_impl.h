@@ -123,10 +123,11 @@ int ms_control_map_fds_of_rank(struct ms_engine *e, int id, int rank, int *fds, 
 /* Read-write descriptors of attachment id's current ring-buffer maps, for a
  * consumer (records.c), with "maps": [{name, ring_bytes, decoded, record,
  * size, fields}] written into j (inside an object); the count (at most max),
- * names and *generation filled; or a negative error. */
+ * names and *generation filled; or a negative error. rank > 0: another
+ * rank's rings of an engine across ranks (rank 0's copies, "NAME@rankR"). */
 struct ms_json;
-int ms_control_ring_fds(struct ms_engine *e, int id, struct ms_json *j, int *fds, char (*names)[64], int max,
-                        uint32_t *generation);
+int ms_control_ring_fds(struct ms_engine *e, int id, int rank, struct ms_json *j, int *fds, char (*names)[64],
+                        int max, uint32_t *generation);
 /* "EINVAL", "ENOENT", "EVERIFY", ... for a negative or positive error code. */
 const char *ms_control_code_name(int code);
 

@@ -243,6 +243,7 @@ static void cmd_info(struct ms_control *c, struct cclient *cl, json_t *req, stru
     ms_json_kint(&j, "pid", (int64_t)getpid());
     ms_json_kstr(&j, "model", c->model);
     ms_json_kint(&j, "workers", ms_engine_n_workers(c->e));
+    ms_json_kint(&j, "ranks", ms_engine_ranks(c->e));  /* across ranks: the socket speaks for all of them */
     ms_json_kstr(&j, "mode", ms_mode_name(ms_engine_mode(c->e)));
     ms_json_knum(&j, "uptime_s", (double)(ms_now_ns() - c->t_start) / 1e9);
     ms_json_key(&j, "commands");

@@ -237,9 +237,6 @@ static void follow_attach(struct ms_engine *e, struct cur *c, int id0, struct bu
   put(ans, log, strlen(log) + 1);
 }
 
-/* Attachment id0's state here: (id0, rc, coverage, this rank's clock now,
- * n_maps, then each map's length and bytes, 8-aligned; a ring buffer's
- * length 0). */
 /* A ring buffer's record, taken from this rank's ring: (size, pad, bytes
  * 8-aligned). */
 static int put_record(void *user, const void *data, uint32_t size) {
@@ -275,6 +272,10 @@ static int put_maps(const struct ms_attach_view *v, void *arg) {
   return 0;
 }
 
+/* Attachment id0's state here: (id0, rc, coverage, this rank's clock now,
+ * n_maps, pad, then each map's length and bytes, 8-aligned: a copy of its
+ * memory, or for a ring buffer the records taken from it since the last
+ * read, each (size, pad, bytes)). */
 static void follow_state(struct ms_engine *e, int id0, struct buf *ans) {
   int id = local_id(e->ranks, id0);
   struct ms_coverage cov = {0};
@@ -415,9 +416,11 @@ static int mirror_write(struct ms_engine *e, struct carried *c, int p, int i, co
   if (!*slot) {
     struct ms_bpf_map *mine[MAX_MAPS];
     int k = ms_engine_attach_maps(e, c->id, mine, MAX_MAPS);
-    const struct ms_bpf_map_shm *h = (const struct ms_bpf_map_shm *)bytes;
-    uint32_t workers = n >= sizeof *h ? h->n_workers : (uint32_t)e->n_workers;
-    if (k <= i || !(*slot = ms_bpf_map_new(ms_bpf_map_info(mine[i]), workers, NULL))) return -ENOMEM;
+    if (k <= i) return -ENOENT;
+    const struct ms_bpf_map_def *def = ms_bpf_map_info(mine[i]);
+    const struct ms_bpf_map_shm *h = (const struct ms_bpf_map_shm *)bytes;  /* a copy's header (not a ring's) */
+    uint32_t workers = def->type != MS_BPF_MAP_RINGBUF && n >= sizeof *h ? h->n_workers : (uint32_t)e->n_workers;
+    if (!(*slot = ms_bpf_map_new(def, workers, NULL))) return -ENOMEM;
   }
   if (ms_bpf_map_info(*slot)->type != MS_BPF_MAP_RINGBUF) return n ? ms_bpf_map_restore(*slot, bytes, (size_t)n) : 0;
   for (uint64_t at = 0; at + 8 <= n;) {  /* rank p's records since the last read, appended */
@@ -457,7 +460,7 @@ static int take_states(struct ms_engine *e, int p, struct cur *c) {
     }
     for (int i = 0; i < n_maps; i++) {
       const uint64_t *n = take(c, 8);
-      const uint8_t *bytes = n ? take(c, (size_t)(*n + 7) / 8 * 8) : NULL;
+      const uint8_t *bytes = n && *n <= (uint64_t)(c->end - c->p) ? take(c, (size_t)(*n + 7) / 8 * 8) : NULL;
       if (!bytes) return -EPROTO;
       if (at && !rc && mirror_write(e, at, p, i, bytes, *n))
         snprintf(r->why, sizeof r->why, "rank %d: its map %d of attachment %d does not fit rank 0's", p, i, id0);

@@ -9,7 +9,8 @@
 # monitor object attached there runs on both (ls: a line a rank; maps: rank
 # 1's maps too); stats and /metrics count every rank's tasks and workers; one
 # trace has both ranks' workers as tracks, with flows from a sending rank's
-# task to the receiving one's; `records` consumes both ranks' rings. Refusals leave nothing attached on any rank
+# task to the receiving one's; `records` consumes both ranks' rings; explain
+# judges both ranks' workers. Refusals leave nothing attached on any rank
 # (`ls --json`'s "ranks"): an unsafe program (rank 0's verifier, named), and a
 # program rank 1 alone cannot take (rank 1 runs under a file-size limit, so a
 # map of a million keys cannot be made there), named "rank 1".
@@ -30,7 +31,11 @@ cleanup() {
   rm -rf "$tmp"
 }
 trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; exit 1; }
+fail() {
+  echo "FAIL: $*" >&2
+  tail -20 "$tmp/s/err" >&2 2>/dev/null || true
+  exit 1
+}
 
 # The unsafe program the verifier must refuse.
 clang -O2 -g -target bpf -Wall -I"$SRC/include" -I"/usr/include/$(uname -m)-linux-gnu" \
@@ -41,7 +46,8 @@ clang -O2 -g -target bpf -Wall -I"$SRC/include" -I"/usr/include/$(uname -m)-linu
 SOCK="$tmp/s/engine.sock"
 mkdir -p "$tmp/s"
 chmod 700 "$tmp/s"
-A=(serve --tp 2 --synthetic tiny --workers 1 --batch 4 --http 127.0.0.1:0 --socket "$SOCK")
+# (a wait on the other rank gets 30 s: this machine may be loaded by others)
+A=(serve --tp 2 --synthetic tiny --workers 1 --batch 4 --comm-timeout-ms 30000 --http 127.0.0.1:0 --socket "$SOCK")
 timeout 600 mpirun -np 1 "$MS" "${A[@]}" : -np 1 bash -c "ulimit -f 16384; trap '' XFSZ; exec \"\$0\" \"\$@\"" \
   "$MS" "${A[@]}" >"$tmp/s/out" 2>"$tmp/s/err" &
 MPI_PID=$!
@@ -170,6 +176,16 @@ remote = sum(1 for x in ends.values() if x.get("s") != x.get("f"))
 assert remote > 0, "no flow from one rank's sender to another rank's receiver"
 print("trace:", slices, "flows across ranks", remote, "clock error bound", meta["clock_error_ns"], "ns")
 PY
+
+# ---- explain judges every rank's workers, numbered rank after rank ----
+"$MS" explain --socket "$SOCK" --slo tpot=50ms --window 2s --json >"$tmp/explain.json" 2>"$tmp/explain.err" ||
+  fail "explain across ranks: $(cat "$tmp/explain.err")"
+python3 - "$tmp/explain.json" <<'PY' || fail "explain across ranks: $(cat "$tmp/explain.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["rank_workers"] == 1 and d["steps"] > 0, d
+PY
+held
 
 # ---- refusals leave nothing anywhere ----
 if "$MS" attach --socket "$SOCK" "$tmp/unsafe.bpf.o" >"$tmp/out" 2>"$tmp/err"; then fail "the unsafe program attached"; fi

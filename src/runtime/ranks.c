@@ -496,9 +496,9 @@ static int exchange(struct ms_engine *e, const void *msg, size_t len, void **out
   if (rc) {
     char who[32] = "a rank";
     if (w.peer >= 0) snprintf(who, sizeof who, "rank %d", w.peer);
-    ms_rt_lead_failed(e, "rank 0: %s did not take or answer its control message (an attach, detach or read of "
-                      "maps) within %d ms: %s\n", who, timeout_ms(e),
-                      rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
+    snprintf(e->ranks->why, sizeof e->ranks->why, "%s did not take or answer rank 0's control message within %d "
+             "ms: %s", who, timeout_ms(e), rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
+    ms_rt_lead_failed(e, "rank 0: %s\n", e->ranks->why);
   }
   return rc;
 }

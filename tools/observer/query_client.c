@@ -214,7 +214,7 @@ static int count_one(void *user, const void *data, uint32_t size) {
 
 size_t live_records(const struct live *l) {
   size_t n = 0;
-  for (size_t i = 0; i < l->n_readers; i++)
+  for (size_t i = 0; l->readers && i < ms_query_map_count(l->q); i++)  /* src: every rank's, merged */
     if (ms_query_map(l->q, i)->type == MS_BPF_MAP_RINGBUF) l->src.ring(l->src.user, i, count_one, &n);
   return n;
 }

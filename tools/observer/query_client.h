@@ -17,7 +17,7 @@ struct live {
   int id;                     /* > 0 while attached */
   const struct ms_query *q;
   struct ms_bpf_map_reader **readers;
-  size_t n_readers;
+  size_t n_readers;           /* the query's maps x n_ranks */
   struct ms_query_maps src;
   int timeout_ms;             /* live_coverage's wait for the engine (0: 30 s) */
   /* an engine across ranks: readers holds n_ranks x the query's maps, rank

@@ -99,6 +99,43 @@ int ms_engine_attach_write(struct ms_engine *e, int id, FILE *f, int as_json);
 struct ms_json;
 int ms_engine_attach_write_json(struct ms_engine *e, int id, struct ms_json *j);
 
+/* ---- across ranks ----
+ * An engine served across ranks (ms_engine_opts.tp_lead) is watched as one
+ * from rank 0: an attachment made there is carried to every other rank, which
+ * verifies and attaches the same object, and the other ranks' maps and
+ * coverage are read back into rank 0 (docs/design.md, "Watching the ranks as
+ * one engine"). The work is done at step boundaries, over the engine's
+ * transport; these calls wait for it (up to a step and the transport's
+ * timeout). Elsewhere the engine is its one rank and they do nothing. */
+
+/* (ms_engine_ranks, the ranks an attachment reaches, is in megascope/engine.h.) */
+/* Carries attachment id, just attached here from object obj (size bytes,
+ * named name, attached with o), to every other rank. 0; or a negative error
+ * with the refusing rank named in log ("rank 1: ..." and its verifier's log),
+ * every other rank's copy detached again (the caller detaches its own). */
+int ms_engine_ranks_attach(struct ms_engine *e, int id, const void *obj, size_t size, const char *name,
+                           const struct ms_attach_opts *o, struct ms_textbuf *log);
+/* Detaches attachment id on every other rank, after a last read of its maps
+ * and coverage there (kept for ms_engine_ranks_coverage and _visit as long
+ * as rank 0's attachment is: its release or reap forgets them). 0, also for
+ * an attachment never carried. */
+int ms_engine_ranks_detach(struct ms_engine *e, int id);
+/* Reads every carried attachment's maps and coverage on every other rank now. */
+int ms_engine_ranks_sync(struct ms_engine *e);
+/* The attachments rank r holds: rank 0's now, another rank's as last read
+ * (-ENOENT before the first read). */
+int ms_engine_ranks_held(struct ms_engine *e, int rank);
+/* Rank r's coverage of attachment id: rank 0's own (live), another rank's as
+ * last read. -ENOENT: unknown, or not carried to rank r. */
+int ms_engine_ranks_coverage(struct ms_engine *e, int id, int rank, struct ms_coverage *out);
+/* ms_engine_attach_visit for rank r: rank 0's own maps, or another rank's as
+ * last read (copies in this process, whose memfds a reader maps like the
+ * engine's own; a ring buffer's copy holds the records the rank's reads moved
+ * here). fn runs under the lock of those copies and must not call this API
+ * back (its view has no monitor). */
+int ms_engine_ranks_visit(struct ms_engine *e, int id, int rank,
+                          int (*fn)(const struct ms_attach_view *v, void *arg), void *arg);
+
 /* Hook sites: hooks_off turns the hook checks off entirely (the baseline of
  * `bench hooks`); otherwise a site with nothing attached costs one relaxed load
  * and a branch. Set before requests are submitted. */

@@ -171,6 +171,15 @@ uint32_t ms_bpf_map_workers(const struct ms_bpf_map *m);
 int ms_bpf_map_fd(const struct ms_bpf_map *m);
 /* Bytes of the map's memfd (its shared memory), header included. */
 uint64_t ms_bpf_map_bytes(const struct ms_bpf_map *m);
+/* A copy of the map's shared memory (ms_bpf_map_bytes bytes, header
+ * included) into dst, 8-byte words moved whole so no counter is torn: what
+ * another process needs to hold the same map (a follower rank's maps carried
+ * to rank 0). -EMSGSIZE when n is too small. */
+int ms_bpf_map_snapshot(const struct ms_bpf_map *m, void *dst, size_t n);
+/* Writes such a copy into m, whose layout must be the copy's (the same
+ * definition and worker count): -MS_E_FORMAT otherwise. Readers of m's memfd
+ * see the new values word by word, as they see a running engine's writes. */
+int ms_bpf_map_restore(struct ms_bpf_map *m, const void *src, size_t n);
 
 /* The value of key for worker (per-worker maps; others ignore worker), or NULL.
  * Array keys are uint32_t indices. Safe against concurrent updates. */

@@ -402,6 +402,20 @@ struct ms_comm_stats {
 };
 void ms_engine_comm_stats(const struct ms_engine *e, struct ms_comm_stats *out);
 
+/* An engine served across ranks (tp_lead), seen from rank 0 (which serves
+ * its control socket and /metrics): the ranks it speaks for, the transport's
+ * size on a leading rank 0, else 1 (megascope/attach.h, "across ranks"). */
+int ms_engine_ranks(const struct ms_engine *e);
+/* Every other rank's counters read now, at a step boundary (its
+ * ms_engine_get_stats, ms_engine_comm_stats, each worker's ms_worker_os):
+ * 0, or a negative error (-EPIPE: the engine stopped). Nothing elsewhere. */
+int ms_engine_ranks_read_stats(struct ms_engine *e);
+/* Rank r's counters: rank 0's own now, another rank's as last read. os (may
+ * be NULL) gets up to max_os workers'. Returns the rank's workers, or -ENOENT
+ * (not read yet, or no such rank). */
+int ms_engine_rank_stats(struct ms_engine *e, int rank, struct ms_engine_stats *st, struct ms_comm_stats *cs,
+                         struct ms_worker_os *os, int max_os);
+
 /* Tensor parallelism across processes: 1 when the engine stopped because a
  * wait on another rank failed (it timed out, or the ranks disagreed on a step),
  * with the report, naming the rank and the event, in buf; else 0. */

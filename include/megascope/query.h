@@ -131,6 +131,10 @@ struct ms_query_print {
    * total (the coverage given to the writer is then the total) */
   const struct ms_query_replica *replicas;
   size_t n_replicas;
+  /* an engine across ranks (megascope/attach.h): each rank's coverage, rank
+   * i at [i], written beside the total, which is theirs together */
+  const struct ms_coverage *ranks;
+  size_t n_ranks;
 };
 
 /* One engine of a question asked of several (what the writer says of it). */

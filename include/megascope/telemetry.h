@@ -127,6 +127,12 @@ struct ms_trace_view {
   uint64_t window_ns;
   uint64_t cut_ns;           /* the first event max_events left out begins here (window_ns: none) */
   uint64_t records, buffer_dropped, outside, budget_dropped;
+  /* across ranks (rank 0 of an engine served across ranks): the workers of
+   * each rank, tracks rank after rank (0: one process), and the bound on the
+   * error of the clocks' alignment (each rank's offset from rank 0's clock,
+   * taken at the trace's start over its control message: half the round trip) */
+  int rank_workers;
+  uint64_t clock_err_ns;
 };
 /* Builds v from the last trace (stopped), its first max_events events (0: all;
  * the rest counted in budget_dropped). 0, -EBUSY while recording, -ENOMEM.

@@ -3,7 +3,8 @@
  * parallelism across processes (docs/design.md, "Tensor parallelism across
  * processes"). The runtime calls it through this table alone, from the bodies
  * of the plan's communication tasks and from the step start (the layout
- * check; a served engine's step header, bcast); the one
+ * check; a served engine's step header, bcast; its control messages,
+ * bcast and gather); the one
  * implementation, ms_transport_mpi_new (megascope/mpi.h), runs on MPI
  * (src/dist/mpi.c), built when the MPI development files are found. The
  * runtime's door: the table is what the runtime calls, and dist, above the
@@ -67,6 +68,16 @@ struct ms_transport {
    * (docs/design.md, "Serving across ranks"). Appended: a caller checks sz. */
   int (*bcast)(void *ctx, int root, void *buf, size_t bytes, size_t *got, int timeout_ms,
                struct ms_transport_wait *w);
+  /* Every other rank's message of any length to rank root (a follower's
+   * answer to rank 0's control message: its monitor's verdict, its maps).
+   * Off root: bytes bytes of buf go to root (the send completes before the
+   * call returns). On root: each other rank p's message is received into a
+   * buffer malloc'd for it, out[p] (size entries; out[root] is NULL), of
+   * len[p] bytes; the caller frees them (also after a failure). 0,
+   * -ETIMEDOUT (w->peer: a rank that sent nothing), or a negative errno.
+   * Appended: a caller checks sz. */
+  int (*gather)(void *ctx, int root, const void *buf, size_t bytes, void **out, size_t *len, int timeout_ms,
+                struct ms_transport_wait *w);
 };
 
 #ifdef __cplusplus

@@ -294,6 +294,34 @@ uint64_t ms_bpf_map_bytes(const struct ms_bpf_map *m) {
   return m ? ((const struct ms_bpf_map_shm *)m->base)->total_size : 0;
 }
 
+int ms_bpf_map_snapshot(const struct ms_bpf_map *m, void *dst, size_t n) {
+  uint64_t total = ms_bpf_map_bytes(m);
+  if (!m || !dst) return -EINVAL;
+  if (n < total) return -EMSGSIZE;
+  map_copy_out(dst, m->base, (size_t)total);
+  return 0;
+}
+
+/* The copy's header must be m's, but for its two live counters, which the
+ * copy brings. */
+int ms_bpf_map_restore(struct ms_bpf_map *m, const void *src, size_t n) {
+  const struct ms_bpf_map_shm *mine = (const struct ms_bpf_map_shm *)m->base;
+  struct ms_bpf_map_shm theirs;
+  if (!m || !src || n < sizeof theirs) return -EINVAL;
+  memcpy(&theirs, src, sizeof theirs);
+  int same_name = !strncmp(theirs.name, mine->name, sizeof theirs.name);
+  theirs.count = mine->count;
+  theirs.lost = mine->lost;
+  memcpy(theirs.name, mine->name, sizeof theirs.name);
+  if (!same_name || memcmp(&theirs, mine, sizeof theirs) || n != mine->total_size) return -MS_E_FORMAT;
+  const struct ms_bpf_map_shm *h = src;
+  ms_at_copy_in(m->base + mine->header_size, (const uint8_t *)src + mine->header_size,
+                mine->total_size - mine->header_size);
+  __atomic_store_n(&((struct ms_bpf_map_shm *)m->base)->count, h->count, __ATOMIC_RELAXED);
+  __atomic_store_n(&((struct ms_bpf_map_shm *)m->base)->lost, h->lost, __ATOMIC_RELAXED);
+  return 0;
+}
+
 /* core/map_core.h's operations, after the checks of a public entry point. */
 void *ms_bpf_map_lookup(struct ms_bpf_map *m, const void *key, uint32_t worker) {
   return m && key ? ms_mapc_lookup(&m->v, key, worker) : NULL;

@@ -20,6 +20,7 @@
 #include "megascope/hook.h"
 #include "megascope/json.h"
 #include "megascope/attach.h"
+#include "megascope/bpf.h"
 #include "megascope/plan.h"
 #include "megascope/telemetry.h"
 
@@ -167,16 +168,16 @@ static int get_name(json_t *req, char *out, size_t size, struct creply *r) {
 /* Decodes "object" and loads (and verifies) the monitor; NULL with the reply
  * filled on failure. */
 /* The reply for an object the loader or the verifier refused. */
-static void load_refused(struct creply *r, const char *name, int err, const char *log) {
+static void load_refused(struct creply *r, const char *rank, const char *name, int err, const char *log) {
   if (err == MS_E_VERIFY) {
-    ms_control_reply_error(r, -err, log, "%s: the verifier rejected the program (its log follows)", name);
+    ms_control_reply_error(r, -err, log, "%s%s: the verifier rejected the program (its log follows)", rank, name);
     return;
   }
   char first[256];
   size_t k = strcspn(log, "\n");
   snprintf(first, sizeof first, "%.*s", (int)(k < sizeof first ? k : sizeof first - 1), log);
   /* a one-line log is the message itself; a longer one goes along */
-  ms_control_reply_error(r, -err, log[k] && log[k + 1] ? log : NULL, "%s: cannot load the object: %s", name,
+  ms_control_reply_error(r, -err, log[k] && log[k + 1] ? log : NULL, "%s%s: cannot load the object: %s", rank, name,
                          first[0] ? first : ms_strerror(-err));
 }
 
@@ -203,7 +204,9 @@ static int start_load(struct cclient *cl, json_t *req, const char *name, struct 
     return -1;
   }
   cl->job = ms_monitor_job_start(buf, (size_t)size, name, VERIFIER_LOG_BYTES);
-  free(buf);
+  free(cl->load.obj);
+  cl->load.obj = buf;  /* an engine across ranks carries these bytes to every rank */
+  cl->load.obj_len = (size_t)size;
   if (!cl->job) {
     ms_control_reply_error(r, -errno, NULL, "cannot start verifying the object: %s", ms_strerror(-errno));
     return -1;
@@ -240,6 +243,7 @@ static void cmd_info(struct ms_control *c, struct cclient *cl, json_t *req, stru
     ms_json_kint(&j, "pid", (int64_t)getpid());
     ms_json_kstr(&j, "model", c->model);
     ms_json_kint(&j, "workers", ms_engine_n_workers(c->e));
+    ms_json_kint(&j, "ranks", ms_engine_ranks(c->e));  /* across ranks: the socket speaks for all of them */
     ms_json_kstr(&j, "mode", ms_mode_name(ms_engine_mode(c->e)));
     ms_json_knum(&j, "uptime_s", (double)(ms_now_ns() - c->t_start) / 1e9);
     ms_json_key(&j, "commands");
@@ -302,18 +306,37 @@ static void cmd_attach(struct ms_control *c, struct cclient *cl, json_t *req, st
   cl->load.ao = ao;
 }
 
+/* Across ranks, attachment id (attached here, on rank 0) on every other rank
+ * too; when one refuses, rank 0's is detached and freed as well, so the
+ * attach fails on all. 0, or -1 with the error reply naming the rank. */
+static int carry_to_ranks(struct ms_control *c, int id, const struct cload *ld, struct creply *r) {
+  char log[8192] = "";
+  struct ms_textbuf tb = {log, sizeof log, 0, 0};
+  int rc = ms_engine_ranks_attach(c->e, id, ld->obj, ld->obj_len, ld->name, &ld->ao, &tb);
+  if (!rc) return 0;
+  ms_engine_detach(c->e, id);
+  ms_engine_attach_release(c->e, id);
+  size_t k = strcspn(log, "\n");
+  ms_control_reply_error(r, rc, log[k] ? log + k + 1 : NULL, "%s: attach failed across ranks, detached on every "
+                         "rank: %.*s", ld->name, (int)k, log);
+  return -1;
+}
+
 /* The attach, once its monitor is verified. */
-static void finish_attach(struct ms_control *c, struct ms_monitor *m, const char *name, struct ms_attach_opts ao,
-                          struct creply *r) {
+static void finish_attach(struct ms_control *c, struct ms_monitor *m, const struct cload *ld, struct creply *r) {
+  const char *name = ld->name;
+  struct ms_attach_opts ao = ld->ao;
   uint32_t hooks = monitor_hooks(m);
   char log[4096] = "";
   struct ms_textbuf tb = {log, sizeof log, 0, 0};
   int id = ms_engine_attach(c->e, m, &ao, &tb);
   if (id < 0) {
     ms_monitor_free(m);
-    ms_control_reply_error(r, id, log, "%s: attach failed: %s", name, ms_strerror(id));
+    ms_control_reply_error(r, id, log, "%s%s: attach failed: %s", ms_engine_ranks(c->e) > 1 ? "rank 0: " : "", name,
+                           ms_strerror(id));
     return;
   }
+  if (carry_to_ranks(c, id, ld, r)) return;
   ms_logf(MS_LOG_INFO, "control: attached %s as %d", name, id);
   FILE *f = reply_open(r);
   if (f) {
@@ -325,6 +348,7 @@ static void finish_attach(struct ms_control *c, struct ms_monitor *m, const char
     ms_json_kstr(&j, "name", name);
     write_hooks(&j, hooks);
     ms_json_kuint(&j, "generation", 1);
+    ms_json_kint(&j, "ranks", ms_engine_ranks(c->e));
     ms_json_obj_end(&j);
   }
   reply_close(r, f);
@@ -336,6 +360,11 @@ static void cmd_replace(struct ms_control *c, struct cclient *cl, json_t *req, s
   if (check_fields(req, "replace", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
       get_name(req, name, sizeof name, r))
     return;
+  if (ms_engine_ranks(c->e) > 1) {
+    ms_control_reply_error(r, -MS_E_UNSUPP, NULL, "replace is not carried across ranks: detach %lld and attach "
+                           "the new object", id);
+    return;
+  }
   struct ms_attach_opts ao;
   int live = live_opts(c->e, id, &ao);
   if (live) {
@@ -384,7 +413,14 @@ static void finish_replace(struct ms_control *c, struct ms_monitor *m, const cha
 static void cmd_detach(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   long long id;
   if (check_fields(req, "detach", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r)) return;
+  /* the other ranks first: their last maps are read as they detach */
+  int across = ms_engine_ranks_detach(c->e, (int)id);
   int rc = ms_engine_detach(c->e, (int)id);
+  if (!rc && across) {
+    ms_control_reply_error(r, across, NULL, "detach %lld: detached on rank 0; the other ranks: %s", id,
+                           ms_strerror(across));
+    return;
+  }
   if (rc == -ENOENT) {
     ms_control_reply_error(r, rc, NULL, "no attachment %lld is attached (unknown id, or detached already)", id);
     return;
@@ -399,9 +435,59 @@ static void cmd_detach(struct ms_control *c, struct cclient *cl, json_t *req, st
   reply_close(r, f);
 }
 
+/* Across ranks: the sum of every rank's coverage of attachment id (counts
+ * add; the steps seen span them all; generation and times are rank 0's), and
+ * each rank's beside it ("ranks"). Elsewhere nothing is written. */
+static void coverage_add(struct ms_coverage *t, const struct ms_coverage *c) {
+  t->eligible += c->eligible;
+  t->executed += c->executed;
+  t->throttled += c->throttled;
+  t->lost += c->lost;
+  t->failed += c->failed;
+  if (c->first_step < t->first_step) t->first_step = c->first_step;
+  if (c->last_step > t->last_step) t->last_step = c->last_step;
+}
+
+static void write_ranks_coverage(struct ms_engine *e, struct ms_json *j, int id, struct ms_coverage *total) {
+  int n = ms_engine_ranks(e);
+  if (n < 2) return;
+  ms_json_key(j, "ranks");
+  ms_json_arr_begin(j);
+  for (int rank = 0; rank < n; rank++) {
+    struct ms_coverage cov;
+    if (ms_engine_ranks_coverage(e, id, rank, &cov)) continue;  /* not answered yet: left out, and of the total */
+    if (rank) coverage_add(total, &cov);
+    ms_json_obj_begin(j);
+    ms_json_kint(j, "rank", rank);
+    write_coverage(j, &cov);
+    ms_json_obj_end(j);
+  }
+  ms_json_arr_end(j);
+}
+
+/* Across ranks: the attachments every rank holds (what a refused attach
+ * must leave at none). */
+static void write_ranks_held(struct ms_engine *e, struct ms_json *j) {
+  int n = ms_engine_ranks(e);
+  if (n < 2) return;
+  ms_json_key(j, "ranks");
+  ms_json_arr_begin(j);
+  for (int rank = 0; rank < n; rank++) {
+    ms_json_obj_begin(j);
+    ms_json_kint(j, "rank", rank);
+    ms_json_kint(j, "attachments", ms_engine_ranks_held(e, rank));
+    ms_json_obj_end(j);
+  }
+  ms_json_arr_end(j);
+}
+
 static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
   long long only;
   if (check_fields(req, "list", r) || get_int(req, "id", 0, 1, INT32_MAX, 0, &only, r)) return;
+  if (ms_engine_ranks(c->e) > 1 && ms_engine_ranks_sync(c->e)) {  /* the other ranks' coverage, now */
+    ms_control_reply_error(r, -EPIPE, NULL, "the other ranks did not answer (the engine stopped)");
+    return;
+  }
   int n;
   struct ms_attach_info *info = ms_engine_attach_list_all(c->e, &n);
   if (!info) {
@@ -420,6 +506,7 @@ static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, stru
     ms_json_init(&j, f, 0);
     ms_json_obj_begin(&j);
     ms_json_kbool(&j, "ok", 1);
+    write_ranks_held(c->e, &j);
     ms_json_key(&j, "attachments");
     ms_json_arr_begin(&j);
     for (int i = 0; i < n; i++) {
@@ -430,6 +517,8 @@ static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, stru
       write_hooks(&j, info[i].hooks);
       ms_json_kuint(&j, "generation", info[i].cov.generation);
       ms_json_kuint(&j, "first_generation", info[i].first_generation);
+      /* across ranks "coverage" is every rank's together, "ranks" each one's */
+      write_ranks_coverage(c->e, &j, info[i].id, &info[i].cov);
       write_coverage(&j, &info[i].cov);
       ms_json_key(&j, "budget");
       ms_json_obj_begin(&j);
@@ -449,12 +538,83 @@ static void cmd_list(struct ms_control *c, struct cclient *cl, json_t *req, stru
   free(info);
 }
 
+/* Across ranks, the text of "maps" goes on with every other rank's maps,
+ * decoded as rank 0's are, as rank 0 read them just now (merged, they are
+ * what `megascope query` prints). */
+struct rank_text {
+  int rank;
+  const char *name;
+  struct ms_coverage cov;
+  const struct ms_plan *plan;
+  FILE *f;
+};
+
+/* Under the lock of the engine's copies: calls nothing of the engine. */
+static int rank_text(const struct ms_attach_view *v, void *arg) {
+  struct rank_text *rt = arg;
+  fprintf(rt->f, "rank %d: ", rt->rank);
+  return ms_monitor_write_maps(rt->name, v->maps, v->n_maps, v->n_maps ? ms_bpf_map_workers(v->maps[0]) : 1,
+                               &rt->cov, rt->plan, rt->f, 0);
+}
+
+static void write_ranks_text(struct ms_control *c, int id, FILE *f) {
+  int n = ms_engine_ranks(c->e);
+  char name[64] = "";
+  if (n < 2 || ms_engine_ranks_sync(c->e) || ms_engine_attach_generation(c->e, id, 0, name, sizeof name, NULL))
+    return;
+  for (int rank = 1; rank < n; rank++) {
+    struct rank_text rt = {rank, name, {0}, ms_engine_plan(c->e, 1), f};
+    if (!ms_engine_ranks_coverage(c->e, id, rank, &rt.cov)) ms_engine_ranks_visit(c->e, id, rank, rank_text, &rt);
+  }
+}
+
+/* Across ranks, "maps" with "rank": r > 0 hands over rank r's maps as rank
+ * 0 read them just now (its copies of them; megascope/attach.h). */
+static void maps_of_rank(struct ms_control *c, long long id, int rank, int want_fds, struct creply *r) {
+  int fds[MS_CONTROL_MAX_FDS], n_fds = 0;
+  char names[MS_CONTROL_MAX_FDS][64];
+  struct ms_coverage cov;
+  int rc = ms_engine_ranks_sync(c->e);
+  if (!rc) rc = ms_engine_ranks_coverage(c->e, (int)id, rank, &cov);
+  if (!rc && want_fds) rc = n_fds = ms_control_map_fds_of_rank(c->e, (int)id, rank, fds, names, MS_CONTROL_MAX_FDS);
+  if (rc < 0) {
+    ms_control_reply_error(r, rc, NULL, "cannot hand over rank %d's maps of attachment %lld: %s", rank, id,
+                           ms_strerror(rc));
+    return;
+  }
+  FILE *f = reply_open(r);
+  if (f) {
+    struct ms_json j;
+    ms_json_init(&j, f, 0);
+    ms_json_obj_begin(&j);
+    ms_json_kbool(&j, "ok", 1);
+    ms_json_kint(&j, "id", id);
+    ms_json_kint(&j, "rank", rank);
+    write_coverage(&j, &cov);
+    ms_json_key(&j, "fds");
+    ms_json_arr_begin(&j);
+    for (int i = 0; i < n_fds; i++) ms_json_str(&j, names[i]);
+    ms_json_arr_end(&j);
+    ms_json_obj_end(&j);
+  }
+  reply_close(r, f);
+  if (r->is_error)
+    while (n_fds > 0) close(fds[--n_fds]);
+  for (int i = 0; i < n_fds; i++) r->fds[i] = fds[i];
+  r->n_fds = n_fds;
+}
+
 static void cmd_maps(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  long long id;
+  long long id, rank;
   int want_fds, release;
   if (check_fields(req, "maps", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
-      get_bool(req, "fds", &want_fds, r) || get_bool(req, "release", &release, r))
+      get_bool(req, "fds", &want_fds, r) || get_bool(req, "release", &release, r) ||
+      get_int(req, "rank", 0, 0, ms_engine_ranks(c->e) - 1, 0, &rank, r))
     return;
+  if (rank) {
+    maps_of_rank(c, id, (int)rank, want_fds, r);
+    return;
+  }
   struct ms_coverage cov;
   if (ms_engine_attach_coverage(c->e, (int)id, 0, &cov)) {
     ms_control_reply_error(r, -ENOENT, NULL, "no attachment %lld (unknown id, or freed after its retention)", id);
@@ -477,6 +637,7 @@ static void cmd_maps(struct ms_control *c, struct cclient *cl, json_t *req, stru
   FILE *tf = open_memstream(&text, &text_len);
   if (tf) {
     ms_engine_attach_write(c->e, (int)id, tf, 0);
+    write_ranks_text(c, (int)id, tf);
     fclose(tf);
   }
   FILE *f = reply_open(r);
@@ -486,6 +647,7 @@ static void cmd_maps(struct ms_control *c, struct cclient *cl, json_t *req, stru
     ms_json_obj_begin(&j);
     ms_json_kbool(&j, "ok", 1);
     ms_json_kint(&j, "id", id);
+    ms_json_kint(&j, "ranks", ms_engine_ranks(c->e));  /* rank r's maps: "rank": r */
     ms_json_key(&j, "attachment");
     int rc = ms_engine_attach_write_json(c->e, (int)id, &j);
     if (rc) ms_json_null(&j);
@@ -614,23 +776,75 @@ static void write_latency(struct ms_json *j, const char *key, const struct ms_hi
 
 /* What the OS says of each worker thread (ms_engine_worker_os): explain
  * takes a window's difference to tell a shared CPU from slow tasks. */
+static void write_os(struct ms_json *j, int w, const struct ms_worker_os *os, int known) {
+  ms_json_obj_begin(j);
+  ms_json_kint(j, "worker", w);
+  ms_json_kint(j, "pinned_cpu", os->pinned_cpu);
+  ms_json_kint(j, "last_cpu", os->last_cpu);
+  ms_json_kbool(j, "known", known);
+  ms_json_kuint(j, "run_ns", os->run_ns);
+  ms_json_kuint(j, "runqueue_ns", os->runqueue_ns);
+  ms_json_kuint(j, "preempted", os->preempted);
+  ms_json_obj_end(j);
+}
+
 static void write_worker_os(struct ms_json *j, const struct ms_engine *e, int n) {
   ms_json_key(j, "worker_os");
   ms_json_arr_begin(j);
   for (int w = 0; w < n; w++) {
     struct ms_worker_os os;
     int rc = ms_engine_worker_os(e, w, &os);
+    write_os(j, w, &os, rc == 0);
+  }
+  ms_json_arr_end(j);
+}
+
+/* Across ranks: each rank's own counters ("ranks": workers, tasks, stalls,
+ * its communication, its workers' OS view) and the whole engine's ("engine":
+ * their sums). Steps, tokens and requests above are already the whole
+ * engine's (rank 0 decides them); workers, tasks, stalls and worker_os above
+ * stay rank 0's, which explain reads with its query on rank 0's workers. */
+static void write_ranks_stats(struct ms_engine *e, struct ms_json *j) {
+  int n = ms_engine_ranks(e);
+  uint64_t workers = 0, tasks = 0, stalls = 0, wait_ns = 0, received = 0;
+  if (n < 2 || ms_engine_ranks_read_stats(e)) return;
+  ms_json_key(j, "ranks");
+  ms_json_arr_begin(j);
+  for (int rank = 0; rank < n; rank++) {
+    struct ms_engine_stats st;
+    struct ms_comm_stats cs;
+    struct ms_worker_os os[64];
+    int nw = ms_engine_rank_stats(e, rank, &st, &cs, os, 64);
+    if (nw < 0) continue;
+    workers += (uint64_t)nw, tasks += st.tasks, stalls += st.stalls, wait_ns += cs.wait_ns, received += cs.received;
     ms_json_obj_begin(j);
-    ms_json_kint(j, "worker", w);
-    ms_json_kint(j, "pinned_cpu", os.pinned_cpu);
-    ms_json_kint(j, "last_cpu", os.last_cpu);
-    ms_json_kbool(j, "known", rc == 0);
-    ms_json_kuint(j, "run_ns", os.run_ns);
-    ms_json_kuint(j, "runqueue_ns", os.runqueue_ns);
-    ms_json_kuint(j, "preempted", os.preempted);
+    ms_json_kint(j, "rank", rank);
+    ms_json_kint(j, "workers", nw);
+    ms_json_kuint(j, "tasks", st.tasks);
+    ms_json_kuint(j, "stalls", st.stalls);
+    ms_json_key(j, "comm");
+    ms_json_obj_begin(j);
+    ms_json_kuint(j, "sent", cs.sent);
+    ms_json_kuint(j, "received", cs.received);
+    ms_json_kuint(j, "bytes_received", cs.bytes_received);
+    ms_json_kuint(j, "wait_ns", cs.wait_ns);
+    ms_json_obj_end(j);
+    ms_json_key(j, "worker_os");
+    ms_json_arr_begin(j);
+    for (int w = 0; w < nw && w < 64; w++) write_os(j, w, &os[w], os[w].last_cpu >= 0);
+    ms_json_arr_end(j);
     ms_json_obj_end(j);
   }
   ms_json_arr_end(j);
+  ms_json_key(j, "engine");
+  ms_json_obj_begin(j);
+  ms_json_kint(j, "ranks", n);
+  ms_json_kuint(j, "workers", workers);
+  ms_json_kuint(j, "tasks", tasks);
+  ms_json_kuint(j, "stalls", stalls);
+  ms_json_kuint(j, "comm_received", received);
+  ms_json_kuint(j, "comm_wait_ns", wait_ns);
+  ms_json_obj_end(j);
 }
 
 static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
@@ -688,6 +902,7 @@ static void cmd_stats(struct ms_control *c, struct cclient *cl, json_t *req, str
     ms_json_kuint(&j, "idle_closed", cs.idle_closed);
     ms_json_obj_end(&j);
     write_worker_os(&j, c->e, st.n_workers);
+    write_ranks_stats(c->e, &j);
     ms_json_obj_end(&j);
   }
   reply_close(r, f);
@@ -739,11 +954,13 @@ void ms_control_load_finish(struct ms_control *c, struct cclient *cl, struct cre
   int err = 0;
   const char *log = "";
   struct ms_monitor *m = ms_monitor_job_take(cl->job, &err, &log);
-  if (!m) load_refused(r, cl->load.name, -err, log ? log : "");
+  if (!m) load_refused(r, ms_engine_ranks(c->e) > 1 ? "rank 0: " : "", cl->load.name, -err, log ? log : "");
   else if (cl->load.replace) finish_replace(c, m, cl->load.name, cl->load.id, cl->load.ao, r);
-  else finish_attach(c, m, cl->load.name, cl->load.ao, r);
+  else finish_attach(c, m, &cl->load, r);
   ms_monitor_job_free(cl->job);
   cl->job = NULL;
+  free(cl->load.obj);
+  cl->load.obj = NULL;
 }
 
 void ms_control_trace_finish(struct ms_control *c, struct creply *r) {
@@ -806,8 +1023,16 @@ void ms_control_trace_finish(struct ms_control *c, struct creply *r) {
 /* Hands over the ring buffers of attachment id to one consumer (the client
  * that asked, until it disconnects), with their record layouts. */
 static void cmd_records(struct ms_control *c, struct cclient *cl, json_t *req, struct creply *r) {
-  long long id;
-  if (check_fields(req, "records", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r)) return;
+  long long id, rank;
+  if (check_fields(req, "records", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
+      get_int(req, "rank", 0, 0, ms_engine_ranks(c->e) - 1, 0, &rank, r))
+    return;
+  /* across ranks, "rank": r > 0 hands over rank r's rings as rank 0's copies
+   * (its records move there at every read, e.g. the reader's "list") */
+  if (rank && ms_engine_ranks_sync(c->e)) {
+    ms_control_reply_error(r, -EPIPE, NULL, "the other ranks did not answer (the engine stopped)");
+    return;
+  }
   for (int i = 0; i < c->n_cl; i++)
     if (c->cl[i] != cl && c->cl[i]->reader_id == id) {
       ms_control_reply_error(r, -EBUSY, NULL,
@@ -832,7 +1057,8 @@ static void cmd_records(struct ms_control *c, struct cclient *cl, json_t *req, s
     ms_json_kbool(&j, "ok", 1);
     ms_json_kint(&j, "id", id);
     ms_json_kbool(&j, "attached", cov.t_end == 0);
-    n = ms_control_ring_fds(c->e, (int)id, &j, fds, names, MS_CONTROL_MAX_FDS, &gen);
+    ms_json_kint(&j, "ranks", ms_engine_ranks(c->e));  /* rank r's rings: "rank": r */
+    n = ms_control_ring_fds(c->e, (int)id, (int)rank, &j, fds, names, MS_CONTROL_MAX_FDS, &gen);
     ms_json_kuint(&j, "generation", gen);
     ms_json_kuint(&j, "lost", cov.lost);
     ms_json_key(&j, "fds");

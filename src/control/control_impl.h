@@ -58,6 +58,8 @@ struct cclient {
     long long id;
     char name[64];
     struct ms_attach_opts ao;
+    void *obj;          /* the object's bytes, carried to the other ranks of an engine across ranks */
+    size_t obj_len;
   } load;
 };
 
@@ -116,13 +118,16 @@ void ms_control_reply_error(struct creply *r, int code, const char *log, const c
 /* Read-only descriptors of attachment id's current maps (mapfds.c): the count
  * (at most max), names filled; or a negative error. */
 int ms_control_map_fds(struct ms_engine *e, int id, int *fds, char (*names)[64], int max);
+/* The same for rank r of an engine across ranks (0: its own). */
+int ms_control_map_fds_of_rank(struct ms_engine *e, int id, int rank, int *fds, char (*names)[64], int max);
 /* Read-write descriptors of attachment id's current ring-buffer maps, for a
  * consumer (records.c), with "maps": [{name, ring_bytes, decoded, record,
  * size, fields}] written into j (inside an object); the count (at most max),
- * names and *generation filled; or a negative error. */
+ * names and *generation filled; or a negative error. rank > 0: another
+ * rank's rings of an engine across ranks (rank 0's copies, "NAME@rankR"). */
 struct ms_json;
-int ms_control_ring_fds(struct ms_engine *e, int id, struct ms_json *j, int *fds, char (*names)[64], int max,
-                        uint32_t *generation);
+int ms_control_ring_fds(struct ms_engine *e, int id, int rank, struct ms_json *j, int *fds, char (*names)[64],
+                        int max, uint32_t *generation);
 /* "EINVAL", "ENOENT", "EVERIFY", ... for a negative or positive error code. */
 const char *ms_control_code_name(int code);
 

@@ -16,11 +16,11 @@ const struct ms_control_command ms_control_commands[] = {
     {"replace", FIELDS("id", "object", "name", BUDGET)},
     {"detach", FIELDS("id")},
     {"list", FIELDS("id")},
-    {"maps", FIELDS("id", "fds", "release")},
+    {"maps", FIELDS("id", "fds", "release", "rank")},
     {"schema", FIELDS("rows")},
     {"stats", FIELDS("recent")},
     {"trace", FIELDS("seconds", "records_per_worker", "format", "max_events", "max_bytes")},
-    {"records", FIELDS("id")},
+    {"records", FIELDS("id", "rank")},
 };
 const int ms_control_n_commands = (int)(sizeof ms_control_commands / sizeof ms_control_commands[0]);
 

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -117,17 +118,32 @@ struct ring_fds {
   char (*names)[64];
   int max;
   uint32_t *generation;
+  int rank;                  /* across ranks: whose rings (0: this engine's own) */
+  void *btf_raw;             /* another rank's: rank 0's object's BTF, copied first */
+  size_t btf_size;
 };
 
-/* Under the lock of the engine's attachments (ms_engine_attach_visit): the
- * generation's ring buffers reopened read-write, and their layouts. */
+/* Under the lock of the engine's attachments: a copy of the object's BTF. */
+static int copy_btf(const struct ms_attach_view *v, void *arg) {
+  struct ring_fds *o = arg;
+  size_t size = 0;
+  const void *raw = ms_bpf_object_section(ms_monitor_object(v->mon), ".BTF", &size);
+  if (raw && size && (o->btf_raw = malloc(size))) memcpy(o->btf_raw, raw, size), o->btf_size = size;
+  return 0;
+}
+
+/* Under the lock of the engine's attachments (ms_engine_attach_visit), or of
+ * its copies of another rank's maps (ms_engine_ranks_visit: the BTF copied
+ * before): the generation's ring buffers reopened read-write, and their
+ * layouts. */
 static int reopen_rings(const struct ms_attach_view *v, void *arg) {
   struct ring_fds *o = arg;
   struct ms_json *j = o->j;
   int n = 0, rc = 0;
   *o->generation = v->generation;
-  size_t btf_size = 0;
-  const void *raw = ms_bpf_object_section(ms_monitor_object(v->mon), ".BTF", &btf_size);
+  size_t btf_size = o->btf_size;
+  const void *raw = o->btf_raw;
+  if (v->mon) raw = ms_bpf_object_section(ms_monitor_object(v->mon), ".BTF", &btf_size);
   struct btf *btf = raw && btf_size ? btf__new(raw, (uint32_t)btf_size) : NULL;  /* NULL + errno on failure */
   ms_json_key(j, "maps");
   ms_json_arr_begin(j);
@@ -145,7 +161,14 @@ static int reopen_rings(const struct ms_attach_view *v, void *arg) {
     snprintf(o->names[n], 64, "%s", def->name);
     n++;
     ms_json_obj_begin(j);
-    ms_json_kstr(j, "name", def->name);
+    if (o->rank) {  /* another rank's ring: its records moved here at rank 0's reads */
+      char nm[96];
+      snprintf(nm, sizeof nm, "%s@rank%d", def->name, o->rank);
+      ms_json_kstr(j, "name", nm);
+      ms_json_kint(j, "rank", o->rank);
+    } else {
+      ms_json_kstr(j, "name", def->name);
+    }
     ms_json_kuint(j, "ring_bytes", def->max_entries);
     write_layout(j, btf, def->name);
     ms_json_obj_end(j);
@@ -159,8 +182,13 @@ static int reopen_rings(const struct ms_attach_view *v, void *arg) {
   return n;
 }
 
-int ms_control_ring_fds(struct ms_engine *e, int id, struct ms_json *j, int *fds, char (*names)[64], int max,
-                        uint32_t *generation) {
-  struct ring_fds o = {j, fds, names, max, generation};
-  return ms_engine_attach_visit(e, id, reopen_rings, &o);
+int ms_control_ring_fds(struct ms_engine *e, int id, int rank, struct ms_json *j, int *fds, char (*names)[64],
+                        int max, uint32_t *generation) {
+  struct ring_fds o = {j, fds, names, max, generation, rank, NULL, 0};
+  if (!rank) return ms_engine_attach_visit(e, id, reopen_rings, &o);
+  /* the copies' lock is taken alone, never inside the attachments' */
+  int rc = ms_engine_attach_visit(e, id, copy_btf, &o);
+  if (rc >= 0) rc = ms_engine_ranks_visit(e, id, rank, reopen_rings, &o);
+  free(o.btf_raw);
+  return rc;
 }

@@ -289,6 +289,7 @@ static void client_close(struct ms_control *c, int i) {
     c->trace_on = 0;
   }
   ms_monitor_job_free(cl->job); /* a verification under way is cancelled */
+  free(cl->load.obj);
   for (int k = 0; k < cl->n_out_fds; k++) close(cl->out_fds[k]);
   close(cl->fd);
   free(cl->body);

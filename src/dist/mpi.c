@@ -5,7 +5,8 @@
  * DESIGN
  * Who calls what. The engine's worker threads call share from the bodies of
  * communication tasks, several at once; worker 0 calls exchange at each step
- * start (and bcast, the step header of a served engine) and the CLI exchange
+ * start (and bcast, the step header of a served engine, and gather, its
+ * followers' answers to a control message) and the CLI exchange
  * once at the launch check. MPI is initialised with the
  * thread level MPI_THREAD_SERIALIZED at least, and every MPI call here holds
  * `mu`: the calls are all non-blocking (MPI_Isend, MPI_Irecv, MPI_Test), so a
@@ -202,6 +203,61 @@ static int mpi_bcast(void *ctx, int root, void *buf, size_t bytes, size_t *got, 
   return rc;
 }
 
+/* The followers' answers to rank root, point-to-point under a tag of its
+ * own: root probes each rank in turn for its message's length, then receives
+ * it. One thread of root gathers at a time (worker 0), and a follower sends
+ * one answer a control message, so the message probed is the one received. */
+#define GATHER_TAG 32002
+
+static int probe_len(struct mpi_ctx *c, int src, int timeout_ms, size_t *len, struct ms_transport_wait *w) {
+  uint64_t t0 = ms_now_ns();
+  MPI_Status st;
+  int flag = 0, count = 0;
+  for (int spins = 0;; spins++) {
+    pthread_mutex_lock(&c->mu);
+    int rc = MPI_Iprobe(src, GATHER_TAG, c->comm, &flag, &st);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != MPI_SUCCESS) return -EIO;
+    if (flag) break;
+    uint64_t now = ms_now_ns();
+    if (timeout_ms > 0 && now - t0 > (uint64_t)timeout_ms * 1000000ull) {
+      if (w) *w = (struct ms_transport_wait){.waited_ns = now - t0, .peer = src};
+      return -ETIMEDOUT;
+    }
+    backoff(spins, 20000);
+  }
+  MPI_Get_count(&st, MPI_BYTE, &count);
+  *len = (size_t)count;
+  return 0;
+}
+
+static int mpi_gather(void *ctx, int root, const void *buf, size_t bytes, void **out, size_t *len, int timeout_ms,
+                      struct ms_transport_wait *w) {
+  struct mpi_ctx *c = ctx;
+  MPI_Request req;
+  int rc = MPI_SUCCESS;
+  if (root < 0 || root >= c->size || bytes > (1u << 30)) return -EINVAL;
+  if (root != c->rank) {
+    pthread_mutex_lock(&c->mu);
+    rc = MPI_Isend(buf, (int)bytes, MPI_BYTE, root, GATHER_TAG, c->comm, &req);
+    pthread_mutex_unlock(&c->mu);
+    return rc == MPI_SUCCESS ? poll_all(c, 1, &req, &root, timeout_ms, w) : -EIO;
+  }
+  for (int p = 0; p < c->size; p++) out[p] = NULL, len[p] = 0;
+  for (int p = 0; p < c->size; p++) {
+    if (p == c->rank) continue;
+    int err = probe_len(c, p, timeout_ms, &len[p], w);
+    if (!err && !(out[p] = malloc(len[p] ? len[p] : 1))) err = -ENOMEM;
+    if (err) return err;
+    pthread_mutex_lock(&c->mu);
+    rc = MPI_Irecv(out[p], (int)len[p], MPI_BYTE, p, GATHER_TAG, c->comm, &req);
+    pthread_mutex_unlock(&c->mu);
+    if (rc != MPI_SUCCESS) return -EIO;
+    if ((err = poll_all(c, 1, &req, &p, timeout_ms, w))) return err;
+  }
+  return 0;
+}
+
 static void mpi_abort(void *ctx, int code) {
   struct mpi_ctx *c = ctx;
   MPI_Abort(c->comm, code);
@@ -237,7 +293,7 @@ struct ms_transport *ms_transport_mpi_new(int *argc, char ***argv, struct ms_tex
   pthread_mutex_init(&c->mu, NULL);
   *t = (struct ms_transport){.sz = sizeof *t, .name = "mpi", .rank = c->rank, .size = c->size, .ctx = c,
                              .share = mpi_share, .exchange = mpi_exchange, .abort = mpi_abort,
-                             .bcast = mpi_bcast};
+                             .bcast = mpi_bcast, .gather = mpi_gather};
   return t;
 }
 

@@ -216,11 +216,46 @@ static int write_attachments(struct ms_engine *e, FILE *f) {
   return 0;
 }
 
+/* Across ranks (rank 0 serves /metrics for the whole engine): every rank's
+ * tasks, stalls and workers into st's, and one series a rank of each beside
+ * (rank="r"); the other counters are already the whole engine's (rank 0
+ * decides its steps, tokens and requests). Nothing in one process. */
+static void write_ranks(struct ms_engine *e, FILE *f, struct ms_engine_stats *st) {
+  int n = ms_engine_ranks(e);
+  if (n < 2 || ms_engine_ranks_read_stats(e)) return;
+  struct ms_engine_stats rs[64];
+  struct ms_comm_stats cs[64];
+  int nw[64];
+  for (int r = 0; r < n && r < 64; r++) nw[r] = ms_engine_rank_stats(e, r, &rs[r], &cs[r], NULL, 0);
+  static const char *const name[] = {"megascope_rank_tasks_total", "megascope_rank_workers",
+                                     "megascope_rank_comm_received_total", "megascope_rank_comm_wait_seconds_total"};
+  static const char *const help[] = {"Tasks executed on one rank of an engine across ranks.",
+                                     "Worker threads of one rank.",
+                                     "Shares of other ranks received by one rank's communication tasks.",
+                                     "Time one rank's workers waited for other ranks' shares."};
+  static const char *const type[] = {"counter", "gauge", "counter", "counter"};
+  for (int k = 0; k < 4; k++) {
+    ms_prometheus_family(f, name[k], type[k], help[k]);
+    for (int r = 0; r < n && r < 64; r++) {
+      if (nw[r] < 0) continue;
+      fprintf(f, "%s{rank=\"%d\"} ", name[k], r);
+      if (k == 3) fprintf(f, "%.9f\n", (double)cs[r].wait_ns / 1e9);
+      else
+        fprintf(f, "%llu\n", (unsigned long long)(k == 0 ? rs[r].tasks : k == 1 ? (uint64_t)nw[r] : cs[r].received));
+    }
+  }
+  st->tasks = st->stalls = 0;
+  st->n_workers = 0;
+  for (int r = 0; r < n && r < 64; r++)
+    if (nw[r] >= 0) st->tasks += rs[r].tasks, st->stalls += rs[r].stalls, st->n_workers += nw[r];
+}
+
 int ms_prometheus_write_engine(struct ms_engine *e, FILE *f) {
   struct ms_engine_stats st;
   struct ms_latency_stats lat;
   ms_engine_get_stats(e, &st);
   ms_engine_latency(e, &lat);
+  write_ranks(e, f, &st);
   ms_prometheus_histogram(f, "megascope_ttft_seconds", "Time to first token (submit to first generated token).", &lat.ttft);
   ms_prometheus_histogram(f, "megascope_tpot_seconds", "Time per output token after the first, per request.", &lat.tpot);
   counter(f, "megascope_requests_finished_total", "Requests finished.", lat.requests_finished);
@@ -228,8 +263,8 @@ int ms_prometheus_write_engine(struct ms_engine *e, FILE *f) {
   counter(f, "megascope_steps_total", "Decode steps run.", st.steps);
   counter(f, "megascope_tokens_generated_total", "Tokens generated (prompt positions excluded).", st.tokens);
   counter(f, "megascope_positions_total", "Rows processed, prompt positions included.", st.positions);
-  counter(f, "megascope_tasks_total", "Tasks executed.", st.tasks);
-  counter(f, "megascope_stalls_total", "Stalls reported by the watchdog.", st.stalls);
+  counter(f, "megascope_tasks_total", "Tasks executed (across ranks: on every rank).", st.tasks);
+  counter(f, "megascope_stalls_total", "Stalls reported by the watchdog (across ranks: on every rank).", st.stalls);
   ms_prometheus_histogram(f, "megascope_inter_token_latency_seconds",
                           "Time between a request's successive tokens, per token after its first.", &lat.itl);
   counter(f, "megascope_num_preemptions_total",
@@ -245,7 +280,8 @@ int ms_prometheus_write_engine(struct ms_engine *e, FILE *f) {
   ms_prometheus_family(f, "megascope_prefix_cache_pages", "gauge",
                        "KV pages the prefix cache keeps that no request holds (evictable).");
   fprintf(f, "megascope_prefix_cache_pages %d\n", st.prefix_pages_cached);
-  ms_prometheus_family(f, "megascope_workers", "gauge", "Worker threads (the engine's SMs).");
+  ms_prometheus_family(f, "megascope_workers", "gauge",
+                       "Worker threads (the engine's SMs; across ranks: every rank's).");
   fprintf(f, "megascope_workers %d\n", st.n_workers);
   int rc = write_classes(e, f);
   if (!rc) rc = write_attachments(e, f);

@@ -117,7 +117,11 @@ int tv_write_json(const struct ms_trace_view *v, struct tv_out *o, struct ms_tra
   jp(&j, "{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":1,"
          "\"args\":{\"name\":\"megascope engine\"}}");
   for (int k = 0; k < v->n_workers; k++) {
-    jp(&j, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"worker %d\"}}", k, k);
+    if (v->rank_workers)  /* across ranks: rank after rank */
+      jp(&j, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"rank %d worker %d\"}}",
+         k, k / v->rank_workers, k % v->rank_workers);
+    else
+      jp(&j, ",\n{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":1,\"tid\":%d,\"args\":{\"name\":\"worker %d\"}}", k, k);
     if (j.n > sizeof j.b / 2 || k == v->n_workers - 1) {
       if (tv_put(o, j.b, j.n)) return -ENOSPC;
       j.n = 0;
@@ -150,8 +154,12 @@ int tv_write_json(const struct ms_trace_view *v, struct tv_out *o, struct ms_tra
   j.n = 0;
   jp(&j,
      "\n],\"metadata\":{\"clock\":\"ns since the recording started\",\"records\":%" PRIu64 ",\"dropped\":%" PRIu64
-     ",\"budget_dropped\":%" PRIu64 ",\"outside_window\":%" PRIu64 ",\"workers\":%d,\"window_us\":%s,\"kept_us\":%s}}\n",
+     ",\"budget_dropped\":%" PRIu64 ",\"outside_window\":%" PRIu64 ",\"workers\":%d,\"window_us\":%s,\"kept_us\":%s",
      v->records, v->buffer_dropped, w->budget_dropped, v->outside, v->n_workers, win, kept);
+  if (v->rank_workers)  /* across ranks: each rank's clock moved onto rank 0's, within this bound */
+    jp(&j, ",\"ranks\":%d,\"rank_workers\":%d,\"clock_error_ns\":%" PRIu64, v->n_workers / v->rank_workers,
+       v->rank_workers, v->clock_err_ns);
+  jp(&j, "}}\n");
   tv_put_final(o, j.b, j.n);
   return 0;
 }

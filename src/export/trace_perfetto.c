@@ -266,9 +266,12 @@ static void sequence_open(struct pb *b, int seq, uint64_t track) {
 
 /* The start of worker w's sequence, and the worker's thread track (the
  * sequence's default). */
-static void worker_start(struct pb *b, int w) {
-  char name[32];
-  snprintf(name, sizeof name, "worker %d", w);
+static void worker_start(struct pb *b, int w, int rank_workers) {
+  char name[48];
+  if (rank_workers)  /* across ranks: rank after rank */
+    snprintf(name, sizeof name, "rank %d worker %d", w / rank_workers, w % rank_workers);
+  else
+    snprintf(name, sizeof name, "worker %d", w);
   sequence_open(b, w, UUID_WORKER + (uint64_t)w);
   packet_begin(b, 0, w, NULL, 0);
   pb_open(b, TP_TRACK_DESCRIPTOR);
@@ -430,7 +433,7 @@ int tv_write_perfetto(const struct ms_trace_view *v, struct tv_out *o, struct ms
     if (!s[k].cls_seen || !s[k].evc_seen) goto out;
   }
   process_tracks(&b, cseq);
-  for (int k = 0; k < v->n_workers; k++) worker_start(&b, k);
+  for (int k = 0; k < v->n_workers; k++) worker_start(&b, k, v->rank_workers);
   rc = b.err ? -ENOMEM : tv_put(o, b.p, b.n) ? -ENOSPC : 0;
   if (rc) goto out;
   size_t i = 0;

@@ -297,7 +297,19 @@ static void text_replicas(const struct ms_query_print *po, FILE *f) {
   fprintf(f, "coverage of %zu of %zu engines: ", in, po->n_replicas);
 }
 
+/* One line a rank, before the total's. */
+static void text_ranks(const struct ms_query_print *po, FILE *f) {
+  for (size_t i = 0; i < po->n_ranks; i++) {
+    fprintf(f, "rank %zu: ", i);
+    text_counts(&po->ranks[i], f);
+    fprintf(f, ", steps %llu-%llu\n", (unsigned long long)po->ranks[i].first_step,
+            (unsigned long long)po->ranks[i].last_step);
+  }
+  if (po->n_ranks) fprintf(f, "every rank's ");
+}
+
 static void text_coverage(const struct ms_coverage *c, uint64_t dropped, const struct ms_query_print *po, FILE *f) {
+  text_ranks(po, f);
   if (po->n_replicas) {
     text_replicas(po, f);
     text_counts(c, f);
@@ -381,6 +393,19 @@ static void json_entry(const struct ms_query *q, const struct q_map *m, const st
 static void json_coverage(const struct ms_coverage *c, struct ms_json *j) {
   ms_json_key(j, "coverage");
   ms_coverage_write_json(j, c);
+}
+
+/* "ranks": each rank's coverage, the total's parts. */
+static void json_ranks(const struct ms_query_print *po, struct ms_json *j) {
+  ms_json_key(j, "ranks");
+  ms_json_arr_begin(j);
+  for (size_t i = 0; i < po->n_ranks; i++) {
+    ms_json_obj_begin(j);
+    ms_json_kuint(j, "rank", i);
+    json_coverage(&po->ranks[i], j);
+    ms_json_obj_end(j);
+  }
+  ms_json_arr_end(j);
 }
 
 /* "replicas": each engine's part; "engines_in_total": how many the total covers. */
@@ -624,6 +649,7 @@ static int write_any(const struct ms_query *q, const struct ms_query_maps *maps,
     ms_json_knum(j, "elapsed_s", po.elapsed_s);
     json_coverage(cov, j);
     if (po.n_replicas) json_replicas(&po, j);
+    if (po.n_ranks) json_ranks(&po, j);
     ms_json_kuint(j, "dropped", drops);
     ms_json_key(j, "maps");
     ms_json_arr_begin(j);

@@ -32,6 +32,10 @@
  * says so). A follower that stops or hangs is found by rank 0 at the next
  * share or layout check (dist.c).
  *
+ * Between two headers rank 0 may send control messages (kind CTL: an
+ * attachment carried to every rank, its maps read back; ranks.c), which a
+ * follower applies and answers while it waits for the step header.
+ *
  * Threads: all of this runs on worker 0, at the step start; the header's
  * buffers are its alone. */
 #include <errno.h>
@@ -44,10 +48,10 @@
 #include "megascope/transport.h"
 #include "runtime/runtime_impl.h"
 
-#define HDR_MAGIC 0x4d534831  /* "MSH1" */
+#define HDR_MAGIC MS_HDR_MAGIC
 #define HDR_WORDS 8           /* magic, kind, step (2), tokens, retired, admitted, slots */
 
-enum { HDR_IDLE = 0, HDR_STEP = 1, HDR_STOP = 2 };
+enum { HDR_IDLE = MS_HDR_IDLE, HDR_STEP = MS_HDR_STEP, HDR_STOP = MS_HDR_STOP, HDR_CTL = MS_HDR_CTL };
 
 static int timeout_ms(const struct ms_engine *e) { return e->o.comm_timeout_ms > 0 ? e->o.comm_timeout_ms : 10000; }
 
@@ -56,10 +60,11 @@ int ms_rt_lead_init(struct ms_engine *e) {
   e->hdr_cap = HDR_WORDS + (size_t)e->n_slots * 8 + 1024;
   e->hdr = malloc(e->hdr_cap * sizeof *e->hdr);
   e->hdr_mark = calloc((size_t)e->n_slots * 3, sizeof *e->hdr_mark);
-  return e->hdr && e->hdr_mark ? 0 : -ENOMEM;
+  return e->hdr && e->hdr_mark ? ms_rt_ranks_init(e) : -ENOMEM;
 }
 
 void ms_rt_lead_free(struct ms_engine *e) {
+  ms_rt_ranks_free(e);
   free(e->hdr);
   free(e->hdr_mark);
   e->hdr = NULL;
@@ -67,8 +72,7 @@ void ms_rt_lead_free(struct ms_engine *e) {
 }
 
 /* The engine stops with a report (the first failure's; dist.c's way). */
-static void lead_failed(struct ms_engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void lead_failed(struct ms_engine *e, const char *fmt, ...) {
+void ms_rt_lead_failed(struct ms_engine *e, const char *fmt, ...) {
   int expected = 0;
   if (atomic_compare_exchange_strong(&e->tx_failed, &expected, 1)) {
     va_list ap;
@@ -136,23 +140,25 @@ void ms_rt_lead_mark(struct ms_engine *e) {
 }
 
 void ms_rt_lead_idle(struct ms_engine *e) {
+  ms_rt_ranks_lead(e);  /* a control message asked for goes at once */
   uint64_t every = (uint64_t)(timeout_ms(e) / 4 < 1000 ? timeout_ms(e) / 4 : 1000) * 1000000ull;
   if (ms_now_ns() - e->hdr_sent_ns < every || atomic_load(&e->tx_failed)) return;
   hdr_head(e, HDR_IDLE, 0, 0, 0, 0);
   int peer, rc = lead_bcast(e, HDR_WORDS, timeout_ms(e), &peer);
   char b[32];
   if (rc)
-    lead_failed(e, "rank 0: %s did not take an idle step header (before step %" PRIu64 ") within %d ms: %s\n",
-                who(peer, b, sizeof b), e->next_step, timeout_ms(e),
-                rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
+    ms_rt_lead_failed(e, "rank 0: %s did not take an idle step header (before step %" PRIu64 ") within %d ms: %s\n",
+                      who(peer, b, sizeof b), e->next_step, timeout_ms(e),
+                      rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
 }
 
 int ms_rt_lead_send(struct ms_engine *e, int admitted) {
+  ms_rt_ranks_lead(e);  /* before the header: the followers apply it between steps */
   int n_tok = 0, n_ret = 0;
   size_t words = HDR_WORDS + (size_t)e->n_slots * 5;
   for (int i = 0; i < admitted; i++) words += 5 + (size_t)e->slots[e->admit_slots[i]].req->n_prompt;
   if (hdr_room(e, words)) {
-    lead_failed(e, "rank 0: no memory for step %" PRIu64 "'s header (%zu words)\n", e->next_step, words);
+    ms_rt_lead_failed(e, "rank 0: no memory for step %" PRIu64 "'s header (%zu words)\n", e->next_step, words);
     return -ENOMEM;
   }
   int32_t *p = e->hdr + HDR_WORDS;
@@ -179,9 +185,9 @@ int ms_rt_lead_send(struct ms_engine *e, int admitted) {
   int peer, rc = lead_bcast(e, (size_t)(p - e->hdr), timeout_ms(e), &peer);
   char b[32];
   if (rc)
-    lead_failed(e, "rank 0: %s did not take step %" PRIu64 "'s header (its admissions, retirements and tokens) "
-                "within %d ms: %s\n", who(peer, b, sizeof b), e->next_step, timeout_ms(e),
-                rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
+    ms_rt_lead_failed(e, "rank 0: %s did not take step %" PRIu64 "'s header (its admissions, retirements and tokens) "
+                      "within %d ms: %s\n", who(peer, b, sizeof b), e->next_step, timeout_ms(e),
+                      rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
   return rc;
 }
 
@@ -203,9 +209,9 @@ static int follow_tokens(struct ms_engine *e, const int32_t *p, int n) {
     struct ms_request *r = sl ? sl->req : NULL;
     int have = r ? atomic_load_explicit(&r->n_tokens, memory_order_relaxed) : -1;
     if (!r || (cnt != have && (cnt != have + 1 || cnt > r->max_new || tok < 0 || tok >= e->m->cfg.vocab))) {
-      lead_failed(e, "rank %d: step %" PRIu64 ": rank 0 drew its token %d for slot %d, which holds %s here%s\n",
-                  e->rank, e->next_step, cnt, s, r ? "a request" : "no request",
-                  r ? " with another count: the ranks diverged" : ": the ranks diverged");
+      ms_rt_lead_failed(e, "rank %d: step %" PRIu64 ": rank 0 drew its token %d for slot %d, which holds %s here%s\n",
+                        e->rank, e->next_step, cnt, s, r ? "a request" : "no request",
+                        r ? " with another count: the ranks diverged" : ": the ranks diverged");
       return -EPROTO;
     }
     if (cnt == have) continue;
@@ -231,23 +237,24 @@ static int follow_admit(struct ms_engine *e, const int32_t *p, const int32_t *en
       if (p[j] < 0 || p[j] >= e->m->cfg.vocab) goto bad;
     struct ms_request *r = ms_rt_request_follow(e, p, n_prompt, max_new, record != 0);
     if (!r) {
-      lead_failed(e, "rank %d: no memory for rank 0's request in slot %d (step %" PRIu64 ")\n", e->rank, s,
-                  e->next_step);
+      ms_rt_lead_failed(e, "rank %d: no memory for rank 0's request in slot %d (step %" PRIu64 ")\n", e->rank, s,
+                        e->next_step);
       return -ENOMEM;
     }
     p += n_prompt;
     ms_rt_admit_into(e, s, r);
     e->admit_slots[(*admitted)++] = s;
     if (e->slots[s].pos != pos) {
-      lead_failed(e, "rank %d: step %" PRIu64 ": rank 0's prefix cache gave slot %d's request %d cached positions, "
-                  "this rank's %d: the ranks diverged\n", e->rank, e->next_step, s, pos, e->slots[s].pos);
+      ms_rt_lead_failed(e, "rank %d: step %" PRIu64 ": rank 0's prefix cache gave slot %d's request %d cached "
+                        "positions, this rank's %d: the ranks diverged\n", e->rank, e->next_step, s, pos,
+                        e->slots[s].pos);
       return -EPROTO;
     }
   }
   return 0;
 bad:
-  lead_failed(e, "rank %d: step %" PRIu64 "'s header from rank 0 holds an admission this rank cannot take\n",
-              e->rank, e->next_step);
+  ms_rt_lead_failed(e, "rank %d: step %" PRIu64 "'s header from rank 0 holds an admission this rank cannot take\n",
+                    e->rank, e->next_step);
   return -EPROTO;
 }
 
@@ -259,8 +266,8 @@ static int follow_apply(struct ms_engine *e, size_t words, int *retired, int *ad
   if (step != e->next_step || n_slots != e->n_slots || n_tok < 0 || n_tok > n_slots || n_ret < 0 ||
       n_ret > n_slots || n_adm < 0 || n_adm > n_slots ||
       (size_t)(end - h) < HDR_WORDS + (size_t)n_tok * 3 + (size_t)n_ret + (size_t)n_slots) {
-    lead_failed(e, "rank %d: rank 0's header is for step %" PRIu64 " of %d slots, this rank is at step %" PRIu64
-                " of %d: the ranks diverged\n", e->rank, step, n_slots, e->next_step, e->n_slots);
+    ms_rt_lead_failed(e, "rank %d: rank 0's header is for step %" PRIu64 " of %d slots, this rank is at step %" PRIu64
+                      " of %d: the ranks diverged\n", e->rank, step, n_slots, e->next_step, e->n_slots);
     return -EPROTO;
   }
   const int32_t *p = h + HDR_WORDS;
@@ -268,8 +275,8 @@ static int follow_apply(struct ms_engine *e, size_t words, int *retired, int *ad
   p += 3 * n_tok;
   for (int i = 0; i < n_ret; i++, p++) {
     if (*p < 0 || *p >= e->n_slots || !e->slots[*p].req) {
-      lead_failed(e, "rank %d: step %" PRIu64 ": rank 0 retired slot %d, empty here: the ranks diverged\n", e->rank,
-                  e->next_step, *p);
+      ms_rt_lead_failed(e, "rank %d: step %" PRIu64 ": rank 0 retired slot %d, empty here: the ranks diverged\n",
+                        e->rank, e->next_step, *p);
       return -EPROTO;
     }
     e->slots[*p].finishing = 1;  /* retired below, as rank 0 retired it */
@@ -283,8 +290,8 @@ static int follow_apply(struct ms_engine *e, size_t words, int *retired, int *ad
     struct slot *sl = &e->slots[s];
     int c = chunks[s];
     if (sl->req ? c < 1 || sl->pos + c > sl->req->n_prompt + sl->req->max_new : c != 0) {
-      lead_failed(e, "rank %d: step %" PRIu64 ": rank 0 gives slot %d %d rows, which does not fit it here: the "
-                  "ranks diverged\n", e->rank, e->next_step, s, c);
+      ms_rt_lead_failed(e, "rank %d: step %" PRIu64 ": rank 0 gives slot %d %d rows, which does not fit it here: the "
+                        "ranks diverged\n", e->rank, e->next_step, s, c);
       return -EPROTO;
     }
     sl->chunk = c;
@@ -304,22 +311,26 @@ int ms_rt_follow(struct ms_engine *e, int *retired, int *admitted) {
     if (rc == -ETIMEDOUT && (waited += w.waited_ns / 1000000ull) < limit) continue;
     if (rc == -EMSGSIZE) {
       if (!hdr_room(e, got / sizeof *e->hdr + 1)) continue;
-      lead_failed(e, "rank %d: no memory for rank 0's header of %zu bytes (step %" PRIu64 ")\n", e->rank, got,
-                  e->next_step);
+      ms_rt_lead_failed(e, "rank %d: no memory for rank 0's header of %zu bytes (step %" PRIu64 ")\n", e->rank, got,
+                        e->next_step);
       return 0;
     }
     if (rc) {
-      lead_failed(e, "rank %d: rank 0 sent no step header for %" PRIu64 " ms (it sends one at least every second "
-                  "while it runs, idle or not), before step %" PRIu64 ": %s\n", e->rank, waited, e->next_step,
-                  rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
+      ms_rt_lead_failed(e, "rank %d: rank 0 sent no step header for %" PRIu64 " ms (it sends one at least every second "
+                        "while it runs, idle or not), before step %" PRIu64 ": %s\n", e->rank, waited, e->next_step,
+                        rc == -ETIMEDOUT ? "it hangs or died" : ms_strerror(rc));
       return 0;
     }
     waited = 0;
     e->hdr_heard = 1;
     limit = (uint64_t)timeout_ms(e);
+    if (got >= 2 * sizeof *e->hdr && e->hdr[0] == HDR_MAGIC && e->hdr[1] == HDR_CTL) {
+      if (ms_rt_ranks_follow(e, got)) return 0;  /* rank 0's control message (ranks.c), between steps */
+      continue;
+    }
     if (got < HDR_WORDS * sizeof *e->hdr || e->hdr[0] != HDR_MAGIC) {
-      lead_failed(e, "rank %d: rank 0 sent %zu bytes that are no step header (before step %" PRIu64 ")\n", e->rank,
-                  got, e->next_step);
+      ms_rt_lead_failed(e, "rank %d: rank 0 sent %zu bytes that are no step header (before step %" PRIu64 ")\n",
+                        e->rank, got, e->next_step);
       return 0;
     }
     if (e->hdr[1] == HDR_IDLE) continue;

@@ -93,7 +93,11 @@ void ms_engine_set_detached_retention(struct ms_engine *e, uint64_t ns) {
   pthread_mutex_unlock(&e->hooks->mu);
 }
 
-int ms_engine_attach_reap(struct ms_engine *e) { return ms_hook_reap(e->hooks, ms_now_ns()); }
+int ms_engine_attach_reap(struct ms_engine *e) {
+  int n = ms_hook_reap(e->hooks, ms_now_ns());
+  ms_rt_ranks_reap(e);  /* what rank 0 read of the other ranks goes with its own */
+  return n;
+}
 
 int ms_engine_set_attach_budget(struct ms_engine *e, const struct ms_attach_budget *b) {
   if (b && (b->sz < sizeof(size_t) || b->max_retained < 0 || b->max_fds < 0)) return -EINVAL;
@@ -103,7 +107,11 @@ int ms_engine_set_attach_budget(struct ms_engine *e, const struct ms_attach_budg
 
 void ms_engine_attach_usage(struct ms_engine *e, struct ms_attach_usage *out) { ms_hook_usage(e->hooks, out); }
 
-int ms_engine_attach_release(struct ms_engine *e, int id) { return ms_hook_release(e->hooks, id); }
+int ms_engine_attach_release(struct ms_engine *e, int id) {
+  int rc = ms_hook_release(e->hooks, id);
+  ms_rt_ranks_reap(e);
+  return rc;
+}
 
 int ms_engine_attach_generation(struct ms_engine *e, int id, uint32_t generation, char *name, size_t name_size,
                                 struct ms_coverage *out) {

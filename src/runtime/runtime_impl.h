@@ -230,6 +230,7 @@ struct ms_engine {
   uint64_t hdr_sent_ns;          /* the leader: when it sent its last header */
   int hdr_heard;                 /* the follower: a header came from rank 0 */
   int lead_stopped;              /* the follower: rank 0's header said stop */
+  struct ms_ranks *ranks;        /* ranks.c: rank 0's attachments carried to the followers (NULL: none) */
   _Atomic uint32_t stopped;      /* the stop step is published: ms_engine_wait_stopped */
   struct plan_rt rt[MS_MAX_BUCKETS];
   struct plan_rt rt_prefill[MS_MAX_BUCKETS];  /* chunked prefill: one per bucket, compiled lazily */
@@ -438,6 +439,32 @@ void ms_rt_lead_mark(struct ms_engine *e);         /* the leader, before it reti
 void ms_rt_lead_idle(struct ms_engine *e);         /* the leader, idle or paused: an empty header now and then */
 int ms_rt_lead_send(struct ms_engine *e, int admitted);  /* the leader: the step decided; 0, or the engine stops */
 void ms_rt_lead_stop(struct ms_engine *e);         /* the leader, stopping: the last header */
+/* The engine stops with a report (the first failure's), printf-style. */
+void ms_rt_lead_failed(struct ms_engine *e, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The messages on the step header's channel: magic, kind, ... (lead.c; a
+ * control message of ranks.c is kind CTL) */
+#define MS_HDR_MAGIC 0x4d534831  /* "MSH1" */
+enum { MS_HDR_IDLE = 0, MS_HDR_STEP = 1, MS_HDR_STOP = 2, MS_HDR_CTL = 3 };
+/* ranks.c: watching the ranks as one engine (megascope/attach.h, "across ranks") */
+int ms_rt_ranks_init(struct ms_engine *e);         /* with the lead's buffers */
+void ms_rt_ranks_free(struct ms_engine *e);
+void ms_rt_ranks_lead(struct ms_engine *e);        /* the leader's worker 0, before a header: the control
+                                                      message asked for, and its answers */
+void ms_rt_ranks_reap(struct ms_engine *e);        /* rank 0: forgets what it read of attachments freed here */
+int ms_rt_ranks_follow(struct ms_engine *e, size_t bytes);
+/* rank 0: the other ranks start (stop) their trace too; after a stop, rank
+ * r's records of it, moved onto rank 0's clock (NULL: none) */
+struct ms_rank_trace {
+  int have, n_workers;
+  int64_t shift;                 /* added to its times: rank 0's clock minus its own */
+  uint64_t err_ns;               /* the bound on that offset's error (half the round trip) */
+  uint32_t *n;                   /* [n_workers] records */
+  uint64_t *dropped;             /* [n_workers] */
+  struct trace_rec **rec;        /* [n_workers][n[w]] */
+};
+int ms_rt_ranks_trace(struct ms_engine *e, int start, uint32_t records_per_worker);
+const struct ms_rank_trace *ms_rt_ranks_trace_of(const struct ms_engine *e, int rank);  /* a follower: rank 0's control message in
+                                                               e->hdr, applied and answered; 0 or the engine stops */
 /* The follower's step start: waits for rank 0's header and applies it (the
  * tokens, retirements, admissions, each slot's chunk); 1: a step to lay
  * out, 0: the engine stops (rank 0 stopped, a failure, or its own stop). */

@@ -282,14 +282,17 @@ int ms_engine_trace_start(struct ms_engine *e, uint32_t records_per_worker) {
   e->trace_t0 = ms_eng_now(e);
   atomic_fetch_add_explicit(&e->trace_session, 1, memory_order_release);
   atomic_store_explicit(&e->trace_on, 1, memory_order_release);
-  return 0;
+  /* across ranks (rank 0 leading): every rank records (ranks.c) */
+  int rc = ms_rt_ranks_trace(e, 1, records_per_worker);
+  if (rc) ms_engine_trace_stop(e);
+  return rc;
 }
 
 int ms_engine_trace_stop(struct ms_engine *e) {
   if (!atomic_exchange(&e->trace_on, 0)) return -EINVAL;
   /* a record begun before the stop may still end after this: writers clip it */
   e->trace_t1 = ms_eng_now(e);
-  return 0;
+  return ms_rt_ranks_trace(e, 0, 0);  /* and the other ranks' records come here */
 }
 
 /* Records of worker w in the current session (0 when it has not seen it). */
@@ -326,5 +329,9 @@ void ms_engine_trace_stats(const struct ms_engine *e, struct ms_trace_stats *out
   for (int w = 0; w < e->n_workers; w++) {
     out->records += ms_tel_published(e, w);
     out->dropped += atomic_load(&((struct worker *)&e->workers[w])->trace_dropped);
+  }
+  for (int p = 1; p < 64 && !out->active; p++) {  /* across ranks: the others' last trace too */
+    const struct ms_rank_trace *rt = ms_rt_ranks_trace_of(e, p);
+    for (int w = 0; rt && w < rt->n_workers; w++) out->records += rt->n[w], out->dropped += rt->dropped[w];
   }
 }

@@ -25,16 +25,71 @@ static int cmp_event(const void *a, const void *b) {
   return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-/* A producer: the slice whose trigger completed event ev in step step. */
+/* A producer: the slice whose trigger completed event ev in step step, on
+ * rank rank (every rank completes its own copy of each event). */
 struct fire_key {
   uint64_t step;
   uint32_t ev, idx;
+  int rank;
 };
 
 static int cmp_fire(const void *a, const void *b) {
   const struct fire_key *x = a, *y = b;
   if (x->step != y->step) return x->step < y->step ? -1 : 1;
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
   return (x->ev > y->ev) - (x->ev < y->ev);
+}
+
+static int rank_of(const struct ms_trace_view *v, const struct ms_trace_event *x) {
+  return v->rank_workers ? x->worker / v->rank_workers : 0;
+}
+
+/* Across ranks, a communication task that received device d's share on
+ * another rank: its flow starts at the task that sent it, the same task of
+ * the same step on rank d (the remote producer), found by (step, task, rank). */
+struct send_key {
+  uint64_t step;
+  uint32_t task, idx;
+  int rank, bucket;
+};
+
+static int cmp_send(const void *a, const void *b) {
+  const struct send_key *x = a, *y = b;
+  if (x->step != y->step) return x->step < y->step ? -1 : 1;
+  if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+  if (x->bucket != y->bucket) return x->bucket < y->bucket ? -1 : 1;
+  return (x->task > y->task) - (x->task < y->task);
+}
+
+/* The rank whose share task x moves when it is a communication task of the
+ * plan that ran it (tile[2], dist.c), else -1. */
+static int comm_device(const struct ms_engine *e, const struct ms_trace_event *x) {
+  if (x->kind != MS_TRACE_SLICE || x->bucket_log2 >= e->n_buckets) return -1;
+  const struct ms_plan *p = e->rt[x->bucket_log2].plan;
+  if (x->task >= (uint32_t)p->n_tasks || p->tasks[x->task].kernel != MS_K_COMM) return -1;
+  return p->tasks[x->task].tile[2];
+}
+
+static void link_remote(const struct ms_engine *e, struct ms_trace_view *v) {
+  size_t ns = 0;
+  struct send_key *sends = v->rank_workers ? malloc((v->n + 1) * sizeof *sends) : NULL;
+  if (!sends) return;
+  for (size_t i = 0; i < v->n; i++) {
+    int d = comm_device(e, &v->ev[i]);
+    if (d >= 0 && d == rank_of(v, &v->ev[i]))
+      sends[ns++] = (struct send_key){v->ev[i].step, v->ev[i].task, (uint32_t)i, d, v->ev[i].bucket_log2};
+  }
+  if (ns > 1) qsort(sends, ns, sizeof *sends, cmp_send);
+  for (size_t i = 0; i < v->n && ns; i++) {
+    struct ms_trace_event *c = &v->ev[i];
+    int d = comm_device(e, c);
+    if (d < 0 || d == rank_of(v, c)) continue;
+    struct send_key key = {c->step, c->task, 0, d, c->bucket_log2};
+    const struct send_key *f = bsearch(&key, sends, ns, sizeof *sends, cmp_send);
+    if (!f || f->idx >= i) continue;  /* the send began first, in time order */
+    c->flow_from = f->idx;  /* the remote producer, rather than this rank's bodiless tiles */
+  }
+  free(sends);
 }
 
 /* Event-class names of every bucket's plan, deduplicated (class ids differ
@@ -59,10 +114,9 @@ static int ev_class_table(const struct ms_engine *e, struct ms_trace_view *v, ui
   return 0;
 }
 
-/* Appends record r of worker w, clipped to [t0, t1]; 0 when it lies outside. */
-static int add_record(const struct ms_engine *e, uint16_t *const *map, int w, uint32_t i, uint64_t t0, uint64_t t1,
-                      struct ms_trace_event *x) {
-  const struct trace_rec *r = &e->workers[w].trace[i];
+/* Appends record r (index i) of worker w, clipped to [t0, t1]; 0 when it lies outside. */
+static int add_record(const struct ms_engine *e, uint16_t *const *map, int w, const struct trace_rec *r, uint32_t i,
+                      uint64_t t0, uint64_t t1, struct ms_trace_event *x) {
   uint64_t b = r->t_begin, end = r->kind == TR_TASK ? r->t_end : r->t_begin;
   if (end < t0 || b > t1 || end < b) return 0;
   if (b < t0) b = t0;
@@ -102,7 +156,7 @@ static int add_record(const struct ms_engine *e, uint16_t *const *map, int w, ui
 /* Each consumer's flow starts at the producer whose trigger completed its event
  * in its step, when that producer is in the view before it and ended no later
  * than it began. */
-static int link_flows(struct ms_trace_view *v) {
+static int link_flows(const struct ms_engine *e, struct ms_trace_view *v) {
   size_t nf = 0;
   struct fire_key *fires = malloc((v->n + 1) * sizeof *fires);
   uint32_t *fill = calloc(v->n + 1, sizeof *fill);
@@ -111,19 +165,21 @@ static int link_flows(struct ms_trace_view *v) {
   if (!fires || !fill || !v->flow_to) goto out;
   for (size_t i = 0; i < v->n; i++)
     if (v->ev[i].kind == MS_TRACE_SLICE && v->ev[i].fired_ev != MS_HOOK_NONE32)
-      fires[nf++] = (struct fire_key){v->ev[i].step, v->ev[i].fired_ev, (uint32_t)i};
+      fires[nf++] = (struct fire_key){v->ev[i].step, v->ev[i].fired_ev, (uint32_t)i, rank_of(v, &v->ev[i])};
   if (nf > 1) qsort(fires, nf, sizeof *fires, cmp_fire);
   for (size_t i = 0; i < v->n; i++) {
     struct ms_trace_event *c = &v->ev[i];
     if (c->kind != MS_TRACE_SLICE || c->wait_ev == MS_HOOK_NONE32) continue;
-    struct fire_key key = {c->step, c->wait_ev, 0};
+    struct fire_key key = {c->step, c->wait_ev, 0, rank_of(v, c)};
     const struct fire_key *f = nf ? bsearch(&key, fires, nf, sizeof *fires, cmp_fire) : NULL;
     if (!f || f->idx >= i) continue;
     const struct ms_trace_event *p = &v->ev[f->idx];
     if (p->ts + p->dur > c->ts || p->bucket_log2 != c->bucket_log2) continue;
     c->flow_from = f->idx;
-    v->ev[f->idx].n_flows++;
   }
+  link_remote(e, v);
+  for (size_t i = 0; i < v->n; i++)
+    if (v->ev[i].flow_from != MS_TRACE_NONE) v->ev[v->ev[i].flow_from].n_flows++;
   uint32_t at = 0;
   for (size_t i = 0; i < v->n; i++) {
     v->ev[i].flows_first = at;
@@ -138,6 +194,33 @@ out:
   free(fires);
   free(fill);
   return rc;
+}
+
+/* Across ranks, rank p's workers are tracks p * n_workers + w, after rank
+ * 0's (a rank with another worker count is left out, counted in outside). */
+static void add_ranks(const struct ms_engine *e, uint16_t *const *map, uint64_t t0, uint64_t t1,
+                      struct ms_trace_view *v) {
+  for (int p = 1; p < 64; p++) {
+    const struct ms_rank_trace *rt = ms_rt_ranks_trace_of(e, p);
+    if (!rt) continue;
+    v->rank_workers = e->n_workers;
+    if (rt->err_ns > v->clock_err_ns) v->clock_err_ns = rt->err_ns;
+    for (int w = 0; w < rt->n_workers; w++) {
+      v->records += rt->n[w];
+      v->buffer_dropped += rt->dropped[w];
+      if (rt->n_workers != e->n_workers) {
+        v->outside += rt->n[w];
+        continue;
+      }
+      for (uint32_t i = 0; i < rt->n[w]; i++) {
+        if (add_record(e, map, p * e->n_workers + w, &rt->rec[w][i], i, t0, t1, &v->ev[v->n]))
+          v->n++;
+        else
+          v->outside++;
+      }
+    }
+    v->n_workers = (p + 1) * e->n_workers;
+  }
 }
 
 void ms_trace_view_free(struct ms_trace_view *v) {
@@ -164,18 +247,23 @@ int ms_engine_trace_view(const struct ms_engine *e, uint64_t max_events, struct 
   if ((rc = ev_class_table(e, v, map))) goto out;
   rc = -ENOMEM;
   for (int w = 0; w < e->n_workers; w++) total += ms_tel_published(e, w);
+  for (int p = 1; p < 64; p++) {  /* across ranks: the others' records, on this rank's clock */
+    const struct ms_rank_trace *rt = ms_rt_ranks_trace_of(e, p);
+    for (int w = 0; rt && rt->n_workers == e->n_workers && w < rt->n_workers; w++) total += rt->n[w];
+  }
   if (!(v->ev = malloc((total + 1) * sizeof *v->ev))) goto out;
   for (int w = 0; w < e->n_workers; w++) {
     uint32_t n = ms_tel_published(e, w);
     v->records += n;
     v->buffer_dropped += atomic_load(&((struct worker *)&e->workers[w])->trace_dropped);
     for (uint32_t i = 0; i < n; i++) {
-      if (add_record(e, map, w, i, t0, t1, &v->ev[v->n]))
+      if (add_record(e, map, w, &e->workers[w].trace[i], i, t0, t1, &v->ev[v->n]))
         v->n++;
       else
         v->outside++;
     }
   }
+  add_ranks(e, map, t0, t1, v);
   if (v->n > 1) qsort(v->ev, v->n, sizeof *v->ev, cmp_event);
   v->cut_ns = v->window_ns;
   if (max_events && v->n > max_events) {
@@ -183,7 +271,7 @@ int ms_engine_trace_view(const struct ms_engine *e, uint64_t max_events, struct 
     v->n = max_events;
     v->cut_ns = v->ev[max_events].ts;
   }
-  rc = link_flows(v);
+  rc = link_flows(e, v);
 out:
   for (int b = 0; b < 64; b++) free(map[b]);
   return rc;

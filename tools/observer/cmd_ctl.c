@@ -476,6 +476,20 @@ static void print_attachment(json_t *x) {
          jnum(cv, "throttled"), jnum(cv, "lost"));
 }
 
+/* Across ranks: each rank's coverage under the attachment's row (the row's
+ * is their sum). */
+static void print_ranks(json_t *att) {
+  json_t *ranks = json_object_get(att, "ranks"), *rk;
+  size_t i;
+  json_array_foreach(ranks, i, rk) {
+    json_t *cv = json_object_get(rk, "coverage");
+#define U(k) (unsigned long long)json_integer_value(json_object_get(cv, k))
+    printf("%-4s   rank %-5lld %63llu %12llu %10llu %8llu\n", "", json_integer_value(json_object_get(rk, "rank")),
+           U("eligible"), U("executed"), U("throttled"), U("lost"));
+#undef U
+  }
+}
+
 static int show_ls(const struct ctl_args *a, struct ctl_call *c) {
   if (a->as_json) {
     print_json(c->rep);
@@ -485,7 +499,10 @@ static int show_ls(const struct ctl_args *a, struct ctl_call *c) {
   size_t i;
   printf("%-4s %-16s %-9s %4s %-24s %-6s %12s %12s %10s %8s\n", "ID", "MONITOR", "STATE", "GEN", "HOOKS", "EXEC",
          "ELIGIBLE", "EXECUTED", "THROTTLED", "LOST");
-  json_array_foreach(arr, i, x) print_attachment(x);
+  json_array_foreach(arr, i, x) {
+    print_attachment(x);
+    print_ranks(x);
+  }
   if (!json_array_size(arr)) printf("(no attachments)\n");
   return 0;
 }
@@ -547,6 +564,24 @@ static void print_latency(const char *what, json_t *h) {
          1e3 * json_number_value(json_object_get(h, "mean_s")), (long long)jnum(h, "quantiles_of"));
 }
 
+/* Across ranks: a line a rank (its own workers, tasks and waits on the
+ * others), then the whole engine's; the lines above are rank 0's workers and
+ * tasks beside the whole engine's steps, tokens and requests. */
+static void print_ranks_stats(json_t *rep) {
+  json_t *ranks = json_object_get(rep, "ranks"), *rk, *all = json_object_get(rep, "engine");
+  size_t i;
+  json_array_foreach(ranks, i, rk) {
+    json_t *cm = json_object_get(rk, "comm");
+    printf("rank %llu: %llu workers, tasks %llu, stalls %llu; shares received %llu, waited %.3f s\n",
+           jnum(rk, "rank"), jnum(rk, "workers"), jnum(rk, "tasks"), jnum(rk, "stalls"), jnum(cm, "received"),
+           (double)jnum(cm, "wait_ns") / 1e9);
+  }
+  if (all)
+    printf("every rank (%llu): %llu workers, tasks %llu, stalls %llu; shares received %llu, waited %.3f s\n",
+           jnum(all, "ranks"), jnum(all, "workers"), jnum(all, "tasks"), jnum(all, "stalls"),
+           jnum(all, "comm_received"), (double)jnum(all, "comm_wait_ns") / 1e9);
+}
+
 static int show_stats(const struct ctl_args *a, struct ctl_call *c) {
   json_t *rep = c->rep;
   if (a->as_json) {
@@ -559,6 +594,7 @@ static int show_stats(const struct ctl_args *a, struct ctl_call *c) {
          jnum(rep, "positions"), jnum(rep, "tasks"), jnum(rep, "stalls"));
   printf("requests: %llu finished, %llu cancelled\n", jnum(rep, "requests_finished"),
          jnum(rep, "requests_cancelled"));
+  print_ranks_stats(rep);
   print_prefix_cache(json_object_get(rep, "prefix_cache"));
   print_latency("TTFT", json_object_get(rep, "ttft"));
   print_latency("TPOT", json_object_get(rep, "tpot"));

@@ -146,18 +146,28 @@ static int slices_for(const struct explain_args *a, int n_cls, int n_workers) {
   return k > 32 ? 32 : k < 4 ? 4 : (int)k;
 }
 
-static struct ms_query *summary_query(const struct ms_query_schema *sc, int K, int n_cls, struct ms_textbuf *log) {
-  char src[1024];
+/* The worker a firing names: across ranks, numbered rank after rank (the
+ * query runs on every rank and their maps merge, so rank 1's worker 0 must
+ * not add into rank 0's). */
+static void worker_expr(const struct explain_window *w, char *out, size_t n) {
+  if (w->rank_workers) snprintf(out, n, "(device * %d + worker)", w->rank_workers);
+  else snprintf(out, n, "worker");
+}
+
+static struct ms_query *summary_query(const struct ms_query_schema *sc, const struct explain_window *w, int K,
+                                      int n_cls, struct ms_textbuf *log) {
+  char src[1536], wk[48];
+  worker_expr(w, wk, sizeof wk);
   snprintf(src, sizeof src,
-           "task_end { @t[class, bucket, worker, step %% %d] = avg(t_end - t_begin); "
-           "@dev[worker] = max(device) }\n"
+           "task_end { @t[class, bucket, %s, step %% %d] = avg(t_end - t_begin); "
+           "@dev[%s] = max(device) }\n"
            "task_end /work_bytes != 0xffffffffffffffff && work_bytes > 0/ { @wb[class] = avg(work_bytes); "
-           "@m[class, bucket, worker, step %% %d] = min((t_end - t_begin) * 65536 / work_bytes) }\n"
+           "@m[class, bucket, %s, step %% %d] = min((t_end - t_begin) * 65536 / work_bytes) }\n"
            "task_end /op == attn && req_slot != 0xffffffff/ { @r[req_slot, req_gen, step] = avg(t_end - t_begin); "
            "@rm[req_slot, req_gen, step] = min(t_end - t_begin); @rc[req_slot, req_gen, step] = min(ctx_len); "
            "@rh[req_slot, req_gen, step] = max(ctx_len); @rx[req_slot, req_gen] = max(ctx_len) }\n"
-           "step /phase == end/ { @steps = count() }",
-           K, K);
+           "step /phase == end%s/ { @steps = count() }",  /* every rank ends each step: rank 0's are the steps */
+           wk, K, wk, wk, K, w->rank_workers ? " && device == 0" : "");
   /* room for every class in four buckets a slice, and 32k (request, step)
    * cells (a full map drops what does not fit, counted) */
   uint32_t keys = 32768, want = (uint32_t)n_cls * 4u * (uint32_t)K;
@@ -183,6 +193,13 @@ static int read_stats(const char *sock, struct stats_read *s) {
   s->tpot_sum = json_number_value(json_object_get(tp, "sum_s"));
   s->tpot_n = (uint64_t)json_integer_value(json_object_get(tp, "count"));
   s->os = json_incref(json_object_get(rep, "worker_os"));
+  json_t *ranks = json_object_get(rep, "ranks"), *rk;
+  size_t i;
+  if (json_array_size(ranks)) {  /* across ranks: every rank's workers, rank after rank */
+    json_decref(s->os);
+    s->os = json_array();
+    json_array_foreach(ranks, i, rk) json_array_extend(s->os, json_object_get(rk, "worker_os"));
+  }
   json_decref(rep);
   return 0;
 }
@@ -364,7 +381,7 @@ static int summarize(const struct explain_args *a, const char *sock, const struc
                      struct explain_window *w) {
   char lb[2048] = "";
   struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
-  struct ms_query *q = summary_query(sc, w->slices, w->n_cls, &log);
+  struct ms_query *q = summary_query(sc, w, w->slices, w->n_cls, &log);
   struct live l = {0};
   struct cli_budget b = {0};
   struct stats_read s[EXPLAIN_MAX_OS_SLICES + 1] = {{0}};
@@ -423,12 +440,18 @@ static int capture_source(const struct explain_window *w, const struct ms_explai
    * apart, since the firing's clock can land after the task began and an
    * unsigned difference would wrap; a request's: its context and generation),
    * then the wait */
-  const char *rec = "record(step, worker, task_index, t_end - t_begin, t_begin, t_ready, wait_ns)";
-  const char *req_rec = "record(step, worker, task_index, t_end - t_begin, ctx_len, req_gen, wait_ns)";
+  char wk[48], rec[160], req_rec[160];
+  worker_expr(w, wk, sizeof wk);
+  snprintf(rec, sizeof rec, "record(step, %s, task_index, t_end - t_begin, t_begin, t_ready, wait_ns)", wk);
+  snprintf(req_rec, sizeof req_rec, "record(step, %s, task_index, t_end - t_begin, ctx_len, req_gen, wait_ns)", wk);
   switch (c->kind) {
   case MS_EXPLAIN_CLASS: return snprintf(src, n, "task_end /class == \"%s\"/ { @ev = %s }", c->name, rec) > 0;
   case MS_EXPLAIN_LAYER: return snprintf(src, n, "task_end /class =~ \"blk.%d.*\"/ { @ev = %s }", c->id, rec) > 0;
-  case MS_EXPLAIN_WORKER: return snprintf(src, n, "task_end /worker == %d/ { @ev = %s }", c->id, rec) > 0;
+  case MS_EXPLAIN_WORKER:
+    if (w->rank_workers)
+      return snprintf(src, n, "task_end /device == %d && worker == %d/ { @ev = %s }", c->id / w->rank_workers,
+                      c->id % w->rank_workers, rec) > 0;
+    return snprintf(src, n, "task_end /worker == %d/ { @ev = %s }", c->id, rec) > 0;
   case MS_EXPLAIN_DEVICE: return snprintf(src, n, "task_end /device == %d/ { @ev = %s }", c->id, rec) > 0;
   case MS_EXPLAIN_REQUEST:
     return snprintf(src, n, "task_end /op == attn && req_slot == %u && req_gen == %u/ { @ev = %s }",
@@ -546,6 +569,11 @@ int cmd_explain(int argc, char **argv) {
   if (!sc || !st || !w.schema || load_classes(&w)) goto out;
   w.n_workers = (int)json_integer_value(json_object_get(st, "workers"));
   if (w.n_workers < 1) w.n_workers = 1;
+  long long n_ranks = json_integer_value(json_object_get(json_object_get(st, "engine"), "ranks"));
+  if (n_ranks > 1) {  /* across ranks: "workers" is rank 0's; the window is every rank's */
+    w.rank_workers = w.n_workers;
+    w.n_workers *= (int)n_ranks;
+  }
   w.slices = slices_for(&a, w.n_cls, w.n_workers);
   w.os = calloc((size_t)EXPLAIN_MAX_OS_SLICES * (size_t)w.n_workers, sizeof *w.os);
   w.device = calloc((size_t)w.n_workers, sizeof *w.device);

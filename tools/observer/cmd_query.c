@@ -245,8 +245,11 @@ static void print(struct session *s, struct live *l, const char *part, int final
   struct ms_coverage cov = {0};
   if (live_coverage(l, ME, s->sock, &cov)) return;
   struct ms_query_print po = {.sz = sizeof po, .top = (uint32_t)s->a->top, .as_json = s->a->as_json, .final = final,
-                              .id = l->id, .part = part, .elapsed_s = (double)(ms_now_ns() - s->t0) / 1e9};
+                              .id = l->id, .part = part, .elapsed_s = (double)(ms_now_ns() - s->t0) / 1e9,
+                              .ranks = l->n_ranks > 1 ? l->rank_cov : NULL,
+                              .n_ranks = l->n_ranks > 1 ? (size_t)l->n_ranks : 0};
   int interval = s->a->delta && !final && l == &s->sum;
+  if (interval) po.n_ranks = 0;  /* each rank's coverage is since the attach: printed with the totals only */
   struct ms_query_snapshot *now = NULL;
   if (interval) po.take = &now;
   if (interval && s->last) {

@@ -210,6 +210,28 @@ static int rings_open(json_t *rep, const int *fds, int n_fds, struct ring *out, 
   return n;
 }
 
+static json_t *ask(struct ms_control_client *cl, const char *req, int *fds, int *n_fds);
+
+/* Across ranks: every other rank's rings too (rank 0's copies of them, which
+ * its reads fill: this reader's "list" every 100 ms reads them), after the
+ * n rank 0's. Returns the rings in all, or -1. */
+static int other_ranks(struct ms_control_client *cl, long id, long long ranks, struct ring *rings, int n,
+                       int as_json) {
+  for (long long rank = 1; rank < ranks && n < MS_CONTROL_MAX_FDS; rank++) {
+    char req[96];
+    int fds[MS_CONTROL_MAX_FDS], n_fds = 0;
+    snprintf(req, sizeof req, "{\"cmd\":\"records\",\"id\":%ld,\"rank\":%lld}", id, rank);
+    json_t *rep = ask(cl, req, fds, &n_fds);
+    if (!rep) return -1;
+    int k = rings_open(rep, fds, n_fds, rings + n, MS_CONTROL_MAX_FDS - n, as_json);
+    for (int i = k < 0 ? 0 : k; i < n_fds; i++) close(fds[i]);
+    json_decref(rep);
+    if (k < 0) return -1;
+    n += k;
+  }
+  return n;
+}
+
 /* One request on the open connection; the parsed reply when it says ok. */
 static json_t *ask(struct ms_control_client *cl, const char *req, int *fds, int *n_fds) {
   char *reply = NULL;
@@ -323,6 +345,8 @@ int cmd_records(int argc, char **argv) {
   st.generation = (uint32_t)json_integer_value(json_object_get(rep, "generation"));
   n_rings = rings_open(rep, fds, n_fds, rings, MS_CONTROL_MAX_FDS, as_json);
   for (int i = n_rings < 0 ? 0 : n_rings; i < n_fds; i++) close(fds[i]);
+  if (n_rings > 0) n_rings = other_ranks(cl, id, json_integer_value(json_object_get(rep, "ranks")), rings, n_rings,
+                                         as_json);
   json_decref(rep);
   if (n_rings <= 0) goto out;
   uint64_t t0 = now_ns(), next_state = t0, lost_ring = 0, lost_cov0 = UINT64_MAX, lost_cov = 0, lost_before = 0;

@@ -47,6 +47,10 @@ struct explain_window {
   int n_os;                    /* OS slices read (EXPLAIN_OS_SLICES, more for a stretched window) */
   int *device;                 /* [n_workers] */
   int n_workers, slices;
+  /* an engine across ranks (serve --tp): the workers of one rank; the
+   * window's workers are every rank's, rank r's worker k numbered
+   * r * rank_workers + k (0: one process, workers as the engine numbers them) */
+  int rank_workers;
   double steps, window_ns;
   uint64_t summary_keys, summary_bytes, dropped;
   json_t *coverage;            /* the summary's (owned) */

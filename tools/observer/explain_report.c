@@ -79,6 +79,9 @@ void explain_report_text(const struct explain_args *a, const struct explain_wind
          "%.1f%%; workers waited %.1f%% of the window for a CPU\n",
          w->window_ns / 1e9, w->steps, w->n_cls, w->n_workers, w->n_req, w->slices, 100 * r->class_noise,
          100 * r->runqueue_share);
+  if (w->rank_workers)  /* across ranks: the workers are every rank's, numbered rank after rank */
+    printf("         %d ranks of %d workers: worker n is rank n / %d's worker n %% %d\n", w->n_workers / w->rank_workers,
+           w->rank_workers, w->rank_workers, w->rank_workers);
   printf("         coverage eligible %lld, executed %lld, throttled %lld, lost %lld; %llu keys read (%llu bytes)%s\n",
          cov(w, "eligible"), cov(w, "executed"), cov(w, "throttled"), cov(w, "lost"),
          (unsigned long long)w->summary_keys, (unsigned long long)w->summary_bytes,
@@ -237,6 +240,7 @@ void explain_report_json(const struct explain_args *a, const struct explain_wind
   ms_json_knum(&j, "window_s", w->window_ns / 1e9);
   ms_json_knum(&j, "steps", w->steps);
   ms_json_kint(&j, "slices", w->slices);
+  if (w->rank_workers) ms_json_kint(&j, "rank_workers", w->rank_workers);  /* worker n: rank n / it, worker n % it */
   ms_json_knum(&j, "class_noise", w->res.class_noise);
   ms_json_knum(&j, "runqueue_share", w->res.runqueue_share);
   /* the workers named, whose cells the class and layer judgement left out */

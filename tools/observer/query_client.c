@@ -88,24 +88,26 @@ static int attach_bundle(const char *me, const char *sock, const struct ms_query
   return id > 0 ? id : -1;
 }
 
-/* Readers over the attachment's maps, in the query's map order. */
-static int open_maps(struct live *l, const char *me, const char *sock) {
+/* Readers over rank `rank`'s maps of the attachment, in the query's map order,
+ * into out; *n_ranks: the engine's ranks (rank 0's reply says). */
+static int open_rank(struct live *l, const char *me, const char *sock, int rank, struct ms_bpf_map_reader **out,
+                     int *n_ranks) {
   int fds[MS_CONTROL_MAX_FDS], n_fds = 0;
   struct req r;
   json_t *rep = NULL;
   if (!req_begin(&r, "maps")) {
     req_int(&r, "id", l->id);
     req_bool(&r, "fds", 1);
+    if (rank) req_int(&r, "rank", rank);
     if (!req_end(&r)) rep = cli_ctl_call(me, sock, r.buf, r.len, 30000, fds, &n_fds);
     free(r.buf);
   }
   if (!rep) return -1;
   json_t *names = json_object_get(rep, "fds");
+  if (n_ranks) *n_ranks = json_is_integer(json_object_get(rep, "ranks")) ?
+                          (int)json_integer_value(json_object_get(rep, "ranks")) : 1;
   int rc = 0;
-  l->n_readers = ms_query_map_count(l->q);
-  l->readers = calloc(l->n_readers, sizeof *l->readers);
-  if (!l->readers) rc = -1;
-  for (size_t i = 0; !rc && i < l->n_readers; i++) {
+  for (size_t i = 0; !rc && i < ms_query_map_count(l->q); i++) {
     const char *want = ms_query_map(l->q, i)->name;
     int fd = -1;
     for (int k = 0; k < n_fds; k++) {
@@ -114,15 +116,44 @@ static int open_maps(struct live *l, const char *me, const char *sock) {
     }
     char lb[256] = "";
     struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
-    if (fd < 0 || !(l->readers[i] = ms_bpf_map_reader_new(fd, 0, &log))) {
-      fprintf(stderr, "megascope %s: map %s of attachment %d: %s\n", me, want, l->id, fd < 0 ? "not handed over" : lb);
+    if (fd < 0 || !(out[i] = ms_bpf_map_reader_new(fd, 0, &log))) {
+      fprintf(stderr, "megascope %s: map %s of attachment %d (rank %d): %s\n", me, want, l->id, rank,
+              fd < 0 ? "not handed over" : lb);
       rc = -1;
     }
   }
   for (int k = 0; k < n_fds; k++) close(fds[k]); /* the readers keep their mappings */
   json_decref(rep);
-  ms_query_maps_of_readers(&l->src, l->readers);
   return rc;
+}
+
+/* Readers over the attachment's maps on every rank; src merges the ranks. */
+static int open_maps(struct live *l, const char *me, const char *sock) {
+  size_t n_maps = ms_query_map_count(l->q);
+  int n_ranks = 1;
+  struct ms_bpf_map_reader **first = calloc(n_maps ? n_maps : 1, sizeof *first);
+  if (!first) return -1;
+  int rc = open_rank(l, me, sock, 0, first, &n_ranks);
+  if (n_ranks < 1 || n_ranks > 64) n_ranks = 1;
+  l->n_ranks = n_ranks;
+  l->n_readers = n_maps * (size_t)n_ranks;
+  l->readers = calloc(l->n_readers ? l->n_readers : 1, sizeof *l->readers);
+  l->rank_src = calloc((size_t)n_ranks, sizeof *l->rank_src);
+  l->rank_cov = calloc((size_t)n_ranks, sizeof *l->rank_cov);
+  if (!l->readers || !l->rank_src || !l->rank_cov) rc = -1;
+  for (size_t i = 0; i < n_maps; i++) {
+    if (l->readers) l->readers[i] = first[i];
+    else ms_bpf_map_reader_free(first[i]);
+  }
+  free(first);
+  for (int rank = 1; !rc && rank < n_ranks; rank++)
+    rc = open_rank(l, me, sock, rank, l->readers + n_maps * (size_t)rank, NULL);
+  if (rc) return -1;
+  if (n_ranks == 1) return ms_query_maps_of_readers(&l->src, l->readers) ? -1 : 0;
+  for (int rank = 0; rank < n_ranks; rank++)
+    ms_query_maps_of_readers(&l->rank_src[rank], l->readers + n_maps * (size_t)rank);
+  l->u = (struct ms_query_union){.q = l->q, .srcs = l->rank_src, .n = (size_t)n_ranks};
+  return ms_query_maps_of_union(&l->src, &l->u) ? -1 : 0;
 }
 
 int live_attach(struct live *l, const char *me, const char *sock, const struct ms_query *q, const char *name,
@@ -154,6 +185,18 @@ int live_coverage(const struct live *l, const char *me, const char *sock, struct
     *out = (struct ms_coverage){.eligible = U("eligible"), .executed = U("executed"), .throttled = U("throttled"),
                                 .lost = U("lost"), .failed = U("failed"), .generation = (uint32_t)U("generation"),
                                 .first_step = U("first_step"), .last_step = U("last_step")};
+    /* across ranks: "coverage" is every rank's together, "ranks" each one's */
+    json_t *ranks = json_object_get(att, "ranks"), *rk;
+    size_t k;
+    json_array_foreach(ranks, k, rk) {
+      long long rank = json_integer_value(json_object_get(rk, "rank"));
+      if (!l->rank_cov || rank < 0 || rank >= l->n_ranks) continue;
+      c = json_object_get(rk, "coverage");
+      l->rank_cov[rank] = (struct ms_coverage){.eligible = U("eligible"), .executed = U("executed"),
+                                               .throttled = U("throttled"), .lost = U("lost"), .failed = U("failed"),
+                                               .generation = (uint32_t)U("generation"),
+                                               .first_step = U("first_step"), .last_step = U("last_step")};
+    }
 #undef U
     found = 0;
   }
@@ -171,7 +214,7 @@ static int count_one(void *user, const void *data, uint32_t size) {
 
 size_t live_records(const struct live *l) {
   size_t n = 0;
-  for (size_t i = 0; i < l->n_readers; i++)
+  for (size_t i = 0; l->readers && i < ms_query_map_count(l->q); i++)  /* src: every rank's, merged */
     if (ms_query_map(l->q, i)->type == MS_BPF_MAP_RINGBUF) l->src.ring(l->src.user, i, count_one, &n);
   return n;
 }
@@ -185,7 +228,12 @@ void live_detach(struct live *l, const char *me, const char *sock) {
   }
   for (size_t i = 0; l->readers && i < l->n_readers; i++) ms_bpf_map_reader_free(l->readers[i]);
   free(l->readers);
+  free(l->rank_src);
+  free(l->rank_cov);
   l->readers = NULL;
+  l->rank_src = NULL;
+  l->rank_cov = NULL;
   l->n_readers = 0;
+  l->n_ranks = 0;
   l->id = 0;
 }

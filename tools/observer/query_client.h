@@ -17,9 +17,15 @@ struct live {
   int id;                     /* > 0 while attached */
   const struct ms_query *q;
   struct ms_bpf_map_reader **readers;
-  size_t n_readers;
+  size_t n_readers;           /* the query's maps x n_ranks */
   struct ms_query_maps src;
   int timeout_ms;             /* live_coverage's wait for the engine (0: 30 s) */
+  /* an engine across ranks: readers holds n_ranks x the query's maps, rank
+   * after rank, and src merges the ranks (ms_query_maps_of_union) */
+  int n_ranks;
+  struct ms_query_maps *rank_src;  /* [n_ranks] */
+  struct ms_query_union u;
+  struct ms_coverage *rank_cov;    /* [n_ranks] each rank's, as live_coverage last read them */
 };
 
 /* The engine's schema, for compiling (prints why and returns NULL). */

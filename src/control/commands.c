@@ -803,7 +803,8 @@ static void write_worker_os(struct ms_json *j, const struct ms_engine *e, int n)
  * its communication, its workers' OS view) and the whole engine's ("engine":
  * their sums). Steps, tokens and requests above are already the whole
  * engine's (rank 0 decides them); workers, tasks, stalls and worker_os above
- * stay rank 0's, which explain reads with its query on rank 0's workers. */
+ * stay rank 0's, one rank's as a reader of one process expects (explain takes
+ * a rank's worker count there and every rank's OS view here). */
 static void write_ranks_stats(struct ms_engine *e, struct ms_json *j) {
   int n = ms_engine_ranks(e);
   uint64_t workers = 0, tasks = 0, stalls = 0, wait_ns = 0, received = 0;

@@ -34,6 +34,7 @@ struct world {
   double req_ctx[32], req_factor[32];
   int pace_burst;        /* steps from step 50 that run every request 3x slower */
   int no_min;            /* the tables without each cell's fastest task (means only) */
+  int comm;              /* op 1 of every layer is a communication task (tensor parallel) */
   uint64_t rng;
 };
 
@@ -79,8 +80,9 @@ static void draw(struct world *w, struct window *win) {
   for (int l = 0; l < w->layers; l++)
     for (int o = 0; o < N_OPS; o++) {
       int c = cls_id(l, o);
-      snprintf(win->names[c], sizeof win->names[c], "blk.%d.%s", l, OPS[o]);
-      win->cls[c] = (struct ms_explain_class){win->names[c], OPS[o], l, 65536.0 * w->bytes_factor[c]};
+      const char *op = w->comm && o == 1 ? "comm_attn" : OPS[o];
+      snprintf(win->names[c], sizeof win->names[c], "blk.%d.%s", l, op);
+      win->cls[c] = (struct ms_explain_class){win->names[c], op, l, 65536.0 * w->bytes_factor[c]};
     }
   /* a class without peers: never judged */
   snprintf(win->names[C], sizeof win->names[C], "lm_head");
@@ -299,6 +301,15 @@ static void workers_and_cpus(void) {
   world_init(&w, 30, 4, 25);
   w.devices = 2, w.device_factor[1] = 1.5;
   expect("device 1 1.5x", &w, WANT("device:device 1"));
+  /* tensor parallel: device 1 slow, and the devices waiting for its shares
+   * find one gather 1.5x its peers: device 1 is why, not the gather; a
+   * gather slow with every device healthy is still named */
+  world_init(&w, 30, 4, 29);
+  w.devices = 2, w.device_factor[1] = 1.5, w.comm = 1, w.class_factor[cls_id(0, 1)] = 1.5;
+  expect("device 1 1.5x, a gather waiting for it", &w, WANT("device:device 1"));
+  world_init(&w, 30, 4, 29);
+  w.devices = 2, w.comm = 1, w.class_factor[cls_id(0, 1)] = 1.5;
+  expect("a gather 1.5x, the devices healthy", &w, WANT("class:blk.0.comm_attn"));
 }
 
 static void requests(void) {

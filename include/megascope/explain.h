@@ -120,6 +120,11 @@ struct ms_explain_input {
   int n_workers;
   int n_slices;
   double window_ns, steps;
+  /* An engine across processes (serve --tp N under mpirun): each rank's
+   * workers, numbered rank after rank (worker n is rank n / rank_workers's
+   * worker n % rank_workers), and a device is a rank; the culprits are named
+   * so. 0: one process. */
+  int rank_workers;
 };
 
 /* One part's judgement (every judged part has one, culprit or not). */

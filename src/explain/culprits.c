@@ -89,9 +89,16 @@ static void cpu_culprits(struct ex *x, const struct ex_cpu *cpu, int *shared, do
 
 /* ---- workers and devices ---- */
 
-static void name_worker(char *buf, size_t n, int w, const struct ex_cpu *cpu) {
-  if (w < EX_MAX_CPU && cpu->known[w] && cpu->pinned[w] >= 0) snprintf(buf, n, "worker %d (CPU %d)", w, cpu->pinned[w]);
-  else snprintf(buf, n, "worker %d", w);
+/* "worker 1 (CPU 1)"; across ranks "rank 1 worker 0 (CPU 1)", as an operator
+ * finds it (each rank numbers its own workers from 0). */
+static void name_worker(char *buf, size_t n, const struct ex *x, int w, const struct ex_cpu *cpu) {
+  int rw = x->in->rank_workers, k = 0;
+  if (rw > 0) k = snprintf(buf, n, "rank %d ", w / rw);
+  k = k < 0 ? 0 : (size_t)k >= n ? (int)n - 1 : k;
+  if (w < EX_MAX_CPU && cpu->known[w] && cpu->pinned[w] >= 0)
+    snprintf(buf + k, n - (size_t)k, "worker %d (CPU %d)", rw > 0 ? w % rw : w, cpu->pinned[w]);
+  else
+    snprintf(buf + k, n - (size_t)k, "worker %d", rw > 0 ? w % rw : w);
 }
 
 static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *shared, const double *shared_z,
@@ -119,7 +126,7 @@ static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *s
             slow ? e->excess_ns : (share - others) * step_ns(x), cause);
     if (!c) return;
     named[w] = 1;
-    name_worker(c->name, sizeof c->name, w, cpu);
+    name_worker(c->name, sizeof c->name, x, w, cpu);
     if (slow && cpu_shared)
       why(c, "its tasks took %.2fx what the same classes took on the other workers (z %.1f), and it waited %.0f%% "
              "of the window for its CPU against the others' %.0f%% (%.0f preemptions): another thread takes its CPU",
@@ -142,7 +149,7 @@ static void device_culprits(struct ex *x, int *dev_named) {
     dev_named[d] = 1;
     struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_DEVICE, d, e->z, exp(e->effect), e->excess_ns, "slow tasks");
     if (!c) return;
-    snprintf(c->name, sizeof c->name, "device %d", d);
+    snprintf(c->name, sizeof c->name, x->in->rank_workers > 0 ? "rank %d" : "device %d", d);
     why(c, "its workers' tasks took %.2fx what the same classes took on the other devices (z %.1f)", exp(e->effect),
         e->z);
   }
@@ -163,10 +170,25 @@ static void layer_culprits(struct ex *x, int *layer_named) {
   }
 }
 
+/* Whether a worker, a device or a worker's CPU was named (the first turn). */
+static int machine_named(const struct ex *x) {
+  for (int i = 0; i < x->out->n_culprits; i++)
+    if (x->out->culprits[i].kind == MS_EXPLAIN_WORKER || x->out->culprits[i].kind == MS_EXPLAIN_DEVICE ||
+        x->out->culprits[i].kind == MS_EXPLAIN_CPU)
+      return 1;
+  return 0;
+}
+
 static void class_culprits(struct ex *x, const int *layer_named) {
+  int waits_named = x->D > 1 && machine_named(x);
   for (int i = 0; i < x->C; i++) {
     const struct ms_explain_effect *e = &x->out->cls[i];
     if (!stands(e->effect, e->z) || !material(x, e)) continue;
+    /* a communication task's time is the other devices' shares arriving: with
+     * a worker, a device or a CPU named on an engine of several devices, a
+     * slow one is that culprit seen from the devices waiting for it (a
+     * neighbour on rank 1's CPU made rank 0's first gather 1.3x its peers) */
+    if (waits_named && !strncmp(x->in->classes[i].op, "comm", 4)) continue;
     int l = x->in->classes[i].layer;
     double z = e->z;
     /* inside a slow layer, only what stands out beyond the layer's own effect */

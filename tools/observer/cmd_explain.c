@@ -582,7 +582,8 @@ int cmd_explain(int argc, char **argv) {
                                    .requests = w.req, .n_requests = w.n_req, .req_cells = w.req_cells,
                                    .n_req_cells = w.n_req_cells, .os = w.os,
                                    .n_os_slices = w.n_os, .device = w.device, .n_workers = w.n_workers,
-                                   .n_slices = w.slices, .window_ns = w.window_ns, .steps = w.steps};
+                                   .n_slices = w.slices, .window_ns = w.window_ns, .steps = w.steps,
+                                   .rank_workers = w.rank_workers};
   int jrc = ms_explain_judge(&w.in, &w.res);
   if (jrc) {
     fprintf(stderr, "megascope explain: the judgement: %s\n", ms_strerror(jrc));

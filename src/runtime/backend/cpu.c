@@ -275,12 +275,15 @@ static void cpu_stop(struct ms_engine *e) {
 
 /* pin_workers: worker w on the (w mod n)-th of the n CPUs the process may use,
  * set in the attributes it starts with (pinned_cpu is written before the thread
- * exists, so readers need no ordering). 0, or -1: start it unpinned. */
+ * exists, so readers need no ordering). Across processes the workers count
+ * rank after rank: ranks that mpirun left on the same CPUs (--bind-to none)
+ * take different ones, and a rank bound to its own takes its own. 0, or -1:
+ * start it unpinned. */
 static int cpu_pin_attr(struct ms_engine *e, int w, pthread_attr_t *attr) {
   cpu_set_t allowed, one;
   int n = 0;
   if (!e->o.pin_workers || sched_getaffinity(0, sizeof allowed, &allowed)) return -1;
-  int want = w % CPU_COUNT(&allowed);
+  int want = ((e->tx ? e->rank * e->n_workers : 0) + w) % CPU_COUNT(&allowed);
   for (int i = 0; i < CPU_SETSIZE; i++)
     if (CPU_ISSET(i, &allowed) && n++ == want) {
       CPU_ZERO(&one);

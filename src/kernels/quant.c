@@ -797,8 +797,9 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
  * 2-bit field), q6_K's high bits of four rows with one shift, mask and or, and
  * the unpacked scales of four rows in one 8-byte load. Only q3_K's and q5_K's
  * 64-bit high-bit masks, made for AVX-512's mask registers, cost a byte
- * expansion here (q5_bytes' shuffle and compare); no Q4_K_M matrix is one, and
- * one layout means one repack and the two kernels checked on the same bytes.
+ * expansion here (q5_bytes' shuffle and compare; Gemma-3's Q4_K_M file has
+ * neither type), and one layout means one repack and the two kernels checked
+ * on the same bytes.
  * Each row's lanes, products and order are q8_k_gemv_avx2's: maddubs(u, q)
  * then madd by ones, the signed types' u = w + K_OFF taken back as K_OFF times
  * each lane's sum of q (computed once for four rows), the lanes scaled by

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # SPDX-License-Identifier: MIT
 # The kernels' three paths on one machine: MEGASCOPE_SIMD=avx2 runs what a CPU
-# without AVX-512 runs (the AVX2 GEMVs on the file's own block layout, no
-# repacking), =portable what a CPU without AVX2 runs. The 8-bit-activation
-# GEMVs give the same bits on every path, so greedy text is the same natively
-# and on AVX2 (SmolLM2 Q4_1 and Gemma-3 Q4_K_M: the K-quants' AVX2 loop, which
-# this AVX-512 machine never takes otherwise); the portable path sums f32
+# without AVX-512 runs (the AVX2 GEMVs: the K-quants on their packed form, the
+# other block types on the file's own layout), =portable what a CPU without
+# AVX2 runs. The 8-bit-activation GEMVs give the same bits on every path, so
+# greedy text is the same natively and on AVX2 (SmolLM2 Q4_1, and Gemma-3
+# Q4_K_M: the K-quants' packed AVX2 kernels at batch 1 and on the prompt's
+# batch, which this AVX-512 machine never takes otherwise); the portable path sums f32
 # vectors in another order (attention, norms), so it is held to the same first
 # tokens only. An unknown value is named and ignored.
 set -euo pipefail

@@ -279,17 +279,16 @@ static void test_q8_quantize(void) {
 /* The repacked form (ms_weight.packed, where this CPU has one): every batch
  * (1, 2, 5 and 9 input rows) gives the bits of the file's layout for every row range, aligned to the
  * groups of four or not. x holds 9 input rows (ldx cols + 3); buf room for them. */
-static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
-  size_t bytes = ms_quant_packed_bytes(w);
-  if (!bytes) return;
-  void *packed = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-  ms_quant_repack(w, packed);
-  struct ms_weight wp = *w;
-  wp.packed = packed;
+/* One path (simd 2: AVX-512 VNNI, 1: AVX2) on w's packed form against the
+ * same path on the file's layout, at batches 1, 2, 5 and 9 over every row
+ * range near the edges; `reads` when that path takes the packed form. */
+static void check_packed_at(const struct ms_weight *w, const struct ms_weight *wp, const float *x, void *buf,
+                            int simd, int reads) {
   int nbs[] = {1, 2, 5, 9}, ldy = w->rows;
   float *y = malloc(sizeof(float) * (size_t)w->rows * 9), *yp = malloc(sizeof(float) * (size_t)w->rows * 9);
   size_t data_bytes = (size_t)w->rows * ms_weight_row_bytes(w);
   void *zero = calloc(1, data_bytes);
+  const char *path = simd == 2 ? "avx512" : "avx2";
   for (size_t k = 0; k < sizeof nbs / sizeof nbs[0]; k++) {
     int nb = nbs[k];
     struct ms_q8_act a;
@@ -297,29 +296,47 @@ static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
     int diff = 0, ranges = 0;
     for (int r0 = 0; r0 < 6 && r0 < w->rows; r0++)
       for (int r1 = w->rows; r1 > r0 && r1 > w->rows - 6; r1--) {
-        ms_q8_gemv(w, r0, r1, &a, y, ldy, 2);
-        ms_q8_gemv(&wp, r0, r1, &a, yp, ldy, 2);
+        ms_q8_gemv(w, r0, r1, &a, y, ldy, simd);
+        ms_q8_gemv(wp, r0, r1, &a, yp, ldy, simd);
+        int d = 0;
         for (int b = 0; b < nb; b++)
-          diff += memcmp(y + (size_t)b * ldy, yp + (size_t)b * ldy, sizeof(float) * (size_t)(r1 - r0)) != 0;
+          d |= memcmp(y + (size_t)b * ldy, yp + (size_t)b * ldy, sizeof(float) * (size_t)(r1 - r0)) != 0;
+        diff += d;
         ranges++;
       }
-    CHECKF(ranges > 0 && diff == 0, "q8 %s %dx%d packed, batch %d: %d of %d row ranges differ from the file's layout",
-           ms_dtype_name(w->dtype), w->rows, w->cols, nb, diff, ranges);
+    CHECKF(ranges > 0 && diff == 0, "q8 %s %dx%d packed, %s, batch %d: %d of %d row ranges differ from the file's layout",
+           ms_dtype_name(w->dtype), w->rows, w->cols, path, nb, diff, ranges);
+    if (!reads) continue;
     /* whole groups of four come from the packed stream alone: with data zeroed
      * the same sums, so the check above did not pass by reading data */
     int whole = w->rows / 4 * 4;
-    wp.data = zero;
-    ms_q8_gemv(w, 0, whole, &a, y, ldy, 2);
-    ms_q8_gemv(&wp, 0, whole, &a, yp, ldy, 2);
-    wp.data = w->data;
+    struct ms_weight wz = *wp;
+    wz.data = zero;
+    ms_q8_gemv(w, 0, whole, &a, y, ldy, simd);
+    ms_q8_gemv(&wz, 0, whole, &a, yp, ldy, simd);
     int same = 1;
     for (int b = 0; b < nb; b++) same &= memcmp(y + (size_t)b * ldy, yp + (size_t)b * ldy, sizeof(float) * (size_t)whole) == 0;
-    CHECKF(same, "q8 %s %dx%d packed, batch %d: rows 0..%d read from data", ms_dtype_name(w->dtype), w->rows, w->cols,
-           nb, whole);
+    CHECKF(same, "q8 %s %dx%d packed, %s, batch %d: rows 0..%d read from data", ms_dtype_name(w->dtype), w->rows,
+           w->cols, path, nb, whole);
   }
   free(zero);
   free(y);
   free(yp);
+}
+
+/* The packed form (model/blocks.h), where this CPU (or MEGASCOPE_SIMD's cap)
+ * gives w one, on each path that can read it: the K-quants' on AVX-512 VNNI
+ * and AVX2, the 32-element types' on AVX-512 VNNI (AVX2 reads their data). */
+static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
+  size_t bytes = ms_quant_packed_bytes(w);
+  if (!bytes) return;
+  void *packed = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  ms_quant_repack(w, packed);
+  struct ms_weight wp = *w;
+  wp.packed = packed;
+  int kq = ms_dtype_block(w->dtype) == 256;
+  if (ms_q8_simd_level() == 2) check_packed_at(w, &wp, x, buf, 2, 1);
+  check_packed_at(w, &wp, x, buf, 1, kq);
   free(packed);
 }
 

@@ -789,6 +789,191 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
   }
 }
 
+/* ---- AVX2 on the packed K-quants (blocks.h) ----
+ * The same stream the AVX-512 path reads: its runs are already what 256-bit
+ * integer code takes well. A 32-byte half of a pair's run is one piece (32
+ * values in element order, as the input's bytes), so a row's weights come out
+ * of a shared load with one shift and one mask (two rows a nibble, four a
+ * 2-bit field), q6_K's high bits of four rows with one shift, mask and or, and
+ * the unpacked scales of four rows in one 8-byte load. Only q3_K's and q5_K's
+ * 64-bit high-bit masks, made for AVX-512's mask registers, cost a byte
+ * expansion here (q5_bytes' shuffle and compare; Gemma-3's Q4_K_M file has
+ * neither type), and one layout means one repack and the two kernels checked
+ * on the same bytes.
+ * Each row's lanes, products and order are q8_k_gemv_avx2's: maddubs(u, q)
+ * then madd by ones, the signed types' u = w + K_OFF taken back as K_OFF times
+ * each lane's sum of q (computed once for four rows), the lanes scaled by
+ * (d sc) d_x in the even/odd chains and the minimums by (dmin mn) d_x on the
+ * input's half sums, so the bits are the file layout's. */
+
+/* 32 bytes, bit k of m set to `one` (byte k), else 0 (q5_bytes' expansion). */
+TGT_INL __m256i a_bits(uint32_t m, char one) {
+  const __m256i spread = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+  __m256i bits = _mm256_or_si256(_mm256_shuffle_epi8(_mm256_set1_epi32((int)m), spread),
+                                 _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(bits, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(one));
+}
+
+/* Row j's piece c (0: the pair's first, 1: its second) as 32 bytes u = q + K_OFF. */
+TGT_INL __m256i a_kpk_w(enum ms_dtype t, const uint8_t *qp, const uint8_t *hp, int j, int c) {
+  __m256i w;
+  if (KP_QB(t) == 128) {  /* rows 2h, 2h + 1: the low and the high nibbles of bytes 64h + 32c .. */
+    __m256i v = _mm256_load_si256((const __m256i *)(qp + 64 * (j / 2) + 32 * c));
+    w = _mm256_and_si256(j & 1 ? _mm256_srli_epi16(v, 4) : v, _mm256_set1_epi8(0x0f));
+  } else {  /* row j: bits 2j, 2j + 1 */
+    __m256i v = _mm256_load_si256((const __m256i *)(qp + 32 * c));
+    w = _mm256_and_si256(j ? _mm256_srli_epi16(v, 2 * j) : v, _mm256_set1_epi8(3));
+  }
+  if (t == MS_DTYPE_Q5_K || t == MS_DTYPE_Q3_K) {
+    uint32_t m;
+    memcpy(&m, hp + 8 * j + 4 * c, 4);
+    w = _mm256_or_si256(w, a_bits(m, t == MS_DTYPE_Q5_K ? 0x10 : 4));
+  }
+  if (t == MS_DTYPE_Q6_K) {  /* row j's bits 2j, 2j + 1 to bits 4, 5 (the 16-bit shifts' spill masked off) */
+    __m256i h = _mm256_load_si256((const __m256i *)(hp + 32 * c));
+    h = j == 0 ? _mm256_slli_epi16(h, 4) : j == 1 ? _mm256_slli_epi16(h, 2) : j == 2 ? h : _mm256_srli_epi16(h, 2);
+    w = _mm256_or_si256(w, _mm256_and_si256(h, _mm256_set1_epi8(0x30)));
+  }
+  return w;
+}
+
+/* Eight scale bytes (signed or not) as floats. */
+TGT_INL __m256 a_bytes8(const uint8_t *s, int sgn) {
+  __m128i v = _mm_loadl_epi64((const __m128i *)s);
+  return _mm256_cvtepi32_ps(sgn ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+}
+
+/* [v0 x4, v1 x4] of a 128-bit [v0, v1, v2, v3]: j = 0 takes v0, v1; j = 1 v2, v3 */
+TGT_INL __m256 a_x4(__m128 v, int j) {
+  __m128 lo = j ? _mm_shuffle_ps(v, v, 0xaa) : _mm_shuffle_ps(v, v, 0x00);
+  __m128 hi = j ? _mm_shuffle_ps(v, v, 0xff) : _mm_shuffle_ps(v, v, 0x55);
+  return _mm256_set_m128(hi, lo);
+}
+
+/* One packed K-quant group (four rows) against input row b: y[j] for row j.
+ * The scales of a pair come as s[2] (ns 8: lanes [row j][piece c] = 2j + c;
+ * ns 16: s[k] lanes [row 2k + j / 4][half j % 4], the halves A0 A1 B0 B1) and
+ * each row's piece takes its own with one permute; the minimums of the four
+ * rows are two FMAs a pair. */
+TGT_INL void a_kpk_rows4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                         const struct ms_q8_act *a, int b, int nsb, int ahead, float *y) {
+  const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t), nblk = a->n / QK;
+  const int8_t *qx = a->q + (size_t)b * (size_t)a->n;
+  const float *dx = a->d + (size_t)b * (size_t)nblk;
+  const int16_t *bsx = a->bs + (size_t)b * 2 * (size_t)nblk;
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256 acc[4][2], mac[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+  for (int j = 0; j < 4; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+  for (int sb = 0; sb < nsb; sb++) {
+    const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
+    __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr));
+    __m128 m4 = kmin ? _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8))) : d4;
+    /* ns 8: [d0 d0 d1 d1 d2 d2 d3 d3]; ns 16: [d0 x4, d1 x4] and [d2 x4, d3 x4] */
+    __m256 dA = ns == 8 ? _mm256_set_m128(_mm_unpackhi_ps(d4, d4), _mm_unpacklo_ps(d4, d4)) : a_x4(d4, 0);
+    __m256 dB = ns == 8 ? dA : a_x4(d4, 1);
+    __m256 mA = ns == 8 ? _mm256_set_m128(_mm_unpackhi_ps(m4, m4), _mm_unpacklo_ps(m4, m4)) : a_x4(m4, 0);
+    __m256 mB = ns == 8 ? mA : a_x4(m4, 1);
+    for (int p = 0; p < 4; p++) {
+      const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
+      if (ahead) {
+        for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
+        if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
+      }
+      int i = 8 * sb + 2 * p;  /* the pair's first piece in the row */
+      __m256 xd = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(dx + i)));  /* [dA dB] x4 */
+      __m256 s[2], mn[2];
+      if (ns == 8) {
+        s[0] = _mm256_mul_ps(_mm256_mul_ps(dA, a_bytes8(sr + 8 * p, 0)), xd);
+        if (kmin) mn[0] = _mm256_mul_ps(_mm256_mul_ps(mA, a_bytes8(sr + 32 + 8 * p, 0)), xd);
+      } else {
+        __m256 x4 = _mm256_permutevar8x32_ps(xd, _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1));  /* [dA dA dB dB] x2 */
+        for (int k = 0; k < 2; k++) {
+          __m128i v = _mm_loadl_epi64((const __m128i *)(sr + 16 * p + 8 * k));
+          __m256i sc = t == MS_DTYPE_Q2_K ? _mm256_cvtepu8_epi32(v) : _mm256_cvtepi8_epi32(v);
+          __m256i lo = t == MS_DTYPE_Q2_K ? _mm256_and_si256(sc, _mm256_set1_epi32(15)) : sc;
+          s[k] = _mm256_mul_ps(_mm256_mul_ps(k ? dB : dA, _mm256_cvtepi32_ps(lo)), x4);
+          if (kmin) mn[k] = _mm256_mul_ps(_mm256_mul_ps(k ? mB : mA, _mm256_cvtepi32_ps(_mm256_srli_epi32(sc, 4))), x4);
+        }
+      }
+      if (kmin) {  /* bs4 = [A0 A1 B0 B1], the input's half sums */
+        __m128 bs4 = _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)(bsx + 2 * (size_t)i))));
+        if (ns == 8) {  /* mac[h] lanes 2j + c: (dmin mn) d_x of row j, piece c, times half h's sum */
+          __m128 h0 = _mm_shuffle_ps(bs4, bs4, 0x88), h1 = _mm_shuffle_ps(bs4, bs4, 0xdd);
+          mac[0] = _mm256_fmadd_ps(mn[0], _mm256_set_m128(h0, h0), mac[0]);
+          mac[1] = _mm256_fmadd_ps(mn[0], _mm256_set_m128(h1, h1), mac[1]);
+        } else {  /* mac[k] lanes as s[k] */
+          __m256 b8 = _mm256_set_m128(bs4, bs4);
+          mac[0] = _mm256_fmadd_ps(mn[0], b8, mac[0]);
+          mac[1] = _mm256_fmadd_ps(mn[1], b8, mac[1]);
+        }
+      }
+      for (int c = 0; c < 2; c++) {
+        __m256i q = _mm256_load_si256((const __m256i *)(qx + (size_t)(i + c) * QK));
+        __m256i init = off ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8((char)off), q), ones)
+                           : _mm256_setzero_si256();
+        for (int j = 0; j < 4; j++) {
+          __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(a_kpk_w(t, qp, hp, j, c), q), ones);
+          if (off) l = _mm256_sub_epi32(l, init);
+          /* ns 8: lane 2j + c everywhere; ns 16: halves 2c, 2c + 1 of row j, four lanes each */
+          __m256 sj = ns == 8 ? _mm256_permutevar8x32_ps(s[0], _mm256_set1_epi32(2 * j + c))
+                              : _mm256_permutevar8x32_ps(s[j / 2], _mm256_add_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
+                                                                                        _mm256_set1_epi32(4 * (j & 1) + 2 * c)));
+          acc[j][c] = _mm256_fmadd_ps(sj, _mm256_cvtepi32_ps(l), acc[j][c]);
+        }
+      }
+    }
+  }
+  float m[16];
+  _mm256_storeu_ps(m, mac[0]);
+  _mm256_storeu_ps(m + 8, mac[1]);
+  for (int j = 0; j < 4; j++) {
+    float v = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
+    if (kmin && ns == 8) v -= (m[2 * j] + m[2 * j + 1]) + (m[8 + 2 * j] + m[8 + 2 * j + 1]);
+    if (kmin && ns == 16) {
+      const float *r = m + 4 * j;  /* row j's [A0 A1 B0 B1] */
+      v -= (r[0] + r[2]) + (r[1] + r[3]);
+    }
+    y[j] = v;
+  }
+}
+
+/* The packed K-quants at any batch: the whole groups of four in [r0, r1)
+ * from the packed regions, each against every input in turn (the group's
+ * run stays in L1 after the first), the rows before and after them from data. */
+TGT_INL void a_kpk_gemv_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
+                          float *y, int ldy) {
+  int nsb = a->n / 256, G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  if (g0 >= g1) {
+    q8_k_gemv_avx2(w, r0, r1, a, y, ldy);
+    return;
+  }
+  size_t n = (size_t)G * (size_t)nsb;
+  const uint8_t *qs = w->packed, *hs = qs + n * 4 * KP_QB(t), *ss = hs + n * 4 * KP_HB(t);
+  if (r0 < 4 * g0) q8_k_gemv_avx2(w, r0, 4 * g0, a, y, ldy);
+  for (int g = g0; g < g1; g++) {
+    size_t at = (size_t)g * (size_t)nsb;
+    for (int b = 0; b < a->nb; b++) {
+      float o[4];
+      a_kpk_rows4(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, b, nsb, a->nb == 1, o);
+      memcpy(y + (size_t)b * ldy + 4 * g - r0, o, sizeof o);
+    }
+  }
+  if (4 * g1 < r1) q8_k_gemv_avx2(w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
+}
+
+/* 1 when w has a packed K-quant form and it was taken. */
+TGT static int a_kpk_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy) {
+  if (!w->packed) return 0;
+  switch (w->dtype) {  /* one instance per type */
+  case MS_DTYPE_Q2_K: a_kpk_gemv_t(MS_DTYPE_Q2_K, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q3_K: a_kpk_gemv_t(MS_DTYPE_Q3_K, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q4_K: a_kpk_gemv_t(MS_DTYPE_Q4_K, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q5_K: a_kpk_gemv_t(MS_DTYPE_Q5_K, w, r0, r1, a, y, ldy); return 1;
+  case MS_DTYPE_Q6_K: a_kpk_gemv_t(MS_DTYPE_Q6_K, w, r0, r1, a, y, ldy); return 1;
+  default: return 0;
+  }
+}
+
 /* ---- AVX-512 VNNI: Q8_0, Q4_0 and Q4_1 with 8-bit activations ----
  * Two blocks per 512-bit vector: block i in the low half (chain A when i is
  * even), block i + 1 in the high half (chain B), so one vector accumulator is
@@ -1521,6 +1706,7 @@ TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const st
   case MS_DTYPE_IQ4_NL: q8_gemv_avx2_t(MS_DTYPE_IQ4_NL, w, r0, r1, a, y, ldy); return;
   default: break;
   }
+  if (a_kpk_gemv(w, r0, r1, a, y, ldy)) return;
   if (ms_quant_k_handles(w->dtype)) {
     q8_k_gemv_avx2(w, r0, r1, a, y, ldy);
     return;

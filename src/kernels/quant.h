@@ -3,8 +3,8 @@
  * formats in place and dequantize inside the dot-product loop (a block of 32
  * weights is expanded into registers and used for every batch row; nothing is
  * copied to f32 first). The formats themselves, their quantizers and the
- * packed layout (ms_weight.packed) the AVX-512 paths read are the model's
- * dtype code: src/model/blocks.h and quant_k.h.
+ * packed layout (ms_weight.packed) the AVX-512 paths and the K-quants' AVX2
+ * one read are the model's dtype code: src/model/blocks.h and quant_k.h.
  *
  * Formats (ggml's, little-endian, 32 elements a block):
  *   Q8_0 {f16 d; int8 q[32]}          x[j] = d * q[j]

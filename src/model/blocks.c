@@ -13,9 +13,11 @@
 
 #define QK 32
 
-/* The CPU test of src/kernels/quant.c's AVX-512 VNNI path: only there do
- * weights get a packed form. */
+/* The CPU tests of src/kernels/quant.c's packed paths: the K-quants' packed
+ * form has AVX-512 VNNI and AVX2 kernels, the 32-element types' an AVX-512
+ * VNNI one alone. */
 static int vnni512_here(void) { return ms_cpu_level() >= MS_CPU_AVX512_VNNI; }
+static int avx2_here(void) { return ms_cpu_level() >= MS_CPU_AVX2; }
 
 static inline void wr16(uint8_t *p, uint16_t v) {
   p[0] = (uint8_t)v;
@@ -30,10 +32,10 @@ static int packs_k(enum ms_dtype t) { return t >= MS_DTYPE_Q2_K && t <= MS_DTYPE
 
 size_t ms_quant_packed_bytes(const struct ms_weight *w) {
   enum ms_dtype t = w->dtype;
-  if (!vnni512_here() || !w->data || w->rows < 4) return 0;
+  if (!avx2_here() || !w->data || w->rows < 4) return 0;
   if (packs_k(t))
     return w->cols % 256 ? 0 : (size_t)(w->rows / 4) * (size_t)(w->cols / 256) * (size_t)(4 * (KP_QB(t) + KP_HB(t)) + KP_SB(t));
-  if (!packs(t) || w->cols % (2 * QK)) return 0;
+  if (!vnni512_here() || !packs(t) || w->cols % (2 * QK)) return 0;
   return (size_t)(w->rows / 4) * (size_t)(w->cols / (2 * QK)) * (size_t)(PK_QB(t) + PK_SB(t) + PK_HB(t));
 }
 

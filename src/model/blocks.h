@@ -2,7 +2,7 @@
 /* The block formats as the model writes and lays them out: the quantizers of
  * every ms_dtype (ggml's reference rounding; the K-quants', Q5's and IQ4_NL's
  * in quant_k.h) and the packed layout (ms_weight.packed) the CPU's AVX-512
- * 8-bit GEMV reads (src/kernels/quant.c, which includes this header for the
+ * and AVX2 8-bit GEMVs read (src/kernels/quant.c, which includes this header for the
  * layout's sizes). The model repacks its weights at load (ms_model_repack)
  * and quantizes them when it writes a GGUF file, so they are the model's dtype
  * code, below the kernels that read them. */
@@ -39,7 +39,8 @@ int ms_quant_row(enum ms_dtype t, const float *x, int n, void *out);
 /* ---- repacked weights (ms_weight.packed) ----
  * Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 with an even number of blocks a row, and the
  * K-quants Q2_K .. Q6_K (below), on a CPU
- * with AVX-512 VNNI: rows in groups of four (the last rows % 4 stay in data
+ * with AVX-512 VNNI (the K-quants with AVX2 too: its kernel reads the same
+ * bytes, quant.c says how): rows in groups of four (the last rows % 4 stay in data
  * alone), one stream feeding four output rows. For group g and block pair p
  * (blocks 2p, 2p + 1), in three regions one after the other:
  *   quants   Q8_0: 256 bytes, for each row its two blocks' 32 values + 128 (the

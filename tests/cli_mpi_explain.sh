@@ -20,7 +20,14 @@ tmp=$(mktemp -d)
 MPI_PID="" LOAD_PID="" SIDE_PID=""
 cleanup() {
   touch "$tmp/stop"
-  for p in $SIDE_PID $LOAD_PID $MPI_PID; do kill -KILL "$p" 2>/dev/null || :; done
+  for p in $SIDE_PID $LOAD_PID; do kill -KILL "$p" 2>/dev/null || :; done
+  # TERM first: `timeout` passes it on to mpirun, which ends its ranks (a KILL
+  # would end `timeout` alone and leave mpirun and the ranks running)
+  if [ -n "$MPI_PID" ] && kill -0 "$MPI_PID" 2>/dev/null; then
+    kill -TERM "$MPI_PID" 2>/dev/null || :
+    for _ in $(seq 1 50); do kill -0 "$MPI_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$MPI_PID" 2>/dev/null || :
+  fi
   wait 2>/dev/null || :
   rm -rf "$tmp"
 }

@@ -25,7 +25,13 @@ MPI_PID=""
 tmp=$(mktemp -d)
 SERVE_PID=""
 cleanup() {
-  if [ -n "$MPI_PID" ] && kill -0 "$MPI_PID" 2>/dev/null; then kill -KILL "$MPI_PID" 2>/dev/null || true; fi
+  # TERM first: `timeout` passes it on to mpirun, which ends its ranks (a KILL
+  # would end `timeout` alone and leave mpirun and the ranks running)
+  if [ -n "$MPI_PID" ] && kill -0 "$MPI_PID" 2>/dev/null; then
+    kill -TERM "$MPI_PID" 2>/dev/null || true
+    for _ in $(seq 1 50); do kill -0 "$MPI_PID" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$MPI_PID" 2>/dev/null || true
+  fi
   serve_cleanup
 }
 trap cleanup EXIT

@@ -12,6 +12,8 @@
 set -euo pipefail
 MS=$1
 SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+# shellcheck source=tests/serve_lib.sh
+source "$SRC/tests/serve_lib.sh"
 command -v mpirun >/dev/null || { echo "mpirun not found: skipped (scripts/deps.sh installs openmpi-bin)"; exit 77; }
 [ "$(nproc)" -ge 2 ] || { echo "fewer than two CPUs: skipped"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -21,13 +23,7 @@ MPI_PID="" LOAD_PID="" SIDE_PID=""
 cleanup() {
   touch "$tmp/stop"
   for p in $SIDE_PID $LOAD_PID; do kill -KILL "$p" 2>/dev/null || :; done
-  # TERM first: `timeout` passes it on to mpirun, which ends its ranks (a KILL
-  # would end `timeout` alone and leave mpirun and the ranks running)
-  if [ -n "$MPI_PID" ] && kill -0 "$MPI_PID" 2>/dev/null; then
-    kill -TERM "$MPI_PID" 2>/dev/null || :
-    for _ in $(seq 1 50); do kill -0 "$MPI_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$MPI_PID" 2>/dev/null || :
-  fi
+  stop_mpirun "$MPI_PID"
   wait 2>/dev/null || :
   rm -rf "$tmp"
 }
@@ -44,15 +40,7 @@ chmod 700 "$tmp/s"
 timeout 600 mpirun --bind-to none -np 2 "$MS" serve --tp 2 --synthetic tiny --workers 1 --batch 4 --pin-workers \
   --comm-timeout-ms 30000 --http 127.0.0.1:0 --socket "$SOCK" >"$tmp/out" 2>"$tmp/err" &
 MPI_PID=$!
-URL=""
-for _ in $(seq 1 900); do
-  if grep -q '^ready' "$tmp/out" 2>/dev/null; then
-    URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$tmp/out" | head -1)
-    break
-  fi
-  kill -0 "$MPI_PID" 2>/dev/null || break
-  sleep 0.1
-done
+wait_ready "$tmp/out" "$MPI_PID" 900 || :
 [ -n "$URL" ] && [ -S "$SOCK" ] || { cat "$tmp/out" >&2; fail "not ready"; }
 
 # each rank's worker on its own CPU

@@ -18,6 +18,8 @@
 set -euo pipefail
 MS=$1
 SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
+# shellcheck source=tests/serve_lib.sh
+source "$SRC/tests/serve_lib.sh"
 MS_MONITORS=${MS_MONITORS:-$(dirname "$MS")/monitors}
 command -v mpirun >/dev/null || { echo "mpirun not found: skipped (scripts/deps.sh installs openmpi-bin)"; exit 77; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
@@ -26,13 +28,7 @@ tmp=$(mktemp -d)
 MPI_PID=""
 cleanup() {
   touch "$tmp/stop"
-  # TERM first: `timeout` passes it on to mpirun, which ends its ranks (a KILL
-  # would end `timeout` alone and leave mpirun and the ranks running)
-  if [ -n "$MPI_PID" ] && kill -0 "$MPI_PID" 2>/dev/null; then
-    kill -TERM "$MPI_PID" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$MPI_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$MPI_PID" 2>/dev/null || true
-  fi
+  stop_mpirun "$MPI_PID"
   wait 2>/dev/null || true
   rm -rf "$tmp"
 }
@@ -57,15 +53,7 @@ A=(serve --tp 2 --synthetic tiny --workers 1 --batch 4 --comm-timeout-ms 30000 -
 timeout 600 mpirun -np 1 "$MS" "${A[@]}" : -np 1 bash -c "ulimit -f 16384; trap '' XFSZ; exec \"\$0\" \"\$@\"" \
   "$MS" "${A[@]}" >"$tmp/s/out" 2>"$tmp/s/err" &
 MPI_PID=$!
-URL=""
-for _ in $(seq 1 900); do
-  if grep -q '^ready' "$tmp/s/out" 2>/dev/null; then
-    URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$tmp/s/out" | head -1)
-    break
-  fi
-  kill -0 "$MPI_PID" 2>/dev/null || break
-  sleep 0.1
-done
+wait_ready "$tmp/s/out" "$MPI_PID" 900 || :
 [ -n "$URL" ] && [ -S "$SOCK" ] || { cat "$tmp/s/out" "$tmp/s/err" >&2; fail "not ready"; }
 
 load() {

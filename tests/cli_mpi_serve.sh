@@ -25,13 +25,7 @@ MPI_PID=""
 tmp=$(mktemp -d)
 SERVE_PID=""
 cleanup() {
-  # TERM first: `timeout` passes it on to mpirun, which ends its ranks (a KILL
-  # would end `timeout` alone and leave mpirun and the ranks running)
-  if [ -n "$MPI_PID" ] && kill -0 "$MPI_PID" 2>/dev/null; then
-    kill -TERM "$MPI_PID" 2>/dev/null || true
-    for _ in $(seq 1 50); do kill -0 "$MPI_PID" 2>/dev/null || break; sleep 0.1; done
-    kill -KILL "$MPI_PID" 2>/dev/null || true
-  fi
+  stop_mpirun "$MPI_PID"
   serve_cleanup
 }
 trap cleanup EXIT
@@ -49,15 +43,7 @@ start_mpi() {
   timeout 600 mpirun -np 2 "$MS" serve --tp 2 --http 127.0.0.1:0 --socket "$SOCK" "$@" \
     > "$tmp/$name/serve.out" 2> "$tmp/$name/serve.err" &
   MPI_PID=$!
-  URL=""
-  for _ in $(seq 1 900); do  # rank 1's stdout is /dev/null: "ready" is rank 0's
-    if grep -q '^ready' "$tmp/$name/serve.out" 2>/dev/null; then
-      URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$tmp/$name/serve.out" | head -1)
-      break
-    fi
-    kill -0 "$MPI_PID" 2>/dev/null || break
-    sleep 0.1
-  done
+  wait_ready "$tmp/$name/serve.out" "$MPI_PID" 900 || :
   [ -n "$URL" ] && [ -S "$SOCK" ] || { cat "$tmp/$name/serve.out" "$tmp/$name/serve.err" >&2; fail "$name: not ready"; }
   RANK0=$(grep -o ', pid [0-9]*' "$tmp/$name/serve.out" | head -1 | grep -o '[0-9]*')
 }

@@ -27,21 +27,39 @@ start_serve() {
   chmod 700 "$tmp/$name"
   "$MS" serve --http 127.0.0.1:0 --socket "$SOCK" "$@" >"$tmp/$name/serve.out" 2>"$tmp/$name/serve.err" &
   SERVE_PID=$!
-  URL=""
-  for _ in $(seq 1 600); do  # at most 60 s (synthesising the model's weights)
-    if grep -q '^ready' "$tmp/$name/serve.out" 2>/dev/null; then
-      URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$tmp/$name/serve.out" | head -1)
-      break
-    fi
-    if ! kill -0 "$SERVE_PID" 2>/dev/null; then break; fi
-    sleep 0.1
-  done
+  wait_ready "$tmp/$name/serve.out" "$SERVE_PID" 600 || :  # at most 60 s (synthesising the model's weights)
   if [ -z "$URL" ] || [ ! -S "$SOCK" ]; then
     echo "serve did not become ready"
     cat "$tmp/$name/serve.out" "$tmp/$name/serve.err"
     kill "$SERVE_PID" 2>/dev/null || true
     return 1
   fi
+}
+
+# wait_ready OUT PID TENTHS: waits (at most TENTHS tenths of a second, or until
+# PID ends) for the server's "ready" line in OUT; sets URL from it ("" if none).
+# Under mpirun only rank 0 prints it (rank 1's stdout is /dev/null).
+wait_ready() {
+  URL=""
+  for _ in $(seq 1 "$3"); do
+    if grep -q '^ready' "$1" 2>/dev/null; then
+      URL=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$1" | head -1)
+      return 0
+    fi
+    kill -0 "$2" 2>/dev/null || return 1
+    sleep 0.1
+  done
+  return 1
+}
+
+# stop_mpirun PID: ends `timeout ... mpirun` and its ranks: TERM first, which
+# timeout passes on to mpirun (a KILL would end timeout alone and leave mpirun
+# and the ranks running), KILL after 5 s.
+stop_mpirun() {
+  [ -n "$1" ] && kill -0 "$1" 2>/dev/null || return 0
+  kill -TERM "$1" 2>/dev/null || :
+  for _ in $(seq 1 50); do kill -0 "$1" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$1" 2>/dev/null || :
 }
 
 # stop_serve NAME: SIGTERM, wait (bounded), exit status 0, socket removed.

@@ -92,13 +92,13 @@ static void cpu_culprits(struct ex *x, const struct ex_cpu *cpu, int *shared, do
 /* "worker 1 (CPU 1)"; across ranks "rank 1 worker 0 (CPU 1)", as an operator
  * finds it (each rank numbers its own workers from 0). */
 static void name_worker(char *buf, size_t n, const struct ex *x, int w, const struct ex_cpu *cpu) {
-  int rw = x->in->rank_workers, k = 0;
-  if (rw > 0) k = snprintf(buf, n, "rank %d ", w / rw);
-  k = k < 0 ? 0 : (size_t)k >= n ? (int)n - 1 : k;
+  int rw = x->in->rank_workers;
+  char rank[24] = "";
+  if (rw > 0) snprintf(rank, sizeof rank, "rank %d ", w / rw);
   if (w < EX_MAX_CPU && cpu->known[w] && cpu->pinned[w] >= 0)
-    snprintf(buf + k, n - (size_t)k, "worker %d (CPU %d)", rw > 0 ? w % rw : w, cpu->pinned[w]);
+    snprintf(buf, n, "%sworker %d (CPU %d)", rank, rw > 0 ? w % rw : w, cpu->pinned[w]);
   else
-    snprintf(buf + k, n - (size_t)k, "worker %d", rw > 0 ? w % rw : w);
+    snprintf(buf, n, "%sworker %d", rank, rw > 0 ? w % rw : w);
 }
 
 static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *shared, const double *shared_z,

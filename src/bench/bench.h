@@ -129,6 +129,8 @@ struct bench_opts {
   double exec_ns, record_ns, ring_ns;   /* the simulator's modelled observation costs */
   void (*progress)(void *user, const char *msg);
   void *progress_user;
+  const char *record;                   /* a directory: keep every scenario's evidence there (record.c) */
+  const char *replay;                   /* a directory: judge its records again instead of running */
 };
 
 /* What a diagnosis names, and what a scenario injected: a cause and its scope. */
@@ -305,6 +307,27 @@ void bench_feat_free(struct bench_features *f);
 /* Reads row i of a section (charging its bytes once); 1 when it is available. */
 int bench_feat_read(struct bench_features *f, int sec, int i);
 extern const unsigned bench_row_bytes[FS_COUNT];
+
+/* ---- record.c: a run's evidence kept, and judged again ---- */
+/* DIR/case-NNNN.rec: the case (after its effect was measured), then one group
+ * per method and budget: the fresh healthy run (real clocks), the references
+ * and the faulty run's evidence, as the diagnosers were given them. */
+FILE *bench_record_begin(const char *dir, int idx, const struct bench_case *c, int workers,
+                         const struct bench_opts *o);
+int bench_record_group(FILE *f, int meth, int b, const struct bench_evidence *fresh,
+                       const struct bench_evidence *const *ref, int nref, const struct bench_evidence *ev);
+int bench_record_end(FILE *f);
+/* How many cases DIR's records number (the highest index + 1), or a negative errno. */
+int bench_replay_count(const char *dir);
+/* The budgets DIR's records were taken at, into o. */
+int bench_replay_budgets(const char *dir, struct bench_opts *o);
+/* Opens case idx and reads its case (recorded at o's budgets); NULL with why filled in. */
+FILE *bench_replay_begin(const char *dir, int idx, const struct bench_opts *o, struct bench_case *c, int *workers,
+                         char *why, size_t n);
+/* The next group: 0, 1 at the record's end, or a negative errno (the caller
+ * frees what was read either way). */
+int bench_replay_group(FILE *f, int *meth, int *b, struct bench_evidence *fresh, int *has_fresh,
+                       struct bench_evidence *ref, int max_ref, int *nref, struct bench_evidence *ev);
 
 /* ---- score.c ---- */
 /* What the report counts a scenario as: its fault type, -1 healthy, an

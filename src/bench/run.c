@@ -58,6 +58,7 @@ struct runner {
    * original mapped, and mapped pages stay in the page cache), load times, first
    * steps and the copy's resident pages after each drop, warm and cold */
   char cold_path[256];
+  int idx;               /* the case running: its record's number */
   double load_ms[2], first_ms[2], resident_after;
   int loads[2], drops;
 };
@@ -616,6 +617,20 @@ static const char *log_tail(const struct runner *r) {
   return r->logbuf + at;
 }
 
+/* One method's diagnosis at budget b, judged against the case's truth. */
+static void diagnose_one(struct runner *r, struct bench_case *c, int meth, int b, const struct bench_evidence *fresh,
+                         const struct bench_evidence *const *ref, int nref, struct bench_evidence *ev,
+                         const struct ms_plan *p, int workers) {
+  struct bench_answer *a = &c->ans[meth][b];
+  if (fresh)
+    bench_diagnose_null(fresh, ref[0], ref + 1, nref - 1, ev, p, &c->sc, a);
+  else
+    bench_diagnose(ref[0], ev, p, &c->sc, a);
+  a->raw_confidence = a->confidence;
+  a->perturbation = perturbation(r, c, ev, workers);
+  judge(c, a);
+}
+
 /* Every method's observed run of the faulty scenario and its diagnosis at
  * every budget. */
 static int observe_all(struct runner *r, struct bench_case *c, const struct ms_model *m, const struct ms_plan *p,
@@ -627,6 +642,8 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
   struct bench_engine_cfg fc = {.m = m, .sc = s, .faults = fl, .n_faults = to_faults(s, (1u << s->n_faults) - 1, fl),
                                 .interfere = s->intf.kind != BI_NONE, .seed = s->seed};
   struct bench_engine_cfg hc = {.m = m, .sc = s, .seed = s->seed};
+  FILE *rec = o->record ? bench_record_begin(o->record, r->idx, c, workers, o) : NULL;
+  if (o->record && !rec) say(r, "%s: cannot write its record in %s", s->name, o->record);
   for (int meth = 0; meth < BM_COUNT && !rc; meth++) {
     struct bench_evidence ev = {0}, fresh = {0};
     for (int b = 0; b < o->n_budgets; b++) {
@@ -667,18 +684,60 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
         }
       }
       ev.budget = o->budgets[b];
-      struct bench_answer *a = &c->ans[meth][b];
-      if (real_clock(s))
-        bench_diagnose_null(&fresh, ref[0], ref + 1, nref - 1, &ev, p, s, a);
-      else
-        bench_diagnose(ref[0], &ev, p, s, a);
-      a->raw_confidence = a->confidence;
-      a->perturbation = perturbation(r, c, &ev, workers);
-      judge(c, a);
+      if (rec && bench_record_group(rec, meth, b, real_clock(s) ? &fresh : NULL, ref, nref, &ev)) {
+        say(r, "%s: its record in %s could not be written", s->name, o->record);
+        fclose(rec);
+        rec = NULL;
+      }
+      diagnose_one(r, c, meth, b, real_clock(s) ? &fresh : NULL, ref, nref, &ev, p, workers);
     }
     bench_evidence_free(&ev);
     bench_evidence_free(&fresh);
   }
+  if (rec && bench_record_end(rec)) say(r, "%s: its record in %s could not be written", s->name, o->record);
+  return rc;
+}
+
+/* A case again from its record: the plan compiled anew, every recorded
+ * method and budget judged by this build's diagnosers. */
+static int replay_case(struct runner *r, struct bench_case *c, int idx) {
+  struct bench_evidence fresh = {0}, ev = {0}, refs[MAX_REFS] = {{0}};
+  int workers = 0, rc = 0, owned = 0, done = 0;
+  FILE *f = bench_replay_begin(r->o->replay, idx, r->o, c, &workers, c->error, sizeof c->error);
+  if (!f) return -EINVAL;
+  c->error[0] = 0;
+  memset(c->ans, 0, sizeof c->ans);
+  struct bench_scenario *s = &c->sc;
+  struct ms_model *m = model_of(r, s, &owned);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for(s->batch),
+                               .tiles_per_op = ms_backend_info(s->backend)->tiles_per_worker ? workers : 0,
+                               .tp = s->tp};
+  struct ms_plan *p = m ? ms_plan_compile(m, &co, &r->log) : NULL;
+  if (!p) rc = -EINVAL;
+  while (!rc && !done) {
+    int meth, b, nref, has_fresh;
+    rc = bench_replay_group(f, &meth, &b, &fresh, &has_fresh, refs, MAX_REFS, &nref, &ev);
+    if (rc == 1) {
+      done = 1;
+      rc = 0;
+    } else if (!rc) {
+      const struct bench_evidence *ref[MAX_REFS];
+      for (int i = 0; i < nref; i++) ref[i] = &refs[i];
+      if (meth == BM_SEMANTIC && ev.attach_ns && b == 0) {
+        r->attach_ns_sum += (double)ev.attach_ns;
+        r->attach_n++;
+      }
+      diagnose_one(r, c, meth, b, has_fresh ? &fresh : NULL, ref, nref, &ev, p, workers);
+    }
+    bench_evidence_free(&fresh);
+    bench_evidence_free(&ev);
+    for (int i = 0; i < MAX_REFS; i++) bench_evidence_free(&refs[i]);
+  }
+  fclose(f);
+  ms_plan_free(p);
+  if (owned) ms_model_free(m);
+  if (rc) snprintf(c->error, sizeof c->error, "its record in %s: %s", r->o->replay,
+                   !p ? "the plan could not be compiled again" : rc == -EIO ? "cut short" : ms_strerror(rc));
   return rc;
 }
 
@@ -768,6 +827,11 @@ int bench_run(const struct bench_opts *o, const struct bench_scenario *sc, int n
   r->log = (struct ms_textbuf){r->logbuf, sizeof r->logbuf, 0, 0};
   out->n = n;
   for (int i = 0; i < n; i++) {
+    r->idx = i;
+    if (o->replay) {
+      if (replay_case(r, &out->cases[i], i)) say(r, "case %d: not replayed: %s", i, out->cases[i].error);
+      continue;
+    }
     out->cases[i].sc = sc[i];
     out->cases[i].split = sc[i].split;
     if (run_case(r, &out->cases[i])) say(r, "%s: not run: %s", sc[i].name, out->cases[i].error);
@@ -780,6 +844,8 @@ int bench_run(const struct bench_opts *o, const struct bench_scenario *sc, int n
   }
   out->attach_ms[BM_SEMANTIC] = r->attach_n ? r->attach_ns_sum / r->attach_n / 1e6 : 0;
   snprintf(out->attach_how[BM_SEMANTIC], sizeof out->attach_how[BM_SEMANTIC], "open, verify, attach to the live engine");
+  for (int m = 0; m < BM_COUNT && o->replay; m++)  /* the records keep the attach times, not the restarts */
+    if (m != BM_SEMANTIC) snprintf(out->attach_how[m], sizeof out->attach_how[m], "restart: not measured in a replay");
   for (int i = 0; i < r->n_refs; i++) ref_free(&r->refs[i]);
   for (int i = 0; i < 2; i++) ms_model_free(r->models[i].m);
   if (r->loads[0] && r->loads[1])

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench/bench.h"
@@ -80,7 +81,7 @@ static int plot(const struct bench_report *r, const char *png) {
 }
 
 struct args {
-  const char *scenarios, *heldout, *write, *out, *png, *monitors, *budgets, *headline;
+  const char *scenarios, *heldout, *write, *out, *png, *monitors, *budgets, *headline, *record, *replay;
   long generate;
   uint64_t seed;
   enum ms_backend backend;
@@ -119,13 +120,21 @@ static const struct cli_opt diag_opts[] = {
     CLI_OPT_STR(DA, png, "plot", "PNG",
                 "plot accuracy against telemetry bytes with gnuplot (writes\n"
                 "PNG.dat and PNG.gp beside it)"),
+    CLI_OPT_STR(DA, record, "record", "DIR",
+                "keep every scenario's evidence in DIR (case-NNNN.rec: what each\n"
+                "diagnoser was given), to be judged again with --replay"),
+    CLI_OPT_STR(DA, replay, "replay", "DIR",
+                "judge DIR's records with this build's diagnosers instead of\n"
+                "running (at the budgets recorded, unless --budgets names them;\n"
+                "a record is read only by a build of the same layout)"),
     CLI_OPT_FLAG(DA, quiet, "quiet", "no progress lines"),
     {0}};
 #undef DA
 
 static const char diag_head[] =
     "usage: megascope bench diagnose --scenarios FILE [options]\n"
-    "       megascope bench diagnose --generate N [--seed S] [--backend B] [--write-scenarios F] [--run]\n\n"
+    "       megascope bench diagnose --generate N [--seed S] [--backend B] [--write-scenarios F] [--run]\n"
+    "       megascope bench diagnose --replay DIR [options]\n\n"
     "Runs scenarios with an injected scheduler fault (slow_class, routing_skew,\n"
     "delayed_release, queue_saturation, comm_delay, starve_task, slow_request, and the\n"
     "open-ended slow_worker, bandwidth_steal, slow_layer, late_admission that no\n"
@@ -142,8 +151,8 @@ static const char diag_head[] =
 static int parse_args(int argc, char **argv, struct args *a) {
   int rc = cli_parse("bench diagnose", diag_head, diag_opts, a, argc, argv, NULL);
   if (rc) return rc > 0 ? 1 : 2;
-  if (!!a->scenarios == !!a->generate) {
-    fprintf(stderr, "megascope bench diagnose: give --scenarios FILE or --generate N\n"
+  if (!!a->scenarios + !!a->generate + !!a->replay != 1 || (a->replay && (a->heldout || a->record))) {
+    fprintf(stderr, "megascope bench diagnose: give --scenarios FILE, --generate N or --replay DIR\n"
                     "(try 'megascope bench diagnose --help')\n");
     return 2;
   }
@@ -172,6 +181,10 @@ int bench_diagnose_main(int argc, char **argv) {
             a.budgets, BENCH_MAX_BUDGETS);
     return 2;
   }
+  if (a.replay && !a.budgets && bench_replay_budgets(a.replay, &o)) {
+    fprintf(stderr, "megascope bench diagnose: --replay %s: no readable record there\n", a.replay);
+    return 2;
+  }
   uint64_t head = 16 << 10;
   if (a.headline && parse_bytes(a.headline, &head)) {
     fprintf(stderr, "megascope bench diagnose: --headline '%s': expected a byte count\n", a.headline);
@@ -186,11 +199,23 @@ int bench_diagnose_main(int argc, char **argv) {
   o.monitors = mondir;
   if (!a.quiet) o.progress = progress;
 
+  if (a.record && mkdir(a.record, 0755) && errno != EEXIST) {
+    fprintf(stderr, "megascope bench diagnose: --record %s: %s\n", a.record, strerror(errno));
+    return 2;
+  }
+  o.record = a.record;
+  o.replay = a.replay;
   struct bench_scenario *sc = NULL;
   int n = 0;
   char buf[8192] = "";
   struct ms_textbuf log = {buf, sizeof buf, 0, 0};
-  if (a.generate) {
+  if (a.replay) {
+    if ((n = bench_replay_count(a.replay)) <= 0) {
+      fprintf(stderr, "megascope bench diagnose: --replay %s: %s\n", a.replay,
+              n ? ms_strerror(n) : "no records (case-NNNN.rec) there");
+      return 2;
+    }
+  } else if (a.generate) {
     if (bench_scenarios_generate((int)a.generate, a.seed, a.backend, &sc, &n)) return 1;
     if (!a.run) {
       rc = write_scenarios(a.write, sc, n);

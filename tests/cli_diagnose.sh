@@ -15,7 +15,28 @@ mon=${MS_MONITORS:-$(dirname "$MS")/monitors}
 
 args=(bench diagnose --scenarios "$SRC/bench/scenarios/smoke.json" --budgets 2k,64k --headline 64k --monitors "$mon" --quiet)
 "$MS" "${args[@]}" --json > "$tmp/a.json" 2> "$tmp/table.txt"
-"$MS" "${args[@]}" --out "$tmp/b.json" > /dev/null 2>&1
+"$MS" "${args[@]}" --out "$tmp/b.json" --record "$tmp/rec" > /dev/null 2>&1
+# the records judged again give the same answers, without running (the budgets
+# taken from the records); a record cut short, or none, is refused by name
+"$MS" bench diagnose --replay "$tmp/rec" --headline 64k --quiet --out "$tmp/replay.json" > /dev/null
+python3 - "$tmp/b.json" "$tmp/replay.json" <<'PY'
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+assert a["budgets"] == b["budgets"]
+assert [s["name"] for s in a["scenarios"]] == [s["name"] for s in b["scenarios"]]
+for x, y in zip(a["scenarios"], b["scenarios"]):
+    assert x["answers"] == y["answers"], x["name"]
+    assert x["ground_truth"] == y["ground_truth"] and x["slowdown"] == y["slowdown"], x["name"]
+PY
+mkdir "$tmp/cut"
+head -c 3000 "$tmp/rec/case-0002.rec" > "$tmp/cut/case-0000.rec"
+if "$MS" bench diagnose --replay "$tmp/cut" --quiet > /dev/null 2> "$tmp/cut.err"; then
+  echo "a record cut short was replayed"; exit 1
+fi
+grep -q "case-0000.rec: cut short" "$tmp/cut.err" || { cat "$tmp/cut.err"; exit 1; }
+mkdir "$tmp/none"
+if "$MS" bench diagnose --replay "$tmp/none" > /dev/null 2> "$tmp/none.err"; then exit 1; fi
+grep -q "no records" "$tmp/none.err"
 grep -q "semantic_monitors" "$tmp/table.txt"
 python3 - "$tmp/a.json" "$tmp/b.json" <<'PY'
 import json, sys

@@ -182,7 +182,7 @@ int bench_diagnose_main(int argc, char **argv) {
     return 2;
   }
   if (a.replay && !a.budgets && bench_replay_budgets(a.replay, &o)) {
-    fprintf(stderr, "megascope bench diagnose: --replay %s: no readable record there\n", a.replay);
+    fprintf(stderr, "megascope bench diagnose: --replay %s: no records (case-NNNN.rec) it can read there\n", a.replay);
     return 2;
   }
   uint64_t head = 16 << 10;

@@ -34,6 +34,7 @@
 #define MAX_EXPERTS 256
 #define MAX_DEVICES 64
 #define MAX_TASKS 65536
+#define MAX_WOP_WORKERS 64  /* worker_op: the workers a per-kernel row is kept for */
 #define OP_ATTN 5
 #define OP_EXPERT_UP 10
 #define OP_EXPERT_DOWN 11
@@ -59,6 +60,13 @@ struct dbusy {
  * its time is the link's, not the worker's) */
 struct wstat {
   __u64 n, queue_ns, ratio_pm, ratio_n;
+};
+
+/* per (worker, kernel): tasks and their time, so that a worker is compared
+ * with the others kernel by kernel (one kernel's memory-bound tiles do not
+ * speak for all of a worker's tasks) */
+struct wop {
+  __u64 n, ns;
 };
 
 /* an expert's tasks' time and the rows they processed (ABI v2 work_rows) */
@@ -108,6 +116,13 @@ struct {
   __type(key, __u32);
   __type(value, struct wstat);
 } worker_queue SEC(".maps");
+
+struct {
+  __uint(type, BPF_MAP_TYPE_ARRAY);
+  __uint(max_entries, MAX_WOP_WORKERS * MAX_OPS);
+  __type(key, __u32);
+  __type(value, struct wop);
+} worker_op SEC(".maps");
 
 struct {
   __uint(type, BPF_MAP_TYPE_ARRAY);
@@ -227,6 +242,14 @@ int on_end(struct ms_hook_ctx *ctx) {
     /* the excess over "as fast as the class", in per mille task units */
     __u64 fair = wq->ratio_n * 1000;
     top_update(&worker_slow_top, w, wq->ratio_pm > fair ? wq->ratio_pm - fair : 0);
+  }
+  if (w < MAX_WOP_WORKERS && op < MAX_OPS) {
+    __u32 k = w * MAX_OPS + op;
+    struct wop *x = bpf_map_lookup_elem(&worker_op, &k);
+    if (x) {
+      __sync_fetch_and_add(&x->n, 1);
+      __sync_fetch_and_add(&x->ns, ns);
+    }
   }
   __u32 d = ctx->device;
   struct dbusy *db = op == OP_COMM ? 0 : bpf_map_lookup_elem(&device_busy, &d);

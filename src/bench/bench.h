@@ -291,8 +291,9 @@ struct bench_stat {
  * waited for its CPU, ratio the time it ran, max how often it was preempted. */
 enum bench_section {
   FS_CLASS = 0, FS_OP, FS_EVCLASS, FS_WORKER, FS_REQUEST, FS_EXPERT, FS_DEVICE, FS_WTOP, FS_BTOP, FS_DEVBUSY,
-  FS_OSWORKER, FS_COUNT
+  FS_OSWORKER, FS_WOP, FS_COUNT
 };
+/* FS_WOP: per worker and kernel (row w x MS_K_COUNT + k), its tasks and their time */
 
 struct bench_features {
   int n[FS_COUNT];
@@ -321,9 +322,11 @@ int bench_record_end(FILE *f);
 int bench_replay_count(const char *dir);
 /* The budgets DIR's records were taken at, into o. */
 int bench_replay_budgets(const char *dir, struct bench_opts *o);
-/* Opens case idx and reads its case (recorded at o's budgets); NULL with why filled in. */
+/* Opens case idx and reads its case; bmap[b]: where recorded budget b
+ * stands in o's, -1 when o does not ask for it (every budget o asks for must
+ * have been recorded). NULL with why filled in. */
 FILE *bench_replay_begin(const char *dir, int idx, const struct bench_opts *o, struct bench_case *c, int *workers,
-                         char *why, size_t n);
+                         int *bmap, char *why, size_t n);
 /* The next group: 0, 1 at the record's end, or a negative errno (the caller
  * frees what was read either way). */
 int bench_replay_group(FILE *f, int *meth, int *b, struct bench_evidence *fresh, int *has_fresh,

@@ -285,6 +285,7 @@ struct fctx {
   int sim;              /* the evidence comes from the simulator */
   int steps;            /* the run's steps (what its monitor saw of them) */
   double op_drift[MS_K_COUNT];  /* CPU: the median cur / ref ratio of each kernel's classes (0: too few) */
+  double stream_drift;  /* CPU: the same over the layers' weight-streaming classes (0: too few) */
   struct hyp *h;
   int n;
   const double *scale;  /* per hypothesis family (fam_of): what the z is multiplied by; NULL: 1 */
@@ -336,6 +337,10 @@ static double z_mean(struct fctx *c, int sec, int i, double *ratio) {
    * same run, where there are enough of them */
   double d = sec == FS_EVCLASS ? 1 : c->drift;
   if (sec == FS_CLASS && c->op_drift[c->p->classes[i].kernel] > 0) d = c->op_drift[c->p->classes[i].kernel];
+  /* the head streams the most weights of any class and has no peers of its
+   * kernel: it is read against the layers' streaming classes, which the
+   * memory bandwidth the run got moves with it */
+  if (sec == FS_CLASS && c->p->classes[i].kernel == MS_K_LM_HEAD && c->stream_drift > d) d = c->stream_drift;
   double mx = x->sum / x->n / d, mr = r->sum / r->n;
   /* one sample says nothing of the spread: assume it as large as the value */
   double vx = x->n > 1 ? fmax(0, x->sumsq / x->n / (d * d) - mx * mx) : mx * mx;
@@ -517,7 +522,9 @@ static int worker_scatter(const struct fctx *c, double *sd, double *m) {
  * the reference, which a throttled worker moves by its whole factor. The
  * noise: 1% nominal, sized on real clocks by what this hypothesis reaches
  * between healthy runs (bench_diagnose_null). */
+static int by_kernel(struct fctx *c, int w);
 static void few_workers_slow(struct fctx *c, int w) {
+  if (by_kernel(c, w)) return;
   double xo = 0, ro = 0;
   int no = 0;
   for (int o = 0; o < c->cur->n[FS_WORKER]; o++) {
@@ -533,6 +540,60 @@ static void few_workers_slow(struct fctx *c, int w) {
   double ratio = (x->ratio / x->ratio_n / (xo / no)) / (r->ratio / r->ratio_n / (ro / no));
   add(c, -2, MS_CULPRIT_WORKER, w, (ratio - 1) / 0.01, "worker %d: its tasks ran %.2fx the other workers' against "
       "their classes' means, over the same in the reference (%.0f tasks)", w, ratio, x->ratio_n);
+}
+
+/* Worker w's mean task time against the other workers', kernel by kernel,
+ * over the same in the reference: log ratios, one a kernel with enough tasks
+ * on both sides (waits and communication aside: their time is another's).
+ * Their count. */
+static int kernel_ratios(const struct fctx *c, int w, double *out) {
+  const struct bench_features *f = c->cur, *g = c->ref;
+  int W = f->n[FS_WOP] / MS_K_COUNT, n = 0;
+  if (w < 0 || w >= W || g->n[FS_WOP] != f->n[FS_WOP]) return 0;
+  for (int k = 0; k < MS_K_COUNT; k++) {
+    if (k == MS_K_COMM || k == MS_K_EMPTY) continue;
+    double m[2][2];  /* [cur, ref][w, the others]: mean time */
+    int ok = 1;
+    for (int side = 0; side < 2 && ok; side++) {
+      const struct bench_features *h = side ? g : f;
+      double wn = 0, ws = 0, on = 0, os = 0;
+      for (int o = 0; o < W; o++) {
+        const struct bench_stat *x = &h->row[FS_WOP][o * MS_K_COUNT + k];
+        if (!side && !x->have) {
+          if (x->n > 0) ok = 0;  /* not read within the budget: the kernel is not judged */
+          continue;
+        }
+        if (o == w) wn += x->n, ws += x->sum;
+        else on += x->n, os += x->sum;
+      }
+      if (wn < 3 || on < 3 || !(ws > 0) || !(os > 0)) ok = 0;
+      else m[side][0] = ws / wn, m[side][1] = os / on;
+    }
+    if (ok) out[n++] = log(m[0][0] / m[0][1]) - log(m[1][0] / m[1][1]);
+  }
+  return n;
+}
+
+/* The few-workers hypothesis kernel by kernel: the median of worker w's
+ * kernels' ratios (above), its noise their scatter over the kernels (a
+ * standard error, 0.5% at least). A worker slowed as a whole is slower at
+ * every kernel; a kernel whose tiles move with the memory bandwidth the
+ * moment gets (a large head's) is one vote of many. 0 when fewer than four
+ * kernels say (then the tasks' ratios decide). */
+static int by_kernel(struct fctx *c, int w) {
+  double r[MS_K_COUNT], d[MS_K_COUNT];
+  int n = kernel_ratios(c, w, r);
+  if (n < 4) return 0;
+  sort_d(r, n);
+  double med = n % 2 ? r[n / 2] : (r[n / 2 - 1] + r[n / 2]) / 2;
+  for (int i = 0; i < n; i++) d[i] = fabs(r[i] - med);
+  sort_d(d, n);
+  double mad = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
+  double se = 1.2533 * 1.4826 * mad / sqrt((double)n) * (1 + 4.0 / n);
+  if (se < 0.005) se = 0.005;
+  add(c, -2, MS_CULPRIT_WORKER, w, med / se, "worker %d: its tasks ran %.3fx the other workers' kernel by kernel "
+      "(the median of %d kernels, scatter %.1f%%), over the same in the reference", w, exp(med), n, 100 * se);
+  return 1;
 }
 
 static void hyp_slow_worker(struct fctx *c) {
@@ -839,7 +900,10 @@ static void hyp_os_worker(struct fctx *c) {
       if (o != w) oc += sc[o], orf += sr[o];
     oc /= W - 1;
     orf /= W - 1;
-    double d = (sc[w] - oc) - (sr[w] - orf);
+    /* the reference's own difference is taken out when this worker waited
+     * more there too (a service thread on its CPU); a reference whose other
+     * workers waited more was disturbed, and says nothing of this one */
+    double d = (sc[w] - oc) - fmax(0, sr[w] - orf);
     add(c, -2, MS_CULPRIT_WORKER, w, d / 0.01, "worker %d: its thread waited for its CPU %.1f%% of the run (the "
         "others %.1f%%; reference %.1f%% and %.1f%%; preempted %.0f times)", w, 100 * sc[w], 100 * oc, 100 * sr[w],
         100 * orf, c->cur->row[FS_OSWORKER][w].max);
@@ -866,6 +930,22 @@ static double drift_of(const struct fctx *c, double *spread) {
   return med;
 }
 
+/* The median cur / ref ratio of the classes that stream a layer's weights
+ * (qkv, wo, gate/up, down) on real clocks; 0 when fewer than 3 say. */
+static double stream_drift(const struct fctx *c) {
+  double r[1024];
+  int n = 0;
+  for (int i = 0; !c->sim && i < c->cur->n[FS_CLASS] && n < 1024; i++) {
+    int k = c->p->classes[i].kernel;
+    const struct bench_stat *x = &c->cur->row[FS_CLASS][i], *y = &c->ref->row[FS_CLASS][i];
+    if ((k == MS_K_QKV || k == MS_K_WO || k == MS_K_SWIGLU || k == MS_K_DOWN) && x->have && x->n >= 3 && y->n >= 3 &&
+        y->sum > 0)
+      r[n++] = mean_of(c, x) / mean_of(c, y);
+  }
+  sort_d(r, n);
+  return n >= 3 ? r[n / 2] : 0;
+}
+
 static void collect(struct fctx *c) {
   c->n = 0;
   c->drift = drift_of(c, &c->spread);
@@ -884,6 +964,7 @@ static void collect(struct fctx *c) {
     sort_d(r, n);
     c->op_drift[k] = n >= 3 ? r[n / 2] : 0;
   }
+  c->stream_drift = stream_drift(c);
   int nz = c->cur->n[FS_CLASS];
   double *zc = calloc((size_t)nz + 1, sizeof *zc);
   for (int i = 0; zc && i < nz; i++) {
@@ -927,6 +1008,10 @@ static void read_triage(struct bench_features *f, const struct ms_plan *p) {
   if (f->row[FS_BTOP][0].have) bench_feat_read(f, FS_WORKER, (int)f->row[FS_BTOP][0].n);
   if (f->row[FS_BTOP][1].have) bench_feat_read(f, FS_WORKER, (int)f->row[FS_BTOP][1].n);
   for (int w = 0; w < f->n[FS_OSWORKER] && f->row[FS_OSWORKER][w].n > 0; w++) bench_feat_read(f, FS_OSWORKER, w);
+  /* a CPU server's few workers, kernel by kernel (few_workers_slow) */
+  for (int w = 0; f->n[FS_WORKER] < 4 && (w + 1) * MS_K_COUNT <= f->n[FS_WOP]; w++)
+    for (int k = 0; k < MS_K_COUNT; k++)
+      if (kernels[k] && k != MS_K_COMM && k != MS_K_EMPTY) bench_feat_read(f, FS_WOP, w * MS_K_COUNT + k);
   for (int d = 0; d < f->n[FS_DEVICE] && f->n[FS_DEVICE] > 1; d++) bench_feat_read(f, FS_DEVICE, d);
   for (int d = 0; d < f->n[FS_DEVBUSY] && f->n[FS_DEVBUSY] > 1; d++) bench_feat_read(f, FS_DEVBUSY, d);
   for (int k = 0; k < MS_K_COUNT; k++)
@@ -969,6 +1054,21 @@ static void as_run(struct bench_features *f) {
     }
 }
 
+/* MEGASCOPE_DIAG_TRACE=METHOD (a method's name, as the report spells it):
+ * every hypothesis of that method's diagnoses on stderr, strongest first, with
+ * the null's scale of its family; for trying rules on records (--replay). */
+static void trace_hyps(const struct fctx *c, const struct bench_evidence *ev, const struct bench_scenario *sc,
+                       const double *scale) {
+  const char *want = getenv("MEGASCOPE_DIAG_TRACE");
+  if (!want || strcmp(want, bench_method_name(ev->method))) return;
+  fprintf(stderr, "-- %s %s budget %llu: drift %.3f spread %.3f\n", sc->name, want, (unsigned long long)ev->budget,
+          c->drift, c->spread);
+  for (int i = 0; i < c->n && i < 12; i++)
+    fprintf(stderr, "   z %6.2f (scale %.2f) cause %d kind %d id %d: %s\n", c->h[i].z,
+            c->scale ? scale[fam_of(c->h[i].cause, c->h[i].kind, c->h[i].id)] : 1.0, c->h[i].cause, c->h[i].kind,
+            c->h[i].id, c->h[i].why);
+}
+
 /* The null: for every hypothesis family, the largest z it reaches between
  * healthy runs (each alt against ref); each family's z is then scaled so that
  * this stays at half the threshold. Families quiet between healthy runs keep 1. */
@@ -1002,6 +1102,9 @@ static int explains(const struct ms_plan *p, int per_device, const struct hyp *a
   if (cl && cl->id >= 0 && cl->id < p->n_classes) {
     const struct ms_task_class *k = &p->classes[cl->id];
     if (other->kind == MS_CULPRIT_REQUEST && k->kernel == MS_K_ATTN) return 1;
+    /* the requests decide which rows the head computes (a prompt chunk's rows
+     * but its last skip it): a long or late request moves the head's tasks */
+    if (other->kind == MS_CULPRIT_REQUEST && k->kernel == MS_K_LM_HEAD) return 1;
     if (other->kind == MS_CULPRIT_DEVICE && k->kernel == MS_K_COMM) return 1;  /* its collective's class */
   }
   const struct hyp *w = a->kind == MS_CULPRIT_WORKER ? a : x->kind == MS_CULPRIT_WORKER ? x : NULL;
@@ -1187,6 +1290,7 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
   }
   collect(&c);
   qsort(c.h, (size_t)c.n, sizeof *c.h, by_z);
+  trace_hyps(&c, ev, sc, scale);
   double z1 = c.n ? c.h[0].z : 0;
   int picked[BENCH_MAX_CULPRITS], np = pick_culprits(&c, p, f->per_device, !c.sim, c.h, c.n, picked);
   if (!np) {

@@ -56,8 +56,12 @@ struct trace_row {
 const unsigned bench_row_bytes[FS_COUNT] = {
     [FS_CLASS] = 4 + 48,   [FS_OP] = 4 + 48,     [FS_EVCLASS] = 4 + 32, [FS_WORKER] = 4 + 32,
     [FS_REQUEST] = 8 + 40, [FS_EXPERT] = 4 + 40, [FS_DEVICE] = 4 + 32, [FS_WTOP] = 4 + 16,
-    [FS_BTOP] = 4 + 16,    [FS_DEVBUSY] = 4 + 16, [FS_OSWORKER] = 4 + 24,
+    [FS_BTOP] = 4 + 16,    [FS_DEVBUSY] = 4 + 16, [FS_OSWORKER] = 4 + 24, [FS_WOP] = 4 + 16,
 };
+
+/* diag_semantic.bpf.c's worker_op: the workers it keeps rows for, and its key's stride */
+#define WOP_WORKERS 64
+#define WOP_STRIDE 32
 
 struct bench_features *bench_feat_new(const struct ms_plan *p, int n_workers, int n_slots, int n_devices) {
   struct bench_features *f = calloc(1, sizeof *f);
@@ -73,6 +77,7 @@ struct bench_features *bench_feat_new(const struct ms_plan *p, int n_workers, in
   f->n[FS_BTOP] = 2;
   f->n[FS_DEVBUSY] = n_devices;
   f->n[FS_OSWORKER] = n_workers <= BENCH_MAX_OS_WORKERS ? n_workers : 0;
+  f->n[FS_WOP] = (n_workers < WOP_WORKERS ? n_workers : WOP_WORKERS) * MS_K_COUNT;
   f->per_device = (n_workers + n_devices - 1) / (n_devices > 0 ? n_devices : 1);
   for (int s = 0; s < FS_COUNT; s++)
     if (!(f->row[s] = calloc((size_t)f->n[s] + 1, sizeof **f->row))) {
@@ -161,6 +166,8 @@ static void feat_task(struct bench_features *f, const struct ms_plan *p, int t, 
   if (worker >= 0 && worker < f->n[FS_WORKER]) {
     stat_add(&f->row[FS_WORKER][worker], q, q);
   }
+  if (worker >= 0 && (worker + 1) * MS_K_COUNT <= f->n[FS_WOP])
+    stat_add(&f->row[FS_WOP][worker * MS_K_COUNT + k->kernel], ns, q);
   if (k->kernel == MS_K_ATTN && slot >= 0 && slot < f->n[FS_REQUEST]) {
     struct bench_stat *r = &f->row[FS_REQUEST][slot];
     if (t_begin + ns > r->last) r->last = t_begin + ns;
@@ -713,6 +720,7 @@ static void copy_row(struct map_copy *c, int i, const uint64_t *v) {
     *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1], .sumsq = (double)v[2], .max = (double)v[3],
                              .last = (double)v[4]};
   if (c->kind == 6) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1] / 1000};  /* per mille */
+  if (c->kind == 7) *s = (struct bench_stat){.n = (double)v[0], .sum = (double)v[1]};
 }
 
 static int copy_entry(void *user, const void *key, const void *values) {
@@ -722,6 +730,9 @@ static int copy_entry(void *user, const void *key, const void *values) {
   if (c->sec == FS_REQUEST) {
     uint64_t k = *(const uint64_t *)key;
     copy_row(c, (int)(k >> 32), v);
+  } else if (c->sec == FS_WOP) {  /* worker x WOP_STRIDE + kernel */
+    uint32_t k = *(const uint32_t *)key;
+    if (k % WOP_STRIDE < MS_K_COUNT) copy_row(c, (int)(k / WOP_STRIDE * MS_K_COUNT + k % WOP_STRIDE), v);
   } else {
     copy_row(c, (int)*(const uint32_t *)key, v);
   }
@@ -778,6 +789,7 @@ static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, con
   copy_map(e, id, "expert_stat", f, FS_EXPERT, 4);
   copy_map(e, id, "device_comm", f, FS_DEVICE, 1);
   copy_map(e, id, "device_busy", f, FS_DEVBUSY, 6);
+  copy_map(e, id, "worker_op", f, FS_WOP, 7);
   feat_os(f, ev);
   for (int sec = 0; sec < FS_COUNT; sec++)
     for (int i = 0; i < f->n[sec]; i++) f->row[sec][i].have = 0;  /* shipped only when read */

@@ -148,8 +148,20 @@ int bench_replay_budgets(const char *dir, struct bench_opts *o) {
   return -ENOENT;
 }
 
+/* Where each recorded budget stands in o's (-1: not asked for); 0 when every
+ * budget o asks for was recorded. */
+static int budget_map(const struct rec_head *h, const struct bench_opts *o, int *map) {
+  int found = 0;
+  for (int b = 0; b < BENCH_MAX_BUDGETS; b++) {
+    map[b] = -1;
+    for (int k = 0; b < h->n_budgets && k < o->n_budgets; k++)
+      if (o->budgets[k] == h->budgets[b]) map[b] = k, found++;
+  }
+  return found == o->n_budgets ? 0 : -1;
+}
+
 FILE *bench_replay_begin(const char *dir, int idx, const struct bench_opts *o, struct bench_case *c, int *workers,
-                         char *why, size_t n) {
+                         int *bmap, char *why, size_t n) {
   char path[4096];
   snprintf(path, sizeof path, "%s/case-%04d.rec", dir, idx);
   FILE *f = fopen(path, "rb");
@@ -165,8 +177,8 @@ FILE *bench_replay_begin(const char *dir, int idx, const struct bench_opts *o, s
              h.fs_count != FS_COUNT || h.bm_count != BM_COUNT) {
     snprintf(why, n, "%s: recorded by a build of another layout (case %u, evidence %u bytes; this build: %zu, %zu)",
              path, h.case_size, h.ev_size, sizeof *c, sizeof(struct bench_evidence));
-  } else if (h.n_budgets != o->n_budgets || memcmp(h.budgets, o->budgets, sizeof h.budgets)) {
-    size_t k = (size_t)snprintf(why, n, "%s: recorded at other budgets: give --budgets ", path);
+  } else if (h.n_budgets < 1 || h.n_budgets > BENCH_MAX_BUDGETS || budget_map(&h, o, bmap)) {
+    size_t k = (size_t)snprintf(why, n, "%s: recorded at other budgets: give --budgets from ", path);
     for (int b = 0; b < h.n_budgets && b < BENCH_MAX_BUDGETS && k < n; b++)
       k += (size_t)snprintf(why + k, n - k, "%s%llu", b ? "," : "", (unsigned long long)h.budgets[b]);
   } else if (get(f, c, sizeof *c)) {

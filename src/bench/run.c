@@ -702,8 +702,8 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
  * method and budget judged by this build's diagnosers. */
 static int replay_case(struct runner *r, struct bench_case *c, int idx) {
   struct bench_evidence fresh = {0}, ev = {0}, refs[MAX_REFS] = {{0}};
-  int workers = 0, rc = 0, owned = 0, done = 0;
-  FILE *f = bench_replay_begin(r->o->replay, idx, r->o, c, &workers, c->error, sizeof c->error);
+  int workers = 0, rc = 0, owned = 0, done = 0, bmap[BENCH_MAX_BUDGETS];
+  FILE *f = bench_replay_begin(r->o->replay, idx, r->o, c, &workers, bmap, c->error, sizeof c->error);
   if (!f) return -EINVAL;
   c->error[0] = 0;
   memset(c->ans, 0, sizeof c->ans);
@@ -720,7 +720,9 @@ static int replay_case(struct runner *r, struct bench_case *c, int idx) {
     if (rc == 1) {
       done = 1;
       rc = 0;
-    } else if (!rc) {
+    } else if (!rc && bmap[b] >= 0) {
+      b = bmap[b];
+      ev.budget = r->o->budgets[b];
       const struct bench_evidence *ref[MAX_REFS];
       for (int i = 0; i < nref; i++) ref[i] = &refs[i];
       if (meth == BM_SEMANTIC && ev.attach_ns && b == 0) {

@@ -325,6 +325,52 @@ static void test_device_beside_culprit(void) {
   free(s);
 }
 
+/* A CPU server's two workers, kernel by kernel: worker 1 at 1.08x the other
+ * at every kernel is named; worker 1 at 1.3x at the head alone (one kernel
+ * whose tiles move with the memory bandwidth, most of a worker's tasks on a
+ * model with a large vocabulary) is not. */
+static void test_few_workers_by_kernel(void) {
+  char err[4096];
+  struct bench_scenario *s;
+  int n;
+  const char *text = "[{\"name\": \"fw\", \"preset\": \"tiny\", \"backend\": \"cpu\", \"batch\": 4, \"steps\": 4,"
+                     "  \"seed\": 5, \"workers\": 2, \"faults\": []}]";
+  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
+  struct ms_textbuf log = {err, sizeof err, 0, 0};
+  struct ms_model *m = bench_model(&s[0], &log);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  CHECKF(m && p, "%s", err);
+  for (int head_only = 0; head_only < 2 && p; head_only++) {
+    struct bench_evidence ref = {.method = BM_SEMANTIC, .coverage = 1}, ev = {.method = BM_SEMANTIC, .coverage = 1};
+    ref.feat = bench_feat_new(p, 2, 4, 1);
+    ev.feat = bench_feat_new(p, 2, 4, 1);
+    struct bench_evidence *both[2] = {&ref, &ev};
+    for (int i = 0; i < 2; i++) {
+      struct bench_features *f = both[i]->feat;
+      quiet_rows(f, p);
+      f->coverage = 1;
+      f->row[FS_BTOP][0] = (struct bench_stat){.n = 1, .sum = 1, .have = 1};  /* the slowest worker: 1 */
+      for (int w = 0; w < 2; w++)
+        for (int k = 0; k < MS_K_COUNT; k++) {
+          double slow = i && w == 1 && (head_only ? k == MS_K_LM_HEAD : 1) ? (head_only ? 1.3 : 1.08) : 1;
+          f->row[FS_WOP][w * MS_K_COUNT + k] = (struct bench_stat){.n = 100, .sum = 100e3 * slow, .have = 1};
+        }
+    }
+    ev.budget = 16384;
+    struct bench_answer a;
+    bench_diagnose(&ref, &ev, p, &s[0], &a);
+    int named = a.kind == MS_CULPRIT_WORKER && a.id == 1;
+    for (int i = 0; i < a.n_more; i++) named |= a.more[i].kind == MS_CULPRIT_WORKER && a.more[i].id == 1;
+    CHECKF(named == !head_only, "head only %d: %s: %s", head_only, a.name, a.why);
+    bench_evidence_free(&ref);
+    bench_evidence_free(&ev);
+  }
+  ms_plan_free(p);
+  ms_model_free(m);
+  free(s);
+}
+
 /* Scores: counted over the scenarios that ran and had an effect, per split, as
  * documented; scope apart from the cause; "unknown cause, scope X" right. */
 static void test_score(void) {
@@ -446,6 +492,7 @@ int main(void) {
   test_observe_and_diagnose();
   test_layer_and_class();
   test_device_beside_culprit();
+  test_few_workers_by_kernel();
   test_score();
   test_score_several();
   test_calibrate();

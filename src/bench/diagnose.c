@@ -546,12 +546,17 @@ static void few_workers_slow(struct fctx *c, int w) {
  * over the same in the reference: log ratios, one a kernel with enough tasks
  * on both sides (waits and communication aside: their time is another's).
  * Their count. */
+#define KR_MIN_TASKS 30  /* a kernel's tasks on each side: the step's one-a-step kernels (embed, sample) say little */
 static int kernel_ratios(const struct fctx *c, int w, double *out) {
   const struct bench_features *f = c->cur, *g = c->ref;
   int W = f->n[FS_WOP] / MS_K_COUNT, n = 0;
   if (w < 0 || w >= W || g->n[FS_WOP] != f->n[FS_WOP]) return 0;
   for (int k = 0; k < MS_K_COUNT; k++) {
-    if (k == MS_K_COMM || k == MS_K_EMPTY) continue;
+    /* kernels whose tasks do the same work wherever they run: not waits or
+     * communication (their time is another's), not attention or the experts
+     * (a task's work is its request's context, its expert's rows: which
+     * worker got the long ones is chance) */
+    if (k == MS_K_COMM || k == MS_K_EMPTY || k == MS_K_ATTN || k == MS_K_EXPERT_UP || k == MS_K_EXPERT_DOWN) continue;
     double m[2][2];  /* [cur, ref][w, the others]: mean time */
     int ok = 1;
     for (int side = 0; side < 2 && ok; side++) {
@@ -566,7 +571,7 @@ static int kernel_ratios(const struct fctx *c, int w, double *out) {
         if (o == w) wn += x->n, ws += x->sum;
         else on += x->n, os += x->sum;
       }
-      if (wn < 3 || on < 3 || !(ws > 0) || !(os > 0)) ok = 0;
+      if (wn < KR_MIN_TASKS || on < KR_MIN_TASKS || !(ws > 0) || !(os > 0)) ok = 0;
       else m[side][0] = ws / wn, m[side][1] = os / on;
     }
     if (ok) out[n++] = log(m[0][0] / m[0][1]) - log(m[1][0] / m[1][1]);
@@ -591,8 +596,10 @@ static int by_kernel(struct fctx *c, int w) {
   double mad = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
   double se = 1.2533 * 1.4826 * mad / sqrt((double)n) * (1 + 4.0 / n);
   if (se < 0.005) se = 0.005;
+  c->busy = 1;  /* beside a culprit whose tasks it ran, judged by what is left (busy_left) */
   add(c, -2, MS_CULPRIT_WORKER, w, med / se, "worker %d: its tasks ran %.3fx the other workers' kernel by kernel "
       "(the median of %d kernels, scatter %.1f%%), over the same in the reference", w, exp(med), n, 100 * se);
+  c->busy = 0;
   return 1;
 }
 

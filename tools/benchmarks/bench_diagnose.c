@@ -125,7 +125,7 @@ static const struct cli_opt diag_opts[] = {
                 "diagnoser was given), to be judged again with --replay"),
     CLI_OPT_STR(DA, replay, "replay", "DIR",
                 "judge DIR's records with this build's diagnosers instead of\n"
-                "running (at the budgets recorded, unless --budgets names them;\n"
+                "running (at the budgets recorded, or those of them --budgets names;\n"
                 "a record is read only by a build of the same layout)"),
     CLI_OPT_FLAG(DA, quiet, "quiet", "no progress lines"),
     {0}};

@@ -277,14 +277,15 @@ static void test_q8_quantize(void) {
 }
 
 /* The repacked form (ms_weight.packed, where this CPU has one): every batch
- * (1, 2, 5 and 9 input rows) gives the bits of the file's layout for every row range, aligned to the
+ * (1, 2, 3, 4, 5, 8 and 9 input rows: the AVX-512 tiles of four inputs, whole and partial) gives the bits
+ * of the file's layout for every row range, aligned to the
  * groups of four or not. x holds 9 input rows (ldx cols + 3); buf room for them. */
 /* One path (simd 2: AVX-512 VNNI, 1: AVX2) on w's packed form against the
- * same path on the file's layout, at batches 1, 2, 5 and 9 over every row
+ * same path on the file's layout, at batches 1, 2, 3, 4, 5, 8 and 9 over every row
  * range near the edges; `reads` when that path takes the packed form. */
 static void check_packed_at(const struct ms_weight *w, const struct ms_weight *wp, const float *x, void *buf,
                             int simd, int reads) {
-  int nbs[] = {1, 2, 5, 9}, ldy = w->rows;
+  int nbs[] = {1, 2, 3, 4, 5, 8, 9}, ldy = w->rows;
   float *y = malloc(sizeof(float) * (size_t)w->rows * 9), *yp = malloc(sizeof(float) * (size_t)w->rows * 9);
   size_t data_bytes = (size_t)w->rows * ms_weight_row_bytes(w);
   void *zero = calloc(1, data_bytes);

@@ -97,6 +97,26 @@ static void test_attention_runs(void) {
         err = fmax(err, fabs(o[i] - ref[i]));
       }
       CHECKF(err < 1e-4, "axpy run, hd %d, portable %d: error %g", hd, portable, err);
+      /* three heads at once (a KV group): each head's bits as its own run's */
+      float q3[3 * 256], s3[3 * (N + 2)], o3[3 * 256], og[256];
+      for (int i = 0; i < 3 * hd; i++) q3[i] = frand(&s), o3[i] = frand(&s);
+      ms_vec_dot_runs(q3, 3, k + 3, LD, N, hd, 0.125f, s3, N + 2);
+      same = 1;
+      for (int g = 0; g < 3; g++) {
+        ms_vec_dot_run(q3 + g * hd, k + 3, LD, N, hd, 0.125f, sc);
+        for (int p = 0; p < N; p++) same &= s3[g * (N + 2) + p] == sc[p];
+      }
+      CHECKF(same, "dot runs of 3 heads, hd %d, portable %d", hd, portable);
+      float o3in[3 * 256];
+      memcpy(o3in, o3, sizeof o3in);
+      ms_vec_axpy_runs(o3, 3, s3, N + 2, v + 3, LD, N, hd);
+      same = 1;
+      for (int g = 0; g < 3; g++) {
+        memcpy(og, o3in + g * hd, sizeof(float) * (size_t)hd);
+        ms_vec_axpy_run(og, s3 + g * (N + 2), v + 3, LD, N, hd);
+        same &= !memcmp(og, o3 + g * hd, sizeof(float) * (size_t)hd);
+      }
+      CHECKF(same, "axpy runs of 3 heads, hd %d, portable %d", hd, portable);
     }
   }
   ms_vec_force_portable(0);

@@ -239,7 +239,9 @@ static void rope(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
 }
 
 /* Paged attention of one row for the q heads sharing kv head `kh`, over every
- * position so far, or the last `window` on a local layer. */
+ * position so far, or the last `window` on a local layer. The group's heads
+ * go through each KV page together (K and V read once for all of them), each
+ * head's scores a row of the worker's scratch (group x max_ctx floats). */
 static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                  int worker) {
   const struct ms_model_config *c = &x->m->cfg;
@@ -251,23 +253,23 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
   }
   const float *q = ms_buf_row(x, k->in, 0, r) + kh * group * hd;
   int n = x->meta.row_pos[r] + 1, p0 = ms_layer_attn_first(c, k->layer, n);
-  float *s = x->scratch[worker], scale = ms_attn_scale(c);
+  float *s = x->scratch[worker], scale = ms_attn_scale(c);  /* (group, n) */
   size_t ld = (size_t)c->n_kv_heads * (size_t)hd;  /* one position's K (or V) row to the next */
+  for (int p = p0, end; p < n; p = end) {  /* a page at a time: its positions lie ld apart */
+    end = page_end(x, p, n);
+    ms_vec_dot_runs(q, group, kv_at(x, x->k_pool, k->layer, r, p) + kh * hd, ld, end - p, hd, scale, s + p,
+                    (size_t)n);
+  }
   for (int g = 0; g < group; g++) {
-    float mx = -INFINITY, sum = 0.0f;
-    for (int p = p0, end; p < n; p = end) {  /* a page at a time: its positions lie ld apart */
-      end = page_end(x, p, n);
-      ms_vec_dot_run(q + g * hd, kv_at(x, x->k_pool, k->layer, r, p) + kh * hd, ld, end - p, hd, scale, s + p);
-    }
-    for (int p = p0; p < n; p++) mx = s[p] > mx ? s[p] : mx;
-    for (int p = p0; p < n; p++) sum += (s[p] = expf(s[p] - mx));
-    for (int p = p0; p < n; p++) s[p] /= sum;
-    float *o = out + g * hd;
-    memset(o, 0, sizeof(float) * (size_t)hd);
-    for (int p = p0, end; p < n; p = end) {
-      end = page_end(x, p, n);
-      ms_vec_axpy_run(o, s + p, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, ld, end - p, hd);
-    }
+    float mx = -INFINITY, sum = 0.0f, *sg = s + (size_t)g * (size_t)n;
+    for (int p = p0; p < n; p++) mx = sg[p] > mx ? sg[p] : mx;
+    for (int p = p0; p < n; p++) sum += (sg[p] = expf(sg[p] - mx));
+    for (int p = p0; p < n; p++) sg[p] /= sum;
+  }
+  memset(out, 0, sizeof(float) * (size_t)(group * hd));
+  for (int p = p0, end; p < n; p = end) {
+    end = page_end(x, p, n);
+    ms_vec_axpy_runs(out, group, s + p, (size_t)n, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, ld, end - p, hd);
   }
 }
 

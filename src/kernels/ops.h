@@ -46,7 +46,7 @@ struct ms_exec_ctx {
   struct ms_batch_meta meta;
   float *k_pool, *v_pool;          /* (n_layers, pool_pages, page_size, n_kv*hd) */
   int page_size, pool_pages;
-  float *const *scratch;           /* [worker] max_ctx floats each */
+  float *const *scratch;           /* [worker] max_ctx floats a q head of one KV group (attention's scores) */
   /* 8-bit activations (the engine's q8_activations): for block-format
    * weights (ms_q8_handles) a GEMV task quantizes its input rows, q8_rows at a time, into its
    * worker's buffer (ms_q8_act_bytes(q8_cols, q8_rows) bytes, 32-byte aligned)

@@ -1340,56 +1340,83 @@ TGT512_INL void v_pk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint16_t
   for (int j = 0; j < 4; j++) y[j] = Q8_HAS_M(t) ? v_hsum2(c[j]) + (m[2 * j] + m[2 * j + 1]) : v_hsum2(c[j]);
 }
 
-/* Four rows of a packed group against input rows b0 .. b0+nb-1 (nb <= 4):
- * each pair's weights unpacked once for the sixteen (row, input) pairs; every
- * pair's lanes, products and order are v_pk_rows4_x1's. */
-TGT512_INL void v_pk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint16_t *dg, const uint64_t *hg,
-                              const struct ms_q8_act *a, int b0, int nb, int npair, float *y, int ldy) {
-  const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i two = _mm512_set1_epi32(2), low = _mm512_set1_epi8(0x0f), five = _mm512_set1_epi8(0x10);
+/* [v x8 (lanes 0-7), v' x8 (lanes 8-15)] for v, v' at p[0], p[1]. */
+TGT512_INL __m512 v_pair8(const float *p) {
+  return _mm512_mask_broadcastss_ps(_mm512_set1_ps(p[0]), 0xff00, _mm_load_ss(p + 1));
+}
+
+/* Four rows of a packed group against the NB input rows from b0 (NB <= 4, a
+ * constant where it is called, so the tile's 4 x NB accumulators stay in
+ * registers and the loops unroll without a branch): each pair's weights
+ * unpacked once for every (row, input), each row's [d_w(A) x8, d_w(B) x8]
+ * permuted once a pair. The scale d_w * d_x is the same product of the same
+ * floats as v_pk_rows4_x1's (lane by lane), the lanes and order are its own,
+ * so the bits are data's. Q4_1's and Q5_1's minimums (m_w * s_x, which the
+ * weights' bits do not enter) run in a loop of their own after, in the same
+ * order, to leave the main loop its registers. */
+TGT512_INL void v_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const uint16_t *dg, const uint64_t *hg,
+                          const struct ms_q8_act *a, int b0, int npair, float *y, int ldy) {
   const int n = a->n, nblk = n / QK;
-  __m512i pick[4] = {pick0, _mm512_add_epi32(pick0, two), _mm512_add_epi32(pick0, _mm512_add_epi32(two, two))};
-  pick[3] = _mm512_add_epi32(pick[2], two);
+  const int8_t *q0 = a->q + (size_t)b0 * (size_t)n;
+  const float *d0 = a->d + (size_t)b0 * (size_t)nblk;
   __m512 c[4][4];
-  __m256 mins[4];
-  for (int b = 0; b < 4; b++) {
-    mins[b] = _mm256_setzero_ps();
+  for (int b = 0; b < NB; b++)
     for (int j = 0; j < 4; j++) c[b][j] = _mm512_setzero_ps();
-  }
   for (int p = 0; p < npair; p++) {
     const uint8_t *qp = qg + (size_t)p * PK_QB(t);
     const uint16_t *dp = dg + (size_t)p * (PK_SB(t) / 2);
-    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp));
-    __m256 mw = Q8_HAS_M(t) ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 8))) : dw;
+    __m512 dw = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp)));
+    __m512 dwj[4];
     __m512i w[4], nib[2];
+    for (int j = 0; j < 4; j++)
+      dwj[j] = _mm512_permutexvar_ps(_mm512_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1,
+                                                       2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
+                                                       2 * j + 1),
+                                     dw);
     if (t != MS_DTYPE_Q8_0)
       for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
     for (int j = 0; j < 4; j++) {
       if (t == MS_DTYPE_Q8_0)
         w[j] = _mm512_load_si512((const void *)(qp + 64 * j));
       else
-        w[j] = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], low);
-      if (PK_HB(t)) w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(hg[(size_t)p * 4 + j]), w[j], five);
+        w[j] = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], _mm512_set1_epi8(0x0f));
+      if (PK_HB(t))
+        w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(hg[(size_t)p * 4 + j]), w[j], _mm512_set1_epi8(0x10));
     }
-    for (int b = 0; b < 4; b++)
-      if (b < nb) {
-        size_t ib = (size_t)(b0 + b) * (size_t)nblk + 2 * (size_t)p;
-        __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)p * 64));
-        __m512i init = v_init(t, q);
-        __m256 xd = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->d + ib)));
-        __m512 sc = _mm512_castps256_ps512(_mm256_mul_ps(dw, xd));
-        if (Q8_HAS_M(t))
-          mins[b] = _mm256_fmadd_ps(mw, _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->s + ib))), mins[b]);
-        for (int j = 0; j < 4; j++)
-          c[b][j] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[j], sc), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], q)),
-                                    c[b][j]);
-      }
+    for (int b = 0; b < NB; b++) {
+      __m512i q = _mm512_loadu_si512((const void *)(q0 + (size_t)b * (size_t)n + (size_t)p * 64));
+      __m512i init = v_init(t, q);
+      __m512 dx = v_pair8(d0 + (size_t)b * (size_t)nblk + 2 * (size_t)p);
+      for (int j = 0; j < 4; j++)
+        c[b][j] = _mm512_fmadd_ps(_mm512_mul_ps(dwj[j], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], q)),
+                                  c[b][j]);
+    }
   }
-  for (int b = 0; b < nb; b++) {
-    float m[8];
-    _mm256_storeu_ps(m, mins[b]);
+  for (int b = 0; b < NB; b++) {
+    float m[8] = {0};
+    if (Q8_HAS_M(t)) {
+      size_t ib = (size_t)(b0 + b) * (size_t)nblk;
+      __m256 mins = _mm256_setzero_ps();  /* lane 2j + k: row j, block 2p + k */
+      for (int p = 0; p < npair; p++) {
+        __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dg + (size_t)p * (PK_SB(t) / 2) + 8)));
+        mins = _mm256_fmadd_ps(mw, _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->s + ib + 2 * (size_t)p))),
+                               mins);
+      }
+      _mm256_storeu_ps(m, mins);
+    }
     for (int j = 0; j < 4; j++)
       y[(size_t)(b0 + b) * ldy + j] = Q8_HAS_M(t) ? v_hsum2(c[b][j]) + (m[2 * j] + m[2 * j + 1]) : v_hsum2(c[b][j]);
+  }
+}
+
+/* v_pk_tile for nb (1 .. 4) input rows: one unrolled instance each. */
+TGT512_INL void v_pk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint16_t *dg, const uint64_t *hg,
+                              const struct ms_q8_act *a, int b0, int nb, int npair, float *y, int ldy) {
+  switch (nb) {
+  case 4: v_pk_tile(t, 4, qg, dg, hg, a, b0, npair, y, ldy); break;
+  case 3: v_pk_tile(t, 3, qg, dg, hg, a, b0, npair, y, ldy); break;
+  case 2: v_pk_tile(t, 2, qg, dg, hg, a, b0, npair, y, ldy); break;
+  default: v_pk_tile(t, 1, qg, dg, hg, a, b0, npair, y, ldy); break;
   }
 }
 
@@ -1513,22 +1540,64 @@ TGT512_INL void v_kpk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint8_t
     y[j] = kmin ? v_hsum2(c[j]) - ((m[4 * j] + m[4 * j + 2]) + (m[4 * j + 1] + m[4 * j + 3])) : v_hsum2(c[j]);
 }
 
-/* Four rows of a packed K-quant group against input rows b0 .. b0+nb-1
- * (nb <= 4): each pair's weights unpacked once for the sixteen (row, input)
- * pairs, each row's scales permuted once; the lanes, products and order of
- * every (row, input) are v_kpk_rows4_x1's, so the bits are data's. The
- * group's run of the packed stream stays in L1 across calls for the next four
- * inputs. */
-TGT512_INL void v_kpk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
-                               const struct ms_q8_act *a, int b0, int nb, int nsb, float *y, int ldy) {
-  const __m512i lo4 = _mm512_set1_epi8(0x0f), lo2 = _mm512_set1_epi8(3), hi2 = _mm512_set1_epi8(0x30);
-  const __m512i dxpick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
+/* A pair's scales of the four rows, [row j][A0, A1, B0, B1] as int32: sc
+ * (the d_w factors) and, for the types with minimums, mn. */
+TGT512_INL __m512i v_kpk_sc(enum ms_dtype t, const uint8_t *sr, int p, __m512i *mn) {
+  __m512i sc;
+  *mn = _mm512_setzero_si512();
+  if (KP_NS(t) == 8) {  /* [row j][A, B] -> [row j][A, A, B, B] */
+    __m128i v = _mm_loadl_epi64((const __m128i *)(sr + 8 * p));
+    sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
+    v = _mm_loadl_epi64((const __m128i *)(sr + 32 + 8 * p));
+    *mn = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
+  } else if (t == MS_DTYPE_Q2_K) {  /* the file's bytes: sc | mn << 4 */
+    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
+    sc = _mm512_and_si512(v, _mm512_set1_epi32(15));
+    *mn = _mm512_srli_epi32(v, 4);
+  } else {
+    sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
+  }
+  return sc;
+}
+
+/* Row j's 64 weights of a pair as unsigned bytes (u = q + K_OFF). */
+TGT512_INL __m512i v_kpk_w(enum ms_dtype t, const uint8_t *qp, const uint8_t *hp, int j) {
+  __m512i w;
+  if (KP_QB(t) == 128) {
+    __m512i nib = _mm512_load_si512((const void *)(qp + 64 * (j / 2)));
+    w = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib, 4) : nib, _mm512_set1_epi8(0x0f));
+  } else {
+    __m512i nib = _mm512_load_si512((const void *)qp);
+    w = _mm512_and_si512(j ? _mm512_srli_epi16(nib, 2 * j) : nib, _mm512_set1_epi8(3));
+  }
+  if (t == MS_DTYPE_Q5_K || t == MS_DTYPE_Q3_K) {
+    uint64_t m;
+    memcpy(&m, hp + 8 * j, 8);
+    w = _mm512_mask_add_epi8(w, _cvtu64_mask64(m), w, _mm512_set1_epi8(t == MS_DTYPE_Q5_K ? 16 : 4));
+  }
+  if (t == MS_DTYPE_Q6_K) {  /* row j's two high bits (2j, 2j + 1) to bits 4, 5: w | (them & 0x30) */
+    __m512i hb = _mm512_load_si512((const void *)hp);
+    __m512i h = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2) : j == 2 ? hb
+                                                                                            : _mm512_srli_epi16(hb, 2);
+    w = _mm512_ternarylogic_epi32(w, h, _mm512_set1_epi8(0x30), 0xf8);
+  }
+  return w;
+}
+
+/* Four rows of a packed K-quant group against the NB input rows from b0
+ * (NB <= 4, a constant where it is called: the tile's 4 x NB accumulators
+ * stay in registers, the loops unroll without a branch). Each pair's weights
+ * unpacked once for every (row, input), each row's scales permuted once; the
+ * lanes, products and order of every (row, input) are v_kpk_rows4_x1's, so
+ * the bits are data's. The minimums (which the weights' bits do not enter)
+ * run in a loop of their own after, in the same order, to leave the main loop
+ * its registers. The group's run of the packed stream stays in L1 across
+ * calls for the next inputs. */
+TGT512_INL void v_kpk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                           const struct ms_q8_act *a, int b0, int nsb, float *y, int ldy) {
   const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t), n = a->n, nblk = n / QK;
-  __m512i pick[4];
-  for (int j = 0; j < 4; j++)
-    pick[j] = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_set1_epi32(4 * j));
   __m512 c[4][4], mac[4];
-  for (int b = 0; b < 4; b++) {
+  for (int b = 0; b < NB; b++) {
     mac[b] = _mm512_setzero_ps();
     for (int j = 0; j < 4; j++) c[b][j] = _mm512_setzero_ps();
   }
@@ -1539,66 +1608,48 @@ TGT512_INL void v_kpk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint8_t
     for (int p = 0; p < 4; p++) {
       const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
       int i = 8 * sb + 2 * p;
-      __m512i sc, mn = _mm512_setzero_si512();
-      if (ns == 8) {
-        __m128i v = _mm_loadl_epi64((const __m128i *)(sr + 8 * p));
-        sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
-        v = _mm_loadl_epi64((const __m128i *)(sr + 32 + 8 * p));
-        mn = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
-      } else if (t == MS_DTYPE_Q2_K) {
-        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
-        sc = _mm512_and_si512(v, _mm512_set1_epi32(15));
-        mn = _mm512_srli_epi32(v, 4);
-      } else {
-        sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
-      }
-      __m512 ds = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(sc)), dm = _mm512_mul_ps(dm16, _mm512_cvtepi32_ps(mn));
+      __m512i mn;
+      __m512 ds = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(v_kpk_sc(t, sr, p, &mn)));
       __m512 dsj[4];
-      for (int j = 0; j < 4; j++) dsj[j] = _mm512_permutexvar_ps(pick[j], ds);
-      __m512i nib[2], hb = _mm512_setzero_si512(), w[4];
-      if (KP_QB(t) == 128)
-        for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
-      else
-        nib[0] = nib[1] = _mm512_load_si512((const void *)qp);
-      if (t == MS_DTYPE_Q6_K) hb = _mm512_load_si512((const void *)hp);
+      __m512i w[4];
       for (int j = 0; j < 4; j++) {
-        if (KP_QB(t) == 128)
-          w[j] = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], lo4);
-        else
-          w[j] = _mm512_and_si512(j ? _mm512_srli_epi16(nib[0], 2 * j) : nib[0], lo2);
-        if (t == MS_DTYPE_Q5_K || t == MS_DTYPE_Q3_K) {
-          uint64_t m;
-          memcpy(&m, hp + 8 * j, 8);
-          w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(m), w[j], _mm512_set1_epi8(t == MS_DTYPE_Q5_K ? 16 : 4));
-        }
-        if (t == MS_DTYPE_Q6_K) {
-          __m512i h = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2) : j == 2 ? hb
-                                                                                                  : _mm512_srli_epi16(hb, 2);
-          w[j] = _mm512_ternarylogic_epi32(w[j], h, hi2, 0xf8);
-        }
+        dsj[j] = _mm512_permutexvar_ps(
+            _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_set1_epi32(4 * j)),
+            ds);
+        w[j] = v_kpk_w(t, qp, hp, j);
       }
-      for (int b = 0; b < 4; b++)
-        if (b < nb) {
-          size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
-          __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
-          __m512i init = v_init_k(off, q);
-          __m128 dx4 = v_dx4(a->d + ib);
-          __m512 dx = _mm512_permutexvar_ps(dxpick, _mm512_castps128_ps512(dx4));  /* [A x8, B x8] */
-          if (kmin)
-            mac[b] = _mm512_fmadd_ps(_mm512_mul_ps(dm, _mm512_broadcast_f32x4(dx4)),
-                                     _mm512_broadcast_f32x4(v_i16x4(a->bs + 2 * ib)), mac[b]);
-          for (int j = 0; j < 4; j++)
-            c[b][j] = _mm512_fmadd_ps(_mm512_mul_ps(dsj[j], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], q)),
-                                      c[b][j]);
-        }
+      __m512 dm = _mm512_mul_ps(dm16, _mm512_cvtepi32_ps(mn));
+      for (int b = 0; b < NB; b++) {
+        size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
+        __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
+        __m512i init = v_init_k(off, q);
+        __m512 dx = v_pair8(a->d + ib);  /* [A x8, B x8] */
+        if (kmin)
+          mac[b] = _mm512_fmadd_ps(_mm512_mul_ps(dm, _mm512_broadcast_f32x4(v_dx4(a->d + ib))),
+                                   _mm512_broadcast_f32x4(v_i16x4(a->bs + 2 * ib)), mac[b]);
+        for (int j = 0; j < 4; j++)
+          c[b][j] = _mm512_fmadd_ps(_mm512_mul_ps(dsj[j], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], q)),
+                                    c[b][j]);
+      }
     }
   }
-  for (int b = 0; b < nb; b++) {
+  for (int b = 0; b < NB; b++) {
     float m[16];
     _mm512_storeu_ps(m, mac[b]);
     for (int j = 0; j < 4; j++)
       y[(size_t)(b0 + b) * ldy + j] =
           kmin ? v_hsum2(c[b][j]) - ((m[4 * j] + m[4 * j + 2]) + (m[4 * j + 1] + m[4 * j + 3])) : v_hsum2(c[b][j]);
+  }
+}
+
+/* v_kpk_tile for nb (1 .. 4) input rows: one unrolled instance each. */
+TGT512_INL void v_kpk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                               const struct ms_q8_act *a, int b0, int nb, int nsb, float *y, int ldy) {
+  switch (nb) {
+  case 4: v_kpk_tile(t, 4, qg, hg, sg, a, b0, nsb, y, ldy); break;
+  case 3: v_kpk_tile(t, 3, qg, hg, sg, a, b0, nsb, y, ldy); break;
+  case 2: v_kpk_tile(t, 2, qg, hg, sg, a, b0, nsb, y, ldy); break;
+  default: v_kpk_tile(t, 1, qg, hg, sg, a, b0, nsb, y, ldy); break;
   }
 }
 

@@ -167,57 +167,83 @@ __attribute__((target("avx2,fma"))) static inline void axpy_block(float *o, cons
   for (int j = 0; j < nv; j++) _mm256_storeu_ps(o + 8 * j, acc[j]);
 }
 
-__attribute__((target("avx2,fma"))) static void axpy_run_avx2(float *o, const float *w, const float *v, size_t ld,
-                                                              int n, int hd) {
+/* The ng heads' o[g * hd + c] += w[g * sld + p] * v[p][c] over the run, a
+ * column slab at a time for every head before the next: each head's floats
+ * and order are axpy_block's alone, and the slab of V (the run's rows, 64
+ * columns) is read from memory once and from L1 by the other heads. */
+__attribute__((target("avx2,fma"))) static void axpy_runs_avx2(float *o, int ng, const float *w, size_t sld,
+                                                               const float *v, size_t ld, int n, int hd) {
   int c = 0;
-  for (; c + 64 <= hd; c += 64) axpy_block(o + c, w, v + c, ld, n, 8);
-  if (c + 8 <= hd) axpy_block(o + c, w, v + c, ld, n, (hd - c) / 8);
+  for (; c + 64 <= hd; c += 64)
+    for (int g = 0; g < ng; g++) axpy_block(o + (size_t)g * hd + c, w + g * sld, v + c, ld, n, 8);
+  if (c + 8 <= hd)
+    for (int g = 0; g < ng; g++) axpy_block(o + (size_t)g * hd + c, w + g * sld, v + c, ld, n, (hd - c) / 8);
   for (c += (hd - c) / 8 * 8; c < hd; c++)
-    for (int p = 0; p < n; p++) o[c] += w[p] * v[(size_t)p * ld + c];
+    for (int g = 0; g < ng; g++)
+      for (int p = 0; p < n; p++) o[(size_t)g * hd + c] += w[g * sld + p] * v[(size_t)p * ld + c];
 }
 #endif
 
 #ifdef MS_X86
 /* Four positions' dots at once, each its own chain in dot_avx2's order (the
  * same floats): one chain waits on its FMA's latency, four fill the pipe. */
-__attribute__((target("avx2,fma"))) static void dot_run_avx2(const float *q, const float *k, size_t ld, int n, int hd,
-                                                             float scale, float *s) {
-  int p = 0;
-  for (; p + 4 <= n && hd % 8 == 0; p += 4) {
-    const float *k0 = k + (size_t)p * ld, *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    for (int i = 0; i < hd; i += 8) {
-      __m256 qv = _mm256_loadu_ps(q + i);
-      a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
-      a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
-      a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
-      a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
-    }
-    s[p] = hsum256(a0) * scale, s[p + 1] = hsum256(a1) * scale;
-    s[p + 2] = hsum256(a2) * scale, s[p + 3] = hsum256(a3) * scale;
+__attribute__((target("avx2,fma"))) static inline void dot4_avx2(const float *q, const float *k0, size_t ld, int hd,
+                                                                 float scale, float *s) {
+  const float *k1 = k0 + ld, *k2 = k1 + ld, *k3 = k2 + ld;
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int i = 0; i < hd; i += 8) {
+    __m256 qv = _mm256_loadu_ps(q + i);
+    a0 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k0 + i), a0);
+    a1 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k1 + i), a1);
+    a2 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k2 + i), a2);
+    a3 = _mm256_fmadd_ps(qv, _mm256_loadu_ps(k3 + i), a3);
   }
-  for (; p < n; p++) s[p] = dot_avx2(q, k + (size_t)p * ld, hd) * scale;
+  s[0] = hsum256(a0) * scale, s[1] = hsum256(a1) * scale;
+  s[2] = hsum256(a2) * scale, s[3] = hsum256(a3) * scale;
+}
+
+/* The ng heads' dots against each four positions before the next four: the
+ * positions' K rows come from memory once and from L1 for the other heads;
+ * each (head, position) is dot_run's chain, so the bits are per head's. */
+__attribute__((target("avx2,fma"))) static void dot_runs_avx2(const float *q, int ng, const float *k, size_t ld,
+                                                              int n, int hd, float scale, float *s, size_t sld) {
+  int p = 0;
+  for (; p + 4 <= n && hd % 8 == 0; p += 4)
+    for (int g = 0; g < ng; g++) dot4_avx2(q + (size_t)g * hd, k + (size_t)p * ld, ld, hd, scale, s + g * sld + p);
+  for (; p < n; p++)
+    for (int g = 0; g < ng; g++) s[g * sld + p] = dot_avx2(q + (size_t)g * hd, k + (size_t)p * ld, hd) * scale;
 }
 #endif
 
-void ms_vec_dot_run(const float *q, const float *k, size_t ld, int n, int hd, float scale, float *s) {
+void ms_vec_dot_runs(const float *q, int ng, const float *k, size_t ld, int n, int hd, float scale, float *s,
+                     size_t sld) {
 #ifdef MS_X86
   if (use_simd) {
-    dot_run_avx2(q, k, ld, n, hd, scale, s);
+    dot_runs_avx2(q, ng, k, ld, n, hd, scale, s, sld);
     return;
   }
 #endif
-  for (int p = 0; p < n; p++) s[p] = ms_vec_dot(q, k + (size_t)p * ld, hd) * scale;
+  for (int g = 0; g < ng; g++)
+    for (int p = 0; p < n; p++) s[g * sld + p] = ms_vec_dot(q + (size_t)g * hd, k + (size_t)p * ld, hd) * scale;
+}
+
+void ms_vec_dot_run(const float *q, const float *k, size_t ld, int n, int hd, float scale, float *s) {
+  ms_vec_dot_runs(q, 1, k, ld, n, hd, scale, s, 0);
+}
+
+void ms_vec_axpy_runs(float *o, int ng, const float *w, size_t sld, const float *v, size_t ld, int n, int hd) {
+#ifdef MS_X86
+  if (use_simd) {
+    axpy_runs_avx2(o, ng, w, sld, v, ld, n, hd);
+    return;
+  }
+#endif
+  for (int g = 0; g < ng; g++)
+    for (int p = 0; p < n; p++) ms_vec_axpy(o + (size_t)g * hd, w[g * sld + p], v + (size_t)p * ld, hd);
 }
 
 void ms_vec_axpy_run(float *o, const float *w, const float *v, size_t ld, int n, int hd) {
-#ifdef MS_X86
-  if (use_simd) {
-    axpy_run_avx2(o, w, v, ld, n, hd);
-    return;
-  }
-#endif
-  for (int p = 0; p < n; p++) ms_vec_axpy(o, w[p], v + (size_t)p * ld, hd);
+  ms_vec_axpy_runs(o, 1, w, 0, v, ld, n, hd);
 }
 
 void ms_vec_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {

@@ -31,6 +31,14 @@ void ms_vec_axpy(float *y, float a, const float *x, int n);
 void ms_vec_dot_run(const float *q, const float *k, size_t ld, int n, int hd, float scale, float *s);
 void ms_vec_axpy_run(float *o, const float *w, const float *v, size_t ld, int n, int hd);
 
+/* The same for the ng query heads that share one KV head (q and o: ng rows of
+ * hd floats; s and w: ng rows sld floats apart): each head's results are the
+ * bits the calls above give it, and the run's K and V rows are read once for
+ * all the heads instead of once a head. */
+void ms_vec_dot_runs(const float *q, int ng, const float *k, size_t ld, int n, int hd, float scale, float *s,
+                     size_t sld);
+void ms_vec_axpy_runs(float *o, int ng, const float *w, size_t sld, const float *v, size_t ld, int n, int hd);
+
 /* out = x * w / rms(x) */
 void ms_vec_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 

@@ -250,7 +250,7 @@ struct ms_engine {
   uint8_t *row_head;             /* [max_rows] the row samples (meta.row_head) */
   int *admit_slots;              /* slots admitted by the step start in flight */
   int32_t **row_pages;
-  float **scratch;
+  float **scratch;               /* [worker] max_ctx x (n_heads / n_kv_heads) floats (kernels/ops.h) */
   void **q8;                     /* [worker] 8-bit activation rows; NULL: off */
   struct ms_q8_held *q8_held;    /* [worker] what each holds (kernels/ops.h) */
   int q8_rows, q8_cols;

@@ -301,7 +301,10 @@ static int layout_rows(struct ms_engine *e, int bucket) {
       e->row_pos[n] = pos;
       e->row_token[n] = j ? sl->req->prompt[pos] : sl->next_token;  /* a chunk lies inside the prompt */
       e->row_pages[n] = sl->pages;
-      e->row_head[n] = j == sl->chunk - 1 || sl->req->record;  /* its logits are read */
+      /* its logits are read: the row that draws a token (a chunk's last row
+       * once the prompt is in; a prompt chunk's feeds the next prompt token and
+       * needs none, row_advance), or every row of a recorded request */
+      e->row_head[n] = (j == sl->chunk - 1 && pos + 1 >= sl->req->n_prompt) || sl->req->record;
       n++;
     }
   }

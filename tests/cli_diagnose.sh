@@ -28,6 +28,14 @@ for x, y in zip(a["scenarios"], b["scenarios"]):
     assert x["answers"] == y["answers"], x["name"]
     assert x["ground_truth"] == y["ground_truth"] and x["slowdown"] == y["slowdown"], x["name"]
 PY
+# the same records as both splits: the second half scored as held out
+"$MS" bench diagnose --replay "$tmp/rec" --heldout "$tmp/rec" --quiet --json 2> /dev/null > "$tmp/replay2.json"
+python3 - "$tmp/replay2.json" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+splits = [s["split"] for s in r["scenarios"]]
+assert splits == ["training"] * 7 + ["held_out"] * 7, splits
+PY
 mkdir "$tmp/cut"
 head -c 3000 "$tmp/rec/case-0002.rec" > "$tmp/cut/case-0000.rec"
 if "$MS" bench diagnose --replay "$tmp/cut" --quiet > /dev/null 2> "$tmp/cut.err"; then

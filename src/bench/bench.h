@@ -131,6 +131,8 @@ struct bench_opts {
   void *progress_user;
   const char *record;                   /* a directory: keep every scenario's evidence there (record.c) */
   const char *replay;                   /* a directory: judge its records again instead of running */
+  const char *replay_heldout;           /* and the held-out split's records (after replay_n of replay's) */
+  int replay_n;
 };
 
 /* What a diagnosis names, and what a scenario injected: a cause and its scope. */

@@ -700,11 +700,15 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
 
 /* A case again from its record: the plan compiled anew, every recorded
  * method and budget judged by this build's diagnosers. */
-static int replay_case(struct runner *r, struct bench_case *c, int idx) {
+static int replay_case(struct runner *r, struct bench_case *c, int i) {
+  /* the held-out records follow the training ones, numbered from 0 in their own directory */
+  int held = r->o->replay_heldout && i >= r->o->replay_n, idx = held ? i - r->o->replay_n : i;
+  const char *dir = held ? r->o->replay_heldout : r->o->replay;
   struct bench_evidence fresh = {0}, ev = {0}, refs[MAX_REFS] = {{0}};
   int workers = 0, rc = 0, owned = 0, done = 0, bmap[BENCH_MAX_BUDGETS];
-  FILE *f = bench_replay_begin(r->o->replay, idx, r->o, c, &workers, bmap, c->error, sizeof c->error);
+  FILE *f = bench_replay_begin(dir, idx, r->o, c, &workers, bmap, c->error, sizeof c->error);
   if (!f) return -EINVAL;
+  c->split = c->sc.split = held;
   c->error[0] = 0;
   memset(c->ans, 0, sizeof c->ans);
   struct bench_scenario *s = &c->sc;
@@ -738,7 +742,7 @@ static int replay_case(struct runner *r, struct bench_case *c, int idx) {
   fclose(f);
   ms_plan_free(p);
   if (owned) ms_model_free(m);
-  if (rc) snprintf(c->error, sizeof c->error, "its record in %s: %s", r->o->replay,
+  if (rc) snprintf(c->error, sizeof c->error, "its record in %s: %s", dir,
                    !p ? "the plan could not be compiled again" : rc == -EIO ? "cut short" : ms_strerror(rc));
   return rc;
 }

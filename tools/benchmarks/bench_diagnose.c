@@ -98,7 +98,8 @@ static const struct cli_opt diag_opts[] = {
                 "split when --heldout is given"),
     CLI_OPT_STR(DA, heldout, "heldout", "FILE",
                 "the held-out split (scenarios never used while tuning the\n"
-                "diagnosers): scored apart and reported beside the training split"),
+                "diagnosers): scored apart and reported beside the training split;\n"
+                "with --replay, a directory of the held-out split's records"),
     CLI_OPT_INT(DA, generate, "generate", "N", 1, 1000,
                 "N scenarios of every fault type and N healthy ones, with\n"
                 "configurations and seeds drawn from --seed; culprits and\n"
@@ -151,7 +152,7 @@ static const char diag_head[] =
 static int parse_args(int argc, char **argv, struct args *a) {
   int rc = cli_parse("bench diagnose", diag_head, diag_opts, a, argc, argv, NULL);
   if (rc) return rc > 0 ? 1 : 2;
-  if (!!a->scenarios + !!a->generate + !!a->replay != 1 || (a->replay && (a->heldout || a->record))) {
+  if (!!a->scenarios + !!a->generate + !!a->replay != 1 || (a->replay && a->record)) {
     fprintf(stderr, "megascope bench diagnose: give --scenarios FILE, --generate N or --replay DIR\n"
                     "(try 'megascope bench diagnose --help')\n");
     return 2;
@@ -215,6 +216,17 @@ int bench_diagnose_main(int argc, char **argv) {
               n ? ms_strerror(n) : "no records (case-NNNN.rec) there");
       return 2;
     }
+    o.replay_n = n;
+    if (a.heldout) {  /* the held-out split's records, judged after the training split's */
+      int nh = bench_replay_count(a.heldout);
+      if (nh <= 0) {
+        fprintf(stderr, "megascope bench diagnose: --heldout %s: %s\n", a.heldout,
+                nh ? ms_strerror(nh) : "no records (case-NNNN.rec) there");
+        return 2;
+      }
+      o.replay_heldout = a.heldout;
+      n += nh;
+    }
   } else if (a.generate) {
     if (bench_scenarios_generate((int)a.generate, a.seed, a.backend, &sc, &n)) return 1;
     if (!a.run) {
@@ -226,7 +238,7 @@ int bench_diagnose_main(int argc, char **argv) {
     fprintf(stderr, "megascope bench diagnose: %s: %s", a.scenarios, buf);
     return 2;
   }
-  if (a.heldout) {
+  if (a.heldout && !a.replay) {
     /* the held-out split: scored apart, beside the training split */
     struct bench_scenario *h = NULL, *all;
     int nh = 0;

@@ -116,6 +116,11 @@ struct ms_explain_os {
 struct ms_explain_share_cell {
   int device, cls, bucket, slice;
   double n, sum_ns;
+  /* The fastest of those tasks (0: not known), which the shares are held
+   * against each other by: a share that leaves late is late every time, while
+   * a rank held up now and then (rank 0 serving HTTP beside its worker) makes
+   * some receives long and not the fastest. */
+  double min_ns;
 };
 
 struct ms_explain_input {

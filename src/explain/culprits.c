@@ -142,10 +142,16 @@ static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *s
   }
 }
 
-static void device_culprits(struct ex *x, int *dev_named) {
+/* Not a device while another device's worker waits for its CPU (the OS's
+ * view): the devices that wait for its shares sleep between them and run their
+ * next tasks cold (a neighbour on rank 1's CPU made rank 0's fastest tasks
+ * 1.3x rank 1's). */
+static void device_culprits(struct ex *x, const int *shared, int *dev_named) {
   for (int d = 0; x->D > 1 && d < x->D; d++) {
     const struct ms_explain_effect *e = &x->out->device[d];
-    if (!stands(e->effect, e->z)) continue;
+    int other_cpu = 0;
+    for (int w = 0; w < x->W && w < EX_MAX_CPU; w++) other_cpu |= shared[w] && ex_device(x, w) != d;
+    if (!stands(e->effect, e->z) || other_cpu) continue;
     dev_named[d] = 1;
     struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_DEVICE, d, e->z, exp(e->effect), e->excess_ns, "slow tasks");
     if (!c) return;
@@ -328,7 +334,7 @@ int ex_worker_culprits(struct ex *x, const struct ex_cpu *cpu, unsigned char *na
   double *shared_z = calloc(n, sizeof *shared_z);
   if (shared && shared_z && dev_named) {
     cpu_culprits(x, cpu, shared, shared_z);
-    device_culprits(x, dev_named);
+    device_culprits(x, shared, dev_named);
     worker_culprits(x, cpu, shared, shared_z, dev_named, named);
     share_culprits(x);
   }

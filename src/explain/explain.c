@@ -388,7 +388,8 @@ out:
  * the tasks that carry device d's share against what the same number of the
  * other devices' took (log); per slice the median over classes (weighted by
  * tasks: the first gather of a step may wait for a device that starts its step
- * later, and stays one class of many), then the weighted median over slices
+ * later, and stays one class of many), the fastest tasks when known (a share
+ * late every time, not a rank late now and then), then the weighted median over slices
  * and its standard error, as a group's. Every device sends its share once and
  * receives every other one, so the shares' tasks are alike on a healthy engine. */
 static void share_effects(struct ex *x) {
@@ -396,8 +397,9 @@ static void share_effects(struct ex *x) {
   int D = x->D;
   size_t keys = (size_t)x->C * (size_t)(x->B ? x->B : 1) * (size_t)x->S;
   double *n = calloc(keys * (size_t)D, sizeof *n), *sum = calloc(keys * (size_t)D, sizeof *sum);
+  double *mn = calloc(keys * (size_t)D, sizeof *mn);
   struct ex_vw *v = malloc(((size_t)x->S + 1) * sizeof *v), *cv = malloc(((size_t)x->C * (size_t)(x->B ? x->B : 1) + 1) * sizeof *cv);
-  if (!n || !sum || !v || !cv) goto out;
+  if (!n || !sum || !mn || !v || !cv) goto out;
   for (size_t i = 0; i < in->n_share_cells; i++) {
     const struct ms_explain_share_cell *c = &in->share_cells[i];
     int b = bucket_index(x, c->bucket);
@@ -406,6 +408,7 @@ static void share_effects(struct ex *x) {
       continue;
     size_t k = EX_AT(x, c->cls, b, c->slice) * (size_t)D + (size_t)c->device;
     n[k] += c->n, sum[k] += c->sum_ns;
+    if (c->min_ns > 0 && (!(mn[k] > 0) || c->min_ns < mn[k])) mn[k] = c->min_ns;
   }
   for (int d = 0; d < D; d++) {
     struct ms_explain_effect *e = &x->out->share[d];
@@ -417,12 +420,14 @@ static void share_effects(struct ex *x) {
       for (int c = 0; c < x->C; c++)
         for (int b = 0; b < x->B; b++) {
           size_t k = EX_AT(x, c, b, s) * (size_t)D;
-          double on = 0, os = 0;
+          double on = 0, os = 0, om = INFINITY;
           for (int o = 0; o < D; o++)
-            if (o != d) on += n[k + (size_t)o], os += sum[k + (size_t)o];
-          double nd = n[k + (size_t)d], sd = sum[k + (size_t)d];
+            if (o != d) on += n[k + (size_t)o], os += sum[k + (size_t)o], om = mn[k + (size_t)o] < om ? mn[k + (size_t)o] : om;
+          double nd = n[k + (size_t)d], sd = sum[k + (size_t)d], md = mn[k + (size_t)d];
           if (!(nd > 0) || !(sd > 0) || !(on > 0) || !(os > 0)) continue;
-          cv[kc++] = (struct ex_vw){log(sd / (nd * os / on)), nd};
+          /* the fastest tasks when known on every device, else the means */
+          double r = md > 0 && om > 0 && isfinite(om) ? md / om : sd / (nd * os / on);
+          cv[kc++] = (struct ex_vw){log(r), nd};
           w += nd;
           e->n += nd;
           e->excess_ns += sd - nd * os / on;
@@ -439,6 +444,7 @@ static void share_effects(struct ex *x) {
 out:
   free(n);
   free(sum);
+  free(mn);
   free(v);
   free(cv);
 }

@@ -156,14 +156,15 @@ static void worker_expr(const struct explain_window *w, char *out, size_t n) {
 
 static struct ms_query *summary_query(const struct ms_query_schema *sc, const struct explain_window *w, int K,
                                       int n_cls, struct ms_textbuf *log) {
-  char src[1536], wk[48], shares[160] = "";
+  char src[1536], wk[48], shares[256] = "";
   worker_expr(w, wk, sizeof wk);
   /* tensor parallel: the communication tasks by the device whose share they carry */
   int comm = 0;
   for (int c = 0; c < w->n_cls; c++) comm |= !strncmp(w->cls[c].op, "comm", 4);
   if (comm)
     snprintf(shares, sizeof shares,
-             "task_end /op == comm_allgather/ { @sh[tile_z, class, bucket, step %% %d] = avg(t_end - t_begin) }\n", K);
+             "task_end /op == comm_allgather/ { @sh[tile_z, class, bucket, step %% %d] = avg(t_end - t_begin); "
+             "@shm[tile_z, class, bucket, step %% %d] = min(t_end - t_begin) }\n", K, K);
   snprintf(src, sizeof src,
            "task_end { @t[class, bucket, %s, step %% %d] = avg(t_end - t_begin); "
            "@dev[%s] = max(device) }\n"
@@ -376,6 +377,14 @@ static int load_summary(struct explain_window *w, json_t *sum) {
                                       .n = json_number_value(json_object_get(e, "count")),
                                       .sum_ns = json_number_value(json_object_get(e, "sum"))};
     if (c.cls >= 0 && c.device >= 0) w->shares[w->n_shares++] = c;
+  }
+  json_array_foreach(json_object_get(map_named(sum, "@shm"), "entries"), i, e) {  /* the fastest of each */
+    json_t *k = json_object_get(e, "key");
+    int d = (int)json_integer_value(json_array_get(k, 0)), cls = class_index(w, json_string_value(json_array_get(k, 1)));
+    int b = (int)json_integer_value(json_array_get(k, 2)), s = (int)json_integer_value(json_array_get(k, 3));
+    for (size_t j = 0; j < w->n_shares; j++)
+      if (w->shares[j].device == d && w->shares[j].cls == cls && w->shares[j].bucket == b && w->shares[j].slice == s)
+        w->shares[j].min_ns = json_number_value(json_object_get(e, "value"));
   }
   json_array_foreach(json_object_get(map_named(sum, "@wb"), "entries"), i, e) {
     int c = class_index(w, json_string_value(json_array_get(json_object_get(e, "key"), 0)));

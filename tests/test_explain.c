@@ -44,6 +44,7 @@ struct world {
   double comm_wait[4], share_late[4];
   int share_send_late;      /* the sender's task holds the send as long (comm_delay) */
   double share_now_and_then[4]; /* a receive of device d's share waits 3 tasks' time with this probability */
+  int rank_workers;         /* across processes: each rank's workers (0: one process) */
   double share_class_late;  /* layer 0's gather alone waits this factor for device 1's share */
   uint64_t rng;
 };
@@ -186,7 +187,7 @@ static void draw(struct world *w, struct window *win) {
                                       .os = win->os, .n_os_slices = 8, .device = win->device,
                                       .n_workers = w->workers, .n_slices = w->slices, .window_ns = 2e9,
                                       .steps = (double)w->steps, .share_cells = win->share_cells,
-                                      .n_share_cells = win->n_share_cells};
+                                      .n_share_cells = win->n_share_cells, .rank_workers = w->rank_workers};
 }
 
 /* Judges and checks the culprits are exactly `want` (kind:name, in any order). */
@@ -370,8 +371,11 @@ static void across_ranks(void) {
    * devices do before it (the step's first gather waits for the ranks that
    * follow rank 0's step header), not the communication */
   world_init(&w, 8, 2, 52);
-  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.class_factor[cls_id(0, 1)] = 2;
+  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.class_factor[cls_id(0, 1)] = 2, w.rank_workers = 1;
   expect("across ranks, layer 0's gather 2x its peers, the shares alike", &w, 0, NULL);
+  /* in one process (the simulator) a gather is still held against its peers */
+  w.rank_workers = 0;
+  expect("one process, layer 0's gather 2x its peers, the shares alike", &w, WANT("class:blk.0.comm_attn"));
   /* device 1 a little slower in its own tasks (1.15x, below a culprit): its
    * shares arrive late by what its tasks took more, and that is not named */
   double noncomm = 8 * 100000;  /* lm_head's */

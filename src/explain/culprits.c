@@ -227,13 +227,13 @@ static void class_culprits(struct ex *x, const int *layer_named) {
      * slow one is that culprit seen from the devices waiting for it (a
      * neighbour on rank 1's CPU made rank 0's first gather 1.3x its peers) */
     if (waits_named && !strncmp(x->in->classes[i].op, "comm", 4)) continue;
-    /* across processes (each device's shares judged): a gather lasts until the
+    /* across processes (each rank's shares judged): a gather lasts until the
      * other ranks have done what comes before it, so against its peers in
      * other layers it reads what they do there, not the communication (on a
      * healthy tiny engine the step's first gather, which waits for the ranks
      * that follow rank 0's step header, stood 2.9x its peer); a late
      * communication is its device's late shares */
-    if (x->in->n_share_cells && !strncmp(x->in->classes[i].op, "comm", 4)) continue;
+    if (x->in->rank_workers > 0 && !strncmp(x->in->classes[i].op, "comm", 4)) continue;
     int l = x->in->classes[i].layer;
     double z = e->z;
     /* inside a slow layer, only what stands out beyond the layer's own effect */

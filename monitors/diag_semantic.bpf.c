@@ -15,7 +15,7 @@
 //                        and when the last ended (a request that joined late);
 //   expert_stat          per MoE expert: its tasks' time and the rows they
 //                        processed (ABI v2 work_rows: routing skew by counts);
-//   device_comm          per device: its communication time, from the comm hook;
+//   device_comm          per device: the communication time of its shares (comm hook);
 //   device_busy          per device: its tasks' times against their classes' running
 //                        means (per mille; communication aside), so the device's
 //                        mix of classes cancels.
@@ -297,10 +297,13 @@ int on_release(struct ms_hook_ctx *ctx) {
   return 0;
 }
 
-/* Communication time per device: issue to completion of its share. */
+/* Communication time per device: issue to completion of its share, keyed by
+ * the device whose share it is (tile_z: in the simulator the device that runs
+ * it; across processes also each receiver's task of that share, so a rank
+ * whose shares arrive late is the one whose key grows). */
 SEC("megascope/observe/comm")
 int on_comm(struct ms_hook_ctx *ctx) {
-  __u32 d = ctx->device;
+  __u32 d = ctx->tile_z >= 0 ? (__u32)ctx->tile_z : ctx->device;
   __u64 *issued = bpf_map_lookup_elem(&scratch_issue, &d);
   if (!issued) return 0;
   if (ctx->comm_phase == MS_COMM_ISSUE) {

@@ -35,6 +35,17 @@ struct world {
   int pace_burst;        /* steps from step 50 that run every request 3x slower */
   int no_min;            /* the tables without each cell's fastest task (means only) */
   int comm;              /* op 1 of every layer is a communication task (tensor parallel) */
+  /* across processes: a device's factor leaves its communication tasks alone
+   * (comm_own), the other devices' communication tasks last comm_wait[d] ns
+   * more (they wait for the slow one's shares), and the tasks that carry each
+   * device's share (one send, a receive on every other device) are drawn as
+   * share cells, a receive of device d's share share_late[d] ns later */
+  int comm_own, shares;
+  double comm_wait[4], share_late[4];
+  int share_send_late;      /* the sender's task holds the send as long (comm_delay) */
+  double share_now_and_then[4]; /* a receive of device d's share waits 3 tasks' time with this probability */
+  int rank_workers;         /* across processes: each rank's workers (0: one process) */
+  double share_class_late;  /* layer 0's gather alone waits this factor for device 1's share */
   uint64_t rng;
 };
 
@@ -49,6 +60,8 @@ struct window {
   size_t n_req_cells;
   struct ms_explain_os os[8 * 8];
   int device[8];
+  struct ms_explain_share_cell *share_cells;
+  size_t n_share_cells;
   struct ms_explain_input in;
 };
 
@@ -105,7 +118,8 @@ static void draw(struct world *w, struct window *win) {
         int dev = win->device[wk];
         double ns = base * exp(w->noise * gauss(&w->rng));
         if (c < C) ns *= w->class_factor[c] * w->layer_factor[l];
-        ns *= w->worker_factor[wk] * w->device_factor[dev];
+        ns *= w->worker_factor[wk] * (w->comm_own && w->comm && op == 1 ? 1 : w->device_factor[dev]);
+        if (w->comm && op == 1 && c < C) ns += w->comm_wait[dev];
         if (c == w->cold_class) ns *= w->cold_factor[wk];
         if (uniform(&w->rng) < w->preempt_p + w->worker_preempt_p[wk]) ns += 3e6;
         struct ms_explain_cell *cell = &win->cells[((size_t)s * (size_t)(C + 1) + (size_t)c) * (size_t)w->workers + (size_t)wk];
@@ -113,6 +127,29 @@ static void draw(struct world *w, struct window *win) {
         if (!w->no_min && (!(cell->min_ns > 0) || ns < cell->min_ns)) cell->min_ns = ns;
       }
     }
+  }
+  /* each device's shares of each gather: the sender's task and every
+   * receiver's, keyed by the device whose share they carry */
+  if (w->comm && w->shares) {
+    win->share_cells = calloc((size_t)w->slices * (size_t)w->layers * (size_t)w->devices, sizeof *win->share_cells);
+    for (int s = 0; s < w->slices; s++)
+      for (int l = 0; l < w->layers; l++)
+        for (int d = 0; d < w->devices; d++)
+          win->share_cells[win->n_share_cells++] =
+              (struct ms_explain_share_cell){.device = d, .cls = cls_id(l, 1), .bucket = 8, .slice = s};
+    for (int st = 0; st < w->steps; st++)
+      for (int l = 0; l < w->layers; l++)
+        for (int d = 0; d < w->devices; d++)
+          for (int r = 0; r < w->devices; r++) {
+            double ns = OP_NS[1] * exp(w->noise * gauss(&w->rng));
+            if (r != d || w->share_send_late) ns += w->share_late[d];
+            if (r != d && l == 0 && d == 1 && w->share_class_late > 0) ns += (w->share_class_late - 1) * OP_NS[1];
+            if (r != d && uniform(&w->rng) < w->share_now_and_then[d]) ns += 3 * OP_NS[1];
+            struct ms_explain_share_cell *sc =
+                &win->share_cells[((size_t)(st % w->slices) * (size_t)w->layers + (size_t)l) * (size_t)w->devices + (size_t)d];
+            sc->n += 1, sc->sum_ns += ns;
+            if (!w->no_min && (!(sc->min_ns > 0) || ns < sc->min_ns)) sc->min_ns = ns;
+          }
   }
   /* the OS's view over 8 time slices */
   for (int s = 0; s < 8; s++)
@@ -149,7 +186,8 @@ static void draw(struct world *w, struct window *win) {
                                       .req_cells = win->req_cells, .n_req_cells = win->n_req_cells,
                                       .os = win->os, .n_os_slices = 8, .device = win->device,
                                       .n_workers = w->workers, .n_slices = w->slices, .window_ns = 2e9,
-                                      .steps = (double)w->steps};
+                                      .steps = (double)w->steps, .share_cells = win->share_cells,
+                                      .n_share_cells = win->n_share_cells, .rank_workers = w->rank_workers};
 }
 
 /* Judges and checks the culprits are exactly `want` (kind:name, in any order). */
@@ -178,6 +216,7 @@ static void expect(const char *what, struct world *w, int n_want, const char *co
   CHECKF(ok, "%s: expected %d culprit(s)%s%s", what, n_want, n_want ? ", first " : "", n_want ? want[0] : "");
   ms_explain_result_free(&r);
   free(win.cells);
+  free(win.share_cells);
 }
 
 #define WANT(...) (sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), (const char *const[]){__VA_ARGS__}
@@ -257,6 +296,7 @@ static void expect_cause(const char *what, struct world *w, const char *name, co
   CHECKF(got && !strcmp(got, cause), "%s: %s named for '%s', want '%s'", what, name, got ? got : "(not named)", cause);
   ms_explain_result_free(&r);
   free(win.cells);
+  free(win.share_cells);
 }
 
 static void workers_and_cpus(void) {
@@ -312,6 +352,84 @@ static void workers_and_cpus(void) {
   expect("a gather 1.5x, the devices healthy", &w, WANT("class:blk.0.comm_attn"));
 }
 
+/* Across processes (serve --tp under mpirun): a device's communication tasks
+ * last until the other devices' shares arrive, so a slow device's time shows
+ * on its peers' gathers as waiting. */
+static void across_ranks(void) {
+  struct world w;
+  /* healthy: the shares alike, also when layer 0's gather waits 1.5x for
+   * device 1's share (the rank that starts its step later) */
+  for (uint64_t seed = 41; seed <= 45; seed++) {
+    world_init(&w, 8, 2, seed);
+    w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1;
+    expect("across ranks, healthy", &w, 0, NULL);
+    world_init(&w, 8, 2, seed);
+    w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.share_class_late = 1.5;
+    expect("across ranks, healthy, layer 0's gather waits for device 1", &w, 0, NULL);
+  }
+  /* layer 0's gather 2x its peer on every device, the shares alike: what the
+   * devices do before it (the step's first gather waits for the ranks that
+   * follow rank 0's step header), not the communication */
+  world_init(&w, 8, 2, 52);
+  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.class_factor[cls_id(0, 1)] = 2, w.rank_workers = 1;
+  expect("across ranks, layer 0's gather 2x its peers, the shares alike", &w, 0, NULL);
+  /* in one process (the simulator) a gather is still held against its peers */
+  w.rank_workers = 0;
+  expect("one process, layer 0's gather 2x its peers, the shares alike", &w, WANT("class:blk.0.comm_attn"));
+  /* device 1 a little slower in its own tasks (1.15x, below a culprit): its
+   * shares arrive late by what its tasks took more, and that is not named */
+  double noncomm = 8 * 100000;  /* lm_head's */
+  for (int o = 0; o < N_OPS; o++) noncomm += o == 1 ? 0 : 8 * OP_NS[o] * OP_TASKS[o];
+  world_init(&w, 8, 2, 51);
+  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.device_factor[1] = 1.15;
+  w.comm_wait[0] = w.share_late[1] = 0.15 * noncomm / 2 / (8 * OP_TASKS[1] / 2);
+  expect("across ranks, device 1 1.15x, its shares late by as much", &w, 0, NULL);
+  /* comm_delay: device 1's shares leave late (its tasks healthy): every
+   * receive of them waits, which the devices' own tasks do not show */
+  world_init(&w, 8, 2, 46);
+  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.share_late[1] = OP_NS[1], w.share_send_late = 1;
+  expect_cause("device 1's shares late", &w, "device 1", "late shares");
+  expect("device 1's shares late, nothing else", &w, WANT("device:device 1"));
+  w.no_min = 1;
+  expect("device 1's shares late, means only", &w, WANT("device:device 1"));
+  /* device 0 late now and then (a fifth of the receives of its shares wait
+   * 3 tasks' time: rank 0 serving HTTP beside its worker), its fastest alike */
+  world_init(&w, 8, 2, 53);
+  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.share_now_and_then[0] = 0.2;
+  expect("across ranks, device 0's shares late now and then", &w, 0, NULL);
+  /* bandwidth_steal on device 1: its tasks 2x; device 0 waits for its shares
+   * about as long as device 1 lost, so each device's time is the same: device
+   * 1 is named for its tasks (the gathers aside), and not again for the late
+   * shares, which it explains */
+  world_init(&w, 8, 2, 47);
+  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.device_factor[1] = 2;
+  w.comm_wait[0] = w.share_late[1] = noncomm / 2 / (8 * OP_TASKS[1] / 2);
+  expect_cause("device 1 2x, device 0 waiting for it", &w, "device 1", "slow tasks");
+  expect("device 1 2x, device 0 waiting for it, nothing else", &w, WANT("device:device 1"));
+  /* a neighbour on device 1's (one) worker: the worker, for its CPU, not
+   * the device (its fastest tasks are its peers'), and not its late shares;
+   * with two workers a device, the worker whose CPU another thread takes */
+  world_init(&w, 8, 2, 48);
+  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.worker_preempt_p[1] = 0.05, w.os_share[1] = 0.3;
+  w.share_late[1] = OP_NS[1];
+  expect("a neighbour on device 1's worker, its shares late", &w, WANT("worker:worker 1 (CPU 1)"));
+  /* and device 0, waiting for it, runs its tasks cold after each wait */
+  world_init(&w, 8, 2, 54);
+  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.worker_preempt_p[1] = 0.05, w.os_share[1] = 0.3;
+  w.device_factor[0] = 1.3;
+  expect("a neighbour on device 1's worker, device 0 cold after its waits", &w, WANT("worker:worker 1 (CPU 1)"));
+  world_init(&w, 8, 4, 49);
+  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.os_share[3] = 0.3;
+  w.share_late[1] = OP_NS[1];
+  expect("a neighbour on worker 3's CPU (device 1), its shares late", &w, WANT("cpu:worker 3 (CPU 3)"));
+  /* a worker switched out in the middle of its receives makes the shares it
+   * receives look late: the other device's */
+  world_init(&w, 8, 4, 50);
+  w.devices = 2, w.comm = 1, w.comm_own = 1, w.shares = 1, w.os_share[3] = 0.3;
+  w.share_late[0] = OP_NS[1];
+  expect("a neighbour on worker 3's CPU (device 1), device 0's shares late", &w, WANT("cpu:worker 3 (CPU 3)"));
+}
+
 static void requests(void) {
   struct world w;
   world_init(&w, 30, 2, 31);
@@ -353,6 +471,7 @@ int main(void) {
   healthy();
   classes_and_layers();
   workers_and_cpus();
+  across_ranks();
   requests();
   TEST_MAIN_END();
 }

@@ -12,7 +12,10 @@
  *   worker   its tasks against the same classes' tasks on the other workers;
  *   device   the same over a device's workers (tensor parallelism);
  *   request  its attention against the others', given their contexts;
- *   cpu      the time a worker was runnable but another thread had its CPU.
+ *   cpu      the time a worker was runnable but another thread had its CPU;
+ *   shares   (tensor parallel) the communication tasks that carry a device's
+ *            share against those that carry the other devices', on every
+ *            device: a device whose shares arrive late.
  * An effect is a log ratio; its noise is the robust scatter (1.4826 x the
  * median absolute deviation) of the same effect among the peers of the same
  * window, and of each part's own effect across the window's time slices. A part
@@ -105,6 +108,21 @@ struct ms_explain_os {
   double wall_ns, run_ns, runqueue_ns, preempted;
 };
 
+/* Communication tasks (tensor parallel) that carry device `device`'s share of
+ * class cls's gather, in one bucket and slice, over every worker of every
+ * device: the sender's task and each receiver's. Each share is sent once and
+ * received on every other device, so the shares' tasks are alike unless one
+ * device's arrive late (a receiver's task lasts until the share is there). */
+struct ms_explain_share_cell {
+  int device, cls, bucket, slice;
+  double n, sum_ns;
+  /* The fastest of those tasks (0: not known), which the shares are held
+   * against each other by: a share that leaves late is late every time, while
+   * a rank held up now and then (rank 0 serving HTTP beside its worker) makes
+   * some receives long and not the fastest. */
+  double min_ns;
+};
+
 struct ms_explain_input {
   const struct ms_explain_class *classes;
   int n_classes;
@@ -125,6 +143,8 @@ struct ms_explain_input {
    * worker n % rank_workers), and a device is a rank; the culprits are named
    * so. 0: one process. */
   int rank_workers;
+  const struct ms_explain_share_cell *share_cells;  /* NULL: shares not judged */
+  size_t n_share_cells;
 };
 
 /* One part's judgement (every judged part has one, culprit or not). */
@@ -155,8 +175,9 @@ struct ms_explain_result {
   double class_noise;       /* the scatter of class effects among peers */
   double runqueue_share;    /* every worker's run-queue wait over their wall time */
   /* Every part's effect, for reports: [n_classes], [n_layers], [n_workers],
-   * [n_devices], [n_requests]. */
-  struct ms_explain_effect *cls, *layer, *worker, *device, *request;
+   * [n_devices], [n_requests]; share: [n_devices], each device's shares
+   * against the others' (tensor parallel). */
+  struct ms_explain_effect *cls, *layer, *worker, *device, *request, *share;
   int n_layers, n_devices;
   /* [n_workers]: 1 for a worker named a culprit (its own pace, or its CPU
    * shared), whose cells the class and layer judgement then left out: a worker

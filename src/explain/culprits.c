@@ -142,16 +142,54 @@ static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *s
   }
 }
 
-static void device_culprits(struct ex *x, int *dev_named) {
+/* Not a device while another device's worker waits for its CPU (the OS's
+ * view): the devices that wait for its shares sleep between them and run their
+ * next tasks cold (a neighbour on rank 1's CPU made rank 0's fastest tasks
+ * 1.3x rank 1's). */
+static void device_culprits(struct ex *x, const int *shared, int *dev_named) {
   for (int d = 0; x->D > 1 && d < x->D; d++) {
     const struct ms_explain_effect *e = &x->out->device[d];
-    if (!stands(e->effect, e->z)) continue;
+    int other_cpu = 0;
+    for (int w = 0; w < x->W && w < EX_MAX_CPU; w++) other_cpu |= shared[w] && ex_device(x, w) != d;
+    if (!stands(e->effect, e->z) || other_cpu) continue;
     dev_named[d] = 1;
     struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_DEVICE, d, e->z, exp(e->effect), e->excess_ns, "slow tasks");
     if (!c) return;
     snprintf(c->name, sizeof c->name, x->in->rank_workers > 0 ? "rank %d" : "device %d", d);
     why(c, "its workers' tasks took %.2fx what the same classes took on the other devices (z %.1f)", exp(e->effect),
         e->z);
+  }
+}
+
+/* A device whose shares arrive late: the communication tasks that carry them
+ * stand above those that carry the other devices' shares, on every device (a
+ * share is received where the others wait for it). Not when a device, a
+ * worker or one worker's CPU was named (every worker's CPU aside): a device
+ * slow in its own tasks sends its shares late, and a worker whose CPU another
+ * thread takes is switched out in the middle of its receives, so the shares it
+ * receives look late (a neighbour on rank 1's CPU made rank 0's shares 1.3x
+ * rank 1's); the gathers are that culprit seen from the other side. Nor when
+ * the device's own tasks took half the shares' excess or more beyond its
+ * peers': a device a little slower in its own work (below a culprit) sends its
+ * shares that much later (rank 0, which serves HTTP beside its worker, 1.18x
+ * and its shares 1.37x on a healthy tiny engine, 56 and 67 us a step). */
+static void share_culprits(struct ex *x) {
+  for (int i = 0; i < x->out->n_culprits; i++) {
+    const struct ms_explain_culprit *c = &x->out->culprits[i];
+    if (c->kind == MS_EXPLAIN_WORKER || c->kind == MS_EXPLAIN_DEVICE || (c->kind == MS_EXPLAIN_CPU && c->id >= 0))
+      return;
+  }
+  for (int d = 0; x->D > 1 && d < x->D; d++) {
+    const struct ms_explain_effect *e = &x->out->share[d];
+    if (!stands(e->effect, e->z) || !material(x, e) || x->out->device[d].excess_ns >= 0.5 * e->excess_ns) continue;
+    struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_DEVICE, d, e->z, exp(e->effect), e->excess_ns, "late shares");
+    if (!c) return;
+    snprintf(c->name, sizeof c->name, x->in->rank_workers > 0 ? "rank %d" : "device %d", d);
+    why(c, "the communication tasks that carry its shares took %.2fx those that carry the other %s' (z %.1f, "
+           "sender and receivers together, %.0f us a step more): its shares arrive late, and its own tasks do not "
+           "explain it (%.2fx its peers', %.0f us a step)",
+        exp(e->effect), x->in->rank_workers > 0 ? "ranks" : "devices", e->z, e->excess_ns / 1e3,
+        isnan(x->out->device[d].effect) ? 1 : exp(x->out->device[d].effect), x->out->device[d].excess_ns / 1e3);
   }
 }
 
@@ -189,6 +227,13 @@ static void class_culprits(struct ex *x, const int *layer_named) {
      * slow one is that culprit seen from the devices waiting for it (a
      * neighbour on rank 1's CPU made rank 0's first gather 1.3x its peers) */
     if (waits_named && !strncmp(x->in->classes[i].op, "comm", 4)) continue;
+    /* across processes (each rank's shares judged): a gather lasts until the
+     * other ranks have done what comes before it, so against its peers in
+     * other layers it reads what they do there, not the communication (on a
+     * healthy tiny engine the step's first gather, which waits for the ranks
+     * that follow rank 0's step header, stood 2.9x its peer); a late
+     * communication is its device's late shares */
+    if (x->in->rank_workers > 0 && !strncmp(x->in->classes[i].op, "comm", 4)) continue;
     int l = x->in->classes[i].layer;
     double z = e->z;
     /* inside a slow layer, only what stands out beyond the layer's own effect */
@@ -289,8 +334,9 @@ int ex_worker_culprits(struct ex *x, const struct ex_cpu *cpu, unsigned char *na
   double *shared_z = calloc(n, sizeof *shared_z);
   if (shared && shared_z && dev_named) {
     cpu_culprits(x, cpu, shared, shared_z);
-    device_culprits(x, dev_named);
+    device_culprits(x, shared, dev_named);
     worker_culprits(x, cpu, shared, shared_z, dev_named, named);
+    share_culprits(x);
   }
   free(shared);
   free(shared_z);

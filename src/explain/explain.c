@@ -285,6 +285,45 @@ static int group_of(const struct ex *x, int worker, int by_device) {
   return by_device ? ex_device(x, worker) : worker;
 }
 
+/* A device's own pace, per slice into v (returns how many): in each class
+ * (communication aside), bucket and slice, its workers' fastest task (a cell's
+ * value, as the classes take it) against the other devices' fastest, the
+ * median over classes weighted by the device's time in each (a fault on the
+ * tasks that stream memory slows most of a step's time and not its norms). A thread that shares a worker's CPU
+ * moves that worker's mean and not its fastest task, so a device is named for
+ * its own work (a neighbour taking its memory bandwidth slows every task), and
+ * a worker for its CPU (the mean, below): across processes rank 0's worker
+ * shares its CPU with the server's threads, 1.4-1.6x its peers' mean on a
+ * healthy tiny engine. */
+static size_t device_pace(struct ex *x, int d, struct ex_vw *v) {
+  size_t k = 0, nc = (size_t)x->C * (size_t)x->B;
+  struct ex_vw *cv = malloc((nc + 1) * sizeof *cv);
+  if (!cv) return 0;
+  for (int s = 0; s < x->S; s++) {
+    size_t kc = 0;
+    double w = 0;
+    for (int c = 0; c < x->C; c++) {
+      if (!strncmp(x->in->classes[c].op, "comm", 4)) continue;
+      for (int b = 0; b < x->B; b++) {
+        double mine = INFINITY, others = INFINITY, n = 0;
+        for (int wk = 0; wk < x->W; wk++) {
+          size_t i = EX_ATW(x, c, b, wk, s);
+          if (!(x->nw[i] > 0)) continue;
+          double val = cell_value(x, i);
+          if (ex_device(x, wk) == d) mine = val < mine ? val : mine, n += x->sw[i];
+          else others = val < others ? val : others;
+        }
+        if (!isfinite(mine) || !isfinite(others) || !(mine > 0) || !(others > 0)) continue;
+        cv[kc++] = (struct ex_vw){log(mine / others), n};
+        w += n;
+      }
+    }
+    if (kc) v[k++] = (struct ex_vw){ex_wmedian(cv, kc), w};
+  }
+  free(cv);
+  return k;
+}
+
 /* Each group's task time against what the other groups took for the same
  * class, bucket and slice: log(time / expected), per slice, then the weighted
  * median over slices and its standard error. */
@@ -298,6 +337,10 @@ static void group_effects(struct ex *x, int by_device, struct ms_explain_effect 
     const struct ms_explain_cell *c = &in->cells[i];
     if (c->cls < 0 || c->cls >= x->C || c->slice < 0 || c->slice >= x->S || !(c->n > 0)) continue;
     if (c->worker < 0 || c->worker >= in->n_workers) continue;
+    /* on several devices a communication task lasts until the other devices'
+     * shares arrive: a device that waits for a slow one would pass for as slow
+     * as it (the wait offsets its own quicker tasks); its own pace is the rest */
+    if (by_device && !strncmp(in->classes[c->cls].op, "comm", 4)) continue;
     size_t k = EX_AT(x, c->cls, bucket_index(x, c->bucket), c->slice);
     int g = group_of(x, c->worker, by_device);
     double on, os;  /* the others' tasks and time for this cell */
@@ -323,19 +366,87 @@ static void group_effects(struct ex *x, int by_device, struct ms_explain_effect 
       e->n += cnt[a];
       e->excess_ns += act[a] - exp_[a];
     }
+    e->excess_ns /= in->steps > 0 ? in->steps : 1;
+    if (by_device && x->Wc == x->W) k = device_pace(x, g, v);
     if (k < MIN_SLICES) continue;
     e->effect = ex_wmedian(v, k);
     double se = 1.2533 * ex_wmad_sd(v, k, e->effect) / sqrt((double)k) * (1 + 4.0 / (double)k);
     /* the same 0.5% floor as the classes: timers and identical simulated tasks */
     e->noise = se > 0.005 ? se : 0.005;
     e->z = e->effect / e->noise;
-    e->excess_ns /= in->steps > 0 ? in->steps : 1;
   }
 out:
   free(act);
   free(exp_);
   free(cnt);
   free(v);
+}
+
+/* ---- each device's shares (tensor parallel) ---- */
+
+/* Each device's shares against the others': in each class, bucket and slice,
+ * the tasks that carry device d's share against what the same number of the
+ * other devices' took (log); per slice the median over classes (weighted by
+ * tasks: the first gather of a step may wait for a device that starts its step
+ * later, and stays one class of many), the fastest tasks when known (a share
+ * late every time, not a rank late now and then), then the weighted median over slices
+ * and its standard error, as a group's. Every device sends its share once and
+ * receives every other one, so the shares' tasks are alike on a healthy engine. */
+static void share_effects(struct ex *x) {
+  const struct ms_explain_input *in = x->in;
+  int D = x->D;
+  size_t keys = (size_t)x->C * (size_t)(x->B ? x->B : 1) * (size_t)x->S;
+  double *n = calloc(keys * (size_t)D, sizeof *n), *sum = calloc(keys * (size_t)D, sizeof *sum);
+  double *mn = calloc(keys * (size_t)D, sizeof *mn);
+  struct ex_vw *v = malloc(((size_t)x->S + 1) * sizeof *v), *cv = malloc(((size_t)x->C * (size_t)(x->B ? x->B : 1) + 1) * sizeof *cv);
+  if (!n || !sum || !mn || !v || !cv) goto out;
+  for (size_t i = 0; i < in->n_share_cells; i++) {
+    const struct ms_explain_share_cell *c = &in->share_cells[i];
+    int b = bucket_index(x, c->bucket);
+    if (c->cls < 0 || c->cls >= x->C || b < 0 || c->slice < 0 || c->slice >= x->S || c->device < 0 ||
+        c->device >= D || !(c->n > 0))
+      continue;
+    size_t k = EX_AT(x, c->cls, b, c->slice) * (size_t)D + (size_t)c->device;
+    n[k] += c->n, sum[k] += c->sum_ns;
+    if (c->min_ns > 0 && (!(mn[k] > 0) || c->min_ns < mn[k])) mn[k] = c->min_ns;
+  }
+  for (int d = 0; d < D; d++) {
+    struct ms_explain_effect *e = &x->out->share[d];
+    *e = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN, .peers = D - 1};
+    size_t ks = 0;
+    for (int s = 0; s < x->S; s++) {
+      size_t kc = 0;
+      double w = 0;
+      for (int c = 0; c < x->C; c++)
+        for (int b = 0; b < x->B; b++) {
+          size_t k = EX_AT(x, c, b, s) * (size_t)D;
+          double on = 0, os = 0, om = INFINITY;
+          for (int o = 0; o < D; o++)
+            if (o != d) on += n[k + (size_t)o], os += sum[k + (size_t)o], om = mn[k + (size_t)o] < om ? mn[k + (size_t)o] : om;
+          double nd = n[k + (size_t)d], sd = sum[k + (size_t)d], md = mn[k + (size_t)d];
+          if (!(nd > 0) || !(sd > 0) || !(on > 0) || !(os > 0)) continue;
+          /* the fastest tasks when known on every device, else the means */
+          double r = md > 0 && om > 0 && isfinite(om) ? md / om : sd / (nd * os / on);
+          cv[kc++] = (struct ex_vw){log(r), nd};
+          w += nd;
+          e->n += nd;
+          e->excess_ns += sd - nd * os / on;
+        }
+      if (kc) v[ks++] = (struct ex_vw){ex_wmedian(cv, kc), w};
+    }
+    if (ks < MIN_SLICES) continue;
+    e->effect = ex_wmedian(v, ks);
+    double se = 1.2533 * ex_wmad_sd(v, ks, e->effect) / sqrt((double)ks) * (1 + 4.0 / (double)ks);
+    e->noise = se > 0.005 ? se : 0.005;
+    e->z = e->effect / e->noise;
+    e->excess_ns /= in->steps > 0 ? in->steps : 1;
+  }
+out:
+  free(n);
+  free(sum);
+  free(mn);
+  free(v);
+  free(cv);
 }
 
 /* ---- the OS's view: time waiting for a CPU ---- */
@@ -406,8 +517,9 @@ int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result
   out->worker = calloc((size_t)x.W + 1, sizeof *out->worker);
   out->device = calloc((size_t)x.D + 1, sizeof *out->device);
   out->request = calloc((size_t)in->n_requests + 1, sizeof *out->request);
+  out->share = calloc((size_t)x.D + 1, sizeof *out->share);
   out->n_devices = x.D;
-  if (rc || !out->cls || !out->worker || !out->device || !out->request) {
+  if (rc || !out->cls || !out->worker || !out->device || !out->request || !out->share) {
     ex_free(&x);
     ms_explain_result_free(out);
     return -ENOMEM;
@@ -418,6 +530,8 @@ int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result
   layer_effects(&x);
   group_effects(&x, 0, out->worker, x.W);
   if (x.D > 1) group_effects(&x, 1, out->device, x.D);
+  for (int d = 0; d < x.D; d++) out->share[d] = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN};
+  if (x.D > 1 && in->n_share_cells) share_effects(&x);
   cpu_effects(&x, &cpu);
   ex_request_effects(&x, &rq);
   int ok = rq.time != NULL && (out->set_aside = calloc((size_t)x.W + 1, 1));
@@ -446,7 +560,8 @@ void ms_explain_result_free(struct ms_explain_result *r) {
   free(r->worker);
   free(r->device);
   free(r->request);
+  free(r->share);
   free(r->set_aside);
   r->set_aside = NULL;
-  r->cls = r->layer = r->worker = r->device = r->request = NULL;
+  r->cls = r->layer = r->worker = r->device = r->request = r->share = NULL;
 }

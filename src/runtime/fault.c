@@ -7,7 +7,9 @@
  * through its table, struct ms_backend_ops):
  *   slow_class, slow_request, comm_delay, slow_worker, bandwidth_steal, slow_layer
  *       a task takes longer: the simulator adds ms_fault_extra_ns to its cost; a
- *       CPU worker spins it after the body;
+ *       CPU worker spins it after the body; across processes (MPI) comm_delay
+ *       holds the target rank's send instead (ms_fault_before_ns), so its
+ *       share arrives late over the real transport;
  *   routing_skew     the router's choice: the simulator's shape spread, or the
  *                    router kernel's output (compute mode, CPU);
  *   delayed_release  the trigger that completes an event of the class is held
@@ -237,8 +239,8 @@ uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, 
     case MS_FAULT_SLOW_REQUEST:
       if (k->kernel == MS_K_ATTN && row_slot(rt, k->tile[1]) == f->target) extra += (double)base_ns * (f->factor - 1);
       break;
-    case MS_FAULT_COMM_DELAY:
-      if (k->kernel == MS_K_COMM && k->tile[2] == f->target) extra += (double)f->delay_ns;
+    case MS_FAULT_COMM_DELAY:  /* across processes: ms_fault_before_ns */
+      if (!e->tx && k->kernel == MS_K_COMM && k->tile[2] == f->target) extra += (double)f->delay_ns;
       break;
     case MS_FAULT_SLOW_WORKER:
       if (worker == f->target) extra += (double)base_ns * (f->factor - 1);
@@ -255,6 +257,15 @@ uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, 
     }
   }
   return (uint64_t)extra;
+}
+
+uint64_t ms_fault_before_ns(const struct ms_engine *e, const struct plan_rt *rt, int t) {
+  const struct ms_task *k = &rt->plan->tasks[t];
+  uint64_t ns = 0;
+  if (!e->tx || k->kernel != MS_K_COMM || k->tile[2] != e->rank) return 0;
+  for (int i = 0; i < e->faults->n; i++)
+    if (e->faults->f[i].type == MS_FAULT_COMM_DELAY && e->faults->f[i].target == e->rank) ns += e->faults->f[i].delay_ns;
+  return ns;
 }
 
 /* ---- the same as tables (a backend whose SMs apply them) ---- */

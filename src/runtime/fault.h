@@ -29,6 +29,11 @@ void ms_fault_free(struct ms_engine *e);
  * healthy time): slow_class, slow_request (attention of the slow request's
  * row), comm_delay, slow_worker, bandwidth_steal, slow_layer. */
 uint64_t ms_fault_extra_ns(const struct ms_engine *e, const struct plan_rt *rt, int t, int worker, uint64_t base_ns);
+/* Time task t waits before its body: comm_delay across processes, where the
+ * target rank's share leaves that late (its communication task holds the
+ * send, asleep) and the other ranks' receives wait for it on the transport,
+ * as a rank whose shares are late makes them wait; 0 for every other task. */
+uint64_t ms_fault_before_ns(const struct ms_engine *e, const struct plan_rt *rt, int t);
 
 /* late_admission, on the admitting thread: hold_request takes request r (just
  * popped for slot `slot`) when it is the target-th admitted, keeping the slot

@@ -281,18 +281,20 @@ static void pick_chat_template(const struct serve_args *a, const struct ms_model
 }
 
 /* --fault: named against the plan of the largest bucket (class and event
- * class names are the same in every bucket's plan). */
+ * class names are the same in every bucket's plan); under --tp a device is a
+ * rank, so comm_delay and bandwidth_steal aim at one. */
 static int resolve_faults(const struct ms_model *m, const struct serve_args *a, struct ms_fault *out) {
   char buf[1024] = "";
   struct ms_textbuf log = {.buf = buf, .size = sizeof buf};
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch)};
+  int D = a->tp > 1 ? (int)a->tp : 1;
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch), .tp = D};
   struct ms_plan *p = ms_plan_compile(m, &co, &log);
   int workers = a->workers ? (int)a->workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
   int rc = p ? 0 : -1;
   for (int i = 0; !rc && i < a->n_fault; i++) {
     struct bench_fault f;
     rc = bench_fault_spec(a->fault[i], &f, &log) ||
-         bench_fault_resolve(&f, p, workers > 0 ? workers : 1, (int)a->batch, 1, &out[i], &log);
+         bench_fault_resolve(&f, p, workers > 0 ? workers : 1, (int)a->batch, D, &out[i], &log);
   }
   ms_plan_free(p);
   if (rc) fprintf(stderr, "megascope serve: --fault: %s", buf);

@@ -156,8 +156,15 @@ static void worker_expr(const struct explain_window *w, char *out, size_t n) {
 
 static struct ms_query *summary_query(const struct ms_query_schema *sc, const struct explain_window *w, int K,
                                       int n_cls, struct ms_textbuf *log) {
-  char src[1536], wk[48];
+  char src[1536], wk[48], shares[256] = "";
   worker_expr(w, wk, sizeof wk);
+  /* tensor parallel: the communication tasks by the device whose share they carry */
+  int comm = 0;
+  for (int c = 0; c < w->n_cls; c++) comm |= !strncmp(w->cls[c].op, "comm", 4);
+  if (comm)
+    snprintf(shares, sizeof shares,
+             "task_end /op == comm_allgather/ { @sh[tile_z, class, bucket, step %% %d] = avg(t_end - t_begin); "
+             "@shm[tile_z, class, bucket, step %% %d] = min(t_end - t_begin) }\n", K, K);
   snprintf(src, sizeof src,
            "task_end { @t[class, bucket, %s, step %% %d] = avg(t_end - t_begin); "
            "@dev[%s] = max(device) }\n"
@@ -166,8 +173,9 @@ static struct ms_query *summary_query(const struct ms_query_schema *sc, const st
            "task_end /op == attn && req_slot != 0xffffffff/ { @r[req_slot, req_gen, step] = avg(t_end - t_begin); "
            "@rm[req_slot, req_gen, step] = min(t_end - t_begin); @rc[req_slot, req_gen, step] = min(ctx_len); "
            "@rh[req_slot, req_gen, step] = max(ctx_len); @rx[req_slot, req_gen] = max(ctx_len) }\n"
+           "%s"
            "step /phase == end%s/ { @steps = count() }",  /* every rank ends each step: rank 0's are the steps */
-           wk, K, wk, wk, K, w->rank_workers ? " && device == 0" : "");
+           wk, K, wk, wk, K, shares, w->rank_workers ? " && device == 0" : "");
   /* room for every class in four buckets a slice, and 32k (request, step)
    * cells (a full map drops what does not fit, counted) */
   uint32_t keys = 32768, want = (uint32_t)n_cls * 4u * (uint32_t)K;
@@ -356,6 +364,28 @@ static int load_summary(struct explain_window *w, json_t *sum) {
     if (c.cls >= 0 && c.worker >= 0 && c.worker < w->n_workers && add_cell(w, &c)) return -1;
   }
   load_minima(w, json_object_get(map_named(sum, "@m"), "entries"));
+  /* tensor parallel: the communication tasks by the device whose share they
+   * carry (tile_z), sender's and receivers' together */
+  json_t *sh = json_object_get(map_named(sum, "@sh"), "entries");
+  if (json_array_size(sh) && !(w->shares = calloc(json_array_size(sh), sizeof *w->shares))) return -1;
+  json_array_foreach(sh, i, e) {
+    json_t *k = json_object_get(e, "key");
+    struct ms_explain_share_cell c = {.device = (int)json_integer_value(json_array_get(k, 0)),
+                                      .cls = class_index(w, json_string_value(json_array_get(k, 1))),
+                                      .bucket = (int)json_integer_value(json_array_get(k, 2)),
+                                      .slice = (int)json_integer_value(json_array_get(k, 3)),
+                                      .n = json_number_value(json_object_get(e, "count")),
+                                      .sum_ns = json_number_value(json_object_get(e, "sum"))};
+    if (c.cls >= 0 && c.device >= 0) w->shares[w->n_shares++] = c;
+  }
+  json_array_foreach(json_object_get(map_named(sum, "@shm"), "entries"), i, e) {  /* the fastest of each */
+    json_t *k = json_object_get(e, "key");
+    int d = (int)json_integer_value(json_array_get(k, 0)), cls = class_index(w, json_string_value(json_array_get(k, 1)));
+    int b = (int)json_integer_value(json_array_get(k, 2)), s = (int)json_integer_value(json_array_get(k, 3));
+    for (size_t j = 0; j < w->n_shares; j++)
+      if (w->shares[j].device == d && w->shares[j].cls == cls && w->shares[j].bucket == b && w->shares[j].slice == s)
+        w->shares[j].min_ns = json_number_value(json_object_get(e, "value"));
+  }
   json_array_foreach(json_object_get(map_named(sum, "@wb"), "entries"), i, e) {
     int c = class_index(w, json_string_value(json_array_get(json_object_get(e, "key"), 0)));
     if (c >= 0) w->cls[c].work_bytes = json_number_value(json_object_get(e, "value"));
@@ -549,6 +579,7 @@ static void window_free(struct explain_window *w) {
   json_decref(w->coverage);
   free(w->cls);
   free(w->cells);
+  free(w->shares);
   free(w->req);
   free(w->req_cells);
   free(w->os);
@@ -583,7 +614,8 @@ int cmd_explain(int argc, char **argv) {
                                    .n_req_cells = w.n_req_cells, .os = w.os,
                                    .n_os_slices = w.n_os, .device = w.device, .n_workers = w.n_workers,
                                    .n_slices = w.slices, .window_ns = w.window_ns, .steps = w.steps,
-                                   .rank_workers = w.rank_workers};
+                                   .rank_workers = w.rank_workers, .share_cells = w.shares,
+                                   .n_share_cells = w.n_shares};
   int jrc = ms_explain_judge(&w.in, &w.res);
   if (jrc) {
     fprintf(stderr, "megascope explain: the judgement: %s\n", ms_strerror(jrc));

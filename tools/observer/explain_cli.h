@@ -39,6 +39,8 @@ struct explain_window {
   int n_cls;
   struct ms_explain_cell *cells;
   size_t n_cells, cap_cells;
+  struct ms_explain_share_cell *shares;  /* tensor parallel: each device's shares' tasks */
+  size_t n_shares;
   struct ms_explain_request *req;
   int n_req;
   struct ms_explain_req_cell *req_cells;

@@ -212,6 +212,21 @@ static void parts_json(struct ms_json *j, const struct explain_window *w) {
     ms_json_obj_end(j);
   }
   ms_json_arr_end(j);
+  if (r->n_devices > 1) {  /* tensor parallel: each device, its tasks and its shares against the others' */
+    ms_json_key(j, "devices");
+    ms_json_arr_begin(j);
+    for (int d = 0; d < r->n_devices; d++) {
+      ms_json_obj_begin(j);
+      ms_json_kint(j, "device", d);
+      effect_json(j, &r->device[d]);
+      ms_json_key(j, "shares");
+      ms_json_obj_begin(j);
+      effect_json(j, &r->share[d]);
+      ms_json_obj_end(j);
+      ms_json_obj_end(j);
+    }
+    ms_json_arr_end(j);
+  }
   ms_json_key(j, "requests");
   ms_json_arr_begin(j);
   for (int i = 0; i < w->n_req; i++) {

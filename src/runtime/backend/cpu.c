@@ -90,6 +90,13 @@ static void run_task(struct worker *w, struct plan_rt *rt, int t, uint64_t gen) 
   if (e->o.shuffle) shuffle_delay(w);
   uint64_t t0 = ms_rt_task_start(w, rt, t, gen);
   if (rt->delay_ns && rt->delay_ns[t]) sleep_ns(rt->delay_ns[t]);
+  if (e->faults) {
+    /* fault injection (comm_delay across processes): the share leaves late,
+     * the worker asleep meanwhile as it is while it polls for a late share
+     * (spinning, it would pass for a worker waiting for its CPU) */
+    uint64_t ns = ms_fault_before_ns(e, rt, t);
+    if (ns) sleep_ns(ns);
+  }
   ms_rt_task_body(w, rt, t);
   if (e->faults) {
     /* fault injection (slow_class, slow_request, comm_delay, slow_worker, ...): the worker stays busy */

@@ -11,6 +11,8 @@
 //                        and the two workers queueing most (a saturated queue);
 //   worker_slow_top      the two workers whose tasks ran longest against their
 //                        classes' running means (a throttled worker);
+//   worker_op            per worker (the first 64) and kernel: tasks and task ns,
+//                        so a CPU server's few workers are compared kernel by kernel;
 //   req_attn             per request: its attention tasks' time (a long context)
 //                        and when the last ended (a request that joined late);
 //   expert_stat          per MoE expert: its tasks' time and the rows they

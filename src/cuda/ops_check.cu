@@ -374,7 +374,7 @@ extern "C" int ms_cuda_ops_check(const struct ms_model *m, int batch, struct ms_
     c.row_pages = (int32_t **)calloc((size_t)batch, sizeof *c.row_pages);
     c.kp = (float *)malloc(sizeof(float) * c.pool_floats);
     c.vp = (float *)malloc(sizeof(float) * c.pool_floats);
-    c.scr = (float *)calloc(CHK_CTX, sizeof(float));
+    c.scr = (float *)calloc(ms_ops_scratch_floats(m, CHK_CTX), sizeof(float));
     c.bw = (const struct ms_weight *(*)[3])calloc((size_t)p->n_classes, sizeof *c.bw);
     if (fail || !c.slot || !c.pos || !c.tok || !c.pages || !c.row_pages || !c.kp || !c.vp || !c.scr || !c.bw) {
       ms_textbuf_printf(log, "cuda: ops check: out of host memory\n");

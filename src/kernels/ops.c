@@ -10,6 +10,12 @@
 #include "core/layer.h"
 #include "kernels/vec.h"
 
+size_t ms_ops_scratch_floats(const struct ms_model *m, int max_ctx) {
+  const struct ms_model_config *c = &m->cfg;
+  size_t group = (size_t)(c->n_kv_heads > 0 && c->n_heads > c->n_kv_heads ? c->n_heads / c->n_kv_heads : 1);
+  return (size_t)(max_ctx > 0 ? max_ctx : 1) * group;
+}
+
 void ms_ops_bind_weights(const struct ms_plan *p, const struct ms_model *m,
                          const struct ms_weight *(*out)[3]) {
   for (int c = 0; c < p->n_classes; c++) {

@@ -60,6 +60,11 @@ struct ms_exec_ctx {
 void ms_ops_bind_weights(const struct ms_plan *p, const struct ms_model *m,
                          const struct ms_weight *(*out)[3]);
 
+/* Floats of one worker's scratch (ms_exec_ctx.scratch): attention keeps a row
+ * of max_ctx scores for each q head of a KV group. Whoever lays out an
+ * execution context sizes it by this. */
+size_t ms_ops_scratch_floats(const struct ms_model *m, int max_ctx);
+
 /* Runs task `t` (math kernels; the step start and sampling belong to the runtime). */
 void ms_ops_run(const struct ms_exec_ctx *x, int t, int worker);
 

@@ -228,10 +228,9 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
   if (ms_pc_init(e)) return -ENOMEM;
   for (int s = 0; s < e->n_slots; s++)
     if (!(e->slots[s].pages = calloc((size_t)e->max_pages, sizeof(int32_t)))) return -ENOMEM;
-  /* attention's scores: a row of max_ctx for each q head of a KV group (kernels/ops.c) */
-  size_t group = (size_t)(c->n_kv_heads > 0 && c->n_heads > c->n_kv_heads ? c->n_heads / c->n_kv_heads : 1);
+  size_t scratch = ms_ops_scratch_floats(e->m, e->o.max_ctx);
   for (int w = 0; w < e->n_workers; w++)
-    if (!(e->scratch[w] = calloc((size_t)e->o.max_ctx * group, sizeof(float)))) return -ENOMEM;
+    if (!(e->scratch[w] = calloc(scratch, sizeof(float)))) return -ENOMEM;
   return e->o.q8_activations && !e->shape_only ? alloc_q8(e) : 0;
 }
 

@@ -118,7 +118,7 @@ static inline int harness_setup(struct harness *h, const struct ms_model *m, int
   h->k_pool = calloc(kv, sizeof(float));
   h->v_pool = calloc(kv, sizeof(float));
   h->scratch = calloc((size_t)n_ctas + 1, sizeof *h->scratch);  /* NULL-terminated */
-  for (int i = 0; i < n_ctas; i++) h->scratch[i] = calloc((size_t)max_ctx, sizeof(float));
+  for (int i = 0; i < n_ctas; i++) h->scratch[i] = calloc(ms_ops_scratch_floats(m, max_ctx), sizeof(float));
   h->cls_w = calloc((size_t)p->n_classes, sizeof *h->cls_w);
   ms_ops_bind_weights(p, m, h->cls_w);
   h->pages = calloc((size_t)pool_pages, sizeof(int32_t));

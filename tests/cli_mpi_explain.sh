@@ -14,10 +14,7 @@ MS=$1
 SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 # shellcheck source=tests/serve_lib.sh
 source "$SRC/tests/serve_lib.sh"
-command -v mpirun >/dev/null || { echo "mpirun not found: skipped (scripts/deps.sh installs openmpi-bin)"; exit 77; }
-[ "$(nproc)" -ge 2 ] || { echo "fewer than two CPUs: skipped"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpi_prelude two_cpus
 tmp=$(mktemp -d)
 MPI_PID="" LOAD_PID="" SIDE_PID=""
 cleanup() {
@@ -37,10 +34,7 @@ fail() {
 SOCK="$tmp/s/engine.sock"
 mkdir -p "$tmp/s"
 chmod 700 "$tmp/s"
-timeout 600 mpirun --bind-to none -np 2 "$MS" serve --tp 2 --synthetic tiny --workers 1 --batch 4 --pin-workers \
-  --comm-timeout-ms 30000 --http 127.0.0.1:0 --socket "$SOCK" >"$tmp/out" 2>"$tmp/err" &
-MPI_PID=$!
-wait_ready "$tmp/out" "$MPI_PID" 900 || :
+start_mpi_tiny "$SOCK" "$tmp/out" "$tmp/err"
 [ -n "$URL" ] && [ -S "$SOCK" ] || { cat "$tmp/out" >&2; fail "not ready"; }
 
 # each rank's worker on its own CPU

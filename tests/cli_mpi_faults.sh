@@ -24,10 +24,7 @@ SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}
 MS_MONITORS=${MS_MONITORS:-$(dirname "$MS")/monitors}
 # shellcheck source=tests/serve_lib.sh
 source "$SRC/tests/serve_lib.sh"
-command -v mpirun >/dev/null || { echo "mpirun not found: skipped (scripts/deps.sh installs openmpi-bin)"; exit 77; }
-[ "$(nproc)" -ge 2 ] || { echo "fewer than two CPUs: skipped"; exit 77; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+mpi_prelude two_cpus
 tmp=$(mktemp -d)
 MPI_PID="" LOAD_PID=""
 cleanup() {
@@ -53,10 +50,7 @@ run_case() {
   rm -rf "$tmp/s" "$tmp/stop"
   mkdir -p "$tmp/s"
   chmod 700 "$tmp/s"
-  timeout 600 mpirun --bind-to none -np 2 "$MS" serve --tp 2 --synthetic tiny --workers 1 --batch 4 --pin-workers \
-    --comm-timeout-ms 30000 --http 127.0.0.1:0 --socket "$sock" "$@" >"$tmp/out" 2>"$tmp/err" &
-  MPI_PID=$!
-  wait_ready "$tmp/out" "$MPI_PID" 900 || :
+  start_mpi_tiny "$sock" "$tmp/out" "$tmp/err" "$@"
   [ -n "$URL" ] && [ -S "$sock" ] || { cat "$tmp/out" >&2; fail "$name: not ready"; }
   python3 "$SRC/tests/chat_load.py" "$URL" --clients 4 --max-tokens 24 --stop "$tmp/stop" 2>"$tmp/load.err" &
   LOAD_PID=$!

@@ -52,6 +52,28 @@ wait_ready() {
   return 1
 }
 
+# mpi_prelude [two_cpus]: skips (77) without mpirun (or, with two_cpus, on
+# fewer than two CPUs) and lets Open MPI run as root, oversubscribed, without
+# the single-copy mechanism a container refuses.
+mpi_prelude() {
+  command -v mpirun >/dev/null || { echo "mpirun not found: skipped (scripts/deps.sh installs openmpi-bin)"; exit 77; }
+  if [ "${1:-}" = two_cpus ] && [ "$(nproc)" -lt 2 ]; then echo "fewer than two CPUs: skipped"; exit 77; fi
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+}
+
+# start_mpi_tiny SOCK OUT ERR [serve args...]: two ranks of the tiny preset,
+# one pinned worker each (`mpirun --bind-to none`), serving on SOCK; waits for
+# ready. Sets MPI_PID and URL ("" when not ready).
+start_mpi_tiny() {
+  local sock=$1 out=$2 err=$3
+  shift 3
+  timeout 600 mpirun --bind-to none -np 2 "$MS" serve --tp 2 --synthetic tiny --workers 1 --batch 4 --pin-workers \
+    --comm-timeout-ms 30000 --http 127.0.0.1:0 --socket "$sock" "$@" >"$out" 2>"$err" &
+  MPI_PID=$!
+  wait_ready "$out" "$MPI_PID" 900 || :
+}
+
 # stop_mpirun PID: ends `timeout ... mpirun` and its ranks: TERM first, which
 # timeout passes on to mpirun (a KILL would end timeout alone and leave mpirun
 # and the ranks running), KILL after 5 s.

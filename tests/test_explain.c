@@ -32,6 +32,8 @@ struct world {
   double cold_factor[8]; /* (the first task after another thread held the CPU), */
   int cold_pin;          /* and every one of its tasks on worker cold_pin - 1 */
   double req_ctx[32], req_factor[32];
+  double slot_slope;     /* a request's attention runs exp(-slot_slope x slot) (its row's place in the step) */
+  double req_scatter;    /* each request's own log-normal factor (real requests scatter 5-25% around the line) */
   int pace_burst;        /* steps from step 50 that run every request 3x slower */
   int no_min;            /* the tables without each cell's fastest task (means only) */
   int comm;              /* op 1 of every layer is a communication task (tensor parallel) */
@@ -168,7 +170,8 @@ static void draw(struct world *w, struct window *win) {
   for (int st = 0; st < w->steps; st++) pace[st] = st >= 50 && st < 50 + w->pace_burst ? 3 : 1;
   for (int r = 0; r < w->n_req; r++) {
     win->req[r] = (struct ms_explain_request){.slot = (uint32_t)(r % 8), .gen = (uint32_t)(r / 8 + 1)};
-    double per = (3000 + 40 * w->req_ctx[r]) * w->req_factor[r];
+    double per = (3000 + 40 * w->req_ctx[r]) * w->req_factor[r] * exp(-w->slot_slope * (r % 8)) *
+                 exp(w->req_scatter * gauss(&w->rng));
     for (int a = 0; a < 40; a++) {
       int st = (r * 7 + a) % w->steps;
       struct ms_explain_req_cell *c = &win->req_cells[win->n_req_cells++];
@@ -454,6 +457,40 @@ static void requests(void) {
   world_init(&w, 30, 2, 40);
   w.n_req = 24, w.pace_burst = 50, w.req_factor[6] = 1.5;
   expect("request 6 1.5x among bursts", &w, WANT("request:request slot 6 gen 1"));
+  /* the first rows of a step slower than the last (Gemma-3: 1.25x the
+   * context line at slot 0, 0.78x at slot 7, in every window): a request
+   * 1.5x its place's time stands out, and the gradient alone names nothing */
+  for (uint64_t seed = 41; seed < 44; seed++) {
+    world_init(&w, 30, 2, seed);
+    w.n_req = 24, w.slot_slope = 0.07;
+    expect("healthy requests, slower first rows", &w, 0, NULL);
+    world_init(&w, 30, 2, seed);
+    w.n_req = 24, w.slot_slope = 0.07, w.req_factor[11] = 1.5;
+    expect("request slot 3 gen 2 1.5x, slower first rows", &w, WANT("request:request slot 3 gen 2"));
+  }
+  /* requests that scatter 10% each around the line (as real ones do): a
+   * slot's four requests 1.7x stand about 5 scatters out each, their median
+   * about 10 (the median of four scatters half as much): the slot is named,
+   * where its requests one by one are not; a healthy batch names nothing */
+  for (uint64_t seed = 51; seed < 56; seed++) {
+    world_init(&w, 30, 2, seed);
+    w.n_req = 32, w.req_scatter = 0.1, w.slot_slope = 0.05;
+    expect("healthy scattered requests", &w, 0, NULL);
+    world_init(&w, 30, 2, seed);
+    w.n_req = 32, w.req_scatter = 0.1, w.slot_slope = 0.05;
+    w.req_factor[2] = w.req_factor[10] = w.req_factor[18] = w.req_factor[26] = 1.7;
+    expect("slot 2 1.7x, scattered requests", &w, WANT("slot:batch slot 2"));
+  }
+  /* beside a worker whose CPU another thread takes, a lone request must stand
+   * twice as far out: 1.6x among requests scattering 10% is not named, 4x is */
+  for (uint64_t seed = 56; seed < 59; seed++) {
+    world_init(&w, 30, 2, seed);
+    w.n_req = 32, w.req_scatter = 0.1, w.worker_preempt_p[1] = 0.05, w.os_share[1] = 0.3, w.req_factor[13] = 1.6;
+    expect("a request 1.6x beside a neighbour", &w, WANT("worker:worker 1 (CPU 1)"));
+    world_init(&w, 30, 2, seed);
+    w.n_req = 32, w.req_scatter = 0.1, w.worker_preempt_p[1] = 0.05, w.os_share[1] = 0.3, w.req_factor[13] = 4;
+    expect("a request 4x beside a neighbour", &w, WANT("worker:worker 1 (CPU 1)", "request:request slot 5 gen 2"));
+  }
 }
 
 /* Degenerate input: nothing judged, nothing named, no crash. */

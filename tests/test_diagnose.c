@@ -256,6 +256,47 @@ static void test_layer_and_class(void) {
   free(s);
 }
 
+/* A request admitted late (heldout-8's late_admission-1: Llama-3.2-1B's
+ * shapes, 4 layers, tensor parallel 4, batch 9): the batch changes over the
+ * run, and with it device 0's tasks against their classes' running means
+ * (1.045x, z 13); the request is named alone. */
+static void test_late_request_alone(void) {
+  char err[4096];
+  struct bench_scenario *s;
+  int n;
+  const char *text = "[{\"name\": \"la\", \"preset\": \"llama-3.2-1b\", \"backend\": \"sim\", \"batch\": 9, \"steps\": 5,"
+                     "  \"seed\": 819501, \"gpu\": \"h100\", \"jitter\": 0.05, \"tp\": 4, \"model\": {\"n_layers\": 4},"
+                     "  \"faults\": [{\"type\": \"late_admission\"}]}]";
+  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
+  struct ms_textbuf log = {err, sizeof err, 0, 0};
+  struct ms_model *m = bench_model(&s[0], &log);
+  struct bench_engine_cfg healthy = {.m = m, .sc = &s[0], .seed = 99};
+  struct ms_engine *e = m ? bench_engine_new(&healthy, &log) : NULL;
+  CHECKF(e, "%s", err);
+  int workers = e ? ms_engine_n_workers(e) : 0;
+  ms_engine_free(e);
+  /* the plan as the benchmark compiles it (src/bench/run.c) */
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for(9), .tiles_per_op = workers, .tp = 4};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  CHECKF(p, "%s", err);
+  CHECK(bench_scenario_draw(&s[0], p, workers, &log) == 0);
+  struct ms_fault f = {.type = MS_FAULT_LATE_ADMISSION, .target = s[0].faults[0].target_id, .delay_ns = 400000};
+  struct bench_opts o = {.n_budgets = 1, .budgets = {16384}, .monitors = mon_dir};
+  struct bench_engine_cfg faulty = {.m = m, .sc = &s[0], .faults = &f, .n_faults = 1, .seed = 5};
+  struct bench_evidence ref, ev;
+  CHECKF(bench_observe(&o, &healthy, BM_SEMANTIC, 0, &ref, &log) == 0 &&
+             bench_observe(&o, &faulty, BM_SEMANTIC, 0, &ev, &log) == 0, "%s", err);
+  ev.budget = 16384;
+  struct bench_answer a;
+  bench_diagnose(&ref, &ev, p, &s[0], &a);
+  CHECKF(a.kind == MS_CULPRIT_REQUEST && a.id == s[0].faults[0].target_id && a.n_more == 0, "%s: %s", a.name, a.why);
+  bench_evidence_free(&ref);
+  bench_evidence_free(&ev);
+  ms_plan_free(p);
+  ms_model_free(m);
+  free(s);
+}
+
 /* Synthetic semantic rows, the same in a run and its reference: every class 40
  * tasks of 1 us (1% scatter), 16 workers whose tasks scatter by about 1.5%
  * against their classes' means, two devices of 400 tasks each. */
@@ -595,6 +636,7 @@ int main(void) {
   test_layer_and_class();
   test_device_beside_culprit();
   test_few_workers_by_kernel();
+  test_late_request_alone();
   test_layer_classes_uneven();
   test_worker_null_noise();
   test_score();

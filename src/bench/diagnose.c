@@ -60,6 +60,7 @@ struct hyp {
   double zin;     /* a class: the z of its excess beyond its layer's factor (the median of its layer's classes); else z */
   int queue;      /* judged by queueing alone (a task waited), not by work or time spent */
   int busy;       /* a device or worker judged by its tasks' times against their classes' means */
+  int late;       /* a request judged by how late its last task ended (admitted late) */
   char why[160];
 };
 
@@ -291,6 +292,7 @@ struct fctx {
   const double *scale;  /* per hypothesis family (fam_of): what the z is multiplied by; NULL: 1 */
   int queueing;         /* the hypotheses being added are judged by queueing alone */
   int busy;             /* ... by a device's or worker's tasks against their classes' means */
+  int late;             /* ... by how late a request's last task ended */
   double kr_noise;      /* the kernel-by-kernel worker median's scatter between healthy runs (0: not known) */
   double *kr_sq;        /* the null runs: the sum of its squares, and their count, gathered here */
   int *kr_n;
@@ -372,7 +374,8 @@ static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, do
   if (c->scale) z *= c->scale[fam_of(cause, kind, id)];
   if (c->n == MAX_HYP || !(z > 0)) return;
   struct hyp *h = &c->h[c->n++];
-  *h = (struct hyp){.cause = cause, .kind = kind, .id = id, .z = z, .zin = z, .queue = c->queueing, .busy = c->busy};
+  *h = (struct hyp){.cause = cause, .kind = kind, .id = id, .z = z, .zin = z, .queue = c->queueing, .busy = c->busy,
+                    .late = c->late};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(h->why, sizeof h->why, fmt, ap);
@@ -816,8 +819,10 @@ static void hyp_late_request(struct fctx *c) {
     if (!x->have || x->n <= 0 || !(x->last > 0)) continue;
     double late = x->last - cmin, ref_late = rmax - rmin;
     double z = (late - ref_late) / (0.04 * c->step_ns + c->floor_abs);
+    c->late = 1;
     add(c, -2, MS_CULPRIT_REQUEST, i, z, "request slot %d: its last attention ended %.1f us after the first "
         "request's (reference: %.1f us at most)", i, late / 1e3, ref_late / 1e3);
+    c->late = 0;
   }
 }
 
@@ -1149,6 +1154,15 @@ static int explains(const struct ms_plan *p, int per_device, const struct hyp *a
   const struct hyp *w = a->kind == MS_CULPRIT_WORKER ? a : x->kind == MS_CULPRIT_WORKER ? x : NULL;
   const struct hyp *dv = a->kind == MS_CULPRIT_DEVICE ? a : x->kind == MS_CULPRIT_DEVICE ? x : NULL;
   if (w && dv && per_device > 0 && w->id / per_device == dv->id) return 1;
+  /* a request admitted late changes the batch over the run (steps without
+   * it, then steps with it alone): what is judged by the mix of the run's work
+   * moves with it, a device's or worker's tasks against their classes' running
+   * means (device 0 runs the step's unsplit tasks, which a smaller batch does
+   * not shorten as it does the split ones) and the experts' shares of the
+   * routed rows (heldout-8: four of five late admissions named with a device,
+   * a worker or an expert beside the request) */
+  const struct hyp *lr = a->late ? a : x->late ? x : NULL, *o = lr == a ? x : a;
+  if (lr && (o->busy || o->kind == MS_CULPRIT_EXPERT)) return 1;
   return 0;
 }
 

@@ -312,7 +312,7 @@ static void slot_culprits(struct ex *x, const struct ex_req *rq, unsigned char *
     for (int s = 0, j = 0; s < EX_MAX_SLOT; s++)
       if (m[s]) v[j++] = med[s];
     double center = ex_median(v, (size_t)slots);
-    for (int s = 0, j = 0; s < EX_MAX_SLOT; s++)
+    for (int s = 0, j = 0; s < EX_MAX_SLOT; s++)  /* again: ex_median reorders v */
       if (m[s]) v[j++] = med[s];
     double among = ex_mad_sd(v, (size_t)slots, center);
     for (int s = 0; s < EX_MAX_SLOT; s++) {

@@ -1548,45 +1548,71 @@ TGT512_INL __m512i v_kpk_row16(enum ms_dtype t, const __m512i *z, int j) {
   return _mm512_zextsi256_si512(_mm512_castsi512_si256(r));
 }
 
+/* msum of (row j, input b) in lane 4b + j for the types with one minimum a
+ * piece (zm: v_kpk_rec's, int32 word 4p + j = row j's minimums of pieces 2p,
+ * 2p + 1): the inputs' group sums added in pairs to piece sums (at most 32 *
+ * 127: int16), packed to words, and four vpdpwssd over the piece pairs, each
+ * operand's words laid out by one permute. No reduction: the lanes are the sums. */
+TGT512_INL __m512i v_kpk_msum8(__m512i zm, const int16_t *bs, size_t ld, const int NB) {
+  __m256i v[4];
+  for (int b = 0; b < 4; b++)
+    v[b] = b < NB ? _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bs + (size_t)b * ld)), _mm256_set1_epi16(1))
+                  : _mm256_setzero_si256();
+  /* word 8 (b & 1) + 2 (b >> 1) + (k & 1) + 4 (k >> 1): input b's pieces 2k, 2k + 1 */
+  __m512i w = _mm512_packs_epi32(_mm512_inserti64x4(_mm512_castsi256_si512(v[0]), v[1], 1),
+                                 _mm512_inserti64x4(_mm512_castsi256_si512(v[2]), v[3], 1));
+  const __m512i jj = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+  const __m512i bb = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 2, 2, 2, 2, 10, 10, 10, 10);
+  __m512i m = _mm512_setzero_si512();
+  for (int k = 0; k < 4; k++)
+    m = _mm512_dpwssd_epi32(m, _mm512_permutexvar_epi32(_mm512_add_epi32(jj, _mm512_set1_epi32(4 * k)), zm),
+                            _mm512_permutexvar_epi32(_mm512_add_epi32(bb, _mm512_set1_epi32((k & 1) + 4 * (k >> 1))), w));
+  return m;
+}
+
 TGT512_INL void v_kpk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
                            const struct ms_q8_act *a, int b0, int nsb, int ahead, float *y, int ldy) {
   const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t), n = a->n;
+  const int8_t *q0 = a->q + (size_t)b0 * (size_t)n;
+  const int16_t *bs0 = a->bs + (size_t)b0 * 16 * (size_t)nsb;
+  const float *d0 = a->d + (size_t)b0 * (size_t)nsb;
   __m512 acc = _mm512_setzero_ps();  /* lane 4b + j: (row j, input b) */
   for (int sb = 0; sb < nsb; sb++) {
     const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
-    __m512i z[2], zm[2], I[4][4], bs[4];
-    float dxs[4] = {0};
+#define BS(b) _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(bs0 + 16 * ((size_t)(b) * (size_t)nsb + (size_t)sb))))
+    __m512i z[2], zm[2], I[4][4];
     v_kpk_rec(t, sr, z, zm);
-    for (int b = 0; b < 4; b++) {
-      bs[b] = _mm512_setzero_si512();
+    for (int b = 0; b < 4; b++)
       for (int j = 0; j < 4; j++) I[b][j] = _mm512_setzero_si512();
-    }
-    for (int b = 0; b < NB; b++) {
-      size_t ib = (size_t)(b0 + b) * (size_t)nsb + (size_t)sb;
-      dxs[b] = a->d[ib];
-      bs[b] = _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(a->bs + 16 * ib)));
-    }
     if (off)  /* -K_OFF sum_h sc[h] bs[h] */
       for (int j = 0; j < 4; j++) {
         __m512i r = _mm512_slli_epi16(v_kpk_row16(t, z, j), off == 4 ? 2 : 5);
-        for (int b = 0; b < NB; b++) I[b][j] = _mm512_dpwssd_epi32(I[b][j], _mm512_sub_epi16(_mm512_setzero_si512(), bs[b]), r);
+        for (int b = 0; b < NB; b++) I[b][j] = _mm512_dpwssd_epi32(I[b][j], _mm512_sub_epi16(_mm512_setzero_si512(), BS(b)), r);
       }
+#pragma GCC unroll 4
     for (int p = 0; p < 4; p++) {
       const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
+      const int8_t *qx = q0 + (size_t)(8 * sb + 2 * p) * QK;
       if (ahead) {
         for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
         if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
       }
-      __m512i w[4], sc[4];
-      for (int j = 0; j < 4; j++) {
-        w[j] = v_kpk_w(t, qp, hp, j);
-        sc[j] = v_kpk_sc16(t, z, p, j);
-      }
-      for (int b = 0; b < NB; b++) {
-        __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)(8 * sb + 2 * p) * QK));
-        for (int j = 0; j < 4; j++) I[b][j] = _mm512_dpwssd_epi32(I[b][j], _mm512_maddubs_epi16(w[j], q), sc[j]);
-      }
+      /* one row's weights and scales live at a time, the inputs from memory; the rows written out, so
+       * each one's unpacking is straight-line code */
+#define KROW(J)                                                                                                     \
+  do {                                                                                                              \
+    __m512i w = v_kpk_w(t, qp, hp, J), sc = v_kpk_sc16(t, z, p, J);                                                  \
+    for (int b = 0; b < NB; b++)                                                                                    \
+      I[b][J] = _mm512_dpwssd_epi32(I[b][J], _mm512_maddubs_epi16(w, _mm512_loadu_si512((const void *)(qx + (size_t)b * (size_t)n))), sc); \
+  } while (0)
+      KROW(0);
+      KROW(1);
+      KROW(2);
+      KROW(3);
+#undef KROW
     }
+    float dxs[4] = {0};
+    for (int b = 0; b < NB; b++) dxs[b] = d0[(size_t)b * (size_t)nsb + (size_t)sb];
     __m512 dx = v_x4(_mm_loadu_ps(dxs));
     __m512 d = _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr)));
     __m512i isum;
@@ -1602,29 +1628,33 @@ TGT512_INL void v_kpk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, con
     if (kmin) {
       __m512 dm = _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8))));
       __m512i mn[4], msum;
-      for (int j = 0; j < 4; j++) mn[j] = v_kpk_row16(t, zm, j);
-      if (NB == 1) {  /* rows (0, 1) and (2, 3) in the halves of two vectors */
-        __m512i b2 = _mm512_inserti64x4(bs[0], _mm512_castsi512_si256(bs[0]), 1);
+      for (int j = 0; j < 4; j++) mn[j] = ns == 8 ? _mm512_setzero_si512() : v_kpk_row16(t, zm, j);
+      if (ns == 8) {  /* Q4_K, Q5_K: one minimum a piece, so the input's piece sums (v_kpk_msum8) */
+        msum = v_kpk_msum8(zm[0], bs0 + 16 * (size_t)sb, 16 * (size_t)nsb, NB);
+      } else if (NB == 1) {  /* rows (0, 1) and (2, 3) in the halves of two vectors */
+        __m512i b2 = _mm512_broadcast_i64x4(_mm512_castsi512_si256(BS(0)));
         __m512i m0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), b2, _mm512_inserti64x4(mn[0], _mm512_castsi512_si256(mn[1]), 1));
         __m512i m1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), b2, _mm512_inserti64x4(mn[2], _mm512_castsi512_si256(mn[3]), 1));
         __m512i x[8] = {m0, m1, _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
                         _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
-        /* v_red8h's entries: x[k] low (k % 4, 0), high (k % 4, 1): lanes j = 0, 1 from m0 ... */
-        __m512i r = v_red8h(x);  /* lane 4b + j: m0 -> (0, 0) and (0, 1); m1 -> (1, 0) and (1, 1) */
-        msum = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), r);
+        /* v_red8h's entries: m0's halves land in lanes 0 and 4 (rows 0, 1), m1's in 1 and 5 (rows 2, 3) */
+        msum = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v_red8h(x));
       } else {
         __m512i x[8];
         for (int k = 0; k < 8; k++) {
           int j = k % 4, bp = 2 * (k / 4);
-          __m512i b2 = _mm512_inserti64x4(bs[bp], _mm512_castsi512_si256(bs[bp + 1]), 1);
-          x[k] = bp < NB ? _mm512_dpwssd_epi32(_mm512_setzero_si512(), b2,
-                                               _mm512_inserti64x4(mn[j], _mm512_castsi512_si256(mn[j]), 1))
-                         : _mm512_setzero_si512();
+          if (bp < NB) {
+            __m512i b2 = _mm512_inserti64x4(BS(bp), _mm512_castsi512_si256(bp + 1 < NB ? BS(bp + 1) : _mm512_setzero_si512()), 1);
+            x[k] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), b2, _mm512_inserti64x4(mn[j], _mm512_castsi512_si256(mn[j]), 1));
+          } else {
+            x[k] = _mm512_setzero_si512();
+          }
         }
         msum = v_red8h(x);
       }
       acc = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(msum), acc);
     }
+#undef BS
   }
   float o[16];
   _mm512_storeu_ps(o, acc);
@@ -1670,6 +1700,19 @@ TGT512_INL void kpk_gemv_x4_t(enum ms_dtype t, const struct ms_weight *w, int r0
   if (4 * g1 < r1) q8_k_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
 }
 
+/* One function per type (the tile's code specialised to it; profiles name each). */
+#define KPK_X4(name, T)                                                                                              \
+  TGT512 static __attribute__((noinline)) void name(const struct ms_weight *w, int r0, int r1,                       \
+                                                    const struct ms_q8_act *a, float *y, int ldy) {                  \
+    kpk_gemv_x4_t(T, w, r0, r1, a, y, ldy);                                                                          \
+  }
+KPK_X4(kpk_x4_q2k, MS_DTYPE_Q2_K)
+KPK_X4(kpk_x4_q3k, MS_DTYPE_Q3_K)
+KPK_X4(kpk_x4_q4k, MS_DTYPE_Q4_K)
+KPK_X4(kpk_x4_q5k, MS_DTYPE_Q5_K)
+KPK_X4(kpk_x4_q6k, MS_DTYPE_Q6_K)
+#undef KPK_X4
+
 /* Batch 1, packed K-quants: the whole groups of four in [r0, r1) from the
  * packed regions, the rows before and after them from data. */
 TGT512_INL void kpk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
@@ -1713,11 +1756,11 @@ TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, cons
   }
   if (w->packed)
     switch (w->dtype) {  /* one instance per type */
-    case MS_DTYPE_Q2_K: kpk_gemv_x4_t(MS_DTYPE_Q2_K, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q3_K: kpk_gemv_x4_t(MS_DTYPE_Q3_K, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q4_K: kpk_gemv_x4_t(MS_DTYPE_Q4_K, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q5_K: kpk_gemv_x4_t(MS_DTYPE_Q5_K, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q6_K: kpk_gemv_x4_t(MS_DTYPE_Q6_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q2_K: kpk_x4_q2k(w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q3_K: kpk_x4_q3k(w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q4_K: kpk_x4_q4k(w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q5_K: kpk_x4_q5k(w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q6_K: kpk_x4_q6k(w, r0, r1, a, y, ldy); return 1;
     case MS_DTYPE_Q8_0: pk_gemv_x4_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
     case MS_DTYPE_Q4_0: pk_gemv_x4_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
     case MS_DTYPE_Q4_1: pk_gemv_x4_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); return 1;

@@ -896,28 +896,33 @@ static inline void k_rec_scales(enum ms_dtype t, const uint8_t *sr, int j, int16
   }
 }
 
-/* One packed K-quant group (four rows) against input row b: y[j] for row j. */
+/* The sums of v[0..3]'s lanes, in that order. */
+TGT_INL __m128i a_hsum4(const __m256i *v) {
+  __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+#define A_NB 16  /* inputs a group's super-block serves before the next one is unpacked */
+
+/* One packed K-quant group (four rows) against inputs b0 .. b0 + nb - 1 (nb <=
+ * A_NB): y[b * ldy + j] for row j. A super-block's weights (u = q + K_OFF)
+ * and lane scales are unpacked once into L1 for all the inputs; each input's
+ * four isums and msums come out of one transposing add, and its four float
+ * chains run as one vector, lane j (the same operations as the scalar ones). */
 TGT_INL void a_kpk_rows4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
-                         const struct ms_q8_act *a, int b, int nsb, int ahead, float *y) {
+                         const struct ms_q8_act *a, int b0, int nb, int nsb, int ahead, float *y, int ldy) {
   const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t);
-  const int8_t *qx = a->q + (size_t)b * (size_t)a->n;
-  const float *dx = a->d + (size_t)b * (size_t)nsb;
-  const int16_t *bsx = a->bs + (size_t)b * 16 * (size_t)nsb;
-  float acc[4] = {0};
+  __m256i wb[4][2][4], sb16[4][2][4];  /* [pair][piece][row] */
+  __m128 acc[A_NB];
+  for (int b = 0; b < nb; b++) acc[b] = _mm_setzero_ps();
   for (int sb = 0; sb < nsb; sb++) {
     const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
     int16_t sc[4][16], mn[4][16];
-    float d[4], dm[4] = {0};
-    __m256i bs = _mm256_loadu_si256((const __m256i *)(bsx + 16 * (size_t)sb)), ia[4];
-    _mm_storeu_ps(d, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr)));
-    if (kmin) _mm_storeu_ps(dm, _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8))));
+    __m256i r16[4], m16[4];
     for (int j = 0; j < 4; j++) {
       k_rec_scales(t, sr, j, sc[j], mn[j]);
-      ia[j] = _mm256_setzero_si256();
-      if (off)  /* -K_OFF sum_h sc[h] bs[h], as lanes */
-        ia[j] = _mm256_sub_epi32(ia[j], _mm256_madd_epi16(_mm256_slli_epi16(_mm256_loadu_si256((const __m256i *)sc[j]),
-                                                                            off == 4 ? 2 : 5),
-                                                          bs));
+      r16[j] = _mm256_slli_epi16(_mm256_loadu_si256((const __m256i *)sc[j]), off == 4 ? 2 : off ? 5 : 0);
+      m16[j] = _mm256_loadu_si256((const __m256i *)mn[j]);
     }
     for (int p = 0; p < 4; p++) {
       const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
@@ -925,27 +930,42 @@ TGT_INL void a_kpk_rows4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, 
         for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
         if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
       }
-      for (int c = 0; c < 2; c++) {
-        __m256i q = _mm256_load_si256((const __m256i *)(qx + (size_t)(8 * sb + 2 * p + c) * QK));
+      for (int c = 0; c < 2; c++)
         for (int j = 0; j < 4; j++) {
-          __m256i pr = _mm256_maddubs_epi16(a_kpk_w(t, qp, hp, j, c), q);
-          ia[j] = _mm256_add_epi32(ia[j], _mm256_madd_epi16(pr, k_sc16(sc[j], 2 * p + c)));
+          wb[p][c][j] = a_kpk_w(t, qp, hp, j, c);
+          sb16[p][c][j] = k_sc16(sc[j], 2 * p + c);
         }
+    }
+    __m128 d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr));
+    __m128 dm = kmin ? _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8))) : d;
+    for (int b = 0; b < nb; b++) {
+      size_t ib = (size_t)(b0 + b) * (size_t)nsb + (size_t)sb;
+      const int8_t *qx = a->q + (size_t)(b0 + b) * (size_t)a->n + (size_t)sb * 256;
+      __m256i bs = _mm256_loadu_si256((const __m256i *)(a->bs + 16 * ib)), ia[4];
+      for (int j = 0; j < 4; j++)  /* -K_OFF sum_h sc[h] bs[h], as lanes */
+        ia[j] = off ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(r16[j], bs)) : _mm256_setzero_si256();
+      for (int p = 0; p < 4; p++)
+        for (int c = 0; c < 2; c++) {
+          __m256i q = _mm256_load_si256((const __m256i *)(qx + (size_t)(2 * p + c) * QK));
+          for (int j = 0; j < 4; j++)
+            ia[j] = _mm256_add_epi32(ia[j], _mm256_madd_epi16(_mm256_maddubs_epi16(wb[p][c][j], q), sb16[p][c][j]));
+        }
+      __m128 dx = _mm_set1_ps(a->d[ib]);
+      acc[b] = _mm_fmadd_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(a_hsum4(ia)), acc[b]);
+      if (kmin) {
+        __m256i m[4];
+        for (int j = 0; j < 4; j++) m[j] = _mm256_madd_epi16(m16[j], bs);
+        acc[b] = _mm_fnmadd_ps(_mm_mul_ps(dm, dx), _mm_cvtepi32_ps(a_hsum4(m)), acc[b]);
       }
     }
-    for (int j = 0; j < 4; j++) {
-      acc[j] = fmaf(d[j] * dx[sb], (float)hsum_i32(ia[j]), acc[j]);
-      if (kmin)
-        acc[j] = fmaf(-(dm[j] * dx[sb]), (float)hsum_i32(_mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)mn[j]), bs)),
-                      acc[j]);
-    }
   }
-  for (int j = 0; j < 4; j++) y[j] = acc[j];
+  for (int b = 0; b < nb; b++) _mm_storeu_ps(y + (size_t)(b0 + b) * ldy, acc[b]);
 }
 
 /* The packed K-quants at any batch: the whole groups of four in [r0, r1)
- * from the packed regions, each against every input in turn (the group's
- * run stays in L1 after the first), the rows before and after them from data. */
+ * from the packed regions, each against the inputs A_NB at a time (the
+ * group's run stays in L1 after the first), the rows before and after them
+ * from data. */
 TGT_INL void a_kpk_gemv_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
                           float *y, int ldy) {
   int nsb = a->n / 256, G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
@@ -958,11 +978,9 @@ TGT_INL void a_kpk_gemv_t(enum ms_dtype t, const struct ms_weight *w, int r0, in
   if (r0 < 4 * g0) q8_k_gemv_avx2(w, r0, 4 * g0, a, y, ldy);
   for (int g = g0; g < g1; g++) {
     size_t at = (size_t)g * (size_t)nsb;
-    for (int b = 0; b < a->nb; b++) {
-      float o[4];
-      a_kpk_rows4(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, b, nsb, a->nb == 1, o);
-      memcpy(y + (size_t)b * ldy + 4 * g - r0, o, sizeof o);
-    }
+    for (int b0 = 0; b0 < a->nb; b0 += A_NB)
+      a_kpk_rows4(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, b0,
+                  a->nb - b0 < A_NB ? a->nb - b0 : A_NB, nsb, a->nb == 1, y + 4 * g - r0, ldy);
   }
   if (4 * g1 < r1) q8_k_gemv_avx2(w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
 }

@@ -880,62 +880,81 @@ TGT_INL __m256i a_kpk_w(enum ms_dtype t, const uint8_t *qp, const uint8_t *hp, i
   return w;
 }
 
-/* Row j's 16 group scales and minimums of a packed super-block's scale record
- * (blocks.h), group h = 2 * piece + half. */
-static inline void k_rec_scales(enum ms_dtype t, const uint8_t *sr, int j, int16_t *sc, int16_t *mn) {
-  for (int h = 0; h < 16; h++) {
-    int p = h / 4;
-    if (KP_NS(t) == 8) {
-      sc[h] = sr[8 * p + 2 * j + (h / 2) % 2];
-      mn[h] = sr[32 + 8 * p + 2 * j + (h / 2) % 2];
-    } else {
-      uint8_t v = sr[16 * p + 4 * j + h % 4];
-      sc[h] = t == MS_DTYPE_Q2_K ? (int16_t)(v & 15) : (int16_t)(int8_t)v;
-      mn[h] = t == MS_DTYPE_Q2_K ? (int16_t)(v >> 4) : 0;
-    }
-  }
-}
-
 /* The sums of v[0..3]'s lanes, in that order. */
 TGT_INL __m128i a_hsum4(const __m256i *v) {
   __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
   return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
+/* A packed super-block's scale record (blocks.h) in registers: s[0], s[1]
+ * its first 64 bytes (the scales; Q4_K's and Q5_K's minimums in s[1]). */
+TGT_INL void a_rec(const uint8_t *sr, __m256i *s) {
+  s[0] = _mm256_loadu_si256((const __m256i *)sr);
+  s[1] = _mm256_loadu_si256((const __m256i *)(sr + 32));
+}
+
+/* Row j's lane scales of pair p's piece c, [sc(4p + 2c) x8, sc(4p + 2c + 1) x8]
+ * as int16, by one byte shuffle of the record's bytes. */
+TGT_INL __m256i a_sc16(enum ms_dtype t, const __m256i *s, int p, int c, int j) {
+  if (KP_NS(t) == 8) {  /* byte 8p + 2j + c, one scale a piece */
+    __m256i v = _mm256_broadcastsi128_si256(p < 2 ? _mm256_castsi256_si128(s[0]) : _mm256_extracti128_si256(s[0], 1));
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x8000 | (8 * (p % 2) + 2 * j + c))));
+  }
+  /* bytes 16p + 4j + 2c (low lane) and + 1 (high lane), in both bytes of a word, then shifted down */
+  __m128i h = p % 2 ? _mm256_extracti128_si256(s[p / 2], 1) : _mm256_castsi256_si128(s[p / 2]);
+  int i = 4 * j + 2 * c;
+  __m256i m = _mm256_add_epi16(_mm256_set1_epi16((short)(i * 0x101)), _mm256_setr_epi64x(0, 0, 0x0101010101010101, 0x0101010101010101));
+  __m256i v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(h), m);
+  return t == MS_DTYPE_Q2_K ? _mm256_and_si256(_mm256_srli_epi16(v, 8), _mm256_set1_epi16(15)) : _mm256_srai_epi16(v, 8);
+}
+
+/* Row j's 16 group scales (mins 0) or minimums (mins 1) as int16, group h = 4p + 2c + e. */
+TGT_INL __m256i a_row16(enum ms_dtype t, const __m256i *s, int j, int mins) {
+  if (KP_NS(t) == 8) {  /* byte 8p + 2j + c of the scales (s[0]) or the minimums (s[1]), p % 2 in each lane */
+    const __m256i m = _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 8, -128, 8, -128, 9, -128, 9, -128, 0, -128, 0,
+                                       -128, 1, -128, 1, -128, 8, -128, 8, -128, 9, -128, 9, -128);
+    return _mm256_shuffle_epi8(s[mins], _mm256_add_epi16(m, _mm256_set1_epi16((short)(2 * j))));
+  }
+  /* bytes 16p + 4j + e: [p0 | p2] and [p1 | p3] shuffled into groups 0-3 | 8-11 and 4-7 | 12-15 */
+  __m256i lo = _mm256_permute2x128_si256(s[0], s[1], 0x20), hi = _mm256_permute2x128_si256(s[0], s[1], 0x31);
+  const __m256i ma = _mm256_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -128, -128, -128, -128, -128, -128, -128, -128, 0, 0, 1, 1,
+                                      2, 2, 3, 3, -128, -128, -128, -128, -128, -128, -128, -128);
+  const __m256i mb = _mm256_setr_epi8(-128, -128, -128, -128, -128, -128, -128, -128, 0, 0, 1, 1, 2, 2, 3, 3, -128, -128,
+                                      -128, -128, -128, -128, -128, -128, 0, 0, 1, 1, 2, 2, 3, 3);
+  const __m256i add = _mm256_set1_epi16((short)(4 * j * 0x101));
+  /* -128 + 4j stays negative (bit 7 set): still a zero byte */
+  __m256i v = _mm256_or_si256(_mm256_shuffle_epi8(lo, _mm256_add_epi8(ma, add)), _mm256_shuffle_epi8(hi, _mm256_add_epi8(mb, add)));
+  if (t != MS_DTYPE_Q2_K) return _mm256_srai_epi16(v, 8);
+  v = _mm256_srli_epi16(v, 8);
+  return mins ? _mm256_srli_epi16(v, 4) : _mm256_and_si256(v, _mm256_set1_epi16(15));
+}
+
 #define A_NB 16  /* inputs a group's super-block serves before the next one is unpacked */
 
 /* One packed K-quant group (four rows) against inputs b0 .. b0 + nb - 1 (nb <=
- * A_NB): y[b * ldy + j] for row j. A super-block's weights (u = q + K_OFF)
- * and lane scales are unpacked once into L1 for all the inputs; each input's
- * four isums and msums come out of one transposing add, and its four float
- * chains run as one vector, lane j (the same operations as the scalar ones). */
-TGT_INL void a_kpk_rows4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
-                         const struct ms_q8_act *a, int b0, int nb, int nsb, int ahead, float *y, int ldy) {
+ * A_NB): y[b * ldy + j] for row j. Over one input (ONE) the weights and lane
+ * scales are unpacked as they are used; over more, a super-block's are
+ * unpacked once into L1 for all the inputs. Each input's four isums and msums
+ * come out of one transposing add, and its four float chains run as one
+ * vector, lane j (the same operations as the scalar ones). */
+TGT_INL void a_kpk_rows4_t(enum ms_dtype t, const int ONE, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                           const struct ms_q8_act *a, int b0, int nb, int nsb, float *y, int ldy) {
   const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t);
   __m256i wb[4][2][4], sb16[4][2][4];  /* [pair][piece][row] */
   __m128 acc[A_NB];
   for (int b = 0; b < nb; b++) acc[b] = _mm_setzero_ps();
   for (int sb = 0; sb < nsb; sb++) {
     const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
-    int16_t sc[4][16], mn[4][16];
-    __m256i r16[4], m16[4];
-    for (int j = 0; j < 4; j++) {
-      k_rec_scales(t, sr, j, sc[j], mn[j]);
-      r16[j] = _mm256_slli_epi16(_mm256_loadu_si256((const __m256i *)sc[j]), off == 4 ? 2 : off ? 5 : 0);
-      m16[j] = _mm256_loadu_si256((const __m256i *)mn[j]);
-    }
-    for (int p = 0; p < 4; p++) {
-      const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
-      if (ahead) {
-        for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
-        if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
-      }
-      for (int c = 0; c < 2; c++)
-        for (int j = 0; j < 4; j++) {
-          wb[p][c][j] = a_kpk_w(t, qp, hp, j, c);
-          sb16[p][c][j] = k_sc16(sc[j], 2 * p + c);
-        }
-    }
+    const uint8_t *qs = qg + (size_t)sb * 4 * KP_QB(t), *hs = hg + (size_t)sb * 4 * KP_HB(t);
+    __m256i rec[2];
+    a_rec(sr, rec);
+    if (!ONE)
+      for (int p = 0; p < 4; p++)
+        for (int c = 0; c < 2; c++)
+          for (int j = 0; j < 4; j++) {
+            wb[p][c][j] = a_kpk_w(t, qs + (size_t)p * KP_QB(t), hs + (size_t)p * KP_HB(t), j, c);
+            sb16[p][c][j] = a_sc16(t, rec, p, c, j);
+          }
     __m128 d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr));
     __m128 dm = kmin ? _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8))) : d;
     for (int b = 0; b < nb; b++) {
@@ -943,23 +962,42 @@ TGT_INL void a_kpk_rows4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, 
       const int8_t *qx = a->q + (size_t)(b0 + b) * (size_t)a->n + (size_t)sb * 256;
       __m256i bs = _mm256_loadu_si256((const __m256i *)(a->bs + 16 * ib)), ia[4];
       for (int j = 0; j < 4; j++)  /* -K_OFF sum_h sc[h] bs[h], as lanes */
-        ia[j] = off ? _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_madd_epi16(r16[j], bs)) : _mm256_setzero_si256();
-      for (int p = 0; p < 4; p++)
+        ia[j] = off ? _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_madd_epi16(_mm256_slli_epi16(a_row16(t, rec, j, 0), off == 4 ? 2 : 5), bs))
+                    : _mm256_setzero_si256();
+      for (int p = 0; p < 4; p++) {
+        if (ONE) {
+          const uint8_t *qp = qs + (size_t)p * KP_QB(t), *hp = hs + (size_t)p * KP_HB(t);
+          for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
+          if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
+        }
         for (int c = 0; c < 2; c++) {
           __m256i q = _mm256_load_si256((const __m256i *)(qx + (size_t)(2 * p + c) * QK));
-          for (int j = 0; j < 4; j++)
-            ia[j] = _mm256_add_epi32(ia[j], _mm256_madd_epi16(_mm256_maddubs_epi16(wb[p][c][j], q), sb16[p][c][j]));
+          for (int j = 0; j < 4; j++) {
+            __m256i w = ONE ? a_kpk_w(t, qs + (size_t)p * KP_QB(t), hs + (size_t)p * KP_HB(t), j, c) : wb[p][c][j];
+            __m256i sc = ONE ? a_sc16(t, rec, p, c, j) : sb16[p][c][j];
+            ia[j] = _mm256_add_epi32(ia[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w, q), sc));
+          }
         }
+      }
       __m128 dx = _mm_set1_ps(a->d[ib]);
       acc[b] = _mm_fmadd_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(a_hsum4(ia)), acc[b]);
       if (kmin) {
         __m256i m[4];
-        for (int j = 0; j < 4; j++) m[j] = _mm256_madd_epi16(m16[j], bs);
+        for (int j = 0; j < 4; j++) m[j] = _mm256_madd_epi16(a_row16(t, rec, j, 1), bs);
         acc[b] = _mm_fnmadd_ps(_mm_mul_ps(dm, dx), _mm_cvtepi32_ps(a_hsum4(m)), acc[b]);
       }
     }
   }
   for (int b = 0; b < nb; b++) _mm_storeu_ps(y + (size_t)(b0 + b) * ldy, acc[b]);
+}
+
+TGT_INL void a_kpk_rows4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                         const struct ms_q8_act *a, int b0, int nb, int nsb, int ahead, float *y, int ldy) {
+  if (nb == 1 && ahead)
+    a_kpk_rows4_t(t, 1, qg, hg, sg, a, b0, 1, nsb, y, ldy);
+  else
+    a_kpk_rows4_t(t, 0, qg, hg, sg, a, b0, nb, nsb, y, ldy);
 }
 
 /* The packed K-quants at any batch: the whole groups of four in [r0, r1)

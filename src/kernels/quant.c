@@ -436,9 +436,10 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
  * lanes as (mins_A + mins_B). Q4_0 and Q8_0 weights are signed: the AVX2 path
  * multiplies |w| by q carrying w's sign (_mm256_sign_epi8), the AVX-512 VNNI
  * path takes u = w + 8 (Q4_0's nibble) or w + 128 (Q8_0) and subtracts
- * 8 or 128 times each lane's sum of q, which leaves the same integers. The
- * other types (Q5_0, Q5_1, IQ4_NL and the K-quants, q8_k_gemv_portable's) sum
- * their 32-element pieces in the same two chains. */
+ * 8 or 128 times each lane's sum of q, which leaves the same integers. Q5_0,
+ * Q5_1 and IQ4_NL (q8_k32_gemv_portable's) sum their 32-element pieces in the
+ * same two chains; the K-quants take inputs quantized per 256 and sum a
+ * super-block as integers first (q8_k_gemv_portable). */
 
 size_t ms_q8_act_bytes(int n, int nb) {
   return (size_t)nb * ((size_t)n + 2 * sizeof(float) * (size_t)(n / QK) + sizeof(int16_t) * (size_t)(n / 16));
@@ -629,7 +630,7 @@ static void q8_gemv_portable(const struct ms_weight *w, int r0, int r1, const st
 #ifdef MS_X86
 #define TGT_INL TGT static inline __attribute__((always_inline))
 /* The 32-element types with a float minimum (Q4_1, Q5_1): unsigned quants, m * s_x per block.
- * Q5_0, Q5_1 and IQ4_NL take these loops too; their sums are q8_k_gemv_portable's with unit scales. */
+ * Q5_0, Q5_1 and IQ4_NL take these loops too; their sums are q8_k32_gemv_portable's. */
 #define Q8_HAS_M(t) ((t) == MS_DTYPE_Q4_1 || (t) == MS_DTYPE_Q5_1)
 
 TGT static inline int hsum_i32(__m256i v) {
@@ -1118,13 +1119,6 @@ TGT512_INL __m512i v_init(enum ms_dtype t, __m512i q) {
   return _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, _mm512_set1_epi8((char)Q8_OFF(t)), q));
 }
 
-/* The same for an offset given as a number (the K-quants'). */
-TGT512_INL __m512i v_init_k(int off, __m512i q) {
-  if (!off) return _mm512_setzero_si512();
-  __m512i z = _mm512_setzero_si512();
-  return _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, _mm512_set1_epi8((char)off), q));
-}
-
 TGT512_INL __m256i v_init256(enum ms_dtype t, __m256i q) {
   if (!Q8_OFF(t)) return _mm256_setzero_si256();
   __m256i z = _mm256_setzero_si256();
@@ -1275,42 +1269,16 @@ TGT512_INL void q8_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int
   }
 }
 
-/* The K-quants: pieces i and i + 1 of a super-block in one vector (chain A
- * low, B high), q8_k_gemv_portable's lanes from _mm512_dpbusd_epi32: the
- * unsigned types as they are, the signed ones as u = w + K_OFF less K_OFF
- * times each lane's sum of q (v_init's way); each half's scale (d sc) d_x,
- * and the minimums [A0, A1, B0, B1] = (dmin mn) d_x times the input's half sums. */
-static inline int k_signed(enum ms_dtype t) {
-  return t == MS_DTYPE_Q3_K || t == MS_DTYPE_Q6_K || t == MS_DTYPE_Q8_K;
-}
-
 /* [v0 x4, v1 x4, v2 x4, v3 x4] */
 TGT512_INL __m512 v_x4(__m128 v) {
   const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
 }
 
-/* Four int16 as floats. */
-TGT512_INL __m128 v_i16x4(const int16_t *p) {
-  return _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p)));
-}
-
 /* The two chains' sum: the low half of acc (A) plus the high half (B). */
 TGT512_INL float v_hsum2(__m512 acc) {
   __m256 A = _mm512_castps512_ps256(acc), B = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
   return hsum(_mm256_add_ps(A, B));
-}
-
-/* The minimums' [A0, A1, B0, B1] summed as k_min_sum: (A0 + B0) + (A1 + B1). */
-TGT512_INL float v_min4(__m128 m) {
-  __m128 s = _mm_add_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-/* [d_x(i), d_x(i), d_x(i + 1), d_x(i + 1)] */
-TGT512_INL __m128 v_dx4(const float *d) {
-  __m128 v = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d));
-  return _mm_unpacklo_ps(v, v);
 }
 
 /* The K-quants from the file's layout (rows outside whole groups of four, or

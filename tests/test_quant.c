@@ -249,8 +249,8 @@ static void test_q8_quantize(void) {
   void *b1 = q8_buf(n, nb), *b2 = q8_buf(n, nb);
   q8_inputs(x, ldx, nb, n);
   struct ms_q8_act a, p;
-  ms_q8_quantize(&a, b1, x, ldx, nb, n, 1);
-  ms_q8_quantize(&p, b2, x, ldx, nb, n, 0);
+  ms_q8_quantize(&a, b1, x, ldx, nb, n, 32, 1);
+  ms_q8_quantize(&p, b2, x, ldx, nb, n, 32, 0);
   CHECK(!memcmp(b1, b2, ms_q8_act_bytes(n, nb)));  /* q, d and s: the same bytes */
   CHECK(a.n == n && a.nb == nb && ((uintptr_t)a.q & 31) == 0);
   for (int b = 0; b < nb; b++)
@@ -276,6 +276,38 @@ static void test_q8_quantize(void) {
   free(x), free(b1), free(b2);
 }
 
+/* The K-quants' activations (qk 256): one d per 256 values, |x - d q| <= d/2,
+ * bs the sum of each 16 q, no s, and the AVX2 path equal to the portable one. */
+static void test_q8_quantize_k(void) {
+  int n = 768, nb = 3, ldx = n + 5, bad = 0;
+  float *x = malloc(sizeof(float) * (size_t)ldx * (size_t)nb);
+  void *b1 = q8_buf(n, nb), *b2 = q8_buf(n, nb);
+  q8_inputs(x, ldx, nb, n);
+  struct ms_q8_act a, p;
+  ms_q8_quantize(&a, b1, x, ldx, nb, n, 256, 1);
+  ms_q8_quantize(&p, b2, x, ldx, nb, n, 256, 0);
+  size_t used = (size_t)nb * ((size_t)n + sizeof(float) * (size_t)(n / 256) + sizeof(int16_t) * (size_t)(n / 16));
+  CHECK(!memcmp(b1, b2, used) && a.qk == 256 && !a.s && a.bs == p.bs - (int16_t *)b2 + (int16_t *)b1);
+  for (int b = 0; b < nb; b++)
+    for (int i = 0; i < n / 256; i++) {
+      float d = a.d[b * (n / 256) + i], amax = 0;
+      for (int j = 0; j < 256; j++) amax = fmaxf(amax, fabsf(x[(size_t)b * ldx + 256 * i + j]));
+      bad += d != amax / 127.0f;
+      for (int h = 0; h < 16; h++) {
+        int sum = 0;
+        for (int j = 16 * h; j < 16 * h + 16; j++) {
+          float v = x[(size_t)b * ldx + 256 * i + j];
+          int q = a.q[(size_t)b * n + 256 * i + j];
+          sum += q;
+          bad += q < -127 || q > 127 || fabs(v - (double)d * q) > d * 0.5 + 3 * U24 * fabsf(v) + 1e-30;
+        }
+        bad += a.bs[b * (n / 16) + 16 * i + h] != sum;
+      }
+    }
+  CHECKF(bad == 0, "%d quantized values off (qk 256)", bad);
+  free(x), free(b1), free(b2);
+}
+
 /* The repacked form (ms_weight.packed, where this CPU has one): every batch
  * (1, 2, 3, 4, 5, 8 and 9 input rows: the AVX-512 tiles of four inputs, whole and partial) gives the bits
  * of the file's layout for every row range, aligned to the
@@ -293,7 +325,7 @@ static void check_packed_at(const struct ms_weight *w, const struct ms_weight *w
   for (size_t k = 0; k < sizeof nbs / sizeof nbs[0]; k++) {
     int nb = nbs[k];
     struct ms_q8_act a;
-    ms_q8_quantize(&a, buf, x, w->cols + 3, nb, w->cols, 1);
+    ms_q8_quantize(&a, buf, x, w->cols + 3, nb, w->cols, ms_q8_qk(w->dtype), 1);
     int diff = 0, ranges = 0;
     for (int r0 = 0; r0 < 6 && r0 < w->rows; r0++)
       for (int r1 = w->rows; r1 > r0 && r1 > w->rows - 6; r1--) {
@@ -347,7 +379,7 @@ static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
  * equal; the same bits for every row range, batch size and chunk of input rows. */
 static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
   size_t rb = ms_dtype_row_bytes(t, cols);
-  int ldx = cols + 3, maxb = 9, nblk = cols / 32;
+  int ldx = cols + 3, maxb = 9, nblk = cols / 32, qk = ms_q8_qk(t);
   uint8_t *data = malloc(rb * (size_t)rows);
   float *src = malloc(sizeof(float) * (size_t)cols), *deq = malloc(sizeof(float) * (size_t)cols);
   float *x = malloc(sizeof(float) * (size_t)ldx * (size_t)maxb);
@@ -364,7 +396,7 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
   int variant = 0, simd_diff = 0, count = 0;
   for (int nb = 1; nb <= maxb; nb++) {
     struct ms_q8_act a, a1;
-    ms_q8_quantize(&a, buf, x, ldx, nb, cols, 1);
+    ms_q8_quantize(&a, buf, x, ldx, nb, cols, qk, 1);
     int r0 = nb % 3, r1 = rows - (nb % 2), ldy = r1 - r0 + 1;
     ms_q8_gemv(&w, r0, r1, &a, y, ldy, 2);  /* the best path: AVX-512 VNNI where the CPU has it */
     ms_vec_gemv(&w, r0, r1, x, ldx, nb, yf, ldy);
@@ -377,7 +409,7 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
     /* tilings: each input row quantized alone, all weight rows at once (batch 1's
      * row pairs), and the weight rows split in two at every third row */
     for (int b = 0; b < nb; b++) {
-      ms_q8_quantize(&a1, buf1, x + (size_t)b * ldx, ldx, 1, cols, 1);
+      ms_q8_quantize(&a1, buf1, x + (size_t)b * ldx, ldx, 1, cols, qk, 1);
       ms_q8_gemv(&w, 0, rows, &a1, one, rows, 2);
       for (int r = r0; r < r1; r++) variant += memcmp(&one[r], &y[(size_t)b * ldy + r - r0], 4) != 0;
     }
@@ -394,7 +426,7 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
         const float *xb = x + (size_t)b * ldx;
         double ref_q = 0, mag_q = 0, ref_f = 0, mag_f = 0, round_q = 0;
         for (int c = 0; c < cols; c++) {
-          size_t ib = (size_t)b * nblk + c / 32;
+          size_t ib = (size_t)b * (size_t)(cols / qk) + (size_t)(c / qk);  /* the activations' block */
           double xq = (double)a.d[ib] * a.q[(size_t)b * cols + c];
           ref_q += (double)deq[c] * xq;
           if (ms_quant_k_handles(t)) {  /* |d sc q_w d_x q_x|, |dmin mn d_x q_x|, |m d_x q_x| */
@@ -461,6 +493,7 @@ int main(void) {
     }
   test_k_quantizers();
   test_q8_quantize();
+  test_q8_quantize_k();
   enum ms_dtype q8types[] = {MS_DTYPE_Q8_0, MS_DTYPE_Q4_0, MS_DTYPE_Q4_1};
   int q8shapes[][2] = {{37, 32}, {11, 96}, {8, 160}, {13, 576}, {5, 1536}};  /* not all multiples of 64 or 256 */
   for (size_t t = 0; t < 3; t++)

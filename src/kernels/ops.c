@@ -58,26 +58,30 @@ static int q8_on(const struct ms_exec_ctx *x, const struct ms_weight *w) {
  * buffer, unless it already holds them: the same rows of the same class's
  * input in the same step (a class's input is complete before its first task
  * and not written again in that step), as its previous tile left them. */
-static void q8_load(const struct ms_exec_ctx *x, int worker, const float *in, int ldin, int nb, int n,
+static void q8_load(const struct ms_exec_ctx *x, int worker, const float *in, int ldin, int nb, int n, int qk,
                     struct ms_q8_act *a) {
   MS_ASSERT(nb <= x->q8_rows && n <= x->q8_cols);
   struct ms_q8_held *h = x->q8_held ? &x->q8_held[worker] : NULL;
-  if (h && h->x == x && h->in == in && h->ldin == ldin && h->nb == nb && h->n == n && h->cls == h->cls_now &&
-      h->step == x->meta.step) {
+  if (h && h->x == x && h->in == in && h->ldin == ldin && h->nb == nb && h->n == n && h->qk == qk &&
+      h->cls == h->cls_now && h->step == x->meta.step) {
     *a = h->act;
     return;
   }
-  ms_vec_q8_quantize(a, x->q8[worker], in, ldin, nb, n);
-  if (h) *h = (struct ms_q8_held){x, in, ldin, nb, n, h->cls_now, x->meta.step, h->cls_now, *a};
+  ms_vec_q8_quantize(a, x->q8[worker], in, ldin, nb, n, qk);
+  if (h)
+    *h = (struct ms_q8_held){.x = x, .in = in, .ldin = ldin, .nb = nb, .n = n, .qk = qk, .cls = h->cls_now,
+                             .step = x->meta.step, .cls_now = h->cls_now, .act = *a};
 }
 
 /* One chunk of input rows: the integer GEMV over `a` when the weight takes
  * 8-bit activations, else the f32 one over `in`. */
-static void gemv_chunk(const struct ms_exec_ctx *x, const struct ms_weight *w, int r0, int r1,
-                       const struct ms_q8_act *a, const float *in, int ldin, int nb, float *y, int ldy) {
-  if (q8_on(x, w))
+static void gemv_chunk(const struct ms_exec_ctx *x, int worker, const struct ms_weight *w, int r0, int r1,
+                       struct ms_q8_act *a, const float *in, int ldin, int nb, float *y, int ldy) {
+  if (q8_on(x, w)) {
+    int qk = ms_q8_qk(w->dtype);  /* matrices of one task quantized for another block size: again for this one */
+    if (a->qk != qk) q8_load(x, worker, in, ldin, nb, w->cols, qk, a);
     ms_vec_q8_gemv(w, r0, r1, a, y, ldy);
-  else
+  } else
     ms_vec_gemv(w, r0, r1, in, ldin, nb, y, ldy);
 }
 
@@ -91,7 +95,8 @@ static void gemv(const struct ms_exec_ctx *x, int worker, const struct ms_weight
   }
   for (int b0 = 0; b0 < nb; b0 += x->q8_rows) {
     struct ms_q8_act a;
-    q8_load(x, worker, in + (size_t)b0 * ldin, ldin, nb - b0 < x->q8_rows ? nb - b0 : x->q8_rows, w->cols, &a);
+    q8_load(x, worker, in + (size_t)b0 * ldin, ldin, nb - b0 < x->q8_rows ? nb - b0 : x->q8_rows, w->cols,
+            ms_q8_qk(w->dtype), &a);
     ms_vec_q8_gemv(w, r0, r1, &a, y + (size_t)b0 * ldy, ldy);
   }
 }
@@ -148,10 +153,10 @@ static void qkv_q8(const struct ms_exec_ctx *x, const struct ms_task_class *k, c
     const float *in = ms_buf_row(x, k->in, 0, b0);
     float *out = ms_buf_row(x, k->out, 0, b0);
     struct ms_q8_act a;
-    q8_load(x, worker, in, ldin, nb, w[0]->cols, &a);
+    q8_load(x, worker, in, ldin, nb, w[0]->cols, ms_q8_qk(w[0]->dtype), &a);
     for (int m = 0; m < 3; m++) {
       int lo = c0 > base ? c0 : base, hi = c1 < base + w[m]->rows ? c1 : base + w[m]->rows;
-      if (lo < hi) gemv_chunk(x, w[m], lo - base, hi - base, &a, in, ldin, nb, out + lo, ld);
+      if (lo < hi) gemv_chunk(x, worker, w[m], lo - base, hi - base, &a, in, ldin, nb, out + lo, ld);
       base += w[m]->rows;
     }
   }
@@ -343,11 +348,11 @@ static void swiglu_q8(const struct ms_exec_ctx *x, const struct ms_weight *wg, c
   for (int j = 0; j < nr; j++) {
     const float *xr = in + (size_t)rows[j] * ldin;
     struct ms_q8_act a;
-    q8_load(x, worker, xr, ldin, 1, wg->cols, &a);
+    q8_load(x, worker, xr, ldin, 1, wg->cols, ms_q8_qk(wg->dtype), &a);
     for (int i0 = c0, i1; i0 < c1; i0 = i1) {
       i1 = run_end(i0, c1, 256);
-      gemv_chunk(x, wg, i0, i1, &a, xr, ldin, 1, g, 256);
-      gemv_chunk(x, wu, i0, i1, &a, xr, ldin, 1, u, 256);
+      gemv_chunk(x, worker, wg, i0, i1, &a, xr, ldin, 1, g, 256);
+      gemv_chunk(x, worker, wu, i0, i1, &a, xr, ldin, 1, u, 256);
       ms_vec_glu(out + (size_t)rows[j] * ldout + i0, g, u, i1 - i0, 0);
     }
   }
@@ -363,11 +368,11 @@ static void swiglu_batch_q8(const struct ms_exec_ctx *x, const struct ms_task_cl
     const float *in = ms_buf_row(x, k->in, 0, b0);
     float *out = ms_buf_row(x, k->out, 0, b0);
     struct ms_q8_act a;
-    q8_load(x, worker, in, ldin, nb, w[0]->cols, &a);
+    q8_load(x, worker, in, ldin, nb, w[0]->cols, ms_q8_qk(w[0]->dtype), &a);
     for (int i0 = c0, i1; i0 < c1; i0 = i1) {
       i1 = run_end(i0, c1, R);
-      gemv_chunk(x, w[0], i0, i1, &a, in, ldin, nb, g, R);
-      gemv_chunk(x, w[1], i0, i1, &a, in, ldin, nb, u, R);
+      gemv_chunk(x, worker, w[0], i0, i1, &a, in, ldin, nb, g, R);
+      gemv_chunk(x, worker, w[1], i0, i1, &a, in, ldin, nb, u, R);
       for (int b = 0; b < nb; b++)
         ms_vec_glu(out + (size_t)b * ld + i0, g + b * R, u + b * R, i1 - i0, x->m->cfg.ffn_act == MS_ACT_GELU_TANH);
     }

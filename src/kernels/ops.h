@@ -31,7 +31,7 @@ struct ms_batch_meta {
 struct ms_q8_held {
   const void *x;        /* the plan's context */
   const float *in;
-  int ldin, nb, n, cls;
+  int ldin, nb, n, qk, cls;
   uint64_t step;
   int cls_now;          /* the class of the task the worker runs now */
   struct ms_q8_act act;

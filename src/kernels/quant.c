@@ -436,13 +436,16 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
  * lanes as (mins_A + mins_B). Q4_0 and Q8_0 weights are signed: the AVX2 path
  * multiplies |w| by q carrying w's sign (_mm256_sign_epi8), the AVX-512 VNNI
  * path takes u = w + 8 (Q4_0's nibble) or w + 128 (Q8_0) and subtracts
- * 8 or 128 times each lane's sum of q, which leaves the same integers. The
- * other types (Q5_0, Q5_1, IQ4_NL and the K-quants, q8_k_gemv_portable's) sum
- * their 32-element pieces in the same two chains. */
+ * 8 or 128 times each lane's sum of q, which leaves the same integers. Q5_0,
+ * Q5_1 and IQ4_NL (q8_k32_gemv_portable's) sum their 32-element pieces in the
+ * same two chains; the K-quants take inputs quantized per 256 and sum a
+ * super-block as integers first (q8_k_gemv_portable). */
 
 size_t ms_q8_act_bytes(int n, int nb) {
   return (size_t)nb * ((size_t)n + 2 * sizeof(float) * (size_t)(n / QK) + sizeof(int16_t) * (size_t)(n / 16));
 }
+
+int ms_q8_qk(enum ms_dtype t) { return ms_quant_k_handles(t) && ms_dtype_block(t) == 256 ? 256 : QK; }
 
 int ms_q8_handles(enum ms_dtype t) {
   return t == MS_DTYPE_Q8_0 || t == MS_DTYPE_Q4_0 || t == MS_DTYPE_Q4_1 || ms_quant_k_handles(t);
@@ -457,20 +460,23 @@ static inline float q8_inv(float amax, float *d) {
   return id;
 }
 
-static void q8_row_portable(const float *x, int n, int8_t *q, float *d, float *s, int16_t *bs) {
-  for (int i = 0; i < n / QK; i++, x += QK, q += QK) {
+/* One row in blocks of qk (32 or 256): d per block, bs per 16, s per 32 (qk 32). */
+static void q8_row_portable(const float *x, int n, int qk, int8_t *q, float *d, float *s, int16_t *bs) {
+  for (int i = 0; i < n / qk; i++, x += qk, q += qk) {
     float amax = 0.0f;
-    for (int j = 0; j < QK; j++) amax = fmaxf(amax, fabsf(x[j]));
+    for (int j = 0; j < qk; j++) amax = fmaxf(amax, fabsf(x[j]));
     float id = q8_inv(amax, &d[i]);
-    int sum[2] = {0, 0};
-    for (int j = 0; j < QK; j++) {
-      float v = rintf(x[j] * id);  /* the default rounding: to nearest, ties to even */
-      int qi = fabsf(v) <= 127.0f ? (int)v : 0;
-      q[j] = (int8_t)qi;
-      sum[j / 16] += qi;
+    for (int h = 0; h < qk / 16; h++) {
+      int sum = 0;
+      for (int j = 16 * h; j < 16 * h + 16; j++) {
+        float v = rintf(x[j] * id);  /* the default rounding: to nearest, ties to even */
+        int qi = fabsf(v) <= 127.0f ? (int)v : 0;
+        q[j] = (int8_t)qi;
+        sum += qi;
+      }
+      bs[i * (qk / 16) + h] = (int16_t)sum;
     }
-    bs[2 * i] = (int16_t)sum[0], bs[2 * i + 1] = (int16_t)sum[1];
-    s[i] = d[i] * (float)(sum[0] + sum[1]);
+    if (qk == QK) s[i] = d[i] * (float)(bs[2 * i] + bs[2 * i + 1]);
   }
 }
 
@@ -502,34 +508,25 @@ static inline float hsum8(const float *a) {
   return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-/* The formats of quant_k.c. A 32-element piece i of the weight row is
- * unpacked to integers q with one integer scale per 16 (ms_qk_piece), so a
- * lane (four elements) is sum(q_w q_x), exact, and each half's float scale
- * is (d * sc) * d_x (d * sc exact: an f16 times at most 8 bits), one rounding.
- * The K minimums take each half's sum of q_x (ms_q8_act.bs) instead of lanes:
- *   acc[c][k]  = fma((d sc[k / 4]) d_x, (float)lane[k], acc[c][k])     c = i & 1
- *   macc[c][h] = fma((dmin mn[h]) d_x, (float)bs[h], macc[c][h])       (Q2_K, Q4_K, Q5_K)
- *   fm[c]      = fma(m_w, s_x, fm[c])                                  (Q5_1)
- *   y = hsum8(acc[0] + acc[1]) - ((macc[0][0] + macc[1][0]) + (macc[0][1] + macc[1][1])) + (fm[0] + fm[1]).
- * |lane| <= 4 * 128 * 127 and |bs| <= 16 * 127, so their conversions are
- * exact. The 32-element types have unit scales: the same sums as the
- * 32-element loops' (q8_gemv_portable) when d sc d_x is d d_x. */
-static int k_has_mins(enum ms_dtype t) { return t == MS_DTYPE_Q2_K || t == MS_DTYPE_Q4_K || t == MS_DTYPE_Q5_K; }
-
-static float k_min_sum(const float (*macc)[2]) { return (macc[0][0] + macc[1][0]) + (macc[0][1] + macc[1][1]); }
-
-static void q8_k_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
-                               int ldy) {
+/* The 32-element formats of quant_k.c (Q5_0, Q5_1, IQ4_NL). A piece i of
+ * the weight row is unpacked to integers q (ms_qk_piece), so a lane (four
+ * elements) is sum(q_w q_x), exact, scaled by d_w d_x:
+ *   acc[c][k]  = fma(d_w d_x, (float)lane[k], acc[c][k])     c = i & 1
+ *   fm[c]      = fma(m_w, s_x, fm[c])                        (Q5_1)
+ *   y = hsum8(acc[0] + acc[1]) + (fm[0] + fm[1]).
+ * |lane| <= 4 * 128 * 127, so its conversion is exact: the same sums as the
+ * 32-element loops' (q8_gemv_portable). */
+static void q8_k32_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
+                                 int ldy) {
   size_t rb = ms_weight_row_bytes(w);
-  int nblk = w->cols / QK, kmin = k_has_mins(w->dtype), fmin = w->dtype == MS_DTYPE_Q5_1;
+  int nblk = w->cols / QK, fmin = w->dtype == MS_DTYPE_Q5_1;
   struct ms_qk_piece p;
   for (int r = r0; r < r1; r++) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
     for (int b = 0; b < a->nb; b++) {
       const int8_t *q = a->q + (size_t)b * (size_t)a->n;
       const float *dx = a->d + (size_t)b * (size_t)nblk, *sx = a->s + (size_t)b * (size_t)nblk;
-      const int16_t *bs = a->bs + (size_t)b * 2 * (size_t)nblk;
-      float acc[2][8] = {{0}}, macc[2][2] = {{0}}, fm[2] = {0}, sa[8];
+      float acc[2][8] = {{0}}, fm[2] = {0}, sa[8];
       for (int i = 0; i < nblk; i++, q += QK) {
         ms_quant_k_piece(w->dtype, row, i, &p);
         int ch = i & 1;
@@ -538,16 +535,61 @@ static void q8_k_gemv_portable(const struct ms_weight *w, int r0, int r1, const 
           for (int j = 4 * k; j < 4 * k + 4; j++) lane += p.q[j] * q[j];
           acc[ch][k] = fmaf((p.d * (float)p.sc[k / 4]) * dx[i], (float)lane, acc[ch][k]);
         }
-        if (kmin)
-          for (int h = 0; h < 2; h++)
-            macc[ch][h] = fmaf((p.dmin * (float)p.mn[h]) * dx[i], (float)bs[2 * i + h], macc[ch][h]);
         if (fmin) fm[ch] = fmaf(p.m, sx[i], fm[ch]);
       }
       for (int k = 0; k < 8; k++) sa[k] = acc[0][k] + acc[1][k];
       float v = hsum8(sa);
-      if (kmin) v -= k_min_sum(macc);
       if (fmin) v += fm[0] + fm[1];
       y[(size_t)b * ldy + (r - r0)] = v;
+    }
+  }
+}
+
+/* The K-quants (256-element super-blocks) against activations quantized per
+ * 256 (qk 256: one d_x a super-block, bs per 16), as ggml's q8_K dots do. In
+ * super-block s, with the weights' integer q, sub-block scales sc[h] and
+ * minimums mn[h] for its 16 groups of 16 (ms_quant_k_scales; the K minimums'
+ * term takes the input's group sums bs[h] instead of the values):
+ *   isum = sum_h sc[h] * sum_{j in h} q_w[j] q_x[j]        (int32, exact)
+ *   msum = sum_h mn[h] * bs[h]                             (int32, exact)
+ *   acc  = fma(d_w d_x, (float)isum, acc)
+ *   acc  = fma(-(dmin_w d_x), (float)msum, acc)            (Q2_K, Q4_K, Q5_K)
+ * and y = acc after the last super-block: one chain, two roundings per 256
+ * values (the conversions of isum and msum are exact below 2^24; above, they
+ * round to nearest on every path alike). |isum| <= 256 * 32 * 128 * 127 (Q6_K)
+ * < 2^31. Every path computes the same two integers any way it likes (the
+ * signed types' offsets, the lanes' order) and then these float operations. */
+static int k_has_mins(enum ms_dtype t) { return t == MS_DTYPE_Q2_K || t == MS_DTYPE_Q4_K || t == MS_DTYPE_Q5_K; }
+
+static void q8_k_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
+                               int ldy) {
+  size_t rb = ms_weight_row_bytes(w), sbytes = ms_dtype_size(w->dtype);
+  int nsb = w->cols / 256, kmin = k_has_mins(w->dtype);
+  struct ms_qk_piece p;
+  struct ms_qk_scales ks;
+  for (int r = r0; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    for (int b = 0; b < a->nb; b++) {
+      const int8_t *q = a->q + (size_t)b * (size_t)a->n;
+      const float *dx = a->d + (size_t)b * (size_t)nsb;
+      const int16_t *bs = a->bs + (size_t)b * 16 * (size_t)nsb;
+      float acc = 0.0f;
+      for (int sb = 0; sb < nsb; sb++, bs += 16) {
+        ms_quant_k_scales(w->dtype, row + (size_t)sb * sbytes, &ks);
+        int32_t isum = 0, msum = 0;
+        for (int i = 0; i < 8; i++, q += QK) {
+          ms_quant_k_piece(w->dtype, row, 8 * sb + i, &p);
+          for (int h = 0; h < 2; h++) {
+            int32_t dot = 0;
+            for (int j = 16 * h; j < 16 * h + 16; j++) dot += p.q[j] * q[j];
+            isum += ks.sc[2 * i + h] * dot;
+          }
+        }
+        for (int h = 0; h < 16; h++) msum += ks.mn[h] * bs[h];
+        acc = fmaf(ks.d * dx[sb], (float)isum, acc);
+        if (kmin) acc = fmaf(-(ks.dmin * dx[sb]), (float)msum, acc);
+      }
+      y[(size_t)b * ldy + (r - r0)] = acc;
     }
   }
 }
@@ -555,7 +597,10 @@ static void q8_k_gemv_portable(const struct ms_weight *w, int r0, int r1, const 
 static void q8_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                              int ldy) {
   if (ms_quant_k_handles(w->dtype)) {
-    q8_k_gemv_portable(w, r0, r1, a, y, ldy);
+    if (a->qk == 256)
+      q8_k_gemv_portable(w, r0, r1, a, y, ldy);
+    else
+      q8_k32_gemv_portable(w, r0, r1, a, y, ldy);
     return;
   }
   size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
@@ -585,7 +630,7 @@ static void q8_gemv_portable(const struct ms_weight *w, int r0, int r1, const st
 #ifdef MS_X86
 #define TGT_INL TGT static inline __attribute__((always_inline))
 /* The 32-element types with a float minimum (Q4_1, Q5_1): unsigned quants, m * s_x per block.
- * Q5_0, Q5_1 and IQ4_NL take these loops too; their sums are q8_k_gemv_portable's with unit scales. */
+ * Q5_0, Q5_1 and IQ4_NL take these loops too; their sums are q8_k32_gemv_portable's. */
 #define Q8_HAS_M(t) ((t) == MS_DTYPE_Q4_1 || (t) == MS_DTYPE_Q5_1)
 
 TGT static inline int hsum_i32(__m256i v) {
@@ -597,26 +642,28 @@ TGT static inline int hsum_i32(__m256i v) {
 
 /* The same roundings as q8_row_portable: the largest magnitude is exact in any
  * order, the product and the rounding to nearest even are IEEE operations. */
-TGT static void q8_row_avx2(const float *x, int n, int8_t *q, float *d, float *s, int16_t *bs) {
+TGT static void q8_row_avx2(const float *x, int n, int qk, int8_t *q, float *d, float *s, int16_t *bs) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i perm = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (int i = 0; i < n / QK; i++, x += QK, q += QK) {
-    __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
-    __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
-    __m256 mx = _mm256_max_ps(_mm256_max_ps(_mm256_andnot_ps(sign, v0), _mm256_andnot_ps(sign, v1)),
-                              _mm256_max_ps(_mm256_andnot_ps(sign, v2), _mm256_andnot_ps(sign, v3)));
+  for (int i = 0; i < n / qk; i++) {
+    __m256 mx = _mm256_setzero_ps();
+    for (int j = 0; j < qk; j += 8) mx = _mm256_max_ps(mx, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + j)));
     __m128 h = _mm_max_ps(_mm256_castps256_ps128(mx), _mm256_extractf128_ps(mx, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
     __m256 id = _mm256_set1_ps(q8_inv(_mm_cvtss_f32(h), &d[i]));
+    for (int k = 0; k < qk / QK; k++, x += QK, q += QK, bs += 2) {
+      __m256 v0 = _mm256_loadu_ps(x), v1 = _mm256_loadu_ps(x + 8);
+      __m256 v2 = _mm256_loadu_ps(x + 16), v3 = _mm256_loadu_ps(x + 24);
 #define Q8_RN(v) _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC))
-    __m256i i0 = Q8_RN(v0), i1 = Q8_RN(v1), i2 = Q8_RN(v2), i3 = Q8_RN(v3);
+      __m256i i0 = Q8_RN(v0), i1 = Q8_RN(v1), i2 = Q8_RN(v2), i3 = Q8_RN(v3);
 #undef Q8_RN
-    /* packs interleave the 128-bit lanes; the permutation puts the bytes back in order */
-    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
-    _mm256_store_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, perm));
-    bs[2 * i] = (int16_t)hsum_i32(_mm256_add_epi32(i0, i1)), bs[2 * i + 1] = (int16_t)hsum_i32(_mm256_add_epi32(i2, i3));
-    s[i] = d[i] * (float)hsum_i32(_mm256_add_epi32(_mm256_add_epi32(i0, i1), _mm256_add_epi32(i2, i3)));
+      /* packs interleave the 128-bit lanes; the permutation puts the bytes back in order */
+      __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+      _mm256_store_si256((__m256i *)q, _mm256_permutevar8x32_epi32(p, perm));
+      bs[0] = (int16_t)hsum_i32(_mm256_add_epi32(i0, i1)), bs[1] = (int16_t)hsum_i32(_mm256_add_epi32(i2, i3));
+      if (qk == QK) s[i] = d[i] * (float)(bs[0] + bs[1]);
+    }
   }
 }
 
@@ -736,55 +783,53 @@ TGT_INL void q8_gemv_avx2_t(enum ms_dtype t, const struct ms_weight *w, int r0, 
   }
 }
 
-/* q8_k_gemv_portable's sums with vectors: the piece unpacked once per group of
- * four input rows; _mm256_maddubs_epi16(|w|, q_x signed as w) then
- * _mm256_madd_epi16 by ones leave lane k = sum(w q_x) over elements
- * 4k..4k+3 (pairs at most 2 * 128 * 127: no saturation), scaled by
- * [(d sc0) d_x x4, (d sc1) d_x x4]; the minimums take the input's half sums. */
-TGT_INL void k_piece_x4(enum ms_dtype t, const uint8_t *sb, const struct ms_qk_scales *ks, int i,
-                        const struct ms_q8_act *a, int b0, int nb, __m256 *acc, float (*macc)[2]) {
-  int n = a->n, nblk = n / QK, g = 2 * (i % 8), kmin = k_has_mins(t);
-  __m256i wv = kq_bytes(t, sb, i % 8), wa = _mm256_sign_epi8(wv, wv);
-  __m256 ds = _mm256_setr_m128(_mm_set1_ps(ks->d * (float)ks->sc[g]), _mm_set1_ps(ks->d * (float)ks->sc[g + 1]));
-  float dm0 = ks->dmin * (float)ks->mn[g], dm1 = ks->dmin * (float)ks->mn[g + 1];
-  for (int b = 0; b < 4; b++)
-    if (b < nb) {
-      size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
-      __m256i qv = _mm256_load_si256((const __m256i *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
-      __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(wa, _mm256_sign_epi8(qv, wv)), _mm256_set1_epi16(1));
-      acc[b] = _mm256_fmadd_ps(_mm256_mul_ps(ds, _mm256_set1_ps(a->d[ib])), _mm256_cvtepi32_ps(l), acc[b]);
-      if (kmin) {
-        macc[b][0] = fmaf(dm0 * a->d[ib], (float)a->bs[2 * ib], macc[b][0]);
-        macc[b][1] = fmaf(dm1 * a->d[ib], (float)a->bs[2 * ib + 1], macc[b][1]);
-      }
-    }
+/* q8_k_gemv_portable's sums with vectors: each piece unpacked once per group
+ * of four input rows; _mm256_maddubs_epi16(|w|, q_x signed as w) leaves the
+ * pairs' sums in int16 (at most 2 * 128 * 127: no saturation) and
+ * _mm256_madd_epi16 by [sc[2i] x8, sc[2i + 1] x8] scales and adds them into
+ * int32 lanes, summed over the super-block and then across the lanes into
+ * isum; msum is the input's group sums times the minimums the same way. */
+TGT_INL __m256i k_sc16(const int16_t *sc, int i) {  /* [sc[2i] x8, sc[2i + 1] x8] */
+  return _mm256_set_m128i(_mm_set1_epi16(sc[2 * i + 1]), _mm_set1_epi16(sc[2 * i]));
 }
 
 TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                                int ldy) {
   size_t rb = ms_weight_row_bytes(w), sbytes = ms_dtype_size(w->dtype);
-  int nblk = a->n / QK, kmin = k_has_mins(w->dtype);
+  int nsb = a->n / 256, kmin = k_has_mins(w->dtype), n = a->n;
   enum ms_dtype t = w->dtype;
   struct ms_qk_scales ks;
   for (int r = r0; r < r1; r++) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
     for (int b0 = 0; b0 < a->nb; b0 += 4) {
       int nb = a->nb - b0 < 4 ? a->nb - b0 : 4;
-      __m256 accA[4], accB[4];
-      float mA[4][2] = {{0}}, mB[4][2] = {{0}};
-      for (int b = 0; b < 4; b++) accA[b] = accB[b] = _mm256_setzero_ps();
-      for (int i = 0; i < nblk; i += 2) {  /* a super-block holds 8 pieces: i and i + 1 share it */
-        const uint8_t *sb = row + (size_t)(i / 8) * sbytes;
-        if (a->nb == 1) _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32, _MM_HINT_T0);
-        if (i % 8 == 0) ms_quant_k_scales(t, sb, &ks);
-        k_piece_x4(t, sb, &ks, i, a, b0, nb, accA, mA);
-        k_piece_x4(t, sb, &ks, i + 1, a, b0, nb, accB, mB);
+      float acc[4] = {0};
+      for (int s = 0; s < nsb; s++) {
+        const uint8_t *sb = row + (size_t)s * sbytes;
+        if (a->nb == 1) _mm_prefetch((const char *)sb + Q8_AHEAD, _MM_HINT_T0);
+        ms_quant_k_scales(t, sb, &ks);
+        __m256i ia[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
+        for (int i = 0; i < 8; i++) {
+          __m256i wv = kq_bytes(t, sb, i), wa = _mm256_sign_epi8(wv, wv), sc = k_sc16(ks.sc, i);
+          for (int b = 0; b < 4; b++)
+            if (b < nb) {
+              const int8_t *qx = a->q + (size_t)(b0 + b) * (size_t)n + (size_t)(8 * s + i) * QK;
+              __m256i p = _mm256_maddubs_epi16(wa, _mm256_sign_epi8(_mm256_load_si256((const __m256i *)qx), wv));
+              ia[b] = _mm256_add_epi32(ia[b], _mm256_madd_epi16(p, sc));
+            }
+        }
+        __m256i mn = _mm256_loadu_si256((const __m256i *)ks.mn);
+        for (int b = 0; b < nb; b++) {
+          size_t ib = (size_t)(b0 + b) * (size_t)nsb + (size_t)s;
+          float dx = a->d[ib];
+          acc[b] = fmaf(ks.d * dx, (float)hsum_i32(ia[b]), acc[b]);
+          if (kmin) {
+            __m256i bs = _mm256_loadu_si256((const __m256i *)(a->bs + 16 * ib));
+            acc[b] = fmaf(-(ks.dmin * dx), (float)hsum_i32(_mm256_madd_epi16(mn, bs)), acc[b]);
+          }
+        }
       }
-      for (int b = 0; b < nb; b++) {
-        float v = hsum(_mm256_add_ps(accA[b], accB[b]));
-        if (kmin) v -= (mA[b][0] + mB[b][0]) + (mA[b][1] + mB[b][1]);
-        y[(size_t)(b0 + b) * ldy + (r - r0)] = v;
-      }
+      for (int b = 0; b < nb; b++) y[(size_t)(b0 + b) * ldy + (r - r0)] = acc[b];
     }
   }
 }
@@ -800,11 +845,10 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
  * expansion here (q5_bytes' shuffle and compare; Gemma-3's Q4_K_M file has
  * neither type), and one layout means one repack and the two kernels checked
  * on the same bytes.
- * Each row's lanes, products and order are q8_k_gemv_avx2's: maddubs(u, q)
- * then madd by ones, the signed types' u = w + K_OFF taken back as K_OFF times
- * each lane's sum of q (computed once for four rows), the lanes scaled by
- * (d sc) d_x in the even/odd chains and the minimums by (dmin mn) d_x on the
- * input's half sums, so the bits are the file layout's. */
+ * Each row's isum and msum are q8_k_gemv_avx2's integers: maddubs(u, q) then
+ * madd by the groups' scales, the signed types' u = w + K_OFF taken back as
+ * K_OFF times sum_h sc[h] bs[h] (the input's group sums), then the same float
+ * operations, so the bits are the file layout's. */
 
 /* 32 bytes, bit k of m set to `one` (byte k), else 0 (q5_bytes' expansion). */
 TGT_INL __m256i a_bits(uint32_t m, char one) {
@@ -837,109 +881,130 @@ TGT_INL __m256i a_kpk_w(enum ms_dtype t, const uint8_t *qp, const uint8_t *hp, i
   return w;
 }
 
-/* Eight scale bytes (signed or not) as floats. */
-TGT_INL __m256 a_bytes8(const uint8_t *s, int sgn) {
-  __m128i v = _mm_loadl_epi64((const __m128i *)s);
-  return _mm256_cvtepi32_ps(sgn ? _mm256_cvtepi8_epi32(v) : _mm256_cvtepu8_epi32(v));
+/* The sums of v[0..3]'s lanes, in that order. */
+TGT_INL __m128i a_hsum4(const __m256i *v) {
+  __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* [v0 x4, v1 x4] of a 128-bit [v0, v1, v2, v3]: j = 0 takes v0, v1; j = 1 v2, v3 */
-TGT_INL __m256 a_x4(__m128 v, int j) {
-  __m128 lo = j ? _mm_shuffle_ps(v, v, 0xaa) : _mm_shuffle_ps(v, v, 0x00);
-  __m128 hi = j ? _mm_shuffle_ps(v, v, 0xff) : _mm_shuffle_ps(v, v, 0x55);
-  return _mm256_set_m128(hi, lo);
+/* A packed super-block's scale record (blocks.h) in registers: s[0], s[1]
+ * its first 64 bytes (the scales; Q4_K's and Q5_K's minimums in s[1]). */
+TGT_INL void a_rec(const uint8_t *sr, __m256i *s) {
+  s[0] = _mm256_loadu_si256((const __m256i *)sr);
+  s[1] = _mm256_loadu_si256((const __m256i *)(sr + 32));
 }
 
-/* One packed K-quant group (four rows) against input row b: y[j] for row j.
- * The scales of a pair come as s[2] (ns 8: lanes [row j][piece c] = 2j + c;
- * ns 16: s[k] lanes [row 2k + j / 4][half j % 4], the halves A0 A1 B0 B1) and
- * each row's piece takes its own with one permute; the minimums of the four
- * rows are two FMAs a pair. */
-TGT_INL void a_kpk_rows4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
-                         const struct ms_q8_act *a, int b, int nsb, int ahead, float *y) {
-  const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t), nblk = a->n / QK;
-  const int8_t *qx = a->q + (size_t)b * (size_t)a->n;
-  const float *dx = a->d + (size_t)b * (size_t)nblk;
-  const int16_t *bsx = a->bs + (size_t)b * 2 * (size_t)nblk;
-  const __m256i ones = _mm256_set1_epi16(1);
-  __m256 acc[4][2], mac[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-  for (int j = 0; j < 4; j++) acc[j][0] = acc[j][1] = _mm256_setzero_ps();
+/* Row j's lane scales of pair p's piece c, [sc(4p + 2c) x8, sc(4p + 2c + 1) x8]
+ * as int16, by one byte shuffle of the record's bytes. */
+TGT_INL __m256i a_sc16(enum ms_dtype t, const __m256i *s, int p, int c, int j) {
+  if (KP_NS(t) == 8) {  /* byte 8p + 2j + c, one scale a piece */
+    __m256i v = _mm256_broadcastsi128_si256(p < 2 ? _mm256_castsi256_si128(s[0]) : _mm256_extracti128_si256(s[0], 1));
+    return _mm256_shuffle_epi8(v, _mm256_set1_epi16((short)(0x8000 | (8 * (p % 2) + 2 * j + c))));
+  }
+  /* bytes 16p + 4j + 2c (low lane) and + 1 (high lane), in both bytes of a word, then shifted down */
+  __m128i h = p % 2 ? _mm256_extracti128_si256(s[p / 2], 1) : _mm256_castsi256_si128(s[p / 2]);
+  int i = 4 * j + 2 * c;
+  __m256i m = _mm256_add_epi16(_mm256_set1_epi16((short)(i * 0x101)), _mm256_setr_epi64x(0, 0, 0x0101010101010101, 0x0101010101010101));
+  __m256i v = _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(h), m);
+  return t == MS_DTYPE_Q2_K ? _mm256_and_si256(_mm256_srli_epi16(v, 8), _mm256_set1_epi16(15)) : _mm256_srai_epi16(v, 8);
+}
+
+/* Row j's 16 group scales (mins 0) or minimums (mins 1) as int16, group h = 4p + 2c + e. */
+TGT_INL __m256i a_row16(enum ms_dtype t, const __m256i *s, int j, int mins) {
+  if (KP_NS(t) == 8) {  /* byte 8p + 2j + c of the scales (s[0]) or the minimums (s[1]), p % 2 in each lane */
+    const __m256i m = _mm256_setr_epi8(0, -128, 0, -128, 1, -128, 1, -128, 8, -128, 8, -128, 9, -128, 9, -128, 0, -128, 0,
+                                       -128, 1, -128, 1, -128, 8, -128, 8, -128, 9, -128, 9, -128);
+    return _mm256_shuffle_epi8(s[mins], _mm256_add_epi16(m, _mm256_set1_epi16((short)(2 * j))));
+  }
+  /* bytes 16p + 4j + e: [p0 | p2] and [p1 | p3] shuffled into groups 0-3 | 8-11 and 4-7 | 12-15 */
+  __m256i lo = _mm256_permute2x128_si256(s[0], s[1], 0x20), hi = _mm256_permute2x128_si256(s[0], s[1], 0x31);
+  const __m256i ma = _mm256_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, -128, -128, -128, -128, -128, -128, -128, -128, 0, 0, 1, 1,
+                                      2, 2, 3, 3, -128, -128, -128, -128, -128, -128, -128, -128);
+  const __m256i mb = _mm256_setr_epi8(-128, -128, -128, -128, -128, -128, -128, -128, 0, 0, 1, 1, 2, 2, 3, 3, -128, -128,
+                                      -128, -128, -128, -128, -128, -128, 0, 0, 1, 1, 2, 2, 3, 3);
+  const __m256i add = _mm256_set1_epi16((short)(4 * j * 0x101));
+  /* -128 + 4j stays negative (bit 7 set): still a zero byte */
+  __m256i v = _mm256_or_si256(_mm256_shuffle_epi8(lo, _mm256_add_epi8(ma, add)), _mm256_shuffle_epi8(hi, _mm256_add_epi8(mb, add)));
+  if (t != MS_DTYPE_Q2_K) return _mm256_srai_epi16(v, 8);
+  v = _mm256_srli_epi16(v, 8);
+  return mins ? _mm256_srli_epi16(v, 4) : _mm256_and_si256(v, _mm256_set1_epi16(15));
+}
+
+#define A_NB 16  /* inputs a group's super-block serves before the next one is unpacked */
+
+/* One packed K-quant group (four rows) against inputs b0 .. b0 + nb - 1 (nb <=
+ * A_NB): y[b * ldy + j] for row j. Over one input (ONE) the weights and lane
+ * scales are unpacked as they are used; over more, a super-block's are
+ * unpacked once into L1 for all the inputs. Each input's four isums and msums
+ * come out of one transposing add, and its four float chains run as one
+ * vector, lane j (the same operations as the scalar ones). */
+TGT_INL void a_kpk_rows4_t(enum ms_dtype t, const int ONE, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                           const struct ms_q8_act *a, int b0, int nb, int nsb, float *y, int ldy) {
+  const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t);
+  __m256i wb[4][2][4], sb16[4][2][4];  /* [pair][piece][row] */
+  __m128 acc[A_NB];
+  for (int b = 0; b < nb; b++) acc[b] = _mm_setzero_ps();
   for (int sb = 0; sb < nsb; sb++) {
     const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
-    __m128 d4 = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr));
-    __m128 m4 = kmin ? _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8))) : d4;
-    /* ns 8: [d0 d0 d1 d1 d2 d2 d3 d3]; ns 16: [d0 x4, d1 x4] and [d2 x4, d3 x4] */
-    __m256 dA = ns == 8 ? _mm256_set_m128(_mm_unpackhi_ps(d4, d4), _mm_unpacklo_ps(d4, d4)) : a_x4(d4, 0);
-    __m256 dB = ns == 8 ? dA : a_x4(d4, 1);
-    __m256 mA = ns == 8 ? _mm256_set_m128(_mm_unpackhi_ps(m4, m4), _mm_unpacklo_ps(m4, m4)) : a_x4(m4, 0);
-    __m256 mB = ns == 8 ? mA : a_x4(m4, 1);
-    for (int p = 0; p < 4; p++) {
-      const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
-      if (ahead) {
-        for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
-        if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
-      }
-      int i = 8 * sb + 2 * p;  /* the pair's first piece in the row */
-      __m256 xd = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(dx + i)));  /* [dA dB] x4 */
-      __m256 s[2], mn[2];
-      if (ns == 8) {
-        s[0] = _mm256_mul_ps(_mm256_mul_ps(dA, a_bytes8(sr + 8 * p, 0)), xd);
-        if (kmin) mn[0] = _mm256_mul_ps(_mm256_mul_ps(mA, a_bytes8(sr + 32 + 8 * p, 0)), xd);
-      } else {
-        __m256 x4 = _mm256_permutevar8x32_ps(xd, _mm256_setr_epi32(0, 0, 1, 1, 0, 0, 1, 1));  /* [dA dA dB dB] x2 */
-        for (int k = 0; k < 2; k++) {
-          __m128i v = _mm_loadl_epi64((const __m128i *)(sr + 16 * p + 8 * k));
-          __m256i sc = t == MS_DTYPE_Q2_K ? _mm256_cvtepu8_epi32(v) : _mm256_cvtepi8_epi32(v);
-          __m256i lo = t == MS_DTYPE_Q2_K ? _mm256_and_si256(sc, _mm256_set1_epi32(15)) : sc;
-          s[k] = _mm256_mul_ps(_mm256_mul_ps(k ? dB : dA, _mm256_cvtepi32_ps(lo)), x4);
-          if (kmin) mn[k] = _mm256_mul_ps(_mm256_mul_ps(k ? mB : mA, _mm256_cvtepi32_ps(_mm256_srli_epi32(sc, 4))), x4);
+    const uint8_t *qs = qg + (size_t)sb * 4 * KP_QB(t), *hs = hg + (size_t)sb * 4 * KP_HB(t);
+    __m256i rec[2];
+    a_rec(sr, rec);
+    if (!ONE)
+      for (int p = 0; p < 4; p++)
+        for (int c = 0; c < 2; c++)
+          for (int j = 0; j < 4; j++) {
+            wb[p][c][j] = a_kpk_w(t, qs + (size_t)p * KP_QB(t), hs + (size_t)p * KP_HB(t), j, c);
+            sb16[p][c][j] = a_sc16(t, rec, p, c, j);
+          }
+    __m128 d = _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr));
+    __m128 dm = kmin ? _mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8))) : d;
+    for (int b = 0; b < nb; b++) {
+      size_t ib = (size_t)(b0 + b) * (size_t)nsb + (size_t)sb;
+      const int8_t *qx = a->q + (size_t)(b0 + b) * (size_t)a->n + (size_t)sb * 256;
+      __m256i bs = _mm256_loadu_si256((const __m256i *)(a->bs + 16 * ib)), ia[4];
+      for (int j = 0; j < 4; j++)  /* -K_OFF sum_h sc[h] bs[h], as lanes */
+        ia[j] = off ? _mm256_sub_epi32(_mm256_setzero_si256(),
+                                       _mm256_madd_epi16(_mm256_slli_epi16(a_row16(t, rec, j, 0), off == 4 ? 2 : 5), bs))
+                    : _mm256_setzero_si256();
+      for (int p = 0; p < 4; p++) {
+        if (ONE) {
+          const uint8_t *qp = qs + (size_t)p * KP_QB(t), *hp = hs + (size_t)p * KP_HB(t);
+          for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
+          if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
+        }
+        for (int c = 0; c < 2; c++) {
+          __m256i q = _mm256_load_si256((const __m256i *)(qx + (size_t)(2 * p + c) * QK));
+          for (int j = 0; j < 4; j++) {
+            __m256i w = ONE ? a_kpk_w(t, qs + (size_t)p * KP_QB(t), hs + (size_t)p * KP_HB(t), j, c) : wb[p][c][j];
+            __m256i sc = ONE ? a_sc16(t, rec, p, c, j) : sb16[p][c][j];
+            ia[j] = _mm256_add_epi32(ia[j], _mm256_madd_epi16(_mm256_maddubs_epi16(w, q), sc));
+          }
         }
       }
-      if (kmin) {  /* bs4 = [A0 A1 B0 B1], the input's half sums */
-        __m128 bs4 = _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)(bsx + 2 * (size_t)i))));
-        if (ns == 8) {  /* mac[h] lanes 2j + c: (dmin mn) d_x of row j, piece c, times half h's sum */
-          __m128 h0 = _mm_shuffle_ps(bs4, bs4, 0x88), h1 = _mm_shuffle_ps(bs4, bs4, 0xdd);
-          mac[0] = _mm256_fmadd_ps(mn[0], _mm256_set_m128(h0, h0), mac[0]);
-          mac[1] = _mm256_fmadd_ps(mn[0], _mm256_set_m128(h1, h1), mac[1]);
-        } else {  /* mac[k] lanes as s[k] */
-          __m256 b8 = _mm256_set_m128(bs4, bs4);
-          mac[0] = _mm256_fmadd_ps(mn[0], b8, mac[0]);
-          mac[1] = _mm256_fmadd_ps(mn[1], b8, mac[1]);
-        }
-      }
-      for (int c = 0; c < 2; c++) {
-        __m256i q = _mm256_load_si256((const __m256i *)(qx + (size_t)(i + c) * QK));
-        __m256i init = off ? _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8((char)off), q), ones)
-                           : _mm256_setzero_si256();
-        for (int j = 0; j < 4; j++) {
-          __m256i l = _mm256_madd_epi16(_mm256_maddubs_epi16(a_kpk_w(t, qp, hp, j, c), q), ones);
-          if (off) l = _mm256_sub_epi32(l, init);
-          /* ns 8: lane 2j + c everywhere; ns 16: halves 2c, 2c + 1 of row j, four lanes each */
-          __m256 sj = ns == 8 ? _mm256_permutevar8x32_ps(s[0], _mm256_set1_epi32(2 * j + c))
-                              : _mm256_permutevar8x32_ps(s[j / 2], _mm256_add_epi32(_mm256_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1),
-                                                                                        _mm256_set1_epi32(4 * (j & 1) + 2 * c)));
-          acc[j][c] = _mm256_fmadd_ps(sj, _mm256_cvtepi32_ps(l), acc[j][c]);
-        }
+      __m128 dx = _mm_set1_ps(a->d[ib]);
+      acc[b] = _mm_fmadd_ps(_mm_mul_ps(d, dx), _mm_cvtepi32_ps(a_hsum4(ia)), acc[b]);
+      if (kmin) {
+        __m256i m[4];
+        for (int j = 0; j < 4; j++) m[j] = _mm256_madd_epi16(a_row16(t, rec, j, 1), bs);
+        acc[b] = _mm_fnmadd_ps(_mm_mul_ps(dm, dx), _mm_cvtepi32_ps(a_hsum4(m)), acc[b]);
       }
     }
   }
-  float m[16];
-  _mm256_storeu_ps(m, mac[0]);
-  _mm256_storeu_ps(m + 8, mac[1]);
-  for (int j = 0; j < 4; j++) {
-    float v = hsum(_mm256_add_ps(acc[j][0], acc[j][1]));
-    if (kmin && ns == 8) v -= (m[2 * j] + m[2 * j + 1]) + (m[8 + 2 * j] + m[8 + 2 * j + 1]);
-    if (kmin && ns == 16) {
-      const float *r = m + 4 * j;  /* row j's [A0 A1 B0 B1] */
-      v -= (r[0] + r[2]) + (r[1] + r[3]);
-    }
-    y[j] = v;
-  }
+  for (int b = 0; b < nb; b++) _mm_storeu_ps(y + (size_t)(b0 + b) * ldy, acc[b]);
+}
+
+TGT_INL void a_kpk_rows4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                         const struct ms_q8_act *a, int b0, int nb, int nsb, int ahead, float *y, int ldy) {
+  if (nb == 1 && ahead)
+    a_kpk_rows4_t(t, 1, qg, hg, sg, a, b0, 1, nsb, y, ldy);
+  else
+    a_kpk_rows4_t(t, 0, qg, hg, sg, a, b0, nb, nsb, y, ldy);
 }
 
 /* The packed K-quants at any batch: the whole groups of four in [r0, r1)
- * from the packed regions, each against every input in turn (the group's
- * run stays in L1 after the first), the rows before and after them from data. */
+ * from the packed regions, each against the inputs A_NB at a time (the
+ * group's run stays in L1 after the first), the rows before and after them
+ * from data. */
 TGT_INL void a_kpk_gemv_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
                           float *y, int ldy) {
   int nsb = a->n / 256, G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
@@ -952,11 +1017,9 @@ TGT_INL void a_kpk_gemv_t(enum ms_dtype t, const struct ms_weight *w, int r0, in
   if (r0 < 4 * g0) q8_k_gemv_avx2(w, r0, 4 * g0, a, y, ldy);
   for (int g = g0; g < g1; g++) {
     size_t at = (size_t)g * (size_t)nsb;
-    for (int b = 0; b < a->nb; b++) {
-      float o[4];
-      a_kpk_rows4(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, b, nsb, a->nb == 1, o);
-      memcpy(y + (size_t)b * ldy + 4 * g - r0, o, sizeof o);
-    }
+    for (int b0 = 0; b0 < a->nb; b0 += A_NB)
+      a_kpk_rows4(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, b0,
+                  a->nb - b0 < A_NB ? a->nb - b0 : A_NB, nsb, a->nb == 1, y + 4 * g - r0, ldy);
   }
   if (4 * g1 < r1) q8_k_gemv_avx2(w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
 }
@@ -1054,13 +1117,6 @@ TGT512_INL __m512i v_init(enum ms_dtype t, __m512i q) {
   if (!Q8_OFF(t)) return _mm512_setzero_si512();
   __m512i z = _mm512_setzero_si512();
   return _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, _mm512_set1_epi8((char)Q8_OFF(t)), q));
-}
-
-/* The same for an offset given as a number (the K-quants'). */
-TGT512_INL __m512i v_init_k(int off, __m512i q) {
-  if (!off) return _mm512_setzero_si512();
-  __m512i z = _mm512_setzero_si512();
-  return _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, _mm512_set1_epi8((char)off), q));
 }
 
 TGT512_INL __m256i v_init256(enum ms_dtype t, __m256i q) {
@@ -1213,24 +1269,10 @@ TGT512_INL void q8_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int
   }
 }
 
-/* The K-quants: pieces i and i + 1 of a super-block in one vector (chain A
- * low, B high), q8_k_gemv_portable's lanes from _mm512_dpbusd_epi32: the
- * unsigned types as they are, the signed ones as u = w + K_OFF less K_OFF
- * times each lane's sum of q (v_init's way); each half's scale (d sc) d_x,
- * and the minimums [A0, A1, B0, B1] = (dmin mn) d_x times the input's half sums. */
-static inline int k_signed(enum ms_dtype t) {
-  return t == MS_DTYPE_Q3_K || t == MS_DTYPE_Q6_K || t == MS_DTYPE_Q8_K;
-}
-
 /* [v0 x4, v1 x4, v2 x4, v3 x4] */
 TGT512_INL __m512 v_x4(__m128 v) {
   const __m512i idx = _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3);
   return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
-}
-
-/* Four int16 as floats. */
-TGT512_INL __m128 v_i16x4(const int16_t *p) {
-  return _mm_cvtepi32_ps(_mm_cvtepi16_epi32(_mm_loadl_epi64((const __m128i *)p)));
 }
 
 /* The two chains' sum: the low half of acc (A) plus the high half (B). */
@@ -1239,64 +1281,12 @@ TGT512_INL float v_hsum2(__m512 acc) {
   return hsum(_mm256_add_ps(A, B));
 }
 
-/* The minimums' [A0, A1, B0, B1] summed as k_min_sum: (A0 + B0) + (A1 + B1). */
-TGT512_INL float v_min4(__m128 m) {
-  __m128 s = _mm_add_ps(m, _mm_movehl_ps(m, m));
-  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
-}
-
-/* [d_x(i), d_x(i), d_x(i + 1), d_x(i + 1)] */
-TGT512_INL __m128 v_dx4(const float *d) {
-  __m128 v = _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d));
-  return _mm_unpacklo_ps(v, v);
-}
-
-/* One K-quant weight row against input rows b0 .. b0+nb-1 (nb <= 4): each pair
- * of pieces unpacked once for all of them. */
-TGT512_INL void v_k_row_x4(enum ms_dtype t, const uint8_t *row, size_t sbytes, const struct ms_q8_act *a, int b0,
-                           int nb, float *out) {
-  int n = a->n, nblk = n / QK, kmin = k_has_mins(t), off = K_OFF(t);
-  __m512 acc[4];
-  __m128 macc[4];
-  for (int b = 0; b < 4; b++) acc[b] = _mm512_setzero_ps(), macc[b] = _mm_setzero_ps();
-  struct ms_qk_scales ks;
-  for (int i = 0; i < nblk; i += 2) {
-    const uint8_t *sb = row + (size_t)(i / 8) * sbytes;
-    if (nb == 1) {
-      _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32, _MM_HINT_T0);
-      _mm_prefetch((const char *)sb + Q8_AHEAD + (i % 8) * 32 + 32, _MM_HINT_T0);
-    }
-    if (i % 8 == 0) ms_quant_k_scales(t, sb, &ks);
-    __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(kq_bytes(t, sb, i % 8)), kq_bytes(t, sb, (i + 1) % 8), 1);
-    if (off) w = _mm512_add_epi8(w, _mm512_set1_epi8((char)off));
-    int g = 2 * (i % 8);
-    __m128 ds = _mm_mul_ps(_mm_set1_ps(ks.d), v_i16x4(ks.sc + g));
-    __m128 dm = kmin ? _mm_mul_ps(_mm_set1_ps(ks.dmin), v_i16x4(ks.mn + g)) : ds;
-    for (int b = 0; b < 4; b++)
-      if (b < nb) {
-        size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
-        __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
-        __m512i l = _mm512_dpbusd_epi32(v_init_k(off, q), w, q);
-        __m128 dx = v_dx4(a->d + ib);
-        acc[b] = _mm512_fmadd_ps(v_x4(_mm_mul_ps(ds, dx)), _mm512_cvtepi32_ps(l), acc[b]);
-        if (kmin) macc[b] = _mm_fmadd_ps(_mm_mul_ps(dm, dx), v_i16x4(a->bs + 2 * ib), macc[b]);
-      }
-  }
-  for (int b = 0; b < nb; b++) out[b] = kmin ? v_hsum2(acc[b]) - v_min4(macc[b]) : v_hsum2(acc[b]);
-}
-
+/* The K-quants from the file's layout (rows outside whole groups of four, or
+ * no packed form): q8_k_gemv_avx2's loop, the same bits. */
 TGT512_INL void q8_k_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
                                    const struct ms_q8_act *a, float *y, int ldy) {
-  size_t rb = ms_weight_row_bytes(w), sbytes = ms_dtype_size(t);
-  for (int r = r0; r < r1; r++) {
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
-    for (int b0 = 0; b0 < a->nb; b0 += 4) {
-      int nb = a->nb - b0 < 4 ? a->nb - b0 : 4;
-      float out[4];
-      v_k_row_x4(t, row, sbytes, a, b0, nb, out);
-      for (int b = 0; b < nb; b++) y[(size_t)(b0 + b) * ldy + (r - r0)] = out[b];
-    }
-  }
+  (void)t;
+  q8_k_gemv_avx2(w, r0, r1, a, y, ldy);
 }
 
 /* Batch 1 on a packed group (quant.h): four rows, one stream. Each row's
@@ -1464,101 +1454,18 @@ TGT512_INL void pk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0,
   if (4 * g1 < r1) q8_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, 1);
 }
 
-/* Batch 1 on a packed K-quant group (quant.h): four rows, one super-block
- * at a time. The lanes, scales and order are v_k_row_x4's, so the bits are
- * data's; the scales of the four rows come as one vector [row j][A0, A1, B0,
- * B1] per pair, and the minimums of all four rows take one FMA a pair. */
-TGT512_INL void v_kpk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
-                               const struct ms_q8_act *a, int nsb, float *y) {
-  const __m512i lo4 = _mm512_set1_epi8(0x0f), lo2 = _mm512_set1_epi8(3), hi2 = _mm512_set1_epi8(0x30);
-  const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t);
-  __m512i pick[4];
-  for (int j = 0; j < 4; j++)
-    pick[j] = _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_set1_epi32(4 * j));
-  __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  __m512 mac = _mm512_setzero_ps();  /* lane 4j + h: row j's minimums, h as [A0, A1, B0, B1] */
-  for (int sb = 0; sb < nsb; sb++) {
-    const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
-    __m512 d16 = v_x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr)));
-    __m512 dm16 = kmin ? v_x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8)))) : d16;
-    for (int p = 0; p < 4; p++) {
-      const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
-      for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
-      if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
-      int i = 8 * sb + 2 * p;  /* the pair's first piece in the row */
-      __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)i * QK)), init = v_init_k(off, q);
-      __m512 dx = _mm512_broadcast_f32x4(v_dx4(a->d + i));
-      __m512i sc, mn = _mm512_setzero_si512();
-      if (ns == 8) {  /* [row j][A, B] -> [row j][A, A, B, B] */
-        __m128i v = _mm_loadl_epi64((const __m128i *)(sr + 8 * p));
-        sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
-        v = _mm_loadl_epi64((const __m128i *)(sr + 32 + 8 * p));
-        mn = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
-      } else if (t == MS_DTYPE_Q2_K) {  /* the file's bytes: sc | mn << 4 */
-        __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
-        sc = _mm512_and_si512(v, _mm512_set1_epi32(15));
-        mn = _mm512_srli_epi32(v, 4);
-      } else {
-        sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
-      }
-      __m512 s16 = _mm512_mul_ps(_mm512_mul_ps(d16, _mm512_cvtepi32_ps(sc)), dx);
-      if (kmin) {
-        __m512 bs = _mm512_broadcast_f32x4(v_i16x4(a->bs + 2 * (size_t)i));
-        mac = _mm512_fmadd_ps(_mm512_mul_ps(_mm512_mul_ps(dm16, _mm512_cvtepi32_ps(mn)), dx), bs, mac);
-      }
-      __m512i nib[2], hb = _mm512_setzero_si512();
-      if (KP_QB(t) == 128)
-        for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
-      else
-        nib[0] = nib[1] = _mm512_load_si512((const void *)qp);
-      if (t == MS_DTYPE_Q6_K) hb = _mm512_load_si512((const void *)hp);
-      for (int j = 0; j < 4; j++) {
-        __m512i w;
-        if (KP_QB(t) == 128) {
-          w = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], lo4);
-        } else {
-          w = _mm512_and_si512(j ? _mm512_srli_epi16(nib[0], 2 * j) : nib[0], lo2);
-        }
-        if (t == MS_DTYPE_Q5_K || t == MS_DTYPE_Q3_K) {
-          uint64_t m;
-          memcpy(&m, hp + 8 * j, 8);
-          w = _mm512_mask_add_epi8(w, _cvtu64_mask64(m), w, _mm512_set1_epi8(t == MS_DTYPE_Q5_K ? 16 : 4));
-        }
-        if (t == MS_DTYPE_Q6_K) {  /* row j's two high bits (2j, 2j + 1) to bits 4, 5: w | (them & 0x30) */
-          __m512i h = j == 0 ? _mm512_slli_epi16(hb, 4) : j == 1 ? _mm512_slli_epi16(hb, 2) : j == 2 ? hb
-                                                                                                  : _mm512_srli_epi16(hb, 2);
-          w = _mm512_ternarylogic_epi32(w, h, hi2, 0xf8);
-        }
-        c[j] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[j], s16), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, q)),
-                               c[j]);
-      }
-    }
-  }
-  float m[16];
-  _mm512_storeu_ps(m, mac);
-  for (int j = 0; j < 4; j++)
-    y[j] = kmin ? v_hsum2(c[j]) - ((m[4 * j] + m[4 * j + 2]) + (m[4 * j + 1] + m[4 * j + 3])) : v_hsum2(c[j]);
-}
-
-/* A pair's scales of the four rows, [row j][A0, A1, B0, B1] as int32: sc
- * (the d_w factors) and, for the types with minimums, mn. */
-TGT512_INL __m512i v_kpk_sc(enum ms_dtype t, const uint8_t *sr, int p, __m512i *mn) {
-  __m512i sc;
-  *mn = _mm512_setzero_si512();
-  if (KP_NS(t) == 8) {  /* [row j][A, B] -> [row j][A, A, B, B] */
-    __m128i v = _mm_loadl_epi64((const __m128i *)(sr + 8 * p));
-    sc = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
-    v = _mm_loadl_epi64((const __m128i *)(sr + 32 + 8 * p));
-    *mn = _mm512_cvtepu8_epi32(_mm_unpacklo_epi8(v, v));
-  } else if (t == MS_DTYPE_Q2_K) {  /* the file's bytes: sc | mn << 4 */
-    __m512i v = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
-    sc = _mm512_and_si512(v, _mm512_set1_epi32(15));
-    *mn = _mm512_srli_epi32(v, 4);
-  } else {
-    sc = _mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(sr + 16 * p)));
-  }
-  return sc;
-}
+/* ---- AVX-512 VNNI on the packed K-quants ----
+ * Four rows of a group against NB input rows (a constant where it is called:
+ * the 4 x NB integer accumulators stay in registers and the loops unroll
+ * without a branch). Per pair of pieces, each row's 64 weights u = q + K_OFF
+ * are unpacked once for every input; _mm512_maddubs_epi16(u, q_x) leaves the
+ * pairs' sums in int16 (at most 2 * 63 * 127) and _mm512_dpwssd_epi32 adds
+ * them times the group scales (the int16 lanes of a pair: group 4p + m / 8)
+ * into int32 lanes. A super-block's lanes start at -K_OFF sc[h] bs[h] (the
+ * signed types' offset taken back), are summed across (four rows x NB inputs
+ * at once, a transposing reduction) into q8_k_gemv_portable's isum, and the
+ * minimums' msum comes from the input's group sums the same way; then its
+ * float operations, lane 4b + j of one vector holding (row j, input b). */
 
 /* Row j's 64 weights of a pair as unsigned bytes (u = q + K_OFF). */
 TGT512_INL __m512i v_kpk_w(enum ms_dtype t, const uint8_t *qp, const uint8_t *hp, int j) {
@@ -1584,72 +1491,215 @@ TGT512_INL __m512i v_kpk_w(enum ms_dtype t, const uint8_t *qp, const uint8_t *hp
   return w;
 }
 
-/* Four rows of a packed K-quant group against the NB input rows from b0
- * (NB <= 4, a constant where it is called: the tile's 4 x NB accumulators
- * stay in registers, the loops unroll without a branch). Each pair's weights
- * unpacked once for every (row, input), each row's scales permuted once; the
- * lanes, products and order of every (row, input) are v_kpk_rows4_x1's, so
- * the bits are data's. The minimums (which the weights' bits do not enter)
- * run in a loop of their own after, in the same order, to leave the main loop
- * its registers. The group's run of the packed stream stays in L1 across
- * calls for the next inputs. */
-TGT512_INL void v_kpk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
-                           const struct ms_q8_act *a, int b0, int nsb, float *y, int ldy) {
-  const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t), n = a->n, nblk = n / QK;
-  __m512 c[4][4], mac[4];
-  for (int b = 0; b < NB; b++) {
-    mac[b] = _mm512_setzero_ps();
-    for (int j = 0; j < 4; j++) c[b][j] = _mm512_setzero_ps();
+/* The sums of x[0..15] (16 int32 lanes each): lane l of the result is x[l]'s. */
+TGT512_INL __m512i v_red16(const __m512i *x) {
+  __m512i u[8], w[4];
+  for (int k = 0; k < 8; k++)
+    u[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(x[2 * k], x[2 * k + 1]), _mm512_unpackhi_epi32(x[2 * k], x[2 * k + 1]));
+  for (int k = 0; k < 4; k++)  /* each 128-bit lane: the partial sums of x[4k .. 4k + 3] */
+    w[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(u[2 * k], u[2 * k + 1]), _mm512_unpackhi_epi64(u[2 * k], u[2 * k + 1]));
+  __m512i r0 = _mm512_add_epi32(_mm512_shuffle_i32x4(w[0], w[1], 0x44), _mm512_shuffle_i32x4(w[0], w[1], 0xee));
+  __m512i r1 = _mm512_add_epi32(_mm512_shuffle_i32x4(w[2], w[3], 0x44), _mm512_shuffle_i32x4(w[2], w[3], 0xee));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(r0, r1, 0x88), _mm512_shuffle_i32x4(r0, r1, 0xdd));
+}
+
+/* The sums of x[0..3] in lanes 0..3. */
+TGT512_INL __m512i v_red4(const __m512i *x) {
+  __m512i u0 = _mm512_add_epi32(_mm512_unpacklo_epi32(x[0], x[1]), _mm512_unpackhi_epi32(x[0], x[1]));
+  __m512i u1 = _mm512_add_epi32(_mm512_unpacklo_epi32(x[2], x[3]), _mm512_unpackhi_epi32(x[2], x[3]));
+  __m512i w = _mm512_add_epi32(_mm512_unpacklo_epi64(u0, u1), _mm512_unpackhi_epi64(u0, u1));
+  w = _mm512_add_epi32(w, _mm512_shuffle_i32x4(w, w, 0x4e));
+  return _mm512_add_epi32(w, _mm512_shuffle_i32x4(w, w, 0xb1));
+}
+
+/* The 8-lane halves of x[0..7] summed: x[k]'s low half is entry (k % 4, 2 (k / 4)),
+ * its high half (k % 4, 2 (k / 4) + 1); lane 4 b + j of the result is entry (j, b)'s. */
+TGT512_INL __m512i v_red8h(const __m512i *x) {
+  __m512i u[4], w[2];
+  for (int k = 0; k < 4; k++)
+    u[k] = _mm512_add_epi32(_mm512_unpacklo_epi32(x[2 * k], x[2 * k + 1]), _mm512_unpackhi_epi32(x[2 * k], x[2 * k + 1]));
+  for (int k = 0; k < 2; k++)
+    w[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(u[2 * k], u[2 * k + 1]), _mm512_unpackhi_epi64(u[2 * k], u[2 * k + 1]));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(w[0], w[1], 0x88), _mm512_shuffle_i32x4(w[0], w[1], 0xdd));
+}
+
+/* A super-block's scale record (blocks.h) as int16: z[0] (and z[1] for the
+ * 16-group types) the scales, zm[0], zm[1] the minimums; then row j's 16
+ * groups (g = 2 piece + half) from them. */
+TGT512_INL void v_kpk_rec(enum ms_dtype t, const uint8_t *sr, __m512i *z, __m512i *zm) {
+  if (KP_NS(t) == 8) {  /* lane 8p + 2j + c: pair p, row j, piece c */
+    z[0] = z[1] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)sr));
+    zm[0] = zm[1] = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(sr + 32)));
+    return;
   }
-  for (int sb = 0; sb < nsb; sb++) {
-    const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
-    __m512 d16 = v_x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr)));
-    __m512 dm16 = kmin ? v_x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8)))) : d16;
-    for (int p = 0; p < 4; p++) {
-      const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
-      int i = 8 * sb + 2 * p;
-      __m512i mn;
-      __m512 ds = _mm512_mul_ps(d16, _mm512_cvtepi32_ps(v_kpk_sc(t, sr, p, &mn)));
-      __m512 dsj[4];
-      __m512i w[4];
-      for (int j = 0; j < 4; j++) {
-        dsj[j] = _mm512_permutexvar_ps(
-            _mm512_add_epi32(_mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3), _mm512_set1_epi32(4 * j)),
-            ds);
-        w[j] = v_kpk_w(t, qp, hp, j);
-      }
-      __m512 dm = _mm512_mul_ps(dm16, _mm512_cvtepi32_ps(mn));
-      for (int b = 0; b < NB; b++) {
-        size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
-        __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK));
-        __m512i init = v_init_k(off, q);
-        __m512 dx = v_pair8(a->d + ib);  /* [A x8, B x8] */
-        if (kmin)
-          mac[b] = _mm512_fmadd_ps(_mm512_mul_ps(dm, _mm512_broadcast_f32x4(v_dx4(a->d + ib))),
-                                   _mm512_broadcast_f32x4(v_i16x4(a->bs + 2 * ib)), mac[b]);
-        for (int j = 0; j < 4; j++)
-          c[b][j] = _mm512_fmadd_ps(_mm512_mul_ps(dsj[j], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], q)),
-                                    c[b][j]);
-      }
+  for (int k = 0; k < 2; k++) {  /* z[k] lane 16 (p % 2) + 4j + h, p = 2k, 2k + 1 */
+    __m256i v = _mm256_loadu_si256((const __m256i *)(sr + 32 * k));
+    if (t == MS_DTYPE_Q2_K) {
+      __m512i u = _mm512_cvtepu8_epi16(v);
+      z[k] = _mm512_and_si512(u, _mm512_set1_epi16(15));
+      zm[k] = _mm512_srli_epi16(u, 4);
+    } else {
+      z[k] = _mm512_cvtepi8_epi16(v);
+      zm[k] = _mm512_setzero_si512();
     }
   }
-  for (int b = 0; b < NB; b++) {
-    float m[16];
-    _mm512_storeu_ps(m, mac[b]);
-    for (int j = 0; j < 4; j++)
-      y[(size_t)(b0 + b) * ldy + j] =
-          kmin ? v_hsum2(c[b][j]) - ((m[4 * j] + m[4 * j + 2]) + (m[4 * j + 1] + m[4 * j + 3])) : v_hsum2(c[b][j]);
+}
+
+/* Pair p's int16 lane scales of row j: lane m takes group 4p + m / 8. */
+TGT512_INL __m512i v_kpk_sc16(enum ms_dtype t, const __m512i *z, int p, int j) {
+  if (KP_NS(t) == 8) {
+    const __m512i hi = _mm512_set_epi64(0x0001000100010001, 0x0001000100010001, 0x0001000100010001, 0x0001000100010001,
+                                        0, 0, 0, 0);
+    return _mm512_permutexvar_epi16(_mm512_add_epi16(hi, _mm512_set1_epi16((short)(8 * p + 2 * j))), z[0]);
   }
+  const __m512i q8 = _mm512_set_epi64(0x0003000300030003, 0x0003000300030003, 0x0002000200020002, 0x0002000200020002,
+                                      0x0001000100010001, 0x0001000100010001, 0, 0);
+  return _mm512_permutexvar_epi16(_mm512_add_epi16(q8, _mm512_set1_epi16((short)(16 * (p % 2) + 4 * j))), z[p / 2]);
+}
+
+/* Row j's 16 groups (int16, the low 256 bits) from a record's pair of vectors. */
+TGT512_INL __m512i v_kpk_row16(enum ms_dtype t, const __m512i *z, int j) {
+  /* group h: ns 8 lane 8 (h / 4) + 2j + (h / 2) % 2; ns 16 lane 32 (h / 8) + 16 ((h / 4) % 2) + 4j + h % 4 */
+  const __m512i i8 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 25, 25, 24, 24, 17, 17, 16, 16, 9, 9,
+                                      8, 8, 1, 1, 0, 0);
+  const __m512i i16 = _mm512_set_epi16(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 51, 50, 49, 48, 35, 34, 33, 32, 19,
+                                       18, 17, 16, 3, 2, 1, 0);
+  __m512i r;
+  if (KP_NS(t) == 8)
+    r = _mm512_permutexvar_epi16(_mm512_add_epi16(i8, _mm512_set1_epi16((short)(2 * j))), z[0]);
+  else
+    r = _mm512_permutex2var_epi16(z[0], _mm512_add_epi16(i16, _mm512_set1_epi16((short)(4 * j))), z[1]);
+  return _mm512_zextsi256_si512(_mm512_castsi512_si256(r));
+}
+
+/* msum of (row j, input b) in lane 4b + j for the types with one minimum a
+ * piece (zm: v_kpk_rec's, int32 word 4p + j = row j's minimums of pieces 2p,
+ * 2p + 1): the inputs' group sums added in pairs to piece sums (at most 32 *
+ * 127: int16), packed to words, and four vpdpwssd over the piece pairs, each
+ * operand's words laid out by one permute. No reduction: the lanes are the sums. */
+TGT512_INL __m512i v_kpk_msum8(__m512i zm, const int16_t *bs, size_t ld, const int NB) {
+  __m256i v[4];
+  for (int b = 0; b < 4; b++)
+    v[b] = b < NB ? _mm256_madd_epi16(_mm256_loadu_si256((const __m256i *)(bs + (size_t)b * ld)), _mm256_set1_epi16(1))
+                  : _mm256_setzero_si256();
+  /* word 8 (b & 1) + 2 (b >> 1) + (k & 1) + 4 (k >> 1): input b's pieces 2k, 2k + 1 */
+  __m512i w = _mm512_packs_epi32(_mm512_inserti64x4(_mm512_castsi256_si512(v[0]), v[1], 1),
+                                 _mm512_inserti64x4(_mm512_castsi256_si512(v[2]), v[3], 1));
+  const __m512i jj = _mm512_setr_epi32(0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3);
+  const __m512i bb = _mm512_setr_epi32(0, 0, 0, 0, 8, 8, 8, 8, 2, 2, 2, 2, 10, 10, 10, 10);
+  __m512i m = _mm512_setzero_si512();
+  for (int k = 0; k < 4; k++)
+    m = _mm512_dpwssd_epi32(m, _mm512_permutexvar_epi32(_mm512_add_epi32(jj, _mm512_set1_epi32(4 * k)), zm),
+                            _mm512_permutexvar_epi32(_mm512_add_epi32(bb, _mm512_set1_epi32((k & 1) + 4 * (k >> 1))), w));
+  return m;
+}
+
+TGT512_INL void v_kpk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                           const struct ms_q8_act *a, int b0, int nsb, int ahead, float *y, int ldy) {
+  const int kmin = KP_KMIN(t), off = K_OFF(t), ns = KP_NS(t), n = a->n;
+  const int8_t *q0 = a->q + (size_t)b0 * (size_t)n;
+  const int16_t *bs0 = a->bs + (size_t)b0 * 16 * (size_t)nsb;
+  const float *d0 = a->d + (size_t)b0 * (size_t)nsb;
+  __m512 acc = _mm512_setzero_ps();  /* lane 4b + j: (row j, input b) */
+  for (int sb = 0; sb < nsb; sb++) {
+    const uint8_t *sr = sg + (size_t)sb * KP_SB(t), *dr = sr + 4 * ns * (1 + KP_MINS(t));
+#define BS(b) _mm512_zextsi256_si512(_mm256_loadu_si256((const __m256i *)(bs0 + 16 * ((size_t)(b) * (size_t)nsb + (size_t)sb))))
+    __m512i z[2], zm[2], I[4][4];
+    v_kpk_rec(t, sr, z, zm);
+    for (int b = 0; b < 4; b++)
+      for (int j = 0; j < 4; j++) I[b][j] = _mm512_setzero_si512();
+    if (off)  /* -K_OFF sum_h sc[h] bs[h] */
+      for (int j = 0; j < 4; j++) {
+        __m512i r = _mm512_slli_epi16(v_kpk_row16(t, z, j), off == 4 ? 2 : 5);
+        for (int b = 0; b < NB; b++) I[b][j] = _mm512_dpwssd_epi32(I[b][j], _mm512_sub_epi16(_mm512_setzero_si512(), BS(b)), r);
+      }
+#pragma GCC unroll 4
+    for (int p = 0; p < 4; p++) {
+      const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
+      const int8_t *qx = q0 + (size_t)(8 * sb + 2 * p) * QK;
+      if (ahead) {
+        for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
+        if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
+      }
+      /* one row's weights and scales live at a time, the inputs from memory; the rows written out, so
+       * each one's unpacking is straight-line code */
+#define KROW(J)                                                                                                     \
+  do {                                                                                                              \
+    __m512i w = v_kpk_w(t, qp, hp, J), sc = v_kpk_sc16(t, z, p, J);                                                  \
+    for (int b = 0; b < NB; b++)                                                                                    \
+      I[b][J] = _mm512_dpwssd_epi32(I[b][J], _mm512_maddubs_epi16(w, _mm512_loadu_si512((const void *)(qx + (size_t)b * (size_t)n))), sc); \
+  } while (0)
+      KROW(0);
+      KROW(1);
+      KROW(2);
+      KROW(3);
+#undef KROW
+    }
+    float dxs[4] = {0};
+    for (int b = 0; b < NB; b++) dxs[b] = d0[(size_t)b * (size_t)nsb + (size_t)sb];
+    __m512 dx = v_x4(_mm_loadu_ps(dxs));
+    __m512 d = _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)dr)));
+    __m512i isum;
+    if (NB == 1) {
+      isum = v_red4(I[0]);
+    } else {
+      __m512i x[16];
+      for (int b = 0; b < 4; b++)
+        for (int j = 0; j < 4; j++) x[4 * b + j] = I[b][j];
+      isum = v_red16(x);
+    }
+    acc = _mm512_fmadd_ps(_mm512_mul_ps(d, dx), _mm512_cvtepi32_ps(isum), acc);
+    if (kmin) {
+      __m512 dm = _mm512_broadcast_f32x4(_mm_cvtph_ps(_mm_loadl_epi64((const __m128i *)(dr + 8))));
+      __m512i mn[4], msum;
+      for (int j = 0; j < 4; j++) mn[j] = ns == 8 ? _mm512_setzero_si512() : v_kpk_row16(t, zm, j);
+      if (ns == 8) {  /* Q4_K, Q5_K: one minimum a piece, so the input's piece sums (v_kpk_msum8) */
+        msum = v_kpk_msum8(zm[0], bs0 + 16 * (size_t)sb, 16 * (size_t)nsb, NB);
+      } else if (NB == 1) {  /* rows (0, 1) and (2, 3) in the halves of two vectors */
+        __m512i b2 = _mm512_broadcast_i64x4(_mm512_castsi512_si256(BS(0)));
+        __m512i m0 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), b2, _mm512_inserti64x4(mn[0], _mm512_castsi512_si256(mn[1]), 1));
+        __m512i m1 = _mm512_dpwssd_epi32(_mm512_setzero_si512(), b2, _mm512_inserti64x4(mn[2], _mm512_castsi512_si256(mn[3]), 1));
+        __m512i x[8] = {m0, m1, _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                        _mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512()};
+        /* v_red8h's entries: m0's halves land in lanes 0 and 4 (rows 0, 1), m1's in 1 and 5 (rows 2, 3) */
+        msum = _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 4, 1, 5, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), v_red8h(x));
+      } else {
+        __m512i x[8];
+        for (int k = 0; k < 8; k++) {
+          int j = k % 4, bp = 2 * (k / 4);
+          if (bp < NB) {
+            __m512i b2 = _mm512_inserti64x4(BS(bp), _mm512_castsi512_si256(bp + 1 < NB ? BS(bp + 1) : _mm512_setzero_si512()), 1);
+            x[k] = _mm512_dpwssd_epi32(_mm512_setzero_si512(), b2, _mm512_inserti64x4(mn[j], _mm512_castsi512_si256(mn[j]), 1));
+          } else {
+            x[k] = _mm512_setzero_si512();
+          }
+        }
+        msum = v_red8h(x);
+      }
+      acc = _mm512_fnmadd_ps(_mm512_mul_ps(dm, dx), _mm512_cvtepi32_ps(msum), acc);
+    }
+#undef BS
+  }
+  float o[16];
+  _mm512_storeu_ps(o, acc);
+  for (int b = 0; b < NB; b++)
+    for (int j = 0; j < 4; j++) y[(size_t)(b0 + b) * ldy + j] = o[4 * b + j];
+}
+
+/* Batch 1 on a packed K-quant group: v_kpk_tile for one input, its stream prefetched. */
+TGT512_INL void v_kpk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
+                               const struct ms_q8_act *a, int nsb, float *y) {
+  v_kpk_tile(t, 1, qg, hg, sg, a, 0, nsb, 1, y, 1);
 }
 
 /* v_kpk_tile for nb (1 .. 4) input rows: one unrolled instance each. */
 TGT512_INL void v_kpk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, const uint8_t *sg,
                                const struct ms_q8_act *a, int b0, int nb, int nsb, float *y, int ldy) {
   switch (nb) {
-  case 4: v_kpk_tile(t, 4, qg, hg, sg, a, b0, nsb, y, ldy); break;
-  case 3: v_kpk_tile(t, 3, qg, hg, sg, a, b0, nsb, y, ldy); break;
-  case 2: v_kpk_tile(t, 2, qg, hg, sg, a, b0, nsb, y, ldy); break;
-  default: v_kpk_tile(t, 1, qg, hg, sg, a, b0, nsb, y, ldy); break;
+  case 4: v_kpk_tile(t, 4, qg, hg, sg, a, b0, nsb, 0, y, ldy); break;
+  case 3: v_kpk_tile(t, 3, qg, hg, sg, a, b0, nsb, 0, y, ldy); break;
+  case 2: v_kpk_tile(t, 2, qg, hg, sg, a, b0, nsb, 0, y, ldy); break;
+  default: v_kpk_tile(t, 1, qg, hg, sg, a, b0, nsb, 0, y, ldy); break;
   }
 }
 
@@ -1673,6 +1723,19 @@ TGT512_INL void kpk_gemv_x4_t(enum ms_dtype t, const struct ms_weight *w, int r0
   }
   if (4 * g1 < r1) q8_k_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
 }
+
+/* One function per type (the tile's code specialised to it; profiles name each). */
+#define KPK_X4(name, T)                                                                                              \
+  TGT512 static __attribute__((noinline)) void name(const struct ms_weight *w, int r0, int r1,                       \
+                                                    const struct ms_q8_act *a, float *y, int ldy) {                  \
+    kpk_gemv_x4_t(T, w, r0, r1, a, y, ldy);                                                                          \
+  }
+KPK_X4(kpk_x4_q2k, MS_DTYPE_Q2_K)
+KPK_X4(kpk_x4_q3k, MS_DTYPE_Q3_K)
+KPK_X4(kpk_x4_q4k, MS_DTYPE_Q4_K)
+KPK_X4(kpk_x4_q5k, MS_DTYPE_Q5_K)
+KPK_X4(kpk_x4_q6k, MS_DTYPE_Q6_K)
+#undef KPK_X4
 
 /* Batch 1, packed K-quants: the whole groups of four in [r0, r1) from the
  * packed regions, the rows before and after them from data. */
@@ -1717,11 +1780,11 @@ TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, cons
   }
   if (w->packed)
     switch (w->dtype) {  /* one instance per type */
-    case MS_DTYPE_Q2_K: kpk_gemv_x4_t(MS_DTYPE_Q2_K, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q3_K: kpk_gemv_x4_t(MS_DTYPE_Q3_K, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q4_K: kpk_gemv_x4_t(MS_DTYPE_Q4_K, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q5_K: kpk_gemv_x4_t(MS_DTYPE_Q5_K, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q6_K: kpk_gemv_x4_t(MS_DTYPE_Q6_K, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q2_K: kpk_x4_q2k(w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q3_K: kpk_x4_q3k(w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q4_K: kpk_x4_q4k(w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q5_K: kpk_x4_q5k(w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q6_K: kpk_x4_q6k(w, r0, r1, a, y, ldy); return 1;
     case MS_DTYPE_Q8_0: pk_gemv_x4_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
     case MS_DTYPE_Q4_0: pk_gemv_x4_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
     case MS_DTYPE_Q4_1: pk_gemv_x4_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); return 1;
@@ -1771,30 +1834,31 @@ TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const st
 }
 #endif
 
-void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int simd) {
-  size_t nblk = (size_t)(n / QK);
-  *a = (struct ms_q8_act){.n = n, .nb = nb, .q = buf};
+void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int qk, int simd) {
+  MS_ASSERT((qk == QK || qk == 256) && n % qk == 0);
+  size_t nblk = (size_t)(n / qk), n32 = qk == QK ? nblk : 0;
+  *a = (struct ms_q8_act){.n = n, .nb = nb, .qk = qk, .q = buf};
   a->d = (float *)(a->q + (size_t)nb * (size_t)n);
-  a->s = a->d + (size_t)nb * nblk;
-  a->bs = (int16_t *)(a->s + (size_t)nb * nblk);
+  a->s = n32 ? a->d + (size_t)nb * nblk : NULL;
+  a->bs = (int16_t *)(a->d + (size_t)nb * (nblk + n32));
   for (int b = 0; b < nb; b++) {
     const float *xb = x + (size_t)b * (size_t)ldx;
     int8_t *q = a->q + (size_t)b * (size_t)n;
-    float *d = a->d + (size_t)b * nblk, *s = a->s + (size_t)b * nblk;
-    int16_t *bs = a->bs + (size_t)b * 2 * nblk;
+    float *d = a->d + (size_t)b * nblk, *s = n32 ? a->s + (size_t)b * nblk : NULL;
+    int16_t *bs = a->bs + (size_t)b * (size_t)(n / 16);
 #ifdef MS_X86
     if (simd && have_f16c) {
-      q8_row_avx2(xb, n, q, d, s, bs);
+      q8_row_avx2(xb, n, qk, q, d, s, bs);
       continue;
     }
 #endif
-    q8_row_portable(xb, n, q, d, s, bs);
+    q8_row_portable(xb, n, qk, q, d, s, bs);
   }
 }
 
 void ms_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy,
                 int simd) {
-  MS_ASSERT(ms_q8_handles(w->dtype) && a->n == w->cols);
+  MS_ASSERT(ms_q8_handles(w->dtype) && a->n == w->cols && a->qk == ms_q8_qk(w->dtype));
 #ifdef MS_X86
   if (simd >= 2 && have_vnni512 && q8_gemv_avx512(w, r0, r1, a, y, ldy)) return;
   if (simd && have_f16c) {

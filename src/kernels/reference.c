@@ -54,8 +54,8 @@ static const double *as_input(struct ms_ref *r, const struct ms_weight *w, const
   if (!r->q8 || !ms_q8_handles(w->dtype)) return x;
   struct ms_q8_act a;
   for (int c = 0; c < w->cols; c++) r->xf[c] = (float)x[c];
-  ms_q8_quantize(&a, r->qbuf, r->xf, w->cols, 1, w->cols, 0);
-  for (int c = 0; c < w->cols; c++) r->xq[c] = (double)a.d[c / 32] * a.q[c];
+  ms_q8_quantize(&a, r->qbuf, r->xf, w->cols, 1, w->cols, ms_q8_qk(w->dtype), 0);
+  for (int c = 0; c < w->cols; c++) r->xq[c] = (double)a.d[c / a.qk] * a.q[c];
   return r->xq;
 }
 

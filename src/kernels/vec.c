@@ -131,8 +131,8 @@ void ms_vec_gemv(const struct ms_weight *w, int r0, int r1, const float *x, int 
   gemv_portable(w, r0, r1, x, ldx, nb, y, ldy);
 }
 
-void ms_vec_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n) {
-  ms_q8_quantize(a, buf, x, ldx, nb, n, use_simd);
+void ms_vec_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int qk) {
+  ms_q8_quantize(a, buf, x, ldx, nb, n, qk, use_simd);
 }
 
 void ms_vec_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy) {

@@ -14,9 +14,9 @@ void ms_vec_gemv(const struct ms_weight *w, int r0, int r1, const float *x, int 
                  float *y, int ldy);
 
 /* The 8-bit-activation GEMV (kernels/quant.h) on the path ms_vec_gemv uses:
- * the rows of x quantized into buf, then W[r0:r1] . x for a weight type that
- * ms_q8_handles. */
-void ms_vec_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n);
+ * the rows of x quantized into buf in blocks of qk (ms_q8_qk of the weight
+ * type), then W[r0:r1] . x for a weight type that ms_q8_handles. */
+void ms_vec_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int qk);
 void ms_vec_q8_gemv(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y, int ldy);
 
 float ms_vec_dot(const float *a, const float *b, int n);

@@ -650,6 +650,8 @@ static void diagnose_one(struct runner *r, struct bench_case *c, int meth, int b
   a->raw_confidence = a->confidence;
   a->perturbation = perturbation(r, c, ev, workers);
   if (r->o->tx && a->kind == MS_CULPRIT_DEVICE && a->id >= 0) snprintf(a->name, sizeof a->name, "rank %d", a->id);
+  for (int i = 0; r->o->tx && i < a->n_more; i++)  /* across ranks a device is a rank */
+    if (a->more[i].kind == MS_CULPRIT_DEVICE) snprintf(a->more[i].name, sizeof a->more[i].name, "rank %d", a->more[i].id);
   judge(c, a);
 }
 

@@ -195,6 +195,8 @@ struct bench_case {
   struct bench_answer ans[BM_COUNT][BENCH_MAX_BUDGETS];
   char error[256];           /* non-empty: the scenario could not run */
   int split;                 /* 0: training, 1: held out (bench_run's caller sets it) */
+  int ranks;                 /* the processes its engine ran in (mpirun; bench_opts.tx): >1, a device is a
+                                rank and the plan holds only its share of a split output (tp_split) */
 };
 
 #define BENCH_CAL_BINS 5

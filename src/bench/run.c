@@ -649,8 +649,8 @@ static void diagnose_one(struct runner *r, struct bench_case *c, int meth, int b
     bench_diagnose(ref[0], ev, p, &c->sc, a);
   a->raw_confidence = a->confidence;
   a->perturbation = perturbation(r, c, ev, workers);
-  if (r->o->tx && a->kind == MS_CULPRIT_DEVICE && a->id >= 0) snprintf(a->name, sizeof a->name, "rank %d", a->id);
-  for (int i = 0; r->o->tx && i < a->n_more; i++)  /* across ranks a device is a rank */
+  if (c->ranks > 1 && a->kind == MS_CULPRIT_DEVICE && a->id >= 0) snprintf(a->name, sizeof a->name, "rank %d", a->id);
+  for (int i = 0; c->ranks > 1 && i < a->n_more; i++)  /* across ranks a device is a rank */
     if (a->more[i].kind == MS_CULPRIT_DEVICE) snprintf(a->more[i].name, sizeof a->more[i].name, "rank %d", a->more[i].id);
   judge(c, a);
 }
@@ -740,7 +740,7 @@ static int replay_case(struct runner *r, struct bench_case *c, int i) {
   struct ms_model *m = model_of(r, s, &owned);
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for(s->batch),
                                .tiles_per_op = ms_backend_info(s->backend)->tiles_per_worker ? workers : 0,
-                               .tp = s->tp};
+                               .tp = s->tp, .tp_split = c->ranks > 1};
   struct ms_plan *p = m ? ms_plan_compile(m, &co, &r->log) : NULL;
   if (!p) rc = -EINVAL;
   while (!rc && !done) {
@@ -816,10 +816,12 @@ static int run_case(struct runner *r, struct bench_case *c) {
   r->restart_ns_sum += (double)(ms_now_ns() - t0);
   r->restart_n++;
   /* across ranks each rank runs its own workers: the engine's are every rank's */
-  int local = ms_engine_n_workers(e), workers = local * (r->o->tx ? r->o->tx->size : 1);
+  c->ranks = r->o->tx ? r->o->tx->size : 1;
+  int local = ms_engine_n_workers(e), workers = local * c->ranks;
+  /* the engine's plan: across ranks each holds its share of a split output */
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for(s->batch),
                                .tiles_per_op = ms_backend_info(s->backend)->tiles_per_worker ? local : 0,
-                               .tp = s->tp};
+                               .tp = s->tp, .tp_split = c->ranks > 1};
   struct ms_plan *p = ms_plan_compile(m, &co, &r->log);
   c->healthy_ns = (double)bench_engine_drive(e, &hc);
   ms_engine_free(e);

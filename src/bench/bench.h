@@ -12,7 +12,9 @@
  *   score.c     per-method totals
  *   report.c    the JSON report, the text table, the plot's data and script
  *   interfere.c real interference: a spinning neighbour, a memory-bandwidth hog,
- *               random preemption, a cold page cache (megascope interfere) */
+ *               random preemption, a cold page cache (megascope interfere)
+ *   ranks.c     across ranks (mpirun): rank 0's measurements agreed on by every
+ *               rank, the followers' evidence merged into rank 0's */
 #ifndef MS_BENCH_BENCH_H
 #define MS_BENCH_BENCH_H
 
@@ -22,6 +24,7 @@
 #include "megascope/base.h"
 #include "megascope/engine.h"
 #include "megascope/fault.h"
+#include "megascope/transport.h"
 
 #define BENCH_MAX_FAULTS 4
 #define BENCH_MAX_BUDGETS 12
@@ -59,10 +62,11 @@ struct bench_fault {
  * runs): a spinning neighbour or a random preemptor on one worker's CPU (the
  * workers are pinned), a long-context request among short ones, a cold page
  * cache under the model file. What the file leaves out is drawn or tuned. */
-enum { BI_GIVEN_WHO = 1, BI_GIVEN_SHARE = 2, BI_GIVEN_TOKENS = 4 };
+enum { BI_GIVEN_WHO = 1, BI_GIVEN_SHARE = 2, BI_GIVEN_TOKENS = 4, BI_GIVEN_RANK = 8 };
 struct bench_interfere_spec {
   int kind;              /* BI_*; BI_NONE: none */
   int worker;            /* spin, preempt: the worker whose CPU it takes */
+  int rank;              /* across ranks: the rank whose worker it is (runs in that rank's process) */
   int slot;              /* long_context: the long request's slot */
   int tokens;            /* long_context: its prompt (tuned when not given) */
   double share;          /* spin, preempt: the share of the CPU it takes (tuned when not given) */
@@ -133,6 +137,10 @@ struct bench_opts {
   const char *replay;                   /* a directory: judge its records again instead of running */
   const char *replay_heldout;           /* and the held-out split's records (after replay_n of replay's) */
   int replay_n;
+  /* Across ranks (mpirun -np N bench diagnose --tp N): this process is rank
+   * tx->rank of tx->size, each running the same scenarios in lockstep; NULL:
+   * one process. */
+  const struct ms_transport *tx;
 };
 
 /* What a diagnosis names, and what a scenario injected: a cause and its scope. */
@@ -187,6 +195,8 @@ struct bench_case {
   struct bench_answer ans[BM_COUNT][BENCH_MAX_BUDGETS];
   char error[256];           /* non-empty: the scenario could not run */
   int split;                 /* 0: training, 1: held out (bench_run's caller sets it) */
+  int ranks;                 /* the processes its engine ran in (mpirun; bench_opts.tx): >1, a device is a
+                                rank and the plan holds only its share of a split output (tp_split) */
 };
 
 #define BENCH_CAL_BINS 5
@@ -244,6 +254,7 @@ struct bench_engine_cfg {
   int n_faults;
   int interfere;         /* the scenario's interference runs during this run */
   uint64_t seed;
+  const struct ms_transport *tx;  /* across ranks (bench_opts.tx); NULL: one process */
 };
 /* Builds the engine of a scenario, paused before its first step. */
 struct ms_engine *bench_engine_new(const struct bench_engine_cfg *c, struct ms_textbuf *log);
@@ -333,6 +344,26 @@ FILE *bench_replay_begin(const char *dir, int idx, const struct bench_opts *o, s
  * frees what was read either way). */
 int bench_replay_group(FILE *f, int *meth, int *b, struct bench_evidence *fresh, int *has_fresh,
                        struct bench_evidence *ref, int max_ref, int *nref, struct bench_evidence *ev);
+
+/* ---- ranks.c: across ranks ---- */
+/* Every rank runs the same scenarios; whatever depends on a clock or on a
+ * measurement is rank 0's, agreed on so that the ranks never diverge: n bytes
+ * at v become rank 0's on every rank. 0 or a negative errno (then every rank
+ * must stop). tx NULL: nothing to do. */
+int bench_ranks_agree(const struct ms_transport *tx, void *v, size_t n);
+/* The first failure of any rank (rc on every rank: the same verdict). */
+int bench_ranks_agree_rc(const struct ms_transport *tx, int rc);
+/* One observed run's evidence, every rank's merged into rank 0's ev (the
+ * followers send theirs; their ev is left as it was): the tables the
+ * diagnosers read add up across ranks (classes, operators, events, requests,
+ * the devices' rows: each rank's workers are its device), each rank's workers
+ * follow the ranks before it (worker w of rank r is r x workers + w), the PC
+ * samples add (each rank samples its own device), the bytes shipped add. The
+ * run's time and the step times stay rank 0's (every rank ran the same steps in
+ * lockstep). 0 or a negative errno. */
+int bench_ranks_merge(const struct ms_transport *tx, struct bench_evidence *ev);
+/* The features' top workers (FS_WTOP, FS_BTOP) again, from FS_WORKER. */
+void bench_feat_tops(struct bench_features *f);
 
 /* ---- score.c ---- */
 /* What the report counts a scenario as: its fault type, -1 healthy, an

@@ -131,6 +131,13 @@ static void feat_tops(struct bench_features *f, int sec, int top, double (*val)(
 static double queue_of(const struct bench_stat *s) { return s->sum; }
 static double excess_of(const struct bench_stat *s) { return s->ratio - s->ratio_n; }
 
+void bench_feat_tops(struct bench_features *f) {
+  memset(f->row[FS_WTOP], 0, sizeof **f->row * (size_t)f->n[FS_WTOP]);
+  memset(f->row[FS_BTOP], 0, sizeof **f->row * (size_t)f->n[FS_BTOP]);
+  feat_tops(f, FS_WORKER, FS_WTOP, queue_of);
+  feat_tops(f, FS_WORKER, FS_BTOP, excess_of);
+}
+
 /* After the task records: each record's time against its class's mean (the
  * monitor uses the running mean; here the whole record set's), and the top
  * workers (what the monitor keeps as it goes). */
@@ -195,7 +202,8 @@ struct ms_engine *bench_engine_new(const struct bench_engine_cfg *c, struct ms_t
   struct ms_engine_opts o = {.sz = sizeof o, .max_batch = s->batch, .max_ctx = ctx, .backend = s->backend,
                              .seed = c->seed, .faults = c->faults, .n_faults = c->n_faults, .tp = s->tp,
                              .start_paused = 1, .pin_workers = s->pin && be->os_workers,
-                             .n_workers = be->os_workers ? (s->workers ? s->workers : 2) : 0};
+                             .n_workers = be->os_workers ? (s->workers ? s->workers : 2) : 0,
+                             .transport = c->tx, .comm_timeout_ms = c->tx ? 60000 : 0};
   if (be->cost_model) {
     ms_sim_preset(s->gpu, &o.sim);
     o.sim.jitter = s->jitter;
@@ -229,12 +237,18 @@ static int submit_all(struct ms_engine *e, const struct bench_engine_cfg *c, str
 }
 
 /* The scenario's interference thread for this run (spin, preempt), started just
- * before the engine resumes; NULL when there is none or on failure (*failed). */
-static struct bench_interferer *interfere_begin(const struct bench_engine_cfg *c, int *failed) {
+ * before the engine resumes; NULL when there is none or on failure (*failed).
+ * Across ranks it runs in its rank's process alone, on the CPU the engine
+ * pinned that rank's worker to (the workers count rank after rank). */
+static struct bench_interferer *interfere_begin(struct ms_engine *e, const struct bench_engine_cfg *c, int *failed) {
   const struct bench_interfere_spec *in = &c->sc->intf;
   *failed = 0;
   if (!c->interfere || (in->kind != BI_SPIN && in->kind != BI_PREEMPT) || !(in->share > 0)) return NULL;
-  struct bench_interfere_opts o = {.kind = in->kind, .cpu = bench_worker_cpu(in->worker), .seconds = 600,
+  int rank = in->rank > 0 ? in->rank : 0, tp = c->sc->tp > 1 ? c->sc->tp : 1;
+  if (c->tx && c->tx->rank != rank) return NULL;
+  /* worker w of device (rank) r: r x its workers + w, as the engine pins them */
+  int w = in->worker + rank * (c->tx ? ms_engine_n_workers(e) : ms_engine_n_workers(e) / tp);
+  struct bench_interfere_opts o = {.kind = in->kind, .cpu = bench_worker_cpu(w), .seconds = 600,
                                    .seed = c->seed + 1};
   if (in->kind == BI_SPIN) o.duty = in->share;
   else o.gap_us = 3750.0 * (1 - (in->share < 0.95 ? in->share : 0.95)) / (in->share < 0.95 ? in->share : 0.95);
@@ -316,7 +330,7 @@ uint64_t bench_engine_drive_os(struct ms_engine *e, const struct bench_engine_cf
   int n = submit_all(e, c, r), failed, os_n = 0;
   double os[BENCH_MAX_OS_WORKERS][3];
   uint64_t t0 = ms_now_ns(), sim0 = ms_engine_sim_now(e);
-  struct bench_interferer *x = interfere_begin(c, &failed);
+  struct bench_interferer *x = interfere_begin(e, c, &failed);
   if (ev && ms_backend_info(s->backend)->os_workers) os_n = os_read(e, os, 1);
   ms_engine_resume(e);
   int stalled = wait_all(r, n, s->name);
@@ -360,13 +374,13 @@ static int observe_timing(struct ms_engine *e, const struct bench_engine_cfg *c,
 
 struct pc_ctx {
   struct bench_evidence *ev;
-  int per_device;
+  int per_device, first;  /* first: the device of worker 0 (across ranks: this rank's) */
   struct ms_engine *e;
   _Atomic int stop;
 };
 
 static void pc_count(struct pc_ctx *pc, int sm, int kernel) {
-  int d = sm / pc->per_device;
+  int d = pc->first + sm / pc->per_device;
   if (d >= BENCH_MAX_DEVICES) d = BENCH_MAX_DEVICES - 1;
   pc->ev->pc[d][kernel + 2] += 1;
   pc->ev->pc_total += 1;
@@ -395,6 +409,7 @@ static int observe_pc(struct ms_engine *e, const struct bench_engine_cfg *c, str
   struct pc_ctx pc = {.ev = ev, .e = e};
   int D = s->tp > 1 ? s->tp : 1;
   pc.per_device = (ms_engine_n_workers(e) + D - 1) / D;
+  if (c->tx) pc.per_device = ms_engine_n_workers(e), pc.first = c->tx->rank;  /* a rank is one device */
   ev->pc_devices = D;
   pthread_t th;
   int threaded = 0;
@@ -754,7 +769,7 @@ static int observe_semantic(const struct bench_opts *o, struct ms_engine *e, con
   struct ms_request *r[64];
   int n = submit_all(e, c, r), failed;
   uint64_t t0 = ms_now_ns(), sim0 = ms_engine_sim_now(e);
-  struct bench_interferer *x = interfere_begin(c, &failed);
+  struct bench_interferer *x = interfere_begin(e, c, &failed);
   ms_engine_pause_at(e, 1);
   int id = -1;
   if (s->steps > 1 && ms_engine_wait_paused(e, 60000) == 0) {

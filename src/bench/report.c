@@ -126,6 +126,7 @@ static void json_case(struct ms_json *j, const struct bench_report *r, const str
   ms_json_kint(j, "steps", s->steps);
   ms_json_kuint(j, "seed", s->seed);
   ms_json_kint(j, "tp", s->tp);
+  if (c->ranks > 1) ms_json_kint(j, "ranks", c->ranks);  /* across ranks: a device is a rank */
   if (s->n_layers) ms_json_kint(j, "n_layers", s->n_layers);
   if (s->n_experts) ms_json_kint(j, "n_experts", s->n_experts);
   if (c->error[0]) {

@@ -176,7 +176,7 @@ static double run_once(struct runner *r, const struct ms_model *m, const struct 
   struct ms_model *fresh = NULL;
   if (cold && !(fresh = model_fresh(r, s, intf))) return 0;
   struct bench_engine_cfg c = {.m = fresh ? fresh : m, .sc = s, .faults = fl, .n_faults = to_faults(s, mask, fl),
-                               .interfere = intf, .seed = seed};
+                               .interfere = intf, .seed = seed, .tx = r->o->tx};
   r->log.len = 0;
   struct ms_engine *e = bench_engine_new(&c, &r->log);
   double t = 0;
@@ -187,6 +187,7 @@ static double run_once(struct runner *r, const struct ms_model *m, const struct 
     ms_engine_free(e);
   }
   ms_model_free(fresh);
+  if (bench_ranks_agree(r->o->tx, &t, sizeof t)) t = 0;  /* rank 0's clock decides */
   return t;
 }
 
@@ -298,9 +299,12 @@ static int set_strength(struct bench_scenario *s, int j, double st) {
 static double work_share(struct runner *r, const struct ms_model *m, const struct bench_scenario *s,
                          const struct ms_plan *p, const struct bench_fault *f, int workers) {
   struct bench_evidence ev;
-  struct bench_engine_cfg c = {.m = m, .sc = s, .seed = s->seed};
+  struct bench_engine_cfg c = {.m = m, .sc = s, .seed = s->seed, .tx = r->o->tx};
   r->log.len = 0;
-  if (bench_observe(r->o, &c, BM_TASK_TRACE, 0, &ev, &r->log)) return 0;
+  if (bench_ranks_agree_rc(r->o->tx, bench_observe(r->o, &c, BM_TASK_TRACE, 0, &ev, &r->log))) {
+    bench_evidence_free(&ev);
+    return 0;
+  }
   const struct bench_features *x = ev.feat;
   double total = 0, part = 0;
   for (int i = 0; x && i < x->n[FS_CLASS] && i < p->n_classes; i++) {
@@ -314,7 +318,9 @@ static double work_share(struct runner *r, const struct ms_model *m, const struc
   if (f->type == MS_FAULT_SLOW_REQUEST && x && f->target_id < x->n[FS_REQUEST]) part = x->row[FS_REQUEST][f->target_id].sum;
   if (f->type == MS_FAULT_SLOW_WORKER) part = total / workers;
   bench_evidence_free(&ev);
-  return total > 0 ? part / total : 0;
+  double share = total > 0 ? part / total : 0;
+  if (bench_ranks_agree(r->o->tx, &share, sizeof share)) share = 0;
+  return share;
 }
 
 /* Returns the strength chosen (in the tuner's unit). */
@@ -419,6 +425,20 @@ static int per_budget(int method) {
   return method == BM_TASK_TRACE || method == BM_SAMPLED_EVENTS || method == BM_PROFILER;
 }
 
+/* One observed run (bench_observe). Across ranks every rank runs it at once:
+ * the verdict is agreed on, and rank 0's ev holds every rank's evidence
+ * merged (bench_ranks_merge); a byte budget is the engine's, so each rank
+ * ships its share of it. */
+static int observe(struct runner *r, const struct bench_engine_cfg *c, int meth, uint64_t budget,
+                   struct bench_evidence *ev) {
+  const struct ms_transport *tx = r->o->tx;
+  uint64_t mine = tx && budget ? (budget / (uint64_t)tx->size ? budget / (uint64_t)tx->size : 1) : budget;
+  int rc = bench_ranks_agree_rc(tx, bench_observe(r->o, c, meth, mine, ev, &r->log));
+  if (!rc && tx) rc = bench_ranks_agree_rc(tx, bench_ranks_merge(tx, ev));
+  ev->budget = budget;
+  return rc;
+}
+
 static void ref_free(struct ref_entry *e) {
   for (int k = 0; k < BM_COUNT; k++)
     for (int b = 0; b < BENCH_MAX_BUDGETS; b++)
@@ -453,10 +473,9 @@ static int reference(struct runner *r, const struct ms_model *m, const struct be
     int k = e->have[method][b];
     uint64_t seed = 0x5eed;
     for (const char *p = key; *p; p++) seed = seed * 131 + (unsigned char)*p;
-    struct bench_engine_cfg c = {.m = m, .sc = &hs, .seed = seed % 1000003 + (uint64_t)k * 7919};
+    struct bench_engine_cfg c = {.m = m, .sc = &hs, .seed = seed % 1000003 + (uint64_t)k * 7919, .tx = r->o->tx};
     r->log.len = 0;
-    if (bench_observe(r->o, &c, method, per_budget(method) ? r->o->budgets[b] : 0, &e->ev[method][b][k], &r->log))
-      return 0;
+    if (observe(r, &c, method, per_budget(method) ? r->o->budgets[b] : 0, &e->ev[method][b][k])) return 0;
     e->have[method][b]++;
   }
   for (int i = 0; i < want; i++) out[i] = &e->ev[method][b][i];
@@ -480,7 +499,9 @@ static void truth_of(struct bench_case *c, const struct ms_plan *p) {
   for (int i = 0; i < s->n_faults; i++)
     truth_add(c, p, s->faults[i].type, ms_fault_culprit_kind(s->faults[i].type), s->faults[i].target_id);
   const struct bench_interfere_spec *in = &s->intf;
-  if (in->kind == BI_SPIN || in->kind == BI_PREEMPT) truth_add(c, p, BENCH_CAUSE_INTERFERE + in->kind, MS_CULPRIT_WORKER, in->worker);
+  /* beside a rank (or a device of one process): that device's worker */
+  int w = in->worker + (in->rank > 0 ? in->rank * c->per_device : 0);
+  if (in->kind == BI_SPIN || in->kind == BI_PREEMPT) truth_add(c, p, BENCH_CAUSE_INTERFERE + in->kind, MS_CULPRIT_WORKER, w);
   if (in->kind == BI_LONG_CONTEXT) truth_add(c, p, BENCH_CAUSE_INTERFERE + in->kind, MS_CULPRIT_REQUEST, in->slot);
   if (in->kind == BI_COLD) truth_add(c, p, BENCH_CAUSE_INTERFERE + in->kind, MS_CULPRIT_NONE, -1);
   if (!c->n_truth) {
@@ -628,6 +649,9 @@ static void diagnose_one(struct runner *r, struct bench_case *c, int meth, int b
     bench_diagnose(ref[0], ev, p, &c->sc, a);
   a->raw_confidence = a->confidence;
   a->perturbation = perturbation(r, c, ev, workers);
+  if (c->ranks > 1 && a->kind == MS_CULPRIT_DEVICE && a->id >= 0) snprintf(a->name, sizeof a->name, "rank %d", a->id);
+  for (int i = 0; c->ranks > 1 && i < a->n_more; i++)  /* across ranks a device is a rank */
+    if (a->more[i].kind == MS_CULPRIT_DEVICE) snprintf(a->more[i].name, sizeof a->more[i].name, "rank %d", a->more[i].id);
   judge(c, a);
 }
 
@@ -640,10 +664,11 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
   struct ms_fault fl[BENCH_MAX_FAULTS];
   int rc = 0, cold = s->intf.kind == BI_COLD;
   struct bench_engine_cfg fc = {.m = m, .sc = s, .faults = fl, .n_faults = to_faults(s, (1u << s->n_faults) - 1, fl),
-                                .interfere = s->intf.kind != BI_NONE, .seed = s->seed};
-  struct bench_engine_cfg hc = {.m = m, .sc = s, .seed = s->seed};
-  FILE *rec = o->record ? bench_record_begin(o->record, r->idx, c, workers, o) : NULL;
-  if (o->record && !rec) say(r, "%s: cannot write its record in %s", s->name, o->record);
+                                .interfere = s->intf.kind != BI_NONE, .seed = s->seed, .tx = o->tx};
+  struct bench_engine_cfg hc = {.m = m, .sc = s, .seed = s->seed, .tx = o->tx};
+  int lead = !o->tx || o->tx->rank == 0;  /* across ranks rank 0 judges (the followers only observe) */
+  FILE *rec = o->record && lead ? bench_record_begin(o->record, r->idx, c, workers, o) : NULL;
+  if (o->record && lead && !rec) say(r, "%s: cannot write its record in %s", s->name, o->record);
   for (int meth = 0; meth < BM_COUNT && !rc; meth++) {
     struct bench_evidence ev = {0}, fresh = {0};
     for (int b = 0; b < o->n_budgets; b++) {
@@ -665,13 +690,13 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
         if (real_clock(s)) {
           struct ms_model *warm = cold ? model_fresh(r, s, 0) : NULL;
           if (warm) hc.m = warm;
-          rc = cold && !warm ? -EIO : bench_observe(o, &hc, meth, budget, &fresh, &r->log);
+          rc = cold && !warm ? -EIO : observe(r, &hc, meth, budget, &fresh);
           hc.m = m;
           ms_model_free(warm);
         }
         struct ms_model *cm = !rc && cold ? model_fresh(r, s, 1) : NULL;
         if (cm) fc.m = cm;
-        if (!rc) rc = cold && !cm ? -EIO : bench_observe(o, &fc, meth, budget, &ev, &r->log);
+        if (!rc) rc = cold && !cm ? -EIO : observe(r, &fc, meth, budget, &ev);
         fc.m = m;
         ms_model_free(cm);
         if (rc) {
@@ -689,7 +714,7 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
         fclose(rec);
         rec = NULL;
       }
-      diagnose_one(r, c, meth, b, real_clock(s) ? &fresh : NULL, ref, nref, &ev, p, workers);
+      if (lead) diagnose_one(r, c, meth, b, real_clock(s) ? &fresh : NULL, ref, nref, &ev, p, workers);
     }
     bench_evidence_free(&ev);
     bench_evidence_free(&fresh);
@@ -715,7 +740,7 @@ static int replay_case(struct runner *r, struct bench_case *c, int i) {
   struct ms_model *m = model_of(r, s, &owned);
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for(s->batch),
                                .tiles_per_op = ms_backend_info(s->backend)->tiles_per_worker ? workers : 0,
-                               .tp = s->tp};
+                               .tp = s->tp, .tp_split = c->ranks > 1};
   struct ms_plan *p = m ? ms_plan_compile(m, &co, &r->log) : NULL;
   if (!p) rc = -EINVAL;
   while (!rc && !done) {
@@ -781,7 +806,7 @@ static int run_case(struct runner *r, struct bench_case *c) {
     return -EINVAL;
   }
   int rc = -EINVAL;
-  struct bench_engine_cfg hc = {.m = m, .sc = s, .seed = s->seed};
+  struct bench_engine_cfg hc = {.m = m, .sc = s, .seed = s->seed, .tx = r->o->tx};
   uint64_t t0 = ms_now_ns();
   struct ms_engine *e = bench_engine_new(&hc, &r->log);
   if (!e) {
@@ -790,13 +815,17 @@ static int run_case(struct runner *r, struct bench_case *c) {
   }
   r->restart_ns_sum += (double)(ms_now_ns() - t0);
   r->restart_n++;
-  int workers = ms_engine_n_workers(e);
+  /* across ranks each rank runs its own workers: the engine's are every rank's */
+  c->ranks = r->o->tx ? r->o->tx->size : 1;
+  int local = ms_engine_n_workers(e), workers = local * c->ranks;
+  /* the engine's plan: across ranks each holds its share of a split output */
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for(s->batch),
-                               .tiles_per_op = ms_backend_info(s->backend)->tiles_per_worker ? workers : 0,
-                               .tp = s->tp};
+                               .tiles_per_op = ms_backend_info(s->backend)->tiles_per_worker ? local : 0,
+                               .tp = s->tp, .tp_split = c->ranks > 1};
   struct ms_plan *p = ms_plan_compile(m, &co, &r->log);
   c->healthy_ns = (double)bench_engine_drive(e, &hc);
   ms_engine_free(e);
+  if (bench_ranks_agree(r->o->tx, &c->healthy_ns, sizeof c->healthy_ns)) c->healthy_ns = 0;
   if (!p) goto out_model;
   if ((rc = bench_scenario_draw(s, p, workers, &r->log))) goto out_plan;
   if (s->intf.kind == BI_COLD && (rc = cold_copy(r, s))) goto out_plan;

@@ -136,9 +136,11 @@ static int parse_fault(json_t *o, struct bench_fault *f, const char *what, struc
   return get_num(o, "severity", 0.05, 1, -1, &f->severity, what, log);
 }
 
-/* "interference": {"kind": "spin", "worker": 1, "share": 0.3} and the like. */
+/* "interference": {"kind": "spin", "worker": 1, "share": 0.3} and the like;
+ * with "tp", "rank": R puts it beside device R's worker (across ranks: in rank
+ * R's process, on the CPU its worker is pinned to). */
 static int parse_interference(json_t *o, struct bench_interfere_spec *in, const char *what, struct ms_textbuf *log) {
-  static const char *const keys[] = {"kind", "worker", "slot", "tokens", "share", "severity", NULL};
+  static const char *const keys[] = {"kind", "worker", "rank", "slot", "tokens", "share", "severity", NULL};
   char kind[32], w[160];
   long long v;
   snprintf(w, sizeof w, "%s, interference", what);
@@ -164,8 +166,12 @@ static int parse_interference(json_t *o, struct bench_interfere_spec *in, const 
   if ((json_object_get(o, "slot") || json_object_get(o, "tokens")) && !slot)
     return ms_textbuf_printf(log, "%s: only long_context takes \"slot\" and \"tokens\"\n", w), -EINVAL;
   if (json_object_get(o, "share") && !who) return ms_textbuf_printf(log, "%s: only spin and preempt take \"share\"\n", w), -EINVAL;
+  if (json_object_get(o, "rank") && !who) return ms_textbuf_printf(log, "%s: only spin and preempt take \"rank\"\n", w), -EINVAL;
   if ((rc = get_int(o, "worker", 0, 1023, -1, 0, &v, w, log))) return rc;
   if (v >= 0) in->worker = (int)v, in->given |= BI_GIVEN_WHO;
+  if ((rc = get_int(o, "rank", 0, BENCH_MAX_DEVICES - 1, 0, 0, &v, w, log))) return rc;
+  in->rank = (int)v;
+  if (json_object_get(o, "rank")) in->given |= BI_GIVEN_RANK;
   if ((rc = get_int(o, "slot", 0, 63, -1, 0, &v, w, log))) return rc;
   if (v >= 0) in->slot = (int)v, in->given |= BI_GIVEN_WHO;
   if ((rc = get_int(o, "tokens", 1, 1 << 16, 0, 0, &v, w, log))) return rc;
@@ -296,6 +302,11 @@ static int parse_one(json_t *o, int idx, struct bench_scenario *s, struct ms_tex
   json_t *in = json_object_get(o, "interference");
   s->intf.worker = s->intf.slot = -1;
   if (in && (rc = parse_interference(in, &s->intf, what, log))) return rc;
+  if (in && s->intf.rank >= s->tp && (s->intf.given & BI_GIVEN_RANK)) {
+    ms_textbuf_printf(log, "%s: interference beside rank %d: \"tp\" is %d (ranks 0..%d)\n", what, s->intf.rank, s->tp,
+                      s->tp - 1);
+    return -EINVAL;
+  }
   if (in && ms_backend_info(s->backend)->virtual_clock) {
     ms_textbuf_printf(log, "%s: interference is real: the cpu backend (or cuda) produces it, not the simulator\n", what);
     return -EINVAL;
@@ -618,6 +629,7 @@ int bench_scenarios_write(FILE *f, const struct bench_scenario *s, int n) {
         if (in->kind == BI_LONG_CONTEXT) fprintf(f, ", \"slot\": %d", in->slot);
         else fprintf(f, ", \"worker\": %d", in->worker);
       }
+      if (in->given & BI_GIVEN_RANK) fprintf(f, ", \"rank\": %d", in->rank);
       if (in->given & BI_GIVEN_TOKENS) fprintf(f, ", \"tokens\": %d", in->tokens);
       if (in->given & BI_GIVEN_SHARE) fprintf(f, ", \"share\": %g", in->share);
       if (in->severity > 0) fprintf(f, ", \"severity\": %g", in->severity);
@@ -819,13 +831,15 @@ int bench_scenario_draw(struct bench_scenario *s, const struct ms_plan *p, int n
       len += (size_t)snprintf(s->drawn + len, sizeof s->drawn - len, "%slong request in slot %d", len ? "; " : "",
                               in->slot);
     }
+    /* beside a rank: one of its device's workers */
+    int among = (in->given & BI_GIVEN_RANK) && s->tp > 1 ? n_workers / s->tp : n_workers;
     if (who && in->worker < 0) {
-      in->worker = pick(&r, n_workers);
+      in->worker = pick(&r, among);
       len += (size_t)snprintf(s->drawn + len, sizeof s->drawn - len, "%s%s on worker %d's CPU", len ? "; " : "",
                               bench_interference_name(in->kind), in->worker);
     }
     if (len >= sizeof s->drawn) len = sizeof s->drawn - 1;
-    if ((who && in->worker >= n_workers) || (in->kind == BI_LONG_CONTEXT && in->slot >= s->batch)) {
+    if ((who && in->worker >= among) || (in->kind == BI_LONG_CONTEXT && in->slot >= s->batch)) {
       ms_textbuf_printf(log, "scenario %s: %s names no %s of this engine\n", s->name, bench_interference_name(in->kind),
                         who ? "worker" : "request slot");
       return -EINVAL;

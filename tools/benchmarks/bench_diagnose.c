@@ -82,7 +82,7 @@ static int plot(const struct bench_report *r, const char *png) {
 
 struct args {
   const char *scenarios, *heldout, *write, *out, *png, *monitors, *budgets, *headline, *record, *replay;
-  long generate;
+  long generate, tp;
   uint64_t seed;
   enum ms_backend backend;
   int run, as_json, quiet;
@@ -128,6 +128,10 @@ static const struct cli_opt diag_opts[] = {
                 "judge DIR's records with this build's diagnosers instead of\n"
                 "running (at the budgets recorded, or those of them --budgets names;\n"
                 "a record is read only by a build of the same layout)"),
+    CLI_OPT_INT(DA, tp, "tp", "N", 1, 64,
+                "across ranks: under mpirun -np N, every rank runs the scenarios\n"
+                "(cpu, \"tp\": N) in lockstep as one engine of N devices; rank 0\n"
+                "measures, merges every rank's evidence and judges it"),
     CLI_OPT_FLAG(DA, quiet, "quiet", "no progress lines"),
     {0}};
 #undef DA
@@ -146,7 +150,8 @@ static const char diag_head[] =
     "sampled_events, semantic_monitors, task_profiler. \"unknown cause, scope X\" is a\n"
     "valid answer. A fault whose tuned magnitude has no measurable effect is counted and\n"
     "not scored. Prints per split a table, scope by budget, by fault and a reliability\n"
-    "table (stderr with --json).\n\n";
+    "table (stderr with --json).\n"
+    "Across ranks: mpirun -np N megascope bench diagnose --tp N --scenarios FILE.\n\n";
 
 /* 0: parsed; 1: --help printed; 2: a usage error, printed. */
 static int parse_args(int argc, char **argv, struct args *a) {
@@ -156,6 +161,30 @@ static int parse_args(int argc, char **argv, struct args *a) {
     fprintf(stderr, "megascope bench diagnose: give --scenarios FILE, --generate N or --replay DIR\n"
                     "(try 'megascope bench diagnose --help')\n");
     return 2;
+  }
+  if (a->tp > 1 && !a->scenarios) {
+    fprintf(stderr, "megascope bench diagnose: --tp %ld runs --scenarios across ranks (a replay is judged in one "
+            "process)\n", a->tp);
+    return 2;
+  }
+  if (a->tp > 1 && cli_dist_ranks() == 1) {
+    fprintf(stderr, "megascope bench diagnose: --tp %ld is %ld processes: start it as `mpirun -np %ld megascope bench "
+            "diagnose --tp %ld ...`\n", a->tp, a->tp, a->tp, a->tp);
+    return 2;
+  }
+  return 0;
+}
+
+/* Across ranks every scenario is one engine of --tp devices on the cpu
+ * backend: the others are refused by name. 0 or 2. */
+static int check_ranks(const struct args *a, const struct bench_scenario *sc, int n) {
+  for (int i = 0; a->tp > 1 && i < n; i++) {
+    if (sc[i].backend != MS_BACKEND_CPU || sc[i].tp != a->tp) {
+      fprintf(stderr, "megascope bench diagnose: --tp %ld: scenario %s runs %s with \"tp\" %d; across ranks every "
+              "scenario runs on the cpu backend with \"tp\": %ld\n", a->tp, sc[i].name,
+              ms_backend_name(sc[i].backend), sc[i].tp, a->tp);
+      return 2;
+    }
   }
   return 0;
 }
@@ -171,8 +200,48 @@ static int write_scenarios(const char *path, const struct bench_scenario *s, int
   return rc ? 1 : 0;
 }
 
+/* Runs the scenarios (across ranks: on every rank, rank 0 reporting) and
+ * prints the report. */
+static int run_and_report(const struct args *a, struct bench_opts *o, struct bench_scenario *sc, int n) {
+  int lead = !o->tx || o->tx->rank == 0, rc = 0;
+  if (!lead) o->progress = NULL;
+  struct bench_report r;
+  rc = bench_run(o, sc, n, &r);
+  if (rc) {
+    fprintf(stderr, "megascope bench diagnose: %s\n", ms_strerror(rc));
+    return 1;
+  }
+  if (!lead) {  /* a follower: rank 0 judged and reports */
+    bench_report_free(&r);
+    return 0;
+  }
+  bench_report_text(&r, a->as_json ? stderr : stdout);
+  if (a->as_json) bench_report_json(&r, stdout);
+  if (a->out) {
+    FILE *f = fopen(a->out, "w");
+    if (!f || bench_report_json(&r, f) || fclose(f)) {
+      fprintf(stderr, "megascope bench diagnose: --out %s: %s\n", a->out, strerror(errno));
+      rc = 1;
+    }
+  }
+  if (a->png && plot(&r, a->png)) rc = 1;
+  int failed = 0;
+  for (int i = 0; i < r.n; i++)
+    if (r.cases[i].error[0]) {
+      failed++;
+      fprintf(stderr, "megascope bench diagnose: %s: %s%s", r.cases[i].sc.name, r.cases[i].error,
+              r.cases[i].error[strlen(r.cases[i].error) - 1] == '\n' ? "" : "\n");
+    }
+  if (failed) {
+    fprintf(stderr, "megascope bench diagnose: %d of %d scenarios could not run\n", failed, r.n);
+    rc = 1;
+  }
+  bench_report_free(&r);
+  return rc;
+}
+
 int bench_diagnose_main(int argc, char **argv) {
-  struct args a = {.seed = 1, .backend = MS_BACKEND_SIM};
+  struct args a = {.seed = 1, .backend = MS_BACKEND_SIM, .tp = 1};
   int rc = parse_args(argc, argv, &a);
   if (rc) return rc == 1 ? 0 : rc;
   struct bench_opts o = {.exec_ns = 200, .record_ns = 20, .ring_ns = 100};
@@ -264,34 +333,23 @@ int bench_diagnose_main(int argc, char **argv) {
     free(sc);
     return rc;
   }
-  struct bench_report r;
-  rc = bench_run(&o, sc, n, &r);
+  if ((rc = check_ranks(&a, sc, n))) {
+    free(sc);
+    return rc;
+  }
+  /* under mpirun: the launch check (the same executable, arguments and --tp
+   * on every rank), then every rank runs the scenarios */
+  struct cli_model cm = {.preset = "bench diagnose"};
+  int dist_failed;
+  struct ms_transport *tx = cli_dist_start("bench diagnose", (int)a.tp, &cm, argc, argv, &dist_failed);
+  if (dist_failed) {
+    free(sc);
+    return 2;
+  }
+  o.tx = tx;
+  if (tx && tx->rank != 0) o.record = NULL;  /* rank 0 keeps the merged evidence */
+  rc = run_and_report(&a, &o, sc, n);
   free(sc);
-  if (rc) {
-    fprintf(stderr, "megascope bench diagnose: %s\n", ms_strerror(rc));
-    return 1;
-  }
-  bench_report_text(&r, a.as_json ? stderr : stdout);
-  if (a.as_json) bench_report_json(&r, stdout);
-  if (a.out) {
-    FILE *f = fopen(a.out, "w");
-    if (!f || bench_report_json(&r, f) || fclose(f)) {
-      fprintf(stderr, "megascope bench diagnose: --out %s: %s\n", a.out, strerror(errno));
-      rc = 1;
-    }
-  }
-  if (a.png && plot(&r, a.png)) rc = 1;
-  int failed = 0;
-  for (int i = 0; i < r.n; i++)
-    if (r.cases[i].error[0]) {
-      failed++;
-      fprintf(stderr, "megascope bench diagnose: %s: %s%s", r.cases[i].sc.name, r.cases[i].error,
-              r.cases[i].error[strlen(r.cases[i].error) - 1] == '\n' ? "" : "\n");
-    }
-  if (failed) {
-    fprintf(stderr, "megascope bench diagnose: %d of %d scenarios could not run\n", failed, r.n);
-    rc = 1;
-  }
-  bench_report_free(&r);
+  cli_dist_end(tx);
   return rc;
 }

@@ -458,62 +458,6 @@ static void test_few_workers_by_kernel(void) {
   free(s);
 }
 
-/* The kernel-by-kernel worker median judged against how far it moves between
- * healthy runs: a throttled worker whose kernels slow unevenly (1.04-1.30x,
- * every one above the other worker) is named, though the kernels' own scatter
- * would hide it; a healthy run whose kernels wander 1.5% is not. */
-static void fill_wop(struct bench_features *f, const struct ms_plan *p, int k_seed, double worker1_lo, double worker1_hi) {
-  quiet_rows(f, p);
-  f->coverage = 1;
-  f->row[FS_BTOP][0] = (struct bench_stat){.n = 1, .sum = 1, .have = 1};  /* the slowest worker: 1 */
-  for (int w = 0; w < 2; w++)
-    for (int k = 0; k < MS_K_COUNT; k++) {
-      double u = (double)((k * 7 + k_seed * 3) % MS_K_COUNT) / (MS_K_COUNT - 1);  /* 0..1, a kernel's place */
-      double slow = w == 1 ? worker1_lo + (worker1_hi - worker1_lo) * u : 1;
-      f->row[FS_WOP][w * MS_K_COUNT + k] = (struct bench_stat){.n = 100, .sum = 100e3 * slow, .have = 1};
-    }
-}
-
-static void test_worker_null_noise(void) {
-  char err[4096];
-  struct bench_scenario *s;
-  int n;
-  const char *text = "[{\"name\": \"fw\", \"preset\": \"tiny\", \"backend\": \"cpu\", \"batch\": 4, \"steps\": 4,"
-                     "  \"seed\": 5, \"workers\": 2, \"faults\": []}]";
-  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
-  struct ms_textbuf log = {err, sizeof err, 0, 0};
-  struct ms_model *m = bench_model(&s[0], &log);
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4};
-  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
-  CHECKF(m && p, "%s", err);
-  for (int slow = 0; slow < 2 && p; slow++) {
-    struct bench_evidence ref = {.method = BM_SEMANTIC, .coverage = 1}, ev = {.method = BM_SEMANTIC, .coverage = 1};
-    struct bench_evidence alt[3];
-    const struct bench_evidence *altp[3];
-    ref.feat = bench_feat_new(p, 2, 4, 1);
-    ev.feat = bench_feat_new(p, 2, 4, 1);
-    fill_wop(ref.feat, p, 0, 1, 1);
-    for (int i = 0; i < 3; i++) {  /* healthy runs: worker 1 within 1% of the reference, kernel by kernel */
-      alt[i] = (struct bench_evidence){.method = BM_SEMANTIC, .coverage = 1, .feat = bench_feat_new(p, 2, 4, 1)};
-      fill_wop(alt[i].feat, p, i + 1, 0.99, 1.01);
-      altp[i] = &alt[i];
-    }
-    fill_wop(ev.feat, p, 4, slow ? 1.04 : 0.985, slow ? 1.30 : 1.015);
-    ev.budget = 16384;
-    struct bench_answer a;
-    bench_diagnose_null(&ref, &ref, altp, 3, &ev, p, &s[0], &a);
-    int named = a.kind == MS_CULPRIT_WORKER && a.id == 1;
-    for (int i = 0; i < a.n_more; i++) named |= a.more[i].kind == MS_CULPRIT_WORKER && a.more[i].id == 1;
-    CHECKF(named == slow, "uneven throttle %d: %s: %s", slow, a.name, a.why);
-    bench_evidence_free(&ref);
-    bench_evidence_free(&ev);
-    for (int i = 0; i < 3; i++) bench_evidence_free(&alt[i]);
-  }
-  ms_plan_free(p);
-  ms_model_free(m);
-  free(s);
-}
-
 /* Scores: counted over the scenarios that ran and had an effect, per split, as
  * documented; scope apart from the cause; "unknown cause, scope X" right. */
 static void test_score(void) {
@@ -638,7 +582,6 @@ int main(void) {
   test_few_workers_by_kernel();
   test_late_request_alone();
   test_layer_classes_uneven();
-  test_worker_null_noise();
   test_score();
   test_score_several();
   test_calibrate();

@@ -293,9 +293,6 @@ struct fctx {
   int queueing;         /* the hypotheses being added are judged by queueing alone */
   int busy;             /* ... by a device's or worker's tasks against their classes' means */
   int late;             /* ... by how late a request's last task ended */
-  double kr_noise;      /* the kernel-by-kernel worker median's scatter between healthy runs (0: not known) */
-  double *kr_sq;        /* the null runs: the sum of its squares, and their count, gathered here */
-  int *kr_n;
 };
 
 /* Hypothesis families: a cause and a kind of scope, named or not (kernel-level
@@ -599,9 +596,8 @@ static int kernel_ratios(const struct fctx *c, int w, double *out) {
 }
 
 /* The few-workers hypothesis kernel by kernel: the median of worker w's
- * kernels' ratios (above), its noise how far that median moves between
- * healthy runs (the null's root mean square; without healthy runs, the
- * kernels' scatter as a standard error), 0.5% at least. A worker slowed as a whole is slower at
+ * kernels' ratios (above), its noise their scatter over the kernels (a
+ * standard error, 0.5% at least). A worker slowed as a whole is slower at
  * every kernel; a kernel whose tiles move with the memory bandwidth the
  * moment gets (a large head's) is one vote of many. 0 when fewer than four
  * kernels say (then the tasks' ratios decide). */
@@ -616,16 +612,9 @@ static int by_kernel(struct fctx *c, int w) {
   double mad = n % 2 ? d[n / 2] : (d[n / 2 - 1] + d[n / 2]) / 2;
   double se = 1.2533 * 1.4826 * mad / sqrt((double)n) * (1 + 4.0 / n);
   if (se < 0.005) se = 0.005;
-  if (c->kr_sq) *c->kr_sq += med * med, (*c->kr_n)++;
-  /* with healthy runs to hold it against, the noise is how far this median
-   * moves between them: the kernels' own scatter is not noise but how unevenly
-   * a slowdown falls on them (a throttled worker's kernels read 1.12-1.22x, all
-   * of them above the others, and a standard error of 2.8% from that spread
-   * hid it at z 5), while between healthy runs the median stayed within 1.2% */
-  if (c->kr_noise > 0) se = c->kr_noise > 0.005 ? c->kr_noise : 0.005;
   c->busy = 1;  /* beside a culprit whose tasks it ran, judged by what is left (busy_left) */
   add(c, -2, MS_CULPRIT_WORKER, w, med / se, "worker %d: its tasks ran %.3fx the other workers' kernel by kernel "
-      "(the median of %d kernels, noise %.1f%%), over the same in the reference", w, exp(med), n, 100 * se);
+      "(the median of %d kernels, scatter %.1f%%), over the same in the reference", w, exp(med), n, 100 * se);
   c->busy = 0;
   return 1;
 }
@@ -1107,31 +1096,23 @@ static void trace_hyps(const struct fctx *c, const struct bench_evidence *ev, co
 
 /* The null: for every hypothesis family, the largest z it reaches between
  * healthy runs (each alt against ref); each family's z is then scaled so that
- * this stays at half the threshold. Families quiet between healthy runs keep 1.
- * Two passes: the first learns how far the kernel-by-kernel worker median moves
- * between healthy runs (base->kr_noise, that hypothesis's noise), the second
- * judges them with it, as the run itself will be. */
+ * this stays at half the threshold. Families quiet between healthy runs keep 1. */
 static void null_scales(struct fctx *base, const struct bench_evidence *const *alt, int n_alt, double *scale) {
-  double top[N_FAM] = {0}, kr_sq = 0;
-  int kr_n = 0;
-  base->kr_noise = 0;
-  for (int pass = 0; pass < 2; pass++)
-    for (int k = 0; k < n_alt; k++) {
-      if (!alt[k]->feat) continue;
-      struct bench_features *f = alt[k]->feat;
-      as_run(f);
-      struct fctx c = *base;
-      c.cur = f;
-      c.scale = NULL;
-      c.step_ns = base->step_ns;
-      if (!pass) c.kr_sq = &kr_sq, c.kr_n = &kr_n;
-      collect(&c);
-      for (int i = 0; pass && i < c.n; i++) {
-        int fam = fam_of(c.h[i].cause, c.h[i].kind, c.h[i].id);
-        if (c.h[i].z > top[fam]) top[fam] = c.h[i].z;
-      }
-      if (!pass && k == n_alt - 1) base->kr_noise = kr_n ? sqrt(kr_sq / kr_n) : 0;
+  double top[N_FAM] = {0};
+  for (int k = 0; k < n_alt; k++) {
+    if (!alt[k]->feat) continue;
+    struct bench_features *f = alt[k]->feat;
+    as_run(f);
+    struct fctx c = *base;
+    c.cur = f;
+    c.scale = NULL;
+    c.step_ns = base->step_ns;
+    collect(&c);
+    for (int i = 0; i < c.n; i++) {
+      int fam = fam_of(c.h[i].cause, c.h[i].kind, c.h[i].id);
+      if (c.h[i].z > top[fam]) top[fam] = c.h[i].z;
     }
+  }
   for (int i = 0; i < N_FAM; i++) scale[i] = top[i] > Z_MIN / 2 ? Z_MIN / 2 / top[i] : 1;
 }
 

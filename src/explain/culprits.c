@@ -311,9 +311,7 @@ static void slot_culprits(struct ex *x, const struct ex_req *rq, unsigned char *
   if (slots >= 4) {
     for (int s = 0, j = 0; s < EX_MAX_SLOT; s++)
       if (m[s]) v[j++] = med[s];
-    double center = ex_median(v, (size_t)slots);
-    for (int s = 0, j = 0; s < EX_MAX_SLOT; s++)  /* again: ex_median reorders v */
-      if (m[s]) v[j++] = med[s];
+    double center = ex_median(v, (size_t)slots);  /* sorts v: the same values, as the MAD needs */
     double among = ex_mad_sd(v, (size_t)slots, center);
     for (int s = 0; s < EX_MAX_SLOT; s++) {
       if (m[s] < 2) continue;

@@ -483,9 +483,11 @@ static int capture_source(const struct explain_window *w, const struct ms_explai
                       c->id % w->rank_workers, rec) > 0;
     return snprintf(src, n, "task_end /worker == %d/ { @ev = %s }", c->id, rec) > 0;
   case MS_EXPLAIN_DEVICE: return snprintf(src, n, "task_end /device == %d/ { @ev = %s }", c->id, rec) > 0;
-  case MS_EXPLAIN_REQUEST:
-    return snprintf(src, n, "task_end /op == attn && req_slot == %u && req_gen == %u/ { @ev = %s }",
-                    w->req[c->id].slot, w->req[c->id].gen, req_rec) > 0;
+  case MS_EXPLAIN_REQUEST:  /* @gen: the slot's newest request, to tell one that ended */
+    return snprintf(src, n,
+                    "task_end /op == attn && req_slot == %u && req_gen == %u/ { @ev = %s }\n"
+                    "task_end /op == attn && req_slot == %u/ { @gen = max(req_gen) }",
+                    w->req[c->id].slot, w->req[c->id].gen, req_rec, w->req[c->id].slot) > 0;
   case MS_EXPLAIN_SLOT:
     return snprintf(src, n, "task_end /op == attn && req_slot == %d/ { @ev = %s }", c->id, req_rec) > 0;
   default: return 0;
@@ -519,6 +521,10 @@ static void summarize_evidence(struct explain_evidence *ev, json_t *rd, int is_r
   ev->mean_wait_ns = ev->n ? wait / (double)ev->n : NAN;
   ev->mean_ctx = ev->n && is_request ? fifth / (double)ev->n : NAN;
   free(d);
+  /* a request's slot served a later one and it none: it ended before the
+   * capture, and the window's figures are all there is of it */
+  json_t *g = json_array_get(json_object_get(map_named(rd, "@gen"), "entries"), 0);
+  ev->later_gen = g ? (int64_t)json_number_value(json_object_get(g, "value")) : -1;
 }
 
 /* One culprit's capture: attached until `want` records are in or the time is
@@ -565,6 +571,8 @@ static int fetch_evidence(const struct explain_args *a, const char *sock, const 
     enum ms_explain_kind k = w->res.culprits[w->ev[i].culprit].kind;
     int is_request = k == MS_EXPLAIN_REQUEST || k == MS_EXPLAIN_SLOT;
     if (capture(sock, sc, &w->ev[i], want, (uint64_t)a->window_ns / 2, is_request)) return -1;
+    if (k == MS_EXPLAIN_REQUEST)
+      w->ev[i].ended = !w->ev[i].n && w->ev[i].later_gen > (int64_t)w->req[w->res.culprits[w->ev[i].culprit].id].gen;
     w->evidence_bytes += w->ev[i].bytes;
   }
   return 0;

@@ -30,6 +30,8 @@ struct explain_evidence {
   uint64_t bytes, eligible, executed, lost;
   double p50_ns, p99_ns, max_ns, mean_wait_ns, mean_ctx;
   int workers[64], n_workers;
+  int64_t later_gen;           /* a request's slot's newest generation seen (-1: none) */
+  int ended;                   /* a request that ended before the capture: no record can come */
   json_t *first;               /* the first records, for the report (owned) */
 };
 

@@ -29,6 +29,11 @@ static const struct explain_evidence *evidence_of(const struct explain_window *w
 }
 
 static void evidence_text(const struct explain_evidence *ev) {
+  if (ev->ended) {
+    printf("     evidence: none: the request ended before the capture (its slot now serves generation %lld); "
+           "the window's figures above are what there is of it\n", (long long)ev->later_gen);
+    return;
+  }
   if (!ev->n) {
     printf("     evidence: no task of it ran while the capture was attached\n");
     return;
@@ -130,6 +135,7 @@ static void evidence_json(struct ms_json *j, const struct explain_evidence *ev) 
   ms_json_kstr(j, "query", ev->query);
   ms_json_kuint(j, "records", ev->n);
   ms_json_kuint(j, "bytes", ev->bytes);
+  ms_json_kbool(j, "ended", ev->ended);  /* a request gone before the capture: no record could come */
   ms_json_knum(j, "task_ns_p50", num(ev->p50_ns));
   ms_json_knum(j, "task_ns_p99", num(ev->p99_ns));
   ms_json_knum(j, "wait_ns_mean", num(ev->mean_wait_ns));

@@ -374,9 +374,15 @@ static int accept_some(struct ms_gate *g) {
 
 /* ---- deadlines ---- */
 
-static void sweep(struct ms_gate *g, uint64_t now) {
+/* The clock is read under the mutex: a phase set between a reading taken
+ * before it and the lock would stamp `since` after `now`, and the unsigned
+ * age would wrap into a deadline long past (a request whose head had just
+ * come in was answered 408 so, with the gate's thread descheduled between
+ * the two on a busy machine). */
+static void sweep(struct ms_gate *g) {
   uint64_t read_ns = (uint64_t)g->o.read_ms * 1000000ull, idle_ns = (uint64_t)g->o.idle_ms * 1000000ull;
   pthread_mutex_lock(&g->mu);
+  uint64_t now = ms_now_ns();
   for (struct gate_conn *c = g->head, *next; c; c = next) {
     next = c->next;
     if (!c->started) {
@@ -393,7 +399,7 @@ static void sweep(struct ms_gate *g, uint64_t now) {
       continue;
     }
     uint64_t limit = kept ? idle_ns : read_ns;
-    if (now - c->since <= limit) continue;
+    if (now <= c->since || now - c->since <= limit) continue;
     enum gate_count why = c->phase == GATE_PHASE_BODY   ? GATE_TIMEOUT_BODY
                           : c->phase == GATE_PHASE_HEAD ? GATE_TIMEOUT_HEAD
                           : kept                        ? GATE_TIMEOUT_IDLE
@@ -413,7 +419,7 @@ static void *gate_main(void *arg) {
     if (rc > 0 && (p[1].revents & POLLIN) && accept_some(g)) resume = ms_now_ns() + TICK_NS;
     now = ms_now_ns();
     if (now >= next_sweep) {
-      sweep(g, now);
+      sweep(g);
       next_sweep = now + TICK_NS;
     }
   }

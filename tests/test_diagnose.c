@@ -439,49 +439,6 @@ static void test_few_workers_by_kernel(void) {
   tcase_close(&t);
 }
 
-/* A scope under the threshold that stands alone is named (LONE_Z, LONE_REL in
- * diagnose.c): worker 0's thread waited for its CPU 5% of the run more than
- * the other's (z 5, the threshold 6), nothing else moved: worker 0, at a
- * confidence under one half. The same beside worker 1 running 1.02x at every
- * kernel (z 4.0, more than half of it): nothing is named. */
-static void test_lone_scope(void) {
-  struct tcase t;
-  tcase_open(&t, "[{\"name\": \"lo\", \"preset\": \"tiny\", \"backend\": \"cpu\", \"batch\": 4, \"steps\": 4,"
-                     "  \"seed\": 5, \"workers\": 2, \"faults\": []}]", 4, 0);
-  for (int rival = 0; rival < 2 && t.p; rival++) {
-    struct bench_evidence ref = {.method = BM_SEMANTIC, .coverage = 1}, ev = {.method = BM_SEMANTIC, .coverage = 1};
-    ref.feat = bench_feat_new(t.p, 2, 4, 1);
-    ev.feat = bench_feat_new(t.p, 2, 4, 1);
-    struct bench_evidence *both[2] = {&ref, &ev};
-    for (int i = 0; i < 2; i++) {
-      struct bench_features *f = both[i]->feat;
-      quiet_rows(f, t.p);
-      f->coverage = 1;
-      for (int w = 0; w < 2; w++) {
-        double wait = i && w == 0 ? 0.06 : 0.01;  /* of the run */
-        f->row[FS_OSWORKER][w] = (struct bench_stat){.n = 1, .sum = wait, .ratio = 1 - wait, .max = 3, .have = 1};
-      }
-    }
-    for (int i = 0; i < 2; i++)  /* kernel by kernel; the rival: worker 1's tasks slower at every kernel */
-      for (int w = 0; w < 2; w++)
-        for (int k = 0; k < MS_K_COUNT; k++) {
-          double slow = rival && i && w == 1 ? 1.02 : 1;
-          both[i]->feat->row[FS_WOP][w * MS_K_COUNT + k] = (struct bench_stat){.n = 100, .sum = 100e3 * slow, .have = 1};
-        }
-    for (int i = 0; rival && i < 2; i++)  /* the slowest worker against its classes' means: 1 */
-      both[i]->feat->row[FS_BTOP][0] = (struct bench_stat){.n = 1, .sum = 1, .have = 1};
-    ev.budget = 16384;
-    struct bench_answer a;
-    bench_diagnose(&ref, &ev, t.p, &t.s[0], &a);
-    int named = a.kind == MS_CULPRIT_WORKER && a.id == 0 && a.n_more == 0;
-    CHECKF(rival ? a.kind == MS_CULPRIT_NONE : named && a.confidence < 0.5, "rival %d: %s (%.2f): %s", rival, a.name,
-           a.confidence, a.why);
-    bench_evidence_free(&ref);
-    bench_evidence_free(&ev);
-  }
-  tcase_close(&t);
-}
-
 /* Scores: counted over the scenarios that ran and had an effect, per split, as
  * documented; scope apart from the cause; "unknown cause, scope X" right. */
 static void test_score(void) {
@@ -606,7 +563,6 @@ int main(void) {
   test_few_workers_by_kernel();
   test_late_request_alone();
   test_layer_classes_uneven();
-  test_lone_scope();
   test_score();
   test_score_several();
   test_calibrate();

@@ -51,16 +51,6 @@
  * workers): a further worker stands at 15% of the first's z. */
 #define MULTI_REL_WORKER 0.15
 #define MAX_HYP 8192
-/* A scope that stands alone: below the threshold, one named scope whose z is
- * at least LONE_Z and LONE_REL times that of every other scope. The threshold
- * guards against the largest of many noisy hypotheses, and a noisy largest one
- * comes with runners-up about as high (between healthy runs, the best scope
- * over the next: 1.0-1.9x in all twelve recorded on the real models); a fault
- * that stands out stands alone (a saturated queue, a slow or preempted
- * worker on Gemma-3 at z 3.8-5.8, the next scope 2.3-2.7x lower). Its stated
- * confidence stays under one half (zl / 2 Z_MIN). */
-#define LONE_Z 4.5
-#define LONE_REL 2.0
 
 struct hyp {
   int cause;
@@ -1223,18 +1213,6 @@ static int in_named_layer(const struct ms_plan *p, const struct hyp *h, const st
   return 0;
 }
 
-/* Whether h[0], under the threshold, stands alone (LONE_Z above): a named
- * scope, not judged by queueing alone, LONE_REL times the best hypothesis of
- * any other scope (one it does not explain). h sorted by z. */
-static int stands_alone(const struct ms_plan *p, int per_device, const struct hyp *h, int n) {
-  if (h[0].z < LONE_Z || h[0].id < 0 || h[0].queue) return 0;
-  for (int i = 1; i < n; i++) {
-    if ((h[i].kind == h[0].kind && h[i].id == h[0].id) || explains(p, per_device, &h[0], &h[i])) continue;
-    return h[i].z * LONE_REL <= h[0].z;
-  }
-  return 1;
-}
-
 /* The culprits an answer names: the strongest hypothesis, then every other one
  * above the threshold that names a scope of its own, not a consequence of one
  * already named (several faults at once). A layer and a class in it are both
@@ -1246,7 +1224,7 @@ static int stands_alone(const struct ms_plan *p, int per_device, const struct hy
 static int pick_culprits(const struct fctx *c, const struct ms_plan *p, int per_device, int real, const struct hyp *h,
                          int n, int *out) {
   int k = 0;
-  if (!n || (h[0].z < Z_MIN && !stands_alone(p, per_device, h, n))) return 0;
+  if (!n || h[0].z < Z_MIN) return 0;
   out[k++] = 0;
   /* real clocks: a task that ran slower makes the tasks behind it wait, so
    * queueing names the culprit only when nothing ran slower or worked more */

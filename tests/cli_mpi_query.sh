@@ -119,6 +119,19 @@ sleep 1
 grep -qE '^ +rank 1 +[1-9][0-9]* +[1-9]' "$tmp/ls.txt" || fail "ls: rank 1's line: $(cat "$tmp/ls.txt")"
 "$MS" maps --socket "$SOCK" "$id" >"$tmp/maps.txt" || fail "maps"
 grep -q '^rank 1: monitor class_time' "$tmp/maps.txt" || fail "maps: rank 1's maps: $(cat "$tmp/maps.txt")"
+# /metrics: the attachment's coverage on each rank
+curl -s -m 30 "$URL/metrics" >"$tmp/am.txt" || fail "/metrics with an attachment"
+python3 - "$tmp/am.txt" "$id" <<'PY' || fail "/metrics: the attachment's coverage per rank"
+import re, sys
+m, aid = open(sys.argv[1]).read(), sys.argv[2]
+ex = {int(r): int(v) for r, v in re.findall(
+    r'^megascope_attachment_rank_executed_total\{id="%s",monitor="class_time",rank="(\d)"\} (\d+)$' % aid, m, re.M)}
+el = {int(r): int(v) for r, v in re.findall(
+    r'^megascope_attachment_rank_eligible_total\{id="%s",monitor="class_time",rank="(\d)"\} (\d+)$' % aid, m, re.M)}
+assert sorted(ex) == [0, 1] and all(ex.values()), ex
+assert all(el[r] >= ex[r] for r in ex), (el, ex)
+print("attachment coverage per rank:", ex)
+PY
 "$MS" detach --socket "$SOCK" "$id" >/dev/null || fail "detach across ranks"
 held
 

@@ -157,6 +157,34 @@ static void gen_labels(FILE *f, const char *family, int id, uint32_t generation,
   fputs("} ", f);
 }
 
+/* Across ranks: each attachment's coverage on each rank (its current
+ * generation: a replace is not carried across ranks), rank 0's live and the
+ * others' as read at a step boundary now; the per-generation series above are
+ * rank 0's own. Nothing in one process. */
+static void write_attachment_ranks(struct ms_engine *e, FILE *f, const struct ms_attach_info *a, int n) {
+  int ranks = ms_engine_ranks(e);
+  if (ranks < 2 || !n || ms_engine_ranks_sync(e)) return;
+  static const struct {
+    const char *name, *help;
+  } fam[] = {
+      {"megascope_attachment_rank_eligible_total", "Hook firings while attached on one rank (across ranks)."},
+      {"megascope_attachment_rank_executed_total", "Monitor program runs on one rank (across ranks)."},
+      {"megascope_attachment_rank_lost_total", "Ring-buffer records dropped on one rank (across ranks)."},
+  };
+  for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
+    ms_prometheus_family(f, fam[k].name, "counter", fam[k].help);
+    for (int i = 0; i < n; i++)
+      for (int r = 0; r < ranks; r++) {
+        struct ms_coverage c;
+        if (ms_engine_ranks_coverage(e, a[i].id, r, &c)) continue;  /* not carried there, or not read yet */
+        fprintf(f, "%s{id=\"%d\",monitor=", fam[k].name, a[i].id);
+        ms_prometheus_label_value(f, a[i].name);
+        fprintf(f, ",rank=\"%d\"} %llu\n", r,
+                (unsigned long long)(k == 0 ? c.eligible : k == 1 ? c.executed : c.lost));
+      }
+  }
+}
+
 static int write_attachments(struct ms_engine *e, FILE *f) {
   int n, n_rows = 0, cap = 0;
   struct ms_attach_info *a = ms_engine_attach_list_all(e, &n);
@@ -211,6 +239,7 @@ static int write_attachments(struct ms_engine *e, FILE *f) {
     gen_labels(f, "megascope_attachment_jitted_programs", a[i].id, a[i].cov.generation, a[i].name);
     fprintf(f, "%u\n", a[i].n_jitted);
   }
+  write_attachment_ranks(e, f, a, n);
   free(rows);
   free(a);
   return 0;

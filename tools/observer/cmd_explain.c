@@ -462,6 +462,8 @@ static double pct(const double *v, size_t n, double q) {
   return v[k ? k - 1 : 0];
 }
 
+static int fits(int r, size_t n) { return r > 0 && (size_t)r < n; }
+
 /* The capture's predicate for a culprit; 0 when it has none (the OS's view
  * is the CPU culprits' evidence). A request's records carry its context in
  * the fifth field, the others their queueing. */
@@ -475,21 +477,21 @@ static int capture_source(const struct explain_window *w, const struct ms_explai
   snprintf(rec, sizeof rec, "record(step, %s, task_index, t_end - t_begin, t_begin, t_ready, wait_ns)", wk);
   snprintf(req_rec, sizeof req_rec, "record(step, %s, task_index, t_end - t_begin, ctx_len, req_gen, wait_ns)", wk);
   switch (c->kind) {
-  case MS_EXPLAIN_CLASS: return snprintf(src, n, "task_end /class == \"%s\"/ { @ev = %s }", c->name, rec) > 0;
-  case MS_EXPLAIN_LAYER: return snprintf(src, n, "task_end /class =~ \"blk.%d.*\"/ { @ev = %s }", c->id, rec) > 0;
+  case MS_EXPLAIN_CLASS: return fits(snprintf(src, n, "task_end /class == \"%s\"/ { @ev = %s }", c->name, rec), n);
+  case MS_EXPLAIN_LAYER: return fits(snprintf(src, n, "task_end /class =~ \"blk.%d.*\"/ { @ev = %s }", c->id, rec), n);
   case MS_EXPLAIN_WORKER:
     if (w->rank_workers)
-      return snprintf(src, n, "task_end /device == %d && worker == %d/ { @ev = %s }", c->id / w->rank_workers,
-                      c->id % w->rank_workers, rec) > 0;
-    return snprintf(src, n, "task_end /worker == %d/ { @ev = %s }", c->id, rec) > 0;
-  case MS_EXPLAIN_DEVICE: return snprintf(src, n, "task_end /device == %d/ { @ev = %s }", c->id, rec) > 0;
+      return fits(snprintf(src, n, "task_end /device == %d && worker == %d/ { @ev = %s }", c->id / w->rank_workers,
+                      c->id % w->rank_workers, rec), n);
+    return fits(snprintf(src, n, "task_end /worker == %d/ { @ev = %s }", c->id, rec), n);
+  case MS_EXPLAIN_DEVICE: return fits(snprintf(src, n, "task_end /device == %d/ { @ev = %s }", c->id, rec), n);
   case MS_EXPLAIN_REQUEST:  /* @gen: the slot's newest request, to tell one that ended */
-    return snprintf(src, n,
+    return fits(snprintf(src, n,
                     "task_end /op == attn && req_slot == %u && req_gen == %u/ { @ev = %s }\n"
                     "task_end /op == attn && req_slot == %u/ { @gen = max(req_gen) }",
-                    w->req[c->id].slot, w->req[c->id].gen, req_rec, w->req[c->id].slot) > 0;
+                    w->req[c->id].slot, w->req[c->id].gen, req_rec, w->req[c->id].slot), n);
   case MS_EXPLAIN_SLOT:
-    return snprintf(src, n, "task_end /op == attn && req_slot == %d/ { @ev = %s }", c->id, req_rec) > 0;
+    return fits(snprintf(src, n, "task_end /op == attn && req_slot == %d/ { @ev = %s }", c->id, req_rec), n);
   default: return 0;
   }
 }

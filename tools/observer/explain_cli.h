@@ -25,7 +25,7 @@ struct explain_args {
 /* One culprit's raw records, fetched after the summary (the escalation). */
 struct explain_evidence {
   int culprit;                 /* index in the result's culprits */
-  char query[320];             /* the capture's predicate and record */
+  char query[512];             /* the capture's predicate and record */
   size_t n;                    /* records */
   uint64_t bytes, eligible, executed, lost;
   double p50_ns, p99_ns, max_ns, mean_wait_ns, mean_ctx;

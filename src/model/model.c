@@ -420,15 +420,25 @@ struct repack_job {
   struct ms_model *m;
   uint8_t *buf;
   const size_t *at;  /* [n]: each matrix's span in buf */
-  int n;
+  int n, copy;       /* copy: the matrices with no packed form too (span_of) */
   atomic_int next;
 };
+
+/* A matrix's bytes in the model's buffer: its packed form; or, when the
+ * buffer is in huge pages (copy), a matrix this CPU has no packed form for
+ * (the 32-value types without AVX-512 VNNI, f16) as the file lays it out. */
+static size_t span_of(const struct ms_weight *w, int copy) {
+  size_t p = packed_span(w);
+  if (p || !copy || !w->data || w->rows <= 0) return p;
+  return ((size_t)w->rows * ms_weight_row_bytes(w) + 63) & ~(size_t)63;
+}
 
 static void *repack_thread(void *arg) {
   struct repack_job *j = arg;
   for (int i; (i = atomic_fetch_add(&j->next, 1)) < j->n;) {
     struct ms_weight *w = matrix(j->m, i);
     if (packed_span(w)) ms_quant_repack(w, j->buf + j->at[i]);
+    else if (span_of(w, j->copy)) memcpy(j->buf + j->at[i], w->data, (size_t)w->rows * ms_weight_row_bytes(w));
   }
   return NULL;
 }
@@ -444,12 +454,18 @@ static int repack_threads(void) {
  * huge pages asked for with madvise, the mode most distributions default to):
  * a decode step streams every byte of them, and in 4 KiB pages Gemma-3's head
  * alone spans some 35,000 of them, a TLB miss every 4 KiB of the stream.
- * MEGASCOPE_NO_HUGEPAGES=1: 4 KiB pages (to compare). */
+ * The matrices with no packed form here are copied in too, as the file lays
+ * them out (the file's own pages stay small). MEGASCOPE_NO_HUGEPAGES=1: 4 KiB
+ * pages and no copies (to compare). */
 #define HUGE_PAGE ((size_t)2 << 20)
 
-static void *packed_alloc(size_t total) {
+static int huge_wanted(void) {
   const char *no = getenv("MEGASCOPE_NO_HUGEPAGES");
-  if (total < HUGE_PAGE || (no && *no && strcmp(no, "0"))) return aligned_alloc(64, (total + 63) & ~(size_t)63);
+  return !(no && *no && strcmp(no, "0"));
+}
+
+static void *packed_alloc(size_t total, int huge) {
+  if (!huge) return aligned_alloc(64, (total + 63) & ~(size_t)63);
   size_t span = (total + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
   void *buf = aligned_alloc(HUGE_PAGE, span);
   if (buf) (void)madvise(buf, span, MADV_HUGEPAGE);  /* a hint: without THP the pages stay small */
@@ -459,23 +475,30 @@ static void *packed_alloc(size_t total) {
 int ms_model_repack(struct ms_model *m) {
   if (m->packed || !m->layers) return 0;
   int n = 1 + 7 * m->cfg.n_layers;
-  size_t total = 0, *at = malloc((size_t)n * sizeof *at);
+  size_t total = 0, all = 0, *at = malloc((size_t)n * sizeof *at);
   if (!at) return -ENOMEM;
-  for (int i = 0; i < n; i++) at[i] = total, total += packed_span(matrix(m, i));
-  uint8_t *buf = total ? packed_alloc(total) : NULL;
+  for (int i = 0; i < n; i++) total += span_of(matrix(m, i), 0), all += span_of(matrix(m, i), 1);
+  /* in huge pages, the matrices read as the file lays them out are copied in too */
+  int huge = huge_wanted() && all >= HUGE_PAGE, copy = huge && total < all;
+  total = 0;
+  for (int i = 0; i < n; i++) at[i] = total, total += span_of(matrix(m, i), copy);
+  uint8_t *buf = total ? packed_alloc(total, huge) : NULL;
   if (!buf) {
     free(at);
     return total ? -ENOMEM : 0;
   }
-  struct repack_job job = {.m = m, .buf = buf, .at = at, .n = n};
+  struct repack_job job = {.m = m, .buf = buf, .at = at, .n = n, .copy = copy};
   atomic_init(&job.next, 0);
   pthread_t th[8];
   int started = 0, want = repack_threads();
   while (started < want - 1 && !pthread_create(&th[started], NULL, repack_thread, &job)) started++;
   repack_thread(&job);  /* this thread too; with no other, it does them all */
   for (int i = 0; i < started; i++) pthread_join(th[i], NULL);
-  for (int i = 0; i < n; i++)
-    if (packed_span(matrix(m, i))) matrix(m, i)->packed = buf + at[i];
+  for (int i = 0; i < n; i++) {
+    struct ms_weight *w = matrix(m, i);
+    if (packed_span(w)) w->packed = buf + at[i];
+    else if (span_of(w, copy)) w->data = buf + at[i];  /* the file's bytes, in huge pages */
+  }
   free(at);
   m->packed = buf;
   return 0;

@@ -65,6 +65,16 @@ uint64_t ms_now_ns(void);
 enum { MS_CPU_PORTABLE = 0, MS_CPU_AVX2 = 1, MS_CPU_AVX512_VNNI = 2 };
 int ms_cpu_level(void);
 
+/* Memory streamed at every step (the packed weights) in transparent huge pages:
+ * a mapping of bytes, zeroed and committed as it is touched, 2 MiB-aligned and
+ * madvise(MADV_HUGEPAGE)d (the mode most distributions ship asks for that),
+ * unless the environment's MEGASCOPE_NO_HUGEPAGES=1 keeps 4 KiB pages (to
+ * compare). NULL when the address space is short. ms_huge_unmap takes the
+ * same bytes. ms_huge_pages_wanted: whether they are asked for. */
+void *ms_huge_map(size_t bytes);
+void ms_huge_unmap(void *p, size_t bytes);
+int ms_huge_pages_wanted(void);
+
 /* Always-on check for state corruption: reports file and line, then aborts. */
 #define MS_ASSERT(cond)                                                  \
   do {                                                                   \

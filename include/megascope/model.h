@@ -141,6 +141,7 @@ struct ms_model {
   void *storage;                       /* owned weight memory */
   size_t storage_bytes;
   void *packed;                        /* owned: what the weights' packed point into */
+  size_t packed_bytes;                 /* its size (a huge-page mapping: ms_huge_map) */
   /* Called by ms_model_free when set: releases what the weights point into
    * (the mapping of a GGUF file). */
   void (*release)(void *arg);

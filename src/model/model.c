@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/mman.h>
 
 #include "model/blocks.h"
 #include "model/quant_k.h"
@@ -397,7 +396,7 @@ void ms_model_free(struct ms_model *m) {
     }
   free(m->layers);
   free(m->storage);
-  free(m->packed);
+  ms_huge_unmap(m->packed, m->packed_bytes);
   if (m->release) m->release(m->release_arg);
   free(m);
 }
@@ -450,27 +449,12 @@ static int repack_threads(void) {
   return n < 1 ? 1 : n > 8 ? 8 : n;
 }
 
-/* The packed weights, in 2 MiB pages where the kernel gives them (transparent
- * huge pages asked for with madvise, the mode most distributions default to):
- * a decode step streams every byte of them, and in 4 KiB pages Gemma-3's head
- * alone spans some 35,000 of them, a TLB miss every 4 KiB of the stream.
- * The matrices with no packed form here are copied in too, as the file lays
- * them out (the file's own pages stay small). MEGASCOPE_NO_HUGEPAGES=1: 4 KiB
- * pages and no copies (to compare). */
+/* The packed weights in transparent huge pages (ms_huge_map): a decode step
+ * streams every byte of them, and in 4 KiB pages Gemma-3's head alone spans
+ * some 35,000 of them, a TLB miss every 4 KiB of the stream. The matrices
+ * with no packed form here are copied in too, as the file lays them out (the
+ * file's own pages stay small); MEGASCOPE_NO_HUGEPAGES=1: no copies either. */
 #define HUGE_PAGE ((size_t)2 << 20)
-
-static int huge_wanted(void) {
-  const char *no = getenv("MEGASCOPE_NO_HUGEPAGES");
-  return !(no && *no && strcmp(no, "0"));
-}
-
-static void *packed_alloc(size_t total, int huge) {
-  if (!huge) return aligned_alloc(64, (total + 63) & ~(size_t)63);
-  size_t span = (total + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-  void *buf = aligned_alloc(HUGE_PAGE, span);
-  if (buf) (void)madvise(buf, span, MADV_HUGEPAGE);  /* a hint: without THP the pages stay small */
-  return buf;
-}
 
 int ms_model_repack(struct ms_model *m) {
   if (m->packed || !m->layers) return 0;
@@ -479,10 +463,10 @@ int ms_model_repack(struct ms_model *m) {
   if (!at) return -ENOMEM;
   for (int i = 0; i < n; i++) total += span_of(matrix(m, i), 0), all += span_of(matrix(m, i), 1);
   /* in huge pages, the matrices read as the file lays them out are copied in too */
-  int huge = huge_wanted() && all >= HUGE_PAGE, copy = huge && total < all;
+  int copy = ms_huge_pages_wanted() && all >= HUGE_PAGE && total < all;
   total = 0;
   for (int i = 0; i < n; i++) at[i] = total, total += span_of(matrix(m, i), copy);
-  uint8_t *buf = total ? packed_alloc(total, huge) : NULL;
+  uint8_t *buf = total ? ms_huge_map(total) : NULL;
   if (!buf) {
     free(at);
     return total ? -ENOMEM : 0;
@@ -501,6 +485,7 @@ int ms_model_repack(struct ms_model *m) {
   }
   free(at);
   m->packed = buf;
+  m->packed_bytes = total;
   return 0;
 }
 

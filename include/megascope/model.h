@@ -166,8 +166,10 @@ void ms_model_free(struct ms_model *m);
 size_t ms_model_weight_bytes(const struct ms_model *m);
 
 /* Repacks the matrices this CPU has a faster layout for (ms_weight.packed),
- * into one owned buffer; a second call does nothing. 0, or -ENOMEM (the model
- * is unchanged and works as before). */
+ * into one owned buffer in transparent huge pages (ms_huge_map), and copies
+ * the other matrices there in the file's layout (their data then points into
+ * it; MEGASCOPE_NO_HUGEPAGES=1: not); a second call does nothing. 0, or
+ * -ENOMEM (the model is unchanged and works as before). */
 int ms_model_repack(struct ms_model *m);
 
 const char *ms_dtype_name(enum ms_dtype t);

@@ -454,7 +454,7 @@ static int repack_threads(void) {
  * some 35,000 of them, a TLB miss every 4 KiB of the stream. The matrices
  * with no packed form here are copied in too, as the file lays them out (the
  * file's own pages stay small); MEGASCOPE_NO_HUGEPAGES=1: no copies either. */
-#define HUGE_PAGE ((size_t)2 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)  /* ms_huge_map's unit: a copy smaller than it gains nothing */
 
 int ms_model_repack(struct ms_model *m) {
   if (m->packed || !m->layers) return 0;

@@ -14,6 +14,7 @@
 #include "model/blocks.h"
 #include "model/quant_k.h"
 #include "kernels/vec.h"
+#include "megascope/base.h"
 #include "megascope/model.h"
 #include "test.h"
 
@@ -472,7 +473,23 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
   free(data), free(src), free(deq), free(x), free(y), free(yp), free(yf), free(one), free(buf), free(buf1);
 }
 
+/* ms_huge_map, where the packed weights live: 2 MiB-aligned, zeroed,
+ * writable to its last byte; nothing for 0 bytes. */
+static void test_huge_map(void) {
+  size_t n = (5u << 20) + 123;
+  unsigned char *p = ms_huge_map(n);
+  CHECK(p != NULL && ((uintptr_t)p & ((2u << 20) - 1)) == 0);
+  if (p) {
+    int zero = p[0] == 0 && p[n / 2] == 0 && p[n - 1] == 0;
+    p[0] = 1, p[n - 1] = 2;
+    CHECK(zero && p[0] == 1 && p[n - 1] == 2);
+    ms_huge_unmap(p, n);
+  }
+  CHECK(ms_huge_map(0) == NULL);
+}
+
 int main(void) {
+  test_huge_map();
   test_f16();
   test_blocks();
   test_quantizers();

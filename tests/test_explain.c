@@ -490,6 +490,13 @@ static void requests(void) {
     world_init(&w, 30, 2, seed);
     w.n_req = 32, w.req_scatter = 0.1, w.worker_preempt_p[1] = 0.05, w.os_share[1] = 0.3, w.req_factor[13] = 4;
     expect("a request 4x beside a neighbour", &w, WANT("worker:worker 1 (CPU 1)", "request:request slot 5 gen 2"));
+    /* the same beside a slow class */
+    world_init(&w, 30, 2, seed);
+    w.n_req = 32, w.req_scatter = 0.1, w.class_factor[cls_id(15, 6)] = 3, w.req_factor[13] = 1.6;
+    expect("a request 1.6x beside a slow class", &w, WANT("class:blk.15.gate_up"));
+    world_init(&w, 30, 2, seed);
+    w.n_req = 32, w.req_scatter = 0.1, w.class_factor[cls_id(15, 6)] = 3, w.req_factor[13] = 4;
+    expect("a request 4x beside a slow class", &w, WANT("class:blk.15.gate_up", "request:request slot 5 gen 2"));
   }
 }
 

@@ -478,7 +478,7 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
 static void test_huge_map(void) {
   size_t n = (5u << 20) + 123;
   unsigned char *p = ms_huge_map(n);
-  CHECK(p != NULL && ((uintptr_t)p & ((2u << 20) - 1)) == 0);
+  CHECK(p != NULL && ((uintptr_t)p & (MS_HUGE_PAGE - 1)) == 0);
   if (p) {
     int zero = p[0] == 0 && p[n / 2] == 0 && p[n - 1] == 0;
     p[0] = 1, p[n - 1] = 2;

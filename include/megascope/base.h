@@ -71,6 +71,7 @@ int ms_cpu_level(void);
  * unless the environment's MEGASCOPE_NO_HUGEPAGES=1 keeps 4 KiB pages (to
  * compare). NULL when the address space is short. ms_huge_unmap takes the
  * same bytes. ms_huge_pages_wanted: whether they are asked for. */
+#define MS_HUGE_PAGE ((size_t)2 << 20)  /* the x86-64 transparent huge page */
 void *ms_huge_map(size_t bytes);
 void ms_huge_unmap(void *p, size_t bytes);
 int ms_huge_pages_wanted(void);

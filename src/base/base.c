@@ -112,8 +112,6 @@ void ms_assert_fail(const char *what, const char *file, int line) {
 
 /* ---- huge pages ---- */
 
-#define HUGE_PAGE ((size_t)2 << 20)
-
 int ms_huge_pages_wanted(void) {
   const char *no = getenv("MEGASCOPE_NO_HUGEPAGES");
   return !(no && *no && strcmp(no, "0"));
@@ -123,16 +121,16 @@ int ms_huge_pages_wanted(void) {
  * whole 2 MiB of it can be one huge page. */
 void *ms_huge_map(size_t bytes) {
   if (!bytes) return NULL;
-  size_t len = (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1);
-  uint8_t *m = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  size_t len = (bytes + MS_HUGE_PAGE - 1) & ~(MS_HUGE_PAGE - 1);
+  uint8_t *m = mmap(NULL, len + MS_HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (m == MAP_FAILED) return NULL;
-  uint8_t *p = (uint8_t *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+  uint8_t *p = (uint8_t *)(((uintptr_t)m + MS_HUGE_PAGE - 1) & ~(uintptr_t)(MS_HUGE_PAGE - 1));
   if (p > m) munmap(m, (size_t)(p - m));
-  if (m + HUGE_PAGE > p) munmap(p + len, (size_t)(m + HUGE_PAGE - p));
+  if (m + MS_HUGE_PAGE > p) munmap(p + len, (size_t)(m + MS_HUGE_PAGE - p));
   if (ms_huge_pages_wanted()) (void)madvise(p, len, MADV_HUGEPAGE);  /* a hint: without THP they stay small */
   return p;
 }
 
 void ms_huge_unmap(void *p, size_t bytes) {
-  if (p) munmap(p, (bytes + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1));
+  if (p) munmap(p, (bytes + MS_HUGE_PAGE - 1) & ~(MS_HUGE_PAGE - 1));
 }

@@ -151,6 +151,12 @@ struct gen_row {
   struct ms_coverage cov;
 };
 
+/* Coverage counter k of c, in the order of the families below: eligible,
+ * executed, throttled, lost, failed. */
+static uint64_t cov_value(const struct ms_coverage *c, int k) {
+  return k == 0 ? c->eligible : k == 1 ? c->executed : k == 2 ? c->throttled : k == 3 ? c->lost : c->failed;
+}
+
 static void gen_labels(FILE *f, const char *family, int id, uint32_t generation, const char *monitor) {
   fprintf(f, "%s{id=\"%d\",generation=\"%u\",monitor=", family, id, generation);
   ms_prometheus_label_value(f, monitor);
@@ -166,10 +172,11 @@ static void write_attachment_ranks(struct ms_engine *e, FILE *f, const struct ms
   if (ranks < 2 || !n || ms_engine_ranks_sync(e)) return;
   static const struct {
     const char *name, *help;
+    int k;  /* cov_value's counter */
   } fam[] = {
-      {"megascope_attachment_rank_eligible_total", "Hook firings while attached on one rank (across ranks)."},
-      {"megascope_attachment_rank_executed_total", "Monitor program runs on one rank (across ranks)."},
-      {"megascope_attachment_rank_lost_total", "Ring-buffer records dropped on one rank (across ranks)."},
+      {"megascope_attachment_rank_eligible_total", "Hook firings while attached on one rank (across ranks).", 0},
+      {"megascope_attachment_rank_executed_total", "Monitor program runs on one rank (across ranks).", 1},
+      {"megascope_attachment_rank_lost_total", "Ring-buffer records dropped on one rank (across ranks).", 3},
   };
   for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
     ms_prometheus_family(f, fam[k].name, "counter", fam[k].help);
@@ -179,8 +186,7 @@ static void write_attachment_ranks(struct ms_engine *e, FILE *f, const struct ms
         if (ms_engine_ranks_coverage(e, a[i].id, r, &c)) continue;  /* not carried there, or not read yet */
         fprintf(f, "%s{id=\"%d\",monitor=", fam[k].name, a[i].id);
         ms_prometheus_label_value(f, a[i].name);
-        fprintf(f, ",rank=\"%d\"} %llu\n", r,
-                (unsigned long long)(k == 0 ? c.eligible : k == 1 ? c.executed : c.lost));
+        fprintf(f, ",rank=\"%d\"} %llu\n", r, (unsigned long long)cov_value(&c, fam[k].k));
       }
   }
 }
@@ -215,10 +221,8 @@ static int write_attachments(struct ms_engine *e, FILE *f) {
   for (size_t k = 0; k < sizeof fam / sizeof fam[0]; k++) {
     ms_prometheus_family(f, fam[k].name, "counter", fam[k].help);
     for (int i = 0; i < n_rows; i++) {
-      const struct ms_coverage *c = &rows[i].cov;
-      uint64_t v = k == 0 ? c->eligible : k == 1 ? c->executed : k == 2 ? c->throttled : k == 3 ? c->lost : c->failed;
       gen_labels(f, fam[k].name, rows[i].id, rows[i].generation, rows[i].name);
-      fprintf(f, "%llu\n", (unsigned long long)v);
+      fprintf(f, "%llu\n", (unsigned long long)cov_value(&rows[i].cov, (int)k));
     }
   }
   /* gauges of the current generation */

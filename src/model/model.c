@@ -454,8 +454,6 @@ static int repack_threads(void) {
  * some 35,000 of them, a TLB miss every 4 KiB of the stream. The matrices
  * with no packed form here are copied in too, as the file lays them out (the
  * file's own pages stay small); MEGASCOPE_NO_HUGEPAGES=1: no copies either. */
-#define HUGE_PAGE ((size_t)2 << 20)  /* ms_huge_map's unit: a copy smaller than it gains nothing */
-
 int ms_model_repack(struct ms_model *m) {
   if (m->packed || !m->layers) return 0;
   int n = 1 + 7 * m->cfg.n_layers;
@@ -463,7 +461,7 @@ int ms_model_repack(struct ms_model *m) {
   if (!at) return -ENOMEM;
   for (int i = 0; i < n; i++) total += span_of(matrix(m, i), 0), all += span_of(matrix(m, i), 1);
   /* in huge pages, the matrices read as the file lays them out are copied in too */
-  int copy = ms_huge_pages_wanted() && all >= HUGE_PAGE && total < all;
+  int copy = ms_huge_pages_wanted() && all >= MS_HUGE_PAGE /* less gains nothing */ && total < all;
   total = 0;
   for (int i = 0; i < n; i++) at[i] = total, total += span_of(matrix(m, i), copy);
   uint8_t *buf = total ? ms_huge_map(total) : NULL;

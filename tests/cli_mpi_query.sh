@@ -7,7 +7,8 @@
 # rank's own executions, every rank's coverage is under "ranks" and the total
 # is their sum (text: one line a rank); record() rows come from both. A
 # monitor object attached there runs on both (ls: a line a rank; maps: rank
-# 1's maps too); stats and /metrics count every rank's tasks and workers; one
+# 1's maps too), is replaced on both (or, refused by rank 1, detached on
+# both); stats and /metrics count every rank's tasks and workers; one
 # trace has both ranks' workers as tracks, with flows from a sending rank's
 # task to the receiving one's; `records` consumes both ranks' rings; explain
 # judges both ranks' workers. Refusals leave nothing attached on any rank
@@ -132,7 +133,32 @@ assert sorted(ex) == [0, 1] and all(ex.values()), ex
 assert all(el[r] >= ex[r] for r in ex), (el, ex)
 print("attachment coverage per rank:", ex)
 PY
-"$MS" detach --socket "$SOCK" "$id" >/dev/null || fail "detach across ranks"
+# replace: the new monitor on every rank (its maps read afresh from rank 1)
+"$MS" replace --socket "$SOCK" "$id" "$MS_MONITORS/dep_wait.bpf.o" --json >"$tmp/rep.json" ||
+  fail "replace across ranks"
+python3 - "$tmp/rep.json" <<'PY' || fail "replace across ranks: $(cat "$tmp/rep.json")"
+import json, sys
+d = json.load(open(sys.argv[1]))
+assert d["ok"] and d["name"] == "dep_wait" and d["generation"] == 2 and d["ranks"] == 2, d
+PY
+sleep 1
+"$MS" maps --socket "$SOCK" "$id" >"$tmp/maps.txt" || fail "maps after the replace"
+grep -q '^rank 1: monitor dep_wait' "$tmp/maps.txt" || fail "maps after the replace: rank 1's: $(cat "$tmp/maps.txt")"
+"$MS" ls --socket "$SOCK" --json >"$tmp/ls.json" || fail "ls after the replace"
+python3 - "$tmp/ls.json" "$id" <<'PY' || fail "ls after the replace: $(cat "$tmp/ls.json")"
+import json, sys
+d, aid = json.load(open(sys.argv[1])), int(sys.argv[2])
+a = [a for a in d["attachments"] if a["id"] == aid and a["attached"]]
+assert a and a[0]["name"] == "dep_wait", d["attachments"]
+assert d["ranks"][1]["attachments"] == 1, d["ranks"]
+PY
+# a replace rank 1 cannot take (a map over its file-size limit): refused by
+# name, and the attachment detached on every rank rather than two programs
+"$MS" query --socket "$SOCK" --max-keys 1048576 'task_end { @n[device] = count() }' --emit "$tmp/big.o" >/dev/null ||
+  fail "query --emit"
+if "$MS" replace --socket "$SOCK" "$id" "$tmp/big.o" >"$tmp/out" 2>"$tmp/err"; then fail "rank 1 took a map it cannot make"; fi
+grep -q "failed across ranks, attachment $id detached on every rank: rank 1 refused it" "$tmp/err" ||
+  fail "rank 1's refusal of the replace: $(cat "$tmp/err")"
 held
 
 # ---- records: every rank's ring (rank 1's as rank 0's copy, "@rank1") ----

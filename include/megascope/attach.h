@@ -115,6 +115,13 @@ int ms_engine_attach_write_json(struct ms_engine *e, int id, struct ms_json *j);
  * every other rank's copy detached again (the caller detaches its own). */
 int ms_engine_ranks_attach(struct ms_engine *e, int id, const void *obj, size_t size, const char *name,
                            const struct ms_attach_opts *o, struct ms_textbuf *log);
+/* Replaces every other rank's copy of attachment id (carried by
+ * ms_engine_ranks_attach) with obj, verified there, after rank 0's own replace
+ * succeeded. A rank that refuses is named in log, and the attachment is then
+ * detached on every other rank, so no two ranks run different programs (the
+ * caller detaches its own). -ENOENT: id was never carried. */
+int ms_engine_ranks_replace(struct ms_engine *e, int id, const void *obj, size_t size, const char *name,
+                            const struct ms_attach_opts *o, struct ms_textbuf *log);
 /* Detaches attachment id on every other rank, after a last read of its maps
  * and coverage there (kept for ms_engine_ranks_coverage and _visit as long
  * as rank 0's attachment is: its release or reap forgets them). 0, also for

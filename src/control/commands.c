@@ -360,11 +360,6 @@ static void cmd_replace(struct ms_control *c, struct cclient *cl, json_t *req, s
   if (check_fields(req, "replace", r) || get_int(req, "id", 1, 1, INT32_MAX, 0, &id, r) ||
       get_name(req, name, sizeof name, r))
     return;
-  if (ms_engine_ranks(c->e) > 1) {
-    ms_control_reply_error(r, -MS_E_UNSUPP, NULL, "replace is not carried across ranks: detach %lld and attach "
-                           "the new object", id);
-    return;
-  }
   struct ms_attach_opts ao;
   int live = live_opts(c->e, id, &ao);
   if (live) {
@@ -378,10 +373,28 @@ static void cmd_replace(struct ms_control *c, struct cclient *cl, json_t *req, s
   cl->load.ao = ao;
 }
 
+/* Across ranks, the replace of attachment id (done here, on rank 0) on every
+ * other rank too; when one refuses, the attachment is detached on every rank
+ * (rank 0's and the others' would run different programs). 0, or -1 with the
+ * error reply naming the rank. */
+static int replace_on_ranks(struct ms_control *c, long long id, const struct cload *ld, struct creply *r) {
+  char log[8192] = "";
+  struct ms_textbuf tb = {log, sizeof log, 0, 0};
+  int rc = ms_engine_ranks_replace(c->e, (int)id, ld->obj, ld->obj_len, ld->name, &ld->ao, &tb);
+  if (!rc) return 0;
+  ms_engine_detach(c->e, (int)id);
+  size_t k = strcspn(log, "\n");
+  ms_control_reply_error(r, rc, log[k] ? log + k + 1 : NULL, "replace %lld with %s failed across ranks, attachment "
+                         "%lld detached on every rank: %.*s", id, ld->name, id, (int)k, log);
+  return -1;
+}
+
 /* The replace, once its monitor is verified (the attachment may have been
  * detached meanwhile: the engine refuses then). */
-static void finish_replace(struct ms_control *c, struct ms_monitor *m, const char *name, long long id,
-                           struct ms_attach_opts ao, struct creply *r) {
+static void finish_replace(struct ms_control *c, struct ms_monitor *m, const struct cload *ld, struct creply *r) {
+  const char *name = ld->name;
+  long long id = ld->id;
+  struct ms_attach_opts ao = ld->ao;
   struct ms_coverage cov;
   uint32_t hooks = monitor_hooks(m);
   char log[4096] = "";
@@ -392,6 +405,7 @@ static void finish_replace(struct ms_control *c, struct ms_monitor *m, const cha
     ms_control_reply_error(r, rc, log, "replace %lld with %s failed: %s", id, name, ms_strerror(rc));
     return;
   }
+  if (replace_on_ranks(c, id, ld, r)) return;
   ms_logf(MS_LOG_INFO, "control: replaced attachment %lld with %s", id, name);
   memset(&cov, 0, sizeof cov);
   ms_engine_attach_coverage(c->e, (int)id, 0, &cov);
@@ -405,6 +419,7 @@ static void finish_replace(struct ms_control *c, struct ms_monitor *m, const cha
     ms_json_kstr(&j, "name", name);
     write_hooks(&j, hooks);
     ms_json_kuint(&j, "generation", cov.generation);
+    ms_json_kint(&j, "ranks", ms_engine_ranks(c->e));
     ms_json_obj_end(&j);
   }
   reply_close(r, f);
@@ -956,7 +971,7 @@ void ms_control_load_finish(struct ms_control *c, struct cclient *cl, struct cre
   const char *log = "";
   struct ms_monitor *m = ms_monitor_job_take(cl->job, &err, &log);
   if (!m) load_refused(r, ms_engine_ranks(c->e) > 1 ? "rank 0: " : "", cl->load.name, -err, log ? log : "");
-  else if (cl->load.replace) finish_replace(c, m, cl->load.name, cl->load.id, cl->load.ao, r);
+  else if (cl->load.replace) finish_replace(c, m, &cl->load, r);
   else finish_attach(c, m, &cl->load, r);
   ms_monitor_job_free(cl->job);
   cl->job = NULL;

@@ -43,10 +43,13 @@
 #include "megascope/transport.h"
 #include "runtime/runtime_impl.h"
 
-enum { OP_NONE = 0, OP_ATTACH = 1, OP_DETACH = 2, OP_SYNC = 3, OP_STATS = 4, OP_TRACE_START = 5, OP_TRACE_STOP = 6 };
+enum {
+  OP_NONE = 0, OP_ATTACH = 1, OP_DETACH = 2, OP_SYNC = 3, OP_STATS = 4, OP_TRACE_START = 5, OP_TRACE_STOP = 6,
+  OP_REPLACE = 7
+};
 
-#define CTL_WORDS 4          /* magic, kind CTL, op, id (attach, detach) or count (sync) */
-#define ATTACH_WORDS 6       /* max_per_step, sample_every, interpret, ringbuf_bytes (2), object size */
+#define CTL_WORDS 4          /* magic, kind CTL, op, id (attach, replace, detach) or count (sync) */
+#define ATTACH_WORDS 6       /* attach, replace: max_per_step, sample_every, interpret, ringbuf_bytes (2), object size */
 #define NAME_BYTES 64
 #define MAX_MAPS 64
 
@@ -121,6 +124,14 @@ static void carried_free(struct ms_ranks *r, struct carried *c) {
   free(c->mir);
   free(c->cov);
   free(c->seen);
+}
+
+/* The other ranks' copies of c's maps and coverage dropped (a replace). */
+static void mirrors_forget(struct ms_ranks *r, struct carried *c) {
+  for (int i = 0; i < r->size * MAX_MAPS; i++) ms_bpf_map_free(c->mir[i]), c->mir[i] = NULL;
+  memset(c->cov, 0, sizeof *c->cov * (size_t)r->size);
+  memset(c->seen, 0, (size_t)r->size);
+  c->n_maps = 0;
 }
 
 void ms_rt_ranks_free(struct ms_engine *e) {
@@ -206,34 +217,62 @@ static void local_forget(struct ms_ranks *r, int id0) {
     if (r->local[i][0] == id0) memcpy(r->local[i--], r->local[--r->n_local], sizeof *r->local);
 }
 
-/* Rank 0's object, verified and attached here: the answer is (rc, log). */
-static void follow_attach(struct ms_engine *e, struct cur *c, int id0, struct buf *ans) {
-  struct ms_ranks *r = e->ranks;
+/* Rank 0's object and options from an attach or replace message, the
+ * monitor opened (not yet verified: the engine's attach or replace does it);
+ * NULL with the reason in tb. */
+static struct ms_monitor *take_object(struct cur *c, int id0, struct ms_attach_opts *o, struct ms_textbuf *tb) {
   const int32_t *w = take(c, ATTACH_WORDS * 4);
   const char *name = take(c, NAME_BYTES);
   const void *obj = w ? take(c, (size_t)(uint32_t)w[5]) : NULL;
-  char log[4096] = "", nm[NAME_BYTES + 1] = "";
-  struct ms_textbuf tb = {log, sizeof log, 0, 0};
-  int rc = -EPROTO;
-  if (obj && name) {
-    memcpy(nm, name, NAME_BYTES);
-    struct ms_attach_opts o = {.sz = sizeof o, .max_per_step = (uint32_t)w[0], .sample_every = (uint32_t)w[1],
+  char nm[NAME_BYTES + 1] = "";
+  if (!obj || !name) {
+    ms_textbuf_printf(tb, "rank 0's control message for attachment %d is cut short\n", id0);
+    errno = EPROTO;
+    return NULL;
+  }
+  memcpy(nm, name, NAME_BYTES);
+  *o = (struct ms_attach_opts){.sz = sizeof *o, .max_per_step = (uint32_t)w[0], .sample_every = (uint32_t)w[1],
                                .interpret = (uint32_t)w[2],
                                .ringbuf_bytes = (uint64_t)(uint32_t)w[3] | (uint64_t)(uint32_t)w[4] << 32};
-    int (*grown)[2] = realloc(r->local, sizeof *r->local * (size_t)(r->n_local + 1));
-    struct ms_monitor *m = grown ? ms_monitor_open_mem(obj, (size_t)(uint32_t)w[5], nm, &tb) : NULL;
-    if (grown) r->local = grown;
-    rc = !grown ? -ENOMEM : !m ? -(errno ? errno : EINVAL) : ms_engine_attach(e, m, &o, &tb);
-    if (m && rc < 0) ms_monitor_free(m);
-    if (rc > 0) {
-      r->local[r->n_local][0] = id0;
-      r->local[r->n_local++][1] = rc;
-      rc = 0;
-    }
-  } else {
-    snprintf(log, sizeof log, "rank 0's control message to attach %d is cut short\n", id0);
+  return ms_monitor_open_mem(obj, (size_t)(uint32_t)w[5], nm, tb);
+}
+
+/* Rank 0's object, verified and attached here: the answer is (rc, log). */
+static void follow_attach(struct ms_engine *e, struct cur *c, int id0, struct buf *ans) {
+  struct ms_ranks *r = e->ranks;
+  char log[4096] = "";
+  struct ms_textbuf tb = {log, sizeof log, 0, 0};
+  struct ms_attach_opts o;
+  int (*grown)[2] = realloc(r->local, sizeof *r->local * (size_t)(r->n_local + 1));
+  if (grown) r->local = grown;
+  errno = 0;
+  struct ms_monitor *m = grown ? take_object(c, id0, &o, &tb) : NULL;
+  int rc = !grown ? -ENOMEM : !m ? -(errno ? errno : EINVAL) : ms_engine_attach(e, m, &o, &tb);
+  if (m && rc < 0) ms_monitor_free(m);
+  if (rc > 0) {
+    r->local[r->n_local][0] = id0;
+    r->local[r->n_local++][1] = rc;
+    rc = 0;
   }
   put32(ans, rc);
+  put(ans, log, strlen(log) + 1);
+}
+
+/* Rank 0's replacing object, verified and swapped in for this rank's copy of
+ * attachment id0 (the engine's replace: the old program runs until the new
+ * one is verified): the answer is (rc, log), as an attach's. */
+static void follow_replace(struct ms_engine *e, struct cur *c, int id0, struct buf *ans) {
+  char log[4096] = "";
+  struct ms_textbuf tb = {log, sizeof log, 0, 0};
+  struct ms_attach_opts o;
+  int id = local_id(e->ranks, id0), rc;
+  errno = 0;
+  struct ms_monitor *m = take_object(c, id0, &o, &tb);
+  if (!m) rc = -(errno ? errno : EINVAL);
+  else if (!id) rc = -ENOENT, ms_textbuf_printf(&tb, "rank %d holds no copy of attachment %d\n", e->rank, id0);
+  else rc = ms_engine_replace_opts(e, id, m, &o, &tb);
+  if (m && rc < 0) ms_monitor_free(m);
+  put32(ans, rc < 0 ? rc : 0);
   put(ans, log, strlen(log) + 1);
 }
 
@@ -352,6 +391,8 @@ int ms_rt_ranks_follow(struct ms_engine *e, size_t bytes) {
   int op = h && e->ranks ? h[2] : OP_NONE, arg = h ? h[3] : 0;
   if (op == OP_ATTACH) {
     follow_attach(e, &c, arg, &ans);
+  } else if (op == OP_REPLACE) {
+    follow_replace(e, &c, arg, &ans);
   } else if (op == OP_DETACH) {
     follow_detach(e, arg, &ans);
   } else if (op == OP_SYNC && arg >= 0) {
@@ -365,7 +406,8 @@ int ms_rt_ranks_follow(struct ms_engine *e, size_t bytes) {
   if (op == OP_DETACH || op == OP_SYNC) {  /* what this rank holds after it, for rank 0's list */
     put32(&ans, -1);
     put32(&ans, ms_engine_attach_count(e));
-  } else if (op != OP_ATTACH && op != OP_STATS && op != OP_TRACE_START && op != OP_TRACE_STOP) {
+  } else if (op != OP_ATTACH && op != OP_REPLACE && op != OP_STATS && op != OP_TRACE_START &&
+             op != OP_TRACE_STOP) {
     c.bad = 1;
   }
   if (c.bad || ans.oom) {
@@ -595,13 +637,21 @@ static int lead_run(struct ms_engine *e) {
   void *out[64] = {0};
   size_t lens[64];
   int ok[64] = {0};
-  int rc = exchange(e, r->msg, r->msg_len, out, lens);
-  if (!rc && r->op == OP_ATTACH && (rc = take_verdicts(r, out, lens, ok))) {
+  int rc = exchange(e, r->msg, r->msg_len, out, lens), verdicts = r->op == OP_ATTACH || r->op == OP_REPLACE;
+  if (!rc && verdicts && (rc = take_verdicts(r, out, lens, ok))) {
+    /* the ranks that took it let it go; a replace refused by one rank leaves
+     * none with the attachment, rather than ranks running different programs */
     struct carried *c = carried_find(r, r->id);
-    lead_detach(e, r->id);  /* the ranks that took it let it go */
+    char why[sizeof r->why];
+    memcpy(why, r->why, sizeof why);  /* the refusal, not what the last reads say */
+    lead_detach(e, r->id);
+    memcpy(r->why, why, sizeof why);
     if (c) carried_free(r, c), *c = r->att[--r->n_att];
+  } else if (!rc && r->op == OP_REPLACE) {
+    struct carried *c = carried_find(r, r->id);
+    if (c) mirrors_forget(r, c);  /* the new program's maps may differ: read afresh at the next sync */
   }
-  for (int p = 1; !rc && r->op != OP_ATTACH && p < r->size; p++) {
+  for (int p = 1; !rc && !verdicts && p < r->size; p++) {
     struct cur c = {out[p], (const uint8_t *)out[p] + lens[p], 0};
     rc = r->op == OP_STATS ? take_stats(r, p, &c) : r->op == OP_TRACE_START ? take_trace_start(r, p, &c)
          : r->op == OP_TRACE_STOP ? take_trace_stop(r, p, &c) : take_states(e, p, &c);
@@ -666,6 +716,20 @@ static int ranks_call(struct ms_engine *e, int op, int id, struct buf *msg, char
 
 static int carried(const struct ms_engine *e) { return ms_engine_ranks(e) > 1; }
 
+/* An attach or replace message: the options, the name and the object (take_object reads it). */
+static void put_object(struct buf *m, int op, int id, const void *obj, size_t size, const char *name,
+                       const struct ms_attach_opts *o) {
+  char nm[NAME_BYTES] = {0};
+  snprintf(nm, sizeof nm, "%s", name ? name : "");
+  int32_t head[CTL_WORDS + ATTACH_WORDS] = {MS_HDR_MAGIC, MS_HDR_CTL, op, id, (int32_t)o->max_per_step,
+                                            (int32_t)o->sample_every, (int32_t)o->interpret,
+                                            (int32_t)(uint32_t)o->ringbuf_bytes,
+                                            (int32_t)(uint32_t)(o->ringbuf_bytes >> 32), (int32_t)size};
+  put(m, head, sizeof head);
+  put(m, nm, sizeof nm);
+  put(m, obj, size);
+}
+
 int ms_engine_ranks_attach(struct ms_engine *e, int id, const void *obj, size_t size, const char *name,
                            const struct ms_attach_opts *o, struct ms_textbuf *log) {
   if (!carried(e)) return 0;
@@ -676,17 +740,29 @@ int ms_engine_ranks_attach(struct ms_engine *e, int id, const void *obj, size_t 
   pthread_mutex_unlock(&r->mu);
   if (!added) return -ENOMEM;
   struct buf m = {0};
-  char nm[NAME_BYTES] = {0};
-  snprintf(nm, sizeof nm, "%s", name ? name : "");
-  int32_t head[CTL_WORDS + ATTACH_WORDS] = {MS_HDR_MAGIC, MS_HDR_CTL, OP_ATTACH, id, (int32_t)o->max_per_step,
-                                            (int32_t)o->sample_every, (int32_t)o->interpret,
-                                            (int32_t)(uint32_t)o->ringbuf_bytes,
-                                            (int32_t)(uint32_t)(o->ringbuf_bytes >> 32), (int32_t)size};
-  put(&m, head, sizeof head);
-  put(&m, nm, sizeof nm);
-  put(&m, obj, size);
+  put_object(&m, OP_ATTACH, id, obj, size, name, o);
   char why[2048] = "";
   int rc = ranks_call(e, OP_ATTACH, id, &m, why, sizeof why);
+  if (rc) ms_textbuf_printf(log, "%s", why[0] ? why : ms_strerror(rc));
+  return rc;
+}
+
+int ms_engine_ranks_replace(struct ms_engine *e, int id, const void *obj, size_t size, const char *name,
+                            const struct ms_attach_opts *o, struct ms_textbuf *log) {
+  if (!carried(e)) return 0;
+  struct ms_ranks *r = e->ranks;
+  if (!obj || !size || size > (1u << 30) || !o) return -EINVAL;
+  pthread_mutex_lock(&r->mu);
+  int known = carried_find(r, id) != NULL;
+  pthread_mutex_unlock(&r->mu);
+  if (!known) {
+    ms_textbuf_printf(log, "attachment %d was not carried to the other ranks", id);
+    return -ENOENT;
+  }
+  struct buf m = {0};
+  put_object(&m, OP_REPLACE, id, obj, size, name, o);
+  char why[2048] = "";
+  int rc = ranks_call(e, OP_REPLACE, id, &m, why, sizeof why);
   if (rc) ms_textbuf_printf(log, "%s", why[0] ? why : ms_strerror(rc));
   return rc;
 }

@@ -551,6 +551,52 @@ static void test_calibrate(void) {
   CHECK(cases[3].ans[BM_SEMANTIC][0].raw_confidence == 0.9);
 }
 
+/* Answers against the healthy runs before and after the faulty one agree:
+ * the culprits both name, at the lower confidence; "none" when they share
+ * none, as sure as the surer of them is wrong. */
+static void test_answer_agree(void) {
+  const char *text = "[{\"name\": \"g\", \"preset\": \"llama-3.2-1b\", \"batch\": 1, \"steps\": 1, \"seed\": 1,"
+                     " \"model\": {\"n_layers\": 2}, \"faults\": []}]";
+  char err[512];
+  struct bench_scenario *s;
+  int n;
+  CHECKF(parse(text, &s, &n, err, sizeof err) == 0, "%s", err);
+  struct ms_model *m = bench_model(&s[0], NULL);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tiles_per_op = 4};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  struct bench_answer none = {.cause = -1, .kind = MS_CULPRIT_NONE, .id = -1, .confidence = 0.7};
+  struct bench_answer cls = {.cause = MS_FAULT_SLOW_CLASS, .kind = MS_CULPRIT_TASK_CLASS, .id = 3, .confidence = 0.9};
+  struct bench_answer wrk = {.cause = MS_FAULT_SLOW_WORKER, .kind = MS_CULPRIT_WORKER, .id = 1, .confidence = 0.6};
+  struct bench_answer two = cls;  /* the class and worker 1 */
+  two.n_more = 1;
+  two.more[0] = (struct bench_culprit){.cause = MS_FAULT_SLOW_WORKER, .kind = MS_CULPRIT_WORKER, .id = 1};
+  two.confidence = 0.8;
+  struct bench_answer a = cls, b = cls;
+  b.confidence = 0.5;
+  bench_answer_agree(&a, &b, p);
+  CHECK(a.cause == MS_FAULT_SLOW_CLASS && a.id == 3 && a.confidence == 0.5);
+  a = two;
+  bench_answer_agree(&a, &wrk, p);  /* only the worker is named by both */
+  CHECKF(a.kind == MS_CULPRIT_WORKER && a.id == 1 && a.n_more == 0 && a.confidence == 0.6, "%s", a.name);
+  a = cls;
+  bench_answer_agree(&a, &none, p);  /* the run after shows nothing: none, 1 - 0.9 sure */
+  CHECKF(a.cause == -1 && a.id == -1 && fabs(a.confidence - 0.1) < 1e-9 && strstr(a.why, "not against both"), "%s",
+         a.why);
+  a = none;
+  bench_answer_agree(&a, &wrk, p);
+  CHECK(a.cause == -1 && fabs(a.confidence - 0.4) < 1e-9);
+  a = cls;
+  bench_answer_agree(&a, &wrk, p);  /* different culprits: none, 1 - 0.9 */
+  CHECK(a.cause == -1 && fabs(a.confidence - 0.1) < 1e-9);
+  a = none, b = none;
+  b.confidence = 0.3;
+  bench_answer_agree(&a, &b, p);
+  CHECK(a.cause == -1 && a.confidence == 0.3);
+  ms_plan_free(p);
+  ms_model_free(m);
+  free(s);
+}
+
 int main(void) {
   const char *d = getenv("MS_MONITORS");
   snprintf(mon_dir, sizeof mon_dir, "%s", d ? d : "build/monitors");
@@ -566,5 +612,6 @@ int main(void) {
   test_score();
   test_score_several();
   test_calibrate();
+  test_answer_agree();
   TEST_MAIN_END();
 }

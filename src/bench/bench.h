@@ -283,6 +283,10 @@ void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev,
 void bench_diagnose_null(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
                          const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
                          const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *out);
+/* a becomes what a and b (the same evidence judged against two healthy
+ * references) agree on: the culprits both name, at the lower confidence; when
+ * they name nothing in common, "none" as sure as the surer of them is wrong. */
+void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct ms_plan *p);
 
 /* ---- features (observe.c): the tables the trace, sampling and semantic methods fill ---- */
 struct bench_stat {
@@ -324,11 +328,12 @@ extern const unsigned bench_row_bytes[FS_COUNT];
 
 /* ---- record.c: a run's evidence kept, and judged again ---- */
 /* DIR/case-NNNN.rec: the case (after its effect was measured), then one group
- * per method and budget: the fresh healthy run (real clocks), the references
- * and the faulty run's evidence, as the diagnosers were given them. */
+ * per method and budget: the fresh healthy runs (real clocks: nf of them, the
+ * one before the faulty run and the one after), the references and the faulty
+ * run's evidence, as the diagnosers were given them. */
 FILE *bench_record_begin(const char *dir, int idx, const struct bench_case *c, int workers,
                          const struct bench_opts *o);
-int bench_record_group(FILE *f, int meth, int b, const struct bench_evidence *fresh,
+int bench_record_group(FILE *f, int meth, int b, const struct bench_evidence *fresh, int nf,
                        const struct bench_evidence *const *ref, int nref, const struct bench_evidence *ev);
 int bench_record_end(FILE *f);
 /* How many cases DIR's records number (the highest index + 1), or a negative errno. */
@@ -342,7 +347,7 @@ FILE *bench_replay_begin(const char *dir, int idx, const struct bench_opts *o, s
                          int *bmap, char *why, size_t n);
 /* The next group: 0, 1 at the record's end, or a negative errno (the caller
  * frees what was read either way). */
-int bench_replay_group(FILE *f, int *meth, int *b, struct bench_evidence *fresh, int *has_fresh,
+int bench_replay_group(FILE *f, int *meth, int *b, struct bench_evidence *fresh, int *nf,
                        struct bench_evidence *ref, int max_ref, int *nref, struct bench_evidence *ev);
 
 /* ---- ranks.c: across ranks ---- */

@@ -1395,6 +1395,64 @@ void bench_diagnose_null(const struct bench_evidence *ref, const struct bench_ev
   }
 }
 
+/* Culprit i of an answer (0: the first, then more[]), as (cause, kind, id). */
+static struct bench_culprit culprit_at(const struct bench_answer *a, int i) {
+  if (i == 0) return (struct bench_culprit){.cause = a->cause, .kind = a->kind, .id = a->id};
+  return a->more[i - 1];
+}
+
+/* Whether b names culprit x: the same scope (kind and id), or for a finding
+ * that names no scope (a kernel), the same cause. */
+static int names(const struct bench_answer *b, const struct bench_culprit *x) {
+  if (b->cause == -1) return 0;
+  for (int i = 0; i <= b->n_more; i++) {
+    struct bench_culprit y = culprit_at(b, i);
+    if (y.kind == x->kind && y.id == x->id && (x->id >= 0 || y.cause == x->cause)) return 1;
+  }
+  return 0;
+}
+
+/* An answer in a word: its culprits, or its cause where it names none. */
+static const char *label(const struct bench_answer *a) {
+  return a->cause == -1 ? "none" : a->id >= 0 ? a->name : bench_cause_name(a->cause);
+}
+
+void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct ms_plan *p) {
+  double ca = a->confidence, cb = b->confidence;
+  if (a->cause == -1 && b->cause == -1) {
+    a->confidence = ca < cb ? ca : cb;
+    return;
+  }
+  struct bench_culprit kept[BENCH_MAX_CULPRITS];
+  int k = 0;
+  for (int i = 0; a->cause != -1 && i <= a->n_more; i++) {
+    struct bench_culprit x = culprit_at(a, i);
+    if (names(b, &x)) kept[k++] = x;
+  }
+  if (!k) {
+    /* one of them names what the other does not: nothing stands out against
+     * both, as sure as the surer of them is wrong */
+    char why[sizeof a->why];
+    snprintf(why, sizeof why, "not against both healthy runs: %.60s / %.60s", label(a), label(b));
+    double sure = a->cause == -1 ? (ca < 1 - cb ? ca : 1 - cb) : b->cause == -1 ? (cb < 1 - ca ? cb : 1 - ca)
+                                                                                : 1 - (ca > cb ? ca : cb);
+    answer_none(a, sure, why);
+    a->n_more = 0;
+    return;
+  }
+  a->cause = kept[0].cause;
+  a->kind = kept[0].kind;
+  a->id = kept[0].id;
+  bench_culprit_name(p, a->kind, a->id, a->name, sizeof a->name);
+  a->n_more = k - 1;
+  for (int j = 1; j < k; j++) {
+    a->more[j - 1] = kept[j];
+    size_t len = strlen(a->name);
+    snprintf(a->name + len, sizeof a->name - len, " + %s", kept[j].name);
+  }
+  a->confidence = ca < cb ? ca : cb;
+}
+
 void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,
                     const struct bench_scenario *sc, struct bench_answer *out) {
   bench_diagnose_null(ref, NULL, NULL, 0, ev, p, sc, out);

@@ -67,11 +67,11 @@ static int put_evidence(FILE *f, const struct bench_evidence *ev) {
   return rc;
 }
 
-int bench_record_group(FILE *f, int meth, int b, const struct bench_evidence *fresh,
+int bench_record_group(FILE *f, int meth, int b, const struct bench_evidence *fresh, int nf,
                        const struct bench_evidence *const *ref, int nref, const struct bench_evidence *ev) {
-  int32_t hdr[4] = {meth, b, nref, fresh != NULL};
+  int32_t hdr[4] = {meth, b, nref, nf};
   int rc = put(f, hdr, sizeof hdr);
-  if (!rc && fresh) rc = put_evidence(f, fresh);
+  for (int i = 0; i < nf && !rc; i++) rc = put_evidence(f, &fresh[i]);
   for (int i = 0; i < nref && !rc; i++) rc = put_evidence(f, ref[i]);
   if (!rc) rc = put_evidence(f, ev);
   return rc;
@@ -191,19 +191,20 @@ FILE *bench_replay_begin(const char *dir, int idx, const struct bench_opts *o, s
   return NULL;
 }
 
-int bench_replay_group(FILE *f, int *meth, int *b, struct bench_evidence *fresh, int *has_fresh,
+int bench_replay_group(FILE *f, int *meth, int *b, struct bench_evidence *fresh, int *nf,
                        struct bench_evidence *ref, int max_ref, int *nref, struct bench_evidence *ev) {
   int32_t hdr[4];
   if (get(f, hdr, sizeof hdr)) return -EIO;
   if (hdr[0] < 0) return 1;
-  if (hdr[0] >= BM_COUNT || hdr[1] < 0 || hdr[1] >= BENCH_MAX_BUDGETS || hdr[2] < 1 || hdr[2] > max_ref)
+  if (hdr[0] >= BM_COUNT || hdr[1] < 0 || hdr[1] >= BENCH_MAX_BUDGETS || hdr[2] < 1 || hdr[2] > max_ref ||
+      hdr[3] < 0 || hdr[3] > 2)
     return -EINVAL;
   *meth = hdr[0];
   *b = hdr[1];
   *nref = hdr[2];
-  *has_fresh = hdr[3] != 0;
+  *nf = hdr[3];  /* records made before the run after the faulty one hold 1 */
   int rc = 0;
-  if (*has_fresh) rc = get_evidence(f, fresh);
+  for (int i = 0; i < *nf && !rc; i++) rc = get_evidence(f, &fresh[i]);
   for (int i = 0; i < *nref && !rc; i++) rc = get_evidence(f, &ref[i]);
   if (!rc) rc = get_evidence(f, ev);
   return rc;

@@ -638,21 +638,46 @@ static const char *log_tail(const struct runner *r) {
   return r->logbuf + at;
 }
 
-/* One method's diagnosis at budget b, judged against the case's truth. */
+/* One method's diagnosis at budget b, judged against the case's truth. With
+ * healthy runs taken beside the faulty one (nf: 1, or 2 before and after),
+ * each is the reference in turn and the answers agree (bench_answer_agree):
+ * what the machine did while one of them ran is not the faulty run's. */
 static void diagnose_one(struct runner *r, struct bench_case *c, int meth, int b, const struct bench_evidence *fresh,
-                         const struct bench_evidence *const *ref, int nref, struct bench_evidence *ev,
+                         int nf, const struct bench_evidence *const *ref, int nref, struct bench_evidence *ev,
                          const struct ms_plan *p, int workers) {
   struct bench_answer *a = &c->ans[meth][b];
-  if (fresh)
-    bench_diagnose_null(fresh, ref[0], ref + 1, nref - 1, ev, p, &c->sc, a);
+  if (nf > 0)
+    bench_diagnose_null(&fresh[0], ref[0], ref + 1, nref - 1, ev, p, &c->sc, a);
   else
     bench_diagnose(ref[0], ev, p, &c->sc, a);
+  if (nf > 1) {
+    /* the same rows the first read (a lazy read-out reads within the budget
+     * once: the second judgement is of the same evidence, not of more) */
+    struct bench_answer after;
+    int lazy = ev->feat ? ev->feat->lazy : 0;
+    if (lazy) ev->feat->lazy = 0;
+    bench_diagnose_null(&fresh[1], ref[0], ref + 1, nref - 1, ev, p, &c->sc, &after);
+    if (lazy) ev->feat->lazy = lazy;
+    bench_answer_agree(a, &after, p);
+  }
   a->raw_confidence = a->confidence;
   a->perturbation = perturbation(r, c, ev, workers);
   if (c->ranks > 1 && a->kind == MS_CULPRIT_DEVICE && a->id >= 0) snprintf(a->name, sizeof a->name, "rank %d", a->id);
   for (int i = 0; c->ranks > 1 && i < a->n_more; i++)  /* across ranks a device is a rank */
     if (a->more[i].kind == MS_CULPRIT_DEVICE) snprintf(a->more[i].name, sizeof a->more[i].name, "rank %d", a->more[i].id);
   judge(c, a);
+}
+
+/* A healthy observed run of the scenario's seed (real clocks: a reference
+ * taken beside the faulty run); a cold model's is warm. */
+static int observe_healthy(struct runner *r, const struct bench_scenario *s, struct bench_engine_cfg *hc,
+                           const struct ms_model *m, int cold, int meth, uint64_t budget, struct bench_evidence *out) {
+  struct ms_model *warm = cold ? model_fresh(r, s, 0) : NULL;
+  if (warm) hc->m = warm;
+  int rc = cold && !warm ? -EIO : observe(r, hc, meth, budget, out);
+  hc->m = m;
+  ms_model_free(warm);
+  return rc;
 }
 
 /* Every method's observed run of the faulty scenario and its diagnosis at
@@ -670,7 +695,7 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
   FILE *rec = o->record && lead ? bench_record_begin(o->record, r->idx, c, workers, o) : NULL;
   if (o->record && lead && !rec) say(r, "%s: cannot write its record in %s", s->name, o->record);
   for (int meth = 0; meth < BM_COUNT && !rc; meth++) {
-    struct bench_evidence ev = {0}, fresh = {0};
+    struct bench_evidence ev = {0}, fresh[2] = {{0}};  /* real clocks: healthy runs before and after ev */
     for (int b = 0; b < o->n_budgets; b++) {
       const struct bench_evidence *ref[MAX_REFS];
       int nref = reference(r, m, s, meth, b, ref);
@@ -681,24 +706,21 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
       }
       if (per_budget(meth) || b == 0) {
         bench_evidence_free(&ev);
-        bench_evidence_free(&fresh);
+        bench_evidence_free(&fresh[0]);
+        bench_evidence_free(&fresh[1]);
         r->log.len = 0;
         uint64_t budget = per_budget(meth) ? o->budgets[b] : 0;
-        /* real clocks: the reference the run is compared with is a healthy run of
-         * the same seed taken just before it (a shared machine drifts between
-         * the cached references and now); the cached ones size the noise */
-        if (real_clock(s)) {
-          struct ms_model *warm = cold ? model_fresh(r, s, 0) : NULL;
-          if (warm) hc.m = warm;
-          rc = cold && !warm ? -EIO : observe(r, &hc, meth, budget, &fresh);
-          hc.m = m;
-          ms_model_free(warm);
-        }
+        /* real clocks: the run is compared with healthy runs of the same seed
+         * taken just before and just after it (a shared machine drifts between
+         * the cached references and now, and may change pace while it runs);
+         * the cached ones size the noise */
+        if (real_clock(s)) rc = observe_healthy(r, s, &hc, m, cold, meth, budget, &fresh[0]);
         struct ms_model *cm = !rc && cold ? model_fresh(r, s, 1) : NULL;
         if (cm) fc.m = cm;
         if (!rc) rc = cold && !cm ? -EIO : observe(r, &fc, meth, budget, &ev);
         fc.m = m;
         ms_model_free(cm);
+        if (!rc && real_clock(s)) rc = observe_healthy(r, s, &hc, m, cold, meth, budget, &fresh[1]);
         if (rc) {
           snprintf(c->error, sizeof c->error, "%s: %.200s", bench_method_name(meth), log_tail(r));
           break;
@@ -709,15 +731,17 @@ static int observe_all(struct runner *r, struct bench_case *c, const struct ms_m
         }
       }
       ev.budget = o->budgets[b];
-      if (rec && bench_record_group(rec, meth, b, real_clock(s) ? &fresh : NULL, ref, nref, &ev)) {
+      int nf = real_clock(s) ? 2 : 0;
+      if (rec && bench_record_group(rec, meth, b, fresh, nf, ref, nref, &ev)) {
         say(r, "%s: its record in %s could not be written", s->name, o->record);
         fclose(rec);
         rec = NULL;
       }
-      if (lead) diagnose_one(r, c, meth, b, real_clock(s) ? &fresh : NULL, ref, nref, &ev, p, workers);
+      if (lead) diagnose_one(r, c, meth, b, fresh, nf, ref, nref, &ev, p, workers);
     }
     bench_evidence_free(&ev);
-    bench_evidence_free(&fresh);
+    bench_evidence_free(&fresh[0]);
+    bench_evidence_free(&fresh[1]);
   }
   if (rec && bench_record_end(rec)) say(r, "%s: its record in %s could not be written", s->name, o->record);
   return rc;
@@ -729,7 +753,7 @@ static int replay_case(struct runner *r, struct bench_case *c, int i) {
   /* the held-out records follow the training ones, numbered from 0 in their own directory */
   int held = r->o->replay_heldout && i >= r->o->replay_n, idx = held ? i - r->o->replay_n : i;
   const char *dir = held ? r->o->replay_heldout : r->o->replay;
-  struct bench_evidence fresh = {0}, ev = {0}, refs[MAX_REFS] = {{0}};
+  struct bench_evidence fresh[2] = {{0}}, ev = {0}, refs[MAX_REFS] = {{0}};
   int workers = 0, rc = 0, owned = 0, done = 0, bmap[BENCH_MAX_BUDGETS];
   FILE *f = bench_replay_begin(dir, idx, r->o, c, &workers, bmap, c->error, sizeof c->error);
   if (!f) {
@@ -748,8 +772,8 @@ static int replay_case(struct runner *r, struct bench_case *c, int i) {
   struct ms_plan *p = m ? ms_plan_compile(m, &co, &r->log) : NULL;
   if (!p) rc = -EINVAL;
   while (!rc && !done) {
-    int meth, b, nref, has_fresh;
-    rc = bench_replay_group(f, &meth, &b, &fresh, &has_fresh, refs, MAX_REFS, &nref, &ev);
+    int meth, b, nref, nf;
+    rc = bench_replay_group(f, &meth, &b, fresh, &nf, refs, MAX_REFS, &nref, &ev);
     if (rc == 1) {
       done = 1;
       rc = 0;
@@ -762,9 +786,10 @@ static int replay_case(struct runner *r, struct bench_case *c, int i) {
         r->attach_ns_sum += (double)ev.attach_ns;
         r->attach_n++;
       }
-      diagnose_one(r, c, meth, b, has_fresh ? &fresh : NULL, ref, nref, &ev, p, workers);
+      diagnose_one(r, c, meth, b, fresh, nf, ref, nref, &ev, p, workers);
     }
-    bench_evidence_free(&fresh);
+    bench_evidence_free(&fresh[0]);
+    bench_evidence_free(&fresh[1]);
     bench_evidence_free(&ev);
     for (int i = 0; i < MAX_REFS; i++) bench_evidence_free(&refs[i]);
   }

@@ -18,12 +18,13 @@ each as the median over the repetitions with their spread (min-max).
   scripts/serve-load.py [--megascope build/megascope] [--model F.gguf]
                         [--llama-server PATH] [--workers 2] [--levels 1,4,8,16]
                         [--requests 24] [--reps 3] [--no-prefix-cache]
-                        [--variant NAME='serve options' ...] [--json]
+                        [--variant NAME='serve options' ...] [--tp-ranks N] [--json]
 
 Variants are more megascope servers with extra options, run beside the
 default one: `--no-prefix-cache` adds one with the prefix cache off, and
 `--variant budget-off='--step-target-ms 0'` one without the step budget
-(an A/B in one run). --url drives a server already running instead (no
+(an A/B in one run); `--tp-ranks 2` one engine in two processes over MPI
+(`mpirun -np 2 megascope serve --tp 2`, half the threads each). --url drives a server already running instead (no
 others). The machine's other load moves the figures: alternate, repeat, read
 the spread."""
 import argparse, json, os, random, re, shlex, signal, statistics, subprocess, sys, tempfile, threading, time
@@ -78,14 +79,21 @@ class Server:
                 self.proc.wait()
 
 
-def start_megascope(a, name, extra, tmp):
+def start_megascope(a, name, extra, tmp, ranks=1):
+    """megascope serve; ranks > 1: one engine in that many processes
+    (mpirun -np RANKS serve --tp RANKS), the threads split among them."""
     sock = os.path.join(tmp, name + ".sock")
     out = open(os.path.join(tmp, name + ".out"), "w+")
-    cmd = [a.megascope, "serve", "--http", "127.0.0.1:0", "--socket", sock, "--workers", str(a.workers),
-           "--batch", str(a.parallel), "--max-ctx", str(a.ctx)]
+    cmd = [a.megascope, "serve", "--http", "127.0.0.1:0", "--socket", sock, "--workers",
+           str(max(1, a.workers // ranks)), "--batch", str(a.parallel), "--max-ctx", str(a.ctx)]
     cmd += ["--model", a.model] if a.model else []
     cmd += shlex.split(a.serve_args) + extra
-    p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    env = None
+    if ranks > 1:
+        cmd = ["mpirun", "--bind-to", "none", "-np", str(ranks)] + cmd + ["--tp", str(ranks)]
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_rmaps_base_oversubscribe="1", OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    p = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     deadline = time.time() + 300
     while time.time() < deadline:
         time.sleep(0.2)
@@ -261,6 +269,9 @@ def main():
     ap.add_argument("--no-prefix-cache", action="store_true", help="also megascope with --no-prefix-cache")
     ap.add_argument("--variant", action="append", default=[], metavar="NAME=OPTS",
                     help="also megascope with these serve options")
+    ap.add_argument("--tp-ranks", type=int, default=1, metavar="N",
+                    help="also megascope as one engine in N processes (mpirun -np N serve --tp N, "
+                         "--workers / N threads each)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     a = ap.parse_args()
     levels = [int(x) for x in a.levels.split(",")]
@@ -277,6 +288,8 @@ def main():
             for v in a.variant:
                 name, _, opts = v.partition("=")
                 servers.append(start_megascope(a, "megascope-" + name, shlex.split(opts), tmp))
+            if a.tp_ranks > 1:
+                servers.append(start_megascope(a, "megascope-%d-ranks" % a.tp_ranks, [], tmp, a.tp_ranks))
             if a.llama_server:
                 servers.append(start_llama(a, tmp))
             else:

@@ -114,6 +114,11 @@ struct ms_weight {
    * src/model/blocks.h), in the model's packed buffer; data stays the layout
    * every other path reads. */
   const void *packed;
+  /* The whole groups of four rows the packed form holds: groups [packed_g0,
+   * packed_g0 + packed_gn), rows 4 * packed_g0 on; 0, 0: every one. A rank
+   * of tensor parallelism across processes packs only the rows its tasks
+   * read (ms_model_repack_rows); the kernels read the other rows from data. */
+  int packed_g0, packed_gn;
 };
 
 struct ms_layer_weights {

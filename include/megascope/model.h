@@ -177,6 +177,26 @@ size_t ms_model_weight_bytes(const struct ms_model *m);
  * -ENOMEM (the model is unchanged and works as before). */
 int ms_model_repack(struct ms_model *m);
 
+/* Rows [r0, r1) of one of a model's matrices (w points into the model): what
+ * one process reads of it (ms_engine_opts.weight_rows_hook). */
+struct ms_weight_rows {
+  const struct ms_weight *w;
+  int r0, r1;
+};
+
+/* ms_model_repack for a process that reads only some rows of the matrices (a
+ * rank of tensor parallelism across processes): each matrix named in rows[0
+ * .. n) packs the whole groups of four its rows touch, rounded out (its
+ * packed_g0, packed_gn); a matrix not named packs nothing, and no matrix is
+ * copied in the file's layout (a rank keeps the file's pages, which every
+ * rank of the machine shares, instead of a private copy of all of it). A
+ * second call, or a call after ms_model_repack, does nothing. 0, or -ENOMEM
+ * (the model is unchanged and works as before). */
+int ms_model_repack_rows(struct ms_model *m, const struct ms_weight_rows *rows, int n);
+/* The bytes ms_model_repack gives m (its packed_bytes), packed or not: what
+ * one process holding the whole model packs. */
+size_t ms_model_repack_bytes(const struct ms_model *m);
+
 const char *ms_dtype_name(enum ms_dtype t);
 int ms_dtype_parse(const char *s, enum ms_dtype *out);
 /* Bytes of one element (f32, bf16, f16) or of one block (the block types). */

@@ -3,7 +3,8 @@
 # Tensor parallelism across processes: `mpirun -np 2 megascope run --tp 2`
 # (and `bench decode --tp 2`) gives the greedy tokens of `--tp 1` on the tiny
 # presets and on SmolLM2, its logits pass --check against the reference
-# forward, and the failures are named: a mismatched launch (another --tp, model
+# forward, each rank packs only its rows of the split matrices, and the
+# failures are named: a mismatched launch (another --tp, model
 # file or executable on one rank) is refused at the start, a rank that hangs
 # stops the others with a report naming the rank and the event, and a rank
 # that dies ends the job. Skipped (77) only when mpirun is absent
@@ -60,16 +61,35 @@ assert two["max_abs_logit_diff"] == one["max_abs_logit_diff"], (two["max_abs_log
 PY
 echo "ok: --check across ranks: $(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["max_abs_logit_diff"])' "$tmp/check.json"), as --tp 1"
 
+# each rank packs only the rows of the split matrices it reads (the last
+# same_tokens' runs): at most 60% of what one process packs (about half, and
+# the tiles across a share's edge), where the tokens were the same
+packed_share() {  # name
+  python3 - "$1" "$tmp/one.json" "$tmp/two.json" <<'PY' || fail "$1: the ranks' packed weights"
+import json, sys
+one, two = (json.load(open(p)) for p in sys.argv[2:])
+whole = one["packed_bytes"][0]
+assert whole == one["packed_bytes_whole"] == two["packed_bytes_whole"], (one, two["packed_bytes_whole"])
+assert len(two["packed_bytes"]) == 2, two["packed_bytes"]
+for r, b in enumerate(two["packed_bytes"]):
+    assert b <= 0.6 * whole, f"rank {r} packs {b} bytes, the whole model {whole}"
+mib = " and ".join(f"{b / 2**20:.1f}" for b in two["packed_bytes"])
+print(f"ok: {sys.argv[1]}: the ranks pack {mib} MiB, one process {whole / 2**20:.1f} MiB")
+PY
+}
+
 # SmolLM2: greedy text over a long generation, then a batch
 if [ -r "$F" ]; then
   same_tokens "SmolLM2, 200 greedy tokens" --model "$F" --prompt "The capital of France is" --steps 200 --batch 1 --workers 1 --max-ctx 256
   same_tokens "SmolLM2, batch 3, 64 steps" --model "$F" --batch 3 --steps 64 --workers 1
+  packed_share "SmolLM2"
 else
   echo "SmolLM2 not cached ($F): its comparisons skipped; scripts/get-smollm2.sh fetches it"
 fi
 G=${MS_GEMMA3:-$HOME/.cache/megascope/gemma-3-270m-q4_k_m.gguf}
 if [ -r "$G" ]; then  # post-norms, local layers, a vocabulary of 262144 gathered each step
   same_tokens "Gemma-3-270M, 40 greedy tokens" --model "$G" --prompt "The capital of France is" --steps 40 --batch 1 --workers 1
+  packed_share "Gemma-3-270M"
 fi
 
 # hooks on rank 0: the rank is the device, and the tasks after a gather name

@@ -61,13 +61,13 @@ static void test_blocks(void) {
   uint8_t q8[34], q40[18], q41[20];
   q8[0] = 0x00, q8[1] = 0x38;  /* d = 0.5 */
   for (int j = 0; j < 32; j++) q8[2 + j] = (uint8_t)(int8_t)(j - 16);
-  struct ms_weight w8 = {MS_DTYPE_Q8_0, 1, 32, q8, NULL};
+  struct ms_weight w8 = {.dtype = MS_DTYPE_Q8_0, .rows = 1, .cols = 32, .data = q8};
   int ok = 1;
   for (int j = 0; j < 32; j++) ok &= ms_weight_get(&w8, 0, j) == 0.5f * (float)(j - 16);
   CHECK(ok);
   q40[0] = 0x00, q40[1] = 0x40;  /* d = 2 */
   for (int j = 0; j < 16; j++) q40[2 + j] = (uint8_t)(j | (15 - j) << 4);
-  struct ms_weight w40 = {MS_DTYPE_Q4_0, 1, 32, q40, NULL};
+  struct ms_weight w40 = {.dtype = MS_DTYPE_Q4_0, .rows = 1, .cols = 32, .data = q40};
   ok = 1;
   for (int j = 0; j < 16; j++) {
     ok &= ms_weight_get(&w40, 0, j) == 2.0f * (float)(j - 8);         /* low nibbles: elements 0..15 */
@@ -77,7 +77,7 @@ static void test_blocks(void) {
   q41[0] = 0x00, q41[1] = 0x34;  /* d = 0.25 */
   q41[2] = 0x00, q41[3] = 0xbc;  /* m = -1 */
   for (int j = 0; j < 16; j++) q41[4 + j] = (uint8_t)(j | 3 << 4);
-  struct ms_weight w41 = {MS_DTYPE_Q4_1, 1, 32, q41, NULL};
+  struct ms_weight w41 = {.dtype = MS_DTYPE_Q4_1, .rows = 1, .cols = 32, .data = q41};
   ok = 1;
   for (int j = 0; j < 16; j++) {
     ok &= ms_weight_get(&w41, 0, j) == 0.25f * (float)j - 1.0f;
@@ -107,7 +107,7 @@ static void test_quantizers(void) {
       for (int i = 0; i < n; i++) x[i] = frand() * scale + (rep % 7 == 0 ? scale : 0);
       if (rep == 3) memset(x, 0, sizeof x);
       CHECK(ms_quant_row(types[t], x, n, buf) == 0);
-      struct ms_weight w = {types[t], 1, n, buf, NULL};
+      struct ms_weight w = {.dtype = types[t], .rows = 1, .cols = n, .data = buf};
       ms_weight_row_f32(&w, 0, y);
       for (int b = 0; b < n; b += 32) {
         float lo = x[b], hi = x[b], amax = 0;
@@ -156,7 +156,7 @@ static void test_k_quantizers(void) {
       for (int j = 0; j < 512; j++) x[j] = frand() * scale + (rep % 7 == 0 ? scale : 0);
       if (rep == 3) memset(x, 0, sizeof x);
       CHECK(ms_quant_row(t, x, 512, buf) == 0);
-      struct ms_weight w = {t, 1, 512, buf, NULL};
+      struct ms_weight w = {.dtype = t, .rows = 1, .cols = 512, .data = buf};
       ms_weight_row_f32(&w, 0, y);
       for (int b = 0; b < 512; b += 32) {
         float amax = 0;
@@ -183,7 +183,7 @@ static void check_gemv(enum ms_dtype t, int rows, int cols, int portable) {
     ms_quant_row(t, src, cols, data + (size_t)r * rb);
   }
   for (int i = 0; i < ldx * maxb; i++) x[i] = frand();
-  struct ms_weight w = {t, rows, cols, data, NULL};
+  struct ms_weight w = {.dtype = t, .rows = rows, .cols = cols, .data = data};
   ms_vec_force_portable(portable);
   double worst = 0;
   int variant = 0;
@@ -309,16 +309,34 @@ static void test_q8_quantize_k(void) {
   free(x), free(b1), free(b2);
 }
 
+/* The row bounds the packed checks try: each end of the matrix and each edge
+ * of the groups the packed form holds (rows 4 * g0 and 4 * g1), and the rows
+ * around them, sorted, each once. */
+static int packed_bounds(const struct ms_weight *w, int *at) {
+  int g0, g1, n = 0, edges[] = {0, 0, 0, w->rows};
+  ms_quant_packed_groups(w, &g0, &g1);
+  edges[1] = 4 * g0, edges[2] = 4 * g1;
+  for (int r = 0; r <= w->rows; r++) {
+    int near = 0;
+    for (int e = 0; e < 4; e++) near |= r >= edges[e] - 5 && r <= edges[e] + 5;
+    if (near) at[n++] = r;
+  }
+  return n;
+}
+
 /* The repacked form (ms_weight.packed, where this CPU has one): every batch
- * (1, 2, 3, 4, 5, 8 and 9 input rows: the AVX-512 tiles of four inputs, whole and partial) gives the bits
- * of the file's layout for every row range, aligned to the
+ * (1, 2, 3, 4, 5, 8 and 9 input rows: the AVX-512 tiles of four inputs, whole
+ * and partial) gives the bits of the file's layout for every row range that
+ * starts and ends near an end of the matrix or an edge of the packed groups
+ * (wp's packed_g0, packed_gn: all of them, or a rank's part), aligned to the
  * groups of four or not. x holds 9 input rows (ldx cols + 3); buf room for them. */
 /* One path (simd 2: AVX-512 VNNI, 1: AVX2) on w's packed form against the
- * same path on the file's layout, at batches 1, 2, 3, 4, 5, 8 and 9 over every row
- * range near the edges; `reads` when that path takes the packed form. */
+ * same path on the file's layout; `reads` when that path takes the packed form. */
 static void check_packed_at(const struct ms_weight *w, const struct ms_weight *wp, const float *x, void *buf,
                             int simd, int reads) {
-  int nbs[] = {1, 2, 3, 4, 5, 8, 9}, ldy = w->rows;
+  int nbs[] = {1, 2, 3, 4, 5, 8, 9}, ldy = w->rows, g0, g1, *at = malloc(sizeof(int) * (size_t)(w->rows + 1));
+  int nat = packed_bounds(wp, at);
+  ms_quant_packed_groups(wp, &g0, &g1);
   float *y = malloc(sizeof(float) * (size_t)w->rows * 9), *yp = malloc(sizeof(float) * (size_t)w->rows * 9);
   size_t data_bytes = (size_t)w->rows * ms_weight_row_bytes(w);
   void *zero = calloc(1, data_bytes);
@@ -328,8 +346,9 @@ static void check_packed_at(const struct ms_weight *w, const struct ms_weight *w
     struct ms_q8_act a;
     ms_q8_quantize(&a, buf, x, w->cols + 3, nb, w->cols, ms_q8_qk(w->dtype), 1);
     int diff = 0, ranges = 0;
-    for (int r0 = 0; r0 < 6 && r0 < w->rows; r0++)
-      for (int r1 = w->rows; r1 > r0 && r1 > w->rows - 6; r1--) {
+    for (int i = 0; i < nat; i++)
+      for (int j = i + 1; j < nat; j++) {
+        int r0 = at[i], r1 = at[j];
         ms_q8_gemv(w, r0, r1, &a, y, ldy, simd);
         ms_q8_gemv(wp, r0, r1, &a, yp, ldy, simd);
         int d = 0;
@@ -338,40 +357,60 @@ static void check_packed_at(const struct ms_weight *w, const struct ms_weight *w
         diff += d;
         ranges++;
       }
-    CHECKF(ranges > 0 && diff == 0, "q8 %s %dx%d packed, %s, batch %d: %d of %d row ranges differ from the file's layout",
-           ms_dtype_name(w->dtype), w->rows, w->cols, path, nb, diff, ranges);
+    CHECKF(ranges > 0 && diff == 0,
+           "q8 %s %dx%d packed (groups %d..%d), %s, batch %d: %d of %d row ranges differ from the file's layout",
+           ms_dtype_name(w->dtype), w->rows, w->cols, g0, g1, path, nb, diff, ranges);
     if (!reads) continue;
-    /* whole groups of four come from the packed stream alone: with data zeroed
+    /* the packed groups come from the packed stream alone: with data zeroed
      * the same sums, so the check above did not pass by reading data */
-    int whole = w->rows / 4 * 4;
     struct ms_weight wz = *wp;
     wz.data = zero;
-    ms_q8_gemv(w, 0, whole, &a, y, ldy, simd);
-    ms_q8_gemv(&wz, 0, whole, &a, yp, ldy, simd);
+    ms_q8_gemv(w, 4 * g0, 4 * g1, &a, y, ldy, simd);
+    ms_q8_gemv(&wz, 4 * g0, 4 * g1, &a, yp, ldy, simd);
     int same = 1;
-    for (int b = 0; b < nb; b++) same &= memcmp(y + (size_t)b * ldy, yp + (size_t)b * ldy, sizeof(float) * (size_t)whole) == 0;
-    CHECKF(same, "q8 %s %dx%d packed, %s, batch %d: rows 0..%d read from data", ms_dtype_name(w->dtype), w->rows,
-           w->cols, path, nb, whole);
+    for (int b = 0; b < nb; b++)
+      same &= memcmp(y + (size_t)b * ldy, yp + (size_t)b * ldy, sizeof(float) * (size_t)(4 * (g1 - g0))) == 0;
+    CHECKF(same, "q8 %s %dx%d packed (groups %d..%d), %s, batch %d: rows %d..%d read from data",
+           ms_dtype_name(w->dtype), w->rows, w->cols, g0, g1, path, nb, 4 * g0, 4 * g1);
   }
+  free(at);
   free(zero);
   free(y);
   free(yp);
 }
 
-/* The packed form (model/blocks.h), where this CPU (or MEGASCOPE_SIMD's cap)
- * gives w one, on each path that can read it: the K-quants' on AVX-512 VNNI
- * and AVX2, the 32-element types' on AVX-512 VNNI (AVX2 reads their data). */
-static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
-  size_t bytes = ms_quant_packed_bytes(w);
-  if (!bytes) return;
-  void *packed = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
-  ms_quant_repack(w, packed);
+/* w's packed form of groups [g0, g0 + gn) (0, 0: all of them) on each path
+ * that can read it; its size that of the groups it holds. */
+static void check_packed_groups(const struct ms_weight *w, int g0, int gn, const float *x, void *buf) {
   struct ms_weight wp = *w;
+  wp.packed_g0 = g0, wp.packed_gn = gn;
+  size_t bytes = ms_quant_packed_bytes(&wp), all = ms_quant_packed_bytes(w);
+  CHECKF(bytes * (size_t)(w->rows / 4) == all * (size_t)(gn ? gn : w->rows / 4),
+         "%s %dx%d: the packed form of %d of %d groups is %zu bytes of %zu", ms_dtype_name(w->dtype), w->rows,
+         w->cols, gn, w->rows / 4, bytes, all);
+  void *packed = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+  memset(packed, 0xa5, (bytes + 63) & ~(size_t)63);  /* a byte the repack leaves unwritten: a wrong sum */
+  ms_quant_repack(&wp, packed);
   wp.packed = packed;
   int kq = ms_dtype_block(w->dtype) == 256;
   if (ms_q8_simd_level() == 2) check_packed_at(w, &wp, x, buf, 2, 1);
   check_packed_at(w, &wp, x, buf, 1, kq);
   free(packed);
+}
+
+/* The packed form (model/blocks.h), where this CPU (or MEGASCOPE_SIMD's cap)
+ * gives w one, on each path that can read it: the K-quants' on AVX-512 VNNI
+ * and AVX2, the 32-element types' on AVX-512 VNNI (AVX2 reads their data).
+ * Whole, and as a rank of tensor parallelism across processes packs it
+ * (ms_model_repack_rows): the groups in the middle (the first and last read
+ * from data), the second half, the first group alone. */
+static void check_packed(const struct ms_weight *w, const float *x, void *buf) {
+  if (!ms_quant_packed_bytes(w)) return;
+  int G = w->rows / 4;
+  check_packed_groups(w, 0, 0, x, buf);
+  if (G >= 3) check_packed_groups(w, 1, G - 2, x, buf);
+  if (G >= 2) check_packed_groups(w, G / 2, G - G / 2, x, buf);
+  if (G >= 2) check_packed_groups(w, 0, 1, x, buf);
 }
 
 /* The 8-bit GEMV on rows x cols: against a double dot of the dequantized weights
@@ -392,7 +431,7 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
     ms_quant_row(t, src, cols, data + (size_t)r * rb);
   }
   q8_inputs(x, ldx, maxb, cols);
-  struct ms_weight w = {t, rows, cols, data, NULL};
+  struct ms_weight w = {.dtype = t, .rows = rows, .cols = cols, .data = data};
   double worst_exact = 0, worst_f32 = 0, typical = 0;
   int variant = 0, simd_diff = 0, count = 0;
   for (int nb = 1; nb <= maxb; nb++) {

@@ -32,7 +32,7 @@ static void test_gemv(enum ms_dtype dt) {
         ((float *)data)[i] = v;
     }
     for (int i = 0; i < nb * cols; i++) x[i] = frand(&s);
-    struct ms_weight w = {dt, rows, cols, data, NULL};
+    struct ms_weight w = {.dtype = dt, .rows = rows, .cols = cols, .data = data};
     ms_vec_force_portable(1);
     ms_vec_gemv(&w, 2, rows, x, cols, nb, y1, rows);
     ms_vec_force_portable(0);

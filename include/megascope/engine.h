@@ -150,6 +150,16 @@ struct ms_engine_opts {
    * comm_timeout_ms stops with a report naming rank 0. 0: every rank submits
    * the same requests itself (run, bench decode). */
   int tp_lead;
+  /* With a transport: called once by ms_engine_new, after the plans it
+   * compiles before it returns and before its workers start, with the rows
+   * of each matrix this rank's tasks read (over every such plan, min .. max
+   * per matrix; a matrix not named is not read by them). The caller, who
+   * owns the model, may pack those rows alone (ms_model_repack_rows on a
+   * model loaded without its packed form): no kernel reads the weights
+   * before the hook returns. A plan compiled later (prefill_async) reads
+   * what it needs outside them from the file's layout. NULL: none. */
+  void (*weight_rows_hook)(const struct ms_weight_rows *rows, int n, void *user);
+  void *weight_rows_user;
 };
 
 /* "cpu", "sim", "cuda"; NULL for an unknown id. */

@@ -124,10 +124,21 @@ uint32_t ms_gguf_dtype_type(enum ms_dtype t);
  * on g). NULL + errno with the reason, naming the key or tensor, in log. */
 struct ms_model *ms_gguf_model_new(struct ms_gguf *g, struct ms_textbuf *log);
 
+/* Flags of ms_gguf_load_flags. */
+enum ms_gguf_load_flag {
+  /* No packed form at load (ms_model_repack): the caller packs what it reads
+   * itself (ms_model_repack_rows, a rank of tensor parallelism across
+   * processes), so that the whole model is never packed first. */
+  MS_GGUF_LOAD_UNPACKED = 1,
+};
+
 struct ms_tokenizer;
 /* Opens path and builds its model and (when tok is not NULL) its tokenizer;
  * the model keeps the file mapped until ms_model_free. 0 or a negative errno. */
 int ms_gguf_load(const char *path, struct ms_model **model, struct ms_tokenizer **tok, struct ms_textbuf *log);
+/* ms_gguf_load with flags (enum ms_gguf_load_flag, or'ed). */
+int ms_gguf_load_flags(const char *path, unsigned flags, struct ms_model **model, struct ms_tokenizer **tok,
+                       struct ms_textbuf *log);
 
 /* ---- writing ---- */
 

@@ -114,6 +114,11 @@ struct ms_weight {
    * src/model/blocks.h), in the model's packed buffer; data stays the layout
    * every other path reads. */
   const void *packed;
+  /* The whole groups of four rows the packed form holds: groups [packed_g0,
+   * packed_g0 + packed_gn), rows 4 * packed_g0 on; 0, 0: every one. A rank
+   * of tensor parallelism across processes packs only the rows its tasks
+   * read (ms_model_repack_rows); the kernels read the other rows from data. */
+  int packed_g0, packed_gn;
 };
 
 struct ms_layer_weights {
@@ -171,6 +176,26 @@ size_t ms_model_weight_bytes(const struct ms_model *m);
  * it; MEGASCOPE_NO_HUGEPAGES=1: not); a second call does nothing. 0, or
  * -ENOMEM (the model is unchanged and works as before). */
 int ms_model_repack(struct ms_model *m);
+
+/* Rows [r0, r1) of one of a model's matrices (w points into the model): what
+ * one process reads of it (ms_engine_opts.weight_rows_hook). */
+struct ms_weight_rows {
+  const struct ms_weight *w;
+  int r0, r1;
+};
+
+/* ms_model_repack for a process that reads only some rows of the matrices (a
+ * rank of tensor parallelism across processes): each matrix named in rows[0
+ * .. n) packs the whole groups of four its rows touch, rounded out (its
+ * packed_g0, packed_gn); a matrix not named packs nothing, and no matrix is
+ * copied in the file's layout (a rank keeps the file's pages, which every
+ * rank of the machine shares, instead of a private copy of all of it). A
+ * second call, or a call after ms_model_repack, does nothing. 0, or -ENOMEM
+ * (the model is unchanged and works as before). */
+int ms_model_repack_rows(struct ms_model *m, const struct ms_weight_rows *rows, int n);
+/* The bytes ms_model_repack gives m (its packed_bytes), packed or not: what
+ * one process holding the whole model packs. */
+size_t ms_model_repack_bytes(const struct ms_model *m);
 
 const char *ms_dtype_name(enum ms_dtype t);
 int ms_dtype_parse(const char *s, enum ms_dtype *out);

@@ -44,6 +44,32 @@ void ms_ops_bind_weights(const struct ms_plan *p, const struct ms_model *m,
   }
 }
 
+/* As the kernels below read them: q | k | v concatenated (qkv), a column a
+ * row of both the gate and the up matrix (swiglu), a column a row (wo, down,
+ * the LM head). */
+int ms_ops_weight_rows(const struct ms_task_class *k, const struct ms_weight *const *w, int c0, int c1,
+                       int rows[3][2]) {
+  for (int i = 0; i < 3; i++) rows[i][0] = rows[i][1] = 0;
+  switch (k->kernel) {
+  case MS_K_QKV:
+    for (int i = 0, base = 0; i < 3; base += w[i]->rows, i++) {
+      int lo = c0 > base ? c0 : base, hi = c1 < base + w[i]->rows ? c1 : base + w[i]->rows;
+      if (lo < hi) rows[i][0] = lo - base, rows[i][1] = hi - base;
+    }
+    return 0;
+  case MS_K_SWIGLU:
+    rows[0][0] = rows[1][0] = c0, rows[0][1] = rows[1][1] = c1;
+    return 0;
+  case MS_K_WO:
+  case MS_K_DOWN:
+  case MS_K_LM_HEAD:
+    rows[0][0] = c0, rows[0][1] = c1;
+    return 0;
+  default:
+    return -1;
+  }
+}
+
 static int row_valid(const struct ms_exec_ctx *x, int r) {
   return r < x->meta.n_rows && x->meta.row_slot[r] >= 0;
 }

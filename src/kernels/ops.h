@@ -60,6 +60,14 @@ struct ms_exec_ctx {
 void ms_ops_bind_weights(const struct ms_plan *p, const struct ms_model *m,
                          const struct ms_weight *(*out)[3]);
 
+/* The rows of the weights ms_ops_bind_weights binds to class k (w[0 .. 2])
+ * that a task of k over output columns [c0, c1) reads: rows[i] = {r0, r1},
+ * r0 == r1 when it reads none of w[i]. 0; or -1 for a class that reads its
+ * weights other than by output column (the embedding by token, the norms
+ * whole, the router and the experts by route): every row of them. */
+int ms_ops_weight_rows(const struct ms_task_class *k, const struct ms_weight *const *w, int c0, int c1,
+                       int rows[3][2]);
+
 /* Floats of one worker's scratch (ms_exec_ctx.scratch): attention keeps a row
  * of max_ctx scores for each q head of a KV group. Whoever lays out an
  * execution context sizes it by this. */

@@ -43,6 +43,19 @@ int ms_quant_handles(enum ms_dtype t) {
 
 static inline uint16_t rd16(const uint8_t *p) { return (uint16_t)(p[0] | p[1] << 8); }
 
+/* The packed paths' split of rows [r0, r1): the whole groups [*g0, *g1) that
+ * w's packed form holds (*g1 <= *g0: none) come from it, the rows before and
+ * after them from data, the same bits either way. *p0 and *pn: the groups
+ * the packed form holds (every whole one, or a rank's: ms_weight.packed_g0),
+ * for its regions' offsets. */
+static inline void pk_groups(const struct ms_weight *w, int r0, int r1, int *g0, int *g1, int *p0, int *pn) {
+  int p1;
+  ms_quant_packed_groups(w, p0, &p1);
+  *pn = p1 - *p0;
+  *g0 = (r0 + 3) / 4 > *p0 ? (r0 + 3) / 4 : *p0;
+  *g1 = r1 / 4 < p1 ? r1 / 4 : p1;
+}
+
 /* ---- portable ---- */
 
 /* Expands block `blk` of a row into 32 floats. */
@@ -1007,16 +1020,17 @@ TGT_INL void a_kpk_rows4(enum ms_dtype t, const uint8_t *qg, const uint8_t *hg, 
  * from data. */
 TGT_INL void a_kpk_gemv_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
                           float *y, int ldy) {
-  int nsb = a->n / 256, G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  int nsb = a->n / 256, g0, g1, P0, PN;
+  pk_groups(w, r0, r1, &g0, &g1, &P0, &PN);
   if (g0 >= g1) {
     q8_k_gemv_avx2(w, r0, r1, a, y, ldy);
     return;
   }
-  size_t n = (size_t)G * (size_t)nsb;
+  size_t n = (size_t)PN * (size_t)nsb;
   const uint8_t *qs = w->packed, *hs = qs + n * 4 * KP_QB(t), *ss = hs + n * 4 * KP_HB(t);
   if (r0 < 4 * g0) q8_k_gemv_avx2(w, r0, 4 * g0, a, y, ldy);
   for (int g = g0; g < g1; g++) {
-    size_t at = (size_t)g * (size_t)nsb;
+    size_t at = (size_t)(g - P0) * (size_t)nsb;
     for (int b0 = 0; b0 < a->nb; b0 += A_NB)
       a_kpk_rows4(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, b0,
                   a->nb - b0 < A_NB ? a->nb - b0 : A_NB, nsb, a->nb == 1, y + 4 * g - r0, ldy);
@@ -1414,18 +1428,19 @@ TGT512_INL void v_pk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint16_t
  * at a time, the rows outside whole groups from data. */
 TGT512_INL void pk_gemv_x4_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
                              float *y, int ldy) {
-  int npair = a->n / (2 * QK), G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  int npair = a->n / (2 * QK), g0, g1, P0, PN;
+  pk_groups(w, r0, r1, &g0, &g1, &P0, &PN);
   if (g0 >= g1) {
     q8_gemv_avx512_t(t, w, r0, r1, a, y, ldy);
     return;
   }
-  size_t n = (size_t)G * (size_t)npair;
+  size_t n = (size_t)PN * (size_t)npair;
   const uint8_t *qs = w->packed;
   const uint16_t *ds = (const uint16_t *)(qs + n * PK_QB(t));
   const uint64_t *hs = (const uint64_t *)((const uint8_t *)ds + n * PK_SB(t));
   if (r0 < 4 * g0) q8_gemv_avx512_t(t, w, r0, 4 * g0, a, y, ldy);
   for (int g = g0; g < g1; g++) {
-    size_t at = (size_t)g * (size_t)npair;
+    size_t at = (size_t)(g - P0) * (size_t)npair;
     for (int b0 = 0; b0 < a->nb; b0 += 4)
       v_pk_rows4_x4(t, qs + at * PK_QB(t), ds + at * (PK_SB(t) / 2), hs + at * 4, a, b0, a->nb - b0 < 4 ? a->nb - b0 : 4,
                     npair, y + 4 * g - r0, ldy);
@@ -1437,18 +1452,19 @@ TGT512_INL void pk_gemv_x4_t(enum ms_dtype t, const struct ms_weight *w, int r0,
  * stream, the rows before and after them from data. */
 TGT512_INL void pk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
                              float *y) {
-  int npair = a->n / (2 * QK), G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  int npair = a->n / (2 * QK), g0, g1, P0, PN;
+  pk_groups(w, r0, r1, &g0, &g1, &P0, &PN);
   if (g0 >= g1) {
     q8_gemv_avx512_t(t, w, r0, r1, a, y, 1);
     return;
   }
-  size_t n = (size_t)G * (size_t)npair;
+  size_t n = (size_t)PN * (size_t)npair;
   const uint8_t *qs = w->packed;
   const uint16_t *ds = (const uint16_t *)(qs + n * PK_QB(t));
   const uint64_t *hs = (const uint64_t *)((const uint8_t *)ds + n * PK_SB(t));
   if (r0 < 4 * g0) q8_gemv_avx512_t(t, w, r0, 4 * g0, a, y, 1);
   for (int g = g0; g < g1; g++) {
-    size_t at = (size_t)g * (size_t)npair;
+    size_t at = (size_t)(g - P0) * (size_t)npair;
     v_pk_rows4_x1(t, qs + at * PK_QB(t), ds + at * (PK_SB(t) / 2), hs + at * 4, a, npair, y + 4 * g - r0);
   }
   if (4 * g1 < r1) q8_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, 1);
@@ -1707,16 +1723,17 @@ TGT512_INL void v_kpk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint8_t
  * inputs four at a time, the rows outside whole groups from data. */
 TGT512_INL void kpk_gemv_x4_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
                               float *y, int ldy) {
-  int nsb = a->n / 256, G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  int nsb = a->n / 256, g0, g1, P0, PN;
+  pk_groups(w, r0, r1, &g0, &g1, &P0, &PN);
   if (g0 >= g1) {
     q8_k_gemv_avx512_t(t, w, r0, r1, a, y, ldy);
     return;
   }
-  size_t n = (size_t)G * (size_t)nsb;
+  size_t n = (size_t)PN * (size_t)nsb;
   const uint8_t *qs = w->packed, *hs = qs + n * 4 * KP_QB(t), *ss = hs + n * 4 * KP_HB(t);
   if (r0 < 4 * g0) q8_k_gemv_avx512_t(t, w, r0, 4 * g0, a, y, ldy);
   for (int g = g0; g < g1; g++) {
-    size_t at = (size_t)g * (size_t)nsb;
+    size_t at = (size_t)(g - P0) * (size_t)nsb;
     for (int b0 = 0; b0 < a->nb; b0 += 4)
       v_kpk_rows4_x4(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, b0,
                      a->nb - b0 < 4 ? a->nb - b0 : 4, nsb, y + 4 * g - r0, ldy);
@@ -1741,16 +1758,17 @@ KPK_X4(kpk_x4_q6k, MS_DTYPE_Q6_K)
  * packed regions, the rows before and after them from data. */
 TGT512_INL void kpk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
                               float *y) {
-  int nsb = a->n / 256, G = w->rows / 4, g0 = (r0 + 3) / 4, g1 = r1 / 4 < G ? r1 / 4 : G;
+  int nsb = a->n / 256, g0, g1, P0, PN;
+  pk_groups(w, r0, r1, &g0, &g1, &P0, &PN);
   if (g0 >= g1) {
     q8_k_gemv_avx512_t(t, w, r0, r1, a, y, 1);
     return;
   }
-  size_t n = (size_t)G * (size_t)nsb;
+  size_t n = (size_t)PN * (size_t)nsb;
   const uint8_t *qs = w->packed, *hs = qs + n * 4 * KP_QB(t), *ss = hs + n * 4 * KP_HB(t);
   if (r0 < 4 * g0) q8_k_gemv_avx512_t(t, w, r0, 4 * g0, a, y, 1);
   for (int g = g0; g < g1; g++) {
-    size_t at = (size_t)g * (size_t)nsb;
+    size_t at = (size_t)(g - P0) * (size_t)nsb;
     v_kpk_rows4_x1(t, qs + at * 4 * KP_QB(t), hs + at * 4 * KP_HB(t), ss + at * KP_SB(t), a, nsb, y + 4 * g - r0);
   }
   if (4 * g1 < r1) q8_k_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, 1);

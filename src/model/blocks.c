@@ -30,13 +30,23 @@ static int packs(enum ms_dtype t) {
 
 static int packs_k(enum ms_dtype t) { return t >= MS_DTYPE_Q2_K && t <= MS_DTYPE_Q6_K; }
 
+/* The groups of w's packed form, [g0, g1); 0 when the range is not inside w's whole groups. */
+static size_t groups_of(const struct ms_weight *w, size_t *g0) {
+  int a, b;
+  ms_quant_packed_groups(w, &a, &b);
+  if (w->packed_g0 < 0 || w->packed_gn < 0 || a < 0 || b > w->rows / 4 || b <= a) return 0;
+  *g0 = (size_t)a;
+  return (size_t)(b - a);
+}
+
 size_t ms_quant_packed_bytes(const struct ms_weight *w) {
   enum ms_dtype t = w->dtype;
-  if (!avx2_here() || !w->data || w->rows < 4) return 0;
+  size_t g0, G;
+  if (!avx2_here() || !w->data || w->rows < 4 || !(G = groups_of(w, &g0))) return 0;
   if (packs_k(t))
-    return w->cols % 256 ? 0 : (size_t)(w->rows / 4) * (size_t)(w->cols / 256) * (size_t)(4 * (KP_QB(t) + KP_HB(t)) + KP_SB(t));
+    return w->cols % 256 ? 0 : G * (size_t)(w->cols / 256) * (size_t)(4 * (KP_QB(t) + KP_HB(t)) + KP_SB(t));
   if (!vnni512_here() || !packs(t) || w->cols % (2 * QK)) return 0;
-  return (size_t)(w->rows / 4) * (size_t)(w->cols / (2 * QK)) * (size_t)(PK_QB(t) + PK_SB(t) + PK_HB(t));
+  return G * (size_t)(w->cols / (2 * QK)) * (size_t)(PK_QB(t) + PK_SB(t) + PK_HB(t));
 }
 
 /* The f16 scale (and minimum scale) of a K-quant super-block, as the file holds them. */
@@ -53,7 +63,7 @@ static const uint8_t *k_dbytes(enum ms_dtype t, const uint8_t *b) {
 /* The K-quants' packed form (blocks.h): each value as u = q + K_OFF, bits as the kernel takes them. */
 static void repack_k(const struct ms_weight *w, uint8_t *out) {
   enum ms_dtype t = w->dtype;
-  size_t G = (size_t)(w->rows / 4), nsb = (size_t)(w->cols / 256), rb = ms_weight_row_bytes(w);
+  size_t g0 = 0, G = groups_of(w, &g0), nsb = (size_t)(w->cols / 256), rb = ms_weight_row_bytes(w);
   size_t qb = KP_QB(t), hb = KP_HB(t), sbb = KP_SB(t), ns = KP_NS(t);
   uint8_t *qr = out, *hr = qr + G * nsb * 4 * qb, *sr = hr + G * nsb * 4 * hb;
   memset(out, 0, G * nsb * (4 * (qb + hb) + sbb));
@@ -62,7 +72,7 @@ static void repack_k(const struct ms_weight *w, uint8_t *out) {
       size_t at = g * nsb + s;
       uint8_t *sc = sr + at * sbb, *dr = sc + 4 * ns * (1 + (size_t)KP_MINS(t));
       for (size_t j = 0; j < 4; j++) {
-        const uint8_t *row = (const uint8_t *)w->data + (4 * g + j) * rb, *b = row + s * ms_dtype_size(t);
+        const uint8_t *row = (const uint8_t *)w->data + (4 * (g0 + g) + j) * rb, *b = row + s * ms_dtype_size(t);
         struct ms_qk_scales ks;
         ms_quant_k_scales(t, b, &ks);
         memcpy(dr + 2 * j, k_dbytes(t, b), 2);
@@ -106,7 +116,7 @@ void ms_quant_repack(const struct ms_weight *w, void *out) {
     repack_k(w, out);
     return;
   }
-  size_t G = (size_t)(w->rows / 4), np = (size_t)(w->cols / (2 * QK)), rb = ms_weight_row_bytes(w);
+  size_t g0 = 0, G = groups_of(w, &g0), np = (size_t)(w->cols / (2 * QK)), rb = ms_weight_row_bytes(w);
   size_t bs = ms_dtype_size(t), qb = PK_QB(t), sb = PK_SB(t), hb = PK_HB(t);
   uint8_t *q = out, *sc = q + G * np * qb, *hi = sc + G * np * sb;
   for (size_t g = 0; g < G; g++)
@@ -115,7 +125,7 @@ void ms_quant_repack(const struct ms_weight *w, void *out) {
       for (size_t j = 0; j < 4; j++) {
         uint64_t h = 0;
         for (size_t k = 0; k < 2; k++) {
-          const uint8_t *blk = (const uint8_t *)w->data + (4 * g + j) * rb + (2 * p + k) * bs;
+          const uint8_t *blk = (const uint8_t *)w->data + (4 * (g0 + g) + j) * rb + (2 * p + k) * bs;
           memcpy(sc + at * sb + (2 * j + k) * 2, blk, 2);                       /* d */
           if (sb == 32) memcpy(sc + at * sb + 16 + (2 * j + k) * 2, blk + 2, 2);  /* m */
           if (hb) {

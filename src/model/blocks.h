@@ -66,6 +66,12 @@ size_t ms_quant_packed_bytes(const struct ms_weight *w);
  *            way) or four halves' ([p][j][4]: Q3_K's and Q6_K's signed, Q2_K's
  *            the file's sc | mn << 4 bytes), then d of rows 0..3 (f16), then
  *            dmin of rows 0..3 (Q2_K, Q4_K, Q5_K). */
+/* Both forms hold w's whole groups [g0, g1) (ms_weight.packed_g0, packed_gn;
+ * every one by default), group g at index g - g0 of each region. */
+static inline void ms_quant_packed_groups(const struct ms_weight *w, int *g0, int *g1) {
+  *g0 = w->packed_gn ? w->packed_g0 : 0;
+  *g1 = w->packed_gn ? w->packed_g0 + w->packed_gn : w->rows / 4;
+}
 /* Writes w's packed form (ms_quant_packed_bytes(w) bytes, 64-byte aligned). */
 void ms_quant_repack(const struct ms_weight *w, void *out);
 

@@ -239,7 +239,7 @@ static int bind_layer(struct loader *L, const struct ms_model_config *c, int l, 
 
 static void release_gguf(void *g) { ms_gguf_free(g); }
 
-struct ms_model *ms_gguf_model_new(struct ms_gguf *g, struct ms_textbuf *log) {
+static struct ms_model *model_new(struct ms_gguf *g, unsigned flags, struct ms_textbuf *log) {
   struct loader L = {.g = g, .log = log};
   struct ms_model *m = calloc(1, sizeof *m);
   if (!m) return NULL;
@@ -263,7 +263,7 @@ struct ms_model *ms_gguf_model_new(struct ms_gguf *g, struct ms_textbuf *log) {
   /* the faster layouts this CPU has (MEGASCOPE_NO_REPACK=1: not, to save their
    * memory); without the memory for them the file's own layout serves, slower */
   const char *no = getenv("MEGASCOPE_NO_REPACK");
-  if (!(no && *no && strcmp(no, "0")) && ms_model_repack(m) && log)
+  if (!(flags & MS_GGUF_LOAD_UNPACKED) && !(no && *no && strcmp(no, "0")) && ms_model_repack(m) && log)
     ms_textbuf_printf(log, "gguf: no memory to repack the weights; using them as stored\n");
   return m;
 fail:
@@ -272,13 +272,20 @@ fail:
   return NULL;
 }
 
+struct ms_model *ms_gguf_model_new(struct ms_gguf *g, struct ms_textbuf *log) { return model_new(g, 0, log); }
+
 int ms_gguf_load(const char *path, struct ms_model **model, struct ms_tokenizer **tok, struct ms_textbuf *log) {
+  return ms_gguf_load_flags(path, 0, model, tok, log);
+}
+
+int ms_gguf_load_flags(const char *path, unsigned flags, struct ms_model **model, struct ms_tokenizer **tok,
+                       struct ms_textbuf *log) {
   *model = NULL;
   if (tok) *tok = NULL;
   struct ms_gguf *g = ms_gguf_open(path, log);
   if (!g) return -errno;
   int rc = 0;
-  *model = ms_gguf_model_new(g, log);
+  *model = model_new(g, flags, log);
   if (!*model) rc = -errno;
   else if (tok && !(*tok = ms_tokenizer_gguf_new(g, log))) rc = -errno;
   if (rc) {

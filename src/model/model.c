@@ -449,20 +449,13 @@ static int repack_threads(void) {
   return n < 1 ? 1 : n > 8 ? 8 : n;
 }
 
-/* The packed weights in transparent huge pages (ms_huge_map): a decode step
- * streams every byte of them, and in 4 KiB pages Gemma-3's head alone spans
- * some 35,000 of them, a TLB miss every 4 KiB of the stream. The matrices
- * with no packed form here are copied in too, as the file lays them out (the
- * file's own pages stay small); MEGASCOPE_NO_HUGEPAGES=1: no copies either. */
-int ms_model_repack(struct ms_model *m) {
-  if (m->packed || !m->layers) return 0;
+/* Packs the model's matrices into one huge-page buffer (copy: those with no
+ * packed form too, as the file lays them out), each matrix the groups its
+ * packed_g0, packed_gn say: 0, or -ENOMEM with the model unchanged. */
+static int pack_all(struct ms_model *m, int copy) {
   int n = 1 + 7 * m->cfg.n_layers;
-  size_t total = 0, all = 0, *at = malloc((size_t)n * sizeof *at);
+  size_t total = 0, *at = malloc((size_t)n * sizeof *at);
   if (!at) return -ENOMEM;
-  for (int i = 0; i < n; i++) total += span_of(matrix(m, i), 0), all += span_of(matrix(m, i), 1);
-  /* in huge pages, the matrices read as the file lays them out are copied in too */
-  int copy = ms_huge_pages_wanted() && all >= MS_HUGE_PAGE /* less gains nothing */ && total < all;
-  total = 0;
   for (int i = 0; i < n; i++) at[i] = total, total += span_of(matrix(m, i), copy);
   uint8_t *buf = total ? ms_huge_map(total) : NULL;
   if (!buf) {
@@ -485,6 +478,75 @@ int ms_model_repack(struct ms_model *m) {
   m->packed = buf;
   m->packed_bytes = total;
   return 0;
+}
+
+/* ms_model_repack's choice: its bytes, and whether it copies the matrices
+ * with no packed form too (every matrix whole, whatever its range now). */
+static size_t repack_whole(const struct ms_model *m, int *copy) {
+  int n = 1 + 7 * m->cfg.n_layers;
+  size_t total = 0, all = 0;
+  for (int i = 0; i < n; i++) {
+    struct ms_weight w = *matrix((struct ms_model *)m, i);
+    w.packed_g0 = w.packed_gn = 0;
+    total += span_of(&w, 0), all += span_of(&w, 1);
+  }
+  /* in huge pages, the matrices read as the file lays them out are copied in too */
+  *copy = ms_huge_pages_wanted() && all >= MS_HUGE_PAGE /* less gains nothing */ && total < all;
+  return *copy ? all : total;
+}
+
+size_t ms_model_repack_bytes(const struct ms_model *m) {
+  int copy;
+  return m->layers ? repack_whole(m, &copy) : 0;
+}
+
+/* The packed weights in transparent huge pages (ms_huge_map): a decode step
+ * streams every byte of them, and in 4 KiB pages Gemma-3's head alone spans
+ * some 35,000 of them, a TLB miss every 4 KiB of the stream. The matrices
+ * with no packed form here are copied in too, as the file lays them out (the
+ * file's own pages stay small); MEGASCOPE_NO_HUGEPAGES=1: no copies either. */
+int ms_model_repack(struct ms_model *m) {
+  if (m->packed || !m->layers) return 0;
+  int copy;
+  repack_whole(m, &copy);
+  return pack_all(m, copy);
+}
+
+/* The rows of w that rows[0 .. n) name, as whole groups of four rounded out
+ * and clipped to w's whole groups: [*g0, *g1), empty when none. */
+static void rows_groups(const struct ms_weight *w, const struct ms_weight_rows *rows, int n, int *g0, int *g1) {
+  *g0 = *g1 = 0;
+  for (int k = 0; k < n; k++)
+    if (rows[k].w == w && rows[k].r0 < rows[k].r1) {
+      int G = w->rows / 4, a = rows[k].r0 / 4, b = (rows[k].r1 + 3) / 4;
+      *g0 = a < 0 ? 0 : a;
+      *g1 = b > G ? G : b;
+      return;
+    }
+}
+
+/* A rank packs its rows alone and copies nothing in the file's layout: the
+ * copy would be a private copy of those matrices whole (a copy of some rows
+ * needs a second pointer in every kernel that reads data), and the file's
+ * pages are one copy for every rank of the machine. The groups a rank does
+ * not pack are read from data, as the rows after the last whole group are. */
+int ms_model_repack_rows(struct ms_model *m, const struct ms_weight_rows *rows, int n) {
+  if (m->packed || !m->layers) return 0;
+  int nm = 1 + 7 * m->cfg.n_layers;
+  for (int i = 0; i < nm; i++) {
+    struct ms_weight *w = matrix(m, i);
+    int g0, g1;
+    rows_groups(w, rows, n, &g0, &g1);
+    /* no rows: an empty range packs nothing (ms_quant_packed_bytes is 0) */
+    w->packed_g0 = g0;
+    w->packed_gn = g1 > g0 ? g1 - g0 : -1;
+  }
+  int rc = pack_all(m, 0);
+  for (int i = 0; i < nm; i++) {
+    struct ms_weight *w = matrix(m, i);
+    if (!w->packed) w->packed_g0 = w->packed_gn = 0;  /* back to the default: no packed form to describe */
+  }
+  return rc;
 }
 
 static size_t wbytes(const struct ms_weight *w) {

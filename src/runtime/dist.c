@@ -10,8 +10,14 @@
  * holds after the gathers, so each rank keeps the whole KV cache and draws the
  * same tokens. A rank's kernels read only its rows of the split matrices: the
  * weights are the GGUF file's, mapped read-only (ms_gguf_open), so one copy
- * of the file sits in the page cache for every rank of a machine (the loader
- * itself still reads the whole file in each rank).
+ * of the file sits in the page cache for every rank of a machine. The packed
+ * form the kernels read is private to each rank, so a rank packs only those
+ * rows: while it compiles its plans the engine collects, matrix by matrix,
+ * the rows its tasks that are not remote read (plan_rows), and before the
+ * workers start hands them to weight_rows_hook, whose caller packs them
+ * (ms_model_repack_rows, on a model loaded without its packed form). A plan
+ * compiled after that (background prefill) adds nothing: what it reads
+ * outside those rows comes from the file's layout, the same bits.
  *
  * The communication tasks. Task d of a gather on rank d sends its share of the
  * buffer's columns (the step's rows) to every other rank; on another rank it
@@ -80,6 +86,41 @@ static int gather_of(const struct ms_plan *p, int buf) {
   return -1;
 }
 
+/* Rows [r0, r1) of w merged into the engine's list (min .. max). */
+static int rows_add(struct ms_engine *e, const struct ms_weight *w, int r0, int r1) {
+  if (!w || r0 >= r1) return 0;
+  for (int i = 0; i < e->n_wrows; i++)
+    if (e->wrows[i].w == w) {
+      struct ms_weight_rows *x = &e->wrows[i];
+      x->r0 = r0 < x->r0 ? r0 : x->r0;
+      x->r1 = r1 > x->r1 ? r1 : x->r1;
+      return 0;
+    }
+  struct ms_weight_rows *grown = realloc(e->wrows, (size_t)(e->n_wrows + 1) * sizeof *grown);
+  if (!grown) return -ENOMEM;
+  e->wrows = grown;
+  e->wrows[e->n_wrows++] = (struct ms_weight_rows){.w = w, .r0 = r0, .r1 = r1};
+  return 0;
+}
+
+/* The rows of each weight this rank's tasks of rt read: each task that is
+ * not remote, by the columns of its tile (ms_ops_weight_rows), every row of
+ * a weight read otherwise. */
+static int plan_rows(struct ms_engine *e, const struct plan_rt *rt) {
+  const struct ms_plan *p = rt->plan;
+  for (int t = 0; t < p->n_tasks; t++) {
+    const struct ms_task *k = &p->tasks[t];
+    const struct ms_task_class *cl = &p->classes[k->cls];
+    const struct ms_weight *const *w = rt->cls_w[k->cls];
+    if (rt->remote[t] || k->kernel == MS_K_EMPTY || (!w[0] && !w[1] && !w[2])) continue;
+    int c0 = k->tile[0] * cl->tile, c1 = c0 + cl->tile < cl->n_out ? c0 + cl->tile : cl->n_out, rows[3][2];
+    int whole = cl->tile <= 0 || k->tile[0] < 0 || ms_ops_weight_rows(cl, w, c0, c1, rows);
+    for (int i = 0; i < 3; i++)
+      if (w[i] && rows_add(e, w[i], whole ? 0 : rows[i][0], whole ? w[i]->rows : rows[i][1])) return -ENOMEM;
+  }
+  return 0;
+}
+
 int ms_rt_dist_plan(struct ms_engine *e, struct plan_rt *rt) {
   const struct ms_plan *p = rt->plan;
   if (!e->tx) return 0;
@@ -96,7 +137,13 @@ int ms_rt_dist_plan(struct ms_engine *e, struct plan_rt *rt) {
     int c0 = k->tile[0] * cl->tile, c1 = c0 + cl->tile < cl->n_out ? c0 + cl->tile : cl->n_out;
     rt->remote[t] = !(c0 < s1 && s0 < c1);
   }
-  return 0;
+  return e->wrows_handed ? 0 : plan_rows(e, rt);
+}
+
+void ms_rt_dist_weights(struct ms_engine *e) {
+  if (!e->tx || e->wrows_handed) return;
+  e->wrows_handed = 1;  /* before the prefill thread starts: the plans it compiles add nothing */
+  if (e->o.weight_rows_hook) e->o.weight_rows_hook(e->wrows, e->n_wrows, e->o.weight_rows_user);
 }
 
 /* A wait on another rank failed: the report, and the engine stops. */

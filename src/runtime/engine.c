@@ -119,6 +119,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     atomic_init(&wk->waiting, -1);
   }
   if (e->o.max_batched_tokens > 1 && !e->o.prefill_async) ms_rt_prefill_main(e);
+  ms_rt_dist_weights(e);  /* the plans compiled so far: a rank packs the rows they read */
   if (e->o.max_batched_tokens > 1 && e->o.prefill_async)  /* compiled while the engine already serves */
     e->prefill_thread = !pthread_create(&e->prefill_th, NULL, ms_rt_prefill_main, e);
   if ((rc = e->be->start(e, log))) goto fail;
@@ -161,6 +162,7 @@ void ms_engine_free(struct ms_engine *e) {
   ms_hook_table_free(e->hooks);
   ms_rt_storage_free(e);
   ms_rt_lead_free(e);
+  free(e->wrows);
   ms_mpmc_destroy(&e->mail);
   ms_fq_free(&e->fq);
   pthread_mutex_destroy(&e->log_mu);

@@ -220,6 +220,10 @@ struct ms_engine {
   char tx_report[1024];
   /* ms_engine_comm_stats; relaxed adds by the workers (counts, never orders) */
   _Atomic uint64_t tx_sent, tx_received, tx_bytes, tx_wait_ns;
+  /* the rows of each matrix this rank's tasks read, over the plans compiled
+   * until ms_rt_dist_weights handed them to weight_rows_hook (wrows_handed) */
+  struct ms_weight_rows *wrows;  /* [n_wrows] */
+  int n_wrows, wrows_handed;
   /* serving across ranks (lead.c, ms_engine_opts.tp_lead): this engine's
    * part, and the step header's state, the step start's alone */
   enum { MS_LEAD_NONE, MS_LEAD_LEADER, MS_LEAD_FOLLOWER } lead;
@@ -430,6 +434,7 @@ int ms_rt_device(const struct ms_engine *e, int worker);
 /* Tensor parallelism across processes (dist.c). */
 int ms_rt_dist_check(struct ms_engine *e, struct ms_textbuf *log);   /* at creation: what it needs */
 int ms_rt_dist_plan(struct ms_engine *e, struct plan_rt *rt);        /* the remote tiles of a plan */
+void ms_rt_dist_weights(struct ms_engine *e);  /* before the workers start: the rows read, to weight_rows_hook */
 void ms_rt_comm_run(struct worker *w, struct plan_rt *rt, int t);    /* a communication task's body */
 int ms_rt_dist_agree(struct ms_engine *e, int bucket, int rows, int chunked); /* 0: every rank lays out this step */
 /* lead.c: serving across ranks, rank 0 leading with a step header each step */

@@ -89,6 +89,7 @@ struct decode_run {
   int tp;                /* with tx: the ranks */
   int comm_timeout_ms;
   struct ms_transport *tx;  /* tensor parallelism across processes; NULL: one process */
+  struct cli_dist_pack *pack;  /* with tx: this rank's weights, packed by the first engine */
   struct ms_engine *e[N_ENG];
   double *tps[N_ENG];  /* [rounds] */
   double best[N_ENG];
@@ -107,6 +108,7 @@ static struct ms_engine *decode_engine(const struct ms_model *m, const struct de
                               .q8_activations = d->q8, .backend = d->backend, .cuda_sms = d->sms,
                               .tp = d->tx ? d->tp : 0, .transport = d->tx,
                               .comm_timeout_ms = d->comm_timeout_ms};
+  if (d->tx) eo.weight_rows_hook = cli_dist_pack, eo.weight_rows_user = d->pack;
   struct ms_engine *e = ms_engine_new(m, &eo, &log);
   if (!e) fprintf(stderr, "megascope bench: %s", logbuf);
   return e;
@@ -262,15 +264,17 @@ static int bench_decode(int argc, char **argv) {
             a.tp);
     return 2;
   }
+  cm.unpacked = tx != NULL;  /* a rank packs the rows it reads once its first engine knows them */
   struct ms_model *m = cli_model_load(&cm);
   if (!m) {
     cli_dist_end(tx);
     return 2;
   }
+  struct cli_dist_pack pack = {.m = m, .rank = tx ? tx->rank : 0};
   struct decode_run d = {.batch = (int)batch, .steps = (int)steps, .warmup = (int)warmup,
                          .workers = (int)workers, .q8 = q8, .rounds = (int)rounds,
                          .backend = (enum ms_backend)a.be.backend, .sms = (int)a.be.sms, .fresh = cuda,
-                         .tp = (int)a.tp, .tx = tx, .comm_timeout_ms = (int)a.comm_timeout_ms};
+                         .tp = (int)a.tp, .tx = tx, .pack = &pack, .comm_timeout_ms = (int)a.comm_timeout_ms};
   if (decode_rounds(m, &d, !as_json && (!tx || tx->rank == 0))) {
     for (int k = 0; k < N_ENG; k++) cli_dist_check_failed("bench decode", tx, d.e[k]);
     decode_free(&d);

@@ -154,6 +154,26 @@ void cli_dist_check_failed(const char *me, struct ms_transport *t, const struct 
 
 void cli_dist_end(struct ms_transport *t) { ms_transport_mpi_free(t); }
 
+void cli_dist_pack(const struct ms_weight_rows *rows, int n, void *user) {
+  const struct cli_dist_pack *p = user;
+  if (p->m->packed) return;  /* an earlier engine on this model (bench decode's second) packed it */
+  int rc = ms_model_repack_rows(p->m, rows, n);
+  double mib = 1.0 / (1 << 20), whole = (double)ms_model_repack_bytes(p->m);
+  if (!rc && !whole) return;  /* nothing packs here (f32, bf16 models): nothing to say */
+  if (rc)
+    fprintf(stderr, "megascope: rank %d: no memory to pack its rows: the weights as the file lays them out\n",
+            p->rank);
+  else
+    fprintf(stderr, "megascope: rank %d: packed %.1f MiB (its rows of the split matrices; the whole model packs "
+            "%.1f MiB)\n", p->rank, (double)p->m->packed_bytes * mib, whole * mib);
+}
+
+int cli_dist_packed_bytes(struct ms_transport *t, const struct ms_model *m, uint64_t *all) {
+  uint64_t mine = m->packed_bytes;
+  struct ms_transport_wait w = {.peer = -1};
+  return t->exchange(t->ctx, &mine, all, sizeof mine, 60000, &w);
+}
+
 int cli_dist_ranks(void) {
   const char *s = getenv("OMPI_COMM_WORLD_SIZE");
   if (!s) s = getenv("PMI_SIZE");

@@ -361,6 +361,8 @@ struct run {
   struct ms_request **reqs;  /* (requests) */
   int32_t *prompts;          /* (requests, prompt_len) */
   struct ms_engine_stats st;
+  struct cli_dist_pack pack; /* across ranks: this rank's weights (cli_dist_pack) */
+  uint64_t packed[64];       /* [ranks] each rank's packed bytes (ms_model.packed_bytes) */
   double secs, worst;        /* the decode's wall time; the largest |logit diff| */
   int mismatches, ok;
 };
@@ -369,6 +371,7 @@ struct run {
  * 2 (printed). */
 static int run_load(struct run *r) {
   struct run_args *a = &r->a;
+  a->cm.unpacked = r->tx != NULL;  /* a rank packs the rows it reads once its engine knows them */
   if (!(r->m = cli_model_load_tok(&a->cm, &r->tok))) return 2;
   if (a->text.prompt && run_text_encode(&a->text, r->tok, r->m, a->cm.path, &r->text_ids, &r->n_text)) return 2;
   if (a->text.prompt) a->prompt_len = r->n_text;
@@ -416,6 +419,11 @@ static int run_engine_opts(struct run *r, struct ms_engine_opts *eo) {
   eo->cuda_sms = (int)a->be.sms;
   eo->transport = r->tx;
   eo->comm_timeout_ms = (int)a->comm_timeout_ms;
+  if (r->tx) {
+    r->pack = (struct cli_dist_pack){.m = r->m, .rank = r->tx->rank};
+    eo->weight_rows_hook = cli_dist_pack;
+    eo->weight_rows_user = &r->pack;
+  }
   /* the simulator: every request waits in the mailbox before the first step, so
    * the batches (and the run) follow from the seed, not from host timing; so do
    * the ranks of one engine, which must all admit the same requests each step */
@@ -443,6 +451,11 @@ static int run_start(struct run *r) {
     return -1;
   }
   r->start_paused = eo.start_paused;
+  r->packed[0] = r->m->packed_bytes;
+  if (r->tx && cli_dist_packed_bytes(r->tx, r->m, r->packed)) {
+    fprintf(stderr, "megascope run: rank %d: the ranks' packed bytes: no answer\n", r->tx->rank);
+    return -1;
+  }
   if (a->query && !(r->q = run_query_compile(r->e, a, &r->sch))) return -1;
   if (a->n_attach && a->attach_at == 0 && control_step(r->e, a, &r->sch, 0)) return -1;
   return 0;
@@ -550,6 +563,12 @@ static void json_figures(const struct run *r, struct ms_json *j) {
   ms_json_kstr(j, "backend", ms_backend_name(a->be.backend));
   ms_json_kint(j, "workers", ms_engine_n_workers(r->e));
   if (r->tx) ms_json_kint(j, "ranks", r->tx->size);
+  /* each rank's packed weights (a rank: its rows alone), and the whole model's */
+  ms_json_key(j, "packed_bytes");
+  ms_json_arr_begin(j);
+  for (int i = 0; i < (r->tx ? r->tx->size : 1); i++) ms_json_uint(j, r->packed[i]);
+  ms_json_arr_end(j);
+  ms_json_kuint(j, "packed_bytes_whole", ms_model_repack_bytes(r->m));
   ms_json_kint(j, "batch", a->batch);
   ms_json_kint(j, "requests", a->requests);
   ms_json_kbool(j, "shuffle", a->shuffle);

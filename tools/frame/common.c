@@ -25,7 +25,7 @@ static struct ms_model *load_gguf(const struct cli_model *cm, struct ms_tokenize
     fprintf(stderr, "megascope: give either --model or --synthetic, not both\n");
     return NULL;
   }
-  int rc = ms_gguf_load(cm->path, &m, tok, &log);
+  int rc = ms_gguf_load_flags(cm->path, cm->unpacked ? MS_GGUF_LOAD_UNPACKED : 0, &m, tok, &log);
   if (rc) fprintf(stderr, "megascope: cannot load %s: %s\n%s", cm->path, ms_strerror(rc), buf);
   return m;
 }

@@ -15,6 +15,8 @@ struct cli_model {
   uint64_t seed;        /* --model-seed */
   int shape_only;       /* set by the caller: shapes without weights (the simulator) */
   const char *path;     /* --model F.gguf */
+  int unpacked;         /* set by the caller: a GGUF model without its packed form (a rank
+                           packs the rows it reads: cli_dist_pack) */
 };
 
 /* The options that fill it: cli_model_opts (opt.h). */
@@ -85,6 +87,19 @@ struct ms_transport *cli_dist_start(const char *me, int tp, const struct cli_mod
 void cli_dist_check_failed(const char *me, struct ms_transport *t, const struct ms_engine *e);
 /* MPI_Finalize; NULL does nothing. */
 void cli_dist_end(struct ms_transport *t);
+/* A rank's weights: ms_engine_opts.weight_rows_hook with a struct
+ * cli_dist_pack as its user. The rows its tasks read packed alone
+ * (ms_model_repack_rows; the model loaded with cm.unpacked), and a line on
+ * stderr saying how much, against the whole model's packed form. */
+struct cli_dist_pack {
+  struct ms_model *m;
+  int rank;
+};
+void cli_dist_pack(const struct ms_weight_rows *rows, int n, void *user);
+/* The packed bytes of every rank (ms_model.packed_bytes), through the
+ * transport: all[0 .. t->size). Every rank calls it at the same point. 0, or
+ * a negative errno. */
+int cli_dist_packed_bytes(struct ms_transport *t, const struct ms_model *m, uint64_t *all);
 /* The ranks mpirun started (its environment, before any MPI call); 1 without it. */
 int cli_dist_ranks(void);
 

@@ -573,24 +573,31 @@ static void test_answer_agree(void) {
   two.confidence = 0.8;
   struct bench_answer a = cls, b = cls;
   b.confidence = 0.5;
-  bench_answer_agree(&a, &b, p);
+  bench_answer_agree(&a, &b, p, 2);
   CHECK(a.cause == MS_FAULT_SLOW_CLASS && a.id == 3 && a.confidence == 0.5);
   a = two;
-  bench_answer_agree(&a, &wrk, p);  /* only the worker is named by both */
+  bench_answer_agree(&a, &wrk, p, 2);  /* only the worker is named by both */
   CHECKF(a.kind == MS_CULPRIT_WORKER && a.id == 1 && a.n_more == 0 && a.confidence == 0.6, "%s", a.name);
   a = cls;
-  bench_answer_agree(&a, &none, p);  /* the run after shows nothing: none, 1 - 0.9 sure */
+  bench_answer_agree(&a, &none, p, 2);  /* the run after shows nothing: none, 1 - 0.9 sure */
   CHECKF(a.cause == -1 && a.id == -1 && fabs(a.confidence - 0.1) < 1e-9 && strstr(a.why, "not against both"), "%s",
          a.why);
   a = none;
-  bench_answer_agree(&a, &wrk, p);
+  bench_answer_agree(&a, &wrk, p, 2);
   CHECK(a.cause == -1 && fabs(a.confidence - 0.4) < 1e-9);
   a = cls;
-  bench_answer_agree(&a, &wrk, p);  /* different culprits: none, 1 - 0.9 */
+  bench_answer_agree(&a, &wrk, p, 2);  /* different culprits: none, 1 - 0.9 */
   CHECK(a.cause == -1 && fabs(a.confidence - 0.1) < 1e-9);
+  a = wrk, b = wrk;  /* a device and its one worker are one scope: worker 1 kept */
+  b.kind = MS_CULPRIT_DEVICE;
+  bench_answer_agree(&a, &b, p, 1);
+  CHECK(a.kind == MS_CULPRIT_WORKER && a.id == 1);
+  a = wrk;
+  bench_answer_agree(&a, &b, p, 2);  /* two workers a device: not the same */
+  CHECK(a.cause == -1);
   a = none, b = none;
   b.confidence = 0.3;
-  bench_answer_agree(&a, &b, p);
+  bench_answer_agree(&a, &b, p, 2);
   CHECK(a.cause == -1 && a.confidence == 0.3);
   ms_plan_free(p);
   ms_model_free(m);

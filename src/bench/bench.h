@@ -284,9 +284,11 @@ void bench_diagnose_null(const struct bench_evidence *ref, const struct bench_ev
                          const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
                          const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *out);
 /* a becomes what a and b (the same evidence judged against two healthy
- * references) agree on: the culprits both name, at the lower confidence; when
- * they name nothing in common, "none" as sure as the surer of them is wrong. */
-void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct ms_plan *p);
+ * references) agree on: the culprits both name (per_device 1: a device and its
+ * one worker are one scope), at the lower confidence; when they name nothing
+ * in common, "none" as sure as the surer of them is wrong. */
+void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct ms_plan *p,
+                        int per_device);
 
 /* ---- features (observe.c): the tables the trace, sampling and semantic methods fill ---- */
 struct bench_stat {

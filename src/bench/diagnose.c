@@ -1401,13 +1401,17 @@ static struct bench_culprit culprit_at(const struct bench_answer *a, int i) {
   return a->more[i - 1];
 }
 
-/* Whether b names culprit x: the same scope (kind and id), or for a finding
- * that names no scope (a kernel), the same cause. */
-static int names(const struct bench_answer *b, const struct bench_culprit *x) {
+/* Whether b names culprit x: the same scope (kind and id; a device and its
+ * one worker, per_device 1, are one), or for a finding that names no scope
+ * (a kernel), the same cause. */
+static int names(const struct bench_answer *b, const struct bench_culprit *x, int per_device) {
   if (b->cause == -1) return 0;
   for (int i = 0; i <= b->n_more; i++) {
     struct bench_culprit y = culprit_at(b, i);
-    if (y.kind == x->kind && y.id == x->id && (x->id >= 0 || y.cause == x->cause)) return 1;
+    int dw = per_device == 1 && x->id >= 0 && y.id == x->id &&
+             ((y.kind == MS_CULPRIT_DEVICE && x->kind == MS_CULPRIT_WORKER) ||
+              (y.kind == MS_CULPRIT_WORKER && x->kind == MS_CULPRIT_DEVICE));
+    if (dw || (y.kind == x->kind && y.id == x->id && (x->id >= 0 || y.cause == x->cause))) return 1;
   }
   return 0;
 }
@@ -1417,7 +1421,8 @@ static const char *label(const struct bench_answer *a) {
   return a->cause == -1 ? "none" : a->id >= 0 ? a->name : bench_cause_name(a->cause);
 }
 
-void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct ms_plan *p) {
+void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct ms_plan *p,
+                        int per_device) {
   double ca = a->confidence, cb = b->confidence;
   if (a->cause == -1 && b->cause == -1) {
     a->confidence = ca < cb ? ca : cb;
@@ -1427,7 +1432,7 @@ void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, co
   int k = 0;
   for (int i = 0; a->cause != -1 && i <= a->n_more; i++) {
     struct bench_culprit x = culprit_at(a, i);
-    if (names(b, &x)) kept[k++] = x;
+    if (names(b, &x, per_device)) kept[k++] = x;
   }
   if (!k) {
     /* one of them names what the other does not: nothing stands out against

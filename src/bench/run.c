@@ -658,7 +658,7 @@ static void diagnose_one(struct runner *r, struct bench_case *c, int meth, int b
     if (lazy) ev->feat->lazy = 0;
     bench_diagnose_null(&fresh[1], ref[0], ref + 1, nref - 1, ev, p, &c->sc, &after);
     if (lazy) ev->feat->lazy = lazy;
-    bench_answer_agree(a, &after, p);
+    bench_answer_agree(a, &after, p, c->per_device);
   }
   a->raw_confidence = a->confidence;
   a->perturbation = perturbation(r, c, ev, workers);

@@ -49,7 +49,7 @@ enum {
 };
 
 #define CTL_WORDS 4          /* magic, kind CTL, op, id (attach, replace, detach) or count (sync) */
-#define ATTACH_WORDS 6       /* attach, replace: max_per_step, sample_every, interpret, ringbuf_bytes (2), object size */
+#define ATTACH_WORDS 6       /* attach, replace: max_per_step, sample_every, interpret, ringbuf_bytes (2), size */
 #define NAME_BYTES 64
 #define MAX_MAPS 64
 

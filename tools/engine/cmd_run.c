@@ -563,12 +563,14 @@ static void json_figures(const struct run *r, struct ms_json *j) {
   ms_json_kstr(j, "backend", ms_backend_name(a->be.backend));
   ms_json_kint(j, "workers", ms_engine_n_workers(r->e));
   if (r->tx) ms_json_kint(j, "ranks", r->tx->size);
-  /* each rank's packed weights (a rank: its rows alone), and the whole model's */
-  ms_json_key(j, "packed_bytes");
-  ms_json_arr_begin(j);
-  for (int i = 0; i < (r->tx ? r->tx->size : 1); i++) ms_json_uint(j, r->packed[i]);
-  ms_json_arr_end(j);
-  ms_json_kuint(j, "packed_bytes_whole", ms_model_repack_bytes(r->m));
+  if (r->tx || r->packed[0]) {  /* weights packed (never the simulator's: shapes alone) */
+    /* each rank's packed weights (across ranks: its rows alone), and the whole model's */
+    ms_json_key(j, "packed_bytes");
+    ms_json_arr_begin(j);
+    for (int i = 0; i < (r->tx ? r->tx->size : 1); i++) ms_json_uint(j, r->packed[i]);
+    ms_json_arr_end(j);
+    ms_json_kuint(j, "packed_bytes_whole", ms_model_repack_bytes(r->m));
+  }
   ms_json_kint(j, "batch", a->batch);
   ms_json_kint(j, "requests", a->requests);
   ms_json_kbool(j, "shuffle", a->shuffle);

@@ -164,7 +164,7 @@ static void gen_labels(FILE *f, const char *family, int id, uint32_t generation,
 }
 
 /* Across ranks: each attachment's coverage on each rank (its current
- * generation: a replace is not carried across ranks), rank 0's live and the
+ * generation: a replace starts it again on every rank), rank 0's live and the
  * others' as read at a step boundary now; the per-generation series above are
  * rank 0's own. Nothing in one process. */
 static void write_attachment_ranks(struct ms_engine *e, FILE *f, const struct ms_attach_info *a, int n) {

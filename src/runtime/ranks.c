@@ -716,18 +716,24 @@ static int ranks_call(struct ms_engine *e, int op, int id, struct buf *msg, char
 
 static int carried(const struct ms_engine *e) { return ms_engine_ranks(e) > 1; }
 
-/* An attach or replace message: the options, the name and the object (take_object reads it). */
-static void put_object(struct buf *m, int op, int id, const void *obj, size_t size, const char *name,
-                       const struct ms_attach_opts *o) {
-  char nm[NAME_BYTES] = {0};
+/* An attach or replace (op) of attachment id carried to every other rank: the
+ * options, the name and the object in one message (take_object reads it);
+ * 0, or the error with the refusing rank's reason in log. */
+static int carry_object(struct ms_engine *e, int op, int id, const void *obj, size_t size, const char *name,
+                        const struct ms_attach_opts *o, struct ms_textbuf *log) {
+  struct buf m = {0};
+  char nm[NAME_BYTES] = {0}, why[2048] = "";
   snprintf(nm, sizeof nm, "%s", name ? name : "");
   int32_t head[CTL_WORDS + ATTACH_WORDS] = {MS_HDR_MAGIC, MS_HDR_CTL, op, id, (int32_t)o->max_per_step,
                                             (int32_t)o->sample_every, (int32_t)o->interpret,
                                             (int32_t)(uint32_t)o->ringbuf_bytes,
                                             (int32_t)(uint32_t)(o->ringbuf_bytes >> 32), (int32_t)size};
-  put(m, head, sizeof head);
-  put(m, nm, sizeof nm);
-  put(m, obj, size);
+  put(&m, head, sizeof head);
+  put(&m, nm, sizeof nm);
+  put(&m, obj, size);
+  int rc = ranks_call(e, op, id, &m, why, sizeof why);
+  if (rc) ms_textbuf_printf(log, "%s", why[0] ? why : ms_strerror(rc));
+  return rc;
 }
 
 int ms_engine_ranks_attach(struct ms_engine *e, int id, const void *obj, size_t size, const char *name,
@@ -739,12 +745,7 @@ int ms_engine_ranks_attach(struct ms_engine *e, int id, const void *obj, size_t 
   int added = carried_find(r, id) || carried_add(r, id);
   pthread_mutex_unlock(&r->mu);
   if (!added) return -ENOMEM;
-  struct buf m = {0};
-  put_object(&m, OP_ATTACH, id, obj, size, name, o);
-  char why[2048] = "";
-  int rc = ranks_call(e, OP_ATTACH, id, &m, why, sizeof why);
-  if (rc) ms_textbuf_printf(log, "%s", why[0] ? why : ms_strerror(rc));
-  return rc;
+  return carry_object(e, OP_ATTACH, id, obj, size, name, o, log);
 }
 
 int ms_engine_ranks_replace(struct ms_engine *e, int id, const void *obj, size_t size, const char *name,
@@ -759,12 +760,7 @@ int ms_engine_ranks_replace(struct ms_engine *e, int id, const void *obj, size_t
     ms_textbuf_printf(log, "attachment %d was not carried to the other ranks", id);
     return -ENOENT;
   }
-  struct buf m = {0};
-  put_object(&m, OP_REPLACE, id, obj, size, name, o);
-  char why[2048] = "";
-  int rc = ranks_call(e, OP_REPLACE, id, &m, why, sizeof why);
-  if (rc) ms_textbuf_printf(log, "%s", why[0] ? why : ms_strerror(rc));
-  return rc;
+  return carry_object(e, OP_REPLACE, id, obj, size, name, o, log);
 }
 
 int ms_engine_ranks_detach(struct ms_engine *e, int id) {

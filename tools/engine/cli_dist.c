@@ -168,6 +168,14 @@ void cli_dist_pack(const struct ms_weight_rows *rows, int n, void *user) {
             "%.1f MiB)\n", p->rank, (double)p->m->packed_bytes * mib, whole * mib);
 }
 
+void cli_dist_pack_opts(struct ms_engine_opts *eo, struct cli_dist_pack *p, struct ms_model *m,
+                        const struct ms_transport *t) {
+  if (!t) return;
+  *p = (struct cli_dist_pack){.m = m, .rank = t->rank};
+  eo->weight_rows_hook = cli_dist_pack;
+  eo->weight_rows_user = p;
+}
+
 int cli_dist_packed_bytes(struct ms_transport *t, const struct ms_model *m, uint64_t *all) {
   uint64_t mine = m->packed_bytes;
   struct ms_transport_wait w = {.peer = -1};

@@ -419,11 +419,7 @@ static int run_engine_opts(struct run *r, struct ms_engine_opts *eo) {
   eo->cuda_sms = (int)a->be.sms;
   eo->transport = r->tx;
   eo->comm_timeout_ms = (int)a->comm_timeout_ms;
-  if (r->tx) {
-    r->pack = (struct cli_dist_pack){.m = r->m, .rank = r->tx->rank};
-    eo->weight_rows_hook = cli_dist_pack;
-    eo->weight_rows_user = &r->pack;
-  }
+  cli_dist_pack_opts(eo, &r->pack, r->m, r->tx);
   /* the simulator: every request waits in the mailbox before the first step, so
    * the batches (and the run) follow from the seed, not from host timing; so do
    * the ranks of one engine, which must all admit the same requests each step */

@@ -449,8 +449,8 @@ static int serve_on(const struct serve_args *ap, struct ms_transport *tx) {
                               .cuda_sms = (int)a.be.sms, .pin_workers = a.pin,
                               .prefix_cache = a.prefix_cache, .tp = (int)a.tp, .transport = tx,
                               .comm_timeout_ms = (int)a.comm_timeout_ms, .tp_lead = tx != NULL};
-  struct cli_dist_pack pack = {.m = m, .rank = tx ? tx->rank : 0};
-  if (tx) eo.weight_rows_hook = cli_dist_pack, eo.weight_rows_user = &pack;
+  struct cli_dist_pack pack;
+  cli_dist_pack_opts(&eo, &pack, m, tx);
   char model_id[128];
   served_id(&a, m, model_id, sizeof model_id);
   struct ms_fault faults[4];

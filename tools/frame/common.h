@@ -7,6 +7,7 @@
 #include <stdint.h>
 
 #include "megascope/json.h"
+#include "megascope/engine.h"
 #include "megascope/model.h"
 
 struct cli_model {
@@ -96,6 +97,10 @@ struct cli_dist_pack {
   int rank;
 };
 void cli_dist_pack(const struct ms_weight_rows *rows, int n, void *user);
+/* With a transport: *p describes m on this rank and eo's weight_rows_hook
+ * packs through it (p must outlive the engine); without one, nothing. */
+void cli_dist_pack_opts(struct ms_engine_opts *eo, struct cli_dist_pack *p, struct ms_model *m,
+                        const struct ms_transport *t);
 /* The packed bytes of every rank (ms_model.packed_bytes), through the
  * transport: all[0 .. t->size). Every rank calls it at the same point. 0, or
  * a negative errno. */

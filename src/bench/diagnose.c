@@ -631,7 +631,11 @@ static void hyp_slow_worker(struct fctx *c) {
   double sd, m;
   if (worker_scatter(c, &sd, &m)) {
     if (c->sim || c->cur->n[FS_WORKER] >= 4) return;
-    few_workers_slow(c, w);
+    /* every one of the few: a slowed worker runs fewer tasks, and the top
+     * worker by time against its classes' means may be the one that took
+     * them over (its tasks the faster for it) */
+    for (int o = 0; o < c->cur->n[FS_WORKER]; o++)
+      if (bench_feat_read(c->cur, FS_WORKER, o)) few_workers_slow(c, o);
     return;
   }
   double z = (ratio - 1) / (sd + 0.003);

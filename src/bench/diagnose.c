@@ -61,6 +61,7 @@ struct hyp {
   int queue;      /* judged by queueing alone (a task waited), not by work or time spent */
   int busy;       /* a device or worker judged by its tasks' times against their classes' means */
   int late;       /* a request judged by how late its last task ended (admitted late) */
+  int stat;       /* the statistic that judged it (FAM_*): its family's */
   char why[160];
 };
 
@@ -293,15 +294,21 @@ struct fctx {
   int queueing;         /* the hypotheses being added are judged by queueing alone */
   int busy;             /* ... by a device's or worker's tasks against their classes' means */
   int late;             /* ... by how late a request's last task ended */
+  int stat;             /* ... by which statistic, where a scope has several of unlike noise (FAM_*) */
 };
 
 /* Hypothesis families: a cause and a kind of scope, named or not (kernel-level
  * hypotheses apart). Their z is sized against how far the same family reaches
  * between healthy runs (bench_diagnose_null). */
-#define N_FAM ((MS_FAULT_TYPE_COUNT + 2) * MS_CULPRIT_KIND_COUNT * 2)
-static int fam_of(int cause, enum ms_culprit_kind kind, int id) {
+/* A scope judged by statistics of unlike noise (a worker: its tasks kernel by
+ * kernel, the OS's count of its thread's waits for a CPU) gives each its own
+ * family, so that the one that wanders more between healthy runs does not
+ * size the other's z. */
+enum { FAM_ANY, FAM_OS, FAM_STATS };
+#define N_FAM ((MS_FAULT_TYPE_COUNT + 2) * MS_CULPRIT_KIND_COUNT * 2 * FAM_STATS)
+static int fam_of(int cause, enum ms_culprit_kind kind, int id, int stat) {
   int c = cause + 2 < 0 ? 0 : cause + 2 > MS_FAULT_TYPE_COUNT + 1 ? MS_FAULT_TYPE_COUNT + 1 : cause + 2;
-  return (c * MS_CULPRIT_KIND_COUNT + (int)kind) * 2 + (id < 0);
+  return ((c * MS_CULPRIT_KIND_COUNT + (int)kind) * 2 + (id < 0)) * FAM_STATS + stat;
 }
 
 static int have(const struct fctx *c, int sec, int i) {
@@ -368,11 +375,11 @@ static void sort_d(double *r, int n) {
 static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, double z, const char *fmt, ...)
     __attribute__((format(printf, 6, 7)));
 static void add(struct fctx *c, int cause, enum ms_culprit_kind kind, int id, double z, const char *fmt, ...) {
-  if (c->scale) z *= c->scale[fam_of(cause, kind, id)];
+  if (c->scale) z *= c->scale[fam_of(cause, kind, id, c->stat)];
   if (c->n == MAX_HYP || !(z > 0)) return;
   struct hyp *h = &c->h[c->n++];
   *h = (struct hyp){.cause = cause, .kind = kind, .id = id, .z = z, .zin = z, .queue = c->queueing, .busy = c->busy,
-                    .late = c->late};
+                    .late = c->late, .stat = c->stat};
   va_list ap;
   va_start(ap, fmt);
   vsnprintf(h->why, sizeof h->why, fmt, ap);
@@ -909,8 +916,10 @@ static void hyp_worker(struct fctx *c) {
 /* Open-ended, real clocks: a worker whose thread waited for its CPU (runnable,
  * not running: another thread had it) a larger share of its time than the other
  * workers did, against the same in the reference; the OS's own view of the
- * workers (ms_engine_worker_os). 1% of the time nominal noise, sized by what
- * it reaches between healthy runs (bench_diagnose_null). */
+ * workers (ms_engine_worker_os). OS_WAIT_NOISE of the time nominal noise, sized
+ * by what this statistic alone reaches between healthy runs (its own family:
+ * bench_diagnose_null). */
+#define OS_WAIT_NOISE 0.005
 static void hyp_os_worker(struct fctx *c) {
   int W = c->cur->n[FS_OSWORKER];
   double sc[BENCH_MAX_OS_WORKERS], sr[BENCH_MAX_OS_WORKERS];
@@ -933,9 +942,11 @@ static void hyp_os_worker(struct fctx *c) {
      * more there too (a service thread on its CPU); a reference whose other
      * workers waited more was disturbed, and says nothing of this one */
     double d = (sc[w] - oc) - fmax(0, sr[w] - orf);
-    add(c, -2, MS_CULPRIT_WORKER, w, d / 0.01, "worker %d: its thread waited for its CPU %.1f%% of the run (the "
+    c->stat = FAM_OS;
+    add(c, -2, MS_CULPRIT_WORKER, w, d / OS_WAIT_NOISE, "worker %d: its thread waited for its CPU %.1f%% of the run (the "
         "others %.1f%%; reference %.1f%% and %.1f%%; preempted %.0f times)", w, 100 * sc[w], 100 * oc, 100 * sr[w],
         100 * orf, c->cur->row[FS_OSWORKER][w].max);
+    c->stat = FAM_ANY;
   }
 }
 
@@ -1094,7 +1105,7 @@ static void trace_hyps(const struct fctx *c, const struct bench_evidence *ev, co
           c->drift, c->spread);
   for (int i = 0; i < c->n && i < 12; i++)
     fprintf(stderr, "   z %6.2f (scale %.2f) cause %d kind %d id %d: %s\n", c->h[i].z,
-            c->scale ? scale[fam_of(c->h[i].cause, c->h[i].kind, c->h[i].id)] : 1.0, c->h[i].cause, c->h[i].kind,
+            c->scale ? scale[fam_of(c->h[i].cause, c->h[i].kind, c->h[i].id, c->h[i].stat)] : 1.0, c->h[i].cause, c->h[i].kind,
             c->h[i].id, c->h[i].why);
 }
 
@@ -1113,7 +1124,7 @@ static void null_scales(struct fctx *base, const struct bench_evidence *const *a
     c.step_ns = base->step_ns;
     collect(&c);
     for (int i = 0; i < c.n; i++) {
-      int fam = fam_of(c.h[i].cause, c.h[i].kind, c.h[i].id);
+      int fam = fam_of(c.h[i].cause, c.h[i].kind, c.h[i].id, c.h[i].stat);
       if (c.h[i].z > top[fam]) top[fam] = c.h[i].z;
     }
   }

@@ -299,11 +299,10 @@ struct fctx {
 
 /* Hypothesis families: a cause and a kind of scope, named or not (kernel-level
  * hypotheses apart). Their z is sized against how far the same family reaches
- * between healthy runs (bench_diagnose_null). */
-/* A scope judged by statistics of unlike noise (a worker: its tasks kernel by
- * kernel, the OS's count of its thread's waits for a CPU) gives each its own
- * family, so that the one that wanders more between healthy runs does not
- * size the other's z. */
+ * between healthy runs (bench_diagnose_null). A scope judged by statistics of
+ * unlike noise (a worker: its tasks kernel by kernel, the OS's count of its
+ * thread's waits for a CPU) gives each its own family, so that the one that
+ * wanders more between healthy runs does not size the other's z. */
 enum { FAM_ANY, FAM_OS, FAM_STATS };
 #define N_FAM ((MS_FAULT_TYPE_COUNT + 2) * MS_CULPRIT_KIND_COUNT * 2 * FAM_STATS)
 static int fam_of(int cause, enum ms_culprit_kind kind, int id, int stat) {
@@ -943,9 +942,9 @@ static void hyp_os_worker(struct fctx *c) {
      * workers waited more was disturbed, and says nothing of this one */
     double d = (sc[w] - oc) - fmax(0, sr[w] - orf);
     c->stat = FAM_OS;
-    add(c, -2, MS_CULPRIT_WORKER, w, d / OS_WAIT_NOISE, "worker %d: its thread waited for its CPU %.1f%% of the run (the "
-        "others %.1f%%; reference %.1f%% and %.1f%%; preempted %.0f times)", w, 100 * sc[w], 100 * oc, 100 * sr[w],
-        100 * orf, c->cur->row[FS_OSWORKER][w].max);
+    add(c, -2, MS_CULPRIT_WORKER, w, d / OS_WAIT_NOISE, "worker %d: its thread waited for its CPU %.1f%% of the run "
+        "(the others %.1f%%; reference %.1f%% and %.1f%%; preempted %.0f times)", w, 100 * sc[w], 100 * oc,
+        100 * sr[w], 100 * orf, c->cur->row[FS_OSWORKER][w].max);
     c->stat = FAM_ANY;
   }
 }
@@ -1103,10 +1102,11 @@ static void trace_hyps(const struct fctx *c, const struct bench_evidence *ev, co
   if (!want || strcmp(want, bench_method_name(ev->method))) return;
   fprintf(stderr, "-- %s %s budget %llu: drift %.3f spread %.3f\n", sc->name, want, (unsigned long long)ev->budget,
           c->drift, c->spread);
-  for (int i = 0; i < c->n && i < 12; i++)
-    fprintf(stderr, "   z %6.2f (scale %.2f) cause %d kind %d id %d: %s\n", c->h[i].z,
-            c->scale ? scale[fam_of(c->h[i].cause, c->h[i].kind, c->h[i].id, c->h[i].stat)] : 1.0, c->h[i].cause, c->h[i].kind,
-            c->h[i].id, c->h[i].why);
+  for (int i = 0; i < c->n && i < 12; i++) {
+    const struct hyp *h = &c->h[i];
+    fprintf(stderr, "   z %6.2f (scale %.2f) cause %d kind %d id %d: %s\n", h->z,
+            c->scale ? scale[fam_of(h->cause, h->kind, h->id, h->stat)] : 1.0, h->cause, h->kind, h->id, h->why);
+  }
 }
 
 /* The null: for every hypothesis family, the largest z it reaches between

@@ -377,7 +377,6 @@ int main(void) {
             cp[(size_t)b * K / 4 + 16 * p + 2 * k + c] = -128 * sm;
           }
   }
-  double best[5] = {1e9, 1e9, 1e9, 1e9, 1e9};
 #ifdef MS_ENGINE
   { /* the engine's own packed q8_0 tile (ms_q8_gemv on ms_quant_repack's form),
        the same weights and inputs */
@@ -414,77 +413,46 @@ int main(void) {
            be * 1e3, (double)R * K * NB / be / 1e9);
   }
 #endif
-  for (int rep = 0; rep < 30; rep++) {
-    double t0 = now();
-    tile_a();
-    double t1 = now();
-    tile_b();
-    double t2 = now();
-    if (t1 - t0 < best[0])
-      best[0] = t1 - t0;
-    if (t2 - t1 < best[1])
-      best[1] = t2 - t1;
-    double t3 = now();
-    tile_c();
-    double t4 = now();
-    if (t4 - t3 < best[2])
-      best[2] = t4 - t3;
-    double t5 = now();
-    tile_d();
-    double t6 = now();
-    if (t6 - t5 < best[3])
-      best[3] = t6 - t5;
-    double t7 = now();
-    tile_e();
-    double t8 = now();
-    if (t8 - t7 < best[4])
-      best[4] = t8 - t7;
+  /* the forms alternate, each its best of 30; every one against today's lanes'
+   * sums */
+  static const struct {
+    const char *name;
+    void (*run)(void);
+    const float *y;
+  } forms[] = {
+      {"today's lanes, 4x4 (simplified)", tile_a, ya},
+      {"8 rows x 2 blocks, pair-interleaved activations", tile_e, ye4},
+      {"16 rows, today's lanes and chains (16 accumulators an input)", tile_d,
+       yd},
+      {"4-row groups, lanes (block of 4, row), activations arranged", tile_c,
+       yc},
+      {"interleaved 16 rows, int32 first", tile_b, yb},
+  };
+  enum { NF = sizeof forms / sizeof forms[0] };
+  double best[NF];
+  for (int f = 0; f < NF; f++)
+    best[f] = 1e9;
+  for (int rep = 0; rep < 30; rep++)
+    for (int f = 0; f < NF; f++) {
+      double t0 = now();
+      forms[f].run();
+      double t1 = now();
+      if (t1 - t0 < best[f])
+        best[f] = t1 - t0;
+    }
+  for (int f = 0; f < NF; f++) {
+    double worst = 0;
+    for (int i = 0; f && i < NB * R; i++) {
+      double d = __builtin_fabs(ya[i] - forms[f].y[i]) /
+                 (1e-3 + __builtin_fabs(ya[i]));
+      if (d > worst)
+        worst = d;
+    }
+    printf("%s: %.3f ms %.1f GMAC/s", forms[f].name, best[f] * 1e3,
+           (double)R * K * NB / best[f] / 1e9);
+    if (f)
+      printf("; worst rel diff %.2g", worst);
+    printf("\n");
   }
-  double worst4 = 0;
-  for (int i = 0; i < NB * R; i++) {
-    double d = (ya[i] - ye4[i]) / (1e-3 + __builtin_fabs(ya[i]));
-    if (d < 0)
-      d = -d;
-    if (d > worst4)
-      worst4 = d;
-  }
-  printf("8 rows x 2 blocks, pair-interleaved activations: %.3f ms %.1f "
-         "GMAC/s; worst rel diff %.2g\n",
-         best[4] * 1e3, (double)R * K * NB / best[4] / 1e9, worst4);
-  double worst3 = 0;
-  for (int i = 0; i < NB * R; i++) {
-    double d = (ya[i] - yd[i]) / (1e-3 + __builtin_fabs(ya[i]));
-    if (d < 0)
-      d = -d;
-    if (d > worst3)
-      worst3 = d;
-  }
-  printf("16 rows, today's lanes and chains (16 accumulators an input): %.3f "
-         "ms %.1f GMAC/s; worst rel diff %.2g\n",
-         best[3] * 1e3, (double)R * K * NB / best[3] / 1e9, worst3);
-  double worst2 = 0;
-  for (int i = 0; i < NB * R; i++) {
-    double d = (ya[i] - yc[i]) / (1e-3 + __builtin_fabs(ya[i]));
-    if (d < 0)
-      d = -d;
-    if (d > worst2)
-      worst2 = d;
-  }
-  printf("4-row groups, lanes (block of 4, row), activations arranged: %.3f ms "
-         "%.1f GMAC/s; worst rel diff %.2g\n",
-         best[2] * 1e3, (double)R * K * NB / best[2] / 1e9, worst2);
-  double worst = 0;
-  for (int i = 0; i < NB * R; i++) {
-    double d = (ya[i] - yb[i]) / (1e-3 + __builtin_fabs(ya[i]));
-    if (d < 0)
-      d = -d;
-    if (d > worst)
-      worst = d;
-  }
-  double macs = (double)R * K * NB;
-  printf("today's lanes, 4x4 (simplified): %.3f ms %.1f GMAC/s\ninterleaved 16 "
-         "rows, int32 first: %.3f ms %.1f GMAC/s; worst rel diff %.2g\n",
-         best[0] * 1e3, macs / best[0] / 1e9, best[1] * 1e3,
-         macs / best[1] / 1e9, worst);
   return 0;
 }

@@ -295,6 +295,12 @@ struct fctx {
   int busy;             /* ... by a device's or worker's tasks against their classes' means */
   int late;             /* ... by how late a request's last task ended */
   int stat;             /* ... by which statistic, where a scope has several of unlike noise (FAM_*) */
+  /* real clocks, for the trace: how much longer the observed run took than its
+   * healthy one, and the most two cached healthy runs differ by (0: unknown).
+   * Not judged by: one observed run's time moves by up to 25% between healthy
+   * runs on a shared machine, more than the faults the rules miss (3-5%). */
+  double run_rel;
+  double run_null;
 };
 
 /* Hypothesis families: a cause and a kind of scope, named or not (kernel-level
@@ -1100,8 +1106,8 @@ static void trace_hyps(const struct fctx *c, const struct bench_evidence *ev, co
                        const double *scale) {
   const char *want = getenv("MEGASCOPE_DIAG_TRACE");
   if (!want || strcmp(want, bench_method_name(ev->method))) return;
-  fprintf(stderr, "-- %s %s budget %llu: drift %.3f spread %.3f\n", sc->name, want, (unsigned long long)ev->budget,
-          c->drift, c->spread);
+  fprintf(stderr, "-- %s %s budget %llu: drift %.3f spread %.3f run %+.4f (healthy runs apart %.4f)\n", sc->name,
+          want, (unsigned long long)ev->budget, c->drift, c->spread, c->run_rel, c->run_null);
   for (int i = 0; i < c->n && i < 12; i++) {
     const struct hyp *h = &c->h[i];
     fprintf(stderr, "   z %6.2f (scale %.2f) cause %d kind %d id %d: %s\n", h->z,
@@ -1313,6 +1319,12 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
     c.cur = f;
     c.scale = scale;
   }
+  if (!sim && ev->run_ns && ref->run_ns) c.run_rel = (double)ev->run_ns / ref->run_ns - 1;
+  for (int k = 0; !sim && k < n_alt; k++)
+    if (alt[k]->run_ns && null_ref->run_ns) {
+      double d = fabs((double)alt[k]->run_ns / null_ref->run_ns - 1);
+      if (d > c.run_null) c.run_null = d;
+    }
   double read_share = 1;
   if (f->lazy) {
     uint64_t bytes = ev->bytes;

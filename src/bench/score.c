@@ -107,6 +107,37 @@ void bench_reliability(const struct bench_report *r, int split, int method, int 
   }
 }
 
+/* What each bin of raw confidence states: the training accuracy of the run of
+ * bins it is pooled with, shrunk toward 0 by two answers (a bin has to earn its
+ * confidence: one right answer states 1/3, not 2/3). Bins are pooled with their
+ * neighbours until the accuracy never falls as the raw confidence rises (pool
+ * adjacent violators): a handful of answers a bin cannot rank a higher raw
+ * score as less sure, so a bin that happened to be right three times in three
+ * is not read as surer than its neighbour's two wrong. An empty bin states what
+ * the pool below it does (0 below every answer): it has earned nothing more. */
+static void monotone(const int *n, const int *right, double *out) {
+  int lo[BENCH_CAL_BINS], cnt[BENCH_CAL_BINS], ok[BENCH_CAL_BINS], k = 0;
+  for (int i = 0; i < BENCH_CAL_BINS; i++) {
+    if (!n[i]) continue;
+    lo[k] = i, cnt[k] = n[i], ok[k] = right[i];
+    /* merge while the pool before has the higher accuracy (ok/cnt, cross-multiplied) */
+    while (k > 0 && (long)ok[k - 1] * cnt[k] > (long)ok[k] * cnt[k - 1]) {
+      cnt[k - 1] += cnt[k];
+      ok[k - 1] += ok[k];
+      k--;
+    }
+    k++;
+  }
+  double v = 0;
+  for (int i = 0, j = 0; i < BENCH_CAL_BINS; i++) {
+    while (j < k && lo[j] <= i) {
+      v = ok[j] / (cnt[j] + 2.0);
+      j++;
+    }
+    out[i] = v;
+  }
+}
+
 void bench_calibrate(struct bench_report *r) {
   struct bench_calibration *cal = &r->cal;
   memset(cal, 0, sizeof *cal);
@@ -123,13 +154,15 @@ void bench_calibrate(struct bench_report *r) {
       }
   }
   if (!cal->learned) return;
+  double stated[BM_COUNT][BENCH_MAX_BUDGETS][2][BENCH_CAL_BINS];
+  for (int m = 0; m < BM_COUNT; m++)
+    for (int b = 0; b < r->o.n_budgets; b++)
+      for (int kind = 0; kind < 2; kind++) monotone(cal->n[m][b][kind], cal->right[m][b][kind], stated[m][b][kind]);
   for (int i = 0; i < r->n; i++)
     for (int m = 0; m < BM_COUNT && !r->cases[i].error[0]; m++)
       for (int b = 0; b < r->o.n_budgets; b++) {
         struct bench_answer *a = &r->cases[i].ans[m][b];
         int kind = a->cause != -1, k = conf_bin(a->raw_confidence, BENCH_CAL_BINS);
-        /* the bin's training accuracy, shrunk toward 0 by two answers: a bin has
-         * to earn its confidence (one right answer states 1/3, not 2/3) */
-        a->confidence = cal->right[m][b][kind][k] / (cal->n[m][b][kind][k] + 2.0);
+        a->confidence = stated[m][b][kind][k];
       }
 }

@@ -525,7 +525,8 @@ static void test_score_several(void) {
 
 /* Calibration: learned from the training split alone, each answer stated as its
  * bin's training accuracy shrunk toward 0 (right / (n + 2)); the held-out
- * split is stated by what training learned, never by itself. */
+ * split is stated by what training learned, never by itself. (Bins pooled
+ * where the accuracy falls as the raw confidence rises: test_bench_score.) */
 static void test_calibrate(void) {
   struct bench_case cases[5];
   memset(cases, 0, sizeof cases);
@@ -551,6 +552,54 @@ static void test_calibrate(void) {
   CHECK(cases[3].ans[BM_SEMANTIC][0].raw_confidence == 0.9);
 }
 
+/* A judgement that held one scope (kind, id) of cause at z near the threshold. */
+static struct bench_near near1(int cause, enum ms_culprit_kind kind, int id, double z) {
+  struct bench_near n = {.n = 1, .z = {z}};
+  n.scope[0] = (struct bench_culprit){.cause = cause, .kind = kind, .id = id};
+  return n;
+}
+
+/* The workers and devices held at half the threshold (6) or more: named where
+ * both judgements hold the same one, or where one names it and the other said
+ * "none" holding it; never a class, never two different workers. */
+static void test_agree_near(const struct ms_plan *p, const struct bench_answer *none, const struct bench_answer *wrk,
+                            const struct bench_answer *cls) {
+  struct bench_near n4 = near1(-2, MS_CULPRIT_WORKER, 1, 4.0), n35 = near1(-2, MS_CULPRIT_WORKER, 1, 3.5);
+  struct bench_answer a = *none;
+  bench_answer_agree(&a, none, &n4, &n35, p, 2);  /* the smaller z: 0.5 * 3.5 / 6 */
+  CHECKF(a.kind == MS_CULPRIT_WORKER && a.id == 1 && a.cause == -2 && fabs(a.confidence - 0.5 * 3.5 / 6) < 1e-9 &&
+         strstr(a.why, "weak finding"), "%s: %s", a.name, a.why);
+  struct bench_near q = near1(MS_FAULT_QUEUE_SATURATION, MS_CULPRIT_WORKER, 1, 4.0);
+  a = *none;
+  bench_answer_agree(&a, none, &q, &n35, p, 2);  /* the two say unlike causes: unknown */
+  CHECK(a.id == 1 && a.cause == -2);
+  struct bench_near w0 = near1(-2, MS_CULPRIT_WORKER, 0, 5.0);
+  a = *none;
+  bench_answer_agree(&a, none, &w0, &n35, p, 2);  /* different workers: none, the lower confidence */
+  CHECK(a.cause == -1 && a.id == -1 && a.confidence == 0.7);
+  a = *none;
+  bench_answer_agree(&a, none, &n4, NULL, p, 2);  /* held by one only */
+  CHECK(a.cause == -1);
+  struct bench_near n3 = near1(-2, MS_CULPRIT_WORKER, 1, 3.0);
+  a = *wrk;
+  bench_answer_agree(&a, none, NULL, &n3, p, 2);  /* named by one, held by the other: 0.6 * 3 / 6 */
+  CHECK(a.kind == MS_CULPRIT_WORKER && a.id == 1 && a.cause == MS_FAULT_SLOW_WORKER && fabs(a.confidence - 0.3) < 1e-9);
+  a = *none;
+  bench_answer_agree(&a, wrk, &n3, NULL, p, 2);  /* the same the other way round */
+  CHECKF(a.kind == MS_CULPRIT_WORKER && a.id == 1 && a.cause == MS_FAULT_SLOW_WORKER && fabs(a.confidence - 0.3) < 1e-9,
+         "%s %g", a.name, a.confidence);
+  a = *cls;
+  bench_answer_agree(&a, none, NULL, &n3, p, 2);  /* a class is not held near: none */
+  CHECK(a.cause == -1);
+  struct bench_near d4 = near1(-2, MS_CULPRIT_DEVICE, 1, 4.0), w5 = near1(-2, MS_CULPRIT_WORKER, 1, 5.0);
+  a = *none;
+  bench_answer_agree(&a, none, &d4, &w5, p, 1);  /* a device and its one worker */
+  CHECK(a.kind == MS_CULPRIT_DEVICE && a.id == 1 && fabs(a.confidence - 0.5 * 4 / 6) < 1e-9);
+  a = *none;
+  bench_answer_agree(&a, none, &d4, &w5, p, 2);  /* two workers a device: not the same */
+  CHECK(a.cause == -1);
+}
+
 /* Answers against the healthy runs before and after the faulty one agree:
  * the culprits both name, at the lower confidence; "none" when they share
  * none, as sure as the surer of them is wrong. */
@@ -573,32 +622,33 @@ static void test_answer_agree(void) {
   two.confidence = 0.8;
   struct bench_answer a = cls, b = cls;
   b.confidence = 0.5;
-  bench_answer_agree(&a, &b, p, 2);
+  bench_answer_agree(&a, &b, NULL, NULL, p, 2);
   CHECK(a.cause == MS_FAULT_SLOW_CLASS && a.id == 3 && a.confidence == 0.5);
   a = two;
-  bench_answer_agree(&a, &wrk, p, 2);  /* only the worker is named by both */
+  bench_answer_agree(&a, &wrk, NULL, NULL, p, 2);  /* only the worker is named by both */
   CHECKF(a.kind == MS_CULPRIT_WORKER && a.id == 1 && a.n_more == 0 && a.confidence == 0.6, "%s", a.name);
   a = cls;
-  bench_answer_agree(&a, &none, p, 2);  /* the run after shows nothing: none, 1 - 0.9 sure */
+  bench_answer_agree(&a, &none, NULL, NULL, p, 2);  /* the run after shows nothing: none, 1 - 0.9 sure */
   CHECKF(a.cause == -1 && a.id == -1 && fabs(a.confidence - 0.1) < 1e-9 && strstr(a.why, "not against both"), "%s",
          a.why);
   a = none;
-  bench_answer_agree(&a, &wrk, p, 2);
+  bench_answer_agree(&a, &wrk, NULL, NULL, p, 2);
   CHECK(a.cause == -1 && fabs(a.confidence - 0.4) < 1e-9);
   a = cls;
-  bench_answer_agree(&a, &wrk, p, 2);  /* different culprits: none, 1 - 0.9 */
+  bench_answer_agree(&a, &wrk, NULL, NULL, p, 2);  /* different culprits: none, 1 - 0.9 */
   CHECK(a.cause == -1 && fabs(a.confidence - 0.1) < 1e-9);
   a = wrk, b = wrk;  /* a device and its one worker are one scope: worker 1 kept */
   b.kind = MS_CULPRIT_DEVICE;
-  bench_answer_agree(&a, &b, p, 1);
+  bench_answer_agree(&a, &b, NULL, NULL, p, 1);
   CHECK(a.kind == MS_CULPRIT_WORKER && a.id == 1);
   a = wrk;
-  bench_answer_agree(&a, &b, p, 2);  /* two workers a device: not the same */
+  bench_answer_agree(&a, &b, NULL, NULL, p, 2);  /* two workers a device: not the same */
   CHECK(a.cause == -1);
   a = none, b = none;
   b.confidence = 0.3;
-  bench_answer_agree(&a, &b, p, 2);
+  bench_answer_agree(&a, &b, NULL, NULL, p, 2);
   CHECK(a.cause == -1 && a.confidence == 0.3);
+  test_agree_near(p, &none, &wrk, &cls);
   ms_plan_free(p);
   ms_model_free(m);
   free(s);

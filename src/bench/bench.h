@@ -152,6 +152,15 @@ struct bench_culprit {
 };
 #define BENCH_MAX_CULPRITS (BENCH_MAX_FAULTS + 1)  /* the faults and one interference */
 #define BENCH_CAUSE_INTERFERE 64
+#define BENCH_NEAR 4
+
+/* Real clocks: the workers and devices a judgement held at half the threshold
+ * or more, named or not, the strongest first (bench_answer_agree reads them). */
+struct bench_near {
+  int n;
+  struct bench_culprit scope[BENCH_NEAR];
+  double z[BENCH_NEAR];
+};
 /* The report's name of a cause ("none", "unknown", "slow_class", "spin", ...). */
 const char *bench_cause_name(int cause);
 
@@ -283,12 +292,20 @@ void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev,
 void bench_diagnose_null(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
                          const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
                          const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *out);
+/* The same, and (near non-NULL) the workers and devices it held near the threshold. */
+void bench_diagnose_near(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
+                         const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
+                         const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *out,
+                         struct bench_near *near);
 /* a becomes what a and b (the same evidence judged against two healthy
  * references) agree on: the culprits both name (per_device 1: a device and its
- * one worker are one scope), at the lower confidence; when they name nothing
- * in common, "none" as sure as the surer of them is wrong. */
-void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct ms_plan *p,
-                        int per_device);
+ * one worker are one scope), at the lower confidence; a worker or device one
+ * names and the other, saying "none", held at half the threshold or more
+ * (na, nb: bench_diagnose_near; NULL: none held); where both said "none", the worker or device both held
+ * there, as a weak finding (confidence under 0.5 before calibration); when
+ * they name nothing in common, "none" as sure as the surer of them is wrong. */
+void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct bench_near *na,
+                        const struct bench_near *nb, const struct ms_plan *p, int per_device);
 
 /* ---- features (observe.c): the tables the trace, sampling and semantic methods fill ---- */
 struct bench_stat {

@@ -1293,9 +1293,28 @@ static int pick_culprits(const struct fctx *c, const struct ms_plan *p, int per_
   return m;
 }
 
+/* The workers and devices at half the threshold or more (c->h sorted by z),
+ * each once, the strongest first: the few scopes a second judgement may agree
+ * on below the threshold (bench_answer_agree). */
+static void near_scopes(const struct fctx *c, const struct ms_plan *p, struct bench_near *near) {
+  near->n = 0;
+  for (int i = 0; i < c->n && near->n < BENCH_NEAR && c->h[i].z >= Z_MIN / 2; i++) {
+    const struct hyp *x = &c->h[i];
+    if ((x->kind != MS_CULPRIT_WORKER && x->kind != MS_CULPRIT_DEVICE) || x->id < 0) continue;
+    int seen = 0;
+    for (int j = 0; j < near->n; j++) seen |= near->scope[j].kind == x->kind && near->scope[j].id == x->id;
+    if (seen) continue;
+    struct bench_culprit *m = &near->scope[near->n];
+    *m = (struct bench_culprit){.cause = x->cause, .kind = x->kind, .id = x->id};
+    bench_culprit_name(p, x->kind, x->id, m->name, sizeof m->name);
+    near->z[near->n++] = x->z;
+  }
+}
+
 static void diagnose_features(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
                               const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
-                              const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *a) {
+                              const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *a,
+                              struct bench_near *near) {
   struct bench_features *f = ev->feat;
   a->coverage = ev->coverage;
   if (!f || !ref->feat) {
@@ -1352,6 +1371,7 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
   collect(&c);
   qsort(c.h, (size_t)c.n, sizeof *c.h, by_z);
   trace_hyps(&c, ev, sc, scale);
+  if (!c.sim && near) near_scopes(&c, p, near);
   double z1 = c.n ? c.h[0].z : 0;
   int picked[BENCH_MAX_CULPRITS], np = pick_culprits(&c, p, f->per_device, !c.sim, c.h, c.n, picked);
   if (!np) {
@@ -1413,12 +1433,20 @@ const char *bench_cause_name(int c) {
 void bench_diagnose_null(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
                          const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
                          const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *out) {
+  bench_diagnose_near(ref, null_ref, alt, n_alt, ev, p, sc, out, NULL);
+}
+
+void bench_diagnose_near(const struct bench_evidence *ref, const struct bench_evidence *null_ref,
+                         const struct bench_evidence *const *alt, int n_alt, struct bench_evidence *ev,
+                         const struct ms_plan *p, const struct bench_scenario *sc, struct bench_answer *out,
+                         struct bench_near *near) {
   memset(out, 0, sizeof *out);
+  if (near) near->n = 0;
   if (!null_ref) null_ref = ref;
   switch (ev->method) {
   case BM_KERNEL_TIMING: diagnose_timing(ref, null_ref, alt, n_alt, ev, sc, out); break;
   case BM_PC_SAMPLING: diagnose_pc(ref, null_ref, alt, n_alt, ev, p, sc, out); break;
-  default: diagnose_features(ref, null_ref, alt, n_alt, ev, p, sc, out); break;
+  default: diagnose_features(ref, null_ref, alt, n_alt, ev, p, sc, out, near); break;
   }
 }
 
@@ -1428,18 +1456,30 @@ static struct bench_culprit culprit_at(const struct bench_answer *a, int i) {
   return a->more[i - 1];
 }
 
-/* Whether b names culprit x: the same scope (kind and id; a device and its
- * one worker, per_device 1, are one), or for a finding that names no scope
- * (a kernel), the same cause. */
+/* Whether x and y are one scope: the same kind and id (a device and its one
+ * worker, per_device 1, are one), or for a finding that names no scope (a
+ * kernel), the same cause. */
+static int same_scope(const struct bench_culprit *x, const struct bench_culprit *y, int per_device) {
+  int dw = per_device == 1 && x->id >= 0 && y->id == x->id &&
+           ((y->kind == MS_CULPRIT_DEVICE && x->kind == MS_CULPRIT_WORKER) ||
+            (y->kind == MS_CULPRIT_WORKER && x->kind == MS_CULPRIT_DEVICE));
+  return dw || (y->kind == x->kind && y->id == x->id && (x->id >= 0 || y->cause == x->cause));
+}
+
+/* Whether b names culprit x. */
 static int names(const struct bench_answer *b, const struct bench_culprit *x, int per_device) {
   if (b->cause == -1) return 0;
   for (int i = 0; i <= b->n_more; i++) {
     struct bench_culprit y = culprit_at(b, i);
-    int dw = per_device == 1 && x->id >= 0 && y.id == x->id &&
-             ((y.kind == MS_CULPRIT_DEVICE && x->kind == MS_CULPRIT_WORKER) ||
-              (y.kind == MS_CULPRIT_WORKER && x->kind == MS_CULPRIT_DEVICE));
-    if (dw || (y.kind == x->kind && y.id == x->id && (x->id >= 0 || y.cause == x->cause))) return 1;
+    if (same_scope(x, &y, per_device)) return 1;
   }
+  return 0;
+}
+
+/* The z at which a judgement held scope x at half the threshold or more; 0: it did not. */
+static double near_z(const struct bench_near *b, const struct bench_culprit *x, int per_device) {
+  for (int i = 0; b && i < b->n; i++)
+    if (same_scope(x, &b->scope[i], per_device)) return b->z[i];
   return 0;
 }
 
@@ -1448,30 +1488,8 @@ static const char *label(const struct bench_answer *a) {
   return a->cause == -1 ? "none" : a->id >= 0 ? a->name : bench_cause_name(a->cause);
 }
 
-void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct ms_plan *p,
-                        int per_device) {
-  double ca = a->confidence, cb = b->confidence;
-  if (a->cause == -1 && b->cause == -1) {
-    a->confidence = ca < cb ? ca : cb;
-    return;
-  }
-  struct bench_culprit kept[BENCH_MAX_CULPRITS];
-  int k = 0;
-  for (int i = 0; a->cause != -1 && i <= a->n_more; i++) {
-    struct bench_culprit x = culprit_at(a, i);
-    if (names(b, &x, per_device)) kept[k++] = x;
-  }
-  if (!k) {
-    /* one of them names what the other does not: nothing stands out against
-     * both, as sure as the surer of them is wrong */
-    char why[sizeof a->why];
-    snprintf(why, sizeof why, "not against both healthy runs: %.60s / %.60s", label(a), label(b));
-    double sure = a->cause == -1 ? (ca < 1 - cb ? ca : 1 - cb) : b->cause == -1 ? (cb < 1 - ca ? cb : 1 - ca)
-                                                                                : 1 - (ca > cb ? ca : cb);
-    answer_none(a, sure, why);
-    a->n_more = 0;
-    return;
-  }
+/* a names the k culprits kept (k >= 1). */
+static void answer_culprits(struct bench_answer *a, const struct bench_culprit *kept, int k, const struct ms_plan *p) {
   a->cause = kept[0].cause;
   a->kind = kept[0].kind;
   a->id = kept[0].id;
@@ -1482,7 +1500,76 @@ void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, co
     size_t len = strlen(a->name);
     snprintf(a->name + len, sizeof a->name - len, " + %s", kept[j].name);
   }
-  a->confidence = ca < cb ? ca : cb;
+}
+
+/* Both said "none": the worker or device both held at half the threshold or
+ * more (the one whose smaller z is largest) in *x, and that z; 0: none. A
+ * worker or device is one of a few scopes (two workers here, against hundreds
+ * of classes), so the largest z healthy runs reach among them stays lower
+ * than among the many, and the same one standing out against two healthy runs
+ * taken apart is a finding, if a weak one. Its cause: the two's, or unknown
+ * where they differ. */
+static double near_both(const struct bench_near *a, const struct bench_near *b, int per_device,
+                        struct bench_culprit *x) {
+  double best = 0;
+  for (int i = 0; a && b && i < a->n; i++) {
+    double zb = near_z(b, &a->scope[i], per_device), z = a->z[i] < zb ? a->z[i] : zb;
+    if (!(z > best)) continue;
+    best = z;
+    *x = a->scope[i];
+    for (int j = 0; j < b->n; j++)
+      if (same_scope(x, &b->scope[j], per_device) && b->scope[j].cause != x->cause) x->cause = -2;
+  }
+  return best;
+}
+
+void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct bench_near *na,
+                        const struct bench_near *nb, const struct ms_plan *p, int per_device) {
+  double ca = a->confidence, cb = b->confidence;
+  if (a->cause == -1 && b->cause == -1) {
+    struct bench_culprit x;
+    double z = near_both(na, nb, per_device, &x);
+    if (!(z > 0)) {
+      a->confidence = ca < cb ? ca : cb;
+      return;
+    }
+    answer_culprits(a, &x, 1, p);
+    a->confidence = 0.5 * clamp01(z / Z_MIN);
+    snprintf(a->why, sizeof a->why, "%.60s: z %.1f or more against both healthy runs (under the threshold, %.0f: "
+             "a weak finding)", x.name, z, Z_MIN);
+    return;
+  }
+  /* the one that names culprits (n) and the other (o): o names them too, or,
+   * if it said "none", held them at half the threshold or more */
+  const struct bench_answer *n = a->cause == -1 ? b : a, *o = n == a ? b : a;
+  const struct bench_near *on = n == a ? nb : na;
+  double sure = 1;
+  struct bench_culprit kept[BENCH_MAX_CULPRITS];
+  int k = 0;
+  for (int i = 0; i <= n->n_more; i++) {
+    struct bench_culprit x = culprit_at(n, i);
+    if (i > 0) snprintf(x.name, sizeof x.name, "%s", n->more[i - 1].name);
+    double z = o->cause == -1 ? near_z(on, &x, per_device) : 0;
+    if (names(o, &x, per_device) || z > 0) kept[k++] = x;
+    if (z > 0 && clamp01(z / Z_MIN) < sure) sure = clamp01(z / Z_MIN);
+  }
+  if (!k) {
+    /* one of them names what the other does not: nothing stands out against
+     * both, as sure as the surer of them is wrong */
+    char why[sizeof a->why];
+    snprintf(why, sizeof why, "not against both healthy runs: %.60s / %.60s", label(a), label(b));
+    double none = a->cause == -1 ? (ca < 1 - cb ? ca : 1 - cb) : b->cause == -1 ? (cb < 1 - ca ? cb : 1 - ca)
+                                                                                : 1 - (ca > cb ? ca : cb);
+    answer_none(a, none, why);
+    a->n_more = 0;
+    return;
+  }
+  /* named by both: the lower confidence; held near by a "none": the namer's,
+   * as far as the other's z reaches toward the threshold (a is o or n: read first) */
+  double conf = o->cause == -1 ? (n == a ? ca : cb) * sure : ca < cb ? ca : cb;
+  if (n != a) snprintf(a->why, sizeof a->why, "%s", n->why);
+  answer_culprits(a, kept, k, p);
+  a->confidence = conf;
 }
 
 void bench_diagnose(const struct bench_evidence *ref, struct bench_evidence *ev, const struct ms_plan *p,

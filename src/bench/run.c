@@ -646,8 +646,9 @@ static void diagnose_one(struct runner *r, struct bench_case *c, int meth, int b
                          int nf, const struct bench_evidence *const *ref, int nref, struct bench_evidence *ev,
                          const struct ms_plan *p, int workers) {
   struct bench_answer *a = &c->ans[meth][b];
+  struct bench_near near[2];
   if (nf > 0)
-    bench_diagnose_null(&fresh[0], ref[0], ref + 1, nref - 1, ev, p, &c->sc, a);
+    bench_diagnose_near(&fresh[0], ref[0], ref + 1, nref - 1, ev, p, &c->sc, a, &near[0]);
   else
     bench_diagnose(ref[0], ev, p, &c->sc, a);
   if (nf > 1) {
@@ -656,9 +657,9 @@ static void diagnose_one(struct runner *r, struct bench_case *c, int meth, int b
     struct bench_answer after;
     int lazy = ev->feat ? ev->feat->lazy : 0;
     if (lazy) ev->feat->lazy = 0;
-    bench_diagnose_null(&fresh[1], ref[0], ref + 1, nref - 1, ev, p, &c->sc, &after);
+    bench_diagnose_near(&fresh[1], ref[0], ref + 1, nref - 1, ev, p, &c->sc, &after, &near[1]);
     if (lazy) ev->feat->lazy = lazy;
-    bench_answer_agree(a, &after, p, c->per_device);
+    bench_answer_agree(a, &after, &near[0], &near[1], p, c->per_device);
   }
   a->raw_confidence = a->confidence;
   a->perturbation = perturbation(r, c, ev, workers);

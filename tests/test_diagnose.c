@@ -560,8 +560,9 @@ static struct bench_near near1(int cause, enum ms_culprit_kind kind, int id, dou
 }
 
 /* The workers and devices held at half the threshold (6) or more: named where
- * both judgements hold the same one, or where one names it and the other said
- * "none" holding it; never a class, never two different workers. */
+ * both judgements hold the same one and name nothing in common, or where one
+ * names it and the other said "none" holding it; never a class, never two
+ * different workers. */
 static void test_agree_near(const struct ms_plan *p, const struct bench_answer *none, const struct bench_answer *wrk,
                             const struct bench_answer *cls) {
   struct bench_near n4 = near1(-2, MS_CULPRIT_WORKER, 1, 4.0), n35 = near1(-2, MS_CULPRIT_WORKER, 1, 3.5);
@@ -591,6 +592,12 @@ static void test_agree_near(const struct ms_plan *p, const struct bench_answer *
   a = *cls;
   bench_answer_agree(&a, none, NULL, &n3, p, 2);  /* a class is not held near: none */
   CHECK(a.cause == -1);
+  a = *cls;
+  bench_answer_agree(&a, none, &n4, &n3, p, 2);  /* nothing named in common, a worker held by both: it */
+  CHECK(a.kind == MS_CULPRIT_WORKER && a.id == 1 && a.n_more == 0 && fabs(a.confidence - 0.25) < 1e-9);
+  a = *cls;
+  bench_answer_agree(&a, wrk, &n4, &w0, p, 2);  /* unlike culprits, unlike workers held: none, 1 - 0.9 */
+  CHECK(a.cause == -1 && fabs(a.confidence - 0.1) < 1e-9);
   struct bench_near d4 = near1(-2, MS_CULPRIT_DEVICE, 1, 4.0), w5 = near1(-2, MS_CULPRIT_WORKER, 1, 5.0);
   a = *none;
   bench_answer_agree(&a, none, &d4, &w5, p, 1);  /* a device and its one worker */

@@ -301,9 +301,10 @@ void bench_diagnose_near(const struct bench_evidence *ref, const struct bench_ev
  * references) agree on: the culprits both name (per_device 1: a device and its
  * one worker are one scope), at the lower confidence; a worker or device one
  * names and the other, saying "none", held at half the threshold or more
- * (na, nb: bench_diagnose_near; NULL: none held); where both said "none", the worker or device both held
- * there, as a weak finding (confidence under 0.5 before calibration); when
- * they name nothing in common, "none" as sure as the surer of them is wrong. */
+ * (na, nb: bench_diagnose_near; NULL: none held); where they name nothing in
+ * common, the worker or device both held there (or named), as a weak finding
+ * (confidence under 0.5 before calibration), else "none": as sure as the less
+ * sure "none" where both said it, else as sure as the surer of them is wrong. */
 void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct bench_near *na,
                         const struct bench_near *nb, const struct ms_plan *p, int per_device);
 

@@ -1523,20 +1523,26 @@ static double near_both(const struct bench_near *a, const struct bench_near *b, 
   return best;
 }
 
+/* a names x, held at z or more by both judgements under the threshold. */
+static void answer_weak(struct bench_answer *a, const struct bench_culprit *x, double z, const struct ms_plan *p) {
+  answer_culprits(a, x, 1, p);
+  a->confidence = 0.5 * clamp01(z / Z_MIN);
+  snprintf(a->why, sizeof a->why, "%.60s: z %.1f or more against both healthy runs (under the threshold, %.0f: "
+           "a weak finding)", x->name, z, Z_MIN);
+}
+
 void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, const struct bench_near *na,
                         const struct bench_near *nb, const struct ms_plan *p, int per_device) {
   double ca = a->confidence, cb = b->confidence;
+  /* the worker or device both held near the threshold: what they agree on
+   * where they name nothing in common */
+  struct bench_culprit weak;
+  double zw = near_both(na, nb, per_device, &weak);
   if (a->cause == -1 && b->cause == -1) {
-    struct bench_culprit x;
-    double z = near_both(na, nb, per_device, &x);
-    if (!(z > 0)) {
+    if (zw > 0)
+      answer_weak(a, &weak, zw, p);
+    else
       a->confidence = ca < cb ? ca : cb;
-      return;
-    }
-    answer_culprits(a, &x, 1, p);
-    a->confidence = 0.5 * clamp01(z / Z_MIN);
-    snprintf(a->why, sizeof a->why, "%.60s: z %.1f or more against both healthy runs (under the threshold, %.0f: "
-             "a weak finding)", x.name, z, Z_MIN);
     return;
   }
   /* the one that names culprits (n) and the other (o): o names them too, or,
@@ -1552,6 +1558,10 @@ void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, co
     double z = o->cause == -1 ? near_z(on, &x, per_device) : 0;
     if (names(o, &x, per_device) || z > 0) kept[k++] = x;
     if (z > 0 && clamp01(z / Z_MIN) < sure) sure = clamp01(z / Z_MIN);
+  }
+  if (!k && zw > 0) {
+    answer_weak(a, &weak, zw, p);
+    return;
   }
   if (!k) {
     /* one of them names what the other does not: nothing stands out against

@@ -181,6 +181,7 @@ struct bench_answer {
   int scope_ok;              /* the culprit (kind and id) whatever the cause label; healthy: "none" */
   int multi;                 /* judged against several culprits: then wrong_named says whether */
   int wrong_named;           /* a culprit it named is none of them, or a cause it named is not its culprit's */
+  int weak;                  /* a weak finding (bench_answer_agree): calibrated as a kind of its own */
 };
 
 struct bench_case {
@@ -211,12 +212,14 @@ struct bench_case {
 #define BENCH_CAL_BINS 5
 
 /* Calibration learned on the training split: per method, budget, kind of
- * answer (0: "none", 1: a scope named) and bin of the diagnoser's raw
- * confidence, how many answers there were and how many were right. */
+ * answer (0: "none", 1: a scope named, 2: a weak finding) and bin of the
+ * diagnoser's raw confidence, how many answers there were and how many were
+ * right. */
+#define BENCH_CAL_KINDS 3
 struct bench_calibration {
   int learned;
-  int n[BM_COUNT][BENCH_MAX_BUDGETS][2][BENCH_CAL_BINS];
-  int right[BM_COUNT][BENCH_MAX_BUDGETS][2][BENCH_CAL_BINS];
+  int n[BM_COUNT][BENCH_MAX_BUDGETS][BENCH_CAL_KINDS][BENCH_CAL_BINS];
+  int right[BM_COUNT][BENCH_MAX_BUDGETS][BENCH_CAL_KINDS][BENCH_CAL_BINS];
 };
 
 struct bench_report {

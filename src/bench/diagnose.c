@@ -1526,6 +1526,7 @@ static double near_both(const struct bench_near *a, const struct bench_near *b, 
 /* a names x, held at z or more by both judgements under the threshold. */
 static void answer_weak(struct bench_answer *a, const struct bench_culprit *x, double z, const struct ms_plan *p) {
   answer_culprits(a, x, 1, p);
+  a->weak = 1;
   a->confidence = 0.5 * clamp01(z / Z_MIN);
   snprintf(a->why, sizeof a->why, "%.60s: z %.1f or more against both healthy runs (under the threshold, %.0f: "
            "a weak finding)", x->name, z, Z_MIN);

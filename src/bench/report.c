@@ -91,6 +91,7 @@ static void json_answer(struct ms_json *j, const struct bench_answer *a, uint64_
   json_culprit(j, a->kind, a->id, a->name);
   ms_json_knum(j, "confidence", a->confidence);
   ms_json_knum(j, "raw_confidence", a->raw_confidence);
+  if (a->weak) ms_json_kbool(j, "weak", 1);  /* named below the threshold by both judgements */
   ms_json_kuint(j, "telemetry_bytes", a->bytes);
   ms_json_knum(j, "coverage", a->coverage);
   ms_json_knum(j, "perturbation", a->perturbation);

@@ -111,10 +111,11 @@ void bench_reliability(const struct bench_report *r, int split, int method, int 
  * bins it is pooled with, shrunk toward 0 by two answers (a bin has to earn its
  * confidence: one right answer states 1/3, not 2/3). Bins are pooled with their
  * neighbours until the accuracy never falls as the raw confidence rises (pool
- * adjacent violators): a handful of answers a bin cannot rank a higher raw
- * score as less sure, so a bin that happened to be right three times in three
- * is not read as surer than its neighbour's two wrong. An empty bin states what
- * the pool below it does (0 below every answer): it has earned nothing more. */
+ * adjacent violators): with a handful of answers a bin, training cannot show a
+ * higher raw score to be less sure, so a bin that happened to be right three
+ * times in three is not read as surer than its neighbour's two wrong. An empty
+ * bin states what the pool below it does (0 below every answer): it has earned
+ * nothing more. */
 static void monotone(const int *n, const int *right, double *out) {
   int lo[BENCH_CAL_BINS], cnt[BENCH_CAL_BINS], ok[BENCH_CAL_BINS], k = 0;
   for (int i = 0; i < BENCH_CAL_BINS; i++) {
@@ -138,6 +139,11 @@ static void monotone(const int *n, const int *right, double *out) {
   }
 }
 
+/* The kind of answer a calibration bin holds: "none", a scope named, or a
+ * weak finding (named below the threshold by two judgements agreeing: its
+ * raw confidence is not the named answers' scale, so it earns its own). */
+static int cal_kind(const struct bench_answer *a) { return a->cause == -1 ? 0 : a->weak ? 2 : 1; }
+
 void bench_calibrate(struct bench_report *r) {
   struct bench_calibration *cal = &r->cal;
   memset(cal, 0, sizeof *cal);
@@ -148,21 +154,22 @@ void bench_calibrate(struct bench_report *r) {
     for (int m = 0; m < BM_COUNT; m++)
       for (int b = 0; b < r->o.n_budgets; b++) {
         const struct bench_answer *a = &c->ans[m][b];
-        int kind = a->cause != -1, k = conf_bin(a->raw_confidence, BENCH_CAL_BINS);
+        int kind = cal_kind(a), k = conf_bin(a->raw_confidence, BENCH_CAL_BINS);
         cal->n[m][b][kind][k]++;
         cal->right[m][b][kind][k] += bench_answer_right(a);
       }
   }
   if (!cal->learned) return;
-  double stated[BM_COUNT][BENCH_MAX_BUDGETS][2][BENCH_CAL_BINS];
+  double stated[BM_COUNT][BENCH_MAX_BUDGETS][BENCH_CAL_KINDS][BENCH_CAL_BINS];
   for (int m = 0; m < BM_COUNT; m++)
     for (int b = 0; b < r->o.n_budgets; b++)
-      for (int kind = 0; kind < 2; kind++) monotone(cal->n[m][b][kind], cal->right[m][b][kind], stated[m][b][kind]);
+      for (int kind = 0; kind < BENCH_CAL_KINDS; kind++)
+        monotone(cal->n[m][b][kind], cal->right[m][b][kind], stated[m][b][kind]);
   for (int i = 0; i < r->n; i++)
     for (int m = 0; m < BM_COUNT && !r->cases[i].error[0]; m++)
       for (int b = 0; b < r->o.n_budgets; b++) {
         struct bench_answer *a = &r->cases[i].ans[m][b];
-        int kind = a->cause != -1, k = conf_bin(a->raw_confidence, BENCH_CAL_BINS);
+        int kind = cal_kind(a), k = conf_bin(a->raw_confidence, BENCH_CAL_BINS);
         a->confidence = stated[m][b][kind][k];
       }
 }

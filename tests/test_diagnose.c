@@ -551,7 +551,7 @@ static void test_calibrate(void) {
   CHECK(fabs(cases[3].ans[BM_KERNEL_TIMING][0].confidence - 3.0 / 5) < 1e-12);
   CHECK(cases[3].ans[BM_SEMANTIC][0].raw_confidence == 0.9);
   /* a weak finding is a kind of its own: the training weak one (right) states
-   * 1/3, the named answers' bin keeps its 2 of 3 */
+   * 1/3, the named answers' bin is left with 1 right of 2 (1/4) */
   cases[1].ans[BM_SEMANTIC][0].weak = 1;
   cases[3].ans[BM_SEMANTIC][0].weak = 1;
   bench_calibrate(&r);
@@ -591,8 +591,8 @@ static void test_agree_near(const struct ms_plan *p, const struct bench_answer *
   struct bench_near n3 = near1(-2, MS_CULPRIT_WORKER, 1, 3.0);
   a = *wrk;
   bench_answer_agree(&a, none, NULL, &n3, p, 2);  /* named by one, held by the other: 0.6 * 3 / 6 */
-  CHECK(a.kind == MS_CULPRIT_WORKER && a.id == 1 && a.cause == MS_FAULT_SLOW_WORKER && fabs(a.confidence - 0.3) < 1e-9 &&
-        !a.weak);
+  CHECK(a.kind == MS_CULPRIT_WORKER && a.id == 1 && a.cause == MS_FAULT_SLOW_WORKER &&
+        fabs(a.confidence - 0.3) < 1e-9 && !a.weak);
   a = *none;
   bench_answer_agree(&a, wrk, &n3, NULL, p, 2);  /* the same the other way round */
   CHECKF(a.kind == MS_CULPRIT_WORKER && a.id == 1 && a.cause == MS_FAULT_SLOW_WORKER && fabs(a.confidence - 0.3) < 1e-9,

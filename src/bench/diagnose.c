@@ -295,12 +295,6 @@ struct fctx {
   int busy;             /* ... by a device's or worker's tasks against their classes' means */
   int late;             /* ... by how late a request's last task ended */
   int stat;             /* ... by which statistic, where a scope has several of unlike noise (FAM_*) */
-  /* real clocks, for the trace: how much longer the observed run took than its
-   * healthy one, and the most two cached healthy runs differ by (0: unknown).
-   * Not judged by: one observed run's time moves by up to 25% between healthy
-   * runs on a shared machine, more than the faults the rules miss (3-5%). */
-  double run_rel;
-  double run_null;
 };
 
 /* Hypothesis families: a cause and a kind of scope, named or not (kernel-level
@@ -1102,12 +1096,20 @@ static void as_run(struct bench_features *f) {
 /* MEGASCOPE_DIAG_TRACE=METHOD (a method's name, as the report spells it):
  * every hypothesis of that method's diagnoses on stderr, strongest first, with
  * the null's scale of its family; for trying rules on records (--replay). */
-static void trace_hyps(const struct fctx *c, const struct bench_evidence *ev, const struct bench_scenario *sc,
-                       const double *scale) {
+/* The trace also prints how much longer the observed run took than its healthy
+ * one, and the most two cached healthy runs (alt against null_ref) differ by:
+ * not judged by, since one observed run's time moves by up to 25% between
+ * healthy runs on a shared machine, more than the faults the rules miss. */
+static void trace_hyps(const struct fctx *c, const struct bench_evidence *ev, const struct bench_evidence *ref,
+                       const struct bench_evidence *null_ref, const struct bench_evidence *const *alt, int n_alt,
+                       const struct bench_scenario *sc, const double *scale) {
   const char *want = getenv("MEGASCOPE_DIAG_TRACE");
   if (!want || strcmp(want, bench_method_name(ev->method))) return;
+  double run = ev->run_ns && ref->run_ns ? (double)ev->run_ns / ref->run_ns - 1 : 0, apart = 0;
+  for (int k = 0; k < n_alt && null_ref->run_ns; k++)
+    apart = fmax(apart, fabs((double)alt[k]->run_ns / null_ref->run_ns - 1));
   fprintf(stderr, "-- %s %s budget %llu: drift %.3f spread %.3f run %+.4f (healthy runs apart %.4f)\n", sc->name,
-          want, (unsigned long long)ev->budget, c->drift, c->spread, c->run_rel, c->run_null);
+          want, (unsigned long long)ev->budget, c->drift, c->spread, run, apart);
   for (int i = 0; i < c->n && i < 12; i++) {
     const struct hyp *h = &c->h[i];
     fprintf(stderr, "   z %6.2f (scale %.2f) cause %d kind %d id %d: %s\n", h->z,
@@ -1338,12 +1340,6 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
     c.cur = f;
     c.scale = scale;
   }
-  if (!sim && ev->run_ns && ref->run_ns) c.run_rel = (double)ev->run_ns / ref->run_ns - 1;
-  for (int k = 0; !sim && k < n_alt; k++)
-    if (alt[k]->run_ns && null_ref->run_ns) {
-      double d = fabs((double)alt[k]->run_ns / null_ref->run_ns - 1);
-      if (d > c.run_null) c.run_null = d;
-    }
   double read_share = 1;
   if (f->lazy) {
     uint64_t bytes = ev->bytes;
@@ -1370,7 +1366,7 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
   }
   collect(&c);
   qsort(c.h, (size_t)c.n, sizeof *c.h, by_z);
-  trace_hyps(&c, ev, sc, scale);
+  trace_hyps(&c, ev, ref, null_ref, alt, n_alt, sc, scale);
   if (!c.sim && near) near_scopes(&c, p, near);
   double z1 = c.n ? c.h[0].z : 0;
   int picked[BENCH_MAX_CULPRITS], np = pick_culprits(&c, p, f->per_device, !c.sim, c.h, c.n, picked);
@@ -1476,11 +1472,17 @@ static int names(const struct bench_answer *b, const struct bench_culprit *x, in
   return 0;
 }
 
-/* The z at which a judgement held scope x at half the threshold or more; 0: it did not. */
-static double near_z(const struct bench_near *b, const struct bench_culprit *x, int per_device) {
+/* Where a judgement held scope x at half the threshold or more; -1: it did not. */
+static int near_at(const struct bench_near *b, const struct bench_culprit *x, int per_device) {
   for (int i = 0; b && i < b->n; i++)
-    if (same_scope(x, &b->scope[i], per_device)) return b->z[i];
-  return 0;
+    if (same_scope(x, &b->scope[i], per_device)) return i;
+  return -1;
+}
+
+/* The z at which it held x; 0: it did not. */
+static double near_z(const struct bench_near *b, const struct bench_culprit *x, int per_device) {
+  int i = near_at(b, x, per_device);
+  return i < 0 ? 0 : b->z[i];
 }
 
 /* An answer in a word: its culprits, or its cause where it names none. */
@@ -1502,8 +1504,8 @@ static void answer_culprits(struct bench_answer *a, const struct bench_culprit *
   }
 }
 
-/* Both said "none": the worker or device both held at half the threshold or
- * more (the one whose smaller z is largest) in *x, and that z; 0: none. A
+/* The worker or device both judgements held at half the threshold or more
+ * (the one whose smaller z is largest) in *x, and that z; 0: none. A
  * worker or device is one of a few scopes (two workers here, against hundreds
  * of classes), so the largest z healthy runs reach among them stays lower
  * than among the many, and the same one standing out against two healthy runs
@@ -1512,13 +1514,13 @@ static void answer_culprits(struct bench_answer *a, const struct bench_culprit *
 static double near_both(const struct bench_near *a, const struct bench_near *b, int per_device,
                         struct bench_culprit *x) {
   double best = 0;
-  for (int i = 0; a && b && i < a->n; i++) {
-    double zb = near_z(b, &a->scope[i], per_device), z = a->z[i] < zb ? a->z[i] : zb;
+  for (int i = 0; a && i < a->n; i++) {
+    int j = near_at(b, &a->scope[i], per_device);
+    double z = j < 0 ? 0 : fmin(a->z[i], b->z[j]);
     if (!(z > best)) continue;
     best = z;
     *x = a->scope[i];
-    for (int j = 0; j < b->n; j++)
-      if (same_scope(x, &b->scope[j], per_device) && b->scope[j].cause != x->cause) x->cause = -2;
+    if (b->scope[j].cause != x->cause) x->cause = -2;
   }
   return best;
 }
@@ -1554,8 +1556,7 @@ void bench_answer_agree(struct bench_answer *a, const struct bench_answer *b, co
   struct bench_culprit kept[BENCH_MAX_CULPRITS];
   int k = 0;
   for (int i = 0; i <= n->n_more; i++) {
-    struct bench_culprit x = culprit_at(n, i);
-    if (i > 0) snprintf(x.name, sizeof x.name, "%s", n->more[i - 1].name);
+    struct bench_culprit x = culprit_at(n, i);  /* more[]'s carry their names; the first is named anew */
     double z = o->cause == -1 ? near_z(on, &x, per_device) : 0;
     if (names(o, &x, per_device) || z > 0) kept[k++] = x;
     if (z > 0 && clamp01(z / Z_MIN) < sure) sure = clamp01(z / Z_MIN);

@@ -558,7 +558,7 @@ int main(void) {
   for (int t = MS_DTYPE_Q5_0; t < MS_DTYPE_COUNT; t++) {
     int k = ms_dtype_block((enum ms_dtype)t) == 256;
     for (size_t i = 0; i < 3; i++) check_q8_gemv((enum ms_dtype)t, kshapes[i][0], kshapes[i][1]);
-    if (!k) check_q8_gemv((enum ms_dtype)t, 13, 96);
+    if (!k) check_q8_gemv((enum ms_dtype)t, 13, 96), check_q8_gemv((enum ms_dtype)t, 9, 192);  /* a last pair */
   }
   check_gemv(MS_DTYPE_F16, 7, 45, 0);  /* f16 rows need not be whole blocks */
   check_gemv(MS_DTYPE_F16, 7, 45, 1);

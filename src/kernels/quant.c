@@ -434,28 +434,28 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
 
 /* ---- 8-bit activations ----
  *
- * A block's integer dot is kept as eight int32 lanes, lane k holding elements
- * 4k..4k+3: what _mm256_madd_epi16(_mm256_maddubs_epi16(w, q), 1) leaves. Each
- * (weight row, input row) pair keeps two chains of eight
- * f32 accumulators, A for the even blocks and B for the odd ones,
- *   acc_c[k] = fma(d_w * d_x, (float)lane[k], acc_c[k])   c = block & 1,
- * summed at the end as hsum() does over the lanes of A + B:
- * ((a0+a4)+(a2+a6)) + ((a1+a5)+(a3+a7)), a_k = A[k] + B[k]. Two chains because
- * the AVX-512 path takes two blocks per 512-bit vector (and the AVX2 one gets
- * two independent FMA chains). A lane is at most 4 * 128 * 127 in magnitude, so
- * its conversion is exact, and the portable path does the same roundings with
- * fmaf: the three paths give the same bits. Q4_1's minimum adds
- * fma(m, s_x, mins_c) per block into one scalar per chain, added after the
- * lanes as (mins_A + mins_B). Q4_0 and Q8_0 weights are signed: the AVX2 path
- * multiplies |w| by q carrying w's sign (_mm256_sign_epi8), the AVX-512 VNNI
- * path takes u = w + 8 (Q4_0's nibble) or w + 128 (Q8_0) and subtracts
- * 8 or 128 times each lane's sum of q, which leaves the same integers. Q5_0,
- * Q5_1 and IQ4_NL (q8_k32_gemv_portable's) sum their 32-element pieces in the
- * same two chains; the K-quants take inputs quantized per 256 and sum a
- * super-block as integers first (q8_k_gemv_portable). */
+ * The 32-element types (Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL) take one order
+ * on every path. Block i's 32 products are summed in int32 first,
+ *   isum_i = sum_j w_ij q_ij      (exact: |isum| <= 32 * 128 * 127 < 2^24,
+ *                                  so its conversion is exact too),
+ * then each (weight row, input row) pair keeps four f32 chains, block i in
+ * chain c = i mod 4,
+ *   acc_c = fma(d_w * d_x, (float)isum_i, acc_c)
+ *   min_c = fma(m_w, s_x, min_c)                   (Q4_1, Q5_1)
+ * and y = (acc_0 + acc_1) + (acc_2 + acc_3) [+ ((min_0 + min_1) + (min_2 + min_3))].
+ * One float step per 32 products: the float pipes, which every 4 products
+ * took before, no longer bound the tile (docs/performance.md, "The 32-element
+ * tile's float steps"). Four chains because the AVX-512 packed form puts four
+ * blocks of four rows in a vector (lane 4j + k: row j, block 4Q + k), and the
+ * AVX2 path sums four blocks' lanes in one transposing add. The paths reach
+ * the same integers any way they like (AVX2 multiplies |w| by q carrying w's
+ * sign; AVX-512 VNNI takes u = w + Q8_OFF and subtracts Q8_OFF times the
+ * block's sum of q) and then take these float operations: the same bits.
+ * The K-quants take inputs quantized per 256 and sum a super-block as
+ * integers first (q8_k_gemv_portable). */
 
 size_t ms_q8_act_bytes(int n, int nb) {
-  return (size_t)nb * ((size_t)n + 2 * sizeof(float) * (size_t)(n / QK) + sizeof(int16_t) * (size_t)(n / 16));
+  return (size_t)nb * (2 * (size_t)n + 2 * sizeof(float) * (size_t)(n / QK) + sizeof(int16_t) * (size_t)(n / 16));
 }
 
 int ms_q8_qk(enum ms_dtype t) { return ms_quant_k_handles(t) && ms_dtype_block(t) == 256 ? 256 : QK; }
@@ -517,43 +517,38 @@ static float q8_wblock(enum ms_dtype t, const uint8_t *b, int8_t *w, float *m) {
   return ms_f16_to_f32(rd16(b));
 }
 
-static inline float hsum8(const float *a) {
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
+/* Block i of a 32-element row as 32 signed integers, its scale returned and
+ * (Q4_1, Q5_1) its minimum in *m. */
+static float q8_block32(enum ms_dtype t, const uint8_t *row, size_t bs, int i, int8_t *w, float *m) {
+  if (!ms_quant_k_handles(t)) return q8_wblock(t, row + (size_t)i * bs, w, m);
+  struct ms_qk_piece p;
+  ms_quant_k_piece(t, row, i, &p);  /* sc is 1 for the 32-element types */
+  memcpy(w, p.q, QK);
+  *m = p.m;
+  return p.d;
 }
 
-/* The 32-element formats of quant_k.c (Q5_0, Q5_1, IQ4_NL). A piece i of
- * the weight row is unpacked to integers q (ms_qk_piece), so a lane (four
- * elements) is sum(q_w q_x), exact, scaled by d_w d_x:
- *   acc[c][k]  = fma(d_w d_x, (float)lane[k], acc[c][k])     c = i & 1
- *   fm[c]      = fma(m_w, s_x, fm[c])                        (Q5_1)
- *   y = hsum8(acc[0] + acc[1]) + (fm[0] + fm[1]).
- * |lane| <= 4 * 128 * 127, so its conversion is exact: the same sums as the
- * 32-element loops' (q8_gemv_portable). */
-static void q8_k32_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
-                                 int ldy) {
-  size_t rb = ms_weight_row_bytes(w);
-  int nblk = w->cols / QK, fmin = w->dtype == MS_DTYPE_Q5_1;
-  struct ms_qk_piece p;
+/* The order of the section's comment, one product at a time. */
+static void q8_32_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
+                                int ldy) {
+  size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
+  int nblk = w->cols / QK, hasm = w->dtype == MS_DTYPE_Q4_1 || w->dtype == MS_DTYPE_Q5_1;
   for (int r = r0; r < r1; r++) {
     const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
     for (int b = 0; b < a->nb; b++) {
       const int8_t *q = a->q + (size_t)b * (size_t)a->n;
       const float *dx = a->d + (size_t)b * (size_t)nblk, *sx = a->s + (size_t)b * (size_t)nblk;
-      float acc[2][8] = {{0}}, fm[2] = {0}, sa[8];
+      float acc[4] = {0}, mins[4] = {0};
       for (int i = 0; i < nblk; i++, q += QK) {
-        ms_quant_k_piece(w->dtype, row, i, &p);
-        int ch = i & 1;
-        for (int k = 0; k < 8; k++) {
-          int lane = 0;
-          for (int j = 4 * k; j < 4 * k + 4; j++) lane += p.q[j] * q[j];
-          acc[ch][k] = fmaf((p.d * (float)p.sc[k / 4]) * dx[i], (float)lane, acc[ch][k]);
-        }
-        if (fmin) fm[ch] = fmaf(p.m, sx[i], fm[ch]);
+        int8_t wq[QK];
+        float m = 0.0f, sc = q8_block32(w->dtype, row, bs, i, wq, &m) * dx[i];
+        int32_t isum = 0;
+        for (int j = 0; j < QK; j++) isum += wq[j] * q[j];
+        acc[i & 3] = fmaf(sc, (float)isum, acc[i & 3]);
+        if (hasm) mins[i & 3] = fmaf(m, sx[i], mins[i & 3]);
       }
-      for (int k = 0; k < 8; k++) sa[k] = acc[0][k] + acc[1][k];
-      float v = hsum8(sa);
-      if (fmin) v += fm[0] + fm[1];
-      y[(size_t)b * ldy + (r - r0)] = v;
+      float v = (acc[0] + acc[1]) + (acc[2] + acc[3]);
+      y[(size_t)b * ldy + (r - r0)] = hasm ? v + ((mins[0] + mins[1]) + (mins[2] + mins[3])) : v;
     }
   }
 }
@@ -609,35 +604,10 @@ static void q8_k_gemv_portable(const struct ms_weight *w, int r0, int r1, const 
 
 static void q8_gemv_portable(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                              int ldy) {
-  if (ms_quant_k_handles(w->dtype)) {
-    if (a->qk == 256)
-      q8_k_gemv_portable(w, r0, r1, a, y, ldy);
-    else
-      q8_k32_gemv_portable(w, r0, r1, a, y, ldy);
-    return;
-  }
-  size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(w->dtype);
-  int nblk = w->cols / QK, q41 = w->dtype == MS_DTYPE_Q4_1;
-  for (int r = r0; r < r1; r++) {
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
-    for (int b = 0; b < a->nb; b++) {
-      const int8_t *q = a->q + (size_t)b * (size_t)a->n;
-      const float *dx = a->d + (size_t)b * (size_t)nblk, *sx = a->s + (size_t)b * (size_t)nblk;
-      float acc[2][8] = {{0}}, mins[2] = {0}, m = 0.0f, sum[8];
-      for (int i = 0; i < nblk; i++, q += QK) {
-        int8_t wq[QK];
-        float sc = q8_wblock(w->dtype, row + (size_t)i * bs, wq, &m) * dx[i];
-        for (int k = 0; k < 8; k++) {
-          int lane = 0;
-          for (int j = 4 * k; j < 4 * k + 4; j++) lane += wq[j] * q[j];
-          acc[i & 1][k] = fmaf(sc, (float)lane, acc[i & 1][k]);
-        }
-        if (q41) mins[i & 1] = fmaf(m, sx[i], mins[i & 1]);
-      }
-      for (int k = 0; k < 8; k++) sum[k] = acc[0][k] + acc[1][k];
-      y[(size_t)b * ldy + (r - r0)] = q41 ? hsum8(sum) + (mins[0] + mins[1]) : hsum8(sum);
-    }
-  }
+  if (a->qk == 256)
+    q8_k_gemv_portable(w, r0, r1, a, y, ldy);
+  else
+    q8_32_gemv_portable(w, r0, r1, a, y, ldy);
 }
 
 #ifdef MS_X86
@@ -701,99 +671,107 @@ TGT_INL float q8_wscale(enum ms_dtype t, const uint8_t *b, float *m) {
   return _mm_cvtss_f32(v);
 }
 
-/* acc + sc * (the eight lanes of w . q); wa: |w| for the signed types, w for Q4_1. */
-TGT_INL __m256 q8_step(enum ms_dtype t, __m256i w, __m256i wa, const int8_t *q, float sc, __m256 acc) {
-  __m256i qv = _mm256_load_si256((const __m256i *)q);
-  __m256i p = Q8_HAS_M(t) ? _mm256_maddubs_epi16(wa, qv) : _mm256_maddubs_epi16(wa, _mm256_sign_epi8(qv, w));
-  __m256i l = _mm256_madd_epi16(p, _mm256_set1_epi16(1));
-  return _mm256_fmadd_ps(_mm256_set1_ps(sc), _mm256_cvtepi32_ps(l), acc);
+/* The sums of v[0..3]'s lanes, in that order. */
+TGT_INL __m128i a_hsum4(const __m256i *v) {
+  __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
+  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
-/* Block i of a weight row against input rows b0 .. b0+nb-1 (nb <= 4), into
- * one chain's accumulators c[0..3] and minimums m[0..3]. */
-TGT_INL void q8_blk_x4(enum ms_dtype t, const uint8_t *blk, const struct ms_q8_act *a, int b0, int nb, int i,
-                       __m256 *c, float *m) {
-  int n = a->n, nblk = n / QK, q41 = Q8_HAS_M(t);
-  const int8_t *qi = a->q + (size_t)b0 * (size_t)n + (size_t)i * QK;
-  const float *d = a->d + (size_t)b0 * (size_t)nblk + i, *s = a->s + (size_t)b0 * (size_t)nblk + i;
-  float mw = 0.0f, dw = q8_wscale(t, blk, &mw);
-  __m256i w = q8_wregs(t, blk), wa = q41 ? w : _mm256_sign_epi8(w, w);
-  for (int b = 0; b < 4; b++)
-    if (b < nb) {
-      c[b] = q8_step(t, w, wa, qi + (size_t)b * (size_t)n, dw * d[(size_t)b * (size_t)nblk], c[b]);
-      if (q41) m[b] = fmaf(mw, s[(size_t)b * (size_t)nblk], m[b]);
+/* The eight int32 lanes of a block's w . q (lane k: elements 4k .. 4k + 3);
+ * wa: |w| for the signed types, w for the unsigned ones (Q4_1, Q5_1). */
+TGT_INL __m256i q8_lanes(enum ms_dtype t, __m256i w, __m256i wa, __m256i q) {
+  __m256i p = Q8_HAS_M(t) ? _mm256_maddubs_epi16(wa, q) : _mm256_maddubs_epi16(wa, _mm256_sign_epi8(q, w));
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* Up to four blocks of a weight row in registers: their bytes, |bytes| (or the
+ * bytes), and [d_w] and [m_w] a lane each (0 past the row's last block). */
+struct q8_quad {
+  __m256i w[4], wa[4];
+  __m128 d, m;
+};
+
+TGT_INL void q8_quad_load(enum ms_dtype t, const uint8_t *blk, size_t bs, int nk, struct q8_quad *u) {
+  float d[4] = {0}, m[4] = {0};
+  for (int k = 0; k < 4; k++) {
+    u->w[k] = u->wa[k] = _mm256_setzero_si256();
+    if (k < nk) {
+      u->w[k] = q8_wregs(t, blk + (size_t)k * bs);
+      u->wa[k] = Q8_HAS_M(t) ? u->w[k] : _mm256_sign_epi8(u->w[k], u->w[k]);
+      d[k] = q8_wscale(t, blk + (size_t)k * bs, &m[k]);
     }
+  }
+  u->d = _mm_loadu_ps(d), u->m = _mm_loadu_ps(m);
 }
 
-/* One weight row against input rows b0 .. b0+nb-1 (nb <= 4): each block is
- * unpacked once for all of them; even blocks into chain A, odd into B. */
-TGT_INL void q8_row_x4(enum ms_dtype t, const uint8_t *row, size_t bs, const struct ms_q8_act *a, int b0,
-                       int nb, float *out) {
-  int nblk = a->n / QK, i = 0;
-  __m256 cA[4], cB[4];
-  float mA[4] = {0}, mB[4] = {0};
-  for (int b = 0; b < 4; b++) cA[b] = cB[b] = _mm256_setzero_ps();
-  for (; i + 1 < nblk; i += 2) {
-    q8_blk_x4(t, row + (size_t)i * bs, a, b0, nb, i, cA, mA);
-    q8_blk_x4(t, row + (size_t)(i + 1) * bs, a, b0, nb, i + 1, cB, mB);
-  }
-  if (i < nblk) q8_blk_x4(t, row + (size_t)i * bs, a, b0, nb, i, cA, mA);
-  for (int b = 0; b < 4; b++) {
-    float v = hsum(_mm256_add_ps(cA[b], cB[b]));
-    out[b] = Q8_HAS_M(t) ? v + (mA[b] + mB[b]) : v;
-  }
+/* n floats from p, 0 after (n <= 4). */
+TGT_INL __m128 ld4(const float *p, int n) {
+  if (n == 4) return _mm_loadu_ps(p);
+  float v[4] = {0};
+  memcpy(v, p, sizeof(float) * (size_t)n);
+  return _mm_loadu_ps(v);
 }
 
-/* Block i of two weight rows against batch 1's one input row, into one chain. */
-TGT_INL void q8_blk2_x1(enum ms_dtype t, const uint8_t *ba, const uint8_t *bb, const struct ms_q8_act *a, int i,
-                        __m256 *ca, __m256 *cb, float *ma, float *mb) {
-  int q41 = Q8_HAS_M(t);
-  __m256i wa = q8_wregs(t, ba), wb = q8_wregs(t, bb);
-  float mwa = 0.0f, mwb = 0.0f, dwa = q8_wscale(t, ba, &mwa), dwb = q8_wscale(t, bb, &mwb);
-  *ca = q8_step(t, wa, q41 ? wa : _mm256_sign_epi8(wa, wa), a->q + (size_t)i * QK, dwa * a->d[i], *ca);
-  *cb = q8_step(t, wb, q41 ? wb : _mm256_sign_epi8(wb, wb), a->q + (size_t)i * QK, dwb * a->d[i], *cb);
-  if (q41) {
-    *ma = fmaf(mwa, a->s[i], *ma);
-    *mb = fmaf(mwb, a->s[i], *mb);
-  }
+/* The chains of one (weight row, input row) pair over blocks i .. i + nk - 1
+ * (nk <= 4; block i + k in lane k, i a multiple of 4): each block's lanes
+ * summed into its isum, then one float step a block. */
+TGT_INL void q8_quad_step(enum ms_dtype t, const struct q8_quad *u, const int8_t *q, const float *dx, const float *sx,
+                          int nk, __m128 *acc, __m128 *mins) {
+  __m256i l[4];
+  for (int k = 0; k < 4; k++)
+    l[k] = k < nk ? q8_lanes(t, u->w[k], u->wa[k], _mm256_load_si256((const __m256i *)(q + (size_t)k * QK)))
+                  : _mm256_setzero_si256();
+  *acc = _mm_fmadd_ps(_mm_mul_ps(u->d, ld4(dx, nk)), _mm_cvtepi32_ps(a_hsum4(l)), *acc);
+  if (Q8_HAS_M(t)) *mins = _mm_fmadd_ps(u->m, ld4(sx, nk), *mins);
 }
 
-/* Batch 1: two weight rows share each activation block. */
-TGT_INL void q8_rows2_x1(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, size_t bs,
-                         const struct ms_q8_act *a, float *ya, float *yb) {
-  int nblk = a->n / QK, i = 0;
-  __m256 caA = _mm256_setzero_ps(), cbA = caA, caB = caA, cbB = caA;
-  float maA = 0.0f, mbA = 0.0f, maB = 0.0f, mbB = 0.0f;
-  for (; i + 1 < nblk; i += 2) {
-    _mm_prefetch((const char *)ra + (size_t)i * bs + Q8_AHEAD, _MM_HINT_T0);
-    _mm_prefetch((const char *)rb + (size_t)i * bs + Q8_AHEAD, _MM_HINT_T0);
-    q8_blk2_x1(t, ra + (size_t)i * bs, rb + (size_t)i * bs, a, i, &caA, &cbA, &maA, &mbA);
-    q8_blk2_x1(t, ra + (size_t)(i + 1) * bs, rb + (size_t)(i + 1) * bs, a, i + 1, &caB, &cbB, &maB, &mbB);
+/* The four chains' sum, (c0 + c1) + (c2 + c3), and the minimums' the same way. */
+TGT_INL float q8_chains(enum ms_dtype t, __m128 acc, __m128 mins) {
+  float c[4], m[4];
+  _mm_storeu_ps(c, acc);
+  _mm_storeu_ps(m, mins);
+  float v = (c[0] + c[1]) + (c[2] + c[3]);
+  return Q8_HAS_M(t) ? v + ((m[0] + m[1]) + (m[2] + m[3])) : v;
+}
+
+/* Weight rows r .. r + nr - 1 (nr <= 2) against input rows b0 .. b0 + nb - 1
+ * (nb <= 4): each quad of blocks unpacked once for all the inputs. */
+TGT_INL void q8_tile_avx2(enum ms_dtype t, const uint8_t *row, size_t rb, int nr, size_t bs,
+                          const struct ms_q8_act *a, int b0, int nb, float *y, int ldy, int ahead) {
+  int n = a->n, nblk = n / QK;
+  __m128 acc[2][4], mins[2][4];
+  for (int j = 0; j < 2; j++)
+    for (int b = 0; b < 4; b++) acc[j][b] = mins[j][b] = _mm_setzero_ps();
+  for (int i = 0; i < nblk; i += 4) {
+    int nk = nblk - i < 4 ? nblk - i : 4;
+    for (int j = 0; j < nr; j++) {
+      const uint8_t *blk = row + (size_t)j * rb + (size_t)i * bs;
+      if (ahead)
+        for (size_t o = 0; o < (size_t)nk * bs; o += 64) _mm_prefetch((const char *)blk + Q8_AHEAD + o, _MM_HINT_T0);
+      struct q8_quad u;
+      q8_quad_load(t, blk, bs, nk, &u);
+      for (int b = 0; b < nb; b++) {
+        size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
+        q8_quad_step(t, &u, a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK, a->d + ib, a->s + ib, nk,
+                     &acc[j][b], &mins[j][b]);
+      }
+    }
   }
-  if (i < nblk) q8_blk2_x1(t, ra + (size_t)i * bs, rb + (size_t)i * bs, a, i, &caA, &cbA, &maA, &mbA);
-  float va = hsum(_mm256_add_ps(caA, caB)), vb = hsum(_mm256_add_ps(cbA, cbB));
-  *ya = Q8_HAS_M(t) ? va + (maA + maB) : va;
-  *yb = Q8_HAS_M(t) ? vb + (mbA + mbB) : vb;
+  for (int j = 0; j < nr; j++)
+    for (int b = 0; b < nb; b++) y[(size_t)b * ldy + j] = q8_chains(t, acc[j][b], mins[j][b]);
 }
 
 TGT_INL void q8_gemv_avx2_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
                             const struct ms_q8_act *a, float *y, int ldy) {
   size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(t);
   int r = r0;
-  if (a->nb == 1)
-    for (; r + 1 < r1; r += 2) {
-      const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
-      q8_rows2_x1(t, row, row + rb, bs, a, &y[r - r0], &y[r + 1 - r0]);
-    }
-  for (; r < r1; r++) {
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
-    for (int b0 = 0; b0 < a->nb; b0 += 4) {
-      int n = a->nb - b0 < 4 ? a->nb - b0 : 4;
-      float out[4];
-      q8_row_x4(t, row, bs, a, b0, n, out);
-      for (int b = 0; b < n; b++) y[(size_t)(b0 + b) * ldy + (r - r0)] = out[b];
-    }
-  }
+  if (a->nb == 1)  /* two rows share each input block */
+    for (; r + 1 < r1; r += 2)
+      q8_tile_avx2(t, (const uint8_t *)w->data + (size_t)r * rb, rb, 2, bs, a, 0, 1, y + (r - r0), ldy, 1);
+  for (; r < r1; r++)
+    for (int b0 = 0; b0 < a->nb; b0 += 4)
+      q8_tile_avx2(t, (const uint8_t *)w->data + (size_t)r * rb, rb, 1, bs, a, b0, a->nb - b0 < 4 ? a->nb - b0 : 4,
+                   y + (size_t)b0 * ldy + (r - r0), ldy, a->nb == 1);
 }
 
 /* q8_k_gemv_portable's sums with vectors: each piece unpacked once per group
@@ -892,12 +870,6 @@ TGT_INL __m256i a_kpk_w(enum ms_dtype t, const uint8_t *qp, const uint8_t *hp, i
     w = _mm256_or_si256(w, _mm256_and_si256(h, _mm256_set1_epi8(0x30)));
   }
   return w;
-}
-
-/* The sums of v[0..3]'s lanes, in that order. */
-TGT_INL __m128i a_hsum4(const __m256i *v) {
-  __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
-  return _mm_add_epi32(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
 /* A packed super-block's scale record (blocks.h) in registers: s[0], s[1]
@@ -1051,14 +1023,19 @@ TGT static int a_kpk_gemv(const struct ms_weight *w, int r0, int r1, const struc
   }
 }
 
-/* ---- AVX-512 VNNI: Q8_0, Q4_0 and Q4_1 with 8-bit activations ----
- * Two blocks per 512-bit vector: block i in the low half (chain A when i is
- * even), block i + 1 in the high half (chain B), so one vector accumulator is
- * both chains of the two-chain order and the bits are the AVX2 path's and the
- * portable one's. The lanes come from _mm512_dpbusd_epi32 (unsigned weight
- * bytes times signed activations, summed in fours into int32: no int16
- * saturation on the way), with the signed types offset as the section's
- * comment says. An odd last block goes to chain A on 256 bits. */
+/* ---- AVX-512 VNNI on the packed 32-element types (blocks.h) ----
+ * A group of four rows, four blocks at a time (a quad): lane 4j + k of a
+ * vector is row j's block 4Q + k, so _mm512_dpbusd_epi32 of a step's weight
+ * bytes (u = w + Q8_OFF: unsigned) with the input's step broadcast to the four
+ * rows (ms_q8_act.qa: the 16 bytes q[4Q + k][4s .. 4s + 3]) adds four
+ * products into each lane, and after the eight steps each lane holds its
+ * block's isum (no int16 saturation on the way; the lanes start at -Q8_OFF
+ * times the block's sum of q). Then one conversion and FMA for 16 blocks:
+ * lane 4j + k is row j's chain k, the order of the section on 8-bit
+ * activations, so the bits are the portable path's. A last pair of blocks
+ * (the row's blocks % 4 == 2) takes the same steps on 256 bits, lanes 2j + k,
+ * into chains 0 and 1. The rows outside the packed groups, and weights with no
+ * packed form, take the AVX2 path (q8_gemv_avx2): the same bits. */
 #define TGT512 __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
 #define TGT512_INL TGT512 static inline __attribute__((always_inline))
 
@@ -1066,221 +1043,149 @@ TGT static int a_kpk_gemv(const struct ms_weight *w, int r0, int r1, const struc
 #define Q8_OFF(t)                                                                         \
   ((t) == MS_DTYPE_Q8_0 || (t) == MS_DTYPE_IQ4_NL ? 128 : (t) == MS_DTYPE_Q4_0 ? 8 : (t) == MS_DTYPE_Q5_0 ? 16 : 0)
 
-/* Q5_0, Q5_1 and IQ4_NL's 32 bytes as u = w + Q8_OFF: the fifth bits on the nibbles, the table's values + 128. */
-TGT512_INL __m256i v_q5nl_u(enum ms_dtype t, const uint8_t *b) {
-  if (t == MS_DTYPE_IQ4_NL) return _mm256_xor_si256(iq4nl_bytes(b + 2), _mm256_set1_epi8((char)0x80));
-  return t == MS_DTYPE_Q5_1 ? q5_bytes(b + 4, b + 8) : q5_bytes(b + 2, b + 6);
+TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
+                             int ldy);
+
+/* The eight steps' weights of a quad (512 bits) or a last pair (256 bits,
+ * V = __m256i): Q8_0 as stored, the others' low nibbles steps 0-3 and high
+ * nibbles steps 4-7, Q5's fifth bits added from one mask a step. */
+#define PK_STEPS(V, LOAD, AND, SRLI, SET1, MADD, MASK, t, qp, hp, W)            \
+  do {                                                                         \
+    const int vb_ = (int)sizeof(V);                                            \
+    if ((t) == MS_DTYPE_Q8_0)                                                  \
+      for (int s_ = 0; s_ < 8; s_++) W[s_] = LOAD((const void *)((qp) + vb_ * s_)); \
+    else                                                                       \
+      for (int s_ = 0; s_ < 4; s_++) {                                         \
+        V v_ = LOAD((const void *)((qp) + vb_ * s_));                          \
+        W[s_] = AND(v_, SET1(0x0f));                                           \
+        W[s_ + 4] = AND(SRLI(v_, 4), SET1(0x0f));                              \
+      }                                                                        \
+    if (PK_HB(t))                                                              \
+      for (int s_ = 0; s_ < 8; s_++) W[s_] = MADD(W[s_], MASK(hp, s_), W[s_], SET1(0x10)); \
+  } while (0)
+#define PK_M64(hp, s) _cvtu64_mask64(((const uint64_t *)(const void *)(hp))[s])
+#define PK_M32(hp, s) _cvtu32_mask32(((const uint32_t *)(const void *)(hp))[s])
+
+/* -Q8_OFF times the sums of an input's blocks 4Q .. 4Q + 3, from its halves' sums bs (8 of them). */
+TGT512_INL __m512i v_quad_init(enum ms_dtype t, const int16_t *bs) {
+  __m128i s = _mm_madd_epi16(_mm_loadu_si128((const __m128i *)bs), _mm_set1_epi16(1));
+  return _mm512_broadcast_i32x4(_mm_mullo_epi32(s, _mm_set1_epi32(-Q8_OFF(t))));
 }
 
-/* Q5_0 or Q5_1 blocks b0, b1 as 64 unsigned bytes: the nibbles as Q4's, and the
- * fifth bits straight from the two blocks' 32-bit qh words, which are a byte mask
- * of the vector as they stand (bit k: element k). */
-TGT512_INL __m512i v_q5_pair(const uint8_t *b0, const uint8_t *b1, int qh) {
-  uint32_t h0, h1;
-  memcpy(&h0, b0 + qh, 4);
-  memcpy(&h1, b1 + qh, 4);
-  __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b0 + qh + 4)));
-  v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128((const __m128i *)(b1 + qh + 4)));
-  v = _mm512_and_si512(_mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4)), _mm512_set1_epi8(0x0f));
-  return _mm512_mask_add_epi8(v, (__mmask64)h0 | (__mmask64)h1 << 32, v, _mm512_set1_epi8(0x10));
+/* The same for a last pair (4 halves), as [s0, s1] x4. */
+TGT512_INL __m256i v_pair_init(enum ms_dtype t, const int16_t *bs) {
+  __m128i s = _mm_madd_epi16(_mm_loadl_epi64((const __m128i *)bs), _mm_set1_epi16(1));
+  return _mm256_broadcastq_epi64(_mm_mullo_epi32(s, _mm_set1_epi32(-Q8_OFF(t))));
 }
 
-/* Blocks b0, b1 as 64 unsigned bytes, each block's 32 in element order. */
-TGT512_INL __m512i v_wpair(enum ms_dtype t, const uint8_t *b0, const uint8_t *b1) {
-  if (t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1) return v_q5_pair(b0, b1, t == MS_DTYPE_Q5_1 ? 4 : 2);
-  if (t == MS_DTYPE_IQ4_NL)
-    return _mm512_inserti64x4(_mm512_castsi256_si512(v_q5nl_u(t, b0)), v_q5nl_u(t, b1), 1);
-  if (t == MS_DTYPE_Q8_0) {
-    __m512i v = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_loadu_si256((const __m256i *)(b0 + 2))),
-                                   _mm256_loadu_si256((const __m256i *)(b1 + 2)), 1);
-    return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
-  }
-  int off = t == MS_DTYPE_Q4_1 ? 4 : 2;
-  /* each block's 16 bytes in two 128-bit lanes, the second shifted by a nibble */
-  __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(b0 + off)));
-  v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128((const __m128i *)(b1 + off)));
-  v = _mm512_srlv_epi64(v, _mm512_setr_epi64(0, 0, 4, 4, 0, 0, 4, 4));
-  return _mm512_and_si512(v, _mm512_set1_epi8(0x0f));
-}
-
-/* One block as 32 unsigned bytes in element order (the odd last block). */
-TGT512_INL __m256i v_wone(enum ms_dtype t, const uint8_t *b) {
-  if (t == MS_DTYPE_Q5_0 || t == MS_DTYPE_Q5_1 || t == MS_DTYPE_IQ4_NL) return v_q5nl_u(t, b);
-  if (t == MS_DTYPE_Q8_0)
-    return _mm256_xor_si256(_mm256_loadu_si256((const __m256i *)(b + 2)), _mm256_set1_epi8((char)0x80));
-  __m256i qs = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(b + (t == MS_DTYPE_Q4_1 ? 4 : 2))));
-  return _mm256_and_si256(_mm256_srlv_epi64(qs, _mm256_setr_epi64x(0, 0, 4, 4)), _mm256_set1_epi8(0x0f));
-}
-
-/* [d0, m0, d1, m1] of blocks b0, b1 (Q4_1's and Q5_1's minimum; the other types' m lanes are unused). */
-TGT512_INL __m128 v_wscales(const uint8_t *b0, const uint8_t *b1) {
-  uint32_t x0, x1;
-  memcpy(&x0, b0, 4);
-  memcpy(&x1, b1, 4);
-  return _mm_cvtph_ps(_mm_insert_epi32(_mm_cvtsi32_si128((int)x0), (int)x1, 1));
-}
-
-/* [d_x, s_x] of blocks i and i + 1 of an input row. */
-TGT512_INL __m128 v_xscales(const float *d, const float *s) {
-  return _mm_unpacklo_ps(_mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)d)),
-                         _mm_castsi128_ps(_mm_loadl_epi64((const __m128i *)s)));
-}
-
-/* The lanes' starting value: -off * (each lane's sum of q), 0 for Q4_1. */
-TGT512_INL __m512i v_init(enum ms_dtype t, __m512i q) {
-  if (!Q8_OFF(t)) return _mm512_setzero_si512();
-  __m512i z = _mm512_setzero_si512();
-  return _mm512_sub_epi32(z, _mm512_dpbusd_epi32(z, _mm512_set1_epi8((char)Q8_OFF(t)), q));
-}
-
-TGT512_INL __m256i v_init256(enum ms_dtype t, __m256i q) {
-  if (!Q8_OFF(t)) return _mm256_setzero_si256();
-  __m256i z = _mm256_setzero_si256();
-  return _mm256_sub_epi32(z, _mm256_dpbusd_epi32(z, _mm256_set1_epi8((char)Q8_OFF(t)), q));
-}
-
-/* acc + [sc0 x8, sc1 x8] * lanes, sc = lanes 0 and 2 of ws * xs; Q4_1's
- * minimums into lanes 1 and 3 of *mins. */
-TGT512_INL __m512 v_step(enum ms_dtype t, __m512i w, __m512i q, __m512i init, __m128 ws, __m128 xs, __m512 acc,
-                         __m128 *mins) {
-  const __m512i pick = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2);
-  if (Q8_HAS_M(t)) *mins = _mm_fmadd_ps(ws, xs, *mins);
-  __m512 sc = _mm512_permutexvar_ps(pick, _mm512_castps128_ps512(_mm_mul_ps(ws, xs)));
-  return _mm512_fmadd_ps(sc, _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, q)), acc);
-}
-
-/* The sum of a pair of chains: acc's halves (A low, B high; tail: A's last
- * block) and the minimums' lanes 1 and 3 (+ the tail's into A). */
-TGT512_INL float v_finish(enum ms_dtype t, __m512 acc, __m128 mins, int tail, const uint8_t *blk, __m256i q,
-                          float dx, float sx) {
-  __m256 A = _mm512_castps512_ps256(acc);
-  __m256 B = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-  float mA = _mm_cvtss_f32(_mm_shuffle_ps(mins, mins, 1)), mB = _mm_cvtss_f32(_mm_shuffle_ps(mins, mins, 3));
-  if (tail) {
-    float mw = 0.0f, dw = q8_wscale(t, blk, &mw);
-    __m256i l = _mm256_dpbusd_epi32(v_init256(t, q), v_wone(t, blk), q);
-    A = _mm256_fmadd_ps(_mm256_set1_ps(dw * dx), _mm256_cvtepi32_ps(l), A);
-    if (Q8_HAS_M(t)) mA = fmaf(mw, sx, mA);
-  }
-  float v = hsum(_mm256_add_ps(A, B));
-  return Q8_HAS_M(t) ? v + (mA + mB) : v;
-}
-
-/* Batch 1: two weight rows share each pair of activation blocks. */
-TGT512_INL void v_rows2_x1(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, size_t bs,
-                           const struct ms_q8_act *a, float *ya, float *yb) {
-  int nblk = a->n / QK, i = 0;
-  __m512 ca = _mm512_setzero_ps(), cb = ca;
-  __m128 ma = _mm_setzero_ps(), mb = ma;
-  for (; i + 1 < nblk; i += 2) {
-    const uint8_t *a0 = ra + (size_t)i * bs, *b0 = rb + (size_t)i * bs;
-    _mm_prefetch((const char *)a0 + Q8_AHEAD, _MM_HINT_T0);  /* the rows are streams: ask ahead */
-    _mm_prefetch((const char *)b0 + Q8_AHEAD, _MM_HINT_T0);
-    __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)i * QK)), init = v_init(t, q);
-    __m128 xs = v_xscales(a->d + i, a->s + i);
-    ca = v_step(t, v_wpair(t, a0, a0 + bs), q, init, v_wscales(a0, a0 + bs), xs, ca, &ma);
-    cb = v_step(t, v_wpair(t, b0, b0 + bs), q, init, v_wscales(b0, b0 + bs), xs, cb, &mb);
-  }
-  int tail = i < nblk;
-  __m256i q = tail ? _mm256_load_si256((const __m256i *)(a->q + (size_t)i * QK)) : _mm256_setzero_si256();
-  float dx = tail ? a->d[i] : 0.0f, sx = tail ? a->s[i] : 0.0f;
-  *ya = v_finish(t, ca, ma, tail, ra + (size_t)i * bs, q, dx, sx);
-  *yb = v_finish(t, cb, mb, tail, rb + (size_t)i * bs, q, dx, sx);
-}
-
-/* One weight row against input rows b0 .. b0+nb-1 (nb <= 4). */
-TGT512_INL void v_row_x4(enum ms_dtype t, const uint8_t *row, size_t bs, const struct ms_q8_act *a, int b0, int nb,
-                         float *out) {
-  int n = a->n, nblk = n / QK, i = 0;
-  const int8_t *q0 = a->q + (size_t)b0 * (size_t)n;
-  const float *d0 = a->d + (size_t)b0 * (size_t)nblk, *s0 = a->s + (size_t)b0 * (size_t)nblk;
-  __m512 c[4];
-  __m128 m[4];
-  for (int b = 0; b < 4; b++) c[b] = _mm512_setzero_ps(), m[b] = _mm_setzero_ps();
-  for (; i + 1 < nblk; i += 2) {
-    const uint8_t *blk = row + (size_t)i * bs;
-    __m512i w = v_wpair(t, blk, blk + bs);
-    __m128 ws = v_wscales(blk, blk + bs);
-    for (int b = 0; b < 4; b++)
-      if (b < nb) {
-        __m512i q = _mm512_loadu_si512((const void *)(q0 + (size_t)b * (size_t)n + (size_t)i * QK));
-        __m128 xs = v_xscales(d0 + (size_t)b * (size_t)nblk + i, s0 + (size_t)b * (size_t)nblk + i);
-        c[b] = v_step(t, w, q, v_init(t, q), ws, xs, c[b], &m[b]);
-      }
-  }
-  int tail = i < nblk;
-  for (int b = 0; b < nb; b++) {
-    size_t ib = (size_t)b * (size_t)nblk + (size_t)i;
-    __m256i q = tail ? _mm256_load_si256((const __m256i *)(q0 + (size_t)b * (size_t)n + (size_t)i * QK))
-                     : _mm256_setzero_si256();
-    out[b] = v_finish(t, c[b], m[b], tail, row + (size_t)i * bs, q, tail ? d0[ib] : 0.0f, tail ? s0[ib] : 0.0f);
-  }
-}
-
-/* Two weight rows against input rows b0 .. b0+nb-1 (nb <= 4): each input
- * pair's load, scales and offset serve both weight rows (register blocking). */
-TGT512_INL void v_rows2_x4(enum ms_dtype t, const uint8_t *ra, const uint8_t *rb, size_t bs, const struct ms_q8_act *a,
-                           int b0, int nb, float *oa, float *ob) {
-  int n = a->n, nblk = n / QK, i = 0;
-  const int8_t *q0 = a->q + (size_t)b0 * (size_t)n;
-  const float *d0 = a->d + (size_t)b0 * (size_t)nblk, *s0 = a->s + (size_t)b0 * (size_t)nblk;
-  __m512 ca[4], cb[4];
-  __m128 ma[4], mb[4];
-  for (int b = 0; b < 4; b++) ca[b] = cb[b] = _mm512_setzero_ps(), ma[b] = mb[b] = _mm_setzero_ps();
-  for (; i + 1 < nblk; i += 2) {
-    const uint8_t *xa = ra + (size_t)i * bs, *xb = rb + (size_t)i * bs;
-    __m512i wa = v_wpair(t, xa, xa + bs), wb = v_wpair(t, xb, xb + bs);
-    __m128 wsa = v_wscales(xa, xa + bs), wsb = v_wscales(xb, xb + bs);
-    for (int b = 0; b < 4; b++)
-      if (b < nb) {
-        __m512i q = _mm512_loadu_si512((const void *)(q0 + (size_t)b * (size_t)n + (size_t)i * QK)), init = v_init(t, q);
-        __m128 xs = v_xscales(d0 + (size_t)b * (size_t)nblk + i, s0 + (size_t)b * (size_t)nblk + i);
-        ca[b] = v_step(t, wa, q, init, wsa, xs, ca[b], &ma[b]);
-        cb[b] = v_step(t, wb, q, init, wsb, xs, cb[b], &mb[b]);
-      }
-  }
-  int tail = i < nblk;
-  for (int b = 0; b < nb; b++) {
-    size_t ib = (size_t)b * (size_t)nblk + (size_t)i;
-    __m256i q = tail ? _mm256_load_si256((const __m256i *)(q0 + (size_t)b * (size_t)n + (size_t)i * QK))
-                     : _mm256_setzero_si256();
-    float dx = tail ? d0[ib] : 0.0f, sx = tail ? s0[ib] : 0.0f;
-    oa[b] = v_finish(t, ca[b], ma[b], tail, ra + (size_t)i * bs, q, dx, sx);
-    ob[b] = v_finish(t, cb[b], mb[b], tail, rb + (size_t)i * bs, q, dx, sx);
-  }
-}
-
-TGT512_INL void q8_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
-                                 const struct ms_q8_act *a, float *y, int ldy) {
-  size_t rb = ms_weight_row_bytes(w), bs = ms_dtype_size(t);
-  int r = r0;
-  if (a->nb == 1)
-    for (; r + 1 < r1; r += 2) {
-      const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
-      v_rows2_x1(t, row, row + rb, bs, a, &y[r - r0], &y[r + 1 - r0]);
+/* Four rows of a packed group against the NB input rows from b0 (NB <= 4, a
+ * constant where it is called: the accumulators stay in registers and the
+ * loops unroll), np block pairs a row; ahead: batch 1's stream, prefetched.
+ * qg, dg, hg: the group's quants, scales (f16) and high bits (blocks.h). */
+TGT512_INL void v_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const uint16_t *dg, const uint8_t *hg,
+                          const struct ms_q8_act *a, int b0, int np, int ahead, float *y, int ldy) {
+  const int n = a->n, nblk = n / QK, nq = np / 2, hasm = Q8_HAS_M(t), ns = PK_SB(t) / 2;
+  __m512 c[4], m[4];
+  for (int b = 0; b < NB; b++) c[b] = m[b] = _mm512_setzero_ps();
+  for (int Q = 0; Q < nq; Q++) {
+    const uint8_t *qp = qg + (size_t)Q * 2 * PK_QB(t), *hp = hg + (size_t)Q * 2 * PK_HB(t);
+    const uint16_t *dp = dg + (size_t)Q * 2 * ns;
+    if (ahead) {
+      for (int k = 0; k < 2 * PK_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
+      if (PK_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 4, _MM_HINT_T0);
     }
-  else
-    for (; r + 1 < r1; r += 2) {
-      const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
-      for (int b0 = 0; b0 < a->nb; b0 += 4) {
-        int n = a->nb - b0 < 4 ? a->nb - b0 : 4;
-        float oa[4], ob[4];
-        v_rows2_x4(t, row, row + rb, bs, a, b0, n, oa, ob);
-        for (int b = 0; b < n; b++) {
-          y[(size_t)(b0 + b) * ldy + (r - r0)] = oa[b];
-          y[(size_t)(b0 + b) * ldy + (r + 1 - r0)] = ob[b];
-        }
+    __m512i W[8];
+    PK_STEPS(__m512i, _mm512_load_si512, _mm512_and_si512, _mm512_srli_epi16, _mm512_set1_epi8,
+             _mm512_mask_add_epi8, PK_M64, t, qp, hp, W);
+    __m512 dw = _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)dp));
+    __m512 mw = hasm ? _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(dp + 16))) : dw;
+    for (int b = 0; b < NB; b++) {
+      size_t ib = (size_t)(b0 + b) * (size_t)nblk + 4 * (size_t)Q;
+      const int8_t *xa = a->qa + (size_t)(b0 + b) * (size_t)n + (size_t)Q * 128;
+      __m512i i0 = Q8_OFF(t) ? v_quad_init(t, a->bs + 2 * ib) : _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
+      for (int s = 0; s < 8; s += 2) {  /* two chains of integer adds */
+        i0 = _mm512_dpbusd_epi32(i0, W[s], _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xa + 16 * s))));
+        i1 = _mm512_dpbusd_epi32(i1, W[s + 1],
+                                 _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xa + 16 * s + 16))));
       }
-    }
-  for (; r < r1; r++) {
-    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
-    for (int b0 = 0; b0 < a->nb; b0 += 4) {
-      int n = a->nb - b0 < 4 ? a->nb - b0 : 4;
-      float out[4];
-      v_row_x4(t, row, bs, a, b0, n, out);
-      for (int b = 0; b < n; b++) y[(size_t)(b0 + b) * ldy + (r - r0)] = out[b];
+      __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(a->d + ib));
+      c[b] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), c[b]);
+      if (hasm) m[b] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_loadu_ps(a->s + ib)), m[b]);
     }
   }
+  if (np & 1) {  /* the last pair: lanes 2j + k, expanded into lanes 4j + k (chains 0 and 1) */
+    const uint8_t *qp = qg + (size_t)nq * 2 * PK_QB(t), *hp = hg + (size_t)nq * 2 * PK_HB(t);
+    const uint16_t *dp = dg + (size_t)nq * 2 * ns;
+    const __mmask16 lanes = 0x3333;
+    __m256i W[8];
+    PK_STEPS(__m256i, _mm256_load_si256, _mm256_and_si256, _mm256_srli_epi16, _mm256_set1_epi8,
+             _mm256_mask_add_epi8, PK_M32, t, qp, hp, W);
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp));
+    __m256 mw = hasm ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 8))) : dw;
+    for (int b = 0; b < NB; b++) {
+      size_t ib = (size_t)(b0 + b) * (size_t)nblk + 4 * (size_t)nq;
+      const int8_t *xa = a->qa + (size_t)(b0 + b) * (size_t)n + (size_t)nq * 128;
+      __m256i is = Q8_OFF(t) ? v_pair_init(t, a->bs + 2 * ib) : _mm256_setzero_si256();
+      for (int s = 0; s < 8; s++) {
+        int64_t x8;
+        memcpy(&x8, xa + 8 * s, 8);
+        is = _mm256_dpbusd_epi32(is, W[s], _mm256_set1_epi64x(x8));
+      }
+      __m256 dx = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)(a->d + ib)));
+      __m512 sc = _mm512_maskz_expand_ps(lanes, _mm512_castps256_ps512(_mm256_mul_ps(dw, dx)));
+      __m512 f = _mm512_maskz_expand_ps(lanes, _mm512_castps256_ps512(_mm256_cvtepi32_ps(is)));
+      c[b] = _mm512_mask3_fmadd_ps(sc, f, c[b], lanes);
+      if (hasm) {
+        __m256 sx = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)(a->s + ib)));
+        m[b] = _mm512_mask3_fmadd_ps(_mm512_maskz_expand_ps(lanes, _mm512_castps256_ps512(mw)),
+                                     _mm512_maskz_expand_ps(lanes, _mm512_castps256_ps512(sx)), m[b], lanes);
+      }
+    }
+  }
+  for (int b = 0; b < NB; b++) {
+    float cv[16], mv[16];
+    _mm512_storeu_ps(cv, c[b]);
+    _mm512_storeu_ps(mv, m[b]);
+    for (int j = 0; j < 4; j++) {
+      float v = (cv[4 * j] + cv[4 * j + 1]) + (cv[4 * j + 2] + cv[4 * j + 3]);
+      y[(size_t)(b0 + b) * ldy + j] = hasm ? v + ((mv[4 * j] + mv[4 * j + 1]) + (mv[4 * j + 2] + mv[4 * j + 3])) : v;
+    }
+  }
+}
+
+/* v_pk_tile for nb (1 .. 4) input rows: one unrolled instance each. */
+TGT512_INL void v_pk_rows4(enum ms_dtype t, const uint8_t *qg, const uint16_t *dg, const uint8_t *hg,
+                           const struct ms_q8_act *a, int b0, int nb, int np, float *y, int ldy) {
+  switch (nb) {
+  case 4: v_pk_tile(t, 4, qg, dg, hg, a, b0, np, 0, y, ldy); break;
+  case 3: v_pk_tile(t, 3, qg, dg, hg, a, b0, np, 0, y, ldy); break;
+  case 2: v_pk_tile(t, 2, qg, dg, hg, a, b0, np, 0, y, ldy); break;
+  default: v_pk_tile(t, 1, qg, dg, hg, a, b0, np, a->nb == 1, y, ldy); break;
+  }
+}
+
+/* The packed form at any batch: each whole group of four in [r0, r1) against
+ * the inputs four at a time, the rows outside them by the AVX2 path. */
+TGT512_INL void pk_gemv_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
+                          float *y, int ldy) {
+  int np = a->n / (2 * QK), g0, g1, P0, PN;
+  pk_groups(w, r0, r1, &g0, &g1, &P0, &PN);
+  if (g0 >= g1) {
+    q8_gemv_avx2(w, r0, r1, a, y, ldy);
+    return;
+  }
+  size_t n = (size_t)PN * (size_t)np;
+  const uint8_t *qs = w->packed;
+  const uint16_t *ds = (const uint16_t *)(qs + n * PK_QB(t));
+  const uint8_t *hs = (const uint8_t *)ds + n * PK_SB(t);
+  if (r0 < 4 * g0) q8_gemv_avx2(w, r0, 4 * g0, a, y, ldy);
+  for (int g = g0; g < g1; g++) {
+    size_t at = (size_t)(g - P0) * (size_t)np;
+    for (int b0 = 0; b0 < a->nb; b0 += 4)
+      v_pk_rows4(t, qs + at * PK_QB(t), ds + at * (PK_SB(t) / 2), hs + at * PK_HB(t), a, b0,
+                 a->nb - b0 < 4 ? a->nb - b0 : 4, np, y + 4 * g - r0, ldy);
+  }
+  if (4 * g1 < r1) q8_gemv_avx2(w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
 }
 
 /* [v0 x4, v1 x4, v2 x4, v3 x4] */
@@ -1289,185 +1194,12 @@ TGT512_INL __m512 v_x4(__m128 v) {
   return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
 }
 
-/* The two chains' sum: the low half of acc (A) plus the high half (B). */
-TGT512_INL float v_hsum2(__m512 acc) {
-  __m256 A = _mm512_castps512_ps256(acc), B = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(acc), 1));
-  return hsum(_mm256_add_ps(A, B));
-}
-
 /* The K-quants from the file's layout (rows outside whole groups of four, or
  * no packed form): q8_k_gemv_avx2's loop, the same bits. */
 TGT512_INL void q8_k_gemv_avx512_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
                                    const struct ms_q8_act *a, float *y, int ldy) {
   (void)t;
   q8_k_gemv_avx2(w, r0, r1, a, y, ldy);
-}
-
-/* Batch 1 on a packed group (quant.h): four rows, one stream. Each row's
- * lanes, products and order are v_rows2_x1's, so the bits are data's. */
-TGT512_INL void v_pk_rows4_x1(enum ms_dtype t, const uint8_t *qg, const uint16_t *dg, const uint64_t *hg,
-                              const struct ms_q8_act *a, int npair, float *y) {
-  const __m512i pick0 = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m512i two = _mm512_set1_epi32(2), low = _mm512_set1_epi8(0x0f), five = _mm512_set1_epi8(0x10);
-  __m512i pick[4] = {pick0, _mm512_add_epi32(pick0, two), _mm512_add_epi32(pick0, _mm512_add_epi32(two, two))};
-  pick[3] = _mm512_add_epi32(pick[2], two);
-  __m512 c[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-  __m256 mins = _mm256_setzero_ps();  /* Q4_1, Q5_1: m * s_x, lane 2j + k for row j, block 2p + k */
-  for (int p = 0; p < npair; p++) {
-    const uint8_t *qp = qg + (size_t)p * PK_QB(t);
-    for (int k = 0; k < PK_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
-    __m512i q = _mm512_loadu_si512((const void *)(a->q + (size_t)p * 64)), init = v_init(t, q);
-    const uint16_t *dp = dg + (size_t)p * (PK_SB(t) / 2);
-    /* [d_w(row j, block 2p + k) * d_x(block 2p + k)] for j = 0..3, k = 0, 1 */
-    __m256 xd = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->d + 2 * (size_t)p)));
-    __m512 sc = _mm512_castps256_ps512(_mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp)), xd));
-    if (Q8_HAS_M(t)) {
-      __m256 sx = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->s + 2 * (size_t)p)));
-      mins = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 8))), sx, mins);
-    }
-    __m512i nib[2];
-    if (t != MS_DTYPE_Q8_0)  /* rows 2h and 2h + 1 share bytes: low and high nibbles */
-      for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
-    for (int j = 0; j < 4; j++) {
-      __m512i w;
-      if (t == MS_DTYPE_Q8_0)
-        w = _mm512_load_si512((const void *)(qp + 64 * j));
-      else
-        w = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], low);
-      if (PK_HB(t)) w = _mm512_mask_add_epi8(w, _cvtu64_mask64(hg[(size_t)p * 4 + j]), w, five);
-      c[j] = _mm512_fmadd_ps(_mm512_permutexvar_ps(pick[j], sc), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w, q)),
-                             c[j]);
-    }
-  }
-  float m[8];
-  _mm256_storeu_ps(m, mins);
-  for (int j = 0; j < 4; j++) y[j] = Q8_HAS_M(t) ? v_hsum2(c[j]) + (m[2 * j] + m[2 * j + 1]) : v_hsum2(c[j]);
-}
-
-/* [v x8 (lanes 0-7), v' x8 (lanes 8-15)] for v, v' at p[0], p[1]. */
-TGT512_INL __m512 v_pair8(const float *p) {
-  return _mm512_mask_broadcastss_ps(_mm512_set1_ps(p[0]), 0xff00, _mm_load_ss(p + 1));
-}
-
-/* Four rows of a packed group against the NB input rows from b0 (NB <= 4, a
- * constant where it is called, so the tile's 4 x NB accumulators stay in
- * registers and the loops unroll without a branch): each pair's weights
- * unpacked once for every (row, input), each row's [d_w(A) x8, d_w(B) x8]
- * permuted once a pair. The scale d_w * d_x is the same product of the same
- * floats as v_pk_rows4_x1's (lane by lane), the lanes and order are its own,
- * so the bits are data's. Q4_1's and Q5_1's minimums (m_w * s_x, which the
- * weights' bits do not enter) run in a loop of their own after, in the same
- * order, to leave the main loop its registers. */
-TGT512_INL void v_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const uint16_t *dg, const uint64_t *hg,
-                          const struct ms_q8_act *a, int b0, int npair, float *y, int ldy) {
-  const int n = a->n, nblk = n / QK;
-  const int8_t *q0 = a->q + (size_t)b0 * (size_t)n;
-  const float *d0 = a->d + (size_t)b0 * (size_t)nblk;
-  __m512 c[4][4];
-  for (int b = 0; b < NB; b++)
-    for (int j = 0; j < 4; j++) c[b][j] = _mm512_setzero_ps();
-  for (int p = 0; p < npair; p++) {
-    const uint8_t *qp = qg + (size_t)p * PK_QB(t);
-    const uint16_t *dp = dg + (size_t)p * (PK_SB(t) / 2);
-    __m512 dw = _mm512_castps256_ps512(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp)));
-    __m512 dwj[4];
-    __m512i w[4], nib[2];
-    for (int j = 0; j < 4; j++)
-      dwj[j] = _mm512_permutexvar_ps(_mm512_setr_epi32(2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j, 2 * j + 1,
-                                                       2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1, 2 * j + 1,
-                                                       2 * j + 1),
-                                     dw);
-    if (t != MS_DTYPE_Q8_0)
-      for (int h = 0; h < 2; h++) nib[h] = _mm512_load_si512((const void *)(qp + 64 * h));
-    for (int j = 0; j < 4; j++) {
-      if (t == MS_DTYPE_Q8_0)
-        w[j] = _mm512_load_si512((const void *)(qp + 64 * j));
-      else
-        w[j] = _mm512_and_si512(j & 1 ? _mm512_srli_epi16(nib[j / 2], 4) : nib[j / 2], _mm512_set1_epi8(0x0f));
-      if (PK_HB(t))
-        w[j] = _mm512_mask_add_epi8(w[j], _cvtu64_mask64(hg[(size_t)p * 4 + j]), w[j], _mm512_set1_epi8(0x10));
-    }
-    for (int b = 0; b < NB; b++) {
-      __m512i q = _mm512_loadu_si512((const void *)(q0 + (size_t)b * (size_t)n + (size_t)p * 64));
-      __m512i init = v_init(t, q);
-      __m512 dx = v_pair8(d0 + (size_t)b * (size_t)nblk + 2 * (size_t)p);
-      for (int j = 0; j < 4; j++)
-        c[b][j] = _mm512_fmadd_ps(_mm512_mul_ps(dwj[j], dx), _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(init, w[j], q)),
-                                  c[b][j]);
-    }
-  }
-  for (int b = 0; b < NB; b++) {
-    float m[8] = {0};
-    if (Q8_HAS_M(t)) {
-      size_t ib = (size_t)(b0 + b) * (size_t)nblk;
-      __m256 mins = _mm256_setzero_ps();  /* lane 2j + k: row j, block 2p + k */
-      for (int p = 0; p < npair; p++) {
-        __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dg + (size_t)p * (PK_SB(t) / 2) + 8)));
-        mins = _mm256_fmadd_ps(mw, _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(a->s + ib + 2 * (size_t)p))),
-                               mins);
-      }
-      _mm256_storeu_ps(m, mins);
-    }
-    for (int j = 0; j < 4; j++)
-      y[(size_t)(b0 + b) * ldy + j] = Q8_HAS_M(t) ? v_hsum2(c[b][j]) + (m[2 * j] + m[2 * j + 1]) : v_hsum2(c[b][j]);
-  }
-}
-
-/* v_pk_tile for nb (1 .. 4) input rows: one unrolled instance each. */
-TGT512_INL void v_pk_rows4_x4(enum ms_dtype t, const uint8_t *qg, const uint16_t *dg, const uint64_t *hg,
-                              const struct ms_q8_act *a, int b0, int nb, int npair, float *y, int ldy) {
-  switch (nb) {
-  case 4: v_pk_tile(t, 4, qg, dg, hg, a, b0, npair, y, ldy); break;
-  case 3: v_pk_tile(t, 3, qg, dg, hg, a, b0, npair, y, ldy); break;
-  case 2: v_pk_tile(t, 2, qg, dg, hg, a, b0, npair, y, ldy); break;
-  default: v_pk_tile(t, 1, qg, dg, hg, a, b0, npair, y, ldy); break;
-  }
-}
-
-/* Batches over one, packed: each whole group of four against the inputs four
- * at a time, the rows outside whole groups from data. */
-TGT512_INL void pk_gemv_x4_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
-                             float *y, int ldy) {
-  int npair = a->n / (2 * QK), g0, g1, P0, PN;
-  pk_groups(w, r0, r1, &g0, &g1, &P0, &PN);
-  if (g0 >= g1) {
-    q8_gemv_avx512_t(t, w, r0, r1, a, y, ldy);
-    return;
-  }
-  size_t n = (size_t)PN * (size_t)npair;
-  const uint8_t *qs = w->packed;
-  const uint16_t *ds = (const uint16_t *)(qs + n * PK_QB(t));
-  const uint64_t *hs = (const uint64_t *)((const uint8_t *)ds + n * PK_SB(t));
-  if (r0 < 4 * g0) q8_gemv_avx512_t(t, w, r0, 4 * g0, a, y, ldy);
-  for (int g = g0; g < g1; g++) {
-    size_t at = (size_t)(g - P0) * (size_t)npair;
-    for (int b0 = 0; b0 < a->nb; b0 += 4)
-      v_pk_rows4_x4(t, qs + at * PK_QB(t), ds + at * (PK_SB(t) / 2), hs + at * 4, a, b0, a->nb - b0 < 4 ? a->nb - b0 : 4,
-                    npair, y + 4 * g - r0, ldy);
-  }
-  if (4 * g1 < r1) q8_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
-}
-
-/* Batch 1, packed: the whole groups of four in [r0, r1) from the packed
- * stream, the rows before and after them from data. */
-TGT512_INL void pk_gemv_x1_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
-                             float *y) {
-  int npair = a->n / (2 * QK), g0, g1, P0, PN;
-  pk_groups(w, r0, r1, &g0, &g1, &P0, &PN);
-  if (g0 >= g1) {
-    q8_gemv_avx512_t(t, w, r0, r1, a, y, 1);
-    return;
-  }
-  size_t n = (size_t)PN * (size_t)npair;
-  const uint8_t *qs = w->packed;
-  const uint16_t *ds = (const uint16_t *)(qs + n * PK_QB(t));
-  const uint64_t *hs = (const uint64_t *)((const uint8_t *)ds + n * PK_SB(t));
-  if (r0 < 4 * g0) q8_gemv_avx512_t(t, w, r0, 4 * g0, a, y, 1);
-  for (int g = g0; g < g1; g++) {
-    size_t at = (size_t)(g - P0) * (size_t)npair;
-    v_pk_rows4_x1(t, qs + at * PK_QB(t), ds + at * (PK_SB(t) / 2), hs + at * 4, a, npair, y + 4 * g - r0);
-  }
-  if (4 * g1 < r1) q8_gemv_avx512_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, 1);
 }
 
 /* ---- AVX-512 VNNI on the packed K-quants ----
@@ -1781,15 +1513,16 @@ TGT512 static void pk_gemv_x1(const struct ms_weight *w, int r0, int r1, const s
   case MS_DTYPE_Q4_K: kpk_gemv_x1_t(MS_DTYPE_Q4_K, w, r0, r1, a, y); break;
   case MS_DTYPE_Q5_K: kpk_gemv_x1_t(MS_DTYPE_Q5_K, w, r0, r1, a, y); break;
   case MS_DTYPE_Q6_K: kpk_gemv_x1_t(MS_DTYPE_Q6_K, w, r0, r1, a, y); break;
-  case MS_DTYPE_Q8_0: pk_gemv_x1_t(MS_DTYPE_Q8_0, w, r0, r1, a, y); break;
-  case MS_DTYPE_Q4_0: pk_gemv_x1_t(MS_DTYPE_Q4_0, w, r0, r1, a, y); break;
-  case MS_DTYPE_Q4_1: pk_gemv_x1_t(MS_DTYPE_Q4_1, w, r0, r1, a, y); break;
-  case MS_DTYPE_Q5_0: pk_gemv_x1_t(MS_DTYPE_Q5_0, w, r0, r1, a, y); break;
-  default: pk_gemv_x1_t(MS_DTYPE_Q5_1, w, r0, r1, a, y); break;
+  case MS_DTYPE_Q8_0: pk_gemv_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, 1); break;
+  case MS_DTYPE_Q4_0: pk_gemv_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, 1); break;
+  case MS_DTYPE_Q4_1: pk_gemv_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, 1); break;
+  case MS_DTYPE_Q5_0: pk_gemv_t(MS_DTYPE_Q5_0, w, r0, r1, a, y, 1); break;
+  default: pk_gemv_t(MS_DTYPE_Q5_1, w, r0, r1, a, y, 1); break;
   }
 }
 
-/* 1 when the AVX-512 path took it (every type with 8-bit activations). */
+/* 1 when the AVX-512 path took it (the packed forms and the K-quants; the
+ * 32-element types' file layout is the AVX2 path's). */
 TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                                  int ldy) {
   if (w->packed && a->nb == 1) {
@@ -1803,22 +1536,13 @@ TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, cons
     case MS_DTYPE_Q4_K: kpk_x4_q4k(w, r0, r1, a, y, ldy); return 1;
     case MS_DTYPE_Q5_K: kpk_x4_q5k(w, r0, r1, a, y, ldy); return 1;
     case MS_DTYPE_Q6_K: kpk_x4_q6k(w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q8_0: pk_gemv_x4_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q4_0: pk_gemv_x4_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q4_1: pk_gemv_x4_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q5_0: pk_gemv_x4_t(MS_DTYPE_Q5_0, w, r0, r1, a, y, ldy); return 1;
-    case MS_DTYPE_Q5_1: pk_gemv_x4_t(MS_DTYPE_Q5_1, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q8_0: pk_gemv_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q4_0: pk_gemv_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q4_1: pk_gemv_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q5_0: pk_gemv_t(MS_DTYPE_Q5_0, w, r0, r1, a, y, ldy); return 1;
+    case MS_DTYPE_Q5_1: pk_gemv_t(MS_DTYPE_Q5_1, w, r0, r1, a, y, ldy); return 1;
     default: break;
     }
-  switch (w->dtype) {
-  case MS_DTYPE_Q8_0: q8_gemv_avx512_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return 1;
-  case MS_DTYPE_Q4_0: q8_gemv_avx512_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return 1;
-  case MS_DTYPE_Q4_1: q8_gemv_avx512_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); return 1;
-  case MS_DTYPE_Q5_0: q8_gemv_avx512_t(MS_DTYPE_Q5_0, w, r0, r1, a, y, ldy); return 1;
-  case MS_DTYPE_Q5_1: q8_gemv_avx512_t(MS_DTYPE_Q5_1, w, r0, r1, a, y, ldy); return 1;
-  case MS_DTYPE_IQ4_NL: q8_gemv_avx512_t(MS_DTYPE_IQ4_NL, w, r0, r1, a, y, ldy); return 1;
-  default: break;
-  }
   switch (w->dtype) {  /* one instance per type: kq_bytes' switch folds away */
   case MS_DTYPE_Q2_K: q8_k_gemv_avx512_t(MS_DTYPE_Q2_K, w, r0, r1, a, y, ldy); return 1;
   case MS_DTYPE_Q3_K: q8_k_gemv_avx512_t(MS_DTYPE_Q3_K, w, r0, r1, a, y, ldy); return 1;
@@ -1852,6 +1576,35 @@ TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const st
 }
 #endif
 
+/* Input row b of a, quantized from xb. */
+static void q8_row(const float *xb, int n, int qk, struct ms_q8_act *a, int b, int simd) {
+  size_t nblk = (size_t)(n / qk);
+  int8_t *q = a->q + (size_t)b * (size_t)n;
+  float *d = a->d + (size_t)b * nblk, *s = a->s ? a->s + (size_t)b * nblk : NULL;
+  int16_t *bs = a->bs + (size_t)b * (size_t)(n / 16);
+#ifdef MS_X86
+  if (simd && have_f16c) {
+    q8_row_avx2(xb, n, qk, q, d, s, bs);
+    return;
+  }
+#else
+  (void)simd;
+#endif
+  q8_row_portable(xb, n, qk, q, d, s, bs);
+}
+
+/* A row's q as the AVX-512 packed form reads it (quant.h, ms_q8_act.qa): for
+ * each four blocks 4Q .. 4Q + 3, step s (0..7) is the 16 bytes q[4Q + k][4s ..
+ * 4s + 3] for k = 0..3; the last nblk % 4 blocks the same with nblk % 4 of them. */
+static void q8_arrange(const int8_t *q, int n, int8_t *qa) {
+  int nblk = n / QK;
+  for (int i = 0; i < nblk; i += 4) {
+    int nk = nblk - i < 4 ? nblk - i : 4;
+    for (int s = 0; s < 8; s++)
+      for (int k = 0; k < nk; k++, qa += 4) memcpy(qa, q + (size_t)(i + k) * QK + 4 * s, 4);
+  }
+}
+
 void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int nb, int n, int qk, int simd) {
   MS_ASSERT((qk == QK || qk == 256) && n % qk == 0);
   size_t nblk = (size_t)(n / qk), n32 = qk == QK ? nblk : 0;
@@ -1859,18 +1612,10 @@ void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int
   a->d = (float *)(a->q + (size_t)nb * (size_t)n);
   a->s = n32 ? a->d + (size_t)nb * nblk : NULL;
   a->bs = (int16_t *)(a->d + (size_t)nb * (nblk + n32));
+  a->qa = (int8_t *)(a->bs + (size_t)nb * (size_t)(n / 16));
   for (int b = 0; b < nb; b++) {
-    const float *xb = x + (size_t)b * (size_t)ldx;
-    int8_t *q = a->q + (size_t)b * (size_t)n;
-    float *d = a->d + (size_t)b * nblk, *s = n32 ? a->s + (size_t)b * nblk : NULL;
-    int16_t *bs = a->bs + (size_t)b * (size_t)(n / 16);
-#ifdef MS_X86
-    if (simd && have_f16c) {
-      q8_row_avx2(xb, n, qk, q, d, s, bs);
-      continue;
-    }
-#endif
-    q8_row_portable(xb, n, qk, q, d, s, bs);
+    q8_row(x + (size_t)b * (size_t)ldx, n, qk, a, b, simd);
+    q8_arrange(a->q + (size_t)b * (size_t)n, n, a->qa + (size_t)b * (size_t)n);
   }
 }
 

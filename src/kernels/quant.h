@@ -32,8 +32,8 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
  * x[j] ~ d * q[j], d = max|x| / 127 over the block (f32), q in [-127, 127]
  * rounded to nearest, ties to even; bs the sum of each 16 q; (qk 32) s = d *
  * sum(q) for Q4_1's minimum term.
- * Q8_0, Q4_0 and Q4_1 weights (and quant_k.h's, see quant.c) then take integer dot products with q (exact),
- * and each block adds (d_w * d) * idot in f32 (a K-quant super-block combines
+ * The 32-element types then take each block's integer dot product with q
+ * (exact) and add (d_w * d) * idot in f32, in four chains (a K-quant super-block combines
  * its sub-block scales and minimums as integers first: one conversion per
  * 256) - through the same float operations in the same order on the AVX2 and
  * AVX-512 paths and the portable one, so they give the same bits, and every
@@ -45,6 +45,7 @@ struct ms_q8_act {
   float *d;         /* (nb, n / qk) */
   float *s;         /* (nb, n / 32), qk 32 only; NULL for 256 */
   int16_t *bs;      /* (nb, n / 16): the sum of each 16 q (the K minimums' term) */
+  int8_t *qa;       /* (nb, n): each row's q arranged as the AVX-512 packed form reads it (quant.c) */
 };
 
 /* The activation block (qk) weights of type t take: 256 for the K-quants with

@@ -119,32 +119,28 @@ void ms_quant_repack(const struct ms_weight *w, void *out) {
   size_t g0 = 0, G = groups_of(w, &g0), np = (size_t)(w->cols / (2 * QK)), rb = ms_weight_row_bytes(w);
   size_t bs = ms_dtype_size(t), qb = PK_QB(t), sb = PK_SB(t), hb = PK_HB(t);
   uint8_t *q = out, *sc = q + G * np * qb, *hi = sc + G * np * sb;
+  memset(out, 0, G * np * (qb + sb + hb));
   for (size_t g = 0; g < G; g++)
-    for (size_t p = 0; p < np; p++) {
-      size_t at = g * np + p;
-      for (size_t j = 0; j < 4; j++) {
-        uint64_t h = 0;
-        for (size_t k = 0; k < 2; k++) {
+    for (size_t p = 0; p < np; p += 2) {  /* a quad (pairs p, p + 1), or the last pair */
+      size_t at = g * np + p, nk = p + 1 < np ? 4 : 2, vb = 16 * nk;  /* blocks; bytes a step */
+      uint8_t *qq = q + at * qb, *ss = sc + at * sb, *hh = hi + at * hb;
+      for (size_t j = 0; j < 4; j++)
+        for (size_t k = 0; k < nk; k++) {
+          size_t L = nk * j + k;  /* the lane: row j, block 2p + k */
           const uint8_t *blk = (const uint8_t *)w->data + (4 * (g0 + g) + j) * rb + (2 * p + k) * bs;
-          memcpy(sc + at * sb + (2 * j + k) * 2, blk, 2);                       /* d */
-          if (sb == 32) memcpy(sc + at * sb + 16 + (2 * j + k) * 2, blk + 2, 2);  /* m */
-          if (hb) {
-            uint32_t qh;
-            memcpy(&qh, blk + (t == MS_DTYPE_Q5_0 ? 2 : 4), 4);
-            h |= (uint64_t)qh << (32 * k);
-          }
+          memcpy(ss + 2 * L, blk, 2);                             /* d */
+          if (sb == 32) memcpy(ss + 8 * nk + 2 * L, blk + 2, 2);  /* m, after the 4 nk d */
+          uint32_t qh = 0;
+          if (hb) memcpy(&qh, blk + (t == MS_DTYPE_Q5_0 ? 2 : 4), 4);
           for (int e = 0; e < QK; e++) {
-            size_t k64 = k * QK + (size_t)e;
-            if (t == MS_DTYPE_Q8_0) {
-              q[at * qb + j * 64 + k64] = blk[2 + e] ^ 0x80;  /* the unsigned operand: w + 128 */
-            } else {  /* rows 2h, 2h + 1: the low and the high nibble of one byte */
-              uint8_t *d = &q[at * qb + (j / 2) * 64 + k64];
-              *d = (uint8_t)(j & 1 ? (*d & 15) | nib(t, blk, e) << 4 : nib(t, blk, e));
-            }
+            size_t st = (size_t)e / 4, at4 = 4 * L + (size_t)e % 4;  /* the step; the byte in it */
+            if (t == MS_DTYPE_Q8_0)
+              qq[st * vb + at4] = blk[2 + e] ^ 0x80;  /* the unsigned operand: w + 128 */
+            else  /* steps 0-3 in the low nibbles, 4-7 in the high ones */
+              qq[(st % 4) * vb + at4] |= (uint8_t)(nib(t, blk, e) << (4 * (st / 4)));
+            if (qh >> e & 1) hh[st * (vb / 8) + at4 / 8] |= (uint8_t)(1u << (at4 % 8));
           }
         }
-        if (hb) memcpy(hi + at * hb + j * 8, &h, 8);
-      }
     }
 }
 

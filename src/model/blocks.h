@@ -41,15 +41,18 @@ int ms_quant_row(enum ms_dtype t, const float *x, int n, void *out);
  * K-quants Q2_K .. Q6_K (below), on a CPU
  * with AVX-512 VNNI (the K-quants with AVX2 too: its kernel reads the same
  * bytes, quant.c says how): rows in groups of four (the last rows % 4 stay in data
- * alone), one stream feeding four output rows. For group g and block pair p
- * (blocks 2p, 2p + 1), in three regions one after the other:
- *   quants   Q8_0: 256 bytes, for each row its two blocks' 32 values + 128 (the
- *            unsigned operand of vpdpbusd); the others: 128 bytes, rows 2h and
- *            2h + 1 in the low and the high nibbles of 64 bytes, each byte k
- *            value k of the pair in element order (the fifth bits apart);
- *   scales   the eight halves d[row][block] in row order, then (Q4_1, Q5_1)
- *            the eight m[row][block];
- *   (Q5) high bits: for each row a 64-bit word, bit k the fifth bit of value k.
+ * alone), one stream feeding four output rows. For group g, its blocks four
+ * at a time (a quad: block pairs p, p + 1 for even p) and a last pair (blocks
+ * % 4 == 2), each unit with its lanes L = nk j + k (row j, the unit's block k,
+ * nk = 4 or 2), in three regions one after the other, each a unit the size of
+ * its pairs:
+ *   quants   eight steps s, step s holding each lane's four values 4s .. 4s + 3:
+ *            Q8_0 as value + 128 (the unsigned operand of vpdpbusd), 4 nk
+ *            bytes a step; the others as their low nibbles, steps s and s + 4
+ *            in the low and the high nibbles of step s's bytes (s < 4);
+ *   scales   the 4 nk halves d by lane, then (Q4_1, Q5_1) the 4 nk m;
+ *   (Q5) high bits: a 16 nk-bit word a step, bit 4L + e the fifth bit of
+ *            lane L's value 4s + e.
  * The sums are bit for bit those of data. 0 when w gets no packed form here. */
 size_t ms_quant_packed_bytes(const struct ms_weight *w);
 /* The K-quants: groups of four rows as above, per (group g, super-block s)

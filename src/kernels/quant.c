@@ -1091,8 +1091,11 @@ TGT512_INL void v_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, cons
     const uint8_t *qp = qg + (size_t)Q * 2 * PK_QB(t), *hp = hg + (size_t)Q * 2 * PK_HB(t);
     const uint16_t *dp = dg + (size_t)Q * 2 * ns;
     if (ahead) {
+      /* the three regions' streams, each as far ahead in time: a quad's scales (32 or 64 bytes) and
+       * high bits (64) are one line each */
       for (int k = 0; k < 2 * PK_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
-      if (PK_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 4, _MM_HINT_T0);
+      _mm_prefetch((const char *)dp + Q8_AHEAD * PK_SB(t) / PK_QB(t), _MM_HINT_T0);
+      if (PK_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD * PK_HB(t) / PK_QB(t), _MM_HINT_T0);
     }
     __m512i W[8];
     PK_STEPS(__m512i, _mm512_load_si512, _mm512_and_si512, _mm512_srli_epi16, _mm512_set1_epi8,
@@ -1102,20 +1105,23 @@ TGT512_INL void v_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, cons
     for (int b = 0; b < NB; b++) {
       size_t ib = (size_t)(b0 + b) * (size_t)nblk + 4 * (size_t)Q;
       const int8_t *xa = a->qa + (size_t)(b0 + b) * (size_t)n + (size_t)Q * 128;
-      __m512i i0 = Q8_OFF(t) ? v_quad_init(t, a->bs + 2 * ib) : _mm512_setzero_si512(), i1 = _mm512_setzero_si512();
-      for (int s = 0; s < 8; s += 2) {  /* two chains of integer adds */
-        i0 = _mm512_dpbusd_epi32(i0, W[s], _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xa + 16 * s))));
-        i1 = _mm512_dpbusd_epi32(i1, W[s + 1],
-                                 _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xa + 16 * s + 16))));
-      }
+      __m512i is[4];  /* four short chains of integer adds */
+      for (int s = 0; s < 4; s++)
+        is[s] = _mm512_dpbusd_epi32(s == 0 && Q8_OFF(t) ? v_quad_init(t, a->bs + 2 * ib) : _mm512_setzero_si512(),
+                                    W[s], _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xa + 16 * s))));
+      for (int s = 4; s < 8; s++)
+        is[s - 4] = _mm512_dpbusd_epi32(is[s - 4], W[s],
+                                        _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)(xa + 16 * s))));
+      __m512i isum = _mm512_add_epi32(_mm512_add_epi32(is[0], is[1]), _mm512_add_epi32(is[2], is[3]));
       __m512 dx = _mm512_broadcast_f32x4(_mm_loadu_ps(a->d + ib));
-      c[b] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(_mm512_add_epi32(i0, i1)), c[b]);
+      c[b] = _mm512_fmadd_ps(_mm512_mul_ps(dw, dx), _mm512_cvtepi32_ps(isum), c[b]);
       if (hasm) m[b] = _mm512_fmadd_ps(mw, _mm512_broadcast_f32x4(_mm_loadu_ps(a->s + ib)), m[b]);
     }
   }
-  if (np & 1) {  /* the last pair: lanes 2j + k, expanded into lanes 4j + k (chains 0 and 1) */
+  if (np & 1) {  /* the last pair: lanes 2j + k, moved to lanes 4j + k (chains 0 and 1) */
     const uint8_t *qp = qg + (size_t)nq * 2 * PK_QB(t), *hp = hg + (size_t)nq * 2 * PK_HB(t);
     const uint16_t *dp = dg + (size_t)nq * 2 * ns;
+    const __m512i to4 = _mm512_setr_epi32(0, 1, 0, 0, 2, 3, 0, 0, 4, 5, 0, 0, 6, 7, 0, 0);
     const __mmask16 lanes = 0x3333;
     __m256i W[8];
     PK_STEPS(__m256i, _mm256_load_si256, _mm256_and_si256, _mm256_srli_epi16, _mm256_set1_epi8,
@@ -1132,24 +1138,26 @@ TGT512_INL void v_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, cons
         is = _mm256_dpbusd_epi32(is, W[s], _mm256_set1_epi64x(x8));
       }
       __m256 dx = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)(a->d + ib)));
-      __m512 sc = _mm512_maskz_expand_ps(lanes, _mm512_castps256_ps512(_mm256_mul_ps(dw, dx)));
-      __m512 f = _mm512_maskz_expand_ps(lanes, _mm512_castps256_ps512(_mm256_cvtepi32_ps(is)));
+      __m512 sc = _mm512_permutexvar_ps(to4, _mm512_castps256_ps512(_mm256_mul_ps(dw, dx)));
+      __m512 f = _mm512_permutexvar_ps(to4, _mm512_castps256_ps512(_mm256_cvtepi32_ps(is)));
       c[b] = _mm512_mask3_fmadd_ps(sc, f, c[b], lanes);
       if (hasm) {
         __m256 sx = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)(a->s + ib)));
-        m[b] = _mm512_mask3_fmadd_ps(_mm512_maskz_expand_ps(lanes, _mm512_castps256_ps512(mw)),
-                                     _mm512_maskz_expand_ps(lanes, _mm512_castps256_ps512(sx)), m[b], lanes);
+        m[b] = _mm512_mask3_fmadd_ps(_mm512_permutexvar_ps(to4, _mm512_castps256_ps512(mw)),
+                                     _mm512_permutexvar_ps(to4, _mm512_castps256_ps512(sx)), m[b], lanes);
       }
     }
   }
+  /* lane 4j: (c0 + c1) + (c2 + c3) of row j, the minimums' the same way added */
+  const __m512i first = _mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0);
   for (int b = 0; b < NB; b++) {
-    float cv[16], mv[16];
-    _mm512_storeu_ps(cv, c[b]);
-    _mm512_storeu_ps(mv, m[b]);
-    for (int j = 0; j < 4; j++) {
-      float v = (cv[4 * j] + cv[4 * j + 1]) + (cv[4 * j + 2] + cv[4 * j + 3]);
-      y[(size_t)(b0 + b) * ldy + j] = hasm ? v + ((mv[4 * j] + mv[4 * j + 1]) + (mv[4 * j + 2] + mv[4 * j + 3])) : v;
+    __m512 v = _mm512_add_ps(c[b], _mm512_permute_ps(c[b], 0xb1));  /* lanes 4j, 4j + 2: c0 + c1, c2 + c3 */
+    v = _mm512_add_ps(v, _mm512_permute_ps(v, 0x4e));
+    if (hasm) {
+      __m512 u = _mm512_add_ps(m[b], _mm512_permute_ps(m[b], 0xb1));
+      v = _mm512_add_ps(v, _mm512_add_ps(u, _mm512_permute_ps(u, 0x4e)));
     }
+    _mm_storeu_ps(y + (size_t)(b0 + b) * ldy, _mm512_castps512_ps128(_mm512_permutexvar_ps(first, v)));
   }
 }
 

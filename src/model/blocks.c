@@ -131,14 +131,17 @@ void ms_quant_repack(const struct ms_weight *w, void *out) {
           memcpy(ss + 2 * L, blk, 2);                             /* d */
           if (sb == 32) memcpy(ss + 8 * nk + 2 * L, blk + 2, 2);  /* m, after the 4 nk d */
           uint32_t qh = 0;
+          uint8_t u[QK];  /* the block's values as stored: Q8_0's + 128, or the low nibbles */
           if (hb) memcpy(&qh, blk + (t == MS_DTYPE_Q5_0 ? 2 : 4), 4);
-          for (int e = 0; e < QK; e++) {
-            size_t st = (size_t)e / 4, at4 = 4 * L + (size_t)e % 4;  /* the step; the byte in it */
+          for (int e = 0; e < QK; e++) u[e] = t == MS_DTYPE_Q8_0 ? blk[2 + e] ^ 0x80 : nib(t, blk, e);
+          for (size_t st = 0; st < 8; st++) {  /* step st: values 4 st .. 4 st + 3 at bytes 4L .. 4L + 3 */
             if (t == MS_DTYPE_Q8_0)
-              qq[st * vb + at4] = blk[2 + e] ^ 0x80;  /* the unsigned operand: w + 128 */
-            else  /* steps 0-3 in the low nibbles, 4-7 in the high ones */
-              qq[(st % 4) * vb + at4] |= (uint8_t)(nib(t, blk, e) << (4 * (st / 4)));
-            if (qh >> e & 1) hh[st * (vb / 8) + at4 / 8] |= (uint8_t)(1u << (at4 % 8));
+              memcpy(qq + st * vb + 4 * L, u + 4 * st, 4);
+            else if (st < 4)  /* steps st and st + 4 in the low and the high nibbles */
+              for (size_t e = 0; e < 4; e++)
+                qq[st * vb + 4 * L + e] = (uint8_t)(u[4 * st + e] | u[4 * st + 16 + e] << 4);
+            /* bits 4L .. 4L + 3 of step st's word: one nibble of byte L / 2 */
+            if (hb) hh[st * (vb / 8) + L / 2] |= (uint8_t)(((qh >> (4 * st)) & 15) << (4 * (L & 1)));
           }
         }
     }

@@ -486,8 +486,8 @@ static void check_q8_gemv(enum ms_dtype t, int rows, int cols) {
           round_q += fabs((double)deq[c]) * (a.d[ib] * 0.5 + 3 * U24 * fabsf(xb[c]));
         }
         double got = y[(size_t)b * ldy + (r - r0)], got_f = yf[(size_t)b * ldy + (r - r0)];
-        /* the f32 accumulation: a rounding per block per lane, three adds, the
-         * scale products and Q4_1's s (gamma_(nblk+8) of the magnitudes) */
+        /* the f32 accumulation: a rounding per block in its chain, the chains'
+         * adds, the scale products and Q4_1's s (gamma_(nblk+8) of the magnitudes) */
         double acc_q = (nblk + 8) * U24 * mag_q + 1e-30, acc_f = (cols + 8) * U24 * mag_f;
         worst_exact = fmax(worst_exact, fabs(got - ref_q) / acc_q);
         /* against the f32 path: the activations' rounding (half a step per

@@ -661,16 +661,6 @@ TGT_INL __m256i q8_wregs(enum ms_dtype t, const uint8_t *b) {
   return t == MS_DTYPE_Q4_0 ? _mm256_sub_epi8(v, _mm256_set1_epi8(8)) : v;
 }
 
-/* A block's scale, and (Q4_1) its minimum in *m: both halves converted at once. */
-TGT_INL float q8_wscale(enum ms_dtype t, const uint8_t *b, float *m) {
-  if (!Q8_HAS_M(t)) return h2f(b);
-  uint32_t dm;
-  memcpy(&dm, b, 4);
-  __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128((int)dm));
-  *m = _mm_cvtss_f32(_mm_movehdup_ps(v));
-  return _mm_cvtss_f32(v);
-}
-
 /* The sums of v[0..3]'s lanes, in that order. */
 TGT_INL __m128i a_hsum4(const __m256i *v) {
   __m256i h = _mm256_hadd_epi32(_mm256_hadd_epi32(v[0], v[1]), _mm256_hadd_epi32(v[2], v[3]));
@@ -684,81 +674,89 @@ TGT_INL __m256i q8_lanes(enum ms_dtype t, __m256i w, __m256i wa, __m256i q) {
   return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
 }
 
-/* Up to four blocks of a weight row in registers: their bytes, |bytes| (or the
- * bytes), and [d_w] and [m_w] a lane each (0 past the row's last block). */
-struct q8_quad {
-  __m256i w[4], wa[4];
-  __m128 d, m;
-};
-
-TGT_INL void q8_quad_load(enum ms_dtype t, const uint8_t *blk, size_t bs, int nk, struct q8_quad *u) {
-  float d[4] = {0}, m[4] = {0};
-  for (int k = 0; k < 4; k++) {
-    u->w[k] = u->wa[k] = _mm256_setzero_si256();
-    if (k < nk) {
-      u->w[k] = q8_wregs(t, blk + (size_t)k * bs);
-      u->wa[k] = Q8_HAS_M(t) ? u->w[k] : _mm256_sign_epi8(u->w[k], u->w[k]);
-      d[k] = q8_wscale(t, blk + (size_t)k * bs, &m[k]);
-    }
+/* The scales d (and Q4_1's, Q5_1's minimums m) of the first nk of four blocks
+ * bs bytes apart, 0 past nk, gathered in registers (four scalar stores and a
+ * vector load of them would stall on store forwarding). */
+TGT_INL void q8_scales4(enum ms_dtype t, const uint8_t *blk, size_t bs, int nk, __m128 *d, __m128 *m) {
+  if (!Q8_HAS_M(t)) {
+    short h0 = (short)rd16(blk), h1 = nk > 1 ? (short)rd16(blk + bs) : 0;
+    short h2 = nk > 2 ? (short)rd16(blk + 2 * bs) : 0, h3 = nk > 3 ? (short)rd16(blk + 3 * bs) : 0;
+    *d = *m = _mm_cvtph_ps(_mm_setr_epi16(h0, h1, h2, h3, 0, 0, 0, 0));
+    return;
   }
-  u->d = _mm_loadu_ps(d), u->m = _mm_loadu_ps(m);
+  uint32_t v[4] = {0};  /* {d, m} of each block, as its first four bytes */
+  for (int k = 0; k < nk; k++) memcpy(&v[k], blk + (size_t)k * bs, 4);
+  __m256 dm = _mm256_cvtph_ps(_mm_setr_epi32((int)v[0], (int)v[1], (int)v[2], (int)v[3]));
+  dm = _mm256_permutevar8x32_ps(dm, _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7));
+  *d = _mm256_castps256_ps128(dm), *m = _mm256_extractf128_ps(dm, 1);
 }
 
-/* n floats from p, 0 after (n <= 4). */
+/* n floats from p, 0 after (n <= 4): a masked load, nothing read past them. */
 TGT_INL __m128 ld4(const float *p, int n) {
   if (n == 4) return _mm_loadu_ps(p);
-  float v[4] = {0};
-  memcpy(v, p, sizeof(float) * (size_t)n);
-  return _mm_loadu_ps(v);
+  return _mm_maskload_ps(p, _mm_cmpgt_epi32(_mm_set1_epi32(n), _mm_setr_epi32(0, 1, 2, 3)));
 }
 
-/* The chains of one (weight row, input row) pair over blocks i .. i + nk - 1
- * (nk <= 4; block i + k in lane k, i a multiple of 4): each block's lanes
- * summed into its isum, then one float step a block. */
-TGT_INL void q8_quad_step(enum ms_dtype t, const struct q8_quad *u, const int8_t *q, const float *dx, const float *sx,
-                          int nk, __m128 *acc, __m128 *mins) {
-  __m256i l[4];
-  for (int k = 0; k < 4; k++)
-    l[k] = k < nk ? q8_lanes(t, u->w[k], u->wa[k], _mm256_load_si256((const __m256i *)(q + (size_t)k * QK)))
-                  : _mm256_setzero_si256();
-  *acc = _mm_fmadd_ps(_mm_mul_ps(u->d, ld4(dx, nk)), _mm_cvtepi32_ps(a_hsum4(l)), *acc);
-  if (Q8_HAS_M(t)) *mins = _mm_fmadd_ps(u->m, ld4(sx, nk), *mins);
-}
-
-/* The four chains' sum, (c0 + c1) + (c2 + c3), and the minimums' the same way. */
-TGT_INL float q8_chains(enum ms_dtype t, __m128 acc, __m128 mins) {
-  float c[4], m[4];
-  _mm_storeu_ps(c, acc);
-  _mm_storeu_ps(m, mins);
-  float v = (c[0] + c[1]) + (c[2] + c[3]);
-  return Q8_HAS_M(t) ? v + ((m[0] + m[1]) + (m[2] + m[3])) : v;
-}
-
-/* Weight rows r .. r + nr - 1 (nr <= 2) against input rows b0 .. b0 + nb - 1
- * (nb <= 4): each quad of blocks unpacked once for all the inputs. */
-TGT_INL void q8_tile_avx2(enum ms_dtype t, const uint8_t *row, size_t rb, int nr, size_t bs,
-                          const struct ms_q8_act *a, int b0, int nb, float *y, int ldy, int ahead) {
+/* Blocks i .. i + nk - 1 (nk <= 4, i a multiple of 4; block i + k in lane k)
+ * of weight rows row + j rb, j < NR, against input rows b0 .. b0 + NB - 1:
+ * each block's lanes summed into its isum by one transposing add of four,
+ * then one float step a block into the (row, input)'s four chains acc[j NB + b]. */
+TGT_INL void q8_quad_avx2(enum ms_dtype t, const int NR, const int NB, const int nk, const uint8_t *row, size_t rb,
+                          size_t bs, const struct ms_q8_act *a, int b0, int i, int ahead, __m128 *acc,
+                          __m128 *mins) {
   int n = a->n, nblk = n / QK;
-  __m128 acc[2][4], mins[2][4];
-  for (int j = 0; j < 2; j++)
-    for (int b = 0; b < 4; b++) acc[j][b] = mins[j][b] = _mm_setzero_ps();
-  for (int i = 0; i < nblk; i += 4) {
-    int nk = nblk - i < 4 ? nblk - i : 4;
-    for (int j = 0; j < nr; j++) {
-      const uint8_t *blk = row + (size_t)j * rb + (size_t)i * bs;
-      if (ahead)
-        for (size_t o = 0; o < (size_t)nk * bs; o += 64) _mm_prefetch((const char *)blk + Q8_AHEAD + o, _MM_HINT_T0);
-      struct q8_quad u;
-      q8_quad_load(t, blk, bs, nk, &u);
-      for (int b = 0; b < nb; b++) {
-        size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
-        q8_quad_step(t, &u, a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK, a->d + ib, a->s + ib, nk,
-                     &acc[j][b], &mins[j][b]);
-      }
+#pragma GCC unroll 4
+  for (int j = 0; j < NR; j++) {
+    const uint8_t *blk = row + (size_t)j * rb + (size_t)i * bs;
+    if (ahead)
+      for (size_t o = 0; o < (size_t)nk * bs; o += 64) _mm_prefetch((const char *)blk + Q8_AHEAD + o, _MM_HINT_T0);
+    __m256i w[4], wa[4];
+    for (int k = 0; k < 4; k++) {
+      w[k] = k < nk ? q8_wregs(t, blk + (size_t)k * bs) : _mm256_setzero_si256();
+      wa[k] = Q8_HAS_M(t) ? w[k] : _mm256_sign_epi8(w[k], w[k]);
+    }
+    __m128 d, m;
+    q8_scales4(t, blk, bs, nk, &d, &m);
+#pragma GCC unroll 4
+    for (int b = 0; b < NB; b++) {
+      const int8_t *q = a->q + (size_t)(b0 + b) * (size_t)n + (size_t)i * QK;
+      size_t ib = (size_t)(b0 + b) * (size_t)nblk + (size_t)i;
+      __m256i l[4];
+      for (int k = 0; k < 4; k++)
+        l[k] = k < nk ? q8_lanes(t, w[k], wa[k], _mm256_load_si256((const __m256i *)(q + (size_t)k * QK)))
+                      : _mm256_setzero_si256();
+      acc[j * NB + b] = _mm_fmadd_ps(_mm_mul_ps(d, ld4(a->d + ib, nk)), _mm_cvtepi32_ps(a_hsum4(l)), acc[j * NB + b]);
+      if (Q8_HAS_M(t)) mins[j * NB + b] = _mm_fmadd_ps(m, ld4(a->s + ib, nk), mins[j * NB + b]);
     }
   }
-  for (int j = 0; j < nr; j++)
-    for (int b = 0; b < nb; b++) y[(size_t)b * ldy + j] = q8_chains(t, acc[j][b], mins[j][b]);
+}
+
+/* Weight rows row + j rb (j < NR) against input rows b0 .. b0 + NB - 1 (NR x
+ * NB <= 4, constants where it is called: the accumulators stay in registers
+ * and the whole quads take a loop without a branch); y[b ldy + j]. */
+TGT_INL void q8_tile_avx2(enum ms_dtype t, const int NR, const int NB, const uint8_t *row, size_t rb, size_t bs,
+                          const struct ms_q8_act *a, int b0, float *y, int ldy, int ahead) {
+  int nblk = a->n / QK, nfull = nblk & ~3;
+  __m128 acc[4], mins[4];
+  for (int k = 0; k < 4; k++) acc[k] = mins[k] = _mm_setzero_ps();  /* [j NB + b], kept in registers */
+  for (int i = 0; i < nfull; i += 4) q8_quad_avx2(t, NR, NB, 4, row, rb, bs, a, b0, i, ahead, acc, mins);
+  switch (nblk - nfull) {  /* the last blocks, each count its own instance */
+  case 3: q8_quad_avx2(t, NR, NB, 3, row, rb, bs, a, b0, nfull, 0, acc, mins); break;
+  case 2: q8_quad_avx2(t, NR, NB, 2, row, rb, bs, a, b0, nfull, 0, acc, mins); break;
+  case 1: q8_quad_avx2(t, NR, NB, 1, row, rb, bs, a, b0, nfull, 0, acc, mins); break;
+  default: break;
+  }
+  for (int j = 0; j < NR; j++)
+    for (int b = 0; b < NB; b++) {  /* (c0 + c1) + (c2 + c3), the minimums' the same way */
+      __m128 v = acc[j * NB + b], u = mins[j * NB + b];
+      v = _mm_add_ps(v, _mm_movehdup_ps(v));  /* lanes 0, 2: c0 + c1, c2 + c3 */
+      v = _mm_add_ss(v, _mm_movehl_ps(v, v));
+      if (Q8_HAS_M(t)) {
+        u = _mm_add_ps(u, _mm_movehdup_ps(u));
+        v = _mm_add_ss(v, _mm_add_ss(u, _mm_movehl_ps(u, u)));
+      }
+      y[(size_t)b * ldy + j] = _mm_cvtss_f32(v);
+    }
 }
 
 TGT_INL void q8_gemv_avx2_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1,
@@ -767,11 +765,19 @@ TGT_INL void q8_gemv_avx2_t(enum ms_dtype t, const struct ms_weight *w, int r0, 
   int r = r0;
   if (a->nb == 1)  /* two rows share each input block */
     for (; r + 1 < r1; r += 2)
-      q8_tile_avx2(t, (const uint8_t *)w->data + (size_t)r * rb, rb, 2, bs, a, 0, 1, y + (r - r0), ldy, 1);
-  for (; r < r1; r++)
-    for (int b0 = 0; b0 < a->nb; b0 += 4)
-      q8_tile_avx2(t, (const uint8_t *)w->data + (size_t)r * rb, rb, 1, bs, a, b0, a->nb - b0 < 4 ? a->nb - b0 : 4,
-                   y + (size_t)b0 * ldy + (r - r0), ldy, a->nb == 1);
+      q8_tile_avx2(t, 2, 1, (const uint8_t *)w->data + (size_t)r * rb, rb, bs, a, 0, y + (r - r0), ldy, 1);
+  for (; r < r1; r++) {
+    const uint8_t *row = (const uint8_t *)w->data + (size_t)r * rb;
+    for (int b0 = 0; b0 < a->nb; b0 += 4) {
+      float *yb = y + (size_t)b0 * ldy + (r - r0);
+      switch (a->nb - b0 < 4 ? a->nb - b0 : 4) {  /* one unrolled instance each */
+      case 4: q8_tile_avx2(t, 1, 4, row, rb, bs, a, b0, yb, ldy, 0); break;
+      case 3: q8_tile_avx2(t, 1, 3, row, rb, bs, a, b0, yb, ldy, 0); break;
+      case 2: q8_tile_avx2(t, 1, 2, row, rb, bs, a, b0, yb, ldy, 0); break;
+      default: q8_tile_avx2(t, 1, 1, row, rb, bs, a, b0, yb, ldy, a->nb == 1); break;
+      }
+    }
+  }
 }
 
 /* q8_k_gemv_portable's sums with vectors: each piece unpacked once per group

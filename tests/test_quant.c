@@ -392,15 +392,14 @@ static void check_packed_groups(const struct ms_weight *w, int g0, int gn, const
   memset(packed, 0xa5, (bytes + 63) & ~(size_t)63);  /* a byte the repack leaves unwritten: a wrong sum */
   ms_quant_repack(&wp, packed);
   wp.packed = packed;
-  int kq = ms_dtype_block(w->dtype) == 256;
   if (ms_q8_simd_level() == 2) check_packed_at(w, &wp, x, buf, 2, 1);
-  check_packed_at(w, &wp, x, buf, 1, kq);
+  check_packed_at(w, &wp, x, buf, 1, 1);
   free(packed);
 }
 
 /* The packed form (model/blocks.h), where this CPU (or MEGASCOPE_SIMD's cap)
- * gives w one, on each path that can read it: the K-quants' on AVX-512 VNNI
- * and AVX2, the 32-element types' on AVX-512 VNNI (AVX2 reads their data).
+ * gives w one, on each path that can read it (AVX-512 VNNI and AVX2 both read
+ * every packed form).
  * Whole, and as a rank of tensor parallelism across processes packs it
  * (ms_model_repack_rows): the groups in the middle (the first and last read
  * from data), the second half, the first group alone. */

@@ -1029,6 +1029,166 @@ TGT static int a_kpk_gemv(const struct ms_weight *w, int r0, int r1, const struc
   }
 }
 
+/* ---- AVX2 on the packed 32-element types (blocks.h) ----
+ * The AVX-512 packed form read 256 bits at a time: half h of a quad's step
+ * (its bytes 32h .. 32h + 31) is rows 2h and 2h + 1, lanes 4j' + k, so
+ * _mm256_maddubs_epi16 with the input's step (its 16 bytes in both 128-bit
+ * lanes) and _mm256_madd_epi16 by ones leave each lane's four products in
+ * int32 as vpdpbusd does. No int16 saturation: the 4- and 5-bit types' u <=
+ * 31 (their offset taken back as A_OFF times the block's sum of q), and
+ * Q8_0's bytes go back to signed w, multiplied as |w| by q carrying w's
+ * sign. Then the float steps of the section on 8-bit activations, a vector
+ * a half: the bits are the file layout's. A last pair (lanes 2j + k, one
+ * 256-bit step) is permuted into the halves' chains 0 and 1 and blended. */
+#define A_OFF(t) ((t) == MS_DTYPE_Q4_0 ? 8 : (t) == MS_DTYPE_Q5_0 ? 16 : 0)
+
+/* Step s's weights of half h of a quad (vb 64) or of a last pair (vb 32, h 0):
+ * u for the 4- and 5-bit types, Q8_0's signed w. */
+TGT_INL __m256i a_pk_w(enum ms_dtype t, const uint8_t *qp, const uint8_t *hp, int vb, int h, int s) {
+  if (t == MS_DTYPE_Q8_0)
+    return _mm256_xor_si256(_mm256_load_si256((const __m256i *)(qp + 32 * h + vb * s)), _mm256_set1_epi8((char)0x80));
+  __m256i v = _mm256_load_si256((const __m256i *)(qp + 32 * h + vb * (s & 3)));
+  __m256i w = _mm256_and_si256(s < 4 ? v : _mm256_srli_epi16(v, 4), _mm256_set1_epi8(0x0f));
+  if (PK_HB(t)) {  /* bits 32h .. 32h + 31 of step s's word */
+    uint32_t m;
+    memcpy(&m, hp + (vb / 8) * s + 4 * h, 4);
+    w = _mm256_or_si256(w, a_bits(m, 0x10));
+  }
+  return w;
+}
+
+/* Each lane's four products of weights w (a_pk_w's) and input bytes x. */
+TGT_INL __m256i a_pk_dot(enum ms_dtype t, __m256i w, __m256i x) {
+  __m256i p = t == MS_DTYPE_Q8_0 ? _mm256_maddubs_epi16(_mm256_abs_epi8(w), _mm256_sign_epi8(x, w))
+                                 : _mm256_maddubs_epi16(w, x);
+  return _mm256_madd_epi16(p, _mm256_set1_epi16(1));
+}
+
+/* -A_OFF times an input's block sums from its halves' sums bs (nk = 4: [s0..s3] x2; 2: [s0, s1] x4). */
+TGT_INL __m256i a_pk_init(enum ms_dtype t, const int16_t *bs, int nk) {
+  if (!A_OFF(t)) return _mm256_setzero_si256();
+  __m128i h = nk == 4 ? _mm_loadu_si128((const __m128i *)bs) : _mm_loadl_epi64((const __m128i *)bs);
+  __m128i s = _mm_mullo_epi32(_mm_madd_epi16(h, _mm_set1_epi16(1)), _mm_set1_epi32(-A_OFF(t)));
+  return nk == 4 ? _mm256_broadcastsi128_si256(s) : _mm256_broadcastq_epi64(s);
+}
+
+/* A last pair's lanes 2j + k moved to half h's lanes 4j' + k (j = 2h + j'). */
+TGT_INL __m256 a_pk_pair_half(__m256 v, int h) {
+  return _mm256_permutevar8x32_ps(v, _mm256_setr_epi32(4 * h, 4 * h + 1, 0, 0, 4 * h + 2, 4 * h + 3, 0, 0));
+}
+
+/* Four rows of a packed group against the NB (1 or 2) input rows from b0;
+ * the minimums (Q4_1, Q5_1) in a loop of their own after, to leave the main
+ * loop its 16 registers. */
+TGT_INL void a_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const uint16_t *dg, const uint8_t *hg,
+                       const struct ms_q8_act *a, int b0, int np, int ahead, float *y, int ldy) {
+  const int n = a->n, nblk = n / QK, nq = np / 2, ns = PK_SB(t) / 2;
+  __m256 c[2][2], mn[2][2];  /* [b][h] */
+  for (int b = 0; b < NB; b++) c[b][0] = c[b][1] = mn[b][0] = mn[b][1] = _mm256_setzero_ps();
+  for (int Q = 0; Q < nq; Q++) {
+    const uint8_t *qp = qg + (size_t)Q * 2 * PK_QB(t), *hp = hg + (size_t)Q * 2 * PK_HB(t);
+    const uint16_t *dp = dg + (size_t)Q * 2 * ns;
+    if (ahead) {
+      for (int k = 0; k < 2 * PK_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
+      _mm_prefetch((const char *)dp + Q8_AHEAD * PK_SB(t) / PK_QB(t), _MM_HINT_T0);
+      if (PK_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD * PK_HB(t) / PK_QB(t), _MM_HINT_T0);
+    }
+    for (int h = 0; h < 2; h++) {
+      __m256i W[8];
+      for (int s = 0; s < 8; s++) W[s] = a_pk_w(t, qp, hp, 64, h, s);
+      __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dp + 8 * h)));
+      for (int b = 0; b < NB; b++) {
+        size_t ib = (size_t)(b0 + b) * (size_t)nblk + 4 * (size_t)Q;
+        const int8_t *xa = a->qa + (size_t)(b0 + b) * (size_t)n + (size_t)Q * 128;
+        __m256i i0 = a_pk_init(t, a->bs + 2 * ib, 4), i1 = _mm256_setzero_si256();
+        for (int s = 0; s < 8; s += 2) {
+          i0 = _mm256_add_epi32(i0, a_pk_dot(t, W[s], _mm256_broadcastsi128_si256(
+                                                           _mm_loadu_si128((const __m128i *)(xa + 16 * s)))));
+          i1 = _mm256_add_epi32(i1, a_pk_dot(t, W[s + 1], _mm256_broadcastsi128_si256(
+                                                               _mm_loadu_si128((const __m128i *)(xa + 16 * s + 16)))));
+        }
+        __m256 dx = _mm256_broadcast_ps((const __m128 *)(const void *)(a->d + ib));
+        c[b][h] = _mm256_fmadd_ps(_mm256_mul_ps(dw, dx), _mm256_cvtepi32_ps(_mm256_add_epi32(i0, i1)), c[b][h]);
+      }
+    }
+  }
+  if (np & 1) {  /* the last pair: blocks 4 nq, 4 nq + 1 into chains 0 and 1 */
+    const uint8_t *qp = qg + (size_t)nq * 2 * PK_QB(t), *hp = hg + (size_t)nq * 2 * PK_HB(t);
+    const uint16_t *dp = dg + (size_t)nq * 2 * ns;
+    __m256i W[8];
+    for (int s = 0; s < 8; s++) W[s] = a_pk_w(t, qp, hp, 32, 0, s);
+    __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp));
+    for (int b = 0; b < NB; b++) {
+      size_t ib = (size_t)(b0 + b) * (size_t)nblk + 4 * (size_t)nq;
+      const int8_t *xa = a->qa + (size_t)(b0 + b) * (size_t)n + (size_t)nq * 128;
+      __m256i is = a_pk_init(t, a->bs + 2 * ib, 2);
+      for (int s = 0; s < 8; s++) {
+        int64_t x8;
+        memcpy(&x8, xa + 8 * s, 8);
+        is = _mm256_add_epi32(is, a_pk_dot(t, W[s], _mm256_set1_epi64x(x8)));
+      }
+      __m256 dx = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)(a->d + ib)));
+      __m256 sc = _mm256_mul_ps(dw, dx), f = _mm256_cvtepi32_ps(is);
+      for (int h = 0; h < 2; h++)
+        c[b][h] = _mm256_blend_ps(
+            c[b][h], _mm256_fmadd_ps(a_pk_pair_half(sc, h), a_pk_pair_half(f, h), c[b][h]), 0x33);
+    }
+  }
+  if (Q8_HAS_M(t))
+    for (int b = 0; b < NB; b++) {
+      const float *sx = a->s + (size_t)(b0 + b) * (size_t)nblk;
+      for (int Q = 0; Q < nq; Q++)
+        for (int h = 0; h < 2; h++)
+          mn[b][h] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dg + (size_t)Q * 2 * ns + 16 + 8 * h))),
+                                     _mm256_broadcast_ps((const __m128 *)(const void *)(sx + 4 * Q)), mn[b][h]);
+      if (np & 1) {
+        __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dg + (size_t)nq * 2 * ns + 8)));
+        __m256 s2 = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)(sx + 4 * nq)));
+        for (int h = 0; h < 2; h++)
+          mn[b][h] = _mm256_blend_ps(
+              mn[b][h], _mm256_fmadd_ps(a_pk_pair_half(mw, h), a_pk_pair_half(s2, h), mn[b][h]), 0x33);
+      }
+    }
+  for (int b = 0; b < NB; b++)
+    for (int h = 0; h < 2; h++) {  /* lanes 0 and 4: (c0 + c1) + (c2 + c3) of rows 2h, 2h + 1 */
+      __m256 v = _mm256_add_ps(c[b][h], _mm256_permute_ps(c[b][h], 0xb1));
+      v = _mm256_add_ps(v, _mm256_permute_ps(v, 0x4e));
+      if (Q8_HAS_M(t)) {
+        __m256 u = _mm256_add_ps(mn[b][h], _mm256_permute_ps(mn[b][h], 0xb1));
+        v = _mm256_add_ps(v, _mm256_add_ps(u, _mm256_permute_ps(u, 0x4e)));
+      }
+      y[(size_t)(b0 + b) * ldy + 2 * h] = _mm256_cvtss_f32(v);
+      y[(size_t)(b0 + b) * ldy + 2 * h + 1] = _mm_cvtss_f32(_mm256_extractf128_ps(v, 1));
+    }
+}
+
+/* The packed form at any batch: each whole group of four in [r0, r1) against
+ * the inputs two at a time, the rows outside them from data. */
+TGT_INL void a_pk_gemv_t(enum ms_dtype t, const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a,
+                         float *y, int ldy) {
+  int np = a->n / (2 * QK), g0, g1, P0, PN;
+  pk_groups(w, r0, r1, &g0, &g1, &P0, &PN);
+  if (g0 >= g1) {
+    q8_gemv_avx2_t(t, w, r0, r1, a, y, ldy);
+    return;
+  }
+  size_t n = (size_t)PN * (size_t)np;
+  const uint8_t *qs = w->packed;
+  const uint16_t *ds = (const uint16_t *)(qs + n * PK_QB(t));
+  const uint8_t *hs = (const uint8_t *)ds + n * PK_SB(t);
+  if (r0 < 4 * g0) q8_gemv_avx2_t(t, w, r0, 4 * g0, a, y, ldy);
+  for (int g = g0; g < g1; g++) {
+    size_t at = (size_t)(g - P0) * (size_t)np;
+    const uint8_t *qg = qs + at * PK_QB(t), *hg = hs + at * PK_HB(t);
+    const uint16_t *dg = ds + at * (PK_SB(t) / 2);
+    float *yg = y + 4 * g - r0;
+    int b0 = 0;
+    for (; b0 + 1 < a->nb; b0 += 2) a_pk_tile(t, 2, qg, dg, hg, a, b0, np, 0, yg, ldy);
+    if (b0 < a->nb) a_pk_tile(t, 1, qg, dg, hg, a, b0, np, a->nb == 1, yg, ldy);
+  }
+  if (4 * g1 < r1) q8_gemv_avx2_t(t, w, 4 * g1, r1, a, y + 4 * g1 - r0, ldy);
+}
+
 /* ---- AVX-512 VNNI on the packed 32-element types (blocks.h) ----
  * A group of four rows, four blocks at a time (a quad): lane 4j + k of a
  * vector is row j's block 4Q + k, so _mm512_dpbusd_epi32 of a step's weight
@@ -1570,6 +1730,15 @@ TGT512 static int q8_gemv_avx512(const struct ms_weight *w, int r0, int r1, cons
 
 TGT static void q8_gemv_avx2(const struct ms_weight *w, int r0, int r1, const struct ms_q8_act *a, float *y,
                              int ldy) {
+  if (w->packed)
+    switch (w->dtype) {  /* one instance per type */
+    case MS_DTYPE_Q8_0: a_pk_gemv_t(MS_DTYPE_Q8_0, w, r0, r1, a, y, ldy); return;
+    case MS_DTYPE_Q4_0: a_pk_gemv_t(MS_DTYPE_Q4_0, w, r0, r1, a, y, ldy); return;
+    case MS_DTYPE_Q4_1: a_pk_gemv_t(MS_DTYPE_Q4_1, w, r0, r1, a, y, ldy); return;
+    case MS_DTYPE_Q5_0: a_pk_gemv_t(MS_DTYPE_Q5_0, w, r0, r1, a, y, ldy); return;
+    case MS_DTYPE_Q5_1: a_pk_gemv_t(MS_DTYPE_Q5_1, w, r0, r1, a, y, ldy); return;
+    default: break;
+    }
   switch (w->dtype) {
   case MS_DTYPE_Q5_0: q8_gemv_avx2_t(MS_DTYPE_Q5_0, w, r0, r1, a, y, ldy); return;
   case MS_DTYPE_Q5_1: q8_gemv_avx2_t(MS_DTYPE_Q5_1, w, r0, r1, a, y, ldy); return;

@@ -13,10 +13,8 @@
 
 #define QK 32
 
-/* The CPU tests of src/kernels/quant.c's packed paths: the K-quants' packed
- * form has AVX-512 VNNI and AVX2 kernels, the 32-element types' an AVX-512
- * VNNI one alone. */
-static int vnni512_here(void) { return ms_cpu_level() >= MS_CPU_AVX512_VNNI; }
+/* The CPU test of src/kernels/quant.c's packed paths: every packed form has
+ * AVX-512 VNNI and AVX2 kernels. */
 static int avx2_here(void) { return ms_cpu_level() >= MS_CPU_AVX2; }
 
 static inline void wr16(uint8_t *p, uint16_t v) {
@@ -45,7 +43,7 @@ size_t ms_quant_packed_bytes(const struct ms_weight *w) {
   if (!avx2_here() || !w->data || w->rows < 4 || !(G = groups_of(w, &g0))) return 0;
   if (packs_k(t))
     return w->cols % 256 ? 0 : G * (size_t)(w->cols / 256) * (size_t)(4 * (KP_QB(t) + KP_HB(t)) + KP_SB(t));
-  if (!vnni512_here() || !packs(t) || w->cols % (2 * QK)) return 0;
+  if (!packs(t) || w->cols % (2 * QK)) return 0;
   return G * (size_t)(w->cols / (2 * QK)) * (size_t)(PK_QB(t) + PK_SB(t) + PK_HB(t));
 }
 

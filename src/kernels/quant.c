@@ -1776,7 +1776,7 @@ static void q8_row(const float *xb, int n, int qk, struct ms_q8_act *a, int b, i
   q8_row_portable(xb, n, qk, q, d, s, bs);
 }
 
-/* A row's q as the AVX-512 packed form reads it (quant.h, ms_q8_act.qa): for
+/* A row's q as the packed 32-element kernels read it (quant.h, ms_q8_act.qa): for
  * each four blocks 4Q .. 4Q + 3, step s (0..7) is the 16 bytes q[4Q + k][4s ..
  * 4s + 3] for k = 0..3; the last nblk % 4 blocks the same with nblk % 4 of them. */
 static void q8_arrange(const int8_t *q, int n, int8_t *qa) {

@@ -3,8 +3,8 @@
  * formats in place and dequantize inside the dot-product loop (a block of 32
  * weights is expanded into registers and used for every batch row; nothing is
  * copied to f32 first). The formats themselves, their quantizers and the
- * packed layout (ms_weight.packed) the AVX-512 paths and the K-quants' AVX2
- * one read are the model's dtype code: src/model/blocks.h and quant_k.h.
+ * packed layout (ms_weight.packed) the AVX-512 and AVX2 paths read are the
+ * model's dtype code: src/model/blocks.h and quant_k.h.
  *
  * Formats (ggml's, little-endian, 32 elements a block):
  *   Q8_0 {f16 d; int8 q[32]}          x[j] = d * q[j]
@@ -33,9 +33,9 @@ void ms_quant_gemv(const struct ms_weight *w, int r0, int r1, const float *x, in
  * rounded to nearest, ties to even; bs the sum of each 16 q; (qk 32) s = d *
  * sum(q) for Q4_1's minimum term.
  * The 32-element types then take each block's integer dot product with q
- * (exact) and add (d_w * d) * idot in f32, in four chains (a K-quant super-block combines
- * its sub-block scales and minimums as integers first: one conversion per
- * 256) - through the same float operations in the same order on the AVX2 and
+ * (exact) and add (d_w * d) * idot in f32, in four chains (a K-quant
+ * super-block combines its sub-block scales and minimums as integers first:
+ * one conversion per 256) - through the same float operations in the same order on the AVX2 and
  * AVX-512 paths and the portable one, so they give the same bits, and every
  * (weight row, input row) result is independent of the row range, the batch
  * size and the thread. NaN inputs give unspecified (but defined) results. */
@@ -45,7 +45,7 @@ struct ms_q8_act {
   float *d;         /* (nb, n / qk) */
   float *s;         /* (nb, n / 32), qk 32 only; NULL for 256 */
   int16_t *bs;      /* (nb, n / 16): the sum of each 16 q (the K minimums' term) */
-  int8_t *qa;       /* (nb, n): each row's q arranged as the AVX-512 packed form reads it (quant.c) */
+  int8_t *qa;       /* (nb, n): each row's q arranged as the packed 32-element kernels read it (quant.c) */
 };
 
 /* The activation block (qk) weights of type t take: 256 for the K-quants with

@@ -39,8 +39,8 @@ int ms_quant_row(enum ms_dtype t, const float *x, int n, void *out);
 /* ---- repacked weights (ms_weight.packed) ----
  * Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1 with an even number of blocks a row, and the
  * K-quants Q2_K .. Q6_K (below), on a CPU
- * with AVX-512 VNNI (the K-quants with AVX2 too: its kernel reads the same
- * bytes, quant.c says how): rows in groups of four (the last rows % 4 stay in data
+ * with AVX2 (the AVX-512 VNNI and AVX2 kernels read the same bytes, quant.c
+ * says how): rows in groups of four (the last rows % 4 stay in data
  * alone), one stream feeding four output rows. For group g, its blocks four
  * at a time (a quad: block pairs p, p + 1 for even p) and a last pair (blocks
  * % 4 == 2), each unit with its lanes L = nk j + k (row j, the unit's block k,

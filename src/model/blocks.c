@@ -117,7 +117,7 @@ void ms_quant_repack(const struct ms_weight *w, void *out) {
   size_t g0 = 0, G = groups_of(w, &g0), np = (size_t)(w->cols / (2 * QK)), rb = ms_weight_row_bytes(w);
   size_t bs = ms_dtype_size(t), qb = PK_QB(t), sb = PK_SB(t), hb = PK_HB(t);
   uint8_t *q = out, *sc = q + G * np * qb, *hi = sc + G * np * sb;
-  memset(out, 0, G * np * (qb + sb + hb));
+  memset(hi, 0, G * np * hb);  /* the high bits are or-ed in; every other byte is written */
   for (size_t g = 0; g < G; g++)
     for (size_t p = 0; p < np; p += 2) {  /* a quad (pairs p, p + 1), or the last pair */
       size_t at = g * np + p, nk = p + 1 < np ? 4 : 2, vb = 16 * nk;  /* blocks; bytes a step */

@@ -1138,9 +1138,11 @@ TGT_INL void a_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const u
     for (int b = 0; b < NB; b++) {
       const float *sx = a->s + (size_t)(b0 + b) * (size_t)nblk;
       for (int Q = 0; Q < nq; Q++)
-        for (int h = 0; h < 2; h++)
-          mn[b][h] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dg + (size_t)Q * 2 * ns + 16 + 8 * h))),
+        for (int h = 0; h < 2; h++) {
+          const uint16_t *mp = dg + (size_t)Q * 2 * ns + 16 + 8 * h;  /* the quad's m, after its 16 d */
+          mn[b][h] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mp)),
                                      _mm256_broadcast_ps((const __m128 *)(const void *)(sx + 4 * Q)), mn[b][h]);
+        }
       if (np & 1) {
         __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dg + (size_t)nq * 2 * ns + 8)));
         __m256 s2 = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)(sx + 4 * nq)));

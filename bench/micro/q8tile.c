@@ -6,17 +6,18 @@
  * (docs/performance.md, "The 32-element tile's float steps"):
  *   today's lanes   a 4-row x 4-input tile converting every lane of 4 products
  *                   to float and scaling it (the order src/kernels/quant.c's
- *                   paths share; a simplified kernel, not the engine's own);
+ *                   paths shared until 2026-12-06; a simplified kernel);
  *   8 rows x 2      the same lanes and chains, 8 rows x 2 blocks a vector, the
  *                   input's step a 64-bit broadcast (one permute and multiply
- *                   fewer per 64 products; the engine's bits);
+ *                   fewer per 64 products; that order's bits);
  *   16 rows         the same lanes and chains, 16 rows a vector;
  *   4-row groups    a block's 32 products summed in int32 first, lanes (block
  *                   of 4, row), the activations arranged per step (other bits);
  *   interleaved 16  a block's 32 products summed in int32 first, lanes = 16
  *                   rows, the input a 32-bit broadcast (other bits: ggml's
- * order). Build and run (after `make`; the first line is the engine's own
- * packed tile):
+ * order). The engine's own packed tile (the first line) has summed a block in
+ * int32 first since 2026-12-06, four rows by four blocks a vector. Build and
+ * run (after `make`):
  *   gcc -O2 -march=native -DMS_ENGINE -Isrc -Iinclude -o /tmp/q8tile
  * bench/micro/q8tile.c \ build/libms_model.a build/libms_kernels.a
  * build/libms_model.a build/libms_base.a -lm -lpthread taskset -c 0 /tmp/q8tile

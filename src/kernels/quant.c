@@ -1029,6 +1029,27 @@ TGT static int a_kpk_gemv(const struct ms_weight *w, int r0, int r1, const struc
   }
 }
 
+/* The unit (a quad, or the last pair) at quad Q of a packed group's three
+ * regions (blocks.h): its quants, scales and high bits. */
+struct pk_unit {
+  const uint8_t *q, *h;
+  const uint16_t *d;
+};
+
+static inline struct pk_unit pk_at(enum ms_dtype t, const uint8_t *qg, const uint16_t *dg, const uint8_t *hg, int Q) {
+  size_t p = 2 * (size_t)Q;  /* its first block pair */
+  return (struct pk_unit){.q = qg + p * PK_QB(t), .h = hg + p * PK_HB(t), .d = dg + p * (PK_SB(t) / 2)};
+}
+
+/* Batch 1's streams, Q8_AHEAD bytes of quants ahead of quad u and each other
+ * region as far ahead in time: a quad's scales (32 or 64 bytes) and high bits
+ * (64) are one line each. */
+TGT_INL void pk_prefetch(enum ms_dtype t, struct pk_unit u) {
+  for (int k = 0; k < 2 * PK_QB(t); k += 64) _mm_prefetch((const char *)u.q + Q8_AHEAD + k, _MM_HINT_T0);
+  _mm_prefetch((const char *)u.d + Q8_AHEAD * PK_SB(t) / PK_QB(t), _MM_HINT_T0);
+  if (PK_HB(t)) _mm_prefetch((const char *)u.h + Q8_AHEAD * PK_HB(t) / PK_QB(t), _MM_HINT_T0);
+}
+
 /* ---- AVX2 on the packed 32-element types (blocks.h) ----
  * The AVX-512 packed form read 256 bits at a time: half h of a quad's step
  * (its bytes 32h .. 32h + 31) is rows 2h and 2h + 1, lanes 4j' + k, so
@@ -1082,17 +1103,14 @@ TGT_INL __m256 a_pk_pair_half(__m256 v, int h) {
  * loop its 16 registers. */
 TGT_INL void a_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const uint16_t *dg, const uint8_t *hg,
                        const struct ms_q8_act *a, int b0, int np, int ahead, float *y, int ldy) {
-  const int n = a->n, nblk = n / QK, nq = np / 2, ns = PK_SB(t) / 2;
+  const int n = a->n, nblk = n / QK, nq = np / 2;
   __m256 c[2][2], mn[2][2];  /* [b][h] */
   for (int b = 0; b < NB; b++) c[b][0] = c[b][1] = mn[b][0] = mn[b][1] = _mm256_setzero_ps();
   for (int Q = 0; Q < nq; Q++) {
-    const uint8_t *qp = qg + (size_t)Q * 2 * PK_QB(t), *hp = hg + (size_t)Q * 2 * PK_HB(t);
-    const uint16_t *dp = dg + (size_t)Q * 2 * ns;
-    if (ahead) {
-      for (int k = 0; k < 2 * PK_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
-      _mm_prefetch((const char *)dp + Q8_AHEAD * PK_SB(t) / PK_QB(t), _MM_HINT_T0);
-      if (PK_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD * PK_HB(t) / PK_QB(t), _MM_HINT_T0);
-    }
+    struct pk_unit u = pk_at(t, qg, dg, hg, Q);
+    const uint8_t *qp = u.q, *hp = u.h;
+    const uint16_t *dp = u.d;
+    if (ahead) pk_prefetch(t, u);
     for (int h = 0; h < 2; h++) {
       __m256i W[8];
       for (int s = 0; s < 8; s++) W[s] = a_pk_w(t, qp, hp, 64, h, s);
@@ -1113,8 +1131,9 @@ TGT_INL void a_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const u
     }
   }
   if (np & 1) {  /* the last pair: blocks 4 nq, 4 nq + 1 into chains 0 and 1 */
-    const uint8_t *qp = qg + (size_t)nq * 2 * PK_QB(t), *hp = hg + (size_t)nq * 2 * PK_HB(t);
-    const uint16_t *dp = dg + (size_t)nq * 2 * ns;
+    struct pk_unit u = pk_at(t, qg, dg, hg, nq);
+    const uint8_t *qp = u.q, *hp = u.h;
+    const uint16_t *dp = u.d;
     __m256i W[8];
     for (int s = 0; s < 8; s++) W[s] = a_pk_w(t, qp, hp, 32, 0, s);
     __m256 dw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)dp));
@@ -1139,12 +1158,12 @@ TGT_INL void a_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const u
       const float *sx = a->s + (size_t)(b0 + b) * (size_t)nblk;
       for (int Q = 0; Q < nq; Q++)
         for (int h = 0; h < 2; h++) {
-          const uint16_t *mp = dg + (size_t)Q * 2 * ns + 16 + 8 * h;  /* the quad's m, after its 16 d */
+          const uint16_t *mp = pk_at(t, qg, dg, hg, Q).d + 16 + 8 * h;  /* the quad's m, after its 16 d */
           mn[b][h] = _mm256_fmadd_ps(_mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)mp)),
                                      _mm256_broadcast_ps((const __m128 *)(const void *)(sx + 4 * Q)), mn[b][h]);
         }
       if (np & 1) {
-        __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(dg + (size_t)nq * 2 * ns + 8)));
+        __m256 mw = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(pk_at(t, qg, dg, hg, nq).d + 8)));
         __m256 s2 = _mm256_castpd_ps(_mm256_broadcast_sd((const double *)(const void *)(sx + 4 * nq)));
         for (int h = 0; h < 2; h++)
           mn[b][h] = _mm256_blend_ps(
@@ -1252,19 +1271,14 @@ TGT512_INL __m256i v_pair_init(enum ms_dtype t, const int16_t *bs) {
  * qg, dg, hg: the group's quants, scales (f16) and high bits (blocks.h). */
 TGT512_INL void v_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, const uint16_t *dg, const uint8_t *hg,
                           const struct ms_q8_act *a, int b0, int np, int ahead, float *y, int ldy) {
-  const int n = a->n, nblk = n / QK, nq = np / 2, hasm = Q8_HAS_M(t), ns = PK_SB(t) / 2;
+  const int n = a->n, nblk = n / QK, nq = np / 2, hasm = Q8_HAS_M(t);
   __m512 c[4], m[4];
   for (int b = 0; b < NB; b++) c[b] = m[b] = _mm512_setzero_ps();
   for (int Q = 0; Q < nq; Q++) {
-    const uint8_t *qp = qg + (size_t)Q * 2 * PK_QB(t), *hp = hg + (size_t)Q * 2 * PK_HB(t);
-    const uint16_t *dp = dg + (size_t)Q * 2 * ns;
-    if (ahead) {
-      /* the three regions' streams, each as far ahead in time: a quad's scales (32 or 64 bytes) and
-       * high bits (64) are one line each */
-      for (int k = 0; k < 2 * PK_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
-      _mm_prefetch((const char *)dp + Q8_AHEAD * PK_SB(t) / PK_QB(t), _MM_HINT_T0);
-      if (PK_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD * PK_HB(t) / PK_QB(t), _MM_HINT_T0);
-    }
+    struct pk_unit u = pk_at(t, qg, dg, hg, Q);
+    const uint8_t *qp = u.q, *hp = u.h;
+    const uint16_t *dp = u.d;
+    if (ahead) pk_prefetch(t, u);
     __m512i W[8];
     PK_STEPS(__m512i, _mm512_load_si512, _mm512_and_si512, _mm512_srli_epi16, _mm512_set1_epi8,
              _mm512_mask_add_epi8, PK_M64, t, qp, hp, W);
@@ -1287,8 +1301,9 @@ TGT512_INL void v_pk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, cons
     }
   }
   if (np & 1) {  /* the last pair: lanes 2j + k, moved to lanes 4j + k (chains 0 and 1) */
-    const uint8_t *qp = qg + (size_t)nq * 2 * PK_QB(t), *hp = hg + (size_t)nq * 2 * PK_HB(t);
-    const uint16_t *dp = dg + (size_t)nq * 2 * ns;
+    struct pk_unit u = pk_at(t, qg, dg, hg, nq);
+    const uint8_t *qp = u.q, *hp = u.h;
+    const uint16_t *dp = u.d;
     const __m512i to4 = _mm512_setr_epi32(0, 1, 0, 0, 2, 3, 0, 0, 4, 5, 0, 0, 6, 7, 0, 0);
     const __mmask16 lanes = 0x3333;
     __m256i W[8];
@@ -1797,10 +1812,10 @@ void ms_q8_quantize(struct ms_q8_act *a, void *buf, const float *x, int ldx, int
   a->d = (float *)(a->q + (size_t)nb * (size_t)n);
   a->s = n32 ? a->d + (size_t)nb * nblk : NULL;
   a->bs = (int16_t *)(a->d + (size_t)nb * (nblk + n32));
-  a->qa = (int8_t *)(a->bs + (size_t)nb * (size_t)(n / 16));
+  a->qa = n32 ? (int8_t *)(a->bs + (size_t)nb * (size_t)(n / 16)) : NULL;  /* the K-quants' kernels never read it */
   for (int b = 0; b < nb; b++) {
     q8_row(x + (size_t)b * (size_t)ldx, n, qk, a, b, simd);
-    q8_arrange(a->q + (size_t)b * (size_t)n, n, a->qa + (size_t)b * (size_t)n);
+    if (a->qa) q8_arrange(a->q + (size_t)b * (size_t)n, n, a->qa + (size_t)b * (size_t)n);
   }
 }
 

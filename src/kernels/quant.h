@@ -45,7 +45,8 @@ struct ms_q8_act {
   float *d;         /* (nb, n / qk) */
   float *s;         /* (nb, n / 32), qk 32 only; NULL for 256 */
   int16_t *bs;      /* (nb, n / 16): the sum of each 16 q (the K minimums' term) */
-  int8_t *qa;       /* (nb, n): each row's q arranged as the packed 32-element kernels read it (quant.c) */
+  int8_t *qa;       /* (nb, n), qk 32 only (NULL for 256): each row's q as the packed 32-element
+                       kernels read it (quant.c) */
 };
 
 /* The activation block (qk) weights of type t take: 256 for the K-quants with

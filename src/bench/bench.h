@@ -31,6 +31,7 @@
 #define BENCH_MAX_PARAMS 16
 #define BENCH_MAX_DEVICES 8
 #define BENCH_MAX_OS_WORKERS 64
+#define BENCH_CPU_TILE_BYTES (64 * 1024)  /* the benchmark's CPU engines: weight bytes a GEMV task (bench_engine_new) */
 
 enum bench_method {
   BM_KERNEL_TIMING = 0,   /* (a) time per step */

@@ -104,7 +104,9 @@ static const struct cli_opt run_opts[] = {
                 "positions per request (default: the model's trained context,\n"
                 "capped by memory as serve caps it; 512 for a synthetic model;\n"
                 "at least the longest prompt and --steps)"),
-    CLI_OPT_INT(RA, tile_kb, "tile-kb", "K", 1, 1 << 20, "target weight KiB per GEMV task (default 64)"),
+    CLI_OPT_INT(RA, tile_kb, "tile-kb", "K", 1, 1 << 20,
+                "target weight KiB per GEMV task (default: the backend's; 1024 on the CPU, "
+                "64 elsewhere; at least eight tasks an operator)"),
     CLI_OPT_INT(RA, tile_rows, "tile-rows", "N", 1, 1 << 20, "fixed output rows per GEMV task (overrides --tile-kb)"),
     CLI_OPT_GROUP(RA, q8, cli_act_opts),
     CLI_OPT_INT(RA, max_batched, "max-batched-tokens", "N", 0, 4096,
@@ -142,7 +144,7 @@ static const char run_head[] =
 /* 0: parsed; 1: --help printed; -1: a usage error, printed. */
 static int parse(int argc, char **argv, struct run_args *a) {
   *a = (struct run_args){.batch = 4, .requests = -1, .steps = 16, .prompt_len = 8,
-                         .tile_kb = 64, .watchdog_ms = 2000, .seed = 1, .tolerance = -1,
+                         .watchdog_ms = 2000, .seed = 1, .tolerance = -1,
                          .replace_at = -1, .detach_at = -1, .text.stop_id = -1, .q8 = -1};
   int rc = cli_parse("run", run_head, run_opts, a, argc, argv, NULL);
   if (rc) return rc;

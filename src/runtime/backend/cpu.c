@@ -244,7 +244,19 @@ static uint64_t cpu_now(const void *ctx) {
   return ms_now_ns();
 }
 
-static void cpu_defaults(struct ms_engine_opts *o) { (void)o; }
+/* GEMV tasks of CPU_TILE_BYTES of weights (still at least eight an operator:
+ * the compiler's spread), unless the caller tiles. A decode step streams each
+ * weight once; a task of 64 KiB (the compiler's default) ends before the
+ * hardware prefetchers are at speed and hands the core back to the scheduler
+ * 1500-2000 times a step: on SmolLM2 and Gemma-3 at batch 1 that cost 12-20% of
+ * a token (docs/performance.md, "Larger GEMV tasks on the CPU"). A size in
+ * bytes, not a count a worker: replicas with different worker counts serve the
+ * same plan (a query's event classes follow the tiling), and a large model
+ * still gets tens of tasks an operator for many cores. */
+#define CPU_TILE_BYTES (1024 * 1024)
+static void cpu_defaults(struct ms_engine_opts *o) {
+  if (!o->tile_bytes && !o->tile_rows && !o->tiles_per_op) o->tile_bytes = CPU_TILE_BYTES;
+}
 
 static int cpu_shape_only(const struct ms_engine_opts *o) {
   (void)o;

@@ -248,8 +248,8 @@ static uint64_t cpu_now(const void *ctx) {
  * the compiler's spread), unless the caller tiles. A decode step streams each
  * weight once; a task of 64 KiB (the compiler's default) ends before the
  * hardware prefetchers are at speed and hands the core back to the scheduler
- * 1500-2000 times a step: on SmolLM2 and Gemma-3 at batch 1 that cost 12-20% of
- * a token (docs/performance.md, "Larger GEMV tasks on the CPU"). A size in
+ * 1500-2000 times a step: on SmolLM2 and Gemma-3 at batch 1, 1 MiB tasks decode
+ * 1.10-1.18x faster (docs/performance.md, "Larger GEMV tasks on the CPU"). A size in
  * bytes, not a count a worker: replicas with different worker counts serve the
  * same plan (a query's event classes follow the tiling), and a large model
  * still gets tens of tasks an operator for many cores. */

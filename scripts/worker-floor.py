@@ -10,13 +10,13 @@ attached, and prints per run three statistics of worker 0 against worker 1:
   mean  the median over the weight kernels of log(mean task time w0 / w1)
         (the benchmark's kernel-by-kernel worker judgement reads this);
   min   the same with each kernel's fastest task;
-  rel   the share of the engine's event releases made by worker 0 (the worker
-        that ends an operator's last tile is the one the others wait for).
+  rel   the share of the events of several triggers released by worker 0 (the
+        worker that ends an operator's last tile is the one the others wait for).
 Then, per window length, the healthy runs' standard deviation of each and the
 throttled runs' mean shift, in those standard deviations.
 
   scripts/worker-floor.py [--model F.gguf] [--steps 12,48,192] [--runs 5]
-                          [--factor 1.05] [--megascope BIN] [--json]
+                          [--factor 1.05] [--tile-kb 64] [--megascope BIN] [--json]
 """
 import argparse
 import json
@@ -33,7 +33,7 @@ QUERY = ("task_end { @mean[worker, op] = avg(t_end - t_begin); @min[worker, op] 
 
 def one_run(args, steps, fault):
     cmd = [args.megascope, "run", "--model", args.model, "--workers", "2", "--batch", "4", "--steps", str(steps),
-           "--prompt-len", "16", "--query", QUERY, "--json"]
+           "--prompt-len", "16", "--tile-kb", str(args.tile_kb), "--query", QUERY, "--json"]
     if fault:
         cmd += ["--fault", fault]
     p = subprocess.run(cmd, capture_output=True, text=True)
@@ -57,6 +57,8 @@ def main():
     ap.add_argument("--steps", default="12,48,192", help="window lengths in decode steps")
     ap.add_argument("--runs", type=int, default=5, help="runs of each condition")
     ap.add_argument("--factor", type=float, default=1.05, help="the throttled worker's task time factor")
+    ap.add_argument("--tile-kb", type=int, default=64,
+                    help="weight KiB a GEMV task (default 64, as the benchmark's CPU engines)")
     ap.add_argument("--megascope", default="build/megascope")
     ap.add_argument("--json", action="store_true", help="one JSON object on stdout")
     args = ap.parse_args()

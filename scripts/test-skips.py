@@ -55,7 +55,8 @@ def main():
         if a.allowed:
             # without --strict (make test on a machine that lacks an input, e.g. ../shared beside a
             # clone in /tmp) the skip is reported, and CI, which runs --strict, would fail on it
-            missing = "  [NOT ALLOWED to skip here]" if a.strict else "  [CI may not skip this: an input is missing here]"
+            missing = ("  [NOT ALLOWED to skip here]" if a.strict
+                       else "  [CI may not skip this: an input is missing here]")
             mark = "  [allowed: %s]" % allowed[name] if name in allowed else missing
             if name not in allowed:
                 bad.append(name)

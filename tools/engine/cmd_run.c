@@ -105,8 +105,8 @@ static const struct cli_opt run_opts[] = {
                 "capped by memory as serve caps it; 512 for a synthetic model;\n"
                 "at least the longest prompt and --steps)"),
     CLI_OPT_INT(RA, tile_kb, "tile-kb", "K", 1, 1 << 20,
-                "target weight KiB per GEMV task (default: the backend's; 1024 on the CPU, "
-                "64 elsewhere; at least eight tasks an operator)"),
+                "target weight KiB per GEMV task (default: the backend's,\n"
+                "1024 on the CPU, 64 elsewhere; at least eight tasks an operator)"),
     CLI_OPT_INT(RA, tile_rows, "tile-rows", "N", 1, 1 << 20, "fixed output rows per GEMV task (overrides --tile-kb)"),
     CLI_OPT_GROUP(RA, q8, cli_act_opts),
     CLI_OPT_INT(RA, max_batched, "max-batched-tokens", "N", 0, 4096,

@@ -3,7 +3,7 @@
  * shuffled interleavings give identical tokens; continuous batching admits and
  * retires requests between steps; counters are generation-based; an idle engine
  * sleeps; a plan with one dependency removed is caught by shuffled runs; the
- * watchdog names a stall. */
+ * watchdog names a stall; the CPU backend's default tiling. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -186,6 +186,40 @@ static void test_normalised_plan_runs(void) {
   CHECK(run(m, (struct ms_engine_opts){.n_workers = 2}, 0, &a) == 0);
   CHECK(run(m, (struct ms_engine_opts){.n_workers = 3, .tile_rows = 32, .shuffle = 1, .seed = 4}, 1, &b) == 0);
   CHECK(b.max_diff <= 1e-3);
+  ms_model_free(m);
+}
+
+/* Tasks in bucket 1's plan of an engine with options o (max_batch 1). */
+static int engine_tasks(const struct ms_model *m, struct ms_engine_opts o) {
+  o.sz = sizeof o, o.max_batch = 1, o.max_ctx = 64;
+  struct ms_engine *e = ms_engine_new(m, &o, NULL);
+  if (!e) return -1;
+  struct ms_plan_stats st;
+  ms_plan_get_stats(ms_engine_plan(e, 1), &st);
+  ms_engine_free(e);
+  return st.tasks;
+}
+
+/* Tasks in a plan compiled for batch 1 with tile_bytes tb. */
+static int compiled_tasks(const struct ms_model *m, int tb) {
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = tb};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  if (!p) return -1;
+  struct ms_plan_stats st;
+  ms_plan_get_stats(p, &st);
+  ms_plan_free(p);
+  return st.tasks;
+}
+
+/* The CPU backend tiles GEMVs by 1 MiB of weights unless the caller tiles
+ * (runtime/backend/cpu.c): tiny-256's operators are large enough that 64 KiB
+ * and 1 MiB give different plans, and a caller's tile_bytes wins. */
+static void test_cpu_tiling_default(void) {
+  struct ms_model *m = load("tiny-256", MS_DTYPE_F32);
+  int small = compiled_tasks(m, 64 * 1024), large = compiled_tasks(m, 1024 * 1024);
+  CHECK(small > large && large > 0);
+  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2}) == large);
+  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .tile_bytes = 64 * 1024}) == small);
   ms_model_free(m);
 }
 
@@ -376,6 +410,7 @@ int main(void) {
   test_arch_features_matter();
   test_chunked_prefill();
   test_normalised_plan_runs();
+  test_cpu_tiling_default();
   test_continuous_batching();
   test_idle_sleeps();
   test_missing_edge_caught();

@@ -34,6 +34,10 @@ struct world {
   double req_ctx[32], req_factor[32];
   double slot_slope;     /* a request's attention runs exp(-slot_slope x slot) (its row's place in the step) */
   double req_scatter;    /* each request's own log-normal factor (real requests scatter 5-25% around the line) */
+  /* request cells by worker (a request's task i of a step on worker (i + step) % workers, or
+   * all on req_pin[r] - 1); its tasks on worker wk run req_worker_factor[wk] slower */
+  int req_by_worker, req_pin[32];
+  double req_worker_factor[8];
   int pace_burst;        /* steps from step 50 that run every request 3x slower */
   int no_min;            /* the tables without each cell's fastest task (means only) */
   int comm;              /* op 1 of every layer is a communication task (tensor parallel) */
@@ -58,7 +62,7 @@ struct window {
   struct ms_explain_cell *cells;
   size_t n_cells;
   struct ms_explain_request req[32];
-  struct ms_explain_req_cell req_cells[32 * 40];
+  struct ms_explain_req_cell *req_cells;  /* [32 * 40 * 8] */
   size_t n_req_cells;
   struct ms_explain_os os[8 * 8];
   int device[8];
@@ -80,7 +84,7 @@ static void world_init(struct world *w, int layers, int workers, uint64_t seed) 
   w->noise = 0.04, w->rng = seed;
   for (int i = 0; i < 512; i++) w->class_factor[i] = w->bytes_factor[i] = 1;
   for (int i = 0; i < 64; i++) w->layer_factor[i] = 1;
-  for (int i = 0; i < 8; i++) w->worker_factor[i] = w->cold_factor[i] = 1;
+  for (int i = 0; i < 8; i++) w->worker_factor[i] = w->cold_factor[i] = w->req_worker_factor[i] = 1;
   for (int i = 0; i < 4; i++) w->device_factor[i] = 1;
   for (int i = 0; i < 32; i++) w->req_factor[i] = 1, w->req_ctx[i] = 60 + 40 * (i % 5);
 }
@@ -91,6 +95,7 @@ static int cls_id(int layer, int op) { return layer * N_OPS + op; }
 static void draw(struct world *w, struct window *win) {
   memset(win, 0, sizeof *win);
   win->cells = calloc(MAX_CELLS, sizeof *win->cells);
+  win->req_cells = calloc(32 * 40 * 8, sizeof *win->req_cells);
   int C = w->layers * N_OPS;
   for (int l = 0; l < w->layers; l++)
     for (int o = 0; o < N_OPS; o++) {
@@ -174,20 +179,28 @@ static void draw(struct world *w, struct window *win) {
                  exp(w->req_scatter * gauss(&w->rng));
     for (int a = 0; a < 40; a++) {
       int st = (r * 7 + a) % w->steps;
-      struct ms_explain_req_cell *c = &win->req_cells[win->n_req_cells++];
-      *c = (struct ms_explain_req_cell){.request = r, .slice = st, .n = 4, .ctx = w->req_ctx[r]};
+      struct ms_explain_req_cell *first = &win->req_cells[win->n_req_cells];
       for (int i = 0; i < 4; i++) {
-        double ns = per * pace[st] * exp(w->noise * gauss(&w->rng));
-        c->sum_ns += ns;
+        int wk = w->req_pin[r] ? w->req_pin[r] - 1 : (i + st) % w->workers;
+        struct ms_explain_req_cell *c = first;
+        if (w->req_by_worker)  /* this worker's cell of the step, or a new one */
+          for (c = first; c < &win->req_cells[win->n_req_cells] && c->worker != wk; c++) {}
+        if (c == &win->req_cells[win->n_req_cells]) {
+          *c = (struct ms_explain_req_cell){.request = r, .slice = st, .ctx = w->req_ctx[r], .worker = wk};
+          win->n_req_cells++;
+        }
+        double ns = per * pace[st] * w->req_worker_factor[wk] * exp(w->noise * gauss(&w->rng));
+        c->n++, c->sum_ns += ns;
         if (!w->no_min && (!(c->min_ns > 0) || ns < c->min_ns)) c->min_ns = ns;
+        win->req[r].n++, win->req[r].sum_ns += ns, win->req[r].ctx_sum += w->req_ctx[r];
       }
-      win->req[r].n += 4, win->req[r].sum_ns += c->sum_ns, win->req[r].ctx_sum += 4 * w->req_ctx[r];
     }
   }
   win->in = (struct ms_explain_input){.classes = win->cls, .n_classes = win->n_classes, .cells = win->cells,
                                       .n_cells = win->n_cells, .requests = win->req, .n_requests = w->n_req,
                                       .req_cells = win->req_cells, .n_req_cells = win->n_req_cells,
-                                      .os = win->os, .n_os_slices = 8, .device = win->device,
+                                      .req_cells_by_worker = w->req_by_worker, .os = win->os, .n_os_slices = 8,
+                                      .device = win->device,
                                       .n_workers = w->workers, .n_slices = w->slices, .window_ns = 2e9,
                                       .steps = (double)w->steps, .share_cells = win->share_cells,
                                       .n_share_cells = win->n_share_cells, .rank_workers = w->rank_workers};
@@ -220,6 +233,7 @@ static void expect(const char *what, struct world *w, int n_want, const char *co
   ms_explain_result_free(&r);
   free(win.cells);
   free(win.share_cells);
+  free(win.req_cells);
 }
 
 #define WANT(...) (sizeof((const char *const[]){__VA_ARGS__}) / sizeof(const char *)), (const char *const[]){__VA_ARGS__}
@@ -300,6 +314,7 @@ static void expect_cause(const char *what, struct world *w, const char *name, co
   ms_explain_result_free(&r);
   free(win.cells);
   free(win.share_cells);
+  free(win.req_cells);
 }
 
 static void workers_and_cpus(void) {
@@ -497,7 +512,32 @@ static void requests(void) {
     world_init(&w, 30, 2, seed);
     w.n_req = 32, w.req_scatter = 0.1, w.class_factor[cls_id(15, 6)] = 3, w.req_factor[13] = 4;
     expect("a request 4x beside a slow class", &w, WANT("class:blk.15.gate_up", "request:request slot 5 gen 2"));
+    /* cells by worker: a request whose attention tasks all ran on the worker
+     * whose CPU another thread takes (every task there 4x) is judged on the
+     * other worker's tasks, where it has none, and not named; summed over the
+     * workers it stands 4x; a request 4x on every worker is named either way */
+    world_init(&w, 30, 2, seed);
+    w.n_req = 32, w.req_scatter = 0.1, w.worker_preempt_p[1] = 0.05, w.os_share[1] = 0.3;
+    w.req_pin[13] = 2, w.req_worker_factor[1] = 4;
+    expect("summed: a request on the neighbour's worker alone", &w,
+           WANT("worker:worker 1 (CPU 1)", "request:request slot 5 gen 2"));
+    world_init(&w, 30, 2, seed);
+    w.n_req = 32, w.req_scatter = 0.1, w.worker_preempt_p[1] = 0.05, w.os_share[1] = 0.3;
+    w.req_by_worker = 1, w.req_pin[13] = 2, w.req_worker_factor[1] = 4;
+    expect("by worker: a request on the neighbour's worker alone", &w, WANT("worker:worker 1 (CPU 1)"));
+    world_init(&w, 30, 2, seed);
+    w.n_req = 32, w.req_scatter = 0.1, w.worker_preempt_p[1] = 0.05, w.os_share[1] = 0.3, w.req_factor[13] = 4;
+    w.req_by_worker = 1, w.req_worker_factor[1] = 4;
+    expect("by worker: a request 4x beside a neighbour", &w,
+           WANT("worker:worker 1 (CPU 1)", "request:request slot 5 gen 2"));
   }
+  /* by worker, nothing named: the cells summed again are the same judgement */
+  world_init(&w, 30, 2, 31);
+  w.n_req = 12, w.req_factor[5] = 2, w.req_by_worker = 1;
+  expect("by worker: request 5 2x", &w, WANT("request:request slot 5 gen 1"));
+  world_init(&w, 30, 2, 34);
+  w.n_req = 24, w.req_by_worker = 1;
+  expect("by worker: healthy requests", &w, 0, NULL);
 }
 
 /* Degenerate input: nothing judged, nothing named, no crash. */

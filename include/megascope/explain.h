@@ -99,6 +99,7 @@ struct ms_explain_req_cell {
   double ctx;               /* the tasks' context (positions): the least of them */
   double n, sum_ns;
   double min_ns;            /* the fastest of them (0: not known) */
+  int worker;               /* the worker that ran them, when the input's req_cells_by_worker */
 };
 
 /* What the OS said of a worker thread over one time slice of the window
@@ -132,6 +133,11 @@ struct ms_explain_input {
   int n_requests;
   const struct ms_explain_req_cell *req_cells;  /* NULL: each request's mean */
   size_t n_req_cells;
+  /* 1: a cell holds one worker's tasks of its (request, slice), so a request
+   * is judged again on the workers not named (a worker whose CPU another
+   * thread took stalls the attention tasks it ran, whichever request's they
+   * were); 0: a cell holds every worker's */
+  int req_cells_by_worker;
   const struct ms_explain_os *os;  /* [n_os_slices][n_workers], slice-major, or NULL */
   int n_os_slices;
   const int *device;               /* [n_workers]: each worker's device; NULL: all 0 */

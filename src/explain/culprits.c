@@ -267,7 +267,9 @@ static double others_longest(const struct ex *x, const struct ex_req *rq, int i)
  * then stand twice as far out. A worker named for its CPU (another thread
  * took it) stalls whatever tasks it held (held-out 7: a Gemma-3 request 1.62x,
  * z 7.0, beside a worker preempted at random, the other requests of its slot
- * 1.15x and 0.95x); a slow class, layer, worker or device stretches the steps
+ * 1.15x and 0.95x; the requests are judged on the other workers' tasks when
+ * the cells say whose, but a neighbour's switch also stalls the events the
+ * other workers wait on); a slow class, layer, worker or device stretches the steps
  * unevenly, and a request alive for part of the window met only some of them
  * (CI: a SmolLM2 request 1.33x, z 7.4, beside blk.15.gate_up 3x at z 108, on a
  * quiet machine). In the 90 held-out explain runs kept, no request was named

@@ -534,7 +534,6 @@ int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result
   for (int d = 0; d < x.D; d++) out->share[d] = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN};
   if (x.D > 1 && in->n_share_cells) share_effects(&x);
   cpu_effects(&x, &cpu);
-  ex_request_effects(&x, &rq);
   int ok = rq.time != NULL && (out->set_aside = calloc((size_t)x.W + 1, 1));
   if (ok) {
     out->n_set_aside = ex_worker_culprits(&x, &cpu, out->set_aside);
@@ -547,6 +546,8 @@ int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result
       memset(out->set_aside, 0, (size_t)x.W);
       out->n_set_aside = 0;
     }
+    /* the requests on the same workers' tasks (when the cells say whose) */
+    ex_request_effects(&x, &rq, out->n_set_aside ? out->set_aside : NULL);
     ex_part_culprits(&x, &rq);
   }
   free(rq.time);

@@ -37,8 +37,33 @@ static double cell_time(const struct ms_explain_req_cell *c) {
   return c->min_ns > 0 ? c->min_ns : c->n > 0 ? c->sum_ns / c->n : 0;
 }
 
-static int make_cells(const struct ms_explain_input *in, struct cells *cs) {
+static int by_request_slice(const void *a, const void *b) {
+  const struct ms_explain_req_cell *x = a, *y = b;
+  if (x->request != y->request) return x->request < y->request ? -1 : 1;
+  return (x->slice > y->slice) - (x->slice < y->slice);
+}
+
+/* Cells by worker: those of the workers not skipped, one a (request, slice)
+ * (their tasks and time summed, the fastest of them, the least context). */
+static void merge_workers(struct cells *cs) {
+  size_t k = 0;
+  qsort(cs->c, cs->n, sizeof *cs->c, by_request_slice);
+  for (size_t j = 0; j < cs->n; j++) {
+    struct ms_explain_req_cell *m = k ? &cs->c[k - 1] : NULL, *c = &cs->c[j];
+    if (!m || by_request_slice(m, c)) {
+      cs->c[k++] = *c;
+      continue;
+    }
+    m->n += c->n, m->sum_ns += c->sum_ns;
+    m->ctx = c->ctx < m->ctx ? c->ctx : m->ctx;
+    if (c->min_ns > 0 && (m->min_ns <= 0 || c->min_ns < m->min_ns)) m->min_ns = c->min_ns;
+  }
+  cs->n = k;
+}
+
+static int make_cells(const struct ms_explain_input *in, const unsigned char *skip, int W, struct cells *cs) {
   size_t n = in->req_cells ? in->n_req_cells : (size_t)in->n_requests;
+  int by_worker = in->req_cells && in->req_cells_by_worker;
   cs->c = calloc(n + 1, sizeof *cs->c);
   cs->line = calloc(n + 1, sizeof *cs->line);
   cs->resid = calloc(n + 1, sizeof *cs->resid);
@@ -53,8 +78,10 @@ static int make_cells(const struct ms_explain_input *in, struct cells *cs) {
       c = (struct ms_explain_req_cell){.request = (int)j, .slice = 0, .n = r->n, .sum_ns = r->sum_ns,
                                        .ctx = r->n > 0 ? r->ctx_sum / r->n : 0};
     }
+    if (by_worker && skip && c.worker >= 0 && c.worker < W && skip[c.worker]) continue;
     if (c.request >= 0 && c.request < in->n_requests && c.n > 0 && cell_time(&c) > 0) cs->c[cs->n++] = c;
   }
+  if (by_worker) merge_workers(cs);
   return 0;
 }
 
@@ -157,7 +184,7 @@ static void place_trend(const struct ms_explain_input *in, const int *idx, doubl
   for (int a = 0; a < k; a++) e[a] -= slope * (double)in->requests[idx[a]].slot;
 }
 
-void ex_request_effects(struct ex *x, struct ex_req *rq) {
+void ex_request_effects(struct ex *x, struct ex_req *rq, const unsigned char *skip) {
   const struct ms_explain_input *in = x->in;
   int n = in->n_requests, k = 0;
   rq->slope = 0, rq->intercept = 0, rq->noise = rq->t_noise = 0.01, rq->ctx_center = rq->t_center = 0;
@@ -169,7 +196,7 @@ void ex_request_effects(struct ex *x, struct ex_req *rq) {
   double *scratch = NULL;
   for (int i = 0; i < n; i++) x->out->request[i] = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN};
   for (int i = 0; rq->time && i < n; i++) rq->time[i] = NAN;
-  if (!e || !lt || !ctx || !idx || !rq->time || make_cells(in, &cs)) goto out;
+  if (!e || !lt || !ctx || !idx || !rq->time || make_cells(in, skip, x->W, &cs)) goto out;
   scratch = malloc((MAX_FIT * (MAX_PAIRS + 1) + cs.n + (size_t)n + 1) * sizeof *scratch);
   v = malloc((cs.n + 1) * sizeof *v);
   if (!scratch || !v || cs.n < 3) goto out;

@@ -53,8 +53,10 @@ static inline int ex_device(const struct ex *x, int worker) {
   if (!in->device || worker < 0 || worker >= in->n_workers || in->device[worker] < 0) return 0;
   return in->device[worker] < x->D ? in->device[worker] : 0;
 }
-/* requests.c: each request's effect into x->out->request, the line and scatters into rq. */
-void ex_request_effects(struct ex *x, struct ex_req *rq);
+/* requests.c: each request's effect into x->out->request, the line and
+ * scatters into rq; with skip (NULL: none) and cells by worker, on the tasks
+ * of the workers w with skip[w] == 0 alone. */
+void ex_request_effects(struct ex *x, struct ex_req *rq, const unsigned char *skip);
 /* culprits.c, in two turns. First the OS's view, devices and workers: named[w]
  * = 1 for each worker named; returns how many. Then layers, classes and
  * requests (judged again by the caller without the named workers), the order

@@ -170,13 +170,13 @@ static struct ms_query *summary_query(const struct ms_query_schema *sc, const st
            "@dev[%s] = max(device) }\n"
            "task_end /work_bytes != 0xffffffffffffffff && work_bytes > 0/ { @wb[class] = avg(work_bytes); "
            "@m[class, bucket, %s, step %% %d] = min((t_end - t_begin) * 65536 / work_bytes) }\n"
-           "task_end /op == attn && req_slot != 0xffffffff/ { @r[req_slot, req_gen, step] = avg(t_end - t_begin); "
-           "@rm[req_slot, req_gen, step] = min(t_end - t_begin); @rc[req_slot, req_gen, step] = min(ctx_len); "
-           "@rh[req_slot, req_gen, step] = max(ctx_len); @rx[req_slot, req_gen] = max(ctx_len) }\n"
+           "task_end /op == attn && req_slot != 0xffffffff/ { @r[req_slot, req_gen, step, %s] = avg(t_end - t_begin); "
+           "@rm[req_slot, req_gen, step, %s] = min(t_end - t_begin); @rc[req_slot, req_gen, step, %s] = min(ctx_len); "
+           "@rh[req_slot, req_gen, step, %s] = max(ctx_len); @rx[req_slot, req_gen] = max(ctx_len) }\n"
            "%s"
            "step /phase == end%s/ { @steps = count() }",  /* every rank ends each step: rank 0's are the steps */
-           wk, K, wk, wk, K, shares, w->rank_workers ? " && device == 0" : "");
-  /* room for every class in four buckets a slice, and 32k (request, step)
+           wk, K, wk, wk, K, wk, wk, wk, wk, shares, w->rank_workers ? " && device == 0" : "");
+  /* room for every class in four buckets a slice, and 32k (request, step, worker)
    * cells (a full map drops what does not fit, counted) */
   uint32_t keys = 32768, want = (uint32_t)n_cls * 4u * (uint32_t)K;
   while (keys < want && keys < 65536u) keys <<= 1;
@@ -250,7 +250,8 @@ static uint64_t map_bytes(json_t *m) {
 static int by_req_cell(const void *a, const void *b) {
   const struct ms_explain_req_cell *x = a, *y = b;
   if (x->request != y->request) return x->request < y->request ? -1 : 1;
-  return (x->slice > y->slice) - (x->slice < y->slice);
+  if (x->slice != y->slice) return x->slice < y->slice ? -1 : 1;
+  return (x->worker > y->worker) - (x->worker < y->worker);
 }
 
 static int find_request(struct explain_window *w, json_t *k, int add) {
@@ -262,18 +263,31 @@ static int find_request(struct explain_window *w, json_t *k, int add) {
   return w->n_req++;
 }
 
-/* The cell of @rm or @rc keyed k; NULL when @r has none. */
+/* The cell of @rm or @rc keyed k (slot, gen, step, worker); NULL when @r has none. */
 static struct ms_explain_req_cell *req_cell(struct explain_window *w, json_t *k) {
-  struct ms_explain_req_cell key = {.request = find_request(w, k, 0), .slice = (int)json_integer_value(json_array_get(k, 2))};
+  struct ms_explain_req_cell key = {.request = find_request(w, k, 0),
+                                    .slice = (int)json_integer_value(json_array_get(k, 2)),
+                                    .worker = (int)json_integer_value(json_array_get(k, 3))};
   return bsearch(&key, w->req_cells, w->n_req_cells, sizeof key, by_req_cell);
 }
 
-/* The requests' attention by (request, step): @r (time), @rm (the fastest
- * task), @rc and @rh (the least and the longest context), keyed alike; @rx
- * each request's longest context. Only a request's decode steps are judged
- * (one row, so one context): a prompt's chunk puts rows of every context in
- * one step, and its attention tasks run beside the chunk's GEMMs, not the
- * decode rows' (on SmolLM2, 5.8 against 12.4 us a task at 48-63 positions). */
+/* A (request, step)'s cells (one a worker) from c on: a chunk in all of
+ * them when in any (one worker may have run one row of the chunk alone). */
+static size_t mark_chunk(struct ms_explain_req_cell *c, size_t n) {
+  size_t e = 1;
+  int chunk = c[0].ctx < 0;
+  for (; e < n && c[e].request == c[0].request && c[e].slice == c[0].slice; e++) chunk |= c[e].ctx != c[0].ctx;
+  for (size_t j = 0; chunk && j < e; j++) c[j].ctx = -1;
+  return e;
+}
+
+/* The requests' attention by (request, step, worker): @r (time), @rm (the
+ * fastest task), @rc and @rh (the least and the longest context), keyed alike;
+ * @rx each request's longest context. By worker, so that a request is judged
+ * on the workers explain does not name. Only a request's decode steps are
+ * judged (one row, so one context): a prompt's chunk puts rows of every
+ * context in one step, and its attention tasks run beside the chunk's GEMMs,
+ * not the decode rows' (on SmolLM2, 5.8 against 12.4 us a task at 48-63 positions). */
 static int load_requests(struct explain_window *w, json_t *r, json_t *rm, json_t *rc, json_t *rh, json_t *rx) {
   size_t j;
   json_t *f;
@@ -285,6 +299,7 @@ static int load_requests(struct explain_window *w, json_t *r, json_t *rm, json_t
     struct ms_explain_req_cell *c = &w->req_cells[w->n_req_cells++];
     c->request = find_request(w, k, 1);
     c->slice = (int)json_integer_value(json_array_get(k, 2));
+    c->worker = (int)json_integer_value(json_array_get(k, 3));
     c->n = json_number_value(json_object_get(f, "count"));
     c->sum_ns = json_number_value(json_object_get(f, "sum"));
     c->ctx = -1;  /* until @rc and @rh agree */
@@ -306,6 +321,7 @@ static int load_requests(struct explain_window *w, json_t *r, json_t *rm, json_t
     int q = find_request(w, json_object_get(f, "key"), 0);
     if (q >= 0) w->req[q].ctx_max = json_number_value(json_object_get(f, "value"));
   }
+  for (size_t i = 0; i < w->n_req_cells;) i += mark_chunk(&w->req_cells[i], w->n_req_cells - i);
   size_t kept = 0;
   for (size_t i = 0; i < w->n_req_cells; i++) {
     struct ms_explain_req_cell *c = &w->req_cells[i];
@@ -621,7 +637,7 @@ int cmd_explain(int argc, char **argv) {
   if (!w.os || !w.device || summarize(&a, sock, sc, &w)) goto out;
   w.in = (struct ms_explain_input){.classes = w.cls, .n_classes = w.n_cls, .cells = w.cells, .n_cells = w.n_cells,
                                    .requests = w.req, .n_requests = w.n_req, .req_cells = w.req_cells,
-                                   .n_req_cells = w.n_req_cells, .os = w.os,
+                                   .n_req_cells = w.n_req_cells, .req_cells_by_worker = 1, .os = w.os,
                                    .n_os_slices = w.n_os, .device = w.device, .n_workers = w.n_workers,
                                    .n_slices = w.slices, .window_ns = w.window_ns, .steps = w.steps,
                                    .rank_workers = w.rank_workers, .share_cells = w.shares,

@@ -6,7 +6,7 @@
  * load during those steps as much as the request. So the tables hold a cell
  * per (request, step), and:
  *   1. a robust line through the cells' (context, time) points (Theil-Sen:
- *      the median of pairwise slopes, at least 0);
+ *      the median of the slopes between cells of one step, at least 0);
  *   2. each cell's log ratio to the line, less its step's pace (the median
  *      ratio of every cell of that step): what the step did to all of them;
  *   3. each request's effect: the weighted median of its cells' residuals,
@@ -24,6 +24,7 @@
 
 #define MAX_FIT 2000   /* cells the line is fitted on (an even stride through them) */
 #define MAX_PAIRS 200  /* each cell's slopes to the next 200 at most */
+#define MIN_STEP_PAIRS 30  /* pairs within steps that fit the slope alone */
 
 /* The cells judged: the input's, or one a request from its sums. */
 struct cells {
@@ -85,15 +86,48 @@ static int make_cells(const struct ms_explain_input *in, const unsigned char *sk
   return 0;
 }
 
-/* The line through the cells' (context, time): slope and intercept into rq. */
+static int by_slice(const void *a, const void *b, void *u) {
+  const struct ms_explain_req_cell *c = u;
+  int x = c[*(const size_t *)a].slice, y = c[*(const size_t *)b].slice;
+  return (x > y) - (x < y);
+}
+
+/* Slopes between the cells of one step: they share its pace, where pairs of
+ * cells steps apart (most of them one request's, its context a step longer
+ * each step) carry the load's drift between those steps. At most cap. */
+static size_t step_slopes(const struct cells *cs, double *out, size_t cap) {
+  size_t *ord = malloc((cs->n + 1) * sizeof *ord), np = 0;
+  if (!ord) return 0;
+  for (size_t j = 0; j < cs->n; j++) ord[j] = j;
+  qsort_r(ord, cs->n, sizeof *ord, by_slice, cs->c);
+  for (size_t a = 0, b; a < cs->n; a = b) {
+    for (b = a; b < cs->n && cs->c[ord[b]].slice == cs->c[ord[a]].slice; b++) {}
+    for (size_t i = a; i < b; i++)
+      for (size_t j = i + 1; j < b && np < cap; j++) {
+        const struct ms_explain_req_cell *x = &cs->c[ord[i]], *y = &cs->c[ord[j]];
+        double dc = y->ctx - x->ctx;
+        if (fabs(dc) >= 1) out[np++] = (cell_time(y) - cell_time(x)) / dc;
+      }
+  }
+  free(ord);
+  return np;
+}
+
+/* The line through the cells' (context, time): slope and intercept into rq.
+ * The slope from pairs within a step; with too few (one request a step), from
+ * pairs across the window. */
 static void fit_line(struct ex_req *rq, const struct cells *cs, double *scratch) {
-  size_t stride = cs->n > MAX_FIT ? (cs->n + MAX_FIT - 1) / MAX_FIT : 1, np = 0, k = 0;
+  size_t stride = cs->n > MAX_FIT ? (cs->n + MAX_FIT - 1) / MAX_FIT : 1, k = 0;
   double tmin = INFINITY;
-  for (size_t i = 0; i < cs->n; i += stride)
-    for (size_t j = i + stride, m = 0; j < cs->n && m < MAX_PAIRS; j += stride, m++) {
-      double dc = cs->c[j].ctx - cs->c[i].ctx;
-      if (fabs(dc) >= 1) scratch[np++] = (cell_time(&cs->c[j]) - cell_time(&cs->c[i])) / dc;
-    }
+  size_t np = step_slopes(cs, scratch, (size_t)MAX_FIT * MAX_PAIRS);
+  if (np < MIN_STEP_PAIRS) {
+    np = 0;
+    for (size_t i = 0; i < cs->n; i += stride)
+      for (size_t j = i + stride, m = 0; j < cs->n && m < MAX_PAIRS; j += stride, m++) {
+        double dc = cs->c[j].ctx - cs->c[i].ctx;
+        if (fabs(dc) >= 1) scratch[np++] = (cell_time(&cs->c[j]) - cell_time(&cs->c[i])) / dc;
+      }
+  }
   double slope = np ? ex_median(scratch, np) : 0;
   rq->slope = slope > 0 ? slope : 0;
   for (size_t i = 0; i < cs->n; i += stride) {
@@ -104,12 +138,6 @@ static void fit_line(struct ex_req *rq, const struct cells *cs, double *scratch)
   double icpt = ex_median(scratch, k);
   /* a line through the short contexts can cross zero: keep it positive */
   rq->intercept = icpt > 0.1 * tmin ? icpt : 0.1 * tmin;
-}
-
-static int by_slice(const void *a, const void *b, void *u) {
-  const struct ms_explain_req_cell *c = u;
-  int x = c[*(const size_t *)a].slice, y = c[*(const size_t *)b].slice;
-  return (x > y) - (x < y);
 }
 
 /* Each cell's residual: its log ratio to the line less its step's pace (the
@@ -163,14 +191,14 @@ static double of_request(const struct cells *cs, int i, int what, struct ex_vw *
   return ex_wmedian(v, k);
 }
 
-/* A request's place in its step: the batch's rows are laid out in slot order,
- * and the first rows' attention ran slower than the last rows' in every
- * window measured (Gemma-3: 1.25x the context line at slot 0 down to 0.78x
- * at slot 7, SmolLM2 1.10x to 0.93x; why is not measured: the first rows run
- * beside the other workers' last tiles of the layer before). So the
- * requests' residuals lose their robust trend against the slot (Theil-Sen:
- * the median of the pairwise slopes, which one slow slot does not move)
- * before a request is held against the others. e[k] in place. */
+/* A request's place in its step: an engine that lays the batch's rows out in
+ * slot order makes a row's place in the workers' static task order the
+ * slot's (megascope's did: Gemma-3's attention ran 1.25x the context line at
+ * slot 0 down to 0.78x at slot 7, SmolLM2's 1.10x to 0.93x; it now starts
+ * the rows at another slot each step, runtime/step.c, and the trend left is
+ * near 0). So the requests' residuals lose their robust trend against the
+ * slot (Theil-Sen: the median of the pairwise slopes, which one slow slot
+ * does not move) before a request is held against the others. e[k] in place. */
 static void place_trend(const struct ms_explain_input *in, const int *idx, double *e, int k, double *scratch,
                         size_t cap) {
   size_t np = 0;

@@ -286,12 +286,19 @@ static int plan_chunks(struct ms_engine *e, int *rows, int *slots, int *decoding
   return chunked;
 }
 
-/* Lays out the rows of the step: active slots in slot order, each its chunk
- * of consecutive positions (one row but in chunked prefill), padding to the
- * bucket, KV pages for every position. */
+/* Lays out the rows of the step: active slots in slot order from a slot that
+ * moves on by one each step, each its chunk of consecutive positions (one row
+ * but in chunked prefill), padding to the bucket, KV pages for every position.
+ * Why it moves: a row's place in the step is a place in the workers' static
+ * task order, and places cost differently (Gemma-3 at batch 8, slots in a
+ * fixed order: slots 0 and 1's attention 1.2-1.3x the context line, slots
+ * 2-4's 0.7-1.0x, in one window); with each slot on every row in turn that
+ * cost is no request's, and explain finds a slot slow in itself (Gemma-3's
+ * requests slowed 2x, missed in every held-out window before). */
 static int layout_rows(struct ms_engine *e, int bucket) {
-  int n = 0;
-  for (int s = 0; s < e->n_slots; s++) {
+  int n = 0, first = e->n_slots > 0 ? (int)(e->next_step % (uint64_t)e->n_slots) : 0;
+  for (int i = 0; i < e->n_slots; i++) {
+    int s = (first + i) % e->n_slots;
     struct slot *sl = &e->slots[s];
     if (!sl->req) continue;
     for (int j = 0; j < sl->chunk; j++) {

@@ -127,6 +127,28 @@ static void gemv(const struct ms_exec_ctx *x, int worker, const struct ms_weight
   }
 }
 
+/* The rotation at one position: each pair's cos and sin, the same float
+ * operations as one head at a time. */
+#define ROPE_MAX_PAIRS (MS_MAX_HEAD_DIM / 2)
+static void rope_angles(float *cs, float *sn, int hd, int pos, float base) {
+  for (int i = 0; i < hd / 2; i++) {
+    float theta = (float)pos * powf(base, -2.0f * (float)i / (float)hd);
+    cs[i] = cosf(theta), sn[i] = sinf(theta);
+  }
+}
+
+/* Row r's rotations for every RoPE task of the step, once, by its embed task
+ * (each RoPE task computed its own before: the same powf, cosf and sinf calls
+ * for every layer and KV head; SmolLM2 at batch 8, a RoPE task 1260 ns on
+ * average before, 1010 after). */
+static void row_rotations(const struct ms_exec_ctx *x, int r) {
+  const struct ms_model_config *c = &x->m->cfg;
+  int hd = c->head_dim;
+  float *a = x->meta.row_rope + (size_t)r * 2 * (size_t)hd;
+  rope_angles(a, a + hd / 2, hd, x->meta.row_pos[r], c->rope_base);
+  if (c->rope_base_local > 0) rope_angles(a + hd, a + hd + hd / 2, hd, x->meta.row_pos[r], c->rope_base_local);
+}
+
 static void embed(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t) {
   int r = t->tile[1], dim = x->m->cfg.dim;
   float *out = ms_buf_row(x, k->out, 0, r);
@@ -140,6 +162,7 @@ static void embed(const struct ms_exec_ctx *x, const struct ms_task_class *k, co
   for (int i = 0; i < dim; i++) out[i] = ms_weight_get(e, tok, i);
   if (scale > 0)
     for (int i = 0; i < dim; i++) out[i] *= scale;
+  if (x->meta.row_rope) row_rotations(x, r);
 }
 
 /* out = rmsnorm(in) * w, plus the residual in2 when the class has one (a post-norm) */
@@ -208,17 +231,6 @@ static void qkv(const struct ms_exec_ctx *x, const struct ms_task_class *k, cons
   if (x->m->cfg.qkv_bias) qkv_bias(x, k, c0, c1);  /* the epilogue */
 }
 
-/* The rotation at one position: each pair's cos and sin, once a task (its q
- * heads and its k head share the row's position), the same float operations
- * as one head at a time. */
-#define ROPE_MAX_PAIRS (MS_MAX_HEAD_DIM / 2)
-static void rope_angles(float *cs, float *sn, int hd, int pos, float base) {
-  for (int i = 0; i < hd / 2; i++) {
-    float theta = (float)pos * powf(base, -2.0f * (float)i / (float)hd);
-    cs[i] = cosf(theta), sn[i] = sinf(theta);
-  }
-}
-
 static void rope_vec(float *v, int hd, const float *cs, const float *sn, enum ms_rope_style style) {
   for (int i = 0; i < hd / 2; i++) {
     int a = style == MS_ROPE_NEOX ? i : 2 * i, b = style == MS_ROPE_NEOX ? i + hd / 2 : 2 * i + 1;
@@ -256,8 +268,14 @@ static void rope(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
     return;
   }
   int pos = x->meta.row_pos[r], qkn = c->qk_norm;
-  float cs[ROPE_MAX_PAIRS], sn[ROPE_MAX_PAIRS];
-  rope_angles(cs, sn, hd, pos, ms_layer_rope_base(c, k->layer));
+  float own[2][ROPE_MAX_PAIRS];
+  const float *cs = own[0], *sn = own[1];
+  if (x->meta.row_rope) {  /* the row's embed task computed them (row_rotations) */
+    int local = ms_layer_window(c, k->layer) && c->rope_base_local > 0;
+    cs = x->meta.row_rope + ((size_t)r * 2 + (size_t)local) * (size_t)hd, sn = cs + hd / 2;
+  } else {
+    rope_angles(own[0], own[1], hd, pos, ms_layer_rope_base(c, k->layer));
+  }
   for (int h = kh * group; h < (kh + 1) * group; h++) {
     if (qkn)
       ms_vec_rmsnorm(qo + h * hd, in + h * hd, w[0]->data, hd, c->norm_eps);

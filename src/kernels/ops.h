@@ -21,6 +21,10 @@ struct ms_batch_meta {
    * cache alone). */
   const uint8_t *row_head;
   int some_head_skipped;
+  /* [max_rows][2][head_dim]: each row's RoPE cos then sin at its position, for
+   * the model's base (0) and its local layers' (1), written by the row's embed
+   * task; NULL: each RoPE task computes its own. */
+  float *row_rope;
   uint64_t step;        /* the engine's step: what the 8-bit inputs a worker holds are keyed on */
 };
 

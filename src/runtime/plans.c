@@ -163,7 +163,7 @@ int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int pref
       .m = e->m, .plan = p, .buf = e->buf, .max_rows = e->max_rows,
       .cls_w = (const struct ms_weight *const (*)[3])rt->cls_w,
       .meta = {.row_slot = e->row_slot, .row_pos = e->row_pos, .row_token = e->row_token,
-               .row_pages = e->row_pages, .row_head = e->row_head},
+               .row_pages = e->row_pages, .row_head = e->row_head, .row_rope = e->row_rope},
       .k_pool = e->k_pool, .v_pool = e->v_pool, .page_size = e->o.page_size,
       .pool_pages = e->pool_pages, .scratch = e->scratch,
       .q8 = e->q8, .q8_held = e->q8_held, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols};
@@ -215,12 +215,13 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
   e->row_pos = calloc((size_t)e->max_rows, sizeof(int));
   e->row_token = calloc((size_t)e->max_rows, sizeof(int));
   e->row_head = calloc((size_t)e->max_rows, sizeof *e->row_head);
+  e->row_rope = calloc((size_t)e->max_rows * 2 * (size_t)c->head_dim, sizeof *e->row_rope);
   e->admit_slots = calloc((size_t)e->n_slots, sizeof(int));
   e->row_pages = calloc((size_t)e->max_rows, sizeof(int32_t *));
   e->hook_rows = calloc((size_t)e->max_rows, sizeof *e->hook_rows);
   e->scratch = calloc((size_t)e->n_workers, sizeof *e->scratch);
   if (!e->free_pages || !e->slots || !e->row_slot || !e->row_pos || !e->admit_slots ||
-      !e->row_token || !e->row_head || !e->row_pages || !e->hook_rows || !e->scratch)
+      !e->row_token || !e->row_head || !e->row_rope || !e->row_pages || !e->hook_rows || !e->scratch)
     return -ENOMEM;
   /* pages are handed out lowest first */
   for (int i = 0; i < e->pool_pages; i++) e->free_pages[i] = e->pool_pages - 1 - i;
@@ -269,6 +270,7 @@ void ms_rt_storage_free(struct ms_engine *e) {
   free(e->slots);
   free(e->row_slot);
   free(e->row_pos);
+  free(e->row_rope);
   free(e->row_token);
   free(e->row_head);
   free(e->admit_slots);

@@ -252,6 +252,7 @@ struct ms_engine {
   struct slot *slots;            /* [n_slots] */
   int *row_slot, *row_pos, *row_token;
   uint8_t *row_head;             /* [max_rows] the row samples (meta.row_head) */
+  float *row_rope;               /* [max_rows][2][head_dim] the rows' RoPE rotations (meta.row_rope) */
   int *admit_slots;              /* slots admitted by the step start in flight */
   int32_t **row_pages;
   float **scratch;               /* [worker] max_ctx x (n_heads / n_kv_heads) floats (kernels/ops.h) */

@@ -186,8 +186,13 @@ def run_one(a, ms, model, name, kind, extra, interf, want, tmp):
         rep = json.loads(out.stdout)
         if a.keep:
             os.makedirs(a.keep, exist_ok=True)
-            with open(os.path.join(a.keep, "%s-%s.json" % (os.path.basename(model).split(".")[0],
-                                                            name.replace(" ", "_"))), "w") as f:
+            # one file a run: runs of one name (the healthy ones) are numbered, none overwritten
+            stem = os.path.join(a.keep, "%s-%s" % (os.path.basename(model).split(".")[0], name.replace(" ", "_")))
+            path, n = stem + ".json", 1
+            while os.path.exists(path):
+                n += 1
+                path = "%s-%d.json" % (stem, n)
+            with open(path, "w") as f:
                 f.write(out.stdout)
     finally:
         stop.set()

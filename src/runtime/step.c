@@ -291,8 +291,8 @@ static int plan_chunks(struct ms_engine *e, int *rows, int *slots, int *decoding
  * but in chunked prefill), padding to the bucket, KV pages for every position.
  * Why it moves: a row's place in the step is a place in the workers' static
  * task order, and places cost differently (Gemma-3 at batch 8, slots in a
- * fixed order: slots 0 and 1's attention 1.2-1.3x the context line, slots
- * 2-4's 0.7-1.0x, in one window); with each slot on every row in turn that
+ * fixed order: slots 0 and 1's attention 0.97-1.31x the context line, slots
+ * 2-4's 0.71-0.99x, in one window); with each slot on every row in turn that
  * cost is no request's, and explain finds a slot slow in itself (Gemma-3's
  * requests slowed 2x: missed in five of the six held-out sets before, found
  * in the two after). */

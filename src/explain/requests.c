@@ -213,8 +213,8 @@ static void place_trend(const struct ms_explain_input *in, const int *idx, doubl
 }
 
 /* The scatter of one cell's residual about its request's median, pooled over
- * the judged requests (robust: a slow request's own cells count once each).
- * e[a] is request idx[a]'s median before the place trend. */
+ * the judged requests (a median absolute deviation: a few wild cells move it
+ * little). e[a] is request idx[a]'s median before the place trend. */
 static double cell_scatter(const struct cells *cs, const int *idx, const double *e, int k, int n, double *scratch) {
   int *pos = malloc(((size_t)n + 1) * sizeof *pos);
   if (!pos) return 0;

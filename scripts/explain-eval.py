@@ -159,7 +159,7 @@ def long_request(url, words, stop, decoding):
         pass
 
 
-def run_one(a, ms, model, name, kind, extra, interf, want, tmp):
+def run_one(a, ms, model, name, kind, extra, interf, want, tmp, base=None, save=None):
     p, url, sock = serve(ms, model, a.workers, tmp, extra)
     load, side, stop, t_inter = Load(url, a.clients), None, threading.Event(), None
     try:
@@ -179,11 +179,15 @@ def run_one(a, ms, model, name, kind, extra, interf, want, tmp):
             time.sleep(1)
         t0 = time.time()
         out = subprocess.run([ms, "explain", "--socket", sock, "--slo", "tpot=50ms", "--window", f"{a.window}s",
-                              "--evidence", "100", "--json"], capture_output=True, text=True, timeout=4 * a.window + 120)
+                              "--evidence", "100", "--json"] + (["--baseline", base] if base else []),
+                             capture_output=True, text=True, timeout=4 * a.window + 120)
         took = time.time() - t0
         if out.returncode != 0:
             raise RuntimeError("explain exited %d: %s" % (out.returncode, out.stderr[-1000:]))
         rep = json.loads(out.stdout)
+        if save:
+            with open(save, "w") as f:
+                f.write(out.stdout)
         if a.keep:
             os.makedirs(a.keep, exist_ok=True)
             # one file a run: runs of one name (the healthy ones) are numbered, none overwritten
@@ -300,6 +304,9 @@ def main():
     ap.add_argument("--only", default="", help="run the scenarios whose name contains this")
     ap.add_argument("--out", default="")
     ap.add_argument("--keep", default="", help="write each run's whole explain report into this folder")
+    ap.add_argument("--baseline", action="store_true",
+                    help="first a healthy run of each model (not scored) whose report every run's explain "
+                         "then takes as --baseline")
     ap.add_argument("--calibrate", action="store_true", help="print confidence.c's table from these answers")
     ap.add_argument("--report", default="", help="score an earlier --out file instead of running")
     a = ap.parse_args()
@@ -314,12 +321,17 @@ def main():
             with tempfile.TemporaryDirectory() as tmp:
                 cls, layers = classes_of(a.ms, model, tmp)
                 rng = random.Random(f"{a.seed}:{m}")
+                base = None
+                if a.baseline:
+                    log(f"explain-eval: {m}: the baseline (a healthy run, not scored) ...")
+                    base = os.path.join(tmp, "baseline.json")
+                    run_one(a, a.ms, model, "baseline", "healthy", [], None, None, tmp, save=base)
                 for sc in scenarios(rng, cls, layers, a.workers):
                     if a.only and a.only not in sc[0]:
                         continue
                     log(f"explain-eval: {m}: {sc[0]} ...")
                     try:
-                        r = run_one(a, a.ms, model, *sc, tmp)
+                        r = run_one(a, a.ms, model, *sc, tmp, base=base)
                     except Exception as e:  # a run that fails is reported, not scored
                         log(f"explain-eval: {m}: {sc[0]}: {e}")
                         results.append({"model": MODELS[m], "scenario": sc[0], "kind": sc[1], "error": str(e)})
@@ -328,7 +340,8 @@ def main():
                         "; false:", r["false"], "; named:", [c["kind"] + ":" + c["name"] for c in r["culprits"]])
                     results.append(r)
         if a.out:
-            json.dump({"seed": a.seed, "workers": a.workers, "window_s": a.window, "runs": results}, open(a.out, "w"), indent=1)
+            json.dump({"seed": a.seed, "workers": a.workers, "window_s": a.window, "baseline": a.baseline,
+                       "runs": results}, open(a.out, "w"), indent=1)
     ok = [r for r in results if "error" not in r]
     table(ok)
     reliability(ok)

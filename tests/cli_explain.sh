@@ -61,8 +61,9 @@ run_case() {
     SIDE_PID=$!
     sleep 1
   fi
-  "$MS" explain --socket "$SOCK" --slo tpot=1s --window 4s --evidence "$evidence" --json >"$tmp/$name.json" \
-    2>"$tmp/$name.err" || { cat "$tmp/$name.err"; fail "explain $name"; }
+  "$MS" explain --socket "$SOCK" --slo tpot=1s --window 4s --evidence "$evidence" --json \
+    ${BASELINE:+--baseline "$BASELINE"} >"$tmp/$name.json" 2>"$tmp/$name.err" ||
+    { cat "$tmp/$name.err"; fail "explain $name"; }
   if [ -n "$SIDE_PID" ]; then kill -TERM "$SIDE_PID"; wait "$SIDE_PID" || fail "interfere exited $?"; SIDE_PID=""; fi
   touch "$tmp/stop"
   wait "$LOAD_PID" || { cat "$tmp/$name/load.err"; fail "$name: the load's requests failed"; }
@@ -123,6 +124,9 @@ for c in r["culprits"]:
     assert ev is not None and (gone or 0 < ev["records"] <= share) and ev["bytes"] == 64 * ev["records"], (c, share)
     assert ev["ended"] in (False, gone), c
     assert 0 <= ev["coverage"]["eligible"] - ev["coverage"]["executed"] <= 64, ev
+# against a baseline (BASELINE): the report says which, and how many classes it judged
+assert ("baseline" in r) == bool(__import__("os").environ.get("BASELINE")), r.get("baseline")
+assert "baseline" not in r or r["baseline_classes"] > 0, r
 if not wants:
     assert r["none_confidence"] >= 0 and (r["culprits"] or r["none_confidence"] <= 1)
 print("ok: %s: named %s" % (sys.argv[2], [c[0] + ":" + c[1] for c in named]))
@@ -137,6 +141,21 @@ assert not [x for x in a if x["attached"]], a' "$tmp/$name/ls.json" || fail "exp
 
 run_case tiny-wo 50 class:blk.1.wo -- --synthetic tiny --workers 2 --fault slow_class:blk.1.wo:8
 run_case tiny-healthy 50 - -- --synthetic tiny --workers 2
+# against the healthy window as a baseline: the slow class still named
+BASELINE=$tmp/tiny-healthy.json run_case tiny-wo-base 50 class:blk.1.wo -- --synthetic tiny --workers 2 \
+  --fault slow_class:blk.1.wo:8
+# a baseline that is missing, not a report, or itself judged against one: refused, named
+start_serve tiny-badbase --synthetic tiny --workers 2
+echo '{"culprits": []}' >"$tmp/notreport.json"
+for b in "$tmp/missing.json" "$tmp/notreport.json" "$tmp/tiny-wo-base.json"; do
+  rc=0
+  "$MS" explain --socket "$SOCK" --slo tpot=1s --window 1s --baseline "$b" >/dev/null 2>"$tmp/base.err" || rc=$?
+  [ "$rc" = 1 ] && grep -q -- "--baseline $b: " "$tmp/base.err" ||
+    { cat "$tmp/base.err"; fail "--baseline $b: rc $rc"; }
+done
+grep -q "judged against a baseline itself" "$tmp/base.err" || fail "a baseline's own report taken as one"
+stop_serve tiny-badbase
+SERVE_PID=""
 
 if [ ! -s "$SMOL" ]; then
   echo "skipped: $SMOL is missing (scripts/get-smollm2.sh; make test installs it)"
@@ -147,4 +166,6 @@ run_case smol-class 100 class:blk.15.gate_up -- --model "$SMOL" --workers 2 --pi
 run_case smol-worker 100 worker:1 -- --model "$SMOL" --workers 2 --pin-workers --fault slow_worker:1:2
 NEIGHBOUR=1 run_case smol-neighbour 100 worker:1 -- --model "$SMOL" --workers 2 --pin-workers
 run_case smol-healthy 100 - -- --model "$SMOL" --workers 2 --pin-workers
-echo "6 cases passed"
+BASELINE=$tmp/smol-healthy.json run_case smol-class-base 100 class:blk.15.gate_up -- --model "$SMOL" --workers 2 \
+  --pin-workers --fault slow_class:blk.15.gate_up:3
+echo "8 cases passed"

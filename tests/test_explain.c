@@ -210,9 +210,13 @@ static void draw(struct world *w, struct window *win) {
 }
 
 /* Judges and checks the culprits are exactly `want` (kind:name, in any order). */
+/* A healthy reference for the windows judged next (explain --baseline); NULL: none. */
+static const double *g_base, *g_base_noise;
+
 static void expect(const char *what, struct world *w, int n_want, const char *const *want) {
   struct window win;
   draw(w, &win);
+  win.in.class_base = g_base, win.in.class_base_noise = g_base_noise;
   struct ms_explain_result r;
   int rc = ms_explain_judge(&win.in, &r);
   CHECKF(rc == 0, "%s: judge %d", what, rc);
@@ -569,8 +573,50 @@ static void empty(void) {
   ms_explain_result_free(NULL);
 }
 
+/* Each class's effect and noise in world w's window, as explain --json
+ * reports them, into base and noise. */
+static void take_base(struct world *w, double *base, double *noise) {
+  struct window win;
+  draw(w, &win);
+  struct ms_explain_result r;
+  CHECK(ms_explain_judge(&win.in, &r) == 0);
+  for (int c = 0; c < win.n_classes; c++) base[c] = r.cls[c].effect, noise[c] = r.cls[c].noise;
+  ms_explain_result_free(&r);
+  free(win.cells);
+  free(win.share_cells);
+  free(win.req_cells);
+}
+
+/* A class that stands 1.4x its peers in every window (as a real engine's
+ * first RoPE does; here a heavier class, as this world's RoPE is too light to
+ * matter) is named against its peers; against a healthy reference drawn
+ * apart, where it stood as much, it is not, while a class slowed 2x beside
+ * it, or the standing class slowed 2x more, is. */
+static void baseline(void) {
+  static double base[600], noise[600];
+  struct world w;
+  for (uint64_t seed = 70; seed < 75; seed++) {
+    world_init(&w, 30, 2, seed + 100);
+    w.class_factor[cls_id(0, 6)] = 1.4;
+    take_base(&w, base, noise);
+    world_init(&w, 30, 2, seed);
+    w.class_factor[cls_id(0, 6)] = 1.4;
+    expect("a class standing 1.4x, no baseline", &w, WANT("class:blk.0.gate_up"));
+    g_base = base, g_base_noise = noise;
+    expect("a class standing 1.4x, against the baseline", &w, 0, NULL);
+    world_init(&w, 30, 2, seed);
+    w.class_factor[cls_id(0, 6)] = 1.4, w.class_factor[cls_id(12, 6)] = 2;
+    expect("beside it a class 2x, against the baseline", &w, WANT("class:blk.12.gate_up"));
+    world_init(&w, 30, 2, seed);
+    w.class_factor[cls_id(0, 6)] = 2.8;
+    expect("the standing class 2x more, against the baseline", &w, WANT("class:blk.0.gate_up"));
+    g_base = g_base_noise = NULL;
+  }
+}
+
 int main(void) {
   empty();
+  baseline();
   healthy();
   classes_and_layers();
   workers_and_cpus();

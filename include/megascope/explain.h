@@ -151,6 +151,11 @@ struct ms_explain_input {
   int rank_workers;
   const struct ms_explain_share_cell *share_cells;  /* NULL: shares not judged */
   size_t n_share_cells;
+  /* A reference taken while healthy (explain --baseline): each class's log
+   * ratio to its peers then and the scatter it was held against; NAN (or
+   * NULL) where none. A class is then judged by how far it moved from where
+   * it stood: a first layer's standing cold cost is not a fault. */
+  const double *class_base, *class_base_noise;  /* [n_classes] */
 };
 
 /* One part's judgement (every judged part has one, culprit or not). */

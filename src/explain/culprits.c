@@ -245,9 +245,15 @@ static void class_culprits(struct ex *x, const int *layer_named) {
     struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_CLASS, i, z, exp(e->effect), e->excess_ns, "slow tasks");
     if (!c) return;
     snprintf(c->name, sizeof c->name, "%s", x->in->classes[i].name);
-    why(c, "its tasks took %.2fx the median of its %d peers (%s in the other layers) over %.0f tasks; z %.1f "
-           "against the peers' scatter of %.1f%%%s", exp(e->effect), e->peers, x->in->classes[i].op, e->n, z,
-        100 * x->sigma, x->out->n_set_aside ? " (on the workers not named)" : "");
+    const double *base = x->in->class_base;
+    if (base && isfinite(base[i]))
+      why(c, "against its %d peers (%s in the other layers) its tasks took %.2fx where they stood in the "
+             "baseline (%.2fx) over %.0f tasks; z %.1f%s", e->peers, x->in->classes[i].op, exp(e->effect),
+          exp(base[i]), e->n, z, x->out->n_set_aside ? " (on the workers not named)" : "");
+    else
+      why(c, "its tasks took %.2fx the median of its %d peers (%s in the other layers) over %.0f tasks; z %.1f "
+             "against the peers' scatter of %.1f%%%s", exp(e->effect), e->peers, x->in->classes[i].op, e->n, z,
+          100 * x->sigma, x->out->n_set_aside ? " (on the workers not named)" : "");
   }
 }
 

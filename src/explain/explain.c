@@ -162,6 +162,19 @@ static int layer_residuals(struct ex *x, double *v) {
   return k;
 }
 
+/* Class c against where it stood in the healthy reference, if any: the
+ * effect less the reference's, the two noises added in squares, the excess
+ * shrunk to what the move costs. */
+static void against_base(const struct ex *x, int c, struct ms_explain_effect *e) {
+  const double *base = x->in->class_base, *bn = x->in->class_base_noise;
+  if (!base || !bn || !isfinite(base[c]) || !isfinite(bn[c])) return;
+  double before = exp(e->effect) - 1, after;
+  e->effect -= base[c];
+  e->noise = sqrt(e->noise * e->noise + bn[c] * bn[c]);
+  after = exp(e->effect) - 1;
+  e->excess_ns = before > 0.01 ? e->excess_ns * (after > 0 ? after : 0) / before : e->excess_ns;
+}
+
 /* skip: [W] workers whose cells are left out (NULL: none). */
 static void class_effects(struct ex *x, const unsigned char *skip) {
   double *scratch = malloc(((size_t)x->C + 1) * sizeof *scratch);
@@ -227,6 +240,7 @@ static void class_effects(struct ex *x, const unsigned char *skip) {
     if (isnan(e->effect)) continue;
     e->effect -= x->center;
     e->noise = sqrt(x->sigma * x->sigma + e->noise * e->noise);
+    against_base(x, c, e);
     e->z = e->effect / e->noise;
   }
 out:

@@ -58,6 +58,10 @@ static const struct cli_opt explain_opts[] = {
                 "parts the window's steps are split into (step % K) for the noise\n"
                 "(default: 32, fewer when the classes x workers would need too many keys)"),
     CLI_OPT_FLAG(EA, as_json, "json", "the report as one JSON object"),
+    CLI_OPT_STR(EA, baseline, "baseline", "FILE",
+                "an earlier --json report of this model while healthy: each class is held\n"
+                "against where it stood among its peers there (a standing cost, such as a\n"
+                "first layer's cold RoPE, is then not a culprit)"),
     {0}};
 #undef EA
 
@@ -137,6 +141,44 @@ static int class_index(const struct explain_window *w, const char *name) {
   for (int i = 0; name && i < w->n_cls; i++)
     if (w->cls[i].name && !strcmp(w->cls[i].name, name)) return i;
   return -1;
+}
+
+/* --baseline: each class's log ratio and noise from an earlier report, by
+ * name; a report that names none of this engine's classes is an error (the
+ * wrong model). */
+static int load_baseline(const char *path, struct explain_window *w) {
+  json_error_t err;
+  json_t *root = json_load_file(path, 0, &err), *cls = json_object_get(root, "classes");
+  if (!root || !json_is_array(cls) || json_object_get(root, "baseline")) {
+    fprintf(stderr, "megascope explain: --baseline %s: %s\n", path,
+            !root                 ? err.text
+            : json_is_array(cls) ? "a report judged against a baseline itself (its ratios are not its peers')"
+                                  : "not an explain --json report (no \"classes\" array)");
+    json_decref(root);
+    return -1;
+  }
+  w->base = malloc(((size_t)w->n_cls + 1) * sizeof *w->base);
+  w->base_noise = malloc(((size_t)w->n_cls + 1) * sizeof *w->base_noise);
+  if (!w->base || !w->base_noise) {
+    json_decref(root);
+    return -1;
+  }
+  for (int i = 0; i < w->n_cls; i++) w->base[i] = w->base_noise[i] = NAN;
+  for (size_t k = 0; k < json_array_size(cls); k++) {
+    json_t *c = json_array_get(cls, k);
+    int i = class_index(w, json_string_value(json_object_get(c, "class")));
+    double ratio = json_number_value(json_object_get(c, "ratio"));
+    double noise = json_number_value(json_object_get(c, "noise"));
+    if (i < 0 || !(ratio > 0) || !(noise > 0)) continue;
+    w->base[i] = log(ratio), w->base_noise[i] = noise, w->n_base++;
+  }
+  json_decref(root);
+  if (!w->n_base) {
+    fprintf(stderr, "megascope explain: --baseline %s: judges none of this engine's classes (another model?)\n",
+            path);
+    return -1;
+  }
+  return 0;
 }
 
 /* K: as many slices as keep the task map under about 64k keys. */
@@ -610,6 +652,8 @@ static void window_free(struct explain_window *w) {
   free(w->req_cells);
   free(w->os);
   free(w->device);
+  free(w->base);
+  free(w->base_noise);
 }
 
 int cmd_explain(int argc, char **argv) {
@@ -624,6 +668,7 @@ int cmd_explain(int argc, char **argv) {
   json_t *st = live_call(ME, sock, "{\"cmd\":\"stats\"}");
   w.schema = live_call(ME, sock, "{\"cmd\":\"schema\"}");
   if (!sc || !st || !w.schema || load_classes(&w)) goto out;
+  if (a.baseline && load_baseline(a.baseline, &w)) goto out;
   w.n_workers = (int)json_integer_value(json_object_get(st, "workers"));
   if (w.n_workers < 1) w.n_workers = 1;
   long long n_ranks = json_integer_value(json_object_get(json_object_get(st, "engine"), "ranks"));
@@ -641,7 +686,8 @@ int cmd_explain(int argc, char **argv) {
                                    .n_os_slices = w.n_os, .device = w.device, .n_workers = w.n_workers,
                                    .n_slices = w.slices, .window_ns = w.window_ns, .steps = w.steps,
                                    .rank_workers = w.rank_workers, .share_cells = w.shares,
-                                   .n_share_cells = w.n_shares};
+                                   .n_share_cells = w.n_shares, .class_base = w.base,
+                                   .class_base_noise = w.base_noise};
   int jrc = ms_explain_judge(&w.in, &w.res);
   if (jrc) {
     fprintf(stderr, "megascope explain: the judgement: %s\n", ms_strerror(jrc));

@@ -20,6 +20,7 @@ struct explain_args {
   uint64_t slo_ns, window_ns;   /* window: at least; stretched to 4x until EXPLAIN_MIN_STEPS */
   long evidence, slices;
   int as_json;
+  const char *baseline;         /* an earlier --json report of a healthy window, or NULL */
 };
 
 /* One culprit's raw records, fetched after the summary (the escalation). */
@@ -65,6 +66,8 @@ struct explain_window {
   struct explain_evidence ev[EXPLAIN_MAX_EVIDENCE];
   int n_ev;
   uint64_t evidence_bytes;
+  double *base, *base_noise;   /* [n_cls]: --baseline's class effects and noises (NAN: none) */
+  int n_base;                  /* classes the baseline names */
 };
 
 void explain_report_text(const struct explain_args *a, const struct explain_window *w);

@@ -27,7 +27,8 @@ static const struct cli_cmd top_cmds[] = {
     CLI_CMD("cflags", NULL, "clang flags for compiling a monitor", cmd_cflags),
     CLI_CMD("query", NULL, "ask a running engine (or replicas, merged) a question in one line (a verified monitor)",
             cmd_query),
-    CLI_CMD("explain", NULL, "which task class explains the step time, with raw evidence for it alone", cmd_explain),
+    CLI_CMD("explain", NULL, "which class, layer, worker, request or CPU makes steps slow, with raw evidence for it",
+            cmd_explain),
     CLI_CMD("interfere", NULL, "real interference: a noisy neighbour, a memory hog, preemption, a cold model",
             cmd_interfere),
     {0}};

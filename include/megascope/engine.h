@@ -184,13 +184,11 @@ struct ms_backend_info {
   int q8_activations;      /* q8_activations is honoured (else activations stay f32) */
   int bf16_weights;        /* weights are held as bf16 (other types converted, with their rounding) */
   int prefix_cache;        /* prefix_cache is honoured (else it is off) */
+  int tile_bytes;          /* the GEMV task size its plans are compiled with when the caller sets no
+                            * tiling (ms_engine_opts tile_bytes, tile_rows, tiles_per_op); 0: the
+                            * compiler's default, or about one task per worker (tiles_per_worker).
+                            * A caller compiling a plan of its own (to name faults) compiles it so. */
 };
-/* The plan options an engine of options o compiles its decode bucket of
- * `batch` rows with, its backend's defaults applied as ms_engine_new applies
- * them (the tiling, tensor parallelism): for a caller that names classes on a
- * plan of its own before the engine exists (run's and serve's --fault).
- * -EINVAL for an unknown backend. */
-int ms_engine_plan_opts(const struct ms_engine_opts *o, int batch, struct ms_compile_opts *co);
 /* Backend b's description; NULL for an unknown id. */
 const struct ms_backend_info *ms_backend_info(enum ms_backend b);
 /* 1 when backend b injects faults of type fault_type (enum ms_fault_type,

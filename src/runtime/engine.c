@@ -38,17 +38,6 @@ static void set_defaults(const struct ms_backend_ops *be, struct ms_engine_opts 
   if (o->shuffle_max_us <= 0) o->shuffle_max_us = 50;
 }
 
-int ms_engine_plan_opts(const struct ms_engine_opts *o, int batch, struct ms_compile_opts *co) {
-  struct ms_engine_opts d = {0};
-  memcpy(&d, o, o->sz < sizeof d ? o->sz : sizeof d);
-  d.sz = sizeof d;
-  const struct ms_backend_ops *be = ms_backend_get(d.backend);
-  if (!be) return -EINVAL;
-  set_defaults(be, &d);
-  *co = ms_rt_compile_opts(&d, batch, 0);
-  return 0;
-}
-
 struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine_opts *o,
                                 struct ms_textbuf *log) {
   struct ms_engine *e = calloc(1, sizeof *e);
@@ -97,7 +86,9 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
   for (int i = 0; i < e->n_buckets; i++) {
     if (i == 0) {
       /* storage first: the plans' runtime contexts point into it */
-      struct ms_compile_opts co = ms_rt_compile_opts(&e->o, 1, 0);
+      struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = e->o.tile_bytes,
+                                   .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
+                                   .tp = e->o.tp, .tp_split = e->tx != NULL};
       struct ms_plan *p0 = ms_plan_compile(m, &co, log);
       if (!p0) {
         rc = -errno;

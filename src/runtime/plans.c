@@ -135,14 +135,10 @@ void ms_rt_plan_free(struct ms_engine *e, struct plan_rt *rt) {
   ms_plan_free(rt->plan);
 }
 
-struct ms_compile_opts ms_rt_compile_opts(const struct ms_engine_opts *o, int batch, int prefill) {
-  return (struct ms_compile_opts){.sz = sizeof(struct ms_compile_opts), .batch = batch, .tile_bytes = o->tile_bytes,
-                                  .tile_rows = o->tile_rows, .tiles_per_op = o->tiles_per_op, .tp = o->tp,
-                                  .prefill = prefill, .tp_split = o->transport != NULL};
-}
-
 int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int prefill, struct ms_textbuf *log) {
-  struct ms_compile_opts co = ms_rt_compile_opts(&e->o, batch, prefill);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
+                               .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
+                               .tp = e->o.tp, .prefill = prefill, .tp_split = e->tx != NULL};
   rt->plan = ms_plan_compile(e->m, &co, log);
   if (!rt->plan) return -errno;
   if (e->o.plan_hook) e->o.plan_hook(rt->plan, e->o.plan_hook_user);

@@ -426,8 +426,6 @@ void ms_rt_request_tick(struct ms_request *r);          /* a token: wake streami
 
 /* plans.c: the runtime's view of each plan, and the storage plans share */
 int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int prefill, struct ms_textbuf *log);
-/* The compiler's options for a plan of `batch` rows of an engine of (defaulted) options o. */
-struct ms_compile_opts ms_rt_compile_opts(const struct ms_engine_opts *o, int batch, int prefill);
 void ms_rt_plan_free(struct ms_engine *e, struct plan_rt *rt);
 int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p);
 void ms_rt_storage_free(struct ms_engine *e);

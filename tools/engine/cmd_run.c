@@ -49,11 +49,15 @@ static int resolve_faults(const struct ms_model *m, const struct run_args *a, co
                           struct ms_fault *out) {
   char buf[1024] = "";
   struct ms_textbuf log = {buf, sizeof buf, 0, 0};
-  const int sim = ms_backend_info((enum ms_backend)a->be.backend)->cost_model;  /* workers: its SMs */
+  const struct ms_backend_info *bi = ms_backend_info((enum ms_backend)a->be.backend);
+  const int sim = bi->cost_model;  /* workers: its SMs */
   int D = a->tp > 1 ? (int)a->tp : 1, workers = sim ? eo->sim.n_sms * D : (int)a->workers;
-  struct ms_compile_opts co;  /* the engine's own plan: its backend's tiling */
-  struct ms_plan *p = ms_engine_plan_opts(eo, ms_bucket_for((int)a->batch), &co) ? NULL
-                                                                                  : ms_plan_compile(m, &co, &log);
+  int untiled = !eo->tile_bytes && !eo->tile_rows;  /* the backend's tiling, as the engine will run */
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch),
+                               .tile_bytes = untiled ? bi->tile_bytes : eo->tile_bytes,
+                               .tile_rows = eo->tile_rows, .tiles_per_op = sim ? workers : 0,
+                               .tp = D};
+  struct ms_plan *p = ms_plan_compile(m, &co, &log);
   int rc = p ? 0 : -1;
   for (int i = 0; !rc && i < a->n_fault; i++) {
     struct bench_fault f;

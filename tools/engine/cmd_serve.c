@@ -280,17 +280,16 @@ static void pick_chat_template(const struct serve_args *a, const struct ms_model
   ho->chat_template = (int)t;
 }
 
-/* --fault: named against the engine's plan of the largest bucket (class and
- * event class names are the same in every bucket's plan); under --tp a device
- * is a rank, so comm_delay and bandwidth_steal aim at one. */
-static int resolve_faults(const struct ms_model *m, const struct serve_args *a, const struct ms_engine_opts *eo,
-                          struct ms_fault *out) {
+/* --fault: named against the plan of the largest bucket, tiled as the
+ * backend tiles (class and event class names are the same in every bucket's
+ * plan); under --tp a device is a rank, so comm_delay and bandwidth_steal aim at one. */
+static int resolve_faults(const struct ms_model *m, const struct serve_args *a, struct ms_fault *out) {
   char buf[1024] = "";
   struct ms_textbuf log = {.buf = buf, .size = sizeof buf};
   int D = a->tp > 1 ? (int)a->tp : 1;
-  struct ms_compile_opts co;
-  struct ms_plan *p = ms_engine_plan_opts(eo, ms_bucket_for((int)a->batch), &co) ? NULL
-                                                                                  : ms_plan_compile(m, &co, &log);
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch), .tp = D,
+                               .tile_bytes = ms_backend_info((enum ms_backend)a->be.backend)->tile_bytes};
+  struct ms_plan *p = ms_plan_compile(m, &co, &log);
   int workers = a->workers ? (int)a->workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
   int rc = p ? 0 : -1;
   for (int i = 0; !rc && i < a->n_fault; i++) {
@@ -458,7 +457,7 @@ static int serve_on(const struct serve_args *ap, struct ms_transport *tx) {
   struct ms_fault faults[4];
   eo.faults = faults;
   eo.n_faults = a.n_fault;
-  if (a.n_fault && resolve_faults(m, &a, &eo, faults)) goto out;
+  if (a.n_fault && resolve_faults(m, &a, faults)) goto out;
   if (!(e = ms_engine_new(m, &eo, &log))) {
     fprintf(stderr, "megascope serve: cannot start the engine: %s", lb);
     goto out;

@@ -343,7 +343,8 @@ static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
 }
 
 const struct ms_backend_ops ms_backend_cpu = {
-    .info = {.name = "cpu", .label = "CPU", .os_workers = 1, .q8_activations = 1, .prefix_cache = 1},
+    .info = {.name = "cpu", .label = "CPU", .os_workers = 1, .q8_activations = 1, .prefix_cache = 1,
+             .tile_bytes = CPU_TILE_BYTES},
     .defaults = cpu_defaults,
     .shape_only = cpu_shape_only,
     .start = cpu_start,

@@ -439,6 +439,50 @@ static void test_few_workers_by_kernel(void) {
   tcase_close(&t);
 }
 
+/* A CPU server's two workers, counted: the plan places its AOT tasks, so a
+ * worker's share of them moves only when its queue took tasks from the other
+ * (queue_saturation, named by the count, the tasks' times unchanged); the same
+ * share moved in counts that were cut short (coverage under 1) or in a JIT
+ * kernel's tasks (taken by whichever worker was free) is not. */
+static void test_few_workers_aot_share(void) {
+  struct tcase t;
+  tcase_open(&t, "[{\"name\": \"fq\", \"preset\": \"tiny\", \"backend\": \"cpu\", \"batch\": 4, \"steps\": 4,"
+                     "  \"seed\": 5, \"workers\": 2, \"faults\": []}]", 4, 0);
+  int jit = -1;  /* a kernel run just in time (attention) */
+  for (int c = 0; t.p && c < t.p->n_classes; c++)
+    if (t.p->classes[c].launch == MS_LAUNCH_JIT) jit = t.p->classes[c].kernel;
+  CHECK(jit >= 0);
+  /* 0: shares as in the reference; 1: worker 1 holds 3% more of the AOT
+   * tasks; 2: the same, counted over half the run; 3: only the JIT kernel moved */
+  for (int kind = 0; kind < 4 && t.p && jit >= 0; kind++) {
+    struct bench_evidence ref = {.method = BM_SEMANTIC, .coverage = 1},
+                          ev = {.method = BM_SEMANTIC, .coverage = kind == 2 ? 0.5 : 1};
+    ref.feat = bench_feat_new(t.p, 2, 4, 1);
+    ev.feat = bench_feat_new(t.p, 2, 4, 1);
+    struct bench_evidence *both[2] = {&ref, &ev};
+    for (int i = 0; i < 2; i++) {
+      struct bench_features *f = both[i]->feat;
+      quiet_rows(f, t.p);
+      f->coverage = both[i]->coverage;
+      f->row[FS_BTOP][0] = (struct bench_stat){.n = 1, .sum = 1, .have = 1};
+      for (int w = 0; w < 2; w++)
+        for (int k = 0; k < MS_K_COUNT; k++) {
+          int moved = i && kind > 0 && (kind == 3 ? k == jit : k != jit);
+          double n = 1000 + (moved ? (w == 1 ? 30 : -30) : 0);  /* each task 1 us wherever it ran */
+          f->row[FS_WOP][w * MS_K_COUNT + k] = (struct bench_stat){.n = n, .sum = n * 1e3, .have = 1};
+        }
+    }
+    ev.budget = 16384;
+    struct bench_answer a;
+    bench_diagnose(&ref, &ev, t.p, &t.s[0], &a);
+    int named = a.cause == MS_FAULT_QUEUE_SATURATION && a.kind == MS_CULPRIT_WORKER && a.id == 1;
+    CHECKF(named == (kind == 1), "case %d: %s %s: %s", kind, bench_cause_name(a.cause), a.name, a.why);
+    bench_evidence_free(&ref);
+    bench_evidence_free(&ev);
+  }
+  tcase_close(&t);
+}
+
 /* Scores: counted over the scenarios that ran and had an effect, per split, as
  * documented; scope apart from the cause; "unknown cause, scope X" right. */
 static void test_score(void) {
@@ -679,6 +723,7 @@ int main(void) {
   test_layer_and_class();
   test_device_beside_culprit();
   test_few_workers_by_kernel();
+  test_few_workers_aot_share();
   test_late_request_alone();
   test_layer_classes_uneven();
   test_score();

@@ -295,6 +295,7 @@ struct fctx {
   int busy;             /* ... by a device's or worker's tasks against their classes' means */
   int late;             /* ... by how late a request's last task ended */
   int stat;             /* ... by which statistic, where a scope has several of unlike noise (FAM_*) */
+  int whole;            /* the evidence counts every task of the run (coverage 1: not sampled, not cut short) */
 };
 
 /* Hypothesis families: a cause and a kind of scope, named or not (kernel-level
@@ -623,6 +624,55 @@ static int by_kernel(struct fctx *c, int w) {
       "(the median of %d kernels, scatter %.1f%%), over the same in the reference", w, exp(med), n, 100 * se);
   c->busy = 0;
   return 1;
+}
+
+/* Whether every class of kernel k is placed ahead of time (AOT): its tasks
+ * are on the workers' queues the plan built, never taken by whoever is free. */
+static int aot_kernel(const struct ms_plan *p, int k) {
+  int any = 0;
+  for (int i = 0; i < p->n_classes; i++)
+    if (p->classes[i].kernel == k) {
+      if (p->classes[i].launch == MS_LAUNCH_JIT) return 0;
+      any = 1;
+    }
+  return any;
+}
+
+/* A saturated queue, counted: worker w's share of the AOT kernels' tasks
+ * against its share in the reference. The plan fixes where those tasks run,
+ * so between healthy runs of a configuration the shares agree to a few
+ * hundredths of a per cent (the batch shapes' mix; measured on the CPU
+ * held-out records: z at most 0.1 at this noise); a saturated queue holds
+ * tasks moved onto it from the others. Its noise, 0.2% of the share, is
+ * sized further by the null. Only where every task was counted (a sampled
+ * or cut-short count's share moves with where it sampled or stopped), and
+ * on real clocks only: the simulator has no healthy runs to size it. */
+#define AOT_SHARE_NOISE 0.002
+static void hyp_aot_share(struct fctx *c) {
+  const struct bench_features *f = c->cur, *g = c->ref;
+  int W = f->n[FS_WOP] / MS_K_COUNT;
+  double cur[64] = {0}, ref[64] = {0}, tc = 0, tr = 0;
+  if (c->sim || !c->whole || W < 2 || W > 64 || g->n[FS_WOP] != f->n[FS_WOP]) return;
+  for (int k = 0; k < MS_K_COUNT; k++) {
+    if (k == MS_K_COMM || k == MS_K_EMPTY || !aot_kernel(c->p, k)) continue;
+    for (int w = 0; w < W; w++) {
+      const struct bench_stat *x = &f->row[FS_WOP][w * MS_K_COUNT + k];
+      if (x->n > 0 && !x->have) return;  /* not read within the budget: a share of part says nothing */
+      cur[w] += x->n;
+      ref[w] += g->row[FS_WOP][w * MS_K_COUNT + k].n;
+    }
+  }
+  for (int w = 0; w < W; w++) tc += cur[w], tr += ref[w];
+  if (!(tc > 0) || !(tr > 0)) return;
+  c->queueing = 1;
+  for (int w = 0; w < W; w++) {
+    if (!(ref[w] > 0)) continue;
+    double ratio = (cur[w] / tc) / (ref[w] / tr);
+    add(c, MS_FAULT_QUEUE_SATURATION, MS_CULPRIT_WORKER, w, (ratio - 1) / AOT_SHARE_NOISE,
+        "worker %d: it ran %.2f%% of the tasks the plan places ahead of time, %.2f%% in the reference (%.0f tasks)",
+        w, 100 * cur[w] / tc, 100 * ref[w] / tr, tc);
+  }
+  c->queueing = 0;
 }
 
 static void hyp_slow_worker(struct fctx *c) {
@@ -1027,6 +1077,7 @@ static void collect(struct fctx *c) {
   hyp_time(c, FS_EVCLASS, MS_FAULT_DELAYED_RELEASE, MS_CULPRIT_EVENT_CLASS, "event class", 0);
   hyp_starve(c);
   hyp_worker(c);
+  hyp_aot_share(c);
   hyp_ops(c);
 }
 
@@ -1327,7 +1378,8 @@ static void diagnose_features(const struct bench_evidence *ref, const struct ben
   const int sim = ms_backend_info(sc->backend)->virtual_clock;
   struct fctx c = {.ref = ref->feat, .cur = f, .p = p, .floor_abs = sim ? 50 : 3000,
                    .step_ns = sc->steps > 0 ? (double)ev->run_ns / sc->steps : 0,
-                   .sim = sim, .steps = sc->steps, .h = calloc(MAX_HYP, sizeof *c.h)};
+                   .sim = sim, .steps = sc->steps, .whole = ev->coverage >= 0.999,
+                   .h = calloc(MAX_HYP, sizeof *c.h)};
   double scale[N_FAM];
   if (!c.h) {
     answer_none(a, 0, "out of memory");

@@ -324,6 +324,23 @@ static void expect_cause(const char *what, struct world *w, const char *name, co
   free(win.req_cells);
 }
 
+/* Culprit name is named, and its why says sub (g_base applies). */
+static void expect_why(const char *what, struct world *w, const char *name, const char *sub) {
+  struct window win;
+  draw(w, &win);
+  win.in.class_base = g_base, win.in.class_base_noise = g_base_noise;
+  struct ms_explain_result r;
+  CHECKF(ms_explain_judge(&win.in, &r) == 0, "%s: judge", what);
+  const char *got = NULL;
+  for (int j = 0; j < r.n_culprits; j++)
+    if (!strcmp(r.culprits[j].name, name)) got = r.culprits[j].why;
+  CHECKF(got && strstr(got, sub), "%s: %s named with '%s', want '%s' in it", what, name, got ? got : "(not named)", sub);
+  ms_explain_result_free(&r);
+  free(win.cells);
+  free(win.share_cells);
+  free(win.req_cells);
+}
+
 static void workers_and_cpus(void) {
   struct world w;
   world_init(&w, 30, 2, 21);
@@ -610,6 +627,9 @@ static void baseline(void) {
     world_init(&w, 30, 2, seed);
     w.class_factor[cls_id(0, 6)] = 2.8;
     expect("the standing class 2x more, against the baseline", &w, WANT("class:blk.0.gate_up"));
+    world_init(&w, 30, 2, seed);
+    w.class_factor[cls_id(0, 6)] = 1.4, w.layer_factor[20] = 1.5;
+    expect_why("a layer 1.5x, against the baseline", &w, "layer 20", "where they stood in the baseline");
     g_base = g_base_noise = NULL;
   }
 }

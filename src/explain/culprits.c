@@ -203,8 +203,10 @@ static void layer_culprits(struct ex *x, int *layer_named) {
     struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_LAYER, l, e->z, exp(e->effect), e->excess_ns, "slow tasks");
     if (!c) return;
     snprintf(c->name, sizeof c->name, "layer %d", l);
-    why(c, "the median of its classes took %.2fx their peers in the other layers (z %.1f, peer scatter %.1f%%)",
-        exp(e->effect), e->z, 100 * x->sigma);
+    /* with a baseline its classes' effects are against where they stood there */
+    why(c, "the median of its classes took %.2fx their peers in the other layers%s (z %.1f, peer scatter %.1f%%)",
+        exp(e->effect), x->in->class_base ? ", against where they stood in the baseline" : "", e->z,
+        100 * x->sigma);
   }
 }
 

@@ -54,6 +54,8 @@ struct world {
   double share_now_and_then[4]; /* a receive of device d's share waits 3 tasks' time with this probability */
   int rank_workers;         /* across processes: each rank's workers (0: one process) */
   double share_class_late;  /* layer 0's gather alone waits this factor for device 1's share */
+  int sat_worker;           /* a saturated queue: each AOT task moves onto worker sat_worker - 1 */
+  double sat_share;         /* with this probability (the engine's queue_saturation share) */
   uint64_t rng;
 };
 
@@ -104,11 +106,12 @@ static void draw(struct world *w, struct window *win) {
       int c = cls_id(l, o);
       const char *op = w->comm && o == 1 ? "comm_attn" : OPS[o];
       snprintf(win->names[c], sizeof win->names[c], "blk.%d.%s", l, op);
-      win->cls[c] = (struct ms_explain_class){win->names[c], op, l, 65536.0 * w->bytes_factor[c]};
+      /* attention runs just in time (whichever worker is free); the rest the plan places */
+      win->cls[c] = (struct ms_explain_class){win->names[c], op, l, 65536.0 * w->bytes_factor[c], o != 3};
     }
   /* a class without peers: never judged */
   snprintf(win->names[C], sizeof win->names[C], "lm_head");
-  win->cls[C] = (struct ms_explain_class){win->names[C], "lm_head", -1, 1e6};
+  win->cls[C] = (struct ms_explain_class){win->names[C], "lm_head", -1, 1e6, 1};
   win->n_classes = C + 1;
   for (int d = 0; d < w->workers; d++) win->device[d] = d * w->devices / w->workers;
   win->n_cells = (size_t)w->slices * (size_t)(C + 1) * (size_t)w->workers;
@@ -124,6 +127,7 @@ static void draw(struct world *w, struct window *win) {
       for (int t = 0; t < tasks; t++) {
         int wk = next++ % w->workers;
         if (c == w->cold_class && w->cold_pin) wk = w->cold_pin - 1;
+        if (w->sat_worker && op != 3 && uniform(&w->rng) < w->sat_share) wk = w->sat_worker - 1;
         int dev = win->device[wk];
         double ns = base * exp(w->noise * gauss(&w->rng));
         if (c < C) ns *= w->class_factor[c] * w->layer_factor[l];
@@ -346,6 +350,23 @@ static void workers_and_cpus(void) {
   world_init(&w, 30, 2, 21);
   w.worker_factor[1] = 1.5;
   expect("worker 1 1.5x", &w, WANT("worker:worker 1 (CPU 1)"));
+  /* a saturated queue: worker 1 holds a share of the others' AOT tasks too,
+   * each no slower; named for its queue (a slow worker, whose counts the plan
+   * keeps, is named for its tasks above and in expect_cause below) */
+  for (uint64_t seed = 40; seed < 45; seed++) {
+    world_init(&w, 30, 2, seed);
+    w.sat_worker = 2, w.sat_share = 0.3;
+    expect_cause("a saturated queue on worker 1 (share 0.3)", &w, "worker 1 (CPU 1)", "saturated queue");
+    world_init(&w, 30, 4, seed);
+    w.sat_worker = 3, w.sat_share = 0.2;
+    expect_cause("a saturated queue on worker 2 of 4 (share 0.2)", &w, "worker 2 (CPU 2)", "saturated queue");
+    world_init(&w, 2, 2, seed);
+    w.sat_worker = 1, w.sat_share = 0.3;
+    expect("a saturated queue on worker 0, 2 layers", &w, WANT("worker:worker 0 (CPU 0)"));
+  }
+  world_init(&w, 30, 2, 46);
+  w.worker_factor[1] = 2;
+  expect_cause("worker 1 2x: slow tasks, not its queue", &w, "worker 1 (CPU 1)", "slow tasks");
   world_init(&w, 30, 4, 22);
   w.worker_factor[2] = 2;
   expect("worker 2 2x of 4", &w, WANT("worker:worker 2 (CPU 2)"));

@@ -60,6 +60,8 @@ struct ms_explain_class {
   const char *op;           /* wo */
   int layer;                /* -1: none (embed, lm_head, sample: not judged) */
   double work_bytes;        /* mean bytes a task reads (ABI v2 work_bytes; 0: unknown) */
+  int aot;                  /* 1: the plan places its tasks on the workers' queues ahead of time (round
+                               robin, so each worker an even share); 0: run by whichever worker is free */
 };
 
 /* Tasks of one class in one bucket on one worker in one slice of the window.
@@ -189,6 +191,11 @@ struct ms_explain_result {
    * [n_devices], [n_requests]; share: [n_devices], each device's shares
    * against the others' (tensor parallel). */
   struct ms_explain_effect *cls, *layer, *worker, *device, *request, *share;
+  /* [n_workers]: each worker's share of the AOT tasks against an even share
+   * (a saturated queue: a worker holding more of the plan's tasks than its
+   * part, each no slower); NAN z where not judged (one worker, several
+   * devices, no AOT class) */
+  struct ms_explain_effect *queue;
   int n_layers, n_devices;
   /* [n_workers]: 1 for a worker named a culprit (its own pace, or its CPU
    * shared), whose cells the class and layer judgement then left out: a worker

@@ -142,6 +142,30 @@ static void worker_culprits(struct ex *x, const struct ex_cpu *cpu, const int *s
   }
 }
 
+/* A worker holding more of the plan's AOT tasks than an even share (a
+ * saturated queue): round robin leaves a worker at most a task a step over
+ * its part, so 5% over it is a queue the plan did not make (healthy live
+ * engines, 2 workers: tiny 1.003x, SmolLM2 1.001x; a slow worker or a
+ * neighbour on its CPU leaves its count where the plan put it, 1.001x; SmolLM2
+ * with queue_saturation:1:0.1 read 1.07x at z 13). Its tasks need not be
+ * slower: the step waits for the worker that holds the most. */
+#define EX_QUEUE_MIN_RATIO 1.05
+static void queue_culprits(struct ex *x, const struct ex_cpu *cpu, const unsigned char *named) {
+  for (int w = 0; x->out->queue && w < x->W; w++) {
+    const struct ms_explain_effect *e = &x->out->queue[w];
+    if (named[w] || isnan(e->z) || e->z < MS_EXPLAIN_Z || e->effect < log(EX_QUEUE_MIN_RATIO) || !material(x, e))
+      continue;
+    struct ms_explain_culprit *c = add(x->out, MS_EXPLAIN_WORKER, w, e->z, exp(e->effect), e->excess_ns,
+                                       "saturated queue");
+    if (!c) return;
+    name_worker(c->name, sizeof c->name, x, w, cpu);
+    why(c, "it ran %.0f%% of the tasks the plan places ahead of time, %.2fx an even share of %d workers' (z %.1f "
+           "over the window's slices); its tasks were no slower (%.2fx), the step waits for it",
+        100 * exp(e->effect) / x->W, exp(e->effect), x->W, e->z,
+        isnan(x->out->worker[w].effect) ? 1 : exp(x->out->worker[w].effect));
+  }
+}
+
 /* Not a device while another device's worker waits for its CPU (the OS's
  * view): the devices that wait for its shares sleep between them and run their
  * next tasks cold (a neighbour on rank 1's CPU made rank 0's fastest tasks
@@ -414,6 +438,7 @@ int ex_worker_culprits(struct ex *x, const struct ex_cpu *cpu, unsigned char *na
     cpu_culprits(x, cpu, shared, shared_z);
     device_culprits(x, shared, dev_named);
     worker_culprits(x, cpu, shared, shared_z, dev_named, named);
+    queue_culprits(x, cpu, named);
     share_culprits(x);
   }
   free(shared);

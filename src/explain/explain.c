@@ -13,6 +13,8 @@
  *   workers  (group_effects)   a worker's task time against what the other
  *            workers took for the same classes in the same bucket and slice;
  *   devices  the same over devices;
+ *   queues   (queue_effects)   a worker's share of the plan's AOT tasks
+ *            against an even share (round robin places them evenly);
  *   cpu      (cpu_effects)     the run-queue wait the OS reports;
  *   requests (requests.c)      attention time against a robust line through
  *            the window's requests' (context, time) points, each step's pace
@@ -397,6 +399,58 @@ out:
   free(v);
 }
 
+/* ---- each worker's share of the plan's tasks (a saturated queue) ---- */
+
+/* The plan places its AOT tasks round robin, so each worker holds an even
+ * share of them, to a task a step; a worker whose queue holds more makes the
+ * step wait for it though none of its tasks is slower. Per slice, a worker's
+ * AOT tasks against the slice's over the workers (log of share x workers);
+ * the effect is their weighted median, its noise their scatter over the
+ * slices (a 0.5% floor); the excess, its AOT tasks' time beyond an even part
+ * of theirs, per step. One device only (several devices' plans place their
+ * communication apart). */
+static void queue_effects(struct ex *x) {
+  const struct ms_explain_input *in = x->in;
+  struct ms_explain_effect *out = x->out->queue;
+  for (int w = 0; w < x->W; w++) out[w] = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN};
+  if (x->W < 2 || x->D > 1 || in->rank_workers > 0) return;
+  size_t ws = (size_t)x->W * (size_t)x->S;
+  double *cnt = calloc(ws + 1, sizeof *cnt), *ns = calloc(ws + 1, sizeof *ns);
+  struct ex_vw *v = malloc(((size_t)x->S + 1) * sizeof *v);
+  if (!cnt || !ns || !v) goto out;
+  for (size_t i = 0; i < in->n_cells; i++) {
+    const struct ms_explain_cell *c = &in->cells[i];
+    if (c->cls < 0 || c->cls >= x->C || !in->classes[c->cls].aot || c->slice < 0 || c->slice >= x->S) continue;
+    if (c->worker < 0 || c->worker >= x->W || !(c->n > 0)) continue;
+    cnt[(size_t)c->worker * (size_t)x->S + (size_t)c->slice] += c->n;
+    ns[(size_t)c->worker * (size_t)x->S + (size_t)c->slice] += c->sum_ns;
+  }
+  for (int w = 0; w < x->W; w++) {
+    struct ms_explain_effect *e = &out[w];
+    size_t k = 0;
+    for (int s = 0; s < x->S; s++) {
+      double all = 0, all_ns = 0, mine = cnt[(size_t)w * (size_t)x->S + (size_t)s];
+      for (int o = 0; o < x->W; o++) all += cnt[(size_t)o * (size_t)x->S + (size_t)s];
+      for (int o = 0; o < x->W; o++) all_ns += ns[(size_t)o * (size_t)x->S + (size_t)s];
+      if (!(mine > 0) || !(all > 0)) continue;
+      v[k++] = (struct ex_vw){log(mine * x->W / all), all};
+      e->n += mine;
+      e->excess_ns += ns[(size_t)w * (size_t)x->S + (size_t)s] - all_ns / x->W;
+    }
+    e->excess_ns /= in->steps > 0 ? in->steps : 1;
+    e->peers = x->W - 1;
+    if (k < MIN_SLICES) continue;
+    e->effect = ex_wmedian(v, k);
+    double se = 1.2533 * ex_wmad_sd(v, k, e->effect) / sqrt((double)k) * (1 + 4.0 / (double)k);
+    e->noise = se > 0.005 ? se : 0.005;
+    e->z = e->effect / e->noise;
+  }
+out:
+  free(cnt);
+  free(ns);
+  free(v);
+}
+
 /* ---- each device's shares (tensor parallel) ---- */
 
 /* Each device's shares against the others': in each class, bucket and slice,
@@ -533,8 +587,9 @@ int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result
   out->device = calloc((size_t)x.D + 1, sizeof *out->device);
   out->request = calloc((size_t)in->n_requests + 1, sizeof *out->request);
   out->share = calloc((size_t)x.D + 1, sizeof *out->share);
+  out->queue = calloc((size_t)x.W + 1, sizeof *out->queue);
   out->n_devices = x.D;
-  if (rc || !out->cls || !out->worker || !out->device || !out->request || !out->share) {
+  if (rc || !out->cls || !out->worker || !out->device || !out->request || !out->share || !out->queue) {
     ex_free(&x);
     ms_explain_result_free(out);
     return -ENOMEM;
@@ -544,6 +599,7 @@ int ms_explain_judge(const struct ms_explain_input *in, struct ms_explain_result
   class_effects(&x, NULL);
   layer_effects(&x);
   group_effects(&x, 0, out->worker, x.W);
+  queue_effects(&x);
   if (x.D > 1) group_effects(&x, 1, out->device, x.D);
   for (int d = 0; d < x.D; d++) out->share[d] = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN};
   if (x.D > 1 && in->n_share_cells) share_effects(&x);
@@ -577,7 +633,8 @@ void ms_explain_result_free(struct ms_explain_result *r) {
   free(r->device);
   free(r->request);
   free(r->share);
+  free(r->queue);
   free(r->set_aside);
   r->set_aside = NULL;
-  r->cls = r->layer = r->worker = r->device = r->request = r->share = NULL;
+  r->cls = r->layer = r->worker = r->device = r->request = r->share = r->queue = NULL;
 }

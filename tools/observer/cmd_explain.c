@@ -131,8 +131,10 @@ static int load_classes(struct explain_window *w) {
     int id = (int)json_integer_value(json_object_get(c, "id"));
     if (id < 0 || id >= w->n_cls) id = i;
     const char *op = json_string_value(json_object_get(c, "op"));
+    const char *launch = json_string_value(json_object_get(c, "launch"));
     w->cls[id] = (struct ms_explain_class){json_string_value(json_object_get(c, "name")), op ? op : "",
-                                           (int)json_integer_value(json_object_get(c, "layer")), 0};
+                                           (int)json_integer_value(json_object_get(c, "layer")), 0,
+                                           launch && !strcmp(launch, "aot")};
   }
   return 0;
 }

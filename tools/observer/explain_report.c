@@ -217,6 +217,12 @@ static void parts_json(struct ms_json *j, const struct explain_window *w) {
     ms_json_knum(j, "run_share", wall > 0 ? ran / wall : NAN);
     ms_json_knum(j, "preempted", pre);
     effect_json(j, &r->worker[i]);
+    if (r->queue) {  /* its share of the plan's AOT tasks against an even share (a saturated queue) */
+      ms_json_key(j, "queue");
+      ms_json_obj_begin(j);
+      effect_json(j, &r->queue[i]);
+      ms_json_obj_end(j);
+    }
     ms_json_obj_end(j);
   }
   ms_json_arr_end(j);

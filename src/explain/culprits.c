@@ -159,10 +159,11 @@ static void queue_culprits(struct ex *x, const struct ex_cpu *cpu, const unsigne
                                        "saturated queue");
     if (!c) return;
     name_worker(c->name, sizeof c->name, x, w, cpu);
+    double pace = isnan(x->out->worker[w].effect) ? 1 : exp(x->out->worker[w].effect);
     why(c, "it ran %.0f%% of the tasks the plan places ahead of time, %.2fx an even share of %d workers' (z %.1f "
-           "over the window's slices); its tasks were no slower (%.2fx), the step waits for it",
-        100 * exp(e->effect) / x->W, exp(e->effect), x->W, e->z,
-        isnan(x->out->worker[w].effect) ? 1 : exp(x->out->worker[w].effect));
+           "over the window's slices); its tasks took %.2fx what the same classes took on the others%s",
+        100 * exp(e->effect) / x->W, exp(e->effect), x->W, e->z, pace,
+        pace < 1.05 ? ": no slower, the step waits for it" : "");
   }
 }
 

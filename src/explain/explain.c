@@ -344,6 +344,18 @@ static size_t device_pace(struct ex *x, int d, struct ex_vw *v) {
 /* Each group's task time against what the other groups took for the same
  * class, bucket and slice: log(time / expected), per slice, then the weighted
  * median over slices and its standard error. */
+/* A part judged over the window's slices: v[k] its per-slice log ratios,
+ * weighted; the effect their weighted median, its noise their robust scatter
+ * over sqrt(k) (about Student's t for few slices), with the same 0.5% floor as
+ * the classes (timers, identical simulated tasks). Too few slices: not judged. */
+static void slice_judge(struct ms_explain_effect *e, struct ex_vw *v, size_t k) {
+  if (k < MIN_SLICES) return;
+  e->effect = ex_wmedian(v, k);
+  double se = 1.2533 * ex_wmad_sd(v, k, e->effect) / sqrt((double)k) * (1 + 4.0 / (double)k);
+  e->noise = se > 0.005 ? se : 0.005;
+  e->z = e->effect / e->noise;
+}
+
 static void group_effects(struct ex *x, int by_device, struct ms_explain_effect *out, int G) {
   double *act = calloc((size_t)G * (size_t)x->S, sizeof *act), *exp_ = calloc((size_t)G * (size_t)x->S, sizeof *exp_);
   double *cnt = calloc((size_t)G * (size_t)x->S, sizeof *cnt);
@@ -385,12 +397,7 @@ static void group_effects(struct ex *x, int by_device, struct ms_explain_effect 
     }
     e->excess_ns /= in->steps > 0 ? in->steps : 1;
     if (by_device && x->Wc == x->W) k = device_pace(x, g, v);
-    if (k < MIN_SLICES) continue;
-    e->effect = ex_wmedian(v, k);
-    double se = 1.2533 * ex_wmad_sd(v, k, e->effect) / sqrt((double)k) * (1 + 4.0 / (double)k);
-    /* the same 0.5% floor as the classes: timers and identical simulated tasks */
-    e->noise = se > 0.005 ? se : 0.005;
-    e->z = e->effect / e->noise;
+    slice_judge(e, v, k);
   }
 out:
   free(act);
@@ -439,11 +446,7 @@ static void queue_effects(struct ex *x) {
     }
     e->excess_ns /= in->steps > 0 ? in->steps : 1;
     e->peers = x->W - 1;
-    if (k < MIN_SLICES) continue;
-    e->effect = ex_wmedian(v, k);
-    double se = 1.2533 * ex_wmad_sd(v, k, e->effect) / sqrt((double)k) * (1 + 4.0 / (double)k);
-    e->noise = se > 0.005 ? se : 0.005;
-    e->z = e->effect / e->noise;
+    slice_judge(e, v, k);
   }
 out:
   free(cnt);
@@ -503,12 +506,8 @@ static void share_effects(struct ex *x) {
         }
       if (kc) v[ks++] = (struct ex_vw){ex_wmedian(cv, kc), w};
     }
-    if (ks < MIN_SLICES) continue;
-    e->effect = ex_wmedian(v, ks);
-    double se = 1.2533 * ex_wmad_sd(v, ks, e->effect) / sqrt((double)ks) * (1 + 4.0 / (double)ks);
-    e->noise = se > 0.005 ? se : 0.005;
-    e->z = e->effect / e->noise;
     e->excess_ns /= in->steps > 0 ? in->steps : 1;
+    slice_judge(e, v, ks);
   }
 out:
   free(n);

@@ -3,7 +3,8 @@
 """What `megascope explain` finds on real models: for each model, a live
 `megascope serve --pin-workers` under a steady load of streamed chat
 completions, with one known fault at a time (injected with --fault at 1.5x, 2x
-and 3x, or real interference from `megascope interfere`: a noisy neighbour on
+and 3x; a worker's queue saturated with 10, 20 and 30% of the others' AOT
+tasks; or real interference from `megascope interfere`: a noisy neighbour on
 one worker's CPU, a worker preempted at random, a long-context request among
 short ones) and healthy runs, then `megascope explain --json`; each answer is
 scored against the fault: found (the culprit is named), missed, and any other
@@ -123,6 +124,13 @@ def scenarios(rng, cls, layers, workers):
     out.append((f"preempted at random, worker {w}", "random preemption", [],
                 ["--kind", "preempt", "--worker", str(w), "--gap", "10ms", "--burst", "4ms"], [("worker", w)]))
     out.append(("long-context request", "long context", [], "long_context", [("request", "long context")]))
+    # a saturated queue: worker w's queue also holds this share of the other
+    # workers' AOT tasks (none slower); drawn last so the draws above stay
+    # those of the seeds run before it was added
+    for share in (0.1, 0.2, 0.3):
+        w = rng.randrange(workers)
+        out.append((f"queue_saturation {w} {share}", f"queue_saturation {share}",
+                    ["--fault", f"queue_saturation:{w}:{share}"], None, [("worker", w)]))
     return out
 
 

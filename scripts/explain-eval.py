@@ -187,7 +187,7 @@ def run_one(a, ms, model, name, kind, extra, interf, want, tmp, base=None, save=
             time.sleep(1)
         t0 = time.time()
         out = subprocess.run([ms, "explain", "--socket", sock, "--slo", "tpot=50ms", "--window", f"{a.window}s",
-                              "--evidence", "100", "--json"] + (["--baseline", base] if base else []),
+                              "--evidence", "100", "--json"] + [x for b in (base or []) for x in ("--baseline", b)],
                              capture_output=True, text=True, timeout=4 * a.window + 120)
         took = time.time() - t0
         if out.returncode != 0:
@@ -312,9 +312,9 @@ def main():
     ap.add_argument("--only", default="", help="run the scenarios whose name contains this")
     ap.add_argument("--out", default="")
     ap.add_argument("--keep", default="", help="write each run's whole explain report into this folder")
-    ap.add_argument("--baseline", action="store_true",
-                    help="first a healthy run of each model (not scored) whose report every run's explain "
-                         "then takes as --baseline")
+    ap.add_argument("--baseline", type=int, nargs="?", const=1, default=0, metavar="N",
+                    help="first N (1 when not given) healthy runs of each model (not scored) whose reports "
+                         "every run's explain then takes as --baseline")
     ap.add_argument("--calibrate", action="store_true", help="print confidence.c's table from these answers")
     ap.add_argument("--report", default="", help="score an earlier --out file instead of running")
     a = ap.parse_args()
@@ -329,11 +329,11 @@ def main():
             with tempfile.TemporaryDirectory() as tmp:
                 cls, layers = classes_of(a.ms, model, tmp)
                 rng = random.Random(f"{a.seed}:{m}")
-                base = None
-                if a.baseline:
-                    log(f"explain-eval: {m}: the baseline (a healthy run, not scored) ...")
-                    base = os.path.join(tmp, "baseline.json")
-                    run_one(a, a.ms, model, "baseline", "healthy", [], None, None, tmp, save=base)
+                base = []
+                for k in range(a.baseline):
+                    log(f"explain-eval: {m}: baseline {k + 1} of {a.baseline} (a healthy run, not scored) ...")
+                    base.append(os.path.join(tmp, f"baseline-{k + 1}.json"))
+                    run_one(a, a.ms, model, f"baseline {k + 1}", "healthy", [], None, None, tmp, save=base[-1])
                 for sc in scenarios(rng, cls, layers, a.workers):
                     if a.only and a.only not in sc[0]:
                         continue

@@ -86,6 +86,8 @@ r = json.load(open(sys.argv[1]))
 want = sys.argv[2]
 named = [(c["kind"], c["name"], c["cause"]) for c in r["culprits"]]
 print(sys.argv[1].rsplit("/", 1)[1], "named:", named)
+for c in r["culprits"]:  # what a failure needs to be read: each culprit's size and reason
+    print("  %s: ratio %.2f z %.1f: %s" % (c["name"], c["ratio"], c["z"], c.get("why", "")))
 assert r["rank_workers"] == 1, r.get("rank_workers")
 rest = [c for c in named if not (c[0] == "cpu" and c[1] == "every worker's CPU")]
 if want == "none":

@@ -58,10 +58,12 @@ static const struct cli_opt explain_opts[] = {
                 "parts the window's steps are split into (step % K) for the noise\n"
                 "(default: 32, fewer when the classes x workers would need too many keys)"),
     CLI_OPT_FLAG(EA, as_json, "json", "the report as one JSON object"),
-    CLI_OPT_STR(EA, baseline, "baseline", "FILE",
-                "an earlier --json report of this model while healthy: each class is held\n"
-                "against where it stood among its peers there (a standing cost, such as a\n"
-                "first layer's cold RoPE, is then not a culprit)"),
+    CLI_OPT_LIST(EA, baseline, n_baseline, "baseline", "FILE",
+                 "an earlier --json report of this model while healthy: each class is held\n"
+                 "against where it stood among its peers there (a standing cost, such as a\n"
+                 "first layer's cold RoPE, is then not a culprit); repeat it (up to 8) with\n"
+                 "reports of other healthy windows: each class against the median of where it\n"
+                 "stood, how far they differed added to its noise"),
     {0}};
 #undef EA
 
@@ -145,10 +147,10 @@ static int class_index(const struct explain_window *w, const char *name) {
   return -1;
 }
 
-/* --baseline: each class's log ratio and noise from an earlier report, by
- * name; a report that names none of this engine's classes is an error (the
- * wrong model). */
-static int load_baseline(const char *path, struct explain_window *w) {
+/* One --baseline file: each class's log ratio and noise, by name, into
+ * lr/nz[class * nf + f]; a report that names none of this engine's classes is
+ * an error (the wrong model). */
+static int load_baseline(const char *path, struct explain_window *w, double *lr, double *nz, int f, int nf) {
   json_error_t err;
   json_t *root = json_load_file(path, 0, &err), *cls = json_object_get(root, "classes");
   if (!root || !json_is_array(cls) || json_object_get(root, "baseline")) {
@@ -159,28 +161,72 @@ static int load_baseline(const char *path, struct explain_window *w) {
     json_decref(root);
     return -1;
   }
-  w->base = malloc(((size_t)w->n_cls + 1) * sizeof *w->base);
-  w->base_noise = malloc(((size_t)w->n_cls + 1) * sizeof *w->base_noise);
-  if (!w->base || !w->base_noise) {
-    json_decref(root);
-    return -1;
-  }
-  for (int i = 0; i < w->n_cls; i++) w->base[i] = w->base_noise[i] = NAN;
+  int named = 0;
   for (size_t k = 0; k < json_array_size(cls); k++) {
     json_t *c = json_array_get(cls, k);
     int i = class_index(w, json_string_value(json_object_get(c, "class")));
     double ratio = json_number_value(json_object_get(c, "ratio"));
     double noise = json_number_value(json_object_get(c, "noise"));
     if (i < 0 || !(ratio > 0) || !(noise > 0)) continue;
-    w->base[i] = log(ratio), w->base_noise[i] = noise, w->n_base++;
+    lr[(size_t)i * (size_t)nf + (size_t)f] = log(ratio), nz[(size_t)i * (size_t)nf + (size_t)f] = noise, named++;
   }
   json_decref(root);
-  if (!w->n_base) {
+  if (!named) {
     fprintf(stderr, "megascope explain: --baseline %s: judges none of this engine's classes (another model?)\n",
             path);
     return -1;
   }
   return 0;
+}
+
+/* The median of v[0..n), n small (sorts v). */
+static double small_median(double *v, int n) {
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+      double t = v[j];
+      v[j] = v[j - 1], v[j - 1] = t;
+    }
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* --baseline, once or more: each class against the median of where the
+ * reports had it, its noise the mean of theirs (in squares) plus how far
+ * they differed (their readings' variance). One healthy window cannot show
+ * how far a class moves between windows: on Gemma-3 one layer's RoPE read
+ * 0.67x its peers in a baseline's window and 1.2-1.8x in every window of
+ * the minutes after, healthy or not, and was named 2.3x slower than where
+ * it stood in seven of them. */
+static int load_baselines(const struct explain_args *a, struct explain_window *w) {
+  int nf = a->n_baseline, rc = -1;
+  size_t n = (size_t)w->n_cls * (size_t)nf + 1;
+  double *lr = malloc(n * sizeof *lr), *nz = malloc(n * sizeof *nz);
+  w->base = malloc(((size_t)w->n_cls + 1) * sizeof *w->base);
+  w->base_noise = malloc(((size_t)w->n_cls + 1) * sizeof *w->base_noise);
+  if (!lr || !nz || !w->base || !w->base_noise) goto out;
+  for (size_t i = 0; i < n; i++) lr[i] = nz[i] = NAN;
+  for (int f = 0; f < nf; f++)
+    if (load_baseline(a->baseline[f], w, lr, nz, f, nf)) goto out;
+  for (int i = 0; i < w->n_cls; i++) {
+    double v[EXPLAIN_MAX_BASELINES], mean = 0, var = 0, noise2 = 0;
+    int k = 0;
+    for (int f = 0; f < nf; f++) {
+      size_t at = (size_t)i * (size_t)nf + (size_t)f;
+      if (isnan(lr[at])) continue;
+      v[k++] = lr[at], mean += lr[at], noise2 += nz[at] * nz[at];
+    }
+    w->base[i] = w->base_noise[i] = NAN;
+    if (!k) continue;
+    mean /= k;
+    for (int j = 0; j < k; j++) var += (v[j] - mean) * (v[j] - mean);
+    w->base_noise[i] = sqrt(noise2 / k + (k > 1 ? var / (k - 1) : 0));
+    w->base[i] = small_median(v, k);
+    w->n_base++;
+  }
+  rc = 0;
+out:
+  free(lr);
+  free(nz);
+  return rc;
 }
 
 /* K: as many slices as keep the task map under about 64k keys. */
@@ -670,7 +716,7 @@ int cmd_explain(int argc, char **argv) {
   json_t *st = live_call(ME, sock, "{\"cmd\":\"stats\"}");
   w.schema = live_call(ME, sock, "{\"cmd\":\"schema\"}");
   if (!sc || !st || !w.schema || load_classes(&w)) goto out;
-  if (a.baseline && load_baseline(a.baseline, &w)) goto out;
+  if (a.n_baseline && load_baselines(&a, &w)) goto out;
   w.n_workers = (int)json_integer_value(json_object_get(st, "workers"));
   if (w.n_workers < 1) w.n_workers = 1;
   long long n_ranks = json_integer_value(json_object_get(json_object_get(st, "engine"), "ranks"));

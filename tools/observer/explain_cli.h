@@ -14,13 +14,15 @@
 #define EXPLAIN_OS_SLICES 8     /* reads of the OS's view over the window */
 #define EXPLAIN_MAX_OS_SLICES 32 /* ... and at most, when the window is stretched */
 #define EXPLAIN_MIN_STEPS 32    /* steps a window needs: it is stretched (to 4x) until it has them */
+#define EXPLAIN_MAX_BASELINES 8 /* --baseline files */
 
 struct explain_args {
   const char *socket;
   uint64_t slo_ns, window_ns;   /* window: at least; stretched to 4x until EXPLAIN_MIN_STEPS */
   long evidence, slices;
   int as_json;
-  const char *baseline;         /* an earlier --json report of a healthy window, or NULL */
+  const char *baseline[EXPLAIN_MAX_BASELINES];  /* earlier --json reports of healthy windows */
+  int n_baseline;
 };
 
 /* One culprit's raw records, fetched after the summary (the escalation). */
@@ -67,7 +69,7 @@ struct explain_window {
   int n_ev;
   uint64_t evidence_bytes;
   double *base, *base_noise;   /* [n_cls]: --baseline's class effects and noises (NAN: none) */
-  int n_base;                  /* classes the baseline names */
+  int n_base;                  /* classes the baselines name */
 };
 
 void explain_report_text(const struct explain_args *a, const struct explain_window *w);

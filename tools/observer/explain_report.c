@@ -84,8 +84,12 @@ void explain_report_text(const struct explain_args *a, const struct explain_wind
          "%.1f%%; workers waited %.1f%% of the window for a CPU\n",
          w->window_ns / 1e9, w->steps, w->n_cls, w->n_workers, w->n_req, w->slices, 100 * r->class_noise,
          100 * r->runqueue_share);
-  if (a->baseline)
-    printf("         classes held against where they stood in %s (%d of them)\n", a->baseline, w->n_base);
+  if (a->n_baseline) {
+    printf("         classes held against where they stood in ");
+    for (int f = 0; f < a->n_baseline; f++) printf("%s%s", f ? ", " : "", a->baseline[f]);
+    printf(" (%d of them%s)\n", w->n_base,
+           a->n_baseline > 1 ? ": their median, how far they differed added to the noise" : "");
+  }
   if (w->rank_workers)  /* across ranks: the workers are every rank's, numbered rank after rank */
     printf("         %d ranks of %d workers: worker n is rank n / %d's worker n %% %d\n", w->n_workers / w->rank_workers,
            w->rank_workers, w->rank_workers, w->rank_workers);
@@ -270,8 +274,11 @@ void explain_report_json(const struct explain_args *a, const struct explain_wind
   ms_json_knum(&j, "steps", w->steps);
   ms_json_kint(&j, "slices", w->slices);
   if (w->rank_workers) ms_json_kint(&j, "rank_workers", w->rank_workers);  /* worker n: rank n / it, worker n % it */
-  if (a->baseline) {  /* the classes' ratios below are then against where they stood there */
-    ms_json_kstr(&j, "baseline", a->baseline);
+  if (a->n_baseline) {  /* the classes' ratios below are then against where they stood there */
+    ms_json_key(&j, "baseline");
+    ms_json_arr_begin(&j);
+    for (int f = 0; f < a->n_baseline; f++) ms_json_str(&j, a->baseline[f]);
+    ms_json_arr_end(&j);
     ms_json_kint(&j, "baseline_classes", w->n_base);
   }
   ms_json_knum(&j, "class_noise", w->res.class_noise);

@@ -32,6 +32,7 @@ struct cells {
   size_t n;
   double *line, *resid;  /* [n]: the line's time for the cell's context; its residual */
   double *load;          /* [n]: log of its attention time in all, less its step's median */
+  size_t *by_step;       /* [n]: the cells' indices in step (slice) order */
 };
 
 static double cell_time(const struct ms_explain_req_cell *c) {
@@ -62,6 +63,12 @@ static void merge_workers(struct cells *cs) {
   cs->n = k;
 }
 
+static int by_slice(const void *a, const void *b, void *u) {
+  const struct ms_explain_req_cell *c = u;
+  int x = c[*(const size_t *)a].slice, y = c[*(const size_t *)b].slice;
+  return (x > y) - (x < y);
+}
+
 static int make_cells(const struct ms_explain_input *in, const unsigned char *skip, int W, struct cells *cs) {
   size_t n = in->req_cells ? in->n_req_cells : (size_t)in->n_requests;
   int by_worker = in->req_cells && in->req_cells_by_worker;
@@ -69,7 +76,8 @@ static int make_cells(const struct ms_explain_input *in, const unsigned char *sk
   cs->line = calloc(n + 1, sizeof *cs->line);
   cs->resid = calloc(n + 1, sizeof *cs->resid);
   cs->load = calloc(n + 1, sizeof *cs->load);
-  if (!cs->c || !cs->line || !cs->resid || !cs->load) return -1;
+  cs->by_step = calloc(n + 1, sizeof *cs->by_step);
+  if (!cs->c || !cs->line || !cs->resid || !cs->load || !cs->by_step) return -1;
   for (size_t j = 0; j < n; j++) {
     struct ms_explain_req_cell c;
     if (in->req_cells) {
@@ -83,23 +91,18 @@ static int make_cells(const struct ms_explain_input *in, const unsigned char *sk
     if (c.request >= 0 && c.request < in->n_requests && c.n > 0 && cell_time(&c) > 0) cs->c[cs->n++] = c;
   }
   if (by_worker) merge_workers(cs);
+  /* the slopes and the steps' paces read the cells step by step */
+  for (size_t j = 0; j < cs->n; j++) cs->by_step[j] = j;
+  qsort_r(cs->by_step, cs->n, sizeof *cs->by_step, by_slice, cs->c);
   return 0;
-}
-
-static int by_slice(const void *a, const void *b, void *u) {
-  const struct ms_explain_req_cell *c = u;
-  int x = c[*(const size_t *)a].slice, y = c[*(const size_t *)b].slice;
-  return (x > y) - (x < y);
 }
 
 /* Slopes between the cells of one step: they share its pace, where pairs of
  * cells steps apart (most of them one request's, its context a step longer
  * each step) carry the load's drift between those steps. At most cap. */
 static size_t step_slopes(const struct cells *cs, double *out, size_t cap) {
-  size_t *ord = malloc((cs->n + 1) * sizeof *ord), np = 0;
-  if (!ord) return 0;
-  for (size_t j = 0; j < cs->n; j++) ord[j] = j;
-  qsort_r(ord, cs->n, sizeof *ord, by_slice, cs->c);
+  const size_t *ord = cs->by_step;
+  size_t np = 0;
   for (size_t a = 0, b; a < cs->n; a = b) {
     for (b = a; b < cs->n && cs->c[ord[b]].slice == cs->c[ord[a]].slice; b++) {}
     for (size_t i = a; i < b; i++)
@@ -109,7 +112,6 @@ static size_t step_slopes(const struct cells *cs, double *out, size_t cap) {
         if (fabs(dc) >= 1) out[np++] = (cell_time(y) - cell_time(x)) / dc;
       }
   }
-  free(ord);
   return np;
 }
 
@@ -143,20 +145,14 @@ static void fit_line(struct ex_req *rq, const struct cells *cs, double *scratch)
 /* Each cell's residual: its log ratio to the line less its step's pace (the
  * median of its step's cells; 0 for a step of one request). */
 static int residuals(struct cells *cs, const struct ex_req *rq) {
-  size_t *ord = malloc((cs->n + 1) * sizeof *ord);
+  const size_t *ord = cs->by_step;
   double *v = malloc((cs->n + 1) * sizeof *v);
-  if (!ord || !v) {
-    free(ord);
-    free(v);
-    return -1;
-  }
+  if (!v) return -1;
   for (size_t j = 0; j < cs->n; j++) {
     cs->line[j] = rq->intercept + rq->slope * cs->c[j].ctx;
     cs->resid[j] = log(cell_time(&cs->c[j]) / cs->line[j]);
     cs->load[j] = log(cs->c[j].sum_ns > 0 ? cs->c[j].sum_ns : 1);
-    ord[j] = j;
   }
-  qsort_r(ord, cs->n, sizeof *ord, by_slice, cs->c);
   for (size_t a = 0, b; a < cs->n; a = b) {
     size_t k = 0;
     int requests = 0, first = cs->c[ord[a]].request;
@@ -172,7 +168,6 @@ static int residuals(struct cells *cs, const struct ex_req *rq) {
     double load = ex_median(v, k);
     for (size_t j = a; j < b; j++) cs->load[ord[j]] -= load;
   }
-  free(ord);
   free(v);
   return 0;
 }
@@ -320,6 +315,7 @@ out:
   free(cs.line);
   free(cs.resid);
   free(cs.load);
+  free(cs.by_step);
   free(e);
   free(lt);
   free(ctx);

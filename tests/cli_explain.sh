@@ -157,8 +157,9 @@ WANT_CAUSE="saturated queue" run_case tiny-queue 50 worker:1 -- --synthetic tiny
 BASELINE=$tmp/tiny-healthy.json run_case tiny-wo-base 50 class:blk.1.wo -- --synthetic tiny --workers 2 \
   --fault slow_class:blk.1.wo:8
 # two baselines that disagree on the slow class (the healthy window, and the same report with
-# blk.1.wo standing 8x, given first): held against their median, the gap between them added to its noise,
-# the class slowed 8x is not named (with the healthy one alone it is, above)
+# blk.1.wo standing 8x), in both orders: held against their median, the gap between them added to its
+# noise, the class slowed 8x is not named; the healthy report alone names it (above), so neither order
+# passes if one file decides alone
 python3 - "$tmp/tiny-healthy.json" "$tmp/tiny-wo8.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[1]))
@@ -168,6 +169,8 @@ for c in r["classes"]:
 json.dump(r, open(sys.argv[2], "w"))
 PY
 BASELINE="$tmp/tiny-wo8.json $tmp/tiny-healthy.json" run_case tiny-wo-base2 50 - -- --synthetic tiny --workers 2 \
+  --fault slow_class:blk.1.wo:8
+BASELINE="$tmp/tiny-healthy.json $tmp/tiny-wo8.json" run_case tiny-wo-base2r 50 - -- --synthetic tiny --workers 2 \
   --fault slow_class:blk.1.wo:8
 # a baseline that is missing, not a report, or itself judged against one: refused, named
 start_serve tiny-badbase --synthetic tiny --workers 2

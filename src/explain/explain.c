@@ -341,9 +341,6 @@ static size_t device_pace(struct ex *x, int d, struct ex_vw *v) {
   return k;
 }
 
-/* Each group's task time against what the other groups took for the same
- * class, bucket and slice: log(time / expected), per slice, then the weighted
- * median over slices and its standard error. */
 /* A part judged over the window's slices: v[k] its per-slice log ratios,
  * weighted; the effect their weighted median, its noise their robust scatter
  * over sqrt(k) (about Student's t for few slices), with the same 0.5% floor as
@@ -356,6 +353,9 @@ static void slice_judge(struct ms_explain_effect *e, struct ex_vw *v, size_t k) 
   e->z = e->effect / e->noise;
 }
 
+/* Each group's task time against what the other groups took for the same
+ * class, bucket and slice: log(time / expected), per slice, then the weighted
+ * median over slices and its standard error. */
 static void group_effects(struct ex *x, int by_device, struct ms_explain_effect *out, int G) {
   double *act = calloc((size_t)G * (size_t)x->S, sizeof *act), *exp_ = calloc((size_t)G * (size_t)x->S, sizeof *exp_);
   double *cnt = calloc((size_t)G * (size_t)x->S, sizeof *cnt);
@@ -422,27 +422,29 @@ static void queue_effects(struct ex *x) {
   for (int w = 0; w < x->W; w++) out[w] = (struct ms_explain_effect){.z = NAN, .effect = NAN, .noise = NAN};
   if (x->W < 2 || x->D > 1 || in->rank_workers > 0) return;
   size_t ws = (size_t)x->W * (size_t)x->S;
+  /* [W * S] each worker's AOT tasks and time per slice; [S] every worker's */
   double *cnt = calloc(ws + 1, sizeof *cnt), *ns = calloc(ws + 1, sizeof *ns);
+  double *all = calloc((size_t)x->S + 1, sizeof *all), *all_ns = calloc((size_t)x->S + 1, sizeof *all_ns);
   struct ex_vw *v = malloc(((size_t)x->S + 1) * sizeof *v);
-  if (!cnt || !ns || !v) goto out;
+  if (!cnt || !ns || !all || !all_ns || !v) goto out;
   for (size_t i = 0; i < in->n_cells; i++) {
     const struct ms_explain_cell *c = &in->cells[i];
     if (c->cls < 0 || c->cls >= x->C || !in->classes[c->cls].aot || c->slice < 0 || c->slice >= x->S) continue;
     if (c->worker < 0 || c->worker >= x->W || !(c->n > 0)) continue;
     cnt[(size_t)c->worker * (size_t)x->S + (size_t)c->slice] += c->n;
     ns[(size_t)c->worker * (size_t)x->S + (size_t)c->slice] += c->sum_ns;
+    all[c->slice] += c->n;
+    all_ns[c->slice] += c->sum_ns;
   }
   for (int w = 0; w < x->W; w++) {
     struct ms_explain_effect *e = &out[w];
     size_t k = 0;
     for (int s = 0; s < x->S; s++) {
-      double all = 0, all_ns = 0, mine = cnt[(size_t)w * (size_t)x->S + (size_t)s];
-      for (int o = 0; o < x->W; o++) all += cnt[(size_t)o * (size_t)x->S + (size_t)s];
-      for (int o = 0; o < x->W; o++) all_ns += ns[(size_t)o * (size_t)x->S + (size_t)s];
-      if (!(mine > 0) || !(all > 0)) continue;
-      v[k++] = (struct ex_vw){log(mine * x->W / all), all};
+      double mine = cnt[(size_t)w * (size_t)x->S + (size_t)s];
+      if (!(mine > 0) || !(all[s] > 0)) continue;
+      v[k++] = (struct ex_vw){log(mine * x->W / all[s]), all[s]};
       e->n += mine;
-      e->excess_ns += ns[(size_t)w * (size_t)x->S + (size_t)s] - all_ns / x->W;
+      e->excess_ns += ns[(size_t)w * (size_t)x->S + (size_t)s] - all_ns[s] / x->W;
     }
     e->excess_ns /= in->steps > 0 ? in->steps : 1;
     e->peers = x->W - 1;
@@ -451,6 +453,8 @@ static void queue_effects(struct ex *x) {
 out:
   free(cnt);
   free(ns);
+  free(all);
+  free(all_ns);
   free(v);
 }
 

@@ -201,22 +201,12 @@ struct round {
   uint64_t t_attach, t_replace, t_quiet;
 };
 
-static double median(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int k = i; k > 0 && v[k] < v[k - 1]; k--) {
-      double t = v[k];
-      v[k] = v[k - 1];
-      v[k - 1] = t;
-    }
-  return n ? (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2) : 0;
-}
-
 static void summary(struct ms_json *j, const char *key, double *v, int n) {
   double mx = 0;
   for (int i = 0; i < n; i++) mx = v[i] > mx ? v[i] : mx;
   ms_json_key(j, key);
   ms_json_obj_begin(j);
-  ms_json_knum(j, "median", median(v, n));
+  ms_json_knum(j, "median", cli_median(v, n));
   ms_json_knum(j, "max", mx);
   ms_json_obj_end(j);
 }
@@ -408,13 +398,13 @@ static void report_text(const struct attach_run *x, double v[8][MAX_ROUNDS], dou
   int done = x->done;
   printf("%s (%s), %d workers, batch %ld, %d rounds, windows of %ld ms\n", x->m->cfg.name,
          ms_dtype_name(x->m->cfg.dtype), ms_engine_n_workers(x->b.e), x->a.batch, done, x->a.window_ms);
-  printf("  attach:  first executed event %.3f ms after the command (median; reply %.3f ms)\n", median(v[0], done),
-         median(v[1], done));
+  printf("  attach:  first executed event %.3f ms after the command (median; reply %.3f ms)\n", cli_median(v[0], done),
+         cli_median(v[1], done));
   printf("  replace: new generation's first event %.3f ms after the command (median; reply %.3f ms)\n",
-         median(v[2], done), median(v[3], done));
+         cli_median(v[2], done), cli_median(v[3], done));
   printf("  throughput %.1f tokens/s before; dip %.1f%% after attach, %.1f%% after replace (medians;\n"
          "  between two windows without a command it changes by %.1f%%: the noise floor)\n",
-         base, 100 * median(v[4], done), 100 * median(v[5], done), 100 * median(v[7], done));
+         base, 100 * cli_median(v[4], done), 100 * cli_median(v[5], done), 100 * cli_median(v[7], done));
   printf("  requests failed: %llu\n", (unsigned long long)x->b.failed);
 }
 
@@ -427,7 +417,7 @@ static int attach_run(struct attach_run *x) {
   if (start_engine(x) || run_rounds(x)) return 1;
   double v[8][MAX_ROUNDS];
   round_figures(x, v);
-  double base = median(v[6], x->done);
+  double base = cli_median(v[6], x->done);
   if (x->a.as_json) report_json(x, v, base);
   else report_text(x, v, base);
   return x->b.failed ? 1 : 0;

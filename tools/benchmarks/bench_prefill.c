@@ -37,16 +37,6 @@ static double ttft(struct ms_engine *e, const struct ms_model *m, int len) {
   return s;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 struct prefill_args {
   struct cli_model cm;
   int lens[MAX_LENS], n_lens, q8, as_json, only;
@@ -155,8 +145,8 @@ int bench_prefill(int argc, char **argv) {
   for (int i = 0; i < n_lens; i++) {
     double best[2], med[2];
     for (int k = 0; k < 2; k++) {
-      med[k] = e[k] ? median(t[i][k], (int)rounds) : NAN;
-      best[k] = e[k] ? t[i][k][0] : NAN;  /* sorted by median() */
+      med[k] = e[k] ? cli_median(t[i][k], (int)rounds) : NAN;
+      best[k] = e[k] ? t[i][k][0] : NAN;  /* sorted by cli_median() */
     }
     if (as_json) {
       ms_json_obj_begin(&j);

@@ -182,6 +182,17 @@ void cli_shipped_monitor(const char *name, char *buf, size_t n) {
   snprintf(buf, n, "%.*s/monitors/%s", (int)(n > 128 ? n - 128 : 0), exe, name);
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+double cli_median(double *v, int n) {
+  if (n <= 0) return 0;
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 /* A jansson value through the project's JSON writer (its number format). */
 void cli_json_emit(struct ms_json *j, json_t *v) {
   const char *k;

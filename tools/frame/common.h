@@ -111,6 +111,9 @@ int cli_dist_ranks(void);
 /* The path of a shipped monitor object: <dir of this executable>/monitors/NAME. */
 void cli_shipped_monitor(const char *name, char *buf, size_t n);
 
+/* The median of v[0..n), sorting v ascending; 0 when n == 0. */
+double cli_median(double *v, int n);
+
 /* Writes a jansson value (json_t *) through the project's JSON writer. */
 struct json_t;
 void cli_json_emit(struct ms_json *j, struct json_t *v);

@@ -179,16 +179,6 @@ static int load_baseline(const char *path, struct explain_window *w, double *lr,
   return 0;
 }
 
-/* The median of v[0..n), n small (sorts v). */
-static double small_median(double *v, int n) {
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-      double t = v[j];
-      v[j] = v[j - 1], v[j - 1] = t;
-    }
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 /* --baseline, once or more: each class against the median of where the
  * reports had it, its noise the mean of theirs (in squares) plus how far
  * they differed (their readings' variance). One healthy window cannot show
@@ -219,7 +209,7 @@ static int load_baselines(const struct explain_args *a, struct explain_window *w
     mean /= k;
     for (int j = 0; j < k; j++) var += (v[j] - mean) * (v[j] - mean);
     w->base_noise[i] = sqrt(noise2 / k + (k > 1 ? var / (k - 1) : 0));
-    w->base[i] = small_median(v, k);
+    w->base[i] = cli_median(v, k);
     w->n_base++;
   }
   rc = 0;

@@ -48,6 +48,10 @@ r2 = sorted(m / p for m, p in zip(d2["rounds_tokens_per_s"]["megakernel"], d2["r
 assert len(r2) == 2 and close(d2["ratio"], (r2[0] + r2[1]) / 2) and close(d2["ratio_min"], r2[0]), (d2["ratio"], r2)
 assert close(dec["fraction_of_bound"], dec["megakernel_tokens_per_s"] / dec["bandwidth_bound_tokens_per_s"]), dec
 assert close(dec["fraction_of_read_bound"], dec["megakernel_tokens_per_s"] / dec["read_bound_tokens_per_s"]), dec
+# the read bound: a step's bytes read (not the 128 MiB stream), with the loads and streams said
+assert dec["step_read_gb_per_s"] > 0 and dec["step_read_loads"] in ("avx512", "avx2", "portable"), dec
+assert dec["step_read_streams"] in (1, 4, 16), dec
+assert close(dec["read_bound_tokens_per_s"], dec["step_read_gb_per_s"] * 1e9 / dec["bytes_per_token"], 1e-5), dec
 # the text, one round: the ratio printed is the two engines' printed tokens/s divided, in that direction
 import re
 txt = open(d + "/decode.txt").read()

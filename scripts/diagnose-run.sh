@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The counterexample benchmark's full runs, as docs/benchmark.md reports them:
 # the simulator's training and held-out splits (bench/scenarios/train.json and
-# heldout-9.json, 65 scenarios each over every preset, GPU, batch 1-16 and tp 1-4,
+# heldout-10.json, 65 scenarios each over every preset, GPU, batch 1-16 and tp 1-4,
 # five of two faults each, the calibration learned on the training split) and
 # the CPU backend's training and held-out splits on the real models
 # (bench/scenarios/cpu-real-train.json, cpu-real-heldout-15.json: SmolLM2-135M and
@@ -18,7 +18,7 @@ OUT=${2:-bench-out}
 MS="$BUILD/megascope"
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
-"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/train.json" --heldout "$SRC/bench/scenarios/heldout-9.json" \
+"$MS" bench diagnose --scenarios "$SRC/bench/scenarios/train.json" --heldout "$SRC/bench/scenarios/heldout-10.json" \
   --budgets 4k,16k,64k --out "$OUT/sim.json" --plot "$OUT/sim.png" > "$OUT/sim.txt"
 prio=()
 if [ "$(id -u)" = 0 ] && [ -w /proc/self/autogroup ]; then

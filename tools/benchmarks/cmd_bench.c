@@ -31,19 +31,12 @@ static void *copy_main(void *p) {
   return NULL;
 }
 
-/* A read of n floats as 64-bit words, four independent XOR chains (vectorised). */
+static uint64_t read_plain(const uint8_t *p, size_t n, int k);
+
+/* A read of n floats as one stream of 64-bit words (the compiler's loads). */
 static void *read_main(void *p) {
   struct copy_arg *a = p;
-  const uint64_t *w = (const uint64_t *)a->src;
-  size_t n = a->n / 2;
-  uint64_t x0 = 0, x1 = 0, x2 = 0, x3 = 0;
-  for (size_t i = 0; i + 4 <= n; i += 4) {
-    x0 ^= w[i];
-    x1 ^= w[i + 1];
-    x2 ^= w[i + 2];
-    x3 ^= w[i + 3];
-  }
-  a->sum = x0 ^ x1 ^ x2 ^ x3;
+  a->sum = read_plain((const uint8_t *)a->src, a->n * sizeof(float), 1);
   return NULL;
 }
 
@@ -90,6 +83,7 @@ out:
  * and on that Xeon one thread read 97 MB at 15 GB/s as one stream, 29 as 16
  * (the engine's steps read it at 20). */
 #define STEP_READ_MIN_BYTES ((size_t)64 << 20) /* a pass reads at least this (small buffers: again) */
+#define STEP_READ_MAX_BYTES ((size_t)1 << 30)  /* a larger step is read from memory all the same */
 #define STEP_READ_CHUNK 256                    /* bytes of one stream read before the next stream's */
 
 struct step_read_arg {
@@ -103,7 +97,7 @@ struct step_read_arg {
 __attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p, size_t n, int k) {
   __m512i x0 = _mm512_setzero_si512(), x1 = x0, x2 = x0, x3 = x0;
   size_t len = n / (size_t)k;
-  for (size_t i = 0; i < len; i += STEP_READ_CHUNK)
+  for (size_t i = 0; i + STEP_READ_CHUNK <= len; i += STEP_READ_CHUNK)
     for (int s = 0; s < k; s++) {
       const uint8_t *q = p + (size_t)s * len + i;
       x0 = _mm512_xor_si512(x0, _mm512_load_si512(q));
@@ -117,7 +111,7 @@ __attribute__((target("avx512f"))) static uint64_t read_avx512(const uint8_t *p,
 __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size_t n, int k) {
   __m256i x0 = _mm256_setzero_si256(), x1 = x0, x2 = x0, x3 = x0;
   size_t len = n / (size_t)k;
-  for (size_t i = 0; i < len; i += STEP_READ_CHUNK)
+  for (size_t i = 0; i + STEP_READ_CHUNK <= len; i += STEP_READ_CHUNK)
     for (int s = 0; s < k; s++)
       for (int c = 0; c < STEP_READ_CHUNK; c += 128) {
         const uint8_t *q = p + (size_t)s * len + i + c;
@@ -134,7 +128,7 @@ __attribute__((target("avx2"))) static uint64_t read_avx2(const uint8_t *p, size
 static uint64_t read_plain(const uint8_t *p, size_t n, int k) {
   uint64_t x0 = 0, x1 = 0, x2 = 0, x3 = 0;
   size_t len = n / (size_t)k;
-  for (size_t i = 0; i < len; i += STEP_READ_CHUNK)
+  for (size_t i = 0; i + STEP_READ_CHUNK <= len; i += STEP_READ_CHUNK)
     for (int s = 0; s < k; s++) {
       const uint64_t *w = (const uint64_t *)(p + (size_t)s * len + i);
       for (int c = 0; c < STEP_READ_CHUNK / 8; c += 4) x0 ^= w[c], x1 ^= w[c + 1], x2 ^= w[c + 2], x3 ^= w[c + 3];
@@ -162,6 +156,7 @@ static void *step_read_main(void *v) {
 static double step_read_gbps(int threads, size_t bytes, const char **loads, int *streams) {
   static const int ks[] = {1, 4, 16};
   int T = threads < 1 ? 1 : threads > 64 ? 64 : threads, level = ms_cpu_level();
+  if (bytes > STEP_READ_MAX_BYTES) bytes = STEP_READ_MAX_BYTES;
   size_t unit = 16 * STEP_READ_CHUNK, per = (bytes / (size_t)T + unit - 1) / unit * unit, len = per * (size_t)T;
   size_t reps = len >= STEP_READ_MIN_BYTES ? 1 : STEP_READ_MIN_BYTES / len + 1;
   *loads = level >= MS_CPU_AVX512_VNNI ? "avx512" : level >= MS_CPU_AVX2 ? "avx2" : "portable";
@@ -403,7 +398,6 @@ static int bench_decode(int argc, char **argv) {
   int W = d.n_workers, q8_on = d.q8_on;
   decode_stop(&d);  /* the bandwidth is measured with no engine thread about */
   if (!as_json) fprintf(stderr, "bench decode: memory bandwidth...\n");
-  /* cuda: the device's HBM peak (2 x memory clock x bus width) for both */
   /* What a step reads: every weight once (as the device holds them on cuda),
    * and each row's KV cache (at the run's mean position: a 1-token prompt,
    * then `steps` tokens). */
@@ -414,6 +408,7 @@ static int bench_decode(int argc, char **argv) {
   double step_bytes = (double)wbytes + kv_per_row * (double)batch;
   const char *loads = "";
   int streams = 0;
+  /* cuda: the device's HBM peak (2 x memory clock x bus width) for every bound */
   double gbps = cuda ? dev.peak_gbs : stream_gbps(W, 0), sgbps = cuda ? dev.peak_gbs : stream_gbps(W, 1);
   double rgbps = cuda ? dev.peak_gbs : step_read_gbps(W, (size_t)step_bytes, &loads, &streams);
   double bound = gbps * 1e9 / step_bytes * (double)batch, rbound = rgbps * 1e9 / step_bytes * (double)batch;

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# megascope compile --stats --json and --schema-out, on the SmolLM2-135M shapes.
+# megascope compile --stats --json and --schema-out, on the SmolLM2-135M shapes;
+# --backend cpu compiles the plan `run` executes on the CPU (SmolLM2's file:
+# `run --batch 1 --steps 2` ran twice its tasks), --backend sim and cuda want --sms.
 set -euo pipefail
 MS=$1
 tmp=$(mktemp -d)
@@ -24,4 +26,20 @@ for c in sc["task_classes"]:
 a = json.load(open(d + "/all.json"))
 assert [b["batch"] for b in a["buckets"]] == [1, 2, 4, 8, 16]
 PY
-echo "3 passed, 0 failed"
+F=${MS_SMOLLM2:-$HOME/.cache/megascope/SmolLM2-135M-Instruct.Q4_1.gguf}
+tasks() { python3 -c 'import json,sys; print(json.load(sys.stdin)["tasks"])'; }
+cpu=$("$MS" compile --model "$F" --backend cpu --json | tasks)
+dflt=$("$MS" compile --model "$F" --json | tasks)
+ran=$("$MS" run --model "$F" --batch 1 --steps 2 --prompt-len 1 2>&1 | grep -o '2 steps, [0-9]* tasks' | grep -o '[0-9]* tasks$')
+[ "$ran" = "$((2 * cpu)) tasks" ] || { echo "FAIL: run: $ran, compile --backend cpu: $cpu a step" >&2; exit 1; }
+[ "$dflt" -gt "$cpu" ] || { echo "FAIL: 64 KiB tiles $dflt tasks, the CPU's $cpu" >&2; exit 1; }
+[ "$("$MS" compile --model "$F" --backend cpu --tile-kb 64 --json | tasks)" = "$dflt" ] ||
+  { echo "FAIL: --tile-kb did not override --backend" >&2; exit 1; }
+[ "$("$MS" compile --model "$F" --backend sim --sms 8 --json | tasks)" -lt "$dflt" ] ||
+  { echo "FAIL: --backend sim --sms 8" >&2; exit 1; }
+for bad in "--backend sim" "--backend cuda" "--sms 8" "--backend cpu --sms 8"; do
+  # shellcheck disable=SC2086
+  if "$MS" compile --model "$F" $bad 2>"$tmp/err" >/dev/null; then echo "FAIL: compile $bad ran" >&2; exit 1; fi
+  grep -q "sms" "$tmp/err" || { echo "FAIL: compile $bad: $(cat "$tmp/err")" >&2; exit 1; }
+done
+echo "4 passed, 0 failed"

@@ -46,6 +46,7 @@ static void print_stats(struct ms_json *j, const char *model, const struct ms_pl
 
 struct compile_args {
   struct cli_model cm;
+  struct cli_backend be;  /* backend -1: none named */
   long batch, tile_kb, tile_rows;
   int all, as_json, stats;
   const char *schema_out;
@@ -61,8 +62,10 @@ static int batch_opt(void *dst, const char *arg) {
 static const struct cli_opt compile_opts[] = {
     CLI_OPT_GROUP(CA, cm, cli_model_opts),
     CLI_OPT_FN("batch", "N|all", batch_opt, "batch bucket (default 1); 'all': every bucket 1..16"),
-    CLI_OPT_INT(CA, tile_kb, "tile-kb", "K", 1, 1 << 20, "target weight KiB per GEMV task (default 64)"),
+    CLI_OPT_INT(CA, tile_kb, "tile-kb", "K", 1, 1 << 20,
+                "target weight KiB per GEMV task (default 64, or the --backend's)"),
     CLI_OPT_INT(CA, tile_rows, "tile-rows", "N", 1, 1 << 20, "fixed output rows per GEMV task (overrides --tile-kb)"),
+    CLI_OPT_GROUP(CA, be, cli_backend_opts),
     CLI_OPT_FLAG(CA, stats, "stats", "print the plan statistics (the default output)"),
     CLI_OPT_FLAG(CA, as_json, "json", "print them as JSON"),
     CLI_OPT_STR(CA, schema_out, "schema-out", "FILE", "write the task schema (versioned JSON) to FILE"),
@@ -71,16 +74,47 @@ static const struct cli_opt compile_opts[] = {
 
 static const char compile_head[] =
     "usage: megascope compile (--synthetic PRESET | --model F.gguf) [options]\n\n"
-    "Compiles one decode step into an SM-level task graph and reports it.\n\n";
+    "Compiles one decode step into an SM-level task graph and reports it. With --backend,\n"
+    "tiled as an engine on that backend tiles it when its caller does not: the CPU's\n"
+    "tasks by weight bytes (`run` on the CPU executes this plan), the simulator's and\n"
+    "CUDA's about one task per SM an operator (--sms N says how many).\n\n";
+
+/* The tiling of an engine on backend be, which a caller that tiles nothing
+ * gets (ms_backend_info): its task bytes, or one task per SM an operator. 0,
+ * or 2 with the reason on stderr. */
+static int backend_tiling(const struct cli_backend *be, struct ms_compile_opts *co) {
+  const struct ms_backend_info *info = ms_backend_info((enum ms_backend)be->backend);
+  if (!info) return 2;
+  if (info->tiles_per_worker) {
+    if (!be->sms) {
+      fprintf(stderr, "megascope compile: --backend %s tiles about one task per SM an operator: give --sms N\n",
+              info->name);
+      return 2;
+    }
+    co->tiles_per_op = (int)be->sms;
+  } else if (info->tile_bytes) {
+    co->tile_bytes = info->tile_bytes;
+  }
+  return 0;
+}
 
 int cmd_compile(int argc, char **argv) {
-  struct compile_args a = {.batch = 1, .tile_kb = 64};
+  struct compile_args a = {.batch = 1, .be = {.backend = -1}};
   int prc = cli_parse("compile", compile_head, compile_opts, &a, argc, argv, NULL);
   if (prc) return prc > 0 ? 0 : 2;
   struct cli_model cm = a.cm;
   long batch = a.batch, tile_kb = a.tile_kb, tile_rows = a.tile_rows;
   int all = a.all, as_json = a.as_json;
   const char *schema_out = a.schema_out;
+  struct ms_compile_opts tiling = {.tile_bytes = 64 * 1024};
+  const struct ms_backend_info *bi = a.be.backend >= 0 ? ms_backend_info((enum ms_backend)a.be.backend) : NULL;
+  if (a.be.sms && (!bi || !bi->tiles_per_worker)) {
+    fprintf(stderr, "megascope compile: --sms is the SMs of --backend sim or cuda%s\n",
+            bi ? ", not of this one" : ": name the backend");
+    return 2;
+  }
+  if (a.be.backend >= 0 && !tile_kb && !tile_rows && backend_tiling(&a.be, &tiling)) return 2;
+  if (tile_kb) tiling.tile_bytes = (int)tile_kb * 1024;
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;
   int rc = 1;
@@ -95,8 +129,8 @@ int cmd_compile(int argc, char **argv) {
   for (int b = all ? 1 : (int)batch; b <= (all ? 16 : (int)batch); b *= 2) {
     char logbuf[1024] = "";
     struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
-    struct ms_compile_opts co = {.sz = sizeof co, .batch = b, .tile_bytes = (int)tile_kb * 1024,
-                                 .tile_rows = (int)tile_rows};
+    struct ms_compile_opts co = {.sz = sizeof co, .batch = b, .tile_bytes = tiling.tile_bytes,
+                                 .tile_rows = (int)tile_rows, .tiles_per_op = tiling.tiles_per_op};
     struct ms_plan *p = ms_plan_compile(m, &co, &log);
     if (!p) {
       fprintf(stderr, "megascope compile: %s", logbuf[0] ? logbuf : "failed\n");

@@ -14,10 +14,11 @@
 # A rank is its device or, with one worker a rank, that worker (one scope).
 # A shared machine's load lands on one rank's CPU at a time and can look like
 # a slow rank for a run of a millisecond (about one attempt in 15 on a 2-vCPU
-# VM, and such bursts come in runs of seconds): up to five attempts, each judged
-# whole, with a pause of 2 s after a wrong one (without the merge none passes:
-# rank 1's slow tasks are in rank 1's rows alone). Without mpirun, --tp 2 is refused by name. Skipped (77)
-# without mpirun or on fewer than two CPUs.
+# VM, and such bursts come in runs of seconds): up to five attempts, each
+# judged whole, with a pause of 2 s after a wrong one (without the merge none
+# passes: rank 1's slow tasks are in rank 1's rows alone). Without mpirun,
+# --tp 2 is refused by name. Skipped (77) without mpirun or on fewer than two
+# CPUs.
 set -euo pipefail
 MS=$1
 SRC=${MS_SRC:-$(cd "$(dirname "$0")/.." && pwd)}

@@ -258,29 +258,24 @@ void ex_request_effects(struct ex *x, struct ex_req *rq, const unsigned char *sk
   if (residuals(&cs, rq)) goto out;
   /* a request needs a few steps for its time to mean anything */
   int *steps = calloc((size_t)n + 1, sizeof *steps), *cells = malloc(((size_t)n + 1) * sizeof *cells);
-  if (!steps || !cells) {
+  int *cut = calloc((size_t)n + 1, sizeof *cut);  /* a request the window's first or last step holds */
+  if (!steps || !cells || !cut) {
     free(steps);
     free(cells);
+    free(cut);
     goto out;
   }
-  /* one the window cut needs more: its first and last steps run apart from
+  /* a request the window cut needs more: its first and last steps run apart from
    * its middle (eight healthy SmolLM2 windows, 885 cells each way: its last
    * steps 1.06x the line, its first three 0.91x, the prompt's KV just
    * written), so a few steps at an edge of the window say which end of its
    * life was seen, not how fast it is (held-out 24: two requests seen in
    * their last 3-5 steps, 1.30x at z 8-9, on a healthy run) */
-  int *cut = calloc((size_t)n + 1, sizeof *cut), s_lo = cs.n ? cs.c[0].slice : 0, s_hi = s_lo;
-  if (!cut) {
-    free(steps);
-    free(cells);
-    goto out;
-  }
+  int s_lo = cs.c[cs.by_step[0]].slice, s_hi = cs.c[cs.by_step[cs.n - 1]].slice;  /* the window's edges */
   for (size_t j = 0; j < cs.n; j++) {
     steps[cs.c[j].request]++;
-    s_lo = cs.c[j].slice < s_lo ? cs.c[j].slice : s_lo;
-    s_hi = cs.c[j].slice > s_hi ? cs.c[j].slice : s_hi;
+    cut[cs.c[j].request] |= cs.c[j].slice == s_lo || cs.c[j].slice == s_hi;
   }
-  for (size_t j = 0; j < cs.n; j++) cut[cs.c[j].request] |= cs.c[j].slice == s_lo || cs.c[j].slice == s_hi;
   for (int i = 0; i < n; i++) {
     if (steps[i] < (cut[i] ? MIN_CUT_STEPS : 3)) continue;
     e[k] = of_request(&cs, i, 0, v);

@@ -224,11 +224,6 @@ static struct ms_engine *decode_engine(const struct ms_model *m, const struct de
   return e;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 /* Round r runs every engine once, the order rotated each round so that none
  * always runs first (after a quiet spell) or last. */
 static int decode_open(const struct ms_model *m, struct decode_run *d, int k) {
@@ -271,10 +266,9 @@ static int decode_rounds(const struct ms_model *m, struct decode_run *d, int ver
       if (d->tps[k][r] > d->best[k]) d->best[k] = d->tps[k][r];
       q[r] = d->tps[k][r] / d->tps[ENG_PER_OP][r];
     }
-    qsort(q, (size_t)d->rounds, sizeof *q, cmp_double);
+    d->ratio[k] = cli_median(q, d->rounds);  /* sorts q ascending */
     d->lo[k] = q[0];
     d->hi[k] = q[d->rounds - 1];
-    d->ratio[k] = d->rounds % 2 ? q[d->rounds / 2] : (q[d->rounds / 2 - 1] + q[d->rounds / 2]) / 2;
   }
   free(q);
   return 0;

@@ -603,6 +603,33 @@ static void test_calibrate(void) {
   CHECK(fabs(cases[0].ans[BM_SEMANTIC][0].confidence - 1.0 / 4) < 1e-12);
 }
 
+/* A bin above the others states more only with enough answers of its own: ten
+ * training "none" answers at raw 0.5 (five right) and four at raw 0.7 (all
+ * right) are one pool, 9 right of 14 (9/16), where alone the four would state
+ * 4/6 and the ten 5/12; with eight at raw 0.7 (all right) the two stand apart. */
+static void test_calibrate_min_pool(void) {
+  enum { N = 19 };
+  struct bench_case cases[N];
+  memset(cases, 0, sizeof cases);
+  struct bench_report r = {.n = N, .cases = cases, .o = {.n_budgets = 1, .budgets = {1024}}};
+  for (int i = 0; i < N; i++) {
+    cases[i].truth_cause = i < 5 || i >= 10 ? -1 : MS_FAULT_SLOW_WORKER;
+    cases[i].split = i == N - 1;
+    for (int m = 0; m < BM_COUNT; m++)
+      cases[i].ans[m][0] = (struct bench_answer){.cause = -1, .id = -1, .scope_ok = cases[i].truth_cause == -1,
+                                                 .cause_ok = cases[i].truth_cause == -1,
+                                                 .raw_confidence = i < 10 ? 0.5 : 0.7};
+  }
+  for (int i = 14; i < N - 1; i++) cases[i].error[0] = 'x';  /* four at raw 0.7 scored, one held out */
+  bench_calibrate(&r);
+  CHECK(fabs(cases[N - 1].ans[BM_SEMANTIC][0].confidence - 9.0 / 16) < 1e-12);
+  CHECK(fabs(cases[0].ans[BM_SEMANTIC][0].confidence - 9.0 / 16) < 1e-12);
+  for (int i = 14; i < N - 1; i++) cases[i].error[0] = 0;
+  bench_calibrate(&r);
+  CHECK(fabs(cases[N - 1].ans[BM_SEMANTIC][0].confidence - 8.0 / 10) < 1e-12);
+  CHECK(fabs(cases[0].ans[BM_SEMANTIC][0].confidence - 5.0 / 12) < 1e-12);
+}
+
 /* A judgement that held one scope (kind, id) of cause at z near the threshold. */
 static struct bench_near near1(int cause, enum ms_culprit_kind kind, int id, double z) {
   struct bench_near n = {.n = 1, .z = {z}};
@@ -729,6 +756,7 @@ int main(void) {
   test_score();
   test_score_several();
   test_calibrate();
+  test_calibrate_min_pool();
   test_answer_agree();
   TEST_MAIN_END();
 }

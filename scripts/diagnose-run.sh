@@ -4,7 +4,7 @@
 # heldout-11.json, 65 scenarios each over every preset, GPU, batch 1-16 and tp 1-4,
 # five of two faults each, the calibration learned on the training split) and
 # the CPU backend's training and held-out splits on the real models
-# (bench/scenarios/cpu-real-train.json, cpu-real-heldout-22.json: SmolLM2-135M and
+# (bench/scenarios/cpu-real-train.json, cpu-real-heldout-23.json: SmolLM2-135M and
 # Gemma-3-270M from ~/.cache/megascope, scripts/get-smollm2.sh and get-gemma3.sh).
 # Writes the JSON reports, the text tables and the plots into OUT, then prints
 # the paired healthy and faulty run times per fault type (the outer view).
@@ -26,7 +26,7 @@ if [ "$(id -u)" = 0 ] && [ -w /proc/self/autogroup ]; then
 fi
 uptime > "$OUT/cpu-uptime.txt"
 "${prio[@]}" "$MS" bench diagnose --scenarios "$SRC/bench/scenarios/cpu-real-train.json" \
-  --heldout "$SRC/bench/scenarios/cpu-real-heldout-22.json" --budgets 4k,16k,64k \
+  --heldout "$SRC/bench/scenarios/cpu-real-heldout-23.json" --budgets 4k,16k,64k \
   --out "$OUT/cpu.json" --plot "$OUT/cpu.png" > "$OUT/cpu.txt"
 uptime >> "$OUT/cpu-uptime.txt"
 cat "$OUT/sim.txt" "$OUT/cpu.txt"

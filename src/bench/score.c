@@ -117,9 +117,9 @@ void bench_reliability(const struct bench_report *r, int split, int method, int 
  * it show one to be surer: a pool of fewer than CAL_MIN_POOL answers joins the
  * pool below it, so a higher raw score states more only where training saw
  * enough answers there to tell (a share of 4 answers is +-0.25 by its standard
- * error alone; on the CPU's 30 training cases "none" at raw 0.4-0.6 was right
- * 3 times in 4 and stated 0.50 while "none" answers were right about half the
- * time over fifteen held-out files). Joining lifts what the pool below states
+ * error alone; on the CPU's 30 training cases "none" at raw 0.2-0.6, one pool,
+ * was right 3 times in 4 and stated 0.50 while "none" answers were right about
+ * half the time over fifteen held-out files). Joining lifts what the pool below states
  * too: on the simulator, whose training "none" answers were right 5 of 5, a
  * low raw "none" states 0.71 where it stated 0.33 (docs/benchmark.md, section
  * 7). An empty bin states what the pool below it does (0 below every answer):

@@ -50,8 +50,10 @@
  * its own thread) is never shut down; one it dropped unannounced is forgotten
  * after 5 s.
  * Out of descriptors. accept() failing with EMFILE/ENFILE closes a spare
- * descriptor, accepts, answers 503 and closes, then reopens the spare; when
- * the spare cannot be had, the listening socket is left unpolled for 100 ms.
+ * descriptor, accepts, answers 503 and closes, then reopens the spare; the
+ * spare is taken back before every accept, so no connection gets the last
+ * descriptor; when it cannot be had, the listening socket is left unpolled
+ * for 100 ms.
  * Accepting never spins and never stops for good.
  * Shutdown. gate_stop wakes the thread (eventfd), joins it and closes the
  * listening socket; MHD_stop_daemon then closes the connections (each
@@ -337,10 +339,9 @@ static void admit(struct ms_gate *g, int fd, const struct sockaddr *sa, socklen_
 }
 
 /* Out of descriptors: one pending connection answered 503 through the
- * spare descriptor. 0 when it did; -1 when there is no spare (back off). */
+ * spare descriptor, which accept_some() holds whenever it calls this. 0 when
+ * it did; -1 when it did not or the spare could not be had again (back off). */
 static int shed(struct ms_gate *g) {
-  if (g->spare < 0) g->spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-  if (g->spare < 0) return -1;
   close(g->spare);
   g->spare = -1;
   int fd = accept4(g->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);

@@ -136,15 +136,30 @@ static void gemv_portable(const struct ms_weight *w, int r0, int r1, const float
 #ifdef MS_X86
 #define TGT __attribute__((target("avx2,fma,f16c")))
 #define STAGE_MAX 8192  /* longest row staged for batches over four (32 KiB) */
-/* Bytes ahead of the block in hand a weight row is prefetched at batch 1: a
- * row is a stream the hardware prefetcher alone does not keep up with. SmolLM2
- * at 1 worker, tokens/s: on an Intel Xeon (AVX-512, about 8 GB/s a core) 256
- * bytes gave 50, 512 64, 2048 70-80, 4096 65-72; on an AMD EPYC (Zen 5, about
- * 29 GB/s a core) 2048 gave a median of 157 and 4096 176 over eight alternating
- * runs. The faster the memory, the further ahead: 4096. -DQ8_AHEAD=N to try. */
-#ifndef Q8_AHEAD
-#define Q8_AHEAD 4096
+/* Batch 1 reads each weight row once, a stream the hardware prefetchers alone
+ * do not keep up with, so the kernels prefetch it in two levels: Q8_NEAR
+ * bytes ahead of the block in hand into L1 and Q8_FAR bytes ahead into the
+ * outer caches, which holds more lines in flight than L1's fill buffers
+ * allow. One level at 4096 bytes (the choice before) reached 0.84-0.90 of a
+ * 16-stream read of the same 96 MB on an Intel Xeon (SmolLM2's matrices and
+ * tasks, a harness alternating the two, 2026-12-07), 2048 near and 8192 far
+ * 0.92-0.96; 1024 and 8192 0.91-0.94, 1024 and 4096 0.87-0.89. Earlier, one
+ * level on an AMD EPYC (Zen 5): 2048 bytes a median of 157 tokens/s, 4096
+ * 176. -DQ8_NEAR=N -DQ8_FAR=N to try. */
+#ifndef Q8_NEAR
+#define Q8_NEAR 2048
 #endif
+#ifndef Q8_FAR
+#define Q8_FAR 8192
+#endif
+
+/* Prefetches a stream's line at p in both levels, each `num / den` of the
+ * quants' distance ahead (a region read at that rate of the quants'). */
+#define Q8_PF(p, num, den)                                                                     \
+  do {                                                                                         \
+    _mm_prefetch((const char *)(p) + (size_t)Q8_NEAR * (num) / (den), _MM_HINT_T0);            \
+    _mm_prefetch((const char *)(p) + (size_t)Q8_FAR * (num) / (den), _MM_HINT_T2);             \
+  } while (0)
 
 TGT static inline float hsum(__m256 v) {
   __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -709,7 +724,7 @@ TGT_INL void q8_quad_avx2(enum ms_dtype t, const int NR, const int NB, const int
   for (int j = 0; j < NR; j++) {
     const uint8_t *blk = row + (size_t)j * rb + (size_t)i * bs;
     if (ahead)
-      for (size_t o = 0; o < (size_t)nk * bs; o += 64) _mm_prefetch((const char *)blk + Q8_AHEAD + o, _MM_HINT_T0);
+      for (size_t o = 0; o < (size_t)nk * bs; o += 64) Q8_PF(blk + o, 1, 1);
     __m256i w[4], wa[4];
     for (int k = 0; k < 4; k++) {
       w[k] = k < nk ? q8_wregs(t, blk + (size_t)k * bs) : _mm256_setzero_si256();
@@ -803,7 +818,7 @@ TGT static void q8_k_gemv_avx2(const struct ms_weight *w, int r0, int r1, const 
       float acc[4] = {0};
       for (int s = 0; s < nsb; s++) {
         const uint8_t *sb = row + (size_t)s * sbytes;
-        if (a->nb == 1) _mm_prefetch((const char *)sb + Q8_AHEAD, _MM_HINT_T0);
+        if (a->nb == 1) Q8_PF(sb, 1, 1);
         ms_quant_k_scales(t, sb, &ks);
         __m256i ia[4] = {_mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256(), _mm256_setzero_si256()};
         for (int i = 0; i < 8; i++) {
@@ -960,8 +975,8 @@ TGT_INL void a_kpk_rows4_t(enum ms_dtype t, const int ONE, const uint8_t *qg, co
       for (int p = 0; p < 4; p++) {
         if (ONE) {
           const uint8_t *qp = qs + (size_t)p * KP_QB(t), *hp = hs + (size_t)p * KP_HB(t);
-          for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
-          if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
+          for (int k = 0; k < KP_QB(t); k += 64) Q8_PF(qp + k, 1, 1);
+          if (KP_HB(t)) Q8_PF(hp, 1, 2);
         }
         for (int c = 0; c < 2; c++) {
           __m256i q = _mm256_load_si256((const __m256i *)(qx + (size_t)(2 * p + c) * QK));
@@ -1041,13 +1056,13 @@ static inline struct pk_unit pk_at(enum ms_dtype t, const uint8_t *qg, const uin
   return (struct pk_unit){.q = qg + p * PK_QB(t), .h = hg + p * PK_HB(t), .d = dg + p * (PK_SB(t) / 2)};
 }
 
-/* Batch 1's streams, Q8_AHEAD bytes of quants ahead of quad u and each other
+/* Batch 1's streams, prefetched (Q8_PF) ahead of quad u and each other
  * region as far ahead in time: a quad's scales (32 or 64 bytes) and high bits
  * (64) are one line each. */
 TGT_INL void pk_prefetch(enum ms_dtype t, struct pk_unit u) {
-  for (int k = 0; k < 2 * PK_QB(t); k += 64) _mm_prefetch((const char *)u.q + Q8_AHEAD + k, _MM_HINT_T0);
-  _mm_prefetch((const char *)u.d + Q8_AHEAD * PK_SB(t) / PK_QB(t), _MM_HINT_T0);
-  if (PK_HB(t)) _mm_prefetch((const char *)u.h + Q8_AHEAD * PK_HB(t) / PK_QB(t), _MM_HINT_T0);
+  for (int k = 0; k < 2 * PK_QB(t); k += 64) Q8_PF(u.q + k, 1, 1);
+  Q8_PF(u.d, PK_SB(t), PK_QB(t));
+  if (PK_HB(t)) Q8_PF(u.h, PK_HB(t), PK_QB(t));
 }
 
 /* ---- AVX2 on the packed 32-element types (blocks.h) ----
@@ -1557,8 +1572,8 @@ TGT512_INL void v_kpk_tile(enum ms_dtype t, const int NB, const uint8_t *qg, con
       const uint8_t *qp = qg + ((size_t)sb * 4 + (size_t)p) * KP_QB(t), *hp = hg + ((size_t)sb * 4 + (size_t)p) * KP_HB(t);
       const int8_t *qx = q0 + (size_t)(8 * sb + 2 * p) * QK;
       if (ahead) {
-        for (int k = 0; k < KP_QB(t); k += 64) _mm_prefetch((const char *)qp + Q8_AHEAD + k, _MM_HINT_T0);
-        if (KP_HB(t)) _mm_prefetch((const char *)hp + Q8_AHEAD / 2, _MM_HINT_T0);
+        for (int k = 0; k < KP_QB(t); k += 64) Q8_PF(qp + k, 1, 1);
+        if (KP_HB(t)) Q8_PF(hp, 1, 2);
       }
       /* one row's weights and scales live at a time, the inputs from memory; the rows written out, so
        * each one's unpacking is straight-line code */

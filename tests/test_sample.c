@@ -57,6 +57,31 @@ static void brute(const float *l, int n, const struct ms_sample_params *sp, doub
   free(idx);
 }
 
+/* The greedy rule against the plain loop it replaces: ties to the lowest id,
+ * NaNs never taken (and a NaN first is the answer), infinities, lengths that
+ * end a block of 64 anywhere, and a vocabulary's worth. */
+static void test_argmax(void) {
+  static float v[49152 + 7];
+  uint64_t z = 12345;
+  int bad = 0, cases = 0;
+  for (int t = 0; t < 20000; t++) {
+    int n = t % 97 == 0 ? 49152 + t % 7 : 1 + t % 301;
+    for (int i = 0; i < n; i++) {
+      z = z * 6364136223846793005ull + 1442695040888963407ull;
+      int r = (int)(z >> 33) % 23;
+      v[i] = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY : (float)(r % 7) - 3.0f;
+    }
+    int want = 0;
+    for (int i = 1; i < n; i++)
+      if (v[i] > v[want]) want = i;
+    bad += ms_sample_argmax(v, n) != want, cases++;
+  }
+  CHECKF(bad == 0, "argmax: %d of %d cases differ from the plain loop", bad, cases);
+  float nan_first[3] = {NAN, 1.0f, 2.0f}, tie[4] = {1.0f, 3.0f, 3.0f, 2.0f};
+  CHECK(ms_sample_argmax(nan_first, 3) == 0);
+  CHECK(ms_sample_argmax(tie, 4) == 1);
+}
+
 static void test_filters(void) {
   enum { N = 1000 };
   float l[N], probs[N];
@@ -318,6 +343,7 @@ static void test_request_options(void) {
 }
 
 int main(void) {
+  test_argmax();
   test_filters();
   test_uniform();
   test_draws();

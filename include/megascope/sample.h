@@ -44,6 +44,10 @@ int ms_sample_probs(const float *logits, int n, const struct ms_sample_params *p
 /* The uniform number in [0, 1) used by draw `counter` under `seed`. */
 double ms_sample_uniform(uint64_t seed, uint64_t counter);
 
+/* Index of the largest of v[0..n), the lowest index on ties; NaNs are never
+ * taken (a NaN at 0 is the answer: nothing compares above it). The greedy rule. */
+int ms_sample_argmax(const float *v, int n);
+
 #ifdef __cplusplus
 }
 #endif

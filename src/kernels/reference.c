@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "megascope/base.h"
+#include "megascope/sample.h"
 
 #include "core/layer.h"
 #include "kernels/quant.h"
@@ -260,9 +261,4 @@ int ms_ref_step(struct ms_ref *r, int token, float *logits) {
   return 0;
 }
 
-int ms_argmax(const float *v, int n) {
-  int best = 0;
-  for (int i = 1; i < n; i++)
-    if (v[i] > v[best]) best = i;
-  return best;
-}
+int ms_argmax(const float *v, int n) { return ms_sample_argmax(v, n); }

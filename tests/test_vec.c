@@ -174,6 +174,41 @@ static void test_glu(void) {
   ms_vec_force_portable(0);
 }
 
+/* Softmax rows on both paths against double: every length's tail (the AVX2
+ * path masks it), a first position past 0, rows apart from each other, a
+ * score far below the row's maximum (exp underflows to 0) and a row of one. */
+static void test_softmax(void) {
+  enum { G = 3, LD = 80 };
+  float s[G * LD], ref_in[G * LD];
+  uint64_t z = 11;
+  for (int portable = 0; portable < 2; portable++) {
+    ms_vec_force_portable(portable);
+    double worst = 0;
+    int other = 0;
+    for (int n = 1; n <= 70; n++)
+      for (int p0 = 0; p0 < n && p0 < 5; p0 += 2) {
+        for (int i = 0; i < G * LD; i++) ref_in[i] = s[i] = frand(&z) * 12.0f;
+        ref_in[LD + p0] = s[LD + p0] = -200.0f;
+        ms_vec_softmax_rows(s, G, LD, p0, n);
+        for (int g = 0; g < G; g++) {
+          const float *in = ref_in + g * LD;
+          double mx = -INFINITY, sum = 0;
+          for (int p = p0; p < n; p++) mx = fmax(mx, in[p]);
+          for (int p = p0; p < n; p++) sum += exp(in[p] - mx);
+          for (int p = p0; p < n; p++) {
+            /* in - mx rounded (|in - mx| ulp of exp's argument), exp within 2 ulp, a sum of n terms */
+            double ref = exp(in[p] - mx) / sum, rel = (fabs(in[p] - mx) + 4 + n) * 0x1p-24;
+            worst = fmax(worst, fabs(s[g * LD + p] - ref) / (rel * ref + 1e-30));
+          }
+          for (int p = 0; p < LD; p++) other += (p < p0 || p >= n) && s[g * LD + p] != in[p];
+        }
+      }
+    CHECKF(worst <= 1.0, "softmax (%s): %.3g x the bound off double", portable ? "portable" : "simd", worst);
+    CHECKF(other == 0, "softmax (%s): %d values outside [p0, n) written", portable ? "portable" : "simd", other);
+  }
+  ms_vec_force_portable(0);
+}
+
 int main(void) {
   printf("simd path: %s\n", ms_vec_simd() ? "avx2+fma" : "portable only");
   test_gemv(MS_DTYPE_F32);
@@ -182,5 +217,6 @@ int main(void) {
   test_attention_runs();
   test_bf16();
   test_glu();
+  test_softmax();
   TEST_MAIN_END();
 }

@@ -315,12 +315,7 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
     ms_vec_dot_runs(q, group, kv_at(x, x->k_pool, k->layer, r, p) + kh * hd, ld, end - p, hd, scale, s + p,
                     (size_t)n);
   }
-  for (int g = 0; g < group; g++) {
-    float mx = -INFINITY, sum = 0.0f, *sg = s + (size_t)g * (size_t)n;
-    for (int p = p0; p < n; p++) mx = sg[p] > mx ? sg[p] : mx;
-    for (int p = p0; p < n; p++) sum += (sg[p] = expf(sg[p] - mx));
-    for (int p = p0; p < n; p++) sg[p] /= sum;
-  }
+  ms_vec_softmax_rows(s, group, (size_t)n, p0, n);
   memset(out, 0, sizeof(float) * (size_t)(group * hd));
   for (int p = p0, end; p < n; p = end) {
     end = page_end(x, p, n);

@@ -62,6 +62,13 @@ __attribute__((target("avx2,fma"))) static inline float hsum256(__m256 v) {
   return _mm_cvtss_f32(lo);
 }
 
+__attribute__((target("avx2,fma"))) static inline float hmax256(__m256 v) {
+  __m128 lo = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_max_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_max_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
 __attribute__((target("avx2,fma"))) static inline __m256 load8(const void *row, int c, int bf16) {
   if (bf16) {
     __m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + c));
@@ -322,6 +329,50 @@ __attribute__((target("avx2,fma"))) static void glu_avx2(float *out, const float
   }
 }
 #endif
+
+#ifdef MS_X86
+/* One row of ms_vec_softmax_rows: the maximum and the sum in eight lanes
+ * (then across them), the tail masked; about ten times expf's speed
+ * (SmolLM2's attention at 512 positions: 5 us a task in softmax before). */
+__attribute__((target("avx2,fma"))) static void softmax_avx2(float *v, int n) {
+  int i = 0;
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(_mm256_loadu_ps(v + i), mx);
+  float m = hmax256(mx);
+  for (; i < n; i++) m = v[i] > m ? v[i] : m;
+  __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
+  for (i = 0; i + 8 <= n; i += 8) {
+    __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(v + i), mv));
+    _mm256_storeu_ps(v + i, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  if (i < n) {
+    __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 e = _mm256_and_ps(exp256(_mm256_sub_ps(_mm256_maskload_ps(v + i, k), mv)), _mm256_castsi256_ps(k));
+    _mm256_maskstore_ps(v + i, k, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  __m256 inv = _mm256_set1_ps(1.0f / hsum256(sum));
+  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), inv));
+  for (; i < n; i++) v[i] *= _mm256_cvtss_f32(inv);
+}
+#endif
+
+void ms_vec_softmax_rows(float *s, int ng, size_t sld, int p0, int n) {
+  for (int g = 0; g < ng; g++) {
+    float *v = s + (size_t)g * sld;
+#ifdef MS_X86
+    if (use_simd) {
+      softmax_avx2(v + p0, n - p0);
+      continue;
+    }
+#endif
+    float mx = -INFINITY, sum = 0.0f;
+    for (int p = p0; p < n; p++) mx = v[p] > mx ? v[p] : mx;
+    for (int p = p0; p < n; p++) sum += (v[p] = expf(v[p] - mx));
+    for (int p = p0; p < n; p++) v[p] /= sum;
+  }
+}
 
 void ms_vec_glu(float *out, const float *g, const float *u, int n, int gelu) {
 #ifdef MS_X86

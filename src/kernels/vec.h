@@ -39,6 +39,13 @@ void ms_vec_dot_runs(const float *q, int ng, const float *k, size_t ld, int n, i
                      size_t sld);
 void ms_vec_axpy_runs(float *o, int ng, const float *w, size_t sld, const float *v, size_t ld, int n, int hd);
 
+/* Each of the ng rows of s (sld floats apart) over [p0, n) made its softmax:
+ * exp(s[p] - max) / sum. The AVX2 path takes exp eight lanes at a time (the
+ * GLU's Cephes polynomial, within 2 ulp of expf) and sums in eight lanes; the
+ * portable path takes expf in position order. Each row's values depend on
+ * that row alone. */
+void ms_vec_softmax_rows(float *s, int ng, size_t sld, int p0, int n);
+
 /* out = x * w / rms(x) */
 void ms_vec_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 

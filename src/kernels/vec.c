@@ -376,7 +376,7 @@ void ms_vec_softmax_rows(float *s, int ng, size_t sld, int p0, int n) {
 
 void ms_vec_glu(float *out, const float *g, const float *u, int n, int gelu) {
 #ifdef MS_X86
-  if (use_simd && gelu) {  /* SiLU through expf on every path: see vec.h */
+  if (use_simd) {
     glu_avx2(out, g, u, n, gelu);
     return;
   }

@@ -7,8 +7,11 @@
 # greedy text is the same natively and on AVX2 (SmolLM2 Q4_1, and Gemma-3
 # Q4_K_M: the K-quants' packed AVX2 kernels at batch 1 and on the prompt's
 # batch, which this AVX-512 machine never takes otherwise); the portable path sums f32
-# vectors in another order (attention, norms), so it is held to the same first
-# tokens only. An unknown value is named and ignored.
+# vectors in another order (attention's dots), so it is held to the same first
+# tokens only: 8 of SmolLM2's, 5 of Gemma-3's, whose sixth is a near tie natively
+# (" The capital of France is the capital of the country" then "." at logprob
+# -1.6518 against " of" at -1.6573, 2026-12-07; the portable path says " of").
+# An unknown value is named and ignored.
 set -euo pipefail
 MS=$1
 C=${MS_CACHE:-$HOME/.cache/megascope}
@@ -33,8 +36,9 @@ t = {s: json.load(open("%s.%s.json" % (sys.argv[1], s)))["tokens"] for s in ("na
 t = {s: v[0] if v and isinstance(v[0], list) else v for s, v in t.items()}
 assert len(t["native"]) == 32, t["native"]
 assert t["avx2"] == t["native"], ("avx2", t["avx2"], t["native"])
-assert t["portable"][:8] == t["native"][:8], ("portable", t["portable"], t["native"])
-print("ok: %s: avx2 == native over 32 tokens; portable's first 8 the same" % sys.argv[1].rsplit("/", 1)[-1])
+first = 5 if "gemma" in sys.argv[1] else 8
+assert t["portable"][:first] == t["native"][:first], ("portable", t["portable"], t["native"])
+print("ok: %s: avx2 == native over 32 tokens; portable's first %d the same" % (sys.argv[1].rsplit("/", 1)[-1], first))
 PY
   ran=$((ran + 1))
 done

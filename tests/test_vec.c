@@ -141,7 +141,7 @@ static double gelu_ref(double v) { return 0.5 * v * (1.0 + tanh(0.79788456080286
 
 static void test_glu(void) {
   enum { N = 1000 };
-  float g[N], u[N], out[N], one[8];
+  float g[N], u[N], out[N], one[8], simd_out[2][N];
   uint64_t s = 7;
   for (int i = 0; i < N; i++) {
     g[i] = frand(&s) * (i < 900 ? 8.0f : 100.0f);
@@ -152,6 +152,10 @@ static void test_glu(void) {
     ms_vec_force_portable(portable);
     for (int gelu = 0; gelu < 2; gelu++) {
       ms_vec_glu(out, g, u, N - 3, gelu);
+      if (!portable) memcpy(simd_out[gelu], out, sizeof out);
+      else  /* one exp (exp_poly), the same operations: the same bits on both paths */
+        CHECKF(memcmp(simd_out[gelu], out, sizeof(float) * (N - 3)) == 0, "glu %s: the paths differ",
+               gelu ? "gelu" : "silu");
       double worst = 0;
       int own = 0;
       for (int i = 0; i < N - 3; i++) {
@@ -179,8 +183,9 @@ static void test_glu(void) {
  * score far below the row's maximum (exp underflows to 0) and a row of one. */
 static void test_softmax(void) {
   enum { G = 3, LD = 80 };
-  float s[G * LD], ref_in[G * LD];
+  float s[G * LD], ref_in[G * LD], alt[G * LD];
   uint64_t z = 11;
+  int differ = 0;
   for (int portable = 0; portable < 2; portable++) {
     ms_vec_force_portable(portable);
     double worst = 0;
@@ -190,6 +195,11 @@ static void test_softmax(void) {
         for (int i = 0; i < G * LD; i++) ref_in[i] = s[i] = frand(&z) * 12.0f;
         ref_in[LD + p0] = s[LD + p0] = -200.0f;
         ms_vec_softmax_rows(s, G, LD, p0, n);
+        memcpy(alt, ref_in, sizeof alt);  /* the other path on the same scores: the same bits */
+        ms_vec_force_portable(!portable);
+        ms_vec_softmax_rows(alt, G, LD, p0, n);
+        ms_vec_force_portable(portable);
+        differ += memcmp(alt, s, sizeof s) != 0;
         for (int g = 0; g < G; g++) {
           const float *in = ref_in + g * LD;
           double mx = -INFINITY, sum = 0;
@@ -206,6 +216,7 @@ static void test_softmax(void) {
     CHECKF(worst <= 1.0, "softmax (%s): %.3g x the bound off double", portable ? "portable" : "simd", worst);
     CHECKF(other == 0, "softmax (%s): %d values outside [p0, n) written", portable ? "portable" : "simd", other);
   }
+  CHECKF(differ == 0 || !ms_vec_simd(), "softmax: the paths differ in %d rows", differ);
   ms_vec_force_portable(0);
 }
 

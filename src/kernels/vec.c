@@ -3,6 +3,7 @@
 #include "kernels/vec.h"
 
 #include <math.h>
+#include <string.h>
 
 #include "kernels/quant.h"
 #include "megascope/base.h"
@@ -282,15 +283,41 @@ void ms_vec_rmsnorm(float *out, const float *x, const float *w, int n, float eps
 
 /* ---- the gated FFN's activation ---- */
 
+/* exp(x): x = n ln2 + r (ln2 in two parts), Cephes' degree-6 polynomial on r,
+ * times 2^n built in the exponent bits; x clamped to [-87.3, 88.7] so 2^n
+ * stays a normal float (exp's tails are 0 and inf, which the sigmoid takes as
+ * 1 and 0 the same way). Within 2 ulp of expf. exp256 below takes these steps
+ * eight lanes at a time, in this order, and fmaf rounds once as the FMA does:
+ * both paths give the same bits. */
+static inline float exp_poly(float x) {
+  x = x > -87.3f ? x : -87.3f;  /* MAXPS, MINPS: a NaN becomes the bound */
+  x = x < 88.7f ? x : 88.7f;
+  float n = rintf(x * 1.44269504088896341f);  /* nearest, ties to even */
+  float r = fmaf(-n, 0.693359375f, x);
+  r = fmaf(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = fmaf(p, r, 1.3981999507e-3f);
+  p = fmaf(p, r, 8.3334519073e-3f);
+  p = fmaf(p, r, 4.1665795894e-2f);
+  p = fmaf(p, r, 1.6666665459e-1f);
+  p = fmaf(p, r, 5.0000001201e-1f);
+  float pr = p * r, y = fmaf(pr, r, r) + 1.0f;
+  uint32_t e = (uint32_t)((int32_t)n + 127) << 23;
+  float scale;
+  memcpy(&scale, &e, sizeof scale);
+  return y * scale;
+}
+
+/* The exponent's argument: k = g for SiLU, 2 * 0.7978845608 * (g + 0.044715
+ * g^3) for GELU, as glu8 computes it. */
 static inline float glu_k(float g, int gelu) {
-  return gelu ? 2.0f * 0.7978845608f * (g + 0.044715f * g * g * g) : g;
+  if (!gelu) return g;
+  float g3 = g * g * g;
+  return (2.0f * 0.7978845608f) * fmaf(0.044715f, g3, g);
 }
 
 #ifdef MS_X86
-/* exp(x) eight lanes at a time: x = n ln2 + r (ln2 in two parts), Cephes'
- * degree-6 polynomial on r, times 2^n built in the exponent bits; x clamped to
- * [-87.3, 88.7] so 2^n stays a normal float (exp's tails are 0 and inf, which
- * the sigmoid takes as 1 and 0 the same way). */
+/* exp_poly eight lanes at a time. */
 __attribute__((target("avx2,fma"))) static inline __m256 exp256(__m256 x) {
   x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.3f)), _mm256_set1_ps(88.7f));
   __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
@@ -358,19 +385,27 @@ __attribute__((target("avx2,fma"))) static void softmax_avx2(float *v, int n) {
 }
 #endif
 
+/* softmax_avx2's steps one value at a time: the maximum (exact in any
+ * order), exp_poly, the sum in eight lanes (lane j the values j mod 8 apart,
+ * then hsum256's order across them) and one reciprocal: the same bits. */
+static void softmax_scalar(float *v, int n) {
+  float m = -INFINITY, lane[8] = {0}, inv;
+  for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
+  for (int i = 0; i < n; i++) lane[i % 8] += (v[i] = exp_poly(v[i] - m));
+  inv = 1.0f / (((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7])));
+  for (int i = 0; i < n; i++) v[i] *= inv;
+}
+
 void ms_vec_softmax_rows(float *s, int ng, size_t sld, int p0, int n) {
   for (int g = 0; g < ng; g++) {
-    float *v = s + (size_t)g * sld;
+    float *v = s + (size_t)g * sld + p0;
 #ifdef MS_X86
     if (use_simd) {
-      softmax_avx2(v + p0, n - p0);
+      softmax_avx2(v, n - p0);
       continue;
     }
 #endif
-    float mx = -INFINITY, sum = 0.0f;
-    for (int p = p0; p < n; p++) mx = v[p] > mx ? v[p] : mx;
-    for (int p = p0; p < n; p++) sum += (v[p] = expf(v[p] - mx));
-    for (int p = p0; p < n; p++) v[p] /= sum;
+    softmax_scalar(v, n - p0);
   }
 }
 
@@ -381,5 +416,5 @@ void ms_vec_glu(float *out, const float *g, const float *u, int n, int gelu) {
     return;
   }
 #endif
-  for (int i = 0; i < n; i++) out[i] = g[i] / (1.0f + expf(-glu_k(g[i], gelu))) * u[i];
+  for (int i = 0; i < n; i++) out[i] = g[i] / (1.0f + exp_poly(-glu_k(g[i], gelu))) * u[i];
 }

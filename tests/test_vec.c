@@ -66,6 +66,17 @@ static void test_dot_and_norm(void) {
   for (int i = 0; i < 131; i++) ss += (double)a[i] * a[i];
   double inv = 1.0 / sqrt(ss / 131 + 1e-5);
   for (int i = 0; i < 131; i++) CHECK(fabs(out[i] - a[i] * inv * w[i]) < 1e-5);
+  /* both paths sum the squares in the same eight lanes: the same bits, every tail */
+  int differ = 0;
+  float alt[131];
+  for (int n = 1; n <= 131; n++) {
+    ms_vec_force_portable(1);
+    ms_vec_rmsnorm(alt, a, w, n, 1e-5f);
+    ms_vec_force_portable(0);
+    ms_vec_rmsnorm(out, a, w, n, 1e-5f);
+    differ += memcmp(alt, out, sizeof(float) * (size_t)n) != 0;
+  }
+  CHECKF(differ == 0, "rmsnorm: the paths differ at %d lengths", differ);
 }
 
 /* The attention runs over positions `ld` floats apart: the scores equal

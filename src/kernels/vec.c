@@ -274,9 +274,40 @@ void ms_vec_axpy_run(float *o, const float *w, const float *v, size_t ld, int n,
   ms_vec_axpy_runs(o, 1, w, 0, v, ld, n, hd);
 }
 
+#ifdef MS_X86
+/* The sum of x[i]^2 in eight lanes (lane j the values j mod 8 apart, an FMA
+ * each), then hsum256's order across them. */
+__attribute__((target("avx2,fma"))) static float sumsq_avx2(const float *x, int n) {
+  __m256 acc = _mm256_setzero_ps();
+  int i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256 v = _mm256_loadu_ps(x + i);
+    acc = _mm256_fmadd_ps(v, v, acc);
+  }
+  if (i < n) {
+    __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - i), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256 v = _mm256_maskload_ps(x + i, k);  /* the lanes past n hold 0: +0 * 0 adds nothing */
+    acc = _mm256_fmadd_ps(v, v, acc);
+  }
+  return hsum256(acc);
+}
+#endif
+
+/* sumsq_avx2's steps one value at a time: the same bits. */
+static float sumsq_scalar(const float *x, int n) {
+  float lane[8] = {0};
+  for (int i = 0; i < n; i++) lane[i % 8] = fmaf(x[i], x[i], lane[i % 8]);
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
+/* The sum of squares in eight lanes on both paths (the same bits): one
+ * chain of 576 dependent adds made SmolLM2's norm task about 0.8 us. */
 void ms_vec_rmsnorm(float *out, const float *x, const float *w, int n, float eps) {
-  float ss = 0.0f;
-  for (int i = 0; i < n; i++) ss += x[i] * x[i];
+#ifdef MS_X86
+  float ss = use_simd ? sumsq_avx2(x, n) : sumsq_scalar(x, n);
+#else
+  float ss = sumsq_scalar(x, n);
+#endif
   float inv = 1.0f / sqrtf(ss / (float)n + eps);
   for (int i = 0; i < n; i++) out[i] = x[i] * inv * w[i];
 }

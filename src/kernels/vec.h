@@ -40,24 +40,22 @@ void ms_vec_dot_runs(const float *q, int ng, const float *k, size_t ld, int n, i
 void ms_vec_axpy_runs(float *o, int ng, const float *w, size_t sld, const float *v, size_t ld, int n, int hd);
 
 /* Each of the ng rows of s (sld floats apart) over [p0, n) made its softmax:
- * exp(s[p] - max) / sum. The AVX2 path takes exp eight lanes at a time (the
- * GLU's Cephes polynomial, within 2 ulp of expf) and sums in eight lanes; the
- * portable path takes expf in position order. Each row's values depend on
- * that row alone. */
+ * exp(s[p] - max) / sum, exp the GLU's polynomial, the sum in eight lanes:
+ * the same bits on both paths. Each row's values depend on that row alone. */
 void ms_vec_softmax_rows(float *s, int ng, size_t sld, int p0, int n);
 
-/* out = x * w / rms(x) */
+/* out = x * w / rms(x), the squares summed in eight lanes (the same bits on
+ * both paths) */
 void ms_vec_rmsnorm(float *out, const float *x, const float *w, int n, float eps);
 
 /* The gated FFN's product out[i] = act(g[i]) * u[i], act SiLU (gelu 0) or
  * GELU's tanh form (gelu 1), both as g / (1 + exp(-k)): k = g for SiLU, 2 *
  * 0.7978845608 (g + 0.044715 g^3) for GELU (0.5 (1 + tanh(z)) is
- * sigmoid(2z)). The AVX2 path computes exp eight lanes at a time (Cephes'
- * polynomial, within 2 ulp of expf), the portable path takes expf. (SiLU
- * kept expf on every path until 2026-12-07: a vector exp had once moved
- * SmolLM2's greedy chat answer past cli_openai's 64 tokens; with the kernels
- * of that day it ends within them, and SmolLM2's gate_up tasks are 8% shorter.)
- * Each element's value depends on that element alone. */
+ * sigmoid(2z)). exp is Cephes' polynomial (within 2 ulp of expf), eight lanes
+ * at a time on the AVX2 path and the same steps one float at a time on the
+ * portable path: both give the same bits. (SiLU took expf on every path until
+ * 2026-12-07; the vector exp makes SmolLM2's gate_up tasks 8% shorter.) Each
+ * element's value depends on that element alone. */
 void ms_vec_glu(float *out, const float *g, const float *u, int n, int gelu);
 
 /* 1 when the AVX2/FMA path is in use. */

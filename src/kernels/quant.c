@@ -140,10 +140,10 @@ static void gemv_portable(const struct ms_weight *w, int r0, int r1, const float
  * do not keep up with, so the kernels prefetch it in two levels: Q8_NEAR
  * bytes ahead of the block in hand into L1 and Q8_FAR bytes ahead into the
  * outer caches, which holds more lines in flight than L1's fill buffers
- * allow. One level at 4096 bytes (the choice before) reached 0.84-0.90 of a
+ * allow. One level at 4096 bytes (the choice before) reached 0.81-0.90 of a
  * 16-stream read of the same 96 MB on an Intel Xeon (SmolLM2's matrices and
  * tasks, a harness alternating the two, 2026-12-07), 2048 near and 8192 far
- * 0.92-0.96; 1024 and 8192 0.91-0.94, 1024 and 4096 0.87-0.89. Earlier, one
+ * 0.92-0.98; 1024 and 8192 0.90-0.94, 1024 and 4096 0.87-0.89. Earlier, one
  * level on an AMD EPYC (Zen 5): 2048 bytes a median of 157 tokens/s, 4096
  * 176. -DQ8_NEAR=N -DQ8_FAR=N to try. */
 #ifndef Q8_NEAR

@@ -205,18 +205,16 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
   size_t kv = (size_t)c->n_layers * (size_t)e->pool_pages * (size_t)e->o.page_size *
               (size_t)c->n_kv_heads * (size_t)c->head_dim;
   if (!e->shape_only) {  /* shapes only: no kernel reads or writes the cache */
-    /* In huge pages, zeroed, each committed when first written: an
-     * attention task reads a position's rows one KV row apart, a 4 KiB page
-     * every few positions, and with small pages each was a TLB miss whose
-     * page walk the weights' stream had evicted. SmolLM2 decoding 1024
-     * tokens at one worker on an Intel Xeon: 100-113 tokens/s in small
-     * pages, 122-126 in huge ones. What it costs: each layer's region of
-     * the pool is committed 2 MiB at a time (at most 2 MiB a layer and
-     * pool more than small pages would commit). */
-    e->kv_bytes = kv * sizeof(float);
-    e->k_pool = ms_huge_map(e->kv_bytes);
-    e->v_pool = ms_huge_map(e->kv_bytes);
-    if (kv && (!e->k_pool || !e->v_pool)) return -ENOMEM;
+    /* In 4 KiB pages, committed as written. In huge pages attention read
+     * faster (SmolLM2 decoding 1024 tokens, 100-113 -> 122-126 tokens/s on an
+     * Intel Xeon), but each layer's first write into a 2 MiB region faulted
+     * it in (zeroed, and compacted under THP's defrag=madvise) inside a RoPE
+     * task, and explain named that worker's slow tasks on a healthy engine
+     * across ranks (tests/cli_mpi_faults.sh: 3 of 19 runs with it, 0 of 8
+     * without; the likely cause, not a proven one). */
+    e->k_pool = calloc(kv, sizeof(float));
+    e->v_pool = calloc(kv, sizeof(float));
+    if (!e->k_pool || !e->v_pool) return -ENOMEM;
   }
   e->free_pages = malloc((size_t)e->pool_pages * sizeof *e->free_pages);
   e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
@@ -270,8 +268,8 @@ void ms_rt_storage_free(struct ms_engine *e) {
   if (e->buf)
     for (int b = 0; b < e->n_bufs; b++) free(e->buf[b]);
   free(e->buf);
-  ms_huge_unmap(e->k_pool, e->kv_bytes);
-  ms_huge_unmap(e->v_pool, e->kv_bytes);
+  free(e->k_pool);
+  free(e->v_pool);
   free(e->free_pages);
   ms_pc_free(e);
   if (e->slots)

@@ -244,8 +244,7 @@ struct ms_engine {
   /* storage shared by all plans (one step runs at a time) */
   float **buf;
   int n_bufs, max_rows;          /* rows of a step: n_slots, or max_batched_tokens' bucket */
-  float *k_pool, *v_pool;         /* each kv_bytes, in huge pages (ms_huge_map) */
-  size_t kv_bytes;
+  float *k_pool, *v_pool;
   int pool_pages, max_pages;
   int32_t *free_pages;           /* pages no slot holds and the prefix cache does not know */
   int n_free;

@@ -207,11 +207,13 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
   if (!e->shape_only) {  /* shapes only: no kernel reads or writes the cache */
     /* In 4 KiB pages, committed as written. In huge pages attention read
      * faster (SmolLM2 decoding 1024 tokens, 100-113 -> 122-126 tokens/s on an
-     * Intel Xeon), but each layer's first write into a 2 MiB region faulted
-     * it in (zeroed, and compacted under THP's defrag=madvise) inside a RoPE
-     * task, and explain named that worker's slow tasks on a healthy engine
-     * across ranks (tests/cli_mpi_faults.sh: 3 of 19 runs with it, 0 of 8
-     * without; the likely cause, not a proven one). */
+     * Intel Xeon), but each layer's first write into a 2 MiB region faults it
+     * in (zeroed, and compacted under THP's defrag=madvise) inside a RoPE
+     * task: a spike in one task. Taken back on the suspicion that this made
+     * explain name a worker on a healthy engine across ranks
+     * (tests/cli_mpi_faults.sh); that test failed the same way later without
+     * it, so the suspicion is not borne out: huge pages with the regions
+     * faulted in outside the tasks (at admission) are still to try. */
     e->k_pool = calloc(kv, sizeof(float));
     e->v_pool = calloc(kv, sizeof(float));
     if (!e->k_pool || !e->v_pool) return -ENOMEM;

@@ -117,8 +117,10 @@ PY
 # it waited less for its CPU than the peer). Not explained yet; a misdiagnosis that holds in a second
 # window still fails here.
 run_case healthy
-judge healthy none || { echo "healthy: something named; a second window" >&2; run_case healthy && judge healthy none; } ||
-  fail "explain on a healthy engine across ranks (two windows)"
+judge healthy none || {
+  echo "healthy: something named; a second window" >&2
+  run_case healthy && judge healthy none
+} || fail "explain on a healthy engine across ranks (two windows)"
 
 run_case comm_delay --fault comm_delay:1:300us
 judge comm_delay "rank 1:late shares" || fail "explain across ranks, rank 1's shares 300 us late"

@@ -293,11 +293,16 @@ __attribute__((target("avx2,fma"))) static float sumsq_avx2(const float *x, int 
 }
 #endif
 
+/* Eight lanes added across in hsum256's order: (0 + 4) + (2 + 6), (1 + 5) + (3 + 7). */
+static inline float lanes8_total(const float *lane) {
+  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+}
+
 /* sumsq_avx2's steps one value at a time: the same bits. */
 static float sumsq_scalar(const float *x, int n) {
   float lane[8] = {0};
   for (int i = 0; i < n; i++) lane[i % 8] = fmaf(x[i], x[i], lane[i % 8]);
-  return ((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7]));
+  return lanes8_total(lane);
 }
 
 /* The sum of squares in eight lanes on both paths (the same bits): one
@@ -423,7 +428,7 @@ static void softmax_scalar(float *v, int n) {
   float m = -INFINITY, lane[8] = {0}, inv;
   for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
   for (int i = 0; i < n; i++) lane[i % 8] += (v[i] = exp_poly(v[i] - m));
-  inv = 1.0f / (((lane[0] + lane[4]) + (lane[2] + lane[6])) + ((lane[1] + lane[5]) + (lane[3] + lane[7])));
+  inv = 1.0f / lanes8_total(lane);
   for (int i = 0; i < n; i++) v[i] *= inv;
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # megascope compile --stats --json and --schema-out, on the SmolLM2-135M shapes;
 # --backend cpu compiles the plan `run` executes on the CPU (SmolLM2's file:
-# `run --batch 1 --steps 2` ran twice its tasks), --backend sim and cuda want --sms.
+# `run --batch 1 --steps 2` ran twice its tasks), so does --backend sim without
+# --sms (the simulator's default GPU, as `run --backend sim`); cuda wants --sms.
 set -euo pipefail
 MS=$1
 tmp=$(mktemp -d)
@@ -37,9 +38,14 @@ ran=$("$MS" run --model "$F" --batch 1 --steps 2 --prompt-len 1 2>&1 | grep -o '
   { echo "FAIL: --tile-kb did not override --backend" >&2; exit 1; }
 [ "$("$MS" compile --model "$F" --backend sim --sms 8 --json | tasks)" -lt "$dflt" ] ||
   { echo "FAIL: --backend sim --sms 8" >&2; exit 1; }
-for bad in "--backend sim" "--backend cuda" "--sms 8" "--backend cpu --sms 8"; do
+# without --sms the simulator's default GPU, as `run --backend sim` tiles it
+sim=$("$MS" compile --model "$F" --backend sim --json | tasks)
+ran=$("$MS" run --backend sim --model "$F" --batch 1 --steps 2 --prompt-len 1 2>&1 |
+  grep -o '2 steps, [0-9]* tasks' | grep -o '[0-9]* tasks$')
+[ "$ran" = "$((2 * sim)) tasks" ] || { echo "FAIL: run --backend sim: $ran, compile --backend sim: $sim a step" >&2; exit 1; }
+for bad in "--backend cuda" "--sms 8" "--backend cpu --sms 8"; do
   # shellcheck disable=SC2086
   if "$MS" compile --model "$F" $bad 2>"$tmp/err" >/dev/null; then echo "FAIL: compile $bad ran" >&2; exit 1; fi
   grep -q "sms" "$tmp/err" || { echo "FAIL: compile $bad: $(cat "$tmp/err")" >&2; exit 1; }
 done
-echo "4 passed, 0 failed"
+echo "5 passed, 0 failed"

@@ -77,7 +77,8 @@ static const char compile_head[] =
     "Compiles one decode step into an SM-level task graph and reports it. With --backend,\n"
     "tiled as an engine on that backend tiles it when its caller does not: the CPU's\n"
     "tasks by weight bytes (`run` on the CPU executes this plan), the simulator's and\n"
-    "CUDA's about one task per SM an operator (--sms N says how many).\n\n";
+    "CUDA's about one task per SM an operator (--sms N says how many; the simulator's\n"
+    "default GPU, h100's 132, unless given).\n\n";
 
 /* The tiling of an engine on backend be, which a caller that tiles nothing
  * gets (ms_backend_info): its task bytes, or one task per SM an operator. 0,
@@ -86,12 +87,17 @@ static int backend_tiling(const struct cli_backend *be, struct ms_compile_opts *
   const struct ms_backend_info *info = ms_backend_info((enum ms_backend)be->backend);
   if (!info) return 2;
   if (info->tiles_per_worker) {
-    if (!be->sms) {
+    long sms = be->sms;
+    if (!sms && be->backend == MS_BACKEND_SIM) {  /* the simulator's default GPU, as `run --backend sim` */
+      struct ms_sim_params sp;
+      if (!ms_sim_preset("h100", &sp)) sms = sp.n_sms;
+    }
+    if (!sms) {  /* CUDA: how many SMs is the device's to say */
       fprintf(stderr, "megascope compile: --backend %s tiles about one task per SM an operator: give --sms N\n",
               info->name);
       return 2;
     }
-    co->tiles_per_op = (int)be->sms;
+    co->tiles_per_op = (int)sms;
   } else if (info->tile_bytes) {
     co->tile_bytes = info->tile_bytes;
   }

@@ -200,9 +200,10 @@ static int engine_tasks(const struct ms_model *m, struct ms_engine_opts o) {
   return st.tasks;
 }
 
-/* Tasks in a plan compiled for batch 1 with tile_bytes tb. */
-static int compiled_tasks(const struct ms_model *m, int tb) {
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = tb};
+/* Tasks in a plan compiled for batch 1 with tile_bytes tb and at least
+ * `least` GEMV tasks an operator (0: the compiler's eight). */
+static int compiled_tasks(const struct ms_model *m, int tb, int least) {
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = tb, .min_tiles = least};
   struct ms_plan *p = ms_plan_compile(m, &co, NULL);
   if (!p) return -1;
   struct ms_plan_stats st;
@@ -211,15 +212,23 @@ static int compiled_tasks(const struct ms_model *m, int tb) {
   return st.tasks;
 }
 
-/* The CPU backend tiles GEMVs by 1 MiB of weights unless the caller tiles
- * (runtime/backend/cpu.c): tiny-256's operators are large enough that 64 KiB
- * and 1 MiB give different plans, and a caller's tile_bytes wins. */
+/* The CPU backend tiles GEMVs by 1 MiB of weights, at least two tasks an
+ * operator, unless the caller tiles (runtime/backend/cpu.c): tiny-256's
+ * operators are large enough that 64 KiB and 1 MiB give different plans, and
+ * small enough that the floor decides at 1 MiB; a caller's tile_bytes wins,
+ * with the compiler's floor of eight. */
 static void test_cpu_tiling_default(void) {
   struct ms_model *m = load("tiny-256", MS_DTYPE_F32);
-  int small = compiled_tasks(m, 64 * 1024), large = compiled_tasks(m, 1024 * 1024);
-  CHECK(small > large && large > 0);
-  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2}) == large);
+  const struct ms_backend_info *bi = ms_backend_info(MS_BACKEND_CPU);
+  CHECK(bi->tile_bytes == 1024 * 1024 && bi->min_tiles == 2);
+  int small = compiled_tasks(m, 64 * 1024, 0), large = compiled_tasks(m, 1024 * 1024, 0);
+  int floor2 = compiled_tasks(m, 1024 * 1024, bi->min_tiles);
+  CHECK(small > large && large > floor2 && floor2 > 0);
+  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2}) == floor2);
   CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .tile_bytes = 64 * 1024}) == small);
+  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .tile_bytes = 1024 * 1024}) == large);
+  struct ms_compile_opts bad = {.sz = sizeof bad, .batch = 1, .min_tiles = -1};
+  CHECK(ms_plan_compile(m, &bad, NULL) == NULL);
   ms_model_free(m);
 }
 

@@ -160,6 +160,8 @@ struct ms_engine_opts {
    * what it needs outside them from the file's layout. NULL: none. */
   void (*weight_rows_hook)(const struct ms_weight_rows *rows, int n, void *user);
   void *weight_rows_user;
+  int min_tiles;           /* see ms_compile_opts; 0: the compiler's (the backend sets its own when
+                            * the caller sets no tiling: ms_backend_info) */
 };
 
 /* "cpu", "sim", "cuda"; NULL for an unknown id. */
@@ -188,6 +190,7 @@ struct ms_backend_info {
                             * tiling (ms_engine_opts tile_bytes, tile_rows, tiles_per_op); 0: the
                             * compiler's default, or about one task per worker (tiles_per_worker).
                             * A caller compiling a plan of its own (to name faults) compiles it so. */
+  int min_tiles;           /* with tile_bytes: GEMV tasks an operator at least (ms_compile_opts) */
 };
 /* Backend b's description; NULL for an unknown id. */
 const struct ms_backend_info *ms_backend_info(enum ms_backend b);

@@ -43,6 +43,8 @@ struct ms_compile_opts {
                              output (tensor parallelism across processes), so an all-gather
                              follows every column-tiled operator, qkv, gate_up and lm_head too;
                              dense models only. 0: the devices share one memory (the simulator) */
+  int min_tiles;          /* GEMV tasks an operator at least, where tile_bytes would cut fewer
+                             (not with tile_rows or tiles_per_op); 0: eight */
 };
 
 struct ms_plan_stats {

@@ -46,6 +46,7 @@ struct builder {
   int tile_bytes;
   int tile_rows;
   int tiles_per_op;
+  int min_tiles;  /* GEMV tasks an operator at least */
   int tp;           /* tensor-parallel devices, 0 or 1: none */
   int prefill;      /* token rows: attention reads every row's KV (ms_graph_build_tp) */
   int pending_comm; /* a communication buffer the next operator must also read, -1: none */
@@ -119,18 +120,27 @@ static void wr(struct ms_proto_task *t, int buf, int r0, int r1, int c0, int c1,
   t->writes[t->n_writes++] = (struct ms_region){(int16_t)buf, r0, r1, c0, c1, p0, p1};
 }
 
-/* Output rows per GEMV task: the target weight bytes, but at least eight tasks per
- * operator so that small models still exercise the scheduler; a multiple of
- * `align` (a head for q/k/v, so a tile never splits a head). */
+/* Output rows per GEMV task: the target weight bytes, but at least min_tiles
+ * tasks per operator (eight unless the caller says: small models still
+ * exercise the scheduler); a multiple of `align` (a head for q/k/v, so a tile
+ * never splits a head). Where the floor decides, the operator's tasks are cut
+ * as evenly as `align` allows (SmolLM2's q/k/v, 15 heads at a floor of two:
+ * 3 x 5 heads, not 7 + 7 + 1): explain holds a class to the same operator in
+ * the other layers, on each worker, and a short tile landing on one worker in
+ * every other layer made half of them look slow. */
 static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align) {
   size_t row_bytes = ms_dtype_row_bytes(b->m->cfg.dtype, cols) * (size_t)mats;
   int t = (int)((size_t)b->tile_bytes / row_bytes);
-  int spread = (rows + 7) / 8;
-  if (t > spread) t = spread;
-  if (b->tile_rows > 0) t = b->tile_rows;
-  if (b->tiles_per_op > 0) t = (rows + b->tiles_per_op - 1) / b->tiles_per_op + align - 1;
+  int spread = (rows + b->min_tiles - 1) / b->min_tiles, floor = t > spread;
+  if (floor) t = spread;
+  if (b->tile_rows > 0) t = b->tile_rows, floor = 0;
+  if (b->tiles_per_op > 0) t = (rows + b->tiles_per_op - 1) / b->tiles_per_op + align - 1, floor = 0;
   t = t / align * align;
   if (t < align) t = align;
+  if (floor && t < rows) {
+    int n = (rows + t - 1) / t;
+    t = ((rows + n - 1) / n + align - 1) / align * align;
+  }
   return t > rows ? rows : t;
 }
 
@@ -351,30 +361,31 @@ static void moe_ffn(struct builder *b, int l, int xn, int x, int xo) {
 int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
                    struct ms_graph *g,
                    struct ms_textbuf *log) {
-  return ms_graph_build_tp(m, batch, tile_bytes, tile_rows, tiles_per_op, 0, 0, g, log);
+  struct ms_graph_tiling t = {.tile_bytes = tile_bytes, .tile_rows = tile_rows, .tiles_per_op = tiles_per_op};
+  return ms_graph_build_tp(m, batch, &t, 0, 0, g, log);
 }
 
-static int graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
-                       int tp, int prefill, int split, struct ms_graph *g, struct ms_textbuf *log);
+static int graph_build(const struct ms_model *m, int batch, const struct ms_graph_tiling *tl, int tp, int prefill,
+                       int split, struct ms_graph *g, struct ms_textbuf *log);
 
-int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
-                      int tp, int prefill, struct ms_graph *g, struct ms_textbuf *log) {
-  return graph_build(m, batch, tile_bytes, tile_rows, tiles_per_op, tp, prefill, 0, g, log);
+int ms_graph_build_tp(const struct ms_model *m, int batch, const struct ms_graph_tiling *t, int tp, int prefill,
+                      struct ms_graph *g, struct ms_textbuf *log) {
+  return graph_build(m, batch, t, tp, prefill, 0, g, log);
 }
 
-int ms_graph_build_split(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
-                         int tp, int prefill, struct ms_graph *g, struct ms_textbuf *log) {
+int ms_graph_build_split(const struct ms_model *m, int batch, const struct ms_graph_tiling *t, int tp, int prefill,
+                         struct ms_graph *g, struct ms_textbuf *log) {
   memset(g, 0, sizeof *g);
   if (tp < 2 || m->cfg.n_experts) {
     ms_textbuf_printf(log, "graph: split tensor parallelism needs tp >= 2 (got %d) and a dense model%s\n", tp,
                       m->cfg.n_experts ? " (this one has experts)" : "");
     return -EINVAL;
   }
-  return graph_build(m, batch, tile_bytes, tile_rows, tiles_per_op, tp, prefill, 1, g, log);
+  return graph_build(m, batch, t, tp, prefill, 1, g, log);
 }
 
-static int graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
-                       int tp, int prefill, int split, struct ms_graph *g, struct ms_textbuf *log) {
+static int graph_build(const struct ms_model *m, int batch, const struct ms_graph_tiling *tl, int tp, int prefill,
+                       int split, struct ms_graph *g, struct ms_textbuf *log) {
   memset(g, 0, sizeof *g);
   if (batch < 1 || batch > 4096) {
     ms_textbuf_printf(log, "batch %d out of range 1..4096\n", batch);
@@ -385,8 +396,13 @@ static int graph_build(const struct ms_model *m, int batch, int tile_bytes, int 
     ms_textbuf_printf(log, "tp %d out of range 1..64\n", tp);
     return -EINVAL;
   }
-  struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tile_bytes > 0 ? tile_bytes : 64 * 1024,
-                     .tile_rows = tile_rows, .tiles_per_op = tiles_per_op, .tp = tp, .pending_comm = -1,
+  if (tl->min_tiles < 0) {
+    ms_textbuf_printf(log, "min_tiles %d: expected 0 (eight) or more\n", tl->min_tiles);
+    return -EINVAL;
+  }
+  struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tl->tile_bytes > 0 ? tl->tile_bytes : 64 * 1024,
+                     .tile_rows = tl->tile_rows, .tiles_per_op = tl->tiles_per_op,
+                     .min_tiles = tl->min_tiles > 0 ? tl->min_tiles : 8, .tp = tp, .pending_comm = -1,
                      .prefill = prefill, .split = split};
   struct ms_graph *G = g;
 

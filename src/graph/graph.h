@@ -39,6 +39,11 @@ struct ms_graph {
 int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
                    struct ms_graph *g,
                    struct ms_textbuf *log);
+/* How GEMV operators are cut into tasks (each field as ms_compile_opts says). */
+struct ms_graph_tiling {
+  int tile_bytes, tile_rows, tiles_per_op;
+  int min_tiles;  /* tasks an operator at least; 0: eight */
+};
 /* The same for a plan of tp >= 2 tensor-parallel devices: an all-gather of
  * communication tasks (one per device) after every wo and down. With prefill,
  * the rows are token rows of chunked prefill: a request's chunk is a run of
@@ -46,15 +51,15 @@ int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile
  * cache the rope tasks of the rows before it write in the same step; each
  * attention task then reads (depends on) the KV of every row of its layer and
  * head. */
-int ms_graph_build_tp(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
-                      int tp, int prefill, struct ms_graph *g, struct ms_textbuf *log);
+int ms_graph_build_tp(const struct ms_model *m, int batch, const struct ms_graph_tiling *t, int tp, int prefill,
+                      struct ms_graph *g, struct ms_textbuf *log);
 /* The same for devices that each hold only their share of every split output
  * (tensor parallelism across processes, tp_split in ms_compile_opts): an
  * all-gather after every column-tiled operator (qkv, wo, gate_up, down,
  * lm_head), each read by the next operator, so every device computes its tiles
  * alone and every other task on whole rows it has. Dense models only. */
-int ms_graph_build_split(const struct ms_model *m, int batch, int tile_bytes, int tile_rows, int tiles_per_op,
-                         int tp, int prefill, struct ms_graph *g, struct ms_textbuf *log);
+int ms_graph_build_split(const struct ms_model *m, int batch, const struct ms_graph_tiling *t, int tp, int prefill,
+                         struct ms_graph *g, struct ms_textbuf *log);
 void ms_graph_free(struct ms_graph *g);
 
 static inline int ms_region_overlap(const struct ms_region *a, const struct ms_region *b) {

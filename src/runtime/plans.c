@@ -138,6 +138,7 @@ void ms_rt_plan_free(struct ms_engine *e, struct plan_rt *rt) {
 int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int prefill, struct ms_textbuf *log) {
   struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
                                .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
+                               .min_tiles = e->o.min_tiles,
                                .tp = e->o.tp, .prefill = prefill, .tp_split = e->tx != NULL};
   rt->plan = ms_plan_compile(e->m, &co, log);
   if (!rt->plan) return -errno;

@@ -100,6 +100,7 @@ static int backend_tiling(const struct cli_backend *be, struct ms_compile_opts *
     co->tiles_per_op = (int)sms;
   } else if (info->tile_bytes) {
     co->tile_bytes = info->tile_bytes;
+    co->min_tiles = info->min_tiles;
   }
   return 0;
 }
@@ -136,7 +137,8 @@ int cmd_compile(int argc, char **argv) {
     char logbuf[1024] = "";
     struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
     struct ms_compile_opts co = {.sz = sizeof co, .batch = b, .tile_bytes = tiling.tile_bytes,
-                                 .tile_rows = (int)tile_rows, .tiles_per_op = tiling.tiles_per_op};
+                                 .tile_rows = (int)tile_rows, .tiles_per_op = tiling.tiles_per_op,
+                                 .min_tiles = tiling.min_tiles};
     struct ms_plan *p = ms_plan_compile(m, &co, &log);
     if (!p) {
       fprintf(stderr, "megascope compile: %s", logbuf[0] ? logbuf : "failed\n");

@@ -56,6 +56,7 @@ static int resolve_faults(const struct ms_model *m, const struct run_args *a, co
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch),
                                .tile_bytes = untiled ? bi->tile_bytes : eo->tile_bytes,
                                .tile_rows = eo->tile_rows, .tiles_per_op = sim ? workers : 0,
+                               .min_tiles = untiled ? bi->min_tiles : eo->min_tiles,
                                .tp = D};
   struct ms_plan *p = ms_plan_compile(m, &co, &log);
   int rc = p ? 0 : -1;
@@ -109,7 +110,8 @@ static const struct cli_opt run_opts[] = {
                 "at least the longest prompt and --steps)"),
     CLI_OPT_INT(RA, tile_kb, "tile-kb", "K", 1, 1 << 20,
                 "target weight KiB per GEMV task (default: the backend's,\n"
-                "1024 on the CPU, 64 elsewhere; at least eight tasks an operator)"),
+                "1024 on the CPU, at least two tasks an operator; 64 elsewhere;\n"
+                "given, at least eight tasks an operator)"),
     CLI_OPT_INT(RA, tile_rows, "tile-rows", "N", 1, 1 << 20, "fixed output rows per GEMV task (overrides --tile-kb)"),
     CLI_OPT_GROUP(RA, q8, cli_act_opts),
     CLI_OPT_INT(RA, max_batched, "max-batched-tokens", "N", 0, 4096,

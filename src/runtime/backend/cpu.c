@@ -244,8 +244,8 @@ static uint64_t cpu_now(const void *ctx) {
   return ms_now_ns();
 }
 
-/* GEMV tasks of CPU_TILE_BYTES of weights (still at least eight an operator:
- * the compiler's spread), unless the caller tiles. A decode step streams each
+/* GEMV tasks of CPU_TILE_BYTES of weights (at least CPU_MIN_TILES an
+ * operator), unless the caller tiles. A decode step streams each
  * weight once; a task of 64 KiB (the compiler's default) ends before the
  * hardware prefetchers are at speed and hands the core back to the scheduler
  * 1500-2000 times a step: on SmolLM2 and Gemma-3 at batch 1, 1 MiB tasks decode
@@ -254,8 +254,20 @@ static uint64_t cpu_now(const void *ctx) {
  * same plan (a query's event classes follow the tiling), and a large model
  * still gets tens of tasks an operator for many cores. */
 #define CPU_TILE_BYTES (1024 * 1024)
+/* And at least two tasks an operator where 1 MiB cuts fewer (the compiler's
+ * eight was for exercising the scheduler): at batch 1 a small model's
+ * operators are a few hundred KiB, and each task is a hand-over between
+ * workers and a prefetch stream started cold. SmolLM2 (1431 -> 651 tasks a
+ * step) at two workers 1.08-1.11x, one worker 1.01-1.02x; Gemma-3 (763 ->
+ * 367) 1.01-1.05x; batch 8 and 512-token prompts level (docs/performance.md,
+ * "Fewer tasks an operator"). A fixed floor, not the worker count: the plan
+ * stays the same for every worker count. */
+#define CPU_MIN_TILES 2
 static void cpu_defaults(struct ms_engine_opts *o) {
-  if (!o->tile_bytes && !o->tile_rows && !o->tiles_per_op) o->tile_bytes = CPU_TILE_BYTES;
+  if (!o->tile_bytes && !o->tile_rows && !o->tiles_per_op) {
+    o->tile_bytes = CPU_TILE_BYTES;
+    o->min_tiles = CPU_MIN_TILES;
+  }
 }
 
 static int cpu_shape_only(const struct ms_engine_opts *o) {
@@ -344,7 +356,7 @@ static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
 
 const struct ms_backend_ops ms_backend_cpu = {
     .info = {.name = "cpu", .label = "CPU", .os_workers = 1, .q8_activations = 1, .prefix_cache = 1,
-             .tile_bytes = CPU_TILE_BYTES},
+             .tile_bytes = CPU_TILE_BYTES, .min_tiles = CPU_MIN_TILES},
     .defaults = cpu_defaults,
     .shape_only = cpu_shape_only,
     .start = cpu_start,

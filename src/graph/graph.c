@@ -124,14 +124,14 @@ static void wr(struct ms_proto_task *t, int buf, int r0, int r1, int c0, int c1,
  * tasks per operator (eight unless the caller says: small models still
  * exercise the scheduler); a multiple of `align` (a head for q/k/v, so a tile
  * never splits a head). Where the floor decides, the operator's tasks are cut
- * as evenly as `align` allows (SmolLM2's q/k/v, 15 heads at a floor of two:
- * 3 x 5 heads, not 7 + 7 + 1): explain holds a class to the same operator in
- * the other layers, on each worker, and a short tile landing on one worker in
- * every other layer made half of them look slow. */
-static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align) {
+ * as evenly as `align` allows (15 heads at a floor of two: 3 x 5 heads, not
+ * 7 + 7 + 1): explain holds a class to the same operator in the other layers,
+ * on each worker, and a short tile landing on one worker in every other layer
+ * made half of them look slow. */
+static int gemv_tile_least(struct builder *b, int rows, int cols, int mats, int align, int least) {
   size_t row_bytes = ms_dtype_row_bytes(b->m->cfg.dtype, cols) * (size_t)mats;
   int t = (int)((size_t)b->tile_bytes / row_bytes);
-  int spread = (rows + b->min_tiles - 1) / b->min_tiles, floor = t > spread;
+  int spread = (rows + least - 1) / least, floor = t > spread;
   if (floor) t = spread;
   if (b->tile_rows > 0) t = b->tile_rows, floor = 0;
   if (b->tiles_per_op > 0) t = (rows + b->tiles_per_op - 1) / b->tiles_per_op + align - 1, floor = 0;
@@ -142,6 +142,21 @@ static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align)
     t = ((rows + n - 1) / n + align - 1) / align * align;
   }
   return t > rows ? rows : t;
+}
+
+static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align) {
+  return gemv_tile_least(b, rows, cols, mats, align, b->min_tiles);
+}
+
+/* q/k/v's rows per task: at least eight tasks whatever the floor. Its tiles
+ * cross three matrices and cost differently (SmolLM2 at three tiles: 5.0, 5.5
+ * and 6.3 us), and explain holds a class to the same operator in the other
+ * layers on each worker: with three tiles, which of them a worker ran moved
+ * from layer to layer with the batch, and every other layer's q/k/v looked
+ * slow beside a slow worker (4 of 22 SmolLM2 runs of a held-out set); a worker's share
+ * of eight or more averages over them. */
+static int qkv_tile(struct builder *b, int rows, int hd) {
+  return gemv_tile_least(b, rows, b->m->cfg.dim, 1, hd, b->min_tiles > 8 ? b->min_tiles : 8);
 }
 
 /* A task of the operator after an all-gather reads the whole of its logical
@@ -237,7 +252,7 @@ static void attention_block(struct builder *b, int l, int x, int *x_out) {
   int xo = add_buf(b, "x_mid", l, cf->dim, 1, 0);
 
   row_op(b, "attn_norm", l, MS_K_RMSNORM, x, xn);
-  gemv_op(b, "qkv", l, MS_K_QKV, xn, -1, qkv, nq + 2 * nkv, gemv_tile(b, nq + 2 * nkv, cf->dim, 1, hd));
+  gemv_op(b, "qkv", l, MS_K_QKV, xn, -1, qkv, nq + 2 * nkv, qkv_tile(b, nq + 2 * nkv, hd));
   if (b->split) comm_op(b, "comm_qkv", l, qkv);
 
   int c = add_class(b, "rope", l, MS_K_ROPE, MS_LAUNCH_AOT, "row_head", "head_slice");

@@ -153,8 +153,8 @@ static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align)
  * and 6.3 us), and explain holds a class to the same operator in the other
  * layers on each worker: with three tiles, which of them a worker ran moved
  * from layer to layer with the batch, and every other layer's q/k/v looked
- * slow beside a slow worker (4 of 22 SmolLM2 runs of a held-out set); a worker's share
- * of eight or more averages over them. */
+ * slow beside a slow worker (4 of 22 SmolLM2 runs of a held-out set); a
+ * worker's share of eight or more averages over them. */
 static int qkv_tile(struct builder *b, int rows, int hd) {
   return gemv_tile_least(b, rows, b->m->cfg.dim, 1, hd, b->min_tiles > 8 ? b->min_tiles : 8);
 }

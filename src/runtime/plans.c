@@ -213,8 +213,10 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
      * task: a spike in one task. Taken back on the suspicion that this made
      * explain name a worker on a healthy engine across ranks
      * (tests/cli_mpi_faults.sh); that test failed the same way later without
-     * it, so the suspicion is not borne out: huge pages with the regions
-     * faulted in outside the tasks (at admission) are still to try. */
+     * it, so the suspicion is not borne out. Huge pages with each region
+     * faulted in as a slot takes a page (between steps) were tried after:
+     * 1024-token decodes level (docs/performance.md, "Fewer tasks an
+     * operator"), so small pages stay. */
     e->k_pool = calloc(kv, sizeof(float));
     e->v_pool = calloc(kv, sizeof(float));
     if (!e->k_pool || !e->v_pool) return -ENOMEM;

@@ -88,7 +88,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
       /* storage first: the plans' runtime contexts point into it */
       struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = e->o.tile_bytes,
                                    .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
-                               .min_tiles = e->o.min_tiles,
+                                   .min_tiles = e->o.min_tiles,
                                    .tp = e->o.tp, .tp_split = e->tx != NULL};
       struct ms_plan *p0 = ms_plan_compile(m, &co, log);
       if (!p0) {

@@ -257,11 +257,12 @@ static uint64_t cpu_now(const void *ctx) {
 /* And at least two tasks an operator where 1 MiB cuts fewer (the compiler's
  * eight was for exercising the scheduler): at batch 1 a small model's
  * operators are a few hundred KiB, and each task is a hand-over between
- * workers and a prefetch stream started cold. SmolLM2 (1431 -> 651 tasks a
- * step) at two workers 1.08-1.11x, one worker 1.01-1.02x; Gemma-3 (763 ->
- * 367) 1.01-1.05x; batch 8 and 512-token prompts level (docs/performance.md,
- * "Fewer tasks an operator"). A fixed floor, not the worker count: the plan
- * stays the same for every worker count. */
+ * workers and a prefetch stream started cold (q/k/v keeps eight: graph.c
+ * qkv_tile). SmolLM2 (1431 -> 891 tasks a step) at two workers 1.08-1.11x,
+ * one level; Gemma-3 (763 -> 439) level to 1.11x; batch 8 and 512-token
+ * prompts level (docs/performance.md, "Fewer tasks an operator"). A fixed
+ * floor, not the worker count: the plan stays the same for every worker
+ * count. */
 #define CPU_MIN_TILES 2
 static void cpu_defaults(struct ms_engine_opts *o) {
   if (!o->tile_bytes && !o->tile_rows && !o->tiles_per_op) {

@@ -120,9 +120,17 @@ static void wr(struct ms_proto_task *t, int buf, int r0, int r1, int c0, int c1,
   t->writes[t->n_writes++] = (struct ms_region){(int16_t)buf, r0, r1, c0, c1, p0, p1};
 }
 
+/* Below this a task's weights are a small model's: a floor under eight is
+ * not taken there (the compiler's default task size). */
+#define SMALL_TASK_BYTES (64 * 1024)
+
 /* Output rows per GEMV task: the target weight bytes, but at least min_tiles
  * tasks per operator (eight unless the caller says: small models still
- * exercise the scheduler); a multiple of `align` (a head for q/k/v, so a tile
+ * exercise the scheduler, and a caller's fewer only where each task would
+ * still hold SMALL_TASK_BYTES: the synthetic test models keep eight, and with
+ * two, explain's statistics on them thinned: `tests/cli_explain.sh`'s
+ * saturated queue on `tiny` stood 1.10x instead of 1.12-1.13x and was missed
+ * in 3 of 5 windows); a multiple of `align` (a head for q/k/v, so a tile
  * never splits a head). Where the floor decides, the operator's tasks are cut
  * as evenly as `align` allows (15 heads at a floor of two: 3 x 5 heads, not
  * 7 + 7 + 1): explain holds a class to the same operator in the other layers,
@@ -130,6 +138,7 @@ static void wr(struct ms_proto_task *t, int buf, int r0, int r1, int c0, int c1,
  * made half of them look slow. */
 static int gemv_tile_least(struct builder *b, int rows, int cols, int mats, int align, int least) {
   size_t row_bytes = ms_dtype_row_bytes(b->m->cfg.dtype, cols) * (size_t)mats;
+  if (least < 8 && (size_t)((rows + least - 1) / least) * row_bytes < SMALL_TASK_BYTES) least = 8;
   int t = (int)((size_t)b->tile_bytes / row_bytes);
   int spread = (rows + least - 1) / least, floor = t > spread;
   if (floor) t = spread;

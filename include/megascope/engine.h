@@ -51,6 +51,8 @@ struct ms_sim_params {
 };
 /* Presets: "a100" (108 SMs), "h100" and "h200" (132), "b200" (148). -ENOENT otherwise. */
 int ms_sim_preset(const char *name, struct ms_sim_params *out);
+/* The preset a simulator engine takes when its caller names none (sim.n_sms 0). */
+#define MS_SIM_DEFAULT_GPU "h100"
 extern const char *const ms_sim_preset_names[];
 /* Sets one cost-model parameter by its field name ("hbm_gbps", "task_fixed_ns",
  * ..., "n_sms"): 0, -ENOENT for an unknown name, -EINVAL for a bad value. */

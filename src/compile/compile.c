@@ -407,15 +407,12 @@ struct ms_plan *ms_plan_compile(const struct ms_model *m, const struct ms_compil
   struct ms_plan *p = calloc(1, sizeof *p);
   int rc = -ENOMEM, end = -1;
   if (!p) goto out_nograph;
-  int split = o->sz >= offsetof(struct ms_compile_opts, tp_split) + sizeof(int) ? o->tp_split : 0;
 #define OPT(f) (o->sz >= offsetof(struct ms_compile_opts, f) + sizeof(int) ? o->f : 0)  /* older callers: 0 */
   struct ms_graph_tiling tiling = {.tile_bytes = o->tile_bytes, .tile_rows = OPT(tile_rows),
                                    .tiles_per_op = OPT(tiles_per_op), .min_tiles = OPT(min_tiles)};
+  rc = (OPT(tp_split) ? ms_graph_build_split : ms_graph_build_tp)(m, o->batch, &tiling, OPT(tp), OPT(prefill), &g,
+                                                                   log);
 #undef OPT
-  rc = (split ? ms_graph_build_split : ms_graph_build_tp)(
-      m, o->batch, &tiling,
-      o->sz >= offsetof(struct ms_compile_opts, tp) + sizeof(int) ? o->tp : 0,
-      o->sz >= offsetof(struct ms_compile_opts, prefill) + sizeof(int) ? o->prefill : 0, &g, log);
   if (rc) goto out_nograph;
   p->model = m;
   p->batch = o->batch;

@@ -140,13 +140,13 @@ static int gemv_tile_least(struct builder *b, int rows, int cols, int mats, int 
   size_t row_bytes = ms_dtype_row_bytes(b->m->cfg.dtype, cols) * (size_t)mats;
   if (least < 8 && (size_t)((rows + least - 1) / least) * row_bytes < SMALL_TASK_BYTES) least = 8;
   int t = (int)((size_t)b->tile_bytes / row_bytes);
-  int spread = (rows + least - 1) / least, floor = t > spread;
-  if (floor) t = spread;
-  if (b->tile_rows > 0) t = b->tile_rows, floor = 0;
-  if (b->tiles_per_op > 0) t = (rows + b->tiles_per_op - 1) / b->tiles_per_op + align - 1, floor = 0;
+  int spread = (rows + least - 1) / least, floored = t > spread;
+  if (floored) t = spread;
+  if (b->tile_rows > 0) t = b->tile_rows, floored = 0;
+  if (b->tiles_per_op > 0) t = (rows + b->tiles_per_op - 1) / b->tiles_per_op + align - 1, floored = 0;
   t = t / align * align;
   if (t < align) t = align;
-  if (floor && t < rows) {
+  if (floored && t < rows) {
     int n = (rows + t - 1) / t;
     t = ((rows + n - 1) / n + align - 1) / align * align;
   }

@@ -90,7 +90,7 @@ static int backend_tiling(const struct cli_backend *be, struct ms_compile_opts *
     long sms = be->sms;
     if (!sms && be->backend == MS_BACKEND_SIM) {  /* the simulator's default GPU, as `run --backend sim` */
       struct ms_sim_params sp;
-      if (!ms_sim_preset("h100", &sp)) sms = sp.n_sms;
+      if (!ms_sim_preset(MS_SIM_DEFAULT_GPU, &sp)) sms = sp.n_sms;
     }
     if (!sms) {  /* CUDA: how many SMs is the device's to say */
       fprintf(stderr, "megascope compile: --backend %s tiles about one task per SM an operator: give --sms N\n",

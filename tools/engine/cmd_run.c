@@ -392,7 +392,7 @@ static int run_load(struct run *r) {
 
 /* --backend sim: the GPU preset and the cost model's --sim-param: 0, or -1 printed. */
 static int run_sim_opts(const struct run_args *a, struct ms_sim_params *sim) {
-  if (ms_sim_preset(a->gpu ? a->gpu : "h100", sim)) {
+  if (ms_sim_preset(a->gpu ? a->gpu : MS_SIM_DEFAULT_GPU, sim)) {
     fprintf(stderr, "megascope run: --gpu '%s': expected a100, h100, h200 or b200\n", a->gpu);
     return -1;
   }

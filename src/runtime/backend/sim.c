@@ -489,7 +489,7 @@ static void *sim_main(void *arg) {
 
 static void sim_defaults(struct ms_engine_opts *o) {
   o->max_batched_tokens = 0;  /* the simulator's figures are of decode steps */
-  if (o->sim.n_sms <= 0) ms_sim_preset("h100", &o->sim);
+  if (o->sim.n_sms <= 0) ms_sim_preset(MS_SIM_DEFAULT_GPU, &o->sim);
   o->n_workers = o->sim.n_sms * (o->tp > 1 ? o->tp : 1);  /* each device its own SMs */
   if (!o->tiles_per_op && !o->tile_rows) o->tiles_per_op = o->sim.n_sms;
   o->watchdog_ms = 0;  /* virtual time: nothing stalls in real time */

@@ -92,9 +92,11 @@ def serve(ms, model, workers, tmp, extra):
 
 
 def classes_of(ms, model, tmp):
-    """The schema's judged classes (with a layer) and layer count, from a short-lived compile."""
+    """The schema's judged classes (with a layer) and layer count, from a short-lived compile of the
+    CPU engine's plan (its classes: the pre-norms fused into their consumers)."""
     path = os.path.join(tmp, "schema.json")
-    subprocess.run([ms, "compile", "--model", model, "--schema-out", path], capture_output=True, check=True)
+    subprocess.run([ms, "compile", "--backend", "cpu", "--model", model, "--schema-out", path], capture_output=True,
+                   check=True)
     s = json.load(open(path))
     cls = [c["name"] for c in s["task_classes"] if c["layer"] >= 0 and c["op"] not in ("comm",)]
     layers = 1 + max(c["layer"] for c in s["task_classes"])

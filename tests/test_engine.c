@@ -81,6 +81,8 @@ static void test_oracle_and_determinism(void) {
           {.n_workers = 3, .mode = MS_MODE_PER_OP, .shuffle = 1, .seed = 9},
           {.n_workers = 2, .shuffle = 1, .seed = 1}, {.n_workers = 4, .shuffle = 1, .seed = 2},
           {.n_workers = 2, .max_batch = 16},
+          /* the caller's tiling: no norm fused into qkv, gate_up and the LM head (the default fuses) */
+          {.n_workers = 2, .tile_bytes = 64 * 1024}, {.n_workers = 1, .tile_bytes = 1024 * 1024, .min_tiles = 2},
           /* chunked prefill: prompts in chunks beside decode rows, under budgets that split them */
           {.n_workers = 2, .max_batched_tokens = 8}, {.n_workers = 3, .max_batched_tokens = 5, .shuffle = 1, .seed = 4},
           {.n_workers = 2, .mode = MS_MODE_PER_OP, .max_batched_tokens = 16}};
@@ -201,9 +203,10 @@ static int engine_tasks(const struct ms_model *m, struct ms_engine_opts o) {
 }
 
 /* Tasks in a plan compiled for batch 1 with tile_bytes tb and at least
- * `least` GEMV tasks an operator (0: the compiler's eight). */
-static int compiled_tasks(const struct ms_model *m, int tb, int least) {
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = tb, .min_tiles = least};
+ * `least` GEMV tasks an operator (0: the compiler's eight), the pre-norms
+ * fused or not. */
+static int compiled_tasks(const struct ms_model *m, int tb, int least, int fuse) {
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = tb, .min_tiles = least, .fuse_norm = fuse};
   struct ms_plan *p = ms_plan_compile(m, &co, NULL);
   if (!p) return -1;
   struct ms_plan_stats st;
@@ -213,18 +216,28 @@ static int compiled_tasks(const struct ms_model *m, int tb, int least) {
 }
 
 /* The CPU backend tiles GEMVs by 1 MiB of weights, at least two tasks an
- * operator, unless the caller tiles (runtime/backend/cpu.c): tiny-256's
- * operators are large enough that 64 KiB and 1 MiB give different plans, and
- * small enough that the floor decides at 1 MiB; a caller's tile_bytes wins,
- * with the compiler's floor of eight. */
+ * operator, and fuses the pre-norms into their consumers, unless the caller
+ * tiles (runtime/backend/cpu.c): tiny-256's operators are large enough that
+ * 64 KiB and 1 MiB give different plans, and small enough that the floor
+ * decides at 1 MiB; fused, a layer has two tasks fewer a row (its
+ * attn_norm and ffn_norm), the step one fewer (out_norm); a caller's
+ * tile_bytes wins, with the compiler's floor of eight and no fusion. A
+ * backend whose kernels do not norm their own inputs refuses fusion. */
 static void test_cpu_tiling_default(void) {
   struct ms_model *m = load("tiny-256", MS_DTYPE_F32);
   const struct ms_backend_info *bi = ms_backend_info(MS_BACKEND_CPU);
-  CHECK(bi->tile_bytes == 1024 * 1024 && bi->min_tiles == 2);
-  int small = compiled_tasks(m, 64 * 1024, 0), large = compiled_tasks(m, 1024 * 1024, 0);
-  int floor2 = compiled_tasks(m, 1024 * 1024, bi->min_tiles);
+  CHECK(bi->tile_bytes == 1024 * 1024 && bi->min_tiles == 2 && bi->fuse_norm);
+  int small = compiled_tasks(m, 64 * 1024, 0, 0), large = compiled_tasks(m, 1024 * 1024, 0, 0);
+  int floor2 = compiled_tasks(m, 1024 * 1024, bi->min_tiles, 0);
+  int fused = compiled_tasks(m, 1024 * 1024, bi->min_tiles, 1);
   CHECK(small > large && large > floor2 && floor2 > 0);
-  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2}) == floor2);
+  CHECKF(fused == floor2 - 2 * m->cfg.n_layers - 1, "fused %d, unfused %d", fused, floor2);
+  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2}) == fused);
+  char lb[256] = "";
+  struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+  struct ms_engine_opts so = {.sz = sizeof so, .backend = MS_BACKEND_SIM, .fuse_norm = 1};
+  CHECK(ms_engine_new(m, &so, &log) == NULL && strstr(lb, "fuse_norm"));
+  CHECK(!ms_backend_info(MS_BACKEND_SIM)->fuse_norm && !ms_backend_info(MS_BACKEND_CUDA)->fuse_norm);
   CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .tile_bytes = 64 * 1024}) == small);
   CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .tile_bytes = 1024 * 1024}) == large);
   struct ms_compile_opts bad = {.sz = sizeof bad, .batch = 1, .min_tiles = -1};

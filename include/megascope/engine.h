@@ -164,6 +164,9 @@ struct ms_engine_opts {
   void *weight_rows_user;
   int min_tiles;           /* see ms_compile_opts; 0: the compiler's (the backend sets its own when
                             * the caller sets no tiling: ms_backend_info) */
+  int fuse_norm;           /* see ms_compile_opts; only a backend whose info says fuse_norm runs it
+                            * (ms_engine_new refuses it elsewhere); set by the CPU backend with its own
+                            * tiling */
 };
 
 /* "cpu", "sim", "cuda"; NULL for an unknown id. */
@@ -193,6 +196,8 @@ struct ms_backend_info {
                             * compiler's default, or about one task per worker (tiles_per_worker).
                             * A caller compiling a plan of its own (to name faults) compiles it so. */
   int min_tiles;           /* with tile_bytes: GEMV tasks an operator at least (ms_compile_opts) */
+  int fuse_norm;           /* with tile_bytes: its plans fuse the pre-norms (ms_compile_opts); its
+                            * kernels run such plans */
 };
 /* Backend b's description; NULL for an unknown id. */
 const struct ms_backend_info *ms_backend_info(enum ms_backend b);

@@ -57,6 +57,9 @@ struct ms_task_class {
   char op[24];           /* "qkv": the layer-free name */
   uint8_t kernel;        /* enum ms_kernel */
   uint8_t launch;        /* enum ms_launch */
+  uint8_t norm;          /* 1: a pre-norm fused in (ms_graph_tiling.fuse_norm): each task RMS-norms
+                            the rows of `in` itself, with the layer's attn_norm (qkv), ffn_norm
+                            (gate_up) or the model's out_norm (lm_head) */
   int16_t layer;         /* -1 outside the blocks */
   const char *region_class;  /* how the output is tiled */
   const char *dep_class;     /* how the input is read */

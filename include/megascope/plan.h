@@ -45,6 +45,12 @@ struct ms_compile_opts {
                              dense models only. 0: the devices share one memory (the simulator) */
   int min_tiles;          /* GEMV tasks an operator at least, where tile_bytes would cut fewer
                              (not with tile_rows or tiles_per_op); 0: eight */
+  int fuse_norm;          /* 1: the RMS norms before qkv, a dense gate_up and the LM head are
+                             computed inside those operators' tasks, each worker norming the
+                             rows once per operator, instead of as a task of their own: two
+                             fewer dependent phases a layer (one device: not with tp; not a
+                             MoE FFN's). The class says so (ms_task_class.norm);
+                             the CPU's kernels run it. 0: a norm task a row */
 };
 
 struct ms_plan_stats {

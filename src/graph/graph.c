@@ -51,6 +51,7 @@ struct builder {
   int prefill;      /* token rows: attention reads every row's KV (ms_graph_build_tp) */
   int pending_comm; /* a communication buffer the next operator must also read, -1: none */
   int split;        /* each device holds only its share: every column-tiled output is gathered */
+  int fuse_norm;    /* pre-norms computed inside their consumers' tasks (ms_graph_tiling) */
   int err;
 };
 
@@ -253,15 +254,19 @@ static void attention_block(struct builder *b, int l, int x, int *x_out) {
   struct ms_graph *g = b->g;
   int B = b->B, hd = cf->head_dim, group = cf->n_heads / cf->n_kv_heads;
   int nq = cf->n_heads * hd, nkv = cf->n_kv_heads * hd;
+  /* Fused, xn is added all the same, unwritten: the buffers are numbered as
+   * in a plan that does not fuse (a tp engine's, the simulator's). */
   int xn = add_buf(b, "xn", l, cf->dim, 1, 0);
+  if (b->fuse_norm) xn = x;
   int qkv = add_buf(b, "qkv", l, nq + 2 * nkv, 1, 0);
   int qr = add_buf(b, "q_rot", l, nq, 1, 0);
   int kv = add_buf(b, "kv_cache", l, cf->n_kv_heads, 1, 1);
   int att = add_buf(b, "attn_out", l, nq, 1, 0);
   int xo = add_buf(b, "x_mid", l, cf->dim, 1, 0);
 
-  row_op(b, "attn_norm", l, MS_K_RMSNORM, x, xn);
-  gemv_op(b, "qkv", l, MS_K_QKV, xn, -1, qkv, nq + 2 * nkv, qkv_tile(b, nq + 2 * nkv, hd));
+  if (!b->fuse_norm) row_op(b, "attn_norm", l, MS_K_RMSNORM, x, xn);
+  int cq = gemv_op(b, "qkv", l, MS_K_QKV, xn, -1, qkv, nq + 2 * nkv, qkv_tile(b, nq + 2 * nkv, hd));
+  g->classes[cq].norm = (uint8_t)b->fuse_norm;
   if (b->split) comm_op(b, "comm_qkv", l, qkv);
 
   int c = add_class(b, "rope", l, MS_K_ROPE, MS_LAUNCH_AOT, "row_head", "head_slice");
@@ -312,11 +317,13 @@ static void attention_block(struct builder *b, int l, int x, int *x_out) {
 }
 
 /* gate_up (the model's gated activation: SwiGLU or GeGLU) and down, + residual;
- * with post-norms (gemma3) down's output is normed before the residual add. */
+ * with post-norms (gemma3) down's output is normed before the residual add.
+ * With the norm fused, xn is x itself and gate_up norms it. */
 static void dense_ffn(struct builder *b, int l, int xn, int x, int xo) {
   const struct ms_model_config *cf = &b->m->cfg;
   int h = add_buf(b, "ffn_h", l, cf->ffn_dim, 1, 0);
-  gemv_op(b, "gate_up", l, MS_K_SWIGLU, xn, -1, h, cf->ffn_dim, gemv_tile(b, cf->ffn_dim, cf->dim, 2, 8));
+  int cg = gemv_op(b, "gate_up", l, MS_K_SWIGLU, xn, -1, h, cf->ffn_dim, gemv_tile(b, cf->ffn_dim, cf->dim, 2, 8));
+  b->g->classes[cg].norm = (uint8_t)b->fuse_norm;
   if (b->split) comm_op(b, "comm_ffn_h", l, h);
   if (cf->post_norms) {
     int proj = add_buf(b, "ffn_proj", l, cf->dim, 1, 0);
@@ -427,7 +434,8 @@ static int graph_build(const struct ms_model *m, int batch, const struct ms_grap
   struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tl->tile_bytes > 0 ? tl->tile_bytes : 64 * 1024,
                      .tile_rows = tl->tile_rows, .tiles_per_op = tl->tiles_per_op,
                      .min_tiles = tl->min_tiles > 0 ? tl->min_tiles : 8, .tp = tp, .pending_comm = -1,
-                     .prefill = prefill, .split = split};
+                     .prefill = prefill, .split = split,
+                     .fuse_norm = tl->fuse_norm && tp <= 1 && !split};
   struct ms_graph *G = g;
 
   G->meta_buf = add_buf(&b, "batch_meta", -1, 1, 1, 1);
@@ -449,8 +457,11 @@ static int graph_build(const struct ms_model *m, int batch, const struct ms_grap
   for (int l = 0; l < cf->n_layers && !b.err; l++) {
     int xm, xn2, xo;
     attention_block(&b, l, x, &xm);
-    xn2 = add_buf(&b, "xn_ffn", l, cf->dim, 1, 0);
-    row_op(&b, "ffn_norm", l, MS_K_RMSNORM, xm, xn2);
+    xn2 = add_buf(&b, "xn_ffn", l, cf->dim, 1, 0);  /* as xn: added whether fused or not */
+    if (b.fuse_norm && !cf->n_experts)  /* gate_up norms it (the router and experts read xn_ffn) */
+      xn2 = xm;
+    else
+      row_op(&b, "ffn_norm", l, MS_K_RMSNORM, xm, xn2);
     xo = add_buf(&b, "x", l + 1, cf->dim, 1, 0);
     if (cf->n_experts)
       moe_ffn(&b, l, xn2, xm, xo);
@@ -460,11 +471,13 @@ static int graph_build(const struct ms_model *m, int batch, const struct ms_grap
     x = xo;
   }
 
-  int xf = add_buf(&b, "x_final", -1, cf->dim, 1, 0);
+  int xf = add_buf(&b, "x_final", -1, cf->dim, 1, 0);  /* as xn */
+  if (b.fuse_norm) xf = x;
   int logits = add_buf(&b, "logits", -1, cf->vocab, 1, 0);
   int tokens = add_buf(&b, "tokens", -1, 1, 1, 1);
-  row_op(&b, "out_norm", -1, MS_K_RMSNORM, x, xf);
-  gemv_op(&b, "lm_head", -1, MS_K_LM_HEAD, xf, -1, logits, cf->vocab, gemv_tile(&b, cf->vocab, cf->dim, 1, 8));
+  if (!b.fuse_norm) row_op(&b, "out_norm", -1, MS_K_RMSNORM, x, xf);
+  c = gemv_op(&b, "lm_head", -1, MS_K_LM_HEAD, xf, -1, logits, cf->vocab, gemv_tile(&b, cf->vocab, cf->dim, 1, 8));
+  G->classes[c].norm = (uint8_t)b.fuse_norm;
   if (b.split) comm_op(&b, "comm_logits", -1, logits);
   c = add_class(&b, "sample", -1, MS_K_SAMPLE, MS_LAUNCH_AOT, "row", "row+meta");
   G->classes[c].in = (int16_t)logits;

@@ -43,6 +43,9 @@ int ms_graph_build(const struct ms_model *m, int batch, int tile_bytes, int tile
 struct ms_graph_tiling {
   int tile_bytes, tile_rows, tiles_per_op;
   int min_tiles;  /* tasks an operator at least; 0: eight */
+  int fuse_norm;  /* the norms before qkv, a dense gate_up and the LM head computed inside
+                     their tasks (ms_task_class.norm) instead of as a task of their own;
+                     one device only (not tp), and not a MoE FFN's */
 };
 /* The same for a plan of tp >= 2 tensor-parallel devices: an all-gather of
  * communication tasks (one per device) after every wo and down. With prefill,

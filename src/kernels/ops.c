@@ -176,6 +176,34 @@ static void rmsnorm_row(const struct ms_exec_ctx *x, const struct ms_task_class 
   for (int i = 0; i < n; i++) out[i] += res[i];
 }
 
+/* The weight of a class's fused pre-norm (ms_task_class.norm). */
+static const struct ms_weight *fused_norm_weight(const struct ms_exec_ctx *x, const struct ms_task_class *k) {
+  if (k->layer < 0) return &x->m->out_norm;
+  const struct ms_layer_weights *L = &x->m->layers[k->layer];
+  return k->kernel == MS_K_QKV ? &L->attn_norm : &L->ffn_norm;
+}
+
+/* Row 0 of the input of task t's class as its kernel reads it (*ldin floats
+ * a row): the buffer itself, or, with a fused pre-norm, the worker's normed
+ * copy of its rows, normed by the worker's first task of the class in this
+ * step as rmsnorm_row would (the same bits). */
+static const float *task_in(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                            int worker, int *ldin) {
+  const float *in = ms_buf_row(x, k->in, 0, 0);
+  *ldin = x->plan->bufs[k->in].cols;
+  if (!k->norm) return in;
+  struct ms_normed *h = &x->normed[worker];
+  int B = x->plan->batch, n = *ldin;
+  MS_ASSERT(x->normed && B <= x->normed_rows);
+  if (h->x != x || h->cls != t->cls || h->step != x->meta.step) {
+    const float *w = fused_norm_weight(x, k)->data;
+    for (int r = 0; r < B; r++)
+      ms_vec_rmsnorm(h->rows + (size_t)r * n, in + (size_t)r * n, w, n, x->m->cfg.norm_eps);
+    *h = (struct ms_normed){.rows = h->rows, .x = x, .cls = t->cls, .step = x->meta.step};
+  }
+  return h->rows;
+}
+
 /* Adds the q | k | v biases (qwen2) to output columns [c0, c1) of every row of the batch. */
 static void qkv_bias(const struct ms_exec_ctx *x, const struct ms_task_class *k, int c0, int c1) {
   const struct ms_layer_weights *L = &x->m->layers[k->layer];
@@ -196,10 +224,11 @@ static void qkv_bias(const struct ms_exec_ctx *x, const struct ms_task_class *k,
 static void qkv_q8(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                    const struct ms_weight *const *w, int worker) {
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
-  int ld = x->plan->bufs[k->out].cols, ldin = x->plan->bufs[k->in].cols, B = x->plan->batch;
+  int ld = x->plan->bufs[k->out].cols, ldin, B = x->plan->batch;
+  const float *in0 = task_in(x, k, t, worker, &ldin);
   for (int b0 = 0; b0 < B; b0 += x->q8_rows) {
     int nb = B - b0 < x->q8_rows ? B - b0 : x->q8_rows, base = 0;
-    const float *in = ms_buf_row(x, k->in, 0, b0);
+    const float *in = in0 + (size_t)b0 * ldin;
     float *out = ms_buf_row(x, k->out, 0, b0);
     struct ms_q8_act a;
     q8_load(x, worker, in, ldin, nb, w[0]->cols, ms_q8_qk(w[0]->dtype), &a);
@@ -218,13 +247,13 @@ static void qkv(const struct ms_exec_ctx *x, const struct ms_task_class *k, cons
   if (q8_on(x, w[0]) || q8_on(x, w[1]) || q8_on(x, w[2])) {
     qkv_q8(x, k, t, w, worker);
   } else {
-    int ld = x->plan->bufs[k->out].cols, B = x->plan->batch, base = 0;
-    const float *in = ms_buf_row(x, k->in, 0, 0);
+    int ld = x->plan->bufs[k->out].cols, B = x->plan->batch, base = 0, ldin;
+    const float *in = task_in(x, k, t, worker, &ldin);
     float *out = ms_buf_row(x, k->out, 0, 0);
     for (int m = 0; m < 3; m++) {
       int lo = c0 > base ? c0 : base, hi = c1 < base + w[m]->rows ? c1 : base + w[m]->rows;
       if (lo < hi)
-        ms_vec_gemv(w[m], lo - base, hi - base, in, x->plan->bufs[k->in].cols, B, out + lo, ld);
+        ms_vec_gemv(w[m], lo - base, hi - base, in, ldin, B, out + lo, ld);
       base += w[m]->rows;
     }
   }
@@ -327,14 +356,14 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
 static void gemv_residual(const struct ms_exec_ctx *x, const struct ms_task_class *k,
                           const struct ms_task *t, const struct ms_weight *w, int worker) {
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
-  int ld = x->plan->bufs[k->out].cols, B = x->plan->batch, ldi = x->plan->bufs[k->in].cols;
+  int ld = x->plan->bufs[k->out].cols, B = x->plan->batch, ldi;
+  const float *in = task_in(x, k, t, worker, &ldi);
   float *out = ms_buf_row(x, k->out, 0, 0);
   if (t->kernel == MS_K_LM_HEAD && x->meta.some_head_skipped) {  /* only the rows that sample */
     for (int b = 0; b < x->meta.n_rows; b++)
-      if (x->meta.row_head[b])
-        gemv(x, worker, w, c0, c1, ms_buf_row(x, k->in, 0, b), ldi, 1, out + (size_t)b * ld + c0, ld);
+      if (x->meta.row_head[b]) gemv(x, worker, w, c0, c1, in + (size_t)b * ldi, ldi, 1, out + (size_t)b * ld + c0, ld);
   } else {
-    gemv(x, worker, w, c0, c1, ms_buf_row(x, k->in, 0, 0), ldi, B, out + c0, ld);
+    gemv(x, worker, w, c0, c1, in, ldi, B, out + c0, ld);
   }
   float cap = x->m->cfg.final_softcap;
   if (t->kernel == MS_K_LM_HEAD && cap > 0)  /* gemma's final logit cap */
@@ -400,11 +429,12 @@ static void swiglu_q8(const struct ms_exec_ctx *x, const struct ms_weight *wg, c
 static void swiglu_batch_q8(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                             const struct ms_weight *const *w, int worker) {
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
-  int B = x->plan->batch, ld = x->plan->bufs[k->out].cols, ldin = x->plan->bufs[k->in].cols;
+  int B = x->plan->batch, ld = x->plan->bufs[k->out].cols, ldin;
+  const float *in0 = task_in(x, k, t, worker, &ldin);
   float g[256], u[256];
   for (int b0 = 0; b0 < B; b0 += x->q8_rows) {
     int nb = B - b0 < x->q8_rows ? B - b0 : x->q8_rows, R = 256 / nb / 4 * 4;  /* weight rows per run */
-    const float *in = ms_buf_row(x, k->in, 0, b0);
+    const float *in = in0 + (size_t)b0 * ldin;
     float *out = ms_buf_row(x, k->out, 0, b0);
     struct ms_q8_act a;
     q8_load(x, worker, in, ldin, nb, w[0]->cols, ms_q8_qk(w[0]->dtype), &a);
@@ -425,9 +455,9 @@ static void swiglu(const struct ms_exec_ctx *x, const struct ms_task_class *k, c
     return;
   }
   int c0 = t->tile[0] * k->tile, c1 = c0 + k->tile < k->n_out ? c0 + k->tile : k->n_out;
-  int B = x->plan->batch, ld = x->plan->bufs[k->out].cols, ldin = x->plan->bufs[k->in].cols;
+  int B = x->plan->batch, ld = x->plan->bufs[k->out].cols, ldin;
   float g[64], u[64];
-  const float *in = ms_buf_row(x, k->in, 0, 0);
+  const float *in = task_in(x, k, t, worker, &ldin);
   float *out = ms_buf_row(x, k->out, 0, 0);
   /* The whole batch per weight row: each row of Wg and Wu is read once. */
   for (int i = c0; i < c1; i++)

@@ -41,6 +41,17 @@ struct ms_q8_held {
   struct ms_q8_act act;
 };
 
+/* A worker's copy of the input rows of a class with a fused pre-norm
+ * (ms_task_class.norm), normed: its first task of that class in a step norms
+ * them, its next tasks of the class read them (the input is complete before
+ * the class's first task). Only its worker reads or writes it. */
+struct ms_normed {
+  float *rows;          /* normed_rows x dim */
+  const void *x;        /* what it holds: the plan's context, class and step */
+  int cls;
+  uint64_t step;
+};
+
 struct ms_exec_ctx {
   const struct ms_model *m;
   const struct ms_plan *plan;
@@ -58,6 +69,8 @@ struct ms_exec_ctx {
   void *const *q8;                 /* [worker] */
   struct ms_q8_held *q8_held;      /* [worker] */
   int q8_rows, q8_cols;
+  struct ms_normed *normed;        /* [worker]; NULL where no plan fuses a norm */
+  int normed_rows;                 /* rows each holds: a plan with fused norms has at most this batch */
 };
 
 /* Resolves, for each class of `p`, the weight matrices its kernel reads. */

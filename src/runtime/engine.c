@@ -67,6 +67,12 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     rc = -EINVAL;
     goto fail;
   }
+  if (e->o.fuse_norm && !e->be->info.fuse_norm) {
+    ms_textbuf_printf(log, "engine: fuse_norm: the %s backend's kernels do not norm their own inputs\n",
+                      e->be->info.name);
+    rc = -EINVAL;
+    goto fail;
+  }
   if ((rc = ms_rt_dist_check(e, log))) goto fail;
   /* serving across ranks: a follower lays out the prompt chunks rank 0 chose,
    * so every plan it may need is compiled before the first step, on every rank */
@@ -88,7 +94,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
       /* storage first: the plans' runtime contexts point into it */
       struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = e->o.tile_bytes,
                                    .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
-                                   .min_tiles = e->o.min_tiles,
+                                   .min_tiles = e->o.min_tiles, .fuse_norm = e->o.fuse_norm,
                                    .tp = e->o.tp, .tp_split = e->tx != NULL};
       struct ms_plan *p0 = ms_plan_compile(m, &co, log);
       if (!p0) {

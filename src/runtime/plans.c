@@ -138,7 +138,7 @@ void ms_rt_plan_free(struct ms_engine *e, struct plan_rt *rt) {
 int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int prefill, struct ms_textbuf *log) {
   struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
                                .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
-                               .min_tiles = e->o.min_tiles,
+                               .min_tiles = e->o.min_tiles, .fuse_norm = e->o.fuse_norm,
                                .tp = e->o.tp, .prefill = prefill, .tp_split = e->tx != NULL};
   rt->plan = ms_plan_compile(e->m, &co, log);
   if (!rt->plan) return -errno;
@@ -167,7 +167,8 @@ int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int pref
                .row_pages = e->row_pages, .row_head = e->row_head, .row_rope = e->row_rope},
       .k_pool = e->k_pool, .v_pool = e->v_pool, .page_size = e->o.page_size,
       .pool_pages = e->pool_pages, .scratch = e->scratch,
-      .q8 = e->q8, .q8_held = e->q8_held, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols};
+      .q8 = e->q8, .q8_held = e->q8_held, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols,
+      .normed = e->normed, .normed_rows = e->max_rows};
   return 0;
 }
 
@@ -244,6 +245,12 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
   size_t scratch = ms_ops_scratch_floats(e->m, e->o.max_ctx);
   for (int w = 0; w < e->n_workers; w++)
     if (!(e->scratch[w] = calloc(scratch, sizeof(float)))) return -ENOMEM;
+  if (e->o.fuse_norm && !e->shape_only) {  /* a step's rows, decode or prefill */
+    if (!(e->normed = calloc((size_t)e->n_workers, sizeof *e->normed))) return -ENOMEM;
+    for (int w = 0; w < e->n_workers; w++)
+      if (!(e->normed[w].rows = aligned_alloc(64, ((size_t)e->max_rows * (size_t)c->dim * sizeof(float) + 63) / 64 * 64)))
+        return -ENOMEM;
+  }
   return e->o.q8_activations && !e->shape_only ? alloc_q8(e) : 0;
 }
 
@@ -295,4 +302,7 @@ void ms_rt_storage_free(struct ms_engine *e) {
     for (int w = 0; w < e->o.n_workers; w++) free(e->q8[w]);
   free(e->q8);
   free(e->q8_held);
+  if (e->normed)
+    for (int w = 0; w < e->o.n_workers; w++) free(e->normed[w].rows);
+  free(e->normed);
 }

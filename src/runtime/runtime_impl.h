@@ -258,6 +258,7 @@ struct ms_engine {
   float **scratch;               /* [worker] max_ctx x (n_heads / n_kv_heads) floats (kernels/ops.h) */
   void **q8;                     /* [worker] 8-bit activation rows; NULL: off */
   struct ms_q8_held *q8_held;    /* [worker] what each holds (kernels/ops.h) */
+  struct ms_normed *normed;      /* [worker] fuse_norm: the normed input rows of a class (kernels/ops.h) */
   int q8_rows, q8_cols;
 
   /* The layout as hooks read it, under a seqlock (as on the device): worker 0

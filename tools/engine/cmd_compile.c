@@ -101,6 +101,7 @@ static int backend_tiling(const struct cli_backend *be, struct ms_compile_opts *
   } else if (info->tile_bytes) {
     co->tile_bytes = info->tile_bytes;
     co->min_tiles = info->min_tiles;
+    co->fuse_norm = info->fuse_norm;
   }
   return 0;
 }
@@ -138,7 +139,7 @@ int cmd_compile(int argc, char **argv) {
     struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
     struct ms_compile_opts co = {.sz = sizeof co, .batch = b, .tile_bytes = tiling.tile_bytes,
                                  .tile_rows = (int)tile_rows, .tiles_per_op = tiling.tiles_per_op,
-                                 .min_tiles = tiling.min_tiles};
+                                 .min_tiles = tiling.min_tiles, .fuse_norm = tiling.fuse_norm};
     struct ms_plan *p = ms_plan_compile(m, &co, &log);
     if (!p) {
       fprintf(stderr, "megascope compile: %s", logbuf[0] ? logbuf : "failed\n");

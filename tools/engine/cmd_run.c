@@ -57,6 +57,7 @@ static int resolve_faults(const struct ms_model *m, const struct run_args *a, co
                                .tile_bytes = untiled ? bi->tile_bytes : eo->tile_bytes,
                                .tile_rows = eo->tile_rows, .tiles_per_op = sim ? workers : 0,
                                .min_tiles = untiled ? bi->min_tiles : eo->min_tiles,
+                               .fuse_norm = untiled ? bi->fuse_norm : eo->fuse_norm,
                                .tp = D};
   struct ms_plan *p = ms_plan_compile(m, &co, &log);
   int rc = p ? 0 : -1;

@@ -264,10 +264,16 @@ static uint64_t cpu_now(const void *ctx) {
  * floor, not the worker count: the plan stays the same for every worker
  * count. */
 #define CPU_MIN_TILES 2
+/* With its own tiling the CPU's plans also fuse the pre-norms into qkv,
+ * gate_up and the LM head (ms_compile_opts.fuse_norm; its kernels norm their
+ * own inputs, kernels/ops.c task_in): a norm was a task of its own between
+ * two phases, which one worker ran while the other waited, twice a layer
+ * (docs/performance.md, "The pre-norms inside their consumers"). */
 static void cpu_defaults(struct ms_engine_opts *o) {
   if (!o->tile_bytes && !o->tile_rows && !o->tiles_per_op) {
     o->tile_bytes = CPU_TILE_BYTES;
     o->min_tiles = CPU_MIN_TILES;
+    o->fuse_norm = 1;
   }
 }
 
@@ -357,7 +363,8 @@ static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
 
 const struct ms_backend_ops ms_backend_cpu = {
     .info = {.name = "cpu", .label = "CPU", .os_workers = 1, .q8_activations = 1, .prefix_cache = 1,
-             .tile_bytes = CPU_TILE_BYTES, .min_tiles = CPU_MIN_TILES},
+             .tile_bytes = CPU_TILE_BYTES, .min_tiles = CPU_MIN_TILES,
+             .fuse_norm = 1},
     .defaults = cpu_defaults,
     .shape_only = cpu_shape_only,
     .start = cpu_start,

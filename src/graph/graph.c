@@ -47,6 +47,7 @@ struct builder {
   int tile_rows;
   int tiles_per_op;
   int min_tiles;  /* GEMV tasks an operator at least */
+  int multiple;   /* GEMV tasks an operator a multiple of this where the size cuts more (1: any count) */
   int tp;           /* tensor-parallel devices, 0 or 1: none */
   int prefill;      /* token rows: attention reads every row's KV (ms_graph_build_tp) */
   int pending_comm; /* a communication buffer the next operator must also read, -1: none */
@@ -136,7 +137,11 @@ static void wr(struct ms_proto_task *t, int buf, int r0, int r1, int c0, int c1,
  * as evenly as `align` allows (15 heads at a floor of two: 3 x 5 heads, not
  * 7 + 7 + 1): explain holds a class to the same operator in the other layers,
  * on each worker, and a short tile landing on one worker in every other layer
- * made half of them look slow. */
+ * made half of them look slow. Where the size cuts more than the floor, a
+ * caller's floor also makes the count a multiple of it (the CPU's two: an
+ * even count), so that an operator's tasks end together on two workers:
+ * SmolLM2's LM head was 17 tasks of 84 us, and each step one worker waited
+ * out the seventeenth. */
 static int gemv_tile_least(struct builder *b, int rows, int cols, int mats, int align, int least) {
   size_t row_bytes = ms_dtype_row_bytes(b->m->cfg.dtype, cols) * (size_t)mats;
   if (least < 8 && (size_t)((rows + least - 1) / least) * row_bytes < SMALL_TASK_BYTES) least = 8;
@@ -147,10 +152,12 @@ static int gemv_tile_least(struct builder *b, int rows, int cols, int mats, int 
   if (b->tiles_per_op > 0) t = (rows + b->tiles_per_op - 1) / b->tiles_per_op + align - 1, floored = 0;
   t = t / align * align;
   if (t < align) t = align;
-  if (floored && t < rows) {
-    int n = (rows + t - 1) / t;
-    t = ((rows + n - 1) / n + align - 1) / align * align;
+  int n = (rows + t - 1) / t;
+  if (!floored && b->tile_rows <= 0 && b->tiles_per_op <= 0 && n % b->multiple) {
+    n += b->multiple - n % b->multiple;  /* an operator's tasks end together on that many workers */
+    floored = 1;
   }
+  if (floored && t < rows) t = ((rows + n - 1) / n + align - 1) / align * align;
   return t > rows ? rows : t;
 }
 
@@ -434,6 +441,7 @@ static int graph_build(const struct ms_model *m, int batch, const struct ms_grap
   struct builder b = {.g = g, .m = m, .B = batch, .tile_bytes = tl->tile_bytes > 0 ? tl->tile_bytes : 64 * 1024,
                      .tile_rows = tl->tile_rows, .tiles_per_op = tl->tiles_per_op,
                      .min_tiles = tl->min_tiles > 0 ? tl->min_tiles : 8, .tp = tp, .pending_comm = -1,
+                     .multiple = tl->min_tiles > 0 ? tl->min_tiles : 1,
                      .prefill = prefill, .split = split,
                      .fuse_norm = tl->fuse_norm && tp <= 1 && !split};
   struct ms_graph *G = g;

@@ -21,10 +21,11 @@
 #   scripts/llamacpp-compare.sh all      logits, then speed (the default)
 #
 # Through llama.cpp's own tools instead of Python (no llama-cpp-python needed):
-#   scripts/llamacpp-compare.sh build [native|avx2]
+#   scripts/llamacpp-compare.sh build [native|noamx|avx2]
 #                                        llama-bench, llama-batched-bench and llama-server from the
 #                                        pinned llama-cpp-python sdist's vendored llama.cpp (commit
-#                                        0c1e570), CMake, GGML_NATIVE=ON (native) or AVX2 without
+#                                        0c1e570), CMake, GGML_NATIVE=ON (native), AVX-512 without
+#                                        AMX (noamx: where native's AMX path crashes), or AVX2 without
 #                                        AVX-512 (avx2); cached in $MS_CACHE/llamacpp-bin/VARIANT
 #   scripts/llamacpp-compare.sh bench    decode (batch 1: llama-bench -n STEPS; batch 8:
 #                                        llama-batched-bench -npl 8) and prompt processing
@@ -64,8 +65,8 @@ venv=$cache/llamacpp-venv
 cmd=${1:-all}
 case "$cmd" in
   setup | build | bench | serve | logits | speed | types | prompt | all) ;;
-  -h | --help) sed -n '3,57p' "$0"; exit 0 ;;
-  *) echo "llamacpp-compare: unknown command '$cmd'" >&2; sed -n '3,57p' "$0" >&2; exit 2 ;;
+  -h | --help) sed -n '3,59p' "$0"; exit 0 ;;
+  *) echo "llamacpp-compare: unknown command '$cmd'" >&2; sed -n '3,59p' "$0" >&2; exit 2 ;;
 esac
 
 setup() {
@@ -100,7 +101,12 @@ build_tools() {
     native) flags=(-DGGML_NATIVE=ON) ;;
     avx2) flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
                  -DGGML_AVX512=OFF -DGGML_AVX512_VNNI=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF) ;;
-    *) echo "llamacpp-compare: build: variant '$variant' is neither native nor avx2" >&2; exit 2 ;;
+    # AVX-512 as native has it, without AMX: on an Intel Xeon VM with AMX (2026-12-07) the native
+    # build's AMX matmul (ggml_backend_amx_mul_mat) crashed on every batch over one row
+    noamx) flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+                  -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON
+                  -DGGML_AVX_VNNI=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF) ;;
+    *) echo "llamacpp-compare: build: variant '$variant' is not native, noamx or avx2" >&2; exit 2 ;;
   esac
   if [ ! -f "$src/CMakeLists.txt" ]; then
     mkdir -p "$cache/llamacpp-src"
@@ -324,5 +330,5 @@ case "$cmd" in
   types) types ;;
   prompt) prompt ;;
   all) logits; speed ;;
-  *) sed -n '3,57p' "$0"; exit 2 ;;
+  *) sed -n '3,59p' "$0"; exit 2 ;;
 esac

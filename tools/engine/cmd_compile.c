@@ -76,9 +76,9 @@ static const char compile_head[] =
     "usage: megascope compile (--synthetic PRESET | --model F.gguf) [options]\n\n"
     "Compiles one decode step into an SM-level task graph and reports it. With --backend,\n"
     "tiled as an engine on that backend tiles it when its caller does not: the CPU's\n"
-    "tasks by weight bytes (`run` on the CPU executes this plan), the simulator's and\n"
-    "CUDA's about one task per SM an operator (--sms N says how many; the simulator's\n"
-    "default GPU, h100's 132, unless given).\n\n";
+    "tasks by weight bytes, its norms computed inside the operators that read them (`run`\n"
+    "on the CPU executes this plan), the simulator's and CUDA's about one task per SM an\n"
+    "operator (--sms N says how many; the simulator's default GPU, h100's 132, unless given).\n\n";
 
 /* The tiling of an engine on backend be, which a caller that tiles nothing
  * gets (ms_backend_info): its task bytes, or one task per SM an operator. 0,

@@ -188,6 +188,44 @@ static void test_schema(void) {
   ms_model_free(m);
 }
 
+/* The class of op in layer l (-1: outside the blocks), or NULL. */
+static const struct ms_task_class *class_of(const struct ms_plan *p, const char *op, int l) {
+  for (int i = 0; i < p->n_classes; i++)
+    if (!strcmp(p->classes[i].op, op) && p->classes[i].layer == l) return &p->classes[i];
+  return NULL;
+}
+
+/* The CPU backend's tiling on SmolLM2's shapes (bf16): at 1 MiB its LM head
+ * cuts into 55 tasks, and with the floor of two into an even count; fused,
+ * no norm task is left (a llama has pre-norms only), the three consumers
+ * say they norm, and the plan still validates. */
+static void test_cpu_tiling(const struct ms_model *m) {
+  struct ms_compile_opts plain = {.sz = sizeof plain, .batch = 1, .tile_bytes = 1024 * 1024};
+  struct ms_compile_opts cpu = {.sz = sizeof cpu, .batch = 1, .tile_bytes = 1024 * 1024, .min_tiles = 2,
+                                .fuse_norm = 1};
+  struct ms_plan *a = ms_plan_compile(m, &plain, NULL), *b = ms_plan_compile(m, &cpu, NULL);
+  CHECK(a && b);
+  if (a && b) {
+    const struct ms_task_class *ha = class_of(a, "lm_head", -1), *hb = class_of(b, "lm_head", -1);
+    CHECKF(ha && hb && ha->n_tasks % 2 == 1 && hb->n_tasks == ha->n_tasks + 1, "lm_head: %d, then %d tasks",
+           ha ? ha->n_tasks : -1, hb ? hb->n_tasks : -1);
+    int norms = 0, fused = 0;
+    for (int i = 0; i < b->n_classes; i++) {
+      const struct ms_task_class *k = &b->classes[i];
+      norms += k->kernel == MS_K_RMSNORM;
+      fused += k->norm;
+      if (k->kernel == MS_K_WO || k->kernel == MS_K_SWIGLU || k->kernel == MS_K_DOWN || k->kernel == MS_K_LM_HEAD)
+        CHECKF(k->n_tasks % 2 == 0, "%s: %d tasks", k->name, k->n_tasks);
+    }
+    CHECK(norms == 0 && fused == 2 * m->cfg.n_layers + 1);
+    CHECK(class_of(b, "qkv", 3)->norm && class_of(b, "gate_up", 3)->norm && !class_of(b, "down", 3)->norm);
+    CHECK(class_of(a, "attn_norm", 3) && !class_of(b, "attn_norm", 3) && !class_of(a, "qkv", 3)->norm);
+    CHECK(ms_plan_validate(b, NULL) == 0);
+  }
+  ms_plan_free(a);
+  ms_plan_free(b);
+}
+
 static void test_smollm2_shapes(void) {
   struct ms_model_config c;
   CHECK(ms_preset_config("smollm2-135m", MS_DTYPE_BF16, &c) == 0);
@@ -207,6 +245,7 @@ static void test_smollm2_shapes(void) {
   /* bf16 weights: 2 bytes per matrix element, tied lm_head counted once */
   CHECK(ms_model_weight_bytes(m) > 130000000u * 2 / 1 - 20000000u && ms_model_weight_bytes(m) < 140000000u * 2);
   ms_plan_free(p);
+  test_cpu_tiling(m);
   ms_model_free(m);
 }
 

@@ -247,9 +247,9 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
     if (!(e->scratch[w] = calloc(scratch, sizeof(float)))) return -ENOMEM;
   if (e->o.fuse_norm && !e->shape_only) {  /* a step's rows, decode or prefill */
     if (!(e->normed = calloc((size_t)e->n_workers, sizeof *e->normed))) return -ENOMEM;
+    size_t bytes = ((size_t)e->max_rows * (size_t)c->dim * sizeof(float) + 63) / 64 * 64;
     for (int w = 0; w < e->n_workers; w++)
-      if (!(e->normed[w].rows = aligned_alloc(64, ((size_t)e->max_rows * (size_t)c->dim * sizeof(float) + 63) / 64 * 64)))
-        return -ENOMEM;
+      if (!(e->normed[w].rows = aligned_alloc(64, bytes))) return -ENOMEM;
   }
   return e->o.q8_activations && !e->shape_only ? alloc_q8(e) : 0;
 }

@@ -87,10 +87,13 @@ static void test_oracle_and_determinism(void) {
           {.n_workers = 2, .max_batched_tokens = 8}, {.n_workers = 3, .max_batched_tokens = 5, .shuffle = 1, .seed = 4},
           {.n_workers = 2, .mode = MS_MODE_PER_OP, .max_batched_tokens = 16}};
       for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
-        CHECK(run(m, variants[v], 0, &other) == 0);
+        /* unfused: its logits the same bits as the fused base's, so the same distance from the reference */
+        int unfused = variants[v].tile_bytes != 0;
+        CHECK(run(m, variants[v], unfused, &other) == 0);
         CHECKF(!memcmp(base.tokens, other.tokens, sizeof base.tokens), "%s variant %zu: tokens differ",
                presets[pi], v);
-        CHECK(other.max_diff == 0);
+        CHECKF(other.max_diff == (unfused ? base.max_diff : 0), "%s variant %zu: max diff %g, fused %g", presets[pi],
+               v, other.max_diff, base.max_diff);
       }
       ms_model_free(m);
     }

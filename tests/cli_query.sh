@@ -125,6 +125,28 @@ set -e
   fail "an unknown class: $(cat "$tmp/err2.txt")"
 [ "$rc3" = 2 ] && grep -q "expected a duration" "$tmp/err3.txt" || fail "a bad --for"
 
+# --schema FILE against the engine: a plain compile's classes are not the CPU engine's (its plans
+# norm inside qkv, gate_up and the LM head), so it is refused, saying the first id they differ at;
+# `compile --backend cpu` writes the engine's, and that one is taken
+"$MS" compile --synthetic tiny --schema-out "$tmp/plain.json" >/dev/null
+"$MS" compile --synthetic tiny --backend cpu --schema-out "$tmp/cpu.json" >/dev/null
+set +e
+"$MS" query --socket "$SOCK" --for 1s --schema "$tmp/plain.json" 'task_end { @[class] = count() }' \
+  >/dev/null 2>"$tmp/err4.txt"
+rc=$?
+set -e
+[ "$rc" = 2 ] && grep -q "does not name the engine's classes as the engine does: task_class [0-9]* is blk.0.attn_norm" \
+  "$tmp/err4.txt" || fail "a plain compile's schema against the CPU engine: rc $rc, $(cat "$tmp/err4.txt")"
+listing >"$tmp/ls.out"
+grep -q '"attached": true' "$tmp/ls.out" && fail "a query with another plan's schema attached"
+"$MS" query --socket "$SOCK" --for 1s --json --schema "$tmp/cpu.json" 'task_end { @[class] = count() }' \
+  >"$tmp/cpu-schema.json" 2>"$tmp/err5.txt" &
+qp=$!
+wait_attached
+requests 1
+wait $qp || fail "the engine's own schema from compile --backend cpu: $(cat "$tmp/err5.txt")"
+grep -q '"blk.0.qkv"' "$tmp/cpu-schema.json" || fail "no blk.0.qkv in $(cat "$tmp/cpu-schema.json")"
+
 # --every prints while the query runs, then the final read-out
 "$MS" query --socket "$SOCK" --for 1500ms --every 500ms --json 'step { @[phase] = count() }' >"$tmp/every.json" &
 qp=$!

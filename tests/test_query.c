@@ -711,7 +711,34 @@ static void test_durations(void) {
   CHECK(ms_query_parse_duration("s", &v) == -EINVAL && ms_query_parse_duration("3parsecs", &v) == -EINVAL);
 }
 
+/* Two schemas name alike only when every id is the same class: a plan and
+ * itself, two buckets' plans (classes do not follow the batch); not the CPU's
+ * plan with its norms fused beside a plain one, and the log says where. */
+static void test_schema_same(void) {
+  struct ms_model *m = preset("tiny");
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = 1024 * 1024, .min_tiles = 2,
+                               .fuse_norm = 1};
+  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+  struct ms_query_schema *fused = p ? ms_query_schema_of_plan(p, NULL) : NULL, *plain = schema_of(m);
+  co.batch = 8;
+  struct ms_plan *p8 = ms_plan_compile(m, &co, NULL);
+  struct ms_query_schema *fused8 = p8 ? ms_query_schema_of_plan(p8, NULL) : NULL;
+  char lb[256] = "";
+  struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+  CHECK(fused && plain && fused8);
+  if (fused && plain && fused8) {
+    CHECK(ms_query_schema_same(plain, "a", plain, "b", &log) == 0 && !lb[0]);
+    CHECK(ms_query_schema_same(fused, "a", fused8, "b", &log) == 0 && !lb[0]);
+    CHECK(ms_query_schema_same(plain, "the file", fused, "the engine's", &log) == -1);
+    CHECKF(strstr(lb, "task_class 2 is blk.0.attn_norm in the file, blk.0.qkv in the engine's"), "%s", lb);
+  }
+  ms_query_schema_free(fused), ms_query_schema_free(fused8), ms_query_schema_free(plain);
+  ms_plan_free(p), ms_plan_free(p8);
+  ms_model_free(m);
+}
+
 int main(void) {
+  test_schema_same();
   test_examples_verify();
   test_errors();
   test_known_answers();

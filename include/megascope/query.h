@@ -43,6 +43,11 @@ void ms_query_schema_free(struct ms_query_schema *s);
 /* The same names from a compiled plan (an engine's ms_engine_plan). */
 struct ms_plan;
 struct ms_query_schema *ms_query_schema_of_plan(const struct ms_plan *p, struct ms_textbuf *log);
+/* 0 when a and b name every task class and event class by the same id alike
+ * (a query compiled with one means the same with the other); else -1, and
+ * log says the first id they name differently, calling them by their labels. */
+int ms_query_schema_same(const struct ms_query_schema *a, const char *label_a, const struct ms_query_schema *b,
+                         const char *label_b, struct ms_textbuf *log);
 
 /* ---- compiling ------------------------------------------------------------ */
 

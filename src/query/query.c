@@ -12,6 +12,28 @@
 
 /* ---- schema ---- */
 
+static const char *or_none(const char *s) { return s ? s : "(none)"; }
+
+int ms_query_schema_same(const struct ms_query_schema *a, const char *label_a, const struct ms_query_schema *b,
+                         const char *label_b, struct ms_textbuf *log) {
+  size_t n = a->n_classes > b->n_classes ? a->n_classes : b->n_classes;
+  for (size_t i = 0; i < n; i++) {
+    const char *x = i < a->n_classes ? a->classes[i].name : NULL, *y = i < b->n_classes ? b->classes[i].name : NULL;
+    if (x && y && !strcmp(x, y)) continue;
+    ms_textbuf_printf(log, "task_class %zu is %s in %s, %s in %s (%zu and %zu classes)\n", i, or_none(x), label_a,
+                      or_none(y), label_b, a->n_classes, b->n_classes);
+    return -1;
+  }
+  n = a->n_evclasses > b->n_evclasses ? a->n_evclasses : b->n_evclasses;
+  for (size_t i = 0; i < n; i++) {
+    const char *x = i < a->n_evclasses ? a->evclasses[i] : NULL, *y = i < b->n_evclasses ? b->evclasses[i] : NULL;
+    if ((!x && !y) || (x && y && !strcmp(x, y))) continue;
+    ms_textbuf_printf(log, "event_class %zu is %s in %s, %s in %s\n", i, or_none(x), label_a, or_none(y), label_b);
+    return -1;
+  }
+  return 0;
+}
+
 void ms_query_schema_free(struct ms_query_schema *s) {
   if (!s) return;
   for (size_t i = 0; i < s->n_classes; i++) {

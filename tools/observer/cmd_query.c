@@ -180,6 +180,21 @@ static void show_error(const char *src, const char *log) {
 
 /* ---- the engine ---- */
 
+/* --schema FILE against live engines: its ids must name what theirs do, or
+ * the maps' keys would read as other classes (a CPU engine's plans fuse the
+ * pre-norms, so its classes are not a plain `compile`'s). 0 when they name alike. */
+static int schema_differs(const char *path, const struct ms_query_schema *file, const struct ms_query_schema *live) {
+  char lb[512] = "";
+  struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
+  if (!ms_query_schema_same(file, "the file", live, "the engine's", &log)) return 0;
+  fprintf(stderr,
+          "megascope query: --schema %s does not name the engine's classes as the engine does: %s"
+          "  (write it with `megascope compile --backend B --schema-out` for the engine's backend and tiling,\n"
+          "  or leave --schema out to take the engine's own)\n",
+          path, lb);
+  return -1;
+}
+
 static struct ms_query_schema *file_schema(const char *path) {
   char *text = read_text_max(path, 64u << 20);
   if (!text) return NULL;
@@ -456,13 +471,21 @@ int cmd_query(int argc, char **argv) {
   size_t blen = 0;
   int offline = a.dump || a.emit;
   struct fleet *fleet = NULL;
+  struct ms_query_schema *engines = NULL;  /* with --schema, attaching: what the engines name */
   if (a.sockets.n > 1 && !offline) { /* replicas: every engine's schema, the same plan */
     if (!(fleet = fleet_open(ME, a.sockets.path, a.sockets.n, &sc))) goto out;
-    if (a.schema) ms_query_schema_free(sc), sc = NULL;
+    if (a.schema) engines = sc, sc = NULL;
   } else if (!a.schema || !offline) {
     if (cli_ctl_socket(ME, a.sockets.n ? a.sockets.path[0] : NULL, sock, sizeof sock)) goto out;
+    if (a.schema && !(engines = live_schema(ME, sock))) goto out;
   }
   if (!sc && !(sc = a.schema ? file_schema(a.schema) : live_schema(ME, sock))) goto out;
+  if (engines && schema_differs(a.schema, sc, engines)) {
+    ms_query_schema_free(engines);
+    rc = 2;
+    goto out;
+  }
+  ms_query_schema_free(engines);
   char lb[4096] = "";
   struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
   struct ms_query_opts qo = {.sz = sizeof qo, .max_keys = (uint32_t)a.max_keys};

@@ -116,7 +116,8 @@ static const struct cli_opt query_opts[] = {
                 "take) to FILE; attach nothing"),
     CLI_OPT_STR(QA, schema, "schema", "FILE",
                 "resolve names with this schema (megascope compile\n"
-                "--schema-out) instead of the engine's"),
+                "--backend B --schema-out) instead of the engine's;\n"
+                "attaching, refused unless it names the engine's classes"),
     CLI_OPT_FN("list", NULL, list_opt, "print the hooks with their fields and the names fields take"),
     {0}};
 #undef QA

@@ -253,11 +253,13 @@ static struct ms_request_info finish(struct ms_engine *e, struct ms_request_opts
   return info;
 }
 
+#define LONG_TOKENS 4000  /* a request long enough to be cancelled before its end */
+
 static void test_request_options(void) {
   struct ms_model_config cfg;
   ms_preset_config("tiny", MS_DTYPE_F32, &cfg);
   struct ms_model *m = ms_model_synth(&cfg, 1);
-  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = 2, .max_batch = 2, .max_ctx = 128};
+  struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = 2, .max_batch = 2, .max_ctx = LONG_TOKENS + 8};
   struct ms_engine *e = ms_engine_new(m, &eo, NULL);
   int32_t prompt[3] = {5, 6, 7};
   struct ms_request *r0, *r1, *r2, *r3, *r4;
@@ -313,8 +315,10 @@ static void test_request_options(void) {
   bad = rb;
   bid = cfg.vocab;
   CHECK(!ms_engine_submit(e, &bad) && errno == EINVAL);
-  /* cancel: a long request stops early; one queued behind a full batch never starts */
-  struct ms_request_opts rl = {.sz = sizeof rl, .prompt = prompt, .n_prompt = 3, .max_new_tokens = 120};
+  /* cancel: a long request stops early; one queued behind a full batch never starts. Long: the cancel
+   * races the request's end (tiny decodes two rows in about 75 us a step, so 120 tokens once ended
+   * before a cancel issued after the first token, on a loaded machine) */
+  struct ms_request_opts rl = {.sz = sizeof rl, .prompt = prompt, .n_prompt = 3, .max_new_tokens = LONG_TOKENS};
   struct ms_request *a = ms_engine_submit(e, &rl), *b = ms_engine_submit(e, &rl), *c = ms_engine_submit(e, &rl);
   CHECK(a && b && c);
   ms_request_cancel(c);
@@ -323,10 +327,10 @@ static void test_request_options(void) {
   CHECK(ms_request_wait(a, 60000) == 0 && ms_request_wait(c, 60000) == 0 && ms_request_wait(b, 60000) == 0);
   struct ms_request_info ia, ib, ic;
   ms_request_get_info(a, &ia), ms_request_get_info(b, &ib), ms_request_get_info(c, &ic);
-  CHECKF(ia.state == MS_REQ_CANCELLED && ia.finish == MS_FINISH_CANCELLED && ia.n_tokens < 120, "a: %d, %d tokens",
-         ia.state, ia.n_tokens);
+  CHECKF(ia.state == MS_REQ_CANCELLED && ia.finish == MS_FINISH_CANCELLED && ia.n_tokens < LONG_TOKENS,
+         "a: %d, %d tokens", ia.state, ia.n_tokens);
   CHECK(ic.state == MS_REQ_CANCELLED && ic.n_tokens == 0 && ic.t_admit == 0);
-  CHECK(ib.state == MS_REQ_DONE && ib.finish == MS_FINISH_LENGTH && ib.n_tokens == 120);
+  CHECK(ib.state == MS_REQ_DONE && ib.finish == MS_FINISH_LENGTH && ib.n_tokens == LONG_TOKENS);
   struct ms_latency_stats lat;
   ms_engine_latency(e, &lat);
   CHECK(lat.requests_cancelled == 2);

@@ -201,6 +201,10 @@ struct ms_backend_info {
 };
 /* Backend b's description; NULL for an unknown id. */
 const struct ms_backend_info *ms_backend_info(enum ms_backend b);
+/* The backend's own tiling (bi's tile_bytes, min_tiles, fuse_norm) into co: the
+ * plans an engine on it compiles when its caller tiles nothing, for a caller
+ * that compiles one of its own (to name faults, to print a schema). */
+void ms_backend_plan_tiling(const struct ms_backend_info *bi, struct ms_compile_opts *co);
 /* 1 when backend b injects faults of type fault_type (enum ms_fault_type,
  * megascope/fault.h), 0 when an engine on it refuses them. */
 int ms_backend_injects(enum ms_backend b, int fault_type);

@@ -194,7 +194,7 @@ static const float *task_in(const struct ms_exec_ctx *x, const struct ms_task_cl
   if (!k->norm) return in;
   struct ms_normed *h = &x->normed[worker];
   int B = x->plan->batch, n = *ldin;
-  MS_ASSERT(x->normed && B <= x->normed_rows);
+  MS_ASSERT(x->normed && B <= x->max_rows);
   if (h->x != x || h->cls != t->cls || h->step != x->meta.step) {
     const float *w = fused_norm_weight(x, k)->data;
     for (int r = 0; r < B; r++)

@@ -46,7 +46,7 @@ struct ms_q8_held {
  * them, its next tasks of the class read them (the input is complete before
  * the class's first task). Only its worker reads or writes it. */
 struct ms_normed {
-  float *rows;          /* normed_rows x dim */
+  float *rows;          /* max_rows x dim (ms_exec_ctx) */
   const void *x;        /* what it holds: the plan's context, class and step */
   int cls;
   uint64_t step;
@@ -70,7 +70,6 @@ struct ms_exec_ctx {
   struct ms_q8_held *q8_held;      /* [worker] */
   int q8_rows, q8_cols;
   struct ms_normed *normed;        /* [worker]; NULL where no plan fuses a norm */
-  int normed_rows;                 /* rows each holds: a plan with fused norms has at most this batch */
 };
 
 /* Resolves, for each class of `p`, the weight matrices its kernel reads. */

@@ -25,9 +25,17 @@ int ms_mode_parse(const char *s, enum ms_mode *out) {
   return 0;
 }
 
-/* The backend's defaults first: it may fix the worker count. */
+/* The backend's own tiling where the caller tiles nothing (ms_backend_info,
+ * as ms_backend_plan_tiling gives it to a caller's plan), then its defaults
+ * first: it may fix the worker count. */
 static void set_defaults(const struct ms_backend_ops *be, struct ms_engine_opts *o) {
-  be->defaults(o);
+  const struct ms_backend_info *bi = &be->info;
+  if (bi->tile_bytes && !o->tile_bytes && !o->tile_rows && !o->tiles_per_op) {
+    o->tile_bytes = bi->tile_bytes;
+    o->min_tiles = bi->min_tiles;
+    o->fuse_norm = bi->fuse_norm;
+  }
+  if (be->defaults) be->defaults(o);
   if (o->n_workers <= 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     o->n_workers = n > 0 ? (int)n : 1;

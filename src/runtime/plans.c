@@ -168,7 +168,7 @@ int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int pref
       .k_pool = e->k_pool, .v_pool = e->v_pool, .page_size = e->o.page_size,
       .pool_pages = e->pool_pages, .scratch = e->scratch,
       .q8 = e->q8, .q8_held = e->q8_held, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols,
-      .normed = e->normed, .normed_rows = e->max_rows};
+      .normed = e->normed};
   return 0;
 }
 

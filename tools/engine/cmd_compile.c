@@ -99,9 +99,7 @@ static int backend_tiling(const struct cli_backend *be, struct ms_compile_opts *
     }
     co->tiles_per_op = (int)sms;
   } else if (info->tile_bytes) {
-    co->tile_bytes = info->tile_bytes;
-    co->min_tiles = info->min_tiles;
-    co->fuse_norm = info->fuse_norm;
+    ms_backend_plan_tiling(info, co);
   }
   return 0;
 }

@@ -53,12 +53,10 @@ static int resolve_faults(const struct ms_model *m, const struct run_args *a, co
   const int sim = bi->cost_model;  /* workers: its SMs */
   int D = a->tp > 1 ? (int)a->tp : 1, workers = sim ? eo->sim.n_sms * D : (int)a->workers;
   int untiled = !eo->tile_bytes && !eo->tile_rows;  /* the backend's tiling, as the engine will run */
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch),
-                               .tile_bytes = untiled ? bi->tile_bytes : eo->tile_bytes,
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch), .tile_bytes = eo->tile_bytes,
                                .tile_rows = eo->tile_rows, .tiles_per_op = sim ? workers : 0,
-                               .min_tiles = untiled ? bi->min_tiles : eo->min_tiles,
-                               .fuse_norm = untiled ? bi->fuse_norm : eo->fuse_norm,
-                               .tp = D};
+                               .min_tiles = eo->min_tiles, .fuse_norm = eo->fuse_norm, .tp = D};
+  if (untiled) ms_backend_plan_tiling(bi, &co);
   struct ms_plan *p = ms_plan_compile(m, &co, &log);
   int rc = p ? 0 : -1;
   for (int i = 0; !rc && i < a->n_fault; i++) {

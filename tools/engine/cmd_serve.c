@@ -288,9 +288,8 @@ static int resolve_faults(const struct ms_model *m, const struct serve_args *a, 
   struct ms_textbuf log = {.buf = buf, .size = sizeof buf};
   int D = a->tp > 1 ? (int)a->tp : 1;
   const struct ms_backend_info *bi = ms_backend_info((enum ms_backend)a->be.backend);
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch), .tp = D,
-                               .tile_bytes = bi->tile_bytes, .min_tiles = bi->min_tiles,
-                               .fuse_norm = bi->fuse_norm};
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch), .tp = D};
+  ms_backend_plan_tiling(bi, &co);
   struct ms_plan *p = ms_plan_compile(m, &co, &log);
   int workers = a->workers ? (int)a->workers : (int)sysconf(_SC_NPROCESSORS_ONLN);
   int rc = p ? 0 : -1;

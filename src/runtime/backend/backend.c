@@ -27,6 +27,12 @@ const struct ms_backend_info *ms_backend_info(enum ms_backend b) {
   return be ? &be->info : NULL;
 }
 
+void ms_backend_plan_tiling(const struct ms_backend_info *bi, struct ms_compile_opts *co) {
+  co->tile_bytes = bi->tile_bytes;
+  co->min_tiles = bi->min_tiles;
+  co->fuse_norm = bi->fuse_norm;
+}
+
 int ms_backend_injects(enum ms_backend b, int fault_type) {
   const struct ms_backend_ops *be = ms_backend_get(b);
   return be && (!be->injects || be->injects(fault_type));

@@ -32,7 +32,7 @@ struct ms_backend_ops {
   /* tasks run elsewhere (the device): no host task hooks; the backend feeds
    * the aggregates and the trace buffers and runs the monitors itself */
   int remote_tasks;
-  void (*defaults)(struct ms_engine_opts *o);          /* before anything is sized */
+  void (*defaults)(struct ms_engine_opts *o);          /* before anything is sized; NULL: none */
   int (*shape_only)(const struct ms_engine_opts *o);   /* 1: tasks run no kernels */
   /* The threads that run steps, once everything else is built: sets
    * e->be_ctx before they run, and leaves it NULL and nothing running when it

@@ -258,24 +258,19 @@ static uint64_t cpu_now(const void *ctx) {
  * eight was for exercising the scheduler): at batch 1 a small model's
  * operators are a few hundred KiB, and each task is a hand-over between
  * workers and a prefetch stream started cold (q/k/v keeps eight, and so do
- * operators whose tasks would hold under 64 KiB: graph.c gemv_tile_least). SmolLM2 (1431 -> 891 tasks a step) at two workers 1.08-1.11x,
- * one level; Gemma-3 (763 -> 439) level to 1.11x; batch 8 and 512-token
- * prompts level (docs/performance.md, "Fewer tasks an operator"). A fixed
- * floor, not the worker count: the plan stays the same for every worker
- * count. */
+ * operators whose tasks would hold under 64 KiB: graph.c gemv_tile_least).
+ * SmolLM2 (1431 -> 891 tasks a step) at two workers 1.08-1.11x, one level;
+ * Gemma-3 (763 -> 439) level to 1.11x; batch 8 and 512-token prompts level
+ * (docs/performance.md, "Fewer tasks an operator"). A fixed floor, not the
+ * worker count: the plan stays the same for every worker count. */
 #define CPU_MIN_TILES 2
 /* With its own tiling the CPU's plans also fuse the pre-norms into qkv,
  * gate_up and the LM head (ms_compile_opts.fuse_norm; its kernels norm their
  * own inputs, kernels/ops.c task_in): a norm was a task of its own between
  * two phases, which one worker ran while the other waited, twice a layer
- * (docs/performance.md, "The pre-norms inside their consumers"). */
-static void cpu_defaults(struct ms_engine_opts *o) {
-  if (!o->tile_bytes && !o->tile_rows && !o->tiles_per_op) {
-    o->tile_bytes = CPU_TILE_BYTES;
-    o->min_tiles = CPU_MIN_TILES;
-    o->fuse_norm = 1;
-  }
-}
+ * (docs/performance.md, "The pre-norms inside their consumers"). The engine
+ * applies all three where its caller tiles nothing (engine.c set_defaults). */
+#define CPU_FUSE_NORM 1
 
 static int cpu_shape_only(const struct ms_engine_opts *o) {
   (void)o;
@@ -363,9 +358,7 @@ static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
 
 const struct ms_backend_ops ms_backend_cpu = {
     .info = {.name = "cpu", .label = "CPU", .os_workers = 1, .q8_activations = 1, .prefix_cache = 1,
-             .tile_bytes = CPU_TILE_BYTES, .min_tiles = CPU_MIN_TILES,
-             .fuse_norm = 1},
-    .defaults = cpu_defaults,
+             .tile_bytes = CPU_TILE_BYTES, .min_tiles = CPU_MIN_TILES, .fuse_norm = CPU_FUSE_NORM},
     .shape_only = cpu_shape_only,
     .start = cpu_start,
     .stop = cpu_stop,

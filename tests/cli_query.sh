@@ -146,6 +146,20 @@ wait_attached
 requests 1
 wait $qp || fail "the engine's own schema from compile --backend cpu: $(cat "$tmp/err5.txt")"
 grep -q '"blk.0.qkv"' "$tmp/cpu-schema.json" || fail "no blk.0.qkv in $(cat "$tmp/cpu-schema.json")"
+# a bundle emitted against a schema file carries that schema's digests: `attach` of one made with a
+# plain compile's schema is refused by the CPU engine, naming why; one made with the engine's attaches
+"$MS" query --emit "$tmp/plain.bundle" --schema "$tmp/plain.json" 'task_end /op == gate_up/ { @ = count() }'
+"$MS" query --emit "$tmp/cpu.bundle" --schema "$tmp/cpu.json" 'task_end /op == gate_up/ { @ = count() }'
+set +e
+"$MS" attach --socket "$SOCK" "$tmp/plain.bundle" >/dev/null 2>"$tmp/err6.txt"
+rc=$?
+set -e
+[ "$rc" != 0 ] && grep -q "compiled against another plan's task class ids" "$tmp/err6.txt" ||
+  fail "a bundle of another plan's class ids attached: rc $rc, $(cat "$tmp/err6.txt")"
+listing >"$tmp/ls.out"
+grep -q '"attached": true' "$tmp/ls.out" && fail "the refused bundle is listed as attached"
+bid=$("$MS" attach --socket "$SOCK" "$tmp/cpu.bundle") || fail "the engine's own bundle: $bid"
+"$MS" detach --socket "$SOCK" "$bid" >/dev/null || fail "detach $bid"
 
 # --every prints while the query runs, then the final read-out
 "$MS" query --socket "$SOCK" --for 1500ms --every 500ms --json 'step { @[phase] = count() }' >"$tmp/every.json" &

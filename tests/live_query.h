@@ -19,6 +19,13 @@ struct live {
   int id;
 };
 
+/* The engine's own schema (its plan's class and event class ids, as `run
+ * --query` compiles against): a query compiled against another plan's is
+ * refused at attach. */
+static inline struct ms_query_schema *engine_schema(struct ms_engine *e) {
+  return ms_query_schema_of_plan(ms_engine_plan(e, 1), NULL);
+}
+
 static int attach_query(struct ms_engine *e, const struct ms_query_schema *s, const char *src, int interpret,
                         uint32_t max_keys, struct live *out) {
   char log[8192] = "";

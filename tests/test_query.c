@@ -173,7 +173,7 @@ static void test_known_answers(void) {
   struct ms_model *m = preset("tiny");
   struct ms_engine_opts o = {.sz = sizeof o, .n_workers = 3, .max_batch = 4, .max_ctx = 256};
   struct ms_engine *e = ms_engine_new(m, &o, NULL);
-  struct ms_query_schema *s = schema_of(m);
+  struct ms_query_schema *s = e ? engine_schema(e) : NULL;  /* the CPU's plans fuse the norms */
   struct live cls, attn, steps, fin, stats, wo, waited_dep, waited_begin, interp, drops, tiles;
   CHECK(attach_query(e, s, "task_end { @[class] = count() }", 0, 0, &cls) > 0);
   CHECK(attach_query(e, s, "task_end { @[class] = count() }", 1, 0, &interp) > 0);
@@ -290,7 +290,40 @@ static void test_bundle_refusals(void) {
   size_t abi_n = 0;
   const void *abi = o ? ms_bpf_object_section(o, "megascope_abi", &abi_n) : NULL;
   CHECK(abi && abi_n == 4 && *(const uint32_t *)abi == MS_HOOK_ABI_VERSION);
+  /* the schema's task class digest rides along; no event class digest: it reads no event_class */
+  uint64_t want[2], got[2] = {0, 0};
+  ms_query_schema_digest(s, want);
+  size_t sch_n = 0;
+  const uint8_t *sch = o ? ms_bpf_object_section(o, "megascope_schema", &sch_n) : NULL;
+  if (sch && sch_n == 16) memcpy(got, sch, 16);
+  CHECKF(sch && got[0] == want[0] && got[0] && got[1] == 0, "schema section %zu bytes: %016llx %016llx",
+         sch_n, (unsigned long long)got[0], (unsigned long long)got[1]);
   ms_bpf_object_free(o);
+  /* format 1 (no digests) still loads, and carries none */
+  uint8_t *v1 = b ? malloc(n) : NULL;
+  if (v1) {
+    memcpy(v1, b, 24), memcpy(v1 + 24, (const uint8_t *)b + 40, n - 40);
+    v1[8] = 1;
+    log[0] = 0, tb.len = 0;
+    o = ms_bpf_object_open_mem(v1, n - 16, "q", &tb);
+    CHECKF(o && !ms_bpf_object_section(o, "megascope_schema", NULL), "format 1: %s", log);
+    ms_bpf_object_free(o);
+    free(v1);
+  }
+  /* a program that reads event_class vouches for the event class ids too */
+  struct ms_query *qe = ms_query_compile("dep_wait { @[event_class] = count() }", s, NULL, NULL);
+  void *be = NULL;
+  size_t ne = 0;
+  CHECK(qe && ms_query_bundle(qe, &be, &ne) == 0);
+  o = be ? ms_bpf_object_open_mem(be, ne, "q", &tb) : NULL;
+  sch = o ? ms_bpf_object_section(o, "megascope_schema", &sch_n) : NULL;
+  memset(got, 0, sizeof got);
+  if (sch && sch_n == 16) memcpy(got, sch, 16);
+  CHECKF(got[0] == want[0] && got[1] == want[1] && got[1], "event_class: %016llx %016llx",
+         (unsigned long long)got[0], (unsigned long long)got[1]);
+  ms_bpf_object_free(o);
+  free(be);
+  ms_query_free(qe);
   /* truncated anywhere: refused with a message */
   for (size_t cut = 0; b && cut < n; cut += cut < 200 ? 1 : 97) {
     log[0] = 0, tb.len = 0;
@@ -304,11 +337,11 @@ static void test_bundle_refusals(void) {
     size_t at;
     uint8_t v;
     const char *want;
-  } flips[] = {{8, 2, "format 2"}, {16, 200, "maps, at most"}, {24 + 63, 'x', "not terminated"},
-               {24, 0, "name empty"}};
+  } flips[] = {{8, 3, "format 3"}, {16, 200, "maps, at most"}, {40 + 63, 'x', "not terminated"},
+               {40, 0, "name empty"}};
   for (size_t i = 0; c && b && i < sizeof flips / sizeof *flips; i++) {
     memcpy(c, b, n);
-    if (flips[i].at == 24 + 63) memset(c + 24, 'x', 64);
+    if (flips[i].at == 40 + 63) memset(c + 40, 'x', 64);
     else c[flips[i].at] = flips[i].v;
     log[0] = 0, tb.len = 0;
     o = ms_bpf_object_open_mem(c, n, "q", &tb);
@@ -731,6 +764,13 @@ static void test_schema_same(void) {
     CHECK(ms_query_schema_same(fused, "a", fused8, "b", &log) == 0 && !lb[0]);
     CHECK(ms_query_schema_same(plain, "the file", fused, "the engine's", &log) == -1);
     CHECKF(strstr(lb, "task_class 2 is blk.0.attn_norm in the file, blk.0.qkv in the engine's"), "%s", lb);
+    /* the digests: a plan's own and its schema's (through JSON) alike, the buckets' alike, plain != fused */
+    uint64_t dp[2], df[2], d8[2], dplain[2];
+    ms_plan_schema_digest(p, dp);
+    ms_query_schema_digest(fused, df), ms_query_schema_digest(fused8, d8), ms_query_schema_digest(plain, dplain);
+    CHECK(dp[0] && dp[1] && dp[0] == df[0] && dp[1] == df[1]);
+    CHECK(d8[0] == df[0] && d8[1] == df[1]);
+    CHECK(dplain[0] != df[0]);
   }
   ms_query_schema_free(fused), ms_query_schema_free(fused8), ms_query_schema_free(plain);
   ms_plan_free(p), ms_plan_free(p8);

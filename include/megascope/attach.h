@@ -19,7 +19,9 @@ extern "C" {
 #endif
 
 /* Attaches `m` (the engine takes it over on success). Returns the attachment id
- * (> 0) or a negative error. */
+ * (> 0) or a negative error: -EINVAL, with the reason in log, for a monitor
+ * compiled against another plan's class ids (its ms_monitor_schema_digest
+ * neither 0 nor this engine's plan's ms_plan_schema_digest); replacing alike. */
 int ms_engine_attach(struct ms_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,
                      struct ms_textbuf *log);
 /* Replaces the programs and maps of attachment `id` by `m` (taken over on success). */

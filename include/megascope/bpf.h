@@ -477,16 +477,21 @@ const void *ms_bpf_object_section(const struct ms_bpf_object *o, const char *nam
  * object's "megascope_abi" section. Nothing to relocate: lddw MAP_FD imm is
  * already the map index. */
 #define MS_BPF_BUNDLE_MAGIC "MSBPFBN1"
-#define MS_BPF_BUNDLE_FORMAT 1
+/* Format 2 adds the digests of the schema the programs were compiled against
+ * (its task class ids, its event class ids: ms_plan_schema_digest,
+ * megascope/plan.h; 0: not relied on), read back as a "megascope_schema"
+ * section of two little-endian u64 where either is set; format 1 is still read. */
+#define MS_BPF_BUNDLE_FORMAT 2
 struct ms_bpf_bundle_prog {
   const char *name;    /* 1-63 printable bytes */
   const char *section; /* megascope/<type>/<hook> */
   const struct ms_bpf_insn *insns;
   size_t n;
 };
-/* Writes the bundle into *out (malloc'ed; free it), its size in *len. */
+/* Writes the bundle into *out (malloc'ed; free it), its size in *len; schema: NULL, or the digests
+ * of the schema its task class ids and event class ids come from (0: not relied on). */
 int ms_bpf_bundle_write(const struct ms_bpf_map_def *maps, size_t n_maps, const struct ms_bpf_bundle_prog *progs,
-                        size_t n_progs, uint32_t abi_version, void **out, size_t *len);
+                        size_t n_progs, uint32_t abi_version, const uint64_t *schema, void **out, size_t *len);
 
 #ifdef __cplusplus
 }

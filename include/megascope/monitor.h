@@ -34,6 +34,11 @@ struct ms_monitor *ms_monitor_open_mem(const void *buf, size_t size, const char 
                                        struct ms_textbuf *log);
 void ms_monitor_free(struct ms_monitor *m);
 const char *ms_monitor_name(const struct ms_monitor *m);
+/* The digests of the schema its ids were compiled against, d[0] its task
+ * classes', d[1] its event classes' (megascope/plan.h ms_plan_schema_digest; a
+ * "megascope_schema" section of two little-endian u64, as a query's bundle
+ * carries it); 0 where the object relies on none. */
+void ms_monitor_schema_digest(const struct ms_monitor *m, uint64_t d[2]);
 int ms_monitor_prog_count(const struct ms_monitor *m);
 /* Hook and program type of program i. */
 int ms_monitor_prog_hook(const struct ms_monitor *m, int i, int *type);

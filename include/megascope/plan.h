@@ -87,6 +87,16 @@ int ms_plan_validate(const struct ms_plan *p, struct ms_textbuf *log);
 /* Writes the task schema as JSON (schema_version MS_SCHEMA_VERSION). */
 int ms_plan_write_schema(const struct ms_plan *p, FILE *f, int pretty);
 
+/* What a program compiled against a schema's ids assumes of the engine it
+ * attaches to: a digest (FNV-1a, 64 bits, never 0) of names by id (ids
+ * without a name left out), one of the task class names and one of the event
+ * class names. The plan's (d[0] task classes, d[1] event classes), and the
+ * same over the names a schema holds (ms_query_schema_digest): a program
+ * bundle carries them (megascope/bpf.h) and an engine refuses a monitor whose
+ * digests are not its plan's (ms_engine_attach). */
+uint64_t ms_schema_digest(const char *const *names, size_t n);
+void ms_plan_schema_digest(const struct ms_plan *p, uint64_t d[2]);
+
 /* The smallest bucket (1, 2, 4, ...) that holds n rows. */
 int ms_bucket_for(int n);
 

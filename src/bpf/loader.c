@@ -610,7 +610,8 @@ static int open_libbpf(struct load *l, const char *name) {
  * Names are NUL-padded. Every count is checked against the bytes left before
  * anything is allocated for it; the instructions get the same syntactic check
  * as an ELF's (ms_bpf_prog_new) and, as always, the verifier proves the rest. */
-#define BUNDLE_HEAD 24
+#define BUNDLE_HEAD_V1 24  /* format 1: no schema digest */
+#define BUNDLE_HEAD 40     /* format 2: + the schema digests (2 x u64) at 24 */
 #define BUNDLE_MAP 84
 #define BUNDLE_PROG_HEAD 132
 
@@ -685,33 +686,45 @@ static int bundle_progs(struct load *l, const uint8_t *p, size_t size, size_t *a
   return 0;
 }
 
-/* The ABI version becomes a "megascope_abi" section, as clang's objects carry it. */
-static int bundle_sections(struct load *l, size_t abi_off) {
+/* The ABI version becomes a "megascope_abi" section, as clang's objects
+ * carry it; the schema digests (format 2, where set) a "megascope_schema" one. */
+static int bundle_sections(struct load *l, size_t abi_off, size_t schema_off) {
   struct ms_bpf_object *o = l->o;
-  o->secs = calloc(2, sizeof *o->secs);
+  o->secs = calloc(3, sizeof *o->secs);
   if (!o->secs || !(o->secs[1].name = strdup("megascope_abi"))) return -ENOMEM;
   o->secs[1].data = o->image + abi_off;
   o->secs[1].size = 4;
   o->n_secs = 2;
+  int set = 0;
+  for (int i = 0; schema_off && i < 4; i++) set |= rd32(o->image + schema_off + 4 * (size_t)i) != 0;
+  if (set) {
+    if (!(o->secs[2].name = strdup("megascope_schema"))) return -ENOMEM;
+    o->secs[2].data = o->image + schema_off;
+    o->secs[2].size = 16;
+    o->n_secs = 3;
+  }
   o->license = strdup("");
   return o->license ? 0 : -ENOMEM;
 }
 
 static int open_bundle(struct load *l) {
   const uint8_t *p = l->o->image;
-  size_t size = l->o->image_size, at = BUNDLE_HEAD;
-  if (size < BUNDLE_HEAD) return refuse(l, "bundle: %zu bytes, shorter than its header", size);
-  if (rd32(p + 8) != MS_BPF_BUNDLE_FORMAT)
-    return refuse(l, "bundle: format %u; this loader reads format %d", rd32(p + 8), MS_BPF_BUNDLE_FORMAT);
+  size_t size = l->o->image_size;
+  if (size < BUNDLE_HEAD_V1) return refuse(l, "bundle: %zu bytes, shorter than its header", size);
+  uint32_t format = rd32(p + 8);
+  if (format != 1 && format != MS_BPF_BUNDLE_FORMAT)
+    return refuse(l, "bundle: format %u; this loader reads formats 1 and %d", format, MS_BPF_BUNDLE_FORMAT);
+  size_t at = format == 1 ? BUNDLE_HEAD_V1 : BUNDLE_HEAD;
+  if (size < at) return refuse(l, "bundle: %zu bytes, shorter than its header", size);
   int err = bundle_maps(l, p, size, &at, rd32(p + 16));
   if (!err) err = bundle_progs(l, p, size, &at, rd32(p + 20));
   if (!err && at != size) err = refuse(l, "bundle: %zu bytes after the last program", size - at);
-  if (!err) err = bundle_sections(l, 12);
+  if (!err) err = bundle_sections(l, 12, format == 1 ? 0 : 24);
   return err;
 }
 
 int ms_bpf_bundle_write(const struct ms_bpf_map_def *maps, size_t n_maps, const struct ms_bpf_bundle_prog *progs,
-                        size_t n_progs, uint32_t abi_version, void **out, size_t *len) {
+                        size_t n_progs, uint32_t abi_version, const uint64_t *schema, void **out, size_t *len) {
   size_t size = BUNDLE_HEAD + n_maps * BUNDLE_MAP;
   for (size_t i = 0; i < n_progs; i++) size += BUNDLE_PROG_HEAD + progs[i].n * sizeof(struct ms_bpf_insn);
   uint8_t *b = calloc(1, size);
@@ -721,6 +734,7 @@ int ms_bpf_bundle_write(const struct ms_bpf_map_def *maps, size_t n_maps, const 
   wr32(b + 12, abi_version);
   wr32(b + 16, (uint32_t)n_maps);
   wr32(b + 20, (uint32_t)n_progs);
+  for (int i = 0; schema && i < 2; i++) wr32(b + 24 + 8 * i, (uint32_t)schema[i]), wr32(b + 28 + 8 * i, (uint32_t)(schema[i] >> 32));
   uint8_t *q = b + BUNDLE_HEAD;
   for (size_t i = 0; i < n_maps; i++, q += BUNDLE_MAP) {
     snprintf((char *)q, 64, "%s", maps[i].name);

@@ -1,6 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /* Plan read-outs: statistics, task names, structural validation, the schema. */
 #include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "megascope/plan_ir.h"
@@ -110,4 +112,32 @@ int ms_plan_write_schema(const struct ms_plan *p, FILE *f, int pretty) {
   ms_json_obj_end(&j);
   ms_json_end(&j);
   return ferror(f) ? -EIO : 0;
+}
+
+static uint64_t fnv(uint64_t h, const char *s) {
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+uint64_t ms_schema_digest(const char *const *names, size_t n) {
+  uint64_t h = 1469598103934665603ull;
+  for (size_t i = 0; i < n; i++) {
+    if (!names[i] || !names[i][0]) continue;
+    char id[24];
+    snprintf(id, sizeof id, "%zu ", i);
+    h = fnv(fnv(fnv(h, id), names[i]), "\n");
+  }
+  return h ? h : 1;
+}
+
+void ms_plan_schema_digest(const struct ms_plan *p, uint64_t d[2]) {
+  size_t n = (size_t)(p->n_classes > p->n_ev_classes ? p->n_classes : p->n_ev_classes);
+  const char **names = malloc((n ? n : 1) * sizeof *names);
+  d[0] = d[1] = 0;
+  if (!names) return;
+  for (int i = 0; i < p->n_classes; i++) names[i] = p->classes[i].name;
+  d[0] = ms_schema_digest(names, (size_t)p->n_classes);
+  for (int i = 0; i < p->n_ev_classes; i++) names[i] = p->ev_classes[i];
+  d[1] = ms_schema_digest(names, (size_t)p->n_ev_classes);
+  free(names);
 }

@@ -26,6 +26,16 @@ static int check_abi(const struct ms_bpf_object *obj, struct ms_textbuf *log) {
   return 0;
 }
 
+/* An object's schema digests: none, or 16 bytes (ms_monitor_schema_digest). */
+static int check_schema(const struct ms_bpf_object *obj, struct ms_textbuf *log) {
+  size_t n = 0;
+  if (ms_bpf_object_section(obj, "megascope_schema", &n) && n != 2 * sizeof(uint64_t)) {
+    ms_textbuf_printf(log, "section megascope_schema: %zu bytes, expected two u64 schema digests\n", n);
+    return -EINVAL;
+  }
+  return 0;
+}
+
 int ms_hook_verify_section(const struct ms_bpf_prog *prog, const struct ms_bpf_helpers *helpers,
                            uint32_t abi_version, int verbose, struct ms_textbuf *log, struct ms_verify_stats *st) {
   struct ms_verify_opts o = {.sz = sizeof o, .kind = MS_VERIFY_HOOK, .helpers = helpers, .verbose = verbose,
@@ -74,7 +84,7 @@ static struct ms_monitor *from_object(struct ms_bpf_object *obj, const char *nam
   m->hook = calloc((size_t)m->n_progs + 1, sizeof *m->hook);
   m->type = calloc((size_t)m->n_progs + 1, sizeof *m->type);
   if (!m->progs || !m->hook || !m->type) goto fail;
-  if ((rc = check_abi(obj, log))) goto fail;
+  if ((rc = check_abi(obj, log)) || (rc = check_schema(obj, log))) goto fail;
   if (m->n_progs == 0) {
     ms_textbuf_printf(log, "%s: no programs in megascope/<type>/<hook> sections\n", m->name);
     rc = -EINVAL;
@@ -116,7 +126,13 @@ void ms_monitor_free(struct ms_monitor *m) {
 }
 
 const char *ms_monitor_name(const struct ms_monitor *m) { return m->name; }
-int ms_monitor_prog_count(const struct ms_monitor *m) { return m->n_progs; }
+
+void ms_monitor_schema_digest(const struct ms_monitor *m, uint64_t d[2]) {
+  size_t n = 0;
+  const uint8_t *p = ms_bpf_object_section(m->obj, "megascope_schema", &n);
+  d[0] = d[1] = 0;
+  for (size_t i = 0; p && n == 2 * sizeof *d && i < n; i++) d[i / 8] |= (uint64_t)p[i] << (8 * (i % 8));
+}int ms_monitor_prog_count(const struct ms_monitor *m) { return m->n_progs; }
 
 int ms_monitor_prog_hook(const struct ms_monitor *m, int i, int *type) {
   if (i < 0 || i >= m->n_progs) return -1;

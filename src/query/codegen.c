@@ -329,6 +329,7 @@ static int check_field(struct gen *g, int f, int col) {
 
 static int load_field(struct gen *g, int f, int r, int col) {
   if (check_field(g, f, col)) return g->err;
+  if (f == MS_F_EVENT_CLASS) g->q->uses_evclass = 1;  /* the bundle then vouches for the event class ids too */
   if (g->wait_rewrite && f == MS_F_WAIT_REASON) { /* seen at its task's begin: a dependency wait */
     mov_imm(g, r, MS_WAIT_DEPENDENCY);
     return 0;

@@ -8,6 +8,7 @@
 
 #include <jansson.h>
 
+#include "megascope/plan.h"
 #include "query/query_impl.h"
 
 /* ---- schema ---- */
@@ -32,6 +33,18 @@ int ms_query_schema_same(const struct ms_query_schema *a, const char *label_a, c
     return -1;
   }
   return 0;
+}
+
+void ms_query_schema_digest(const struct ms_query_schema *s, uint64_t d[2]) {
+  size_t n = s->n_classes > s->n_evclasses ? s->n_classes : s->n_evclasses;
+  const char **names = malloc((n ? n : 1) * sizeof *names);
+  d[0] = d[1] = 0;
+  if (!names) return;
+  for (size_t i = 0; i < s->n_classes; i++) names[i] = s->classes[i].name;
+  d[0] = ms_schema_digest(names, s->n_classes);
+  for (size_t i = 0; i < s->n_evclasses; i++) names[i] = s->evclasses[i];
+  d[1] = ms_schema_digest(names, s->n_evclasses);
+  free(names);
 }
 
 void ms_query_schema_free(struct ms_query_schema *s) {
@@ -286,7 +299,11 @@ int ms_query_bundle(const struct ms_query *q, void **out, size_t *len) {
   struct ms_bpf_bundle_prog progs[Q_MAX_PROBES * MS_HOOK_COUNT];
   for (int i = 0; i < q->n_progs; i++)
     progs[i] = (struct ms_bpf_bundle_prog){q->progs[i].name, q->progs[i].section, q->progs[i].insns, q->progs[i].n};
-  return ms_bpf_bundle_write(q->defs, (size_t)q->n_defs, progs, (size_t)q->n_progs, MS_HOOK_ABI_VERSION, out, len);
+  uint64_t d[2] = {0, 0};
+  if (q->names) ms_query_schema_digest(q->names, d);
+  if (!q->uses_evclass) d[1] = 0;  /* its programs name no event class: any plan's ids serve */
+  return ms_bpf_bundle_write(q->defs, (size_t)q->n_defs, progs, (size_t)q->n_progs, MS_HOOK_ABI_VERSION, d, out,
+                             len);
 }
 
 size_t ms_query_prog_count(const struct ms_query *q) { return (size_t)q->n_progs; }

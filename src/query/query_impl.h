@@ -130,6 +130,7 @@ struct ms_query {
   int n_defs;
   struct q_prog progs[Q_MAX_PROBES * MS_HOOK_COUNT];
   int n_progs;
+  int uses_evclass;     /* a program reads event_class: its ids are the schema's (ms_query_bundle) */
   uint32_t max_keys;    /* ms_query_opts.max_keys */
   uint32_t ring_bytes;  /* ms_query_opts.ring_bytes */
   struct q_trigger trigger;

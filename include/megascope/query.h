@@ -43,14 +43,14 @@ void ms_query_schema_free(struct ms_query_schema *s);
 /* The same names from a compiled plan (an engine's ms_engine_plan). */
 struct ms_plan;
 struct ms_query_schema *ms_query_schema_of_plan(const struct ms_plan *p, struct ms_textbuf *log);
-/* 0 when a and b name every task class and event class by the same id alike
- * (a query compiled with one means the same with the other); else -1, and
- * log says the first id they name differently, calling them by their labels. */
 /* The schema's digests (ms_plan_schema_digest, megascope/plan.h: d[0] its task
  * classes, d[1] its event classes). A bundle from ms_query_bundle carries the
  * first, and the second where a program reads event_class; an engine whose
  * plan's differ refuses it. */
 void ms_query_schema_digest(const struct ms_query_schema *s, uint64_t d[2]);
+/* 0 when a and b name every task class and event class by the same id alike
+ * (a query compiled with one means the same with the other); else -1, and
+ * log says the first id they name differently, calling them by their labels. */
 int ms_query_schema_same(const struct ms_query_schema *a, const char *label_a, const struct ms_query_schema *b,
                          const char *label_b, struct ms_textbuf *log);
 

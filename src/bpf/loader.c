@@ -734,7 +734,10 @@ int ms_bpf_bundle_write(const struct ms_bpf_map_def *maps, size_t n_maps, const 
   wr32(b + 12, abi_version);
   wr32(b + 16, (uint32_t)n_maps);
   wr32(b + 20, (uint32_t)n_progs);
-  for (int i = 0; schema && i < 2; i++) wr32(b + 24 + 8 * i, (uint32_t)schema[i]), wr32(b + 28 + 8 * i, (uint32_t)(schema[i] >> 32));
+  for (int i = 0; schema && i < 2; i++) {  /* the digests, little-endian */
+    wr32(b + 24 + 8 * i, (uint32_t)schema[i]);
+    wr32(b + 28 + 8 * i, (uint32_t)(schema[i] >> 32));
+  }
   uint8_t *q = b + BUNDLE_HEAD;
   for (size_t i = 0; i < n_maps; i++, q += BUNDLE_MAP) {
     snprintf((char *)q, 64, "%s", maps[i].name);

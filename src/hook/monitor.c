@@ -132,7 +132,9 @@ void ms_monitor_schema_digest(const struct ms_monitor *m, uint64_t d[2]) {
   const uint8_t *p = ms_bpf_object_section(m->obj, "megascope_schema", &n);
   d[0] = d[1] = 0;
   for (size_t i = 0; p && n == 2 * sizeof *d && i < n; i++) d[i / 8] |= (uint64_t)p[i] << (8 * (i % 8));
-}int ms_monitor_prog_count(const struct ms_monitor *m) { return m->n_progs; }
+}
+
+int ms_monitor_prog_count(const struct ms_monitor *m) { return m->n_progs; }
 
 int ms_monitor_prog_hook(const struct ms_monitor *m, int i, int *type) {
   if (i < 0 || i >= m->n_progs) return -1;

@@ -20,8 +20,10 @@ static ms_bpf_helper_fn std_output, std_reserve;
 static pthread_once_t helpers_once = PTHREAD_ONCE_INIT;
 
 static void count(_Atomic uint64_t *c) {
-  /* one writer per slot (the worker): a relaxed load and store suffice */
-  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_relaxed);
+  /* one writer per slot (the worker): no read-modify-write needed. The store
+   * is a release so that a reader who sees a firing counted executed or
+   * throttled sees it counted eligible too (ms_gen_coverage); free on x86. */
+  atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1, memory_order_release);
 }
 
 static int over_ring_budget(struct run_user *u, uint64_t size) {

@@ -508,9 +508,25 @@ void ms_gen_coverage(const struct ms_gen *g, int n_workers, struct ms_coverage *
   out->first_step = UINT64_MAX;
   for (int w = 0; w < n_workers; w++) {
     struct cov_slot *c = &g->cov[w];
-    out->eligible += atomic_load_explicit(&c->eligible, memory_order_relaxed);
-    out->executed += atomic_load_explicit(&c->executed, memory_order_relaxed);
-    out->throttled += atomic_load_explicit(&c->throttled, memory_order_relaxed);
+    /* A live slot's worker counts a firing eligible, then executed or
+     * throttled. Read in that order, a firing between the loads made the
+     * sum look like more ran than was eligible (a soak read -6): so the
+     * outcomes first (acquire: their firings' eligible counts come with
+     * them), then eligible, then the outcomes again, until they held still
+     * (a few tries): eligible then exceeds them by the firing in flight, at
+     * most one. */
+    uint64_t x, th, e;
+    for (int tries = 0;; tries++) {
+      x = atomic_load_explicit(&c->executed, memory_order_acquire);
+      th = atomic_load_explicit(&c->throttled, memory_order_acquire);
+      e = atomic_load_explicit(&c->eligible, memory_order_acquire);
+      if (tries == 8 || (x == atomic_load_explicit(&c->executed, memory_order_acquire) &&
+                         th == atomic_load_explicit(&c->throttled, memory_order_acquire)))
+        break;
+    }
+    out->eligible += e;
+    out->executed += x;
+    out->throttled += th;
     out->lost += atomic_load_explicit(&c->lost, memory_order_relaxed);
     out->failed += atomic_load_explicit(&c->failed, memory_order_relaxed);
     uint64_t f = atomic_load_explicit(&c->first_step, memory_order_relaxed);

@@ -406,6 +406,10 @@ static int bench_decode(int argc, char **argv) {
   double gbps = cuda ? dev.peak_gbs : stream_gbps(W, 0), sgbps = cuda ? dev.peak_gbs : stream_gbps(W, 1);
   double rgbps = cuda ? dev.peak_gbs : step_read_gbps(W, (size_t)step_bytes, &loads, &streams);
   double bound = gbps * 1e9 / step_bytes * (double)batch, rbound = rgbps * 1e9 / step_bytes * (double)batch;
+  /* The copy bound streams DRAM; a step whose bytes fit the last-level cache is read from the cache
+   * (SmolLM2's 98 MB on a Xeon with 480 MiB of L3 ran at 1.6x it), so there it bounds nothing. */
+  long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  int in_cache = !cuda && llc > 0 && step_bytes < (double)llc;
   double mk = d.best[ENG_MK], po = d.best[ENG_PER_OP];
   int rc = gbps > 0 && rgbps > 0 && sgbps > 0 ? 0 : 1;
   if (as_json) {
@@ -462,6 +466,7 @@ static int bench_decode(int argc, char **argv) {
     ms_json_knum(&j, "bandwidth_bound_tokens_per_s", bound);
     ms_json_knum(&j, "read_bound_tokens_per_s", rbound);
     ms_json_knum(&j, "fraction_of_bound", mk / bound);
+    ms_json_kbool(&j, "copy_bound_applies", !in_cache);
     ms_json_knum(&j, "fraction_of_read_bound", mk / rbound);
     ms_json_obj_end(&j);
     ms_json_end(&j);
@@ -495,10 +500,14 @@ static int bench_decode(int argc, char **argv) {
     } else {
       printf("  read bound  %10.2f tokens/s   (%.2f GB/s reading a step's %.1f MB, %s loads, %d threads x %d "
              "streams; a 128 MiB stream: %.2f GB/s)\n", rbound, rgbps, step_bytes / 1e6, loads, W, streams, sgbps);
-      printf("  copy bound  %10.2f tokens/s   (%.2f GB/s STREAM-like copy)\n", bound, gbps);
+      printf("  copy bound  %10.2f tokens/s   (%.2f GB/s STREAM-like copy of 2 x 128 MiB%s)\n", bound, gbps,
+             in_cache ? ": DRAM, no bound for a step read from the cache" : "");
     }
     if (cuda)
       printf("  megakernel reaches %.1f%% of the HBM bound\n", 100.0 * mk / rbound);
+    else if (in_cache)  /* over 100% of a "bound" would read as a contradiction */
+      printf("  megakernel reaches %.1f%% of the read bound (the step's %.1f MB fit the %.0f MiB last-level "
+             "cache)\n", 100.0 * mk / rbound, step_bytes / 1e6, (double)llc / (1 << 20));
     else
       printf("  megakernel reaches %.1f%% of the read bound, %.1f%% of the copy bound\n", 100.0 * mk / rbound,
              100.0 * mk / bound);

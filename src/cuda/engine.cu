@@ -1513,6 +1513,7 @@ static int no_hooks(const struct ms_cuda_engine *e, struct ms_textbuf *log) {
 extern "C" int ms_cuda_attach(struct ms_cuda_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,
                               struct ms_textbuf *log) {
   int rc = no_hooks(e, log);
+  if (!rc) rc = ms_monitor_check_schema(m, e->plan, log);  /* compiled against another plan's class ids */
   if (rc) return rc;
   uint64_t t0 = ms_now_ns();
   rc = ms_cuda_mon_attach(e->mon, m, o, log);
@@ -1522,6 +1523,7 @@ extern "C" int ms_cuda_attach(struct ms_cuda_engine *e, struct ms_monitor *m, co
 
 extern "C" int ms_cuda_replace(struct ms_cuda_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log) {
   int rc = no_hooks(e, log);
+  if (!rc) rc = ms_monitor_check_schema(m, e->plan, log);
   if (rc) return rc;
   uint64_t t0 = ms_now_ns();
   rc = ms_cuda_mon_replace(e->mon, id, m, log);
@@ -1532,6 +1534,7 @@ extern "C" int ms_cuda_replace(struct ms_cuda_engine *e, int id, struct ms_monit
 extern "C" int ms_cuda_attach_shared(struct ms_cuda_engine *e, struct ms_monitor *m, struct ms_bpf_map **maps,
                                      int n_maps, const struct ms_attach_opts *o, struct ms_textbuf *log) {
   int rc = no_hooks(e, log);
+  if (!rc) rc = ms_monitor_check_schema(m, e->plan, log);
   if (rc) return rc;
   uint64_t t0 = ms_now_ns();
   rc = ms_cuda_mon_attach_shared(e->mon, m, maps, n_maps, o, log);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "hook/hook_impl.h"
+#include "megascope/plan.h"
 #include "megascope/verifier.h"
 
 static int check_abi(const struct ms_bpf_object *obj, struct ms_textbuf *log) {
@@ -132,6 +133,27 @@ void ms_monitor_schema_digest(const struct ms_monitor *m, uint64_t d[2]) {
   const uint8_t *p = ms_bpf_object_section(m->obj, "megascope_schema", &n);
   d[0] = d[1] = 0;
   for (size_t i = 0; p && n == 2 * sizeof *d && i < n; i++) d[i / 8] |= (uint64_t)p[i] << (8 * (i % 8));
+}
+
+/* A monitor compiled against a schema (a query's bundle says which) names
+ * task and event classes by that schema's ids: against a plan that numbers
+ * them otherwise (another backend's: the CPU's plans fuse the pre-norms) its
+ * predicates and keys would read other classes, silently. */
+int ms_monitor_check_schema(const struct ms_monitor *m, const struct ms_plan *p, struct ms_textbuf *log) {
+  static const char *const what[2] = {"task class", "event class"};
+  uint64_t want[2], have[2];
+  ms_monitor_schema_digest(m, want);
+  if (!want[0] && !want[1]) return 0;
+  ms_plan_schema_digest(p, have);
+  for (int i = 0; i < 2; i++) {
+    if (!want[i] || want[i] == have[i]) continue;
+    ms_textbuf_printf(log, "%s was compiled against another plan's %s ids (schema digest %016llx; this engine's "
+                      "%016llx): compile it against this engine's schema (megascope query --socket S --emit F, or "
+                      "--schema from megascope compile --backend B --schema-out)\n",
+                      m->name, what[i], (unsigned long long)want[i], (unsigned long long)have[i]);
+    return -EINVAL;
+  }
+  return 0;
 }
 
 int ms_monitor_prog_count(const struct ms_monitor *m) { return m->n_progs; }

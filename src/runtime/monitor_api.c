@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "megascope/attach.h"
-#include "megascope/plan.h"
 #include "megascope/plan_ir.h"
 #include "megascope/bpf/megascope.h"
 #include "megascope/json.h"
@@ -23,25 +22,9 @@ _Static_assert(SAME_OP(STEP_START) && SAME_OP(EMBED) && SAME_OP(RMSNORM) && SAME
                "include/megascope/bpf/megascope.h enum ms_op must match include/megascope/plan_ir.h enum ms_kernel");
 #undef SAME_OP
 
-/* A monitor compiled against a schema (a query's bundle says which) names
- * task and event classes by that schema's ids: against a plan that numbers
- * them otherwise (another backend's: the CPU's plans fuse the pre-norms) its
- * predicates and keys would read other classes, silently. So it is refused. */
+/* A monitor compiled against another plan's class ids is refused (ms_monitor_check_schema). */
 static int same_schema(struct ms_engine *e, const struct ms_monitor *m, struct ms_textbuf *log) {
-  static const char *const what[2] = {"task class", "event class"};
-  uint64_t want[2], have[2];
-  ms_monitor_schema_digest(m, want);
-  if (!want[0] && !want[1]) return 0;
-  ms_plan_schema_digest(ms_engine_plan(e, 1), have);
-  for (int i = 0; i < 2; i++) {
-    if (!want[i] || want[i] == have[i]) continue;
-    ms_textbuf_printf(log, "%s was compiled against another plan's %s ids (schema digest %016llx; this engine's "
-                      "%016llx): compile it against this engine's schema (megascope query --socket S --emit F, or "
-                      "--schema from megascope compile --backend B --schema-out)\n",
-                      ms_monitor_name(m), what[i], (unsigned long long)want[i], (unsigned long long)have[i]);
-    return -EINVAL;
-  }
-  return 0;
+  return ms_monitor_check_schema(m, ms_engine_plan(e, 1), log);
 }
 
 int ms_engine_attach(struct ms_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,

@@ -94,7 +94,11 @@ int ms_plan_write_schema(const struct ms_plan *p, FILE *f, int pretty);
  * same over the names a schema holds (ms_query_schema_digest): a program
  * bundle carries them (megascope/bpf.h) and an engine refuses a monitor whose
  * digests are not its plan's (ms_engine_attach). */
-uint64_t ms_schema_digest(const char *const *names, size_t n);
+#define MS_SCHEMA_DIGEST_SEED 1469598103934665603ull
+/* One name into the digest h (start from MS_SCHEMA_DIGEST_SEED, names in id
+ * order; an empty or NULL name is left out); the digest is the last h, or 1
+ * where it came out 0. */
+uint64_t ms_schema_digest_add(uint64_t h, size_t id, const char *name);
 void ms_plan_schema_digest(const struct ms_plan *p, uint64_t d[2]);
 
 /* The smallest bucket (1, 2, 4, ...) that holds n rows. */

@@ -2,7 +2,6 @@
 /* Plan read-outs: statistics, task names, structural validation, the schema. */
 #include <errno.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "megascope/plan_ir.h"
@@ -119,25 +118,17 @@ static uint64_t fnv(uint64_t h, const char *s) {
   return h;
 }
 
-uint64_t ms_schema_digest(const char *const *names, size_t n) {
-  uint64_t h = 1469598103934665603ull;
-  for (size_t i = 0; i < n; i++) {
-    if (!names[i] || !names[i][0]) continue;
-    char id[24];
-    snprintf(id, sizeof id, "%zu ", i);
-    h = fnv(fnv(fnv(h, id), names[i]), "\n");
-  }
-  return h ? h : 1;
+uint64_t ms_schema_digest_add(uint64_t h, size_t id, const char *name) {
+  if (!name || !name[0]) return h;
+  char head[24];
+  snprintf(head, sizeof head, "%zu ", id);
+  return fnv(fnv(fnv(h, head), name), "\n");
 }
 
 void ms_plan_schema_digest(const struct ms_plan *p, uint64_t d[2]) {
-  size_t n = (size_t)(p->n_classes > p->n_ev_classes ? p->n_classes : p->n_ev_classes);
-  const char **names = malloc((n ? n : 1) * sizeof *names);
-  d[0] = d[1] = 0;
-  if (!names) return;
-  for (int i = 0; i < p->n_classes; i++) names[i] = p->classes[i].name;
-  d[0] = ms_schema_digest(names, (size_t)p->n_classes);
-  for (int i = 0; i < p->n_ev_classes; i++) names[i] = p->ev_classes[i];
-  d[1] = ms_schema_digest(names, (size_t)p->n_ev_classes);
-  free(names);
+  d[0] = d[1] = MS_SCHEMA_DIGEST_SEED;
+  for (int i = 0; i < p->n_classes; i++) d[0] = ms_schema_digest_add(d[0], (size_t)i, p->classes[i].name);
+  for (int i = 0; i < p->n_ev_classes; i++) d[1] = ms_schema_digest_add(d[1], (size_t)i, p->ev_classes[i]);
+  for (int k = 0; k < 2; k++)
+    if (!d[k]) d[k] = 1;  /* never 0: 0 means "not relied on" */
 }

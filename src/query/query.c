@@ -36,15 +36,11 @@ int ms_query_schema_same(const struct ms_query_schema *a, const char *label_a, c
 }
 
 void ms_query_schema_digest(const struct ms_query_schema *s, uint64_t d[2]) {
-  size_t n = s->n_classes > s->n_evclasses ? s->n_classes : s->n_evclasses;
-  const char **names = malloc((n ? n : 1) * sizeof *names);
-  d[0] = d[1] = 0;
-  if (!names) return;
-  for (size_t i = 0; i < s->n_classes; i++) names[i] = s->classes[i].name;
-  d[0] = ms_schema_digest(names, s->n_classes);
-  for (size_t i = 0; i < s->n_evclasses; i++) names[i] = s->evclasses[i];
-  d[1] = ms_schema_digest(names, s->n_evclasses);
-  free(names);
+  d[0] = d[1] = MS_SCHEMA_DIGEST_SEED;
+  for (size_t i = 0; i < s->n_classes; i++) d[0] = ms_schema_digest_add(d[0], i, s->classes[i].name);
+  for (size_t i = 0; i < s->n_evclasses; i++) d[1] = ms_schema_digest_add(d[1], i, s->evclasses[i]);
+  for (int k = 0; k < 2; k++)
+    if (!d[k]) d[k] = 1;  /* as ms_plan_schema_digest */
 }
 
 void ms_query_schema_free(struct ms_query_schema *s) {

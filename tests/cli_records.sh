@@ -7,7 +7,8 @@
 # never go back); it follows a replace to the new generation and stops by
 # itself once the attachment is detached. A ring buffer whose record struct is
 # not in the BTF is shown as u64 words; signed, narrow and char fields decode by
-# their BTF types. A second reader is refused. The monitor
+# their BTF types. A second reader is refused. The reader is handed each
+# ring's wake-up eventfd (it sleeps in poll(), not polling). The monitor
 # is also compiled from another directory with `megascope cflags`.
 set -euo pipefail
 MS=$1
@@ -89,6 +90,9 @@ r = json.loads(s.recv(n, socket.MSG_WAITALL))
 assert not r["ok"] and r["code"] == "EBUSY" and "already have a reader" in r["error"], r
 PY
 pass=$((pass + 1))  # a second reader is refused (EBUSY) while the first holds the rings
+# the ring came with its wake-up eventfd: the reader sleeps in poll() instead of polling
+grep -q 'ring step_events (4096 bytes, woken at half full)' "$tmp/rec.err" || fail "no wake-up: $(cat "$tmp/rec.err")"
+pass=$((pass + 1))
 # requests at the default rate: four clients, 40 requests of 24 tokens
 for c in 1 2 3 4; do
   (for i in $(seq 1 10); do

@@ -6,7 +6,9 @@
  * keeps writing). Programs drive the helpers through the interpreter too. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -468,6 +470,101 @@ static int child_main(int hash_fd, int array_fd, int ring_fd, int go_fd) {
   return fails;
 }
 
+/* The reader's wake-up: armed, it is woken once when a submit leaves the ring
+ * half full, not before and not again until it arms anew; arming a ring that
+ * is half full already says so instead; other map types have no eventfd. */
+static void test_ringbuf_wake(void) {
+  struct ms_bpf_map *rb = map_of(MS_BPF_MAP_RINGBUF, 0, 0, 4096, 1), *arr = map_of(MS_BPF_MAP_ARRAY, 4, 8, 1, 1);
+  CHECK(ms_bpf_map_wake_fd(arr) == -1 && ms_bpf_map_wake_fd(rb) >= 0);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", ms_bpf_map_fd(rb));
+  int fd = open(path, O_RDWR | O_CLOEXEC), efd = ms_bpf_map_wake_fd(rb);
+  struct ms_bpf_map_reader *r = fd >= 0 ? ms_bpf_map_reader_new(fd, MS_BPF_READER_CONSUME, NULL) : NULL;
+  struct ms_bpf_map_reader *ro = fd >= 0 ? ms_bpf_map_reader_new(fd, 0, NULL) : NULL;
+  CHECK(r && ro && ms_bpf_map_reader_arm(ro) == -EPERM);
+  uint64_t v = 0;
+  char rec[32] = "a record of 32 bytes, 40 a slot";
+  CHECK(ms_bpf_map_reader_arm(r) == 0);
+  int i = 0;
+  for (; i < 2048 / 40; i++) ms_bpf_ringbuf_output(rb, rec, sizeof rec);  /* 2040 bytes: under half */
+  CHECK(read(efd, &v, sizeof v) < 0 && errno == EAGAIN);
+  ms_bpf_ringbuf_output(rb, rec, sizeof rec);  /* 2080: half full */
+  ms_bpf_ringbuf_output(rb, rec, sizeof rec);  /* the reader is woken once */
+  CHECK(read(efd, &v, sizeof v) == (ssize_t)sizeof v && v == 1);
+  CHECK(read(efd, &v, sizeof v) < 0 && errno == EAGAIN);
+  CHECK(ms_bpf_map_reader_arm(r) == 1);  /* half full already: drain, do not sleep */
+  ms_bpf_ringbuf_output(rb, rec, sizeof rec);
+  CHECK(read(efd, &v, sizeof v) < 0 && errno == EAGAIN);
+  struct seen s = {0};
+  CHECK(ms_bpf_map_reader_consume(r, take, &s) == 2048 / 40 + 3);
+  /* disarmed: no wake-up however full */
+  CHECK(ms_bpf_map_reader_arm(r) == 0);
+  ms_bpf_map_reader_disarm(r);
+  while (ms_bpf_ringbuf_output(rb, rec, sizeof rec) == 0) {
+  }
+  CHECK(read(efd, &v, sizeof v) < 0 && errno == EAGAIN);
+  ms_bpf_map_reader_free(ro);
+  ms_bpf_map_reader_free(r);
+  close(fd);
+  ms_bpf_map_free(arr);
+  ms_bpf_map_free(rb);
+}
+
+/* A reader asleep in poll() on the eventfd while another thread writes
+ * records one at a time, waiting whenever the ring is full: the reader is
+ * woken every time, or the writer would wait for it for good. */
+struct wake_writer {
+  struct ms_bpf_map *rb;
+  int rounds, done;
+};
+
+static void *wake_writer_main(void *arg) {
+  struct wake_writer *w = arg;
+  char rec[24] = "twenty-four bytes each.";
+  for (int i = 0; i < w->rounds; i++)
+    while (ms_bpf_ringbuf_output(w->rb, rec, sizeof rec)) sched_yield();  /* full: wait for the reader */
+  __atomic_store_n(&w->done, 1, __ATOMIC_RELEASE);
+  uint64_t one = 1;  /* the last records may leave the ring under half: end a sleep the reader's interval would */
+  if (write(ms_bpf_map_wake_fd(w->rb), &one, sizeof one) < 0) return NULL;
+  return NULL;
+}
+
+static void test_ringbuf_wake_threads(void) {
+  struct ms_bpf_map *rb = map_of(MS_BPF_MAP_RINGBUF, 0, 0, 4096, 1);
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", ms_bpf_map_fd(rb));
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  struct ms_bpf_map_reader *r = ms_bpf_map_reader_new(fd, MS_BPF_READER_CONSUME, NULL);
+  CHECK(r != NULL);
+  struct wake_writer w = {rb, 20000, 0};
+  pthread_t th;
+  CHECK(pthread_create(&th, NULL, wake_writer_main, &w) == 0);
+  struct seen s = {0};
+  int got = 0, sleeps = 0, timeouts = 0;
+  while (got < w.rounds) {
+    int k = ms_bpf_map_reader_consume(r, take, &s);
+    got += k > 0 ? k : 0;
+    /* the writer done (its last records may stay under half) or a miss seen: drain and end */
+    if (got >= w.rounds || timeouts || __atomic_load_n(&w.done, __ATOMIC_ACQUIRE) || ms_bpf_map_reader_arm(r) == 1)
+      continue;
+    struct pollfd pf = {.fd = ms_bpf_map_wake_fd(rb), .events = POLLIN};
+    sleeps++;
+    /* a missed wake-up shows as a stall: the writer waits on a full ring. Once
+     * it is done, its last records may leave the ring under half: no wake-up
+     * is due (a reader's own interval shows them). */
+    if (poll(&pf, 1, 2000) == 0 && !__atomic_load_n(&w.done, __ATOMIC_ACQUIRE)) timeouts++;
+    ms_bpf_map_reader_disarm(r);
+    uint64_t v;
+    if (read(pf.fd, &v, sizeof v) < 0) v = 0;
+  }
+  pthread_join(th, NULL);
+  CHECKF(got == w.rounds && timeouts == 0, "got %d of %d, %d sleeps, %d timed out", got, w.rounds, sleeps,
+         timeouts);
+  ms_bpf_map_reader_free(r);
+  close(fd);
+  ms_bpf_map_free(rb);
+}
+
 static void test_cross_process(void) {
   struct ms_bpf_map *hash = map_of(MS_BPF_MAP_PERCPU_HASH, 8, 8, 32, 2);
   struct ms_bpf_map *arr = map_of(MS_BPF_MAP_ARRAY, 4, 8, 1, 1);
@@ -536,6 +633,8 @@ int main(void) {
   test_program_threads();
   test_ringbuf();
   test_ringbuf_helpers();
+  test_ringbuf_wake();
+  test_ringbuf_wake_threads();
   test_cross_process();
   test_reader_rejects();
   TEST_MAIN_END();

@@ -211,6 +211,12 @@ void ms_bpf_ringbuf_discard(struct ms_bpf_map *m, void *rec);
 int ms_bpf_ringbuf_output(struct ms_bpf_map *m, const void *data, uint64_t size); /* -EAGAIN when full */
 /* Records dropped because the buffer was full (the "lost" coverage figure). */
 uint64_t ms_bpf_ringbuf_lost(const struct ms_bpf_map *m);
+/* A ring buffer's wake-up eventfd (-1 for other types, or when none could be
+ * made): a submit that leaves the ring at least half full while its reader is
+ * asleep (ms_bpf_map_reader_arm) adds 1 to it, once a sleep, so a reader in
+ * another process can wait in poll() instead of polling the positions. Hand
+ * it over with the memfd. */
+int ms_bpf_map_wake_fd(const struct ms_bpf_map *m);
 /* Consumes submitted records in order; fn(user, data, size). Returns the number
  * consumed, or fn's negative return. One consumer at a time. */
 typedef int (*ms_bpf_ringbuf_fn)(void *user, const void *data, uint32_t size);
@@ -255,6 +261,13 @@ struct ms_bpf_map_shm {
 #define MS_BPF_RINGBUF_BUSY_BIT (1u << 31)
 #define MS_BPF_RINGBUF_DISCARD_BIT (1u << 30)
 #define MS_BPF_RINGBUF_HDR_SIZE 8
+/* In a ring buffer's consumer page (ring_cons_off; the reader's writable
+ * page), a u32 the reader sets to 1 before it sleeps: a producer whose submit
+ * leaves the ring at least half full swaps it back to 0 and signals the map's
+ * wake-up eventfd (ms_bpf_map_wake_fd). Linux's ring buffer wakes its epoll
+ * reader the same way; a half-full threshold keeps the syscall off all but
+ * one record in many. */
+#define MS_BPF_RINGBUF_WAKE_OFF 64
 
 /* A map seen from another process through its fd, mapped PROT_READ. With
  * MS_BPF_READER_CONSUME a ring buffer's consumer position is mapped writable
@@ -268,6 +281,13 @@ int ms_bpf_map_reader_foreach(const struct ms_bpf_map_reader *r, ms_bpf_map_entr
 /* Copies the values of key (n_workers * value_size bytes) into out; -ENOENT. */
 int ms_bpf_map_reader_lookup(const struct ms_bpf_map_reader *r, const void *key, void *out);
 int ms_bpf_map_reader_consume(struct ms_bpf_map_reader *r, ms_bpf_ringbuf_fn fn, void *user);
+/* Before a consumer sleeps on the ring's wake-up eventfd: marks it asleep
+ * (MS_BPF_RINGBUF_WAKE_OFF) and returns 1 (and unmarks it) when the ring is
+ * already at least half full, so the caller drains instead of sleeping; 0:
+ * sleep, a producer will wake it. After it wakes, ms_bpf_map_reader_disarm.
+ * -EPERM without MS_BPF_READER_CONSUME. */
+int ms_bpf_map_reader_arm(struct ms_bpf_map_reader *r);
+void ms_bpf_map_reader_disarm(struct ms_bpf_map_reader *r);
 
 /* ---------------------------------------------------------------------------
  * Helpers. A helper is called with r1..r5 and the running program (for its

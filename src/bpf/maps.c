@@ -47,6 +47,7 @@
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -65,6 +66,7 @@ struct ms_bpf_map {
   struct ms_bpf_map_def def;
   uint32_t n_workers;
   int fd;
+  int wake_fd;  /* ring buffer: the reader's wake-up eventfd, -1 otherwise */
   uint8_t *base;
   size_t map_len;
   struct map_view v;
@@ -80,6 +82,11 @@ struct ms_bpf_map_reader {
 };
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
+
+/* A ring buffer's "reader asleep" flag (MS_BPF_RINGBUF_WAKE_OFF). */
+static uint32_t *wake_flag(const struct map_view *v) {
+  return (uint32_t *)((uint8_t *)v->cons_pos + MS_BPF_RINGBUF_WAKE_OFF);
+}
 
 /* x <= 2^31 (check_def bounds max_entries), so the result fits and the loop ends */
 static uint32_t next_pow2(uint64_t x) {
@@ -233,6 +240,7 @@ void ms_bpf_map_free(struct ms_bpf_map *m) {
   if (!m) return;
   if (m->base) munmap(m->base, m->map_len);
   if (m->fd >= 0) close(m->fd);
+  if (m->wake_fd >= 0) close(m->wake_fd);
   free(m);
 }
 
@@ -264,7 +272,7 @@ struct ms_bpf_map *ms_bpf_map_new(const struct ms_bpf_map_def *def, uint32_t n_w
   }
   struct ms_bpf_map *m = calloc(1, sizeof *m);
   if (!m) return NULL;
-  m->fd = -1;
+  m->fd = m->wake_fd = -1;
   m->def = *def;
   m->def.name[sizeof m->def.name - 1] = 0;
   m->n_workers = n_workers;
@@ -278,6 +286,8 @@ struct ms_bpf_map *ms_bpf_map_new(const struct ms_bpf_map_def *def, uint32_t n_w
   if (!m->base) goto fail;
   memcpy(m->base, &h, sizeof h);
   map_view_init(&m->v, &h, m->base);
+  /* without one a reader polls: records still arrive, later */
+  if (def->type == MS_BPF_MAP_RINGBUF) m->wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   return m;
 fail:
   err = errno;
@@ -290,6 +300,7 @@ fail:
 const struct ms_bpf_map_def *ms_bpf_map_info(const struct ms_bpf_map *m) { return &m->def; }
 uint32_t ms_bpf_map_workers(const struct ms_bpf_map *m) { return m->n_workers; }
 int ms_bpf_map_fd(const struct ms_bpf_map *m) { return m->fd; }
+int ms_bpf_map_wake_fd(const struct ms_bpf_map *m) { return m->wake_fd; }
 uint64_t ms_bpf_map_bytes(const struct ms_bpf_map *m) {
   return m ? ((const struct ms_bpf_map_shm *)m->base)->total_size : 0;
 }
@@ -533,13 +544,48 @@ int ms_bpf_map_reader_consume(struct ms_bpf_map_reader *r, ms_bpf_ringbuf_fn fn,
   return ringbuf_consume(&r->v, fn, user);
 }
 
+int ms_bpf_map_reader_arm(struct ms_bpf_map_reader *r) {
+  if (!r->consume) return -EPERM;
+  uint32_t *flag = wake_flag(&r->v);
+  __atomic_store_n(flag, 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* ring_wake's pair */
+  uint64_t pending =
+      __atomic_load_n(r->v.prod_pos, __ATOMIC_RELAXED) - __atomic_load_n(r->v.cons_pos, __ATOMIC_RELAXED);
+  if (pending < r->v.ring_size / 2) return 0;
+  __atomic_store_n(flag, 0, __ATOMIC_RELAXED);
+  return 1;
+}
+
+void ms_bpf_map_reader_disarm(struct ms_bpf_map_reader *r) {
+  if (r->consume) __atomic_store_n(wake_flag(&r->v), 0, __ATOMIC_RELAXED);
+}
+
 /* ---- ring buffer entry points on the engine's side ---------------------- */
 
 void *ms_bpf_ringbuf_reserve(struct ms_bpf_map *m, uint64_t size) {
   return m->def.type == MS_BPF_MAP_RINGBUF ? ringbuf_reserve(&m->v, size) : NULL;
 }
 
-void ms_bpf_ringbuf_submit(struct ms_bpf_map *m, void *rec) { ringbuf_release(&m->v, rec, 0); }
+/* After a submit: wakes a sleeping reader once the ring is half full. The
+ * fence pairs with the reader's in ms_bpf_map_reader_arm (its flag store
+ * before its position load, our position store before this flag load): one
+ * of the two sees the other, so a reader never sleeps past a half-full ring.
+ * Below half nothing is read but the positions. */
+static void ring_wake(struct ms_bpf_map *m) {
+  const struct map_view *v = &m->v;
+  uint64_t pending = __atomic_load_n(v->prod_pos, __ATOMIC_RELAXED) - __atomic_load_n(v->cons_pos, __ATOMIC_RELAXED);
+  if (m->wake_fd < 0 || pending < v->ring_size / 2) return;
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  uint32_t *flag = wake_flag(v);
+  if (!__atomic_load_n(flag, __ATOMIC_RELAXED) || !__atomic_exchange_n(flag, 0, __ATOMIC_ACQ_REL)) return;
+  uint64_t one = 1;
+  if (write(m->wake_fd, &one, sizeof one) < 0) return;  /* EAGAIN: the counter is full, the reader awake */
+}
+
+void ms_bpf_ringbuf_submit(struct ms_bpf_map *m, void *rec) {
+  ringbuf_release(&m->v, rec, 0);
+  ring_wake(m);
+}
 void ms_bpf_ringbuf_discard(struct ms_bpf_map *m, void *rec) { ringbuf_release(&m->v, rec, 1); }
 
 int ms_bpf_ringbuf_output(struct ms_bpf_map *m, const void *data, uint64_t size) {
@@ -548,6 +594,7 @@ int ms_bpf_ringbuf_output(struct ms_bpf_map *m, const void *data, uint64_t size)
   if (!rec) return -EAGAIN;
   memcpy(rec, data, size);
   ringbuf_release(&m->v, rec, 0);
+  ring_wake(m);
   return 0;
 }
 

@@ -145,6 +145,10 @@ static int reopen_rings(const struct ms_attach_view *v, void *arg) {
   const void *raw = o->btf_raw;
   if (v->mon) raw = ms_bpf_object_section(ms_monitor_object(v->mon), ".BTF", &btf_size);
   struct btf *btf = raw && btf_size ? btf__new(raw, (uint32_t)btf_size) : NULL;  /* NULL + errno on failure */
+  int n_rings = 0;  /* each ring's wake-up eventfd goes after all the memfds, while descriptors remain */
+  for (int i = 0; i < v->n_maps; i++) n_rings += ms_bpf_map_info(v->maps[i])->type == MS_BPF_MAP_RINGBUF;
+  if (n_rings > o->max) n_rings = o->max;
+  int n_wake = 0, wake_at[MS_CONTROL_MAX_FDS], wake_ring[MS_CONTROL_MAX_FDS];
   ms_json_key(j, "maps");
   ms_json_arr_begin(j);
   for (int i = 0; i < v->n_maps && n < o->max; i++) {
@@ -170,16 +174,32 @@ static int reopen_rings(const struct ms_attach_view *v, void *arg) {
       ms_json_kstr(j, "name", def->name);
     }
     ms_json_kuint(j, "ring_bytes", def->max_entries);
+    int wfd = ms_bpf_map_wake_fd(v->maps[i]), wake = -1;
+    if (wfd >= 0 && n_rings + n_wake < o->max && (wake_at[n_wake] = fcntl(wfd, F_DUPFD_CLOEXEC, 0)) >= 0) {
+      wake_ring[n_wake] = n - 1;
+      wake = n_rings + n_wake++;
+    }
+    ms_json_kint(j, "wake", wake);  /* the index of its wake-up eventfd among the descriptors, -1: poll it */
     write_layout(j, btf, def->name);
     ms_json_obj_end(j);
   }
   ms_json_arr_end(j);
   btf__free(btf);
+  for (int k = 0; k < n_wake; k++) {
+    if (rc || n != n_rings) {  /* the indices assumed every ring handed over */
+      close(wake_at[k]);
+      continue;
+    }
+    o->fds[n_rings + k] = wake_at[k];
+    char ring[64];
+    memcpy(ring, o->names[wake_ring[k]], sizeof ring);
+    snprintf(o->names[n_rings + k], 64, "%.58s.wake", ring);
+  }
   if (rc) {
     while (n) close(o->fds[--n]);
     return rc;
   }
-  return n;
+  return n == n_rings ? n + n_wake : n;
 }
 
 int ms_control_ring_fds(struct ms_engine *e, int id, int rank, struct ms_json *j, int *fds, char (*names)[64],

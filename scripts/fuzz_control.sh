@@ -43,7 +43,7 @@ while IFS= read -r src; do
       { echo "fuzz_control.sh: $src: built with gcc, uninstrumented" >&2; gcc $cflags -c "$src" -o "$obj"; }
   fi
   objs+=("$obj")
-done < <(find "$root/src" -name '*.c' -not -path '*/cuda/*' | sort)
+done < <(find "$root/src" -name '*.c' -not -path '*/cuda/*' | sort; echo "$root/src/cuda/without_cuda.c")  # no nvcc here
 "$cc" $cflags $san -fsanitize=fuzzer "$root/tests/fuzz/fuzz_control.c" "${objs[@]}" $libs -o "$dir/fuzz_control"
 
 # Seeds: the request corpus, and attach requests carrying each shipped monitor.

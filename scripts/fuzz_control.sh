@@ -30,7 +30,7 @@ san_other="-fsanitize=address -fno-omit-frame-pointer"
 cflags="-g -O1 -std=gnu11 -D_GNU_SOURCE -Wall -Wno-unused-parameter -I$root/include -I$root/src -I$root/tests"
 libs="$(pkg-config --libs libbpf libelf jansson libmicrohttpd libcurl) -lpthread -lm"
 
-objs=()
+objs=()  # the core without its CUDA sources (no nvcc here): src/cuda/without_cuda.c stands for them
 while IFS= read -r src; do
   obj="$dir/obj/$(echo "${src#"$root"/src/}" | tr / _ | sed 's/\.c$/.o/')"
   if [ ! -f "$obj" ] || [ "$src" -nt "$obj" ]; then
@@ -43,7 +43,7 @@ while IFS= read -r src; do
       { echo "fuzz_control.sh: $src: built with gcc, uninstrumented" >&2; gcc $cflags -c "$src" -o "$obj"; }
   fi
   objs+=("$obj")
-done < <(find "$root/src" -name '*.c' -not -path '*/cuda/*' | sort; echo "$root/src/cuda/without_cuda.c")  # no nvcc here
+done < <(find "$root/src" -name '*.c' -not -path '*/cuda/*' | sort; echo "$root/src/cuda/without_cuda.c")
 "$cc" $cflags $san -fsanitize=fuzzer "$root/tests/fuzz/fuzz_control.c" "${objs[@]}" $libs -o "$dir/fuzz_control"
 
 # Seeds: the request corpus, and attach requests carrying each shipped monitor.

@@ -3,6 +3,9 @@
 #include "megascope/base.h"
 
 #include <stdatomic.h>
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,10 +78,19 @@ uint64_t ms_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+#if defined(__x86_64__)
+/* F16C by CPUID (leaf 1, ECX): clang before 15 has no "f16c" for __builtin_cpu_supports, and the
+ * fuzz scripts build this file with clang */
+static int has_f16c(void) {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+#endif
+
 static int cpu_level_here(void) {
 #if defined(__x86_64__)
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !__builtin_cpu_supports("f16c"))
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !has_f16c())
     return MS_CPU_PORTABLE;
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                  __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")

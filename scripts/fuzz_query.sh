@@ -21,10 +21,11 @@ mkdir -p "$dir/obj" "$dir/corpus" "$dir/artifacts"
 san="-fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer"
 cflags="-g -O1 -std=gnu11 -D_GNU_SOURCE -Wall -Wno-unused-parameter -I$root/include -I$root/src"
 libs="$(pkg-config --libs libbpf libelf jansson) -lpthread -lm"
-# the parts a query needs: base, bpf (loader, verifier), the hook ABI and monitors, the query compiler,
-# and what the query library links below them (cmake/layers.cmake: compile, graph, model)
-srcs=("$root"/src/base/*.c "$root"/src/bpf/*.c "$root"/src/hook/*.c "$root"/src/query/*.c
-      "$root"/src/compile/*.c "$root"/src/graph/*.c "$root"/src/model/*.c)
+# the parts a query needs: base, bpf (loader, verifier), the hook ABI and monitors, the query compiler
+# (without plan_names.c, its one file that reads a compiled plan)
+srcs=("$root"/src/base/*.c "$root"/src/bpf/*.c "$root"/src/hook/*.c "$root"/src/query/codegen.c
+      "$root"/src/query/output.c "$root"/src/query/parse.c "$root"/src/query/query.c "$root"/src/query/reference.c
+      "$root"/src/query/union.c)
 objs=()
 for src in "${srcs[@]}"; do
   obj="$dir/obj/$(basename "$(dirname "$src")")_$(basename "$src" .c).o"

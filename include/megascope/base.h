@@ -58,6 +58,16 @@ void ms_textbuf_printf(struct ms_textbuf *tb, const char *fmt, ...)
 /* The engine clock: CLOCK_MONOTONIC in nanoseconds. */
 uint64_t ms_now_ns(void);
 
+/* A schema digest (FNV-1a, 64 bits, never 0) of names by id, ids without a
+ * name left out: what a program compiled against a schema's class ids assumes
+ * of the plan it attaches to (ms_plan_schema_digest, ms_query_schema_digest).
+ * Here, under both: the plan's side and the query compiler's are one function.
+ * One name into h (start from MS_SCHEMA_DIGEST_SEED, names in id order; an
+ * empty or NULL name is left out); the digest is the last h, or 1 where it
+ * came out 0. */
+#define MS_SCHEMA_DIGEST_SEED 1469598103934665603ull
+uint64_t ms_schema_digest_add(uint64_t h, size_t id, const char *name);
+
 /* The vector paths the kernels may take on this CPU: 2 AVX-512 VNNI (and the
  * packed weight layouts it reads), 1 AVX2/FMA/F16C, 0 portable C. The
  * environment's MEGASCOPE_SIMD=avx2 or portable caps it, so one machine can

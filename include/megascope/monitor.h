@@ -39,11 +39,12 @@ const char *ms_monitor_name(const struct ms_monitor *m);
  * "megascope_schema" section of two little-endian u64, as a query's bundle
  * carries it); 0 where the object relies on none. */
 void ms_monitor_schema_digest(const struct ms_monitor *m, uint64_t d[2]);
-/* 0 when m relies on no schema or on plan p's (its digests unset or p's,
- * ms_plan_schema_digest); else -EINVAL, and log says which ids and how to
- * compile it against p's schema. Every engine checks it before attaching. */
-struct ms_plan;
-int ms_monitor_check_schema(const struct ms_monitor *m, const struct ms_plan *p, struct ms_textbuf *log);
+/* 0 when m relies on no schema or on the plan whose digests are `plan`
+ * (ms_plan_schema_digest: m's digests unset or the plan's); else -EINVAL, and
+ * log says which ids and how to compile it against that plan's schema. Every
+ * engine checks it before attaching. The digests, not the plan: the hook's
+ * monitors need no compiled plan (the query compiler links them alone). */
+int ms_monitor_check_schema(const struct ms_monitor *m, const uint64_t plan[2], struct ms_textbuf *log);
 int ms_monitor_prog_count(const struct ms_monitor *m);
 /* Hook and program type of program i. */
 int ms_monitor_prog_hook(const struct ms_monitor *m, int i, int *type);

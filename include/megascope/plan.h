@@ -88,17 +88,12 @@ int ms_plan_validate(const struct ms_plan *p, struct ms_textbuf *log);
 int ms_plan_write_schema(const struct ms_plan *p, FILE *f, int pretty);
 
 /* What a program compiled against a schema's ids assumes of the engine it
- * attaches to: a digest (FNV-1a, 64 bits, never 0) of names by id (ids
- * without a name left out), one of the task class names and one of the event
- * class names. The plan's (d[0] task classes, d[1] event classes), and the
- * same over the names a schema holds (ms_query_schema_digest): a program
- * bundle carries them (megascope/bpf.h) and an engine refuses a monitor whose
- * digests are not its plan's (ms_engine_attach). */
-#define MS_SCHEMA_DIGEST_SEED 1469598103934665603ull
-/* One name into the digest h (start from MS_SCHEMA_DIGEST_SEED, names in id
- * order; an empty or NULL name is left out); the digest is the last h, or 1
- * where it came out 0. */
-uint64_t ms_schema_digest_add(uint64_t h, size_t id, const char *name);
+ * attaches to: the digests of its class names by id (ms_schema_digest_add,
+ * megascope/base.h), d[0] of the task classes, d[1] of the event classes. The
+ * plan's here, and the same over the names a schema holds
+ * (ms_query_schema_digest): a program bundle carries them (megascope/bpf.h)
+ * and an engine refuses a monitor whose digests are not its plan's
+ * (ms_engine_attach). */
 void ms_plan_schema_digest(const struct ms_plan *p, uint64_t d[2]);
 
 /* The smallest bucket (1, 2, 4, ...) that holds n rows. */

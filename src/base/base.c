@@ -78,6 +78,18 @@ uint64_t ms_now_ns(void) {
   return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+static uint64_t fnv(uint64_t h, const char *s) {
+  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
+  return h;
+}
+
+uint64_t ms_schema_digest_add(uint64_t h, size_t id, const char *name) {
+  if (!name || !name[0]) return h;
+  char head[24];
+  snprintf(head, sizeof head, "%zu ", id);
+  return fnv(fnv(fnv(h, head), name), "\n");
+}
+
 #if defined(__x86_64__)
 /* F16C by CPUID (leaf 1, ECX): clang before 15 has no "f16c" for __builtin_cpu_supports, and the
  * fuzz scripts build this file with clang */

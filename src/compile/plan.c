@@ -113,18 +113,6 @@ int ms_plan_write_schema(const struct ms_plan *p, FILE *f, int pretty) {
   return ferror(f) ? -EIO : 0;
 }
 
-static uint64_t fnv(uint64_t h, const char *s) {
-  for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
-  return h;
-}
-
-uint64_t ms_schema_digest_add(uint64_t h, size_t id, const char *name) {
-  if (!name || !name[0]) return h;
-  char head[24];
-  snprintf(head, sizeof head, "%zu ", id);
-  return fnv(fnv(fnv(h, head), name), "\n");
-}
-
 void ms_plan_schema_digest(const struct ms_plan *p, uint64_t d[2]) {
   d[0] = d[1] = MS_SCHEMA_DIGEST_SEED;
   for (int i = 0; i < p->n_classes; i++) d[0] = ms_schema_digest_add(d[0], (size_t)i, p->classes[i].name);

@@ -1510,10 +1510,17 @@ static int no_hooks(const struct ms_cuda_engine *e, struct ms_textbuf *log) {
   return -MS_E_STATE;
 }
 
+/* A monitor compiled against another plan's class ids is refused (ms_monitor_check_schema). */
+static int same_schema(const struct ms_cuda_engine *e, const struct ms_monitor *m, struct ms_textbuf *log) {
+  uint64_t d[2];
+  ms_plan_schema_digest(e->plan, d);
+  return ms_monitor_check_schema(m, d, log);
+}
+
 extern "C" int ms_cuda_attach(struct ms_cuda_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,
                               struct ms_textbuf *log) {
   int rc = no_hooks(e, log);
-  if (!rc) rc = ms_monitor_check_schema(m, e->plan, log);  /* compiled against another plan's class ids */
+  if (!rc) rc = same_schema(e, m, log);
   if (rc) return rc;
   uint64_t t0 = ms_now_ns();
   rc = ms_cuda_mon_attach(e->mon, m, o, log);
@@ -1523,7 +1530,7 @@ extern "C" int ms_cuda_attach(struct ms_cuda_engine *e, struct ms_monitor *m, co
 
 extern "C" int ms_cuda_replace(struct ms_cuda_engine *e, int id, struct ms_monitor *m, struct ms_textbuf *log) {
   int rc = no_hooks(e, log);
-  if (!rc) rc = ms_monitor_check_schema(m, e->plan, log);
+  if (!rc) rc = same_schema(e, m, log);
   if (rc) return rc;
   uint64_t t0 = ms_now_ns();
   rc = ms_cuda_mon_replace(e->mon, id, m, log);
@@ -1534,7 +1541,7 @@ extern "C" int ms_cuda_replace(struct ms_cuda_engine *e, int id, struct ms_monit
 extern "C" int ms_cuda_attach_shared(struct ms_cuda_engine *e, struct ms_monitor *m, struct ms_bpf_map **maps,
                                      int n_maps, const struct ms_attach_opts *o, struct ms_textbuf *log) {
   int rc = no_hooks(e, log);
-  if (!rc) rc = ms_monitor_check_schema(m, e->plan, log);
+  if (!rc) rc = same_schema(e, m, log);
   if (rc) return rc;
   uint64_t t0 = ms_now_ns();
   rc = ms_cuda_mon_attach_shared(e->mon, m, maps, n_maps, o, log);

@@ -139,12 +139,11 @@ void ms_monitor_schema_digest(const struct ms_monitor *m, uint64_t d[2]) {
  * task and event classes by that schema's ids: against a plan that numbers
  * them otherwise (another backend's: the CPU's plans fuse the pre-norms) its
  * predicates and keys would read other classes, silently. */
-int ms_monitor_check_schema(const struct ms_monitor *m, const struct ms_plan *p, struct ms_textbuf *log) {
+int ms_monitor_check_schema(const struct ms_monitor *m, const uint64_t have[2], struct ms_textbuf *log) {
   static const char *const what[2] = {"task class", "event class"};
-  uint64_t want[2], have[2];
+  uint64_t want[2];
   ms_monitor_schema_digest(m, want);
   if (!want[0] && !want[1]) return 0;
-  ms_plan_schema_digest(p, have);
   for (int i = 0; i < 2; i++) {
     if (!want[i] || want[i] == have[i]) continue;
     ms_textbuf_printf(log, "%s was compiled against another plan's %s ids (schema digest %016llx; this engine's "

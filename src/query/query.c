@@ -8,7 +8,7 @@
 
 #include <jansson.h>
 
-#include "megascope/plan.h"
+#include "megascope/base.h"
 #include "query/query_impl.h"
 
 /* ---- schema ---- */

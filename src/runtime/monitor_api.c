@@ -24,7 +24,9 @@ _Static_assert(SAME_OP(STEP_START) && SAME_OP(EMBED) && SAME_OP(RMSNORM) && SAME
 
 /* A monitor compiled against another plan's class ids is refused (ms_monitor_check_schema). */
 static int same_schema(struct ms_engine *e, const struct ms_monitor *m, struct ms_textbuf *log) {
-  return ms_monitor_check_schema(m, ms_engine_plan(e, 1), log);
+  uint64_t d[2];
+  ms_plan_schema_digest(ms_engine_plan(e, 1), d);
+  return ms_monitor_check_schema(m, d, log);
 }
 
 int ms_engine_attach(struct ms_engine *e, struct ms_monitor *m, const struct ms_attach_opts *o,

@@ -3,6 +3,7 @@
 # Runs as root on a fresh machine (CI); elsewhere it only reports what is missing.
 set -euo pipefail
 pkgs=(cmake ninja-build gcc g++ make pkg-config clang llvm libbpf-dev libelf-dev zlib1g-dev
+      libclang-rt-dev  # clang's libFuzzer and sanitizer runtimes: the fuzz scripts (tests/cli_fuzz_scripts.sh)
       libjansson-dev libmicrohttpd-dev libcurl4-openssl-dev prometheus curl python3
       gnuplot-nox python3-venv python3-pip libpython3-dev
       libopenmpi-dev openmpi-bin)  # MPI: tensor parallelism across processes (tests/cli_mpi_tp.sh)

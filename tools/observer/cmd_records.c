@@ -19,9 +19,9 @@
  *
  * Exit codes: 0 done, 1 the engine refused or could not be reached, 2 usage. */
 #include <errno.h>
-#include <poll.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>

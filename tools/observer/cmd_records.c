@@ -350,8 +350,9 @@ static const struct cli_opt records_opts[] = {
     CLI_OPT_DOUBLE(RA, seconds, "seconds", "N", 1e-6, 1e7, "stop after N seconds (default: until detached or SIGINT)"),
     CLI_OPT_INT(RA, max_records, "max-records", "N", 1, 0x7fffffffL, "stop after N records"),
     CLI_OPT_INT(RA, interval_us, "interval-us", "N", 10, 1000000,
-                "the longest a record waits to be read (default 50000: the engine wakes the reader sooner once a "
-                "ring is half full; a ring handed over without its wake-up descriptor is polled every 200)"),
+                "the longest a record waits to be read (default 50000: the engine\n"
+                "wakes the reader sooner once a ring is half full; a ring handed\n"
+                "over without its wake-up descriptor is polled every 200)"),
     {0}};
 #undef RA
 

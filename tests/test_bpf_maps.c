@@ -371,6 +371,15 @@ static const char rb_prog[] =
     "mov %r1, %r0\nmov %r2, 0\ncall 132\n"
     "out: mov %r0, 0\nexit\n";
 
+/* rb_prog with Linux's BPF_RB_FORCE_WAKEUP on the submit */
+static const char rb_force_prog[] =
+    "mov %r6, %r1\n"
+    "lddw %r1, map[0]\nmov %r2, 16\nmov %r3, 0\ncall 131\n"
+    "jeq %r0, 0, out\n"
+    "stxdw [%r0+0], %r6\nstdw [%r0+8], 7\n"
+    "mov %r1, %r0\nmov %r2, 2\ncall 132\n"
+    "out: mov %r0, 0\nexit\n";
+
 static const char rb_leak_prog[] = "lddw %r1, map[0]\nmov %r2, 16\nmov %r3, 0\ncall 131\nmov %r0, 0\nexit\n";
 static const char rb_bogus_prog[] = "mov %r1, %r10\nadd %r1, -16\nmov %r2, 0\ncall 132\nexit\n";
 
@@ -406,6 +415,18 @@ static void test_ringbuf_helpers(void) {
   CHECK(ms_bpf_ringbuf_consume(rb, take, &s) == 1); /* the leaked record did not block it */
   err = run_rb(rb_bogus_prog, rb, h, &mem);
   CHECKF(err == -EINVAL && strstr(logbuf, "not a ring buffer record this run reserved"), "%s", logbuf);
+  /* a program's submit flags reach the reader: FORCE wakes it with one record in the ring */
+  char path[64];
+  snprintf(path, sizeof path, "/proc/self/fd/%d", ms_bpf_map_fd(rb));
+  int fd = open(path, O_RDWR | O_CLOEXEC);
+  struct ms_bpf_map_reader *r = fd >= 0 ? ms_bpf_map_reader_new(fd, MS_BPF_READER_CONSUME, NULL) : NULL;
+  uint64_t v = 0;
+  CHECK(r && ms_bpf_map_reader_arm(r) == 0 && run_rb(rb_prog, rb, h, &mem) == 0);
+  CHECK(read(ms_bpf_map_wake_fd(rb), &v, sizeof v) < 0 && errno == EAGAIN);
+  CHECK(run_rb(rb_force_prog, rb, h, &mem) == 0);
+  CHECK(read(ms_bpf_map_wake_fd(rb), &v, sizeof v) == (ssize_t)sizeof v && v == 1);
+  ms_bpf_map_reader_free(r);
+  if (fd >= 0) close(fd);
   ms_bpf_helpers_free(h);
   ms_bpf_map_free(rb);
 }
@@ -472,7 +493,8 @@ static int child_main(int hash_fd, int array_fd, int ring_fd, int go_fd) {
 
 /* The reader's wake-up: armed, it is woken once when a submit leaves the ring
  * half full, not before and not again until it arms anew; arming a ring that
- * is half full already says so instead; other map types have no eventfd. */
+ * is half full already says so instead; Linux's FORCE and NO wake-up flags;
+ * other map types have no eventfd. */
 static void test_ringbuf_wake(void) {
   struct ms_bpf_map *rb = map_of(MS_BPF_MAP_RINGBUF, 0, 0, 4096, 1), *arr = map_of(MS_BPF_MAP_ARRAY, 4, 8, 1, 1);
   CHECK(ms_bpf_map_wake_fd(arr) == -1 && ms_bpf_map_wake_fd(rb) >= 0);
@@ -497,6 +519,18 @@ static void test_ringbuf_wake(void) {
   CHECK(read(efd, &v, sizeof v) < 0 && errno == EAGAIN);
   struct seen s = {0};
   CHECK(ms_bpf_map_reader_consume(r, take, &s) == 2048 / 40 + 3);
+  /* Linux's flags: FORCE wakes at once, NO never (the helpers pass them through) */
+  CHECK(ms_bpf_map_reader_arm(r) == 0);
+  CHECK(ms_bpf_ringbuf_output_flags(rb, rec, sizeof rec, MS_BPF_RB_FORCE_WAKEUP) == 0);
+  CHECK(read(efd, &v, sizeof v) == (ssize_t)sizeof v && v == 1);
+  CHECK(ms_bpf_map_reader_arm(r) == 0);
+  for (i = 0; i < 2048 / 40 + 2; i++) ms_bpf_ringbuf_output_flags(rb, rec, sizeof rec, MS_BPF_RB_NO_WAKEUP);
+  void *one = ms_bpf_ringbuf_reserve(rb, sizeof rec);
+  CHECK(one != NULL);
+  ms_bpf_ringbuf_submit_flags(rb, one, MS_BPF_RB_NO_WAKEUP);
+  CHECK(read(efd, &v, sizeof v) < 0 && errno == EAGAIN);  /* past half, asleep, and not woken */
+  CHECK(ms_bpf_map_reader_arm(r) == 1);
+  CHECK(ms_bpf_map_reader_consume(r, take, &s) == 1 + 2048 / 40 + 2 + 1);
   /* disarmed: no wake-up however full */
   CHECK(ms_bpf_map_reader_arm(r) == 0);
   ms_bpf_map_reader_disarm(r);

@@ -143,7 +143,9 @@ enum ms_bpf_map_type {
 #define MS_BPF_ANY 0
 #define MS_BPF_NOEXIST 1
 #define MS_BPF_EXIST 2
-/* ring buffer flags, Linux's values (wakeups are accepted and ignored) */
+/* ring buffer flags, Linux's values: a submit wakes a reader asleep on the
+ * ring's eventfd at once (FORCE) or never (NO); without either, once the ring
+ * is half full (ms_bpf_map_wake_fd) */
 #define MS_BPF_RB_NO_WAKEUP 1
 #define MS_BPF_RB_FORCE_WAKEUP 2
 /* ms_bpf_map_def.flags */
@@ -209,6 +211,9 @@ void *ms_bpf_ringbuf_reserve(struct ms_bpf_map *m, uint64_t size);
 void ms_bpf_ringbuf_submit(struct ms_bpf_map *m, void *rec);
 void ms_bpf_ringbuf_discard(struct ms_bpf_map *m, void *rec);
 int ms_bpf_ringbuf_output(struct ms_bpf_map *m, const void *data, uint64_t size); /* -EAGAIN when full */
+/* The same with MS_BPF_RB_NO_WAKEUP / MS_BPF_RB_FORCE_WAKEUP (the helpers' flags). */
+void ms_bpf_ringbuf_submit_flags(struct ms_bpf_map *m, void *rec, uint64_t flags);
+int ms_bpf_ringbuf_output_flags(struct ms_bpf_map *m, const void *data, uint64_t size, uint64_t flags);
 /* Records dropped because the buffer was full (the "lost" coverage figure). */
 uint64_t ms_bpf_ringbuf_lost(const struct ms_bpf_map *m);
 /* A ring buffer's wake-up eventfd (-1 for other types, or when none could be

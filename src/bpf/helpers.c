@@ -151,7 +151,7 @@ static uint64_t h_ringbuf_output(struct ms_bpf_exec *x, uint64_t a1, uint64_t a2
   if (a4 & ~(uint64_t)RB_FLAGS) return (uint64_t)(int64_t)-EINVAL;
   const void *data = arg_mem(x, 2, a2, a3);
   if (!data) return 0;
-  return (uint64_t)(int64_t)ms_bpf_ringbuf_output(m, data, a3);
+  return (uint64_t)(int64_t)ms_bpf_ringbuf_output_flags(m, data, a3, a4);
 }
 
 static uint64_t h_ringbuf_reserve(struct ms_bpf_exec *x, uint64_t a1, uint64_t a2, uint64_t a3,
@@ -166,7 +166,7 @@ static uint64_t h_ringbuf_reserve(struct ms_bpf_exec *x, uint64_t a1, uint64_t a
   return (uint64_t)(uintptr_t)rec;
 }
 
-static uint64_t release(struct ms_bpf_exec *x, uint64_t rec, int discard) {
+static uint64_t release(struct ms_bpf_exec *x, uint64_t rec, int discard, uint64_t flags) {
   struct ms_bpf_map *m = ms_bpf_exec_record_take(x, (void *)(uintptr_t)rec);
   if (!m) {
     ms_bpf_exec_abort(x, -EINVAL, "0x%llx is not a ring buffer record this run reserved",
@@ -176,18 +176,18 @@ static uint64_t release(struct ms_bpf_exec *x, uint64_t rec, int discard) {
   if (discard)
     ms_bpf_ringbuf_discard(m, (void *)(uintptr_t)rec);
   else
-    ms_bpf_ringbuf_submit(m, (void *)(uintptr_t)rec);
+    ms_bpf_ringbuf_submit_flags(m, (void *)(uintptr_t)rec, flags);
   return 0;
 }
 
 static uint64_t h_ringbuf_submit(struct ms_bpf_exec *x, uint64_t a1, uint64_t a2, uint64_t a3,
                                  uint64_t a4, uint64_t a5) {
-  return release(x, a1, 0);
+  return release(x, a1, 0, a2);  /* Linux: bpf_ringbuf_submit(data, flags) */
 }
 
 static uint64_t h_ringbuf_discard(struct ms_bpf_exec *x, uint64_t a1, uint64_t a2, uint64_t a3,
                                   uint64_t a4, uint64_t a5) {
-  return release(x, a1, 1);
+  return release(x, a1, 1, 0);
 }
 
 int ms_bpf_helpers_add_std(struct ms_bpf_helpers *h) {

@@ -566,15 +566,17 @@ void *ms_bpf_ringbuf_reserve(struct ms_bpf_map *m, uint64_t size) {
   return m->def.type == MS_BPF_MAP_RINGBUF ? ringbuf_reserve(&m->v, size) : NULL;
 }
 
-/* After a submit: wakes a sleeping reader once the ring is half full. The
- * fence pairs with the reader's in ms_bpf_map_reader_arm (its flag store
- * before its position load, our position store before this flag load): one
- * of the two sees the other, so a reader never sleeps past a half-full ring.
- * Below half nothing is read but the positions. */
-static void ring_wake(struct ms_bpf_map *m) {
+/* After a submit: wakes a sleeping reader once the ring is half full, or at
+ * once with MS_BPF_RB_FORCE_WAKEUP, never with MS_BPF_RB_NO_WAKEUP (Linux's
+ * flags). The fence pairs with the reader's in ms_bpf_map_reader_arm (its
+ * flag store before its position load, our position store before this flag
+ * load): one of the two sees the other, so a reader never sleeps past a
+ * half-full ring. Below half nothing is read but the positions. */
+static void ring_wake(struct ms_bpf_map *m, uint64_t flags) {
   const struct map_view *v = &m->v;
   uint64_t pending = __atomic_load_n(v->prod_pos, __ATOMIC_RELAXED) - __atomic_load_n(v->cons_pos, __ATOMIC_RELAXED);
-  if (m->wake_fd < 0 || pending < v->ring_size / 2) return;
+  if (m->wake_fd < 0 || (flags & MS_BPF_RB_NO_WAKEUP)) return;
+  if (!(flags & MS_BPF_RB_FORCE_WAKEUP) && pending < v->ring_size / 2) return;
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   uint32_t *flag = wake_flag(v);
   if (!__atomic_load_n(flag, __ATOMIC_RELAXED) || !__atomic_exchange_n(flag, 0, __ATOMIC_ACQ_REL)) return;
@@ -582,20 +584,25 @@ static void ring_wake(struct ms_bpf_map *m) {
   if (write(m->wake_fd, &one, sizeof one) < 0) return;  /* EAGAIN: the counter is full, the reader awake */
 }
 
-void ms_bpf_ringbuf_submit(struct ms_bpf_map *m, void *rec) {
+void ms_bpf_ringbuf_submit_flags(struct ms_bpf_map *m, void *rec, uint64_t flags) {
   ringbuf_release(&m->v, rec, 0);
-  ring_wake(m);
+  ring_wake(m, flags);
 }
+void ms_bpf_ringbuf_submit(struct ms_bpf_map *m, void *rec) { ms_bpf_ringbuf_submit_flags(m, rec, 0); }
 void ms_bpf_ringbuf_discard(struct ms_bpf_map *m, void *rec) { ringbuf_release(&m->v, rec, 1); }
 
-int ms_bpf_ringbuf_output(struct ms_bpf_map *m, const void *data, uint64_t size) {
+int ms_bpf_ringbuf_output_flags(struct ms_bpf_map *m, const void *data, uint64_t size, uint64_t flags) {
   if (m->def.type != MS_BPF_MAP_RINGBUF) return -EINVAL;
   void *rec = ringbuf_reserve(&m->v, size);
   if (!rec) return -EAGAIN;
   memcpy(rec, data, size);
   ringbuf_release(&m->v, rec, 0);
-  ring_wake(m);
+  ring_wake(m, flags);
   return 0;
+}
+
+int ms_bpf_ringbuf_output(struct ms_bpf_map *m, const void *data, uint64_t size) {
+  return ms_bpf_ringbuf_output_flags(m, data, size, 0);
 }
 
 uint64_t ms_bpf_ringbuf_lost(const struct ms_bpf_map *m) {

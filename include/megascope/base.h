@@ -63,10 +63,11 @@ uint64_t ms_now_ns(void);
  * of the plan it attaches to (ms_plan_schema_digest, ms_query_schema_digest).
  * Here, under both: the plan's side and the query compiler's are one function.
  * One name into h (start from MS_SCHEMA_DIGEST_SEED, names in id order; an
- * empty or NULL name is left out); the digest is the last h, or 1 where it
- * came out 0. */
+ * empty or NULL name is left out). */
 #define MS_SCHEMA_DIGEST_SEED 1469598103934665603ull
 uint64_t ms_schema_digest_add(uint64_t h, size_t id, const char *name);
+/* The digest of the last h: h, or 1 where it came out 0 (0 means "not relied on"). */
+static inline uint64_t ms_schema_digest_end(uint64_t h) { return h ? h : 1; }
 
 /* The vector paths the kernels may take on this CPU: 2 AVX-512 VNNI (and the
  * packed weight layouts it reads), 1 AVX2/FMA/F16C, 0 portable C. The

@@ -83,6 +83,11 @@ struct ms_bpf_map_reader {
 
 static uint64_t round_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 
+/* Bytes a ring buffer holds for its reader (reserved records included). */
+static uint64_t ring_pending(const struct map_view *v) {
+  return __atomic_load_n(v->prod_pos, __ATOMIC_RELAXED) - __atomic_load_n(v->cons_pos, __ATOMIC_RELAXED);
+}
+
 /* A ring buffer's "reader asleep" flag (MS_BPF_RINGBUF_WAKE_OFF). */
 static uint32_t *wake_flag(const struct map_view *v) {
   return (uint32_t *)((uint8_t *)v->cons_pos + MS_BPF_RINGBUF_WAKE_OFF);
@@ -549,9 +554,7 @@ int ms_bpf_map_reader_arm(struct ms_bpf_map_reader *r) {
   uint32_t *flag = wake_flag(&r->v);
   __atomic_store_n(flag, 1, __ATOMIC_RELAXED);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);  /* ring_wake's pair */
-  uint64_t pending =
-      __atomic_load_n(r->v.prod_pos, __ATOMIC_RELAXED) - __atomic_load_n(r->v.cons_pos, __ATOMIC_RELAXED);
-  if (pending < r->v.ring_size / 2) return 0;
+  if (ring_pending(&r->v) < r->v.ring_size / 2) return 0;
   __atomic_store_n(flag, 0, __ATOMIC_RELAXED);
   return 1;
 }
@@ -574,9 +577,8 @@ void *ms_bpf_ringbuf_reserve(struct ms_bpf_map *m, uint64_t size) {
  * half-full ring. Below half nothing is read but the positions. */
 static void ring_wake(struct ms_bpf_map *m, uint64_t flags) {
   const struct map_view *v = &m->v;
-  uint64_t pending = __atomic_load_n(v->prod_pos, __ATOMIC_RELAXED) - __atomic_load_n(v->cons_pos, __ATOMIC_RELAXED);
   if (m->wake_fd < 0 || (flags & MS_BPF_RB_NO_WAKEUP)) return;
-  if (!(flags & MS_BPF_RB_FORCE_WAKEUP) && pending < v->ring_size / 2) return;
+  if (!(flags & MS_BPF_RB_FORCE_WAKEUP) && ring_pending(v) < v->ring_size / 2) return;
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   uint32_t *flag = wake_flag(v);
   if (!__atomic_load_n(flag, __ATOMIC_RELAXED) || !__atomic_exchange_n(flag, 0, __ATOMIC_ACQ_REL)) return;

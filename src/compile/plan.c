@@ -117,6 +117,5 @@ void ms_plan_schema_digest(const struct ms_plan *p, uint64_t d[2]) {
   d[0] = d[1] = MS_SCHEMA_DIGEST_SEED;
   for (int i = 0; i < p->n_classes; i++) d[0] = ms_schema_digest_add(d[0], (size_t)i, p->classes[i].name);
   for (int i = 0; i < p->n_ev_classes; i++) d[1] = ms_schema_digest_add(d[1], (size_t)i, p->ev_classes[i]);
-  for (int k = 0; k < 2; k++)
-    if (!d[k]) d[k] = 1;  /* never 0: 0 means "not relied on" */
+  for (int k = 0; k < 2; k++) d[k] = ms_schema_digest_end(d[k]);
 }

@@ -185,8 +185,8 @@ static int reopen_rings(const struct ms_attach_view *v, void *arg) {
   }
   ms_json_arr_end(j);
   btf__free(btf);
-  for (int k = 0; k < n_wake; k++) {
-    if (rc || n != n_rings) {  /* the indices assumed every ring handed over */
+  for (int k = 0; k < n_wake; k++) {  /* without an error every ring was handed over: n == n_rings */
+    if (rc) {
       close(wake_at[k]);
       continue;
     }
@@ -199,7 +199,7 @@ static int reopen_rings(const struct ms_attach_view *v, void *arg) {
     while (n) close(o->fds[--n]);
     return rc;
   }
-  return n == n_rings ? n + n_wake : n;
+  return n + n_wake;
 }
 
 int ms_control_ring_fds(struct ms_engine *e, int id, int rank, struct ms_json *j, int *fds, char (*names)[64],

@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "hook/hook_impl.h"
-#include "megascope/plan.h"
 #include "megascope/verifier.h"
 
 static int check_abi(const struct ms_bpf_object *obj, struct ms_textbuf *log) {

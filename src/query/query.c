@@ -39,8 +39,7 @@ void ms_query_schema_digest(const struct ms_query_schema *s, uint64_t d[2]) {
   d[0] = d[1] = MS_SCHEMA_DIGEST_SEED;
   for (size_t i = 0; i < s->n_classes; i++) d[0] = ms_schema_digest_add(d[0], i, s->classes[i].name);
   for (size_t i = 0; i < s->n_evclasses; i++) d[1] = ms_schema_digest_add(d[1], i, s->evclasses[i]);
-  for (int k = 0; k < 2; k++)
-    if (!d[k]) d[k] = 1;  /* as ms_plan_schema_digest */
+  for (int k = 0; k < 2; k++) d[k] = ms_schema_digest_end(d[k]);
 }
 
 void ms_query_schema_free(struct ms_query_schema *s) {

@@ -3,6 +3,7 @@
 # --backend cpu compiles the plan `run` executes on the CPU (SmolLM2's file:
 # `run --batch 1 --steps 2` ran twice its tasks), so does --backend sim without
 # --sms (the simulator's default GPU, as `run --backend sim`); cuda wants --sms.
+# --backend cpu cuts attention in two parts whatever the tiling; --attn-parts says.
 set -euo pipefail
 MS=$1
 tmp=$(mktemp -d)
@@ -34,8 +35,13 @@ dflt=$("$MS" compile --model "$F" --json | tasks)
 ran=$("$MS" run --model "$F" --batch 1 --steps 2 --prompt-len 1 2>&1 | grep -o '2 steps, [0-9]* tasks' | grep -o '[0-9]* tasks$')
 [ "$ran" = "$((2 * cpu)) tasks" ] || { echo "FAIL: run: $ran, compile --backend cpu: $cpu a step" >&2; exit 1; }
 [ "$dflt" -gt "$cpu" ] || { echo "FAIL: 64 KiB tiles $dflt tasks, the CPU's $cpu" >&2; exit 1; }
-[ "$("$MS" compile --model "$F" --backend cpu --tile-kb 64 --json | tasks)" = "$dflt" ] ||
+[ "$("$MS" compile --model "$F" --backend cpu --tile-kb 64 --attn-parts 1 --json | tasks)" = "$dflt" ] ||
   { echo "FAIL: --tile-kb did not override --backend" >&2; exit 1; }
+# the CPU's attention in two parts whatever the tiling: one more task a layer, KV group and row
+parts=$("$MS" compile --model "$F" --backend cpu --tile-kb 64 --json | tasks)
+[ "$parts" = "$((dflt + 30 * 3))" ] || { echo "FAIL: attention in parts: $parts tasks, $dflt in one" >&2; exit 1; }
+[ "$("$MS" compile --model "$F" --attn-parts 2 --json | tasks)" = "$parts" ] ||
+  { echo "FAIL: --attn-parts 2 without a backend" >&2; exit 1; }
 [ "$("$MS" compile --model "$F" --backend sim --sms 8 --json | tasks)" -lt "$dflt" ] ||
   { echo "FAIL: --backend sim --sms 8" >&2; exit 1; }
 # without --sms the simulator's default GPU, as `run --backend sim` tiles it

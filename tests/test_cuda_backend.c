@@ -251,9 +251,11 @@ static void check_model(const char *preset) {
 /* Hook ABI v2's work_rows of attention on a model with sliding-window layers
  * (tiny-gemma3: five of six layers see the last 8 positions), the same
  * requests greedy on the CPU engine and on the device (megakernel): each
- * attention class's positions summed, equal on both, and below the context
- * lengths' sum on every local layer (the window counted) but equal to it on
- * the global one. */
+ * attention class's positions summed, equal on both (the CPU's two parts a
+ * row and KV group each count their share), and below the context lengths'
+ * sum (over each row and group's first part: every part has the row's
+ * length) on every local layer (the window counted) but equal to it on the
+ * global one. */
 #define WIN_CLASSES 16
 struct attn_rows {
   char name[WIN_CLASSES][32];
@@ -295,7 +297,7 @@ static void window_run(const struct ms_model *m, enum ms_backend be, struct attn
   CHECK(s != NULL);
   struct live rows, ctx;
   CHECK(attach_query(e, s, "task_end /op == attn/ { @[task_class] = sum(work_rows) }", 0, 0, &rows) > 0);
-  CHECK(attach_query(e, s, "task_end /op == attn/ { @[task_class] = sum(ctx_len) }", 0, 0, &ctx) > 0);
+  CHECK(attach_query(e, s, "task_end /op == attn && tile_x == 0/ { @[task_class] = sum(ctx_len) }", 0, 0, &ctx) > 0);
   struct ms_request *q[NREQ];
   int32_t prompt[NREQ][PROMPT];
   for (int i = 0; i < NREQ; i++) {

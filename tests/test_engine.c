@@ -85,15 +85,22 @@ static void test_oracle_and_determinism(void) {
           {.n_workers = 2, .tile_bytes = 64 * 1024}, {.n_workers = 1, .tile_bytes = 1024 * 1024, .min_tiles = 2},
           /* chunked prefill: prompts in chunks beside decode rows, under budgets that split them */
           {.n_workers = 2, .max_batched_tokens = 8}, {.n_workers = 3, .max_batched_tokens = 5, .shuffle = 1, .seed = 4},
-          {.n_workers = 2, .mode = MS_MODE_PER_OP, .max_batched_tokens = 16}};
+          {.n_workers = 2, .mode = MS_MODE_PER_OP, .max_batched_tokens = 16},
+          /* attention in one task a row and KV group, or in three or four parts (some of them empty
+           * at the first positions): other sums, as near the reference */
+          {.n_workers = 2, .attn_parts = 1}, {.n_workers = 3, .attn_parts = 3, .shuffle = 1, .seed = 5},
+          {.n_workers = 4, .attn_parts = 4, .tile_bytes = 64 * 1024}};
       for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
         /* unfused: its logits the same bits as the fused base's, so the same distance from the reference */
-        int unfused = variants[v].tile_bytes != 0;
-        CHECK(run(m, variants[v], unfused, &other) == 0);
+        int unfused = variants[v].tile_bytes != 0, parts = variants[v].attn_parts && variants[v].attn_parts != 2;
+        CHECK(run(m, variants[v], unfused || parts, &other) == 0);
         CHECKF(!memcmp(base.tokens, other.tokens, sizeof base.tokens), "%s variant %zu: tokens differ",
                presets[pi], v);
-        CHECKF(other.max_diff == (unfused ? base.max_diff : 0), "%s variant %zu: max diff %g, fused %g", presets[pi],
-               v, other.max_diff, base.max_diff);
+        if (parts)
+          CHECKF(other.max_diff <= 1e-3, "%s variant %zu: max diff %g", presets[pi], v, other.max_diff);
+        else
+          CHECKF(other.max_diff == (unfused ? base.max_diff : 0), "%s variant %zu: max diff %g, fused %g",
+                 presets[pi], v, other.max_diff, base.max_diff);
       }
       ms_model_free(m);
     }
@@ -205,12 +212,10 @@ static int engine_tasks(const struct ms_model *m, struct ms_engine_opts o) {
   return st.tasks;
 }
 
-/* Tasks in a plan compiled for batch 1 with tile_bytes tb and at least
- * `least` GEMV tasks an operator (0: the compiler's eight), the pre-norms
- * fused or not. */
-static int compiled_tasks(const struct ms_model *m, int tb, int least, int fuse) {
-  struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = tb, .min_tiles = least, .fuse_norm = fuse};
-  struct ms_plan *p = ms_plan_compile(m, &co, NULL);
+/* Tasks in a plan compiled with co, its attention in `parts`. */
+static int compiled_plan_tasks(struct ms_compile_opts *co, const struct ms_model *m, int parts) {
+  co->attn_parts = parts;
+  struct ms_plan *p = ms_plan_compile(m, co, NULL);
   if (!p) return -1;
   struct ms_plan_stats st;
   ms_plan_get_stats(p, &st);
@@ -218,14 +223,27 @@ static int compiled_tasks(const struct ms_model *m, int tb, int least, int fuse)
   return st.tasks;
 }
 
+/* Tasks in a plan compiled for batch 1 with tile_bytes tb and at least
+ * `least` GEMV tasks an operator (0: the compiler's eight), the pre-norms
+ * fused or not. */
+static int compiled_tasks(const struct ms_model *m, int tb, int least, int fuse) {
+  struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = tb, .min_tiles = least, .fuse_norm = fuse};
+  return compiled_plan_tasks(&co, m, 0);
+}
+
 /* The CPU backend tiles GEMVs by 1 MiB of weights, at least two tasks an
- * operator, and fuses the pre-norms into their consumers, unless the caller
- * tiles (runtime/backend/cpu.c): tiny-256's operators are large enough that
- * 64 KiB and 1 MiB give different plans, and small enough that the floor
- * decides at 1 MiB; fused, a layer has two tasks fewer a row (its
- * attn_norm and ffn_norm), the step one fewer (out_norm); a caller's
- * tile_bytes wins, with the compiler's floor of eight and no fusion. A
- * backend whose kernels do not norm their own inputs refuses fusion. */
+ * operator, fuses the pre-norms into their consumers and cuts each decode
+ * row's attention over a KV group in two, unless the caller tiles
+ * (runtime/backend/cpu.c): tiny-256's operators are large enough that 64 KiB
+ * and 1 MiB give different plans, and small enough that the floor decides at
+ * 1 MiB; fused, a layer has two tasks fewer a row (its attn_norm and
+ * ffn_norm), the step one fewer (out_norm); in parts, a layer one more a KV
+ * group and part; a caller's tile_bytes wins, with the compiler's floor of
+ * eight and no fusion, attention still in parts (the same sums whatever the
+ * tiling). A backend whose kernels do not norm their
+ * own inputs refuses fusion, one that does not merge parts refuses them;
+ * prefill plans are cut alike (a position's logits the same bits in a
+ * prompt chunk as in a decode step). */
 static void test_cpu_tiling_default(void) {
   struct ms_model *m = load("tiny-256", MS_DTYPE_F32);
   const struct ms_backend_info *bi = ms_backend_info(MS_BACKEND_CPU);
@@ -235,15 +253,30 @@ static void test_cpu_tiling_default(void) {
   int fused = compiled_tasks(m, 1024 * 1024, bi->min_tiles, 1);
   CHECK(small > large && large > floor2 && floor2 > 0);
   CHECKF(fused == floor2 - 2 * m->cfg.n_layers - 1, "fused %d, unfused %d", fused, floor2);
-  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2}) == fused);
+  int groups = m->cfg.n_layers * m->cfg.n_kv_heads;
+  CHECK(bi->attn_parts == 2 && bi->attn_parts_max == MS_ATTN_MAX_PARTS);
+  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2}) == fused + groups);
+  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .attn_parts = 4}) == fused + 3 * groups);
+  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .attn_parts = 1}) == fused);
+  struct ms_compile_opts pre = {.sz = sizeof pre, .batch = 2, .tile_bytes = 1024 * 1024, .attn_parts = 2};
+  int one = compiled_plan_tasks(&pre, m, 0), two = compiled_plan_tasks(&pre, m, 2);
+  pre.prefill = 1;
+  CHECKF(two == one + 2 * groups && compiled_plan_tasks(&pre, m, 2) == compiled_plan_tasks(&pre, m, 0) + 2 * groups,
+         "decode %d / %d tasks, prefill in parts %d", one, two, compiled_plan_tasks(&pre, m, 2));
   char lb[256] = "";
   struct ms_textbuf log = {.buf = lb, .size = sizeof lb};
   struct ms_engine_opts so = {.sz = sizeof so, .backend = MS_BACKEND_SIM, .fuse_norm = 1};
   CHECK(ms_engine_new(m, &so, &log) == NULL && strstr(lb, "fuse_norm"));
   CHECK(!ms_backend_info(MS_BACKEND_SIM)->fuse_norm && !ms_backend_info(MS_BACKEND_CUDA)->fuse_norm);
-  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .tile_bytes = 64 * 1024}) == small);
-  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .tile_bytes = 1024 * 1024}) == large);
+  CHECK(!ms_backend_info(MS_BACKEND_CUDA)->attn_parts_max && !ms_backend_info(MS_BACKEND_SIM)->attn_parts);
+  struct ms_engine_opts five = {.sz = sizeof five, .n_workers = 2, .attn_parts = MS_ATTN_MAX_PARTS + 1};
+  lb[0] = 0, log.len = 0;
+  CHECK(ms_engine_new(m, &five, &log) == NULL && strstr(lb, "attn_parts"));
+  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .tile_bytes = 64 * 1024}) == small + groups);
+  CHECK(engine_tasks(m, (struct ms_engine_opts){.n_workers = 2, .tile_bytes = 1024 * 1024}) == large + groups);
   struct ms_compile_opts bad = {.sz = sizeof bad, .batch = 1, .min_tiles = -1};
+  CHECK(ms_plan_compile(m, &bad, NULL) == NULL);
+  bad.min_tiles = 0, bad.attn_parts = MS_ATTN_MAX_PARTS + 1;
   CHECK(ms_plan_compile(m, &bad, NULL) == NULL);
   ms_model_free(m);
 }

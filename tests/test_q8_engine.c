@@ -137,7 +137,8 @@ static void check_model(const char *preset, enum ms_dtype t) {
   if (getenv("MS_Q8_VERBOSE"))
     printf("%s %s: max |logit diff| vs reference: f32 activations %.3g, 8-bit %.3g\n", preset, tn, off.max_diff,
            base.max_diff);
-  struct ms_engine_opts sim = {.backend = MS_BACKEND_SIM, .q8_activations = 1};
+  /* the simulator: attention in the CPU's two parts, for the same sums */
+  struct ms_engine_opts sim = {.backend = MS_BACKEND_SIM, .q8_activations = 1, .attn_parts = 2};
   ms_sim_preset("h100", &sim.sim);
   sim.sim.compute = 1;
   struct ms_engine_opts variants[] = {
@@ -155,6 +156,11 @@ static void check_model(const char *preset, enum ms_dtype t) {
            "%s %s variant %zu: tokens or logits differ", preset, tn, v);
     free(other.logits);
   }
+  /* attention in three parts: other sums, the same tokens, as near the reference */
+  CHECK(run(q.m, (struct ms_engine_opts){.n_workers = 2, .q8_activations = 1, .attn_parts = 3}, 1, &other) == 0);
+  CHECKF(!memcmp(base.tokens, other.tokens, sizeof base.tokens) && other.max_diff <= Q8_TOL,
+         "%s %s, attention in three parts: max diff %g", preset, tn, other.max_diff);
+  free(other.logits);
   free(off.logits);
   free(base.logits);
   qmodel_free(&q);

@@ -167,6 +167,8 @@ struct ms_engine_opts {
   int fuse_norm;           /* see ms_compile_opts; only a backend whose info says fuse_norm runs it
                             * (ms_engine_new refuses it elsewhere); set by the CPU backend with its own
                             * tiling */
+  int attn_parts;          /* see ms_compile_opts; 0: the backend's (ms_backend_info, whatever the
+                            * caller's tiling: the CPU's two); more than the backend merges: refused */
 };
 
 /* "cpu", "sim", "cuda"; NULL for an unknown id. */
@@ -198,10 +200,13 @@ struct ms_backend_info {
   int min_tiles;           /* with tile_bytes: GEMV tasks an operator at least (ms_compile_opts) */
   int fuse_norm;           /* with tile_bytes: its plans fuse the pre-norms (ms_compile_opts); its
                             * kernels run such plans */
+  int attn_parts;          /* its plans cut attention so (ms_compile_opts) unless the caller says:
+                            * whatever the tiling. 0: one task a row and KV group */
+  int attn_parts_max;      /* the parts its kernels merge (ms_engine_opts.attn_parts at most); 0: none */
 };
 /* Backend b's description; NULL for an unknown id. */
 const struct ms_backend_info *ms_backend_info(enum ms_backend b);
-/* The backend's own tiling (bi's tile_bytes, min_tiles, fuse_norm) into co: the
+/* The backend's own tiling (bi's tile_bytes, min_tiles, fuse_norm, attn_parts) into co: the
  * plans an engine on it compiles when its caller tiles nothing, for a caller
  * that compiles one of its own (to name faults, to print a schema). */
 void ms_backend_plan_tiling(const struct ms_backend_info *bi, struct ms_compile_opts *co);

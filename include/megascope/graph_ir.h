@@ -60,6 +60,8 @@ struct ms_task_class {
   uint8_t norm;          /* 1: a pre-norm fused in (ms_graph_tiling.fuse_norm): each task RMS-norms
                             the rows of `in` itself, with the layer's attn_norm (qkv), ffn_norm
                             (gate_up) or the model's out_norm (lm_head) */
+  uint8_t parts;         /* attention: each row's KV group cut into this many tasks over its
+                            positions (tile_x the part; ms_compile_opts.attn_parts); 0, 1: one */
   int16_t layer;         /* -1 outside the blocks */
   const char *region_class;  /* how the output is tiled */
   const char *dep_class;     /* how the input is read */

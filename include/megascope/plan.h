@@ -24,6 +24,9 @@ extern "C" {
 
 #define MS_SCHEMA_VERSION 1
 
+/* ms_compile_opts.attn_parts at most */
+#define MS_ATTN_MAX_PARTS 4
+
 struct ms_plan;
 
 struct ms_compile_opts {
@@ -51,6 +54,12 @@ struct ms_compile_opts {
                              fewer dependent phases a layer (one device: not with tp; not a
                              MoE FFN's). The class says so (ms_task_class.norm);
                              the CPU's kernels run it. 0: a norm task a row */
+  int attn_parts;         /* a row's attention over one KV group cut into this many tasks (at
+                             most MS_ATTN_MAX_PARTS), each over a share of the positions, the
+                             last to finish merging their softmaxes (the class says so:
+                             ms_task_class.parts); decode and prefill plans alike, one device or
+                             tp, so a position's logits do not follow the plan that computed it.
+                             The CPU's and the simulator's kernels run it. 0, 1: one task */
 };
 
 struct ms_plan_stats {

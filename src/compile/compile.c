@@ -410,7 +410,12 @@ struct ms_plan *ms_plan_compile(const struct ms_model *m, const struct ms_compil
 #define OPT(f) (o->sz >= offsetof(struct ms_compile_opts, f) + sizeof(int) ? o->f : 0)  /* older callers: 0 */
   struct ms_graph_tiling tiling = {.tile_bytes = o->tile_bytes, .tile_rows = OPT(tile_rows),
                                    .tiles_per_op = OPT(tiles_per_op), .min_tiles = OPT(min_tiles),
-                                   .fuse_norm = OPT(fuse_norm)};
+                                   .fuse_norm = OPT(fuse_norm), .attn_parts = OPT(attn_parts)};
+  if (tiling.attn_parts < 0 || tiling.attn_parts > MS_ATTN_MAX_PARTS) {
+    ms_textbuf_printf(log, "attn_parts %d: expected 0 to %d\n", tiling.attn_parts, MS_ATTN_MAX_PARTS);
+    rc = -EINVAL;
+    goto out_nograph;
+  }
   rc = (OPT(tp_split) ? ms_graph_build_split : ms_graph_build_tp)(m, o->batch, &tiling, OPT(tp), OPT(prefill), &g,
                                                                    log);
 #undef OPT

@@ -27,6 +27,18 @@ MS_HOSTDEV static inline int ms_layer_attn_first(const struct ms_model_config *c
   return win && n > win ? n - win : 0;
 }
 
+/* The share `part` of `parts` (ms_task_class.parts; 0, 1: all) of those
+ * positions, [*p0, *p1): cut as evenly as whole positions allow, a part empty
+ * where there are fewer positions than parts. Each part's task reads these and
+ * its work_rows counts them, so a row's parts sum to the whole. */
+MS_HOSTDEV static inline void ms_layer_attn_share(const struct ms_model_config *c, int l, int n, int part, int parts,
+                                                  int *p0, int *p1) {
+  int first = ms_layer_attn_first(c, l, n);
+  if (parts < 1) parts = 1, part = 0;
+  *p0 = first + (int)((long long)(n - first) * part / parts);
+  *p1 = first + (int)((long long)(n - first) * (part + 1) / parts);
+}
+
 /* RoPE base of layer l: rope_base_local for a local layer when set. */
 MS_HOSTDEV static inline float ms_layer_rope_base(const struct ms_model_config *c, int l) {
   return ms_layer_window(c, l) && c->rope_base_local > 0 ? c->rope_base_local : c->rope_base;

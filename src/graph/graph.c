@@ -53,6 +53,7 @@ struct builder {
   int pending_comm; /* a communication buffer the next operator must also read, -1: none */
   int split;        /* each device holds only its share: every column-tiled output is gathered */
   int fuse_norm;    /* pre-norms computed inside their consumers' tasks (ms_graph_tiling) */
+  int attn_parts;   /* attention a row and KV group in this many tasks (ms_graph_tiling) */
   int err;
 };
 
@@ -295,22 +296,29 @@ static void attention_block(struct builder *b, int l, int x, int *x_out) {
     }
   b->pending_comm = -1;
 
+  /* With parts, each row's group is that many tasks over shares of its
+   * positions (tile_x the part): they write the same columns, so wo waits for
+   * all of them, and the last to finish merges their partial softmaxes
+   * (kernels/ops.c). On two workers a layer's three SmolLM2 groups were three
+   * tasks: one worker ran two while the other waited before wo. */
   c = add_class(b, "attn", l, MS_K_ATTN, MS_LAUNCH_JIT, "row_head", "head_slice+kv");
   g->classes[c].in = (int16_t)qr;
   g->classes[c].out = (int16_t)att;
   g->classes[c].tile = group * hd;
   g->classes[c].n_out = nq;
+  g->classes[c].parts = (uint8_t)b->attn_parts;
   for (int r = 0; r < B; r++)
-    for (int h = 0; h < cf->n_kv_heads; h++) {
-      struct ms_proto_task *t = add_task(b, c, 0, r, h);
-      rd(t, qr, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
-      if (b->prefill)  /* the rows before it in its chunk: statically, all of them */
-        rd(t, kv, 0, B, h, h + 1, 0, 1);
-      else
-        rd(t, kv, r, r + 1, h, h + 1, 0, 1);
-      rd(t, g->meta_buf, 0, 1, 0, 1, 0, 1);
-      wr(t, att, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
-    }
+    for (int h = 0; h < cf->n_kv_heads; h++)
+      for (int part = 0; part < b->attn_parts; part++) {
+        struct ms_proto_task *t = add_task(b, c, part, r, h);
+        rd(t, qr, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
+        if (b->prefill)  /* the rows before it in its chunk: statically, all of them */
+          rd(t, kv, 0, B, h, h + 1, 0, 1);
+        else
+          rd(t, kv, r, r + 1, h, h + 1, 0, 1);
+        rd(t, g->meta_buf, 0, 1, 0, 1, 0, 1);
+        wr(t, att, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
+      }
   if (cf->post_norms) {  /* gemma3: x_mid = x + rmsnorm(wo . attn) */
     int proj = add_buf(b, "attn_proj", l, cf->dim, 1, 0);
     gemv_op(b, "wo", l, MS_K_WO, att, -1, proj, cf->dim, gemv_tile(b, cf->dim, nq, 1, 8));
@@ -443,7 +451,8 @@ static int graph_build(const struct ms_model *m, int batch, const struct ms_grap
                      .min_tiles = tl->min_tiles > 0 ? tl->min_tiles : 8, .tp = tp, .pending_comm = -1,
                      .multiple = tl->min_tiles > 0 ? tl->min_tiles : 1,
                      .prefill = prefill, .split = split,
-                     .fuse_norm = tl->fuse_norm && tp <= 1 && !split};
+                     .fuse_norm = tl->fuse_norm && tp <= 1 && !split,
+                     .attn_parts = tl->attn_parts > 1 ? tl->attn_parts : 1};
   struct ms_graph *G = g;
 
   G->meta_buf = add_buf(&b, "batch_meta", -1, 1, 1, 1);

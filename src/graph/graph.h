@@ -46,6 +46,7 @@ struct ms_graph_tiling {
   int fuse_norm;  /* the norms before qkv, a dense gate_up and the LM head computed inside
                      their tasks (ms_task_class.norm) instead of as a task of their own;
                      one device only (not tp), and not a MoE FFN's */
+  int attn_parts; /* attention a row and KV group in this many tasks (ms_compile_opts) */
 };
 /* The same for a plan of tp >= 2 tensor-parallel devices: an all-gather of
  * communication tasks (one per device) after every wo and down. With prefill,

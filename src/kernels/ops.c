@@ -7,6 +7,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "core/atomics.h"
 #include "core/layer.h"
 #include "kernels/vec.h"
 
@@ -322,34 +323,80 @@ static void rope(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
   memcpy(vd, in + nq + nkv + kh * hd, sizeof(float) * (size_t)hd);
 }
 
+size_t ms_ops_attn_part_floats(const struct ms_model *m) {
+  const struct ms_model_config *c = &m->cfg;
+  size_t n = (size_t)(c->n_heads / c->n_kv_heads) * (size_t)(c->head_dim + 2);
+  return (n + 15) / 16 * 16;
+}
+
+/* The parts' slots of row r's KV group kh merged into out (group rows of hd):
+ * each part's exponentials were taken against its own maximum, so each is
+ * rescaled to the largest, out = sum(a o) / sum(a l). An empty part (-inf,
+ * 0) weighs nothing. */
+static void attn_merge(const struct ms_exec_ctx *x, const float *slot, int parts, int group, int hd, float *out) {
+  size_t pf = ms_ops_attn_part_floats(x->m);
+  for (int g = 0; g < group; g++) {
+    float m = -INFINITY, a[MS_ATTN_MAX_PARTS], l = 0;
+    for (int i = 0; i < parts; i++) m = fmaxf(m, slot[(size_t)i * pf + (size_t)g]);
+    for (int i = 0; i < parts; i++) {
+      const float *pi = slot + (size_t)i * pf;
+      a[i] = pi[group + g] > 0 ? expf(pi[g] - m) : 0;
+      l += a[i] * pi[group + g];
+    }
+    float *o = out + (size_t)g * (size_t)hd, inv = 1.0f / l;
+    for (int j = 0; j < hd; j++) {
+      float v = 0;
+      for (int i = 0; i < parts; i++) v += a[i] * slot[(size_t)i * pf + 2 * (size_t)group + (size_t)g * hd + j];
+      o[j] = v * inv;
+    }
+  }
+}
+
 /* Paged attention of one row for the q heads sharing kv head `kh`, over every
  * position so far, or the last `window` on a local layer. The group's heads
  * go through each KV page together (K and V read once for all of them), each
- * head's scores a row of the worker's scratch (group x max_ctx floats). */
+ * head's scores a row of the worker's scratch (group x max_ctx floats). With
+ * parts (ms_task_class.parts) a task takes the share tile_x of the positions
+ * into its slot, and the last part to finish merges the slots into out. */
 static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                  int worker) {
   const struct ms_model_config *c = &x->m->cfg;
   int r = t->tile[1], kh = t->tile[2], hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+  int parts = k->parts > 1 ? k->parts : 1, part = t->tile[0];
   float *out = ms_buf_row(x, k->out, 0, r) + kh * group * hd;
-  if (!row_valid(x, r)) {
+  if (!row_valid(x, r)) {  /* every part alike: none counts */
     memset(out, 0, sizeof(float) * (size_t)(group * hd));
     return;
   }
   const float *q = ms_buf_row(x, k->in, 0, r) + kh * group * hd;
-  int n = x->meta.row_pos[r] + 1, p0 = ms_layer_attn_first(c, k->layer, n);
+  int n = x->meta.row_pos[r] + 1, p0, p1;
+  ms_layer_attn_share(c, k->layer, n, part, parts, &p0, &p1);
   float *s = x->scratch[worker], scale = ms_attn_scale(c);  /* (group, n) */
   size_t ld = (size_t)c->n_kv_heads * (size_t)hd;  /* one position's K (or V) row to the next */
-  for (int p = p0, end; p < n; p = end) {  /* a page at a time: its positions lie ld apart */
-    end = page_end(x, p, n);
+  for (int p = p0, end; p < p1; p = end) {  /* a page at a time: its positions lie ld apart */
+    end = page_end(x, p, p1);
     ms_vec_dot_runs(q, group, kv_at(x, x->k_pool, k->layer, r, p) + kh * hd, ld, end - p, hd, scale, s + p,
                     (size_t)n);
   }
-  ms_vec_softmax_rows(s, group, (size_t)n, p0, n);
-  memset(out, 0, sizeof(float) * (size_t)(group * hd));
-  for (int p = p0, end; p < n; p = end) {
-    end = page_end(x, p, n);
-    ms_vec_axpy_runs(out, group, s + p, (size_t)n, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, ld, end - p, hd);
+  size_t at = (size_t)r * (size_t)c->n_kv_heads + (size_t)kh, pf = ms_ops_attn_part_floats(x->m);
+  float *slot = parts > 1 ? x->attn_part + at * MS_ATTN_MAX_PARTS * pf : NULL, *acc = out;
+  if (slot) {  /* [maximum, sum] a head, then the heads' rows */
+    ms_vec_softmax_rows_part(s, group, (size_t)n, p0, p1, slot + (size_t)part * pf, slot + (size_t)part * pf + group);
+    acc = slot + (size_t)part * pf + 2 * group;
+  } else {
+    ms_vec_softmax_rows(s, group, (size_t)n, p0, p1);
   }
+  memset(acc, 0, sizeof(float) * (size_t)(group * hd));
+  for (int p = p0, end; p < p1; p = end) {
+    end = page_end(x, p, p1);
+    ms_vec_axpy_runs(acc, group, s + p, (size_t)n, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, ld, end - p, hd);
+  }
+  /* The count's acq_rel orders every part's slot before the last one reads
+   * them; the last puts it back to 0 before its task completes, and the next
+   * step's parts depend on that completion. */
+  if (!slot || ms_at_add_acq_rel64(&x->attn_done[at], 1) + 1 < (uint64_t)parts) return;
+  ms_at_st_rlx64(&x->attn_done[at], 0);
+  attn_merge(x, slot, parts, group, hd, out);
 }
 
 /* out[:, c0:c1] = residual[:, c0:c1] + W[c0:c1] . in */

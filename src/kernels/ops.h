@@ -70,6 +70,12 @@ struct ms_exec_ctx {
   struct ms_q8_held *q8_held;      /* [worker] */
   int q8_rows, q8_cols;
   struct ms_normed *normed;        /* [worker]; NULL where no plan fuses a norm */
+  /* Attention cut over positions (ms_task_class.parts): each part's partial
+   * result, MS_ATTN_MAX_PARTS slots of ms_ops_attn_part_floats floats a row
+   * and KV group, and a count of the parts done a row and KV group (the last
+   * merges and puts it back to 0; atomics). NULL where no plan cuts it. */
+  float *attn_part;                /* [max_rows * n_kv_heads * MS_ATTN_MAX_PARTS] slots */
+  uint64_t *attn_done;             /* [max_rows * n_kv_heads] */
 };
 
 /* Resolves, for each class of `p`, the weight matrices its kernel reads. */
@@ -88,6 +94,11 @@ int ms_ops_weight_rows(const struct ms_task_class *k, const struct ms_weight *co
  * of max_ctx scores for each q head of a KV group. Whoever lays out an
  * execution context sizes it by this. */
 size_t ms_ops_scratch_floats(const struct ms_model *m, int max_ctx);
+
+/* Floats of one part's slot (ms_exec_ctx.attn_part): for each q head of a KV
+ * group its maximum score, its sum of exponentials and its output row before
+ * the division, rounded up to a cache line (parts run on different workers). */
+size_t ms_ops_attn_part_floats(const struct ms_model *m);
 
 /* Runs task `t` (math kernels; the step start and sampling belong to the runtime). */
 void ms_ops_run(const struct ms_exec_ctx *x, int t, int worker);

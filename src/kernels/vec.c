@@ -394,15 +394,17 @@ __attribute__((target("avx2,fma"))) static void glu_avx2(float *out, const float
 #endif
 
 #ifdef MS_X86
-/* One row of ms_vec_softmax_rows: the maximum and the sum in eight lanes
- * (then across them), the tail masked; about ten times expf's speed
- * (SmolLM2's attention at 512 positions: 5 us a task in softmax before). */
-__attribute__((target("avx2,fma"))) static void softmax_avx2(float *v, int n) {
+/* One row of ms_vec_softmax_rows up to its division: v[i] made exp(v[i] -
+ * max), the maximum into *mo, the sum returned, both in eight lanes (then
+ * across them), the tail masked; about ten times expf's speed (SmolLM2's
+ * attention at 512 positions: 5 us a task in softmax before). */
+__attribute__((target("avx2,fma"))) static float softmax_exp_avx2(float *v, int n, float *mo) {
   int i = 0;
   __m256 mx = _mm256_set1_ps(-INFINITY);
   for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(_mm256_loadu_ps(v + i), mx);
   float m = hmax256(mx);
   for (; i < n; i++) m = v[i] > m ? v[i] : m;
+  *mo = m;
   __m256 mv = _mm256_set1_ps(m), sum = _mm256_setzero_ps();
   for (i = 0; i + 8 <= n; i += 8) {
     __m256 e = exp256(_mm256_sub_ps(_mm256_loadu_ps(v + i), mv));
@@ -415,7 +417,13 @@ __attribute__((target("avx2,fma"))) static void softmax_avx2(float *v, int n) {
     _mm256_maskstore_ps(v + i, k, e);
     sum = _mm256_add_ps(sum, e);
   }
-  __m256 inv = _mm256_set1_ps(1.0f / hsum256(sum));
+  return hsum256(sum);
+}
+
+__attribute__((target("avx2,fma"))) static void softmax_avx2(float *v, int n) {
+  float m;
+  __m256 inv = _mm256_set1_ps(1.0f / softmax_exp_avx2(v, n, &m));
+  int i;
   for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(v + i, _mm256_mul_ps(_mm256_loadu_ps(v + i), inv));
   for (; i < n; i++) v[i] *= _mm256_cvtss_f32(inv);
 }
@@ -424,11 +432,16 @@ __attribute__((target("avx2,fma"))) static void softmax_avx2(float *v, int n) {
 /* softmax_avx2's steps one value at a time: the maximum (exact in any
  * order), exp_poly, the sum in eight lanes (lane j the values j mod 8 apart,
  * then hsum256's order across them) and one reciprocal: the same bits. */
-static void softmax_scalar(float *v, int n) {
-  float m = -INFINITY, lane[8] = {0}, inv;
+static float softmax_exp_scalar(float *v, int n, float *mo) {
+  float m = -INFINITY, lane[8] = {0};
   for (int i = 0; i < n; i++) m = v[i] > m ? v[i] : m;
   for (int i = 0; i < n; i++) lane[i % 8] += (v[i] = exp_poly(v[i] - m));
-  inv = 1.0f / lanes8_total(lane);
+  *mo = m;
+  return lanes8_total(lane);
+}
+
+static void softmax_scalar(float *v, int n) {
+  float m, inv = 1.0f / softmax_exp_scalar(v, n, &m);
   for (int i = 0; i < n; i++) v[i] *= inv;
 }
 
@@ -442,6 +455,23 @@ void ms_vec_softmax_rows(float *s, int ng, size_t sld, int p0, int n) {
     }
 #endif
     softmax_scalar(v, n - p0);
+  }
+}
+
+void ms_vec_softmax_rows_part(float *s, int ng, size_t sld, int p0, int n, float *mx, float *sum) {
+  for (int g = 0; g < ng; g++) {
+    float *v = s + (size_t)g * sld + p0;
+    if (n <= p0) {
+      mx[g] = -INFINITY, sum[g] = 0;
+      continue;
+    }
+#ifdef MS_X86
+    if (use_simd) {
+      sum[g] = softmax_exp_avx2(v, n - p0, &mx[g]);
+      continue;
+    }
+#endif
+    sum[g] = softmax_exp_scalar(v, n - p0, &mx[g]);
   }
 }
 

@@ -43,6 +43,11 @@ void ms_vec_axpy_runs(float *o, int ng, const float *w, size_t sld, const float 
  * exp(s[p] - max) / sum, exp the GLU's polynomial, the sum in eight lanes:
  * the same bits on both paths. Each row's values depend on that row alone. */
 void ms_vec_softmax_rows(float *s, int ng, size_t sld, int p0, int n);
+/* Its steps before the division, for a share of the positions whose results a
+ * merge rescales: s[p] over [p0, n) made exp(s[p] - m), each row's maximum m
+ * into mx[g] and the sum of its exponentials into sum[g] (the same lanes and
+ * bits). An empty range gives -inf and 0. */
+void ms_vec_softmax_rows_part(float *s, int ng, size_t sld, int p0, int n, float *mx, float *sum);
 
 /* out = x * w / rms(x), the squares summed in eight lanes (the same bits on
  * both paths) */

@@ -26,8 +26,9 @@ int ms_mode_parse(const char *s, enum ms_mode *out) {
 }
 
 /* The backend's own tiling where the caller tiles nothing (ms_backend_info,
- * as ms_backend_plan_tiling gives it to a caller's plan), then its defaults
- * first: it may fix the worker count. */
+ * as ms_backend_plan_tiling gives it to a caller's plan) and its attention
+ * parts where the caller names none, then its defaults first: it may fix the
+ * worker count. */
 static void set_defaults(const struct ms_backend_ops *be, struct ms_engine_opts *o) {
   const struct ms_backend_info *bi = &be->info;
   if (bi->tile_bytes && !o->tile_bytes && !o->tile_rows && !o->tiles_per_op) {
@@ -35,6 +36,8 @@ static void set_defaults(const struct ms_backend_ops *be, struct ms_engine_opts 
     o->min_tiles = bi->min_tiles;
     o->fuse_norm = bi->fuse_norm;
   }
+  /* attention's parts whatever the GEMV tiling: the same sums in every plan */
+  if (!o->attn_parts) o->attn_parts = bi->attn_parts;
   if (be->defaults) be->defaults(o);
   if (o->n_workers <= 0) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -81,6 +84,12 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     rc = -EINVAL;
     goto fail;
   }
+  if (e->o.attn_parts < 0 || e->o.attn_parts > (e->be->info.attn_parts_max > 1 ? e->be->info.attn_parts_max : 1)) {
+    ms_textbuf_printf(log, "engine: attn_parts %d: the %s backend's kernels merge 1 to %d parts\n",
+                      e->o.attn_parts, e->be->info.name, e->be->info.attn_parts_max > 1 ? e->be->info.attn_parts_max : 1);
+    rc = -EINVAL;
+    goto fail;
+  }
   if ((rc = ms_rt_dist_check(e, log))) goto fail;
   /* serving across ranks: a follower lays out the prompt chunks rank 0 chose,
    * so every plan it may need is compiled before the first step, on every rank */
@@ -103,7 +112,7 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
       struct ms_compile_opts co = {.sz = sizeof co, .batch = 1, .tile_bytes = e->o.tile_bytes,
                                    .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
                                    .min_tiles = e->o.min_tiles, .fuse_norm = e->o.fuse_norm,
-                                   .tp = e->o.tp, .tp_split = e->tx != NULL};
+                                   .attn_parts = e->o.attn_parts, .tp = e->o.tp, .tp_split = e->tx != NULL};
       struct ms_plan *p0 = ms_plan_compile(m, &co, log);
       if (!p0) {
         rc = -errno;

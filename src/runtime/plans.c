@@ -139,7 +139,7 @@ int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int pref
   struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
                                .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
                                .min_tiles = e->o.min_tiles, .fuse_norm = e->o.fuse_norm,
-                               .tp = e->o.tp, .prefill = prefill, .tp_split = e->tx != NULL};
+                               .attn_parts = e->o.attn_parts, .tp = e->o.tp, .prefill = prefill, .tp_split = e->tx != NULL};
   rt->plan = ms_plan_compile(e->m, &co, log);
   if (!rt->plan) return -errno;
   if (e->o.plan_hook) e->o.plan_hook(rt->plan, e->o.plan_hook_user);
@@ -168,7 +168,7 @@ int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int pref
       .k_pool = e->k_pool, .v_pool = e->v_pool, .page_size = e->o.page_size,
       .pool_pages = e->pool_pages, .scratch = e->scratch,
       .q8 = e->q8, .q8_held = e->q8_held, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols,
-      .normed = e->normed};
+      .normed = e->normed, .attn_part = e->attn_part, .attn_done = e->attn_done};
   return 0;
 }
 
@@ -251,6 +251,12 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
     for (int w = 0; w < e->n_workers; w++)
       if (!(e->normed[w].rows = aligned_alloc(64, bytes))) return -ENOMEM;
   }
+  if (e->o.attn_parts > 1 && !e->shape_only) {  /* decode rows' attention in parts */
+    size_t groups = (size_t)e->max_rows * (size_t)c->n_kv_heads;
+    size_t bytes = groups * MS_ATTN_MAX_PARTS * ms_ops_attn_part_floats(e->m) * sizeof(float);
+    if (!(e->attn_part = aligned_alloc(64, bytes)) || !(e->attn_done = calloc(groups, sizeof *e->attn_done)))
+      return -ENOMEM;
+  }
   return e->o.q8_activations && !e->shape_only ? alloc_q8(e) : 0;
 }
 
@@ -305,4 +311,6 @@ void ms_rt_storage_free(struct ms_engine *e) {
   if (e->normed)
     for (int w = 0; w < e->o.n_workers; w++) free(e->normed[w].rows);
   free(e->normed);
+  free(e->attn_part);
+  free(e->attn_done);
 }

@@ -259,6 +259,8 @@ struct ms_engine {
   void **q8;                     /* [worker] 8-bit activation rows; NULL: off */
   struct ms_q8_held *q8_held;    /* [worker] what each holds (kernels/ops.h) */
   struct ms_normed *normed;      /* [worker] fuse_norm: the normed input rows of a class (kernels/ops.h) */
+  float *attn_part;              /* attn_parts: the parts' slots (kernels/ops.h, ms_exec_ctx) */
+  uint64_t *attn_done;           /* attn_parts: parts done a row and KV group */
   int q8_rows, q8_cols;
 
   /* The layout as hooks read it, under a seqlock (as on the device): worker 0

@@ -48,11 +48,14 @@ static inline uint32_t ms_rt_task_rows(const struct ms_engine *e, const struct p
   case MS_K_EXPERT_DOWN:
     return (uint32_t)ms_rt_routed(e, rt, &rt->plan->classes[k->cls], k->tile[2]);
   case MS_K_ATTN: {
-    /* the positions it reads: a sliding-window layer's window at most, by
-     * the rule the kernels read them with (megakernel.cuh's msd_ctx_work too) */
+    /* the positions it reads: a sliding-window layer's window at most, its
+     * part's share of them, by the rule the kernels read them with
+     * (megakernel.cuh's msd_ctx_work too, whose plans are never in parts) */
     if (!ms_rt_row_live(rt, r)) return 0;
-    int n = rt->x.meta.row_pos[r] + 1;
-    return (uint32_t)(n - ms_layer_attn_first(&e->m->cfg, rt->plan->classes[k->cls].layer, n));
+    const struct ms_task_class *c = &rt->plan->classes[k->cls];
+    int n = rt->x.meta.row_pos[r] + 1, p0, p1;
+    ms_layer_attn_share(&e->m->cfg, c->layer, n, k->tile[0], c->parts, &p0, &p1);
+    return (uint32_t)(p1 - p0);
   }
   default:
     return r >= 0 ? (uint32_t)ms_rt_row_live(rt, r) : (uint32_t)rt->x.meta.n_rows;

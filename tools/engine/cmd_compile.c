@@ -47,7 +47,7 @@ static void print_stats(struct ms_json *j, const char *model, const struct ms_pl
 struct compile_args {
   struct cli_model cm;
   struct cli_backend be;  /* backend -1: none named */
-  long batch, tile_kb, tile_rows;
+  long batch, tile_kb, tile_rows, attn_parts;
   int all, as_json, stats;
   const char *schema_out;
 };
@@ -65,6 +65,9 @@ static const struct cli_opt compile_opts[] = {
     CLI_OPT_INT(CA, tile_kb, "tile-kb", "K", 1, 1 << 20,
                 "target weight KiB per GEMV task (default 64, or the --backend's)"),
     CLI_OPT_INT(CA, tile_rows, "tile-rows", "N", 1, 1 << 20, "fixed output rows per GEMV task (overrides --tile-kb)"),
+    CLI_OPT_INT(CA, attn_parts, "attn-parts", "N", 1, MS_ATTN_MAX_PARTS,
+                "each row's attention over a KV group in N tasks over shares of\n"
+                "its positions (default 1, or the --backend's: 2 on the CPU)"),
     CLI_OPT_GROUP(CA, be, cli_backend_opts),
     CLI_OPT_FLAG(CA, stats, "stats", "print the plan statistics (the default output)"),
     CLI_OPT_FLAG(CA, as_json, "json", "print them as JSON"),
@@ -120,6 +123,8 @@ int cmd_compile(int argc, char **argv) {
     return 2;
   }
   if (a.be.backend >= 0 && !tile_kb && !tile_rows && backend_tiling(&a.be, &tiling)) return 2;
+  if (bi) tiling.attn_parts = bi->attn_parts;  /* whatever the tiling, as the engine */
+  if (a.attn_parts) tiling.attn_parts = (int)a.attn_parts;
   if (tile_kb) tiling.tile_bytes = (int)tile_kb * 1024;
   struct ms_model *m = cli_model_load(&cm);
   if (!m) return 2;
@@ -137,7 +142,8 @@ int cmd_compile(int argc, char **argv) {
     struct ms_textbuf log = {logbuf, sizeof logbuf, 0, 0};
     struct ms_compile_opts co = {.sz = sizeof co, .batch = b, .tile_bytes = tiling.tile_bytes,
                                  .tile_rows = (int)tile_rows, .tiles_per_op = tiling.tiles_per_op,
-                                 .min_tiles = tiling.min_tiles, .fuse_norm = tiling.fuse_norm};
+                                 .min_tiles = tiling.min_tiles, .fuse_norm = tiling.fuse_norm,
+                                 .attn_parts = tiling.attn_parts};
     struct ms_plan *p = ms_plan_compile(m, &co, &log);
     if (!p) {
       fprintf(stderr, "megascope compile: %s", logbuf[0] ? logbuf : "failed\n");

@@ -25,6 +25,7 @@
 struct run_args {
   struct cli_model cm;
   long batch, requests, steps, prompt_len, workers, max_ctx, tile_kb, tile_rows, watchdog_ms, max_batched;
+  long attn_parts;
   int shuffle, check, as_json, show_steps, compute, q8;
   struct cli_backend be;
   const char *gpu;
@@ -55,7 +56,8 @@ static int resolve_faults(const struct ms_model *m, const struct run_args *a, co
   int untiled = !eo->tile_bytes && !eo->tile_rows;  /* the backend's tiling, as the engine will run */
   struct ms_compile_opts co = {.sz = sizeof co, .batch = ms_bucket_for((int)a->batch), .tile_bytes = eo->tile_bytes,
                                .tile_rows = eo->tile_rows, .tiles_per_op = sim ? workers : 0,
-                               .min_tiles = eo->min_tiles, .fuse_norm = eo->fuse_norm, .tp = D};
+                               .min_tiles = eo->min_tiles, .fuse_norm = eo->fuse_norm,
+                               .attn_parts = eo->attn_parts ? eo->attn_parts : bi->attn_parts, .tp = D};
   if (untiled) ms_backend_plan_tiling(bi, &co);
   struct ms_plan *p = ms_plan_compile(m, &co, &log);
   int rc = p ? 0 : -1;
@@ -112,6 +114,10 @@ static const struct cli_opt run_opts[] = {
                 "1024 on the CPU, at least two tasks an operator; 64 elsewhere;\n"
                 "given, at least eight tasks an operator)"),
     CLI_OPT_INT(RA, tile_rows, "tile-rows", "N", 1, 1 << 20, "fixed output rows per GEMV task (overrides --tile-kb)"),
+    CLI_OPT_INT(RA, attn_parts, "attn-parts", "N", 1, MS_ATTN_MAX_PARTS,
+                "each row's attention over a KV group in N tasks over shares\n"
+                "of its positions, the last to finish merging them (default:\n"
+                "the backend's, 2 on the CPU, 1 elsewhere; cuda runs 1)"),
     CLI_OPT_GROUP(RA, q8, cli_act_opts),
     CLI_OPT_INT(RA, max_batched, "max-batched-tokens", "N", 0, 4096,
                 "chunked prefill: at most N token rows a step, a prompt fed\n"
@@ -318,11 +324,43 @@ static int make_prompt(long i, long prompt_len, int vocab, int32_t *out) {
   return n;
 }
 
+/* Each checked position's largest |logit difference|, for their median. */
+struct pos_diffs {
+  double *d;
+  size_t n, cap;
+};
+
+static void pos_diffs_add(struct pos_diffs *p, double d) {
+  if (p->n == p->cap) {
+    size_t cap = p->cap ? 2 * p->cap : 256;
+    double *q = realloc(p->d, cap * sizeof *q);
+    if (!q) return;  /* the median then leaves it out; the maximum still counts it */
+    p->d = q, p->cap = cap;
+  }
+  p->d[p->n++] = d;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* The median (a NaN sorts as the largest: qsort's order is then undefined, so
+ * NaNs are counted in as infinities first); 0 with none. */
+static double pos_diffs_median(struct pos_diffs *p) {
+  if (!p->n) return 0;
+  for (size_t i = 0; i < p->n; i++)
+    if (p->d[i] != p->d[i]) p->d[i] = INFINITY;
+  qsort(p->d, p->n, sizeof *p->d, cmp_double);
+  return p->n % 2 ? p->d[p->n / 2] : (p->d[p->n / 2 - 1] + p->d[p->n / 2]) / 2;
+}
+
 /* Teacher-forces the reference (of the 8-bit activations when q8) on the
  * request's prompt and tokens and returns the largest |logit difference| over
- * every recorded position. */
+ * every recorded position, each position's into pd. */
 static double check_request(const struct ms_model *m, const struct ms_request_info *info,
-                            const int32_t *prompt, long max_ctx, int q8, int *argmax_mismatch) {
+                            const int32_t *prompt, long max_ctx, int q8, int *argmax_mismatch,
+                            struct pos_diffs *pd) {
   struct ms_ref *ref = ms_ref_new(m, (int)max_ctx);
   if (ref) ms_ref_set_q8(ref, q8);
   float *lg = malloc(sizeof(float) * (size_t)m->cfg.vocab);
@@ -336,10 +374,13 @@ static double check_request(const struct ms_model *m, const struct ms_request_in
       break;
     }
     const float *got = info->logits + (size_t)pos * (size_t)m->cfg.vocab;
+    double here = 0;
     for (int v = 0; v < m->cfg.vocab; v++) {
       double d = fabs((double)got[v] - (double)lg[v]);
-      if (!(d <= worst)) worst = d;  /* NaN propagates as the worst */
+      if (!(d <= here)) here = d;  /* NaN propagates as the worst */
     }
+    if (!(here <= worst)) worst = here;
+    pos_diffs_add(pd, here);
     if (pos >= info->n_prompt - 1 && ms_argmax(lg, m->cfg.vocab) != info->tokens[pos - info->n_prompt + 1])
       (*argmax_mismatch)++;
   }
@@ -380,6 +421,7 @@ struct run {
   struct cli_dist_pack pack; /* across ranks: this rank's weights (cli_dist_pack) */
   uint64_t packed[64];       /* [ranks] each rank's packed bytes (ms_model.packed_bytes) */
   double secs, worst;        /* the decode's wall time; the largest |logit diff| */
+  double median;             /* --check: the median over positions of each one's largest */
   int mismatches, ok;
 };
 
@@ -428,7 +470,8 @@ static int run_engine_opts(struct run *r, struct ms_engine_opts *eo) {
                                 .tile_bytes = (int)a->tile_kb * 1024, .tile_rows = (int)a->tile_rows,
                                 .shuffle = a->shuffle,
                                 .seed = a->seed, .watchdog_ms = (int)a->watchdog_ms, .backend = a->be.backend,
-                                .q8_activations = a->q8, .max_batched_tokens = (int)a->max_batched};
+                                .q8_activations = a->q8, .max_batched_tokens = (int)a->max_batched,
+                                .attn_parts = (int)a->attn_parts};
   const struct ms_backend_info *be = ms_backend_info((enum ms_backend)a->be.backend);
   if (be->cost_model && run_sim_opts(a, &eo->sim)) return -1;
   eo->tp = (int)a->tp;
@@ -514,15 +557,18 @@ static void run_check(struct run *r) {
   struct run_args *a = &r->a;
   const struct ms_model *m = r->m;
   const struct ms_backend_info *be = ms_backend_info((enum ms_backend)a->be.backend);
+  struct pos_diffs pd = {0};
   r->ok = 1;
   if (a->check && (!r->tx || r->tx->rank == 0))  /* every rank has the same logits: rank 0 checks them */
     for (long i = 0; i < a->requests; i++) {
       struct ms_request_info info;
       ms_request_get_info(r->reqs[i], &info);
       double d = check_request(m, &info, r->prompts + i * a->prompt_len, a->max_ctx, ms_engine_q8_active(r->e),
-                               &r->mismatches);
+                               &r->mismatches, &pd);
       if (!(d <= r->worst)) r->worst = d;
     }
+  r->median = pos_diffs_median(&pd);
+  free(pd.d);
   if (a->tolerance < 0)  /* each path its own: f32 accumulation differs, 8-bit inputs do, or the
                           * device's bf16 copies of other weight types do (0.03 on tiny's f32) */
     a->tolerance = ms_engine_q8_active(r->e) ? 0.25
@@ -611,6 +657,7 @@ static void run_json(const struct run *r) {
   json_figures(r, &j);
   if (a->check) {
     ms_json_knum(&j, "max_abs_logit_diff", r->worst);
+    ms_json_knum(&j, "median_abs_logit_diff", r->median);  /* over positions, of each one's largest */
     ms_json_knum(&j, "tolerance", a->tolerance);
     ms_json_kint(&j, "reference_argmax_mismatches", r->mismatches);
     ms_json_kbool(&j, "check_passed", r->ok);
@@ -663,8 +710,8 @@ static void run_print(const struct run *r) {
          (unsigned long long)st->tasks);
   print_requests(r);
   if (a->check)
-    printf("check: max |logit diff| vs reference %.3g (tolerance %.3g): %s\n", r->worst, a->tolerance,
-           r->ok ? "passed" : "FAILED");
+    printf("check: max |logit diff| vs reference %.3g (tolerance %.3g), median over positions %.3g: %s\n",
+           r->worst, a->tolerance, r->median, r->ok ? "passed" : "FAILED");
   for (int i = 0; i < a->n_attach; i++)
     if (r->q && i == a->query_i) run_query_write(r->e, r->q, r->sch.ids[i], stdout, NULL);
     else ms_engine_attach_write(r->e, r->sch.ids[i], stdout, 0);

@@ -31,6 +31,7 @@ void ms_backend_plan_tiling(const struct ms_backend_info *bi, struct ms_compile_
   co->tile_bytes = bi->tile_bytes;
   co->min_tiles = bi->min_tiles;
   co->fuse_norm = bi->fuse_norm;
+  co->attn_parts = bi->attn_parts;
 }
 
 int ms_backend_injects(enum ms_backend b, int fault_type) {

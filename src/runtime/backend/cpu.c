@@ -271,6 +271,12 @@ static uint64_t cpu_now(const void *ctx) {
  * (docs/performance.md, "The pre-norms inside their consumers"). The engine
  * applies all three where its caller tiles nothing (engine.c set_defaults). */
 #define CPU_FUSE_NORM 1
+/* And each decode row's attention over a KV group is two tasks over the two
+ * halves of its positions, the second to finish merging them
+ * (ms_compile_opts.attn_parts): SmolLM2's three groups were three tasks a
+ * layer, and on two workers one worker ran two while the other waited before
+ * wo (docs/performance.md, "Attention in halves"). */
+#define CPU_ATTN_PARTS 2
 
 static int cpu_shape_only(const struct ms_engine_opts *o) {
   (void)o;
@@ -358,7 +364,8 @@ static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
 
 const struct ms_backend_ops ms_backend_cpu = {
     .info = {.name = "cpu", .label = "CPU", .os_workers = 1, .q8_activations = 1, .prefix_cache = 1,
-             .tile_bytes = CPU_TILE_BYTES, .min_tiles = CPU_MIN_TILES, .fuse_norm = CPU_FUSE_NORM},
+             .tile_bytes = CPU_TILE_BYTES, .min_tiles = CPU_MIN_TILES, .fuse_norm = CPU_FUSE_NORM,
+             .attn_parts = CPU_ATTN_PARTS, .attn_parts_max = MS_ATTN_MAX_PARTS},
     .shape_only = cpu_shape_only,
     .start = cpu_start,
     .stop = cpu_stop,

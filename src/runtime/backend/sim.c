@@ -547,7 +547,7 @@ static void sim_stop(struct ms_engine *e) {
 
 const struct ms_backend_ops ms_backend_sim = {
     .info = {.name = "sim", .label = "simulator", .virtual_clock = 1, .cost_model = 1, .tiles_per_worker = 1,
-             .q8_activations = 1, .prefix_cache = 1},
+             .q8_activations = 1, .prefix_cache = 1, .attn_parts_max = MS_ATTN_MAX_PARTS},
     .defaults = sim_defaults,
     .shape_only = sim_shape_only,
     .start = sim_start,

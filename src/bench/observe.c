@@ -204,8 +204,9 @@ struct ms_engine *bench_engine_new(const struct bench_engine_cfg *c, struct ms_t
                              .start_paused = 1, .pin_workers = s->pin && be->os_workers,
                              .n_workers = be->os_workers ? (s->workers ? s->workers : 2) : 0,
                              /* the CPU's tasks as the recorded scenarios and the calibration had them
-                              * (64 KiB a GEMV task), not the CPU backend's later default of 1 MiB */
-                             .tile_bytes = be->os_workers ? BENCH_CPU_TILE_BYTES : 0,
+                              * (64 KiB a GEMV task, attention one task a row and KV group), not the CPU
+                              * backend's later defaults (1 MiB, attention in two parts) */
+                             .tile_bytes = be->os_workers ? BENCH_CPU_TILE_BYTES : 0, .attn_parts = 1,
                              .transport = c->tx, .comm_timeout_ms = c->tx ? 60000 : 0};
   if (be->cost_model) {
     ms_sim_preset(s->gpu, &o.sim);

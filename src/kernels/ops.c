@@ -379,10 +379,12 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
                     (size_t)n);
   }
   size_t at = (size_t)r * (size_t)c->n_kv_heads + (size_t)kh, pf = ms_ops_attn_part_floats(x->m);
+  MS_ASSERT(parts == 1 || (x->attn_part && x->attn_done && part < parts));  /* sized by whoever laid x out */
   float *slot = parts > 1 ? x->attn_part + at * MS_ATTN_MAX_PARTS * pf : NULL, *acc = out;
   if (slot) {  /* [maximum, sum] a head, then the heads' rows */
-    ms_vec_softmax_rows_part(s, group, (size_t)n, p0, p1, slot + (size_t)part * pf, slot + (size_t)part * pf + group);
-    acc = slot + (size_t)part * pf + 2 * group;
+    float *mine = slot + (size_t)part * pf;
+    ms_vec_softmax_rows_part(s, group, (size_t)n, p0, p1, mine, mine + group);
+    acc = mine + 2 * group;
   } else {
     ms_vec_softmax_rows(s, group, (size_t)n, p0, p1);
   }

@@ -139,7 +139,8 @@ int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int pref
   struct ms_compile_opts co = {.sz = sizeof co, .batch = batch, .tile_bytes = e->o.tile_bytes,
                                .tile_rows = e->o.tile_rows, .tiles_per_op = e->o.tiles_per_op,
                                .min_tiles = e->o.min_tiles, .fuse_norm = e->o.fuse_norm,
-                               .attn_parts = e->o.attn_parts, .tp = e->o.tp, .prefill = prefill, .tp_split = e->tx != NULL};
+                               .attn_parts = e->o.attn_parts, .tp = e->o.tp, .prefill = prefill,
+                               .tp_split = e->tx != NULL};
   rt->plan = ms_plan_compile(e->m, &co, log);
   if (!rt->plan) return -errno;
   if (e->o.plan_hook) e->o.plan_hook(rt->plan, e->o.plan_hook_user);

@@ -21,7 +21,8 @@
 extern "C" {
 #endif
 
-/* Tile coordinates: x the output column tile, y the batch row (-1: all rows),
+/* Tile coordinates: x the output column tile (attention: its part of the row's
+ * positions, ms_task_class.parts), y the batch row (-1: all rows),
  * z the kv head or the expert (-1: none). */
 struct ms_task {
   uint16_t cls;

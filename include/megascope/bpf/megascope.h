@@ -107,7 +107,7 @@ struct ms_hook_ctx {
   __u32 task_index;    /* 48: index in the plan */
   __u32 launch_mode;   /* 52: enum ms_launch_mode */
   __u64 task_gen;      /* 56: (step << 32) | task_index */
-  __s32 tile_x;        /* 64: output column tile */
+  __s32 tile_x;        /* 64: output column tile; attention: the part of the row's positions */
   __s32 tile_y;        /* 68: batch row, -1: all rows */
   __s32 tile_z;        /* 72: kv head or expert, -1: none */
   __u32 req_slot;      /* 76: request slot of the task's row (or the request), MS_HOOK_NONE32 */

@@ -344,33 +344,27 @@ static void attn_merge(const struct ms_exec_ctx *x, const float *slot, int parts
       l += a[i] * pi[group + g];
     }
     float *o = out + (size_t)g * (size_t)hd, inv = 1.0f / l;
-    for (int j = 0; j < hd; j++) {
-      float v = 0;
-      for (int i = 0; i < parts; i++) v += a[i] * slot[(size_t)i * pf + 2 * (size_t)group + (size_t)g * hd + j];
-      o[j] = v * inv;
+    for (int j = 0; j < hd; j++) o[j] = 0;
+    for (int i = 0; i < parts; i++) {  /* the parts in order for each element, a row at a time */
+      const float *oi = slot + (size_t)i * pf + 2 * (size_t)group + (size_t)g * (size_t)hd;
+      for (int j = 0; j < hd; j++) o[j] += a[i] * oi[j];
     }
+    for (int j = 0; j < hd; j++) o[j] *= inv;
   }
 }
 
-/* Paged attention of one row for the q heads sharing kv head `kh`, over every
- * position so far, or the last `window` on a local layer. The group's heads
- * go through each KV page together (K and V read once for all of them), each
- * head's scores a row of the worker's scratch (group x max_ctx floats). With
- * parts (ms_task_class.parts) a task takes the share tile_x of the positions
- * into its slot, and the last part to finish merges the slots into out. */
-static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
-                 int worker) {
+/* Row r's attention for the q heads sharing kv head `kh` over positions
+ * [p0, p1) of its n. The group's heads go through each KV page together (K and
+ * V read once for all of them), each head's scores a row of the worker's
+ * scratch (group x max_ctx floats); acc gets the weighted V rows. Without ml
+ * the softmax is whole (acc is the output); with it (a part's slot) the
+ * exponentials stay unnormalised and each head's maximum and sum go to ml[g]
+ * and ml[group + g], for attn_merge. */
+static void attn_range(const struct ms_exec_ctx *x, const struct ms_task_class *k, int r, int kh, int n, int p0,
+                       int p1, int worker, float *acc, float *ml) {
   const struct ms_model_config *c = &x->m->cfg;
-  int r = t->tile[1], kh = t->tile[2], hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
-  int parts = k->parts > 1 ? k->parts : 1, part = t->tile[0];
-  float *out = ms_buf_row(x, k->out, 0, r) + kh * group * hd;
-  if (!row_valid(x, r)) {  /* every part alike: none counts */
-    memset(out, 0, sizeof(float) * (size_t)(group * hd));
-    return;
-  }
+  int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
   const float *q = ms_buf_row(x, k->in, 0, r) + kh * group * hd;
-  int n = x->meta.row_pos[r] + 1, p0, p1;
-  ms_layer_attn_share(c, k->layer, n, part, parts, &p0, &p1);
   float *s = x->scratch[worker], scale = ms_attn_scale(c);  /* (group, n) */
   size_t ld = (size_t)c->n_kv_heads * (size_t)hd;  /* one position's K (or V) row to the next */
   for (int p = p0, end; p < p1; p = end) {  /* a page at a time: its positions lie ld apart */
@@ -378,26 +372,51 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
     ms_vec_dot_runs(q, group, kv_at(x, x->k_pool, k->layer, r, p) + kh * hd, ld, end - p, hd, scale, s + p,
                     (size_t)n);
   }
-  size_t at = (size_t)r * (size_t)c->n_kv_heads + (size_t)kh, pf = ms_ops_attn_part_floats(x->m);
-  MS_ASSERT(parts == 1 || (x->attn_part && x->attn_done && part < parts));  /* sized by whoever laid x out */
-  float *slot = parts > 1 ? x->attn_part + at * MS_ATTN_MAX_PARTS * pf : NULL, *acc = out;
-  if (slot) {  /* [maximum, sum] a head, then the heads' rows */
-    float *mine = slot + (size_t)part * pf;
-    ms_vec_softmax_rows_part(s, group, (size_t)n, p0, p1, mine, mine + group);
-    acc = mine + 2 * group;
-  } else {
+  if (ml)
+    ms_vec_softmax_rows_part(s, group, (size_t)n, p0, p1, ml, ml + group);
+  else
     ms_vec_softmax_rows(s, group, (size_t)n, p0, p1);
-  }
   memset(acc, 0, sizeof(float) * (size_t)(group * hd));
   for (int p = p0, end; p < p1; p = end) {
     end = page_end(x, p, p1);
     ms_vec_axpy_runs(acc, group, s + p, (size_t)n, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, ld, end - p, hd);
   }
+}
+
+/* Paged attention of one row for the q heads sharing kv head `kh`, over every
+ * position so far, or the last `window` on a local layer. With parts
+ * (ms_task_class.parts) each share of the positions goes to its slot and the
+ * slots are merged into the output: by the last of the parts' tasks to finish
+ * where each part is a task (part_tasks), here after all of them otherwise. */
+static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
+                 int worker) {
+  const struct ms_model_config *c = &x->m->cfg;
+  int r = t->tile[1], kh = t->tile[2], hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+  int parts = k->parts > 1 ? k->parts : 1, own = parts > 1 && k->part_tasks > 1;  /* own: a task a part */
+  float *out = ms_buf_row(x, k->out, 0, r) + kh * group * hd;
+  if (!row_valid(x, r)) {  /* every part alike: none counts */
+    memset(out, 0, sizeof(float) * (size_t)(group * hd));
+    return;
+  }
+  int n = x->meta.row_pos[r] + 1, p0, p1;
+  if (parts == 1) {
+    ms_layer_attn_share(c, k->layer, n, 0, 1, &p0, &p1);
+    attn_range(x, k, r, kh, n, p0, p1, worker, out, NULL);
+    return;
+  }
+  size_t at = (size_t)r * (size_t)c->n_kv_heads + (size_t)kh, pf = ms_ops_attn_part_floats(x->m);
+  MS_ASSERT(x->attn_part && x->attn_done && (!own || t->tile[0] < parts));  /* sized by whoever laid x out */
+  float *slot = x->attn_part + at * MS_ATTN_MAX_PARTS * pf;  /* a part's: [maximum, sum] a head, its rows */
+  for (int part = own ? t->tile[0] : 0; part < (own ? t->tile[0] + 1 : parts); part++) {
+    float *mine = slot + (size_t)part * pf;
+    ms_layer_attn_share(c, k->layer, n, part, parts, &p0, &p1);
+    attn_range(x, k, r, kh, n, p0, p1, worker, mine + 2 * group, mine);
+  }
   /* The count's acq_rel orders every part's slot before the last one reads
    * them; the last puts it back to 0 before its task completes, and the next
    * step's parts depend on that completion. */
-  if (!slot || ms_at_add_acq_rel64(&x->attn_done[at], 1) + 1 < (uint64_t)parts) return;
-  ms_at_st_rlx64(&x->attn_done[at], 0);
+  if (own && ms_at_add_acq_rel64(&x->attn_done[at], 1) + 1 < (uint64_t)parts) return;
+  if (own) ms_at_st_rlx64(&x->attn_done[at], 0);
   attn_merge(x, slot, parts, group, hd, out);
 }
 

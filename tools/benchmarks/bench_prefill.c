@@ -40,7 +40,7 @@ static double ttft(struct ms_engine *e, const struct ms_model *m, int len) {
 struct prefill_args {
   struct cli_model cm;
   int lens[MAX_LENS], n_lens, q8, as_json, only;
-  long mbt, rounds, workers;
+  long mbt, rounds, workers, attn_parts;
 };
 
 /* --prompts L,L,...: every length checked, no more than MAX_LENS. */
@@ -77,6 +77,9 @@ static const struct cli_opt prefill_opts[] = {
     CLI_OPT_INT(PA, rounds, "rounds", "N", 1, MAX_ROUNDS, "measurements per length and engine (default 3)"),
     CLI_OPT_FLAG(PA, only, "chunked-only", "measure the chunked engine alone (e.g. against another engine)"),
     CLI_OPT_GROUP(PA, workers, cli_workers_opts),
+    CLI_OPT_INT(PA, attn_parts, "attn-parts", "N", 1, MS_ATTN_MAX_PARTS,
+                "each row's attention over a KV group in N tasks (run --attn-parts;\n"
+                "default: the backend's, 2 on the CPU)"),
     CLI_OPT_GROUP(PA, q8, cli_act_opts),
     CLI_OPT_FLAG(PA, as_json, "json", "one JSON object"),
     {0}};
@@ -105,7 +108,7 @@ int bench_prefill(int argc, char **argv) {
   for (int k = only; k < 2; k++) {  /* 0: one position per step, 1: chunked */
     struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = (int)workers, .max_batch = 1,
                                 .max_ctx = longest + 2, .q8_activations = q8,
-                                .max_batched_tokens = k ? (int)mbt : 0};
+                                .max_batched_tokens = k ? (int)mbt : 0, .attn_parts = (int)a.attn_parts};
     if (!as_json) fprintf(stderr, "bench prefill: starting the %s engine%s\n", k ? "chunked" : "per-step",
                           k ? " (compiling its prefill plans)" : "");
     if (!(e[k] = ms_engine_new(m, &eo, &log))) {

@@ -41,6 +41,7 @@ expect2 "option '--steps' requires an argument" run --synthetic tiny --steps
 expect2 "at most 4 --fault" run --synthetic tiny --fault a --fault b --fault c --fault d --fault e
 expect2 "--temperature '3': expected a number in \[0, 2\]" serve --synthetic tiny --temperature 3
 expect2 "--tolerance 'x': expected a non-negative number" run --synthetic tiny --tolerance x
+expect2 "--attn-parts '9': expected an integer in 1..4" run --synthetic tiny --attn-parts 9
 expect2 "--model-seed 'x': expected a non-negative integer" cuda run --model-seed x
 expect2 "--prompts '1,2,3,4,5,6,7,8,9': at most 8 lengths" bench prefill --synthetic tiny --prompts 1,2,3,4,5,6,7,8,9
 expect2 "at most 16 --sim-param" bench sim $(for i in $(seq 17); do printf -- '--sim-param x=1 '; done)

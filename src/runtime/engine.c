@@ -86,8 +86,12 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
   }
   int most_parts = e->be->info.attn_parts_max > 1 ? e->be->info.attn_parts_max : 1;
   if (e->o.attn_parts < 0 || e->o.attn_parts > most_parts) {
-    ms_textbuf_printf(log, "engine: attn_parts %d: the %s backend's kernels merge 1 to %d parts\n",
-                      e->o.attn_parts, e->be->info.name, most_parts);
+    if (most_parts == 1)
+      ms_textbuf_printf(log, "engine: attn_parts %d: the %s backend's kernels take a row's attention in one task\n",
+                        e->o.attn_parts, e->be->info.name);
+    else
+      ms_textbuf_printf(log, "engine: attn_parts %d: the %s backend's kernels merge 1 to %d parts\n",
+                        e->o.attn_parts, e->be->info.name, most_parts);
     rc = -EINVAL;
     goto fail;
   }

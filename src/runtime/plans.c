@@ -252,7 +252,7 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
     for (int w = 0; w < e->n_workers; w++)
       if (!(e->normed[w].rows = aligned_alloc(64, bytes))) return -ENOMEM;
   }
-  if (e->o.attn_parts > 1 && !e->shape_only) {  /* decode rows' attention in parts */
+  if (e->o.attn_parts > 1 && !e->shape_only) {  /* attention in parts: a slot a part, row and group */
     size_t groups = (size_t)e->max_rows * (size_t)c->n_kv_heads;
     size_t bytes = groups * MS_ATTN_MAX_PARTS * ms_ops_attn_part_floats(e->m) * sizeof(float);
     if (!(e->attn_part = aligned_alloc(64, bytes)) || !(e->attn_done = calloc(groups, sizeof *e->attn_done)))

@@ -60,11 +60,9 @@ struct ms_task_class {
   uint8_t norm;          /* 1: a pre-norm fused in (ms_graph_tiling.fuse_norm): each task RMS-norms
                             the rows of `in` itself, with the layer's attn_norm (qkv), ffn_norm
                             (gate_up) or the model's out_norm (lm_head) */
-  uint8_t parts;         /* attention: each row's KV group's positions in this many shares, each
-                            with its own softmax, then merged (ms_compile_opts.attn_parts); 0, 1: one */
-  uint8_t part_tasks;    /* attention: the tasks a row's KV group is: parts (tile_x the part, the
-                            last to finish merging), or 1 (one task takes every share, the same
-                            sums: prefill plans, whose chunks have tasks enough) */
+  uint8_t parts;         /* attention: each row's KV group's positions in this many shares, a task
+                            each (tile_x the share), each with its own softmax, the last to finish
+                            merging them (ms_compile_opts.attn_parts); 0, 1: one task */
   int16_t layer;         /* -1 outside the blocks */
   const char *region_class;  /* how the output is tiled */
   const char *dep_class;     /* how the input is read */

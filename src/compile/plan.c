@@ -96,10 +96,7 @@ int ms_plan_write_schema(const struct ms_plan *p, FILE *f, int pretty) {
     ms_json_kint(&j, "tasks", c->n_tasks);
     ms_json_kint(&j, "tile_cols", c->tile);
     if (c->norm) ms_json_kbool(&j, "input_norm", 1);  /* the pre-norm fused in (only then: older plans read the same) */
-    if (c->parts > 1) {  /* attention cut over positions (only then, as input_norm) */
-      ms_json_kint(&j, "position_parts", c->parts);
-      ms_json_kint(&j, "part_tasks", c->part_tasks);
-    }
+    if (c->parts > 1) ms_json_kint(&j, "position_parts", c->parts);  /* attention cut over positions (as input_norm) */
     ms_json_obj_end(&j);
   }
   ms_json_arr_end(&j);

@@ -300,21 +300,21 @@ static void attention_block(struct builder *b, int l, int x, int *x_out) {
    * positions (tile_x the part): they write the same columns, so wo waits for
    * all of them, and the last to finish merges their partial softmaxes
    * (kernels/ops.c). On two workers a layer's three SmolLM2 groups were three
-   * tasks: one worker ran two while the other waited before wo. A prefill
-   * plan's chunk has tasks enough (rows x groups): there one task takes every
-   * share, for the same sums (a position's logits alike in a prompt chunk and
-   * a decode step) without the parts' tasks (SmolLM2's 512-token prompts ran
-   * 4% longer with them). */
+   * tasks: one worker ran two while the other waited before wo. Prefill
+   * plans alike: a position's logits the same bits in a prompt chunk and a
+   * decode step, and a decode row's attention tasks the same size in both
+   * (one task taking every share in prompt steps made explain's line of
+   * attention time against context name short requests decoding beside a
+   * long prompt as slow). */
   c = add_class(b, "attn", l, MS_K_ATTN, MS_LAUNCH_JIT, "row_head", "head_slice+kv");
   g->classes[c].in = (int16_t)qr;
   g->classes[c].out = (int16_t)att;
   g->classes[c].tile = group * hd;
   g->classes[c].n_out = nq;
   g->classes[c].parts = (uint8_t)b->attn_parts;
-  g->classes[c].part_tasks = (uint8_t)(b->prefill ? 1 : b->attn_parts);
   for (int r = 0; r < B; r++)
     for (int h = 0; h < cf->n_kv_heads; h++)
-      for (int part = 0; part < g->classes[c].part_tasks; part++) {
+      for (int part = 0; part < b->attn_parts; part++) {
         struct ms_proto_task *t = add_task(b, c, part, r, h);
         rd(t, qr, r, r + 1, h * group * hd, (h + 1) * group * hd, 0, 1);
         if (b->prefill)  /* the rows before it in its chunk: statically, all of them */

@@ -385,14 +385,13 @@ static void attn_range(const struct ms_exec_ctx *x, const struct ms_task_class *
 
 /* Paged attention of one row for the q heads sharing kv head `kh`, over every
  * position so far, or the last `window` on a local layer. With parts
- * (ms_task_class.parts) each share of the positions goes to its slot and the
- * slots are merged into the output: by the last of the parts' tasks to finish
- * where each part is a task (part_tasks), here after all of them otherwise. */
+ * (ms_task_class.parts) the task takes share tile_x of the positions into its
+ * slot, and the last of the parts' tasks to finish merges the slots. */
 static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, const struct ms_task *t,
                  int worker) {
   const struct ms_model_config *c = &x->m->cfg;
   int r = t->tile[1], kh = t->tile[2], hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
-  int parts = k->parts > 1 ? k->parts : 1, own = parts > 1 && k->part_tasks > 1;  /* own: a task a part */
+  int parts = k->parts > 1 ? k->parts : 1, part = t->tile[0];
   float *out = ms_buf_row(x, k->out, 0, r) + kh * group * hd;
   if (!row_valid(x, r)) {  /* every part alike: none counts */
     memset(out, 0, sizeof(float) * (size_t)(group * hd));
@@ -405,18 +404,16 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
     return;
   }
   size_t at = (size_t)r * (size_t)c->n_kv_heads + (size_t)kh, pf = ms_ops_attn_part_floats(x->m);
-  MS_ASSERT(x->attn_part && x->attn_done && (!own || t->tile[0] < parts));  /* sized by whoever laid x out */
+  MS_ASSERT(x->attn_part && x->attn_done && part < parts);  /* sized by whoever laid x out */
   float *slot = x->attn_part + at * MS_ATTN_MAX_PARTS * pf;  /* a part's: [maximum, sum] a head, its rows */
-  for (int part = own ? t->tile[0] : 0; part < (own ? t->tile[0] + 1 : parts); part++) {
-    float *mine = slot + (size_t)part * pf;
-    ms_layer_attn_share(c, k->layer, n, part, parts, &p0, &p1);
-    attn_range(x, k, r, kh, n, p0, p1, worker, mine + 2 * group, mine);
-  }
+  float *mine = slot + (size_t)part * pf;
+  ms_layer_attn_share(c, k->layer, n, part, parts, &p0, &p1);
+  attn_range(x, k, r, kh, n, p0, p1, worker, mine + 2 * group, mine);
   /* The count's acq_rel orders every part's slot before the last one reads
    * them; the last puts it back to 0 before its task completes, and the next
    * step's parts depend on that completion. */
-  if (own && ms_at_add_acq_rel64(&x->attn_done[at], 1) + 1 < (uint64_t)parts) return;
-  if (own) ms_at_st_rlx64(&x->attn_done[at], 0);
+  if (ms_at_add_acq_rel64(&x->attn_done[at], 1) + 1 < (uint64_t)parts) return;
+  ms_at_st_rlx64(&x->attn_done[at], 0);
   attn_merge(x, slot, parts, group, hd, out);
 }
 

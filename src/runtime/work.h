@@ -54,7 +54,7 @@ static inline uint32_t ms_rt_task_rows(const struct ms_engine *e, const struct p
     if (!ms_rt_row_live(rt, r)) return 0;
     const struct ms_task_class *c = &rt->plan->classes[k->cls];
     int n = rt->x.meta.row_pos[r] + 1, p0, p1;
-    ms_layer_attn_share(&e->m->cfg, c->layer, n, k->tile[0], c->part_tasks > 1 ? c->parts : 1, &p0, &p1);
+    ms_layer_attn_share(&e->m->cfg, c->layer, n, k->tile[0], c->parts, &p0, &p1);
     return (uint32_t)(p1 - p0);
   }
   default:

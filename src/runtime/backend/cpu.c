@@ -271,12 +271,11 @@ static uint64_t cpu_now(const void *ctx) {
  * (docs/performance.md, "The pre-norms inside their consumers"). The engine
  * applies all three where its caller tiles nothing (engine.c set_defaults). */
 #define CPU_FUSE_NORM 1
-/* And each row's attention over a KV group takes the two halves of its
- * positions apart and merges them (ms_compile_opts.attn_parts), in a decode
- * plan as two tasks, the second to finish merging: SmolLM2's three groups
- * were three tasks a layer, and on two workers one worker ran two while the
- * other waited before wo (docs/performance.md, "Attention in halves"). A
- * prefill plan's task takes both halves itself, for the same sums. */
+/* And each row's attention over a KV group is two tasks over the two halves
+ * of its positions, the second to finish merging them
+ * (ms_compile_opts.attn_parts): SmolLM2's three groups were three tasks a
+ * layer, and on two workers one worker ran two while the other waited before
+ * wo (docs/performance.md, "Attention in halves"). */
 #define CPU_ATTN_PARTS 2
 
 static int cpu_shape_only(const struct ms_engine_opts *o) {

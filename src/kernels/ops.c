@@ -333,8 +333,7 @@ size_t ms_ops_attn_part_floats(const struct ms_model *m) {
  * each part's exponentials were taken against its own maximum, so each is
  * rescaled to the largest, out = sum(a o) / sum(a l). An empty part (-inf,
  * 0) weighs nothing. */
-static void attn_merge(const struct ms_exec_ctx *x, const float *slot, int parts, int group, int hd, float *out) {
-  size_t pf = ms_ops_attn_part_floats(x->m);
+static void attn_merge(const float *slot, size_t pf, int parts, int group, int hd, float *out) {
   for (int g = 0; g < group; g++) {
     float m = -INFINITY, a[MS_ATTN_MAX_PARTS], l = 0;
     for (int i = 0; i < parts; i++) m = fmaxf(m, slot[(size_t)i * pf + (size_t)g]);
@@ -398,8 +397,8 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
     return;
   }
   int n = x->meta.row_pos[r] + 1, p0, p1;
+  ms_layer_attn_share(c, k->layer, n, part, parts, &p0, &p1);
   if (parts == 1) {
-    ms_layer_attn_share(c, k->layer, n, 0, 1, &p0, &p1);
     attn_range(x, k, r, kh, n, p0, p1, worker, out, NULL);
     return;
   }
@@ -407,14 +406,13 @@ static void attn(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
   MS_ASSERT(x->attn_part && x->attn_done && part < parts);  /* sized by whoever laid x out */
   float *slot = x->attn_part + at * MS_ATTN_MAX_PARTS * pf;  /* a part's: [maximum, sum] a head, its rows */
   float *mine = slot + (size_t)part * pf;
-  ms_layer_attn_share(c, k->layer, n, part, parts, &p0, &p1);
   attn_range(x, k, r, kh, n, p0, p1, worker, mine + 2 * group, mine);
   /* The count's acq_rel orders every part's slot before the last one reads
    * them; the last puts it back to 0 before its task completes, and the next
    * step's parts depend on that completion. */
   if (ms_at_add_acq_rel64(&x->attn_done[at], 1) + 1 < (uint64_t)parts) return;
   ms_at_st_rlx64(&x->attn_done[at], 0);
-  attn_merge(x, slot, parts, group, hd, out);
+  attn_merge(slot, pf, parts, group, hd, out);
 }
 
 /* out[:, c0:c1] = residual[:, c0:c1] + W[c0:c1] . in */

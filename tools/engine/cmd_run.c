@@ -340,19 +340,12 @@ static void pos_diffs_add(struct pos_diffs *p, double d) {
   p->d[p->n++] = d;
 }
 
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-/* The median (a NaN sorts as the largest: qsort's order is then undefined, so
- * NaNs are counted in as infinities first); 0 with none. */
+/* The median, a NaN counted in as the largest (sorted as it is, qsort's order
+ * would be undefined); 0 with none. */
 static double pos_diffs_median(struct pos_diffs *p) {
-  if (!p->n) return 0;
   for (size_t i = 0; i < p->n; i++)
     if (p->d[i] != p->d[i]) p->d[i] = INFINITY;
-  qsort(p->d, p->n, sizeof *p->d, cmp_double);
-  return p->n % 2 ? p->d[p->n / 2] : (p->d[p->n / 2 - 1] + p->d[p->n / 2]) / 2;
+  return cli_median(p->d, (int)p->n);
 }
 
 /* Teacher-forces the reference (of the 8-bit activations when q8) on the

@@ -52,6 +52,12 @@ assert close(dec["fraction_of_read_bound"], dec["megakernel_tokens_per_s"] / dec
 assert dec["step_read_gb_per_s"] > 0 and dec["step_read_loads"] in ("avx512", "avx2", "portable"), dec
 assert dec["step_read_streams"] in (1, 4, 16), dec
 assert close(dec["read_bound_tokens_per_s"], dec["step_read_gb_per_s"] * 1e9 / dec["bytes_per_token"], 1e-5), dec
+# the read as a member of each round: the megakernel's fraction of it within each round, median and range
+rd = dec["rounds_tokens_per_s"]["read"]
+assert len(rd) == 3 and all(r > 0 for r in rd) and close(dec["read_in_rounds_tokens_per_s"], max(rd)), dec
+fr = sorted(m / r for m, r in zip(dec["rounds_tokens_per_s"]["megakernel"], rd))
+assert close(dec["fraction_of_read_in_round"], fr[1]) and close(dec["fraction_of_read_in_round_min"], fr[0]) and \
+    close(dec["fraction_of_read_in_round_max"], fr[2]), (dec, fr)
 # the text, one round: the ratio printed is the two engines' printed tokens/s divided, in that direction
 import re
 txt = open(d + "/decode.txt").read()
@@ -62,6 +68,12 @@ mk_tps, ratio, po_tps = float(mk.group(1)), float(mk.group(2)), float(po.group(1
 assert float(mk.group(3)) == ratio == float(mk.group(4)), txt  # one round: one ratio
 assert abs(ratio - mk_tps / po_tps) <= 0.0005 + 0.01 * (mk_tps / po_tps) * (1 / mk_tps + 1 / po_tps), (ratio, mk_tps, po_tps)
 assert (ratio > 1) == (mk_tps > po_tps) or abs(mk_tps - po_tps) < 0.02, (ratio, mk_tps, po_tps)
+fr = re.search(r"in a round +([0-9.]+)% of a read of the round's bytes in the same round \(median; ([0-9.]+)-([0-9.]+)%; "
+               r"the read best ([0-9.]+) tokens/s\)", txt)
+assert fr and float(fr.group(2)) == float(fr.group(1)) == float(fr.group(3)), txt  # one round: one fraction
+rd_tps = float(fr.group(4))
+assert abs(float(fr.group(1)) / 100 - mk_tps / rd_tps) <= 0.0006 + 0.01 * (mk_tps / rd_tps) * (1 / mk_tps + 1 / rd_tps), \
+    (fr.group(0), mk_tps)
 assert dec["q8_activations"] is False, dec  # f32 weights: no 8-bit path, whatever the default
 # a token moves every weight once (batch 1) and its row's KV cache
 assert dec["bytes_per_token"] == dec["weight_bytes_per_step"] + dec["kv_bytes_per_token"], dec

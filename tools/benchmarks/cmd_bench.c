@@ -149,38 +149,69 @@ static void *step_read_main(void *v) {
   return NULL;
 }
 
-/* GB/s of the fastest of seven passes a stream count (after one that warms
- * the buffer, as the engine's warm-up steps warmed its weights) over `bytes`
- * on `threads` threads; 0 on failure. *loads: the loads taken; *streams: the
- * streams a thread of the fastest pass. */
-static double step_read_gbps(int threads, size_t bytes, const char **loads, int *streams) {
-  static const int ks[] = {1, 4, 16};
+/* A buffer of a step's bytes (in huge pages, as the packed weights are),
+ * split over `threads` threads, each share a multiple of 16 chunks. */
+struct step_read {
+  uint8_t *buf;
+  size_t per, len;  /* a thread's bytes; all of them */
+  int T, level, streams;  /* streams: a thread's, of the fastest pass (step_read_best) */
+  const char *loads;
+};
+
+static int step_read_open(struct step_read *s, int threads, size_t bytes) {
   int T = threads < 1 ? 1 : threads > 64 ? 64 : threads, level = ms_cpu_level();
   if (bytes > STEP_READ_MAX_BYTES) bytes = STEP_READ_MAX_BYTES;
-  size_t unit = 16 * STEP_READ_CHUNK, per = (bytes / (size_t)T + unit - 1) / unit * unit, len = per * (size_t)T;
-  size_t reps = len >= STEP_READ_MIN_BYTES ? 1 : STEP_READ_MIN_BYTES / len + 1;
-  *loads = level >= MS_CPU_AVX512_VNNI ? "avx512" : level >= MS_CPU_AVX2 ? "avx2" : "portable";
-  *streams = 0;
-  uint8_t *buf = ms_huge_map(len);
-  if (!buf) return 0;
-  for (size_t i = 0; i + 8 <= len; i += 8) memcpy(buf + i, &i, sizeof i);  /* committed, not the zero page */
+  size_t unit = 16 * STEP_READ_CHUNK, per = (bytes / (size_t)T + unit - 1) / unit * unit;
+  *s = (struct step_read){.per = per, .len = per * (size_t)T, .T = T, .level = level, .streams = 16,
+                          .loads = level >= MS_CPU_AVX512_VNNI ? "avx512" : level >= MS_CPU_AVX2 ? "avx2" : "portable"};
+  if (!(s->buf = ms_huge_map(s->len))) return -1;
+  for (size_t i = 0; i + 8 <= s->len; i += 8) memcpy(s->buf + i, &i, sizeof i);  /* committed, not the zero page */
+  return 0;
+}
+
+static void step_read_close(struct step_read *s) {
+  if (s->buf) ms_huge_unmap(s->buf, s->len);
+  s->buf = NULL;
+}
+
+/* Seconds to read the buffer `reps` times on its threads, `streams` a thread. */
+static double step_read_pass(struct step_read *s, int streams, size_t reps) {
+  pthread_t th[64];
+  struct step_read_arg args[64];
+  uint64_t sink = 0, t0 = ms_now_ns();
+  for (int t = 0; t < s->T; t++) {
+    args[t] = (struct step_read_arg){s->buf + s->per * (size_t)t, s->per, reps, s->level, streams, 0};
+    pthread_create(&th[t], NULL, step_read_main, &args[t]);
+  }
+  for (int t = 0; t < s->T; t++) pthread_join(th[t], NULL), sink ^= args[t].sum;
+  double sec = (double)(ms_now_ns() - t0) / 1e9;
+  s->buf[0] = (uint8_t)sink;  /* the reads are used */
+  return sec;
+}
+
+/* GB/s of the fastest of seven passes a stream count (after one that warms
+ * the buffer, as the engine's warm-up steps warmed its weights); s->streams:
+ * the streams a thread of the fastest pass. */
+static double step_read_best(struct step_read *s) {
+  static const int ks[] = {1, 4, 16};
+  size_t reps = s->len >= STEP_READ_MIN_BYTES ? 1 : STEP_READ_MIN_BYTES / s->len + 1;
   double best = 0;
-  uint64_t sink = 0;
   for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++)
     for (int pass = 0; pass < 8; pass++) {
-      pthread_t th[64];
-      struct step_read_arg args[64];
-      uint64_t t0 = ms_now_ns();
-      for (int t = 0; t < T; t++) {
-        args[t] = (struct step_read_arg){buf + per * (size_t)t, per, reps, level, ks[ki], 0};
-        pthread_create(&th[t], NULL, step_read_main, &args[t]);
-      }
-      for (int t = 0; t < T; t++) pthread_join(th[t], NULL), sink ^= args[t].sum;
-      double gbps = (double)len * (double)reps / ((double)(ms_now_ns() - t0) / 1e9) / 1e9;
-      if (pass > 0 && gbps > best) best = gbps, *streams = ks[ki];
+      double gbps = (double)s->len * (double)reps / step_read_pass(s, ks[ki], reps) / 1e9;
+      if (pass > 0 && gbps > best) best = gbps, s->streams = ks[ki];
     }
-  buf[0] = (uint8_t)sink;  /* the reads are used */
-  ms_huge_unmap(buf, len);
+  return best;
+}
+
+/* step_read_best over a buffer of `bytes` on `threads` threads; 0 on failure. */
+static double step_read_gbps(int threads, size_t bytes, const char **loads, int *streams) {
+  struct step_read s;
+  *streams = 0;
+  if (step_read_open(&s, threads, bytes)) return 0;
+  double best = step_read_best(&s);
+  *loads = s.loads, *streams = s.streams;
+  step_read_close(&s);
   return best;
 }
 
@@ -202,6 +233,14 @@ struct decode_run {
   struct cli_dist_pack *pack;  /* with tx: this rank's weights, packed by the first engine */
   struct ms_engine *e[N_ENG];
   double *tps[N_ENG];  /* [rounds] */
+  /* cpu, one process: a read of the bytes `steps` steps read, as a member of
+   * each round (the machine's speed moves between rounds; a fraction of the
+   * bound taken within a round does not) */
+  double step_bytes;   /* what a step reads (weights, each row's KV cache) */
+  struct step_read rd; /* rd.buf NULL: no read in the rounds */
+  double *rtps;        /* [rounds]: the read's tokens/s */
+  double rfrac, rlo, rhi;  /* megakernel / read within a round: median, range */
+  double rbest;            /* the read's best tokens/s */
   double best[N_ENG];
   double ratio[N_ENG]; /* median over rounds of tps / per-op tps in the same round */
   double lo[N_ENG], hi[N_ENG];
@@ -233,30 +272,51 @@ static int decode_open(const struct ms_model *m, struct decode_run *d, int k) {
   return d->warmup > 0 && cli_decode_tps_at(d->e[k], m, d->batch, d->warmup, d->tx != NULL) < 0 ? -1 : 0;
 }
 
+/* The rounds' read: the warm buffer, its stream count chosen by the
+ * fastest of step_read_best's passes. */
+static int decode_read_open(struct decode_run *d) {
+  if (d->fresh || d->tx || d->step_bytes <= 0) return 0;
+  if (step_read_open(&d->rd, d->n_workers, (size_t)d->step_bytes)) return -1;
+  if (!(d->rtps = calloc((size_t)d->rounds, sizeof(double)))) return -1;
+  return step_read_best(&d->rd) > 0 ? 0 : -1;
+}
+
+/* Round r's member k: an engine's tokens/s, or (k == N_ENG) the read's:
+ * the bytes of `steps` steps at the rate they were read. */
+static int decode_member(const struct ms_model *m, struct decode_run *d, int k, int r) {
+  if (k == N_ENG) {
+    double sec = step_read_pass(&d->rd, d->rd.streams, (size_t)d->steps);
+    d->rtps[r] = (double)d->rd.len * (double)d->steps / sec / d->step_bytes * (double)d->batch;
+    return 0;
+  }
+  if (d->fresh && decode_open(m, d, k)) return -1;
+  struct ms_comm_stats c0, c1;
+  ms_engine_comm_stats(d->e[k], &c0);
+  uint64_t t0 = ms_now_ns();
+  if ((d->tps[k][r] = cli_decode_tps_at(d->e[k], m, d->batch, d->steps, d->tx != NULL)) <= 0) return -1;
+  d->wall_ns[k] += ms_now_ns() - t0;
+  ms_engine_comm_stats(d->e[k], &c1);
+  d->recv[k] += c1.received - c0.received;
+  d->wait_ns[k] += c1.wait_ns - c0.wait_ns;
+  d->msg_bytes[k] += c1.bytes_received - c0.bytes_received;
+  if (d->fresh) {
+    ms_engine_free(d->e[k]);
+    d->e[k] = NULL;
+  }
+  return 0;
+}
+
 static int decode_rounds(const struct ms_model *m, struct decode_run *d, int verbose) {
   for (int k = 0; k < N_ENG; k++) {
     if (!(d->tps[k] = calloc((size_t)d->rounds, sizeof(double)))) return -1;
     if (!d->fresh && decode_open(m, d, k)) return -1;
   }
+  if (decode_read_open(d)) return -1;
+  int members = N_ENG + (d->rd.buf != NULL);
   for (int r = 0; r < d->rounds; r++) {
     if (verbose) fprintf(stderr, "bench decode: round %d of %d\n", r + 1, d->rounds);
-    for (int i = 0; i < N_ENG; i++) {
-      int k = (r + i) % N_ENG;
-      if (d->fresh && decode_open(m, d, k)) return -1;
-      struct ms_comm_stats c0, c1;
-      ms_engine_comm_stats(d->e[k], &c0);
-      uint64_t t0 = ms_now_ns();
-      if ((d->tps[k][r] = cli_decode_tps_at(d->e[k], m, d->batch, d->steps, d->tx != NULL)) <= 0) return -1;
-      d->wall_ns[k] += ms_now_ns() - t0;
-      ms_engine_comm_stats(d->e[k], &c1);
-      d->recv[k] += c1.received - c0.received;
-      d->wait_ns[k] += c1.wait_ns - c0.wait_ns;
-      d->msg_bytes[k] += c1.bytes_received - c0.bytes_received;
-      if (d->fresh) {
-        ms_engine_free(d->e[k]);
-        d->e[k] = NULL;
-      }
-    }
+    for (int i = 0; i < members; i++)
+      if (decode_member(m, d, (r + i) % members, r)) return -1;
   }
   double *q = calloc((size_t)d->rounds, sizeof(double));
   if (!q) return -1;
@@ -270,6 +330,15 @@ static int decode_rounds(const struct ms_model *m, struct decode_run *d, int ver
     d->lo[k] = q[0];
     d->hi[k] = q[d->rounds - 1];
   }
+  if (d->rd.buf) {
+    for (int r = 0; r < d->rounds; r++) {
+      q[r] = d->tps[ENG_MK][r] / d->rtps[r];
+      if (d->rtps[r] > d->rbest) d->rbest = d->rtps[r];
+    }
+    d->rfrac = cli_median(q, d->rounds);
+    d->rlo = q[0];
+    d->rhi = q[d->rounds - 1];
+  }
   free(q);
   return 0;
 }
@@ -279,11 +348,13 @@ static void decode_stop(struct decode_run *d) {
     if (d->e[k]) ms_engine_free(d->e[k]);
     d->e[k] = NULL;
   }
+  step_read_close(&d->rd);
 }
 
 static void decode_free(struct decode_run *d) {
   decode_stop(d);
   for (int k = 0; k < N_ENG; k++) free(d->tps[k]);
+  free(d->rtps);
 }
 
 struct decode_args {
@@ -342,7 +413,11 @@ static const char decode_head[] =
     "(weights once per step, each row's KV cache), and the fraction of each bound reached.\n"
     "The read bound reads a buffer of a step's bytes with the kernels' widest loads (a model\n"
     "that fits the cache is read from it, as the engine reads it); the copy bound is a\n"
-    "STREAM-like copy of 2 x 128 MiB.\n\n";
+    "STREAM-like copy of 2 x 128 MiB. On the cpu backend in one process each round also\n"
+    "reads the bytes its steps read, beside the engines: the megakernel's fraction of that\n"
+    "read within a round (median and range over the rounds) compares the two in the same\n"
+    "minute, where the read bound's fastest pass, taken after the rounds, may fall in a\n"
+    "quieter or a busier one than the engine's best round.\n\n";
 
 static int bench_decode(int argc, char **argv) {
   struct decode_args a = {.batch = 1, .steps = 16, .warmup = 2, .rounds = 3, .q8 = 1};
@@ -377,8 +452,16 @@ static int bench_decode(int argc, char **argv) {
     cli_dist_end(tx);
     return 2;
   }
+  /* What a step reads: every weight once (as the device holds them on cuda),
+   * and each row's KV cache (at the run's mean position: a 1-token prompt,
+   * then `steps` tokens). */
+  const struct ms_model_config *mc = &m->cfg;
+  size_t wbytes = cuda ? device_weight_bytes(m) : ms_model_weight_bytes(m);
+  double mean_pos = 1.0 + (double)(warmup + steps) / 2.0;
+  double kv_per_row = 2.0 * mc->n_layers * mc->n_kv_heads * mc->head_dim * sizeof(float) * mean_pos;
+  double step_bytes = (double)wbytes + kv_per_row * (double)batch;
   struct cli_dist_pack pack = {.m = m, .rank = tx ? tx->rank : 0};
-  struct decode_run d = {.batch = (int)batch, .steps = (int)steps, .warmup = (int)warmup,
+  struct decode_run d = {.step_bytes = step_bytes, .batch = (int)batch, .steps = (int)steps, .warmup = (int)warmup,
                          .workers = (int)workers, .q8 = q8, .rounds = (int)rounds,
                          .backend = (enum ms_backend)a.be.backend, .sms = (int)a.be.sms, .fresh = cuda,
                          .tp = (int)a.tp, .tx = tx, .pack = &pack, .comm_timeout_ms = (int)a.comm_timeout_ms};
@@ -392,14 +475,6 @@ static int bench_decode(int argc, char **argv) {
   int W = d.n_workers, q8_on = d.q8_on;
   decode_stop(&d);  /* the bandwidth is measured with no engine thread about */
   if (!as_json) fprintf(stderr, "bench decode: memory bandwidth...\n");
-  /* What a step reads: every weight once (as the device holds them on cuda),
-   * and each row's KV cache (at the run's mean position: a 1-token prompt,
-   * then `steps` tokens). */
-  const struct ms_model_config *mc = &m->cfg;
-  size_t wbytes = cuda ? device_weight_bytes(m) : ms_model_weight_bytes(m);
-  double mean_pos = 1.0 + (double)(warmup + steps) / 2.0;
-  double kv_per_row = 2.0 * mc->n_layers * mc->n_kv_heads * mc->head_dim * sizeof(float) * mean_pos;
-  double step_bytes = (double)wbytes + kv_per_row * (double)batch;
   const char *loads = "";
   int streams = 0;
   /* cuda: the device's HBM peak (2 x memory clock x bus width) for every bound */
@@ -439,6 +514,12 @@ static int bench_decode(int argc, char **argv) {
       for (int r = 0; r < d.rounds; r++) ms_json_num(&j, d.tps[k][r]);
       ms_json_arr_end(&j);
     }
+    if (d.rtps) {
+      ms_json_key(&j, "read");
+      ms_json_arr_begin(&j);
+      for (int r = 0; r < d.rounds; r++) ms_json_num(&j, d.rtps[r]);
+      ms_json_arr_end(&j);
+    }
     ms_json_obj_end(&j);
     if (tx) {
       ms_json_key(&j, "remote_waits");
@@ -465,9 +546,15 @@ static int bench_decode(int argc, char **argv) {
     if (!cuda) ms_json_kstr(&j, "step_read_loads", loads), ms_json_kint(&j, "step_read_streams", streams);
     ms_json_knum(&j, "bandwidth_bound_tokens_per_s", bound);
     ms_json_knum(&j, "read_bound_tokens_per_s", rbound);
+    if (d.rtps) ms_json_knum(&j, "read_in_rounds_tokens_per_s", d.rbest);
     ms_json_knum(&j, "fraction_of_bound", mk / bound);
     ms_json_kbool(&j, "copy_bound_applies", !in_cache);
     ms_json_knum(&j, "fraction_of_read_bound", mk / rbound);
+    if (d.rtps) {
+      ms_json_knum(&j, "fraction_of_read_in_round", d.rfrac);
+      ms_json_knum(&j, "fraction_of_read_in_round_min", d.rlo);
+      ms_json_knum(&j, "fraction_of_read_in_round_max", d.rhi);
+    }
     ms_json_obj_end(&j);
     ms_json_end(&j);
   } else {
@@ -511,6 +598,9 @@ static int bench_decode(int argc, char **argv) {
     else
       printf("  megakernel reaches %.1f%% of the read bound, %.1f%% of the copy bound\n", 100.0 * mk / rbound,
              100.0 * mk / bound);
+    if (d.rtps)
+      printf("  in a round  %.1f%% of a read of the round's bytes in the same round (median; %.1f-%.1f%%; the read "
+             "best %.2f tokens/s)\n", 100.0 * d.rfrac, 100.0 * d.rlo, 100.0 * d.rhi, d.rbest);
   }
   decode_free(&d);
   ms_model_free(m);

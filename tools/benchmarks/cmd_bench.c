@@ -286,11 +286,14 @@ static int decode_read_open(struct decode_run *d) {
 }
 
 /* Round r's member k: an engine's tokens/s, or (k == N_ENG) the read's:
- * the bytes of `steps` steps at the rate they were read. */
+ * the bytes of `steps` steps (at least STEP_READ_MIN_BYTES, so that starting
+ * its threads does not weigh on a small model) at the rate they were read. */
 static int decode_member(const struct ms_model *m, struct decode_run *d, int k, int r) {
   if (k == N_ENG) {
-    double sec = step_read_pass(&d->rd, d->rd.streams, (size_t)d->steps);
-    d->rtps[r] = (double)d->rd.len * (double)d->steps / sec / d->step_bytes * (double)d->batch;
+    size_t reps = (size_t)d->steps, least = STEP_READ_MIN_BYTES / d->rd.len + 1;
+    if (reps < least) reps = least;
+    double sec = step_read_pass(&d->rd, d->rd.streams, reps);
+    d->rtps[r] = (double)d->rd.len * (double)reps / sec / d->step_bytes * (double)d->batch;
     return 0;
   }
   if (d->fresh && decode_open(m, d, k)) return -1;
@@ -418,10 +421,10 @@ static const char decode_head[] =
     "The read bound reads a buffer of a step's bytes with the kernels' widest loads (a model\n"
     "that fits the cache is read from it, as the engine reads it); the copy bound is a\n"
     "STREAM-like copy of 2 x 128 MiB. On the cpu backend in one process each round also\n"
-    "reads the bytes its steps read, beside the engines: the megakernel's fraction of that\n"
-    "read within a round (median and range over the rounds) compares the two in the same\n"
-    "minute, where the read bound's fastest pass, taken after the rounds, may fall in a\n"
-    "quieter or a busier one than the engine's best round.\n\n";
+    "reads the bytes its steps read (64 MiB at least), beside the engines: the megakernel's\n"
+    "fraction of that read within a round (median and range over the rounds) compares the\n"
+    "two in the same minute, where the read bound's fastest pass, taken after the rounds,\n"
+    "may fall in a quieter or a busier one than the engine's best round.\n\n";
 
 static int bench_decode(int argc, char **argv) {
   struct decode_args a = {.batch = 1, .steps = 16, .warmup = 2, .rounds = 3, .q8 = 1};

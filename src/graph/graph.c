@@ -166,14 +166,32 @@ static int gemv_tile(struct builder *b, int rows, int cols, int mats, int align)
   return gemv_tile_least(b, rows, cols, mats, align, b->min_tiles);
 }
 
-/* q/k/v's rows per task: at least eight tasks whatever the floor. Its tiles
- * cross three matrices and cost differently (SmolLM2 at three tiles: 5.0, 5.5
- * and 6.3 us), and explain holds a class to the same operator in the other
- * layers on each worker: with three tiles, which of them a worker ran moved
- * from layer to layer with the batch, and every other layer's q/k/v looked
- * slow beside a slow worker (4 of 22 SmolLM2 runs of a held-out set); a
- * worker's share of eight or more averages over them. */
+/* 1 when every layer's q, k and v matrices share one type: equal rows are
+ * then equal bytes, and equal work, across a q/k/v tile boundary. */
+static int qkv_one_type(const struct ms_model *m) {
+  for (int l = 0; l < m->cfg.n_layers; l++) {
+    const struct ms_layer_weights *L = &m->layers[l];
+    if (L->wk.dtype != L->wq.dtype || L->wv.dtype != L->wq.dtype) return 0;
+  }
+  return 1;
+}
+
+/* q/k/v's rows per task. Where the three matrices share one type (SmolLM2's
+ * q4_1), a caller's floor under eight holds, the rows cut in equal tiles of
+ * whole groups of four rather than whole heads: the CPU's two are SmolLM2's
+ * 960 rows as two tiles of 480 (7.5 heads each) instead of fifteen one-head
+ * tiles whose fixed cost made them stream at 13 GB/s against 17 for larger
+ * tiles; on two workers 1.03-1.04x (docs/performance.md, "q/k/v in two
+ * tiles"). Every RoPE task then waits for both, which is why four tiles did
+ * not pay. Elsewhere at least eight tasks whatever the floor: the tiles cross
+ * matrices of different types and cost differently (SmolLM2 at three tiles:
+ * 5.0, 5.5 and 6.3 us), and explain holds a class to the same operator in the
+ * other layers on each worker: with three tiles, which of them a worker ran
+ * moved from layer to layer with the batch, and every other layer's q/k/v
+ * looked slow beside a slow worker (4 of 22 SmolLM2 runs of a held-out set);
+ * a worker's share of eight or more averages over them. */
 static int qkv_tile(struct builder *b, int rows, int hd) {
+  if (b->min_tiles < 8 && qkv_one_type(b->m)) return gemv_tile_least(b, rows, b->m->cfg.dim, 1, 4, b->min_tiles);
   return gemv_tile_least(b, rows, b->m->cfg.dim, 1, hd, b->min_tiles > 8 ? b->min_tiles : 8);
 }
 

@@ -257,8 +257,9 @@ static uint64_t cpu_now(const void *ctx) {
 /* And at least two tasks an operator where 1 MiB cuts fewer (the compiler's
  * eight was for exercising the scheduler): at batch 1 a small model's
  * operators are a few hundred KiB, and each task is a hand-over between
- * workers and a prefetch stream started cold (q/k/v keeps eight, and so do
- * operators whose tasks would hold under 64 KiB: graph.c gemv_tile_least).
+ * workers and a prefetch stream started cold (q/k/v keeps eight where its
+ * matrices' types differ, and so do operators whose tasks would hold under
+ * 64 KiB: graph.c qkv_tile, gemv_tile_least).
  * SmolLM2 (1431 -> 891 tasks a step) at two workers 1.08-1.11x, one level;
  * Gemma-3 (763 -> 439) level to 1.11x; batch 8 and 512-token prompts level
  * (docs/performance.md, "Fewer tasks an operator"). A fixed floor, not the

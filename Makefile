@@ -9,7 +9,8 @@ ifneq ($(wildcard /usr/local/cuda/bin/nvcc),)
 export PATH := $(PATH):/usr/local/cuda/bin
 endif
 
-.PHONY: all deps configure demo test models llamacpp-client test-gpu device-check test-real llamacpp bench-real bench clean fuzz soak soak-hostile mutate
+.PHONY: all deps configure demo test models llamacpp-client test-gpu device-check test-real llamacpp bench-real \
+        bench clean fuzz soak soak-hostile mutate
 
 all: configure
 	cmake --build $(BUILD) -j $(JOBS)

@@ -181,7 +181,7 @@ static int qkv_one_type(const struct ms_model *m) {
  * whole groups of four rather than whole heads: the CPU's two are SmolLM2's
  * 960 rows as two tiles of 480 (7.5 heads each) instead of fifteen one-head
  * tiles whose fixed cost made them stream at 13 GB/s against 17 for larger
- * tiles; on two workers 1.03-1.04x (docs/performance.md, "q/k/v in two
+ * tiles; on two workers 1.01-1.04x (docs/performance.md, "q/k/v in two
  * tiles"). Every RoPE task then waits for both, which is why four tiles did
  * not pay. Elsewhere at least eight tasks whatever the floor: the tiles cross
  * matrices of different types and cost differently (SmolLM2 at three tiles:

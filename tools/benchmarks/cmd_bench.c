@@ -234,8 +234,8 @@ struct decode_run {
   struct ms_engine *e[N_ENG];
   double *tps[N_ENG];  /* [rounds] */
   /* cpu, one process: a read of the bytes `steps` steps read, as a member of
-   * each round (the machine's speed moves between rounds; a fraction of the
-   * bound taken within a round does not) */
+   * each round (the machine's speed moves between rounds: a fraction taken
+   * within a round compares the engine and the read in the same minute) */
   double step_bytes;   /* what a step reads (weights, each row's KV cache) */
   struct step_read rd; /* rd.buf NULL: no read in the rounds */
   double *rtps;        /* [rounds]: the read's tokens/s */

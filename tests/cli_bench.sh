@@ -13,6 +13,11 @@ trap 'rm -rf "$tmp"' EXIT
 "$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 3 --json > "$tmp/decode.json"
 "$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 2 --json > "$tmp/decode2.json"
 "$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 1 > "$tmp/decode.txt" 2>"$tmp/decode.err"
+# --null: a second megakernel engine in the per-op member (the rounds' own bias)
+"$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 2 --null --json > "$tmp/null.json"
+"$MS" bench decode --synthetic tiny --steps 4 --warmup 1 --rounds 1 --null > "$tmp/null.txt" 2>/dev/null
+grep -q "^  --null: the per-op member is a second megakernel engine; their ratio is the rounds' own bias$" "$tmp/null.txt" &&
+  grep -Eq "^  megakernel2 +[0-9.]+ tokens/s$" "$tmp/null.txt" || { cat "$tmp/null.txt"; echo "bench decode --null: text"; exit 1; }
 grep -q "^bench decode: round 1 of 1$" "$tmp/decode.err" || { cat "$tmp/decode.err"; echo "no progress line"; exit 1; }
 # the simulator is refused by name (its figures are bench sim's)
 rc=0
@@ -58,6 +63,10 @@ assert len(rd) == 3 and all(r > 0 for r in rd) and close(dec["read_in_rounds_tok
 fr = sorted(m / r for m, r in zip(dec["rounds_tokens_per_s"]["megakernel"], rd))
 assert close(dec["fraction_of_read_in_round"], fr[1]) and close(dec["fraction_of_read_in_round_min"], fr[0]) and \
     close(dec["fraction_of_read_in_round_max"], fr[2]), (dec, fr)
+assert dec["null"] is False, dec
+nl = json.load(open(d + "/null.json"))
+assert nl["null"] is True and len(nl["rounds_tokens_per_s"]["per_op"]) == 2 and nl["per_op_tokens_per_s"] > 0, nl
+assert len(nl["rounds_tokens_per_s"]["read"]) == 2 and nl["ratio_min"] <= nl["ratio"] <= nl["ratio_max"], nl
 # the text, one round: the ratio printed is the two engines' printed tokens/s divided, in that direction
 import re
 txt = open(d + "/decode.txt").read()

@@ -265,15 +265,18 @@ static struct ms_engine *decode_engine(const struct ms_model *m, const struct de
 }
 
 /* Round r runs every engine once, the order rotated each round so that none
- * always runs first (after a quiet spell) or last. With the read as a member
- * it runs first, then an unmeasured run of the engine measured next, then the
- * engines, which of them first alternating: on this project's 2-core Xeon VM an engine
- * measured right after the read ran 3-5% slower for the whole of its run (not
- * its cache: two warm-up steps did not bring it back; 50 ms idle took half of
- * it), and with the read rotated among them the megakernel followed it in two
- * rounds of three. --null measured that: a second megakernel engine in the
- * per-op member, 30 rounds: 0.951-0.976 in seven runs with the rotation,
- * 0.993 and 1.001 without the read, 0.991-1.020 in this order. */
+ * always runs first (after a quiet spell) or last. With the read as a member,
+ * each is measured after a run of its own kind: the read reads twice, the first
+ * unmeasured, then an unmeasured run of the engine measured next, then the
+ * engines, which of them first alternating. On this project's 2-core Xeon VM
+ * (260 MiB of last-level cache, the weights and the read's copy in it) what ran
+ * before weighed on a whole run: an engine measured right after the read ran
+ * 3-5% slower (two warm-up steps did not bring it back, 50 ms idle took half),
+ * the read right after an engine 2.5-5%; and with the three rotated the
+ * megakernel followed the read in two rounds of three. --null measured that: a
+ * second megakernel engine in the per-op member, 30 rounds: 0.951-0.976 in
+ * seven runs with the rotation, 0.993 and 1.001 without the read, 1.004-1.038
+ * in this order. */
 static int decode_open(const struct ms_model *m, struct decode_run *d, int k) {
   if (!(d->e[k] = decode_engine(m, d, k))) return -1;
   d->n_workers = ms_engine_n_workers(d->e[k]);
@@ -301,6 +304,7 @@ static int decode_member(const struct ms_model *m, struct decode_run *d, int k, 
   if (k == N_ENG) {
     size_t reps = (size_t)d->steps, least = STEP_READ_MIN_BYTES / d->rd.len + 1;
     if (reps < least) reps = least;
+    step_read_pass(&d->rd, d->rd.streams, reps);  /* unmeasured: see decode_rounds */
     double sec = step_read_pass(&d->rd, d->rd.streams, reps);
     d->rtps[r] = (double)d->rd.len * (double)reps / sec / d->step_bytes * (double)d->batch;
     return 0;
@@ -439,9 +443,10 @@ static const char decode_head[] =
     "reads the bytes its steps read (64 MiB at least), beside the engines: the megakernel's\n"
     "fraction of that read within a round (median and range over the rounds) compares the\n"
     "two in the same minute, where the read bound's fastest pass, taken after the rounds,\n"
-    "may fall in a quieter or a busier one than the engine's best round. A round reads\n"
-    "first, then runs the engine measured next once unmeasured (an engine right after the\n"
-    "read ran slower), then both engines, which first alternating (--null checks it).\n\n";
+    "may fall in a quieter or a busier one than the engine's best round. Each member is\n"
+    "measured after a run of its own kind (what ran before slowed a whole run): a round\n"
+    "reads twice, the first unmeasured, runs the engine measured next once unmeasured, then\n"
+    "both engines, which first alternating (--null checks the engines' part).\n\n";
 
 static int bench_decode(int argc, char **argv) {
   struct decode_args a = {.batch = 1, .steps = 16, .warmup = 2, .rounds = 3, .q8 = 1};

@@ -264,19 +264,6 @@ static struct ms_engine *decode_engine(const struct ms_model *m, const struct de
   return e;
 }
 
-/* Round r runs every engine once, the order rotated each round so that none
- * always runs first (after a quiet spell) or last. With the read as a member,
- * each is measured after a run of its own kind: the read reads twice, the first
- * unmeasured, then an unmeasured run of the engine measured next, then the
- * engines, which of them first alternating. On this project's 2-core Xeon VM
- * (260 MiB of last-level cache, the weights and the read's copy in it) what ran
- * before weighed on a whole run: an engine measured right after the read ran
- * 3-5% slower (two warm-up steps did not bring it back, 50 ms idle took half),
- * the read right after an engine 2.5-5%; and with the three rotated the
- * megakernel followed the read in two rounds of three. --null measured that: a
- * second megakernel engine in the per-op member, 30 rounds: 0.951-0.976 in
- * seven runs with the rotation, 0.993 and 1.001 without the read, 1.004-1.038
- * in this order. */
 static int decode_open(const struct ms_model *m, struct decode_run *d, int k) {
   if (!(d->e[k] = decode_engine(m, d, k))) return -1;
   d->n_workers = ms_engine_n_workers(d->e[k]);
@@ -326,6 +313,19 @@ static int decode_member(const struct ms_model *m, struct decode_run *d, int k, 
   return 0;
 }
 
+/* Round r runs every engine once, the order rotated each round so that none
+ * always runs first (after a quiet spell) or last. With the read as a member,
+ * each is measured after a run of its own kind: the read reads twice, the first
+ * unmeasured, then an unmeasured run of the engine measured next, then the
+ * engines, which of them first alternating. On a 2-vCPU Xeon (260 MiB
+ * of last-level cache, the weights and the read's copy in it) what ran before
+ * weighed on a whole run: an engine measured right after the read ran
+ * 3-5% slower (two warm-up steps did not bring it back, 50 ms idle took half),
+ * the read right after an engine 2.5-5%; and with the three rotated the
+ * megakernel followed the read in two rounds of three. --null measured that: a
+ * second megakernel engine in the per-op member, 30 rounds: 0.951-0.976 in
+ * seven runs with the rotation, 0.993 and 1.001 without the read, 1.004-1.038
+ * in this order. */
 static int decode_rounds(const struct ms_model *m, struct decode_run *d, int verbose) {
   for (int k = 0; k < N_ENG; k++) {
     if (!(d->tps[k] = calloc((size_t)d->rounds, sizeof(double)))) return -1;

@@ -611,7 +611,8 @@ static int bench_decode(int argc, char **argv) {
     for (int k = 0; k < N_ENG; k++) {
       printf("  %-11s %10.2f tokens/s", k == ENG_PER_OP && a.null_check ? "megakernel2" : eng_name[k], d.best[k]);
       if (k != ENG_PER_OP)
-        printf("   (megakernel / per-op in one round: median %.3f, %.3f-%.3f)", d.ratio[k], d.lo[k], d.hi[k]);
+        printf("   (megakernel / %s in one round: median %.3f, %.3f-%.3f)", a.null_check ? "megakernel2" : "per-op",
+               d.ratio[k], d.lo[k], d.hi[k]);
       printf("\n");
       if (tx)
         printf("              rank 0 waited on other ranks' shares %.1f%% of its workers' time (%.1f us a token, "

@@ -313,19 +313,19 @@ static int decode_member(const struct ms_model *m, struct decode_run *d, int k, 
   return 0;
 }
 
-/* Round r runs every engine once, the order rotated each round so that none
- * always runs first (after a quiet spell) or last. With the read as a member,
- * each is measured after a run of its own kind: the read reads twice, the first
- * unmeasured, then an unmeasured run of the engine measured next, then the
- * engines, which of them first alternating. On a 2-vCPU Xeon (260 MiB
+/* Round r runs every engine once, which of them first rotating with r so that
+ * none always runs first (after a quiet spell) or last. With the read as a
+ * member, each is measured after a run of its own kind: the read reads twice,
+ * the first unmeasured, then an unmeasured run of the engine measured next
+ * (the round's first), then the engines. On a 2-vCPU Xeon (260 MiB
  * of last-level cache, the weights and the read's copy in it) what ran before
  * weighed on a whole run: an engine measured right after the read ran
  * 3-5% slower (two warm-up steps did not bring it back, 50 ms idle took half),
  * the read right after an engine 2.5-5%; and with the three rotated the
  * megakernel followed the read in two rounds of three. --null measured that: a
  * second megakernel engine in the per-op member, 30 rounds: 0.951-0.976 in
- * seven runs with the rotation, 0.993 and 1.001 without the read, 1.004-1.038
- * in this order. */
+ * seven runs with the rotation, 0.993 and 1.001 without the read, 0.965-1.013
+ * in five in this order. */
 static int decode_rounds(const struct ms_model *m, struct decode_run *d, int verbose) {
   for (int k = 0; k < N_ENG; k++) {
     if (!(d->tps[k] = calloc((size_t)d->rounds, sizeof(double)))) return -1;
@@ -606,13 +606,14 @@ static int bench_decode(int argc, char **argv) {
       printf("%s (%s%s), batch %ld, %d workers%s, best of %ld alternating rounds\n", m->cfg.name,
              ms_dtype_name(m->cfg.dtype), q8_on ? ", 8-bit activations" : "", batch, W, ranks, rounds);
     }
+    const char *name[N_ENG] = {eng_name[ENG_MK], a.null_check ? "megakernel2" : eng_name[ENG_PER_OP]};
     if (a.null_check)
       printf("  --null: the per-op member is a second megakernel engine; their ratio is the rounds' own bias\n");
     for (int k = 0; k < N_ENG; k++) {
-      printf("  %-11s %10.2f tokens/s", k == ENG_PER_OP && a.null_check ? "megakernel2" : eng_name[k], d.best[k]);
+      printf("  %-11s %10.2f tokens/s", name[k], d.best[k]);
       if (k != ENG_PER_OP)
-        printf("   (megakernel / %s in one round: median %.3f, %.3f-%.3f)", a.null_check ? "megakernel2" : "per-op",
-               d.ratio[k], d.lo[k], d.hi[k]);
+        printf("   (%s / %s in one round: median %.3f, %.3f-%.3f)", name[k], name[ENG_PER_OP], d.ratio[k], d.lo[k],
+               d.hi[k]);
       printf("\n");
       if (tx)
         printf("              rank 0 waited on other ranks' shares %.1f%% of its workers' time (%.1f us a token, "

@@ -169,6 +169,13 @@ struct ms_engine_opts {
                             * tiling */
   int attn_parts;          /* see ms_compile_opts; 0: the backend's (ms_backend_info, whatever the
                             * caller's tiling: the CPU's two); more than the backend merges: refused */
+  /* The KV cache in f16, as llama.cpp keeps it by default: half the memory, and
+   * half the bytes attention reads at each position. K (after RoPE) and V are
+   * rounded to the nearest f16 once, when written; attention computes in f32
+   * as with an f32 cache. Logits move off the f32 cache's by that rounding
+   * (ms_ref_set_kv_f16 is its reference). A backend whose info says kv_f16
+   * runs it (the CPU); elsewhere ms_engine_new refuses it. 0: f32. */
+  int kv_f16;
 };
 
 /* "cpu", "sim", "cuda"; NULL for an unknown id. */
@@ -191,6 +198,7 @@ struct ms_backend_info {
   int device_sms;          /* cuda_sms chooses how many of the device's SMs run */
   int tiles_per_worker;    /* the workers are SMs: plans are tiled about one task per worker per operator */
   int q8_activations;      /* q8_activations is honoured (else activations stay f32) */
+  int kv_f16;              /* kv_f16 is honoured (ms_engine_opts) */
   int bf16_weights;        /* weights are held as bf16 (other types converted, with their rounding) */
   int prefix_cache;        /* prefix_cache is honoured (else it is off) */
   int tile_bytes;          /* the GEMV task size its plans are compiled with when the caller sets no

@@ -25,6 +25,11 @@ void ms_ref_free(struct ms_ref *r);
  * step. off (the default): the exact forward. Set before the first step. */
 void ms_ref_set_q8(struct ms_ref *r, int on);
 
+/* on: the reference of the engine's KV cache in f16 (ms_engine_opts.kv_f16):
+ * each K (after RoPE) and V value is cached as the nearest f16 of its float.
+ * Set before the first step. */
+void ms_ref_set_kv_f16(struct ms_ref *r, int on);
+
 /* Feeds `token` at the next position and writes the vocab logits. -ENOSPC when
  * the context is full, -EINVAL for a token out of range. */
 int ms_ref_step(struct ms_ref *r, int token, float *logits);

@@ -270,12 +270,21 @@ static void rope_vec(float *v, int hd, const float *cs, const float *sn, enum ms
   }
 }
 
-static float *kv_at(const struct ms_exec_ctx *x, float *pool, int layer, int row, int pos) {
+/* Position pos's row (n_kv * hd values, f32 or f16) of a pool: its element index. */
+static size_t kv_index(const struct ms_exec_ctx *x, int layer, int row, int pos) {
   const struct ms_model_config *c = &x->m->cfg;
   int page = x->meta.row_pages[row][pos / x->page_size];
   size_t kvdim = (size_t)c->n_kv_heads * (size_t)c->head_dim;
-  return pool + (((size_t)layer * (size_t)x->pool_pages + (size_t)page) * (size_t)x->page_size +
-                 (size_t)(pos % x->page_size)) * kvdim;
+  return (((size_t)layer * (size_t)x->pool_pages + (size_t)page) * (size_t)x->page_size +
+          (size_t)(pos % x->page_size)) * kvdim;
+}
+
+static float *kv_at(const struct ms_exec_ctx *x, void *pool, int layer, int row, int pos) {
+  return (float *)pool + kv_index(x, layer, row, pos);
+}
+
+static uint16_t *kv_at16(const struct ms_exec_ctx *x, void *pool, int layer, int row, int pos) {
+  return (uint16_t *)pool + kv_index(x, layer, row, pos);
 }
 
 /* The first position past p's KV page, or n: the positions of one page lie
@@ -313,14 +322,19 @@ static void rope(const struct ms_exec_ctx *x, const struct ms_task_class *k, con
       memcpy(qo + h * hd, in + h * hd, sizeof(float) * (size_t)hd);
     rope_vec(qo + h * hd, hd, cs, sn, c->rope_style);
   }
-  float *kd = kv_at(x, x->k_pool, k->layer, r, pos) + kh * hd;
-  float *vd = kv_at(x, x->v_pool, k->layer, r, pos) + kh * hd;
+  float kf[MS_MAX_HEAD_DIM], *kd = x->kv_f16 ? kf : kv_at(x, x->k_pool, k->layer, r, pos) + kh * hd;
   if (qkn)
     ms_vec_rmsnorm(kd, in + nq + kh * hd, w[1]->data, hd, c->norm_eps);
   else
     memcpy(kd, in + nq + kh * hd, sizeof(float) * (size_t)hd);
   rope_vec(kd, hd, cs, sn, c->rope_style);
-  memcpy(vd, in + nq + nkv + kh * hd, sizeof(float) * (size_t)hd);
+  const float *v = in + nq + nkv + kh * hd;
+  if (x->kv_f16) {  /* rounded once, as written: every later read sees these values */
+    ms_vec_f32_to_f16(kv_at16(x, x->k_pool, k->layer, r, pos) + kh * hd, kd, hd);
+    ms_vec_f32_to_f16(kv_at16(x, x->v_pool, k->layer, r, pos) + kh * hd, v, hd);
+  } else {
+    memcpy(kv_at(x, x->v_pool, k->layer, r, pos) + kh * hd, v, sizeof(float) * (size_t)hd);
+  }
 }
 
 size_t ms_ops_attn_part_floats(const struct ms_model *m) {
@@ -352,6 +366,29 @@ static void attn_merge(const float *slot, size_t pf, int parts, int group, int h
   }
 }
 
+/* With the KV cache in f16: head kh's rows of positions [p, end) (one page)
+ * of a pool, in f32, hd apart in the worker's staging (*ld = hd); the kernels
+ * then take them as they take an f32 cache, so the only difference between
+ * the two is the values' rounding when RoPE wrote them. */
+static const float *kv_run32(const struct ms_exec_ctx *x, void *pool, int layer, int r, int p, int end, int kh,
+                             int worker, size_t *ld) {
+  const struct ms_model_config *c = &x->m->cfg;
+  int hd = c->head_dim;
+  size_t kvdim = (size_t)c->n_kv_heads * (size_t)hd;
+  float *st = x->kv_stage[worker];
+  const uint16_t *src = kv_at16(x, pool, layer, r, p) + kh * hd;
+  int n = end - p;
+  for (int i = 0; i < n && i < 8; i++)  /* a head's rows are a few lines a KV row apart: the prefetchers miss them */
+    for (int b = 0; b < hd * 2; b += 64) __builtin_prefetch((const char *)(src + (size_t)i * kvdim) + b, 0, 3);
+  for (int i = 0; i < n; i++) {
+    if (i + 8 < n)
+      for (int b = 0; b < hd * 2; b += 64) __builtin_prefetch((const char *)(src + (size_t)(i + 8) * kvdim) + b, 0, 3);
+    ms_vec_f16_to_f32(st + (size_t)i * (size_t)hd, src + (size_t)i * kvdim, hd);
+  }
+  *ld = (size_t)hd;
+  return st;
+}
+
 /* Row r's attention for the q heads sharing kv head `kh` over positions
  * [p0, p1) of its n. The group's heads go through each KV page together (K and
  * V read once for all of them), each head's scores a row of the worker's
@@ -368,8 +405,10 @@ static void attn_range(const struct ms_exec_ctx *x, const struct ms_task_class *
   size_t ld = (size_t)c->n_kv_heads * (size_t)hd;  /* one position's K (or V) row to the next */
   for (int p = p0, end; p < p1; p = end) {  /* a page at a time: its positions lie ld apart */
     end = page_end(x, p, p1);
-    ms_vec_dot_runs(q, group, kv_at(x, x->k_pool, k->layer, r, p) + kh * hd, ld, end - p, hd, scale, s + p,
-                    (size_t)n);
+    size_t kld = ld;
+    const float *kr = x->kv_f16 ? kv_run32(x, x->k_pool, k->layer, r, p, end, kh, worker, &kld)
+                                : kv_at(x, x->k_pool, k->layer, r, p) + kh * hd;
+    ms_vec_dot_runs(q, group, kr, kld, end - p, hd, scale, s + p, (size_t)n);
   }
   if (ml)
     ms_vec_softmax_rows_part(s, group, (size_t)n, p0, p1, ml, ml + group);
@@ -378,7 +417,10 @@ static void attn_range(const struct ms_exec_ctx *x, const struct ms_task_class *
   memset(acc, 0, sizeof(float) * (size_t)(group * hd));
   for (int p = p0, end; p < p1; p = end) {
     end = page_end(x, p, p1);
-    ms_vec_axpy_runs(acc, group, s + p, (size_t)n, kv_at(x, x->v_pool, k->layer, r, p) + kh * hd, ld, end - p, hd);
+    size_t vld = ld;
+    const float *vr = x->kv_f16 ? kv_run32(x, x->v_pool, k->layer, r, p, end, kh, worker, &vld)
+                                : kv_at(x, x->v_pool, k->layer, r, p) + kh * hd;
+    ms_vec_axpy_runs(acc, group, s + p, (size_t)n, vr, vld, end - p, hd);
   }
 }
 

@@ -59,7 +59,9 @@ struct ms_exec_ctx {
   int max_rows;                    /* rows allocated per buffer plane */
   const struct ms_weight *const (*cls_w)[3];  /* weights each task class reads */
   struct ms_batch_meta meta;
-  float *k_pool, *v_pool;          /* (n_layers, pool_pages, page_size, n_kv*hd) */
+  void *k_pool, *v_pool;           /* (n_layers, pool_pages, page_size, n_kv*hd): f32, or f16 with kv_f16 */
+  int kv_f16;                      /* the pools hold f16 (ms_engine_opts.kv_f16) */
+  float *const *kv_stage;          /* kv_f16: [worker] a page's rows of one KV head in f32 (page_size x hd) */
   int page_size, pool_pages;
   float *const *scratch;           /* [worker] max_ctx floats a q head of one KV group (attention's scores) */
   /* 8-bit activations (the engine's q8_activations): for block-format

@@ -20,6 +20,7 @@ struct ms_ref {
   double *x, *xn, *q, *k, *v, *att, *o, *h, *g, *u, *tmp, *moe; /* scratch */
   double *kcache, *vcache;  /* (n_layers, max_ctx, n_kv*hd) */
   int q8;                   /* ms_ref_set_q8 */
+  int kv_f16;               /* ms_ref_set_kv_f16 */
   double *xq;               /* a product's input, rounded as the engine's 8-bit activations */
   float *xf;
   void *qbuf;
@@ -135,6 +136,13 @@ void ms_ref_free(struct ms_ref *r) {
 
 void ms_ref_set_q8(struct ms_ref *r, int on) { r->q8 = on; }
 
+void ms_ref_set_kv_f16(struct ms_ref *r, int on) { r->kv_f16 = on; }
+
+/* A cached K or V value as the engine's f16 cache holds it (the engine rounds its f32 value). */
+static double kv_round(const struct ms_ref *r, double v) {
+  return r->kv_f16 ? (double)ms_f16_to_f32(ms_f32_to_f16((float)v)) : v;
+}
+
 /* Causal attention of every head over positions [t0, pos]: all of them, or the
  * last `window` on a local layer. */
 static void attention(struct ms_ref *r, int l) {
@@ -236,8 +244,8 @@ int ms_ref_step(struct ms_ref *r, int token, float *logits) {
       rope(r->k + h * hd, hd, r->pos, base, c->rope_style);
     }
     size_t at = ((size_t)l * r->max_ctx + (size_t)r->pos) * kv;
-    memcpy(r->kcache + at, r->k, sizeof(double) * (size_t)kv);
-    memcpy(r->vcache + at, r->v, sizeof(double) * (size_t)kv);
+    for (int i = 0; i < kv; i++) r->kcache[at + (size_t)i] = kv_round(r, r->k[i]);
+    for (int i = 0; i < kv; i++) r->vcache[at + (size_t)i] = kv_round(r, r->v[i]);
     attention(r, l);
     matvec(r, &L->wo, r->o, r->tmp);
     if (c->post_norms) post_norm(r, &L->attn_post_norm);

@@ -255,6 +255,42 @@ void ms_vec_dot_runs(const float *q, int ng, const float *k, size_t ld, int n, i
     for (int p = 0; p < n; p++) s[g * sld + p] = ms_vec_dot(q + (size_t)g * hd, k + (size_t)p * ld, hd) * scale;
 }
 
+#ifdef MS_X86
+__attribute__((target("avx2,f16c"))) static void to_f16_avx2(uint16_t *d, const float *s, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm_storeu_si128((__m128i *)(d + i),
+                     _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+  for (; i < n; i++) d[i] = ms_f32_to_f16(s[i]);
+}
+
+__attribute__((target("avx2,f16c"))) static void from_f16_avx2(float *d, const uint16_t *s, int n) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(s + i))));
+  for (; i < n; i++) d[i] = ms_f16_to_f32(s[i]);
+}
+#endif
+
+void ms_vec_f32_to_f16(uint16_t *dst, const float *src, int n) {
+#ifdef MS_X86
+  if (use_simd) {
+    to_f16_avx2(dst, src, n);
+    return;
+  }
+#endif
+  for (int i = 0; i < n; i++) dst[i] = ms_f32_to_f16(src[i]);
+}
+
+void ms_vec_f16_to_f32(float *dst, const uint16_t *src, int n) {
+#ifdef MS_X86
+  if (use_simd) {
+    from_f16_avx2(dst, src, n);
+    return;
+  }
+#endif
+  for (int i = 0; i < n; i++) dst[i] = ms_f16_to_f32(src[i]);
+}
+
 void ms_vec_dot_run(const float *q, const float *k, size_t ld, int n, int hd, float scale, float *s) {
   ms_vec_dot_runs(q, 1, k, ld, n, hd, scale, s, 0);
 }

@@ -39,6 +39,12 @@ void ms_vec_dot_runs(const float *q, int ng, const float *k, size_t ld, int n, i
                      size_t sld);
 void ms_vec_axpy_runs(float *o, int ng, const float *w, size_t sld, const float *v, size_t ld, int n, int hd);
 
+/* f16 rows (the KV cache in f16, ms_engine_opts.kv_f16): n values converted
+ * each way, to the nearest f16 (ties to even; above 65504 to infinity) and
+ * back exactly, the same bits on every path (F16C or ms_f32_to_f16). */
+void ms_vec_f32_to_f16(uint16_t *dst, const float *src, int n);
+void ms_vec_f16_to_f32(float *dst, const uint16_t *src, int n);
+
 /* Each of the ng rows of s (sld floats apart) over [p0, n) made its softmax:
  * exp(s[p] - max) / sum, exp the GLU's polynomial, the sum in eight lanes:
  * the same bits on both paths. Each row's values depend on that row alone. */

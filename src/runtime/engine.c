@@ -84,6 +84,11 @@ struct ms_engine *ms_engine_new(const struct ms_model *m, const struct ms_engine
     rc = -EINVAL;
     goto fail;
   }
+  if (e->o.kv_f16 && !e->be->info.kv_f16) {
+    ms_textbuf_printf(log, "engine: kv_f16: the %s backend keeps its KV cache in f32\n", e->be->info.name);
+    rc = -EINVAL;
+    goto fail;
+  }
   int most_parts = e->be->info.attn_parts_max > 1 ? e->be->info.attn_parts_max : 1;
   if (e->o.attn_parts < 0 || e->o.attn_parts > most_parts) {
     if (most_parts == 1)

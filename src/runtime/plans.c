@@ -166,7 +166,8 @@ int ms_rt_plan_init(struct ms_engine *e, struct plan_rt *rt, int batch, int pref
       .cls_w = (const struct ms_weight *const (*)[3])rt->cls_w,
       .meta = {.row_slot = e->row_slot, .row_pos = e->row_pos, .row_token = e->row_token,
                .row_pages = e->row_pages, .row_head = e->row_head, .row_rope = e->row_rope},
-      .k_pool = e->k_pool, .v_pool = e->v_pool, .page_size = e->o.page_size,
+      .k_pool = e->k_pool, .v_pool = e->v_pool, .kv_f16 = e->o.kv_f16, .kv_stage = e->kv_stage,
+      .page_size = e->o.page_size,
       .pool_pages = e->pool_pages, .scratch = e->scratch,
       .q8 = e->q8, .q8_held = e->q8_held, .q8_rows = e->q8_rows, .q8_cols = e->q8_cols,
       .normed = e->normed, .attn_part = e->attn_part, .attn_done = e->attn_done};
@@ -219,9 +220,16 @@ int ms_rt_storage_alloc(struct ms_engine *e, const struct ms_plan *p) {
      * faulted in as a slot takes a page (between steps) were tried after:
      * 1024-token decodes level (docs/performance.md, "Fewer tasks an
      * operator"), so small pages stay. */
-    e->k_pool = calloc(kv, sizeof(float));
-    e->v_pool = calloc(kv, sizeof(float));
+    size_t el = e->o.kv_f16 ? sizeof(uint16_t) : sizeof(float);
+    e->k_pool = calloc(kv, el);
+    e->v_pool = calloc(kv, el);
     if (!e->k_pool || !e->v_pool) return -ENOMEM;
+    if (e->o.kv_f16) {  /* attention reads a page's rows of a KV head as f32 from here */
+      if (!(e->kv_stage = calloc((size_t)e->n_workers, sizeof *e->kv_stage))) return -ENOMEM;
+      for (int w = 0; w < e->n_workers; w++)
+        if (!(e->kv_stage[w] = malloc((size_t)e->o.page_size * (size_t)c->head_dim * sizeof(float))))
+          return -ENOMEM;
+    }
   }
   e->free_pages = malloc((size_t)e->pool_pages * sizeof *e->free_pages);
   e->slots = calloc((size_t)e->n_slots, sizeof *e->slots);
@@ -289,6 +297,9 @@ void ms_rt_storage_free(struct ms_engine *e) {
   free(e->buf);
   free(e->k_pool);
   free(e->v_pool);
+  if (e->kv_stage)
+    for (int w = 0; w < e->n_workers; w++) free(e->kv_stage[w]);
+  free(e->kv_stage);
   free(e->free_pages);
   ms_pc_free(e);
   if (e->slots)

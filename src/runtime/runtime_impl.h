@@ -244,7 +244,8 @@ struct ms_engine {
   /* storage shared by all plans (one step runs at a time) */
   float **buf;
   int n_bufs, max_rows;          /* rows of a step: n_slots, or max_batched_tokens' bucket */
-  float *k_pool, *v_pool;
+  void *k_pool, *v_pool;         /* f32, or f16 with o.kv_f16 */
+  float **kv_stage;              /* o.kv_f16: [worker] (ms_exec_ctx.kv_stage) */
   int pool_pages, max_pages;
   int32_t *free_pages;           /* pages no slot holds and the prefix cache does not know */
   int n_free;

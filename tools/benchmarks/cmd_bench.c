@@ -227,6 +227,7 @@ struct decode_run {
   int sms;         /* cuda: CTAs; 0: every SM */
   int fresh;       /* one engine at a time, made for each run (cuda: one resident kernel holds every SM) */
   int null_check;  /* --null: the per-op member is a second megakernel engine */
+  int kv_f16;      /* both engines keep their KV cache in f16 */
   int n_workers, q8_on;  /* as the engines report them */
   int tp;                /* with tx: the ranks */
   int comm_timeout_ms;
@@ -255,7 +256,8 @@ static struct ms_engine *decode_engine(const struct ms_model *m, const struct de
   struct ms_engine_opts eo = {.sz = sizeof eo, .n_workers = d->workers,
                               .mode = which == ENG_PER_OP && !d->null_check ? MS_MODE_PER_OP : MS_MODE_MEGAKERNEL,
                               .max_batch = d->batch, .max_ctx = d->steps + d->warmup + 2,
-                              .q8_activations = d->q8, .backend = d->backend, .cuda_sms = d->sms,
+                              .q8_activations = d->q8, .kv_f16 = d->kv_f16, .backend = d->backend,
+                              .cuda_sms = d->sms,
                               .tp = d->tx ? d->tp : 0, .transport = d->tx,
                               .comm_timeout_ms = d->comm_timeout_ms};
   if (d->tx) eo.weight_rows_hook = cli_dist_pack, eo.weight_rows_user = d->pack;
@@ -383,7 +385,7 @@ struct decode_args {
   struct cli_model cm;
   struct cli_backend be;
   long batch, steps, warmup, workers, rounds, tp, comm_timeout_ms;
-  int as_json, q8, null_check;
+  int as_json, q8, null_check, kv_f16;
 };
 
 /* The bytes a step reads on the device: matrices as bf16, vectors and the
@@ -426,6 +428,7 @@ static const struct cli_opt decode_opts[] = {
                  "a check of the rounds themselves: the per-op member is a second\n"
                  "megakernel engine, so the ratio is what the order of the rounds\n"
                  "alone gives (1 when fair)"),
+    CLI_OPT_FLAG(DA, kv_f16, "kv-f16", "both engines keep their KV cache in f16 (run --kv-f16)"),
     CLI_OPT_FLAG(DA, as_json, "json", "print the result as JSON"),
     {0}};
 #undef DA
@@ -487,13 +490,13 @@ static int bench_decode(int argc, char **argv) {
   const struct ms_model_config *mc = &m->cfg;
   size_t wbytes = cuda ? device_weight_bytes(m) : ms_model_weight_bytes(m);
   double mean_pos = 1.0 + (double)(warmup + steps) / 2.0;
-  double kv_per_row = 2.0 * mc->n_layers * mc->n_kv_heads * mc->head_dim * sizeof(float) * mean_pos;
+  double kv_per_row = 2.0 * mc->n_layers * mc->n_kv_heads * mc->head_dim * (a.kv_f16 ? 2.0 : 4.0) * mean_pos;
   double step_bytes = (double)wbytes + kv_per_row * (double)batch;
   struct cli_dist_pack pack = {.m = m, .rank = tx ? tx->rank : 0};
   struct decode_run d = {.step_bytes = step_bytes, .batch = (int)batch, .steps = (int)steps, .warmup = (int)warmup,
                          .workers = (int)workers, .q8 = q8, .rounds = (int)rounds,
                          .backend = (enum ms_backend)a.be.backend, .sms = (int)a.be.sms, .fresh = cuda,
-                         .null_check = a.null_check,
+                         .null_check = a.null_check, .kv_f16 = a.kv_f16,
                          .tp = (int)a.tp, .tx = tx, .pack = &pack, .comm_timeout_ms = (int)a.comm_timeout_ms};
   if (decode_rounds(m, &d, !as_json && (!tx || tx->rank == 0))) {
     for (int k = 0; k < N_ENG; k++) cli_dist_check_failed("bench decode", tx, d.e[k]);
@@ -540,6 +543,7 @@ static int bench_decode(int argc, char **argv) {
     ms_json_kint(&j, "rounds", rounds);
     ms_json_kbool(&j, "q8_activations", q8_on);
     ms_json_kbool(&j, "null", a.null_check);  /* per_op: a second megakernel engine */
+    ms_json_kbool(&j, "kv_f16", a.kv_f16);
     ms_json_knum(&j, "megakernel_tokens_per_s", mk);
     ms_json_knum(&j, "per_op_tokens_per_s", po);
     ms_json_knum(&j, "ratio", d.ratio[ENG_MK]);

@@ -44,7 +44,7 @@ struct ms_model *cli_model_load_tok(struct cli_model *cm, struct ms_tokenizer **
  * that the KV cache of `slots` requests at full length (f32 keys and values)
  * fits in half the memory available now; 512 for a model that names none
  * (the synthetic presets). `why` says which, for the start banner. */
-long cli_default_ctx(const struct ms_model *m, long slots, char *why, size_t n);
+long cli_default_ctx(const struct ms_model *m, long slots, int kv_f16, char *why, size_t n);
 
 /* Strict integer parsing for option values: prints an error naming the option. */
 int cli_int(const char *opt, const char *s, long lo, long hi, long *out);

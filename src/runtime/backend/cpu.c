@@ -364,7 +364,7 @@ static int cpu_start(struct ms_engine *e, struct ms_textbuf *log) {
 }
 
 const struct ms_backend_ops ms_backend_cpu = {
-    .info = {.name = "cpu", .label = "CPU", .os_workers = 1, .q8_activations = 1, .prefix_cache = 1,
+    .info = {.name = "cpu", .label = "CPU", .os_workers = 1, .q8_activations = 1, .kv_f16 = 1, .prefix_cache = 1,
              .tile_bytes = CPU_TILE_BYTES, .min_tiles = CPU_MIN_TILES, .fuse_norm = CPU_FUSE_NORM,
              .attn_parts = CPU_ATTN_PARTS, .attn_parts_max = MS_ATTN_MAX_PARTS},
     .shape_only = cpu_shape_only,

@@ -245,6 +245,10 @@ int ms_engine_n_workers(const struct ms_engine *e);
 const struct ms_model *ms_engine_model(const struct ms_engine *e);
 /* 1 when the GEMVs take 8-bit activations (q8_activations and block-format weights). */
 int ms_engine_q8_active(const struct ms_engine *e);
+
+/* The KV cache's bytes for one position of one request (K and V of every
+ * layer): f32 values, or f16 with kv_f16 (ms_engine_opts). */
+size_t ms_engine_kv_position_bytes(const struct ms_model *m, int kv_f16);
 enum ms_mode ms_engine_mode(const struct ms_engine *e);
 /* The plan of the bucket holding `rows` rows. */
 const struct ms_plan *ms_engine_plan(const struct ms_engine *e, int rows);

@@ -378,12 +378,11 @@ static const float *kv_run32(const struct ms_exec_ctx *x, void *pool, int layer,
   float *st = x->kv_stage[worker];
   const uint16_t *src = kv_at16(x, pool, layer, r, p) + kh * hd;
   int n = end - p;
-  for (int i = 0; i < n && i < 8; i++)  /* a head's rows are a few lines a KV row apart: the prefetchers miss them */
-    for (int b = 0; b < hd * 2; b += 64) __builtin_prefetch((const char *)(src + (size_t)i * kvdim) + b, 0, 3);
-  for (int i = 0; i < n; i++) {
+  /* a head's rows are a few lines a KV row apart, which the prefetchers miss: each is fetched 8 rows ahead */
+  for (int i = -8; i < n; i++) {
     if (i + 8 < n)
       for (int b = 0; b < hd * 2; b += 64) __builtin_prefetch((const char *)(src + (size_t)(i + 8) * kvdim) + b, 0, 3);
-    ms_vec_f16_to_f32(st + (size_t)i * (size_t)hd, src + (size_t)i * kvdim, hd);
+    if (i >= 0) ms_vec_f16_to_f32(st + (size_t)i * (size_t)hd, src + (size_t)i * kvdim, hd);
   }
   *ld = (size_t)hd;
   return st;

@@ -204,6 +204,12 @@ void ms_engine_free(struct ms_engine *e) {
 }
 
 int ms_engine_n_workers(const struct ms_engine *e) { return e->n_workers; }
+
+size_t ms_engine_kv_position_bytes(const struct ms_model *m, int kv_f16) {
+  const struct ms_model_config *c = &m->cfg;
+  return (size_t)c->n_layers * 2 * (size_t)c->n_kv_heads * (size_t)c->head_dim *
+         (kv_f16 ? sizeof(uint16_t) : sizeof(float));
+}
 const struct ms_model *ms_engine_model(const struct ms_engine *e) { return e->m; }
 enum ms_mode ms_engine_mode(const struct ms_engine *e) { return e->o.mode; }
 

@@ -487,10 +487,9 @@ static int bench_decode(int argc, char **argv) {
   /* What a step reads: every weight once (as the device holds them on cuda),
    * and each row's KV cache (at the run's mean position: a 1-token prompt,
    * then `steps` tokens). */
-  const struct ms_model_config *mc = &m->cfg;
   size_t wbytes = cuda ? device_weight_bytes(m) : ms_model_weight_bytes(m);
   double mean_pos = 1.0 + (double)(warmup + steps) / 2.0;
-  double kv_per_row = 2.0 * mc->n_layers * mc->n_kv_heads * mc->head_dim * (a.kv_f16 ? 2.0 : 4.0) * mean_pos;
+  double kv_per_row = (double)ms_engine_kv_position_bytes(m, a.kv_f16) * mean_pos;
   double step_bytes = (double)wbytes + kv_per_row * (double)batch;
   struct cli_dist_pack pack = {.m = m, .rank = tx ? tx->rank : 0};
   struct decode_run d = {.step_bytes = step_bytes, .batch = (int)batch, .steps = (int)steps, .warmup = (int)warmup,

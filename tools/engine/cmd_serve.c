@@ -184,7 +184,7 @@ static const struct cli_opt serve_opts[] = {
     CLI_OPT_FLAG(SA, kv_f16, "kv-f16",
                  "the KV cache in f16, as llama.cpp keeps it: half the memory a\n"
                  "position takes (so twice the default context where memory caps it),\n"
-                 "logits within about 0.05 of the f32 cache's (cpu backend)"),
+                 "logits moved by its rounding, about 0.02-0.03 (cpu backend)"),
     {.kind = CLI_FLAG, .name = "no-prefix-cache", .off = CLI_O(SA, prefix_cache), .set = 0,
      .help = "compute every prompt from its first token"},
     CLI_OPT_STR(SA, served_name, "served-model-name", "NAME",

@@ -101,8 +101,7 @@ long cli_default_ctx(const struct ms_model *m, long slots, int kv_f16, char *why
     snprintf(why, n, "the default for a model that names no trained context");
     return 512;
   }
-  uint64_t per_pos = (uint64_t)c->n_layers * (uint64_t)c->n_kv_heads * (uint64_t)c->head_dim * 2 *
-                    (kv_f16 ? sizeof(uint16_t) : sizeof(float));
+  uint64_t per_pos = ms_engine_kv_position_bytes(m, kv_f16);
   uint64_t avail = mem_available(), budget = avail / 2, need = per_pos * (uint64_t)slots * (uint64_t)c->ctx_train;
   if (!avail || need <= budget) {
     snprintf(why, n, "the model's trained context; KV cache at most %.1f GiB", (double)need / (1u << 30));

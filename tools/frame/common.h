@@ -41,7 +41,7 @@ struct ms_tokenizer;
 struct ms_model *cli_model_load_tok(struct cli_model *cm, struct ms_tokenizer **tok);
 
 /* The context when none is asked for: the model's trained context, capped so
- * that the KV cache of `slots` requests at full length (f32 keys and values)
+ * that the KV cache of `slots` requests at full length (f32 keys and values, or f16 with kv_f16)
  * fits in half the memory available now; 512 for a model that names none
  * (the synthetic presets). `why` says which, for the start banner. */
 long cli_default_ctx(const struct ms_model *m, long slots, int kv_f16, char *why, size_t n);
